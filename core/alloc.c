@@ -1,0 +1,83 @@
+/* alloc.c - the core's memory functions, with fault injection for allocation-failure tests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Allocations counted since the last floe_test_fail_alloc_after; fail_at 0 = never fail. */
+static atomic_long alloc_count;
+static atomic_long fail_at;
+
+long floe_test_fail_alloc_after(long n) {
+  long made = atomic_exchange(&alloc_count, 0);
+  atomic_store(&fail_at, n > 0 ? n : 0);
+  return made;
+}
+
+/* True when this allocation must fail. Once the Nth fails, later ones fail too, so a
+ * caller's cleanup path is exercised under the same pressure. */
+static bool should_fail(void) {
+  long at = atomic_load_explicit(&fail_at, memory_order_relaxed);
+  long k = atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed) + 1;
+  return at > 0 && k >= at;
+}
+
+void *floe__malloc(size_t n) {
+  if (should_fail()) return NULL;
+  return malloc(n ? n : 1);
+}
+
+void *floe__calloc(size_t count, size_t size) {
+  if (should_fail()) return NULL;
+  if (count == 0 || size == 0) return calloc(1, 1);
+  return calloc(count, size);
+}
+
+void *floe__realloc(void *p, size_t n) {
+  if (should_fail()) return NULL;
+  return realloc(p, n ? n : 1);
+}
+
+void floe__free(void *p) { free(p); }
+
+char *floe__strndup(const char *s, size_t n) {
+  size_t len = strnlen(s, n);
+  char *d = floe__malloc(len + 1);
+  if (!d) return NULL;
+  memcpy(d, s, len);
+  d[len] = '\0';
+  return d;
+}
+
+char *floe__strdup(const char *s) { return floe__strndup(s, strlen(s)); }
+
+char *floe__vasprintf(const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int len = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  if (len < 0) return NULL;
+  char *buf = floe__malloc((size_t)len + 1);
+  if (!buf) return NULL;
+  vsnprintf(buf, (size_t)len + 1, fmt, ap);
+  return buf;
+}
+
+char *floe__asprintf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = floe__vasprintf(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+void *floe__aligned_alloc(size_t alignment, size_t n) {
+  if (should_fail()) return NULL;
+  if (alignment < 64) alignment = 64;
+  size_t rounded = (n + alignment - 1) / alignment * alignment;
+  if (rounded < n) return NULL; /* overflow */
+  return aligned_alloc(alignment, rounded ? rounded : alignment);
+}
+
+void floe__aligned_free(void *p) { free(p); }

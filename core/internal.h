@@ -1,0 +1,438 @@
+/* internal.h - libfloe's internal structures and the entry function of each module.
+ *
+ * Modules (one file or two each), in the order of one step:
+ *   alloc.c status.c dtype.c   memory with fault injection, status, dtypes and halves
+ *   tensor.c npy.c             tensors and buffers, .npy files
+ *   attrs.c                    attribute values and lists
+ *   opdef.c ops_std.c ops_shape.c   op registry, spec parser, the standard op set, shape fns
+ *   graph.c graph_io.c dot.c   graph building (sticky error), files, Graphviz
+ *   plugin.c host.c            plugin loader + registrar, the FloeHostApi table
+ *   runtime.c device.c kernel.c  runtime, devices and names, kernel registry/selection
+ *   threadpool.c               inter-op / intra-op pool
+ *   executor.c                 dataflow execution of one prepared graph
+ *   session.c                  prune, place, cache executors, run
+ */
+#ifndef FLOE_INTERNAL_H
+#define FLOE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "floe/floe.h"
+#include "floe/floe_plugin.h"
+
+#define FLOE__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define FLOE__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ------------------------------------------------------------------------------------ */
+/* alloc.c: every core allocation goes through these so tests can make the Nth fail. */
+void *floe__malloc(size_t n);
+void *floe__calloc(size_t count, size_t size);
+void *floe__realloc(void *p, size_t n);
+void floe__free(void *p);
+char *floe__strdup(const char *s);
+char *floe__strndup(const char *s, size_t n);
+/* malloc'd printf; NULL on failure. */
+char *floe__asprintf(const char *fmt, ...) FLOE__PRINTF(1, 2);
+char *floe__vasprintf(const char *fmt, va_list ap);
+/* Aligned host memory (alignment a power of two >= 64) for tensor buffers. */
+void *floe__aligned_alloc(size_t alignment, size_t n);
+void floe__aligned_free(void *p);
+
+/* ------------------------------------------------------------------------------------ */
+/* status.c */
+struct FloeStatus {
+  floe_code code;
+  char *msg; /* floe__malloc'd; NULL when OK */
+};
+floe_code floe__status_vset(FloeStatus *s, floe_code code, const char *fmt, va_list ap);
+/* Prefix the message of s with "prefix: " (for adding context such as a node name). */
+void floe__status_prefix(FloeStatus *s, const char *fmt, ...) FLOE__PRINTF(2, 3);
+/* Copy code and message from src to dst (dst may be NULL). Returns src's code. */
+floe_code floe__status_copy(FloeStatus *dst, const FloeStatus *src);
+/* Used when a FloeStatus cannot be allocated: a static status with code NO_MEMORY. */
+#define FLOE__OOM_MESSAGE "out of memory"
+
+/* ------------------------------------------------------------------------------------ */
+/* dtype.c */
+/* Parse "f32", "float32", "float", "i64", "int64", "bool", ... (same as floe_dtype_from_name). */
+/* Name of a type set mask, e.g. "{f32,f64}", into buf. */
+char *floe__dtype_mask_str(uint32_t mask, char *buf, size_t len);
+
+/* ------------------------------------------------------------------------------------ */
+/* tensor.c */
+struct FloeDevice;
+
+/* A block of memory on one device. Freed by the allocator that made it (the device's
+ * deallocate slot, or floe__aligned_free for host buffers) when the last reference goes. */
+typedef struct FloeBuffer {
+  atomic_int refs;
+  void *data;
+  size_t size;
+  struct FloeDevice *device; /* NULL: plain host memory made by the core */
+} FloeBuffer;
+
+struct FloeTensor {
+  atomic_int refs;
+  FloeDType dtype;
+  int rank;
+  int64_t dims[FLOE_MAX_DIMS];
+  int64_t num_elements;
+  size_t nbytes;
+  FloeBuffer *buf; /* NULL when nbytes == 0 */
+  size_t offset;   /* byte offset of this tensor's data in buf */
+};
+
+/* Validate dims and compute element count and bytes (overflow-checked). */
+floe_code floe__shape_bytes(FloeDType dt, int rank, const int64_t *dims, int64_t *num_elements,
+                            size_t *nbytes, FloeStatus *st);
+/* A tensor with a new buffer on dev (NULL: host). Contents uninitialised. Caller owns. */
+FloeTensor *floe__tensor_alloc(struct FloeDevice *dev, FloeDType dt, int rank,
+                               const int64_t *dims, FloeStatus *st);
+/* A view sharing src's buffer with another shape of the same byte size. Caller owns. */
+FloeTensor *floe__tensor_view(FloeTensor *src, int rank, const int64_t *dims, FloeStatus *st);
+/* Copy to another device (NULL: host). Returns a new reference (src itself, retained, when
+ * it already lives there). */
+FloeTensor *floe__tensor_to_device(FloeTensor *src, struct FloeDevice *dev, FloeStatus *st);
+struct FloeDevice *floe__tensor_device(const FloeTensor *t);
+/* True when the data can be read directly by the host. */
+bool floe__tensor_on_host(const FloeTensor *t);
+/* Deep equality of dtype, shape and bytes (host tensors). */
+bool floe__tensor_equal(const FloeTensor *a, const FloeTensor *b);
+
+/* ------------------------------------------------------------------------------------ */
+/* attrs.c */
+typedef enum FloeAttrKind {
+  FLOE_ATTR_NONE = 0,
+  FLOE_ATTR_INT = 1,
+  FLOE_ATTR_FLOAT = 2,
+  FLOE_ATTR_BOOL = 3,
+  FLOE_ATTR_STRING = 4,
+  FLOE_ATTR_TYPE = 5,
+  FLOE_ATTR_SHAPE = 6,
+  FLOE_ATTR_TENSOR = 7,
+  FLOE_ATTR_INT_LIST = 8,
+  FLOE_ATTR_FLOAT_LIST = 9,
+  FLOE_ATTR_TYPE_LIST = 10
+} FloeAttrKind;
+
+typedef struct FloeAttrValue {
+  FloeAttrKind kind;
+  union {
+    int64_t i;
+    double f;
+    int b;
+    char *s;          /* owned */
+    FloeDType type;
+    FloeShape shape;
+    FloeTensor *tensor; /* one reference owned */
+    struct {
+      int64_t *v;     /* owned */
+      size_t n;
+    } ilist;
+    struct {
+      double *v;
+      size_t n;
+    } flist;
+    struct {
+      FloeDType *v;
+      size_t n;
+    } tlist;
+  } u;
+} FloeAttrValue;
+
+/* A node's attributes: a small array (nodes have few attributes), names owned. */
+struct FloeAttrs {
+  int n, cap;
+  char **names;
+  FloeAttrValue *values;
+};
+
+void floe__attrs_init(FloeAttrs *a);
+void floe__attrs_clear(FloeAttrs *a); /* frees everything */
+/* Deep copy. */
+floe_code floe__attrs_copy(FloeAttrs *dst, const FloeAttrs *src, FloeStatus *st);
+/* Find by name; NULL if absent. */
+const FloeAttrValue *floe__attrs_get(const FloeAttrs *a, const char *name);
+/* Set (replacing); takes ownership of *v's owned members (v is left zeroed). */
+floe_code floe__attrs_set(FloeAttrs *a, const char *name, FloeAttrValue *v, FloeStatus *st);
+floe_code floe__attr_value_copy(FloeAttrValue *dst, const FloeAttrValue *src, FloeStatus *st);
+void floe__attr_value_clear(FloeAttrValue *v);
+bool floe__attr_value_equal(const FloeAttrValue *a, const FloeAttrValue *b);
+const char *floe__attr_kind_name(FloeAttrKind k); /* "int", "list(int)", ... */
+/* Printable value (short; long lists and tensors abbreviated) into buf. */
+char *floe__attr_value_str(const FloeAttrValue *v, char *buf, size_t len);
+
+/* ------------------------------------------------------------------------------------ */
+/* opdef.c: op definitions, parsed from the spec strings of ops_std.def / FloeOpDef. */
+
+/* Core-only op flags (beside FLOE_OP_STATEFUL). */
+#define FLOE__OP_SOURCE 0x100u /* no inputs, output known without running (Const, Placeholder) */
+
+typedef struct FloeArgDef {
+  char *name;
+  FloeDType fixed;      /* a fixed dtype, or FLOE_DTYPE_INVALID */
+  char *type_attr;      /* "T" when typed by an attribute, else NULL */
+  char *number_attr;    /* "N" for "N*T" lists, else NULL */
+  char *type_list_attr; /* "Tlist" for list(type) lists, else NULL */
+} FloeArgDef;
+
+typedef struct FloeAttrDef {
+  char *name;
+  FloeAttrKind kind;
+  bool has_default;
+  FloeAttrValue def;   /* default value when has_default */
+  bool has_min;
+  int64_t min;         /* for int ("N: int >= 1") and list lengths */
+  uint32_t allowed;    /* dtype mask for type / list(type); 0 = any */
+} FloeAttrDef;
+
+typedef struct FloeOpInfo {
+  char *name;
+  FloeArgDef *inputs;
+  int num_inputs;
+  FloeArgDef *outputs;
+  int num_outputs;
+  FloeAttrDef *attrs;
+  int num_attrs;
+  uint32_t flags;        /* FLOE_OP_STATEFUL | FLOE__OP_* */
+  FloeShapeFn shape_fn;  /* NULL: unknown output shapes */
+  char *doc;
+  char *plugin;          /* name of the plugin that defined it; NULL for the standard set */
+} FloeOpInfo;
+
+/* Parse and add an op definition (all strings copied). Errors name the op and the spec
+ * string that does not parse. FLOE_ALREADY_EXISTS if the name is taken. */
+floe_code floe__op_register(const FloeOpDef *def, const char *plugin, FloeStatus *st);
+/* Lookup by name; the result lives until process exit. Thread-safe. NULL if unknown. */
+const FloeOpInfo *floe__op_lookup(const char *name);
+const FloeAttrDef *floe__op_attr(const FloeOpInfo *op, const char *name);
+/* Registers the standard op set once (idempotent, thread-safe); called by every entry
+ * point that needs ops. Returns non-OK only on out-of-memory or a broken spec. */
+floe_code floe__ops_init(FloeStatus *st);
+
+/* ops_std.c / ops_shape.c: the shape functions named in ops_std.def, declared there. */
+
+/* ------------------------------------------------------------------------------------ */
+/* graph.c */
+
+
+struct FloeNode {
+  int id;                 /* index in graph->nodes */
+  char *name;
+  const FloeOpInfo *op;
+  char *device;           /* requested device as typed; NULL/"" = none */
+  FloeAttrs attrs;        /* complete: defaults filled in and type attrs inferred */
+  int num_inputs;         /* flattened over the op's input arguments */
+  FloeOutput *inputs;
+  int *input_arg;         /* for each flattened input, the op input argument it belongs to */
+  int num_control;
+  struct FloeNode **control;
+  int num_outputs;        /* flattened */
+  FloeDType *out_dtypes;
+  FloeShape *out_shapes;  /* inferred (may be partially unknown) */
+  struct FloeGraph *graph;
+};
+
+struct FloeGraph {
+  FloeNode **nodes;
+  int num_nodes, cap_nodes;
+  /* name -> node index: open addressing, power-of-two capacity */
+  int *name_table;
+  int name_cap;
+  floe_code error;        /* sticky */
+  char *error_msg;
+};
+
+/* Deep copy of a graph (nodes renumbered identically). Caller owns. */
+FloeGraph *floe__graph_clone(const FloeGraph *g, FloeStatus *st);
+/* Set the sticky error (first one wins) from a status or a message. */
+void floe__graph_fail(FloeGraph *g, floe_code code, const char *fmt, ...) FLOE__PRINTF(3, 4);
+/* Parse "node" or "node:3" into a node and output index; errors name the string. */
+floe_code floe__graph_resolve_output(const FloeGraph *g, const char *name, FloeOutput *out,
+                                     FloeStatus *st);
+/* Add a fully described node (used by graph_io when loading and by graph building).
+ * Validates against the op (arity, dtypes, attrs), fills defaults, infers type attrs and
+ * shapes. On error returns NULL with st set (the graph's sticky error is not touched). */
+typedef struct FloeNodeSpec {
+  const char *op;
+  const char *name;
+  const char *device;
+  const FloeOutput *inputs;
+  int num_inputs;
+  const int *list_sizes;  /* inputs per op input argument, or NULL: one each */
+  int num_lists;
+  FloeNode *const *control;
+  int num_control;
+  const FloeAttrs *attrs; /* copied */
+} FloeNodeSpec;
+FloeNode *floe__graph_add_node(FloeGraph *g, const FloeNodeSpec *spec, FloeStatus *st);
+
+/* Shape inference of one node (called by add_node; exposed for re-inference). */
+floe_code floe__infer_shapes(FloeNode *n, FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* Shape contexts (host.c provides the accessors; graph.c fills the struct). */
+struct FloeShapeContext {
+  const FloeNode *node;       /* inputs, attrs */
+  FloeShape *input_shapes;    /* num_inputs */
+  FloeShape *output_shapes;   /* num_outputs, written by the shape fn */
+  FloeStatus *status;         /* set by shape_set_error */
+};
+
+/* ------------------------------------------------------------------------------------ */
+/* devices, kernels, plugins, runtime */
+
+typedef struct FloePlugin FloePlugin;
+typedef struct FloeThreadPool FloeThreadPool;
+
+typedef struct FloeDevice {
+  struct FloeRuntime *rt;
+  FloePlugin *plugin;
+  FloeDeviceFns fns;        /* copied, zero-extended to the core's struct size */
+  FloeDeviceProps props;
+  char name[160];           /* "/job:localhost/replica:0/task:0/device:CPU:0" */
+  char short_name[48];      /* "cpu:0" */
+  int index;                /* ordinal among devices of its type */
+  bool host_memory;         /* props.flags & FLOE_DEVICE_HOST_MEMORY */
+  int id;                   /* index in rt->devices */
+} FloeDevice;
+
+typedef struct FloeKernelReg {
+  char *op;
+  char *device_type;
+  FloeTypeConstraint *constraints; /* attr strings owned */
+  size_t num_constraints;
+  int32_t priority;
+  uint32_t flags;
+  FloeKernelDef def;        /* copied, zero-extended; op/device_type/constraints point above */
+  FloePlugin *plugin;
+} FloeKernelReg;
+
+typedef struct FloeTransportReg {
+  FloeTransportFns fns;     /* copied, zero-extended */
+  char *name;
+  FloePlugin *plugin;
+} FloeTransportReg;
+
+struct FloePlugin {
+  FloePluginReport report;  /* strings below are owned by the plugin record */
+  char *name, *path, *version, *message;
+  void *handle;             /* dlopen handle (never closed) */
+  void (*shutdown)(void *);
+  void *shutdown_arg;
+};
+
+struct FloeRuntime {
+  FloePlugin **plugins;
+  int num_plugins;
+  FloeDevice **devices;
+  int num_devices;
+  FloeKernelReg **kernels;
+  int num_kernels;
+  FloeTransportReg **transports;
+  int num_transports;
+  FloeThreadPool *pool;
+  int num_threads;
+  uint64_t seed;            /* drawn at creation: incarnation and default random seeds */
+};
+
+/* plugin.c: discover + load every plugin into rt (called by floe_runtime_new). A plugin that
+ * fails is recorded in rt->plugins with its reason; only internal errors (OOM) fail. */
+floe_code floe__plugins_load(struct FloeRuntime *rt, const FloeRuntimeOptions *opts,
+                             FloeStatus *st);
+void floe__plugins_shutdown(struct FloeRuntime *rt);
+
+/* host.c: the one host table (process lifetime). */
+const FloeHostApi *floe__host_api(void);
+/* The pool used by host->parallel_for / schedule on this thread (set by the executor while
+ * a kernel runs; falls back to the default runtime's pool). */
+void floe__host_set_thread_pool(FloeThreadPool *pool);
+
+/* device.c */
+FloeDevice *floe__device_find(const struct FloeRuntime *rt, const char *name, FloeStatus *st);
+/* Allocate on a device (NULL: host). */
+floe_code floe__device_alloc(FloeDevice *dev, size_t bytes, void **ptr, FloeStatus *st);
+void floe__device_free(FloeDevice *dev, void *ptr, size_t bytes);
+/* Copy between any two places (NULL device = host memory). */
+floe_code floe__device_copy(FloeDevice *dst_dev, void *dst, FloeDevice *src_dev, const void *src,
+                            size_t n, FloeStatus *st);
+
+/* kernel.c: the best kernel for node on a device type (constraints checked against the
+ * node's type attributes; highest priority wins). NULL + st naming the node, op, dtypes and
+ * the device types that do have a kernel when none matches. */
+const FloeKernelReg *floe__kernel_find(const struct FloeRuntime *rt, const FloeNode *node,
+                                       const char *device_type, FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* threadpool.c */
+FloeThreadPool *floe__pool_new(int num_threads, FloeStatus *st);
+void floe__pool_free(FloeThreadPool *p);  /* joins workers after draining queued tasks */
+floe_code floe__pool_schedule(FloeThreadPool *p, FloeTaskFn fn, void *arg);
+void floe__pool_parallel_for(FloeThreadPool *p, int64_t n, int64_t cost_per_unit,
+                             FloeParallelFn fn, void *arg);
+int floe__pool_size(const FloeThreadPool *p);
+
+/* ------------------------------------------------------------------------------------ */
+/* Kernel invocation contexts (host.c accessors; executor.c fills them). */
+struct FloeKernelInit {
+  const FloeNode *node;
+  FloeDevice *device;
+  FloeStatus *status;
+};
+
+typedef struct FloeExecStep FloeExecStep;
+
+struct FloeKernelContext {
+  const FloeNode *node;
+  FloeDevice *device;
+  FloeTensor **inputs;      /* borrowed from the step's entries */
+  int num_inputs;
+  FloeTensor **outputs;     /* owned references, set by allocate/forward/set_output */
+  int num_outputs;
+  void **temps;             /* scratch allocations freed after compute */
+  size_t *temp_sizes;
+  int num_temps, cap_temps;
+  FloeExecStep *step;
+  FloeStatus *status;       /* kernel-set error */
+  int64_t step_id;
+};
+
+/* ------------------------------------------------------------------------------------ */
+/* executor.c: runs a fixed set of nodes of one graph, each with a chosen device and kernel. */
+typedef struct FloeExecutor FloeExecutor;
+
+typedef struct FloeExecNodeSpec {
+  const FloeNode *node;
+  FloeDevice *device;
+  const FloeKernelReg *kernel;  /* NULL for fed nodes' outputs (never run) */
+} FloeExecNodeSpec;
+
+typedef struct FloeExecPlan {
+  struct FloeRuntime *rt;
+  const FloeGraph *graph;       /* borrowed; outlives the executor */
+  /* Nodes to run (a closed set: every input of a run node is produced by another run node
+   * or is a feed). */
+  FloeExecNodeSpec *nodes;
+  int num_nodes;
+  /* Feeds: outputs supplied by the caller at each run, in this order. */
+  FloeOutput *feeds;
+  int num_feeds;
+  /* Fetches: outputs returned at each run, in this order. */
+  FloeOutput *fetches;
+  int num_fetches;
+  bool inline_inexpensive;
+} FloeExecPlan;
+
+/* Builds per-node kernel state (FloeKernelDef.create). Caller owns the executor; the plan is
+ * copied. */
+FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st);
+void floe__executor_free(FloeExecutor *e);
+/* One step: feeds[i] borrowed; on success outputs[i] are new references. Thread-safe:
+ * several steps may run concurrently on one executor. */
+floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
+                             FloeStatus *st);
+
+#endif /* FLOE_INTERNAL_H */

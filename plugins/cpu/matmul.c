@@ -1,0 +1,404 @@
+/* matmul.c - MatMul, BatchMatMul and BiasAdd of the CPU plugin.
+ *
+ * Products go through OpenBLAS (sgemm/dgemm, sgemv/dgemv when one side is a vector); f16 and
+ * bf16 are widened to f32 first. OpenBLAS keeps its own threads: a product large enough to be
+ * threaded by OpenBLAS runs on the calling thread, while batches of small products are spread
+ * over the shared pool (OpenBLAS runs those single-threaded). */
+#include <cblas.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "cpu_util.h"
+
+/* Below this M*N*K OpenBLAS 0.3.21 computes a GEMM on one thread (SMP threshold 65536 x 4). */
+#define BLAS_SINGLE_THREAD_MNK (65536 * 4)
+/* Elementwise work below this many elements stays on the calling thread. */
+#define PARALLEL_MIN_ELEMENTS 32768
+
+/* "[2,3,4]" for error messages. */
+static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
+  int rank = cpu_host->tensor_rank(t);
+  const int64_t *d = cpu_host->tensor_dims(t);
+  size_t at = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < rank && at < len; i++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? "," : "", (long long)d[i]);
+  if (at < len) snprintf(buf + at, len - at, "]");
+  return buf;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* f16 / bf16 widening, split over the pool when large. */
+
+typedef struct Convert {
+  FloeDType dt;
+  const void *src;
+  void *dst;
+} Convert;
+
+static void widen_range(void *arg, int64_t begin, int64_t end) {
+  const Convert *c = arg;
+  const uint16_t *s = c->src;
+  float *d = c->dst;
+  if (c->dt == FLOE_F16)
+    for (int64_t i = begin; i < end; i++) d[i] = cpu_f16_to_f32(s[i]);
+  else
+    for (int64_t i = begin; i < end; i++) d[i] = cpu_bf16_to_f32(s[i]);
+}
+
+static void narrow_range(void *arg, int64_t begin, int64_t end) {
+  const Convert *c = arg;
+  const float *s = c->src;
+  uint16_t *d = c->dst;
+  if (c->dt == FLOE_F16)
+    for (int64_t i = begin; i < end; i++) d[i] = cpu_f32_to_f16(s[i]);
+  else
+    for (int64_t i = begin; i < end; i++) d[i] = cpu_f32_to_bf16(s[i]);
+}
+
+static void convert(FloeParallelFn fn, FloeDType dt, const void *src, void *dst, int64_t n) {
+  Convert c = {dt, src, dst};
+  if (n > PARALLEL_MIN_ELEMENTS)
+    cpu_host->parallel_for(n, 4, fn, &c);
+  else
+    fn(&c, 0, n);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* One row-major product C[M,N] = op(A) op(B); A is stored [M,K] ([K,M] when ta), B is
+ * stored [K,N] ([N,K] when tb). Dimensions were checked to fit a blasint. */
+
+#define DEFINE_GEMM(name, T, gemm, gemv)                                                       \
+  static void name(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T *a, const T *b, \
+                   T *c) {                                                                    \
+    if (m == 0 || n == 0) return;                                                              \
+    if (k == 0) { /* BLAS rejects a zero leading dimension; the product is all zeros */        \
+      memset(c, 0, (size_t)(m * n) * sizeof(T));                                               \
+      return;                                                                                  \
+    }                                                                                          \
+    if (m == 1) { /* c[N] = op(B)^T a: GEMV avoids GEMM's packing */                           \
+      if (tb)                                                                                  \
+        gemv(CblasRowMajor, CblasNoTrans, (blasint)n, (blasint)k, 1, b, (blasint)k, a, 1, 0,   \
+             c, 1);                                                                            \
+      else                                                                                     \
+        gemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)n, 1, b, (blasint)n, a, 1, 0, c,  \
+             1);                                                                               \
+    } else if (n == 1) { /* c[M] = op(A) b */                                                  \
+      if (ta)                                                                                  \
+        gemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)m, 1, a, (blasint)m, b, 1, 0, c,  \
+             1);                                                                               \
+      else                                                                                     \
+        gemv(CblasRowMajor, CblasNoTrans, (blasint)m, (blasint)k, 1, a, (blasint)k, b, 1, 0,   \
+             c, 1);                                                                            \
+    } else {                                                                                   \
+      gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,     \
+           (blasint)m, (blasint)n, (blasint)k, 1, a, (blasint)(ta ? m : k), b,                 \
+           (blasint)(tb ? k : n), 0, c, (blasint)n);                                           \
+    }                                                                                          \
+  }
+
+DEFINE_GEMM(gemm_f32, float, cblas_sgemm, cblas_sgemv)
+DEFINE_GEMM(gemm_f64, double, cblas_dgemm, cblas_dgemv)
+
+/* A batch of products z[b] = op(x[xi(b)]) op(y[yi(b)]) with NumPy-broadcast batch dims. */
+typedef struct Product {
+  bool ta, tb, f64;
+  int64_t m, n, k;
+  int nb;                            /* rank of the output's batch dims */
+  int64_t bdims[FLOE_MAX_DIMS];      /* output batch dims */
+  int64_t xstride[FLOE_MAX_DIMS];    /* x matrices per step of each batch dim; 0 if broadcast */
+  int64_t ystride[FLOE_MAX_DIMS];
+  const void *x, *y;
+  void *z;
+} Product;
+
+static void product_range(void *arg, int64_t begin, int64_t end) {
+  const Product *p = arg;
+  size_t es = p->f64 ? sizeof(double) : sizeof(float);
+  for (int64_t b = begin; b < end; b++) {
+    int64_t xi = 0, yi = 0, rest = b;
+    for (int d = p->nb - 1; d >= 0; d--) {
+      int64_t idx = rest % p->bdims[d];
+      rest /= p->bdims[d];
+      xi += idx * p->xstride[d];
+      yi += idx * p->ystride[d];
+    }
+    const char *x = (const char *)p->x + (size_t)(xi * p->m * p->k) * es;
+    const char *y = (const char *)p->y + (size_t)(yi * p->k * p->n) * es;
+    char *z = (char *)p->z + (size_t)(b * p->m * p->n) * es;
+    if (p->f64)
+      gemm_f64(p->ta, p->tb, p->m, p->n, p->k, (const double *)x, (const double *)y,
+               (double *)z);
+    else
+      gemm_f32(p->ta, p->tb, p->m, p->n, p->k, (const float *)x, (const float *)y, (float *)z);
+  }
+}
+
+static void product_run(Product *p, int64_t batch, int64_t xbatch, int64_t ybatch) {
+  if (batch == 0 || p->m == 0 || p->n == 0) return;
+  /* One shared right-hand matrix: the batch folds into M, one larger (better) GEMM. */
+  if (ybatch == 1 && xbatch == batch && !p->ta && p->m * batch <= INT_MAX) {
+    Product one = *p;
+    one.m = p->m * batch;
+    one.nb = 0;
+    product_range(&one, 0, 1);
+    return;
+  }
+  double mnk = (double)p->m * (double)p->n * (double)p->k;
+  if (batch > 1 && mnk < BLAS_SINGLE_THREAD_MNK)
+    cpu_host->parallel_for(batch, (int64_t)(mnk / 4) + 1, product_range, p);
+  else
+    product_range(p, 0, batch);
+}
+
+/* Validates x [..., M, K] and y [..., K, N] (after the transposes) and computes the product
+ * into a new output 0 whose batch dims are the broadcast of theirs. MatMul is the rank-2
+ * case of the same routine. */
+static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool broadcast) {
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0), *y = cpu_host->ctx_input(ctx, 1);
+  int xr = cpu_host->tensor_rank(x), yr = cpu_host->tensor_rank(y);
+  const int64_t *xd = cpu_host->tensor_dims(x), *yd = cpu_host->tensor_dims(y);
+  char sx[160], sy[160];
+  if (!broadcast && (xr != 2 || yr != 2))
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "MatMul needs two matrices (rank 2), got a %s and b %s",
+                                   shape_str(x, sx, sizeof sx), shape_str(y, sy, sizeof sy));
+  if (xr < 2 || yr < 2)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "inputs must have rank >= 2, got x %s and y %s",
+                                   shape_str(x, sx, sizeof sx), shape_str(y, sy, sizeof sy));
+  Product p;
+  memset(&p, 0, sizeof p);
+  p.ta = ta;
+  p.tb = tb;
+  p.m = ta ? xd[xr - 1] : xd[xr - 2];
+  int64_t kx = ta ? xd[xr - 2] : xd[xr - 1];
+  int64_t ky = tb ? yd[yr - 1] : yd[yr - 2];
+  p.n = tb ? yd[yr - 2] : yd[yr - 1];
+  p.k = kx;
+  if (kx != ky)
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT,
+        "inner dimensions differ: %s %s%s has %lld, %s %s%s has %lld", broadcast ? "x" : "a",
+        shape_str(x, sx, sizeof sx), ta ? (broadcast ? " (adj_x)" : " (transposed)") : "",
+        (long long)kx, broadcast ? "y" : "b", shape_str(y, sy, sizeof sy),
+        tb ? (broadcast ? " (adj_y)" : " (transposed)") : "", (long long)ky);
+  if (p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "matrices %s and %s have a dimension over %d (BLAS limit)",
+                                   shape_str(x, sx, sizeof sx), shape_str(y, sy, sizeof sy),
+                                   INT_MAX);
+
+  /* Broadcast the batch dims, right-aligned; strides count whole matrices. */
+  int xb = xr - 2, yb = yr - 2;
+  p.nb = xb > yb ? xb : yb;
+  int64_t batch = 1, xbatch = 1, ybatch = 1, xs = 1, ys = 1;
+  for (int d = p.nb - 1; d >= 0; d--) {
+    int xi = d - (p.nb - xb), yi = d - (p.nb - yb);
+    int64_t a = xi >= 0 ? xd[xi] : 1, b = yi >= 0 ? yd[yi] : 1;
+    if (a != b && a != 1 && b != 1)
+      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                     "batch dimensions of x %s and y %s do not broadcast "
+                                     "(%lld vs %lld)",
+                                     shape_str(x, sx, sizeof sx), shape_str(y, sy, sizeof sy),
+                                     (long long)a, (long long)b);
+    p.bdims[d] = a == 1 ? b : a;
+    p.xstride[d] = a == 1 ? 0 : xs;
+    p.ystride[d] = b == 1 ? 0 : ys;
+    xs *= a;
+    ys *= b;
+    batch *= p.bdims[d];
+  }
+  xbatch = xs;
+  ybatch = ys;
+
+  int64_t odims[FLOE_MAX_DIMS];
+  memcpy(odims, p.bdims, (size_t)p.nb * sizeof(int64_t));
+  odims[p.nb] = p.m;
+  odims[p.nb + 1] = p.n;
+  FloeTensor *out;
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, p.nb + 2, odims, &out);
+  if (rc != FLOE_OK) return rc;
+  int64_t zn = batch * p.m * p.n;
+  if (zn == 0) return FLOE_OK;
+
+  FloeDType dt = cpu_host->tensor_dtype(x);
+  p.z = cpu_host->tensor_data(out);
+  if (dt == FLOE_F32 || dt == FLOE_F64) {
+    p.f64 = dt == FLOE_F64;
+    p.x = cpu_host->tensor_data(x);
+    p.y = cpu_host->tensor_data(y);
+    product_run(&p, batch, xbatch, ybatch);
+    return FLOE_OK;
+  }
+  /* f16 / bf16: widen both operands, multiply in f32, round the result once. */
+  int64_t xn = cpu_host->tensor_num_elements(x), yn = cpu_host->tensor_num_elements(y);
+  float *buf;
+  rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + yn + zn) * sizeof(float), (void **)&buf);
+  if (rc != FLOE_OK) return rc;
+  convert(widen_range, dt, cpu_host->tensor_data(x), buf, xn);
+  convert(widen_range, dt, cpu_host->tensor_data(y), buf + xn, yn);
+  void *z = p.z;
+  p.x = buf;
+  p.y = buf + xn;
+  p.z = buf + xn + yn;
+  product_run(&p, batch, xbatch, ybatch);
+  convert(narrow_range, dt, p.z, z, zn);
+  return FLOE_OK;
+}
+
+/* Transpose flags, parsed once per node: state is a two-bool array. */
+static floe_code flags_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                              void **state) {
+  const char *const *names = user_data;
+  const FloeAttrs *attrs = host->init_attrs(init);
+  bool *flags = host->alloc(2 * sizeof(bool));
+  if (!flags) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
+  for (int i = 0; i < 2; i++) {
+    int v = 0;
+    floe_code rc = host->attr_bool(attrs, names[i], &v);
+    if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
+      host->free(flags);
+      return host->init_set_error(init, rc, "attribute %s must be a bool", names[i]);
+    }
+    flags[i] = v != 0;
+  }
+  *state = flags;
+  return FLOE_OK;
+}
+
+static void state_free(void *state) { cpu_host->free(state); }
+
+static floe_code matmul_compute(void *state, FloeKernelContext *ctx) {
+  const bool *t = state;
+  return batch_product(ctx, t[0], t[1], false);
+}
+
+static floe_code batch_matmul_compute(void *state, FloeKernelContext *ctx) {
+  const bool *t = state;
+  return batch_product(ctx, t[0], t[1], true);
+}
+
+static const char *const matmul_flags[2] = {"transpose_a", "transpose_b"};
+static const char *const batch_matmul_flags[2] = {"adj_x", "adj_y"};
+
+/* ---------------------------------------------------------------------------------- */
+/* BiasAdd: out = value + bias along the channel dim, seen as [outer, C, inner] (NHWC:
+ * inner = 1; NCHW: outer = N, inner = the spatial size). Work is split over the outer*C
+ * channel rows. */
+
+typedef struct Bias {
+  FloeDType dt;
+  int64_t c, inner;
+  const void *v, *b;
+  void *o;
+} Bias;
+
+/* Rows [begin, end) of `inner` elements; a row's channel is row % C. Runs are cut where the
+ * channel wraps, so the NHWC (inner = 1) case is one vectorisable loop per run. */
+#define BIAS_LOOP(T, ADD)                                                                     \
+  do {                                                                                        \
+    const T *v = a->v, *bias = a->b;                                                          \
+    T *o = a->o;                                                                              \
+    for (int64_t r = begin; r < end;) {                                                       \
+      int64_t ch = r % a->c, run = a->c - ch < end - r ? a->c - ch : end - r;                 \
+      if (a->inner == 1) {                                                                    \
+        for (int64_t j = 0; j < run; j++) o[r + j] = ADD(v[r + j], bias[ch + j]);             \
+      } else {                                                                                \
+        for (int64_t j = 0; j < run; j++) {                                                   \
+          const T *vr = v + (r + j) * a->inner;                                               \
+          T *orow = o + (r + j) * a->inner, bj = bias[ch + j];                                \
+          for (int64_t i = 0; i < a->inner; i++) orow[i] = ADD(vr[i], bj);                    \
+        }                                                                                     \
+      }                                                                                       \
+      r += run;                                                                               \
+    }                                                                                         \
+  } while (0)
+
+#define ADD_PLAIN(x, y) ((x) + (y))
+#define ADD_I8(x, y) ((int8_t)((x) + (y)))
+#define ADD_U8(x, y) ((uint8_t)((x) + (y)))
+#define ADD_I32(x, y) ((int32_t)((uint32_t)(x) + (uint32_t)(y))) /* wraps, no UB */
+#define ADD_I64(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
+#define ADD_F16(x, y) cpu_f32_to_f16(cpu_f16_to_f32(x) + cpu_f16_to_f32(y))
+#define ADD_BF16(x, y) cpu_f32_to_bf16(cpu_bf16_to_f32(x) + cpu_bf16_to_f32(y))
+
+__attribute__((target_clones("avx2", "default"))) static void bias_range(void *arg,
+                                                                          int64_t begin,
+                                                                          int64_t end) {
+  const Bias *a = arg;
+  switch (a->dt) {
+    case FLOE_F32: BIAS_LOOP(float, ADD_PLAIN); break;
+    case FLOE_F64: BIAS_LOOP(double, ADD_PLAIN); break;
+    case FLOE_F16: BIAS_LOOP(uint16_t, ADD_F16); break;
+    case FLOE_BF16: BIAS_LOOP(uint16_t, ADD_BF16); break;
+    case FLOE_I8: BIAS_LOOP(int8_t, ADD_I8); break;
+    case FLOE_U8: BIAS_LOOP(uint8_t, ADD_U8); break;
+    case FLOE_I32: BIAS_LOOP(int32_t, ADD_I32); break;
+    case FLOE_I64: BIAS_LOOP(int64_t, ADD_I64); break;
+    default: break;
+  }
+}
+
+/* State: non-zero for NCHW. */
+static floe_code bias_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                             void **state) {
+  const char *fmt = "NHWC";
+  floe_code rc = host->attr_string(host->init_attrs(init), "data_format", &fmt);
+  if (rc != FLOE_OK && rc != FLOE_NOT_FOUND)
+    return host->init_set_error(init, rc, "attribute data_format must be a string");
+  if (strcmp(fmt, "NHWC") != 0 && strcmp(fmt, "NCHW") != 0)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "data_format must be \"NHWC\" or \"NCHW\", got \"%s\"", fmt);
+  bool *nchw = host->alloc(sizeof(bool));
+  if (!nchw) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
+  *nchw = strcmp(fmt, "NCHW") == 0;
+  *state = nchw;
+  return FLOE_OK;
+}
+
+static floe_code bias_compute(void *state, FloeKernelContext *ctx) {
+  bool nchw = *(const bool *)state;
+  const FloeTensor *v = cpu_host->ctx_input(ctx, 0), *b = cpu_host->ctx_input(ctx, 1);
+  int rank = cpu_host->tensor_rank(v);
+  const int64_t *d = cpu_host->tensor_dims(v);
+  char sv[160], sb[160];
+  if (rank < 2)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "value must have rank >= 2, got %s",
+                                   shape_str(v, sv, sizeof sv));
+  int cdim = nchw ? 1 : rank - 1;
+  if (cpu_host->tensor_rank(b) != 1 || cpu_host->tensor_dims(b)[0] != d[cdim])
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT, "bias %s must be a vector of the %lld channels of value %s (%s)",
+        shape_str(b, sb, sizeof sb), (long long)d[cdim], shape_str(v, sv, sizeof sv),
+        nchw ? "NCHW: dim 1" : "NHWC: last dim");
+  FloeTensor *out;
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, rank, d, &out);
+  if (rc != FLOE_OK) return rc;
+  int64_t n = cpu_host->tensor_num_elements(v);
+  if (n == 0) return FLOE_OK;
+  int64_t inner = nchw ? n / (d[0] * d[1]) : 1;
+  Bias a = {cpu_host->tensor_dtype(v), d[cdim], inner, cpu_host->tensor_data(v),
+            cpu_host->tensor_data(b), cpu_host->tensor_data(out)};
+  int64_t rows = n / inner;
+  if (n > PARALLEL_MIN_ELEMENTS)
+    cpu_host->parallel_for(rows, a.inner, bias_range, &a);
+  else
+    bias_range(&a, 0, rows);
+  return FLOE_OK;
+}
+
+floe_code cpu_register_matmul(FloePluginRegistrar *reg) {
+  floe_code rc = cpu_add_kernel(reg, "MatMul", "T", FLOE_DTYPES_FLOAT, 0, matmul_compute,
+                                flags_create, state_free, (void *)matmul_flags);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "BatchMatMul", "T", FLOE_DTYPES_FLOAT, 0, batch_matmul_compute,
+                        flags_create, state_free, (void *)batch_matmul_flags);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "BiasAdd", "T", FLOE_DTYPES_NUMERIC, 0, bias_compute, bias_create,
+                        state_free, NULL);
+  return rc;
+}

@@ -1,0 +1,114 @@
+/* plugin.c - entry point of the CPU plugin: one host-memory device and its kernels. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu.h"
+
+const FloeHostApi *cpu_host;
+
+static floe_code cpu_get_props(void *state, FloeDeviceProps *p) {
+  (void)state;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 1) cores = 1;
+  snprintf(p->type, sizeof p->type, "CPU");
+  snprintf(p->description, sizeof p->description, "host CPU, %ld cores", cores);
+  p->memory_bytes = (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : 0;
+  /* Rough figures for the cost model: 2 AVX2 FMA units at ~2.5 GHz per core. */
+  double f32 = (double)cores * 2.5e9 * 32.0;
+  p->peak_flops[FLOE_F32] = f32;
+  p->peak_flops[FLOE_F64] = f32 / 2;
+  p->peak_flops[FLOE_F16] = f32 / 4;
+  p->peak_flops[FLOE_BF16] = f32 / 4;
+  p->peak_flops[FLOE_I32] = f32 / 2;
+  p->peak_flops[FLOE_I64] = f32 / 4;
+  p->memory_bandwidth = 20e9;
+  p->host_to_device_bandwidth = 20e9;
+  p->device_to_host_bandwidth = 20e9;
+  p->peer_bandwidth = 20e9;
+  p->flags = FLOE_DEVICE_HOST_MEMORY;
+  p->ordinal = 0;
+  return FLOE_OK;
+}
+
+static floe_code cpu_allocate(void *state, size_t bytes, size_t alignment, void **ptr) {
+  (void)state;
+  if (alignment < 64) alignment = 64;
+  size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void *p = aligned_alloc(alignment, rounded ? rounded : alignment);
+  if (!p) return FLOE_NO_MEMORY;
+  *ptr = p;
+  return FLOE_OK;
+}
+
+static void cpu_deallocate(void *state, void *ptr, size_t bytes) {
+  (void)state;
+  (void)bytes;
+  free(ptr);
+}
+
+static floe_code cpu_copy(void *state, void *dst, const void *src, size_t n) {
+  (void)state;
+  if (n) memcpy(dst, src, n);
+  return FLOE_OK;
+}
+
+static floe_code cpu_memset(void *state, void *dst, int value, size_t n) {
+  (void)state;
+  if (n) memset(dst, value, n);
+  return FLOE_OK;
+}
+
+floe_code cpu_add_kernel(FloePluginRegistrar *reg, const char *op, const char *constraint_attr,
+                         uint32_t dtypes, uint32_t flags,
+                         floe_code (*compute)(void *state, FloeKernelContext *ctx),
+                         floe_code (*create)(const FloeHostApi *host, FloeKernelInit *init,
+                                             void *user_data, void **state),
+                         void (*destroy)(void *state), void *user_data) {
+  FloeTypeConstraint c = {constraint_attr, dtypes};
+  FloeKernelDef k;
+  memset(&k, 0, sizeof k);
+  k.struct_size = sizeof k;
+  k.op = op;
+  k.device_type = "CPU";
+  k.constraints = constraint_attr ? &c : NULL;
+  k.num_constraints = constraint_attr ? 1 : 0;
+  k.priority = 0;
+  k.flags = flags;
+  k.user_data = user_data;
+  k.create = create;
+  k.compute = compute;
+  k.destroy = destroy;
+  return reg->register_kernel(reg, &k);
+}
+
+FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePluginRegistrar *reg) {
+  floe_code rc = FLOE_PLUGIN_DECLARE(reg, "cpu", PACKAGE_VERSION);
+  if (rc != FLOE_OK) return rc;
+  cpu_host = host;
+
+  FloeDeviceFns d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  d.state = NULL;
+  d.get_props = cpu_get_props;
+  d.allocate = cpu_allocate;
+  d.deallocate = cpu_deallocate;
+  d.copy_h2d = cpu_copy;
+  d.copy_d2h = cpu_copy;
+  d.copy_d2d = cpu_copy;
+  d.memset = cpu_memset;
+  if ((rc = reg->register_device(reg, &d)) != FLOE_OK) return rc;
+
+  floe_code (*const sets[])(FloePluginRegistrar *) = {
+      cpu_register_elementwise, cpu_register_reduce, cpu_register_softmax, cpu_register_matmul,
+      cpu_register_conv,        cpu_register_array,  cpu_register_random,
+  };
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+    if ((rc = sets[i](reg)) != FLOE_OK) return rc;
+  return FLOE_OK;
+}

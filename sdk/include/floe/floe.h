@@ -1,0 +1,342 @@
+/* floe.h - the application API of Floe.
+ *
+ * Conventions:
+ *  - Functions that can fail return a floe_code and, when given a non-NULL FloeStatus*,
+ *    fill it with the code and a message naming what was wrong (the node, the file and
+ *    offset, the shapes) and what to do.
+ *  - Graph building uses a sticky error: the first error is kept in the graph and every
+ *    later building call is a no-op returning NULL / an invalid output, so user code checks
+ *    floe_graph_status() once at the end.
+ *  - Ownership is written above each function: "caller owns" means the caller frees with the
+ *    matching *_free / *_release; "borrowed" means valid as long as the named owner lives.
+ */
+#ifndef FLOE_H
+#define FLOE_H
+
+#include <stdio.h>
+
+#include "floe_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------ */
+/* Status. */
+
+typedef struct FloeStatus FloeStatus;
+
+/* Caller owns the result; free with floe_status_free. NULL only when out of memory. */
+FLOE_API FloeStatus *floe_status_new(void);
+FLOE_API void floe_status_free(FloeStatus *s);
+FLOE_API floe_code floe_status_code(const FloeStatus *s);
+/* Borrowed: valid until the status is next modified or freed. "" when OK. */
+FLOE_API const char *floe_status_message(const FloeStatus *s);
+/* Set code and printf-style message; returns code. s may be NULL (then only returns). */
+FLOE_API floe_code floe_status_set(FloeStatus *s, floe_code code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+FLOE_API void floe_status_clear(FloeStatus *s);
+/* Static strings: "INVALID_ARGUMENT", "invalid argument". */
+FLOE_API const char *floe_code_name(floe_code code);
+FLOE_API const char *floe_code_message(floe_code code);
+
+/* ------------------------------------------------------------------------------------ */
+/* Data types. */
+
+FLOE_API size_t floe_dtype_size(FloeDType dt);     /* 0 for an invalid dtype */
+FLOE_API const char *floe_dtype_name(FloeDType dt); /* "f32"; "invalid" */
+/* Accepts "f32", "float32", "float", "int64", "bool", ... Returns FLOE_DTYPE_INVALID if
+ * unknown. */
+FLOE_API FloeDType floe_dtype_from_name(const char *name);
+
+/* Half-precision conversions (round to nearest even). */
+FLOE_API uint16_t floe_f32_to_f16(float f);
+FLOE_API float floe_f16_to_f32(uint16_t h);
+FLOE_API uint16_t floe_f32_to_bf16(float f);
+FLOE_API float floe_bf16_to_f32(uint16_t b);
+
+/* ------------------------------------------------------------------------------------ */
+/* Tensors (host memory). Reference counted: new/copy return a tensor with one reference;
+ * floe_tensor_release drops one and frees on the last. Thread-safe counts. */
+
+/* Caller owns the result: a zero-filled dense host tensor. NULL + status on bad
+ * dims (rank > FLOE_MAX_DIMS, negative dims, size overflow) or out of memory. */
+FLOE_API FloeTensor *floe_tensor_new(FloeDType dt, int rank, const int64_t *dims,
+                                     FloeStatus *status);
+/* Like floe_tensor_new, then copies nbytes from data (must equal the tensor's size). */
+FLOE_API FloeTensor *floe_tensor_from_data(FloeDType dt, int rank, const int64_t *dims,
+                                           const void *data, size_t nbytes,
+                                           FloeStatus *status);
+/* Scalars. Caller owns. */
+FLOE_API FloeTensor *floe_tensor_scalar_f32(float v, FloeStatus *status);
+FLOE_API FloeTensor *floe_tensor_scalar_i32(int32_t v, FloeStatus *status);
+FLOE_API FloeTensor *floe_tensor_scalar_i64(int64_t v, FloeStatus *status);
+/* A view with a new shape of the same element count sharing t's buffer (no copy). Caller
+ * owns the view; t stays owned by its owner. */
+FLOE_API FloeTensor *floe_tensor_reshape(FloeTensor *t, int rank, const int64_t *dims,
+                                         FloeStatus *status);
+/* A deep copy in host memory (copies from a device if needed). Caller owns. */
+FLOE_API FloeTensor *floe_tensor_copy(const FloeTensor *t, FloeStatus *status);
+FLOE_API void floe_tensor_retain(FloeTensor *t);
+FLOE_API void floe_tensor_release(FloeTensor *t); /* NULL is a no-op */
+
+FLOE_API FloeDType floe_tensor_dtype(const FloeTensor *t);
+FLOE_API int floe_tensor_rank(const FloeTensor *t);
+FLOE_API int64_t floe_tensor_dim(const FloeTensor *t, int i);
+/* Borrowed: rank entries, valid while t lives. */
+FLOE_API const int64_t *floe_tensor_dims(const FloeTensor *t);
+FLOE_API FloeShape floe_tensor_shape(const FloeTensor *t);
+FLOE_API int64_t floe_tensor_num_elements(const FloeTensor *t);
+FLOE_API size_t floe_tensor_nbytes(const FloeTensor *t);
+/* Borrowed pointer to host data (NULL for an empty tensor, or one in device memory). */
+FLOE_API void *floe_tensor_data(const FloeTensor *t);
+/* Name of the device holding the buffer ("host" for host tensors). Borrowed. */
+FLOE_API const char *floe_tensor_device_name(const FloeTensor *t);
+
+/* NumPy .npy files (format 1.0-3.0, little-endian, C order). Caller owns the tensor. The
+ * error names the file and the byte offset of what could not be read. */
+FLOE_API FloeTensor *floe_tensor_load_npy(const char *path, FloeStatus *status);
+FLOE_API floe_code floe_tensor_save_npy(const FloeTensor *t, const char *path,
+                                        FloeStatus *status);
+/* In-memory variants; save returns a malloc'd buffer the caller frees with free(). */
+FLOE_API FloeTensor *floe_tensor_parse_npy(const void *buf, size_t len, const char *what,
+                                           FloeStatus *status);
+FLOE_API floe_code floe_tensor_serialize_npy(const FloeTensor *t, void **buf, size_t *len,
+                                             FloeStatus *status);
+
+/* Shapes. */
+FLOE_API FloeShape floe_shape_unknown(void);
+FLOE_API FloeShape floe_shape_make(int rank, const int64_t *dims); /* dims may hold -1 */
+FLOE_API FloeShape floe_shape_scalar(void);
+/* Writes "[2,?,3]" or "<unknown>" into buf (always NUL-terminated); returns buf. */
+FLOE_API char *floe_shape_str(const FloeShape *s, char *buf, size_t len);
+
+/* ------------------------------------------------------------------------------------ */
+/* Runtime: the plugins and devices of one process (or of one test). */
+
+typedef struct FloeRuntime FloeRuntime;
+
+typedef struct FloeRuntimeOptions {
+  size_t struct_size;       /* sizeof(FloeRuntimeOptions) */
+  const char *plugin_path;  /* colon-separated; NULL: $FLOE_PLUGIN_PATH then pkglibdir */
+  const char *plugins;      /* comma-separated names; NULL: $FLOE_PLUGINS; "" or NULL: all */
+  int num_threads;          /* inter-op and intra-op pool size; 0: $FLOE_NUM_THREADS or cores */
+  int skip_install_dir;     /* non-zero: do not search the installed pkglibdir */
+} FloeRuntimeOptions;
+
+/* Loads plugins and creates devices. A plugin that fails is reported (see
+ * floe_runtime_plugin_*) and skipped: the runtime still succeeds. Caller owns; free with
+ * floe_runtime_free after every session using it is freed. */
+FLOE_API FloeRuntime *floe_runtime_new(const FloeRuntimeOptions *opts, FloeStatus *status);
+FLOE_API void floe_runtime_free(FloeRuntime *rt);
+/* The process-wide runtime configured from the environment, created on first use.
+ * Borrowed: lives until process exit. NULL + status if it cannot be created. */
+FLOE_API FloeRuntime *floe_runtime_default(FloeStatus *status);
+
+/* Plugins the loader considered, in discovery order. Strings are borrowed from rt. */
+typedef enum FloePluginState {
+  FLOE_PLUGIN_LOADED = 0,      /* initialised, its registrations are live */
+  FLOE_PLUGIN_UNAVAILABLE = 1, /* loaded but not usable here (e.g. no GPU); see message */
+  FLOE_PLUGIN_REFUSED = 2,     /* not loaded: dlopen failed, no entry symbol, ABI mismatch */
+  FLOE_PLUGIN_FAILED = 3,      /* init returned an error; nothing registered */
+  FLOE_PLUGIN_DUPLICATE = 4,   /* same real path or same name as an earlier plugin */
+  FLOE_PLUGIN_FILTERED = 5     /* not in FLOE_PLUGINS */
+} FloePluginState;
+
+typedef struct FloePluginReport {
+  const char *name;      /* declared name, or the file's stem when never declared */
+  const char *path;      /* real path of the .so */
+  const char *version;   /* declared version or "" */
+  FloePluginState state;
+  uint32_t abi_major, abi_minor; /* declared by the plugin (0 if unknown) */
+  uint32_t negotiated_minor;
+  int num_devices, num_kernels, num_ops, num_transports;
+  const char *message;   /* why refused / failed / unavailable; "" when loaded */
+} FloePluginReport;
+
+FLOE_API int floe_runtime_num_plugins(const FloeRuntime *rt);
+FLOE_API const FloePluginReport *floe_runtime_plugin(const FloeRuntime *rt, int i);
+FLOE_API const char *floe_plugin_state_name(FloePluginState s); /* "loaded", ... */
+
+typedef struct FloeDeviceInfo {
+  const char *name;        /* "/job:localhost/replica:0/task:0/device:CPU:0"; borrowed */
+  const char *short_name;  /* "cpu:0"; borrowed */
+  const char *type;        /* "CPU" */
+  const char *plugin;      /* plugin name */
+  const char *description;
+  uint64_t memory_bytes;
+  double peak_flops_f32;
+  double memory_bandwidth;
+  int index;               /* ordinal among devices of its type */
+} FloeDeviceInfo;
+
+FLOE_API int floe_runtime_num_devices(const FloeRuntime *rt);
+/* Fills *info with borrowed strings; FLOE_OUT_OF_RANGE for a bad index. */
+FLOE_API floe_code floe_runtime_device(const FloeRuntime *rt, int i, FloeDeviceInfo *info);
+/* Number of kernels registered for op (any device); 0 if none. */
+FLOE_API int floe_runtime_num_kernels_for(const FloeRuntime *rt, const char *op,
+                                          const char *device_type);
+
+/* Device names: canonical "/job:J/replica:R/task:T/device:TYPE:N"; short forms "cpu:0",
+ * "CPU", "/device:CPU:0" are accepted. Parses into parts (-1 / "" for unspecified). */
+typedef struct FloeDeviceName {
+  char job[64];
+  int replica, task;
+  char type[32];  /* upper-cased */
+  int index;
+} FloeDeviceName;
+FLOE_API floe_code floe_device_name_parse(const char *s, FloeDeviceName *out, FloeStatus *status);
+
+/* ------------------------------------------------------------------------------------ */
+/* Ops (the registry of op definitions: standard set + plugins' custom ops). */
+
+/* Non-zero if op is defined (standard ops always are; custom ops once their plugin loaded). */
+FLOE_API int floe_op_exists(const char *op);
+/* Number of defined ops and their names (borrowed, live until process exit). */
+FLOE_API int floe_op_count(void);
+FLOE_API const char *floe_op_name(int i);
+
+/* ------------------------------------------------------------------------------------ */
+/* Graphs. */
+
+typedef struct FloeGraph FloeGraph;
+typedef struct FloeNode FloeNode;         /* owned by its graph */
+typedef struct FloeNodeBuilder FloeNodeBuilder;
+
+/* One output of a node. A NULL node means "invalid" (a failed earlier call). */
+typedef struct FloeOutput {
+  FloeNode *node;
+  int index;
+} FloeOutput;
+
+/* Caller owns; free with floe_graph_free. NULL only when out of memory. */
+FLOE_API FloeGraph *floe_graph_new(void);
+FLOE_API void floe_graph_free(FloeGraph *g);
+/* The sticky error: FLOE_OK, or the first error's code (message via floe_graph_error). */
+FLOE_API floe_code floe_graph_status(const FloeGraph *g);
+/* Borrowed; "" when OK. Copies code+message into status when status is non-NULL. */
+FLOE_API const char *floe_graph_error(const FloeGraph *g, FloeStatus *status);
+/* Forget the sticky error (nodes that failed were never added). */
+FLOE_API void floe_graph_clear_error(FloeGraph *g);
+
+/* Node building: begin, add inputs and attributes, finish. finish validates the node
+ * against its op definition (inputs, dtypes, attributes), runs shape inference and adds it;
+ * on any error it records the sticky error naming the node, op and shapes and returns
+ * NULL. The builder is freed by finish (or floe_node_builder_abandon). name may be NULL: a
+ * unique name is made from the op ("Add", "Add_1", ...). */
+FLOE_API FloeNodeBuilder *floe_node_begin(FloeGraph *g, const char *op, const char *name);
+FLOE_API void floe_node_add_input(FloeNodeBuilder *b, FloeOutput in);
+FLOE_API void floe_node_add_input_list(FloeNodeBuilder *b, const FloeOutput *ins, int n);
+FLOE_API void floe_node_add_control_input(FloeNodeBuilder *b, FloeNode *dep);
+FLOE_API void floe_node_set_device(FloeNodeBuilder *b, const char *device);
+FLOE_API void floe_node_set_attr_int(FloeNodeBuilder *b, const char *name, int64_t v);
+FLOE_API void floe_node_set_attr_float(FloeNodeBuilder *b, const char *name, double v);
+FLOE_API void floe_node_set_attr_bool(FloeNodeBuilder *b, const char *name, int v);
+FLOE_API void floe_node_set_attr_type(FloeNodeBuilder *b, const char *name, FloeDType v);
+FLOE_API void floe_node_set_attr_string(FloeNodeBuilder *b, const char *name, const char *v);
+FLOE_API void floe_node_set_attr_shape(FloeNodeBuilder *b, const char *name, FloeShape v);
+/* The graph takes its own reference; the caller keeps theirs. */
+FLOE_API void floe_node_set_attr_tensor(FloeNodeBuilder *b, const char *name, FloeTensor *v);
+FLOE_API void floe_node_set_attr_int_list(FloeNodeBuilder *b, const char *name,
+                                          const int64_t *v, int n);
+FLOE_API void floe_node_set_attr_float_list(FloeNodeBuilder *b, const char *name,
+                                            const double *v, int n);
+FLOE_API void floe_node_set_attr_type_list(FloeNodeBuilder *b, const char *name,
+                                           const FloeDType *v, int n);
+/* Returns the node (borrowed from g) or NULL on error (sticky error set). */
+FLOE_API FloeNode *floe_node_finish(FloeNodeBuilder *b);
+FLOE_API void floe_node_builder_abandon(FloeNodeBuilder *b);
+
+/* Convenience: output i of node (invalid if node is NULL). */
+FLOE_API FloeOutput floe_out(FloeNode *node, int index);
+
+/* Node queries; strings borrowed from the graph. */
+FLOE_API int floe_graph_num_nodes(const FloeGraph *g);
+FLOE_API FloeNode *floe_graph_node(const FloeGraph *g, int i); /* in insertion order */
+FLOE_API FloeNode *floe_graph_find(const FloeGraph *g, const char *name);
+FLOE_API const char *floe_node_name(const FloeNode *n);
+FLOE_API const char *floe_node_op(const FloeNode *n);
+FLOE_API const char *floe_node_device(const FloeNode *n); /* requested device or "" */
+FLOE_API int floe_node_num_inputs(const FloeNode *n);
+FLOE_API FloeOutput floe_node_input(const FloeNode *n, int i);
+FLOE_API int floe_node_num_control_inputs(const FloeNode *n);
+FLOE_API FloeNode *floe_node_control_input(const FloeNode *n, int i);
+FLOE_API int floe_node_num_outputs(const FloeNode *n);
+FLOE_API FloeDType floe_node_output_dtype(const FloeNode *n, int i);
+FLOE_API FloeShape floe_node_output_shape(const FloeNode *n, int i);
+
+/* Graph files (format in docs/graph-format.md). save writes atomically (temp + rename).
+ * load: caller owns the graph; errors name the file, the byte offset and what was
+ * expected. Custom ops in the file must be defined (their plugin loaded) before load. */
+FLOE_API floe_code floe_graph_save(const FloeGraph *g, const char *path, FloeStatus *status);
+FLOE_API FloeGraph *floe_graph_load(const char *path, FloeStatus *status);
+/* In memory: serialize returns a malloc'd buffer the caller frees with free(). */
+FLOE_API floe_code floe_graph_serialize(const FloeGraph *g, void **buf, size_t *len,
+                                        FloeStatus *status);
+FLOE_API FloeGraph *floe_graph_deserialize(const void *buf, size_t len, const char *what,
+                                           FloeStatus *status);
+/* Graphviz DOT to `out`. */
+FLOE_API floe_code floe_graph_write_dot(const FloeGraph *g, FILE *out, FloeStatus *status);
+
+/* Common builders (each a floe_node_begin..finish; NULL name = automatic). */
+FLOE_API FloeOutput floe_placeholder(FloeGraph *g, const char *name, FloeDType dt, FloeShape shape);
+/* The graph takes its own reference to value. */
+FLOE_API FloeOutput floe_const(FloeGraph *g, const char *name, FloeTensor *value);
+FLOE_API FloeOutput floe_const_f32(FloeGraph *g, const char *name, float v);
+FLOE_API FloeOutput floe_unary(FloeGraph *g, const char *op, const char *name, FloeOutput x);
+FLOE_API FloeOutput floe_binary(FloeGraph *g, const char *op, const char *name, FloeOutput a,
+                                FloeOutput b);
+FLOE_API FloeOutput floe_matmul(FloeGraph *g, const char *name, FloeOutput a, FloeOutput b,
+                                int transpose_a, int transpose_b);
+
+/* ------------------------------------------------------------------------------------ */
+/* Sessions. */
+
+typedef struct FloeSession FloeSession;
+
+typedef struct FloeSessionOptions {
+  size_t struct_size;       /* sizeof(FloeSessionOptions) */
+  FloeRuntime *runtime;     /* NULL: floe_runtime_default() */
+  const char *device;       /* default device for unplaced nodes; NULL: best available */
+  int inline_inexpensive;   /* 1 (default when 0-initialised: see floe_session_options_init) */
+} FloeSessionOptions;
+
+FLOE_API void floe_session_options_init(FloeSessionOptions *opts);
+
+/* The session keeps a reference-counted snapshot of the graph's current nodes: nodes added
+ * to g later are not seen. g may be freed after this call. Caller owns the session. */
+FLOE_API FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts,
+                                       FloeStatus *status);
+FLOE_API void floe_session_free(FloeSession *s);
+
+/* A feed: the tensor to use for "node" or "node:index" (the node is not run). */
+typedef struct FloeFeed {
+  const char *name;
+  FloeTensor *value; /* borrowed for the call */
+} FloeFeed;
+
+/* Run one step: computes fetches ("node" or "node:index") and runs targets (node names) for
+ * their side effects, executing only what they need. On success outputs[i] holds a new
+ * reference to fetch i (caller releases each). On error no outputs are set and the status
+ * names the failing node. Safe to call concurrently from several threads. */
+FLOE_API floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
+                                    const char *const *fetches, int num_fetches,
+                                    const char *const *targets, int num_targets,
+                                    FloeTensor **outputs, FloeStatus *status);
+/* Number of prepared executors cached (one per feeds/fetches/targets signature). */
+FLOE_API int floe_session_num_cached(const FloeSession *s);
+
+/* ------------------------------------------------------------------------------------ */
+/* Testing hooks. */
+
+/* Fault injection: make the Nth core allocation from now fail (1 = the next one); 0 turns
+ * it off. Returns the number of allocations made since the last call. Process-wide. */
+FLOE_API long floe_test_fail_alloc_after(long n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLOE_H */

@@ -1,0 +1,404 @@
+/* floe_plugin.h - the stable plugin ABI of Floe.
+ *
+ * A plugin is a shared object that exports exactly one symbol:
+ *
+ *     FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host,
+ *                                                   FloePluginRegistrar *reg);
+ *
+ * It links nothing from libfloe: every core service comes through `host`. It builds with
+ * this header (and floe_types.h) alone, plus its own third-party libraries.
+ *
+ * Rules (see DESIGN.md):
+ *  - Major must match; minor is negotiated (the core works with min(core, plugin)).
+ *  - Every struct crossing the boundary starts with `size_t struct_size`; a reader checks
+ *    FLOE_HAS_FIELD(ptr, Type, field) before touching a field added after 1.0.
+ *  - Function tables and enums are append-only. Optional slots may be NULL.
+ *  - Errors are values: every call returns a floe_code; nothing longjmps or exits.
+ *  - Ownership is written next to each field.
+ *
+ * Life of a plugin: the core dlopens it, calls floe_plugin_init once per runtime. The
+ * plugin first calls reg->declare() with its name and ABI version, then registers its
+ * devices, kernels, ops and transports. Registrations are staged and only committed when
+ * init returns FLOE_OK and the versions agree, so a failing init leaves nothing behind.
+ * Returning FLOE_UNAVAILABLE means "loaded, but not usable on this machine" (a GPU plugin
+ * with no GPU): the core records the reason (reg->set_message) and registers nothing.
+ * At runtime shutdown the core calls the shutdown hook (if set), then each device's
+ * destroy slot. Plugins are never dlclose()d while the process runs.
+ */
+#ifndef FLOE_PLUGIN_H
+#define FLOE_PLUGIN_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "floe_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLOE_ABI_MAJOR 1
+#define FLOE_ABI_MINOR 0
+
+/* Visibility of the one exported symbol (plugins build with -fvisibility=hidden). */
+#if defined(__GNUC__)
+#define FLOE_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define FLOE_PLUGIN_EXPORT
+#endif
+
+/* True when a struct of the given (reader-observed) size contains `field`. */
+#define FLOE_HAS_FIELD(ptr, Type, field) \
+  ((ptr) != NULL && (ptr)->struct_size >= offsetof(Type, field) + sizeof(((Type *)0)->field))
+
+/* Opaque handles owned by the core. */
+typedef struct FloeKernelInit FloeKernelInit;       /* kernel construction (attrs, dtypes) */
+typedef struct FloeKernelContext FloeKernelContext; /* one kernel invocation */
+typedef struct FloeShapeContext FloeShapeContext;   /* one shape-function invocation */
+typedef struct FloeAttrs FloeAttrs;                 /* a node's attributes */
+
+/* Opaque handles owned by the plugin (the core only passes them back). */
+typedef struct FloeStream FloeStream;
+typedef struct FloeEvent FloeEvent;
+
+/* Log levels for host->log. */
+typedef enum FloeLogLevel {
+  FLOE_LOG_ERROR = 0,
+  FLOE_LOG_WARNING = 1,
+  FLOE_LOG_INFO = 2,
+  FLOE_LOG_DEBUG = 3
+} FloeLogLevel;
+
+/* Body of a parallel loop: process indices [begin, end). */
+typedef void (*FloeParallelFn)(void *arg, int64_t begin, int64_t end);
+/* A closure run on the shared thread pool. */
+typedef void (*FloeTaskFn)(void *arg);
+/* Completion callback of an asynchronous kernel; call exactly once. */
+typedef void (*FloeDoneFn)(void *done_arg);
+
+/* ------------------------------------------------------------------------------------ */
+/* Host API: the core's services, passed to floe_plugin_init. Lives as long as the process;
+ * plugins may keep the pointer. Every slot of ABI 1.0 is non-NULL. */
+typedef struct FloeHostApi {
+  size_t struct_size;
+  uint32_t abi_major; /* the core's FLOE_ABI_MAJOR */
+  uint32_t abi_minor; /* the minor the core uses for this plugin: min(core, plugin) */
+
+  /* Logging: printed only when the user asked (FLOE_LOG_LEVEL). */
+  void (*log)(FloeLogLevel level, const char *fmt, ...);
+
+  /* General-purpose memory of the core (honours the core's fault injection).
+   * Memory from alloc is freed with free, never with libc free(). */
+  void *(*alloc)(size_t bytes);
+  void (*free)(void *ptr);
+
+  /* Tensors. Handles passed to a kernel are borrowed for the duration of the call unless
+   * retained. All tensor data of a host-memory device is directly addressable. */
+  FloeDType (*tensor_dtype)(const FloeTensor *t);
+  int (*tensor_rank)(const FloeTensor *t);
+  const int64_t *(*tensor_dims)(const FloeTensor *t);  /* rank entries, borrowed */
+  int64_t (*tensor_num_elements)(const FloeTensor *t);
+  size_t (*tensor_nbytes)(const FloeTensor *t);
+  void *(*tensor_data)(const FloeTensor *t);            /* device address; NULL if empty */
+  void (*tensor_retain)(FloeTensor *t);
+  void (*tensor_release)(FloeTensor *t);
+  size_t (*dtype_size)(FloeDType dt);
+  const char *(*dtype_name)(FloeDType dt);
+
+  /* Attributes (kernel construction, invocation and shape functions all hand out a
+   * FloeAttrs). Getters return FLOE_NOT_FOUND if absent, FLOE_INVALID_ARGUMENT if the
+   * attribute has another kind. Returned pointers are borrowed for the life of the node. */
+  floe_code (*attr_int)(const FloeAttrs *a, const char *name, int64_t *out);
+  floe_code (*attr_float)(const FloeAttrs *a, const char *name, double *out);
+  floe_code (*attr_bool)(const FloeAttrs *a, const char *name, int *out);
+  floe_code (*attr_type)(const FloeAttrs *a, const char *name, FloeDType *out);
+  floe_code (*attr_string)(const FloeAttrs *a, const char *name, const char **out);
+  floe_code (*attr_shape)(const FloeAttrs *a, const char *name, FloeShape *out);
+  floe_code (*attr_tensor)(const FloeAttrs *a, const char *name, const FloeTensor **out);
+  floe_code (*attr_int_list)(const FloeAttrs *a, const char *name, const int64_t **out, size_t *n);
+  floe_code (*attr_float_list)(const FloeAttrs *a, const char *name, const double **out, size_t *n);
+  floe_code (*attr_type_list)(const FloeAttrs *a, const char *name, const FloeDType **out, size_t *n);
+
+  /* Kernel construction (inside FloeKernelDef.create). */
+  const FloeAttrs *(*init_attrs)(const FloeKernelInit *init);
+  const char *(*init_node_name)(const FloeKernelInit *init);
+  int (*init_num_inputs)(const FloeKernelInit *init);
+  FloeDType (*init_input_dtype)(const FloeKernelInit *init, int i);
+  int (*init_num_outputs)(const FloeKernelInit *init);
+  FloeDType (*init_output_dtype)(const FloeKernelInit *init, int i);
+  void *(*init_device_state)(const FloeKernelInit *init); /* FloeDeviceFns.state of the device */
+  floe_code (*init_set_error)(FloeKernelInit *init, floe_code code, const char *fmt, ...);
+
+  /* Kernel invocation (inside compute / compute_async). */
+  const FloeAttrs *(*ctx_attrs)(const FloeKernelContext *ctx);
+  const char *(*ctx_node_name)(const FloeKernelContext *ctx);
+  const char *(*ctx_op)(const FloeKernelContext *ctx);
+  int (*ctx_num_inputs)(const FloeKernelContext *ctx);
+  const FloeTensor *(*ctx_input)(const FloeKernelContext *ctx, int i); /* borrowed */
+  int (*ctx_num_outputs)(const FloeKernelContext *ctx);
+  FloeDType (*ctx_output_dtype)(const FloeKernelContext *ctx, int i);
+  /* Allocate output i on the kernel's device; *out is borrowed (the core owns it). */
+  floe_code (*ctx_allocate_output)(FloeKernelContext *ctx, int i, int rank, const int64_t *dims,
+                                   FloeTensor **out);
+  /* Make output i a view of input `input` with a new shape of the same element count
+   * (no copy: Identity, Reshape, Squeeze, ExpandDims). */
+  floe_code (*ctx_forward_input)(FloeKernelContext *ctx, int input, int output, int rank,
+                                 const int64_t *dims);
+  /* Make output i the tensor t (the core takes its own reference; the caller keeps theirs).
+   * t must live in the kernel's device memory (e.g. a Const's value on a host device). */
+  floe_code (*ctx_set_output)(FloeKernelContext *ctx, int i, FloeTensor *t);
+  /* Scratch memory on the kernel's device, freed by the core when compute returns (or, for
+   * an async kernel, when done is called). */
+  floe_code (*ctx_allocate_temp)(FloeKernelContext *ctx, size_t bytes, void **out);
+  /* Record an error; the core prefixes the node's name and op. Returns `code`. */
+  floe_code (*ctx_set_error)(FloeKernelContext *ctx, floe_code code, const char *fmt, ...);
+  void *(*ctx_device_state)(const FloeKernelContext *ctx);
+  int64_t (*ctx_step_id)(const FloeKernelContext *ctx);
+  /* Non-zero once the step was cancelled (another node failed, or the user cancelled). */
+  int (*ctx_cancelled)(const FloeKernelContext *ctx);
+
+  /* Shared thread pool. parallel_for splits [0, n) into shards of roughly equal cost
+   * (cost_per_unit in nanoseconds-ish units; 0 = unknown) and runs them on the intra-op
+   * pool, the caller taking part; it returns when all shards are done. */
+  void (*parallel_for)(int64_t n, int64_t cost_per_unit, FloeParallelFn fn, void *arg);
+  int (*num_threads)(void);
+  /* Run fn(arg) later on the inter-op pool (for async kernels). */
+  floe_code (*schedule)(FloeTaskFn fn, void *arg);
+
+  /* Shape functions (FloeOpDef.shape_fn). */
+  const FloeAttrs *(*shape_attrs)(const FloeShapeContext *sctx);
+  const char *(*shape_node_name)(const FloeShapeContext *sctx);
+  int (*shape_num_inputs)(const FloeShapeContext *sctx);
+  FloeShape (*shape_input)(const FloeShapeContext *sctx, int i);
+  FloeDType (*shape_input_dtype)(const FloeShapeContext *sctx, int i);
+  /* The value of input i when it is known at graph-building time (a Const), else NULL. */
+  const FloeTensor *(*shape_input_value)(const FloeShapeContext *sctx, int i);
+  int (*shape_num_outputs)(const FloeShapeContext *sctx);
+  void (*shape_set_output)(FloeShapeContext *sctx, int i, const FloeShape *shape);
+  floe_code (*shape_set_error)(FloeShapeContext *sctx, floe_code code, const char *fmt, ...);
+} FloeHostApi;
+
+/* ------------------------------------------------------------------------------------ */
+/* Devices. */
+
+/* Device property flags. */
+#define FLOE_DEVICE_HOST_MEMORY 0x1u /* buffers are ordinary host memory (the CPU) */
+
+/* Description of one device, filled by FloeDeviceFns.get_props. Plain data, no pointers. */
+typedef struct FloeDeviceProps {
+  size_t struct_size;        /* set by the core before the call */
+  char type[32];             /* device type, e.g. "CPU", "CUDA", "TPU_SIM" */
+  char description[128];     /* human readable, e.g. the processor model */
+  uint64_t memory_bytes;     /* capacity of device memory */
+  double peak_flops[FLOE_DTYPE_LIMIT]; /* indexed by FloeDType; 0 = unsupported/unknown */
+  double memory_bandwidth;   /* bytes/s */
+  double host_to_device_bandwidth; /* bytes/s */
+  double device_to_host_bandwidth; /* bytes/s */
+  double peer_bandwidth;     /* bytes/s between two devices of this plugin */
+  uint32_t flags;            /* FLOE_DEVICE_* */
+  int32_t ordinal;           /* index among this plugin's devices of the same type */
+} FloeDeviceProps;
+
+/* One device instance. The struct passed to register_device is copied by the core; `state`
+ * is owned by the plugin and must live until destroy (or plugin shutdown). */
+typedef struct FloeDeviceFns {
+  size_t struct_size;
+  void *state;
+
+  floe_code (*get_props)(void *state, FloeDeviceProps *props);           /* required */
+  /* Device memory. allocate must honour alignment (a power of two, >= 64). */
+  floe_code (*allocate)(void *state, size_t bytes, size_t alignment, void **ptr); /* required */
+  void (*deallocate)(void *state, void *ptr, size_t bytes);              /* required */
+  /* Synchronous copies: return when the bytes are in place. */
+  floe_code (*copy_h2d)(void *state, void *dst, const void *src, size_t n); /* required */
+  floe_code (*copy_d2h)(void *state, void *dst, const void *src, size_t n); /* required */
+  floe_code (*copy_d2d)(void *state, void *dst, const void *src, size_t n); /* required */
+  /* Asynchronous copies, ordered on `stream`; optional (NULL: the core copies synchronously). */
+  floe_code (*copy_h2d_async)(void *state, FloeStream *s, void *dst, const void *src, size_t n);
+  floe_code (*copy_d2h_async)(void *state, FloeStream *s, void *dst, const void *src, size_t n);
+  floe_code (*copy_d2d_async)(void *state, FloeStream *s, void *dst, const void *src, size_t n);
+  /* Streams and events; optional as a group (NULL: the device is synchronous). */
+  floe_code (*stream_create)(void *state, FloeStream **out);
+  void (*stream_destroy)(void *state, FloeStream *s);
+  floe_code (*stream_synchronize)(void *state, FloeStream *s);
+  floe_code (*event_create)(void *state, FloeEvent **out);
+  void (*event_destroy)(void *state, FloeEvent *e);
+  floe_code (*event_record)(void *state, FloeEvent *e, FloeStream *s);
+  floe_code (*stream_wait_event)(void *state, FloeStream *s, FloeEvent *e);
+  /* FLOE_OK when complete, FLOE_UNAVAILABLE while pending, another code on failure. */
+  floe_code (*event_query)(void *state, FloeEvent *e);
+  floe_code (*event_synchronize)(void *state, FloeEvent *e);
+  /* Optional: fill n bytes with `value` (NULL: the core copies a host buffer of zeros). */
+  floe_code (*memset)(void *state, void *dst, int value, size_t n);
+  /* Optional: release the device state at shutdown. */
+  void (*destroy)(void *state);
+} FloeDeviceFns;
+
+/* ------------------------------------------------------------------------------------ */
+/* Kernels. */
+
+/* Kernel flags. */
+#define FLOE_KERNEL_INEXPENSIVE 0x1u /* cheap: the executor runs it inline */
+
+/* Restrict a type attribute of the op (e.g. "T") to a set of dtypes (FLOE_DTYPE_BIT mask). */
+typedef struct FloeTypeConstraint {
+  const char *attr;
+  uint32_t dtypes;
+} FloeTypeConstraint;
+
+/* A kernel: code for one op on one device type. The struct and everything it points to are
+ * copied by the core during register_kernel; function pointers must stay valid while the
+ * process runs. */
+typedef struct FloeKernelDef {
+  size_t struct_size;
+  const char *op;          /* op name, e.g. "MatMul" */
+  const char *device_type; /* e.g. "CPU" */
+  const FloeTypeConstraint *constraints; /* may be NULL when num_constraints == 0 */
+  size_t num_constraints;
+  int32_t priority;        /* among matching kernels the highest priority wins */
+  uint32_t flags;          /* FLOE_KERNEL_* */
+  void *user_data;         /* passed to create; borrowed, must outlive the plugin */
+
+  /* Optional: build per-node state (cached primitives, parsed attributes). *state is
+   * passed to compute and destroy. NULL: state = user_data. */
+  floe_code (*create)(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                      void **state);
+  /* Exactly one of compute / compute_async is non-NULL. Compute may run concurrently for
+   * different steps with the same state: state must be read-only or internally locked. */
+  floe_code (*compute)(void *state, FloeKernelContext *ctx);
+  /* Asynchronous: return promptly and call done(done_arg) exactly once, from any thread,
+   * after outputs are set or an error is recorded with ctx_set_error. */
+  void (*compute_async)(void *state, FloeKernelContext *ctx, FloeDoneFn done, void *done_arg);
+  /* Optional: free what create made. */
+  void (*destroy)(void *state);
+} FloeKernelDef;
+
+/* ------------------------------------------------------------------------------------ */
+/* Op definitions (custom ops). Strings use the same grammar as the core's standard ops:
+ *
+ *   input/output:  "name: T"       a dtype given by type attribute T
+ *                  "name: f32"     a fixed dtype
+ *                  "name: N*T"     a list of N tensors of type T (N an int attribute)
+ *                  "name: Tlist"   a list with one dtype per element (list(type) attribute)
+ *   attribute:     "name: kind [>= min] [in {dtype,...}] [= default]"
+ *                  kind is int, float, bool, string, type, shape, tensor, list(int),
+ *                  list(float), list(type); e.g. "T: type in {f32,f64} = f32",
+ *                  "N: int >= 1", "alpha: float = 0.2", "strides: list(int) = [1,1]".
+ */
+
+#define FLOE_OP_STATEFUL 0x1u /* has side effects: never pruned by CSE or constant folding */
+
+typedef floe_code (*FloeShapeFn)(const FloeHostApi *host, FloeShapeContext *sctx);
+
+/* Copied by the core during register_op (strings included). */
+typedef struct FloeOpDef {
+  size_t struct_size;
+  const char *name;
+  const char *const *inputs;
+  size_t num_inputs;
+  const char *const *outputs;
+  size_t num_outputs;
+  const char *const *attrs;
+  size_t num_attrs;
+  uint32_t flags;          /* FLOE_OP_* */
+  FloeShapeFn shape_fn;    /* optional: NULL leaves output shapes unknown */
+  const char *doc;         /* optional one-line description */
+} FloeOpDef;
+
+/* ------------------------------------------------------------------------------------ */
+/* Transports (reserved in 1.0: the in-process `local` and libfabric transports fill it).
+ * Shaped like NCCL's net plugins: connection setup exchanges opaque address blobs; data
+ * moves with non-blocking tagged sends and receives, completed by test(). The rendezvous
+ * above maps a key (source device + incarnation, destination device, tensor name, frame,
+ * iteration) to a 64-bit tag; nothing above the transport assumes one process. */
+
+#define FLOE_TRANSPORT_ADDR_MAX 128 /* bytes in an address blob */
+
+typedef struct FloeTransportFns {
+  size_t struct_size;
+  const char *name;     /* e.g. "local", "fabric"; copied */
+
+  floe_code (*init)(const FloeHostApi *host, void **ctx);
+  void (*finalize)(void *ctx);
+  /* Listen for peers; fills addr (<= FLOE_TRANSPORT_ADDR_MAX bytes) to give to them. */
+  floe_code (*listen)(void *ctx, void *addr, size_t *addr_len, void **listen_comm);
+  floe_code (*connect)(void *ctx, const void *addr, size_t addr_len, void **send_comm);
+  floe_code (*accept)(void *listen_comm, void **recv_comm);
+  /* Register memory for zero-copy transfer; optional (NULL: no registration needed). */
+  floe_code (*reg_mr)(void *comm, void *buf, size_t len, void **mhandle);
+  void (*dereg_mr)(void *comm, void *mhandle);
+  /* Non-blocking; *request is completed with test(). */
+  floe_code (*isend)(void *send_comm, const void *buf, size_t len, uint64_t tag, void *mhandle,
+                     void **request);
+  floe_code (*irecv)(void *recv_comm, void *buf, size_t len, uint64_t tag, void *mhandle,
+                     void **request);
+  /* *done = 1 when complete (the request is then freed), *size = bytes moved. */
+  floe_code (*test)(void *request, int *done, size_t *size);
+  /* Drive progress; optional for transports with their own threads. */
+  floe_code (*progress)(void *ctx);
+  /* A file descriptor that becomes readable when progress is possible; optional. */
+  floe_code (*get_fd)(void *ctx, int *fd);
+  void (*close_send)(void *send_comm);
+  void (*close_recv)(void *recv_comm);
+  void (*close_listen)(void *listen_comm);
+} FloeTransportFns;
+
+/* ------------------------------------------------------------------------------------ */
+/* Registration. */
+
+/* What a plugin says of itself; copied by the core. */
+typedef struct FloePluginInfo {
+  size_t struct_size;
+  const char *name;     /* short name: "cpu", "tpu-sim"; matches FLOE_PLUGINS */
+  const char *version;  /* the plugin's own version string */
+  uint32_t abi_major;   /* FLOE_ABI_MAJOR the plugin was built with */
+  uint32_t abi_minor;   /* FLOE_ABI_MINOR the plugin was built with */
+} FloePluginInfo;
+
+/* Passed to floe_plugin_init; valid only during that call. The first slots (struct_size,
+ * core, declare) are frozen across majors so any plugin can be told its version is
+ * refused. */
+typedef struct FloePluginRegistrar FloePluginRegistrar;
+struct FloePluginRegistrar {
+  size_t struct_size;
+  void *core; /* opaque; pass back unchanged */
+
+  /* Must be called first. Returns FLOE_ABI_MISMATCH when the major differs: init must then
+   * return that code. */
+  floe_code (*declare)(FloePluginRegistrar *reg, const FloePluginInfo *info);
+  floe_code (*register_device)(FloePluginRegistrar *reg, const FloeDeviceFns *dev);
+  floe_code (*register_kernel)(FloePluginRegistrar *reg, const FloeKernelDef *kernel);
+  floe_code (*register_op)(FloePluginRegistrar *reg, const FloeOpDef *op);
+  floe_code (*register_transport)(FloePluginRegistrar *reg, const FloeTransportFns *transport);
+  /* Why init failed or the plugin is unusable here; copied. */
+  void (*set_message)(FloePluginRegistrar *reg, const char *fmt, ...);
+  /* Called once at runtime shutdown, before device destroy slots. Optional. */
+  void (*set_shutdown)(FloePluginRegistrar *reg, void (*shutdown)(void *arg), void *arg);
+};
+
+/* The one entry point every plugin exports. */
+typedef floe_code (*FloePluginInitFn)(const FloeHostApi *host, FloePluginRegistrar *reg);
+#define FLOE_PLUGIN_INIT_SYMBOL "floe_plugin_init"
+
+/* Convenience for plugins: declare with the header's ABI version. */
+#define FLOE_PLUGIN_DECLARE(reg, plugin_name, plugin_version)                                   \
+  ((reg)->declare((reg), &(const FloePluginInfo){sizeof(FloePluginInfo), (plugin_name),         \
+                                                 (plugin_version), FLOE_ABI_MAJOR,              \
+                                                 FLOE_ABI_MINOR}))
+
+/* Layout pins of ABI 1.0 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
+#if defined(__LP64__) && !defined(__cplusplus)
+_Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
+_Static_assert(offsetof(FloePluginRegistrar, declare) == 16, "registrar frozen prefix changed");
+_Static_assert(offsetof(FloeHostApi, log) == 16, "FloeHostApi prefix changed");
+_Static_assert(sizeof(FloeDeviceProps) == 344, "FloeDeviceProps layout changed");
+_Static_assert(sizeof(FloeKernelDef) == 88, "FloeKernelDef layout changed");
+_Static_assert(sizeof(FloeOpDef) == 88, "FloeOpDef layout changed");
+_Static_assert(sizeof(FloePluginInfo) == 32, "FloePluginInfo layout changed");
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLOE_PLUGIN_H */

@@ -1,0 +1,154 @@
+/* harness.c - single-op runs through a real graph and session (see harness.h). */
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+floe_code harness_run_op(const char *op, const char *device, FloeTensor *const *inputs,
+                         int n_inputs, const int *list_sizes, int n_lists,
+                         harness_attrs_fn attrs, void *arg, FloeTensor **outputs,
+                         int n_outputs, FloeStatus *st) {
+  FloeGraph *g = floe_graph_new();
+  ck_assert_ptr_nonnull(g);
+  FloeOutput ins[64];
+  char names[64][16];
+  ck_assert_int_le(n_inputs, 64);
+  for (int i = 0; i < n_inputs; i++) {
+    snprintf(names[i], sizeof names[i], "in%d", i);
+    ins[i] = floe_placeholder(g, names[i], floe_tensor_dtype(inputs[i]),
+                              floe_tensor_shape(inputs[i]));
+  }
+  FloeNodeBuilder *b = floe_node_begin(g, op, "op");
+  if (list_sizes) {
+    int at = 0;
+    for (int l = 0; l < n_lists; l++) {
+      floe_node_add_input_list(b, ins + at, list_sizes[l]);
+      at += list_sizes[l];
+    }
+    ck_assert_int_eq(at, n_inputs);
+  } else {
+    for (int i = 0; i < n_inputs; i++) floe_node_add_input(b, ins[i]);
+  }
+  if (device) floe_node_set_device(b, device);
+  if (attrs) attrs(b, arg);
+  floe_node_finish(b);
+  floe_code rc = floe_graph_status(g);
+  if (rc != FLOE_OK) {
+    floe_graph_error(g, st);
+    floe_graph_free(g);
+    return rc;
+  }
+  FloeSession *s = floe_session_new(g, NULL, st);
+  floe_graph_free(g);
+  if (!s) return floe_status_code(st);
+  FloeFeed feeds[64];
+  for (int i = 0; i < n_inputs; i++) feeds[i] = (FloeFeed){names[i], inputs[i]};
+  char fetch_names[16][16];
+  const char *fetches[16];
+  ck_assert_int_le(n_outputs, 16);
+  for (int i = 0; i < n_outputs; i++) {
+    snprintf(fetch_names[i], sizeof fetch_names[i], "op:%d", i);
+    fetches[i] = fetch_names[i];
+  }
+  rc = floe_session_run(s, feeds, n_inputs, fetches, n_outputs, NULL, 0, outputs, st);
+  floe_session_free(s);
+  return rc;
+}
+
+FloeTensor *harness_tensor(FloeDType dt, int rank, const int64_t *dims, const void *data) {
+  FloeStatus *st = floe_status_new();
+  FloeTensor *t = floe_tensor_new(dt, rank, dims, st);
+  if (!t) ck_abort_msg("harness_tensor: %s", floe_status_message(st));
+  floe_status_free(st);
+  if (data && floe_tensor_nbytes(t)) memcpy(floe_tensor_data(t), data, floe_tensor_nbytes(t));
+  return t;
+}
+
+FloeTensor *harness_f32(int rank, const int64_t *dims, const float *data) {
+  return harness_tensor(FLOE_F32, rank, dims, data);
+}
+FloeTensor *harness_f64(int rank, const int64_t *dims, const double *data) {
+  return harness_tensor(FLOE_F64, rank, dims, data);
+}
+FloeTensor *harness_i32(int rank, const int64_t *dims, const int32_t *data) {
+  return harness_tensor(FLOE_I32, rank, dims, data);
+}
+FloeTensor *harness_i64(int rank, const int64_t *dims, const int64_t *data) {
+  return harness_tensor(FLOE_I64, rank, dims, data);
+}
+
+/* splitmix64: a tiny independent generator for test inputs. */
+static uint64_t next_u64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void set_value(FloeTensor *t, int64_t i, double v) {
+  void *d = floe_tensor_data(t);
+  switch (floe_tensor_dtype(t)) {
+    case FLOE_F32: ((float *)d)[i] = (float)v; break;
+    case FLOE_F64: ((double *)d)[i] = v; break;
+    case FLOE_F16: ((uint16_t *)d)[i] = floe_f32_to_f16((float)v); break;
+    case FLOE_BF16: ((uint16_t *)d)[i] = floe_f32_to_bf16((float)v); break;
+    case FLOE_I8: ((int8_t *)d)[i] = (int8_t)v; break;
+    case FLOE_U8: ((uint8_t *)d)[i] = (uint8_t)v; break;
+    case FLOE_I32: ((int32_t *)d)[i] = (int32_t)v; break;
+    case FLOE_I64: ((int64_t *)d)[i] = (int64_t)v; break;
+    case FLOE_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    default: ck_abort_msg("set_value: bad dtype");
+  }
+}
+
+FloeTensor *harness_random(FloeDType dt, int rank, const int64_t *dims, uint64_t seed, double lo,
+                           double hi) {
+  FloeTensor *t = harness_tensor(dt, rank, dims, NULL);
+  uint64_t s = seed;
+  bool integral = dt == FLOE_I8 || dt == FLOE_U8 || dt == FLOE_I32 || dt == FLOE_I64;
+  for (int64_t i = 0; i < floe_tensor_num_elements(t); i++) {
+    double u = (double)(next_u64(&s) >> 11) * (1.0 / 9007199254740992.0);
+    double v = lo + (hi - lo) * u;
+    if (integral) v = floor(v);
+    if (dt == FLOE_BOOL) v = u < 0.5;
+    set_value(t, i, v);
+  }
+  return t;
+}
+
+double harness_get(const FloeTensor *t, int64_t i) {
+  const void *d = floe_tensor_data(t);
+  switch (floe_tensor_dtype(t)) {
+    case FLOE_F32: return ((const float *)d)[i];
+    case FLOE_F64: return ((const double *)d)[i];
+    case FLOE_F16: return floe_f16_to_f32(((const uint16_t *)d)[i]);
+    case FLOE_BF16: return floe_bf16_to_f32(((const uint16_t *)d)[i]);
+    case FLOE_I8: return ((const int8_t *)d)[i];
+    case FLOE_U8: return ((const uint8_t *)d)[i];
+    case FLOE_I32: return ((const int32_t *)d)[i];
+    case FLOE_I64: return (double)((const int64_t *)d)[i];
+    case FLOE_BOOL: return ((const uint8_t *)d)[i] != 0;
+    default: ck_abort_msg("harness_get: bad dtype"); return 0;
+  }
+}
+
+void harness_assert_close(const FloeTensor *got, const FloeTensor *want, double rtol,
+                          double atol, const char *what) {
+  ck_assert_msg(got != NULL, "%s: no output", what);
+  ck_assert_msg(floe_tensor_dtype(got) == floe_tensor_dtype(want), "%s: dtype %s, want %s", what,
+                floe_dtype_name(floe_tensor_dtype(got)), floe_dtype_name(floe_tensor_dtype(want)));
+  FloeShape gs = floe_tensor_shape(got), ws = floe_tensor_shape(want);
+  char a[128], b[128];
+  bool same = gs.rank == ws.rank;
+  for (int i = 0; same && i < gs.rank; i++) same = gs.dims[i] == ws.dims[i];
+  ck_assert_msg(same, "%s: shape %s, want %s", what, floe_shape_str(&gs, a, sizeof a),
+                floe_shape_str(&ws, b, sizeof b));
+  for (int64_t i = 0; i < floe_tensor_num_elements(want); i++) {
+    double g = harness_get(got, i), w = harness_get(want, i);
+    if (isnan(g) && isnan(w)) continue;
+    if (isinf(w) && g == w) continue;
+    ck_assert_msg(fabs(g - w) <= atol + rtol * fabs(w), "%s: element %lld is %.9g, want %.9g",
+                  what, (long long)i, g, w);
+  }
+}

@@ -1,0 +1,41 @@
+/* harness.h - run single ops through a real graph + session for the op tests.
+ * Each input is fed through a Placeholder (so kernels see runtime tensors, never folded
+ * constants); the node under test gets the attributes set by `attrs`. */
+#ifndef FLOE_TEST_HARNESS_H
+#define FLOE_TEST_HARNESS_H
+
+#include <check.h>
+#include <floe/floe.h>
+
+/* Sets attributes on the node under test; may be NULL. */
+typedef void (*harness_attrs_fn)(FloeNodeBuilder *b, void *arg);
+
+/* Run `op` once. inputs[0..n_inputs) are host tensors (borrowed). list_sizes, when non-NULL,
+ * groups consecutive inputs into the op's input arguments (e.g. {3, 1} for Concat with
+ * three values and an axis); NULL means one tensor per argument. On success outputs[i]
+ * receive new references (caller releases). Returns the status code; the message is in
+ * st when non-NULL. device: NULL for the default device, else e.g. "cpu:0". */
+floe_code harness_run_op(const char *op, const char *device, FloeTensor *const *inputs,
+                         int n_inputs, const int *list_sizes, int n_lists,
+                         harness_attrs_fn attrs, void *arg, FloeTensor **outputs,
+                         int n_outputs, FloeStatus *st);
+
+/* Tensor makers; abort the test (ck_abort) on failure. Caller releases. */
+FloeTensor *harness_tensor(FloeDType dt, int rank, const int64_t *dims, const void *data);
+FloeTensor *harness_f32(int rank, const int64_t *dims, const float *data);
+FloeTensor *harness_f64(int rank, const int64_t *dims, const double *data);
+FloeTensor *harness_i32(int rank, const int64_t *dims, const int32_t *data);
+FloeTensor *harness_i64(int rank, const int64_t *dims, const int64_t *data);
+/* Uniform values in [lo, hi) from a fixed seed (deterministic, independent of Floe's RNG). */
+FloeTensor *harness_random(FloeDType dt, int rank, const int64_t *dims, uint64_t seed,
+                           double lo, double hi);
+
+/* Element value as double (any dtype). */
+double harness_get(const FloeTensor *t, int64_t i);
+
+/* Fail the test unless got and want have the same dtype and shape and every element
+ * satisfies |got - want| <= atol + rtol * |want| (NaN equals NaN). `what` names the case. */
+void harness_assert_close(const FloeTensor *got, const FloeTensor *want, double rtol,
+                          double atol, const char *what);
+
+#endif
