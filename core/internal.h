@@ -435,4 +435,23 @@ void floe__executor_free(FloeExecutor *e);
 floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                              FloeStatus *st);
 
+/* ------------------------------------------------------------------------------------ */
+/* Executor engineer's additions (threadpool.c, executor.c), called from other modules. */
+/* threadpool.c, for executor.c: true on a worker thread of p. */
+bool floe__pool_in_worker(const FloeThreadPool *p);
+/* threadpool.c, for executor.c: runs one queued task on the calling thread, if any. */
+bool floe__pool_help(FloeThreadPool *p);
+/* executor.c, for host.c's ctx_cancelled: true once the step was cancelled (a node failed). */
+bool floe__exec_step_cancelled(const FloeExecStep *step);
+/* End of the executor engineer's additions. */
+
+/* ------------------------------------------------------------------------------------ */
+/* Runtime engineer's additions (host.c, runtime.c), called from other modules. */
+/* host.c, for executor.c: free the scratch blocks of ctx_allocate_temp (after compute, or
+ * when an async kernel calls done) and reset ctx->temps. */
+void floe__kernel_ctx_free_temps(FloeKernelContext *ctx);
+/* runtime.c, for host.c: the default runtime's pool if it was created, else NULL. */
+FloeThreadPool *floe__runtime_default_pool(void);
+/* End of the runtime engineer's additions. */
+
 #endif /* FLOE_INTERNAL_H */

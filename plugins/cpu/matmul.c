@@ -7,7 +7,6 @@
 #include <cblas.h>
 #include <limits.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -15,55 +14,38 @@
 
 /* Below this M*N*K OpenBLAS 0.3.21 computes a GEMM on one thread (SMP threshold 65536 x 4). */
 #define BLAS_SINGLE_THREAD_MNK (65536 * 4)
-/* Elementwise work below this many elements stays on the calling thread. */
-#define PARALLEL_MIN_ELEMENTS 32768
 
 /* "[2,3,4]" for error messages. */
 static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
-  int rank = cpu_host->tensor_rank(t);
-  const int64_t *d = cpu_host->tensor_dims(t);
-  size_t at = (size_t)snprintf(buf, len, "[");
-  for (int i = 0; i < rank && at < len; i++)
-    at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? "," : "", (long long)d[i]);
-  if (at < len) snprintf(buf + at, len - at, "]");
-  return buf;
+  return cpu_shape_str(buf, len, cpu_host->tensor_rank(t), cpu_host->tensor_dims(t));
 }
 
-/* ---------------------------------------------------------------------------------- */
-/* f16 / bf16 widening, split over the pool when large. */
-
+/* f16 / bf16 <-> f32 over [begin, end) of whole arrays, split over the pool when large. */
 typedef struct Convert {
   FloeDType dt;
+  bool widen; /* to f32, else from f32 */
   const void *src;
   void *dst;
 } Convert;
 
-static void widen_range(void *arg, int64_t begin, int64_t end) {
+static void convert_range(void *arg, int64_t begin, int64_t end) {
   const Convert *c = arg;
-  const uint16_t *s = c->src;
-  float *d = c->dst;
-  if (c->dt == FLOE_F16)
-    for (int64_t i = begin; i < end; i++) d[i] = cpu_f16_to_f32(s[i]);
-  else
-    for (int64_t i = begin; i < end; i++) d[i] = cpu_bf16_to_f32(s[i]);
+  if (c->widen) {
+    const uint16_t *src = (const uint16_t *)c->src + begin;
+    float *dst = (float *)c->dst + begin;
+    if (c->dt == FLOE_F16) cpu_f16_to_f32_row(dst, src, end - begin);
+    else cpu_bf16_to_f32_row(dst, src, end - begin);
+  } else {
+    const float *src = (const float *)c->src + begin;
+    uint16_t *dst = (uint16_t *)c->dst + begin;
+    if (c->dt == FLOE_F16) cpu_f32_to_f16_row(dst, src, end - begin);
+    else cpu_f32_to_bf16_row(dst, src, end - begin);
+  }
 }
 
-static void narrow_range(void *arg, int64_t begin, int64_t end) {
-  const Convert *c = arg;
-  const float *s = c->src;
-  uint16_t *d = c->dst;
-  if (c->dt == FLOE_F16)
-    for (int64_t i = begin; i < end; i++) d[i] = cpu_f32_to_f16(s[i]);
-  else
-    for (int64_t i = begin; i < end; i++) d[i] = cpu_f32_to_bf16(s[i]);
-}
-
-static void convert(FloeParallelFn fn, FloeDType dt, const void *src, void *dst, int64_t n) {
-  Convert c = {dt, src, dst};
-  if (n > PARALLEL_MIN_ELEMENTS)
-    cpu_host->parallel_for(n, 4, fn, &c);
-  else
-    fn(&c, 0, n);
+static void convert(FloeDType dt, bool widen, const void *src, void *dst, int64_t n) {
+  Convert c = {dt, widen, src, dst};
+  cpu_parallel_elements(n, 1, convert_range, &c);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -148,7 +130,7 @@ static void product_run(Product *p, int64_t batch, int64_t xbatch, int64_t ybatc
   }
   double mnk = (double)p->m * (double)p->n * (double)p->k;
   if (batch > 1 && mnk < BLAS_SINGLE_THREAD_MNK)
-    cpu_host->parallel_for(batch, (int64_t)(mnk / 4) + 1, product_range, p);
+    cpu_parallel_for(batch, (int64_t)(mnk / 4) + 1, product_range, p);
   else
     product_range(p, 0, batch);
 }
@@ -160,7 +142,7 @@ static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool br
   const FloeTensor *x = cpu_host->ctx_input(ctx, 0), *y = cpu_host->ctx_input(ctx, 1);
   int xr = cpu_host->tensor_rank(x), yr = cpu_host->tensor_rank(y);
   const int64_t *xd = cpu_host->tensor_dims(x), *yd = cpu_host->tensor_dims(y);
-  char sx[160], sy[160];
+  char sx[CPU_SHAPE_STR_MAX], sy[CPU_SHAPE_STR_MAX];
   if (!broadcast && (xr != 2 || yr != 2))
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                    "MatMul needs two matrices (rank 2), got a %s and b %s",
@@ -238,14 +220,14 @@ static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool br
   float *buf;
   rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + yn + zn) * sizeof(float), (void **)&buf);
   if (rc != FLOE_OK) return rc;
-  convert(widen_range, dt, cpu_host->tensor_data(x), buf, xn);
-  convert(widen_range, dt, cpu_host->tensor_data(y), buf + xn, yn);
+  convert(dt, true, cpu_host->tensor_data(x), buf, xn);
+  convert(dt, true, cpu_host->tensor_data(y), buf + xn, yn);
   void *z = p.z;
   p.x = buf;
   p.y = buf + xn;
   p.z = buf + xn + yn;
   product_run(&p, batch, xbatch, ybatch);
-  convert(narrow_range, dt, p.z, z, zn);
+  convert(dt, false, p.z, z, zn);
   return FLOE_OK;
 }
 
@@ -364,7 +346,7 @@ static floe_code bias_compute(void *state, FloeKernelContext *ctx) {
   const FloeTensor *v = cpu_host->ctx_input(ctx, 0), *b = cpu_host->ctx_input(ctx, 1);
   int rank = cpu_host->tensor_rank(v);
   const int64_t *d = cpu_host->tensor_dims(v);
-  char sv[160], sb[160];
+  char sv[CPU_SHAPE_STR_MAX], sb[CPU_SHAPE_STR_MAX];
   if (rank < 2)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                    "value must have rank >= 2, got %s",
@@ -384,10 +366,7 @@ static floe_code bias_compute(void *state, FloeKernelContext *ctx) {
   Bias a = {cpu_host->tensor_dtype(v), d[cdim], inner, cpu_host->tensor_data(v),
             cpu_host->tensor_data(b), cpu_host->tensor_data(out)};
   int64_t rows = n / inner;
-  if (n > PARALLEL_MIN_ELEMENTS)
-    cpu_host->parallel_for(rows, a.inner, bias_range, &a);
-  else
-    bias_range(&a, 0, rows);
+  cpu_parallel_for(rows, inner, bias_range, &a);
   return FLOE_OK;
 }
 

@@ -1,0 +1,9 @@
+#!/bin/sh
+# Installs everything Floe needs to build and test on Debian 12 (run as root).
+set -e
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends \
+  build-essential autoconf automake libtool pkg-config \
+  check libsubunit-dev libopenblas-dev libdnnl-dev \
+  abigail-tools valgrind python3 binutils

@@ -1,0 +1,213 @@
+/* device.c - device names, lookup, memory and copies between any two places. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define ACCEPTED_FORMS                                                                       \
+  "accepted forms: \"/job:localhost/replica:0/task:0/device:CPU:0\" (any part may be left " \
+  "out, e.g. \"/device:CPU:0\" or \"/job:worker/task:1/device:GPU:0\"), \"cpu:0\", \"CPU\""
+
+static floe_code name_error(FloeStatus *st, const char *s, const char *why) {
+  return floe_status_set(st, FLOE_INVALID_ARGUMENT, "invalid device name \"%s\": %s; " ACCEPTED_FORMS,
+                         s, why);
+}
+
+/* A non-negative decimal of len chars ("*" = any, -1). */
+static bool parse_index(const char *p, size_t len, int *out) {
+  if (len == 1 && *p == '*') {
+    *out = -1;
+    return true;
+  }
+  if (len == 0 || len > 9) return false;
+  int v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (!isdigit((unsigned char)p[i])) return false;
+    v = v * 10 + (p[i] - '0');
+  }
+  *out = v;
+  return true;
+}
+
+/* "TYPE" or "TYPE:N" of len chars into out->type / out->index. */
+static bool parse_type_index(const char *p, size_t len, FloeDeviceName *out) {
+  const char *colon = memchr(p, ':', len);
+  size_t tlen = colon ? (size_t)(colon - p) : len;
+  if (tlen == 0 || tlen >= sizeof out->type || !isalpha((unsigned char)p[0])) return false;
+  for (size_t i = 0; i < tlen; i++) {
+    if (!isalnum((unsigned char)p[i]) && p[i] != '_') return false;
+    out->type[i] = (char)toupper((unsigned char)p[i]);
+  }
+  out->type[tlen] = '\0';
+  if (!colon) return true;
+  return parse_index(colon + 1, len - tlen - 1, &out->index);
+}
+
+floe_code floe_device_name_parse(const char *s, FloeDeviceName *out, FloeStatus *status) {
+  if (!out) return floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_device_name_parse: out is NULL");
+  memset(out, 0, sizeof *out);
+  out->replica = out->task = out->index = -1;
+  if (!s || !*s) return name_error(status, s ? s : "(null)", "it is empty");
+  if (s[0] != '/') {
+    if (!parse_type_index(s, strlen(s), out))
+      return name_error(status, s, "expected TYPE or TYPE:N (a letter, then letters, digits or '_'; N a number)");
+    return FLOE_OK;
+  }
+  bool seen_job = false, seen_replica = false, seen_task = false, seen_device = false;
+  for (const char *p = s; *p;) {
+    if (*p != '/') return name_error(status, s, "each part starts with '/'");
+    p++;
+    const char *end = strchr(p, '/');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = memchr(p, ':', len);
+    if (!colon) return name_error(status, s, "each part is key:value");
+    size_t klen = (size_t)(colon - p), vlen = len - klen - 1;
+    const char *v = colon + 1;
+    bool dup = false;
+    if (klen == 3 && strncmp(p, "job", 3) == 0) {
+      dup = seen_job;
+      seen_job = true;
+      if (vlen == 0 || vlen >= sizeof out->job) return name_error(status, s, "the job name is empty or too long");
+      for (size_t i = 0; i < vlen; i++)
+        if (!isalnum((unsigned char)v[i]) && v[i] != '_' && v[i] != '-')
+          return name_error(status, s, "a job name holds letters, digits, '_' and '-'");
+      memcpy(out->job, v, vlen);
+      out->job[vlen] = '\0';
+    } else if (klen == 7 && strncmp(p, "replica", 7) == 0) {
+      dup = seen_replica;
+      seen_replica = true;
+      if (!parse_index(v, vlen, &out->replica)) return name_error(status, s, "the replica is not a number");
+    } else if (klen == 4 && strncmp(p, "task", 4) == 0) {
+      dup = seen_task;
+      seen_task = true;
+      if (!parse_index(v, vlen, &out->task)) return name_error(status, s, "the task is not a number");
+    } else {
+      /* "/device:TYPE:N", or the legacy "/TYPE:N" (TensorFlow's "/cpu:0"). */
+      bool keyed = klen == 6 && strncmp(p, "device", 6) == 0;
+      dup = seen_device;
+      seen_device = true;
+      if (!(keyed ? parse_type_index(v, vlen, out) : parse_type_index(p, len, out)))
+        return name_error(status, s, "the device part is not TYPE or TYPE:N");
+    }
+    if (dup) return name_error(status, s, "a part is given twice");
+    p += len;
+  }
+  return FLOE_OK;
+}
+
+static bool device_matches(const FloeDevice *d, const FloeDeviceName *n) {
+  /* A runtime's devices are all local: /job:localhost/replica:0/task:0. */
+  if (n->job[0] && strcmp(n->job, "localhost") != 0) return false;
+  if (n->replica > 0 || n->task > 0) return false;
+  if (n->type[0] && strcmp(n->type, d->props.type) != 0) return false;
+  return n->index < 0 || n->index == d->index;
+}
+
+FloeDevice *floe__device_find(const FloeRuntime *rt, const char *name, FloeStatus *st) {
+  FloeDeviceName n;
+  if (floe_device_name_parse(name, &n, st) != FLOE_OK) return NULL;
+  for (int i = 0; i < rt->num_devices; i++)
+    if (device_matches(rt->devices[i], &n)) return rt->devices[i];
+  if (rt->num_devices == 0) {
+    floe_status_set(st, FLOE_NOT_FOUND,
+                    "no device matches \"%s\": this runtime has no devices (no device plugin "
+                    "loaded: check FLOE_PLUGIN_PATH and the plugin reports)",
+                    name);
+    return NULL;
+  }
+  char list[512];
+  size_t used = 0;
+  list[0] = '\0';
+  for (int i = 0; i < rt->num_devices && used < sizeof list; i++) {
+    int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", rt->devices[i]->short_name);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  floe_status_set(st, FLOE_NOT_FOUND, "no device matches \"%s\"; devices of this runtime: %s", name,
+                  list);
+  return NULL;
+}
+
+floe_code floe__device_alloc(FloeDevice *dev, size_t bytes, void **ptr, FloeStatus *st) {
+  *ptr = NULL;
+  if (!dev) {
+    *ptr = floe__aligned_alloc(64, bytes);
+    if (!*ptr)
+      return floe_status_set(st, FLOE_NO_MEMORY, "out of memory allocating %zu bytes of host memory",
+                             bytes);
+    return FLOE_OK;
+  }
+  void *p = NULL;
+  floe_code rc = dev->fns.allocate(dev->fns.state, bytes, 64, &p);
+  if (rc != FLOE_OK || (!p && bytes > 0))
+    return floe_status_set(st, FLOE_RESOURCE_EXHAUSTED,
+                           "device %s could not allocate %zu bytes (%s; capacity %llu bytes)",
+                           dev->short_name, bytes,
+                           rc != FLOE_OK ? floe_code_name(rc) : "allocate returned NULL",
+                           (unsigned long long)dev->props.memory_bytes);
+  *ptr = p;
+  return FLOE_OK;
+}
+
+void floe__device_free(FloeDevice *dev, void *ptr, size_t bytes) {
+  if (!ptr) return;
+  if (!dev)
+    floe__aligned_free(ptr);
+  else
+    dev->fns.deallocate(dev->fns.state, ptr, bytes);
+}
+
+static const char *place_name(const FloeDevice *d) { return d ? d->short_name : "host"; }
+
+static floe_code copy_failed(FloeStatus *st, floe_code rc, const FloeDevice *from,
+                             const FloeDevice *to, size_t n, const char *slot) {
+  return floe_status_set(st, rc, "copy of %zu bytes from %s to %s failed in %s (%s)", n,
+                         place_name(from), place_name(to), slot, floe_code_name(rc));
+}
+
+floe_code floe__device_copy(FloeDevice *dst_dev, void *dst, FloeDevice *src_dev, const void *src,
+                            size_t n, FloeStatus *st) {
+  if (n == 0) return FLOE_OK;
+  floe_code rc;
+  if (!dst_dev && !src_dev) {
+    memcpy(dst, src, n);
+    return FLOE_OK;
+  }
+  if (dst_dev == src_dev) {
+    rc = dst_dev->fns.copy_d2d(dst_dev->fns.state, dst, src, n);
+    return rc == FLOE_OK ? rc : copy_failed(st, rc, src_dev, dst_dev, n, "copy_d2d");
+  }
+  /* Host memory of a host-memory device is as good as the core's own. */
+  if (!src_dev || src_dev->host_memory) {
+    if (!dst_dev) {
+      memcpy(dst, src, n);
+      return FLOE_OK;
+    }
+    rc = dst_dev->fns.copy_h2d(dst_dev->fns.state, dst, src, n);
+    return rc == FLOE_OK ? rc : copy_failed(st, rc, src_dev, dst_dev, n, "copy_h2d");
+  }
+  if (!dst_dev || dst_dev->host_memory) {
+    rc = src_dev->fns.copy_d2h(src_dev->fns.state, dst, src, n);
+    return rc == FLOE_OK ? rc : copy_failed(st, rc, src_dev, dst_dev, n, "copy_d2h");
+  }
+  /* Two devices with their own memories: stage through the host. */
+  void *stage = floe__aligned_alloc(64, n);
+  if (!stage)
+    return floe_status_set(st, FLOE_NO_MEMORY,
+                           "out of memory staging %zu bytes from %s to %s through the host", n,
+                           src_dev->short_name, dst_dev->short_name);
+  rc = src_dev->fns.copy_d2h(src_dev->fns.state, stage, src, n);
+  if (rc != FLOE_OK) {
+    copy_failed(st, rc, src_dev, NULL, n, "copy_d2h");
+    goto out_free_stage;
+  }
+  rc = dst_dev->fns.copy_h2d(dst_dev->fns.state, dst, stage, n);
+  if (rc != FLOE_OK) copy_failed(st, rc, NULL, dst_dev, n, "copy_h2d");
+
+out_free_stage:
+  floe__aligned_free(stage);
+  return rc;
+}

@@ -1,0 +1,813 @@
+/* executor.c - dataflow execution of one prepared set of nodes.
+ *
+ * floe__executor_new turns a FloeExecPlan into compact arrays: for each node where each
+ * input comes from (an entry, i.e. one output of a run node, or a feed), its successors
+ * (data consumers and control successors, CSR), its initial pending count, and how many
+ * readers each entry has. A step copies the counts into one arena allocation and then
+ * runs nodes as their counts reach zero:
+ *
+ *  - the thread that makes a node ready runs inexpensive nodes inline and hands the others
+ *    to the pool, keeping the last one for itself when it has nothing inline to do (TF's
+ *    trick), so a chain of cheap nodes never touches a queue, a lock or a condvar;
+ *  - each entry's reader count drops as consumers finish, releasing the tensor as soon as
+ *    its last consumer ran;
+ *  - the first error cancels the step: nodes not yet started are skipped (but still
+ *    complete, so every count and reference unwinds the usual way), running and async
+ *    nodes finish, and the step ends when nothing is outstanding.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* Inputs plus outputs, in elements, under which a node with known shapes is cheap enough
+ * to run inline whatever its kernel says. */
+enum { TINY_ELEMENTS = 1024 };
+
+typedef struct ExecNode {
+  const FloeNode *node;
+  FloeDevice *device;
+  const FloeKernelReg *kernel; /* NULL: nothing to compute (its used outputs are fed) */
+  void *state;                 /* from FloeKernelDef.create, or user_data */
+  bool created;                /* create was called: destroy is due */
+  bool inexpensive;
+  int in_base, num_inputs;     /* slice of input_src / a step's in_ptrs */
+  int out_base, num_outputs;   /* entries of this node's outputs */
+  int succ_base, num_succ;     /* slice of succ */
+  int async_slot;              /* index of its Invocation in a step, or -1 (synchronous) */
+} ExecNode;
+
+struct FloeExecutor {
+  FloeRuntime *rt;
+  FloeThreadPool *pool;
+  const FloeGraph *graph;
+  bool inline_inexpensive;
+  ExecNode *nodes;
+  int num_nodes;
+  int *input_src;  /* per flattened input: entry >= 0, or -(feed + 1) */
+  int total_inputs;
+  int *succ;       /* successor node indices, one per edge (duplicates allowed) */
+  int *pending0;   /* initial pending count per node */
+  int *uses0;      /* readers per entry (consumer inputs + fetches) */
+  int num_entries;
+  int *roots;      /* nodes with no pending inputs */
+  int num_roots;
+  int *fetch_src;  /* entry, or -(feed + 1) */
+  int num_feeds, num_fetches;
+  int num_async;
+  /* Byte offsets of a step's arrays inside its arena. */
+  size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, arena_size;
+};
+
+/* The record handed to the pool or to an async kernel's done callback: its index in the
+ * step's array is the node index. */
+typedef struct StepTask {
+  FloeExecStep *step;
+} StepTask;
+
+/* One kernel invocation: on the stack for synchronous kernels, in the arena for async
+ * ones (it must live until done is called). */
+typedef struct Invocation {
+  FloeKernelContext ctx;
+  FloeStatus status;   /* what the kernel reports through ctx_set_error */
+  FloeTensor **copies; /* inputs copied to the node's device, or NULL */
+} Invocation;
+
+struct FloeExecStep {
+  FloeExecutor *e;
+  FloeTensor *const *feeds;
+  int64_t step_id;
+  atomic_int outstanding; /* nodes ready or running and not yet completed */
+  atomic_bool cancelled;
+  pthread_mutex_t mu;
+  pthread_cond_t done_cv;
+  bool done;              /* guarded by mu */
+  FloeStatus status;      /* first error; guarded by mu */
+  atomic_int *pending;
+  atomic_int *uses;
+  FloeTensor **entries;
+  FloeTensor **in_ptrs;
+  int *next;              /* intrusive ready lists: each node is ready once per step */
+  StepTask *tasks;
+  Invocation *async_calls;
+};
+
+typedef struct ReadyList {
+  int head, tail;
+} ReadyList;
+
+static atomic_llong next_step_id = 1;
+
+static void process_list(FloeExecStep *s, ReadyList *inl);
+
+bool floe__exec_step_cancelled(const FloeExecStep *step) {
+  return step && atomic_load_explicit(&step->cancelled, memory_order_relaxed);
+}
+
+static void list_push(FloeExecStep *s, ReadyList *l, int n) {
+  s->next[n] = -1;
+  if (l->tail >= 0)
+    s->next[l->tail] = n;
+  else
+    l->head = n;
+  l->tail = n;
+}
+
+/* ---- errors ---- */
+
+/* Keeps the first error of the step (prefixed with the node) and cancels the step. */
+static void step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const char *msg) {
+  pthread_mutex_lock(&s->mu);
+  if (s->status.code == FLOE_OK)
+    floe_status_set(&s->status, code, "node '%s' (%s): %s", en->node->name, en->node->op->name,
+                    msg);
+  pthread_mutex_unlock(&s->mu);
+  atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
+}
+
+static void step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
+                       ...) FLOE__PRINTF(4, 5);
+static void step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
+                       ...) {
+  FloeStatus tmp = {FLOE_OK, NULL};
+  va_list ap;
+  va_start(ap, fmt);
+  floe__status_vset(&tmp, code, fmt, ap);
+  va_end(ap);
+  step_fail(s, en, code, floe_status_message(&tmp));
+  floe_status_clear(&tmp);
+}
+
+/* ---- completion ---- */
+
+static void step_finish(FloeExecStep *s) {
+  pthread_mutex_lock(&s->mu);
+  s->done = true;
+  pthread_cond_signal(&s->done_cv);
+  /* The run thread frees s once it sees done: nothing of s may be touched after this. */
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void release_use(FloeExecStep *s, int entry) {
+  if (atomic_fetch_sub_explicit(&s->uses[entry], 1, memory_order_acq_rel) == 1) {
+    floe_tensor_release(s->entries[entry]);
+    s->entries[entry] = NULL;
+  }
+}
+
+static void task_main(void *arg) {
+  StepTask *t = arg;
+  FloeExecStep *s = t->step;
+  ReadyList inl = {(int)(t - s->tasks), -1};
+  inl.tail = inl.head;
+  s->next[inl.head] = -1;
+  process_list(s, &inl);
+}
+
+/* Hands n to the pool; without a pool or queue space it runs here instead. */
+static void schedule_node(FloeExecStep *s, ReadyList *inl, int n) {
+  FloeThreadPool *pool = s->e->pool;
+  if (pool && floe__pool_schedule(pool, task_main, &s->tasks[n]) == FLOE_OK) return;
+  if (inl) {
+    list_push(s, inl, n);
+    return;
+  }
+  ReadyList own = {-1, -1};
+  list_push(s, &own, n);
+  process_list(s, &own);
+}
+
+/* Dispatches newly ready nodes: cheap ones join the inline list, the others go to the
+ * pool except the last, which this thread keeps when it has nothing inline. inl NULL
+ * (an async completion on a foreign thread): everything goes to the pool. */
+static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
+  FloeExecutor *e = s->e;
+  int keep = -1;
+  for (int r = ready->head; r >= 0;) {
+    int nx = s->next[r]; /* read first: once handed over, r's link belongs to its runner */
+    if (!inl)
+      schedule_node(s, NULL, r);
+    else if (e->inline_inexpensive && e->nodes[r].inexpensive)
+      list_push(s, inl, r);
+    else {
+      if (keep >= 0) schedule_node(s, inl, keep);
+      keep = r;
+    }
+    r = nx;
+  }
+  if (keep < 0) return;
+  if (inl->head < 0)
+    list_push(s, inl, keep);
+  else
+    schedule_node(s, inl, keep);
+}
+
+/* Node n ran (or was skipped): drop its inputs, wake its successors, account for it. */
+static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
+  FloeExecutor *e = s->e;
+  const ExecNode *en = &e->nodes[n];
+  for (int j = 0; j < en->num_inputs; j++) {
+    int src = e->input_src[en->in_base + j];
+    if (src >= 0) release_use(s, src);
+  }
+  ReadyList ready = {-1, -1};
+  int k = 0;
+  for (int i = 0; i < en->num_succ; i++) {
+    int m = e->succ[en->succ_base + i];
+    if (atomic_fetch_sub_explicit(&s->pending[m], 1, memory_order_acq_rel) == 1) {
+      list_push(s, &ready, m);
+      k++;
+    }
+  }
+  /* Count the new nodes before anyone can finish them; n itself still holds the step. */
+  if (k > 1) atomic_fetch_add_explicit(&s->outstanding, k - 1, memory_order_acq_rel);
+  if (k > 0) {
+    schedule_ready(s, &ready, inl);
+    return;
+  }
+  if (atomic_fetch_sub_explicit(&s->outstanding, 1, memory_order_acq_rel) == 1) step_finish(s);
+}
+
+/* ---- running one kernel ---- */
+
+static void release_copies(Invocation *inv, int num_inputs) {
+  if (!inv->copies) return;
+  for (int j = 0; j < num_inputs; j++) floe_tensor_release(inv->copies[j]);
+  floe__free(inv->copies);
+  inv->copies = NULL;
+}
+
+/* After compute (or done): report errors, check the outputs, free the invocation's
+ * scratch and drop outputs nobody reads. */
+static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code rc) {
+  FloeExecutor *e = s->e;
+  const ExecNode *en = &e->nodes[n];
+  if (inv->status.code != FLOE_OK) {
+    step_fail(s, en, inv->status.code, floe_status_message(&inv->status));
+  } else if (rc != FLOE_OK) {
+    step_failf(s, en, rc, "the kernel failed with %s and no message", floe_code_name(rc));
+  } else {
+    for (int i = 0; i < en->num_outputs; i++) {
+      const FloeTensor *t = s->entries[en->out_base + i];
+      FloeDType want = en->node->out_dtypes[i];
+      if (!t) {
+        const char *plugin = en->kernel->plugin ? en->kernel->plugin->name : "core";
+        step_failf(s, en, FLOE_INTERNAL,
+                   "the kernel (plugin '%s') returned without setting output %d: a bug in "
+                   "the kernel",
+                   plugin, i);
+        break;
+      }
+      if (t->dtype != want) {
+        step_failf(s, en, FLOE_INTERNAL, "the kernel set output %d to a %s tensor, the graph "
+                   "says %s", i, floe_dtype_name(t->dtype), floe_dtype_name(want));
+        break;
+      }
+    }
+  }
+  floe_status_clear(&inv->status);
+  floe__kernel_ctx_free_temps(&inv->ctx);
+  release_copies(inv, en->num_inputs);
+  for (int i = 0; i < en->num_outputs; i++) {
+    if (e->uses0[en->out_base + i] == 0) {
+      floe_tensor_release(s->entries[en->out_base + i]);
+      s->entries[en->out_base + i] = NULL;
+    }
+  }
+}
+
+static void async_done(void *arg) {
+  StepTask *t = arg;
+  FloeExecStep *s = t->step;
+  int n = (int)(t - s->tasks);
+  finish_invocation(s, n, &s->async_calls[s->e->nodes[n].async_slot], FLOE_OK);
+  node_done(s, n, NULL);
+}
+
+/* True when a tensor on `have` must be copied before a kernel on `want` can read it. */
+static bool needs_copy(const FloeTensor *t, const FloeDevice *want) {
+  FloeDevice *have = floe__tensor_device(t);
+  if (have == want || !t->buf) return false;
+  bool have_host = !have || have->host_memory;
+  bool want_host = !want || want->host_memory;
+  return !(have_host && want_host);
+}
+
+/* Gathers n's inputs into the arena, copying those that live on another device into
+ * inv->copies (this is where cross-device Send/Recv will plug in). */
+static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *inv) {
+  FloeExecutor *e = s->e;
+  FloeTensor **in = s->in_ptrs + en->in_base;
+  for (int j = 0; j < en->num_inputs; j++) {
+    int src = e->input_src[en->in_base + j];
+    in[j] = src >= 0 ? s->entries[src] : s->feeds[-src - 1];
+  }
+  for (int j = 0; j < en->num_inputs; j++) {
+    if (!needs_copy(in[j], en->device)) continue;
+    if (!inv->copies) {
+      inv->copies = floe__calloc((size_t)en->num_inputs, sizeof *inv->copies);
+      if (!inv->copies) {
+        step_failf(s, en, FLOE_NO_MEMORY, "out of memory copying inputs to %s",
+                   en->device->short_name);
+        return FLOE_NO_MEMORY;
+      }
+    }
+    FloeStatus cst = {FLOE_OK, NULL};
+    inv->copies[j] = floe__tensor_to_device(in[j], en->device, &cst);
+    if (!inv->copies[j]) {
+      step_failf(s, en, cst.code ? cst.code : FLOE_INTERNAL, "copying input %d from %s to %s: %s",
+                 j, floe_tensor_device_name(in[j]), en->device->short_name,
+                 floe_status_message(&cst));
+      floe_status_clear(&cst);
+      return FLOE_INTERNAL;
+    }
+    in[j] = inv->copies[j];
+  }
+  return FLOE_OK;
+}
+
+static void fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv) {
+  FloeKernelContext *c = &inv->ctx;
+  memset(c, 0, sizeof *c);
+  c->node = en->node;
+  c->device = en->device;
+  c->inputs = s->in_ptrs + en->in_base;
+  c->num_inputs = en->num_inputs;
+  c->outputs = s->entries + en->out_base; /* the kernel writes straight into the entries */
+  c->num_outputs = en->num_outputs;
+  c->step = s;
+  c->status = &inv->status;
+  c->step_id = s->step_id;
+}
+
+/* Runs (or skips) node n, then completes it unless its kernel is asynchronous. */
+static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
+  FloeExecutor *e = s->e;
+  const ExecNode *en = &e->nodes[n];
+  if (!en->kernel || atomic_load_explicit(&s->cancelled, memory_order_relaxed)) {
+    node_done(s, n, inl);
+    return;
+  }
+  const FloeKernelDef *def = &en->kernel->def;
+  if (en->async_slot >= 0) {
+    Invocation *inv = &s->async_calls[en->async_slot];
+    inv->status = (FloeStatus){FLOE_OK, NULL};
+    inv->copies = NULL;
+    if (gather_inputs(s, en, inv) != FLOE_OK) {
+      release_copies(inv, en->num_inputs);
+      node_done(s, n, inl);
+      return;
+    }
+    fill_ctx(s, en, inv);
+    /* done may run before this returns, on any thread: n is not ours after the call. */
+    def->compute_async(en->state, &inv->ctx, async_done, &s->tasks[n]);
+    return;
+  }
+  Invocation inv = {.status = {FLOE_OK, NULL}};
+  if (gather_inputs(s, en, &inv) != FLOE_OK) {
+    release_copies(&inv, en->num_inputs);
+    node_done(s, n, inl);
+    return;
+  }
+  fill_ctx(s, en, &inv);
+  floe_code rc = def->compute(en->state, &inv.ctx);
+  finish_invocation(s, n, &inv, rc);
+  node_done(s, n, inl);
+}
+
+static void process_list(FloeExecStep *s, ReadyList *inl) {
+  while (inl->head >= 0) {
+    int n = inl->head;
+    inl->head = s->next[n]; /* n is outstanding, so s is alive */
+    if (inl->head < 0) inl->tail = -1;
+    run_node(s, n, inl);
+  }
+}
+
+/* ---- building ---- */
+
+typedef struct FeedKey {
+  int node_id, index, feed;
+} FeedKey;
+
+static int feed_key_cmp(const void *a, const void *b) {
+  const FeedKey *x = a, *y = b;
+  if (x->node_id != y->node_id) return x->node_id < y->node_id ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int find_feed(const FeedKey *keys, int n, const FloeOutput *o) {
+  FeedKey k = {o->node->id, o->index, 0};
+  const FeedKey *hit = bsearch(&k, keys, (size_t)n, sizeof k, feed_key_cmp);
+  return hit ? hit->feed : -1;
+}
+
+/* Known element count of a shape, or -1. */
+static int64_t shape_elements(const FloeShape *sh) {
+  if (sh->rank < 0) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < sh->rank; i++) {
+    if (sh->dims[i] < 0) return -1;
+    n *= sh->dims[i];
+    if (n > TINY_ELEMENTS) return n;
+  }
+  return n;
+}
+
+static bool is_tiny(const FloeNode *node) {
+  int64_t total = 0;
+  for (int j = 0; j < node->num_inputs; j++) {
+    const FloeOutput *in = &node->inputs[j];
+    int64_t k = shape_elements(&in->node->out_shapes[in->index]);
+    if (k < 0 || (total += k) > TINY_ELEMENTS) return false;
+  }
+  for (int i = 0; i < node->num_outputs; i++) {
+    int64_t k = shape_elements(&node->out_shapes[i]);
+    if (k < 0 || (total += k) > TINY_ELEMENTS) return false;
+  }
+  return true;
+}
+
+static size_t align_up(size_t n) {
+  size_t a = _Alignof(max_align_t);
+  return (n + a - 1) / a * a;
+}
+
+static void layout_arena(FloeExecutor *e) {
+  size_t off = align_up(sizeof(FloeExecStep));
+  e->off_pending = off;
+  off = align_up(off + (size_t)e->num_nodes * sizeof(atomic_int));
+  e->off_uses = off;
+  off = align_up(off + (size_t)e->num_entries * sizeof(atomic_int));
+  e->off_entries = off;
+  off = align_up(off + (size_t)e->num_entries * sizeof(FloeTensor *));
+  e->off_in = off;
+  off = align_up(off + (size_t)e->total_inputs * sizeof(FloeTensor *));
+  e->off_next = off;
+  off = align_up(off + (size_t)e->num_nodes * sizeof(int));
+  e->off_tasks = off;
+  off = align_up(off + (size_t)e->num_nodes * sizeof(StepTask));
+  e->off_async = off;
+  e->arena_size = off + (size_t)e->num_async * sizeof(Invocation);
+}
+
+static void destroy_kernels(FloeExecutor *e) {
+  for (int i = 0; i < e->num_nodes; i++) {
+    ExecNode *en = &e->nodes[i];
+    if (en->created && en->kernel->def.destroy) en->kernel->def.destroy(en->state);
+    en->created = false;
+  }
+}
+
+/* Calls each kernel's create; the error names the node. */
+static floe_code create_kernels(FloeExecutor *e, FloeStatus *st) {
+  for (int i = 0; i < e->num_nodes; i++) {
+    ExecNode *en = &e->nodes[i];
+    if (!en->kernel) continue;
+    const FloeKernelDef *def = &en->kernel->def;
+    en->state = def->user_data;
+    if (!def->create) continue;
+    FloeStatus kst = {FLOE_OK, NULL};
+    struct FloeKernelInit init = {en->node, en->device, &kst};
+    void *state = NULL;
+    floe_code rc = def->create(floe__host_api(), &init, def->user_data, &state);
+    if (rc != FLOE_OK || kst.code != FLOE_OK) {
+      floe_code code = kst.code != FLOE_OK ? kst.code : rc;
+      floe_status_set(st, code, "node '%s' (%s): creating its %s kernel: %s", en->node->name,
+                      en->node->op->name, en->kernel->device_type,
+                      kst.code != FLOE_OK ? floe_status_message(&kst) : floe_code_message(rc));
+      floe_status_clear(&kst);
+      return code;
+    }
+    en->state = state;
+    en->created = true;
+  }
+  return FLOE_OK;
+}
+
+/* Fills input_src, uses0, pending0 and the successor CSR. local_of maps graph node ids to
+ * plan indices (-1: not run). */
+static floe_code build_edges(FloeExecutor *e, const int *local_of, const FeedKey *feeds,
+                             FloeStatus *st) {
+  int *deg = floe__calloc((size_t)e->num_nodes + 1, sizeof *deg);
+  if (!deg) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory building an executor");
+  /* Pass 1: sources of inputs, pending counts, out-degrees. */
+  for (int i = 0; i < e->num_nodes; i++) {
+    ExecNode *en = &e->nodes[i];
+    const FloeNode *node = en->node;
+    for (int j = 0; j < node->num_inputs; j++) {
+      const FloeOutput *in = &node->inputs[j];
+      int f = find_feed(feeds, e->num_feeds, in);
+      if (f >= 0) {
+        e->input_src[en->in_base + j] = -(f + 1);
+        continue;
+      }
+      int p = local_of[in->node->id];
+      if (p < 0 || !e->nodes[p].kernel) {
+        floe__free(deg);
+        return floe_status_set(st, FLOE_INTERNAL,
+                               "node '%s' (%s): input %d ('%s:%d') is neither fed nor computed "
+                               "by this step",
+                               node->name, node->op->name, j, in->node->name, in->index);
+      }
+      e->input_src[en->in_base + j] = e->nodes[p].out_base + in->index;
+      e->uses0[e->nodes[p].out_base + in->index]++;
+      e->pending0[i]++;
+      deg[p]++;
+    }
+    for (int c = 0; c < node->num_control; c++) {
+      int p = local_of[node->control[c]->id];
+      if (p < 0) continue; /* a fully fed node: nothing to wait for */
+      e->pending0[i]++;
+      deg[p]++;
+    }
+  }
+  int total = 0;
+  for (int i = 0; i < e->num_nodes; i++) {
+    e->nodes[i].succ_base = total;
+    total += deg[i];
+    deg[i] = 0;
+  }
+  e->succ = floe__malloc((size_t)(total ? total : 1) * sizeof *e->succ);
+  if (!e->succ) {
+    floe__free(deg);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory building an executor");
+  }
+  /* Pass 2: successor lists. */
+  for (int i = 0; i < e->num_nodes; i++) {
+    const FloeNode *node = e->nodes[i].node;
+    for (int j = 0; j < node->num_inputs; j++) {
+      if (e->input_src[e->nodes[i].in_base + j] < 0) continue;
+      int p = local_of[node->inputs[j].node->id];
+      e->succ[e->nodes[p].succ_base + deg[p]++] = i;
+    }
+    for (int c = 0; c < node->num_control; c++) {
+      int p = local_of[node->control[c]->id];
+      if (p >= 0) e->succ[e->nodes[p].succ_base + deg[p]++] = i;
+    }
+  }
+  for (int i = 0; i < e->num_nodes; i++) e->nodes[i].num_succ = deg[i];
+  floe__free(deg);
+  return FLOE_OK;
+}
+
+/* Fetch sources; a fetch counts as one more reader so the entry survives the step. */
+static floe_code build_fetches(FloeExecutor *e, const FloeExecPlan *plan, const int *local_of,
+                               const FeedKey *feeds, FloeStatus *st) {
+  for (int f = 0; f < plan->num_fetches; f++) {
+    const FloeOutput *o = &plan->fetches[f];
+    int fd = find_feed(feeds, e->num_feeds, o);
+    if (fd >= 0) {
+      e->fetch_src[f] = -(fd + 1);
+      continue;
+    }
+    int p = local_of[o->node->id];
+    if (p < 0 || !e->nodes[p].kernel)
+      return floe_status_set(st, FLOE_INTERNAL, "fetch '%s:%d' is neither fed nor computed",
+                             o->node->name, o->index);
+    e->fetch_src[f] = e->nodes[p].out_base + o->index;
+    e->uses0[e->fetch_src[f]]++;
+  }
+  return FLOE_OK;
+}
+
+static bool plan_valid(const FloeExecPlan *plan, FloeStatus *st) {
+  if (!plan || !plan->graph || plan->num_nodes < 0 || plan->num_feeds < 0 ||
+      plan->num_fetches < 0) {
+    floe_status_set(st, FLOE_INVALID_ARGUMENT, "executor: invalid plan");
+    return false;
+  }
+  for (int i = 0; i < plan->num_nodes; i++) {
+    const FloeExecNodeSpec *ns = &plan->nodes[i];
+    if (ns->kernel && !ns->kernel->def.compute && !ns->kernel->def.compute_async) {
+      floe_status_set(st, FLOE_INTERNAL, "node '%s' (%s): its kernel has no compute function",
+                      ns->node->name, ns->node->op->name);
+      return false;
+    }
+  }
+  for (int f = 0; f < plan->num_feeds + plan->num_fetches; f++) {
+    const FloeOutput *o = f < plan->num_feeds ? &plan->feeds[f] : &plan->fetches[f - plan->num_feeds];
+    if (!o->node || o->index < 0 || o->index >= o->node->num_outputs) {
+      floe_status_set(st, FLOE_INVALID_ARGUMENT, "executor: invalid feed or fetch %d", f);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Caller owns the executor (free with floe__executor_free); the plan's arrays are copied,
+ * the graph, devices and kernels it points to are borrowed and must outlive it. */
+FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
+  if (!plan_valid(plan, st)) return NULL;
+  const FloeGraph *g = plan->graph;
+  FloeExecutor *e = floe__calloc(1, sizeof *e);
+  int *local_of = NULL;
+  FeedKey *feeds = NULL;
+  if (!e) goto err_oom;
+  e->rt = plan->rt;
+  e->pool = plan->rt ? plan->rt->pool : NULL;
+  e->graph = g;
+  e->inline_inexpensive = plan->inline_inexpensive;
+  e->num_nodes = plan->num_nodes;
+  e->num_feeds = plan->num_feeds;
+  e->num_fetches = plan->num_fetches;
+  size_t nn = (size_t)(e->num_nodes ? e->num_nodes : 1);
+  e->nodes = floe__calloc(nn, sizeof *e->nodes);
+  local_of = floe__malloc((size_t)(g->num_nodes ? g->num_nodes : 1) * sizeof *local_of);
+  feeds = floe__malloc((size_t)(plan->num_feeds ? plan->num_feeds : 1) * sizeof *feeds);
+  e->pending0 = floe__calloc(nn, sizeof *e->pending0);
+  e->roots = floe__malloc(nn * sizeof *e->roots);
+  e->fetch_src = floe__malloc((size_t)(plan->num_fetches ? plan->num_fetches : 1) *
+                              sizeof *e->fetch_src);
+  if (!e->nodes || !local_of || !feeds || !e->pending0 || !e->roots || !e->fetch_src)
+    goto err_oom;
+  for (int i = 0; i < g->num_nodes; i++) local_of[i] = -1;
+  for (int f = 0; f < plan->num_feeds; f++)
+    feeds[f] = (FeedKey){plan->feeds[f].node->id, plan->feeds[f].index, f};
+  qsort(feeds, (size_t)plan->num_feeds, sizeof *feeds, feed_key_cmp);
+  for (int f = 1; f < plan->num_feeds; f++) {
+    if (feed_key_cmp(&feeds[f - 1], &feeds[f]) == 0) {
+      floe_status_set(st, FLOE_INVALID_ARGUMENT, "'%s:%d' is fed twice",
+                      g->nodes[feeds[f].node_id]->name, feeds[f].index);
+      goto err_free;
+    }
+  }
+
+  int in_total = 0, out_total = 0;
+  for (int i = 0; i < e->num_nodes; i++) {
+    const FloeExecNodeSpec *ns = &plan->nodes[i];
+    ExecNode *en = &e->nodes[i];
+    if (local_of[ns->node->id] >= 0) {
+      floe_status_set(st, FLOE_INTERNAL, "node '%s' appears twice in the plan", ns->node->name);
+      goto err_free;
+    }
+    local_of[ns->node->id] = i;
+    en->node = ns->node;
+    en->device = ns->device;
+    en->kernel = ns->kernel;
+    en->in_base = in_total;
+    en->num_inputs = ns->node->num_inputs;
+    en->out_base = out_total;
+    en->num_outputs = ns->node->num_outputs;
+    en->async_slot = -1;
+    if (ns->kernel && !ns->kernel->def.compute) en->async_slot = e->num_async++;
+    en->inexpensive = !ns->kernel || (ns->kernel->flags & FLOE_KERNEL_INEXPENSIVE) ||
+                      (ns->kernel->def.flags & FLOE_KERNEL_INEXPENSIVE) || is_tiny(ns->node);
+    in_total += en->num_inputs;
+    out_total += en->num_outputs;
+  }
+  e->total_inputs = in_total;
+  e->num_entries = out_total;
+  e->input_src = floe__malloc((size_t)(in_total ? in_total : 1) * sizeof *e->input_src);
+  e->uses0 = floe__calloc((size_t)(out_total ? out_total : 1), sizeof *e->uses0);
+  if (!e->input_src || !e->uses0) goto err_oom;
+  if (build_edges(e, local_of, feeds, st) != FLOE_OK) goto err_free;
+  if (build_fetches(e, plan, local_of, feeds, st) != FLOE_OK) goto err_free;
+  for (int i = 0; i < e->num_nodes; i++)
+    if (e->pending0[i] == 0) e->roots[e->num_roots++] = i;
+  layout_arena(e);
+  if (create_kernels(e, st) != FLOE_OK) goto err_free;
+  floe__free(local_of);
+  floe__free(feeds);
+  return e;
+
+err_oom:
+  floe_status_set(st, FLOE_NO_MEMORY, "out of memory building an executor for %d nodes",
+                  plan->num_nodes);
+err_free:
+  floe__free(local_of);
+  floe__free(feeds);
+  floe__executor_free(e);
+  return NULL;
+}
+
+/* Destroys kernel states and frees e. No step may be running. NULL is a no-op. */
+void floe__executor_free(FloeExecutor *e) {
+  if (!e) return;
+  if (e->nodes) destroy_kernels(e);
+  floe__free(e->nodes);
+  floe__free(e->input_src);
+  floe__free(e->succ);
+  floe__free(e->pending0);
+  floe__free(e->uses0);
+  floe__free(e->roots);
+  floe__free(e->fetch_src);
+  floe__free(e);
+}
+
+/* ---- one step ---- */
+
+static floe_code step_new(FloeExecutor *e, FloeTensor *const *feeds, FloeExecStep **out,
+                          FloeStatus *st) {
+  char *arena = floe__malloc(e->arena_size);
+  if (!arena)
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory starting a step of %d nodes",
+                           e->num_nodes);
+  FloeExecStep *s = (FloeExecStep *)arena;
+  memset(s, 0, sizeof *s);
+  if (pthread_mutex_init(&s->mu, NULL) != 0) goto err_free_arena;
+  if (pthread_cond_init(&s->done_cv, NULL) != 0) goto err_destroy_mu;
+  s->e = e;
+  s->feeds = feeds;
+  s->step_id = atomic_fetch_add_explicit(&next_step_id, 1, memory_order_relaxed);
+  atomic_init(&s->outstanding, e->num_roots);
+  atomic_init(&s->cancelled, false);
+  s->pending = (atomic_int *)(arena + e->off_pending);
+  s->uses = (atomic_int *)(arena + e->off_uses);
+  s->entries = (FloeTensor **)(arena + e->off_entries);
+  s->in_ptrs = (FloeTensor **)(arena + e->off_in);
+  s->next = (int *)(arena + e->off_next);
+  s->tasks = (StepTask *)(arena + e->off_tasks);
+  s->async_calls = (Invocation *)(arena + e->off_async);
+  for (int i = 0; i < e->num_nodes; i++) {
+    atomic_init(&s->pending[i], e->pending0[i]);
+    s->tasks[i].step = s;
+  }
+  for (int i = 0; i < e->num_entries; i++) {
+    atomic_init(&s->uses[i], e->uses0[i]);
+    s->entries[i] = NULL;
+  }
+  *out = s;
+  return FLOE_OK;
+
+err_destroy_mu:
+  pthread_mutex_destroy(&s->mu);
+err_free_arena:
+  floe__free(arena);
+  return floe_status_set(st, FLOE_RESOURCE_EXHAUSTED,
+                         "cannot create the mutex or condition variable of a step");
+}
+
+static void step_free(FloeExecStep *s) {
+  for (int i = 0; i < s->e->num_entries; i++) floe_tensor_release(s->entries[i]);
+  floe_status_clear(&s->status);
+  pthread_cond_destroy(&s->done_cv);
+  pthread_mutex_destroy(&s->mu);
+  floe__free(s);
+}
+
+/* Blocks until the step is done. On a worker of the pool it keeps running queued tasks
+ * meanwhile, so a step started from inside a kernel cannot starve the pool. */
+static void step_wait(FloeExecStep *s) {
+  FloeThreadPool *pool = s->e->pool;
+  bool helper = floe__pool_in_worker(pool);
+  pthread_mutex_lock(&s->mu);
+  while (!s->done) {
+    if (!helper) {
+      pthread_cond_wait(&s->done_cv, &s->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&s->mu);
+    bool ran = floe__pool_help(pool);
+    pthread_mutex_lock(&s->mu);
+    if (!ran && !s->done) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 1000000; /* queued work shows up without a signal: poll every ms */
+      if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* One step. feeds[i] borrowed (in plan order); on success outputs[i] receive new
+ * references (in plan order); on error no output is set and st names the failing node. */
+floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
+                             FloeStatus *st) {
+  for (int f = 0; f < e->num_feeds; f++) {
+    if (!feeds || !feeds[f])
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT, "feed %d is NULL", f);
+  }
+  FloeExecStep *s = NULL;
+  floe_code rc = step_new(e, feeds, &s, st);
+  if (rc != FLOE_OK) return rc;
+  bool in_worker = floe__pool_in_worker(e->pool);
+  floe__host_set_thread_pool(e->pool);
+  if (e->num_roots > 0) {
+    ReadyList roots = {-1, -1}, inl = {-1, -1};
+    for (int i = 0; i < e->num_roots; i++) list_push(s, &roots, e->roots[i]);
+    schedule_ready(s, &roots, &inl);
+    process_list(s, &inl);
+    step_wait(s);
+  }
+  floe_code code = s->status.code;
+  if (code != FLOE_OK) {
+    floe__status_copy(st, &s->status);
+  } else {
+    for (int f = 0; f < e->num_fetches; f++) {
+      int src = e->fetch_src[f];
+      outputs[f] = src >= 0 ? s->entries[src] : feeds[-src - 1];
+      floe_tensor_retain(outputs[f]);
+    }
+  }
+  step_free(s);
+  /* The caller's thread stops naming a pool that may be freed before its next step. */
+  if (!in_worker) floe__host_set_thread_pool(NULL);
+  return code;
+}

@@ -1,0 +1,49 @@
+/* ops_shape.h - the standard op set: its registration (ops_std.c) and the shape functions
+ * named in ops_std.def (ops_shape.c). Core-only; included by opdef.c and ops_std.c.
+ *
+ * ops_std.def names each function without the prefix (shape_matmul); ops_std.c pastes
+ * "floe__" in front, so the FLOE_OP lines stay readable and the symbols stay internal. */
+#ifndef FLOE_OPS_SHAPE_H
+#define FLOE_OPS_SHAPE_H
+
+#include "internal.h"
+
+/* Registers every op of ops_std.def as the standard set (plugin NULL). Ops already there
+ * with an identical definition are kept, so a call after a partial failure completes the
+ * set. Called by floe__ops_init under its lock. */
+floe_code floe__ops_std_register(FloeStatus *st);
+
+/* Shape functions (FloeShapeFn). Each sets every output of sctx; unknown dims and ranks
+ * propagate; only definite mismatches are errors (FLOE_INVALID_ARGUMENT in sctx->status). */
+floe_code floe__shape_const(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_placeholder(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_unchanged(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_broadcast(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_select(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_matmul(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_batch_matmul(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_bias_add(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_conv2d(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_pool(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_reshape(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_split(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_slice(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_strided_slice(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_gather(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_pad(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_tile(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_squeeze(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_expand_dims(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_shape(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_scalar(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_fill(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_reduce(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_arg_reduce(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_one_hot(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_xent(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_sparse_xent(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_from_shape_input(const FloeHostApi *host, FloeShapeContext *sctx);
+
+#endif /* FLOE_OPS_SHAPE_H */

@@ -1,0 +1,184 @@
+/* runtime.c - a runtime: its thread pool, plugins and devices, and their listings. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* The process-wide runtime (floe_runtime_default): created once, never freed. */
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static FloeRuntime *default_rt;
+static _Atomic(FloeThreadPool *) default_pool;
+static FloeStatus default_error;
+
+/* Every FloeRuntimeOptions ever released has at least struct_size and plugin_path. */
+#define FIELD_END_PLUGIN_PATH (offsetof(FloeRuntimeOptions, plugin_path) + sizeof(const char *))
+
+/* num_threads from the options, else $FLOE_NUM_THREADS, else the online cores. */
+static floe_code pick_num_threads(const FloeRuntimeOptions *opts, int *out, FloeStatus *st) {
+  if (FLOE_HAS_FIELD(opts, FloeRuntimeOptions, num_threads) && opts->num_threads != 0) {
+    if (opts->num_threads < 0 || opts->num_threads > 4096)
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                             "FloeRuntimeOptions.num_threads is %d: use 1..4096, or 0 for the "
+                             "number of cores",
+                             opts->num_threads);
+    *out = opts->num_threads;
+    return FLOE_OK;
+  }
+  const char *env = getenv("FLOE_NUM_THREADS");
+  if (env && *env) {
+    char *end;
+    errno = 0;
+    long n = strtol(env, &end, 10);
+    if (errno || *end != '\0' || n < 1 || n > 4096)
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                             "FLOE_NUM_THREADS=\"%s\" is not a thread count: use 1..4096, or unset "
+                             "it for the number of cores",
+                             env);
+    *out = (int)n;
+    return FLOE_OK;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  *out = cores >= 1 ? (int)(cores > 4096 ? 4096 : cores) : 1;
+  return FLOE_OK;
+}
+
+static uint64_t draw_seed(void) {
+  uint64_t seed;
+  if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) == (ssize_t)sizeof seed) return seed;
+  /* No entropy yet (early boot): time and pid still differ between runs and processes. */
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+  return seed;
+}
+
+/* Names follow load order: the Nth device of a type is "TYPE:N". */
+static void name_devices(FloeRuntime *rt) {
+  for (int i = 0; i < rt->num_devices; i++) {
+    FloeDevice *d = rt->devices[i];
+    int index = 0;
+    for (int j = 0; j < i; j++)
+      if (strcmp(rt->devices[j]->props.type, d->props.type) == 0) index++;
+    d->index = index;
+    snprintf(d->name, sizeof d->name, "/job:localhost/replica:0/task:0/device:%s:%d", d->props.type,
+             index);
+    char lower[sizeof d->props.type];
+    size_t k = 0;
+    for (; d->props.type[k] && k + 1 < sizeof lower; k++)
+      lower[k] = (char)tolower((unsigned char)d->props.type[k]);
+    lower[k] = '\0';
+    snprintf(d->short_name, sizeof d->short_name, "%s:%d", lower, index);
+  }
+}
+
+FloeRuntime *floe_runtime_new(const FloeRuntimeOptions *opts, FloeStatus *status) {
+  if (opts && opts->struct_size < FIELD_END_PLUGIN_PATH) {
+    floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                    "FloeRuntimeOptions.struct_size is %zu: set it to sizeof(FloeRuntimeOptions)",
+                    opts->struct_size);
+    return NULL;
+  }
+  if (floe__ops_init(status) != FLOE_OK) return NULL;
+  FloeRuntime *rt = floe__calloc(1, sizeof *rt);
+  if (!rt) {
+    floe_status_set(status, FLOE_NO_MEMORY, "out of memory creating a runtime");
+    return NULL;
+  }
+  if (pick_num_threads(opts, &rt->num_threads, status) != FLOE_OK) goto err_free_rt;
+  rt->pool = floe__pool_new(rt->num_threads, status);
+  if (!rt->pool) goto err_free_rt;
+  if (floe__plugins_load(rt, opts, status) != FLOE_OK) goto err_free_plugins;
+  name_devices(rt);
+  rt->seed = draw_seed();
+  return rt;
+
+err_free_plugins:
+  floe__pool_free(rt->pool);
+  floe__plugins_shutdown(rt);
+  floe__free(rt);
+  return NULL;
+err_free_rt:
+  floe__free(rt);
+  return NULL;
+}
+
+void floe_runtime_free(FloeRuntime *rt) {
+  /* The default runtime is borrowed by everyone until exit. */
+  if (!rt || rt == default_rt) return;
+  /* Workers may still run plugin code: join them before any shutdown hook. */
+  floe__pool_free(rt->pool);
+  floe__plugins_shutdown(rt);
+  floe__free(rt);
+}
+
+static void default_create(void) {
+  FloeStatus st = {FLOE_OK, NULL};
+  default_rt = floe_runtime_new(NULL, &st);
+  if (default_rt)
+    atomic_store(&default_pool, default_rt->pool);
+  else
+    default_error = st; /* kept for every later caller */
+}
+
+FloeRuntime *floe_runtime_default(FloeStatus *status) {
+  pthread_once(&default_once, default_create);
+  if (!default_rt)
+    floe_status_set(status, default_error.code, "cannot create the default runtime: %s",
+                    floe_status_message(&default_error));
+  return default_rt;
+}
+
+FloeThreadPool *floe__runtime_default_pool(void) { return atomic_load(&default_pool); }
+
+int floe_runtime_num_plugins(const FloeRuntime *rt) { return rt ? rt->num_plugins : 0; }
+
+const FloePluginReport *floe_runtime_plugin(const FloeRuntime *rt, int i) {
+  if (!rt || i < 0 || i >= rt->num_plugins) return NULL;
+  return &rt->plugins[i]->report;
+}
+
+const char *floe_plugin_state_name(FloePluginState s) {
+  switch (s) {
+    case FLOE_PLUGIN_LOADED: return "loaded";
+    case FLOE_PLUGIN_UNAVAILABLE: return "unavailable";
+    case FLOE_PLUGIN_REFUSED: return "refused";
+    case FLOE_PLUGIN_FAILED: return "failed";
+    case FLOE_PLUGIN_DUPLICATE: return "duplicate";
+    case FLOE_PLUGIN_FILTERED: return "filtered";
+  }
+  return "unknown";
+}
+
+int floe_runtime_num_devices(const FloeRuntime *rt) { return rt ? rt->num_devices : 0; }
+
+floe_code floe_runtime_device(const FloeRuntime *rt, int i, FloeDeviceInfo *info) {
+  if (!rt || !info || i < 0 || i >= rt->num_devices) return FLOE_OUT_OF_RANGE;
+  const FloeDevice *d = rt->devices[i];
+  info->name = d->name;
+  info->short_name = d->short_name;
+  info->type = d->props.type;
+  info->plugin = d->plugin->name;
+  info->description = d->props.description;
+  info->memory_bytes = d->props.memory_bytes;
+  info->peak_flops_f32 = d->props.peak_flops[FLOE_F32];
+  info->memory_bandwidth = d->props.memory_bandwidth;
+  info->index = d->index;
+  return FLOE_OK;
+}
+
+int floe_runtime_num_kernels_for(const FloeRuntime *rt, const char *op, const char *device_type) {
+  if (!rt || !op) return 0;
+  int n = 0;
+  for (int i = 0; i < rt->num_kernels; i++) {
+    const FloeKernelReg *k = rt->kernels[i];
+    if (strcmp(k->op, op) == 0 && (!device_type || strcasecmp(k->device_type, device_type) == 0)) n++;
+  }
+  return n;
+}

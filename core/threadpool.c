@@ -1,0 +1,276 @@
+/* threadpool.c - the inter-op / intra-op thread pool.
+ *
+ * N workers share one FIFO of (fn, arg) tasks kept in a power-of-two ring under one mutex;
+ * the ring is preallocated so scheduling does not allocate (it only grows, by doubling,
+ * when more tasks are queued than ever before). Idle workers sleep on one condition
+ * variable and a schedule wakes at most one of them, and only when one is idle.
+ *
+ * parallel_for splits [0, n) into shards claimed from an atomic counter by the caller and
+ * by helper tasks. When the caller runs out of shards it withdraws the helpers still
+ * queued (they become tombstones) and waits only for helpers already running shards, so a
+ * parallel_for called from inside a worker never waits on queued work and cannot deadlock,
+ * even on a pool of one thread.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct PoolTask {
+  FloeTaskFn fn; /* NULL: a withdrawn parallel_for helper (skipped) */
+  void *arg;
+} PoolTask;
+
+struct FloeThreadPool {
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv;  /* workers wait here for tasks */
+  PoolTask *ring;          /* capacity a power of two */
+  size_t cap, head, count;
+  int idle;                /* workers waiting on work_cv */
+  bool stop;
+  int num_threads;
+  int started;             /* workers actually created (for cleanup) */
+  pthread_t *threads;
+};
+
+/* The pool whose worker this thread is (NULL on other threads). */
+static _Thread_local FloeThreadPool *tls_worker_pool;
+
+enum { POOL_INITIAL_CAP = 1024 };
+
+/* Pops the next live task; the caller holds p->mu. False when the queue is empty. */
+static bool pop_locked(FloeThreadPool *p, PoolTask *out) {
+  while (p->count > 0) {
+    PoolTask t = p->ring[p->head];
+    p->head = (p->head + 1) & (p->cap - 1);
+    p->count--;
+    if (t.fn) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+static void *worker_main(void *arg) {
+  FloeThreadPool *p = arg;
+  tls_worker_pool = p;
+  floe__host_set_thread_pool(p);
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    PoolTask t;
+    if (pop_locked(p, &t)) {
+      pthread_mutex_unlock(&p->mu);
+      t.fn(t.arg);
+      pthread_mutex_lock(&p->mu);
+      continue;
+    }
+    if (p->stop) break;
+    p->idle++;
+    pthread_cond_wait(&p->work_cv, &p->mu);
+    p->idle--;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* Doubles the ring, unwrapping it; the caller holds p->mu. */
+static floe_code grow_locked(FloeThreadPool *p) {
+  PoolTask *ring = floe__malloc(2 * p->cap * sizeof *ring);
+  if (!ring) return FLOE_NO_MEMORY;
+  for (size_t i = 0; i < p->count; i++) ring[i] = p->ring[(p->head + i) & (p->cap - 1)];
+  floe__free(p->ring);
+  p->ring = ring;
+  p->cap *= 2;
+  p->head = 0;
+  return FLOE_OK;
+}
+
+/* Queues n copies of (fn, arg) under one lock and wakes up to n idle workers. */
+static floe_code push_n(FloeThreadPool *p, FloeTaskFn fn, void *arg, int n) {
+  pthread_mutex_lock(&p->mu);
+  while (p->count + (size_t)n > p->cap) {
+    if (grow_locked(p) != FLOE_OK) {
+      pthread_mutex_unlock(&p->mu);
+      return FLOE_NO_MEMORY;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    p->ring[(p->head + p->count) & (p->cap - 1)] = (PoolTask){fn, arg};
+    p->count++;
+  }
+  int wake = n < p->idle ? n : p->idle;
+  for (int i = 0; i < wake; i++) pthread_cond_signal(&p->work_cv);
+  pthread_mutex_unlock(&p->mu);
+  return FLOE_OK;
+}
+
+/* Caller owns the pool; free with floe__pool_free. num_threads < 1 is taken as 1. */
+FloeThreadPool *floe__pool_new(int num_threads, FloeStatus *st) {
+  if (num_threads < 1) num_threads = 1;
+  FloeThreadPool *p = floe__calloc(1, sizeof *p);
+  if (!p) goto err_oom;
+  p->num_threads = num_threads;
+  p->cap = POOL_INITIAL_CAP;
+  p->ring = floe__malloc(p->cap * sizeof *p->ring);
+  if (!p->ring) goto err_free_pool;
+  p->threads = floe__calloc((size_t)num_threads, sizeof *p->threads);
+  if (!p->threads) goto err_free_ring;
+  if (pthread_mutex_init(&p->mu, NULL) != 0) goto err_free_threads;
+  if (pthread_cond_init(&p->work_cv, NULL) != 0) goto err_destroy_mu;
+  for (int i = 0; i < num_threads; i++) {
+    int rc = pthread_create(&p->threads[i], NULL, worker_main, p);
+    if (rc != 0) {
+      floe_status_set(st, FLOE_RESOURCE_EXHAUSTED,
+                      "cannot start thread %d of %d of the thread pool: %s (lower "
+                      "FLOE_NUM_THREADS)",
+                      i + 1, num_threads, strerror(rc));
+      floe__pool_free(p);
+      return NULL;
+    }
+    p->started++;
+  }
+  return p;
+
+err_destroy_mu:
+  pthread_mutex_destroy(&p->mu);
+err_free_threads:
+  floe__free(p->threads);
+err_free_ring:
+  floe__free(p->ring);
+err_free_pool:
+  floe__free(p);
+err_oom:
+  floe_status_set(st, FLOE_NO_MEMORY, "out of memory creating a thread pool of %d threads",
+                  num_threads);
+  return NULL;
+}
+
+/* Runs every task still queued, then joins the workers and frees p. NULL is a no-op. */
+void floe__pool_free(FloeThreadPool *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = true;
+  pthread_cond_broadcast(&p->work_cv);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
+  pthread_cond_destroy(&p->work_cv);
+  pthread_mutex_destroy(&p->mu);
+  floe__free(p->threads);
+  floe__free(p->ring);
+  floe__free(p);
+}
+
+int floe__pool_size(const FloeThreadPool *p) { return p ? p->num_threads : 1; }
+
+/* fn(arg) runs later on a worker. FLOE_NO_MEMORY only when the queue had to grow and could
+ * not (the task is then not queued: the caller may run it itself). */
+floe_code floe__pool_schedule(FloeThreadPool *p, FloeTaskFn fn, void *arg) {
+  if (!p || !fn) return FLOE_INVALID_ARGUMENT;
+  return push_n(p, fn, arg, 1);
+}
+
+bool floe__pool_in_worker(const FloeThreadPool *p) { return p && tls_worker_pool == p; }
+
+bool floe__pool_help(FloeThreadPool *p) {
+  if (!p) return false;
+  PoolTask t;
+  pthread_mutex_lock(&p->mu);
+  bool got = pop_locked(p, &t);
+  pthread_mutex_unlock(&p->mu);
+  if (got) t.fn(t.arg);
+  return got;
+}
+
+/* ---- parallel_for ---- */
+
+typedef struct ParallelJob {
+  FloeParallelFn fn;
+  void *arg;
+  int64_t n, shard;    /* units in all, units per shard */
+  int64_t num_shards;
+  atomic_llong next;   /* next shard to claim */
+  FloeThreadPool *pool;
+  int helpers_out;     /* helpers queued or running; guarded by pool->mu */
+  bool waiting;        /* the caller sleeps on done_cv; guarded by pool->mu */
+  pthread_cond_t done_cv;
+} ParallelJob;
+
+static void run_shards(ParallelJob *j) {
+  for (;;) {
+    int64_t s = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (s >= j->num_shards) return;
+    int64_t begin = s * j->shard;
+    int64_t end = begin + j->shard < j->n ? begin + j->shard : j->n;
+    j->fn(j->arg, begin, end);
+  }
+}
+
+static void parallel_helper(void *arg) {
+  ParallelJob *j = arg;
+  run_shards(j);
+  FloeThreadPool *p = j->pool;
+  pthread_mutex_lock(&p->mu);
+  /* The caller cannot return (and pop j off its stack) before we unlock. */
+  if (--j->helpers_out == 0 && j->waiting) pthread_cond_signal(&j->done_cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Work worth one shard, in cost units (about 10 us): below it threads cost more than they
+ * save. */
+enum { SHARD_MIN_COST = 10000 };
+
+/* Shards for n units of cost_per_unit each (0: unknown, taken as expensive). */
+static int64_t shard_count(const FloeThreadPool *p, int64_t n, int64_t cost_per_unit) {
+  int64_t participants = (int64_t)floe__pool_size(p) + 1;
+  int64_t max_shards = 4 * participants; /* a few per thread smooths uneven shards */
+  int64_t shards;
+  if (cost_per_unit <= 0) {
+    shards = max_shards;
+  } else {
+    int64_t per_shard = SHARD_MIN_COST / cost_per_unit;
+    if (per_shard < 1) per_shard = 1;
+    shards = n / per_shard;
+  }
+  if (shards > max_shards) shards = max_shards;
+  if (shards > n) shards = n;
+  return shards < 1 ? 1 : shards;
+}
+
+/* Runs fn over [0, n) in shards on the pool and the calling thread; returns when every
+ * shard is done. Safe from inside a worker of p (nested loops run on the caller if no
+ * worker is free). p may be NULL (runs inline). */
+void floe__pool_parallel_for(FloeThreadPool *p, int64_t n, int64_t cost_per_unit,
+                             FloeParallelFn fn, void *arg) {
+  if (n <= 0) return;
+  int64_t shards = p ? shard_count(p, n, cost_per_unit) : 1;
+  if (shards <= 1) {
+    fn(arg, 0, n);
+    return;
+  }
+  ParallelJob j = {.fn = fn, .arg = arg, .n = n, .pool = p};
+  j.shard = (n + shards - 1) / shards;
+  j.num_shards = (n + j.shard - 1) / j.shard;
+  atomic_init(&j.next, 0);
+  int helpers = j.num_shards - 1 < p->num_threads ? (int)(j.num_shards - 1) : p->num_threads;
+  if (pthread_cond_init(&j.done_cv, NULL) != 0) helpers = 0;
+  if (helpers > 0) {
+    j.helpers_out = helpers;
+    /* Without queue space the caller simply runs every shard itself. */
+    if (push_n(p, parallel_helper, &j, helpers) != FLOE_OK) j.helpers_out = 0;
+  }
+  run_shards(&j);
+  if (helpers <= 0) return;
+  pthread_mutex_lock(&p->mu);
+  /* Withdraw helpers that never started: they would find no shard left anyway. */
+  for (size_t i = 0; i < p->count && j.helpers_out > 0; i++) {
+    PoolTask *t = &p->ring[(p->head + i) & (p->cap - 1)];
+    if (t->fn == parallel_helper && t->arg == &j) {
+      t->fn = NULL;
+      j.helpers_out--;
+    }
+  }
+  j.waiting = true;
+  while (j.helpers_out > 0) pthread_cond_wait(&j.done_cv, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+  pthread_cond_destroy(&j.done_cv);
+}

@@ -1,0 +1,69 @@
+/* hardswish.c - an out-of-tree Floe plugin: a new op, its shape function and a CPU kernel.
+ *
+ * Builds with the installed SDK alone and links nothing from libfloe:
+ *   cc -O2 -fPIC -shared $(pkg-config --cflags floe-plugin) hardswish.c -o floe-hardswish.so
+ * and is found through FLOE_PLUGIN_PATH.
+ */
+#include <floe/floe_plugin.h>
+#include <string.h>
+
+static const FloeHostApi *host;
+
+/* y = x * relu6(x + 3) / 6, elementwise. */
+static floe_code hardswish_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  const FloeTensor *x = host->ctx_input(ctx, 0);
+  FloeTensor *y;
+  floe_code rc = host->ctx_allocate_output(ctx, 0, host->tensor_rank(x), host->tensor_dims(x), &y);
+  if (rc != FLOE_OK) return rc;
+  const float *in = host->tensor_data(x);
+  float *out = host->tensor_data(y);
+  int64_t n = host->tensor_num_elements(x);
+  for (int64_t i = 0; i < n; i++) {
+    float r = in[i] + 3.0f;
+    r = r < 0.0f ? 0.0f : (r > 6.0f ? 6.0f : r);
+    out[i] = in[i] * r / 6.0f;
+  }
+  return FLOE_OK;
+}
+
+/* The output has the input's shape. */
+static floe_code hardswish_shape(const FloeHostApi *h, FloeShapeContext *sctx) {
+  FloeShape s = h->shape_input(sctx, 0);
+  h->shape_set_output(sctx, 0, &s);
+  return FLOE_OK;
+}
+
+FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRegistrar *reg) {
+  floe_code rc = FLOE_PLUGIN_DECLARE(reg, "hardswish", "1.0");
+  if (rc != FLOE_OK) return rc;
+  host = h;
+
+  static const char *const inputs[] = {"x: T"};
+  static const char *const outputs[] = {"y: T"};
+  static const char *const attrs[] = {"T: type in {f32}"};
+  FloeOpDef op;
+  memset(&op, 0, sizeof op);
+  op.struct_size = sizeof op;
+  op.name = "HardSwish";
+  op.inputs = inputs;
+  op.num_inputs = 1;
+  op.outputs = outputs;
+  op.num_outputs = 1;
+  op.attrs = attrs;
+  op.num_attrs = 1;
+  op.shape_fn = hardswish_shape;
+  op.doc = "x * relu6(x + 3) / 6 (MobileNetV3)";
+  if ((rc = reg->register_op(reg, &op)) != FLOE_OK) return rc;
+
+  FloeTypeConstraint f32_only = {"T", FLOE_DTYPE_BIT(FLOE_F32)};
+  FloeKernelDef k;
+  memset(&k, 0, sizeof k);
+  k.struct_size = sizeof k;
+  k.op = "HardSwish";
+  k.device_type = "CPU";
+  k.constraints = &f32_only;
+  k.num_constraints = 1;
+  k.compute = hardswish_compute;
+  return reg->register_kernel(reg, &k);
+}

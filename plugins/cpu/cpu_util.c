@@ -1,0 +1,207 @@
+/* cpu_util.c - helpers shared by the CPU kernels (see cpu_util.h). */
+/* FP exception flags are never read; without this gcc will not turn the selects of the
+ * conversions into vector blends. */
+#pragma GCC optimize("no-trapping-math")
+
+#include "cpu_util.h"
+
+#include <stdio.h>
+
+/* ------------------------------------------------------------------------------------ */
+/* Half-precision rows. */
+
+#define CPU_HOT __attribute__((target_clones("avx2", "default")))
+
+CPU_HOT void cpu_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);
+}
+
+CPU_HOT void cpu_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = cpu_f32_to_f16(src[i]);
+}
+
+CPU_HOT void cpu_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = cpu_bf16_to_f32(src[i]);
+}
+
+CPU_HOT void cpu_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = cpu_f32_to_bf16(src[i]);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Shapes and broadcasting. */
+
+char *cpu_shape_str(char *buf, size_t len, int rank, const int64_t *dims) {
+  size_t at = 0;
+  if (len == 0) return buf;
+  buf[0] = '\0';
+  at += (size_t)snprintf(buf + at, len - at, "[");
+  for (int i = 0; i < rank && at < len; i++)
+    at += (size_t)snprintf(buf + at, len - at, i ? ",%lld" : "%lld", (long long)dims[i]);
+  if (at < len) snprintf(buf + at, len - at, "]");
+  return buf;
+}
+
+int cpu_broadcast_shape(int n, const int *ranks, const int64_t *const *dims, int *out_rank,
+                        int64_t *out_dims) {
+  int rank = 0;
+  for (int k = 0; k < n; k++)
+    if (ranks[k] > rank) rank = ranks[k];
+  for (int d = 0; d < rank; d++) {
+    int64_t size = 1;
+    for (int k = 0; k < n; k++) {
+      int i = d - (rank - ranks[k]); /* inputs are aligned on their last dim */
+      if (i < 0 || dims[k][i] == 1) continue;
+      if (size != 1 && size != dims[k][i]) return -1;
+      size = dims[k][i];
+    }
+    out_dims[d] = size;
+  }
+  *out_rank = rank;
+  return 0;
+}
+
+void cpu_broadcast_plan(CpuBroadcast *p, int n, const int *ranks, const int64_t *const *dims,
+                        int out_rank, const int64_t *out_dims) {
+  /* full[d] bit k: input k spans output dim d (else it is broadcast along it). */
+  unsigned full[FLOE_MAX_DIMS];
+  int rank = 0;
+  p->num_inputs = n;
+  p->num_elements = 1;
+  for (int d = 0; d < out_rank; d++) {
+    p->num_elements *= out_dims[d];
+    if (out_dims[d] == 1) continue; /* size-1 dims move nothing */
+    unsigned f = 0;
+    for (int k = 0; k < n; k++) {
+      int i = d - (out_rank - ranks[k]);
+      if (i >= 0 && dims[k][i] == out_dims[d]) f |= 1u << k;
+    }
+    if (rank > 0 && full[rank - 1] == f) {
+      p->dims[rank - 1] *= out_dims[d];
+    } else {
+      full[rank] = f;
+      p->dims[rank++] = out_dims[d];
+    }
+  }
+  if (rank == 0) {
+    /* One element: every input has exactly one, so a unit stride reads it. */
+    p->rank = 1;
+    p->dims[0] = 1;
+    for (int k = 0; k < n; k++) p->strides[k][0] = 1;
+    return;
+  }
+  p->rank = rank;
+  for (int k = 0; k < n; k++) {
+    int64_t step = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+      if (full[d] & (1u << k)) {
+        p->strides[k][d] = step;
+        step *= p->dims[d];
+      } else {
+        p->strides[k][d] = 0;
+      }
+    }
+  }
+}
+
+floe_code cpu_broadcast_tensors(FloeKernelContext *ctx, int n, const FloeTensor *const *in,
+                                int *out_rank, int64_t *out_dims, CpuBroadcast *p) {
+  int ranks[CPU_BCAST_MAX_INPUTS];
+  const int64_t *dims[CPU_BCAST_MAX_INPUTS];
+  for (int k = 0; k < n; k++) {
+    ranks[k] = cpu_host->tensor_rank(in[k]);
+    dims[k] = cpu_host->tensor_dims(in[k]);
+  }
+  if (cpu_broadcast_shape(n, ranks, dims, out_rank, out_dims) != 0) {
+    char s[CPU_BCAST_MAX_INPUTS * (CPU_SHAPE_STR_MAX + 4)];
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+      if (k) at += (size_t)snprintf(s + at, sizeof s - at, " vs ");
+      cpu_shape_str(s + at, sizeof s - at, ranks[k], dims[k]);
+      at += strlen(s + at);
+    }
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "incompatible shapes for broadcasting: %s", s);
+  }
+  if (p) cpu_broadcast_plan(p, n, ranks, dims, *out_rank, out_dims);
+  return FLOE_OK;
+}
+
+void cpu_broadcast_iter_init(CpuBroadcastIter *it, const CpuBroadcast *p, int64_t begin,
+                             int64_t end) {
+  it->p = p;
+  it->pos = begin;
+  it->end = end;
+  for (int k = 0; k < p->num_inputs; k++) it->off[k] = 0;
+  int64_t rest = begin;
+  for (int d = p->rank - 1; d >= 0; d--) {
+    int64_t i = p->dims[d] ? rest % p->dims[d] : 0;
+    rest = p->dims[d] ? rest / p->dims[d] : 0;
+    it->idx[d] = i;
+    for (int k = 0; k < p->num_inputs; k++) it->off[k] += i * p->strides[k][d];
+  }
+}
+
+int64_t cpu_broadcast_iter_next(CpuBroadcastIter *it, int64_t *pos, int64_t *off) {
+  const CpuBroadcast *p = it->p;
+  int inner = p->rank - 1, n = p->num_inputs;
+  if (it->pos >= it->end) return 0;
+  int64_t len = p->dims[inner] - it->idx[inner];
+  if (len > it->end - it->pos) len = it->end - it->pos;
+  *pos = it->pos;
+  for (int k = 0; k < n; k++) off[k] = it->off[k];
+
+  it->pos += len;
+  it->idx[inner] += len;
+  for (int k = 0; k < n; k++) it->off[k] += len * p->strides[k][inner];
+  if (it->idx[inner] < p->dims[inner]) return len;
+  /* End of a row: carry into the outer dims like an odometer. */
+  for (int d = inner; d >= 0; d--) {
+    if (d < inner) {
+      it->idx[d]++;
+      for (int k = 0; k < n; k++) it->off[k] += p->strides[k][d];
+      if (it->idx[d] < p->dims[d]) break;
+    }
+    it->idx[d] = 0;
+    for (int k = 0; k < n; k++) it->off[k] -= p->dims[d] * p->strides[k][d];
+  }
+  return len;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Threads. */
+
+void cpu_parallel_for(int64_t n, int64_t cost_per_unit, FloeParallelFn fn, void *arg) {
+  if (n <= 0) return;
+  int64_t cost = cost_per_unit > 0 ? cost_per_unit : 1;
+  if (n == 1 || n < CPU_PARALLEL_MIN_COST / cost || cpu_host->num_threads() <= 1) {
+    fn(arg, 0, n);
+    return;
+  }
+  cpu_host->parallel_for(n, cost, fn, arg);
+}
+
+typedef struct BlockJob {
+  FloeParallelFn fn;
+  void *arg;
+  int64_t n;
+} BlockJob;
+
+static void block_range(void *arg, int64_t begin, int64_t end) {
+  const BlockJob *j = arg;
+  int64_t e = end * CPU_PARALLEL_BLOCK;
+  j->fn(j->arg, begin * CPU_PARALLEL_BLOCK, e < j->n ? e : j->n);
+}
+
+void cpu_parallel_elements(int64_t n, int64_t cost_per_element, FloeParallelFn fn, void *arg) {
+  if (n <= 0) return;
+  int64_t cost = cost_per_element > 0 ? cost_per_element : 1;
+  if (n <= CPU_PARALLEL_BLOCK || n < CPU_PARALLEL_MIN_COST / cost ||
+      cpu_host->num_threads() <= 1) {
+    fn(arg, 0, n);
+    return;
+  }
+  BlockJob j = {fn, arg, n};
+  cpu_host->parallel_for((n + CPU_PARALLEL_BLOCK - 1) / CPU_PARALLEL_BLOCK,
+                         cost * CPU_PARALLEL_BLOCK, block_range, &j);
+}

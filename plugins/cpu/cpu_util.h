@@ -1,0 +1,203 @@
+/* cpu_util.h - helpers shared by the CPU kernels: f16/bf16 conversions, NumPy broadcasting,
+ * a parallel_for that stays inline for small work, and vectorisable f32 exp/log. */
+#ifndef FLOE_CPU_UTIL_H
+#define FLOE_CPU_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* Half precision. Branch-free (selects only) so loops over them vectorise. All round to
+ * nearest even; NaN stays NaN (quiet), Inf stays Inf, overflow gives Inf, f16 subnormals are
+ * exact. Inline because every kernel calls them once per element. */
+
+static inline uint32_t cpu_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline float cpu_bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline float cpu_f16_to_f32(uint16_t h) {
+  uint32_t em = (uint32_t)(h & 0x7fffu) << 13; /* exponent and mantissa in f32 position */
+  uint32_t exp = em & 0x0f800000u;
+  uint32_t normal = em + ((127u - 15u) << 23);
+  uint32_t infnan = em + ((255u - 31u) << 23);
+  /* Subnormals (and zero): rebias one higher, then subtract the implicit leading one. */
+  float sub = cpu_bits_f32(em + ((127u - 15u + 1u) << 23)) - cpu_bits_f32(113u << 23);
+  uint32_t bits = exp == 0x0f800000u ? infnan : normal;
+  bits = exp == 0 ? cpu_f32_bits(sub) : bits;
+  return cpu_bits_f32(bits | (uint32_t)(h & 0x8000u) << 16);
+}
+
+static inline uint16_t cpu_f32_to_f16(float f) {
+  uint32_t u = cpu_f32_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  /* Below 2^-14 the result is subnormal: adding 0.5 aligns the 10 mantissa bits at the bottom
+   * and the FPU's own round-to-nearest-even does the rounding. */
+  uint32_t sub = cpu_f32_bits(cpu_bits_f32(a) + 0.5f) - cpu_f32_bits(0.5f);
+  /* Normal: rebias, then round to nearest even on the 13 dropped bits (a carry into the
+   * exponent is the correct result, up to Inf). */
+  uint32_t nrm = (a + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  uint32_t r = a < (113u << 23) ? sub : nrm;
+  r = a >= (143u << 23) ? 0x7c00u : r;         /* >= 65536 (or Inf) */
+  r = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) : r; /* NaN, payload kept, quiet */
+  return (uint16_t)(r | sign);
+}
+
+static inline float cpu_bf16_to_f32(uint16_t b) { return cpu_bits_f32((uint32_t)b << 16); }
+
+static inline uint16_t cpu_f32_to_bf16(float f) {
+  uint32_t u = cpu_f32_bits(f);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t nan = (u >> 16) | 0x40u; /* quiet, sign and top payload kept */
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+/* Whole rows: dst[i] = convert(src[i]) for i < n. */
+void cpu_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void cpu_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
+void cpu_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void cpu_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
+
+/* ------------------------------------------------------------------------------------ */
+/* Shapes. */
+
+/* Enough for "[" + 8 dims of 20 digits + commas + "]". */
+#define CPU_SHAPE_STR_MAX 192
+
+/* Writes "[2,3]" ("[]" for a scalar) into buf and returns buf. */
+char *cpu_shape_str(char *buf, size_t len, int rank, const int64_t *dims);
+
+/* ------------------------------------------------------------------------------------ */
+/* NumPy broadcasting of up to three inputs.
+ *
+ * A plan collapses the output shape: dims of size 1 are dropped and neighbouring dims in which
+ * every input is either full or broadcast are merged, so [N,H,W,C] + [C] becomes [N*H*W, C].
+ * Each input gets an element stride per collapsed dim, 0 where it is broadcast; the innermost
+ * stride is always 0 or 1, so a kernel's inner loop is contiguous or reads a scalar. */
+
+#define CPU_BCAST_MAX_INPUTS 3
+
+typedef struct CpuBroadcast {
+  int num_inputs;
+  int rank;                    /* collapsed rank, 1..FLOE_MAX_DIMS */
+  int64_t dims[FLOE_MAX_DIMS]; /* collapsed output dims, innermost last */
+  int64_t strides[CPU_BCAST_MAX_INPUTS][FLOE_MAX_DIMS]; /* element strides, 0 = broadcast */
+  int64_t num_elements;        /* of the output */
+} CpuBroadcast;
+
+/* Output shape of broadcasting n shapes (1 <= n <= 3) into out_rank / out_dims (room for
+ * FLOE_MAX_DIMS). Returns 0, or -1 when two dims differ and neither is 1. */
+int cpu_broadcast_shape(int n, const int *ranks, const int64_t *const *dims, int *out_rank,
+                        int64_t *out_dims);
+
+/* Builds the plan for inputs whose shapes broadcast to out_rank / out_dims. */
+void cpu_broadcast_plan(CpuBroadcast *p, int n, const int *ranks, const int64_t *const *dims,
+                        int out_rank, const int64_t *out_dims);
+
+/* Both of the above for a kernel's input tensors. On incompatible shapes records
+ * "incompatible shapes for broadcasting: [2,3] vs [4]" on ctx and returns its code. */
+floe_code cpu_broadcast_tensors(FloeKernelContext *ctx, int n, const FloeTensor *const *in,
+                                int *out_rank, int64_t *out_dims, CpuBroadcast *p);
+
+/* Walks output elements [begin, end) of a plan as runs along the innermost collapsed dim. */
+typedef struct CpuBroadcastIter {
+  const CpuBroadcast *p;
+  int64_t pos, end;                  /* next output element; one past the last */
+  int64_t idx[FLOE_MAX_DIMS];        /* multi-index of pos in the collapsed dims */
+  int64_t off[CPU_BCAST_MAX_INPUTS]; /* element offset of each input at pos */
+} CpuBroadcastIter;
+
+void cpu_broadcast_iter_init(CpuBroadcastIter *it, const CpuBroadcast *p, int64_t begin,
+                             int64_t end);
+
+/* Next run: output elements [*pos, *pos + len), input k starting at element off[k] with step
+ * p->strides[k][p->rank - 1] (0 or 1). Returns len, 0 when the range is done. */
+int64_t cpu_broadcast_iter_next(CpuBroadcastIter *it, int64_t *pos, int64_t *off);
+
+/* ------------------------------------------------------------------------------------ */
+/* Threads. */
+
+/* Total cost (n * cost_per_unit, nanoseconds-ish) below which work runs inline: waking the
+ * pool costs a few microseconds. */
+#define CPU_PARALLEL_MIN_COST 32768
+
+/* host->parallel_for, except that small work (or a one-thread pool) runs as fn(arg, 0, n)
+ * on the calling thread. */
+void cpu_parallel_for(int64_t n, int64_t cost_per_unit, FloeParallelFn fn, void *arg);
+
+/* Elements [0, n) in shards that are multiples of CPU_PARALLEL_BLOCK elements (except the
+ * last), so shards never share a cache line of a contiguous output; fn gets element ranges. */
+#define CPU_PARALLEL_BLOCK 4096
+void cpu_parallel_elements(int64_t n, int64_t cost_per_element, FloeParallelFn fn, void *arg);
+
+/* ------------------------------------------------------------------------------------ */
+/* f32 exp and log written with selects instead of branches so gcc vectorises loops calling
+ * them (libm's are scalar calls). Max error about 2 ulp; Inf, NaN, 0, subnormals handled. */
+
+static inline float cpu_exp_f32(float x) {
+  float c = x != x ? 0.0f : x;
+  c = c < -104.0f ? -104.0f : c; /* exp(-104) rounds to 0 */
+  c = c > 89.0f ? 89.0f : c;     /* exp(89) overflows to Inf */
+  /* n = round(c / ln2) with the 1.5 * 2^23 trick (no libm call), then Cody-Waite c - n ln2. */
+  float fn = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = c - fn * 0.693359375f;
+  r = r - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  /* 2^n as two factors so n in [-150, 128] needs no special case for subnormals or Inf. */
+  int32_t n = (int32_t)fn;
+  int32_t n1 = n / 2, n2 = n - n1;
+  float s1 = cpu_bits_f32((uint32_t)(n1 + 127) << 23);
+  float s2 = cpu_bits_f32((uint32_t)(n2 + 127) << 23);
+  float y = (p * s1) * s2;
+  return x != x ? x : y;
+}
+
+static inline float cpu_log_f32(float x) {
+  /* Subnormals: scale by 2^23 first. */
+  int tiny = x < 1.17549435e-38f;
+  float xs = tiny ? x * 8388608.0f : x;
+  uint32_t u = cpu_f32_bits(xs);
+  int32_t e = (int32_t)((u >> 23) & 0xffu) - 126 - (tiny ? 23 : 0);
+  float m = cpu_bits_f32((u & 0x807fffffu) | 0x3f000000u); /* in [0.5, 1) */
+  int lo = m < 0.707106781186547524f;
+  e = lo ? e - 1 : e;
+  m = lo ? m + m - 1.0f : m - 1.0f;
+  float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  float fe = (float)e;
+  y = y + fe * -2.12194440e-4f;
+  y = y - 0.5f * z;
+  float r = m + y + fe * 0.693359375f;
+  r = x == 0.0f ? -__builtin_inff() : r;
+  r = x < 0.0f ? __builtin_nanf("") : r;
+  r = x == __builtin_inff() || x != x ? x : r;
+  return r;
+}
+
+#endif

@@ -1,0 +1,22 @@
+/* cli.h - shared pieces of the floe command's subcommands. */
+#ifndef FLOE_TOOLS_CLI_H
+#define FLOE_TOOLS_CLI_H
+
+#include <floe/floe.h>
+
+#include "json.h"
+
+/* Each subcommand: argc/argv start at the subcommand's name. Returns the exit status. */
+int cmd_devices(int argc, char **argv);
+int cmd_plugins(int argc, char **argv);
+int cmd_ops(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_graph(int argc, char **argv);
+
+/* Prints "floe CMD: message" to stderr; returns 1 (or 2 for usage errors via cli_usage). */
+int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_usage(const char *cmd, const char *usage);
+/* The process runtime from the environment; prints the error and returns NULL on failure. */
+FloeRuntime *cli_runtime(const char *cmd);
+
+#endif

@@ -1,0 +1,198 @@
+/* cmd_run.c - floe run GRAPH --feed NAME=FILE.npy ... --fetch NAME ... [--out DIR]. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char run_help[] =
+    "Usage: floe run GRAPH [--feed NAME=FILE.npy]... --fetch NAME... [--target NODE]...\n"
+    "                [--out DIR] [--device DEV] [--json]\n"
+    "Run one step of a graph file. NAME is a node ('logits') or one of its outputs\n"
+    "('split:1'). Feeding a tensor cuts the graph there; only what the fetches and\n"
+    "targets need runs.\n"
+    "  --feed NAME=FILE.npy  value of a placeholder or any tensor (NumPy .npy)\n"
+    "  --fetch NAME          tensor to return (repeatable)\n"
+    "  --target NODE         node to run for its side effects (repeatable)\n"
+    "  --out DIR             write each fetch to DIR/NAME.npy (':' becomes '_')\n"
+    "  --device DEV          default device for nodes with no request (e.g. cpu:0)\n"
+    "  --json                print one JSON object describing the outputs\n";
+
+/* Prints up to 16 values of a host tensor. */
+static void print_values(const FloeTensor *t) {
+  int64_t n = floe_tensor_num_elements(t), shown = n < 16 ? n : 16;
+  const void *d = floe_tensor_data(t);
+  printf("[");
+  for (int64_t i = 0; i < shown; i++) {
+    if (i) printf(", ");
+    switch (floe_tensor_dtype(t)) {
+      case FLOE_F32: printf("%.6g", ((const float *)d)[i]); break;
+      case FLOE_F64: printf("%.9g", ((const double *)d)[i]); break;
+      case FLOE_F16: printf("%.4g", floe_f16_to_f32(((const uint16_t *)d)[i])); break;
+      case FLOE_BF16: printf("%.3g", floe_bf16_to_f32(((const uint16_t *)d)[i])); break;
+      case FLOE_I8: printf("%d", ((const int8_t *)d)[i]); break;
+      case FLOE_U8: printf("%u", ((const uint8_t *)d)[i]); break;
+      case FLOE_I32: printf("%d", ((const int32_t *)d)[i]); break;
+      case FLOE_I64: printf("%lld", (long long)((const int64_t *)d)[i]); break;
+      case FLOE_BOOL: printf("%s", ((const uint8_t *)d)[i] ? "true" : "false"); break;
+      default: printf("?"); break;
+    }
+  }
+  printf("%s]", n > shown ? ", ..." : "");
+}
+
+/* DIR/NAME.npy with ':' and '/' in NAME replaced. Caller frees. */
+static char *out_path(const char *dir, const char *name) {
+  size_t len = strlen(dir) + strlen(name) + 8;
+  char *p = malloc(len);
+  if (!p) return NULL;
+  int n = snprintf(p, len, "%s/", dir);
+  for (const char *c = name; *c; c++) p[n++] = (*c == ':' || *c == '/') ? '_' : *c;
+  strcpy(p + n, ".npy");
+  return p;
+}
+
+int cmd_run(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"feed", required_argument, NULL, 'f'},  {"fetch", required_argument, NULL, 'F'},
+      {"target", required_argument, NULL, 't'}, {"out", required_argument, NULL, 'o'},
+      {"device", required_argument, NULL, 'd'}, {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+  const char **feed_specs = calloc((size_t)argc, sizeof *feed_specs);
+  const char **fetches = calloc((size_t)argc, sizeof *fetches);
+  const char **targets = calloc((size_t)argc, sizeof *targets);
+  FloeFeed *feeds = calloc((size_t)argc, sizeof *feeds);
+  FloeTensor **outputs = calloc((size_t)argc, sizeof *outputs);
+  int nfeed = 0, nfetch = 0, ntarget = 0, json = 0, rc = 1, c;
+  const char *out_dir = NULL, *device = NULL;
+  FloeStatus *st = floe_status_new();
+  FloeGraph *g = NULL;
+  FloeSession *s = NULL;
+  if (!feed_specs || !fetches || !targets || !feeds || !outputs || !st) {
+    rc = cli_error("run", "out of memory");
+    goto out;
+  }
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "f:F:t:o:d:jh", opts, NULL)) != -1) {
+    switch (c) {
+      case 'f': feed_specs[nfeed++] = optarg; break;
+      case 'F': fetches[nfetch++] = optarg; break;
+      case 't': targets[ntarget++] = optarg; break;
+      case 'o': out_dir = optarg; break;
+      case 'd': device = optarg; break;
+      case 'j': json = 1; break;
+      case 'h': printf("%s", run_help); rc = 0; goto out;
+      default: rc = cli_usage("run", "unknown option"); goto out;
+    }
+  }
+  if (optind != argc - 1) {
+    rc = cli_usage("run", "expected exactly one GRAPH file");
+    goto out;
+  }
+  if (nfetch == 0 && ntarget == 0) {
+    rc = cli_usage("run", "nothing to do: give --fetch NAME or --target NODE");
+    goto out;
+  }
+  if (!cli_runtime("run")) goto out;
+  const char *graph_path = argv[optind];
+  g = floe_graph_load(graph_path, st);
+  if (!g) {
+    rc = cli_error("run", "%s", floe_status_message(st));
+    goto out;
+  }
+  for (int i = 0; i < nfeed; i++) {
+    const char *eq = strchr(feed_specs[i], '=');
+    if (!eq || eq == feed_specs[i] || !eq[1]) {
+      rc = cli_usage("run", "--feed takes NAME=FILE.npy");
+      goto out;
+    }
+    feeds[i].name = strndup(feed_specs[i], (size_t)(eq - feed_specs[i]));
+    feeds[i].value = floe_tensor_load_npy(eq + 1, st);
+    if (!feeds[i].name || !feeds[i].value) {
+      rc = cli_error("run", "--feed %s: %s", feed_specs[i], floe_status_message(st));
+      goto out;
+    }
+  }
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.device = device;
+  s = floe_session_new(g, &so, st);
+  if (!s) {
+    rc = cli_error("run", "%s", floe_status_message(st));
+    goto out;
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (floe_session_run(s, feeds, nfeed, fetches, nfetch, targets, ntarget, outputs, st) !=
+      FLOE_OK) {
+    rc = cli_error("run", "%s", floe_status_message(st));
+    goto out;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  if (out_dir && mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+    rc = cli_error("run", "cannot create --out %s: %s", out_dir, strerror(errno));
+    goto out;
+  }
+  JsonWriter w;
+  if (json) {
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "graph"), json_string(&w, graph_path);
+    json_key(&w, "run_seconds"), json_double(&w, secs);
+    json_key(&w, "outputs"), json_begin_array(&w);
+  }
+  for (int i = 0; i < nfetch; i++) {
+    FloeTensor *t = outputs[i];
+    FloeShape sh = floe_tensor_shape(t);
+    char shape[160];
+    floe_shape_str(&sh, shape, sizeof shape);
+    char *path = out_dir ? out_path(out_dir, fetches[i]) : NULL;
+    if (path && floe_tensor_save_npy(t, path, st) != FLOE_OK) {
+      rc = cli_error("run", "%s", floe_status_message(st));
+      free(path);
+      goto out;
+    }
+    if (json) {
+      json_begin_object(&w);
+      json_key(&w, "name"), json_string(&w, fetches[i]);
+      json_key(&w, "dtype"), json_string(&w, floe_dtype_name(floe_tensor_dtype(t)));
+      json_key(&w, "shape"), json_begin_array(&w);
+      for (int d = 0; d < sh.rank; d++) json_int(&w, sh.dims[d]);
+      json_end_array(&w);
+      if (path) json_key(&w, "file"), json_string(&w, path);
+      json_end_object(&w);
+    } else {
+      printf("%s: %s%s ", fetches[i], floe_dtype_name(floe_tensor_dtype(t)), shape);
+      if (path) printf("-> %s", path);
+      else print_values(t);
+      printf("\n");
+    }
+    free(path);
+  }
+  if (json) {
+    json_end_array(&w);
+    json_end_object(&w);
+    json_finish(&w);
+  }
+  rc = 0;
+out:
+  for (int i = 0; i < nfetch && outputs; i++) floe_tensor_release(outputs[i]);
+  for (int i = 0; i < nfeed && feeds; i++) {
+    free((char *)feeds[i].name);
+    floe_tensor_release(feeds[i].value);
+  }
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  free(feed_specs);
+  free(fetches);
+  free(targets);
+  free(feeds);
+  free(outputs);
+  return rc;
+}

@@ -1,0 +1,75 @@
+/* floe.c - the floe command: devices, plugins, ops, run, graph. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "config.h"
+
+int cli_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "floe %s: ", cmd);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  return 1;
+}
+
+int cli_usage(const char *cmd, const char *usage) {
+  fprintf(stderr, "floe %s: %s\nTry 'floe %s --help'.\n", cmd, usage, cmd);
+  return 2;
+}
+
+FloeRuntime *cli_runtime(const char *cmd) {
+  FloeStatus *st = floe_status_new();
+  FloeRuntime *rt = floe_runtime_default(st);
+  if (!rt) cli_error(cmd, "cannot start the runtime: %s", floe_status_message(st));
+  floe_status_free(st);
+  return rt;
+}
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *summary;
+} commands[] = {
+    {"devices", cmd_devices, "list the devices the plugins provide"},
+    {"plugins", cmd_plugins, "list the plugins found, loaded, refused and why"},
+    {"ops", cmd_ops, "list the defined ops"},
+    {"run", cmd_run, "run a graph file: feed .npy files, fetch tensors"},
+    {"graph", cmd_graph, "describe a graph file, or draw it as Graphviz DOT"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "Usage: floe COMMAND [OPTIONS]\n"
+          "Floe %s: a dataflow machine-learning runtime.\n\nCommands:\n",
+          PACKAGE_VERSION);
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out,
+          "\nEvery command takes --help; most take --json.\n"
+          "Environment: FLOE_PLUGIN_PATH (colon-separated plugin folders), FLOE_PLUGINS\n"
+          "(comma-separated plugin names to load), FLOE_NUM_THREADS, FLOE_LOG_LEVEL.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("floe %s\n", PACKAGE_VERSION);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "floe: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
