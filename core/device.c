@@ -46,6 +46,7 @@ static bool parse_type_index(const char *p, size_t len, FloeDeviceName *out) {
   return parse_index(colon + 1, len - tlen - 1, &out->index);
 }
 
+/* Fills the caller's *out (no allocation); s is borrowed. */
 floe_code floe_device_name_parse(const char *s, FloeDeviceName *out, FloeStatus *status) {
   if (!out) return floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_device_name_parse: out is NULL");
   memset(out, 0, sizeof *out);
@@ -106,6 +107,7 @@ static bool device_matches(const FloeDevice *d, const FloeDeviceName *n) {
   return n->index < 0 || n->index == d->index;
 }
 
+/* The first device of rt matching name (borrowed from rt), or NULL + st. */
 FloeDevice *floe__device_find(const FloeRuntime *rt, const char *name, FloeStatus *st) {
   FloeDeviceName n;
   if (floe_device_name_parse(name, &n, st) != FLOE_OK) return NULL;
@@ -131,6 +133,7 @@ FloeDevice *floe__device_find(const FloeRuntime *rt, const char *name, FloeStatu
   return NULL;
 }
 
+/* Caller owns *ptr and frees it with floe__device_free on the same device. */
 floe_code floe__device_alloc(FloeDevice *dev, size_t bytes, void **ptr, FloeStatus *st) {
   *ptr = NULL;
   if (!dev) {
@@ -152,6 +155,7 @@ floe_code floe__device_alloc(FloeDevice *dev, size_t bytes, void **ptr, FloeStat
   return FLOE_OK;
 }
 
+/* Frees with the allocator that made ptr (NULL ptr: nothing). */
 void floe__device_free(FloeDevice *dev, void *ptr, size_t bytes) {
   if (!ptr) return;
   if (!dev)
@@ -168,6 +172,7 @@ static floe_code copy_failed(FloeStatus *st, floe_code rc, const FloeDevice *fro
                          place_name(from), place_name(to), slot, floe_code_name(rc));
 }
 
+/* Both buffers are the caller's; a staging buffer is freed before returning. */
 floe_code floe__device_copy(FloeDevice *dst_dev, void *dst, FloeDevice *src_dev, const void *src,
                             size_t n, FloeStatus *st) {
   if (n == 0) return FLOE_OK;

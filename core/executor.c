@@ -117,12 +117,23 @@ static void list_push(FloeExecStep *s, ReadyList *l, int n) {
 
 /* ---- errors ---- */
 
+/* msg without its "node 'x' (Op): " prefix, when the host already put one there. */
+static const char *strip_node_prefix(const char *msg, const FloeNode *n) {
+  size_t nl = strlen(n->name), ol = strlen(n->op->name);
+  if (strncmp(msg, "node '", 6) == 0 && strncmp(msg + 6, n->name, nl) == 0 &&
+      strncmp(msg + 6 + nl, "' (", 3) == 0 && strncmp(msg + 9 + nl, n->op->name, ol) == 0 &&
+      strncmp(msg + 9 + nl + ol, "): ", 3) == 0)
+    return msg + 12 + nl + ol;
+  return msg;
+}
+
 /* Keeps the first error of the step (prefixed with the node) and cancels the step. */
 static void step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const char *msg) {
+  const FloeNode *n = en->node;
   pthread_mutex_lock(&s->mu);
   if (s->status.code == FLOE_OK)
-    floe_status_set(&s->status, code, "node '%s' (%s): %s", en->node->name, en->node->op->name,
-                    msg);
+    floe_status_set(&s->status, code, "node '%s' (%s): %s", n->name, n->op->name,
+                    strip_node_prefix(msg, n));
   pthread_mutex_unlock(&s->mu);
   atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
 }
@@ -477,7 +488,8 @@ static floe_code create_kernels(FloeExecutor *e, FloeStatus *st) {
       floe_code code = kst.code != FLOE_OK ? kst.code : rc;
       floe_status_set(st, code, "node '%s' (%s): creating its %s kernel: %s", en->node->name,
                       en->node->op->name, en->kernel->device_type,
-                      kst.code != FLOE_OK ? floe_status_message(&kst) : floe_code_message(rc));
+                      kst.code != FLOE_OK ? strip_node_prefix(floe_status_message(&kst), en->node)
+                                          : floe_code_message(rc));
       floe_status_clear(&kst);
       return code;
     }

@@ -262,14 +262,17 @@ static floe_code take_inputs(FloeGraph *g, FloeNode *n, const FloeNodeSpec *spec
   if (spec->num_inputs < 0 || num_lists < 0 || (spec->num_inputs > 0 && !spec->inputs))
     return floe_status_set(st, FLOE_INVALID_ARGUMENT, "bad input array (%d inputs)",
                            spec->num_inputs);
+  bool has_list_arg = false;
+  for (int a = 0; a < op->num_inputs; a++) has_list_arg |= arg_is_list(&op->inputs[a]);
   if (num_lists != op->num_inputs)
     return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                            "op %s takes %d input argument%s (%s) but %d %s given%s", op->name,
                            op->num_inputs, op->num_inputs == 1 ? "" : "s",
                            args_str(op->inputs, op->num_inputs, args, sizeof args), num_lists,
                            num_lists == 1 ? "was" : "were",
-                           spec->list_sizes ? "; pass list arguments with floe_node_add_input_list"
-                                            : "");
+                           has_list_arg && num_lists > op->num_inputs
+                               ? "; pass list arguments with floe_node_add_input_list"
+                               : "");
   int total = 0;
   for (int a = 0; a < num_lists; a++) {
     int k = spec->list_sizes ? spec->list_sizes[a] : 1;

@@ -345,6 +345,7 @@ err_oom:
                    "allocate_temp: out of memory growing the scratch list");
 }
 
+/* Frees the blocks ctx_allocate_temp made (owned by ctx) and the lists holding them. */
 void floe__kernel_ctx_free_temps(FloeKernelContext *ctx) {
   for (int i = 0; i < ctx->num_temps; i++)
     floe__device_free(ctx->device, ctx->temps[i], ctx->temp_sizes[i]);
@@ -379,6 +380,7 @@ static int host_ctx_cancelled(const FloeKernelContext *ctx) {
 
 static _Thread_local FloeThreadPool *thread_pool;
 
+/* pool is borrowed: the caller clears it (NULL) before the pool is freed. */
 void floe__host_set_thread_pool(FloeThreadPool *pool) { thread_pool = pool; }
 
 static FloeThreadPool *current_pool(void) {
@@ -519,4 +521,5 @@ static const FloeHostApi host_api = {
 _Static_assert(sizeof(FloeHostApi) == offsetof(FloeHostApi, shape_set_error) + sizeof(void (*)(void)),
                "a FloeHostApi slot was added: fill it in host_api");
 
+/* Static: lives as long as the process; plugins may keep the pointer. */
 const FloeHostApi *floe__host_api(void) { return &host_api; }

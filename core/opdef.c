@@ -358,10 +358,6 @@ static FloeAttrKind kind_from_name(const char *k, const char *elem) {
   return FLOE_ATTR_NONE;
 }
 
-static bool is_list_kind(FloeAttrKind k) {
-  return k == FLOE_ATTR_INT_LIST || k == FLOE_ATTR_FLOAT_LIST || k == FLOE_ATTR_TYPE_LIST;
-}
-
 static size_t list_len(const FloeAttrValue *v) {
   return v->kind == FLOE_ATTR_INT_LIST     ? v->u.ilist.n
          : v->kind == FLOE_ATTR_FLOAT_LIST ? v->u.flist.n
@@ -509,7 +505,7 @@ static floe_code parse_arg(SpecParser *ps, const FloeAttrDef *attrs, int num_att
       return spec_fail(ps, "'%s*%s': a list(type) attribute cannot be repeated by a length",
                        number, type);
     if (ta->kind != FLOE_ATTR_TYPE && ta->kind != FLOE_ATTR_TYPE_LIST)
-      return spec_fail(ps, "'%s' is a %s attribute, not a type or list(type)", type,
+      return spec_fail(ps, "'%s' is an attribute of kind %s, not a type or list(type)", type,
                        floe__attr_kind_name(ta->kind));
   } else {
     fixed = floe_dtype_from_name(type);

@@ -78,7 +78,9 @@ static void transport_reg_free(FloeTransportReg *t) {
   floe__free(t);
 }
 
+/* v may be partly filled (NULL entries) or NULL after a failed copy. */
 static void string_array_free(const char *const *v, size_t n) {
+  if (!v) return;
   for (size_t i = 0; i < n; i++) floe__free((char *)v[i]);
   floe__free((void *)v);
 }
@@ -586,8 +588,7 @@ static FloePlugin *plugin_new(FloeRuntime *rt, const char *stem, const char *pat
  * reason other than memory (a spec that does not parse). */
 static floe_code commit(FloeRuntime *rt, FloePlugin *p, Staging *s, FloeStatus *st) {
   for (int i = 0; i < s->num_ops; i++) {
-    const FloeOpInfo *existing = floe__op_lookup(s->ops[i].name);
-    if (existing) continue; /* ours, from another runtime (checked in reg_op) */
+    /* Re-registering an identical definition (this plugin, another runtime) succeeds. */
     FloeStatus ost = {FLOE_OK, NULL};
     floe_code rc = floe__op_register(&s->ops[i], p->name, &ost);
     if (rc == FLOE_NO_MEMORY) {
@@ -840,6 +841,8 @@ static floe_code scan_path(FloeRuntime *rt, const char *path, const char *filter
   return FLOE_OK;
 }
 
+/* Fills rt->plugins/devices/kernels/transports, all owned by rt and freed by
+ * floe__plugins_shutdown (also after a failed load). opts is borrowed for the call. */
 floe_code floe__plugins_load(FloeRuntime *rt, const FloeRuntimeOptions *opts, FloeStatus *st) {
   const char *path = FLOE_HAS_FIELD(opts, FloeRuntimeOptions, plugin_path) ? opts->plugin_path : NULL;
   const char *filter = FLOE_HAS_FIELD(opts, FloeRuntimeOptions, plugins) ? opts->plugins : NULL;
@@ -853,6 +856,8 @@ floe_code floe__plugins_load(FloeRuntime *rt, const FloeRuntimeOptions *opts, Fl
   return rc;
 }
 
+/* Runs the plugins' shutdown hooks and destroy slots, then frees every record of rt (rt
+ * itself stays the caller's). Plugin code stays mapped: handles are never closed. */
 void floe__plugins_shutdown(FloeRuntime *rt) {
   /* Reverse load order: a later plugin may use what an earlier one provides. */
   for (int i = rt->num_plugins - 1; i >= 0; i--) {

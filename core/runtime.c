@@ -78,6 +78,8 @@ static void name_devices(FloeRuntime *rt) {
   }
 }
 
+/* Caller owns the runtime (floe_runtime_free); opts and its strings are borrowed for the
+ * call. */
 FloeRuntime *floe_runtime_new(const FloeRuntimeOptions *opts, FloeStatus *status) {
   if (opts && opts->struct_size < FIELD_END_PLUGIN_PATH) {
     floe_status_set(status, FLOE_INVALID_ARGUMENT,
@@ -109,6 +111,7 @@ err_free_rt:
   return NULL;
 }
 
+/* Frees rt and everything its plugins registered; the default runtime is never freed. */
 void floe_runtime_free(FloeRuntime *rt) {
   /* The default runtime is borrowed by everyone until exit. */
   if (!rt || rt == default_rt) return;
@@ -127,6 +130,7 @@ static void default_create(void) {
     default_error = st; /* kept for every later caller */
 }
 
+/* Borrowed: created on first use, lives until exit. */
 FloeRuntime *floe_runtime_default(FloeStatus *status) {
   pthread_once(&default_once, default_create);
   if (!default_rt)
@@ -135,15 +139,19 @@ FloeRuntime *floe_runtime_default(FloeStatus *status) {
   return default_rt;
 }
 
+/* Borrowed from the default runtime (never freed); NULL before it exists. */
 FloeThreadPool *floe__runtime_default_pool(void) { return atomic_load(&default_pool); }
 
+/* Counts of rt's registries (0 for a NULL runtime); nothing is allocated. */
 int floe_runtime_num_plugins(const FloeRuntime *rt) { return rt ? rt->num_plugins : 0; }
 
+/* Borrowed from rt (the report and its strings), NULL for a bad index. */
 const FloePluginReport *floe_runtime_plugin(const FloeRuntime *rt, int i) {
   if (!rt || i < 0 || i >= rt->num_plugins) return NULL;
   return &rt->plugins[i]->report;
 }
 
+/* Static strings. */
 const char *floe_plugin_state_name(FloePluginState s) {
   switch (s) {
     case FLOE_PLUGIN_LOADED: return "loaded";
@@ -158,6 +166,7 @@ const char *floe_plugin_state_name(FloePluginState s) {
 
 int floe_runtime_num_devices(const FloeRuntime *rt) { return rt ? rt->num_devices : 0; }
 
+/* info's strings are borrowed from rt. */
 floe_code floe_runtime_device(const FloeRuntime *rt, int i, FloeDeviceInfo *info) {
   if (!rt || !info || i < 0 || i >= rt->num_devices) return FLOE_OUT_OF_RANGE;
   const FloeDevice *d = rt->devices[i];

@@ -9,7 +9,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cpu.h"
 #include "cpu_util.h"
@@ -975,9 +974,9 @@ static floe_code pad_create(const FloeHostApi *host, FloeKernelInit *init, void 
   if (host->attr_string(a, "mode", &mode) != FLOE_OK) mode = "CONSTANT";
   if (host->attr_float(a, "constant_value", &value) != FLOE_OK) value = 0;
   int reflect;
-  if (strcasecmp(mode, "CONSTANT") == 0)
+  if (strcmp(mode, "CONSTANT") == 0)
     reflect = 0;
-  else if (strcasecmp(mode, "REFLECT") == 0)
+  else if (strcmp(mode, "REFLECT") == 0)
     reflect = 1;
   else
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,

@@ -169,8 +169,8 @@ static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, voi
 /* ---------------------------------------------------------------------------------- */
 /* Geometry. */
 
-/* TensorFlow's output size and padding along one spatial dim; false when VALID would give a
- * negative size. */
+/* TensorFlow's output size and padding along one spatial dim; false when the VALID window is
+ * larger than the input (as the Conv2D / pooling shape functions rule). */
 static bool window(int64_t in, int64_t k, int64_t stride, int64_t dil, bool same, int64_t *out,
                    int64_t *before, int64_t *after) {
   int64_t eff = (k - 1) * dil + 1;
@@ -181,10 +181,11 @@ static bool window(int64_t in, int64_t k, int64_t stride, int64_t dil, bool same
     *before = total / 2;
     *after = total - *before; /* the odd pixel goes after */
   } else {
-    *out = (in - eff + stride) / stride;
+    if (in < eff) return false;
+    *out = (in - eff) / stride + 1;
     *before = *after = 0;
   }
-  return *out >= 0;
+  return true;
 }
 
 static floe_code make_geo(const State *s, FloeKernelContext *ctx, const FloeTensor *x,

@@ -106,8 +106,8 @@ void cpu_broadcast_plan(CpuBroadcast *p, int n, const int *ranks, const int64_t 
 
 floe_code cpu_broadcast_tensors(FloeKernelContext *ctx, int n, const FloeTensor *const *in,
                                 int *out_rank, int64_t *out_dims, CpuBroadcast *p) {
-  int ranks[CPU_BCAST_MAX_INPUTS];
-  const int64_t *dims[CPU_BCAST_MAX_INPUTS];
+  int ranks[CPU_BCAST_MAX_INPUTS] = {0};
+  const int64_t *dims[CPU_BCAST_MAX_INPUTS] = {NULL};
   for (int k = 0; k < n; k++) {
     ranks[k] = cpu_host->tensor_rank(in[k]);
     dims[k] = cpu_host->tensor_dims(in[k]);

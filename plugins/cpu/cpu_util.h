@@ -30,7 +30,7 @@ static inline float cpu_f16_to_f32(uint16_t h) {
   uint32_t em = (uint32_t)(h & 0x7fffu) << 13; /* exponent and mantissa in f32 position */
   uint32_t exp = em & 0x0f800000u;
   uint32_t normal = em + ((127u - 15u) << 23);
-  uint32_t infnan = em + ((255u - 31u) << 23);
+  uint32_t infnan = (em + ((255u - 31u) << 23)) | ((em & 0x7fffffu) ? 0x400000u : 0); /* quiet */
   /* Subnormals (and zero): rebias one higher, then subtract the implicit leading one. */
   float sub = cpu_bits_f32(em + ((127u - 15u + 1u) << 23)) - cpu_bits_f32(113u << 23);
   uint32_t bits = exp == 0x0f800000u ? infnan : normal;

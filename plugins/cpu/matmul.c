@@ -347,10 +347,10 @@ static floe_code bias_compute(void *state, FloeKernelContext *ctx) {
   int rank = cpu_host->tensor_rank(v);
   const int64_t *d = cpu_host->tensor_dims(v);
   char sv[CPU_SHAPE_STR_MAX], sb[CPU_SHAPE_STR_MAX];
-  if (rank < 2)
+  if (rank < (nchw ? 2 : 1))
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                   "value must have rank >= 2, got %s",
-                                   shape_str(v, sv, sizeof sv));
+                                   "value must have rank >= %d for %s, got %s", nchw ? 2 : 1,
+                                   nchw ? "NCHW" : "NHWC", shape_str(v, sv, sizeof sv));
   int cdim = nchw ? 1 : rank - 1;
   if (cpu_host->tensor_rank(b) != 1 || cpu_host->tensor_dims(b)[0] != d[cdim])
     return cpu_host->ctx_set_error(

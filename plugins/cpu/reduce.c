@@ -7,6 +7,10 @@
  * output's precision. Big inputs are split over outer blocks and, when there are too few of
  * those, over parts of R whose partial results are combined at the end.
  */
+/* FP exception flags are never read; lets gcc turn the selects of Max/Min and of the half
+ * conversions into vector blends. */
+#pragma GCC optimize("no-trapping-math")
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,8 +19,13 @@
 #include "cpu.h"
 #include "cpu_util.h"
 
-#define RED_CHUNK 512      /* inner elements (or rows) per accumulator block */
-#define RED_PART_MIN 16384 /* fewest input elements in one part of a split reduction */
+#define CPU_HOT __attribute__((target_clones("avx2", "default")))
+
+#define RED_CHUNK 2048      /* inner elements (or rows) per accumulator block */
+#define RED_LANE_BYTES 128  /* independent accumulators of a row loop */
+#define RED_ROW_BLOCK 2048  /* row elements summed in the block type (see DEF_REDUCER) */
+#define RED_COL_BLOCK 64    /* rows summed in the block type (see DEF_REDUCER) */
+#define RED_PART_MIN 16384  /* fewest input elements in one part of a split reduction */
 
 enum { RED_SUM, RED_MEAN, RED_PROD, RED_MAX, RED_MIN, RED_NUM };
 
@@ -56,6 +65,10 @@ typedef struct Reducer {
 #define MM_f64 double
 #define MM_f16 float
 #define MM_bf16 float
+#define SB_f32 float /* block type of float sums */
+#define SB_f64 double
+#define SB_f16 float
+#define SB_bf16 float
 #define LOW_i8 INT8_MIN
 #define LOW_u8 0
 #define LOW_i32 INT32_MIN
@@ -76,34 +89,61 @@ typedef struct Reducer {
 #define C_IMAX(a, b) ((b) > (a) ? (b) : (a))
 #define C_IMIN(a, b) ((b) < (a) ? (b) : (a))
 
-#define DEF_REDUCER(NAME, T, A, LOAD, STORE, IDENT, COMB)                                      \
-  enum { NAME##_lanes = 64 / sizeof(A) };                                                   \
+/* A accumulates across blocks (and in the acc arrays); B accumulates within a block of
+ * RED_ROW_BLOCK elements of a row or RED_COL_BLOCK rows of columns. f32 sums use B = f32 in
+ * many lanes (fast, and short enough to stay accurate) and A = f64 (exact across blocks). */
+#define DEF_REDUCER(NAME, T, A, B, LOAD, STORE, IDENT, COMB)                                   \
+  enum { NAME##_lanes = RED_LANE_BYTES / sizeof(B) };                                       \
   static void NAME##_init(void *accv, int64_t n) {                                          \
     A *acc = accv;                                                                          \
     for (int64_t i = 0; i < n; i++) acc[i] = IDENT;                                         \
   }                                                                                         \
-  static void NAME##_rows(const void *xv, int64_t R, int64_t n, int64_t ld, void *accv) {   \
+  CPU_HOT static void NAME##_rows(const void *xv, int64_t R, int64_t n, int64_t ld,         \
+                                  void *accv) {                                             \
     const T *x = xv;                                                                        \
     A *acc = accv;                                                                          \
     for (int64_t k = 0; k < n; k++) {                                                       \
       const T *p = x + k * ld;                                                              \
-      A l[NAME##_lanes];                                                                    \
-      for (int j = 0; j < NAME##_lanes; j++) l[j] = IDENT;                                  \
-      int64_t r = 0;                                                                        \
-      for (; r + NAME##_lanes <= R; r += NAME##_lanes)                                      \
-        for (int j = 0; j < NAME##_lanes; j++) l[j] = COMB(l[j], LOAD(p[r + j]));           \
-      for (; r < R; r++) l[0] = COMB(l[0], LOAD(p[r]));                                     \
-      for (int h = NAME##_lanes / 2; h > 0; h /= 2) /* pairwise over the lanes */           \
-        for (int j = 0; j < h; j++) l[j] = COMB(l[j], l[j + h]);                            \
-      acc[k] = COMB(acc[k], l[0]);                                                          \
+      A s = IDENT;                                                                          \
+      if (R < NAME##_lanes) {                                                               \
+        for (int64_t r = 0; r < R; r++) s = COMB(s, LOAD(p[r]));                            \
+        acc[k] = COMB(acc[k], s);                                                           \
+        continue;                                                                           \
+      }                                                                                     \
+      for (int64_t r0 = 0; r0 < R; r0 += RED_ROW_BLOCK) {                                   \
+        int64_t r1 = R - r0 < RED_ROW_BLOCK ? R : r0 + RED_ROW_BLOCK, r = r0;               \
+        B l[NAME##_lanes];                                                                  \
+        for (int j = 0; j < NAME##_lanes; j++) l[j] = IDENT;                                \
+        for (; r + NAME##_lanes <= r1; r += NAME##_lanes)                                   \
+          for (int j = 0; j < NAME##_lanes; j++) l[j] = COMB(l[j], LOAD(p[r + j]));         \
+        for (; r < r1; r++) l[0] = COMB(l[0], LOAD(p[r]));                                  \
+        for (int h = NAME##_lanes / 2; h > 0; h /= 2) /* pairwise over the lanes */         \
+          for (int j = 0; j < h; j++) l[j] = COMB(l[j], l[j + h]);                          \
+        s = COMB(s, (A)l[0]);                                                               \
+      }                                                                                     \
+      acc[k] = COMB(acc[k], s);                                                             \
     }                                                                                       \
   }                                                                                         \
-  static void NAME##_cols(const void *xv, int64_t R, int64_t w, int64_t ld, void *accv) {   \
+  CPU_HOT static void NAME##_cols(const void *xv, int64_t R, int64_t w, int64_t ld,         \
+                                  void *accv) {                                             \
     const T *x = xv;                                                                        \
     A *restrict acc = accv;                                                                 \
-    for (int64_t r = 0; r < R; r++) {                                                       \
-      const T *restrict p = x + r * ld;                                                     \
-      for (int64_t i = 0; i < w; i++) acc[i] = COMB(acc[i], LOAD(p[i]));                    \
+    if (sizeof(A) == sizeof(B)) { /* one type: no blocks needed */                         \
+      for (int64_t r = 0; r < R; r++) {                                                     \
+        const T *restrict p = x + r * ld;                                                   \
+        for (int64_t i = 0; i < w; i++) acc[i] = COMB(acc[i], LOAD(p[i]));                  \
+      }                                                                                     \
+      return;                                                                               \
+    }                                                                                       \
+    B t[RED_CHUNK];                                                                         \
+    for (int64_t r0 = 0; r0 < R; r0 += RED_COL_BLOCK) {                                     \
+      int64_t r1 = R - r0 < RED_COL_BLOCK ? R : r0 + RED_COL_BLOCK;                         \
+      for (int64_t i = 0; i < w; i++) t[i] = IDENT;                                         \
+      for (int64_t r = r0; r < r1; r++) {                                                   \
+        const T *restrict p = x + r * ld;                                                   \
+        for (int64_t i = 0; i < w; i++) t[i] = COMB(t[i], LOAD(p[i]));                      \
+      }                                                                                     \
+      for (int64_t i = 0; i < w; i++) acc[i] = COMB(acc[i], (A)t[i]);                       \
     }                                                                                       \
   }                                                                                         \
   static void NAME##_combine(void *dv, const void *sv, int64_t n) {                         \
@@ -132,17 +172,17 @@ typedef struct Reducer {
 #define ALL_TYPES(X) FLOAT_TYPES(X) INT_TYPES(X)
 
 #define DEF_FLOAT_REDUCERS(E, N, T)                                                            \
-  DEF_REDUCER(sum_##N, T, double, LD_##N, ST_##N, 0.0, C_ADD)                               \
+  DEF_REDUCER(sum_##N, T, double, SB_##N, LD_##N, ST_##N, 0.0, C_ADD)                      \
   DEF_MEAN_STORE(sum_##N, T, double, ST_##N)                                                \
-  DEF_REDUCER(prod_##N, T, double, LD_##N, ST_##N, 1.0, C_MUL)                              \
-  DEF_REDUCER(max_##N, T, MM_##N, LD_##N, ST_##N, -INFINITY, C_FMAX)                        \
-  DEF_REDUCER(min_##N, T, MM_##N, LD_##N, ST_##N, INFINITY, C_FMIN)
+  DEF_REDUCER(prod_##N, T, double, double, LD_##N, ST_##N, 1.0, C_MUL)                      \
+  DEF_REDUCER(max_##N, T, MM_##N, MM_##N, LD_##N, ST_##N, -INFINITY, C_FMAX)                \
+  DEF_REDUCER(min_##N, T, MM_##N, MM_##N, LD_##N, ST_##N, INFINITY, C_FMIN)
 #define DEF_INT_REDUCERS(E, N, T)                                                              \
-  DEF_REDUCER(sum_##N, T, int64_t, LD_INT, ST_##N, 0, C_IADD)                               \
+  DEF_REDUCER(sum_##N, T, int64_t, int64_t, LD_INT, ST_##N, 0, C_IADD)                     \
   DEF_MEAN_STORE(sum_##N, T, int64_t, ST_##N)                                               \
-  DEF_REDUCER(prod_##N, T, int64_t, LD_INT, ST_##N, 1, C_IMUL)                              \
-  DEF_REDUCER(max_##N, T, T, LD_INT, ST_##N, LOW_##N, C_IMAX)                               \
-  DEF_REDUCER(min_##N, T, T, LD_INT, ST_##N, HIGH_##N, C_IMIN)
+  DEF_REDUCER(prod_##N, T, int64_t, int64_t, LD_INT, ST_##N, 1, C_IMUL)                     \
+  DEF_REDUCER(max_##N, T, T, T, LD_INT, ST_##N, LOW_##N, C_IMAX)                            \
+  DEF_REDUCER(min_##N, T, T, T, LD_INT, ST_##N, HIGH_##N, C_IMIN)
 FLOAT_TYPES(DEF_FLOAT_REDUCERS)
 INT_TYPES(DEF_INT_REDUCERS)
 

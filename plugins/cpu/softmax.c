@@ -27,7 +27,7 @@
 
 /* ------------------------------------------------------------------------------------ */
 /* Reference-shaped kernels for one float type T, generated for f32 and f64. Rows are
- * contiguous; y may equal x (the f16/bf16 path computes in place in an f32 copy). */
+ * contiguous; y may equal x (the f16/bf16 path works in place in an f32 copy). */
 
 #define DEF_SOFTMAX_KERNELS(N, T, EXP)                                                     \
   /* max of x[0..n); a NaN reaches the result through exp(x - max) anyway */                 \
@@ -53,18 +53,28 @@
     for (int j = 0; j < SM_LANES; j++) s += l[j];                                            \
     return s;                                                                                \
   }                                                                                          \
+  /* the sum of exp(x[i] - m) in f64, x left alone */                                        \
+  static double N##_row_expsum(const T *x, int64_t n, T m) {                                 \
+    double l[SM_LANES] = {0};                                                                \
+    int64_t i = 0;                                                                           \
+    for (; i + SM_LANES <= n; i += SM_LANES)                                                 \
+      for (int j = 0; j < SM_LANES; j++) l[j] += EXP(x[i + j] - m);                          \
+    for (; i < n; i++) l[0] += EXP(x[i] - m);                                                \
+    double s = 0;                                                                            \
+    for (int j = 0; j < SM_LANES; j++) s += l[j];                                            \
+    return s;                                                                                \
+  }                                                                                          \
   /* x, y [n, R]: softmax (or log-softmax) of each row */                                    \
   CPU_HOT static void N##_softmax_rows(const T *x, T *y, int64_t n, int64_t R, int log_sm) { \
     for (int64_t k = 0; k < n; k++) {                                                        \
       const T *xr = x + k * R;                                                               \
       T *yr = y + k * R;                                                                     \
       T m = N##_row_max(xr, R);                                                              \
-      double s = N##_row_exp(xr, yr, R, m);                                                  \
       if (log_sm) {                                                                          \
-        T ls = (T)log(s);                                                                    \
+        T ls = (T)log(N##_row_expsum(xr, R, m));                                             \
         for (int64_t r = 0; r < R; r++) yr[r] = (xr[r] - m) - ls;                            \
       } else {                                                                               \
-        T inv = (T)(1.0 / s);                                                                \
+        T inv = (T)(1.0 / N##_row_exp(xr, yr, R, m));                                        \
         for (int64_t r = 0; r < R; r++) yr[r] *= inv;                                        \
       }                                                                                      \
     }                                                                                        \
@@ -80,7 +90,7 @@
     for (int64_t r = 0; r < R; r++)                                                          \
       for (int64_t i = 0; i < w; i++) {                                                      \
         T e = EXP(x[r * ld + i] - m[i]);                                                     \
-        y[r * ld + i] = e;                                                                   \
+        if (!log_sm) y[r * ld + i] = e; /* log_sm still needs x, which y may alias */        \
         s[i] += e;                                                                           \
       }                                                                                      \
     if (log_sm) {                                                                            \
@@ -244,6 +254,9 @@ static floe_code softmax_compute(void *state, FloeKernelContext *ctx) {
   FloeDType dt = cpu_host->tensor_dtype(xt);
   int rank = cpu_host->tensor_rank(xt);
   const int64_t *dims = cpu_host->tensor_dims(xt);
+  if (rank == 0)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "logits must have rank >= 1, got a scalar (shape [])");
   if (st->axis < -rank || st->axis >= rank)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                    "axis %lld is out of range for logits of shape %s "

@@ -63,23 +63,52 @@ static void set_format(FloeNodeBuilder *b, void *arg) {
   floe_node_set_attr_string(b, "data_format", arg);
 }
 
-/* Runs op expecting failure with INVALID_ARGUMENT and a message containing every `needles`
- * string. */
+/* Runs op with both inputs fed through placeholders of unknown shape, so that only the kernel
+ * sees the shapes. Returns the graph's or the run's code (message in st). */
+static floe_code run_unknown_shapes(const char *op, FloeTensor *const *ins,
+                                    harness_attrs_fn attrs, void *arg, FloeTensor **out,
+                                    FloeStatus *st) {
+  FloeGraph *g = floe_graph_new();
+  FloeNodeBuilder *b = floe_node_begin(g, op, "op");
+  floe_node_add_input(b, floe_placeholder(g, "x", floe_tensor_dtype(ins[0]), floe_shape_unknown()));
+  floe_node_add_input(b, floe_placeholder(g, "y", floe_tensor_dtype(ins[1]), floe_shape_unknown()));
+  if (attrs) attrs(b, arg);
+  floe_node_finish(b);
+  floe_code rc = floe_graph_status(g);
+  if (rc != FLOE_OK) {
+    floe_graph_error(g, st);
+    floe_graph_free(g);
+    return rc;
+  }
+  FloeSession *s = floe_session_new(g, NULL, st);
+  floe_graph_free(g);
+  if (!s) return floe_status_code(st);
+  FloeFeed feeds[2] = {{"x", ins[0]}, {"y", ins[1]}};
+  const char *fetch = "op";
+  rc = floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, out, st);
+  floe_session_free(s);
+  return rc;
+}
+
+/* Runs op on x, y twice, with static shapes (checked when the graph is built) and with
+ * unknown ones (checked by the kernel); both must fail with INVALID_ARGUMENT and a message
+ * containing n1 and n2 (when non-NULL). Consumes x and y. */
 static void expect_invalid(const char *op, FloeTensor *x, FloeTensor *y, harness_attrs_fn attrs,
                            void *arg, const char *n1, const char *n2) {
-  FloeTensor *ins[2] = {x, y}, *out = NULL;
-  FloeStatus *st = floe_status_new();
-  floe_code rc = harness_run_op(op, NULL, ins, 2, NULL, 0, attrs, arg, &out, 1, st);
-  ck_assert_msg(rc == FLOE_INVALID_ARGUMENT, "%s: code %s (%s), want INVALID_ARGUMENT", op,
-                floe_code_name(rc), floe_status_message(st));
-  ck_assert_ptr_null(out);
-  if (n1)
-    ck_assert_msg(strstr(floe_status_message(st), n1), "%s: message \"%s\" lacks \"%s\"", op,
-                  floe_status_message(st), n1);
-  if (n2)
-    ck_assert_msg(strstr(floe_status_message(st), n2), "%s: message \"%s\" lacks \"%s\"", op,
-                  floe_status_message(st), n2);
-  floe_status_free(st);
+  FloeTensor *ins[2] = {x, y};
+  for (int unknown = 0; unknown < 2; unknown++) {
+    FloeTensor *out = NULL;
+    FloeStatus *st = floe_status_new();
+    floe_code rc = unknown ? run_unknown_shapes(op, ins, attrs, arg, &out, st)
+                           : harness_run_op(op, NULL, ins, 2, NULL, 0, attrs, arg, &out, 1, st);
+    const char *msg = floe_status_message(st), *how = unknown ? "unknown shapes" : "known shapes";
+    ck_assert_msg(rc == FLOE_INVALID_ARGUMENT, "%s (%s): code %s (%s), want INVALID_ARGUMENT",
+                  op, how, floe_code_name(rc), msg);
+    ck_assert_ptr_null(out);
+    if (n1) ck_assert_msg(strstr(msg, n1), "%s (%s): \"%s\" lacks \"%s\"", op, how, msg, n1);
+    if (n2) ck_assert_msg(strstr(msg, n2), "%s (%s): \"%s\" lacks \"%s\"", op, how, msg, n2);
+    floe_status_free(st);
+  }
   floe_tensor_release(x);
   floe_tensor_release(y);
 }
@@ -209,12 +238,13 @@ START_TEST(test_matmul_empty) {
 END_TEST
 
 START_TEST(test_matmul_errors) {
-  int64_t a[2] = {2, 3}, b[2] = {4, 5}, c[3] = {2, 3, 4};
+  int64_t a[2] = {2, 3}, b[2] = {4, 5}, c[3] = {2, 3, 4}, d[2] = {3, 4};
   expect_invalid("MatMul", harness_random(FLOE_F32, 2, a, 1, 0, 1),
                  harness_random(FLOE_F32, 2, b, 2, 0, 1), NULL, NULL, "[2,3]", "[4,5]");
+  /* [2,3] x [3,4] is fine, but not once a is transposed. */
   Flags ta = {"transpose_a", "transpose_b", 1, 0};
   expect_invalid("MatMul", harness_random(FLOE_F32, 2, a, 1, 0, 1),
-                 harness_random(FLOE_F32, 2, a, 2, 0, 1), set_flags, &ta, "[2,3]", NULL);
+                 harness_random(FLOE_F32, 2, d, 2, 0, 1), set_flags, &ta, "[2,3]", "[3,4]");
   expect_invalid("MatMul", harness_random(FLOE_F32, 3, c, 1, 0, 1),
                  harness_random(FLOE_F32, 2, b, 2, 0, 1), NULL, NULL, "[2,3,4]", NULL);
 }
@@ -323,7 +353,7 @@ static void check_bias(FloeDType dt, int rank, const int64_t *dims, bool nchw, d
 }
 
 START_TEST(test_bias_add) {
-  const int64_t r2[2] = {5, 7}, r3[3] = {2, 3, 7}, r4[4] = {2, 3, 4, 5}, r5[5] = {2, 3, 2, 2, 3};
+  const int64_t r1[1] = {6}, r2[2] = {5, 7}, r3[3] = {2, 3, 7}, r4[4] = {2, 3, 4, 5}, r5[5] = {2, 3, 2, 2, 3};
   const int64_t big_nhwc[3] = {64, 33, 40}, big_nchw[4] = {4, 16, 32, 33};
   const FloeDType dts[] = {FLOE_F32, FLOE_F64, FLOE_F16, FLOE_BF16, FLOE_I32, FLOE_I64};
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
@@ -333,6 +363,7 @@ START_TEST(test_bias_add) {
       check_bias(dts[i], 4, r4, nchw, -50, 50, 3);
       check_bias(dts[i], 5, r5, nchw, -50, 50, 4);
     }
+    check_bias(dts[i], 1, r1, false, -50, 50, 7); /* NHWC takes any rank >= 1 */
     check_bias(dts[i], 3, big_nhwc, false, -50, 50, 5);
     check_bias(dts[i], 4, big_nchw, true, -50, 50, 6);
   }
@@ -365,7 +396,8 @@ START_TEST(test_bias_add_errors) {
   expect_invalid("BiasAdd", harness_random(FLOE_F32, 2, v, 1, 0, 1),
                  harness_random(FLOE_F32, 2, b2, 2, 0, 1), NULL, NULL, "[1,3]", NULL);
   expect_invalid("BiasAdd", harness_random(FLOE_F32, 1, v1, 1, 0, 1),
-                 harness_random(FLOE_F32, 1, v1, 2, 0, 1), NULL, NULL, "[3]", NULL);
+                 harness_random(FLOE_F32, 1, v1, 2, 0, 1), set_format, (void *)"NCHW", "[3]",
+                 NULL);
   /* NCHW wants dim 1 (3), not the last dim (5). */
   int64_t b5[1] = {5};
   expect_invalid("BiasAdd", harness_random(FLOE_F32, 4, v4, 1, 0, 1),

@@ -1,0 +1,10 @@
+#!/bin/sh
+# Creates bench/.venv (git-ignored) with the baselines Floe is measured against:
+# tensorflow-cpu and torch from PyPI. Only bench/ uses it; Floe never depends on it.
+# Where PyPI cannot be reached, Debian's python3-torch (1.13) is the fallback for torch.
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+[ -x "$here/.venv/bin/python" ] || python3 -m venv "$here/.venv"
+"$here/.venv/bin/pip" install -q --upgrade pip
+"$here/.venv/bin/pip" install -q tensorflow-cpu torch numpy
+"$here/.venv/bin/python" -c 'import tensorflow, torch; print("tensorflow", tensorflow.__version__, "torch", torch.__version__)'

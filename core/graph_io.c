@@ -1,0 +1,962 @@
+/* graph_io.c - graph files: a versioned little-endian binary format (docs/graph-format.md),
+ * written atomically, read defensively (every length bounded by the bytes that remain) and
+ * re-validated node by node through floe__graph_add_node. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define FORMAT_MAGIC "FLOEGRPH"
+#define FORMAT_MAJOR 1u
+#define FORMAT_MINOR 0u
+#define HEADER_BYTES 16u       /* magic, version, node count */
+#define MAX_NODE_ATTRS 256u    /* far above any op; bounds per-node work on hostile files */
+#define NAME_SHOWN 80          /* bytes of a name from the file quoted in a message */
+
+/* ------------------------------------------------------------------------------------ */
+/* CRC-32 (IEEE 802.3, reflected, as zlib's crc32). */
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    crc_table[i] = c;
+  }
+}
+
+static uint32_t crc32_of(const uint8_t *p, size_t n) {
+  pthread_once(&crc_once, crc_init);
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+/* Tensor bytes are stored little-endian; a big-endian host swaps each element. */
+static void copy_le(uint8_t *dst, const uint8_t *src, size_t nbytes, size_t esize) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  for (size_t i = 0; i + esize <= nbytes; i += esize)
+    for (size_t k = 0; k < esize; k++) dst[i + k] = src[i + esize - 1 - k];
+#else
+  (void)esize;
+  memcpy(dst, src, nbytes);
+#endif
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Writer. */
+
+typedef struct Writer {
+  uint8_t *p;
+  size_t len, cap;
+  bool oom;
+} Writer;
+
+static void put(Writer *w, const void *src, size_t n) {
+  if (w->oom || !n) return;
+  if (n > w->cap - w->len) {
+    size_t cap = w->cap ? w->cap : 4096;
+    while (cap - w->len < n) {
+      if (cap > SIZE_MAX / 2) {
+        w->oom = true;
+        return;
+      }
+      cap *= 2;
+    }
+    uint8_t *q = floe__realloc(w->p, cap);
+    if (!q) {
+      w->oom = true;
+      return;
+    }
+    w->p = q;
+    w->cap = cap;
+  }
+  memcpy(w->p + w->len, src, n);
+  w->len += n;
+}
+
+static void put_u8(Writer *w, uint8_t v) { put(w, &v, 1); }
+
+static void put_u32(Writer *w, uint32_t v) {
+  uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+  put(w, b, 4);
+}
+
+static void put_u64(Writer *w, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+  put(w, b, 8);
+}
+
+static void put_f64(Writer *w, double d) {
+  uint64_t v;
+  memcpy(&v, &d, sizeof v);
+  put_u64(w, v);
+}
+
+static void put_str(Writer *w, const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  put_u32(w, (uint32_t)n);
+  put(w, s, n);
+}
+
+static void patch_u32(Writer *w, size_t at, uint32_t v) {
+  if (w->oom) return;
+  for (int i = 0; i < 4; i++) w->p[at + (size_t)i] = (uint8_t)(v >> (8 * i));
+}
+
+static floe_code put_attr(Writer *w, const FloeNode *n, const char *name, const FloeAttrValue *v,
+                          FloeStatus *st) {
+  put_str(w, name);
+  put_u8(w, (uint8_t)v->kind);
+  switch (v->kind) {
+    case FLOE_ATTR_INT: put_u64(w, (uint64_t)v->u.i); break;
+    case FLOE_ATTR_FLOAT: put_f64(w, v->u.f); break;
+    case FLOE_ATTR_BOOL: put_u8(w, v->u.b ? 1 : 0); break;
+    case FLOE_ATTR_STRING: put_str(w, v->u.s); break;
+    case FLOE_ATTR_TYPE: put_u32(w, (uint32_t)v->u.type); break;
+    case FLOE_ATTR_SHAPE:
+      put_u32(w, (uint32_t)v->u.shape.rank);
+      for (int i = 0; i < v->u.shape.rank; i++) put_u64(w, (uint64_t)v->u.shape.dims[i]);
+      break;
+    case FLOE_ATTR_TENSOR: {
+      const FloeTensor *t = v->u.tensor;
+      if (t->nbytes && !floe__tensor_on_host(t))
+        return floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                               "node '%s': attribute '%s' is a tensor in device memory (%s); "
+                               "copy it to the host to save the graph",
+                               n->name, name, floe_tensor_device_name(t));
+      put_u32(w, (uint32_t)t->dtype);
+      put_u32(w, (uint32_t)t->rank);
+      for (int i = 0; i < t->rank; i++) put_u64(w, (uint64_t)t->dims[i]);
+      put_u64(w, (uint64_t)t->nbytes);
+      if (t->nbytes) {
+        size_t at = w->len;
+        put(w, floe_tensor_data(t), t->nbytes);
+        if (!w->oom)
+          copy_le(w->p + at, floe_tensor_data(t), t->nbytes, floe_dtype_size(t->dtype));
+      }
+      break;
+    }
+    case FLOE_ATTR_INT_LIST:
+      put_u32(w, (uint32_t)v->u.ilist.n);
+      for (size_t i = 0; i < v->u.ilist.n; i++) put_u64(w, (uint64_t)v->u.ilist.v[i]);
+      break;
+    case FLOE_ATTR_FLOAT_LIST:
+      put_u32(w, (uint32_t)v->u.flist.n);
+      for (size_t i = 0; i < v->u.flist.n; i++) put_f64(w, v->u.flist.v[i]);
+      break;
+    case FLOE_ATTR_TYPE_LIST:
+      put_u32(w, (uint32_t)v->u.tlist.n);
+      for (size_t i = 0; i < v->u.tlist.n; i++) put_u32(w, (uint32_t)v->u.tlist.v[i]);
+      break;
+    default:
+      return floe_status_set(st, FLOE_INTERNAL, "node '%s': attribute '%s' has no value",
+                             n->name, name);
+  }
+  return FLOE_OK;
+}
+
+/* Lengths in the format are u32; a graph part beyond that cannot be written. */
+static floe_code check_sizes(const FloeNode *n, FloeStatus *st) {
+  bool ok = strlen(n->name) <= UINT32_MAX && (!n->device || strlen(n->device) <= UINT32_MAX);
+  for (int i = 0; ok && i < n->attrs.n; i++) {
+    const FloeAttrValue *v = &n->attrs.values[i];
+    size_t len = v->kind == FLOE_ATTR_STRING       ? strlen(v->u.s)
+                 : v->kind == FLOE_ATTR_INT_LIST   ? v->u.ilist.n
+                 : v->kind == FLOE_ATTR_FLOAT_LIST ? v->u.flist.n
+                 : v->kind == FLOE_ATTR_TYPE_LIST  ? v->u.tlist.n
+                                                   : 0;
+    ok = strlen(n->attrs.names[i]) <= UINT32_MAX && len <= UINT32_MAX;
+  }
+  if (!ok)
+    return floe_status_set(st, FLOE_OUT_OF_RANGE,
+                           "node '%s': a name, string or list is longer than the format's "
+                           "4 GiB limit", n->name);
+  if (n->attrs.n > (int)MAX_NODE_ATTRS)
+    return floe_status_set(st, FLOE_OUT_OF_RANGE, "node '%s' has %d attributes; the format "
+                           "allows %u", n->name, n->attrs.n, MAX_NODE_ATTRS);
+  return FLOE_OK;
+}
+
+static floe_code put_node(Writer *w, const FloeNode *n, FloeStatus *st) {
+  floe_code rc = check_sizes(n, st);
+  if (rc != FLOE_OK) return rc;
+  size_t len_at = w->len;
+  put_u32(w, 0); /* record length, patched below */
+  put_str(w, n->name);
+  put_str(w, n->op->name);
+  put_str(w, n->device);
+  put_u32(w, (uint32_t)n->op->num_inputs);
+  for (int a = 0, i = 0; a < n->op->num_inputs; a++) {
+    int first = i;
+    while (i < n->num_inputs && n->input_arg[i] == a) i++;
+    put_u32(w, (uint32_t)(i - first));
+    for (int k = first; k < i; k++) {
+      put_u32(w, (uint32_t)n->inputs[k].node->id);
+      put_u32(w, (uint32_t)n->inputs[k].index);
+    }
+  }
+  put_u32(w, (uint32_t)n->num_control);
+  for (int i = 0; i < n->num_control; i++) put_u32(w, (uint32_t)n->control[i]->id);
+  put_u32(w, (uint32_t)n->attrs.n);
+  for (int i = 0; i < n->attrs.n; i++) {
+    rc = put_attr(w, n, n->attrs.names[i], &n->attrs.values[i], st);
+    if (rc != FLOE_OK) return rc;
+  }
+  if (!w->oom && w->len - len_at - 4 > UINT32_MAX)
+    return floe_status_set(st, FLOE_OUT_OF_RANGE,
+                           "node '%s' takes more than the format's 4 GiB per node", n->name);
+  patch_u32(w, len_at, (uint32_t)(w->len - len_at - 4));
+  return FLOE_OK;
+}
+
+/* Caller frees *buf with free(). */
+floe_code floe_graph_serialize(const FloeGraph *g, void **buf, size_t *len, FloeStatus *status) {
+  Writer w = {NULL, 0, 0, false};
+  floe_code rc;
+  if (buf) *buf = NULL;
+  if (len) *len = 0;
+  if (!g || !buf || !len)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT, "serialize: graph or output is NULL");
+  if (g->error != FLOE_OK)
+    return floe_status_set(status, FLOE_FAILED_PRECONDITION,
+                           "the graph has an error and is not saved: %s",
+                           floe_graph_error(g, NULL));
+  put(&w, FORMAT_MAGIC, 8);
+  put_u32(&w, FORMAT_MAJOR << 16 | FORMAT_MINOR);
+  put_u32(&w, (uint32_t)g->num_nodes);
+  for (int i = 0; i < g->num_nodes; i++) {
+    rc = put_node(&w, g->nodes[i], status);
+    if (rc != FLOE_OK) goto err_free_buf;
+  }
+  if (!w.oom) put_u32(&w, crc32_of(w.p, w.len));
+  if (w.oom) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory serialising a graph of %d nodes",
+                         g->num_nodes);
+    goto err_free_buf;
+  }
+  *buf = w.p;
+  *len = w.len;
+  return FLOE_OK;
+
+err_free_buf:
+  floe__free(w.p);
+  return rc;
+}
+
+static floe_code errno_code(int e) {
+  switch (e) {
+    case ENOENT:
+    case ENOTDIR: return FLOE_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS: return FLOE_PERMISSION_DENIED;
+    case ENOSPC:
+    case EDQUOT: return FLOE_RESOURCE_EXHAUSTED;
+    default: return FLOE_UNKNOWN;
+  }
+}
+
+static floe_code write_all(int fd, const uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return FLOE_UNKNOWN;
+    p += k;
+    n -= (size_t)k;
+  }
+  return FLOE_OK;
+}
+
+/* Makes the rename durable; best effort, since the file itself is already complete. */
+static void sync_parent_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? floe__strndup(path, slash == path ? 1 : (size_t)(slash - path))
+                    : floe__strdup(".");
+  if (!dir) return;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  floe__free(dir);
+}
+
+floe_code floe_graph_save(const FloeGraph *g, const char *path, FloeStatus *status) {
+  void *buf = NULL;
+  size_t len = 0;
+  floe_code rc;
+  if (!path) return floe_status_set(status, FLOE_INVALID_ARGUMENT, "save: path is NULL");
+  rc = floe_graph_serialize(g, &buf, &len, status);
+  if (rc != FLOE_OK) {
+    floe__status_prefix(status, "%s", path);
+    return rc;
+  }
+  char *tmp = floe__asprintf("%s.tmp.XXXXXX", path);
+  if (!tmp) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "%s: out of memory", path);
+    goto err_free_buf;
+  }
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int e = errno;
+    rc = floe_status_set(status, errno_code(e), "%s: cannot create a temporary file beside it: %s",
+                         path, strerror(e));
+    goto err_free_tmp;
+  }
+  /* mkstemp makes the file 0600; a saved graph is an ordinary readable file. */
+  fchmod(fd, 0644);
+  if (write_all(fd, buf, len) != FLOE_OK || fsync(fd) != 0) {
+    int e = errno;
+    close(fd);
+    rc = floe_status_set(status, errno_code(e), "%s: writing %s failed: %s", path, tmp,
+                         strerror(e));
+    goto err_unlink;
+  }
+  if (close(fd) != 0) {
+    int e = errno;
+    rc = floe_status_set(status, errno_code(e), "%s: closing %s failed: %s", path, tmp,
+                         strerror(e));
+    goto err_unlink;
+  }
+  if (rename(tmp, path) != 0) {
+    int e = errno;
+    rc = floe_status_set(status, errno_code(e), "%s: cannot rename %s over it: %s", path, tmp,
+                         strerror(e));
+    goto err_unlink;
+  }
+  sync_parent_dir(path);
+  floe__free(tmp);
+  floe__free(buf);
+  return FLOE_OK;
+
+err_unlink:
+  unlink(tmp);
+err_free_tmp:
+  floe__free(tmp);
+err_free_buf:
+  floe__free(buf);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Reader. One parser serves two passes: a scan that checks structure only (so a truncated
+ * or corrupt file is reported precisely before anything is built), then, once the CRC
+ * matches, a build pass that adds every node through floe__graph_add_node. */
+
+typedef struct Reader {
+  const uint8_t *buf;
+  size_t len;        /* whole input */
+  size_t pos;
+  size_t lim;        /* end of the current node record (or of the input) */
+  const char *what;  /* file name for messages */
+  FloeStatus *st;
+  FloeGraph *g;      /* NULL in the scan pass */
+  bool newer_minor;  /* the file's minor is above ours: skip unknown trailing fields */
+  long node;         /* index of the node being read; -1 in the header */
+  const char *name;  /* its name in the buffer once read */
+  uint32_t name_len;
+} Reader;
+
+FLOE__PRINTF(4, 5)
+static bool fail_at(Reader *r, size_t off, floe_code code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *body = floe__vasprintf(fmt, ap);
+  va_end(ap);
+  if (!body)
+    floe_status_set(r->st, FLOE_NO_MEMORY, "%s: offset %zu: out of memory describing an error",
+                    r->what, off);
+  else
+    floe_status_set(r->st, code, "%s: offset %zu: %s", r->what, off, body);
+  floe__free(body);
+  return false;
+}
+
+/* " of node 'w'" / " of node 3" / "" for messages about a field. */
+static const char *node_ctx(const Reader *r, char *buf, size_t len) {
+  if (r->name)
+    snprintf(buf, len, " of node '%.*s'", (int)(r->name_len < NAME_SHOWN ? r->name_len : NAME_SHOWN),
+             r->name);
+  else if (r->node >= 0)
+    snprintf(buf, len, " of node %ld", r->node);
+  else
+    buf[0] = '\0';
+  return buf;
+}
+
+FLOE__PRINTF(3, 4)
+static bool need(Reader *r, uint64_t n, const char *fmt, ...) {
+  if (n <= r->lim - r->pos) return true;
+  char item[160], ctx[128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(item, sizeof item, fmt, ap);
+  va_end(ap);
+  return fail_at(r, r->pos, FLOE_DATA_LOSS, "truncated %s%s (need %" PRIu64 " bytes, %zu left)",
+                 item, node_ctx(r, ctx, sizeof ctx), n, r->lim - r->pos);
+}
+
+static uint8_t get_u8(Reader *r) { return r->buf[r->pos++]; }
+
+static uint32_t get_u32(Reader *r) {
+  const uint8_t *p = r->buf + r->pos;
+  r->pos += 4;
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(Reader *r) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)r->buf[r->pos + (size_t)i] << (8 * i);
+  r->pos += 8;
+  return v;
+}
+
+static double get_f64(Reader *r) {
+  uint64_t v = get_u64(r);
+  double d;
+  memcpy(&d, &v, sizeof d);
+  return d;
+}
+
+/* A u32-length string; *s points into the buffer (not NUL-terminated; NULs refused). */
+static bool read_str(Reader *r, const char **s, uint32_t *n, const char *item) {
+  char ctx[128];
+  if (!need(r, 4, "length of the %s", item)) return false;
+  size_t at = r->pos;
+  *n = get_u32(r);
+  if (!need(r, *n, "%s", item)) return false;
+  *s = (const char *)r->buf + r->pos;
+  if (memchr(*s, '\0', *n))
+    return fail_at(r, at, FLOE_DATA_LOSS, "%s%s contains a NUL byte", item,
+                   node_ctx(r, ctx, sizeof ctx));
+  r->pos += *n;
+  return true;
+}
+
+/* Copies a buffer string into a NUL-terminated string (build pass only). */
+static bool dup_str(Reader *r, const char *s, uint32_t n, char **out) {
+  *out = floe__strndup(s, n);
+  if (!*out) return fail_at(r, r->pos, FLOE_NO_MEMORY, "out of memory reading a string");
+  return true;
+}
+
+static bool read_dtype(Reader *r, FloeDType *dt, const char *an, int anl, const char *what) {
+  char ctx[128];
+  size_t at = r->pos;
+  if (!need(r, 4, "%s of attribute '%.*s'", what, anl, an)) return false;
+  uint32_t v = get_u32(r);
+  if (v >= FLOE_DTYPE_LIMIT || !floe_dtype_size((FloeDType)v))
+    return fail_at(r, at, FLOE_DATA_LOSS, "%s of attribute '%.*s'%s is %" PRIu32 ", not a dtype",
+                   what, anl, an, node_ctx(r, ctx, sizeof ctx), v);
+  *dt = (FloeDType)v;
+  return true;
+}
+
+/* A u32 element count followed by count * esize bytes that must all be present. */
+static bool read_count(Reader *r, uint32_t *n, size_t esize, const char *an, int anl) {
+  if (!need(r, 4, "length of attribute '%.*s'", anl, an)) return false;
+  *n = get_u32(r);
+  return need(r, (uint64_t)*n * esize, "attribute '%.*s'", anl, an);
+}
+
+static bool read_tensor(Reader *r, FloeAttrValue *v, const char *an, int anl) {
+  char ctx[128];
+  FloeDType dt;
+  int64_t dims[FLOE_MAX_DIMS];
+  if (!read_dtype(r, &dt, an, anl, "dtype")) return false;
+  size_t at = r->pos;
+  if (!need(r, 4, "rank of attribute '%.*s'", anl, an)) return false;
+  uint32_t rank = get_u32(r);
+  if (rank > FLOE_MAX_DIMS)
+    return fail_at(r, at, FLOE_DATA_LOSS, "attribute '%.*s'%s: tensor rank %" PRIu32
+                   " is above %d", anl, an, node_ctx(r, ctx, sizeof ctx), rank, FLOE_MAX_DIMS);
+  if (!need(r, 8u * rank + 8u, "shape of attribute '%.*s'", anl, an)) return false;
+  for (uint32_t i = 0; i < rank; i++) dims[i] = (int64_t)get_u64(r);
+  at = r->pos;
+  uint64_t nbytes = get_u64(r);
+  FloeStatus sst = {FLOE_OK, NULL};
+  int64_t count;
+  size_t want;
+  if (floe__shape_bytes(dt, (int)rank, dims, &count, &want, &sst) != FLOE_OK) {
+    fail_at(r, at, FLOE_DATA_LOSS, "attribute '%.*s'%s: bad tensor shape: %s", anl, an,
+            node_ctx(r, ctx, sizeof ctx), floe_status_message(&sst));
+    floe_status_clear(&sst);
+    return false;
+  }
+  if (nbytes != want)
+    return fail_at(r, at, FLOE_DATA_LOSS,
+                   "attribute '%.*s'%s: a %s tensor of %" PRId64 " elements has %zu bytes, the "
+                   "file says %" PRIu64,
+                   anl, an, node_ctx(r, ctx, sizeof ctx), floe_dtype_name(dt), count, want,
+                   nbytes);
+  if (!need(r, nbytes, "attribute '%.*s'", anl, an)) return false;
+  if (r->g) {
+    FloeTensor *t = floe__tensor_alloc(NULL, dt, (int)rank, dims, &sst);
+    if (!t) {
+      fail_at(r, at, sst.code, "attribute '%.*s'%s: %s", anl, an, node_ctx(r, ctx, sizeof ctx),
+              floe_status_message(&sst));
+      floe_status_clear(&sst);
+      return false;
+    }
+    if (want) copy_le(floe_tensor_data(t), r->buf + r->pos, want, floe_dtype_size(dt));
+    v->kind = FLOE_ATTR_TENSOR;
+    v->u.tensor = t;
+  }
+  r->pos += want;
+  return true;
+}
+
+/* One attribute value of the given kind; v is filled only in the build pass. */
+static bool read_value(Reader *r, uint8_t kind, FloeAttrValue *v, const char *an, int anl) {
+  char ctx[128];
+  size_t at = r->pos;
+  uint32_t n;
+  const char *s;
+  uint32_t slen;
+  bool build = r->g != NULL;
+  switch (kind) {
+    case FLOE_ATTR_INT:
+      if (!need(r, 8, "attribute '%.*s'", anl, an)) return false;
+      v->kind = FLOE_ATTR_INT;
+      v->u.i = (int64_t)get_u64(r);
+      return true;
+    case FLOE_ATTR_FLOAT:
+      if (!need(r, 8, "attribute '%.*s'", anl, an)) return false;
+      v->kind = FLOE_ATTR_FLOAT;
+      v->u.f = get_f64(r);
+      return true;
+    case FLOE_ATTR_BOOL: {
+      if (!need(r, 1, "attribute '%.*s'", anl, an)) return false;
+      uint8_t b = get_u8(r);
+      if (b > 1)
+        return fail_at(r, at, FLOE_DATA_LOSS, "attribute '%.*s'%s: bool byte is %u, not 0 or 1",
+                       anl, an, node_ctx(r, ctx, sizeof ctx), b);
+      v->kind = FLOE_ATTR_BOOL;
+      v->u.b = b;
+      return true;
+    }
+    case FLOE_ATTR_STRING: {
+      char item[128];
+      snprintf(item, sizeof item, "attribute '%.*s'", anl, an);
+      if (!read_str(r, &s, &slen, item)) return false;
+      if (build) {
+        if (!dup_str(r, s, slen, &v->u.s)) return false;
+        v->kind = FLOE_ATTR_STRING;
+      }
+      return true;
+    }
+    case FLOE_ATTR_TYPE:
+      v->kind = FLOE_ATTR_TYPE;
+      return read_dtype(r, &v->u.type, an, anl, "value");
+    case FLOE_ATTR_SHAPE: {
+      if (!need(r, 4, "rank of attribute '%.*s'", anl, an)) return false;
+      int32_t rank = (int32_t)get_u32(r);
+      if (rank < FLOE_RANK_UNKNOWN || rank > FLOE_MAX_DIMS)
+        return fail_at(r, at, FLOE_DATA_LOSS, "attribute '%.*s'%s: shape rank %d is outside "
+                       "-1..%d", anl, an, node_ctx(r, ctx, sizeof ctx), (int)rank, FLOE_MAX_DIMS);
+      v->kind = FLOE_ATTR_SHAPE;
+      v->u.shape = floe_shape_unknown();
+      v->u.shape.rank = rank;
+      if (rank > 0 && !need(r, 8u * (uint32_t)rank, "dims of attribute '%.*s'", anl, an))
+        return false;
+      for (int i = 0; i < rank; i++) {
+        size_t dat = r->pos;
+        v->u.shape.dims[i] = (int64_t)get_u64(r);
+        if (v->u.shape.dims[i] < FLOE_DIM_UNKNOWN)
+          return fail_at(r, dat, FLOE_DATA_LOSS, "attribute '%.*s'%s: dimension %d is %" PRId64,
+                         anl, an, node_ctx(r, ctx, sizeof ctx), i, v->u.shape.dims[i]);
+      }
+      return true;
+    }
+    case FLOE_ATTR_TENSOR: return read_tensor(r, v, an, anl);
+    case FLOE_ATTR_INT_LIST:
+    case FLOE_ATTR_FLOAT_LIST: {
+      if (!read_count(r, &n, 8, an, anl)) return false;
+      uint64_t *out = NULL;
+      if (build && n) {
+        out = floe__malloc((size_t)n * 8);
+        if (!out) return fail_at(r, at, FLOE_NO_MEMORY, "out of memory reading a list");
+      }
+      for (uint32_t i = 0; i < n; i++) {
+        uint64_t e = get_u64(r);
+        if (out) out[i] = e;
+      }
+      /* int64_t and double are both 8 bytes; the bits were read as integers. */
+      v->kind = (FloeAttrKind)kind;
+      if (kind == FLOE_ATTR_INT_LIST) {
+        v->u.ilist.v = (int64_t *)out;
+        v->u.ilist.n = n;
+      } else {
+        v->u.flist.v = (double *)out;
+        v->u.flist.n = n;
+      }
+      if (!build) v->kind = FLOE_ATTR_NONE;
+      return true;
+    }
+    case FLOE_ATTR_TYPE_LIST: {
+      if (!read_count(r, &n, 4, an, anl)) return false;
+      FloeDType *out = NULL;
+      if (build && n) {
+        out = floe__malloc((size_t)n * sizeof *out);
+        if (!out) return fail_at(r, at, FLOE_NO_MEMORY, "out of memory reading a list");
+      }
+      for (uint32_t i = 0; i < n; i++) {
+        size_t eat = r->pos;
+        uint32_t e = get_u32(r);
+        if (e >= FLOE_DTYPE_LIMIT || !floe_dtype_size((FloeDType)e)) {
+          floe__free(out);
+          return fail_at(r, eat, FLOE_DATA_LOSS, "attribute '%.*s'%s: element %" PRIu32
+                         " is %" PRIu32 ", not a dtype", anl, an, node_ctx(r, ctx, sizeof ctx),
+                         i, e);
+        }
+        if (out) out[i] = (FloeDType)e;
+      }
+      v->kind = build ? FLOE_ATTR_TYPE_LIST : FLOE_ATTR_NONE;
+      v->u.tlist.v = out;
+      v->u.tlist.n = n;
+      return true;
+    }
+    default:
+      return fail_at(r, at - 1, FLOE_DATA_LOSS, "attribute '%.*s'%s has unknown kind tag %u",
+                     anl, an, node_ctx(r, ctx, sizeof ctx), kind);
+  }
+}
+
+/* What one node record holds, owned until handed to floe__graph_add_node. */
+typedef struct NodeParts {
+  char *name, *op, *device;
+  FloeOutput *inputs;
+  int num_inputs;
+  int *lists;
+  int num_lists;
+  FloeNode **control;
+  int num_control;
+  FloeAttrs attrs;
+} NodeParts;
+
+static void parts_clear(NodeParts *p) {
+  floe__free(p->name);
+  floe__free(p->op);
+  floe__free(p->device);
+  floe__free(p->inputs);
+  floe__free(p->lists);
+  floe__free(p->control);
+  floe__attrs_clear(&p->attrs);
+}
+
+static bool read_inputs(Reader *r, NodeParts *p) {
+  char ctx[128];
+  if (!need(r, 4, "input list count")) return false;
+  uint32_t nl = get_u32(r);
+  if (!need(r, (uint64_t)nl * 4, "input lists")) return false;
+  if (r->g && nl && !(p->lists = floe__malloc((size_t)nl * sizeof *p->lists)))
+    return fail_at(r, r->pos, FLOE_NO_MEMORY, "out of memory reading input lists");
+  p->num_lists = (int)nl;
+  for (uint32_t l = 0; l < nl; l++) {
+    if (!need(r, 4, "size of input list %" PRIu32, l)) return false;
+    uint32_t k = get_u32(r);
+    if (!need(r, (uint64_t)k * 8, "input list %" PRIu32, l)) return false;
+    if (r->g) {
+      if (k > (uint32_t)(INT_MAX / 2 - p->num_inputs))
+        return fail_at(r, r->pos, FLOE_DATA_LOSS, "too many inputs%s",
+                       node_ctx(r, ctx, sizeof ctx));
+      FloeOutput *in = floe__realloc(p->inputs, ((size_t)p->num_inputs + k + 1) * sizeof *in);
+      if (!in) return fail_at(r, r->pos, FLOE_NO_MEMORY, "out of memory reading inputs");
+      p->inputs = in;
+      p->lists[l] = (int)k;
+    }
+    for (uint32_t j = 0; j < k; j++) {
+      size_t at = r->pos;
+      uint32_t src = get_u32(r), idx = get_u32(r);
+      if (src >= (uint64_t)r->node || idx > INT_MAX)
+        return fail_at(r, at, FLOE_DATA_LOSS,
+                       "input %" PRIu32 " of list %" PRIu32 "%s refers to output %" PRIu32
+                       " of node %" PRIu32 "; inputs must be earlier nodes (%ld here)",
+                       j, l, node_ctx(r, ctx, sizeof ctx), idx, src, r->node);
+      if (r->g) {
+        p->inputs[p->num_inputs].node = r->g->nodes[src];
+        p->inputs[p->num_inputs].index = (int)idx;
+        p->num_inputs++;
+      }
+    }
+  }
+  return true;
+}
+
+static bool read_control(Reader *r, NodeParts *p) {
+  char ctx[128];
+  if (!need(r, 4, "control input count")) return false;
+  uint32_t nc = get_u32(r);
+  if (!need(r, (uint64_t)nc * 4, "control inputs")) return false;
+  if (r->g && nc && !(p->control = floe__malloc((size_t)nc * sizeof *p->control)))
+    return fail_at(r, r->pos, FLOE_NO_MEMORY, "out of memory reading control inputs");
+  for (uint32_t i = 0; i < nc; i++) {
+    size_t at = r->pos;
+    uint32_t src = get_u32(r);
+    if (src >= (uint64_t)r->node)
+      return fail_at(r, at, FLOE_DATA_LOSS,
+                     "control input %" PRIu32 "%s refers to node %" PRIu32
+                     "; control inputs must be earlier nodes (%ld here)",
+                     i, node_ctx(r, ctx, sizeof ctx), src, r->node);
+    if (r->g) p->control[i] = r->g->nodes[src];
+  }
+  p->num_control = (int)nc;
+  return true;
+}
+
+static bool read_attrs(Reader *r, NodeParts *p) {
+  char ctx[128];
+  size_t at = r->pos;
+  if (!need(r, 4, "attribute count")) return false;
+  uint32_t na = get_u32(r);
+  if (na > MAX_NODE_ATTRS)
+    return fail_at(r, at, FLOE_DATA_LOSS, "%" PRIu32 " attributes%s (at most %u)", na,
+                   node_ctx(r, ctx, sizeof ctx), MAX_NODE_ATTRS);
+  for (uint32_t i = 0; i < na; i++) {
+    const char *an;
+    uint32_t anl;
+    char item[48];
+    snprintf(item, sizeof item, "name of attribute %" PRIu32, i);
+    if (!read_str(r, &an, &anl, item)) return false;
+    int shown = (int)(anl < NAME_SHOWN ? anl : NAME_SHOWN);
+    if (!need(r, 1, "kind of attribute '%.*s'", shown, an)) return false;
+    uint8_t kind = get_u8(r);
+    FloeAttrValue v;
+    memset(&v, 0, sizeof v);
+    if (!read_value(r, kind, &v, an, shown)) return false;
+    if (!r->g) continue;
+    char *name;
+    if (!dup_str(r, an, anl, &name)) {
+      floe__attr_value_clear(&v);
+      return false;
+    }
+    if (floe__attrs_get(&p->attrs, name)) {
+      fail_at(r, r->pos, FLOE_DATA_LOSS, "attribute '%s'%s appears twice", name,
+              node_ctx(r, ctx, sizeof ctx));
+      floe__attr_value_clear(&v);
+      floe__free(name);
+      return false;
+    }
+    FloeStatus sst = {FLOE_OK, NULL};
+    floe_code rc = floe__attrs_set(&p->attrs, name, &v, &sst);
+    floe__free(name);
+    floe_status_clear(&sst);
+    if (rc != FLOE_OK) {
+      floe__attr_value_clear(&v);
+      return fail_at(r, r->pos, FLOE_NO_MEMORY, "out of memory reading attributes");
+    }
+  }
+  return true;
+}
+
+static bool read_node(Reader *r) {
+  size_t start = r->pos;
+  NodeParts p;
+  memset(&p, 0, sizeof p);
+  floe__attrs_init(&p.attrs);
+  bool ok = false;
+  const char *s;
+  uint32_t n;
+  r->name = NULL;
+  if (!need(r, 4, "record length")) return false;
+  uint32_t rec_len = get_u32(r);
+  bool clipped = rec_len > r->len - r->pos;
+  size_t rec_end = clipped ? r->len : r->pos + rec_len;
+  r->lim = rec_end;
+  if (!read_str(r, &s, &n, "name")) goto done;
+  r->name = s;
+  r->name_len = n;
+  if (r->g && !dup_str(r, s, n, &p.name)) goto done;
+  if (!read_str(r, &s, &n, "op")) goto done;
+  if (r->g && !dup_str(r, s, n, &p.op)) goto done;
+  if (!read_str(r, &s, &n, "device")) goto done;
+  if (r->g && n && !dup_str(r, s, n, &p.device)) goto done;
+  if (!read_inputs(r, &p) || !read_control(r, &p) || !read_attrs(r, &p)) goto done;
+  if (clipped) {
+    char ctx[128];
+    fail_at(r, start, FLOE_DATA_LOSS, "truncated record%s (%" PRIu32 " bytes, %zu left)",
+            node_ctx(r, ctx, sizeof ctx), rec_len, r->len - start - 4);
+    goto done;
+  }
+  if (r->pos != rec_end && !r->newer_minor) {
+    char ctx[128];
+    fail_at(r, r->pos, FLOE_DATA_LOSS, "record%s is %" PRIu32 " bytes but its fields end %zu "
+            "bytes earlier", node_ctx(r, ctx, sizeof ctx), rec_len, rec_end - r->pos);
+    goto done;
+  }
+  r->pos = rec_end; /* a newer minor's extra fields are skipped */
+  r->lim = r->len;
+  if (r->g) {
+    FloeNodeSpec spec = {
+        .op = p.op,
+        .name = p.name,
+        .device = p.device,
+        .inputs = p.inputs,
+        .num_inputs = p.num_inputs,
+        .list_sizes = p.lists,
+        .num_lists = p.num_lists,
+        .control = p.control,
+        .num_control = p.num_control,
+        .attrs = &p.attrs,
+    };
+    /* Loading re-validates the node exactly as building would. */
+    if (!floe__graph_add_node(r->g, &spec, r->st)) {
+      floe__status_prefix(r->st, "%s: offset %zu", r->what, start);
+      goto done;
+    }
+  }
+  ok = true;
+done:
+  parts_clear(&p);
+  r->lim = r->len;
+  return ok;
+}
+
+static bool read_graph(Reader *r) {
+  r->pos = HEADER_BYTES - 4;
+  r->lim = r->len;
+  r->node = -1;
+  r->name = NULL;
+  uint32_t count = get_u32(r);
+  for (uint32_t i = 0; i < count; i++) {
+    r->node = (long)i;
+    r->name = NULL;
+    if (!read_node(r)) return false;
+  }
+  r->node = -1;
+  r->name = NULL;
+  if (!need(r, 4, "CRC-32 after the last node")) return false;
+  if (r->len - r->pos > 4 && !r->newer_minor)
+    return fail_at(r, r->pos, FLOE_DATA_LOSS,
+                   "%zu unexpected bytes between the last node and the CRC-32",
+                   r->len - r->pos - 4);
+  return true;
+}
+
+/* Caller owns the graph. */
+FloeGraph *floe_graph_deserialize(const void *buf, size_t len, const char *what,
+                                  FloeStatus *status) {
+  Reader r;
+  memset(&r, 0, sizeof r);
+  r.buf = buf;
+  r.len = len;
+  r.lim = len;
+  r.what = what ? what : "<memory>";
+  r.st = status;
+  r.node = -1;
+  if (!buf && len) {
+    floe_status_set(status, FLOE_INVALID_ARGUMENT, "%s: buffer is NULL", r.what);
+    return NULL;
+  }
+  if (!need(&r, 8, "magic")) return NULL;
+  if (memcmp(buf, FORMAT_MAGIC, 8) != 0) {
+    floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                    "%s: offset 0: not a Floe graph file (magic is not \"" FORMAT_MAGIC "\")",
+                    r.what);
+    return NULL;
+  }
+  r.pos = 8;
+  if (!need(&r, 4, "format version")) return NULL;
+  uint32_t version = get_u32(&r);
+  uint32_t major = version >> 16, minor = version & 0xFFFF;
+  if (major > FORMAT_MAJOR || major == 0) {
+    floe_status_set(status, major ? FLOE_UNIMPLEMENTED : FLOE_DATA_LOSS,
+                    "%s: offset 8: format version %" PRIu32 ".%" PRIu32 " %s (this reader "
+                    "reads %u.x up to %u.%u)",
+                    r.what, major, minor,
+                    major ? "is newer than this Floe understands; upgrade Floe"
+                          : "is not a valid version",
+                    FORMAT_MAJOR, FORMAT_MAJOR, FORMAT_MINOR);
+    return NULL;
+  }
+  r.newer_minor = minor > FORMAT_MINOR;
+  if (!need(&r, 4, "node count")) return NULL;
+  if (!read_graph(&r)) return NULL;
+  const uint8_t *p = buf;
+  uint32_t stored = (uint32_t)p[len - 4] | (uint32_t)p[len - 3] << 8 |
+                    (uint32_t)p[len - 2] << 16 | (uint32_t)p[len - 1] << 24;
+  uint32_t actual = crc32_of(p, len - 4);
+  if (stored != actual) {
+    floe_status_set(status, FLOE_DATA_LOSS,
+                    "%s: offset %zu: CRC-32 mismatch (stored 0x%08" PRIx32 ", computed 0x%08"
+                    PRIx32 "): the file is corrupt",
+                    r.what, len - 4, stored, actual);
+    return NULL;
+  }
+  FloeGraph *g = floe_graph_new();
+  if (!g) {
+    floe_status_set(status, FLOE_NO_MEMORY, "%s: out of memory creating the graph", r.what);
+    return NULL;
+  }
+  if (g->error != FLOE_OK) {
+    floe_status_set(status, g->error, "%s: %s", r.what, floe_graph_error(g, NULL));
+    goto err_free_graph;
+  }
+  r.g = g;
+  if (!read_graph(&r)) goto err_free_graph;
+  return g;
+
+err_free_graph:
+  floe_graph_free(g);
+  return NULL;
+}
+
+/* Caller owns the graph. */
+FloeGraph *floe_graph_load(const char *path, FloeStatus *status) {
+  if (!path) {
+    floe_status_set(status, FLOE_INVALID_ARGUMENT, "load: path is NULL");
+    return NULL;
+  }
+  FloeGraph *g = NULL;
+  uint8_t *buf = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    floe_status_set(status, errno_code(e), "%s: cannot open: %s", path, strerror(e));
+    return NULL;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    floe_status_set(status, FLOE_INVALID_ARGUMENT, "%s: not a regular file", path);
+    goto err_close;
+  }
+  if ((uint64_t)sb.st_size > SIZE_MAX) {
+    floe_status_set(status, FLOE_OUT_OF_RANGE, "%s: file too large", path);
+    goto err_close;
+  }
+  size_t size = (size_t)sb.st_size, got = 0;
+  buf = floe__malloc(size);
+  if (!buf) {
+    floe_status_set(status, FLOE_NO_MEMORY, "%s: out of memory reading %zu bytes", path, size);
+    goto err_close;
+  }
+  while (got < size) {
+    ssize_t k = read(fd, buf + got, size - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      int e = errno;
+      floe_status_set(status, errno_code(e), "%s: offset %zu: read failed: %s", path, got,
+                      strerror(e));
+      goto err_free_buf;
+    }
+    if (k == 0) break; /* shrank while reading: parse what is there */
+    got += (size_t)k;
+  }
+  g = floe_graph_deserialize(buf, got, path, status);
+err_free_buf:
+  floe__free(buf);
+err_close:
+  close(fd);
+  return g;
+}

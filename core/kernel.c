@@ -1,0 +1,134 @@
+/* kernel.c - choosing the kernel that runs a node on a device type. */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+/* A growing message; `oom` once an append failed (the message is then dropped). */
+typedef struct MsgBuf {
+  char *s;
+  size_t len, cap;
+  bool oom;
+} MsgBuf;
+
+static void msg_add(MsgBuf *m, const char *fmt, ...) FLOE__PRINTF(2, 3);
+static void msg_add(MsgBuf *m, const char *fmt, ...) {
+  if (m->oom) return;
+  va_list ap;
+  va_start(ap, fmt);
+  char *piece = floe__vasprintf(fmt, ap);
+  va_end(ap);
+  if (!piece) goto err_oom;
+  size_t n = strlen(piece);
+  if (m->len + n + 1 > m->cap) {
+    size_t cap = (m->len + n + 1) * 2;
+    char *s = floe__realloc(m->s, cap);
+    if (!s) {
+      floe__free(piece);
+      goto err_oom;
+    }
+    m->s = s;
+    m->cap = cap;
+  }
+  memcpy(m->s + m->len, piece, n + 1);
+  m->len += n;
+  floe__free(piece);
+  return;
+
+err_oom:
+  m->oom = true;
+}
+
+/* True when the node's type attribute satisfies the constraint (every element of a list). */
+static bool constraint_holds(const FloeNode *node, const FloeTypeConstraint *c) {
+  const FloeAttrValue *v = floe__attrs_get(&node->attrs, c->attr);
+  if (!v) return false;
+  if (v->kind == FLOE_ATTR_TYPE) return (c->dtypes & FLOE_DTYPE_BIT(v->u.type)) != 0;
+  if (v->kind != FLOE_ATTR_TYPE_LIST) return false;
+  for (size_t i = 0; i < v->u.tlist.n; i++)
+    if (!(c->dtypes & FLOE_DTYPE_BIT(v->u.tlist.v[i]))) return false;
+  return true;
+}
+
+static bool kernel_matches(const FloeKernelReg *k, const FloeNode *node) {
+  for (size_t i = 0; i < k->num_constraints; i++)
+    if (!constraint_holds(node, &k->constraints[i])) return false;
+  return true;
+}
+
+/* "T=f32, Tlist=[f32,i32]": the node's type attributes, which constraints are checked on. */
+static void describe_node_types(MsgBuf *m, const FloeNode *node) {
+  int shown = 0;
+  for (int i = 0; i < node->attrs.n; i++) {
+    const FloeAttrValue *v = &node->attrs.values[i];
+    if (v->kind == FLOE_ATTR_TYPE) {
+      msg_add(m, "%s%s=%s", shown++ ? ", " : "", node->attrs.names[i], floe_dtype_name(v->u.type));
+    } else if (v->kind == FLOE_ATTR_TYPE_LIST) {
+      msg_add(m, "%s%s=[", shown++ ? ", " : "", node->attrs.names[i]);
+      for (size_t j = 0; j < v->u.tlist.n; j++)
+        msg_add(m, "%s%s", j ? "," : "", floe_dtype_name(v->u.tlist.v[j]));
+      msg_add(m, "]");
+    }
+  }
+  if (!shown) msg_add(m, "no type attributes");
+}
+
+static void describe_kernel(MsgBuf *m, const FloeKernelReg *k) {
+  msg_add(m, "%s", k->device_type);
+  if (k->num_constraints == 0) {
+    msg_add(m, " (any dtype)");
+    return;
+  }
+  msg_add(m, " (");
+  for (size_t i = 0; i < k->num_constraints; i++) {
+    char set[160];
+    msg_add(m, "%s%s in %s", i ? ", " : "", k->constraints[i].attr,
+            floe__dtype_mask_str(k->constraints[i].dtypes, set, sizeof set));
+  }
+  msg_add(m, ")");
+}
+
+/* The NOT_FOUND message: the node, its op and dtypes, and where kernels of the op exist. */
+static void no_kernel_error(const FloeRuntime *rt, const FloeNode *node, const char *device_type,
+                            FloeStatus *st) {
+  MsgBuf m = {NULL, 0, 0, false};
+  msg_add(&m, "no kernel for node '%s' (op %s, ", node->name, node->op->name);
+  describe_node_types(&m, node);
+  msg_add(&m, ") on device type %s; ", device_type);
+  int listed = 0, total = 0;
+  for (int i = 0; i < rt->num_kernels; i++) {
+    const FloeKernelReg *k = rt->kernels[i];
+    if (strcmp(k->op, node->op->name) != 0) continue;
+    total++;
+    if (listed == 12) continue; /* a long list helps no one; the count says there are more */
+    msg_add(&m, "%s", listed++ ? ", " : "kernels of this op exist for ");
+    describe_kernel(&m, k);
+  }
+  if (total > listed) msg_add(&m, " and %d more", total - listed);
+  if (total == 0)
+    msg_add(&m, "no loaded plugin has a kernel for %s (is the plugin that implements it loaded? "
+                "see floe_runtime_plugin)", node->op->name);
+  else
+    msg_add(&m, "; place the node on one of those devices or use a dtype they accept");
+  if (m.oom)
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory describing the missing kernel of node '%s'",
+                    node->name);
+  else
+    floe_status_set(st, FLOE_NOT_FOUND, "%s", m.s);
+  floe__free(m.s);
+}
+
+/* The kernel is borrowed from rt. st may be NULL when the caller only probes. */
+const FloeKernelReg *floe__kernel_find(const FloeRuntime *rt, const FloeNode *node,
+                                       const char *device_type, FloeStatus *st) {
+  const FloeKernelReg *best = NULL;
+  for (int i = 0; i < rt->num_kernels; i++) {
+    const FloeKernelReg *k = rt->kernels[i];
+    if (strcmp(k->op, node->op->name) != 0 || strcasecmp(k->device_type, device_type) != 0) continue;
+    /* Ties keep the first registered: load order is the user's preference order. */
+    if (kernel_matches(k, node) && (!best || k->priority > best->priority)) best = k;
+  }
+  if (!best && st) no_kernel_error(rt, node, device_type, st);
+  return best;
+}

@@ -1,0 +1,1185 @@
+/* ops_shape.c - shape functions of the standard op set (named in ops_std.def).
+ *
+ * Each reads the node (attributes, producers of its inputs) and sctx->input_shapes, and
+ * writes every sctx->output_shapes entry. Unknown dims (-1) and unknown ranks propagate;
+ * only a definite mismatch is an error, whose message names the shapes or attribute. When
+ * an input comes from a Const (or, for shape-valued inputs, from a Shape node) its value
+ * is read to resolve the output: Reshape's shape, Transpose's perm, axes, paddings, ...
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "ops_shape.h"
+
+/* A temporary "[2,?,3]" for messages; lives until the end of the enclosing block. */
+#define SHAPE_STR(s) floe_shape_str(&(s), (char[160]){0}, 160)
+#define INTS_STR(v, n) ints_str((v), (n), (char[160]){0}, 160)
+
+/* Longest constant vector read from an input (StridedSlice specs may add axes). */
+#define MAX_VEC 32
+
+static floe_code fail(FloeShapeContext *sctx, const char *fmt, ...) FLOE__PRINTF(2, 3);
+
+static floe_code fail(FloeShapeContext *sctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  floe_code c = floe__status_vset(sctx->status, FLOE_INVALID_ARGUMENT, fmt, ap);
+  va_end(ap);
+  return c;
+}
+
+static char *ints_str(const int64_t *v, int n, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < n && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%lld", i ? "," : "", (long long)v[i]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+static const char *op_name(const FloeShapeContext *sctx) { return sctx->node->op->name; }
+
+static FloeShape unknown_rank(void) { return floe_shape_unknown(); }
+
+/* Rank r with every dim unknown (r < 0: unknown rank). */
+static FloeShape unknown_dims(int r) {
+  FloeShape s = floe_shape_unknown();
+  if (r < 0) return s;
+  s.rank = r;
+  for (int i = 0; i < r; i++) s.dims[i] = FLOE_DIM_UNKNOWN;
+  return s;
+}
+
+static bool fully_known(const FloeShape *s) {
+  if (s->rank < 0) return false;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] < 0) return false;
+  return true;
+}
+
+static void set_all_outputs(FloeShapeContext *sctx, FloeShape s) {
+  for (int i = 0; i < sctx->node->num_outputs; i++) sctx->output_shapes[i] = s;
+}
+
+/* Merge two sizes of what must be one dimension; false when both are known and differ. */
+static bool merge_dim(int64_t a, int64_t b, int64_t *out) {
+  if (a >= 0 && b >= 0 && a != b) return false;
+  *out = a >= 0 ? a : b;
+  return true;
+}
+
+/* ---- attributes (the graph fills defaults, so absence means a malformed node) ---- */
+
+static const FloeAttrValue *attr_of(const FloeShapeContext *sctx, const char *name,
+                                    FloeAttrKind kind) {
+  const FloeAttrValue *v = floe__attrs_get(&sctx->node->attrs, name);
+  return v && v->kind == kind ? v : NULL;
+}
+
+static int64_t attr_int(const FloeShapeContext *sctx, const char *name, int64_t dflt) {
+  const FloeAttrValue *v = attr_of(sctx, name, FLOE_ATTR_INT);
+  return v ? v->u.i : dflt;
+}
+
+static bool attr_bool(const FloeShapeContext *sctx, const char *name) {
+  const FloeAttrValue *v = attr_of(sctx, name, FLOE_ATTR_BOOL);
+  return v && v->u.b;
+}
+
+static const char *attr_string(const FloeShapeContext *sctx, const char *name,
+                               const char *dflt) {
+  const FloeAttrValue *v = attr_of(sctx, name, FLOE_ATTR_STRING);
+  return v ? v->u.s : dflt;
+}
+
+/* ---- constant inputs ---- */
+
+static const FloeNode *producer(const FloeShapeContext *sctx, int i) {
+  return sctx->node->inputs[i].node;
+}
+
+/* The value of input i when it comes from a Const node (host memory), else NULL. */
+static const FloeTensor *const_input(const FloeShapeContext *sctx, int i) {
+  const FloeNode *src = producer(sctx, i);
+  if (!src || !src->op || strcmp(src->op->name, "Const") != 0) return NULL;
+  const FloeAttrValue *v = floe__attrs_get(&src->attrs, "value");
+  if (!v || v->kind != FLOE_ATTR_TENSOR || !v->u.tensor || !floe__tensor_on_host(v->u.tensor))
+    return NULL;
+  return v->u.tensor;
+}
+
+/* Elements of an integer tensor as int64 (at most max); false for other dtypes or more. */
+static bool tensor_ints(const FloeTensor *t, int64_t *out, int64_t max, int64_t *n) {
+  int64_t count = t->num_elements;
+  if (count > max) return false;
+  const void *data = floe_tensor_data(t);
+  for (int64_t i = 0; i < count; i++) {
+    switch (t->dtype) {
+      case FLOE_I32: out[i] = ((const int32_t *)data)[i]; break;
+      case FLOE_I64: out[i] = ((const int64_t *)data)[i]; break;
+      case FLOE_I8: out[i] = ((const int8_t *)data)[i]; break;
+      case FLOE_U8: out[i] = ((const uint8_t *)data)[i]; break;
+      default: return false;
+    }
+  }
+  *n = count;
+  return true;
+}
+
+/* A constant scalar (rank 0 or one element) integer input. */
+static bool const_scalar(const FloeShapeContext *sctx, int i, int64_t *out) {
+  const FloeTensor *t = const_input(sctx, i);
+  int64_t n;
+  return t && t->num_elements == 1 && tensor_ints(t, out, 1, &n);
+}
+
+/* A constant 1-D integer input: *n values into v (at most MAX_VEC). Errors when the
+ * constant is not a vector; returns false in *known when the input is not a constant. */
+static floe_code const_vector(FloeShapeContext *sctx, int i, const char *what, int64_t *v,
+                              int *n, bool *known) {
+  *known = false;
+  const FloeTensor *t = const_input(sctx, i);
+  if (!t) return FLOE_OK;
+  FloeShape s = floe_tensor_shape(t);
+  if (t->rank != 1) return fail(sctx, "%s must be a 1-D tensor, got shape %s", what, SHAPE_STR(s));
+  int64_t count;
+  if (!tensor_ints(t, v, MAX_VEC, &count))
+    return fail(sctx, "%s must be an integer vector of at most %d elements, got %s%s", what,
+                MAX_VEC, floe_dtype_name(t->dtype), SHAPE_STR(s));
+  *n = (int)count;
+  *known = true;
+  return FLOE_OK;
+}
+
+/* Length of a 1-D input from its shape (-1 if unknown); errors when its rank is not 1. */
+static floe_code vector_len(FloeShapeContext *sctx, int i, const char *what, int64_t *len) {
+  const FloeShape *s = &sctx->input_shapes[i];
+  *len = -1;
+  if (s->rank < 0) return FLOE_OK;
+  if (s->rank != 1) return fail(sctx, "%s must be a 1-D tensor, got shape %s", what, SHAPE_STR(*s));
+  *len = s->dims[0];
+  return FLOE_OK;
+}
+
+/* A 1-D integer input read as a shape: a Const gives its values as written (negative ones
+ * included: Reshape's -1, or an error for the caller to report), *is_const = true; a Shape
+ * node gives its input's shape (unknown dims -1); anything else gives its length only.
+ * out->rank < 0 when even the length is unknown. */
+static floe_code shape_vector_input(FloeShapeContext *sctx, int i, const char *what,
+                                    FloeShape *out, bool *is_const) {
+  int64_t v[MAX_VEC], len;
+  int n;
+  bool known;
+  *is_const = false;
+  floe_code c = const_vector(sctx, i, what, v, &n, &known);
+  if (c != FLOE_OK) return c;
+  if (known) {
+    if (n > FLOE_MAX_DIMS)
+      return fail(sctx, "%s %s has %d elements; at most %d dimensions are supported", what,
+                  INTS_STR(v, n), n, FLOE_MAX_DIMS);
+    out->rank = n;
+    for (int k = 0; k < n; k++) out->dims[k] = v[k];
+    *is_const = true;
+    return FLOE_OK;
+  }
+  const FloeNode *src = producer(sctx, i);
+  if (src && src->op && strcmp(src->op->name, "Shape") == 0 && src->num_inputs == 1) {
+    const FloeOutput *in = &src->inputs[0];
+    *out = in->node->out_shapes[in->index];
+    if (out->rank >= 0) return FLOE_OK;
+  }
+  if ((c = vector_len(sctx, i, what, &len)) != FLOE_OK) return c;
+  if (len > FLOE_MAX_DIMS)
+    return fail(sctx, "%s has %lld elements; at most %d dimensions are supported", what,
+                (long long)len, FLOE_MAX_DIMS);
+  *out = unknown_dims((int)len);
+  return FLOE_OK;
+}
+
+/* An axis in [-rank, rank) made non-negative. */
+static floe_code norm_axis(FloeShapeContext *sctx, int64_t axis, int rank, const char *what,
+                           const FloeShape *shape, int *out) {
+  if (axis < -rank || axis >= rank)
+    return fail(sctx, "%s %lld is out of range for a tensor of rank %d (shape %s); use a value "
+                      "in [%d, %d)", what, (long long)axis, rank, SHAPE_STR(*shape), -rank, rank);
+  *out = (int)(axis < 0 ? axis + rank : axis);
+  return FLOE_OK;
+}
+
+/* ---- sources and element-wise ---- */
+
+floe_code floe__shape_const(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeAttrValue *v = attr_of(sctx, "value", FLOE_ATTR_TENSOR);
+  sctx->output_shapes[0] = v && v->u.tensor ? floe_tensor_shape(v->u.tensor) : unknown_rank();
+  return FLOE_OK;
+}
+
+floe_code floe__shape_placeholder(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeAttrValue *v = attr_of(sctx, "shape", FLOE_ATTR_SHAPE);
+  sctx->output_shapes[0] = v ? v->u.shape : unknown_rank();
+  return FLOE_OK;
+}
+
+/* Same shape as input 0; ops with an "axis" (Softmax) also check it against the rank. */
+floe_code floe__shape_unchanged(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  const FloeAttrValue *axis = attr_of(sctx, "axis", FLOE_ATTR_INT);
+  if (axis && in->rank >= 0) {
+    int a;
+    if (in->rank == 0)
+      return fail(sctx, "%s needs an input of rank >= 1, got a scalar", op_name(sctx));
+    floe_code c = norm_axis(sctx, axis->u.i, in->rank, "attribute 'axis'", in, &a);
+    if (c != FLOE_OK) return c;
+  }
+  set_all_outputs(sctx, *in);
+  return FLOE_OK;
+}
+
+/* NumPy broadcasting of a and b. */
+static floe_code broadcast2(FloeShapeContext *sctx, const FloeShape *a, const FloeShape *b,
+                            FloeShape *out) {
+  if (a->rank < 0 || b->rank < 0) {
+    *out = unknown_rank();
+    return FLOE_OK;
+  }
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  FloeShape s = unknown_dims(r);
+  for (int i = 0; i < r; i++) {
+    int ia = a->rank - r + i, ib = b->rank - r + i;
+    int64_t x = ia >= 0 ? a->dims[ia] : 1, y = ib >= 0 ? b->dims[ib] : 1;
+    if (x >= 0 && y >= 0) {
+      if (x != y && x != 1 && y != 1)
+        return fail(sctx, "Incompatible shapes for broadcasting: %s vs %s", SHAPE_STR(*a),
+                    SHAPE_STR(*b));
+      s.dims[i] = x == 1 ? y : x;
+    } else if (x < 0 && y < 0) {
+      s.dims[i] = FLOE_DIM_UNKNOWN;
+    } else {
+      /* One unknown: a known size other than 1 decides; a 1 leaves the other's size. */
+      int64_t known = x >= 0 ? x : y;
+      s.dims[i] = known == 1 ? FLOE_DIM_UNKNOWN : known;
+    }
+  }
+  *out = s;
+  return FLOE_OK;
+}
+
+static floe_code broadcast_all(FloeShapeContext *sctx) {
+  FloeShape s = sctx->input_shapes[0];
+  for (int i = 1; i < sctx->node->num_inputs; i++) {
+    floe_code c = broadcast2(sctx, &s, &sctx->input_shapes[i], &s);
+    if (c != FLOE_OK) {
+      /* Name every input when more than two take part (Select). */
+      if (sctx->node->num_inputs > 2) {
+        floe__status_prefix(sctx->status, "%s inputs %s, %s, %s", op_name(sctx),
+                            SHAPE_STR(sctx->input_shapes[0]), SHAPE_STR(sctx->input_shapes[1]),
+                            SHAPE_STR(sctx->input_shapes[2]));
+      }
+      return c;
+    }
+  }
+  set_all_outputs(sctx, s);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_broadcast(const FloeHostApi *host, FloeShapeContext *sctx) {
+  return broadcast_all(sctx);
+}
+
+floe_code floe__shape_select(const FloeHostApi *host, FloeShapeContext *sctx) {
+  return broadcast_all(sctx);
+}
+
+floe_code floe__shape_scalar(const FloeHostApi *host, FloeShapeContext *sctx) {
+  set_all_outputs(sctx, floe_shape_scalar());
+  return FLOE_OK;
+}
+
+floe_code floe__shape_shape(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t r = sctx->input_shapes[0].rank;
+  sctx->output_shapes[0] = floe_shape_make(1, &r);
+  return FLOE_OK;
+}
+
+/* ---- linear algebra and nn ---- */
+
+floe_code floe__shape_matmul(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *a = &sctx->input_shapes[0], *b = &sctx->input_shapes[1];
+  bool ta = attr_bool(sctx, "transpose_a"), tb = attr_bool(sctx, "transpose_b");
+  if (a->rank >= 0 && a->rank != 2)
+    return fail(sctx, "MatMul input 'a' must be a matrix (rank 2), got shape %s", SHAPE_STR(*a));
+  if (b->rank >= 0 && b->rank != 2)
+    return fail(sctx, "MatMul input 'b' must be a matrix (rank 2), got shape %s", SHAPE_STR(*b));
+  int64_t m = a->rank == 2 ? a->dims[ta ? 1 : 0] : -1, ka = a->rank == 2 ? a->dims[ta ? 0 : 1] : -1;
+  int64_t kb = b->rank == 2 ? b->dims[tb ? 1 : 0] : -1, n = b->rank == 2 ? b->dims[tb ? 0 : 1] : -1;
+  int64_t k;
+  if (!merge_dim(ka, kb, &k))
+    return fail(sctx, "Matrix size-incompatible: a %s (transpose_a=%d) and b %s (transpose_b=%d) "
+                      "have inner dimensions %lld and %lld", SHAPE_STR(*a), ta, SHAPE_STR(*b), tb,
+                (long long)ka, (long long)kb);
+  int64_t dims[2] = {m, n};
+  sctx->output_shapes[0] = floe_shape_make(2, dims);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_batch_matmul(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *x = &sctx->input_shapes[0], *y = &sctx->input_shapes[1];
+  bool adj_x = attr_bool(sctx, "adj_x"), adj_y = attr_bool(sctx, "adj_y");
+  if (x->rank >= 0 && x->rank < 2)
+    return fail(sctx, "BatchMatMul input 'x' must have rank >= 2, got shape %s", SHAPE_STR(*x));
+  if (y->rank >= 0 && y->rank < 2)
+    return fail(sctx, "BatchMatMul input 'y' must have rank >= 2, got shape %s", SHAPE_STR(*y));
+  if (x->rank < 0 || y->rank < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  int rx = x->rank, ry = y->rank;
+  int64_t m = x->dims[rx - (adj_x ? 1 : 2)], kx = x->dims[rx - (adj_x ? 2 : 1)];
+  int64_t ky = y->dims[ry - (adj_y ? 1 : 2)], n = y->dims[ry - (adj_y ? 2 : 1)], k;
+  if (!merge_dim(kx, ky, &k))
+    return fail(sctx, "BatchMatMul: x %s (adj_x=%d) and y %s (adj_y=%d) have inner dimensions "
+                      "%lld and %lld", SHAPE_STR(*x), adj_x, SHAPE_STR(*y), adj_y, (long long)kx,
+                (long long)ky);
+  FloeShape bx = floe_shape_make(rx - 2, x->dims), by = floe_shape_make(ry - 2, y->dims), out;
+  if (broadcast2(sctx, &bx, &by, &out) != FLOE_OK)
+    return fail(sctx, "BatchMatMul: batch dimensions of x %s and y %s do not broadcast",
+                SHAPE_STR(*x), SHAPE_STR(*y));
+  out.dims[out.rank] = m;
+  out.dims[out.rank + 1] = n;
+  out.rank += 2;
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* data_format attribute: false for NHWC, true for NCHW. */
+static floe_code data_format(FloeShapeContext *sctx, bool *nchw) {
+  const char *df = attr_string(sctx, "data_format", "NHWC");
+  if (strcmp(df, "NHWC") != 0 && strcmp(df, "NCHW") != 0)
+    return fail(sctx, "attribute 'data_format' must be NHWC or NCHW, got '%s'", df);
+  *nchw = df[1] == 'C';
+  return FLOE_OK;
+}
+
+floe_code floe__shape_bias_add(const FloeHostApi *host, FloeShapeContext *sctx) {
+  FloeShape v = sctx->input_shapes[0];
+  const FloeShape *b = &sctx->input_shapes[1];
+  bool nchw;
+  floe_code c = data_format(sctx, &nchw);
+  if (c != FLOE_OK) return c;
+  if (b->rank >= 0 && b->rank != 1)
+    return fail(sctx, "BiasAdd bias must be 1-D, got shape %s", SHAPE_STR(*b));
+  int min_rank = nchw ? 2 : 1;
+  if (v.rank >= 0 && v.rank < min_rank)
+    return fail(sctx, "BiasAdd value must have rank >= %d for %s, got shape %s", min_rank,
+                nchw ? "NCHW" : "NHWC", SHAPE_STR(v));
+  if (v.rank >= 0 && b->rank == 1) {
+    int ch = nchw ? 1 : v.rank - 1;
+    if (!merge_dim(v.dims[ch], b->dims[0], &v.dims[ch]))
+      return fail(sctx, "BiasAdd bias %s does not match the channel dimension of value %s",
+                  SHAPE_STR(*b), SHAPE_STR(sctx->input_shapes[0]));
+  }
+  sctx->output_shapes[0] = v;
+  return FLOE_OK;
+}
+
+/* A list(int) attribute of exactly 4 positive entries whose batch and channel entries
+ * are 1 (when batch_channel_one). */
+static floe_code window_attr(FloeShapeContext *sctx, const char *name, bool nchw,
+                             bool batch_channel_one, const int64_t **out) {
+  const FloeAttrValue *v = attr_of(sctx, name, FLOE_ATTR_INT_LIST);
+  if (!v) return fail(sctx, "%s needs attribute '%s' (a list of 4 ints)", op_name(sctx), name);
+  const int64_t *x = v->u.ilist.v;
+  int n = (int)v->u.ilist.n;
+  if (n != 4)
+    return fail(sctx, "attribute '%s' must have 4 elements (%s order), got %s", name,
+                nchw ? "NCHW" : "NHWC", INTS_STR(x, n));
+  for (int i = 0; i < 4; i++)
+    if (x[i] <= 0) return fail(sctx, "attribute '%s' must be positive, got %s", name, INTS_STR(x, n));
+  int ch = nchw ? 1 : 3;
+  if (batch_channel_one && (x[0] != 1 || x[ch] != 1))
+    return fail(sctx, "attribute '%s' %s must be 1 in the batch and channel dimensions (%s)",
+                name, INTS_STR(x, n), nchw ? "NCHW" : "NHWC");
+  *out = x;
+  return FLOE_OK;
+}
+
+static floe_code padding_attr(FloeShapeContext *sctx, bool *same) {
+  const char *p = attr_string(sctx, "padding", "");
+  if (strcmp(p, "SAME") != 0 && strcmp(p, "VALID") != 0)
+    return fail(sctx, "attribute 'padding' must be SAME or VALID, got '%s'", p);
+  *same = p[0] == 'S';
+  return FLOE_OK;
+}
+
+/* TensorFlow's windowed output size: SAME ceil(in / s); VALID ceil((in - eff + 1) / s)
+ * with eff = (k - 1) * d + 1, an error when the window is larger than the input. */
+static floe_code window_out(FloeShapeContext *sctx, int64_t in, int64_t k, int64_t s, int64_t d,
+                            bool same, const char *dim, int64_t *out) {
+  *out = FLOE_DIM_UNKNOWN;
+  if (in < 0) return FLOE_OK;
+  if (same) {
+    *out = (in + s - 1) / s;
+    return FLOE_OK;
+  }
+  if (k < 0) return FLOE_OK;
+  int64_t eff = (k - 1) * d + 1;
+  if (in < eff)
+    return fail(sctx, "%s: the %s window (size %lld, dilation %lld: %lld) is larger than the "
+                      "input (%lld) with VALID padding", op_name(sctx), dim, (long long)k,
+                (long long)d, (long long)eff, (long long)in);
+  *out = (in - eff) / s + 1;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_conv2d(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *x = &sctx->input_shapes[0], *f = &sctx->input_shapes[1];
+  bool nchw, same;
+  const int64_t *strides, *dil;
+  floe_code c;
+  if ((c = data_format(sctx, &nchw)) != FLOE_OK || (c = padding_attr(sctx, &same)) != FLOE_OK ||
+      (c = window_attr(sctx, "strides", nchw, true, &strides)) != FLOE_OK ||
+      (c = window_attr(sctx, "dilations", nchw, true, &dil)) != FLOE_OK)
+    return c;
+  if (x->rank >= 0 && x->rank != 4)
+    return fail(sctx, "Conv2D input must have rank 4 (%s), got shape %s", nchw ? "NCHW" : "NHWC",
+                SHAPE_STR(*x));
+  if (f->rank >= 0 && f->rank != 4)
+    return fail(sctx, "Conv2D filter must have rank 4 ([kh,kw,in,out]), got shape %s",
+                SHAPE_STR(*f));
+  int hi = nchw ? 2 : 1, wi = nchw ? 3 : 2, ci = nchw ? 1 : 3;
+  FloeShape in = x->rank == 4 ? *x : unknown_dims(4), fl = f->rank == 4 ? *f : unknown_dims(4);
+  int64_t cin;
+  if (!merge_dim(in.dims[ci], fl.dims[2], &cin))
+    return fail(sctx, "Conv2D input %s has %lld channels but filter %s expects %lld",
+                SHAPE_STR(*x), (long long)in.dims[ci], SHAPE_STR(*f), (long long)fl.dims[2]);
+  FloeShape out = unknown_dims(4);
+  out.dims[0] = in.dims[0];
+  out.dims[ci] = fl.dims[3];
+  if ((c = window_out(sctx, in.dims[hi], fl.dims[0], strides[hi], dil[hi], same, "height",
+                      &out.dims[hi])) != FLOE_OK ||
+      (c = window_out(sctx, in.dims[wi], fl.dims[1], strides[wi], dil[wi], same, "width",
+                      &out.dims[wi])) != FLOE_OK)
+    return c;
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_pool(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *x = &sctx->input_shapes[0];
+  bool nchw, same;
+  const int64_t *ksize, *strides;
+  floe_code c;
+  if ((c = data_format(sctx, &nchw)) != FLOE_OK || (c = padding_attr(sctx, &same)) != FLOE_OK ||
+      (c = window_attr(sctx, "ksize", nchw, true, &ksize)) != FLOE_OK ||
+      (c = window_attr(sctx, "strides", nchw, true, &strides)) != FLOE_OK)
+    return c;
+  if (x->rank >= 0 && x->rank != 4)
+    return fail(sctx, "%s input must have rank 4 (%s), got shape %s", op_name(sctx),
+                nchw ? "NCHW" : "NHWC", SHAPE_STR(*x));
+  int hi = nchw ? 2 : 1, wi = nchw ? 3 : 2;
+  FloeShape out = x->rank == 4 ? *x : unknown_dims(4);
+  if ((c = window_out(sctx, out.dims[hi], ksize[hi], strides[hi], 1, same, "height",
+                      &out.dims[hi])) != FLOE_OK ||
+      (c = window_out(sctx, out.dims[wi], ksize[wi], strides[wi], 1, same, "width",
+                      &out.dims[wi])) != FLOE_OK)
+    return c;
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* ---- shapes and data movement ---- */
+
+/* Product of the known dims of s (unknown ones skipped); false on overflow. */
+static bool known_product(const FloeShape *s, int64_t *out) {
+  int64_t p = 1;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] >= 0 && __builtin_mul_overflow(p, s->dims[i], &p)) return false;
+  *out = p;
+  return true;
+}
+
+floe_code floe__shape_reshape(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  FloeShape t;
+  bool is_const;
+  floe_code c = shape_vector_input(sctx, 1, "Reshape shape", &t, &is_const);
+  if (c != FLOE_OK) return c;
+  if (t.rank < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  int n_unknown = 0, unknown_at = -1;
+  for (int i = 0; i < t.rank; i++) {
+    if (t.dims[i] >= 0) continue;
+    if (is_const && t.dims[i] != -1)
+      return fail(sctx, "Reshape shape %s holds %lld; sizes must be >= 0, or -1 once to infer",
+                  INTS_STR(t.dims, t.rank), (long long)t.dims[i]);
+    n_unknown++;
+    unknown_at = i;
+  }
+  if (is_const && n_unknown > 1)
+    return fail(sctx, "Reshape shape %s may hold -1 only once", INTS_STR(t.dims, t.rank));
+  int64_t p, q;
+  if (!known_product(&t, &p))
+    return fail(sctx, "Reshape shape %s overflows", INTS_STR(t.dims, t.rank));
+  if (fully_known(in)) {
+    if (!known_product(in, &q)) return fail(sctx, "Reshape input %s overflows", SHAPE_STR(*in));
+    if (n_unknown == 0 && p != q)
+      return fail(sctx, "Cannot reshape a tensor of shape %s (%lld elements) into shape %s "
+                        "(%lld elements)", SHAPE_STR(*in), (long long)q, INTS_STR(t.dims, t.rank),
+                  (long long)p);
+    if (n_unknown > 0 && (p == 0 ? q != 0 : q % p != 0))
+      return fail(sctx, "Cannot reshape a tensor of shape %s (%lld elements) into shape %s: "
+                        "%lld is not a multiple of %lld", SHAPE_STR(*in), (long long)q,
+                  INTS_STR(t.dims, t.rank), (long long)q, (long long)p);
+    if (n_unknown == 1 && p != 0) t.dims[unknown_at] = q / p;
+  } else if (in->rank >= 0 && n_unknown == 0 && known_product(in, &q) && q > 0 && p % q != 0) {
+    /* The known input dims must divide the output's element count. */
+    return fail(sctx, "Cannot reshape a tensor of shape %s into shape %s: %lld is not a "
+                      "multiple of %lld", SHAPE_STR(*in), INTS_STR(t.dims, t.rank), (long long)p,
+                (long long)q);
+  }
+  for (int i = 0; i < t.rank; i++)
+    if (t.dims[i] < 0) t.dims[i] = FLOE_DIM_UNKNOWN;
+  sctx->output_shapes[0] = t;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_transpose(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  int64_t perm[MAX_VEC], len;
+  int n;
+  bool known;
+  floe_code c = const_vector(sctx, 1, "Transpose perm", perm, &n, &known);
+  if (c != FLOE_OK) return c;
+  if (!known) {
+    if ((c = vector_len(sctx, 1, "Transpose perm", &len)) != FLOE_OK) return c;
+    if (in->rank >= 0 && len >= 0 && len != in->rank)
+      return fail(sctx, "Transpose perm has %lld elements for an input of shape %s",
+                  (long long)len, SHAPE_STR(*in));
+    sctx->output_shapes[0] = unknown_dims(in->rank >= 0 ? in->rank : len > FLOE_MAX_DIMS ? -1 : (int)len);
+    return FLOE_OK;
+  }
+  if (in->rank >= 0 && n != in->rank)
+    return fail(sctx, "Transpose perm %s has %d elements for an input of shape %s",
+                INTS_STR(perm, n), n, SHAPE_STR(*in));
+  if (n > FLOE_MAX_DIMS)
+    return fail(sctx, "Transpose perm %s has more than %d elements", INTS_STR(perm, n),
+                FLOE_MAX_DIMS);
+  bool seen[FLOE_MAX_DIMS] = {false};
+  FloeShape out = unknown_dims(n);
+  for (int i = 0; i < n; i++) {
+    if (perm[i] < 0 || perm[i] >= n || seen[perm[i]])
+      return fail(sctx, "Transpose perm %s is not a permutation of 0..%d", INTS_STR(perm, n),
+                  n - 1);
+    seen[perm[i]] = true;
+    if (in->rank >= 0) out.dims[i] = in->dims[perm[i]];
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int nvals = sctx->node->num_inputs - 1;
+  const FloeShape *vals = sctx->input_shapes;
+  int rank = -1, first = -1;
+  for (int i = 0; i < nvals; i++) {
+    if (vals[i].rank < 0) continue;
+    if (rank < 0) {
+      rank = vals[i].rank;
+      first = i;
+    } else if (vals[i].rank != rank) {
+      return fail(sctx, "Concat values[%d] %s and values[%d] %s have different ranks", first,
+                  SHAPE_STR(vals[first]), i, SHAPE_STR(vals[i]));
+    }
+  }
+  if (rank == 0) return fail(sctx, "Concat cannot join scalars (values[%d] is a scalar)", first);
+  if (rank < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  int64_t axis;
+  if (!const_scalar(sctx, nvals, &axis)) {
+    sctx->output_shapes[0] = unknown_dims(rank);
+    return FLOE_OK;
+  }
+  int ax;
+  floe_code c = norm_axis(sctx, axis, rank, "Concat axis", &vals[first], &ax);
+  if (c != FLOE_OK) return c;
+  FloeShape out = unknown_dims(rank);
+  out.dims[ax] = 0;
+  for (int i = 0; i < nvals; i++) {
+    if (vals[i].rank < 0) {
+      out.dims[ax] = FLOE_DIM_UNKNOWN;
+      continue;
+    }
+    for (int d = 0; d < rank; d++) {
+      if (d == ax) continue;
+      if (!merge_dim(out.dims[d], vals[i].dims[d], &out.dims[d]))
+        return fail(sctx, "Concat values[%d] %s does not match values[%d] %s in dimension %d "
+                          "(only axis %d may differ)", first, SHAPE_STR(vals[first]), i,
+                    SHAPE_STR(vals[i]), d, ax);
+    }
+    if (out.dims[ax] >= 0)
+      out.dims[ax] = vals[i].dims[ax] >= 0 ? out.dims[ax] + vals[i].dims[ax] : FLOE_DIM_UNKNOWN;
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_split(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  int64_t num = attr_int(sctx, "num_split", sctx->node->num_outputs), axis;
+  if (in->rank < 0) {
+    set_all_outputs(sctx, unknown_rank());
+    return FLOE_OK;
+  }
+  if (in->rank == 0) return fail(sctx, "Split cannot split a scalar");
+  if (!const_scalar(sctx, 1, &axis)) {
+    set_all_outputs(sctx, unknown_dims(in->rank));
+    return FLOE_OK;
+  }
+  int ax;
+  floe_code c = norm_axis(sctx, axis, in->rank, "Split axis", in, &ax);
+  if (c != FLOE_OK) return c;
+  FloeShape out = *in;
+  if (in->dims[ax] >= 0) {
+    if (num <= 0 || in->dims[ax] % num != 0)
+      return fail(sctx, "Split: dimension %d of %s (size %lld) is not divisible by num_split %lld",
+                  ax, SHAPE_STR(*in), (long long)in->dims[ax], (long long)num);
+    out.dims[ax] = in->dims[ax] / num;
+  }
+  set_all_outputs(sctx, out);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_slice(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  int64_t begin[MAX_VEC], size[MAX_VEC], blen, slen;
+  int nb, ns;
+  bool bk, sk;
+  floe_code c;
+  if ((c = const_vector(sctx, 1, "Slice begin", begin, &nb, &bk)) != FLOE_OK ||
+      (c = const_vector(sctx, 2, "Slice size", size, &ns, &sk)) != FLOE_OK ||
+      (c = vector_len(sctx, 1, "Slice begin", &blen)) != FLOE_OK ||
+      (c = vector_len(sctx, 2, "Slice size", &slen)) != FLOE_OK)
+    return c;
+  if (bk) blen = nb;
+  if (sk) slen = ns;
+  int64_t rank = in->rank;
+  if (rank < 0) rank = blen >= 0 ? blen : slen;
+  if ((blen >= 0 && blen != rank) || (slen >= 0 && slen != rank))
+    return fail(sctx, "Slice of %s: begin has %lld and size %lld elements; both need one per "
+                      "dimension", SHAPE_STR(*in), (long long)blen, (long long)slen);
+  if (rank < 0 || rank > FLOE_MAX_DIMS) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  FloeShape out = unknown_dims((int)rank);
+  for (int i = 0; i < rank; i++) {
+    int64_t dim = in->rank >= 0 ? in->dims[i] : -1, b = bk ? begin[i] : -1, s = sk ? size[i] : -2;
+    if (bk && (b < 0 || (dim >= 0 && b > dim)))
+      return fail(sctx, "Slice begin %s is out of range for input %s in dimension %d",
+                  INTS_STR(begin, nb), SHAPE_STR(*in), i);
+    if (sk && s < -1)
+      return fail(sctx, "Slice size %s holds %lld; sizes must be >= 0, or -1 for 'to the end'",
+                  INTS_STR(size, ns), (long long)s);
+    if (s >= 0) {
+      if (bk && dim >= 0 && b + s > dim)
+        return fail(sctx, "Slice begin %s + size %s exceeds input %s in dimension %d",
+                    INTS_STR(begin, nb), INTS_STR(size, ns), SHAPE_STR(*in), i);
+      out.dims[i] = s;
+    } else if (s == -1 && bk && dim >= 0) {
+      out.dims[i] = dim - b;
+    }
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* StridedSlice, following TensorFlow's ValidateStridedSliceOp: the sparse spec (with
+ * ellipsis and new-axis entries) is expanded to one entry per input dimension, each is
+ * canonicalised against its size, and the final shape drops shrunk dims and adds new
+ * axes. Without constant begin/end/strides the rank is still derived from the masks. */
+enum { SS_NEW_AXIS = -1, SS_SHRINK = -2 };
+
+typedef struct DenseSpec {
+  int64_t begin[FLOE_MAX_DIMS], end[FLOE_MAX_DIMS], strides[FLOE_MAX_DIMS];
+  uint64_t begin_mask, end_mask, shrink_mask;
+  int gather[MAX_VEC + FLOE_MAX_DIMS]; /* dense dim, SS_NEW_AXIS or SS_SHRINK */
+  int num_gather;
+} DenseSpec;
+
+typedef struct SparseSpec {
+  int n;                     /* entries, including an implicit trailing ellipsis */
+  const int64_t *begin, *end, *strides; /* NULL when not constant */
+  uint64_t begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_mask;
+  int new_axis_after_ellipsis;
+} SparseSpec;
+
+static floe_code build_dense(FloeShapeContext *sctx, const SparseSpec *sp, int rank,
+                             DenseSpec *d) {
+  int full = 0;
+  memset(d, 0, sizeof *d);
+  for (int i = 0; i < sp->n; i++) {
+    uint64_t bit = 1ull << i;
+    if (sp->ellipsis_mask & bit) {
+      int next = rank - (sp->n - i) + 1 + sp->new_axis_after_ellipsis;
+      if (next > rank) next = rank;
+      for (; full < next; full++) {
+        d->begin[full] = d->end[full] = 0;
+        d->strides[full] = 1;
+        d->begin_mask |= 1ull << full;
+        d->end_mask |= 1ull << full;
+        d->gather[d->num_gather++] = full;
+      }
+    } else if (sp->new_axis_mask & bit) {
+      d->gather[d->num_gather++] = SS_NEW_AXIS;
+    } else {
+      if (full == rank)
+        return fail(sctx, "StridedSlice: index %d of the slice spec is out of range; the input "
+                          "has only %d dimensions", i, rank);
+      d->begin[full] = sp->begin ? sp->begin[i] : 0;
+      d->end[full] = sp->end ? sp->end[i] : 0;
+      d->strides[full] = sp->strides ? sp->strides[i] : 1;
+      d->begin_mask |= ((sp->begin_mask >> i) & 1) << full;
+      d->end_mask |= ((sp->end_mask >> i) & 1) << full;
+      if (sp->shrink_mask & bit) {
+        d->gather[d->num_gather++] = SS_SHRINK;
+        d->shrink_mask |= 1ull << full;
+      } else {
+        d->gather[d->num_gather++] = full;
+      }
+      full++;
+    }
+  }
+  return FLOE_OK;
+}
+
+/* Size of dense dim i; -1 when unknown. */
+static floe_code strided_dim(FloeShapeContext *sctx, const SparseSpec *sp, DenseSpec *d, int i,
+                             int64_t dim, int64_t *size) {
+  int64_t stride = d->strides[i];
+  bool shrink = d->shrink_mask >> i & 1, bm = d->begin_mask >> i & 1, em = d->end_mask >> i & 1;
+  bool values = sp->begin && sp->end;
+  *size = FLOE_DIM_UNKNOWN;
+  if (!sp->strides) return FLOE_OK;
+  if (stride == 0) return fail(sctx, "StridedSlice strides[%d] must be non-zero", i);
+  if (shrink && stride <= 0)
+    return fail(sctx, "StridedSlice: dimension %d is shrunk (an index, not a range) and needs "
+                      "a positive stride, got %lld", i, (long long)stride);
+  if (dim < 0) {
+    if (shrink) *size = 1;
+    return FLOE_OK;
+  }
+  int64_t interval;
+  if (values) {
+    int64_t b = d->begin[i], e = d->end[i];
+    if (shrink) {
+      int64_t fwd = b < 0 ? dim + b : b;
+      if (fwd < 0 || fwd >= dim)
+        return fail(sctx, "StridedSlice: index %lld is out of bounds for dimension %d of size "
+                          "%lld", (long long)b, i, (long long)dim);
+      b = fwd;
+      e = fwd + 1;
+    } else {
+      /* Masked ends take the full range in the stride's direction; others clamp. */
+      int64_t lo = stride > 0 ? 0 : -1, hi = stride > 0 ? dim : dim - 1;
+      int64_t bf = b < 0 ? dim + b : b, ef = e < 0 ? dim + e : e;
+      b = bm ? (stride > 0 ? lo : hi) : bf < lo ? lo : bf > hi ? hi : bf;
+      e = em ? (stride > 0 ? hi : lo) : ef < lo ? lo : ef > hi ? hi : ef;
+    }
+    interval = e - b;
+  } else if (shrink) {
+    interval = 1;
+  } else if (bm && em) {
+    interval = stride < 0 ? -dim : dim;
+  } else {
+    return FLOE_OK;
+  }
+  if (interval == 0 || ((interval < 0) != (stride < 0)))
+    *size = 0;
+  else
+    *size = interval / stride + (interval % stride != 0);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_strided_slice(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  int64_t vals[3][MAX_VEC], lens[3];
+  bool known[3];
+  static const char *const what[3] = {"StridedSlice begin", "StridedSlice end",
+                                      "StridedSlice strides"};
+  int64_t n = -1;
+  for (int k = 0; k < 3; k++) {
+    int cnt = 0;
+    floe_code c = const_vector(sctx, k + 1, what[k], vals[k], &cnt, &known[k]);
+    if (c == FLOE_OK && !known[k]) c = vector_len(sctx, k + 1, what[k], &lens[k]);
+    if (c != FLOE_OK) return c;
+    if (known[k]) lens[k] = cnt;
+    if (lens[k] < 0) continue;
+    if (n >= 0 && lens[k] != n)
+      return fail(sctx, "StridedSlice begin, end and strides must have the same length; %s "
+                        "has %lld elements, not %lld", what[k], (long long)lens[k], (long long)n);
+    n = lens[k];
+  }
+  if (in->rank < 0 || n < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  if (n > MAX_VEC - 1)
+    return fail(sctx, "StridedSlice spec has %lld entries; at most %d are supported",
+                (long long)n, MAX_VEC - 1);
+  uint64_t used = (1ull << n) - 1;
+  SparseSpec sp = {
+      .n = (int)n,
+      .begin = known[0] ? vals[0] : NULL,
+      .end = known[1] ? vals[1] : NULL,
+      .strides = known[2] ? vals[2] : NULL,
+      .begin_mask = (uint64_t)attr_int(sctx, "begin_mask", 0) & used,
+      .end_mask = (uint64_t)attr_int(sctx, "end_mask", 0) & used,
+      .ellipsis_mask = (uint64_t)attr_int(sctx, "ellipsis_mask", 0) & used,
+      .new_axis_mask = (uint64_t)attr_int(sctx, "new_axis_mask", 0) & used,
+      .shrink_mask = (uint64_t)attr_int(sctx, "shrink_axis_mask", 0) & used,
+  };
+  if (__builtin_popcountll(sp.ellipsis_mask) > 1)
+    return fail(sctx, "StridedSlice ellipsis_mask 0x%llx sets more than one ellipsis",
+                (unsigned long long)sp.ellipsis_mask);
+  bool seen = false;
+  for (int i = 0; i < sp.n; i++) {
+    if (seen && (sp.new_axis_mask >> i & 1)) sp.new_axis_after_ellipsis++;
+    if (sp.ellipsis_mask >> i & 1) seen = true;
+  }
+  if (!seen) sp.ellipsis_mask |= 1ull << sp.n++; /* an implicit ellipsis at the end */
+
+  DenseSpec d;
+  floe_code c = build_dense(sctx, &sp, in->rank, &d);
+  if (c != FLOE_OK) return c;
+  int64_t sizes[FLOE_MAX_DIMS];
+  for (int i = 0; i < in->rank; i++)
+    if ((c = strided_dim(sctx, &sp, &d, i, in->dims[i], &sizes[i])) != FLOE_OK) return c;
+  FloeShape out = floe_shape_scalar();
+  for (int g = 0; g < d.num_gather; g++) {
+    if (d.gather[g] == SS_SHRINK) continue;
+    if (out.rank == FLOE_MAX_DIMS)
+      return fail(sctx, "StridedSlice result of %s would have more than %d dimensions",
+                  SHAPE_STR(*in), FLOE_MAX_DIMS);
+    out.dims[out.rank++] = d.gather[g] == SS_NEW_AXIS ? 1 : sizes[d.gather[g]];
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_gather(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *p = &sctx->input_shapes[0], *idx = &sctx->input_shapes[1];
+  int64_t axis = attr_int(sctx, "axis", 0);
+  if (p->rank == 0) return fail(sctx, "Gather params must have rank >= 1, got a scalar");
+  if (p->rank < 0 || idx->rank < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  int ax;
+  floe_code c = norm_axis(sctx, axis, p->rank, "Gather axis", p, &ax);
+  if (c != FLOE_OK) return c;
+  int r = p->rank - 1 + idx->rank;
+  if (r > FLOE_MAX_DIMS)
+    return fail(sctx, "Gather of params %s with indices %s would have rank %d (more than %d)",
+                SHAPE_STR(*p), SHAPE_STR(*idx), r, FLOE_MAX_DIMS);
+  FloeShape out = unknown_dims(r);
+  int k = 0;
+  for (int i = 0; i < ax; i++) out.dims[k++] = p->dims[i];
+  for (int i = 0; i < idx->rank; i++) out.dims[k++] = idx->dims[i];
+  for (int i = ax + 1; i < p->rank; i++) out.dims[k++] = p->dims[i];
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_pad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0], *ps = &sctx->input_shapes[1];
+  const char *mode = attr_string(sctx, "mode", "CONSTANT");
+  bool reflect = strcmp(mode, "REFLECT") == 0;
+  if (!reflect && strcmp(mode, "CONSTANT") != 0)
+    return fail(sctx, "Pad attribute 'mode' must be CONSTANT or REFLECT, got '%s'", mode);
+  if (ps->rank >= 0 && (ps->rank != 2 || (ps->dims[1] >= 0 && ps->dims[1] != 2) ||
+                        (in->rank >= 0 && ps->dims[0] >= 0 && ps->dims[0] != in->rank)))
+    return fail(sctx, "Pad paddings must have shape [rank, 2] = [%d,2] for input %s, got %s",
+                in->rank, SHAPE_STR(*in), SHAPE_STR(*ps));
+  const FloeTensor *t = const_input(sctx, 1);
+  int64_t pad[2 * FLOE_MAX_DIMS], n;
+  if (!t || !tensor_ints(t, pad, 2 * FLOE_MAX_DIMS, &n)) {
+    int r = in->rank >= 0 ? in->rank : ps->rank == 2 && ps->dims[0] >= 0 && ps->dims[0] <= FLOE_MAX_DIMS ? (int)ps->dims[0] : -1;
+    sctx->output_shapes[0] = unknown_dims(r);
+    return FLOE_OK;
+  }
+  int r = (int)(n / 2);
+  if (in->rank >= 0) r = in->rank;
+  FloeShape out = unknown_dims(r);
+  for (int i = 0; i < r; i++) {
+    int64_t before = pad[2 * i], after = pad[2 * i + 1], dim = in->rank >= 0 ? in->dims[i] : -1;
+    if (before < 0 || after < 0)
+      return fail(sctx, "Pad paddings %s must be non-negative", INTS_STR(pad, (int)n));
+    if (reflect && dim >= 0 && (before >= dim || after >= dim))
+      return fail(sctx, "Pad REFLECT paddings %s must be smaller than the input %s in dimension "
+                        "%d", INTS_STR(pad, (int)n), SHAPE_STR(*in), i);
+    if (dim >= 0) out.dims[i] = dim + before + after;
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_tile(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  int64_t m[MAX_VEC], len;
+  int n;
+  bool known;
+  floe_code c = const_vector(sctx, 1, "Tile multiples", m, &n, &known);
+  if (c == FLOE_OK && !known) c = vector_len(sctx, 1, "Tile multiples", &len);
+  if (c != FLOE_OK) return c;
+  if (known) len = n;
+  if (in->rank >= 0 && len >= 0 && len != in->rank)
+    return fail(sctx, "Tile multiples has %lld elements for an input of shape %s",
+                (long long)len, SHAPE_STR(*in));
+  int r = in->rank >= 0 ? in->rank : len >= 0 && len <= FLOE_MAX_DIMS ? (int)len : -1;
+  FloeShape out = unknown_dims(r);
+  for (int i = 0; known && i < r; i++) {
+    if (m[i] < 0)
+      return fail(sctx, "Tile multiples %s must be non-negative", INTS_STR(m, n));
+    int64_t dim = in->rank >= 0 ? in->dims[i] : -1;
+    if (m[i] == 0)
+      out.dims[i] = 0;
+    else if (dim >= 0 && __builtin_mul_overflow(dim, m[i], &out.dims[i]))
+      return fail(sctx, "Tile of %s by %s overflows", SHAPE_STR(*in), INTS_STR(m, n));
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_squeeze(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  const FloeAttrValue *v = attr_of(sctx, "squeeze_dims", FLOE_ATTR_INT_LIST);
+  size_t nd = v ? v->u.ilist.n : 0;
+  if (in->rank < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  bool drop[FLOE_MAX_DIMS] = {false};
+  if (nd == 0) {
+    for (int i = 0; i < in->rank; i++) {
+      /* An unknown dim may or may not be 1, so the rank is unknown. */
+      if (in->dims[i] < 0) {
+        sctx->output_shapes[0] = unknown_rank();
+        return FLOE_OK;
+      }
+      drop[i] = in->dims[i] == 1;
+    }
+  }
+  for (size_t k = 0; k < nd; k++) {
+    int ax;
+    floe_code c = norm_axis(sctx, v->u.ilist.v[k], in->rank, "Squeeze dimension", in, &ax);
+    if (c != FLOE_OK) return c;
+    if (in->dims[ax] >= 0 && in->dims[ax] != 1)
+      return fail(sctx, "Squeeze cannot remove dimension %d of %s: its size is %lld, not 1", ax,
+                  SHAPE_STR(*in), (long long)in->dims[ax]);
+    drop[ax] = true;
+  }
+  FloeShape out = floe_shape_scalar();
+  for (int i = 0; i < in->rank; i++)
+    if (!drop[i]) out.dims[out.rank++] = in->dims[i];
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_expand_dims(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  int64_t axis = attr_int(sctx, "axis", 0);
+  if (in->rank < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  if (in->rank == FLOE_MAX_DIMS)
+    return fail(sctx, "ExpandDims of %s would exceed %d dimensions", SHAPE_STR(*in), FLOE_MAX_DIMS);
+  int ax;
+  floe_code c = norm_axis(sctx, axis, in->rank + 1, "ExpandDims axis", in, &ax);
+  if (c != FLOE_OK) return c;
+  FloeShape out = floe_shape_scalar();
+  for (int i = 0; i < in->rank; i++) {
+    if (i == ax) out.dims[out.rank++] = 1;
+    out.dims[out.rank++] = in->dims[i];
+  }
+  if (ax == in->rank) out.dims[out.rank++] = 1;
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* A shape given as a 1-D input whose known entries must be sizes (>= 0). */
+static floe_code shape_from_input(FloeShapeContext *sctx, int i, const char *what,
+                                  FloeShape *out) {
+  bool is_const;
+  floe_code c = shape_vector_input(sctx, i, what, out, &is_const);
+  if (c != FLOE_OK) return c;
+  for (int k = 0; is_const && k < out->rank; k++)
+    if (out->dims[k] < 0)
+      return fail(sctx, "%s %s must hold sizes >= 0", what, INTS_STR(out->dims, out->rank));
+  return FLOE_OK;
+}
+
+floe_code floe__shape_fill(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *value = &sctx->input_shapes[1];
+  if (value->rank > 0)
+    return fail(sctx, "Fill value must be a scalar, got shape %s", SHAPE_STR(*value));
+  return shape_from_input(sctx, 0, "Fill dims", &sctx->output_shapes[0]);
+}
+
+floe_code floe__shape_from_shape_input(const FloeHostApi *host, FloeShapeContext *sctx) {
+  char what[64];
+  snprintf(what, sizeof what, "%s shape", op_name(sctx));
+  return shape_from_input(sctx, 0, what, &sctx->output_shapes[0]);
+}
+
+/* ---- reductions ---- */
+
+floe_code floe__shape_reduce(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0], *axis_shape = &sctx->input_shapes[1];
+  bool keep = attr_bool(sctx, "keep_dims");
+  const FloeTensor *t = const_input(sctx, 1);
+  int64_t axes[MAX_VEC], n;
+  if (axis_shape->rank > 1)
+    return fail(sctx, "%s axis must be a scalar or 1-D, got shape %s", op_name(sctx),
+                SHAPE_STR(*axis_shape));
+  if (!t || !tensor_ints(t, axes, MAX_VEC, &n)) {
+    /* Unknown axes: keep_dims keeps the rank; one scalar axis removes one dim. */
+    int r = -1;
+    if (in->rank >= 0 && keep) r = in->rank;
+    if (in->rank > 0 && !keep && axis_shape->rank == 0) r = in->rank - 1;
+    sctx->output_shapes[0] = unknown_dims(r);
+    return FLOE_OK;
+  }
+  if (n == 0) {
+    sctx->output_shapes[0] = *in;
+    return FLOE_OK;
+  }
+  if (in->rank < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  bool reduced[FLOE_MAX_DIMS] = {false};
+  for (int64_t k = 0; k < n; k++) {
+    int ax;
+    char what[48];
+    snprintf(what, sizeof what, "%s axis", op_name(sctx));
+    floe_code c = norm_axis(sctx, axes[k], in->rank, what, in, &ax);
+    if (c != FLOE_OK) return c;
+    reduced[ax] = true;
+  }
+  FloeShape out = floe_shape_scalar();
+  for (int i = 0; i < in->rank; i++) {
+    if (!reduced[i])
+      out.dims[out.rank++] = in->dims[i];
+    else if (keep)
+      out.dims[out.rank++] = 1;
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_arg_reduce(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0], *dshape = &sctx->input_shapes[1];
+  if (dshape->rank > 0)
+    return fail(sctx, "%s dimension must be a scalar, got shape %s", op_name(sctx),
+                SHAPE_STR(*dshape));
+  if (in->rank == 0) return fail(sctx, "%s needs an input of rank >= 1, got a scalar", op_name(sctx));
+  if (in->rank < 0) {
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  int64_t dim;
+  if (!const_scalar(sctx, 1, &dim)) {
+    sctx->output_shapes[0] = unknown_dims(in->rank - 1);
+    return FLOE_OK;
+  }
+  int ax;
+  char what[48];
+  snprintf(what, sizeof what, "%s dimension", op_name(sctx));
+  floe_code c = norm_axis(sctx, dim, in->rank, what, in, &ax);
+  if (c != FLOE_OK) return c;
+  FloeShape out = floe_shape_scalar();
+  for (int i = 0; i < in->rank; i++)
+    if (i != ax) out.dims[out.rank++] = in->dims[i];
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* ---- one-hot and losses ---- */
+
+floe_code floe__shape_one_hot(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *idx = &sctx->input_shapes[0];
+  int64_t axis = attr_int(sctx, "axis", -1), depth = FLOE_DIM_UNKNOWN;
+  const char *names[4] = {"indices", "depth", "on_value", "off_value"};
+  for (int i = 1; i < 4; i++)
+    if (sctx->input_shapes[i].rank > 0)
+      return fail(sctx, "OneHot %s must be a scalar, got shape %s", names[i],
+                  SHAPE_STR(sctx->input_shapes[i]));
+  if (const_scalar(sctx, 1, &depth) && depth < 0)
+    return fail(sctx, "OneHot depth must be >= 0, got %lld", (long long)depth);
+  if (idx->rank < 0) {
+    if (axis < -1) return fail(sctx, "OneHot axis must be -1 or in [0, rank], got %lld", (long long)axis);
+    sctx->output_shapes[0] = unknown_rank();
+    return FLOE_OK;
+  }
+  if (axis < -1 || axis > idx->rank)
+    return fail(sctx, "OneHot axis %lld is out of range for indices %s; use -1 or a value in "
+                      "[0, %d]", (long long)axis, SHAPE_STR(*idx), idx->rank);
+  if (idx->rank == FLOE_MAX_DIMS)
+    return fail(sctx, "OneHot of indices %s would exceed %d dimensions", SHAPE_STR(*idx),
+                FLOE_MAX_DIMS);
+  int ax = axis == -1 ? idx->rank : (int)axis;
+  FloeShape out = floe_shape_scalar();
+  for (int i = 0; i < idx->rank; i++) {
+    if (i == ax) out.dims[out.rank++] = depth;
+    out.dims[out.rank++] = idx->dims[i];
+  }
+  if (ax == idx->rank) out.dims[out.rank++] = depth;
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* Writes loss [batch] and backprop [batch, classes] from a merged features shape. */
+static void xent_outputs(FloeShapeContext *sctx, int64_t batch, int64_t classes) {
+  int64_t dims[2] = {batch, classes};
+  sctx->output_shapes[0] = floe_shape_make(1, dims);
+  sctx->output_shapes[1] = floe_shape_make(2, dims);
+}
+
+floe_code floe__shape_xent(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *f = &sctx->input_shapes[0], *l = &sctx->input_shapes[1];
+  if (f->rank >= 0 && f->rank != 2)
+    return fail(sctx, "SoftmaxCrossEntropyWithLogits features must be [batch, classes], got %s",
+                SHAPE_STR(*f));
+  if (l->rank >= 0 && l->rank != 2)
+    return fail(sctx, "SoftmaxCrossEntropyWithLogits labels must be [batch, classes], got %s",
+                SHAPE_STR(*l));
+  FloeShape fs = f->rank == 2 ? *f : unknown_dims(2), ls = l->rank == 2 ? *l : unknown_dims(2);
+  int64_t b, c;
+  if (!merge_dim(fs.dims[0], ls.dims[0], &b) || !merge_dim(fs.dims[1], ls.dims[1], &c))
+    return fail(sctx, "SoftmaxCrossEntropyWithLogits features %s and labels %s must have the "
+                      "same shape", SHAPE_STR(*f), SHAPE_STR(*l));
+  xent_outputs(sctx, b, c);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_sparse_xent(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *f = &sctx->input_shapes[0], *l = &sctx->input_shapes[1];
+  if (f->rank >= 0 && f->rank != 2)
+    return fail(sctx, "SparseSoftmaxCrossEntropyWithLogits features must be [batch, classes], "
+                      "got %s", SHAPE_STR(*f));
+  if (l->rank >= 0 && l->rank != 1)
+    return fail(sctx, "SparseSoftmaxCrossEntropyWithLogits labels must be [batch], got %s",
+                SHAPE_STR(*l));
+  int64_t fb = f->rank == 2 ? f->dims[0] : -1, c = f->rank == 2 ? f->dims[1] : -1;
+  int64_t lb = l->rank == 1 ? l->dims[0] : -1, b;
+  if (!merge_dim(fb, lb, &b))
+    return fail(sctx, "SparseSoftmaxCrossEntropyWithLogits features %s and labels %s disagree "
+                      "on the batch size", SHAPE_STR(*f), SHAPE_STR(*l));
+  xent_outputs(sctx, b, c);
+  return FLOE_OK;
+}

@@ -1,0 +1,571 @@
+/* session.c - the application's entry to running graphs: resolve names, prune, place,
+ * cache one executor per (feeds, fetches, targets) signature, run.
+ *
+ * A run resolves its names to (node id, output) pairs and sorts them into a canonical
+ * signature, so "x" and "x:0", or the same fetches in another order, share one executor.
+ * Executors are built outside the session lock; a run that finds its signature being built
+ * by another thread waits for it instead of building a second one.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct CacheEntry {
+  int *key;               /* the canonical signature (see make_key) */
+  int key_len;
+  uint64_t hash;
+  FloeExecutor *exec;     /* NULL while its builder works */
+  struct CacheEntry *next;
+} CacheEntry;
+
+struct FloeSession {
+  FloeGraph *graph;       /* the session's own copy */
+  FloeRuntime *rt;        /* borrowed */
+  FloeDevice *default_device; /* NULL: the first device with a kernel */
+  bool inline_inexpensive;
+  pthread_mutex_t mu;
+  pthread_cond_t built_cv; /* broadcast when an entry stops being built */
+  CacheEntry *cache;       /* guarded by mu */
+  atomic_int num_cached;
+};
+
+/* One resolved feed or fetch; pos is its place in the caller's arrays. */
+typedef struct SigItem {
+  int node_id, index, pos;
+} SigItem;
+
+/* Everything one run works with, resolved and in canonical order. */
+typedef struct RunSig {
+  SigItem *feeds, *fetches;
+  int *targets;            /* node ids */
+  int num_feeds, num_fetches, num_targets; /* unique, sorted */
+  int *fetch_map;          /* caller fetch i -> canonical fetch */
+} RunSig;
+
+void floe_session_options_init(FloeSessionOptions *opts) {
+  if (!opts) return;
+  memset(opts, 0, sizeof *opts);
+  opts->struct_size = sizeof *opts;
+  opts->inline_inexpensive = 1;
+}
+
+/* ---- names ---- */
+
+static int min3(int a, int b, int c) { return a < b ? (a < c ? a : c) : (b < c ? b : c); }
+
+/* Edit distance, or a large number for names too long to bother with. */
+static int edit_distance(const char *a, const char *b) {
+  enum { MAXLEN = 64 };
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > MAXLEN || lb > MAXLEN) return 1 << 20;
+  int row[MAXLEN + 1];
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int up = row[j];
+      row[j] = min3(row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1]));
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+/* Appends "; did you mean 'x'?" to st when a node name is close to `name`. */
+static void suggest_node(const FloeGraph *g, const char *name, FloeStatus *st) {
+  char base[80];
+  const char *colon = strrchr(name, ':');
+  size_t len = colon ? (size_t)(colon - name) : strlen(name);
+  if (len >= sizeof base || g->num_nodes > 100000) return; /* too costly to be worth it */
+  memcpy(base, name, len);
+  base[len] = '\0';
+  const char *best = NULL;
+  int best_d = (int)len / 3 + 1; /* at most about a third of the name may differ */
+  for (int i = 0; i < g->num_nodes; i++) {
+    int d = edit_distance(base, g->nodes[i]->name);
+    if (d > 0 && d <= best_d && (!best || d < best_d)) {
+      best = g->nodes[i]->name;
+      best_d = d;
+    }
+  }
+  if (!best || !st || st->code == FLOE_OK) return;
+  char *msg = floe__asprintf("%s (did you mean '%s'?)", floe_status_message(st), best);
+  if (!msg) return; /* the plain message still stands */
+  floe__free(st->msg);
+  st->msg = msg;
+}
+
+static floe_code resolve_output(const FloeGraph *g, const char *what, const char *name,
+                                SigItem *out, int pos, FloeStatus *st) {
+  FloeOutput o;
+  floe_code rc = floe__graph_resolve_output(g, name, &o, st);
+  if (rc != FLOE_OK) {
+    floe__status_prefix(st, "%s", what);
+    if (rc == FLOE_NOT_FOUND && name) suggest_node(g, name, st);
+    return rc;
+  }
+  *out = (SigItem){o.node->id, o.index, pos};
+  return FLOE_OK;
+}
+
+static int item_cmp(const void *a, const void *b) {
+  const SigItem *x = a, *y = b;
+  if (x->node_id != y->node_id) return x->node_id < y->node_id ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int int_cmp(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return x < y ? -1 : x > y;
+}
+
+static bool is_fed(const RunSig *sig, int node_id, int index) {
+  SigItem k = {node_id, index, 0};
+  return bsearch(&k, sig->feeds, (size_t)sig->num_feeds, sizeof k, item_cmp) != NULL;
+}
+
+/* A node whose every output is fed need not run (nodes without outputs always run). */
+static bool fully_fed(const RunSig *sig, const FloeNode *n) {
+  if (n->num_outputs == 0) return false;
+  for (int i = 0; i < n->num_outputs; i++)
+    if (!is_fed(sig, n->id, i)) return false;
+  return true;
+}
+
+static void run_sig_free(RunSig *sig) {
+  floe__free(sig->feeds);
+  floe__free(sig->fetches);
+  floe__free(sig->targets);
+  floe__free(sig->fetch_map);
+}
+
+/* Checks a fed tensor against the dtype and (partial) shape the graph declares for it. */
+static floe_code check_feed(const FloeGraph *g, const FloeFeed *f, const SigItem *it,
+                            FloeStatus *st) {
+  const FloeNode *n = g->nodes[it->node_id];
+  FloeDType want = n->out_dtypes[it->index];
+  const FloeTensor *t = f->value;
+  if (t->dtype != want)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "feed '%s': the tensor is %s but '%s' (%s) produces %s", f->name,
+                           floe_dtype_name(t->dtype), n->name, n->op->name,
+                           floe_dtype_name(want));
+  const FloeShape *sh = &n->out_shapes[it->index];
+  bool ok = sh->rank < 0 || sh->rank == t->rank;
+  for (int d = 0; ok && sh->rank >= 0 && d < sh->rank; d++)
+    ok = sh->dims[d] < 0 || sh->dims[d] == t->dims[d];
+  if (!ok) {
+    char have[128], decl[128];
+    FloeShape ts = floe_shape_make(t->rank, t->dims);
+    floe_shape_str(&ts, have, sizeof have);
+    floe_shape_str(sh, decl, sizeof decl);
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "feed '%s': shape %s does not match the shape %s declared by '%s' "
+                           "(%s)",
+                           f->name, have, decl, n->name, n->op->name);
+  }
+  return FLOE_OK;
+}
+
+/* Resolves and canonicalises the run's names; errors name the offending name. */
+static floe_code resolve_sig(FloeSession *s, const FloeFeed *feeds, int num_feeds,
+                             const char *const *fetches, int num_fetches,
+                             const char *const *targets, int num_targets, RunSig *sig,
+                             FloeStatus *st) {
+  const FloeGraph *g = s->graph;
+  memset(sig, 0, sizeof *sig);
+  sig->feeds = floe__malloc((size_t)(num_feeds ? num_feeds : 1) * sizeof *sig->feeds);
+  sig->fetches = floe__malloc((size_t)(num_fetches ? num_fetches : 1) * sizeof *sig->fetches);
+  sig->targets = floe__malloc((size_t)(num_targets ? num_targets : 1) * sizeof *sig->targets);
+  sig->fetch_map = floe__malloc((size_t)(num_fetches ? num_fetches : 1) * sizeof(int));
+  if (!sig->feeds || !sig->fetches || !sig->targets || !sig->fetch_map)
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+  floe_code rc;
+  for (int i = 0; i < num_feeds; i++) {
+    if (!feeds[i].value)
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT, "feed '%s' has no tensor (value NULL)",
+                             feeds[i].name ? feeds[i].name : "(null)");
+    if ((rc = resolve_output(g, "feed", feeds[i].name, &sig->feeds[i], i, st)) != FLOE_OK)
+      return rc;
+    if ((rc = check_feed(g, &feeds[i], &sig->feeds[i], st)) != FLOE_OK) return rc;
+  }
+  qsort(sig->feeds, (size_t)num_feeds, sizeof *sig->feeds, item_cmp);
+  for (int i = 1; i < num_feeds; i++)
+    if (item_cmp(&sig->feeds[i - 1], &sig->feeds[i]) == 0)
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT, "feeds '%s' and '%s' name the same "
+                             "tensor", feeds[sig->feeds[i - 1].pos].name,
+                             feeds[sig->feeds[i].pos].name);
+  sig->num_feeds = num_feeds;
+
+  for (int i = 0; i < num_fetches; i++)
+    if ((rc = resolve_output(g, "fetch", fetches[i], &sig->fetches[i], i, st)) != FLOE_OK)
+      return rc;
+  qsort(sig->fetches, (size_t)num_fetches, sizeof *sig->fetches, item_cmp);
+  int u = 0;
+  for (int i = 0; i < num_fetches; i++) {
+    if (u == 0 || item_cmp(&sig->fetches[u - 1], &sig->fetches[i]) != 0)
+      sig->fetches[u++] = sig->fetches[i];
+    sig->fetch_map[sig->fetches[i].pos] = u - 1;
+  }
+  sig->num_fetches = u;
+
+  for (int i = 0; i < num_targets; i++) {
+    const FloeNode *n = floe_graph_find(g, targets[i]);
+    if (!n) {
+      floe_status_set(st, FLOE_NOT_FOUND, "target '%s': the graph has no node of that name",
+                      targets[i] ? targets[i] : "(null)");
+      if (targets[i]) suggest_node(g, targets[i], st);
+      return FLOE_NOT_FOUND;
+    }
+    sig->targets[i] = n->id;
+  }
+  qsort(sig->targets, (size_t)num_targets, sizeof *sig->targets, int_cmp);
+  u = 0;
+  for (int i = 0; i < num_targets; i++)
+    if (u == 0 || sig->targets[u - 1] != sig->targets[i]) sig->targets[u++] = sig->targets[i];
+  sig->num_targets = u;
+  return FLOE_OK;
+}
+
+/* ---- building an executor ---- */
+
+/* Marks every node the fetches and targets need, stopping at fed outputs. */
+static floe_code prune(const FloeGraph *g, const RunSig *sig, bool *need, FloeStatus *st) {
+  int *stack = floe__malloc((size_t)(g->num_nodes ? g->num_nodes : 1) * sizeof *stack);
+  if (!stack) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory pruning the graph");
+  int top = 0;
+  for (int i = 0; i < sig->num_fetches; i++) {
+    const SigItem *f = &sig->fetches[i];
+    if (!is_fed(sig, f->node_id, f->index) && !need[f->node_id]) {
+      need[f->node_id] = true;
+      stack[top++] = f->node_id;
+    }
+  }
+  for (int i = 0; i < sig->num_targets; i++) {
+    const FloeNode *n = g->nodes[sig->targets[i]];
+    if (!fully_fed(sig, n) && !need[n->id]) {
+      need[n->id] = true;
+      stack[top++] = n->id;
+    }
+  }
+  while (top > 0) {
+    const FloeNode *n = g->nodes[stack[--top]];
+    for (int j = 0; j < n->num_inputs; j++) {
+      const FloeOutput *in = &n->inputs[j];
+      if (is_fed(sig, in->node->id, in->index) || need[in->node->id]) continue;
+      need[in->node->id] = true;
+      stack[top++] = in->node->id;
+    }
+    for (int c = 0; c < n->num_control; c++) {
+      const FloeNode *p = n->control[c];
+      if (fully_fed(sig, p) || need[p->id]) continue;
+      need[p->id] = true;
+      stack[top++] = p->id;
+    }
+  }
+  floe__free(stack);
+  return FLOE_OK;
+}
+
+/* Device and kernel of a node: its requested device, else the session's default device,
+ * else the first device that has a kernel for it. */
+static floe_code place_node(const FloeSession *s, const FloeNode *n, FloeExecNodeSpec *spec,
+                            FloeStatus *st) {
+  FloeRuntime *rt = s->rt;
+  spec->node = n;
+  if (strcmp(n->op->name, "Placeholder") == 0)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "placeholder '%s' must be fed (use --feed %s=FILE.npy / a FloeFeed)",
+                           n->name, n->name);
+  if (n->device && n->device[0]) {
+    FloeDevice *dev = floe__device_find(rt, n->device, st);
+    if (!dev) {
+      floe__status_prefix(st, "node '%s' (%s) requests device '%s'", n->name, n->op->name,
+                          n->device);
+      return floe_status_code(st) ? floe_status_code(st) : FLOE_NOT_FOUND;
+    }
+    spec->device = dev;
+    spec->kernel = floe__kernel_find(rt, n, dev->props.type, st);
+    if (!spec->kernel) {
+      floe__status_prefix(st, "node '%s' (%s) requests device '%s' (%s)", n->name, n->op->name,
+                          n->device, dev->short_name);
+      return floe_status_code(st) ? floe_status_code(st) : FLOE_NOT_FOUND;
+    }
+    return FLOE_OK;
+  }
+  if (s->default_device) {
+    spec->device = s->default_device;
+    spec->kernel = floe__kernel_find(rt, n, s->default_device->props.type, NULL);
+    if (spec->kernel) return FLOE_OK;
+  }
+  for (int i = 0; i < rt->num_devices; i++) {
+    spec->device = rt->devices[i];
+    spec->kernel = floe__kernel_find(rt, n, rt->devices[i]->props.type, NULL);
+    if (spec->kernel) return FLOE_OK;
+  }
+  if (rt->num_devices == 0)
+    return floe_status_set(st, FLOE_NOT_FOUND,
+                           "node '%s' (%s): no device to run it on: no plugin with devices was "
+                           "loaded (check FLOE_PLUGIN_PATH and FLOE_PLUGINS)",
+                           n->name, n->op->name);
+  /* Ask again with a status: its message names the device types that have a kernel. */
+  floe__kernel_find(rt, n, rt->devices[0]->props.type, st);
+  if (floe_status_code(st) == FLOE_OK)
+    floe_status_set(st, FLOE_NOT_FOUND, "node '%s' (%s): no device has a kernel for it",
+                    n->name, n->op->name);
+  return floe_status_code(st);
+}
+
+static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeStatus *st) {
+  const FloeGraph *g = s->graph;
+  FloeExecutor *e = NULL;
+  bool *need = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *need);
+  FloeExecNodeSpec *specs =
+      floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *specs);
+  FloeOutput *outs =
+      floe__malloc((size_t)(sig->num_feeds + sig->num_fetches + 1) * sizeof *outs);
+  if (!need || !specs || !outs) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+    goto out;
+  }
+  if (prune(g, sig, need, st) != FLOE_OK) goto out;
+  FloeExecPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
+                       .inline_inexpensive = s->inline_inexpensive};
+  for (int i = 0; i < g->num_nodes; i++) {
+    if (!need[i]) continue;
+    if (place_node(s, g->nodes[i], &specs[plan.num_nodes], st) != FLOE_OK) goto out;
+    plan.num_nodes++;
+  }
+  plan.feeds = outs;
+  plan.num_feeds = sig->num_feeds;
+  plan.fetches = outs + sig->num_feeds;
+  plan.num_fetches = sig->num_fetches;
+  for (int i = 0; i < sig->num_feeds; i++)
+    outs[i] = (FloeOutput){g->nodes[sig->feeds[i].node_id], sig->feeds[i].index};
+  for (int i = 0; i < sig->num_fetches; i++)
+    plan.fetches[i] = (FloeOutput){g->nodes[sig->fetches[i].node_id], sig->fetches[i].index};
+  e = floe__executor_new(&plan, st);
+out:
+  floe__free(need);
+  floe__free(specs);
+  floe__free(outs);
+  return e;
+}
+
+/* ---- the executor cache ---- */
+
+/* [num_feeds, (id, index)..., num_fetches, (id, index)..., num_targets, id...] */
+static int *make_key(const RunSig *sig, int *len, uint64_t *hash) {
+  int n = 3 + 2 * sig->num_feeds + 2 * sig->num_fetches + sig->num_targets;
+  int *k = floe__malloc((size_t)n * sizeof *k);
+  if (!k) return NULL;
+  int p = 0;
+  k[p++] = sig->num_feeds;
+  for (int i = 0; i < sig->num_feeds; i++) {
+    k[p++] = sig->feeds[i].node_id;
+    k[p++] = sig->feeds[i].index;
+  }
+  k[p++] = sig->num_fetches;
+  for (int i = 0; i < sig->num_fetches; i++) {
+    k[p++] = sig->fetches[i].node_id;
+    k[p++] = sig->fetches[i].index;
+  }
+  k[p++] = sig->num_targets;
+  for (int i = 0; i < sig->num_targets; i++) k[p++] = sig->targets[i];
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the ints */
+  for (int i = 0; i < n; i++) h = (h ^ (uint32_t)k[i]) * 1099511628211ull;
+  *len = n;
+  *hash = h;
+  return k;
+}
+
+static CacheEntry *cache_find(FloeSession *s, const int *key, int len, uint64_t hash) {
+  for (CacheEntry *c = s->cache; c; c = c->next)
+    if (c->hash == hash && c->key_len == len && memcmp(c->key, key, (size_t)len * sizeof *key) == 0)
+      return c;
+  return NULL;
+}
+
+static void cache_unlink(FloeSession *s, CacheEntry *dead) {
+  for (CacheEntry **pp = &s->cache; *pp; pp = &(*pp)->next) {
+    if (*pp == dead) {
+      *pp = dead->next;
+      return;
+    }
+  }
+}
+
+/* The executor for sig, built on first use; concurrent first uses build it once. */
+static FloeExecutor *get_executor(FloeSession *s, const RunSig *sig, FloeStatus *st) {
+  int len;
+  uint64_t hash;
+  int *key = make_key(sig, &len, &hash);
+  if (!key) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+    return NULL;
+  }
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    CacheEntry *c = cache_find(s, key, len, hash);
+    if (!c) break;
+    if (c->exec) {
+      pthread_mutex_unlock(&s->mu);
+      floe__free(key);
+      return c->exec;
+    }
+    /* Another run builds it; if that fails the entry goes away and we try ourselves. */
+    pthread_cond_wait(&s->built_cv, &s->mu);
+  }
+  CacheEntry *c = floe__calloc(1, sizeof *c);
+  if (!c) {
+    pthread_mutex_unlock(&s->mu);
+    floe__free(key);
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+    return NULL;
+  }
+  c->key = key;
+  c->key_len = len;
+  c->hash = hash;
+  c->next = s->cache;
+  s->cache = c;
+  pthread_mutex_unlock(&s->mu);
+
+  FloeExecutor *e = build_executor(s, sig, st);
+
+  pthread_mutex_lock(&s->mu);
+  if (e) {
+    c->exec = e;
+    atomic_fetch_add(&s->num_cached, 1);
+  } else {
+    cache_unlink(s, c);
+    floe__free(c->key);
+    floe__free(c);
+  }
+  pthread_cond_broadcast(&s->built_cv);
+  pthread_mutex_unlock(&s->mu);
+  return e;
+}
+
+/* ---- public API ---- */
+
+/* Caller owns the session (floe_session_free); g is copied and may be freed afterwards.
+ * The runtime (opts->runtime or the default one) is borrowed and must outlive the session. */
+FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts,
+                              FloeStatus *status) {
+  if (!g) {
+    floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_session_new: the graph is NULL");
+    return NULL;
+  }
+  if (g->error != FLOE_OK) {
+    floe_status_set(status, FLOE_FAILED_PRECONDITION,
+                    "the graph has an error from building it (fix it first): %s",
+                    g->error_msg ? g->error_msg : floe_code_message(g->error));
+    return NULL;
+  }
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  if (opts) {
+    if (FLOE_HAS_FIELD(opts, FloeSessionOptions, runtime)) o.runtime = opts->runtime;
+    if (FLOE_HAS_FIELD(opts, FloeSessionOptions, device)) o.device = opts->device;
+    if (FLOE_HAS_FIELD(opts, FloeSessionOptions, inline_inexpensive))
+      o.inline_inexpensive = opts->inline_inexpensive;
+  }
+  FloeRuntime *rt = o.runtime ? o.runtime : floe_runtime_default(status);
+  if (!rt) return NULL;
+  FloeSession *s = floe__calloc(1, sizeof *s);
+  if (!s) goto err_oom;
+  s->rt = rt;
+  s->inline_inexpensive = o.inline_inexpensive != 0;
+  if (o.device && o.device[0]) {
+    s->default_device = floe__device_find(rt, o.device, status);
+    if (!s->default_device) {
+      floe__status_prefix(status, "session default device '%s'", o.device);
+      goto err_free_session;
+    }
+  }
+  s->graph = floe__graph_clone(g, status);
+  if (!s->graph) goto err_free_session;
+  if (pthread_mutex_init(&s->mu, NULL) != 0) goto err_free_graph;
+  if (pthread_cond_init(&s->built_cv, NULL) != 0) goto err_destroy_mu;
+  atomic_init(&s->num_cached, 0);
+  return s;
+
+err_destroy_mu:
+  pthread_mutex_destroy(&s->mu);
+err_free_graph:
+  floe_graph_free(s->graph);
+  floe__free(s);
+  floe_status_set(status, FLOE_RESOURCE_EXHAUSTED, "cannot create the session's mutex");
+  return NULL;
+err_free_session:
+  floe__free(s);
+  return NULL;
+err_oom:
+  floe_status_set(status, FLOE_NO_MEMORY, "out of memory creating a session");
+  return NULL;
+}
+
+/* Frees the session and its cached executors. No run may be in progress. NULL is a no-op. */
+void floe_session_free(FloeSession *s) {
+  if (!s) return;
+  for (CacheEntry *c = s->cache, *nx; c; c = nx) {
+    nx = c->next;
+    floe__executor_free(c->exec);
+    floe__free(c->key);
+    floe__free(c);
+  }
+  pthread_cond_destroy(&s->built_cv);
+  pthread_mutex_destroy(&s->mu);
+  floe_graph_free(s->graph);
+  floe__free(s);
+}
+
+int floe_session_num_cached(const FloeSession *s) {
+  return s ? atomic_load(&((FloeSession *)s)->num_cached) : 0;
+}
+
+/* Feeds borrowed for the call; on success outputs[i] are new references the caller
+ * releases; on error outputs are left untouched. Thread-safe. */
+floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
+                           const char *const *fetches, int num_fetches,
+                           const char *const *targets, int num_targets, FloeTensor **outputs,
+                           FloeStatus *status) {
+  if (!s || num_feeds < 0 || num_fetches < 0 || num_targets < 0 ||
+      (num_feeds && !feeds) || (num_fetches && (!fetches || !outputs)) ||
+      (num_targets && !targets))
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_run: NULL session, or a NULL array with a non-zero "
+                           "count");
+  RunSig sig;
+  FloeTensor **ordered = NULL;
+  floe_code rc = resolve_sig(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets,
+                             &sig, status);
+  if (rc != FLOE_OK) goto out;
+  FloeExecutor *e = get_executor(s, &sig, status);
+  if (!e) {
+    rc = floe_status_code(status) ? floe_status_code(status) : FLOE_NO_MEMORY;
+    goto out;
+  }
+  /* Feeds then fetches, in the executor's canonical order. */
+  ordered = floe__calloc((size_t)(sig.num_feeds + sig.num_fetches + 1), sizeof *ordered);
+  if (!ordered) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory preparing a run");
+    goto out;
+  }
+  for (int i = 0; i < sig.num_feeds; i++) ordered[i] = feeds[sig.feeds[i].pos].value;
+  FloeTensor **got = ordered + sig.num_feeds;
+  rc = floe__executor_run(e, ordered, got, status);
+  if (rc != FLOE_OK) goto out;
+  for (int i = 0; i < num_fetches; i++) {
+    outputs[i] = got[sig.fetch_map[i]];
+    floe_tensor_retain(outputs[i]);
+  }
+  for (int i = 0; i < sig.num_fetches; i++) floe_tensor_release(got[i]);
+  if (status) floe_status_clear(status);
+out:
+  floe__free(ordered);
+  run_sig_free(&sig);
+  return rc;
+}

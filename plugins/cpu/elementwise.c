@@ -1,0 +1,863 @@
+/* elementwise.c - elementwise kernels of the CPU plugin: arithmetic with NumPy broadcasting,
+ * unary math, activations, comparisons, logic, Select and Cast.
+ *
+ * Each op is a table of row functions, one per dtype, that loop over a contiguous run (or a
+ * scalar) so gcc vectorises them; drivers walk the (broadcast) output in such runs, on the
+ * shared pool when the work is large. f16/bf16 go through the f32 row in chunks. */
+/* FP exception flags are never read; without this gcc will not turn selects such as
+ * `x > 0 ? x : a * x` into vector blends. */
+#pragma GCC optimize("no-trapping-math")
+
+#include <math.h>
+
+#include "cpu_util.h"
+
+#define HOT __attribute__((target_clones("avx2", "default")))
+
+static int is_half(FloeDType dt) { return dt == FLOE_F16 || dt == FLOE_BF16; }
+
+static int is_int(FloeDType dt) {
+  return dt == FLOE_I8 || dt == FLOE_U8 || dt == FLOE_I32 || dt == FLOE_I64;
+}
+
+/* Half rows <-> f32 buffers. */
+static void half_to_f32(float *dst, const void *src, int64_t n, FloeDType dt) {
+  if (dt == FLOE_F16)
+    cpu_f16_to_f32_row(dst, src, n);
+  else
+    cpu_bf16_to_f32_row(dst, src, n);
+}
+
+static void f32_to_half(void *dst, const float *src, int64_t n, FloeDType dt) {
+  if (dt == FLOE_F16)
+    cpu_f32_to_f16_row(dst, src, n);
+  else
+    cpu_f32_to_bf16_row(dst, src, n);
+}
+
+/* Elements per f32 staging chunk of half-precision work (three chunks live on the stack). */
+#define HALF_CHUNK 512
+
+/* ------------------------------------------------------------------------------------ */
+/* Vectorisable f32 math (selects, no branches) on top of cpu_exp_f32 / cpu_log_f32. */
+
+static inline float math_expm1_f32(float x) {
+  /* exp(x) - 1 cancels near 0: there the Taylor series to x^7 is exact to < 1 ulp. */
+  float p = 1.0f / 5040.0f;
+  p = p * x + 1.0f / 720.0f;
+  p = p * x + 1.0f / 120.0f;
+  p = p * x + 1.0f / 24.0f;
+  p = p * x + 1.0f / 6.0f;
+  p = p * x + 0.5f;
+  p = p * (x * x) + x;
+  float e = cpu_exp_f32(x) - 1.0f;
+  return fabsf(x) < 0.34657359f ? p : e;
+}
+
+static inline float math_tanh_f32(float x) {
+  /* Cephes tanhf: odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above. */
+  float z = fabsf(x), s = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * s + 2.06390887954e-2f;
+  p = p * s - 5.37397155531e-2f;
+  p = p * s + 1.33314422036e-1f;
+  p = p * s - 3.33332819422e-1f;
+  float small = p * s * x + x;
+  float big = 1.0f - 2.0f / (cpu_exp_f32(z + z) + 1.0f);
+  return z < 0.625f ? small : copysignf(big, x);
+}
+
+static inline float math_erfc_f32(float x) {
+  /* Chebyshev fit of Numerical Recipes (erfcc): relative error < 1.2e-7 everywhere, so the
+   * tail keeps its relative accuracy (1 + erf(x) would cancel). */
+  float z = fabsf(x);
+  float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  float r = t * cpu_exp_f32(p - z * z);
+  return x >= 0.0f ? r : 2.0f - r;
+}
+
+static inline float math_sigmoid_f32(float x) {
+  /* exp of -|x| never overflows, so the result stays accurate far into the tails. */
+  float e = cpu_exp_f32(-fabsf(x));
+  float r = 1.0f / (1.0f + e);
+  return x >= 0.0f ? r : e * r;
+}
+
+static inline float math_softplus_f32(float x) {
+  /* max(x, 0) + log1p(exp(-|x|)); log1p(t) = log(u) * t / (u - 1) with u = 1 + t is exact
+   * to an ulp even when t is below f32 epsilon (Goldberg). */
+  float t = cpu_exp_f32(-fabsf(x));
+  float u = 1.0f + t;
+  float l = u == 1.0f ? t : cpu_log_f32(u) * (t / (u - 1.0f));
+  float m = x > 0.0f ? x : 0.0f;
+  return m + l;
+}
+
+static inline float math_gelu_erf_f32(float x) {
+  float p = 0.5f * math_erfc_f32(-x * 0.70710678118654752f); /* Phi(x) */
+  float g = x * p;
+  return p == 0.0f ? -0.0f : g; /* x = -Inf gives -Inf * 0 */
+}
+
+static inline float math_gelu_tanh_f32(float x) {
+  /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u): no cancellation for negative x. */
+  float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  float p = math_sigmoid_f32(u + u);
+  float g = x * p;
+  return p == 0.0f ? -0.0f : g; /* x = -Inf gives -Inf * 0 */
+}
+
+static inline double math_sigmoid_f64(double x) {
+  double e = exp(-fabs(x));
+  return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
+static inline double math_softplus_f64(double x) { return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x))); }
+
+static inline double math_gelu_erf_f64(double x) {
+  double p = 0.5 * erfc(-x * 0.70710678118654752);
+  return p == 0.0 ? -0.0 : x * p;
+}
+
+static inline double math_gelu_tanh_f64(double x) {
+  double u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
+  double p = math_sigmoid_f64(u + u);
+  return p == 0.0 ? -0.0 : x * p;
+}
+
+/* Integer power by squaring in the unsigned type, so overflow wraps instead of being UB.
+ * Negative exponents are rejected before the kernel runs. */
+#define IPOW(NAME, T, U)                                                                     \
+  static inline T NAME(T x, T y) {                                                           \
+    U r = 1, b = (U)x;                                                                       \
+    for (uint64_t e = (uint64_t)y; e; e >>= 1) {                                             \
+      if (e & 1u) r = (U)(r * b);                                                            \
+      b = (U)(b * b);                                                                        \
+    }                                                                                        \
+    return (T)r;                                                                             \
+  }
+IPOW(ipow_i8, int8_t, uint8_t)
+IPOW(ipow_u8, uint8_t, uint8_t)
+IPOW(ipow_i32, int32_t, uint32_t)
+IPOW(ipow_i64, int64_t, uint64_t)
+
+/* ------------------------------------------------------------------------------------ */
+/* Binary rows: z[i] = f(x[i or 0], y[i or 0]) for i < n. */
+
+enum { ROW_VV, ROW_SV, ROW_VS }; /* which operand is a scalar within the run */
+
+typedef void (*BinaryRow)(void *z, const void *x, const void *y, int64_t n, int mode);
+
+#define BINARY_ROW(NAME, ATTR, TI, TO, EXPR)                                                 \
+  ATTR static void NAME(void *zv, const void *xv, const void *yv, int64_t n, int mode) {     \
+    TO *restrict z = zv;                                                                     \
+    const TI *restrict xs = xv, *restrict ys = yv;                                           \
+    if (mode == ROW_VV) {                                                                    \
+      for (int64_t i = 0; i < n; i++) {                                                      \
+        TI x = xs[i], y = ys[i];                                                             \
+        z[i] = (TO)(EXPR);                                                                   \
+      }                                                                                      \
+    } else if (mode == ROW_SV) {                                                             \
+      const TI x = xs[0];                                                                    \
+      for (int64_t i = 0; i < n; i++) {                                                      \
+        TI y = ys[i];                                                                        \
+        z[i] = (TO)(EXPR);                                                                   \
+      }                                                                                      \
+    } else {                                                                                 \
+      const TI y = ys[0];                                                                    \
+      for (int64_t i = 0; i < n; i++) {                                                      \
+        TI x = xs[i];                                                                        \
+        z[i] = (TO)(EXPR);                                                                   \
+      }                                                                                      \
+    }                                                                                        \
+  }
+
+/* One op over the numeric types: FE for floats, SE(T, U) for signed and UE(T, U) for
+ * unsigned integers (U the unsigned type of the same width, for wrapping arithmetic). */
+#define BINARY_NUMERIC(OP, FE, SE, UE)                                                       \
+  BINARY_ROW(OP##_f32, HOT, float, float, FE)                                                \
+  BINARY_ROW(OP##_f64, HOT, double, double, FE)                                              \
+  BINARY_ROW(OP##_i8, , int8_t, int8_t, SE(int8_t, uint8_t))                                 \
+  BINARY_ROW(OP##_u8, , uint8_t, uint8_t, UE(uint8_t, uint8_t))                              \
+  BINARY_ROW(OP##_i32, , int32_t, int32_t, SE(int32_t, uint32_t))                            \
+  BINARY_ROW(OP##_i64, , int64_t, int64_t, SE(int64_t, uint64_t))
+
+/* Comparisons: any numeric input, bool (0/1 byte) output; EQ also takes bool inputs. */
+#define BINARY_COMPARE(OP, EXPR)                                                             \
+  BINARY_ROW(OP##_f32, HOT, float, uint8_t, EXPR)                                            \
+  BINARY_ROW(OP##_f64, HOT, double, uint8_t, EXPR)                                           \
+  BINARY_ROW(OP##_i8, , int8_t, uint8_t, EXPR)                                               \
+  BINARY_ROW(OP##_u8, , uint8_t, uint8_t, EXPR)                                              \
+  BINARY_ROW(OP##_i32, , int32_t, uint8_t, EXPR)                                             \
+  BINARY_ROW(OP##_i64, , int64_t, uint8_t, EXPR)
+
+#define ROWS_NUMERIC(OP)                                                                     \
+  [FLOE_F32] = OP##_f32, [FLOE_F64] = OP##_f64, [FLOE_I8] = OP##_i8, [FLOE_U8] = OP##_u8,    \
+  [FLOE_I32] = OP##_i32, [FLOE_I64] = OP##_i64
+
+#define WRAP_ADD(T, U) (T)((U)x + (U)y)
+#define WRAP_SUB(T, U) (T)((U)x - (U)y)
+#define WRAP_MUL(T, U) (T)((U)x * (U)y)
+#define SDIV(T, U) (y == -1 ? (T)(0 - (U)x) : (T)(x / y)) /* INT_MIN / -1 wraps */
+#define UDIV(T, U) (T)(x / y)
+#define IMAX(T, U) (x > y ? x : y)
+#define IMIN(T, U) (x < y ? x : y)
+
+BINARY_NUMERIC(add, x + y, WRAP_ADD, WRAP_ADD)
+BINARY_NUMERIC(sub, x - y, WRAP_SUB, WRAP_SUB)
+BINARY_NUMERIC(mul, x * y, WRAP_MUL, WRAP_MUL)
+BINARY_NUMERIC(div, x / y, SDIV, UDIV)
+/* NaN in either operand gives NaN (NumPy's maximum / minimum). */
+BINARY_NUMERIC(max, (x > y) | (x != x) ? x : y, IMAX, IMAX)
+BINARY_NUMERIC(min, (x < y) | (x != x) ? x : y, IMIN, IMIN)
+BINARY_ROW(pow_any_f32, , float, float, powf(x, y))
+BINARY_ROW(pow_f64, , double, double, pow(x, y))
+BINARY_ROW(pow_i8, , int8_t, int8_t, ipow_i8(x, y))
+BINARY_ROW(pow_u8, , uint8_t, uint8_t, ipow_u8(x, y))
+BINARY_ROW(pow_i32, , int32_t, int32_t, ipow_i32(x, y))
+BINARY_ROW(pow_i64, , int64_t, int64_t, ipow_i64(x, y))
+
+/* x ** 2 (variances, squared errors) is common enough to skip powf. */
+HOT static void pow_f32(void *zv, const void *xv, const void *yv, int64_t n, int mode) {
+  if (mode == ROW_VS && *(const float *)yv == 2.0f) {
+    float *restrict z = zv;
+    const float *restrict x = xv;
+    for (int64_t i = 0; i < n; i++) z[i] = x[i] * x[i];
+    return;
+  }
+  pow_any_f32(zv, xv, yv, n, mode);
+}
+
+BINARY_COMPARE(eq, x == y)
+BINARY_COMPARE(ne, x != y)
+BINARY_COMPARE(lt, x < y)
+BINARY_COMPARE(le, x <= y)
+BINARY_COMPARE(gt, x > y)
+BINARY_COMPARE(ge, x >= y)
+BINARY_ROW(and_b, , uint8_t, uint8_t, (x != 0) & (y != 0))
+BINARY_ROW(or_b, , uint8_t, uint8_t, (x != 0) | (y != 0))
+
+enum { CHECK_NONE, CHECK_NONZERO, CHECK_NONNEG }; /* what integer y must satisfy */
+
+typedef struct BinaryOp {
+  BinaryRow row[FLOE_DTYPE_LIMIT]; /* f16/bf16 run row[FLOE_F32] on converted chunks */
+  int64_t cost;                    /* per element, nanoseconds-ish */
+  int check;                       /* CHECK_* for integer dtypes */
+} BinaryOp;
+
+static const BinaryOp op_add = {{ROWS_NUMERIC(add)}, 1, CHECK_NONE};
+static const BinaryOp op_sub = {{ROWS_NUMERIC(sub)}, 1, CHECK_NONE};
+static const BinaryOp op_mul = {{ROWS_NUMERIC(mul)}, 1, CHECK_NONE};
+static const BinaryOp op_div = {{ROWS_NUMERIC(div)}, 2, CHECK_NONZERO};
+static const BinaryOp op_pow = {{ROWS_NUMERIC(pow)}, 16, CHECK_NONNEG};
+static const BinaryOp op_max = {{ROWS_NUMERIC(max)}, 1, CHECK_NONE};
+static const BinaryOp op_min = {{ROWS_NUMERIC(min)}, 1, CHECK_NONE};
+static const BinaryOp op_eq = {{ROWS_NUMERIC(eq), [FLOE_BOOL] = eq_u8}, 1, CHECK_NONE};
+static const BinaryOp op_ne = {{ROWS_NUMERIC(ne), [FLOE_BOOL] = ne_u8}, 1, CHECK_NONE};
+static const BinaryOp op_lt = {{ROWS_NUMERIC(lt)}, 1, CHECK_NONE};
+static const BinaryOp op_le = {{ROWS_NUMERIC(le)}, 1, CHECK_NONE};
+static const BinaryOp op_gt = {{ROWS_NUMERIC(gt)}, 1, CHECK_NONE};
+static const BinaryOp op_ge = {{ROWS_NUMERIC(ge)}, 1, CHECK_NONE};
+static const BinaryOp op_and = {{[FLOE_BOOL] = and_b}, 1, CHECK_NONE};
+static const BinaryOp op_or = {{[FLOE_BOOL] = or_b}, 1, CHECK_NONE};
+
+/* A plan over one flat run of n elements; stride 0 marks a scalar operand. */
+static void plan_flat(CpuBroadcast *p, int num_inputs, int64_t n, const int *strides) {
+  p->num_inputs = num_inputs;
+  p->rank = 1;
+  p->dims[0] = n;
+  p->num_elements = n;
+  for (int k = 0; k < num_inputs; k++) p->strides[k][0] = strides[k];
+}
+
+typedef struct BinaryJob {
+  BinaryRow row;
+  const CpuBroadcast *plan;
+  char *z;
+  const char *x, *y;
+  size_t zsize, insize; /* element sizes */
+  FloeDType dt, zdt;
+  int mode;
+} BinaryJob;
+
+/* f16/bf16 run: convert to f32 in chunks, run the f32 row, convert back (or write bools). */
+static void binary_half_run(const BinaryJob *j, char *z, const uint16_t *x, const uint16_t *y,
+                            int64_t n) {
+  float xb[HALF_CHUNK], yb[HALF_CHUNK], zb[HALF_CHUNK];
+  if (j->mode == ROW_SV) half_to_f32(xb, x, 1, j->dt);
+  if (j->mode == ROW_VS) half_to_f32(yb, y, 1, j->dt);
+  for (int64_t c = 0; c < n; c += HALF_CHUNK) {
+    int64_t m = n - c < HALF_CHUNK ? n - c : HALF_CHUNK;
+    if (j->mode != ROW_SV) half_to_f32(xb, x + c, m, j->dt);
+    if (j->mode != ROW_VS) half_to_f32(yb, y + c, m, j->dt);
+    if (j->zdt == FLOE_BOOL) {
+      j->row(z + c, xb, yb, m, j->mode);
+    } else {
+      j->row(zb, xb, yb, m, j->mode);
+      f32_to_half((uint16_t *)z + c, zb, m, j->dt);
+    }
+  }
+}
+
+static void binary_range(void *arg, int64_t begin, int64_t end) {
+  const BinaryJob *j = arg;
+  CpuBroadcastIter it;
+  int64_t pos, off[2], len;
+  cpu_broadcast_iter_init(&it, j->plan, begin, end);
+  while ((len = cpu_broadcast_iter_next(&it, &pos, off)) > 0) {
+    char *z = j->z + pos * (int64_t)j->zsize;
+    const char *x = j->x + off[0] * (int64_t)j->insize;
+    const char *y = j->y + off[1] * (int64_t)j->insize;
+    if (is_half(j->dt))
+      binary_half_run(j, z, (const uint16_t *)x, (const uint16_t *)y, len);
+    else
+      j->row(z, x, y, len, j->mode);
+  }
+}
+
+/* Integer Div needs y != 0 and integer Pow y >= 0; checked up front so the loops stay free of
+ * error paths. Returns the flat index of the first bad element, or -1. */
+static int64_t find_bad_int(const void *data, int64_t n, FloeDType dt, int check, int64_t *value) {
+#define FIND_BAD(T)                                                                          \
+  do {                                                                                       \
+    const T *v = data;                                                                       \
+    for (int64_t i = 0; i < n; i++)                                                          \
+      if (check == CHECK_NONZERO ? v[i] == 0 : v[i] < 0) {                                   \
+        *value = (int64_t)v[i];                                                              \
+        return i;                                                                            \
+      }                                                                                      \
+  } while (0)
+  switch (dt) {
+  case FLOE_I8: FIND_BAD(int8_t); break;
+  case FLOE_I32: FIND_BAD(int32_t); break;
+  case FLOE_I64: FIND_BAD(int64_t); break;
+  case FLOE_U8:
+    if (check == CHECK_NONNEG) return -1;
+    FIND_BAD(uint8_t);
+    break;
+  default: break;
+  }
+#undef FIND_BAD
+  return -1;
+}
+
+static floe_code check_int_operand(FloeKernelContext *ctx, const FloeTensor *y, int check) {
+  int64_t value = 0;
+  int64_t at = find_bad_int(cpu_host->tensor_data(y), cpu_host->tensor_num_elements(y),
+                            cpu_host->tensor_dtype(y), check, &value);
+  if (at < 0) return FLOE_OK;
+  char shape[CPU_SHAPE_STR_MAX];
+  cpu_shape_str(shape, sizeof shape, cpu_host->tensor_rank(y), cpu_host->tensor_dims(y));
+  if (check == CHECK_NONZERO)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "integer division by zero: y (shape %s) is 0 at flat index "
+                                   "%lld",
+                                   shape, (long long)at);
+  return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                 "integer Pow needs non-negative exponents: y (shape %s) is "
+                                 "%lld at flat index %lld; use a float dtype",
+                                 shape, (long long)value, (long long)at);
+}
+
+static floe_code binary_compute(void *state, FloeKernelContext *ctx) {
+  const BinaryOp *op = state;
+  const FloeTensor *in[2] = {cpu_host->ctx_input(ctx, 0), cpu_host->ctx_input(ctx, 1)};
+  FloeDType dt = cpu_host->tensor_dtype(in[0]);
+  FloeDType zdt = cpu_host->ctx_output_dtype(ctx, 0);
+  BinaryRow row = op->row[is_half(dt) ? FLOE_F32 : dt];
+  if (!row || cpu_host->tensor_dtype(in[1]) != dt)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported dtypes %s and %s",
+                                   cpu_host->dtype_name(dt),
+                                   cpu_host->dtype_name(cpu_host->tensor_dtype(in[1])));
+  int rx = cpu_host->tensor_rank(in[0]), ry = cpu_host->tensor_rank(in[1]);
+  const int64_t *dx = cpu_host->tensor_dims(in[0]), *dy = cpu_host->tensor_dims(in[1]);
+  int64_t nx = cpu_host->tensor_num_elements(in[0]), ny = cpu_host->tensor_num_elements(in[1]);
+
+  /* Fast paths (same shape, scalar operand) skip building a broadcast plan. */
+  CpuBroadcast plan;
+  int rank;
+  int64_t bdims[FLOE_MAX_DIMS];
+  const int64_t *dims;
+  int same = rx == ry && (rx == 0 || memcmp(dx, dy, (size_t)rx * sizeof *dx) == 0);
+  if (same) {
+    rank = rx, dims = dx;
+    plan_flat(&plan, 2, nx, (const int[]){1, 1});
+  } else if (ny == 1 && ry <= rx) {
+    rank = rx, dims = dx;
+    plan_flat(&plan, 2, nx, (const int[]){1, 0});
+  } else if (nx == 1 && rx <= ry) {
+    rank = ry, dims = dy;
+    plan_flat(&plan, 2, ny, (const int[]){0, 1});
+  } else {
+    floe_code rc = cpu_broadcast_tensors(ctx, 2, in, &rank, bdims, &plan);
+    if (rc != FLOE_OK) return rc;
+    dims = bdims;
+  }
+  if (op->check != CHECK_NONE && is_int(dt)) {
+    floe_code rc = check_int_operand(ctx, in[1], op->check);
+    if (rc != FLOE_OK) return rc;
+  }
+  FloeTensor *out;
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, rank, dims, &out);
+  if (rc != FLOE_OK) return rc;
+  if (plan.num_elements == 0) return FLOE_OK;
+
+  int inner = plan.rank - 1;
+  BinaryJob j = {row,
+                 &plan,
+                 cpu_host->tensor_data(out),
+                 cpu_host->tensor_data(in[0]),
+                 cpu_host->tensor_data(in[1]),
+                 cpu_host->dtype_size(zdt),
+                 cpu_host->dtype_size(dt),
+                 dt,
+                 zdt,
+                 plan.strides[0][inner] == 0   ? ROW_SV
+                 : plan.strides[1][inner] == 0 ? ROW_VS
+                                               : ROW_VV};
+  cpu_parallel_elements(plan.num_elements, op->cost, binary_range, &j);
+  return FLOE_OK;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Unary rows: y[i] = f(x[i]) for i < n; a is the op's alpha attribute (0 when it has none). */
+
+typedef void (*UnaryRow)(void *y, const void *x, int64_t n, double alpha);
+
+#define UNARY_ROW(NAME, ATTR, T, EXPR)                                                       \
+  ATTR static void NAME(void *yv, const void *xv, int64_t n, double alpha) {                 \
+    T *restrict ys = yv;                                                                     \
+    const T *restrict xs = xv;                                                               \
+    const T a = (T)alpha;                                                                    \
+    (void)a;                                                                                 \
+    for (int64_t i = 0; i < n; i++) {                                                        \
+      T x = xs[i];                                                                           \
+      ys[i] = (T)(EXPR);                                                                     \
+    }                                                                                        \
+  }
+
+/* Numeric unary op: F32 / F64 for floats, SE(T, U) / UE(T, U) for signed / unsigned ints. */
+#define UNARY_NUMERIC(OP, F32, F64, SE, UE)                                                  \
+  UNARY_ROW(OP##_f32, HOT, float, F32)                                                       \
+  UNARY_ROW(OP##_f64, HOT, double, F64)                                                      \
+  UNARY_ROW(OP##_i8, , int8_t, SE(int8_t, uint8_t))                                          \
+  UNARY_ROW(OP##_u8, , uint8_t, UE(uint8_t, uint8_t))                                        \
+  UNARY_ROW(OP##_i32, , int32_t, SE(int32_t, uint32_t))                                      \
+  UNARY_ROW(OP##_i64, , int64_t, SE(int64_t, uint64_t))
+
+#define UNARY_FLOAT(OP, F32, F64)                                                            \
+  UNARY_ROW(OP##_f32, HOT, float, F32)                                                       \
+  UNARY_ROW(OP##_f64, , double, F64)
+
+#define ROWS_FLOAT(OP) [FLOE_F32] = OP##_f32, [FLOE_F64] = OP##_f64
+
+#define WRAP_NEG(T, U) (T)(0 - (U)x)
+#define SABS(T, U) (x < 0 ? (T)(0 - (U)x) : x)
+#define UABS(T, U) x
+#define WRAP_SQUARE(T, U) (T)((U)x * (U)x)
+#define SRELU(T, U) (x > 0 ? x : 0)
+#define SRELU6(T, U) (x < 0 ? 0 : x > 6 ? 6 : x)
+#define URELU6(T, U) (x > 6 ? 6 : x)
+
+UNARY_NUMERIC(neg, -x, -x, WRAP_NEG, WRAP_NEG)
+UNARY_NUMERIC(abs, fabsf(x), fabs(x), SABS, UABS)
+UNARY_NUMERIC(square, x * x, x * x, WRAP_SQUARE, WRAP_SQUARE)
+/* Relu and Relu6 keep NaN (PyTorch's behaviour), so a NaN is never silently hidden. */
+UNARY_NUMERIC(relu, (x > 0) | (x != x) ? x : 0, (x > 0) | (x != x) ? x : 0, SRELU, SRELU)
+UNARY_NUMERIC(relu6, x != x ? x : x < 0 ? 0 : x > 6 ? 6 : x, x != x ? x : x < 0 ? 0 : x > 6 ? 6 : x,
+              SRELU6, URELU6)
+UNARY_FLOAT(exp, cpu_exp_f32(x), exp(x))
+UNARY_FLOAT(log, cpu_log_f32(x), log(x))
+UNARY_FLOAT(sqrt, sqrtf(x), sqrt(x))
+UNARY_FLOAT(rsqrt, 1.0f / sqrtf(x), 1.0 / sqrt(x))
+UNARY_FLOAT(leaky_relu, x > 0 ? x : a * x, x > 0 ? x : a * x)
+UNARY_FLOAT(elu, x > 0 ? x : a * math_expm1_f32(x), x > 0 ? x : a * expm1(x))
+UNARY_FLOAT(gelu_erf, math_gelu_erf_f32(x), math_gelu_erf_f64(x))
+UNARY_FLOAT(gelu_tanh, math_gelu_tanh_f32(x), math_gelu_tanh_f64(x))
+UNARY_FLOAT(sigmoid, math_sigmoid_f32(x), math_sigmoid_f64(x))
+UNARY_FLOAT(tanh, math_tanh_f32(x), tanh(x))
+UNARY_FLOAT(softplus, math_softplus_f32(x), math_softplus_f64(x))
+UNARY_ROW(not_b, , uint8_t, x == 0)
+
+typedef struct UnaryOp {
+  UnaryRow row[FLOE_DTYPE_LIMIT]; /* f16/bf16 run row[FLOE_F32] on converted chunks */
+  int64_t cost;                   /* per element, nanoseconds-ish */
+} UnaryOp;
+
+static const UnaryOp op_neg = {{ROWS_NUMERIC(neg)}, 1};
+static const UnaryOp op_abs = {{ROWS_NUMERIC(abs)}, 1};
+static const UnaryOp op_square = {{ROWS_NUMERIC(square)}, 1};
+static const UnaryOp op_relu = {{ROWS_NUMERIC(relu)}, 1};
+static const UnaryOp op_relu6 = {{ROWS_NUMERIC(relu6)}, 1};
+static const UnaryOp op_exp = {{ROWS_FLOAT(exp)}, 4};
+static const UnaryOp op_log = {{ROWS_FLOAT(log)}, 4};
+static const UnaryOp op_sqrt = {{ROWS_FLOAT(sqrt)}, 2};
+static const UnaryOp op_rsqrt = {{ROWS_FLOAT(rsqrt)}, 2};
+static const UnaryOp op_leaky_relu = {{ROWS_FLOAT(leaky_relu)}, 1};
+static const UnaryOp op_elu = {{ROWS_FLOAT(elu)}, 4};
+static const UnaryOp op_gelu_erf = {{ROWS_FLOAT(gelu_erf)}, 8};
+static const UnaryOp op_gelu_tanh = {{ROWS_FLOAT(gelu_tanh)}, 6};
+static const UnaryOp op_sigmoid = {{ROWS_FLOAT(sigmoid)}, 4};
+static const UnaryOp op_tanh = {{ROWS_FLOAT(tanh)}, 6};
+static const UnaryOp op_softplus = {{ROWS_FLOAT(softplus)}, 8};
+static const UnaryOp op_not = {{[FLOE_BOOL] = not_b}, 1};
+
+/* Kernel state: the op and its attribute, fixed per node. */
+typedef struct UnaryState {
+  const UnaryOp *op;
+  double alpha;
+} UnaryState;
+
+/* Stateless ops share these (state = user_data, never freed). */
+static const UnaryState st_neg = {&op_neg, 0}, st_abs = {&op_abs, 0},
+                        st_square = {&op_square, 0}, st_relu = {&op_relu, 0},
+                        st_relu6 = {&op_relu6, 0}, st_exp = {&op_exp, 0}, st_log = {&op_log, 0},
+                        st_sqrt = {&op_sqrt, 0}, st_rsqrt = {&op_rsqrt, 0},
+                        st_sigmoid = {&op_sigmoid, 0}, st_tanh = {&op_tanh, 0},
+                        st_softplus = {&op_softplus, 0}, st_not = {&op_not, 0};
+/* Templates for ops with attributes: op and the attribute's default (ops_std.def). */
+static const UnaryState st_leaky_relu = {&op_leaky_relu, 0.2}, st_elu = {&op_elu, 1.0},
+                        st_gelu = {&op_gelu_erf, 0};
+
+/* LeakyRelu, Elu: read "alpha"; Gelu: "approximate" picks the tanh form. */
+static floe_code unary_attr_create(const FloeHostApi *host, FloeKernelInit *init,
+                                   void *user_data, void **state) {
+  const UnaryState *tmpl = user_data;
+  const FloeAttrs *attrs = host->init_attrs(init);
+  UnaryState *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory for kernel state");
+  *s = *tmpl;
+  if (tmpl->op == &op_gelu_erf) {
+    int approximate = 0;
+    floe_code rc = host->attr_bool(attrs, "approximate", &approximate);
+    if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
+      host->free(s);
+      return host->init_set_error(init, rc, "attribute approximate must be a bool");
+    }
+    s->op = approximate ? &op_gelu_tanh : &op_gelu_erf;
+  } else {
+    floe_code rc = host->attr_float(attrs, "alpha", &s->alpha);
+    if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
+      host->free(s);
+      return host->init_set_error(init, rc, "attribute alpha must be a float");
+    }
+  }
+  *state = s;
+  return FLOE_OK;
+}
+
+static void unary_attr_destroy(void *state) { cpu_host->free(state); }
+
+typedef struct UnaryJob {
+  UnaryRow row;
+  double alpha;
+  char *y;
+  const char *x;
+  size_t size;
+  FloeDType dt;
+} UnaryJob;
+
+static void unary_range(void *arg, int64_t begin, int64_t end) {
+  const UnaryJob *j = arg;
+  if (!is_half(j->dt)) {
+    j->row(j->y + begin * (int64_t)j->size, j->x + begin * (int64_t)j->size, end - begin,
+           j->alpha);
+    return;
+  }
+  float xb[HALF_CHUNK], yb[HALF_CHUNK];
+  const uint16_t *x = (const uint16_t *)j->x;
+  uint16_t *y = (uint16_t *)j->y;
+  for (int64_t c = begin; c < end; c += HALF_CHUNK) {
+    int64_t m = end - c < HALF_CHUNK ? end - c : HALF_CHUNK;
+    half_to_f32(xb, x + c, m, j->dt);
+    j->row(yb, xb, m, j->alpha);
+    f32_to_half(y + c, yb, m, j->dt);
+  }
+}
+
+static floe_code unary_compute(void *state, FloeKernelContext *ctx) {
+  const UnaryState *s = state;
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
+  FloeDType dt = cpu_host->tensor_dtype(x);
+  UnaryRow row = s->op->row[is_half(dt) ? FLOE_F32 : dt];
+  if (!row)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported dtype %s",
+                                   cpu_host->dtype_name(dt));
+  FloeTensor *out;
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, cpu_host->tensor_rank(x),
+                                               cpu_host->tensor_dims(x), &out);
+  if (rc != FLOE_OK) return rc;
+  int64_t n = cpu_host->tensor_num_elements(x);
+  if (n == 0) return FLOE_OK;
+  UnaryJob j = {row, s->alpha, cpu_host->tensor_data(out), cpu_host->tensor_data(x),
+                cpu_host->dtype_size(dt), dt};
+  cpu_parallel_elements(n, s->op->cost, unary_range, &j);
+  return FLOE_OK;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Select: output = condition ? t : e, all three broadcast together. */
+
+/* One run; sc / st / se are 0 (scalar) or 1 (contiguous). Both values are loaded before the
+ * choice so the contiguous loop vectorises as a blend. */
+#define SELECT_RUN(NAME, T)                                                                  \
+  static void NAME(void *zv, const uint8_t *c, int64_t sc, const void *tv, int64_t st,       \
+                   const void *ev, int64_t se, int64_t n) {                                  \
+    T *restrict z = zv;                                                                      \
+    const T *restrict t = tv, *restrict e = ev;                                              \
+    if (sc && st && se) {                                                                    \
+      for (int64_t i = 0; i < n; i++) {                                                      \
+        T a = t[i], b = e[i];                                                                \
+        z[i] = c[i] ? a : b;                                                                 \
+      }                                                                                      \
+    } else {                                                                                 \
+      for (int64_t i = 0; i < n; i++) {                                                      \
+        T a = t[i * st], b = e[i * se];                                                      \
+        z[i] = c[i * sc] ? a : b;                                                            \
+      }                                                                                      \
+    }                                                                                        \
+  }
+SELECT_RUN(select_1, uint8_t)
+SELECT_RUN(select_2, uint16_t)
+SELECT_RUN(select_4, uint32_t)
+SELECT_RUN(select_8, uint64_t)
+
+typedef void (*SelectRun)(void *z, const uint8_t *c, int64_t sc, const void *t, int64_t st,
+                          const void *e, int64_t se, int64_t n);
+
+typedef struct SelectJob {
+  SelectRun run;
+  const CpuBroadcast *plan;
+  const uint8_t *c;
+  const char *t, *e;
+  char *z;
+  int64_t size;
+} SelectJob;
+
+static void select_range(void *arg, int64_t begin, int64_t end) {
+  const SelectJob *j = arg;
+  const CpuBroadcast *p = j->plan;
+  int inner = p->rank - 1;
+  CpuBroadcastIter it;
+  int64_t pos, off[3], len;
+  cpu_broadcast_iter_init(&it, p, begin, end);
+  while ((len = cpu_broadcast_iter_next(&it, &pos, off)) > 0)
+    j->run(j->z + pos * j->size, j->c + off[0], p->strides[0][inner], j->t + off[1] * j->size,
+           p->strides[1][inner], j->e + off[2] * j->size, p->strides[2][inner], len);
+}
+
+static int same_shape(const FloeTensor *a, const FloeTensor *b) {
+  int r = cpu_host->tensor_rank(a);
+  return r == cpu_host->tensor_rank(b) &&
+         (r == 0 ||
+          memcmp(cpu_host->tensor_dims(a), cpu_host->tensor_dims(b), (size_t)r * sizeof(int64_t)) == 0);
+}
+
+static floe_code select_compute(void *state, FloeKernelContext *ctx) {
+  const FloeTensor *in[3] = {cpu_host->ctx_input(ctx, 0), cpu_host->ctx_input(ctx, 1),
+                             cpu_host->ctx_input(ctx, 2)};
+  int64_t size = (int64_t)cpu_host->dtype_size(cpu_host->tensor_dtype(in[1]));
+  SelectRun run = size == 1 ? select_1 : size == 2 ? select_2 : size == 4 ? select_4
+                : size == 8 ? select_8 : NULL;
+  if (!run)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported dtype %s",
+                                   cpu_host->dtype_name(cpu_host->tensor_dtype(in[1])));
+  /* A scalar condition over equal shapes picks a whole input: forward it, no copy. */
+  if (cpu_host->tensor_num_elements(in[0]) == 1 && same_shape(in[1], in[2]) &&
+      cpu_host->tensor_rank(in[0]) <= cpu_host->tensor_rank(in[1])) {
+    int pick = *(const uint8_t *)cpu_host->tensor_data(in[0]) ? 1 : 2;
+    return cpu_host->ctx_forward_input(ctx, pick, 0, cpu_host->tensor_rank(in[pick]),
+                                       cpu_host->tensor_dims(in[pick]));
+  }
+  CpuBroadcast plan;
+  int rank;
+  int64_t bdims[FLOE_MAX_DIMS];
+  const int64_t *dims;
+  if (same_shape(in[0], in[1]) && same_shape(in[1], in[2])) {
+    rank = cpu_host->tensor_rank(in[0]);
+    dims = cpu_host->tensor_dims(in[0]);
+    plan_flat(&plan, 3, cpu_host->tensor_num_elements(in[0]), (const int[]){1, 1, 1});
+  } else {
+    floe_code rc = cpu_broadcast_tensors(ctx, 3, in, &rank, bdims, &plan);
+    if (rc != FLOE_OK) return rc;
+    dims = bdims;
+  }
+  FloeTensor *out;
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, rank, dims, &out);
+  if (rc != FLOE_OK) return rc;
+  if (plan.num_elements == 0) return FLOE_OK;
+  SelectJob j = {run,
+                 &plan,
+                 cpu_host->tensor_data(in[0]),
+                 cpu_host->tensor_data(in[1]),
+                 cpu_host->tensor_data(in[2]),
+                 cpu_host->tensor_data(out),
+                 size};
+  cpu_parallel_elements(plan.num_elements, 1, select_range, &j);
+  return FLOE_OK;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Cast between every pair of dtypes. Float to int truncates toward zero and saturates at the
+ * destination's range (NaN gives 0), so no conversion is undefined; int to narrower int wraps;
+ * anything to bool is x != 0; bool is 0/1. f16/bf16 go through f32. */
+
+typedef void (*CastRow)(void *dst, const void *src, int64_t n);
+
+/* Conversion by kind of source and destination: F float, I integer, B bool. */
+#define CONV_FF(DT, MIN, MAX, v) (DT)(v)
+#define CONV_FI(DT, MIN, MAX, v)                                                             \
+  ((v) != (v) ? (DT)0 : (v) <= (MIN) ? (DT)(MIN) : (v) >= (double)(MAX) + 1.0 ? (DT)(MAX) : (DT)(v))
+#define CONV_FB(DT, MIN, MAX, v) (DT)((v) != 0)
+#define CONV_IF CONV_FF
+#define CONV_II CONV_FF
+#define CONV_IB CONV_FB
+#define CONV_BF CONV_FB
+#define CONV_BI CONV_FB
+#define CONV_BB CONV_FB
+
+/* The same list twice: a macro cannot expand itself, and pairs need a nested walk. */
+#define CAST_SRC_TYPES(X)                                                                    \
+  X(f32, float, F) X(f64, double, F) X(i8, int8_t, I) X(u8, uint8_t, I) X(i32, int32_t, I)   \
+  X(i64, int64_t, I) X(b, uint8_t, B)
+#define CAST_DST_TYPES(X, SN, ST, SK)                                                        \
+  X(SN, ST, SK, f32, float, F, 0, 0)                                                         \
+  X(SN, ST, SK, f64, double, F, 0, 0)                                                        \
+  X(SN, ST, SK, i8, int8_t, I, INT8_MIN, INT8_MAX)                                           \
+  X(SN, ST, SK, u8, uint8_t, I, 0, UINT8_MAX)                                                \
+  X(SN, ST, SK, i32, int32_t, I, INT32_MIN, INT32_MAX)                                       \
+  X(SN, ST, SK, i64, int64_t, I, INT64_MIN, INT64_MAX)                                       \
+  X(SN, ST, SK, b, uint8_t, B, 0, 1)
+
+#define CAST_ROW(SN, ST, SK, DN, DT, DK, MIN, MAX)                                           \
+  static void cast_##SN##_##DN(void *dv, const void *sv, int64_t n) {                        \
+    DT *restrict d = dv;                                                                     \
+    const ST *restrict s = sv;                                                               \
+    for (int64_t i = 0; i < n; i++) d[i] = CONV_##SK##DK(DT, MIN, MAX, s[i]);                \
+  }
+#define CAST_ROWS_FROM(SN, ST, SK) CAST_DST_TYPES(CAST_ROW, SN, ST, SK)
+CAST_SRC_TYPES(CAST_ROWS_FROM)
+
+#define CAST_ROW_ENTRIES(SN)                                                                 \
+  {[FLOE_F32] = cast_##SN##_f32, [FLOE_F64] = cast_##SN##_f64, [FLOE_I8] = cast_##SN##_i8,   \
+   [FLOE_U8] = cast_##SN##_u8,   [FLOE_I32] = cast_##SN##_i32, [FLOE_I64] = cast_##SN##_i64, \
+   [FLOE_BOOL] = cast_##SN##_b}
+
+/* cast_rows[src][dst] for every dtype but f16/bf16. */
+static const CastRow cast_rows[FLOE_DTYPE_LIMIT][FLOE_DTYPE_LIMIT] = {
+    [FLOE_F32] = CAST_ROW_ENTRIES(f32), [FLOE_F64] = CAST_ROW_ENTRIES(f64),
+    [FLOE_I8] = CAST_ROW_ENTRIES(i8),   [FLOE_U8] = CAST_ROW_ENTRIES(u8),
+    [FLOE_I32] = CAST_ROW_ENTRIES(i32), [FLOE_I64] = CAST_ROW_ENTRIES(i64),
+    [FLOE_BOOL] = CAST_ROW_ENTRIES(b),
+};
+
+typedef struct CastJob {
+  FloeDType src, dst;
+  const char *s;
+  char *d;
+  int64_t ssize, dsize;
+} CastJob;
+
+static void cast_range(void *arg, int64_t begin, int64_t end) {
+  const CastJob *j = arg;
+  const char *s = j->s + begin * j->ssize;
+  char *d = j->d + begin * j->dsize;
+  int64_t n = end - begin;
+  if (!is_half(j->src) && !is_half(j->dst)) {
+    cast_rows[j->src][j->dst](d, s, n);
+    return;
+  }
+  /* Through an f32 chunk: half -> f32 -> dst, or src -> f32 -> half. */
+  float buf[HALF_CHUNK];
+  for (int64_t c = 0; c < n; c += HALF_CHUNK) {
+    int64_t m = n - c < HALF_CHUNK ? n - c : HALF_CHUNK;
+    if (is_half(j->src))
+      half_to_f32(buf, s + c * j->ssize, m, j->src);
+    else
+      cast_rows[j->src][FLOE_F32](buf, s + c * j->ssize, m);
+    if (is_half(j->dst))
+      f32_to_half(d + c * j->dsize, buf, m, j->dst);
+    else
+      cast_rows[FLOE_F32][j->dst](d + c * j->dsize, buf, m);
+  }
+}
+
+static floe_code cast_compute(void *state, FloeKernelContext *ctx) {
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
+  FloeDType src = cpu_host->tensor_dtype(x), dst = cpu_host->ctx_output_dtype(ctx, 0);
+  int rank = cpu_host->tensor_rank(x);
+  const int64_t *dims = cpu_host->tensor_dims(x);
+  if (src == dst) return cpu_host->ctx_forward_input(ctx, 0, 0, rank, dims);
+  if ((!is_half(src) && !cast_rows[src][FLOE_F32]) || (!is_half(dst) && !cast_rows[FLOE_F32][dst]))
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported cast from %s to %s",
+                                   cpu_host->dtype_name(src), cpu_host->dtype_name(dst));
+  FloeTensor *out;
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, rank, dims, &out);
+  if (rc != FLOE_OK) return rc;
+  CastJob j = {src,
+               dst,
+               cpu_host->tensor_data(x),
+               cpu_host->tensor_data(out),
+               (int64_t)cpu_host->dtype_size(src),
+               (int64_t)cpu_host->dtype_size(dst)};
+  cpu_parallel_elements(cpu_host->tensor_num_elements(x), 1, cast_range, &j);
+  return FLOE_OK;
+}
+
+/* ------------------------------------------------------------------------------------ */
+
+floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
+  static const struct {
+    const char *op;
+    const BinaryOp *k;
+    uint32_t types; /* 0: the op has no type attribute (bool only) */
+  } binaries[] = {
+      {"Add", &op_add, FLOE_DTYPES_NUMERIC},  {"Sub", &op_sub, FLOE_DTYPES_NUMERIC},
+      {"Mul", &op_mul, FLOE_DTYPES_NUMERIC},  {"Div", &op_div, FLOE_DTYPES_NUMERIC},
+      {"Pow", &op_pow, FLOE_DTYPES_NUMERIC},  {"Maximum", &op_max, FLOE_DTYPES_NUMERIC},
+      {"Minimum", &op_min, FLOE_DTYPES_NUMERIC}, {"Equal", &op_eq, FLOE_DTYPES_ALL},
+      {"NotEqual", &op_ne, FLOE_DTYPES_ALL},  {"Less", &op_lt, FLOE_DTYPES_NUMERIC},
+      {"LessEqual", &op_le, FLOE_DTYPES_NUMERIC}, {"Greater", &op_gt, FLOE_DTYPES_NUMERIC},
+      {"GreaterEqual", &op_ge, FLOE_DTYPES_NUMERIC}, {"LogicalAnd", &op_and, 0},
+      {"LogicalOr", &op_or, 0},
+  };
+  static const struct {
+    const char *op;
+    const UnaryState *k;
+    uint32_t types;
+    int has_attr;
+  } unaries[] = {
+      {"Neg", &st_neg, FLOE_DTYPES_NUMERIC, 0},      {"Abs", &st_abs, FLOE_DTYPES_NUMERIC, 0},
+      {"Square", &st_square, FLOE_DTYPES_NUMERIC, 0}, {"Exp", &st_exp, FLOE_DTYPES_FLOAT, 0},
+      {"Log", &st_log, FLOE_DTYPES_FLOAT, 0},        {"Sqrt", &st_sqrt, FLOE_DTYPES_FLOAT, 0},
+      {"Rsqrt", &st_rsqrt, FLOE_DTYPES_FLOAT, 0},    {"Relu", &st_relu, FLOE_DTYPES_NUMERIC, 0},
+      {"Relu6", &st_relu6, FLOE_DTYPES_NUMERIC, 0},
+      {"LeakyRelu", &st_leaky_relu, FLOE_DTYPES_FLOAT, 1},
+      {"Elu", &st_elu, FLOE_DTYPES_FLOAT, 1},        {"Gelu", &st_gelu, FLOE_DTYPES_FLOAT, 1},
+      {"Sigmoid", &st_sigmoid, FLOE_DTYPES_FLOAT, 0}, {"Tanh", &st_tanh, FLOE_DTYPES_FLOAT, 0},
+      {"Softplus", &st_softplus, FLOE_DTYPES_FLOAT, 0}, {"LogicalNot", &st_not, 0, 0},
+  };
+  floe_code rc = FLOE_OK;
+  for (size_t i = 0; rc == FLOE_OK && i < sizeof binaries / sizeof binaries[0]; i++)
+    rc = cpu_add_kernel(reg, binaries[i].op, binaries[i].types ? "T" : NULL, binaries[i].types,
+                        0, binary_compute, NULL, NULL, (void *)binaries[i].k);
+  for (size_t i = 0; rc == FLOE_OK && i < sizeof unaries / sizeof unaries[0]; i++)
+    rc = cpu_add_kernel(reg, unaries[i].op, unaries[i].types ? "T" : NULL, unaries[i].types, 0,
+                        unary_compute, unaries[i].has_attr ? unary_attr_create : NULL,
+                        unaries[i].has_attr ? unary_attr_destroy : NULL, (void *)unaries[i].k);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "Select", "T", FLOE_DTYPES_ALL, 0, select_compute, NULL, NULL, NULL);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "Cast", "SrcT", FLOE_DTYPES_ALL, 0, cast_compute, NULL, NULL, NULL);
+  return rc;
+}

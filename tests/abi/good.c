@@ -1,0 +1,170 @@
+/* good.c - a well-behaved test plugin (floe-abitest.so): the custom op AbiTestTwice
+ * (y = 2x) with its shape function, two CPU kernels of different priorities, and a fake
+ * device type "AbiTest" (upper-cased by the core) with its own memory space.
+ *
+ * The low-priority kernel computes 2x + 1, so tests can tell which kernel ran. The plugin
+ * records its lifecycle in abitest_lifecycle ('S' shutdown, 'D' device destroy), exported
+ * for the tests alone (a real plugin exports only floe_plugin_init). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <floe/floe_plugin.h>
+
+FLOE_PLUGIN_EXPORT char abitest_lifecycle[256];
+
+static const FloeHostApi *host;
+
+static void lifecycle(char event) {
+  size_t n = strlen(abitest_lifecycle);
+  if (n + 1 < sizeof abitest_lifecycle) abitest_lifecycle[n] = event;
+}
+
+/* ---- the op ---- */
+
+static floe_code twice_shape(const FloeHostApi *h, FloeShapeContext *sctx) {
+  FloeShape in = h->shape_input(sctx, 0);
+  h->shape_set_output(sctx, 0, &in);
+  return FLOE_OK;
+}
+
+static const char *const twice_inputs[] = {"x: T"};
+static const char *const twice_outputs[] = {"y: T"};
+static const char *const twice_attrs[] = {"T: type in {f32,f64,i32} = f32"};
+
+/* ---- the kernels: y[i] = 2 x[i] + add, split over the shared pool ---- */
+
+typedef struct TwiceJob {
+  FloeDType dt;
+  const void *x;
+  void *y;
+  double add;
+} TwiceJob;
+
+static void twice_shard(void *arg, int64_t begin, int64_t end) {
+  const TwiceJob *j = arg;
+  for (int64_t i = begin; i < end; i++) {
+    if (j->dt == FLOE_F32)
+      ((float *)j->y)[i] = 2.0f * ((const float *)j->x)[i] + (float)j->add;
+    else
+      ((double *)j->y)[i] = 2.0 * ((const double *)j->x)[i] + j->add;
+  }
+}
+
+static floe_code twice_compute(void *state, FloeKernelContext *ctx) {
+  const double *add = state; /* user_data: no create slot */
+  const FloeTensor *x = host->ctx_input(ctx, 0);
+  FloeTensor *y;
+  floe_code rc = host->ctx_allocate_output(ctx, 0, host->tensor_rank(x), host->tensor_dims(x), &y);
+  if (rc != FLOE_OK) return rc;
+  TwiceJob job = {host->tensor_dtype(x), host->tensor_data(x), host->tensor_data(y), *add};
+  if (job.dt != FLOE_F32 && job.dt != FLOE_F64)
+    return host->ctx_set_error(ctx, FLOE_INTERNAL, "constraint let %s through",
+                               host->dtype_name(job.dt));
+  host->parallel_for(host->tensor_num_elements(x), 1, twice_shard, &job);
+  return FLOE_OK;
+}
+
+static const double add_fast = 0.0, add_marked = 1.0;
+
+static floe_code add_kernel(FloePluginRegistrar *reg, uint32_t dtypes, int32_t priority,
+                            const double *add) {
+  FloeTypeConstraint c = {"T", dtypes};
+  FloeKernelDef k;
+  memset(&k, 0, sizeof k);
+  k.struct_size = sizeof k;
+  k.op = "AbiTestTwice";
+  k.device_type = "CPU";
+  k.constraints = &c;
+  k.num_constraints = 1;
+  k.priority = priority;
+  k.user_data = (void *)add;
+  k.compute = twice_compute;
+  return reg->register_kernel(reg, &k);
+}
+
+/* ---- the fake device: plain malloc'd memory, flagged as not host-addressable ---- */
+
+typedef struct AbiDevice {
+  int allocations;
+} AbiDevice;
+
+static floe_code dev_props(void *state, FloeDeviceProps *p) {
+  strcpy(p->type, "AbiTest");
+  strcpy(p->description, "simulated device of the ABI tests");
+  p->memory_bytes = (uint64_t)1 << 30;
+  p->peak_flops[FLOE_F32] = 1e9;
+  p->memory_bandwidth = 1e9;
+  p->flags = 0;
+  p->ordinal = 0;
+  return FLOE_OK;
+}
+
+static floe_code dev_allocate(void *state, size_t bytes, size_t alignment, void **ptr) {
+  size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void *p = aligned_alloc(alignment, rounded ? rounded : alignment);
+  if (!p) return FLOE_RESOURCE_EXHAUSTED;
+  ((AbiDevice *)state)->allocations++;
+  *ptr = p;
+  return FLOE_OK;
+}
+
+static void dev_deallocate(void *state, void *ptr, size_t bytes) {
+  ((AbiDevice *)state)->allocations--;
+  free(ptr);
+}
+
+static floe_code dev_copy(void *state, void *dst, const void *src, size_t n) {
+  memcpy(dst, src, n);
+  return FLOE_OK;
+}
+
+static void dev_destroy(void *state) {
+  lifecycle('D');
+  free(state);
+}
+
+static void plugin_shutdown(void *arg) { lifecycle('S'); }
+
+FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRegistrar *reg) {
+  floe_code rc = FLOE_PLUGIN_DECLARE(reg, "abitest", "1.2.3");
+  if (rc != FLOE_OK) return rc;
+  host = h;
+
+  FloeOpDef op;
+  memset(&op, 0, sizeof op);
+  op.struct_size = sizeof op;
+  op.name = "AbiTestTwice";
+  op.inputs = twice_inputs;
+  op.num_inputs = 1;
+  op.outputs = twice_outputs;
+  op.num_outputs = 1;
+  op.attrs = twice_attrs;
+  op.num_attrs = 1;
+  op.shape_fn = twice_shape;
+  op.doc = "y = 2x (a custom op of the ABI tests)";
+  if ((rc = reg->register_op(reg, &op)) != FLOE_OK) return rc;
+  if ((rc = add_kernel(reg, FLOE_DTYPE_BIT(FLOE_F32), 10, &add_fast)) != FLOE_OK) return rc;
+  if ((rc = add_kernel(reg, FLOE_DTYPE_BIT(FLOE_F32) | FLOE_DTYPE_BIT(FLOE_F64), 0, &add_marked)) != FLOE_OK)
+    return rc;
+
+  AbiDevice *state = calloc(1, sizeof *state);
+  if (!state) return FLOE_NO_MEMORY;
+  FloeDeviceFns d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  d.state = state;
+  d.get_props = dev_props;
+  d.allocate = dev_allocate;
+  d.deallocate = dev_deallocate;
+  d.copy_h2d = dev_copy;
+  d.copy_d2h = dev_copy;
+  d.copy_d2d = dev_copy;
+  d.destroy = dev_destroy;
+  if ((rc = reg->register_device(reg, &d)) != FLOE_OK) {
+    free(state);
+    return rc;
+  }
+  reg->set_shutdown(reg, plugin_shutdown, NULL);
+  h->log(FLOE_LOG_ERROR, "abitest %s initialised", "1.2.3"); /* silent unless FLOE_LOG_LEVEL */
+  return FLOE_OK;
+}

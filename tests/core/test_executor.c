@@ -1,0 +1,526 @@
+/* test_executor.c - dataflow execution through sessions: chains, diamonds, fan-out, control
+ * dependencies, cancellation on the first error, the thread pool (1 to 4 threads, inline
+ * and pooled scheduling, nested parallel loops) and the per-node overhead. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../ops/harness.h"
+#include "floe/floe.h"
+
+/* Thread counts every scheduling test runs with (1: the pool must still make progress). */
+static const int THREADS[] = {1, 2, 4};
+
+static FloeRuntime *runtime_new(int threads) {
+  FloeStatus *st = floe_status_new();
+  FloeRuntimeOptions o = {sizeof o, NULL, NULL, threads, 1};
+  FloeRuntime *rt = floe_runtime_new(&o, st);
+  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
+  ck_assert_int_ge(floe_runtime_num_devices(rt), 1);
+  floe_status_free(st);
+  return rt;
+}
+
+static FloeSession *session_new(FloeGraph *g, FloeRuntime *rt, int inline_inexpensive) {
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = rt;
+  o.inline_inexpensive = inline_inexpensive;
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &o, st);
+  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
+  floe_status_free(st);
+  return s;
+}
+
+static float f32_at(const FloeTensor *t, int64_t i) {
+  ck_assert_int_eq(floe_tensor_dtype(t), FLOE_F32);
+  ck_assert_int_lt(i, floe_tensor_num_elements(t));
+  return ((const float *)floe_tensor_data(t))[i];
+}
+
+/* Runs with one feed and n fetches; aborts the test on error. */
+static void run_ok(FloeSession *s, const char *feed, FloeTensor *value, const char *const *fetches,
+                   int n, FloeTensor **out) {
+  FloeStatus *st = floe_status_new();
+  FloeFeed f = {feed, value};
+  floe_code rc = floe_session_run(s, feed ? &f : NULL, feed ? 1 : 0, fetches, n, NULL, 0, out, st);
+  if (rc != FLOE_OK) ck_abort_msg("run: %s", floe_status_message(st));
+  floe_status_free(st);
+}
+
+/* ---- shapes of graphs ---- */
+
+/* x + 1 + 1 + ... (n Adds), for every pool size, inline and pooled. */
+START_TEST(chain_of_adds) {
+  const int n = 500;
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_scalar());
+  FloeOutput one = floe_const_f32(g, "one", 1.0f);
+  FloeOutput y = x;
+  char name[32];
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "a%d", i);
+    y = floe_binary(g, "Add", name, y, one);
+  }
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_new(THREADS[t]);
+    for (int inl = 0; inl <= 1; inl++) {
+      FloeSession *s = session_new(g, rt, inl);
+      for (int rep = 0; rep < 3; rep++) {
+        FloeTensor *xv = floe_tensor_scalar_f32(2.5f + (float)rep, NULL);
+        const char *fetch = name;
+        FloeTensor *out = NULL;
+        run_ok(s, "x", xv, &fetch, 1, &out);
+        ck_assert_float_eq(f32_at(out, 0), 2.5f + (float)rep + (float)n);
+        floe_tensor_release(out);
+        floe_tensor_release(xv);
+      }
+      ck_assert_int_eq(floe_session_num_cached(s), 1);
+      floe_session_free(s);
+    }
+    floe_runtime_free(rt);
+  }
+  floe_graph_free(g);
+}
+END_TEST
+
+/* Diamonds on tensors big enough to be scheduled on the pool rather than inline:
+ * a = x*2, b = x+3, c = a-b, d = c*a, fetched together with a. */
+START_TEST(diamond_on_big_tensors) {
+  const int64_t dims[2] = {96, 96};
+  const int64_t N = dims[0] * dims[1];
+  float *xs = malloc((size_t)N * sizeof *xs);
+  for (int64_t i = 0; i < N; i++) xs[i] = (float)(i % 17) - 8.0f;
+  FloeTensor *xv = harness_f32(2, dims, xs);
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, dims));
+  FloeOutput a = floe_binary(g, "Mul", "a", x, floe_const_f32(g, "two", 2.0f));
+  FloeOutput b = floe_binary(g, "Add", "b", x, floe_const_f32(g, "three", 3.0f));
+  FloeOutput c = floe_binary(g, "Sub", "c", a, b);
+  floe_binary(g, "Mul", "d", c, a);
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_new(THREADS[t]);
+    for (int inl = 0; inl <= 1; inl++) {
+      FloeSession *s = session_new(g, rt, inl);
+      const char *fetches[] = {"d", "a"};
+      FloeTensor *out[2] = {NULL, NULL};
+      run_ok(s, "x", xv, fetches, 2, out);
+      for (int64_t i = 0; i < N; i++) {
+        float av = xs[i] * 2.0f, cv = av - (xs[i] + 3.0f);
+        ck_assert_float_eq(f32_at(out[0], i), cv * av);
+        ck_assert_float_eq(f32_at(out[1], i), av);
+      }
+      floe_tensor_release(out[0]);
+      floe_tensor_release(out[1]);
+      floe_session_free(s);
+    }
+    floe_runtime_free(rt);
+  }
+  floe_graph_free(g);
+  floe_tensor_release(xv);
+  free(xs);
+}
+END_TEST
+
+/* One feed consumed by many nodes: 1000 scalar Muls (inline) and 40 big ones (pool). */
+START_TEST(wide_fan_out) {
+  enum { SMALL = 1000, BIG = 40 };
+  const int64_t dims[1] = {4096};
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_scalar());
+  FloeOutput v = floe_placeholder(g, "v", FLOE_F32, floe_shape_make(1, dims));
+  static char names[SMALL + BIG][16];
+  static const char *fetches[SMALL + BIG];
+  for (int i = 0; i < SMALL + BIG; i++) {
+    char cn[16];
+    snprintf(cn, sizeof cn, "c%d", i);
+    snprintf(names[i], sizeof names[i], "m%d", i);
+    fetches[i] = names[i];
+    floe_binary(g, "Mul", names[i], i < SMALL ? x : v, floe_const_f32(g, cn, (float)i));
+  }
+  float vs[4096];
+  for (int i = 0; i < 4096; i++) vs[i] = (float)(i % 5);
+  FloeTensor *xv = floe_tensor_scalar_f32(3.0f, NULL);
+  FloeTensor *vv = harness_f32(1, dims, vs);
+  static FloeTensor *out[SMALL + BIG];
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_new(THREADS[t]);
+    FloeSession *s = session_new(g, rt, 1);
+    FloeStatus *st = floe_status_new();
+    FloeFeed feeds[2] = {{"x", xv}, {"v", vv}};
+    ck_assert_int_eq(floe_session_run(s, feeds, 2, fetches, SMALL + BIG, NULL, 0, out, st),
+                     FLOE_OK);
+    for (int i = 0; i < SMALL; i++) ck_assert_float_eq(f32_at(out[i], 0), 3.0f * (float)i);
+    for (int i = SMALL; i < SMALL + BIG; i++)
+      for (int k = 0; k < 4096; k += 97) ck_assert_float_eq(f32_at(out[i], k), vs[k] * (float)i);
+    for (int i = 0; i < SMALL + BIG; i++) floe_tensor_release(out[i]);
+    floe_status_free(st);
+    floe_session_free(s);
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(xv);
+  floe_tensor_release(vv);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* Adds a node `op` with one data input and control inputs on the named nodes. */
+static FloeOutput with_controls(FloeGraph *g, const char *op, const char *name, FloeOutput in,
+                                const char *const *deps, int ndeps) {
+  FloeNodeBuilder *b = floe_node_begin(g, op, name);
+  if (in.node) floe_node_add_input(b, in);
+  for (int i = 0; i < ndeps; i++) floe_node_add_control_input(b, floe_graph_find(g, deps[i]));
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* A Gather whose index is fed: in range it works, out of range it fails. */
+static FloeOutput gather(FloeGraph *g, const char *name, const char *idx_name) {
+  const int64_t d3[1] = {3};
+  const float pv[3] = {10, 20, 30};
+  FloeTensor *params = harness_f32(1, d3, pv);
+  char pn[48];
+  snprintf(pn, sizeof pn, "%s_params", name);
+  FloeOutput p = floe_const(g, pn, params);
+  floe_tensor_release(params);
+  FloeOutput idx = floe_graph_find(g, idx_name)
+                       ? floe_out(floe_graph_find(g, idx_name), 0)
+                       : floe_placeholder(g, idx_name, FLOE_I32, floe_shape_scalar());
+  return floe_binary(g, "Gather", name, p, idx);
+}
+
+START_TEST(control_dependencies) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_scalar());
+  gather(g, "bad", "idx");
+  floe_placeholder(g, "p", FLOE_F32, floe_shape_scalar());
+  const char *bad[] = {"bad"}, *p[] = {"p"};
+  with_controls(g, "Identity", "after_bad", x, bad, 1);
+  with_controls(g, "Identity", "after_p", x, p, 1);
+  floe_unary(g, "Neg", "n1", x);
+  floe_unary(g, "Neg", "n2", x);
+  const char *group_deps[] = {"n1", "n2", "bad"};
+  with_controls(g, "NoOp", "group", floe_out(NULL, 0), group_deps, 3);
+  FloeRuntime *rt = runtime_new(2);
+  FloeSession *s = session_new(g, rt, 1);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *xv = floe_tensor_scalar_f32(4.0f, NULL);
+  FloeTensor *pv = floe_tensor_scalar_f32(0.0f, NULL);
+  FloeTensor *i_bad = floe_tensor_scalar_i32(7, NULL), *i_ok = floe_tensor_scalar_i32(1, NULL);
+  FloeTensor *out = NULL;
+  const char *f_after_bad = "after_bad", *f_after_p = "after_p";
+
+  /* The control input runs: its failure fails the step although no data flows from it. */
+  FloeFeed feeds[3] = {{"x", xv}, {"idx", i_bad}, {"p", pv}};
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, &f_after_bad, 1, NULL, 0, &out, st),
+                   FLOE_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(floe_status_message(st), "node 'bad' (Gather)"));
+  ck_assert_ptr_null(out);
+  feeds[1].value = i_ok;
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, &f_after_bad, 1, NULL, 0, &out, st), FLOE_OK);
+  ck_assert_float_eq(f32_at(out, 0), 4.0f);
+  floe_tensor_release(out);
+  out = NULL;
+
+  /* A control input on an unfed placeholder needs it; feeding it satisfies the edge. */
+  ck_assert_int_eq(floe_session_run(s, feeds, 1, &f_after_p, 1, NULL, 0, &out, st),
+                   FLOE_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(floe_status_message(st), "placeholder 'p' must be fed"));
+  feeds[1] = feeds[2];
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, &f_after_p, 1, NULL, 0, &out, st), FLOE_OK);
+  ck_assert_float_eq(f32_at(out, 0), 4.0f);
+  floe_tensor_release(out);
+
+  /* Targets run for their effects only: a NoOp grouping a failing node fails. */
+  const char *target = "group";
+  feeds[1] = (FloeFeed){"idx", i_bad};
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, NULL, 0, &target, 1, NULL, st),
+                   FLOE_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(floe_status_message(st), "node 'bad' (Gather)"));
+  feeds[1].value = i_ok;
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, NULL, 0, &target, 1, NULL, st), FLOE_OK);
+
+  floe_tensor_release(xv);
+  floe_tensor_release(pv);
+  floe_tensor_release(i_bad);
+  floe_tensor_release(i_ok);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_runtime_free(rt);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* ---- errors ---- */
+
+/* A failing Gather next to a long chain and many big nodes: the step fails with the node's
+ * name, every reference is released (checked by valgrind / ASan), and the session runs
+ * fine afterwards. */
+START_TEST(first_error_cancels_the_step) {
+  const int64_t dims[1] = {8192};
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_scalar());
+  FloeOutput v = floe_placeholder(g, "v", FLOE_F32, floe_shape_make(1, dims));
+  FloeOutput one = floe_const_f32(g, "one", 1.0f);
+  FloeOutput y = x, w = v;
+  char name[32];
+  for (int i = 0; i < 300; i++) {
+    snprintf(name, sizeof name, "chain%d", i);
+    y = floe_binary(g, "Add", name, y, one);
+    snprintf(name, sizeof name, "big%d", i);
+    w = floe_binary(g, "Add", name, w, one);
+  }
+  FloeOutput bad = gather(g, "bad", "idx");
+  FloeTensor *axis = floe_tensor_scalar_i32(0, NULL);
+  FloeOutput wsum = floe_binary(g, "Sum", "wsum", w, floe_const(g, "axis0", axis));
+  floe_tensor_release(axis);
+  floe_binary(g, "Add", "sum", floe_binary(g, "Add", "y_plus_bad", y, bad), wsum);
+  FloeTensor *xv = floe_tensor_scalar_f32(1.0f, NULL);
+  FloeTensor *vv = floe_tensor_new(FLOE_F32, 1, dims, NULL);
+  FloeTensor *i_bad = floe_tensor_scalar_i32(-4, NULL), *i_ok = floe_tensor_scalar_i32(2, NULL);
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_new(THREADS[t]);
+    FloeSession *s = session_new(g, rt, 1);
+    FloeStatus *st = floe_status_new();
+    FloeFeed feeds[3] = {{"x", xv}, {"v", vv}, {"idx", i_bad}};
+    const char *fetches[] = {"sum", "chain299"};
+    FloeTensor *out[2] = {NULL, NULL};
+    for (int rep = 0; rep < 3; rep++) {
+      ck_assert_int_eq(floe_session_run(s, feeds, 3, fetches, 2, NULL, 0, out, st),
+                       FLOE_INVALID_ARGUMENT);
+      ck_assert_msg(strncmp(floe_status_message(st), "node 'bad' (Gather): ", 21) == 0, "got: %s",
+                    floe_status_message(st));
+      ck_assert_ptr_null(out[0]);
+      ck_assert_ptr_null(out[1]);
+    }
+    feeds[2].value = i_ok;
+    ck_assert_int_eq(floe_session_run(s, feeds, 3, fetches, 2, NULL, 0, out, st), FLOE_OK);
+    /* chain: 1 + 300; bad: 30; wsum: 8192 * 300 */
+    ck_assert_float_eq(f32_at(out[0], 0), 301.0f + 30.0f + 8192.0f * 300.0f);
+    ck_assert_float_eq(f32_at(out[1], 0), 301.0f);
+    floe_tensor_release(out[0]);
+    floe_tensor_release(out[1]);
+    floe_status_free(st);
+    floe_session_free(s);
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(xv);
+  floe_tensor_release(vv);
+  floe_tensor_release(i_bad);
+  floe_tensor_release(i_ok);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* Many failures at once: exactly one is reported, whole, naming its node. */
+START_TEST(many_errors_one_report) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput a = floe_placeholder(g, "a", FLOE_I32, floe_shape_scalar());
+  FloeOutput z = floe_placeholder(g, "z", FLOE_I32, floe_shape_scalar());
+  static char names[64][16];
+  static const char *fetches[64];
+  for (int i = 0; i < 64; i++) {
+    snprintf(names[i], sizeof names[i], "div%d", i);
+    fetches[i] = names[i];
+    floe_binary(g, "Div", names[i], a, z);
+  }
+  FloeRuntime *rt = runtime_new(4);
+  FloeSession *s = session_new(g, rt, 0);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *av = floe_tensor_scalar_i32(7, NULL), *zero = floe_tensor_scalar_i32(0, NULL);
+  FloeTensor *two = floe_tensor_scalar_i32(2, NULL);
+  FloeFeed feeds[2] = {{"a", av}, {"z", zero}};
+  FloeTensor *out[64];
+  for (int rep = 0; rep < 20; rep++) {
+    floe_code rc = floe_session_run(s, feeds, 2, fetches, 64, NULL, 0, out, st);
+    ck_assert_int_ne(rc, FLOE_OK);
+    const char *msg = floe_status_message(st);
+    ck_assert_msg(strncmp(msg, "node 'div", 9) == 0 && strstr(msg, "(Div): ") &&
+                      !strstr(msg + 1, "node '"),
+                  "got: %s", msg);
+  }
+  feeds[1].value = two;
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, fetches, 64, NULL, 0, out, st), FLOE_OK);
+  for (int i = 0; i < 64; i++) {
+    ck_assert_int_eq(*(const int32_t *)floe_tensor_data(out[i]), 3);
+    floe_tensor_release(out[i]);
+  }
+  floe_tensor_release(av);
+  floe_tensor_release(zero);
+  floe_tensor_release(two);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_runtime_free(rt);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* ---- the pool under kernels ---- */
+
+/* Eight independent MatMuls (inter-op parallel) whose kernels may use parallel_for from the
+ * pool's own workers (nested), checked against a plain reference, on 1 to 4 threads. */
+START_TEST(parallel_matmuls_nested_pool) {
+  enum { M = 64, K = 48, N = 56, COUNT = 8 };
+  const int64_t da[2] = {M, K}, db[2] = {K, N};
+  FloeTensor *av = harness_random(FLOE_F32, 2, da, 1, -1, 1);
+  FloeTensor *bv = harness_random(FLOE_F32, 2, db, 2, -1, 1);
+  FloeGraph *g = floe_graph_new();
+  FloeOutput a = floe_placeholder(g, "a", FLOE_F32, floe_shape_make(2, da));
+  FloeOutput b = floe_placeholder(g, "b", FLOE_F32, floe_shape_make(2, db));
+  static char names[COUNT][16];
+  const char *fetches[COUNT];
+  for (int i = 0; i < COUNT; i++) {
+    char sn[16];
+    snprintf(sn, sizeof sn, "s%d", i);
+    snprintf(names[i], sizeof names[i], "mm%d", i);
+    fetches[i] = names[i];
+    FloeOutput ai = floe_binary(g, "Mul", sn, a, floe_const_f32(g, NULL, (float)(i + 1)));
+    floe_matmul(g, names[i], ai, b, 0, 0);
+  }
+  static float want[M * N];
+  const float *A = floe_tensor_data(av), *B = floe_tensor_data(bv);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double acc = 0;
+      for (int k = 0; k < K; k++) acc += (double)A[i * K + k] * B[k * N + j];
+      want[i * N + j] = (float)acc;
+    }
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_new(THREADS[t]);
+    FloeSession *s = session_new(g, rt, 0);
+    FloeStatus *st = floe_status_new();
+    FloeFeed feeds[2] = {{"a", av}, {"b", bv}};
+    FloeTensor *out[COUNT];
+    ck_assert_int_eq(floe_session_run(s, feeds, 2, fetches, COUNT, NULL, 0, out, st), FLOE_OK);
+    for (int c = 0; c < COUNT; c++) {
+      for (int i = 0; i < M * N; i++)
+        ck_assert_float_eq_tol(f32_at(out[c], i), want[i] * (float)(c + 1),
+                               1e-4f * (float)(c + 1) * (1.0f + fabsf(want[i])));
+      floe_tensor_release(out[c]);
+    }
+    floe_status_free(st);
+    floe_session_free(s);
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(av);
+  floe_tensor_release(bv);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* ---- overhead ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Timings mean nothing under valgrind or sanitizers: only report them there. */
+static bool timing_meaningful(void) {
+  const char *pre = getenv("LD_PRELOAD");
+  if (pre && strstr(pre, "vgpreload")) return false;
+  if (getenv("FLOE_TEST_NO_TIMING")) return false;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#else
+  return true;
+#endif
+}
+
+/* Best time per node over a few runs of an already cached executor. */
+static double per_node_us(FloeSession *s, const char *feed, FloeTensor *v, const char *fetch,
+                          const char *target, int nodes) {
+  FloeStatus *st = floe_status_new();
+  FloeFeed f = {feed, v};
+  double best = 1e30;
+  for (int rep = 0; rep < 6; rep++) {
+    FloeTensor *out = NULL;
+    double t0 = now_s();
+    floe_code rc = floe_session_run(s, &f, 1, fetch ? &fetch : NULL, fetch ? 1 : 0,
+                                    target ? &target : NULL, target ? 1 : 0, &out, st);
+    double dt = now_s() - t0;
+    ck_assert_msg(rc == FLOE_OK, "%s", floe_status_message(st));
+    floe_tensor_release(out);
+    if (rep > 0 && dt < best) best = dt; /* the first run builds the executor */
+  }
+  floe_status_free(st);
+  return best * 1e6 / nodes;
+}
+
+START_TEST(overhead_per_node) {
+  enum { N = 10000 };
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_scalar());
+  FloeOutput one = floe_const_f32(g, "one", 1.0f);
+  FloeOutput y = x;
+  char name[32];
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "c%d", i);
+    y = floe_binary(g, "Add", name, y, one);
+  }
+  FloeNodeBuilder *b = floe_node_begin(g, "NoOp", "all");
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "w%d", i);
+    floe_node_add_control_input(b, floe_binary(g, "Add", name, x, one).node);
+  }
+  floe_node_finish(b);
+  FloeRuntime *rt = runtime_new(2);
+  FloeSession *s = session_new(g, rt, 1);
+  FloeTensor *xv = floe_tensor_scalar_f32(0.0f, NULL);
+  snprintf(name, sizeof name, "c%d", N - 1);
+  double chain = per_node_us(s, "x", xv, name, NULL, N);
+  double wide = per_node_us(s, "x", xv, NULL, "all", N + 1);
+  fprintf(stderr, "executor overhead: chain %.3f us/node, independent %.3f us/node\n", chain,
+          wide);
+  if (timing_meaningful()) {
+    /* Target 1 us per node; the bound leaves room for a loaded 2-core test machine. */
+    ck_assert_msg(chain < 5.0, "chain of %d Adds: %.3f us per node", N, chain);
+    ck_assert_msg(wide < 5.0, "%d independent Adds: %.3f us per node", N, wide);
+  }
+  FloeTensor *out = NULL;
+  const char *fetch = name;
+  run_ok(s, "x", xv, &fetch, 1, &out);
+  ck_assert_float_eq(f32_at(out, 0), (float)N);
+  floe_tensor_release(out);
+  floe_tensor_release(xv);
+  floe_session_free(s);
+  floe_runtime_free(rt);
+  floe_graph_free(g);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("executor");
+  TCase *tc = tcase_create("shapes");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, chain_of_adds);
+  tcase_add_test(tc, diamond_on_big_tensors);
+  tcase_add_test(tc, wide_fan_out);
+  tcase_add_test(tc, control_dependencies);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("errors");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, first_error_cancels_the_step);
+  tcase_add_test(tc, many_errors_one_report);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("pool");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, parallel_matmuls_nested_pool);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("overhead");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, overhead_per_node);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

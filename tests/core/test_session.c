@@ -1,0 +1,397 @@
+/* test_session.c - sessions: pruning, feeding intermediate tensors, name resolution and
+ * feed checks, placement errors, the executor cache, and concurrent runs on one session. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ops/harness.h"
+#include "floe/floe.h"
+
+static FloeRuntime *rt; /* one runtime for the whole program, 2 threads */
+
+static FloeSession *session_new(FloeGraph *g) {
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = rt;
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &o, st);
+  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
+  floe_status_free(st);
+  return s;
+}
+
+static float scalar_f32(const FloeTensor *t) {
+  ck_assert_int_eq(floe_tensor_dtype(t), FLOE_F32);
+  ck_assert_int_eq(floe_tensor_rank(t), 0);
+  return *(const float *)floe_tensor_data(t);
+}
+
+/* Fails the test unless msg contains every one of the strings. */
+static void assert_mentions(const char *msg, const char *a, const char *b) {
+  ck_assert_msg(strstr(msg, a) != NULL, "'%s' not in: %s", a, msg);
+  if (b) ck_assert_msg(strstr(msg, b) != NULL, "'%s' not in: %s", b, msg);
+}
+
+/* x (f32 [2]) -> y = x * 3 -> z = y + 1; plus an unused branch that always fails at run
+ * time (an integer division by a constant zero) and a second placeholder q. */
+static FloeGraph *small_graph(void) {
+  const int64_t d2[1] = {2};
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, d2));
+  FloeOutput y = floe_binary(g, "Mul", "y", x, floe_const_f32(g, "three", 3.0f));
+  floe_binary(g, "Add", "z", y, floe_const_f32(g, "one", 1.0f));
+  FloeTensor *seven = floe_tensor_scalar_i32(7, NULL), *zero = floe_tensor_scalar_i32(0, NULL);
+  floe_binary(g, "Div", "broken", floe_const(g, "seven", seven), floe_const(g, "zero", zero));
+  floe_tensor_release(seven);
+  floe_tensor_release(zero);
+  floe_placeholder(g, "q", FLOE_F32, floe_shape_scalar());
+  return g;
+}
+
+static FloeTensor *vec2(float a, float b) {
+  const int64_t d2[1] = {2};
+  const float v[2] = {a, b};
+  return harness_f32(1, d2, v);
+}
+
+/* ---- pruning and feeding ---- */
+
+START_TEST(unused_failing_branch_is_not_run) {
+  FloeGraph *g = small_graph();
+  FloeSession *s = session_new(g);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *xv = vec2(1, 2), *out = NULL;
+  FloeFeed f = {"x", xv};
+  const char *fetch = "z";
+  ck_assert_int_eq(floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
+  ck_assert_float_eq(((float *)floe_tensor_data(out))[0], 4.0f);
+  ck_assert_float_eq(((float *)floe_tensor_data(out))[1], 7.0f);
+  floe_tensor_release(out);
+  /* The branch does fail when asked for: the test above is not vacuous. */
+  fetch = "broken";
+  ck_assert_int_ne(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
+  assert_mentions(floe_status_message(st), "node 'broken' (Div)", NULL);
+  floe_tensor_release(xv);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+START_TEST(feeding_an_intermediate_cuts_the_graph) {
+  FloeGraph *g = small_graph();
+  FloeSession *s = session_new(g);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *yv = vec2(10, 20), *out[2] = {NULL, NULL};
+  /* y is fed: x (a placeholder nobody feeds) is not needed, and y's value is the feed. */
+  FloeFeed f = {"y", yv};
+  const char *fetches[] = {"z", "y:0"};
+  ck_assert_int_eq(floe_session_run(s, &f, 1, fetches, 2, NULL, 0, out, st), FLOE_OK);
+  ck_assert_float_eq(((float *)floe_tensor_data(out[0]))[0], 11.0f);
+  ck_assert_float_eq(((float *)floe_tensor_data(out[0]))[1], 21.0f);
+  ck_assert_ptr_eq(out[1], yv); /* a fetched feed is the fed tensor itself */
+  floe_tensor_release(out[0]);
+  floe_tensor_release(out[1]);
+  /* Feeding the failing node's output lets its consumers run without it. */
+  FloeGraph *g2 = floe_graph_new();
+  FloeTensor *seven = floe_tensor_scalar_i32(7, NULL), *zero = floe_tensor_scalar_i32(0, NULL);
+  FloeOutput d = floe_binary(g2, "Div", "d", floe_const(g2, "seven", seven),
+                             floe_const(g2, "zero", zero));
+  floe_binary(g2, "Add", "e", d, floe_const(g2, "seven2", seven));
+  FloeSession *s2 = session_new(g2);
+  FloeTensor *dv = floe_tensor_scalar_i32(5, NULL), *ev = NULL;
+  FloeFeed fd = {"d", dv};
+  const char *fe = "e";
+  ck_assert_int_eq(floe_session_run(s2, &fd, 1, &fe, 1, NULL, 0, &ev, st), FLOE_OK);
+  ck_assert_int_eq(*(int32_t *)floe_tensor_data(ev), 12);
+  floe_tensor_release(ev);
+  ck_assert_int_ne(floe_session_run(s2, NULL, 0, &fe, 1, NULL, 0, &ev, st), FLOE_OK);
+  assert_mentions(floe_status_message(st), "node 'd' (Div)", NULL);
+  floe_tensor_release(seven);
+  floe_tensor_release(zero);
+  floe_tensor_release(dv);
+  floe_session_free(s2);
+  floe_graph_free(g2);
+  floe_tensor_release(yv);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* ---- bad requests ---- */
+
+START_TEST(unknown_names) {
+  FloeGraph *g = small_graph();
+  FloeSession *s = session_new(g);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *xv = vec2(1, 2), *out = (FloeTensor *)0x1;
+  FloeFeed f = {"x", xv}, bad_feed = {"xx_unknown", xv};
+  const char *fetch = "zz";
+  ck_assert_int_eq(floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &out, st), FLOE_NOT_FOUND);
+  assert_mentions(floe_status_message(st), "'zz'", "did you mean 'z'?");
+  ck_assert_ptr_eq(out, (FloeTensor *)0x1); /* no output set on error */
+  fetch = "z";
+  ck_assert_int_eq(floe_session_run(s, &bad_feed, 1, &fetch, 1, NULL, 0, &out, st),
+                   FLOE_NOT_FOUND);
+  assert_mentions(floe_status_message(st), "feed", "xx_unknown");
+  const char *target = "brokn";
+  ck_assert_int_eq(floe_session_run(s, &f, 1, NULL, 0, &target, 1, NULL, st), FLOE_NOT_FOUND);
+  assert_mentions(floe_status_message(st), "target 'brokn'", "did you mean 'broken'?");
+  fetch = "z:3";
+  ck_assert_int_eq(floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &out, st), FLOE_OUT_OF_RANGE);
+  assert_mentions(floe_status_message(st), "z:3", NULL);
+  ck_assert_int_eq(floe_session_run(s, &f, 1, NULL, 1, NULL, 0, &out, st),
+                   FLOE_INVALID_ARGUMENT);
+  FloeFeed twice[2] = {{"x", xv}, {"x:0", xv}};
+  ck_assert_int_eq(floe_session_run(s, twice, 2, &fetch, 1, NULL, 0, &out, st),
+                   FLOE_INVALID_ARGUMENT);
+  assert_mentions(floe_status_message(st), "'x'", "'x:0'");
+  ck_assert_int_eq(floe_session_num_cached(s), 0);
+  floe_tensor_release(xv);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+START_TEST(wrong_feed_dtype_or_shape) {
+  FloeGraph *g = small_graph();
+  FloeSession *s = session_new(g);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *out = NULL;
+  const char *fetch = "z";
+  const int64_t d3[1] = {3}, d21[2] = {2, 1};
+  const int32_t iv[2] = {1, 2};
+  FloeTensor *as_int = harness_i32(1, (const int64_t[]){2}, iv);
+  FloeFeed f = {"x", as_int};
+  ck_assert_int_eq(floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &out, st),
+                   FLOE_INVALID_ARGUMENT);
+  assert_mentions(floe_status_message(st), "feed 'x'", "i32");
+  assert_mentions(floe_status_message(st), "f32", "(Placeholder)");
+  FloeTensor *three = floe_tensor_new(FLOE_F32, 1, d3, NULL);
+  f.value = three;
+  ck_assert_int_eq(floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &out, st),
+                   FLOE_INVALID_ARGUMENT);
+  assert_mentions(floe_status_message(st), "[3]", "[2]");
+  FloeTensor *rank2 = floe_tensor_new(FLOE_F32, 2, d21, NULL);
+  f.value = rank2;
+  ck_assert_int_eq(floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &out, st),
+                   FLOE_INVALID_ARGUMENT);
+  assert_mentions(floe_status_message(st), "[2,1]", "feed 'x'");
+  floe_tensor_release(as_int);
+  floe_tensor_release(three);
+  floe_tensor_release(rank2);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+START_TEST(unfed_placeholder) {
+  FloeGraph *g = small_graph();
+  FloeSession *s = session_new(g);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *out = NULL;
+  const char *fetch = "z";
+  ck_assert_int_eq(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st),
+                   FLOE_INVALID_ARGUMENT);
+  ck_assert_str_eq(floe_status_message(st),
+                   "placeholder 'x' must be fed (use --feed x=FILE.npy / a FloeFeed)");
+  ck_assert_int_eq(floe_session_num_cached(s), 0);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+START_TEST(placement_errors) {
+  FloeStatus *st = floe_status_new();
+  FloeGraph *g = floe_graph_new();
+  FloeNodeBuilder *b = floe_node_begin(g, "Neg", "far_away");
+  floe_node_add_input(b, floe_const_f32(g, "c", 2.0f));
+  floe_node_set_device(b, "cpu:7");
+  floe_node_finish(b);
+  FloeSession *s = session_new(g);
+  FloeTensor *out = NULL;
+  const char *fetch = "far_away";
+  ck_assert_int_ne(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
+  assert_mentions(floe_status_message(st), "node 'far_away' (Neg)", "cpu:7");
+  fetch = "c";
+  ck_assert_int_eq(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
+  ck_assert_float_eq(scalar_f32(out), 2.0f);
+  floe_tensor_release(out);
+  floe_session_free(s);
+  /* A default device that does not exist is refused when the session is made. */
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = rt;
+  o.device = "nosuchdevice:0";
+  ck_assert_ptr_null(floe_session_new(g, &o, st));
+  assert_mentions(floe_status_message(st), "nosuchdevice:0", NULL);
+  /* So is a graph holding a sticky error, with that error in the message. */
+  floe_binary(g, "MatMul", "mm", floe_out(floe_graph_find(g, "c"), 0),
+              floe_out(floe_graph_find(g, "c"), 0));
+  ck_assert_int_ne(floe_graph_status(g), FLOE_OK);
+  o.device = NULL;
+  ck_assert_ptr_null(floe_session_new(g, &o, st));
+  assert_mentions(floe_status_message(st), "mm", NULL);
+  floe_status_free(st);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* ---- the executor cache ---- */
+
+START_TEST(executor_cache) {
+  FloeGraph *g = small_graph();
+  FloeSession *s = session_new(g);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *xv = vec2(1, 2), *qv = floe_tensor_scalar_f32(9, NULL);
+  FloeTensor *out[3];
+  FloeFeed feeds[2] = {{"x", xv}, {"q", qv}};
+  FloeFeed feeds_rev[2] = {{"q:0", qv}, {"x", xv}};
+  const char *zy[] = {"z", "y"}, *yz0[] = {"y:0", "z:0"}, *zzy[] = {"z", "z", "y"};
+  ck_assert_int_eq(floe_session_num_cached(s), 0);
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, zy, 2, NULL, 0, out, st), FLOE_OK);
+  ck_assert_float_eq(((float *)floe_tensor_data(out[0]))[1], 7.0f);
+  ck_assert_float_eq(((float *)floe_tensor_data(out[1]))[1], 6.0f);
+  floe_tensor_release(out[0]);
+  floe_tensor_release(out[1]);
+  ck_assert_int_eq(floe_session_num_cached(s), 1);
+  /* Same signature spelled differently and in another order: the same executor, and the
+   * outputs still follow the caller's order. */
+  ck_assert_int_eq(floe_session_run(s, feeds_rev, 2, yz0, 2, NULL, 0, out, st), FLOE_OK);
+  ck_assert_float_eq(((float *)floe_tensor_data(out[0]))[1], 6.0f);
+  ck_assert_float_eq(((float *)floe_tensor_data(out[1]))[1], 7.0f);
+  floe_tensor_release(out[0]);
+  floe_tensor_release(out[1]);
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, zzy, 3, NULL, 0, out, st), FLOE_OK);
+  ck_assert_ptr_eq(out[0], out[1]); /* one tensor, two references */
+  ck_assert_float_eq(((float *)floe_tensor_data(out[2]))[0], 3.0f);
+  for (int i = 0; i < 3; i++) floe_tensor_release(out[i]);
+  ck_assert_int_eq(floe_session_num_cached(s), 1);
+  /* Another fetch set, another feed set, a target: three more. */
+  ck_assert_int_eq(floe_session_run(s, feeds, 2, zy, 1, NULL, 0, out, st), FLOE_OK);
+  floe_tensor_release(out[0]);
+  ck_assert_int_eq(floe_session_run(s, feeds, 1, zy, 1, NULL, 0, out, st), FLOE_OK);
+  floe_tensor_release(out[0]);
+  const char *target = "z";
+  ck_assert_int_eq(floe_session_run(s, feeds, 1, NULL, 0, &target, 1, NULL, st), FLOE_OK);
+  ck_assert_int_eq(floe_session_num_cached(s), 4);
+  floe_tensor_release(xv);
+  floe_tensor_release(qv);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* ---- concurrency ---- */
+
+typedef struct Worker {
+  FloeSession *s;
+  int id;
+  int failures;
+  char first_error[256];
+} Worker;
+
+/* 200 runs with feeds of its own; even workers fetch z, odd ones y and z (two signatures
+ * built concurrently). Every result is checked. */
+static void *worker_main(void *arg) {
+  Worker *w = arg;
+  FloeStatus *st = floe_status_new();
+  for (int r = 0; r < 200 && st; r++) {
+    float a = (float)(w->id * 1000 + r), b = (float)(-r);
+    FloeTensor *xv = vec2(a, b);
+    FloeFeed f = {"x", xv};
+    const char *fetches[2] = {"z", "y"};
+    int n = (w->id & 1) ? 2 : 1;
+    FloeTensor *out[2] = {NULL, NULL};
+    floe_code rc = floe_session_run(w->s, &f, 1, fetches, n, NULL, 0, out, st);
+    bool ok = rc == FLOE_OK;
+    if (ok) {
+      const float *z = floe_tensor_data(out[0]);
+      ok = z[0] == a * 3 + 1 && z[1] == b * 3 + 1;
+      if (n == 2) {
+        const float *y = floe_tensor_data(out[1]);
+        ok = ok && y[0] == a * 3 && y[1] == b * 3;
+      }
+    }
+    if (!ok && w->failures++ == 0)
+      snprintf(w->first_error, sizeof w->first_error, "worker %d run %d: %s", w->id, r,
+               rc ? floe_status_message(st) : "wrong values");
+    floe_tensor_release(out[0]);
+    floe_tensor_release(out[1]);
+    floe_tensor_release(xv);
+  }
+  floe_status_free(st);
+  return NULL;
+}
+
+START_TEST(eight_threads_share_one_session) {
+  FloeGraph *g = small_graph();
+  FloeSession *s = session_new(g);
+  floe_graph_free(g); /* the session keeps its own copy */
+  Worker w[8];
+  pthread_t th[8];
+  for (int i = 0; i < 8; i++) {
+    w[i] = (Worker){s, i, 0, ""};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+  }
+  for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 8; i++) ck_assert_msg(w[i].failures == 0, "%s", w[i].first_error);
+  ck_assert_int_eq(floe_session_num_cached(s), 2);
+  floe_session_free(s);
+}
+END_TEST
+
+/* A checked fixture: the runtime's pool threads must be created in the test's own
+ * (forked) process. */
+static void runtime_setup(void) {
+  FloeStatus *st = floe_status_new();
+  FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
+  rt = floe_runtime_new(&o, st);
+  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
+  floe_status_free(st);
+}
+
+static void runtime_teardown(void) {
+  floe_runtime_free(rt);
+  rt = NULL;
+}
+
+int main(void) {
+  Suite *s = suite_create("session");
+  TCase *tc = tcase_create("prune");
+  tcase_add_test(tc, unused_failing_branch_is_not_run);
+  tcase_add_test(tc, feeding_an_intermediate_cuts_the_graph);
+  tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("errors");
+  tcase_add_test(tc, unknown_names);
+  tcase_add_test(tc, wrong_feed_dtype_or_shape);
+  tcase_add_test(tc, unfed_placeholder);
+  tcase_add_test(tc, placement_errors);
+  tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("cache");
+  tcase_add_test(tc, executor_cache);
+  tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("threads");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, eight_threads_share_one_session);
+  tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
