@@ -40,9 +40,7 @@ typedef struct ExecNode {
 } ExecNode;
 
 struct FloeExecutor {
-  FloeRuntime *rt;
-  FloeThreadPool *pool;
-  const FloeGraph *graph;
+  FloeThreadPool *pool;        /* the runtime's (borrowed); NULL: everything runs inline */
   bool inline_inexpensive;
   ExecNode *nodes;
   int num_nodes;
@@ -102,6 +100,7 @@ static atomic_llong next_step_id = 1;
 
 static void process_list(FloeExecStep *s, ReadyList *inl);
 
+/* step borrowed (a kernel context's); safe from any thread while the step runs. */
 bool floe__exec_step_cancelled(const FloeExecStep *step) {
   return step && atomic_load_explicit(&step->cancelled, memory_order_relaxed);
 }
@@ -600,7 +599,8 @@ static bool plan_valid(const FloeExecPlan *plan, FloeStatus *st) {
     }
   }
   for (int f = 0; f < plan->num_feeds + plan->num_fetches; f++) {
-    const FloeOutput *o = f < plan->num_feeds ? &plan->feeds[f] : &plan->fetches[f - plan->num_feeds];
+    const FloeOutput *o =
+        f < plan->num_feeds ? &plan->feeds[f] : &plan->fetches[f - plan->num_feeds];
     if (!o->node || o->index < 0 || o->index >= o->node->num_outputs) {
       floe_status_set(st, FLOE_INVALID_ARGUMENT, "executor: invalid feed or fetch %d", f);
       return false;
@@ -618,9 +618,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   int *local_of = NULL;
   FeedKey *feeds = NULL;
   if (!e) goto err_oom;
-  e->rt = plan->rt;
   e->pool = plan->rt ? plan->rt->pool : NULL;
-  e->graph = g;
   e->inline_inexpensive = plan->inline_inexpensive;
   e->num_nodes = plan->num_nodes;
   e->num_feeds = plan->num_feeds;

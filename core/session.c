@@ -43,6 +43,8 @@ typedef struct RunSig {
   int *fetch_map;          /* caller fetch i -> canonical fetch */
 } RunSig;
 
+/* Fills *opts (caller's storage) with the defaults: default runtime, best device, inline
+ * execution of inexpensive nodes. */
 void floe_session_options_init(FloeSessionOptions *opts) {
   if (!opts) return;
   memset(opts, 0, sizeof *opts);
@@ -522,8 +524,9 @@ void floe_session_free(FloeSession *s) {
   floe__free(s);
 }
 
+/* Thread-safe; counts executors fully built. */
 int floe_session_num_cached(const FloeSession *s) {
-  return s ? atomic_load(&((FloeSession *)s)->num_cached) : 0;
+  return s ? atomic_load(&s->num_cached) : 0;
 }
 
 /* Feeds borrowed for the call; on success outputs[i] are new references the caller
@@ -531,7 +534,10 @@ int floe_session_num_cached(const FloeSession *s) {
 floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                            const char *const *fetches, int num_fetches,
                            const char *const *targets, int num_targets, FloeTensor **outputs,
-                           FloeStatus *status) {
+                           FloeStatus *user_status) {
+  /* Codes are read back from the status below, so there always is one. */
+  FloeStatus local = {FLOE_OK, NULL};
+  FloeStatus *status = user_status ? user_status : &local;
   if (!s || num_feeds < 0 || num_fetches < 0 || num_targets < 0 ||
       (num_feeds && !feeds) || (num_fetches && (!fetches || !outputs)) ||
       (num_targets && !targets))
@@ -567,5 +573,6 @@ floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
 out:
   floe__free(ordered);
   run_sig_free(&sig);
+  floe_status_clear(&local);
   return rc;
 }

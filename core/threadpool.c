@@ -160,6 +160,7 @@ void floe__pool_free(FloeThreadPool *p) {
   floe__free(p);
 }
 
+/* Worker threads of p (1 for NULL, which runs everything inline). */
 int floe__pool_size(const FloeThreadPool *p) { return p ? p->num_threads : 1; }
 
 /* fn(arg) runs later on a worker. FLOE_NO_MEMORY only when the queue had to grow and could
@@ -169,8 +170,11 @@ floe_code floe__pool_schedule(FloeThreadPool *p, FloeTaskFn fn, void *arg) {
   return push_n(p, fn, arg, 1);
 }
 
+/* True on one of p's own worker threads. */
 bool floe__pool_in_worker(const FloeThreadPool *p) { return p && tls_worker_pool == p; }
 
+/* Runs one queued task of p on the calling thread (a waiter lending a hand); false when the
+ * queue was empty. */
 bool floe__pool_help(FloeThreadPool *p) {
   if (!p) return false;
   PoolTask t;

@@ -545,12 +545,11 @@ static void piece_range(void *arg, int64_t begin, int64_t end) {
   int p = (int)(begin % j->n);
   for (int64_t u = begin; u < end; u++) {
     const Piece *pc = &j->pieces[p];
-    char *w = j->whole + (size_t)o * j->row_bytes + pc->off;
-    char *d = pc->data + (size_t)o * pc->chunk;
-    if (j->split)
-      memcpy(d, w, pc->chunk);
-    else
-      memcpy(w, d, pc->chunk);
+    if (pc->chunk) { /* an empty piece has no data pointer */
+      char *w = j->whole + (size_t)o * j->row_bytes + pc->off;
+      char *d = pc->data + (size_t)o * pc->chunk;
+      memcpy(j->split ? d : w, j->split ? w : d, pc->chunk);
+    }
     if (++p == j->n) {
       p = 0;
       o++;

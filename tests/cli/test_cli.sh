@@ -57,7 +57,7 @@ got=$(python3 "$HERE/npy.py" read "$tmp/o/y_0.npy")
 check "run print" "$FLOE" run "$tmp/affine.floe" --feed "x=$tmp/x.npy" --fetch z; expect_out "run print" "z: f32\[2,2\] \[5.5, 0, 0, 0\]"
 check "run --json" "$FLOE" run "$tmp/affine.floe" --feed "x=$tmp/x.npy" --fetch z --json; expect_out "run --json" '"shape":\[2,2\]'
 # Feeding an intermediate tensor cuts the graph: x is not needed.
-python3 "$HERE/npy.py" write "$tmp/y.npy" 2 -1,2
+python3 "$HERE/npy.py" write "$tmp/y.npy" 1,2 -1,2
 check "run feed intermediate" "$FLOE" run "$tmp/affine.floe" --feed "y=$tmp/y.npy" --fetch z; expect_out "feed intermediate" "\[0, 2\]"
 
 check_fails "no args" "Usage" "$FLOE"

@@ -414,6 +414,56 @@ START_TEST(parallel_matmuls_nested_pool) {
 }
 END_TEST
 
+/* Four branches of Softmax on [256, 512] (kernels that split rows with parallel_for) run at
+ * once on the workers: nested loops whose callers are all busy workers must still finish. */
+START_TEST(nested_parallel_loops) {
+  enum { R = 256, C = 512, BRANCHES = 4 };
+  const int64_t dims[2] = {R, C};
+  FloeTensor *vv = harness_random(FLOE_F32, 2, dims, 7, -3, 3);
+  const float *v = floe_tensor_data(vv);
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "v", FLOE_F32, floe_shape_make(2, dims));
+  static char names[BRANCHES][16];
+  const char *fetches[BRANCHES];
+  for (int i = 0; i < BRANCHES; i++) {
+    snprintf(names[i], sizeof names[i], "sm%d", i);
+    fetches[i] = names[i];
+    floe_unary(g, "Softmax", names[i],
+               floe_binary(g, "Mul", NULL, x, floe_const_f32(g, NULL, (float)(i + 1) * 0.5f)));
+  }
+  static float want[BRANCHES][R * C];
+  for (int i = 0; i < BRANCHES; i++)
+    for (int r = 0; r < R; r++) {
+      double mx = -1e30, sum = 0;
+      float k = (float)(i + 1) * 0.5f;
+      for (int c = 0; c < C; c++) mx = fmax(mx, (double)(v[r * C + c] * k));
+      for (int c = 0; c < C; c++) sum += exp((double)(v[r * C + c] * k) - mx);
+      for (int c = 0; c < C; c++)
+        want[i][r * C + c] = (float)(exp((double)(v[r * C + c] * k) - mx) / sum);
+    }
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_new(THREADS[t]);
+    FloeSession *s = session_new(g, rt, 0);
+    FloeStatus *st = floe_status_new();
+    FloeFeed f = {"v", vv};
+    FloeTensor *out[BRANCHES];
+    for (int rep = 0; rep < 3; rep++) {
+      ck_assert_int_eq(floe_session_run(s, &f, 1, fetches, BRANCHES, NULL, 0, out, st), FLOE_OK);
+      for (int i = 0; i < BRANCHES; i++) {
+        for (int e = 0; e < R * C; e += 37)
+          ck_assert_float_eq_tol(f32_at(out[i], e), want[i][e], 1e-5f + 1e-4f * want[i][e]);
+        floe_tensor_release(out[i]);
+      }
+    }
+    floe_status_free(st);
+    floe_session_free(s);
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(vv);
+  floe_graph_free(g);
+}
+END_TEST
+
 /* ---- overhead ---- */
 
 static double now_s(void) {
@@ -513,6 +563,7 @@ int main(void) {
   tc = tcase_create("pool");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, parallel_matmuls_nested_pool);
+  tcase_add_test(tc, nested_parallel_loops);
   suite_add_tcase(s, tc);
   tc = tcase_create("overhead");
   tcase_set_timeout(tc, 300);

@@ -203,6 +203,9 @@ START_TEST(unfed_placeholder) {
                    FLOE_INVALID_ARGUMENT);
   ck_assert_str_eq(floe_status_message(st),
                    "placeholder 'x' must be fed (use --feed x=FILE.npy / a FloeFeed)");
+  /* Without a status the code is still right. */
+  ck_assert_int_eq(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, NULL),
+                   FLOE_INVALID_ARGUMENT);
   ck_assert_int_eq(floe_session_num_cached(s), 0);
   floe_status_free(st);
   floe_session_free(s);
@@ -222,6 +225,8 @@ START_TEST(placement_errors) {
   const char *fetch = "far_away";
   ck_assert_int_ne(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
   assert_mentions(floe_status_message(st), "node 'far_away' (Neg)", "cpu:7");
+  ck_assert_int_eq(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, NULL),
+                   floe_status_code(st));
   fetch = "c";
   ck_assert_int_eq(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
   ck_assert_float_eq(scalar_f32(out), 2.0f);

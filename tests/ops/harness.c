@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 

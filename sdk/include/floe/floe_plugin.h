@@ -381,11 +381,19 @@ struct FloePluginRegistrar {
 typedef floe_code (*FloePluginInitFn)(const FloeHostApi *host, FloePluginRegistrar *reg);
 #define FLOE_PLUGIN_INIT_SYMBOL "floe_plugin_init"
 
-/* Convenience for plugins: declare with the header's ABI version. */
-#define FLOE_PLUGIN_DECLARE(reg, plugin_name, plugin_version)                                   \
-  ((reg)->declare((reg), &(const FloePluginInfo){sizeof(FloePluginInfo), (plugin_name),         \
-                                                 (plugin_version), FLOE_ABI_MAJOR,              \
-                                                 FLOE_ABI_MINOR}))
+/* Convenience for plugins: declare with this header's ABI version (C and C++). */
+static inline floe_code floe_plugin_declare_current(FloePluginRegistrar *reg, const char *name,
+                                                    const char *version) {
+  FloePluginInfo info;
+  info.struct_size = sizeof info;
+  info.name = name;
+  info.version = version;
+  info.abi_major = FLOE_ABI_MAJOR;
+  info.abi_minor = FLOE_ABI_MINOR;
+  return reg->declare(reg, &info);
+}
+#define FLOE_PLUGIN_DECLARE(reg, plugin_name, plugin_version) \
+  floe_plugin_declare_current((reg), (plugin_name), (plugin_version))
 
 /* Layout pins of ABI 1.0 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
