@@ -1,5 +1,6 @@
 /* bench_executor.c - executor overhead: per-node time of 10,000 scalar Adds in a chain and
- * 10,000 independent scalar Adds (grouped by one NoOp with control inputs), through a session.
+ * 10,000 independent scalar Adds x + c_i with distinct constants (as the baselines need, so
+ * no system can merge them), grouped by one NoOp with control inputs. Times are per Add, through a session.
  * Prints the median over --reps steps after a warm-up. Compare with bench/executor_baselines.py
  * (TensorFlow tf.function and PyTorch eager doing the same adds) via bench/run_executor.sh. */
 #include <floe/floe.h>
@@ -83,7 +84,9 @@ int main(int argc, char **argv) {
   const char *chain_fetch = floe_node_name(a.node);
   /* Wide: w_i = x + one, all independent, grouped by a NoOp. */
   FloeNodeBuilder *grp = floe_node_begin(g, "NoOp", "wide");
-  for (int i = 0; i < nodes; i++) floe_node_add_control_input(grp, floe_binary(g, "Add", NULL, x, one).node);
+  for (int i = 0; i < nodes; i++)
+    floe_node_add_control_input(
+        grp, floe_binary(g, "Add", NULL, x, floe_const_f32(g, NULL, (float)i)).node);
   floe_node_finish(grp);
   if (floe_graph_status(g) != FLOE_OK) die("graph", (floe_graph_error(g, st), st));
   FloeSession *s = floe_session_new(g, &so, st);

@@ -15,4 +15,5 @@ for t in 1 2; do
   "$top/bench/bench_executor" --reps "$reps" --threads "$t" --json | sed "s/}$/,\"threads\":$t}/"
   OMP_NUM_THREADS=$t "$py" "$top/bench/executor_baselines.py" --system torch --threads "$t" --reps "$reps"
   "$py" "$top/bench/executor_baselines.py" --system tf --threads "$t" --reps "$reps"
+  "$py" "$top/bench/executor_baselines.py" --system tf-no-grappler --threads "$t" --reps "$reps"
 done

@@ -11,6 +11,11 @@
  *    trick), so a chain of cheap nodes never touches a queue, a lock or a condvar;
  *  - each entry's reader count drops as consumers finish, releasing the tensor as soon as
  *    its last consumer ran;
+ *  - counters that only one thread can ever touch (an entry with one reader, a node with
+ *    one predecessor) are never written atomically, and a thread running an inline list
+ *    settles its completions with the step's shared count once, at the end of the list, so
+ *    a chain or a fan-in of cheap nodes does no atomic write per node beyond the kernel's;
+ *  - a step's arrays live in one arena that the executor keeps for the next step;
  *  - the first error cancels the step: nodes not yet started are skipped (but still
  *    complete, so every count and reference unwinds the usual way), running and async
  *    nodes finish, and the step ends when nothing is outstanding.
@@ -33,6 +38,7 @@ typedef struct ExecNode {
   void *state;                 /* from FloeKernelDef.create, or user_data */
   bool created;                /* create was called: destroy is due */
   bool inexpensive;
+  bool check_copy;             /* an input may live in another memory space (see needs_copy) */
   int in_base, num_inputs;     /* slice of input_src / a step's in_ptrs */
   int out_base, num_outputs;   /* entries of this node's outputs */
   int succ_base, num_succ;     /* slice of succ */
@@ -57,6 +63,7 @@ struct FloeExecutor {
   int num_async;
   /* Byte offsets of a step's arrays inside its arena. */
   size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, arena_size;
+  _Atomic(char *) spare;       /* the arena of a finished step, kept for the next one */
 };
 
 /* The record handed to the pool or to an async kernel's done callback: its index in the
@@ -92,8 +99,12 @@ struct FloeExecStep {
   Invocation *async_calls;
 };
 
+/* A thread's inline work: nodes to run here, and how many nodes it completed without yet
+ * taking them off the step's outstanding count (the count stays high meanwhile, so the
+ * step cannot be seen finished early). */
 typedef struct ReadyList {
   int head, tail;
+  int settled;
 } ReadyList;
 
 static atomic_llong next_step_id = 1;
@@ -161,7 +172,9 @@ static void step_finish(FloeExecStep *s) {
 }
 
 static void release_use(FloeExecStep *s, int entry) {
-  if (atomic_fetch_sub_explicit(&s->uses[entry], 1, memory_order_acq_rel) == 1) {
+  /* An entry with one reader is released by that reader alone: no count to share. */
+  if (s->e->uses0[entry] == 1 ||
+      atomic_fetch_sub_explicit(&s->uses[entry], 1, memory_order_acq_rel) == 1) {
     floe_tensor_release(s->entries[entry]);
     s->entries[entry] = NULL;
   }
@@ -170,48 +183,74 @@ static void release_use(FloeExecStep *s, int entry) {
 static void task_main(void *arg) {
   StepTask *t = arg;
   FloeExecStep *s = t->step;
-  ReadyList inl = {(int)(t - s->tasks), -1};
-  inl.tail = inl.head;
-  s->next[inl.head] = -1;
+  ReadyList inl = {-1, -1, 0};
+  list_push(s, &inl, (int)(t - s->tasks));
   process_list(s, &inl);
 }
 
-/* Hands n to the pool; without a pool or queue space it runs here instead. */
-static void schedule_node(FloeExecStep *s, ReadyList *inl, int n) {
+/* Ready nodes handed to the pool under one lock. */
+enum { BATCH = 64 };
+
+typedef struct Batch {
+  void *tasks[BATCH];
+  int nodes[BATCH];
+  int n;
+} Batch;
+
+/* Hands the batch to the pool; without a pool or queue space its nodes run on this thread
+ * instead: on inl, or (inl NULL) on a list of their own, right now. */
+static void flush_batch(FloeExecStep *s, Batch *b, ReadyList *inl) {
   FloeThreadPool *pool = s->e->pool;
-  if (pool && floe__pool_schedule(pool, task_main, &s->tasks[n]) == FLOE_OK) return;
-  if (inl) {
-    list_push(s, inl, n);
-    return;
-  }
-  ReadyList own = {-1, -1};
-  list_push(s, &own, n);
-  process_list(s, &own);
+  int n = b->n;
+  b->n = 0;
+  if (n == 0) return;
+  for (int i = 0; i < n; i++) s->tasks[b->nodes[i]].step = s; /* published by the queue lock */
+  if (pool && floe__pool_schedule_batch(pool, task_main, b->tasks, n) == FLOE_OK) return;
+  ReadyList own = {-1, -1, 0};
+  ReadyList *l = inl ? inl : &own;
+  for (int i = 0; i < n; i++) list_push(s, l, b->nodes[i]);
+  if (!inl) process_list(s, &own);
+}
+
+static void batch_add(FloeExecStep *s, Batch *b, ReadyList *inl, int n) {
+  b->tasks[b->n] = &s->tasks[n];
+  b->nodes[b->n++] = n;
+  if (b->n == BATCH) flush_batch(s, b, inl);
 }
 
 /* Dispatches newly ready nodes: cheap ones join the inline list, the others go to the
- * pool except the last, which this thread keeps when it has nothing inline. inl NULL
- * (an async completion on a foreign thread): everything goes to the pool. */
+ * pool except the last, which this thread keeps when it has nothing inline (TF's trick).
+ * inl NULL (an async completion on a foreign thread): everything goes to the pool. */
 static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
   FloeExecutor *e = s->e;
+  int one = ready->head == ready->tail ? ready->head : -1;
+  if (inl && one >= 0 &&
+      (inl->head < 0 || (e->inline_inexpensive && e->nodes[one].inexpensive))) {
+    list_push(s, inl, one); /* a chain: its next node runs here, as the loop below would */
+    return;
+  }
+  Batch b;
+  b.n = 0;
   int keep = -1;
   for (int r = ready->head; r >= 0;) {
     int nx = s->next[r]; /* read first: once handed over, r's link belongs to its runner */
-    if (!inl)
-      schedule_node(s, NULL, r);
-    else if (e->inline_inexpensive && e->nodes[r].inexpensive)
+    if (!inl) {
+      batch_add(s, &b, NULL, r);
+    } else if (e->inline_inexpensive && e->nodes[r].inexpensive) {
       list_push(s, inl, r);
-    else {
-      if (keep >= 0) schedule_node(s, inl, keep);
+    } else {
+      if (keep >= 0) batch_add(s, &b, inl, keep);
       keep = r;
     }
     r = nx;
   }
-  if (keep < 0) return;
-  if (inl->head < 0)
-    list_push(s, inl, keep);
-  else
-    schedule_node(s, inl, keep);
+  if (keep >= 0) {
+    if (inl->head < 0)
+      list_push(s, inl, keep);
+    else
+      batch_add(s, &b, inl, keep);
+  }
+  flush_batch(s, &b, inl);
 }
 
 /* Node n ran (or was skipped): drop its inputs, wake its successors, account for it. */
@@ -222,22 +261,37 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
     int src = e->input_src[en->in_base + j];
     if (src >= 0) release_use(s, src);
   }
-  ReadyList ready = {-1, -1};
+  ReadyList ready = {-1, -1, 0};
   int k = 0;
   for (int i = 0; i < en->num_succ; i++) {
     int m = e->succ[en->succ_base + i];
-    if (atomic_fetch_sub_explicit(&s->pending[m], 1, memory_order_acq_rel) == 1) {
+    /* A node with one predecessor is made ready by it alone: no count to share. */
+    if (e->pending0[m] == 1 ||
+        atomic_fetch_sub_explicit(&s->pending[m], 1, memory_order_acq_rel) == 1) {
       list_push(s, &ready, m);
       k++;
     }
   }
-  /* Count the new nodes before anyone can finish them; n itself still holds the step. */
-  if (k > 1) atomic_fetch_add_explicit(&s->outstanding, k - 1, memory_order_acq_rel);
-  if (k > 0) {
-    schedule_ready(s, &ready, inl);
+  if (!inl) {
+    /* Count the new nodes before anyone can finish them; n itself still holds the step. */
+    if (k > 1) atomic_fetch_add_explicit(&s->outstanding, k - 1, memory_order_acq_rel);
+    if (k == 0 &&
+        atomic_fetch_sub_explicit(&s->outstanding, 1, memory_order_acq_rel) == 1)
+      step_finish(s);
+    if (k > 0) schedule_ready(s, &ready, NULL);
     return;
   }
-  if (atomic_fetch_sub_explicit(&s->outstanding, 1, memory_order_acq_rel) == 1) step_finish(s);
+  /* On an inline list n's completion is settled later; new nodes first use up completions
+   * not yet settled, so the shared count never drops below the truth. */
+  if (k == 0) {
+    inl->settled++;
+  } else if (k > 1) {
+    int add = k - 1;
+    int use = add < inl->settled ? add : inl->settled;
+    inl->settled -= use;
+    if (add > use) atomic_fetch_add_explicit(&s->outstanding, add - use, memory_order_acq_rel);
+  }
+  if (k > 0) schedule_ready(s, &ready, inl);
 }
 
 /* ---- running one kernel ---- */
@@ -277,8 +331,8 @@ static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code
       }
     }
   }
-  floe_status_clear(&inv->status);
-  floe__kernel_ctx_free_temps(&inv->ctx);
+  if (inv->status.code != FLOE_OK) floe_status_clear(&inv->status);
+  if (inv->ctx.temps) floe__kernel_ctx_free_temps(&inv->ctx);
   release_copies(inv, en->num_inputs);
   for (int i = 0; i < en->num_outputs; i++) {
     if (e->uses0[en->out_base + i] == 0) {
@@ -294,6 +348,11 @@ static void async_done(void *arg) {
   int n = (int)(t - s->tasks);
   finish_invocation(s, n, &s->async_calls[s->e->nodes[n].async_slot], FLOE_OK);
   node_done(s, n, NULL);
+}
+
+/* True when memory of device a (NULL: host) can be read by kernels of device b as is. */
+static bool same_space(const FloeDevice *a, const FloeDevice *b) {
+  return a == b || ((!a || a->host_memory) && (!b || b->host_memory));
 }
 
 /* True when a tensor on `have` must be copied before a kernel on `want` can read it. */
@@ -314,6 +373,7 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
     int src = e->input_src[en->in_base + j];
     in[j] = src >= 0 ? s->entries[src] : s->feeds[-src - 1];
   }
+  if (!en->check_copy) return FLOE_OK;
   for (int j = 0; j < en->num_inputs; j++) {
     if (!needs_copy(in[j], en->device)) continue;
     if (!inv->copies) {
@@ -340,7 +400,9 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
 
 static void fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv) {
   FloeKernelContext *c = &inv->ctx;
-  memset(c, 0, sizeof *c);
+  c->temps = NULL;
+  c->temp_sizes = NULL;
+  c->num_temps = c->cap_temps = 0;
   c->node = en->node;
   c->device = en->device;
   c->inputs = s->in_ptrs + en->in_base;
@@ -371,11 +433,14 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
       return;
     }
     fill_ctx(s, en, inv);
+    s->tasks[n].step = s;
     /* done may run before this returns, on any thread: n is not ours after the call. */
     def->compute_async(en->state, &inv->ctx, async_done, &s->tasks[n]);
     return;
   }
-  Invocation inv = {.status = {FLOE_OK, NULL}};
+  Invocation inv; /* fill_ctx sets every field of the context */
+  inv.status = (FloeStatus){FLOE_OK, NULL};
+  inv.copies = NULL;
   if (gather_inputs(s, en, &inv) != FLOE_OK) {
     release_copies(&inv, en->num_inputs);
     node_done(s, n, inl);
@@ -387,6 +452,8 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
   node_done(s, n, inl);
 }
 
+/* Runs the list, and whatever it makes ready inline, to the end; then settles the
+ * completions. s may be freed once they are settled, unless this thread finished it. */
 static void process_list(FloeExecStep *s, ReadyList *inl) {
   while (inl->head >= 0) {
     int n = inl->head;
@@ -394,6 +461,11 @@ static void process_list(FloeExecStep *s, ReadyList *inl) {
     if (inl->head < 0) inl->tail = -1;
     run_node(s, n, inl);
   }
+  int settled = inl->settled;
+  inl->settled = 0;
+  if (settled > 0 &&
+      atomic_fetch_sub_explicit(&s->outstanding, settled, memory_order_acq_rel) == settled)
+    step_finish(s);
 }
 
 /* ---- building ---- */
@@ -513,6 +585,7 @@ static floe_code build_edges(FloeExecutor *e, const int *local_of, const FeedKey
       int f = find_feed(feeds, e->num_feeds, in);
       if (f >= 0) {
         e->input_src[en->in_base + j] = -(f + 1);
+        en->check_copy = true; /* a feed may live anywhere */
         continue;
       }
       int p = local_of[in->node->id];
@@ -524,6 +597,8 @@ static floe_code build_edges(FloeExecutor *e, const int *local_of, const FeedKey
                                node->name, node->op->name, j, in->node->name, in->index);
       }
       e->input_src[en->in_base + j] = e->nodes[p].out_base + in->index;
+      /* Kernels leave outputs in their device's memory space (ctx_set_output checks it). */
+      if (!same_space(e->nodes[p].device, en->device)) en->check_copy = true;
       e->uses0[e->nodes[p].out_base + in->index]++;
       e->pending0[i]++;
       deg[p]++;
@@ -618,6 +693,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   int *local_of = NULL;
   FeedKey *feeds = NULL;
   if (!e) goto err_oom;
+  atomic_init(&e->spare, NULL);
   e->pool = plan->rt ? plan->rt->pool : NULL;
   e->inline_inexpensive = plan->inline_inexpensive;
   e->num_nodes = plan->num_nodes;
@@ -704,6 +780,7 @@ void floe__executor_free(FloeExecutor *e) {
   floe__free(e->uses0);
   floe__free(e->roots);
   floe__free(e->fetch_src);
+  floe__free(atomic_load(&e->spare));
   floe__free(e);
 }
 
@@ -711,7 +788,9 @@ void floe__executor_free(FloeExecutor *e) {
 
 static floe_code step_new(FloeExecutor *e, FloeTensor *const *feeds, FloeExecStep **out,
                           FloeStatus *st) {
-  char *arena = floe__malloc(e->arena_size);
+  /* Reuse the last step's arena; a concurrent step finds none and makes its own. */
+  char *arena = atomic_exchange_explicit(&e->spare, NULL, memory_order_acquire);
+  if (!arena) arena = floe__malloc(e->arena_size);
   if (!arena)
     return floe_status_set(st, FLOE_NO_MEMORY, "out of memory starting a step of %d nodes",
                            e->num_nodes);
@@ -729,16 +808,13 @@ static floe_code step_new(FloeExecutor *e, FloeTensor *const *feeds, FloeExecSte
   s->entries = (FloeTensor **)(arena + e->off_entries);
   s->in_ptrs = (FloeTensor **)(arena + e->off_in);
   s->next = (int *)(arena + e->off_next);
-  s->tasks = (StepTask *)(arena + e->off_tasks);
+  s->tasks = (StepTask *)(arena + e->off_tasks); /* .step set when a task is handed out */
   s->async_calls = (Invocation *)(arena + e->off_async);
-  for (int i = 0; i < e->num_nodes; i++) {
-    atomic_init(&s->pending[i], e->pending0[i]);
-    s->tasks[i].step = s;
-  }
-  for (int i = 0; i < e->num_entries; i++) {
-    atomic_init(&s->uses[i], e->uses0[i]);
-    s->entries[i] = NULL;
-  }
+  /* No other thread sees the arena before the step hands out work, so plain copies do. */
+  _Static_assert(sizeof(atomic_int) == sizeof(int), "counters are copied as ints");
+  memcpy((void *)s->pending, e->pending0, (size_t)e->num_nodes * sizeof(int));
+  memcpy((void *)s->uses, e->uses0, (size_t)e->num_entries * sizeof(int));
+  memset(s->entries, 0, (size_t)e->num_entries * sizeof *s->entries);
   *out = s;
   return FLOE_OK;
 
@@ -751,11 +827,16 @@ err_free_arena:
 }
 
 static void step_free(FloeExecStep *s) {
-  for (int i = 0; i < s->e->num_entries; i++) floe_tensor_release(s->entries[i]);
+  FloeExecutor *e = s->e;
+  for (int i = 0; i < e->num_entries; i++)
+    if (s->entries[i]) floe_tensor_release(s->entries[i]); /* most went with their readers */
   floe_status_clear(&s->status);
   pthread_cond_destroy(&s->done_cv);
   pthread_mutex_destroy(&s->mu);
-  floe__free(s);
+  char *expected = NULL;
+  if (!atomic_compare_exchange_strong_explicit(&e->spare, &expected, (char *)s,
+                                               memory_order_release, memory_order_relaxed))
+    floe__free(s);
 }
 
 /* Blocks until the step is done. On a worker of the pool it keeps running queued tasks
@@ -800,7 +881,7 @@ floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTens
   bool in_worker = floe__pool_in_worker(e->pool);
   floe__host_set_thread_pool(e->pool);
   if (e->num_roots > 0) {
-    ReadyList roots = {-1, -1}, inl = {-1, -1};
+    ReadyList roots = {-1, -1, 0}, inl = {-1, -1, 0};
     for (int i = 0; i < e->num_roots; i++) list_push(s, &roots, e->roots[i]);
     schedule_ready(s, &roots, &inl);
     process_list(s, &inl);

@@ -66,9 +66,13 @@ char *floe__dtype_mask_str(uint32_t mask, char *buf, size_t len);
 struct FloeDevice;
 
 /* A block of memory on one device. Freed by the allocator that made it (the device's
- * deallocate slot, or floe__aligned_free for host buffers) when the last reference goes. */
+ * deallocate slot, or floe__aligned_free for host buffers) when the last reference goes.
+ * Small host-memory tensors are one allocation: the tensor that made the buffer, the
+ * buffer and the data (embedded), freed with floe__free when the buffer's last reference
+ * goes, even if that tensor went first. */
 typedef struct FloeBuffer {
   atomic_int refs;
+  bool embedded;             /* in one floe__malloc block with its first tensor and data */
   void *data;
   size_t size;
   struct FloeDevice *device; /* NULL: plain host memory made by the core */
@@ -441,6 +445,8 @@ floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTens
 bool floe__pool_in_worker(const FloeThreadPool *p);
 /* threadpool.c, for executor.c: runs one queued task on the calling thread, if any. */
 bool floe__pool_help(FloeThreadPool *p);
+/* threadpool.c, for executor.c: queues fn(args[i]) for i < n under one lock (all or none). */
+floe_code floe__pool_schedule_batch(FloeThreadPool *p, FloeTaskFn fn, void *const *args, int n);
 /* executor.c, for host.c's ctx_cancelled: true once the step was cancelled (a node failed). */
 bool floe__exec_step_cancelled(const FloeExecStep *step);
 /* End of the executor engineer's additions. */

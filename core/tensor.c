@@ -1,4 +1,6 @@
 /* tensor.c - reference-counted tensors over reference-counted device buffers. */
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,8 +39,36 @@ floe_code floe__shape_bytes(FloeDType dt, int rank, const int64_t *dims, int64_t
   return FLOE_OK;
 }
 
+/* Host-memory tensors up to this many bytes live in one block with their headers (see
+ * FloeBuffer): one malloc instead of three, which is most of what running a small node
+ * costs. The block stays within glibc's per-thread cache sizes. */
+enum { SMALL_TENSOR_BYTES = 512, DATA_ALIGN = 64 };
+
+/* The block of an embedded buffer: its first tensor, the buffer, then the data at the next
+ * DATA_ALIGN boundary. */
+typedef struct SmallBlock {
+  FloeTensor tensor;
+  FloeBuffer buf;
+} SmallBlock;
+
+static SmallBlock *block_of(FloeBuffer *b) {
+  return (SmallBlock *)((char *)b - offsetof(SmallBlock, buf));
+}
+
+/* True when the caller holds the last reference of *refs and may free. A count of 1 seen by
+ * its holder cannot grow (nobody else can reach the object), which saves the atomic write
+ * in the common case of an unshared object. */
+static bool drop_ref(atomic_int *refs) {
+  if (atomic_load_explicit(refs, memory_order_acquire) == 1) return true;
+  return atomic_fetch_sub_explicit(refs, 1, memory_order_acq_rel) == 1;
+}
+
 static void buffer_release(FloeBuffer *b) {
-  if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!b || !drop_ref(&b->refs)) return;
+  if (b->embedded) {
+    floe__free(block_of(b)); /* b, the data and the first tensor's header go with it */
+    return;
+  }
   if (b->device)
     floe__device_free(b->device, b->data, b->size);
   else
@@ -46,43 +76,86 @@ static void buffer_release(FloeBuffer *b) {
   floe__free(b);
 }
 
-static FloeTensor *tensor_header(FloeDType dt, int rank, const int64_t *dims, FloeStatus *st) {
-  int64_t n;
-  size_t nbytes;
-  if (floe__shape_bytes(dt, rank, dims, &n, &nbytes, st) != FLOE_OK) return NULL;
-  FloeTensor *t = floe__calloc(1, sizeof *t);
-  if (!t) {
-    floe_status_set(st, FLOE_NO_MEMORY, "out of memory allocating a tensor header");
-    return NULL;
-  }
+static void tensor_init(FloeTensor *t, FloeDType dt, int rank, const int64_t *dims, int64_t n,
+                        size_t nbytes) {
   atomic_init(&t->refs, 1);
   t->dtype = dt;
   t->rank = rank;
   for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+  for (int i = rank; i < FLOE_MAX_DIMS; i++) t->dims[i] = 0;
   t->num_elements = n;
   t->nbytes = nbytes;
+  t->buf = NULL;
+  t->offset = 0;
+}
+
+static FloeTensor *tensor_header(FloeDType dt, int rank, const int64_t *dims, FloeStatus *st) {
+  int64_t n;
+  size_t nbytes;
+  if (floe__shape_bytes(dt, rank, dims, &n, &nbytes, st) != FLOE_OK) return NULL;
+  FloeTensor *t = floe__malloc(sizeof *t);
+  if (!t) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory allocating a tensor header");
+    return NULL;
+  }
+  tensor_init(t, dt, rank, dims, n, nbytes);
   return t;
+}
+
+/* A small host-memory tensor in one block; dev is its (host-memory) device or NULL. */
+static FloeTensor *small_tensor(FloeDevice *dev, FloeDType dt, int rank, const int64_t *dims,
+                                int64_t n, size_t nbytes, FloeStatus *st) {
+  /* malloc aligns to max_align_t: this much slack reaches the next DATA_ALIGN boundary. */
+  size_t slack = DATA_ALIGN - _Alignof(max_align_t);
+  SmallBlock *blk = floe__malloc(sizeof *blk + slack + nbytes);
+  if (!blk) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory allocating a tensor of %zu bytes",
+                    nbytes);
+    return NULL;
+  }
+  uintptr_t data = ((uintptr_t)(blk + 1) + DATA_ALIGN - 1) & ~(uintptr_t)(DATA_ALIGN - 1);
+  tensor_init(&blk->tensor, dt, rank, dims, n, nbytes);
+  atomic_init(&blk->buf.refs, 1);
+  blk->buf.embedded = true;
+  blk->buf.data = (void *)data;
+  blk->buf.size = nbytes;
+  blk->buf.device = dev;
+  blk->tensor.buf = &blk->buf;
+  return &blk->tensor;
 }
 
 FloeTensor *floe__tensor_alloc(FloeDevice *dev, FloeDType dt, int rank, const int64_t *dims,
                                FloeStatus *st) {
-  FloeTensor *t = tensor_header(dt, rank, dims, st);
-  if (!t || t->nbytes == 0) return t;
-  FloeBuffer *b = floe__calloc(1, sizeof *b);
+  int64_t n;
+  size_t nbytes;
+  if (floe__shape_bytes(dt, rank, dims, &n, &nbytes, st) != FLOE_OK) return NULL;
+  /* A host-memory device's memory is plain host memory, so the core may hand out small
+   * blocks itself; other devices always allocate through their own slot. */
+  if (nbytes > 0 && nbytes <= SMALL_TENSOR_BYTES && (!dev || dev->host_memory))
+    return small_tensor(dev, dt, rank, dims, n, nbytes, st);
+  FloeTensor *t = floe__malloc(sizeof *t);
+  if (!t) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory allocating a tensor header");
+    return NULL;
+  }
+  tensor_init(t, dt, rank, dims, n, nbytes);
+  if (nbytes == 0) return t;
+  FloeBuffer *b = floe__malloc(sizeof *b);
   if (!b) {
     floe_status_set(st, FLOE_NO_MEMORY, "out of memory allocating a tensor buffer header");
     goto err_free_tensor;
   }
   atomic_init(&b->refs, 1);
-  b->size = t->nbytes;
+  b->embedded = false;
+  b->size = nbytes;
   b->device = dev;
   if (dev) {
-    if (floe__device_alloc(dev, t->nbytes, &b->data, st) != FLOE_OK) goto err_free_buffer;
+    if (floe__device_alloc(dev, nbytes, &b->data, st) != FLOE_OK) goto err_free_buffer;
   } else {
-    b->data = floe__aligned_alloc(64, t->nbytes);
+    b->data = floe__aligned_alloc(DATA_ALIGN, nbytes);
     if (!b->data) {
       floe_status_set(st, FLOE_NO_MEMORY, "out of memory allocating %zu bytes of host memory",
-                      t->nbytes);
+                      nbytes);
       goto err_free_buffer;
     }
   }
@@ -218,9 +291,12 @@ void floe_tensor_retain(FloeTensor *t) {
 }
 
 void floe_tensor_release(FloeTensor *t) {
-  if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
-  buffer_release(t->buf);
-  floe__free(t);
+  if (!t || !drop_ref(&t->refs)) return;
+  FloeBuffer *b = t->buf;
+  /* The first tensor of an embedded buffer is part of the buffer's block. */
+  bool in_block = b && b->embedded && &block_of(b)->tensor == t;
+  buffer_release(b);
+  if (!in_block) floe__free(t);
 }
 
 FloeDType floe_tensor_dtype(const FloeTensor *t) { return t ? t->dtype : FLOE_DTYPE_INVALID; }

@@ -3,7 +3,9 @@
  * N workers share one FIFO of (fn, arg) tasks kept in a power-of-two ring under one mutex;
  * the ring is preallocated so scheduling does not allocate (it only grows, by doubling,
  * when more tasks are queued than ever before). Idle workers sleep on one condition
- * variable and a schedule wakes at most one of them, and only when one is idle.
+ * variable and a schedule wakes at most one of them, and only when one is idle. The lock
+ * is held only for a few loads and stores, so it spins briefly before sleeping (adaptive):
+ * with tasks of a microsecond, a worker put to sleep on a busy lock costs more than the task.
  *
  * parallel_for splits [0, n) into shards claimed from an atomic counter by the caller and
  * by helper tasks. When the caller runs out of shards it withdraws the helpers still
@@ -11,6 +13,8 @@
  * parallel_for called from inside a worker never waits on queued work and cannot deadlock,
  * even on a pool of one thread.
  */
+#define _GNU_SOURCE /* PTHREAD_MUTEX_ADAPTIVE_NP */
+#include <pthread.h>
 #include <string.h>
 
 #include "internal.h"
@@ -85,8 +89,9 @@ static floe_code grow_locked(FloeThreadPool *p) {
   return FLOE_OK;
 }
 
-/* Queues n copies of (fn, arg) under one lock and wakes up to n idle workers. */
-static floe_code push_n(FloeThreadPool *p, FloeTaskFn fn, void *arg, int n) {
+/* Queues (fn, args[i]) for i < n, or n copies of (fn, arg) when args is NULL, under one
+ * lock, and wakes up to n idle workers. */
+static floe_code push_n(FloeThreadPool *p, FloeTaskFn fn, void *const *args, void *arg, int n) {
   pthread_mutex_lock(&p->mu);
   while (p->count + (size_t)n > p->cap) {
     if (grow_locked(p) != FLOE_OK) {
@@ -95,7 +100,7 @@ static floe_code push_n(FloeThreadPool *p, FloeTaskFn fn, void *arg, int n) {
     }
   }
   for (int i = 0; i < n; i++) {
-    p->ring[(p->head + p->count) & (p->cap - 1)] = (PoolTask){fn, arg};
+    p->ring[(p->head + p->count) & (p->cap - 1)] = (PoolTask){fn, args ? args[i] : arg};
     p->count++;
   }
   int wake = n < p->idle ? n : p->idle;
@@ -115,7 +120,12 @@ FloeThreadPool *floe__pool_new(int num_threads, FloeStatus *st) {
   if (!p->ring) goto err_free_pool;
   p->threads = floe__calloc((size_t)num_threads, sizeof *p->threads);
   if (!p->threads) goto err_free_ring;
-  if (pthread_mutex_init(&p->mu, NULL) != 0) goto err_free_threads;
+  pthread_mutexattr_t ma;
+  if (pthread_mutexattr_init(&ma) != 0) goto err_free_threads;
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+  int mrc = pthread_mutex_init(&p->mu, &ma);
+  pthread_mutexattr_destroy(&ma);
+  if (mrc != 0) goto err_free_threads;
   if (pthread_cond_init(&p->work_cv, NULL) != 0) goto err_destroy_mu;
   for (int i = 0; i < num_threads; i++) {
     int rc = pthread_create(&p->threads[i], NULL, worker_main, p);
@@ -167,7 +177,14 @@ int floe__pool_size(const FloeThreadPool *p) { return p ? p->num_threads : 1; }
  * not (the task is then not queued: the caller may run it itself). */
 floe_code floe__pool_schedule(FloeThreadPool *p, FloeTaskFn fn, void *arg) {
   if (!p || !fn) return FLOE_INVALID_ARGUMENT;
-  return push_n(p, fn, arg, 1);
+  return push_n(p, fn, NULL, arg, 1);
+}
+
+/* fn(args[i]) for each i < n runs later on a worker; one lock for all. FLOE_NO_MEMORY only
+ * when the queue had to grow and could not: then none was queued. */
+floe_code floe__pool_schedule_batch(FloeThreadPool *p, FloeTaskFn fn, void *const *args, int n) {
+  if (!p || !fn || n < 0 || (n > 0 && !args)) return FLOE_INVALID_ARGUMENT;
+  return n ? push_n(p, fn, args, NULL, n) : FLOE_OK;
 }
 
 /* True on one of p's own worker threads. */
@@ -260,7 +277,7 @@ void floe__pool_parallel_for(FloeThreadPool *p, int64_t n, int64_t cost_per_unit
   if (helpers > 0) {
     j.helpers_out = helpers;
     /* Without queue space the caller simply runs every shard itself. */
-    if (push_n(p, parallel_helper, &j, helpers) != FLOE_OK) j.helpers_out = 0;
+    if (push_n(p, parallel_helper, NULL, &j, helpers) != FLOE_OK) j.helpers_out = 0;
   }
   run_shards(&j);
   if (helpers <= 0) return;

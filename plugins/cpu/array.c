@@ -252,12 +252,19 @@ static void strided_rows(void *arg, int64_t begin, int64_t end) {
   }
 }
 
+#define TILE_LOOP(NA, NB)                                                      \
+  for (int64_t a = 0; a < (NA); a++)                                           \
+    for (int64_t b = 0; b < (NB); b++) d_[a * dq + b] = s_[a + b * sl]
+
+/* Full tiles get constant bounds, which the compiler unrolls and schedules better. */
 #define TILE_COPY(T)                                                           \
   do {                                                                         \
     T *d_ = (T *)dst;                                                          \
     const T *s_ = (const T *)src;                                              \
-    for (int64_t a = 0; a < na; a++)                                           \
-      for (int64_t b = 0; b < nb; b++) d_[a * dq + b] = s_[a + b * sl];        \
+    if (na == ARRAY_TILE && nb == ARRAY_TILE)                                  \
+      TILE_LOOP(ARRAY_TILE, ARRAY_TILE);                                       \
+    else                                                                       \
+      TILE_LOOP(na, nb);                                                       \
   } while (0)
 
 /* One na x nb tile: output rows along dim q (output stride dq, input stride 1), columns
@@ -424,7 +431,7 @@ static floe_code squeeze_compute(void *state, FloeKernelContext *ctx) {
   const int64_t *dims = cpu_host->tensor_dims(x);
   int drop[FLOE_MAX_DIMS] = {0};
   for (int i = 0; i < s->n; i++) {
-    int64_t a;
+    int64_t a = 0;
     floe_code rc = normalize_axis(ctx, s->dims[i], rank, x, &a);
     if (rc != FLOE_OK) return rc;
     if (dims[a] != 1)
@@ -576,7 +583,7 @@ static floe_code pieces_alloc(FloeKernelContext *ctx, int n, Piece *stack, Piece
 
 static floe_code concat_compute(void *state, FloeKernelContext *ctx) {
   int n = cpu_host->ctx_num_inputs(ctx) - 1;
-  int64_t axis;
+  int64_t axis = 0;
   floe_code rc = read_index_scalar(ctx, n, "axis", &axis);
   if (rc != FLOE_OK) return rc;
   const FloeTensor *x0 = cpu_host->ctx_input(ctx, 0);
@@ -607,7 +614,7 @@ static floe_code concat_compute(void *state, FloeKernelContext *ctx) {
   if (total == 0) return FLOE_OK;
   size_t es = cpu_host->dtype_size(cpu_host->tensor_dtype(x0));
   size_t inner = (size_t)product(rank - axis - 1, odims + axis + 1) * es;
-  Piece stack[ARRAY_STACK_LIST], *pieces;
+  Piece stack[ARRAY_STACK_LIST], *pieces = NULL;
   if ((rc = pieces_alloc(ctx, n, stack, &pieces)) != FLOE_OK) return rc;
   size_t off = 0;
   for (int i = 0; i < n; i++) {
@@ -630,7 +637,7 @@ static floe_code split_create(const FloeHostApi *host, FloeKernelInit *init, voi
 static floe_code split_compute(void *state, FloeKernelContext *ctx) {
   int64_t num_split = ((const IntState *)state)->v;
   const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
-  int64_t axis;
+  int64_t axis = 0;
   floe_code rc = read_index_scalar(ctx, 1, "axis", &axis);
   if (rc != FLOE_OK) return rc;
   int rank = cpu_host->tensor_rank(x);
@@ -649,7 +656,7 @@ static floe_code split_compute(void *state, FloeKernelContext *ctx) {
                                    axis, tensor_shape_str(x).s, odims[axis], num_split);
   odims[axis] /= num_split;
   if (n == 1) return cpu_host->ctx_forward_input(ctx, 0, 0, rank, odims);
-  Piece stack[ARRAY_STACK_LIST], *pieces;
+  Piece stack[ARRAY_STACK_LIST], *pieces = NULL;
   if ((rc = pieces_alloc(ctx, n, stack, &pieces)) != FLOE_OK) return rc;
   size_t es = cpu_host->dtype_size(cpu_host->tensor_dtype(x));
   size_t chunk = (size_t)product(rank - (int)axis, odims + axis) * es;
@@ -920,7 +927,7 @@ static floe_code gather_compute(void *state, FloeKernelContext *ctx) {
   if (prank == 0)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                    "params must have at least 1 dim, got shape []");
-  int64_t axis;
+  int64_t axis = 0;
   floe_code rc = normalize_axis(ctx, ((const IntState *)state)->v, prank, p, &axis);
   if (rc != FLOE_OK) return rc;
   int orank = prank - 1 + irank;
@@ -1008,7 +1015,9 @@ static uint64_t scalar_bytes(FloeDType dt, double v) {
   case FLOE_BF16: u.h = cpu_f32_to_bf16((float)v); break;
   case FLOE_I8: u.i8 = (int8_t)(c < -128 ? -128 : c > 127 ? 127 : c); break;
   case FLOE_U8: u.u8 = (uint8_t)(c < 0 ? 0 : c > 255 ? 255 : c); break;
-  case FLOE_I32: u.i32 = (int32_t)(c < INT32_MIN ? INT32_MIN : c > INT32_MAX ? INT32_MAX : c); break;
+  case FLOE_I32:
+    u.i32 = (int32_t)(c < INT32_MIN ? INT32_MIN : c > INT32_MAX ? INT32_MAX : c);
+    break;
   case FLOE_I64:
     u.i64 = c <= -9223372036854775808.0 ? INT64_MIN
             : c >= 9223372036854775808.0 ? INT64_MAX : (int64_t)c;
@@ -1212,11 +1221,7 @@ static floe_code tile_compute(void *state, FloeKernelContext *ctx) {
       m[r++] = mult[i];
     }
   }
-  if (r == 0) {
-    j.idims[0] = 1;
-    m[r++] = 1;
-  }
-  j.rank = r;
+  j.rank = r; /* >= 1: a tensor whose dims are all dropped was forwarded above */
   for (int i = 0; i < r; i++) j.odims[i] = j.idims[i] * m[i];
   dense_strides(r, j.idims, j.istride);
   j.src = cpu_host->tensor_data(x);

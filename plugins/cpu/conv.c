@@ -2,7 +2,8 @@
  *
  * f32 runs on oneDNN primitives built once per input shape and cached in the kernel state.
  * The primitive chooses its own layouts (format `any`); the input, filter (HWIO) and output
- * are reordered only when its choice differs from the tensor's layout. f16 and bf16 are
+ * are reordered only when its choice differs from the tensor's layout, and a reordered filter
+ * is reused while the filter fed in stays byte-for-byte the same. f16 and bf16 are
  * widened to f32 and run the same primitives; f64 runs plain double loops (oneDNN has no f64
  * on CPU, and narrowing to f32 would lose the precision the caller asked for). */
 #include <dnnl.h>
@@ -33,6 +34,12 @@ typedef struct Prim {
   dnnl_memory_desc_t src_user, wei_user, dst_user; /* the tensors' layouts */
   dnnl_memory_desc_t src_md, wei_md, dst_md;       /* the primitive's layouts */
   size_t scratch_bytes; /* largest scratchpad among op and reorders */
+  /* The last filter seen and its reordered form, reused while the filter's bytes stay the
+   * same (inference): that saves a reorder, and its parallel region, per step. */
+  pthread_rwlock_t wei_lock; /* held for reading while wei_ready is in use */
+  bool wei_valid;
+  void *wei_mem;             /* one block: wei_ready (64-aligned) then wei_seen */
+  void *wei_ready, *wei_seen;
 } Prim;
 
 typedef struct State {
@@ -132,6 +139,8 @@ static void prim_free(Prim *p) {
   dnnl_primitive_destroy(p->src_in);
   dnnl_primitive_destroy(p->wei_in);
   dnnl_primitive_destroy(p->dst_out);
+  pthread_rwlock_destroy(&p->wei_lock);
+  cpu_host->free(p->wei_mem);
   cpu_host->free(p);
 }
 
@@ -265,6 +274,7 @@ static floe_code prim_build(const State *s, FloeKernelContext *ctx, const Geo *g
   Prim *p = cpu_host->alloc(sizeof *p);
   if (!p) return cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory");
   memset(p, 0, sizeof *p);
+  pthread_rwlock_init(&p->wei_lock, NULL);
   memcpy(p->key, key, sizeof p->key);
   dnnl_format_tag_t data_tag = s->nchw ? dnnl_nchw : dnnl_nhwc;
   dnnl_dims_t src_dims = {g->n, g->c, g->h, g->w}, dst_dims = {g->n, g->o, g->oh, g->ow};
@@ -355,7 +365,7 @@ static floe_code prim_acquire(State *s, FloeKernelContext *ctx, const Geo *g,
   }
   pthread_mutex_unlock(&s->lock);
 
-  Prim *fresh;
+  Prim *fresh = NULL;
   floe_code rc = prim_build(s, ctx, g, key, &fresh);
   if (rc != FLOE_OK) return rc;
   fresh->refs = 1;
@@ -438,18 +448,48 @@ static floe_code temp(FloeKernelContext *ctx, const dnnl_memory_desc_t *md, void
   return cpu_host->ctx_allocate_temp(ctx, dnnl_memory_desc_get_size(md), out);
 }
 
+/* The reordered form of filter wei when it is the one last seen, with wei_lock held for
+ * reading (release with pthread_rwlock_unlock); else NULL. */
+static void *weights_lookup(Prim *p, const float *wei) {
+  pthread_rwlock_rdlock(&p->wei_lock);
+  if (p->wei_valid && memcmp(p->wei_seen, wei, dnnl_memory_desc_get_size(&p->wei_user)) == 0)
+    return p->wei_ready;
+  pthread_rwlock_unlock(&p->wei_lock);
+  return NULL;
+}
+
+/* Remembers wei and its reordered form, unless another compute is using the old ones. */
+static void weights_store(Prim *p, const float *wei, const void *ready) {
+  if (pthread_rwlock_trywrlock(&p->wei_lock) != 0) return;
+  size_t seen = dnnl_memory_desc_get_size(&p->wei_user);
+  size_t bytes = dnnl_memory_desc_get_size(&p->wei_md);
+  if (!p->wei_mem && (p->wei_mem = cpu_host->alloc(bytes + 64 + seen))) {
+    p->wei_ready = (void *)(((uintptr_t)p->wei_mem + 63) & ~(uintptr_t)63);
+    p->wei_seen = (char *)p->wei_ready + bytes;
+  }
+  if (p->wei_mem) {
+    memcpy(p->wei_ready, ready, bytes);
+    memcpy(p->wei_seen, wei, seen);
+    p->wei_valid = true;
+  }
+  pthread_rwlock_unlock(&p->wei_lock);
+}
+
 /* Runs the f32 primitive for g on src (logical layout of the data format), wei (HWIO, NULL
  * for pooling) into dst. */
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const float *src,
                           const float *wei, float *dst) {
   int64_t key[KEY_LEN] = {g->n, g->c, g->h, g->w, wei ? g->o : 0, wei ? g->kh : 0,
                           wei ? g->kw : 0};
-  Prim *p;
+  Prim *p = NULL;
   floe_code rc = prim_acquire(s, ctx, g, key, &p);
   if (rc != FLOE_OK) return rc;
   void *src_buf = (void *)src, *wei_buf = (void *)wei, *dst_buf = dst, *scratch_buf = NULL;
+  void *wei_cached = p->wei_in ? weights_lookup(p, wei) : NULL;
+  bool wei_reorder = p->wei_in && !wei_cached;
+  if (wei_cached) wei_buf = wei_cached;
   if ((p->src_in && (rc = temp(ctx, &p->src_md, &src_buf)) != FLOE_OK) ||
-      (p->wei_in && (rc = temp(ctx, &p->wei_md, &wei_buf)) != FLOE_OK) ||
+      (wei_reorder && (rc = temp(ctx, &p->wei_md, &wei_buf)) != FLOE_OK) ||
       (p->dst_out && (rc = temp(ctx, &p->dst_md, &dst_buf)) != FLOE_OK) ||
       (p->scratch_bytes &&
        (rc = cpu_host->ctx_allocate_temp(ctx, p->scratch_bytes, &scratch_buf)) != FLOE_OK))
@@ -472,7 +512,7 @@ static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const 
       (p->dst_out && (st = mem(&ms, &p->dst_user, s->engine, dst, &dst_user))) ||
       (st = mem(&ms, &p->dst_md, s->engine, dst_buf, &dst_m)))
     goto err_free_mems;
-  if (wei && ((p->wei_in && (st = mem(&ms, &p->wei_user, s->engine, (void *)wei, &wei_user))) ||
+  if (wei && ((wei_reorder && (st = mem(&ms, &p->wei_user, s->engine, (void *)wei, &wei_user))) ||
               (st = mem(&ms, &p->wei_md, s->engine, wei_buf, &wei_m))))
     goto err_free_mems;
   if (scratch_buf &&
@@ -483,8 +523,8 @@ static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const 
   what = "reorder";
   if ((p->src_in && (st = exec2(p->src_in, stream, DNNL_ARG_FROM, src_user, DNNL_ARG_TO, src_m,
                                 scratch))) ||
-      (p->wei_in && (st = exec2(p->wei_in, stream, DNNL_ARG_FROM, wei_user, DNNL_ARG_TO, wei_m,
-                                scratch))))
+      (wei_reorder && (st = exec2(p->wei_in, stream, DNNL_ARG_FROM, wei_user, DNNL_ARG_TO, wei_m,
+                                  scratch))))
     goto err_free_mems;
   what = op_names[s->kind];
   if (wei) {
@@ -501,12 +541,14 @@ static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const 
     goto err_free_mems;
   what = "stream wait";
   st = dnnl_stream_wait(stream);
+  if (st == dnnl_success && wei_reorder) weights_store(p, wei, wei_buf);
 
 err_free_mems:
   for (int i = 0; i < ms.n; i++) dnnl_memory_destroy(ms.m[i]);
   stream_release(s, stream);
   if (st != dnnl_success) rc = dnnl_fail(ctx, st, what);
 err_release_prim:
+  if (wei_cached) pthread_rwlock_unlock(&p->wei_lock);
   prim_release(s, p);
   return rc;
 }

@@ -143,7 +143,8 @@ void cpu_parallel_elements(int64_t n, int64_t cost_per_element, FloeParallelFn f
 
 /* ------------------------------------------------------------------------------------ */
 /* f32 exp and log written with selects instead of branches so gcc vectorises loops calling
- * them (libm's are scalar calls). Max error about 2 ulp; Inf, NaN, 0, subnormals handled. */
+ * them (libm's are scalar calls; the selects need -fno-trapping-math, see elementwise.c).
+ * Error below 1 ulp against a double libm; Inf, NaN, 0 and subnormals handled. */
 
 static inline float cpu_exp_f32(float x) {
   float c = x != x ? 0.0f : x;

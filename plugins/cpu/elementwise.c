@@ -4,9 +4,10 @@
  * Each op is a table of row functions, one per dtype, that loop over a contiguous run (or a
  * scalar) so gcc vectorises them; drivers walk the (broadcast) output in such runs, on the
  * shared pool when the work is large. f16/bf16 go through the f32 row in chunks. */
-/* FP exception flags are never read; without this gcc will not turn selects such as
- * `x > 0 ? x : a * x` into vector blends. */
-#pragma GCC optimize("no-trapping-math")
+/* Vectorise whatever CFLAGS say (at -O2 gcc's "very cheap" model vectorises almost none of
+ * these loops), and let selects such as `x > 0 ? x : a * x` become vector blends: FP
+ * exception flags are never read. */
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 
 #include <math.h>
 
@@ -122,7 +123,9 @@ static inline double math_sigmoid_f64(double x) {
   return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
-static inline double math_softplus_f64(double x) { return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x))); }
+static inline double math_softplus_f64(double x) {
+  return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x)));
+}
 
 static inline double math_gelu_erf_f64(double x) {
   double p = 0.5 * erfc(-x * 0.70710678118654752);
@@ -403,7 +406,7 @@ static floe_code binary_compute(void *state, FloeKernelContext *ctx) {
     if (rc != FLOE_OK) return rc;
     dims = bdims;
   }
-  if (op->check != CHECK_NONE && is_int(dt)) {
+  if (op->check != CHECK_NONE && is_int(dt) && plan.num_elements > 0) {
     floe_code rc = check_int_operand(ctx, in[1], op->check);
     if (rc != FLOE_OK) return rc;
   }
@@ -474,8 +477,8 @@ UNARY_NUMERIC(abs, fabsf(x), fabs(x), SABS, UABS)
 UNARY_NUMERIC(square, x * x, x * x, WRAP_SQUARE, WRAP_SQUARE)
 /* Relu and Relu6 keep NaN (PyTorch's behaviour), so a NaN is never silently hidden. */
 UNARY_NUMERIC(relu, (x > 0) | (x != x) ? x : 0, (x > 0) | (x != x) ? x : 0, SRELU, SRELU)
-UNARY_NUMERIC(relu6, x != x ? x : x < 0 ? 0 : x > 6 ? 6 : x, x != x ? x : x < 0 ? 0 : x > 6 ? 6 : x,
-              SRELU6, URELU6)
+#define FRELU6 (x != x ? x : x < 0 ? 0 : x > 6 ? 6 : x)
+UNARY_NUMERIC(relu6, FRELU6, FRELU6, SRELU6, URELU6)
 UNARY_FLOAT(exp, cpu_exp_f32(x), exp(x))
 UNARY_FLOAT(log, cpu_log_f32(x), log(x))
 UNARY_FLOAT(sqrt, sqrtf(x), sqrt(x))
@@ -546,11 +549,13 @@ static floe_code unary_attr_create(const FloeHostApi *host, FloeKernelInit *init
     }
     s->op = approximate ? &op_gelu_tanh : &op_gelu_erf;
   } else {
-    floe_code rc = host->attr_float(attrs, "alpha", &s->alpha);
+    double alpha;
+    floe_code rc = host->attr_float(attrs, "alpha", &alpha);
     if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
       host->free(s);
       return host->init_set_error(init, rc, "attribute alpha must be a float");
     }
+    if (rc == FLOE_OK) s->alpha = alpha;
   }
   *state = s;
   return FLOE_OK;
@@ -659,16 +664,17 @@ static void select_range(void *arg, int64_t begin, int64_t end) {
 static int same_shape(const FloeTensor *a, const FloeTensor *b) {
   int r = cpu_host->tensor_rank(a);
   return r == cpu_host->tensor_rank(b) &&
-         (r == 0 ||
-          memcmp(cpu_host->tensor_dims(a), cpu_host->tensor_dims(b), (size_t)r * sizeof(int64_t)) == 0);
+         (r == 0 || memcmp(cpu_host->tensor_dims(a), cpu_host->tensor_dims(b),
+                           (size_t)r * sizeof(int64_t)) == 0);
 }
 
 static floe_code select_compute(void *state, FloeKernelContext *ctx) {
   const FloeTensor *in[3] = {cpu_host->ctx_input(ctx, 0), cpu_host->ctx_input(ctx, 1),
                              cpu_host->ctx_input(ctx, 2)};
   int64_t size = (int64_t)cpu_host->dtype_size(cpu_host->tensor_dtype(in[1]));
-  SelectRun run = size == 1 ? select_1 : size == 2 ? select_2 : size == 4 ? select_4
-                : size == 8 ? select_8 : NULL;
+  static const SelectRun runs[9] = {[1] = select_1, [2] = select_2, [4] = select_4,
+                                    [8] = select_8};
+  SelectRun run = size <= 8 ? runs[size] : NULL;
   if (!run)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported dtype %s",
                                    cpu_host->dtype_name(cpu_host->tensor_dtype(in[1])));
@@ -710,7 +716,7 @@ static floe_code select_compute(void *state, FloeKernelContext *ctx) {
 /* ------------------------------------------------------------------------------------ */
 /* Cast between every pair of dtypes. Float to int truncates toward zero and saturates at the
  * destination's range (NaN gives 0), so no conversion is undefined; int to narrower int wraps;
- * anything to bool is x != 0; bool is 0/1. f16/bf16 go through f32. */
+ * anything to bool is x != 0; bool is 0/1. f16/bf16 go through f32 (rounded once). */
 
 typedef void (*CastRow)(void *dst, const void *src, int64_t n);
 
@@ -761,6 +767,20 @@ static const CastRow cast_rows[FLOE_DTYPE_LIMIT][FLOE_DTYPE_LIMIT] = {
     [FLOE_BOOL] = CAST_ROW_ENTRIES(b),
 };
 
+/* f64 -> f32 rounding to odd (truncate, then set the last bit when inexact), so that the
+ * following f32 -> f16/bf16 rounding is the correctly rounded f64 -> f16/bf16: plain f64 ->
+ * f32 -> f16 would round twice, wrongly at ties. */
+static void cast_f64_f32_odd(void *dv, const void *sv, int64_t n) {
+  float *restrict d = dv;
+  const double *restrict s = sv;
+  for (int64_t i = 0; i < n; i++) {
+    float f = (float)s[i];
+    uint32_t u = cpu_f32_bits(f);
+    uint32_t back = fabs((double)f) > fabs(s[i]) ? u - 1 : u; /* toward zero */
+    d[i] = (double)f == s[i] ? f : cpu_bits_f32(back | 1u);
+  }
+}
+
 typedef struct CastJob {
   FloeDType src, dst;
   const char *s;
@@ -783,6 +803,8 @@ static void cast_range(void *arg, int64_t begin, int64_t end) {
     int64_t m = n - c < HALF_CHUNK ? n - c : HALF_CHUNK;
     if (is_half(j->src))
       half_to_f32(buf, s + c * j->ssize, m, j->src);
+    else if (j->src == FLOE_F64)
+      cast_f64_f32_odd(buf, s + c * j->ssize, m);
     else
       cast_rows[j->src][FLOE_F32](buf, s + c * j->ssize, m);
     if (is_half(j->dst))
@@ -798,7 +820,8 @@ static floe_code cast_compute(void *state, FloeKernelContext *ctx) {
   int rank = cpu_host->tensor_rank(x);
   const int64_t *dims = cpu_host->tensor_dims(x);
   if (src == dst) return cpu_host->ctx_forward_input(ctx, 0, 0, rank, dims);
-  if ((!is_half(src) && !cast_rows[src][FLOE_F32]) || (!is_half(dst) && !cast_rows[FLOE_F32][dst]))
+  if ((!is_half(src) && !cast_rows[src][FLOE_F32]) ||
+      (!is_half(dst) && !cast_rows[FLOE_F32][dst]))
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported cast from %s to %s",
                                    cpu_host->dtype_name(src), cpu_host->dtype_name(dst));
   FloeTensor *out;
@@ -817,35 +840,35 @@ static floe_code cast_compute(void *state, FloeKernelContext *ctx) {
 /* ------------------------------------------------------------------------------------ */
 
 floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
-  static const struct {
+  const uint32_t numeric = FLOE_DTYPES_NUMERIC, flt = FLOE_DTYPES_FLOAT, all = FLOE_DTYPES_ALL;
+  const struct {
     const char *op;
     const BinaryOp *k;
-    uint32_t types; /* 0: the op has no type attribute (bool only) */
+    uint32_t types; /* of attribute T; 0: the op has none (bool only) */
   } binaries[] = {
-      {"Add", &op_add, FLOE_DTYPES_NUMERIC},  {"Sub", &op_sub, FLOE_DTYPES_NUMERIC},
-      {"Mul", &op_mul, FLOE_DTYPES_NUMERIC},  {"Div", &op_div, FLOE_DTYPES_NUMERIC},
-      {"Pow", &op_pow, FLOE_DTYPES_NUMERIC},  {"Maximum", &op_max, FLOE_DTYPES_NUMERIC},
-      {"Minimum", &op_min, FLOE_DTYPES_NUMERIC}, {"Equal", &op_eq, FLOE_DTYPES_ALL},
-      {"NotEqual", &op_ne, FLOE_DTYPES_ALL},  {"Less", &op_lt, FLOE_DTYPES_NUMERIC},
-      {"LessEqual", &op_le, FLOE_DTYPES_NUMERIC}, {"Greater", &op_gt, FLOE_DTYPES_NUMERIC},
-      {"GreaterEqual", &op_ge, FLOE_DTYPES_NUMERIC}, {"LogicalAnd", &op_and, 0},
+      {"Add", &op_add, numeric},          {"Sub", &op_sub, numeric},
+      {"Mul", &op_mul, numeric},          {"Div", &op_div, numeric},
+      {"Pow", &op_pow, numeric},          {"Maximum", &op_max, numeric},
+      {"Minimum", &op_min, numeric},      {"Equal", &op_eq, all},
+      {"NotEqual", &op_ne, all},          {"Less", &op_lt, numeric},
+      {"LessEqual", &op_le, numeric},     {"Greater", &op_gt, numeric},
+      {"GreaterEqual", &op_ge, numeric},  {"LogicalAnd", &op_and, 0},
       {"LogicalOr", &op_or, 0},
   };
-  static const struct {
+  const struct {
     const char *op;
     const UnaryState *k;
     uint32_t types;
-    int has_attr;
+    int has_attr; /* parsed per node by unary_attr_create */
   } unaries[] = {
-      {"Neg", &st_neg, FLOE_DTYPES_NUMERIC, 0},      {"Abs", &st_abs, FLOE_DTYPES_NUMERIC, 0},
-      {"Square", &st_square, FLOE_DTYPES_NUMERIC, 0}, {"Exp", &st_exp, FLOE_DTYPES_FLOAT, 0},
-      {"Log", &st_log, FLOE_DTYPES_FLOAT, 0},        {"Sqrt", &st_sqrt, FLOE_DTYPES_FLOAT, 0},
-      {"Rsqrt", &st_rsqrt, FLOE_DTYPES_FLOAT, 0},    {"Relu", &st_relu, FLOE_DTYPES_NUMERIC, 0},
-      {"Relu6", &st_relu6, FLOE_DTYPES_NUMERIC, 0},
-      {"LeakyRelu", &st_leaky_relu, FLOE_DTYPES_FLOAT, 1},
-      {"Elu", &st_elu, FLOE_DTYPES_FLOAT, 1},        {"Gelu", &st_gelu, FLOE_DTYPES_FLOAT, 1},
-      {"Sigmoid", &st_sigmoid, FLOE_DTYPES_FLOAT, 0}, {"Tanh", &st_tanh, FLOE_DTYPES_FLOAT, 0},
-      {"Softplus", &st_softplus, FLOE_DTYPES_FLOAT, 0}, {"LogicalNot", &st_not, 0, 0},
+      {"Neg", &st_neg, numeric, 0},         {"Abs", &st_abs, numeric, 0},
+      {"Square", &st_square, numeric, 0},   {"Exp", &st_exp, flt, 0},
+      {"Log", &st_log, flt, 0},             {"Sqrt", &st_sqrt, flt, 0},
+      {"Rsqrt", &st_rsqrt, flt, 0},         {"Relu", &st_relu, numeric, 0},
+      {"Relu6", &st_relu6, numeric, 0},     {"LeakyRelu", &st_leaky_relu, flt, 1},
+      {"Elu", &st_elu, flt, 1},             {"Gelu", &st_gelu, flt, 1},
+      {"Sigmoid", &st_sigmoid, flt, 0},     {"Tanh", &st_tanh, flt, 0},
+      {"Softplus", &st_softplus, flt, 0},   {"LogicalNot", &st_not, 0, 0},
   };
   floe_code rc = FLOE_OK;
   for (size_t i = 0; rc == FLOE_OK && i < sizeof binaries / sizeof binaries[0]; i++)
@@ -856,8 +879,8 @@ floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
                         unary_compute, unaries[i].has_attr ? unary_attr_create : NULL,
                         unaries[i].has_attr ? unary_attr_destroy : NULL, (void *)unaries[i].k);
   if (rc == FLOE_OK)
-    rc = cpu_add_kernel(reg, "Select", "T", FLOE_DTYPES_ALL, 0, select_compute, NULL, NULL, NULL);
+    rc = cpu_add_kernel(reg, "Select", "T", all, 0, select_compute, NULL, NULL, NULL);
   if (rc == FLOE_OK)
-    rc = cpu_add_kernel(reg, "Cast", "SrcT", FLOE_DTYPES_ALL, 0, cast_compute, NULL, NULL, NULL);
+    rc = cpu_add_kernel(reg, "Cast", "SrcT", all, 0, cast_compute, NULL, NULL, NULL);
   return rc;
 }

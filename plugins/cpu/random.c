@@ -15,7 +15,8 @@
  *   Normal (Box-Muller): f32 family, words (w0,w1) give elements 4k,4k+1 and (w2,w3) give
  *     4k+2,4k+3; f64, the two 64-bit values give elements 2k, 2k+1. u1 = (top p bits + 1)
  *     2^-p in (0,1], u2 = top p bits 2^-p (p = 24 or 53): z = sqrt(-2 ln u1) (cos, sin)(2 pi
- *     u2), computed in f32 for the f32 family and in f64 for f64.
+ *     u2), computed in f64 with libm for f64, and in f32 for the f32 family with vectorised
+ *     log and sincos (within about 1e-6 of the exact formula, before rounding to f16/bf16).
  *   TruncatedNormal: an element with |z| > 2 is drawn again from the same position of block
  *     (its block | attempt << 48), attempt = 1, 2, ... until |z| <= 2.
  *
@@ -23,6 +24,10 @@
  * from the clock and pid, and seed2 is a per-process serial number of the node, so
  * unseeded nodes differ from each other and from one program run to the next.
  */
+/* Lets the selects of the vectorised log and sincos be if-converted (no FP traps are ever
+ * enabled). */
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -34,7 +39,7 @@
 #include "cpu_util.h"
 
 /* Philox blocks computed together, laid out so the rounds vectorise. */
-#define RANDOM_BATCH 16
+#define RANDOM_BATCH 64
 /* Resampling a truncated normal this many times has probability 0.0455^65535: unreachable. */
 #define RANDOM_MAX_ATTEMPTS 65535
 
@@ -57,19 +62,18 @@ static uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/* Ten Philox rounds on RANDOM_BATCH counters at once (x[word][lane]). */
-static void philox_batch(uint32_t x[4][RANDOM_BATCH], uint32_t k0, uint32_t k1) {
+/* Ten Philox rounds on one counter c with key (k0, k1). */
+static inline void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
+#pragma GCC unroll 10
   for (int r = 0; r < 10; r++) {
-    for (int j = 0; j < RANDOM_BATCH; j++) {
-      uint64_t p0 = (uint64_t)PHILOX_M0 * x[0][j];
-      uint64_t p1 = (uint64_t)PHILOX_M1 * x[2][j];
-      uint32_t y0 = (uint32_t)(p1 >> 32) ^ x[1][j] ^ k0;
-      uint32_t y2 = (uint32_t)(p0 >> 32) ^ x[3][j] ^ k1;
-      x[0][j] = y0;
-      x[1][j] = (uint32_t)p1;
-      x[2][j] = y2;
-      x[3][j] = (uint32_t)p0;
-    }
+    uint64_t p0 = (uint64_t)PHILOX_M0 * c[0];
+    uint64_t p1 = (uint64_t)PHILOX_M1 * c[2];
+    uint32_t y0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0;
+    uint32_t y2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+    c[0] = y0;
+    c[1] = (uint32_t)p1;
+    c[2] = y2;
+    c[3] = (uint32_t)p0;
     k0 += PHILOX_W0;
     k1 += PHILOX_W1;
   }
@@ -82,33 +86,75 @@ typedef struct Draw {
   uint32_t k0, k1; /* key */
   uint32_t c2, c3; /* counter words 2 and 3: seed2 */
   int64_t n;       /* elements */
-  int per_block;   /* elements per Philox block: 4, or 2 for f64 */
   void *out;
 } Draw;
 
 /* The four words of block b. */
-static void philox_block(const Draw *d, uint64_t b, uint32_t w[4]) {
-  uint32_t x[4][RANDOM_BATCH] = {{0}};
-  x[0][0] = (uint32_t)b;
-  x[1][0] = (uint32_t)(b >> 32);
-  x[2][0] = d->c2;
-  x[3][0] = d->c3;
-  philox_batch(x, d->k0, d->k1);
-  for (int i = 0; i < 4; i++) w[i] = x[i][0];
+static inline void philox_block(const Draw *d, uint64_t b, uint32_t w[4]) {
+  w[0] = (uint32_t)b;
+  w[1] = (uint32_t)(b >> 32);
+  w[2] = d->c2;
+  w[3] = d->c3;
+  philox(w, d->k0, d->k1);
 }
 
-/* Box-Muller on one pair of words (f32 family): z[0] from cos, z[1] from sin. */
-static inline void normal_pair_f32(uint32_t a, uint32_t b, float z[2]) {
-  float u1 = (float)((a >> 8) + 1) * 0x1p-24f, u2 = (float)(b >> 8) * 0x1p-24f;
-  float r = sqrtf(-2.0f * logf(u1)), t = 6.2831853071795864769f * u2;
-  z[0] = r * cosf(t);
-  z[1] = r * sinf(t);
+/* Blocks b0 .. b0 + RANDOM_BATCH - 1 as x[word][lane]: lanes are independent, so the loop
+ * vectorises across them. */
+static inline void philox_batch(const Draw *d, int64_t b0, uint32_t x[4][RANDOM_BATCH]) {
+  for (int j = 0; j < RANDOM_BATCH; j++) {
+    uint32_t w[4];
+    philox_block(d, (uint64_t)(b0 + j), w);
+    x[0][j] = w[0];
+    x[1][j] = w[1];
+    x[2][j] = w[2];
+    x[3][j] = w[3];
+  }
 }
 
-static inline double normal_f64(uint64_t a, uint64_t b, int which) {
-  double u1 = (double)((a >> 11) + 1) * 0x1p-53, u2 = (double)(b >> 11) * 0x1p-53;
+/* sin and cos of 2 pi u for u in [0, 1), with selects instead of branches so loops over it
+ * vectorise: reduce to a quarter turn, then Cephes' polynomials on [-pi/4, pi/4]. */
+static inline void sincos_2pi(float u, float *s, float *c) {
+  int q = (int)(u * 4.0f + 0.5f); /* nearest quarter turn, 0..4 */
+  float a = (u - (float)q * 0.25f) * 6.2831853071795864769f;
+  float z = a * a;
+  float sn = a + a * z * (-1.6666654611e-1f + z * (8.3321608736e-3f + z * -1.9515295891e-4f));
+  float cs = 1.0f - 0.5f * z +
+             z * z * (4.166664568e-2f + z * (-1.388731625e-3f + z * 2.443315711e-5f));
+  float s0 = q & 1 ? cs : sn, c0 = q & 1 ? sn : cs;
+  *s = q & 2 ? -s0 : s0;
+  *c = (q + 1) & 2 ? -c0 : c0;
+}
+
+/* Box-Muller, f32 family: -2 ln u1 with u1 in (0, 1] from word a, and u2 in [0, 1) from
+ * word b; the pair is sqrt(-2 ln u1) (cos, sin)(2 pi u2). */
+static inline float radius2_f32(uint32_t a) {
+  return -2.0f * cpu_log_f32((float)(int32_t)((a >> 8) + 1) * 0x1p-24f);
+}
+
+static inline float angle_f32(uint32_t b) {
+  return (float)(int32_t)(b >> 8) * 0x1p-24f;
+}
+
+static inline void normal_pair_f32(uint32_t a, uint32_t b, float *zc, float *zs) {
+  float r = sqrtf(radius2_f32(a)), s, c;
+  sincos_2pi(angle_f32(b), &s, &c);
+  *zc = r * c;
+  *zs = r * s;
+}
+
+/* The top 53 bits of (hi << 32 | lo) times 2^-53, through two exact int32 conversions
+ * (which vectorise, unlike 64-bit ones). */
+static inline double unit_f64(uint32_t hi, uint32_t lo) {
+  int32_t top = (int32_t)(hi >> 6), low = (int32_t)((hi & 0x3fu) << 21 | lo >> 11);
+  return (double)top * 0x1p-26 + (double)low * 0x1p-53;
+}
+
+/* Box-Muller in f64 on two 64-bit values: z[0] from cos, z[1] from sin. */
+static void normal_pair_f64(const uint32_t w[4], double z[2]) {
+  double u1 = unit_f64(w[0], w[1]) + 0x1p-53, u2 = unit_f64(w[2], w[3]);
   double r = sqrt(-2.0 * log(u1)), t = 6.28318530717958647692 * u2;
-  return r * (which ? sin(t) : cos(t));
+  z[0] = r * cos(t);
+  z[1] = r * sin(t);
 }
 
 /* Element i of a truncated normal whose first draw fell outside [-2, 2]. */
@@ -118,7 +164,7 @@ static float truncated_f32(const Draw *d, int64_t i) {
     philox_block(d, (uint64_t)(i / 4) | a << 48, w);
     int p = (int)(i % 4) & ~1;
     float z[2];
-    normal_pair_f32(w[p], w[p + 1], z);
+    normal_pair_f32(w[p], w[p + 1], &z[0], &z[1]);
     if (fabsf(z[i & 1]) <= 2.0f) return z[i & 1];
   }
   return 0.0f;
@@ -128,8 +174,9 @@ static double truncated_f64(const Draw *d, int64_t i) {
   uint32_t w[4];
   for (uint64_t a = 1; a <= RANDOM_MAX_ATTEMPTS; a++) {
     philox_block(d, (uint64_t)(i / 2) | a << 48, w);
-    double z = normal_f64((uint64_t)w[0] << 32 | w[1], (uint64_t)w[2] << 32 | w[3], (int)(i & 1));
-    if (fabs(z) <= 2.0) return z;
+    double z[2];
+    normal_pair_f64(w, z);
+    if (fabs(z[i & 1]) <= 2.0) return z[i & 1];
   }
   return 0.0;
 }
@@ -151,29 +198,44 @@ static void store_f32(const Draw *d, int64_t first, const float *v, int n) {
   }
 }
 
-/* Blocks [begin, end) for f32, f16 and bf16 outputs. */
+/* Blocks [begin, end) for f32, f16 and bf16 outputs: 4 elements per block. */
+__attribute__((target_clones("avx2", "default")))
 static void draw_f32(void *arg, int64_t begin, int64_t end) {
   const Draw *d = arg;
   int bits = d->dt == FLOE_F16 ? 11 : d->dt == FLOE_BF16 ? 8 : 24;
-  float scale = ldexpf(1.0f, -bits);
+  float scale = 1.0f / (float)(1 << bits);
   for (int64_t b0 = begin; b0 < end; b0 += RANDOM_BATCH) {
     uint32_t x[4][RANDOM_BATCH];
-    for (int j = 0; j < RANDOM_BATCH; j++) {
-      uint64_t b = (uint64_t)(b0 + j);
-      x[0][j] = (uint32_t)b;
-      x[1][j] = (uint32_t)(b >> 32);
-      x[2][j] = d->c2;
-      x[3][j] = d->c3;
-    }
-    philox_batch(x, d->k0, d->k1);
     float v[4 * RANDOM_BATCH];
+    philox_batch(d, b0, x);
     if (d->dist == DIST_UNIFORM) {
-      for (int j = 0; j < RANDOM_BATCH; j++)
-        for (int w = 0; w < 4; w++) v[4 * j + w] = (float)(x[w][j] >> (32 - bits)) * scale;
+      int sh = 32 - bits;
+      for (int j = 0; j < RANDOM_BATCH; j++) { /* int32 conversions: u32 ones do not vectorise */
+        v[4 * j] = (float)(int32_t)(x[0][j] >> sh) * scale;
+        v[4 * j + 1] = (float)(int32_t)(x[1][j] >> sh) * scale;
+        v[4 * j + 2] = (float)(int32_t)(x[2][j] >> sh) * scale;
+        v[4 * j + 3] = (float)(int32_t)(x[3][j] >> sh) * scale;
+      }
     } else {
+      /* normal_pair_f32 in three loops: libm's sqrtf (it may set errno) keeps the middle one
+       * scalar, the other two vectorise. */
+      float r[2][RANDOM_BATCH];
       for (int j = 0; j < RANDOM_BATCH; j++) {
-        normal_pair_f32(x[0][j], x[1][j], v + 4 * j);
-        normal_pair_f32(x[2][j], x[3][j], v + 4 * j + 2);
+        r[0][j] = radius2_f32(x[0][j]);
+        r[1][j] = radius2_f32(x[2][j]);
+      }
+      for (int j = 0; j < RANDOM_BATCH; j++) {
+        r[0][j] = sqrtf(r[0][j]);
+        r[1][j] = sqrtf(r[1][j]);
+      }
+      for (int j = 0; j < RANDOM_BATCH; j++) {
+        float s0, c0, s1, c1;
+        sincos_2pi(angle_f32(x[1][j]), &s0, &c0);
+        sincos_2pi(angle_f32(x[3][j]), &s1, &c1);
+        v[4 * j] = r[0][j] * c0;
+        v[4 * j + 1] = r[0][j] * s0;
+        v[4 * j + 2] = r[1][j] * c1;
+        v[4 * j + 3] = r[1][j] * s1;
       }
     }
     int64_t first = b0 * 4, last = (b0 + RANDOM_BATCH < end ? b0 + RANDOM_BATCH : end) * 4;
@@ -185,31 +247,29 @@ static void draw_f32(void *arg, int64_t begin, int64_t end) {
   }
 }
 
-/* Blocks [begin, end) for f64 outputs. */
+/* Blocks [begin, end) for f64 outputs: 2 elements per block. */
+__attribute__((target_clones("avx2", "default")))
 static void draw_f64(void *arg, int64_t begin, int64_t end) {
   const Draw *d = arg;
   double *out = d->out;
   for (int64_t b0 = begin; b0 < end; b0 += RANDOM_BATCH) {
     uint32_t x[4][RANDOM_BATCH];
-    for (int j = 0; j < RANDOM_BATCH; j++) {
-      uint64_t b = (uint64_t)(b0 + j);
-      x[0][j] = (uint32_t)b;
-      x[1][j] = (uint32_t)(b >> 32);
-      x[2][j] = d->c2;
-      x[3][j] = d->c3;
+    double v[2 * RANDOM_BATCH];
+    philox_batch(d, b0, x);
+    if (d->dist == DIST_UNIFORM) {
+      for (int j = 0; j < RANDOM_BATCH; j++) {
+        v[2 * j] = unit_f64(x[0][j], x[1][j]);
+        v[2 * j + 1] = unit_f64(x[2][j], x[3][j]);
+      }
+    } else {
+      for (int j = 0; j < RANDOM_BATCH; j++)
+        normal_pair_f64((const uint32_t[4]){x[0][j], x[1][j], x[2][j], x[3][j]}, v + 2 * j);
     }
-    philox_batch(x, d->k0, d->k1);
     int64_t first = b0 * 2, last = (b0 + RANDOM_BATCH < end ? b0 + RANDOM_BATCH : end) * 2;
     if (last > d->n) last = d->n;
     for (int64_t i = first; i < last; i++) {
-      int j = (int)((i - first) / 2), h = (int)(i & 1);
-      uint64_t a = (uint64_t)x[0][j] << 32 | x[1][j], b = (uint64_t)x[2][j] << 32 | x[3][j];
-      if (d->dist == DIST_UNIFORM) {
-        out[i] = (double)((h ? b : a) >> 11) * 0x1p-53;
-      } else {
-        double z = normal_f64(a, b, h);
-        out[i] = d->dist == DIST_TRUNCATED && fabs(z) > 2.0 ? truncated_f64(d, i) : z;
-      }
+      double z = v[i - first];
+      out[i] = d->dist == DIST_TRUNCATED && fabs(z) > 2.0 ? truncated_f64(d, i) : z;
     }
   }
 }
@@ -258,22 +318,23 @@ static floe_code random_compute(void *state, FloeKernelContext *ctx) {
   const FloeTensor *st = cpu_host->ctx_input(ctx, 0);
   FloeDType sdt = cpu_host->tensor_dtype(st);
   int64_t n = cpu_host->tensor_num_elements(st);
+  char shape[CPU_SHAPE_STR_MAX];
   if ((sdt != FLOE_I32 && sdt != FLOE_I64) || cpu_host->tensor_rank(st) != 1 ||
       n > FLOE_MAX_DIMS)
-    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                   "shape must be a 1-D i32/i64 tensor of at most %d values, "
-                                   "got %s of rank %d",
-                                   FLOE_MAX_DIMS, cpu_host->dtype_name(sdt),
-                                   cpu_host->tensor_rank(st));
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT,
+        "shape must be a 1-D i32/i64 tensor of at most %d values, got %s %s", FLOE_MAX_DIMS,
+        cpu_host->dtype_name(sdt),
+        cpu_shape_str(shape, sizeof shape, cpu_host->tensor_rank(st), cpu_host->tensor_dims(st)));
   int64_t dims[FLOE_MAX_DIMS];
   const void *sd = cpu_host->tensor_data(st);
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; i < n; i++)
     dims[i] = sdt == FLOE_I32 ? ((const int32_t *)sd)[i] : ((const int64_t *)sd)[i];
+  for (int64_t i = 0; i < n; i++)
     if (dims[i] < 0)
       return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                     "shape[%d] is %lld: sizes must be >= 0", (int)i,
-                                     (long long)dims[i]);
-  }
+                                     "shape %s has a negative size",
+                                     cpu_shape_str(shape, sizeof shape, (int)n, dims));
   FloeTensor *y;
   floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, (int)n, dims, &y);
   if (rc != FLOE_OK) return rc;
@@ -288,11 +349,11 @@ static floe_code random_compute(void *state, FloeKernelContext *ctx) {
   d.k1 = (uint32_t)(key >> 32);
   d.c2 = (uint32_t)s->seed2;
   d.c3 = (uint32_t)(s->seed2 >> 32);
-  d.per_block = d.dt == FLOE_F64 ? 2 : 4;
   d.out = cpu_host->tensor_data(y);
   FloeParallelFn fn = d.dt == FLOE_F64 ? draw_f64 : draw_f32;
-  int64_t blocks = (d.n + d.per_block - 1) / d.per_block;
-  cpu_parallel_for(blocks, d.dist == DIST_UNIFORM ? 8 : 40, fn, &d);
+  int per_block = d.dt == FLOE_F64 ? 2 : 4;
+  int64_t blocks = (d.n + per_block - 1) / per_block;
+  cpu_parallel_for(blocks, d.dist == DIST_UNIFORM ? 12 : 32, fn, &d); /* ns per block */
   return FLOE_OK;
 }
 

@@ -2,14 +2,15 @@
  *
  * Every reduction runs on x viewed as blocks [O, R, I] (reduce the middle). Axis sets that
  * are contiguous once size-1 dims are dropped map onto that view directly; other sets are
- * first gathered into it. Float sums and products accumulate in f64 (for f32, f16 and bf16
- * inputs too), over several lanes, so sums of millions of elements stay exact to the
- * output's precision. Big inputs are split over outer blocks and, when there are too few of
- * those, over parts of R whose partial results are combined at the end.
+ * first gathered into it. Float sums add blocks of up to 2048 elements in many f32 lanes
+ * and the block sums in f64 (products: f64 throughout), so sums of millions of elements stay
+ * exact to the output's precision at f32 speed. Big inputs are split over outer blocks and,
+ * when there are too few of those, over parts of R whose partial results are combined last.
  */
-/* FP exception flags are never read; lets gcc turn the selects of Max/Min and of the half
- * conversions into vector blends. */
-#pragma GCC optimize("no-trapping-math")
+/* O3: the default CFLAGS' -O2 comes after the Makefile's -O3 and would win, leaving these
+ * loops scalar. no-trapping-math: FP exception flags are never read, and it lets gcc turn
+ * the selects of Max/Min and of the half conversions into vector blends. */
+#pragma GCC optimize("O3", "no-trapping-math")
 
 #include <math.h>
 #include <stdint.h>
@@ -30,7 +31,7 @@
 enum { RED_SUM, RED_MEAN, RED_PROD, RED_MAX, RED_MIN, RED_NUM };
 
 /* "[2,3,4]" for error messages, in a buffer that lives until the end of the enclosing block. */
-#define SHAPE(rank, dims) \
+#define SHAPE(rank, dims)                                                                          \
   cpu_shape_str((char[CPU_SHAPE_STR_MAX]){0}, CPU_SHAPE_STR_MAX, (rank), (dims))
 
 /* ------------------------------------------------------------------------------------ */
@@ -92,101 +93,101 @@ typedef struct Reducer {
 /* A accumulates across blocks (and in the acc arrays); B accumulates within a block of
  * RED_ROW_BLOCK elements of a row or RED_COL_BLOCK rows of columns. f32 sums use B = f32 in
  * many lanes (fast, and short enough to stay accurate) and A = f64 (exact across blocks). */
-#define DEF_REDUCER(NAME, T, A, B, LOAD, STORE, IDENT, COMB)                                   \
-  enum { NAME##_lanes = RED_LANE_BYTES / sizeof(B) };                                       \
-  static void NAME##_init(void *accv, int64_t n) {                                          \
-    A *acc = accv;                                                                          \
-    for (int64_t i = 0; i < n; i++) acc[i] = IDENT;                                         \
-  }                                                                                         \
-  CPU_HOT static void NAME##_rows(const void *xv, int64_t R, int64_t n, int64_t ld,         \
-                                  void *accv) {                                             \
-    const T *x = xv;                                                                        \
-    A *acc = accv;                                                                          \
-    for (int64_t k = 0; k < n; k++) {                                                       \
-      const T *p = x + k * ld;                                                              \
-      A s = IDENT;                                                                          \
-      if (R < NAME##_lanes) {                                                               \
-        for (int64_t r = 0; r < R; r++) s = COMB(s, LOAD(p[r]));                            \
-        acc[k] = COMB(acc[k], s);                                                           \
-        continue;                                                                           \
-      }                                                                                     \
-      for (int64_t r0 = 0; r0 < R; r0 += RED_ROW_BLOCK) {                                   \
-        int64_t r1 = R - r0 < RED_ROW_BLOCK ? R : r0 + RED_ROW_BLOCK, r = r0;               \
-        B l[NAME##_lanes];                                                                  \
-        for (int j = 0; j < NAME##_lanes; j++) l[j] = IDENT;                                \
-        for (; r + NAME##_lanes <= r1; r += NAME##_lanes)                                   \
-          for (int j = 0; j < NAME##_lanes; j++) l[j] = COMB(l[j], LOAD(p[r + j]));         \
-        for (; r < r1; r++) l[0] = COMB(l[0], LOAD(p[r]));                                  \
-        for (int h = NAME##_lanes / 2; h > 0; h /= 2) /* pairwise over the lanes */         \
-          for (int j = 0; j < h; j++) l[j] = COMB(l[j], l[j + h]);                          \
-        s = COMB(s, (A)l[0]);                                                               \
-      }                                                                                     \
-      acc[k] = COMB(acc[k], s);                                                             \
-    }                                                                                       \
-  }                                                                                         \
-  CPU_HOT static void NAME##_cols(const void *xv, int64_t R, int64_t w, int64_t ld,         \
-                                  void *accv) {                                             \
-    const T *x = xv;                                                                        \
-    A *restrict acc = accv;                                                                 \
-    if (sizeof(A) == sizeof(B)) { /* one type: no blocks needed */                         \
-      for (int64_t r = 0; r < R; r++) {                                                     \
-        const T *restrict p = x + r * ld;                                                   \
-        for (int64_t i = 0; i < w; i++) acc[i] = COMB(acc[i], LOAD(p[i]));                  \
-      }                                                                                     \
-      return;                                                                               \
-    }                                                                                       \
-    B t[RED_CHUNK];                                                                         \
-    for (int64_t r0 = 0; r0 < R; r0 += RED_COL_BLOCK) {                                     \
-      int64_t r1 = R - r0 < RED_COL_BLOCK ? R : r0 + RED_COL_BLOCK;                         \
-      for (int64_t i = 0; i < w; i++) t[i] = IDENT;                                         \
-      for (int64_t r = r0; r < r1; r++) {                                                   \
-        const T *restrict p = x + r * ld;                                                   \
-        for (int64_t i = 0; i < w; i++) t[i] = COMB(t[i], LOAD(p[i]));                      \
-      }                                                                                     \
-      for (int64_t i = 0; i < w; i++) acc[i] = COMB(acc[i], (A)t[i]);                       \
-    }                                                                                       \
-  }                                                                                         \
-  static void NAME##_combine(void *dv, const void *sv, int64_t n) {                         \
-    A *restrict d = dv;                                                                     \
-    const A *restrict s = sv;                                                               \
-    for (int64_t i = 0; i < n; i++) d[i] = COMB(d[i], s[i]);                                \
-  }                                                                                         \
-  static void NAME##_store(const void *accv, int64_t n, void *outv, int64_t count) {        \
-    const A *acc = accv;                                                                    \
-    T *out = outv;                                                                          \
-    (void)count;                                                                            \
-    for (int64_t i = 0; i < n; i++) out[i] = STORE(acc[i]);                                 \
+#define DEF_REDUCER(NAME, T, A, B, LOAD, STORE, IDENT, COMB)                                       \
+  enum { NAME##_lanes = RED_LANE_BYTES / sizeof(B) };                                              \
+  static void NAME##_init(void *accv, int64_t n) {                                                 \
+    A *acc = accv;                                                                                 \
+    for (int64_t i = 0; i < n; i++) acc[i] = IDENT;                                                \
+  }                                                                                                \
+  CPU_HOT static void NAME##_rows(const void *xv, int64_t R, int64_t n, int64_t ld,                \
+                                  void *accv) {                                                    \
+    const T *x = xv;                                                                               \
+    A *acc = accv;                                                                                 \
+    for (int64_t k = 0; k < n; k++) {                                                              \
+      const T *p = x + k * ld;                                                                     \
+      A s = IDENT;                                                                                 \
+      if (R < NAME##_lanes) {                                                                      \
+        for (int64_t r = 0; r < R; r++) s = COMB(s, LOAD(p[r]));                                   \
+        acc[k] = COMB(acc[k], s);                                                                  \
+        continue;                                                                                  \
+      }                                                                                            \
+      for (int64_t r0 = 0; r0 < R; r0 += RED_ROW_BLOCK) {                                          \
+        int64_t r1 = R - r0 < RED_ROW_BLOCK ? R : r0 + RED_ROW_BLOCK, r = r0;                      \
+        B l[NAME##_lanes];                                                                         \
+        for (int j = 0; j < NAME##_lanes; j++) l[j] = IDENT;                                       \
+        for (; r + NAME##_lanes <= r1; r += NAME##_lanes)                                          \
+          for (int j = 0; j < NAME##_lanes; j++) l[j] = COMB(l[j], LOAD(p[r + j]));                \
+        for (; r < r1; r++) l[0] = COMB(l[0], LOAD(p[r]));                                         \
+        for (int h = NAME##_lanes / 2; h > 0; h /= 2) /* pairwise over the lanes */                \
+          for (int j = 0; j < h; j++) l[j] = COMB(l[j], l[j + h]);                                 \
+        s = COMB(s, (A)l[0]);                                                                      \
+      }                                                                                            \
+      acc[k] = COMB(acc[k], s);                                                                    \
+    }                                                                                              \
+  }                                                                                                \
+  CPU_HOT static void NAME##_cols(const void *xv, int64_t R, int64_t w, int64_t ld,                \
+                                  void *accv) {                                                    \
+    const T *x = xv;                                                                               \
+    A *restrict acc = accv;                                                                        \
+    if (sizeof(A) == sizeof(B)) { /* one type: no blocks needed */                                 \
+      for (int64_t r = 0; r < R; r++) {                                                            \
+        const T *restrict p = x + r * ld;                                                          \
+        for (int64_t i = 0; i < w; i++) acc[i] = COMB(acc[i], LOAD(p[i]));                         \
+      }                                                                                            \
+      return;                                                                                      \
+    }                                                                                              \
+    B t[RED_CHUNK];                                                                                \
+    for (int64_t r0 = 0; r0 < R; r0 += RED_COL_BLOCK) {                                            \
+      int64_t r1 = R - r0 < RED_COL_BLOCK ? R : r0 + RED_COL_BLOCK;                                \
+      for (int64_t i = 0; i < w; i++) t[i] = IDENT;                                                \
+      for (int64_t r = r0; r < r1; r++) {                                                          \
+        const T *restrict p = x + r * ld;                                                          \
+        for (int64_t i = 0; i < w; i++) t[i] = COMB(t[i], LOAD(p[i]));                             \
+      }                                                                                            \
+      for (int64_t i = 0; i < w; i++) acc[i] = COMB(acc[i], (A)t[i]);                              \
+    }                                                                                              \
+  }                                                                                                \
+  static void NAME##_combine(void *dv, const void *sv, int64_t n) {                                \
+    A *restrict d = dv;                                                                            \
+    const A *restrict s = sv;                                                                      \
+    for (int64_t i = 0; i < n; i++) d[i] = COMB(d[i], s[i]);                                       \
+  }                                                                                                \
+  static void NAME##_store(const void *accv, int64_t n, void *outv, int64_t count) {               \
+    const A *acc = accv;                                                                           \
+    T *out = outv;                                                                                 \
+    (void)count;                                                                                   \
+    for (int64_t i = 0; i < n; i++) out[i] = STORE(acc[i]);                                        \
   }
 
 /* Mean: the sum's functions with a dividing store (0/0 gives NaN for floats). */
-#define DEF_MEAN_STORE(NAME, T, A, STORE)                                                      \
-  static void NAME##_store_mean(const void *accv, int64_t n, void *outv, int64_t count) {   \
-    const A *acc = accv;                                                                    \
-    T *out = outv;                                                                          \
-    for (int64_t i = 0; i < n; i++) out[i] = STORE(acc[i] / (A)count);                      \
+#define DEF_MEAN_STORE(NAME, T, A, STORE)                                                          \
+  static void NAME##_store_mean(const void *accv, int64_t n, void *outv, int64_t count) {          \
+    const A *acc = accv;                                                                           \
+    T *out = outv;                                                                                 \
+    for (int64_t i = 0; i < n; i++) out[i] = STORE(acc[i] / (A)count);                             \
   }
 
-#define FLOAT_TYPES(X) X(F32, f32, float) X(F64, f64, double) X(F16, f16, uint16_t) \
+#define FLOAT_TYPES(X) X(F32, f32, float) X(F64, f64, double) X(F16, f16, uint16_t)                \
   X(BF16, bf16, uint16_t)
 #define INT_TYPES(X) X(I8, i8, int8_t) X(U8, u8, uint8_t) X(I32, i32, int32_t) X(I64, i64, int64_t)
 #define ALL_TYPES(X) FLOAT_TYPES(X) INT_TYPES(X)
 
-#define DEF_FLOAT_REDUCERS(E, N, T)                                                            \
-  DEF_REDUCER(sum_##N, T, double, SB_##N, LD_##N, ST_##N, 0.0, C_ADD)                      \
-  DEF_MEAN_STORE(sum_##N, T, double, ST_##N)                                                \
-  DEF_REDUCER(prod_##N, T, double, double, LD_##N, ST_##N, 1.0, C_MUL)                      \
-  DEF_REDUCER(max_##N, T, MM_##N, MM_##N, LD_##N, ST_##N, -INFINITY, C_FMAX)                \
+#define DEF_FLOAT_REDUCERS(E, N, T)                                                                \
+  DEF_REDUCER(sum_##N, T, double, SB_##N, LD_##N, ST_##N, 0.0, C_ADD)                              \
+  DEF_MEAN_STORE(sum_##N, T, double, ST_##N)                                                       \
+  DEF_REDUCER(prod_##N, T, double, double, LD_##N, ST_##N, 1.0, C_MUL)                             \
+  DEF_REDUCER(max_##N, T, MM_##N, MM_##N, LD_##N, ST_##N, -INFINITY, C_FMAX)                       \
   DEF_REDUCER(min_##N, T, MM_##N, MM_##N, LD_##N, ST_##N, INFINITY, C_FMIN)
-#define DEF_INT_REDUCERS(E, N, T)                                                              \
-  DEF_REDUCER(sum_##N, T, int64_t, int64_t, LD_INT, ST_##N, 0, C_IADD)                     \
-  DEF_MEAN_STORE(sum_##N, T, int64_t, ST_##N)                                               \
-  DEF_REDUCER(prod_##N, T, int64_t, int64_t, LD_INT, ST_##N, 1, C_IMUL)                     \
-  DEF_REDUCER(max_##N, T, T, T, LD_INT, ST_##N, LOW_##N, C_IMAX)                            \
+#define DEF_INT_REDUCERS(E, N, T)                                                                  \
+  DEF_REDUCER(sum_##N, T, int64_t, int64_t, LD_INT, ST_##N, 0, C_IADD)                             \
+  DEF_MEAN_STORE(sum_##N, T, int64_t, ST_##N)                                                      \
+  DEF_REDUCER(prod_##N, T, int64_t, int64_t, LD_INT, ST_##N, 1, C_IMUL)                            \
+  DEF_REDUCER(max_##N, T, T, T, LD_INT, ST_##N, LOW_##N, C_IMAX)                                   \
   DEF_REDUCER(min_##N, T, T, T, LD_INT, ST_##N, HIGH_##N, C_IMIN)
 FLOAT_TYPES(DEF_FLOAT_REDUCERS)
 INT_TYPES(DEF_INT_REDUCERS)
 
-#define RED_FNS(NAME, STORE, A)                                                                \
+#define RED_FNS(NAME, STORE, A)                                                                    \
   {NAME##_init, NAME##_rows, NAME##_cols, NAME##_combine, NAME##_##STORE, sizeof(A)}
 #define SUM_ENTRY(E, N, T) [FLOE_##E] = RED_FNS(sum_##N, store, sum_acc_##N),
 #define MEAN_ENTRY(E, N, T) [FLOE_##E] = RED_FNS(sum_##N, store_mean, sum_acc_##N),
@@ -227,53 +228,55 @@ typedef struct ArgReducer {
 #define B_IMAX(v, b) ((v) > (b))
 #define B_IMIN(v, b) ((v) < (b))
 
-#define DEF_ARG(NAME, T, A, LOAD, BETTER)                                                      \
-  static void NAME##_rows(const void *xv, int64_t R, int64_t n, int64_t ld, int64_t *idx) { \
-    const T *x = xv;                                                                        \
-    for (int64_t k = 0; k < n; k++) {                                                       \
-      const T *p = x + k * ld;                                                              \
-      A b = LOAD(p[0]);                                                                     \
-      int64_t bi = 0;                                                                       \
-      for (int64_t r = 1; r < R; r++) {                                                     \
-        A v = LOAD(p[r]);                                                                   \
-        if (BETTER(v, b)) b = v, bi = r;                                                    \
-      }                                                                                     \
-      idx[k] = bi;                                                                          \
-    }                                                                                       \
-  }                                                                                         \
-  static void NAME##_cols(const void *xv, int64_t R, int64_t w, int64_t ld, int64_t *idx) { \
-    const T *x = xv;                                                                        \
-    A best[RED_CHUNK];                                                                      \
-    for (int64_t i = 0; i < w; i++) best[i] = LOAD(x[i]), idx[i] = 0;                       \
-    for (int64_t r = 1; r < R; r++) {                                                       \
-      const T *p = x + r * ld;                                                              \
-      for (int64_t i = 0; i < w; i++) {                                                     \
-        A v = LOAD(p[i]);                                                                   \
-        if (BETTER(v, best[i])) best[i] = v, idx[i] = r;                                    \
-      }                                                                                     \
-    }                                                                                       \
-  }                                                                                         \
-  static int64_t NAME##_pick(const void *basev, int64_t stride, const int64_t *cand,        \
-                             int64_t cld, int64_t P) {                                      \
-    const T *base = basev;                                                                  \
-    int64_t bi = cand[0];                                                                   \
-    A b = LOAD(base[bi * stride]);                                                          \
-    for (int64_t p = 1; p < P; p++) {                                                       \
-      A v = LOAD(base[cand[p * cld] * stride]);                                             \
-      if (BETTER(v, b)) b = v, bi = cand[p * cld];                                          \
-    }                                                                                       \
-    return bi;                                                                              \
+#define DEF_ARG(NAME, T, A, LOAD, BETTER)                                                          \
+  static void NAME##_rows(const void *xv, int64_t R, int64_t n, int64_t ld, int64_t *idx) {        \
+    const T *x = xv;                                                                               \
+    for (int64_t k = 0; k < n; k++) {                                                              \
+      const T *p = x + k * ld;                                                                     \
+      A b = LOAD(p[0]);                                                                            \
+      int64_t bi = 0;                                                                              \
+      for (int64_t r = 1; r < R; r++) {                                                            \
+        A v = LOAD(p[r]);                                                                          \
+        if (BETTER(v, b)) b = v, bi = r;                                                           \
+      }                                                                                            \
+      idx[k] = bi;                                                                                 \
+    }                                                                                              \
+  }                                                                                                \
+  static void NAME##_cols(const void *xv, int64_t R, int64_t w, int64_t ld, int64_t *idx) {        \
+    const T *x = xv;                                                                               \
+    A best[RED_CHUNK];                                                                             \
+    for (int64_t i = 0; i < w; i++) best[i] = LOAD(x[i]), idx[i] = 0;                              \
+    for (int64_t r = 1; r < R; r++) {                                                              \
+      const T *p = x + r * ld;                                                                     \
+      for (int64_t i = 0; i < w; i++) {                                                            \
+        A v = LOAD(p[i]);                                                                          \
+        if (BETTER(v, best[i])) best[i] = v, idx[i] = r;                                           \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  static int64_t NAME##_pick(const void *basev, int64_t stride, const int64_t *cand,               \
+                             int64_t cld, int64_t P) {                                             \
+    const T *base = basev;                                                                         \
+    int64_t bi = cand[0];                                                                          \
+    A b = LOAD(base[bi * stride]);                                                                 \
+    for (int64_t p = 1; p < P; p++) {                                                              \
+      A v = LOAD(base[cand[p * cld] * stride]);                                                    \
+      if (BETTER(v, b)) b = v, bi = cand[p * cld];                                                 \
+    }                                                                                              \
+    return bi;                                                                                     \
   }
 
-#define DEF_FLOAT_ARGS(E, N, T)                                                                \
+#define DEF_FLOAT_ARGS(E, N, T)                                                                    \
   DEF_ARG(argmax_##N, T, MM_##N, LD_##N, B_FMAX) DEF_ARG(argmin_##N, T, MM_##N, LD_##N, B_FMIN)
-#define DEF_INT_ARGS(E, N, T)                                                                  \
+#define DEF_INT_ARGS(E, N, T)                                                                      \
   DEF_ARG(argmax_##N, T, T, LD_INT, B_IMAX) DEF_ARG(argmin_##N, T, T, LD_INT, B_IMIN)
 FLOAT_TYPES(DEF_FLOAT_ARGS)
 INT_TYPES(DEF_INT_ARGS)
 
-#define ARGMAX_ENTRY(E, N, T) [FLOE_##E] = {argmax_##N##_rows, argmax_##N##_cols, argmax_##N##_pick},
-#define ARGMIN_ENTRY(E, N, T) [FLOE_##E] = {argmin_##N##_rows, argmin_##N##_cols, argmin_##N##_pick},
+#define ARGMAX_ENTRY(E, N, T) \
+  [FLOE_##E] = {argmax_##N##_rows, argmax_##N##_cols, argmax_##N##_pick},
+#define ARGMIN_ENTRY(E, N, T) \
+  [FLOE_##E] = {argmin_##N##_rows, argmin_##N##_cols, argmin_##N##_pick},
 static const ArgReducer argmax_fns[FLOE_DTYPE_LIMIT] = {ALL_TYPES(ARGMAX_ENTRY)};
 static const ArgReducer argmin_fns[FLOE_DTYPE_LIMIT] = {ALL_TYPES(ARGMIN_ENTRY)};
 
@@ -362,7 +365,8 @@ static void red_units(void *arg, int64_t begin, int64_t end) {
       f->rows(src, t.r1 - t.r0, 1, 0, acc);
     else
       f->cols(src, t.r1 - t.r0, t.w, pl->I, acc);
-    if (pl->P == 1) f->store(acc, t.w, j->out + (size_t)(t.o * pl->I + t.c * pl->W) * j->esz, j->count);
+    if (pl->P == 1)
+      f->store(acc, t.w, j->out + (size_t)(t.o * pl->I + t.c * pl->W) * j->esz, j->count);
   }
 }
 
@@ -373,7 +377,8 @@ static floe_code red_blocks(FloeKernelContext *ctx, const Reducer *f, const void
   const RedPlan *pl = &j.pl;
   if (pl->P > 1) {
     void *tmp;
-    floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(pl->units * pl->W) * f->acc_size, &tmp);
+    size_t bytes = (size_t)(pl->units * pl->W) * f->acc_size;
+    floe_code rc = cpu_host->ctx_allocate_temp(ctx, bytes, &tmp);
     if (rc != FLOE_OK)
       return cpu_host->ctx_set_error(ctx, rc, "cannot allocate %lld partial sums",
                                      (long long)(pl->units * pl->W));

@@ -6,8 +6,10 @@
  * exponentials accumulate in f64. f32 uses the vectorisable exp/log of cpu_util.h; f16 and
  * bf16 are converted to f32, computed, and converted back.
  */
-/* FP exception flags are never read; lets gcc turn the selects of exp into vector blends. */
-#pragma GCC optimize("no-trapping-math")
+/* O3: the default CFLAGS' -O2 comes after the Makefile's -O3 and would win, leaving these
+ * loops scalar. no-trapping-math: FP exception flags are never read, and it lets gcc turn
+ * the selects of exp into vector blends. */
+#pragma GCC optimize("O3", "no-trapping-math")
 
 #include <math.h>
 #include <stdint.h>
@@ -18,118 +20,121 @@
 
 #define SM_CHUNK 256 /* inner elements per block when the softmax axis is not the last */
 #define SM_LANES 8   /* independent accumulators of the row loops */
+#define SM_MAX(a, b) (((b) > (a) || (b) != (b)) ? (b) : (a))
 
 /* "[2,3,4]" for error messages, in a buffer that lives until the end of the enclosing block. */
-#define SHAPE(rank, dims) \
+#define SHAPE(rank, dims)                                                                          \
   cpu_shape_str((char[CPU_SHAPE_STR_MAX]){0}, CPU_SHAPE_STR_MAX, (rank), (dims))
 
 #define CPU_HOT __attribute__((target_clones("avx2", "default")))
+/* Row helpers inline into their CPU_HOT callers, so each clone gets its own vector width. */
+#define CPU_INLINE static inline __attribute__((always_inline))
 
 /* ------------------------------------------------------------------------------------ */
 /* Reference-shaped kernels for one float type T, generated for f32 and f64. Rows are
  * contiguous; y may equal x (the f16/bf16 path works in place in an f32 copy). */
 
-#define DEF_SOFTMAX_KERNELS(N, T, EXP)                                                     \
-  /* max of x[0..n); a NaN reaches the result through exp(x - max) anyway */                 \
-  static T N##_row_max(const T *x, int64_t n) {                                              \
-    T l[2 * SM_LANES];                                                                       \
-    for (int j = 0; j < 2 * SM_LANES; j++) l[j] = -INFINITY;                                 \
-    int64_t i = 0;                                                                           \
-    for (; i + 2 * SM_LANES <= n; i += 2 * SM_LANES)                                         \
-      for (int j = 0; j < 2 * SM_LANES; j++) l[j] = x[i + j] > l[j] ? x[i + j] : l[j];       \
-    for (; i < n; i++) l[0] = x[i] > l[0] ? x[i] : l[0];                                     \
-    for (int j = 1; j < 2 * SM_LANES; j++) l[0] = l[j] > l[0] ? l[j] : l[0];                 \
-    return l[0];                                                                             \
-  }                                                                                          \
-  /* e[i] = exp(x[i] - m); returns the sum of e in f64 */                                    \
-  static double N##_row_exp(const T *x, T *e, int64_t n, T m) {                              \
-    for (int64_t i = 0; i < n; i++) e[i] = EXP(x[i] - m);                                    \
-    double l[SM_LANES] = {0};                                                                \
-    int64_t i = 0;                                                                           \
-    for (; i + SM_LANES <= n; i += SM_LANES)                                                 \
-      for (int j = 0; j < SM_LANES; j++) l[j] += e[i + j];                                   \
-    for (; i < n; i++) l[0] += e[i];                                                         \
-    double s = 0;                                                                            \
-    for (int j = 0; j < SM_LANES; j++) s += l[j];                                            \
-    return s;                                                                                \
-  }                                                                                          \
-  /* the sum of exp(x[i] - m) in f64, x left alone */                                        \
-  static double N##_row_expsum(const T *x, int64_t n, T m) {                                 \
-    double l[SM_LANES] = {0};                                                                \
-    int64_t i = 0;                                                                           \
-    for (; i + SM_LANES <= n; i += SM_LANES)                                                 \
-      for (int j = 0; j < SM_LANES; j++) l[j] += EXP(x[i + j] - m);                          \
-    for (; i < n; i++) l[0] += EXP(x[i] - m);                                                \
-    double s = 0;                                                                            \
-    for (int j = 0; j < SM_LANES; j++) s += l[j];                                            \
-    return s;                                                                                \
-  }                                                                                          \
-  /* x, y [n, R]: softmax (or log-softmax) of each row */                                    \
-  CPU_HOT static void N##_softmax_rows(const T *x, T *y, int64_t n, int64_t R, int log_sm) { \
-    for (int64_t k = 0; k < n; k++) {                                                        \
-      const T *xr = x + k * R;                                                               \
-      T *yr = y + k * R;                                                                     \
-      T m = N##_row_max(xr, R);                                                              \
-      if (log_sm) {                                                                          \
-        T ls = (T)log(N##_row_expsum(xr, R, m));                                             \
-        for (int64_t r = 0; r < R; r++) yr[r] = (xr[r] - m) - ls;                            \
-      } else {                                                                               \
-        T inv = (T)(1.0 / N##_row_exp(xr, yr, R, m));                                        \
-        for (int64_t r = 0; r < R; r++) yr[r] *= inv;                                        \
-      }                                                                                      \
-    }                                                                                        \
-  }                                                                                          \
-  /* x, y [R, ld], columns [0, w) (w <= SM_CHUNK): softmax along R of each column */         \
-  CPU_HOT static void N##_softmax_cols(const T *x, T *y, int64_t R, int64_t w, int64_t ld,   \
-                                       int log_sm) {                                         \
-    T m[SM_CHUNK], f[SM_CHUNK];                                                              \
-    double s[SM_CHUNK];                                                                      \
-    for (int64_t i = 0; i < w; i++) m[i] = -INFINITY, s[i] = 0;                              \
-    for (int64_t r = 0; r < R; r++)                                                          \
-      for (int64_t i = 0; i < w; i++) m[i] = x[r * ld + i] > m[i] ? x[r * ld + i] : m[i];    \
-    for (int64_t r = 0; r < R; r++)                                                          \
-      for (int64_t i = 0; i < w; i++) {                                                      \
-        T e = EXP(x[r * ld + i] - m[i]);                                                     \
-        if (!log_sm) y[r * ld + i] = e; /* log_sm still needs x, which y may alias */        \
-        s[i] += e;                                                                           \
-      }                                                                                      \
-    if (log_sm) {                                                                            \
-      for (int64_t i = 0; i < w; i++) f[i] = (T)log(s[i]);                                   \
-      for (int64_t r = 0; r < R; r++)                                                        \
-        for (int64_t i = 0; i < w; i++) y[r * ld + i] = (x[r * ld + i] - m[i]) - f[i];       \
-    } else {                                                                                 \
-      for (int64_t i = 0; i < w; i++) f[i] = (T)(1.0 / s[i]);                                \
-      for (int64_t r = 0; r < R; r++)                                                        \
-        for (int64_t i = 0; i < w; i++) y[r * ld + i] *= f[i];                               \
-    }                                                                                        \
-  }                                                                                          \
-  /* x, lab, bp [n, C], loss [n]: loss = -sum lab * log_softmax(x), bp = softmax(x) - lab.   \
-   * Sparse when lab is NULL: the labels are the class indices cls[n]. */                    \
-  CPU_HOT static void N##_xent_rows(const T *x, const T *lab, const int64_t *cls, T *loss,   \
-                                    T *bp, int64_t n, int64_t C) {                           \
-    for (int64_t k = 0; k < n; k++) {                                                        \
-      const T *xr = x + k * C;                                                               \
-      T *br = bp + k * C;                                                                    \
-      T m = N##_row_max(xr, C);                                                              \
-      double s = N##_row_exp(xr, br, C, m);                                                  \
-      T ls = (T)log(s), inv = (T)(1.0 / s);                                                  \
-      for (int64_t c = 0; c < C; c++) br[c] *= inv;                                          \
-      if (lab) {                                                                             \
-        const T *lr = lab + k * C;                                                           \
-        double l[SM_LANES] = {0};                                                            \
-        int64_t c = 0;                                                                       \
-        for (; c + SM_LANES <= C; c += SM_LANES)                                             \
-          for (int j = 0; j < SM_LANES; j++) l[j] += lr[c + j] * (ls - (xr[c + j] - m));     \
-        for (; c < C; c++) l[0] += lr[c] * (ls - (xr[c] - m));                               \
-        double t = 0;                                                                        \
-        for (int j = 0; j < SM_LANES; j++) t += l[j];                                        \
-        loss[k] = (T)t;                                                                      \
-        for (c = 0; c < C; c++) br[c] -= lr[c];                                              \
-      } else {                                                                               \
-        loss[k] = ls - (xr[cls[k]] - m);                                                     \
-        br[cls[k]] -= 1;                                                                     \
-      }                                                                                      \
-    }                                                                                        \
+#define DEF_SOFTMAX_KERNELS(N, T, EXP)                                                             \
+  /* max of x[0..n), NaN if any is (the select form is the one gcc vectorises) */                  \
+  CPU_INLINE T N##_row_max(const T *x, int64_t n) {                                                \
+    T l[4 * SM_LANES];                                                                             \
+    for (int j = 0; j < 4 * SM_LANES; j++) l[j] = -INFINITY;                                       \
+    int64_t i = 0;                                                                                 \
+    for (; i + 4 * SM_LANES <= n; i += 4 * SM_LANES)                                               \
+      for (int j = 0; j < 4 * SM_LANES; j++) l[j] = SM_MAX(l[j], x[i + j]);                        \
+    for (; i < n; i++) l[0] = SM_MAX(l[0], x[i]);                                                  \
+    for (int j = 1; j < 4 * SM_LANES; j++) l[0] = SM_MAX(l[0], l[j]);                              \
+    return l[0];                                                                                   \
+  }                                                                                                \
+  /* e[i] = exp(x[i] - m); returns the sum of e in f64 */                                          \
+  CPU_INLINE double N##_row_exp(const T *x, T *e, int64_t n, T m) {                                \
+    for (int64_t i = 0; i < n; i++) e[i] = EXP(x[i] - m);                                          \
+    double l[SM_LANES] = {0};                                                                      \
+    int64_t i = 0;                                                                                 \
+    for (; i + SM_LANES <= n; i += SM_LANES)                                                       \
+      for (int j = 0; j < SM_LANES; j++) l[j] += e[i + j];                                         \
+    for (; i < n; i++) l[0] += e[i];                                                               \
+    double s = 0;                                                                                  \
+    for (int j = 0; j < SM_LANES; j++) s += l[j];                                                  \
+    return s;                                                                                      \
+  }                                                                                                \
+  /* the sum of exp(x[i] - m) in f64, x left alone */                                              \
+  CPU_INLINE double N##_row_expsum(const T *x, int64_t n, T m) {                                   \
+    double l[SM_LANES] = {0};                                                                      \
+    int64_t i = 0;                                                                                 \
+    for (; i + SM_LANES <= n; i += SM_LANES)                                                       \
+      for (int j = 0; j < SM_LANES; j++) l[j] += EXP(x[i + j] - m);                                \
+    for (; i < n; i++) l[0] += EXP(x[i] - m);                                                      \
+    double s = 0;                                                                                  \
+    for (int j = 0; j < SM_LANES; j++) s += l[j];                                                  \
+    return s;                                                                                      \
+  }                                                                                                \
+  /* x, y [n, R]: softmax (or log-softmax) of each row */                                          \
+  CPU_HOT static void N##_softmax_rows(const T *x, T *y, int64_t n, int64_t R, int log_sm) {       \
+    for (int64_t k = 0; k < n; k++) {                                                              \
+      const T *xr = x + k * R;                                                                     \
+      T *yr = y + k * R;                                                                           \
+      T m = N##_row_max(xr, R);                                                                    \
+      if (log_sm) {                                                                                \
+        T ls = (T)log(N##_row_expsum(xr, R, m));                                                   \
+        for (int64_t r = 0; r < R; r++) yr[r] = (xr[r] - m) - ls;                                  \
+      } else {                                                                                     \
+        T inv = (T)(1.0 / N##_row_exp(xr, yr, R, m));                                              \
+        for (int64_t r = 0; r < R; r++) yr[r] *= inv;                                              \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  /* x, y [R, ld], columns [0, w) (w <= SM_CHUNK): softmax along R of each column */               \
+  CPU_HOT static void N##_softmax_cols(const T *x, T *y, int64_t R, int64_t w, int64_t ld,         \
+                                       int log_sm) {                                               \
+    T m[SM_CHUNK], f[SM_CHUNK];                                                                    \
+    double s[SM_CHUNK];                                                                            \
+    for (int64_t i = 0; i < w; i++) m[i] = -INFINITY, s[i] = 0;                                    \
+    for (int64_t r = 0; r < R; r++)                                                                \
+      for (int64_t i = 0; i < w; i++) m[i] = SM_MAX(m[i], x[r * ld + i]);                          \
+    for (int64_t r = 0; r < R; r++)                                                                \
+      for (int64_t i = 0; i < w; i++) {                                                            \
+        T e = EXP(x[r * ld + i] - m[i]);                                                           \
+        if (!log_sm) y[r * ld + i] = e; /* log_sm still needs x, which y may alias */              \
+        s[i] += e;                                                                                 \
+      }                                                                                            \
+    if (log_sm) {                                                                                  \
+      for (int64_t i = 0; i < w; i++) f[i] = (T)log(s[i]);                                         \
+      for (int64_t r = 0; r < R; r++)                                                              \
+        for (int64_t i = 0; i < w; i++) y[r * ld + i] = (x[r * ld + i] - m[i]) - f[i];             \
+    } else {                                                                                       \
+      for (int64_t i = 0; i < w; i++) f[i] = (T)(1.0 / s[i]);                                      \
+      for (int64_t r = 0; r < R; r++)                                                              \
+        for (int64_t i = 0; i < w; i++) y[r * ld + i] *= f[i];                                     \
+    }                                                                                              \
+  }                                                                                                \
+  /* x, lab, bp [n, C], loss [n]: loss = -sum lab * log_softmax(x), bp = softmax(x) - lab.         \
+   * Sparse when lab is NULL: the labels are the class indices cls[n]. */                          \
+  CPU_HOT static void N##_xent_rows(const T *x, const T *lab, const int64_t *cls, T *loss,         \
+                                    T *bp, int64_t n, int64_t C) {                                 \
+    for (int64_t k = 0; k < n; k++) {                                                              \
+      const T *xr = x + k * C;                                                                     \
+      T *br = bp + k * C;                                                                          \
+      T m = N##_row_max(xr, C);                                                                    \
+      double s = N##_row_exp(xr, br, C, m);                                                        \
+      T ls = (T)log(s), inv = (T)(1.0 / s);                                                        \
+      for (int64_t c = 0; c < C; c++) br[c] *= inv;                                                \
+      if (lab) {                                                                                   \
+        const T *lr = lab + k * C;                                                                 \
+        double l[SM_LANES] = {0};                                                                  \
+        int64_t c = 0;                                                                             \
+        for (; c + SM_LANES <= C; c += SM_LANES)                                                   \
+          for (int j = 0; j < SM_LANES; j++) l[j] += lr[c + j] * (ls - (xr[c + j] - m));           \
+        for (; c < C; c++) l[0] += lr[c] * (ls - (xr[c] - m));                                     \
+        double t = 0;                                                                              \
+        for (int j = 0; j < SM_LANES; j++) t += l[j];                                              \
+        loss[k] = (T)t;                                                                            \
+        for (c = 0; c < C; c++) br[c] -= lr[c];                                                    \
+      } else {                                                                                     \
+        loss[k] = ls - (xr[cls[k]] - m);                                                           \
+        br[cls[k]] -= 1;                                                                           \
+      }                                                                                            \
+    }                                                                                              \
   }
 
 DEF_SOFTMAX_KERNELS(f32, float, cpu_exp_f32)
@@ -333,11 +338,13 @@ static floe_code xent_compute(void *state, FloeKernelContext *ctx) {
   XentJob j = {.f64 = dt == FLOE_F64, .C = C};
   if (sparse) {
     if (ldt != FLOE_I32 && ldt != FLOE_I64)
-      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "labels must be i32 or i64, got %s",
+      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                     "labels must be i32 or i64, got %s",
                                      cpu_host->dtype_name(ldt));
     void *p;
     floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)B * sizeof(int64_t), &p);
-    if (rc != FLOE_OK) return cpu_host->ctx_set_error(ctx, rc, "cannot allocate %lld labels", (long long)B);
+    if (rc != FLOE_OK)
+      return cpu_host->ctx_set_error(ctx, rc, "cannot allocate %lld labels", (long long)B);
     int64_t *cls = p;
     const void *ld = cpu_host->tensor_data(lt);
     for (int64_t b = 0; b < B; b++) {
@@ -355,10 +362,14 @@ static floe_code xent_compute(void *state, FloeKernelContext *ctx) {
   floe_code rc = alloc_output(ctx, 0, 1, dims, &loss);
   if (rc == FLOE_OK) rc = alloc_output(ctx, 1, 2, dims, &bp);
   if (rc != FLOE_OK || B == 0) return rc;
+  if (C == 0) { /* no classes: nothing to lose (every float type's zero is all-zero bytes) */
+    memset(loss, 0, (size_t)B * cpu_host->dtype_size(dt));
+    return FLOE_OK;
+  }
 
   int half = dt == FLOE_F16 || dt == FLOE_BF16;
   if (half) {
-    float *tx, *tl = NULL, *tloss, *tbp;
+    float *tx = NULL, *tl = NULL, *tloss = NULL, *tbp = NULL;
     if ((rc = half_temp(ctx, cpu_host->tensor_data(xt), B * C, dt, &tx)) != FLOE_OK ||
         (!sparse && (rc = half_temp(ctx, cpu_host->tensor_data(lt), B * C, dt, &tl)) != FLOE_OK) ||
         (rc = half_temp(ctx, NULL, B, dt, &tloss)) != FLOE_OK ||
@@ -399,36 +410,36 @@ static int64_t onehot_index(const OneHotJob *j, int64_t i) {
 }
 
 /* Units: indices (inner == 1, one contiguous depth row each) or (o, d) rows of inner. */
-#define DEF_ONEHOT(NAME, U)                                                                     \
-  static void NAME(void *arg, int64_t begin, int64_t end) {                                  \
-    const OneHotJob *j = arg;                                                                \
-    U on, off, *out = j->out;                                                                \
-    memcpy(&on, &j->on, sizeof on);                                                          \
-    memcpy(&off, &j->off, sizeof off);                                                       \
-    int64_t D = j->depth, I = j->inner;                                                      \
-    if (I == 1) {                                                                            \
-      for (int64_t k = begin; k < end; k++) {                                                \
-        U *row = out + k * D;                                                                \
-        for (int64_t d = 0; d < D; d++) row[d] = off;                                        \
-        int64_t v = onehot_index(j, k);                                                      \
-        if (v >= 0 && v < D) row[v] = on;                                                    \
-      }                                                                                      \
-      return;                                                                                \
-    }                                                                                        \
-    for (int64_t u = begin; u < end; u++) {                                                  \
-      int64_t o = u / D, d = u % D;                                                          \
-      U *row = out + u * I;                                                                  \
-      if (j->idt == FLOE_U8) {                                                               \
-        const uint8_t *ix = (const uint8_t *)j->idx + o * I;                                 \
-        for (int64_t i = 0; i < I; i++) row[i] = ix[i] == d ? on : off;                      \
-      } else if (j->idt == FLOE_I32) {                                                       \
-        const int32_t *ix = (const int32_t *)j->idx + o * I;                                 \
-        for (int64_t i = 0; i < I; i++) row[i] = ix[i] == d ? on : off;                      \
-      } else {                                                                               \
-        const int64_t *ix = (const int64_t *)j->idx + o * I;                                 \
-        for (int64_t i = 0; i < I; i++) row[i] = ix[i] == d ? on : off;                      \
-      }                                                                                      \
-    }                                                                                        \
+#define DEF_ONEHOT(NAME, U)                                                                        \
+  static void NAME(void *arg, int64_t begin, int64_t end) {                                        \
+    const OneHotJob *j = arg;                                                                      \
+    U on, off, *out = j->out;                                                                      \
+    memcpy(&on, &j->on, sizeof on);                                                                \
+    memcpy(&off, &j->off, sizeof off);                                                             \
+    int64_t D = j->depth, I = j->inner;                                                            \
+    if (I == 1) {                                                                                  \
+      for (int64_t k = begin; k < end; k++) {                                                      \
+        U *row = out + k * D;                                                                      \
+        for (int64_t d = 0; d < D; d++) row[d] = off;                                              \
+        int64_t v = onehot_index(j, k);                                                            \
+        if (v >= 0 && v < D) row[v] = on;                                                          \
+      }                                                                                            \
+      return;                                                                                      \
+    }                                                                                              \
+    for (int64_t u = begin; u < end; u++) {                                                        \
+      int64_t o = u / D, d = u % D;                                                                \
+      U *row = out + u * I;                                                                        \
+      if (j->idt == FLOE_U8) {                                                                     \
+        const uint8_t *ix = (const uint8_t *)j->idx + o * I;                                       \
+        for (int64_t i = 0; i < I; i++) row[i] = ix[i] == d ? on : off;                            \
+      } else if (j->idt == FLOE_I32) {                                                             \
+        const int32_t *ix = (const int32_t *)j->idx + o * I;                                       \
+        for (int64_t i = 0; i < I; i++) row[i] = ix[i] == d ? on : off;                            \
+      } else {                                                                                     \
+        const int64_t *ix = (const int64_t *)j->idx + o * I;                                       \
+        for (int64_t i = 0; i < I; i++) row[i] = ix[i] == d ? on : off;                            \
+      }                                                                                            \
+    }                                                                                              \
   }
 
 DEF_ONEHOT(onehot_u8, uint8_t)
@@ -493,7 +504,10 @@ static floe_code onehot_compute(void *state, FloeKernelContext *ctx) {
   memcpy(&j.off, cpu_host->tensor_data(offt), esz);
   floe_code rc = alloc_output(ctx, 0, rank + 1, odims, &j.out);
   if (rc != FLOE_OK || outer * depth * inner == 0) return rc;
-  FloeParallelFn fn = esz == 1 ? onehot_u8 : esz == 2 ? onehot_u16 : esz == 4 ? onehot_u32 : onehot_u64;
+  FloeParallelFn fn = esz == 1   ? onehot_u8
+                      : esz == 2 ? onehot_u16
+                      : esz == 4 ? onehot_u32
+                                 : onehot_u64;
   if (inner == 1)
     cpu_parallel_for(outer, depth, fn, &j);
   else

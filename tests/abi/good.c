@@ -1,12 +1,14 @@
 /* good.c - a well-behaved test plugin (floe-abitest.so): the custom op AbiTestTwice
- * (y = 2x) with its shape function, two CPU kernels of different priorities, and a fake
- * device type "AbiTest" (upper-cased by the core) with its own memory space.
+ * (y = 2x) with its shape function, two CPU kernels of different priorities, the custom op
+ * AbiTestAsyncTwice (y = 2x again) whose CPU kernel is asynchronous, and a fake device type
+ * "AbiTest" (upper-cased by the core) with its own memory space.
  *
  * The low-priority kernel computes 2x + 1, so tests can tell which kernel ran. The plugin
  * records its lifecycle in abitest_lifecycle ('S' shutdown, 'D' device destroy), exported
  * for the tests alone (a real plugin exports only floe_plugin_init). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <floe/floe_plugin.h>
 
@@ -82,6 +84,108 @@ static floe_code add_kernel(FloePluginRegistrar *reg, uint32_t dtypes, int32_t p
   return reg->register_kernel(reg, &k);
 }
 
+/* ---- the asynchronous kernel: compute_async hands the work to the inter-op pool
+ * (host->schedule) and returns; the task sets y = 2x (or, with fail = true, an error) and
+ * then calls done on that thread. delay_us makes completions arrive out of order;
+ * done_inline = true finishes before compute_async returns, as the ABI allows. ---- */
+
+static const char *const async_inputs[] = {"x: f32"};
+static const char *const async_outputs[] = {"y: f32"};
+static const char *const async_attrs[] = {"fail: bool = false", "delay_us: int >= 0 = 0",
+                                          "done_inline: bool = false"};
+
+typedef struct AsyncState {
+  int fail, done_inline;
+  int64_t delay_us;
+} AsyncState;
+
+typedef struct AsyncCall {
+  const AsyncState *state;
+  FloeKernelContext *ctx; /* valid until done is called */
+  FloeDoneFn done;
+  void *done_arg;
+} AsyncCall;
+
+static floe_code async_create(const FloeHostApi *h, FloeKernelInit *init, void *user_data,
+                              void **state) {
+  AsyncState *st = h->alloc(sizeof *st);
+  if (!st) return h->init_set_error(init, FLOE_NO_MEMORY, "out of memory for the kernel state");
+  const FloeAttrs *a = h->init_attrs(init);
+  if (h->attr_bool(a, "fail", &st->fail) != FLOE_OK ||
+      h->attr_bool(a, "done_inline", &st->done_inline) != FLOE_OK ||
+      h->attr_int(a, "delay_us", &st->delay_us) != FLOE_OK) {
+    h->free(st);
+    return h->init_set_error(init, FLOE_INTERNAL, "attributes missing (the core fills defaults)");
+  }
+  *state = st;
+  return FLOE_OK;
+}
+
+static void async_destroy(void *state) { host->free(state); }
+
+static void async_finish(void *arg) {
+  AsyncCall *c = arg;
+  FloeKernelContext *ctx = c->ctx;
+  if (c->state->delay_us > 0) {
+    struct timespec ts = {0, (long)c->state->delay_us * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (c->state->fail) {
+    host->ctx_set_error(ctx, FLOE_ABORTED, "asynchronous failure on request (fail = true)");
+  } else {
+    const FloeTensor *x = host->ctx_input(ctx, 0);
+    FloeTensor *y;
+    if (host->ctx_allocate_output(ctx, 0, host->tensor_rank(x), host->tensor_dims(x), &y) ==
+        FLOE_OK) {
+      const float *xs = host->tensor_data(x);
+      float *ys = host->tensor_data(y);
+      for (int64_t i = 0; i < host->tensor_num_elements(x); i++) ys[i] = 2.0f * xs[i];
+    }
+  }
+  FloeDoneFn done = c->done;
+  void *done_arg = c->done_arg;
+  host->free(c);
+  done(done_arg); /* ctx is the core's again from here on */
+}
+
+static void async_compute(void *state, FloeKernelContext *ctx, FloeDoneFn done, void *done_arg) {
+  AsyncCall *c = host->alloc(sizeof *c);
+  if (!c) {
+    host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory for an asynchronous call");
+    done(done_arg);
+    return;
+  }
+  *c = (AsyncCall){state, ctx, done, done_arg};
+  /* Without a pool (or queue space) the work runs here: still a correct completion. */
+  if (c->state->done_inline || host->schedule(async_finish, c) != FLOE_OK) async_finish(c);
+}
+
+static floe_code add_async_op(FloePluginRegistrar *reg) {
+  FloeOpDef op;
+  memset(&op, 0, sizeof op);
+  op.struct_size = sizeof op;
+  op.name = "AbiTestAsyncTwice";
+  op.inputs = async_inputs;
+  op.num_inputs = 1;
+  op.outputs = async_outputs;
+  op.num_outputs = 1;
+  op.attrs = async_attrs;
+  op.num_attrs = 3;
+  op.shape_fn = twice_shape;
+  op.doc = "y = 2x computed asynchronously on the pool (a custom op of the ABI tests)";
+  floe_code rc = reg->register_op(reg, &op);
+  if (rc != FLOE_OK) return rc;
+  FloeKernelDef k;
+  memset(&k, 0, sizeof k);
+  k.struct_size = sizeof k;
+  k.op = "AbiTestAsyncTwice";
+  k.device_type = "CPU";
+  k.create = async_create;
+  k.compute_async = async_compute;
+  k.destroy = async_destroy;
+  return reg->register_kernel(reg, &k);
+}
+
 /* ---- the fake device: plain malloc'd memory, flagged as not host-addressable ---- */
 
 typedef struct AbiDevice {
@@ -146,6 +250,7 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
   if ((rc = add_kernel(reg, FLOE_DTYPE_BIT(FLOE_F32), 10, &add_fast)) != FLOE_OK) return rc;
   if ((rc = add_kernel(reg, FLOE_DTYPE_BIT(FLOE_F32) | FLOE_DTYPE_BIT(FLOE_F64), 0, &add_marked)) != FLOE_OK)
     return rc;
+  if ((rc = add_async_op(reg)) != FLOE_OK) return rc;
 
   AbiDevice *state = calloc(1, sizeof *state);
   if (!state) return FLOE_NO_MEMORY;

@@ -14,7 +14,8 @@ pcdir="$libdir/pkgconfig"
 export PKG_CONFIG_PATH="$pcdir" PKG_CONFIG_SYSROOT_DIR="$stage"
 # The plugin must build with the SDK headers alone: no -lfloe, no libfloe symbols.
 cp "$top_srcdir"/examples/custom-kernel/*.c "$top_srcdir"/examples/custom-kernel/Makefile "$tmp/"
-if ! make -C "$tmp" >"$tmp/build.log" 2>&1; then
+# In sanitizer builds the example needs the same instrumentation as libfloe.
+if ! make -C "$tmp" CFLAGS="-O2 ${SAN_CFLAGS:-}" >"$tmp/build.log" 2>&1; then
   echo "FAIL: building the example"; cat "$tmp/build.log"; echo "0 passed, 1 failed"; exit 1
 fi
 fails=0; pass=0

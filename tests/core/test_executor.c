@@ -1,9 +1,12 @@
 /* test_executor.c - dataflow execution through sessions: chains, diamonds, fan-out, control
  * dependencies, cancellation on the first error, the thread pool (1 to 4 threads, inline
- * and pooled scheduling, nested parallel loops) and the per-node overhead. */
+ * and pooled scheduling, nested parallel loops), asynchronous kernels (the ABI test
+ * plugin's AbiTestAsyncTwice: completion on pool threads, asynchronous errors, concurrent
+ * steps) and the per-node overhead. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -464,6 +467,231 @@ START_TEST(nested_parallel_loops) {
 }
 END_TEST
 
+/* ---- asynchronous kernels ---- */
+
+/* A runtime with the CPU plugin and the ABI test plugin, whose AbiTestAsyncTwice (y = 2x)
+ * has only an asynchronous CPU kernel that completes on a pool thread. */
+static FloeRuntime *runtime_with_async(int threads) {
+  const char *cpu = getenv("FLOE_PLUGIN_PATH"), *abi = getenv("FLOE_TEST_PLUGIN_DIR");
+  ck_assert_msg(cpu && *cpu && abi && *abi,
+                "FLOE_PLUGIN_PATH and FLOE_TEST_PLUGIN_DIR must be set (run through make check)");
+  char path[8192];
+  snprintf(path, sizeof path, "%s:%s", cpu, abi);
+  FloeRuntimeOptions o = {sizeof o, path, "cpu,abitest", threads, 1};
+  FloeStatus *st = floe_status_new();
+  FloeRuntime *rt = floe_runtime_new(&o, st);
+  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
+  floe_status_free(st);
+  ck_assert_int_eq(floe_runtime_num_kernels_for(rt, "AbiTestAsyncTwice", "CPU"), 1);
+  return rt;
+}
+
+typedef struct AsyncOpts {
+  int fail, done_inline;
+  int64_t delay_us;
+} AsyncOpts;
+
+static FloeOutput async_twice(FloeGraph *g, const char *name, FloeOutput x, AsyncOpts o) {
+  FloeNodeBuilder *b = floe_node_begin(g, "AbiTestAsyncTwice", name);
+  floe_node_add_input(b, x);
+  if (o.fail) floe_node_set_attr_bool(b, "fail", 1);
+  if (o.done_inline) floe_node_set_attr_bool(b, "done_inline", 1);
+  if (o.delay_us) floe_node_set_attr_int(b, "delay_us", o.delay_us);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* y <- 2y + 1 eight times (async twice, then a sync Add), a fan of 16 async nodes with
+ * staggered delays summed by sync Adds, and an async node fetched directly; for every pool
+ * size, inline and pooled scheduling, done called on a pool thread or before compute_async
+ * returns. */
+START_TEST(async_nodes_mixed_with_sync) {
+  enum { STAGES = 8, FAN = 16 };
+  const int64_t dims[1] = {3};
+  const float xs[3] = {1.0f, -2.0f, 0.5f};
+  FloeTensor *xv = harness_f32(1, dims, xs);
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_with_async(THREADS[t]);
+    for (int done_inline = 0; done_inline <= 1; done_inline++) {
+      FloeGraph *g = floe_graph_new();
+      FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, dims));
+      FloeOutput one = floe_const_f32(g, "one", 1.0f);
+      FloeOutput y = x;
+      char name[32];
+      for (int i = 0; i < STAGES; i++) {
+        snprintf(name, sizeof name, "twice%d", i);
+        FloeOutput a = async_twice(g, name, y, (AsyncOpts){0, done_inline, i % 3 ? 0 : 100});
+        snprintf(name, sizeof name, "plus%d", i);
+        y = floe_binary(g, "Add", name, a, one);
+      }
+      FloeOutput sum = async_twice(g, "fan0", x, (AsyncOpts){0, done_inline, 0});
+      for (int i = 1; i < FAN; i++) {
+        snprintf(name, sizeof name, "fan%d", i);
+        FloeOutput f = async_twice(g, name, x, (AsyncOpts){0, done_inline, (FAN - i) * 20});
+        snprintf(name, sizeof name, "sum%d", i);
+        sum = floe_binary(g, "Add", name, sum, f);
+      }
+      for (int inl = 0; inl <= 1; inl++) {
+        FloeSession *s = session_new(g, rt, inl);
+        const char *fetches[] = {"plus7", name, "twice0"};
+        for (int rep = 0; rep < 3; rep++) {
+          FloeTensor *out[3] = {NULL, NULL, NULL};
+          run_ok(s, "x", xv, fetches, 3, out);
+          for (int k = 0; k < 3; k++) {
+            float want = xs[k];
+            for (int i = 0; i < STAGES; i++) want = 2.0f * want + 1.0f;
+            ck_assert_float_eq(f32_at(out[0], k), want);
+            ck_assert_float_eq(f32_at(out[1], k), 2.0f * xs[k] * FAN);
+            ck_assert_float_eq(f32_at(out[2], k), 2.0f * xs[k]);
+          }
+          for (int k = 0; k < 3; k++) floe_tensor_release(out[k]);
+        }
+        floe_session_free(s);
+      }
+      floe_graph_free(g);
+    }
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(xv);
+}
+END_TEST
+
+/* The graph of the error tests: "async_bad" fails asynchronously (on a pool thread, or
+ * before compute_async returns) beside a 200-Add chain and a slow async node; "after_bad"
+ * would fail too if it ran, so its error winning would show that it was not skipped. */
+static FloeGraph *failing_graph(int done_inline) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_scalar());
+  FloeOutput one = floe_const_f32(g, "one", 1.0f);
+  FloeOutput slow = async_twice(g, "slow", x, (AsyncOpts){0, 0, 2000});
+  FloeOutput bad = async_twice(g, "async_bad", x, (AsyncOpts){1, done_inline, 50});
+  FloeOutput after = async_twice(g, "after_bad", bad, (AsyncOpts){1, 0, 0});
+  FloeOutput chain = x;
+  char name[32];
+  for (int i = 0; i < 200; i++) {
+    snprintf(name, sizeof name, "c%d", i);
+    chain = floe_binary(g, "Add", name, chain, one);
+  }
+  floe_binary(g, "Add", "total", floe_binary(g, "Add", NULL, after, chain), slow);
+  return g;
+}
+
+/* True when msg is exactly async_bad's error (and no other node's). */
+static bool is_async_bad_error(const char *msg) {
+  return strncmp(msg, "node 'async_bad' (AbiTestAsyncTwice): ", 38) == 0 &&
+         strstr(msg, "fail = true") && !strstr(msg + 1, "node '");
+}
+
+/* The failing step reports async_bad's error by name, sets no output, and the session then
+ * runs the parts that do not need it. */
+START_TEST(async_error_cancels_the_step) {
+  FloeTensor *xv = floe_tensor_scalar_f32(3.0f, NULL);
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_with_async(THREADS[t]);
+    for (int done_inline = 0; done_inline <= 1; done_inline++) {
+      FloeGraph *g = failing_graph(done_inline);
+      for (int inl = 0; inl <= 1; inl++) {
+        FloeSession *s = session_new(g, rt, inl);
+        FloeStatus *st = floe_status_new();
+        FloeFeed f = {"x", xv};
+        const char *fetches[] = {"total", "c199"};
+        for (int rep = 0; rep < 3; rep++) {
+          FloeTensor *out[2] = {NULL, NULL};
+          ck_assert_int_eq(floe_session_run(s, &f, 1, fetches, 2, NULL, 0, out, st),
+                           FLOE_ABORTED);
+          ck_assert_msg(is_async_bad_error(floe_status_message(st)), "got: %s",
+                        floe_status_message(st));
+          ck_assert_ptr_null(out[0]);
+          ck_assert_ptr_null(out[1]);
+        }
+        const char *good[] = {"slow", "c199"};
+        FloeTensor *out[2] = {NULL, NULL};
+        ck_assert_int_eq(floe_session_run(s, &f, 1, good, 2, NULL, 0, out, st), FLOE_OK);
+        ck_assert_float_eq(f32_at(out[0], 0), 6.0f);
+        ck_assert_float_eq(f32_at(out[1], 0), 203.0f);
+        floe_tensor_release(out[0]);
+        floe_tensor_release(out[1]);
+        floe_status_free(st);
+        floe_session_free(s);
+      }
+      floe_graph_free(g);
+    }
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(xv);
+}
+END_TEST
+
+/* Threads sharing one session and executor: odd ones run the failing step, even ones the
+ * chain and slow node with their own feed; each must see exactly its own result. */
+enum { STEP_THREADS = 6, STEPS_EACH = 30 };
+
+typedef struct StepThread {
+  FloeSession *s;
+  int id;
+  int bad;          /* results that were wrong */
+  char first[300];  /* the first wrong one */
+} StepThread;
+
+static void *step_thread(void *arg) {
+  StepThread *a = arg;
+  FloeStatus *st = floe_status_new();
+  for (int i = 0; i < STEPS_EACH && !a->bad; i++) {
+    float xv = (float)(a->id * 1000 + i);
+    FloeTensor *x = floe_tensor_scalar_f32(xv, NULL);
+    FloeFeed f = {"x", x};
+    FloeTensor *out[2] = {NULL, NULL};
+    if (a->id % 2) {
+      const char *fetches[] = {"total", "c199"};
+      floe_code rc = floe_session_run(a->s, &f, 1, fetches, 2, NULL, 0, out, st);
+      if (rc != FLOE_ABORTED || !is_async_bad_error(floe_status_message(st)) || out[0]) {
+        a->bad++;
+        snprintf(a->first, sizeof a->first, "failing step %d: code %d, %s", i, (int)rc,
+                 floe_status_message(st));
+      }
+    } else {
+      const char *fetches[] = {"slow", "c199"};
+      floe_code rc = floe_session_run(a->s, &f, 1, fetches, 2, NULL, 0, out, st);
+      if (rc != FLOE_OK) {
+        a->bad++;
+        snprintf(a->first, sizeof a->first, "step %d: %s", i, floe_status_message(st));
+      } else if (*(float *)floe_tensor_data(out[0]) != 2.0f * xv ||
+                 *(float *)floe_tensor_data(out[1]) != xv + 200.0f) {
+        a->bad++;
+        snprintf(a->first, sizeof a->first, "step %d with x = %g: got %g and %g", i, xv,
+                 *(float *)floe_tensor_data(out[0]), *(float *)floe_tensor_data(out[1]));
+      }
+      floe_tensor_release(out[0]);
+      floe_tensor_release(out[1]);
+    }
+    floe_tensor_release(x);
+  }
+  floe_status_free(st);
+  return NULL;
+}
+
+START_TEST(concurrent_steps_with_async_nodes) {
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_with_async(THREADS[t]);
+    FloeGraph *g = failing_graph(0);
+    FloeSession *s = session_new(g, rt, 1);
+    StepThread args[STEP_THREADS];
+    pthread_t th[STEP_THREADS];
+    for (int i = 0; i < STEP_THREADS; i++) {
+      args[i] = (StepThread){.s = s, .id = i};
+      ck_assert_int_eq(pthread_create(&th[i], NULL, step_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < STEP_THREADS; i++) {
+      pthread_join(th[i], NULL);
+      ck_assert_msg(args[i].bad == 0, "%d threads, thread %d: %s", THREADS[t], i,
+                    args[i].first);
+    }
+    floe_session_free(s);
+    floe_graph_free(g);
+    floe_runtime_free(rt);
+  }
+}
+END_TEST
+
 /* ---- overhead ---- */
 
 static double now_s(void) {
@@ -564,6 +792,12 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, parallel_matmuls_nested_pool);
   tcase_add_test(tc, nested_parallel_loops);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("async");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, async_nodes_mixed_with_sync);
+  tcase_add_test(tc, async_error_cancels_the_step);
+  tcase_add_test(tc, concurrent_steps_with_async_nodes);
   suite_add_tcase(s, tc);
   tc = tcase_create("overhead");
   tcase_set_timeout(tc, 300);

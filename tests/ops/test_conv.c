@@ -530,6 +530,52 @@ START_TEST(test_conv_shape_cache_threads) {
 }
 END_TEST
 
+/* The primitive keeps the last filter's reordered form: a new filter, or new values written
+ * into the same tensor, must be seen. */
+START_TEST(test_conv_filter_changes) {
+  const Case c = {false, true, 2, 9, 7, 8, 3, 3, 16, 1, 1, 1, 1};
+  int64_t xd[4], fd[4] = {3, 3, 8, 16};
+  input_dims(&c, xd);
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+  FloeOutput f = floe_placeholder(g, "f", FLOE_F32, floe_shape_make(4, fd));
+  FloeNodeBuilder *b = floe_node_begin(g, "Conv2D", "conv");
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, f);
+  AttrArgs a = {CONV, &c};
+  set_attrs(b, &a);
+  floe_node_finish(b);
+  FloeStatus *st = floe_status_new();
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, st));
+  FloeSession *s = floe_session_new(g, NULL, st);
+  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeTensor *xt = harness_random(FLOE_F32, 4, xd, 1, -1, 1);
+  FloeTensor *f1 = harness_random(FLOE_F32, 4, fd, 2, -1, 1);
+  FloeTensor *f2 = harness_random(FLOE_F32, 4, fd, 3, -1, 1);
+  FloeTensor *filters[5] = {f1, f1, f2, f1, f1};
+  for (int step = 0; step < 5; step++) {
+    if (step == 4) ((float *)floe_tensor_data(f1))[17] += 1.0f; /* same tensor, new values */
+    FloeFeed feeds[2] = {{"x", xt}, {"f", filters[step]}};
+    const char *fetch = "conv";
+    FloeTensor *out = NULL;
+    ck_assert_msg(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+    FloeTensor *want = ref_conv(&c, xt, filters[step]);
+    char what[32];
+    snprintf(what, sizeof what, "step %d", step);
+    harness_assert_close(out, want, 1e-4, 1e-4, what);
+    floe_tensor_release(out);
+    floe_tensor_release(want);
+  }
+  floe_tensor_release(xt);
+  floe_tensor_release(f1);
+  floe_tensor_release(f2);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+}
+END_TEST
+
 static Suite *conv_suite(void) {
   Suite *s = suite_create("conv");
   TCase *tc = tcase_create("conv2d");
@@ -549,6 +595,7 @@ static Suite *conv_suite(void) {
   tc = tcase_create("cache");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_conv_shape_cache_threads);
+  tcase_add_test(tc, test_conv_filter_changes);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -273,7 +273,8 @@ static const char *const compare_ops[] = {"Equal", "NotEqual", "Less",
 
 START_TEST(test_arith) {
   /* _i: one op; every numeric dtype and shape case. */
-  for (int d = 0; d < NUM_NUMERIC; d++) check_binary(arith_ops[_i], numeric_dts[d], 100 + (uint64_t)_i);
+  for (int d = 0; d < NUM_NUMERIC; d++)
+    check_binary(arith_ops[_i], numeric_dts[d], 100 + (uint64_t)_i);
 }
 END_TEST
 
@@ -521,9 +522,10 @@ static void check_select(FloeDType dt, uint64_t seed) {
     Shape sh[3] = {select_cases[c].c, select_cases[c].t, select_cases[c].e}, out;
     ck_assert_int_eq(ref_broadcast(3, sh, &out), 0);
     for (int pass = 0; pass < 2; pass++) { /* scalar conditions: both values of it */
-      FloeTensor *in[3] = {harness_random(FLOE_BOOL, sh[0].rank, sh[0].dims, seed + c + 17 * (uint64_t)pass, 0, 1),
-                           harness_random(dt, sh[1].rank, sh[1].dims, seed + c + 1, -50, 50),
-                           harness_random(dt, sh[2].rank, sh[2].dims, seed + c + 2, -50, 50)};
+      FloeTensor *in[3] = {
+          harness_random(FLOE_BOOL, sh[0].rank, sh[0].dims, seed + c + 17 * (uint64_t)pass, 0, 1),
+          harness_random(dt, sh[1].rank, sh[1].dims, seed + c + 1, -50, 50),
+          harness_random(dt, sh[2].rank, sh[2].dims, seed + c + 2, -50, 50)};
       if (shape_size(&sh[0]) == 1) ((uint8_t *)floe_tensor_data(in[0]))[0] = (uint8_t)pass;
       int64_t n = shape_size(&out);
       double *want = malloc(sizeof(double) * (size_t)(n ? n : 1));
@@ -563,8 +565,14 @@ static double ref_cast(double v, FloeDType src, FloeDType dst) {
   if (dst == FLOE_BOOL) return v != 0;
   if (is_float_dt(dst)) return v;
   if (src == FLOE_BOOL) return v != 0;
-  double lo = dst == FLOE_I8 ? -128 : dst == FLOE_U8 ? 0 : dst == FLOE_I32 ? -2147483648.0 : -9223372036854775808.0;
-  double hi = dst == FLOE_I8 ? 127 : dst == FLOE_U8 ? 255 : dst == FLOE_I32 ? 2147483647.0 : 9223372036854775807.0;
+  double lo = dst == FLOE_I8    ? -128
+              : dst == FLOE_U8  ? 0
+              : dst == FLOE_I32 ? -2147483648.0
+                                : -9223372036854775808.0;
+  double hi = dst == FLOE_I8    ? 127
+              : dst == FLOE_U8  ? 255
+              : dst == FLOE_I32 ? 2147483647.0
+                                : 9223372036854775807.0;
   if (is_float_dt(src)) { /* truncate toward zero, saturate, NaN -> 0 */
     if (isnan(v)) return 0;
     v = trunc(v);
@@ -583,10 +591,15 @@ START_TEST(test_cast) {
   static const double bvals[] = {0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 1};
   for (size_t s = 0; s < sizeof dts / sizeof dts[0]; s++) {
     FloeDType src = dts[s];
-    const double *vals = is_float_dt(src) ? fvals : src == FLOE_U8 ? uvals : src == FLOE_BOOL ? bvals : ivals;
+    const double *vals = is_float_dt(src)     ? fvals
+                         : src == FLOE_U8   ? uvals
+                         : src == FLOE_BOOL ? bvals
+                                            : ivals;
     int64_t n = is_float_dt(src) ? (int64_t)(sizeof fvals / sizeof fvals[0]) : 12;
     for (int shape_case = 0; shape_case < 3; shape_case++) {
-      Shape sh = shape_case == 0 ? (Shape){2, {2, n / 2}} : shape_case == 1 ? (Shape){1, {0}} : (Shape){0, {0}};
+      Shape sh = shape_case == 0   ? (Shape){2, {2, n / 2}} /* [2, n/2] */
+                 : shape_case == 1 ? (Shape){1, {0}}        /* empty */
+                                   : (Shape){0, {0}};       /* scalar: the first value */
       FloeTensor *x = make_tensor(src, &sh, vals);
       for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
         FloeDType dst = dts[d];
@@ -621,9 +634,10 @@ START_TEST(test_cast_large_and_rounding) {
   floe_tensor_release(got);
   floe_tensor_release(x);
 
-  /* 1 + 2^-11 lies halfway between f16 1 and 1 + 2^-10: ties to even gives 1. */
-  Shape one = {1, {3}};
-  double v[] = {1.0 + 1.0 / 2048, 1.0 + 3.0 / 2048, 65520};
+  /* 1 + 2^-11 lies halfway between f16 1 and 1 + 2^-10: ties to even gives 1. Just above the
+   * tie must round up, although f64 -> f32 alone would land on the tie (double rounding). */
+  Shape one = {1, {4}};
+  double v[] = {1.0 + 1.0 / 2048, 1.0 + 3.0 / 2048, 65520, 1.0 + 1.0 / 2048 + ldexp(1, -40)};
   x = make_tensor(FLOE_F64, &one, v);
   dst = FLOE_F16;
   got = run_ok("Cast", &x, 1, set_dst, &dst);
@@ -631,6 +645,7 @@ START_TEST(test_cast_large_and_rounding) {
   ck_assert_uint_eq(h[0], 0x3c00);
   ck_assert_uint_eq(h[1], 0x3c02);
   ck_assert_uint_eq(h[2], 0x7c00); /* rounds up to Inf */
+  ck_assert_uint_eq(h[3], 0x3c01);
   floe_tensor_release(got);
   floe_tensor_release(x);
 }

@@ -204,13 +204,14 @@ typedef struct AxisCase {
 } AxisCase;
 
 static const AxisCase axis_cases[] = {
-    {3, {2, 3, 4}, 0, {0}},         {3, {2, 3, 4}, 1, {0}},       {3, {2, 3, 4}, 1, {1}},
-    {3, {2, 3, 4}, 1, {2}},         {3, {2, 3, 4}, -1, {-1}},     {3, {2, 3, 4}, 2, {0, 1}},
-    {3, {2, 3, 4}, 2, {2, 1}},      {3, {2, 3, 4}, 2, {0, 2}},    {3, {2, 3, 4}, 3, {0, 1, 2}},
-    {3, {2, 3, 4}, 2, {-3, -1}},    {4, {3, 1, 4, 5}, 2, {0, 2}}, {4, {3, 1, 4, 5}, 2, {1, 3}},
-    {4, {3, 1, 4, 5}, 2, {0, 3}},   {4, {3, 1, 4, 5}, 1, {1}},    {4, {3, 1, 4, 5}, 4, {0, 1, 2, 3}},
-    {4, {2, 3, 2, 3}, 2, {1, 3}},   {1, {7}, 1, {0}},             {1, {7}, -1, {0}},
-    {0, {0}, 0, {0}},               {2, {1, 1}, 1, {1}},          {2, {5, 1}, 1, {0}},
+    {3, {2, 3, 4}, 0, {0}},       {3, {2, 3, 4}, 1, {0}},          {3, {2, 3, 4}, 1, {1}},
+    {3, {2, 3, 4}, 1, {2}},       {3, {2, 3, 4}, -1, {-1}},        {3, {2, 3, 4}, 2, {0, 1}},
+    {3, {2, 3, 4}, 2, {2, 1}},    {3, {2, 3, 4}, 2, {0, 2}},       {3, {2, 3, 4}, 3, {0, 1, 2}},
+    {3, {2, 3, 4}, 2, {-3, -1}},  {4, {3, 1, 4, 5}, 2, {0, 2}},    {4, {3, 1, 4, 5}, 2, {1, 3}},
+    {4, {3, 1, 4, 5}, 2, {0, 3}}, {4, {3, 1, 4, 5}, 1, {1}},       {4, {2, 3, 2, 3}, 2, {1, 3}},
+    {1, {7}, 1, {0}},             {1, {7}, -1, {0}},               {0, {0}, 0, {0}},
+    {2, {1, 1}, 1, {1}},          {2, {5, 1}, 1, {0}},
+    {4, {3, 1, 4, 5}, 4, {0, 1, 2, 3}},
 };
 
 static void run_axis_cases(int op) {
@@ -526,7 +527,8 @@ static void expect_arg_error(FloeTensor *x, FloeTensor *axis, const char *needle
   FloeStatus *st = floe_status_new();
   FloeTensor *in[2] = {x, axis}, *out = NULL;
   ArgAttrs attrs = {FLOE_I64};
-  floe_code rc = harness_run_op("ArgMax", NULL, in, 2, NULL, 0, set_output_type, &attrs, &out, 1, st);
+  floe_code rc =
+      harness_run_op("ArgMax", NULL, in, 2, NULL, 0, set_output_type, &attrs, &out, 1, st);
   ck_assert_msg(rc == FLOE_INVALID_ARGUMENT, "ArgMax: expected INVALID_ARGUMENT, got %s (%s)",
                 floe_code_name(rc), floe_status_message(st));
   ck_assert_msg(strstr(floe_status_message(st), needle) != NULL, "message '%s' lacks '%s'",

@@ -162,7 +162,8 @@ START_TEST(test_softmax_large_logits) {
     floe_tensor_release(x);
     if (dt == FLOE_F16) continue; /* 1e30 does not fit */
     x = make(dt, 2, d24, w);
-    for (int log_sm = 0; log_sm < 2; log_sm++) check_softmax(log_sm, x, 1, rtol_for(dt), atol_for(dt));
+    for (int log_sm = 0; log_sm < 2; log_sm++)
+      check_softmax(log_sm, x, 1, rtol_for(dt), atol_for(dt));
     floe_tensor_release(x);
   }
   /* Exact expectations: softmax [1000, 1000] = [0.5, 0.5]; log-softmax of [0, -200] stays
@@ -330,6 +331,21 @@ START_TEST(test_xent) {
       floe_tensor_release(ci);
       floe_tensor_release(cl);
     }
+    /* No classes: loss 0 for dense labels; every sparse label is out of range. */
+    int64_t d30[2] = {3, 0};
+    FloeTensor *x = harness_tensor(dt, 2, d30, NULL), *l = harness_tensor(dt, 2, d30, NULL);
+    check_xent(x, l, 0, 0);
+    floe_tensor_release(l);
+    int64_t zeros[3] = {0, 0, 0};
+    l = harness_i64(1, d30, zeros);
+    FloeTensor *in[2] = {x, l}, *out[2];
+    FloeStatus *st = floe_status_new();
+    expect_failure(harness_run_op("SparseSoftmaxCrossEntropyWithLogits", NULL, in, 2, NULL, 0,
+                                  NULL, NULL, out, 2, st),
+                   st, "sparse labels with no classes", "outside [0, 0)");
+    floe_status_free(st);
+    floe_tensor_release(x);
+    floe_tensor_release(l);
   }
 }
 END_TEST
