@@ -223,12 +223,6 @@ static void batch_add(FloeExecStep *s, Batch *b, ReadyList *inl, int n) {
  * inl NULL (an async completion on a foreign thread): everything goes to the pool. */
 static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
   FloeExecutor *e = s->e;
-  int one = ready->head == ready->tail ? ready->head : -1;
-  if (inl && one >= 0 &&
-      (inl->head < 0 || (e->inline_inexpensive && e->nodes[one].inexpensive))) {
-    list_push(s, inl, one); /* a chain: its next node runs here, as the loop below would */
-    return;
-  }
   Batch b;
   b.n = 0;
   int keep = -1;
@@ -291,7 +285,11 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
     inl->settled -= use;
     if (add > use) atomic_fetch_add_explicit(&s->outstanding, add - use, memory_order_acq_rel);
   }
-  if (k > 0) schedule_ready(s, &ready, inl);
+  /* One node (a chain) runs here, as schedule_ready would decide, without its setup. */
+  if (k == 1 && (inl->head < 0 || (e->inline_inexpensive && e->nodes[ready.head].inexpensive)))
+    list_push(s, inl, ready.head);
+  else if (k > 0)
+    schedule_ready(s, &ready, inl);
 }
 
 /* ---- running one kernel ---- */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cpu.h"
+#include "cpu_alloc.h"
 
 const FloeHostApi *cpu_host;
 
@@ -36,20 +37,17 @@ static floe_code cpu_get_props(void *state, FloeDeviceProps *p) {
 }
 
 static floe_code cpu_allocate(void *state, size_t bytes, size_t alignment, void **ptr) {
-  (void)state;
-  if (alignment < 64) alignment = 64;
-  size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void *p = aligned_alloc(alignment, rounded ? rounded : alignment);
+  void *p = cpu_allocator_get(state, bytes, alignment);
   if (!p) return FLOE_NO_MEMORY;
   *ptr = p;
   return FLOE_OK;
 }
 
 static void cpu_deallocate(void *state, void *ptr, size_t bytes) {
-  (void)state;
-  (void)bytes;
-  free(ptr);
+  cpu_allocator_put(state, ptr, bytes);
 }
+
+static void cpu_destroy(void *state) { cpu_allocator_free_all(state); }
 
 static floe_code cpu_copy(void *state, void *dst, const void *src, size_t n) {
   (void)state;
@@ -94,7 +92,12 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   FloeDeviceFns d;
   memset(&d, 0, sizeof d);
   d.struct_size = sizeof d;
-  d.state = NULL;
+  /* Each runtime's device gets its own allocator, freed by destroy at shutdown. */
+  d.state = cpu_allocator_new();
+  if (!d.state) {
+    reg->set_message(reg, "out of memory creating the CPU allocator");
+    return FLOE_NO_MEMORY;
+  }
   d.get_props = cpu_get_props;
   d.allocate = cpu_allocate;
   d.deallocate = cpu_deallocate;
@@ -102,7 +105,11 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   d.copy_d2h = cpu_copy;
   d.copy_d2d = cpu_copy;
   d.memset = cpu_memset;
-  if ((rc = reg->register_device(reg, &d)) != FLOE_OK) return rc;
+  d.destroy = cpu_destroy;
+  if ((rc = reg->register_device(reg, &d)) != FLOE_OK) {
+    cpu_allocator_free_all(d.state);
+    return rc;
+  }
 
   floe_code (*const sets[])(FloePluginRegistrar *) = {
       cpu_register_elementwise, cpu_register_reduce, cpu_register_softmax, cpu_register_matmul,

@@ -7,10 +7,10 @@
  * exact to the output's precision at f32 speed. Big inputs are split over outer blocks and,
  * when there are too few of those, over parts of R whose partial results are combined last.
  */
-/* O3: the default CFLAGS' -O2 comes after the Makefile's -O3 and would win, leaving these
- * loops scalar. no-trapping-math: FP exception flags are never read, and it lets gcc turn
- * the selects of Max/Min and of the half conversions into vector blends. */
-#pragma GCC optimize("O3", "no-trapping-math")
+/* Vectorise whatever CFLAGS say (at -O2 gcc's "very cheap" model vectorises almost none of
+ * these loops), and let selects such as Max's become vector blends: FP exception flags are
+ * never read. */
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 
 #include <math.h>
 #include <stdint.h>
@@ -20,13 +20,20 @@
 #include "cpu.h"
 #include "cpu_util.h"
 
+/* AVX2 and baseline copies of the hot loops, picked at load time (not under sanitizers,
+ * which cannot run the ifunc resolvers). */
+#ifdef FLOE_NO_TARGET_CLONES
+#define CPU_HOT
+#else
 #define CPU_HOT __attribute__((target_clones("avx2", "default")))
+#endif
 
 #define RED_CHUNK 2048      /* inner elements (or rows) per accumulator block */
 #define RED_LANE_BYTES 128  /* independent accumulators of a row loop */
 #define RED_ROW_BLOCK 2048  /* row elements summed in the block type (see DEF_REDUCER) */
 #define RED_COL_BLOCK 64    /* rows summed in the block type (see DEF_REDUCER) */
 #define RED_PART_MIN 16384  /* fewest input elements in one part of a split reduction */
+#define RED_NARROW 64       /* inner sizes below this take red_narrow_cols */
 
 enum { RED_SUM, RED_MEAN, RED_PROD, RED_MAX, RED_MIN, RED_NUM };
 
@@ -342,6 +349,19 @@ typedef struct RedJob {
   char *partial; /* P > 1: [units][W] accumulators */
 } RedJob;
 
+/* acc[i] op= x[r*I + i] for r < R, i < I, with I narrow: reading k rows at a time as one
+ * wide row of k*I elements keeps the inner loop long, then the k partial rows are folded. */
+static void red_narrow_cols(const Reducer *f, const char *x, int64_t R, int64_t I, size_t esz,
+                            void *acc) {
+  int64_t k = RED_CHUNK / I, full = R / k;
+  double wide[RED_CHUNK]; /* accumulators are at most 8 bytes */
+  f->init(wide, k * I);
+  f->cols(x, full, k * I, k * I, wide);
+  for (int64_t g = 1; g < k; g++) f->combine(wide, (char *)wide + (size_t)(g * I) * f->acc_size, I);
+  f->cols(x + (size_t)(full * k * I) * esz, R - full * k, I, I, wide);
+  f->combine(acc, wide, I);
+}
+
 static void red_units(void *arg, int64_t begin, int64_t end) {
   const RedJob *j = arg;
   const Reducer *f = j->f;
@@ -363,6 +383,8 @@ static void red_units(void *arg, int64_t begin, int64_t end) {
     f->init(acc, t.w);
     if (pl->I == 1)
       f->rows(src, t.r1 - t.r0, 1, 0, acc);
+    else if (pl->I < RED_NARROW)
+      red_narrow_cols(f, src, t.r1 - t.r0, pl->I, j->esz, acc);
     else
       f->cols(src, t.r1 - t.r0, t.w, pl->I, acc);
     if (pl->P == 1)

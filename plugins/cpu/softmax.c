@@ -6,10 +6,10 @@
  * exponentials accumulate in f64. f32 uses the vectorisable exp/log of cpu_util.h; f16 and
  * bf16 are converted to f32, computed, and converted back.
  */
-/* O3: the default CFLAGS' -O2 comes after the Makefile's -O3 and would win, leaving these
- * loops scalar. no-trapping-math: FP exception flags are never read, and it lets gcc turn
- * the selects of exp into vector blends. */
-#pragma GCC optimize("O3", "no-trapping-math")
+/* Vectorise whatever CFLAGS say (at -O2 gcc's "very cheap" model vectorises almost none of
+ * these loops), and let selects such as Max's become vector blends: FP exception flags are
+ * never read. */
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 
 #include <math.h>
 #include <stdint.h>
@@ -26,7 +26,13 @@
 #define SHAPE(rank, dims)                                                                          \
   cpu_shape_str((char[CPU_SHAPE_STR_MAX]){0}, CPU_SHAPE_STR_MAX, (rank), (dims))
 
+/* AVX2 and baseline copies of the hot loops, picked at load time (not under sanitizers,
+ * which cannot run the ifunc resolvers). */
+#ifdef FLOE_NO_TARGET_CLONES
+#define CPU_HOT
+#else
 #define CPU_HOT __attribute__((target_clones("avx2", "default")))
+#endif
 /* Row helpers inline into their CPU_HOT callers, so each clone gets its own vector width. */
 #define CPU_INLINE static inline __attribute__((always_inline))
 
@@ -92,12 +98,16 @@
     for (int64_t i = 0; i < w; i++) m[i] = -INFINITY, s[i] = 0;                                    \
     for (int64_t r = 0; r < R; r++)                                                                \
       for (int64_t i = 0; i < w; i++) m[i] = SM_MAX(m[i], x[r * ld + i]);                          \
-    for (int64_t r = 0; r < R; r++)                                                                \
-      for (int64_t i = 0; i < w; i++) {                                                            \
-        T e = EXP(x[r * ld + i] - m[i]);                                                           \
-        if (!log_sm) y[r * ld + i] = e; /* log_sm still needs x, which y may alias */              \
-        s[i] += e;                                                                                 \
-      }                                                                                            \
+    if (log_sm) /* only the sums: log_sm still reads x, which y may alias */                       \
+      for (int64_t r = 0; r < R; r++)                                                              \
+        for (int64_t i = 0; i < w; i++) s[i] += EXP(x[r * ld + i] - m[i]);                         \
+    else                                                                                           \
+      for (int64_t r = 0; r < R; r++)                                                              \
+        for (int64_t i = 0; i < w; i++) {                                                          \
+          T e = EXP(x[r * ld + i] - m[i]);                                                         \
+          y[r * ld + i] = e;                                                                       \
+          s[i] += e;                                                                               \
+        }                                                                                          \
     if (log_sm) {                                                                                  \
       for (int64_t i = 0; i < w; i++) f[i] = (T)log(s[i]);                                         \
       for (int64_t r = 0; r < R; r++)                                                              \

@@ -296,18 +296,22 @@ START_TEST(test_sum_accuracy) {
 END_TEST
 
 START_TEST(test_big_shapes) {
-  int64_t sq[2] = {1000, 1000}, wide[2] = {4, 250000}, tall[2] = {250000, 4};
+  int64_t sq[2] = {1000, 1000}, wide[2] = {4, 250000}, tall[2] = {250000, 4}, thin[2] = {3000, 7};
   int64_t cube[3] = {64, 300, 16}, a0[1] = {0}, a1[1] = {1}, a02[2] = {0, 2}, a01[2] = {0, 1};
   for (int op = SUM; op <= MIN; op++) {
     check_big(op, FLOE_F32, 2, sq, a0, 1, -1, 1, 1e-5);
     check_big(op, FLOE_F32, 2, sq, a1, 1, -1, 1, 1e-5);
     check_big(op, FLOE_F32, 2, wide, a1, 1, -1, 1, 1e-5); /* few long rows: R is split */
     check_big(op, FLOE_F32, 2, tall, a0, 1, -1, 1, 1e-5); /* few long columns: R is split */
+    check_big(op, FLOE_F32, 2, thin, a0, 1, -1, 1, 1e-5); /* narrow columns, one thread */
     check_big(op, FLOE_F32, 3, cube, a02, 2, -1, 1, 1e-5); /* gathered first */
     check_big(op, FLOE_F32, 3, cube, a01, 2, -1, 1, 1e-5);
   }
   check_big(PROD, FLOE_F32, 2, wide, a1, 1, 0.9999, 1.0001, 1e-5);
   check_big(PROD, FLOE_F64, 2, tall, a0, 1, 0.9999, 1.0001, 1e-10);
+  check_big(PROD, FLOE_F32, 2, thin, a0, 1, 0.999, 1.001, 1e-5);
+  check_big(MAX, FLOE_F16, 2, thin, a0, 1, -1, 1, 0);
+  check_big(SUM, FLOE_I8, 2, thin, a0, 1, -128, 127, 0);
   check_big(SUM, FLOE_F64, 3, cube, a02, 2, -1, 1, 1e-10);
   check_big(SUM, FLOE_I32, 2, wide, a1, 1, -1000, 1000, 0);
   check_big(MEAN, FLOE_I64, 2, tall, a0, 1, -1000, 1000, 0);

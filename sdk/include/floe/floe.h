@@ -129,7 +129,9 @@ typedef struct FloeRuntimeOptions {
 
 /* Loads plugins and creates devices. A plugin that fails is reported (see
  * floe_runtime_plugin_*) and skipped: the runtime still succeeds. Caller owns; free with
- * floe_runtime_free after every session using it is freed. */
+ * floe_runtime_free after every session using it is freed and every tensor its sessions
+ * returned is released (their buffers belong to the runtime's device allocators; copy a
+ * tensor with floe_tensor_copy to keep it longer). */
 FLOE_API FloeRuntime *floe_runtime_new(const FloeRuntimeOptions *opts, FloeStatus *status);
 FLOE_API void floe_runtime_free(FloeRuntime *rt);
 /* The process-wide runtime configured from the environment, created on first use.
