@@ -11,7 +11,6 @@
 /* ------------------------------------------------------------------------------------ */
 /* Half-precision rows. */
 
-#define CPU_HOT __attribute__((target_clones("avx2", "default")))
 
 CPU_HOT void cpu_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) {
   for (int64_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);

@@ -13,7 +13,7 @@
 
 #include "cpu_util.h"
 
-#define HOT __attribute__((target_clones("avx2", "default")))
+#define HOT CPU_HOT
 
 static int is_half(FloeDType dt) { return dt == FLOE_F16 || dt == FLOE_BF16; }
 

@@ -307,7 +307,7 @@ typedef struct Bias {
 #define ADD_F16(x, y) cpu_f32_to_f16(cpu_f16_to_f32(x) + cpu_f16_to_f32(y))
 #define ADD_BF16(x, y) cpu_f32_to_bf16(cpu_bf16_to_f32(x) + cpu_bf16_to_f32(y))
 
-__attribute__((target_clones("avx2", "default"))) static void bias_range(void *arg,
+CPU_HOT static void bias_range(void *arg,
                                                                           int64_t begin,
                                                                           int64_t end) {
   const Bias *a = arg;

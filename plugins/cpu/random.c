@@ -199,7 +199,7 @@ static void store_f32(const Draw *d, int64_t first, const float *v, int n) {
 }
 
 /* Blocks [begin, end) for f32, f16 and bf16 outputs: 4 elements per block. */
-__attribute__((target_clones("avx2", "default")))
+CPU_HOT
 static void draw_f32(void *arg, int64_t begin, int64_t end) {
   const Draw *d = arg;
   int bits = d->dt == FLOE_F16 ? 11 : d->dt == FLOE_BF16 ? 8 : 24;
@@ -248,7 +248,7 @@ static void draw_f32(void *arg, int64_t begin, int64_t end) {
 }
 
 /* Blocks [begin, end) for f64 outputs: 2 elements per block. */
-__attribute__((target_clones("avx2", "default")))
+CPU_HOT
 static void draw_f64(void *arg, int64_t begin, int64_t end) {
   const Draw *d = arg;
   double *out = d->out;
