@@ -14,19 +14,10 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "cpu.h"
 #include "cpu_util.h"
-
-/* AVX2 and baseline copies of the hot loops, picked at load time (not under sanitizers,
- * which cannot run the ifunc resolvers). */
-#ifdef FLOE_NO_TARGET_CLONES
-#define CPU_HOT
-#else
-#define CPU_HOT __attribute__((target_clones("avx2", "default")))
-#endif
 
 #define RED_CHUNK 2048      /* inner elements (or rows) per accumulator block */
 #define RED_LANE_BYTES 128  /* independent accumulators of a row loop */
@@ -38,7 +29,7 @@
 enum { RED_SUM, RED_MEAN, RED_PROD, RED_MAX, RED_MIN, RED_NUM };
 
 /* "[2,3,4]" for error messages, in a buffer that lives until the end of the enclosing block. */
-#define SHAPE(rank, dims)                                                                          \
+#define SHAPE(rank, dims) \
   cpu_shape_str((char[CPU_SHAPE_STR_MAX]){0}, CPU_SHAPE_STR_MAX, (rank), (dims))
 
 /* ------------------------------------------------------------------------------------ */

@@ -23,16 +23,9 @@
 #define SM_MAX(a, b) (((b) > (a) || (b) != (b)) ? (b) : (a))
 
 /* "[2,3,4]" for error messages, in a buffer that lives until the end of the enclosing block. */
-#define SHAPE(rank, dims)                                                                          \
+#define SHAPE(rank, dims) \
   cpu_shape_str((char[CPU_SHAPE_STR_MAX]){0}, CPU_SHAPE_STR_MAX, (rank), (dims))
 
-/* AVX2 and baseline copies of the hot loops, picked at load time (not under sanitizers,
- * which cannot run the ifunc resolvers). */
-#ifdef FLOE_NO_TARGET_CLONES
-#define CPU_HOT
-#else
-#define CPU_HOT __attribute__((target_clones("avx2", "default")))
-#endif
 /* Row helpers inline into their CPU_HOT callers, so each clone gets its own vector width. */
 #define CPU_INLINE static inline __attribute__((always_inline))
 
