@@ -648,35 +648,6 @@ static floe_code run_f64(State *s, FloeKernelContext *ctx, const Geo *g, const d
   return FLOE_OK;
 }
 
-/* ---------------------------------------------------------------------------------- */
-/* f16 / bf16 widening around the f32 primitives. */
-
-typedef struct Convert {
-  FloeDType dt;
-  bool widen; /* to f32, else from f32 */
-  const void *src;
-  void *dst;
-} Convert;
-
-static void convert_range(void *arg, int64_t begin, int64_t end) {
-  const Convert *c = arg;
-  if (c->widen) {
-    const uint16_t *src = (const uint16_t *)c->src + begin;
-    float *dst = (float *)c->dst + begin;
-    if (c->dt == FLOE_F16) cpu_f16_to_f32_row(dst, src, end - begin);
-    else cpu_bf16_to_f32_row(dst, src, end - begin);
-  } else {
-    const float *src = (const float *)c->src + begin;
-    uint16_t *dst = (uint16_t *)c->dst + begin;
-    if (c->dt == FLOE_F16) cpu_f32_to_f16_row(dst, src, end - begin);
-    else cpu_f32_to_bf16_row(dst, src, end - begin);
-  }
-}
-
-static void convert(FloeDType dt, bool widen, const void *src, void *dst, int64_t n) {
-  Convert c = {dt, widen, src, dst};
-  cpu_parallel_elements(n, 1, convert_range, &c);
-}
 
 static floe_code run_half(State *s, FloeKernelContext *ctx, const Geo *g, FloeDType dt,
                           const uint16_t *x, const uint16_t *f, uint16_t *y) {
@@ -686,10 +657,10 @@ static floe_code run_half(State *s, FloeKernelContext *ctx, const Geo *g, FloeDT
   floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + fn + yn) * sizeof(float),
                                              (void **)&buf);
   if (rc != FLOE_OK) return rc;
-  convert(dt, true, x, buf, xn);
-  if (f) convert(dt, true, f, buf + xn, fn);
+  cpu_convert_half(dt, true, x, buf, xn);
+  if (f) cpu_convert_half(dt, true, f, buf + xn, fn);
   rc = run_dnnl(s, ctx, g, buf, f ? buf + xn : NULL, buf + xn + fn);
-  if (rc == FLOE_OK) convert(dt, false, buf + xn + fn, y, yn);
+  if (rc == FLOE_OK) cpu_convert_half(dt, false, buf + xn + fn, y, yn);
   return rc;
 }
 

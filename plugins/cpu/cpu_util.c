@@ -28,6 +28,33 @@ CPU_HOT void cpu_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n) {
   for (int64_t i = 0; i < n; i++) dst[i] = cpu_f32_to_bf16(src[i]);
 }
 
+typedef struct HalfConvert {
+  FloeDType dt;
+  bool widen;
+  const void *src;
+  void *dst;
+} HalfConvert;
+
+static void half_convert_range(void *arg, int64_t begin, int64_t end) {
+  const HalfConvert *c = arg;
+  if (c->widen) {
+    const uint16_t *src = (const uint16_t *)c->src + begin;
+    float *dst = (float *)c->dst + begin;
+    if (c->dt == FLOE_F16) cpu_f16_to_f32_row(dst, src, end - begin);
+    else cpu_bf16_to_f32_row(dst, src, end - begin);
+  } else {
+    const float *src = (const float *)c->src + begin;
+    uint16_t *dst = (uint16_t *)c->dst + begin;
+    if (c->dt == FLOE_F16) cpu_f32_to_f16_row(dst, src, end - begin);
+    else cpu_f32_to_bf16_row(dst, src, end - begin);
+  }
+}
+
+void cpu_convert_half(FloeDType dt, bool widen, const void *src, void *dst, int64_t n) {
+  HalfConvert c = {dt, widen, src, dst};
+  cpu_parallel_elements(n, 1, half_convert_range, &c);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Shapes and broadcasting. */
 

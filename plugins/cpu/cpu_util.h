@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <stdbool.h>
+
 #include "cpu.h"
 
 /* ------------------------------------------------------------------------------------ */
@@ -75,6 +77,9 @@ void cpu_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void cpu_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void cpu_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void cpu_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
+/* Whole arrays of n elements: dt (f16 or bf16) to f32 when widen, else f32 to dt; split
+ * over the pool when large. */
+void cpu_convert_half(FloeDType dt, bool widen, const void *src, void *dst, int64_t n);
 
 /* ------------------------------------------------------------------------------------ */
 /* Shapes. */

@@ -20,33 +20,6 @@ static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
   return cpu_shape_str(buf, len, cpu_host->tensor_rank(t), cpu_host->tensor_dims(t));
 }
 
-/* f16 / bf16 <-> f32 over [begin, end) of whole arrays, split over the pool when large. */
-typedef struct Convert {
-  FloeDType dt;
-  bool widen; /* to f32, else from f32 */
-  const void *src;
-  void *dst;
-} Convert;
-
-static void convert_range(void *arg, int64_t begin, int64_t end) {
-  const Convert *c = arg;
-  if (c->widen) {
-    const uint16_t *src = (const uint16_t *)c->src + begin;
-    float *dst = (float *)c->dst + begin;
-    if (c->dt == FLOE_F16) cpu_f16_to_f32_row(dst, src, end - begin);
-    else cpu_bf16_to_f32_row(dst, src, end - begin);
-  } else {
-    const float *src = (const float *)c->src + begin;
-    uint16_t *dst = (uint16_t *)c->dst + begin;
-    if (c->dt == FLOE_F16) cpu_f32_to_f16_row(dst, src, end - begin);
-    else cpu_f32_to_bf16_row(dst, src, end - begin);
-  }
-}
-
-static void convert(FloeDType dt, bool widen, const void *src, void *dst, int64_t n) {
-  Convert c = {dt, widen, src, dst};
-  cpu_parallel_elements(n, 1, convert_range, &c);
-}
 
 /* ---------------------------------------------------------------------------------- */
 /* One row-major product C[M,N] = op(A) op(B); A is stored [M,K] ([K,M] when ta), B is
@@ -220,14 +193,14 @@ static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool br
   float *buf;
   rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + yn + zn) * sizeof(float), (void **)&buf);
   if (rc != FLOE_OK) return rc;
-  convert(dt, true, cpu_host->tensor_data(x), buf, xn);
-  convert(dt, true, cpu_host->tensor_data(y), buf + xn, yn);
+  cpu_convert_half(dt, true, cpu_host->tensor_data(x), buf, xn);
+  cpu_convert_half(dt, true, cpu_host->tensor_data(y), buf + xn, yn);
   void *z = p.z;
   p.x = buf;
   p.y = buf + xn;
   p.z = buf + xn + yn;
   product_run(&p, batch, xbatch, ybatch);
-  convert(dt, false, p.z, z, zn);
+  cpu_convert_half(dt, false, p.z, z, zn);
   return FLOE_OK;
 }
 
