@@ -37,6 +37,7 @@ typedef struct ExecNode {
   const FloeKernelReg *kernel; /* NULL: nothing to compute (its used outputs are fed) */
   void *state;                 /* from FloeKernelDef.create, or user_data */
   bool created;                /* create was called: destroy is due */
+  bool shared;                 /* state belongs to the session (stateful op) */
   bool inexpensive;
   bool check_copy;             /* an input may live in another memory space (see needs_copy) */
   int in_base, num_inputs;     /* slice of input_src / a step's in_ptrs */
@@ -127,15 +128,6 @@ static void list_push(FloeExecStep *s, ReadyList *l, int n) {
 
 /* ---- errors ---- */
 
-/* msg without its "node 'x' (Op): " prefix, when the host already put one there. */
-static const char *strip_node_prefix(const char *msg, const FloeNode *n) {
-  size_t nl = strlen(n->name), ol = strlen(n->op->name);
-  if (strncmp(msg, "node '", 6) == 0 && strncmp(msg + 6, n->name, nl) == 0 &&
-      strncmp(msg + 6 + nl, "' (", 3) == 0 && strncmp(msg + 9 + nl, n->op->name, ol) == 0 &&
-      strncmp(msg + 9 + nl + ol, "): ", 3) == 0)
-    return msg + 12 + nl + ol;
-  return msg;
-}
 
 /* Keeps the first error of the step (prefixed with the node) and cancels the step. */
 static void step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const char *msg) {
@@ -143,7 +135,7 @@ static void step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const
   pthread_mutex_lock(&s->mu);
   if (s->status.code == FLOE_OK)
     floe_status_set(&s->status, code, "node '%s' (%s): %s", n->name, n->op->name,
-                    strip_node_prefix(msg, n));
+                    floe__strip_node_prefix(msg, n));
   pthread_mutex_unlock(&s->mu);
   atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
 }
@@ -536,34 +528,19 @@ static void layout_arena(FloeExecutor *e) {
 static void destroy_kernels(FloeExecutor *e) {
   for (int i = 0; i < e->num_nodes; i++) {
     ExecNode *en = &e->nodes[i];
-    if (en->created && en->kernel->def.destroy) en->kernel->def.destroy(en->state);
+    if (en->created) floe__kernel_release(en->kernel, en->state);
     en->created = false;
   }
 }
 
-/* Calls each kernel's create; the error names the node. */
+/* Calls each kernel's create (session-owned states excepted); the error names the node. */
 static floe_code create_kernels(FloeExecutor *e, FloeStatus *st) {
   for (int i = 0; i < e->num_nodes; i++) {
     ExecNode *en = &e->nodes[i];
-    if (!en->kernel) continue;
-    const FloeKernelDef *def = &en->kernel->def;
-    en->state = def->user_data;
-    if (!def->create) continue;
-    FloeStatus kst = {FLOE_OK, NULL};
-    struct FloeKernelInit init = {en->node, en->device, &kst};
-    void *state = NULL;
-    floe_code rc = def->create(floe__host_api(), &init, def->user_data, &state);
-    if (rc != FLOE_OK || kst.code != FLOE_OK) {
-      floe_code code = kst.code != FLOE_OK ? kst.code : rc;
-      floe_status_set(st, code, "node '%s' (%s): creating its %s kernel: %s", en->node->name,
-                      en->node->op->name, en->kernel->device_type,
-                      kst.code != FLOE_OK ? strip_node_prefix(floe_status_message(&kst), en->node)
-                                          : floe_code_message(rc));
-      floe_status_clear(&kst);
-      return code;
-    }
-    en->state = state;
-    en->created = true;
+    if (!en->kernel || en->shared) continue;
+    if (floe__kernel_instantiate(en->kernel, en->node, en->device, &en->state, &en->created,
+                                 st) != FLOE_OK)
+      return floe_status_code(st);
   }
   return FLOE_OK;
 }
@@ -731,6 +708,8 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
     en->node = ns->node;
     en->device = ns->device;
     en->kernel = ns->kernel;
+    en->shared = ns->shared;
+    en->state = ns->state;
     en->in_base = in_total;
     en->num_inputs = ns->node->num_inputs;
     en->out_base = out_total;

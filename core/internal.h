@@ -369,6 +369,13 @@ floe_code floe__device_copy(FloeDevice *dst_dev, void *dst, FloeDevice *src_dev,
  * the device types that do have a kernel when none matches. */
 const FloeKernelReg *floe__kernel_find(const struct FloeRuntime *rt, const FloeNode *node,
                                        const char *device_type, FloeStatus *st);
+/* One kernel instance for node on dev: *state from the kernel's create (then *created is
+ * true and floe__kernel_release is due) or its user_data. The error names the node. */
+floe_code floe__kernel_instantiate(const FloeKernelReg *k, const FloeNode *node, FloeDevice *dev,
+                                   void **state, bool *created, FloeStatus *st);
+void floe__kernel_release(const FloeKernelReg *k, void *state);
+/* Drops a leading "node 'name' (Op): " for node from msg (host.c's setters add it). */
+const char *floe__strip_node_prefix(const char *msg, const FloeNode *n);
 
 /* ------------------------------------------------------------------------------------ */
 /* threadpool.c */
@@ -412,6 +419,11 @@ typedef struct FloeExecNodeSpec {
   const FloeNode *node;
   FloeDevice *device;
   const FloeKernelReg *kernel;  /* NULL for fed nodes' outputs (never run) */
+  /* Stateful ops: the session owns one kernel instance per node, shared by all its
+   * executors, so state (a random op's call counter) survives across run signatures.
+   * shared: use `state` as the kernel state; the executor never creates or destroys it. */
+  bool shared;
+  void *state;
 } FloeExecNodeSpec;
 
 typedef struct FloeExecPlan {

@@ -132,3 +132,42 @@ const FloeKernelReg *floe__kernel_find(const FloeRuntime *rt, const FloeNode *no
   if (!best && st) no_kernel_error(rt, node, device_type, st);
   return best;
 }
+
+/* "node 'x' (Op): rest" -> "rest": messages from host.c's error setters carry the node
+ * prefix, which callers that add their own context drop. */
+const char *floe__strip_node_prefix(const char *msg, const FloeNode *n) {
+  size_t nl = strlen(n->name), ol = strlen(n->op->name);
+  if (strncmp(msg, "node '", 6) == 0 && strncmp(msg + 6, n->name, nl) == 0 &&
+      strncmp(msg + 6 + nl, "' (", 3) == 0 && strncmp(msg + 9 + nl, n->op->name, ol) == 0 &&
+      strncmp(msg + 9 + nl + ol, "): ", 3) == 0)
+    return msg + 12 + nl + ol;
+  return msg;
+}
+
+floe_code floe__kernel_instantiate(const FloeKernelReg *k, const FloeNode *node, FloeDevice *dev,
+                                   void **state, bool *created, FloeStatus *st) {
+  const FloeKernelDef *def = &k->def;
+  *state = def->user_data;
+  *created = false;
+  if (!def->create) return FLOE_OK;
+  FloeStatus kst = {FLOE_OK, NULL};
+  struct FloeKernelInit init = {node, dev, &kst};
+  void *made = NULL;
+  floe_code rc = def->create(floe__host_api(), &init, def->user_data, &made);
+  if (rc != FLOE_OK || kst.code != FLOE_OK) {
+    floe_code code = kst.code != FLOE_OK ? kst.code : rc;
+    floe_status_set(st, code, "node '%s' (%s): creating its %s kernel: %s", node->name,
+                    node->op->name, k->device_type,
+                    kst.code != FLOE_OK ? floe__strip_node_prefix(floe_status_message(&kst), node)
+                                        : floe_code_message(rc));
+    floe_status_clear(&kst);
+    return code;
+  }
+  *state = made;
+  *created = true;
+  return FLOE_OK;
+}
+
+void floe__kernel_release(const FloeKernelReg *k, void *state) {
+  if (k->def.destroy) k->def.destroy(state);
+}

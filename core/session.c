@@ -19,6 +19,13 @@ typedef struct CacheEntry {
   struct CacheEntry *next;
 } CacheEntry;
 
+/* The kernel instance of a stateful node, shared by every executor of the session. */
+typedef struct SharedKernel {
+  const FloeKernelReg *kernel;
+  void *state;
+  bool made, created;
+} SharedKernel;
+
 struct FloeSession {
   FloeGraph *graph;       /* the session's own copy */
   FloeRuntime *rt;        /* borrowed */
@@ -27,6 +34,7 @@ struct FloeSession {
   pthread_mutex_t mu;
   pthread_cond_t built_cv; /* broadcast when an entry stops being built */
   CacheEntry *cache;       /* guarded by mu */
+  SharedKernel *shared;    /* by graph node id, allocated on first use; guarded by mu */
   atomic_int num_cached;
 };
 
@@ -320,6 +328,35 @@ static floe_code place_node(const FloeSession *s, const FloeNode *n, FloeExecNod
   return floe_status_code(st);
 }
 
+/* Gives a stateful node the session's one kernel instance, making it on first use, so its
+ * state (e.g. a random op's call counter) does not restart with each new run signature. */
+static floe_code share_kernel(FloeSession *s, const FloeNode *n, FloeExecNodeSpec *spec,
+                              FloeStatus *st) {
+  floe_code rc = FLOE_OK;
+  pthread_mutex_lock(&s->mu);
+  if (!s->shared) {
+    s->shared = floe__calloc((size_t)s->graph->num_nodes, sizeof *s->shared);
+    if (!s->shared) {
+      rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+      goto out;
+    }
+  }
+  SharedKernel *k = &s->shared[n->id];
+  if (!k->made) {
+    rc = floe__kernel_instantiate(spec->kernel, n, spec->device, &k->state, &k->created, st);
+    if (rc != FLOE_OK) goto out;
+    k->kernel = spec->kernel;
+    k->made = true;
+  }
+  /* Placement is deterministic, so every executor picks the same kernel for n. */
+  spec->kernel = k->kernel;
+  spec->shared = true;
+  spec->state = k->state;
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
 static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeStatus *st) {
   const FloeGraph *g = s->graph;
   FloeExecutor *e = NULL;
@@ -337,7 +374,11 @@ static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeStatu
                        .inline_inexpensive = s->inline_inexpensive};
   for (int i = 0; i < g->num_nodes; i++) {
     if (!need[i]) continue;
-    if (place_node(s, g->nodes[i], &specs[plan.num_nodes], st) != FLOE_OK) goto out;
+    FloeExecNodeSpec *spec = &specs[plan.num_nodes];
+    if (place_node(s, g->nodes[i], spec, st) != FLOE_OK) goto out;
+    if (spec->kernel && (g->nodes[i]->op->flags & FLOE_OP_STATEFUL) &&
+        share_kernel(s, g->nodes[i], spec, st) != FLOE_OK)
+      goto out;
     plan.num_nodes++;
   }
   plan.feeds = outs;
@@ -518,6 +559,9 @@ void floe_session_free(FloeSession *s) {
     floe__free(c->key);
     floe__free(c);
   }
+  for (int i = 0; s->shared && i < s->graph->num_nodes; i++)
+    if (s->shared[i].created) floe__kernel_release(s->shared[i].kernel, s->shared[i].state);
+  floe__free(s->shared);
   pthread_cond_destroy(&s->built_cv);
   pthread_mutex_destroy(&s->mu);
   floe_graph_free(s->graph);

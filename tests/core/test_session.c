@@ -371,6 +371,49 @@ static void runtime_teardown(void) {
   rt = NULL;
 }
 
+/* A stateful node keeps one kernel instance per session: its random stream continues when
+ * the session runs it under another signature, and restarts only in a new session. */
+static void draw(FloeSession *s, const char *const *fetches, int n, float *first) {
+  FloeStatus *st = floe_status_new();
+  FloeTensor *out[2] = {NULL, NULL};
+  ck_assert_msg(floe_session_run(s, NULL, 0, fetches, n, NULL, 0, out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  memcpy(first, floe_tensor_data(out[0]), 4 * sizeof(float));
+  if (n == 2) ck_assert_mem_eq(floe_tensor_data(out[0]), floe_tensor_data(out[1]), 16);
+  for (int i = 0; i < n; i++) floe_tensor_release(out[i]);
+  floe_status_free(st);
+}
+
+START_TEST(stateful_kernels_are_shared_across_signatures) {
+  FloeStatus *st = floe_status_new();
+  FloeGraph *g = floe_graph_new();
+  int32_t four = 4;
+  FloeTensor *shape = floe_tensor_from_data(FLOE_I32, 1, (int64_t[]){1}, &four, 4, st);
+  FloeNodeBuilder *b = floe_node_begin(g, "RandomUniform", "r");
+  floe_node_add_input(b, floe_const(g, "shape", shape));
+  floe_node_set_attr_int(b, "seed", 7);
+  floe_node_set_attr_int(b, "seed2", 3);
+  FloeNode *r = floe_node_finish(b);
+  floe_unary(g, "Identity", "i", floe_out(r, 0));
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  const char *just_r[] = {"r"}, *r_and_i[] = {"r", "i"};
+  float a1[4], a2[4], b1[4];
+  FloeSession *s1 = floe_session_new(g, NULL, st);
+  draw(s1, just_r, 1, a1);
+  draw(s1, r_and_i, 2, a2); /* a second executor: the stream must go on */
+  ck_assert_int_eq(floe_session_num_cached(s1), 2);
+  ck_assert_msg(memcmp(a1, a2, sizeof a1) != 0, "second signature repeated the first draw");
+  FloeSession *s2 = floe_session_new(g, NULL, st);
+  draw(s2, r_and_i, 2, b1); /* a new session starts the stream again */
+  ck_assert_mem_eq(a1, b1, sizeof a1);
+  floe_session_free(s1);
+  floe_session_free(s2);
+  floe_tensor_release(shape);
+  floe_graph_free(g);
+  floe_status_free(st);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("session");
   TCase *tc = tcase_create("prune");
@@ -387,6 +430,7 @@ int main(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("cache");
   tcase_add_test(tc, executor_cache);
+  tcase_add_test(tc, stateful_kernels_are_shared_across_signatures);
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
   suite_add_tcase(s, tc);
   tc = tcase_create("threads");
