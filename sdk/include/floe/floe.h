@@ -334,8 +334,9 @@ FLOE_API int floe_session_num_cached(const FloeSession *s);
 /* ------------------------------------------------------------------------------------ */
 /* Testing hooks. */
 
-/* Fault injection: make the Nth core allocation from now fail (1 = the next one); 0 turns
- * it off. Returns the number of allocations made since the last call. Process-wide. */
+/* Fault injection: make the Nth core allocation from now fail (1 = the next one), and every
+ * one after it; 0 turns it off. Returns the number of allocations counted since the last
+ * call (counting happens only while armed). Process-wide. */
 FLOE_API long floe_test_fail_alloc_after(long n);
 
 #ifdef __cplusplus
