@@ -266,30 +266,59 @@ static floe_code host_ctx_allocate_output(FloeKernelContext *ctx, int i, int ran
   return FLOE_OK;
 }
 
-static floe_code host_ctx_forward_input(FloeKernelContext *ctx, int input, int output, int rank,
-                                        const int64_t *dims) {
-  floe_code rc = check_output_index(ctx, output, "forward_input");
+/* *src = the input a forward_input* call views, checked to be in range and of the output's
+ * dtype (else the error is recorded and returned). */
+static floe_code forward_source(FloeKernelContext *ctx, int input, int output, const char *what,
+                                FloeTensor **src) {
+  floe_code rc = check_output_index(ctx, output, what);
   if (rc != FLOE_OK) return rc;
   if (input < 0 || input >= ctx->num_inputs || !ctx->inputs[input])
     return node_fail(ctx->status, ctx->node, FLOE_OUT_OF_RANGE,
-                     "forward_input: input %d out of range (the node has %d inputs)", input,
+                     "%s: input %d out of range (the node has %d inputs)", what, input,
                      ctx->num_inputs);
-  FloeTensor *src = ctx->inputs[input];
-  if (src->dtype != ctx->node->out_dtypes[output])
+  *src = ctx->inputs[input];
+  if ((*src)->dtype != ctx->node->out_dtypes[output])
     return node_fail(ctx->status, ctx->node, FLOE_INVALID_ARGUMENT,
-                     "forward_input: input %d is %s but output %d is %s", input,
-                     floe_dtype_name(src->dtype), output,
+                     "%s: input %d is %s but output %d is %s", what, input,
+                     floe_dtype_name((*src)->dtype), output,
                      floe_dtype_name(ctx->node->out_dtypes[output]));
-  FloeStatus st = {FLOE_OK, NULL};
-  FloeTensor *t = floe__tensor_view(src, rank, dims, &st);
+  return FLOE_OK;
+}
+
+/* Makes output `output` the view t (NULL: st says why, reported as "what in -> out"). */
+static floe_code set_forwarded(FloeKernelContext *ctx, int input, int output, const char *what,
+                               FloeTensor *t, FloeStatus *st) {
   if (!t) {
-    rc = node_fail(ctx->status, ctx->node, st.code, "forward_input %d -> %d: %s", input, output,
-                   floe_status_message(&st));
-    floe_status_clear(&st);
+    floe_code rc = node_fail(ctx->status, ctx->node, st->code, "%s %d -> %d: %s", what, input,
+                             output, floe_status_message(st));
+    floe_status_clear(st);
     return rc;
   }
   set_output_ref(ctx, output, t);
   return FLOE_OK;
+}
+
+static floe_code host_ctx_forward_input(FloeKernelContext *ctx, int input, int output, int rank,
+                                        const int64_t *dims) {
+  FloeTensor *src = NULL;
+  floe_code rc = forward_source(ctx, input, output, "forward_input", &src);
+  if (rc != FLOE_OK) return rc;
+  FloeStatus st = {FLOE_OK, NULL};
+  return set_forwarded(ctx, input, output, "forward_input",
+                       floe__tensor_view(src, rank, dims, &st), &st);
+}
+
+static floe_code host_ctx_forward_input_slice(FloeKernelContext *ctx, int input, int output,
+                                              size_t byte_offset, int rank,
+                                              const int64_t *dims) {
+  FloeTensor *src = NULL;
+  floe_code rc = forward_source(ctx, input, output, "forward_input_slice", &src);
+  if (rc != FLOE_OK) return rc;
+  FloeStatus st = {FLOE_OK, NULL};
+  /* Beyond INT64_MAX is out of range of any tensor: map it to -1 so the bounds check says so. */
+  int64_t off = byte_offset > (size_t)INT64_MAX ? -1 : (int64_t)byte_offset;
+  return set_forwarded(ctx, input, output, "forward_input_slice",
+                       floe__tensor_slice_view(src, off, rank, dims, &st), &st);
 }
 
 static floe_code host_ctx_set_output(FloeKernelContext *ctx, int i, FloeTensor *t) {
@@ -515,10 +544,12 @@ static const FloeHostApi host_api = {
     .shape_num_outputs = host_shape_num_outputs,
     .shape_set_output = host_shape_set_output,
     .shape_set_error = host_shape_set_error,
+    .ctx_forward_input_slice = host_ctx_forward_input_slice,
 };
 
-/* Every slot of ABI 1.0 must be filled: a NULL here would crash a plugin. */
-_Static_assert(sizeof(FloeHostApi) == offsetof(FloeHostApi, shape_set_error) + sizeof(void (*)(void)),
+/* Every slot must be filled: a NULL here would crash a plugin. */
+_Static_assert(sizeof(FloeHostApi) ==
+                   offsetof(FloeHostApi, ctx_forward_input_slice) + sizeof(void (*)(void)),
                "a FloeHostApi slot was added: fill it in host_api");
 
 /* Static: lives as long as the process; plugins may keep the pointer. */

@@ -97,6 +97,11 @@ FloeTensor *floe__tensor_alloc(struct FloeDevice *dev, FloeDType dt, int rank,
                                const int64_t *dims, FloeStatus *st);
 /* A view sharing src's buffer with another shape of the same byte size. Caller owns. */
 FloeTensor *floe__tensor_view(FloeTensor *src, int rank, const int64_t *dims, FloeStatus *st);
+/* A view of the contiguous block of src that starts byte_offset bytes into src's data (a
+ * multiple of the element size) and holds dims' elements: Split, Slice without copies.
+ * FLOE_OUT_OF_RANGE when the block does not fit inside src. Caller owns. */
+FloeTensor *floe__tensor_slice_view(FloeTensor *src, int64_t byte_offset, int rank,
+                                    const int64_t *dims, FloeStatus *st);
 /* Copy to another device (NULL: host). Returns a new reference (src itself, retained, when
  * it already lives there). */
 FloeTensor *floe__tensor_to_device(FloeTensor *src, struct FloeDevice *dev, FloeStatus *st);

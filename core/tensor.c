@@ -188,6 +188,32 @@ FloeTensor *floe__tensor_view(FloeTensor *src, int rank, const int64_t *dims, Fl
   return t;
 }
 
+FloeTensor *floe__tensor_slice_view(FloeTensor *src, int64_t byte_offset, int rank,
+                                    const int64_t *dims, FloeStatus *st) {
+  FloeTensor *t = tensor_header(src->dtype, rank, dims, st);
+  if (!t) return NULL;
+  size_t esize = floe_dtype_size(src->dtype);
+  /* Element-aligned offsets only: kernels read the view through typed pointers. */
+  if (byte_offset < 0 || (uint64_t)byte_offset > src->nbytes ||
+      t->nbytes > src->nbytes - (size_t)byte_offset || (uint64_t)byte_offset % esize != 0) {
+    char a[160], b[160];
+    FloeShape ss = floe_tensor_shape(src), ds = floe_shape_make(rank, dims);
+    floe_status_set(st, FLOE_OUT_OF_RANGE,
+                    "a view of shape %s (%zu bytes) at byte offset %lld does not fit in the %s "
+                    "tensor of shape %s (%zu bytes; offsets must be multiples of %zu)",
+                    floe_shape_str(&ds, b, sizeof b), t->nbytes, (long long)byte_offset,
+                    floe_dtype_name(src->dtype), floe_shape_str(&ss, a, sizeof a), src->nbytes,
+                    esize);
+    floe__free(t);
+    return NULL;
+  }
+  if (t->nbytes == 0) return t; /* empty tensors hold no buffer */
+  t->buf = src->buf;
+  t->offset = src->offset + (size_t)byte_offset;
+  atomic_fetch_add_explicit(&t->buf->refs, 1, memory_order_relaxed);
+  return t;
+}
+
 FloeDevice *floe__tensor_device(const FloeTensor *t) { return t->buf ? t->buf->device : NULL; }
 
 bool floe__tensor_on_host(const FloeTensor *t) {

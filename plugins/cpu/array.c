@@ -1,9 +1,11 @@
 /* array.c - data-movement, shape and fill kernels of the CPU plugin.
  *
  * None of these ops does arithmetic, so every kernel moves elements by size (1, 2, 4 or 8
- * bytes) and one kernel serves every dtype. Reshape-like ops are views (ctx_forward_input);
- * slices and transposes go through one strided-copy engine (coalesced dims, memcpy rows
- * when the innermost input stride is 1, cache-blocked tiles when it is not).
+ * bytes) and one kernel serves every dtype. Reshape-like ops are views (ctx_forward_input),
+ * and so are Split and Slice pieces that are one contiguous block of their input
+ * (ctx_forward_input_slice, ABI 1.1); other slices and transposes go through one
+ * strided-copy engine (coalesced dims, memcpy rows when the innermost input stride is 1,
+ * cache-blocked tiles when it is not).
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -132,6 +134,30 @@ static inline void copy_slice(char *dst, const char *src, size_t bytes) {
   case 1: *(e8 *)dst = *(const e8 *)src; break;
   default: memcpy(dst, src, bytes);
   }
+}
+
+/* True when the host can make views of sub-blocks (a 1.0 core's table ends before it). */
+static int can_slice_view(void) {
+  return FLOE_HAS_FIELD(cpu_host, FloeHostApi, ctx_forward_input_slice);
+}
+
+/* True when the non-empty box (begin, size, step per dim; step NULL = all 1) of a dense
+ * tensor of dims is one contiguous run of its elements: dims before some dim k have size 1,
+ * dims after k are whole. *first is then the run's first element. */
+static int box_contiguous(int rank, const int64_t *dims, const int64_t *begin,
+                          const int64_t *size, const int64_t *step, int64_t *first) {
+  int k = rank - 1;
+  while (k >= 0 && size[k] == dims[k] && (size[k] <= 1 || !step || step[k] == 1)) k--;
+  if (k >= 0 && size[k] > 1 && step && step[k] != 1) return 0;
+  for (int i = 0; i < k; i++)
+    if (size[i] != 1) return 0;
+  int64_t stride = 1, off = 0;
+  for (int i = rank - 1; i >= 0; i--) {
+    off += begin[i] * stride;
+    stride *= dims[i];
+  }
+  *first = off;
+  return 1;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -656,10 +682,17 @@ static floe_code split_compute(void *state, FloeKernelContext *ctx) {
                                    axis, tensor_shape_str(x).s, odims[axis], num_split);
   odims[axis] /= num_split;
   if (n == 1) return cpu_host->ctx_forward_input(ctx, 0, 0, rank, odims);
-  Piece stack[ARRAY_STACK_LIST], *pieces = NULL;
-  if ((rc = pieces_alloc(ctx, n, stack, &pieces)) != FLOE_OK) return rc;
   size_t es = cpu_host->dtype_size(cpu_host->tensor_dtype(x));
   size_t chunk = (size_t)product(rank - (int)axis, odims + axis) * es;
+  if (product((int)axis, odims) == 1 && can_slice_view()) { /* each piece is one block */
+    for (int i = 0; i < n; i++)
+      if ((rc = cpu_host->ctx_forward_input_slice(ctx, 0, i, (size_t)i * chunk, rank, odims)) !=
+          FLOE_OK)
+        return rc;
+    return FLOE_OK;
+  }
+  Piece stack[ARRAY_STACK_LIST], *pieces = NULL;
+  if ((rc = pieces_alloc(ctx, n, stack, &pieces)) != FLOE_OK) return rc;
   for (int i = 0; i < n; i++) {
     FloeTensor *y;
     if ((rc = cpu_host->ctx_allocate_output(ctx, i, rank, odims, &y)) != FLOE_OK) return rc;
@@ -698,12 +731,17 @@ static floe_code slice_compute(void *state, FloeKernelContext *ctx) {
     whole &= size[i] == dims[i];
   }
   if (whole) return cpu_host->ctx_forward_input(ctx, 0, 0, rank, size);
+  size_t es = cpu_host->dtype_size(cpu_host->tensor_dtype(x));
+  int64_t first;
+  if (product(rank, size) > 0 && can_slice_view() &&
+      box_contiguous(rank, dims, begin, size, NULL, &first))
+    return cpu_host->ctx_forward_input_slice(ctx, 0, 0, (size_t)first * es, rank, size);
   FloeTensor *y;
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, rank, size, &y)) != FLOE_OK) return rc;
   if (cpu_host->tensor_num_elements(y) == 0) return FLOE_OK;
   Strided s;
   s.rank = rank;
-  s.esize = cpu_host->dtype_size(cpu_host->tensor_dtype(x));
+  s.esize = es;
   dense_strides(rank, dims, s.stride);
   int64_t off = 0;
   for (int i = 0; i < rank; i++) {
@@ -867,15 +905,20 @@ static floe_code strided_slice_compute(void *state, FloeKernelContext *ctx) {
                                    tensor_shape_str(x).s, n_final, FLOE_MAX_DIMS);
   for (int i = 0; i < n_final; i++) odims[i] = final[i] < 0 ? 1 : size[final[i]];
   if (whole) return cpu_host->ctx_forward_input(ctx, 0, 0, n_final, odims);
+  /* Same elements in the same order as the per-input-dim box: view or copy that. */
+  size_t es = cpu_host->dtype_size(cpu_host->tensor_dtype(x));
+  int64_t first;
+  if (product(rank, size) > 0 && can_slice_view() &&
+      box_contiguous(rank, dims, db, size, ds, &first))
+    return cpu_host->ctx_forward_input_slice(ctx, 0, 0, (size_t)first * es, n_final, odims);
   FloeTensor *y;
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, n_final, odims, &y)) != FLOE_OK) return rc;
   if (cpu_host->tensor_num_elements(y) == 0) return FLOE_OK;
-  /* Same elements in the same order as the per-input-dim box: copy that. */
   Strided cp;
   int64_t istride[FLOE_MAX_DIMS], off = 0;
   dense_strides(rank, dims, istride);
   cp.rank = rank;
-  cp.esize = cpu_host->dtype_size(cpu_host->tensor_dtype(x));
+  cp.esize = es;
   for (int i = 0; i < rank; i++) {
     cp.dims[i] = size[i];
     cp.stride[i] = istride[i] * ds[i];

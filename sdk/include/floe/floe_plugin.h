@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define FLOE_ABI_MAJOR 1
-#define FLOE_ABI_MINOR 0
+#define FLOE_ABI_MINOR 1
 
 /* Visibility of the one exported symbol (plugins build with -fvisibility=hidden). */
 #if defined(__GNUC__)
@@ -79,11 +79,13 @@ typedef void (*FloeDoneFn)(void *done_arg);
 
 /* ------------------------------------------------------------------------------------ */
 /* Host API: the core's services, passed to floe_plugin_init. Lives as long as the process;
- * plugins may keep the pointer. Every slot of ABI 1.0 is non-NULL. */
+ * plugins may keep the pointer. Every slot of ABI 1.0 is non-NULL; a slot added by a later
+ * minor (marked "since 1.x") is there only when FLOE_HAS_FIELD(host, FloeHostApi, slot)
+ * says so (an older core has a shorter table), and is then non-NULL. */
 typedef struct FloeHostApi {
   size_t struct_size;
   uint32_t abi_major; /* the core's FLOE_ABI_MAJOR */
-  uint32_t abi_minor; /* the minor the core uses for this plugin: min(core, plugin) */
+  uint32_t abi_minor; /* the core's FLOE_ABI_MINOR (the table is handed out before declare) */
 
   /* Logging: printed only when the user asked (FLOE_LOG_LEVEL). */
   void (*log)(FloeLogLevel level, const char *fmt, ...);
@@ -177,6 +179,15 @@ typedef struct FloeHostApi {
   int (*shape_num_outputs)(const FloeShapeContext *sctx);
   void (*shape_set_output)(FloeShapeContext *sctx, int i, const FloeShape *shape);
   floe_code (*shape_set_error)(FloeShapeContext *sctx, floe_code code, const char *fmt, ...);
+
+  /* Since 1.1. Make output `output` a view (no copy) of the contiguous block of input
+   * `input` that starts byte_offset bytes into its data (a multiple of the element size) and
+   * holds the elements of dims (Split along the first dim, a Slice of whole rows). Returns
+   * FLOE_OUT_OF_RANGE, recorded like ctx_set_error, when the block does not fit in the input.
+   * The view's data need not be aligned beyond its element size: kernels must not assume
+   * more of any input. */
+  floe_code (*ctx_forward_input_slice)(FloeKernelContext *ctx, int input, int output,
+                                       size_t byte_offset, int rank, const int64_t *dims);
 } FloeHostApi;
 
 /* ------------------------------------------------------------------------------------ */
@@ -395,11 +406,13 @@ static inline floe_code floe_plugin_declare_current(FloePluginRegistrar *reg, co
 #define FLOE_PLUGIN_DECLARE(reg, plugin_name, plugin_version) \
   floe_plugin_declare_current((reg), (plugin_name), (plugin_version))
 
-/* Layout pins of ABI 1.0 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
+/* Layout pins of ABI 1.0 and 1.1 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
 _Static_assert(offsetof(FloePluginRegistrar, declare) == 16, "registrar frozen prefix changed");
 _Static_assert(offsetof(FloeHostApi, log) == 16, "FloeHostApi prefix changed");
+_Static_assert(offsetof(FloeHostApi, ctx_forward_input_slice) == 480,
+               "FloeHostApi slots of 1.0 changed (1.1 appends ctx_forward_input_slice)");
 _Static_assert(sizeof(FloeDeviceProps) == 344, "FloeDeviceProps layout changed");
 _Static_assert(sizeof(FloeKernelDef) == 88, "FloeKernelDef layout changed");
 _Static_assert(sizeof(FloeOpDef) == 88, "FloeOpDef layout changed");
