@@ -10,6 +10,8 @@
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <floe/floe.h>
+
+#include "bench_util.h"
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,22 +20,6 @@
 #include <time.h>
 
 enum { H = 28, W = 28, C = 32, O = 64, K = 5 };
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void fill(float *p, int64_t n, uint32_t seed) {
   for (int64_t i = 0; i < n; i++) {
@@ -182,14 +168,14 @@ int main(int argc, char **argv) {
   for (int r = -2; r < reps; r++) { /* two untimed warm-up rounds */
     for (int k = 0; k < 2; k++) {
       int session_turn = (k == 0) == (r % 2 == 0); /* alternate which goes first */
-      double t0 = now();
+      double t0 = bench_now();
       if (session_turn) {
         FloeTensor *out = NULL;
         if (floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st) != FLOE_OK) {
           fprintf(stderr, "bench_conv: run: %s\n", floe_status_message(st));
           return 1;
         }
-        double t = now() - t0;
+        double t = bench_now() - t0;
         if (r >= 0) ts[r] = t;
         if (r == -1) { /* check the session against the raw result once */
           DNNL_OK(dnnl_primitive_execute(conv, stream, 3, args));
@@ -203,12 +189,12 @@ int main(int argc, char **argv) {
       } else {
         DNNL_OK(dnnl_primitive_execute(conv, stream, 3, args));
         DNNL_OK(dnnl_stream_wait(stream));
-        double t = now() - t0;
+        double t = bench_now() - t0;
         if (r >= 0) tr[r] = t;
       }
     }
   }
-  double mse = median(ts, reps), mr = median(tr, reps);
+  double mse = bench_median(ts, reps), mr = bench_median(tr, reps);
   double flop = 2.0 * (double)n * H * W * O * C * K * K;
   double ratio = mr / mse;
   if (json)

@@ -4,22 +4,13 @@
  * Prints the median over --reps steps after a warm-up. Compare with bench/executor_baselines.py
  * (TensorFlow tf.function and PyTorch eager doing the same adds) via bench/run_executor.sh. */
 #include <floe/floe.h>
+
+#include "bench_util.h"
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static void die(const char *what, FloeStatus *st) {
   fprintf(stderr, "bench_executor: %s: %s\n", what, floe_status_message(st));
@@ -33,16 +24,15 @@ static double time_steps(FloeSession *s, FloeFeed *feed, const char *fetch, cons
   double *t = malloc(sizeof(double) * (size_t)reps);
   for (int r = -2; r < reps; r++) { /* two warm-up steps build and cache the executor */
     FloeTensor *out = NULL;
-    double t0 = now();
+    double t0 = bench_now();
     if (floe_session_run(s, feed, 1, fetch ? &fetch : NULL, fetch ? 1 : 0, target ? &target : NULL,
                          target ? 1 : 0, fetch ? &out : NULL, st) != FLOE_OK)
       die("run", st);
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     if (r >= 0) t[r] = dt;
     floe_tensor_release(out);
   }
-  qsort(t, (size_t)reps, sizeof *t, cmp_double);
-  double med = t[reps / 2];
+  double med = bench_median(t, reps);
   free(t);
   floe_status_free(st);
   return med;
