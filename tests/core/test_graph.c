@@ -10,46 +10,6 @@
 
 /* ---- helpers ---- */
 
-static const FloeAttrValue *attr(const FloeNode *n, const char *name) {
-  for (int i = 0; i < n->attrs.n; i++)
-    if (strcmp(n->attrs.names[i], name) == 0) return &n->attrs.values[i];
-  return NULL;
-}
-
-/* Attribute values equal bit for bit (floats by their bits, tensors by dtype, shape, bytes). */
-static bool same_value(const FloeAttrValue *a, const FloeAttrValue *b) {
-  if (a->kind != b->kind) return false;
-  switch (a->kind) {
-    case FLOE_ATTR_INT: return a->u.i == b->u.i;
-    case FLOE_ATTR_FLOAT: return memcmp(&a->u.f, &b->u.f, sizeof a->u.f) == 0;
-    case FLOE_ATTR_BOOL: return a->u.b == b->u.b;
-    case FLOE_ATTR_STRING: return strcmp(a->u.s, b->u.s) == 0;
-    case FLOE_ATTR_TYPE: return a->u.type == b->u.type;
-    case FLOE_ATTR_SHAPE: return memcmp(&a->u.shape, &b->u.shape, sizeof a->u.shape) == 0;
-    case FLOE_ATTR_TENSOR: {
-      const FloeTensor *x = a->u.tensor, *y = b->u.tensor;
-      size_t n = floe_tensor_nbytes(x);
-      if (floe_tensor_dtype(x) != floe_tensor_dtype(y) || floe_tensor_rank(x) != floe_tensor_rank(y) ||
-          n != floe_tensor_nbytes(y))
-        return false;
-      for (int i = 0; i < floe_tensor_rank(x); i++)
-        if (floe_tensor_dim(x, i) != floe_tensor_dim(y, i)) return false;
-      return n == 0 || memcmp(floe_tensor_data(x), floe_tensor_data(y), n) == 0;
-    }
-    case FLOE_ATTR_INT_LIST:
-      return a->u.ilist.n == b->u.ilist.n &&
-             (!a->u.ilist.n || !memcmp(a->u.ilist.v, b->u.ilist.v, a->u.ilist.n * 8));
-    case FLOE_ATTR_FLOAT_LIST:
-      return a->u.flist.n == b->u.flist.n &&
-             (!a->u.flist.n || !memcmp(a->u.flist.v, b->u.flist.v, a->u.flist.n * 8));
-    case FLOE_ATTR_TYPE_LIST:
-      return a->u.tlist.n == b->u.tlist.n &&
-             (!a->u.tlist.n ||
-              !memcmp(a->u.tlist.v, b->u.tlist.v, a->u.tlist.n * sizeof(FloeDType)));
-    default: return false;
-  }
-}
-
 static FloeShape shape2(int64_t a, int64_t b) {
   int64_t d[2] = {a, b};
   return floe_shape_make(2, d);
@@ -129,23 +89,23 @@ START_TEST(build_sources_and_matmul) {
   /* Const: dtype from the tensor, value kept alive by the graph. */
   ck_assert_int_eq(floe_node_output_dtype(w.node, 0), FLOE_F32);
   assert_shape(floe_node_output_shape(w.node, 0), 2, wd);
-  const FloeAttrValue *v = attr(w.node, "value");
+  const FloeAttrValue *v = floe__attrs_get(&w.node->attrs, "value");
   ck_assert_ptr_nonnull(v);
   ck_assert_int_eq(v->kind, FLOE_ATTR_TENSOR);
   ck_assert_float_eq(((const float *)floe_tensor_data(v->u.tensor))[11], 5.5f);
 
   /* Inferred type attribute and filled defaults. */
-  ck_assert_int_eq(attr(mm.node, "T")->u.type, FLOE_F32);
-  ck_assert_int_eq(attr(mm.node, "transpose_a")->kind, FLOE_ATTR_BOOL);
-  ck_assert_int_eq(attr(mm.node, "transpose_a")->u.b, 0);
-  ck_assert_int_eq(attr(x.node, "dtype")->u.type, FLOE_F32);
+  ck_assert_int_eq(floe__attrs_get(&mm.node->attrs, "T")->u.type, FLOE_F32);
+  ck_assert_int_eq(floe__attrs_get(&mm.node->attrs, "transpose_a")->kind, FLOE_ATTR_BOOL);
+  ck_assert_int_eq(floe__attrs_get(&mm.node->attrs, "transpose_a")->u.b, 0);
+  ck_assert_int_eq(floe__attrs_get(&x.node->attrs, "dtype")->u.type, FLOE_F32);
 
   /* Transposed operands. */
   FloeOutput xt = ph(g, "xt", FLOE_F32, shape2(3, 2));
   FloeOutput mm2 = floe_matmul(g, NULL, xt, w, 1, 0);
   ck_assert_ptr_nonnull(mm2.node);
   assert_shape(floe_node_output_shape(mm2.node, 0), 2, (int64_t[]){2, 4});
-  ck_assert_int_eq(attr(mm2.node, "transpose_a")->u.b, 1);
+  ck_assert_int_eq(floe__attrs_get(&mm2.node->attrs, "transpose_a")->u.b, 1);
   floe_graph_free(g);
 }
 END_TEST
@@ -164,17 +124,17 @@ START_TEST(build_elementwise_and_scalars) {
   FloeOutput c = floe_const_f32(g, "c", 2.5f);
   ck_assert_ptr_nonnull(c.node);
   ck_assert_int_eq(floe_node_output_shape(c.node, 0).rank, 0);
-  ck_assert_float_eq(*(const float *)floe_tensor_data(attr(c.node, "value")->u.tensor), 2.5f);
+  ck_assert_float_eq(*(const float *)floe_tensor_data(floe__attrs_get(&c.node->attrs, "value")->u.tensor), 2.5f);
   FloeOutput m = floe_binary(g, "Mul", NULL, r, c);
   ck_assert_ptr_nonnull(m.node);
   ck_assert_str_eq(floe_node_name(m.node), "Mul");
   /* Comparison outputs are bool whatever T is. */
   FloeOutput lt = floe_binary(g, "Less", NULL, a, b);
   ck_assert_int_eq(floe_node_output_dtype(lt.node, 0), FLOE_BOOL);
-  ck_assert_int_eq(attr(lt.node, "T")->u.type, FLOE_F32);
+  ck_assert_int_eq(floe__attrs_get(&lt.node->attrs, "T")->u.type, FLOE_F32);
   /* A default float attribute. */
   FloeOutput lr = floe_unary(g, "LeakyRelu", NULL, a);
-  ck_assert_double_eq(attr(lr.node, "alpha")->u.f, 0.2);
+  ck_assert_double_eq(floe__attrs_get(&lr.node->attrs, "alpha")->u.f, 0.2);
   /* Unknown placeholder shape flows through. */
   FloeOutput u = ph(g, "u", FLOE_F64, floe_shape_unknown());
   FloeOutput e = floe_unary(g, "Exp", NULL, u);
@@ -200,8 +160,8 @@ START_TEST(build_lists_and_multiple_outputs) {
   FloeNode *cat = floe_node_finish(b);
   ck_assert_msg(cat != NULL, "%s", floe_graph_error(g, NULL));
   ck_assert_int_eq(floe_node_num_inputs(cat), 4);
-  ck_assert_int_eq(attr(cat, "N")->u.i, 3); /* from the list size */
-  ck_assert_int_eq(attr(cat, "Tidx")->u.type, FLOE_I32);
+  ck_assert_int_eq(floe__attrs_get(&cat->attrs, "N")->u.i, 3); /* from the list size */
+  ck_assert_int_eq(floe__attrs_get(&cat->attrs, "Tidx")->u.type, FLOE_I32);
   ck_assert_int_eq(cat->input_arg[2], 0);
   ck_assert_int_eq(cat->input_arg[3], 1);
   assert_shape(floe_node_output_shape(cat, 0), 2, (int64_t[]){2, 6});
@@ -230,7 +190,7 @@ START_TEST(build_lists_and_multiple_outputs) {
   FloeOutput xent = floe_binary(g, "SparseSoftmaxCrossEntropyWithLogits", "xent", feats, labels);
   ck_assert_msg(xent.node != NULL, "%s", floe_graph_error(g, NULL));
   ck_assert_int_eq(floe_node_num_outputs(xent.node), 2);
-  ck_assert_int_eq(attr(xent.node, "Tlabels")->u.type, FLOE_I64);
+  ck_assert_int_eq(floe__attrs_get(&xent.node->attrs, "Tlabels")->u.type, FLOE_I64);
   floe_graph_free(g);
 }
 END_TEST
@@ -277,9 +237,9 @@ START_TEST(build_control_device_and_attrs) {
   FloeNode *conv = floe_node_finish(b);
   ck_assert_msg(conv != NULL, "%s", floe_graph_error(g, NULL));
   assert_shape(floe_node_output_shape(conv, 0), 4, (int64_t[]){1, 4, 4, 16});
-  ck_assert_str_eq(attr(conv, "padding")->u.s, "SAME");
-  ck_assert_str_eq(attr(conv, "data_format")->u.s, "NHWC");
-  ck_assert_int_eq(attr(conv, "dilations")->u.ilist.n, 4);
+  ck_assert_str_eq(floe__attrs_get(&conv->attrs, "padding")->u.s, "SAME");
+  ck_assert_str_eq(floe__attrs_get(&conv->attrs, "data_format")->u.s, "NHWC");
+  ck_assert_int_eq(floe__attrs_get(&conv->attrs, "dilations")->u.ilist.n, 4);
 
   /* A later setter replaces an earlier one. */
   b = floe_node_begin(g, "Placeholder", "p2");
@@ -796,7 +756,7 @@ START_TEST(clone_is_deep_and_independent) {
     ck_assert_int_eq(k->attrs.n, a->attrs.n);
     for (int j = 0; j < a->attrs.n; j++) {
       ck_assert_str_eq(k->attrs.names[j], a->attrs.names[j]);
-      ck_assert(same_value(&k->attrs.values[j], &a->attrs.values[j]));
+      ck_assert(floe__attr_value_equal(&k->attrs.values[j], &a->attrs.values[j]));
     }
     ck_assert_int_eq(k->num_outputs, a->num_outputs);
     if (a->num_outputs)

@@ -48,46 +48,6 @@ static void assert_msg_has(const FloeStatus *st, const char *frag) {
                 floe_status_message(st), frag);
 }
 
-static const FloeAttrValue *attr(const FloeNode *n, const char *name) {
-  for (int i = 0; i < n->attrs.n; i++)
-    if (strcmp(n->attrs.names[i], name) == 0) return &n->attrs.values[i];
-  return NULL;
-}
-
-/* Attribute values equal bit for bit (floats by their bits, tensors by dtype, shape, bytes). */
-static bool same_value(const FloeAttrValue *a, const FloeAttrValue *b) {
-  if (a->kind != b->kind) return false;
-  switch (a->kind) {
-    case FLOE_ATTR_INT: return a->u.i == b->u.i;
-    case FLOE_ATTR_FLOAT: return memcmp(&a->u.f, &b->u.f, sizeof a->u.f) == 0;
-    case FLOE_ATTR_BOOL: return a->u.b == b->u.b;
-    case FLOE_ATTR_STRING: return strcmp(a->u.s, b->u.s) == 0;
-    case FLOE_ATTR_TYPE: return a->u.type == b->u.type;
-    case FLOE_ATTR_SHAPE: return memcmp(&a->u.shape, &b->u.shape, sizeof a->u.shape) == 0;
-    case FLOE_ATTR_TENSOR: {
-      const FloeTensor *x = a->u.tensor, *y = b->u.tensor;
-      size_t n = floe_tensor_nbytes(x);
-      if (floe_tensor_dtype(x) != floe_tensor_dtype(y) || floe_tensor_rank(x) != floe_tensor_rank(y) ||
-          n != floe_tensor_nbytes(y))
-        return false;
-      for (int i = 0; i < floe_tensor_rank(x); i++)
-        if (floe_tensor_dim(x, i) != floe_tensor_dim(y, i)) return false;
-      return n == 0 || memcmp(floe_tensor_data(x), floe_tensor_data(y), n) == 0;
-    }
-    case FLOE_ATTR_INT_LIST:
-      return a->u.ilist.n == b->u.ilist.n &&
-             (!a->u.ilist.n || !memcmp(a->u.ilist.v, b->u.ilist.v, a->u.ilist.n * 8));
-    case FLOE_ATTR_FLOAT_LIST:
-      return a->u.flist.n == b->u.flist.n &&
-             (!a->u.flist.n || !memcmp(a->u.flist.v, b->u.flist.v, a->u.flist.n * 8));
-    case FLOE_ATTR_TYPE_LIST:
-      return a->u.tlist.n == b->u.tlist.n &&
-             (!a->u.tlist.n ||
-              !memcmp(a->u.tlist.v, b->u.tlist.v, a->u.tlist.n * sizeof(FloeDType)));
-    default: return false;
-  }
-}
-
 static void serialize_ok(const FloeGraph *g, uint8_t **buf, size_t *len) {
   FloeStatus *st = floe_status_new();
   void *b = NULL;
@@ -242,7 +202,7 @@ static void assert_graphs_equal(const FloeGraph *a, const FloeGraph *b) {
     ck_assert_int_eq(x->attrs.n, y->attrs.n);
     for (int k = 0; k < x->attrs.n; k++) {
       ck_assert_str_eq(x->attrs.names[k], y->attrs.names[k]);
-      ck_assert_msg(same_value(&x->attrs.values[k], &y->attrs.values[k]),
+      ck_assert_msg(floe__attr_value_equal(&x->attrs.values[k], &y->attrs.values[k]),
                     "node %s attribute %s differs", x->name, x->attrs.names[k]);
     }
     ck_assert_int_eq(x->num_outputs, y->num_outputs);
@@ -270,11 +230,11 @@ START_TEST(roundtrip_every_attribute_kind_is_exact) {
   assert_graphs_equal(g, h);
   /* NaN payloads, -0.0 and extreme integers survive bit for bit. */
   const FloeNode *all = floe_graph_find(h, "all");
-  const FloeAttrValue *fl = attr(all, "fl");
+  const FloeAttrValue *fl = floe__attrs_get(&all->attrs, "fl");
   ck_assert(isnan(fl->u.flist.v[2]));
-  ck_assert_int_eq(attr(all, "i")->u.i, -123456789012345LL);
-  ck_assert_str_eq(attr(all, "s")->u.s, "h\xc3\xa9llo \"w\"\n");
-  ck_assert_int_eq(attr(all, "opt")->u.i, 7);
+  ck_assert_int_eq(floe__attrs_get(&all->attrs, "i")->u.i, -123456789012345LL);
+  ck_assert_str_eq(floe__attrs_get(&all->attrs, "s")->u.s, "h\xc3\xa9llo \"w\"\n");
+  ck_assert_int_eq(floe__attrs_get(&all->attrs, "opt")->u.i, 7);
   serialize_ok(h, &b2, &n2);
   ck_assert_uint_eq(n1, n2);
   ck_assert_mem_eq(b1, b2, n1);
@@ -481,10 +441,10 @@ START_TEST(hand_built_file_is_read_per_spec) {
   ck_assert_str_eq(floe_node_device(r), "cpu:0");
   ck_assert_ptr_eq(floe_node_input(r, 0).node, p);
   ck_assert_ptr_eq(floe_node_control_input(c, 0), r);
-  ck_assert_int_eq(*(const int32_t *)floe_tensor_data(attr(c, "value")->u.tensor),
+  ck_assert_int_eq(*(const int32_t *)floe_tensor_data(floe__attrs_get(&c->attrs, "value")->u.tensor),
                    42);
   /* Loading filled in the inferred T of the Relu. */
-  ck_assert_int_eq(attr(r, "T")->u.type, FLOE_F32);
+  ck_assert_int_eq(floe__attrs_get(&r->attrs, "T")->u.type, FLOE_F32);
   floe_graph_free(g);
 
   struct {

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 floe_code harness_run_op(const char *op, const char *device, FloeTensor *const *inputs,
@@ -103,6 +104,18 @@ static void set_value(FloeTensor *t, int64_t i, double v) {
   }
 }
 
+int64_t harness_count(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++) n *= dims[d];
+  return n;
+}
+
+FloeTensor *harness_from_doubles(FloeDType dt, int rank, const int64_t *dims, const double *v) {
+  FloeTensor *t = harness_tensor(dt, rank, dims, NULL);
+  for (int64_t i = 0; i < floe_tensor_num_elements(t); i++) set_value(t, i, v[i]);
+  return t;
+}
+
 FloeTensor *harness_random(FloeDType dt, int rank, const int64_t *dims, uint64_t seed, double lo,
                            double hi) {
   FloeTensor *t = harness_tensor(dt, rank, dims, NULL);
@@ -156,4 +169,12 @@ void harness_assert_close(const FloeTensor *got, const FloeTensor *want, double 
   if (bad >= 0)
     ck_abort_msg("%s: element %lld is %.9g, want %.9g", what, (long long)bad,
                  harness_get(got, bad), harness_get(want, bad));
+}
+
+double *harness_values(const FloeTensor *t) {
+  int64_t n = floe_tensor_num_elements(t);
+  double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+  ck_assert_ptr_nonnull(v);
+  for (int64_t i = 0; i < n; i++) v[i] = harness_get(t, i);
+  return v;
 }

@@ -30,6 +30,13 @@ FloeTensor *harness_i64(int rank, const int64_t *dims, const int64_t *data);
 FloeTensor *harness_random(FloeDType dt, int rank, const int64_t *dims, uint64_t seed,
                            double lo, double hi);
 
+/* A tensor holding v[0..n) converted to dt (rounded / wrapped as a cast would). */
+FloeTensor *harness_from_doubles(FloeDType dt, int rank, const int64_t *dims, const double *v);
+/* Product of dims. */
+int64_t harness_count(int rank, const int64_t *dims);
+/* Elements of t as doubles; caller frees with free(). */
+double *harness_values(const FloeTensor *t);
+
 /* Element value as double (any dtype). */
 double harness_get(const FloeTensor *t, int64_t i);
 

@@ -19,41 +19,6 @@ static int is_int(FloeDType dt) {
   return dt == FLOE_I8 || dt == FLOE_U8 || dt == FLOE_I32 || dt == FLOE_I64;
 }
 
-static int64_t count_of(int rank, const int64_t *dims) {
-  int64_t n = 1;
-  for (int d = 0; d < rank; d++) n *= dims[d];
-  return n;
-}
-
-/* A tensor of dtype dt holding v (rounded / wrapped to dt). */
-static FloeTensor *make(FloeDType dt, int rank, const int64_t *dims, const double *v) {
-  FloeTensor *t = harness_tensor(dt, rank, dims, NULL);
-  void *d = floe_tensor_data(t);
-  for (int64_t i = 0; i < count_of(rank, dims); i++) {
-    switch (dt) {
-      case FLOE_F32: ((float *)d)[i] = (float)v[i]; break;
-      case FLOE_F64: ((double *)d)[i] = v[i]; break;
-      case FLOE_F16: ((uint16_t *)d)[i] = floe_f32_to_f16((float)v[i]); break;
-      case FLOE_BF16: ((uint16_t *)d)[i] = floe_f32_to_bf16((float)v[i]); break;
-      case FLOE_I8: ((int8_t *)d)[i] = (int8_t)(int64_t)v[i]; break;
-      case FLOE_U8: ((uint8_t *)d)[i] = (uint8_t)(int64_t)v[i]; break;
-      case FLOE_I32: ((int32_t *)d)[i] = (int32_t)(int64_t)v[i]; break;
-      case FLOE_I64: ((int64_t *)d)[i] = (int64_t)v[i]; break;
-      default: ck_abort_msg("make: dtype %s", floe_dtype_name(dt));
-    }
-  }
-  return t;
-}
-
-/* Elements of t as doubles; caller frees. */
-static double *values(const FloeTensor *t) {
-  int64_t n = floe_tensor_num_elements(t);
-  double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-  ck_assert_ptr_nonnull(v);
-  for (int64_t i = 0; i < n; i++) v[i] = harness_get(t, i);
-  return v;
-}
-
 static FloeTensor *index_tensor(FloeDType dt, int rank, int n, const int64_t *v) {
   int64_t dims[1] = {n};
   FloeTensor *t = harness_tensor(dt, rank, dims, NULL);
@@ -104,7 +69,7 @@ static void ref_reduce(int op, FloeDType dt, const double *x, int rank, const in
     acc[o] = op == PROD ? 1 : op == MAX ? -INFINITY : op == MIN ? INFINITY : 0;
     iacc[o] = op == PROD ? 1 : 0;
   }
-  int64_t n = count_of(rank, dims);
+  int64_t n = harness_count(rank, dims);
   for (int64_t e = 0; e < n; e++) {
     int64_t rest = e, o = 0, scale = 1;
     for (int d = rank - 1; d >= 0; d--) {
@@ -163,10 +128,10 @@ static void check_reduce(int op, const FloeTensor *x, const int64_t *axes, int n
     else if (keep)
       odims[orank++] = 1;
   }
-  double *xv = values(x);
-  double *want_v = malloc((size_t)(count_of(orank, odims) + 1) * sizeof *want_v);
+  double *xv = harness_values(x);
+  double *want_v = malloc((size_t)(harness_count(orank, odims) + 1) * sizeof *want_v);
   ref_reduce(op, dt, xv, rank, dims, red, want_v);
-  FloeTensor *want = make(dt, orank, odims, want_v);
+  FloeTensor *want = harness_from_doubles(dt, orank, odims, want_v);
 
   FloeTensor *ax = index_tensor(axis_dt, n_axes < 0 ? 0 : 1, na, axes);
   FloeTensor *in[2] = {(FloeTensor *)x, ax}, *out = NULL;
@@ -247,7 +212,7 @@ END_TEST
 START_TEST(test_nan_inf) {
   int64_t dims[2] = {2, 3};
   double v[6] = {1, NAN, 3, -INFINITY, 2, INFINITY};
-  FloeTensor *x = make(FLOE_F32, 2, dims, v);
+  FloeTensor *x = harness_from_doubles(FLOE_F32, 2, dims, v);
   int64_t ax[1] = {1};
   for (int op = SUM; op <= PROD; op++) check_reduce(op, x, ax, 1, FLOE_I32, 0, 1e-6, 0);
   floe_tensor_release(x);
@@ -277,7 +242,7 @@ START_TEST(test_sum_accuracy) {
   check_big(MEAN, FLOE_BF16, 1, n, ax, 1, 0, 1, 1e-2);
   /* Cancellation: values in [-1, 1) sum to ~1e3 out of 1e6 terms. */
   FloeTensor *x = harness_random(FLOE_F32, 1, n, 99, -1, 1);
-  double *xv = values(x), exact = 0;
+  double *xv = harness_values(x), exact = 0;
   for (int64_t i = 0; i < n[0]; i++) exact += xv[i];
   float want_v = (float)exact;
   FloeTensor *want = harness_f32(0, NULL, &want_v), *axt = index_tensor(FLOE_I32, 1, 1, ax);
@@ -353,7 +318,7 @@ START_TEST(test_empty) {
     const double *want;
   } fills[] = {{"Sum", zeros}, {"Prod", ones}, {"Mean", nans}};
   for (size_t i = 0; i < 3; i++) {
-    FloeTensor *out = NULL, *want = make(FLOE_F32, 1, d3, fills[i].want);
+    FloeTensor *out = NULL, *want = harness_from_doubles(FLOE_F32, 1, d3, fills[i].want);
     ck_assert_int_eq(run_reduce(fills[i].op, x, ax0, 0, &out, NULL), FLOE_OK);
     harness_assert_close(out, want, 0, 0, fills[i].op);
     floe_tensor_release(out);
@@ -374,7 +339,7 @@ START_TEST(test_empty) {
   FloeTensor *y = harness_tensor(FLOE_F64, 2, d20, NULL), *out = NULL;
   ck_assert_int_eq(run_reduce("Sum", y, ax1, 1, &out, NULL), FLOE_OK);
   int64_t d21[2] = {2, 1};
-  FloeTensor *want = make(FLOE_F64, 2, d21, zeros);
+  FloeTensor *want = harness_from_doubles(FLOE_F64, 2, d21, zeros);
   harness_assert_close(out, want, 0, 0, "Sum keep_dims of [2,0]");
   floe_tensor_release(out);
   floe_tensor_release(want);
@@ -450,10 +415,10 @@ static void check_arg(int is_max, const FloeTensor *x, int64_t axis, FloeDType a
   int64_t odims[FLOE_MAX_DIMS];
   for (int d = 0, k = 0; d < rank; d++)
     if (d != a) odims[k++] = dims[d];
-  double *xv = values(x);
-  double *want_v = malloc((size_t)(count_of(rank - 1, odims) + 1) * sizeof *want_v);
+  double *xv = harness_values(x);
+  double *want_v = malloc((size_t)(harness_count(rank - 1, odims) + 1) * sizeof *want_v);
   ref_arg(is_max, xv, rank, dims, a, want_v);
-  FloeTensor *want = make(out_dt, rank - 1, odims, want_v);
+  FloeTensor *want = harness_from_doubles(out_dt, rank - 1, odims, want_v);
   FloeTensor *axt = index_tensor(axis_dt, 0, 1, &axis);
   FloeTensor *in[2] = {(FloeTensor *)x, axt}, *out = NULL;
   ArgAttrs attrs = {out_dt};
@@ -494,7 +459,7 @@ START_TEST(test_argmax_argmin) {
   /* Ties resolve to the smallest index; the first NaN wins. */
   int64_t d6[1] = {6};
   double ties[6] = {1, 3, 3, 0, 0, 2}, nan_v[6] = {1, NAN, 5, NAN, -1, 7};
-  FloeTensor *t = make(FLOE_F32, 1, d6, ties), *n = make(FLOE_F64, 1, d6, nan_v);
+  FloeTensor *t = harness_from_doubles(FLOE_F32, 1, d6, ties), *n = harness_from_doubles(FLOE_F64, 1, d6, nan_v);
   for (int is_max = 0; is_max < 2; is_max++) {
     check_arg(is_max, t, 0, FLOE_I32, FLOE_I64);
     check_arg(is_max, n, 0, FLOE_I32, FLOE_I32);

@@ -12,42 +12,6 @@
 
 static const FloeDType float_dtypes[] = {FLOE_F32, FLOE_F64, FLOE_F16, FLOE_BF16};
 
-static int64_t count_of(int rank, const int64_t *dims) {
-  int64_t n = 1;
-  for (int d = 0; d < rank; d++) n *= dims[d];
-  return n;
-}
-
-/* A tensor of dtype dt holding v (rounded to dt). */
-static FloeTensor *make(FloeDType dt, int rank, const int64_t *dims, const double *v) {
-  FloeTensor *t = harness_tensor(dt, rank, dims, NULL);
-  void *d = floe_tensor_data(t);
-  for (int64_t i = 0; i < count_of(rank, dims); i++) {
-    switch (dt) {
-      case FLOE_F32: ((float *)d)[i] = (float)v[i]; break;
-      case FLOE_F64: ((double *)d)[i] = v[i]; break;
-      case FLOE_F16: ((uint16_t *)d)[i] = floe_f32_to_f16((float)v[i]); break;
-      case FLOE_BF16: ((uint16_t *)d)[i] = floe_f32_to_bf16((float)v[i]); break;
-      case FLOE_I8: ((int8_t *)d)[i] = (int8_t)(int64_t)v[i]; break;
-      case FLOE_U8: ((uint8_t *)d)[i] = (uint8_t)(int64_t)v[i]; break;
-      case FLOE_BOOL: ((uint8_t *)d)[i] = v[i] != 0; break;
-      case FLOE_I32: ((int32_t *)d)[i] = (int32_t)(int64_t)v[i]; break;
-      case FLOE_I64: ((int64_t *)d)[i] = (int64_t)v[i]; break;
-      default: ck_abort_msg("make: dtype %s", floe_dtype_name(dt));
-    }
-  }
-  return t;
-}
-
-/* Elements of t as doubles; caller frees. */
-static double *values(const FloeTensor *t) {
-  int64_t n = floe_tensor_num_elements(t);
-  double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-  ck_assert_ptr_nonnull(v);
-  for (int64_t i = 0; i < n; i++) v[i] = harness_get(t, i);
-  return v;
-}
-
 static double rtol_for(FloeDType dt) {
   switch (dt) {
     case FLOE_F32: return 1e-5;
@@ -106,9 +70,9 @@ static void check_softmax(int log_sm, const FloeTensor *x, int64_t axis, double 
   FloeDType dt = floe_tensor_dtype(x);
   int rank = floe_tensor_rank(x);
   const int64_t *dims = floe_tensor_dims(x);
-  double *xv = values(x), *yv = malloc((size_t)(floe_tensor_num_elements(x) + 1) * sizeof *yv);
+  double *xv = harness_values(x), *yv = malloc((size_t)(floe_tensor_num_elements(x) + 1) * sizeof *yv);
   ref_softmax(log_sm, xv, rank, dims, (int)(axis < 0 ? axis + rank : axis), yv);
-  FloeTensor *want = make(dt, rank, dims, yv), *out = NULL, *in[1] = {(FloeTensor *)x};
+  FloeTensor *want = harness_from_doubles(dt, rank, dims, yv), *out = NULL, *in[1] = {(FloeTensor *)x};
   FloeStatus *st = floe_status_new();
   const char *op = log_sm ? "LogSoftmax" : "Softmax";
   floe_code rc = harness_run_op(op, NULL, in, 1, NULL, 0, set_axis, &axis, &out, 1, st);
@@ -154,14 +118,14 @@ START_TEST(test_softmax_large_logits) {
   double w[8] = {1e30, 0, -1e30, 5, -INFINITY, 0, 1, -INFINITY};
   for (size_t d = 0; d < sizeof float_dtypes / sizeof float_dtypes[0]; d++) {
     FloeDType dt = float_dtypes[d];
-    FloeTensor *x = make(dt, 2, d34, v);
+    FloeTensor *x = harness_from_doubles(dt, 2, d34, v);
     for (int log_sm = 0; log_sm < 2; log_sm++) {
       check_softmax(log_sm, x, -1, rtol_for(dt), atol_for(dt));
       check_softmax(log_sm, x, 0, rtol_for(dt), atol_for(dt));
     }
     floe_tensor_release(x);
     if (dt == FLOE_F16) continue; /* 1e30 does not fit */
-    x = make(dt, 2, d24, w);
+    x = harness_from_doubles(dt, 2, d24, w);
     for (int log_sm = 0; log_sm < 2; log_sm++)
       check_softmax(log_sm, x, 1, rtol_for(dt), atol_for(dt));
     floe_tensor_release(x);
@@ -264,14 +228,14 @@ static void check_xent(const FloeTensor *x, const FloeTensor *labels, double rto
   FloeDType dt = floe_tensor_dtype(x);
   int sparse = floe_tensor_rank(labels) == 1;
   int64_t B = floe_tensor_dim(x, 0), C = floe_tensor_dim(x, 1);
-  double *xv = values(x), *lv = values(labels);
+  double *xv = harness_values(x), *lv = harness_values(labels);
   int64_t *cls = malloc((size_t)(B + 1) * sizeof *cls);
   for (int64_t b = 0; sparse && b < B; b++) cls[b] = (int64_t)lv[b];
   double *loss = malloc((size_t)(B + 1) * sizeof *loss);
   double *bp = malloc((size_t)(B * C + 1) * sizeof *bp);
   ref_xent(xv, sparse ? NULL : lv, cls, B, C, loss, bp);
   int64_t d[2] = {B, C};
-  FloeTensor *want_loss = make(dt, 1, d, loss), *want_bp = make(dt, 2, d, bp);
+  FloeTensor *want_loss = harness_from_doubles(dt, 1, d, loss), *want_bp = harness_from_doubles(dt, 2, d, bp);
   FloeTensor *in[2] = {(FloeTensor *)x, (FloeTensor *)labels}, *out[2] = {NULL, NULL};
   const char *op = sparse ? "SparseSoftmaxCrossEntropyWithLogits" : "SoftmaxCrossEntropyWithLogits";
   FloeStatus *st = floe_status_new();
@@ -297,13 +261,13 @@ static void check_xent(const FloeTensor *x, const FloeTensor *labels, double rto
 static FloeTensor *prob_labels(FloeDType dt, int64_t B, int64_t C, uint64_t seed) {
   int64_t d[2] = {B, C};
   FloeTensor *r = harness_random(FLOE_F64, 2, d, seed, 0, 1);
-  double *v = values(r);
+  double *v = harness_values(r);
   for (int64_t b = 0; b < B; b++) {
     double s = 0;
     for (int64_t c = 0; c < C; c++) s += v[b * C + c];
     for (int64_t c = 0; c < C; c++) v[b * C + c] /= s;
   }
-  FloeTensor *t = make(dt, 2, d, v);
+  FloeTensor *t = harness_from_doubles(dt, 2, d, v);
   floe_tensor_release(r);
   free(v);
   return t;
@@ -354,7 +318,7 @@ START_TEST(test_xent_large_logits_and_big) {
   int64_t d[2] = {2, 3};
   double v[6] = {1000, 0, -1000, -500, -501, -499};
   double lab[6] = {0, 1, 0, 0.25, 0.25, 0.5};
-  FloeTensor *x = make(FLOE_F32, 2, d, v), *l = make(FLOE_F32, 2, d, lab);
+  FloeTensor *x = harness_from_doubles(FLOE_F32, 2, d, v), *l = harness_from_doubles(FLOE_F32, 2, d, lab);
   int64_t cls_v[2] = {1, 2};
   FloeTensor *c = harness_i64(1, d, cls_v);
   check_xent(x, l, 1e-5, 1e-5);
@@ -422,7 +386,7 @@ END_TEST
 /* OneHot. */
 
 static FloeTensor *scalar_of(FloeDType dt, double v) {
-  return make(dt, 0, NULL, &v);
+  return harness_from_doubles(dt, 0, NULL, &v);
 }
 
 static void ref_onehot(const double *idx, int rank, const int64_t *dims, int64_t depth, int axis,
@@ -457,10 +421,10 @@ static void check_onehot(FloeTensor *idx, int32_t depth, FloeDType dt, int64_t a
   int64_t odims[FLOE_MAX_DIMS];
   for (int d = 0, k = 0; d <= rank; d++) odims[d] = d == ax ? depth : dims[k++];
   double on = dt == FLOE_BOOL ? 1 : 3, off = dt == FLOE_BOOL ? 0 : -1;
-  double *iv = values(idx);
-  double *want_v = malloc((size_t)(count_of(rank + 1, odims) + 1) * sizeof *want_v);
+  double *iv = harness_values(idx);
+  double *want_v = malloc((size_t)(harness_count(rank + 1, odims) + 1) * sizeof *want_v);
   ref_onehot(iv, rank, dims, depth, (int)axis, on, off, want_v);
-  FloeTensor *want = make(dt, rank + 1, odims, want_v);
+  FloeTensor *want = harness_from_doubles(dt, rank + 1, odims, want_v);
   FloeTensor *ont = scalar_of(dt, on), *offt = scalar_of(dt, off), *out = NULL;
   FloeStatus *st = floe_status_new();
   floe_code rc = run_onehot(idx, depth, ont, offt, axis, &out, st);
