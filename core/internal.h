@@ -445,6 +445,7 @@ typedef struct FloeExecPlan {
   FloeOutput *fetches;
   int num_fetches;
   bool inline_inexpensive;
+  struct FloeResourceMgr *resources; /* the session's variables; borrowed, outlives e */
 } FloeExecPlan;
 
 /* Builds per-node kernel state (FloeKernelDef.create). Caller owns the executor; the plan is
@@ -476,5 +477,125 @@ void floe__kernel_ctx_free_temps(FloeKernelContext *ctx);
 /* runtime.c, for host.c: the default runtime's pool if it was created, else NULL. */
 FloeThreadPool *floe__runtime_default_pool(void);
 /* End of the runtime engineer's additions. */
+
+/* ------------------------------------------------------------------------------------ */
+/* Training (issue 3).
+ *   resource.c       resource manager: variables by (container, name), copy-on-write values
+ *   core_kernels.c   kernels the core provides for every device type (variables, Save/Restore)
+ *   gradients.c      floe_gradients and the gradient registry (core + plugin declarative)
+ *   grad_*.c         gradient functions of the standard op set
+ *   variables.c      floe_variable & co, initialisers
+ *   optimizer.c      floe_minimize, schedules, clipping, weight decay
+ *   checkpoint.c     safetensors save/restore, export of frozen graphs
+ *   layers.c idx.c   layer builders, IDX reader and batcher */
+
+/* resource.c ----------------------------------------------------------------------- */
+typedef struct FloeVar {
+  atomic_int refs;          /* the manager holds one while the variable is live */
+  char *container, *name;   /* owned */
+  FloeDType dtype;
+  FloeShape shape;          /* declared (VarHandleOp's shape attribute) */
+  pthread_mutex_t mu;       /* guards value; held by locking updates during compute */
+  FloeTensor *value;        /* one reference; NULL until initialised */
+  bool dead;                /* its container was reset: reads fail, the object stays valid */
+} FloeVar;
+
+typedef struct FloeResourceMgr FloeResourceMgr;
+
+/* Caller owns. NULL only when out of memory (st set). */
+FloeResourceMgr *floe__resources_new(FloeStatus *st);
+/* Frees every variable (their values are released). No step may be running. */
+void floe__resources_free(FloeResourceMgr *m);
+/* The live variable (container, name), created uninitialised with dtype and shape if
+ * missing. An existing variable with another dtype or an incompatible shape is
+ * FLOE_INVALID_ARGUMENT naming it and both. Borrowed: valid until the manager is freed
+ * (reset containers keep their dead objects until then). Thread-safe. */
+FloeVar *floe__resources_lookup(FloeResourceMgr *m, const char *container, const char *name,
+                                FloeDType dtype, const FloeShape *shape, FloeStatus *st);
+/* Marks every variable of container dead and drops it from the lookup table (and releases
+ * their values). Thread-safe. */
+floe_code floe__resources_reset(FloeResourceMgr *m, const char *container, FloeStatus *st);
+/* The variable a resource handle tensor (dtype FLOE_RESOURCE, scalar) points at. Errors
+ * (wrong dtype, dead variable) name `what`. */
+FloeVar *floe__resource_from_handle(const FloeTensor *handle, const char *what, FloeStatus *st);
+/* A new host scalar FLOE_RESOURCE tensor pointing at v. Caller owns. */
+FloeTensor *floe__resource_handle_new(FloeVar *v, FloeStatus *st);
+/* A new reference to the value, or FLOE_FAILED_PRECONDITION "variable 'name' is not
+ * initialised: run its initializer ('name/init' or floe_variables_initializer) first". */
+FloeTensor *floe__var_read(FloeVar *v, FloeStatus *st);
+/* Sets the value (takes a new reference to t; no copy). Checks dtype, and the declared
+ * shape when validate_shape. */
+floe_code floe__var_assign(FloeVar *v, FloeTensor *t, bool validate_shape, FloeStatus *st);
+/* With v->mu held: makes v->value exclusive (copies it into a new buffer on the same device
+ * when another reference to the tensor or its buffer exists) and returns it (borrowed; valid
+ * while mu is held). FLOE_FAILED_PRECONDITION naming v when uninitialised. */
+FloeTensor *floe__var_value_for_update_locked(FloeVar *v, FloeStatus *st);
+/* For the checkpoint module: every live variable of container, sorted by name. *out is a
+ * floe__malloc'd array of borrowed pointers (caller frees the array). */
+floe_code floe__resources_list(FloeResourceMgr *m, const char *container, FloeVar ***out,
+                               int *n, FloeStatus *st);
+
+/* core_kernels.c ------------------------------------------------------------------- */
+/* Kernel flag (core only): the kernel gets its resource inputs as handles, not values. */
+#define FLOE__KERNEL_RAW_RESOURCES 0x80000000u
+/* Adds the core's kernels (device_type "*": any device) to rt's kernel registry. Called by
+ * floe_runtime_new after the plugins. floe__kernel_find prefers a plugin's kernel of the
+ * device's type and falls back to "*". */
+floe_code floe__core_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* executor.c, for core kernels: the resource manager of the session running ctx. */
+FloeResourceMgr *floe__kernel_ctx_resources(const FloeKernelContext *ctx);
+
+/* session.c, for checkpoint.c and the export: the session's graph copy and resources
+ * (borrowed, live as long as the session). */
+const FloeGraph *floe__session_graph(const FloeSession *s);
+FloeResourceMgr *floe__session_resources(FloeSession *s);
+struct FloeRuntime *floe__session_runtime(const FloeSession *s);
+
+/* gradients.c ---------------------------------------------------------------------- */
+/* What a gradient function works with: the forward node, the gradients arriving at its
+ * outputs, and the input gradients it produces. */
+typedef struct FloeGradCtx {
+  FloeGraph *g;
+  const FloeNode *node;   /* forward node */
+  const FloeOutput *dy;   /* [node->num_outputs]; .node NULL: no gradient reaches output j */
+  FloeOutput *dx;         /* [node->num_inputs], preset invalid; set those with a gradient */
+  const char *scope;      /* "gradients/<node name>" */
+} FloeGradCtx;
+/* Builds the nodes of the input gradients. On error sets st (naming the node) or leaves the
+ * graph's sticky error, and returns non-OK. */
+typedef floe_code (*FloeGradFn)(FloeGradCtx *c, FloeStatus *st);
+
+/* Registers fn for op (NULL fn: op is not differentiable: no gradient flows through it, and
+ * reaching it is not an error). FLOE_ALREADY_EXISTS when op has one. Thread-safe. */
+floe_code floe__grad_register(const char *op, FloeGradFn fn, FloeStatus *st);
+/* A plugin's declarative gradient (validated against the op registry). */
+floe_code floe__grad_register_def(const FloeGradientDef *def, const char *plugin,
+                                  FloeStatus *st);
+/* Registers the standard set's gradient functions once (idempotent, thread-safe). */
+floe_code floe__grads_init(FloeStatus *st);
+/* grad_std.c, grad_nn.c, grad_array.c: called by floe__grads_init. */
+floe_code floe__grads_register_math(FloeStatus *st);
+floe_code floe__grads_register_nn(FloeStatus *st);
+floe_code floe__grads_register_array(FloeStatus *st);
+
+/* Helpers for gradient functions (gradients.c). All record the graph's sticky error on
+ * failure and return an invalid output, like the public builders. */
+/* dy[j], or ZerosLike(output j) when no gradient reaches it. */
+FloeOutput floe__grad_dy(FloeGradCtx *c, int j);
+/* floe_node_begin with the unique name "<scope>/<op>" (then "<scope>/<op>_1", ...). */
+FloeNodeBuilder *floe__grad_begin(FloeGradCtx *c, const char *op);
+/* One-output ops under the scope. */
+FloeOutput floe__grad_unary(FloeGradCtx *c, const char *op, FloeOutput x);
+FloeOutput floe__grad_binary(FloeGradCtx *c, const char *op, FloeOutput a, FloeOutput b);
+/* A scalar or 1-D constant of the node's dtype / i32 under the scope. */
+FloeOutput floe__grad_scalar(FloeGradCtx *c, FloeDType dt, double v);
+FloeOutput floe__grad_i32_vec(FloeGradCtx *c, const int64_t *v, int n);
+/* The shape of x as an i32 vector: a Const when statically known, else a Shape node. */
+FloeOutput floe__grad_shape_of(FloeGradCtx *c, FloeOutput x);
+/* Sums g down to the shape of x (a broadcasting operand) with SumToShape; returns g when
+ * both shapes are statically known and equal. */
+FloeOutput floe__grad_sum_to(FloeGradCtx *c, FloeOutput g, FloeOutput x);
+/* The forward node's dtype / shape of an input or output. */
+FloeDType floe__grad_input_dtype(const FloeGradCtx *c, int i);
 
 #endif /* FLOE_INTERNAL_H */

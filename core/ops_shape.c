@@ -1183,3 +1183,72 @@ floe_code floe__shape_sparse_xent(const FloeHostApi *host, FloeShapeContext *sct
   xent_outputs(sctx, b, c);
   return FLOE_OK;
 }
+
+/* ---- training ops (issue 3) ---- */
+
+floe_code floe__shape_from_shape_input1(const FloeHostApi *host, FloeShapeContext *sctx) {
+  char what[64];
+  snprintf(what, sizeof what, "%s shape", op_name(sctx));
+  return shape_from_input(sctx, 1, what, &sctx->output_shapes[0]);
+}
+
+floe_code floe__shape_addn(const FloeHostApi *host, FloeShapeContext *sctx) {
+  FloeShape out = sctx->input_shapes[0];
+  for (int i = 1; i < sctx->node->num_inputs; i++) {
+    const FloeShape *s = &sctx->input_shapes[i];
+    if (s->rank < 0) continue;
+    if (out.rank < 0) {
+      out = *s;
+      continue;
+    }
+    if (s->rank != out.rank)
+      return fail(sctx, "AddN inputs must have one shape, got %s and %s", SHAPE_STR(out),
+                  SHAPE_STR(*s));
+    for (int k = 0; k < out.rank; k++) {
+      if (out.dims[k] < 0) out.dims[k] = s->dims[k];
+      else if (s->dims[k] >= 0 && s->dims[k] != out.dims[k])
+        return fail(sctx, "AddN inputs must have one shape, got %s and input %d %s",
+                    SHAPE_STR(out), i, SHAPE_STR(*s));
+    }
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_concat_offset(const FloeHostApi *host, FloeShapeContext *sctx) {
+  for (int i = 0; i < sctx->node->num_outputs; i++)
+    sctx->output_shapes[i] = sctx->input_shapes[1 + i];
+  return FLOE_OK;
+}
+
+floe_code floe__shape_bias_add_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  const char *df = attr_string(sctx, "data_format", "NHWC");
+  FloeShape out = unknown_dims(1);
+  if (in->rank >= 0 && in->rank < 2)
+    return fail(sctx, "BiasAddGrad needs out_backprop of rank >= 2, got %s", SHAPE_STR(*in));
+  if (in->rank >= 2) out.dims[0] = strcmp(df, "NCHW") == 0 ? in->dims[1] : in->dims[in->rank - 1];
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_pad_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  sctx->output_shapes[0] = unknown_dims(sctx->input_shapes[0].rank);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_tile_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  sctx->output_shapes[0] = unknown_dims(sctx->input_shapes[0].rank);
+  return FLOE_OK;
+}
+
+/* The shape attribute of the VarHandleOp feeding input 0, when it is one. */
+floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeNode *src = sctx->node->inputs[0].node;
+  const FloeAttrValue *v = src ? floe__attrs_get(&src->attrs, "shape") : NULL;
+  sctx->output_shapes[0] =
+      (src && strcmp(src->op->name, "VarHandleOp") == 0 && v && v->kind == FLOE_ATTR_SHAPE)
+          ? v->u.shape
+          : floe_shape_unknown();
+  return FLOE_OK;
+}

@@ -45,5 +45,13 @@ floe_code floe__shape_one_hot(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_xent(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_sparse_xent(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_from_shape_input(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Training ops (issue 3). */
+floe_code floe__shape_from_shape_input1(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_addn(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_concat_offset(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_bias_add_grad(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_pad_grad(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_tile_grad(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

@@ -24,5 +24,10 @@ floe_code cpu_register_matmul(FloePluginRegistrar *reg);
 floe_code cpu_register_conv(FloePluginRegistrar *reg);
 floe_code cpu_register_array(FloePluginRegistrar *reg);
 floe_code cpu_register_random(FloePluginRegistrar *reg);
+/* Training (issue 3). */
+floe_code cpu_register_grad_elementwise(FloePluginRegistrar *reg); /* grad_elementwise.c */
+floe_code cpu_register_grad_array(FloePluginRegistrar *reg);       /* grad_array.c */
+floe_code cpu_register_conv_grad(FloePluginRegistrar *reg);        /* conv_grad.c */
+floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
 
 #endif

@@ -114,6 +114,8 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   floe_code (*const sets[])(FloePluginRegistrar *) = {
       cpu_register_elementwise, cpu_register_reduce, cpu_register_softmax, cpu_register_matmul,
       cpu_register_conv,        cpu_register_array,  cpu_register_random,
+      cpu_register_grad_elementwise, cpu_register_grad_array, cpu_register_conv_grad,
+      cpu_register_optim,
   };
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
     if ((rc = sets[i](reg)) != FLOE_OK) return rc;

@@ -342,4 +342,8 @@ FLOE_API long floe_test_fail_alloc_after(long n);
 #ifdef __cplusplus
 }
 #endif
+
+/* Training: autodiff, variables, optimisers, checkpoints, layers, data. */
+#include "floe_train.h"
+
 #endif /* FLOE_H */

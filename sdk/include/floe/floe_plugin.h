@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define FLOE_ABI_MAJOR 1
-#define FLOE_ABI_MINOR 1
+#define FLOE_ABI_MINOR 2
 
 /* Visibility of the one exported symbol (plugins build with -fvisibility=hidden). */
 #if defined(__GNUC__)
@@ -317,6 +317,38 @@ typedef struct FloeOpDef {
   const char *doc;         /* optional one-line description */
 } FloeOpDef;
 
+/* Variables (since 1.2). An op input declared `resource` (a FLOE_RESOURCE handle) is, for
+ * every kernel a plugin provides, replaced by the core with the variable's current value:
+ * ctx_input(i) is then a tensor of the variable's dtype and shape, exclusively the kernel's
+ * for this call (the core copies the value first if a reader still holds it), which the
+ * kernel updates in place through tensor_data. With the op's use_locking attribute true (or
+ * absent) the variable stays locked until compute returns. An uninitialised variable fails
+ * the node before the kernel runs, naming the variable. */
+
+/* ------------------------------------------------------------------------------------ */
+/* Gradients (since 1.2). A plugin that defines an op can say how to differentiate it,
+ * declaratively: the gradient of the forward op is one node of `grad_op` (an op the plugin
+ * also defines, or a standard one) whose inputs are taken from the forward node, and whose
+ * outputs are the gradients of the forward inputs. The core adds that node wherever
+ * floe_gradients needs the op's gradient. Copied by the core during register_gradient. */
+typedef struct FloeGradientDef {
+  size_t struct_size;
+  const char *op;        /* the forward op, e.g. "HardSwish" */
+  const char *grad_op;   /* the op computing input gradients, e.g. "HardSwishGrad" */
+  /* grad_op's inputs in order, each "dy:J" (the gradient arriving at forward output J;
+   * zeros when none arrives), "x:I" (forward input I) or "y:J" (forward output J). */
+  const char *const *grad_inputs;
+  size_t num_grad_inputs;
+  /* For each forward input I (num_input_grads entries): the grad_op output that is its
+   * gradient, or -1 for "no gradient" (an integer index input, say). */
+  const int32_t *input_grads;
+  size_t num_input_grads;
+  /* Attributes copied from the forward node to the grad_op node (e.g. "T", "alpha");
+   * others take grad_op's defaults. */
+  const char *const *copy_attrs;
+  size_t num_copy_attrs;
+} FloeGradientDef;
+
 /* ------------------------------------------------------------------------------------ */
 /* Transports (reserved in 1.0: the in-process `local` and libfabric transports fill it).
  * Shaped like NCCL's net plugins: connection setup exchanges opaque address blobs; data
@@ -386,6 +418,11 @@ struct FloePluginRegistrar {
   void (*set_message)(FloePluginRegistrar *reg, const char *fmt, ...);
   /* Called once at runtime shutdown, before device destroy slots. Optional. */
   void (*set_shutdown)(FloePluginRegistrar *reg, void (*shutdown)(void *arg), void *arg);
+  /* Since 1.2 (check FLOE_HAS_FIELD(reg, FloePluginRegistrar, register_gradient)): how to
+   * differentiate an op. The forward op must be defined (by this plugin or the standard
+   * set) and have no gradient yet; grad_op must exist when floe_gradients first uses it.
+   * Errors name the op and the spec that is wrong. */
+  floe_code (*register_gradient)(FloePluginRegistrar *reg, const FloeGradientDef *grad);
 };
 
 /* The one entry point every plugin exports. */
@@ -406,7 +443,7 @@ static inline floe_code floe_plugin_declare_current(FloePluginRegistrar *reg, co
 #define FLOE_PLUGIN_DECLARE(reg, plugin_name, plugin_version) \
   floe_plugin_declare_current((reg), (plugin_name), (plugin_version))
 
-/* Layout pins of ABI 1.0 and 1.1 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
+/* Layout pins of ABI 1.0, 1.1 and 1.2 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
 _Static_assert(offsetof(FloePluginRegistrar, declare) == 16, "registrar frozen prefix changed");
@@ -417,6 +454,9 @@ _Static_assert(sizeof(FloeDeviceProps) == 344, "FloeDeviceProps layout changed")
 _Static_assert(sizeof(FloeKernelDef) == 88, "FloeKernelDef layout changed");
 _Static_assert(sizeof(FloeOpDef) == 88, "FloeOpDef layout changed");
 _Static_assert(sizeof(FloePluginInfo) == 32, "FloePluginInfo layout changed");
+_Static_assert(offsetof(FloePluginRegistrar, register_gradient) == 72,
+               "FloePluginRegistrar slots of 1.0 changed (1.2 appends register_gradient)");
+_Static_assert(sizeof(FloeGradientDef) == 72, "FloeGradientDef layout changed");
 #endif
 
 #ifdef __cplusplus

@@ -49,7 +49,9 @@ typedef enum floe_code {
   FLOE__CODE_FORCE_32BIT = 0x7fffffff
 } floe_code;
 
-/* Element types. Append only; values are written into graph files. */
+/* Element types. Append only; values are written into graph files. RESOURCE (since 1.2)
+ * is a scalar handle to a variable of the core's resource manager; it is in no type set
+ * ("all" means the data types above it) and a kernel never sees one (see floe_plugin.h). */
 #define FLOE_DTYPE_MAP(X)            \
   X(F32, 1, "f32", 4)                \
   X(F64, 2, "f64", 8)                \
@@ -59,7 +61,8 @@ typedef enum floe_code {
   X(U8, 6, "u8", 1)                  \
   X(I32, 7, "i32", 4)                \
   X(I64, 8, "i64", 8)                \
-  X(BOOL, 9, "bool", 1)
+  X(BOOL, 9, "bool", 1)              \
+  X(RESOURCE, 10, "resource", 8)
 
 typedef enum FloeDType {
   FLOE_DTYPE_INVALID = 0,

@@ -1,0 +1,2 @@
+/* checkpoint.c - (being written: issue 3). */
+#include "internal.h"

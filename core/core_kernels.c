@@ -1,0 +1,2 @@
+/* core_kernels.c - (being written: issue 3). */
+#include "internal.h"

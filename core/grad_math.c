@@ -1,0 +1,7 @@
+/* grad_math.c - (being written: issue 3). */
+#include "internal.h"
+
+floe_code floe__grads_register_math(FloeStatus *st) {
+  (void)st;
+  return FLOE_OK;
+}

@@ -1,0 +1,2 @@
+/* gradients.c - (being written: issue 3). */
+#include "internal.h"

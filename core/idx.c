@@ -1,0 +1,2 @@
+/* idx.c - (being written: issue 3). */
+#include "internal.h"

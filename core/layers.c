@@ -1,0 +1,2 @@
+/* layers.c - (being written: issue 3). */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* optimizer.c - (being written: issue 3). */
+#include "internal.h"

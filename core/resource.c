@@ -1,0 +1,2 @@
+/* resource.c - (being written: issue 3). */
+#include "internal.h"

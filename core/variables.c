@@ -1,0 +1,2 @@
+/* variables.c - (being written: issue 3). */
+#include "internal.h"

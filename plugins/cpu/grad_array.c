@@ -1,0 +1,7 @@
+/* grad_array.c - (being written: issue 3). */
+#include "cpu.h"
+
+floe_code cpu_register_grad_array(FloePluginRegistrar *reg) {
+  (void)reg;
+  return FLOE_OK;
+}

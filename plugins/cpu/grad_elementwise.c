@@ -1,0 +1,7 @@
+/* grad_elementwise.c - (being written: issue 3). */
+#include "cpu.h"
+
+floe_code cpu_register_grad_elementwise(FloePluginRegistrar *reg) {
+  (void)reg;
+  return FLOE_OK;
+}

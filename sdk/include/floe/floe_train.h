@@ -1,0 +1,310 @@
+/* floe_train.h - training on top of the graph API of floe.h: automatic differentiation,
+ * variables and initialisers, optimisers and learning-rate schedules, checkpoints, layer
+ * builders and the IDX (MNIST / Fashion-MNIST) reader. Included by floe.h.
+ *
+ * Everything here adds ordinary ops to a graph (nothing is hidden from floe_graph_write_dot
+ * or the graph file) and follows floe.h's conventions: graph builders record the graph's
+ * sticky error and return an invalid FloeOutput (node NULL) / NULL node on failure, so user
+ * code checks floe_graph_status() once; other calls return a floe_code and fill a status.
+ */
+#ifndef FLOE_TRAIN_H
+#define FLOE_TRAIN_H
+
+#include "floe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------ */
+/* Automatic differentiation. */
+
+/* Adds to g the nodes computing d(sum_k ys[k] . grad_ys[k]) / d xs[i] for each i, by
+ * walking back from ys with each op's registered gradient function and summing (AddN) the
+ * gradients that reach one tensor over several paths. grad_ys may be NULL (ones of each
+ * y's shape) and grad_ys[k].node may be NULL (ones). Gradients flow only through float
+ * tensors; StopGradient, integer edges and non-differentiable ops (Shape, ArgMax, ...)
+ * stop them. dxs[i] (caller's array of num_xs) is set to the gradient, or to an invalid
+ * output (node NULL) when xs[i] does not influence the ys. An op on a path from xs to ys
+ * with no gradient function is an error naming the node and the op. New nodes are named
+ * "gradients/<forward node>/<op>". On error returns the code, sets the graph's sticky
+ * error and status; nodes added before the error stay in g (unreachable from fetches). */
+FLOE_API floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                                  const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                                  FloeOutput *dxs, FloeStatus *status);
+/* Non-zero when op has a gradient function (standard or registered by a plugin) or is
+ * registered as not differentiable. */
+FLOE_API int floe_op_has_gradient(const char *op);
+
+/* ------------------------------------------------------------------------------------ */
+/* Variables. A variable is a VarHandleOp node (attributes dtype, shape, container,
+ * shared_name, trainable) naming state in the session's resource manager; its value is read
+ * with ReadVariableOp and set with AssignVariableOp / AssignAdd / AssignSub or an optimiser.
+ * Variables persist across floe_session_run calls and live until the session is freed or
+ * their container is reset. */
+
+typedef enum FloeInitKind {
+  FLOE_INIT_ZEROS = 0,
+  FLOE_INIT_CONSTANT = 1,          /* a = value */
+  FLOE_INIT_UNIFORM = 2,           /* [a, b) */
+  FLOE_INIT_NORMAL = 3,            /* mean a, stddev b */
+  FLOE_INIT_TRUNCATED_NORMAL = 4,  /* mean a, stddev b, resampled beyond 2 stddev */
+  FLOE_INIT_GLOROT_UNIFORM = 5,    /* U(-l, l), l = sqrt(6 / (fan_in + fan_out)) */
+  FLOE_INIT_GLOROT_NORMAL = 6,     /* truncated normal, stddev sqrt(2 / (fan_in + fan_out)) / .8796 */
+  FLOE_INIT_HE_NORMAL = 7          /* truncated normal, stddev sqrt(2 / fan_in) / .8796 */
+} FloeInitKind;
+
+/* fan_in / fan_out: for rank 2 [in, out]; for rank 4 HWIO filters kh*kw*in and kh*kw*out;
+ * rank 1 and 0 use the size for both. seed: 0 draws a seed per process. */
+typedef struct FloeInitializer {
+  FloeInitKind kind;
+  double a, b;
+  int64_t seed;
+} FloeInitializer;
+
+FLOE_API FloeInitializer floe_init_zeros(void);
+FLOE_API FloeInitializer floe_init_constant(double value);
+FLOE_API FloeInitializer floe_init_uniform(double lo, double hi, int64_t seed);
+FLOE_API FloeInitializer floe_init_normal(double mean, double stddev, int64_t seed);
+FLOE_API FloeInitializer floe_init_truncated_normal(double mean, double stddev, int64_t seed);
+FLOE_API FloeInitializer floe_init_glorot_uniform(int64_t seed);
+FLOE_API FloeInitializer floe_init_glorot_normal(int64_t seed);
+FLOE_API FloeInitializer floe_init_he_normal(int64_t seed);
+
+/* Adds a variable of a fully known shape: "<name>" (VarHandleOp), "<name>/read"
+ * (ReadVariableOp) and "<name>/init" (AssignVariableOp of the initialiser's value, built
+ * under "<name>/initializer/"). When g already has a VarHandleOp called name with the same
+ * dtype and shape, returns that variable (so one model can be built twice, for training
+ * and for inference, sharing weights); a different dtype or shape is an error. */
+typedef struct FloeVariable {
+  FloeOutput handle;  /* resource */
+  FloeOutput value;   /* the "<name>/read" output */
+  FloeNode *init;     /* the "<name>/init" node */
+} FloeVariable;
+FLOE_API FloeVariable floe_variable(FloeGraph *g, const char *name, FloeDType dtype,
+                                    FloeShape shape, FloeInitializer init);
+/* Like floe_variable, with trainable = 0: not collected by floe_minimize (global step,
+ * optimiser slots, batch-norm moving averages). */
+FLOE_API FloeVariable floe_variable_untrained(FloeGraph *g, const char *name, FloeDType dtype,
+                                             FloeShape shape, FloeInitializer init);
+/* The variable of an existing VarHandleOp node (its read and init nodes by name). */
+FLOE_API FloeVariable floe_variable_get(FloeGraph *g, const char *name);
+/* Variables of g (VarHandleOp nodes) in insertion order; trainable_only restricts to those
+ * with trainable = true. Returns how many there are; writes at most cap into out. */
+FLOE_API int floe_graph_variables(const FloeGraph *g, int trainable_only, FloeVariable *out,
+                                  int cap);
+/* A NoOp (default name "init") with control inputs on every "<var>/init" node of g:
+ * running it as a target initialises every variable. */
+FLOE_API FloeNode *floe_variables_initializer(FloeGraph *g, const char *name);
+
+/* Assignments (nodes without outputs; run them as targets or use as control inputs). */
+FLOE_API FloeNode *floe_assign(FloeGraph *g, const char *name, FloeOutput handle,
+                               FloeOutput value);
+FLOE_API FloeNode *floe_assign_add(FloeGraph *g, const char *name, FloeOutput handle,
+                                   FloeOutput value);
+FLOE_API FloeNode *floe_assign_sub(FloeGraph *g, const char *name, FloeOutput handle,
+                                   FloeOutput value);
+/* A new ReadVariableOp of handle. */
+FLOE_API FloeOutput floe_read_variable(FloeGraph *g, const char *name, FloeOutput handle);
+
+/* Drops every variable of `container` ("" is the default container) from the session's
+ * resource manager: they read as uninitialised until assigned again. */
+FLOE_API floe_code floe_session_reset_container(FloeSession *s, const char *container,
+                                               FloeStatus *status);
+
+/* ------------------------------------------------------------------------------------ */
+/* Optimisers and learning-rate schedules. */
+
+typedef enum FloeOptimizerKind {
+  FLOE_OPT_SGD = 0,
+  FLOE_OPT_MOMENTUM = 1,
+  FLOE_OPT_ADAM = 2,
+  FLOE_OPT_RMSPROP = 3,
+  FLOE_OPT_ADAGRAD = 4
+} FloeOptimizerKind;
+
+typedef enum FloeLrScheduleKind {
+  FLOE_LR_CONSTANT = 0,
+  FLOE_LR_EXPONENTIAL = 1, /* lr * decay_rate ^ (step / decay_steps), floored if staircase */
+  FLOE_LR_PIECEWISE = 2,   /* values[i] while step < boundaries[i]; values[n] after */
+  FLOE_LR_COSINE = 3       /* lr * (alpha + (1 - alpha) * (1 + cos(pi * min(step, decay_steps)
+                              / decay_steps)) / 2) */
+} FloeLrScheduleKind;
+
+#define FLOE_LR_MAX_PIECES 16
+
+typedef struct FloeOptimizerOptions {
+  size_t struct_size;           /* sizeof(FloeOptimizerOptions) */
+  FloeOptimizerKind kind;
+  double learning_rate;         /* 1e-3 for Adam, RMSProp; 1e-2 for the others */
+  double momentum;              /* Momentum: 0.9; RMSProp: 0 */
+  int nesterov;                 /* Momentum and Adam */
+  double beta1, beta2, epsilon; /* Adam: 0.9, 0.999, 1e-7; RMSProp / AdaGrad epsilon 1e-7 */
+  double rho;                   /* RMSProp: 0.9 */
+  double initial_accumulator;   /* AdaGrad: 0.1 */
+  double weight_decay;          /* L2: adds weight_decay * var to each gradient; 0 = off */
+  double clip_global_norm;      /* scale gradients so their global norm <= this; 0 = off */
+  int use_locking;              /* 1 (default): each update holds its variables' locks */
+  FloeLrScheduleKind schedule;
+  int64_t decay_steps;          /* exponential and cosine */
+  double decay_rate;            /* exponential */
+  int staircase;                /* exponential */
+  double cosine_alpha;          /* cosine: the floor as a fraction of learning_rate */
+  int num_boundaries;           /* piecewise: boundaries[n], values[n + 1] */
+  int64_t boundaries[FLOE_LR_MAX_PIECES];
+  double values[FLOE_LR_MAX_PIECES + 1];
+} FloeOptimizerOptions;
+
+/* Fills the defaults of kind (above). */
+FLOE_API void floe_optimizer_options_init(FloeOptimizerOptions *o, FloeOptimizerKind kind);
+/* "sgd", "momentum", "adam", "rmsprop", "adagrad"; -1 if unknown. */
+FLOE_API int floe_optimizer_kind_from_name(const char *name);
+
+/* The i64 scalar variable "global_step" (untrained, zeros), created on first use. */
+FLOE_API FloeVariable floe_global_step(FloeGraph *g);
+/* The learning rate of o at `step` (an i64 scalar, normally the global step's value) as an
+ * f32 scalar output, built under "<name>/". */
+FLOE_API FloeOutput floe_learning_rate(FloeGraph *g, const char *name,
+                                       const FloeOptimizerOptions *o, FloeOutput step);
+
+/* Builds one training step under "<name>/" (default "train"): gradients of the scalar loss
+ * with respect to vars (or, when vars is NULL, every trainable variable of g; a variable
+ * the loss does not depend on is skipped), weight decay, clipping by global norm, the
+ * optimiser's slot variables ("<var>/<slot>", untrained, included in the initializer and in
+ * checkpoints), one fused update op per variable, and the global step's increment after all
+ * updates. Every update runs after every gradient is computed. Returns the NoOp to run as a
+ * target each step. */
+FLOE_API FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
+                                 const FloeOptimizerOptions *o, const FloeVariable *vars,
+                                 int num_vars);
+/* sqrt(sum of squares of every tensor), f32 scalar (the clipping norm). */
+FLOE_API FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeOutput *ts,
+                                     int n);
+
+/* ------------------------------------------------------------------------------------ */
+/* Checkpoints: safetensors files ("<prefix>-<step>.safetensors", step zero-padded to 10
+ * digits) holding every variable of the session's graph under its node name, with
+ * "__metadata__" {"format": "floe", "global_step": "<n>", "variables_hash": "<16 hex>"}
+ * (FNV-1a 64 over sorted "name dtype shape" lines). */
+
+/* Writes every variable of the session's graph (all must be initialised: the error names
+ * the first that is not) to dir (created if missing) atomically: a temporary file in dir,
+ * fsync, rename, fsync of dir. Then removes all but the newest `keep` checkpoints of prefix
+ * (keep 0: keep all). A failed save (full disk, I/O error) leaves every earlier checkpoint
+ * intact and no temporary file. prefix NULL: "ckpt". *path_out (may be NULL) receives the
+ * file's path, caller frees with free(). */
+FLOE_API floe_code floe_checkpoint_save(FloeSession *s, const char *dir, const char *prefix,
+                                        int64_t step, int keep, char **path_out,
+                                        FloeStatus *status);
+/* Restores every variable of the session's graph from path (a file, or a directory: its
+ * newest checkpoint). All or nothing: a missing variable, a wrong dtype or shape, or a
+ * truncated or corrupt file is an error naming the variable or the byte offset, and no
+ * variable changes. *step_out (may be NULL) receives the stored global step. */
+FLOE_API floe_code floe_checkpoint_restore(FloeSession *s, const char *path, int64_t *step_out,
+                                           FloeStatus *status);
+/* The newest checkpoint of prefix (NULL: "ckpt") in dir, by step. Caller frees with free().
+ * NULL + FLOE_NOT_FOUND naming dir when there is none. */
+FLOE_API char *floe_checkpoint_latest(const char *dir, const char *prefix, FloeStatus *status);
+
+/* Writes a deployable graph file: the nodes that `outputs` ("node" or "node:i") need, with
+ * every variable read replaced by a Const of its current value in the session (frozen), so
+ * `floe run` executes it with only the core and a device plugin. Nodes needing a
+ * Placeholder keep it. Training-only state (optimiser slots, global step) is not included
+ * unless an output needs it. */
+FLOE_API floe_code floe_export_frozen(FloeSession *s, const char *const *outputs,
+                                      int num_outputs, const char *path, FloeStatus *status);
+
+/* ------------------------------------------------------------------------------------ */
+/* Layer builders (NHWC images). Each adds ordinary ops under "<name>/": variables
+ * "<name>/kernel" (Glorot uniform from seed) and "<name>/bias" (zeros) where it has
+ * weights. Building the same layer name again reuses its variables. */
+
+typedef enum FloeActivation {
+  FLOE_ACT_NONE = 0,
+  FLOE_ACT_RELU = 1,
+  FLOE_ACT_SIGMOID = 2,
+  FLOE_ACT_TANH = 3,
+  FLOE_ACT_SOFTMAX = 4
+} FloeActivation;
+
+/* x [batch, in] -> [batch, units]. */
+FLOE_API FloeOutput floe_layer_dense(FloeGraph *g, const char *name, FloeOutput x,
+                                     int64_t units, FloeActivation act, int64_t seed);
+/* x [N, H, W, C] -> [N, H', W', filters]; kernel [kh, kw, C, filters]; padding "SAME" or
+ * "VALID". */
+FLOE_API FloeOutput floe_layer_conv2d(FloeGraph *g, const char *name, FloeOutput x,
+                                      int64_t filters, int kh, int kw, int stride,
+                                      const char *padding, FloeActivation act, int64_t seed);
+FLOE_API FloeOutput floe_layer_max_pool(FloeGraph *g, const char *name, FloeOutput x, int k,
+                                        int stride, const char *padding);
+FLOE_API FloeOutput floe_layer_avg_pool(FloeGraph *g, const char *name, FloeOutput x, int k,
+                                        int stride, const char *padding);
+/* [N, ...] -> [N, product of the rest]. */
+FLOE_API FloeOutput floe_layer_flatten(FloeGraph *g, const char *name, FloeOutput x);
+/* training: zero each element with probability rate and scale the rest by 1 / (1 - rate),
+ * with a mask drawn by StatelessRandomUniform from (seed, step) (step: an i64 scalar such
+ * as the global step's value, so a resumed run draws the same masks; invalid: 0).
+ * Not training: identity. */
+FLOE_API FloeOutput floe_layer_dropout(FloeGraph *g, const char *name, FloeOutput x,
+                                       double rate, int training, int64_t seed,
+                                       FloeOutput step);
+/* Normalises over every dim but the last (channels). Variables gamma (ones), beta (zeros),
+ * moving_mean (zeros), moving_variance (ones), the last two untrained. training: batch
+ * statistics, and the output carries control inputs on the moving averages' updates
+ * (moving = momentum * moving + (1 - momentum) * batch). Not training: moving
+ * statistics. */
+FLOE_API FloeOutput floe_layer_batch_norm(FloeGraph *g, const char *name, FloeOutput x,
+                                          int training, double momentum, double epsilon);
+/* ids (any int shape) -> ids.shape + [dim]; table "<name>/embeddings" [vocab, dim],
+ * uniform(-0.05, 0.05) from seed. */
+FLOE_API FloeOutput floe_layer_embedding(FloeGraph *g, const char *name, FloeOutput ids,
+                                         int64_t vocab, int64_t dim, int64_t seed);
+/* Mean over the batch of the softmax cross-entropy of logits [batch, classes] against
+ * integer labels [batch] (f32 scalar). */
+FLOE_API FloeOutput floe_sparse_softmax_cross_entropy(FloeGraph *g, const char *name,
+                                                      FloeOutput logits, FloeOutput labels);
+
+/* ------------------------------------------------------------------------------------ */
+/* Data: IDX files (MNIST, Fashion-MNIST), plain or gzip-compressed. */
+
+typedef struct FloeDataset FloeDataset;
+
+/* Loads an images file (magic 0x00000803, u8 [n, rows, cols]) and a labels file (0x00000801,
+ * u8 [n]), either may end in .gz. Pixels become f32 in [0, 1]. Errors name the file and
+ * the byte offset (bad magic, truncated, counts that disagree). Caller owns; free with
+ * floe_dataset_free. */
+FLOE_API FloeDataset *floe_idx_load(const char *images_path, const char *labels_path,
+                                    FloeStatus *status);
+/* The Fashion-MNIST training (train != 0) or test set from dir (NULL: the path Debian's
+ * dataset-fashion-mnist package installs, /usr/share/datasets/fashion-mnist). A missing
+ * file is FLOE_NOT_FOUND naming the path, the package and the --data DIR option. */
+FLOE_API FloeDataset *floe_fashion_mnist_load(const char *dir, int train, FloeStatus *status);
+FLOE_API void floe_dataset_free(FloeDataset *d);
+FLOE_API int64_t floe_dataset_size(const FloeDataset *d);
+FLOE_API int64_t floe_dataset_rows(const FloeDataset *d);
+FLOE_API int64_t floe_dataset_cols(const FloeDataset *d);
+/* Borrowed: n*rows*cols floats and n labels, valid while d lives. */
+FLOE_API const float *floe_dataset_images(const FloeDataset *d);
+FLOE_API const uint8_t *floe_dataset_labels(const FloeDataset *d);
+
+/* Batches of a dataset in an order fixed by (seed, epoch): epoch e of two batchers with the
+ * same seed yields the same batches, so a resumed run sees the data a continuous run would.
+ * Images come as f32 [batch, rows * cols] (flat) or [batch, rows, cols, 1] (images != 0);
+ * labels as i64 [batch]. drop_remainder: skip a last short batch. */
+typedef struct FloeBatcher FloeBatcher;
+FLOE_API FloeBatcher *floe_batcher_new(const FloeDataset *d, int64_t batch, int shuffle,
+                                       uint64_t seed, int images_nhwc, int drop_remainder,
+                                       FloeStatus *status);
+FLOE_API void floe_batcher_free(FloeBatcher *b);
+FLOE_API int64_t floe_batcher_num_batches(const FloeBatcher *b);
+/* Positions the batcher at batch `start` of epoch `epoch` (its permutation). */
+FLOE_API void floe_batcher_start_epoch(FloeBatcher *b, int64_t epoch, int64_t start);
+/* Fills the next batch: returns 1 and new tensors (caller releases both), 0 at the end of
+ * the epoch, -1 with status on error. */
+FLOE_API int floe_batcher_next(FloeBatcher *b, FloeTensor **images, FloeTensor **labels,
+                               FloeStatus *status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLOE_TRAIN_H */
