@@ -542,6 +542,13 @@ floe_code floe__resources_list(FloeResourceMgr *m, const char *container, FloeVa
  * floe_runtime_new after the plugins. floe__kernel_find prefers a plugin's kernel of the
  * device's type and falls back to "*". */
 floe_code floe__core_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* core_kernels.c: adds one core kernel (device_type "*") for op to rt. */
+floe_code floe__core_kernel_add(struct FloeRuntime *rt, const char *op, uint32_t flags,
+                                floe_code (*compute)(void *state, FloeKernelContext *ctx),
+                                FloeStatus *st);
+/* checkpoint.c: registers the Save and Restore kernels (called by
+ * floe__core_kernels_register). */
+floe_code floe__checkpoint_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 /* executor.c, for core kernels: the resource manager of the session running ctx. */
 FloeResourceMgr *floe__kernel_ctx_resources(const FloeKernelContext *ctx);
 
