@@ -1,2 +1,807 @@
-/* gradients.c - (being written: issue 3). */
+/* gradients.c - automatic differentiation (floe_gradients) and the gradient registry.
+ *
+ * As in the TensorFlow paper: the gradient of a graph is more graph. Walking back from the
+ * ys, each node on a path between the xs and the ys gets its registered gradient function,
+ * which adds the nodes computing its input gradients from its output gradients; gradients
+ * reaching one tensor along several paths are summed with AddN. Node ids are a topological
+ * order (a node's inputs exist before it), so one descending sweep visits every node after
+ * all of its consumers.
+ *
+ * Gradient functions come from three places: the standard set's C functions (grad_*.c),
+ * "not differentiable" entries (no gradient flows and reaching them is fine), and plugins'
+ * declarative FloeGradientDef (ABI 1.2), turned into one node of the plugin's grad op. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "internal.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* Registry. */
+
+typedef struct GradEntry {
+  char *op;
+  FloeGradFn fn;            /* NULL with def NULL: not differentiable */
+  FloeGradientDef *def;     /* a plugin's declarative gradient (deep copy), or NULL */
+  char *plugin;             /* who registered def */
+} GradEntry;
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static GradEntry *entries;
+static int num_entries, cap_entries;
+static bool std_done;
+
+/* Caller holds reg_mu. */
+static GradEntry *find_locked(const char *op) {
+  for (int i = 0; i < num_entries; i++)
+    if (strcmp(entries[i].op, op) == 0) return &entries[i];
+  return NULL;
+}
+
+static GradEntry *add_locked(const char *op, FloeStatus *st) {
+  if (num_entries == cap_entries) {
+    int cap = cap_entries ? 2 * cap_entries : 128;
+    GradEntry *e = floe__realloc(entries, (size_t)cap * sizeof *e);
+    if (!e) {
+      floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering the gradient of %s", op);
+      return NULL;
+    }
+    entries = e;
+    cap_entries = cap;
+  }
+  GradEntry *e = &entries[num_entries];
+  memset(e, 0, sizeof *e);
+  if (!(e->op = floe__strdup(op))) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering the gradient of %s", op);
+    return NULL;
+  }
+  num_entries++;
+  return e;
+}
+
+floe_code floe__grad_register(const char *op, FloeGradFn fn, FloeStatus *st) {
+  pthread_mutex_lock(&reg_mu);
+  floe_code rc = FLOE_OK;
+  if (find_locked(op))
+    rc = floe_status_set(st, FLOE_ALREADY_EXISTS, "a gradient of op %s is already registered", op);
+  else {
+    GradEntry *e = add_locked(op, st);
+    if (!e) rc = FLOE_NO_MEMORY;
+    else e->fn = fn;
+  }
+  pthread_mutex_unlock(&reg_mu);
+  return rc;
+}
+
+static void def_free(FloeGradientDef *d) {
+  if (!d) return;
+  floe__free((char *)d->op);
+  floe__free((char *)d->grad_op);
+  for (size_t i = 0; d->grad_inputs && i < d->num_grad_inputs; i++) floe__free((char *)d->grad_inputs[i]);
+  floe__free((void *)d->grad_inputs);
+  floe__free((void *)d->input_grads);
+  for (size_t i = 0; d->copy_attrs && i < d->num_copy_attrs; i++) floe__free((char *)d->copy_attrs[i]);
+  floe__free((void *)d->copy_attrs);
+  floe__free(d);
+}
+
+static bool copy_str_array(const char *const *src, size_t n, const char *const **dst) {
+  *dst = NULL;
+  if (!n) return true;
+  char **v = floe__calloc(n, sizeof *v);
+  if (!v) return false;
+  *dst = (const char *const *)v;
+  for (size_t i = 0; i < n; i++)
+    if (!(v[i] = floe__strdup(src[i]))) return false;
+  return true;
+}
+
+/* "dy:J", "x:I" or "y:J" -> kind and index. */
+static bool parse_grad_input(const char *s, char *kind, long *idx) {
+  const char *colon = strchr(s, ':');
+  if (!colon || colon == s) return false;
+  size_t k = (size_t)(colon - s);
+  if (k == 2 && strncmp(s, "dy", 2) == 0) *kind = 'd';
+  else if (k == 1 && s[0] == 'x') *kind = 'x';
+  else if (k == 1 && s[0] == 'y') *kind = 'y';
+  else return false;
+  char *end;
+  *idx = strtol(colon + 1, &end, 10);
+  return end != colon + 1 && *end == '\0' && *idx >= 0;
+}
+
+/* The number of flattened inputs/outputs of op when it has no list arguments, else -1. */
+static int fixed_arity(const FloeArgDef *args, int n) {
+  for (int i = 0; i < n; i++)
+    if (args[i].number_attr || args[i].type_list_attr) return -1;
+  return n;
+}
+
+floe_code floe__grad_register_def(const FloeGradientDef *in, const char *plugin, FloeStatus *st) {
+  if (!in || !in->op || !*in->op || !in->grad_op || !*in->grad_op)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "register_gradient: op and grad_op must be non-empty names");
+  const FloeOpInfo *op = floe__op_lookup(in->op);
+  if (!op)
+    return floe_status_set(st, FLOE_NOT_FOUND,
+                           "register_gradient %s: no such op (register the op before its gradient)",
+                           in->op);
+  int nin = fixed_arity(op->inputs, op->num_inputs), nout = fixed_arity(op->outputs, op->num_outputs);
+  if (in->num_grad_inputs && !in->grad_inputs)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT, "register_gradient %s: grad_inputs is NULL",
+                           in->op);
+  for (size_t i = 0; i < in->num_grad_inputs; i++) {
+    char kind;
+    long idx;
+    if (!in->grad_inputs[i] || !parse_grad_input(in->grad_inputs[i], &kind, &idx))
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                             "register_gradient %s: grad_inputs[%zu] \"%s\" is not \"dy:J\", "
+                             "\"x:I\" or \"y:J\"",
+                             in->op, i, in->grad_inputs[i] ? in->grad_inputs[i] : "(null)");
+    long limit = kind == 'x' ? nin : nout;
+    if (limit >= 0 && idx >= limit)
+      return floe_status_set(st, FLOE_OUT_OF_RANGE,
+                             "register_gradient %s: grad_inputs[%zu] \"%s\": op %s has %ld %s",
+                             in->op, i, in->grad_inputs[i], in->op, limit,
+                             kind == 'x' ? "inputs" : "outputs");
+  }
+  if (nin >= 0 && in->num_input_grads != (size_t)nin)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "register_gradient %s: input_grads has %zu entries, the op has %d "
+                           "inputs (use -1 for an input without gradient)",
+                           in->op, in->num_input_grads, nin);
+  if (in->num_input_grads && !in->input_grads)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT, "register_gradient %s: input_grads is NULL",
+                           in->op);
+  for (size_t i = 0; i < in->num_copy_attrs; i++)
+    if (!in->copy_attrs || !in->copy_attrs[i] || !floe__op_attr(op, in->copy_attrs[i]))
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                             "register_gradient %s: copy_attrs[%zu] \"%s\" is not an attribute "
+                             "of %s",
+                             in->op, i,
+                             in->copy_attrs && in->copy_attrs[i] ? in->copy_attrs[i] : "(null)",
+                             in->op);
+
+  FloeGradientDef *d = floe__calloc(1, sizeof *d);
+  bool ok = d != NULL;
+  if (ok) {
+    d->struct_size = sizeof *d;
+    d->num_grad_inputs = in->num_grad_inputs;
+    d->num_input_grads = in->num_input_grads;
+    d->num_copy_attrs = in->num_copy_attrs;
+    ok = (d->op = floe__strdup(in->op)) && (d->grad_op = floe__strdup(in->grad_op)) &&
+         copy_str_array(in->grad_inputs, in->num_grad_inputs, &d->grad_inputs) &&
+         copy_str_array(in->copy_attrs, in->num_copy_attrs, &d->copy_attrs);
+    if (ok && in->num_input_grads) {
+      int32_t *v = floe__malloc(in->num_input_grads * sizeof *v);
+      if ((ok = v != NULL)) memcpy(v, in->input_grads, in->num_input_grads * sizeof *v);
+      d->input_grads = v;
+    }
+  }
+  if (!ok) {
+    def_free(d);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering the gradient of %s",
+                           in->op);
+  }
+  pthread_mutex_lock(&reg_mu);
+  floe_code rc = FLOE_OK;
+  GradEntry *e = find_locked(in->op);
+  if (e && e->def && plugin && e->plugin && strcmp(e->plugin, plugin) == 0) {
+    /* The same plugin loaded by another runtime: replace with the identical definition. */
+    def_free(e->def);
+    e->def = d;
+    d = NULL;
+  } else if (e) {
+    rc = floe_status_set(st, FLOE_ALREADY_EXISTS,
+                         "register_gradient %s: the op already has a gradient (from %s)", in->op,
+                         e->plugin ? e->plugin : "the standard op set");
+  } else if (!(e = add_locked(in->op, st))) {
+    rc = FLOE_NO_MEMORY;
+  } else {
+    e->def = d;
+    d = NULL;
+    if (plugin && !(e->plugin = floe__strdup(plugin))) {
+      /* Keep the entry: the gradient works, only the owner's name is lost. */
+    }
+  }
+  pthread_mutex_unlock(&reg_mu);
+  def_free(d);
+  return rc;
+}
+
+/* Not differentiable: integer-valued, comparison, shape and random ops. */
+static const char *const not_differentiable[] = {
+    "Const", "Placeholder", "NoOp", "StopGradient", "Shape", "Size", "Rank", "ZerosLike",
+    "OnesLike", "ArgMax", "ArgMin", "Equal", "NotEqual", "Less", "LessEqual", "Greater",
+    "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "OneHot", "RandomUniform",
+    "RandomNormal", "TruncatedNormal", "StatelessRandomUniform", "StatelessRandomNormal",
+    "Sign", "Floor", "InvertPermutation", "ConcatOffset", "VarHandleOp", "ReadVariableOp",
+    "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "VarIsInitializedOp",
+    "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam",
+    "ResourceApplyRMSProp", "ResourceApplyAdagrad", "Save", "Restore",
+};
+
+floe_code floe__grads_init(FloeStatus *st) {
+  static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&init_mu);
+  floe_code rc = FLOE_OK;
+  if (!std_done) {
+    if ((rc = floe__ops_init(st)) == FLOE_OK) {
+      for (size_t i = 0; rc == FLOE_OK && i < FLOE__ARRAY_LEN(not_differentiable); i++) {
+        pthread_mutex_lock(&reg_mu);
+        bool have = find_locked(not_differentiable[i]) != NULL;
+        pthread_mutex_unlock(&reg_mu);
+        if (!have) rc = floe__grad_register(not_differentiable[i], NULL, st);
+      }
+      if (rc == FLOE_OK) rc = floe__grads_register_math(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_nn(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_array(st);
+    }
+    std_done = rc == FLOE_OK;
+  }
+  pthread_mutex_unlock(&init_mu);
+  return rc;
+}
+
+int floe_op_has_gradient(const char *op) {
+  if (!op || floe__grads_init(NULL) != FLOE_OK) return 0;
+  pthread_mutex_lock(&reg_mu);
+  int have = find_locked(op) != NULL;
+  pthread_mutex_unlock(&reg_mu);
+  return have;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Helpers for gradient functions. */
+
+static bool is_float(FloeDType dt) { return (FLOE_DTYPES_FLOAT & FLOE_DTYPE_BIT(dt)) != 0; }
+
+static FloeOutput invalid_output(void) {
+  FloeOutput o = {NULL, 0};
+  return o;
+}
+
+FloeDType floe__grad_input_dtype(const FloeGradCtx *c, int i) {
+  FloeOutput in = c->node->inputs[i];
+  return in.node->out_dtypes[in.index];
+}
+
+FloeNodeBuilder *floe__grad_begin(FloeGradCtx *c, const char *op) {
+  size_t len = strlen(c->scope) + strlen(op) + 24;
+  char *name = floe__malloc(len);
+  if (!name) {
+    floe__graph_fail(c->g, FLOE_NO_MEMORY, "out of memory naming a gradient node of '%s'",
+                     c->node->name);
+    return floe_node_begin(c->g, op, NULL); /* a no-op builder under the sticky error */
+  }
+  snprintf(name, len, "%s/%s", c->scope, op);
+  for (int k = 1; floe_graph_find(c->g, name); k++) snprintf(name, len, "%s/%s_%d", c->scope, op, k);
+  FloeNodeBuilder *b = floe_node_begin(c->g, op, name);
+  floe__free(name);
+  return b;
+}
+
+FloeOutput floe__grad_unary(FloeGradCtx *c, const char *op, FloeOutput x) {
+  FloeNodeBuilder *b = floe__grad_begin(c, op);
+  floe_node_add_input(b, x);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+FloeOutput floe__grad_binary(FloeGradCtx *c, const char *op, FloeOutput a, FloeOutput b_) {
+  FloeNodeBuilder *b = floe__grad_begin(c, op);
+  floe_node_add_input(b, a);
+  floe_node_add_input(b, b_);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* A Const node under the scope holding t (which the graph retains; we drop ours). */
+static FloeOutput grad_const(FloeGradCtx *c, FloeTensor *t) {
+  if (!t) {
+    floe__graph_fail(c->g, FLOE_NO_MEMORY, "out of memory building a gradient constant of '%s'",
+                     c->node->name);
+    return invalid_output();
+  }
+  FloeNodeBuilder *b = floe__grad_begin(c, "Const");
+  floe_node_set_attr_tensor(b, "value", t);
+  floe_node_set_attr_type(b, "dtype", floe_tensor_dtype(t));
+  floe_tensor_release(t);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* Stores v into element 0 of a dtype dt buffer. */
+static void store_scalar(FloeDType dt, void *p, double v) {
+  switch (dt) {
+    case FLOE_F32: *(float *)p = (float)v; break;
+    case FLOE_F64: *(double *)p = v; break;
+    case FLOE_F16: *(uint16_t *)p = floe_f32_to_f16((float)v); break;
+    case FLOE_BF16: *(uint16_t *)p = floe_f32_to_bf16((float)v); break;
+    case FLOE_I8: *(int8_t *)p = (int8_t)v; break;
+    case FLOE_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case FLOE_I32: *(int32_t *)p = (int32_t)v; break;
+    case FLOE_I64: *(int64_t *)p = (int64_t)v; break;
+    case FLOE_BOOL: *(uint8_t *)p = v != 0; break;
+    default: break;
+  }
+}
+
+FloeOutput floe__grad_scalar(FloeGradCtx *c, FloeDType dt, double v) {
+  FloeTensor *t = floe_tensor_new(dt, 0, NULL, NULL);
+  if (t) store_scalar(dt, floe_tensor_data(t), v);
+  return grad_const(c, t);
+}
+
+FloeOutput floe__grad_i32_vec(FloeGradCtx *c, const int64_t *v, int n) {
+  int64_t dims[1] = {n};
+  FloeTensor *t = floe_tensor_new(FLOE_I32, 1, dims, NULL);
+  if (t)
+    for (int i = 0; i < n; i++) ((int32_t *)floe_tensor_data(t))[i] = (int32_t)v[i];
+  return grad_const(c, t);
+}
+
+static bool shape_known(const FloeShape *s) {
+  if (s->rank < 0) return false;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] < 0) return false;
+  return true;
+}
+
+static bool shape_equal(const FloeShape *a, const FloeShape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+FloeOutput floe__grad_shape_of(FloeGradCtx *c, FloeOutput x) {
+  if (!x.node) return invalid_output();
+  FloeShape s = floe_node_output_shape(x.node, x.index);
+  if (shape_known(&s)) return floe__grad_i32_vec(c, s.dims, s.rank);
+  FloeNodeBuilder *b = floe__grad_begin(c, "Shape");
+  floe_node_add_input(b, x);
+  floe_node_set_attr_type(b, "out_type", FLOE_I32);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+FloeOutput floe__grad_sum_to(FloeGradCtx *c, FloeOutput g, FloeOutput x) {
+  if (!g.node || !x.node) return invalid_output();
+  FloeShape gs = floe_node_output_shape(g.node, g.index);
+  FloeShape xs = floe_node_output_shape(x.node, x.index);
+  if (shape_known(&gs) && shape_known(&xs) && shape_equal(&gs, &xs)) return g;
+  return floe__grad_binary(c, "SumToShape", g, floe__grad_shape_of(c, x));
+}
+
+FloeOutput floe__grad_dy(FloeGradCtx *c, int j) {
+  if (c->dy[j].node) return c->dy[j];
+  return floe__grad_unary(c, "ZerosLike", floe_out((FloeNode *)c->node, j));
+}
+
+const FloeTensor *floe__grad_const_input(const FloeGradCtx *c, int i) {
+  const FloeNode *src = c->node->inputs[i].node;
+  if (!src || strcmp(src->op->name, "Const") != 0) return NULL;
+  const FloeAttrValue *v = floe__attrs_get(&src->attrs, "value");
+  if (!v || v->kind != FLOE_ATTR_TENSOR || !v->u.tensor || !floe__tensor_on_host(v->u.tensor))
+    return NULL;
+  return v->u.tensor;
+}
+
+void floe__grad_copy_attr(const FloeGradCtx *c, FloeNodeBuilder *b, const char *name) {
+  const FloeAttrValue *v = floe__attrs_get(&c->node->attrs, name);
+  if (!v) return;
+  switch (v->kind) {
+    case FLOE_ATTR_INT: floe_node_set_attr_int(b, name, v->u.i); break;
+    case FLOE_ATTR_FLOAT: floe_node_set_attr_float(b, name, v->u.f); break;
+    case FLOE_ATTR_BOOL: floe_node_set_attr_bool(b, name, v->u.b); break;
+    case FLOE_ATTR_STRING: floe_node_set_attr_string(b, name, v->u.s); break;
+    case FLOE_ATTR_TYPE: floe_node_set_attr_type(b, name, v->u.type); break;
+    case FLOE_ATTR_SHAPE: floe_node_set_attr_shape(b, name, v->u.shape); break;
+    case FLOE_ATTR_TENSOR: floe_node_set_attr_tensor(b, name, v->u.tensor); break;
+    case FLOE_ATTR_INT_LIST:
+      floe_node_set_attr_int_list(b, name, v->u.ilist.v, (int)v->u.ilist.n);
+      break;
+    case FLOE_ATTR_FLOAT_LIST:
+      floe_node_set_attr_float_list(b, name, v->u.flist.v, (int)v->u.flist.n);
+      break;
+    case FLOE_ATTR_TYPE_LIST:
+      floe_node_set_attr_type_list(b, name, v->u.tlist.v, (int)v->u.tlist.n);
+      break;
+    default: break;
+  }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* A plugin's declarative gradient: one node of def->grad_op. */
+
+static floe_code grad_from_def(FloeGradCtx *c, const FloeGradientDef *d, FloeStatus *st) {
+  const FloeNode *n = c->node;
+  if (!floe__op_lookup(d->grad_op))
+    return floe_status_set(st, FLOE_NOT_FOUND,
+                           "node '%s' (%s): its gradient op %s is not defined (is the plugin "
+                           "that defines it loaded?)",
+                           n->name, n->op->name, d->grad_op);
+  FloeOutput *ins = floe__calloc(d->num_grad_inputs ? d->num_grad_inputs : 1, sizeof *ins);
+  FloeAttrs attrs;
+  floe__attrs_init(&attrs);
+  if (!ins) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory differentiating '%s'", n->name);
+  floe_code rc = FLOE_OK;
+  for (size_t i = 0; rc == FLOE_OK && i < d->num_grad_inputs; i++) {
+    char kind;
+    long idx;
+    parse_grad_input(d->grad_inputs[i], &kind, &idx); /* validated at registration */
+    long limit = kind == 'x' ? n->num_inputs : n->num_outputs;
+    if (idx >= limit)
+      rc = floe_status_set(st, FLOE_OUT_OF_RANGE,
+                           "node '%s' (%s): gradient input \"%s\" is out of range (%ld %s)",
+                           n->name, n->op->name, d->grad_inputs[i], limit,
+                           kind == 'x' ? "inputs" : "outputs");
+    else if (kind == 'd')
+      ins[i] = floe__grad_dy(c, (int)idx);
+    else if (kind == 'x')
+      ins[i] = n->inputs[idx];
+    else
+      ins[i] = floe_out((FloeNode *)n, (int)idx);
+  }
+  for (size_t i = 0; rc == FLOE_OK && i < d->num_copy_attrs; i++) {
+    const FloeAttrValue *v = floe__attrs_get(&n->attrs, d->copy_attrs[i]);
+    if (!v) continue;
+    FloeAttrValue copy;
+    if ((rc = floe__attr_value_copy(&copy, v, st)) == FLOE_OK)
+      rc = floe__attrs_set(&attrs, d->copy_attrs[i], &copy, st);
+  }
+  if (rc == FLOE_OK && floe_graph_status(c->g) != FLOE_OK) {
+    floe_graph_error(c->g, st);
+    rc = floe_graph_status(c->g);
+  }
+  if (rc == FLOE_OK) {
+    size_t len = strlen(c->scope) + strlen(d->grad_op) + 24;
+    char *name = floe__malloc(len);
+    if (!name) {
+      rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory differentiating '%s'", n->name);
+    } else {
+      snprintf(name, len, "%s/%s", c->scope, d->grad_op);
+      for (int k = 1; floe_graph_find(c->g, name); k++)
+        snprintf(name, len, "%s/%s_%d", c->scope, d->grad_op, k);
+      FloeNodeSpec spec = {.op = d->grad_op,
+                           .name = name,
+                           .device = n->device,
+                           .inputs = ins,
+                           .num_inputs = (int)d->num_grad_inputs,
+                           .attrs = &attrs};
+      FloeNode *gn = floe__graph_add_node(c->g, &spec, st);
+      floe__free(name);
+      if (!gn) {
+        floe__status_prefix(st, "node '%s' (%s): building its gradient with %s", n->name,
+                            n->op->name, d->grad_op);
+        rc = floe_status_code(st);
+      } else {
+        for (int i = 0; i < n->num_inputs && (size_t)i < d->num_input_grads; i++) {
+          int32_t k = d->input_grads[i];
+          if (k < 0) continue;
+          if (k >= gn->num_outputs) {
+            rc = floe_status_set(st, FLOE_OUT_OF_RANGE,
+                                 "node '%s' (%s): input_grads[%d] = %d but %s has %d outputs",
+                                 n->name, n->op->name, i, (int)k, d->grad_op, gn->num_outputs);
+            break;
+          }
+          c->dx[i] = floe_out(gn, k);
+        }
+      }
+    }
+  }
+  floe__attrs_clear(&attrs);
+  floe__free(ins);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* floe_gradients. */
+
+/* Gradients arriving at one output: a small growable list. */
+typedef struct Contribs {
+  FloeOutput *v;
+  int n, cap;
+} Contribs;
+
+typedef struct Walk {
+  FloeGraph *g;
+  int num_nodes;          /* nodes present when the walk began */
+  int *out_base;          /* node id -> index of its output 0 in contribs */
+  Contribs *contribs;     /* per (node, output) */
+  bool *from_x, *to_y;
+} Walk;
+
+static floe_code contrib_add(Walk *w, FloeOutput at, FloeOutput g, FloeStatus *st) {
+  Contribs *c = &w->contribs[w->out_base[at.node->id] + at.index];
+  if (c->n == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 2;
+    FloeOutput *v = floe__realloc(c->v, (size_t)cap * sizeof *v);
+    if (!v) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+    c->v = v;
+    c->cap = cap;
+  }
+  c->v[c->n++] = g;
+  return FLOE_OK;
+}
+
+/* The sum of the gradients reaching output `index` of node (invalid when none). Several are
+ * summed once with AddN, and the list collapses to that sum. */
+static FloeOutput contrib_sum(Walk *w, FloeNode *node, int index, FloeStatus *st) {
+  Contribs *c = &w->contribs[w->out_base[node->id] + index];
+  if (c->n == 0) return invalid_output();
+  if (c->n == 1) return c->v[0];
+  size_t len = strlen(node->name) + 40;
+  char *name = floe__malloc(len);
+  if (!name) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+    return invalid_output();
+  }
+  snprintf(name, len, "gradients/%s/AddN", node->name);
+  for (int k = 1; floe_graph_find(w->g, name); k++)
+    snprintf(name, len, "gradients/%s/AddN_%d", node->name, k);
+  FloeNodeBuilder *b = floe_node_begin(w->g, "AddN", name);
+  floe__free(name);
+  floe_node_add_input_list(b, c->v, c->n);
+  FloeOutput sum = floe_out(floe_node_finish(b), 0);
+  if (!sum.node) {
+    floe_graph_error(w->g, st);
+    return invalid_output();
+  }
+  c->v[0] = sum;
+  c->n = 1;
+  return sum;
+}
+
+static floe_code check_output(const FloeGraph *g, FloeOutput o, const char *what, int i,
+                              FloeStatus *st) {
+  if (!o.node || o.node->graph != g || o.index < 0 || o.index >= o.node->num_outputs)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "floe_gradients: %s[%d] is not an output of this graph (a NULL node "
+                           "comes from an earlier failed call: check floe_graph_status)",
+                           what, i);
+  return FLOE_OK;
+}
+
+static void walk_free(Walk *w) {
+  if (w->contribs) {
+    int total = w->out_base[w->num_nodes];
+    for (int i = 0; i < total; i++) floe__free(w->contribs[i].v);
+  }
+  floe__free(w->contribs);
+  floe__free(w->out_base);
+  floe__free(w->from_x);
+  floe__free(w->to_y);
+}
+
+/* Marks what xs reach (forward) and what reaches ys (backward), over data edges. */
+static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutput *xs, int num_xs) {
+  FloeGraph *g = w->g;
+  int lo = w->num_nodes;
+  for (int i = 0; i < num_xs; i++) {
+    w->from_x[xs[i].node->id] = true;
+    if (xs[i].node->id < lo) lo = xs[i].node->id;
+  }
+  /* Forward: a node is reached when any input comes from a reached node (ids are a
+   * topological order, so one ascending sweep suffices). */
+  for (int id = lo; id < w->num_nodes; id++) {
+    FloeNode *n = g->nodes[id];
+    if (w->from_x[id]) continue;
+    for (int k = 0; k < n->num_inputs; k++)
+      if (w->from_x[n->inputs[k].node->id]) {
+        w->from_x[id] = true;
+        break;
+      }
+  }
+  for (int i = 0; i < num_ys; i++) w->to_y[ys[i].node->id] = true;
+  for (int id = w->num_nodes - 1; id >= 0; id--) {
+    if (!w->to_y[id]) continue;
+    FloeNode *n = g->nodes[id];
+    for (int k = 0; k < n->num_inputs; k++) w->to_y[n->inputs[k].node->id] = true;
+  }
+}
+
+/* Runs node's gradient function and routes the input gradients it made. */
+static floe_code backprop_node(Walk *w, FloeNode *n, const FloeOutput *dy, FloeStatus *st) {
+  FloeGraph *g = w->g;
+  bool any_needed = false;
+  bool *need = floe__calloc((size_t)(n->num_inputs ? n->num_inputs : 1), sizeof *need);
+  FloeOutput *dx = floe__calloc((size_t)(n->num_inputs ? n->num_inputs : 1), sizeof *dx);
+  size_t slen = strlen(n->name) + 16;
+  char *scope = floe__malloc(slen);
+  floe_code rc = FLOE_OK;
+  if (!need || !dx || !scope) {
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory differentiating '%s'", n->name);
+    goto out;
+  }
+  snprintf(scope, slen, "gradients/%s", n->name);
+  for (int k = 0; k < n->num_inputs; k++) {
+    FloeOutput in = n->inputs[k];
+    need[k] = w->from_x[in.node->id] && is_float(in.node->out_dtypes[in.index]);
+    any_needed = any_needed || need[k];
+  }
+  if (!any_needed) goto out;
+
+  pthread_mutex_lock(&reg_mu);
+  GradEntry *e = find_locked(n->op->name);
+  bool found = e != NULL;
+  FloeGradFn fn = e ? e->fn : NULL;
+  const FloeGradientDef *def = e ? e->def : NULL; /* entries are never removed */
+  pthread_mutex_unlock(&reg_mu);
+  if (!found) {
+    rc = floe_status_set(st, FLOE_UNIMPLEMENTED,
+                         "floe_gradients: node '%s' (%s) lies between the xs and the ys but op "
+                         "%s has no gradient function: wrap the path in StopGradient, or "
+                         "register a gradient for %s (a plugin: reg->register_gradient)",
+                         n->name, n->op->name, n->op->name, n->op->name);
+    goto out;
+  }
+  if (!fn && !def) goto out; /* not differentiable: nothing flows */
+
+  FloeGradCtx c = {.g = g, .node = n, .dy = dy, .dx = dx, .scope = scope, .need_dx = need};
+  rc = def ? grad_from_def(&c, def, st) : fn(&c, st);
+  if (rc == FLOE_OK && floe_graph_status(g) != FLOE_OK) {
+    floe_graph_error(g, st);
+    rc = floe_graph_status(g);
+  }
+  if (rc != FLOE_OK) {
+    if (!strstr(floe_status_message(st), n->name))
+      floe__status_prefix(st, "floe_gradients: gradient of node '%s' (%s)", n->name, n->op->name);
+    goto out;
+  }
+  for (int k = 0; k < n->num_inputs && rc == FLOE_OK; k++) {
+    if (!need[k] || !dx[k].node) continue;
+    FloeOutput in = n->inputs[k];
+    FloeDType want = in.node->out_dtypes[in.index];
+    FloeDType got = floe_node_output_dtype(dx[k].node, dx[k].index);
+    if (got != want) {
+      rc = floe_status_set(st, FLOE_INTERNAL,
+                           "floe_gradients: the gradient of node '%s' (%s) for input %d is %s, "
+                           "the input is %s",
+                           n->name, n->op->name, k, floe_dtype_name(got), floe_dtype_name(want));
+      break;
+    }
+    rc = contrib_add(w, in, dx[k], st);
+  }
+out:
+  floe__free(scope);
+  floe__free(dx);
+  floe__free(need);
+  return rc;
+}
+
+floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const FloeOutput *xs,
+                         int num_xs, const FloeOutput *grad_ys, FloeOutput *dxs,
+                         FloeStatus *status) {
+  FloeStatus local = {FLOE_OK, NULL};
+  FloeStatus *st = status ? status : &local;
+  floe_code rc;
+  if (!g) return floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_gradients: graph is NULL");
+  if (floe_graph_status(g) != FLOE_OK) {
+    floe_graph_error(g, st);
+    rc = floe_graph_status(g);
+    goto done;
+  }
+  if (num_ys < 1 || num_xs < 0 || !ys || (num_xs && (!xs || !dxs))) {
+    rc = floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                         "floe_gradients: needs at least one y, and xs and dxs arrays of num_xs");
+    goto fail;
+  }
+  for (int i = 0; i < num_xs; i++) dxs[i] = invalid_output();
+  if ((rc = floe__grads_init(st)) != FLOE_OK) goto fail;
+  for (int i = 0; i < num_ys; i++) {
+    if ((rc = check_output(g, ys[i], "ys", i, st)) != FLOE_OK) goto fail;
+    FloeDType dt = ys[i].node->out_dtypes[ys[i].index];
+    if (!is_float(dt)) {
+      rc = floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "floe_gradients: ys[%d] ('%s:%d') is %s; only float tensors have "
+                           "gradients",
+                           i, ys[i].node->name, ys[i].index, floe_dtype_name(dt));
+      goto fail;
+    }
+    if (grad_ys && grad_ys[i].node) {
+      if ((rc = check_output(g, grad_ys[i], "grad_ys", i, st)) != FLOE_OK) goto fail;
+      FloeDType gd = grad_ys[i].node->out_dtypes[grad_ys[i].index];
+      if (gd != dt) {
+        rc = floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                             "floe_gradients: grad_ys[%d] is %s but ys[%d] ('%s') is %s", i,
+                             floe_dtype_name(gd), i, ys[i].node->name, floe_dtype_name(dt));
+        goto fail;
+      }
+    }
+  }
+  for (int i = 0; i < num_xs; i++)
+    if ((rc = check_output(g, xs[i], "xs", i, st)) != FLOE_OK) goto fail;
+
+  Walk w;
+  memset(&w, 0, sizeof w);
+  w.g = g;
+  w.num_nodes = g->num_nodes;
+  w.out_base = floe__malloc((size_t)(w.num_nodes + 1) * sizeof *w.out_base);
+  w.from_x = floe__calloc((size_t)w.num_nodes + 1, sizeof *w.from_x);
+  w.to_y = floe__calloc((size_t)w.num_nodes + 1, sizeof *w.to_y);
+  if (!w.out_base || !w.from_x || !w.to_y) {
+    walk_free(&w);
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+    goto fail;
+  }
+  int total = 0;
+  for (int id = 0; id < w.num_nodes; id++) {
+    w.out_base[id] = total;
+    total += g->nodes[id]->num_outputs;
+  }
+  w.out_base[w.num_nodes] = total;
+  w.contribs = floe__calloc((size_t)total + 1, sizeof *w.contribs);
+  if (!w.contribs) {
+    walk_free(&w);
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+    goto fail;
+  }
+  mark_paths(&w, ys, num_ys, xs, num_xs);
+
+  /* Seeds: grad_ys, or ones shaped like each y. */
+  for (int i = 0; i < num_ys && rc == FLOE_OK; i++) {
+    if (!w.from_x[ys[i].node->id]) continue; /* no x influences it */
+    FloeOutput seed = grad_ys ? grad_ys[i] : invalid_output();
+    if (!seed.node) {
+      size_t len = strlen(ys[i].node->name) + 32;
+      char *name = floe__malloc(len);
+      if (!name) {
+        rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+        break;
+      }
+      snprintf(name, len, "gradients/%s/OnesLike", ys[i].node->name);
+      for (int k = 1; floe_graph_find(g, name); k++)
+        snprintf(name, len, "gradients/%s/OnesLike_%d", ys[i].node->name, k);
+      FloeNodeBuilder *b = floe_node_begin(g, "OnesLike", name);
+      floe_node_add_input(b, ys[i]);
+      seed = floe_out(floe_node_finish(b), 0);
+      floe__free(name);
+      if (!seed.node) {
+        floe_graph_error(g, st);
+        rc = floe_graph_status(g);
+        break;
+      }
+    }
+    rc = contrib_add(&w, ys[i], seed, st);
+  }
+
+  /* One descending sweep: every consumer of a node has a larger id. */
+  FloeOutput *dy = NULL;
+  int dy_cap = 0;
+  for (int id = w.num_nodes - 1; id >= 0 && rc == FLOE_OK; id--) {
+    if (!w.from_x[id] || !w.to_y[id]) continue;
+    FloeNode *n = g->nodes[id];
+    if (n->num_outputs > dy_cap) {
+      FloeOutput *v = floe__realloc(dy, (size_t)n->num_outputs * sizeof *v);
+      if (!v) {
+        rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+        break;
+      }
+      dy = v;
+      dy_cap = n->num_outputs;
+    }
+    bool any = false;
+    for (int j = 0; j < n->num_outputs && rc == FLOE_OK; j++) {
+      dy[j] = contrib_sum(&w, n, j, st);
+      if (!dy[j].node && floe_status_code(st) != FLOE_OK) rc = floe_status_code(st);
+      any = any || dy[j].node != NULL;
+    }
+    if (rc != FLOE_OK || !any) continue;
+    rc = backprop_node(&w, n, dy, st);
+  }
+  floe__free(dy);
+  for (int i = 0; i < num_xs && rc == FLOE_OK; i++) {
+    if (!w.to_y[xs[i].node->id]) continue;
+    dxs[i] = contrib_sum(&w, xs[i].node, xs[i].index, st);
+    if (!dxs[i].node && floe_status_code(st) != FLOE_OK) rc = floe_status_code(st);
+  }
+  walk_free(&w);
+  if (rc == FLOE_OK) goto done;
+fail:
+  for (int i = 0; i < num_xs && dxs; i++) dxs[i] = invalid_output();
+  if (floe_graph_status(g) == FLOE_OK)
+    floe__graph_fail(g, rc, "%s", floe_status_message(st));
+done:
+  if (st == &local) floe_status_clear(&local);
+  return rc;
+}

@@ -495,7 +495,11 @@ typedef struct FloeVar {
   char *container, *name;   /* owned */
   FloeDType dtype;
   FloeShape shape;          /* declared (VarHandleOp's shape attribute) */
-  pthread_mutex_t mu;       /* guards value; held by locking updates during compute */
+  pthread_mutex_t mu;       /* guards value, busy, updaters; taken with floe__var_lock */
+  pthread_cond_t cv;        /* signalled when busy clears */
+  bool busy;                /* a locking update is computing on value (async kernels end it
+                               on another thread, so it is a flag, not mu held) */
+  int updaters;             /* non-locking (Hogwild) updaters holding a reference to value */
   FloeTensor *value;        /* one reference; NULL until initialised */
   bool dead;                /* its container was reset: reads fail, the object stays valid */
 } FloeVar;
@@ -526,10 +530,21 @@ FloeTensor *floe__var_read(FloeVar *v, FloeStatus *st);
 /* Sets the value (takes a new reference to t; no copy). Checks dtype, and the declared
  * shape when validate_shape. */
 floe_code floe__var_assign(FloeVar *v, FloeTensor *t, bool validate_shape, FloeStatus *st);
-/* With v->mu held: makes v->value exclusive (copies it into a new buffer on the same device
- * when another reference to the tensor or its buffer exists) and returns it (borrowed; valid
- * while mu is held). FLOE_FAILED_PRECONDITION naming v when uninitialised. */
+/* With floe__var_lock held: makes v->value exclusive (copies it into a new buffer on the
+ * same device when another reference to the tensor or its buffer exists) and returns it
+ * (borrowed; valid while the lock is held). FLOE_FAILED_PRECONDITION naming v when uninitialised. */
 FloeTensor *floe__var_value_for_update_locked(FloeVar *v, FloeStatus *st);
+/* Takes mu and waits until no locking update runs: the value is then the caller's alone
+ * until floe__var_unlock. Every access to value goes through this. */
+void floe__var_lock(FloeVar *v);
+void floe__var_unlock(FloeVar *v);
+/* For the executor: the value of v made exclusive and moved to dev's memory space if it
+ * lives elsewhere, as a new reference the caller gives back with floe__var_end_update.
+ * lock: v stays busy (readers and other updaters wait) until then; else the caller writes
+ * in place unlocked (Hogwild) and v only counts it as an updater. */
+FloeTensor *floe__var_begin_update(FloeVar *v, struct FloeDevice *dev, bool lock,
+                                   FloeStatus *st);
+void floe__var_end_update(FloeVar *v, FloeTensor *value, bool lock);
 /* For the checkpoint module: every live variable of container, sorted by name. *out is a
  * floe__malloc'd array of borrowed pointers (caller frees the array). */
 floe_code floe__resources_list(FloeResourceMgr *m, const char *container, FloeVar ***out,
@@ -542,7 +557,9 @@ floe_code floe__resources_list(FloeResourceMgr *m, const char *container, FloeVa
  * floe_runtime_new after the plugins. floe__kernel_find prefers a plugin's kernel of the
  * device's type and falls back to "*". */
 floe_code floe__core_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
-/* core_kernels.c: adds one core kernel (device_type "*") for op to rt. */
+/* core_kernels.c: adds one core kernel (device_type "*") for op to rt. flags: FLOE_KERNEL_*
+ * and FLOE__KERNEL_RAW_RESOURCES (without it the executor hands the kernel variable values
+ * in place of its resource inputs, as it does for plugins' kernels). */
 floe_code floe__core_kernel_add(struct FloeRuntime *rt, const char *op, uint32_t flags,
                                 floe_code (*compute)(void *state, FloeKernelContext *ctx),
                                 FloeStatus *st);
@@ -567,6 +584,8 @@ typedef struct FloeGradCtx {
   const FloeOutput *dy;   /* [node->num_outputs]; .node NULL: no gradient reaches output j */
   FloeOutput *dx;         /* [node->num_inputs], preset invalid; set those with a gradient */
   const char *scope;      /* "gradients/<node name>" */
+  const bool *need_dx;    /* [node->num_inputs]: dx[i] is wanted (a float input on a path
+                             from the xs); functions may skip building the others */
 } FloeGradCtx;
 /* Builds the nodes of the input gradients. On error sets st (naming the node) or leaves the
  * graph's sticky error, and returns non-OK. */
@@ -604,5 +623,10 @@ FloeOutput floe__grad_shape_of(FloeGradCtx *c, FloeOutput x);
 FloeOutput floe__grad_sum_to(FloeGradCtx *c, FloeOutput g, FloeOutput x);
 /* The forward node's dtype / shape of an input or output. */
 FloeDType floe__grad_input_dtype(const FloeGradCtx *c, int i);
+/* The value of forward input i when its producer is a host Const, else NULL (borrowed
+ * from the graph). */
+const FloeTensor *floe__grad_const_input(const FloeGradCtx *c, int i);
+/* Copies the forward node's attribute `name` (when it has one) onto b. */
+void floe__grad_copy_attr(const FloeGradCtx *c, FloeNodeBuilder *b, const char *name);
 
 #endif /* FLOE_INTERNAL_H */

@@ -48,6 +48,8 @@ typedef struct Staging {
   int num_ops;
   FloeTransportReg **transports;
   int num_transports;
+  FloeGradientDef *grads;  /* deep copies (ABI 1.2), registered after the ops at commit */
+  int num_grads;
   void (*shutdown)(void *);
   void *shutdown_arg;
 } Staging;
@@ -93,6 +95,14 @@ static void op_copy_free(FloeOpDef *d) {
   floe__free((char *)d->doc);
 }
 
+static void grad_copy_free(FloeGradientDef *d) {
+  floe__free((char *)d->op);
+  floe__free((char *)d->grad_op);
+  string_array_free(d->grad_inputs, d->num_grad_inputs);
+  floe__free((void *)d->input_grads);
+  string_array_free(d->copy_attrs, d->num_copy_attrs);
+}
+
 /* Free what is still staged. `initialised`: the plugin's init succeeded, so its shutdown
  * hook and device destroy slots release what it made for these registrations. */
 static void staging_discard(Staging *s, bool initialised) {
@@ -104,6 +114,8 @@ static void staging_discard(Staging *s, bool initialised) {
   for (int i = 0; i < s->num_kernels; i++) kernel_reg_free(s->kernels[i]);
   for (int i = 0; i < s->num_ops; i++) op_copy_free(&s->ops[i]);
   for (int i = 0; i < s->num_transports; i++) transport_reg_free(s->transports[i]);
+  for (int i = 0; i < s->num_grads; i++) grad_copy_free(&s->grads[i]);
+  floe__free(s->grads);
   floe__free(s->devices);
   floe__free(s->kernels);
   floe__free(s->ops);
@@ -458,6 +470,56 @@ static floe_code reg_op(FloePluginRegistrar *reg, const FloeOpDef *op) {
   return FLOE_OK;
 }
 
+#define MIN_GRAD_SIZE FIELD_END(FloeGradientDef, num_copy_attrs)
+
+/* Staged as a deep copy; checked against the op registry at commit, once the plugin's own
+ * ops are defined. */
+static floe_code reg_gradient(FloePluginRegistrar *reg, const FloeGradientDef *g) {
+  Staging *s = reg->core;
+  floe_code rc = reg_gate(s, "register_gradient");
+  if (rc != FLOE_OK) return rc;
+  if (!g || g->struct_size < MIN_GRAD_SIZE)
+    return reg_fail(s, FLOE_INVALID_ARGUMENT,
+                    "register_gradient: FloeGradientDef is NULL or its struct_size %zu is smaller "
+                    "than ABI 1.2's (%zu bytes)",
+                    g ? g->struct_size : (size_t)0, (size_t)MIN_GRAD_SIZE);
+  if (!g->op || !*g->op || !g->grad_op || !*g->grad_op)
+    return reg_fail(s, FLOE_INVALID_ARGUMENT, "register_gradient: op and grad_op must be names");
+  if ((g->num_grad_inputs && !g->grad_inputs) || (g->num_input_grads && !g->input_grads) ||
+      (g->num_copy_attrs && !g->copy_attrs))
+    return reg_fail(s, FLOE_INVALID_ARGUMENT,
+                    "register_gradient %s: an array is NULL but its count is not 0", g->op);
+  if ((rc = check_specs(s, g->op, "grad_inputs", g->grad_inputs, g->num_grad_inputs)) != FLOE_OK ||
+      (rc = check_specs(s, g->op, "copy_attrs", g->copy_attrs, g->num_copy_attrs)) != FLOE_OK)
+    return rc;
+  for (int i = 0; i < s->num_grads; i++)
+    if (strcmp(s->grads[i].op, g->op) == 0)
+      return reg_fail(s, FLOE_ALREADY_EXISTS,
+                      "register_gradient %s: registered twice by this plugin", g->op);
+  if (!grow((void **)&s->grads, s->num_grads, sizeof *s->grads)) return reg_oom(s);
+  FloeGradientDef *c = &s->grads[s->num_grads];
+  memset(c, 0, sizeof *c);
+  c->struct_size = sizeof *c;
+  c->num_grad_inputs = g->num_grad_inputs;
+  c->num_input_grads = g->num_input_grads;
+  c->num_copy_attrs = g->num_copy_attrs;
+  bool ok = (c->op = floe__strdup(g->op)) != NULL;
+  ok = (c->grad_op = floe__strdup(g->grad_op)) != NULL && ok;
+  ok = copy_strings(g->grad_inputs, g->num_grad_inputs, &c->grad_inputs) && ok;
+  ok = copy_strings(g->copy_attrs, g->num_copy_attrs, &c->copy_attrs) && ok;
+  if (ok && g->num_input_grads) {
+    int32_t *v = floe__malloc(g->num_input_grads * sizeof *v);
+    if ((ok = v != NULL)) memcpy(v, g->input_grads, g->num_input_grads * sizeof *v);
+    c->input_grads = v;
+  }
+  if (!ok) {
+    grad_copy_free(c);
+    return reg_oom(s);
+  }
+  s->num_grads++;
+  return FLOE_OK;
+}
+
 static floe_code reg_transport(FloePluginRegistrar *reg, const FloeTransportFns *t) {
   Staging *s = reg->core;
   floe_code rc = reg_gate(s, "register_transport");
@@ -604,6 +666,20 @@ static floe_code commit(FloeRuntime *rt, FloePlugin *p, Staging *s, FloeStatus *
       return rc;
     }
   }
+  for (int i = 0; i < s->num_grads; i++) {
+    FloeStatus gst = {FLOE_OK, NULL};
+    floe_code rc = floe__grad_register_def(&s->grads[i], p->name, &gst);
+    if (rc != FLOE_OK) {
+      rc = rc == FLOE_NO_MEMORY
+               ? floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering gradients of %s",
+                                 p->path)
+               : plugin_set(p, FLOE_PLUGIN_FAILED, st, "%s: %s", p->path,
+                            floe_status_message(&gst));
+      floe_status_clear(&gst);
+      staging_discard(s, true);
+      return rc;
+    }
+  }
   if ((s->num_devices && !reserve((void **)&rt->devices, rt->num_devices + s->num_devices, sizeof *rt->devices)) ||
       (s->num_kernels && !reserve((void **)&rt->kernels, rt->num_kernels + s->num_kernels, sizeof *rt->kernels)) ||
       (s->num_transports &&
@@ -716,6 +792,7 @@ static floe_code load_plugin(FloeRuntime *rt, FloePlugin *p, FloeStatus *st) {
       .register_transport = reg_transport,
       .set_message = reg_set_message,
       .set_shutdown = reg_set_shutdown,
+      .register_gradient = reg_gradient,
   };
   floe_code rc = init(floe__host_api(), &reg);
   return finish(rt, p, &s, rc, st);

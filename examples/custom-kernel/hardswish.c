@@ -1,4 +1,5 @@
-/* hardswish.c - an out-of-tree Floe plugin: a new op, its shape function and a CPU kernel.
+/* hardswish.c - an out-of-tree Floe plugin: a new op, its shape function, a CPU kernel, and
+ * its gradient (a second op, HardSwishGrad, registered as HardSwish's gradient).
  *
  * Builds with the installed SDK alone and links nothing from libfloe:
  *   cc -O2 -fPIC -shared $(pkg-config --cflags floe-plugin) hardswish.c -o floe-hardswish.so
@@ -23,6 +24,27 @@ static floe_code hardswish_compute(void *state, FloeKernelContext *ctx) {
     float r = in[i] + 3.0f;
     r = r < 0.0f ? 0.0f : (r > 6.0f ? 6.0f : r);
     out[i] = in[i] * r / 6.0f;
+  }
+  return FLOE_OK;
+}
+
+/* dx = dy * d/dx hardswish(x): 0 below -3, 1 above 3, (2x + 3) / 6 between. */
+static floe_code hardswish_grad_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  const FloeTensor *dy = host->ctx_input(ctx, 0), *x = host->ctx_input(ctx, 1);
+  int64_t n = host->tensor_num_elements(x);
+  if (host->tensor_num_elements(dy) != n)
+    return host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                               "gradients has %lld elements, features %lld", (long long)host->tensor_num_elements(dy),
+                               (long long)n);
+  FloeTensor *dx;
+  floe_code rc = host->ctx_allocate_output(ctx, 0, host->tensor_rank(x), host->tensor_dims(x), &dx);
+  if (rc != FLOE_OK) return rc;
+  const float *g = host->tensor_data(dy), *in = host->tensor_data(x);
+  float *out = host->tensor_data(dx);
+  for (int64_t i = 0; i < n; i++) {
+    float d = in[i] < -3.0f ? 0.0f : (in[i] > 3.0f ? 1.0f : (2.0f * in[i] + 3.0f) / 6.0f);
+    out[i] = g[i] * d;
   }
   return FLOE_OK;
 }
@@ -56,6 +78,15 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
   op.doc = "x * relu6(x + 3) / 6 (MobileNetV3)";
   if ((rc = reg->register_op(reg, &op)) != FLOE_OK) return rc;
 
+  static const char *const grad_inputs[] = {"gradients: T", "features: T"};
+  static const char *const grad_outputs[] = {"backprops: T"};
+  op.name = "HardSwishGrad";
+  op.inputs = grad_inputs;
+  op.num_inputs = 2;
+  op.outputs = grad_outputs;
+  op.doc = "gradients * HardSwish'(features)";
+  if ((rc = reg->register_op(reg, &op)) != FLOE_OK) return rc;
+
   FloeTypeConstraint f32_only = {"T", FLOE_DTYPE_BIT(FLOE_F32)};
   FloeKernelDef k;
   memset(&k, 0, sizeof k);
@@ -65,5 +96,27 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
   k.constraints = &f32_only;
   k.num_constraints = 1;
   k.compute = hardswish_compute;
-  return reg->register_kernel(reg, &k);
+  if ((rc = reg->register_kernel(reg, &k)) != FLOE_OK) return rc;
+  k.op = "HardSwishGrad";
+  k.compute = hardswish_grad_compute;
+  if ((rc = reg->register_kernel(reg, &k)) != FLOE_OK) return rc;
+
+  /* floe_gradients differentiates HardSwish with one HardSwishGrad(dy, x) node whose output 0
+   * is the gradient of input 0. Needs a core of ABI 1.2 or later. */
+  if (!FLOE_HAS_FIELD(reg, FloePluginRegistrar, register_gradient)) return FLOE_OK;
+  static const char *const from[] = {"dy:0", "x:0"};
+  static const int32_t input_grads[] = {0};
+  static const char *const copy[] = {"T"};
+  FloeGradientDef gd;
+  memset(&gd, 0, sizeof gd);
+  gd.struct_size = sizeof gd;
+  gd.op = "HardSwish";
+  gd.grad_op = "HardSwishGrad";
+  gd.grad_inputs = from;
+  gd.num_grad_inputs = 2;
+  gd.input_grads = input_grads;
+  gd.num_input_grads = 1;
+  gd.copy_attrs = copy;
+  gd.num_copy_attrs = 1;
+  return reg->register_gradient(reg, &gd);
 }

@@ -7,10 +7,13 @@
 # 2. When libabigail's abidw and abidiff are installed, a tiny shared object whose exported
 #    functions take every struct and enum of floe_plugin.h is built with -g, its ABI dumped,
 #    and compared with tests/abi/baseline.abi. Any difference fails: the plugin ABI only
-#    changes on purpose.
+#    changes on purpose. The baselines of earlier minors (tests/abi/baseline-1.N.abi) must
+#    differ from today's only compatibly: abidiff may report additions (exit bit 4) but never
+#    an incompatible change (bit 8), so plugins built against any 1.N still load.
 #
 # When the ABI changes deliberately (slots appended for a new minor, or a new major), bump
-# FLOE_ABI_MINOR / FLOE_ABI_MAJOR, regenerate the baseline and commit it with the change:
+# FLOE_ABI_MINOR / FLOE_ABI_MAJOR, keep the old baseline as tests/abi/baseline-1.N.abi (N the
+# old minor), regenerate the baseline and commit both with the change:
 #
 #     top_srcdir=$PWD sh tests/abi/test_headers.sh --update-baseline
 #
@@ -31,7 +34,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/floe-headers.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
 fail=0
 
-for h in floe_types.h floe.h floe_plugin.h; do
+for h in floe_types.h floe.h floe_plugin.h floe_train.h; do
   {
     printf '#include <floe/%s>\n#include <floe/%s>\n' "$h" "$h"
     if [ "$h" = floe_plugin.h ]; then
@@ -78,6 +81,7 @@ PROBE(FloeTypeConstraint)
 PROBE(FloeKernelDef)
 PROBE(FloeOpDef)
 PROBE(FloeTransportFns)
+PROBE(FloeGradientDef)
 PROBE(FloeShape)
 PROBE(FloeLogLevel)
 PROBE(floe_code)
@@ -111,4 +115,18 @@ if [ $rc -ne 0 ]; then
 else
   echo "PASS: plugin ABI matches tests/abi/baseline.abi"
 fi
+for old in "$top_srcdir"/tests/abi/baseline-*.abi; do
+  [ -f "$old" ] || continue
+  "$ABIDIFF" "$old" "$tmp/current.abi" >"$tmp/old.txt"
+  rc=$?
+  # Appending is fine; moving, deleting, retyping or renumbering anything is not.
+  if [ $((rc & 8)) -ne 0 ] || [ $((rc & 3)) -ne 0 ] ||
+     grep -Eq 'offset changed|data member deletion|[0-9]+ data member change|[1-9][0-9]* Removed|value changed|enumerator deletion|type changed from' "$tmp/old.txt"; then
+    echo "FAIL: incompatible change against $(basename "$old") (abidiff exit $rc):"
+    cat "$tmp/old.txt"
+    fail=1
+  else
+    echo "PASS: compatible with $(basename "$old") (abidiff exit $rc: additions only)"
+  fi
+done
 exit $fail

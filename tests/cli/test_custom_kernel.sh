@@ -37,5 +37,12 @@ if "$FLOE" run "$tmp/hardswish.floe" --feed "x=$tmp/x.npy" --fetch y --out "$tmp
 else
   echo "FAIL: floe run"; cat "$tmp/run.txt"; fails=$((fails+1))
 fi
+# The plugin's declarative gradient: dx = HardSwish'(x) = 0, (2x+3)/6, 1 below/inside/above [-3, 3].
+if "$FLOE" run "$tmp/hardswish.floe" --feed "x=$tmp/x.npy" --fetch dx --out "$tmp/o" >"$tmp/run.txt" 2>&1; then
+  got=$(python3 "$top_srcdir/tests/cli/npy.py" read "$tmp/o/dx.npy")
+  [ "$got" = "0 0.166667 0.5 0.833333 1" ] && pass=$((pass+1)) || { echo "FAIL: dx = '$got'"; fails=$((fails+1)); }
+else
+  echo "FAIL: floe run --fetch dx"; cat "$tmp/run.txt"; fails=$((fails+1))
+fi
 echo "$pass passed, $fails failed"
 [ "$fails" -eq 0 ]
