@@ -1,2 +1,184 @@
-/* core_kernels.c - (being written: issue 3). */
+/* core_kernels.c - kernels the core itself provides, for every device type ("*"): the
+ * variable ops, which work on the session's resource manager rather than on device data.
+ *
+ * They see resource inputs as handles (FLOE__KERNEL_RAW_RESOURCES) and set outputs
+ * directly in the context: a handle is a host scalar whatever the kernel's device, which
+ * the host API's ctx_set_output would refuse for a device with its own memory.
+ */
+#include <stdio.h>
+#include <string.h>
+
 #include "internal.h"
+
+floe_code floe__core_kernel_add(FloeRuntime *rt, const char *op, uint32_t flags,
+                                floe_code (*compute)(void *state, FloeKernelContext *ctx),
+                                FloeStatus *st) {
+  FloeKernelReg *k = floe__calloc(1, sizeof *k);
+  if (!k) goto err_oom;
+  k->op = floe__strdup(op);
+  k->device_type = floe__strdup("*");
+  k->constraints = floe__calloc(1, sizeof *k->constraints); /* none; freed like a plugin's */
+  if (!k->op || !k->device_type || !k->constraints) goto err_free_kernel;
+  FloeKernelReg **arr =
+      floe__realloc(rt->kernels, (size_t)(rt->num_kernels + 1) * sizeof *rt->kernels);
+  if (!arr) goto err_free_kernel;
+  rt->kernels = arr;
+  k->flags = flags;
+  k->def.struct_size = sizeof k->def;
+  k->def.op = k->op;
+  k->def.device_type = k->device_type;
+  k->def.constraints = k->constraints;
+  k->def.flags = flags & FLOE_KERNEL_INEXPENSIVE;
+  k->def.compute = compute;
+  k->plugin = NULL; /* the core's own */
+  rt->kernels[rt->num_kernels++] = k;
+  return FLOE_OK;
+
+err_free_kernel:
+  floe__free(k->op);
+  floe__free(k->device_type);
+  floe__free(k->constraints);
+  floe__free(k);
+err_oom:
+  return floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering the core kernel of %s",
+                         op);
+}
+
+/* ---- helpers ---- */
+
+/* Records st's error as the kernel's (the executor adds the node's name). */
+static floe_code fail_with(FloeKernelContext *ctx, FloeStatus *st) {
+  floe_code code = st->code != FLOE_OK ? st->code : FLOE_INTERNAL;
+  floe_status_set(ctx->status, code, "%s", floe_status_message(st));
+  floe_status_clear(st);
+  return code;
+}
+
+/* Output i becomes t (takes over the caller's reference). */
+static void set_output(FloeKernelContext *ctx, int i, FloeTensor *t) {
+  floe_tensor_release(ctx->outputs[i]);
+  ctx->outputs[i] = t;
+}
+
+static const char *attr_str(const FloeNode *n, const char *name) {
+  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
+  return v && v->kind == FLOE_ATTR_STRING && v->u.s ? v->u.s : "";
+}
+
+static bool attr_bool(const FloeNode *n, const char *name, bool dflt) {
+  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
+  return v && v->kind == FLOE_ATTR_BOOL ? v->u.b != 0 : dflt;
+}
+
+/* The variable behind input i; NULL with the error recorded. */
+static FloeVar *input_var(FloeKernelContext *ctx, int i) {
+  FloeStatus st = {FLOE_OK, NULL};
+  char what[64];
+  snprintf(what, sizeof what, "input %d", i);
+  FloeVar *v = floe__resource_from_handle(ctx->inputs[i], what, &st);
+  if (!v) fail_with(ctx, &st);
+  return v;
+}
+
+/* t (a reference the caller gives up) in memory the kernel's device can use. */
+static FloeTensor *to_kernel_device(FloeKernelContext *ctx, FloeTensor *t, FloeStatus *st) {
+  FloeDevice *dev = ctx->device;
+  if (t->nbytes == 0 || floe__tensor_device(t) == dev ||
+      (floe__tensor_on_host(t) && (!dev || dev->host_memory)))
+    return t;
+  FloeTensor *moved = floe__tensor_to_device(t, dev, st);
+  floe_tensor_release(t);
+  return moved;
+}
+
+/* ---- kernels ---- */
+
+/* The handle of (container, shared_name or the node's name), created on first use. */
+static floe_code var_handle_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  const FloeNode *n = ctx->node;
+  FloeResourceMgr *m = floe__kernel_ctx_resources(ctx);
+  if (!m)
+    return floe_status_set(ctx->status, FLOE_FAILED_PRECONDITION,
+                           "variables live in a session's resource manager, and this step has "
+                           "none");
+  const FloeAttrValue *dt = floe__attrs_get(&n->attrs, "dtype");
+  const FloeAttrValue *sh = floe__attrs_get(&n->attrs, "shape");
+  FloeShape shape = sh && sh->kind == FLOE_ATTR_SHAPE ? sh->u.shape : floe_shape_unknown();
+  const char *shared = attr_str(n, "shared_name");
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeVar *v = floe__resources_lookup(m, attr_str(n, "container"), *shared ? shared : n->name,
+                                      dt ? dt->u.type : FLOE_DTYPE_INVALID, &shape, &st);
+  FloeTensor *h = v ? floe__resource_handle_new(v, &st) : NULL;
+  if (!h) return fail_with(ctx, &st);
+  set_output(ctx, 0, h);
+  return FLOE_OK;
+}
+
+/* The value itself (no copy: updates copy first while it is held). */
+static floe_code read_variable_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  FloeVar *v = input_var(ctx, 0);
+  if (!v) return ctx->status->code;
+  FloeDType want = ctx->node->out_dtypes[0];
+  if (v->dtype != want)
+    return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT,
+                           "variable '%s' is %s but this node reads it as %s", v->name,
+                           floe_dtype_name(v->dtype), floe_dtype_name(want));
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *t = floe__var_read(v, &st);
+  if (t) t = to_kernel_device(ctx, t, &st);
+  if (!t) return fail_with(ctx, &st);
+  set_output(ctx, 0, t);
+  return FLOE_OK;
+}
+
+static floe_code assign_variable_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  FloeVar *v = input_var(ctx, 0);
+  if (!v) return ctx->status->code;
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *value = ctx->inputs[1];
+  floe_tensor_retain(value);
+  /* The value lives where the variable's kernels run. */
+  value = to_kernel_device(ctx, value, &st);
+  if (!value) return fail_with(ctx, &st);
+  floe_code rc = floe__var_assign(v, value, attr_bool(ctx->node, "validate_shape", true), &st);
+  floe_tensor_release(value);
+  return rc == FLOE_OK ? FLOE_OK : fail_with(ctx, &st);
+}
+
+static floe_code var_is_initialized_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  FloeVar *v = input_var(ctx, 0);
+  if (!v) return ctx->status->code;
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *out = floe__tensor_alloc(NULL, FLOE_BOOL, 0, NULL, &st);
+  if (!out) return fail_with(ctx, &st);
+  floe__var_lock(v);
+  bool init = v->value != NULL && !v->dead;
+  floe__var_unlock(v);
+  *(uint8_t *)((char *)out->buf->data + out->offset) = init;
+  out = to_kernel_device(ctx, out, &st);
+  if (!out) return fail_with(ctx, &st);
+  set_output(ctx, 0, out);
+  return FLOE_OK;
+}
+
+floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
+  static const struct {
+    const char *op;
+    floe_code (*compute)(void *, FloeKernelContext *);
+  } kernels[] = {
+      {"VarHandleOp", var_handle_compute},
+      {"ReadVariableOp", read_variable_compute},
+      {"AssignVariableOp", assign_variable_compute},
+      {"VarIsInitializedOp", var_is_initialized_compute},
+  };
+  const uint32_t flags = FLOE__KERNEL_RAW_RESOURCES | FLOE_KERNEL_INEXPENSIVE;
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(kernels); i++) {
+    floe_code rc = floe__core_kernel_add(rt, kernels[i].op, flags, kernels[i].compute, st);
+    if (rc != FLOE_OK) return rc;
+  }
+  return floe__checkpoint_kernels_register(rt, st);
+}

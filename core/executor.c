@@ -21,6 +21,7 @@
  *    nodes finish, and the step ends when nothing is outstanding.
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,6 +41,8 @@ typedef struct ExecNode {
   bool shared;                 /* state belongs to the session (stateful op) */
   bool inexpensive;
   bool check_copy;             /* an input may live in another memory space (see needs_copy) */
+  bool lock_vars;              /* use_locking (true when absent): variables stay locked */
+  int num_resources;           /* resource inputs replaced by variable values (plugin kernels) */
   int in_base, num_inputs;     /* slice of input_src / a step's in_ptrs */
   int out_base, num_outputs;   /* entries of this node's outputs */
   int succ_base, num_succ;     /* slice of succ */
@@ -48,6 +51,7 @@ typedef struct ExecNode {
 
 struct FloeExecutor {
   FloeThreadPool *pool;        /* the runtime's (borrowed); NULL: everything runs inline */
+  FloeResourceMgr *resources;  /* the session's variables (borrowed); may be NULL */
   bool inline_inexpensive;
   ExecNode *nodes;
   int num_nodes;
@@ -73,12 +77,25 @@ typedef struct StepTask {
   FloeExecStep *step;
 } StepTask;
 
+/* A variable whose value stands in for a resource input during one invocation. */
+typedef struct HeldVar {
+  FloeVar *var;
+  FloeTensor *value; /* a reference from floe__var_begin_update (owned when `owner`) */
+  int input;         /* the node input it replaces */
+  bool owner;        /* the first of the entries with this var: it gives the value back */
+} HeldVar;
+
+enum { INLINE_HELD = 4 }; /* most update ops take at most 3 variables */
+
 /* One kernel invocation: on the stack for synchronous kernels, in the arena for async
  * ones (it must live until done is called). */
 typedef struct Invocation {
   FloeKernelContext ctx;
   FloeStatus status;   /* what the kernel reports through ctx_set_error */
   FloeTensor **copies; /* inputs copied to the node's device, or NULL */
+  HeldVar *held;       /* resource inputs' variables, or NULL */
+  int num_held;        /* entries of held whose value was taken */
+  HeldVar held_inline[INLINE_HELD];
 } Invocation;
 
 struct FloeExecStep {
@@ -111,6 +128,11 @@ typedef struct ReadyList {
 static atomic_llong next_step_id = 1;
 
 static void process_list(FloeExecStep *s, ReadyList *inl);
+
+/* Borrowed from the executor's plan (the session's manager); NULL outside a session. */
+FloeResourceMgr *floe__kernel_ctx_resources(const FloeKernelContext *ctx) {
+  return ctx && ctx->step ? ctx->step->e->resources : NULL;
+}
 
 /* step borrowed (a kernel context's); safe from any thread while the step runs. */
 bool floe__exec_step_cancelled(const FloeExecStep *step) {
@@ -286,9 +308,18 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
 
 /* ---- running one kernel ---- */
 
-static void release_copies(Invocation *inv, int num_inputs) {
+/* Gives back the variables the invocation held (unlocking them) and frees its copies. */
+static void release_inputs(Invocation *inv, const ExecNode *en) {
+  if (inv->held) {
+    for (int i = 0; i < inv->num_held; i++)
+      if (inv->held[i].owner)
+        floe__var_end_update(inv->held[i].var, inv->held[i].value, en->lock_vars);
+    if (inv->held != inv->held_inline) floe__free(inv->held);
+    inv->held = NULL;
+    inv->num_held = 0;
+  }
   if (!inv->copies) return;
-  for (int j = 0; j < num_inputs; j++) floe_tensor_release(inv->copies[j]);
+  for (int j = 0; j < en->num_inputs; j++) floe_tensor_release(inv->copies[j]);
   floe__free(inv->copies);
   inv->copies = NULL;
 }
@@ -323,7 +354,7 @@ static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code
   }
   if (inv->status.code != FLOE_OK) floe_status_clear(&inv->status);
   if (inv->ctx.temps) floe__kernel_ctx_free_temps(&inv->ctx);
-  release_copies(inv, en->num_inputs);
+  release_inputs(inv, en);
   for (int i = 0; i < en->num_outputs; i++) {
     if (e->uses0[en->out_base + i] == 0) {
       floe_tensor_release(s->entries[en->out_base + i]);
@@ -345,17 +376,68 @@ static bool same_space(const FloeDevice *a, const FloeDevice *b) {
   return a == b || ((!a || a->host_memory) && (!b || b->host_memory));
 }
 
-/* True when a tensor on `have` must be copied before a kernel on `want` can read it. */
+/* True when a tensor on `have` must be copied before a kernel on `want` can read it.
+ * Resource handles are host scalars read by the core, never copied. */
 static bool needs_copy(const FloeTensor *t, const FloeDevice *want) {
   FloeDevice *have = floe__tensor_device(t);
-  if (have == want || !t->buf) return false;
+  if (have == want || !t->buf || t->dtype == FLOE_RESOURCE) return false;
   bool have_host = !have || have->host_memory;
   bool want_host = !want || want->host_memory;
   return !(have_host && want_host);
 }
 
+static int held_cmp(const void *a, const void *b) {
+  const HeldVar *x = a, *y = b;
+  if (x->var != y->var) return (uintptr_t)x->var < (uintptr_t)y->var ? -1 : 1;
+  return x->input - y->input;
+}
+
+/* Replaces each resource input of a plugin's kernel by its variable's value, exclusive to
+ * this call (see floe_plugin.h, "Variables"). Variables are taken in address order, each
+ * once, so two nodes sharing variables never deadlock. */
+static floe_code take_variables(FloeExecStep *s, const ExecNode *en, Invocation *inv,
+                                FloeTensor **in) {
+  int k = en->num_resources;
+  inv->held = k <= INLINE_HELD ? inv->held_inline : floe__malloc((size_t)k * sizeof *inv->held);
+  inv->num_held = 0;
+  if (!inv->held) {
+    step_failf(s, en, FLOE_NO_MEMORY, "out of memory taking %d variables", k);
+    return FLOE_NO_MEMORY;
+  }
+  FloeStatus vst = {FLOE_OK, NULL};
+  int n = 0;
+  for (int j = 0; j < en->num_inputs && n < k; j++) {
+    if (in[j]->dtype != FLOE_RESOURCE) continue;
+    char what[32];
+    snprintf(what, sizeof what, "input %d", j);
+    FloeVar *v = floe__resource_from_handle(in[j], what, &vst);
+    if (!v) goto err_fail;
+    inv->held[n++] = (HeldVar){v, NULL, j, false};
+  }
+  qsort(inv->held, (size_t)n, sizeof *inv->held, held_cmp);
+  for (int i = 0; i < n; i++) {
+    HeldVar *h = &inv->held[i];
+    if (i > 0 && h->var == h[-1].var) {
+      h->value = h[-1].value; /* the same variable twice: taken once */
+    } else {
+      h->value = floe__var_begin_update(h->var, en->device, en->lock_vars, &vst);
+      if (!h->value) goto err_fail;
+      h->owner = true;
+    }
+    inv->num_held = i + 1;
+    in[h->input] = h->value;
+  }
+  return FLOE_OK;
+
+err_fail:
+  step_fail(s, en, vst.code ? vst.code : FLOE_INTERNAL, floe_status_message(&vst));
+  floe_status_clear(&vst);
+  return FLOE_FAILED_PRECONDITION;
+}
+
 /* Gathers n's inputs into the arena, copying those that live on another device into
- * inv->copies (this is where cross-device Send/Recv will plug in). */
+ * inv->copies (this is where cross-device Send/Recv will plug in), and replacing resource
+ * inputs by variable values for kernels that want values. */
 static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *inv) {
   FloeExecutor *e = s->e;
   FloeTensor **in = s->in_ptrs + en->in_base;
@@ -363,6 +445,8 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
     int src = e->input_src[en->in_base + j];
     in[j] = src >= 0 ? s->entries[src] : s->feeds[-src - 1];
   }
+  if (en->num_resources && take_variables(s, en, inv, in) != FLOE_OK)
+    return FLOE_FAILED_PRECONDITION;
   if (!en->check_copy) return FLOE_OK;
   for (int j = 0; j < en->num_inputs; j++) {
     if (!needs_copy(in[j], en->device)) continue;
@@ -417,8 +501,10 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     Invocation *inv = &s->async_calls[en->async_slot];
     inv->status = (FloeStatus){FLOE_OK, NULL};
     inv->copies = NULL;
+    inv->held = NULL;
+    inv->num_held = 0;
     if (gather_inputs(s, en, inv) != FLOE_OK) {
-      release_copies(inv, en->num_inputs);
+      release_inputs(inv, en);
       node_done(s, n, inl);
       return;
     }
@@ -431,8 +517,10 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
   Invocation inv; /* fill_ctx sets every field of the context */
   inv.status = (FloeStatus){FLOE_OK, NULL};
   inv.copies = NULL;
+  inv.held = NULL;
+  inv.num_held = 0;
   if (gather_inputs(s, en, &inv) != FLOE_OK) {
-    release_copies(&inv, en->num_inputs);
+    release_inputs(&inv, en);
     node_done(s, n, inl);
     return;
   }
@@ -670,6 +758,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   if (!e) goto err_oom;
   atomic_init(&e->spare, NULL);
   e->pool = plan->rt ? plan->rt->pool : NULL;
+  e->resources = plan->resources;
   e->inline_inexpensive = plan->inline_inexpensive;
   e->num_nodes = plan->num_nodes;
   e->num_feeds = plan->num_feeds;
@@ -718,6 +807,14 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
     if (ns->kernel && !ns->kernel->def.compute) en->async_slot = e->num_async++;
     en->inexpensive = !ns->kernel || (ns->kernel->flags & FLOE_KERNEL_INEXPENSIVE) ||
                       (ns->kernel->def.flags & FLOE_KERNEL_INEXPENSIVE) || is_tiny(ns->node);
+    if (ns->kernel && !(ns->kernel->flags & FLOE__KERNEL_RAW_RESOURCES)) {
+      for (int j = 0; j < ns->node->num_inputs; j++) {
+        const FloeOutput *in = &ns->node->inputs[j];
+        if (in->node->out_dtypes[in->index] == FLOE_RESOURCE) en->num_resources++;
+      }
+      const FloeAttrValue *ul = floe__attrs_get(&ns->node->attrs, "use_locking");
+      en->lock_vars = !ul || ul->kind != FLOE_ATTR_BOOL || ul->u.b;
+    }
     in_total += en->num_inputs;
     out_total += en->num_outputs;
   }

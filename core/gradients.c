@@ -64,9 +64,12 @@ static GradEntry *add_locked(const char *op, FloeStatus *st) {
 floe_code floe__grad_register(const char *op, FloeGradFn fn, FloeStatus *st) {
   pthread_mutex_lock(&reg_mu);
   floe_code rc = FLOE_OK;
-  if (find_locked(op))
+  GradEntry *have = find_locked(op);
+  /* The identical registration is a no-op: floe__grads_init retried after running out of
+   * memory half-way through a table. */
+  if (have && !(have->fn == fn && !have->def))
     rc = floe_status_set(st, FLOE_ALREADY_EXISTS, "a gradient of op %s is already registered", op);
-  else {
+  else if (!have) {
     GradEntry *e = add_locked(op, st);
     if (!e) rc = FLOE_NO_MEMORY;
     else e->fn = fn;
@@ -123,6 +126,9 @@ floe_code floe__grad_register_def(const FloeGradientDef *in, const char *plugin,
   if (!in || !in->op || !*in->op || !in->grad_op || !*in->grad_op)
     return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                            "register_gradient: op and grad_op must be non-empty names");
+  /* The standard set first, so a plugin cannot take a standard op's place. */
+  floe_code init_rc = floe__grads_init(st);
+  if (init_rc != FLOE_OK) return init_rc;
   const FloeOpInfo *op = floe__op_lookup(in->op);
   if (!op)
     return floe_status_set(st, FLOE_NOT_FOUND,

@@ -75,7 +75,7 @@ static void describe_node_types(MsgBuf *m, const FloeNode *node) {
 }
 
 static void describe_kernel(MsgBuf *m, const FloeKernelReg *k) {
-  msg_add(m, "%s", k->device_type);
+  msg_add(m, "%s", strcmp(k->device_type, "*") == 0 ? "any device (core)" : k->device_type);
   if (k->num_constraints == 0) {
     msg_add(m, " (any dtype)");
     return;
@@ -119,9 +119,9 @@ static void no_kernel_error(const FloeRuntime *rt, const FloeNode *node, const c
   floe__free(m.s);
 }
 
-/* The kernel is borrowed from rt. st may be NULL when the caller only probes. */
-const FloeKernelReg *floe__kernel_find(const FloeRuntime *rt, const FloeNode *node,
-                                       const char *device_type, FloeStatus *st) {
+/* The best matching kernel of op on device_type ("*": the core's kernels for any device). */
+static const FloeKernelReg *best_of_type(const FloeRuntime *rt, const FloeNode *node,
+                                         const char *device_type) {
   const FloeKernelReg *best = NULL;
   for (int i = 0; i < rt->num_kernels; i++) {
     const FloeKernelReg *k = rt->kernels[i];
@@ -129,6 +129,15 @@ const FloeKernelReg *floe__kernel_find(const FloeRuntime *rt, const FloeNode *no
     /* Ties keep the first registered: load order is the user's preference order. */
     if (kernel_matches(k, node) && (!best || k->priority > best->priority)) best = k;
   }
+  return best;
+}
+
+/* The kernel is borrowed from rt. st may be NULL when the caller only probes. A kernel of
+ * the device's own type wins over the core's kernels for any device ("*"). */
+const FloeKernelReg *floe__kernel_find(const FloeRuntime *rt, const FloeNode *node,
+                                       const char *device_type, FloeStatus *st) {
+  const FloeKernelReg *best = best_of_type(rt, node, device_type);
+  if (!best) best = best_of_type(rt, node, "*");
   if (!best && st) no_kernel_error(rt, node, device_type, st);
   return best;
 }

@@ -1215,30 +1215,188 @@ floe_code floe__shape_addn(const FloeHostApi *host, FloeShapeContext *sctx) {
   return FLOE_OK;
 }
 
+/* Every shape (and offset) is a vector of the rank's length. */
 floe_code floe__shape_concat_offset(const FloeHostApi *host, FloeShapeContext *sctx) {
-  for (int i = 0; i < sctx->node->num_outputs; i++)
-    sctx->output_shapes[i] = sctx->input_shapes[1 + i];
+  const FloeShape *cd = &sctx->input_shapes[0];
+  if (cd->rank > 0)
+    return fail(sctx, "ConcatOffset concat_dim must be a scalar, got shape %s", SHAPE_STR(*cd));
+  int64_t len = -1;
+  for (int i = 0; i < sctx->node->num_outputs; i++) {
+    int64_t li;
+    char what[48];
+    snprintf(what, sizeof what, "ConcatOffset shape[%d]", i);
+    floe_code c = vector_len(sctx, 1 + i, what, &li);
+    if (c != FLOE_OK) return c;
+    if (!merge_dim(len, li, &len))
+      return fail(sctx, "ConcatOffset shapes must all have one length (the rank); shape[%d] "
+                        "has %lld elements, another %lld", i, (long long)li, (long long)len);
+  }
+  set_all_outputs(sctx, unknown_dims(1));
+  for (int i = 0; i < sctx->node->num_outputs; i++) sctx->output_shapes[i].dims[0] = len;
   return FLOE_OK;
 }
 
-floe_code floe__shape_bias_add_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+/* The target shape (input 1) when the input (input 0) broadcasts to it; a target dim that
+ * is unknown takes the input's dim when that is known and not 1. */
+floe_code floe__shape_broadcast_to(const FloeHostApi *host, FloeShapeContext *sctx) {
   const FloeShape *in = &sctx->input_shapes[0];
-  const char *df = attr_string(sctx, "data_format", "NHWC");
-  FloeShape out = unknown_dims(1);
-  if (in->rank >= 0 && in->rank < 2)
-    return fail(sctx, "BiasAddGrad needs out_backprop of rank >= 2, got %s", SHAPE_STR(*in));
-  if (in->rank >= 2) out.dims[0] = strcmp(df, "NCHW") == 0 ? in->dims[1] : in->dims[in->rank - 1];
+  FloeShape out;
+  floe_code c = shape_from_input(sctx, 1, "BroadcastTo shape", &out);
+  if (c != FLOE_OK) return c;
+  if (in->rank < 0 || out.rank < 0) {
+    sctx->output_shapes[0] = out;
+    return FLOE_OK;
+  }
+  if (in->rank > out.rank)
+    return fail(sctx, "BroadcastTo cannot broadcast an input of shape %s to shape %s: the "
+                      "target has fewer dims (%d < %d)", SHAPE_STR(*in), SHAPE_STR(out),
+                out.rank, in->rank);
+  for (int i = 0; i < in->rank; i++) {
+    int64_t have = in->dims[i], *want = &out.dims[out.rank - in->rank + i];
+    if (have < 0 || have == 1) continue;
+    if (*want >= 0 && *want != have)
+      return fail(sctx, "BroadcastTo cannot broadcast an input of shape %s to shape %s: dim "
+                        "%d is %lld, not %lld or 1", SHAPE_STR(*in), SHAPE_STR(out),
+                  out.rank - in->rank + i, (long long)*want, (long long)have);
+    *want = have;
+  }
   sctx->output_shapes[0] = out;
   return FLOE_OK;
 }
 
-floe_code floe__shape_pad_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
-  sctx->output_shapes[0] = unknown_dims(sctx->input_shapes[0].rank);
+/* The target shape (input 1), checked to broadcast to the input's shape (input 0). */
+floe_code floe__shape_sum_to_shape(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  FloeShape out;
+  floe_code c = shape_from_input(sctx, 1, "SumToShape shape", &out);
+  if (c != FLOE_OK) return c;
+  for (int i = 0; in->rank >= 0 && i < out.rank; i++) {
+    int d = in->rank - out.rank + i;
+    int64_t want = out.dims[i], have = d >= 0 ? in->dims[d] : 1;
+    if (want >= 0 && have >= 0 && want != have && want != 1)
+      return fail(sctx, "SumToShape cannot sum an input of shape %s to shape %s: the shape "
+                        "must broadcast to the input's", SHAPE_STR(*in), SHAPE_STR(out));
+  }
+  sctx->output_shapes[0] = out;
   return FLOE_OK;
 }
 
+/* input_shape (input 1); with a constant axis, grad's shape is checked against it and fills
+ * its unknown kept dims. */
+floe_code floe__shape_expand_reduced(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *g = &sctx->input_shapes[0], *axis_shape = &sctx->input_shapes[2];
+  bool keep = attr_bool(sctx, "keep_dims");
+  FloeShape out;
+  floe_code c = shape_from_input(sctx, 1, "ExpandReduced input_shape", &out);
+  if (c != FLOE_OK) return c;
+  if (axis_shape->rank > 1)
+    return fail(sctx, "ExpandReduced axis must be a scalar or 1-D, got shape %s",
+                SHAPE_STR(*axis_shape));
+  const FloeTensor *t = const_input(sctx, 2);
+  int64_t axes[MAX_VEC], n;
+  sctx->output_shapes[0] = out;
+  if (!t || !tensor_ints(t, axes, MAX_VEC, &n) || out.rank < 0) return FLOE_OK;
+  bool red[FLOE_MAX_DIMS] = {false};
+  for (int64_t k = 0; k < n; k++) {
+    int ax = 0;
+    if ((c = norm_axis(sctx, axes[k], out.rank, "ExpandReduced axis", &out, &ax)) != FLOE_OK)
+      return c;
+    red[ax] = true;
+  }
+  int gi = 0;
+  for (int i = 0; i < out.rank; i++) gi += !red[i] || keep;
+  if (g->rank >= 0 && g->rank != gi)
+    return fail(sctx, "ExpandReduced grad %s has rank %d, but input_shape %s reduced along axis "
+                      "%s (keep_dims=%d) has rank %d", SHAPE_STR(*g), g->rank, SHAPE_STR(out),
+                INTS_STR(axes, (int)n), keep, gi);
+  for (int i = 0, k = 0; g->rank >= 0 && i < out.rank; i++) {
+    if (red[i] && !keep) continue;
+    int64_t gd = g->dims[k++];
+    if (red[i] ? (gd >= 0 && gd != 1) : !merge_dim(out.dims[i], gd, &out.dims[i]))
+      return fail(sctx, "ExpandReduced grad %s does not match input_shape %s reduced along "
+                        "axis %s (keep_dims=%d)", SHAPE_STR(*g),
+                  SHAPE_STR(sctx->output_shapes[0]), INTS_STR(axes, (int)n), keep);
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* [C]: the channel dim of out_backprop (last for NHWC, dim 1 for NCHW). */
+floe_code floe__shape_bias_add_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *in = &sctx->input_shapes[0];
+  bool nchw = false;
+  floe_code c = data_format(sctx, &nchw);
+  if (c != FLOE_OK) return c;
+  FloeShape out = unknown_dims(1);
+  if (in->rank >= 0 && in->rank < 2)
+    return fail(sctx, "BiasAddGrad needs out_backprop of rank >= 2, got %s", SHAPE_STR(*in));
+  if (in->rank >= 2) out.dims[0] = nchw ? in->dims[1] : in->dims[in->rank - 1];
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* grad's dims less the paddings (a constant [rank, 2] input); REFLECT paddings must stay
+ * below the input's dims, as for Pad. */
+floe_code floe__shape_pad_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *g = &sctx->input_shapes[0], *ps = &sctx->input_shapes[1];
+  const char *mode = attr_string(sctx, "mode", "CONSTANT");
+  bool reflect = strcmp(mode, "REFLECT") == 0;
+  if (!reflect && strcmp(mode, "CONSTANT") != 0)
+    return fail(sctx, "PadGrad attribute 'mode' must be CONSTANT or REFLECT, got '%s'", mode);
+  int r = g->rank;
+  if (ps->rank >= 0) {
+    int64_t pr = ps->rank == 2 ? ps->dims[0] : -2;
+    if (ps->rank != 2 || (ps->dims[1] >= 0 && ps->dims[1] != 2) || (r >= 0 && pr >= 0 && pr != r))
+      return fail(sctx, "PadGrad paddings must have shape [rank, 2] = [%d,2] for grad %s, got %s",
+                  r, SHAPE_STR(*g), SHAPE_STR(*ps));
+    if (r < 0 && pr >= 0 && pr <= FLOE_MAX_DIMS) r = (int)pr;
+  }
+  const FloeTensor *t = const_input(sctx, 1);
+  int64_t pad[2 * FLOE_MAX_DIMS], n;
+  FloeShape out = unknown_dims(r);
+  if (!t || !tensor_ints(t, pad, 2 * FLOE_MAX_DIMS, &n) || r < 0 || n != 2 * r) {
+    sctx->output_shapes[0] = out;
+    return FLOE_OK;
+  }
+  for (int i = 0; i < r; i++) {
+    int64_t b = pad[2 * i], a = pad[2 * i + 1], dim = g->rank >= 0 ? g->dims[i] : -1;
+    int64_t in = dim - b - a;
+    if (b < 0 || a < 0)
+      return fail(sctx, "PadGrad paddings %s must be non-negative", INTS_STR(pad, (int)n));
+    if (dim < 0) continue;
+    if (in < 0 || (reflect && (a || b) && (b >= in || a >= in)))
+      return fail(sctx, "PadGrad paddings %s do not fit grad %s in dimension %d: the input size "
+                        "left (%lld) must be >= 0%s", INTS_STR(pad, (int)n), SHAPE_STR(*g), i,
+                  (long long)in, reflect ? " and larger than each padding (REFLECT)" : "");
+    out.dims[i] = in;
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
+/* grad's dims divided by the multiples (a constant vector), which must divide them. */
 floe_code floe__shape_tile_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
-  sctx->output_shapes[0] = unknown_dims(sctx->input_shapes[0].rank);
+  const FloeShape *g = &sctx->input_shapes[0];
+  int64_t m[MAX_VEC], len;
+  int n;
+  bool known;
+  floe_code c = const_vector(sctx, 1, "TileGrad multiples", m, &n, &known);
+  if (c == FLOE_OK && !known) c = vector_len(sctx, 1, "TileGrad multiples", &len);
+  if (c != FLOE_OK) return c;
+  if (known) len = n;
+  if (g->rank >= 0 && len >= 0 && len != g->rank)
+    return fail(sctx, "TileGrad multiples has %lld elements for grad of shape %s",
+                (long long)len, SHAPE_STR(*g));
+  int r = g->rank >= 0 ? g->rank : len >= 0 && len <= FLOE_MAX_DIMS ? (int)len : -1;
+  FloeShape out = unknown_dims(r);
+  for (int i = 0; known && i < r; i++) {
+    int64_t dim = g->rank >= 0 ? g->dims[i] : -1;
+    if (m[i] < 1 || (dim >= 0 && dim % m[i] != 0))
+      return fail(sctx, "TileGrad multiples %s do not divide grad %s: dimension %d needs a "
+                        "multiple >= 1 that divides it", INTS_STR(m, n), SHAPE_STR(*g), i);
+    if (dim >= 0) out.dims[i] = dim / m[i];
+  }
+  sctx->output_shapes[0] = out;
   return FLOE_OK;
 }
 

@@ -53,5 +53,8 @@ floe_code floe__shape_bias_add_grad(const FloeHostApi *host, FloeShapeContext *s
 floe_code floe__shape_pad_grad(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_tile_grad(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_broadcast_to(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_sum_to_shape(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_expand_reduced(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

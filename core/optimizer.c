@@ -1,2 +1,742 @@
-/* optimizer.c - (being written: issue 3). */
+/* optimizer.c - optimisers as graph builders: floe_minimize (gradients, L2 weight decay,
+ * clipping by global norm, slot variables, one fused ResourceApply* per variable, the global
+ * step's increment), learning-rate schedules and the global norm.
+ *
+ * Everything is ordinary ops (floe_train.h): schedules are Cast/Div/Floor/Pow/Cos/Minimum/
+ * Less/Select on the step, computed in f64 and cast to f32 once, so a step in the millions
+ * still gives the exact schedule. Builders follow floe.h's sticky error. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
 #include "internal.h"
+
+static const FloeOutput no_output = {NULL, 0};
+
+/* ------------------------------------------------------------------------------------ */
+/* Options. */
+
+void floe_optimizer_options_init(FloeOptimizerOptions *o, FloeOptimizerKind kind) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->kind = kind;
+  o->learning_rate = kind == FLOE_OPT_ADAM || kind == FLOE_OPT_RMSPROP ? 1e-3 : 1e-2;
+  o->momentum = kind == FLOE_OPT_MOMENTUM ? 0.9 : 0.0;
+  o->nesterov = 0;
+  o->beta1 = 0.9;
+  o->beta2 = 0.999;
+  o->epsilon = 1e-7;
+  o->rho = 0.9;
+  o->initial_accumulator = 0.1;
+  o->weight_decay = 0.0;
+  o->clip_global_norm = 0.0;
+  o->use_locking = 1;
+  o->schedule = FLOE_LR_CONSTANT;
+  o->decay_steps = 0;
+  o->decay_rate = 1.0;
+  o->staircase = 0;
+  o->cosine_alpha = 0.0;
+  o->num_boundaries = 0;
+}
+
+static const char *const kind_names[] = {"sgd", "momentum", "adam", "rmsprop", "adagrad"};
+
+int floe_optimizer_kind_from_name(const char *name) {
+  if (!name) return -1;
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(kind_names); i++)
+    if (strcasecmp(name, kind_names[i]) == 0) return (int)i;
+  return -1;
+}
+
+/* A complete copy of the caller's options: fields beyond an older caller's struct_size keep
+ * the defaults of its kind. Records the error on g and returns -1 when o is unusable. */
+static int options_copy(FloeGraph *g, const char *what, const FloeOptimizerOptions *o,
+                        FloeOptimizerOptions *out) {
+  size_t need = offsetof(FloeOptimizerOptions, kind) + sizeof o->kind;
+  if (!o || o->struct_size < need) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "%s: options are %s; fill them with floe_optimizer_options_init", what,
+                     o ? "too short (struct_size too small)" : "NULL");
+    return -1;
+  }
+  if ((int)o->kind < FLOE_OPT_SGD || (int)o->kind > FLOE_OPT_ADAGRAD) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "%s: unknown optimiser kind %d (sgd, momentum, adam, rmsprop, adagrad)",
+                     what, (int)o->kind);
+    return -1;
+  }
+  floe_optimizer_options_init(out, o->kind);
+  size_t n = o->struct_size < sizeof *out ? o->struct_size : sizeof *out;
+  memcpy(out, o, n);
+  out->struct_size = sizeof *out;
+  return 0;
+}
+
+/* Checks the schedule's fields; records the error on g and returns -1 when wrong. */
+static int schedule_check(FloeGraph *g, const char *what, const FloeOptimizerOptions *o) {
+  const char *bad = NULL;
+  if (!isfinite(o->learning_rate) || o->learning_rate < 0) bad = "learning_rate must be >= 0";
+  switch (o->schedule) {
+    case FLOE_LR_CONSTANT: break;
+    case FLOE_LR_EXPONENTIAL:
+      if (o->decay_steps <= 0) bad = "decay_steps must be > 0 for the exponential schedule";
+      else if (!isfinite(o->decay_rate) || o->decay_rate <= 0) bad = "decay_rate must be > 0";
+      break;
+    case FLOE_LR_COSINE:
+      if (o->decay_steps <= 0) bad = "decay_steps must be > 0 for the cosine schedule";
+      else if (!(o->cosine_alpha >= 0 && o->cosine_alpha <= 1))
+        bad = "cosine_alpha must be in [0, 1]";
+      break;
+    case FLOE_LR_PIECEWISE:
+      if (o->num_boundaries < 0 || o->num_boundaries > FLOE_LR_MAX_PIECES) {
+        bad = "num_boundaries must be in [0, FLOE_LR_MAX_PIECES]";
+        break;
+      }
+      for (int i = 1; i < o->num_boundaries; i++)
+        if (o->boundaries[i] <= o->boundaries[i - 1]) bad = "boundaries must increase";
+      for (int i = 0; i <= o->num_boundaries; i++)
+        if (!isfinite(o->values[i])) bad = "values must be finite";
+      break;
+    default: bad = "unknown schedule (FLOE_LR_CONSTANT, EXPONENTIAL, PIECEWISE or COSINE)";
+  }
+  if (!bad) return 0;
+  floe__graph_fail(g, FLOE_INVALID_ARGUMENT, "%s: %s", what, bad);
+  return -1;
+}
+
+/* Checks the optimiser's hyper-parameters (beyond the schedule). */
+static int hyper_check(FloeGraph *g, const char *what, const FloeOptimizerOptions *o) {
+  const char *bad = NULL;
+  if (!(o->weight_decay >= 0 && isfinite(o->weight_decay))) bad = "weight_decay must be >= 0";
+  else if (!(o->clip_global_norm >= 0 && isfinite(o->clip_global_norm)))
+    bad = "clip_global_norm must be >= 0 (0: no clipping)";
+  else if (!(o->epsilon >= 0 && isfinite(o->epsilon))) bad = "epsilon must be >= 0";
+  else if (o->kind == FLOE_OPT_MOMENTUM && !(o->momentum >= 0 && isfinite(o->momentum)))
+    bad = "momentum must be >= 0";
+  else if (o->kind == FLOE_OPT_RMSPROP && !(o->momentum >= 0 && isfinite(o->momentum)))
+    bad = "momentum must be >= 0";
+  else if (o->kind == FLOE_OPT_RMSPROP && !(o->rho >= 0 && o->rho <= 1)) bad = "rho must be in [0, 1]";
+  else if (o->kind == FLOE_OPT_ADAM && !(o->beta1 >= 0 && o->beta1 < 1))
+    bad = "beta1 must be in [0, 1)";
+  else if (o->kind == FLOE_OPT_ADAM && !(o->beta2 >= 0 && o->beta2 < 1))
+    bad = "beta2 must be in [0, 1)";
+  else if (o->kind == FLOE_OPT_ADAGRAD &&
+           !(o->initial_accumulator >= 0 && isfinite(o->initial_accumulator)))
+    bad = "initial_accumulator must be >= 0";
+  if (!bad) return 0;
+  floe__graph_fail(g, FLOE_INVALID_ARGUMENT, "%s: %s", what, bad);
+  return -1;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Small builders: one node named "<scope>/<leaf>". All honour and record the sticky error. */
+
+/* floe_node_begin with the name "<scope>/<leaf>"; NULL (error recorded) on failure. */
+static FloeNodeBuilder *begin(FloeGraph *g, const char *op, const char *scope,
+                              const char *leaf) {
+  if (floe_graph_status(g) != FLOE_OK) return NULL;
+  char *name = floe__asprintf("%s/%s", scope, leaf);
+  if (!name) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "node '%s/%s' (%s): out of memory", scope, leaf, op);
+    return NULL;
+  }
+  FloeNodeBuilder *b = floe_node_begin(g, op, name);
+  floe__free(name);
+  return b;
+}
+
+static FloeOutput op1(FloeGraph *g, const char *op, const char *scope, const char *leaf,
+                      FloeOutput x) {
+  FloeNodeBuilder *b = begin(g, op, scope, leaf);
+  floe_node_add_input(b, x);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput op2(FloeGraph *g, const char *op, const char *scope, const char *leaf,
+                      FloeOutput x, FloeOutput y) {
+  FloeNodeBuilder *b = begin(g, op, scope, leaf);
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, y);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput cast(FloeGraph *g, const char *scope, const char *leaf, FloeOutput x,
+                       FloeDType dt) {
+  FloeNodeBuilder *b = begin(g, "Cast", scope, leaf);
+  floe_node_add_input(b, x);
+  floe_node_set_attr_type(b, "DstT", dt);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* A scalar Const of dt holding v (rounded as a cast would). */
+static FloeOutput const_scalar(FloeGraph *g, const char *scope, const char *leaf,
+                               FloeDType dt, double v) {
+  if (floe_graph_status(g) != FLOE_OK) return no_output;
+  FloeTensor *t = floe_tensor_new(dt, 0, NULL, NULL);
+  if (!t) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "node '%s/%s' (Const): out of memory making its value",
+                     scope, leaf);
+    return no_output;
+  }
+  void *d = floe_tensor_data(t);
+  switch (dt) {
+    case FLOE_F32: *(float *)d = (float)v; break;
+    case FLOE_F64: *(double *)d = v; break;
+    case FLOE_F16: *(uint16_t *)d = floe_f32_to_f16((float)v); break;
+    case FLOE_BF16: *(uint16_t *)d = floe_f32_to_bf16((float)v); break;
+    case FLOE_I32: *(int32_t *)d = (int32_t)v; break;
+    case FLOE_I64: *(int64_t *)d = (int64_t)v; break;
+    default:
+      floe_tensor_release(t);
+      floe__graph_fail(g, FLOE_INVALID_ARGUMENT, "node '%s/%s' (Const): no scalar of dtype %s",
+                       scope, leaf, floe_dtype_name(dt));
+      return no_output;
+  }
+  FloeNodeBuilder *b = begin(g, "Const", scope, leaf);
+  floe_node_set_attr_tensor(b, "value", t);
+  floe_node_set_attr_type(b, "dtype", dt);
+  floe_tensor_release(t);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput const_i64(FloeGraph *g, const char *scope, const char *leaf, int64_t v) {
+  if (floe_graph_status(g) != FLOE_OK) return no_output;
+  FloeTensor *t = floe_tensor_scalar_i64(v, NULL);
+  if (!t) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "node '%s/%s' (Const): out of memory making its value",
+                     scope, leaf);
+    return no_output;
+  }
+  FloeNodeBuilder *b = begin(g, "Const", scope, leaf);
+  floe_node_set_attr_tensor(b, "value", t);
+  floe_node_set_attr_type(b, "dtype", FLOE_I64);
+  floe_tensor_release(t);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* A NoOp "<scope>/<leaf>" (or "<scope>" when leaf is NULL) after every node of deps. */
+static FloeNode *barrier(FloeGraph *g, const char *scope, const char *leaf,
+                         FloeNode *const *deps, int n) {
+  FloeNodeBuilder *b = leaf ? begin(g, "NoOp", scope, leaf) : floe_node_begin(g, "NoOp", scope);
+  for (int i = 0; i < n; i++)
+    if (deps[i]) floe_node_add_control_input(b, deps[i]);
+  return floe_node_finish(b);
+}
+
+static bool is_float(FloeDType dt) {
+  return dt == FLOE_F32 || dt == FLOE_F64 || dt == FLOE_F16 || dt == FLOE_BF16;
+}
+
+static bool is_int(FloeDType dt) {
+  return dt == FLOE_I8 || dt == FLOE_U8 || dt == FLOE_I32 || dt == FLOE_I64;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Global step, learning rate, global norm. */
+
+FloeVariable floe_global_step(FloeGraph *g) {
+  /* floe_variable_untrained returns the existing "global_step" (same dtype and shape). */
+  return floe_variable_untrained(g, "global_step", FLOE_I64, floe_shape_scalar(),
+                                 floe_init_zeros());
+}
+
+FloeOutput floe_learning_rate(FloeGraph *g, const char *name, const FloeOptimizerOptions *o,
+                              FloeOutput step) {
+  if (floe_graph_status(g) != FLOE_OK) return no_output;
+  const char *scope = name ? name : "learning_rate";
+  FloeOptimizerOptions opt;
+  if (options_copy(g, "floe_learning_rate", o, &opt) != 0 ||
+      schedule_check(g, "floe_learning_rate", &opt) != 0)
+    return no_output;
+  if (opt.schedule == FLOE_LR_CONSTANT)
+    return const_scalar(g, scope, "value", FLOE_F32, opt.learning_rate);
+  if (!step.node) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_learning_rate '%s': the step is invalid (an earlier builder call "
+                     "failed); pass floe_global_step(g).value",
+                     scope);
+    return no_output;
+  }
+  FloeDType sdt = floe_node_output_dtype(step.node, step.index);
+  if (!is_int(sdt)) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_learning_rate '%s': the step is %s; it must be an integer scalar "
+                     "(i64, like the global step)",
+                     scope, floe_dtype_name(sdt));
+    return no_output;
+  }
+
+  if (opt.schedule == FLOE_LR_PIECEWISE) {
+    /* Nested selects from the last piece back: the first boundary above step wins. */
+    int n = opt.num_boundaries;
+    FloeOutput s = step;
+    if (sdt != FLOE_I64) s = cast(g, scope, "step_i64", step, FLOE_I64);
+    FloeOutput r = const_scalar(g, scope, n ? "value_last" : "value", FLOE_F32, opt.values[n]);
+    for (int i = n - 1; i >= 0; i--) {
+      char leaf[64];
+      snprintf(leaf, sizeof leaf, "boundary_%d", i);
+      FloeOutput b = const_i64(g, scope, leaf, opt.boundaries[i]);
+      snprintf(leaf, sizeof leaf, "before_%d", i);
+      FloeOutput less = op2(g, "Less", scope, leaf, s, b);
+      snprintf(leaf, sizeof leaf, "value_%d", i);
+      FloeOutput v = const_scalar(g, scope, leaf, FLOE_F32, opt.values[i]);
+      snprintf(leaf, sizeof leaf, "select_%d", i);
+      FloeNodeBuilder *sb = begin(g, "Select", scope, i ? leaf : "value");
+      floe_node_add_input(sb, less);
+      floe_node_add_input(sb, v);
+      floe_node_add_input(sb, r);
+      r = floe_out(floe_node_finish(sb), 0);
+    }
+    return r;
+  }
+
+  FloeOutput s = cast(g, scope, "step_f64", step, FLOE_F64);
+  FloeOutput ds = const_scalar(g, scope, "decay_steps", FLOE_F64, (double)opt.decay_steps);
+  FloeOutput r;
+  if (opt.schedule == FLOE_LR_EXPONENTIAL) {
+    /* lr * rate ^ p, p = step / decay_steps (floored when staircase). */
+    FloeOutput p = op2(g, "Div", scope, "progress", s, ds);
+    if (opt.staircase) p = op1(g, "Floor", scope, "progress_floor", p);
+    FloeOutput rate = const_scalar(g, scope, "decay_rate", FLOE_F64, opt.decay_rate);
+    FloeOutput f = op2(g, "Pow", scope, "decay", rate, p);
+    FloeOutput lr = const_scalar(g, scope, "initial", FLOE_F64, opt.learning_rate);
+    r = op2(g, "Mul", scope, "value_f64", lr, f);
+  } else {
+    /* lr * (alpha + (1 - alpha) (1 + cos(pi min(step, D) / D)) / 2) = k0 + k1 cos(...). */
+    FloeOutput m = op2(g, "Minimum", scope, "clamped_step", s, ds);
+    FloeOutput w = const_scalar(g, scope, "pi_over_decay_steps", FLOE_F64,
+                                M_PI / (double)opt.decay_steps);
+    FloeOutput c = op1(g, "Cos", scope, "cos", op2(g, "Mul", scope, "angle", m, w));
+    double k1 = opt.learning_rate * (1.0 - opt.cosine_alpha) * 0.5;
+    double k0 = opt.learning_rate * opt.cosine_alpha + k1;
+    FloeOutput t = op2(g, "Mul", scope, "scaled_cos", c,
+                       const_scalar(g, scope, "amplitude", FLOE_F64, k1));
+    r = op2(g, "Add", scope, "value_f64", t, const_scalar(g, scope, "offset", FLOE_F64, k0));
+  }
+  return cast(g, scope, "value", r, FLOE_F32);
+}
+
+FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeOutput *ts, int n) {
+  if (floe_graph_status(g) != FLOE_OK) return no_output;
+  const char *scope = name ? name : "global_norm";
+  if (n < 0 || (n > 0 && !ts)) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT, "floe_global_norm '%s': bad list (%d tensors)",
+                     scope, n);
+    return no_output;
+  }
+  if (n == 0) return const_scalar(g, scope, "norm", FLOE_F32, 0.0);
+  FloeOutput *sums = floe__calloc((size_t)n, sizeof *sums);
+  if (!sums) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_global_norm '%s': out of memory", scope);
+    return no_output;
+  }
+  FloeOutput flat_shape = no_output, axis = no_output;
+  {
+    FloeTensor *shp = floe_tensor_scalar_i32(-1, NULL);
+    FloeTensor *ax = floe_tensor_scalar_i32(0, NULL);
+    FloeTensor *shp1 = shp ? floe_tensor_reshape(shp, 1, (const int64_t[]){1}, NULL) : NULL;
+    FloeTensor *ax1 = ax ? floe_tensor_reshape(ax, 1, (const int64_t[]){1}, NULL) : NULL;
+    if (shp1 && ax1) {
+      FloeNodeBuilder *b = begin(g, "Const", scope, "flat_shape");
+      floe_node_set_attr_tensor(b, "value", shp1);
+      floe_node_set_attr_type(b, "dtype", FLOE_I32);
+      flat_shape = floe_out(floe_node_finish(b), 0);
+      b = begin(g, "Const", scope, "axis");
+      floe_node_set_attr_tensor(b, "value", ax1);
+      floe_node_set_attr_type(b, "dtype", FLOE_I32);
+      axis = floe_out(floe_node_finish(b), 0);
+    } else {
+      floe__graph_fail(g, FLOE_NO_MEMORY, "floe_global_norm '%s': out of memory", scope);
+    }
+    floe_tensor_release(shp1);
+    floe_tensor_release(ax1);
+    floe_tensor_release(shp);
+    floe_tensor_release(ax);
+  }
+  for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++) {
+    if (!ts[i].node) {
+      floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                       "floe_global_norm '%s': tensor %d is invalid (an earlier builder call "
+                       "failed)",
+                       scope, i);
+      break;
+    }
+    FloeDType dt = floe_node_output_dtype(ts[i].node, ts[i].index);
+    if (!is_float(dt)) {
+      floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                       "floe_global_norm '%s': tensor %d ('%s') is %s; only float tensors "
+                       "have a norm",
+                       scope, i, floe_node_name(ts[i].node), floe_dtype_name(dt));
+      break;
+    }
+    char leaf[48];
+    FloeOutput x = ts[i];
+    if (dt == FLOE_F16 || dt == FLOE_BF16) { /* squares of halves overflow early */
+      snprintf(leaf, sizeof leaf, "t%d/f32", i);
+      x = cast(g, scope, leaf, x, FLOE_F32);
+    }
+    snprintf(leaf, sizeof leaf, "t%d/flat", i);
+    x = op2(g, "Reshape", scope, leaf, x, flat_shape);
+    snprintf(leaf, sizeof leaf, "t%d/square", i);
+    x = op1(g, "Square", scope, leaf, x);
+    snprintf(leaf, sizeof leaf, "t%d/sum", i);
+    x = op2(g, "Sum", scope, leaf, x, axis); /* shape [] (the [1] axis drops the only dim) */
+    if (dt == FLOE_F64) {
+      snprintf(leaf, sizeof leaf, "t%d/f32", i);
+      x = cast(g, scope, leaf, x, FLOE_F32);
+    }
+    sums[i] = x;
+  }
+  FloeOutput norm = no_output;
+  if (floe_graph_status(g) == FLOE_OK) {
+    FloeOutput total = sums[0];
+    if (n > 1) {
+      FloeNodeBuilder *b = begin(g, "AddN", scope, "total");
+      floe_node_add_input_list(b, sums, n);
+      total = floe_out(floe_node_finish(b), 0);
+    }
+    norm = op1(g, "Sqrt", scope, "norm", total);
+  }
+  floe__free(sums);
+  return norm;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* floe_minimize. */
+
+/* Per variable dtype: the scalars an update op takes, built once in that dtype. */
+typedef struct TypedScalars {
+  bool made;
+  FloeOutput lr, momentum, beta1, beta2, epsilon, rho, b1_power, b2_power;
+  FloeOutput scale, wd; /* made by floe_minimize itself, before the updates */
+} TypedScalars;
+
+typedef struct Minimize {
+  FloeGraph *g;
+  const char *scope;
+  FloeOptimizerOptions o;
+  FloeOutput lr;                 /* f32 */
+  FloeOutput b1_power, b2_power; /* f64, Adam only */
+  FloeOutput scale;              /* f32 clipping factor, or invalid */
+  TypedScalars typed[FLOE_DTYPE_LIMIT];
+} Minimize;
+
+/* The scalar x (f32 or f64) as dtype dt under "<scope>/<dtype>/<leaf>". */
+static FloeOutput as_dtype(Minimize *m, FloeOutput x, FloeDType from, FloeDType dt,
+                           const char *leaf) {
+  if (from == dt) return x;
+  char l[64];
+  snprintf(l, sizeof l, "%s/%s", floe_dtype_name(dt), leaf);
+  return cast(m->g, m->scope, l, x, dt);
+}
+
+static FloeOutput typed_const(Minimize *m, FloeDType dt, const char *leaf, double v) {
+  char l[64];
+  snprintf(l, sizeof l, "%s/%s", floe_dtype_name(dt), leaf);
+  return const_scalar(m->g, m->scope, l, dt, v);
+}
+
+static TypedScalars *typed(Minimize *m, FloeDType dt) {
+  TypedScalars *t = &m->typed[dt];
+  if (t->made) return t;
+  const FloeOptimizerOptions *o = &m->o;
+  t->made = true;
+  t->lr = as_dtype(m, m->lr, FLOE_F32, dt, "learning_rate");
+  if (o->kind == FLOE_OPT_MOMENTUM || o->kind == FLOE_OPT_RMSPROP)
+    t->momentum = typed_const(m, dt, "momentum", o->momentum);
+  if (o->kind == FLOE_OPT_ADAM) {
+    t->beta1 = typed_const(m, dt, "beta1", o->beta1);
+    t->beta2 = typed_const(m, dt, "beta2", o->beta2);
+    t->b1_power = as_dtype(m, m->b1_power, FLOE_F64, dt, "beta1_power");
+    t->b2_power = as_dtype(m, m->b2_power, FLOE_F64, dt, "beta2_power");
+  }
+  if (o->kind == FLOE_OPT_ADAM || o->kind == FLOE_OPT_RMSPROP || o->kind == FLOE_OPT_ADAGRAD)
+    t->epsilon = typed_const(m, dt, "epsilon", o->epsilon);
+  if (o->kind == FLOE_OPT_RMSPROP) t->rho = typed_const(m, dt, "rho", o->rho);
+  return t;
+}
+
+/* One variable to update. */
+typedef struct MinVar {
+  FloeVariable v;
+  const char *name; /* the VarHandleOp's node name (borrowed from g) */
+  FloeDType dtype;
+  FloeShape shape;
+  FloeOutput grad;
+} MinVar;
+
+/* The slot "<var>/<slot>" of mv (created untrained on first use, shared afterwards). */
+static FloeOutput slot(Minimize *m, const MinVar *mv, const char *slot_name,
+                       FloeInitializer init) {
+  if (floe_graph_status(m->g) != FLOE_OK) return no_output;
+  char *name = floe__asprintf("%s/%s", mv->name, slot_name);
+  if (!name) {
+    floe__graph_fail(m->g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory naming slot %s",
+                     m->scope, slot_name);
+    return no_output;
+  }
+  FloeVariable s = floe_variable_untrained(m->g, name, mv->dtype, mv->shape, init);
+  floe__free(name);
+  return s.handle;
+}
+
+/* The fused update of one variable: its ResourceApply* node, after `ready`. */
+static FloeNode *update(Minimize *m, const MinVar *mv, FloeNode *ready) {
+  FloeGraph *g = m->g;
+  const FloeOptimizerOptions *o = &m->o;
+  TypedScalars *t = typed(m, mv->dtype);
+  static const char *const ops[] = {"ResourceApplyGradientDescent", "ResourceApplyMomentum",
+                                    "ResourceApplyAdam", "ResourceApplyRMSProp",
+                                    "ResourceApplyAdagrad"};
+  FloeOutput in[10];
+  int n = 0;
+  in[n++] = mv->v.handle;
+  switch (o->kind) {
+    case FLOE_OPT_SGD:
+      in[n++] = t->lr;
+      in[n++] = mv->grad;
+      break;
+    case FLOE_OPT_MOMENTUM:
+      in[n++] = slot(m, mv, "momentum", floe_init_zeros());
+      in[n++] = t->lr;
+      in[n++] = mv->grad;
+      in[n++] = t->momentum;
+      break;
+    case FLOE_OPT_ADAM:
+      in[n++] = slot(m, mv, "m", floe_init_zeros());
+      in[n++] = slot(m, mv, "v", floe_init_zeros());
+      in[n++] = t->b1_power;
+      in[n++] = t->b2_power;
+      in[n++] = t->lr;
+      in[n++] = t->beta1;
+      in[n++] = t->beta2;
+      in[n++] = t->epsilon;
+      in[n++] = mv->grad;
+      break;
+    case FLOE_OPT_RMSPROP:
+      in[n++] = slot(m, mv, "rms", floe_init_zeros());
+      in[n++] = slot(m, mv, "mom", floe_init_zeros());
+      in[n++] = t->lr;
+      in[n++] = t->rho;
+      in[n++] = t->momentum;
+      in[n++] = t->epsilon;
+      in[n++] = mv->grad;
+      break;
+    case FLOE_OPT_ADAGRAD:
+      in[n++] = slot(m, mv, "accumulator", floe_init_constant(o->initial_accumulator));
+      in[n++] = t->lr;
+      in[n++] = t->epsilon;
+      in[n++] = mv->grad;
+      break;
+  }
+  char *leaf = floe__asprintf("update/%s", mv->name);
+  if (!leaf) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", m->scope);
+    return NULL;
+  }
+  FloeNodeBuilder *b = begin(g, ops[o->kind], m->scope, leaf);
+  floe__free(leaf);
+  for (int i = 0; i < n; i++) floe_node_add_input(b, in[i]);
+  floe_node_add_control_input(b, ready);
+  floe_node_set_attr_bool(b, "use_locking", o->use_locking != 0);
+  if (o->kind == FLOE_OPT_MOMENTUM || o->kind == FLOE_OPT_ADAM)
+    floe_node_set_attr_bool(b, "use_nesterov", o->nesterov != 0);
+  return floe_node_finish(b);
+}
+
+/* Fills mv from a FloeVariable; records the error and returns -1 when it is not one. */
+static int min_var_init(Minimize *m, int i, const FloeVariable *v, MinVar *mv) {
+  const FloeNode *h = v->handle.node;
+  if (!h || !v->value.node || strcmp(floe_node_op(h), "VarHandleOp") != 0) {
+    floe__graph_fail(m->g, FLOE_INVALID_ARGUMENT,
+                     "floe_minimize '%s': vars[%d] is not a variable (its handle must be a "
+                     "VarHandleOp and its value a read of it; use floe_variable)",
+                     m->scope, i);
+    return -1;
+  }
+  const FloeAttrValue *dt = floe__attrs_get(&h->attrs, "dtype");
+  const FloeAttrValue *shape = floe__attrs_get(&h->attrs, "shape");
+  if (!dt || dt->kind != FLOE_ATTR_TYPE || !shape || shape->kind != FLOE_ATTR_SHAPE) {
+    floe__graph_fail(m->g, FLOE_INTERNAL,
+                     "floe_minimize '%s': variable '%s' lacks its dtype or shape attribute",
+                     m->scope, h->name);
+    return -1;
+  }
+  mv->v = *v;
+  mv->name = h->name;
+  mv->dtype = dt->u.type;
+  mv->shape = shape->u.shape;
+  mv->grad = no_output;
+  return 0;
+}
+
+FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
+                        const FloeOptimizerOptions *o, const FloeVariable *vars, int num_vars) {
+  if (floe_graph_status(g) != FLOE_OK) return NULL;
+  const char *scope = name ? name : "train";
+  Minimize *m = floe__calloc(1, sizeof *m);
+  if (!m) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", scope);
+    return NULL;
+  }
+  m->g = g;
+  m->scope = scope;
+  FloeNode *result = NULL;
+  FloeVariable *all = NULL;
+  MinVar *mvs = NULL;
+  FloeOutput *xs = NULL, *dxs = NULL;
+  FloeNode **deps = NULL;
+  FloeStatus *st = NULL;
+  if (options_copy(g, "floe_minimize", o, &m->o) != 0 ||
+      schedule_check(g, "floe_minimize", &m->o) != 0 ||
+      hyper_check(g, "floe_minimize", &m->o) != 0)
+    goto out;
+  if (!loss.node) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_minimize '%s': the loss is invalid (an earlier builder call failed)",
+                     scope);
+    goto out;
+  }
+
+  /* The variables: given, or every trainable one. */
+  bool given = vars != NULL;
+  if (!vars) {
+    num_vars = floe_graph_variables(g, 1, NULL, 0);
+    if (num_vars > 0) {
+      all = floe__calloc((size_t)num_vars, sizeof *all);
+      if (!all) goto oom;
+      num_vars = floe_graph_variables(g, 1, all, num_vars);
+    }
+    vars = all;
+  }
+  if (num_vars <= 0) {
+    if (given)
+      floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                       "floe_minimize '%s': num_vars is %d; pass at least one variable, or "
+                       "vars NULL for every trainable variable",
+                       scope, num_vars);
+    else
+      floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                       "floe_minimize '%s': the graph has no trainable variable to train "
+                       "(make them with floe_variable)",
+                       scope);
+    goto out;
+  }
+  mvs = floe__calloc((size_t)num_vars, sizeof *mvs);
+  xs = floe__calloc((size_t)num_vars, sizeof *xs);
+  dxs = floe__calloc((size_t)num_vars, sizeof *dxs);
+  deps = floe__calloc((size_t)num_vars + 1, sizeof *deps);
+  st = floe_status_new();
+  if (!mvs || !xs || !dxs || !deps || !st) goto oom;
+  for (int i = 0; i < num_vars; i++) {
+    if (min_var_init(m, i, &vars[i], &mvs[i]) != 0) goto out;
+    xs[i] = vars[i].value;
+  }
+
+  /* Gradients of the loss at each variable's read; variables it does not reach are
+   * skipped. */
+  if (floe_gradients(g, &loss, 1, xs, num_vars, NULL, dxs, st) != FLOE_OK) {
+    floe__graph_fail(g, floe_status_code(st), "%s", floe_status_message(st));
+    goto out;
+  }
+  int n = 0;
+  for (int i = 0; i < num_vars; i++) {
+    if (!dxs[i].node) continue;
+    mvs[i].grad = dxs[i];
+    mvs[n++] = mvs[i];
+  }
+  if (n == 0) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_minimize '%s': the loss '%s' depends on none of the %d variables "
+                     "(no gradient reaches any of them)",
+                     scope, floe_node_name(loss.node), num_vars);
+    goto out;
+  }
+
+  /* L2 weight decay, then clipping by the global norm of the decayed gradients. */
+  for (int i = 0; i < n && m->o.weight_decay > 0; i++) {
+    TypedScalars *t = &m->typed[mvs[i].dtype];
+    if (!t->wd.node) {
+      char l[64];
+      snprintf(l, sizeof l, "%s/weight_decay", floe_dtype_name(mvs[i].dtype));
+      t->wd = const_scalar(g, scope, l, mvs[i].dtype, m->o.weight_decay);
+    }
+    char *leaf = floe__asprintf("weight_decay/%s", mvs[i].name);
+    char *leaf2 = floe__asprintf("weight_decay/%s/add", mvs[i].name);
+    if (!leaf || !leaf2) {
+      floe__free(leaf);
+      floe__free(leaf2);
+      goto oom;
+    }
+    FloeOutput d = op2(g, "Mul", scope, leaf, t->wd, mvs[i].v.value);
+    mvs[i].grad = op2(g, "Add", scope, leaf2, mvs[i].grad, d);
+    floe__free(leaf);
+    floe__free(leaf2);
+  }
+  if (m->o.clip_global_norm > 0) {
+    for (int i = 0; i < n; i++) xs[i] = mvs[i].grad;
+    char *nscope = floe__asprintf("%s/global_norm", scope);
+    if (!nscope) goto oom;
+    FloeOutput norm = floe_global_norm(g, nscope, xs, n);
+    floe__free(nscope);
+    /* scale = clip / max(norm, clip): 1 while the norm is within bounds. */
+    FloeOutput clip = const_scalar(g, scope, "clip_norm", FLOE_F32, m->o.clip_global_norm);
+    m->scale = op2(g, "Div", scope, "clip_scale", clip,
+                   op2(g, "Maximum", scope, "clip_denominator", norm, clip));
+    for (int i = 0; i < n; i++) {
+      TypedScalars *t = &m->typed[mvs[i].dtype];
+      if (!t->scale.node) t->scale = as_dtype(m, m->scale, FLOE_F32, mvs[i].dtype, "clip_scale");
+      char *leaf = floe__asprintf("clip/%s", mvs[i].name);
+      if (!leaf) goto oom;
+      mvs[i].grad = op2(g, "Mul", scope, leaf, mvs[i].grad, t->scale);
+      floe__free(leaf);
+    }
+  }
+  if (floe_graph_status(g) != FLOE_OK) goto out;
+
+  /* No update may start before every gradient is computed (they read the variables). */
+  for (int i = 0; i < n; i++) deps[i] = mvs[i].grad.node;
+  FloeNode *ready = barrier(g, scope, "gradients_ready", deps, n);
+
+  FloeVariable step = floe_global_step(g);
+  char *lscope = floe__asprintf("%s/learning_rate", scope);
+  if (!lscope) goto oom;
+  m->lr = floe_learning_rate(g, lscope, &m->o, step.value);
+  floe__free(lscope);
+  if (m->o.kind == FLOE_OPT_ADAM) {
+    /* beta^t with t = step + 1: the bias correction of the update about to run. */
+    FloeOutput t = op2(g, "Add", scope, "adam/t", cast(g, scope, "adam/step_f64", step.value,
+                                                      FLOE_F64),
+                       const_scalar(g, scope, "adam/one", FLOE_F64, 1.0));
+    m->b1_power = op2(g, "Pow", scope, "adam/beta1_power",
+                      const_scalar(g, scope, "adam/beta1", FLOE_F64, m->o.beta1), t);
+    m->b2_power = op2(g, "Pow", scope, "adam/beta2_power",
+                      const_scalar(g, scope, "adam/beta2", FLOE_F64, m->o.beta2), t);
+  }
+  for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++)
+    deps[i] = update(m, &mvs[i], ready);
+  if (floe_graph_status(g) != FLOE_OK) goto out;
+
+  /* The step counts once every update is done. */
+  FloeNodeBuilder *b = begin(g, "AssignAddVariableOp", scope, "increment_global_step");
+  floe_node_add_input(b, step.handle);
+  floe_node_add_input(b, const_i64(g, scope, "one", 1));
+  for (int i = 0; i < n; i++) floe_node_add_control_input(b, deps[i]);
+  FloeNode *inc = floe_node_finish(b);
+  if (inc) result = barrier(g, scope, NULL, &inc, 1);
+  goto out;
+
+oom:
+  floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", scope);
+out:
+  floe_status_free(st);
+  floe__free(deps);
+  floe__free(dxs);
+  floe__free(xs);
+  floe__free(mvs);
+  floe__free(all);
+  floe__free(m);
+  return floe_graph_status(g) == FLOE_OK ? result : NULL;
+}

@@ -97,6 +97,8 @@ FloeRuntime *floe_runtime_new(const FloeRuntimeOptions *opts, FloeStatus *status
   rt->pool = floe__pool_new(rt->num_threads, status);
   if (!rt->pool) goto err_free_rt;
   if (floe__plugins_load(rt, opts, status) != FLOE_OK) goto err_free_plugins;
+  /* After the plugins: a plugin's kernel of a device's own type wins over the core's. */
+  if (floe__core_kernels_register(rt, status) != FLOE_OK) goto err_free_plugins;
   name_devices(rt);
   rt->seed = draw_seed();
   return rt;
@@ -182,12 +184,17 @@ floe_code floe_runtime_device(const FloeRuntime *rt, int i, FloeDeviceInfo *info
   return FLOE_OK;
 }
 
+/* The core's own kernels (device type "*", e.g. the variable ops) count for every device
+ * type, since they run on any device. */
 int floe_runtime_num_kernels_for(const FloeRuntime *rt, const char *op, const char *device_type) {
   if (!rt || !op) return 0;
   int n = 0;
   for (int i = 0; i < rt->num_kernels; i++) {
     const FloeKernelReg *k = rt->kernels[i];
-    if (strcmp(k->op, op) == 0 && (!device_type || strcasecmp(k->device_type, device_type) == 0)) n++;
+    if (strcmp(k->op, op) == 0 &&
+        (!device_type || strcmp(k->device_type, "*") == 0 ||
+         strcasecmp(k->device_type, device_type) == 0))
+      n++;
   }
   return n;
 }

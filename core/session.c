@@ -36,6 +36,7 @@ struct FloeSession {
   CacheEntry *cache;       /* guarded by mu */
   SharedKernel *shared;    /* by graph node id, allocated on first use; guarded by mu */
   atomic_int num_cached;
+  FloeResourceMgr *resources; /* the session's variables; outlives its executors */
 };
 
 /* One resolved feed or fetch; pos is its place in the caller's arrays. */
@@ -157,6 +158,13 @@ static floe_code check_feed(const FloeGraph *g, const FloeFeed *f, const SigItem
   const FloeNode *n = g->nodes[it->node_id];
   FloeDType want = n->out_dtypes[it->index];
   const FloeTensor *t = f->value;
+  /* A handle is a pointer into a session's resource manager: only VarHandleOp makes one. */
+  if (t->dtype == FLOE_RESOURCE || want == FLOE_RESOURCE)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "feed '%s': resource handles cannot be fed; '%s' (%s) %s", f->name,
+                           n->name, n->op->name,
+                           want == FLOE_RESOURCE ? "produces a variable handle itself"
+                                                 : "is fed a tensor of dtype resource");
   if (t->dtype != want)
     return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                            "feed '%s': the tensor is %s but '%s' (%s) produces %s", f->name,
@@ -371,7 +379,8 @@ static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeStatu
   }
   if (prune(g, sig, need, st) != FLOE_OK) goto out;
   FloeExecPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
-                       .inline_inexpensive = s->inline_inexpensive};
+                       .inline_inexpensive = s->inline_inexpensive,
+                       .resources = s->resources};
   for (int i = 0; i < g->num_nodes; i++) {
     if (!need[i]) continue;
     FloeExecNodeSpec *spec = &specs[plan.num_nodes];
@@ -530,18 +539,20 @@ FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts
   }
   s->graph = floe__graph_clone(g, status);
   if (!s->graph) goto err_free_session;
-  if (pthread_mutex_init(&s->mu, NULL) != 0) goto err_free_graph;
+  s->resources = floe__resources_new(status);
+  if (!s->resources) goto err_free_graph;
+  if (pthread_mutex_init(&s->mu, NULL) != 0) goto err_no_mutex;
   if (pthread_cond_init(&s->built_cv, NULL) != 0) goto err_destroy_mu;
   atomic_init(&s->num_cached, 0);
   return s;
 
 err_destroy_mu:
   pthread_mutex_destroy(&s->mu);
+err_no_mutex:
+  floe_status_set(status, FLOE_RESOURCE_EXHAUSTED, "cannot create the session's mutex");
+  floe__resources_free(s->resources);
 err_free_graph:
   floe_graph_free(s->graph);
-  floe__free(s);
-  floe_status_set(status, FLOE_RESOURCE_EXHAUSTED, "cannot create the session's mutex");
-  return NULL;
 err_free_session:
   floe__free(s);
   return NULL;
@@ -562,10 +573,26 @@ void floe_session_free(FloeSession *s) {
   for (int i = 0; s->shared && i < s->graph->num_nodes; i++)
     if (s->shared[i].created) floe__kernel_release(s->shared[i].kernel, s->shared[i].state);
   floe__free(s->shared);
+  floe__resources_free(s->resources); /* after every executor: none can hold a variable */
   pthread_cond_destroy(&s->built_cv);
   pthread_mutex_destroy(&s->mu);
   floe_graph_free(s->graph);
   floe__free(s);
+}
+
+/* Borrowed, valid while s lives. */
+const FloeGraph *floe__session_graph(const FloeSession *s) { return s->graph; }
+FloeResourceMgr *floe__session_resources(FloeSession *s) { return s->resources; }
+FloeRuntime *floe__session_runtime(const FloeSession *s) { return s->rt; }
+
+/* Thread-safe; a step running meanwhile sees either the old variables or fails naming the
+ * variable that went away. container NULL is the default container "". */
+floe_code floe_session_reset_container(FloeSession *s, const char *container,
+                                       FloeStatus *status) {
+  if (!s)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_reset_container: the session is NULL");
+  return floe__resources_reset(s->resources, container ? container : "", status);
 }
 
 /* Thread-safe; counts executors fully built. */

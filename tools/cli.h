@@ -12,6 +12,7 @@ int cmd_plugins(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 /* Prints "floe CMD: message" to stderr; returns 1 (or 2 for usage errors via cli_usage). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

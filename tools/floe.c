@@ -1,7 +1,9 @@
-/* floe.c - the floe command: devices, plugins, ops, run, graph. */
+/* floe.c - the floe command: devices, plugins, ops, run, graph, train. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config.h"
@@ -39,6 +41,7 @@ static const struct {
     {"ops", cmd_ops, "list the defined ops"},
     {"run", cmd_run, "run a graph file: feed .npy files, fetch tensors"},
     {"graph", cmd_graph, "describe a graph file, or draw it as Graphviz DOT"},
+    {"train", cmd_train, "train an MLP or a CNN on Fashion-MNIST"},
 };
 
 static void usage(FILE *out) {
@@ -54,7 +57,23 @@ static void usage(FILE *out) {
           "(comma-separated plugin names to load), FLOE_NUM_THREADS, FLOE_LOG_LEVEL.\n");
 }
 
+/* Run from the build tree (not installed) with no FLOE_PLUGIN_PATH: use the plugins built
+ * beside it, so `./tools/floe train` works right after `make`. */
+static void use_build_tree_plugins(void) {
+#if defined(FLOE_BUILD_TOOLS_DIR) && defined(FLOE_BUILD_PLUGIN_PATH)
+  if (getenv("FLOE_PLUGIN_PATH")) return;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  size_t len = strlen(FLOE_BUILD_TOOLS_DIR);
+  if (n <= 0) return;
+  exe[n] = 0;
+  if (strncmp(exe, FLOE_BUILD_TOOLS_DIR, len) == 0 && exe[len] == '/')
+    setenv("FLOE_PLUGIN_PATH", FLOE_BUILD_PLUGIN_PATH, 1);
+#endif
+}
+
 int main(int argc, char **argv) {
+  use_build_tree_plugins();
   if (argc < 2) {
     usage(stderr);
     return 2;

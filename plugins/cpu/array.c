@@ -760,8 +760,8 @@ typedef struct StridedSliceState {
   int64_t mask[5]; /* begin, end, ellipsis, new_axis, shrink_axis: bit i = spec entry i */
 } StridedSliceState;
 
-static floe_code strided_slice_create(const FloeHostApi *host, FloeKernelInit *init,
-                                      void *user_data, void **state) {
+floe_code cpu_strided_slice_create(const FloeHostApi *host, FloeKernelInit *init,
+                                   void *user_data, void **state) {
   static const char *const names[5] = {"begin_mask", "end_mask", "ellipsis_mask",
                                        "new_axis_mask", "shrink_axis_mask"};
   StridedSliceState *s = host->alloc(sizeof *s);
@@ -777,16 +777,14 @@ static floe_code strided_slice_create(const FloeHostApi *host, FloeKernelInit *i
 /* TensorFlow's StridedSlice: the sparse spec (begin/end/strides entries with masks) is
  * expanded to one (begin, stride, size) per input dim, then the output shape drops shrunk
  * dims and inserts new axes. */
-static floe_code strided_slice_compute(void *state, FloeKernelContext *ctx) {
+floe_code cpu_strided_slice_resolve(FloeKernelContext *ctx, const void *state, int first,
+                                    int rank, const int64_t *dims, CpuStridedSlice *out) {
   const StridedSliceState *st = state;
-  const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
-  int rank = cpu_host->tensor_rank(x);
-  const int64_t *dims = cpu_host->tensor_dims(x);
   int64_t sb[SS_MAX_SPEC + 1], se[SS_MAX_SPEC + 1], ss[SS_MAX_SPEC + 1]; /* + implied ... */
   int n, n2, n3;
-  floe_code rc = read_index_vector(ctx, 1, "begin", -1, sb, SS_MAX_SPEC, &n);
-  if (rc == FLOE_OK) rc = read_index_vector(ctx, 2, "end", -1, se, SS_MAX_SPEC, &n2);
-  if (rc == FLOE_OK) rc = read_index_vector(ctx, 3, "strides", -1, ss, SS_MAX_SPEC, &n3);
+  floe_code rc = read_index_vector(ctx, first, "begin", -1, sb, SS_MAX_SPEC, &n);
+  if (rc == FLOE_OK) rc = read_index_vector(ctx, first + 1, "end", -1, se, SS_MAX_SPEC, &n2);
+  if (rc == FLOE_OK) rc = read_index_vector(ctx, first + 2, "strides", -1, ss, SS_MAX_SPEC, &n3);
   if (rc != FLOE_OK) return rc;
   if (n2 != n || n3 != n)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
@@ -837,7 +835,7 @@ static floe_code strided_slice_compute(void *state, FloeKernelContext *ctx) {
         return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                        "slice spec has more entries than the %d dims of "
                                        "shape %s",
-                                       rank, tensor_shape_str(x).s);
+                                       rank, shape_str(rank, dims).s);
       db[full] = sb[i];
       de[full] = se[i];
       ds[full] = ss[i];
@@ -867,7 +865,7 @@ static floe_code strided_slice_compute(void *state, FloeKernelContext *ctx) {
         return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                        "index %" PRId64 " is out of bounds for dim %d of shape "
                                        "%s",
-                                       db[i], i, tensor_shape_str(x).s);
+                                       db[i], i, shape_str(rank, dims).s);
       db[i] = b;
       size[i] = 1;
     } else {
@@ -897,14 +895,32 @@ static floe_code strided_slice_compute(void *state, FloeKernelContext *ctx) {
     whole &= db[i] == 0 && ds[i] == 1 && size[i] == d;
   }
 
-  int64_t odims[FLOE_MAX_DIMS];
   if (n_final > FLOE_MAX_DIMS)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                    "the slice of shape %s would have %d dims; at most %d are "
                                    "supported",
-                                   tensor_shape_str(x).s, n_final, FLOE_MAX_DIMS);
-  for (int i = 0; i < n_final; i++) odims[i] = final[i] < 0 ? 1 : size[final[i]];
-  if (whole) return cpu_host->ctx_forward_input(ctx, 0, 0, n_final, odims);
+                                   shape_str(rank, dims).s, n_final, FLOE_MAX_DIMS);
+  for (int i = 0; i < rank; i++) {
+    out->begin[i] = db[i];
+    out->stride[i] = ds[i];
+    out->size[i] = size[i];
+  }
+  out->out_rank = n_final;
+  for (int i = 0; i < n_final; i++) out->out_dims[i] = final[i] < 0 ? 1 : size[final[i]];
+  out->whole = whole;
+  return FLOE_OK;
+}
+
+static floe_code strided_slice_compute(void *state, FloeKernelContext *ctx) {
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
+  int rank = cpu_host->tensor_rank(x);
+  const int64_t *dims = cpu_host->tensor_dims(x);
+  CpuStridedSlice sl;
+  floe_code rc = cpu_strided_slice_resolve(ctx, state, 1, rank, dims, &sl);
+  if (rc != FLOE_OK) return rc;
+  const int64_t *db = sl.begin, *ds = sl.stride, *size = sl.size, *odims = sl.out_dims;
+  int n_final = sl.out_rank;
+  if (sl.whole) return cpu_host->ctx_forward_input(ctx, 0, 0, n_final, odims);
   /* Same elements in the same order as the per-input-dim box: view or copy that. */
   size_t es = cpu_host->dtype_size(cpu_host->tensor_dtype(x));
   int64_t first;
@@ -1384,7 +1400,7 @@ floe_code cpu_register_array(FloePluginRegistrar *reg) {
       {"Concat", "T", 0, concat_compute, NULL, 0, NULL},
       {"Split", "T", 0, split_compute, split_create, 1, NULL},
       {"Slice", "T", 0, slice_compute, NULL, 0, NULL},
-      {"StridedSlice", "T", 0, strided_slice_compute, strided_slice_create, 1, NULL},
+      {"StridedSlice", "T", 0, strided_slice_compute, cpu_strided_slice_create, 1, NULL},
       {"Gather", "T", 0, gather_compute, axis_create, 1, NULL},
       {"Pad", "T", 0, pad_compute, pad_create, 1, NULL},
       {"Tile", "T", 0, tile_compute, NULL, 0, NULL},

@@ -30,4 +30,31 @@ floe_code cpu_register_grad_array(FloePluginRegistrar *reg);       /* grad_array
 floe_code cpu_register_conv_grad(FloePluginRegistrar *reg);        /* conv_grad.c */
 floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
 
+/* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
+ * StridedSlice and StridedSliceGrad). */
+typedef struct CpuStridedSlice {
+  int64_t begin[FLOE_MAX_DIMS];  /* per input dim: first index taken */
+  int64_t stride[FLOE_MAX_DIMS]; /* per input dim: step between taken indices (may be < 0) */
+  int64_t size[FLOE_MAX_DIMS];   /* per input dim: indices taken (1 for a shrunk dim) */
+  int out_rank;                  /* the slice's shape: shrunk dims dropped, new axes added */
+  int64_t out_dims[FLOE_MAX_DIMS];
+  int whole;                     /* the slice is the whole input, in order */
+} CpuStridedSlice;
+/* Kernel create of both ops: parses the five *_mask attributes into a state that the
+ * kernel's destroy frees with cpu_host->free. */
+floe_code cpu_strided_slice_create(const FloeHostApi *host, FloeKernelInit *init,
+                                   void *user_data, void **state);
+/* Reads begin, end and strides from inputs first..first+2 of ctx and resolves them with the
+ * masks of state against a tensor of rank / dims. Errors are recorded on ctx. */
+floe_code cpu_strided_slice_resolve(FloeKernelContext *ctx, const void *state, int first,
+                                    int rank, const int64_t *dims, CpuStridedSlice *out);
+
+/* reduce.c: out = the sum of x (dense, dtype dt, rank <= CPU_SUM_MAX_DIMS) over the dims
+ * marked in red[]; out holds the kept dims in order. Accumulates like Sum (float blocks in
+ * f32 lanes combined in f64, halves in f32, integers wrapping); an empty sum is 0. Splits
+ * over the pool when large. Temporary memory comes from ctx; errors are recorded on ctx. */
+#define CPU_SUM_MAX_DIMS (2 * FLOE_MAX_DIMS)
+floe_code cpu_sum_dims(FloeKernelContext *ctx, FloeDType dt, const void *x, void *out, int rank,
+                       const int64_t *dims, const int *red);
+
 #endif

@@ -3,6 +3,7 @@
 #ifndef FLOE_CPU_UTIL_H
 #define FLOE_CPU_UTIL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -211,6 +212,39 @@ static inline float cpu_log_f32(float x) {
   r = x < 0.0f ? __builtin_nanf("") : r;
   r = x == __builtin_inff() || x != x ? x : r;
   return r;
+}
+
+/* Shared by the activations (elementwise.c) and their gradients (grad_elementwise.c), so a
+ * gradient differentiates exactly the function the forward op computes. */
+static inline float cpu_erfc_f32(float x) {
+  /* Chebyshev fit of Numerical Recipes (erfcc): relative error < 1.2e-7 everywhere, so the
+   * tail keeps its relative accuracy (1 + erf(x) would cancel). */
+  float z = fabsf(x);
+  float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  float r = t * cpu_exp_f32(p - z * z);
+  return x >= 0.0f ? r : 2.0f - r;
+}
+
+static inline float cpu_sigmoid_f32(float x) {
+  /* exp of -|x| never overflows, so the result stays accurate far into the tails. */
+  float e = cpu_exp_f32(-fabsf(x));
+  float r = 1.0f / (1.0f + e);
+  return x >= 0.0f ? r : e * r;
+}
+
+static inline double cpu_sigmoid_f64(double x) {
+  double e = exp(-fabs(x));
+  return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
 #endif

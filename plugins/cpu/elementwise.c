@@ -68,32 +68,6 @@ static inline float math_tanh_f32(float x) {
   return z < 0.625f ? small : copysignf(big, x);
 }
 
-static inline float math_erfc_f32(float x) {
-  /* Chebyshev fit of Numerical Recipes (erfcc): relative error < 1.2e-7 everywhere, so the
-   * tail keeps its relative accuracy (1 + erf(x) would cancel). */
-  float z = fabsf(x);
-  float t = 1.0f / (1.0f + 0.5f * z);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  float r = t * cpu_exp_f32(p - z * z);
-  return x >= 0.0f ? r : 2.0f - r;
-}
-
-static inline float math_sigmoid_f32(float x) {
-  /* exp of -|x| never overflows, so the result stays accurate far into the tails. */
-  float e = cpu_exp_f32(-fabsf(x));
-  float r = 1.0f / (1.0f + e);
-  return x >= 0.0f ? r : e * r;
-}
-
 static inline float math_softplus_f32(float x) {
   /* max(x, 0) + log1p(exp(-|x|)); log1p(t) = log(u) * t / (u - 1) with u = 1 + t is exact
    * to an ulp even when t is below f32 epsilon (Goldberg). */
@@ -105,7 +79,7 @@ static inline float math_softplus_f32(float x) {
 }
 
 static inline float math_gelu_erf_f32(float x) {
-  float p = 0.5f * math_erfc_f32(-x * 0.70710678118654752f); /* Phi(x) */
+  float p = 0.5f * cpu_erfc_f32(-x * 0.70710678118654752f); /* Phi(x) */
   float g = x * p;
   return p == 0.0f ? -0.0f : g; /* x = -Inf gives -Inf * 0 */
 }
@@ -113,14 +87,9 @@ static inline float math_gelu_erf_f32(float x) {
 static inline float math_gelu_tanh_f32(float x) {
   /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u): no cancellation for negative x. */
   float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-  float p = math_sigmoid_f32(u + u);
+  float p = cpu_sigmoid_f32(u + u);
   float g = x * p;
   return p == 0.0f ? -0.0f : g; /* x = -Inf gives -Inf * 0 */
-}
-
-static inline double math_sigmoid_f64(double x) {
-  double e = exp(-fabs(x));
-  return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
 static inline double math_softplus_f64(double x) {
@@ -134,7 +103,7 @@ static inline double math_gelu_erf_f64(double x) {
 
 static inline double math_gelu_tanh_f64(double x) {
   double u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
-  double p = math_sigmoid_f64(u + u);
+  double p = cpu_sigmoid_f64(u + u);
   return p == 0.0 ? -0.0 : x * p;
 }
 
@@ -487,10 +456,51 @@ UNARY_FLOAT(leaky_relu, x > 0 ? x : a * x, x > 0 ? x : a * x)
 UNARY_FLOAT(elu, x > 0 ? x : a * math_expm1_f32(x), x > 0 ? x : a * expm1(x))
 UNARY_FLOAT(gelu_erf, math_gelu_erf_f32(x), math_gelu_erf_f64(x))
 UNARY_FLOAT(gelu_tanh, math_gelu_tanh_f32(x), math_gelu_tanh_f64(x))
-UNARY_FLOAT(sigmoid, math_sigmoid_f32(x), math_sigmoid_f64(x))
+UNARY_FLOAT(sigmoid, cpu_sigmoid_f32(x), cpu_sigmoid_f64(x))
 UNARY_FLOAT(tanh, math_tanh_f32(x), tanh(x))
 UNARY_FLOAT(softplus, math_softplus_f32(x), math_softplus_f64(x))
 UNARY_ROW(not_b, , uint8_t, x == 0)
+/* Sign keeps NaN and the sign of zero (a select chain, so it vectorises). */
+#define FSIGN (x > 0 ? 1 : x < 0 ? -1 : x)
+#define SSIGN(T, U) (T)((x > 0) - (x < 0))
+#define USIGN(T, U) (T)(x > 0)
+UNARY_NUMERIC(sign, FSIGN, FSIGN, SSIGN, USIGN)
+UNARY_FLOAT(floor, floorf(x), floor(x))
+UNARY_ROW(sin_f64, , double, sin(x))
+UNARY_ROW(cos_f64, , double, cos(x))
+
+/* f32 sin and cos: |x| <= SINCOS_MAX is reduced to r in [-pi/4, pi/4] in double (a 33-bit
+ * pi/2 head times j < 2^20 is exact, so r is exact to far below f32's ulp) and evaluated
+ * with Cephes' f32 polynomials, in selects so the loop vectorises; larger |x| (and Inf),
+ * rare, are patched afterwards with libm, which does the full Payne-Hanek reduction. */
+#define SINCOS_MAX 1.0e6f
+
+static inline float math_sincos_f32(float x, int32_t quarter) {
+  float xc = fabsf(x) <= SINCOS_MAX ? x : 0.0f; /* NaN and big x: a safe dummy */
+  double xd = xc;
+  double jd = (xd * 0.63661977236758134308 + 6755399441055744.0) - 6755399441055744.0;
+  float r = (float)((xd - jd * 1.57079632673412561417e+00) - jd * 6.07710050650619224932e-11);
+  int32_t q = (int32_t)jd + quarter; /* sin(x) = +-sin(r) or +-cos(r) by quarter turn */
+  float z = r * r;
+  float sn = r + r * z * (-1.6666654611e-1f + z * (8.3321608736e-3f + z * -1.9515295891e-4f));
+  float cs = 1.0f - 0.5f * z +
+             z * z * (4.166664568e-2f + z * (-1.388731625e-3f + z * 2.443315711e-5f));
+  float v = q & 1 ? cs : sn;
+  v = q & 2 ? -v : v;
+  return x != x ? x : v;
+}
+
+/* quarter: 0 for sin, 1 for cos (cos x = sin(x + pi/2)). */
+#define SINCOS_ROW(NAME, QUARTER, LIBM)                                                      \
+  HOT static void NAME(void *yv, const void *xv, int64_t n, double alpha) {                  \
+    float *restrict ys = yv;                                                                 \
+    const float *restrict xs = xv;                                                           \
+    for (int64_t i = 0; i < n; i++) ys[i] = math_sincos_f32(xs[i], QUARTER);                 \
+    for (int64_t i = 0; i < n; i++)                                                          \
+      if (fabsf(xs[i]) > SINCOS_MAX) ys[i] = LIBM(xs[i]);                                    \
+  }
+SINCOS_ROW(sin_f32, 0, sinf)
+SINCOS_ROW(cos_f32, 1, cosf)
 
 typedef struct UnaryOp {
   UnaryRow row[FLOE_DTYPE_LIMIT]; /* f16/bf16 run row[FLOE_F32] on converted chunks */
@@ -514,6 +524,10 @@ static const UnaryOp op_sigmoid = {{ROWS_FLOAT(sigmoid)}, 4};
 static const UnaryOp op_tanh = {{ROWS_FLOAT(tanh)}, 6};
 static const UnaryOp op_softplus = {{ROWS_FLOAT(softplus)}, 8};
 static const UnaryOp op_not = {{[FLOE_BOOL] = not_b}, 1};
+static const UnaryOp op_sign = {{ROWS_NUMERIC(sign)}, 1};
+static const UnaryOp op_floor = {{ROWS_FLOAT(floor)}, 1};
+static const UnaryOp op_sin = {{ROWS_FLOAT(sin)}, 6};
+static const UnaryOp op_cos = {{ROWS_FLOAT(cos)}, 6};
 
 /* Kernel state: the op and its attribute, fixed per node. */
 typedef struct UnaryState {
@@ -527,7 +541,9 @@ static const UnaryState st_neg = {&op_neg, 0}, st_abs = {&op_abs, 0},
                         st_relu6 = {&op_relu6, 0}, st_exp = {&op_exp, 0}, st_log = {&op_log, 0},
                         st_sqrt = {&op_sqrt, 0}, st_rsqrt = {&op_rsqrt, 0},
                         st_sigmoid = {&op_sigmoid, 0}, st_tanh = {&op_tanh, 0},
-                        st_softplus = {&op_softplus, 0}, st_not = {&op_not, 0};
+                        st_softplus = {&op_softplus, 0}, st_not = {&op_not, 0},
+                        st_sign = {&op_sign, 0}, st_floor = {&op_floor, 0},
+                        st_sin = {&op_sin, 0}, st_cos = {&op_cos, 0};
 /* Templates for ops with attributes: op and the attribute's default (ops_std.def). */
 static const UnaryState st_leaky_relu = {&op_leaky_relu, 0.2}, st_elu = {&op_elu, 1.0},
                         st_gelu = {&op_gelu_erf, 0};
@@ -869,6 +885,8 @@ floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
       {"Elu", &st_elu, flt, 1},             {"Gelu", &st_gelu, flt, 1},
       {"Sigmoid", &st_sigmoid, flt, 0},     {"Tanh", &st_tanh, flt, 0},
       {"Softplus", &st_softplus, flt, 0},   {"LogicalNot", &st_not, 0, 0},
+      {"Sign", &st_sign, numeric, 0},       {"Floor", &st_floor, flt, 0},
+      {"Sin", &st_sin, flt, 0},             {"Cos", &st_cos, flt, 0},
   };
   floe_code rc = FLOE_OK;
   for (size_t i = 0; rc == FLOE_OK && i < sizeof binaries / sizeof binaries[0]; i++)

@@ -1,10 +1,16 @@
 /* matmul.c - MatMul, BatchMatMul and BiasAdd of the CPU plugin.
  *
- * Products go through OpenBLAS (sgemm/dgemm, sgemv/dgemv when one side is a vector); f16 and
- * bf16 are widened to f32 first. OpenBLAS keeps its own threads: a product large enough to be
- * threaded by OpenBLAS runs on the calling thread, while batches of small products are spread
- * over the shared pool (OpenBLAS runs those single-threaded). */
+ * f32 products go through oneDNN's dnnl_sgemm: Debian's OpenBLAS 0.3.21 takes AVX-512 CPUs
+ * it does not know for "Prescott" and runs SSE3 kernels, 4 to 10 times slower (see
+ * docs/benchmarks.md). Only tiny f32 products (M*N*K <= 4096) stay on OpenBLAS, whose call
+ * costs less than oneDNN's. f64 uses OpenBLAS (dgemm, dgemv when one side is a vector);
+ * f16 and bf16 are widened to f32 first. Transposed operands are passed as such, never
+ * copied. oneDNN threads one product over its OpenMP threads (OMP_NUM_THREADS), OpenBLAS
+ * over its own; batches of small products are spread over the shared pool instead, where
+ * each product runs on one thread. */
 #include <cblas.h>
+#include <dnnl.h>
+#include <dnnl_debug.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <string.h>
@@ -14,6 +20,9 @@
 
 /* Below this M*N*K OpenBLAS 0.3.21 computes a GEMM on one thread (SMP threshold 65536 x 4). */
 #define BLAS_SINGLE_THREAD_MNK (65536 * 4)
+/* Up to this M*N*K an f32 product costs less through OpenBLAS (about 0.3 us a call) than
+ * through dnnl_sgemm (about 0.7 us); from 32x32x32 on oneDNN's kernels win by 4x. */
+#define SGEMM_TINY_MNK 4096
 
 /* "[2,3,4]" for error messages. */
 static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
@@ -54,8 +63,21 @@ static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
     }                                                                                          \
   }
 
-DEFINE_GEMM(gemm_f32, float, cblas_sgemm, cblas_sgemv)
+DEFINE_GEMM(gemm_f32_blas, float, cblas_sgemm, cblas_sgemv)
 DEFINE_GEMM(gemm_f64, double, cblas_dgemm, cblas_dgemv)
+
+/* oneDNN's sgemm takes row-major operands and 'N' / 'T' like cblas; it can fail only on
+ * arguments, which batch_product checked. */
+static dnnl_status_t gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                              const float *b, float *c) {
+  if (m == 0 || n == 0) return dnnl_success;
+  if (k == 0 || m * n * k <= SGEMM_TINY_MNK) {
+    gemm_f32_blas(ta, tb, m, n, k, a, b, c);
+    return dnnl_success;
+  }
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, ta ? m : k, b,
+                    tb ? k : n, 0.0f, c, n);
+}
 
 /* A batch of products z[b] = op(x[xi(b)]) op(y[yi(b)]) with NumPy-broadcast batch dims. */
 typedef struct Product {
@@ -67,6 +89,7 @@ typedef struct Product {
   int64_t ystride[FLOE_MAX_DIMS];
   const void *x, *y;
   void *z;
+  int status; /* the first failing dnnl_sgemm's dnnl_status_t, else dnnl_success */
 } Product;
 
 static void product_range(void *arg, int64_t begin, int64_t end) {
@@ -86,26 +109,45 @@ static void product_range(void *arg, int64_t begin, int64_t end) {
     if (p->f64)
       gemm_f64(p->ta, p->tb, p->m, p->n, p->k, (const double *)x, (const double *)y,
                (double *)z);
-    else
-      gemm_f32(p->ta, p->tb, p->m, p->n, p->k, (const float *)x, (const float *)y, (float *)z);
+    else {
+      int st = (int)gemm_f32(p->ta, p->tb, p->m, p->n, p->k, (const float *)x,
+                             (const float *)y, (float *)z);
+      int ok = dnnl_success;
+      if (st != dnnl_success)
+        __atomic_compare_exchange_n(&((Product *)arg)->status, &ok, st, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    }
   }
 }
 
-static void product_run(Product *p, int64_t batch, int64_t xbatch, int64_t ybatch) {
-  if (batch == 0 || p->m == 0 || p->n == 0) return;
+/* Computes every product of the batch; returns the first dnnl_sgemm failure's status. */
+static dnnl_status_t product_run(Product *p, int64_t batch, int64_t xbatch, int64_t ybatch) {
+  p->status = dnnl_success;
+  if (batch == 0 || p->m == 0 || p->n == 0) return dnnl_success;
   /* One shared right-hand matrix: the batch folds into M, one larger (better) GEMM. */
   if (ybatch == 1 && xbatch == batch && !p->ta && p->m * batch <= INT_MAX) {
     Product one = *p;
     one.m = p->m * batch;
     one.nb = 0;
     product_range(&one, 0, 1);
-    return;
+    return (dnnl_status_t)one.status;
   }
+  /* Products that run on one thread anyway are spread over the pool. oneDNN's are not:
+   * each would start its own OpenMP team, and the teams would fight over the cores. */
   double mnk = (double)p->m * (double)p->n * (double)p->k;
-  if (batch > 1 && mnk < BLAS_SINGLE_THREAD_MNK)
+  double one_thread = p->f64 ? BLAS_SINGLE_THREAD_MNK : SGEMM_TINY_MNK;
+  if (batch > 1 && mnk <= one_thread)
     cpu_parallel_for(batch, (int64_t)(mnk / 4) + 1, product_range, p);
   else
     product_range(p, 0, batch);
+  return (dnnl_status_t)p->status;
+}
+
+static floe_code sgemm_fail(FloeKernelContext *ctx, const Product *p, dnnl_status_t st) {
+  return cpu_host->ctx_set_error(
+      ctx, st == dnnl_out_of_memory ? FLOE_NO_MEMORY : FLOE_INTERNAL,
+      "oneDNN sgemm of %lldx%lld by %lldx%lld failed: %s", (long long)p->m, (long long)p->k,
+      (long long)p->k, (long long)p->n, dnnl_status2str(st));
 }
 
 /* Validates x [..., M, K] and y [..., K, N] (after the transposes) and computes the product
@@ -185,8 +227,8 @@ static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool br
     p.f64 = dt == FLOE_F64;
     p.x = cpu_host->tensor_data(x);
     p.y = cpu_host->tensor_data(y);
-    product_run(&p, batch, xbatch, ybatch);
-    return FLOE_OK;
+    dnnl_status_t st = product_run(&p, batch, xbatch, ybatch);
+    return st == dnnl_success ? FLOE_OK : sgemm_fail(ctx, &p, st);
   }
   /* f16 / bf16: widen both operands, multiply in f32, round the result once. */
   int64_t xn = cpu_host->tensor_num_elements(x), yn = cpu_host->tensor_num_elements(y);
@@ -199,7 +241,8 @@ static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool br
   p.x = buf;
   p.y = buf + xn;
   p.z = buf + xn + yn;
-  product_run(&p, batch, xbatch, ybatch);
+  dnnl_status_t st = product_run(&p, batch, xbatch, ybatch);
+  if (st != dnnl_success) return sgemm_fail(ctx, &p, st);
   cpu_convert_half(dt, false, p.z, z, zn);
   return FLOE_OK;
 }

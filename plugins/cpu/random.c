@@ -1,4 +1,5 @@
-/* random.c - RandomUniform, RandomNormal and TruncatedNormal on a counter-based generator.
+/* random.c - RandomUniform, RandomNormal and TruncatedNormal, and the stateless
+ * StatelessRandomUniform and StatelessRandomNormal, on a counter-based generator.
  *
  * Philox-4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
  * SC'11) maps a 128-bit counter and a 64-bit key to four 32-bit words. Each output element
@@ -19,6 +20,9 @@
  *     log and sincos (within about 1e-6 of the exact formula, before rounding to f16/bf16).
  *   TruncatedNormal: an element with |z| > 2 is drawn again from the same position of block
  *     (its block | attempt << 48), attempt = 1, 2, ... until |z| <= 2.
+ *
+ * Stateless ops draw what the stateful op with seed = seed[0], seed2 = seed[1] draws on its
+ * first call (c = 0).
  *
  * seed = seed2 = 0 (unseeded): seed is drawn once per process, at the first unseeded node,
  * from the clock and pid, and seed2 is a per-process serial number of the node, so
@@ -313,8 +317,8 @@ static void random_destroy(void *state) {
   cpu_host->free(state);
 }
 
-static floe_code random_compute(void *state, FloeKernelContext *ctx) {
-  RandomState *s = state;
+/* Allocates output 0 with the shape held by input 0 (a 1-D i32/i64 tensor). */
+static floe_code allocate_from_shape(FloeKernelContext *ctx, FloeTensor **y) {
   const FloeTensor *st = cpu_host->ctx_input(ctx, 0);
   FloeDType sdt = cpu_host->tensor_dtype(st);
   int64_t n = cpu_host->tensor_num_elements(st);
@@ -335,25 +339,62 @@ static floe_code random_compute(void *state, FloeKernelContext *ctx) {
       return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                      "shape %s has a negative size",
                                      cpu_shape_str(shape, sizeof shape, (int)n, dims));
-  FloeTensor *y;
-  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, (int)n, dims, &y);
-  if (rc != FLOE_OK) return rc;
-  uint64_t c = atomic_fetch_add(&s->calls, 1); /* every run draws, even an empty one */
+  return cpu_host->ctx_allocate_output(ctx, 0, (int)n, dims, y);
+}
+
+/* Fills y (non-empty) from key (seed ^ mix64(c)) and seed2, sharded over the pool. */
+static void draw_into(FloeTensor *y, int dist, uint64_t key, uint64_t seed2) {
   Draw d;
-  d.dist = s->dist;
+  d.dist = dist;
   d.dt = cpu_host->tensor_dtype(y);
   d.n = cpu_host->tensor_num_elements(y);
-  if (d.n == 0) return FLOE_OK;
-  uint64_t key = s->seed ^ mix64(c);
   d.k0 = (uint32_t)key;
   d.k1 = (uint32_t)(key >> 32);
-  d.c2 = (uint32_t)s->seed2;
-  d.c3 = (uint32_t)(s->seed2 >> 32);
+  d.c2 = (uint32_t)seed2;
+  d.c3 = (uint32_t)(seed2 >> 32);
   d.out = cpu_host->tensor_data(y);
   FloeParallelFn fn = d.dt == FLOE_F64 ? draw_f64 : draw_f32;
   int per_block = d.dt == FLOE_F64 ? 2 : 4;
   int64_t blocks = (d.n + per_block - 1) / per_block;
   cpu_parallel_for(blocks, d.dist == DIST_UNIFORM ? 12 : 32, fn, &d); /* ns per block */
+}
+
+static floe_code random_compute(void *state, FloeKernelContext *ctx) {
+  RandomState *s = state;
+  FloeTensor *y;
+  floe_code rc = allocate_from_shape(ctx, &y);
+  if (rc != FLOE_OK) return rc;
+  uint64_t c = atomic_fetch_add(&s->calls, 1); /* every run draws, even an empty one */
+  if (cpu_host->tensor_num_elements(y) == 0) return FLOE_OK;
+  draw_into(y, s->dist, s->seed ^ mix64(c), s->seed2);
+  return FLOE_OK;
+}
+
+/* StatelessRandomUniform / StatelessRandomNormal: the stream of the stateful op with
+ * seed = seed[0], seed2 = seed[1] on its first call (c = 0, mix64(0) = 0), so the output
+ * depends only on (seed[0], seed[1], i). i32 seeds are sign-extended: [1, -1] as i32 and as
+ * i64 draw the same numbers. user_data (the state) is the distribution. */
+static floe_code stateless_compute(void *state, FloeKernelContext *ctx) {
+  int dist = (int)(intptr_t)state;
+  const FloeTensor *seed = cpu_host->ctx_input(ctx, 1);
+  FloeDType sdt = cpu_host->tensor_dtype(seed);
+  if ((sdt != FLOE_I32 && sdt != FLOE_I64) || cpu_host->tensor_rank(seed) != 1 ||
+      cpu_host->tensor_num_elements(seed) != 2) {
+    char shape[CPU_SHAPE_STR_MAX];
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT, "seed must be a 1-D i32/i64 tensor of 2 values, got %s %s",
+        cpu_host->dtype_name(sdt),
+        cpu_shape_str(shape, sizeof shape, cpu_host->tensor_rank(seed),
+                      cpu_host->tensor_dims(seed)));
+  }
+  const void *sd = cpu_host->tensor_data(seed);
+  int64_t s0 = sdt == FLOE_I32 ? ((const int32_t *)sd)[0] : ((const int64_t *)sd)[0];
+  int64_t s1 = sdt == FLOE_I32 ? ((const int32_t *)sd)[1] : ((const int64_t *)sd)[1];
+  FloeTensor *y;
+  floe_code rc = allocate_from_shape(ctx, &y);
+  if (rc != FLOE_OK) return rc;
+  if (cpu_host->tensor_num_elements(y) == 0) return FLOE_OK;
+  draw_into(y, dist, (uint64_t)s0, (uint64_t)s1);
   return FLOE_OK;
 }
 
@@ -371,5 +412,10 @@ floe_code cpu_register_random(FloePluginRegistrar *reg) {
                                   random_create, random_destroy, (void *)(intptr_t)k[i].dist);
     if (rc != FLOE_OK) return rc;
   }
-  return FLOE_OK;
+  floe_code rc = cpu_add_kernel(reg, "StatelessRandomUniform", "dtype", FLOE_DTYPES_FLOAT, 0,
+                                stateless_compute, NULL, NULL, (void *)(intptr_t)DIST_UNIFORM);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "StatelessRandomNormal", "dtype", FLOE_DTYPES_FLOAT, 0,
+                        stateless_compute, NULL, NULL, (void *)(intptr_t)DIST_NORMAL);
+  return rc;
 }

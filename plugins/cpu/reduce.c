@@ -419,14 +419,14 @@ typedef struct GatherJob {
   const char *src;
   char *dst;
   size_t esz;
-  int nd;                        /* dims of the gathered layout */
-  int64_t dims[FLOE_MAX_DIMS];   /* their sizes */
-  int64_t stride[FLOE_MAX_DIMS]; /* their strides in src, in elements */
+  int nd;                           /* dims of the gathered layout */
+  int64_t dims[CPU_SUM_MAX_DIMS];   /* their sizes */
+  int64_t stride[CPU_SUM_MAX_DIMS]; /* their strides in src, in elements */
 } GatherJob;
 
 static void gather_rows(void *arg, int64_t begin, int64_t end) {
   const GatherJob *j = arg;
-  int64_t run = j->dims[j->nd - 1], idx[FLOE_MAX_DIMS], off = 0, rest = begin;
+  int64_t run = j->dims[j->nd - 1], idx[CPU_SUM_MAX_DIMS], off = 0, rest = begin;
   for (int d = j->nd - 2; d >= 0; d--) {
     idx[d] = rest % j->dims[d];
     rest /= j->dims[d];
@@ -520,13 +520,14 @@ static floe_code alloc_output(FloeKernelContext *ctx, int rank, const int64_t *d
   return FLOE_OK;
 }
 
-/* Reduce the dims marked in red[] of x (all dims >= 1) into out. */
+/* Reduce the dims marked in red[] of x (rank <= CPU_SUM_MAX_DIMS, all dims >= 1, more than
+ * one element reduced) into out. */
 static floe_code reduce_dims(FloeKernelContext *ctx, const Reducer *f, const void *x, void *out,
                              size_t esz, int rank, const int64_t *dims, const int *red,
                              int64_t count) {
   /* Drop size-1 dims and merge neighbours with the same role into groups. */
-  int ng = 0, gred[FLOE_MAX_DIMS], nred = 0;
-  int64_t gsize[FLOE_MAX_DIMS];
+  int ng = 0, gred[CPU_SUM_MAX_DIMS], nred = 0;
+  int64_t gsize[CPU_SUM_MAX_DIMS];
   for (int d = 0; d < rank; d++) {
     if (dims[d] == 1) continue;
     if (ng > 0 && gred[ng - 1] == red[d]) {
@@ -549,7 +550,7 @@ static floe_code reduce_dims(FloeKernelContext *ctx, const Reducer *f, const voi
   if (nred == 1) return red_blocks(ctx, f, x, out, esz, O, R, I, count);
 
   GatherJob gj = {.src = x, .esz = esz};
-  int64_t stride[FLOE_MAX_DIMS], s = 1;
+  int64_t stride[CPU_SUM_MAX_DIMS], s = 1;
   for (int g = ng - 1; g >= 0; g--) stride[g] = s, s *= gsize[g];
   for (int pass = 0; pass < 2; pass++) /* kept groups, then reduced ones */
     for (int g = 0; g < ng - last_kept; g++)
@@ -563,6 +564,16 @@ static floe_code reduce_dims(FloeKernelContext *ctx, const Reducer *f, const voi
   gj.dst = tmp;
   cpu_parallel_for(s / gj.dims[gj.nd - 1], gj.dims[gj.nd - 1], gather_rows, &gj);
   return red_blocks(ctx, f, tmp, out, esz, O, R, I, count);
+}
+
+/* The result of reducing nothing into each of on outputs: init then store (count 0). */
+static void store_empty(const Reducer *f, void *out, int64_t on, size_t esz) {
+  double acc[RED_CHUNK];
+  for (int64_t i = 0; i < on; i += RED_CHUNK) {
+    int64_t n = on - i < RED_CHUNK ? on - i : RED_CHUNK;
+    f->init(acc, n);
+    f->store(acc, n, (char *)out + (size_t)i * esz, 0);
+  }
 }
 
 static floe_code reduce_compute(void *state, FloeKernelContext *ctx) {
@@ -604,15 +615,33 @@ static floe_code reduce_compute(void *state, FloeKernelContext *ctx) {
   const Reducer *f = &red_fns[kind][dt];
   size_t esz = cpu_host->dtype_size(dt);
   if (rn == 0) { /* Sum 0, Prod 1, Mean 0/0 = NaN */
-    double acc[RED_CHUNK];
-    for (int64_t i = 0; i < on; i += RED_CHUNK) {
-      int64_t n = on - i < RED_CHUNK ? on - i : RED_CHUNK;
-      f->init(acc, n);
-      f->store(acc, n, (char *)out + (size_t)i * esz, 0);
-    }
+    store_empty(f, out, on, esz);
     return FLOE_OK;
   }
   return reduce_dims(ctx, f, cpu_host->tensor_data(xt), out, esz, rank, dims, red, rn);
+}
+
+floe_code cpu_sum_dims(FloeKernelContext *ctx, FloeDType dt, const void *x, void *out, int rank,
+                       const int64_t *dims, const int *red) {
+  const Reducer *f = &red_fns[RED_SUM][dt];
+  size_t esz = cpu_host->dtype_size(dt);
+  int64_t on = 1, rn = 1;
+  for (int d = 0; d < rank; d++) {
+    if (red[d])
+      rn *= dims[d];
+    else
+      on *= dims[d];
+  }
+  if (on == 0) return FLOE_OK;
+  if (rn == 0) {
+    store_empty(f, out, on, esz);
+    return FLOE_OK;
+  }
+  if (rn == 1) { /* only size-1 dims reduced: the same elements */
+    memcpy(out, x, (size_t)on * esz);
+    return FLOE_OK;
+  }
+  return reduce_dims(ctx, f, x, out, esz, rank, dims, red, rn);
 }
 
 /* ------------------------------------------------------------------------------------ */

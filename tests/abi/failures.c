@@ -5,6 +5,8 @@
  *                      message (FAILED, nothing registered).
  *   ABITEST_BADOP      floe-abitest-badop.so: registers a kernel for an op nobody defines
  *                      and returns that error (FAILED, message names the op).
+ *   ABITEST_BADGRAD    floe-abitest-badgrad.so: registers a gradient for the standard op Relu,
+ *                      which has one (FAILED at commit, message names the op).
  *   ABITEST_UNAVAIL    floe-abitest-unavail.so: "not usable here" (UNAVAILABLE + reason).
  *   ABITEST_NODECLARE  floe-abitest-nodeclare.so: registers without declaring and returns
  *                      FLOE_OK anyway (FAILED).
@@ -70,6 +72,25 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   k.device_type = "ABIBAD";
   k.compute = compute;
   return reg->register_kernel(reg, &k);
+}
+
+#elif defined(ABITEST_BADGRAD)
+
+FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePluginRegistrar *reg) {
+  floe_code rc = FLOE_PLUGIN_DECLARE(reg, "abitest-badgrad", "1.0");
+  if (rc != FLOE_OK) return rc;
+  static const char *const from[] = {"dy:0"};
+  static const int32_t grads[] = {0};
+  FloeGradientDef gd;
+  memset(&gd, 0, sizeof gd);
+  gd.struct_size = sizeof gd;
+  gd.op = "Relu";
+  gd.grad_op = "Identity";
+  gd.grad_inputs = from;
+  gd.num_grad_inputs = 1;
+  gd.input_grads = grads;
+  gd.num_input_grads = 1;
+  return reg->register_gradient(reg, &gd); /* staged: accepted here, refused at commit */
 }
 
 #elif defined(ABITEST_UNAVAIL)

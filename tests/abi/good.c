@@ -251,6 +251,22 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
   if ((rc = add_kernel(reg, FLOE_DTYPE_BIT(FLOE_F32) | FLOE_DTYPE_BIT(FLOE_F64), 0, &add_marked)) != FLOE_OK)
     return rc;
   if ((rc = add_async_op(reg)) != FLOE_OK) return rc;
+  /* d(2x) = 2 dy: AbiTestTwice differentiates with itself (ABI 1.2). */
+  static const char *const grad_from[] = {"dy:0"};
+  static const int32_t grad_of_x[] = {0};
+  static const char *const grad_attrs[] = {"T"};
+  FloeGradientDef gd;
+  memset(&gd, 0, sizeof gd);
+  gd.struct_size = sizeof gd;
+  gd.op = "AbiTestTwice";
+  gd.grad_op = "AbiTestTwice";
+  gd.grad_inputs = grad_from;
+  gd.num_grad_inputs = 1;
+  gd.input_grads = grad_of_x;
+  gd.num_input_grads = 1;
+  gd.copy_attrs = grad_attrs;
+  gd.num_copy_attrs = 1;
+  if ((rc = reg->register_gradient(reg, &gd)) != FLOE_OK) return rc;
 
   AbiDevice *state = calloc(1, sizeof *state);
   if (!state) return FLOE_NO_MEMORY;

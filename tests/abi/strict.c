@@ -141,6 +141,31 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   k = kernel("AbiStrictOp", "STRICT");
   expect("kernel for the staged op", reg->register_kernel(reg, &k), FLOE_OK);
 
+  /* Gradients (ABI 1.2): malformed definitions are refused at once. */
+  static const char *const from_dy[] = {"dy:0"};
+  static const int32_t first[] = {0};
+  FloeGradientDef gd;
+  memset(&gd, 0, sizeof gd);
+  gd.struct_size = sizeof gd;
+  gd.op = "AbiStrictOp";
+  gd.grad_op = "Identity";
+  gd.grad_inputs = from_dy;
+  gd.num_grad_inputs = 1;
+  gd.input_grads = first;
+  gd.num_input_grads = 1;
+  expect("gradient NULL", reg->register_gradient(reg, NULL), FLOE_INVALID_ARGUMENT);
+  gd.struct_size = 16;
+  expect("gradient struct_size too small", reg->register_gradient(reg, &gd), FLOE_INVALID_ARGUMENT);
+  gd.struct_size = sizeof gd;
+  gd.grad_op = "";
+  expect("gradient without grad_op", reg->register_gradient(reg, &gd), FLOE_INVALID_ARGUMENT);
+  gd.grad_op = "Identity";
+  gd.grad_inputs = NULL;
+  expect("gradient inputs NULL with a count", reg->register_gradient(reg, &gd), FLOE_INVALID_ARGUMENT);
+  gd.grad_inputs = from_dy;
+  expect("valid gradient of the staged op", reg->register_gradient(reg, &gd), FLOE_OK);
+  expect("gradient registered twice", reg->register_gradient(reg, &gd), FLOE_ALREADY_EXISTS);
+
   if (failed) {
     reg->set_message(reg, "expectation failed: %s", failed);
     return FLOE_INTERNAL;

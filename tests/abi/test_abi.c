@@ -32,6 +32,7 @@ static const struct {
     {"floe-abitest-dup-a.so", FLOE_PLUGIN_LOADED},
     {"floe-abitest-dup-b.so", FLOE_PLUGIN_DUPLICATE},
     {"floe-abitest-strict.so", FLOE_PLUGIN_LOADED},
+    {"floe-abitest-badgrad.so", FLOE_PLUGIN_FAILED},
 };
 
 static const char *test_dir(void) {
@@ -209,7 +210,8 @@ START_TEST(missing_entry_symbol_is_refused_with_dlerror) {
 END_TEST
 
 START_TEST(failing_init_leaves_nothing_behind) {
-  FloeRuntime *rt = runtime_at(test_dir(), "abitest-initfail,abitest-badop,abitest-nodeclare");
+  FloeRuntime *rt =
+      runtime_at(test_dir(), "abitest-initfail,abitest-badop,abitest-nodeclare,abitest-badgrad");
   const FloePluginReport *r = report_for(rt, "floe-abitest-initfail.so");
   ck_assert_int_eq(r->state, FLOE_PLUGIN_FAILED);
   assert_contains(r->message, "init failed (INTERNAL)");
@@ -225,6 +227,11 @@ START_TEST(failing_init_leaves_nothing_behind) {
   ck_assert_int_eq(r->state, FLOE_PLUGIN_FAILED);
   assert_contains(r->message, "without a successful reg->declare");
   assert_contains(r->message, "register_device called before reg->declare");
+
+  r = report_for(rt, "floe-abitest-badgrad.so");
+  ck_assert_int_eq(r->state, FLOE_PLUGIN_FAILED);
+  assert_contains(r->message, "register_gradient Relu");
+  assert_contains(r->message, "already has a gradient (from the standard op set)");
 
   /* initfail and badop each registered an ABIBAD device before failing. */
   ck_assert_int_eq(floe_runtime_num_devices(rt), 0);
@@ -266,6 +273,7 @@ START_TEST(invalid_registrations_are_rejected) {
   ck_assert_int_eq(r->num_devices, 0);
   ck_assert_int_eq(r->num_transports, 0);
   ck_assert(floe_op_exists("AbiStrictOp"));
+  ck_assert(floe_op_has_gradient("AbiStrictOp"));
   ck_assert_int_eq(floe_runtime_num_kernels_for(rt, "AbiStrictOp", "STRICT"), 1);
   floe_runtime_free(rt);
 }
@@ -447,6 +455,20 @@ START_TEST(custom_op_runs_in_a_session_beside_the_failures) {
                 floe_status_message(st));
   const float *y = floe_tensor_data(out);
   for (int i = 0; i < 5; i++) ck_assert_float_eq(y[i], 2 * in[i]); /* priority 10 kernel */
+  floe_tensor_release(out);
+  floe_session_free(sess);
+
+  /* The plugin's declarative gradient: d sum(twice(x)) / dx = 2, built from AbiTestTwice. */
+  FloeOutput y_out = floe_out(n, 0), dx;
+  ck_assert_msg(floe_gradients(g, &y_out, 1, &x, 1, NULL, &dx, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  ck_assert_str_eq(floe_node_op(dx.node), "AbiTestTwice");
+  sess = floe_session_new(g, &so, st);
+  ck_assert_msg(sess != NULL, "%s", floe_status_message(st));
+  const char *dx_name = floe_node_name(dx.node);
+  ck_assert_msg(floe_session_run(sess, &feed, 1, &dx_name, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  for (int i = 0; i < 5; i++) ck_assert_float_eq(((const float *)floe_tensor_data(out))[i], 2.0f);
   floe_tensor_release(out);
   floe_tensor_release(xv);
   floe_session_free(sess);

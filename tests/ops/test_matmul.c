@@ -198,6 +198,7 @@ static void check_matmul(FloeDType dt, int64_t m, int64_t k, int64_t n, int ta, 
 
 static const int64_t mkn[][3] = {
     {3, 4, 5}, {1, 7, 9}, {6, 5, 1}, {1, 1, 1}, {1, 9, 1}, {17, 33, 9}, {64, 64, 64}, {2, 130, 3},
+    {1, 130, 70}, {70, 130, 1}, /* vector products above the tiny cut-off (f32: oneDNN) */
 };
 
 START_TEST(test_matmul_f32) {

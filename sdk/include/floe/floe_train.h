@@ -280,6 +280,8 @@ FLOE_API FloeDataset *floe_idx_load(const char *images_path, const char *labels_
  * file is FLOE_NOT_FOUND naming the path, the package and the --data DIR option. */
 FLOE_API FloeDataset *floe_fashion_mnist_load(const char *dir, int train, FloeStatus *status);
 FLOE_API void floe_dataset_free(FloeDataset *d);
+/* Keeps only the first n examples of d (n >= its size: no change); for quick runs. */
+FLOE_API void floe_dataset_truncate(FloeDataset *d, int64_t n);
 FLOE_API int64_t floe_dataset_size(const FloeDataset *d);
 FLOE_API int64_t floe_dataset_rows(const FloeDataset *d);
 FLOE_API int64_t floe_dataset_cols(const FloeDataset *d);

@@ -1,0 +1,458 @@
+/* conv_util.c - window attributes and geometry, and the per-shape oneDNN primitive cache
+ * shared by conv.c and conv_grad.c. */
+#include "conv_util.h"
+
+#include <dnnl_debug.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu_util.h"
+
+/* ---------------------------------------------------------------------------------- */
+/* Attributes. */
+
+/* Reads a 4-entry list attribute in data-format order into its H and W values; N and C must
+ * be 1. def is used when the attribute is absent (NULL: required). */
+static floe_code parse_hw_list(const FloeHostApi *host, FloeKernelInit *init, const char *name,
+                               const int64_t *def, bool nchw, int64_t hw[2]) {
+  const int64_t *v = def;
+  size_t n = 4;
+  char buf[CPU_SHAPE_STR_MAX];
+  floe_code rc = host->attr_int_list(host->init_attrs(init), name, &v, &n);
+  if (rc == FLOE_NOT_FOUND && def) {
+    v = def;
+    n = 4;
+  } else if (rc == FLOE_NOT_FOUND) {
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT, "attribute %s is required", name);
+  } else if (rc != FLOE_OK) {
+    return host->init_set_error(init, rc, "attribute %s must be a list of ints", name);
+  }
+  if (n != 4)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "%s must have 4 entries (in %s order), got %zu: %s", name,
+                                nchw ? "N,C,H,W" : "N,H,W,C", n,
+                                cpu_shape_str(buf, sizeof buf, (int)n, v));
+  for (size_t i = 0; i < 4; i++)
+    if (v[i] <= 0)
+      return host->init_set_error(init, FLOE_INVALID_ARGUMENT, "%s must be positive, got %s",
+                                  name, cpu_shape_str(buf, sizeof buf, (int)n, v));
+  int cdim = nchw ? 1 : 3, hdim = nchw ? 2 : 1;
+  if (v[0] != 1 || v[cdim] != 1)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "%s must be 1 in the batch and channel dims, got %s", name,
+                                cpu_shape_str(buf, sizeof buf, (int)n, v));
+  hw[0] = v[hdim];
+  hw[1] = v[hdim + 1];
+  return FLOE_OK;
+}
+
+floe_code cpu_conv_parse_attrs(const FloeHostApi *host, FloeKernelInit *init, bool pooling,
+                               CpuConvAttrs *a) {
+  const FloeAttrs *attrs = host->init_attrs(init);
+  const char *fmt = "NHWC", *pad = NULL;
+  floe_code rc = host->attr_string(attrs, "data_format", &fmt);
+  if (rc != FLOE_OK && rc != FLOE_NOT_FOUND)
+    return host->init_set_error(init, rc, "attribute data_format must be a string");
+  if (strcmp(fmt, "NHWC") != 0 && strcmp(fmt, "NCHW") != 0)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "data_format must be \"NHWC\" or \"NCHW\", got \"%s\"", fmt);
+  a->nchw = strcmp(fmt, "NCHW") == 0;
+  rc = host->attr_string(attrs, "padding", &pad);
+  if (rc != FLOE_OK)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "attribute padding (\"SAME\" or \"VALID\") is required");
+  if (strcmp(pad, "SAME") != 0 && strcmp(pad, "VALID") != 0)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "padding must be \"SAME\" or \"VALID\", got \"%s\"", pad);
+  a->same = strcmp(pad, "SAME") == 0;
+  static const int64_t ones[4] = {1, 1, 1, 1};
+  if ((rc = parse_hw_list(host, init, "strides", NULL, a->nchw, a->stride)) != FLOE_OK)
+    return rc;
+  if (!pooling) {
+    a->ksize[0] = a->ksize[1] = 0; /* from the filter at run time */
+    return parse_hw_list(host, init, "dilations", ones, a->nchw, a->dilation);
+  }
+  a->dilation[0] = a->dilation[1] = 1;
+  return parse_hw_list(host, init, "ksize", NULL, a->nchw, a->ksize);
+}
+
+const char *cpu_conv_attrs_str(const CpuConvAttrs *a, char *buf, size_t len) {
+  snprintf(buf, len, "strides %lldx%lld, dilations %lldx%lld, %s, %s", (long long)a->stride[0],
+           (long long)a->stride[1], (long long)a->dilation[0], (long long)a->dilation[1],
+           a->same ? "SAME" : "VALID", a->nchw ? "NCHW" : "NHWC");
+  return buf;
+}
+
+/* TensorFlow's output size and padding along one spatial dim. */
+static bool window(int64_t in, int64_t k, int64_t stride, int64_t dil, bool same, int64_t *out,
+                   int64_t *before, int64_t *after) {
+  int64_t eff = (k - 1) * dil + 1;
+  if (same) {
+    *out = (in + stride - 1) / stride;
+    int64_t total = (*out - 1) * stride + eff - in;
+    if (total < 0) total = 0;
+    *before = total / 2;
+    *after = total - *before;
+  } else {
+    if (in < eff) return false;
+    *out = (in - eff) / stride + 1;
+    *before = *after = 0;
+  }
+  return true;
+}
+
+bool cpu_conv_geo_finish(const CpuConvAttrs *a, CpuConvGeo *g) {
+  return window(g->h, g->kh, a->stride[0], a->dilation[0], a->same, &g->oh, &g->pad_t,
+                &g->pad_b) &&
+         window(g->w, g->kw, a->stride[1], a->dilation[1], a->same, &g->ow, &g->pad_l,
+                &g->pad_r);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* oneDNN primitives. */
+
+struct CpuDnnlPrim {
+  int64_t key[CPU_DNNL_KEY_LEN];
+  int refs;      /* computes using it now */
+  bool cached;   /* owned by the cache (else freed by its last user) */
+  uint64_t used; /* LRU clock */
+  dnnl_primitive_t op;
+  int num_args;
+  CpuDnnlArg args[CPU_DNNL_MAX_ARGS];
+  size_t scratch_bytes; /* largest scratchpad among the primitive and its reorders */
+  /* The kept input (args[kept]) last seen and its reordered form, reused while the input's
+   * bytes stay the same: that saves a reorder, and its parallel region, per step. */
+  int kept;                   /* index into args, or -1 */
+  pthread_rwlock_t keep_lock; /* held for reading while keep_ready is in use */
+  bool keep_valid;
+  unsigned misses;            /* stores since the last hit: a filter that changes every step
+                               * (training) is stored only now and then */
+  void *keep_mem;             /* one block: keep_ready (64-aligned) then keep_seen */
+  void *keep_ready, *keep_seen;
+};
+
+floe_code cpu_dnnl_fail(FloeKernelContext *ctx, dnnl_status_t st, const char *what) {
+  return cpu_host->ctx_set_error(ctx, st == dnnl_out_of_memory ? FLOE_NO_MEMORY : FLOE_INTERNAL,
+                                 "oneDNN %s failed: %s", what, dnnl_status2str(st));
+}
+
+floe_code cpu_dnnl_cache_init(CpuDnnlCache *c, const FloeHostApi *host, FloeKernelInit *init) {
+  memset(c, 0, sizeof *c);
+  dnnl_status_t st = dnnl_engine_create(&c->engine, dnnl_cpu, 0);
+  if (st != dnnl_success)
+    return host->init_set_error(init, st == dnnl_out_of_memory ? FLOE_NO_MEMORY : FLOE_INTERNAL,
+                                "oneDNN CPU engine: %s", dnnl_status2str(st));
+  pthread_mutex_init(&c->lock, NULL);
+  return FLOE_OK;
+}
+
+static void prim_free(CpuDnnlPrim *p) {
+  if (!p) return;
+  dnnl_primitive_destroy(p->op);
+  for (int i = 0; i < p->num_args; i++) dnnl_primitive_destroy(p->args[i].reorder);
+  pthread_rwlock_destroy(&p->keep_lock);
+  cpu_host->free(p->keep_mem);
+  cpu_host->free(p);
+}
+
+void cpu_dnnl_cache_destroy(CpuDnnlCache *c) {
+  for (int i = 0; i < CPU_DNNL_SLOTS; i++) prim_free(c->slots[i]);
+  for (int i = 0; i < c->num_streams; i++) dnnl_stream_destroy(c->streams[i]);
+  dnnl_engine_destroy(c->engine);
+  pthread_mutex_destroy(&c->lock);
+}
+
+/* A reorder between two layouts; *out stays NULL when they are the same. */
+static dnnl_status_t make_reorder(dnnl_engine_t eng, const_dnnl_primitive_attr_t attr,
+                                  const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                  dnnl_primitive_t *out, size_t *scratch) {
+  *out = NULL;
+  if (dnnl_memory_desc_equal(from, to)) return dnnl_success;
+  dnnl_primitive_desc_t pd;
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, attr);
+  if (st != dnnl_success) return st;
+  size_t sp =
+      dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+  if (sp > *scratch) *scratch = sp;
+  st = dnnl_primitive_create(out, pd);
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+/* Builds the primitive for key. Scratchpads are user-managed so that concurrent computes
+ * never share one. */
+static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, const int64_t *key,
+                            CpuDnnlBuildFn build, const void *build_arg, CpuDnnlPrim **out) {
+  CpuDnnlPrim *p = cpu_host->alloc(sizeof *p);
+  if (!p) return cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory");
+  memset(p, 0, sizeof *p);
+  pthread_rwlock_init(&p->keep_lock, NULL);
+  memcpy(p->key, key, sizeof p->key);
+  p->kept = -1;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  const char *what = "primitive attributes";
+  dnnl_status_t st;
+  if ((st = dnnl_primitive_attr_create(&attr)) ||
+      (st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
+    goto err_free_attr;
+  if ((st = build(build_arg, c->engine, attr, &pd, p->args, &p->num_args, &what)))
+    goto err_free_attr;
+  p->scratch_bytes =
+      dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+  what = "primitive";
+  if ((st = dnnl_primitive_create(&p->op, pd))) goto err_free_pd;
+  what = "reorder";
+  for (int i = 0; i < p->num_args; i++) {
+    CpuDnnlArg *a = &p->args[i];
+    a->md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, a->arg);
+    if (a->output)
+      st = make_reorder(c->engine, attr, &a->md, &a->user, &a->reorder, &p->scratch_bytes);
+    else
+      st = make_reorder(c->engine, attr, &a->user, &a->md, &a->reorder, &p->scratch_bytes);
+    if (st != dnnl_success) goto err_free_pd;
+    if (a->keep && !a->output && a->reorder && p->kept < 0) p->kept = i;
+  }
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_attr_destroy(attr);
+  *out = p;
+  return FLOE_OK;
+
+err_free_pd:
+  dnnl_primitive_desc_destroy(pd);
+err_free_attr:
+  dnnl_primitive_attr_destroy(attr);
+  prim_free(p);
+  return cpu_dnnl_fail(ctx, st, what);
+}
+
+/* Finds or builds the primitive for key; the caller releases it with prim_release. Building
+ * happens outside the lock; a shape that loses a race or finds every slot busy is used once
+ * uncached. */
+static floe_code prim_acquire(CpuDnnlCache *c, FloeKernelContext *ctx, const int64_t *key,
+                              CpuDnnlBuildFn build, const void *build_arg, CpuDnnlPrim **out) {
+  size_t key_bytes = CPU_DNNL_KEY_LEN * sizeof(int64_t);
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < CPU_DNNL_SLOTS; i++) {
+    CpuDnnlPrim *p = c->slots[i];
+    if (p && memcmp(p->key, key, key_bytes) == 0) {
+      p->refs++;
+      p->used = ++c->clock;
+      pthread_mutex_unlock(&c->lock);
+      *out = p;
+      return FLOE_OK;
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+
+  CpuDnnlPrim *fresh = NULL;
+  floe_code rc = prim_build(c, ctx, key, build, build_arg, &fresh);
+  if (rc != FLOE_OK) return rc;
+  fresh->refs = 1;
+
+  pthread_mutex_lock(&c->lock);
+  /* Slot for it: an empty one, else the least recently used idle one, else none. */
+  int victim = -1;
+  bool present = false;
+  for (int i = 0; i < CPU_DNNL_SLOTS; i++) {
+    CpuDnnlPrim *p = c->slots[i], *v = victim >= 0 ? c->slots[victim] : NULL;
+    if (p && memcmp(p->key, key, key_bytes) == 0)
+      present = true; /* another compute built it first: ours is used once */
+    else if (!p && (victim < 0 || v))
+      victim = i;
+    else if (p && p->refs == 0 && (victim < 0 || (v && p->used < v->used)))
+      victim = i;
+  }
+  if (present) victim = -1;
+  CpuDnnlPrim *old = NULL;
+  if (victim >= 0) {
+    old = c->slots[victim];
+    fresh->cached = true;
+    fresh->used = ++c->clock;
+    c->slots[victim] = fresh;
+  }
+  pthread_mutex_unlock(&c->lock);
+  prim_free(old);
+  *out = fresh;
+  return FLOE_OK;
+}
+
+static void prim_release(CpuDnnlCache *c, CpuDnnlPrim *p) {
+  pthread_mutex_lock(&c->lock);
+  p->refs--;
+  bool drop = !p->cached;
+  pthread_mutex_unlock(&c->lock);
+  if (drop) prim_free(p);
+}
+
+static dnnl_stream_t stream_acquire(CpuDnnlCache *c, dnnl_status_t *st) {
+  dnnl_stream_t stream = NULL;
+  pthread_mutex_lock(&c->lock);
+  if (c->num_streams > 0) stream = c->streams[--c->num_streams];
+  pthread_mutex_unlock(&c->lock);
+  *st = dnnl_success;
+  if (!stream) *st = dnnl_stream_create(&stream, c->engine, dnnl_stream_default_flags);
+  return stream;
+}
+
+static void stream_release(CpuDnnlCache *c, dnnl_stream_t stream) {
+  if (!stream) return;
+  pthread_mutex_lock(&c->lock);
+  if (c->num_streams < CPU_DNNL_STREAMS) {
+    c->streams[c->num_streams++] = stream;
+    stream = NULL;
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (stream) dnnl_stream_destroy(stream);
+}
+
+/* The kept input's reordered form when data is the input last seen, with keep_lock held for
+ * reading (release with pthread_rwlock_unlock); else NULL. */
+static void *keep_lookup(CpuDnnlPrim *p, const void *data) {
+  pthread_rwlock_rdlock(&p->keep_lock);
+  if (p->keep_valid &&
+      memcmp(p->keep_seen, data, dnnl_memory_desc_get_size(&p->args[p->kept].user)) == 0)
+    return p->keep_ready;
+  pthread_rwlock_unlock(&p->keep_lock);
+  return NULL;
+}
+
+/* Remembers data and its reordered form, unless another compute is using the old ones or the
+ * input has changed on every recent call (then only every 16th time). */
+static void keep_store(CpuDnnlPrim *p, const void *data, const void *ready) {
+  if (pthread_rwlock_trywrlock(&p->keep_lock) != 0) return;
+  unsigned misses = __atomic_fetch_add(&p->misses, 1, __ATOMIC_RELAXED);
+  if (misses >= 2 && misses % 16 != 0) {
+    pthread_rwlock_unlock(&p->keep_lock);
+    return;
+  }
+  size_t seen = dnnl_memory_desc_get_size(&p->args[p->kept].user);
+  size_t bytes = dnnl_memory_desc_get_size(&p->args[p->kept].md);
+  if (!p->keep_mem && (p->keep_mem = cpu_host->alloc(bytes + 64 + seen))) {
+    p->keep_ready = (void *)(((uintptr_t)p->keep_mem + 63) & ~(uintptr_t)63);
+    p->keep_seen = (char *)p->keep_ready + bytes;
+  }
+  if (p->keep_mem) {
+    memcpy(p->keep_ready, ready, bytes);
+    memcpy(p->keep_seen, data, seen);
+    p->keep_valid = true;
+  }
+  pthread_rwlock_unlock(&p->keep_lock);
+}
+
+/* Memory objects of one execution, destroyed together. */
+typedef struct Mems {
+  dnnl_memory_t m[2 * CPU_DNNL_MAX_ARGS + 1];
+  int n;
+} Mems;
+
+static dnnl_status_t mem(Mems *ms, const dnnl_memory_desc_t *md, dnnl_engine_t eng, void *data,
+                         dnnl_memory_t *out) {
+  dnnl_status_t st = dnnl_memory_create(out, md, eng, data);
+  if (st == dnnl_success) ms->m[ms->n++] = *out;
+  return st;
+}
+
+static dnnl_status_t reorder(dnnl_primitive_t p, dnnl_stream_t stream, dnnl_memory_t from,
+                             dnnl_memory_t to, dnnl_memory_t scratch) {
+  dnnl_exec_arg_t args[3] = {
+      {DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch}};
+  return dnnl_primitive_execute(p, stream, scratch ? 3 : 2, args);
+}
+
+floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, const char *op,
+                       const int64_t key[CPU_DNNL_KEY_LEN], CpuDnnlBuildFn build,
+                       const void *build_arg, void *const *data) {
+  CpuDnnlPrim *p = NULL;
+  floe_code rc = prim_acquire(c, ctx, key, build, build_arg, &p);
+  if (rc != FLOE_OK) return rc;
+  /* Buffers in the primitive's layouts: the tensors themselves where no reorder is needed. */
+  void *bufs[CPU_DNNL_MAX_ARGS], *scratch_buf = NULL;
+  void *kept = p->kept >= 0 ? keep_lookup(p, data[p->kept]) : NULL;
+  for (int i = 0; i < p->num_args; i++) {
+    bufs[i] = data[i];
+    if (i == p->kept && kept)
+      bufs[i] = kept;
+    else if (p->args[i].reorder &&
+             (rc = cpu_host->ctx_allocate_temp(ctx, dnnl_memory_desc_get_size(&p->args[i].md),
+                                               &bufs[i])) != FLOE_OK)
+      goto err_release_prim;
+  }
+  if (p->scratch_bytes &&
+      (rc = cpu_host->ctx_allocate_temp(ctx, p->scratch_bytes, &scratch_buf)) != FLOE_OK)
+    goto err_release_prim;
+
+  dnnl_status_t st;
+  dnnl_stream_t stream = stream_acquire(c, &st);
+  if (st != dnnl_success) {
+    rc = cpu_dnnl_fail(ctx, st, "stream");
+    goto err_release_prim;
+  }
+  Mems ms = {.n = 0};
+  dnnl_memory_t user[CPU_DNNL_MAX_ARGS] = {NULL}, prim[CPU_DNNL_MAX_ARGS] = {NULL}, scratch = NULL;
+  dnnl_exec_arg_t args[CPU_DNNL_MAX_ARGS + 1];
+  const char *what = "memory";
+  for (int i = 0; i < p->num_args; i++) {
+    if (p->args[i].reorder && (st = mem(&ms, &p->args[i].user, c->engine, data[i], &user[i])))
+      goto err_free_mems;
+    if ((st = mem(&ms, &p->args[i].md, c->engine, bufs[i], &prim[i]))) goto err_free_mems;
+    args[i] = (dnnl_exec_arg_t){p->args[i].arg, prim[i]};
+  }
+  if (scratch_buf) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {(dnnl_dim_t)p->scratch_bytes};
+    if ((st = dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a)) ||
+        (st = mem(&ms, &md, c->engine, scratch_buf, &scratch)))
+      goto err_free_mems;
+    args[p->num_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch};
+  }
+
+  what = "reorder";
+  for (int i = 0; i < p->num_args; i++)
+    if (!p->args[i].output && p->args[i].reorder && !(i == p->kept && kept) &&
+        (st = reorder(p->args[i].reorder, stream, user[i], prim[i], scratch)))
+      goto err_free_mems;
+  what = op;
+  if ((st = dnnl_primitive_execute(p->op, stream, p->num_args + (scratch ? 1 : 0), args)))
+    goto err_free_mems;
+  what = "reorder";
+  for (int i = 0; i < p->num_args; i++)
+    if (p->args[i].output && p->args[i].reorder &&
+        (st = reorder(p->args[i].reorder, stream, prim[i], user[i], scratch)))
+      goto err_free_mems;
+  what = "stream wait";
+  st = dnnl_stream_wait(stream);
+  if (st == dnnl_success && p->kept >= 0 && !kept) keep_store(p, data[p->kept], bufs[p->kept]);
+  else if (st == dnnl_success && kept) __atomic_store_n(&p->misses, 0, __ATOMIC_RELAXED);
+
+err_free_mems:
+  for (int i = 0; i < ms.n; i++) dnnl_memory_destroy(ms.m[i]);
+  stream_release(c, stream);
+  if (st != dnnl_success) rc = cpu_dnnl_fail(ctx, st, what);
+err_release_prim:
+  if (kept) pthread_rwlock_unlock(&p->keep_lock);
+  prim_release(c, p);
+  return rc;
+}
+
+dnnl_status_t cpu_dnnl_conv_desc(dnnl_convolution_desc_t *cd, CpuConvPass pass,
+                                 dnnl_prop_kind_t prop, const CpuConvAttrs *a,
+                                 const CpuConvGeo *g, const dnnl_memory_desc_t *src,
+                                 const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *dst) {
+  dnnl_dims_t strides = {a->stride[0], a->stride[1]};
+  dnnl_dims_t dil = {a->dilation[0] - 1, a->dilation[1] - 1}; /* oneDNN counts from 0 */
+  dnnl_dims_t pad_l = {g->pad_t, g->pad_l}, pad_r = {g->pad_b, g->pad_r};
+  switch (pass) {
+    case CPU_CONV_FORWARD:
+      return dnnl_dilated_convolution_forward_desc_init(cd, prop, dnnl_convolution_direct, src,
+                                                        wei, NULL, dst, strides, dil, pad_l,
+                                                        pad_r);
+    case CPU_CONV_BACKWARD_DATA:
+      return dnnl_dilated_convolution_backward_data_desc_init(
+          cd, dnnl_convolution_direct, src, wei, dst, strides, dil, pad_l, pad_r);
+    case CPU_CONV_BACKWARD_WEIGHTS:
+      return dnnl_dilated_convolution_backward_weights_desc_init(
+          cd, dnnl_convolution_direct, src, wei, NULL, dst, strides, dil, pad_l, pad_r);
+  }
+  return dnnl_invalid_arguments;
+}

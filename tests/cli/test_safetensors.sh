@@ -1,0 +1,84 @@
+#!/bin/sh
+# A Floe checkpoint read by the Python safetensors package: every dtype's values, shapes
+# and the metadata (format, global_step, variables_hash recomputed here). Skips (77) when
+# no Python with safetensors and numpy is found (python3, or bench/.venv: bench/setup_venv.sh).
+set -u
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+py=
+for p in python3 "${top_srcdir}/bench/.venv/bin/python"; do
+  if "$p" -c 'import safetensors, numpy' >/dev/null 2>&1; then py=$p; break; fi
+done
+if [ -z "$py" ]; then
+  echo "SKIP: no Python with the safetensors and numpy packages (tried python3 and bench/.venv;"
+  echo "      pip install safetensors numpy)"
+  exit 77
+fi
+mkdir "$tmp/all" "$tmp/np"
+file=$("${top_builddir}/tests/cli/ckpt_model" checkpoint "$tmp/all") || { echo "FAIL: ckpt_model checkpoint"; exit 1; }
+npfile=$("${top_builddir}/tests/cli/ckpt_model" checkpoint "$tmp/np" --no-bf16) || { echo "FAIL: ckpt_model checkpoint --no-bf16"; exit 1; }
+"$py" - "$file" "$npfile" <<'PY'
+import sys
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load_file
+
+path, np_path = sys.argv[1], sys.argv[2]
+# name: (dtype, safetensors dtype, shape, element i); as ckpt_model.c writes them.
+want = {
+    "dense/kernel": (np.float32, "F32", (2, 3), lambda i: i * 0.5 - 3.0),
+    "f64": (np.float64, "F64", (4,), lambda i: i / 3.0 + 0.25),
+    "half": (np.float16, "F16", (2, 2), lambda i: i * 0.25 - 1.0),
+    "brain": (None, "BF16", (3,), lambda i: i * 2.0 - 5.0),
+    "i8": (np.int8, "I8", (5,), lambda i: i * 9 - 100),
+    "u8": (np.uint8, "U8", (2, 2, 2), lambda i: i * 7 + 3),
+    "scalar_i32": (np.int32, "I32", (), lambda i: i * 1000003 - 123456),
+    "i64": (np.int64, "I64", (3,), lambda i: i * 10000000019 - 7),
+    "mask": (np.bool_, "BOOL", (6,), lambda i: i % 3 == 1),
+    "empty": (np.float32, "F32", (0, 2), lambda i: 0),
+}
+fails = passes = 0
+def check(ok, what):
+    global fails, passes
+    if ok:
+        passes += 1
+    else:
+        print("FAIL:", what)
+        fails += 1
+
+with safe_open(path, framework="numpy") as f:
+    meta = f.metadata()
+    names = sorted(f.keys())
+    check(names == sorted(want), "keys %s" % names)
+    tensors = {k: f.get_tensor(k) for k in names if want[k][1] != "BF16"}
+check(meta.get("format") == "floe", "format %r" % meta)
+check(meta.get("global_step") == "1234", "global_step %r" % meta)
+lines = "".join("%s %s [%s]\n" % (k, want[k][1], ",".join(str(d) for d in want[k][2]))
+                for k in sorted(want, key=lambda s: s.encode()))
+h = 0xcbf29ce484222325
+for b in lines.encode():
+    h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+check(meta.get("variables_hash") == "%016x" % h, "variables_hash %r, want %016x" % (meta, h))
+
+def compare(tensors, what):
+    for k, t in tensors.items():
+        dt, _, shape, fn = want[k]
+        n = int(np.prod(shape)) if shape else 1
+        ref = np.array([fn(i) for i in range(n)], dtype=dt).reshape(shape)
+        check(t.dtype == dt and t.shape == shape, "%s %s: %s %s" % (what, k, t.dtype, t.shape))
+        check(np.array_equal(t, ref), "%s %s: %s, want %s" % (what, k, t.ravel(), ref.ravel()))
+
+compare(tensors, "safe_open")
+loaded = load_file(np_path)  # NumPy has no bf16: this file lacks that variable
+check(sorted(loaded) == sorted(k for k in want if want[k][1] != "BF16"), "load_file keys %s" % sorted(loaded))
+compare(loaded, "load_file")
+try:
+    import torch  # bf16 has no numpy dtype; torch reads it
+    from safetensors.torch import load_file as load_pt
+    b = load_pt(path)["brain"]
+    check(b.dtype == torch.bfloat16 and list(b.float()) == [-5.0, -3.0, -1.0], "brain %s" % b)
+except ImportError:
+    print("note: bf16 values not checked (no torch)")
+print("%d passed, %d failed" % (passes, fails))
+sys.exit(1 if fails else 0)
+PY

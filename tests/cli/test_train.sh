@@ -1,0 +1,103 @@
+#!/bin/sh
+# floe train end to end on the real Fashion-MNIST (Debian's dataset-fashion-mnist): the JSON
+# summary, exact resume from a checkpoint, the frozen export run by `floe run`, the CNN, and
+# the errors. Runs use --limit so the whole script takes seconds.
+set -u
+FLOE="${top_builddir}/tools/floe"
+HERE="${top_srcdir}/tests/cli"
+DATA=/usr/share/datasets/fashion-mnist
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+pass=0
+ok() { pass=$((pass+1)); }
+bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+check() { # check NAME COMMAND...: expect success
+  name=$1; shift
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then ok; else
+    echo "FAIL: $name (exit $?)"; cat "$tmp/err"; fails=$((fails+1)); fi
+}
+check_fails() { # check_fails NAME STATUS PATTERN COMMAND...: expect exit STATUS and PATTERN
+  # on the first line of stderr (usage errors add a "Try 'floe train --help'" line).
+  name=$1; want=$2; pattern=$3; shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"; got=$?
+  if [ "$got" != "$want" ]; then bad "$name: exit $got, want $want"; cat "$tmp/err"
+  elif ! head -n 1 "$tmp/err" | grep -q -- "$pattern"; then bad "$name: stderr lacks '$pattern'"; cat "$tmp/err"
+  elif [ "$want" = 1 ] && [ "$(wc -l <"$tmp/err")" -ne 1 ]; then bad "$name: not one line"; cat "$tmp/err"
+  else ok; fi
+}
+
+# Errors need no dataset.
+check "train --help" "$FLOE" train --help
+grep -q "Usage: floe train" "$tmp/out" && grep -q -- "--checkpoint-dir" "$tmp/out" && ok || bad "train --help text"
+check_fails "missing --data" 1 "dataset-fashion-mnist" "$FLOE" train --data "$tmp/none"
+grep -q -- "--data DIR" "$tmp/err" && grep -q "$tmp/none/train-images-idx3-ubyte" "$tmp/err" && ok \
+  || { bad "missing --data: message lacks --data DIR or the path"; cat "$tmp/err"; }
+check_fails "bad --model" 2 "mlp or cnn" "$FLOE" train --model rnn
+check_fails "bad --epochs" 2 "epochs" "$FLOE" train --epochs 0
+check_fails "bad --optimizer" 2 "adam" "$FLOE" train --optimizer lbfgs
+check_fails "--resume alone" 2 "checkpoint-dir" "$FLOE" train --resume
+
+if [ ! -r "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -r "$DATA/train-images-idx3-ubyte" ]; then
+  echo "SKIP: Fashion-MNIST is not in $DATA (apt-get install dataset-fashion-mnist);" \
+       "$pass error checks passed"
+  [ "$fails" -eq 0 ] || exit 1
+  exit 77
+fi
+
+# (a) The JSON summary: the last line of stdout, every field present and sane.
+check "json run" "$FLOE" train --limit 2000 --epochs 1 --json
+tail -n 1 "$tmp/out" >"$tmp/a.json"
+python3 - "$tmp/a.json" <<'PY' && ok || { bad "--json fields"; cat "$tmp/out"; }
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+for k in ("model", "epochs", "batch", "samples_per_sec", "test_accuracy", "final_loss",
+          "wall_seconds", "peak_rss_mb"):
+    assert k in d, k
+assert d["model"] == "mlp" and d["epochs"] == 1 and d["batch"] == 64, d
+assert d["train_examples"] == 2000 and d["test_examples"] == 2000, d
+assert d["global_step"] == 32, d  # ceil(2000 / 64) steps
+assert d["samples_per_sec"] > 0 and d["wall_seconds"] > 0 and d["peak_rss_mb"] > 1, d
+# Better than chance (0.1) after one epoch, and a loss below chance's ln(10).
+assert 0.5 < d["test_accuracy"] <= 1, d
+assert 0 < d["final_loss"] < math.log(10), d
+PY
+# Not a terminal: one plain line per epoch before the summary.
+n=$(grep -c "^epoch 1/1 loss [0-9.]* test_accuracy [0-9.]* samples/s [0-9]* seconds" "$tmp/out")
+[ "$n" = 1 ] && ok || { bad "plain epoch line"; cat "$tmp/out"; }
+
+# (b) Exact resume: 2 epochs in one go equal 1 epoch, then a resumed second.
+check "two epochs" "$FLOE" train --limit 1000 --epochs 2 --json
+tail -n 1 "$tmp/out" >"$tmp/full.json"
+check "first epoch" "$FLOE" train --limit 1000 --epochs 1 --checkpoint-dir "$tmp/ck" --json
+ls "$tmp/ck"/ckpt-*.safetensors >/dev/null 2>&1 && ok || bad "no checkpoint written"
+check "resumed" "$FLOE" train --limit 1000 --epochs 2 --checkpoint-dir "$tmp/ck" --resume --json
+grep -q "resumed from .* at global step 16 (epoch 2, batch 0)" "$tmp/out" && ok || { bad "resume message"; cat "$tmp/out"; }
+tail -n 1 "$tmp/out" >"$tmp/resumed.json"
+python3 - "$tmp/full.json" "$tmp/resumed.json" <<'PY' && ok || { bad "resume differs"; cat "$tmp/full.json" "$tmp/resumed.json"; }
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("final_loss", "test_accuracy", "global_step"):
+    assert a[k] == b[k], (k, a[k], b[k])
+assert a["global_step"] == 32, a
+PY
+
+# (d) Export the frozen inference graph and run it with floe run.
+check "export" "$FLOE" train --limit 500 --epochs 1 --export "$tmp/mlp.floe"
+vals=$(python3 -c "print(','.join(str((i % 29) / 29) for i in range(2 * 784)))")
+python3 "$HERE/npy.py" write "$tmp/x.npy" 2,784 "$vals"
+check "run export" "$FLOE" run "$tmp/mlp.floe" --feed "x=$tmp/x.npy" --fetch logits --out "$tmp/o"
+grep -q "logits: f32\[2,10\]" "$tmp/out" && ok || { bad "exported logits"; cat "$tmp/out"; }
+check "graph export" "$FLOE" graph "$tmp/mlp.floe"
+grep -q "VarHandleOp\|Adam\|global_step" "$tmp/out" && { bad "export keeps training state"; cat "$tmp/out"; } || ok
+
+# The CNN trains too (NHWC batches, conv and pool gradients).
+check "cnn" "$FLOE" train --model cnn --limit 300 --batch 50 --epochs 1 --json
+python3 -c "
+import json, sys
+d = json.loads(open('$tmp/out').read().splitlines()[-1])
+assert d['model'] == 'cnn' and d['global_step'] == 6 and 0 < d['final_loss'] < 10, d
+" && ok || { bad "cnn run"; cat "$tmp/out"; }
+
+echo "test_train: $pass passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,475 @@
+/* cmd_train.c - floe train: an MLP or a CNN on Fashion-MNIST, with checkpoints, exact
+ * resume, a frozen export and a JSON summary.
+ *
+ * One graph holds the training model (placeholders x and y, the loss, floe_minimize's step)
+ * and the inference model built again with the same layer names, so it shares the weights;
+ * the test set is scored with its ArgMax. Checkpoints are written after every epoch; a
+ * resumed run restores the newest and continues at the epoch and batch its global step
+ * implies, with the batcher placed there, so it computes what an uninterrupted run does.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char train_help[] =
+    "Usage: floe train [--model mlp|cnn] [--epochs N] [--batch N] [--optimizer NAME]\n"
+    "                  [--lr X] [--threads N] [--seed S] [--data DIR]\n"
+    "                  [--checkpoint-dir DIR [--resume]] [--export FILE] [--json]\n"
+    "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
+    "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
+    "                         max-pool blocks (32, 64 filters), dense 1024, dense 10\n"
+    "  --epochs N             passes over the training set (default 5)\n"
+    "  --batch N              examples per step (default 64)\n"
+    "  --optimizer NAME       adam (default), sgd, momentum, rmsprop, adagrad\n"
+    "  --lr X                 learning rate (default: 1e-3 for adam and rmsprop, 1e-2 for\n"
+    "                         the others)\n"
+    "  --threads N            threads of the runtime and of OpenMP (default: all cores)\n"
+    "  --seed S               seed of the weights and of the shuffling (default 1)\n"
+    "  --data DIR             folder with the four Fashion-MNIST IDX files, .gz or not\n"
+    "                         (default /usr/share/datasets/fashion-mnist, from Debian's\n"
+    "                         dataset-fashion-mnist package)\n"
+    "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept)\n"
+    "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
+    "  --export FILE          write the frozen inference graph (input x, output logits)\n"
+    "  --json                 end with one JSON line: model, epochs, batch,\n"
+    "                         samples_per_sec, test_accuracy, final_loss, wall_seconds,\n"
+    "                         peak_rss_mb, ...\n";
+
+typedef struct TrainOptions {
+  const char *model;
+  int cnn;
+  int epochs;
+  int64_t batch;
+  FloeOptimizerKind optimizer;
+  const char *optimizer_name;
+  double lr; /* NaN: the optimiser's default */
+  int threads;
+  uint64_t seed;
+  const char *data, *checkpoint_dir, *export_path;
+  int resume, json;
+  int64_t limit; /* 0: all examples */
+} TrainOptions;
+
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Whole-string integer in [lo, hi]; 0 on success. */
+static int parse_int(const char *s, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Returns 0 to go on, else the exit status (help printed: 0 through *done). */
+static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
+  enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT };
+  static const struct option opts[] = {
+      {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
+      {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
+      {"lr", required_argument, NULL, 'l'},        {"threads", required_argument, NULL, 't'},
+      {"seed", required_argument, NULL, 's'},      {"data", required_argument, NULL, 'd'},
+      {"checkpoint-dir", required_argument, NULL, OPT_CKPT},
+      {"resume", no_argument, NULL, OPT_RESUME},   {"export", required_argument, NULL, OPT_EXPORT},
+      {"json", no_argument, NULL, 'j'},            {"help", no_argument, NULL, 'h'},
+      /* For tests: train and score on the first N examples only. */
+      {"limit", required_argument, NULL, OPT_LIMIT},
+      {NULL, 0, NULL, 0}};
+  *o = (TrainOptions){.model = "mlp", .epochs = 5, .batch = 64, .optimizer = FLOE_OPT_ADAM,
+                      .optimizer_name = "adam", .lr = NAN, .seed = 1};
+  *done = 0;
+  long long v;
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "m:e:b:o:l:t:s:d:jh", opts, NULL)) != -1) {
+    switch (c) {
+      case 'm':
+        if (strcmp(optarg, "mlp") && strcmp(optarg, "cnn"))
+          return cli_usage("train", "--model takes mlp or cnn");
+        o->model = optarg;
+        break;
+      case 'e':
+        if (parse_int(optarg, 1, 1000000, &v)) return cli_usage("train", "--epochs takes N >= 1");
+        o->epochs = (int)v;
+        break;
+      case 'b':
+        if (parse_int(optarg, 1, 1 << 24, &v)) return cli_usage("train", "--batch takes N >= 1");
+        o->batch = v;
+        break;
+      case 'o': {
+        int k = floe_optimizer_kind_from_name(optarg);
+        if (k < 0)
+          return cli_usage("train", "--optimizer takes adam, sgd, momentum, rmsprop or adagrad");
+        o->optimizer = (FloeOptimizerKind)k;
+        o->optimizer_name = optarg;
+        break;
+      }
+      case 'l': {
+        char *end;
+        errno = 0;
+        o->lr = strtod(optarg, &end);
+        if (errno || end == optarg || *end || !(o->lr > 0) || !isfinite(o->lr))
+          return cli_usage("train", "--lr takes a number > 0");
+        break;
+      }
+      case 't':
+        if (parse_int(optarg, 1, 4096, &v)) return cli_usage("train", "--threads takes N >= 1");
+        o->threads = (int)v;
+        break;
+      case 's':
+        if (parse_int(optarg, 0, INT32_MAX, &v))
+          return cli_usage("train", "--seed takes an integer from 0 to 2^31-1");
+        o->seed = (uint64_t)v;
+        break;
+      case 'd': o->data = optarg; break;
+      case OPT_CKPT: o->checkpoint_dir = optarg; break;
+      case OPT_RESUME: o->resume = 1; break;
+      case OPT_EXPORT: o->export_path = optarg; break;
+      case 'j': o->json = 1; break;
+      case OPT_LIMIT:
+        if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--limit takes N >= 1");
+        o->limit = v;
+        break;
+      case 'h':
+        printf("%s", train_help);
+        *done = 1;
+        return 0;
+      default: return cli_usage("train", "unknown option");
+    }
+  }
+  if (optind != argc) return cli_usage("train", "unexpected argument");
+  if (o->resume && !o->checkpoint_dir)
+    return cli_usage("train", "--resume needs --checkpoint-dir DIR");
+  o->cnn = !strcmp(o->model, "cnn");
+  return 0;
+}
+
+/* The model on x: logits [batch, 10]. Layer seeds derive from the run's seed (never 0,
+ * which would mean "random per process"). */
+static FloeOutput build_model(FloeGraph *g, FloeOutput x, const TrainOptions *o) {
+  int64_t s = (int64_t)o->seed * 64;
+  if (!o->cnn) {
+    FloeOutput h = floe_layer_dense(g, "dense1", x, 512, FLOE_ACT_RELU, s + 1);
+    h = floe_layer_dense(g, "dense2", h, 256, FLOE_ACT_RELU, s + 2);
+    return floe_layer_dense(g, "dense3", h, 10, FLOE_ACT_NONE, s + 3);
+  }
+  FloeOutput h = floe_layer_conv2d(g, "conv1", x, 32, 5, 5, 1, "SAME", FLOE_ACT_RELU, s + 1);
+  h = floe_layer_max_pool(g, "pool1", h, 2, 2, "VALID");
+  h = floe_layer_conv2d(g, "conv2", h, 64, 5, 5, 1, "SAME", FLOE_ACT_RELU, s + 2);
+  h = floe_layer_max_pool(g, "pool2", h, 2, 2, "VALID");
+  h = floe_layer_flatten(g, "flatten", h);
+  h = floe_layer_dense(g, "fc1", h, 1024, FLOE_ACT_RELU, s + 3);
+  return floe_layer_dense(g, "fc2", h, 10, FLOE_ACT_NONE, s + 4);
+}
+
+/* Everything one run holds, freed by train_free. */
+typedef struct Trainer {
+  TrainOptions o;
+  FloeStatus *st;
+  FloeDataset *train, *test;
+  FloeBatcher *batches, *test_batches;
+  FloeGraph *g;
+  FloeSession *s;
+  char loss_name[256], step_name[256], train_name[256];
+  int tty;
+} Trainer;
+
+static void train_free(Trainer *t) {
+  floe_session_free(t->s);
+  floe_graph_free(t->g);
+  floe_batcher_free(t->batches);
+  floe_batcher_free(t->test_batches);
+  floe_dataset_free(t->train);
+  floe_dataset_free(t->test);
+  floe_status_free(t->st);
+}
+
+static int build_graph(Trainer *t) {
+  const TrainOptions *o = &t->o;
+  FloeGraph *g = t->g = floe_graph_new();
+  if (!g) return cli_error("train", "out of memory");
+  const int64_t flat[2] = {-1, 784}, nhwc[4] = {-1, 28, 28, 1}, yd[1] = {-1};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32,
+                                  o->cnn ? floe_shape_make(4, nhwc) : floe_shape_make(2, flat));
+  FloeOutput y = floe_placeholder(g, "y", FLOE_I64, floe_shape_make(1, yd));
+  FloeOutput loss = floe_sparse_softmax_cross_entropy(g, "loss", build_model(g, x, o), y);
+  FloeOptimizerOptions opt;
+  floe_optimizer_options_init(&opt, o->optimizer);
+  if (!isnan(o->lr)) opt.learning_rate = o->lr;
+  FloeNode *step = floe_minimize(g, "train", loss, &opt, NULL, 0);
+  FloeVariable gs = floe_global_step(g);
+  /* Inference: the same layer names, so the same variables. */
+  FloeOutput logits = floe_unary(g, "Identity", "logits", build_model(g, x, o));
+  FloeTensor *one = floe_tensor_scalar_i32(1, NULL);
+  FloeOutput axis = one ? floe_const(g, "predictions/axis", one) : floe_out(NULL, 0);
+  floe_tensor_release(one);
+  FloeNodeBuilder *b = floe_node_begin(g, "ArgMax", "predictions");
+  floe_node_add_input(b, logits);
+  floe_node_add_input(b, axis);
+  floe_node_finish(b);
+  floe_variables_initializer(g, "init");
+  if (floe_graph_status(g) != FLOE_OK)
+    return cli_error("train", "building the model: %s", floe_graph_error(g, NULL));
+  snprintf(t->loss_name, sizeof t->loss_name, "%s", floe_node_name(loss.node));
+  snprintf(t->step_name, sizeof t->step_name, "%s", floe_node_name(gs.value.node));
+  snprintf(t->train_name, sizeof t->train_name, "%s", floe_node_name(step));
+  return 0;
+}
+
+/* Test accuracy of the inference model, in batches of 1000. -1 on error (printed). */
+static double evaluate(Trainer *t) {
+  floe_batcher_start_epoch(t->test_batches, 0, 0);
+  FloeTensor *im, *lb;
+  int64_t correct = 0, total = 0;
+  int r;
+  while ((r = floe_batcher_next(t->test_batches, &im, &lb, t->st)) == 1) {
+    FloeFeed feed = {"x", im};
+    const char *fetch = "predictions";
+    FloeTensor *pred = NULL;
+    floe_code rc = floe_session_run(t->s, &feed, 1, &fetch, 1, NULL, 0, &pred, t->st);
+    if (rc == FLOE_OK) {
+      const int64_t *p = floe_tensor_data(pred), *l = floe_tensor_data(lb);
+      int64_t n = floe_tensor_dim(lb, 0);
+      for (int64_t i = 0; i < n; i++) correct += p[i] == l[i];
+      total += n;
+    }
+    floe_tensor_release(pred);
+    floe_tensor_release(im);
+    floe_tensor_release(lb);
+    if (rc != FLOE_OK) break;
+  }
+  if (r != 0) {
+    cli_error("train", "evaluating: %s", floe_status_message(t->st));
+    return -1;
+  }
+  return total ? (double)correct / (double)total : 0.0;
+}
+
+static int64_t fetch_global_step(Trainer *t) {
+  const char *f = t->step_name;
+  FloeTensor *v = NULL;
+  if (floe_session_run(t->s, NULL, 0, &f, 1, NULL, 0, &v, t->st) != FLOE_OK) return -1;
+  int64_t step = *(const int64_t *)floe_tensor_data(v);
+  floe_tensor_release(v);
+  return step;
+}
+
+static void format_eta(double secs, char *buf, size_t len) {
+  if (!(secs >= 0) || secs > 1e7) snprintf(buf, len, "--");
+  else if (secs >= 60) snprintf(buf, len, "%dm%02ds", (int)secs / 60, (int)secs % 60);
+  else snprintf(buf, len, "%ds", (int)(secs + 0.5));
+}
+
+/* The live line of a terminal: epoch, bar, percent, speed, running loss, time left. */
+static void draw_progress(int epoch, int epochs, int64_t done, int64_t total, double rate,
+                          double loss) {
+  enum { WIDTH = 24 };
+  double frac = total ? (double)done / (double)total : 1.0;
+  char bar[WIDTH + 1], eta[32];
+  int fill = (int)(frac * WIDTH);
+  for (int i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+  bar[WIDTH] = 0;
+  format_eta(rate > 0 ? (double)(total - done) / rate : -1, eta, sizeof eta);
+  printf("\r\033[Kepoch %d/%d [%s] %3d%%  %.0f samples/s  loss %.4f  ETA %s", epoch, epochs, bar,
+         (int)(frac * 100), rate, loss, eta);
+  fflush(stdout);
+}
+
+int cmd_train(int argc, char **argv) {
+  double t_start = now_seconds();
+  Trainer t;
+  memset(&t, 0, sizeof t);
+  int done, rc = parse_options(argc, argv, &t.o, &done);
+  if (rc || done) return rc;
+  const TrainOptions *o = &t.o;
+  rc = 1;
+  if (o->threads > 0) {
+    /* Before the runtime loads the plugins: OpenMP (oneDNN) and OpenBLAS read these when
+     * they start. */
+    char n[16];
+    snprintf(n, sizeof n, "%d", o->threads);
+    setenv("OMP_NUM_THREADS", n, 1);
+    setenv("OPENBLAS_NUM_THREADS", n, 1);
+    setenv("FLOE_NUM_THREADS", n, 1);
+  }
+  t.st = floe_status_new();
+  if (!t.st) return cli_error("train", "out of memory");
+  t.tty = isatty(STDOUT_FILENO);
+  if (!(t.train = floe_fashion_mnist_load(o->data, 1, t.st)) ||
+      !(t.test = floe_fashion_mnist_load(o->data, 0, t.st))) {
+    rc = cli_error("train", "%s", floe_status_message(t.st));
+    goto out;
+  }
+  if (o->limit) {
+    floe_dataset_truncate(t.train, o->limit);
+    floe_dataset_truncate(t.test, o->limit);
+  }
+  if (!(t.batches = floe_batcher_new(t.train, o->batch, 1, o->seed, o->cnn, 0, t.st)) ||
+      !(t.test_batches = floe_batcher_new(t.test, 1000, 0, 0, o->cnn, 0, t.st))) {
+    rc = cli_error("train", "%s", floe_status_message(t.st));
+    goto out;
+  }
+  if (!cli_runtime("train")) goto out;
+  if (build_graph(&t)) goto out;
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  if (!(t.s = floe_session_new(t.g, &so, t.st))) {
+    rc = cli_error("train", "%s", floe_status_message(t.st));
+    goto out;
+  }
+  const char *init = "init";
+  if (floe_session_run(t.s, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
+    rc = cli_error("train", "initialising the variables: %s", floe_status_message(t.st));
+    goto out;
+  }
+  int64_t per_epoch = floe_batcher_num_batches(t.batches), n_train = floe_dataset_size(t.train);
+  printf("floe train: %s on Fashion-MNIST (%lld training, %lld test examples), %s, batch %lld, "
+         "%d epoch%s\n",
+         o->model, (long long)n_train, (long long)floe_dataset_size(t.test), o->optimizer_name,
+         (long long)o->batch, o->epochs, o->epochs == 1 ? "" : "s");
+  int64_t global_step = 0;
+  if (o->resume) {
+    char *path = floe_checkpoint_latest(o->checkpoint_dir, NULL, t.st);
+    if (!path && floe_status_code(t.st) != FLOE_NOT_FOUND) {
+      rc = cli_error("train", "--resume: %s", floe_status_message(t.st));
+      goto out;
+    }
+    if (!path) {
+      fprintf(stderr, "floe train: no checkpoint in %s yet: starting from scratch\n",
+              o->checkpoint_dir);
+    } else {
+      floe_code c = floe_checkpoint_restore(t.s, path, &global_step, t.st);
+      if (c != FLOE_OK) {
+        rc = cli_error("train", "--resume: %s", floe_status_message(t.st));
+        free(path);
+        goto out;
+      }
+      printf("resumed from %s at global step %lld (epoch %lld, batch %lld)\n", path,
+             (long long)global_step, (long long)(per_epoch ? global_step / per_epoch + 1 : 1),
+             (long long)(per_epoch ? global_step % per_epoch : 0));
+      free(path);
+    }
+  }
+  int first_epoch = per_epoch ? (int)(global_step / per_epoch) : 0;
+  int64_t first_batch = per_epoch ? global_step % per_epoch : 0;
+  double train_secs = 0, final_loss = NAN, accuracy = NAN;
+  int64_t trained = 0;
+  for (int e = first_epoch; e < o->epochs; e++) {
+    int64_t start = e == first_epoch ? first_batch : 0;
+    floe_batcher_start_epoch(t.batches, e, start);
+    int64_t epoch_total = n_train - start * o->batch, epoch_done = 0, steps = 0;
+    double loss_sum = 0, epoch_secs = 0, t0 = now_seconds(), last_draw = 0;
+    FloeTensor *im, *lb;
+    int r;
+    while ((r = floe_batcher_next(t.batches, &im, &lb, t.st)) == 1) {
+      FloeFeed feeds[2] = {{"x", im}, {"y", lb}};
+      const char *fetch = t.loss_name, *target = t.train_name;
+      FloeTensor *lv = NULL;
+      floe_code c = floe_session_run(t.s, feeds, 2, &fetch, 1, &target, 1, &lv, t.st);
+      epoch_done += floe_tensor_dim(lb, 0);
+      floe_tensor_release(im);
+      floe_tensor_release(lb);
+      if (c != FLOE_OK) {
+        if (t.tty) printf("\n");
+        rc = cli_error("train", "step %lld: %s", (long long)(global_step + steps + 1),
+                       floe_status_message(t.st));
+        goto out;
+      }
+      loss_sum += *(const float *)floe_tensor_data(lv);
+      floe_tensor_release(lv);
+      steps++;
+      double now = now_seconds();
+      if (t.tty && (now - last_draw >= 0.1 || epoch_done == epoch_total)) {
+        draw_progress(e + 1, o->epochs, epoch_done, epoch_total, epoch_done / (now - t0),
+                      loss_sum / (double)steps);
+        last_draw = now;
+      }
+    }
+    epoch_secs = now_seconds() - t0;
+    if (r < 0) {
+      rc = cli_error("train", "%s", floe_status_message(t.st));
+      goto out;
+    }
+    train_secs += epoch_secs;
+    trained += epoch_done;
+    final_loss = steps ? loss_sum / (double)steps : NAN;
+    if ((global_step = fetch_global_step(&t)) < 0) {
+      rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
+      goto out;
+    }
+    if (t.tty) printf("  testing..."), fflush(stdout);
+    if ((accuracy = evaluate(&t)) < 0) goto out;
+    if (o->checkpoint_dir &&
+        floe_checkpoint_save(t.s, o->checkpoint_dir, NULL, global_step, 3, NULL, t.st) !=
+            FLOE_OK) {
+      if (t.tty) printf("\n");
+      rc = cli_error("train", "saving a checkpoint: %s", floe_status_message(t.st));
+      goto out;
+    }
+    double rate = epoch_secs > 0 ? epoch_done / epoch_secs : 0;
+    if (t.tty)
+      printf("\r\033[Kepoch %d/%d: loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
+             e + 1, o->epochs, final_loss, accuracy, rate, epoch_secs);
+    else
+      printf("epoch %d/%d loss %.6f test_accuracy %.4f samples/s %.0f seconds %.2f\n", e + 1,
+             o->epochs, final_loss, accuracy, rate, epoch_secs);
+    fflush(stdout);
+  }
+  if (isnan(accuracy) && (accuracy = evaluate(&t)) < 0) goto out; /* resumed past the end */
+  if (o->export_path) {
+    const char *outputs[1] = {"logits"};
+    if (floe_export_frozen(t.s, outputs, 1, o->export_path, t.st) != FLOE_OK) {
+      rc = cli_error("train", "--export %s: %s", o->export_path, floe_status_message(t.st));
+      goto out;
+    }
+    printf("exported the inference graph (input x, output logits) to %s\n", o->export_path);
+  }
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double wall = now_seconds() - t_start, rss_mb = (double)ru.ru_maxrss / 1024.0;
+  double sps = train_secs > 0 ? (double)trained / train_secs : 0;
+  if (o->json) {
+    JsonWriter w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "model"), json_string(&w, o->model);
+    json_key(&w, "epochs"), json_int(&w, o->epochs);
+    json_key(&w, "batch"), json_int(&w, o->batch);
+    json_key(&w, "optimizer"), json_string(&w, o->optimizer_name);
+    json_key(&w, "seed"), json_uint(&w, o->seed);
+    json_key(&w, "threads");
+    if (o->threads) json_int(&w, o->threads);
+    else json_null(&w); /* the runtime's default: FLOE_NUM_THREADS or every core */
+    json_key(&w, "train_examples"), json_int(&w, n_train);
+    json_key(&w, "test_examples"), json_int(&w, floe_dataset_size(t.test));
+    json_key(&w, "global_step"), json_int(&w, global_step);
+    json_key(&w, "samples_per_sec"), json_double(&w, sps);
+    json_key(&w, "train_seconds"), json_double(&w, train_secs);
+    json_key(&w, "test_accuracy"), json_double(&w, accuracy);
+    json_key(&w, "final_loss"), json_double(&w, final_loss);
+    json_key(&w, "wall_seconds"), json_double(&w, wall);
+    json_key(&w, "peak_rss_mb"), json_double(&w, rss_mb);
+    json_end_object(&w);
+    json_finish(&w);
+  } else {
+    printf("test accuracy %.4f, %.0f training samples/s, %.1f s, peak RSS %.0f MB\n", accuracy,
+           sps, wall, rss_mb);
+  }
+  rc = 0;
+out:
+  train_free(&t);
+  return rc;
+}
