@@ -16,6 +16,7 @@ steps=${2:-}
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 export FLOE_PLUGIN_PATH="$top/plugins/cpu/.libs"
 venv="$top/bench/.venv/bin/python"
+deb_py=/usr/bin/python3 # Debian's interpreter, where apt's python3-torch lands
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
@@ -36,8 +37,8 @@ for m in $models; do
         OMP_WAIT_POLICY=$w OMP_NUM_THREADS=$t "$venv" "$top/bench/train_baselines.py" \
           --system tf --model "$m" --threads "$t" --steps "$s" | tee -a "$out"
       fi
-      if python3 -c 'import torch' 2>/dev/null; then
-        OMP_WAIT_POLICY=$w OMP_NUM_THREADS=$t python3 "$top/bench/train_baselines.py" \
+      if "$deb_py" -c 'import torch' 2>/dev/null; then
+        OMP_WAIT_POLICY=$w OMP_NUM_THREADS=$t "$deb_py" "$top/bench/train_baselines.py" \
           --system torch --model "$m" --threads "$t" --steps "$s" |
           sed 's/"system": "pytorch"/"system": "pytorch-debian"/' | tee -a "$out"
       fi

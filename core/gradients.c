@@ -285,6 +285,8 @@ FloeNodeBuilder *floe__grad_begin(FloeGradCtx *c, const char *op) {
   snprintf(name, len, "%s/%s", c->scope, op);
   for (int k = 1; floe_graph_find(c->g, name); k++) snprintf(name, len, "%s/%s_%d", c->scope, op, k);
   FloeNodeBuilder *b = floe_node_begin(c->g, op, name);
+  /* Gradient nodes live where their forward node was asked to. */
+  if (c->node->device && *c->node->device) floe_node_set_device(b, c->node->device);
   floe__free(name);
   return b;
 }
@@ -579,6 +581,15 @@ static void walk_free(Walk *w) {
   floe__free(w->to_y);
 }
 
+/* True when op is registered as not differentiable. */
+static bool not_differentiable_op(const char *op) {
+  pthread_mutex_lock(&reg_mu);
+  GradEntry *e = find_locked(op);
+  bool blocked = e && !e->fn && !e->def;
+  pthread_mutex_unlock(&reg_mu);
+  return blocked;
+}
+
 /* Marks what xs reach (forward) and what reaches ys (backward), over data edges. */
 static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutput *xs, int num_xs) {
   FloeGraph *g = w->g;
@@ -588,10 +599,12 @@ static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutp
     if (xs[i].node->id < lo) lo = xs[i].node->id;
   }
   /* Forward: a node is reached when any input comes from a reached node (ids are a
-   * topological order, so one ascending sweep suffices). */
+   * topological order, so one ascending sweep suffices). Nothing flows out of a
+   * non-differentiable node (StopGradient, Shape, ...) unless it is an x itself, so an op
+   * without a gradient beyond one is no error. */
   for (int id = lo; id < w->num_nodes; id++) {
     FloeNode *n = g->nodes[id];
-    if (w->from_x[id]) continue;
+    if (w->from_x[id] || not_differentiable_op(n->op->name)) continue;
     for (int k = 0; k < n->num_inputs; k++)
       if (w->from_x[n->inputs[k].node->id]) {
         w->from_x[id] = true;

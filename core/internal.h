@@ -483,7 +483,7 @@ FloeThreadPool *floe__runtime_default_pool(void);
  *   resource.c       resource manager: variables by (container, name), copy-on-write values
  *   core_kernels.c   kernels the core provides for every device type (variables, Save/Restore)
  *   gradients.c      floe_gradients and the gradient registry (core + plugin declarative)
- *   grad_*.c         gradient functions of the standard op set
+ *   grad_math.c grad_nn.c grad_array.c  gradient functions of the standard op set
  *   variables.c      floe_variable & co, initialisers
  *   optimizer.c      floe_minimize, schedules, clipping, weight decay
  *   checkpoint.c     safetensors save/restore, export of frozen graphs
@@ -599,7 +599,7 @@ floe_code floe__grad_register_def(const FloeGradientDef *def, const char *plugin
                                   FloeStatus *st);
 /* Registers the standard set's gradient functions once (idempotent, thread-safe). */
 floe_code floe__grads_init(FloeStatus *st);
-/* grad_std.c, grad_nn.c, grad_array.c: called by floe__grads_init. */
+/* grad_math.c, grad_nn.c, grad_array.c: called by floe__grads_init. */
 floe_code floe__grads_register_math(FloeStatus *st);
 floe_code floe__grads_register_nn(FloeStatus *st);
 floe_code floe__grads_register_array(FloeStatus *st);

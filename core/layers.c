@@ -8,8 +8,6 @@
  * error and returns an invalid output on failure. A NULL name means the layer's kind
  * ("dense", "conv2d", ...).
  */
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"

@@ -399,10 +399,12 @@ floe_code floe__resources_reset(FloeResourceMgr *m, const char *container, FloeS
   }
   for (int i = first; i < end; i++) {
     FloeVar *v = m->live.v[i];
-    floe__var_lock(v); /* a locking update in flight finishes first */
+    /* No wait for a busy update: it holds its own reference to the value and finishes
+     * on its own; waiting here, under the manager's lock, could stall every lookup. */
+    pthread_mutex_lock(&v->mu);
     __atomic_store_n(&v->dead, true, __ATOMIC_RELEASE);
     swap_value_locked(v, NULL);
-    floe__var_unlock(v);
+    pthread_mutex_unlock(&v->mu);
     m->dead.v[m->dead.n++] = v;
   }
   memmove(&m->live.v[first], &m->live.v[end], (size_t)(m->live.n - end) * sizeof *m->live.v);

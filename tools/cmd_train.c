@@ -93,8 +93,10 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   *done = 0;
   long long v;
   int c;
+  char msg[160];
   optind = 1;
-  while ((c = getopt_long(argc, argv, "m:e:b:o:l:t:s:d:jh", opts, NULL)) != -1) {
+  opterr = 0; /* our own one-line messages below */
+  while ((c = getopt_long(argc, argv, ":m:e:b:o:l:t:s:d:jh", opts, NULL)) != -1) {
     switch (c) {
       case 'm':
         if (strcmp(optarg, "mlp") && strcmp(optarg, "cnn"))
@@ -147,10 +149,19 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         printf("%s", train_help);
         *done = 1;
         return 0;
-      default: return cli_usage("train", "unknown option");
+      case ':':
+        snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
+        return cli_usage("train", msg);
+      default:
+        if (optopt) snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
+        else snprintf(msg, sizeof msg, "unknown option '%s'", argv[optind - 1]);
+        return cli_usage("train", msg);
     }
   }
-  if (optind != argc) return cli_usage("train", "unexpected argument");
+  if (optind != argc) {
+    snprintf(msg, sizeof msg, "unexpected argument '%s'", argv[optind]);
+    return cli_usage("train", msg);
+  }
   if (o->resume && !o->checkpoint_dir)
     return cli_usage("train", "--resume needs --checkpoint-dir DIR");
   o->cnn = !strcmp(o->model, "cnn");

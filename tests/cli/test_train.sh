@@ -37,6 +37,8 @@ check_fails "bad --model" 2 "mlp or cnn" "$FLOE" train --model rnn
 check_fails "bad --epochs" 2 "epochs" "$FLOE" train --epochs 0
 check_fails "bad --optimizer" 2 "adam" "$FLOE" train --optimizer lbfgs
 check_fails "--resume alone" 2 "checkpoint-dir" "$FLOE" train --resume
+check_fails "unknown option" 2 "unknown option '--bogus'" "$FLOE" train --bogus
+check_fails "missing value" 2 "'--batch' needs a value" "$FLOE" train --batch
 
 if [ ! -r "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -r "$DATA/train-images-idx3-ubyte" ]; then
   echo "SKIP: Fashion-MNIST is not in $DATA (apt-get install dataset-fashion-mnist);" \

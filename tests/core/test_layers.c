@@ -197,7 +197,8 @@ START_TEST(conv_pool_flatten) {
               for (int c = 0; c < C; c++) {
                 int ih = h + i - 1, iw = w + j - 1;
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                acc += (double)X[((n * H + ih) * W + iw) * C + c] * Kw[((i * K + j) * C + c) * F + f];
+                acc += (double)X[((n * H + ih) * W + iw) * C + c] *
+                       Kw[((i * K + j) * C + c) * F + f];
               }
           ck_assert_msg(fabs(Y[((n * H + h) * W + w) * F + f] - acc) < 1e-5, "conv (%d,%d,%d,%d)",
                         n, h, w, f);
@@ -295,6 +296,28 @@ START_TEST(dropout_masks) {
   floe_tensor_release(xv);
   floe_tensor_release(s5);
   floe_tensor_release(s6);
+  floe_session_free(s);
+  floe_graph_free(g);
+  /* An input of unknown batch size: the mask's shape comes from Shape at run time. */
+  g = floe_graph_new();
+  const int64_t ud[2] = {-1, 50}, fd[2] = {40, 50};
+  x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, ud));
+  FloeOutput du = floe_layer_dropout(g, "drop", x, 0.5, 1, 3, floe_out(NULL, 0));
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  assert_shape(du, 2, ud);
+  s = session_init(g);
+  FloeTensor *ones = harness_random(FLOE_F32, 2, fd, 1, 1.0, 1.0);
+  FloeTensor *dv = fetch1(s, "x", ones, name_of(du));
+  ck_assert_int_eq(floe_tensor_dim(dv, 0), 40);
+  int dropped = 0;
+  for (int i = 0; i < 2000; i++) {
+    float v = ((float *)floe_tensor_data(dv))[i];
+    ck_assert(v == 0.0f || v == 2.0f);
+    dropped += v == 0.0f;
+  }
+  ck_assert_msg(dropped > 850 && dropped < 1150, "dropped %d of 2000 at rate 0.5", dropped);
+  floe_tensor_release(dv);
+  floe_tensor_release(ones);
   floe_session_free(s);
   floe_graph_free(g);
   /* A rate outside [0, 1) is a graph error naming the layer. */
@@ -460,6 +483,72 @@ START_TEST(cross_entropy_loss) {
 }
 END_TEST
 
+/* ---- training through the layers ---- */
+
+/* dense - batch norm - dropout - dense trained with floe_minimize: every op the layers add
+ * has a gradient, the moving averages move, and the loss falls. The labels are a fixed
+ * function of the inputs (the argmax of three fixed linear scores). */
+START_TEST(layers_train_end_to_end) {
+  enum { B = 32, IN = 8, K = 3 };
+  FloeGraph *g = floe_graph_new();
+  const int64_t xd[2] = {B, IN}, yd[1] = {B};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, xd));
+  FloeOutput y = floe_placeholder(g, "y", FLOE_I64, floe_shape_make(1, yd));
+  FloeVariable step = floe_global_step(g);
+  FloeOutput h = floe_layer_dense(g, "fc1", x, 16, FLOE_ACT_RELU, 1);
+  h = floe_layer_batch_norm(g, "bn", h, 1, 0.9, 1e-3);
+  h = floe_layer_dropout(g, "drop", h, 0.1, 1, 5, step.value);
+  FloeOutput logits = floe_layer_dense(g, "fc2", h, K, FLOE_ACT_NONE, 2);
+  FloeOutput loss = floe_sparse_softmax_cross_entropy(g, "loss", logits, y);
+  FloeOptimizerOptions o;
+  floe_optimizer_options_init(&o, FLOE_OPT_ADAM);
+  o.learning_rate = 0.02;
+  FloeNode *train = floe_minimize(g, "train", loss, &o, NULL, 0);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeSession *s = session_init(g);
+  FloeTensor *xv = harness_random(FLOE_F32, 2, xd, 21, -1, 1);
+  const float *X = floe_tensor_data(xv);
+  int64_t labels[B];
+  for (int b = 0; b < B; b++) {
+    double best = -1e9;
+    for (int k = 0; k < K; k++) {
+      double sc = 0;
+      for (int i = 0; i < IN; i++) sc += X[b * IN + i] * sin(1.0 + 3 * k + 0.7 * i);
+      if (sc > best) best = sc, labels[b] = k;
+    }
+  }
+  FloeTensor *yv = harness_i64(1, yd, labels);
+  FloeFeed feeds[2] = {{"x", xv}, {"y", yv}};
+  const char *fetch = name_of(loss), *target = floe_node_name(train);
+  FloeStatus *st = floe_status_new();
+  double first = 0, last = 0;
+  for (int i = 0; i < 60; i++) {
+    FloeTensor *lv;
+    ck_assert_msg(floe_session_run(s, feeds, 2, &fetch, 1, &target, 1, &lv, st) == FLOE_OK,
+                  "step %d: %s", i, floe_status_message(st));
+    double v = *(float *)floe_tensor_data(lv);
+    ck_assert(isfinite(v));
+    if (i == 0) first = v;
+    last = v;
+    floe_tensor_release(lv);
+  }
+  ck_assert_msg(last < 0.5 * first, "loss %g -> %g", first, last);
+  FloeTensor *mm = fetch1(s, NULL, NULL, "bn/moving_mean/read");
+  double moved = 0;
+  for (int c = 0; c < 16; c++) moved += fabs(((float *)floe_tensor_data(mm))[c]);
+  ck_assert_double_gt(moved, 0.01);
+  FloeTensor *gs = fetch1(s, NULL, NULL, name_of(step.value));
+  ck_assert_int_eq(*(int64_t *)floe_tensor_data(gs), 60);
+  floe_tensor_release(gs);
+  floe_tensor_release(mm);
+  floe_tensor_release(xv);
+  floe_tensor_release(yv);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
 /* ---- errors ---- */
 
 START_TEST(layer_errors_name_the_layer) {
@@ -507,6 +596,7 @@ int main(void) {
   tcase_add_test(tc, batch_norm_training_and_inference);
   tcase_add_test(tc, embedding_gathers_rows);
   tcase_add_test(tc, cross_entropy_loss);
+  tcase_add_test(tc, layers_train_end_to_end);
   tcase_add_test(tc, layer_errors_name_the_layer);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

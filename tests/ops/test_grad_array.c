@@ -1322,6 +1322,19 @@ START_TEST(test_shape_inference) {
   floe_node_add_input(b, in2[0]);
   n = floe_node_finish(b);
   expect_shape(g, n, 0, 1, (int64_t[]){5}, "InvertPermutation");
+  /* Also in the training section: BiasAddGrad's channel dim and AddN's merged shape. */
+  in2[0] = ph(g, "ob", FLOE_F32, 4, (int64_t[]){2, 5, 6, 7});
+  n = node(g, "BiasAddGrad", in2, 1, NULL);
+  expect_shape(g, n, 0, 1, (int64_t[]){7}, "BiasAddGrad NHWC");
+  Opts nchw = {1, {{"data_format", 's', 0, "NCHW"}}};
+  n = node(g, "BiasAddGrad", in2, 1, &nchw);
+  expect_shape(g, n, 0, 1, (int64_t[]){5}, "BiasAddGrad NCHW");
+  in2[0] = u;
+  in2[1] = ph(g, "a4", FLOE_F32, 2, (int64_t[]){4, -1});
+  b = floe_node_begin(g, "AddN", "addn");
+  floe_node_add_input_list(b, in2, 2);
+  n = floe_node_finish(b);
+  expect_shape(g, n, 0, 2, x43, "AddN");
   floe_graph_free(g);
 }
 END_TEST
@@ -1333,9 +1346,10 @@ START_TEST(test_shape_errors) {
   } cases[] = {
       {"BroadcastTo", "[4,3]", "[2,3]"},   {"SumToShape", "[4,3]", "[2,3]"},
       {"ExpandReduced", "[5]", "[4,3]"},   {"PadGrad", "[4,3]", "dimension 1"},
-      {"TileGrad", "[2,2]", "[4,3]"},
+      {"TileGrad", "[2,2]", "[4,3]"},      {"BiasAddGrad", "data_format", "NCWH"},
   };
-  for (int c = 0; c < 5; c++) {
+  Opts bad_df = {1, {{"data_format", 's', 0, "NCWH"}}};
+  for (int c = 0; c < 6; c++) {
     FloeGraph *g = floe_graph_new();
     FloeOutput x = ph(g, "x", FLOE_F32, 2, (int64_t[]){4, 3}), in[3] = {x};
     switch (c) {
@@ -1347,9 +1361,10 @@ START_TEST(test_shape_errors) {
         in[2] = cst(g, "a", iscalar(FLOE_I32, 1));
         break;
       case 3: in[1] = cst(g, "p", pads_t(2, (double[]){0, 0, 2, 2})); break;
-      default: in[1] = cst(g, "m", ivec(FLOE_I32, 2, (int64_t[]){2, 2})); break;
+      case 4: in[1] = cst(g, "m", ivec(FLOE_I32, 2, (int64_t[]){2, 2})); break;
+      default: break; /* BiasAddGrad: x alone */
     }
-    node(g, cases[c].op, in, c == 2 ? 3 : 2, NULL);
+    node(g, cases[c].op, in, c == 2 ? 3 : c == 5 ? 1 : 2, c == 5 ? &bad_df : NULL);
     expect_graph_error(g, cases[c].need1, cases[c].need2);
     floe_graph_free(g);
   }
