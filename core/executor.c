@@ -807,7 +807,10 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
     if (ns->kernel && !ns->kernel->def.compute) en->async_slot = e->num_async++;
     en->inexpensive = !ns->kernel || (ns->kernel->flags & FLOE_KERNEL_INEXPENSIVE) ||
                       (ns->kernel->def.flags & FLOE_KERNEL_INEXPENSIVE) || is_tiny(ns->node);
-    if (ns->kernel && !(ns->kernel->flags & FLOE__KERNEL_RAW_RESOURCES)) {
+    /* Only the core's own kernels (no plugin) see handles, whatever a plugin's flags say. */
+    bool raw = ns->kernel && !ns->kernel->plugin &&
+               (ns->kernel->flags & FLOE__KERNEL_RAW_RESOURCES);
+    if (ns->kernel && !raw) {
       for (int j = 0; j < ns->node->num_inputs; j++) {
         const FloeOutput *in = &ns->node->inputs[j];
         if (in->node->out_dtypes[in->index] == FLOE_RESOURCE) en->num_resources++;

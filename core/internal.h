@@ -496,7 +496,7 @@ typedef struct FloeVar {
   FloeDType dtype;
   FloeShape shape;          /* declared (VarHandleOp's shape attribute) */
   pthread_mutex_t mu;       /* guards value, busy, updaters; taken with floe__var_lock */
-  pthread_cond_t cv;        /* signalled when busy clears */
+  pthread_cond_t cv;        /* signalled when busy clears or updaters drops to 0 */
   bool busy;                /* a locking update is computing on value (async kernels end it
                                on another thread, so it is a flag, not mu held) */
   int updaters;             /* non-locking (Hogwild) updaters holding a reference to value */
@@ -532,7 +532,8 @@ FloeTensor *floe__var_read(FloeVar *v, FloeStatus *st);
 floe_code floe__var_assign(FloeVar *v, FloeTensor *t, bool validate_shape, FloeStatus *st);
 /* With floe__var_lock held: makes v->value exclusive (copies it into a new buffer on the
  * same device when another reference to the tensor or its buffer exists) and returns it
- * (borrowed; valid while the lock is held). FLOE_FAILED_PRECONDITION naming v when uninitialised. */
+ * (borrowed; valid while the lock is held). FLOE_FAILED_PRECONDITION naming v when
+ * uninitialised. */
 FloeTensor *floe__var_value_for_update_locked(FloeVar *v, FloeStatus *st);
 /* Takes mu and waits until no locking update runs: the value is then the caller's alone
  * until floe__var_unlock. Every access to value goes through this. */
@@ -540,8 +541,9 @@ void floe__var_lock(FloeVar *v);
 void floe__var_unlock(FloeVar *v);
 /* For the executor: the value of v made exclusive and moved to dev's memory space if it
  * lives elsewhere, as a new reference the caller gives back with floe__var_end_update.
- * lock: v stays busy (readers and other updaters wait) until then; else the caller writes
- * in place unlocked (Hogwild) and v only counts it as an updater. */
+ * lock: waits for unlocked updaters to finish, then v stays busy (readers and other
+ * updaters wait) until then; else the caller writes in place unlocked (Hogwild), beside
+ * other unlocked updaters and readers, and v only counts it as an updater. */
 FloeTensor *floe__var_begin_update(FloeVar *v, struct FloeDevice *dev, bool lock,
                                    FloeStatus *st);
 void floe__var_end_update(FloeVar *v, FloeTensor *value, bool lock);

@@ -125,6 +125,7 @@ static FloeTensor *read_locked(FloeVar *v, FloeStatus *st) {
 static void swap_value_locked(FloeVar *v, FloeTensor *t) {
   FloeTensor *old = v->value;
   v->value = t;
+  if (v->updaters > 0) pthread_cond_broadcast(&v->cv); /* locking updates may go on */
   v->updaters = 0;
   floe_tensor_release(old);
 }
@@ -201,7 +202,10 @@ static bool other_space(const FloeDevice *a, const FloeDevice *b) {
 }
 
 FloeTensor *floe__var_begin_update(FloeVar *v, FloeDevice *dev, bool lock, FloeStatus *st) {
-  floe__var_lock(v);
+  /* Like a reader-writer lock: a locking update also waits for unlocked (Hogwild) updaters
+   * of the value to finish, and they wait for it. */
+  pthread_mutex_lock(&v->mu);
+  while (v->busy || (lock && v->updaters > 0)) pthread_cond_wait(&v->cv, &v->mu);
   FloeTensor *t = floe__var_value_for_update_locked(v, st);
   if (t && t->nbytes && other_space(floe__tensor_device(t), dev)) {
     /* The value lives where the update's kernel cannot write it: it moves there. */
@@ -232,7 +236,8 @@ void floe__var_end_update(FloeVar *v, FloeTensor *value, bool lock) {
     v->busy = false;
     pthread_cond_broadcast(&v->cv);
   } else if (value == v->value && v->updaters > 0) {
-    v->updaters--; /* only if it still counts toward this value (see swap_value_locked) */
+    /* Only if it still counts toward this value (see swap_value_locked). */
+    if (--v->updaters == 0) pthread_cond_broadcast(&v->cv);
   }
   pthread_mutex_unlock(&v->mu);
   floe_tensor_release(value);

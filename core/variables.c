@@ -210,7 +210,8 @@ static FloeOutput build_random(FloeGraph *g, const char *scope, const char *var_
 static FloeOutput build_initializer(FloeGraph *g, const char *name, FloeDType dt,
                                     const FloeShape *shape, const FloeInitializer *init) {
   FloeInitKind k = init->kind;
-  if (k != FLOE_INIT_ZEROS && k != FLOE_INIT_CONSTANT && !(FLOE_DTYPES_FLOAT & FLOE_DTYPE_BIT(dt))) {
+  bool random = k != FLOE_INIT_ZEROS && k != FLOE_INIT_CONSTANT;
+  if (random && !(FLOE_DTYPES_FLOAT & FLOE_DTYPE_BIT(dt))) {
     floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
                      "variable '%s': the %s initialiser needs a float dtype, not %s (use zeros or "
                      "a constant)",
@@ -344,8 +345,9 @@ static FloeVariable make_variable(FloeGraph *g, const char *name, FloeDType dtyp
       floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
                        "variable '%s' exists as %s %s; asked for %s %s (one name, one variable: "
                        "choose another name)",
-                       name, floe_dtype_name(attr_dtype(old)), floe_shape_str(&os, have, sizeof have),
-                       floe_dtype_name(dtype), floe_shape_str(&shape, want, sizeof want));
+                       name, floe_dtype_name(attr_dtype(old)),
+                       floe_shape_str(&os, have, sizeof have), floe_dtype_name(dtype),
+                       floe_shape_str(&shape, want, sizeof want));
       return NO_VARIABLE;
     }
     return floe_variable_get(g, name);

@@ -479,6 +479,49 @@ START_TEST(shuffle_is_uniform) {
 }
 END_TEST
 
+/* Fault simulation: the Nth core allocation and every later one fail, for N = 1, 2, ...
+ * Loading (plain and gzip), making a batcher and drawing a batch each end in FLOE_NO_MEMORY
+ * or succeed with the right contents; leaks show under check-valgrind and check-asan. */
+START_TEST(allocation_failures) {
+  Bytes im = images_file(9, 4, 5), lb = labels_file(9);
+  char ip[512], lp[512];
+  snprintf(ip, sizeof ip, "%s", path_in("im.gz"));
+  snprintf(lp, sizeof lp, "%s", path_in("lb"));
+  write_gz(ip, im.p, im.n);
+  write_plain(lp, lb.p, lb.n);
+  FloeStatus *st = floe_status_new();
+  int n;
+  for (n = 1; n < 1000; n++) {
+    floe_status_clear(st);
+    floe_test_fail_alloc_after(n);
+    FloeDataset *d = floe_idx_load(ip, lp, st);
+    FloeBatcher *b = d ? floe_batcher_new(d, 4, 1, 3, 1, 0, st) : NULL;
+    FloeTensor *x = NULL, *y = NULL;
+    int r = b ? floe_batcher_next(b, &x, &y, st) : -1;
+    floe_test_fail_alloc_after(0);
+    if (r == 1) {
+      ck_assert_int_eq(floe_tensor_dim(x, 0), 4);
+      ck_assert_int_eq(floe_tensor_dim(y, 0), 4);
+      check_contents(d, 9, 4, 5);
+    } else {
+      ck_assert_msg(floe_status_code(st) == FLOE_NO_MEMORY, "N = %d: %s: %s", n,
+                    floe_code_name(floe_status_code(st)), floe_status_message(st));
+      ck_assert_ptr_null(x);
+      ck_assert_ptr_null(y);
+    }
+    floe_tensor_release(x);
+    floe_tensor_release(y);
+    floe_batcher_free(b);
+    floe_dataset_free(d);
+    if (r == 1) break;
+  }
+  ck_assert_int_gt(n, 3); /* the walk did fail some allocations */
+  ck_assert_int_lt(n, 1000);
+  floe_status_free(st);
+  free(im.p), free(lb.p);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("idx");
   TCase *tc = tcase_create("reader");
@@ -487,6 +530,7 @@ int main(void) {
   tcase_add_test(tc, every_truncation_names_the_offset);
   tcase_add_test(tc, bad_magic_counts_and_trailing_data);
   tcase_add_test(tc, fashion_mnist_files);
+  tcase_add_test(tc, allocation_failures);
   suite_add_tcase(s, tc);
   tc = tcase_create("batcher");
   tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);

@@ -549,6 +549,54 @@ START_TEST(layers_train_end_to_end) {
 }
 END_TEST
 
+/* Fault simulation: building every layer kind (twice, sharing weights) with the Nth core
+ * allocation failing, for N = 1, 2, ...: each attempt ends in a sticky FLOE_NO_MEMORY, or
+ * in a complete graph once N passes the last allocation. */
+static floe_code build_all(FloeGraph *g) {
+  const int64_t xd[4] = {-1, 8, 8, 2}, id[1] = {5};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+  FloeOutput ids = floe_placeholder(g, "ids", FLOE_I32, floe_shape_make(1, id));
+  FloeOutput labels = floe_placeholder(g, "labels", FLOE_I64, floe_shape_make(1, id));
+  for (int training = 1; training >= 0; training--) {
+    FloeOutput h = floe_layer_conv2d(g, "conv", x, 3, 3, 3, 1, "SAME", FLOE_ACT_RELU, 1);
+    h = floe_layer_batch_norm(g, "bn", h, training, 0.9, 1e-3);
+    h = floe_layer_max_pool(g, "mp", h, 2, 2, "VALID");
+    h = floe_layer_avg_pool(g, "ap", h, 2, 1, "SAME");
+    h = floe_layer_flatten(g, "flat", h);
+    h = floe_layer_dropout(g, "drop", h, 0.2, training, 3, floe_out(NULL, 0));
+    h = floe_layer_dense(g, "fc", h, 4, FLOE_ACT_SOFTMAX, 2);
+    floe_sparse_softmax_cross_entropy(g, "loss", h, labels);
+    floe_layer_embedding(g, "emb", ids, 10, 4, 5);
+  }
+  return floe_graph_status(g);
+}
+
+START_TEST(allocation_failures) {
+  FloeGraph *ref = floe_graph_new();
+  ck_assert_msg(build_all(ref) == FLOE_OK, "%s", floe_graph_error(ref, NULL));
+  int want_nodes = floe_graph_num_nodes(ref);
+  floe_graph_free(ref);
+  int n;
+  for (n = 1; n < 100000; n++) {
+    FloeGraph *g = floe_graph_new();
+    ck_assert_ptr_nonnull(g);
+    floe_test_fail_alloc_after(n);
+    floe_code rc = build_all(g);
+    floe_test_fail_alloc_after(0);
+    if (rc == FLOE_OK) {
+      ck_assert_int_eq(floe_graph_num_nodes(g), want_nodes);
+      floe_graph_free(g);
+      break;
+    }
+    ck_assert_msg(rc == FLOE_NO_MEMORY, "N = %d: %s: %s", n, floe_code_name(rc),
+                  floe_graph_error(g, NULL));
+    floe_graph_free(g);
+  }
+  ck_assert_int_gt(n, 100);
+  ck_assert_int_lt(n, 100000);
+}
+END_TEST
+
 /* ---- errors ---- */
 
 START_TEST(layer_errors_name_the_layer) {
@@ -598,6 +646,7 @@ int main(void) {
   tcase_add_test(tc, cross_entropy_loss);
   tcase_add_test(tc, layers_train_end_to_end);
   tcase_add_test(tc, layer_errors_name_the_layer);
+  tcase_add_test(tc, allocation_failures);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -66,6 +66,12 @@ static FloeTensor *run_ok(const char *op, FloeTensor *const *in, int n, harness_
   return out;
 }
 
+static bool same_bytes(const FloeTensor *a, const FloeTensor *b) {
+  return floe_tensor_nbytes(a) == floe_tensor_nbytes(b) &&
+         (floe_tensor_nbytes(a) == 0 ||
+          memcmp(floe_tensor_data(a), floe_tensor_data(b), floe_tensor_nbytes(a)) == 0);
+}
+
 /* A tensor of dt holding f(i) for each element i. */
 static FloeTensor *tensor_of(FloeDType dt, int rank, const int64_t *dims,
                              double (*f)(int64_t i, void *arg), void *arg) {
@@ -550,7 +556,7 @@ static double wrap_to(FloeDType dt, double v) {
 
 START_TEST(test_addn) {
   const int64_t sizes[] = {1, 5, 1023, 1025, 70001};
-  const int counts[] = {1, 2, 3, 4, 5, 7, 9, 16};
+  const int counts[] = {1, 2, 3, 4, 5, 7, 9, 17}; /* 17: past the kernel's stack list */
   for (int t = 0; t < NUM_NUMERIC; t++) {
     FloeDType dt = numeric_dts[t];
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
@@ -558,7 +564,7 @@ START_TEST(test_addn) {
         int n = counts[k];
         if (sizes[s] == 70001 && n > 5 && dt != FLOE_F32) continue; /* keep the test quick */
         int64_t dims[2] = {sizes[s], 1};
-        FloeTensor *in[16];
+        FloeTensor *in[17];
         double lo = dt == FLOE_U8 ? 0 : -100, hi = 100;
         if (dt == FLOE_I8 || dt == FLOE_U8) lo = dt == FLOE_U8 ? 0 : -128, hi = dt == FLOE_U8 ? 256 : 128;
         for (int i = 0; i < n; i++)
@@ -732,6 +738,75 @@ START_TEST(test_bias_add_grad) {
 }
 END_TEST
 
+/* op on the inputs (one list argument when list) in a session of runtime rt. */
+static FloeTensor *run_on(FloeRuntime *rt, const char *op, FloeTensor *const *in, int n,
+                          bool list) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput ph[8];
+  FloeFeed feeds[8];
+  char names[8][8];
+  ck_assert_int_le(n, 8);
+  for (int i = 0; i < n; i++) {
+    snprintf(names[i], sizeof names[i], "in%d", i);
+    ph[i] = floe_placeholder(g, names[i], floe_tensor_dtype(in[i]), floe_tensor_shape(in[i]));
+    feeds[i] = (FloeFeed){names[i], in[i]};
+  }
+  FloeNodeBuilder *b = floe_node_begin(g, op, "op");
+  if (list)
+    floe_node_add_input_list(b, ph, n);
+  else
+    for (int i = 0; i < n; i++) floe_node_add_input(b, ph[i]);
+  floe_node_finish(b);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeStatus *st = floe_status_new();
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = rt;
+  FloeSession *s = floe_session_new(g, &so, st);
+  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  floe_graph_free(g);
+  const char *fetch = "op";
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(s, feeds, n, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s: %s",
+                op, floe_status_message(st));
+  floe_session_free(s);
+  floe_status_free(st);
+  return out;
+}
+
+/* The sums split over the pool the same way whatever its size: identical bits. */
+START_TEST(test_sums_thread_count_independent) {
+  FloeStatus *st = floe_status_new();
+  FloeRuntime *rt[2];
+  for (int k = 0; k < 2; k++) {
+    FloeRuntimeOptions ro = {sizeof ro, NULL, NULL, k + 1, 1};
+    rt[k] = floe_runtime_new(&ro, st);
+    ck_assert_msg(rt[k] != NULL, "%s", floe_status_message(st));
+  }
+  const int64_t shapes[3][4] = {{64, 28, 28, 32}, {512, 1024, 1, 1}, {300000, 3, 1, 1}};
+  for (int s = 0; s < 3; s++) {
+    FloeTensor *x = harness_random(FLOE_F32, 4, shapes[s], 3 + (uint64_t)s, -1, 1);
+    FloeTensor *a = run_on(rt[0], "BiasAddGrad", &x, 1, false);
+    FloeTensor *b = run_on(rt[1], "BiasAddGrad", &x, 1, false);
+    ck_assert_msg(same_bytes(a, b), "BiasAddGrad shape %d differs with 1 and 2 threads", s);
+    floe_tensor_release(a);
+    floe_tensor_release(b);
+    floe_tensor_release(x);
+  }
+  FloeTensor *in[5];
+  for (int i = 0; i < 5; i++)
+    in[i] = harness_random(FLOE_F32, 1, (int64_t[]){300001}, 40 + (uint64_t)i, -1, 1);
+  FloeTensor *a = run_on(rt[0], "AddN", in, 5, true), *b = run_on(rt[1], "AddN", in, 5, true);
+  ck_assert_msg(same_bytes(a, b), "AddN differs with 1 and 2 threads");
+  floe_tensor_release(a);
+  floe_tensor_release(b);
+  for (int i = 0; i < 5; i++) floe_tensor_release(in[i]);
+  floe_runtime_free(rt[0]);
+  floe_runtime_free(rt[1]);
+  floe_status_free(st);
+}
+END_TEST
+
 START_TEST(test_bias_add_grad_errors) {
   FloeTensor *out;
   char msg[512];
@@ -839,12 +914,6 @@ static FloeTensor *stateless(FloeRuntime *rt, const char *op, FloeDType dt, int6
   floe_session_free(s);
   floe_status_free(st);
   return out;
-}
-
-static bool same_bytes(const FloeTensor *a, const FloeTensor *b) {
-  return floe_tensor_nbytes(a) == floe_tensor_nbytes(b) &&
-         (floe_tensor_nbytes(a) == 0 ||
-          memcmp(floe_tensor_data(a), floe_tensor_data(b), floe_tensor_nbytes(a)) == 0);
 }
 
 static const char *const stateless_ops[2] = {"StatelessRandomUniform", "StatelessRandomNormal"};
@@ -1048,6 +1117,7 @@ static Suite *grad_ops_suite(void) {
   tcase_add_test(tc, test_addn_shapes);
   tcase_add_test(tc, test_bias_add_grad);
   tcase_add_test(tc, test_bias_add_grad_errors);
+  tcase_add_test(tc, test_sums_thread_count_independent);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(s, tc);
   tc = tcase_create("stateless_random");
