@@ -49,6 +49,11 @@ typedef struct ExecNode {
   int async_slot;              /* index of its Invocation in a step, or -1 (synchronous) */
 } ExecNode;
 
+/* A node's profile counters; atomic because one node may run in concurrent steps. */
+typedef struct NodeProf {
+  atomic_llong calls, total_ns, max_ns, output_bytes;
+} NodeProf;
+
 struct FloeExecutor {
   FloeThreadPool *pool;        /* the runtime's (borrowed); NULL: everything runs inline */
   FloeResourceMgr *resources;  /* the session's variables (borrowed); may be NULL */
@@ -69,7 +74,11 @@ struct FloeExecutor {
   /* Byte offsets of a step's arrays inside its arena. */
   size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, arena_size;
   _Atomic(char *) spare;       /* the arena of a finished step, kept for the next one */
+  const atomic_int *profiling; /* the session's switch, or never_profile */
+  NodeProf *prof;              /* per node */
 };
+
+static const atomic_int never_profile = 0;
 
 /* The record handed to the pool or to an async kernel's done callback: its index in the
  * step's array is the node index. */
@@ -95,6 +104,7 @@ typedef struct Invocation {
   FloeTensor **copies; /* inputs copied to the node's device, or NULL */
   HeldVar *held;       /* resource inputs' variables, or NULL */
   int num_held;        /* entries of held whose value was taken */
+  int64_t start_ns;    /* profiling: when compute began; 0: not timed */
   HeldVar held_inline[INLINE_HELD];
 } Invocation;
 
@@ -363,11 +373,65 @@ static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code
   }
 }
 
+/* ---- profiling ---- */
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static bool profiling(const FloeExecutor *e) {
+  return __builtin_expect(atomic_load_explicit(e->profiling, memory_order_relaxed) != 0, 0);
+}
+
+/* Counts one invocation of node n that took ns and left its outputs in the entries. */
+static void prof_record(FloeExecStep *s, int n, int64_t ns) {
+  const ExecNode *en = &s->e->nodes[n];
+  NodeProf *p = &s->e->prof[n];
+  int64_t bytes = 0;
+  for (int i = 0; i < en->num_outputs; i++) {
+    const FloeTensor *t = s->entries[en->out_base + i];
+    if (t) bytes += (int64_t)t->nbytes;
+  }
+  atomic_fetch_add_explicit(&p->calls, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&p->total_ns, ns, memory_order_relaxed);
+  atomic_fetch_add_explicit(&p->output_bytes, bytes, memory_order_relaxed);
+  long long m = atomic_load_explicit(&p->max_ns, memory_order_relaxed);
+  while (ns > m &&
+         !atomic_compare_exchange_weak_explicit(&p->max_ns, &m, ns, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+  }
+}
+
+/* Borrowed node; NULL past the end. Counts read while steps run may be mid-update. */
+const FloeNode *floe__executor_profile_node(const FloeExecutor *e, int i, FloeExecProfile *out) {
+  if (!e || i < 0 || i >= e->num_nodes) return NULL;
+  const NodeProf *p = &e->prof[i];
+  out->calls = atomic_load_explicit(&p->calls, memory_order_relaxed);
+  out->total_ns = atomic_load_explicit(&p->total_ns, memory_order_relaxed);
+  out->max_ns = atomic_load_explicit(&p->max_ns, memory_order_relaxed);
+  out->output_bytes = atomic_load_explicit(&p->output_bytes, memory_order_relaxed);
+  return e->nodes[i].node;
+}
+
+void floe__executor_profile_reset(FloeExecutor *e) {
+  for (int i = 0; e && i < e->num_nodes; i++) {
+    NodeProf *p = &e->prof[i];
+    atomic_store_explicit(&p->calls, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->total_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->max_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->output_bytes, 0, memory_order_relaxed);
+  }
+}
+
 static void async_done(void *arg) {
   StepTask *t = arg;
   FloeExecStep *s = t->step;
   int n = (int)(t - s->tasks);
-  finish_invocation(s, n, &s->async_calls[s->e->nodes[n].async_slot], FLOE_OK);
+  Invocation *inv = &s->async_calls[s->e->nodes[n].async_slot];
+  if (inv->start_ns && inv->status.code == FLOE_OK) prof_record(s, n, now_ns() - inv->start_ns);
+  finish_invocation(s, n, inv, FLOE_OK);
   node_done(s, n, NULL);
 }
 
@@ -510,6 +574,7 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     }
     fill_ctx(s, en, inv);
     s->tasks[n].step = s;
+    inv->start_ns = profiling(e) ? now_ns() : 0;
     /* done may run before this returns, on any thread: n is not ours after the call. */
     def->compute_async(en->state, &inv->ctx, async_done, &s->tasks[n]);
     return;
@@ -525,7 +590,14 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     return;
   }
   fill_ctx(s, en, &inv);
-  floe_code rc = def->compute(en->state, &inv.ctx);
+  floe_code rc;
+  if (profiling(e)) {
+    int64_t t0 = now_ns();
+    rc = def->compute(en->state, &inv.ctx);
+    if (rc == FLOE_OK && inv.status.code == FLOE_OK) prof_record(s, n, now_ns() - t0);
+  } else {
+    rc = def->compute(en->state, &inv.ctx);
+  }
   finish_invocation(s, n, &inv, rc);
   node_done(s, n, inl);
 }
@@ -760,18 +832,21 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   e->pool = plan->rt ? plan->rt->pool : NULL;
   e->resources = plan->resources;
   e->inline_inexpensive = plan->inline_inexpensive;
+  e->profiling = plan->profiling ? plan->profiling : &never_profile;
   e->num_nodes = plan->num_nodes;
   e->num_feeds = plan->num_feeds;
   e->num_fetches = plan->num_fetches;
   size_t nn = (size_t)(e->num_nodes ? e->num_nodes : 1);
   e->nodes = floe__calloc(nn, sizeof *e->nodes);
+  e->prof = floe__calloc(nn, sizeof *e->prof);
   local_of = floe__malloc((size_t)(g->num_nodes ? g->num_nodes : 1) * sizeof *local_of);
   feeds = floe__malloc((size_t)(plan->num_feeds ? plan->num_feeds : 1) * sizeof *feeds);
   e->pending0 = floe__calloc(nn, sizeof *e->pending0);
   e->roots = floe__malloc(nn * sizeof *e->roots);
   e->fetch_src = floe__malloc((size_t)(plan->num_fetches ? plan->num_fetches : 1) *
                               sizeof *e->fetch_src);
-  if (!e->nodes || !local_of || !feeds || !e->pending0 || !e->roots || !e->fetch_src)
+  if (!e->nodes || !e->prof || !local_of || !feeds || !e->pending0 || !e->roots ||
+      !e->fetch_src)
     goto err_oom;
   for (int i = 0; i < g->num_nodes; i++) local_of[i] = -1;
   for (int f = 0; f < plan->num_feeds; f++)
@@ -851,6 +926,7 @@ void floe__executor_free(FloeExecutor *e) {
   if (!e) return;
   if (e->nodes) destroy_kernels(e);
   floe__free(e->nodes);
+  floe__free(e->prof);
   floe__free(e->input_src);
   floe__free(e->succ);
   floe__free(e->pending0);

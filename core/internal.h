@@ -446,6 +446,9 @@ typedef struct FloeExecPlan {
   int num_fetches;
   bool inline_inexpensive;
   struct FloeResourceMgr *resources; /* the session's variables; borrowed, outlives e */
+  /* Non-zero: time each kernel (floe_session_set_profiling); borrowed, outlives e; NULL:
+   * never. */
+  const atomic_int *profiling;
 } FloeExecPlan;
 
 /* Builds per-node kernel state (FloeKernelDef.create). Caller owns the executor; the plan is
@@ -456,6 +459,14 @@ void floe__executor_free(FloeExecutor *e);
  * several steps may run concurrently on one executor. */
 floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                              FloeStatus *st);
+/* Per-node kernel counters gathered while plan->profiling is set. */
+typedef struct FloeExecProfile {
+  int64_t calls, total_ns, max_ns, output_bytes;
+} FloeExecProfile;
+/* Node i's counters into *out; returns the node (borrowed), or NULL when i is out of range. */
+const FloeNode *floe__executor_profile_node(const FloeExecutor *e, int i, FloeExecProfile *out);
+/* Zeroes every node's counters (steps running meanwhile may add to the new counts). */
+void floe__executor_profile_reset(FloeExecutor *e);
 
 /* ------------------------------------------------------------------------------------ */
 /* Executor engineer's additions (threadpool.c, executor.c), called from other modules. */

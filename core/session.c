@@ -37,6 +37,7 @@ struct FloeSession {
   SharedKernel *shared;    /* by graph node id, allocated on first use; guarded by mu */
   atomic_int num_cached;
   FloeResourceMgr *resources; /* the session's variables; outlives its executors */
+  atomic_int profiling;    /* floe_session_set_profiling; read by every executor */
 };
 
 /* One resolved feed or fetch; pos is its place in the caller's arrays. */
@@ -380,7 +381,7 @@ static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeStatu
   if (prune(g, sig, need, st) != FLOE_OK) goto out;
   FloeExecPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
                        .inline_inexpensive = s->inline_inexpensive,
-                       .resources = s->resources};
+                       .resources = s->resources, .profiling = &s->profiling};
   for (int i = 0; i < g->num_nodes; i++) {
     if (!need[i]) continue;
     FloeExecNodeSpec *spec = &specs[plan.num_nodes];
@@ -544,6 +545,7 @@ FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts
   if (pthread_mutex_init(&s->mu, NULL) != 0) goto err_no_mutex;
   if (pthread_cond_init(&s->built_cv, NULL) != 0) goto err_destroy_mu;
   atomic_init(&s->num_cached, 0);
+  atomic_init(&s->profiling, 0);
   return s;
 
 err_destroy_mu:
@@ -646,4 +648,77 @@ out:
   run_sig_free(&sig);
   floe_status_clear(&local);
   return rc;
+}
+
+/* ---- profiling ---- */
+
+/* Thread-safe. Counters live in each executor (new ones start at zero); turning profiling
+ * on zeroes the existing ones. */
+void floe_session_set_profiling(FloeSession *s, int on) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  if (on) {
+    atomic_store(&s->profiling, 0); /* no step adds to a counter while it is zeroed... */
+    for (CacheEntry *c = s->cache; c; c = c->next) floe__executor_profile_reset(c->exec);
+  }
+  atomic_store(&s->profiling, on != 0); /* ...apart from one already in its kernel */
+  pthread_mutex_unlock(&s->mu);
+}
+
+static int profile_cmp(const void *a, const void *b) {
+  const FloeOpProfile *x = a, *y = b;
+  if (x->total_ns != y->total_ns) return x->total_ns > y->total_ns ? -1 : 1;
+  return strcmp(x->op, y->op);
+}
+
+/* Adds node's counters to the row of its op type, appending one if new. */
+static void profile_add(FloeOpProfile *rows, int *n, const FloeNode *node,
+                        const FloeExecProfile *p) {
+  int i = 0;
+  while (i < *n && rows[i].op != node->op->name && strcmp(rows[i].op, node->op->name) != 0) i++;
+  if (i == *n) rows[(*n)++] = (FloeOpProfile){.op = node->op->name};
+  rows[i].calls += p->calls;
+  rows[i].total_ns += p->total_ns;
+  rows[i].output_bytes += p->output_bytes;
+  if (p->max_ns > rows[i].max_ns) rows[i].max_ns = p->max_ns;
+}
+
+/* On success *rows is malloc'd (caller frees with free()), NULL when nothing ran; op names
+ * are borrowed from the session's graph. */
+floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_rows,
+                               FloeStatus *status) {
+  if (!s || !rows || !num_rows)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_profile: NULL session, rows or num_rows");
+  *rows = NULL;
+  *num_rows = 0;
+  pthread_mutex_lock(&s->mu);
+  /* At most one row per node that ran: size for the largest executor's node count. */
+  int cap = 0;
+  for (CacheEntry *c = s->cache; c; c = c->next) {
+    FloeExecProfile p;
+    for (int i = 0; c->exec && floe__executor_profile_node(c->exec, i, &p); i++) cap++;
+  }
+  FloeOpProfile *r = cap ? floe__malloc((size_t)cap * sizeof *r) : NULL;
+  if (cap && !r) {
+    pthread_mutex_unlock(&s->mu);
+    return floe_status_set(status, FLOE_NO_MEMORY, "out of memory gathering a profile of %d "
+                           "nodes", cap);
+  }
+  int n = 0;
+  for (CacheEntry *c = s->cache; c; c = c->next) {
+    FloeExecProfile p;
+    const FloeNode *node;
+    for (int i = 0; c->exec && (node = floe__executor_profile_node(c->exec, i, &p)); i++)
+      if (p.calls > 0) profile_add(r, &n, node, &p);
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (n == 0) {
+    floe__free(r);
+    return FLOE_OK;
+  }
+  qsort(r, (size_t)n, sizeof *r, profile_cmp);
+  *rows = r;
+  *num_rows = n;
+  return FLOE_OK;
 }

@@ -22,7 +22,8 @@
 static const char train_help[] =
     "Usage: floe train [--model mlp|cnn] [--epochs N] [--batch N] [--optimizer NAME]\n"
     "                  [--lr X] [--threads N] [--seed S] [--data DIR]\n"
-    "                  [--checkpoint-dir DIR [--resume]] [--export FILE] [--json]\n"
+    "                  [--checkpoint-dir DIR [--resume]] [--export FILE] [--profile]\n"
+    "                  [--json]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
     "                         max-pool blocks (32, 64 filters), dense 1024, dense 10\n"
@@ -39,6 +40,9 @@ static const char train_help[] =
     "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept)\n"
     "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
     "  --export FILE          write the frozen inference graph (input x, output logits)\n"
+    "  --profile              time every kernel of the training steps and print, per op\n"
+    "                         type, calls and time (sorted by total time) at the end: to\n"
+    "                         stderr, or as \"profile\" in the JSON with --json\n"
     "  --json                 end with one JSON line: model, epochs, batch,\n"
     "                         samples_per_sec, test_accuracy, final_loss, wall_seconds,\n"
     "                         peak_rss_mb, ...\n";
@@ -54,7 +58,7 @@ typedef struct TrainOptions {
   int threads;
   uint64_t seed;
   const char *data, *checkpoint_dir, *export_path;
-  int resume, json;
+  int resume, json, profile;
   int64_t limit; /* 0: all examples */
 } TrainOptions;
 
@@ -76,7 +80,7 @@ static int parse_int(const char *s, long long lo, long long hi, long long *out) 
 
 /* Returns 0 to go on, else the exit status (help printed: 0 through *done). */
 static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
-  enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT };
+  enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -85,6 +89,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"checkpoint-dir", required_argument, NULL, OPT_CKPT},
       {"resume", no_argument, NULL, OPT_RESUME},   {"export", required_argument, NULL, OPT_EXPORT},
       {"json", no_argument, NULL, 'j'},            {"help", no_argument, NULL, 'h'},
+      {"profile", no_argument, NULL, OPT_PROFILE},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
@@ -141,6 +146,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       case OPT_RESUME: o->resume = 1; break;
       case OPT_EXPORT: o->export_path = optarg; break;
       case 'j': o->json = 1; break;
+      case OPT_PROFILE: o->profile = 1; break;
       case OPT_LIMIT:
         if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--limit takes N >= 1");
         o->limit = v;
@@ -196,9 +202,12 @@ typedef struct Trainer {
   FloeSession *s;
   char loss_name[256], step_name[256], train_name[256];
   int tty;
+  FloeOpProfile *prof; /* --profile: the training steps' counts over all epochs (malloc'd) */
+  int num_prof;
 } Trainer;
 
 static void train_free(Trainer *t) {
+  free(t->prof);
   floe_session_free(t->s);
   floe_graph_free(t->g);
   floe_batcher_free(t->batches);
@@ -240,7 +249,11 @@ static int build_graph(Trainer *t) {
   return 0;
 }
 
-/* Test accuracy of the inference model, in batches of 1000. -1 on error (printed). */
+/* Test examples per inference step: the CNN's activations of 1000 examples took 300 MB
+ * more peak memory than training, and scoring is no faster in larger batches. */
+enum { EVAL_BATCH = 100 };
+
+/* Test accuracy of the inference model, in batches of EVAL_BATCH. -1 on error (printed). */
 static double evaluate(Trainer *t) {
   floe_batcher_start_epoch(t->test_batches, 0, 0);
   FloeTensor *im, *lb;
@@ -299,6 +312,58 @@ static void draw_progress(int epoch, int epochs, int64_t done, int64_t total, do
   fflush(stdout);
 }
 
+/* Adds the session's profile (one epoch's training steps) to t->prof. 0, or 1 on error. */
+static int merge_profile(Trainer *t) {
+  FloeOpProfile *rows;
+  int n;
+  if (floe_session_profile(t->s, &rows, &n, t->st) != FLOE_OK)
+    return cli_error("train", "--profile: %s", floe_status_message(t->st));
+  for (int i = 0; i < n; i++) {
+    int j = 0;
+    while (j < t->num_prof && strcmp(t->prof[j].op, rows[i].op) != 0) j++;
+    if (j == t->num_prof) {
+      FloeOpProfile *p = realloc(t->prof, (size_t)(t->num_prof + 1) * sizeof *p);
+      if (!p) {
+        free(rows);
+        return cli_error("train", "--profile: out of memory");
+      }
+      t->prof = p;
+      t->prof[t->num_prof++] = (FloeOpProfile){.op = rows[i].op};
+    }
+    FloeOpProfile *d = &t->prof[j];
+    d->calls += rows[i].calls;
+    d->total_ns += rows[i].total_ns;
+    d->output_bytes += rows[i].output_bytes;
+    if (rows[i].max_ns > d->max_ns) d->max_ns = rows[i].max_ns;
+  }
+  free(rows);
+  return 0;
+}
+
+static int profile_cmp(const void *a, const void *b) {
+  const FloeOpProfile *x = a, *y = b;
+  return x->total_ns != y->total_ns ? (x->total_ns > y->total_ns ? -1 : 1) : strcmp(x->op, y->op);
+}
+
+/* The table of --profile without --json, on stderr. */
+static void print_profile(const Trainer *t, int64_t steps, double train_secs) {
+  int64_t sum = 0;
+  for (int i = 0; i < t->num_prof; i++) sum += t->prof[i].total_ns;
+  fprintf(stderr, "\nkernel time per op type over %lld training steps:\n", (long long)steps);
+  fprintf(stderr, "%-28s %8s %10s %6s %10s %10s %10s\n", "op", "calls", "total ms", "%",
+          "us/call", "max us", "MB out");
+  for (int i = 0; i < t->num_prof; i++) {
+    const FloeOpProfile *p = &t->prof[i];
+    fprintf(stderr, "%-28s %8lld %10.1f %6.1f %10.1f %10.1f %10.1f\n", p->op,
+            (long long)p->calls, p->total_ns * 1e-6, sum ? 100.0 * p->total_ns / sum : 0.0,
+            p->calls ? p->total_ns * 1e-3 / p->calls : 0.0, p->max_ns * 1e-3,
+            p->output_bytes / 1048576.0);
+  }
+  fprintf(stderr, "kernels %.3f s of %.3f s training (%.0f us per step in kernels, %.0f us "
+          "wall)\n", sum * 1e-9, train_secs, steps ? sum * 1e-3 / steps : 0.0,
+          steps ? train_secs * 1e6 / steps : 0.0);
+}
+
 int cmd_train(int argc, char **argv) {
   double t_start = now_seconds();
   Trainer t;
@@ -329,7 +394,7 @@ int cmd_train(int argc, char **argv) {
     floe_dataset_truncate(t.test, o->limit);
   }
   if (!(t.batches = floe_batcher_new(t.train, o->batch, 1, o->seed, o->cnn, 0, t.st)) ||
-      !(t.test_batches = floe_batcher_new(t.test, 1000, 0, 0, o->cnn, 0, t.st))) {
+      !(t.test_batches = floe_batcher_new(t.test, EVAL_BATCH, 0, 0, o->cnn, 0, t.st))) {
     rc = cli_error("train", "%s", floe_status_message(t.st));
     goto out;
   }
@@ -377,7 +442,7 @@ int cmd_train(int argc, char **argv) {
   int first_epoch = per_epoch ? (int)(global_step / per_epoch) : 0;
   int64_t first_batch = per_epoch ? global_step % per_epoch : 0;
   double train_secs = 0, final_loss = NAN, accuracy = NAN;
-  int64_t trained = 0;
+  int64_t trained = 0, total_steps = 0;
   for (int e = first_epoch; e < o->epochs; e++) {
     int64_t start = e == first_epoch ? first_batch : 0;
     floe_batcher_start_epoch(t.batches, e, start);
@@ -385,6 +450,7 @@ int cmd_train(int argc, char **argv) {
     double loss_sum = 0, epoch_secs = 0, t0 = now_seconds(), last_draw = 0;
     FloeTensor *im, *lb;
     int r;
+    if (o->profile) floe_session_set_profiling(t.s, 1); /* training steps only */
     while ((r = floe_batcher_next(t.batches, &im, &lb, t.st)) == 1) {
       FloeFeed feeds[2] = {{"x", im}, {"y", lb}};
       const char *fetch = t.loss_name, *target = t.train_name;
@@ -410,10 +476,15 @@ int cmd_train(int argc, char **argv) {
       }
     }
     epoch_secs = now_seconds() - t0;
+    if (o->profile) {
+      floe_session_set_profiling(t.s, 0);
+      if (merge_profile(&t)) goto out;
+    }
     if (r < 0) {
       rc = cli_error("train", "%s", floe_status_message(t.st));
       goto out;
     }
+    total_steps += steps;
     train_secs += epoch_secs;
     trained += epoch_done;
     final_loss = steps ? loss_sum / (double)steps : NAN;
@@ -452,6 +523,8 @@ int cmd_train(int argc, char **argv) {
   getrusage(RUSAGE_SELF, &ru);
   double wall = now_seconds() - t_start, rss_mb = (double)ru.ru_maxrss / 1024.0;
   double sps = train_secs > 0 ? (double)trained / train_secs : 0;
+  if (o->profile && t.num_prof > 1)
+    qsort(t.prof, (size_t)t.num_prof, sizeof *t.prof, profile_cmp);
   if (o->json) {
     JsonWriter w;
     json_init(&w, stdout);
@@ -473,11 +546,26 @@ int cmd_train(int argc, char **argv) {
     json_key(&w, "final_loss"), json_double(&w, final_loss);
     json_key(&w, "wall_seconds"), json_double(&w, wall);
     json_key(&w, "peak_rss_mb"), json_double(&w, rss_mb);
+    if (o->profile) {
+      json_key(&w, "profile");
+      json_begin_array(&w);
+      for (int i = 0; i < t.num_prof; i++) {
+        json_begin_object(&w);
+        json_key(&w, "op"), json_string(&w, t.prof[i].op);
+        json_key(&w, "calls"), json_int(&w, t.prof[i].calls);
+        json_key(&w, "total_ns"), json_int(&w, t.prof[i].total_ns);
+        json_key(&w, "max_ns"), json_int(&w, t.prof[i].max_ns);
+        json_key(&w, "output_bytes"), json_int(&w, t.prof[i].output_bytes);
+        json_end_object(&w);
+      }
+      json_end_array(&w);
+    }
     json_end_object(&w);
     json_finish(&w);
   } else {
     printf("test accuracy %.4f, %.0f training samples/s, %.1f s, peak RSS %.0f MB\n", accuracy,
            sps, wall, rss_mb);
+    if (o->profile) print_profile(&t, total_steps, train_secs);
   }
   rc = 0;
 out:

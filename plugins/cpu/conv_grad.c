@@ -443,25 +443,27 @@ static floe_code backprop_filter_compute(void *state, FloeKernelContext *ctx) {
 #define POOL_CB 256 /* channels per NHWC unit at most (the per-window state lives on the stack) */
 
 typedef struct PoolArgs {
-  const CpuConvAttrs *a;
   const Geo *g;
-  int64_t cb;       /* NHWC channels per unit */
-  int64_t nblocks;  /* NHWC channel blocks per image */
-  const void *x;    /* orig_input (MaxPoolGrad) */
-  const void *dy;   /* grad [N, OH, OW, C] or [N, C, OH, OW] */
-  void *dx;         /* output, the input's shape */
+  int64_t cb;           /* NHWC channels per unit */
+  int64_t nblocks;      /* NHWC channel blocks per image */
+  const int64_t *rows;  /* in-bounds input rows [rows[2i], rows[2i+1]) of output row i */
+  const int64_t *cols;  /* the same for output columns */
+  bool tiles;           /* the windows cover every input element exactly once (2x2 stride 2 on
+                         * even sizes): the gradient is stored, no zeroing, no adding */
+  const void *x;        /* orig_input (MaxPoolGrad) */
+  const void *dy;       /* grad [N, OH, OW, C] or [N, C, OH, OW] */
+  void *dx;             /* output, the input's shape */
 } PoolArgs;
 
-/* The in-bounds window of output (oh, ow): rows [*h0, *h1), cols [*w0, *w1). */
-static inline void window_of(const PoolArgs *p, int64_t oh, int64_t ow, int64_t *h0,
-                             int64_t *h1, int64_t *w0, int64_t *w1) {
-  const Geo *g = p->g;
-  int64_t hs = oh * p->a->stride[0] - g->pad_t, ws = ow * p->a->stride[1] - g->pad_l;
-  *h0 = hs < 0 ? 0 : hs;
-  *w0 = ws < 0 ? 0 : ws;
-  *h1 = hs + g->kh < g->h ? hs + g->kh : g->h;
-  *w1 = ws + g->kw < g->w ? ws + g->kw : g->w;
-}
+/* Zeroes a unit's part of one image: whole when the block spans every channel. */
+#define ZERO_UNIT(T, dx, cb, C, pixels)                                                         \
+  do {                                                                                         \
+    if ((cb) == (C))                                                                           \
+      memset((dx), 0, (size_t)((pixels) * (C)) * sizeof(T));                                   \
+    else                                                                                       \
+      for (int64_t i_ = 0; i_ < (pixels); i_++)                                                \
+        memset((dx) + i_ * (C), 0, (size_t)(cb) * sizeof(T));                                  \
+  } while (0)
 
 /* NHWC MaxPoolGrad: per output pixel, the first maximum of each channel over the window
  * (best / at hold it, vectorised across the block's channels), then the gradient added to
@@ -478,11 +480,11 @@ static inline void window_of(const PoolArgs *p, int64_t oh, int64_t ow, int64_t 
       const T *x = (const T *)p->x + n * g->h * g->w * C + c0;                                 \
       T *dx = (T *)p->dx + n * g->h * g->w * C + c0;                                           \
       const T *dy = (const T *)p->dy + n * g->oh * g->ow * C + c0;                             \
-      for (int64_t i = 0; i < g->h * g->w; i++) memset(dx + i * C, 0, (size_t)cb * sizeof(T)); \
-      for (int64_t oh = 0; oh < g->oh; oh++)                                                   \
+      if (!p->tiles) ZERO_UNIT(T, dx, cb, C, g->h * g->w);                                     \
+      for (int64_t oh = 0; oh < g->oh; oh++) {                                                 \
+        int64_t h0 = p->rows[2 * oh], h1 = p->rows[2 * oh + 1];                                \
         for (int64_t ow = 0; ow < g->ow; ow++, dy += C) {                                      \
-          int64_t h0, h1, w0, w1;                                                              \
-          window_of(p, oh, ow, &h0, &h1, &w0, &w1);                                            \
+          int64_t w0 = p->cols[2 * ow], w1 = p->cols[2 * ow + 1];                              \
           if (h0 >= h1 || w0 >= w1) continue;                                                  \
           const T *first = x + (h0 * g->w + w0) * C;                                           \
           for (int64_t c = 0; c < cb; c++) {                                                   \
@@ -504,9 +506,13 @@ static inline void window_of(const PoolArgs *p, int64_t oh, int64_t ow, int64_t 
           for (int64_t h = h0; h < h1; h++)                                                    \
             for (int64_t w = w0; w < w1; w++, k++) {                                           \
               T *dp = dx + (h * g->w + w) * C;                                                 \
-              for (int64_t c = 0; c < cb; c++) dp[c] += at[c] == k ? dy[c] : (T)0;             \
+              if (p->tiles)                                                                    \
+                for (int64_t c = 0; c < cb; c++) dp[c] = at[c] == k ? dy[c] : (T)0;            \
+              else                                                                             \
+                for (int64_t c = 0; c < cb; c++) dp[c] += at[c] == k ? dy[c] : (T)0;           \
             }                                                                                  \
         }                                                                                      \
+      }                                                                                        \
     }                                                                                          \
   }
 
@@ -520,21 +526,22 @@ static inline void window_of(const PoolArgs *p, int64_t oh, int64_t ow, int64_t 
       T *dx = (T *)p->dx + u * g->h * g->w;                                                    \
       const T *dy = (const T *)p->dy + u * g->oh * g->ow;                                      \
       memset(dx, 0, (size_t)(g->h * g->w) * sizeof(T));                                        \
-      for (int64_t oh = 0; oh < g->oh; oh++)                                                   \
+      for (int64_t oh = 0; oh < g->oh; oh++) {                                                 \
+        int64_t h0 = p->rows[2 * oh], h1 = p->rows[2 * oh + 1];                                \
         for (int64_t ow = 0; ow < g->ow; ow++, dy++) {                                         \
-          int64_t h0, h1, w0, w1;                                                              \
-          window_of(p, oh, ow, &h0, &h1, &w0, &w1);                                            \
+          int64_t w0 = p->cols[2 * ow], w1 = p->cols[2 * ow + 1];                              \
           if (h0 >= h1 || w0 >= w1) continue;                                                  \
           int64_t at = h0 * g->w + w0;                                                         \
           T best = x[at];                                                                      \
           for (int64_t h = h0; h < h1; h++)                                                    \
-            for (int64_t w = w0; w < w1; w++)                                                  \
-              if (x[h * g->w + w] > best) {                                                    \
-                best = x[h * g->w + w];                                                        \
-                at = h * g->w + w;                                                             \
-              }                                                                                \
+            for (int64_t w = w0; w < w1; w++) {                                                \
+              bool gt = x[h * g->w + w] > best;                                                \
+              best = gt ? x[h * g->w + w] : best;                                              \
+              at = gt ? h * g->w + w : at;                                                     \
+            }                                                                                  \
           dx[at] += *dy;                                                                       \
         }                                                                                      \
+      }                                                                                        \
     }                                                                                          \
   }
 
@@ -550,20 +557,24 @@ static inline void window_of(const PoolArgs *p, int64_t oh, int64_t ow, int64_t 
       int64_t cb = g->c - c0 < p->cb ? g->c - c0 : p->cb, C = g->c;                            \
       T *dx = (T *)p->dx + n * g->h * g->w * C + c0;                                           \
       const T *dy = (const T *)p->dy + n * g->oh * g->ow * C + c0;                             \
-      for (int64_t i = 0; i < g->h * g->w; i++) memset(dx + i * C, 0, (size_t)cb * sizeof(T)); \
-      for (int64_t oh = 0; oh < g->oh; oh++)                                                   \
+      if (!p->tiles) ZERO_UNIT(T, dx, cb, C, g->h * g->w);                                     \
+      for (int64_t oh = 0; oh < g->oh; oh++) {                                                 \
+        int64_t h0 = p->rows[2 * oh], h1 = p->rows[2 * oh + 1];                                \
         for (int64_t ow = 0; ow < g->ow; ow++, dy += C) {                                      \
-          int64_t h0, h1, w0, w1;                                                              \
-          window_of(p, oh, ow, &h0, &h1, &w0, &w1);                                            \
+          int64_t w0 = p->cols[2 * ow], w1 = p->cols[2 * ow + 1];                              \
           if (h0 >= h1 || w0 >= w1) continue;                                                  \
           T inv = (T)1 / (T)((h1 - h0) * (w1 - w0));                                           \
           for (int64_t c = 0; c < cb; c++) share[c] = dy[c] * inv;                             \
           for (int64_t h = h0; h < h1; h++)                                                    \
             for (int64_t w = w0; w < w1; w++) {                                                \
               T *dp = dx + (h * g->w + w) * C;                                                 \
-              for (int64_t c = 0; c < cb; c++) dp[c] += share[c];                              \
+              if (p->tiles)                                                                    \
+                for (int64_t c = 0; c < cb; c++) dp[c] = share[c];                             \
+              else                                                                             \
+                for (int64_t c = 0; c < cb; c++) dp[c] += share[c];                            \
             }                                                                                  \
         }                                                                                      \
+      }                                                                                        \
     }                                                                                          \
   }
 
@@ -575,15 +586,16 @@ static inline void window_of(const PoolArgs *p, int64_t oh, int64_t ow, int64_t 
       T *dx = (T *)p->dx + u * g->h * g->w;                                                    \
       const T *dy = (const T *)p->dy + u * g->oh * g->ow;                                      \
       memset(dx, 0, (size_t)(g->h * g->w) * sizeof(T));                                        \
-      for (int64_t oh = 0; oh < g->oh; oh++)                                                   \
+      for (int64_t oh = 0; oh < g->oh; oh++) {                                                 \
+        int64_t h0 = p->rows[2 * oh], h1 = p->rows[2 * oh + 1];                                \
         for (int64_t ow = 0; ow < g->ow; ow++, dy++) {                                         \
-          int64_t h0, h1, w0, w1;                                                              \
-          window_of(p, oh, ow, &h0, &h1, &w0, &w1);                                            \
+          int64_t w0 = p->cols[2 * ow], w1 = p->cols[2 * ow + 1];                              \
           if (h0 >= h1 || w0 >= w1) continue;                                                  \
           T share = *dy / (T)((h1 - h0) * (w1 - w0));                                          \
           for (int64_t h = h0; h < h1; h++)                                                    \
             for (int64_t w = w0; w < w1; w++) dx[h * g->w + w] += share;                       \
         }                                                                                      \
+      }                                                                                        \
     }                                                                                          \
   }
 
@@ -595,6 +607,20 @@ DEF_AVGPOOL_NHWC(avgpool_nhwc_f32, float)
 DEF_AVGPOOL_NHWC(avgpool_nhwc_f64, double)
 DEF_AVGPOOL_NCHW(avgpool_nchw_f32, float)
 DEF_AVGPOOL_NCHW(avgpool_nchw_f64, double)
+
+/* The in-bounds input range [out[2i], out[2i+1]) of each of n outputs along one dim;
+ * returns whether the ranges tile [0, in) (each element in exactly one range). */
+static bool window_ranges(int64_t n, int64_t stride, int64_t pad, int64_t k, int64_t in,
+                          int64_t *out) {
+  bool tiles = true;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t s = i * stride - pad, e = s + k;
+    out[2 * i] = s < 0 ? 0 : s;
+    out[2 * i + 1] = e < in ? e : in;
+    tiles = tiles && out[2 * i] == (i ? out[2 * i - 1] : 0) && out[2 * i] < out[2 * i + 1];
+  }
+  return tiles && n > 0 && out[2 * n - 1] == in;
+}
 
 /* Runs the pooling gradient for dtype f32 or f64 on p (x, dy, dx set). */
 static void pool_run(const State *s, PoolArgs *p, bool f64) {
@@ -665,7 +691,14 @@ static floe_code pool_grad_compute(void *state, FloeKernelContext *ctx) {
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, 4, sizes, &out)) != FLOE_OK) return rc;
   int64_t xn = cpu_host->tensor_num_elements(out), yn = cpu_host->tensor_num_elements(dy);
   if (xn == 0) return FLOE_OK;
-  PoolArgs p = {&s->a, &g, 0, 1, x ? cpu_host->tensor_data(x) : NULL, cpu_host->tensor_data(dy),
+  int64_t *ranges;
+  if ((rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(2 * (g.oh + g.ow)) * sizeof(int64_t),
+                                        (void **)&ranges)) != FLOE_OK)
+    return rc;
+  bool rows_tile = window_ranges(g.oh, s->a.stride[0], g.pad_t, g.kh, g.h, ranges);
+  bool cols_tile = window_ranges(g.ow, s->a.stride[1], g.pad_l, g.kw, g.w, ranges + 2 * g.oh);
+  PoolArgs p = {&g,          0,     1, ranges, ranges + 2 * g.oh, rows_tile && cols_tile,
+                x ? cpu_host->tensor_data(x) : NULL, cpu_host->tensor_data(dy),
                 cpu_host->tensor_data(out)};
   FloeDType dt = cpu_host->tensor_dtype(out);
   if (dt == FLOE_F32 || dt == FLOE_F64) {

@@ -154,6 +154,27 @@ void cpu_parallel_for(int64_t n, int64_t cost_per_unit, FloeParallelFn fn, void 
 #define CPU_PARALLEL_BLOCK 4096
 void cpu_parallel_elements(int64_t n, int64_t cost_per_element, FloeParallelFn fn, void *arg);
 
+/* Flushes denormals to zero on this thread (x86 MXCSR FTZ and DAZ, as TensorFlow runs its
+ * kernels) until cpu_denormals_restore(the returned state). For loops whose values decay
+ * geometrically into the denormal range (optimiser slots), where x86 is ~50x slower. */
+static inline unsigned cpu_denormals_flush(void) {
+#if defined(__x86_64__) || defined(__SSE2__)
+  unsigned csr = __builtin_ia32_stmxcsr();
+  __builtin_ia32_ldmxcsr(csr | 0x8040u); /* FTZ (bit 15), DAZ (bit 6) */
+  return csr;
+#else
+  return 0;
+#endif
+}
+
+static inline void cpu_denormals_restore(unsigned state) {
+#if defined(__x86_64__) || defined(__SSE2__)
+  __builtin_ia32_ldmxcsr(state);
+#else
+  (void)state;
+#endif
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* f32 exp and log written with selects instead of branches so gcc vectorises loops calling
  * them (libm's are scalar calls; the selects need -fno-trapping-math, see elementwise.c).

@@ -68,6 +68,27 @@ PY
 n=$(grep -c "^epoch 1/1 loss [0-9.]* test_accuracy [0-9.]* samples/s [0-9]* seconds" "$tmp/out")
 [ "$n" = 1 ] && ok || { bad "plain epoch line"; cat "$tmp/out"; }
 
+# (a2) --profile: per op type, as many kernel calls as the model implies. 500 examples in
+# batches of 64 are 8 steps; each runs 3 forward MatMuls, 3 for the weights' gradients and
+# 2 for the inputs' (the first layer's input needs none), and one Adam per kernel and bias.
+check "json profile" "$FLOE" train --limit 500 --epochs 1 --json --profile
+tail -n 1 "$tmp/out" >"$tmp/p.json"
+python3 - "$tmp/p.json" <<'PY' && ok || { bad "--profile JSON"; cat "$tmp/out"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {r["op"]: r for r in d["profile"]}
+assert rows["MatMul"]["calls"] == 8 * 8, rows["MatMul"]
+assert rows["ResourceApplyAdam"]["calls"] == 6 * 8, rows["ResourceApplyAdam"]
+assert rows["Relu"]["calls"] == 2 * 8 and rows["ReluGrad"]["calls"] == 2 * 8, rows
+# The first layer's forward output alone is 64 x 512 f32 per full step (7 full + 1 of 52).
+assert rows["MatMul"]["output_bytes"] >= (7 * 64 + 52) * 512 * 4, rows["MatMul"]
+t = [r["total_ns"] for r in d["profile"]]
+assert t == sorted(t, reverse=True) and all(0 <= r["max_ns"] <= r["total_ns"] for r in d["profile"])
+PY
+check "table profile" "$FLOE" train --limit 200 --epochs 1 --profile
+grep -q "^kernel time per op type over 4 training steps" "$tmp/err" && grep -q "^MatMul " "$tmp/err" \
+  && ok || { bad "--profile table"; cat "$tmp/err"; }
+
 # (b) Exact resume: 2 epochs in one go equal 1 epoch, then a resumed second.
 check "two epochs" "$FLOE" train --limit 1000 --epochs 2 --json
 tail -n 1 "$tmp/out" >"$tmp/full.json"

@@ -110,13 +110,13 @@ static void check_contents(const FloeDataset *d, int64_t n, int64_t rows, int64_
   ck_assert_int_eq(floe_dataset_size(d), n);
   ck_assert_int_eq(floe_dataset_rows(d), rows);
   ck_assert_int_eq(floe_dataset_cols(d), cols);
-  const float *im = floe_dataset_images(d);
+  const uint8_t *im = floe_dataset_pixels(d);
   const uint8_t *lb = floe_dataset_labels(d);
   for (int64_t i = 0; i < n; i++) {
     ck_assert_uint_eq(lb[i], (unsigned)(i % 10));
     for (int64_t j = 0; j < rows * cols; j++) {
-      float want = (float)((7 * i + 3 * j) & 255) / 255.0f;
-      ck_assert_msg(im[i * rows * cols + j] == want, "pixel (%lld, %lld): %g, want %g",
+      unsigned want = (unsigned)((7 * i + 3 * j) & 255);
+      ck_assert_msg(im[i * rows * cols + j] == want, "pixel (%lld, %lld): %u, want %u",
                     (long long)i, (long long)j, im[i * rows * cols + j], want);
     }
   }

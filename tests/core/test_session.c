@@ -1,5 +1,6 @@
 /* test_session.c - sessions: pruning, feeding intermediate tensors, name resolution and
- * feed checks, placement errors, the executor cache, and concurrent runs on one session. */
+ * feed checks, placement errors, the executor cache, profiles, and concurrent runs on one
+ * session. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -414,6 +415,81 @@ START_TEST(stateful_kernels_are_shared_across_signatures) {
 }
 END_TEST
 
+/* ---- profiling ---- */
+
+/* The row of op in rows, or NULL. */
+static const FloeOpProfile *profile_row(const FloeOpProfile *rows, int n, const char *op) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(rows[i].op, op) == 0) return &rows[i];
+  return NULL;
+}
+
+/* Runs fetch `name` of small_graph k times with x fed. */
+static void run_fetch(FloeSession *s, const char *name, int k) {
+  FloeStatus *st = floe_status_new();
+  FloeTensor *x = vec2(1.0f, 2.0f);
+  FloeFeed feed = {"x", x};
+  for (int i = 0; i < k; i++) {
+    FloeTensor *out = NULL;
+    ck_assert_msg(floe_session_run(s, &feed, 1, &name, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+    floe_tensor_release(out);
+  }
+  floe_tensor_release(x);
+  floe_status_free(st);
+}
+
+/* Checks the profile holds exactly the expected ops with these calls and output bytes. */
+static void expect_profile(FloeSession *s, int n_ops, const char *const *ops,
+                           const int64_t *calls, const int64_t *bytes) {
+  FloeStatus *st = floe_status_new();
+  FloeOpProfile *rows = NULL;
+  int n = -1;
+  ck_assert_msg(floe_session_profile(s, &rows, &n, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  ck_assert_int_eq(n, n_ops);
+  for (int i = 0; i < n_ops; i++) {
+    const FloeOpProfile *r = profile_row(rows, n, ops[i]);
+    ck_assert_msg(r != NULL, "no row for %s", ops[i]);
+    ck_assert_int_eq(r->calls, calls[i]);
+    ck_assert_int_eq(r->output_bytes, bytes[i]);
+    ck_assert(r->max_ns >= 0 && r->max_ns <= r->total_ns);
+  }
+  for (int i = 1; i < n; i++) ck_assert(rows[i - 1].total_ns >= rows[i].total_ns);
+  free(rows);
+  floe_status_free(st);
+}
+
+START_TEST(profile_counts_node_executions) {
+  FloeGraph *g = small_graph();
+  FloeSession *s = session_new(g);
+  static const char *const ops[3] = {"Const", "Mul", "Add"};
+  run_fetch(s, "z", 2); /* before profiling: not counted */
+  expect_profile(s, 0, ops, NULL, NULL);
+  floe_session_set_profiling(s, 1);
+  /* z runs Const three, Mul y, Const one, Add z; y (a second executor) runs three and y.
+   * Outputs: each Const an f32 scalar (4 bytes), y and z f32 [2] (8 bytes). */
+  run_fetch(s, "z", 5);
+  run_fetch(s, "y", 3);
+  expect_profile(s, 3, ops, (const int64_t[]){13, 8, 5}, (const int64_t[]){52, 64, 40});
+  floe_session_set_profiling(s, 0); /* stops counting, keeps the counts */
+  run_fetch(s, "z", 4);
+  expect_profile(s, 3, ops, (const int64_t[]){13, 8, 5}, (const int64_t[]){52, 64, 40});
+  floe_session_set_profiling(s, 1); /* a new profile */
+  expect_profile(s, 0, ops, NULL, NULL);
+  run_fetch(s, "y", 1);
+  expect_profile(s, 2, ops, (const int64_t[]){1, 1}, (const int64_t[]){4, 8});
+  FloeStatus *st = floe_status_new();
+  FloeOpProfile *rows;
+  int n;
+  ck_assert_int_eq(floe_session_profile(NULL, &rows, &n, st), FLOE_INVALID_ARGUMENT);
+  floe_session_set_profiling(NULL, 1); /* a no-op */
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("session");
   TCase *tc = tcase_create("prune");
@@ -431,6 +507,7 @@ int main(void) {
   tc = tcase_create("cache");
   tcase_add_test(tc, executor_cache);
   tcase_add_test(tc, stateful_kernels_are_shared_across_signatures);
+  tcase_add_test(tc, profile_counts_node_executions);
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
   suite_add_tcase(s, tc);
   tc = tcase_create("threads");

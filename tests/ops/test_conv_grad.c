@@ -786,12 +786,6 @@ static Suite *conv_grad_suite(void) {
   return s;
 }
 
-/* LeakSanitizer's exit-time scan crashes in a process that ran oneDNN's OpenMP threads, so
- * ASan builds of this test skip it; make check-valgrind checks its leaks instead. Only read
- * when the program is built with ASan. */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "detect_leaks=0"; }
-
 int main(void) {
   SRunner *sr = srunner_create(conv_grad_suite());
   srunner_run_all(sr, CK_NORMAL);

@@ -883,11 +883,6 @@ static Suite *views_suite(void) {
   return s;
 }
 
-/* LeakSanitizer's exit-time scan crashes in a process that ran oneDNN's OpenMP threads (as
- * in test_conv), so ASan builds skip it here; make check-valgrind checks the leaks. */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "detect_leaks=0"; }
-
 int main(void) {
   SRunner *sr = srunner_create(views_suite());
   srunner_run_all(sr, CK_NORMAL);

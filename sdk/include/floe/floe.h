@@ -331,6 +331,25 @@ FLOE_API floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int n
 /* Number of prepared executors cached (one per feeds/fetches/targets signature). */
 FLOE_API int floe_session_num_cached(const FloeSession *s);
 
+/* Profiling: per op type, what the kernels of this session's runs cost. */
+typedef struct FloeOpProfile {
+  const char *op;       /* op type, e.g. "MatMul"; borrowed, valid while the session lives */
+  int64_t calls;        /* kernel invocations */
+  int64_t total_ns;     /* wall time inside the kernels' compute (async kernels: until done) */
+  int64_t max_ns;       /* the longest single invocation */
+  int64_t output_bytes; /* bytes of the outputs the invocations produced */
+} FloeOpProfile;
+
+/* on != 0 starts a new profile (every count back to zero) and times each kernel from then
+ * on; 0 stops timing and keeps the counts. Off (the default) costs one branch per node.
+ * Thread-safe; steps already running may be counted partly. NULL s is a no-op. */
+FLOE_API void floe_session_set_profiling(FloeSession *s, int on);
+/* The counts gathered since profiling was last turned on, one row per op type that ran,
+ * sorted by total_ns (largest first). On success *rows is a malloc'd array of *num_rows
+ * rows (NULL when none) that the caller frees with free(). Thread-safe. */
+FLOE_API floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_rows,
+                                        FloeStatus *status);
+
 /* ------------------------------------------------------------------------------------ */
 /* Testing hooks. */
 

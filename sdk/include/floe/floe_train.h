@@ -270,7 +270,8 @@ FLOE_API FloeOutput floe_sparse_softmax_cross_entropy(FloeGraph *g, const char *
 typedef struct FloeDataset FloeDataset;
 
 /* Loads an images file (magic 0x00000803, u8 [n, rows, cols]) and a labels file (0x00000801,
- * u8 [n]), either may end in .gz. Pixels become f32 in [0, 1]. Errors name the file and
+ * u8 [n]), either may end in .gz. Pixels stay u8 in memory (batches turn them into f32 in
+ * [0, 1]). Errors name the file and
  * the byte offset (bad magic, truncated, counts that disagree). Caller owns; free with
  * floe_dataset_free. */
 FLOE_API FloeDataset *floe_idx_load(const char *images_path, const char *labels_path,
@@ -285,13 +286,15 @@ FLOE_API void floe_dataset_truncate(FloeDataset *d, int64_t n);
 FLOE_API int64_t floe_dataset_size(const FloeDataset *d);
 FLOE_API int64_t floe_dataset_rows(const FloeDataset *d);
 FLOE_API int64_t floe_dataset_cols(const FloeDataset *d);
-/* Borrowed: n*rows*cols floats and n labels, valid while d lives. */
-FLOE_API const float *floe_dataset_images(const FloeDataset *d);
+/* Borrowed: n*rows*cols pixels (0 to 255, as in the file) and n labels, valid while d
+ * lives. */
+FLOE_API const uint8_t *floe_dataset_pixels(const FloeDataset *d);
 FLOE_API const uint8_t *floe_dataset_labels(const FloeDataset *d);
 
 /* Batches of a dataset in an order fixed by (seed, epoch): epoch e of two batchers with the
  * same seed yields the same batches, so a resumed run sees the data a continuous run would.
- * Images come as f32 [batch, rows * cols] (flat) or [batch, rows, cols, 1] (images != 0);
+ * Images come as f32 pixel / 255 [batch, rows * cols] (flat) or [batch, rows, cols, 1]
+ * (images_nhwc != 0);
  * labels as i64 [batch]. drop_remainder: skip a last short batch. */
 typedef struct FloeBatcher FloeBatcher;
 FLOE_API FloeBatcher *floe_batcher_new(const FloeDataset *d, int64_t batch, int shuffle,
