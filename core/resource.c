@@ -412,7 +412,9 @@ floe_code floe__resources_reset(FloeResourceMgr *m, const char *container, FloeS
     pthread_mutex_unlock(&v->mu);
     m->dead.v[m->dead.n++] = v;
   }
-  memmove(&m->live.v[first], &m->live.v[end], (size_t)(m->live.n - end) * sizeof *m->live.v);
+  /* k == 0 may mean an empty list, whose array is still NULL (memmove's arguments must not be). */
+  if (k > 0)
+    memmove(&m->live.v[first], &m->live.v[end], (size_t)(m->live.n - end) * sizeof *m->live.v);
   m->live.n -= k;
   pthread_mutex_unlock(&m->mu);
   return FLOE_OK;
@@ -434,7 +436,7 @@ floe_code floe__resources_list(FloeResourceMgr *m, const char *container, FloeVa
                            container);
   }
   /* Sorted by (container, name): the container's run is sorted by name. */
-  memcpy(arr, &m->live.v[first], (size_t)k * sizeof *arr);
+  if (k > 0) memcpy(arr, &m->live.v[first], (size_t)k * sizeof *arr);
   pthread_mutex_unlock(&m->mu);
   *out = arr;
   *n = k;

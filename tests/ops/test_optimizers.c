@@ -2,7 +2,8 @@
  * AssignSubVariableOp of the CPU plugin, run on real variables over several steps and
  * compared after every step with double-precision references of the formulas (written
  * here in ops_std.def's form); f32 and f64, Nesterov variants, use_locking on and off,
- * variables large enough to be split over the pool, and mismatched shapes. */
+ * variables large enough to be split over the pool, denormals flushed, and mismatched
+ * shapes. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -273,6 +274,78 @@ START_TEST(test_scalar_and_empty) {
 }
 END_TEST
 
+/* Denormals are flushed to zero inside an update, as TensorFlow runs its kernels (FTZ and
+ * DAZ): Adam's first moment of a weight whose gradient stays 0 shrinks by beta1 each step
+ * into the denormal range, where every step would cost ~50x more. A denormal m reads as 0,
+ * so m becomes 0 and var does not move; normal values update as the formula says; and the
+ * calling thread's floating-point mode is back afterwards. */
+START_TEST(test_adam_flushes_denormals) {
+  const int64_t d4[1] = {4};
+  FloeGraph *g = floe_graph_new();
+  FloeOutput ins[10];
+  static const char *const vars[3] = {"var0", "var1", "var2"};
+  for (int i = 0; i < 3; i++) ins[i] = add_variable(g, vars[i], FLOE_F32, 1, d4);
+  char names[7][8];
+  for (int i = 3; i < 10; i++) {
+    snprintf(names[i - 3], sizeof names[i - 3], "in%d", i);
+    ins[i] = floe_placeholder(g, names[i - 3], FLOE_F32,
+                              i < 9 ? floe_shape_scalar() : floe_shape_make(1, d4));
+  }
+  FloeNodeBuilder *b = floe_node_begin(g, "ResourceApplyAdam", "update");
+  for (int i = 0; i < 10; i++) floe_node_add_input(b, ins[i]);
+  floe_node_finish(b);
+  FloeSession *s = new_session(g);
+  floe_graph_free(g);
+
+  const float var0[4] = {1, 2, 3, 4}, m0[4] = {1e-39f, -1e-39f, 0.5f, 1e-40f};
+  const float v0[4] = {0.25f, 0.25f, 0.25f, 0.25f}, grad[4] = {0, 0, 0, 0};
+  const float *init[3] = {var0, m0, v0};
+  FloeTensor *t[10];
+  FloeFeed feeds[10];
+  const char *targets[3];
+  char iv[3][32], it[3][32];
+  for (int r = 0; r < 3; r++) {
+    t[r] = harness_f32(1, d4, init[r]);
+    snprintf(iv[r], sizeof iv[r], "%s/init_value", vars[r]);
+    snprintf(it[r], sizeof it[r], "%s/init", vars[r]);
+    feeds[r] = (FloeFeed){iv[r], t[r]};
+    targets[r] = it[r];
+  }
+  run_ok(s, feeds, 3, NULL, 0, targets, 3, NULL, "init");
+  double sc[6];
+  step_scalars(K_ADAM, 1, sc);
+  for (int i = 0; i < 6; i++) {
+    double v = (float)sc[i];
+    t[3 + i] = harness_from_doubles(FLOE_F32, 0, NULL, &v);
+    sc[i] = v; /* as fed */
+  }
+  t[9] = harness_f32(1, d4, grad);
+  for (int i = 3; i < 10; i++) feeds[i - 3] = (FloeFeed){names[i - 3], t[i]};
+  const char *upd = "update";
+  run_ok(s, feeds, 7, NULL, 0, &upd, 1, NULL, "update");
+  const char *reads[3] = {"var0/read", "var1/read", "var2/read"};
+  FloeTensor *got[3];
+  run_ok(s, NULL, 0, reads, 3, NULL, 0, got, "read");
+  const float *var = floe_tensor_data(got[0]), *m = floe_tensor_data(got[1]);
+  for (int i = 0; i < 4; i++) {
+    if (i == 2) continue;
+    ck_assert_msg(m[i] == 0.0f, "m[%d] = %g: the denormal was not flushed", i, m[i]);
+    ck_assert_msg(var[i] == var0[i], "var[%d] moved to %.9g with m = 0", i, var[i]);
+  }
+  double rv[4], rm[4], rvv[4], rg[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4; i++) rv[i] = var0[i], rm[i] = m0[i], rvv[i] = v0[i];
+  ref_step(K_ADAM, 0, 4, rv, rm, rvv, rg, sc);
+  ck_assert_msg(fabs(m[2] - rm[2]) <= 2e-6 && fabs(var[2] - rv[2]) <= 2e-5 * fabs(rv[2]),
+                "normal element: m %g var %.9g, want %g %.9g", m[2], var[2], rm[2], rv[2]);
+  volatile float tiny = 1e-38f;
+  volatile float half = tiny * 0.5f;
+  ck_assert_msg(half != 0.0f, "the update left this thread flushing denormals");
+  for (int i = 0; i < 3; i++) floe_tensor_release(got[i]);
+  for (int i = 0; i < 10; i++) floe_tensor_release(t[i]);
+  floe_session_free(s);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------ */
 /* Rejected inputs: each case names the shapes (or the scalar) in the error. */
 
@@ -471,6 +544,7 @@ static Suite *optimizers_suite(void) {
   tcase_add_loop_test(tc, test_small, 0, NUM_SMALL_CASES);
   tcase_add_loop_test(tc, test_large, 0, NUM_KINDS * 2);
   tcase_add_test(tc, test_scalar_and_empty);
+  tcase_add_test(tc, test_adam_flushes_denormals);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("assign");
