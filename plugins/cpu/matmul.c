@@ -23,6 +23,16 @@
 /* Up to this M*N*K an f32 product costs less through OpenBLAS (about 0.3 us a call) than
  * through dnnl_sgemm (about 0.7 us); from 32x32x32 on oneDNN's kernels win by 4x. */
 #define SGEMM_TINY_MNK 4096
+/* Below this M*N*K (2 MFLOP, some 15 us on one core) dnnl_sgemm runs on the calling thread
+ * alone: an OpenMP team saves a few microseconds at best, and when the cores are busy (other
+ * kernels running at the same time, each with its own team) every call waits a scheduler
+ * time slice, milliseconds, for a team member to be scheduled. */
+#define SGEMM_ONE_THREAD_MNK (1 << 20)
+
+/* The calling thread's OpenMP thread count, from the OpenMP runtime oneDNN brought in. Weak:
+ * the plugin links no OpenMP runtime itself, so it never loads a second one. */
+extern int omp_get_max_threads(void) __attribute__((weak));
+extern void omp_set_num_threads(int n) __attribute__((weak));
 
 /* "[2,3,4]" for error messages. */
 static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
@@ -75,8 +85,15 @@ static dnnl_status_t gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     gemm_f32_blas(ta, tb, m, n, k, a, b, c);
     return dnnl_success;
   }
-  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, ta ? m : k, b,
-                    tb ? k : n, 0.0f, c, n);
+  /* omp_set_num_threads sets the calling thread's count only: restored right after. */
+  int threads = 0;
+  if (m * n * k < SGEMM_ONE_THREAD_MNK && omp_get_max_threads && omp_set_num_threads &&
+      (threads = omp_get_max_threads()) > 1)
+    omp_set_num_threads(1);
+  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, ta ? m : k, b,
+                                tb ? k : n, 0.0f, c, n);
+  if (threads > 1) omp_set_num_threads(threads);
+  return st;
 }
 
 /* A batch of products z[b] = op(x[xi(b)]) op(y[yi(b)]) with NumPy-broadcast batch dims. */

@@ -274,6 +274,21 @@ START_TEST(test_scalar_and_empty) {
 }
 END_TEST
 
+/* Whether this machine honours MXCSR's FTZ/DAZ: x86 does, valgrind's emulated CPU ignores
+ * them (so make check-valgrind cannot see a flush), and other architectures have no MXCSR. */
+static int machine_flushes_denormals(void) {
+#if defined(__x86_64__) || defined(__SSE2__)
+  unsigned csr = __builtin_ia32_stmxcsr();
+  __builtin_ia32_ldmxcsr(csr | 0x8040u);
+  volatile float tiny = 1e-38f;
+  volatile float half = tiny * 0.5f;
+  __builtin_ia32_ldmxcsr(csr);
+  return half == 0.0f;
+#else
+  return 0;
+#endif
+}
+
 /* Denormals are flushed to zero inside an update, as TensorFlow runs its kernels (FTZ and
  * DAZ): Adam's first moment of a weight whose gradient stays 0 shrinks by beta1 each step
  * into the denormal range, where every step would cost ~50x more. A denormal m reads as 0,
@@ -327,7 +342,7 @@ START_TEST(test_adam_flushes_denormals) {
   FloeTensor *got[3];
   run_ok(s, NULL, 0, reads, 3, NULL, 0, got, "read");
   const float *var = floe_tensor_data(got[0]), *m = floe_tensor_data(got[1]);
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; machine_flushes_denormals() && i < 4; i++) {
     if (i == 2) continue;
     ck_assert_msg(m[i] == 0.0f, "m[%d] = %g: the denormal was not flushed", i, m[i]);
     ck_assert_msg(var[i] == var0[i], "var[%d] moved to %.9g with m = 0", i, var[i]);
