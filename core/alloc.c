@@ -83,3 +83,26 @@ void *floe__aligned_alloc(size_t alignment, size_t n) {
 }
 
 void floe__aligned_free(void *p) { free(p); }
+
+void floe__buf_put(FloeByteBuf *b, const void *src, size_t n) {
+  if (b->oom || !n) return;
+  if (n > b->cap - b->len) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->len < n) {
+      if (cap > SIZE_MAX / 2) {
+        b->oom = true;
+        return;
+      }
+      cap *= 2;
+    }
+    uint8_t *q = floe__realloc(b->p, cap);
+    if (!q) {
+      b->oom = true;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, src, n);
+  b->len += n;
+}

@@ -396,34 +396,9 @@ static char *pick_in_dir(const char *dir, FloeStatus *st) {
 /* ------------------------------------------------------------------------------------ */
 /* Writer. */
 
-typedef struct Buf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} Buf;
+typedef FloeByteBuf Buf;
 
-static void buf_put(Buf *b, const void *s, size_t n) {
-  if (b->oom || !n) return;
-  if (n > b->cap - b->len) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap - b->len < n) {
-      if (cap > SIZE_MAX / 2) {
-        b->oom = true;
-        return;
-      }
-      cap *= 2;
-    }
-    char *q = floe__realloc(b->p, cap);
-    if (!q) {
-      b->oom = true;
-      return;
-    }
-    b->p = q;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-}
+static void buf_put(Buf *b, const void *s, size_t n) { floe__buf_put(b, s, n); }
 
 static void buf_str(Buf *b, const char *s) { buf_put(b, s, strlen(s)); }
 

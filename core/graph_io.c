@@ -55,34 +55,9 @@ static void copy_le(uint8_t *dst, const uint8_t *src, size_t nbytes, size_t esiz
 /* ------------------------------------------------------------------------------------ */
 /* Writer. */
 
-typedef struct Writer {
-  uint8_t *p;
-  size_t len, cap;
-  bool oom;
-} Writer;
+typedef FloeByteBuf Writer;
 
-static void put(Writer *w, const void *src, size_t n) {
-  if (w->oom || !n) return;
-  if (n > w->cap - w->len) {
-    size_t cap = w->cap ? w->cap : 4096;
-    while (cap - w->len < n) {
-      if (cap > SIZE_MAX / 2) {
-        w->oom = true;
-        return;
-      }
-      cap *= 2;
-    }
-    uint8_t *q = floe__realloc(w->p, cap);
-    if (!q) {
-      w->oom = true;
-      return;
-    }
-    w->p = q;
-    w->cap = cap;
-  }
-  memcpy(w->p + w->len, src, n);
-  w->len += n;
-}
+static void put(Writer *w, const void *src, size_t n) { floe__buf_put(w, src, n); }
 
 static void put_u8(Writer *w, uint8_t v) { put(w, &v, 1); }
 

@@ -37,6 +37,15 @@ char *floe__strndup(const char *s, size_t n);
 /* malloc'd printf; NULL on failure. */
 char *floe__asprintf(const char *fmt, ...) FLOE__PRINTF(1, 2);
 char *floe__vasprintf(const char *fmt, va_list ap);
+/* A growable byte buffer for file writers (graph files, checkpoints). oom is sticky: after a
+ * failed growth every later put is a no-op, so writers check once at the end. The owner
+ * frees p with floe__free. */
+typedef struct FloeByteBuf {
+  uint8_t *p;
+  size_t len, cap;
+  bool oom;
+} FloeByteBuf;
+void floe__buf_put(FloeByteBuf *b, const void *src, size_t n);
 /* Aligned host memory (alignment a power of two >= 64) for tensor buffers. */
 void *floe__aligned_alloc(size_t alignment, size_t n);
 void floe__aligned_free(void *p);
