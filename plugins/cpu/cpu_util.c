@@ -232,3 +232,15 @@ void cpu_parallel_elements(int64_t n, int64_t cost_per_element, FloeParallelFn f
   cpu_host->parallel_for((n + CPU_PARALLEL_BLOCK - 1) / CPU_PARALLEL_BLOCK,
                          cost * CPU_PARALLEL_BLOCK, block_range, &j);
 }
+
+floe_code cpu_activation_attrs(const FloeHostApi *host, FloeKernelInit *init, int *approximate,
+                               double *alpha) {
+  const FloeAttrs *attrs = host->init_attrs(init);
+  floe_code rc = host->attr_bool(attrs, "approximate", approximate);
+  if (rc != FLOE_OK && rc != FLOE_NOT_FOUND)
+    return host->init_set_error(init, rc, "attribute approximate must be a bool");
+  rc = host->attr_float(attrs, "alpha", alpha);
+  if (rc != FLOE_OK && rc != FLOE_NOT_FOUND)
+    return host->init_set_error(init, rc, "attribute alpha must be a float");
+  return FLOE_OK;
+}

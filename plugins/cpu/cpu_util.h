@@ -268,4 +268,10 @@ static inline double cpu_sigmoid_f64(double x) {
   return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
+/* The optional attributes of the parameterised activations and their gradients:
+ * "approximate" (Gelu) and "alpha" (LeakyRelu, Elu). Absent ones keep the values passed in;
+ * a wrong kind is recorded on init and returned. */
+floe_code cpu_activation_attrs(const FloeHostApi *host, FloeKernelInit *init, int *approximate,
+                               double *alpha);
+
 #endif

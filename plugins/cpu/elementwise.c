@@ -552,27 +552,20 @@ static const UnaryState st_leaky_relu = {&op_leaky_relu, 0.2}, st_elu = {&op_elu
 static floe_code unary_attr_create(const FloeHostApi *host, FloeKernelInit *init,
                                    void *user_data, void **state) {
   const UnaryState *tmpl = user_data;
-  const FloeAttrs *attrs = host->init_attrs(init);
   UnaryState *s = host->alloc(sizeof *s);
   if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory for kernel state");
   *s = *tmpl;
-  if (tmpl->op == &op_gelu_erf) {
-    int approximate = 0;
-    floe_code rc = host->attr_bool(attrs, "approximate", &approximate);
-    if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
-      host->free(s);
-      return host->init_set_error(init, rc, "attribute approximate must be a bool");
-    }
-    s->op = approximate ? &op_gelu_tanh : &op_gelu_erf;
-  } else {
-    double alpha;
-    floe_code rc = host->attr_float(attrs, "alpha", &alpha);
-    if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
-      host->free(s);
-      return host->init_set_error(init, rc, "attribute alpha must be a float");
-    }
-    if (rc == FLOE_OK) s->alpha = alpha;
+  int approximate = 0;
+  double alpha = tmpl->alpha;
+  floe_code rc = cpu_activation_attrs(host, init, &approximate, &alpha);
+  if (rc != FLOE_OK) {
+    host->free(s);
+    return rc;
   }
+  if (tmpl->op == &op_gelu_erf)
+    s->op = approximate ? &op_gelu_tanh : &op_gelu_erf;
+  else
+    s->alpha = alpha;
   *state = s;
   return FLOE_OK;
 }

@@ -196,27 +196,20 @@ static const GradState st_leaky_relu_grad = {&op_leaky_relu_grad, 0.2},
 static floe_code grad_attr_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
                                   void **state) {
   const GradState *tmpl = user_data;
-  const FloeAttrs *attrs = host->init_attrs(init);
   GradState *s = host->alloc(sizeof *s);
   if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory for kernel state");
   *s = *tmpl;
-  if (tmpl->op == &op_gelu_erf_grad) {
-    int approximate = 0;
-    floe_code rc = host->attr_bool(attrs, "approximate", &approximate);
-    if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
-      host->free(s);
-      return host->init_set_error(init, rc, "attribute approximate must be a bool");
-    }
-    s->op = approximate ? &op_gelu_tanh_grad : &op_gelu_erf_grad;
-  } else {
-    double alpha;
-    floe_code rc = host->attr_float(attrs, "alpha", &alpha);
-    if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
-      host->free(s);
-      return host->init_set_error(init, rc, "attribute alpha must be a float");
-    }
-    if (rc == FLOE_OK) s->alpha = alpha;
+  int approximate = 0;
+  double alpha = tmpl->alpha;
+  floe_code rc = cpu_activation_attrs(host, init, &approximate, &alpha);
+  if (rc != FLOE_OK) {
+    host->free(s);
+    return rc;
   }
+  if (tmpl->op == &op_gelu_erf_grad)
+    s->op = approximate ? &op_gelu_tanh_grad : &op_gelu_erf_grad;
+  else
+    s->alpha = alpha;
   *state = s;
   return FLOE_OK;
 }
