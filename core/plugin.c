@@ -412,14 +412,15 @@ static bool copy_strings(const char *const *src, size_t n, const char *const **o
   return true;
 }
 
-static floe_code check_specs(Staging *s, const char *op, const char *what,
+/* `call` names the registrar slot in the messages ("register_op", "register_gradient"). */
+static floe_code check_specs(Staging *s, const char *call, const char *op, const char *what,
                              const char *const *v, size_t n) {
   if (n > 0 && !v)
-    return reg_fail(s, FLOE_INVALID_ARGUMENT, "register_op %s: num_%s is %zu but %s is NULL", op,
+    return reg_fail(s, FLOE_INVALID_ARGUMENT, "%s %s: num_%s is %zu but %s is NULL", call, op,
                     what, n, what);
   for (size_t i = 0; i < n; i++)
     if (!v[i])
-      return reg_fail(s, FLOE_INVALID_ARGUMENT, "register_op %s: %s[%zu] is NULL", op, what, i);
+      return reg_fail(s, FLOE_INVALID_ARGUMENT, "%s %s: %s[%zu] is NULL", call, op, what, i);
   return FLOE_OK;
 }
 
@@ -436,9 +437,10 @@ static floe_code reg_op(FloePluginRegistrar *reg, const FloeOpDef *op) {
   memset(&def, 0, sizeof def);
   memcpy(&def, op, op->struct_size < sizeof def ? op->struct_size : sizeof def);
   if (!def.name || !*def.name) return reg_fail(s, FLOE_INVALID_ARGUMENT, "register_op: name is NULL or empty");
-  if ((rc = check_specs(s, def.name, "inputs", def.inputs, def.num_inputs)) != FLOE_OK ||
-      (rc = check_specs(s, def.name, "outputs", def.outputs, def.num_outputs)) != FLOE_OK ||
-      (rc = check_specs(s, def.name, "attrs", def.attrs, def.num_attrs)) != FLOE_OK)
+  const char *call = "register_op";
+  if ((rc = check_specs(s, call, def.name, "inputs", def.inputs, def.num_inputs)) != FLOE_OK ||
+      (rc = check_specs(s, call, def.name, "outputs", def.outputs, def.num_outputs)) != FLOE_OK ||
+      (rc = check_specs(s, call, def.name, "attrs", def.attrs, def.num_attrs)) != FLOE_OK)
     return rc;
   const FloeOpInfo *existing = floe__op_lookup(def.name);
   /* The same plugin loaded by a second runtime re-registers its ops: that is not a clash. */
@@ -489,8 +491,10 @@ static floe_code reg_gradient(FloePluginRegistrar *reg, const FloeGradientDef *g
       (g->num_copy_attrs && !g->copy_attrs))
     return reg_fail(s, FLOE_INVALID_ARGUMENT,
                     "register_gradient %s: an array is NULL but its count is not 0", g->op);
-  if ((rc = check_specs(s, g->op, "grad_inputs", g->grad_inputs, g->num_grad_inputs)) != FLOE_OK ||
-      (rc = check_specs(s, g->op, "copy_attrs", g->copy_attrs, g->num_copy_attrs)) != FLOE_OK)
+  const char *call = "register_gradient";
+  if ((rc = check_specs(s, call, g->op, "grad_inputs", g->grad_inputs, g->num_grad_inputs)) !=
+          FLOE_OK ||
+      (rc = check_specs(s, call, g->op, "copy_attrs", g->copy_attrs, g->num_copy_attrs)) != FLOE_OK)
     return rc;
   for (int i = 0; i < s->num_grads; i++)
     if (strcmp(s->grads[i].op, g->op) == 0)
