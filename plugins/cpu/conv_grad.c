@@ -365,12 +365,38 @@ static floe_code conv_dispatch(State *s, FloeKernelContext *ctx, const Geo *g,
   }
 }
 
+/* Shared by both backprops: the window [kh, kw, c, o] (HWIO) of `win_what` completes the
+ * geometry of the data side `data_what`; out_backprop must match it; output 0 gets dims. */
+static floe_code window_and_output(State *s, FloeKernelContext *ctx, Geo *g, const int64_t *win,
+                                   const char *win_what, const char *win_str,
+                                   const char *data_what, const char *data_str,
+                                   const FloeTensor *dy, const int64_t *dims, FloeTensor **out) {
+  char desc[2 * CPU_SHAPE_STR_MAX + 64];
+  if (win[2] != g->c || win[0] < 1 || win[1] < 1)
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT,
+        "%s %s (HWIO) must have a non-empty window and the %lld input channels of %s %s (%s)",
+        win_what, win_str, (long long)g->c, data_what, data_str, fmt_name(s));
+  g->kh = win[0];
+  g->kw = win[1];
+  g->o = win[3];
+  snprintf(desc, sizeof desc, "%s %s", data_what, data_str);
+  floe_code rc = finish_geo(s, ctx, g, desc);
+  if (rc != FLOE_OK) return rc;
+  snprintf(desc, sizeof desc, "%s %s (%s) and %s %s", data_what, data_str, fmt_name(s), win_what,
+           win_str);
+  if ((rc = need_rank4(s, ctx, dy, "out_backprop")) != FLOE_OK ||
+      (rc = check_out_shape(s, ctx, dy, "out_backprop", g, desc)) != FLOE_OK)
+    return rc;
+  return cpu_host->ctx_allocate_output(ctx, 0, 4, dims, out);
+}
+
 /* Conv2DBackpropInput(input_sizes, filter, out_backprop) -> [input_sizes]. */
 static floe_code backprop_input_compute(void *state, FloeKernelContext *ctx) {
   State *s = state;
   const FloeTensor *f = cpu_host->ctx_input(ctx, 1), *dy = cpu_host->ctx_input(ctx, 2);
   int64_t sizes[4];
-  char ss[CPU_SHAPE_STR_MAX], sf[CPU_SHAPE_STR_MAX], desc[2 * CPU_SHAPE_STR_MAX + 64];
+  char ss[CPU_SHAPE_STR_MAX], sf[CPU_SHAPE_STR_MAX];
   floe_code rc = read_sizes(s, ctx, 0, "input_sizes", fmt_name(s), sizes);
   if (rc != FLOE_OK) return rc;
   Geo g;
@@ -382,23 +408,10 @@ static floe_code backprop_input_compute(void *state, FloeKernelContext *ctx) {
                                    shape_str(f, sf, sizeof sf));
   const int64_t *fd = cpu_host->tensor_dims(f);
   shape_str(f, sf, sizeof sf);
-  if (fd[2] != g.c || fd[0] < 1 || fd[1] < 1)
-    return cpu_host->ctx_set_error(
-        ctx, FLOE_INVALID_ARGUMENT,
-        "filter %s (HWIO) must have a non-empty window and the %lld input channels of "
-        "input_sizes %s (%s)",
-        sf, (long long)g.c, ss, fmt_name(s));
-  g.kh = fd[0];
-  g.kw = fd[1];
-  g.o = fd[3];
-  snprintf(desc, sizeof desc, "input_sizes %s", ss);
-  if ((rc = finish_geo(s, ctx, &g, desc)) != FLOE_OK) return rc;
-  snprintf(desc, sizeof desc, "input_sizes %s (%s) and filter %s", ss, fmt_name(s), sf);
-  if ((rc = need_rank4(s, ctx, dy, "out_backprop")) != FLOE_OK ||
-      (rc = check_out_shape(s, ctx, dy, "out_backprop", &g, desc)) != FLOE_OK)
-    return rc;
   FloeTensor *out;
-  if ((rc = cpu_host->ctx_allocate_output(ctx, 0, 4, sizes, &out)) != FLOE_OK) return rc;
+  if ((rc = window_and_output(s, ctx, &g, fd, "filter", sf, "input_sizes", ss, dy, sizes,
+                              &out)) != FLOE_OK)
+    return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   if (g.o == 0) { /* no output channels: nothing flows back */
     memset(cpu_host->tensor_data(out), 0, cpu_host->tensor_nbytes(out));
@@ -412,30 +425,17 @@ static floe_code backprop_filter_compute(void *state, FloeKernelContext *ctx) {
   State *s = state;
   const FloeTensor *x = cpu_host->ctx_input(ctx, 0), *dy = cpu_host->ctx_input(ctx, 2);
   int64_t sizes[4];
-  char sx[CPU_SHAPE_STR_MAX], sf[CPU_SHAPE_STR_MAX], desc[2 * CPU_SHAPE_STR_MAX + 64];
+  char sx[CPU_SHAPE_STR_MAX], sf[CPU_SHAPE_STR_MAX];
   floe_code rc = read_sizes(s, ctx, 1, "filter_sizes", "HWIO", sizes);
   if (rc != FLOE_OK || (rc = need_rank4(s, ctx, x, "input")) != FLOE_OK) return rc;
   Geo g;
   split_dims(s, cpu_host->tensor_dims(x), &g);
   shape_str(x, sx, sizeof sx);
   cpu_shape_str(sf, sizeof sf, 4, sizes);
-  if (sizes[2] != g.c || sizes[0] < 1 || sizes[1] < 1)
-    return cpu_host->ctx_set_error(
-        ctx, FLOE_INVALID_ARGUMENT,
-        "filter_sizes %s (HWIO) must have a non-empty window and the %lld input channels of "
-        "input %s (%s)",
-        sf, (long long)g.c, sx, fmt_name(s));
-  g.kh = sizes[0];
-  g.kw = sizes[1];
-  g.o = sizes[3];
-  snprintf(desc, sizeof desc, "input %s", sx);
-  if ((rc = finish_geo(s, ctx, &g, desc)) != FLOE_OK) return rc;
-  snprintf(desc, sizeof desc, "input %s (%s) and filter_sizes %s", sx, fmt_name(s), sf);
-  if ((rc = need_rank4(s, ctx, dy, "out_backprop")) != FLOE_OK ||
-      (rc = check_out_shape(s, ctx, dy, "out_backprop", &g, desc)) != FLOE_OK)
-    return rc;
   FloeTensor *out;
-  if ((rc = cpu_host->ctx_allocate_output(ctx, 0, 4, sizes, &out)) != FLOE_OK) return rc;
+  if ((rc = window_and_output(s, ctx, &g, sizes, "filter_sizes", sf, "input", sx, dy, sizes,
+                              &out)) != FLOE_OK)
+    return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   if (cpu_host->tensor_num_elements(dy) == 0) { /* an empty batch or image: no gradient */
     memset(cpu_host->tensor_data(out), 0, cpu_host->tensor_nbytes(out));
