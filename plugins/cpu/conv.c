@@ -168,19 +168,38 @@ static dnnl_status_t build_pool(const void *arg, dnnl_engine_t eng,
   return dnnl_primitive_desc_create(pd, &pool, attr, eng, NULL);
 }
 
-/* Runs the f32 primitive for g on src (logical layout of the data format), wei (HWIO, NULL
- * for pooling) into dst. */
-static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const float *src,
-                          const float *wei, float *dst) {
-  int64_t key[CPU_DNNL_KEY_LEN] = {g->n, g->c, g->h, g->w, wei ? g->o : 0, wei ? g->kh : 0,
-                                   wei ? g->kw : 0, 0};
-  Build b = {s, g};
-  if (wei) {
-    void *data[3] = {(void *)src, (void *)wei, dst};
-    return cpu_dnnl_run(&s->cache, ctx, op_names[s->kind], key, build_conv, &b, data);
+/* The f32 primitive for g on src (logical layout of the data format), wei (HWIO, NULL for
+ * pooling) into dst, for images [first, first + count) (a shard of the batch). */
+typedef struct DnnlJob {
+  State *s;
+  const Geo *g;
+  const float *src, *wei;
+  float *dst;
+} DnnlJob;
+
+static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, int64_t first, int64_t count,
+                            int shard) {
+  (void)shard;
+  const DnnlJob *j = arg;
+  Geo g = *j->g;
+  g.n = count;
+  const float *src = j->src + first * g.c * g.h * g.w;
+  float *dst = j->dst + first * g.o * g.oh * g.ow;
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n, g.c, g.h, g.w, j->wei ? g.o : 0, j->wei ? g.kh : 0,
+                                   j->wei ? g.kw : 0, 0};
+  Build b = {j->s, &g};
+  if (j->wei) {
+    void *data[3] = {(void *)src, (void *)j->wei, dst};
+    return cpu_dnnl_run(&j->s->cache, ctx, op_names[j->s->kind], key, build_conv, &b, data);
   }
   void *data[2] = {(void *)src, dst};
-  return cpu_dnnl_run(&s->cache, ctx, op_names[s->kind], key, build_pool, &b, data);
+  return cpu_dnnl_run(&j->s->cache, ctx, op_names[j->s->kind], key, build_pool, &b, data);
+}
+
+static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const float *src,
+                          const float *wei, float *dst) {
+  DnnlJob j = {s, g, src, wei, dst};
+  return cpu_dnnl_for_batch(ctx, g->n, cpu_dnnl_batch_shards(g->n), dnnl_shard, &j);
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -219,13 +219,56 @@ static dnnl_status_t build_backward(const void *arg, dnnl_engine_t eng,
 }
 
 /* G_INPUT: a = out_backprop, b = filter, out = input gradient. G_FILTER: a = input,
- * b = out_backprop, out = filter gradient. */
+ * b = out_backprop, out = filter gradient. The batch is cut into shards
+ * (cpu_dnnl_for_batch); for the filter gradient each shard after the first sums its images
+ * into a buffer of its own, added to out at the end. */
+typedef struct DnnlJob {
+  State *s;
+  const Geo *g;
+  const float *a, *b;
+  float *out;
+  float *partial; /* G_FILTER: (shards - 1) filter-sized buffers */
+} DnnlJob;
+
+static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, int64_t first, int64_t count,
+                            int shard) {
+  const DnnlJob *j = arg;
+  Geo g = *j->g;
+  g.n = count;
+  int64_t in_img = g.c * g.h * g.w, out_img = g.o * g.oh * g.ow;
+  int64_t filter = g.kh * g.kw * g.c * g.o;
+  void *data[3];
+  if (j->s->kind == G_INPUT) {
+    data[0] = (void *)(j->a + first * out_img);
+    data[1] = (void *)j->b;
+    data[2] = j->out + first * in_img;
+  } else {
+    data[0] = (void *)(j->a + first * in_img);
+    data[1] = (void *)(j->b + first * out_img);
+    data[2] = shard == 0 ? j->out : j->partial + (shard - 1) * filter;
+  }
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, 0};
+  Build bd = {j->s, &g};
+  return cpu_dnnl_run(&j->s->cache, ctx, grad_names[j->s->kind], key, build_backward, &bd, data);
+}
+
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const float *a,
                           const float *b, float *out) {
-  int64_t key[CPU_DNNL_KEY_LEN] = {g->n, g->c, g->h, g->w, g->o, g->kh, g->kw, 0};
-  Build bd = {s, g};
-  void *data[3] = {(void *)a, (void *)b, out};
-  return cpu_dnnl_run(&s->cache, ctx, grad_names[s->kind], key, build_backward, &bd, data);
+  DnnlJob j = {s, g, a, b, out, NULL};
+  int shards = cpu_dnnl_batch_shards(g->n);
+  int64_t filter = g->kh * g->kw * g->c * g->o;
+  if (s->kind == G_FILTER && shards > 1) {
+    floe_code rc = cpu_host->ctx_allocate_temp(
+        ctx, (size_t)((shards - 1) * filter) * sizeof(float), (void **)&j.partial);
+    if (rc != FLOE_OK) return rc;
+  }
+  floe_code rc = cpu_dnnl_for_batch(ctx, g->n, shards, dnnl_shard, &j);
+  if (rc != FLOE_OK || !j.partial) return rc;
+  for (int sh = 1; sh < shards; sh++) {
+    const float *p = j.partial + (sh - 1) * filter;
+    for (int64_t i = 0; i < filter; i++) out[i] += p[i];
+  }
+  return FLOE_OK;
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -113,6 +113,7 @@ bool cpu_conv_geo_finish(const CpuConvAttrs *a, CpuConvGeo *g) {
 
 struct CpuDnnlPrim {
   int64_t key[CPU_DNNL_KEY_LEN];
+  int nthr;      /* OpenMP threads it was built for (its kernels split work that many ways) */
   int refs;      /* computes using it now */
   bool cached;   /* owned by the cache (else freed by its last user) */
   uint64_t used; /* LRU clock */
@@ -131,9 +132,26 @@ struct CpuDnnlPrim {
   void *keep_ready, *keep_seen;
 };
 
+/* While a shard of cpu_dnnl_for_batch runs on this thread: the lock that serialises its
+ * calls into the kernel context (ctx_allocate_temp and ctx_set_error are not thread-safe). */
+static __thread pthread_mutex_t *shard_ctx_lock;
+
+static floe_code ctx_temp(FloeKernelContext *ctx, size_t bytes, void **out) {
+  pthread_mutex_t *lock = shard_ctx_lock;
+  if (lock) pthread_mutex_lock(lock);
+  floe_code rc = cpu_host->ctx_allocate_temp(ctx, bytes, out);
+  if (lock) pthread_mutex_unlock(lock);
+  return rc;
+}
+
 floe_code cpu_dnnl_fail(FloeKernelContext *ctx, dnnl_status_t st, const char *what) {
-  return cpu_host->ctx_set_error(ctx, st == dnnl_out_of_memory ? FLOE_NO_MEMORY : FLOE_INTERNAL,
-                                 "oneDNN %s failed: %s", what, dnnl_status2str(st));
+  pthread_mutex_t *lock = shard_ctx_lock;
+  if (lock) pthread_mutex_lock(lock);
+  floe_code rc =
+      cpu_host->ctx_set_error(ctx, st == dnnl_out_of_memory ? FLOE_NO_MEMORY : FLOE_INTERNAL,
+                              "oneDNN %s failed: %s", what, dnnl_status2str(st));
+  if (lock) pthread_mutex_unlock(lock);
+  return rc;
 }
 
 floe_code cpu_dnnl_cache_init(CpuDnnlCache *c, const FloeHostApi *host, FloeKernelInit *init) {
@@ -184,8 +202,9 @@ static dnnl_status_t make_reorder(dnnl_engine_t eng, const_dnnl_primitive_attr_t
 static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, const int64_t *key,
                             CpuDnnlBuildFn build, const void *build_arg, CpuDnnlPrim **out) {
   CpuDnnlPrim *p = cpu_host->alloc(sizeof *p);
-  if (!p) return cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory");
+  if (!p) return cpu_dnnl_fail(ctx, dnnl_out_of_memory, "primitive cache entry");
   memset(p, 0, sizeof *p);
+  p->nthr = cpu_omp_threads();
   pthread_rwlock_init(&p->keep_lock, NULL);
   memcpy(p->key, key, sizeof p->key);
   p->kept = -1;
@@ -232,10 +251,11 @@ err_free_attr:
 static floe_code prim_acquire(CpuDnnlCache *c, FloeKernelContext *ctx, const int64_t *key,
                               CpuDnnlBuildFn build, const void *build_arg, CpuDnnlPrim **out) {
   size_t key_bytes = CPU_DNNL_KEY_LEN * sizeof(int64_t);
+  int nthr = cpu_omp_threads();
   pthread_mutex_lock(&c->lock);
   for (int i = 0; i < CPU_DNNL_SLOTS; i++) {
     CpuDnnlPrim *p = c->slots[i];
-    if (p && memcmp(p->key, key, key_bytes) == 0) {
+    if (p && p->nthr == nthr && memcmp(p->key, key, key_bytes) == 0) {
       p->refs++;
       p->used = ++c->clock;
       pthread_mutex_unlock(&c->lock);
@@ -256,7 +276,7 @@ static floe_code prim_acquire(CpuDnnlCache *c, FloeKernelContext *ctx, const int
   bool present = false;
   for (int i = 0; i < CPU_DNNL_SLOTS; i++) {
     CpuDnnlPrim *p = c->slots[i], *v = victim >= 0 ? c->slots[victim] : NULL;
-    if (p && memcmp(p->key, key, key_bytes) == 0)
+    if (p && p->nthr == nthr && memcmp(p->key, key, key_bytes) == 0)
       present = true; /* another compute built it first: ours is used once */
     else if (!p && (victim < 0 || v))
       victim = i;
@@ -374,12 +394,12 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, const char *op,
     if (i == p->kept && kept)
       bufs[i] = kept;
     else if (p->args[i].reorder &&
-             (rc = cpu_host->ctx_allocate_temp(ctx, dnnl_memory_desc_get_size(&p->args[i].md),
-                                               &bufs[i])) != FLOE_OK)
+             (rc = ctx_temp(ctx, dnnl_memory_desc_get_size(&p->args[i].md), &bufs[i])) !=
+                 FLOE_OK)
       goto err_release_prim;
   }
   if (p->scratch_bytes &&
-      (rc = cpu_host->ctx_allocate_temp(ctx, p->scratch_bytes, &scratch_buf)) != FLOE_OK)
+      (rc = ctx_temp(ctx, p->scratch_bytes, &scratch_buf)) != FLOE_OK)
     goto err_release_prim;
 
   dnnl_status_t st;
@@ -433,6 +453,54 @@ err_release_prim:
   if (kept) pthread_rwlock_unlock(&p->keep_lock);
   prim_release(c, p);
   return rc;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Batches cut into shards. */
+
+int cpu_dnnl_batch_shards(int64_t n) {
+  int threads = cpu_host->num_threads();
+  if (threads <= 1 || n < 2) return 1;
+  return n < threads ? (int)n : threads;
+}
+
+typedef struct BatchJob {
+  CpuBatchShardFn fn;
+  void *arg;
+  FloeKernelContext *ctx;
+  int64_t n, block;
+  pthread_mutex_t lock; /* the context's; also guards rc */
+  floe_code rc;
+} BatchJob;
+
+static void batch_shards(void *arg, int64_t begin, int64_t end) {
+  BatchJob *j = arg;
+  pthread_mutex_t *outer = shard_ctx_lock;
+  shard_ctx_lock = &j->lock;
+  int saved = cpu_omp_single();
+  for (int64_t s = begin; s < end; s++) {
+    int64_t first = s * j->block, count = j->n - first < j->block ? j->n - first : j->block;
+    floe_code rc = j->fn(j->arg, j->ctx, first, count, (int)s);
+    if (rc != FLOE_OK) {
+      pthread_mutex_lock(&j->lock);
+      if (j->rc == FLOE_OK) j->rc = rc;
+      pthread_mutex_unlock(&j->lock);
+    }
+  }
+  cpu_omp_restore(saved);
+  shard_ctx_lock = outer;
+}
+
+floe_code cpu_dnnl_for_batch(FloeKernelContext *ctx, int64_t n, int shards, CpuBatchShardFn fn,
+                             void *arg) {
+  if (shards <= 1) return fn(arg, ctx, 0, n, 0);
+  BatchJob j = {.fn = fn, .arg = arg, .ctx = ctx, .n = n, .rc = FLOE_OK};
+  j.block = (n + shards - 1) / shards;
+  int64_t units = (n + j.block - 1) / j.block;
+  if (pthread_mutex_init(&j.lock, NULL) != 0) return fn(arg, ctx, 0, n, 0);
+  cpu_host->parallel_for(units, 0, batch_shards, &j);
+  pthread_mutex_destroy(&j.lock);
+  return j.rc;
 }
 
 dnnl_status_t cpu_dnnl_conv_desc(dnnl_convolution_desc_t *cd, CpuConvPass pass,

@@ -110,6 +110,23 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, const char *op,
                        const int64_t key[CPU_DNNL_KEY_LEN], CpuDnnlBuildFn build,
                        const void *build_arg, void *const *data);
 
+/* A batch of images cut into shards that run at once on the shared pool, each through a
+ * primitive built for its own (smaller) batch and run on one OpenMP thread. oneDNN's
+ * OpenMP team per call fights the other kernels of a step for the cores (every kernel of the
+ * step that runs at the same time brings its own team); shards on the pool run wherever a
+ * thread is free, and all on the caller when none is.
+ *
+ * cpu_dnnl_batch_shards(n): how many shards a batch of n is cut into (1 with one thread or
+ * one image: then the primitive gets the whole batch and OpenMP's threads).
+ * cpu_dnnl_for_batch runs fn for images [first, first + count) of shard `shard` (0 ..
+ * shards - 1; shard 0 takes the first images), every shard once, and returns the first
+ * failure (each failure is recorded on ctx; cpu_dnnl_run inside fn is safe to call). */
+typedef floe_code (*CpuBatchShardFn)(void *arg, FloeKernelContext *ctx, int64_t first,
+                                     int64_t count, int shard);
+int cpu_dnnl_batch_shards(int64_t n);
+floe_code cpu_dnnl_for_batch(FloeKernelContext *ctx, int64_t n, int shards, CpuBatchShardFn fn,
+                             void *arg);
+
 /* A convolution descriptor (forward when prop is a forward kind, else backward data or
  * weights per which) for geometry g and attributes a with the given memory descriptors. */
 typedef enum CpuConvPass { CPU_CONV_FORWARD, CPU_CONV_BACKWARD_DATA, CPU_CONV_BACKWARD_WEIGHTS }

@@ -208,6 +208,24 @@ void cpu_parallel_for(int64_t n, int64_t cost_per_unit, FloeParallelFn fn, void 
   cpu_host->parallel_for(n, cost, fn, arg);
 }
 
+/* Weak: the plugin links no OpenMP runtime itself (oneDNN brings one), so it never loads a
+ * second one. */
+extern int omp_get_max_threads(void) __attribute__((weak));
+extern void omp_set_num_threads(int n) __attribute__((weak));
+
+int cpu_omp_threads(void) { return omp_get_max_threads ? omp_get_max_threads() : 1; }
+
+int cpu_omp_single(void) {
+  int n;
+  if (!omp_get_max_threads || !omp_set_num_threads || (n = omp_get_max_threads()) <= 1) return 0;
+  omp_set_num_threads(1);
+  return n;
+}
+
+void cpu_omp_restore(int saved) {
+  if (saved > 1 && omp_set_num_threads) omp_set_num_threads(saved);
+}
+
 typedef struct BlockJob {
   FloeParallelFn fn;
   void *arg;

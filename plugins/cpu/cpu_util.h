@@ -154,6 +154,14 @@ void cpu_parallel_for(int64_t n, int64_t cost_per_unit, FloeParallelFn fn, void 
 #define CPU_PARALLEL_BLOCK 4096
 void cpu_parallel_elements(int64_t n, int64_t cost_per_element, FloeParallelFn fn, void *arg);
 
+/* The calling thread's OpenMP thread count (the runtime oneDNN brought in; 1 without one),
+ * and setting it to n for this thread alone: cpu_omp_single() returns the count to hand back
+ * to cpu_omp_restore() afterwards (0: nothing was changed). oneDNN threads a call over its
+ * OpenMP team; work already cut into shards on the shared pool runs each shard with one. */
+int cpu_omp_threads(void);
+int cpu_omp_single(void);
+void cpu_omp_restore(int saved);
+
 /* Flushes denormals to zero on this thread (x86 MXCSR FTZ and DAZ, as TensorFlow runs its
  * kernels) until cpu_denormals_restore(the returned state). For loops whose values decay
  * geometrically into the denormal range (optimiser slots), where x86 is ~50x slower. */

@@ -787,6 +787,10 @@ static Suite *conv_grad_suite(void) {
 }
 
 int main(void) {
+  /* Two pool threads unless the caller chose: batches and large products are then cut into
+   * shards on the pool (uneven ones for the odd batches above), whatever the machine's
+   * core count. */
+  setenv("FLOE_NUM_THREADS", "2", 0);
   SRunner *sr = srunner_create(conv_grad_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

@@ -225,6 +225,17 @@ START_TEST(test_matmul_large) {
 }
 END_TEST
 
+START_TEST(test_matmul_split) {
+  /* Over 2^24 multiply-adds: cut into blocks of columns (N > M) or rows (M > N), here of
+   * unequal size (512 + 488), each its own single-threaded product on the pool; every
+   * transpose combination, as the dense layers' three products use them. */
+  for (int t = 0; t < 4; t++) {
+    check_matmul(FLOE_F32, 70, 300, 1000, t & 1, t >> 1, 20 + t);
+    check_matmul(FLOE_F32, 1000, 300, 70, t & 1, t >> 1, 30 + t);
+  }
+}
+END_TEST
+
 START_TEST(test_matmul_empty) {
   const FloeDType dts[] = {FLOE_F32, FLOE_F64, FLOE_F16};
   for (size_t d = 0; d < 3; d++) {
@@ -416,6 +427,7 @@ static Suite *matmul_suite(void) {
   tcase_add_test(tc, test_matmul_f32);
   tcase_add_test(tc, test_matmul_dtypes);
   tcase_add_test(tc, test_matmul_large);
+  tcase_add_test(tc, test_matmul_split);
   tcase_add_test(tc, test_matmul_empty);
   tcase_add_test(tc, test_matmul_errors);
   suite_add_tcase(s, tc);
@@ -435,6 +447,10 @@ static Suite *matmul_suite(void) {
 }
 
 int main(void) {
+  /* Two pool threads unless the caller chose: batches and large products are then cut into
+   * shards on the pool (uneven ones for the odd batches above), whatever the machine's
+   * core count. */
+  setenv("FLOE_NUM_THREADS", "2", 0);
   SRunner *sr = srunner_create(matmul_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
