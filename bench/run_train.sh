@@ -27,8 +27,10 @@ for m in $models; do
     s=$steps
   fi
   for t in 1 2; do
-    # Floe: one epoch (the JSON's samples_per_sec excludes evaluation).
-    OMP_NUM_THREADS=$t "$top/tools/floe" train --model "$m" --epochs 1 --threads "$t" --json |
+    # Floe: one epoch (the JSON's samples_per_sec excludes evaluation), with the constant
+    # learning rate the baselines use.
+    OMP_NUM_THREADS=$t "$top/tools/floe" train --model "$m" --epochs 1 --threads "$t" \
+      --lr-schedule constant --json |
       tail -n 1 | sed "s/^{/{\"system\":\"floe\",\"threads\":$t,/" | tee -a "$out"
     for w in passive active; do
       if [ -x "$venv" ]; then

@@ -39,6 +39,9 @@ check_fails "bad --optimizer" 2 "adam" "$FLOE" train --optimizer lbfgs
 check_fails "--resume alone" 2 "checkpoint-dir" "$FLOE" train --resume
 check_fails "unknown option" 2 "unknown option '--bogus'" "$FLOE" train --bogus
 check_fails "missing value" 2 "'--batch' needs a value" "$FLOE" train --batch
+check_fails "bad --lr-schedule" 2 "cosine or constant" "$FLOE" train --lr-schedule linear
+check_fails "--stop-after past the plan" 2 "--stop-after 3 is past the last epoch (--epochs 2)" \
+  "$FLOE" train --epochs 2 --stop-after 3
 
 if [ ! -r "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -r "$DATA/train-images-idx3-ubyte" ]; then
   echo "SKIP: Fashion-MNIST is not in $DATA (apt-get install dataset-fashion-mnist);" \
@@ -89,20 +92,42 @@ check "table profile" "$FLOE" train --limit 200 --epochs 1 --profile
 grep -q "^kernel time per op type over 4 training steps" "$tmp/err" && grep -q "^MatMul " "$tmp/err" \
   && ok || { bad "--profile table"; cat "$tmp/err"; }
 
-# (b) Exact resume: 2 epochs in one go equal 1 epoch, then a resumed second.
-check "two epochs" "$FLOE" train --limit 1000 --epochs 2 --json
-tail -n 1 "$tmp/out" >"$tmp/full.json"
-check "first epoch" "$FLOE" train --limit 1000 --epochs 1 --checkpoint-dir "$tmp/ck" --json
-ls "$tmp/ck"/ckpt-*.safetensors >/dev/null 2>&1 && ok || bad "no checkpoint written"
-check "resumed" "$FLOE" train --limit 1000 --epochs 2 --checkpoint-dir "$tmp/ck" --resume --json
-grep -q "resumed from .* at global step 16 (epoch 2, batch 0)" "$tmp/out" && ok || { bad "resume message"; cat "$tmp/out"; }
-tail -n 1 "$tmp/out" >"$tmp/resumed.json"
-python3 - "$tmp/full.json" "$tmp/resumed.json" <<'PY' && ok || { bad "resume differs"; cat "$tmp/full.json" "$tmp/resumed.json"; }
+# (b) Exact resume. With a constant learning rate, 2 epochs in one go equal 1 epoch, then a
+# resumed second. The default cosine schedule spans the planned --epochs, so there the first
+# run plans 2 epochs and stops after 1 (--stop-after); a run that planned 1 epoch took a
+# different schedule, and its loss must differ (the schedule is really applied).
+resume_check() { # resume_check TAG FIRST_RUN_ARGS... : full 2-epoch run vs stop + resume
+  tag=$1; shift
+  check "$tag two epochs" "$FLOE" train --limit 1000 --epochs 2 $sched --json
+  tail -n 1 "$tmp/out" >"$tmp/full-$tag.json"
+  rm -rf "$tmp/ck"
+  check "$tag first epoch" "$FLOE" train --limit 1000 "$@" $sched --checkpoint-dir "$tmp/ck" --json
+  tail -n 1 "$tmp/out" >"$tmp/first-$tag.json"
+  ls "$tmp/ck"/ckpt-*.safetensors >/dev/null 2>&1 && ok || bad "$tag: no checkpoint written"
+  check "$tag resumed" "$FLOE" train --limit 1000 --epochs 2 $sched --checkpoint-dir "$tmp/ck" --resume --json
+  grep -q "resumed from .* at global step 16 (epoch 2, batch 0)" "$tmp/out" && ok || { bad "$tag: resume message"; cat "$tmp/out"; }
+  tail -n 1 "$tmp/out" >"$tmp/resumed-$tag.json"
+  python3 - "$tmp/full-$tag.json" "$tmp/resumed-$tag.json" <<'PY' && ok || { bad "$tag: resume differs"; cat "$tmp/full-$tag.json" "$tmp/resumed-$tag.json"; }
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for k in ("final_loss", "test_accuracy", "global_step"):
+for k in ("final_loss", "test_accuracy", "global_step", "lr_schedule"):
     assert a[k] == b[k], (k, a[k], b[k])
 assert a["global_step"] == 32, a
+PY
+}
+sched="--lr-schedule constant"
+resume_check constant --epochs 1
+sched=""
+resume_check cosine --epochs 2 --stop-after 1
+grep -q '"lr_schedule":"cosine"' "$tmp/full-cosine.json" && ok || { bad "default schedule"; cat "$tmp/full-cosine.json"; }
+# Planning 1 epoch decays the rate to 0 within it: a different first epoch from the 2-epoch plan.
+check "cosine one-epoch plan" "$FLOE" train --limit 1000 --epochs 1 --json
+tail -n 1 "$tmp/out" >"$tmp/one.json"
+python3 - "$tmp/one.json" "$tmp/first-cosine.json" "$tmp/first-constant.json" <<'PY' && ok || { bad "cosine schedule not applied"; cat "$tmp/one.json" "$tmp/first-cosine.json"; }
+import json, sys
+one, first_cos, first_const = (json.load(open(p))["final_loss"] for p in sys.argv[1:4])
+# Same data and weights: only the rates differ (1-epoch cosine < 2-epoch cosine < constant).
+assert len({one, first_cos, first_const}) == 3, (one, first_cos, first_const)
 PY
 
 # (d) Export the frozen inference graph and run it with floe run.
