@@ -483,7 +483,7 @@ static FloeOutput slot(Minimize *m, const MinVar *mv, const char *slot_name,
 }
 
 /* The fused update of one variable: its ResourceApply* node, after `ready`. */
-static FloeNode *update(Minimize *m, const MinVar *mv, FloeNode *ready) {
+static FloeNode *update(Minimize *m, const MinVar *mv, FloeNode *const *after, int num_after) {
   FloeGraph *g = m->g;
   const FloeOptimizerOptions *o = &m->o;
   TypedScalars *t = typed(m, mv->dtype);
@@ -539,11 +539,106 @@ static FloeNode *update(Minimize *m, const MinVar *mv, FloeNode *ready) {
   FloeNodeBuilder *b = begin(g, ops[o->kind], m->scope, leaf);
   floe__free(leaf);
   for (int i = 0; i < n; i++) floe_node_add_input(b, in[i]);
-  floe_node_add_control_input(b, ready);
+  for (int i = 0; i < num_after; i++) floe_node_add_control_input(b, after[i]);
   floe_node_set_attr_bool(b, "use_locking", o->use_locking != 0);
   if (o->kind == FLOE_OPT_MOMENTUM || o->kind == FLOE_OPT_ADAM)
     floe_node_set_attr_bool(b, "use_nesterov", o->nesterov != 0);
   return floe_node_finish(b);
+}
+
+
+/* Per variable of a minimize step, the nodes its update waits for (see floe_minimize):
+ * nodes[start[i] .. start[i + 1]) for variable i. */
+typedef struct UpdateDeps {
+  FloeNode **nodes;
+  int *start;
+} UpdateDeps;
+
+static void update_deps_free(UpdateDeps *d) {
+  floe__free(d->nodes);
+  floe__free(d->start);
+  d->nodes = NULL;
+  d->start = NULL;
+}
+
+/* Fills d for mvs[0..n); -1 on out of memory. The step is every ancestor (through data and
+ * control edges) of the loss and of the gradients; reads built later, or outside the step,
+ * are not waited for. */
+static int update_deps(FloeGraph *g, FloeOutput loss, const MinVar *mvs, int n, UpdateDeps *d) {
+  int num = g->num_nodes;
+  bool *in_step = floe__calloc((size_t)num, sizeof *in_step);
+  int *read_of = floe__malloc((size_t)num * sizeof *read_of); /* variable a read reads, or -1 */
+  int *count = floe__calloc((size_t)n + 1, sizeof *count);
+  FloeNode **stack = floe__malloc((size_t)num * sizeof *stack);
+  d->nodes = NULL;
+  d->start = floe__calloc((size_t)n + 1, sizeof *d->start);
+  if (!in_step || !read_of || !count || !stack || !d->start) goto oom;
+  int top = 0;
+  stack[top++] = loss.node;
+  in_step[loss.node->id] = true;
+  for (int i = 0; i < n; i++)
+    if (!in_step[mvs[i].grad.node->id]) {
+      in_step[mvs[i].grad.node->id] = true;
+      stack[top++] = mvs[i].grad.node;
+    }
+  while (top > 0) {
+    FloeNode *x = stack[--top];
+    for (int k = 0; k < x->num_inputs + x->num_control; k++) {
+      FloeNode *y = k < x->num_inputs ? x->inputs[k].node : x->control[k - x->num_inputs];
+      if (!in_step[y->id]) {
+        in_step[y->id] = true;
+        stack[top++] = y;
+      }
+    }
+  }
+  for (int k = 0; k < num; k++) {
+    read_of[k] = -1;
+    FloeNode *x = g->nodes[k];
+    if (!in_step[k] || strcmp(x->op->name, "ReadVariableOp") != 0 || x->num_inputs != 1) continue;
+    for (int i = 0; i < n; i++)
+      if (x->inputs[0].node == mvs[i].v.handle.node) read_of[k] = i;
+  }
+  /* Two passes over the step: count, then fill. A node is listed once per variable: as a
+   * read of it, or as the first of its inputs that is such a read. */
+  for (int pass = 0; pass < 2; pass++) {
+    int *fill = pass ? count : NULL;
+    if (pass) {
+      for (int i = 0; i < n; i++) d->start[i + 1] = d->start[i] + count[i];
+      if (!(d->nodes = floe__malloc((size_t)(d->start[n] ? d->start[n] : 1) * sizeof *d->nodes)))
+        goto oom;
+      for (int i = 0; i < n; i++) count[i] = d->start[i];
+    }
+    for (int k = 0; k < num; k++) {
+      if (!in_step[k]) continue;
+      FloeNode *x = g->nodes[k];
+      if (read_of[k] >= 0) {
+        int v = read_of[k];
+        if (fill) d->nodes[fill[v]++] = x;
+        else count[v]++;
+      }
+      for (int a = 0; a < x->num_inputs; a++) {
+        int v = read_of[x->inputs[a].node->id];
+        if (v < 0) continue;
+        bool seen = false;
+        for (int b = 0; b < a && !seen; b++) seen = read_of[x->inputs[b].node->id] == v;
+        if (seen) continue;
+        if (fill) d->nodes[fill[v]++] = x;
+        else count[v]++;
+      }
+    }
+  }
+  floe__free(in_step);
+  floe__free(read_of);
+  floe__free(count);
+  floe__free(stack);
+  return 0;
+oom:
+  floe__free(in_step);
+  floe__free(read_of);
+  floe__free(count);
+  floe__free(stack);
+  update_deps_free(d);
+  return -1;
 }
 
 /* Fills mv from a FloeVariable; records the error and returns -1 when it is not one. */
@@ -696,9 +791,12 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
   }
   if (floe_graph_status(g) != FLOE_OK) goto out;
 
-  /* No update may start before every gradient is computed (they read the variables). */
-  for (int i = 0; i < n; i++) deps[i] = mvs[i].grad.node;
-  FloeNode *ready = barrier(g, scope, "gradients_ready", deps, n);
+  /* What each update waits for: its gradient (an input), every read of its variable that
+   * the step computes (the loss and the gradients see the values from before the step) and
+   * every node of the step fed by such a read (so the update does not have to copy a value
+   * still in use). Updates of different variables overlap the rest of the backward pass. */
+  UpdateDeps ud;
+  if (update_deps(g, loss, mvs, n, &ud) != 0) goto oom;
 
   FloeVariable step = floe_global_step(g);
   char *lscope = floe__asprintf("%s/learning_rate", scope);
@@ -716,7 +814,8 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
                       const_scalar(g, scope, "adam/beta2", FLOE_F64, m->o.beta2), t);
   }
   for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++)
-    deps[i] = update(m, &mvs[i], ready);
+    deps[i] = update(m, &mvs[i], ud.nodes + ud.start[i], ud.start[i + 1] - ud.start[i]);
+  update_deps_free(&ud);
   if (floe_graph_status(g) != FLOE_OK) goto out;
 
   /* The step counts once every update is done. */

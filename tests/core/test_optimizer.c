@@ -554,53 +554,136 @@ START_TEST(test_slots) {
 }
 END_TEST
 
-/* Every update node runs after every gradient: it has a control input on a node whose
- * control inputs include the gradient input of every update. The step's increment comes
- * after every update, and the returned NoOp after the increment. */
-START_TEST(test_ordering) {
-  LsModel m = ls_model(FLOE_F32);
-  FloeOptimizerOptions o;
-  floe_optimizer_options_init(&o, FLOE_OPT_ADAM);
-  o.clip_global_norm = 1.0;
-  o.weight_decay = 0.01;
-  FloeNode *train = floe_minimize(m.g, NULL, m.loss, &o, NULL, 0);
-  ck_assert_ptr_nonnull(train);
-  FloeNode *updates[8];
-  int nu = 0;
-  for (int i = 0; i < floe_graph_num_nodes(m.g); i++) {
-    FloeNode *n = floe_graph_node(m.g, i);
-    if (strcmp(floe_node_op(n), "ResourceApplyAdam") == 0) updates[nu++] = n;
-  }
-  ck_assert_int_eq(nu, 2);
-  for (int u = 0; u < nu; u++) {
-    ck_assert_int_eq(floe_node_num_inputs(updates[u]), 10);
-    int found = 0;
-    for (int c = 0; c < floe_node_num_control_inputs(updates[u]); c++) {
-      FloeNode *bar = floe_node_control_input(updates[u], c);
-      int all = 1;
-      for (int v = 0; v < nu; v++) {
-        FloeNode *grad = floe_node_input(updates[v], 9).node;
-        int dep = 0;
-        for (int k = 0; k < floe_node_num_control_inputs(bar); k++)
-          dep |= floe_node_control_input(bar, k) == grad;
-        all &= dep;
+/* True when `from` is reached from `to` going up its data and control inputs. */
+static int is_ancestor(FloeGraph *g, FloeNode *from, FloeNode *to) {
+  int n = floe_graph_num_nodes(g), top = 0, found = 0;
+  char *seen = calloc((size_t)n, 1);
+  FloeNode **stack = malloc((size_t)n * sizeof *stack);
+  ck_assert(seen && stack);
+  stack[top++] = to;
+  while (top > 0 && !found) {
+    FloeNode *x = stack[--top];
+    int ni = floe_node_num_inputs(x), nc = floe_node_num_control_inputs(x);
+    for (int k = 0; k < ni + nc; k++) {
+      FloeNode *y = k < ni ? floe_node_input(x, k).node : floe_node_control_input(x, k - ni);
+      int id = -1;
+      for (int q = 0; q < n; q++)
+        if (floe_graph_node(g, q) == y) id = q;
+      if (y == from) found = 1;
+      if (id >= 0 && !seen[id]) {
+        seen[id] = 1;
+        stack[top++] = y;
       }
-      found |= all;
     }
-    ck_assert_msg(found, "update %s does not wait for every gradient",
-                  floe_node_name(updates[u]));
   }
-  ck_assert_int_eq(floe_node_num_control_inputs(train), 1);
-  FloeNode *inc = floe_node_control_input(train, 0);
-  ck_assert_str_eq(floe_node_op(inc), "AssignAddVariableOp");
-  ck_assert_str_eq(floe_node_name(floe_node_input(inc, 0).node), "global_step");
-  for (int u = 0; u < nu; u++) {
-    int dep = 0;
-    for (int k = 0; k < floe_node_num_control_inputs(inc); k++)
-      dep |= floe_node_control_input(inc, k) == updates[u];
-    ck_assert_msg(dep, "the step's increment does not wait for %s", floe_node_name(updates[u]));
+  free(seen);
+  free(stack);
+  return found;
+}
+
+/* The update of a variable runs after every read of it and every node fed by such a read
+ * (so every gradient, the loss and the weight decay see the values from before the step);
+ * without clipping (which ties every gradient to every other through the global norm) it
+ * need not wait for other variables' gradients: b's update does not wait for w's
+ * gradient. The step's increment comes after every update, and the returned NoOp after the
+ * increment. */
+START_TEST(test_ordering) {
+  for (int clip = 0; clip < 2; clip++) {
+    LsModel m = ls_model(FLOE_F32);
+    FloeOptimizerOptions o;
+    floe_optimizer_options_init(&o, FLOE_OPT_ADAM);
+    o.clip_global_norm = clip ? 1.0 : 0;
+    o.weight_decay = 0.01;
+    FloeNode *train = floe_minimize(m.g, NULL, m.loss, &o, NULL, 0);
+    ck_assert_ptr_nonnull(train);
+    FloeNode *updates[8];
+    int nu = 0;
+    for (int i = 0; i < floe_graph_num_nodes(m.g); i++) {
+      FloeNode *n = floe_graph_node(m.g, i);
+      if (strcmp(floe_node_op(n), "ResourceApplyAdam") == 0) updates[nu++] = n;
+    }
+    ck_assert_int_eq(nu, 2);
+    for (int u = 0; u < nu; u++) {
+      ck_assert_int_eq(floe_node_num_inputs(updates[u]), 10);
+      FloeNode *handle = floe_node_input(updates[u], 0).node;
+      int checked = 0;
+      for (int i = 0; i < floe_graph_num_nodes(m.g); i++) {
+        FloeNode *x = floe_graph_node(m.g, i);
+        int reads = !strcmp(floe_node_op(x), "ReadVariableOp") &&
+                    floe_node_input(x, 0).node == handle;
+        for (int k = 0; k < floe_node_num_inputs(x) && !reads; k++) {
+          FloeNode *in = floe_node_input(x, k).node;
+          reads = !strcmp(floe_node_op(in), "ReadVariableOp") &&
+                  floe_node_input(in, 0).node == handle;
+        }
+        if (!reads || x == updates[u]) continue;
+        ck_assert_msg(is_ancestor(m.g, x, updates[u]), "%s does not wait for %s",
+                      floe_node_name(updates[u]), floe_node_name(x));
+        checked++;
+      }
+      ck_assert_int_ge(checked, 3); /* the read, the forward use, the weight decay */
+    }
+    FloeNode *uw = strstr(floe_node_name(updates[0]), "/w") ? updates[0] : updates[1];
+    FloeNode *ub = uw == updates[0] ? updates[1] : updates[0];
+    FloeNode *grad_w = floe_node_input(uw, 9).node;
+    if (clip) grad_w = floe_node_input(grad_w, 0).node; /* before the scaling: in the norm */
+    ck_assert_int_eq(is_ancestor(m.g, grad_w, ub), clip);
+    ck_assert_int_eq(floe_node_num_control_inputs(train), 1);
+    FloeNode *inc = floe_node_control_input(train, 0);
+    ck_assert_str_eq(floe_node_op(inc), "AssignAddVariableOp");
+    ck_assert_str_eq(floe_node_name(floe_node_input(inc, 0).node), "global_step");
+    for (int u = 0; u < nu; u++) {
+      int dep = 0;
+      for (int k = 0; k < floe_node_num_control_inputs(inc); k++)
+        dep |= floe_node_control_input(inc, k) == updates[u];
+      ck_assert_msg(dep, "the step's increment does not wait for %s",
+                    floe_node_name(updates[u]));
+    }
+    floe_graph_free(m.g);
   }
-  floe_graph_free(m.g);
+}
+END_TEST
+
+/* loss = w1 * w2: w2's gradient reads w1 (and w1's reads w2), so each update must wait for
+ * the other variable's gradient too, and one SGD step uses the values from before it:
+ * w1' = w1 - lr * w2, w2' = w2 - lr * w1, run after run. */
+START_TEST(test_ordering_cross_reads) {
+  FloeGraph *g = floe_graph_new();
+  FloeVariable w1 = floe_variable(g, "w1", FLOE_F64, floe_shape_scalar(), floe_init_constant(2.0));
+  FloeVariable w2 = floe_variable(g, "w2", FLOE_F64, floe_shape_scalar(), floe_init_constant(-3.0));
+  FloeOutput loss = floe_binary(g, "Mul", "loss", w1.value, w2.value);
+  FloeOptimizerOptions o;
+  floe_optimizer_options_init(&o, FLOE_OPT_SGD);
+  o.learning_rate = 0.25;
+  ck_assert_ptr_nonnull(floe_minimize(g, NULL, loss, &o, NULL, 0));
+  FloeNode *u1 = NULL, *u2 = NULL;
+  for (int i = 0; i < floe_graph_num_nodes(g); i++) {
+    FloeNode *n = floe_graph_node(g, i);
+    if (strcmp(floe_node_op(n), "ResourceApplyGradientDescent") != 0) continue;
+    if (floe_node_input(n, 0).node == w1.handle.node) u1 = n;
+    else u2 = n;
+  }
+  ck_assert(u1 && u2);
+  /* Each gradient is the other variable's read, scaled by the loss's gradient. */
+  ck_assert(is_ancestor(g, floe_node_input(u2, 2).node, u1));
+  ck_assert(is_ancestor(g, floe_node_input(u1, 2).node, u2));
+  floe_variables_initializer(g, NULL);
+  char r1[64], r2[64];
+  snprintf(r1, sizeof r1, "%s", floe_node_name(w1.value.node));
+  snprintf(r2, sizeof r2, "%s", floe_node_name(w2.value.node));
+  FloeSession *s = new_session(g);
+  floe_graph_free(g);
+  run_target(s, "init");
+  double a = 2.0, b = -3.0;
+  for (int step = 0; step < 20; step++) {
+    run_target(s, "train");
+    double na = a - 0.25 * b, nb = b - 0.25 * a;
+    a = na;
+    b = nb;
+    ck_assert_double_eq_tol(fetch_scalar(s, NULL, 0, r1), a, 1e-12 * fabs(a));
+    ck_assert_double_eq_tol(fetch_scalar(s, NULL, 0, r2), b, 1e-12 * fabs(b));
+  }
+  floe_session_free(s);
 }
 END_TEST
 
@@ -730,6 +813,7 @@ static Suite *optimizer_suite(void) {
   tcase_add_test(tc, test_explicit_vars_and_step);
   tcase_add_test(tc, test_slots);
   tcase_add_test(tc, test_ordering);
+  tcase_add_test(tc, test_ordering_cross_reads);
   tcase_add_test(tc, test_adam_two_steps);
   suite_add_tcase(s, tc);
   return s;

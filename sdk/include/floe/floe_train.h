@@ -172,8 +172,12 @@ FLOE_API FloeOutput floe_learning_rate(FloeGraph *g, const char *name,
  * the loss does not depend on is skipped), weight decay, clipping by global norm, the
  * optimiser's slot variables ("<var>/<slot>", untrained, included in the initializer and in
  * checkpoints), one fused update op per variable, and the global step's increment after all
- * updates. Every update runs after every gradient is computed. Returns the NoOp to run as a
- * target each step. */
+ * updates. A variable's update runs after its gradient and after every read of the
+ * variable that the loss or a gradient uses, and every node fed by such a read, so the step
+ * computes with the values from before it; updates otherwise overlap the rest of the
+ * backward pass (with clipping, every update waits for the global norm, so for every
+ * gradient). Reads built after this call are not ordered with the updates. Returns the
+ * NoOp to run as a target each step. */
 FLOE_API FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
                                  const FloeOptimizerOptions *o, const FloeVariable *vars,
                                  int num_vars);
