@@ -173,6 +173,23 @@ static floe_code grad_conv2d(FloeGradCtx *c, FloeStatus *st) {
   return FLOE_OK;
 }
 
+/* _FusedConv2DBiasRelu: through the Relu (its output), then as BiasAdd and Conv2D. */
+static floe_code grad_fused_conv(FloeGradCtx *c, FloeStatus *st) {
+  (void)st;
+  FloeOutput x = in_(c, 0), f = in_(c, 1), dz = bin(c, "ReluGrad", c->dy[0], out_(c, 0));
+  if (c->need_dx[0])
+    c->dx[0] = op3_attrs(c, "Conv2DBackpropInput", floe__grad_shape_of(c, x), f, dz, conv_attrs);
+  if (c->need_dx[1])
+    c->dx[1] = op3_attrs(c, "Conv2DBackpropFilter", x, floe__grad_shape_of(c, f), dz, conv_attrs);
+  if (c->need_dx[2]) {
+    FloeNodeBuilder *b = floe__grad_begin(c, "BiasAddGrad");
+    floe_node_add_input(b, dz);
+    floe__grad_copy_attr(c, b, "data_format");
+    c->dx[2] = floe_out(floe_node_finish(b), 0);
+  }
+  return FLOE_OK;
+}
+
 static floe_code grad_max_pool(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   c->dx[0] = op3_attrs(c, "MaxPoolGrad", in_(c, 0), out_(c, 0), c->dy[0], pool_attrs);
@@ -364,6 +381,8 @@ floe_code floe__grads_register_nn(FloeStatus *st) {
       {"Conv2DBackpropFilter", grad_conv_backprop_filter},
       {"AvgPoolGrad", grad_avg_pool_grad},
       {"MaxPoolGrad", grad_max_pool_grad},
+      {"_FusedConv2DBiasRelu", grad_fused_conv},
+      {"_FusedMaxPoolGradRelu", grad_max_pool_grad},
   };
   for (size_t i = 0; i < FLOE__ARRAY_LEN(table); i++) {
     floe_code rc = floe__grad_register(table[i].op, table[i].fn, st);

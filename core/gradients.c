@@ -395,7 +395,11 @@ const FloeTensor *floe__grad_const_input(const FloeGradCtx *c, int i) {
 }
 
 void floe__grad_copy_attr(const FloeGradCtx *c, FloeNodeBuilder *b, const char *name) {
-  const FloeAttrValue *v = floe__attrs_get(&c->node->attrs, name);
+  floe__node_copy_attr(c->node, b, name);
+}
+
+void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *name) {
+  const FloeAttrValue *v = floe__attrs_get(&from->attrs, name);
   if (!v) return;
   switch (v->kind) {
     case FLOE_ATTR_INT: floe_node_set_attr_int(b, name, v->u.i); break;

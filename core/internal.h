@@ -650,5 +650,19 @@ FloeDType floe__grad_input_dtype(const FloeGradCtx *c, int i);
 const FloeTensor *floe__grad_const_input(const FloeGradCtx *c, int i);
 /* Copies the forward node's attribute `name` (when it has one) onto b. */
 void floe__grad_copy_attr(const FloeGradCtx *c, FloeNodeBuilder *b, const char *name);
+/* Sets attribute `name` of node `from` on b (nothing when from lacks it). */
+void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *name);
+
+/* ---- graph rewrites (fuse.c) ---- */
+
+/* Whether `fused` may replace the chain whose main node is `anchor`: true when it would run
+ * on the device the anchor would (placement and kernel availability). */
+typedef bool (*FloeFuseCheck)(void *arg, const FloeNode *anchor, const FloeNode *fused);
+/* Fuses chains of the step's nodes in g, a session-private graph, in place (see fuse.c).
+ * *need (g->num_nodes entries, the step's nodes) is reallocated to cover the nodes added
+ * and updated (fused chains out, fused nodes in); pinned[id] (original ids): fed or fetched
+ * nodes, never fused. *num_fused: chains replaced. On error g may hold unused nodes. */
+floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFuseCheck ok,
+                           void *arg, int *num_fused, FloeStatus *st);
 
 #endif /* FLOE_INTERNAL_H */

@@ -1,10 +1,12 @@
-/* session.c - the application's entry to running graphs: resolve names, prune, place,
- * cache one executor per (feeds, fetches, targets) signature, run.
+/* session.c - the application's entry to running graphs: resolve names, prune, fuse,
+ * place, cache one executor per (feeds, fetches, targets) signature, run.
  *
  * A run resolves its names to (node id, output) pairs and sorts them into a canonical
  * signature, so "x" and "x:0", or the same fetches in another order, share one executor.
  * Executors are built outside the session lock; a run that finds its signature being built
- * by another thread waits for it instead of building a second one.
+ * by another thread waits for it instead of building a second one. Fusion (fuse.c) rewrites
+ * a private clone of the graph for the run's nodes, kept with the executor; FLOE_FUSION=0 in
+ * the environment turns it off.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@ typedef struct CacheEntry {
   int key_len;
   uint64_t hash;
   FloeExecutor *exec;     /* NULL while its builder works */
+  FloeGraph *graph;       /* the fused clone exec runs, or NULL (it runs the session's) */
   struct CacheEntry *next;
 } CacheEntry;
 
@@ -366,19 +369,68 @@ out:
   return rc;
 }
 
-static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeStatus *st) {
+/* FloeFuseCheck: the fused node lands where the chain's anchor would, with a kernel. */
+static bool fuse_ok(void *arg, const FloeNode *anchor, const FloeNode *fused) {
+  const FloeSession *s = arg;
+  FloeExecNodeSpec a, f;
+  memset(&a, 0, sizeof a);
+  memset(&f, 0, sizeof f);
+  return place_node(s, anchor, &a, NULL) == FLOE_OK && place_node(s, fused, &f, NULL) == FLOE_OK &&
+         a.device == f.device && f.kernel;
+}
+
+static bool fusion_enabled(void) {
+  const char *e = getenv("FLOE_FUSION");
+  return !e || strcmp(e, "0") != 0;
+}
+
+/* The run's graph after fusion: a clone of g (*clone, caller owns) when something was fused,
+ * else g itself. need is updated to the returned graph's nodes. NULL on error. */
+static const FloeGraph *fuse(FloeSession *s, const RunSig *sig, bool **need, FloeGraph **clone,
+                             FloeStatus *st) {
+  const FloeGraph *g = s->graph;
+  *clone = NULL;
+  if (!fusion_enabled()) return g;
+  bool *pinned = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *pinned);
+  FloeGraph *c = pinned ? floe__graph_clone(g, st) : NULL;
+  if (!c) {
+    floe__free(pinned);
+    if (!floe_status_code(st)) floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+    return NULL;
+  }
+  for (int i = 0; i < sig->num_feeds; i++) pinned[sig->feeds[i].node_id] = true;
+  for (int i = 0; i < sig->num_fetches; i++) pinned[sig->fetches[i].node_id] = true;
+  int fused = 0;
+  floe_code rc = floe__fuse_graph(c, need, pinned, fuse_ok, s, &fused, st);
+  floe__free(pinned);
+  if (rc != FLOE_OK || fused == 0) {
+    floe_graph_free(c);
+    return rc == FLOE_OK ? g : NULL;
+  }
+  *clone = c;
+  return c;
+}
+
+static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeGraph **clone,
+                                    FloeStatus *st) {
   const FloeGraph *g = s->graph;
   FloeExecutor *e = NULL;
+  FloeExecNodeSpec *specs = NULL;
+  FloeOutput *outs = NULL;
+  *clone = NULL;
   bool *need = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *need);
-  FloeExecNodeSpec *specs =
-      floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *specs);
-  FloeOutput *outs =
-      floe__malloc((size_t)(sig->num_feeds + sig->num_fetches + 1) * sizeof *outs);
-  if (!need || !specs || !outs) {
+  if (!need) {
     floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
     goto out;
   }
   if (prune(g, sig, need, st) != FLOE_OK) goto out;
+  if (!(g = fuse(s, sig, &need, clone, st))) goto out;
+  specs = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *specs);
+  outs = floe__malloc((size_t)(sig->num_feeds + sig->num_fetches + 1) * sizeof *outs);
+  if (!specs || !outs) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+    goto out;
+  }
   FloeExecPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
                        .inline_inexpensive = s->inline_inexpensive,
                        .resources = s->resources, .profiling = &s->profiling};
@@ -401,6 +453,10 @@ static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeStatu
     plan.fetches[i] = (FloeOutput){g->nodes[sig->fetches[i].node_id], sig->fetches[i].index};
   e = floe__executor_new(&plan, st);
 out:
+  if (!e && *clone) {
+    floe_graph_free(*clone);
+    *clone = NULL;
+  }
   floe__free(need);
   floe__free(specs);
   floe__free(outs);
@@ -485,11 +541,13 @@ static FloeExecutor *get_executor(FloeSession *s, const RunSig *sig, FloeStatus 
   s->cache = c;
   pthread_mutex_unlock(&s->mu);
 
-  FloeExecutor *e = build_executor(s, sig, st);
+  FloeGraph *clone;
+  FloeExecutor *e = build_executor(s, sig, &clone, st);
 
   pthread_mutex_lock(&s->mu);
   if (e) {
     c->exec = e;
+    c->graph = clone;
     atomic_fetch_add(&s->num_cached, 1);
   } else {
     cache_unlink(s, c);
@@ -569,6 +627,7 @@ void floe_session_free(FloeSession *s) {
   for (CacheEntry *c = s->cache, *nx; c; c = nx) {
     nx = c->next;
     floe__executor_free(c->exec);
+    floe_graph_free(c->graph);
     floe__free(c->key);
     floe__free(c);
   }

@@ -1,11 +1,13 @@
-/* conv.c - Conv2D, MaxPool and AvgPool of the CPU plugin.
+/* conv.c - Conv2D, MaxPool, AvgPool and _FusedConv2DBiasRelu of the CPU plugin.
  *
  * f32 runs on oneDNN primitives built once per input shape and cached in the kernel state
  * (conv_util.c). NHWC data is handed to the primitive as it is; NCHW data and the HWIO filter
  * go to the layouts the primitive prefers (format `any`), and a reordered filter is reused
  * while the filter fed in stays byte-for-byte the same. f16 and bf16 are widened to f32 and
  * run the same primitives; f64 runs plain double loops (oneDNN has no f64 on CPU, and
- * narrowing to f32 would lose the precision the caller asked for). */
+ * narrowing to f32 would lose the precision the caller asked for). The fused convolution
+ * gives oneDNN the bias and a ReLU post-op, so the output is written once, already
+ * activated; the other dtypes add bias and ReLU in a pass after the convolution. */
 #include <dnnl.h>
 #include <math.h>
 #include <stdbool.h>
@@ -15,9 +17,11 @@
 #include "cpu.h"
 #include "cpu_util.h"
 
-typedef enum OpKind { OP_CONV, OP_MAXPOOL, OP_AVGPOOL } OpKind;
+typedef enum OpKind { OP_CONV, OP_MAXPOOL, OP_AVGPOOL, OP_FUSED } OpKind;
 
-static const char *const op_names[] = {"Conv2D", "MaxPool", "AvgPool"};
+static const char *const op_names[] = {"Conv2D", "MaxPool", "AvgPool", "_FusedConv2DBiasRelu"};
+
+static bool is_conv(OpKind k) { return k == OP_CONV || k == OP_FUSED; }
 
 typedef struct State {
   OpKind kind;
@@ -44,7 +48,7 @@ static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, voi
   if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
   memset(s, 0, sizeof *s);
   s->kind = *(const OpKind *)user_data;
-  floe_code rc = cpu_conv_parse_attrs(host, init, s->kind != OP_CONV, &s->a);
+  floe_code rc = cpu_conv_parse_attrs(host, init, !is_conv(s->kind), &s->a);
   if (rc == FLOE_OK) rc = cpu_dnnl_cache_init(&s->cache, host, init);
   if (rc != FLOE_OK) {
     host->free(s);
@@ -116,29 +120,48 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
                                 CpuDnnlArg *args, int *num_args, const char **what) {
   const Build *b = arg;
   const Geo *g = b->g;
+  bool fused = b->s->kind == OP_FUSED;
   dnnl_format_tag_t tag = b->s->a.nchw ? dnnl_nchw : dnnl_nhwc;
   dnnl_format_tag_t data_tag = b->s->a.nchw ? dnnl_format_tag_any : dnnl_nhwc;
   dnnl_dims_t src_dims = {g->n, g->c, g->h, g->w}, dst_dims = {g->n, g->o, g->oh, g->ow};
-  dnnl_dims_t wei_dims = {g->o, g->c, g->kh, g->kw};
+  dnnl_dims_t wei_dims = {g->o, g->c, g->kh, g->kw}, bias_dims = {g->o};
   dnnl_memory_desc_t src, wei, dst;
   dnnl_convolution_desc_t cd;
   dnnl_status_t st;
   *what = "convolution descriptor";
+  int dst_arg = fused ? 3 : 2;
   args[0] = (CpuDnnlArg){.arg = DNNL_ARG_SRC};
   args[1] = (CpuDnnlArg){.arg = DNNL_ARG_WEIGHTS, .keep = true};
-  args[2] = (CpuDnnlArg){.arg = DNNL_ARG_DST, .output = true};
-  *num_args = 3;
+  if (fused) args[2] = (CpuDnnlArg){.arg = DNNL_ARG_BIAS};
+  args[dst_arg] = (CpuDnnlArg){.arg = DNNL_ARG_DST, .output = true};
+  *num_args = dst_arg + 1;
   if ((st = dnnl_memory_desc_init_by_tag(&args[0].user, 4, src_dims, dnnl_f32, tag)) ||
       (st = dnnl_memory_desc_init_by_tag(&args[1].user, 4, wei_dims, dnnl_f32, dnnl_hwio)) ||
-      (st = dnnl_memory_desc_init_by_tag(&args[2].user, 4, dst_dims, dnnl_f32, tag)) ||
+      (fused &&
+       (st = dnnl_memory_desc_init_by_tag(&args[2].user, 1, bias_dims, dnnl_f32, dnnl_a))) ||
+      (st = dnnl_memory_desc_init_by_tag(&args[dst_arg].user, 4, dst_dims, dnnl_f32, tag)) ||
       (st = dnnl_memory_desc_init_by_tag(&src, 4, src_dims, dnnl_f32, data_tag)) ||
       (st = dnnl_memory_desc_init_by_tag(&wei, 4, wei_dims, dnnl_f32, dnnl_format_tag_any)) ||
       (st = dnnl_memory_desc_init_by_tag(&dst, 4, dst_dims, dnnl_f32, data_tag)) ||
       (st = cpu_dnnl_conv_desc(&cd, CPU_CONV_FORWARD, dnnl_forward_inference, &b->s->a, g, &src,
-                               &wei, &dst)))
+                               &wei, fused ? &args[2].user : NULL, &dst)))
     return st;
   *what = "convolution primitive descriptor";
-  return dnnl_primitive_desc_create(pd, &cd, attr, eng, NULL);
+  if (!fused) return dnnl_primitive_desc_create(pd, &cd, attr, eng, NULL);
+  /* The ReLU as a post-op on a copy of the caller's attributes. */
+  dnnl_primitive_attr_t relu_attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  *what = "ReLU post-op";
+  if ((st = dnnl_primitive_attr_clone(&relu_attr, attr)) || (st = dnnl_post_ops_create(&po)) ||
+      (st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f)) ||
+      (st = dnnl_primitive_attr_set_post_ops(relu_attr, po)))
+    goto out;
+  *what = "convolution primitive descriptor";
+  st = dnnl_primitive_desc_create(pd, &cd, relu_attr, eng, NULL);
+out:
+  dnnl_post_ops_destroy(po);
+  dnnl_primitive_attr_destroy(relu_attr);
+  return st;
 }
 
 static dnnl_status_t build_pool(const void *arg, dnnl_engine_t eng,
@@ -173,7 +196,7 @@ static dnnl_status_t build_pool(const void *arg, dnnl_engine_t eng,
 typedef struct DnnlJob {
   State *s;
   const Geo *g;
-  const float *src, *wei;
+  const float *src, *wei, *bias; /* bias: the fused convolution's */
   float *dst;
 } DnnlJob;
 
@@ -188,6 +211,10 @@ static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, int64_t first, in
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n, g.c, g.h, g.w, j->wei ? g.o : 0, j->wei ? g.kh : 0,
                                    j->wei ? g.kw : 0, 0};
   Build b = {j->s, &g};
+  if (j->bias) {
+    void *data[4] = {(void *)src, (void *)j->wei, (void *)j->bias, dst};
+    return cpu_dnnl_run(&j->s->cache, ctx, op_names[j->s->kind], key, build_conv, &b, data);
+  }
   if (j->wei) {
     void *data[3] = {(void *)src, (void *)j->wei, dst};
     return cpu_dnnl_run(&j->s->cache, ctx, op_names[j->s->kind], key, build_conv, &b, data);
@@ -197,8 +224,8 @@ static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, int64_t first, in
 }
 
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const float *src,
-                          const float *wei, float *dst) {
-  DnnlJob j = {s, g, src, wei, dst};
+                          const float *wei, const float *bias, float *dst) {
+  DnnlJob j = {s, g, src, wei, bias, dst};
   return cpu_dnnl_for_batch(ctx, g->n, cpu_dnnl_batch_shards(g->n), dnnl_shard, &j);
 }
 
@@ -276,8 +303,17 @@ static void transpose_f64(const double *x, double *y, int64_t n, int64_t a, int6
       for (int64_t k = 0; k < b; k++) y[(i * b + k) * a + j] = x[(i * a + j) * b + k];
 }
 
+/* y += bias per output channel, then max(y, 0): the fused op's tail for f64. */
+static void bias_relu_f64(const State *s, const Geo *g, const double *bias, double *y) {
+  int64_t plane = g->oh * g->ow, n = g->n * g->o * plane;
+  for (int64_t i = 0; i < n; i++) {
+    double v = y[i] + bias[s->a.nchw ? i / plane % g->o : i % g->o];
+    y[i] = v > 0 ? v : 0;
+  }
+}
+
 static floe_code run_f64(State *s, FloeKernelContext *ctx, const Geo *g, const double *x,
-                         const double *f, double *y) {
+                         const double *f, const double *bias, double *y) {
   RefArgs a = {s, g, x, f, y};
   floe_code rc;
   if (s->a.nchw) {
@@ -289,28 +325,53 @@ static floe_code run_f64(State *s, FloeKernelContext *ctx, const Geo *g, const d
     a.x = buf;
     a.y = buf + in_n;
   }
-  FloeParallelFn fn = s->kind == OP_CONV ? conv_f64_rows : pool_f64_rows;
+  FloeParallelFn fn = is_conv(s->kind) ? conv_f64_rows : pool_f64_rows;
   int64_t rows = g->n * g->oh;
-  int64_t row_cost = g->ow * g->kh * g->kw * g->c * (s->kind == OP_CONV ? g->o : 1);
+  int64_t row_cost = g->ow * g->kh * g->kw * g->c * (is_conv(s->kind) ? g->o : 1);
   cpu_parallel_for(rows, row_cost, fn, &a);
   if (s->a.nchw) transpose_f64(a.y, y, g->n, g->oh * g->ow, g->o);
+  if (bias) bias_relu_f64(s, g, bias, y);
   return FLOE_OK;
 }
 
 
 static floe_code run_half(State *s, FloeKernelContext *ctx, const Geo *g, FloeDType dt,
-                          const uint16_t *x, const uint16_t *f, uint16_t *y) {
+                          const uint16_t *x, const uint16_t *f, const uint16_t *bias,
+                          uint16_t *y) {
   int64_t xn = g->n * g->c * g->h * g->w, yn = g->n * g->o * g->oh * g->ow;
-  int64_t fn = f ? g->kh * g->kw * g->c * g->o : 0;
+  int64_t fn = f ? g->kh * g->kw * g->c * g->o : 0, bn = bias ? g->o : 0;
   float *buf;
-  floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + fn + yn) * sizeof(float),
-                                             (void **)&buf);
+  floe_code rc = cpu_host->ctx_allocate_temp(
+      ctx, (size_t)(xn + fn + bn + yn) * sizeof(float), (void **)&buf);
   if (rc != FLOE_OK) return rc;
+  float *fb = buf + xn, *bb = fb + fn, *yb = bb + bn;
   cpu_convert_half(dt, true, x, buf, xn);
-  if (f) cpu_convert_half(dt, true, f, buf + xn, fn);
-  rc = run_dnnl(s, ctx, g, buf, f ? buf + xn : NULL, buf + xn + fn);
-  if (rc == FLOE_OK) cpu_convert_half(dt, false, buf + xn + fn, y, yn);
+  if (f) cpu_convert_half(dt, true, f, fb, fn);
+  if (bias) cpu_convert_half(dt, true, bias, bb, bn);
+  rc = run_dnnl(s, ctx, g, buf, f ? fb : NULL, bias ? bb : NULL, yb);
+  if (rc == FLOE_OK) cpu_convert_half(dt, false, yb, y, yn);
   return rc;
+}
+
+/* Every output element = max(bias of its channel, 0): the fused op with no input channels. */
+static void fill_relu_bias(const State *s, const Geo *g, FloeDType dt, const void *bias, void *y) {
+  int64_t plane = g->oh * g->ow, n = g->n * g->o * plane;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t c = s->a.nchw ? i / plane % g->o : i % g->o;
+    switch (dt) {
+      case FLOE_F32: ((float *)y)[i] = fmaxf(((const float *)bias)[c], 0.0f); break;
+      case FLOE_F64: ((double *)y)[i] = fmax(((const double *)bias)[c], 0.0); break;
+      case FLOE_F16: {
+        float v = cpu_f16_to_f32(((const uint16_t *)bias)[c]);
+        ((uint16_t *)y)[i] = cpu_f32_to_f16(v > 0 ? v : 0);
+        break;
+      }
+      default: {
+        float v = cpu_bf16_to_f32(((const uint16_t *)bias)[c]);
+        ((uint16_t *)y)[i] = cpu_f32_to_bf16(v > 0 ? v : 0);
+      }
+    }
+  }
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -318,10 +379,19 @@ static floe_code run_half(State *s, FloeKernelContext *ctx, const Geo *g, FloeDT
 static floe_code window_compute(void *state, FloeKernelContext *ctx) {
   State *s = state;
   const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
-  const FloeTensor *f = s->kind == OP_CONV ? cpu_host->ctx_input(ctx, 1) : NULL;
+  const FloeTensor *f = is_conv(s->kind) ? cpu_host->ctx_input(ctx, 1) : NULL;
+  const FloeTensor *bias = s->kind == OP_FUSED ? cpu_host->ctx_input(ctx, 2) : NULL;
   Geo g;
   floe_code rc = make_geo(s, ctx, x, f, &g);
   if (rc != FLOE_OK) return rc;
+  if (bias && (cpu_host->tensor_rank(bias) != 1 || cpu_host->tensor_dims(bias)[0] != g.o)) {
+    char sb[CPU_SHAPE_STR_MAX], sf[CPU_SHAPE_STR_MAX];
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "bias %s must be [%lld], one value per output channel of the "
+                                   "filter %s",
+                                   shape_str(bias, sb, sizeof sb), (long long)g.o,
+                                   shape_str(f, sf, sizeof sf));
+  }
   int64_t dims[4] = {g.n, g.oh, g.ow, g.o};
   if (s->a.nchw) {
     dims[1] = g.o;
@@ -332,24 +402,27 @@ static floe_code window_compute(void *state, FloeKernelContext *ctx) {
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, 4, dims, &out)) != FLOE_OK) return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   void *y = cpu_host->tensor_data(out);
-  if (g.c == 0) { /* a convolution summing over no channels */
+  const void *xd = cpu_host->tensor_data(x), *fd = f ? cpu_host->tensor_data(f) : NULL;
+  const void *bd = bias ? cpu_host->tensor_data(bias) : NULL;
+  FloeDType dt = cpu_host->tensor_dtype(x);
+  if (g.c == 0) { /* a convolution summing over no channels: relu(bias) for the fused op */
     memset(y, 0, cpu_host->tensor_nbytes(out));
+    if (bias) fill_relu_bias(s, &g, dt, bd, y);
     return FLOE_OK;
   }
-  const void *xd = cpu_host->tensor_data(x), *fd = f ? cpu_host->tensor_data(f) : NULL;
-  FloeDType dt = cpu_host->tensor_dtype(x);
   switch (dt) {
-    case FLOE_F32: return run_dnnl(s, ctx, &g, xd, fd, y);
-    case FLOE_F64: return run_f64(s, ctx, &g, xd, fd, y);
-    default: return run_half(s, ctx, &g, dt, xd, fd, y);
+    case FLOE_F32: return run_dnnl(s, ctx, &g, xd, fd, bd, y);
+    case FLOE_F64: return run_f64(s, ctx, &g, xd, fd, bd, y);
+    default: return run_half(s, ctx, &g, dt, xd, fd, bd, y);
   }
 }
 
-static const OpKind kind_conv = OP_CONV, kind_maxpool = OP_MAXPOOL, kind_avgpool = OP_AVGPOOL;
+static const OpKind kind_conv = OP_CONV, kind_maxpool = OP_MAXPOOL, kind_avgpool = OP_AVGPOOL,
+                    kind_fused = OP_FUSED;
 
 floe_code cpu_register_conv(FloePluginRegistrar *reg) {
-  const OpKind *kinds[] = {&kind_conv, &kind_maxpool, &kind_avgpool};
-  for (int i = 0; i < 3; i++) {
+  const OpKind *kinds[] = {&kind_conv, &kind_maxpool, &kind_avgpool, &kind_fused};
+  for (int i = 0; i < 4; i++) {
     floe_code rc = cpu_add_kernel(reg, op_names[i], "T", FLOE_DTYPES_FLOAT, 0, window_compute,
                                   state_create, state_destroy, (void *)kinds[i]);
     if (rc != FLOE_OK) return rc;

@@ -15,7 +15,8 @@
  * to the first maximum in row-major window order, as TensorFlow does; a NaN in a window's
  * first position keeps the gradient, a later NaN never gets it (comparisons with NaN are
  * false). AvgPoolGrad divides by the number of in-bounds elements of each window, like the
- * forward AvgPool. */
+ * forward AvgPool. _FusedMaxPoolGradRelu is MaxPoolGrad that passes nothing on from a window
+ * whose maximum is not > 0 (ReluGrad fused in when orig_input is a ReLU's output). */
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 
 #include <dnnl.h>
@@ -27,10 +28,11 @@
 #include "cpu.h"
 #include "cpu_util.h"
 
-typedef enum GradKind { G_INPUT, G_FILTER, G_MAXPOOL, G_AVGPOOL } GradKind;
+typedef enum GradKind { G_INPUT, G_FILTER, G_MAXPOOL, G_AVGPOOL, G_MAXPOOL_RELU } GradKind;
 
 static const char *const grad_names[] = {"Conv2DBackpropInput", "Conv2DBackpropFilter",
-                                         "MaxPoolGrad", "AvgPoolGrad"};
+                                         "MaxPoolGrad", "AvgPoolGrad",
+                                         "_FusedMaxPoolGradRelu"};
 
 typedef struct State {
   GradKind kind;
@@ -60,7 +62,7 @@ static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, voi
   if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
   memset(s, 0, sizeof *s);
   s->kind = *(const GradKind *)user_data;
-  bool pooling = s->kind == G_MAXPOOL || s->kind == G_AVGPOOL;
+  bool pooling = s->kind != G_INPUT && s->kind != G_FILTER;
   floe_code rc = cpu_conv_parse_attrs(host, init, pooling, &s->a);
   if (rc == FLOE_OK && !pooling) {
     rc = cpu_dnnl_cache_init(&s->cache, host, init);
@@ -196,9 +198,9 @@ static dnnl_status_t build_backward(const void *arg, dnnl_engine_t eng,
   *what = "convolution descriptor";
   if ((st = conv_mds(b, &m)) ||
       (st = cpu_dnnl_conv_desc(&fwd, CPU_CONV_FORWARD, dnnl_forward_training, &b->s->a, b->g,
-                               &m.src, &m.wei, &m.dst)) ||
+                               &m.src, &m.wei, NULL, &m.dst)) ||
       (st = cpu_dnnl_conv_desc(&bwd, data ? CPU_CONV_BACKWARD_DATA : CPU_CONV_BACKWARD_WEIGHTS,
-                               dnnl_backward, &b->s->a, b->g, &m.src, &m.wei, &m.dst)))
+                               dnnl_backward, &b->s->a, b->g, &m.src, &m.wei, NULL, &m.dst)))
     return st;
   *what = "convolution primitive descriptor";
   if ((st = dnnl_primitive_desc_create(&hint, &fwd, NULL, eng, NULL))) return st;
@@ -501,6 +503,8 @@ typedef struct PoolArgs {
   const int64_t *cols;  /* the same for output columns */
   bool tiles;           /* the windows cover every input element exactly once (2x2 stride 2 on
                          * even sizes): the gradient is stored, no zeroing, no adding */
+  bool relu_mask;       /* _FusedMaxPoolGradRelu: a window whose maximum is not > 0 passes
+                         * nothing on (ReluGrad of orig_input, a ReLU's output) */
   const void *x;        /* orig_input (MaxPoolGrad) */
   const void *dy;       /* grad [N, OH, OW, C] or [N, C, OH, OW] */
   void *dx;             /* output, the input's shape */
@@ -523,7 +527,7 @@ typedef struct PoolArgs {
   CPU_HOT static void name(void *arg, int64_t begin, int64_t end) {                          \
     const PoolArgs *p = arg;                                                                   \
     const Geo *g = p->g;                                                                       \
-    T best[POOL_CB];                                                                           \
+    T best[POOL_CB], gv[POOL_CB];                                                              \
     int32_t at[POOL_CB];                                                                       \
     for (int64_t u = begin; u < end; u++) {                                                    \
       int64_t n = u / p->nblocks, c0 = u % p->nblocks * p->cb;                                 \
@@ -553,14 +557,16 @@ typedef struct PoolArgs {
                 at[c] = gt ? k : at[c];                                                        \
               }                                                                                \
             }                                                                                  \
+          for (int64_t c = 0; c < cb; c++)                                                     \
+            gv[c] = !p->relu_mask || best[c] > (T)0 ? dy[c] : (T)0;                            \
           k = 0;                                                                               \
           for (int64_t h = h0; h < h1; h++)                                                    \
             for (int64_t w = w0; w < w1; w++, k++) {                                           \
               T *dp = dx + (h * g->w + w) * C;                                                 \
               if (p->tiles)                                                                    \
-                for (int64_t c = 0; c < cb; c++) dp[c] = at[c] == k ? dy[c] : (T)0;            \
+                for (int64_t c = 0; c < cb; c++) dp[c] = at[c] == k ? gv[c] : (T)0;            \
               else                                                                             \
-                for (int64_t c = 0; c < cb; c++) dp[c] += at[c] == k ? dy[c] : (T)0;           \
+                for (int64_t c = 0; c < cb; c++) dp[c] += at[c] == k ? gv[c] : (T)0;           \
             }                                                                                  \
         }                                                                                      \
       }                                                                                        \
@@ -590,7 +596,7 @@ typedef struct PoolArgs {
               best = gt ? x[h * g->w + w] : best;                                              \
               at = gt ? h * g->w + w : at;                                                     \
             }                                                                                  \
-          dx[at] += *dy;                                                                       \
+          if (!p->relu_mask || best > (T)0) dx[at] += *dy;                                     \
         }                                                                                      \
       }                                                                                        \
     }                                                                                          \
@@ -680,7 +686,7 @@ static void pool_run(const State *s, PoolArgs *p, bool f64) {
   FloeParallelFn fn;
   if (s->a.nchw) {
     units = g->n * g->c;
-    if (s->kind == G_MAXPOOL)
+    if (s->kind != G_AVGPOOL)
       fn = f64 ? maxpool_nchw_f64 : maxpool_nchw_f32;
     else
       fn = f64 ? avgpool_nchw_f64 : avgpool_nchw_f32;
@@ -696,7 +702,7 @@ static void pool_run(const State *s, PoolArgs *p, bool f64) {
     p->nblocks = (g->c + cb - 1) / cb;
     units = g->n * p->nblocks;
     cost *= cb;
-    if (s->kind == G_MAXPOOL)
+    if (s->kind != G_AVGPOOL)
       fn = f64 ? maxpool_nhwc_f64 : maxpool_nhwc_f32;
     else
       fn = f64 ? avgpool_nhwc_f64 : avgpool_nhwc_f32;
@@ -704,10 +710,11 @@ static void pool_run(const State *s, PoolArgs *p, bool f64) {
   cpu_parallel_for(units, cost, fn, p);
 }
 
-/* MaxPoolGrad(orig_input, orig_output, grad) and AvgPoolGrad(orig_input_shape, grad). */
+/* MaxPoolGrad and _FusedMaxPoolGradRelu (orig_input, orig_output, grad), and
+ * AvgPoolGrad(orig_input_shape, grad). */
 static floe_code pool_grad_compute(void *state, FloeKernelContext *ctx) {
   State *s = state;
-  bool is_max = s->kind == G_MAXPOOL;
+  bool is_max = s->kind != G_AVGPOOL;
   const FloeTensor *x = is_max ? cpu_host->ctx_input(ctx, 0) : NULL;
   const FloeTensor *dy = cpu_host->ctx_input(ctx, is_max ? 2 : 1);
   int64_t sizes[4];
@@ -749,8 +756,8 @@ static floe_code pool_grad_compute(void *state, FloeKernelContext *ctx) {
   bool rows_tile = window_ranges(g.oh, s->a.stride[0], g.pad_t, g.kh, g.h, ranges);
   bool cols_tile = window_ranges(g.ow, s->a.stride[1], g.pad_l, g.kw, g.w, ranges + 2 * g.oh);
   PoolArgs p = {&g,          0,     1, ranges, ranges + 2 * g.oh, rows_tile && cols_tile,
-                x ? cpu_host->tensor_data(x) : NULL, cpu_host->tensor_data(dy),
-                cpu_host->tensor_data(out)};
+                s->kind == G_MAXPOOL_RELU, x ? cpu_host->tensor_data(x) : NULL,
+                cpu_host->tensor_data(dy), cpu_host->tensor_data(out)};
   FloeDType dt = cpu_host->tensor_dtype(out);
   if (dt == FLOE_F32 || dt == FLOE_F64) {
     pool_run(s, &p, dt == FLOE_F64);
@@ -775,12 +782,13 @@ static floe_code pool_grad_compute(void *state, FloeKernelContext *ctx) {
 
 /* ---------------------------------------------------------------------------------- */
 
-static const GradKind kinds[] = {G_INPUT, G_FILTER, G_MAXPOOL, G_AVGPOOL};
+static const GradKind kinds[] = {G_INPUT, G_FILTER, G_MAXPOOL, G_AVGPOOL, G_MAXPOOL_RELU};
 
 floe_code cpu_register_conv_grad(FloePluginRegistrar *reg) {
   floe_code (*const computes[])(void *, FloeKernelContext *) = {
-      backprop_input_compute, backprop_filter_compute, pool_grad_compute, pool_grad_compute};
-  for (int i = 0; i < 4; i++) {
+      backprop_input_compute, backprop_filter_compute, pool_grad_compute, pool_grad_compute,
+      pool_grad_compute};
+  for (int i = 0; i < 5; i++) {
     floe_code rc = cpu_add_kernel(reg, grad_names[i], "T", FLOE_DTYPES_FLOAT, 0, computes[i],
                                   state_create, state_destroy, (void *)&kinds[i]);
     if (rc != FLOE_OK) return rc;

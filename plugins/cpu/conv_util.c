@@ -506,14 +506,15 @@ floe_code cpu_dnnl_for_batch(FloeKernelContext *ctx, int64_t n, int shards, CpuB
 dnnl_status_t cpu_dnnl_conv_desc(dnnl_convolution_desc_t *cd, CpuConvPass pass,
                                  dnnl_prop_kind_t prop, const CpuConvAttrs *a,
                                  const CpuConvGeo *g, const dnnl_memory_desc_t *src,
-                                 const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *dst) {
+                                 const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                                 const dnnl_memory_desc_t *dst) {
   dnnl_dims_t strides = {a->stride[0], a->stride[1]};
   dnnl_dims_t dil = {a->dilation[0] - 1, a->dilation[1] - 1}; /* oneDNN counts from 0 */
   dnnl_dims_t pad_l = {g->pad_t, g->pad_l}, pad_r = {g->pad_b, g->pad_r};
   switch (pass) {
     case CPU_CONV_FORWARD:
       return dnnl_dilated_convolution_forward_desc_init(cd, prop, dnnl_convolution_direct, src,
-                                                        wei, NULL, dst, strides, dil, pad_l,
+                                                        wei, bias, dst, strides, dil, pad_l,
                                                         pad_r);
     case CPU_CONV_BACKWARD_DATA:
       return dnnl_dilated_convolution_backward_data_desc_init(

@@ -63,7 +63,7 @@ const char *cpu_conv_attrs_str(const CpuConvAttrs *a, char *buf, size_t len);
 #define CPU_DNNL_SLOTS 8    /* distinct shapes kept per node */
 #define CPU_DNNL_STREAMS 4  /* idle streams kept per node */
 #define CPU_DNNL_KEY_LEN 8
-#define CPU_DNNL_MAX_ARGS 3
+#define CPU_DNNL_MAX_ARGS 4
 
 /* One argument of a primitive. The build function sets arg, output, keep and user; the
  * cache fills md and reorder. */
@@ -128,13 +128,15 @@ floe_code cpu_dnnl_for_batch(FloeKernelContext *ctx, int64_t n, int shards, CpuB
                              void *arg);
 
 /* A convolution descriptor (forward when prop is a forward kind, else backward data or
- * weights per which) for geometry g and attributes a with the given memory descriptors. */
+ * weights per which) for geometry g and attributes a with the given memory descriptors;
+ * bias (forward only) may be NULL. */
 typedef enum CpuConvPass { CPU_CONV_FORWARD, CPU_CONV_BACKWARD_DATA, CPU_CONV_BACKWARD_WEIGHTS }
     CpuConvPass;
 dnnl_status_t cpu_dnnl_conv_desc(dnnl_convolution_desc_t *cd, CpuConvPass pass,
                                  dnnl_prop_kind_t prop, const CpuConvAttrs *a,
                                  const CpuConvGeo *g, const dnnl_memory_desc_t *src,
-                                 const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *dst);
+                                 const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                                 const dnnl_memory_desc_t *dst);
 
 /* Maps a oneDNN failure to a Floe error on ctx: "oneDNN <what> failed: <status>". */
 floe_code cpu_dnnl_fail(FloeKernelContext *ctx, dnnl_status_t st, const char *what);

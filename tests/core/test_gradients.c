@@ -352,6 +352,9 @@ static const Case cases[] = {
      .inputs = "f[1x6x6x2] f[2x2x2x2]",
      .attrs = "strides=l1,1,1,1;padding=sVALID;dilations=l1,2,2,1"},
     {.op = "Conv2D", .inputs = "f[1x5x5x2] f[3x3x2x3]", .attrs = NHWC_S1_SAME, .dyn = true},
+    {.op = "_FusedConv2DBiasRelu", .inputs = "f[1x5x5x2] f[3x3x2x3] f[3]", .attrs = NHWC_S1_SAME},
+    {.op = "_FusedConv2DBiasRelu", .inputs = "f[2x2x5x5] f[3x3x2x3] f[3]",
+     .attrs = "strides=l1,1,2,2;padding=sSAME;data_format=sNCHW"},
     {.op = "MaxPool",
      .inputs = "f[1x4x4x2]",
      .attrs = "ksize=l1,2,2,1;strides=l1,2,2,1;padding=sVALID"},
@@ -479,6 +482,7 @@ static const Case cases[] = {
  * rather than by finite differences. */
 static const char *const checked_elsewhere[] = {
     "MaxPoolGrad", /* its gradient is an error: maxpool_grad_second_derivative_is_an_error */
+    "_FusedMaxPoolGradRelu", /* the same error (MaxPoolGrad's second derivative) */
 };
 
 /* A copy of gradients.c's not_differentiable[] table: ops through which no gradient flows.

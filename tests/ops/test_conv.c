@@ -51,6 +51,10 @@ static void set_attrs(FloeNodeBuilder *b, void *arg) {
   }
 }
 
+static void set_format(FloeNodeBuilder *b, void *arg) {
+  floe_node_set_attr_string(b, "data_format", (const char *)arg);
+}
+
 static void input_dims(const Case *c, int64_t d[4]) {
   d[0] = c->n;
   d[c->nchw ? 1 : 3] = c->c;
@@ -238,6 +242,44 @@ static const Case conv_cases[] = {
 #define NUM_CONV_CASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 
 START_TEST(test_conv_f32) { check_case(&conv_cases[_i], CONV, FLOE_F32, 100 + _i); }
+END_TEST
+
+/* _FusedConv2DBiasRelu(x, f, b) equals Relu(BiasAdd(Conv2D(x, f), b)) in every float
+ * dtype, layout and window of the conv cases (batches of 1-3, so 1-3 shards). */
+START_TEST(test_fused_conv_bias_relu) {
+  const Case *c = &conv_cases[_i];
+  const FloeDType dts[] = {FLOE_F32, FLOE_F64, FLOE_F16, FLOE_BF16};
+  for (size_t d = 0; d < 4; d++) {
+    int64_t xd[4], fd[4] = {c->kh, c->kw, c->c, c->o}, bd[1] = {c->o};
+    input_dims(c, xd);
+    FloeTensor *x = harness_random(dts[d], 4, xd, 300 + _i, -1, 1);
+    FloeTensor *f = harness_random(dts[d], 4, fd, 400 + _i, -1, 1);
+    FloeTensor *b = harness_random(dts[d], 1, bd, 500 + _i, -1, 1);
+    AttrArgs ca = {CONV, c};
+    FloeStatus *st = floe_status_new();
+    FloeTensor *conv, *biased, *want, *got;
+    FloeTensor *in2[2] = {x, f}, *in3[3] = {x, f, b};
+    ck_assert(harness_run_op("Conv2D", NULL, in2, 2, NULL, 0, set_attrs, &ca, &conv, 1, st) ==
+              FLOE_OK);
+    FloeTensor *cb[2] = {conv, b};
+    const char *fmt = c->nchw ? "NCHW" : "NHWC";
+    ck_assert(harness_run_op("BiasAdd", NULL, cb, 2, NULL, 0, set_format, (void *)fmt, &biased,
+                             1, st) == FLOE_OK);
+    ck_assert(harness_run_op("Relu", NULL, &biased, 1, NULL, 0, NULL, NULL, &want, 1, st) ==
+              FLOE_OK);
+    ck_assert_msg(harness_run_op("_FusedConv2DBiasRelu", NULL, in3, 3, NULL, 0, set_attrs, &ca,
+                                 &got, 1, st) == FLOE_OK, "%s", floe_status_message(st));
+    char what[96];
+    snprintf(what, sizeof what, "_FusedConv2DBiasRelu case %d %s", _i, floe_dtype_name(dts[d]));
+    /* One rounding of the sum in the fused op against two (f16/bf16: the conv's output is
+     * rounded before the bias is added). */
+    double tol = dts[d] == FLOE_F64 ? 1e-12 : dts[d] == FLOE_F32 ? 1e-5 : 2e-2;
+    harness_assert_close(got, want, tol, tol, what);
+    FloeTensor *all[] = {x, f, b, conv, biased, want, got};
+    for (size_t i = 0; i < 7; i++) floe_tensor_release(all[i]);
+    floe_status_free(st);
+  }
+}
 END_TEST
 
 START_TEST(test_conv_f64) { check_case(&conv_cases[_i], CONV, FLOE_F64, 200 + _i); }
@@ -581,6 +623,7 @@ static Suite *conv_suite(void) {
   TCase *tc = tcase_create("conv2d");
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_conv_f32, 0, NUM_CONV_CASES);
+  tcase_add_loop_test(tc, test_fused_conv_bias_relu, 0, NUM_CONV_CASES);
   tcase_add_loop_test(tc, test_conv_f64, 0, NUM_CONV_CASES);
   tcase_add_loop_test(tc, test_conv_half, 0, NUM_CONV_CASES);
   tcase_add_test(tc, test_conv_empty);

@@ -446,6 +446,40 @@ START_TEST(test_pool_grad) {
 }
 END_TEST
 
+/* _FusedMaxPoolGradRelu(x, y, dy) equals ReluGrad(MaxPoolGrad(x, y, dy), x): the fused
+ * kernel against the two ops it replaces, on inputs around 0 (many windows' maxima are
+ * <= 0, so the mask matters), every window shape, layout and float dtype. */
+START_TEST(test_fused_maxpool_grad_relu) {
+  const Case *c = &pool_cases[_i];
+  const FloeDType dts[] = {FLOE_F32, FLOE_F64, FLOE_F16};
+  for (size_t d = 0; d < 3; d++) {
+    int64_t xd[4];
+    dims_of(c->nchw, c->n, c->c, c->h, c->w, xd);
+    FloeTensor *x = harness_random(dts[d], 4, xd, 1700 + _i, -1, 0.5);
+    AttrArgs pa = {MAXPOOL, c}, ga = {MAXPOOL_GRAD, c};
+    FloeTensor *y, *grad, *fused, *masked;
+    FloeStatus *st = floe_status_new();
+    ck_assert_msg(harness_run_op("MaxPool", NULL, &x, 1, NULL, 0, set_attrs, &pa, &y, 1, st) ==
+                      FLOE_OK, "%s", floe_status_message(st));
+    FloeTensor *dy = harness_random(dts[d], 4, floe_tensor_shape(y).dims, 1800 + _i, -1, 1);
+    FloeTensor *in3[3] = {x, y, dy};
+    ck_assert(harness_run_op("MaxPoolGrad", NULL, in3, 3, NULL, 0, set_attrs, &ga, &grad, 1,
+                             st) == FLOE_OK);
+    ck_assert_msg(harness_run_op("_FusedMaxPoolGradRelu", NULL, in3, 3, NULL, 0, set_attrs, &ga,
+                                 &fused, 1, st) == FLOE_OK, "%s", floe_status_message(st));
+    FloeTensor *in2[2] = {grad, x};
+    ck_assert(harness_run_op("ReluGrad", NULL, in2, 2, NULL, 0, NULL, NULL, &masked, 1, st) ==
+              FLOE_OK);
+    char what[96];
+    snprintf(what, sizeof what, "_FusedMaxPoolGradRelu case %d %s", _i, floe_dtype_name(dts[d]));
+    harness_assert_close(fused, masked, 0, 0, what);
+    FloeTensor *all[] = {x, y, dy, grad, fused, masked};
+    for (size_t i = 0; i < 6; i++) floe_tensor_release(all[i]);
+    floe_status_free(st);
+  }
+}
+END_TEST
+
 START_TEST(test_maxpool_grad_ties) {
   /* Integer-valued inputs from few values: most windows hold equal maxima. */
   const FloeDType dts[] = {FLOE_F32, FLOE_F64, FLOE_BF16};
@@ -778,6 +812,7 @@ static Suite *conv_grad_suite(void) {
   tc = tcase_create("pool");
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_pool_grad, 0, NUM_POOL_CASES);
+  tcase_add_loop_test(tc, test_fused_maxpool_grad_relu, 0, NUM_POOL_CASES);
   tcase_add_loop_test(tc, test_maxpool_grad_ties, 0, NUM_POOL_CASES);
   tcase_add_loop_test(tc, test_pool_grad_fd, 0, NUM_POOL_CASES);
   tcase_add_test(tc, test_pool_grad_empty);

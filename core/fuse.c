@@ -1,0 +1,183 @@
+/* fuse.c - the graph rewrites a session applies to one run's nodes before placing them:
+ * chains of memory-bound ops collapse into one op that reads and writes each tensor once.
+ *
+ *   Relu(BiasAdd(Conv2D(x, f), b))                   -> _FusedConv2DBiasRelu(x, f, b)
+ *   ReluGrad(MaxPoolGrad(y, p, dp), y), y a ReLU's   -> _FusedMaxPoolGradRelu(y, p, dp)
+ *     output (the gradient of MaxPool(Relu(.)))
+ *
+ * The session rewrites a private clone of its graph (the user's graph never changes); a
+ * chain is fused only when its inner results have no other consumer in the step, none of
+ * its nodes is fed or fetched, its nodes ask for the same device, and the fused op has a
+ * kernel on the device the chain would have run on (the caller's check). Control edges into
+ * the chain move onto the fused node, and control edges out of it leave from the fused
+ * node. A device without the fused kernels simply runs the original ops. */
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct Fuse {
+  FloeGraph *g;
+  bool *need;
+  int cap;               /* entries of need */
+  int *uses;             /* per node of the original graph: step consumers of output 0 */
+  const bool *pinned;    /* fed or fetched (original node ids) */
+  FloeFuseCheck ok;
+  void *arg;
+  int fused;
+} Fuse;
+
+static bool same_device(const FloeNode *a, const FloeNode *b) {
+  const char *da = a->device ? a->device : "", *db = b->device ? b->device : "";
+  return strcmp(da, db) == 0;
+}
+
+/* n is in the step, not fed or fetched, and runs op. */
+static bool live(const Fuse *f, const FloeNode *n, const char *op) {
+  return n->id < f->cap && f->need[n->id] && !f->pinned[n->id] && strcmp(n->op->name, op) == 0;
+}
+
+static bool format_of(const FloeNode *n, const char **out) {
+  const FloeAttrValue *v = floe__attrs_get(&n->attrs, "data_format");
+  *out = v && v->kind == FLOE_ATTR_STRING ? v->u.s : "NHWC";
+  return true;
+}
+
+/* A unique name for the fused node from its last node's name. */
+static char *fused_name(FloeGraph *g, const char *base) {
+  for (int i = 0;; i++) {
+    char *name = i ? floe__asprintf("%s/_fused_%d", base, i) : floe__asprintf("%s/_fused", base);
+    if (!name || !floe_graph_find(g, name)) return name;
+    floe__free(name);
+  }
+}
+
+/* Makes op(inputs) with the attributes `attrs` of `from`, the union of the control inputs of
+ * chain[0..n), and their device; NULL (graph error left alone: the clone is discarded by the
+ * caller on failure) when the builder fails. */
+static FloeNode *make_fused(Fuse *f, const char *op, FloeNode *const *chain, int n,
+                            const FloeOutput *inputs, int num_inputs, const FloeNode *from,
+                            const char *const *attrs) {
+  char *name = fused_name(f->g, chain[n - 1]->name);
+  if (!name) return NULL;
+  FloeNodeBuilder *b = floe_node_begin(f->g, op, name);
+  floe__free(name);
+  for (int i = 0; i < num_inputs; i++) floe_node_add_input(b, inputs[i]);
+  for (int i = 0; attrs[i]; i++) floe__node_copy_attr(from, b, attrs[i]);
+  for (int k = 0; k < n; k++)
+    for (int c = 0; c < chain[k]->num_control; c++) {
+      bool inside = false;
+      for (int j = 0; j < n; j++) inside |= chain[k]->control[c] == chain[j];
+      if (!inside) floe_node_add_control_input(b, chain[k]->control[c]);
+    }
+  if (chain[0]->device && chain[0]->device[0]) floe_node_set_device(b, chain[0]->device);
+  return floe_node_finish(b);
+}
+
+/* Makes room in need for the node just added (id fused->id). */
+static bool need_grow(Fuse *f) {
+  int want = f->g->num_nodes;
+  if (want <= f->cap) return true;
+  bool *n = floe__realloc(f->need, (size_t)want * sizeof *n);
+  if (!n) return false;
+  for (int i = f->cap; i < want; i++) n[i] = false;
+  f->need = n;
+  f->cap = want;
+  return true;
+}
+
+/* Consumers of (last, 0) read (fused, 0); control edges on any node of the chain now name
+ * the fused node; the chain leaves the step. */
+static void reroute(Fuse *f, FloeNode *const *chain, int n, FloeNode *fused) {
+  FloeNode *last = chain[n - 1];
+  for (int id = 0; id < f->g->num_nodes; id++) {
+    FloeNode *x = f->g->nodes[id];
+    if (x == fused) continue;
+    for (int k = 0; k < x->num_inputs; k++)
+      if (x->inputs[k].node == last && x->inputs[k].index == 0) x->inputs[k].node = fused;
+    for (int c = 0; c < x->num_control; c++)
+      for (int j = 0; j < n; j++)
+        if (x->control[c] == chain[j]) x->control[c] = fused;
+  }
+  for (int j = 0; j < n; j++) f->need[chain[j]->id] = false;
+  f->need[fused->id] = true;
+  f->fused++;
+}
+
+/* Adds the fused node for chain (anchor: the node whose placement it must match) unless the
+ * caller's check refuses it. -1 on out of memory. */
+static int commit(Fuse *f, FloeNode *const *chain, int n, FloeNode *fused,
+                  const FloeNode *anchor) {
+  if (!fused || !need_grow(f)) return fused ? -1 : 0;
+  if (!f->ok(f->arg, anchor, fused)) return 0; /* stays out of the step */
+  reroute(f, chain, n, fused);
+  return 0;
+}
+
+static const char *const conv_attrs[] = {"T", "strides", "padding", "data_format", "dilations",
+                                         NULL};
+static const char *const pool_attrs[] = {"T", "ksize", "strides", "padding", "data_format",
+                                         NULL};
+
+static int fuse_conv_bias_relu(Fuse *f, FloeNode *relu) {
+  if (!live(f, relu, "Relu")) return 0;
+  FloeNode *bias = relu->inputs[0].node, *conv;
+  if (relu->inputs[0].index != 0 || !live(f, bias, "BiasAdd") || f->uses[bias->id] != 1)
+    return 0;
+  conv = bias->inputs[0].node;
+  if (bias->inputs[0].index != 0 || !live(f, conv, "Conv2D") || f->uses[conv->id] != 1)
+    return 0;
+  const char *fb, *fc;
+  format_of(bias, &fb);
+  format_of(conv, &fc);
+  if (strcmp(fb, fc) != 0 || !same_device(conv, bias) || !same_device(conv, relu)) return 0;
+  FloeNode *chain[3] = {conv, bias, relu};
+  FloeOutput in[3] = {conv->inputs[0], conv->inputs[1], bias->inputs[1]};
+  FloeNode *fused =
+      make_fused(f, "_FusedConv2DBiasRelu", chain, 3, in, 3, conv, conv_attrs);
+  return commit(f, chain, 3, fused, conv);
+}
+
+static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
+  if (!live(f, rg, "ReluGrad")) return 0;
+  FloeNode *mp = rg->inputs[0].node;
+  if (rg->inputs[0].index != 0 || !live(f, mp, "MaxPoolGrad") || f->uses[mp->id] != 1) return 0;
+  /* ReluGrad's features must be the pooled tensor itself (a ReLU's output). */
+  if (rg->inputs[1].node != mp->inputs[0].node || rg->inputs[1].index != mp->inputs[0].index ||
+      !same_device(mp, rg))
+    return 0;
+  FloeNode *chain[2] = {mp, rg};
+  FloeNode *fused =
+      make_fused(f, "_FusedMaxPoolGradRelu", chain, 2, mp->inputs, 3, mp, pool_attrs);
+  return commit(f, chain, 2, fused, mp);
+}
+
+floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFuseCheck ok,
+                           void *arg, int *num_fused, FloeStatus *st) {
+  *num_fused = 0;
+  int n0 = g->num_nodes;
+  Fuse f = {.g = g, .need = *need, .cap = n0, .pinned = pinned, .ok = ok, .arg = arg};
+  f.uses = floe__calloc((size_t)(n0 ? n0 : 1), sizeof *f.uses);
+  if (!f.uses) goto oom;
+  for (int id = 0; id < n0; id++) {
+    const FloeNode *x = g->nodes[id];
+    if (!f.need[id]) continue;
+    for (int k = 0; k < x->num_inputs; k++)
+      if (x->inputs[k].index == 0) f.uses[x->inputs[k].node->id]++;
+  }
+  /* Forward chains first: their ReLU outputs are what the gradient chains match on. */
+  for (int id = 0; id < n0; id++)
+    if (fuse_conv_bias_relu(&f, g->nodes[id]) != 0) goto oom;
+  for (int id = 0; id < n0; id++)
+    if (fuse_maxpool_grad_relu(&f, g->nodes[id]) != 0) goto oom;
+  floe__free(f.uses);
+  *need = f.need;
+  if (floe_graph_status(g) != FLOE_OK)
+    return floe_status_set(st, floe_graph_status(g), "fusing the graph: %s",
+                           floe_graph_error(g, NULL));
+  *num_fused = f.fused;
+  return FLOE_OK;
+oom:
+  floe__free(f.uses);
+  *need = f.need;
+  return floe_status_set(st, FLOE_NO_MEMORY, "out of memory fusing the graph");
+}
