@@ -9,6 +9,9 @@
  *  - the thread that makes a node ready runs inexpensive nodes inline and hands the others
  *    to the pool, keeping the last one for itself when it has nothing inline to do (TF's
  *    trick), so a chain of cheap nodes never touches a queue, a lock or a condvar;
+ *  - a node whose outputs nobody in the step reads (a variable's update) goes to the pool's
+ *    deferred queue: it fills a thread that would otherwise idle instead of delaying the
+ *    nodes the rest of the step waits for;
  *  - each entry's reader count drops as consumers finish, releasing the tensor as soon as
  *    its last consumer ran;
  *  - counters that only one thread can ever touch (an entry with one reader, a node with
@@ -40,6 +43,7 @@ typedef struct ExecNode {
   bool created;                /* create was called: destroy is due */
   bool shared;                 /* state belongs to the session (stateful op) */
   bool inexpensive;
+  bool deferred;               /* expensive, and no output is read in the step */
   bool check_copy;             /* an input may live in another memory space (see needs_copy) */
   bool lock_vars;              /* use_locking (true when absent): variables stay locked */
   int num_resources;           /* resource inputs replaced by variable values (plugin kernels) */
@@ -219,6 +223,7 @@ typedef struct Batch {
   void *tasks[BATCH];
   int nodes[BATCH];
   int n;
+  bool deferred; /* for the pool's deferred queue */
 } Batch;
 
 /* Hands the batch to the pool; without a pool or queue space its nodes run on this thread
@@ -229,7 +234,9 @@ static void flush_batch(FloeExecStep *s, Batch *b, ReadyList *inl) {
   b->n = 0;
   if (n == 0) return;
   for (int i = 0; i < n; i++) s->tasks[b->nodes[i]].step = s; /* published by the queue lock */
-  if (pool && floe__pool_schedule_batch(pool, task_main, b->tasks, n) == FLOE_OK) return;
+  if (pool && (b->deferred ? floe__pool_schedule_deferred(pool, task_main, b->tasks, n)
+                           : floe__pool_schedule_batch(pool, task_main, b->tasks, n)) == FLOE_OK)
+    return;
   ReadyList own = {-1, -1, 0};
   ReadyList *l = inl ? inl : &own;
   for (int i = 0; i < n; i++) list_push(s, l, b->nodes[i]);
@@ -247,12 +254,16 @@ static void batch_add(FloeExecStep *s, Batch *b, ReadyList *inl, int n) {
  * inl NULL (an async completion on a foreign thread): everything goes to the pool. */
 static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
   FloeExecutor *e = s->e;
-  Batch b;
-  b.n = 0;
+  Batch b, later;
+  b.n = later.n = 0;
+  b.deferred = false;
+  later.deferred = e->pool != NULL;
   int keep = -1;
   for (int r = ready->head; r >= 0;) {
     int nx = s->next[r]; /* read first: once handed over, r's link belongs to its runner */
-    if (!inl) {
+    if (e->nodes[r].deferred && e->pool) {
+      batch_add(s, &later, inl, r);
+    } else if (!inl) {
       batch_add(s, &b, NULL, r);
     } else if (e->inline_inexpensive && e->nodes[r].inexpensive) {
       list_push(s, inl, r);
@@ -269,6 +280,7 @@ static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
       batch_add(s, &b, inl, keep);
   }
   flush_batch(s, &b, inl);
+  flush_batch(s, &later, inl);
 }
 
 /* Node n ran (or was skipped): drop its inputs, wake its successors, account for it. */
@@ -310,7 +322,8 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
     if (add > use) atomic_fetch_add_explicit(&s->outstanding, add - use, memory_order_acq_rel);
   }
   /* One node (a chain) runs here, as schedule_ready would decide, without its setup. */
-  if (k == 1 && (inl->head < 0 || (e->inline_inexpensive && e->nodes[ready.head].inexpensive)))
+  if (k == 1 && !(e->nodes[ready.head].deferred && e->pool) &&
+      (inl->head < 0 || (e->inline_inexpensive && e->nodes[ready.head].inexpensive)))
     list_push(s, inl, ready.head);
   else if (k > 0)
     schedule_ready(s, &ready, inl);
@@ -903,6 +916,13 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   if (!e->input_src || !e->uses0) goto err_oom;
   if (build_edges(e, local_of, feeds, st) != FLOE_OK) goto err_free;
   if (build_fetches(e, plan, local_of, feeds, st) != FLOE_OK) goto err_free;
+  /* Deferred: an expensive node none of whose outputs is read (an update op). */
+  for (int i = 0; i < e->num_nodes; i++) {
+    ExecNode *en = &e->nodes[i];
+    bool read = false;
+    for (int k = 0; k < en->num_outputs && !read; k++) read = e->uses0[en->out_base + k] > 0;
+    en->deferred = en->kernel && !en->inexpensive && !read;
+  }
   for (int i = 0; i < e->num_nodes; i++)
     if (e->pending0[i] == 0) e->roots[e->num_roots++] = i;
   layout_arena(e);

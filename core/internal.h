@@ -485,6 +485,10 @@ bool floe__pool_in_worker(const FloeThreadPool *p);
 bool floe__pool_help(FloeThreadPool *p);
 /* threadpool.c, for executor.c: queues fn(args[i]) for i < n under one lock (all or none). */
 floe_code floe__pool_schedule_batch(FloeThreadPool *p, FloeTaskFn fn, void *const *args, int n);
+/* The same on the pool's deferred queue: its tasks start only when no normal task is
+ * queued (work that nothing else waits for). */
+floe_code floe__pool_schedule_deferred(FloeThreadPool *p, FloeTaskFn fn, void *const *args,
+                                       int n);
 /* executor.c, for host.c's ctx_cancelled: true once the step was cancelled (a node failed). */
 bool floe__exec_step_cancelled(const FloeExecStep *step);
 /* End of the executor engineer's additions. */

@@ -1,8 +1,11 @@
 /* threadpool.c - the inter-op / intra-op thread pool.
  *
- * N workers share one FIFO of (fn, arg) tasks kept in a power-of-two ring under one mutex;
- * the ring is preallocated so scheduling does not allocate (it only grows, by doubling,
- * when more tasks are queued than ever before). Idle workers sleep on one condition
+ * N workers share two FIFOs of (fn, arg) tasks, each a power-of-two ring, under one mutex:
+ * the normal queue and a deferred one, taken from only when the normal queue is empty (work
+ * nothing else in a step waits for, such as a variable's update, so that it fills idle
+ * threads instead of delaying the step's critical path). The rings are preallocated so
+ * scheduling does not allocate (one only grows, by doubling, when more tasks are queued than
+ * ever before). Idle workers sleep on one condition
  * variable and a schedule wakes at most one of them, and only when one is idle. The lock
  * is held only for a few loads and stores, so it spins briefly before sleeping (adaptive):
  * with tasks of a microsecond, a worker put to sleep on a busy lock costs more than the task.
@@ -24,11 +27,15 @@ typedef struct PoolTask {
   void *arg;
 } PoolTask;
 
+typedef struct TaskRing {
+  PoolTask *ring; /* capacity a power of two */
+  size_t cap, head, count;
+} TaskRing;
+
 struct FloeThreadPool {
   pthread_mutex_t mu;
   pthread_cond_t work_cv;  /* workers wait here for tasks */
-  PoolTask *ring;          /* capacity a power of two */
-  size_t cap, head, count;
+  TaskRing q[2];           /* [0] normal, [1] deferred */
   int idle;                /* workers waiting on work_cv */
   bool stop;
   int num_threads;
@@ -41,15 +48,19 @@ static _Thread_local FloeThreadPool *tls_worker_pool;
 
 enum { POOL_INITIAL_CAP = 1024 };
 
-/* Pops the next live task; the caller holds p->mu. False when the queue is empty. */
+/* Pops the next live task, normal ones first; the caller holds p->mu. False when both
+ * queues are empty. */
 static bool pop_locked(FloeThreadPool *p, PoolTask *out) {
-  while (p->count > 0) {
-    PoolTask t = p->ring[p->head];
-    p->head = (p->head + 1) & (p->cap - 1);
-    p->count--;
-    if (t.fn) {
-      *out = t;
-      return true;
+  for (int k = 0; k < 2; k++) {
+    TaskRing *q = &p->q[k];
+    while (q->count > 0) {
+      PoolTask t = q->ring[q->head];
+      q->head = (q->head + 1) & (q->cap - 1);
+      q->count--;
+      if (t.fn) {
+        *out = t;
+        return true;
+      }
     }
   }
   return false;
@@ -78,30 +89,32 @@ static void *worker_main(void *arg) {
 }
 
 /* Doubles the ring, unwrapping it; the caller holds p->mu. */
-static floe_code grow_locked(FloeThreadPool *p) {
-  PoolTask *ring = floe__malloc(2 * p->cap * sizeof *ring);
+static floe_code grow_locked(TaskRing *q) {
+  PoolTask *ring = floe__malloc(2 * q->cap * sizeof *ring);
   if (!ring) return FLOE_NO_MEMORY;
-  for (size_t i = 0; i < p->count; i++) ring[i] = p->ring[(p->head + i) & (p->cap - 1)];
-  floe__free(p->ring);
-  p->ring = ring;
-  p->cap *= 2;
-  p->head = 0;
+  for (size_t i = 0; i < q->count; i++) ring[i] = q->ring[(q->head + i) & (q->cap - 1)];
+  floe__free(q->ring);
+  q->ring = ring;
+  q->cap *= 2;
+  q->head = 0;
   return FLOE_OK;
 }
 
-/* Queues (fn, args[i]) for i < n, or n copies of (fn, arg) when args is NULL, under one
- * lock, and wakes up to n idle workers. */
-static floe_code push_n(FloeThreadPool *p, FloeTaskFn fn, void *const *args, void *arg, int n) {
+/* Queues (fn, args[i]) for i < n, or n copies of (fn, arg) when args is NULL, on queue k
+ * under one lock, and wakes up to n idle workers. */
+static floe_code push_n(FloeThreadPool *p, int k, FloeTaskFn fn, void *const *args, void *arg,
+                        int n) {
+  TaskRing *q = &p->q[k];
   pthread_mutex_lock(&p->mu);
-  while (p->count + (size_t)n > p->cap) {
-    if (grow_locked(p) != FLOE_OK) {
+  while (q->count + (size_t)n > q->cap) {
+    if (grow_locked(q) != FLOE_OK) {
       pthread_mutex_unlock(&p->mu);
       return FLOE_NO_MEMORY;
     }
   }
   for (int i = 0; i < n; i++) {
-    p->ring[(p->head + p->count) & (p->cap - 1)] = (PoolTask){fn, args ? args[i] : arg};
-    p->count++;
+    q->ring[(q->head + q->count) & (q->cap - 1)] = (PoolTask){fn, args ? args[i] : arg};
+    q->count++;
   }
   int wake = n < p->idle ? n : p->idle;
   for (int i = 0; i < wake; i++) pthread_cond_signal(&p->work_cv);
@@ -115,9 +128,11 @@ FloeThreadPool *floe__pool_new(int num_threads, FloeStatus *st) {
   FloeThreadPool *p = floe__calloc(1, sizeof *p);
   if (!p) goto err_oom;
   p->num_threads = num_threads;
-  p->cap = POOL_INITIAL_CAP;
-  p->ring = floe__malloc(p->cap * sizeof *p->ring);
-  if (!p->ring) goto err_free_pool;
+  for (int k = 0; k < 2; k++) {
+    p->q[k].cap = POOL_INITIAL_CAP;
+    p->q[k].ring = floe__malloc(p->q[k].cap * sizeof *p->q[k].ring);
+  }
+  if (!p->q[0].ring || !p->q[1].ring) goto err_free_ring;
   p->threads = floe__calloc((size_t)num_threads, sizeof *p->threads);
   if (!p->threads) goto err_free_ring;
   pthread_mutexattr_t ma;
@@ -146,8 +161,8 @@ err_destroy_mu:
 err_free_threads:
   floe__free(p->threads);
 err_free_ring:
-  floe__free(p->ring);
-err_free_pool:
+  floe__free(p->q[0].ring);
+  floe__free(p->q[1].ring);
   floe__free(p);
 err_oom:
   floe_status_set(st, FLOE_NO_MEMORY, "out of memory creating a thread pool of %d threads",
@@ -166,7 +181,8 @@ void floe__pool_free(FloeThreadPool *p) {
   pthread_cond_destroy(&p->work_cv);
   pthread_mutex_destroy(&p->mu);
   floe__free(p->threads);
-  floe__free(p->ring);
+  floe__free(p->q[0].ring);
+  floe__free(p->q[1].ring);
   floe__free(p);
 }
 
@@ -177,14 +193,21 @@ int floe__pool_size(const FloeThreadPool *p) { return p ? p->num_threads : 1; }
  * not (the task is then not queued: the caller may run it itself). */
 floe_code floe__pool_schedule(FloeThreadPool *p, FloeTaskFn fn, void *arg) {
   if (!p || !fn) return FLOE_INVALID_ARGUMENT;
-  return push_n(p, fn, NULL, arg, 1);
+  return push_n(p, 0, fn, NULL, arg, 1);
 }
 
 /* fn(args[i]) for each i < n runs later on a worker; one lock for all. FLOE_NO_MEMORY only
  * when the queue had to grow and could not: then none was queued. */
 floe_code floe__pool_schedule_batch(FloeThreadPool *p, FloeTaskFn fn, void *const *args, int n) {
   if (!p || !fn || n < 0 || (n > 0 && !args)) return FLOE_INVALID_ARGUMENT;
-  return n ? push_n(p, fn, args, NULL, n) : FLOE_OK;
+  return n ? push_n(p, 0, fn, args, NULL, n) : FLOE_OK;
+}
+
+/* As floe__pool_schedule_batch, on the deferred queue: run only when no normal task waits. */
+floe_code floe__pool_schedule_deferred(FloeThreadPool *p, FloeTaskFn fn, void *const *args,
+                                       int n) {
+  if (!p || !fn || n < 0 || (n > 0 && !args)) return FLOE_INVALID_ARGUMENT;
+  return n ? push_n(p, 1, fn, args, NULL, n) : FLOE_OK;
 }
 
 /* True on one of p's own worker threads. */
@@ -277,14 +300,15 @@ void floe__pool_parallel_for(FloeThreadPool *p, int64_t n, int64_t cost_per_unit
   if (helpers > 0) {
     j.helpers_out = helpers;
     /* Without queue space the caller simply runs every shard itself. */
-    if (push_n(p, parallel_helper, NULL, &j, helpers) != FLOE_OK) j.helpers_out = 0;
+    if (push_n(p, 0, parallel_helper, NULL, &j, helpers) != FLOE_OK) j.helpers_out = 0;
   }
   run_shards(&j);
   if (helpers <= 0) return;
   pthread_mutex_lock(&p->mu);
   /* Withdraw helpers that never started: they would find no shard left anyway. */
-  for (size_t i = 0; i < p->count && j.helpers_out > 0; i++) {
-    PoolTask *t = &p->ring[(p->head + i) & (p->cap - 1)];
+  TaskRing *q = &p->q[0];
+  for (size_t i = 0; i < q->count && j.helpers_out > 0; i++) {
+    PoolTask *t = &q->ring[(q->head + i) & (q->cap - 1)];
     if (t->fn == parallel_helper && t->arg == &j) {
       t->fn = NULL;
       j.helpers_out--;

@@ -7,6 +7,8 @@
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 
 #include "../ops/harness.h"
 #include "floe/floe.h"
+#include "internal.h"
 
 /* Thread counts every scheduling test runs with (1: the pool must still make progress). */
 static const int THREADS[] = {1, 2, 4};
@@ -57,6 +60,46 @@ static void run_ok(FloeSession *s, const char *feed, FloeTensor *value, const ch
   if (rc != FLOE_OK) ck_abort_msg("run: %s", floe_status_message(st));
   floe_status_free(st);
 }
+
+/* ---- the pool's deferred queue ---- */
+
+static pthread_mutex_t order_mu = PTHREAD_MUTEX_INITIALIZER;
+static char order[8];
+static int order_n;
+static atomic_int gate;
+
+static void blocker(void *arg) {
+  (void)arg;
+  while (!atomic_load(&gate)) sched_yield();
+}
+
+static void record(void *arg) {
+  pthread_mutex_lock(&order_mu);
+  order[order_n++] = *(const char *)arg;
+  pthread_mutex_unlock(&order_mu);
+}
+
+/* With the only worker busy, tasks on the deferred queue wait for every normal task, even
+ * ones queued after them; all run. */
+START_TEST(deferred_tasks_run_after_normal_ones) {
+  FloeStatus *st = floe_status_new();
+  FloeThreadPool *p = floe__pool_new(1, st);
+  ck_assert_ptr_nonnull(p);
+  atomic_store(&gate, 0);
+  order_n = 0;
+  static const char d1 = 'd', d2 = 'D', n1 = 'n', n2 = 'N';
+  void *deferred[2] = {(void *)&d1, (void *)&d2};
+  ck_assert_int_eq(floe__pool_schedule(p, blocker, NULL), FLOE_OK);
+  ck_assert_int_eq(floe__pool_schedule_deferred(p, record, deferred, 2), FLOE_OK);
+  ck_assert_int_eq(floe__pool_schedule(p, record, (void *)&n1), FLOE_OK);
+  ck_assert_int_eq(floe__pool_schedule(p, record, (void *)&n2), FLOE_OK);
+  atomic_store(&gate, 1);
+  floe__pool_free(p); /* runs what is queued, then joins */
+  ck_assert_int_eq(order_n, 4);
+  ck_assert_msg(memcmp(order, "nNdD", 4) == 0, "order %.4s", order);
+  floe_status_free(st);
+}
+END_TEST
 
 /* ---- shapes of graphs ---- */
 
@@ -779,6 +822,7 @@ int main(void) {
   TCase *tc = tcase_create("shapes");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, chain_of_adds);
+  tcase_add_test(tc, deferred_tasks_run_after_normal_ones);
   tcase_add_test(tc, diamond_on_big_tensors);
   tcase_add_test(tc, wide_fan_out);
   tcase_add_test(tc, control_dependencies);
