@@ -229,10 +229,12 @@ typedef struct Batch {
 /* Hands the batch to the pool; without a pool or queue space its nodes run on this thread
  * instead: on inl, or (inl NULL) on a list of their own, right now. */
 static void flush_batch(FloeExecStep *s, Batch *b, ReadyList *inl) {
-  FloeThreadPool *pool = s->e->pool;
   int n = b->n;
   b->n = 0;
+  /* Nothing to hand over: s may already be gone (an earlier batch's nodes can finish the
+   * step as soon as they are queued). */
   if (n == 0) return;
+  FloeThreadPool *pool = s->e->pool;
   for (int i = 0; i < n; i++) s->tasks[b->nodes[i]].step = s; /* published by the queue lock */
   if (pool && (b->deferred ? floe__pool_schedule_deferred(pool, task_main, b->tasks, n)
                            : floe__pool_schedule_batch(pool, task_main, b->tasks, n)) == FLOE_OK)
