@@ -200,8 +200,8 @@ typedef struct DnnlJob {
   float *dst;
 } DnnlJob;
 
-static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, int64_t first, int64_t count,
-                            int shard) {
+static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                            int64_t first, int64_t count, int shard) {
   (void)shard;
   const DnnlJob *j = arg;
   Geo g = *j->g;
@@ -213,14 +213,17 @@ static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, int64_t first, in
   Build b = {j->s, &g};
   if (j->bias) {
     void *data[4] = {(void *)src, (void *)j->wei, (void *)j->bias, dst};
-    return cpu_dnnl_run(&j->s->cache, ctx, op_names[j->s->kind], key, build_conv, &b, data);
+    return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, op_names[j->s->kind], key, build_conv,
+                        &b, data);
   }
   if (j->wei) {
     void *data[3] = {(void *)src, (void *)j->wei, dst};
-    return cpu_dnnl_run(&j->s->cache, ctx, op_names[j->s->kind], key, build_conv, &b, data);
+    return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, op_names[j->s->kind], key, build_conv,
+                        &b, data);
   }
   void *data[2] = {(void *)src, dst};
-  return cpu_dnnl_run(&j->s->cache, ctx, op_names[j->s->kind], key, build_pool, &b, data);
+  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, op_names[j->s->kind], key, build_pool, &b,
+                      data);
 }
 
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const float *src,

@@ -232,8 +232,8 @@ typedef struct DnnlJob {
   float *partial; /* G_FILTER: (shards - 1) filter-sized buffers */
 } DnnlJob;
 
-static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, int64_t first, int64_t count,
-                            int shard) {
+static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                            int64_t first, int64_t count, int shard) {
   const DnnlJob *j = arg;
   Geo g = *j->g;
   g.n = count;
@@ -251,7 +251,8 @@ static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, int64_t first, in
   }
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, 0};
   Build bd = {j->s, &g};
-  return cpu_dnnl_run(&j->s->cache, ctx, grad_names[j->s->kind], key, build_backward, &bd, data);
+  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, grad_names[j->s->kind], key, build_backward,
+                      &bd, data);
 }
 
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const float *a,

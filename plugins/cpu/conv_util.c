@@ -132,26 +132,28 @@ struct CpuDnnlPrim {
   void *keep_ready, *keep_seen;
 };
 
-/* While a shard of cpu_dnnl_for_batch runs on this thread: the lock that serialises its
- * calls into the kernel context (ctx_allocate_temp and ctx_set_error are not thread-safe). */
-static __thread pthread_mutex_t *shard_ctx_lock;
-
-static floe_code ctx_temp(FloeKernelContext *ctx, size_t bytes, void **out) {
-  pthread_mutex_t *lock = shard_ctx_lock;
+/* Calls into the kernel context under `lock` (the shards of cpu_dnnl_for_batch share the
+ * context, and ctx_allocate_temp / ctx_set_error are not thread-safe); NULL: unshared. */
+static floe_code ctx_temp(FloeKernelContext *ctx, pthread_mutex_t *lock, size_t bytes,
+                          void **out) {
   if (lock) pthread_mutex_lock(lock);
   floe_code rc = cpu_host->ctx_allocate_temp(ctx, bytes, out);
   if (lock) pthread_mutex_unlock(lock);
   return rc;
 }
 
-floe_code cpu_dnnl_fail(FloeKernelContext *ctx, dnnl_status_t st, const char *what) {
-  pthread_mutex_t *lock = shard_ctx_lock;
+static floe_code fail_locked(FloeKernelContext *ctx, pthread_mutex_t *lock, dnnl_status_t st,
+                             const char *what) {
   if (lock) pthread_mutex_lock(lock);
   floe_code rc =
       cpu_host->ctx_set_error(ctx, st == dnnl_out_of_memory ? FLOE_NO_MEMORY : FLOE_INTERNAL,
                               "oneDNN %s failed: %s", what, dnnl_status2str(st));
   if (lock) pthread_mutex_unlock(lock);
   return rc;
+}
+
+floe_code cpu_dnnl_fail(FloeKernelContext *ctx, dnnl_status_t st, const char *what) {
+  return fail_locked(ctx, NULL, st, what);
 }
 
 floe_code cpu_dnnl_cache_init(CpuDnnlCache *c, const FloeHostApi *host, FloeKernelInit *init) {
@@ -199,10 +201,11 @@ static dnnl_status_t make_reorder(dnnl_engine_t eng, const_dnnl_primitive_attr_t
 
 /* Builds the primitive for key. Scratchpads are user-managed so that concurrent computes
  * never share one. */
-static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, const int64_t *key,
+static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t *lock,
+                            const int64_t *key,
                             CpuDnnlBuildFn build, const void *build_arg, CpuDnnlPrim **out) {
   CpuDnnlPrim *p = cpu_host->alloc(sizeof *p);
-  if (!p) return cpu_dnnl_fail(ctx, dnnl_out_of_memory, "primitive cache entry");
+  if (!p) return fail_locked(ctx, lock, dnnl_out_of_memory, "primitive cache entry");
   memset(p, 0, sizeof *p);
   p->nthr = cpu_omp_threads();
   pthread_rwlock_init(&p->keep_lock, NULL);
@@ -242,13 +245,14 @@ err_free_pd:
 err_free_attr:
   dnnl_primitive_attr_destroy(attr);
   prim_free(p);
-  return cpu_dnnl_fail(ctx, st, what);
+  return fail_locked(ctx, lock, st, what);
 }
 
 /* Finds or builds the primitive for key; the caller releases it with prim_release. Building
  * happens outside the lock; a shape that loses a race or finds every slot busy is used once
  * uncached. */
-static floe_code prim_acquire(CpuDnnlCache *c, FloeKernelContext *ctx, const int64_t *key,
+static floe_code prim_acquire(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t *lock,
+                              const int64_t *key,
                               CpuDnnlBuildFn build, const void *build_arg, CpuDnnlPrim **out) {
   size_t key_bytes = CPU_DNNL_KEY_LEN * sizeof(int64_t);
   int nthr = cpu_omp_threads();
@@ -265,8 +269,15 @@ static floe_code prim_acquire(CpuDnnlCache *c, FloeKernelContext *ctx, const int
   }
   pthread_mutex_unlock(&c->lock);
 
+  /* One build at a time in the process: shards of a batch often build their primitive at
+   * the same moment, and oneDNN's primitive creation then races inside the library as
+   * ThreadSanitizer sees it (it cannot see libdnnl's own synchronisation). Builds happen
+   * once per shape, so the lock costs nothing in steady state. */
+  static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
   CpuDnnlPrim *fresh = NULL;
-  floe_code rc = prim_build(c, ctx, key, build, build_arg, &fresh);
+  pthread_mutex_lock(&build_lock);
+  floe_code rc = prim_build(c, ctx, lock, key, build, build_arg, &fresh);
+  pthread_mutex_unlock(&build_lock);
   if (rc != FLOE_OK) return rc;
   fresh->refs = 1;
 
@@ -380,11 +391,12 @@ static dnnl_status_t reorder(dnnl_primitive_t p, dnnl_stream_t stream, dnnl_memo
   return dnnl_primitive_execute(p, stream, scratch ? 3 : 2, args);
 }
 
-floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, const char *op,
+floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t *lock,
+                       const char *op,
                        const int64_t key[CPU_DNNL_KEY_LEN], CpuDnnlBuildFn build,
                        const void *build_arg, void *const *data) {
   CpuDnnlPrim *p = NULL;
-  floe_code rc = prim_acquire(c, ctx, key, build, build_arg, &p);
+  floe_code rc = prim_acquire(c, ctx, lock, key, build, build_arg, &p);
   if (rc != FLOE_OK) return rc;
   /* Buffers in the primitive's layouts: the tensors themselves where no reorder is needed. */
   void *bufs[CPU_DNNL_MAX_ARGS], *scratch_buf = NULL;
@@ -394,18 +406,18 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, const char *op,
     if (i == p->kept && kept)
       bufs[i] = kept;
     else if (p->args[i].reorder &&
-             (rc = ctx_temp(ctx, dnnl_memory_desc_get_size(&p->args[i].md), &bufs[i])) !=
+             (rc = ctx_temp(ctx, lock, dnnl_memory_desc_get_size(&p->args[i].md), &bufs[i])) !=
                  FLOE_OK)
       goto err_release_prim;
   }
   if (p->scratch_bytes &&
-      (rc = ctx_temp(ctx, p->scratch_bytes, &scratch_buf)) != FLOE_OK)
+      (rc = ctx_temp(ctx, lock, p->scratch_bytes, &scratch_buf)) != FLOE_OK)
     goto err_release_prim;
 
   dnnl_status_t st;
   dnnl_stream_t stream = stream_acquire(c, &st);
   if (st != dnnl_success) {
-    rc = cpu_dnnl_fail(ctx, st, "stream");
+    rc = fail_locked(ctx, lock, st, "stream");
     goto err_release_prim;
   }
   Mems ms = {.n = 0};
@@ -448,7 +460,7 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, const char *op,
 err_free_mems:
   for (int i = 0; i < ms.n; i++) dnnl_memory_destroy(ms.m[i]);
   stream_release(c, stream);
-  if (st != dnnl_success) rc = cpu_dnnl_fail(ctx, st, what);
+  if (st != dnnl_success) rc = fail_locked(ctx, lock, st, what);
 err_release_prim:
   if (kept) pthread_rwlock_unlock(&p->keep_lock);
   prim_release(c, p);
@@ -475,12 +487,10 @@ typedef struct BatchJob {
 
 static void batch_shards(void *arg, int64_t begin, int64_t end) {
   BatchJob *j = arg;
-  pthread_mutex_t *outer = shard_ctx_lock;
-  shard_ctx_lock = &j->lock;
   int saved = cpu_omp_single();
   for (int64_t s = begin; s < end; s++) {
     int64_t first = s * j->block, count = j->n - first < j->block ? j->n - first : j->block;
-    floe_code rc = j->fn(j->arg, j->ctx, first, count, (int)s);
+    floe_code rc = j->fn(j->arg, j->ctx, &j->lock, first, count, (int)s);
     if (rc != FLOE_OK) {
       pthread_mutex_lock(&j->lock);
       if (j->rc == FLOE_OK) j->rc = rc;
@@ -488,16 +498,15 @@ static void batch_shards(void *arg, int64_t begin, int64_t end) {
     }
   }
   cpu_omp_restore(saved);
-  shard_ctx_lock = outer;
 }
 
 floe_code cpu_dnnl_for_batch(FloeKernelContext *ctx, int64_t n, int shards, CpuBatchShardFn fn,
                              void *arg) {
-  if (shards <= 1) return fn(arg, ctx, 0, n, 0);
+  if (shards <= 1) return fn(arg, ctx, NULL, 0, n, 0);
   BatchJob j = {.fn = fn, .arg = arg, .ctx = ctx, .n = n, .rc = FLOE_OK};
   j.block = (n + shards - 1) / shards;
   int64_t units = (n + j.block - 1) / j.block;
-  if (pthread_mutex_init(&j.lock, NULL) != 0) return fn(arg, ctx, 0, n, 0);
+  if (pthread_mutex_init(&j.lock, NULL) != 0) return fn(arg, ctx, NULL, 0, n, 0);
   cpu_host->parallel_for(units, 0, batch_shards, &j);
   pthread_mutex_destroy(&j.lock);
   return j.rc;

@@ -105,8 +105,10 @@ void cpu_dnnl_cache_destroy(CpuDnnlCache *c);
 /* Runs the primitive of key (built with build(build_arg, ...) the first time) on the tensors
  * data[i] (borrowed, in the layout args[i].user the build function gave them): inputs are
  * reordered in where needed, outputs reordered out, and the call returns when the results
- * are in place. op names the primitive in error messages. Errors go to ctx. */
-floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, const char *op,
+ * are in place. op names the primitive in error messages. Errors go to ctx; ctx_lock (NULL
+ * outside cpu_dnnl_for_batch) serialises the calls into ctx of concurrent shards. */
+floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                       const char *op,
                        const int64_t key[CPU_DNNL_KEY_LEN], CpuDnnlBuildFn build,
                        const void *build_arg, void *const *data);
 
@@ -120,9 +122,11 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, const char *op,
  * one image: then the primitive gets the whole batch and OpenMP's threads).
  * cpu_dnnl_for_batch runs fn for images [first, first + count) of shard `shard` (0 ..
  * shards - 1; shard 0 takes the first images), every shard once, and returns the first
- * failure (each failure is recorded on ctx; cpu_dnnl_run inside fn is safe to call). */
-typedef floe_code (*CpuBatchShardFn)(void *arg, FloeKernelContext *ctx, int64_t first,
-                                     int64_t count, int shard);
+ * failure (each failure is recorded on ctx). fn passes ctx_lock on to cpu_dnnl_run and takes
+ * it around any other call into ctx (NULL when the batch is not cut). */
+typedef floe_code (*CpuBatchShardFn)(void *arg, FloeKernelContext *ctx,
+                                     pthread_mutex_t *ctx_lock, int64_t first, int64_t count,
+                                     int shard);
 int cpu_dnnl_batch_shards(int64_t n);
 floe_code cpu_dnnl_for_batch(FloeKernelContext *ctx, int64_t n, int shards, CpuBatchShardFn fn,
                              void *arg);
