@@ -26,9 +26,13 @@ static Model model(FloeDType dt, int extra_consumer) {
   memset(&m, 0, sizeof m);
   FloeGraph *g = m.g = floe_graph_new();
   const int64_t xd[4] = {3, 8, 8, 2}, fd[4] = {3, 3, 2, 4}, bd[1] = {4};
-  FloeOutput x = floe_const(g, "x", harness_random(dt, 4, xd, 1, -1, 1));
-  FloeOutput f = floe_const(g, "f", harness_random(dt, 4, fd, 2, -0.5, 0.5));
-  FloeOutput b = floe_const(g, "b", harness_random(dt, 1, bd, 3, -0.3, 0.3));
+  FloeTensor *xt = harness_random(dt, 4, xd, 1, -1, 1);
+  FloeTensor *ft = harness_random(dt, 4, fd, 2, -0.5, 0.5);
+  FloeTensor *bt = harness_random(dt, 1, bd, 3, -0.3, 0.3);
+  FloeOutput x = floe_const(g, "x", xt), f = floe_const(g, "f", ft), b = floe_const(g, "b", bt);
+  floe_tensor_release(xt); /* the graph holds its own references */
+  floe_tensor_release(ft);
+  floe_tensor_release(bt);
   FloeNodeBuilder *nb = floe_node_begin(g, "Conv2D", "conv");
   floe_node_add_input(nb, x);
   floe_node_add_input(nb, f);
