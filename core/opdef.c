@@ -187,6 +187,8 @@ static floe_code for_each_item(SpecParser *ps, const char *text, size_t n, ItemF
 /* Finds "[ ... ]" spanning all of (s, n); returns the inside. */
 static floe_code bracketed(SpecParser *ps, const char *s, size_t n, const char **in,
                            size_t *in_n) {
+  *in = s; /* defined on failure too */
+  *in_n = 0;
   if (n < 2 || s[0] != '[' || s[n - 1] != ']' || memchr(s + 1, '[', n - 2) ||
       memchr(s + 1, ']', n - 2))
     return spec_fail(ps, "expected a list like [1,2], got '%.*s'", (int)n, s);

@@ -363,7 +363,7 @@ static floe_code data_format(FloeShapeContext *sctx, bool *nchw) {
 floe_code floe__shape_bias_add(const FloeHostApi *host, FloeShapeContext *sctx) {
   FloeShape v = sctx->input_shapes[0];
   const FloeShape *b = &sctx->input_shapes[1];
-  bool nchw;
+  bool nchw = false;
   floe_code c = data_format(sctx, &nchw);
   if (c != FLOE_OK) return c;
   if (b->rank >= 0 && b->rank != 1)
@@ -433,7 +433,7 @@ static floe_code window_out(FloeShapeContext *sctx, int64_t in, int64_t k, int64
 
 floe_code floe__shape_conv2d(const FloeHostApi *host, FloeShapeContext *sctx) {
   const FloeShape *x = &sctx->input_shapes[0], *f = &sctx->input_shapes[1];
-  bool nchw, same;
+  bool nchw = false, same = false;
   const int64_t *strides, *dil;
   floe_code c;
   if ((c = data_format(sctx, &nchw)) != FLOE_OK || (c = padding_attr(sctx, &same)) != FLOE_OK ||
@@ -466,7 +466,7 @@ floe_code floe__shape_conv2d(const FloeHostApi *host, FloeShapeContext *sctx) {
 
 floe_code floe__shape_pool(const FloeHostApi *host, FloeShapeContext *sctx) {
   const FloeShape *x = &sctx->input_shapes[0];
-  bool nchw, same;
+  bool nchw = false, same = false;
   const int64_t *ksize, *strides;
   floe_code c;
   if ((c = data_format(sctx, &nchw)) != FLOE_OK || (c = padding_attr(sctx, &same)) != FLOE_OK ||
@@ -603,7 +603,7 @@ floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx) {
     sctx->output_shapes[0] = unknown_dims(rank);
     return FLOE_OK;
   }
-  int ax;
+  int ax = 0;
   floe_code c = norm_axis(sctx, axis, rank, "Concat axis", &vals[first], &ax);
   if (c != FLOE_OK) return c;
   FloeShape out = unknown_dims(rank);
@@ -639,7 +639,7 @@ floe_code floe__shape_split(const FloeHostApi *host, FloeShapeContext *sctx) {
     set_all_outputs(sctx, unknown_dims(in->rank));
     return FLOE_OK;
   }
-  int ax;
+  int ax = 0;
   floe_code c = norm_axis(sctx, axis, in->rank, "Split axis", in, &ax);
   if (c != FLOE_OK) return c;
   FloeShape out = *in;
@@ -656,7 +656,7 @@ floe_code floe__shape_split(const FloeHostApi *host, FloeShapeContext *sctx) {
 floe_code floe__shape_slice(const FloeHostApi *host, FloeShapeContext *sctx) {
   const FloeShape *in = &sctx->input_shapes[0];
   int64_t begin[MAX_VEC], size[MAX_VEC], blen, slen;
-  int nb, ns;
+  int nb = 0, ns = 0;
   bool bk, sk;
   floe_code c;
   if ((c = const_vector(sctx, 1, "Slice begin", begin, &nb, &bk)) != FLOE_OK ||
@@ -878,7 +878,7 @@ floe_code floe__shape_gather(const FloeHostApi *host, FloeShapeContext *sctx) {
     sctx->output_shapes[0] = unknown_rank();
     return FLOE_OK;
   }
-  int ax;
+  int ax = 0;
   floe_code c = norm_axis(sctx, axis, p->rank, "Gather axis", p, &ax);
   if (c != FLOE_OK) return c;
   int r = p->rank - 1 + idx->rank;
@@ -974,7 +974,7 @@ floe_code floe__shape_squeeze(const FloeHostApi *host, FloeShapeContext *sctx) {
     }
   }
   for (size_t k = 0; k < nd; k++) {
-    int ax;
+    int ax = 0;
     floe_code c = norm_axis(sctx, v->u.ilist.v[k], in->rank, "Squeeze dimension", in, &ax);
     if (c != FLOE_OK) return c;
     if (in->dims[ax] >= 0 && in->dims[ax] != 1)
@@ -998,7 +998,7 @@ floe_code floe__shape_expand_dims(const FloeHostApi *host, FloeShapeContext *sct
   }
   if (in->rank == FLOE_MAX_DIMS)
     return fail(sctx, "ExpandDims of %s would exceed %d dimensions", SHAPE_STR(*in), FLOE_MAX_DIMS);
-  int ax;
+  int ax = 0;
   floe_code c = norm_axis(sctx, axis, in->rank + 1, "ExpandDims axis", in, &ax);
   if (c != FLOE_OK) return c;
   FloeShape out = floe_shape_scalar();
@@ -1064,7 +1064,7 @@ floe_code floe__shape_reduce(const FloeHostApi *host, FloeShapeContext *sctx) {
   }
   bool reduced[FLOE_MAX_DIMS] = {false};
   for (int64_t k = 0; k < n; k++) {
-    int ax;
+    int ax = 0;
     char what[48];
     snprintf(what, sizeof what, "%s axis", op_name(sctx));
     floe_code c = norm_axis(sctx, axes[k], in->rank, what, in, &ax);
@@ -1097,7 +1097,7 @@ floe_code floe__shape_arg_reduce(const FloeHostApi *host, FloeShapeContext *sctx
     sctx->output_shapes[0] = unknown_dims(in->rank - 1);
     return FLOE_OK;
   }
-  int ax;
+  int ax = 0;
   char what[48];
   snprintf(what, sizeof what, "%s dimension", op_name(sctx));
   floe_code c = norm_axis(sctx, dim, in->rank, what, in, &ax);
