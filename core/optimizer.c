@@ -547,40 +547,30 @@ static FloeNode *update(Minimize *m, const MinVar *mv, FloeNode *const *after, i
 }
 
 
-/* Per variable of a minimize step, the nodes its update waits for (see floe_minimize):
- * nodes[start[i] .. start[i + 1]) for variable i. */
-typedef struct UpdateDeps {
-  FloeNode **nodes;
-  int *start;
-} UpdateDeps;
-
-static void update_deps_free(UpdateDeps *d) {
-  floe__free(d->nodes);
-  floe__free(d->start);
-  d->nodes = NULL;
-  d->start = NULL;
+/* The variable handle node x reads when it is a ReadVariableOp, else NULL. */
+static const FloeNode *read_handle(const FloeNode *x) {
+  return strcmp(x->op->name, "ReadVariableOp") == 0 && x->num_inputs == 1 ? x->inputs[0].node
+                                                                          : NULL;
 }
 
-/* Fills d for mvs[0..n); -1 on out of memory. The step is every ancestor (through data and
- * control edges) of the loss and of the gradients; reads built later, or outside the step,
- * are not waited for. */
-static int update_deps(FloeGraph *g, FloeOutput loss, const MinVar *mvs, int n, UpdateDeps *d) {
-  int num = g->num_nodes;
-  bool *in_step = floe__calloc((size_t)num, sizeof *in_step);
-  int *read_of = floe__malloc((size_t)num * sizeof *read_of); /* variable a read reads, or -1 */
-  int *count = floe__calloc((size_t)n + 1, sizeof *count);
-  FloeNode **stack = floe__malloc((size_t)num * sizeof *stack);
-  d->nodes = NULL;
-  d->start = floe__calloc((size_t)n + 1, sizeof *d->start);
-  if (!in_step || !read_of || !count || !stack || !d->start) goto oom;
+/* The nodes a minimize step runs: every ancestor (through data and control edges) of the
+ * loss and of the gradients, as a flag per node id (caller frees); NULL on out of memory. */
+static bool *step_nodes(const FloeGraph *g, FloeOutput loss, const MinVar *mvs, int n) {
+  bool *in_step = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *in_step);
+  FloeNode **stack = floe__malloc((size_t)(g->num_nodes ? g->num_nodes : 1) * sizeof *stack);
+  if (!in_step || !stack) {
+    floe__free(in_step);
+    floe__free(stack);
+    return NULL;
+  }
   int top = 0;
-  stack[top++] = loss.node;
-  in_step[loss.node->id] = true;
-  for (int i = 0; i < n; i++)
-    if (!in_step[mvs[i].grad.node->id]) {
-      in_step[mvs[i].grad.node->id] = true;
-      stack[top++] = mvs[i].grad.node;
+  for (int i = -1; i < n; i++) {
+    FloeNode *root = i < 0 ? loss.node : mvs[i].grad.node;
+    if (!in_step[root->id]) {
+      in_step[root->id] = true;
+      stack[top++] = root;
     }
+  }
   while (top > 0) {
     FloeNode *x = stack[--top];
     for (int k = 0; k < x->num_inputs + x->num_control; k++) {
@@ -591,54 +581,24 @@ static int update_deps(FloeGraph *g, FloeOutput loss, const MinVar *mvs, int n, 
       }
     }
   }
-  for (int k = 0; k < num; k++) {
-    read_of[k] = -1;
-    FloeNode *x = g->nodes[k];
-    if (!in_step[k] || strcmp(x->op->name, "ReadVariableOp") != 0 || x->num_inputs != 1) continue;
-    for (int i = 0; i < n; i++)
-      if (x->inputs[0].node == mvs[i].v.handle.node) read_of[k] = i;
-  }
-  /* Two passes over the step: count, then fill. A node is listed once per variable: as a
-   * read of it, or as the first of its inputs that is such a read. */
-  for (int pass = 0; pass < 2; pass++) {
-    int *fill = pass ? count : NULL;
-    if (pass) {
-      for (int i = 0; i < n; i++) d->start[i + 1] = d->start[i] + count[i];
-      if (!(d->nodes = floe__malloc((size_t)(d->start[n] ? d->start[n] : 1) * sizeof *d->nodes)))
-        goto oom;
-      for (int i = 0; i < n; i++) count[i] = d->start[i];
-    }
-    for (int k = 0; k < num; k++) {
-      if (!in_step[k]) continue;
-      FloeNode *x = g->nodes[k];
-      if (read_of[k] >= 0) {
-        int v = read_of[k];
-        if (fill) d->nodes[fill[v]++] = x;
-        else count[v]++;
-      }
-      for (int a = 0; a < x->num_inputs; a++) {
-        int v = read_of[x->inputs[a].node->id];
-        if (v < 0) continue;
-        bool seen = false;
-        for (int b = 0; b < a && !seen; b++) seen = read_of[x->inputs[b].node->id] == v;
-        if (seen) continue;
-        if (fill) d->nodes[fill[v]++] = x;
-        else count[v]++;
-      }
-    }
-  }
-  floe__free(in_step);
-  floe__free(read_of);
-  floe__free(count);
   floe__free(stack);
-  return 0;
-oom:
-  floe__free(in_step);
-  floe__free(read_of);
-  floe__free(count);
-  floe__free(stack);
-  update_deps_free(d);
-  return -1;
+  return in_step;
+}
+
+/* What the update of the variable behind `handle` waits for, into out (room for num_step
+ * nodes): each read of it among the step's nodes (ids below num_step flagged in in_step) and
+ * each of them fed by such a read. Returns the count. */
+static int update_deps(const FloeGraph *g, int num_step, const bool *in_step,
+                       const FloeNode *handle, FloeNode **out) {
+  int k = 0;
+  for (int id = 0; id < num_step; id++) {
+    FloeNode *x = g->nodes[id];
+    if (!in_step[id]) continue;
+    bool dep = read_handle(x) == handle;
+    for (int a = 0; a < x->num_inputs && !dep; a++) dep = read_handle(x->inputs[a].node) == handle;
+    if (dep) out[k++] = x;
+  }
+  return k;
 }
 
 /* Fills mv from a FloeVariable; records the error and returns -1 when it is not one. */
@@ -791,13 +751,6 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
   }
   if (floe_graph_status(g) != FLOE_OK) goto out;
 
-  /* What each update waits for: its gradient (an input), every read of its variable that
-   * the step computes (the loss and the gradients see the values from before the step) and
-   * every node of the step fed by such a read (so the update does not have to copy a value
-   * still in use). Updates of different variables overlap the rest of the backward pass. */
-  UpdateDeps ud;
-  if (update_deps(g, loss, mvs, n, &ud) != 0) goto oom;
-
   FloeVariable step = floe_global_step(g);
   char *lscope = floe__asprintf("%s/learning_rate", scope);
   if (!lscope) goto oom;
@@ -813,9 +766,26 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
     m->b2_power = op2(g, "Pow", scope, "adam/beta2_power",
                       const_scalar(g, scope, "adam/beta2", FLOE_F64, m->o.beta2), t);
   }
+  if (floe_graph_status(g) != FLOE_OK) goto out;
+
+  /* What each update waits for: its gradient (an input), every read of its variable that
+   * the step computes (the loss and the gradients see the values from before the step) and
+   * every node of the step fed by such a read (so the update does not have to copy a value
+   * still in use). Updates of different variables overlap the rest of the backward pass.
+   * The nodes added from here on (the updates) are not part of that step. */
+  int num_step = g->num_nodes;
+  bool *in_step = step_nodes(g, loss, mvs, n);
+  FloeNode **after = floe__malloc((size_t)num_step * sizeof *after);
+  if (!in_step || !after) {
+    floe__free(in_step);
+    floe__free(after);
+    goto oom;
+  }
   for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++)
-    deps[i] = update(m, &mvs[i], ud.nodes + ud.start[i], ud.start[i + 1] - ud.start[i]);
-  update_deps_free(&ud);
+    deps[i] = update(m, &mvs[i], after,
+                     update_deps(g, num_step, in_step, mvs[i].v.handle.node, after));
+  floe__free(in_step);
+  floe__free(after);
   if (floe_graph_status(g) != FLOE_OK) goto out;
 
   /* The step counts once every update is done. */
