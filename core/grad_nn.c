@@ -140,15 +140,18 @@ static floe_code grad_xent(FloeGradCtx *c, FloeStatus *st) {
 
 /* ---- bias, convolution, pooling ---- */
 
+/* BiasAddGrad(dy) with the node's data_format: the gradient at a bias. */
+static FloeOutput bias_grad(FloeGradCtx *c, FloeOutput dy) {
+  FloeNodeBuilder *b = floe__grad_begin(c, "BiasAddGrad");
+  floe_node_add_input(b, dy);
+  floe__grad_copy_attr(c, b, "data_format");
+  return floe_out(floe_node_finish(b), 0);
+}
+
 static floe_code grad_bias_add(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   if (c->need_dx[0]) c->dx[0] = c->dy[0];
-  if (c->need_dx[1]) {
-    FloeNodeBuilder *b = floe__grad_begin(c, "BiasAddGrad");
-    floe_node_add_input(b, c->dy[0]);
-    floe__grad_copy_attr(c, b, "data_format");
-    c->dx[1] = floe_out(floe_node_finish(b), 0);
-  }
+  if (c->need_dx[1]) c->dx[1] = bias_grad(c, c->dy[0]);
   return FLOE_OK;
 }
 
@@ -163,30 +166,28 @@ static FloeOutput op3_attrs(FloeGradCtx *c, const char *op, FloeOutput a, FloeOu
   return floe_out(floe_node_finish(bl), 0);
 }
 
-static floe_code grad_conv2d(FloeGradCtx *c, FloeStatus *st) {
-  (void)st;
-  FloeOutput x = in_(c, 0), f = in_(c, 1), dy = c->dy[0];
+/* The gradients at a convolution's input and filter (inputs 0 and 1) for output gradient
+ * dy: Conv2D's, and the fused convolution's after its ReLU. */
+static void conv_grads(FloeGradCtx *c, FloeOutput dy) {
+  FloeOutput x = in_(c, 0), f = in_(c, 1);
   if (c->need_dx[0])
     c->dx[0] = op3_attrs(c, "Conv2DBackpropInput", floe__grad_shape_of(c, x), f, dy, conv_attrs);
   if (c->need_dx[1])
     c->dx[1] = op3_attrs(c, "Conv2DBackpropFilter", x, floe__grad_shape_of(c, f), dy, conv_attrs);
+}
+
+static floe_code grad_conv2d(FloeGradCtx *c, FloeStatus *st) {
+  (void)st;
+  conv_grads(c, c->dy[0]);
   return FLOE_OK;
 }
 
 /* _FusedConv2DBiasRelu: through the Relu (its output), then as BiasAdd and Conv2D. */
 static floe_code grad_fused_conv(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
-  FloeOutput x = in_(c, 0), f = in_(c, 1), dz = bin(c, "ReluGrad", c->dy[0], out_(c, 0));
-  if (c->need_dx[0])
-    c->dx[0] = op3_attrs(c, "Conv2DBackpropInput", floe__grad_shape_of(c, x), f, dz, conv_attrs);
-  if (c->need_dx[1])
-    c->dx[1] = op3_attrs(c, "Conv2DBackpropFilter", x, floe__grad_shape_of(c, f), dz, conv_attrs);
-  if (c->need_dx[2]) {
-    FloeNodeBuilder *b = floe__grad_begin(c, "BiasAddGrad");
-    floe_node_add_input(b, dz);
-    floe__grad_copy_attr(c, b, "data_format");
-    c->dx[2] = floe_out(floe_node_finish(b), 0);
-  }
+  FloeOutput dz = bin(c, "ReluGrad", c->dy[0], out_(c, 0));
+  conv_grads(c, dz);
+  if (c->need_dx[2]) c->dx[2] = bias_grad(c, dz);
   return FLOE_OK;
 }
 
