@@ -43,7 +43,7 @@ typedef struct ExecNode {
   bool created;                /* create was called: destroy is due */
   bool shared;                 /* state belongs to the session (stateful op) */
   bool inexpensive;
-  bool deferred;               /* expensive, and no output is read in the step */
+  bool deferred;               /* expensive, no output read in the step, and a pool to defer to */
   bool check_copy;             /* an input may live in another memory space (see needs_copy) */
   bool lock_vars;              /* use_locking (true when absent): variables stay locked */
   int num_resources;           /* resource inputs replaced by variable values (plugin kernels) */
@@ -256,14 +256,14 @@ static void batch_add(FloeExecStep *s, Batch *b, ReadyList *inl, int n) {
  * inl NULL (an async completion on a foreign thread): everything goes to the pool. */
 static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
   FloeExecutor *e = s->e;
-  Batch b, later;
+  Batch b, later; /* not zero-filled: only n entries are ever read */
   b.n = later.n = 0;
   b.deferred = false;
-  later.deferred = e->pool != NULL;
+  later.deferred = true;
   int keep = -1;
   for (int r = ready->head; r >= 0;) {
     int nx = s->next[r]; /* read first: once handed over, r's link belongs to its runner */
-    if (e->nodes[r].deferred && e->pool) {
+    if (e->nodes[r].deferred) {
       batch_add(s, &later, inl, r);
     } else if (!inl) {
       batch_add(s, &b, NULL, r);
@@ -324,7 +324,7 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
     if (add > use) atomic_fetch_add_explicit(&s->outstanding, add - use, memory_order_acq_rel);
   }
   /* One node (a chain) runs here, as schedule_ready would decide, without its setup. */
-  if (k == 1 && !(e->nodes[ready.head].deferred && e->pool) &&
+  if (k == 1 && !e->nodes[ready.head].deferred &&
       (inl->head < 0 || (e->inline_inexpensive && e->nodes[ready.head].inexpensive)))
     list_push(s, inl, ready.head);
   else if (k > 0)
@@ -918,8 +918,9 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   if (!e->input_src || !e->uses0) goto err_oom;
   if (build_edges(e, local_of, feeds, st) != FLOE_OK) goto err_free;
   if (build_fetches(e, plan, local_of, feeds, st) != FLOE_OK) goto err_free;
-  /* Deferred: an expensive node none of whose outputs is read (an update op). */
-  for (int i = 0; i < e->num_nodes; i++) {
+  /* Deferred: an expensive node none of whose outputs is read (an update op); without a
+   * pool everything runs inline anyway. */
+  for (int i = 0; i < e->num_nodes && e->pool; i++) {
     ExecNode *en = &e->nodes[i];
     bool read = false;
     for (int k = 0; k < en->num_outputs && !read; k++) read = e->uses0[en->out_base + k] > 0;

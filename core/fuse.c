@@ -36,10 +36,10 @@ static bool live(const Fuse *f, const FloeNode *n, const char *op) {
   return n->id < f->cap && f->need[n->id] && !f->pinned[n->id] && strcmp(n->op->name, op) == 0;
 }
 
-static bool format_of(const FloeNode *n, const char **out) {
+/* The node's data_format ("NHWC" when absent). */
+static const char *format_of(const FloeNode *n) {
   const FloeAttrValue *v = floe__attrs_get(&n->attrs, "data_format");
-  *out = v && v->kind == FLOE_ATTR_STRING ? v->u.s : "NHWC";
-  return true;
+  return v && v->kind == FLOE_ATTR_STRING ? v->u.s : "NHWC";
 }
 
 /* A unique name for the fused node from its last node's name. */
@@ -126,10 +126,9 @@ static int fuse_conv_bias_relu(Fuse *f, FloeNode *relu) {
   conv = bias->inputs[0].node;
   if (bias->inputs[0].index != 0 || !live(f, conv, "Conv2D") || f->uses[conv->id] != 1)
     return 0;
-  const char *fb, *fc;
-  format_of(bias, &fb);
-  format_of(conv, &fc);
-  if (strcmp(fb, fc) != 0 || !same_device(conv, bias) || !same_device(conv, relu)) return 0;
+  if (strcmp(format_of(bias), format_of(conv)) != 0 || !same_device(conv, bias) ||
+      !same_device(conv, relu))
+    return 0;
   FloeNode *chain[3] = {conv, bias, relu};
   FloeOutput in[3] = {conv->inputs[0], conv->inputs[1], bias->inputs[1]};
   FloeNode *fused =

@@ -109,7 +109,7 @@ START_TEST(test_fused_equals_unfused) {
     Model m = model(dts[d], 0);
     const char *fetches[4] = {m.loss, m.dx, m.df, m.db};
     FloeTensor *on[4], *off[4];
-    int64_t fused_conv, fused_pool, plain_conv;
+    int64_t fused_conv, plain_conv;
     run(&m, 1, fetches, 4, on, "_FusedConv2DBiasRelu", &fused_conv);
     run(&m, 0, fetches, 4, off, "_FusedConv2DBiasRelu", &plain_conv);
     ck_assert_int_eq(fused_conv, 1);
@@ -118,7 +118,6 @@ START_TEST(test_fused_equals_unfused) {
     ck_assert_int_eq(ran_op(&m, 1, fetches, 4, "BiasAdd"), 0);
     ck_assert_int_eq(ran_op(&m, 1, fetches, 4, "MaxPoolGrad"), 0);
     ck_assert_int_eq(ran_op(&m, 0, fetches, 4, "MaxPoolGrad"), 1);
-    (void)fused_pool;
     double tol = dts[d] == FLOE_F32 ? 1e-5 : 1e-12;
     for (int i = 0; i < 4; i++) {
       harness_assert_close(on[i], off[i], tol, tol, fetches[i]);
