@@ -30,7 +30,6 @@
  * time slice, milliseconds, for a team member to be scheduled. */
 #define SGEMM_ONE_THREAD_MNK (1 << 20)
 
-
 /* "[2,3,4]" for error messages. */
 static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
   return cpu_shape_str(buf, len, cpu_host->tensor_rank(t), cpu_host->tensor_dims(t));
@@ -73,8 +72,12 @@ static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
 DEFINE_GEMM(gemm_f32_blas, float, cblas_sgemm, cblas_sgemv)
 DEFINE_GEMM(gemm_f64, double, cblas_dgemm, cblas_dgemv)
 
-/* oneDNN's sgemm takes row-major operands and 'N' / 'T' like cblas; it can fail only on
- * arguments, which batch_product checked. */
+/* Keeps the first failure of concurrent products in *slot (dnnl_success until one fails). */
+static void keep_first_failure(int *slot, dnnl_status_t st) {
+  int ok = dnnl_success;
+  if (st != dnnl_success)
+    __atomic_compare_exchange_n(slot, &ok, (int)st, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
 
 /* One dnnl_sgemm with explicit leading dimensions; one_thread runs it on the calling thread
  * alone. */
@@ -118,12 +121,8 @@ static void split_gemm_range(void *arg, int64_t begin, int64_t end) {
     c += lo;
     n = hi - lo;
   }
-  dnnl_status_t st = sgemm_ld(g->ta, g->tb, m, n, g->k, a, g->ta ? g->m : g->k, b,
-                              g->tb ? g->k : g->n, c, g->n, true);
-  int ok = dnnl_success;
-  if (st != dnnl_success)
-    __atomic_compare_exchange_n(&g->status, &ok, (int)st, false, __ATOMIC_RELAXED,
-                                __ATOMIC_RELAXED);
+  keep_first_failure(&g->status, sgemm_ld(g->ta, g->tb, m, n, g->k, a, g->ta ? g->m : g->k, b,
+                                           g->tb ? g->k : g->n, c, g->n, true));
 }
 
 /* From this M*N*K (32 MFLOP, about 0.2 ms on one core) a product is cut into blocks over
@@ -132,6 +131,8 @@ static void split_gemm_range(void *arg, int64_t begin, int64_t end) {
 /* Blocks are at least this many rows or columns (whole register tiles, enough work each). */
 #define SGEMM_SPLIT_MIN 64
 
+/* oneDNN's sgemm takes row-major operands and 'N' / 'T' like cblas; it can fail only on
+ * arguments, which batch_product checked. */
 static dnnl_status_t gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                               const float *b, float *c) {
   if (m == 0 || n == 0) return dnnl_success;
@@ -188,14 +189,10 @@ static void product_range(void *arg, int64_t begin, int64_t end) {
     if (p->f64)
       gemm_f64(p->ta, p->tb, p->m, p->n, p->k, (const double *)x, (const double *)y,
                (double *)z);
-    else {
-      int st = (int)gemm_f32(p->ta, p->tb, p->m, p->n, p->k, (const float *)x,
-                             (const float *)y, (float *)z);
-      int ok = dnnl_success;
-      if (st != dnnl_success)
-        __atomic_compare_exchange_n(&((Product *)arg)->status, &ok, st, false, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
-    }
+    else
+      keep_first_failure(&((Product *)arg)->status,
+                         gemm_f32(p->ta, p->tb, p->m, p->n, p->k, (const float *)x,
+                                  (const float *)y, (float *)z));
   }
 }
 
