@@ -211,19 +211,15 @@ static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n, g.c, g.h, g.w, j->wei ? g.o : 0, j->wei ? g.kh : 0,
                                    j->wei ? g.kw : 0, 0};
   Build b = {j->s, &g};
-  if (j->bias) {
-    void *data[4] = {(void *)src, (void *)j->wei, (void *)j->bias, dst};
-    return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, op_names[j->s->kind], key, build_conv,
-                        &b, data);
-  }
-  if (j->wei) {
-    void *data[3] = {(void *)src, (void *)j->wei, dst};
-    return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, op_names[j->s->kind], key, build_conv,
-                        &b, data);
-  }
-  void *data[2] = {(void *)src, dst};
-  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, op_names[j->s->kind], key, build_pool, &b,
-                      data);
+  /* The primitive's arguments in build_conv's / build_pool's order. */
+  void *data[4];
+  int n = 0;
+  data[n++] = (void *)src;
+  if (j->wei) data[n++] = (void *)j->wei;
+  if (j->bias) data[n++] = (void *)j->bias;
+  data[n++] = dst;
+  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, op_names[j->s->kind], key,
+                      j->wei ? build_conv : build_pool, &b, data);
 }
 
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const float *src,
