@@ -150,6 +150,15 @@ static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
   return commit(f, chain, 2, fused, mp);
 }
 
+bool floe__fuse_may_apply(const FloeGraph *g, const bool *need) {
+  /* The last node of every chain fuse_graph matches. */
+  for (int id = 0; id < g->num_nodes; id++)
+    if (need[id] && (strcmp(g->nodes[id]->op->name, "Relu") == 0 ||
+                     strcmp(g->nodes[id]->op->name, "ReluGrad") == 0))
+      return true;
+  return false;
+}
+
 floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFuseCheck ok,
                            void *arg, int *num_fused, FloeStatus *st) {
   *num_fused = 0;

@@ -668,5 +668,8 @@ typedef bool (*FloeFuseCheck)(void *arg, const FloeNode *anchor, const FloeNode 
  * nodes, never fused. *num_fused: chains replaced. On error g may hold unused nodes. */
 floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFuseCheck ok,
                            void *arg, int *num_fused, FloeStatus *st);
+/* False when no chain floe__fuse_graph knows can end among the step's nodes of g (need):
+ * then there is no need to clone the graph for it. */
+bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
 
 #endif /* FLOE_INTERNAL_H */

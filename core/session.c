@@ -390,7 +390,7 @@ static const FloeGraph *fuse(FloeSession *s, const RunSig *sig, bool **need, Flo
                              FloeStatus *st) {
   const FloeGraph *g = s->graph;
   *clone = NULL;
-  if (!fusion_enabled()) return g;
+  if (!fusion_enabled() || !floe__fuse_may_apply(g, *need)) return g;
   bool *pinned = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *pinned);
   FloeGraph *c = pinned ? floe__graph_clone(g, st) : NULL;
   if (!c) {
