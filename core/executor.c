@@ -84,6 +84,12 @@ struct FloeExecutor {
 
 static const atomic_int never_profile = 0;
 
+typedef struct CancelCb {
+  int64_t token;
+  void (*fn)(void *arg);
+  void *arg;
+} CancelCb;
+
 /* The record handed to the pool or to an async kernel's done callback: its index in the
  * step's array is the node index. */
 typedef struct StepTask {
@@ -129,6 +135,15 @@ struct FloeExecStep {
   int *next;              /* intrusive ready lists: each node is ready once per step */
   StepTask *tasks;
   Invocation *async_calls;
+  int64_t *step_objs;     /* serials of the step's resource objects; guarded by mu */
+  int num_step_objs, cap_step_objs;
+  /* Cancellation callbacks (guarded by mu): run once, outside mu, by the first cancel. */
+  CancelCb *cancel_cbs;
+  int num_cancel_cbs, cap_cancel_cbs;
+  int64_t next_cancel_token;
+  bool cancelling;        /* the callbacks were taken by a cancel */
+  bool cancel_done;       /* ... and have all returned (done_cv is broadcast) */
+  pthread_t cancel_thread;
 };
 
 /* A thread's inline work: nodes to run here, and how many nodes it completed without yet
@@ -148,6 +163,32 @@ FloeResourceMgr *floe__kernel_ctx_resources(const FloeKernelContext *ctx) {
   return ctx && ctx->step ? ctx->step->e->resources : NULL;
 }
 
+floe_code floe__kernel_ctx_add_step_resource(FloeKernelContext *ctx, FloeResource *r,
+                                             FloeStatus *st) {
+  FloeExecStep *s = ctx ? ctx->step : NULL;
+  if (!s || !s->e->resources)
+    return floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                           "a %s lives in a session's resource manager, and this step has none",
+                           r->ops->kind);
+  pthread_mutex_lock(&s->mu);
+  if (s->num_step_objs == s->cap_step_objs) {
+    int cap = s->cap_step_objs ? 2 * s->cap_step_objs : 8;
+    int64_t *v = floe__realloc(s->step_objs, (size_t)cap * sizeof *v);
+    if (!v) {
+      pthread_mutex_unlock(&s->mu);
+      return floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering a %s",
+                             r->ops->kind);
+    }
+    s->step_objs = v;
+    s->cap_step_objs = cap;
+  }
+  int64_t serial;
+  floe_code rc = floe__resources_add_anonymous(s->e->resources, r, &serial, st);
+  if (rc == FLOE_OK) s->step_objs[s->num_step_objs++] = serial;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
 /* step borrowed (a kernel context's); safe from any thread while the step runs. */
 bool floe__exec_step_cancelled(const FloeExecStep *step) {
   return step && atomic_load_explicit(&step->cancelled, memory_order_relaxed);
@@ -165,6 +206,30 @@ static void list_push(FloeExecStep *s, ReadyList *l, int n) {
 /* ---- errors ---- */
 
 
+/* Cancels the step: nodes not started are skipped, and the callbacks kernels registered
+ * (blocked queue operations) run once, on this thread, outside mu. */
+static void step_cancel(FloeExecStep *s) {
+  atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
+  pthread_mutex_lock(&s->mu);
+  if (s->cancelling) {
+    pthread_mutex_unlock(&s->mu);
+    return;
+  }
+  s->cancelling = true;
+  s->cancel_thread = pthread_self();
+  CancelCb *cbs = s->cancel_cbs;
+  int n = s->num_cancel_cbs;
+  s->cancel_cbs = NULL;
+  s->num_cancel_cbs = s->cap_cancel_cbs = 0;
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < n; i++) cbs[i].fn(cbs[i].arg);
+  floe__free(cbs);
+  pthread_mutex_lock(&s->mu);
+  s->cancel_done = true;
+  pthread_cond_broadcast(&s->done_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* Keeps the first error of the step (prefixed with the node) and cancels the step. */
 static void step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const char *msg) {
   const FloeNode *n = en->node;
@@ -173,7 +238,45 @@ static void step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const
     floe_status_set(&s->status, code, "node '%s' (%s): %s", n->name, n->op->name,
                     floe__strip_node_prefix(msg, n));
   pthread_mutex_unlock(&s->mu);
-  atomic_store_explicit(&s->cancelled, true, memory_order_relaxed);
+  step_cancel(s);
+}
+
+int64_t floe__kernel_ctx_on_cancel(FloeKernelContext *ctx, void (*fn)(void *arg), void *arg) {
+  FloeExecStep *s = ctx ? ctx->step : NULL;
+  if (!s) return 0;
+  pthread_mutex_lock(&s->mu);
+  int64_t token = -1;
+  if (!s->cancelling) {
+    if (s->num_cancel_cbs == s->cap_cancel_cbs) {
+      int cap = s->cap_cancel_cbs ? 2 * s->cap_cancel_cbs : 4;
+      CancelCb *v = floe__realloc(s->cancel_cbs, (size_t)cap * sizeof *v);
+      if (!v) goto out; /* -1: the caller fails the kernel as if cancelled */
+      s->cancel_cbs = v;
+      s->cap_cancel_cbs = cap;
+    }
+    token = ++s->next_cancel_token;
+    s->cancel_cbs[s->num_cancel_cbs++] = (CancelCb){token, fn, arg};
+  }
+out:
+  pthread_mutex_unlock(&s->mu);
+  return token;
+}
+
+bool floe__kernel_ctx_cancel_deregister(FloeKernelContext *ctx, int64_t token) {
+  FloeExecStep *s = ctx ? ctx->step : NULL;
+  if (!s || token <= 0) return true;
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < s->num_cancel_cbs; i++) {
+    if (s->cancel_cbs[i].token != token) continue;
+    s->cancel_cbs[i] = s->cancel_cbs[--s->num_cancel_cbs];
+    pthread_mutex_unlock(&s->mu);
+    return true;
+  }
+  /* Taken by a cancel: wait until the callbacks returned, unless this is one of them. */
+  while (s->cancelling && !s->cancel_done && !pthread_equal(s->cancel_thread, pthread_self()))
+    pthread_cond_wait(&s->done_cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return false;
 }
 
 static void step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
@@ -194,7 +297,7 @@ static void step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, cons
 static void step_finish(FloeExecStep *s) {
   pthread_mutex_lock(&s->mu);
   s->done = true;
-  pthread_cond_signal(&s->done_cv);
+  pthread_cond_broadcast(&s->done_cv); /* cancel deregistrations wait on it too */
   /* The run thread frees s once it sees done: nothing of s may be touched after this. */
   pthread_mutex_unlock(&s->mu);
 }
@@ -1004,6 +1107,13 @@ err_free_arena:
 
 static void step_free(FloeExecStep *s) {
   FloeExecutor *e = s->e;
+  /* An outside cancel (timeout, floe_session_close) may still be running callbacks. */
+  pthread_mutex_lock(&s->mu);
+  while (s->cancelling && !s->cancel_done) pthread_cond_wait(&s->done_cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < s->num_step_objs; i++) floe__resources_remove(e->resources, s->step_objs[i]);
+  floe__free(s->step_objs);
+  floe__free(s->cancel_cbs);
   for (int i = 0; i < e->num_entries; i++)
     if (s->entries[i]) floe_tensor_release(s->entries[i]); /* most went with their readers */
   floe_status_clear(&s->status);

@@ -541,7 +541,7 @@ void floe__resources_free(FloeResourceMgr *m);
 FloeVar *floe__resources_lookup(FloeResourceMgr *m, const char *container, const char *name,
                                 FloeDType dtype, const FloeShape *shape, FloeStatus *st);
 /* Marks every variable of container dead and drops it from the lookup table (and releases
- * their values). Thread-safe. */
+ * their values); closes and drops the container's resource objects. Thread-safe. */
 floe_code floe__resources_reset(FloeResourceMgr *m, const char *container, FloeStatus *st);
 /* The variable a resource handle tensor (dtype FLOE_RESOURCE, scalar) points at. Errors
  * (wrong dtype, dead variable) name `what`. */
@@ -576,6 +576,53 @@ void floe__var_end_update(FloeVar *v, FloeTensor *value, bool lock);
 floe_code floe__resources_list(FloeResourceMgr *m, const char *container, FloeVar ***out,
                                int *n, FloeStatus *st);
 
+/* Resource objects other than variables (queues, readers, TensorArrays, stacks): each
+ * embeds a FloeResource as its first member. Shared ones are found by (container, name) and
+ * live until their container is reset or the session closes; anonymous ones (a step's
+ * TensorArrays) are registered by a kernel and removed when their step ends. Handles name
+ * an object by serial, so a handle that outlived its object is an error, never a dangling
+ * pointer. */
+typedef struct FloeResource FloeResource;
+typedef struct FloeResourceOps {
+  const char *kind;                   /* "FIFOQueue", "TensorArray", ... (for messages) */
+  /* Optional: wake and fail everything waiting on r (its session is closing, its container
+   * is reset or its step ended). Called with no manager lock held; may run more than once. */
+  void (*close)(FloeResource *r);
+  void (*destroy)(FloeResource *r);   /* frees r (its last reference went) */
+} FloeResourceOps;
+struct FloeResource {
+  const FloeResourceOps *ops;
+  atomic_int refs;
+  int64_t serial;                     /* set when added to a manager */
+  char *container, *name;             /* owned; NULL for anonymous objects */
+};
+/* One reference held by the caller. */
+void floe__resource_init(FloeResource *r, const FloeResourceOps *ops);
+void floe__resource_retain(FloeResource *r);
+void floe__resource_release(FloeResource *r); /* NULL is a no-op; the last calls destroy */
+/* The object (container, name) of kind ops, made with make(arg, st) (one reference, which
+ * the manager takes) when missing. Returns a new reference; an existing object of another
+ * kind is FLOE_INVALID_ARGUMENT naming both kinds. Thread-safe. */
+FloeResource *floe__resources_find_or_add(FloeResourceMgr *m, const char *container,
+                                          const char *name, const FloeResourceOps *ops,
+                                          FloeResource *(*make)(void *arg, FloeStatus *st),
+                                          void *arg, FloeStatus *st);
+/* Registers r without a name (the manager takes a new reference; the caller keeps its own);
+ * *serial is what floe__resources_remove takes. */
+floe_code floe__resources_add_anonymous(FloeResourceMgr *m, FloeResource *r, int64_t *serial,
+                                        FloeStatus *st);
+/* Drops object serial from m (closing it); unknown serials are ignored. */
+void floe__resources_remove(FloeResourceMgr *m, int64_t serial);
+/* Closes every object (session close): blocked operations fail, new objects start closed. */
+void floe__resources_close_all(FloeResourceMgr *m);
+/* A new host scalar FLOE_RESOURCE tensor naming r. Caller owns. */
+FloeTensor *floe__resource_obj_handle(const FloeResource *r, FloeStatus *st);
+/* The object a handle names, as a new reference, when it is of kind want; errors name
+ * `what` (e.g. "input 0") and say what the handle was instead. */
+FloeResource *floe__resources_from_handle(FloeResourceMgr *m, const FloeTensor *handle,
+                                          const FloeResourceOps *want, const char *what,
+                                          FloeStatus *st);
+
 /* core_kernels.c ------------------------------------------------------------------- */
 /* Kernel flag (core only): the kernel gets its resource inputs as handles, not values. */
 #define FLOE__KERNEL_RAW_RESOURCES 0x80000000u
@@ -592,6 +639,18 @@ floe_code floe__core_kernel_add(struct FloeRuntime *rt, const char *op, uint32_t
 /* checkpoint.c: registers the Save and Restore kernels (called by
  * floe__core_kernels_register). */
 floe_code floe__checkpoint_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* executor.c, for core kernels: registers r (anonymous) with the session's manager until
+ * ctx's step ends (then it is closed and dropped); the caller keeps its reference. */
+floe_code floe__kernel_ctx_add_step_resource(FloeKernelContext *ctx, FloeResource *r,
+                                             FloeStatus *st);
+/* executor.c, for core kernels that wait (queues): fn(arg) is called once, on the thread
+ * that cancels ctx's step (a node failed, a timeout, floe_session_close), without step
+ * locks held. Returns a token > 0; -1 when the step is already cancelled (or no memory):
+ * the kernel then fails with FLOE_CANCELLED itself; 0 outside a step (never called). */
+int64_t floe__kernel_ctx_on_cancel(FloeKernelContext *ctx, void (*fn)(void *arg), void *arg);
+/* Removes a callback before the kernel completes: true when it will never run; false when
+ * a cancel took it, after it has returned (unless called from inside the callback). */
+bool floe__kernel_ctx_cancel_deregister(FloeKernelContext *ctx, int64_t token);
 /* executor.c, for core kernels: the resource manager of the session running ctx. */
 FloeResourceMgr *floe__kernel_ctx_resources(const FloeKernelContext *ctx);
 

@@ -20,6 +20,9 @@ static const StdOp std_ops[] = {
 #define FLOE_OP(name, inputs, outputs, attrs, flags, shape_fn) \
   {#name, inputs, outputs, attrs, flags, floe__##shape_fn},
 #include "ops_std.def"
+#include "ops_control.def"
+#include "ops_data.def"
+#include "ops_rnn.def"
 #undef FLOE_OP
 };
 

@@ -24,11 +24,23 @@ typedef struct VarList {
   int n, cap;
 } VarList;
 
+/* Resource objects (queues, readers, TensorArrays, ...) sorted by serial: serials only grow,
+ * so adding appends, and a handle finds its object by binary search. */
+typedef struct ObjList {
+  FloeResource **v;
+  int n, cap;
+} ObjList;
+
 struct FloeResourceMgr {
-  pthread_mutex_t mu; /* guards live and dead */
+  pthread_mutex_t mu; /* guards live, dead, objs and next_serial */
   VarList live;
   VarList dead;       /* reset: kept until the manager is freed */
+  ObjList objs;       /* one reference each */
+  int64_t next_serial;
+  bool closed;        /* floe__resources_close_all ran: new objects start closed */
 };
+
+static void objs_close(FloeResourceMgr *m, const char *container, bool remove);
 
 static bool var_is_dead(const FloeVar *v) { return __atomic_load_n(&v->dead, __ATOMIC_ACQUIRE); }
 
@@ -245,6 +257,11 @@ void floe__var_end_update(FloeVar *v, FloeTensor *value, bool lock) {
 
 /* ---- handles ---- */
 
+/* A handle holds a variable's address, or an object's serial with this bit set (never set
+ * in a user-space address), so a stale or foreign object handle is an error, not a
+ * dangling pointer. */
+#define OBJ_TAG ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 1))
+
 FloeTensor *floe__resource_handle_new(FloeVar *v, FloeStatus *st) {
   FloeTensor *h = floe__tensor_alloc(NULL, FLOE_RESOURCE, 0, NULL, st);
   if (!h) return NULL;
@@ -264,6 +281,13 @@ FloeVar *floe__resource_from_handle(const FloeTensor *handle, const char *what,
   }
   FloeVar *v;
   memcpy(&v, (const char *)handle->buf->data + handle->offset, sizeof v);
+  if ((uintptr_t)v & OBJ_TAG) {
+    floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                    "%s: expected a variable's handle, got the handle of another kind of "
+                    "resource (a queue, reader or TensorArray)",
+                    what);
+    return NULL;
+  }
   if (!v) {
     floe_status_set(st, FLOE_INVALID_ARGUMENT, "%s: the resource handle is empty", what);
     return NULL;
@@ -294,6 +318,8 @@ FloeResourceMgr *floe__resources_new(FloeStatus *st) {
 
 void floe__resources_free(FloeResourceMgr *m) {
   if (!m) return;
+  for (int i = 0; i < m->objs.n; i++) floe__resource_release(m->objs.v[i]);
+  floe__free(m->objs.v);
   for (int i = 0; i < m->live.n; i++) var_free(m->live.v[i]);
   for (int i = 0; i < m->dead.n; i++) var_free(m->dead.v[i]);
   floe__free(m->live.v);
@@ -417,6 +443,7 @@ floe_code floe__resources_reset(FloeResourceMgr *m, const char *container, FloeS
     memmove(&m->live.v[first], &m->live.v[end], (size_t)(m->live.n - end) * sizeof *m->live.v);
   m->live.n -= k;
   pthread_mutex_unlock(&m->mu);
+  objs_close(m, container, true);
   return FLOE_OK;
 }
 
@@ -441,4 +468,223 @@ floe_code floe__resources_list(FloeResourceMgr *m, const char *container, FloeVa
   *out = arr;
   *n = k;
   return FLOE_OK;
+}
+
+/* ---- resource objects ---- */
+
+void floe__resource_init(FloeResource *r, const FloeResourceOps *ops) {
+  r->ops = ops;
+  atomic_init(&r->refs, 1);
+  r->serial = 0;
+  r->container = r->name = NULL;
+}
+
+void floe__resource_retain(FloeResource *r) {
+  if (r) atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+}
+
+void floe__resource_release(FloeResource *r) {
+  if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
+  char *container = r->container, *name = r->name;
+  r->ops->destroy(r);
+  floe__free(container);
+  floe__free(name);
+}
+
+static bool obj_reserve(ObjList *l, int n) {
+  if (n <= l->cap) return true;
+  int cap = l->cap ? 2 * l->cap : 16;
+  while (cap < n) cap *= 2;
+  FloeResource **v = floe__realloc(l->v, (size_t)cap * sizeof *v);
+  if (!v) return false;
+  l->v = v;
+  l->cap = cap;
+  return true;
+}
+
+/* Index of serial in objs, or -1. Caller holds m->mu. */
+static int obj_find(const FloeResourceMgr *m, int64_t serial) {
+  int lo = 0, hi = m->objs.n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    int64_t s = m->objs.v[mid]->serial;
+    if (s == serial) return mid;
+    if (s < serial)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return -1;
+}
+
+/* Appends r (taking over one reference) with a new serial. Caller holds m->mu. */
+static bool obj_add_locked(FloeResourceMgr *m, FloeResource *r) {
+  if (!obj_reserve(&m->objs, m->objs.n + 1)) return false;
+  r->serial = ++m->next_serial;
+  m->objs.v[m->objs.n++] = r;
+  return true;
+}
+
+static void obj_close(FloeResource *r) {
+  if (r->ops->close) r->ops->close(r);
+}
+
+FloeResource *floe__resources_find_or_add(FloeResourceMgr *m, const char *container,
+                                          const char *name, const FloeResourceOps *ops,
+                                          FloeResource *(*make)(void *arg, FloeStatus *st),
+                                          void *arg, FloeStatus *st) {
+  if (!container) container = "";
+  if (!name || !*name) {
+    floe_status_set(st, FLOE_INVALID_ARGUMENT, "a shared %s needs a name", ops->kind);
+    return NULL;
+  }
+  pthread_mutex_lock(&m->mu);
+  FloeResource *r = NULL;
+  for (int i = 0; i < m->objs.n; i++) {
+    FloeResource *o = m->objs.v[i];
+    if (!o->name || strcmp(o->name, name) != 0 || strcmp(o->container, container) != 0)
+      continue;
+    if (o->ops != ops) {
+      floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                      "resource '%s' (container '%s') exists as a %s; asked for a %s (give "
+                      "one of them another shared_name)",
+                      name, container, o->ops->kind, ops->kind);
+    } else {
+      r = o;
+      floe__resource_retain(r);
+    }
+    goto out;
+  }
+  r = make(arg, st);
+  if (!r) goto out;
+  r->container = floe__strdup(container);
+  r->name = floe__strdup(name);
+  if (!r->container || !r->name || !obj_add_locked(m, r)) {
+    floe__resource_release(r);
+    r = NULL;
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory creating %s '%s'", ops->kind, name);
+    goto out;
+  }
+  if (m->closed) obj_close(r);
+  floe__resource_retain(r); /* the caller's */
+out:
+  pthread_mutex_unlock(&m->mu);
+  return r;
+}
+
+floe_code floe__resources_add_anonymous(FloeResourceMgr *m, FloeResource *r, int64_t *serial,
+                                        FloeStatus *st) {
+  pthread_mutex_lock(&m->mu);
+  bool ok = obj_add_locked(m, r);
+  if (ok) {
+    floe__resource_retain(r);
+    *serial = r->serial;
+  }
+  bool closed = m->closed;
+  pthread_mutex_unlock(&m->mu);
+  if (!ok)
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering a %s", r->ops->kind);
+  if (closed) obj_close(r);
+  return FLOE_OK;
+}
+
+void floe__resources_remove(FloeResourceMgr *m, int64_t serial) {
+  pthread_mutex_lock(&m->mu);
+  int at = obj_find(m, serial);
+  FloeResource *r = NULL;
+  if (at >= 0) {
+    r = m->objs.v[at];
+    memmove(&m->objs.v[at], &m->objs.v[at + 1], (size_t)(m->objs.n - at - 1) * sizeof *m->objs.v);
+    m->objs.n--;
+  }
+  pthread_mutex_unlock(&m->mu);
+  if (!r) return;
+  obj_close(r); /* wakes whoever still waits on it; they hold their own references */
+  floe__resource_release(r);
+}
+
+/* Closes the objects of container (NULL: all of them, and later ones start closed), and
+ * drops them from m when remove. Close runs outside the manager's lock. */
+static void objs_close(FloeResourceMgr *m, const char *container, bool remove) {
+  pthread_mutex_lock(&m->mu);
+  if (!container) m->closed = true;
+  FloeResource **hit = floe__malloc((size_t)(m->objs.n ? m->objs.n : 1) * sizeof *hit);
+  int k = 0, kept = 0;
+  for (int i = 0; i < m->objs.n; i++) {
+    FloeResource *r = m->objs.v[i];
+    bool match = !container || (r->container && strcmp(r->container, container) == 0);
+    if (match && !hit) {
+      obj_close(r); /* out of memory for the list: close takes only the object's own lock */
+      if (remove) {
+        floe__resource_release(r);
+        continue;
+      }
+    } else if (match) {
+      if (!remove) floe__resource_retain(r);
+      hit[k++] = r;
+      if (remove) continue;
+    }
+    m->objs.v[kept++] = r;
+  }
+  m->objs.n = kept;
+  pthread_mutex_unlock(&m->mu);
+  for (int i = 0; i < k; i++) {
+    obj_close(hit[i]);
+    floe__resource_release(hit[i]);
+  }
+  floe__free(hit);
+}
+
+void floe__resources_close_all(FloeResourceMgr *m) { objs_close(m, NULL, false); }
+
+FloeTensor *floe__resource_obj_handle(const FloeResource *r, FloeStatus *st) {
+  FloeTensor *h = floe__tensor_alloc(NULL, FLOE_RESOURCE, 0, NULL, st);
+  if (!h) return NULL;
+  uintptr_t v = (uintptr_t)r->serial | OBJ_TAG;
+  memcpy((char *)h->buf->data + h->offset, &v, sizeof v);
+  return h;
+}
+
+FloeResource *floe__resources_from_handle(FloeResourceMgr *m, const FloeTensor *handle,
+                                          const FloeResourceOps *want, const char *what,
+                                          FloeStatus *st) {
+  if (!handle || handle->dtype != FLOE_RESOURCE || handle->rank != 0 ||
+      handle->nbytes != sizeof(uintptr_t) || !floe__tensor_on_host(handle)) {
+    floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                    "%s: expected a %s handle (a scalar of dtype resource), got %s", what,
+                    want->kind, handle ? floe_dtype_name(handle->dtype) : "nothing");
+    return NULL;
+  }
+  uintptr_t v;
+  memcpy(&v, (const char *)handle->buf->data + handle->offset, sizeof v);
+  if (!(v & OBJ_TAG)) {
+    floe_status_set(st, FLOE_INVALID_ARGUMENT, "%s: expected a %s handle, got a %s", what,
+                    want->kind, v ? "variable's handle" : "empty handle");
+    return NULL;
+  }
+  if (!m) {
+    floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                    "%s: a %s lives in a session's resource manager, and this step has none",
+                    what, want->kind);
+    return NULL;
+  }
+  int64_t serial = (int64_t)(v & ~OBJ_TAG);
+  pthread_mutex_lock(&m->mu);
+  int at = obj_find(m, serial);
+  FloeResource *r = at >= 0 ? m->objs.v[at] : NULL;
+  if (r && r->ops == want) floe__resource_retain(r);
+  pthread_mutex_unlock(&m->mu);
+  if (!r) {
+    floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                    "%s: the %s this handle named no longer exists (it belonged to a step "
+                    "that ended, a reset container or another session)",
+                    what, want->kind);
+    return NULL;
+  }
+  if (r->ops != want) {
+    floe_status_set(st, FLOE_INVALID_ARGUMENT, "%s: expected a %s handle, got a %s's", what,
+                    want->kind, r->ops->kind);
+    return NULL;
+  }
+  return r;
 }
