@@ -29,130 +29,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
-
-/* Inputs plus outputs, in elements, under which a node with known shapes is cheap enough
- * to run inline whatever its kernel says. */
-enum { TINY_ELEMENTS = 1024 };
-
-typedef struct ExecNode {
-  const FloeNode *node;
-  FloeDevice *device;
-  const FloeKernelReg *kernel; /* NULL: nothing to compute (its used outputs are fed) */
-  void *state;                 /* from FloeKernelDef.create, or user_data */
-  bool created;                /* create was called: destroy is due */
-  bool shared;                 /* state belongs to the session (stateful op) */
-  bool inexpensive;
-  bool deferred;               /* expensive, no output read in the step, and a pool to defer to */
-  bool check_copy;             /* an input may live in another memory space (see needs_copy) */
-  bool lock_vars;              /* use_locking (true when absent): variables stay locked */
-  int num_resources;           /* resource inputs replaced by variable values (plugin kernels) */
-  int in_base, num_inputs;     /* slice of input_src / a step's in_ptrs */
-  int out_base, num_outputs;   /* entries of this node's outputs */
-  int succ_base, num_succ;     /* slice of succ */
-  int async_slot;              /* index of its Invocation in a step, or -1 (synchronous) */
-} ExecNode;
-
-/* A node's profile counters; atomic because one node may run in concurrent steps. */
-typedef struct NodeProf {
-  atomic_llong calls, total_ns, max_ns, output_bytes;
-} NodeProf;
-
-struct FloeExecutor {
-  FloeThreadPool *pool;        /* the runtime's (borrowed); NULL: everything runs inline */
-  FloeResourceMgr *resources;  /* the session's variables (borrowed); may be NULL */
-  bool inline_inexpensive;
-  ExecNode *nodes;
-  int num_nodes;
-  int *input_src;  /* per flattened input: entry >= 0, or -(feed + 1) */
-  int total_inputs;
-  int *succ;       /* successor node indices, one per edge (duplicates allowed) */
-  int *pending0;   /* initial pending count per node */
-  int *uses0;      /* readers per entry (consumer inputs + fetches) */
-  int num_entries;
-  int *roots;      /* nodes with no pending inputs */
-  int num_roots;
-  int *fetch_src;  /* entry, or -(feed + 1) */
-  int num_feeds, num_fetches;
-  int num_async;
-  /* Byte offsets of a step's arrays inside its arena. */
-  size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, arena_size;
-  _Atomic(char *) spare;       /* the arena of a finished step, kept for the next one */
-  const atomic_int *profiling; /* the session's switch, or never_profile */
-  NodeProf *prof;              /* per node */
-};
+#include "exec_private.h"
 
 static const atomic_int never_profile = 0;
-
-typedef struct CancelCb {
-  int64_t token;
-  void (*fn)(void *arg);
-  void *arg;
-} CancelCb;
-
-/* The record handed to the pool or to an async kernel's done callback: its index in the
- * step's array is the node index. */
-typedef struct StepTask {
-  FloeExecStep *step;
-} StepTask;
-
-/* A variable whose value stands in for a resource input during one invocation. */
-typedef struct HeldVar {
-  FloeVar *var;
-  FloeTensor *value; /* a reference from floe__var_begin_update (owned when `owner`) */
-  int input;         /* the node input it replaces */
-  bool owner;        /* the first of the entries with this var: it gives the value back */
-} HeldVar;
-
-enum { INLINE_HELD = 4 }; /* most update ops take at most 3 variables */
-
-/* One kernel invocation: on the stack for synchronous kernels, in the arena for async
- * ones (it must live until done is called). */
-typedef struct Invocation {
-  FloeKernelContext ctx;
-  FloeStatus status;   /* what the kernel reports through ctx_set_error */
-  FloeTensor **copies; /* inputs copied to the node's device, or NULL */
-  HeldVar *held;       /* resource inputs' variables, or NULL */
-  int num_held;        /* entries of held whose value was taken */
-  int64_t start_ns;    /* profiling: when compute began; 0: not timed */
-  HeldVar held_inline[INLINE_HELD];
-} Invocation;
-
-struct FloeExecStep {
-  FloeExecutor *e;
-  FloeTensor *const *feeds;
-  int64_t step_id;
-  atomic_int outstanding; /* nodes ready or running and not yet completed */
-  atomic_bool cancelled;
-  pthread_mutex_t mu;
-  pthread_cond_t done_cv;
-  bool done;              /* guarded by mu */
-  FloeStatus status;      /* first error; guarded by mu */
-  atomic_int *pending;
-  atomic_int *uses;
-  FloeTensor **entries;
-  FloeTensor **in_ptrs;
-  int *next;              /* intrusive ready lists: each node is ready once per step */
-  StepTask *tasks;
-  Invocation *async_calls;
-  int64_t *step_objs;     /* serials of the step's resource objects; guarded by mu */
-  int num_step_objs, cap_step_objs;
-  /* Cancellation callbacks (guarded by mu): run once, outside mu, by the first cancel. */
-  CancelCb *cancel_cbs;
-  int num_cancel_cbs, cap_cancel_cbs;
-  int64_t next_cancel_token;
-  bool cancelling;        /* the callbacks were taken by a cancel */
-  bool cancel_done;       /* ... and have all returned (done_cv is broadcast) */
-  pthread_t cancel_thread;
-};
-
-/* A thread's inline work: nodes to run here, and how many nodes it completed without yet
- * taking them off the step's outstanding count (the count stays high meanwhile, so the
- * step cannot be seen finished early). */
-typedef struct ReadyList {
-  int head, tail;
-  int settled;
-} ReadyList;
 
 static atomic_llong next_step_id = 1;
 
@@ -231,7 +110,7 @@ static void step_cancel(FloeExecStep *s) {
 }
 
 /* Keeps the first error of the step (prefixed with the node) and cancels the step. */
-static void step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const char *msg) {
+void floe__exec_step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const char *msg) {
   const FloeNode *n = en->node;
   pthread_mutex_lock(&s->mu);
   if (s->status.code == FLOE_OK)
@@ -279,22 +158,20 @@ bool floe__kernel_ctx_cancel_deregister(FloeKernelContext *ctx, int64_t token) {
   return false;
 }
 
-static void step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
-                       ...) FLOE__PRINTF(4, 5);
-static void step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
-                       ...) {
+void floe__exec_step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
+                           ...) {
   FloeStatus tmp = {FLOE_OK, NULL};
   va_list ap;
   va_start(ap, fmt);
   floe__status_vset(&tmp, code, fmt, ap);
   va_end(ap);
-  step_fail(s, en, code, floe_status_message(&tmp));
+  floe__exec_step_fail(s, en, code, floe_status_message(&tmp));
   floe_status_clear(&tmp);
 }
 
 /* ---- completion ---- */
 
-static void step_finish(FloeExecStep *s) {
+void floe__exec_step_finish(FloeExecStep *s) {
   pthread_mutex_lock(&s->mu);
   s->done = true;
   pthread_cond_broadcast(&s->done_cv); /* cancel deregistrations wait on it too */
@@ -412,7 +289,7 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
     if (k > 1) atomic_fetch_add_explicit(&s->outstanding, k - 1, memory_order_acq_rel);
     if (k == 0 &&
         atomic_fetch_sub_explicit(&s->outstanding, 1, memory_order_acq_rel) == 1)
-      step_finish(s);
+      floe__exec_step_finish(s);
     if (k > 0) schedule_ready(s, &ready, NULL);
     return;
   }
@@ -437,7 +314,7 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
 /* ---- running one kernel ---- */
 
 /* Gives back the variables the invocation held (unlocking them) and frees its copies. */
-static void release_inputs(Invocation *inv, const ExecNode *en) {
+void floe__exec_release_inputs(Invocation *inv, const ExecNode *en) {
   if (inv->held) {
     for (int i = 0; i < inv->num_held; i++)
       if (inv->held[i].owner)
@@ -452,29 +329,26 @@ static void release_inputs(Invocation *inv, const ExecNode *en) {
   inv->copies = NULL;
 }
 
-/* After compute (or done): report errors, check the outputs, free the invocation's
- * scratch and drop outputs nobody reads. */
-static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code rc) {
-  FloeExecutor *e = s->e;
-  const ExecNode *en = &e->nodes[n];
+void floe__exec_end_call(FloeExecStep *s, const ExecNode *en, Invocation *inv, floe_code rc,
+                         FloeTensor **outs) {
   if (inv->status.code != FLOE_OK) {
-    step_fail(s, en, inv->status.code, floe_status_message(&inv->status));
+    floe__exec_step_fail(s, en, inv->status.code, floe_status_message(&inv->status));
   } else if (rc != FLOE_OK) {
-    step_failf(s, en, rc, "the kernel failed with %s and no message", floe_code_name(rc));
+    floe__exec_step_failf(s, en, rc, "the kernel failed with %s and no message", floe_code_name(rc));
   } else {
     for (int i = 0; i < en->num_outputs; i++) {
-      const FloeTensor *t = s->entries[en->out_base + i];
+      const FloeTensor *t = outs[i];
       FloeDType want = en->node->out_dtypes[i];
       if (!t) {
         const char *plugin = en->kernel->plugin ? en->kernel->plugin->name : "core";
-        step_failf(s, en, FLOE_INTERNAL,
+        floe__exec_step_failf(s, en, FLOE_INTERNAL,
                    "the kernel (plugin '%s') returned without setting output %d: a bug in "
                    "the kernel",
                    plugin, i);
         break;
       }
       if (t->dtype != want) {
-        step_failf(s, en, FLOE_INTERNAL, "the kernel set output %d to a %s tensor, the graph "
+        floe__exec_step_failf(s, en, FLOE_INTERNAL, "the kernel set output %d to a %s tensor, the graph "
                    "says %s", i, floe_dtype_name(t->dtype), floe_dtype_name(want));
         break;
       }
@@ -482,7 +356,14 @@ static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code
   }
   if (inv->status.code != FLOE_OK) floe_status_clear(&inv->status);
   if (inv->ctx.temps) floe__kernel_ctx_free_temps(&inv->ctx);
-  release_inputs(inv, en);
+  floe__exec_release_inputs(inv, en);
+}
+
+/* The plain scheduler's end of a call: the checks, then outputs nobody reads go. */
+static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code rc) {
+  FloeExecutor *e = s->e;
+  const ExecNode *en = &e->nodes[n];
+  floe__exec_end_call(s, en, inv, rc, s->entries + en->out_base);
   for (int i = 0; i < en->num_outputs; i++) {
     if (e->uses0[en->out_base + i] == 0) {
       floe_tensor_release(s->entries[en->out_base + i]);
@@ -493,23 +374,23 @@ static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code
 
 /* ---- profiling ---- */
 
-static int64_t now_ns(void) {
+int64_t floe__exec_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static bool profiling(const FloeExecutor *e) {
+bool floe__exec_profiling(const FloeExecutor *e) {
   return __builtin_expect(atomic_load_explicit(e->profiling, memory_order_relaxed) != 0, 0);
 }
 
 /* Counts one invocation of node n that took ns and left its outputs in the entries. */
-static void prof_record(FloeExecStep *s, int n, int64_t ns) {
+void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, FloeTensor *const *outs) {
   const ExecNode *en = &s->e->nodes[n];
   NodeProf *p = &s->e->prof[n];
   int64_t bytes = 0;
   for (int i = 0; i < en->num_outputs; i++) {
-    const FloeTensor *t = s->entries[en->out_base + i];
+    const FloeTensor *t = outs[i];
     if (t) bytes += (int64_t)t->nbytes;
   }
   atomic_fetch_add_explicit(&p->calls, 1, memory_order_relaxed);
@@ -548,7 +429,7 @@ static void async_done(void *arg) {
   FloeExecStep *s = t->step;
   int n = (int)(t - s->tasks);
   Invocation *inv = &s->async_calls[s->e->nodes[n].async_slot];
-  if (inv->start_ns && inv->status.code == FLOE_OK) prof_record(s, n, now_ns() - inv->start_ns);
+  if (inv->start_ns && inv->status.code == FLOE_OK) floe__exec_prof_record(s, n, floe__exec_now_ns() - inv->start_ns, s->entries + s->e->nodes[n].out_base);
   finish_invocation(s, n, inv, FLOE_OK);
   node_done(s, n, NULL);
 }
@@ -583,7 +464,7 @@ static floe_code take_variables(FloeExecStep *s, const ExecNode *en, Invocation 
   inv->held = k <= INLINE_HELD ? inv->held_inline : floe__malloc((size_t)k * sizeof *inv->held);
   inv->num_held = 0;
   if (!inv->held) {
-    step_failf(s, en, FLOE_NO_MEMORY, "out of memory taking %d variables", k);
+    floe__exec_step_failf(s, en, FLOE_NO_MEMORY, "out of memory taking %d variables", k);
     return FLOE_NO_MEMORY;
   }
   FloeStatus vst = {FLOE_OK, NULL};
@@ -612,7 +493,7 @@ static floe_code take_variables(FloeExecStep *s, const ExecNode *en, Invocation 
   return FLOE_OK;
 
 err_fail:
-  step_fail(s, en, vst.code ? vst.code : FLOE_INTERNAL, floe_status_message(&vst));
+  floe__exec_step_fail(s, en, vst.code ? vst.code : FLOE_INTERNAL, floe_status_message(&vst));
   floe_status_clear(&vst);
   return FLOE_FAILED_PRECONDITION;
 }
@@ -627,6 +508,11 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
     int src = e->input_src[en->in_base + j];
     in[j] = src >= 0 ? s->entries[src] : s->feeds[-src - 1];
   }
+  return floe__exec_prepare_inputs(s, en, inv, in);
+}
+
+floe_code floe__exec_prepare_inputs(FloeExecStep *s, const ExecNode *en, Invocation *inv,
+                                    FloeTensor **in) {
   if (en->num_resources && take_variables(s, en, inv, in) != FLOE_OK)
     return FLOE_FAILED_PRECONDITION;
   if (!en->check_copy) return FLOE_OK;
@@ -635,7 +521,7 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
     if (!inv->copies) {
       inv->copies = floe__calloc((size_t)en->num_inputs, sizeof *inv->copies);
       if (!inv->copies) {
-        step_failf(s, en, FLOE_NO_MEMORY, "out of memory copying inputs to %s",
+        floe__exec_step_failf(s, en, FLOE_NO_MEMORY, "out of memory copying inputs to %s",
                    en->device->short_name);
         return FLOE_NO_MEMORY;
       }
@@ -643,7 +529,7 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
     FloeStatus cst = {FLOE_OK, NULL};
     inv->copies[j] = floe__tensor_to_device(in[j], en->device, &cst);
     if (!inv->copies[j]) {
-      step_failf(s, en, cst.code ? cst.code : FLOE_INTERNAL, "copying input %d from %s to %s: %s",
+      floe__exec_step_failf(s, en, cst.code ? cst.code : FLOE_INTERNAL, "copying input %d from %s to %s: %s",
                  j, floe_tensor_device_name(in[j]), en->device->short_name,
                  floe_status_message(&cst));
       floe_status_clear(&cst);
@@ -654,16 +540,17 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
   return FLOE_OK;
 }
 
-static void fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv) {
+void floe__exec_fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv, FloeTensor **in,
+                         FloeTensor **outs) {
   FloeKernelContext *c = &inv->ctx;
   c->temps = NULL;
   c->temp_sizes = NULL;
   c->num_temps = c->cap_temps = 0;
   c->node = en->node;
   c->device = en->device;
-  c->inputs = s->in_ptrs + en->in_base;
+  c->inputs = in;
   c->num_inputs = en->num_inputs;
-  c->outputs = s->entries + en->out_base; /* the kernel writes straight into the entries */
+  c->outputs = outs; /* the plain scheduler: straight into the entries */
   c->num_outputs = en->num_outputs;
   c->step = s;
   c->status = &inv->status;
@@ -686,13 +573,13 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     inv->held = NULL;
     inv->num_held = 0;
     if (gather_inputs(s, en, inv) != FLOE_OK) {
-      release_inputs(inv, en);
+      floe__exec_release_inputs(inv, en);
       node_done(s, n, inl);
       return;
     }
-    fill_ctx(s, en, inv);
+    floe__exec_fill_ctx(s, en, inv, s->in_ptrs + en->in_base, s->entries + en->out_base);
     s->tasks[n].step = s;
-    inv->start_ns = profiling(e) ? now_ns() : 0;
+    inv->start_ns = floe__exec_profiling(e) ? floe__exec_now_ns() : 0;
     /* done may run before this returns, on any thread: n is not ours after the call. */
     def->compute_async(en->state, &inv->ctx, async_done, &s->tasks[n]);
     return;
@@ -703,16 +590,17 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
   inv.held = NULL;
   inv.num_held = 0;
   if (gather_inputs(s, en, &inv) != FLOE_OK) {
-    release_inputs(&inv, en);
+    floe__exec_release_inputs(&inv, en);
     node_done(s, n, inl);
     return;
   }
-  fill_ctx(s, en, &inv);
+  floe__exec_fill_ctx(s, en, &inv, s->in_ptrs + en->in_base, s->entries + en->out_base);
   floe_code rc;
-  if (profiling(e)) {
-    int64_t t0 = now_ns();
+  if (floe__exec_profiling(e)) {
+    int64_t t0 = floe__exec_now_ns();
     rc = def->compute(en->state, &inv.ctx);
-    if (rc == FLOE_OK && inv.status.code == FLOE_OK) prof_record(s, n, now_ns() - t0);
+    if (rc == FLOE_OK && inv.status.code == FLOE_OK)
+      floe__exec_prof_record(s, n, floe__exec_now_ns() - t0, s->entries + en->out_base);
   } else {
     rc = def->compute(en->state, &inv.ctx);
   }
@@ -733,7 +621,7 @@ static void process_list(FloeExecStep *s, ReadyList *inl) {
   inl->settled = 0;
   if (settled > 0 &&
       atomic_fetch_sub_explicit(&s->outstanding, settled, memory_order_acq_rel) == settled)
-    step_finish(s);
+    floe__exec_step_finish(s);
 }
 
 /* ---- building ---- */
