@@ -57,6 +57,7 @@ struct FloeExecutor {
   size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, arena_size;
   _Atomic(char *) spare;       /* the arena of a finished step, kept for the next one */
   const atomic_int *profiling; /* the session's switch, or never_profile */
+  FloeCfExec *cf;              /* control flow: frames (exec_frames.c); NULL: none */
   NodeProf *prof;              /* per node */
 };
 
@@ -120,6 +121,7 @@ struct FloeExecStep {
   bool cancelling;        /* the callbacks were taken by a cancel */
   bool cancel_done;       /* ... and have all returned (done_cv is broadcast) */
   pthread_t cancel_thread;
+  FloeCfStep *cf;         /* frames of a step with control flow (exec_frames.c), or NULL */
 };
 
 /* A thread's inline work: nodes to run here, and how many nodes it completed without yet

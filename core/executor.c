@@ -120,6 +120,13 @@ void floe__exec_step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, c
   step_cancel(s);
 }
 
+void floe__exec_step_abort(FloeExecStep *s, floe_code code, const char *msg) {
+  pthread_mutex_lock(&s->mu);
+  if (s->status.code == FLOE_OK) floe_status_set(&s->status, code, "%s", msg);
+  pthread_mutex_unlock(&s->mu);
+  step_cancel(s);
+}
+
 int64_t floe__kernel_ctx_on_cancel(FloeKernelContext *ctx, void (*fn)(void *arg), void *arg) {
   FloeExecStep *s = ctx ? ctx->step : NULL;
   if (!s) return 0;
@@ -920,6 +927,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   for (int i = 0; i < e->num_nodes; i++)
     if (e->pending0[i] == 0) e->roots[e->num_roots++] = i;
   layout_arena(e);
+  if (floe__cf_build(e, st) != FLOE_OK) goto err_free;
   if (create_kernels(e, st) != FLOE_OK) goto err_free;
   floe__free(local_of);
   floe__free(feeds);
@@ -939,6 +947,7 @@ err_free:
 void floe__executor_free(FloeExecutor *e) {
   if (!e) return;
   if (e->nodes) destroy_kernels(e);
+  floe__cf_free(e->cf);
   floe__free(e->nodes);
   floe__free(e->prof);
   floe__free(e->input_src);
@@ -999,6 +1008,7 @@ static void step_free(FloeExecStep *s) {
   pthread_mutex_lock(&s->mu);
   while (s->cancelling && !s->cancel_done) pthread_cond_wait(&s->done_cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
+  floe__cf_step_free(s);
   for (int i = 0; i < s->num_step_objs; i++) floe__resources_remove(e->resources, s->step_objs[i]);
   floe__free(s->step_objs);
   floe__free(s->cancel_cbs);
@@ -1041,6 +1051,23 @@ static void step_wait(FloeExecStep *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* With control flow a fetched tensor may be dead (an untaken branch): an error naming it. */
+static floe_code check_cf_fetches(const FloeExecutor *e, const FloeExecStep *s, FloeStatus *st) {
+  for (int f = 0; f < e->num_fetches; f++) {
+    int src = e->fetch_src[f];
+    if (src < 0 || s->entries[src]) continue;
+    for (int i = 0; i < e->num_nodes; i++) {
+      const ExecNode *en = &e->nodes[i];
+      if (src < en->out_base || src >= en->out_base + en->num_outputs) continue;
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                             "fetch '%s:%d' was not computed: it is on a branch of a cond "
+                             "(Switch) that was not taken in this step",
+                             en->node->name, src - en->out_base);
+    }
+  }
+  return FLOE_OK;
+}
+
 /* One step. feeds[i] borrowed (in plan order); on success outputs[i] receive new
  * references (in plan order); on error no output is set and st names the failing node. */
 floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
@@ -1054,7 +1081,10 @@ floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTens
   if (rc != FLOE_OK) return rc;
   bool in_worker = floe__pool_in_worker(e->pool);
   floe__host_set_thread_pool(e->pool);
-  if (e->num_roots > 0) {
+  if (e->cf) {
+    floe__cf_run(s);
+    step_wait(s);
+  } else if (e->num_roots > 0) {
     ReadyList roots = {-1, -1, 0}, inl = {-1, -1, 0};
     for (int i = 0; i < e->num_roots; i++) list_push(s, &roots, e->roots[i]);
     schedule_ready(s, &roots, &inl);
@@ -1064,6 +1094,8 @@ floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTens
   floe_code code = s->status.code;
   if (code != FLOE_OK) {
     floe__status_copy(st, &s->status);
+  } else if (e->cf && (code = check_cf_fetches(e, s, st)) != FLOE_OK) {
+    /* a fetch on a branch that did not run */
   } else {
     for (int f = 0; f < e->num_fetches; f++) {
       int src = e->fetch_src[f];

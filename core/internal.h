@@ -288,6 +288,12 @@ typedef struct FloeNodeSpec {
 } FloeNodeSpec;
 FloeNode *floe__graph_add_node(FloeGraph *g, const FloeNodeSpec *spec, FloeStatus *st);
 
+/* Edits for the control-flow builders: a loop's Merge gets its back edge once the body
+ * exists. add_control: dep (same graph) becomes a control input of n (once). set_input:
+ * input j of n becomes v, of the same dtype; shapes are not re-inferred. */
+floe_code floe__node_add_control(FloeNode *n, FloeNode *dep, FloeStatus *st);
+floe_code floe__node_set_input(FloeNode *n, int j, FloeOutput v, FloeStatus *st);
+
 /* Shape inference of one node (called by add_node; exposed for re-inference). */
 floe_code floe__infer_shapes(FloeNode *n, FloeStatus *st);
 

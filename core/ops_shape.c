@@ -1410,3 +1410,23 @@ floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *s
           : floe_shape_unknown();
   return FLOE_OK;
 }
+
+/* Merge: the shape every input agrees on (dims that differ become unknown); value_index is
+ * a scalar. */
+floe_code floe__shape_merge(const FloeHostApi *host, FloeShapeContext *sctx) {
+  (void)host;
+  FloeShape out = sctx->input_shapes[0];
+  int n = sctx->node->num_inputs;
+  for (int j = 1; j < n && out.rank >= 0; j++) {
+    const FloeShape *in = &sctx->input_shapes[j];
+    if (in->rank != out.rank) {
+      out = unknown_rank();
+      break;
+    }
+    for (int d = 0; d < out.rank; d++)
+      if (in->dims[d] != out.dims[d]) out.dims[d] = -1;
+  }
+  sctx->output_shapes[0] = out;
+  sctx->output_shapes[1] = floe_shape_scalar();
+  return FLOE_OK;
+}

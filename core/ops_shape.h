@@ -18,6 +18,7 @@ floe_code floe__ops_std_register(FloeStatus *st);
 floe_code floe__shape_const(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_placeholder(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_unchanged(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_merge(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_broadcast(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_select(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_matmul(const FloeHostApi *host, FloeShapeContext *sctx);
