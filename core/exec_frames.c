@@ -927,7 +927,8 @@ static void dispatch(FloeExecStep *s, TaskList *ready, TaskList *inl) {
       tl_push(mine, keep);
   }
   if (inl) return;
-  while (local.head) {
+  for (unsigned k = 1; local.head; k++) {
+    if (k % 256 == 0) floe__exec_check_deadline(s); /* a loop may run here for ever */
     CfTask *t = local.head;
     local.head = t->next;
     if (!local.head) local.tail = NULL;
@@ -955,7 +956,9 @@ void floe__cf_run(FloeExecStep *s) {
   root->parent_iter = it;
   root->next = 1;
   c->root = root;
+  pthread_mutex_lock(&s->mu); /* floe__cf_describe may look from another thread */
   s->cf = c;
+  pthread_mutex_unlock(&s->mu);
   /* Feeds sit in the root iteration's slots. */
   for (int i = 0; i < e->total_inputs; i++) {
     int src = e->input_src[i];
@@ -993,13 +996,16 @@ void floe__cf_step_free(FloeExecStep *s) {
 }
 
 void floe__cf_describe(FloeExecStep *s, char *buf, size_t len) {
-  FloeCfStep *c = s->cf;
+  pthread_mutex_lock(&s->mu);
+  FloeCfStep *c = s->cf; /* lives until the step is freed, after its canceller let go */
+  pthread_mutex_unlock(&s->mu);
   if (!c || len == 0) return;
   pthread_mutex_lock(&c->mu);
   size_t at = strlen(buf);
   for (CfFrame *f = c->frames; f && at + 1 < len; f = f->link) {
-    int n = snprintf(buf + at, len - at, "%swhile loop '%s' was at iteration %d",
-                     at ? "; " : "", s->e->cf->frames[f->sid].name, f->next - 1);
+    const char *sep = at && buf[at - 1] != ' ' ? "; " : "";
+    int n = snprintf(buf + at, len - at, "%swhile loop '%s' was at iteration %d", sep,
+                     s->e->cf->frames[f->sid].name, f->next - 1);
     if (n < 0) break;
     at += (size_t)n;
     if (at >= len) at = len - 1;

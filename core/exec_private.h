@@ -122,6 +122,8 @@ struct FloeExecStep {
   bool cancel_done;       /* ... and have all returned (done_cv is broadcast) */
   pthread_t cancel_thread;
   FloeCfStep *cf;         /* frames of a step with control flow (exec_frames.c), or NULL */
+  int64_t deadline_ns;    /* floe__exec_now_ns() past which the step fails; 0: none */
+  int64_t timeout_ms;     /* for its message */
 };
 
 /* A thread's inline work: nodes to run here, and how many nodes it completed without yet
@@ -153,6 +155,9 @@ void floe__exec_end_call(FloeExecStep *s, const ExecNode *en, Invocation *inv, f
                          FloeTensor **outs);
 void floe__exec_release_inputs(Invocation *inv, const ExecNode *en);
 int64_t floe__exec_now_ns(void);
+/* Fails the step with FLOE_DEADLINE_EXCEEDED once its deadline passed (for threads that run
+ * a loop's nodes one after another and never wait). */
+void floe__exec_check_deadline(FloeExecStep *s);
 bool floe__exec_profiling(const FloeExecutor *e);
 void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, FloeTensor *const *outs);
 

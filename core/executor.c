@@ -1023,15 +1023,67 @@ static void step_free(FloeExecStep *s) {
     floe__free(s);
 }
 
+void floe__exec_step_cancel(FloeExecStep *s, floe_code code, const char *why) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", why);
+  floe__cf_describe(s, msg, sizeof msg); /* "...: while loop 'w' was at iteration 7" */
+  floe__exec_step_abort(s, code, msg);
+}
+
+/* Fails the step once its deadline passed. */
+static void step_timeout(FloeExecStep *s, int64_t timeout_ms) {
+  char why[96];
+  snprintf(why, sizeof why, "the run took longer than its timeout of %lld ms%s",
+           (long long)timeout_ms, s->e->cf ? ": " : "");
+  floe__exec_step_cancel(s, FLOE_DEADLINE_EXCEEDED, why);
+}
+
+void floe__exec_check_deadline(FloeExecStep *s) {
+  if (s->deadline_ns && !atomic_load_explicit(&s->cancelled, memory_order_relaxed) &&
+      floe__exec_now_ns() >= s->deadline_ns)
+    step_timeout(s, s->timeout_ms);
+}
+
+static struct timespec deadline_after(int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+static bool past(const struct timespec *t) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
 /* Blocks until the step is done. On a worker of the pool it keeps running queued tasks
- * meanwhile, so a step started from inside a kernel cannot starve the pool. */
-static void step_wait(FloeExecStep *s) {
+ * meanwhile, so a step started from inside a kernel cannot starve the pool. timeout_ms > 0:
+ * the step is cancelled once that much time went by. */
+static void step_wait(FloeExecStep *s, int64_t timeout_ms) {
   FloeThreadPool *pool = s->e->pool;
   bool helper = floe__pool_in_worker(pool);
+  struct timespec deadline = timeout_ms > 0 ? deadline_after(timeout_ms) : (struct timespec){0};
+  bool timed_out = false;
   pthread_mutex_lock(&s->mu);
   while (!s->done) {
+    if (timeout_ms > 0 && !timed_out && past(&deadline)) {
+      timed_out = true;
+      pthread_mutex_unlock(&s->mu);
+      step_timeout(s, timeout_ms);
+      pthread_mutex_lock(&s->mu);
+      continue;
+    }
     if (!helper) {
-      pthread_cond_wait(&s->done_cv, &s->mu);
+      if (timeout_ms > 0 && !timed_out)
+        pthread_cond_timedwait(&s->done_cv, &s->mu, &deadline);
+      else
+        pthread_cond_wait(&s->done_cv, &s->mu);
       continue;
     }
     pthread_mutex_unlock(&s->mu);
@@ -1068,10 +1120,15 @@ static floe_code check_cf_fetches(const FloeExecutor *e, const FloeExecStep *s, 
   return FLOE_OK;
 }
 
-/* One step. feeds[i] borrowed (in plan order); on success outputs[i] receive new
- * references (in plan order); on error no output is set and st names the failing node. */
 floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                              FloeStatus *st) {
+  return floe__executor_run_ctl(e, feeds, outputs, NULL, st);
+}
+
+/* One step. feeds[i] borrowed (in plan order); on success outputs[i] receive new
+ * references (in plan order); on error no output is set and st names the failing node. */
+floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
+                                 const FloeRunCtl *ctl, FloeStatus *st) {
   for (int f = 0; f < e->num_feeds; f++) {
     if (!feeds || !feeds[f])
       return floe_status_set(st, FLOE_INVALID_ARGUMENT, "feed %d is NULL", f);
@@ -1081,16 +1138,23 @@ floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTens
   if (rc != FLOE_OK) return rc;
   bool in_worker = floe__pool_in_worker(e->pool);
   floe__host_set_thread_pool(e->pool);
+  int64_t timeout = ctl ? ctl->timeout_ms : 0;
+  if (timeout > 0) {
+    s->timeout_ms = timeout;
+    s->deadline_ns = floe__exec_now_ns() + timeout * 1000000;
+  }
+  if (ctl && ctl->attach) ctl->attach(ctl->arg, s);
   if (e->cf) {
     floe__cf_run(s);
-    step_wait(s);
+    step_wait(s, timeout);
   } else if (e->num_roots > 0) {
     ReadyList roots = {-1, -1, 0}, inl = {-1, -1, 0};
     for (int i = 0; i < e->num_roots; i++) list_push(s, &roots, e->roots[i]);
     schedule_ready(s, &roots, &inl);
     process_list(s, &inl);
-    step_wait(s);
+    step_wait(s, timeout);
   }
+  if (ctl && ctl->attach) ctl->attach(ctl->arg, NULL);
   floe_code code = s->status.code;
   if (code != FLOE_OK) {
     floe__status_copy(st, &s->status);

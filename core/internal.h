@@ -474,6 +474,20 @@ void floe__executor_free(FloeExecutor *e);
  * several steps may run concurrently on one executor. */
 floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                              FloeStatus *st);
+/* How one step may be stopped from outside: a timeout, and a hook that sees the step when
+ * it starts (attach(arg, step)) and when it ends (attach(arg, NULL), before it is freed), so
+ * that floe__exec_step_cancel can reach it meanwhile. */
+typedef struct FloeRunCtl {
+  int64_t timeout_ms;  /* > 0: the step fails with FLOE_DEADLINE_EXCEEDED after this long */
+  void (*attach)(void *arg, FloeExecStep *step);
+  void *arg;
+} FloeRunCtl;
+/* floe__executor_run with ctl (NULL: as floe__executor_run). */
+floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
+                                 const FloeRunCtl *ctl, FloeStatus *st);
+/* Fails step (attached, not yet detached) with code and why, and cancels it: blocked
+ * kernels are woken and loops stop; the message names the loops that were running. */
+void floe__exec_step_cancel(FloeExecStep *step, floe_code code, const char *why);
 /* Per-node kernel counters gathered while plan->profiling is set. */
 typedef struct FloeExecProfile {
   int64_t calls, total_ns, max_ns, output_bytes;

@@ -6,6 +6,9 @@
  * loops in the test. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,6 +554,168 @@ START_TEST(builder_errors_name_the_loop) {
 }
 END_TEST
 
+/* ---- endless loops: timeout, cancel, close ---- */
+
+static floe_code cond_true(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
+  (void)arg;
+  (void)n;
+  *pred = floe_binary(g, "GreaterEqual", NULL, v[0], const_i32(g, NULL, 0));
+  return FLOE_OK;
+}
+
+static floe_code body_count(FloeGraph *g, void *arg, const FloeOutput *v, int n,
+                            FloeOutput *next) {
+  (void)arg;
+  (void)n;
+  /* i = (i + 1) mod 2^20 stays >= 0: the loop never ends. */
+  FloeOutput i1 = floe_binary(g, "Add", NULL, v[0], const_i32(g, NULL, 1));
+  next[0] = floe_binary(g, "Sub", NULL, i1,
+                        floe_binary(g, "Mul", NULL,
+                                    floe_binary(g, "Div", NULL, i1, const_i32(g, NULL, 1 << 20)),
+                                    const_i32(g, NULL, 1 << 20)));
+  return FLOE_OK;
+}
+
+static FloeGraph *endless_graph(void) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput init = const_i32(g, "i0", 0), res;
+  ck_assert_int_eq(floe_while_loop(g, "forever", cond_true, body_count, NULL, &init, 1, NULL, &res),
+                   FLOE_OK);
+  floe_unary(g, "Identity", "out", res);
+  return g;
+}
+
+START_TEST(timeout_stops_an_endless_loop_and_names_it) {
+  FloeGraph *g = endless_graph();
+  FloeSession *s = session_new(g);
+  FloeStatus *st = floe_status_new();
+  FloeRunOptions o;
+  floe_run_options_init(&o);
+  o.timeout_ms = 150;
+  const char *fetch[1] = {"out"};
+  FloeTensor *out = NULL;
+  for (int rep = 0; rep < 2; rep++) {
+    ck_assert_int_eq(floe_session_run_opts(s, &o, NULL, 0, fetch, 1, NULL, 0, &out, st),
+                     FLOE_DEADLINE_EXCEEDED);
+    const char *msg = floe_status_message(st);
+    ck_assert_msg(strstr(msg, "150 ms") && strstr(msg, "while loop 'forever'"), "%s", msg);
+    ck_assert_ptr_null(out);
+  }
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+typedef struct Canceller {
+  FloeSession *s;
+  bool close;
+} Canceller;
+
+static void *cancel_later(void *arg) {
+  Canceller *c = arg;
+  struct timespec ts = {0, 100 * 1000000};
+  nanosleep(&ts, NULL);
+  if (c->close)
+    floe_session_close(c->s);
+  else
+    floe_session_cancel(c->s);
+  return NULL;
+}
+
+START_TEST(cancel_and_close_stop_a_running_loop) {
+  FloeGraph *g = endless_graph();
+  FloeStatus *st = floe_status_new();
+  const char *fetch[1] = {"out"};
+  FloeTensor *out = NULL;
+  for (int close = 0; close <= 1; close++) {
+    FloeSession *s = session_new(g);
+    Canceller c = {s, close};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, cancel_later, &c), 0);
+    ck_assert_int_eq(floe_session_run(s, NULL, 0, fetch, 1, NULL, 0, &out, st), FLOE_CANCELLED);
+    pthread_join(th, NULL);
+    const char *msg = floe_status_message(st);
+    ck_assert_msg(strstr(msg, close ? "session was closed" : "cancelled") &&
+                      strstr(msg, "while loop 'forever'"),
+                  "%s", msg);
+    /* Cancel leaves the session usable; close refuses later runs. */
+    FloeRunOptions o;
+    floe_run_options_init(&o);
+    o.timeout_ms = 50;
+    floe_code rc = floe_session_run_opts(s, &o, NULL, 0, fetch, 1, NULL, 0, &out, st);
+    ck_assert_int_eq(rc, close ? FLOE_CANCELLED : FLOE_DEADLINE_EXCEEDED);
+    if (close)
+      ck_assert_msg(strstr(floe_status_message(st), "closed"), "%s", floe_status_message(st));
+    floe_session_free(s);
+  }
+  floe_status_free(st);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* ---- parallel_iterations 1 runs iterations one after another ---- */
+
+typedef struct VarLoop {
+  FloeOutput n, handle;
+} VarLoop;
+
+static floe_code cond_var_loop(FloeGraph *g, void *arg, const FloeOutput *v, int n,
+                               FloeOutput *pred) {
+  (void)n;
+  *pred = floe_binary(g, "Less", NULL, v[0], ((VarLoop *)arg)->n);
+  return FLOE_OK;
+}
+
+/* acc += read(v); then v += 1 (after the read): exact only if no two iterations overlap
+ * (with parallel_iterations 10 every read runs before the first update and acc is 0). */
+static floe_code body_var_loop(FloeGraph *g, void *arg, const FloeOutput *v, int n,
+                               FloeOutput *next) {
+  (void)n;
+  VarLoop *l = arg;
+  FloeNodeBuilder *b = floe_node_begin(g, "ReadVariableOp", NULL);
+  floe_node_add_input(b, l->handle);
+  floe_node_set_attr_type(b, "dtype", FLOE_I32);
+  floe_node_add_control_input(b, v[0].node); /* reads once the iteration started */
+  FloeNode *rd = floe_node_finish(b);
+  b = floe_node_begin(g, "AssignAddVariableOp", NULL);
+  floe_node_add_input(b, l->handle);
+  floe_node_add_input(b, const_i32(g, NULL, 1));
+  floe_node_add_control_input(b, rd);
+  FloeNode *as = floe_node_finish(b);
+  next[1] = floe_binary(g, "Add", NULL, v[1], floe_out(rd, 0));
+  (void)as; /* nothing waits for the update: only the iteration bound orders it */
+  next[0] = floe_binary(g, "Add", NULL, v[0], const_i32(g, NULL, 1));
+  return FLOE_OK;
+}
+
+START_TEST(one_parallel_iteration_serialises_iterations) {
+  FloeGraph *g = floe_graph_new();
+  FloeVariable var = floe_variable(g, "v", FLOE_I32, floe_shape_scalar(), floe_init_zeros());
+  VarLoop l = {floe_placeholder(g, "n", FLOE_I32, floe_shape_scalar()), var.handle};
+  FloeOutput init[2] = {const_i32(g, "k0", 0), const_i32(g, "acc0", 0)}, res[2];
+  FloeWhileOptions o;
+  floe_while_options_init(&o);
+  o.parallel_iterations = 1;
+  ck_assert_int_eq(floe_while_loop(g, "serial", cond_var_loop, body_var_loop, &l, init, 2, &o, res),
+                   FLOE_OK);
+  floe_unary(g, "Identity", "acc", res[1]);
+  FloeSession *s = session_new(g);
+  FloeStatus *st = floe_status_new();
+  const char *init_t[1] = {"v/init"}, *fetch[1] = {"acc"};
+  for (int rep = 0; rep < 20; rep++) {
+    ck_assert(floe_session_run(s, NULL, 0, NULL, 0, init_t, 1, NULL, st) == FLOE_OK);
+    int32_t got;
+    ck_assert_msg(run_i32(s, "n", 30, fetch, 1, &got, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+    ck_assert_int_eq(got, 30 * 29 / 2);
+  }
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("control_flow");
   TCase *tc = tcase_create("loops");
@@ -559,6 +724,9 @@ int main(void) {
   tcase_add_test(tc, maximum_iterations_stops_the_loop);
   tcase_add_test(tc, nested_loops);
   tcase_add_test(tc, matmul_loop_reads_a_variable);
+  tcase_add_test(tc, one_parallel_iteration_serialises_iterations);
+  tcase_add_test(tc, timeout_stops_an_endless_loop_and_names_it);
+  tcase_add_test(tc, cancel_and_close_stop_a_running_loop);
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
   suite_add_tcase(s, tc);
   tc = tcase_create("cond");
