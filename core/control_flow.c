@@ -141,6 +141,64 @@ static floe_code scan_region(FloeGraph *g, int first, int start, int end, FloeNo
   return rc;
 }
 
+static floe_code graph_code(const FloeGraph *g, floe_code fallback);
+
+/* Nodes of [start, end) whose results nothing in the region uses, nor outs: an update or
+ * other side effect the user wants run. They become control inputs of each of `to` (the
+ * loop's Exits, the branch's outputs), so pruning to the construct's results keeps them. */
+static floe_code keep_sinks(FloeGraph *g, int start, int end, const FloeOutput *outs, int n,
+                            FloeNode *const *to, int num_to, const char *trigger) {
+  if (end <= start) return FLOE_OK;
+  bool *used = floe__calloc((size_t)(end - start), sizeof *used);
+  if (!used) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a cond or while loop");
+    return FLOE_NO_MEMORY;
+  }
+  for (int id = start; id < end; id++) {
+    const FloeNode *nd = floe_graph_node(g, id);
+    for (int j = 0; j < nd->num_inputs; j++) {
+      int k = nd->inputs[j].node->id;
+      if (k >= start && k < end) used[k - start] = true;
+    }
+    for (int c = 0; c < nd->num_control; c++) {
+      int k = nd->control[c]->id;
+      if (k >= start && k < end) used[k - start] = true;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (outs[i].node && outs[i].node->id >= start && outs[i].node->id < end)
+      used[outs[i].node->id - start] = true;
+  FloeStatus st = {FLOE_OK, NULL};
+  floe_code rc = FLOE_OK;
+  /* In a loop the side effects go through a ControlTrigger: in the last iteration they are
+   * dead, and an Exit taking them directly would be dead too. */
+  FloeNodeBuilder *b = trigger ? floe_node_begin(g, "ControlTrigger", trigger) : NULL;
+  int sinks = 0;
+  for (int id = start; id < end && rc == FLOE_OK; id++) {
+    if (used[id - start]) continue;
+    sinks++;
+    if (b)
+      floe_node_add_control_input(b, floe_graph_node(g, id));
+    else
+      for (int t = 0; t < num_to && rc == FLOE_OK; t++)
+        rc = floe__node_add_control(to[t], floe_graph_node(g, id), &st);
+  }
+  if (b && sinks == 0) {
+    floe_node_builder_abandon(b);
+  } else if (b) {
+    FloeNode *trig = floe_node_finish(b);
+    if (!trig) rc = graph_code(g, FLOE_INVALID_ARGUMENT);
+    for (int t = 0; t < num_to && rc == FLOE_OK; t++)
+      rc = floe__node_add_control(to[t], trig, &st);
+  }
+  if (rc != FLOE_OK) {
+    floe__graph_fail(g, rc, "%s", floe_status_message(&st));
+    floe_status_clear(&st);
+  }
+  floe__free(used);
+  return rc;
+}
+
 static floe_code graph_code(const FloeGraph *g, floe_code fallback) {
   floe_code c = floe_graph_status(g);
   return c != FLOE_OK ? c : fallback;
@@ -170,15 +228,35 @@ static floe_code build_branch(FloeGraph *g, const char *name, const char *which,
                   idx);
     }
   }
-  rc = scan_region(g, first, start, floe_graph_num_nodes(g), pivot, NULL, 0, NULL);
-  for (int i = 0; i < num_outputs && rc == FLOE_OK; i++) {
+  int end = floe_graph_num_nodes(g);
+  rc = scan_region(g, first, start, end, pivot, NULL, 0, NULL);
+  FloeNode **wrapped = floe__calloc((size_t)num_outputs, sizeof *wrapped);
+  if (!wrapped) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building cond '%s'", name);
+    return FLOE_NO_MEMORY;
+  }
+  FloeOutput *raw = floe__calloc((size_t)num_outputs, sizeof *raw);
+  if (raw) memcpy(raw, outs, (size_t)num_outputs * sizeof *raw);
+  int num_wrapped = 0;
+  for (int i = 0; i < num_outputs && rc == FLOE_OK && raw; i++) {
     if (outs[i].node->out_dtypes[outs[i].index] == FLOE_RESOURCE) continue;
     char nm[256], what[64];
     snprintf(what, sizeof what, "%s_out_%d", which, i);
     FloeNode *id = node1(g, "Identity", unique(g, nm, sizeof nm, name, what), &outs[i], 1, pivot);
-    if (!id) return graph_code(g, FLOE_INVALID_ARGUMENT);
+    if (!id) {
+      rc = graph_code(g, FLOE_INVALID_ARGUMENT);
+      break;
+    }
     outs[i] = floe_out(id, 0);
+    wrapped[num_wrapped++] = id;
   }
+  if (!raw) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building cond '%s'", name);
+    rc = FLOE_NO_MEMORY;
+  }
+  if (rc == FLOE_OK) rc = keep_sinks(g, start, end, raw, num_outputs, wrapped, num_wrapped, NULL);
+  floe__free(raw);
+  floe__free(wrapped);
   return rc;
 }
 
@@ -453,8 +531,11 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
     rc = loop_user_fail(&l, "body", rc);
     goto out;
   }
-  rc = scan_region(g, first, start, floe_graph_num_nodes(g), body_in[0].node, name, l.parallel,
-                   &l.cap);
+  int body_end = floe_graph_num_nodes(g);
+  rc = scan_region(g, first, start, body_end, body_in[0].node, name, l.parallel, &l.cap);
+  if (rc == FLOE_OK)
+    rc = keep_sinks(g, start, body_end, next, n, l.exit, l.total,
+                    unique(g, nm, sizeof nm, name, "side_effects"));
   if (rc == FLOE_OK && o.maximum_iterations > 0) {
     FloeOutput one = loop_const_i32(&l, "one", 1, first);
     next[n] = floe_binary(g, "Add", unique(g, nm, sizeof nm, name, "iterations_next"),

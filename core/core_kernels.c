@@ -191,8 +191,9 @@ floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
     floe_code rc = floe__core_kernel_add(rt, kernels[i].op, flags, kernels[i].compute, st);
     if (rc != FLOE_OK) return rc;
   }
-  static const char *const control_flow[] = {"Switch", "Merge",         "Enter",
-                                             "Exit",   "NextIteration", "LoopCond"};
+  static const char *const control_flow[] = {"Switch",        "Merge",    "Enter",
+                                             "Exit",          "NextIteration", "LoopCond",
+                                             "ControlTrigger"};
   for (size_t i = 0; i < FLOE__ARRAY_LEN(control_flow); i++) {
     floe_code rc = floe__core_kernel_add(rt, control_flow[i], flags, control_flow_compute, st);
     if (rc != FLOE_OK) return rc;

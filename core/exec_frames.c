@@ -10,7 +10,8 @@
  *
  *  - Dead values: Switch sends its input to one port and a dead marker to the other. A node
  *    with a dead input does not run and sends dead on every output (control edges too).
- *    Merge runs on its first live input, or dead once every data input is dead; a loop's
+ *    Merge runs on its first live input, or dead once every data input is dead (and
+ *    ControlTrigger is never dead: it only waits for its control inputs); a loop's
  *    Merge counts the inputs that cannot arrive in an iteration (the back edge in iteration
  *    0, the Enter after it) as dead from the start.
  *  - Enter delivers into iteration 0 of the child frame (a constant Enter into every
@@ -31,7 +32,7 @@
 
 #include "exec_private.h"
 
-enum CfKind { CF_NONE = 0, CF_SWITCH, CF_MERGE, CF_ENTER, CF_EXIT, CF_NEXT, CF_LOOPCOND };
+enum CfKind { CF_NONE = 0, CF_SWITCH, CF_MERGE, CF_ENTER, CF_EXIT, CF_NEXT, CF_LOOPCOND, CF_TRIGGER };
 
 /* The dead marker in slots and outputs; never dereferenced. */
 static FloeTensor dead_marker;
@@ -133,7 +134,8 @@ static int cf_kind_of(const FloeNode *n) {
     const char *op;
     int kind;
   } ops[] = {{"Switch", CF_SWITCH}, {"Merge", CF_MERGE},        {"Enter", CF_ENTER},
-             {"Exit", CF_EXIT},     {"NextIteration", CF_NEXT}, {"LoopCond", CF_LOOPCOND}};
+             {"Exit", CF_EXIT},     {"NextIteration", CF_NEXT}, {"LoopCond", CF_LOOPCOND},
+             {"ControlTrigger", CF_TRIGGER}};
   for (size_t i = 0; i < FLOE__ARRAY_LEN(ops); i++)
     if (strcmp(n->op->name, ops[i].op) == 0) return ops[i].kind;
   return CF_NONE;
@@ -499,7 +501,8 @@ static void deliver(FloeExecStep *s, int m, int slot, FloeTensor *v, CfFrame *f,
 /* A control edge into m (dead when its source was). */
 static void deliver_control(FloeExecStep *s, int m, bool dead, CfFrame *f, CfIter *it,
                             TaskList *ready) {
-  if (dead && s->e->cf->kind[m] != CF_MERGE) it->dead[m]++;
+  int kind = s->e->cf->kind[m];
+  if (dead && kind != CF_MERGE && kind != CF_TRIGGER) it->dead[m]++;
   if (--it->pending[m] == 0) make_ready(s, m, f, it, ready);
 }
 
@@ -793,6 +796,8 @@ static bool run_cf(FloeExecStep *s, CfTask *t) {
     t->outs[1] = idx;
     return true;
   }
+  case CF_TRIGGER:
+    return true;
   default: /* Enter, Exit, NextIteration, LoopCond: forward */
     floe_tensor_retain(in[0]);
     t->outs[0] = in[0];
