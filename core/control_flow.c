@@ -55,6 +55,37 @@ static const char *unique(const FloeGraph *g, char *buf, size_t len, const char 
   return buf;
 }
 
+/* ---- nodes the scans leave alone ---- */
+
+static _Thread_local struct {
+  int *ids;
+  int n, cap;
+} excluded;
+
+floe_code floe__cf_exclude(const FloeNode *n) {
+  if (excluded.n == excluded.cap) {
+    int cap = excluded.cap ? 2 * excluded.cap : 16;
+    int *v = floe__realloc(excluded.ids, (size_t)cap * sizeof *v);
+    if (!v) return FLOE_NO_MEMORY;
+    excluded.ids = v;
+    excluded.cap = cap;
+  }
+  excluded.ids[excluded.n++] = n->id;
+  return FLOE_OK;
+}
+
+void floe__cf_exclude_clear(void) {
+  floe__free(excluded.ids);
+  excluded.ids = NULL;
+  excluded.n = excluded.cap = 0;
+}
+
+static bool is_excluded(int id) {
+  for (int i = 0; i < excluded.n; i++)
+    if (excluded.ids[i] == id) return true;
+  return false;
+}
+
 /* ---- capture ---- */
 
 typedef struct Capture {
@@ -104,10 +135,11 @@ static floe_code scan_region(FloeGraph *g, int first, int start, int end, FloeNo
   floe_code rc = FLOE_OK;
   for (int id = start; id < end && rc == FLOE_OK; id++) {
     FloeNode *n = floe_graph_node(g, id);
+    if (is_excluded(id)) continue;
     bool dep = false;
     for (int j = 0; j < n->num_inputs && rc == FLOE_OK; j++) {
       FloeOutput in = n->inputs[j];
-      if (in.node->id >= first) {
+      if (in.node->id >= first && !is_excluded(in.node->id)) {
         if (in.node->id < end && inside[in.node->id - first]) dep = true;
         continue;
       }
@@ -175,7 +207,7 @@ static floe_code keep_sinks(FloeGraph *g, int start, int end, const FloeOutput *
   FloeNodeBuilder *b = trigger ? floe_node_begin(g, "ControlTrigger", trigger) : NULL;
   int sinks = 0;
   for (int id = start; id < end && rc == FLOE_OK; id++) {
-    if (used[id - start]) continue;
+    if (used[id - start] || is_excluded(id)) continue;
     sinks++;
     if (b)
       floe_node_add_control_input(b, floe_graph_node(g, id));

@@ -244,6 +244,7 @@ floe_code floe__grads_init(FloeStatus *st) {
       if (rc == FLOE_OK) rc = floe__grads_register_math(st);
       if (rc == FLOE_OK) rc = floe__grads_register_nn(st);
       if (rc == FLOE_OK) rc = floe__grads_register_array(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_control(st);
     }
     std_done = rc == FLOE_OK;
   }
@@ -594,8 +595,16 @@ static bool not_differentiable_op(const char *op) {
   return blocked;
 }
 
-/* Marks what xs reach (forward) and what reaches ys (backward), over data edges. */
-static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutput *xs, int num_xs) {
+/* A loop's back edge: NextIteration into a Merge made before it. */
+static bool back_edge(const FloeNode *n, const FloeOutput *in) {
+  return in->node->id > n->id;
+}
+
+/* Marks what xs reach (forward) and what reaches ys (backward), over data edges. With
+ * loops (follow_back), sweeps repeat until nothing changes: a value can reach a loop's
+ * Merge only around the back edge. Without, back edges are ignored (one loop iteration). */
+static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutput *xs, int num_xs,
+                       bool follow_back) {
   FloeGraph *g = w->g;
   int lo = w->num_nodes;
   for (int i = 0; i < num_xs; i++) {
@@ -603,24 +612,80 @@ static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutp
     if (xs[i].node->id < lo) lo = xs[i].node->id;
   }
   /* Forward: a node is reached when any input comes from a reached node (ids are a
-   * topological order, so one ascending sweep suffices). Nothing flows out of a
-   * non-differentiable node (StopGradient, Shape, ...) unless it is an x itself, so an op
-   * without a gradient beyond one is no error. */
-  for (int id = lo; id < w->num_nodes; id++) {
-    FloeNode *n = g->nodes[id];
-    if (w->from_x[id] || not_differentiable_op(n->op->name)) continue;
-    for (int k = 0; k < n->num_inputs; k++)
-      if (w->from_x[n->inputs[k].node->id]) {
-        w->from_x[id] = true;
-        break;
+   * topological order but for back edges). Nothing flows out of a non-differentiable node
+   * (StopGradient, Shape, ...) unless it is an x itself, so an op without a gradient
+   * beyond one is no error. */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = lo; id < w->num_nodes; id++) {
+      FloeNode *n = g->nodes[id];
+      if (w->from_x[id] || not_differentiable_op(n->op->name)) continue;
+      for (int k = 0; k < n->num_inputs; k++) {
+        const FloeOutput *in = &n->inputs[k];
+        if (in->node->id >= w->num_nodes || (!follow_back && back_edge(n, in))) continue;
+        if (w->from_x[in->node->id]) {
+          w->from_x[id] = true;
+          changed = changed || back_edge(n, in);
+          break;
+        }
       }
+    }
+    changed = changed && follow_back;
   }
   for (int i = 0; i < num_ys; i++) w->to_y[ys[i].node->id] = true;
-  for (int id = w->num_nodes - 1; id >= 0; id--) {
-    if (!w->to_y[id]) continue;
-    FloeNode *n = g->nodes[id];
-    for (int k = 0; k < n->num_inputs; k++) w->to_y[n->inputs[k].node->id] = true;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = w->num_nodes - 1; id >= 0; id--) {
+      if (!w->to_y[id]) continue;
+      FloeNode *n = g->nodes[id];
+      for (int k = 0; k < n->num_inputs; k++) {
+        const FloeOutput *in = &n->inputs[k];
+        if (in->node->id >= w->num_nodes || (!follow_back && back_edge(n, in))) continue;
+        if (!w->to_y[in->node->id] && back_edge(n, in)) changed = true;
+        w->to_y[in->node->id] = true;
+      }
+    }
+    changed = changed && follow_back;
   }
+}
+
+/* The gradient of a whole while loop (the sweep reached its last Exit): contributions to
+ * its initial values and to the outside values its body reads. */
+static floe_code backprop_loop(Walk *w, const FloeGradLoop *L, int li, const int *loop_of,
+                               FloeStatus *st) {
+  int nv = L->num_vars, ni = L->num_inv;
+  FloeOutput *dexit = floe__calloc((size_t)(2 * nv + ni + 1), sizeof *dexit);
+  bool *need_inv = floe__calloc((size_t)ni + 1, sizeof *need_inv);
+  if (!dexit || !need_inv) {
+    floe__free(dexit);
+    floe__free(need_inv);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+  }
+  FloeOutput *dinit = dexit + nv, *dinv = dinit + nv;
+  floe_code rc = FLOE_OK;
+  bool any = false;
+  for (int i = 0; i < nv && rc == FLOE_OK; i++) {
+    dexit[i] = contrib_sum(w, L->vars[i].exit, 0, st);
+    if (!dexit[i].node && floe_status_code(st) != FLOE_OK) rc = floe_status_code(st);
+    any = any || dexit[i].node;
+  }
+  bool wanted = false;
+  for (int k = 0; k < ni; k++) {
+    need_inv[k] = w->from_x[L->inv[k]->inputs[0].node->id];
+    wanted = wanted || need_inv[k];
+  }
+  for (int i = 0; i < nv; i++) wanted = wanted || w->from_x[L->vars[i].enter->inputs[0].node->id];
+  if (rc == FLOE_OK && any && wanted)
+    rc = floe__grad_while(w->g, L, li, loop_of, w->num_nodes, dexit, need_inv, dinit, dinv, st);
+  for (int i = 0; i < nv && rc == FLOE_OK && any && wanted; i++) {
+    FloeOutput in = L->vars[i].enter->inputs[0];
+    if (dinit[i].node && w->from_x[in.node->id]) rc = contrib_add(w, in, dinit[i], st);
+  }
+  for (int k = 0; k < ni && rc == FLOE_OK && any && wanted; k++)
+    if (dinv[k].node) rc = contrib_add(w, L->inv[k]->inputs[0], dinv[k], st);
+  floe__free(dexit);
+  floe__free(need_inv);
+  return rc;
 }
 
 /* Runs node's gradient function and routes the input gradients it made. */
@@ -692,9 +757,26 @@ out:
   return rc;
 }
 
+static floe_code gradients_impl(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                                const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                                FloeOutput *dxs, FloeStatus *status, bool top);
+
 floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const FloeOutput *xs,
                          int num_xs, const FloeOutput *grad_ys, FloeOutput *dxs,
                          FloeStatus *status) {
+  return gradients_impl(g, ys, num_ys, xs, num_xs, grad_ys, dxs, status, true);
+}
+
+floe_code floe__gradients_body(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                               const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                               FloeOutput *dxs, FloeStatus *st) {
+  return gradients_impl(g, ys, num_ys, xs, num_xs, grad_ys, dxs, st, false);
+}
+
+/* top: the user's call (loops are differentiated as units); else one loop iteration. */
+static floe_code gradients_impl(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                                const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                                FloeOutput *dxs, FloeStatus *status, bool top) {
   FloeStatus local = {FLOE_OK, NULL};
   FloeStatus *st = status ? status : &local;
   floe_code rc;
@@ -759,7 +841,13 @@ floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const F
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
     goto fail;
   }
-  mark_paths(&w, ys, num_ys, xs, num_xs);
+  mark_paths(&w, ys, num_ys, xs, num_xs, top);
+  int *loop_of = top ? floe__malloc((size_t)(w.num_nodes + 1) * sizeof *loop_of) : NULL;
+  FloeGradLoop *loops = NULL;
+  int num_loops = 0;
+  if (top && !loop_of) rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+  if (loop_of && rc == FLOE_OK)
+    rc = floe__grad_find_loops(g, w.num_nodes, loop_of, &loops, &num_loops, st);
 
   /* Seeds: grad_ys, or ones shaped like each y. */
   for (int i = 0; i < num_ys && rc == FLOE_OK; i++) {
@@ -794,6 +882,12 @@ floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const F
   for (int id = w.num_nodes - 1; id >= 0 && rc == FLOE_OK; id--) {
     if (!w.from_x[id] || !w.to_y[id]) continue;
     FloeNode *n = g->nodes[id];
+    if (loop_of && loop_of[id] >= 0) {
+      /* A loop is differentiated whole once the sweep reaches its last Exit. */
+      const FloeGradLoop *L = &loops[loop_of[id]];
+      if (id == L->last_exit_id) rc = backprop_loop(&w, L, loop_of[id], loop_of, st);
+      continue;
+    }
     if (n->num_outputs > dy_cap) {
       FloeOutput *v = floe__realloc(dy, (size_t)n->num_outputs * sizeof *v);
       if (!v) {
@@ -813,6 +907,8 @@ floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const F
     rc = backprop_node(&w, n, dy, st);
   }
   floe__free(dy);
+  floe__grad_loops_free(loops, num_loops);
+  floe__free(loop_of);
   for (int i = 0; i < num_xs && rc == FLOE_OK; i++) {
     if (!w.to_y[xs[i].node->id]) continue;
     dxs[i] = contrib_sum(&w, xs[i].node, xs[i].index, st);

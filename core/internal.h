@@ -736,6 +736,44 @@ void floe__grad_copy_attr(const FloeGradCtx *c, FloeNodeBuilder *b, const char *
 /* Sets attribute `name` of node `from` on b (nothing when from lacks it). */
 void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *name);
 
+/* grad_control.c: gradients of conds and while loops ------------------------------- */
+floe_code floe__grads_register_control(FloeStatus *st);
+/* One loop variable of a loop built by floe_while_loop. */
+typedef struct FloeGradLoopVar {
+  FloeNode *enter, *merge, *sw, *exit, *body; /* body: the Identity of the Switch's true port */
+} FloeGradLoopVar;
+/* A top-level while loop of a graph (borrowed nodes; arrays owned). */
+typedef struct FloeGradLoop {
+  const char *name;       /* its frame (borrowed from an Enter's attribute) */
+  FloeGradLoopVar *vars;
+  int num_vars;
+  FloeNode **inv;         /* its constant Enters (loop invariants) */
+  int num_inv;
+  int last_exit_id;       /* the largest id among its Exits */
+  bool nested;            /* a loop runs inside its body */
+} FloeGradLoop;
+/* Finds the top-level loops among nodes [0, n): loop_of[id] = the loop a node is in (nested
+ * loops count as their outer loop's) or -1. *out (caller frees with floe__grad_loops_free). */
+floe_code floe__grad_find_loops(const FloeGraph *g, int n, int *loop_of, FloeGradLoop **out,
+                                int *num, FloeStatus *st);
+void floe__grad_loops_free(FloeGradLoop *loops, int n);
+/* Builds the backward loop of L (index li in loop_of, which covers ids below num_walked):
+ * dexit[i] the gradient reaching loop variable i's Exit (node NULL: none); need_inv[k]:
+ * the gradient of invariant k's outside value is wanted. Sets dinit[i] (the gradient of
+ * variable i's initial value) and dinv[k] (node NULL where none). */
+floe_code floe__grad_while(FloeGraph *g, const FloeGradLoop *L, int li, const int *loop_of,
+                           int num_walked, const FloeOutput *dexit, const bool *need_inv,
+                           FloeOutput *dinit, FloeOutput *dinv, FloeStatus *st);
+/* gradients.c, for grad_control.c: floe_gradients of one loop iteration (back edges are not
+ * followed and loops are not treated as units). */
+floe_code floe__gradients_body(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                               const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                               FloeOutput *dxs, FloeStatus *st);
+/* control_flow.c: nodes the next floe_while_loop / floe_cond scan must leave alone (the
+ * caller made them for another frame while building a body; thread-local), and the reset. */
+floe_code floe__cf_exclude(const FloeNode *n);
+void floe__cf_exclude_clear(void);
+
 /* ---- graph rewrites (fuse.c) ---- */
 
 /* Whether `fused` may replace the chain whose main node is `anchor`: true when it would run

@@ -483,11 +483,15 @@ static const Case cases[] = {
 static const char *const checked_elsewhere[] = {
     "MaxPoolGrad", /* its gradient is an error: maxpool_grad_second_derivative_is_an_error */
     "_FusedMaxPoolGradRelu", /* the same error (MaxPoolGrad's second derivative) */
+    /* conds and while loops: finite differences in core/test_control_flow */
+    "Switch", "Merge", "Enter", "Exit", "NextIteration",
 };
 
 /* A copy of gradients.c's not_differentiable[] table: ops through which no gradient flows.
  * Each must be registered as such (has_gradient); an op missing from both lists fails. */
 static const char *const not_differentiable[] = {
+    "LoopCond",
+    "ControlTrigger",
     "Const",
     "Placeholder",
     "NoOp",
