@@ -13,8 +13,10 @@
  * reads as zeros of the forward element's shape.
  *
  * Locking: one mutex per array guards all of it, so writes and reads of different indices
- * from concurrent loop iterations take turns; no other lock is taken while it is held
- * except the step's and the manager's (registering a gradient array), never the reverse.
+ * from concurrent loop iterations take turns. The only nesting is a forward array's lock
+ * around its new gradient array's; a gradient array is registered with the step (the
+ * step's and the manager's locks) with no array lock held, so closing objects from the
+ * manager never waits on an array that waits on the manager.
  */
 #include <stdio.h>
 #include <string.h>
@@ -745,43 +747,84 @@ static floe_code close_compute(void *state, FloeKernelContext *ctx) {
   return FLOE_OK;
 }
 
-/* The gradient array of fwd for source, made (and registered with the step) on first use.
- * Returns a new reference. Caller holds fwd->mu. */
-static TensorArray *grad_locked(FloeKernelContext *ctx, TensorArray *fwd, const char *source,
-                                FloeStatus *st) {
+/* The gradient array fwd has for source, as a new reference, or NULL. Caller holds fwd->mu. */
+static TensorArray *find_grad_locked(TensorArray *fwd, const char *source) {
   for (int i = 0; i < fwd->num_grads; i++)
     if (strcmp(fwd->grads[i].source, source) == 0) {
       floe__resource_retain(&fwd->grads[i].ta->res);
       return fwd->grads[i].ta;
     }
-  char *name = floe__asprintf("%s@%s", fwd->name, source);
+  return NULL;
+}
+
+/* Caller holds fwd->mu. */
+static floe_code grad_allowed_locked(const TensorArray *fwd, FloeStatus *st) {
+  floe_code rc = check_open_locked(fwd, st);
+  if (rc == FLOE_OK && fwd->is_grad)
+    rc = ta_fail(st, FLOE_INVALID_ARGUMENT, fwd,
+                 "a gradient TensorArray has no gradient TensorArray of its own");
+  return rc;
+}
+
+/* Attaches g (new, empty) to fwd under source with fwd's size and element shapes as they
+ * are now, unless another thread attached one first: returns the attached one (a new
+ * reference). Caller holds fwd->mu. */
+static TensorArray *attach_grad_locked(TensorArray *fwd, TensorArray *g, const char *source,
+                                       FloeStatus *st) {
+  TensorArray *have = find_grad_locked(fwd, source);
+  if (have) return have;
+  TaElem *elems = floe__calloc((size_t)(fwd->size ? fwd->size : 1), sizeof *elems);
   char *src = floe__strdup(source);
   GradLink *links = floe__realloc(fwd->grads, (size_t)(fwd->num_grads + 1) * sizeof *links);
   if (links) fwd->grads = links;
-  if (!name || !src || !links) {
+  if (!elems || !src || !links) {
+    floe__free(elems);
+    floe__free(src);
     ta_fail(st, FLOE_NO_MEMORY, fwd, "out of memory making its gradient TensorArray");
-    goto err_free;
+    return NULL;
   }
-  /* Not dynamic, clearing reads, summing writes. */
-  TensorArray *g = ta_new(name, fwd->dtype, &fwd->elem_shape, fwd->size, false, true, true, st);
-  if (!g) goto err_free;
   for (int64_t i = 0; i < fwd->size; i++)
-    g->elems[i].shape = fwd->elems[i].written ? fwd->elems[i].shape : floe_shape_unknown();
-  if (floe__kernel_ctx_add_step_resource(ctx, &g->res, st) != FLOE_OK) {
-    floe__resource_release(&g->res);
-    g = NULL;
-    goto err_free;
-  }
+    elems[i].shape = fwd->elems[i].written ? fwd->elems[i].shape : floe_shape_unknown();
+  pthread_mutex_lock(&g->mu); /* a session close may be closing it already */
+  floe__free(g->elems);
+  g->elems = elems;
+  g->size = fwd->size;
+  g->cap = fwd->size ? fwd->size : 1;
+  pthread_mutex_unlock(&g->mu);
+  floe__resource_retain(&g->res); /* the link's */
   fwd->grads[fwd->num_grads++] = (GradLink){src, g};
   fwd->size_fixed = true;
-  floe__resource_retain(&g->res); /* the caller's; the link keeps the first */
-  floe__free(name);
+  floe__resource_retain(&g->res); /* the caller's */
   return g;
+}
 
-err_free:
+/* The gradient array of fwd for source, made and registered with the step on first use;
+ * a new reference. No array lock is held while the step and the manager are locked. */
+static TensorArray *grad_array(FloeKernelContext *ctx, TensorArray *fwd, const char *source,
+                               FloeStatus *st) {
+  pthread_mutex_lock(&fwd->mu);
+  floe_code rc = grad_allowed_locked(fwd, st);
+  TensorArray *g = rc == FLOE_OK ? find_grad_locked(fwd, source) : NULL;
+  FloeDType dtype = fwd->dtype;
+  FloeShape elem_shape = fwd->elem_shape;
+  pthread_mutex_unlock(&fwd->mu);
+  if (rc != FLOE_OK || g) return g;
+  char *name = floe__asprintf("%s@%s", fwd->name, source);
+  if (!name) {
+    ta_fail(st, FLOE_NO_MEMORY, fwd, "out of memory making its gradient TensorArray");
+    return NULL;
+  }
+  /* Not dynamic, clearing reads, summing writes; sized when attached. */
+  TensorArray *made = ta_new(name, dtype, &elem_shape, 0, false, true, true, st);
   floe__free(name);
-  floe__free(src);
-  return NULL;
+  if (!made) return NULL;
+  if (floe__kernel_ctx_add_step_resource(ctx, &made->res, st) == FLOE_OK) {
+    pthread_mutex_lock(&fwd->mu);
+    if (grad_allowed_locked(fwd, st) == FLOE_OK) g = attach_grad_locked(fwd, made, source, st);
+    pthread_mutex_unlock(&fwd->mu);
+  }
+  floe__resource_release(&made->res); /* the step (and the link) keep theirs */
+  return g;
 }
 
 static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
@@ -790,25 +833,14 @@ static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
   if (!fwd) return ctx->status->code;
   const FloeAttrValue *source = attr(ctx, "source", FLOE_ATTR_STRING);
   FloeStatus st = {FLOE_OK, NULL};
-  pthread_mutex_lock(&fwd->mu);
-  floe_code rc = check_open_locked(fwd, &st);
-  TensorArray *g = NULL;
-  if (rc == FLOE_OK && fwd->is_grad)
-    rc = ta_fail(&st, FLOE_INVALID_ARGUMENT, fwd,
-                 "a gradient TensorArray has no gradient TensorArray of its own");
-  if (rc == FLOE_OK) {
-    g = grad_locked(ctx, fwd, source && source->u.s ? source->u.s : "", &st);
-    if (!g) rc = floe_status_code(&st);
-  }
-  pthread_mutex_unlock(&fwd->mu);
+  TensorArray *g = grad_array(ctx, fwd, source && source->u.s ? source->u.s : "", &st);
   FloeTensor *h = g ? floe__resource_obj_handle(&g->res, &st) : NULL;
-  if (g && !h) rc = floe_status_code(&st);
   if (g) floe__resource_release(&g->res);
-  if (rc == FLOE_OK) {
+  if (h) {
     floe__kctx_set_output(ctx, 0, h);
     forward_input(ctx, 1, 1);
   }
-  return done(ctx, fwd, rc, &st);
+  return done(ctx, fwd, h ? FLOE_OK : floe_status_code(&st), &st);
 }
 
 floe_code floe__tensor_array_kernels_register(FloeRuntime *rt, FloeStatus *st) {
