@@ -198,5 +198,6 @@ floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
     floe_code rc = floe__core_kernel_add(rt, control_flow[i], flags, control_flow_compute, st);
     if (rc != FLOE_OK) return rc;
   }
-  return floe__checkpoint_kernels_register(rt, st);
+  floe_code rc = floe__checkpoint_kernels_register(rt, st);
+  return rc == FLOE_OK ? floe__tensor_array_kernels_register(rt, st) : rc;
 }

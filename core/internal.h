@@ -789,4 +789,74 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
  * then there is no need to clone the graph for it. */
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
 
+/* ------------------------------------------------------------------------------------ */
+/* TensorArrays and stacks (issue 4): step-scoped resource objects for dynamic RNNs and
+ * loop gradients. ops_rnn.def, tensor_array.c (object, kernels), tensor_array_build.c
+ * (floe_tensor_array.h builders), stack.c (object, kernels, builders below),
+ * grad_tensor_array.c (gradients), shape functions in ops_shape.c. */
+
+/* ops_shape.c: the shape functions named in ops_rnn.def. */
+floe_code floe__shape_tensor_array(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_write(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_read(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_gather(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_scatter(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_stack(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_unstack(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_grad(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_stack_push(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_stack_pop(const FloeHostApi *host, FloeShapeContext *sctx);
+
+/* tensor_array.c: adds the TensorArray and stack kernels (called by
+ * floe__core_kernels_register). stack.c: the stack kernels (called by the former). */
+floe_code floe__tensor_array_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+floe_code floe__stack_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* tensor_array.c, for core kernels that set outputs themselves (stack.c):
+ * kctx_fail moves st's error (cleared) into the kernel's status and returns its code;
+ * kctx_set_output makes t (the caller's reference, given up) output i;
+ * kctx_to_device returns t (the caller's reference, given up) in memory the kernel's device
+ * uses, copied when it lives elsewhere (NULL t or failure: NULL, st set);
+ * kctx_scalar_i32 reads input i, an i32 scalar (copied to the host when on a device);
+ * errors name `what` in the kernel's status. */
+floe_code floe__kctx_fail(FloeKernelContext *ctx, FloeStatus *st);
+void floe__kctx_set_output(FloeKernelContext *ctx, int i, FloeTensor *t);
+FloeTensor *floe__kctx_to_device(FloeKernelContext *ctx, FloeTensor *t, FloeStatus *st);
+floe_code floe__kctx_scalar_i32(FloeKernelContext *ctx, int i, const char *what, int64_t *out);
+/* tensor_array_build.c: what the graph says about the TensorArray behind handle, read from
+ * the TensorArrayV3 node that made it (followed through TensorArrayGradV3 and pass-through
+ * ops: Identity, Enter, Exit, Switch, Merge, NextIteration). Returns that node (borrowed
+ * from its graph), or NULL when it cannot be told; *dtype (FLOE_DTYPE_INVALID), *elem (the
+ * declared element shape, unknown) and *size (a Const size of an array that cannot grow,
+ * else -1) say what is known. Pure; thread-safe on a graph nobody modifies. */
+const FloeNode *floe__ta_static_info(FloeOutput handle, FloeDType *dtype, FloeShape *elem,
+                                     int64_t *size);
+/* grad_tensor_array.c: called by floe__grads_init. */
+floe_code floe__grads_register_tensor_array(FloeStatus *st);
+/* stack.c: builders for core code (loop gradients save forward values per iteration and
+ * pop them in reverse). Like the public builders they record g's sticky error and return
+ * an invalid output / NULL on failure; outputs and nodes are borrowed from g. name NULL:
+ * automatic names.
+ * stack_new: StackV2 (and a Const "<name>/max_size"): a stack of elem_type holding at most
+ *   max_size elements (<= 0: unbounded); the output is its handle.
+ * stack_push: StackPushV2; the output is elem itself, available once it is pushed.
+ *   swap_memory: an element in a device's own memory waits in host memory.
+ * stack_pop: StackPopV2 of the top element, which must have elem_type and fit elem_shape
+ *   (floe_shape_unknown(): any shape); elem_shape is the output's static shape.
+ * after (push and pop; NULL: none): a node that must run first (a control input), which is
+ *   what orders pushes and pops that no data edge orders. Pushes and pops of one stack that
+ *   may run concurrently happen in an unspecified order.
+ * stack_close: StackCloseV2 (releases the elements; the step's end does it anyway). */
+FloeOutput floe__stack_new(FloeGraph *g, const char *name, FloeDType elem_type,
+                           int64_t max_size);
+FloeOutput floe__stack_push(FloeGraph *g, const char *name, FloeOutput handle, FloeOutput elem,
+                            bool swap_memory, FloeNode *after);
+FloeOutput floe__stack_pop(FloeGraph *g, const char *name, FloeOutput handle,
+                           FloeDType elem_type, FloeShape elem_shape, FloeNode *after);
+FloeNode *floe__stack_close(FloeGraph *g, const char *name, FloeOutput handle);
+/* resource.c, for session.c: true when t is the handle of a resource object (not of a
+ * variable): such handles name their object by serial, so feeding one back into a later
+ * run is safe (a stale one is an error when used). */
+bool floe__resource_is_obj_handle(const FloeTensor *t);
+/* End of TensorArrays and stacks. */
+
 #endif /* FLOE_INTERNAL_H */

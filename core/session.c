@@ -165,13 +165,18 @@ static floe_code check_feed(const FloeGraph *g, const FloeFeed *f, const SigItem
   const FloeNode *n = g->nodes[it->node_id];
   FloeDType want = n->out_dtypes[it->index];
   const FloeTensor *t = f->value;
-  /* A handle is a pointer into a session's resource manager: only VarHandleOp makes one. */
-  if (t->dtype == FLOE_RESOURCE || want == FLOE_RESOURCE)
+  /* A variable's handle is a pointer into a session's resource manager: only VarHandleOp
+   * makes one. An object's handle (TensorArray, stack) names its object by serial and is
+   * looked up, never dereferenced, so it may come back from an earlier run. */
+  bool obj = want == FLOE_RESOURCE && floe__resource_is_obj_handle(t);
+  if (!obj && (t->dtype == FLOE_RESOURCE || want == FLOE_RESOURCE))
     return floe_status_set(st, FLOE_INVALID_ARGUMENT,
-                           "feed '%s': resource handles cannot be fed; '%s' (%s) %s", f->name,
-                           n->name, n->op->name,
-                           want == FLOE_RESOURCE ? "produces a variable handle itself"
-                                                 : "is fed a tensor of dtype resource");
+                           "feed '%s': resource handles cannot be fed, except a TensorArray's "
+                           "or stack's handle fetched from a run; '%s' (%s) %s",
+                           f->name, n->name, n->op->name,
+                           want == FLOE_RESOURCE
+                               ? "produces a handle; the fed tensor is not one of those"
+                               : "is fed a tensor of dtype resource");
   if (t->dtype != want)
     return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                            "feed '%s': the tensor is %s but '%s' (%s) produces %s", f->name,

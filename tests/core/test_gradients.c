@@ -485,6 +485,9 @@ static const char *const checked_elsewhere[] = {
     "_FusedMaxPoolGradRelu", /* the same error (MaxPoolGrad's second derivative) */
     /* conds and while loops: finite differences in core/test_control_flow */
     "Switch", "Merge", "Enter", "Exit", "NextIteration",
+    /* TensorArrays: finite differences through whole graphs in test_tensor_array. */
+    "TensorArrayReadV3", "TensorArrayWriteV3", "TensorArrayGatherV3", "TensorArrayScatterV3",
+    "TensorArrayStackV3", "TensorArrayUnstackV3",
 };
 
 /* A copy of gradients.c's not_differentiable[] table: ops through which no gradient flows.
@@ -535,6 +538,15 @@ static const char *const not_differentiable[] = {
     "ResourceApplyAdagrad",
     "Save",
     "Restore",
+    /* TensorArrays and stacks (their handles, sizes and the loop gradients' stacks). */
+    "TensorArrayV3",
+    "TensorArraySizeV3",
+    "TensorArrayCloseV3",
+    "TensorArrayGradV3",
+    "StackV2",
+    "StackPushV2",
+    "StackPopV2",
+    "StackCloseV2",
 };
 
 /* ------------------------------------------------------------------------------------ */

@@ -387,5 +387,7 @@ FLOE_API long floe_test_fail_alloc_after(long n);
 #include "floe_train.h"
 /* Control flow: cond and while loops. */
 #include "floe_control.h"
+/* TensorArrays: per-step lists of tensors for dynamic RNNs. */
+#include "floe_tensor_array.h"
 
 #endif /* FLOE_H */
