@@ -596,14 +596,21 @@ static bool not_differentiable_op(const char *op) {
   return blocked;
 }
 
-/* A loop's back edge: NextIteration into a Merge made before it. */
-static bool back_edge(const FloeNode *n, const FloeOutput *in) {
-  return in->node->id > n->id;
+static bool is_x(const FloeOutput *xs, int n, const FloeNode *node) {
+  for (int i = 0; i < n; i++)
+    if (xs[i].node == node) return true;
+  return false;
 }
 
-/* Marks what xs reach (forward) and what reaches ys (backward), over data edges. With
- * loops (follow_back), sweeps repeat until nothing changes: a value can reach a loop's
- * Merge only around the back edge. Without, back edges are ignored (one loop iteration). */
+/* A loop's back edge: NextIteration into a Merge. */
+static bool back_edge(const FloeNode *n, const FloeOutput *in) {
+  return strcmp(in->node->op->name, "NextIteration") == 0 && strcmp(n->op->name, "Merge") == 0;
+}
+
+/* Marks what xs reach (forward) and what reaches ys (backward), over data edges. Sweeps
+ * repeat until nothing changes: ids are a topological order except for loops (a Merge's
+ * back edge, and the Enters a loop builder adds for values its body captured). Without
+ * follow_back, back edges are ignored (one loop iteration). */
 static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutput *xs, int num_xs,
                        bool follow_back) {
   FloeGraph *g = w->g;
@@ -626,12 +633,11 @@ static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutp
         if (in->node->id >= w->num_nodes || (!follow_back && back_edge(n, in))) continue;
         if (w->from_x[in->node->id]) {
           w->from_x[id] = true;
-          changed = changed || back_edge(n, in);
+          changed = true;
           break;
         }
       }
     }
-    changed = changed && follow_back;
   }
   for (int i = 0; i < num_ys; i++) w->to_y[ys[i].node->id] = true;
   for (bool changed = true; changed;) {
@@ -642,11 +648,10 @@ static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutp
       for (int k = 0; k < n->num_inputs; k++) {
         const FloeOutput *in = &n->inputs[k];
         if (in->node->id >= w->num_nodes || (!follow_back && back_edge(n, in))) continue;
-        if (!w->to_y[in->node->id] && back_edge(n, in)) changed = true;
+        if (!w->to_y[in->node->id]) changed = true;
         w->to_y[in->node->id] = true;
       }
     }
-    changed = changed && follow_back;
   }
 }
 
@@ -883,6 +888,7 @@ static floe_code gradients_impl(FloeGraph *g, const FloeOutput *ys, int num_ys,
   for (int id = w.num_nodes - 1; id >= 0 && rc == FLOE_OK; id--) {
     if (!w.from_x[id] || !w.to_y[id]) continue;
     FloeNode *n = g->nodes[id];
+    if (!top && is_x(xs, num_xs, n)) continue; /* one iteration: the gradient stops at xs */
     if (loop_of && loop_of[id] >= 0) {
       /* A loop is differentiated whole once the sweep reaches its last Exit. */
       const FloeGradLoop *L = &loops[loop_of[id]];

@@ -720,6 +720,145 @@ START_TEST(one_parallel_iteration_serialises_iterations) {
 }
 END_TEST
 
+/* ---- gradients, checked by central finite differences in f64 ---- */
+
+/* A model: placeholders x [1,D] and w [D,D] (and n, an i32 scalar), a scalar loss. */
+typedef struct GradModel {
+  FloeGraph *g;
+  FloeOutput x, w, n, loss;
+  int d;
+} GradModel;
+
+static double run_loss(FloeSession *s, const GradModel *m, const double *x, const double *w,
+                       int32_t n) {
+  const int64_t dx[2] = {1, m->d}, dw[2] = {m->d, m->d};
+  FloeTensor *xt = harness_f64(2, dx, x), *wt = harness_f64(2, dw, w);
+  FloeTensor *nt = floe_tensor_scalar_i32(n, NULL);
+  FloeFeed f[3] = {{"x", xt}, {"w", wt}, {"n", nt}};
+  const char *fetch[1] = {"loss"};
+  FloeTensor *out = NULL;
+  FloeStatus *st = floe_status_new();
+  floe_code rc = floe_session_run(s, f, 3, fetch, 1, NULL, 0, &out, st);
+  ck_assert_msg(rc == FLOE_OK, "loss: %s", floe_status_message(st));
+  double v = harness_get(out, 0);
+  floe_tensor_release(out);
+  floe_tensor_release(xt);
+  floe_tensor_release(wt);
+  floe_tensor_release(nt);
+  floe_status_free(st);
+  return v;
+}
+
+/* floe_gradients of loss w.r.t. x and w against central differences at (x, w, n). */
+static void check_grads(GradModel *m, const double *x, const double *w, int32_t n) {
+  FloeOutput xs[2] = {m->x, m->w}, dxs[2];
+  FloeStatus *st = floe_status_new();
+  ck_assert_msg(floe_gradients(m->g, &m->loss, 1, xs, 2, NULL, dxs, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  ck_assert_ptr_nonnull(dxs[0].node);
+  ck_assert_ptr_nonnull(dxs[1].node);
+  floe_unary(m->g, "Identity", "dx", dxs[0]);
+  floe_unary(m->g, "Identity", "dw", dxs[1]);
+  FloeSession *s = session_new(m->g);
+  const int64_t ddx[2] = {1, m->d}, ddw[2] = {m->d, m->d};
+  FloeTensor *xt = harness_f64(2, ddx, x), *wt = harness_f64(2, ddw, w);
+  FloeTensor *nt = floe_tensor_scalar_i32(n, NULL);
+  FloeFeed f[3] = {{"x", xt}, {"w", wt}, {"n", nt}};
+  const char *fetch[2] = {"dx", "dw"};
+  FloeTensor *got[2] = {NULL, NULL};
+  ck_assert_msg(floe_session_run(s, f, 3, fetch, 2, NULL, 0, got, st) == FLOE_OK, "grads: %s",
+                floe_status_message(st));
+  int d = m->d;
+  double *xp = malloc(sizeof(double) * d), *wp = malloc(sizeof(double) * d * d);
+  const double eps = 1e-6;
+  for (int which = 0; which < 2; which++) {
+    int cnt = which ? d * d : d;
+    for (int i = 0; i < cnt; i++) {
+      memcpy(xp, x, sizeof(double) * d);
+      memcpy(wp, w, sizeof(double) * d * d);
+      double *p = which ? &wp[i] : &xp[i];
+      *p += eps;
+      double up = run_loss(s, m, xp, wp, n);
+      *p -= 2 * eps;
+      double down = run_loss(s, m, xp, wp, n);
+      double fd = (up - down) / (2 * eps), an = harness_get(got[which], i);
+      ck_assert_msg(fabs(fd - an) <= 1e-6 * (1 + fabs(fd)), "n=%d d%s[%d]: analytic %.10g, fd %.10g",
+                    n, which ? "w" : "x", i, an, fd);
+    }
+  }
+  free(xp);
+  free(wp);
+  floe_tensor_release(got[0]);
+  floe_tensor_release(got[1]);
+  floe_tensor_release(xt);
+  floe_tensor_release(wt);
+  floe_tensor_release(nt);
+  floe_session_free(s);
+  floe_status_free(st);
+}
+
+static GradModel grad_model_new(int d) {
+  GradModel m = {.g = floe_graph_new(), .d = d};
+  const int64_t dx[2] = {1, d}, dw[2] = {d, d};
+  m.x = floe_placeholder(m.g, "x", FLOE_F64, floe_shape_make(2, dx));
+  m.w = floe_placeholder(m.g, "w", FLOE_F64, floe_shape_make(2, dw));
+  m.n = floe_placeholder(m.g, "n", FLOE_I32, floe_shape_scalar());
+  return m;
+}
+
+typedef struct RnnArg {
+  FloeOutput n, w;
+} RnnArg;
+
+static floe_code cond_rnn(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
+  (void)n;
+  *pred = floe_binary(g, "Less", NULL, v[0], ((RnnArg *)arg)->n);
+  return FLOE_OK;
+}
+
+/* h = tanh(h @ w) + 0.5 * h */
+static floe_code body_rnn(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *next) {
+  (void)n;
+  RnnArg *a = arg;
+  FloeTensor *half = floe_tensor_new(FLOE_F64, 0, NULL, NULL);
+  *(double *)floe_tensor_data(half) = 0.5;
+  FloeOutput hc = floe_const(g, NULL, half);
+  floe_tensor_release(half);
+  next[0] = floe_binary(g, "Add", NULL, v[0], const_i32(g, NULL, 1));
+  next[1] = floe_binary(g, "Add", NULL, floe_unary(g, "Tanh", NULL, floe_matmul(g, NULL, v[1], a->w, 0, 0)),
+                        floe_binary(g, "Mul", NULL, v[1], hc));
+  return FLOE_OK;
+}
+
+START_TEST(gradient_of_a_loop_matches_finite_differences) {
+  enum { D = 3 };
+  const double x[D] = {0.3, -0.7, 0.2};
+  const double w[D * D] = {0.5, -0.2, 0.1, 0.3, 0.8, -0.4, -0.6, 0.2, 0.7};
+  const int32_t trips[] = {0, 1, 4};
+  for (size_t t = 0; t < sizeof trips / sizeof trips[0]; t++) {
+    GradModel m = grad_model_new(D);
+    RnnArg a = {m.n, m.w};
+    FloeOutput init[2] = {const_i32(m.g, "k0", 0), m.x}, res[2];
+    ck_assert_int_eq(floe_while_loop(m.g, "rnn", cond_rnn, body_rnn, &a, init, 2, NULL, res),
+                     FLOE_OK);
+    FloeNodeBuilder *b = floe_node_begin(m.g, "Identity", "y");
+    floe_node_add_input(b, res[1]);
+    FloeOutput y = floe_out(floe_node_finish(b), 0);
+    /* loss = sum(y * y) */
+    FloeTensor *ax = harness_i32(1, (const int64_t[]){1}, (const int32_t[]){1});
+    b = floe_node_begin(m.g, "Sum", "loss");
+    floe_node_add_input(b, floe_binary(m.g, "Mul", NULL, y, y));
+    floe_node_add_input(b, floe_const(m.g, NULL, ax));
+    floe_tensor_release(ax);
+    FloeOutput l1 = floe_out(floe_node_finish(b), 0);
+    (void)l1;
+    m.loss = l1;
+    check_grads(&m, x, w, trips[t]);
+    floe_graph_free(m.g);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("control_flow");
   TCase *tc = tcase_create("loops");
@@ -731,6 +870,7 @@ int main(void) {
   tcase_add_test(tc, one_parallel_iteration_serialises_iterations);
   tcase_add_test(tc, timeout_stops_an_endless_loop_and_names_it);
   tcase_add_test(tc, cancel_and_close_stop_a_running_loop);
+  tcase_add_test(tc, gradient_of_a_loop_matches_finite_differences);
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
   suite_add_tcase(s, tc);
   tc = tcase_create("cond");
