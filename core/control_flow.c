@@ -122,8 +122,49 @@ static FloeOutput capture_enter(FloeGraph *g, Capture *c, FloeOutput v, const ch
 /* Scans nodes [start, end) built by a callback of the construct whose own nodes begin at
  * first: external inputs enter the loop `frame` (NULL: a cond, nothing to enter), and
  * nodes depending on nothing inside get a control input from pivot. */
+/* How a region's outside values come in: through constant Enters of a loop frame, or
+ * through Switches on a cond's predicate (so a branch not taken sees them dead, and their
+ * gradients from it are dead too, merged with the other branch's). */
+typedef struct Capturer {
+  const char *frame;   /* a loop: its frame; NULL: a cond */
+  int parallel;
+  const char *cond;    /* a cond: its name */
+  FloeOutput pred;
+  int port;            /* the branch: 1 true, 0 false */
+  Capture *cap;
+} Capturer;
+
+/* The Switch (output 0) that lets outside value v into cond c's branches. */
+static FloeOutput capture_switch(FloeGraph *g, Capturer *c, FloeOutput v) {
+  Capture *k = c->cap;
+  for (int i = 0; i < k->n; i++)
+    if (k->from[i].node == v.node && k->from[i].index == v.index) return floe_out(k->to[i].node, c->port);
+  char name[256];
+  FloeOutput pair[2] = {v, c->pred};
+  FloeNodeBuilder *b = floe_node_begin(g, "Switch", unique(g, name, sizeof name, c->cond, "capture"));
+  floe_node_add_input(b, pair[0]);
+  floe_node_add_input(b, pair[1]);
+  FloeNode *sw = floe_node_finish(b);
+  if (!sw) return (FloeOutput){NULL, 0};
+  if (k->n == k->cap) {
+    int cap = k->cap ? 2 * k->cap : 8;
+    FloeOutput *a = floe__realloc(k->from, (size_t)cap * sizeof *a);
+    if (a) k->from = a;
+    FloeOutput *bb = a ? floe__realloc(k->to, (size_t)cap * sizeof *bb) : NULL;
+    if (bb) k->to = bb;
+    if (!a || !bb) {
+      floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building cond '%s'", c->cond);
+      return (FloeOutput){NULL, 0};
+    }
+    k->cap = cap;
+  }
+  k->from[k->n] = v;
+  k->to[k->n++] = floe_out(sw, 0);
+  return floe_out(sw, c->port);
+}
+
 static floe_code scan_region(FloeGraph *g, int first, int start, int end, FloeNode *pivot,
-                             const char *frame, int parallel, Capture *cap) {
+                             Capturer *cp) {
   FloeStatus st = {FLOE_OK, NULL};
   /* inside[id - first]: the node depends on the construct's flow. */
   bool *inside = floe__calloc((size_t)(end - first + 1), sizeof *inside);
@@ -143,8 +184,11 @@ static floe_code scan_region(FloeGraph *g, int first, int start, int end, FloeNo
         if (in.node->id < end && inside[in.node->id - first]) dep = true;
         continue;
       }
-      if (!frame) continue; /* a cond's branch may read anything of its own frame */
-      FloeOutput e = capture_enter(g, cap, in, frame, parallel);
+      if (!cp) continue;
+      /* Resources (variable handles) need no gating: what reads them is gated. */
+      if (!cp->frame && in.node->out_dtypes[in.index] == FLOE_RESOURCE) continue;
+      FloeOutput e = cp->frame ? capture_enter(g, cp->cap, in, cp->frame, cp->parallel)
+                               : capture_switch(g, cp, in);
       if (!e.node) {
         rc = floe_graph_status(g);
         break;
@@ -155,11 +199,11 @@ static floe_code scan_region(FloeGraph *g, int first, int start, int end, FloeNo
       const FloeNode *d = n->control[c];
       if (d->id >= first) {
         if (d->id < end && inside[d->id - first]) dep = true;
-      } else if (frame) {
+      } else if (cp && cp->frame) {
         rc = fail(g, FLOE_INVALID_ARGUMENT,
                   "node '%s' inside while loop '%s' has a control input from outside the loop: "
                   "make the loop wait for it instead (a control input of the loop's inputs)",
-                  n->name, frame);
+                  n->name, cp->frame);
       }
     }
     if (rc == FLOE_OK && !dep && n != pivot) rc = floe__node_add_control(n, pivot, &st);
@@ -241,8 +285,9 @@ static floe_code graph_code(const FloeGraph *g, floe_code fallback) {
 /* Runs one branch and makes its outputs wait for the pivot (so an output that merely
  * forwards an outside value is dead when the branch is not taken). */
 static floe_code build_branch(FloeGraph *g, const char *name, const char *which, int first,
-                              FloeNode *pivot, FloeBranchFn fn, void *arg, const FloeOutput *ins,
-                              int num_ins, FloeOutput *outs, int num_outputs) {
+                              FloeNode *pivot, Capturer *cp, FloeBranchFn fn, void *arg,
+                              const FloeOutput *ins, int num_ins, FloeOutput *outs,
+                              int num_outputs) {
   int start = floe_graph_num_nodes(g);
   for (int i = 0; i < num_outputs; i++) outs[i] = (FloeOutput){NULL, 0};
   floe_code rc = fn(g, arg, ins, num_ins, outs, num_outputs);
@@ -261,7 +306,7 @@ static floe_code build_branch(FloeGraph *g, const char *name, const char *which,
     }
   }
   int end = floe_graph_num_nodes(g);
-  rc = scan_region(g, first, start, end, pivot, NULL, 0, NULL);
+  rc = scan_region(g, first, start, end, pivot, cp);
   FloeNode **wrapped = floe__calloc((size_t)num_outputs, sizeof *wrapped);
   if (!wrapped) {
     floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building cond '%s'", name);
@@ -330,11 +375,16 @@ floe_code floe_cond(FloeGraph *g, const char *name, FloeOutput pred, const FloeO
     ins_f[i] = floe_out(s, 0);
     ins_t[i] = floe_out(s, 1);
   }
-  rc = build_branch(g, name, "true", first, pivot_t, true_fn, arg, ins_t, num_inputs, outs_t,
-                    num_outputs);
-  if (rc != FLOE_OK) goto out;
-  rc = build_branch(g, name, "false", first, pivot_f, false_fn, arg, ins_f, num_inputs, outs_f,
-                    num_outputs);
+  Capture switches = {NULL, NULL, 0, 0};
+  Capturer cp = {NULL, 0, name, pred, 1, &switches};
+  rc = build_branch(g, name, "true", first, pivot_t, &cp, true_fn, arg, ins_t, num_inputs,
+                    outs_t, num_outputs);
+  cp.port = 0;
+  if (rc == FLOE_OK)
+    rc = build_branch(g, name, "false", first, pivot_f, &cp, false_fn, arg, ins_f, num_inputs,
+                      outs_f, num_outputs);
+  floe__free(switches.from);
+  floe__free(switches.to);
   if (rc != FLOE_OK) goto out;
   for (int i = 0; i < num_outputs; i++) {
     char what[32];
@@ -510,8 +560,8 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
               "while loop '%s': the condition must produce a bool scalar%s", name, "");
     goto out;
   }
-  rc = scan_region(g, first, start, floe_graph_num_nodes(g), l.merge[0], name, l.parallel,
-                   &l.cap);
+  Capturer cp = {name, l.parallel, NULL, {NULL, 0}, 0, &l.cap};
+  rc = scan_region(g, first, start, floe_graph_num_nodes(g), l.merge[0], &cp);
   if (rc != FLOE_OK) goto out;
   if (o.maximum_iterations > 0) {
     FloeOutput max = loop_const_i32(&l, "maximum_iterations", o.maximum_iterations, first);
@@ -564,7 +614,7 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
     goto out;
   }
   int body_end = floe_graph_num_nodes(g);
-  rc = scan_region(g, first, start, body_end, body_in[0].node, name, l.parallel, &l.cap);
+  rc = scan_region(g, first, start, body_end, body_in[0].node, &cp);
   if (rc == FLOE_OK)
     rc = keep_sinks(g, start, body_end, next, n, l.exit, l.total,
                     unique(g, nm, sizeof nm, name, "side_effects"));

@@ -50,11 +50,22 @@ static floe_code grad_merge(FloeGradCtx *c, FloeStatus *st) {
   return FLOE_OK;
 }
 
-/* Switch(data, pred) -> (false, true): data gets whichever output's gradient is live. */
+/* Switch(data, pred) -> (false, true): data gets whichever output's gradient is live. An
+ * output no gradient reaches contributes zeros, made from a Switch on the forward data and
+ * predicate again, so they are live exactly when that output was (TF's _SwitchGrad). */
 static floe_code grad_switch(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   if (!c->need_dx[0]) return FLOE_OK;
-  FloeOutput g[2] = {floe__grad_dy(c, 0), floe__grad_dy(c, 1)};
+  FloeOutput g[2];
+  for (int j = 0; j < 2; j++) {
+    g[j] = c->dy[j];
+    if (g[j].node) continue;
+    FloeNodeBuilder *b = floe__grad_begin(c, "Switch");
+    floe_node_add_input(b, c->node->inputs[0]);
+    floe_node_add_input(b, c->node->inputs[1]);
+    FloeOutput again = floe_out(floe_node_finish(b), j);
+    g[j] = floe__grad_unary(c, "ZerosLike", again);
+  }
   FloeNodeBuilder *b = floe__grad_begin(c, "Merge");
   floe_node_add_input_list(b, g, 2);
   c->dx[0] = floe_out(floe_node_finish(b), 0);
@@ -289,6 +300,7 @@ typedef struct GradLoopBuild {
   FloeOutput n_iters;      /* the forward trip count N (outside) */
   FloeNode *counter_body;  /* the forward counter inside the body (the write index) */
   FloeNode *counter_next;  /* the counter's increment: waits for every write */
+  FloeNode *writes_done;   /* ControlTrigger between the writes and counter_next (lazy) */
   FloeOutput zero_flow;    /* f32 0, outside */
   int *fvar;               /* float loop variables (indices into L->vars) */
   int num_fvar;
@@ -400,7 +412,7 @@ static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
   floe_node_set_attr_type(b, "dtype", x.node->out_dtypes[x.index]);
   floe_node_set_attr_shape(b, "element_shape", x.node->out_shapes[x.index]);
   floe_node_set_attr_bool(b, "dynamic_size", true);
-  floe_node_set_attr_bool(b, "clear_after_read", true);
+  floe_node_set_attr_bool(b, "clear_after_read", false); /* several gradient nodes may read one */
   floe_node_set_attr_string(b, "tensor_array_name", scope);
   FloeNode *ta = floe_node_finish(b);
   if (!ta) return NULL;
@@ -416,8 +428,19 @@ static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
   floe_node_add_input(b, floe_out(f_in, 0));
   FloeNode *w = floe_node_finish(b);
   if (!w) return NULL;
-  /* N waits for every write: the backward loop starts once all are saved. */
-  if (floe__node_add_control(B->counter_next, w, B->st) != FLOE_OK) {
+  /* N waits for every write: the backward loop starts once all are saved. A value dead in
+   * an iteration (a branch not taken) is not written then, and its dead write must not
+   * stop the counter: writes reach it through a ControlTrigger. */
+  if (!B->writes_done) {
+    b = floe_node_begin(g, "ControlTrigger", name_in(g, nm, sizeof nm, frame, "saved"));
+    floe_node_add_control_input(b, w);
+    B->writes_done = floe_node_finish(b);
+    if (!B->writes_done || floe__cf_exclude(B->writes_done) != FLOE_OK) return NULL;
+    if (floe__node_add_control(B->counter_next, B->writes_done, B->st) != FLOE_OK) {
+      floe__graph_fail(g, B->st->code, "%s", floe_status_message(B->st));
+      return NULL;
+    }
+  } else if (floe__node_add_control(B->writes_done, w, B->st) != FLOE_OK) {
     floe__graph_fail(g, B->st->code, "%s", floe_status_message(B->st));
     return NULL;
   }
@@ -438,14 +461,24 @@ static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
 
 /* Points every input of the nodes [start, end) that is a forward value of the loop at its
  * saved copy for backward index idx (or, for an invariant, at the value outside). */
+static bool is_forward(const GradLoopBuild *B, const FloeNode *n) {
+  return n->id < B->num_walked && B->loop_of[n->id] == B->li;
+}
+
 static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx) {
   FloeGraph *g = B->g;
   for (int id = start; id < end; id++) {
     FloeNode *n = g->nodes[id];
+    /* A read runs only when the node needing it does: gated by one of its backward inputs
+     * (dead when the branch it differentiates was not taken in that iteration). */
+    FloeOutput gate_in = {NULL, 0};
+    for (int j = 0; j < n->num_inputs && !gate_in.node; j++)
+      if (!is_forward(B, n->inputs[j].node)) gate_in = n->inputs[j];
+    FloeNode *gate = NULL; /* an Identity of that input: dead exactly when the value is (a
+                              control edge from a Switch would carry the node, not the port) */
     for (int j = 0; j < n->num_inputs; j++) {
       FloeOutput in = n->inputs[j];
-      int pid = in.node->id;
-      if (pid >= B->num_walked || B->loop_of[pid] != B->li) continue;
+      if (!is_forward(B, in.node)) continue;
       FloeOutput repl;
       if (is_op(in.node, "Enter") && is_const_enter(in.node)) {
         repl = in.node->inputs[0];
@@ -453,12 +486,18 @@ static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx
         Saved *s = saved_for(B, in);
         if (!s) return floe_graph_status(g) ? floe_graph_status(g) : FLOE_NO_MEMORY;
         char nm[256];
+        if (gate_in.node && !gate) {
+          gate = unary_node(g, "Identity", name_in(g, nm, sizeof nm, s->write->name, "gate"),
+                            gate_in);
+          if (!gate) return floe_graph_status(g);
+        }
         FloeNodeBuilder *b = floe_node_begin(
             g, "TensorArrayReadV3", name_in(g, nm, sizeof nm, s->write->name, "read"));
         floe_node_add_input(b, s->handle);
         floe_node_add_input(b, idx);
         floe_node_add_input(b, B->zero_flow);
         floe_node_set_attr_type(b, "dtype", in.node->out_dtypes[in.index]);
+        if (gate) floe_node_add_control_input(b, gate);
         FloeNode *r = floe_node_finish(b);
         if (!r) return floe_graph_status(g);
         /* The read is made after the write; keep its shape for later shape checks. */

@@ -655,6 +655,116 @@ static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutp
   }
 }
 
+/* Keys of the nodes [0, num_nodes) in reverse topological order over data and control
+ * edges, loop back edges left out; a node of loop L (loop_of) is the single key
+ * num_nodes + L. *order: floe__malloc'd, caller frees. A cycle without a back edge is an
+ * error naming a node on it. */
+static floe_code reverse_topo(Walk *w, const int *loop_of, int num_loops, int **order, int *n,
+                              FloeStatus *st) {
+  FloeGraph *g = w->g;
+  int nn = w->num_nodes, nk = nn + num_loops;
+  int *indeg = floe__calloc((size_t)nk + 1, sizeof *indeg);
+  int *off = floe__calloc((size_t)nk + 2, sizeof *off);
+  int *queue = floe__malloc(((size_t)nk + 1) * sizeof *queue);
+  int *adj = NULL;
+  floe_code rc = FLOE_OK;
+  if (!indeg || !off || !queue) goto oom;
+#define KEY(id) (loop_of && loop_of[id] >= 0 ? nn + loop_of[id] : (id))
+  /* Two passes over the edges: count, then fill the adjacency (producer -> consumer). */
+  for (int pass = 0; pass < 2; pass++) {
+    int *fill = pass ? indeg : NULL;
+    if (pass) {
+      for (int k = 0; k < nk; k++) off[k + 1] += off[k];
+      adj = floe__malloc(((size_t)off[nk] + 1) * sizeof *adj);
+      if (!adj) goto oom;
+      memset(indeg, 0, (size_t)nk * sizeof *indeg);
+    }
+    for (int id = 0; id < nn; id++) {
+      const FloeNode *nd = g->nodes[id];
+      int kc = KEY(id);
+      for (int j = 0; j < nd->num_inputs + nd->num_control; j++) {
+        const FloeNode *p = j < nd->num_inputs ? nd->inputs[j].node : nd->control[j - nd->num_inputs];
+        if (p->id >= nn || (j < nd->num_inputs && back_edge(nd, &nd->inputs[j]))) continue;
+        int kp = KEY(p->id);
+        if (kp == kc) continue;
+        if (!pass) {
+          off[kp + 1]++;
+        } else {
+          adj[off[kp] + fill[kp]++] = kc; /* fill reuses indeg as a cursor first */
+        }
+      }
+    }
+  }
+  memset(indeg, 0, (size_t)nk * sizeof *indeg);
+  for (int e = 0; e < off[nk]; e++) indeg[adj[e]]++;
+  /* Kahn from the keys nothing consumes... in reverse: start from keys with no consumers. */
+  int *outdeg = floe__calloc((size_t)nk + 1, sizeof *outdeg);
+  if (!outdeg) goto oom;
+  for (int k = 0; k < nk; k++) outdeg[k] = off[k + 1] - off[k];
+  /* Reverse order = consumers first: count, per key, consumers not yet emitted. */
+  int *rev_off = floe__calloc((size_t)nk + 2, sizeof *rev_off);
+  int *rev = floe__malloc(((size_t)off[nk] + 1) * sizeof *rev);
+  if (!rev_off || !rev) {
+    floe__free(outdeg);
+    floe__free(rev_off);
+    floe__free(rev);
+    goto oom;
+  }
+  for (int e = 0; e < off[nk]; e++) rev_off[adj[e] + 1]++;
+  for (int k = 0; k < nk; k++) rev_off[k + 1] += rev_off[k];
+  memset(indeg, 0, (size_t)nk * sizeof *indeg);
+  for (int k = 0; k < nk; k++)
+    for (int e = off[k]; e < off[k + 1]; e++) rev[rev_off[adj[e]] + indeg[adj[e]]++] = k;
+  int qh = 0, qt = 0;
+  bool *present = floe__calloc((size_t)nk + 1, sizeof *present);
+  if (!present) {
+    floe__free(outdeg);
+    floe__free(rev_off);
+    floe__free(rev);
+    goto oom;
+  }
+  for (int id = 0; id < nn; id++) present[KEY(id)] = true;
+  for (int k = 0; k < nk; k++)
+    if (present[k] && outdeg[k] == 0) queue[qt++] = k;
+  while (qh < qt) {
+    int k = queue[qh++];
+    for (int e = rev_off[k]; e < rev_off[k + 1]; e++)
+      if (--outdeg[rev[e]] == 0) queue[qt++] = rev[e];
+  }
+  int want = 0;
+  for (int k = 0; k < nk; k++) want += present[k];
+  if (qt != want) {
+    int bad = -1;
+    for (int k = 0; k < nn && bad < 0; k++)
+      if (present[KEY(k)] && outdeg[KEY(k)] > 0) bad = k;
+    rc = floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                         "floe_gradients: node '%s' (%s) is on a cycle that is not a while loop "
+                         "built by floe_while_loop",
+                         bad >= 0 ? g->nodes[bad]->name : "?", bad >= 0 ? g->nodes[bad]->op->name : "?");
+  }
+#undef KEY
+  floe__free(present);
+  floe__free(outdeg);
+  floe__free(rev_off);
+  floe__free(rev);
+  floe__free(adj);
+  floe__free(indeg);
+  floe__free(off);
+  if (rc != FLOE_OK) {
+    floe__free(queue);
+    return rc;
+  }
+  *order = queue;
+  *n = qt;
+  return FLOE_OK;
+oom:
+  floe__free(adj);
+  floe__free(indeg);
+  floe__free(off);
+  floe__free(queue);
+  return floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+}
+
 /* The gradient of a whole while loop (the sweep reached its last Exit): contributions to
  * its initial values and to the outside values its body reads. */
 static floe_code backprop_loop(Walk *w, const FloeGradLoop *L, int li, const int *loop_of,
@@ -882,19 +992,23 @@ static floe_code gradients_impl(FloeGraph *g, const FloeOutput *ys, int num_ys,
     rc = contrib_add(&w, ys[i], seed, st);
   }
 
-  /* One descending sweep: every consumer of a node has a larger id. */
+  /* One sweep in reverse topological order (each loop one unit): a node is visited after
+   * every consumer of its outputs. */
+  int *order = NULL, num_order = 0;
+  if (rc == FLOE_OK) rc = reverse_topo(&w, loop_of, num_loops, &order, &num_order, st);
   FloeOutput *dy = NULL;
   int dy_cap = 0;
-  for (int id = w.num_nodes - 1; id >= 0 && rc == FLOE_OK; id--) {
+  for (int k = 0; k < num_order && rc == FLOE_OK; k++) {
+    int key = order[k];
+    if (key >= w.num_nodes) { /* a loop, differentiated whole */
+      int li = key - w.num_nodes;
+      rc = backprop_loop(&w, &loops[li], li, loop_of, st);
+      continue;
+    }
+    int id = key;
     if (!w.from_x[id] || !w.to_y[id]) continue;
     FloeNode *n = g->nodes[id];
     if (!top && is_x(xs, num_xs, n)) continue; /* one iteration: the gradient stops at xs */
-    if (loop_of && loop_of[id] >= 0) {
-      /* A loop is differentiated whole once the sweep reaches its last Exit. */
-      const FloeGradLoop *L = &loops[loop_of[id]];
-      if (id == L->last_exit_id) rc = backprop_loop(&w, L, loop_of[id], loop_of, st);
-      continue;
-    }
     if (n->num_outputs > dy_cap) {
       FloeOutput *v = floe__realloc(dy, (size_t)n->num_outputs * sizeof *v);
       if (!v) {
@@ -914,6 +1028,7 @@ static floe_code gradients_impl(FloeGraph *g, const FloeOutput *ys, int num_ys,
     rc = backprop_node(&w, n, dy, st);
   }
   floe__free(dy);
+  floe__free(order);
   floe__grad_loops_free(loops, num_loops);
   floe__free(loop_of);
   for (int i = 0; i < num_xs && rc == FLOE_OK; i++) {

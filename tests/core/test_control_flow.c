@@ -859,6 +859,150 @@ START_TEST(gradient_of_a_loop_matches_finite_differences) {
 }
 END_TEST
 
+static FloeOutput f64_const(FloeGraph *g, double v) {
+  FloeTensor *t = floe_tensor_new(FLOE_F64, 0, NULL, NULL);
+  *(double *)floe_tensor_data(t) = v;
+  FloeOutput o = floe_const(g, NULL, t);
+  floe_tensor_release(t);
+  return o;
+}
+
+/* loss = sum(y * y) over all of y ([1, D]) */
+static FloeOutput sum_squares_loss(FloeGraph *g, FloeOutput y) {
+  FloeTensor *ax = harness_i32(1, (const int64_t[]){2}, (const int32_t[]){0, 1});
+  FloeNodeBuilder *b = floe_node_begin(g, "Sum", "loss");
+  floe_node_add_input(b, floe_binary(g, "Mul", NULL, y, y));
+  floe_node_add_input(b, floe_const(g, NULL, ax));
+  floe_tensor_release(ax);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static floe_code branch_tanh_matmul(FloeGraph *g, void *arg, const FloeOutput *in, int n,
+                                    FloeOutput *out, int no) {
+  (void)n;
+  (void)no;
+  out[0] = floe_unary(g, "Tanh", NULL, floe_matmul(g, NULL, in[0], *(FloeOutput *)arg, 0, 0));
+  return FLOE_OK;
+}
+
+static floe_code branch_square(FloeGraph *g, void *arg, const FloeOutput *in, int n,
+                               FloeOutput *out, int no) {
+  (void)arg;
+  (void)n;
+  (void)no;
+  out[0] = floe_binary(g, "Mul", NULL, in[0], in[0]);
+  return FLOE_OK;
+}
+
+START_TEST(gradient_of_a_cond_matches_finite_differences) {
+  enum { D = 3 };
+  const double w[D * D] = {0.5, -0.2, 0.1, 0.3, 0.8, -0.4, -0.6, 0.2, 0.7};
+  const double xpos[D] = {0.3, 0.7, 0.2}, xneg[D] = {-0.3, -0.7, 0.2};
+  for (int sign = 0; sign < 2; sign++) {
+    GradModel m = grad_model_new(D);
+    FloeTensor *ax = harness_i32(1, (const int64_t[]){2}, (const int32_t[]){0, 1});
+    FloeNodeBuilder *b = floe_node_begin(m.g, "Sum", "xsum");
+    floe_node_add_input(b, m.x);
+    floe_node_add_input(b, floe_const(m.g, NULL, ax));
+    floe_tensor_release(ax);
+    FloeOutput pred = floe_binary(m.g, "Greater", NULL, floe_out(floe_node_finish(b), 0),
+                                  f64_const(m.g, 0));
+    FloeOutput y;
+    ck_assert_int_eq(floe_cond(m.g, "c", pred, &m.x, 1, branch_tanh_matmul, branch_square, &m.w,
+                               &y, 1),
+                     FLOE_OK);
+    m.loss = sum_squares_loss(m.g, y);
+    check_grads(&m, sign ? xneg : xpos, w, 0);
+    floe_graph_free(m.g);
+  }
+}
+END_TEST
+
+/* while (k < 20 && sum(h*h) < 3) h = h @ w * 1.5: the trip count depends on x and w. */
+static floe_code cond_grow(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
+  (void)arg;
+  (void)n;
+  FloeTensor *ax = harness_i32(1, (const int64_t[]){2}, (const int32_t[]){0, 1});
+  FloeNodeBuilder *b = floe_node_begin(g, "Sum", NULL);
+  floe_node_add_input(b, floe_binary(g, "Mul", NULL, v[1], v[1]));
+  floe_node_add_input(b, floe_const(g, NULL, ax));
+  floe_tensor_release(ax);
+  FloeOutput small = floe_binary(g, "Less", NULL, floe_out(floe_node_finish(b), 0), f64_const(g, 3));
+  *pred = floe_binary(g, "LogicalAnd", NULL, small,
+                      floe_binary(g, "Less", NULL, v[0], const_i32(g, NULL, 20)));
+  return FLOE_OK;
+}
+
+static floe_code body_grow(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *next) {
+  (void)n;
+  next[0] = floe_binary(g, "Add", NULL, v[0], const_i32(g, NULL, 1));
+  next[1] = floe_binary(g, "Mul", NULL, floe_matmul(g, NULL, v[1], *(FloeOutput *)arg, 0, 0),
+                        f64_const(g, 1.5));
+  return FLOE_OK;
+}
+
+START_TEST(gradient_through_a_data_dependent_trip_count) {
+  enum { D = 3 };
+  const double w[D * D] = {0.9, -0.2, 0.1, 0.3, 0.8, -0.4, -0.6, 0.2, 0.7};
+  const double xs[2][D] = {{0.1, 0.05, -0.02}, {1.0, -0.8, 0.6}};
+  for (int k = 0; k < 2; k++) {
+    GradModel m = grad_model_new(D);
+    FloeOutput init[2] = {const_i32(m.g, "k0", 0), m.x}, res[2];
+    ck_assert_int_eq(floe_while_loop(m.g, "grow", cond_grow, body_grow, &m.w, init, 2, NULL, res),
+                     FLOE_OK);
+    floe_unary(m.g, "Identity", "trips", res[0]);
+    m.loss = sum_squares_loss(m.g, res[1]);
+    /* The two starting points take different numbers of iterations. */
+    FloeSession *s = session_new(m.g);
+    const int64_t dx[2] = {1, D}, dw[2] = {D, D};
+    FloeTensor *xt = harness_f64(2, dx, xs[k]), *wt = harness_f64(2, dw, w);
+    FloeFeed f[2] = {{"x", xt}, {"w", wt}};
+    const char *fetch[1] = {"trips"};
+    FloeTensor *trips;
+    ck_assert(floe_session_run(s, f, 2, fetch, 1, NULL, 0, &trips, NULL) == FLOE_OK);
+    int32_t t = *(const int32_t *)floe_tensor_data(trips);
+    static int32_t first_trips;
+    if (k == 0) first_trips = t;
+    ck_assert_msg(k == 0 ? t >= 3 : t < first_trips, "start %d took %d iterations", k, t);
+    floe_tensor_release(trips);
+    floe_tensor_release(xt);
+    floe_tensor_release(wt);
+    floe_session_free(s);
+    check_grads(&m, xs[k], w, 0);
+    floe_graph_free(m.g);
+  }
+}
+END_TEST
+
+/* A cond in the body: even iterations h = tanh(h @ w), odd ones h = h * h. */
+static floe_code body_alternate(FloeGraph *g, void *arg, const FloeOutput *v, int n,
+                                FloeOutput *next) {
+  (void)n;
+  FloeOutput half = floe_binary(g, "Div", NULL, v[0], const_i32(g, NULL, 2));
+  FloeOutput even = floe_binary(g, "Equal", NULL,
+                                floe_binary(g, "Mul", NULL, half, const_i32(g, NULL, 2)), v[0]);
+  next[0] = floe_binary(g, "Add", NULL, v[0], const_i32(g, NULL, 1));
+  char name[64];
+  snprintf(name, sizeof name, "alt_%d", floe_graph_num_nodes(g));
+  return floe_cond(g, name, even, &v[1], 1, branch_tanh_matmul, branch_square,
+                   &((RnnArg *)arg)->w, &next[1], 1);
+}
+
+START_TEST(gradient_of_a_cond_inside_a_loop) {
+  enum { D = 3 };
+  const double x[D] = {0.3, -0.7, 0.2};
+  const double w[D * D] = {0.5, -0.2, 0.1, 0.3, 0.8, -0.4, -0.6, 0.2, 0.7};
+  GradModel m = grad_model_new(D);
+  RnnArg a = {m.n, m.w};
+  FloeOutput init[2] = {const_i32(m.g, "k0", 0), m.x}, res[2];
+  ck_assert_int_eq(floe_while_loop(m.g, "alt", cond_rnn, body_alternate, &a, init, 2, NULL, res),
+                   FLOE_OK);
+  m.loss = sum_squares_loss(m.g, res[1]);
+  check_grads(&m, x, w, 5);
+  floe_graph_free(m.g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("control_flow");
   TCase *tc = tcase_create("loops");
@@ -871,6 +1015,9 @@ int main(void) {
   tcase_add_test(tc, timeout_stops_an_endless_loop_and_names_it);
   tcase_add_test(tc, cancel_and_close_stop_a_running_loop);
   tcase_add_test(tc, gradient_of_a_loop_matches_finite_differences);
+  tcase_add_test(tc, gradient_of_a_cond_matches_finite_differences);
+  tcase_add_test(tc, gradient_through_a_data_dependent_trip_count);
+  tcase_add_test(tc, gradient_of_a_cond_inside_a_loop);
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
   suite_add_tcase(s, tc);
   tc = tcase_create("cond");
