@@ -731,4 +731,10 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
  * then there is no need to clone the graph for it. */
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
 
+/* ---- recurrent cells (grad_rnn.c) ---- */
+
+/* Registers the gradients of LSTMCell (an LSTMCellGrad node) and LSTMCellGrad (an error:
+ * no second derivative). Called by floe__grads_init. */
+floe_code floe__grads_register_rnn(FloeStatus *st);
+
 #endif /* FLOE_INTERNAL_H */
