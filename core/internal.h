@@ -858,5 +858,10 @@ FloeNode *floe__stack_close(FloeGraph *g, const char *name, FloeOutput handle);
  * run is safe (a stale one is an error when used). */
 bool floe__resource_is_obj_handle(const FloeTensor *t);
 /* End of TensorArrays and stacks. */
+/* ---- recurrent cells (grad_rnn.c) ---- */
+
+/* Registers the gradients of LSTMCell (an LSTMCellGrad node) and LSTMCellGrad (an error:
+ * no second derivative). Called by floe__grads_init. */
+floe_code floe__grads_register_rnn(FloeStatus *st);
 
 #endif /* FLOE_INTERNAL_H */

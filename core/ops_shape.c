@@ -1588,3 +1588,124 @@ floe_code floe__shape_stack_pop(const FloeHostApi *host, FloeShapeContext *sctx)
   sctx->output_shapes[0] = v ? v->u.shape : unknown_rank();
   return FLOE_OK;
 }
+
+/* ---- recurrent cells (ops_rnn.def) ---- */
+
+/* The sizes of an LSTM cell's operands, and w's rows (input + hidden). */
+enum { LSTM_B, LSTM_I, LSTM_H, LSTM_NSIZES, LSTM_IH = LSTM_NSIZES, LSTM_NONE };
+
+/* One operand: input index, name, layout, rank, and each dim as a size times a multiple. */
+typedef struct LstmOperand {
+  int input;
+  const char *name, *layout;
+  int rank;
+  int size[2], mult[2];
+} LstmOperand;
+
+static const char *const lstm_size_names[LSTM_NSIZES] = {"batch", "input", "hidden"};
+
+static const LstmOperand lstm_cell_operands[] = {
+    {0, "x", "[batch, input]", 2, {LSTM_B, LSTM_I}, {1, 1}},
+    {1, "h_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {2, "c_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {3, "w", "[input + hidden, 4 * hidden]", 2, {LSTM_IH, LSTM_H}, {1, 4}},
+    {4, "b", "[4 * hidden]", 1, {LSTM_H, LSTM_NONE}, {4, 0}},
+};
+
+static const LstmOperand lstm_grad_operands[] = {
+    {0, "x", "[batch, input]", 2, {LSTM_B, LSTM_I}, {1, 1}},
+    {1, "h_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {2, "c_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {3, "w", "[input + hidden, 4 * hidden]", 2, {LSTM_IH, LSTM_H}, {1, 4}},
+    {4, "c", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {5, "act", "[batch, 4 * hidden]", 2, {LSTM_B, LSTM_H}, {1, 4}},
+    {6, "dh", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {7, "dc", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+};
+
+/* Merges `got` (a dim of operand `in`: mult times size k; -1 unknown) into sizes[k], first
+ * set by operand from[k]. */
+static floe_code lstm_merge(FloeShapeContext *sctx, const char *in, int64_t got, int64_t mult,
+                            int k, int64_t *sizes, const char **from) {
+  if (got < 0) return FLOE_OK;
+  if (got % mult)
+    return fail(sctx, "%s: %s has %lld columns, not 4 * hidden (a multiple of 4): the gates i, "
+                      "f, g, o take hidden columns each", op_name(sctx), in, (long long)got);
+  int64_t v = got / mult;
+  if (sizes[k] >= 0 && sizes[k] != v)
+    return fail(sctx, "%s: %s gives %s size %lld but %s gives %lld", op_name(sctx), in,
+                lstm_size_names[k], (long long)v, from[k], (long long)sizes[k]);
+  if (sizes[k] < 0) {
+    sizes[k] = v;
+    from[k] = in;
+  }
+  return FLOE_OK;
+}
+
+/* Checks the operands' ranks and agreement and resolves batch, input and hidden sizes. */
+static floe_code lstm_sizes(FloeShapeContext *sctx, const LstmOperand *ops, int n,
+                            int64_t *sizes) {
+  const char *from[LSTM_NSIZES] = {NULL, NULL, NULL};
+  int64_t w_rows = -1;
+  for (int k = 0; k < LSTM_NSIZES; k++) sizes[k] = -1;
+  for (int j = 0; j < n; j++) {
+    const FloeShape *s = &sctx->input_shapes[ops[j].input];
+    if (s->rank >= 0 && s->rank != ops[j].rank)
+      return fail(sctx, "%s: %s must have rank %d, %s, got shape %s", op_name(sctx),
+                  ops[j].name, ops[j].rank, ops[j].layout, SHAPE_STR(*s));
+  }
+  for (int j = 0; j < n; j++) {
+    const FloeShape *s = &sctx->input_shapes[ops[j].input];
+    if (s->rank < 0) continue;
+    for (int d = 0; d < s->rank; d++) {
+      if (ops[j].size[d] == LSTM_IH) {
+        w_rows = s->dims[d];
+        continue;
+      }
+      floe_code c = lstm_merge(sctx, ops[j].name, s->dims[d], ops[j].mult[d], ops[j].size[d],
+                               sizes, from);
+      if (c != FLOE_OK) return c;
+    }
+  }
+  if (w_rows < 0) return FLOE_OK;
+  int64_t in = sizes[LSTM_I], hid = sizes[LSTM_H];
+  if ((in >= 0 && hid >= 0 && in + hid != w_rows) || (in >= 0 && in > w_rows) ||
+      (hid >= 0 && hid > w_rows))
+    return fail(sctx, "%s: w has %lld rows but must have input + hidden = %s + %s rows (w is "
+                      "[input + hidden, 4 * hidden]: x's weights, then h_prev's)",
+                op_name(sctx), (long long)w_rows, in >= 0 ? INTS_STR(&in, 1) : "?",
+                hid >= 0 ? INTS_STR(&hid, 1) : "?");
+  if (in < 0 && hid >= 0) sizes[LSTM_I] = w_rows - hid;
+  if (hid < 0 && in >= 0) sizes[LSTM_H] = w_rows - in;
+  return FLOE_OK;
+}
+
+static int64_t times4(int64_t v) { return v >= 0 ? 4 * v : -1; }
+
+floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t s[LSTM_NSIZES];
+  floe_code c = lstm_sizes(sctx, lstm_cell_operands, FLOE__ARRAY_LEN(lstm_cell_operands), s);
+  if (c != FLOE_OK) return c;
+  int64_t bh[2] = {s[LSTM_B], s[LSTM_H]}, bg[2] = {s[LSTM_B], times4(s[LSTM_H])};
+  sctx->output_shapes[0] = floe_shape_make(2, bh);
+  sctx->output_shapes[1] = floe_shape_make(2, bh);
+  sctx->output_shapes[2] = floe_shape_make(2, bg);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t s[LSTM_NSIZES];
+  floe_code c = lstm_sizes(sctx, lstm_grad_operands, FLOE__ARRAY_LEN(lstm_grad_operands), s);
+  if (c != FLOE_OK) return c;
+  int64_t b = s[LSTM_B], in = s[LSTM_I], hid = s[LSTM_H];
+  /* dw is shaped like w, whose rows may be known when input and hidden are not. */
+  const FloeShape *w = &sctx->input_shapes[3];
+  int64_t w_rows = in >= 0 && hid >= 0 ? in + hid : w->rank == 2 ? w->dims[0] : -1;
+  int64_t bi[2] = {b, in}, bh[2] = {b, hid}, wd[2] = {w_rows, times4(hid)}, bd[1] = {wd[1]};
+  sctx->output_shapes[0] = floe_shape_make(2, bi);
+  sctx->output_shapes[1] = floe_shape_make(2, bh);
+  sctx->output_shapes[2] = floe_shape_make(2, bh);
+  sctx->output_shapes[3] = floe_shape_make(2, wd);
+  sctx->output_shapes[4] = floe_shape_make(1, bd);
+  return FLOE_OK;
+}

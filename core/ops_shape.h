@@ -57,5 +57,8 @@ floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *s
 floe_code floe__shape_broadcast_to(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_sum_to_shape(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_expand_reduced(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Recurrent cells (ops_rnn.def). */
+floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

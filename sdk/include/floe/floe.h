@@ -389,5 +389,7 @@ FLOE_API long floe_test_fail_alloc_after(long n);
 #include "floe_control.h"
 /* TensorArrays: per-step lists of tensors for dynamic RNNs. */
 #include "floe_tensor_array.h"
+/* Recurrent cells. */
+#include "floe_rnn.h"
 
 #endif /* FLOE_H */
