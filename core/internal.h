@@ -731,4 +731,9 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
  * then there is no need to clone the graph for it. */
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
 
+/* ------------------------------------------------------------------------------------ */
+/* Text corpora (issue 4): text.c (fortune files, tokenizer, vocabulary, split, unigram
+ * baseline, .npy export) and text_batch.c (windows, padded sequences). Both speak only
+ * floe_text.h's API to each other; nothing internal is shared. */
+
 #endif /* FLOE_INTERNAL_H */
