@@ -30,6 +30,9 @@ trap 'rm -rf "$out" "$data"' EXIT
 make -s -C "$top/bench" lstm_corpus >/dev/null
 "$top/bench/lstm_corpus" "$data" ${FORTUNES_DIR:+--data "$FORTUNES_DIR"} |
   sed 's/^{/{"corpus":true,/' | tee -a "$out"
+# The ids the baselines read are the text as floe_text.h defines it (an independent Python
+# tokenizer agrees), so every system trains on the same data.
+python3 "$top/bench/check_text_corpus.py" "$data" ${FORTUNES_DIR:+--data "$FORTUNES_DIR"}
 
 run_floe=yes
 if [ ! -x "$floe" ]; then

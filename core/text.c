@@ -9,11 +9,13 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -299,10 +301,11 @@ static bool build_file(TextBuild *b, const char *data, size_t len) {
   return build_fortune(b, data + start, len - start);
 }
 
-/* Reads a whole regular file into a new buffer (caller frees); NULL with st naming path. */
+/* Reads a whole regular file into a new buffer (caller frees); NULL with st naming path.
+ * O_NONBLOCK: a FIFO given as a fortune file is refused, not waited on. */
 static char *read_file(const char *path, size_t *len, FloeStatus *st) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     int e = errno;
     floe_status_set(st, e == ENOENT ? FLOE_NOT_FOUND : FLOE_PERMISSION_DENIED,
                     "cannot open fortune file %s: %s", path, strerror(e));
@@ -310,7 +313,8 @@ static char *read_file(const char *path, size_t *len, FloeStatus *st) {
   }
   struct stat sb;
   char *buf = NULL;
-  if (fstat(fileno(f), &sb) != 0) goto err_io;
+  size_t got = 0;
+  if (fstat(fd, &sb) != 0) goto err_io;
   if (!S_ISREG(sb.st_mode)) {
     floe_status_set(st, FLOE_INVALID_ARGUMENT, "fortune file %s is not a regular file", path);
     goto err;
@@ -321,18 +325,24 @@ static char *read_file(const char *path, size_t *len, FloeStatus *st) {
                     (long long)sb.st_size);
     goto err;
   }
-  size_t got = fread(buf, 1, (size_t)sb.st_size, f);
-  if (ferror(f)) goto err_io;
-  fclose(f);
+  while (got < (size_t)sb.st_size) {
+    ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) goto err_io;
+    if (r == 0) break; /* shrunk while we read: take what is there */
+    got += (size_t)r;
+  }
+  close(fd);
   *len = got;
   return buf;
 
-err_io:
-  floe_status_set(st, FLOE_DATA_LOSS, "cannot read fortune file %s: %s", path,
-                  strerror(errno));
+err_io:;
+  int e = errno;
+  floe_status_set(st, FLOE_DATA_LOSS, "cannot read fortune file %s at offset %zu: %s", path,
+                  got, strerror(e));
 err:
   floe__free(buf);
-  fclose(f);
+  close(fd);
   return NULL;
 }
 

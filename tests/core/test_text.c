@@ -578,6 +578,11 @@ START_TEST(load_errors) {
   const char *a_dir[1] = {path_in("nowords")};
   ck_assert_ptr_null(floe_text_load_files(a_dir, 1, 0, 0, st));
   ck_assert_ptr_nonnull(strstr(floe_status_message(st), "not a regular file"));
+  /* A FIFO is refused at once, not read (it would block). */
+  ck_assert_int_eq(mkfifo(path_in("fifo"), 0644), 0);
+  const char *fifo[1] = {path_in("fifo")};
+  ck_assert_ptr_null(floe_text_load_files(fifo, 1, 0, 0, st));
+  ck_assert_ptr_nonnull(strstr(floe_status_message(st), "not a regular file"));
   ck_assert_ptr_null(floe_text_load_files(NULL, 0, 0, 0, st));
   ck_assert_ptr_nonnull(strstr(floe_status_message(st), "empty corpus"));
   const char *with_null[2] = {f, NULL};

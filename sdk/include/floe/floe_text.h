@@ -15,7 +15,7 @@
  *    that mark once ("..." -> ".", "?!" -> "?" "!"). They are kept, not dropped: they are
  *    about 13% of the fortunes' tokens, mark the sentence boundaries inside multi-sentence
  *    fortunes, and a language model of the text as written must predict them;
- *  - every other byte (space, quotes, brackets, digits' separators such as "/") separates;
+ *  - every other byte (spaces, quotes, brackets, slashes, ...) separates tokens;
  *  - the corpus appends <eos> to each fortune; a fortune with no token is skipped (it is no
  *    fortune for the split either).
  *
