@@ -863,5 +863,8 @@ bool floe__resource_is_obj_handle(const FloeTensor *t);
 /* Registers the gradients of LSTMCell (an LSTMCellGrad node) and LSTMCellGrad (an error:
  * no second derivative). Called by floe__grads_init. */
 floe_code floe__grads_register_rnn(FloeStatus *st);
+/* Text corpora (issue 4): text.c (fortune files, tokenizer, vocabulary, split, unigram
+ * baseline, .npy export) and text_batch.c (windows, padded sequences). Both speak only
+ * floe_text.h's API to each other; nothing internal is shared. */
 
 #endif /* FLOE_INTERNAL_H */

@@ -391,5 +391,7 @@ FLOE_API long floe_test_fail_alloc_after(long n);
 #include "floe_tensor_array.h"
 /* Recurrent cells. */
 #include "floe_rnn.h"
+/* Text corpora for language models: fortunes, vocabulary, batchers. */
+#include "floe_text.h"
 
 #endif /* FLOE_H */
