@@ -542,6 +542,7 @@ static floe_code gather_rows(FloeKernelContext *ctx, TensorArray *ta, const int3
   }
   for (int64_t k = 0; rc == FLOE_OK && k < n; k++)
     if (rows[k]) clear_locked(ta, idx ? idx[k] : k);
+  int64_t size = ta->size; /* for messages: a dynamic array may grow once unlocked */
   pthread_mutex_unlock(&ta->mu);
   floe__free(seen);
 
@@ -560,7 +561,7 @@ static floe_code gather_rows(FloeKernelContext *ctx, TensorArray *ta, const int3
     rc = ta_fail(st, FLOE_INVALID_ARGUMENT, ta,
                  "could not gather %lld elements (size %lld): %s, so the element shape is "
                  "unknown (give the TensorArray a full element_shape)",
-                 (long long)n, (long long)ta->size,
+                 (long long)n, (long long)size,
                  n ? "none of them was written" : "there are none");
   for (int64_t k = 0; rc == FLOE_OK && k < n; k++) {
     FloeShape s = rows[k] ? floe_tensor_shape(rows[k]) : zshape[k];
