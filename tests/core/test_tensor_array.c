@@ -944,6 +944,70 @@ START_TEST(stack_concurrent_pushes) {
 }
 END_TEST
 
+/* ---- allocation failures ---- */
+
+/* One step with every kind of object and op: unstack (views), read, gather, a gradient
+ * array (made, summed, zero-filled, stacked) and a stack push and pop. */
+static FloeGraph *walk_graph(void) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, (int64_t[]){3, 2}));
+  FloeTensorArrayOptions o = opts_elem(shape1(2));
+  o.clear_after_read = 0;
+  FloeTensorArray ta = floe_tensor_array(g, "ta", FLOE_F32, ci32(g, 3), &o);
+  ta = floe_ta_unstack(g, "unstack", ta, x);
+  FloeOutput r = floe_ta_read(g, "r", ta, ci32(g, 1));
+  floe_ta_gather(g, "gather", ta, ci32v(g, (const int32_t[]){2, 0}, 2));
+  FloeTensorArray gr = grad_of(g, "grad", ta);
+  gr = floe_ta_write(g, "g1", gr, ci32(g, 0), r);
+  gr = floe_ta_write(g, "g2", gr, ci32(g, 0), r);
+  floe_ta_stack(g, "gstack", gr);
+  FloeOutput h = floe__stack_new(g, "st", FLOE_F32, 0);
+  FloeOutput p = floe__stack_push(g, "push", h, r, false, NULL);
+  floe__stack_pop(g, "pop", h, FLOE_F32, shape1(2), p.node);
+  return g;
+}
+
+/* For N = 1, 2, ... the Nth core allocation of a step (and every later one) fails: the
+ * step ends in FLOE_NO_MEMORY with a message, or, once N is past its last allocation, in
+ * the right values. Leaks of the failure paths are caught by make check-asan. */
+START_TEST(step_allocation_failures) {
+  FloeGraph *g = walk_graph();
+  FloeSession *s = session_new(g);
+  const double xs[6] = {1, 2, 3, 4, 5, 6};
+  FloeTensor *xv = harness_from_doubles(FLOE_F32, 2, (int64_t[]){3, 2}, xs);
+  FloeFeed f = {"x", xv};
+  const char *fetches[] = {"gather", "gstack", "pop"};
+  FloeStatus *st = floe_status_new();
+  bool done = false;
+  long n;
+  for (n = 1; n < 100000 && !done; n++) {
+    FloeTensor *out[3] = {NULL, NULL, NULL};
+    floe_status_clear(st);
+    floe_test_fail_alloc_after(n);
+    floe_code rc = floe_session_run(s, &f, 1, fetches, 3, NULL, 0, out, st);
+    floe_test_fail_alloc_after(0);
+    if (rc == FLOE_OK) {
+      assert_values(out[0], (const double[]){5, 6, 1, 2}, 4, "gather");
+      assert_values(out[1], (const double[]){6, 8, 0, 0, 0, 0}, 6, "gradient stack");
+      assert_values(out[2], (const double[]){3, 4}, 2, "pop");
+      for (int i = 0; i < 3; i++) floe_tensor_release(out[i]);
+      done = true;
+      break;
+    }
+    ck_assert_msg(rc == FLOE_NO_MEMORY, "N=%ld: expected NO_MEMORY, got %s: %s", n,
+                  floe_code_name(rc), floe_status_message(st));
+    ck_assert_msg(strlen(floe_status_message(st)) > 0, "N=%ld: no message", n);
+    for (int i = 0; i < 3; i++) ck_assert_ptr_null(out[i]);
+  }
+  ck_assert_msg(done, "never succeeded");
+  ck_assert_int_gt(n, 10);
+  floe_status_free(st);
+  floe_tensor_release(xv);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
 /* The coverage list of test_gradients: every op of ops_rnn.def is differentiated here or
  * registered as not differentiable. */
 START_TEST(gradient_registrations) {
@@ -990,6 +1054,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, stack_push_pop_order);
   tcase_add_test(tc, stack_errors);
   tcase_add_test(tc, stack_concurrent_pushes);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("alloc_fail");
+  tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, step_allocation_failures);
   suite_add_tcase(s, tc);
   return s;
 }
