@@ -453,6 +453,52 @@ START_TEST(errors_name_and_close) {
 }
 END_TEST
 
+/* Mistakes the graph can see are errors when the node is built. */
+START_TEST(errors_when_building) {
+  struct {
+    const char *what, *part;
+  } cases[] = {
+      {"short options", "options are too short (struct_size 4)"},
+      {"negative size", "TensorArrayV3 size must be >= 0, got -1"},
+      {"scatter rows", "TensorArrayScatterV3 has 3 indices but the value [2,2] has 2 rows"},
+      {"unstack scalar", "TensorArrayUnstackV3 value must have rank >= 1"},
+      {"read element_shape", "element_shape [3] contradicts the TensorArray's element shape [2]"},
+  };
+  for (size_t c = 0; c < FLOE__ARRAY_LEN(cases); c++) {
+    FloeGraph *g = floe_graph_new();
+    FloeTensorArrayOptions o = opts_elem(shape1(2));
+    FloeTensorArray ta = floe_tensor_array(g, "ta", FLOE_F32, ci32(g, 3), &o);
+    ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+    FloeOutput v22 = cval(g, FLOE_F32, 2, (int64_t[]){2, 2}, (const double[]){1, 2, 3, 4});
+    switch (c) {
+      case 0:
+        o.struct_size = 4;
+        ta = floe_tensor_array(g, "short", FLOE_F32, ci32(g, 3), &o);
+        ck_assert_ptr_null(ta.handle.node);
+        break;
+      case 1: floe_tensor_array(g, "neg", FLOE_F32, ci32(g, -1), NULL); break;
+      case 2: floe_ta_scatter(g, "sc", ta, ci32v(g, (const int32_t[]){0, 1, 2}, 3), v22); break;
+      case 3: floe_ta_unstack(g, "un", ta, ci32(g, 1)); break;
+      default: {
+        FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayReadV3", "r");
+        floe_node_add_input(b, ta.handle);
+        floe_node_add_input(b, ci32(g, 0));
+        floe_node_add_input(b, ta.flow);
+        floe_node_set_attr_type(b, "dtype", FLOE_F32);
+        floe_node_set_attr_shape(b, "element_shape", shape1(3));
+        floe_node_finish(b);
+      }
+    }
+    ck_assert_msg(floe_graph_status(g) != FLOE_OK, "%s: no error", cases[c].what);
+    mentions(floe_graph_error(g, NULL), cases[c].part);
+    /* Later builder calls are no-ops under the sticky error. */
+    FloeOutput r = floe_ta_read(g, NULL, ta, ci32(g, 0));
+    ck_assert_ptr_null(r.node);
+    floe_graph_free(g);
+  }
+}
+END_TEST
+
 /* ---- the gradient TensorArray ---- */
 
 /* The gradient array of `fwd` (source "s") as a FloeTensorArray. */
@@ -673,6 +719,7 @@ START_TEST(handle_from_an_earlier_run) {
   floe_ta_read(g, "r", ta, ci32(g, 0));
   FloeOutput st = floe__stack_new(g, "st", FLOE_F32, 0);
   floe__stack_pop(g, "pop", st, FLOE_F32, floe_shape_unknown(), NULL);
+  floe_variable(g, "var", FLOE_F32, shape1(2), floe_init_zeros());
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
   FloeSession *s = session_new(g);
   const char *fetches[] = {"ta:0", "r", "st"};
@@ -702,6 +749,12 @@ START_TEST(handle_from_an_earlier_run) {
   mentions(msg, "resource handles cannot be fed");
   free(msg);
   floe_tensor_release(zero);
+  /* A TensorArray's handle fed where a variable's goes. */
+  FloeFeed fv = {"var", out[0]};
+  const char *vr = "var/read";
+  ck_assert_int_eq(run(s, &fv, 1, &vr, 1, NULL, &v, &msg), FLOE_INVALID_ARGUMENT);
+  mentions(msg, "expected a variable's handle");
+  free(msg);
   /* The session still works. */
   run_ok(s, NULL, 0, &r, 1, &v);
   assert_values(v, (const double[]){1, 2}, 2, "read after the failed runs");
@@ -873,6 +926,12 @@ START_TEST(stack_errors) {
   FloeNode *close = floe_node_finish(nb);
   floe__stack_pop(g, "after_close", h2, FLOE_F32, floe_shape_unknown(), close);
   floe__stack_close(g, "close_st", h);
+  nb = floe_node_begin(g, "StackV2", "unnamed_node");
+  floe_node_add_input(nb, ci32(g, 0));
+  floe_node_set_attr_type(nb, "elem_type", FLOE_F32);
+  floe_node_set_attr_string(nb, "stack_name", "named");
+  FloeOutput named = floe_out(floe_node_finish(nb), 0);
+  floe__stack_pop(g, "named_pop", named, FLOE_F32, floe_shape_unknown(), NULL);
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
 
   const char *empty[] = {"node 'empty' (StackPopV2)", "stack 'st' is empty", NULL};
@@ -888,6 +947,13 @@ START_TEST(stack_errors) {
   expect_error(g, NULL, 0, "as_3", FLOE_INVALID_ARGUMENT, pop_sh);
   const char *closed[] = {"stack 'closing' has been closed", NULL};
   expect_error(g, NULL, 0, "after_close", FLOE_FAILED_PRECONDITION, closed);
+  const char *named_empty[] = {"node 'named_pop'", "stack 'named' is empty", NULL};
+  expect_error(g, NULL, 0, "named_pop", FLOE_INVALID_ARGUMENT, named_empty);
+  FloeSession *s = session_new(g);
+  char *msg;
+  ck_assert_int_eq(run(s, NULL, 0, NULL, 0, "close_st", NULL, &msg), FLOE_OK);
+  free(msg);
+  floe_session_free(s);
   /* max_size beyond i32 fails when built. */
   floe__stack_new(g, "huge", FLOE_F32, (int64_t)1 << 40);
   ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
@@ -1033,6 +1099,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, errors_of_reads);
   tcase_add_test(tc, errors_of_gather_scatter_stack);
   tcase_add_test(tc, errors_name_and_close);
+  tcase_add_test(tc, errors_when_building);
   tcase_add_test(tc, handle_from_an_earlier_run);
   suite_add_tcase(s, tc);
   tc = tcase_create("gradients");
