@@ -442,9 +442,10 @@ static floe_code create_compute(void *state, FloeKernelContext *ctx) {
                            dyn && dyn->u.b, !clr || clr->u.b, false, &st);
   if (!ta) return floe__kctx_fail(ctx, &st);
   FloeTensor *handle = NULL, *flow = NULL;
+  FloeShape scalar = floe_shape_scalar();
   if (floe__kernel_ctx_add_step_resource(ctx, &ta->res, &st) == FLOE_OK &&
       (handle = floe__resource_obj_handle(&ta->res, &st)) != NULL)
-    flow = floe__kctx_to_device(ctx, zeros(FLOE_F32, &(FloeShape){0, {0}}, &st), &st);
+    flow = floe__kctx_to_device(ctx, zeros(FLOE_F32, &scalar, &st), &st);
   floe__resource_release(&ta->res); /* the step keeps it */
   if (!flow) {
     floe_tensor_release(handle);
