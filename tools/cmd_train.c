@@ -399,6 +399,10 @@ static void print_profile(const Trainer *t, int64_t steps, double train_secs) {
 }
 
 int cmd_train(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) /* the language model has its own options (train_lstm.c) */
+    if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], "lstm")) ||
+        !strcmp(argv[i], "--model=lstm"))
+      return cmd_train_lstm(argc, argv);
   double t_start = now_seconds();
   Trainer t;
   memset(&t, 0, sizeof t);
