@@ -283,7 +283,7 @@ static bool build_fortune(TextBuild *b, const char *raw, size_t len) {
 /* True when the line data[start..end) (without its '\n') separates fortunes. */
 static bool separator_line(const char *data, size_t start, size_t end) {
   size_t n = end - start;
-  return (n == 1 && data[start] == '%') || (n == 2 && data[start] == '%' && data[start + 1] == '\r');
+  return (n == 1 || (n == 2 && data[start + 1] == '\r')) && data[start] == '%';
 }
 
 /* Cuts a file's contents at its "%" lines and tokenizes each fortune. */

@@ -303,7 +303,8 @@ static void check_windows(const FloeTextCorpus *c, FloeTextSplit split, int64_t 
   FloeTensor *win = NULL;
   if (want_per_epoch > 2) {
     ck_assert_int_eq(floe_text_windows_next(w, &win, st), 1);
-    ck_assert_int_eq(((int32_t *)floe_tensor_data(win))[0], naive_window(ids, n, batch, steps, 2, 0, 0));
+    ck_assert_int_eq(((int32_t *)floe_tensor_data(win))[0],
+                     naive_window(ids, n, batch, steps, 2, 0, 0));
     floe_tensor_release(win);
   }
   floe_text_windows_start_epoch(w, 1000);
