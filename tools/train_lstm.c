@@ -5,8 +5,9 @@
  * The graph: ids [batch, steps] -> time-major -> embedding [vocab, hidden] -> `layers`
  * floe_dynamic_lstm layers (each one while loop over the window, fused LSTMCell when the
  * CPU plugin has it) -> a softmax over the vocabulary: full, or sampled (--sampled-softmax
- * K: the true word against K words drawn uniformly, accidental hits removed, as in
- * TensorFlow's sampled_softmax_loss; evaluation always uses the full softmax). Adam at a
+ * K: the true word against K words drawn log-uniformly, corrected by their expected
+ * counts, accidental hits removed, as TensorFlow's sampled_softmax_loss; evaluation always
+ * uses the full softmax). Adam at a
  * constant rate, no clipping: the recipe bench/lstm_baselines.py gives PyTorch and Keras.
  * Windows are cut as TensorFlow's PTB reader does, and each window starts from the last
  * one's final state (truncated backpropagation through time), reset every epoch.
@@ -37,7 +38,8 @@ static const char lstm_help[] =
     "  --layers L             stacked LSTM layers (default 2)\n"
     "  --vocab V              vocabulary: the V most frequent words, the rest <unk>\n"
     "                         (default 10000)\n"
-    "  --sampled-softmax K    train with a sampled softmax of K words (default: full)\n"
+    "  --sampled-softmax K    train with a sampled softmax of K words drawn from the\n"
+    "                         log-uniform distribution (default: the full softmax)\n"
     "  --lr X                 Adam's learning rate (default 0.001, constant)\n"
     "  --eval-windows N       held-out windows to evaluate (default: all)\n"
     "  --json                 end with one JSON line: the options, perplexity,\n"
@@ -75,8 +77,8 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
   *done = 0;
   optind = 1;
   opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  int c, li = 0;
+  while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
     long long *target = NULL, lo = 1, hi = 1LL << 30;
     switch (c) {
       case 'm':
@@ -105,15 +107,21 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
         fputs(lstm_help, stdout);
         *done = 1;
         return 0;
-      default: return cli_usage("train", lstm_help);
+      default: {
+        char msg[128];
+        snprintf(msg, sizeof msg, "unknown option '%s' for --model lstm (see --help)",
+                 argv[optind - 1]);
+        return cli_usage("train", msg);
+      }
     }
     if (target) {
       char *end;
       long long v = strtoll(optarg, &end, 10);
       if (*end || v < lo || v > hi) {
-        fprintf(stderr, "floe train: --%s takes an integer from %lld to %lld, got '%s'\n",
-                opts[0].name ? argv[optind - 2] + 2 : "", lo, hi, optarg);
-        return 2;
+        char msg[160];
+        snprintf(msg, sizeof msg, "--%s takes an integer from %lld to %lld, got '%s'",
+                 opts[li].name, lo, hi, optarg);
+        return cli_usage("train", msg);
       }
       *target = v;
     }
@@ -162,22 +170,48 @@ static FloeOutput xent(FloeGraph *g, const char *name, FloeOutput logits, FloeOu
   return floe_sparse_softmax_cross_entropy(g, name, logits, labels);
 }
 
+static FloeOutput f32c(FloeGraph *g, float v) {
+  FloeTensor *t = floe_tensor_scalar_f32(v, NULL);
+  FloeOutput o = floe_const(g, NULL, t);
+  floe_tensor_release(t);
+  return o;
+}
+
+/* log(K * P(id)) for ids (i32, any shape) under the log-uniform (Zipf) distribution
+ * P(k) = log((k + 2) / (k + 1)) / log(V + 1) that fits ids sorted by frequency: the
+ * log-expected count subtracted from each logit. */
+static FloeOutput log_expected(FloeGraph *g, FloeOutput ids, const LstmOptions *o) {
+  FloeNodeBuilder *nb = floe_node_begin(g, "Cast", NULL);
+  floe_node_add_input(nb, ids);
+  floe_node_set_attr_type(nb, "DstT", FLOE_F32);
+  FloeOutput k = floe_out(floe_node_finish(nb), 0);
+  FloeOutput ratio = floe_binary(g, "Div", NULL, floe_binary(g, "Add", NULL, k, f32c(g, 2)),
+                                 floe_binary(g, "Add", NULL, k, f32c(g, 1)));
+  FloeOutput p = floe_binary(g, "Div", NULL, floe_unary(g, "Log", NULL, ratio),
+                             f32c(g, (float)log((double)o->vocab + 1)));
+  return floe_unary(g, "Log", NULL, floe_binary(g, "Mul", NULL, p, f32c(g, (float)o->sampled)));
+}
+
 /* The sampled softmax loss of hidden states hs [n, H] for labels [n] against the output
- * words w [V, H], b [V]: the true word's logit beside K uniformly sampled words' (those equal
- * to the label pushed to -1e9), trained toward the true one. Uniform sampling makes the
- * log-expected-count correction one constant for every logit, so it cancels. */
+ * words w [V, H], b [V] (TensorFlow's sampled_softmax_loss): the true word's logit beside
+ * those of K words drawn from the log-uniform distribution (one draw per step, shared by
+ * the batch), each minus its log-expected count, sampled words equal to the label pushed to
+ * -1e9 (accidental hits), trained toward the true one. */
 static FloeOutput sampled_loss(FloeGraph *g, FloeOutput hs, FloeOutput labels, FloeOutput w,
                                FloeOutput b, const LstmOptions *o) {
-  int32_t k = (int32_t)o->sampled, v = (int32_t)o->vocab;
+  int32_t k = (int32_t)o->sampled;
   FloeNodeBuilder *nb = floe_node_begin(g, "RandomUniform", "sampled/uniform");
   floe_node_add_input(nb, i32_const(g, &k, 1, 1));
   floe_node_set_attr_int(nb, "seed", o->seed + 7);
   FloeOutput u = floe_out(floe_node_finish(nb), 0);
-  FloeTensor *vt = floe_tensor_scalar_f32((float)v, NULL);
-  FloeOutput scaled = floe_binary(g, "Mul", NULL, u, floe_const(g, NULL, vt));
-  floe_tensor_release(vt);
+  /* k = floor(exp(u * log(V + 1))) - 1, in [0, V - 1] */
+  FloeOutput e = floe_unary(g, "Exp", NULL,
+                            floe_binary(g, "Mul", NULL, u, f32c(g, (float)log((double)o->vocab + 1))));
+  FloeOutput kf = floe_binary(g, "Minimum", NULL,
+                              floe_binary(g, "Sub", NULL, floe_unary(g, "Floor", NULL, e), f32c(g, 1)),
+                              f32c(g, (float)(o->vocab - 1)));
   nb = floe_node_begin(g, "Cast", "sampled/ids");
-  floe_node_add_input(nb, floe_unary(g, "Floor", NULL, scaled));
+  floe_node_add_input(nb, floe_binary(g, "Maximum", NULL, kf, f32c(g, 0)));
   floe_node_set_attr_type(nb, "DstT", FLOE_I32);
   FloeOutput ids = floe_out(floe_node_finish(nb), 0); /* [K] */
   FloeOutput sw = floe_binary(g, "Gather", NULL, w, ids), sb = floe_binary(g, "Gather", NULL, b, ids);
@@ -187,15 +221,17 @@ static FloeOutput sampled_loss(FloeGraph *g, FloeOutput hs, FloeOutput labels, F
   int32_t one = 1;
   floe_node_add_input(nb, i32_const(g, &one, 1, 0));
   floe_node_set_attr_bool(nb, "keep_dims", 1);
-  FloeOutput true_logit = floe_binary(g, "Add", NULL, floe_out(floe_node_finish(nb), 0),
-                                      reshape(g, NULL, tb, (const int32_t[]){-1, 1}, 2));
-  FloeOutput samp = floe_binary(g, "Add", NULL, floe_matmul(g, NULL, hs, sw, 0, 1), sb); /* [n, K] */
+  FloeOutput true_logit = floe_binary(
+      g, "Sub", NULL,
+      floe_binary(g, "Add", NULL, floe_out(floe_node_finish(nb), 0),
+                  reshape(g, NULL, tb, (const int32_t[]){-1, 1}, 2)),
+      reshape(g, NULL, log_expected(g, labels, o), (const int32_t[]){-1, 1}, 2));
+  FloeOutput samp = floe_binary(g, "Sub", NULL,
+                                floe_binary(g, "Add", NULL, floe_matmul(g, NULL, hs, sw, 0, 1), sb),
+                                log_expected(g, ids, o)); /* [n, K] */
   FloeOutput hit = floe_binary(g, "Equal", NULL, reshape(g, NULL, labels, (const int32_t[]){-1, 1}, 2),
                                reshape(g, NULL, ids, (const int32_t[]){1, -1}, 2));
-  FloeTensor *neg = floe_tensor_scalar_f32(-1e9f, NULL);
-  FloeOutput negs = floe_binary(g, "Add", NULL, floe_unary(g, "ZerosLike", NULL, samp),
-                                floe_const(g, NULL, neg));
-  floe_tensor_release(neg);
+  FloeOutput negs = floe_binary(g, "Add", NULL, floe_unary(g, "ZerosLike", NULL, samp), f32c(g, -1e9f));
   nb = floe_node_begin(g, "Select", NULL);
   floe_node_add_input(nb, hit);
   floe_node_add_input(nb, negs);
