@@ -113,7 +113,8 @@ static void *churn(void *arg) {
 START_TEST(concurrent_buffers_keep_the_count_exact) {
   FloeMemoryStats m0 = stats();
   pthread_t th[4];
-  for (intptr_t k = 0; k < 4; k++) ck_assert_int_eq(pthread_create(&th[k], NULL, churn, (void *)k), 0);
+  for (intptr_t k = 0; k < 4; k++)
+    ck_assert_int_eq(pthread_create(&th[k], NULL, churn, (void *)k), 0);
   for (int k = 0; k < 4; k++) {
     void *rc;
     pthread_join(th[k], &rc);
