@@ -352,7 +352,8 @@ static void warm_up(void) {
   floe_graph_free(g);
 }
 
-/* Child: one variant alone; prints "base_kb hwm_kb end_kb reset nodes loss". */
+/* Child: one variant alone; prints "base_kb built_kb hwm_kb reset nodes loss" (built: the
+ * RSS once the graph, the session and the initialised variables exist, before any step). */
 static int rss_child(const Config *c, int variant) {
   Batch bt;
   batch_make(c, &bt);
@@ -362,17 +363,18 @@ static int rss_child(const Config *c, int variant) {
   if (!reset) base = status_kb("VmHWM"); /* cannot reset: everything so far counts as base */
   Model m;
   model_build(&m, c, variant);
+  long built = status_kb("VmRSS");
   double loss = 0;
   for (int k = 0; k < c->rss_steps; k++) train_step(&m, &bt, &loss);
-  long hwm = status_kb("VmHWM"), end = status_kb("VmRSS");
-  printf("%ld %ld %ld %d %d %.9g\n", base, hwm, end, reset, m.nodes, loss);
+  long hwm = status_kb("VmHWM");
+  printf("%ld %ld %ld %d %d %.9g\n", base, built, hwm, reset, m.nodes, loss);
   model_free(&m);
   batch_free(&bt);
   return 0;
 }
 
 typedef struct RssResult {
-  long base_kb, hwm_kb, end_kb;
+  long base_kb, built_kb, hwm_kb;
   int reset, nodes;
   double loss;
 } RssResult;
@@ -410,7 +412,7 @@ static void run_child(const Config *c, int variant, RssResult *r) {
   close(fd[1]);
   if (rc != 0) die("spawn", strerror(rc));
   FILE *f = fdopen(fd[0], "r");
-  int got = f ? fscanf(f, "%ld %ld %ld %d %d %lf", &r->base_kb, &r->hwm_kb, &r->end_kb,
+  int got = f ? fscanf(f, "%ld %ld %ld %d %d %lf", &r->base_kb, &r->built_kb, &r->hwm_kb,
                        &r->reset, &r->nodes, &r->loss)
               : 0;
   if (f) fclose(f);
@@ -424,7 +426,9 @@ static void run_child(const Config *c, int variant, RssResult *r) {
 
 typedef struct Result {
   double median_ms, min_ms;
-  double tensor_peak;  /* bytes above the live bytes at the step's start (max over steps) */
+  /* Bytes of tensors alive at once above those alive when the step started: the median and
+   * the largest over the timed steps (the schedule of parallel kernels varies it a little). */
+  double tensor_peak, tensor_peak_max;
   RssResult rss;
   int nodes, iterations;
 } Result;
@@ -492,11 +496,12 @@ static int run_bench(const Config *c) {
   res[DYNAMIC].iterations = bt.lengths[0];
   res[UNROLLED].iterations = (int)c->max_len;
   int total = c->reps + 2; /* two warm-up rounds */
-  double *ms[VARIANTS], *loss[VARIANTS];
+  double *ms[VARIANTS], *loss[VARIANTS], *peak[VARIANTS];
   for (int v = 0; v < VARIANTS; v++) {
     ms[v] = malloc((size_t)total * sizeof(double));
     loss[v] = malloc((size_t)total * sizeof(double));
-    if (!ms[v] || !loss[v]) die("bench", "out of memory");
+    peak[v] = malloc((size_t)total * sizeof(double));
+    if (!ms[v] || !loss[v] || !peak[v]) die("bench", "out of memory");
   }
   for (int r = 0; r < total; r++)
     for (int i = 0; i < VARIANTS; i++) {
@@ -506,8 +511,7 @@ static int run_bench(const Config *c) {
       floe_memory_reset_peak();
       ms[v][r] = train_step(&m[v], &bt, &loss[v][r]) * 1e3;
       floe_memory_stats(&after);
-      double extra = (double)(after.peak_tensor_bytes - before.live_tensor_bytes);
-      if (extra > res[v].tensor_peak) res[v].tensor_peak = extra;
+      peak[v][r] = (double)(after.peak_tensor_bytes - before.live_tensor_bytes);
     }
   double max_rel = 0;
   for (int r = 0; r < total; r++)
@@ -515,6 +519,8 @@ static int run_bench(const Config *c) {
   for (int v = 0; v < VARIANTS; v++) {
     res[v].median_ms = bench_median(ms[v] + 2, c->reps); /* sorts: [2] is the fastest */
     res[v].min_ms = ms[v][2];
+    res[v].tensor_peak = bench_median(peak[v] + 2, c->reps);
+    res[v].tensor_peak_max = peak[v][total - 1];
   }
   if (c->profile && !c->json) print_profile(m, &bt);
   for (int v = 0; v < VARIANTS; v++) model_free(&m[v]);
@@ -540,11 +546,14 @@ static int run_bench(const Config *c) {
            loss[UNROLLED][total - 1], max_rel);
     for (int v = 0; v < VARIANTS; v++)
       printf("%s{\"variant\": \"%s\", \"iterations\": %d, \"nodes\": %d, \"median_ms\": %.3f, "
-             "\"min_ms\": %.3f, \"tensor_peak_bytes\": %.0f, \"peak_rss_bytes\": %.0f, "
-             "\"rss_base_bytes\": %.0f, \"hwm_reset\": %d, \"child_loss\": %.9g}",
+             "\"min_ms\": %.3f, \"tensor_peak_bytes\": %.0f, \"tensor_peak_max_bytes\": %.0f, "
+             "\"peak_rss_bytes\": %.0f, "
+             "\"rss_base_bytes\": %.0f, \"rss_built_bytes\": %.0f, \"hwm_reset\": %d, "
+             "\"child_loss\": %.9g}",
              v ? ", " : "", variant_name[v], res[v].iterations, res[v].nodes, res[v].median_ms,
-             res[v].min_ms, res[v].tensor_peak, rss[v], res[v].rss.base_kb * 1024.0,
-             res[v].rss.reset, res[v].rss.loss);
+             res[v].min_ms, res[v].tensor_peak, res[v].tensor_peak_max, rss[v],
+             res[v].rss.base_kb * 1024.0, res[v].rss.built_kb * 1024.0, res[v].rss.reset,
+             res[v].rss.loss);
     printf("]}\n");
   } else {
     printf("LSTM training step (forward + backward + SGD), f32, %s cell, B=%lld I=%lld H=%lld "
@@ -556,22 +565,27 @@ static int run_bench(const Config *c) {
            "max relative difference over all steps (and the children's) %.2g\n",
            loss[DYNAMIC][0], loss[UNROLLED][0], total, loss[DYNAMIC][total - 1],
            loss[UNROLLED][total - 1], max_rel);
-    printf("%-9s %10s %6s %17s %17s %15s\n", "variant", "iterations", "nodes",
-           "step ms med (min)", "tensor peak MiB", "peak RSS MiB");
+    printf("%-9s %10s %6s %17s %21s %13s\n", "variant", "iterations", "nodes",
+           "step ms med (min)", "tensor peak MiB (max)", "peak RSS MiB");
     for (int v = 0; v < VARIANTS; v++)
-      printf("%-9s %10d %6d %8.1f (%6.1f) %17.1f %15.1f\n", variant_name[v], res[v].iterations,
-             res[v].nodes, res[v].median_ms, res[v].min_ms, res[v].tensor_peak / MiB, rss[v] / MiB);
+      printf("%-9s %10d %6d %8.1f (%6.1f) %11.1f (%6.1f) %13.1f\n", variant_name[v],
+             res[v].iterations, res[v].nodes, res[v].median_ms, res[v].min_ms,
+             res[v].tensor_peak / MiB, res[v].tensor_peak_max / MiB, rss[v] / MiB);
     printf("ratio unrolled / dynamic: step time %.2f, tensor peak %.2f, peak RSS %.2f\n",
            res[UNROLLED].median_ms / res[DYNAMIC].median_ms,
            res[UNROLLED].tensor_peak / res[DYNAMIC].tensor_peak, rss[UNROLLED] / rss[DYNAMIC]);
     printf("(peak RSS: VmHWM of a child process running %d steps of one variant, minus its RSS "
-           "before the graph was built%s; base %.0f / %.0f MiB)\n",
+           "before the graph was built%s: base %.0f / %.0f MiB; graph, session and variables "
+           "before the first step %.1f / %.1f MiB of it)\n",
            c->rss_steps, res[0].rss.reset && res[1].rss.reset ? "" : "; VmHWM could NOT be reset",
-           res[0].rss.base_kb / 1024.0, res[1].rss.base_kb / 1024.0);
+           res[0].rss.base_kb / 1024.0, res[1].rss.base_kb / 1024.0,
+           (res[0].rss.built_kb - res[0].rss.base_kb) / 1024.0,
+           (res[1].rss.built_kb - res[1].rss.base_kb) / 1024.0);
   }
   for (int v = 0; v < VARIANTS; v++) {
     free(ms[v]);
     free(loss[v]);
+    free(peak[v]);
   }
   batch_free(&bt);
   return max_rel > 1e-3; /* the variants disagree: the comparison is not fair */
