@@ -20,7 +20,8 @@
  * RSS before its graph was built.
  *
  *   bench_dynamic_rnn [--batch B] [--input I] [--hidden H] [--max-len T]
- *                     [--lengths fortunes|uniform] [--reps N] [--rss-steps N] [--json]
+ *                     [--lengths fortunes|uniform] [--data DIR] [--fused always|never]
+ *                     [--reps N] [--rss-steps N] [--seed S] [--lr X] [--profile] [--json]
  */
 #define _GNU_SOURCE
 #include <floe/floe.h>
@@ -390,7 +391,7 @@ static void run_child(const Config *c, int variant, RssResult *r) {
   snprintf(args[6], 32, "--rss-steps=%d", c->rss_steps);
   snprintf(args[7], 32, "--seed=%llu", (unsigned long long)c->seed);
   snprintf(args[8], 32, "--fused=%s", c->fused == FLOE_LSTM_FUSED_NEVER ? "never" : "always");
-  snprintf(args[9], 32, "--lr=%g", c->lr);
+  snprintf(args[9], 32, "--lr=%.17g", c->lr);
   char *argv[14] = {"bench_dynamic_rnn"};
   int n = 1;
   for (int i = 0; i < 10; i++) argv[n++] = args[i];
@@ -415,7 +416,10 @@ static void run_child(const Config *c, int variant, RssResult *r) {
   int got = f ? fscanf(f, "%ld %ld %ld %d %d %lf", &r->base_kb, &r->built_kb, &r->hwm_kb,
                        &r->reset, &r->nodes, &r->loss)
               : 0;
-  if (f) fclose(f);
+  if (f)
+    fclose(f);
+  else
+    close(fd[0]);
   int ws;
   waitpid(pid, &ws, 0);
   if (got != 6 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
@@ -427,7 +431,8 @@ static void run_child(const Config *c, int variant, RssResult *r) {
 typedef struct Result {
   double median_ms, min_ms;
   /* Bytes of tensors alive at once above those alive when the step started: the median and
-   * the largest over the timed steps (the schedule of parallel kernels varies it a little). */
+   * the largest over the timed steps (the order parallel kernels and loop iterations run in
+   * varies it, the loop's most). */
   double tensor_peak, tensor_peak_max;
   RssResult rss;
   int nodes, iterations;
@@ -604,7 +609,8 @@ static void usage(FILE *out) {
           "  --max-len T         padded length, the unrolled steps (default 100)\n"
           "  --lengths KIND      fortunes (pieces of Debian's fortunes, default) or uniform\n"
           "  --data DIR          fortune folder (default %s)\n"
-          "  --fused always|never the cell as one LSTMCell op (default) or primitive ops\n"
+          "  --fused KIND        always: the cell as one LSTMCell op (default); never:\n"
+          "                      primitive ops\n"
           "  --reps N            timed steps of each (default 10; 2 warm-ups before)\n"
           "  --rss-steps N       steps run by each peak-RSS child (default 3)\n"
           "  --seed S            batch choice and data (default 1)\n"
