@@ -63,8 +63,36 @@ static bool drop_ref(atomic_int *refs) {
   return atomic_fetch_sub_explicit(refs, 1, memory_order_acq_rel) == 1;
 }
 
+/* Bytes of tensor buffers alive in the process and their high-water mark (floe_memory_stats):
+ * one relaxed atomic add per buffer made or freed, so benchmarks can see what a step keeps. */
+static _Atomic int64_t live_tensor_bytes, peak_tensor_bytes;
+
+static void count_buffer(size_t bytes) {
+  int64_t now = atomic_fetch_add_explicit(&live_tensor_bytes, (int64_t)bytes,
+                                          memory_order_relaxed) + (int64_t)bytes;
+  int64_t peak = atomic_load_explicit(&peak_tensor_bytes, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&peak_tensor_bytes, &peak, now,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed)) {
+  }
+}
+
+void floe_memory_stats(FloeMemoryStats *out) {
+  if (!out || out->struct_size < offsetof(FloeMemoryStats, peak_tensor_bytes) + sizeof(int64_t))
+    return;
+  out->live_tensor_bytes = atomic_load_explicit(&live_tensor_bytes, memory_order_relaxed);
+  out->peak_tensor_bytes = atomic_load_explicit(&peak_tensor_bytes, memory_order_relaxed);
+}
+
+void floe_memory_reset_peak(void) {
+  atomic_store_explicit(&peak_tensor_bytes,
+                        atomic_load_explicit(&live_tensor_bytes, memory_order_relaxed),
+                        memory_order_relaxed);
+}
+
 static void buffer_release(FloeBuffer *b) {
   if (!b || !drop_ref(&b->refs)) return;
+  atomic_fetch_sub_explicit(&live_tensor_bytes, (int64_t)b->size, memory_order_relaxed);
   if (b->embedded) {
     floe__free(block_of(b)); /* b, the data and the first tensor's header go with it */
     return;
@@ -121,6 +149,7 @@ static FloeTensor *small_tensor(FloeDevice *dev, FloeDType dt, int rank, const i
   blk->buf.size = nbytes;
   blk->buf.device = dev;
   blk->tensor.buf = &blk->buf;
+  count_buffer(nbytes);
   return &blk->tensor;
 }
 
@@ -160,6 +189,7 @@ FloeTensor *floe__tensor_alloc(FloeDevice *dev, FloeDType dt, int rank, const in
     }
   }
   t->buf = b;
+  count_buffer(nbytes);
   return t;
 
 err_free_buffer:

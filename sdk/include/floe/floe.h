@@ -371,6 +371,22 @@ FLOE_API void floe_session_set_profiling(FloeSession *s, int on);
 FLOE_API floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_rows,
                                         FloeStatus *status);
 
+/* Memory: the bytes of tensor data buffers alive in this process (host and every device's,
+ * counted when a buffer is made and when its last reference goes; views and tensors
+ * sharing a buffer add nothing), and the most alive at once since the process started or
+ * since the last floe_memory_reset_peak. Kernel scratch memory and the devices' caches of
+ * freed blocks are not tensors and are not counted (peak RSS shows them). Thread-safe; a
+ * reset while other threads allocate may miss a rise that races with it. */
+typedef struct FloeMemoryStats {
+  size_t struct_size;        /* sizeof(FloeMemoryStats), set by the caller */
+  int64_t live_tensor_bytes; /* alive now */
+  int64_t peak_tensor_bytes; /* high-water mark */
+} FloeMemoryStats;
+/* Fills *out (nothing when out is NULL or its struct_size is too small). */
+FLOE_API void floe_memory_stats(FloeMemoryStats *out);
+/* Starts a new high-water mark at the bytes alive now. */
+FLOE_API void floe_memory_reset_peak(void);
+
 /* ------------------------------------------------------------------------------------ */
 /* Testing hooks. */
 
