@@ -308,6 +308,8 @@ typedef struct GradLoopBuild {
   int num_finv;
   Saved *saved;
   int num_saved, cap_saved;
+  FloeNode **fwd_extra;    /* forward-side nodes made for the gradient (shape_forward) */
+  int num_fwd_extra, cap_fwd_extra;
   FloeStatus *st;
 } GradLoopBuild;
 
@@ -462,13 +464,65 @@ static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
 /* Points every input of the nodes [start, end) that is a forward value of the loop at its
  * saved copy for backward index idx (or, for an invariant, at the value outside). */
 static bool is_forward(const GradLoopBuild *B, const FloeNode *n) {
-  return n->id < B->num_walked && B->loop_of[n->id] == B->li;
+  if (n->id < B->num_walked) return B->loop_of[n->id] == B->li;
+  for (int i = 0; i < B->num_fwd_extra; i++)
+    if (B->fwd_extra[i] == n) return true;
+  return false;
+}
+
+static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx);
+
+/* Shape, Size, Rank of a forward value: computed in the forward loop, so only the small
+ * result is saved, not the tensor (a Slice's or Concat's gradient needs only shapes). n's
+ * consumers among [n+1, end) take the forward copy instead (saved and read back by the
+ * caller's substitution); n is left unused. */
+static floe_code shape_forward(GradLoopBuild *B, FloeNode *n, int end) {
+  FloeGraph *g = B->g;
+  char nm[256];
+  FloeNodeBuilder *b = floe_node_begin(g, n->op->name, name_in(g, nm, sizeof nm, n->name, "forward"));
+  floe_node_add_input(b, n->inputs[0]);
+  floe__node_copy_attr(n, b, "out_type");
+  FloeNode *f = floe_node_finish(b);
+  if (!f || floe__cf_exclude(f) != FLOE_OK) return floe_graph_status(g) ? floe_graph_status(g) : FLOE_NO_MEMORY;
+  /* f counts as forward for the substitution below: its result is saved per iteration. */
+  if (B->num_fwd_extra == B->cap_fwd_extra) {
+    int cap = B->cap_fwd_extra ? 2 * B->cap_fwd_extra : 8;
+    FloeNode **v = floe__realloc(B->fwd_extra, (size_t)cap * sizeof *v);
+    if (!v) {
+      floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
+      return FLOE_NO_MEMORY;
+    }
+    B->fwd_extra = v;
+    B->cap_fwd_extra = cap;
+  }
+  B->fwd_extra[B->num_fwd_extra++] = f;
+  FloeOutput fo = floe_out(f, 0);
+  for (int id = n->id + 1; id < end; id++) {
+    FloeNode *u = g->nodes[id];
+    for (int j = 0; j < u->num_inputs; j++)
+      if (u->inputs[j].node == n && floe__node_set_input(u, j, fo, B->st) != FLOE_OK) {
+        floe__graph_fail(g, B->st->code, "%s", floe_status_message(B->st));
+        return B->st->code;
+      }
+  }
+  /* n has no consumer left: the builder's scans leave it out, and nothing runs it. */
+  if (floe__cf_exclude(n) != FLOE_OK) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
+    return FLOE_NO_MEMORY;
+  }
+  return FLOE_OK;
 }
 
 static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx) {
   FloeGraph *g = B->g;
   for (int id = start; id < end; id++) {
     FloeNode *n = g->nodes[id];
+    if ((is_op(n, "Shape") || is_op(n, "Size") || is_op(n, "Rank")) && n->num_inputs == 1 &&
+        is_forward(B, n->inputs[0].node)) {
+      floe_code rc = shape_forward(B, n, end);
+      if (rc != FLOE_OK) return rc;
+      continue;
+    }
     /* A read runs only when the node needing it does: gated by one of its backward inputs
      * (dead when the branch it differentiates was not taken in that iteration). */
     FloeOutput gate_in = {NULL, 0};
@@ -628,6 +682,7 @@ out:
   floe__free(B.fvar);
   floe__free(B.finv);
   floe__free(B.saved);
+  floe__free(B.fwd_extra);
   floe__free(init);
   floe__free(res);
   return rc;
