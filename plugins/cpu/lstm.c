@@ -157,13 +157,14 @@ static floe_code gemm(FloeKernelContext *ctx, const Cell *cl, bool ta, bool tb, 
   return FLOE_OK;
 }
 
-/* Rows of x [B,I] and h [B,H] side by side into xh [B,I+H]. */
+/* Rows of x [B,I] and h [B,H] side by side into xh [B,I+H]. (An empty x may have no data
+ * pointer at all: no memcpy from or to it.) */
 static void pack_rows(const Cell *cl, const void *x, const void *h, void *xh) {
   size_t es = cl->f64 ? sizeof(double) : sizeof(float);
   int64_t ni = cl->in, nh = cl->hid;
   for (int64_t r = 0; r < cl->batch; r++) {
     char *row = (char *)xh + (size_t)(r * (ni + nh)) * es;
-    memcpy(row, (const char *)x + (size_t)(r * ni) * es, (size_t)ni * es);
+    if (ni) memcpy(row, (const char *)x + (size_t)(r * ni) * es, (size_t)ni * es);
     memcpy(row + (size_t)ni * es, (const char *)h + (size_t)(r * nh) * es, (size_t)nh * es);
   }
 }
@@ -174,7 +175,7 @@ static void unpack_rows(const Cell *cl, const void *xh, void *x, void *h) {
   int64_t ni = cl->in, nh = cl->hid;
   for (int64_t r = 0; r < cl->batch; r++) {
     const char *row = (const char *)xh + (size_t)(r * (ni + nh)) * es;
-    memcpy((char *)x + (size_t)(r * ni) * es, row, (size_t)ni * es);
+    if (ni) memcpy((char *)x + (size_t)(r * ni) * es, row, (size_t)ni * es);
     memcpy((char *)h + (size_t)(r * nh) * es, row + (size_t)ni * es, (size_t)nh * es);
   }
 }

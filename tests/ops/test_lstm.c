@@ -353,7 +353,8 @@ static void check_grads(FloeDType dt, const Size *sz, int loss, double tol, bool
   floe_graph_free(g);
 }
 
-static const Size grad_sizes[] = {{2, 3, 4, 0.0}, {3, 5, 6, 0.7}, {1, 1, 1, -1.0}, {4, 2, 3, 0.0}};
+static const Size grad_sizes[] = {{2, 3, 4, 0.0}, {3, 5, 6, 0.7}, {1, 1, 1, -1.0}, {4, 2, 3, 0.0},
+                                  {2, 0, 3, 0.5}};
 
 START_TEST(gradients_f64_loss_h_and_c) {
   check_grads(FLOE_F64, &grad_sizes[_i], LOSS_HC, 1e-12, true);
