@@ -2,9 +2,10 @@
  * same cell built from primitive ops (floe_lstm_cell with FLOE_LSTM_FUSED_ALWAYS / _NEVER),
  * f32, on the same inputs in the same process: forward alone (fetch h and c) and forward +
  * backward (fetch the gradients at x, h, c, w and b of sum(h) + sum(c)). Repetitions rotate
- * between the two forms; medians and the fastest repetitions are reported, ratio = primitive
- * time / fused time (> 1: the fused cell is faster). The two forms' outputs are compared
- * once (max |difference|).
+ * between the two forms; reported per form: the median and fastest wall time of a step and
+ * the median process CPU time (all threads; on a shared machine the least disturbed
+ * measure of the work done), and ratios = primitive / fused (> 1: the fused cell is
+ * faster). The two forms' outputs are compared once (max |difference|).
  *
  *   bench_lstm [--reps N] [--json]
  */
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct Case {
   const char *name;
@@ -83,23 +85,30 @@ static void form_free(Form *f) {
   floe_graph_free(f->g);
 }
 
-/* Runs one step of kind (forward: the first two fetches); returns seconds. outs may be
- * NULL (released here). */
-static double step(Form *f, const FloeFeed *feeds, int kind, FloeTensor **outs) {
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Runs one step of kind (forward: the first two fetches); returns wall seconds and sets
+ * *cpu to the process CPU seconds. outs may be NULL (released here). */
+static double step(Form *f, const FloeFeed *feeds, int kind, FloeTensor **outs, double *cpu) {
   int n = kind == FWD ? 2 : NUM_OUT;
   FloeTensor *tmp[NUM_OUT];
   FloeTensor **o = outs ? outs : tmp;
-  double t0 = bench_now();
+  double c0 = cpu_now(), t0 = bench_now();
   if (floe_session_run(f->s, feeds, 5, f->fetches, n, NULL, 0, o, st) != FLOE_OK)
     die("run", floe_status_message(st));
   double dt = bench_now() - t0;
+  if (cpu) *cpu = cpu_now() - c0;
   if (!outs)
     for (int k = 0; k < n; k++) floe_tensor_release(o[k]);
   return dt;
 }
 
 typedef struct Result {
-  double median_ms[FORMS][KINDS], min_ms[FORMS][KINDS];
+  double median_ms[FORMS][KINDS], min_ms[FORMS][KINDS], cpu_ms[FORMS][KINDS];
   double max_diff;
 } Result;
 
@@ -132,26 +141,31 @@ static void bench_case(const Case *c, int reps, Result *res) {
     feeds[k] = (FloeFeed){ph[k], vals[k]};
   }
   FloeTensor *o[FORMS][NUM_OUT];
-  for (int f = 0; f < FORMS; f++) step(&forms[f], feeds, FWD_BWD, o[f]);
+  for (int f = 0; f < FORMS; f++) step(&forms[f], feeds, FWD_BWD, o[f], NULL);
   res->max_diff = max_abs_diff(o[FUSED], o[PRIMITIVE], NUM_OUT);
   for (int f = 0; f < FORMS; f++)
     for (int k = 0; k < NUM_OUT; k++) floe_tensor_release(o[f][k]);
 
-  double *t[FORMS][KINDS];
+  double *t[FORMS][KINDS], *cpu[FORMS][KINDS];
   for (int f = 0; f < FORMS; f++)
-    for (int k = 0; k < KINDS; k++) t[f][k] = malloc((size_t)reps * sizeof(double));
+    for (int k = 0; k < KINDS; k++) {
+      t[f][k] = malloc((size_t)reps * sizeof(double));
+      cpu[f][k] = malloc((size_t)reps * sizeof(double));
+    }
   for (int r = -2; r < reps; r++) /* two untimed warm-up rounds */
     for (int kind = 0; kind < KINDS; kind++)
       for (int i = 0; i < FORMS; i++) {
         int f = (i + (r < 0 ? 0 : r)) % FORMS; /* rotate which goes first */
-        double dt = step(&forms[f], feeds, kind, NULL);
-        if (r >= 0) t[f][kind][r] = dt;
+        double used, dt = step(&forms[f], feeds, kind, NULL, &used);
+        if (r >= 0) t[f][kind][r] = dt, cpu[f][kind][r] = used;
       }
   for (int f = 0; f < FORMS; f++)
     for (int k = 0; k < KINDS; k++) {
       res->median_ms[f][k] = bench_median(t[f][k], reps) * 1e3; /* sorts: [0] is the fastest */
       res->min_ms[f][k] = t[f][k][0] * 1e3;
+      res->cpu_ms[f][k] = bench_median(cpu[f][k], reps) * 1e3;
       free(t[f][k]);
+      free(cpu[f][k]);
     }
   for (int k = 0; k < 5; k++) floe_tensor_release(vals[k]);
   for (int f = 0; f < FORMS; f++) form_free(&forms[f]);
@@ -194,29 +208,33 @@ int main(int argc, char **argv) {
   if (json)
     printf("{\"bench\": \"lstm\", \"dtype\": \"f32\", \"reps\": %d, \"cases\": [", reps);
   else
-    printf("LSTM cell step f32, %d reps: median ms (fastest ms); ratio = primitive / fused\n"
-           "%-14s %-17s %19s %19s %6s %6s %9s\n",
-           reps, "case", "kind", "fused        ", "primitive      ", "ratio", "(min)",
-           "max|diff|");
+    printf("LSTM cell step f32, %d reps: wall ms median (fastest), median CPU ms;\n"
+           "ratios primitive / fused of the wall median, fastest wall, median CPU\n"
+           "%-14s %-17s %26s %26s %6s %6s %6s %9s\n",
+           reps, "case", "kind", "fused              ", "primitive            ", "wall",
+           "min", "cpu", "max|diff|");
   for (int i = 0; i < NUM_CASES; i++) {
     const Result *r = &res[i];
     for (int k = 0; k < KINDS; k++) {
       double ratio = r->median_ms[PRIMITIVE][k] / r->median_ms[FUSED][k];
       double min_ratio = r->min_ms[PRIMITIVE][k] / r->min_ms[FUSED][k];
+      double cpu_ratio = r->cpu_ms[PRIMITIVE][k] / r->cpu_ms[FUSED][k];
       if (json)
         printf("%s{\"case\": \"%s\", \"batch\": %lld, \"input\": %lld, \"hidden\": %lld, "
                "\"kind\": \"%s\", \"fused_ms\": %.4f, \"primitive_ms\": %.4f, \"ratio\": %.4f, "
                "\"fused_min_ms\": %.4f, \"primitive_min_ms\": %.4f, \"min_ratio\": %.4f, "
+               "\"fused_cpu_ms\": %.4f, \"primitive_cpu_ms\": %.4f, \"cpu_ratio\": %.4f, "
                "\"max_abs_diff\": %.3g}",
                i || k ? ", " : "", cases[i].name, (long long)cases[i].batch,
                (long long)cases[i].in, (long long)cases[i].hid, kinds[k],
                r->median_ms[FUSED][k], r->median_ms[PRIMITIVE][k], ratio, r->min_ms[FUSED][k],
-               r->min_ms[PRIMITIVE][k], min_ratio, r->max_diff);
+               r->min_ms[PRIMITIVE][k], min_ratio, r->cpu_ms[FUSED][k],
+               r->cpu_ms[PRIMITIVE][k], cpu_ratio, r->max_diff);
       else
-        printf("%-14s %-17s %8.3f (%8.3f) %8.3f (%8.3f) %6.2f %6.2f %9.2g\n", cases[i].name,
-               kinds[k], r->median_ms[FUSED][k], r->min_ms[FUSED][k],
-               r->median_ms[PRIMITIVE][k], r->min_ms[PRIMITIVE][k], ratio, min_ratio,
-               r->max_diff);
+        printf("%-14s %-17s %8.3f (%7.3f) %7.3f %8.3f (%7.3f) %7.3f %6.2f %6.2f %6.2f %9.2g\n",
+               cases[i].name, kinds[k], r->median_ms[FUSED][k], r->min_ms[FUSED][k],
+               r->cpu_ms[FUSED][k], r->median_ms[PRIMITIVE][k], r->min_ms[PRIMITIVE][k],
+               r->cpu_ms[PRIMITIVE][k], ratio, min_ratio, cpu_ratio, r->max_diff);
     }
   }
   if (json) printf("]}\n");

@@ -13,3 +13,5 @@ echo "== MatMul 1024^3 f32: session vs raw cblas_sgemm"
 "$top/bench/bench_matmul" --json
 echo "== Conv2D 64x28x28x32 -> 64, 5x5: session vs raw oneDNN"
 "$top/bench/bench_conv" --json
+echo "== LSTM cell step f32 (B=64 and B=20, I=H=512): fused LSTMCell vs primitive ops"
+"$top/bench/bench_lstm" --json

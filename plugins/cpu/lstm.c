@@ -10,15 +10,17 @@
  * d_gates from a packed copy of [x, h_prev], and db is d_gates' column sums.
  *
  * Packing or not was measured (dnnl_sgemm on one thread, fastest of 60, docs/benchmarks.md):
- * at B=64, I=H=512 the two forward products with beta = 1 take 1.8 ms against 2.2 ms for
- * a packed [x, h] and one product (the K=1024 product is itself slower); backward, the
- * packed forms win (dx and dh_prev 2.2 against 2.4 ms, dw 2.5 against 2.9 ms), and at B=20
- * they are even to 5% better.
+ * at B=64, I=H=512 the two forward products with beta = 1 beat a packed [x, h] and one
+ * product by 16-44% (the K=1024 product is itself slower, not only the copy); backward, the
+ * packed forms win (dx and dh_prev by 4-10% with the copy out, dw by 12-19%). At B=20 the
+ * forward split still wins by 4-13%; the backward forms are about even there.
  *
  * f32 GEMMs take MatMul's path (cpu_gemm_f32: oneDNN, large ones split over the pool); f64
  * ones OpenBLAS's dgemm. The elementwise passes run over (row, block of hidden units) on the
  * pool when large; f32 uses the vectorisable sigmoid / tanh of cpu_util.h that the Sigmoid
- * and Tanh kernels use, f64 libm's.
+ * and Tanh kernels use, f64 libm's. Thread safety: a kernel's only state is LSTMCell's
+ * forget_bias, read-only after create, so one node may run in concurrent steps; the shards
+ * of one call write disjoint rows or column blocks.
  */
 /* Vectorise the elementwise passes whatever CFLAGS say (see elementwise.c). */
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
@@ -157,13 +159,14 @@ static floe_code gemm(FloeKernelContext *ctx, const Cell *cl, bool ta, bool tb, 
   return FLOE_OK;
 }
 
-/* Rows of x [B,I] and h [B,H] side by side into xh [B,I+H]. */
+/* Rows of x [B,I] and h [B,H] side by side into xh [B,I+H]. (An empty x may have no data
+ * pointer at all: no memcpy from or to it.) */
 static void pack_rows(const Cell *cl, const void *x, const void *h, void *xh) {
   size_t es = cl->f64 ? sizeof(double) : sizeof(float);
   int64_t ni = cl->in, nh = cl->hid;
   for (int64_t r = 0; r < cl->batch; r++) {
     char *row = (char *)xh + (size_t)(r * (ni + nh)) * es;
-    memcpy(row, (const char *)x + (size_t)(r * ni) * es, (size_t)ni * es);
+    if (ni) memcpy(row, (const char *)x + (size_t)(r * ni) * es, (size_t)ni * es);
     memcpy(row + (size_t)ni * es, (const char *)h + (size_t)(r * nh) * es, (size_t)nh * es);
   }
 }
@@ -174,7 +177,7 @@ static void unpack_rows(const Cell *cl, const void *xh, void *x, void *h) {
   int64_t ni = cl->in, nh = cl->hid;
   for (int64_t r = 0; r < cl->batch; r++) {
     const char *row = (const char *)xh + (size_t)(r * (ni + nh)) * es;
-    memcpy((char *)x + (size_t)(r * ni) * es, row, (size_t)ni * es);
+    if (ni) memcpy((char *)x + (size_t)(r * ni) * es, row, (size_t)ni * es);
     memcpy((char *)h + (size_t)(r * nh) * es, row + (size_t)ni * es, (size_t)nh * es);
   }
 }

@@ -353,7 +353,8 @@ static void check_grads(FloeDType dt, const Size *sz, int loss, double tol, bool
   floe_graph_free(g);
 }
 
-static const Size grad_sizes[] = {{2, 3, 4, 0.0}, {3, 5, 6, 0.7}, {1, 1, 1, -1.0}, {4, 2, 3, 0.0}};
+static const Size grad_sizes[] = {{2, 3, 4, 0.0}, {3, 5, 6, 0.7}, {1, 1, 1, -1.0}, {4, 2, 3, 0.0},
+                                  {2, 0, 3, 0.5}};
 
 START_TEST(gradients_f64_loss_h_and_c) {
   check_grads(FLOE_F64, &grad_sizes[_i], LOSS_HC, 1e-12, true);
@@ -453,24 +454,73 @@ START_TEST(auto_uses_the_kernel_when_present) {
 END_TEST
 
 /* Without an LSTMCell kernel in the default runtime (no plugin loaded), auto builds the
- * primitive form. The default runtime is per process: the check runs in a child. */
+ * primitive form. The default runtime is made once per process, so the check runs in a
+ * fresh process: this program run again with FLOE_TEST_LSTM_CHILD set (see main). */
+static char self_path[4096];
+
+static int auto_without_kernel_child(void) {
+  FloeGraph *g = floe_graph_new();
+  Operands op;
+  operands_make(g, &op, FLOE_F32, 2, 3, 4, 7, false);
+  FloeLSTMState s = cell(g, "cell", &op, FLOE_LSTM_FUSED_AUTO, 0.0);
+  int ok = floe_graph_status(g) == FLOE_OK && count_op(g, "LSTMCell") == 0 &&
+           count_op(g, "MatMul") == 1 && s.h.node &&
+           strcmp(floe_node_name(s.h.node), "cell/h") == 0 &&
+           floe_runtime_num_kernels_for(floe_runtime_default(NULL), "LSTMCell", NULL) == 0;
+  operands_free(&op);
+  floe_graph_free(g);
+  return ok ? 0 : 1;
+}
+
 START_TEST(auto_without_kernel_builds_primitive_ops) {
+  ck_assert_msg(self_path[0], "cannot find this program (/proc/self/exe)");
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
+    setenv("FLOE_TEST_LSTM_CHILD", "auto-without-kernel", 1);
     setenv("FLOE_PLUGINS", "no-such-plugin", 1);
-    FloeGraph *g = floe_graph_new();
-    Operands op;
-    operands_make(g, &op, FLOE_F32, 2, 3, 4, 7, false);
-    FloeLSTMState s = cell(g, "cell", &op, FLOE_LSTM_FUSED_AUTO, 0.0);
-    int ok = floe_graph_status(g) == FLOE_OK && count_op(g, "LSTMCell") == 0 &&
-             count_op(g, "MatMul") == 1 && s.h.node && strcmp(floe_node_name(s.h.node), "cell/h") == 0;
-    _exit(ok ? 0 : 1);
+    execl(self_path, self_path, (char *)NULL);
+    _exit(127);
   }
   int status = 0;
   ck_assert_int_eq(waitpid(pid, &status, 0), pid);
   ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                "auto with no LSTMCell kernel did not build the primitive cell");
+                "auto with no LSTMCell kernel did not build the primitive cell (status %d)",
+                status);
+}
+END_TEST
+
+/* With the Nth allocation failing, building both forms and their gradients fails cleanly
+ * (the graph's sticky error is "out of memory", no crash; leaks show under valgrind), for
+ * every N until it succeeds. */
+START_TEST(allocation_failures_are_clean) {
+  long n;
+  for (n = 1; n < 100000; n++) {
+    FloeGraph *g = floe_graph_new();
+    Operands op;
+    operands_make(g, &op, FLOE_F32, 2, 3, 4, 12, false);
+    floe_test_fail_alloc_after(n);
+    FloeLSTMState f = cell(g, "fused", &op, FLOE_LSTM_FUSED_ALWAYS, 0.5);
+    FloeLSTMState p = cell(g, "prim", &op, FLOE_LSTM_FUSED_NEVER, 0.5);
+    FloeOutput ys[2] = {f.h, p.c}, d[5];
+    floe_code rc = floe_gradients(g, ys, 2, op.ph, 5, NULL, d, NULL);
+    floe_test_fail_alloc_after(0);
+    bool done = floe_graph_status(g) == FLOE_OK;
+    if (done) {
+      ck_assert_int_eq(rc, FLOE_OK);
+      for (int k = 0; k < 5; k++) ck_assert_ptr_nonnull(d[k].node);
+    } else {
+      ck_assert_msg(floe_graph_status(g) == FLOE_NO_MEMORY, "N=%ld: %s", n,
+                    floe_graph_error(g, NULL));
+      ck_assert_int_ne(rc, FLOE_OK);
+      if (!f.h.node) ck_assert_ptr_null(p.h.node); /* nothing is built after a failure */
+    }
+    operands_free(&op);
+    floe_graph_free(g);
+    if (done) break;
+  }
+  ck_assert_int_gt(n, 20); /* allocations really did fail on the way */
+  ck_assert_int_lt(n, 100000);
 }
 END_TEST
 
@@ -827,11 +877,16 @@ static Suite *lstm_suite(void) {
   tcase_add_test(tc, dtype_errors);
   tcase_add_test(tc, builder_errors);
   tcase_add_test(tc, run_time_shape_errors);
+  tcase_add_test(tc, allocation_failures_are_clean);
   suite_add_tcase(s, tc);
   return s;
 }
 
 int main(void) {
+  const char *child = getenv("FLOE_TEST_LSTM_CHILD");
+  if (child && strcmp(child, "auto-without-kernel") == 0) return auto_without_kernel_child();
+  ssize_t len = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+  self_path[len > 0 ? len : 0] = '\0';
   /* Two pool threads unless the caller chose: the large cases split their products and
    * elementwise passes over the pool whatever the machine's core count. */
   setenv("FLOE_NUM_THREADS", "2", 0);

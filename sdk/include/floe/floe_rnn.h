@@ -33,9 +33,10 @@ typedef struct FloeLSTMState {
 
 typedef enum FloeLSTMFused {
   /* The fused op when floe_runtime_default() has a kernel for LSTMCell on some device and
-   * the dtype is f32 or f64; otherwise primitive ops. Decided when the cell is built: a
-   * graph built here and run on a runtime without the kernel fails at run time with "no
-   * kernel" (build it with FLOE_LSTM_FUSED_NEVER for such a runtime). */
+   * the dtype is f32 or f64; otherwise primitive ops. Decided when the cell is built (which
+   * creates the default runtime if it does not exist yet): a graph built here and run on a
+   * runtime without the kernel fails at run time with "no kernel" (build it with
+   * FLOE_LSTM_FUSED_NEVER for such a runtime). */
   FLOE_LSTM_FUSED_AUTO = 0,
   FLOE_LSTM_FUSED_ALWAYS = 1, /* one LSTMCell node (f32 and f64 only) */
   FLOE_LSTM_FUSED_NEVER = 2   /* Concat, MatMul, BiasAdd, Split, Sigmoid, Tanh, Mul, Add */
