@@ -418,6 +418,9 @@ void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *
     case FLOE_ATTR_TYPE_LIST:
       floe_node_set_attr_type_list(b, name, v->u.tlist.v, (int)v->u.tlist.n);
       break;
+    case FLOE_ATTR_SHAPE_LIST:
+      floe_node_set_attr_shape_list(b, name, v->u.slist.v, (int)v->u.slist.n);
+      break;
     default: break;
   }
 }

@@ -364,5 +364,7 @@ FLOE_API long floe_test_fail_alloc_after(long n);
 
 /* Training: autodiff, variables, optimisers, checkpoints, layers, data. */
 #include "floe_train.h"
+/* Input pipelines: queues, readers, the queue runner. */
+#include "floe_data.h"
 
 #endif /* FLOE_H */
