@@ -69,8 +69,11 @@ FLOE_API FloeNode *floe_queue_enqueue_many(FloeGraph *g, const char *name, FloeO
  * components. dequeue: one element. dequeue_many: n elements (n an i32 scalar output)
  * stacked along a new first dimension; the queue needs shapes. dequeue_up_to: like
  * dequeue_many, except that a closed queue holding fewer than n (and at least one)
- * elements gives them all. A dequeue that cannot complete on a closed queue fails with
- * FLOE_OUT_OF_RANGE ("queue 'q' is closed and has 2 elements, 5 requested"). */
+ * elements gives them all. A batch is taken at once when enough elements are there (never
+ * gathered across waits), so n may not exceed a bounded queue's capacity minus its
+ * min_after_dequeue (FLOE_INVALID_ARGUMENT). A dequeue that cannot complete on a closed
+ * queue fails with FLOE_OUT_OF_RANGE ("queue 'q' is closed and has 2 elements, 5
+ * requested"). */
 FLOE_API FloeNode *floe_queue_dequeue(FloeGraph *g, const char *name, FloeOutput queue,
                                       FloeOutput *out, int num_components);
 FLOE_API FloeNode *floe_queue_dequeue_many(FloeGraph *g, const char *name, FloeOutput queue,
