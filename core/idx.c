@@ -349,13 +349,26 @@ static char *fashion_file(const char *dir, const char *base, FloeStatus *st) {
   return NULL;
 }
 
-FloeDataset *floe_fashion_mnist_load(const char *dir, int train, FloeStatus *status) {
+floe_code floe_fashion_mnist_files(const char *dir, int train, char **images, char **labels,
+                                   FloeStatus *status) {
+  if (!images || !labels)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_fashion_mnist_files: NULL");
   if (!dir) dir = FASHION_MNIST_DIR;
-  const char *images = train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
-  const char *labels = train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte";
-  char *ip = fashion_file(dir, images, status);
-  char *lp = ip ? fashion_file(dir, labels, status) : NULL;
-  FloeDataset *d = lp ? floe_idx_load(ip, lp, status) : NULL;
+  *images = fashion_file(dir, train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte",
+                         status);
+  *labels = *images ? fashion_file(dir, train ? "train-labels-idx1-ubyte"
+                                              : "t10k-labels-idx1-ubyte", status)
+                    : NULL;
+  if (*labels) return FLOE_OK;
+  floe__free(*images);
+  *images = NULL;
+  return floe_status_code(status) ? floe_status_code(status) : FLOE_NOT_FOUND;
+}
+
+FloeDataset *floe_fashion_mnist_load(const char *dir, int train, FloeStatus *status) {
+  char *ip, *lp;
+  if (floe_fashion_mnist_files(dir, train, &ip, &lp, status) != FLOE_OK) return NULL;
+  FloeDataset *d = floe_idx_load(ip, lp, status);
   floe__free(ip);
   floe__free(lp);
   return d;

@@ -327,6 +327,13 @@ static void choose_front(Queue *q, int64_t k) {
   }
 }
 
+/* Where a kernel's host outputs go: its own device when that is host memory (the CPU
+ * device keeps freed large blocks for reuse, plain host allocations of a batch would
+ * page-fault every step), else plain host memory, copied over afterwards. */
+static FloeDevice *host_device(const FloeKernelContext *ctx) {
+  return ctx->device && ctx->device->host_memory ? ctx->device : NULL;
+}
+
 /* Caller holds q->mu: allocates w's batch outputs for the first k elements, [k] + the
  * element shape (zero-padded to the largest element for a PaddingFIFOQueue). */
 static bool alloc_batch(Queue *q, Waiter *w, int64_t k) {
@@ -346,7 +353,7 @@ static bool alloc_batch(Queue *q, Waiter *w, int64_t k) {
       dims[1 + d] = m;
     }
     FloeStatus ast = {FLOE_OK, NULL};
-    w->outs[c] = floe__tensor_alloc(NULL, q->dtypes[c], s.rank + 1, dims, &ast);
+    w->outs[c] = floe__tensor_alloc(host_device(w->ctx), q->dtypes[c], s.rank + 1, dims, &ast);
     if (!w->outs[c]) {
       fail_waiter(w, ast.code, "queue '%s': component %d of a batch of %" PRId64 ": %s",
                   qname(q), c, k, floe_status_message(&ast));

@@ -403,8 +403,9 @@ err:
   return floe_status_code(st);
 }
 
-/* Record `pos` of the current epoch. */
-static floe_code idx_next(Reader *r, int64_t *key, FloeTensor **value, FloeStatus *st) {
+/* Record `pos` of the current epoch: into dst (rec_bytes) when given, else a new tensor. */
+static floe_code idx_next(Reader *r, int64_t *key, FloeTensor **value, uint8_t *dst,
+                          FloeStatus *st) {
   int64_t k = r->pos;
   if (r->spec.shuffle) {
     if (r->order_epoch != r->epoch) {
@@ -413,19 +414,24 @@ static floe_code idx_next(Reader *r, int64_t *key, FloeTensor **value, FloeStatu
     }
     k = r->order[r->pos];
   }
-  FloeTensor *t = floe__tensor_alloc(NULL, r->info.dtype, r->info.rank - 1, r->info.dims + 1, st);
-  if (!t) return floe_status_code(st);
-  if (r->rec_bytes) memcpy(floe_tensor_data(t), r->data + (size_t)k * r->rec_bytes, r->rec_bytes);
+  if (!dst) {
+    FloeTensor *t = floe__tensor_alloc(NULL, r->info.dtype, r->info.rank - 1, r->info.dims + 1, st);
+    if (!t) return floe_status_code(st);
+    dst = floe_tensor_data(t);
+    *value = t;
+  }
+  if (r->rec_bytes) memcpy(dst, r->data + (size_t)k * r->rec_bytes, r->rec_bytes);
   *key = k;
-  *value = t;
   return FLOE_OK;
 }
 
 /* ---- reading ---- */
 
-/* Caller holds r->mu: the next record (a new tensor) and its key; FLOE_OUT_OF_RANGE after
- * the last record of the last epoch. */
-static floe_code reader_next(Reader *r, int64_t *key, FloeTensor **value, FloeStatus *st) {
+/* Caller holds r->mu: the next record and its key; FLOE_OUT_OF_RANGE after the last record
+ * of the last epoch. The record is a new tensor in *value, or for an IDX reader given dst,
+ * its bytes copied to dst (*value untouched). */
+static floe_code reader_next(Reader *r, int64_t *key, FloeTensor **value, uint8_t *dst,
+                             FloeStatus *st) {
   if (r->shutdown)
     return floe_status_set(st, FLOE_CANCELLED, "reader '%s' was shut down (its session closed "
                            "or its container was reset)", rname(r));
@@ -437,7 +443,7 @@ static floe_code reader_next(Reader *r, int64_t *key, FloeTensor **value, FloeSt
       r->pos = 0;
     }
     if (exhausted(r)) return end_of_data(r, st);
-    floe_code rc = idx_next(r, key, value, st);
+    floe_code rc = idx_next(r, key, value, dst, st);
     if (rc == FLOE_OK) r->pos++;
     return rc;
   }
@@ -498,7 +504,7 @@ static floe_code reader_seek(Reader *r, int64_t epoch, int64_t record, FloeStatu
   for (int64_t i = 0; i < record; i++) {
     int64_t key;
     FloeTensor *t = NULL;
-    if (reader_next(r, &key, &t, st) != FLOE_OK) return floe_status_code(st);
+    if (reader_next(r, &key, &t, NULL, st) != FLOE_OK) return floe_status_code(st);
     floe_tensor_release(t);
     if (r->epoch != epoch)
       return floe_status_set(st, FLOE_OUT_OF_RANGE, "reader '%s': cannot seek to record %"
@@ -637,34 +643,35 @@ static void unlock_release(Reader **rs, Reader **sorted, int n) {
   for (int i = 0; i < n; i++) floe__resource_release(&rs[i]->res);
 }
 
-/* The record must be what the node declared. */
-static floe_code check_record(const FloeKernelContext *ctx, const Reader *r, int i,
-                              const FloeTensor *t, FloeStatus *st) {
+/* A record of dtype dt and shape (rank, dims) must be what the node declared. */
+static floe_code check_record(const FloeKernelContext *ctx, const Reader *r, int i, FloeDType dt,
+                              int rank, const int64_t *dims, FloeStatus *st) {
   FloeDType want = ctx->node->out_dtypes[1 + i];
   const FloeAttrValue *shapes = attr(ctx->node, "shapes", FLOE_ATTR_SHAPE_LIST);
   const FloeShape *ws = shapes && (size_t)i < shapes->u.slist.n ? &shapes->u.slist.v[i] : NULL;
-  bool ok = t->dtype == want && (!ws || ws->rank < 0 || ws->rank == t->rank);
-  for (int d = 0; ok && ws && d < ws->rank; d++) ok = ws->dims[d] < 0 || ws->dims[d] == t->dims[d];
+  bool ok = dt == want && (!ws || ws->rank < 0 || ws->rank == rank);
+  for (int d = 0; ok && ws && d < ws->rank; d++) ok = ws->dims[d] < 0 || ws->dims[d] == dims[d];
   if (ok) return FLOE_OK;
   char a[160], b[160];
-  FloeShape got = floe_tensor_shape(t);
+  FloeShape got = floe_shape_make(rank, dims);
   return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                          "reader '%s' read a %s %s record; this node expects %s %s for reader "
-                         "%d", rname(r), floe_dtype_name(t->dtype), floe_shape_str(&got, a, sizeof a),
+                         "%d", rname(r), floe_dtype_name(dt), floe_shape_str(&got, a, sizeof a),
                          floe_dtype_name(want), ws ? floe_shape_str(ws, b, sizeof b) : "of any shape",
                          i);
 }
 
-/* Caller holds every reader's lock: one record of each into vals[i] and the shared key.
- * *end: every reader is past its last record (st then holds the first one's message). */
+/* Caller holds every reader's lock: one record of each into vals[i] (or, given dsts, copied
+ * to dsts[i]: IDX readers whose records were checked already) and the shared key. *end:
+ * every reader is past its last record (st then holds the first one's message). */
 static floe_code read_one(FloeKernelContext *ctx, Reader **rs, int n, int64_t *key,
-                          FloeTensor **vals, bool *end, FloeStatus *st) {
+                          FloeTensor **vals, uint8_t *const *dsts, bool *end, FloeStatus *st) {
   *end = false;
   int ended = 0;
   for (int i = 0; i < n; i++) {
     int64_t k = -1;
     FloeStatus rst = {FLOE_OK, NULL};
-    floe_code rc = reader_next(rs[i], &k, &vals[i], &rst);
+    floe_code rc = reader_next(rs[i], &k, &vals[i], dsts ? dsts[i] : NULL, &rst);
     if (rc == FLOE_OUT_OF_RANGE) {
       if (ended++ == 0) floe__status_copy(st, &rst);
       floe_status_clear(&rst);
@@ -682,7 +689,9 @@ static floe_code read_one(FloeKernelContext *ctx, Reader **rs, int n, int64_t *k
                              "files' record counts, shuffle and seed)",
                              rname(rs[0]), rname(rs[i]), *key, k);
     *key = k;
-    if (check_record(ctx, rs[i], i, vals[i], st) != FLOE_OK) return FLOE_INVALID_ARGUMENT;
+    if (!dsts && check_record(ctx, rs[i], i, vals[i]->dtype, vals[i]->rank, vals[i]->dims, st) !=
+                     FLOE_OK)
+      return FLOE_INVALID_ARGUMENT;
   }
   if (ended == n) {
     *end = true;
@@ -728,7 +737,7 @@ static floe_code read_compute(void *state, FloeKernelContext *ctx) {
   int64_t key = -1;
   bool end;
   FloeStatus st = {FLOE_OK, NULL};
-  floe_code rc = read_one(ctx, rs, n, &key, vals, &end, &st);
+  floe_code rc = read_one(ctx, rs, n, &key, vals, NULL, &end, &st);
   unlock_release(rs, sorted, n);
   if (rc != FLOE_OK) {
     for (int i = 0; i < n; i++) floe_tensor_release(vals[i]);
@@ -783,6 +792,92 @@ static FloeTensor *stack(FloeKernelContext *ctx, const Reader *r, FloeTensor **r
   return t;
 }
 
+/* [k, ...] of a [want, ...] tensor t (given up): t itself when k == want, else a view. */
+static FloeTensor *first_rows(FloeTensor *t, int64_t k, FloeStatus *st) {
+  if (!t || t->dims[0] == k) return t;
+  int64_t dims[FLOE_MAX_DIMS];
+  memcpy(dims, t->dims, (size_t)t->rank * sizeof *dims);
+  dims[0] = k;
+  FloeTensor *v = floe__tensor_slice_view(t, 0, t->rank, dims, st);
+  floe_tensor_release(t);
+  return v;
+}
+
+/* Caller holds the readers' locks. Every reader is an IDX reader: records are copied
+ * straight into the stacked outputs (no tensor per record). */
+static floe_code read_up_to_direct(FloeKernelContext *ctx, Reader **rs, int n, int64_t want,
+                                   int64_t *kv, FloeTensor **cols, int64_t *got, FloeStatus *st) {
+  *got = 0;
+  for (int i = 0; i < n; i++) {
+    Reader *r = rs[i];
+    if (r->shutdown)
+      return floe_status_set(st, FLOE_CANCELLED, "reader '%s' was shut down (its session "
+                             "closed or its container was reset)", rname(r));
+    if (!r->loaded && idx_load(r, st) != FLOE_OK) return floe_status_code(st);
+    if (r->info.rank >= FLOE_MAX_DIMS)
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT, "reader '%s': records of rank %d cannot "
+                             "be stacked (at most %d dims)", rname(r), r->info.rank - 1,
+                             FLOE_MAX_DIMS);
+    if (check_record(ctx, r, i, r->info.dtype, r->info.rank - 1, r->info.dims + 1, st) != FLOE_OK)
+      return FLOE_INVALID_ARGUMENT;
+    int64_t dims[FLOE_MAX_DIMS];
+    dims[0] = want;
+    memcpy(dims + 1, r->info.dims + 1, (size_t)(r->info.rank - 1) * sizeof *dims);
+    FloeDevice *dev = ctx->device && ctx->device->host_memory ? ctx->device : NULL;
+    if (!(cols[i] = floe__tensor_alloc(dev, r->info.dtype, r->info.rank, dims, st)))
+      return floe_status_code(st);
+  }
+  uint8_t *dst[n];
+  floe_code rc = FLOE_OK;
+  int64_t k = 0;
+  for (; k < want; k++) {
+    for (int i = 0; i < n; i++) dst[i] = (uint8_t *)floe_tensor_data(cols[i]) + (size_t)k * rs[i]->rec_bytes;
+    bool end;
+    rc = read_one(ctx, rs, n, &kv[k], NULL, dst, &end, st);
+    if (rc == FLOE_OK) continue;
+    if (end && k > 0) { /* the rest of the data: fewer than asked */
+      floe_status_clear(st);
+      rc = FLOE_OK;
+    }
+    break;
+  }
+  for (int i = 0; rc == FLOE_OK && i < n; i++)
+    if (!(cols[i] = first_rows(cols[i], k, st))) rc = floe_status_code(st);
+  *got = k;
+  return rc;
+}
+
+/* Caller holds the readers' locks: any readers, a tensor per record, then stacked. */
+static floe_code read_up_to_rows(FloeKernelContext *ctx, Reader **rs, int n, int64_t want,
+                                 int64_t *kv, FloeTensor **cols, int64_t *got, FloeStatus *st) {
+  FloeTensor **rows = floe__calloc((size_t)want * (size_t)n, sizeof *rows);
+  FloeTensor **col = floe__malloc((size_t)want * sizeof *col);
+  floe_code rc = rows && col ? FLOE_OK
+                             : floe_status_set(st, FLOE_NO_MEMORY, "out of memory for %" PRId64
+                                               " records", want);
+  int64_t k = 0;
+  while (rc == FLOE_OK && k < want) {
+    bool end;
+    rc = read_one(ctx, rs, n, &kv[k], rows + k * n, NULL, &end, st);
+    if (rc == FLOE_OK) k++;
+    else if (end && k > 0) {
+      floe_status_clear(st);
+      rc = FLOE_OK;
+      break;
+    }
+  }
+  for (int i = 0; rc == FLOE_OK && i < n; i++) {
+    for (int64_t j = 0; j < k; j++) col[j] = rows[j * n + i];
+    if (!(cols[i] = stack(ctx, rs[i], col, k, st))) rc = floe_status_code(st);
+  }
+  if (rows)
+    for (int64_t j = 0; j < want * n; j++) floe_tensor_release(rows[j]);
+  floe__free(rows);
+  floe__free(col);
+  *got = k;
+  return rc;
+}
+
 static floe_code read_up_to_compute(void *state, FloeKernelContext *ctx) {
   (void)state;
   int n = ctx->num_inputs - 1;
@@ -794,50 +889,24 @@ static floe_code read_up_to_compute(void *state, FloeKernelContext *ctx) {
   if (want < 1 || want > (1 << 30))
     return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT,
                            "num_records = %" PRId64 ": read 1 to 2^30 records", want);
-  Reader *rs[n], *sorted[n];
-  if (input_readers(ctx, n, rs, sorted) != FLOE_OK) return ctx->status->code;
+  int64_t kd[1] = {want}, k = 0;
   FloeStatus st = {FLOE_OK, NULL};
-  FloeTensor **rows = floe__calloc((size_t)want * (size_t)n, sizeof *rows);
-  FloeTensor *keys = NULL;
-  int64_t k = 0;
-  floe_code rc = FLOE_OK;
-  if (!rows) {
-    for (int i = 0; i < n; i++) floe__resource_release(&rs[i]->res);
-    return floe_status_set(ctx->status, FLOE_NO_MEMORY, "out of memory for %" PRId64 " records",
-                           want);
-  }
-  int64_t *kv = floe__malloc((size_t)want * sizeof *kv);
-  if (!kv) rc = floe_status_set(&st, FLOE_NO_MEMORY, "out of memory for %" PRId64 " keys", want);
-  lock_all(sorted, n);
-  while (rc == FLOE_OK && k < want) {
-    bool end;
-    rc = read_one(ctx, rs, n, &kv[k], rows + k * n, &end, &st);
-    if (rc == FLOE_OK) k++;
-    else if (end && k > 0) { /* the rest of the data: fewer than asked */
-      floe_status_clear(&st);
-      rc = FLOE_OK;
-      break;
-    }
-  }
-  if (rc == FLOE_OK) {
-    int64_t kd[1] = {k};
-    keys = floe__tensor_alloc(NULL, FLOE_I64, 1, kd, &st);
-    if (keys) memcpy(floe_tensor_data(keys), kv, (size_t)k * sizeof *kv);
-    else rc = floe_status_code(&st);
+  FloeTensor *keys = floe__tensor_alloc(NULL, FLOE_I64, 1, kd, &st);
+  if (!keys) return fail_ctx(ctx, &st);
+  Reader *rs[n], *sorted[n];
+  if (input_readers(ctx, n, rs, sorted) != FLOE_OK) {
+    floe_tensor_release(keys);
+    return ctx->status->code;
   }
   FloeTensor *cols[n];
   memset(cols, 0, sizeof cols);
-  FloeTensor **col = floe__malloc((size_t)(k ? k : 1) * sizeof *col);
-  if (rc == FLOE_OK && !col) rc = floe_status_set(&st, FLOE_NO_MEMORY, "out of memory");
-  for (int i = 0; rc == FLOE_OK && i < n; i++) {
-    for (int64_t j = 0; j < k; j++) col[j] = rows[j * n + i];
-    if (!(cols[i] = stack(ctx, rs[i], col, k, &st))) rc = floe_status_code(&st);
-  }
+  bool direct = true;
+  for (int i = 0; i < n; i++) direct = direct && rs[i]->spec.kind == R_IDX;
+  lock_all(sorted, n);
+  floe_code rc = direct ? read_up_to_direct(ctx, rs, n, want, floe_tensor_data(keys), cols, &k, &st)
+                        : read_up_to_rows(ctx, rs, n, want, floe_tensor_data(keys), cols, &k, &st);
   unlock_release(rs, sorted, n);
-  floe__free(col);
-  floe__free(kv);
-  for (int64_t j = 0; j < want * n; j++) floe_tensor_release(rows[j]);
-  floe__free(rows);
+  if (rc == FLOE_OK && !(keys = first_rows(keys, k, &st))) rc = floe_status_code(&st);
   if (rc != FLOE_OK) {
     floe_tensor_release(keys);
     for (int i = 0; i < n; i++) floe_tensor_release(cols[i]);

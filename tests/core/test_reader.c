@@ -263,6 +263,29 @@ START_TEST(fixed_length_records) {
   fetch_fails(s, "read", FLOE_OUT_OF_RANGE, "has read every record of its 1 file");
   floe_session_free(s);
   floe_graph_free(g);
+
+  /* Stacked: chunks of 3 records, then the last one. */
+  g = floe_graph_new();
+  r = floe_fixed_length_reader(g, "r", p, 3, 8, 2, 0, FLOE_U8, floe_shape_unknown(), NULL);
+  FloeTensor *three = floe_tensor_scalar_i64(3, NULL);
+  FloeOutput v;
+  floe_reader_read_up_to(g, "upto", &r, 1, floe_const(g, "three", three), &v);
+  floe_tensor_release(three);
+  s = session_new(g);
+  for (int c = 0; c < 2; c++) {
+    FloeTensor *out[2] = {0};
+    fetch_ok(s, "upto", 2, out);
+    int k = c ? 1 : 3;
+    ck_assert_int_eq(floe_tensor_dim(out[1], 0), k);
+    ck_assert_int_eq(floe_tensor_dim(out[1], 1), 8);
+    ck_assert_mem_eq(floe_tensor_data(out[1]), data + 3 + 24 * c, (size_t)(8 * k));
+    ck_assert_int_eq(((int64_t *)floe_tensor_data(out[0]))[0], 3 * c);
+    floe_tensor_release(out[0]);
+    floe_tensor_release(out[1]);
+  }
+  fetch_fails(s, "upto", FLOE_OUT_OF_RANGE, "has read every record");
+  floe_session_free(s);
+  floe_graph_free(g);
 }
 END_TEST
 

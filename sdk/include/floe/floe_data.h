@@ -129,6 +129,12 @@ FLOE_API FloeOutput floe_fixed_length_reader(FloeGraph *g, const char *name, con
 FLOE_API FloeOutput floe_idx_reader(FloeGraph *g, const char *name, const char *files,
                                     int shuffle, int64_t seed, int64_t max_records,
                                     const FloeReaderOptions *opts);
+/* The files floe_fashion_mnist_load would read: the training (train != 0) or test images
+ * and labels of dir (NULL: Debian's /usr/share/datasets/fashion-mnist), the .gz file when
+ * there is one. *images and *labels: caller frees with free(). FLOE_NOT_FOUND naming the
+ * path, the package and --data DIR when a file is missing. */
+FLOE_API floe_code floe_fashion_mnist_files(const char *dir, int train, char **images,
+                                           char **labels, FloeStatus *status);
 /* The next record of each of the n readers (outputs of the builders above), read together
  * so the k-th record of one stays paired with the k-th of the others whatever runs
  * concurrently (an image reader and a label reader). values[i] (n entries) receives reader
