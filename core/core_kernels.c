@@ -182,6 +182,17 @@ static floe_code var_is_initialized_compute(void *state, FloeKernelContext *ctx)
   return FLOE_OK;
 }
 
+/* Switch, Merge, Enter, Exit, NextIteration and LoopCond are routed by the executor's frame
+ * scheduler (exec_frames.c), which never calls a kernel for them; the kernels exist so that
+ * placement finds one on every device. Reaching this is a bug in the executor. */
+static floe_code control_flow_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  return floe_status_set(ctx->status, FLOE_INTERNAL,
+                         "control-flow op %s reached a kernel: the executor should have "
+                         "routed it (a bug in Floe)",
+                         ctx->node->op->name);
+}
+
 floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
   static const struct {
     const char *op;
@@ -197,7 +208,15 @@ floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
     floe_code rc = floe__core_kernel_add(rt, kernels[i].op, flags, kernels[i].compute, st);
     if (rc != FLOE_OK) return rc;
   }
+  static const char *const control_flow[] = {"Switch",        "Merge",    "Enter",
+                                             "Exit",          "NextIteration", "LoopCond",
+                                             "ControlTrigger"};
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(control_flow); i++) {
+    floe_code rc = floe__core_kernel_add(rt, control_flow[i], flags, control_flow_compute, st);
+    if (rc != FLOE_OK) return rc;
+  }
   floe_code rc = floe__checkpoint_kernels_register(rt, st);
+  if (rc == FLOE_OK) rc = floe__tensor_array_kernels_register(rt, st);
   /* Queues and readers (issue 4). */
   if (rc == FLOE_OK) rc = floe__queue_kernels_register(rt, st);
   if (rc == FLOE_OK) rc = floe__reader_kernels_register(rt, st);

@@ -29,130 +29,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
-
-/* Inputs plus outputs, in elements, under which a node with known shapes is cheap enough
- * to run inline whatever its kernel says. */
-enum { TINY_ELEMENTS = 1024 };
-
-typedef struct ExecNode {
-  const FloeNode *node;
-  FloeDevice *device;
-  const FloeKernelReg *kernel; /* NULL: nothing to compute (its used outputs are fed) */
-  void *state;                 /* from FloeKernelDef.create, or user_data */
-  bool created;                /* create was called: destroy is due */
-  bool shared;                 /* state belongs to the session (stateful op) */
-  bool inexpensive;
-  bool deferred;               /* expensive, no output read in the step, and a pool to defer to */
-  bool check_copy;             /* an input may live in another memory space (see needs_copy) */
-  bool lock_vars;              /* use_locking (true when absent): variables stay locked */
-  int num_resources;           /* resource inputs replaced by variable values (plugin kernels) */
-  int in_base, num_inputs;     /* slice of input_src / a step's in_ptrs */
-  int out_base, num_outputs;   /* entries of this node's outputs */
-  int succ_base, num_succ;     /* slice of succ */
-  int async_slot;              /* index of its Invocation in a step, or -1 (synchronous) */
-} ExecNode;
-
-/* A node's profile counters; atomic because one node may run in concurrent steps. */
-typedef struct NodeProf {
-  atomic_llong calls, total_ns, max_ns, output_bytes;
-} NodeProf;
-
-struct FloeExecutor {
-  FloeThreadPool *pool;        /* the runtime's (borrowed); NULL: everything runs inline */
-  FloeResourceMgr *resources;  /* the session's variables (borrowed); may be NULL */
-  bool inline_inexpensive;
-  ExecNode *nodes;
-  int num_nodes;
-  int *input_src;  /* per flattened input: entry >= 0, or -(feed + 1) */
-  int total_inputs;
-  int *succ;       /* successor node indices, one per edge (duplicates allowed) */
-  int *pending0;   /* initial pending count per node */
-  int *uses0;      /* readers per entry (consumer inputs + fetches) */
-  int num_entries;
-  int *roots;      /* nodes with no pending inputs */
-  int num_roots;
-  int *fetch_src;  /* entry, or -(feed + 1) */
-  int num_feeds, num_fetches;
-  int num_async;
-  /* Byte offsets of a step's arrays inside its arena. */
-  size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, arena_size;
-  _Atomic(char *) spare;       /* the arena of a finished step, kept for the next one */
-  const atomic_int *profiling; /* the session's switch, or never_profile */
-  NodeProf *prof;              /* per node */
-};
+#include "exec_private.h"
 
 static const atomic_int never_profile = 0;
-
-typedef struct CancelCb {
-  int64_t token;
-  void (*fn)(void *arg);
-  void *arg;
-} CancelCb;
-
-/* The record handed to the pool or to an async kernel's done callback: its index in the
- * step's array is the node index. */
-typedef struct StepTask {
-  FloeExecStep *step;
-} StepTask;
-
-/* A variable whose value stands in for a resource input during one invocation. */
-typedef struct HeldVar {
-  FloeVar *var;
-  FloeTensor *value; /* a reference from floe__var_begin_update (owned when `owner`) */
-  int input;         /* the node input it replaces */
-  bool owner;        /* the first of the entries with this var: it gives the value back */
-} HeldVar;
-
-enum { INLINE_HELD = 4 }; /* most update ops take at most 3 variables */
-
-/* One kernel invocation: on the stack for synchronous kernels, in the arena for async
- * ones (it must live until done is called). */
-typedef struct Invocation {
-  FloeKernelContext ctx;
-  FloeStatus status;   /* what the kernel reports through ctx_set_error */
-  FloeTensor **copies; /* inputs copied to the node's device, or NULL */
-  HeldVar *held;       /* resource inputs' variables, or NULL */
-  int num_held;        /* entries of held whose value was taken */
-  int64_t start_ns;    /* profiling: when compute began; 0: not timed */
-  HeldVar held_inline[INLINE_HELD];
-} Invocation;
-
-struct FloeExecStep {
-  FloeExecutor *e;
-  FloeTensor *const *feeds;
-  int64_t step_id;
-  atomic_int outstanding; /* nodes ready or running and not yet completed */
-  atomic_bool cancelled;
-  pthread_mutex_t mu;
-  pthread_cond_t done_cv;
-  bool done;              /* guarded by mu */
-  FloeStatus status;      /* first error; guarded by mu */
-  atomic_int *pending;
-  atomic_int *uses;
-  FloeTensor **entries;
-  FloeTensor **in_ptrs;
-  int *next;              /* intrusive ready lists: each node is ready once per step */
-  StepTask *tasks;
-  Invocation *async_calls;
-  int64_t *step_objs;     /* serials of the step's resource objects; guarded by mu */
-  int num_step_objs, cap_step_objs;
-  /* Cancellation callbacks (guarded by mu): run once, outside mu, by the first cancel. */
-  CancelCb *cancel_cbs;
-  int num_cancel_cbs, cap_cancel_cbs;
-  int64_t next_cancel_token;
-  bool cancelling;        /* the callbacks were taken by a cancel */
-  bool cancel_done;       /* ... and have all returned (done_cv is broadcast) */
-  pthread_t cancel_thread;
-};
-
-/* A thread's inline work: nodes to run here, and how many nodes it completed without yet
- * taking them off the step's outstanding count (the count stays high meanwhile, so the
- * step cannot be seen finished early). */
-typedef struct ReadyList {
-  int head, tail;
-  int settled;
-} ReadyList;
 
 static atomic_llong next_step_id = 1;
 
@@ -231,12 +110,19 @@ static void step_cancel(FloeExecStep *s) {
 }
 
 /* Keeps the first error of the step (prefixed with the node) and cancels the step. */
-static void step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const char *msg) {
+void floe__exec_step_fail(FloeExecStep *s, const ExecNode *en, floe_code code, const char *msg) {
   const FloeNode *n = en->node;
   pthread_mutex_lock(&s->mu);
   if (s->status.code == FLOE_OK)
     floe_status_set(&s->status, code, "node '%s' (%s): %s", n->name, n->op->name,
                     floe__strip_node_prefix(msg, n));
+  pthread_mutex_unlock(&s->mu);
+  step_cancel(s);
+}
+
+void floe__exec_step_abort(FloeExecStep *s, floe_code code, const char *msg) {
+  pthread_mutex_lock(&s->mu);
+  if (s->status.code == FLOE_OK) floe_status_set(&s->status, code, "%s", msg);
   pthread_mutex_unlock(&s->mu);
   step_cancel(s);
 }
@@ -279,22 +165,20 @@ bool floe__kernel_ctx_cancel_deregister(FloeKernelContext *ctx, int64_t token) {
   return false;
 }
 
-static void step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
-                       ...) FLOE__PRINTF(4, 5);
-static void step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
-                       ...) {
+void floe__exec_step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, const char *fmt,
+                           ...) {
   FloeStatus tmp = {FLOE_OK, NULL};
   va_list ap;
   va_start(ap, fmt);
   floe__status_vset(&tmp, code, fmt, ap);
   va_end(ap);
-  step_fail(s, en, code, floe_status_message(&tmp));
+  floe__exec_step_fail(s, en, code, floe_status_message(&tmp));
   floe_status_clear(&tmp);
 }
 
 /* ---- completion ---- */
 
-static void step_finish(FloeExecStep *s) {
+void floe__exec_step_finish(FloeExecStep *s) {
   pthread_mutex_lock(&s->mu);
   s->done = true;
   pthread_cond_broadcast(&s->done_cv); /* cancel deregistrations wait on it too */
@@ -412,7 +296,7 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
     if (k > 1) atomic_fetch_add_explicit(&s->outstanding, k - 1, memory_order_acq_rel);
     if (k == 0 &&
         atomic_fetch_sub_explicit(&s->outstanding, 1, memory_order_acq_rel) == 1)
-      step_finish(s);
+      floe__exec_step_finish(s);
     if (k > 0) schedule_ready(s, &ready, NULL);
     return;
   }
@@ -437,7 +321,7 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
 /* ---- running one kernel ---- */
 
 /* Gives back the variables the invocation held (unlocking them) and frees its copies. */
-static void release_inputs(Invocation *inv, const ExecNode *en) {
+void floe__exec_release_inputs(Invocation *inv, const ExecNode *en) {
   if (inv->held) {
     for (int i = 0; i < inv->num_held; i++)
       if (inv->held[i].owner)
@@ -452,29 +336,26 @@ static void release_inputs(Invocation *inv, const ExecNode *en) {
   inv->copies = NULL;
 }
 
-/* After compute (or done): report errors, check the outputs, free the invocation's
- * scratch and drop outputs nobody reads. */
-static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code rc) {
-  FloeExecutor *e = s->e;
-  const ExecNode *en = &e->nodes[n];
+void floe__exec_end_call(FloeExecStep *s, const ExecNode *en, Invocation *inv, floe_code rc,
+                         FloeTensor **outs) {
   if (inv->status.code != FLOE_OK) {
-    step_fail(s, en, inv->status.code, floe_status_message(&inv->status));
+    floe__exec_step_fail(s, en, inv->status.code, floe_status_message(&inv->status));
   } else if (rc != FLOE_OK) {
-    step_failf(s, en, rc, "the kernel failed with %s and no message", floe_code_name(rc));
+    floe__exec_step_failf(s, en, rc, "the kernel failed with %s and no message", floe_code_name(rc));
   } else {
     for (int i = 0; i < en->num_outputs; i++) {
-      const FloeTensor *t = s->entries[en->out_base + i];
+      const FloeTensor *t = outs[i];
       FloeDType want = en->node->out_dtypes[i];
       if (!t) {
         const char *plugin = en->kernel->plugin ? en->kernel->plugin->name : "core";
-        step_failf(s, en, FLOE_INTERNAL,
+        floe__exec_step_failf(s, en, FLOE_INTERNAL,
                    "the kernel (plugin '%s') returned without setting output %d: a bug in "
                    "the kernel",
                    plugin, i);
         break;
       }
       if (t->dtype != want) {
-        step_failf(s, en, FLOE_INTERNAL, "the kernel set output %d to a %s tensor, the graph "
+        floe__exec_step_failf(s, en, FLOE_INTERNAL, "the kernel set output %d to a %s tensor, the graph "
                    "says %s", i, floe_dtype_name(t->dtype), floe_dtype_name(want));
         break;
       }
@@ -482,7 +363,14 @@ static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code
   }
   if (inv->status.code != FLOE_OK) floe_status_clear(&inv->status);
   if (inv->ctx.temps) floe__kernel_ctx_free_temps(&inv->ctx);
-  release_inputs(inv, en);
+  floe__exec_release_inputs(inv, en);
+}
+
+/* The plain scheduler's end of a call: the checks, then outputs nobody reads go. */
+static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code rc) {
+  FloeExecutor *e = s->e;
+  const ExecNode *en = &e->nodes[n];
+  floe__exec_end_call(s, en, inv, rc, s->entries + en->out_base);
   for (int i = 0; i < en->num_outputs; i++) {
     if (e->uses0[en->out_base + i] == 0) {
       floe_tensor_release(s->entries[en->out_base + i]);
@@ -493,23 +381,23 @@ static void finish_invocation(FloeExecStep *s, int n, Invocation *inv, floe_code
 
 /* ---- profiling ---- */
 
-static int64_t now_ns(void) {
+int64_t floe__exec_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static bool profiling(const FloeExecutor *e) {
+bool floe__exec_profiling(const FloeExecutor *e) {
   return __builtin_expect(atomic_load_explicit(e->profiling, memory_order_relaxed) != 0, 0);
 }
 
 /* Counts one invocation of node n that took ns and left its outputs in the entries. */
-static void prof_record(FloeExecStep *s, int n, int64_t ns) {
+void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, FloeTensor *const *outs) {
   const ExecNode *en = &s->e->nodes[n];
   NodeProf *p = &s->e->prof[n];
   int64_t bytes = 0;
   for (int i = 0; i < en->num_outputs; i++) {
-    const FloeTensor *t = s->entries[en->out_base + i];
+    const FloeTensor *t = outs[i];
     if (t) bytes += (int64_t)t->nbytes;
   }
   atomic_fetch_add_explicit(&p->calls, 1, memory_order_relaxed);
@@ -548,7 +436,7 @@ static void async_done(void *arg) {
   FloeExecStep *s = t->step;
   int n = (int)(t - s->tasks);
   Invocation *inv = &s->async_calls[s->e->nodes[n].async_slot];
-  if (inv->start_ns && inv->status.code == FLOE_OK) prof_record(s, n, now_ns() - inv->start_ns);
+  if (inv->start_ns && inv->status.code == FLOE_OK) floe__exec_prof_record(s, n, floe__exec_now_ns() - inv->start_ns, s->entries + s->e->nodes[n].out_base);
   finish_invocation(s, n, inv, FLOE_OK);
   node_done(s, n, NULL);
 }
@@ -583,7 +471,7 @@ static floe_code take_variables(FloeExecStep *s, const ExecNode *en, Invocation 
   inv->held = k <= INLINE_HELD ? inv->held_inline : floe__malloc((size_t)k * sizeof *inv->held);
   inv->num_held = 0;
   if (!inv->held) {
-    step_failf(s, en, FLOE_NO_MEMORY, "out of memory taking %d variables", k);
+    floe__exec_step_failf(s, en, FLOE_NO_MEMORY, "out of memory taking %d variables", k);
     return FLOE_NO_MEMORY;
   }
   FloeStatus vst = {FLOE_OK, NULL};
@@ -612,7 +500,7 @@ static floe_code take_variables(FloeExecStep *s, const ExecNode *en, Invocation 
   return FLOE_OK;
 
 err_fail:
-  step_fail(s, en, vst.code ? vst.code : FLOE_INTERNAL, floe_status_message(&vst));
+  floe__exec_step_fail(s, en, vst.code ? vst.code : FLOE_INTERNAL, floe_status_message(&vst));
   floe_status_clear(&vst);
   return FLOE_FAILED_PRECONDITION;
 }
@@ -627,6 +515,11 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
     int src = e->input_src[en->in_base + j];
     in[j] = src >= 0 ? s->entries[src] : s->feeds[-src - 1];
   }
+  return floe__exec_prepare_inputs(s, en, inv, in);
+}
+
+floe_code floe__exec_prepare_inputs(FloeExecStep *s, const ExecNode *en, Invocation *inv,
+                                    FloeTensor **in) {
   if (en->num_resources && take_variables(s, en, inv, in) != FLOE_OK)
     return FLOE_FAILED_PRECONDITION;
   if (!en->check_copy) return FLOE_OK;
@@ -635,7 +528,7 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
     if (!inv->copies) {
       inv->copies = floe__calloc((size_t)en->num_inputs, sizeof *inv->copies);
       if (!inv->copies) {
-        step_failf(s, en, FLOE_NO_MEMORY, "out of memory copying inputs to %s",
+        floe__exec_step_failf(s, en, FLOE_NO_MEMORY, "out of memory copying inputs to %s",
                    en->device->short_name);
         return FLOE_NO_MEMORY;
       }
@@ -643,7 +536,7 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
     FloeStatus cst = {FLOE_OK, NULL};
     inv->copies[j] = floe__tensor_to_device(in[j], en->device, &cst);
     if (!inv->copies[j]) {
-      step_failf(s, en, cst.code ? cst.code : FLOE_INTERNAL, "copying input %d from %s to %s: %s",
+      floe__exec_step_failf(s, en, cst.code ? cst.code : FLOE_INTERNAL, "copying input %d from %s to %s: %s",
                  j, floe_tensor_device_name(in[j]), en->device->short_name,
                  floe_status_message(&cst));
       floe_status_clear(&cst);
@@ -654,16 +547,17 @@ static floe_code gather_inputs(FloeExecStep *s, const ExecNode *en, Invocation *
   return FLOE_OK;
 }
 
-static void fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv) {
+void floe__exec_fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv, FloeTensor **in,
+                         FloeTensor **outs) {
   FloeKernelContext *c = &inv->ctx;
   c->temps = NULL;
   c->temp_sizes = NULL;
   c->num_temps = c->cap_temps = 0;
   c->node = en->node;
   c->device = en->device;
-  c->inputs = s->in_ptrs + en->in_base;
+  c->inputs = in;
   c->num_inputs = en->num_inputs;
-  c->outputs = s->entries + en->out_base; /* the kernel writes straight into the entries */
+  c->outputs = outs; /* the plain scheduler: straight into the entries */
   c->num_outputs = en->num_outputs;
   c->step = s;
   c->status = &inv->status;
@@ -686,13 +580,13 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     inv->held = NULL;
     inv->num_held = 0;
     if (gather_inputs(s, en, inv) != FLOE_OK) {
-      release_inputs(inv, en);
+      floe__exec_release_inputs(inv, en);
       node_done(s, n, inl);
       return;
     }
-    fill_ctx(s, en, inv);
+    floe__exec_fill_ctx(s, en, inv, s->in_ptrs + en->in_base, s->entries + en->out_base);
     s->tasks[n].step = s;
-    inv->start_ns = profiling(e) ? now_ns() : 0;
+    inv->start_ns = floe__exec_profiling(e) ? floe__exec_now_ns() : 0;
     /* done may run before this returns, on any thread: n is not ours after the call. */
     def->compute_async(en->state, &inv->ctx, async_done, &s->tasks[n]);
     return;
@@ -703,16 +597,17 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
   inv.held = NULL;
   inv.num_held = 0;
   if (gather_inputs(s, en, &inv) != FLOE_OK) {
-    release_inputs(&inv, en);
+    floe__exec_release_inputs(&inv, en);
     node_done(s, n, inl);
     return;
   }
-  fill_ctx(s, en, &inv);
+  floe__exec_fill_ctx(s, en, &inv, s->in_ptrs + en->in_base, s->entries + en->out_base);
   floe_code rc;
-  if (profiling(e)) {
-    int64_t t0 = now_ns();
+  if (floe__exec_profiling(e)) {
+    int64_t t0 = floe__exec_now_ns();
     rc = def->compute(en->state, &inv.ctx);
-    if (rc == FLOE_OK && inv.status.code == FLOE_OK) prof_record(s, n, now_ns() - t0);
+    if (rc == FLOE_OK && inv.status.code == FLOE_OK)
+      floe__exec_prof_record(s, n, floe__exec_now_ns() - t0, s->entries + en->out_base);
   } else {
     rc = def->compute(en->state, &inv.ctx);
   }
@@ -733,7 +628,7 @@ static void process_list(FloeExecStep *s, ReadyList *inl) {
   inl->settled = 0;
   if (settled > 0 &&
       atomic_fetch_sub_explicit(&s->outstanding, settled, memory_order_acq_rel) == settled)
-    step_finish(s);
+    floe__exec_step_finish(s);
 }
 
 /* ---- building ---- */
@@ -1032,6 +927,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   for (int i = 0; i < e->num_nodes; i++)
     if (e->pending0[i] == 0) e->roots[e->num_roots++] = i;
   layout_arena(e);
+  if (floe__cf_build(e, st) != FLOE_OK) goto err_free;
   if (create_kernels(e, st) != FLOE_OK) goto err_free;
   floe__free(local_of);
   floe__free(feeds);
@@ -1051,6 +947,7 @@ err_free:
 void floe__executor_free(FloeExecutor *e) {
   if (!e) return;
   if (e->nodes) destroy_kernels(e);
+  floe__cf_free(e->cf);
   floe__free(e->nodes);
   floe__free(e->prof);
   floe__free(e->input_src);
@@ -1111,6 +1008,7 @@ static void step_free(FloeExecStep *s) {
   pthread_mutex_lock(&s->mu);
   while (s->cancelling && !s->cancel_done) pthread_cond_wait(&s->done_cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
+  floe__cf_step_free(s);
   for (int i = 0; i < s->num_step_objs; i++) floe__resources_remove(e->resources, s->step_objs[i]);
   floe__free(s->step_objs);
   floe__free(s->cancel_cbs);
@@ -1125,15 +1023,67 @@ static void step_free(FloeExecStep *s) {
     floe__free(s);
 }
 
+void floe__exec_step_cancel(FloeExecStep *s, floe_code code, const char *why) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", why);
+  floe__cf_describe(s, msg, sizeof msg); /* "...: while loop 'w' was at iteration 7" */
+  floe__exec_step_abort(s, code, msg);
+}
+
+/* Fails the step once its deadline passed. */
+static void step_timeout(FloeExecStep *s, int64_t timeout_ms) {
+  char why[96];
+  snprintf(why, sizeof why, "the run took longer than its timeout of %lld ms%s",
+           (long long)timeout_ms, s->e->cf ? ": " : "");
+  floe__exec_step_cancel(s, FLOE_DEADLINE_EXCEEDED, why);
+}
+
+void floe__exec_check_deadline(FloeExecStep *s) {
+  if (s->deadline_ns && !atomic_load_explicit(&s->cancelled, memory_order_relaxed) &&
+      floe__exec_now_ns() >= s->deadline_ns)
+    step_timeout(s, s->timeout_ms);
+}
+
+static struct timespec deadline_after(int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+static bool past(const struct timespec *t) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
 /* Blocks until the step is done. On a worker of the pool it keeps running queued tasks
- * meanwhile, so a step started from inside a kernel cannot starve the pool. */
-static void step_wait(FloeExecStep *s) {
+ * meanwhile, so a step started from inside a kernel cannot starve the pool. timeout_ms > 0:
+ * the step is cancelled once that much time went by. */
+static void step_wait(FloeExecStep *s, int64_t timeout_ms) {
   FloeThreadPool *pool = s->e->pool;
   bool helper = floe__pool_in_worker(pool);
+  struct timespec deadline = timeout_ms > 0 ? deadline_after(timeout_ms) : (struct timespec){0};
+  bool timed_out = false;
   pthread_mutex_lock(&s->mu);
   while (!s->done) {
+    if (timeout_ms > 0 && !timed_out && past(&deadline)) {
+      timed_out = true;
+      pthread_mutex_unlock(&s->mu);
+      step_timeout(s, timeout_ms);
+      pthread_mutex_lock(&s->mu);
+      continue;
+    }
     if (!helper) {
-      pthread_cond_wait(&s->done_cv, &s->mu);
+      if (timeout_ms > 0 && !timed_out)
+        pthread_cond_timedwait(&s->done_cv, &s->mu, &deadline);
+      else
+        pthread_cond_wait(&s->done_cv, &s->mu);
       continue;
     }
     pthread_mutex_unlock(&s->mu);
@@ -1153,10 +1103,32 @@ static void step_wait(FloeExecStep *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* One step. feeds[i] borrowed (in plan order); on success outputs[i] receive new
- * references (in plan order); on error no output is set and st names the failing node. */
+/* With control flow a fetched tensor may be dead (an untaken branch): an error naming it. */
+static floe_code check_cf_fetches(const FloeExecutor *e, const FloeExecStep *s, FloeStatus *st) {
+  for (int f = 0; f < e->num_fetches; f++) {
+    int src = e->fetch_src[f];
+    if (src < 0 || s->entries[src]) continue;
+    for (int i = 0; i < e->num_nodes; i++) {
+      const ExecNode *en = &e->nodes[i];
+      if (src < en->out_base || src >= en->out_base + en->num_outputs) continue;
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                             "fetch '%s:%d' was not computed: it is on a branch of a cond "
+                             "(Switch) that was not taken in this step",
+                             en->node->name, src - en->out_base);
+    }
+  }
+  return FLOE_OK;
+}
+
 floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                              FloeStatus *st) {
+  return floe__executor_run_ctl(e, feeds, outputs, NULL, st);
+}
+
+/* One step. feeds[i] borrowed (in plan order); on success outputs[i] receive new
+ * references (in plan order); on error no output is set and st names the failing node. */
+floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
+                                 const FloeRunCtl *ctl, FloeStatus *st) {
   for (int f = 0; f < e->num_feeds; f++) {
     if (!feeds || !feeds[f])
       return floe_status_set(st, FLOE_INVALID_ARGUMENT, "feed %d is NULL", f);
@@ -1166,16 +1138,28 @@ floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTens
   if (rc != FLOE_OK) return rc;
   bool in_worker = floe__pool_in_worker(e->pool);
   floe__host_set_thread_pool(e->pool);
-  if (e->num_roots > 0) {
+  int64_t timeout = ctl ? ctl->timeout_ms : 0;
+  if (timeout > 0) {
+    s->timeout_ms = timeout;
+    s->deadline_ns = floe__exec_now_ns() + timeout * 1000000;
+  }
+  if (ctl && ctl->attach) ctl->attach(ctl->arg, s);
+  if (e->cf) {
+    floe__cf_run(s);
+    step_wait(s, timeout);
+  } else if (e->num_roots > 0) {
     ReadyList roots = {-1, -1, 0}, inl = {-1, -1, 0};
     for (int i = 0; i < e->num_roots; i++) list_push(s, &roots, e->roots[i]);
     schedule_ready(s, &roots, &inl);
     process_list(s, &inl);
-    step_wait(s);
+    step_wait(s, timeout);
   }
+  if (ctl && ctl->attach) ctl->attach(ctl->arg, NULL);
   floe_code code = s->status.code;
   if (code != FLOE_OK) {
     floe__status_copy(st, &s->status);
+  } else if (e->cf && (code = check_cf_fetches(e, s, st)) != FLOE_OK) {
+    /* a fetch on a branch that did not run */
   } else {
     for (int f = 0; f < e->num_fetches; f++) {
       int src = e->fetch_src[f];

@@ -244,6 +244,9 @@ floe_code floe__grads_init(FloeStatus *st) {
       if (rc == FLOE_OK) rc = floe__grads_register_math(st);
       if (rc == FLOE_OK) rc = floe__grads_register_nn(st);
       if (rc == FLOE_OK) rc = floe__grads_register_array(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_control(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_tensor_array(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_rnn(st);
     }
     std_done = rc == FLOE_OK;
   }
@@ -597,8 +600,23 @@ static bool not_differentiable_op(const char *op) {
   return blocked;
 }
 
-/* Marks what xs reach (forward) and what reaches ys (backward), over data edges. */
-static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutput *xs, int num_xs) {
+static bool is_x(const FloeOutput *xs, int n, const FloeNode *node) {
+  for (int i = 0; i < n; i++)
+    if (xs[i].node == node) return true;
+  return false;
+}
+
+/* A loop's back edge: NextIteration into a Merge. */
+static bool back_edge(const FloeNode *n, const FloeOutput *in) {
+  return strcmp(in->node->op->name, "NextIteration") == 0 && strcmp(n->op->name, "Merge") == 0;
+}
+
+/* Marks what xs reach (forward) and what reaches ys (backward), over data edges. Sweeps
+ * repeat until nothing changes: ids are a topological order except for loops (a Merge's
+ * back edge, and the Enters a loop builder adds for values its body captured). Without
+ * follow_back, back edges are ignored (one loop iteration). */
+static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutput *xs, int num_xs,
+                       bool follow_back) {
   FloeGraph *g = w->g;
   int lo = w->num_nodes;
   for (int i = 0; i < num_xs; i++) {
@@ -606,24 +624,188 @@ static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutp
     if (xs[i].node->id < lo) lo = xs[i].node->id;
   }
   /* Forward: a node is reached when any input comes from a reached node (ids are a
-   * topological order, so one ascending sweep suffices). Nothing flows out of a
-   * non-differentiable node (StopGradient, Shape, ...) unless it is an x itself, so an op
-   * without a gradient beyond one is no error. */
-  for (int id = lo; id < w->num_nodes; id++) {
-    FloeNode *n = g->nodes[id];
-    if (w->from_x[id] || not_differentiable_op(n->op->name)) continue;
-    for (int k = 0; k < n->num_inputs; k++)
-      if (w->from_x[n->inputs[k].node->id]) {
-        w->from_x[id] = true;
-        break;
+   * topological order but for back edges). Nothing flows out of a non-differentiable node
+   * (StopGradient, Shape, ...) unless it is an x itself, so an op without a gradient
+   * beyond one is no error. */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = lo; id < w->num_nodes; id++) {
+      FloeNode *n = g->nodes[id];
+      if (w->from_x[id] || not_differentiable_op(n->op->name)) continue;
+      for (int k = 0; k < n->num_inputs; k++) {
+        const FloeOutput *in = &n->inputs[k];
+        if (in->node->id >= w->num_nodes || (!follow_back && back_edge(n, in))) continue;
+        if (w->from_x[in->node->id]) {
+          w->from_x[id] = true;
+          changed = true;
+          break;
+        }
       }
+    }
   }
   for (int i = 0; i < num_ys; i++) w->to_y[ys[i].node->id] = true;
-  for (int id = w->num_nodes - 1; id >= 0; id--) {
-    if (!w->to_y[id]) continue;
-    FloeNode *n = g->nodes[id];
-    for (int k = 0; k < n->num_inputs; k++) w->to_y[n->inputs[k].node->id] = true;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int id = w->num_nodes - 1; id >= 0; id--) {
+      if (!w->to_y[id]) continue;
+      FloeNode *n = g->nodes[id];
+      for (int k = 0; k < n->num_inputs; k++) {
+        const FloeOutput *in = &n->inputs[k];
+        if (in->node->id >= w->num_nodes || (!follow_back && back_edge(n, in))) continue;
+        if (!w->to_y[in->node->id]) changed = true;
+        w->to_y[in->node->id] = true;
+      }
+    }
   }
+}
+
+/* Keys of the nodes [0, num_nodes) in reverse topological order over data and control
+ * edges, loop back edges left out; a node of loop L (loop_of) is the single key
+ * num_nodes + L. *order: floe__malloc'd, caller frees. A cycle without a back edge is an
+ * error naming a node on it. */
+static floe_code reverse_topo(Walk *w, const int *loop_of, int num_loops, int **order, int *n,
+                              FloeStatus *st) {
+  FloeGraph *g = w->g;
+  int nn = w->num_nodes, nk = nn + num_loops;
+  int *indeg = floe__calloc((size_t)nk + 1, sizeof *indeg);
+  int *off = floe__calloc((size_t)nk + 2, sizeof *off);
+  int *queue = floe__malloc(((size_t)nk + 1) * sizeof *queue);
+  int *adj = NULL;
+  floe_code rc = FLOE_OK;
+  if (!indeg || !off || !queue) goto oom;
+#define KEY(id) (loop_of && loop_of[id] >= 0 ? nn + loop_of[id] : (id))
+  /* Two passes over the edges: count, then fill the adjacency (producer -> consumer). */
+  for (int pass = 0; pass < 2; pass++) {
+    int *fill = pass ? indeg : NULL;
+    if (pass) {
+      for (int k = 0; k < nk; k++) off[k + 1] += off[k];
+      adj = floe__malloc(((size_t)off[nk] + 1) * sizeof *adj);
+      if (!adj) goto oom;
+      memset(indeg, 0, (size_t)nk * sizeof *indeg);
+    }
+    for (int id = 0; id < nn; id++) {
+      const FloeNode *nd = g->nodes[id];
+      int kc = KEY(id);
+      for (int j = 0; j < nd->num_inputs + nd->num_control; j++) {
+        const FloeNode *p = j < nd->num_inputs ? nd->inputs[j].node : nd->control[j - nd->num_inputs];
+        if (p->id >= nn || (j < nd->num_inputs && back_edge(nd, &nd->inputs[j]))) continue;
+        int kp = KEY(p->id);
+        if (kp == kc) continue;
+        if (!pass) {
+          off[kp + 1]++;
+        } else {
+          adj[off[kp] + fill[kp]++] = kc; /* fill reuses indeg as a cursor first */
+        }
+      }
+    }
+  }
+  memset(indeg, 0, (size_t)nk * sizeof *indeg);
+  for (int e = 0; e < off[nk]; e++) indeg[adj[e]]++;
+  /* Kahn from the keys nothing consumes... in reverse: start from keys with no consumers. */
+  int *outdeg = floe__calloc((size_t)nk + 1, sizeof *outdeg);
+  if (!outdeg) goto oom;
+  for (int k = 0; k < nk; k++) outdeg[k] = off[k + 1] - off[k];
+  /* Reverse order = consumers first: count, per key, consumers not yet emitted. */
+  int *rev_off = floe__calloc((size_t)nk + 2, sizeof *rev_off);
+  int *rev = floe__malloc(((size_t)off[nk] + 1) * sizeof *rev);
+  if (!rev_off || !rev) {
+    floe__free(outdeg);
+    floe__free(rev_off);
+    floe__free(rev);
+    goto oom;
+  }
+  for (int e = 0; e < off[nk]; e++) rev_off[adj[e] + 1]++;
+  for (int k = 0; k < nk; k++) rev_off[k + 1] += rev_off[k];
+  memset(indeg, 0, (size_t)nk * sizeof *indeg);
+  for (int k = 0; k < nk; k++)
+    for (int e = off[k]; e < off[k + 1]; e++) rev[rev_off[adj[e]] + indeg[adj[e]]++] = k;
+  int qh = 0, qt = 0;
+  bool *present = floe__calloc((size_t)nk + 1, sizeof *present);
+  if (!present) {
+    floe__free(outdeg);
+    floe__free(rev_off);
+    floe__free(rev);
+    goto oom;
+  }
+  for (int id = 0; id < nn; id++) present[KEY(id)] = true;
+  for (int k = 0; k < nk; k++)
+    if (present[k] && outdeg[k] == 0) queue[qt++] = k;
+  while (qh < qt) {
+    int k = queue[qh++];
+    for (int e = rev_off[k]; e < rev_off[k + 1]; e++)
+      if (--outdeg[rev[e]] == 0) queue[qt++] = rev[e];
+  }
+  int want = 0;
+  for (int k = 0; k < nk; k++) want += present[k];
+  if (qt != want) {
+    int bad = -1;
+    for (int k = 0; k < nn && bad < 0; k++)
+      if (present[KEY(k)] && outdeg[KEY(k)] > 0) bad = k;
+    rc = floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                         "floe_gradients: node '%s' (%s) is on a cycle that is not a while loop "
+                         "built by floe_while_loop",
+                         bad >= 0 ? g->nodes[bad]->name : "?", bad >= 0 ? g->nodes[bad]->op->name : "?");
+  }
+#undef KEY
+  floe__free(present);
+  floe__free(outdeg);
+  floe__free(rev_off);
+  floe__free(rev);
+  floe__free(adj);
+  floe__free(indeg);
+  floe__free(off);
+  if (rc != FLOE_OK) {
+    floe__free(queue);
+    return rc;
+  }
+  *order = queue;
+  *n = qt;
+  return FLOE_OK;
+oom:
+  floe__free(adj);
+  floe__free(indeg);
+  floe__free(off);
+  floe__free(queue);
+  return floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+}
+
+/* The gradient of a whole while loop (the sweep reached its last Exit): contributions to
+ * its initial values and to the outside values its body reads. */
+static floe_code backprop_loop(Walk *w, const FloeGradLoop *L, int li, const int *loop_of,
+                               FloeStatus *st) {
+  int nv = L->num_vars, ni = L->num_inv;
+  FloeOutput *dexit = floe__calloc((size_t)(2 * nv + ni + 1), sizeof *dexit);
+  bool *need_inv = floe__calloc((size_t)ni + 1, sizeof *need_inv);
+  if (!dexit || !need_inv) {
+    floe__free(dexit);
+    floe__free(need_inv);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+  }
+  FloeOutput *dinit = dexit + nv, *dinv = dinit + nv;
+  floe_code rc = FLOE_OK;
+  bool any = false;
+  for (int i = 0; i < nv && rc == FLOE_OK; i++) {
+    dexit[i] = contrib_sum(w, L->vars[i].exit, 0, st);
+    if (!dexit[i].node && floe_status_code(st) != FLOE_OK) rc = floe_status_code(st);
+    any = any || dexit[i].node;
+  }
+  bool wanted = false;
+  for (int k = 0; k < ni; k++) {
+    need_inv[k] = w->from_x[L->inv[k]->inputs[0].node->id];
+    wanted = wanted || need_inv[k];
+  }
+  for (int i = 0; i < nv; i++) wanted = wanted || w->from_x[L->vars[i].enter->inputs[0].node->id];
+  if (rc == FLOE_OK && any && wanted)
+    rc = floe__grad_while(w->g, L, li, loop_of, w->num_nodes, dexit, need_inv, dinit, dinv, st);
+  for (int i = 0; i < nv && rc == FLOE_OK && any && wanted; i++) {
+    FloeOutput in = L->vars[i].enter->inputs[0];
+    if (dinit[i].node && w->from_x[in.node->id]) rc = contrib_add(w, in, dinit[i], st);
+  }
+  for (int k = 0; k < ni && rc == FLOE_OK && any && wanted; k++)
+    if (dinv[k].node) rc = contrib_add(w, L->inv[k]->inputs[0], dinv[k], st);
+  floe__free(dexit);
+  floe__free(need_inv);
+  return rc;
 }
 
 /* Runs node's gradient function and routes the input gradients it made. */
@@ -695,9 +877,26 @@ out:
   return rc;
 }
 
+static floe_code gradients_impl(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                                const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                                FloeOutput *dxs, FloeStatus *status, bool top);
+
 floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const FloeOutput *xs,
                          int num_xs, const FloeOutput *grad_ys, FloeOutput *dxs,
                          FloeStatus *status) {
+  return gradients_impl(g, ys, num_ys, xs, num_xs, grad_ys, dxs, status, true);
+}
+
+floe_code floe__gradients_body(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                               const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                               FloeOutput *dxs, FloeStatus *st) {
+  return gradients_impl(g, ys, num_ys, xs, num_xs, grad_ys, dxs, st, false);
+}
+
+/* top: the user's call (loops are differentiated as units); else one loop iteration. */
+static floe_code gradients_impl(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                                const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                                FloeOutput *dxs, FloeStatus *status, bool top) {
   FloeStatus local = {FLOE_OK, NULL};
   FloeStatus *st = status ? status : &local;
   floe_code rc;
@@ -762,7 +961,13 @@ floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const F
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
     goto fail;
   }
-  mark_paths(&w, ys, num_ys, xs, num_xs);
+  mark_paths(&w, ys, num_ys, xs, num_xs, top);
+  int *loop_of = top ? floe__malloc((size_t)(w.num_nodes + 1) * sizeof *loop_of) : NULL;
+  FloeGradLoop *loops = NULL;
+  int num_loops = 0;
+  if (top && !loop_of) rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
+  if (loop_of && rc == FLOE_OK)
+    rc = floe__grad_find_loops(g, w.num_nodes, loop_of, &loops, &num_loops, st);
 
   /* Seeds: grad_ys, or ones shaped like each y. */
   for (int i = 0; i < num_ys && rc == FLOE_OK; i++) {
@@ -791,12 +996,23 @@ floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const F
     rc = contrib_add(&w, ys[i], seed, st);
   }
 
-  /* One descending sweep: every consumer of a node has a larger id. */
+  /* One sweep in reverse topological order (each loop one unit): a node is visited after
+   * every consumer of its outputs. */
+  int *order = NULL, num_order = 0;
+  if (rc == FLOE_OK) rc = reverse_topo(&w, loop_of, num_loops, &order, &num_order, st);
   FloeOutput *dy = NULL;
   int dy_cap = 0;
-  for (int id = w.num_nodes - 1; id >= 0 && rc == FLOE_OK; id--) {
+  for (int k = 0; k < num_order && rc == FLOE_OK; k++) {
+    int key = order[k];
+    if (key >= w.num_nodes) { /* a loop, differentiated whole */
+      int li = key - w.num_nodes;
+      rc = backprop_loop(&w, &loops[li], li, loop_of, st);
+      continue;
+    }
+    int id = key;
     if (!w.from_x[id] || !w.to_y[id]) continue;
     FloeNode *n = g->nodes[id];
+    if (!top && is_x(xs, num_xs, n)) continue; /* one iteration: the gradient stops at xs */
     if (n->num_outputs > dy_cap) {
       FloeOutput *v = floe__realloc(dy, (size_t)n->num_outputs * sizeof *v);
       if (!v) {
@@ -816,6 +1032,9 @@ floe_code floe_gradients(FloeGraph *g, const FloeOutput *ys, int num_ys, const F
     rc = backprop_node(&w, n, dy, st);
   }
   floe__free(dy);
+  floe__free(order);
+  floe__grad_loops_free(loops, num_loops);
+  floe__free(loop_of);
   for (int i = 0; i < num_xs && rc == FLOE_OK; i++) {
     if (!w.to_y[xs[i].node->id]) continue;
     dxs[i] = contrib_sum(&w, xs[i].node, xs[i].index, st);

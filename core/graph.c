@@ -789,7 +789,7 @@ static FloeNode *clone_node(const FloeNode *s, FloeGraph *c, FloeStatus *st) {
     n->input_arg = floe__malloc((size_t)s->num_inputs * sizeof *n->input_arg);
     if (!n->inputs || !n->input_arg) goto err_free_node;
     for (int i = 0; i < s->num_inputs; i++) {
-      n->inputs[i].node = c->nodes[s->inputs[i].node->id];
+      n->inputs[i].node = NULL; /* set once every node exists: loops have back edges */
       n->inputs[i].index = s->inputs[i].index;
     }
     memcpy(n->input_arg, s->input_arg, (size_t)s->num_inputs * sizeof *n->input_arg);
@@ -798,7 +798,7 @@ static FloeNode *clone_node(const FloeNode *s, FloeGraph *c, FloeStatus *st) {
   if (s->num_control) {
     n->control = floe__malloc((size_t)s->num_control * sizeof *n->control);
     if (!n->control) goto err_free_node;
-    for (int i = 0; i < s->num_control; i++) n->control[i] = c->nodes[s->control[i]->id];
+    for (int i = 0; i < s->num_control; i++) n->control[i] = NULL; /* likewise */
   }
   n->num_control = s->num_control;
   if (s->num_outputs) {
@@ -838,6 +838,13 @@ FloeGraph *floe__graph_clone(const FloeGraph *g, FloeStatus *st) {
     FloeNode *n = clone_node(g->nodes[i], c, st);
     if (!n) goto err_free_graph_quiet;
     c->nodes[c->num_nodes++] = n;
+  }
+  /* Inputs may name later nodes (NextIteration -> Merge), so they are linked last. */
+  for (int i = 0; i < g->num_nodes; i++) {
+    const FloeNode *s = g->nodes[i];
+    FloeNode *n = c->nodes[i];
+    for (int j = 0; j < s->num_inputs; j++) n->inputs[j].node = c->nodes[s->inputs[j].node->id];
+    for (int j = 0; j < s->num_control; j++) n->control[j] = c->nodes[s->control[j]->id];
   }
   return c;
 
@@ -1280,4 +1287,33 @@ FloeOutput floe_matmul(FloeGraph *g, const char *name, FloeOutput a, FloeOutput 
   floe_node_set_attr_bool(nb, "transpose_a", transpose_a);
   floe_node_set_attr_bool(nb, "transpose_b", transpose_b);
   return floe_out(floe_node_finish(nb), 0);
+}
+
+/* ---- edits of existing nodes, for the control-flow builders (control_flow.c) ---- */
+
+floe_code floe__node_add_control(FloeNode *n, FloeNode *dep, FloeStatus *st) {
+  if (!dep || dep->graph != n->graph)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT, "node '%s': bad control input", n->name);
+  for (int i = 0; i < n->num_control; i++)
+    if (n->control[i] == dep) return FLOE_OK;
+  FloeNode **v = floe__realloc(n->control, (size_t)(n->num_control + 1) * sizeof *v);
+  if (!v) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory adding a control input");
+  n->control = v;
+  n->control[n->num_control++] = dep;
+  return FLOE_OK;
+}
+
+floe_code floe__node_set_input(FloeNode *n, int j, FloeOutput v, FloeStatus *st) {
+  if (j < 0 || j >= n->num_inputs || !v.node || v.node->graph != n->graph || v.index < 0 ||
+      v.index >= v.node->num_outputs)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT, "node '%s': bad input %d", n->name, j);
+  FloeDType have = n->inputs[j].node->out_dtypes[n->inputs[j].index];
+  FloeDType want = v.node->out_dtypes[v.index];
+  if (have != want)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "node '%s' (%s): input %d is %s, '%s:%d' is %s", n->name,
+                           n->op->name, j, floe_dtype_name(have), v.node->name, v.index,
+                           floe_dtype_name(want));
+  n->inputs[j] = v;
+  return FLOE_OK;
 }

@@ -293,6 +293,12 @@ typedef struct FloeNodeSpec {
 } FloeNodeSpec;
 FloeNode *floe__graph_add_node(FloeGraph *g, const FloeNodeSpec *spec, FloeStatus *st);
 
+/* Edits for the control-flow builders: a loop's Merge gets its back edge once the body
+ * exists. add_control: dep (same graph) becomes a control input of n (once). set_input:
+ * input j of n becomes v, of the same dtype; shapes are not re-inferred. */
+floe_code floe__node_add_control(FloeNode *n, FloeNode *dep, FloeStatus *st);
+floe_code floe__node_set_input(FloeNode *n, int j, FloeOutput v, FloeStatus *st);
+
 /* Shape inference of one node (called by add_node; exposed for re-inference). */
 floe_code floe__infer_shapes(FloeNode *n, FloeStatus *st);
 
@@ -473,6 +479,20 @@ void floe__executor_free(FloeExecutor *e);
  * several steps may run concurrently on one executor. */
 floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                              FloeStatus *st);
+/* How one step may be stopped from outside: a timeout, and a hook that sees the step when
+ * it starts (attach(arg, step)) and when it ends (attach(arg, NULL), before it is freed), so
+ * that floe__exec_step_cancel can reach it meanwhile. */
+typedef struct FloeRunCtl {
+  int64_t timeout_ms;  /* > 0: the step fails with FLOE_DEADLINE_EXCEEDED after this long */
+  void (*attach)(void *arg, FloeExecStep *step);
+  void *arg;
+} FloeRunCtl;
+/* floe__executor_run with ctl (NULL: as floe__executor_run). */
+floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
+                                 const FloeRunCtl *ctl, FloeStatus *st);
+/* Fails step (attached, not yet detached) with code and why, and cancels it: blocked
+ * kernels are woken and loops stop; the message names the loops that were running. */
+void floe__exec_step_cancel(FloeExecStep *step, floe_code code, const char *why);
 /* Per-node kernel counters gathered while plan->profiling is set. */
 typedef struct FloeExecProfile {
   int64_t calls, total_ns, max_ns, output_bytes;
@@ -721,6 +741,44 @@ void floe__grad_copy_attr(const FloeGradCtx *c, FloeNodeBuilder *b, const char *
 /* Sets attribute `name` of node `from` on b (nothing when from lacks it). */
 void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *name);
 
+/* grad_control.c: gradients of conds and while loops ------------------------------- */
+floe_code floe__grads_register_control(FloeStatus *st);
+/* One loop variable of a loop built by floe_while_loop. */
+typedef struct FloeGradLoopVar {
+  FloeNode *enter, *merge, *sw, *exit, *body; /* body: the Identity of the Switch's true port */
+} FloeGradLoopVar;
+/* A top-level while loop of a graph (borrowed nodes; arrays owned). */
+typedef struct FloeGradLoop {
+  const char *name;       /* its frame (borrowed from an Enter's attribute) */
+  FloeGradLoopVar *vars;
+  int num_vars;
+  FloeNode **inv;         /* its constant Enters (loop invariants) */
+  int num_inv;
+  int last_exit_id;       /* the largest id among its Exits */
+  bool nested;            /* a loop runs inside its body */
+} FloeGradLoop;
+/* Finds the top-level loops among nodes [0, n): loop_of[id] = the loop a node is in (nested
+ * loops count as their outer loop's) or -1. *out (caller frees with floe__grad_loops_free). */
+floe_code floe__grad_find_loops(const FloeGraph *g, int n, int *loop_of, FloeGradLoop **out,
+                                int *num, FloeStatus *st);
+void floe__grad_loops_free(FloeGradLoop *loops, int n);
+/* Builds the backward loop of L (index li in loop_of, which covers ids below num_walked):
+ * dexit[i] the gradient reaching loop variable i's Exit (node NULL: none); need_inv[k]:
+ * the gradient of invariant k's outside value is wanted. Sets dinit[i] (the gradient of
+ * variable i's initial value) and dinv[k] (node NULL where none). */
+floe_code floe__grad_while(FloeGraph *g, const FloeGradLoop *L, int li, const int *loop_of,
+                           int num_walked, const FloeOutput *dexit, const bool *need_inv,
+                           FloeOutput *dinit, FloeOutput *dinv, FloeStatus *st);
+/* gradients.c, for grad_control.c: floe_gradients of one loop iteration (back edges are not
+ * followed and loops are not treated as units). */
+floe_code floe__gradients_body(FloeGraph *g, const FloeOutput *ys, int num_ys,
+                               const FloeOutput *xs, int num_xs, const FloeOutput *grad_ys,
+                               FloeOutput *dxs, FloeStatus *st);
+/* control_flow.c: nodes the next floe_while_loop / floe_cond scan must leave alone (the
+ * caller made them for another frame while building a body; thread-local), and the reset. */
+floe_code floe__cf_exclude(const FloeNode *n);
+void floe__cf_exclude_clear(void);
+
 /* ---- graph rewrites (fuse.c) ---- */
 
 /* Whether `fused` may replace the chain whose main node is `anchor`: true when it would run
@@ -736,6 +794,80 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
  * then there is no need to clone the graph for it. */
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
 
+/* ------------------------------------------------------------------------------------ */
+/* TensorArrays and stacks (issue 4): step-scoped resource objects for dynamic RNNs and
+ * loop gradients. ops_rnn.def, tensor_array.c (object, kernels), tensor_array_build.c
+ * (floe_tensor_array.h builders), stack.c (object, kernels, builders below),
+ * grad_tensor_array.c (gradients), shape functions in ops_shape.c. */
+
+/* ops_shape.c: the shape functions named in ops_rnn.def. */
+floe_code floe__shape_tensor_array(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_write(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_read(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_gather(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_scatter(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_stack(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_unstack(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_grad(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_stack_push(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_stack_pop(const FloeHostApi *host, FloeShapeContext *sctx);
+
+/* tensor_array.c: adds the TensorArray and stack kernels (called by
+ * floe__core_kernels_register). stack.c: the stack kernels (called by the former). */
+floe_code floe__tensor_array_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+floe_code floe__stack_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* tensor_array.c, for core kernels that set outputs themselves (stack.c):
+ * kctx_fail moves st's error (cleared) into the kernel's status and returns its code;
+ * kctx_set_output makes t (the caller's reference, given up) output i;
+ * kctx_to_device returns t (the caller's reference, given up) in memory the kernel's device
+ * uses, copied when it lives elsewhere (NULL t or failure: NULL, st set);
+ * kctx_scalar_i32 reads input i, an i32 scalar (copied to the host when on a device);
+ * errors name `what` in the kernel's status. */
+floe_code floe__kctx_fail(FloeKernelContext *ctx, FloeStatus *st);
+void floe__kctx_set_output(FloeKernelContext *ctx, int i, FloeTensor *t);
+FloeTensor *floe__kctx_to_device(FloeKernelContext *ctx, FloeTensor *t, FloeStatus *st);
+floe_code floe__kctx_scalar_i32(FloeKernelContext *ctx, int i, const char *what, int64_t *out);
+/* tensor_array_build.c: what the graph says about the TensorArray behind handle, read from
+ * the TensorArrayV3 node that made it (followed through TensorArrayGradV3 and pass-through
+ * ops: Identity, Enter, Exit, Switch, Merge, NextIteration). Returns that node (borrowed
+ * from its graph), or NULL when it cannot be told; *dtype (FLOE_DTYPE_INVALID), *elem (the
+ * declared element shape, unknown) and *size (a Const size of an array that cannot grow,
+ * else -1) say what is known. Pure; thread-safe on a graph nobody modifies. */
+const FloeNode *floe__ta_static_info(FloeOutput handle, FloeDType *dtype, FloeShape *elem,
+                                     int64_t *size);
+/* grad_tensor_array.c: called by floe__grads_init. */
+floe_code floe__grads_register_tensor_array(FloeStatus *st);
+/* stack.c: builders for core code (loop gradients save forward values per iteration and
+ * pop them in reverse). Like the public builders they record g's sticky error and return
+ * an invalid output / NULL on failure; outputs and nodes are borrowed from g. name NULL:
+ * automatic names.
+ * stack_new: StackV2 (and a Const "<name>/max_size"): a stack of elem_type holding at most
+ *   max_size elements (<= 0: unbounded); the output is its handle.
+ * stack_push: StackPushV2; the output is elem itself, available once it is pushed.
+ *   swap_memory: an element in a device's own memory waits in host memory.
+ * stack_pop: StackPopV2 of the top element, which must have elem_type and fit elem_shape
+ *   (floe_shape_unknown(): any shape); elem_shape is the output's static shape.
+ * after (push and pop; NULL: none): a node that must run first (a control input), which is
+ *   what orders pushes and pops that no data edge orders. Pushes and pops of one stack that
+ *   may run concurrently happen in an unspecified order.
+ * stack_close: StackCloseV2 (releases the elements; the step's end does it anyway). */
+FloeOutput floe__stack_new(FloeGraph *g, const char *name, FloeDType elem_type,
+                           int64_t max_size);
+FloeOutput floe__stack_push(FloeGraph *g, const char *name, FloeOutput handle, FloeOutput elem,
+                            bool swap_memory, FloeNode *after);
+FloeOutput floe__stack_pop(FloeGraph *g, const char *name, FloeOutput handle,
+                           FloeDType elem_type, FloeShape elem_shape, FloeNode *after);
+FloeNode *floe__stack_close(FloeGraph *g, const char *name, FloeOutput handle);
+/* resource.c, for session.c: true when t is the handle of a resource object (not of a
+ * variable): such handles name their object by serial, so feeding one back into a later
+ * run is safe (a stale one is an error when used). */
+bool floe__resource_is_obj_handle(const FloeTensor *t);
+/* End of TensorArrays and stacks. */
+/* ---- recurrent cells (grad_rnn.c) ---- */
+
+/* Registers the gradients of LSTMCell (an LSTMCellGrad node) and LSTMCellGrad (an error:
+ * no second derivative). Called by floe__grads_init. */
+floe_code floe__grads_register_rnn(FloeStatus *st);
 /* ---- Input pipelines (issue 4): queue.c, reader.c, data_builders.c, queue_runner.c ---- */
 /* core_kernels.c: adds one asynchronous core kernel (device type "*"); flags as for
  * floe__core_kernel_add. compute_async returns promptly and calls done(done_arg) exactly

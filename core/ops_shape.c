@@ -1411,6 +1411,305 @@ floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *s
   return FLOE_OK;
 }
 
+/* Merge: the shape every input agrees on (dims that differ become unknown); value_index is
+ * a scalar. */
+floe_code floe__shape_merge(const FloeHostApi *host, FloeShapeContext *sctx) {
+  (void)host;
+  FloeShape out = sctx->input_shapes[0];
+  int n = sctx->node->num_inputs;
+  for (int j = 1; j < n && out.rank >= 0; j++) {
+    const FloeShape *in = &sctx->input_shapes[j];
+    if (in->rank != out.rank) {
+      out = unknown_rank();
+      break;
+    }
+    for (int d = 0; d < out.rank; d++)
+      if (in->dims[d] != out.dims[d]) out.dims[d] = -1;
+  }
+  sctx->output_shapes[0] = out;
+  sctx->output_shapes[1] = floe_shape_scalar();
+  return FLOE_OK;
+}
+
+/* ---- TensorArrays and stacks (ops_rnn.def) ---- */
+
+/* a and b may describe one tensor: ranks and known dims agree. */
+static bool shapes_compatible(const FloeShape *a, const FloeShape *b) {
+  if (a->rank < 0 || b->rank < 0) return true;
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] >= 0 && b->dims[i] >= 0 && a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+/* What both a and b say (they are compatible). */
+static FloeShape shape_merge(const FloeShape *a, const FloeShape *b) {
+  if (a->rank < 0) return *b;
+  FloeShape m = *a;
+  for (int i = 0; b->rank >= 0 && i < m.rank; i++)
+    if (m.dims[i] < 0) m.dims[i] = b->dims[i];
+  return m;
+}
+
+static floe_code need_scalar(FloeShapeContext *sctx, int i, const char *what) {
+  const FloeShape *s = &sctx->input_shapes[i];
+  if (s->rank > 0)
+    return fail(sctx, "%s %s must be a scalar, got shape %s", op_name(sctx), what,
+                SHAPE_STR(*s));
+  return FLOE_OK;
+}
+
+/* The element shape a reading op produces: its element_shape attribute merged with the
+ * declaration of the TensorArray behind input 0. */
+static floe_code ta_read_elem(FloeShapeContext *sctx, FloeShape *elem, int64_t *size) {
+  FloeDType dt;
+  FloeShape decl;
+  floe__ta_static_info(sctx->node->inputs[0], &dt, &decl, size);
+  const FloeAttrValue *v = attr_of(sctx, "element_shape", FLOE_ATTR_SHAPE);
+  FloeShape own = v ? v->u.shape : unknown_rank();
+  if (!shapes_compatible(&own, &decl))
+    return fail(sctx, "%s element_shape %s contradicts the TensorArray's element shape %s",
+                op_name(sctx), SHAPE_STR(own), SHAPE_STR(decl));
+  *elem = shape_merge(&own, &decl);
+  return FLOE_OK;
+}
+
+/* A value written as one element (or, rows, each row of it) must fit the declaration. */
+static floe_code ta_check_value(FloeShapeContext *sctx, const FloeShape *value, bool rows) {
+  FloeDType dt;
+  FloeShape decl;
+  int64_t size;
+  floe__ta_static_info(sctx->node->inputs[0], &dt, &decl, &size);
+  FloeShape elem = *value;
+  if (rows && value->rank >= 0) {
+    elem.rank = value->rank - 1;
+    for (int i = 0; i < elem.rank; i++) elem.dims[i] = value->dims[i + 1];
+  }
+  if (!shapes_compatible(&elem, &decl))
+    return fail(sctx, "%s: the value's %s %s does not match the TensorArray's element shape %s",
+                op_name(sctx), rows ? "rows have shape" : "shape is", SHAPE_STR(elem),
+                SHAPE_STR(decl));
+  return FLOE_OK;
+}
+
+/* [n] ++ elem, or unknown when elem's rank is. */
+static FloeShape rows_of(int64_t n, const FloeShape *elem) {
+  if (elem->rank < 0 || elem->rank >= FLOE_MAX_DIMS) return unknown_rank();
+  FloeShape s;
+  s.rank = elem->rank + 1;
+  s.dims[0] = n;
+  for (int i = 0; i < elem->rank; i++) s.dims[i + 1] = elem->dims[i];
+  return s;
+}
+
+floe_code floe__shape_tensor_array(const FloeHostApi *host, FloeShapeContext *sctx) {
+  floe_code c = need_scalar(sctx, 0, "size");
+  if (c != FLOE_OK) return c;
+  int64_t n;
+  if (const_scalar(sctx, 0, &n) && n < 0)
+    return fail(sctx, "TensorArrayV3 size must be >= 0, got %lld", (long long)n);
+  set_all_outputs(sctx, floe_shape_scalar());
+  return FLOE_OK;
+}
+
+floe_code floe__shape_ta_write(const FloeHostApi *host, FloeShapeContext *sctx) {
+  floe_code c;
+  if ((c = need_scalar(sctx, 1, "index")) != FLOE_OK ||
+      (c = need_scalar(sctx, 3, "flow_in")) != FLOE_OK ||
+      (c = ta_check_value(sctx, &sctx->input_shapes[2], false)) != FLOE_OK)
+    return c;
+  sctx->output_shapes[0] = floe_shape_scalar();
+  return FLOE_OK;
+}
+
+floe_code floe__shape_ta_read(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t size;
+  floe_code c = need_scalar(sctx, 1, "index");
+  if (c == FLOE_OK) c = ta_read_elem(sctx, &sctx->output_shapes[0], &size);
+  return c;
+}
+
+floe_code floe__shape_ta_gather(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t n, size;
+  FloeShape elem;
+  floe_code c = vector_len(sctx, 1, "TensorArrayGatherV3 indices", &n);
+  if (c == FLOE_OK) c = ta_read_elem(sctx, &elem, &size);
+  if (c == FLOE_OK) sctx->output_shapes[0] = rows_of(n, &elem);
+  return c;
+}
+
+floe_code floe__shape_ta_scatter(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t n;
+  const FloeShape *v = &sctx->input_shapes[2];
+  floe_code c = vector_len(sctx, 1, "TensorArrayScatterV3 indices", &n);
+  if (c != FLOE_OK) return c;
+  if (v->rank == 0)
+    return fail(sctx, "TensorArrayScatterV3 value must have rank >= 1 (one row per index), "
+                      "got a scalar");
+  int64_t rows;
+  if (v->rank > 0 && !merge_dim(n, v->dims[0], &rows))
+    return fail(sctx, "TensorArrayScatterV3 has %lld indices but the value %s has %lld rows",
+                (long long)n, SHAPE_STR(*v), (long long)v->dims[0]);
+  if ((c = ta_check_value(sctx, v, true)) != FLOE_OK) return c;
+  sctx->output_shapes[0] = floe_shape_scalar();
+  return FLOE_OK;
+}
+
+floe_code floe__shape_ta_stack(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t size;
+  FloeShape elem;
+  floe_code c = ta_read_elem(sctx, &elem, &size);
+  if (c == FLOE_OK) sctx->output_shapes[0] = rows_of(size, &elem);
+  return c;
+}
+
+floe_code floe__shape_ta_unstack(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *v = &sctx->input_shapes[1];
+  if (v->rank == 0)
+    return fail(sctx, "TensorArrayUnstackV3 value must have rank >= 1 (its rows become the "
+                      "elements), got a scalar");
+  floe_code c = ta_check_value(sctx, v, true);
+  if (c == FLOE_OK) sctx->output_shapes[0] = floe_shape_scalar();
+  return c;
+}
+
+floe_code floe__shape_ta_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  set_all_outputs(sctx, floe_shape_scalar());
+  return FLOE_OK;
+}
+
+floe_code floe__shape_stack_push(const FloeHostApi *host, FloeShapeContext *sctx) {
+  sctx->output_shapes[0] = sctx->input_shapes[1];
+  return FLOE_OK;
+}
+
+floe_code floe__shape_stack_pop(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeAttrValue *v = attr_of(sctx, "elem_shape", FLOE_ATTR_SHAPE);
+  sctx->output_shapes[0] = v ? v->u.shape : unknown_rank();
+  return FLOE_OK;
+}
+
+/* ---- recurrent cells (ops_rnn.def) ---- */
+
+/* The sizes of an LSTM cell's operands, and w's rows (input + hidden). */
+enum { LSTM_B, LSTM_I, LSTM_H, LSTM_NSIZES, LSTM_IH = LSTM_NSIZES, LSTM_NONE };
+
+/* One operand: input index, name, layout, rank, and each dim as a size times a multiple. */
+typedef struct LstmOperand {
+  int input;
+  const char *name, *layout;
+  int rank;
+  int size[2], mult[2];
+} LstmOperand;
+
+static const char *const lstm_size_names[LSTM_NSIZES] = {"batch", "input", "hidden"};
+
+static const LstmOperand lstm_cell_operands[] = {
+    {0, "x", "[batch, input]", 2, {LSTM_B, LSTM_I}, {1, 1}},
+    {1, "h_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {2, "c_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {3, "w", "[input + hidden, 4 * hidden]", 2, {LSTM_IH, LSTM_H}, {1, 4}},
+    {4, "b", "[4 * hidden]", 1, {LSTM_H, LSTM_NONE}, {4, 0}},
+};
+
+static const LstmOperand lstm_grad_operands[] = {
+    {0, "x", "[batch, input]", 2, {LSTM_B, LSTM_I}, {1, 1}},
+    {1, "h_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {2, "c_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {3, "w", "[input + hidden, 4 * hidden]", 2, {LSTM_IH, LSTM_H}, {1, 4}},
+    {4, "c", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {5, "act", "[batch, 4 * hidden]", 2, {LSTM_B, LSTM_H}, {1, 4}},
+    {6, "dh", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {7, "dc", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+};
+
+/* Merges `got` (a dim of operand `in`: mult times size k; -1 unknown) into sizes[k], first
+ * set by operand from[k]. */
+static floe_code lstm_merge(FloeShapeContext *sctx, const char *in, int64_t got, int64_t mult,
+                            int k, int64_t *sizes, const char **from) {
+  if (got < 0) return FLOE_OK;
+  if (got % mult)
+    return fail(sctx, "%s: %s has %lld columns, not 4 * hidden (a multiple of 4): the gates i, "
+                      "f, g, o take hidden columns each", op_name(sctx), in, (long long)got);
+  int64_t v = got / mult;
+  if (sizes[k] >= 0 && sizes[k] != v)
+    return fail(sctx, "%s: %s gives %s size %lld but %s gives %lld", op_name(sctx), in,
+                lstm_size_names[k], (long long)v, from[k], (long long)sizes[k]);
+  if (sizes[k] < 0) {
+    sizes[k] = v;
+    from[k] = in;
+  }
+  return FLOE_OK;
+}
+
+/* Checks the operands' ranks and agreement and resolves batch, input and hidden sizes. */
+static floe_code lstm_sizes(FloeShapeContext *sctx, const LstmOperand *ops, int n,
+                            int64_t *sizes) {
+  const char *from[LSTM_NSIZES] = {NULL, NULL, NULL};
+  int64_t w_rows = -1;
+  for (int k = 0; k < LSTM_NSIZES; k++) sizes[k] = -1;
+  for (int j = 0; j < n; j++) {
+    const FloeShape *s = &sctx->input_shapes[ops[j].input];
+    if (s->rank >= 0 && s->rank != ops[j].rank)
+      return fail(sctx, "%s: %s must have rank %d, %s, got shape %s", op_name(sctx),
+                  ops[j].name, ops[j].rank, ops[j].layout, SHAPE_STR(*s));
+  }
+  for (int j = 0; j < n; j++) {
+    const FloeShape *s = &sctx->input_shapes[ops[j].input];
+    if (s->rank < 0) continue;
+    for (int d = 0; d < s->rank; d++) {
+      if (ops[j].size[d] == LSTM_IH) {
+        w_rows = s->dims[d];
+        continue;
+      }
+      floe_code c = lstm_merge(sctx, ops[j].name, s->dims[d], ops[j].mult[d], ops[j].size[d],
+                               sizes, from);
+      if (c != FLOE_OK) return c;
+    }
+  }
+  if (w_rows < 0) return FLOE_OK;
+  int64_t in = sizes[LSTM_I], hid = sizes[LSTM_H];
+  if ((in >= 0 && hid >= 0 && in + hid != w_rows) || (in >= 0 && in > w_rows) ||
+      (hid >= 0 && hid > w_rows))
+    return fail(sctx, "%s: w has %lld rows but must have input + hidden = %s + %s rows (w is "
+                      "[input + hidden, 4 * hidden]: x's weights, then h_prev's)",
+                op_name(sctx), (long long)w_rows, in >= 0 ? INTS_STR(&in, 1) : "?",
+                hid >= 0 ? INTS_STR(&hid, 1) : "?");
+  if (in < 0 && hid >= 0) sizes[LSTM_I] = w_rows - hid;
+  if (hid < 0 && in >= 0) sizes[LSTM_H] = w_rows - in;
+  return FLOE_OK;
+}
+
+static int64_t times4(int64_t v) { return v >= 0 ? 4 * v : -1; }
+
+floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t s[LSTM_NSIZES];
+  floe_code c = lstm_sizes(sctx, lstm_cell_operands, FLOE__ARRAY_LEN(lstm_cell_operands), s);
+  if (c != FLOE_OK) return c;
+  int64_t bh[2] = {s[LSTM_B], s[LSTM_H]}, bg[2] = {s[LSTM_B], times4(s[LSTM_H])};
+  sctx->output_shapes[0] = floe_shape_make(2, bh);
+  sctx->output_shapes[1] = floe_shape_make(2, bh);
+  sctx->output_shapes[2] = floe_shape_make(2, bg);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t s[LSTM_NSIZES];
+  floe_code c = lstm_sizes(sctx, lstm_grad_operands, FLOE__ARRAY_LEN(lstm_grad_operands), s);
+  if (c != FLOE_OK) return c;
+  int64_t b = s[LSTM_B], in = s[LSTM_I], hid = s[LSTM_H];
+  /* dw is shaped like w, whose rows may be known when input and hidden are not. */
+  const FloeShape *w = &sctx->input_shapes[3];
+  int64_t w_rows = in >= 0 && hid >= 0 ? in + hid : w->rank == 2 ? w->dims[0] : -1;
+  int64_t bi[2] = {b, in}, bh[2] = {b, hid}, wd[2] = {w_rows, times4(hid)}, bd[1] = {wd[1]};
+  sctx->output_shapes[0] = floe_shape_make(2, bi);
+  sctx->output_shapes[1] = floe_shape_make(2, bh);
+  sctx->output_shapes[2] = floe_shape_make(2, bh);
+  sctx->output_shapes[3] = floe_shape_make(2, wd);
+  sctx->output_shapes[4] = floe_shape_make(1, bd);
+  return FLOE_OK;
+}
+
 /* ---- queues and readers (ops_data.def) ---- */
 
 /* True when the shapes may describe the same tensor (unknown ranks and dims match all). */

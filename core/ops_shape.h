@@ -18,6 +18,7 @@ floe_code floe__ops_std_register(FloeStatus *st);
 floe_code floe__shape_const(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_placeholder(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_unchanged(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_merge(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_broadcast(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_select(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_matmul(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -56,6 +57,9 @@ floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *s
 floe_code floe__shape_broadcast_to(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_sum_to_shape(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_expand_reduced(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Recurrent cells (ops_rnn.def). */
+floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *sctx);
 /* Queues and readers (ops_data.def, issue 4). */
 floe_code floe__shape_queue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_queue_enqueue(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -645,6 +645,15 @@ FloeTensor *floe__resource_obj_handle(const FloeResource *r, FloeStatus *st) {
   return h;
 }
 
+bool floe__resource_is_obj_handle(const FloeTensor *t) {
+  if (!t || t->dtype != FLOE_RESOURCE || t->rank != 0 || t->nbytes != sizeof(uintptr_t) ||
+      !floe__tensor_on_host(t))
+    return false;
+  uintptr_t v;
+  memcpy(&v, (const char *)t->buf->data + t->offset, sizeof v);
+  return (v & OBJ_TAG) != 0;
+}
+
 FloeResource *floe__resources_from_handle(FloeResourceMgr *m, const FloeTensor *handle,
                                           const FloeResourceOps *want, const char *what,
                                           FloeStatus *st) {

@@ -41,6 +41,9 @@ struct FloeSession {
   atomic_int num_cached;
   FloeResourceMgr *resources; /* the session's variables; outlives its executors */
   atomic_int profiling;    /* floe_session_set_profiling; read by every executor */
+  FloeExecStep **active;   /* steps running now (guarded by mu), for cancel and close */
+  int num_active, cap_active;
+  bool closed;             /* floe_session_close ran (guarded by mu) */
 };
 
 /* One resolved feed or fetch; pos is its place in the caller's arrays. */
@@ -162,13 +165,18 @@ static floe_code check_feed(const FloeGraph *g, const FloeFeed *f, const SigItem
   const FloeNode *n = g->nodes[it->node_id];
   FloeDType want = n->out_dtypes[it->index];
   const FloeTensor *t = f->value;
-  /* A handle is a pointer into a session's resource manager: only VarHandleOp makes one. */
-  if (t->dtype == FLOE_RESOURCE || want == FLOE_RESOURCE)
+  /* A variable's handle is a pointer into a session's resource manager: only VarHandleOp
+   * makes one. An object's handle (TensorArray, stack) names its object by serial and is
+   * looked up, never dereferenced, so it may come back from an earlier run. */
+  bool obj = want == FLOE_RESOURCE && floe__resource_is_obj_handle(t);
+  if (!obj && (t->dtype == FLOE_RESOURCE || want == FLOE_RESOURCE))
     return floe_status_set(st, FLOE_INVALID_ARGUMENT,
-                           "feed '%s': resource handles cannot be fed; '%s' (%s) %s", f->name,
-                           n->name, n->op->name,
-                           want == FLOE_RESOURCE ? "produces a variable handle itself"
-                                                 : "is fed a tensor of dtype resource");
+                           "feed '%s': resource handles cannot be fed, except a TensorArray's "
+                           "or stack's handle fetched from a run; '%s' (%s) %s",
+                           f->name, n->name, n->op->name,
+                           want == FLOE_RESOURCE
+                               ? "produces a handle; the fed tensor is not one of those"
+                               : "is fed a tensor of dtype resource");
   if (t->dtype != want)
     return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                            "feed '%s': the tensor is %s but '%s' (%s) produces %s", f->name,
@@ -634,6 +642,7 @@ void floe_session_free(FloeSession *s) {
   for (int i = 0; s->shared && i < s->graph->num_nodes; i++)
     if (s->shared[i].created) floe__kernel_release(s->shared[i].kernel, s->shared[i].state);
   floe__free(s->shared);
+  floe__free(s->active);
   floe__resources_free(s->resources); /* after every executor: none can hold a variable */
   pthread_cond_destroy(&s->built_cv);
   pthread_mutex_destroy(&s->mu);
@@ -661,12 +670,85 @@ int floe_session_num_cached(const FloeSession *s) {
   return s ? atomic_load(&s->num_cached) : 0;
 }
 
-/* Feeds borrowed for the call; on success outputs[i] are new references the caller
- * releases; on error outputs are left untouched. Thread-safe. */
+void floe_run_options_init(FloeRunOptions *opts) {
+  if (!opts) return;
+  memset(opts, 0, sizeof *opts);
+  opts->struct_size = sizeof *opts;
+}
+
+/* A run's step joins (step) or leaves (NULL) the session's list of active steps. */
+typedef struct Attach {
+  FloeSession *s;
+  FloeExecStep *step;
+  bool listed;
+} Attach;
+
+static void attach_step(void *arg, FloeExecStep *step) {
+  Attach *a = arg;
+  FloeSession *s = a->s;
+  pthread_mutex_lock(&s->mu);
+  if (step) {
+    if (s->num_active == s->cap_active) {
+      int cap = s->cap_active ? 2 * s->cap_active : 8;
+      FloeExecStep **v = floe__realloc(s->active, (size_t)cap * sizeof *v);
+      if (v) {
+        s->active = v;
+        s->cap_active = cap;
+      }
+    }
+    /* Without room the step runs uncancellable by close (its timeout still holds). */
+    if (s->num_active < s->cap_active) {
+      s->active[s->num_active++] = step;
+      a->listed = true;
+    }
+    a->step = step;
+    if (s->closed) floe__exec_step_cancel(step, FLOE_CANCELLED, "the session was closed");
+  } else if (a->listed) {
+    for (int i = 0; i < s->num_active; i++) {
+      if (s->active[i] == a->step) {
+        s->active[i] = s->active[--s->num_active];
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Cancels every step running now with code and why. */
+static void cancel_active(FloeSession *s, floe_code code, const char *why) {
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < s->num_active; i++) floe__exec_step_cancel(s->active[i], code, why);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void floe_session_cancel(FloeSession *s) {
+  if (s) cancel_active(s, FLOE_CANCELLED, "the run was cancelled (floe_session_cancel)");
+}
+
+void floe_session_close(FloeSession *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->closed = true;
+  pthread_mutex_unlock(&s->mu);
+  cancel_active(s, FLOE_CANCELLED, "the session was closed");
+  floe__resources_close_all(s->resources);
+}
+
 floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                            const char *const *fetches, int num_fetches,
                            const char *const *targets, int num_targets, FloeTensor **outputs,
                            FloeStatus *user_status) {
+  return floe_session_run_opts(s, NULL, feeds, num_feeds, fetches, num_fetches, targets,
+                               num_targets, outputs, user_status);
+}
+
+/* Feeds borrowed for the call; on success outputs[i] are new references the caller
+ * releases; on error outputs are left untouched. Thread-safe. */
+floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
+                                const FloeFeed *feeds, int num_feeds,
+                                const char *const *fetches, int num_fetches,
+                                const char *const *targets, int num_targets,
+                                FloeTensor **outputs, FloeStatus *user_status) {
   /* Codes are read back from the status below, so there always is one. */
   FloeStatus local = {FLOE_OK, NULL};
   FloeStatus *status = user_status ? user_status : &local;
@@ -676,6 +758,16 @@ floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
     return floe_status_set(status, FLOE_INVALID_ARGUMENT,
                            "floe_session_run: NULL session, or a NULL array with a non-zero "
                            "count");
+  if (opts && (opts->struct_size < sizeof(size_t) + sizeof(int64_t) || opts->timeout_ms < 0))
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_run_opts: options not made by floe_run_options_init, "
+                           "or a negative timeout");
+  pthread_mutex_lock(&s->mu);
+  bool closed = s->closed;
+  pthread_mutex_unlock(&s->mu);
+  if (closed)
+    return floe_status_set(status, FLOE_CANCELLED,
+                           "the session was closed (floe_session_close): make a new one");
   RunSig sig;
   FloeTensor **ordered = NULL;
   floe_code rc = resolve_sig(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets,
@@ -694,7 +786,9 @@ floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
   }
   for (int i = 0; i < sig.num_feeds; i++) ordered[i] = feeds[sig.feeds[i].pos].value;
   FloeTensor **got = ordered + sig.num_feeds;
-  rc = floe__executor_run(e, ordered, got, status);
+  Attach at = {s, NULL, false};
+  FloeRunCtl ctl = {opts ? opts->timeout_ms : 0, attach_step, &at};
+  rc = floe__executor_run_ctl(e, ordered, got, &ctl, status);
   if (rc != FLOE_OK) goto out;
   for (int i = 0; i < num_fetches; i++) {
     outputs[i] = got[sig.fetch_map[i]];

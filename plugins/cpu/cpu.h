@@ -2,6 +2,8 @@
 #ifndef FLOE_CPU_H
 #define FLOE_CPU_H
 
+#include <stdbool.h>
+
 #include <floe/floe_plugin.h>
 
 /* The host table, set once by floe_plugin_init before any kernel is registered. */
@@ -29,6 +31,8 @@ floe_code cpu_register_grad_elementwise(FloePluginRegistrar *reg); /* grad_eleme
 floe_code cpu_register_grad_array(FloePluginRegistrar *reg);       /* grad_array.c */
 floe_code cpu_register_conv_grad(FloePluginRegistrar *reg);        /* conv_grad.c */
 floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
+/* Recurrent cells (issue 4). */
+floe_code cpu_register_lstm(FloePluginRegistrar *reg);             /* lstm.c */
 
 /* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
  * StridedSlice and StridedSliceGrad). */
@@ -56,5 +60,14 @@ floe_code cpu_strided_slice_resolve(FloeKernelContext *ctx, const void *state, i
 #define CPU_SUM_MAX_DIMS (2 * FLOE_MAX_DIMS)
 floe_code cpu_sum_dims(FloeKernelContext *ctx, FloeDType dt, const void *x, void *out, int rank,
                        const int64_t *dims, const int *red);
+
+/* matmul.c: C = op(A) op(B) + beta C for row-major f32 matrices, A stored [M,K] ([K,M] when
+ * ta), B [K,N] ([N,K] when tb), with leading dimensions (elements from one stored row to the
+ * next) lda, ldb, ldc, so operands may be blocks of larger matrices. MatMul's path: OpenBLAS
+ * for tiny products, else dnnl_sgemm, large ones cut into blocks of C on the pool. Sizes
+ * must fit a BLAS int. Returns 0 (dnnl_success) or the failing dnnl_status_t. Thread-safe
+ * for disjoint C. */
+int cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 #endif

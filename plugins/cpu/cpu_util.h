@@ -276,6 +276,20 @@ static inline double cpu_sigmoid_f64(double x) {
   return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
+/* Shared by Tanh (elementwise.c) and the LSTM cell (lstm.c). */
+static inline float cpu_tanh_f32(float x) {
+  /* Cephes tanhf: odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above. */
+  float z = fabsf(x), s = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * s + 2.06390887954e-2f;
+  p = p * s - 5.37397155531e-2f;
+  p = p * s + 1.33314422036e-1f;
+  p = p * s - 3.33332819422e-1f;
+  float small = p * s * x + x;
+  float big = 1.0f - 2.0f / (cpu_exp_f32(z + z) + 1.0f);
+  return z < 0.625f ? small : copysignf(big, x);
+}
+
 /* The optional attributes of the parameterised activations and their gradients:
  * "approximate" (Gelu) and "alpha" (LeakyRelu, Elu). Absent ones keep the values passed in;
  * a wrong kind is recorded on init and returned. */

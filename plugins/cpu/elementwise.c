@@ -55,19 +55,6 @@ static inline float math_expm1_f32(float x) {
   return fabsf(x) < 0.34657359f ? p : e;
 }
 
-static inline float math_tanh_f32(float x) {
-  /* Cephes tanhf: odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above. */
-  float z = fabsf(x), s = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * s + 2.06390887954e-2f;
-  p = p * s - 5.37397155531e-2f;
-  p = p * s + 1.33314422036e-1f;
-  p = p * s - 3.33332819422e-1f;
-  float small = p * s * x + x;
-  float big = 1.0f - 2.0f / (cpu_exp_f32(z + z) + 1.0f);
-  return z < 0.625f ? small : copysignf(big, x);
-}
-
 static inline float math_softplus_f32(float x) {
   /* max(x, 0) + log1p(exp(-|x|)); log1p(t) = log(u) * t / (u - 1) with u = 1 + t is exact
    * to an ulp even when t is below f32 epsilon (Goldberg). */
@@ -457,7 +444,7 @@ UNARY_FLOAT(elu, x > 0 ? x : a * math_expm1_f32(x), x > 0 ? x : a * expm1(x))
 UNARY_FLOAT(gelu_erf, math_gelu_erf_f32(x), math_gelu_erf_f64(x))
 UNARY_FLOAT(gelu_tanh, math_gelu_tanh_f32(x), math_gelu_tanh_f64(x))
 UNARY_FLOAT(sigmoid, cpu_sigmoid_f32(x), cpu_sigmoid_f64(x))
-UNARY_FLOAT(tanh, math_tanh_f32(x), tanh(x))
+UNARY_FLOAT(tanh, cpu_tanh_f32(x), tanh(x))
 UNARY_FLOAT(softplus, math_softplus_f32(x), math_softplus_f64(x))
 UNARY_ROW(not_b, , uint8_t, x == 0)
 /* Sign keeps NaN and the sign of zero (a select chain, so it vectorises). */

@@ -79,14 +79,14 @@ static void keep_first_failure(int *slot, dnnl_status_t st) {
     __atomic_compare_exchange_n(slot, &ok, (int)st, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
-/* One dnnl_sgemm with explicit leading dimensions; one_thread runs it on the calling thread
- * alone. */
+/* One dnnl_sgemm with explicit leading dimensions, C = op(A) op(B) + beta C; one_thread runs
+ * it on the calling thread alone. */
 static dnnl_status_t sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                              int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                              bool one_thread) {
+                              int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                              int64_t ldc, bool one_thread) {
   int saved = one_thread ? cpu_omp_single() : 0;
   dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb,
-                                0.0f, c, ldc);
+                                beta, c, ldc);
   cpu_omp_restore(saved);
   return st;
 }
@@ -101,6 +101,8 @@ typedef struct SplitGemm {
   int64_t m, n, k, block; /* block: rows (by_rows) or columns per unit */
   const float *a, *b;
   float *c;
+  int64_t lda, ldb, ldc;
+  float beta;
   int status; /* first failing dnnl_status_t, else dnnl_success */
 } SplitGemm;
 
@@ -113,16 +115,17 @@ static void split_gemm_range(void *arg, int64_t begin, int64_t end) {
   float *c = g->c;
   int64_t m = g->m, n = g->n;
   if (g->by_rows) { /* rows lo..hi of C: rows of op(A) */
-    a += g->ta ? lo : lo * g->k;
-    c += lo * g->n;
+    a += g->ta ? lo : lo * g->lda;
+    c += lo * g->ldc;
     m = hi - lo;
   } else { /* columns lo..hi of C: columns of op(B) */
-    b += g->tb ? lo * g->k : lo;
+    b += g->tb ? lo * g->ldb : lo;
     c += lo;
     n = hi - lo;
   }
-  keep_first_failure(&g->status, sgemm_ld(g->ta, g->tb, m, n, g->k, a, g->ta ? g->m : g->k, b,
-                                           g->tb ? g->k : g->n, c, g->n, true));
+  keep_first_failure(&g->status,
+                     sgemm_ld(g->ta, g->tb, m, n, g->k, a, g->lda, b, g->ldb, g->beta, c, g->ldc,
+                              true));
 }
 
 /* From this M*N*K (32 MFLOP, about 0.2 ms on one core) a product is cut into blocks over
@@ -132,19 +135,31 @@ static void split_gemm_range(void *arg, int64_t begin, int64_t end) {
 #define SGEMM_SPLIT_MIN 64
 
 /* oneDNN's sgemm takes row-major operands and 'N' / 'T' like cblas; it can fail only on
- * arguments, which batch_product checked. */
-static dnnl_status_t gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                              const float *b, float *c) {
+ * arguments, which the callers checked. */
+int cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m == 0 || n == 0) return dnnl_success;
-  if (k == 0 || m * n * k <= SGEMM_TINY_MNK) {
-    gemm_f32_blas(ta, tb, m, n, k, a, b, c);
+  bool packed = lda == (ta ? m : k) && ldb == (tb ? k : n) && ldc == n;
+  if (k == 0) { /* BLAS rejects a zero leading dimension; op(A) op(B) is all zeros */
+    for (int64_t i = 0; i < m && beta != 1.0f; i++)
+      for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return dnnl_success;
+  }
+  if (m * n * k <= SGEMM_TINY_MNK) {
+    if (packed && beta == 0.0f)
+      gemm_f32_blas(ta, tb, m, n, k, a, b, c);
+    else
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb,
+                  beta, c, (blasint)ldc);
     return dnnl_success;
   }
   int64_t mnk = m * n * k;
   int threads = cpu_host->num_threads();
   if (mnk >= SGEMM_SPLIT_MNK && threads > 1) {
     SplitGemm g = {.ta = ta, .tb = tb, .by_rows = m > n, .m = m, .n = n, .k = k,
-                   .a = a, .b = b, .c = c, .status = dnnl_success};
+                   .a = a, .b = b, .c = c, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta,
+                   .status = dnnl_success};
     int64_t total = g.by_rows ? m : n;
     int64_t blocks = total / SGEMM_SPLIT_MIN < threads ? total / SGEMM_SPLIT_MIN : threads;
     if (blocks > 1) {
@@ -155,8 +170,12 @@ static dnnl_status_t gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
       return (dnnl_status_t)g.status;
     }
   }
-  return sgemm_ld(ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, c, n,
-                  mnk < SGEMM_ONE_THREAD_MNK);
+  return sgemm_ld(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, mnk < SGEMM_ONE_THREAD_MNK);
+}
+
+static dnnl_status_t gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                              const float *b, float *c) {
+  return (dnnl_status_t)cpu_gemm_f32(ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
 }
 
 /* A batch of products z[b] = op(x[xi(b)]) op(y[yi(b)]) with NumPy-broadcast batch dims. */

@@ -34,7 +34,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/floe-headers.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
 fail=0
 
-for h in floe_types.h floe.h floe_plugin.h floe_train.h floe_data.h; do
+for h in floe_types.h floe.h floe_plugin.h floe_train.h floe_control.h floe_tensor_array.h \
+    floe_rnn.h floe_data.h; do
   {
     printf '#include <floe/%s>\n#include <floe/%s>\n' "$h" "$h"
     if [ "$h" = floe_plugin.h ]; then

@@ -475,6 +475,13 @@ static const Case cases[] = {
     {.op = "PadGrad", .inputs = "f[5x6] i32[2x2]=1,1,2,1"},
     {.op = "PadGrad", .inputs = "f[6x7] i32[2x2]=1,2,2,1", .attrs = "mode=sREFLECT"},
     {.op = "TileGrad", .inputs = "f[4x9] i32=2,3"},
+    /* recurrent cells: h and c (act is not differentiable) */
+    {.op = "LSTMCell", .inputs = "f[2x3] f[2x4] f[2x4] f[7x16] f[16]", .nout = 2},
+    {.op = "LSTMCell",
+     .inputs = "f[3x2] f[3x5]:-2,2 f[3x5] f[7x20] f[20]",
+     .attrs = "forget_bias=f1.5",
+     .nout = 2},
+    {.op = "LSTMCell", .inputs = "f[1x1] f[1x3] f[1x3] f[4x12] f[12]", .nout = 2, .dyn = true},
 };
 #define NUM_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -483,11 +490,19 @@ static const Case cases[] = {
 static const char *const checked_elsewhere[] = {
     "MaxPoolGrad", /* its gradient is an error: maxpool_grad_second_derivative_is_an_error */
     "_FusedMaxPoolGradRelu", /* the same error (MaxPoolGrad's second derivative) */
+    /* conds and while loops: finite differences in core/test_control_flow */
+    "Switch", "Merge", "Enter", "Exit", "NextIteration",
+    /* TensorArrays: finite differences through whole graphs in test_tensor_array. */
+    "TensorArrayReadV3", "TensorArrayWriteV3", "TensorArrayGatherV3", "TensorArrayScatterV3",
+    "TensorArrayStackV3", "TensorArrayUnstackV3",
+    "LSTMCellGrad", /* its gradient is an error: ops/test_lstm.c, second_derivative_is_an_error */
 };
 
 /* A copy of gradients.c's not_differentiable[] table: ops through which no gradient flows.
  * Each must be registered as such (has_gradient); an op missing from both lists fails. */
 static const char *const not_differentiable[] = {
+    "LoopCond",
+    "ControlTrigger",
     "Const",
     "Placeholder",
     "NoOp",
@@ -531,6 +546,15 @@ static const char *const not_differentiable[] = {
     "ResourceApplyAdagrad",
     "Save",
     "Restore",
+    /* TensorArrays and stacks (their handles, sizes and the loop gradients' stacks). */
+    "TensorArrayV3",
+    "TensorArraySizeV3",
+    "TensorArrayCloseV3",
+    "TensorArrayGradV3",
+    "StackV2",
+    "StackPushV2",
+    "StackPopV2",
+    "StackCloseV2",
 };
 
 /* ------------------------------------------------------------------------------------ */

@@ -393,8 +393,7 @@ START_TEST(lookup_and_duplicates) {
 }
 END_TEST
 
-/* Counts of the standard set taken from the .def files themselves (ops_std.c includes all
- * four, in this order). */
+/* Counts of the standard set taken from the .def files themselves (in ops_std.c's order). */
 typedef struct DefLine {
   const char *name, *in, *out, *attrs;
   uint32_t flags;

@@ -328,6 +328,27 @@ FLOE_API floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int n
                                     const char *const *fetches, int num_fetches,
                                     const char *const *targets, int num_targets,
                                     FloeTensor **outputs, FloeStatus *status);
+/* Per-run options (floe_run_options_init fills the defaults). */
+typedef struct FloeRunOptions {
+  size_t struct_size;  /* sizeof(FloeRunOptions) */
+  int64_t timeout_ms;  /* > 0: a run still going after this long is cancelled and fails with
+                          FLOE_DEADLINE_EXCEEDED, naming the while loops it was in; 0: none */
+} FloeRunOptions;
+FLOE_API void floe_run_options_init(FloeRunOptions *opts);
+/* floe_session_run with options (opts NULL: the defaults). */
+FLOE_API floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
+                                         const FloeFeed *feeds, int num_feeds,
+                                         const char *const *fetches, int num_fetches,
+                                         const char *const *targets, int num_targets,
+                                         FloeTensor **outputs, FloeStatus *status);
+/* Cancels every run of s in progress (they fail with FLOE_CANCELLED; blocked queue
+ * operations wake, loops stop); later runs go on as usual. Thread-safe; NULL is a no-op. */
+FLOE_API void floe_session_cancel(FloeSession *s);
+/* Cancels the runs in progress, closes every queue and other resource (whatever waits on
+ * one fails with FLOE_CANCELLED) and refuses later runs. Thread-safe, may be called while
+ * runs are in progress (from another thread or a signal-free callback); the session must
+ * still be freed with floe_session_free once every run returned. NULL is a no-op. */
+FLOE_API void floe_session_close(FloeSession *s);
 /* Number of prepared executors cached (one per feeds/fetches/targets signature). */
 FLOE_API int floe_session_num_cached(const FloeSession *s);
 
@@ -364,6 +385,12 @@ FLOE_API long floe_test_fail_alloc_after(long n);
 
 /* Training: autodiff, variables, optimisers, checkpoints, layers, data. */
 #include "floe_train.h"
+/* Control flow: cond and while loops. */
+#include "floe_control.h"
+/* TensorArrays: per-step lists of tensors for dynamic RNNs. */
+#include "floe_tensor_array.h"
+/* Recurrent cells. */
+#include "floe_rnn.h"
 /* Input pipelines: queues, readers, the queue runner. */
 #include "floe_data.h"
 

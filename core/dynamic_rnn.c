@@ -1,0 +1,232 @@
+/* dynamic_rnn.c - floe_dynamic_lstm: an LSTM over variable-length sequences as one
+ * floe_while_loop, in the spirit of tf.nn.dynamic_rnn and PyTorch's packed sequences.
+ *
+ * The inputs are unstacked into a TensorArray; iteration t reads step t, runs the cell on
+ * the rows still inside their sequence and writes step t's outputs into another
+ * TensorArray, stacked after the loop. With lengths sorted longest first, the rows still
+ * running at step t are the first b_t = #{lengths > t}: the cell runs on those rows only
+ * (Slice), the others keep their state (Concat), so no work is done past a sequence's own
+ * length, and the loop stops after the longest one.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct DynArg {
+  FloeTensorArray in, out;
+  FloeOutput lengths;       /* i32 [B], or invalid: every row runs to the end */
+  FloeOutput steps;         /* i32 scalar: iterations to run */
+  FloeOutput w, b;
+  FloeLSTMOptions cell;
+  const char *name;
+} DynArg;
+
+static FloeOutput i32_scalar(FloeGraph *g, int32_t v) {
+  FloeTensor *t = floe_tensor_scalar_i32(v, NULL);
+  if (!t) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a dynamic RNN");
+    return (FloeOutput){NULL, 0};
+  }
+  FloeOutput o = floe_const(g, NULL, t);
+  floe_tensor_release(t);
+  return o;
+}
+
+static FloeOutput i32_vector(FloeGraph *g, const int32_t *v, int n) {
+  const int64_t dims[1] = {n};
+  FloeStatus *st = floe_status_new();
+  FloeTensor *t = floe_tensor_new(FLOE_I32, 1, dims, st);
+  floe_status_free(st);
+  if (!t) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a dynamic RNN");
+    return (FloeOutput){NULL, 0};
+  }
+  if (n > 0) memcpy(floe_tensor_data(t), v, (size_t)n * sizeof *v);
+  FloeOutput o = floe_const(g, NULL, t);
+  floe_tensor_release(t);
+  return o;
+}
+
+/* [s, 0] (or [0, s]) as an i32 vector from the scalar s. */
+static FloeOutput pair_with_zero(FloeGraph *g, FloeOutput s, bool first) {
+  const int32_t one[1] = {1};
+  FloeNodeBuilder *b = floe_node_begin(g, "Reshape", NULL);
+  floe_node_add_input(b, s);
+  floe_node_add_input(b, i32_vector(g, one, 1));
+  FloeOutput s1 = floe_out(floe_node_finish(b), 0);
+  const int32_t zero[1] = {0};
+  FloeOutput z = i32_vector(g, zero, 1);
+  FloeOutput parts[2] = {first ? s1 : z, first ? z : s1};
+  b = floe_node_begin(g, "Concat", NULL);
+  floe_node_add_input_list(b, parts, 2);
+  floe_node_add_input(b, i32_scalar(g, 0));
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput slice(FloeGraph *g, FloeOutput x, FloeOutput begin, FloeOutput size) {
+  FloeNodeBuilder *b = floe_node_begin(g, "Slice", NULL);
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, begin);
+  floe_node_add_input(b, size);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput concat_rows(FloeGraph *g, FloeOutput a, FloeOutput b_) {
+  FloeOutput parts[2] = {a, b_};
+  FloeNodeBuilder *b = floe_node_begin(g, "Concat", NULL);
+  floe_node_add_input_list(b, parts, 2);
+  floe_node_add_input(b, i32_scalar(g, 0));
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static floe_code dyn_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
+  (void)n;
+  *pred = floe_binary(g, "Less", NULL, v[0], ((DynArg *)arg)->steps);
+  return floe_graph_status(g);
+}
+
+/* v = [t, h, c, out_flow]. */
+static floe_code dyn_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *next) {
+  (void)n;
+  DynArg *a = arg;
+  FloeOutput x = floe_ta_read(g, NULL, a->in, v[0]);
+  FloeLSTMState prev = {v[1], v[2]}, st;
+  FloeOutput out;
+  if (!a->lengths.node) {
+    st = floe_lstm_cell(g, NULL, x, prev, a->w, a->b, &a->cell);
+    out = st.h;
+  } else {
+    /* Rows still running: the first b_t (lengths sorted longest first). */
+    FloeNodeBuilder *b = floe_node_begin(g, "Cast", NULL);
+    floe_node_add_input(b, floe_binary(g, "Greater", NULL, a->lengths, v[0]));
+    floe_node_set_attr_type(b, "DstT", FLOE_I32);
+    FloeOutput running = floe_out(floe_node_finish(b), 0);
+    b = floe_node_begin(g, "Sum", NULL);
+    floe_node_add_input(b, running);
+    floe_node_add_input(b, i32_scalar(g, 0));
+    FloeOutput bt = floe_out(floe_node_finish(b), 0);
+    const int32_t origin[2] = {0, 0}, all[2] = {-1, -1};
+    FloeOutput zero2 = i32_vector(g, origin, 2), to_end = i32_vector(g, all, 2);
+    FloeOutput head = pair_with_zero(g, bt, true); /* [b_t, 0] */
+    FloeOutput head_size = floe_binary(g, "Add", NULL, head, i32_vector(g, (const int32_t[]){0, -1}, 2));
+    FloeLSTMState act = {slice(g, v[1], zero2, head_size), slice(g, v[2], zero2, head_size)};
+    st = floe_lstm_cell(g, NULL, slice(g, x, zero2, head_size), act, a->w, a->b, &a->cell);
+    FloeOutput rest_h = slice(g, v[1], head, to_end), rest_c = slice(g, v[2], head, to_end);
+    out = concat_rows(g, st.h, floe_unary(g, "ZerosLike", NULL, rest_h));
+    st.h = concat_rows(g, st.h, rest_h);
+    st.c = concat_rows(g, st.c, rest_c);
+  }
+  FloeTensorArray o = {a->out.handle, v[3]};
+  o = floe_ta_write(g, NULL, o, v[0], out);
+  next[0] = floe_binary(g, "Add", NULL, v[0], i32_scalar(g, 1));
+  next[1] = st.h;
+  next[2] = st.c;
+  next[3] = o.flow;
+  return floe_graph_status(g);
+}
+
+void floe_dynamic_rnn_options_init(FloeDynamicRNNOptions *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->parallel_iterations = 2;
+  floe_lstm_options_init(&o->cell);
+}
+
+FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
+                             FloeOutput lengths, FloeLSTMState init, FloeOutput w, FloeOutput b,
+                             const FloeDynamicRNNOptions *opts, FloeLSTMState *final) {
+  FloeOutput bad = {NULL, 0};
+  if (final) *final = (FloeLSTMState){bad, bad};
+  if (!g || floe_graph_status(g) != FLOE_OK) return bad;
+  FloeDynamicRNNOptions o;
+  floe_dynamic_rnn_options_init(&o);
+  if (opts) {
+    o.parallel_iterations = opts->parallel_iterations > 0 ? opts->parallel_iterations : 2;
+    o.cell = opts->cell;
+  }
+  if (!name || !*name || !inputs.node || !init.h.node || !init.c.node || !w.node || !b.node) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_dynamic_lstm%s%s: needs a name, inputs, an initial state and the "
+                     "weights (from a failed builder call?)",
+                     name ? " " : "", name ? name : "");
+    return bad;
+  }
+  const FloeShape *xs = &inputs.node->out_shapes[inputs.index];
+  if (xs->rank != 3) {
+    char buf[96];
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_dynamic_lstm '%s': inputs must be [time, batch, features], got %s",
+                     name, floe_shape_str(xs, buf, sizeof buf));
+    return bad;
+  }
+  if (lengths.node && lengths.node->out_dtypes[lengths.index] != FLOE_I32) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_dynamic_lstm '%s': lengths must be i32 [batch], got %s", name,
+                     floe_dtype_name(lengths.node->out_dtypes[lengths.index]));
+    return bad;
+  }
+  FloeDType dt = inputs.node->out_dtypes[inputs.index];
+  char nm[256];
+  /* T, the padded length, from the inputs' shape. */
+  FloeNodeBuilder *bb = floe_node_begin(g, "Shape", NULL);
+  floe_node_add_input(bb, inputs);
+  FloeOutput shape = floe_out(floe_node_finish(bb), 0);
+  FloeOutput t_total =
+      slice(g, shape, i32_vector(g, (const int32_t[]){0}, 1), i32_vector(g, (const int32_t[]){1}, 1));
+  bb = floe_node_begin(g, "Reshape", NULL);
+  floe_node_add_input(bb, t_total);
+  floe_node_add_input(bb, i32_vector(g, NULL, 0));
+  t_total = floe_out(floe_node_finish(bb), 0);
+  FloeOutput steps = t_total;
+  if (lengths.node) {
+    bb = floe_node_begin(g, "Max", NULL);
+    floe_node_add_input(bb, lengths);
+    floe_node_add_input(bb, i32_scalar(g, 0));
+    steps = floe_binary(g, "Minimum", NULL, floe_out(floe_node_finish(bb), 0), t_total);
+  }
+  FloeTensorArrayOptions tao;
+  floe_tensor_array_options_init(&tao);
+  snprintf(nm, sizeof nm, "%s/inputs", name);
+  FloeTensorArray in = floe_tensor_array(g, nm, dt, t_total, &tao);
+  in = floe_ta_unstack(g, NULL, in, inputs);
+  const FloeShape *hs = &init.h.node->out_shapes[init.h.index];
+  if (hs->rank == 2) tao.element_shape = *hs;
+  snprintf(nm, sizeof nm, "%s/outputs", name);
+  FloeTensorArray out = floe_tensor_array(g, nm, dt, steps, &tao);
+  if (floe_graph_status(g) != FLOE_OK) return bad;
+  DynArg a = {in, out, lengths, steps, w, b, o.cell, name};
+  FloeOutput vars[4] = {i32_scalar(g, 0), init.h, init.c, out.flow}, res[4];
+  FloeWhileOptions wo;
+  floe_while_options_init(&wo);
+  wo.parallel_iterations = o.parallel_iterations;
+  if (floe_while_loop(g, name, dyn_cond, dyn_body, &a, vars, 4, &wo, res) != FLOE_OK) return bad;
+  out.flow = res[3];
+  FloeOutput stacked = floe_ta_stack(g, NULL, out);
+  /* Back to T steps: the rows past the longest sequence are zeros. */
+  FloeOutput outputs = stacked;
+  if (lengths.node) {
+    FloeOutput pad_t = pair_with_zero(g, floe_binary(g, "Sub", NULL, t_total, steps), false);
+    FloeOutput zeros4 = i32_vector(g, (const int32_t[]){0, 0, 0, 0}, 4);
+    FloeOutput parts[2] = {pad_t, zeros4};
+    bb = floe_node_begin(g, "Concat", NULL);
+    floe_node_add_input_list(bb, parts, 2);
+    floe_node_add_input(bb, i32_scalar(g, 0));
+    FloeOutput flat = floe_out(floe_node_finish(bb), 0); /* [0, T - steps, 0, 0, 0, 0] */
+    bb = floe_node_begin(g, "Reshape", NULL);
+    floe_node_add_input(bb, flat);
+    floe_node_add_input(bb, i32_vector(g, (const int32_t[]){3, 2}, 2));
+    FloeOutput paddings = floe_out(floe_node_finish(bb), 0);
+    bb = floe_node_begin(g, "Pad", NULL);
+    floe_node_add_input(bb, stacked);
+    floe_node_add_input(bb, paddings);
+    outputs = floe_out(floe_node_finish(bb), 0);
+  }
+  if (final) {
+    final->h = res[1];
+    final->c = res[2];
+  }
+  if (floe_graph_status(g) != FLOE_OK) return bad;
+  return outputs;
+}
