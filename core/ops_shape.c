@@ -1712,15 +1712,6 @@ floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *
 
 /* ---- queues and readers (ops_data.def) ---- */
 
-/* True when the shapes may describe the same tensor (unknown ranks and dims match all). */
-static bool shapes_compatible(const FloeShape *a, const FloeShape *b) {
-  if (a->rank < 0 || b->rank < 0) return true;
-  if (a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] >= 0 && b->dims[i] >= 0 && a->dims[i] != b->dims[i]) return false;
-  return true;
-}
-
 static bool is_queue_op(const FloeNode *n) {
   return n && n->op &&
          (strcmp(n->op->name, "FIFOQueueV2") == 0 ||
@@ -1767,8 +1758,9 @@ static floe_code check_timeout(FloeShapeContext *sctx) {
   if (t == -1) return FLOE_OK;
   return floe_status_set(sctx->status, FLOE_UNIMPLEMENTED,
                          "timeout_ms = %lld: only -1 is implemented (a blocked queue operation "
-                         "ends when it completes, when the queue closes or when its step is "
-                         "cancelled)", (long long)t);
+                         "ends when it completes, when the queue closes or when its run is "
+                         "cancelled: give the run a timeout with floe_session_run_opts)",
+                         (long long)t);
 }
 
 /* Checks components against the queue op feeding input 0, when it is one; many: each

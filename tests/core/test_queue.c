@@ -3,7 +3,8 @@
  * shape mismatches that leave the queue untouched, impossible batch sizes), blocking and
  * unblocking across threads (a full queue's enqueue, an empty queue's dequeue, close with
  * and without cancelling pending enqueues, a step cancelled by a failing node, the
- * resource manager closing everything), random shuffling (a seeded permutation,
+ * resource manager closing everything, floe_session_close / floe_session_cancel and a run's
+ * timeout), random shuffling (a seeded permutation,
  * min_after_dequeue, uniform first picks), padding, and a many-producer many-consumer run
  * whose every element arrives exactly once and in each producer's order. Expected values
  * are the ones the test itself fed. */
@@ -797,6 +798,63 @@ START_TEST(closing_the_resources_wakes_everything) {
 }
 END_TEST
 
+/* floe_session_close (another thread) ends a run blocked in a dequeue; later runs are
+ * refused. */
+START_TEST(session_close_unblocks_a_blocked_dequeue) {
+  FloeGraph *g = queue_graph(NULL);
+  FloeSession *s = session_new(g);
+  Bg b = {.s = s, .fetch = {"deq:0", "deq:1"}, .nfetch = 2};
+  bg_start(&b);
+  ck_assert(still_blocked(&b, 100));
+  floe_session_close(s);
+  bg_join(&b);
+  ck_assert_int_eq(b.rc, FLOE_CANCELLED);
+  const char *f = "size";
+  run_fails(s, NULL, 0, &f, 1, NULL, FLOE_CANCELLED, "the session was closed");
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* A run's timeout and floe_session_cancel end blocked operations, and leave no waiter. */
+START_TEST(timeouts_and_cancel_end_blocked_operations) {
+  FloeQueueOptions o;
+  floe_queue_options_init(&o);
+  o.capacity = 1;
+  FloeGraph *g = queue_graph(&o);
+  FloeSession *s = session_new(g);
+  FloeRunOptions ro;
+  floe_run_options_init(&ro);
+  ro.timeout_ms = 100;
+  const char *f = "deq:1";
+  FloeTensor *out = NULL;
+  FloeStatus *st = floe_status_new();
+  double t0 = now_s();
+  floe_code rc = floe_session_run_opts(s, &ro, NULL, 0, &f, 1, NULL, 0, &out, st);
+  ck_assert_msg(rc == FLOE_DEADLINE_EXCEEDED, "%s: %s", floe_code_name(rc), floe_status_message(st));
+  ck_assert(now_s() - t0 < 5.0);
+  enqueue_k(s, 1);
+  dequeue_expect(s, 1); /* the timed-out dequeue took nothing */
+  /* A blocked enqueue on a full queue, cancelled with every run of the session. */
+  enqueue_k(s, 2);
+  float v[2] = {3, -3};
+  Bg e = {.s = s, .target = "enq", .nfeeds = 2};
+  e.feeds[0] = (FloeFeed){"a", f32v(2, v)};
+  e.feeds[1] = (FloeFeed){"b", floe_tensor_scalar_i32(103, NULL)};
+  bg_start(&e);
+  ck_assert(still_blocked(&e, 50));
+  floe_session_cancel(s);
+  bg_join(&e);
+  ck_assert_int_eq(e.rc, FLOE_CANCELLED);
+  ck_assert_int_eq(queue_size(s), 1);
+  dequeue_expect(s, 2);
+  ck_assert_int_eq(queue_size(s), 0);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
 /* ---- random shuffle and padding ---- */
 
 /* Enqueues 0..n-1 (one enqueue_many) into shuffle queue `name` and dequeues them all after a
@@ -1147,6 +1205,8 @@ int main(void) {
   tcase_add_test(tc, close_wakes_waiters_with_the_right_codes);
   tcase_add_test(tc, cancelled_step_fails_a_blocked_dequeue);
   tcase_add_test(tc, closing_the_resources_wakes_everything);
+  tcase_add_test(tc, session_close_unblocks_a_blocked_dequeue);
+  tcase_add_test(tc, timeouts_and_cancel_end_blocked_operations);
   suite_add_tcase(s, tc);
   tc = tcase_create("kinds");
   tcase_set_timeout(tc, 30);
