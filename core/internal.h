@@ -879,6 +879,9 @@ floe_code floe__core_kernel_add_async(struct FloeRuntime *rt, const char *op, ui
 /* queue.c, reader.c: register the queue and reader kernels (floe__core_kernels_register). */
 floe_code floe__queue_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 floe_code floe__reader_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* queue.c: queue and reader ops carry no gradient (registered as not differentiable);
+ * called by floe__grads_init. */
+floe_code floe__grads_register_data(FloeStatus *st);
 /* idx.c, for reader.c: the batcher's permutation of epoch `epoch` (a Fisher-Yates shuffle
  * of 0..n-1 from (seed, epoch)) into order[n] (caller's array). */
 void floe__idx_permutation(uint64_t seed, int64_t epoch, int64_t n, uint32_t *order);
