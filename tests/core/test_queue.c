@@ -855,6 +855,71 @@ START_TEST(timeouts_and_cancel_end_blocked_operations) {
 }
 END_TEST
 
+/* Running out of memory at each allocation in turn: a clean error every time, a batch
+ * dequeue that fails takes nothing, and the call works once memory is back. */
+START_TEST(allocation_failures) {
+  FloeGraph *g = queue_graph(NULL);
+  FloeSession *s = session_new(g);
+  for (int k = 0; k < 3; k++) enqueue_k(s, k);
+  batch_expect(s, "deqm", 1, 0, 1); /* the executors exist before counting starts */
+  float am[8] = {3, -3, 4, -4, 5, -5, 6, -6};
+  int32_t bm[4] = {103, 104, 105, 106};
+  int64_t d42[2] = {4, 2}, d4 = 4;
+  FloeTensor *ta = floe_tensor_from_data(FLOE_F32, 2, d42, am, sizeof am, NULL);
+  FloeTensor *tb = floe_tensor_from_data(FLOE_I32, 1, &d4, bm, sizeof bm, NULL);
+  FloeFeed f[2] = {{"am", ta}, {"bm", tb}};
+  FloeStatus *st = floe_status_new();
+  const char *target = "enqm";
+  floe_code rc = FLOE_NO_MEMORY;
+  long n;
+  for (n = 1; n < 10000 && rc != FLOE_OK; n++) {
+    int32_t before = queue_size(s);
+    floe_test_fail_alloc_after(n);
+    rc = floe_session_run(s, f, 2, NULL, 0, &target, 1, NULL, st);
+    floe_test_fail_alloc_after(0);
+    if (rc != FLOE_OK) {
+      ck_assert_msg(rc == FLOE_NO_MEMORY || rc == FLOE_RESOURCE_EXHAUSTED, "n=%ld: %s", n,
+                    floe_status_message(st));
+      /* Whole elements only: some may have gone in, never a part of one. */
+      int32_t after = queue_size(s);
+      ck_assert(after >= before && after <= before + 4);
+    }
+  }
+  ck_assert_int_eq(rc, FLOE_OK);
+  ck_assert_int_gt(n, 2);
+  int32_t size = queue_size(s);
+  ck_assert_int_ge(size, 4);
+  /* A batch dequeue that runs out of memory takes nothing. */
+  FloeTensor *two = floe_tensor_scalar_i32(2, NULL);
+  FloeFeed fn = {"n", two};
+  const char *fetch[2] = {"deqm:0", "deqm:1"};
+  rc = FLOE_NO_MEMORY;
+  for (n = 1; n < 10000 && rc != FLOE_OK; n++) {
+    FloeTensor *out[2] = {0};
+    floe_test_fail_alloc_after(n);
+    rc = floe_session_run(s, &fn, 1, fetch, 2, NULL, 0, out, st);
+    floe_test_fail_alloc_after(0);
+    if (rc != FLOE_OK) {
+      ck_assert_msg(rc == FLOE_NO_MEMORY || rc == FLOE_RESOURCE_EXHAUSTED, "n=%ld: %s", n,
+                    floe_status_message(st));
+      ck_assert_int_eq(queue_size(s), size);
+    } else {
+      ck_assert_int_eq(floe_tensor_dim(out[0], 0), 2);
+      floe_tensor_release(out[0]);
+      floe_tensor_release(out[1]);
+    }
+  }
+  ck_assert_int_eq(rc, FLOE_OK);
+  ck_assert_int_eq(queue_size(s), size - 2);
+  floe_tensor_release(two);
+  floe_tensor_release(ta);
+  floe_tensor_release(tb);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
 /* ---- random shuffle and padding ---- */
 
 /* Enqueues 0..n-1 (one enqueue_many) into shuffle queue `name` and dequeues them all after a
@@ -1196,6 +1261,7 @@ int main(void) {
   tcase_add_test(tc, mismatches_refused_when_building);
   tcase_add_test(tc, mismatches_refused_when_running);
   tcase_add_test(tc, shared_names_and_kinds);
+  tcase_add_test(tc, allocation_failures);
   suite_add_tcase(s, tc);
   tc = tcase_create("blocking");
   tcase_set_timeout(tc, 30);

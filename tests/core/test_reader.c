@@ -697,6 +697,45 @@ START_TEST(read_up_to_and_seek) {
 }
 END_TEST
 
+/* Running out of memory at each allocation in turn: clean errors, no record lost (the IDX
+ * path allocates its outputs before it reads), then success. */
+START_TEST(allocation_failures) {
+  const char *im, *lb;
+  write_pair(6, &im, &lb, "m");
+  FloeGraph *g = floe_graph_new();
+  FloeOutput r[2] = {floe_idx_reader(g, "images", im, 0, 0, -1, NULL),
+                     floe_idx_reader(g, "labels", lb, 0, 0, -1, NULL)};
+  FloeOutput v[2];
+  FloeTensor *three = floe_tensor_scalar_i64(3, NULL);
+  floe_reader_read_up_to(g, "upto", r, 2, floe_const(g, "three", three), v);
+  floe_tensor_release(three);
+  FloeSession *s = session_new(g);
+  const char *f[3] = {"upto:0", "upto:1", "upto:2"};
+  FloeStatus *st = floe_status_new();
+  floe_code rc = FLOE_NO_MEMORY;
+  long n;
+  FloeTensor *out[3] = {0};
+  for (n = 1; n < 100000 && rc != FLOE_OK; n++) {
+    floe_test_fail_alloc_after(n);
+    rc = floe_session_run(s, NULL, 0, f, 3, NULL, 0, out, st);
+    floe_test_fail_alloc_after(0);
+    if (rc != FLOE_OK)
+      ck_assert_msg(rc == FLOE_NO_MEMORY || rc == FLOE_RESOURCE_EXHAUSTED, "n=%ld: %s", n,
+                    floe_status_message(st));
+  }
+  ck_assert_int_eq(rc, FLOE_OK);
+  ck_assert_int_gt(n, 2);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(((int64_t *)floe_tensor_data(out[0]))[i], i);
+    ck_assert_int_eq(((uint8_t *)floe_tensor_data(out[2]))[i], i);
+  }
+  for (int i = 0; i < 3; i++) floe_tensor_release(out[i]);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
 typedef struct PairThread {
   pthread_t th;
   FloeSession *s;
@@ -775,6 +814,7 @@ int main(void) {
   tcase_add_test(tc, idx_errors);
   tcase_add_test(tc, read_up_to_and_seek);
   tcase_add_test(tc, concurrent_reads_stay_paired);
+  tcase_add_test(tc, allocation_failures);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
