@@ -13,8 +13,13 @@
  * input_queue: the share of the queue path's input time that overlaps training (1: all of
  * it, 0: none; noise can push it past either end).
  *
+ * --prep K adds simulated preprocessing to both inputs: K passes of Sqrt(Square(x)) over
+ * every batch of images (2K element-wise ops), in the queue's pipeline (through
+ * TrainInputSpec.preprocess) and, for the feed path, as a run of its own before each
+ * training step, so the input is heavy enough for its hiding to stand out of the noise.
+ *
  * Usage: bench_input [--model mlp|cnn] [--epochs N] [--batch N] [--limit N] [--repeats R]
- *                    [--data DIR]
+ *                    [--prep K] [--data DIR]
  * Prints one JSON line. The dataset is cut to whole batches so every mode trains on the same
  * number of examples.
  */
@@ -29,7 +34,9 @@
 #include "bench_util.h"
 
 typedef struct Bench {
-  int cnn, epochs, repeats;
+  int cnn, epochs, repeats, prep;
+  FloeGraph *gp;        /* the feed path's preprocessing (--prep) */
+  FloeSession *sp;
   int64_t batch, limit, n, steps_per_epoch;
   const char *data;
   FloeDataset *train;
@@ -75,6 +82,26 @@ static void training(FloeGraph *g, FloeOutput x, FloeOutput y, int cnn, char *lo
   snprintf(train, 256, "%s", floe_node_name(step));
 }
 
+/* K passes of Sqrt(Square(x)) (pixels are >= 0: the same values, give or take rounding). */
+static FloeOutput preprocess(FloeGraph *g, FloeOutput x, void *arg) {
+  int k = *(const int *)arg;
+  for (int i = 0; i < k; i++) x = floe_unary(g, "Sqrt", NULL, floe_unary(g, "Square", NULL, x));
+  return x;
+}
+
+/* The feed path's preprocessing of a batch (a new reference), or the batch itself. */
+static FloeTensor *prep_batch(Bench *b, FloeTensor *im) {
+  if (!b->prep) {
+    floe_tensor_retain(im);
+    return im;
+  }
+  FloeFeed f = {"px", im};
+  const char *out = "prep";
+  FloeTensor *t = NULL;
+  if (floe_session_run(b->sp, &f, 1, &out, 1, NULL, 0, &t, b->st) != FLOE_OK) die(b, "prep");
+  return t;
+}
+
 static void build(Bench *b) {
   const int64_t flat[2] = {-1, 784}, nhwc[4] = {-1, 28, 28, 1}, yd[1] = {-1};
   b->gf = floe_graph_new();
@@ -82,8 +109,13 @@ static void build(Bench *b) {
                                   b->cnn ? floe_shape_make(4, nhwc) : floe_shape_make(2, flat));
   FloeOutput y = floe_placeholder(b->gf, "y", FLOE_I64, floe_shape_make(1, yd));
   training(b->gf, x, y, b->cnn, b->loss_f, b->train_f);
+  b->gp = floe_graph_new();
+  FloeOutput px = floe_placeholder(b->gp, "px", FLOE_F32, floe_shape_unknown());
+  floe_unary(b->gp, "Identity", "prep", preprocess(b->gp, px, &b->prep));
+  if (!(b->sp = floe_session_new(b->gp, NULL, b->st))) die(b, "prep session");
   b->gq = floe_graph_new();
-  TrainInputSpec in = {b->images, b->labels, b->cnn, b->batch, 1, b->n, b->epochs};
+  TrainInputSpec in = {b->images, b->labels, b->cnn, b->batch, 1, b->n, b->epochs,
+                       b->prep ? preprocess : NULL, &b->prep};
   train_input_build(b->gq, &in, &x, &y);
   training(b->gq, x, y, b->cnn, b->loss_q, b->train_q);
 }
@@ -109,6 +141,7 @@ static double input_feed(Bench *b, FloeBatcher *bt) {
     floe_batcher_start_epoch(bt, e, 0);
     FloeTensor *im, *lb;
     while (floe_batcher_next(bt, &im, &lb, b->st) == 1) {
+      floe_tensor_release(prep_batch(b, im));
       floe_tensor_release(im);
       floe_tensor_release(lb);
     }
@@ -153,11 +186,15 @@ static double feed_mode(Bench *b, FloeBatcher *bt, int fixed) {
   for (int e = 0; e < b->epochs; e++) {
     floe_batcher_start_epoch(bt, e, 0);
     for (int64_t k = 0; k < b->steps_per_epoch; k++) {
-      FloeTensor *im = im0, *lb = lb0;
-      if (!fixed && floe_batcher_next(bt, &im, &lb, b->st) != 1) die(b, "batcher");
-      FloeFeed f[2] = {{"x", im}, {"y", lb}};
+      FloeTensor *im = im0, *lb = lb0, *x = im0;
+      if (!fixed) {
+        if (floe_batcher_next(bt, &im, &lb, b->st) != 1) die(b, "batcher");
+        x = prep_batch(b, im);
+      }
+      FloeFeed f[2] = {{"x", x}, {"y", lb}};
       step(b, s, f, 2, b->loss_f, b->train_f);
       if (!fixed) {
+        floe_tensor_release(x);
         floe_tensor_release(im);
         floe_tensor_release(lb);
       }
@@ -176,6 +213,7 @@ int main(int argc, char **argv) {
       {"model", required_argument, NULL, 'm'}, {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'}, {"limit", required_argument, NULL, 'l'},
       {"repeats", required_argument, NULL, 'r'}, {"data", required_argument, NULL, 'd'},
+      {"prep", required_argument, NULL, 'p'},
       {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -186,13 +224,14 @@ int main(int argc, char **argv) {
       case 'l': b.limit = atoll(optarg); break;
       case 'r': b.repeats = atoi(optarg); break;
       case 'd': b.data = optarg; break;
+      case 'p': b.prep = atoi(optarg); break;
       default:
         fprintf(stderr, "usage: bench_input [--model mlp|cnn] [--epochs N] [--batch N] "
-                        "[--limit N] [--repeats R] [--data DIR]\n");
+                        "[--limit N] [--repeats R] [--prep K] [--data DIR]\n");
         return 2;
     }
   }
-  if (b.epochs < 1 || b.batch < 1 || b.repeats < 1) return 2;
+  if (b.epochs < 1 || b.batch < 1 || b.repeats < 1 || b.prep < 0) return 2;
   b.st = floe_status_new();
   if (!(b.train = floe_fashion_mnist_load(b.data, 1, b.st))) die(&b, "dataset");
   if (floe_fashion_mnist_files(b.data, 1, &b.images, &b.labels, b.st) != FLOE_OK) die(&b, "files");
@@ -225,8 +264,8 @@ int main(int argc, char **argv) {
     lo[m] = t[m][0];
   }
   double examples = (double)b.n * b.epochs;
-  printf("{\"model\":\"%s\",\"batch\":%lld,\"examples\":%.0f,\"repeats\":%d", b.cnn ? "cnn" : "mlp",
-         (long long)b.batch, examples, b.repeats);
+  printf("{\"model\":\"%s\",\"batch\":%lld,\"examples\":%.0f,\"repeats\":%d,\"prep\":%d",
+         b.cnn ? "cnn" : "mlp", (long long)b.batch, examples, b.repeats, b.prep);
   for (int m = 0; m < MODES; m++) printf(",\"%s_s\":%.4f,\"%s_min_s\":%.4f", names[m], med[m], names[m], lo[m]);
   printf(",\"feed_samples_per_sec\":%.0f,\"queue_samples_per_sec\":%.0f", examples / med[3],
          examples / med[4]);
@@ -236,6 +275,8 @@ int main(int argc, char **argv) {
   floe_batcher_free(bt);
   floe_graph_free(b.gf);
   floe_graph_free(b.gq);
+  floe_session_free(b.sp);
+  floe_graph_free(b.gp);
   floe_dataset_free(b.train);
   free(b.images);
   free(b.labels);

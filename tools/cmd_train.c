@@ -282,7 +282,7 @@ static int build_graph(Trainer *t) {
   FloeOutput tx = x, ty = y; /* what the training steps learn from */
   if (o->queue) {
     TrainInputSpec in = {t->images, t->labels, o->cnn, o->batch, o->seed, o->limit,
-                         o->stop_after ? o->stop_after : o->epochs};
+                         o->stop_after ? o->stop_after : o->epochs, NULL, NULL};
     train_input_build(g, &in, &tx, &ty);
   }
   FloeOutput loss = floe_sparse_softmax_cross_entropy(g, "loss", build_model(g, tx, o), ty);

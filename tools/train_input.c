@@ -57,6 +57,7 @@ void train_input_build(FloeGraph *g, const TrainInputSpec *spec, FloeOutput *x, 
   FloeOutput shape = const_tensor(
       g, "input/shape", floe_tensor_from_data(FLOE_I32, 1, &d, dims, (size_t)rows * 4, NULL));
   FloeOutput images = floe_binary(g, "Reshape", "input/x", px, shape);
+  if (spec->preprocess) images = spec->preprocess(g, images, spec->preprocess_arg);
   FloeOutput labels = cast(g, "input/y", rec[1], FLOE_I64);
 
   int64_t flat = 784, hwc[3] = {28, 28, 1};

@@ -15,6 +15,10 @@ typedef struct TrainInputSpec {
   uint64_t seed;               /* the batcher's: the readers visit each epoch in its order */
   int64_t limit;               /* keep the first examples only; 0: all */
   int64_t epochs;              /* epochs the readers give (from epoch 0) */
+  /* Optional preprocessing of the f32 images before they are queued (augmentation, or the
+   * benchmark's simulated work): returns the new images, built into g. NULL: none. */
+  FloeOutput (*preprocess)(FloeGraph *g, FloeOutput images, void *arg);
+  void *preprocess_arg;
 } TrainInputSpec;
 
 /* Adds the pipeline to g under "input/": shuffled IDX readers, pixels to f32 / 255, a FIFO
