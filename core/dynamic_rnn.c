@@ -201,6 +201,14 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   FloeWhileOptions wo;
   floe_while_options_init(&wo);
   wo.parallel_iterations = o.parallel_iterations;
+  /* The state's rows are cut and glued back each step: its batch dim is not static there. */
+  FloeShape inv[4] = {floe_shape_scalar(), init.h.node->out_shapes[init.h.index],
+                      init.c.node->out_shapes[init.c.index], floe_shape_scalar()};
+  if (lengths.node) {
+    if (inv[1].rank == 2) inv[1].dims[0] = -1;
+    if (inv[2].rank == 2) inv[2].dims[0] = -1;
+    wo.shape_invariants = inv;
+  }
   if (floe_while_loop(g, name, dyn_cond, dyn_body, &a, vars, 4, &wo, res) != FLOE_OK) return bad;
   out.flow = res[3];
   FloeOutput stacked = floe_ta_stack(g, NULL, out);

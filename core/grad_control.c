@@ -472,8 +472,10 @@ static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx
     /* A read runs only when the node needing it does: gated by one of its backward inputs
      * (dead when the branch it differentiates was not taken in that iteration). */
     FloeOutput gate_in = {NULL, 0};
-    for (int j = 0; j < n->num_inputs && !gate_in.node; j++)
-      if (!is_forward(B, n->inputs[j].node)) gate_in = n->inputs[j];
+    for (int j = 0; j < n->num_inputs && !gate_in.node; j++) {
+      FloeOutput in = n->inputs[j];
+      if (!is_forward(B, in.node) && in.node->out_dtypes[in.index] != FLOE_RESOURCE) gate_in = in;
+    }
     FloeNode *gate = NULL; /* an Identity of that input: dead exactly when the value is (a
                               control edge from a Switch would carry the node, not the port) */
     for (int j = 0; j < n->num_inputs; j++) {
@@ -509,14 +511,13 @@ static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx
         return B->st->code;
       }
     }
-    for (int c = 0; c < n->num_control; c++) {
-      int pid = n->control[c]->id;
-      if (pid < B->num_walked && B->loop_of[pid] == B->li) {
-        floe__graph_fail(g, FLOE_UNIMPLEMENTED,
-                         "floe_gradients: the gradient of a node in while loop '%s' depends on "
-                         "'%s' by a control edge, which a backward loop cannot replay",
-                         B->L->name, n->control[c]->name);
-        return FLOE_UNIMPLEMENTED;
+    /* A control input from the forward loop (a TensorArray write barrier) is already
+     * satisfied: the backward loop needs N, which waits for the forward iterations. */
+    for (int c = 0; c < n->num_control;) {
+      if (is_forward(B, n->control[c])) {
+        n->control[c] = n->control[--n->num_control];
+      } else {
+        c++;
       }
     }
   }
@@ -542,7 +543,7 @@ static floe_code bwd_body(FloeGraph *g, void *arg, const FloeOutput *v, int n,
   next[0] = floe_binary(g, "Add", NULL, v[0], one);
   if (floe_graph_status(g) != FLOE_OK) return floe_graph_status(g);
   int nf = B->num_fvar, ni = B->num_finv;
-  FloeOutput *buf = floe__calloc((size_t)(3 * nf + 2 * ni + 1), sizeof *buf);
+  FloeOutput *buf = floe__calloc((size_t)(4 * nf + 2 * ni + 1), sizeof *buf);
   if (!buf) {
     floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
     return FLOE_NO_MEMORY;

@@ -661,100 +661,73 @@ static void mark_paths(Walk *w, const FloeOutput *ys, int num_ys, const FloeOutp
 }
 
 /* Keys of the nodes [0, num_nodes) in reverse topological order over data and control
- * edges, loop back edges left out; a node of loop L (loop_of) is the single key
+ * edges, loop back edges left out; every node of loop L (loop_of) is the one key
  * num_nodes + L. *order: floe__malloc'd, caller frees. A cycle without a back edge is an
  * error naming a node on it. */
 static floe_code reverse_topo(Walk *w, const int *loop_of, int num_loops, int **order, int *n,
                               FloeStatus *st) {
   FloeGraph *g = w->g;
   int nn = w->num_nodes, nk = nn + num_loops;
-  int *indeg = floe__calloc((size_t)nk + 1, sizeof *indeg);
+  /* CSR of consumer -> producer edges between keys, and each key's consumer count. */
   int *off = floe__calloc((size_t)nk + 2, sizeof *off);
+  int *fill = floe__calloc((size_t)nk + 1, sizeof *fill);
+  int *pending = floe__calloc((size_t)nk + 1, sizeof *pending); /* consumers not yet emitted */
+  bool *present = floe__calloc((size_t)nk + 1, sizeof *present);
   int *queue = floe__malloc(((size_t)nk + 1) * sizeof *queue);
-  int *adj = NULL;
-  floe_code rc = FLOE_OK;
-  if (!indeg || !off || !queue) goto oom;
+  int *prod = NULL;
+  if (!off || !fill || !pending || !present || !queue) goto oom;
 #define KEY(id) (loop_of && loop_of[id] >= 0 ? nn + loop_of[id] : (id))
-  /* Two passes over the edges: count, then fill the adjacency (producer -> consumer). */
   for (int pass = 0; pass < 2; pass++) {
-    int *fill = pass ? indeg : NULL;
-    if (pass) {
+    if (pass == 1) {
       for (int k = 0; k < nk; k++) off[k + 1] += off[k];
-      adj = floe__malloc(((size_t)off[nk] + 1) * sizeof *adj);
-      if (!adj) goto oom;
-      memset(indeg, 0, (size_t)nk * sizeof *indeg);
+      prod = floe__malloc(((size_t)off[nk] + 1) * sizeof *prod);
+      if (!prod) goto oom;
     }
     for (int id = 0; id < nn; id++) {
       const FloeNode *nd = g->nodes[id];
       int kc = KEY(id);
+      present[kc] = true;
       for (int j = 0; j < nd->num_inputs + nd->num_control; j++) {
         const FloeNode *p = j < nd->num_inputs ? nd->inputs[j].node : nd->control[j - nd->num_inputs];
         if (p->id >= nn || (j < nd->num_inputs && back_edge(nd, &nd->inputs[j]))) continue;
         int kp = KEY(p->id);
         if (kp == kc) continue;
-        if (!pass) {
-          off[kp + 1]++;
+        if (pass == 0) {
+          off[kc + 1]++;
+          pending[kp]++;
         } else {
-          adj[off[kp] + fill[kp]++] = kc; /* fill reuses indeg as a cursor first */
+          prod[off[kc] + fill[kc]++] = kp;
         }
       }
     }
   }
-  memset(indeg, 0, (size_t)nk * sizeof *indeg);
-  for (int e = 0; e < off[nk]; e++) indeg[adj[e]]++;
-  /* Kahn from the keys nothing consumes... in reverse: start from keys with no consumers. */
-  int *outdeg = floe__calloc((size_t)nk + 1, sizeof *outdeg);
-  if (!outdeg) goto oom;
-  for (int k = 0; k < nk; k++) outdeg[k] = off[k + 1] - off[k];
-  /* Reverse order = consumers first: count, per key, consumers not yet emitted. */
-  int *rev_off = floe__calloc((size_t)nk + 2, sizeof *rev_off);
-  int *rev = floe__malloc(((size_t)off[nk] + 1) * sizeof *rev);
-  if (!rev_off || !rev) {
-    floe__free(outdeg);
-    floe__free(rev_off);
-    floe__free(rev);
-    goto oom;
+#undef KEY
+  /* Kahn's algorithm from the keys nothing consumes. */
+  int qh = 0, qt = 0, want = 0;
+  for (int k = 0; k < nk; k++) {
+    want += present[k];
+    if (present[k] && pending[k] == 0) queue[qt++] = k;
   }
-  for (int e = 0; e < off[nk]; e++) rev_off[adj[e] + 1]++;
-  for (int k = 0; k < nk; k++) rev_off[k + 1] += rev_off[k];
-  memset(indeg, 0, (size_t)nk * sizeof *indeg);
-  for (int k = 0; k < nk; k++)
-    for (int e = off[k]; e < off[k + 1]; e++) rev[rev_off[adj[e]] + indeg[adj[e]]++] = k;
-  int qh = 0, qt = 0;
-  bool *present = floe__calloc((size_t)nk + 1, sizeof *present);
-  if (!present) {
-    floe__free(outdeg);
-    floe__free(rev_off);
-    floe__free(rev);
-    goto oom;
-  }
-  for (int id = 0; id < nn; id++) present[KEY(id)] = true;
-  for (int k = 0; k < nk; k++)
-    if (present[k] && outdeg[k] == 0) queue[qt++] = k;
   while (qh < qt) {
     int k = queue[qh++];
-    for (int e = rev_off[k]; e < rev_off[k + 1]; e++)
-      if (--outdeg[rev[e]] == 0) queue[qt++] = rev[e];
+    for (int e = off[k]; e < off[k + 1]; e++)
+      if (--pending[prod[e]] == 0) queue[qt++] = prod[e];
   }
-  int want = 0;
-  for (int k = 0; k < nk; k++) want += present[k];
+  floe_code rc = FLOE_OK;
   if (qt != want) {
-    int bad = -1;
-    for (int k = 0; k < nn && bad < 0; k++)
-      if (present[KEY(k)] && outdeg[KEY(k)] > 0) bad = k;
+    int bad = 0;
+    while (bad < nn && !(pending[loop_of && loop_of[bad] >= 0 ? nn + loop_of[bad] : bad] > 0)) bad++;
     rc = floe_status_set(st, FLOE_INVALID_ARGUMENT,
                          "floe_gradients: node '%s' (%s) is on a cycle that is not a while loop "
                          "built by floe_while_loop",
-                         bad >= 0 ? g->nodes[bad]->name : "?", bad >= 0 ? g->nodes[bad]->op->name : "?");
+                         bad < nn ? g->nodes[bad]->name : "?",
+                         bad < nn ? g->nodes[bad]->op->name : "?");
   }
-#undef KEY
-  floe__free(present);
-  floe__free(outdeg);
-  floe__free(rev_off);
-  floe__free(rev);
-  floe__free(adj);
-  floe__free(indeg);
   floe__free(off);
+  floe__free(fill);
+  floe__free(pending);
+  floe__free(present);
+  floe__free(prod);
   if (rc != FLOE_OK) {
     floe__free(queue);
     return rc;
@@ -763,10 +736,12 @@ static floe_code reverse_topo(Walk *w, const int *loop_of, int num_loops, int **
   *n = qt;
   return FLOE_OK;
 oom:
-  floe__free(adj);
-  floe__free(indeg);
   floe__free(off);
+  floe__free(fill);
+  floe__free(pending);
+  floe__free(present);
   floe__free(queue);
+  floe__free(prod);
   return floe_status_set(st, FLOE_NO_MEMORY, "out of memory in floe_gradients");
 }
 

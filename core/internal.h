@@ -868,6 +868,9 @@ bool floe__resource_is_obj_handle(const FloeTensor *t);
 /* Registers the gradients of LSTMCell (an LSTMCellGrad node) and LSTMCellGrad (an error:
  * no second derivative). Called by floe__grads_init. */
 floe_code floe__grads_register_rnn(FloeStatus *st);
+/* Text corpora (issue 4): text.c (fortune files, tokenizer, vocabulary, split, unigram
+ * baseline, .npy export) and text_batch.c (windows, padded sequences). Both speak only
+ * floe_text.h's API to each other; nothing internal is shared. */
 /* ---- Input pipelines (issue 4): queue.c, reader.c, data_builders.c, queue_runner.c ---- */
 /* core_kernels.c: adds one asynchronous core kernel (device type "*"); flags as for
  * floe__core_kernel_add. compute_async returns promptly and calls done(done_arg) exactly

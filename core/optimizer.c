@@ -587,13 +587,16 @@ static bool *step_nodes(const FloeGraph *g, FloeOutput loss, const MinVar *mvs, 
 
 /* What the update of the variable behind `handle` waits for, into out (room for num_step
  * nodes): each read of it among the step's nodes (ids below num_step flagged in in_step) and
- * each of them fed by such a read. Returns the count. */
+ * each of them fed by such a read, but for Enters (a loop's copy of the value). Returns the
+ * count. */
 static int update_deps(const FloeGraph *g, int num_step, const bool *in_step,
                        const FloeNode *handle, FloeNode **out) {
   int k = 0;
   for (int id = 0; id < num_step; id++) {
     FloeNode *x = g->nodes[id];
-    if (!in_step[id]) continue;
+    /* An Enter carries the read into a loop: its edges belong to the loop's frame, and the
+     * value it holds is the read's own tensor, which an update copies rather than change. */
+    if (!in_step[id] || strcmp(x->op->name, "Enter") == 0) continue;
     bool dep = read_handle(x) == handle;
     for (int a = 0; a < x->num_inputs && !dep; a++) dep = read_handle(x->inputs[a].node) == handle;
     if (dep) out[k++] = x;

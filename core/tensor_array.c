@@ -442,9 +442,10 @@ static floe_code create_compute(void *state, FloeKernelContext *ctx) {
                            dyn && dyn->u.b, !clr || clr->u.b, false, &st);
   if (!ta) return floe__kctx_fail(ctx, &st);
   FloeTensor *handle = NULL, *flow = NULL;
+  FloeShape scalar = floe_shape_scalar();
   if (floe__kernel_ctx_add_step_resource(ctx, &ta->res, &st) == FLOE_OK &&
       (handle = floe__resource_obj_handle(&ta->res, &st)) != NULL)
-    flow = floe__kctx_to_device(ctx, zeros(FLOE_F32, &(FloeShape){0, {0}}, &st), &st);
+    flow = floe__kctx_to_device(ctx, zeros(FLOE_F32, &scalar, &st), &st);
   floe__resource_release(&ta->res); /* the step keeps it */
   if (!flow) {
     floe_tensor_release(handle);
@@ -542,6 +543,7 @@ static floe_code gather_rows(FloeKernelContext *ctx, TensorArray *ta, const int3
   }
   for (int64_t k = 0; rc == FLOE_OK && k < n; k++)
     if (rows[k]) clear_locked(ta, idx ? idx[k] : k);
+  int64_t size = ta->size; /* for messages: a dynamic array may grow once unlocked */
   pthread_mutex_unlock(&ta->mu);
   floe__free(seen);
 
@@ -560,7 +562,7 @@ static floe_code gather_rows(FloeKernelContext *ctx, TensorArray *ta, const int3
     rc = ta_fail(st, FLOE_INVALID_ARGUMENT, ta,
                  "could not gather %lld elements (size %lld): %s, so the element shape is "
                  "unknown (give the TensorArray a full element_shape)",
-                 (long long)n, (long long)ta->size,
+                 (long long)n, (long long)size,
                  n ? "none of them was written" : "there are none");
   for (int64_t k = 0; rc == FLOE_OK && k < n; k++) {
     FloeShape s = rows[k] ? floe_tensor_shape(rows[k]) : zshape[k];

@@ -13,6 +13,8 @@ int cmd_ops(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+/* floe train --model lstm (train_lstm.c), called by cmd_train. */
+int cmd_train_lstm(int argc, char **argv);
 
 /* Prints "floe CMD: message" to stderr; returns 1 (or 2 for usage errors via cli_usage). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

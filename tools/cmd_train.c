@@ -25,14 +25,16 @@
 #include "train_input.h"
 
 static const char train_help[] =
-    "Usage: floe train [--model mlp|cnn] [--epochs N] [--batch N] [--optimizer NAME]\n"
+    "Usage: floe train [--model mlp|cnn|lstm] [--epochs N] [--batch N] [--optimizer NAME]\n"
     "                  [--lr X] [--lr-schedule cosine|constant] [--threads N]\n"
     "                  [--seed S] [--data DIR] [--checkpoint-dir DIR [--resume]]\n"
     "                  [--stop-after K] [--input queue|feed] [--export FILE]\n"
     "                  [--profile] [--json]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
-    "                         max-pool blocks (32, 64 filters), dense 1024, dense 10\n"
+    "                         max-pool blocks (32, 64 filters), dense 1024, dense 10;\n"
+    "                         lstm: a word language model on English text, with its own\n"
+    "                         options (floe train --model lstm --help)\n"
     "  --epochs N             passes over the training set (default 5)\n"
     "  --batch N              examples per step (default 64)\n"
     "  --optimizer NAME       adam (default), sgd, momentum, rmsprop, adagrad\n"
@@ -135,7 +137,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
     switch (c) {
       case 'm':
         if (strcmp(optarg, "mlp") && strcmp(optarg, "cnn"))
-          return cli_usage("train", "--model takes mlp or cnn");
+          return cli_usage("train", "--model takes mlp, cnn or lstm");
         o->model = optarg;
         break;
       case 'e':
@@ -432,6 +434,10 @@ static void print_profile(const Trainer *t, int64_t steps, double train_secs) {
 }
 
 int cmd_train(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) /* the language model has its own options (train_lstm.c) */
+    if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], "lstm")) ||
+        !strcmp(argv[i], "--model=lstm"))
+      return cmd_train_lstm(argc, argv);
   double t_start = now_seconds();
   Trainer t;
   memset(&t, 0, sizeof t);

@@ -35,7 +35,7 @@ grep -q -- "--input queue|feed     queue (default)" "$tmp/out" && ok || bad "tra
 check_fails "missing --data" 1 "dataset-fashion-mnist" "$FLOE" train --data "$tmp/none"
 grep -q -- "--data DIR" "$tmp/err" && grep -q "$tmp/none/train-images-idx3-ubyte" "$tmp/err" && ok \
   || { bad "missing --data: message lacks --data DIR or the path"; cat "$tmp/err"; }
-check_fails "bad --model" 2 "mlp or cnn" "$FLOE" train --model rnn
+check_fails "bad --model" 2 "mlp, cnn or lstm" "$FLOE" train --model rnn
 check_fails "bad --epochs" 2 "epochs" "$FLOE" train --epochs 0
 check_fails "bad --optimizer" 2 "adam" "$FLOE" train --optimizer lbfgs
 check_fails "--resume alone" 2 "checkpoint-dir" "$FLOE" train --resume

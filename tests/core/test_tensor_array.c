@@ -453,6 +453,52 @@ START_TEST(errors_name_and_close) {
 }
 END_TEST
 
+/* Mistakes the graph can see are errors when the node is built. */
+START_TEST(errors_when_building) {
+  struct {
+    const char *what, *part;
+  } cases[] = {
+      {"short options", "options are too short (struct_size 4)"},
+      {"negative size", "TensorArrayV3 size must be >= 0, got -1"},
+      {"scatter rows", "TensorArrayScatterV3 has 3 indices but the value [2,2] has 2 rows"},
+      {"unstack scalar", "TensorArrayUnstackV3 value must have rank >= 1"},
+      {"read element_shape", "element_shape [3] contradicts the TensorArray's element shape [2]"},
+  };
+  for (size_t c = 0; c < FLOE__ARRAY_LEN(cases); c++) {
+    FloeGraph *g = floe_graph_new();
+    FloeTensorArrayOptions o = opts_elem(shape1(2));
+    FloeTensorArray ta = floe_tensor_array(g, "ta", FLOE_F32, ci32(g, 3), &o);
+    ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+    FloeOutput v22 = cval(g, FLOE_F32, 2, (int64_t[]){2, 2}, (const double[]){1, 2, 3, 4});
+    switch (c) {
+      case 0:
+        o.struct_size = 4;
+        ta = floe_tensor_array(g, "short", FLOE_F32, ci32(g, 3), &o);
+        ck_assert_ptr_null(ta.handle.node);
+        break;
+      case 1: floe_tensor_array(g, "neg", FLOE_F32, ci32(g, -1), NULL); break;
+      case 2: floe_ta_scatter(g, "sc", ta, ci32v(g, (const int32_t[]){0, 1, 2}, 3), v22); break;
+      case 3: floe_ta_unstack(g, "un", ta, ci32(g, 1)); break;
+      default: {
+        FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayReadV3", "r");
+        floe_node_add_input(b, ta.handle);
+        floe_node_add_input(b, ci32(g, 0));
+        floe_node_add_input(b, ta.flow);
+        floe_node_set_attr_type(b, "dtype", FLOE_F32);
+        floe_node_set_attr_shape(b, "element_shape", shape1(3));
+        floe_node_finish(b);
+      }
+    }
+    ck_assert_msg(floe_graph_status(g) != FLOE_OK, "%s: no error", cases[c].what);
+    mentions(floe_graph_error(g, NULL), cases[c].part);
+    /* Later builder calls are no-ops under the sticky error. */
+    FloeOutput r = floe_ta_read(g, NULL, ta, ci32(g, 0));
+    ck_assert_ptr_null(r.node);
+    floe_graph_free(g);
+  }
+}
+END_TEST
+
 /* ---- the gradient TensorArray ---- */
 
 /* The gradient array of `fwd` (source "s") as a FloeTensorArray. */
@@ -673,6 +719,7 @@ START_TEST(handle_from_an_earlier_run) {
   floe_ta_read(g, "r", ta, ci32(g, 0));
   FloeOutput st = floe__stack_new(g, "st", FLOE_F32, 0);
   floe__stack_pop(g, "pop", st, FLOE_F32, floe_shape_unknown(), NULL);
+  floe_variable(g, "var", FLOE_F32, shape1(2), floe_init_zeros());
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
   FloeSession *s = session_new(g);
   const char *fetches[] = {"ta:0", "r", "st"};
@@ -702,6 +749,12 @@ START_TEST(handle_from_an_earlier_run) {
   mentions(msg, "resource handles cannot be fed");
   free(msg);
   floe_tensor_release(zero);
+  /* A TensorArray's handle fed where a variable's goes. */
+  FloeFeed fv = {"var", out[0]};
+  const char *vr = "var/read";
+  ck_assert_int_eq(run(s, &fv, 1, &vr, 1, NULL, &v, &msg), FLOE_INVALID_ARGUMENT);
+  mentions(msg, "expected a variable's handle");
+  free(msg);
   /* The session still works. */
   run_ok(s, NULL, 0, &r, 1, &v);
   assert_values(v, (const double[]){1, 2}, 2, "read after the failed runs");
@@ -714,24 +767,42 @@ END_TEST
 
 /* ---- concurrency ---- */
 
-enum { NW = 48, WLEN = 2048 };
+enum { NW = 32, WLEN = 1100 }; /* > 1,024 elements: the products do not run inline */
 
 /* NW writes, each of a product computed on its own (large enough not to run inline), into
- * one array; the stack waits for every write's flow. */
+ * a dynamic array that starts empty (each write may grow it), and NW more into index 0 of
+ * the gradient array of a one-element array (each adds to the same sum). The stack and the
+ * read wait for every write's flow. */
 static FloeGraph *many_writes_graph(void) {
   FloeGraph *g = floe_graph_new();
   FloeOutput base = floe_placeholder(g, "base", FLOE_F32, shape1(WLEN));
-  FloeTensorArray ta = floe_tensor_array(g, "many", FLOE_F32, ci32(g, NW), NULL);
-  FloeOutput flows[NW];
+  FloeTensorArrayOptions o;
+  floe_tensor_array_options_init(&o);
+  o.dynamic_size = 1;
+  FloeTensorArray ta = floe_tensor_array(g, "many", FLOE_F32, ci32(g, 0), &o);
+  FloeTensorArray one = floe_tensor_array(g, "one", FLOE_F32, ci32(g, 1), NULL);
+  one = floe_ta_write(g, "one_w", one, ci32(g, 0), base);
+  FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayGradV3", "one_grad");
+  floe_node_add_input(b, one.handle);
+  floe_node_add_input(b, one.flow);
+  floe_node_set_attr_string(b, "source", "test");
+  FloeNode *gn = floe_node_finish(b);
+  FloeTensorArray grad = {floe_out(gn, 0), floe_out(gn, 1)};
+  FloeOutput flows[NW], gflows[NW];
   for (int i = 0; i < NW; i++) {
     FloeOutput k = cval(g, FLOE_F32, 0, NULL, (const double[]){i + 1.0});
     FloeOutput v = floe_binary(g, "Mul", NULL, base, k);
     flows[i] = floe_ta_write(g, NULL, ta, ci32(g, i), v).flow;
+    gflows[i] = floe_ta_write(g, NULL, grad, ci32(g, 0), v).flow;
   }
-  FloeNodeBuilder *b = floe_node_begin(g, "AddN", "all_written");
+  b = floe_node_begin(g, "AddN", "all_written");
   floe_node_add_input_list(b, flows, NW);
   ta.flow = floe_out(floe_node_finish(b), 0);
   floe_ta_stack(g, "stacked", ta);
+  b = floe_node_begin(g, "AddN", "all_summed");
+  floe_node_add_input_list(b, gflows, NW);
+  grad.flow = floe_out(floe_node_finish(b), 0);
+  floe_ta_read(g, "sum", grad, ci32(g, 0));
   return g;
 }
 
@@ -741,25 +812,34 @@ static FloeTensor *many_base(void) {
   return harness_from_doubles(FLOE_F32, 1, (int64_t[]){WLEN}, v);
 }
 
+/* Every product of base is a multiple of 0.25 below 2^13: sums of them are exact in f32,
+ * in any order. */
 static void check_many(FloeSession *s, FloeTensor *base) {
   FloeFeed f = {"base", base};
-  const char *fetch = "stacked";
-  FloeTensor *out;
-  run_ok(s, &f, 1, &fetch, 1, &out);
-  assert_shape(floe_tensor_shape(out), 2, (int64_t[]){NW, WLEN}, "stack of the writes");
-  const float *d = floe_tensor_data(out), *bd = floe_tensor_data(base);
-  for (int i = 0; i < NW; i++)
-    for (int j = 0; j < WLEN; j++)
-      ck_assert_msg(d[i * WLEN + j] == bd[j] * (float)(i + 1), "row %d [%d] = %g, want %g", i,
-                    j, d[i * WLEN + j], bd[j] * (float)(i + 1));
-  floe_tensor_release(out);
+  const char *fetches[] = {"stacked", "sum"};
+  FloeTensor *out[2];
+  run_ok(s, &f, 1, fetches, 2, out);
+  assert_shape(floe_tensor_shape(out[0]), 2, (int64_t[]){NW, WLEN}, "stack of the writes");
+  const float *d = floe_tensor_data(out[0]), *bd = floe_tensor_data(base);
+  int bad = -1;
+  for (int i = 0; i < NW * WLEN && bad < 0; i++)
+    if (d[i] != bd[i % WLEN] * (float)(i / WLEN + 1)) bad = i;
+  ck_assert_msg(bad < 0, "row %d [%d] = %g, want %g", bad / WLEN, bad % WLEN, d[bad],
+                bd[bad % WLEN] * (float)(bad / WLEN + 1));
+  const float *sum = floe_tensor_data(out[1]);
+  for (int j = 0; j < WLEN && bad < 0; j++)
+    if (sum[j] != bd[j] * (float)(NW * (NW + 1) / 2)) bad = j;
+  ck_assert_msg(bad < 0, "summed gradient [%d] = %g, want %g", bad, sum[bad],
+                bd[bad] * (float)(NW * (NW + 1) / 2));
+  floe_tensor_release(out[0]);
+  floe_tensor_release(out[1]);
 }
 
 START_TEST(concurrent_writes_in_one_step) {
   FloeGraph *g = many_writes_graph();
   FloeSession *s = session_new(g);
   FloeTensor *base = many_base();
-  for (int rep = 0; rep < 10; rep++) check_many(s, base);
+  for (int rep = 0; rep < 4; rep++) check_many(s, base);
   floe_tensor_release(base);
   floe_session_free(s);
   floe_graph_free(g);
@@ -773,7 +853,7 @@ typedef struct StepArg {
 
 static void *steps_thread(void *p) {
   StepArg *a = p;
-  for (int rep = 0; rep < 5; rep++) check_many(a->s, a->base);
+  for (int rep = 0; rep < 3; rep++) check_many(a->s, a->base);
   return NULL;
 }
 
@@ -846,6 +926,12 @@ START_TEST(stack_errors) {
   FloeNode *close = floe_node_finish(nb);
   floe__stack_pop(g, "after_close", h2, FLOE_F32, floe_shape_unknown(), close);
   floe__stack_close(g, "close_st", h);
+  nb = floe_node_begin(g, "StackV2", "unnamed_node");
+  floe_node_add_input(nb, ci32(g, 0));
+  floe_node_set_attr_type(nb, "elem_type", FLOE_F32);
+  floe_node_set_attr_string(nb, "stack_name", "named");
+  FloeOutput named = floe_out(floe_node_finish(nb), 0);
+  floe__stack_pop(g, "named_pop", named, FLOE_F32, floe_shape_unknown(), NULL);
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
 
   const char *empty[] = {"node 'empty' (StackPopV2)", "stack 'st' is empty", NULL};
@@ -861,6 +947,13 @@ START_TEST(stack_errors) {
   expect_error(g, NULL, 0, "as_3", FLOE_INVALID_ARGUMENT, pop_sh);
   const char *closed[] = {"stack 'closing' has been closed", NULL};
   expect_error(g, NULL, 0, "after_close", FLOE_FAILED_PRECONDITION, closed);
+  const char *named_empty[] = {"node 'named_pop'", "stack 'named' is empty", NULL};
+  expect_error(g, NULL, 0, "named_pop", FLOE_INVALID_ARGUMENT, named_empty);
+  FloeSession *s = session_new(g);
+  char *msg;
+  ck_assert_int_eq(run(s, NULL, 0, NULL, 0, "close_st", NULL, &msg), FLOE_OK);
+  free(msg);
+  floe_session_free(s);
   /* max_size beyond i32 fails when built. */
   floe__stack_new(g, "huge", FLOE_F32, (int64_t)1 << 40);
   ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
@@ -869,7 +962,7 @@ START_TEST(stack_errors) {
 }
 END_TEST
 
-enum { NP = 32, PLEN = 2048 };
+enum { NP = 24, PLEN = WLEN };
 
 /* NP pushes that may run concurrently, then NP pops after all of them: the pops return
  * each pushed element once. */
@@ -895,7 +988,7 @@ START_TEST(stack_concurrent_pushes) {
   FloeTensor *bv = many_base();
   FloeFeed f = {"base", bv};
   const float *bd = floe_tensor_data(bv);
-  for (int rep = 0; rep < 5; rep++) {
+  for (int rep = 0; rep < 3; rep++) {
     FloeTensor *out[NP];
     run_ok(s, &f, 1, fetches, NP, out);
     bool seen[NP] = {false};
@@ -904,12 +997,78 @@ START_TEST(stack_concurrent_pushes) {
       int k = (int)lroundf(d[1] / bd[1]) - 1; /* base[1] = -2.75 */
       ck_assert_msg(k >= 0 && k < NP && !seen[k], "pop %d: unexpected element", i);
       seen[k] = true;
-      for (int j = 0; j < PLEN; j++)
-        ck_assert_msg(d[j] == bd[j] * (float)(k + 1), "pop %d [%d] = %g", i, j, d[j]);
+      int bad = -1;
+      for (int j = 0; j < PLEN && bad < 0; j++)
+        if (d[j] != bd[j] * (float)(k + 1)) bad = j;
+      ck_assert_msg(bad < 0, "pop %d [%d] = %g, want %g", i, bad, d[bad], bd[bad] * (k + 1));
       floe_tensor_release(out[i]);
     }
   }
   floe_tensor_release(bv);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* ---- allocation failures ---- */
+
+/* One step with every kind of object and op: unstack (views), read, gather, a gradient
+ * array (made, summed, zero-filled, stacked) and a stack push and pop. */
+static FloeGraph *walk_graph(void) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, (int64_t[]){3, 2}));
+  FloeTensorArrayOptions o = opts_elem(shape1(2));
+  o.clear_after_read = 0;
+  FloeTensorArray ta = floe_tensor_array(g, "ta", FLOE_F32, ci32(g, 3), &o);
+  ta = floe_ta_unstack(g, "unstack", ta, x);
+  FloeOutput r = floe_ta_read(g, "r", ta, ci32(g, 1));
+  floe_ta_gather(g, "gather", ta, ci32v(g, (const int32_t[]){2, 0}, 2));
+  FloeTensorArray gr = grad_of(g, "grad", ta);
+  gr = floe_ta_write(g, "g1", gr, ci32(g, 0), r);
+  gr = floe_ta_write(g, "g2", gr, ci32(g, 0), r);
+  floe_ta_stack(g, "gstack", gr);
+  FloeOutput h = floe__stack_new(g, "st", FLOE_F32, 0);
+  FloeOutput p = floe__stack_push(g, "push", h, r, false, NULL);
+  floe__stack_pop(g, "pop", h, FLOE_F32, shape1(2), p.node);
+  return g;
+}
+
+/* For N = 1, 2, ... the Nth core allocation of a step (and every later one) fails: the
+ * step ends in FLOE_NO_MEMORY with a message, or, once N is past its last allocation, in
+ * the right values. Leaks of the failure paths are caught by make check-asan. */
+START_TEST(step_allocation_failures) {
+  FloeGraph *g = walk_graph();
+  FloeSession *s = session_new(g);
+  const double xs[6] = {1, 2, 3, 4, 5, 6};
+  FloeTensor *xv = harness_from_doubles(FLOE_F32, 2, (int64_t[]){3, 2}, xs);
+  FloeFeed f = {"x", xv};
+  const char *fetches[] = {"gather", "gstack", "pop"};
+  FloeStatus *st = floe_status_new();
+  bool done = false;
+  long n;
+  for (n = 1; n < 100000 && !done; n++) {
+    FloeTensor *out[3] = {NULL, NULL, NULL};
+    floe_status_clear(st);
+    floe_test_fail_alloc_after(n);
+    floe_code rc = floe_session_run(s, &f, 1, fetches, 3, NULL, 0, out, st);
+    floe_test_fail_alloc_after(0);
+    if (rc == FLOE_OK) {
+      assert_values(out[0], (const double[]){5, 6, 1, 2}, 4, "gather");
+      assert_values(out[1], (const double[]){6, 8, 0, 0, 0, 0}, 6, "gradient stack");
+      assert_values(out[2], (const double[]){3, 4}, 2, "pop");
+      for (int i = 0; i < 3; i++) floe_tensor_release(out[i]);
+      done = true;
+      break;
+    }
+    ck_assert_msg(rc == FLOE_NO_MEMORY, "N=%ld: expected NO_MEMORY, got %s: %s", n,
+                  floe_code_name(rc), floe_status_message(st));
+    ck_assert_msg(strlen(floe_status_message(st)) > 0, "N=%ld: no message", n);
+    for (int i = 0; i < 3; i++) ck_assert_ptr_null(out[i]);
+  }
+  ck_assert_msg(done, "never succeeded");
+  ck_assert_int_gt(n, 10);
+  floe_status_free(st);
+  floe_tensor_release(xv);
   floe_session_free(s);
   floe_graph_free(g);
 }
@@ -940,6 +1099,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, errors_of_reads);
   tcase_add_test(tc, errors_of_gather_scatter_stack);
   tcase_add_test(tc, errors_name_and_close);
+  tcase_add_test(tc, errors_when_building);
   tcase_add_test(tc, handle_from_an_earlier_run);
   suite_add_tcase(s, tc);
   tc = tcase_create("gradients");
@@ -961,6 +1121,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, stack_push_pop_order);
   tcase_add_test(tc, stack_errors);
   tcase_add_test(tc, stack_concurrent_pushes);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("alloc_fail");
+  tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, step_allocation_failures);
   suite_add_tcase(s, tc);
   return s;
 }

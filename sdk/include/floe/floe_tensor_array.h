@@ -14,7 +14,8 @@
  * Gradients flow through reads, writes, gathers, scatters, stacks and unstacks
  * (floe_gradients uses a gradient TensorArray per forward one, summing the gradients of an
  * element read several times). The builders follow floe.h's conventions: they record the
- * graph's sticky error and return an invalid output / TensorArray (node NULL) on failure.
+ * graph's sticky error and return an invalid output / TensorArray (node NULL) on failure;
+ * the outputs and nodes they return belong to g (borrowed, valid while g lives).
  * Errors at run time name the TensorArray (tensor_array_name, else the node that made it),
  * the index and the size.
  */

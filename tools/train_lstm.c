@@ -1,0 +1,497 @@
+/* train_lstm.c - floe train --model lstm: a word-level LSTM language model on the fortune
+ * corpus (floe_text.h), the TensorFlow paper's LSTM-512-512 shape with a 10,000-word
+ * vocabulary.
+ *
+ * The graph: ids [batch, steps] -> time-major -> embedding [vocab, hidden] -> `layers`
+ * floe_dynamic_lstm layers (each one while loop over the window, fused LSTMCell when the
+ * CPU plugin has it) -> a softmax over the vocabulary: full, or sampled (--sampled-softmax
+ * K: the true word against K words drawn log-uniformly, corrected by their expected
+ * counts, accidental hits removed, as TensorFlow's sampled_softmax_loss; evaluation always
+ * uses the full softmax). Adam at a
+ * constant rate, no clipping: the recipe bench/lstm_baselines.py gives PyTorch and Keras.
+ * Windows are cut as TensorFlow's PTB reader does, and each window starts from the last
+ * one's final state (truncated backpropagation through time), reset every epoch.
+ * Perplexity is exp(mean cross-entropy) over the held-out split.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char lstm_help[] =
+    "Usage: floe train --model lstm [--steps N] [--epochs N] [--batch N] [--bptt T]\n"
+    "                  [--hidden H] [--layers L] [--vocab V] [--sampled-softmax K]\n"
+    "                  [--lr X] [--seed N] [--threads N] [--data DIR]\n"
+    "                  [--eval-windows N] [--json]\n"
+    "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
+    "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
+    "  --steps N              training windows (default: --epochs whole epochs)\n"
+    "  --epochs N             epochs when --steps is not given (default 1)\n"
+    "  --batch N              rows per window (default 64)\n"
+    "  --bptt T               words per row and window, the unrolled length (default 35)\n"
+    "  --hidden H             LSTM size and embedding width (default 512)\n"
+    "  --layers L             stacked LSTM layers (default 2)\n"
+    "  --vocab V              vocabulary: the V most frequent words, the rest <unk>\n"
+    "                         (default 10000)\n"
+    "  --sampled-softmax K    train with a sampled softmax of K words drawn from the\n"
+    "                         log-uniform distribution (default: the full softmax)\n"
+    "  --lr X                 Adam's learning rate (default 0.001, constant)\n"
+    "  --eval-windows N       held-out windows to evaluate (default: all)\n"
+    "  --json                 end with one JSON line: the options, perplexity,\n"
+    "                         unigram_perplexity, words_per_sec, train_seconds, final_loss,\n"
+    "                         peak_rss_mb\n";
+
+typedef struct LstmOptions {
+  long long steps, epochs, batch, bptt, hidden, layers, vocab, sampled, seed, threads, eval;
+  double lr;
+  const char *data;
+  int json;
+} LstmOptions;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int parse(int argc, char **argv, LstmOptions *o, int *done) {
+  static const struct option opts[] = {
+      {"model", required_argument, NULL, 'm'},   {"steps", required_argument, NULL, 's'},
+      {"epochs", required_argument, NULL, 'e'},  {"batch", required_argument, NULL, 'b'},
+      {"bptt", required_argument, NULL, 't'},    {"hidden", required_argument, NULL, 'H'},
+      {"layers", required_argument, NULL, 'L'},  {"vocab", required_argument, NULL, 'V'},
+      {"sampled-softmax", required_argument, NULL, 'k'},
+      {"lr", required_argument, NULL, 'r'},      {"seed", required_argument, NULL, 'S'},
+      {"threads", required_argument, NULL, 'T'}, {"data", required_argument, NULL, 'd'},
+      {"eval-windows", required_argument, NULL, 'E'},
+      {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
+                     .vocab = 10000, .seed = 1, .lr = 1e-3,
+                     .data = "/usr/share/games/fortunes"};
+  *done = 0;
+  optind = 1;
+  opterr = 0;
+  int c, li = 0;
+  while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
+    long long *target = NULL, lo = 1, hi = 1LL << 30;
+    switch (c) {
+      case 'm':
+        if (strcmp(optarg, "lstm") != 0) return cli_usage("train", "--model takes mlp, cnn or lstm");
+        break;
+      case 's': target = &o->steps; break;
+      case 'e': target = &o->epochs; break;
+      case 'b': target = &o->batch; break;
+      case 't': target = &o->bptt; break;
+      case 'H': target = &o->hidden; break;
+      case 'L': target = &o->layers, hi = 8; break;
+      case 'V': target = &o->vocab, lo = 3; break;
+      case 'k': target = &o->sampled; break;
+      case 'S': target = &o->seed, lo = 0, hi = 2147483647; break;
+      case 'T': target = &o->threads, hi = 4096; break;
+      case 'E': target = &o->eval; break;
+      case 'r': {
+        char *end;
+        o->lr = strtod(optarg, &end);
+        if (*end || !(o->lr > 0)) return cli_usage("train", "--lr takes a number > 0");
+        break;
+      }
+      case 'd': o->data = optarg; break;
+      case 'j': o->json = 1; break;
+      case 'h':
+        fputs(lstm_help, stdout);
+        *done = 1;
+        return 0;
+      default: {
+        char msg[128];
+        snprintf(msg, sizeof msg, "unknown option '%s' for --model lstm (see --help)",
+                 argv[optind - 1]);
+        return cli_usage("train", msg);
+      }
+    }
+    if (target) {
+      char *end;
+      long long v = strtoll(optarg, &end, 10);
+      if (*end || v < lo || v > hi) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "--%s takes an integer from %lld to %lld, got '%s'",
+                 opts[li].name, lo, hi, optarg);
+        return cli_usage("train", msg);
+      }
+      *target = v;
+    }
+  }
+  if (optind < argc) return cli_usage("train", "unexpected argument (see --help)");
+  if (o->sampled >= o->vocab)
+    return cli_usage("train", "--sampled-softmax K must be smaller than --vocab");
+  return 0;
+}
+
+typedef struct Lm {
+  FloeGraph *g;
+  FloeSession *s;
+  FloeNode *train;
+  int layers;
+  char (*h_in)[32], (*c_in)[32], (*h_out)[32], (*c_out)[32]; /* state names per layer */
+} Lm;
+
+static FloeOutput i32_const(FloeGraph *g, const int32_t *v, int n, int rank) {
+  const int64_t d[1] = {n};
+  FloeTensor *t = floe_tensor_new(FLOE_I32, rank, d, NULL);
+  if (!t) return (FloeOutput){NULL, 0};
+  memcpy(floe_tensor_data(t), v, (size_t)n * sizeof *v);
+  FloeOutput o = floe_const(g, NULL, t);
+  floe_tensor_release(t);
+  return o;
+}
+
+static FloeOutput reshape(FloeGraph *g, const char *name, FloeOutput x, const int32_t *shape, int n) {
+  FloeNodeBuilder *b = floe_node_begin(g, "Reshape", name);
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, i32_const(g, shape, n, 1));
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput transpose01(FloeGraph *g, FloeOutput x) {
+  const int32_t perm[2] = {1, 0};
+  FloeNodeBuilder *b = floe_node_begin(g, "Transpose", NULL);
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, i32_const(g, perm, 2, 1));
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* Mean cross-entropy of logits [n, classes] against labels [n]. */
+static FloeOutput xent(FloeGraph *g, const char *name, FloeOutput logits, FloeOutput labels) {
+  return floe_sparse_softmax_cross_entropy(g, name, logits, labels);
+}
+
+static FloeOutput f32c(FloeGraph *g, float v) {
+  FloeTensor *t = floe_tensor_scalar_f32(v, NULL);
+  FloeOutput o = floe_const(g, NULL, t);
+  floe_tensor_release(t);
+  return o;
+}
+
+/* log(K * P(id)) for ids (i32, any shape) under the log-uniform (Zipf) distribution
+ * P(k) = log((k + 2) / (k + 1)) / log(V + 1) that fits ids sorted by frequency: the
+ * log-expected count subtracted from each logit. */
+static FloeOutput log_expected(FloeGraph *g, FloeOutput ids, const LstmOptions *o) {
+  FloeNodeBuilder *nb = floe_node_begin(g, "Cast", NULL);
+  floe_node_add_input(nb, ids);
+  floe_node_set_attr_type(nb, "DstT", FLOE_F32);
+  FloeOutput k = floe_out(floe_node_finish(nb), 0);
+  FloeOutput ratio = floe_binary(g, "Div", NULL, floe_binary(g, "Add", NULL, k, f32c(g, 2)),
+                                 floe_binary(g, "Add", NULL, k, f32c(g, 1)));
+  FloeOutput p = floe_binary(g, "Div", NULL, floe_unary(g, "Log", NULL, ratio),
+                             f32c(g, (float)log((double)o->vocab + 1)));
+  return floe_unary(g, "Log", NULL, floe_binary(g, "Mul", NULL, p, f32c(g, (float)o->sampled)));
+}
+
+/* The sampled softmax loss of hidden states hs [n, H] for labels [n] against the output
+ * words w [V, H], b [V] (TensorFlow's sampled_softmax_loss): the true word's logit beside
+ * those of K words drawn from the log-uniform distribution (one draw per step, shared by
+ * the batch), each minus its log-expected count, sampled words equal to the label pushed to
+ * -1e9 (accidental hits), trained toward the true one. */
+static FloeOutput sampled_loss(FloeGraph *g, FloeOutput hs, FloeOutput labels, FloeOutput w,
+                               FloeOutput b, const LstmOptions *o) {
+  int32_t k = (int32_t)o->sampled;
+  FloeNodeBuilder *nb = floe_node_begin(g, "RandomUniform", "sampled/uniform");
+  floe_node_add_input(nb, i32_const(g, &k, 1, 1));
+  floe_node_set_attr_int(nb, "seed", o->seed + 7);
+  FloeOutput u = floe_out(floe_node_finish(nb), 0);
+  /* k = floor(exp(u * log(V + 1))) - 1, in [0, V - 1] */
+  FloeOutput e = floe_unary(g, "Exp", NULL,
+                            floe_binary(g, "Mul", NULL, u, f32c(g, (float)log((double)o->vocab + 1))));
+  FloeOutput kf = floe_binary(g, "Minimum", NULL,
+                              floe_binary(g, "Sub", NULL, floe_unary(g, "Floor", NULL, e), f32c(g, 1)),
+                              f32c(g, (float)(o->vocab - 1)));
+  nb = floe_node_begin(g, "Cast", "sampled/ids");
+  floe_node_add_input(nb, floe_binary(g, "Maximum", NULL, kf, f32c(g, 0)));
+  floe_node_set_attr_type(nb, "DstT", FLOE_I32);
+  FloeOutput ids = floe_out(floe_node_finish(nb), 0); /* [K] */
+  FloeOutput sw = floe_binary(g, "Gather", NULL, w, ids), sb = floe_binary(g, "Gather", NULL, b, ids);
+  FloeOutput tw = floe_binary(g, "Gather", NULL, w, labels), tb = floe_binary(g, "Gather", NULL, b, labels);
+  nb = floe_node_begin(g, "Sum", NULL);
+  floe_node_add_input(nb, floe_binary(g, "Mul", NULL, hs, tw));
+  int32_t one = 1;
+  floe_node_add_input(nb, i32_const(g, &one, 1, 0));
+  floe_node_set_attr_bool(nb, "keep_dims", 1);
+  FloeOutput true_logit = floe_binary(
+      g, "Sub", NULL,
+      floe_binary(g, "Add", NULL, floe_out(floe_node_finish(nb), 0),
+                  reshape(g, NULL, tb, (const int32_t[]){-1, 1}, 2)),
+      reshape(g, NULL, log_expected(g, labels, o), (const int32_t[]){-1, 1}, 2));
+  FloeOutput samp = floe_binary(g, "Sub", NULL,
+                                floe_binary(g, "Add", NULL, floe_matmul(g, NULL, hs, sw, 0, 1), sb),
+                                log_expected(g, ids, o)); /* [n, K] */
+  FloeOutput hit = floe_binary(g, "Equal", NULL, reshape(g, NULL, labels, (const int32_t[]){-1, 1}, 2),
+                               reshape(g, NULL, ids, (const int32_t[]){1, -1}, 2));
+  FloeOutput negs = floe_binary(g, "Add", NULL, floe_unary(g, "ZerosLike", NULL, samp), f32c(g, -1e9f));
+  nb = floe_node_begin(g, "Select", NULL);
+  floe_node_add_input(nb, hit);
+  floe_node_add_input(nb, negs);
+  floe_node_add_input(nb, samp);
+  FloeOutput masked = floe_out(floe_node_finish(nb), 0);
+  FloeOutput parts[2] = {true_logit, masked};
+  nb = floe_node_begin(g, "Concat", NULL);
+  floe_node_add_input_list(nb, parts, 2);
+  floe_node_add_input(nb, i32_const(g, &one, 1, 0));
+  FloeOutput logits = floe_out(floe_node_finish(nb), 0);
+  FloeOutput zero_labels = floe_unary(g, "ZerosLike", NULL, labels);
+  return xent(g, "sampled_xent", logits, zero_labels);
+}
+
+static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
+  FloeGraph *g = floe_graph_new();
+  m->g = g;
+  int64_t B = o->batch, T = o->bptt, H = o->hidden, V = o->vocab;
+  const int64_t dxy[2] = {B, T}, ds[2] = {B, H};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_I32, floe_shape_make(2, dxy));
+  FloeOutput y = floe_placeholder(g, "y", FLOE_I32, floe_shape_make(2, dxy));
+  FloeOutput h = floe_layer_embedding(g, "embed", transpose01(g, x), V, H, o->seed); /* [T,B,H] */
+  FloeDynamicRNNOptions ro;
+  floe_dynamic_rnn_options_init(&ro);
+  for (int l = 0; l < m->layers; l++) {
+    char nm[64];
+    snprintf(m->h_in[l], 32, "h%d", l);
+    snprintf(m->c_in[l], 32, "c%d", l);
+    FloeLSTMState init = {floe_placeholder(g, m->h_in[l], FLOE_F32, floe_shape_make(2, ds)),
+                          floe_placeholder(g, m->c_in[l], FLOE_F32, floe_shape_make(2, ds))};
+    FloeVariable w, b;
+    snprintf(nm, sizeof nm, "lstm%d", l);
+    floe_lstm_weights(g, nm, FLOE_F32, H, H, o->seed + 100 + l, &w, &b);
+    FloeLSTMState fin;
+    snprintf(nm, sizeof nm, "layer%d", l);
+    h = floe_dynamic_lstm(g, nm, h, (FloeOutput){NULL, 0}, init, w.value, b.value, &ro, &fin);
+    snprintf(m->h_out[l], 32, "h%d_out", l);
+    snprintf(m->c_out[l], 32, "c%d_out", l);
+    floe_unary(g, "Identity", m->h_out[l], fin.h);
+    floe_unary(g, "Identity", m->c_out[l], fin.c);
+  }
+  FloeOutput hs = reshape(g, "hs", h, (const int32_t[]){-1, (int32_t)H}, 2); /* [T*B, H] */
+  FloeOutput labels = reshape(g, "labels", transpose01(g, y), (const int32_t[]){-1}, 1);
+  const int64_t dw[2] = {V, H}, db[1] = {V};
+  double lim = 1.0 / sqrt((double)H);
+  FloeVariable w = floe_variable(g, "softmax/w", FLOE_F32, floe_shape_make(2, dw),
+                                 floe_init_uniform(-lim, lim, o->seed + 300));
+  FloeVariable b = floe_variable(g, "softmax/b", FLOE_F32, floe_shape_make(1, db),
+                                 floe_init_zeros());
+  FloeOutput logits = floe_binary(g, "Add", NULL, floe_matmul(g, NULL, hs, w.value, 0, 1), b.value);
+  FloeOutput full = xent(g, "full_xent", logits, labels);
+  floe_unary(g, "Identity", "eval_loss", full);
+  FloeOutput loss = o->sampled ? sampled_loss(g, hs, labels, w.value, b.value, o) : full;
+  floe_unary(g, "Identity", "loss", loss);
+  FloeOptimizerOptions oo;
+  floe_optimizer_options_init(&oo, FLOE_OPT_ADAM);
+  oo.learning_rate = o->lr;
+  m->train = floe_minimize(g, "train", loss, &oo, NULL, 0);
+  floe_variables_initializer(g, "init");
+  if (floe_graph_status(g) != FLOE_OK)
+    return cli_error("train", "building the LSTM model: %s", floe_graph_error(g, NULL));
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = rt;
+  FloeStatus *st = floe_status_new();
+  m->s = floe_session_new(g, &so, st);
+  int rc = 0;
+  if (!m->s) rc = cli_error("train", "session: %s", floe_status_message(st));
+  else if (floe_session_run(m->s, NULL, 0, NULL, 0, (const char *const[]){"init"}, 1, NULL, st) != FLOE_OK)
+    rc = cli_error("train", "initialising: %s", floe_status_message(st));
+  floe_status_free(st);
+  return rc;
+}
+
+/* Zero states for every layer. */
+static void zero_states(FloeTensor **states, int n, int64_t batch, int64_t hidden) {
+  const int64_t d[2] = {batch, hidden};
+  for (int i = 0; i < n; i++) {
+    floe_tensor_release(states[i]);
+    states[i] = floe_tensor_new(FLOE_F32, 2, d, NULL);
+    if (states[i]) memset(floe_tensor_data(states[i]), 0, (size_t)(batch * hidden) * sizeof(float));
+  }
+}
+
+/* One window: feeds x, y and the states; fetches the loss (and new states). targets: run the
+ * training step too. Returns the loss, or NAN with the error printed. */
+static double run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
+                         const char *loss_name, int train) {
+  int L = m->layers;
+  FloeFeed feeds[2 + 16];
+  const char *fetch[1 + 16];
+  FloeTensor *out[1 + 16] = {0};
+  feeds[0] = (FloeFeed){"x", x};
+  feeds[1] = (FloeFeed){"y", y};
+  fetch[0] = loss_name;
+  for (int l = 0; l < L; l++) {
+    feeds[2 + 2 * l] = (FloeFeed){m->h_in[l], states[2 * l]};
+    feeds[3 + 2 * l] = (FloeFeed){m->c_in[l], states[2 * l + 1]};
+    fetch[1 + 2 * l] = m->h_out[l];
+    fetch[2 + 2 * l] = m->c_out[l];
+  }
+  const char *targets[1] = {"train"};
+  FloeStatus *st = floe_status_new();
+  floe_code rc = floe_session_run(m->s, feeds, 2 + 2 * L, fetch, 1 + 2 * L, train ? targets : NULL,
+                                  train ? 1 : 0, out, st);
+  double loss = NAN;
+  if (rc != FLOE_OK) {
+    cli_error("train", "%s", floe_status_message(st));
+  } else {
+    loss = *(const float *)floe_tensor_data(out[0]);
+    floe_tensor_release(out[0]);
+    for (int i = 0; i < 2 * L; i++) {
+      floe_tensor_release(states[i]);
+      states[i] = out[1 + i];
+    }
+  }
+  floe_status_free(st);
+  return loss;
+}
+
+int cmd_train_lstm(int argc, char **argv) {
+  LstmOptions o;
+  int done, rc = parse(argc, argv, &o, &done);
+  if (rc || done) return rc;
+  double t_start = now_s();
+  FloeStatus *st = floe_status_new();
+  FloeTextCorpus *corpus = floe_text_load_dir(o.data, o.vocab, 0, st);
+  if (!corpus) {
+    rc = cli_error("train", "%s", floe_status_message(st));
+    floe_status_free(st);
+    return rc;
+  }
+  FloeTextWindows *trw = floe_text_windows_new(corpus, FLOE_TEXT_TRAIN, o.batch, o.bptt, st);
+  FloeTextWindows *tew = trw ? floe_text_windows_new(corpus, FLOE_TEXT_TEST, o.batch, o.bptt, st) : NULL;
+  if (!trw || !tew) {
+    rc = cli_error("train", "%s", floe_status_message(st));
+    goto out_corpus;
+  }
+  if (o.threads) {
+    /* Before the runtime loads the plugins: OpenMP (oneDNN) and OpenBLAS read these. */
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", o.threads);
+    setenv("OMP_NUM_THREADS", buf, 1);
+    setenv("OPENBLAS_NUM_THREADS", buf, 1);
+    setenv("FLOE_NUM_THREADS", buf, 1);
+  }
+  FloeRuntime *rt = cli_runtime("train"); /* the process's default runtime: not freed */
+  if (!rt) {
+    rc = 1;
+    goto out_corpus;
+  }
+  Lm m = {.layers = (int)o.layers};
+  char names[4][8][32];
+  m.h_in = names[0], m.c_in = names[1], m.h_out = names[2], m.c_out = names[3];
+  if ((rc = build(&m, &o, rt)) != 0) goto out_model;
+  int64_t per_epoch = floe_text_windows_per_epoch(trw);
+  int64_t total = o.steps ? o.steps : o.epochs * per_epoch;
+  double unigram = floe_text_unigram_perplexity(corpus, FLOE_TEXT_TEST);
+  if (!o.json)
+    printf("lstm: %lld layers of %lld, vocab %lld, batch %lld x %lld words, %s softmax; "
+           "%lld windows (%lld per epoch)\n",
+           o.layers, o.hidden, o.vocab, o.batch, o.bptt, o.sampled ? "sampled" : "full",
+           (long long)total, (long long)per_epoch);
+  FloeTensor *states[16] = {0};
+  double loss = NAN, train_secs = 0;
+  int64_t timed_words = 0;
+  for (int64_t step = 0; step < total; step++) {
+    if (step % per_epoch == 0) {
+      floe_text_windows_start_epoch(trw, 0);
+      zero_states(states, 2 * m.layers, o.batch, o.hidden);
+    }
+    FloeTensor *x = NULL, *y = NULL;
+    if (floe_text_windows_next_xy(trw, &x, &y, st) != 1) {
+      rc = cli_error("train", "reading the training windows: %s", floe_status_message(st));
+      goto out_states;
+    }
+    double t0 = now_s();
+    loss = run_window(&m, x, y, states, "loss", 1);
+    double dt = now_s() - t0;
+    floe_tensor_release(x);
+    floe_tensor_release(y);
+    if (isnan(loss)) {
+      rc = 1;
+      goto out_states;
+    }
+    if (step > 0 || total == 1) { /* the first window builds the executor: not timed */
+      train_secs += dt;
+      timed_words += o.batch * o.bptt;
+    }
+    if (!o.json && (step % 20 == 0 || step + 1 == total))
+      printf("step %lld/%lld  loss %.4f  (%.0f words/s)\n", (long long)step + 1,
+             (long long)total, loss, train_secs > 0 ? (double)timed_words / train_secs : 0.0);
+  }
+  /* Held-out perplexity: full softmax, state carried across the windows. */
+  floe_text_windows_start_epoch(tew, 0);
+  zero_states(states, 2 * m.layers, o.batch, o.hidden);
+  double sum = 0;
+  int64_t n_eval = 0, limit = o.eval ? o.eval : floe_text_windows_per_epoch(tew);
+  const char *eval_name = "eval_loss";
+  for (int64_t i = 0; i < limit; i++) {
+    FloeTensor *x = NULL, *y = NULL;
+    int got = floe_text_windows_next_xy(tew, &x, &y, st);
+    if (got == 0) break;
+    if (got < 0) {
+      rc = cli_error("train", "reading the held-out windows: %s", floe_status_message(st));
+      goto out_states;
+    }
+    double l = run_window(&m, x, y, states, eval_name, 0);
+    floe_tensor_release(x);
+    floe_tensor_release(y);
+    if (isnan(l)) {
+      rc = 1;
+      goto out_states;
+    }
+    sum += l;
+    n_eval++;
+  }
+  double ppl = n_eval ? exp(sum / (double)n_eval) : NAN;
+  double wps = train_secs > 0 ? (double)timed_words / train_secs : 0;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double rss_mb = (double)ru.ru_maxrss / 1024.0;
+  if (o.json) {
+    JsonWriter w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "model"), json_string(&w, "lstm");
+    json_key(&w, "layers"), json_int(&w, o.layers);
+    json_key(&w, "hidden"), json_int(&w, o.hidden);
+    json_key(&w, "vocab"), json_int(&w, o.vocab);
+    json_key(&w, "batch"), json_int(&w, o.batch);
+    json_key(&w, "bptt"), json_int(&w, o.bptt);
+    json_key(&w, "softmax"), json_string(&w, o.sampled ? "sampled" : "full");
+    json_key(&w, "sampled"), json_int(&w, o.sampled);
+    json_key(&w, "steps"), json_int(&w, total);
+    json_key(&w, "seed"), json_int(&w, o.seed);
+    json_key(&w, "final_loss"), json_double(&w, loss);
+    json_key(&w, "eval_windows"), json_int(&w, n_eval);
+    json_key(&w, "perplexity"), json_double(&w, ppl);
+    json_key(&w, "unigram_perplexity"), json_double(&w, unigram);
+    json_key(&w, "words_per_sec"), json_double(&w, wps);
+    json_key(&w, "train_seconds"), json_double(&w, train_secs);
+    json_key(&w, "wall_seconds"), json_double(&w, now_s() - t_start);
+    json_key(&w, "peak_rss_mb"), json_double(&w, rss_mb);
+    json_end_object(&w);
+    fputc('\n', stdout);
+  } else {
+    printf("held-out perplexity %.1f (unigram baseline %.1f) over %lld windows; %.0f training "
+           "words/s; peak RSS %.0f MB\n",
+           ppl, unigram, (long long)n_eval, wps, rss_mb);
+  }
+out_states:
+  for (int i = 0; i < 16; i++) floe_tensor_release(states[i]);
+out_model:
+  floe_session_free(m.s);
+  floe_graph_free(m.g);
+out_corpus:
+  floe_text_windows_free(trw);
+  floe_text_windows_free(tew);
+  floe_text_corpus_free(corpus);
+  floe_status_free(st);
+  return rc;
+}
