@@ -14,6 +14,7 @@ void floe__attr_value_clear(FloeAttrValue *v) {
     case FLOE_ATTR_INT_LIST: floe__free(v->u.ilist.v); break;
     case FLOE_ATTR_FLOAT_LIST: floe__free(v->u.flist.v); break;
     case FLOE_ATTR_TYPE_LIST: floe__free(v->u.tlist.v); break;
+    case FLOE_ATTR_SHAPE_LIST: floe__free(v->u.slist.v); break;
     default: break;
   }
   memset(v, 0, sizeof *v);
@@ -63,6 +64,11 @@ floe_code floe__attr_value_copy(FloeAttrValue *dst, const FloeAttrValue *src, Fl
     case FLOE_ATTR_TYPE_LIST:
       return dup_array((void **)&dst->u.tlist.v, src->u.tlist.v, src->u.tlist.n,
                        sizeof(FloeDType), st) == FLOE_OK
+                 ? FLOE_OK
+                 : (dst->kind = FLOE_ATTR_NONE, FLOE_NO_MEMORY);
+    case FLOE_ATTR_SHAPE_LIST:
+      return dup_array((void **)&dst->u.slist.v, src->u.slist.v, src->u.slist.n,
+                       sizeof(FloeShape), st) == FLOE_OK
                  ? FLOE_OK
                  : (dst->kind = FLOE_ATTR_NONE, FLOE_NO_MEMORY);
     default: return FLOE_OK;
@@ -127,6 +133,14 @@ err_oom:
   return floe_status_set(st, FLOE_NO_MEMORY, "out of memory setting attribute '%s'", name);
 }
 
+/* Ranks and known dims; dims past the rank are ignored (they may hold anything). */
+static bool shape_equal(const FloeShape *a, const FloeShape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
 bool floe__attr_value_equal(const FloeAttrValue *a, const FloeAttrValue *b) {
   if (a->kind != b->kind) return false;
   switch (a->kind) {
@@ -136,11 +150,7 @@ bool floe__attr_value_equal(const FloeAttrValue *a, const FloeAttrValue *b) {
     case FLOE_ATTR_BOOL: return !a->u.b == !b->u.b;
     case FLOE_ATTR_STRING: return strcmp(a->u.s, b->u.s) == 0;
     case FLOE_ATTR_TYPE: return a->u.type == b->u.type;
-    case FLOE_ATTR_SHAPE:
-      if (a->u.shape.rank != b->u.shape.rank) return false;
-      for (int i = 0; i < a->u.shape.rank; i++)
-        if (a->u.shape.dims[i] != b->u.shape.dims[i]) return false;
-      return true;
+    case FLOE_ATTR_SHAPE: return shape_equal(&a->u.shape, &b->u.shape);
     case FLOE_ATTR_TENSOR: return floe__tensor_equal(a->u.tensor, b->u.tensor);
     case FLOE_ATTR_INT_LIST:
       return a->u.ilist.n == b->u.ilist.n &&
@@ -154,6 +164,11 @@ bool floe__attr_value_equal(const FloeAttrValue *a, const FloeAttrValue *b) {
       return a->u.tlist.n == b->u.tlist.n &&
              (a->u.tlist.n == 0 ||
               memcmp(a->u.tlist.v, b->u.tlist.v, a->u.tlist.n * sizeof(FloeDType)) == 0);
+    case FLOE_ATTR_SHAPE_LIST:
+      if (a->u.slist.n != b->u.slist.n) return false;
+      for (size_t i = 0; i < a->u.slist.n; i++)
+        if (!shape_equal(&a->u.slist.v[i], &b->u.slist.v[i])) return false;
+      return true;
   }
   return false;
 }
@@ -170,6 +185,7 @@ const char *floe__attr_kind_name(FloeAttrKind k) {
     case FLOE_ATTR_INT_LIST: return "list(int)";
     case FLOE_ATTR_FLOAT_LIST: return "list(float)";
     case FLOE_ATTR_TYPE_LIST: return "list(type)";
+    case FLOE_ATTR_SHAPE_LIST: return "list(shape)";
     default: return "none";
   }
 }
@@ -212,6 +228,14 @@ char *floe__attr_value_str(const FloeAttrValue *v, char *buf, size_t len) {
       for (size_t i = 0; i < v->u.tlist.n && i < 8; i++)
         APPEND("%s%s", i ? "," : "", floe_dtype_name(v->u.tlist.v[i]));
       APPEND("%s]", v->u.tlist.n > 8 ? ",..." : "");
+      break;
+    case FLOE_ATTR_SHAPE_LIST:
+      APPEND("[");
+      for (size_t i = 0; i < v->u.slist.n && i < 8; i++) {
+        char s[160];
+        APPEND("%s%s", i ? "," : "", floe_shape_str(&v->u.slist.v[i], s, sizeof s));
+      }
+      APPEND("%s]", v->u.slist.n > 8 ? ",..." : "");
       break;
     default: APPEND("<none>"); break;
   }

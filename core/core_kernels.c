@@ -10,9 +10,12 @@
 
 #include "internal.h"
 
-floe_code floe__core_kernel_add(FloeRuntime *rt, const char *op, uint32_t flags,
-                                floe_code (*compute)(void *state, FloeKernelContext *ctx),
-                                FloeStatus *st) {
+/* Exactly one of compute / compute_async is set. */
+static floe_code kernel_add(FloeRuntime *rt, const char *op, uint32_t flags,
+                            floe_code (*compute)(void *state, FloeKernelContext *ctx),
+                            void (*compute_async)(void *state, FloeKernelContext *ctx,
+                                                  FloeDoneFn done, void *done_arg),
+                            FloeStatus *st) {
   FloeKernelReg *k = floe__calloc(1, sizeof *k);
   if (!k) goto err_oom;
   k->op = floe__strdup(op);
@@ -30,6 +33,7 @@ floe_code floe__core_kernel_add(FloeRuntime *rt, const char *op, uint32_t flags,
   k->def.constraints = k->constraints;
   k->def.flags = flags & FLOE_KERNEL_INEXPENSIVE;
   k->def.compute = compute;
+  k->def.compute_async = compute_async;
   k->plugin = NULL; /* the core's own */
   rt->kernels[rt->num_kernels++] = k;
   return FLOE_OK;
@@ -42,6 +46,19 @@ err_free_kernel:
 err_oom:
   return floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering the core kernel of %s",
                          op);
+}
+
+floe_code floe__core_kernel_add(FloeRuntime *rt, const char *op, uint32_t flags,
+                                floe_code (*compute)(void *state, FloeKernelContext *ctx),
+                                FloeStatus *st) {
+  return kernel_add(rt, op, flags, compute, NULL, st);
+}
+
+floe_code floe__core_kernel_add_async(FloeRuntime *rt, const char *op, uint32_t flags,
+                                      void (*compute_async)(void *state, FloeKernelContext *ctx,
+                                                            FloeDoneFn done, void *done_arg),
+                                      FloeStatus *st) {
+  return kernel_add(rt, op, flags, NULL, compute_async, st);
 }
 
 /* ---- helpers ---- */
@@ -199,5 +216,9 @@ floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
     if (rc != FLOE_OK) return rc;
   }
   floe_code rc = floe__checkpoint_kernels_register(rt, st);
-  return rc == FLOE_OK ? floe__tensor_array_kernels_register(rt, st) : rc;
+  if (rc == FLOE_OK) rc = floe__tensor_array_kernels_register(rt, st);
+  /* Queues and readers (issue 4). */
+  if (rc == FLOE_OK) rc = floe__queue_kernels_register(rt, st);
+  if (rc == FLOE_OK) rc = floe__reader_kernels_register(rt, st);
+  return rc;
 }

@@ -247,6 +247,7 @@ floe_code floe__grads_init(FloeStatus *st) {
       if (rc == FLOE_OK) rc = floe__grads_register_control(st);
       if (rc == FLOE_OK) rc = floe__grads_register_tensor_array(st);
       if (rc == FLOE_OK) rc = floe__grads_register_rnn(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_data(st);
     }
     std_done = rc == FLOE_OK;
   }
@@ -420,6 +421,9 @@ void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *
       break;
     case FLOE_ATTR_TYPE_LIST:
       floe_node_set_attr_type_list(b, name, v->u.tlist.v, (int)v->u.tlist.n);
+      break;
+    case FLOE_ATTR_SHAPE_LIST:
+      floe_node_set_attr_shape_list(b, name, v->u.slist.v, (int)v->u.slist.n);
       break;
     default: break;
   }

@@ -350,6 +350,13 @@ static floe_code take_control(FloeGraph *g, FloeNode *n, const FloeNodeSpec *spe
 
 static bool dtype_valid(FloeDType dt) { return floe_dtype_size(dt) != 0; }
 
+static bool shape_valid(const FloeShape *s) {
+  if (s->rank < FLOE_RANK_UNKNOWN || s->rank > FLOE_MAX_DIMS) return false;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] < FLOE_DIM_UNKNOWN) return false;
+  return true;
+}
+
 /* Every given attribute must be declared by the op with the same kind. */
 static floe_code check_given_attrs(const FloeNode *n, FloeStatus *st) {
   const FloeOpInfo *op = n->op;
@@ -383,14 +390,16 @@ static floe_code check_given_attrs(const FloeNode *n, FloeStatus *st) {
                                  (int)v->u.tlist.v[k]);
     if (v->kind == FLOE_ATTR_TENSOR && !v->u.tensor)
       return floe_status_set(st, FLOE_INVALID_ARGUMENT, "attribute '%s' has no tensor", name);
-    if (v->kind == FLOE_ATTR_SHAPE) {
-      const FloeShape *s = &v->u.shape;
-      bool ok = s->rank >= FLOE_RANK_UNKNOWN && s->rank <= FLOE_MAX_DIMS;
-      for (int k = 0; ok && k < s->rank; k++) ok = s->dims[k] >= FLOE_DIM_UNKNOWN;
-      if (!ok)
-        return floe_status_set(st, FLOE_INVALID_ARGUMENT, "attribute '%s' is not a valid shape",
-                               name);
-    }
+    if (v->kind == FLOE_ATTR_SHAPE && !shape_valid(&v->u.shape))
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT, "attribute '%s' is not a valid shape",
+                             name);
+    if (v->kind == FLOE_ATTR_SHAPE_LIST)
+      for (size_t k = 0; k < v->u.slist.n; k++)
+        if (!shape_valid(&v->u.slist.v[k]))
+          return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                                 "attribute '%s' element %zu is not a valid shape (rank -1 to "
+                                 "%d, dims >= -1)",
+                                 name, k, FLOE_MAX_DIMS);
   }
   return FLOE_OK;
 }
@@ -538,6 +547,7 @@ static floe_code complete_attrs(FloeNode *n, const int *from, FloeStatus *st) {
                      : v->kind == FLOE_ATTR_INT_LIST   ? (int64_t)v->u.ilist.n
                      : v->kind == FLOE_ATTR_FLOAT_LIST ? (int64_t)v->u.flist.n
                      : v->kind == FLOE_ATTR_TYPE_LIST  ? (int64_t)v->u.tlist.n
+                     : v->kind == FLOE_ATTR_SHAPE_LIST ? (int64_t)v->u.slist.n
                                                        : def->min;
       if (have < def->min)
         return floe_status_set(st, FLOE_INVALID_ARGUMENT,
@@ -607,13 +617,6 @@ static floe_code compute_outputs(FloeNode *n, FloeStatus *st) {
   }
   n->num_outputs = (int)total;
   return FLOE_OK;
-}
-
-static bool shape_valid(const FloeShape *s) {
-  if (s->rank < FLOE_RANK_UNKNOWN || s->rank > FLOE_MAX_DIMS) return false;
-  for (int i = 0; i < s->rank; i++)
-    if (s->dims[i] < FLOE_DIM_UNKNOWN) return false;
-  return true;
 }
 
 /* ", inputs: f32[2,3], i32[]" appended to shape errors so the message shows the shapes. */
@@ -1140,6 +1143,15 @@ void floe_node_set_attr_type_list(FloeNodeBuilder *b, const char *name, const Fl
   FloeAttrValue av = {.kind = FLOE_ATTR_TYPE_LIST};
   if (!copy_list(b, name, v, n, sizeof *v, (void **)&av.u.tlist.v)) return;
   av.u.tlist.n = (size_t)n;
+  builder_set(b, name, &av);
+}
+
+void floe_node_set_attr_shape_list(FloeNodeBuilder *b, const char *name, const FloeShape *v,
+                                   int n) {
+  if (!builder_live(b)) return;
+  FloeAttrValue av = {.kind = FLOE_ATTR_SHAPE_LIST};
+  if (!copy_list(b, name, v, n, sizeof *v, (void **)&av.u.slist.v)) return;
+  av.u.slist.n = (size_t)n;
   builder_set(b, name, &av);
 }
 

@@ -89,6 +89,11 @@ static void patch_u32(Writer *w, size_t at, uint32_t v) {
   for (int i = 0; i < 4; i++) w->p[at + (size_t)i] = (uint8_t)(v >> (8 * i));
 }
 
+static void put_shape(Writer *w, const FloeShape *sh) {
+  put_u32(w, (uint32_t)sh->rank);
+  for (int i = 0; i < sh->rank; i++) put_u64(w, (uint64_t)sh->dims[i]);
+}
+
 static floe_code put_attr(Writer *w, const FloeNode *n, const char *name, const FloeAttrValue *v,
                           FloeStatus *st) {
   put_str(w, name);
@@ -99,10 +104,7 @@ static floe_code put_attr(Writer *w, const FloeNode *n, const char *name, const 
     case FLOE_ATTR_BOOL: put_u8(w, v->u.b ? 1 : 0); break;
     case FLOE_ATTR_STRING: put_str(w, v->u.s); break;
     case FLOE_ATTR_TYPE: put_u32(w, (uint32_t)v->u.type); break;
-    case FLOE_ATTR_SHAPE:
-      put_u32(w, (uint32_t)v->u.shape.rank);
-      for (int i = 0; i < v->u.shape.rank; i++) put_u64(w, (uint64_t)v->u.shape.dims[i]);
-      break;
+    case FLOE_ATTR_SHAPE: put_shape(w, &v->u.shape); break;
     case FLOE_ATTR_TENSOR: {
       const FloeTensor *t = v->u.tensor;
       if (t->nbytes && !floe__tensor_on_host(t))
@@ -134,6 +136,10 @@ static floe_code put_attr(Writer *w, const FloeNode *n, const char *name, const 
       put_u32(w, (uint32_t)v->u.tlist.n);
       for (size_t i = 0; i < v->u.tlist.n; i++) put_u32(w, (uint32_t)v->u.tlist.v[i]);
       break;
+    case FLOE_ATTR_SHAPE_LIST:
+      put_u32(w, (uint32_t)v->u.slist.n);
+      for (size_t i = 0; i < v->u.slist.n; i++) put_shape(w, &v->u.slist.v[i]);
+      break;
     default:
       return floe_status_set(st, FLOE_INTERNAL, "node '%s': attribute '%s' has no value",
                              n->name, name);
@@ -150,6 +156,7 @@ static floe_code check_sizes(const FloeNode *n, FloeStatus *st) {
                  : v->kind == FLOE_ATTR_INT_LIST   ? v->u.ilist.n
                  : v->kind == FLOE_ATTR_FLOAT_LIST ? v->u.flist.n
                  : v->kind == FLOE_ATTR_TYPE_LIST  ? v->u.tlist.n
+                 : v->kind == FLOE_ATTR_SHAPE_LIST ? v->u.slist.n
                                                    : 0;
     ok = strlen(n->attrs.names[i]) <= UINT32_MAX && len <= UINT32_MAX;
   }
@@ -492,6 +499,29 @@ static bool read_tensor(Reader *r, FloeAttrValue *v, const char *an, int anl) {
   return true;
 }
 
+/* An i32 rank (-1..8) and rank i64 dims (>= -1) into *sh. */
+static bool read_shape(Reader *r, FloeShape *sh, const char *an, int anl) {
+  char ctx[128];
+  size_t at = r->pos;
+  if (!need(r, 4, "rank of attribute '%.*s'", anl, an)) return false;
+  int32_t rank = (int32_t)get_u32(r);
+  if (rank < FLOE_RANK_UNKNOWN || rank > FLOE_MAX_DIMS)
+    return fail_at(r, at, FLOE_DATA_LOSS, "attribute '%.*s'%s: shape rank %d is outside "
+                   "-1..%d", anl, an, node_ctx(r, ctx, sizeof ctx), (int)rank, FLOE_MAX_DIMS);
+  *sh = floe_shape_unknown();
+  sh->rank = rank;
+  if (rank > 0 && !need(r, 8u * (uint32_t)rank, "dims of attribute '%.*s'", anl, an))
+    return false;
+  for (int i = 0; i < rank; i++) {
+    size_t dat = r->pos;
+    sh->dims[i] = (int64_t)get_u64(r);
+    if (sh->dims[i] < FLOE_DIM_UNKNOWN)
+      return fail_at(r, dat, FLOE_DATA_LOSS, "attribute '%.*s'%s: dimension %d is %" PRId64,
+                     anl, an, node_ctx(r, ctx, sizeof ctx), i, sh->dims[i]);
+  }
+  return true;
+}
+
 /* One attribute value of the given kind; v is filled only in the build pass. */
 static bool read_value(Reader *r, uint8_t kind, FloeAttrValue *v, const char *an, int anl) {
   char ctx[128];
@@ -534,26 +564,9 @@ static bool read_value(Reader *r, uint8_t kind, FloeAttrValue *v, const char *an
     case FLOE_ATTR_TYPE:
       v->kind = FLOE_ATTR_TYPE;
       return read_dtype(r, &v->u.type, an, anl, "value");
-    case FLOE_ATTR_SHAPE: {
-      if (!need(r, 4, "rank of attribute '%.*s'", anl, an)) return false;
-      int32_t rank = (int32_t)get_u32(r);
-      if (rank < FLOE_RANK_UNKNOWN || rank > FLOE_MAX_DIMS)
-        return fail_at(r, at, FLOE_DATA_LOSS, "attribute '%.*s'%s: shape rank %d is outside "
-                       "-1..%d", anl, an, node_ctx(r, ctx, sizeof ctx), (int)rank, FLOE_MAX_DIMS);
+    case FLOE_ATTR_SHAPE:
       v->kind = FLOE_ATTR_SHAPE;
-      v->u.shape = floe_shape_unknown();
-      v->u.shape.rank = rank;
-      if (rank > 0 && !need(r, 8u * (uint32_t)rank, "dims of attribute '%.*s'", anl, an))
-        return false;
-      for (int i = 0; i < rank; i++) {
-        size_t dat = r->pos;
-        v->u.shape.dims[i] = (int64_t)get_u64(r);
-        if (v->u.shape.dims[i] < FLOE_DIM_UNKNOWN)
-          return fail_at(r, dat, FLOE_DATA_LOSS, "attribute '%.*s'%s: dimension %d is %" PRId64,
-                         anl, an, node_ctx(r, ctx, sizeof ctx), i, v->u.shape.dims[i]);
-      }
-      return true;
-    }
+      return read_shape(r, &v->u.shape, an, anl);
     case FLOE_ATTR_TENSOR: return read_tensor(r, v, an, anl);
     case FLOE_ATTR_INT_LIST:
     case FLOE_ATTR_FLOAT_LIST: {
@@ -600,6 +613,24 @@ static bool read_value(Reader *r, uint8_t kind, FloeAttrValue *v, const char *an
       v->kind = build ? FLOE_ATTR_TYPE_LIST : FLOE_ATTR_NONE;
       v->u.tlist.v = out;
       v->u.tlist.n = n;
+      return true;
+    }
+    case FLOE_ATTR_SHAPE_LIST: {
+      if (!read_count(r, &n, 4, an, anl)) return false;
+      FloeShape *out = NULL, one;
+      if (build && n) {
+        out = floe__malloc((size_t)n * sizeof *out);
+        if (!out) return fail_at(r, at, FLOE_NO_MEMORY, "out of memory reading a list");
+      }
+      for (uint32_t i = 0; i < n; i++) {
+        if (!read_shape(r, out ? &out[i] : &one, an, anl)) {
+          floe__free(out);
+          return false;
+        }
+      }
+      v->kind = build ? FLOE_ATTR_SHAPE_LIST : FLOE_ATTR_NONE;
+      v->u.slist.v = out;
+      v->u.slist.n = n;
       return true;
     }
     default:

@@ -164,6 +164,96 @@ err_free:
   return NULL;
 }
 
+/* ---- IDX files of any element type (the readers' IdxRecordReader) ---- */
+
+static FloeDType idx_dtype(unsigned code) {
+  switch (code) {
+    case 0x08: return FLOE_U8;
+    case 0x09: return FLOE_I8;
+    case 0x0C: return FLOE_I32;
+    case 0x0D: return FLOE_F32;
+    case 0x0E: return FLOE_F64;
+    default: return FLOE_DTYPE_INVALID; /* 0x0B (i16) has no Floe dtype */
+  }
+}
+
+/* Big-endian elements of size esize to host order, in place. */
+static void from_big_endian(uint8_t *p, size_t nbytes, size_t esize) {
+  const uint16_t probe = 1;
+  if (esize == 1 || *(const uint8_t *)&probe == 0) return;
+  for (size_t off = 0; off + esize <= nbytes; off += esize)
+    for (size_t i = 0; i < esize / 2; i++) {
+      uint8_t t = p[off + i];
+      p[off + i] = p[off + esize - 1 - i];
+      p[off + esize - 1 - i] = t;
+    }
+}
+
+/* Reads the header of an open IDX stream into *info. */
+static floe_code idx_header_any(IdxFile *f, FloeIdxInfo *info, FloeStatus *st) {
+  unsigned char hdr[4 + 4 * FLOE_MAX_DIMS];
+  int64_t got = idx_read(f, hdr, 4, st);
+  if (got < 0) return floe_status_code(st);
+  if (got < 4)
+    return floe_status_set(st, FLOE_DATA_LOSS,
+                           "%s: truncated at offset %lld: expected the 4-byte IDX magic (0, 0, "
+                           "type, number of dims)", f->path, (long long)got);
+  FloeDType dt = idx_dtype(hdr[2]);
+  if (hdr[0] != 0 || hdr[1] != 0 || dt == FLOE_DTYPE_INVALID || hdr[3] < 1 ||
+      hdr[3] > FLOE_MAX_DIMS)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "%s: offset 0: bad IDX magic %02x %02x %02x %02x: expected 00 00, a "
+                           "type (08 u8, 09 i8, 0C i32, 0D f32, 0E f64; 0B i16 is not "
+                           "supported) and 1 to %d dims", f->path, hdr[0], hdr[1], hdr[2], hdr[3],
+                           FLOE_MAX_DIMS);
+  int nd = hdr[3];
+  got = idx_read(f, hdr + 4, 4 * (int64_t)nd, st);
+  if (got < 0) return floe_status_code(st);
+  if (got < 4 * (int64_t)nd)
+    return floe_status_set(st, FLOE_DATA_LOSS,
+                           "%s: truncated at offset %lld: the header has %d dims of 4 bytes "
+                           "each (offsets 4 to %d)", f->path, (long long)(4 + got), nd, 4 + 4 * nd);
+  info->dtype = dt;
+  info->rank = nd;
+  for (int i = 0; i < nd; i++) info->dims[i] = be32(hdr + 4 + 4 * i);
+  return FLOE_OK;
+}
+
+floe_code floe__idx_read_file(const char *path, FloeIdxInfo *info, void **data, FloeStatus *st) {
+  IdxFile f = {NULL, path, 0};
+  if (data) *data = NULL;
+  f.gz = gzopen(path, "rb");
+  if (!f.gz) {
+    int e = errno;
+    return floe_status_set(st, e == ENOENT ? FLOE_NOT_FOUND : FLOE_INVALID_ARGUMENT,
+                           "cannot open %s: %s", path, e ? strerror(e) : "out of memory");
+  }
+  gzbuffer(f.gz, 256 * 1024);
+  floe_code rc = idx_header_any(&f, info, st);
+  if (rc != FLOE_OK || !data) goto out;
+  /* Each dim < 2^32: the product is checked as it grows. */
+  uint64_t total = floe_dtype_size(info->dtype);
+  for (int i = 0; i < info->rank; i++)
+    if (__builtin_mul_overflow(total, (uint64_t)info->dims[i], &total) || total > SIZE_MAX / 2) {
+      rc = floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "%s: offset 4: the dims declare more data than fits in memory", path);
+      goto out;
+    }
+  char what[64];
+  snprintf(what, sizeof what, "%lld bytes of %s items", (long long)total,
+           floe_dtype_name(info->dtype));
+  uint8_t *buf = idx_read_data(&f, (int64_t)total, what, st);
+  if (!buf) {
+    rc = floe_status_code(st);
+    goto out;
+  }
+  from_big_endian(buf, total, floe_dtype_size(info->dtype));
+  *data = buf;
+out:
+  gzclose(f.gz);
+  return rc;
+}
+
 FloeDataset *floe_idx_load(const char *images_path, const char *labels_path,
                            FloeStatus *status) {
   if (!images_path || !labels_path) {
@@ -259,13 +349,26 @@ static char *fashion_file(const char *dir, const char *base, FloeStatus *st) {
   return NULL;
 }
 
-FloeDataset *floe_fashion_mnist_load(const char *dir, int train, FloeStatus *status) {
+floe_code floe_fashion_mnist_files(const char *dir, int train, char **images, char **labels,
+                                   FloeStatus *status) {
+  if (!images || !labels)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_fashion_mnist_files: NULL");
   if (!dir) dir = FASHION_MNIST_DIR;
-  const char *images = train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
-  const char *labels = train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte";
-  char *ip = fashion_file(dir, images, status);
-  char *lp = ip ? fashion_file(dir, labels, status) : NULL;
-  FloeDataset *d = lp ? floe_idx_load(ip, lp, status) : NULL;
+  *images = fashion_file(dir, train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte",
+                         status);
+  *labels = *images ? fashion_file(dir, train ? "train-labels-idx1-ubyte"
+                                              : "t10k-labels-idx1-ubyte", status)
+                    : NULL;
+  if (*labels) return FLOE_OK;
+  floe__free(*images);
+  *images = NULL;
+  return floe_status_code(status) ? floe_status_code(status) : FLOE_NOT_FOUND;
+}
+
+FloeDataset *floe_fashion_mnist_load(const char *dir, int train, FloeStatus *status) {
+  char *ip, *lp;
+  if (floe_fashion_mnist_files(dir, train, &ip, &lp, status) != FLOE_OK) return NULL;
+  FloeDataset *d = floe_idx_load(ip, lp, status);
   floe__free(ip);
   floe__free(lp);
   return d;
@@ -337,20 +440,24 @@ static uint64_t bounded(uint64_t s[4], uint64_t range) {
   return (uint64_t)(m >> 64);
 }
 
-static void batcher_permute(FloeBatcher *b, int64_t epoch) {
-  uint64_t x = b->seed, s[4];
+void floe__idx_permutation(uint64_t seed, int64_t epoch, int64_t n, uint32_t *order) {
+  uint64_t x = seed, s[4];
   /* Mix the epoch through its own splitmix64 step so neighbouring (seed, epoch) pairs give
    * unrelated states. */
   uint64_t e = (uint64_t)epoch;
   x ^= splitmix64(&e);
   for (int i = 0; i < 4; i++) s[i] = splitmix64(&x);
-  for (int64_t i = 0; i < b->n; i++) b->order[i] = (uint32_t)i;
-  for (int64_t i = b->n - 1; i > 0; i--) {
+  for (int64_t i = 0; i < n; i++) order[i] = (uint32_t)i;
+  for (int64_t i = n - 1; i > 0; i--) {
     int64_t j = (int64_t)bounded(s, (uint64_t)i + 1);
-    uint32_t t = b->order[i];
-    b->order[i] = b->order[j];
-    b->order[j] = t;
+    uint32_t t = order[i];
+    order[i] = order[j];
+    order[j] = t;
   }
+}
+
+static void batcher_permute(FloeBatcher *b, int64_t epoch) {
+  floe__idx_permutation(b->seed, epoch, b->n, b->order);
   b->perm_epoch = epoch;
 }
 

@@ -133,7 +133,8 @@ typedef enum FloeAttrKind {
   FLOE_ATTR_TENSOR = 7,
   FLOE_ATTR_INT_LIST = 8,
   FLOE_ATTR_FLOAT_LIST = 9,
-  FLOE_ATTR_TYPE_LIST = 10
+  FLOE_ATTR_TYPE_LIST = 10,
+  FLOE_ATTR_SHAPE_LIST = 11 /* queues' component shapes */
 } FloeAttrKind;
 
 typedef struct FloeAttrValue {
@@ -158,6 +159,10 @@ typedef struct FloeAttrValue {
       FloeDType *v;
       size_t n;
     } tlist;
+    struct {
+      FloeShape *v;   /* owned */
+      size_t n;
+    } slist;
   } u;
 } FloeAttrValue;
 
@@ -866,5 +871,31 @@ floe_code floe__grads_register_rnn(FloeStatus *st);
 /* Text corpora (issue 4): text.c (fortune files, tokenizer, vocabulary, split, unigram
  * baseline, .npy export) and text_batch.c (windows, padded sequences). Both speak only
  * floe_text.h's API to each other; nothing internal is shared. */
+/* ---- Input pipelines (issue 4): queue.c, reader.c, data_builders.c, queue_runner.c ---- */
+/* core_kernels.c: adds one asynchronous core kernel (device type "*"); flags as for
+ * floe__core_kernel_add. compute_async returns promptly and calls done(done_arg) exactly
+ * once, from any thread, after setting the outputs or ctx->status. */
+floe_code floe__core_kernel_add_async(struct FloeRuntime *rt, const char *op, uint32_t flags,
+                                      void (*compute_async)(void *state, FloeKernelContext *ctx,
+                                                            FloeDoneFn done, void *done_arg),
+                                      FloeStatus *st);
+/* queue.c, reader.c: register the queue and reader kernels (floe__core_kernels_register). */
+floe_code floe__queue_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+floe_code floe__reader_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* queue.c: queue and reader ops carry no gradient (registered as not differentiable);
+ * called by floe__grads_init. */
+floe_code floe__grads_register_data(FloeStatus *st);
+/* idx.c, for reader.c: the batcher's permutation of epoch `epoch` (a Fisher-Yates shuffle
+ * of 0..n-1 from (seed, epoch)) into order[n] (caller's array). */
+void floe__idx_permutation(uint64_t seed, int64_t epoch, int64_t n, uint32_t *order);
+/* idx.c: an IDX file of any element type (u8, i8, i32, f32, f64; i16 refused), plain or
+ * gzip. header only (data NULL) or whole: *data (floe__malloc'd, caller frees) holds
+ * dims[0] items in host byte order. Errors name the path and the byte offset. */
+typedef struct FloeIdxInfo {
+  FloeDType dtype;
+  int rank;                     /* of the whole file: items have rank - 1 */
+  int64_t dims[FLOE_MAX_DIMS];
+} FloeIdxInfo;
+floe_code floe__idx_read_file(const char *path, FloeIdxInfo *info, void **data, FloeStatus *st);
 
 #endif /* FLOE_INTERNAL_H */

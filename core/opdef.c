@@ -277,6 +277,63 @@ static floe_code parse_list_default(SpecParser *ps, FloeAttrDef *ad, const char 
   return FLOE_OK;
 }
 
+/* "?" (unknown rank) or "[2,?,3]" into *shape. */
+static floe_code parse_shape_text(SpecParser *ps, const char *s, size_t n, FloeShape *shape) {
+  *shape = floe_shape_unknown();
+  if (n == 1 && s[0] == '?') return FLOE_OK;
+  const char *in;
+  size_t in_n, count;
+  floe_code c = bracketed(ps, s, n, &in, &in_n);
+  if (c == FLOE_OK) c = for_each_item(ps, in, in_n, shape_item, shape, &count);
+  if (c != FLOE_OK) return c;
+  shape->rank = (int32_t)count;
+  return FLOE_OK;
+}
+
+/* "[]", "[[2,3], ?, []]": shapes separated by the commas outside their brackets. */
+static floe_code parse_shape_list_default(SpecParser *ps, FloeAttrDef *ad, const char *s,
+                                          size_t n) {
+  if (n < 2 || s[0] != '[' || s[n - 1] != ']')
+    return spec_fail(ps, "expected a list of shapes like [[2,3],?], got '%.*s'", (int)n, s);
+  const char *p = s + 1, *end = s + n - 1;
+  FloeShape *v = NULL;
+  size_t count = 0;
+  while (p < end) {
+    const char *q = p;
+    int depth = 0;
+    while (q < end && (depth > 0 || *q != ',')) {
+      depth += *q == '[' ? 1 : *q == ']' ? -1 : 0;
+      q++;
+    }
+    const char *it = p;
+    size_t len = (size_t)(q - p);
+    trim(&it, &len);
+    if (len == 0 && (q < end || count > 0)) {
+      floe__free(v);
+      return spec_fail(ps, "empty element in list '%.*s'", (int)n, s);
+    }
+    if (len > 0) {
+      FloeShape *nv = floe__realloc(v, (count + 1) * sizeof *v);
+      if (!nv) {
+        floe__free(v);
+        return oom(ps->st, ps->op);
+      }
+      v = nv;
+      floe_code c = parse_shape_text(ps, it, len, &v[count]);
+      if (c != FLOE_OK) {
+        floe__free(v);
+        return c;
+      }
+      count++;
+    }
+    p = q < end ? q + 1 : end;
+  }
+  ad->def.kind = FLOE_ATTR_SHAPE_LIST;
+  ad->def.u.slist.v = v;
+  ad->def.u.slist.n = count;
+  return FLOE_OK;
+}
+
 /* The default after '=' (s, n trimmed, n > 0), by kind. */
 static floe_code parse_default(SpecParser *ps, FloeAttrDef *ad, const char *s, size_t n) {
   FloeAttrValue *v = &ad->def;
@@ -318,18 +375,12 @@ static floe_code parse_default(SpecParser *ps, FloeAttrDef *ad, const char *s, s
       break;
     }
     case FLOE_ATTR_SHAPE: {
-      FloeShape shape = floe_shape_unknown();
-      if (!(n == 1 && s[0] == '?')) {
-        const char *in;
-        size_t in_n, count;
-        floe_code c = bracketed(ps, s, n, &in, &in_n);
-        if (c == FLOE_OK) c = for_each_item(ps, in, in_n, shape_item, &shape, &count);
-        if (c != FLOE_OK) return c;
-        shape.rank = (int32_t)count;
-      }
-      v->u.shape = shape;
+      floe_code c = parse_shape_text(ps, s, n, &v->u.shape);
+      if (c != FLOE_OK) return c;
       break;
     }
+    case FLOE_ATTR_SHAPE_LIST:
+      return parse_shape_list_default(ps, ad, s, n);
     case FLOE_ATTR_TENSOR:
       return spec_fail(ps, "tensor attributes cannot have a default");
     case FLOE_ATTR_INT_LIST:
@@ -357,12 +408,14 @@ static FloeAttrKind kind_from_name(const char *k, const char *elem) {
   if (strcmp(elem, "int") == 0) return FLOE_ATTR_INT_LIST;
   if (strcmp(elem, "float") == 0) return FLOE_ATTR_FLOAT_LIST;
   if (strcmp(elem, "type") == 0) return FLOE_ATTR_TYPE_LIST;
+  if (strcmp(elem, "shape") == 0) return FLOE_ATTR_SHAPE_LIST;
   return FLOE_ATTR_NONE;
 }
 
 static size_t list_len(const FloeAttrValue *v) {
   return v->kind == FLOE_ATTR_INT_LIST     ? v->u.ilist.n
          : v->kind == FLOE_ATTR_FLOAT_LIST ? v->u.flist.n
+         : v->kind == FLOE_ATTR_SHAPE_LIST ? v->u.slist.n
                                            : v->u.tlist.n;
 }
 
@@ -382,8 +435,8 @@ static floe_code parse_attr(SpecParser *ps, FloeAttrDef *ad) {
   ad->kind = kind_from_name(kind, is_list ? elem : NULL);
   if (ad->kind == FLOE_ATTR_NONE) {
     if (is_list)
-      return spec_fail(ps, "unknown list kind 'list(%s)' (use list(int), list(float) or "
-                           "list(type))", elem);
+      return spec_fail(ps, "unknown list kind 'list(%s)' (use list(int), list(float), "
+                           "list(type) or list(shape))", elem);
     return spec_fail(ps, "unknown attribute kind '%s' (use int, float, bool, string, type, "
                          "shape, tensor or list(...))", kind);
   }

@@ -35,7 +35,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 fail=0
 
 for h in floe_types.h floe.h floe_plugin.h floe_train.h floe_control.h floe_tensor_array.h \
-    floe_rnn.h floe_text.h; do
+    floe_rnn.h floe_text.h floe_data.h; do
   {
     printf '#include <floe/%s>\n#include <floe/%s>\n' "$h" "$h"
     if [ "$h" = floe_plugin.h ]; then

@@ -1,7 +1,8 @@
 #!/bin/sh
 # floe train end to end on the real Fashion-MNIST (Debian's dataset-fashion-mnist): the JSON
-# summary, exact resume from a checkpoint, the frozen export run by `floe run`, the CNN, and
-# the errors. Runs use --limit so the whole script takes seconds.
+# summary, exact resume from a checkpoint (with either input), queue-fed and feed-fed runs
+# training identically, the frozen export run by `floe run`, the CNN, and the errors. Runs
+# use --limit so the whole script takes seconds.
 set -u
 FLOE="${top_builddir}/tools/floe"
 HERE="${top_srcdir}/tests/cli"
@@ -30,6 +31,7 @@ check_fails() { # check_fails NAME STATUS PATTERN COMMAND...: expect exit STATUS
 # Errors need no dataset.
 check "train --help" "$FLOE" train --help
 grep -q "Usage: floe train" "$tmp/out" && grep -q -- "--checkpoint-dir" "$tmp/out" && ok || bad "train --help text"
+grep -q -- "--input queue|feed     queue (default)" "$tmp/out" && ok || bad "train --help: --input and its default"
 check_fails "missing --data" 1 "dataset-fashion-mnist" "$FLOE" train --data "$tmp/none"
 grep -q -- "--data DIR" "$tmp/err" && grep -q "$tmp/none/train-images-idx3-ubyte" "$tmp/err" && ok \
   || { bad "missing --data: message lacks --data DIR or the path"; cat "$tmp/err"; }
@@ -40,6 +42,7 @@ check_fails "--resume alone" 2 "checkpoint-dir" "$FLOE" train --resume
 check_fails "unknown option" 2 "unknown option '--bogus'" "$FLOE" train --bogus
 check_fails "missing value" 2 "'--batch' needs a value" "$FLOE" train --batch
 check_fails "bad --lr-schedule" 2 "cosine or constant" "$FLOE" train --lr-schedule linear
+check_fails "bad --input" 2 "--input takes queue or feed" "$FLOE" train --input files
 check_fails "--stop-after past the plan" 2 "--stop-after 3 is past the last epoch (--epochs 2)" \
   "$FLOE" train --epochs 2 --stop-after 3
 
@@ -60,6 +63,7 @@ for k in ("model", "epochs", "batch", "samples_per_sec", "test_accuracy", "final
           "wall_seconds", "peak_rss_mb"):
     assert k in d, k
 assert d["model"] == "mlp" and d["epochs"] == 1 and d["batch"] == 64, d
+assert d["input"] == "queue", d  # the default
 assert d["train_examples"] == 2000 and d["test_examples"] == 2000, d
 assert d["global_step"] == 32, d  # ceil(2000 / 64) steps
 assert d["samples_per_sec"] > 0 and d["wall_seconds"] > 0 and d["peak_rss_mb"] > 1, d
@@ -98,13 +102,13 @@ grep -q "^kernel time per op type over 4 training steps" "$tmp/err" && grep -q "
 # different schedule, and its loss must differ (the schedule is really applied).
 resume_check() { # resume_check TAG FIRST_RUN_ARGS... : full 2-epoch run vs stop + resume
   tag=$1; shift
-  check "$tag two epochs" "$FLOE" train --limit 1000 --epochs 2 $sched --json
+  check "$tag two epochs" "$FLOE" train --limit 1000 --epochs 2 $sched $inp --json
   tail -n 1 "$tmp/out" >"$tmp/full-$tag.json"
   rm -rf "$tmp/ck"
-  check "$tag first epoch" "$FLOE" train --limit 1000 "$@" $sched --checkpoint-dir "$tmp/ck" --json
+  check "$tag first epoch" "$FLOE" train --limit 1000 "$@" $sched $inp --checkpoint-dir "$tmp/ck" --json
   tail -n 1 "$tmp/out" >"$tmp/first-$tag.json"
   ls "$tmp/ck"/ckpt-*.safetensors >/dev/null 2>&1 && ok || bad "$tag: no checkpoint written"
-  check "$tag resumed" "$FLOE" train --limit 1000 --epochs 2 $sched --checkpoint-dir "$tmp/ck" --resume --json
+  check "$tag resumed" "$FLOE" train --limit 1000 --epochs 2 $sched $inp --checkpoint-dir "$tmp/ck" --resume --json
   grep -q "resumed from .* at global step 16 (epoch 2, batch 0)" "$tmp/out" && ok || { bad "$tag: resume message"; cat "$tmp/out"; }
   tail -n 1 "$tmp/out" >"$tmp/resumed-$tag.json"
   python3 - "$tmp/full-$tag.json" "$tmp/resumed-$tag.json" <<'PY' && ok || { bad "$tag: resume differs"; cat "$tmp/full-$tag.json" "$tmp/resumed-$tag.json"; }
@@ -115,10 +119,27 @@ for k in ("final_loss", "test_accuracy", "global_step", "lr_schedule"):
 assert a["global_step"] == 32, a
 PY
 }
+# The queue-fed input (the default) resumes exactly too: its readers are placed where the
+# checkpoint's global step says, and they give the feed path's batches.
+inp=""
 sched="--lr-schedule constant"
 resume_check constant --epochs 1
 sched=""
 resume_check cosine --epochs 2 --stop-after 1
+inp="--input feed"
+resume_check feed-cosine --epochs 2 --stop-after 1
+inp=""
+
+# (c) Both inputs train on the same batches in the same order: the same results, bit for bit.
+check "feed input" "$FLOE" train --limit 1000 --epochs 2 --input feed --json
+tail -n 1 "$tmp/out" >"$tmp/feed.json"
+python3 - "$tmp/feed.json" "$tmp/full-cosine.json" "$tmp/full-feed-cosine.json" <<'PY' && ok || { bad "feed and queue differ"; cat "$tmp/feed.json" "$tmp/full-cosine.json"; }
+import json, sys
+f, q, f2 = (json.load(open(p)) for p in sys.argv[1:4])
+assert f["input"] == "feed" and q["input"] == "queue", (f, q)
+for k in ("final_loss", "test_accuracy", "global_step"):
+    assert f[k] == q[k] == f2[k], (k, f[k], q[k], f2[k])
+PY
 grep -q '"lr_schedule":"cosine"' "$tmp/full-cosine.json" && ok || { bad "default schedule"; cat "$tmp/full-cosine.json"; }
 # Planning 1 epoch decays the rate to 0 within it: a different first epoch from the 2-epoch plan.
 check "cosine one-epoch plan" "$FLOE" train --limit 1000 --epochs 1 --json
@@ -139,13 +160,17 @@ grep -q "logits: f32\[2,10\]" "$tmp/out" && ok || { bad "exported logits"; cat "
 check "graph export" "$FLOE" graph "$tmp/mlp.floe"
 grep -q "VarHandleOp\|Adam\|global_step" "$tmp/out" && { bad "export keeps training state"; cat "$tmp/out"; } || ok
 
-# The CNN trains too (NHWC batches, conv and pool gradients).
+# The CNN trains too (NHWC batches, conv and pool gradients), the same from either input.
 check "cnn" "$FLOE" train --model cnn --limit 300 --batch 50 --epochs 1 --json
-python3 -c "
+tail -n 1 "$tmp/out" >"$tmp/cnn-queue.json"
+check "cnn feed" "$FLOE" train --model cnn --limit 300 --batch 50 --epochs 1 --input feed --json
+tail -n 1 "$tmp/out" >"$tmp/cnn-feed.json"
+python3 - "$tmp/cnn-queue.json" "$tmp/cnn-feed.json" <<'PY' && ok || { bad "cnn run"; cat "$tmp/cnn-queue.json" "$tmp/cnn-feed.json"; }
 import json, sys
-d = json.loads(open('$tmp/out').read().splitlines()[-1])
-assert d['model'] == 'cnn' and d['global_step'] == 6 and 0 < d['final_loss'] < 10, d
-" && ok || { bad "cnn run"; cat "$tmp/out"; }
+q, f = (json.load(open(p)) for p in sys.argv[1:3])
+assert q['model'] == 'cnn' and q['global_step'] == 6 and 0 < q['final_loss'] < 10, q
+assert q['input'] == 'queue' and f['input'] == 'feed' and q['final_loss'] == f['final_loss'], (q, f)
+PY
 
 echo "test_train: $pass passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -555,6 +555,12 @@ static const char *const not_differentiable[] = {
     "StackPushV2",
     "StackPopV2",
     "StackCloseV2",
+    /* Queues and readers (queue.c's floe__grads_register_data). */
+    "FIFOQueueV2", "PaddingFIFOQueueV2", "RandomShuffleQueueV2", "QueueEnqueueV2",
+    "QueueEnqueueManyV2", "QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2",
+    "QueueCloseV2", "QueueSizeV2", "QueueIsClosedV2", "TextLineReaderV2",
+    "FixedLengthRecordReaderV2", "IdxRecordReader", "ReaderRead", "ReaderReadUpTo",
+    "ReaderSeek",
 };
 
 /* ------------------------------------------------------------------------------------ */

@@ -61,7 +61,7 @@ static const char *const all_outputs[] = {"y: T", "others: Tlist"};
 static const char *const all_attrs[] = {
     "T: type in {all}", "Tlist: list(type)", "i: int", "f: float", "b: bool", "s: string",
     "sh: shape", "t: tensor", "il: list(int)", "fl: list(float)", "tl: list(type)",
-    "opt: int = 7"};
+    "sl: list(shape)", "opt: int = 7"};
 
 /* A custom op with an attribute of every kind. */
 static void register_all_kinds_op(void) {
@@ -136,6 +136,9 @@ static FloeGraph *rich_graph(void) {
   floe_node_set_attr_int_list(b, "il", (int64_t[]){5, -5, 0}, 3);
   floe_node_set_attr_float_list(b, "fl", (double[]){1e300, -2.5, NAN}, 3);
   floe_node_set_attr_type_list(b, "tl", (FloeDType[]){FLOE_BF16, FLOE_U8}, 2);
+  FloeShape sl[4] = {floe_shape_make(2, d23), floe_shape_make(2, dq), floe_shape_unknown(),
+                     floe_shape_scalar()};
+  floe_node_set_attr_shape_list(b, "sl", sl, 4);
   floe_node_add_control_input(b, u.node);
   floe_node_add_control_input(b, ec.node);
   FloeNode *all = floe_node_finish(b);
@@ -154,6 +157,7 @@ static FloeGraph *rich_graph(void) {
   floe_node_set_attr_int_list(b, "il", NULL, 0);
   floe_node_set_attr_float_list(b, "fl", NULL, 0);
   floe_node_set_attr_type_list(b, "tl", NULL, 0);
+  floe_node_set_attr_shape_list(b, "sl", NULL, 0);
   ck_assert_ptr_nonnull(floe_node_finish(b));
   floe_unary(g, "Relu", "relu", floe_out(all, 0));
   ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
@@ -756,12 +760,60 @@ START_TEST(dot_output) {
 }
 END_TEST
 
+/* A list(shape) attribute is laid out as docs/graph-format.md says (tag 11: u32 n, then
+ * per shape an i32 rank and rank i64 dims), and a bad rank or dim in it is refused. */
+START_TEST(shape_list_attribute_per_spec) {
+  FloeGraph *g = rich_graph();
+  uint8_t *buf;
+  size_t len;
+  serialize_ok(g, &buf, &len);
+  /* "sl", kind 11, 4 shapes: [2,3], [-1,3], rank -1, rank 0 */
+  uint8_t want[] = {2, 0, 0, 0, 's', 'l', 11, 4, 0, 0, 0,
+                    2, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0,
+                    2, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0, 0,
+                    0xff, 0xff, 0xff, 0xff,
+                    0, 0, 0, 0};
+  uint8_t *at = memmem(buf, len, want, sizeof want);
+  ck_assert_msg(at != NULL, "the list(shape) attribute is not laid out per the spec");
+  FloeStatus *st = floe_status_new();
+  wr32(at + 11, 9); /* the first shape's rank */
+  fix_crc(buf, len);
+  ck_assert_ptr_null(floe_graph_deserialize(buf, len, "sl.floe", st));
+  ck_assert_int_eq(floe_status_code(st), FLOE_DATA_LOSS);
+  assert_msg_has(st, "attribute 'sl' of node 'all': shape rank 9 is outside -1..8");
+  wr32(at + 11, 2);
+  wr32(at + 15, 0xfffffffeu); /* dim -2 */
+  wr32(at + 19, 0xffffffffu);
+  fix_crc(buf, len);
+  ck_assert_ptr_null(floe_graph_deserialize(buf, len, "sl.floe", st));
+  assert_msg_has(st, "attribute 'sl' of node 'all': dimension 0 is -2");
+  free(buf);
+  floe_graph_free(g);
+
+  /* The builder refuses invalid shapes too. */
+  g = floe_graph_new();
+  FloeShape bad = floe_shape_unknown();
+  bad.rank = 2;
+  bad.dims[0] = 3;
+  bad.dims[1] = -7;
+  FloeNodeBuilder *b = floe_node_begin(g, "FIFOQueueV2", "q");
+  floe_node_set_attr_type_list(b, "component_types", (FloeDType[]){FLOE_F32}, 1);
+  floe_node_set_attr_shape_list(b, "shapes", &bad, 1);
+  ck_assert_ptr_null(floe_node_finish(b));
+  ck_assert_msg(strstr(floe_graph_error(g, NULL), "attribute 'shapes' element 0 is not a valid "
+                       "shape"), "%s", floe_graph_error(g, NULL));
+  floe_graph_free(g);
+  floe_status_free(st);
+}
+END_TEST
+
 static Suite *graph_io_suite(void) {
   Suite *s = suite_create("graph_io");
   TCase *rt = tcase_create("roundtrip");
   tcase_add_test(rt, roundtrip_every_attribute_kind_is_exact);
   tcase_add_test(rt, save_and_load_files);
   tcase_add_test(rt, hand_built_file_is_read_per_spec);
+  tcase_add_test(rt, shape_list_attribute_per_spec);
   suite_add_tcase(s, rt);
   TCase *damage = tcase_create("damage");
   tcase_add_test(damage, every_truncation_is_an_error);

@@ -130,6 +130,9 @@ START_TEST(attrs_lists_and_type_sets) {
                          "ta: type in {all}",
                          "tm: type in {f32, i64,bool} = bool",
                          "ln: list(int) >= 2",
+                         "sl: list(shape) = [[2,3], ?, [], [-1, 4]]",
+                         "sl0: list(shape) >= 1",
+                         "sle: list(shape) = []",
                          NULL};
   ck_assert_int_eq(reg("GrammarLists", NULL, NULL, attrs, st), FLOE_OK);
   const FloeOpInfo *op = floe__op_lookup("GrammarLists");
@@ -169,6 +172,27 @@ START_TEST(attrs_lists_and_type_sets) {
   a = floe__op_attr(op, "ln");
   ck_assert(a->has_min && !a->has_default);
   ck_assert_int_eq(a->min, 2);
+  a = floe__op_attr(op, "sl");
+  ck_assert_int_eq(a->kind, FLOE_ATTR_SHAPE_LIST);
+  ck_assert_int_eq(a->def.kind, FLOE_ATTR_SHAPE_LIST);
+  ck_assert_uint_eq(a->def.u.slist.n, 4);
+  const FloeShape *sl = a->def.u.slist.v;
+  ck_assert_int_eq(sl[0].rank, 2);
+  ck_assert_int_eq(sl[0].dims[0], 2);
+  ck_assert_int_eq(sl[0].dims[1], 3);
+  ck_assert_int_eq(sl[1].rank, FLOE_RANK_UNKNOWN);
+  ck_assert_int_eq(sl[2].rank, 0);
+  ck_assert_int_eq(sl[3].rank, 2);
+  ck_assert_int_eq(sl[3].dims[0], FLOE_DIM_UNKNOWN);
+  ck_assert_int_eq(sl[3].dims[1], 4);
+  char buf[128];
+  ck_assert_str_eq(floe__attr_value_str(&a->def, buf, sizeof buf), "[[2,3],<unknown>,[],[?,4]]");
+  ck_assert_str_eq(floe__attr_kind_name(a->kind), "list(shape)");
+  a = floe__op_attr(op, "sl0");
+  ck_assert(a->has_min && a->min == 1 && !a->has_default);
+  a = floe__op_attr(op, "sle");
+  ck_assert(a->has_default);
+  ck_assert_uint_eq(a->def.u.slist.n, 0);
   floe_status_free(st);
 }
 END_TEST
@@ -242,6 +266,13 @@ static const BadSpec bad_specs[] = {
     {NULL, NULL, "l: list(int) = [1,,2]", "l: list(int) = [1,,2]", "empty element"},
     {NULL, NULL, "l: list(float) = [1,a]", "l: list(float) = [1,a]", "'a' is not a number"},
     {NULL, NULL, "l: list(type) = [f32,x]", "l: list(type) = [f32,x]", "'x' is not a dtype"},
+    {NULL, NULL, "l: list(shape) = [[2,x]]", "l: list(shape) = [[2,x]]", "'x' is not a size"},
+    {NULL, NULL, "l: list(shape) = [[2],,[3]]", "l: list(shape) = [[2],,[3]]", "empty element"},
+    {NULL, NULL, "l: list(shape) = [2,3]", "l: list(shape) = [2,3]", "expected a list like"},
+    {NULL, NULL, "l: list(shape) = [[1]", "l: list(shape) = [[1]", "expected a list"},
+    {NULL, NULL, "l: list(shape) >= 2 = [[1]]", "l: list(shape) >= 2 = [[1]]",
+     "fewer than the minimum"},
+    {NULL, NULL, "l: list(shap)", "l: list(shap)", "list(shape)"},
     {NULL, NULL, "s: string = \"abc", "s: string = \"abc", "unterminated string"},
     {NULL, NULL, "n int", "n int", "expected ':'"},
     /* duplicate names */

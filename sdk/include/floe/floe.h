@@ -409,5 +409,7 @@ FLOE_API long floe_test_fail_alloc_after(long n);
 #include "floe_rnn.h"
 /* Text corpora for language models: fortunes, vocabulary, batchers. */
 #include "floe_text.h"
+/* Input pipelines: queues, readers, the queue runner. */
+#include "floe_data.h"
 
 #endif /* FLOE_H */
