@@ -27,7 +27,7 @@ static const char lstm_help[] =
     "Usage: floe train --model lstm [--steps N] [--epochs N] [--batch N] [--bptt T]\n"
     "                  [--hidden H] [--layers L] [--vocab V] [--sampled-softmax K]\n"
     "                  [--lr X] [--seed N] [--threads N] [--data DIR]\n"
-    "                  [--eval-windows N] [--json]\n"
+    "                  [--eval-windows N] [--profile] [--json]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
     "  --steps N              training windows (default: --epochs whole epochs)\n"
@@ -42,6 +42,8 @@ static const char lstm_help[] =
     "                         log-uniform distribution (default: the full softmax)\n"
     "  --lr X                 Adam's learning rate (default 0.001, constant)\n"
     "  --eval-windows N       held-out windows to evaluate (default: all)\n"
+    "  --profile              time every kernel of the training windows after the first\n"
+    "                         and print the ops taking the most time to stderr\n"
     "  --json                 end with one JSON line: the options, perplexity,\n"
     "                         unigram_perplexity, words_per_sec, train_seconds, final_loss,\n"
     "                         peak_rss_mb\n";
@@ -50,7 +52,7 @@ typedef struct LstmOptions {
   long long steps, epochs, batch, bptt, hidden, layers, vocab, sampled, seed, threads, eval;
   double lr;
   const char *data;
-  int json;
+  int json, profile;
 } LstmOptions;
 
 static double now_s(void) {
@@ -70,6 +72,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"threads", required_argument, NULL, 'T'}, {"data", required_argument, NULL, 'd'},
       {"eval-windows", required_argument, NULL, 'E'},
       {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
+      {"profile", no_argument, NULL, 'P'},
       {NULL, 0, NULL, 0}};
   *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
@@ -103,6 +106,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       }
       case 'd': o->data = optarg; break;
       case 'j': o->json = 1; break;
+      case 'P': o->profile = 1; break;
       case 'h':
         fputs(lstm_help, stdout);
         *done = 1;
@@ -389,6 +393,7 @@ int cmd_train_lstm(int argc, char **argv) {
   if ((rc = build(&m, &o, rt)) != 0) goto out_model;
   int64_t per_epoch = floe_text_windows_per_epoch(trw);
   int64_t total = o.steps ? o.steps : o.epochs * per_epoch;
+  int64_t total_steps = total - 1; /* profiled windows: all but the first */
   double unigram = floe_text_unigram_perplexity(corpus, FLOE_TEXT_TEST);
   if (!o.json)
     printf("lstm: %lld layers of %lld, vocab %lld, batch %lld x %lld words, %s softmax; "
@@ -408,6 +413,7 @@ int cmd_train_lstm(int argc, char **argv) {
       rc = cli_error("train", "reading the training windows: %s", floe_status_message(st));
       goto out_states;
     }
+    if (o.profile && step == 1) floe_session_set_profiling(m.s, 1);
     double t0 = now_s();
     loss = run_window(&m, x, y, states, "loss", 1);
     double dt = now_s() - t0;
@@ -424,6 +430,22 @@ int cmd_train_lstm(int argc, char **argv) {
     if (!o.json && (step % 20 == 0 || step + 1 == total))
       printf("step %lld/%lld  loss %.4f  (%.0f words/s)\n", (long long)step + 1,
              (long long)total, loss, train_secs > 0 ? (double)timed_words / train_secs : 0.0);
+  }
+  if (o.profile) {
+    floe_session_set_profiling(m.s, 0);
+    FloeOpProfile *rows = NULL;
+    int nr = 0;
+    if (floe_session_profile(m.s, &rows, &nr, st) == FLOE_OK) {
+      double total = 0;
+      for (int i = 0; i < nr; i++) total += (double)rows[i].total_ns;
+      fprintf(stderr, "%-34s %8s %10s %6s  (kernel time of %lld windows: %.2f s; wall %.2f s)\n",
+              "op", "calls", "ms", "%", (long long)(total > 1 ? total_steps : 0), total * 1e-9,
+              train_secs);
+      for (int i = 0; i < nr && i < 20; i++)
+        fprintf(stderr, "%-34s %8lld %10.1f %5.1f%%\n", rows[i].op, (long long)rows[i].calls,
+                (double)rows[i].total_ns * 1e-6, 100.0 * (double)rows[i].total_ns / total);
+    }
+    free(rows);
   }
   /* Held-out perplexity: full softmax, state carried across the windows. */
   floe_text_windows_start_epoch(tew, 0);
