@@ -1,9 +1,10 @@
 #!/bin/sh
-# Installs everything Floe needs to build and test on Debian 12 (run as root).
+# Installs everything Floe needs to build and test on Debian 12 (run as root): fortunes is
+# the English text of the LSTM language model (floe train --model lstm, its tests).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool pkg-config \
   check libsubunit-dev libopenblas-dev libdnnl-dev \
-  abigail-tools valgrind python3 binutils dataset-fashion-mnist zlib1g-dev
+  abigail-tools valgrind python3 binutils dataset-fashion-mnist zlib1g-dev fortunes
