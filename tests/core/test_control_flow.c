@@ -19,30 +19,14 @@
 
 static FloeRuntime *rt;
 
-static void runtime_setup(void) {
-  FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
-  rt = floe_runtime_new(&o, st);
-  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
-  floe_status_free(st);
-}
+static void runtime_setup(void) { rt = harness_runtime(2); }
 
 static void runtime_teardown(void) {
   floe_runtime_free(rt);
   rt = NULL;
 }
 
-static FloeSession *session_new(FloeGraph *g) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session_new(FloeGraph *g) { return harness_session(g, rt); }
 
 static FloeOutput const_i32(FloeGraph *g, const char *name, int32_t v) {
   FloeTensor *t = floe_tensor_scalar_i32(v, NULL);

@@ -16,13 +16,7 @@ static const int32_t lens[B] = {5, 3, 1};
 
 static FloeRuntime *rt;
 
-static void setup(void) {
-  FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
-  rt = floe_runtime_new(&o, st);
-  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
-  floe_status_free(st);
-}
+static void setup(void) { rt = harness_runtime(2); }
 
 static void teardown(void) {
   floe_runtime_free(rt);
@@ -120,16 +114,7 @@ static Model build(FloeLSTMFused fused) {
   return m;
 }
 
-static FloeSession *session(FloeGraph *g) {
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session(FloeGraph *g) { return harness_session(g, rt); }
 
 static void feeds_of(const Data *d, FloeTensor **t, FloeFeed *f) {
   const int64_t dx[3] = {T, B, I}, dw[2] = {I + H, 4 * H}, db[1] = {4 * H}, ds[2] = {B, H};

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ops/harness.h"
 #include "floe/floe.h"
 #include "internal.h"
 
@@ -79,17 +80,7 @@ static void runtime_teardown(void) {
 
 /* ---- helpers ---- */
 
-static FloeSession *session_new(const FloeGraph *g) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session_new(const FloeGraph *g) { return harness_session(g, rt); }
 
 static double now_s(void) {
   struct timespec t;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ops/harness.h"
 #include "floe/floe.h"
 #include "internal.h"
 
@@ -55,17 +56,7 @@ static const char *write_idx(const char *tag, int n, int item, int truncate) {
   return p;
 }
 
-static FloeSession *session_new(FloeGraph *g) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session_new(FloeGraph *g) { return harness_session(g, rt); }
 
 /* readers (images: item bytes, labels: 1 byte) -> up to `chunk` records -> enqueue_many into
  * "q" (capacity) -> "deq" dequeue_up_to(5); "enq" and "close" (with cancel). */

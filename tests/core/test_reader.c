@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "../ops/harness.h"
 #include "floe/floe.h"
 #include "internal.h"
 
@@ -89,17 +90,7 @@ static const char *write_idx(const char *name, int type, int esize, int nd, cons
 
 /* ---- sessions ---- */
 
-static FloeSession *session_new(FloeGraph *g) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session_new(FloeGraph *g) { return harness_session(g, rt); }
 
 /* Fetches n outputs of node (":0".."), asserting success. */
 static void fetch_ok(FloeSession *s, const char *node, int n, FloeTensor **out) {

@@ -178,3 +178,24 @@ double *harness_values(const FloeTensor *t) {
   for (int64_t i = 0; i < n; i++) v[i] = harness_get(t, i);
   return v;
 }
+
+FloeRuntime *harness_runtime(int threads) {
+  FloeStatus *st = floe_status_new();
+  FloeRuntimeOptions o = {sizeof o, NULL, NULL, threads, 1};
+  FloeRuntime *rt = floe_runtime_new(&o, st);
+  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
+  floe_status_free(st);
+  return rt;
+}
+
+FloeSession *harness_session(const FloeGraph *g, FloeRuntime *rt) {
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = rt;
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &o, st);
+  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
+  floe_status_free(st);
+  return s;
+}

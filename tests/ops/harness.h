@@ -45,4 +45,11 @@ double harness_get(const FloeTensor *t, int64_t i);
 void harness_assert_close(const FloeTensor *got, const FloeTensor *want, double rtol,
                           double atol, const char *what);
 
+/* A runtime of `threads` pool threads (the plugins of FLOE_PLUGIN_PATH), for tests that build
+ * their own sessions; aborts the test on failure. Caller frees with floe_runtime_free. */
+FloeRuntime *harness_runtime(int threads);
+/* A session of g (whose sticky error must be clear) on rt; aborts the test on failure.
+ * Caller frees with floe_session_free. */
+FloeSession *harness_session(const FloeGraph *g, FloeRuntime *rt);
+
 #endif
