@@ -171,11 +171,6 @@ static floe_code finish(FloeStatus *status, FloeStatus *st, floe_code rc) {
   return rc;
 }
 
-static const char *attr_str(const FloeNode *n, const char *name) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == FLOE_ATTR_STRING && v->u.s ? v->u.s : "";
-}
-
 /* The variable a VarHandleOp node names: (container, shared_name or else the node name),
  * as the VarHandleOp kernel resolves it. Borrowed. */
 static FloeVar *node_var(FloeResourceMgr *m, const FloeNode *n, FloeStatus *st) {
@@ -186,8 +181,8 @@ static FloeVar *node_var(FloeResourceMgr *m, const FloeNode *n, FloeStatus *st) 
                     n->name);
     return NULL;
   }
-  const char *shared = attr_str(n, "shared_name");
-  return floe__resources_lookup(m, attr_str(n, "container"), shared[0] ? shared : n->name,
+  const char *shared = floe__node_attr_str(n, "shared_name");
+  return floe__resources_lookup(m, floe__node_attr_str(n, "container"), shared[0] ? shared : n->name,
                                 dt->u.type, &shape->u.shape, st);
 }
 
@@ -1489,7 +1484,7 @@ static floe_code save_compute(void *state, FloeKernelContext *ctx) {
   Item *items;
   int n;
   if (kernel_items(ctx, 1, &items, &n, &st) != FLOE_OK) return kernel_fail(ctx, &st);
-  floe_code rc = save_items(attr_str(ctx->node, "dir"), attr_str(ctx->node, "prefix"), step,
+  floe_code rc = save_items(floe__node_attr_str(ctx->node, "dir"), floe__node_attr_str(ctx->node, "prefix"), step,
                             (int)k, items, n, NULL, &st);
   items_free(items, n);
   return rc == FLOE_OK ? FLOE_OK : kernel_fail(ctx, &st);
@@ -1502,7 +1497,7 @@ static floe_code restore_compute(void *state, FloeKernelContext *ctx) {
   int n;
   if (kernel_items(ctx, 0, &items, &n, &st) != FLOE_OK) return kernel_fail(ctx, &st);
   int64_t step = 0;
-  floe_code rc = restore_items(attr_str(ctx->node, "path"), items, n, &step, &st);
+  floe_code rc = restore_items(floe__node_attr_str(ctx->node, "path"), items, n, &step, &st);
   items_free(items, n);
   if (rc != FLOE_OK) return kernel_fail(ctx, &st);
   const FloeHostApi *host = floe__host_api();

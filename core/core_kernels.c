@@ -77,16 +77,6 @@ static void set_output(FloeKernelContext *ctx, int i, FloeTensor *t) {
   ctx->outputs[i] = t;
 }
 
-static const char *attr_str(const FloeNode *n, const char *name) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == FLOE_ATTR_STRING && v->u.s ? v->u.s : "";
-}
-
-static bool attr_bool(const FloeNode *n, const char *name, bool dflt) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == FLOE_ATTR_BOOL ? v->u.b != 0 : dflt;
-}
-
 /* The variable behind input i; NULL with the error recorded. */
 static FloeVar *input_var(FloeKernelContext *ctx, int i) {
   FloeStatus st = {FLOE_OK, NULL};
@@ -122,9 +112,9 @@ static floe_code var_handle_compute(void *state, FloeKernelContext *ctx) {
   const FloeAttrValue *dt = floe__attrs_get(&n->attrs, "dtype");
   const FloeAttrValue *sh = floe__attrs_get(&n->attrs, "shape");
   FloeShape shape = sh && sh->kind == FLOE_ATTR_SHAPE ? sh->u.shape : floe_shape_unknown();
-  const char *shared = attr_str(n, "shared_name");
+  const char *shared = floe__node_attr_str(n, "shared_name");
   FloeStatus st = {FLOE_OK, NULL};
-  FloeVar *v = floe__resources_lookup(m, attr_str(n, "container"), *shared ? shared : n->name,
+  FloeVar *v = floe__resources_lookup(m, floe__node_attr_str(n, "container"), *shared ? shared : n->name,
                                       dt ? dt->u.type : FLOE_DTYPE_INVALID, &shape, &st);
   FloeTensor *h = v ? floe__resource_handle_new(v, &st) : NULL;
   if (!h) return fail_with(ctx, &st);
@@ -160,7 +150,7 @@ static floe_code assign_variable_compute(void *state, FloeKernelContext *ctx) {
   /* The value lives where the variable's kernels run. */
   value = to_kernel_device(ctx, value, &st);
   if (!value) return fail_with(ctx, &st);
-  floe_code rc = floe__var_assign(v, value, attr_bool(ctx->node, "validate_shape", true), &st);
+  floe_code rc = floe__var_assign(v, value, floe__node_attr_bool(ctx->node, "validate_shape", true), &st);
   floe_tensor_release(value);
   return rc == FLOE_OK ? FLOE_OK : fail_with(ctx, &st);
 }

@@ -141,16 +141,6 @@ static int cf_kind_of(const FloeNode *n) {
   return CF_NONE;
 }
 
-static const char *attr_string(const FloeNode *n, const char *name) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == FLOE_ATTR_STRING && v->u.s ? v->u.s : "";
-}
-
-static int64_t attr_int(const FloeNode *n, const char *name, int64_t dflt) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == FLOE_ATTR_INT ? v->u.i : dflt;
-}
-
 void floe__cf_free(FloeCfExec *cf) {
   if (!cf) return;
   for (int i = 0; i < cf->num_frames; i++) floe__free(cf->frames[i].exits);
@@ -175,13 +165,13 @@ void floe__cf_free(FloeCfExec *cf) {
 
 /* The static frame (name, parent), added when new; -1 when out of memory. */
 static int static_frame(FloeCfExec *cf, const FloeNode *enter, int parent) {
-  const char *name = attr_string(enter, "frame_name");
+  const char *name = floe__node_attr_str(enter, "frame_name");
   for (int i = 1; i < cf->num_frames; i++)
     if (cf->frames[i].parent == parent && strcmp(cf->frames[i].name, name) == 0) return i;
   StaticFrame *v = floe__realloc(cf->frames, (size_t)(cf->num_frames + 1) * sizeof *v);
   if (!v) return -1;
   cf->frames = v;
-  int64_t par = attr_int(enter, "parallel_iterations", 10);
+  int64_t par = floe__node_attr_int(enter, "parallel_iterations", 10);
   v[cf->num_frames] = (StaticFrame){name, parent, par < 1 ? 1 : (int)par, 0, NULL, 0};
   return cf->num_frames++;
 }

@@ -299,6 +299,13 @@ FloeNode *floe__graph_add_node(FloeGraph *g, const FloeNodeSpec *spec, FloeStatu
 floe_code floe__node_add_control(FloeNode *n, FloeNode *dep, FloeStatus *st);
 floe_code floe__node_set_input(FloeNode *n, int j, FloeOutput v, FloeStatus *st);
 
+/* attrs.c: a node's attribute `name` when it has one of `kind` (else NULL / the default;
+ * strings: "" when absent). Borrowed from the node. */
+const FloeAttrValue *floe__node_attr(const FloeNode *n, const char *name, FloeAttrKind kind);
+int64_t floe__node_attr_int(const FloeNode *n, const char *name, int64_t dflt);
+bool floe__node_attr_bool(const FloeNode *n, const char *name, bool dflt);
+const char *floe__node_attr_str(const FloeNode *n, const char *name);
+
 /* Shape inference of one node (called by add_node; exposed for re-inference). */
 floe_code floe__infer_shapes(FloeNode *n, FloeStatus *st);
 

@@ -624,28 +624,6 @@ static void start(Waiter *w) {
 
 /* ---- kernels ---- */
 
-static floe_code fail_ctx(FloeKernelContext *ctx, FloeStatus *st) {
-  floe_code code = st->code != FLOE_OK ? st->code : FLOE_INTERNAL;
-  floe_status_set(ctx->status, code, "%s", floe_status_message(st));
-  floe_status_clear(st);
-  return code;
-}
-
-static const FloeAttrValue *attr(const FloeNode *n, const char *name, FloeAttrKind kind) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == kind ? v : NULL;
-}
-
-static int64_t attr_int(const FloeNode *n, const char *name, int64_t dflt) {
-  const FloeAttrValue *v = attr(n, name, FLOE_ATTR_INT);
-  return v ? v->u.i : dflt;
-}
-
-static const char *attr_str(const FloeNode *n, const char *name) {
-  const FloeAttrValue *v = attr(n, name, FLOE_ATTR_STRING);
-  return v && v->u.s ? v->u.s : "";
-}
-
 /* FIFOQueueV2 & co: the queue (container, shared_name or the node's name), made on first
  * use, as a handle. */
 static floe_code queue_handle_compute(void *state, FloeKernelContext *ctx) {
@@ -656,8 +634,8 @@ static floe_code queue_handle_compute(void *state, FloeKernelContext *ctx) {
     return floe_status_set(ctx->status, FLOE_FAILED_PRECONDITION,
                            "queues live in a session's resource manager, and this step has "
                            "none");
-  const FloeAttrValue *types = attr(n, "component_types", FLOE_ATTR_TYPE_LIST);
-  const FloeAttrValue *shapes = attr(n, "shapes", FLOE_ATTR_SHAPE_LIST);
+  const FloeAttrValue *types = floe__node_attr(n, "component_types", FLOE_ATTR_TYPE_LIST);
+  const FloeAttrValue *shapes = floe__node_attr(n, "shapes", FLOE_ATTR_SHAPE_LIST);
   if (!types || types->u.tlist.n == 0)
     return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "no component_types");
   const char *op = n->op->name;
@@ -668,14 +646,14 @@ static floe_code queue_handle_compute(void *state, FloeKernelContext *ctx) {
       .dtypes = types->u.tlist.v,
       .shapes = shapes && shapes->u.slist.n ? shapes->u.slist.v : NULL,
       .ncomp = (int)types->u.tlist.n,
-      .capacity = attr_int(n, "capacity", -1),
-      .min_after = attr_int(n, "min_after_dequeue", 0),
-      .seed = attr_int(n, "seed", 0),
+      .capacity = floe__node_attr_int(n, "capacity", -1),
+      .min_after = floe__node_attr_int(n, "min_after_dequeue", 0),
+      .seed = floe__node_attr_int(n, "seed", 0),
       .pool = ctx->device ? ctx->device->rt->pool : NULL,
   };
-  const char *shared = attr_str(n, "shared_name");
+  const char *shared = floe__node_attr_str(n, "shared_name");
   FloeStatus st = {FLOE_OK, NULL};
-  FloeResource *r = floe__resources_find_or_add(m, attr_str(n, "container"),
+  FloeResource *r = floe__resources_find_or_add(m, floe__node_attr_str(n, "container"),
                                                 *shared ? shared : n->name, &queue_ops,
                                                 queue_make, &sp, &st);
   if (r && check_same((Queue *)r, &sp, &st) != FLOE_OK) {
@@ -684,7 +662,7 @@ static floe_code queue_handle_compute(void *state, FloeKernelContext *ctx) {
   }
   FloeTensor *h = r ? floe__resource_obj_handle(r, &st) : NULL;
   floe__resource_release(r); /* the manager keeps the queue */
-  if (!h) return fail_ctx(ctx, &st);
+  if (!h) return floe__kctx_fail(ctx, &st);
   floe_tensor_release(ctx->outputs[0]);
   ctx->outputs[0] = h;
   return FLOE_OK;
@@ -695,7 +673,7 @@ static Queue *input_queue(FloeKernelContext *ctx) {
   FloeStatus st = {FLOE_OK, NULL};
   FloeResource *r = floe__resources_from_handle(floe__kernel_ctx_resources(ctx), ctx->inputs[0],
                                                 &queue_ops, "input 0 (the queue handle)", &st);
-  if (!r) fail_ctx(ctx, &st);
+  if (!r) floe__kctx_fail(ctx, &st);
   return (Queue *)r;
 }
 
@@ -780,7 +758,7 @@ static floe_code build_elements(Queue *q, FloeKernelContext *ctx, bool many, int
 
 err:
   floe__status_prefix(&st, "queue '%s'", qname(q));
-  return fail_ctx(ctx, &st);
+  return floe__kctx_fail(ctx, &st);
 }
 
 static void enqueue_common(FloeKernelContext *ctx, FloeDoneFn done, void *done_arg, bool many) {
@@ -900,7 +878,7 @@ static floe_code close_compute(void *state, FloeKernelContext *ctx) {
   (void)state;
   Queue *q = input_queue(ctx);
   if (!q) return ctx->status->code;
-  const FloeAttrValue *cancel = attr(ctx->node, "cancel_pending_enqueues", FLOE_ATTR_BOOL);
+  const FloeAttrValue *cancel = floe__node_attr(ctx->node, "cancel_pending_enqueues", FLOE_ATTR_BOOL);
   Waiter *done = NULL;
   pthread_mutex_lock(&q->mu);
   q->closed = true;
@@ -938,7 +916,7 @@ static floe_code query_compute(void *state, FloeKernelContext *ctx) {
     t = to_kernel_device(ctx, t, &st);
   }
   floe__resource_release(&q->res);
-  if (!t) return fail_ctx(ctx, &st);
+  if (!t) return floe__kctx_fail(ctx, &st);
   floe_tensor_release(ctx->outputs[0]);
   ctx->outputs[0] = t;
   return FLOE_OK;

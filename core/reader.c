@@ -515,28 +515,6 @@ static floe_code reader_seek(Reader *r, int64_t epoch, int64_t record, FloeStatu
 
 /* ---- kernels ---- */
 
-static floe_code fail_ctx(FloeKernelContext *ctx, FloeStatus *st) {
-  floe_code code = st->code != FLOE_OK ? st->code : FLOE_INTERNAL;
-  floe_status_set(ctx->status, code, "%s", floe_status_message(st));
-  floe_status_clear(st);
-  return code;
-}
-
-static const FloeAttrValue *attr(const FloeNode *n, const char *name, FloeAttrKind kind) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == kind ? v : NULL;
-}
-
-static int64_t attr_int(const FloeNode *n, const char *name, int64_t dflt) {
-  const FloeAttrValue *v = attr(n, name, FLOE_ATTR_INT);
-  return v ? v->u.i : dflt;
-}
-
-static const char *attr_str(const FloeNode *n, const char *name) {
-  const FloeAttrValue *v = attr(n, name, FLOE_ATTR_STRING);
-  return v && v->u.s ? v->u.s : "";
-}
-
 /* The spec of a reader node, from its attributes (checked by shape_reader). */
 static void node_spec(const FloeNode *n, ReaderSpec *sp) {
   const char *op = n->op->name;
@@ -544,22 +522,22 @@ static void node_spec(const FloeNode *n, ReaderSpec *sp) {
   sp->kind = strcmp(op, "TextLineReaderV2") == 0           ? R_TEXT
              : strcmp(op, "FixedLengthRecordReaderV2") == 0 ? R_FIXED
                                                            : R_IDX;
-  sp->files = attr_str(n, "files");
-  sp->num_epochs = attr_int(n, "num_epochs", 1);
-  sp->skip_header = attr_int(n, "skip_header_lines", 0);
-  sp->header = attr_int(n, "header_bytes", 0);
-  sp->record = attr_int(n, "record_bytes", 0);
-  sp->footer = attr_int(n, "footer_bytes", 0);
-  sp->hop = attr_int(n, "hop_bytes", 0);
-  const FloeAttrValue *b = attr(n, "shuffle", FLOE_ATTR_BOOL);
+  sp->files = floe__node_attr_str(n, "files");
+  sp->num_epochs = floe__node_attr_int(n, "num_epochs", 1);
+  sp->skip_header = floe__node_attr_int(n, "skip_header_lines", 0);
+  sp->header = floe__node_attr_int(n, "header_bytes", 0);
+  sp->record = floe__node_attr_int(n, "record_bytes", 0);
+  sp->footer = floe__node_attr_int(n, "footer_bytes", 0);
+  sp->hop = floe__node_attr_int(n, "hop_bytes", 0);
+  const FloeAttrValue *b = floe__node_attr(n, "shuffle", FLOE_ATTR_BOOL);
   sp->shuffle = b && b->u.b;
-  sp->seed = attr_int(n, "seed", 0);
-  sp->max_records = attr_int(n, "max_records", -1);
+  sp->seed = floe__node_attr_int(n, "seed", 0);
+  sp->max_records = floe__node_attr_int(n, "max_records", -1);
   sp->dtype = FLOE_U8;
   sp->shape = floe_shape_unknown();
   if (sp->kind == R_FIXED) {
-    const FloeAttrValue *dt = attr(n, "dtype", FLOE_ATTR_TYPE);
-    const FloeAttrValue *sh = attr(n, "shape", FLOE_ATTR_SHAPE);
+    const FloeAttrValue *dt = floe__node_attr(n, "dtype", FLOE_ATTR_TYPE);
+    const FloeAttrValue *sh = floe__node_attr(n, "shape", FLOE_ATTR_SHAPE);
     if (dt) sp->dtype = dt->u.type;
     if (sh && sh->u.shape.rank >= 0) {
       sp->shape = sh->u.shape;
@@ -581,9 +559,9 @@ static floe_code reader_handle_compute(void *state, FloeKernelContext *ctx) {
                            "none");
   ReaderSpec sp;
   node_spec(n, &sp);
-  const char *shared = attr_str(n, "shared_name");
+  const char *shared = floe__node_attr_str(n, "shared_name");
   FloeStatus st = {FLOE_OK, NULL};
-  FloeResource *res = floe__resources_find_or_add(m, attr_str(n, "container"),
+  FloeResource *res = floe__resources_find_or_add(m, floe__node_attr_str(n, "container"),
                                                   *shared ? shared : n->name, &reader_ops,
                                                   reader_make, &sp, &st);
   if (res && !same_spec((Reader *)res, &sp)) {
@@ -597,7 +575,7 @@ static floe_code reader_handle_compute(void *state, FloeKernelContext *ctx) {
   }
   FloeTensor *h = res ? floe__resource_obj_handle(res, &st) : NULL;
   floe__resource_release(res);
-  if (!h) return fail_ctx(ctx, &st);
+  if (!h) return floe__kctx_fail(ctx, &st);
   floe_tensor_release(ctx->outputs[0]);
   ctx->outputs[0] = h;
   return FLOE_OK;
@@ -619,7 +597,7 @@ static floe_code input_readers(FloeKernelContext *ctx, int n, Reader **rs, Reade
     rs[i] = (Reader *)floe__resources_from_handle(m, ctx->inputs[i], &reader_ops, what, &st);
     if (!rs[i]) {
       for (int j = 0; j < i; j++) floe__resource_release(&rs[j]->res);
-      return fail_ctx(ctx, &st);
+      return floe__kctx_fail(ctx, &st);
     }
   }
   memcpy(sorted, rs, (size_t)n * sizeof *rs);
@@ -647,7 +625,7 @@ static void unlock_release(Reader **rs, Reader **sorted, int n) {
 static floe_code check_record(const FloeKernelContext *ctx, const Reader *r, int i, FloeDType dt,
                               int rank, const int64_t *dims, FloeStatus *st) {
   FloeDType want = ctx->node->out_dtypes[1 + i];
-  const FloeAttrValue *shapes = attr(ctx->node, "shapes", FLOE_ATTR_SHAPE_LIST);
+  const FloeAttrValue *shapes = floe__node_attr(ctx->node, "shapes", FLOE_ATTR_SHAPE_LIST);
   const FloeShape *ws = shapes && (size_t)i < shapes->u.slist.n ? &shapes->u.slist.v[i] : NULL;
   bool ok = dt == want && (!ws || ws->rank < 0 || ws->rank == rank);
   for (int d = 0; ok && ws && d < ws->rank; d++) ok = ws->dims[d] < 0 || ws->dims[d] == dims[d];
@@ -718,7 +696,7 @@ static FloeTensor *to_kernel_device(FloeKernelContext *ctx, FloeTensor *t, FloeS
 static bool set_output(FloeKernelContext *ctx, int i, FloeTensor *t) {
   FloeStatus st = {FLOE_OK, NULL};
   if (!(t = to_kernel_device(ctx, t, &st))) {
-    fail_ctx(ctx, &st);
+    floe__kctx_fail(ctx, &st);
     return false;
   }
   floe_tensor_release(ctx->outputs[i]);
@@ -741,12 +719,12 @@ static floe_code read_compute(void *state, FloeKernelContext *ctx) {
   unlock_release(rs, sorted, n);
   if (rc != FLOE_OK) {
     for (int i = 0; i < n; i++) floe_tensor_release(vals[i]);
-    return fail_ctx(ctx, &st);
+    return floe__kctx_fail(ctx, &st);
   }
   FloeTensor *k = floe__tensor_alloc(NULL, FLOE_I64, 0, NULL, &st);
   if (!k) {
     for (int i = 0; i < n; i++) floe_tensor_release(vals[i]);
-    return fail_ctx(ctx, &st);
+    return floe__kctx_fail(ctx, &st);
   }
   *(int64_t *)floe_tensor_data(k) = key;
   bool ok = set_output(ctx, 0, k);
@@ -892,7 +870,7 @@ static floe_code read_up_to_compute(void *state, FloeKernelContext *ctx) {
   int64_t kd[1] = {want}, k = 0;
   FloeStatus st = {FLOE_OK, NULL};
   FloeTensor *keys = floe__tensor_alloc(NULL, FLOE_I64, 1, kd, &st);
-  if (!keys) return fail_ctx(ctx, &st);
+  if (!keys) return floe__kctx_fail(ctx, &st);
   Reader *rs[n], *sorted[n];
   if (input_readers(ctx, n, rs, sorted) != FLOE_OK) {
     floe_tensor_release(keys);
@@ -910,7 +888,7 @@ static floe_code read_up_to_compute(void *state, FloeKernelContext *ctx) {
   if (rc != FLOE_OK) {
     floe_tensor_release(keys);
     for (int i = 0; i < n; i++) floe_tensor_release(cols[i]);
-    return fail_ctx(ctx, &st);
+    return floe__kctx_fail(ctx, &st);
   }
   bool ok = set_output(ctx, 0, keys);
   for (int i = 0; i < n; i++) {
@@ -938,7 +916,7 @@ static floe_code seek_compute(void *state, FloeKernelContext *ctx) {
   floe_code rc = FLOE_OK;
   for (int i = 0; i < n && rc == FLOE_OK; i++) rc = reader_seek(rs[i], at[0], at[1], &st);
   unlock_release(rs, sorted, n);
-  return rc == FLOE_OK ? FLOE_OK : fail_ctx(ctx, &st);
+  return rc == FLOE_OK ? FLOE_OK : floe__kctx_fail(ctx, &st);
 }
 
 floe_code floe__reader_kernels_register(FloeRuntime *rt, FloeStatus *st) {
