@@ -22,21 +22,14 @@ static FloeRuntime *rt;
 static char dir[256];
 
 static void setup(void) {
-  FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, 4, 1};
-  rt = floe_runtime_new(&o, st);
-  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
-  floe_status_free(st);
-  snprintf(dir, sizeof dir, "/tmp/floe_reader_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  rt = harness_runtime(4);
+  harness_tmpdir(dir, sizeof dir, "reader");
 }
 
 static void teardown(void) {
   floe_runtime_free(rt);
   rt = NULL;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  harness_rmdir(dir);
 }
 
 /* ---- files ---- */

@@ -199,3 +199,17 @@ FloeSession *harness_session(const FloeGraph *g, FloeRuntime *rt) {
   floe_status_free(st);
   return s;
 }
+
+void harness_tmpdir(char *buf, size_t len, const char *what) {
+  const char *base = getenv("TMPDIR");
+  int n = snprintf(buf, len, "%s/floe_%s_XXXXXX", base && *base ? base : "/tmp", what);
+  ck_assert_msg(n > 0 && (size_t)n < len, "temporary folder name too long");
+  ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp %s failed", buf);
+}
+
+void harness_rmdir(const char *dir) {
+  char cmd[600];
+  int n = snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert(n > 0 && (size_t)n < sizeof cmd);
+  ck_assert_int_eq(system(cmd), 0);
+}

@@ -52,4 +52,9 @@ FloeRuntime *harness_runtime(int threads);
  * Caller frees with floe_session_free. */
 FloeSession *harness_session(const FloeGraph *g, FloeRuntime *rt);
 
+/* A new empty folder "$TMPDIR/floe_<what>_XXXXXX" (TMPDIR unset: /tmp) into buf; aborts the
+ * test on failure. harness_rmdir removes it and everything in it. */
+void harness_tmpdir(char *buf, size_t len, const char *what);
+void harness_rmdir(const char *dir);
+
 #endif
