@@ -47,6 +47,8 @@ typedef struct StaticFrame {
   int parallel;            /* parallel_iterations */
   int num_enters;
   int *exits, num_exits;   /* Exit nodes leaving it */
+  int *merges, num_merges; /* its loop Merges (with a back edge): their dead counts start
+                              at the inputs that cannot arrive in an iteration */
 } StaticFrame;
 
 struct FloeCfExec {
@@ -143,7 +145,10 @@ static int cf_kind_of(const FloeNode *n) {
 
 void floe__cf_free(FloeCfExec *cf) {
   if (!cf) return;
-  for (int i = 0; i < cf->num_frames; i++) floe__free(cf->frames[i].exits);
+  for (int i = 0; i < cf->num_frames; i++) {
+    floe__free(cf->frames[i].exits);
+    floe__free(cf->frames[i].merges);
+  }
   floe__free(cf->frames);
   floe__free(cf->kind);
   floe__free(cf->frame);
@@ -172,7 +177,7 @@ static int static_frame(FloeCfExec *cf, const FloeNode *enter, int parent) {
   if (!v) return -1;
   cf->frames = v;
   int64_t par = floe__node_attr_int(enter, "parallel_iterations", 10);
-  v[cf->num_frames] = (StaticFrame){name, parent, par < 1 ? 1 : (int)par, 0, NULL, 0};
+  v[cf->num_frames] = (StaticFrame){name, parent, par < 1 ? 1 : (int)par, 0, NULL, 0, NULL, 0};
   return cf->num_frames++;
 }
 
@@ -254,24 +259,20 @@ static floe_code assign_frames(FloeExecutor *e, FloeCfExec *cf, FloeStatus *st) 
   return rc;
 }
 
-/* Consumers per entry and control successors per node, from the executor's arrays. */
-static floe_code build_edges(FloeExecutor *e, FloeCfExec *cf, FloeStatus *st) {
+/* Consumers per entry and control successors per node, from the executor's arrays;
+ * local_of maps graph node ids to plan indices (-1: not in the step). */
+static floe_code build_edges(FloeExecutor *e, const int *local_of, FloeCfExec *cf,
+                             FloeStatus *st) {
   cf->cons_off = floe__calloc((size_t)e->num_entries + 1, sizeof(int));
   cf->ctl_off = floe__calloc((size_t)e->num_nodes + 1, sizeof(int));
   if (!cf->cons_off || !cf->ctl_off) goto oom;
   for (int i = 0; i < e->total_inputs; i++)
     if (e->input_src[i] >= 0) cf->cons_off[e->input_src[i] + 1]++;
-  /* Control successors: the executor's succ lists hold data consumers and control
-   * successors; data ones are counted per input, so what is left over is control. */
   for (int m = 0; m < e->num_nodes; m++) {
     const FloeNode *node = e->nodes[m].node;
     for (int c = 0; c < node->num_control; c++) {
-      for (int p = 0; p < e->num_nodes; p++) {
-        if (e->nodes[p].node == node->control[c]) {
-          cf->ctl_off[p + 1]++;
-          break;
-        }
-      }
+      int p = local_of[node->control[c]->id];
+      if (p >= 0) cf->ctl_off[p + 1]++;
     }
   }
   for (int i = 0; i < e->num_entries; i++) cf->cons_off[i + 1] += cf->cons_off[i];
@@ -295,11 +296,8 @@ static floe_code build_edges(FloeExecutor *e, FloeCfExec *cf, FloeStatus *st) {
       cf->cons_slot[at] = en->in_base + j;
     }
     for (int c = 0; c < en->node->num_control; c++) {
-      for (int p = 0; p < e->num_nodes; p++) {
-        if (e->nodes[p].node != en->node->control[c]) continue;
-        cf->ctl_node[cf->ctl_off[p] + fill[e->num_entries + p]++] = m;
-        break;
-      }
+      int p = local_of[en->node->control[c]->id];
+      if (p >= 0) cf->ctl_node[cf->ctl_off[p] + fill[e->num_entries + p]++] = m;
     }
   }
   floe__free(fill);
@@ -308,7 +306,7 @@ oom:
   return floe_status_set(st, FLOE_NO_MEMORY, "out of memory analysing loops");
 }
 
-floe_code floe__cf_build(FloeExecutor *e, FloeStatus *st) {
+floe_code floe__cf_build(FloeExecutor *e, const int *local_of, FloeStatus *st) {
   bool any = false;
   for (int i = 0; i < e->num_nodes && !any; i++) any = cf_kind_of(e->nodes[i].node) != CF_NONE;
   if (!any) return FLOE_OK;
@@ -330,9 +328,9 @@ floe_code floe__cf_build(FloeExecutor *e, FloeStatus *st) {
       !cf->pending0 || !cf->num_data || !cf->back_edges || !cf->has_fetch || !cf->roots ||
       !cf->frames)
     goto oom;
-  cf->frames[0] = (StaticFrame){"", -1, 1, 0, NULL, 0};
+  cf->frames[0] = (StaticFrame){"", -1, 1, 0, NULL, 0, NULL, 0};
   cf->num_frames = 1;
-  if (build_edges(e, cf, st) != FLOE_OK) goto fail;
+  if (build_edges(e, local_of, cf, st) != FLOE_OK) goto fail;
   for (int i = 0; i < e->num_nodes; i++) {
     const ExecNode *en = &e->nodes[i];
     cf->kind[i] = (uint8_t)cf_kind_of(en->node);
@@ -385,8 +383,14 @@ floe_code floe__cf_build(FloeExecutor *e, FloeStatus *st) {
                       en->node->name, en->node->op->name);
       goto fail;
     }
-    if (cf->kind[i] != CF_EXIT) continue;
     StaticFrame *sf = &cf->frames[cf->frame[i]];
+    if (cf->kind[i] == CF_MERGE && cf->back_edges[i] > 0) {
+      int *m = floe__realloc(sf->merges, (size_t)(sf->num_merges + 1) * sizeof *m);
+      if (!m) goto oom;
+      sf->merges = m;
+      m[sf->num_merges++] = i;
+    }
+    if (cf->kind[i] != CF_EXIT) continue;
     int *x = floe__realloc(sf->exits, (size_t)(sf->num_exits + 1) * sizeof *x);
     if (!x) goto oom;
     sf->exits = x;
@@ -422,11 +426,11 @@ static CfIter *iter_new(FloeExecStep *s, CfFrame *f, int iter) {
   memset(it->slots, 0, ni * sizeof(FloeTensor *));
   memcpy(it->pending, cf->pending0, nn * sizeof(int));
   memset(it->dead, 0, nn * sizeof(int));
-  if (f->sid != 0) {
-    /* A loop Merge waits for one of: the Enter (iteration 0) or the back edge (after). */
-    for (int i = 0; i < e->num_nodes; i++)
-      if (cf->kind[i] == CF_MERGE && cf->frame[i] == f->sid && cf->back_edges[i] > 0)
-        it->dead[i] = iter == 0 ? cf->back_edges[i] : cf->num_data[i] - cf->back_edges[i];
+  /* A loop Merge waits for one of: the Enter (iteration 0) or the back edge (after). */
+  const StaticFrame *sf = &cf->frames[f->sid];
+  for (int k = 0; k < sf->num_merges; k++) {
+    int i = sf->merges[k];
+    it->dead[i] = iter == 0 ? cf->back_edges[i] : cf->num_data[i] - cf->back_edges[i];
   }
   return it;
 }

@@ -163,8 +163,9 @@ void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, FloeTensor *cons
 
 /* ---- exec_frames.c ---- */
 /* Analyses the frames of e's nodes when the plan has control-flow ops (sets e->cf; leaves it
- * NULL otherwise). Errors name the node whose frame is inconsistent. */
-floe_code floe__cf_build(FloeExecutor *e, FloeStatus *st);
+ * NULL otherwise). local_of: graph node id -> plan index, or -1. Errors name the node whose
+ * frame is inconsistent. */
+floe_code floe__cf_build(FloeExecutor *e, const int *local_of, FloeStatus *st);
 void floe__cf_free(FloeCfExec *cf);
 /* Runs one step of e (e->cf set) on s, whose common fields step_new filled; returns when the
  * step is done. */

@@ -927,7 +927,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   for (int i = 0; i < e->num_nodes; i++)
     if (e->pending0[i] == 0) e->roots[e->num_roots++] = i;
   layout_arena(e);
-  if (floe__cf_build(e, st) != FLOE_OK) goto err_free;
+  if (floe__cf_build(e, local_of, st) != FLOE_OK) goto err_free;
   if (create_kernels(e, st) != FLOE_OK) goto err_free;
   floe__free(local_of);
   floe__free(feeds);
