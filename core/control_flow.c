@@ -471,7 +471,7 @@ static floe_code build_heads(Loop *l, const FloeOutput *init, const FloeShape *i
 }
 
 /* An outside constant made visible in the loop. */
-static FloeOutput loop_const_i32(Loop *l, const char *what, int64_t v, int first) {
+static FloeOutput loop_const_i32(Loop *l, const char *what, int64_t v) {
   FloeStatus st = {FLOE_OK, NULL};
   FloeTensor *t = floe_tensor_new(FLOE_I32, 0, NULL, &st);
   if (!t) {
@@ -483,7 +483,6 @@ static FloeOutput loop_const_i32(Loop *l, const char *what, int64_t v, int first
   char nm[256];
   FloeOutput c = floe_const(l->g, unique(l->g, nm, sizeof nm, l->name, what), t);
   floe_tensor_release(t);
-  (void)first;
   if (!c.node) return c;
   return capture_enter(l->g, &l->cap, c, l->name, l->parallel);
 }
@@ -564,7 +563,7 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
   rc = scan_region(g, first, start, floe_graph_num_nodes(g), l.merge[0], &cp);
   if (rc != FLOE_OK) goto out;
   if (o.maximum_iterations > 0) {
-    FloeOutput max = loop_const_i32(&l, "maximum_iterations", o.maximum_iterations, first);
+    FloeOutput max = loop_const_i32(&l, "maximum_iterations", o.maximum_iterations);
     FloeOutput lt = floe_binary(g, "Less", unique(g, nm, sizeof nm, name, "below_maximum"),
                                 l.vars[n], max);
     pred = floe_binary(g, "LogicalAnd", unique(g, nm, sizeof nm, name, "continue"), pred, lt);
@@ -619,7 +618,7 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
     rc = keep_sinks(g, start, body_end, next, n, l.exit, l.total,
                     unique(g, nm, sizeof nm, name, "side_effects"));
   if (rc == FLOE_OK && o.maximum_iterations > 0) {
-    FloeOutput one = loop_const_i32(&l, "one", 1, first);
+    FloeOutput one = loop_const_i32(&l, "one", 1);
     next[n] = floe_binary(g, "Add", unique(g, nm, sizeof nm, name, "iterations_next"),
                           body_in[n], one);
   }

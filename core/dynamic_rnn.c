@@ -19,7 +19,6 @@ typedef struct DynArg {
   FloeOutput steps;         /* i32 scalar: iterations to run */
   FloeOutput w, b;
   FloeLSTMOptions cell;
-  const char *name;
 } DynArg;
 
 static FloeOutput i32_scalar(FloeGraph *g, int32_t v) {
@@ -196,7 +195,7 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   snprintf(nm, sizeof nm, "%s/outputs", name);
   FloeTensorArray out = floe_tensor_array(g, nm, dt, steps, &tao);
   if (floe_graph_status(g) != FLOE_OK) return bad;
-  DynArg a = {in, out, lengths, steps, w, b, o.cell, name};
+  DynArg a = {in, out, lengths, steps, w, b, o.cell};
   FloeOutput vars[4] = {i32_scalar(g, 0), init.h, init.c, out.flow}, res[4];
   FloeWhileOptions wo;
   floe_while_options_init(&wo);
