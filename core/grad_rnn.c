@@ -2,22 +2,43 @@
  * cell of rnn.c needs none: its ops have their own. */
 #include "internal.h"
 
-/* LSTMCell: one LSTMCellGrad node for the gradients reaching h and c. Its act output is
- * not differentiable (as TensorFlow's LSTMBlockCell's gate outputs): a gradient reaching
- * only act flows no further. */
+/* LSTMCell: one LSTMCellBackprop node for the gradients reaching h and c, giving dx, dh_prev,
+ * dc_prev and the gates' gradient d_gates [B,4H]; then dw = [x, h_prev]^T @ d_gates and
+ * db = d_gates' column sums as graph ops. Inside a while loop's gradient those two are then
+ * a MatMul and a Sum over per-iteration values, which grad_control.c computes once after the
+ * backward loop over all iterations' rows (one large product instead of one K = B product
+ * and one [I+H, 4H] accumulation per iteration). Its act output is not differentiable (as
+ * TensorFlow's LSTMBlockCell's gate outputs): a gradient reaching only act flows no further. */
 static floe_code grad_lstm_cell(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   if (!c->dy[0].node && !c->dy[1].node) return FLOE_OK;
-  FloeNodeBuilder *b = floe__grad_begin(c, "LSTMCellGrad");
+  FloeNodeBuilder *b = floe__grad_begin(c, "LSTMCellBackprop");
   for (int k = 0; k < 4; k++) floe_node_add_input(b, c->node->inputs[k]); /* x, h, c, w */
   floe_node_add_input(b, floe_out((FloeNode *)c->node, 1));                /* c */
   floe_node_add_input(b, floe_out((FloeNode *)c->node, 2));                /* act */
   floe_node_add_input(b, floe__grad_dy(c, 0));
   floe_node_add_input(b, floe__grad_dy(c, 1));
   FloeNode *g = floe_node_finish(b);
-  /* Outputs dx, dh_prev, dc_prev, dw, db line up with inputs x, h_prev, c_prev, w, b. */
-  for (int k = 0; k < 5; k++)
+  /* Outputs dx, dh_prev, dc_prev line up with inputs x, h_prev, c_prev. */
+  for (int k = 0; k < 3; k++)
     if (c->need_dx[k]) c->dx[k] = floe_out(g, k);
+  FloeOutput d_gates = floe_out(g, 3);
+  if (c->need_dx[3]) {
+    FloeOutput xh[2] = {c->node->inputs[0], c->node->inputs[1]};
+    b = floe__grad_begin(c, "Concat");
+    floe_node_add_input_list(b, xh, 2);
+    floe_node_add_input(b, floe__grad_scalar(c, FLOE_I32, 1));
+    FloeOutput packed = floe_out(floe_node_finish(b), 0);
+    b = floe__grad_begin(c, "MatMul");
+    floe_node_add_input(b, packed);
+    floe_node_add_input(b, d_gates);
+    floe_node_set_attr_bool(b, "transpose_a", true);
+    c->dx[3] = floe_out(floe_node_finish(b), 0);
+  }
+  if (c->need_dx[4]) {
+    const int64_t zero = 0;
+    c->dx[4] = floe__grad_binary(c, "Sum", d_gates, floe__grad_i32_vec(c, &zero, 1));
+  }
   return FLOE_OK;
 }
 
@@ -35,5 +56,6 @@ static floe_code grad_lstm_cell_grad(FloeGradCtx *c, FloeStatus *st) {
 floe_code floe__grads_register_rnn(FloeStatus *st) {
   floe_code rc = floe__grad_register("LSTMCell", grad_lstm_cell, st);
   if (rc == FLOE_OK) rc = floe__grad_register("LSTMCellGrad", grad_lstm_cell_grad, st);
+  if (rc == FLOE_OK) rc = floe__grad_register("LSTMCellBackprop", grad_lstm_cell_grad, st);
   return rc;
 }

@@ -1710,6 +1710,19 @@ floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *
   return FLOE_OK;
 }
 
+floe_code floe__shape_lstm_cell_backprop(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t s[LSTM_NSIZES];
+  floe_code c = lstm_sizes(sctx, lstm_grad_operands, FLOE__ARRAY_LEN(lstm_grad_operands), s);
+  if (c != FLOE_OK) return c;
+  int64_t b = s[LSTM_B];
+  int64_t bi[2] = {b, s[LSTM_I]}, bh[2] = {b, s[LSTM_H]}, bg[2] = {b, times4(s[LSTM_H])};
+  sctx->output_shapes[0] = floe_shape_make(2, bi);
+  sctx->output_shapes[1] = floe_shape_make(2, bh);
+  sctx->output_shapes[2] = floe_shape_make(2, bh);
+  sctx->output_shapes[3] = floe_shape_make(2, bg);
+  return FLOE_OK;
+}
+
 /* ---- queues and readers (ops_data.def) ---- */
 
 static bool is_queue_op(const FloeNode *n) {

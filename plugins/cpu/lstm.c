@@ -1,4 +1,5 @@
-/* lstm.c - the fused LSTM cell of the CPU plugin: LSTMCell and LSTMCellGrad (f32, f64).
+/* lstm.c - the fused LSTM cell of the CPU plugin: LSTMCell, LSTMCellGrad and LSTMCellBackprop
+ * (LSTMCellGrad without dw and db, giving d_gates instead) (f32, f64).
  *
  * Layout (ops_rnn.def): x [B,I], h_prev and c_prev [B,H], w [I+H,4H], b [4H], gates in the
  * order i, f, g, o. Forward: the [B,4H] pre-activations of all four gates come straight
@@ -374,19 +375,25 @@ CPU_HOT static void column_sums(const Cell *cl, void *out) {
     COLUMN_SUMS(float);
 }
 
-static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
+/* LSTMCellGrad (weights: dw and db too) and LSTMCellBackprop (d_gates instead). */
+static floe_code backward(FloeKernelContext *ctx, bool weights) {
   Cell cl;
   memset(&cl, 0, sizeof cl);
   floe_code rc = cell_shapes(ctx, true, &cl);
   if (rc != FLOE_OK) return rc;
-  int64_t bt = cl.batch, in = cl.in, hid = cl.hid;
-  void *dx, *dh_prev, *dw, *db;
+  int64_t bt = cl.batch, in = cl.in, hid = cl.hid, g4 = 4 * hid, ih = in + hid;
+  void *dx, *dh_prev, *dw = NULL, *db = NULL;
   if ((rc = alloc_out(ctx, 0, bt, in, 2, &dx)) != FLOE_OK ||
       (rc = alloc_out(ctx, 1, bt, hid, 2, &dh_prev)) != FLOE_OK ||
-      (rc = alloc_out(ctx, 2, bt, hid, 2, &cl.dc_prev)) != FLOE_OK ||
-      (rc = alloc_out(ctx, 3, in + hid, 4 * hid, 2, &dw)) != FLOE_OK ||
-      (rc = alloc_out(ctx, 4, 4 * hid, 0, 1, &db)) != FLOE_OK)
+      (rc = alloc_out(ctx, 2, bt, hid, 2, &cl.dc_prev)) != FLOE_OK)
     return rc;
+  if (weights) {
+    if ((rc = alloc_out(ctx, 3, ih, g4, 2, &dw)) != FLOE_OK ||
+        (rc = alloc_out(ctx, 4, g4, 0, 1, &db)) != FLOE_OK)
+      return rc;
+  } else if ((rc = alloc_out(ctx, 3, bt, g4, 2, &cl.d_gates)) != FLOE_OK) {
+    return rc;
+  }
   size_t es = cl.f64 ? sizeof(double) : sizeof(float);
   if (hid == 0) { /* dx = d_gates @ w[0:I]^T with no gates: zeros */
     if (bt > 0 && in > 0) memset(dx, 0, (size_t)(bt * in) * es);
@@ -401,13 +408,13 @@ static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
   cl.dh = in_data(ctx, 6);
   cl.dc = in_data(ctx, 7);
   if (bt > 0) {
-    rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(bt * 4 * hid) * es, &cl.d_gates);
-    if (rc != FLOE_OK) return rc;
+    if (weights &&
+        (rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(bt * g4) * es, &cl.d_gates)) != FLOE_OK)
+      return rc;
     run_pass(&cl, backward_f32, backward_f64);
   }
   /* [dx, dh_prev] = d_gates @ w^T through a packed [B, I+H] buffer, then the same buffer
    * holds [x, h_prev] for dw = [x, h_prev]^T @ d_gates: one GEMM each (zeros when B = 0). */
-  int64_t g4 = 4 * hid, ih = in + hid;
   void *xh = NULL;
   if (bt > 0 && (rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(bt * ih) * es, &xh)) != FLOE_OK)
     return rc;
@@ -415,6 +422,7 @@ static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
       FLOE_OK)
     return rc;
   unpack_rows(&cl, xh, dx, dh_prev);
+  if (!weights) return FLOE_OK;
   pack_rows(&cl, cl.x, cl.h_prev, xh);
   if ((rc = gemm(ctx, &cl, true, false, ih, g4, bt, xh, ih, cl.d_gates, g4, 0.0, dw, g4)) !=
       FLOE_OK)
@@ -423,11 +431,24 @@ static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
   return FLOE_OK;
 }
 
+static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  return backward(ctx, true);
+}
+
+static floe_code backprop_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  return backward(ctx, false);
+}
+
 floe_code cpu_register_lstm(FloePluginRegistrar *reg) {
   uint32_t dts = FLOE_DTYPE_BIT(FLOE_F32) | FLOE_DTYPE_BIT(FLOE_F64);
   floe_code rc =
       cpu_add_kernel(reg, "LSTMCell", "T", dts, 0, cell_compute, cell_create, state_free, NULL);
   if (rc == FLOE_OK)
     rc = cpu_add_kernel(reg, "LSTMCellGrad", "T", dts, 0, grad_compute, NULL, NULL, NULL);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "LSTMCellBackprop", "T", dts, 0, backprop_compute, NULL, NULL,
+                        NULL);
   return rc;
 }

@@ -405,8 +405,8 @@ START_TEST(second_derivative_is_an_error) {
   FloeStatus *st = floe_status_new();
   ck_assert_int_eq(floe_gradients(g, &d[3], 1, op.ph, 1, NULL, dd, st), FLOE_UNIMPLEMENTED);
   const char *msg = floe_status_message(st);
-  ck_assert_msg(strstr(msg, "LSTMCellGrad") && strstr(msg, "second derivative") &&
-                    strstr(msg, "gradients/fused/LSTMCell/LSTMCellGrad"),
+  ck_assert_msg(strstr(msg, "LSTMCellBackprop") && strstr(msg, "second derivative") &&
+                    strstr(msg, "gradients/fused/LSTMCell/LSTMCellBackprop"),
                 "message: %s", msg);
   ck_assert_int_eq(floe_graph_status(g), FLOE_UNIMPLEMENTED);
   floe_status_free(st);
@@ -674,6 +674,8 @@ START_TEST(static_shape_errors) {
   const int64_t g8[8][2] = {{2, 3}, {2, 4}, {2, 4}, {7, 16}, {2, 4}, {2, 12}, {2, 4}, {2, 4}};
   op_with_shapes("LSTMCellGrad", 8, g8, r8, FLOE_F32,
                  (const char *const[]){"'op'", "LSTMCellGrad", "act", "hidden size 3", NULL});
+  op_with_shapes("LSTMCellBackprop", 8, g8, r8, FLOE_F32,
+                 (const char *const[]){"'op'", "LSTMCellBackprop", "act", "hidden size 3", NULL});
 }
 END_TEST
 
@@ -842,6 +844,78 @@ START_TEST(run_time_shape_errors) {
   const int64_t act_shape[8][2] = {{2, 3}, {2, 4}, {2, 4}, {7, 16}, {2, 4}, {2, 12}, {2, 4}, {2, 4}};
   run_expect_error("LSTMCellGrad", 8, act_shape, r8,
                    (const char *const[]){"'op'", "act must be", "[2,16]", "got [2,12]", NULL});
+  run_expect_error("LSTMCellBackprop", 8, dc_shape, r8,
+                   (const char *const[]){"'op'", "LSTMCellBackprop", "dc must be", "got [2,5]",
+                                         NULL});
+}
+END_TEST
+
+/* LSTMCellBackprop (what the gradient uses, checked against finite differences above) and
+ * LSTMCellGrad agree: the same dx, dh_prev, dc_prev, and LSTMCellGrad's dw and db are
+ * [x, h_prev]^T @ d_gates and d_gates' column sums, computed here by plain loops. */
+START_TEST(backprop_and_grad_agree) {
+  const int64_t bt = 3, in = 4, hid = 5, g4 = 4 * hid;
+  FloeGraph *g = floe_graph_new();
+  Operands op;
+  operands_make(g, &op, FLOE_F64, bt, in, hid, 17, false);
+  FloeLSTMState s = cell(g, "fused", &op, FLOE_LSTM_FUSED_ALWAYS, 0.0);
+  FloeNode *fwd = fused_node(g, "fused");
+  const int64_t bh[2] = {bt, hid};
+  FloeOutput dh = floe_placeholder(g, "dh", FLOE_F64, floe_shape_make(2, bh));
+  FloeOutput dc = floe_placeholder(g, "dc", FLOE_F64, floe_shape_make(2, bh));
+  FloeNode *nodes[2];
+  const char *ops[2] = {"LSTMCellGrad", "LSTMCellBackprop"};
+  for (int k = 0; k < 2; k++) {
+    FloeNodeBuilder *b = floe_node_begin(g, ops[k], ops[k]);
+    for (int i = 0; i < 4; i++) floe_node_add_input(b, op.ph[i]);
+    floe_node_add_input(b, s.c);
+    floe_node_add_input(b, floe_out(fwd, 2));
+    floe_node_add_input(b, dh);
+    floe_node_add_input(b, dc);
+    nodes[k] = floe_node_finish(b);
+  }
+  FloeSession *sess = session_new(g);
+  FloeFeed feeds[7];
+  operands_feeds(&op, feeds);
+  FloeTensor *dh_v = harness_random(FLOE_F64, 2, bh, 91, -1, 1);
+  FloeTensor *dc_v = harness_random(FLOE_F64, 2, bh, 92, -1, 1);
+  feeds[5] = (FloeFeed){"dh", dh_v};
+  feeds[6] = (FloeFeed){"dc", dc_v};
+  FloeOutput outs[9];
+  for (int i = 0; i < 5; i++) outs[i] = floe_out(nodes[0], i);
+  for (int i = 0; i < 4; i++) outs[5 + i] = floe_out(nodes[1], i);
+  FloeTensor *v[9] = {0};
+  run(sess, feeds, 7, outs, 9, v);
+  for (int i = 0; i < 3; i++) {
+    size_t n = (size_t)floe_tensor_num_elements(v[i]);
+    ck_assert_int_eq((long)n, (long)floe_tensor_num_elements(v[5 + i]));
+    const double *a = floe_tensor_data(v[i]), *b = floe_tensor_data(v[5 + i]);
+    for (size_t j = 0; j < n; j++) ck_assert_double_eq_tol(a[j], b[j], 1e-12);
+  }
+  const double *dg = floe_tensor_data(v[8]), *x = floe_tensor_data(op.val[0]),
+               *h = floe_tensor_data(op.val[1]), *dw = floe_tensor_data(v[3]),
+               *db = floe_tensor_data(v[4]);
+  ck_assert_int_eq(floe_tensor_dims(v[8])[0], bt);
+  ck_assert_int_eq(floe_tensor_dims(v[8])[1], g4);
+  double dg_abs = 0;
+  for (int64_t j = 0; j < g4; j++) {
+    double sum = 0;
+    for (int64_t r = 0; r < bt; r++) sum += dg[r * g4 + j], dg_abs += fabs(dg[r * g4 + j]);
+    ck_assert_double_eq_tol(db[j], sum, 1e-12);
+    for (int64_t i = 0; i < in + hid; i++) {
+      double w = 0;
+      for (int64_t r = 0; r < bt; r++)
+        w += (i < in ? x[r * in + i] : h[r * hid + i - in]) * dg[r * g4 + j];
+      ck_assert_double_eq_tol(dw[i * g4 + j], w, 1e-12);
+    }
+  }
+  ck_assert(dg_abs > 0.1); /* the comparison saw real gradients, not zeros */
+  for (int i = 0; i < 9; i++) floe_tensor_release(v[i]);
+  floe_tensor_release(dh_v);
+  floe_tensor_release(dc_v);
+  floe_session_free(sess);
+  operands_free(&op);
+  floe_graph_free(g);
 }
 END_TEST
 
@@ -864,6 +938,7 @@ static Suite *lstm_suite(void) {
   tcase_add_test(tc, gradients_f32);
   tcase_add_test(tc, act_output_is_not_differentiable);
   tcase_add_test(tc, second_derivative_is_an_error);
+  tcase_add_test(tc, backprop_and_grad_agree);
   suite_add_tcase(s, tc);
   tc = tcase_create("builder");
   tcase_set_timeout(tc, 60);
