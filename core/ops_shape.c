@@ -1563,6 +1563,31 @@ floe_code floe__shape_ta_stack(const FloeHostApi *host, FloeShapeContext *sctx) 
   return c;
 }
 
+floe_code floe__shape_ta_concat(const FloeHostApi *host, FloeShapeContext *sctx) {
+  FloeDType dt;
+  FloeShape decl;
+  int64_t size;
+  floe__ta_static_info(sctx->node->inputs[0], &dt, &decl, &size);
+  const FloeAttrValue *v = attr_of(sctx, "element_shape_except0", FLOE_ATTR_SHAPE);
+  FloeShape rest = v ? v->u.shape : unknown_rank();
+  if (decl.rank == 0)
+    return fail(sctx, "TensorArrayConcatV3: the TensorArray holds scalars, which cannot be "
+                      "concatenated (use TensorArrayStackV3)");
+  if (decl.rank >= 1) {
+    FloeShape tail = unknown_rank();
+    tail.rank = decl.rank - 1;
+    for (int i = 0; i < tail.rank; i++) tail.dims[i] = decl.dims[i + 1];
+    if (!shapes_compatible(&rest, &tail))
+      return fail(sctx, "TensorArrayConcatV3 element_shape_except0 %s contradicts the "
+                        "TensorArray's element shape %s", SHAPE_STR(rest), SHAPE_STR(decl));
+    rest = shape_merge(&rest, &tail);
+  }
+  sctx->output_shapes[0] = rows_of(-1, &rest);
+  int64_t n = size;
+  sctx->output_shapes[1] = floe_shape_make(1, &n);
+  return FLOE_OK;
+}
+
 floe_code floe__shape_ta_unstack(const FloeHostApi *host, FloeShapeContext *sctx) {
   const FloeShape *v = &sctx->input_shapes[1];
   if (v->rank == 0)

@@ -661,6 +661,116 @@ static floe_code stack_compute(void *state, FloeKernelContext *ctx) {
   return done(ctx, ta, rc, &st);
 }
 
+/* Concat: every element (all of rank >= 1, agreeing past their first dimension) one after
+ * the other along dimension 0, and their first dimensions as lengths (i64). Elements may
+ * have different numbers of rows, unlike Stack's; an empty array gives [0, rest...], the rest
+ * from the node's element_shape_except0 or the array's element shape. */
+static floe_code concat_rows(FloeKernelContext *ctx, TensorArray *ta, FloeTensor **out,
+                             FloeTensor **lengths, FloeStatus *st) {
+  pthread_mutex_lock(&ta->mu);
+  floe_code rc = check_dtype(ctx, ta, st);
+  if (rc == FLOE_OK) rc = check_open_locked(ta, st);
+  int64_t n = rc == FLOE_OK ? ta->size : 0;
+  FloeTensor **rows = floe__calloc((size_t)(n ? n : 1), sizeof *rows);
+  FloeShape *zshape = floe__malloc((size_t)(n ? n : 1) * sizeof *zshape);
+  if (rc == FLOE_OK && (!rows || !zshape))
+    rc = ta_fail(st, FLOE_NO_MEMORY, ta, "out of memory concatenating %lld elements", (long long)n);
+  for (int64_t k = 0; rc == FLOE_OK && k < n; k++) rc = peek_locked(ta, k, &rows[k], &zshape[k], st);
+  for (int64_t k = 0; rc == FLOE_OK && k < n; k++)
+    if (rows[k]) clear_locked(ta, k);
+  FloeShape decl = ta->elem_shape;
+  pthread_mutex_unlock(&ta->mu);
+
+  /* The shape past dimension 0: the node's, else the array's, checked against every element. */
+  const FloeAttrValue *ev = attr(ctx, "element_shape_except0", FLOE_ATTR_SHAPE);
+  FloeShape rest = ev ? ev->u.shape : floe_shape_unknown();
+  if (rest.rank < 0 && decl.rank >= 1) {
+    rest.rank = decl.rank - 1;
+    for (int d = 0; d < rest.rank; d++) rest.dims[d] = decl.dims[d + 1];
+  }
+  int64_t total = 0;
+  for (int64_t k = 0; rc == FLOE_OK && k < n; k++) {
+    FloeShape s = rows[k] ? floe_tensor_shape(rows[k]) : zshape[k];
+    bool fits = s.rank >= 1 && (rest.rank < 0 || rest.rank == s.rank - 1);
+    for (int d = 1; fits && d < s.rank; d++)
+      fits = s.dims[d] >= 0 &&
+             (rest.rank < 0 || rest.dims[d - 1] < 0 || rest.dims[d - 1] == s.dims[d]);
+    if (!fits || s.dims[0] < 0) {
+      rc = ta_fail(st, FLOE_INVALID_ARGUMENT, ta,
+                   "could not concatenate index %lld (shape %s): the elements must have rank "
+                   ">= 1 and one shape past their first dimension (%s so far)",
+                   (long long)k, SHAPE_STR(s), rest.rank >= 0 ? SHAPE_STR(rest) : "unknown");
+      break;
+    }
+    rest.rank = s.rank - 1;
+    for (int d = 1; d < s.rank; d++) rest.dims[d - 1] = s.dims[d];
+    total += s.dims[0];
+  }
+  if (rc == FLOE_OK && (!shape_known(&rest) || rest.rank + 1 > FLOE_MAX_DIMS))
+    rc = ta_fail(st, FLOE_INVALID_ARGUMENT, ta,
+                 "could not concatenate its %lld elements: the shape past their first "
+                 "dimension is %s (give the node a full element_shape_except0)",
+                 (long long)n, rest.rank >= 0 ? SHAPE_STR(rest) : "unknown");
+  FloeTensor *res = NULL, *lens = NULL;
+  if (rc == FLOE_OK) {
+    int64_t dims[FLOE_MAX_DIMS], ln[1] = {n};
+    dims[0] = total;
+    for (int d = 0; d < rest.rank; d++) dims[d + 1] = rest.dims[d];
+    res = floe__tensor_alloc(ctx->device, ta->dtype, rest.rank + 1, dims, st);
+    lens = res ? floe__tensor_alloc(NULL, FLOE_I64, 1, ln, st) : NULL;
+    if (!lens) rc = floe_status_code(st);
+  }
+  size_t row_bytes = res && total ? res->nbytes / (size_t)total : 0, at = 0;
+  for (int64_t k = 0; rc == FLOE_OK && k < n; k++) {
+    FloeTensor *src = rows[k];
+    int64_t r = src ? src->dims[0] : zshape[k].dims[0];
+    ((int64_t *)floe_tensor_data(lens))[k] = r;
+    size_t bytes = (size_t)r * row_bytes;
+    char *dst = (char *)res->buf->data + res->offset + at;
+    at += bytes;
+    if (!bytes) continue;
+    if (!src) { /* a gradient element nobody wrote: zeros */
+      FloeTensor *z = zeros(ta->dtype, &zshape[k], st);
+      if (!z) {
+        rc = floe_status_code(st);
+        break;
+      }
+      rc = floe__device_copy(floe__tensor_on_host(res) ? NULL : floe__tensor_device(res), dst,
+                             NULL, floe_tensor_data(z), bytes, st);
+      floe_tensor_release(z);
+      continue;
+    }
+    rc = floe__device_copy(floe__tensor_on_host(res) ? NULL : floe__tensor_device(res), dst,
+                           floe__tensor_on_host(src) ? NULL : floe__tensor_device(src),
+                           (const char *)src->buf->data + src->offset, bytes, st);
+  }
+  for (int64_t k = 0; rows && k < n; k++) floe_tensor_release(rows[k]);
+  floe__free(rows);
+  floe__free(zshape);
+  if (rc != FLOE_OK) {
+    floe_tensor_release(res);
+    floe_tensor_release(lens);
+    return rc;
+  }
+  *out = res;
+  *lengths = lens;
+  return FLOE_OK;
+}
+
+static floe_code concat_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  TensorArray *ta = ta_input(ctx);
+  if (!ta) return ctx->status->code;
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *out = NULL, *lengths = NULL;
+  floe_code rc = concat_rows(ctx, ta, &out, &lengths, &st);
+  if (rc == FLOE_OK) {
+    floe__kctx_set_output(ctx, 0, out);
+    floe__kctx_set_output(ctx, 1, lengths);
+  }
+  return done(ctx, ta, rc, &st);
+}
+
 /* Writes row k of value to idx[k] (NULL idx: k) for k < rows, each a view of value. */
 static floe_code scatter_rows(TensorArray *ta, FloeTensor *value, const int32_t *idx,
                               int64_t n, FloeStatus *st) {
@@ -857,6 +967,7 @@ floe_code floe__tensor_array_kernels_register(FloeRuntime *rt, FloeStatus *st) {
       {"TensorArrayGatherV3", gather_compute, true},
       {"TensorArrayScatterV3", scatter_compute, false},
       {"TensorArrayStackV3", stack_compute, true},
+      {"TensorArrayConcatV3", concat_compute, true},
       {"TensorArrayUnstackV3", unstack_compute, false},
       {"TensorArraySizeV3", size_compute, false},
       {"TensorArrayCloseV3", close_compute, false},

@@ -164,6 +164,14 @@ FloeOutput floe_ta_stack(FloeGraph *g, const char *name, FloeTensorArray ta) {
   return floe_out(ta_op(g, "TensorArrayStackV3", name, ta, NULL, 0, dt), 0);
 }
 
+FloeOutput floe_ta_concat(FloeGraph *g, const char *name, FloeTensorArray ta,
+                          FloeOutput *lengths) {
+  FloeDType dt = elem_dtype(g, ta, "floe_ta_concat");
+  FloeNode *n = ta_op(g, "TensorArrayConcatV3", name, ta, NULL, 0, dt);
+  if (lengths) *lengths = floe_out(n, 1);
+  return floe_out(n, 0);
+}
+
 FloeTensorArray floe_ta_unstack(FloeGraph *g, const char *name, FloeTensorArray ta,
                                 FloeOutput value) {
   return with_flow(ta, ta_op(g, "TensorArrayUnstackV3", name, ta, &value, 1, FLOE_DTYPE_INVALID));

@@ -253,6 +253,44 @@ START_TEST(stack_of_nothing) {
 }
 END_TEST
 
+/* Concat: elements of different row counts one after the other, their lengths, an empty
+ * array, and elements that disagree past their first dimension. */
+START_TEST(concat_ragged_elements) {
+  FloeGraph *g = floe_graph_new();
+  FloeTensorArrayOptions o = opts_elem(floe_shape_make(2, (int64_t[]){-1, 2}));
+  FloeTensorArray t = floe_tensor_array(g, "t", FLOE_F64, ci32(g, 3), &o);
+  const double a[4] = {1, 2, 3, 4}, b[2] = {5, 6}, c[6] = {7, 8, 9, 10, 11, 12};
+  t = floe_ta_write(g, "w0", t, ci32(g, 0), cval(g, FLOE_F64, 2, (int64_t[]){2, 2}, a));
+  t = floe_ta_write(g, "w2", t, ci32(g, 2), cval(g, FLOE_F64, 2, (int64_t[]){3, 2}, c));
+  t = floe_ta_write(g, "w1", t, ci32(g, 1), cval(g, FLOE_F64, 2, (int64_t[]){1, 2}, b));
+  FloeOutput lengths;
+  FloeOutput all = floe_ta_concat(g, "concat", t, &lengths);
+  assert_shape(floe_node_output_shape(all.node, 0), 2, (int64_t[]){-1, 2}, "concat's shape");
+  assert_shape(floe_node_output_shape(lengths.node, 1), 1, (int64_t[]){3}, "lengths' shape");
+  FloeTensorArray e = floe_tensor_array(g, "empty", FLOE_F32, ci32(g, 0), &o);
+  floe_ta_concat(g, "concat_empty", e, NULL);
+  FloeTensorArray bad = floe_tensor_array(g, "bad", FLOE_F64, ci32(g, 2), NULL);
+  bad = floe_ta_write(g, "b0", bad, ci32(g, 0), cval(g, FLOE_F64, 2, (int64_t[]){2, 2}, a));
+  bad = floe_ta_write(g, "b1", bad, ci32(g, 1), cval(g, FLOE_F64, 2, (int64_t[]){2, 1}, b));
+  floe_ta_concat(g, "concat_bad", bad, NULL);
+  FloeSession *s = session_new(g);
+  const char *fetches[] = {"concat:0", "concat:1", "concat_empty"};
+  FloeTensor *out[3];
+  run_ok(s, NULL, 0, fetches, 3, out);
+  const double want[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  assert_shape(floe_tensor_shape(out[0]), 2, (int64_t[]){6, 2}, "concat");
+  assert_values(out[0], want, 12, "concat of 2 + 1 + 3 rows");
+  ck_assert_int_eq(floe_tensor_dtype(out[1]), FLOE_I64);
+  assert_values(out[1], (const double[]){2, 1, 3}, 3, "lengths");
+  assert_shape(floe_tensor_shape(out[2]), 2, (int64_t[]){0, 2}, "concat of an empty array");
+  for (int i = 0; i < 3; i++) floe_tensor_release(out[i]);
+  floe_session_free(s);
+  const char *parts[] = {"TensorArray 'bad'", "could not concatenate index 1", "[2,1]", NULL};
+  expect_error(g, NULL, 0, "concat_bad", FLOE_INVALID_ARGUMENT, parts);
+  floe_graph_free(g);
+}
+END_TEST
+
 /* ---- errors ---- */
 
 /* A 3-element f32 array "arr" of element shape [2] with index 0 written. */
@@ -1076,6 +1114,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, dynamic_size_grows);
   tcase_add_test(tc, unstack_gather_stack_scatter);
   tcase_add_test(tc, stack_of_nothing);
+  tcase_add_test(tc, concat_ragged_elements);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);

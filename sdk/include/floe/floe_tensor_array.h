@@ -73,6 +73,11 @@ FLOE_API FloeTensorArray floe_ta_scatter(FloeGraph *g, const char *name, FloeTen
                                          FloeOutput indices, FloeOutput value);
 /* Elements 0..size-1 stacked into one [size, ...element] tensor. */
 FLOE_API FloeOutput floe_ta_stack(FloeGraph *g, const char *name, FloeTensorArray ta);
+/* Elements 0..size-1 one after the other along their first dimension, which may differ
+ * between elements (the rest must agree): [sum of rows, ...rest]. *lengths (when not NULL)
+ * gets each element's first dimension (i64 [size]). No gradient flows through it yet. */
+FLOE_API FloeOutput floe_ta_concat(FloeGraph *g, const char *name, FloeTensorArray ta,
+                                   FloeOutput *lengths);
 /* Element k := row k of value, for every row. */
 FLOE_API FloeTensorArray floe_ta_unstack(FloeGraph *g, const char *name, FloeTensorArray ta,
                                          FloeOutput value);
