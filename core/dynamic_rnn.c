@@ -8,6 +8,7 @@
  * (Slice), the others keep their state (Concat), so no work is done past a sequence's own
  * length, and the loop stops after the longest one.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ typedef struct DynArg {
   FloeOutput steps;         /* i32 scalar: iterations to run */
   FloeOutput w, b;
   FloeLSTMOptions cell;
+  bool projected;           /* `in` holds x @ w_x + b per step; the cell takes w_h = w */
 } DynArg;
 
 static FloeOutput i32_scalar(FloeGraph *g, int32_t v) {
@@ -85,6 +87,19 @@ static floe_code dyn_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, F
   return floe_graph_status(g);
 }
 
+/* One step of the cell on input rows x (the projected gates when a->projected). */
+static FloeLSTMState step(FloeGraph *g, const DynArg *a, FloeOutput x, FloeLSTMState prev) {
+  if (!a->projected) return floe_lstm_cell(g, NULL, x, prev, a->w, a->b, &a->cell);
+  FloeNodeBuilder *b = floe_node_begin(g, "LSTMCellRecurrent", NULL);
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, prev.h);
+  floe_node_add_input(b, prev.c);
+  floe_node_add_input(b, a->w);
+  floe_node_set_attr_float(b, "forget_bias", a->cell.forget_bias);
+  FloeNode *n = floe_node_finish(b);
+  return (FloeLSTMState){floe_out(n, 0), floe_out(n, 1)};
+}
+
 /* v = [t, h, c, out_flow]. */
 static floe_code dyn_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *next) {
   (void)n;
@@ -93,7 +108,7 @@ static floe_code dyn_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, F
   FloeLSTMState prev = {v[1], v[2]}, st;
   FloeOutput out;
   if (!a->lengths.node) {
-    st = floe_lstm_cell(g, NULL, x, prev, a->w, a->b, &a->cell);
+    st = step(g, a, x, prev);
     out = st.h;
   } else {
     /* Rows still running: the first b_t (lengths sorted longest first). */
@@ -110,7 +125,7 @@ static floe_code dyn_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, F
     FloeOutput head = pair_with_zero(g, bt, true); /* [b_t, 0] */
     FloeOutput head_size = floe_binary(g, "Add", NULL, head, i32_vector(g, (const int32_t[]){0, -1}, 2));
     FloeLSTMState act = {slice(g, v[1], zero2, head_size), slice(g, v[2], zero2, head_size)};
-    st = floe_lstm_cell(g, NULL, slice(g, x, zero2, head_size), act, a->w, a->b, &a->cell);
+    st = step(g, a, slice(g, x, zero2, head_size), act);
     FloeOutput rest_h = slice(g, v[1], head, to_end), rest_c = slice(g, v[2], head, to_end);
     out = concat_rows(g, st.h, floe_unary(g, "ZerosLike", NULL, rest_h));
     st.h = concat_rows(g, st.h, rest_h);
@@ -123,6 +138,18 @@ static floe_code dyn_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, F
   next[2] = st.c;
   next[3] = o.flow;
   return floe_graph_status(g);
+}
+
+/* Whether the loop runs LSTMCellRecurrent on inputs projected beforehand: the fused cell is
+ * wanted (always, or "auto" with a kernel for it in the default runtime), the dtype has it,
+ * and the input size is static (w is cut at that row). */
+static bool project_inputs(const FloeLSTMOptions *cell, FloeDType dt, const FloeShape *xs) {
+  if ((dt != FLOE_F32 && dt != FLOE_F64) || xs->dims[2] < 0 || xs->dims[2] > INT32_MAX)
+    return false;
+  if (cell->fused == FLOE_LSTM_FUSED_ALWAYS) return true;
+  if (cell->fused != FLOE_LSTM_FUSED_AUTO) return false;
+  FloeRuntime *rt = floe_runtime_default(NULL);
+  return rt && floe_runtime_num_kernels_for(rt, "LSTMCellRecurrent", NULL) > 0;
 }
 
 void floe_dynamic_rnn_options_init(FloeDynamicRNNOptions *o) {
@@ -185,6 +212,45 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
     floe_node_add_input(bb, i32_scalar(g, 0));
     steps = floe_binary(g, "Minimum", NULL, floe_out(floe_node_finish(bb), 0), t_total);
   }
+  /* The fused cell takes the inputs' projection x @ w_x + b made for every step at once:
+   * one [T*B, I] x [I, 4H] product before the loop (and, in the gradient, one for dx and one
+   * for dw_x after it) instead of a B-row product per step; the loop multiplies by w_h. */
+  bool projected = project_inputs(&o.cell, dt, xs);
+  const FloeShape *ws = &w.node->out_shapes[w.index], *h0 = &init.h.node->out_shapes[init.h.index];
+  if (ws->rank == 2 && h0->rank == 2 && ws->dims[0] >= 0 && h0->dims[1] >= 0 &&
+      xs->dims[2] >= 0 && ws->dims[0] != xs->dims[2] + h0->dims[1]) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_dynamic_lstm '%s': w has %lld rows, but the inputs have %lld "
+                     "features and the state %lld units: w must be [input + hidden, 4 * hidden]",
+                     name, (long long)ws->dims[0], (long long)xs->dims[2], (long long)h0->dims[1]);
+    return bad;
+  }
+  if (projected) {
+    int32_t in_size = (int32_t)xs->dims[2];
+    FloeOutput w_x = slice(g, w, i32_vector(g, (const int32_t[]){0, 0}, 2),
+                           i32_vector(g, (const int32_t[]){in_size, -1}, 2));
+    FloeOutput w_h = slice(g, w, i32_vector(g, (const int32_t[]){in_size, 0}, 2),
+                           i32_vector(g, (const int32_t[]){-1, -1}, 2));
+    bb = floe_node_begin(g, "Reshape", NULL);
+    floe_node_add_input(bb, inputs);
+    floe_node_add_input(bb, i32_vector(g, (const int32_t[]){-1, in_size}, 2));
+    FloeOutput flat = floe_out(floe_node_finish(bb), 0);
+    FloeOutput gx = floe_binary(g, "BiasAdd", NULL, floe_matmul(g, NULL, flat, w_x, 0, 0), b);
+    bb = floe_node_begin(g, "Shape", NULL);
+    floe_node_add_input(bb, b);
+    FloeOutput parts[2] = {slice(g, shape, i32_vector(g, (const int32_t[]){0}, 1),
+                                 i32_vector(g, (const int32_t[]){2}, 1)),
+                           floe_out(floe_node_finish(bb), 0)};
+    bb = floe_node_begin(g, "Concat", NULL);
+    floe_node_add_input_list(bb, parts, 2);
+    floe_node_add_input(bb, i32_scalar(g, 0));
+    FloeOutput tb4h = floe_out(floe_node_finish(bb), 0); /* [T, B, 4H] */
+    bb = floe_node_begin(g, "Reshape", NULL);
+    floe_node_add_input(bb, gx);
+    floe_node_add_input(bb, tb4h);
+    inputs = floe_out(floe_node_finish(bb), 0);
+    w = w_h;
+  }
   FloeTensorArrayOptions tao;
   floe_tensor_array_options_init(&tao);
   snprintf(nm, sizeof nm, "%s/inputs", name);
@@ -195,7 +261,7 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   snprintf(nm, sizeof nm, "%s/outputs", name);
   FloeTensorArray out = floe_tensor_array(g, nm, dt, steps, &tao);
   if (floe_graph_status(g) != FLOE_OK) return bad;
-  DynArg a = {in, out, lengths, steps, w, b, o.cell};
+  DynArg a = {in, out, lengths, steps, w, b, o.cell, projected};
   FloeOutput vars[4] = {i32_scalar(g, 0), init.h, init.c, out.flow}, res[4];
   FloeWhileOptions wo;
   floe_while_options_init(&wo);

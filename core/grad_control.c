@@ -291,6 +291,17 @@ typedef struct Saved {
   FloeNode *write;    /* the forward write */
 } Saved;
 
+/* An invariant whose per-iteration gradient is a^T g (a MatMul with transpose_a, as a
+ * weight's in x W): the backward loop writes a and g into two TensorArrays at the forward
+ * iteration's index, and one product over every iteration's rows after the loop replaces
+ * a product and an accumulation per iteration (sum_t a_t^T g_t = [a_0; a_1; ...]^T [g_0;
+ * g_1; ...]). A weight of an RNN gets one [I, T*B] x [T*B, N] product, where the K = B
+ * products and the [I, N] additions per step cost several times more. */
+typedef struct Hoisted {
+  FloeOutput ta[2]; /* the TensorArrays of a and g (outside both loops); NULL: not hoisted */
+  FloeDType dtype;
+} Hoisted;
+
 typedef struct GradLoopBuild {
   FloeGraph *g;
   const FloeGradLoop *L;
@@ -310,6 +321,9 @@ typedef struct GradLoopBuild {
   int num_saved, cap_saved;
   FloeNode **fwd_extra;    /* forward-side nodes made for the gradient (shape_forward) */
   int num_fwd_extra, cap_fwd_extra;
+  const char *bwd_frame;   /* the backward loop's name (its frame) */
+  bool can_hoist;          /* the forward body has no cond: every iteration runs it all */
+  Hoisted *hoisted;        /* per entry of finv: its product made after the loop, if any */
   FloeStatus *st;
 } GradLoopBuild;
 
@@ -578,6 +592,95 @@ static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx
   return FLOE_OK;
 }
 
+/* d (a gradient made in the backward body, whose nodes are ids >= start) is a^T g of two
+ * per-iteration values of rank 2: its operands (NULL when it is not). */
+static bool hoistable(const GradLoopBuild *B, FloeOutput d, int start, FloeOutput *ops) {
+  FloeNode *n = d.node;
+  if (!B->can_hoist || !n || n->id < start || !is_op(n, "MatMul") ||
+      !floe__node_attr_bool(n, "transpose_a", false) ||
+      floe__node_attr_bool(n, "transpose_b", false))
+    return false;
+  for (int j = 0; j < 2; j++) {
+    ops[j] = n->inputs[j];
+    if (ops[j].node->id < start || ops[j].node->out_shapes[ops[j].index].rank != 2) return false;
+  }
+  return true;
+}
+
+/* Writes a and g (ops) of invariant entry k into TensorArrays at forward index idx, the
+ * writes made control inputs of the backward counter's increment `step` (so the loop's
+ * last counter value comes only after every write). The per-iteration product d is left
+ * unused and out of the loop. */
+static floe_code hoist(GradLoopBuild *B, int k, FloeNode *d, const FloeOutput *ops,
+                       FloeOutput idx, FloeNode *step) {
+  FloeGraph *g = B->g;
+  char nm[512], scope[300];
+  snprintf(scope, sizeof scope, "%s/hoisted/%s", B->bwd_frame, d->name);
+  Hoisted *h = &B->hoisted[k];
+  h->dtype = d->out_dtypes[0];
+  FloeNode *made[6];
+  int nmade = 0;
+  /* Made outside the loop (excluded from its body); the loop builder brings them in. */
+  FloeOutput zero = scalar_const(g, name_in(g, nm, sizeof nm, scope, "flow"), FLOE_F32, 0);
+  if (!zero.node) return floe_graph_status(g);
+  made[nmade++] = zero.node;
+  for (int j = 0; j < 2; j++) {
+    FloeShape es = ops[j].node->out_shapes[ops[j].index];
+    es.dims[0] = -1; /* rows may differ between iterations (floe_dynamic_lstm's) */
+    FloeOutput size = scalar_const(g, name_in(g, nm, sizeof nm, scope, "size"), FLOE_I32, 0);
+    FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayV3",
+                                         name_in(g, nm, sizeof nm, scope, j ? "g" : "a"));
+    floe_node_add_input(b, size);
+    floe_node_set_attr_type(b, "dtype", h->dtype);
+    floe_node_set_attr_shape(b, "element_shape", es);
+    floe_node_set_attr_bool(b, "dynamic_size", true);
+    floe_node_set_attr_string(b, "tensor_array_name", nm);
+    FloeNode *ta = floe_node_finish(b);
+    if (!ta) return floe_graph_status(g);
+    made[nmade++] = size.node;
+    made[nmade++] = ta;
+    h->ta[j] = floe_out(ta, 0);
+    b = floe_node_begin(g, "TensorArrayWriteV3", name_in(g, nm, sizeof nm, scope, "write"));
+    floe_node_add_input(b, h->ta[j]);
+    floe_node_add_input(b, idx);
+    floe_node_add_input(b, ops[j]);
+    floe_node_add_input(b, zero);
+    FloeNode *w = floe_node_finish(b);
+    if (!w) return floe_graph_status(g);
+    if (floe__node_add_control(step, w, B->st) != FLOE_OK) {
+      floe__graph_fail(g, B->st->code, "%s", floe_status_message(B->st));
+      return B->st->code;
+    }
+  }
+  made[nmade++] = d;
+  for (int i = 0; i < nmade; i++)
+    if (floe__cf_exclude(made[i]) != FLOE_OK) {
+      floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
+      return FLOE_NO_MEMORY;
+    }
+  return FLOE_OK;
+}
+
+/* After the backward loop (whose counter Exit `done` comes after every write): the hoisted
+ * invariant's gradient, concat(a)^T concat(g). */
+static FloeOutput hoisted_product(GradLoopBuild *B, const Hoisted *h, FloeNode *done) {
+  FloeGraph *g = B->g;
+  FloeOutput parts[2];
+  for (int j = 0; j < 2; j++) {
+    FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayConcatV3", NULL);
+    floe_node_add_input(b, h->ta[j]);
+    floe_node_add_input(b, B->zero_flow);
+    floe_node_set_attr_type(b, "dtype", h->dtype);
+    floe_node_add_control_input(b, done);
+    parts[j] = floe_out(floe_node_finish(b), 0);
+  }
+  FloeNodeBuilder *b = floe_node_begin(g, "MatMul", NULL);
+  floe_node_add_input(b, parts[0]);
+  floe_node_add_input(b, parts[1]);
+  floe_node_set_attr_bool(b, "transpose_a", true);
+  return floe_out(floe_node_finish(b), 0);
+}
+
 /* Backward loop condition: k < N. */
 static floe_code bwd_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
   (void)n;
@@ -615,11 +718,30 @@ static floe_code bwd_body(FloeGraph *g, void *arg, const FloeOutput *v, int n,
   if (rc == FLOE_OK) rc = substitute(B, start, floe_graph_num_nodes(g), idx);
   for (int i = 0; i < nf && rc == FLOE_OK; i++)
     next[1 + i] = dxs[i].node ? dxs[i] : floe_unary(g, "ZerosLike", NULL, v[1 + i]);
-  for (int k = 0; k < ni && rc == FLOE_OK; k++)
+  for (int k = 0; k < ni && rc == FLOE_OK; k++) {
+    FloeOutput ops[2];
+    if (hoistable(B, dxs[nf + k], start, ops)) {
+      rc = hoist(B, k, dxs[nf + k].node, ops, idx, next[0].node);
+      next[1 + nf + k] = v[1 + nf + k]; /* unused: the product after the loop replaces it */
+      continue;
+    }
     next[1 + nf + k] =
         dxs[nf + k].node ? floe_binary(g, "Add", NULL, v[1 + nf + k], dxs[nf + k]) : v[1 + nf + k];
+  }
   floe__free(buf);
   return rc == FLOE_OK ? floe_graph_status(g) : rc;
+}
+
+/* Whether the forward body holds a Switch other than the loop's own: a cond, whose untaken
+ * branch leaves some iterations without the values a hoisted product would gather. */
+static bool has_cond(const GradLoopBuild *B) {
+  for (int id = 0; id < B->num_walked; id++) {
+    if (B->loop_of[id] != B->li || !is_op(B->g->nodes[id], "Switch")) continue;
+    bool own = false;
+    for (int i = 0; i < B->L->num_vars && !own; i++) own = B->L->vars[i].sw == B->g->nodes[id];
+    if (!own) return true;
+  }
+  return false;
 }
 
 floe_code floe__grad_while(FloeGraph *g, const FloeGradLoop *L, int li, const int *loop_of,
@@ -635,11 +757,12 @@ floe_code floe__grad_while(FloeGraph *g, const FloeGradLoop *L, int li, const in
   GradLoopBuild B = {.g = g, .L = L, .loop_of = loop_of, .li = li, .st = st};
   B.fvar = floe__calloc((size_t)L->num_vars + 1, sizeof(int));
   B.finv = floe__calloc((size_t)L->num_inv + 1, sizeof(int));
+  B.hoisted = floe__calloc((size_t)L->num_inv + 1, sizeof *B.hoisted);
   int total = 1 + L->num_vars + L->num_inv;
   FloeOutput *init = floe__calloc((size_t)total, sizeof *init);
   FloeOutput *res = floe__calloc((size_t)total, sizeof *res);
   floe_code rc = FLOE_OK;
-  if (!B.fvar || !B.finv || !init || !res) {
+  if (!B.fvar || !B.finv || !B.hoisted || !init || !res) {
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory building a loop gradient");
     goto out;
   }
@@ -668,11 +791,16 @@ floe_code floe__grad_while(FloeGraph *g, const FloeGradLoop *L, int li, const in
   floe_while_options_init(&o);
   snprintf(nm, sizeof nm, "%s_grad", L->name);
   for (int k = 1; floe_graph_find(g, nm); k++) snprintf(nm, sizeof nm, "%s_grad_%d", L->name, k);
+  B.bwd_frame = nm;
+  B.can_hoist = !has_cond(&B);
   rc = floe_while_loop(g, nm, bwd_cond, bwd_body, &B, init, nv, &o, res);
   floe__cf_exclude_clear();
   if (rc != FLOE_OK) goto fail_graph;
   for (int i = 0; i < B.num_fvar; i++) dinit[B.fvar[i]] = res[1 + i];
-  for (int k = 0; k < B.num_finv; k++) dinv[B.finv[k]] = res[1 + B.num_fvar + k];
+  for (int k = 0; k < B.num_finv; k++)
+    dinv[B.finv[k]] = B.hoisted[k].ta[0].node ? hoisted_product(&B, &B.hoisted[k], res[0].node)
+                                              : res[1 + B.num_fvar + k];
+  if (floe_graph_status(g) != FLOE_OK) goto fail_graph;
   goto out;
 fail_graph:
   if (floe_graph_status(g) != FLOE_OK && floe_status_code(st) == FLOE_OK) floe_graph_error(g, st);
@@ -681,6 +809,7 @@ fail_graph:
 out:
   floe__free(B.fvar);
   floe__free(B.finv);
+  floe__free(B.hoisted);
   floe__free(B.saved);
   floe__free(B.fwd_extra);
   floe__free(init);

@@ -42,6 +42,32 @@ static floe_code grad_lstm_cell(FloeGradCtx *c, FloeStatus *st) {
   return FLOE_OK;
 }
 
+/* LSTMCellRecurrent: LSTMCellRecurrentBackprop gives d_gates, which is gates_x's gradient,
+ * dh_prev and dc_prev; w_h's is h_prev^T @ d_gates, a MatMul (made once after a loop, as
+ * above). */
+static floe_code grad_lstm_cell_recurrent(FloeGradCtx *c, FloeStatus *st) {
+  (void)st;
+  if (!c->dy[0].node && !c->dy[1].node) return FLOE_OK;
+  FloeNodeBuilder *b = floe__grad_begin(c, "LSTMCellRecurrentBackprop");
+  for (int k = 1; k < 4; k++) floe_node_add_input(b, c->node->inputs[k]); /* h, c, w_h */
+  floe_node_add_input(b, floe_out((FloeNode *)c->node, 1));                /* c */
+  floe_node_add_input(b, floe_out((FloeNode *)c->node, 2));                /* act */
+  floe_node_add_input(b, floe__grad_dy(c, 0));
+  floe_node_add_input(b, floe__grad_dy(c, 1));
+  FloeNode *g = floe_node_finish(b);
+  /* Outputs d_gates, dh_prev, dc_prev line up with inputs gates_x, h_prev, c_prev. */
+  for (int k = 0; k < 3; k++)
+    if (c->need_dx[k]) c->dx[k] = floe_out(g, k);
+  if (c->need_dx[3]) {
+    b = floe__grad_begin(c, "MatMul");
+    floe_node_add_input(b, c->node->inputs[1]);
+    floe_node_add_input(b, floe_out(g, 0));
+    floe_node_set_attr_bool(b, "transpose_a", true);
+    c->dx[3] = floe_out(floe_node_finish(b), 0);
+  }
+  return FLOE_OK;
+}
+
 /* Second derivatives of the cell would need an op of their own. */
 static floe_code grad_lstm_cell_grad(FloeGradCtx *c, FloeStatus *st) {
   const FloeNode *n = c->node;
@@ -57,5 +83,8 @@ floe_code floe__grads_register_rnn(FloeStatus *st) {
   floe_code rc = floe__grad_register("LSTMCell", grad_lstm_cell, st);
   if (rc == FLOE_OK) rc = floe__grad_register("LSTMCellGrad", grad_lstm_cell_grad, st);
   if (rc == FLOE_OK) rc = floe__grad_register("LSTMCellBackprop", grad_lstm_cell_grad, st);
+  if (rc == FLOE_OK) rc = floe__grad_register("LSTMCellRecurrent", grad_lstm_cell_recurrent, st);
+  if (rc == FLOE_OK)
+    rc = floe__grad_register("LSTMCellRecurrentBackprop", grad_lstm_cell_grad, st);
   return rc;
 }

@@ -174,6 +174,34 @@ static floe_code grad_unstack(FloeGradCtx *c, FloeStatus *st) {
   return FLOE_OK;
 }
 
+/* Concat(handle, flow) -> (value, lengths): split dy into the gradient array by lengths. */
+static floe_code grad_concat(FloeGradCtx *c, FloeStatus *st) {
+  (void)st;
+  if (!c->need_dx[1] || !c->dy[0].node) return FLOE_OK;
+  GradTa g = grad_array(c, in_(c, 1));
+  FloeOutput in[2] = {c->dy[0], floe_out((FloeNode *)c->node, 1)};
+  c->dx[1] = grad_write_op(c, "TensorArraySplitV3", g, in, 2);
+  return FLOE_OK;
+}
+
+/* Split(handle, value, lengths, flow) -> flow: value's gradient concatenates the gradient
+ * array (its elements have the split's row counts). */
+static floe_code grad_split(FloeGradCtx *c, FloeStatus *st) {
+  (void)st;
+  FloeOutput dflow = floe__grad_dy(c, 0);
+  if (c->need_dx[1]) {
+    GradTa g = grad_array(c, after_forward(c, dflow));
+    FloeNodeBuilder *b = floe__grad_begin(c, "TensorArrayConcatV3");
+    floe_node_add_input(b, g.handle);
+    floe_node_add_input(b, g.flow);
+    floe_node_set_attr_type(b, "dtype", floe__grad_input_dtype(c, 1));
+    floe_node_set_attr_shape(b, "element_shape_except0", input_shape(c, 1, true));
+    c->dx[1] = floe_out(floe_node_finish(b), 0);
+  }
+  if (c->need_dx[3]) c->dx[3] = dflow;
+  return FLOE_OK;
+}
+
 floe_code floe__grads_register_tensor_array(FloeStatus *st) {
   static const struct {
     const char *op;
@@ -185,6 +213,8 @@ floe_code floe__grads_register_tensor_array(FloeStatus *st) {
       {"TensorArrayWriteV3", grad_write},
       {"TensorArrayScatterV3", grad_scatter},
       {"TensorArrayUnstackV3", grad_unstack},
+      {"TensorArrayConcatV3", grad_concat},
+      {"TensorArraySplitV3", grad_split},
       /* Handles, sizes and stacks carry no gradient (loop gradients pop what the forward
        * loop pushed; they do not differentiate through the pushes). */
       {"TensorArrayV3", NULL},

@@ -815,6 +815,7 @@ floe_code floe__shape_ta_gather(const FloeHostApi *host, FloeShapeContext *sctx)
 floe_code floe__shape_ta_scatter(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_ta_stack(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_ta_concat(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_ta_split(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_ta_unstack(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_ta_grad(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_stack_push(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -1588,6 +1588,19 @@ floe_code floe__shape_ta_concat(const FloeHostApi *host, FloeShapeContext *sctx)
   return FLOE_OK;
 }
 
+floe_code floe__shape_ta_split(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *v = &sctx->input_shapes[1], *l = &sctx->input_shapes[2];
+  if (v->rank == 0)
+    return fail(sctx, "TensorArraySplitV3 value must have rank >= 1 (its rows are cut into the "
+                      "elements), got a scalar");
+  if (l->rank >= 0 && l->rank != 1)
+    return fail(sctx, "TensorArraySplitV3 lengths must be a vector (rows per element), got "
+                      "shape %s", SHAPE_STR(*l));
+  floe_code c = need_scalar(sctx, 3, "flow_in");
+  if (c == FLOE_OK) sctx->output_shapes[0] = floe_shape_scalar();
+  return c;
+}
+
 floe_code floe__shape_ta_unstack(const FloeHostApi *host, FloeShapeContext *sctx) {
   const FloeShape *v = &sctx->input_shapes[1];
   if (v->rank == 0)
@@ -1646,6 +1659,23 @@ static const LstmOperand lstm_grad_operands[] = {
     {5, "act", "[batch, 4 * hidden]", 2, {LSTM_B, LSTM_H}, {1, 4}},
     {6, "dh", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
     {7, "dc", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+};
+
+static const LstmOperand lstm_rec_operands[] = {
+    {0, "gates_x", "[batch, 4 * hidden]", 2, {LSTM_B, LSTM_H}, {1, 4}},
+    {1, "h_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {2, "c_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {3, "w_h", "[hidden, 4 * hidden]", 2, {LSTM_H, LSTM_H}, {1, 4}},
+};
+
+static const LstmOperand lstm_rec_grad_operands[] = {
+    {0, "h_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {1, "c_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {2, "w_h", "[hidden, 4 * hidden]", 2, {LSTM_H, LSTM_H}, {1, 4}},
+    {3, "c", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {4, "act", "[batch, 4 * hidden]", 2, {LSTM_B, LSTM_H}, {1, 4}},
+    {5, "dh", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
+    {6, "dc", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
 };
 
 /* Merges `got` (a dim of operand `in`: mult times size k; -1 unknown) into sizes[k], first
@@ -1745,6 +1775,30 @@ floe_code floe__shape_lstm_cell_backprop(const FloeHostApi *host, FloeShapeConte
   sctx->output_shapes[1] = floe_shape_make(2, bh);
   sctx->output_shapes[2] = floe_shape_make(2, bh);
   sctx->output_shapes[3] = floe_shape_make(2, bg);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_lstm_cell_recurrent(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t s[LSTM_NSIZES];
+  floe_code c = lstm_sizes(sctx, lstm_rec_operands, FLOE__ARRAY_LEN(lstm_rec_operands), s);
+  if (c != FLOE_OK) return c;
+  int64_t bh[2] = {s[LSTM_B], s[LSTM_H]}, bg[2] = {s[LSTM_B], times4(s[LSTM_H])};
+  sctx->output_shapes[0] = floe_shape_make(2, bh);
+  sctx->output_shapes[1] = floe_shape_make(2, bh);
+  sctx->output_shapes[2] = floe_shape_make(2, bg);
+  return FLOE_OK;
+}
+
+floe_code floe__shape_lstm_cell_recurrent_backprop(const FloeHostApi *host,
+                                                   FloeShapeContext *sctx) {
+  int64_t s[LSTM_NSIZES];
+  floe_code c =
+      lstm_sizes(sctx, lstm_rec_grad_operands, FLOE__ARRAY_LEN(lstm_rec_grad_operands), s);
+  if (c != FLOE_OK) return c;
+  int64_t bh[2] = {s[LSTM_B], s[LSTM_H]}, bg[2] = {s[LSTM_B], times4(s[LSTM_H])};
+  sctx->output_shapes[0] = floe_shape_make(2, bg);
+  sctx->output_shapes[1] = floe_shape_make(2, bh);
+  sctx->output_shapes[2] = floe_shape_make(2, bh);
   return FLOE_OK;
 }
 

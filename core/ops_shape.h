@@ -61,6 +61,9 @@ floe_code floe__shape_expand_reduced(const FloeHostApi *host, FloeShapeContext *
 floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_lstm_cell_backprop(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_lstm_cell_recurrent(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_lstm_cell_recurrent_backprop(const FloeHostApi *host,
+                                                   FloeShapeContext *sctx);
 /* Queues and readers (ops_data.def, issue 4). */
 floe_code floe__shape_queue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_queue_enqueue(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -819,6 +819,69 @@ static floe_code scatter_compute(void *state, FloeKernelContext *ctx) {
   return done(ctx, ta, rc, &st);
 }
 
+/* Split: element k := rows [sum(lengths[0..k)), + lengths[k]) of value (a view, no copy). */
+static floe_code split_rows(TensorArray *ta, FloeTensor *value, const int64_t *len, int64_t n,
+                            FloeStatus *st) {
+  FloeShape vs = floe_tensor_shape(value);
+  if (value->rank < 1)
+    return ta_fail(st, FLOE_INVALID_ARGUMENT, ta,
+                   "could not split a scalar: the value needs rows to cut into elements");
+  int64_t total = 0;
+  for (int64_t k = 0; k < n; k++) {
+    if (len[k] < 0 || len[k] > value->dims[0] - total)
+      return ta_fail(st, FLOE_INVALID_ARGUMENT, ta,
+                     "could not split the value %s: lengths[%lld] = %lld %s", SHAPE_STR(vs),
+                     (long long)k, (long long)len[k],
+                     len[k] < 0 ? "is negative" : "runs past its rows");
+    total += len[k];
+  }
+  if (total != value->dims[0])
+    return ta_fail(st, FLOE_INVALID_ARGUMENT, ta,
+                   "could not split the value %s: the lengths add up to %lld rows, not %lld",
+                   SHAPE_STR(vs), (long long)total, (long long)value->dims[0]);
+  size_t row_bytes = value->dims[0] ? value->nbytes / (size_t)value->dims[0] : 0;
+  int64_t dims[FLOE_MAX_DIMS];
+  memcpy(dims, value->dims, (size_t)value->rank * sizeof *dims);
+  floe_code rc = FLOE_OK;
+  int64_t at = 0;
+  pthread_mutex_lock(&ta->mu);
+  for (int64_t k = 0; rc == FLOE_OK && k < n; k++) {
+    dims[0] = len[k];
+    FloeTensor *part = floe__tensor_slice_view(value, (int64_t)((size_t)at * row_bytes),
+                                               value->rank, dims, st);
+    if (!part) {
+      rc = floe_status_code(st);
+      break;
+    }
+    rc = write_locked(ta, k, part, st);
+    floe_tensor_release(part);
+    at += len[k];
+  }
+  pthread_mutex_unlock(&ta->mu);
+  return rc;
+}
+
+static floe_code split_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  FloeTensor *lt = ctx->inputs[2];
+  if (lt->dtype != FLOE_I64 || lt->rank != 1)
+    return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT,
+                           "TensorArraySplitV3 lengths must be a 1-D i64 tensor, got %s of "
+                           "rank %d", floe_dtype_name(lt->dtype), lt->rank);
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *holder = floe__tensor_to_device(lt, NULL, &st);
+  if (!holder) return floe__kctx_fail(ctx, &st);
+  TensorArray *ta = ta_input(ctx);
+  if (!ta) {
+    floe_tensor_release(holder);
+    return ctx->status->code;
+  }
+  floe_code rc = split_rows(ta, ctx->inputs[1], floe_tensor_data(holder), lt->dims[0], &st);
+  floe_tensor_release(holder);
+  if (rc == FLOE_OK) forward_input(ctx, 0, 3);
+  return done(ctx, ta, rc, &st);
+}
+
 static floe_code unstack_compute(void *state, FloeKernelContext *ctx) {
   (void)state;
   TensorArray *ta = ta_input(ctx);
@@ -968,6 +1031,7 @@ floe_code floe__tensor_array_kernels_register(FloeRuntime *rt, FloeStatus *st) {
       {"TensorArrayScatterV3", scatter_compute, false},
       {"TensorArrayStackV3", stack_compute, true},
       {"TensorArrayConcatV3", concat_compute, true},
+      {"TensorArraySplitV3", split_compute, false},
       {"TensorArrayUnstackV3", unstack_compute, false},
       {"TensorArraySizeV3", size_compute, false},
       {"TensorArrayCloseV3", close_compute, false},

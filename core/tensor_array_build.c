@@ -172,6 +172,12 @@ FloeOutput floe_ta_concat(FloeGraph *g, const char *name, FloeTensorArray ta,
   return floe_out(n, 0);
 }
 
+FloeTensorArray floe_ta_split(FloeGraph *g, const char *name, FloeTensorArray ta,
+                              FloeOutput value, FloeOutput lengths) {
+  FloeOutput in[2] = {value, lengths};
+  return with_flow(ta, ta_op(g, "TensorArraySplitV3", name, ta, in, 2, FLOE_DTYPE_INVALID));
+}
+
 FloeTensorArray floe_ta_unstack(FloeGraph *g, const char *name, FloeTensorArray ta,
                                 FloeOutput value) {
   return with_flow(ta, ta_op(g, "TensorArrayUnstackV3", name, ta, &value, 1, FLOE_DTYPE_INVALID));

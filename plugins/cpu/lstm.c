@@ -1,5 +1,6 @@
 /* lstm.c - the fused LSTM cell of the CPU plugin: LSTMCell, LSTMCellGrad and LSTMCellBackprop
- * (LSTMCellGrad without dw and db, giving d_gates instead) (f32, f64).
+ * (LSTMCellGrad without dw and db, giving d_gates instead), and LSTMCellRecurrent and its
+ * backprop, the cell whose input projection was made beforehand (f32, f64).
  *
  * Layout (ops_rnn.def): x [B,I], h_prev and c_prev [B,H], w [I+H,4H], b [4H], gates in the
  * order i, f, g, o. Forward: the [B,4H] pre-activations of all four gates come straight
@@ -53,6 +54,7 @@ typedef struct Cell {
   void *h_out, *c_out;     /* forward outputs */
   void *d_gates, *dc_prev; /* backward: temp and output */
   int64_t blocks;          /* hidden-unit blocks per row */
+  bool recurrent;          /* LSTMCellRecurrent's: no x, w is w_h [H, 4H] */
 } Cell;
 
 static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
@@ -76,7 +78,10 @@ static const Operand grad_operands[] = {
     {1, "h_prev", SHAPE_BH}, {2, "c_prev", SHAPE_BH}, {3, "w", SHAPE_W}, {4, "c", SHAPE_BH},
     {5, "act", SHAPE_B4H},   {6, "dh", SHAPE_BH},     {7, "dc", SHAPE_BH}};
 
-static floe_code expect(FloeKernelContext *ctx, const Operand *op, const Cell *cl) {
+/* Operand op must have its shape for the sizes of cl; h_input: the input giving batch and
+ * hidden (x, when there is one, gives input too). */
+static floe_code expect(FloeKernelContext *ctx, const Operand *op, const Cell *cl,
+                        int h_input) {
   static const char *const layouts[] = {"[batch, hidden]", "[batch, 4 * hidden]",
                                         "[input + hidden, 4 * hidden]", "[4 * hidden]"};
   int64_t want[2] = {cl->batch, cl->hid};
@@ -93,12 +98,18 @@ static floe_code expect(FloeKernelContext *ctx, const Operand *op, const Cell *c
     return FLOE_OK;
   char got[CPU_SHAPE_STR_MAX], ws[CPU_SHAPE_STR_MAX], sx[CPU_SHAPE_STR_MAX],
       sh[CPU_SHAPE_STR_MAX];
+  if (cl->recurrent)
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT, "%s must be %s = %s, got %s (batch and hidden from h_prev %s)",
+        op->name, op->shape == SHAPE_W ? "[hidden, 4 * hidden]" : layouts[op->shape],
+        cpu_shape_str(ws, sizeof ws, rank, want), shape_str(t, got, sizeof got),
+        shape_str(cpu_host->ctx_input(ctx, h_input), sh, sizeof sh));
   return cpu_host->ctx_set_error(
       ctx, FLOE_INVALID_ARGUMENT,
       "%s must be %s = %s, got %s (batch and input from x %s, hidden from h_prev %s)",
       op->name, layouts[op->shape], cpu_shape_str(ws, sizeof ws, rank, want),
       shape_str(t, got, sizeof got), shape_str(cpu_host->ctx_input(ctx, 0), sx, sizeof sx),
-      shape_str(cpu_host->ctx_input(ctx, 1), sh, sizeof sh));
+      shape_str(cpu_host->ctx_input(ctx, h_input), sh, sizeof sh));
 }
 
 /* Resolves B, I, H from x and h_prev and checks the other operands (the cell's when `grad`
@@ -127,7 +138,44 @@ static floe_code cell_shapes(FloeKernelContext *ctx, bool grad, Cell *cl) {
   int n = grad ? (int)(sizeof grad_operands / sizeof grad_operands[0])
                : (int)(sizeof cell_operands / sizeof cell_operands[0]);
   for (int k = 0; k < n; k++) {
-    floe_code rc = expect(ctx, &ops[k], cl);
+    floe_code rc = expect(ctx, &ops[k], cl, 1);
+    if (rc != FLOE_OK) return rc;
+  }
+  return FLOE_OK;
+}
+
+/* LSTMCellRecurrent (inputs gates_x, h_prev, c_prev, w_h) and its backprop (h_prev, c_prev,
+ * w_h, c, act, dh, dc): batch and hidden from h_prev, no input (w_h is [H, 4H]). */
+static const Operand rec_cell_operands[] = {
+    {0, "gates_x", SHAPE_B4H}, {2, "c_prev", SHAPE_BH}, {3, "w_h", SHAPE_W}};
+static const Operand rec_grad_operands[] = {
+    {1, "c_prev", SHAPE_BH}, {2, "w_h", SHAPE_W}, {3, "c", SHAPE_BH},
+    {4, "act", SHAPE_B4H},   {5, "dh", SHAPE_BH}, {6, "dc", SHAPE_BH}};
+
+static floe_code recurrent_shapes(FloeKernelContext *ctx, bool grad, Cell *cl) {
+  int hi = grad ? 0 : 1;
+  const FloeTensor *h = cpu_host->ctx_input(ctx, hi);
+  char sh[CPU_SHAPE_STR_MAX];
+  if (cpu_host->tensor_rank(h) != 2)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "h_prev must be [batch, hidden], got %s",
+                                   shape_str(h, sh, sizeof sh));
+  cl->batch = cpu_host->tensor_dims(h)[0];
+  cl->in = 0;
+  cl->recurrent = true;
+  cl->hid = cpu_host->tensor_dims(h)[1];
+  cl->blocks = (cl->hid + CELL_BLOCK - 1) / CELL_BLOCK;
+  cl->f64 = cpu_host->tensor_dtype(h) == FLOE_F64;
+  if (cl->batch > INT_MAX || cl->hid > INT_MAX / 4)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "h_prev %s: batch and 4 * hidden must be at most %d (BLAS "
+                                   "limit)",
+                                   shape_str(h, sh, sizeof sh), INT_MAX);
+  const Operand *ops = grad ? rec_grad_operands : rec_cell_operands;
+  int n = grad ? (int)(sizeof rec_grad_operands / sizeof rec_grad_operands[0])
+               : (int)(sizeof rec_cell_operands / sizeof rec_cell_operands[0]);
+  for (int k = 0; k < n; k++) {
+    floe_code rc = expect(ctx, &ops[k], cl, hi);
     if (rc != FLOE_OK) return rc;
   }
   return FLOE_OK;
@@ -354,6 +402,62 @@ static floe_code cell_compute(void *state, FloeKernelContext *ctx) {
   return FLOE_OK;
 }
 
+/* LSTMCellRecurrent: act = gates_x (the input's projection and the bias, made for every
+ * step at once before the loop) + h_prev @ w_h; then the same pass with a zero bias. */
+static floe_code recurrent_compute(void *state, FloeKernelContext *ctx) {
+  Cell cl;
+  memset(&cl, 0, sizeof cl);
+  floe_code rc = recurrent_shapes(ctx, false, &cl);
+  if (rc != FLOE_OK) return rc;
+  int64_t bt = cl.batch, hid = cl.hid, g4 = 4 * hid;
+  if ((rc = alloc_out(ctx, 0, bt, hid, 2, &cl.h_out)) != FLOE_OK ||
+      (rc = alloc_out(ctx, 1, bt, hid, 2, &cl.c_out)) != FLOE_OK ||
+      (rc = alloc_out(ctx, 2, bt, g4, 2, &cl.act)) != FLOE_OK)
+    return rc;
+  if (bt == 0 || hid == 0) return FLOE_OK;
+  size_t es = cl.f64 ? sizeof(double) : sizeof(float);
+  void *zeros = NULL;
+  if ((rc = cpu_host->ctx_allocate_temp(ctx, (size_t)g4 * es, &zeros)) != FLOE_OK) return rc;
+  memset(zeros, 0, (size_t)g4 * es);
+  cl.forget_bias = *(const double *)state;
+  cl.h_prev = in_data(ctx, 1);
+  cl.c_prev = in_data(ctx, 2);
+  cl.w = in_data(ctx, 3);
+  cl.b = zeros;
+  memcpy(cl.act, in_data(ctx, 0), (size_t)(bt * g4) * es);
+  if ((rc = gemm(ctx, &cl, false, false, bt, g4, hid, cl.h_prev, hid, cl.w, g4, 1.0, cl.act,
+                 g4)) != FLOE_OK)
+    return rc;
+  run_pass(&cl, forward_f32, forward_f64);
+  return FLOE_OK;
+}
+
+/* LSTMCellRecurrentBackprop: d_gates (which is also gates_x's gradient), dh_prev =
+ * d_gates @ w_h^T and dc_prev. */
+static floe_code recurrent_backprop_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  Cell cl;
+  memset(&cl, 0, sizeof cl);
+  floe_code rc = recurrent_shapes(ctx, true, &cl);
+  if (rc != FLOE_OK) return rc;
+  int64_t bt = cl.batch, hid = cl.hid, g4 = 4 * hid;
+  void *dh_prev;
+  if ((rc = alloc_out(ctx, 0, bt, g4, 2, &cl.d_gates)) != FLOE_OK ||
+      (rc = alloc_out(ctx, 1, bt, hid, 2, &dh_prev)) != FLOE_OK ||
+      (rc = alloc_out(ctx, 2, bt, hid, 2, &cl.dc_prev)) != FLOE_OK)
+    return rc;
+  if (bt == 0 || hid == 0) return FLOE_OK;
+  cl.h_prev = in_data(ctx, 0);
+  cl.c_prev = in_data(ctx, 1);
+  cl.w = in_data(ctx, 2);
+  cl.c = in_data(ctx, 3);
+  cl.act = (void *)in_data(ctx, 4);
+  cl.dh = in_data(ctx, 5);
+  cl.dc = in_data(ctx, 6);
+  run_pass(&cl, backward_f32, backward_f64);
+  return gemm(ctx, &cl, false, true, bt, hid, g4, cl.d_gates, g4, cl.w, g4, 0.0, dh_prev, hid);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* LSTMCellGrad */
 
@@ -450,5 +554,11 @@ floe_code cpu_register_lstm(FloePluginRegistrar *reg) {
   if (rc == FLOE_OK)
     rc = cpu_add_kernel(reg, "LSTMCellBackprop", "T", dts, 0, backprop_compute, NULL, NULL,
                         NULL);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "LSTMCellRecurrent", "T", dts, 0, recurrent_compute, cell_create,
+                        state_free, NULL);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "LSTMCellRecurrentBackprop", "T", dts, 0,
+                        recurrent_backprop_compute, NULL, NULL, NULL);
   return rc;
 }

@@ -1,6 +1,6 @@
 /* test_dynamic_rnn.c - floe_dynamic_lstm: outputs and final states against an LSTM written
  * out in plain C here, rows stopping at their own lengths (and only those rows computed:
- * the profile's LSTMCell output bytes), and gradients against central finite differences. */
+ * the profile's LSTMCellRecurrent output bytes), and gradients against central finite differences. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -76,9 +76,11 @@ typedef struct Model {
   FloeLSTMState final;
 } Model;
 
-static Model build(FloeLSTMFused fused) {
+/* feature_dim: I, or -1 (unknown until run: the loop then runs LSTMCell on x itself). */
+static Model build_x(FloeLSTMFused fused, int64_t feature_dim) {
   Model m = {.g = floe_graph_new()};
-  const int64_t dx[3] = {T, B, I}, dw[2] = {I + H, 4 * H}, db[1] = {4 * H}, ds[2] = {B, H};
+  const int64_t dx[3] = {T, B, feature_dim}, dw[2] = {I + H, 4 * H}, db[1] = {4 * H},
+                ds[2] = {B, H};
   m.x = floe_placeholder(m.g, "x", FLOE_F64, floe_shape_make(3, dx));
   m.w = floe_placeholder(m.g, "w", FLOE_F64, floe_shape_make(2, dw));
   m.b = floe_placeholder(m.g, "b", FLOE_F64, floe_shape_make(1, db));
@@ -114,6 +116,8 @@ static Model build(FloeLSTMFused fused) {
   return m;
 }
 
+static Model build(FloeLSTMFused fused) { return build_x(fused, I); }
+
 static FloeSession *session(FloeGraph *g) { return harness_session(g, rt); }
 
 static void feeds_of(const Data *d, FloeTensor **t, FloeFeed *f) {
@@ -143,8 +147,8 @@ START_TEST(matches_a_plain_lstm_and_stops_at_each_length) {
   data_init(&d);
   double want[T * B * H], hf[B * H], cf[B * H];
   reference(&d, want, hf, cf);
-  for (int fused = 1; fused <= 2; fused++) { /* ALWAYS, NEVER */
-    Model m = build((FloeLSTMFused)fused);
+  for (int fused = 0; fused <= 2; fused++) { /* ALWAYS with I unknown, ALWAYS, NEVER */
+    Model m = fused ? build((FloeLSTMFused)fused) : build_x(FLOE_LSTM_FUSED_ALWAYS, -1);
     FloeSession *s = session(m.g);
     floe_session_set_profiling(s, 1);
     const char *fetch[3] = {"out", "hf", "cf"};
@@ -158,15 +162,16 @@ START_TEST(matches_a_plain_lstm_and_stops_at_each_length) {
       ck_assert(fabs(harness_get(got[1], k) - hf[k]) < 1e-12);
       ck_assert(fabs(harness_get(got[2], k) - cf[k]) < 1e-12);
     }
-    if (fused == 1) {
+    if (fused <= 1) {
       /* Only the rows inside their sequences ran: 5 + 3 + 1 rows of h, c [H] and the
-       * activations [4H], in f64. */
+       * activations [4H], in f64. (The fused loop runs LSTMCellRecurrent on the inputs'
+       * projection, made for all steps before the loop.) */
       FloeOpProfile *rows;
       int nr;
       ck_assert(floe_session_profile(s, &rows, &nr, NULL) == FLOE_OK);
       int64_t bytes = -1, calls = 0;
       for (int r = 0; r < nr; r++)
-        if (strcmp(rows[r].op, "LSTMCell") == 0) {
+        if (strcmp(rows[r].op, fused ? "LSTMCellRecurrent" : "LSTMCell") == 0) {
           bytes = rows[r].output_bytes;
           calls = rows[r].calls;
         }
@@ -205,7 +210,20 @@ START_TEST(gradients_match_finite_differences) {
   }
   FloeSession *s = session(m.g);
   FloeTensor *got[5];
+  floe_session_set_profiling(s, 1);
   run(s, &d, names, 5, got);
+  /* No product per step: the inputs' projection before the loop, and after the backward
+   * loop one product each for dx, dw_x and dw_h (which would otherwise be T = 5 products
+   * inside the loop). */
+  FloeOpProfile *rows;
+  int nr;
+  ck_assert(floe_session_profile(s, &rows, &nr, NULL) == FLOE_OK);
+  int64_t matmuls = 0;
+  for (int r = 0; r < nr; r++)
+    if (strcmp(rows[r].op, "MatMul") == 0) matmuls = rows[r].calls;
+  free(rows);
+  ck_assert_int_eq(matmuls, 4);
+  floe_session_set_profiling(s, 0);
   double *params[5] = {d.x, d.w, d.b, d.h0, d.c0};
   const int sizes[5] = {T * B * I, (I + H) * 4 * H, 4 * H, B * H, B * H};
   const double eps = 1e-6;
@@ -228,12 +246,33 @@ START_TEST(gradients_match_finite_differences) {
 }
 END_TEST
 
+/* A weight of the wrong height is refused when the loop is built, naming it. */
+START_TEST(weight_shape_errors_name_the_loop) {
+  FloeGraph *g = floe_graph_new();
+  const int64_t dx[3] = {T, B, I}, dw[2] = {I + H + 1, 4 * H}, db[1] = {4 * H}, ds[2] = {B, H};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F64, floe_shape_make(3, dx));
+  FloeOutput w = floe_placeholder(g, "w", FLOE_F64, floe_shape_make(2, dw));
+  FloeOutput b = floe_placeholder(g, "b", FLOE_F64, floe_shape_make(1, db));
+  FloeOutput h0 = floe_placeholder(g, "h0", FLOE_F64, floe_shape_make(2, ds));
+  FloeOutput out = floe_dynamic_lstm(g, "rnn", x, (FloeOutput){NULL, 0},
+                                     (FloeLSTMState){h0, h0}, w, b, NULL, NULL);
+  ck_assert_ptr_null(out.node);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
+  const char *msg = floe_graph_error(g, NULL);
+  ck_assert_msg(strstr(msg, "'rnn'") && strstr(msg, "w has 6 rows") &&
+                    strstr(msg, "[input + hidden, 4 * hidden]"),
+                "%s", msg);
+  floe_graph_free(g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("dynamic_rnn");
   TCase *tc = tcase_create("lstm");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, matches_a_plain_lstm_and_stops_at_each_length);
   tcase_add_test(tc, gradients_match_finite_differences);
+  tcase_add_test(tc, weight_shape_errors_name_the_loop);
   tcase_add_checked_fixture(tc, setup, teardown);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -482,6 +482,12 @@ static const Case cases[] = {
      .attrs = "forget_bias=f1.5",
      .nout = 2},
     {.op = "LSTMCell", .inputs = "f[1x1] f[1x3] f[1x3] f[4x12] f[12]", .nout = 2, .dyn = true},
+    {.op = "LSTMCellRecurrent", .inputs = "f[2x16] f[2x4] f[2x4] f[4x16]", .nout = 2},
+    {.op = "LSTMCellRecurrent",
+     .inputs = "f[3x20]:-2,2 f[3x5]:-2,2 f[3x5] f[5x20]",
+     .attrs = "forget_bias=f1.5",
+     .nout = 2,
+     .dyn = true},
 };
 #define NUM_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -495,7 +501,9 @@ static const char *const checked_elsewhere[] = {
     /* TensorArrays: finite differences through whole graphs in test_tensor_array. */
     "TensorArrayReadV3", "TensorArrayWriteV3", "TensorArrayGatherV3", "TensorArrayScatterV3",
     "TensorArrayStackV3", "TensorArrayUnstackV3",
-    "LSTMCellGrad", /* its gradient is an error: ops/test_lstm.c, second_derivative_is_an_error */
+    "TensorArrayConcatV3", "TensorArraySplitV3",
+    /* their gradients are errors: ops/test_lstm.c, second_derivative_is_an_error */
+    "LSTMCellGrad", "LSTMCellBackprop", "LSTMCellRecurrentBackprop",
 };
 
 /* A copy of gradients.c's not_differentiable[] table: ops through which no gradient flows.

@@ -291,6 +291,45 @@ START_TEST(concat_ragged_elements) {
 }
 END_TEST
 
+/* Split cuts rows by lengths into elements of different row counts; concat glues them back;
+ * lengths that do not add up to the rows are refused with the array untouched. */
+START_TEST(split_then_concat) {
+  FloeGraph *g = floe_graph_new();
+  double xv[12];
+  for (int i = 0; i < 12; i++) xv[i] = i + 0.25;
+  FloeOutput x = cval(g, FLOE_F64, 2, (int64_t[]){6, 2}, xv);
+  FloeTensor *lt = floe_tensor_new(FLOE_I64, 1, (int64_t[]){3}, NULL);
+  memcpy(floe_tensor_data(lt), (const int64_t[]){2, 1, 3}, 3 * sizeof(int64_t));
+  FloeOutput lengths = floe_const(g, "lengths", lt);
+  floe_tensor_release(lt);
+  FloeTensorArrayOptions o;
+  floe_tensor_array_options_init(&o);
+  o.clear_after_read = 0;
+  FloeTensorArray t = floe_tensor_array(g, "t", FLOE_F64, ci32(g, 3), &o);
+  t = floe_ta_split(g, "split", t, x, lengths);
+  floe_ta_read(g, "r2", t, ci32(g, 2));
+  floe_ta_concat(g, "back", t, NULL);
+  FloeTensor *bt = floe_tensor_new(FLOE_I64, 1, (int64_t[]){2}, NULL);
+  memcpy(floe_tensor_data(bt), (const int64_t[]){2, 3}, 2 * sizeof(int64_t));
+  FloeOutput bad_len = floe_const(g, "bad_len", bt);
+  floe_tensor_release(bt);
+  FloeTensorArray u = floe_tensor_array(g, "u", FLOE_F64, ci32(g, 2), NULL);
+  u = floe_ta_split(g, "bad_split", u, x, bad_len);
+  FloeSession *s = session_new(g);
+  const char *fetches[] = {"r2", "back"};
+  FloeTensor *out[2];
+  run_ok(s, NULL, 0, fetches, 2, out);
+  assert_shape(floe_tensor_shape(out[0]), 2, (int64_t[]){3, 2}, "element 2");
+  assert_values(out[0], xv + 6, 6, "element 2: rows 3..5");
+  assert_values(out[1], xv, 12, "concat of the split");
+  for (int i = 0; i < 2; i++) floe_tensor_release(out[i]);
+  floe_session_free(s);
+  const char *parts[] = {"TensorArray 'u'", "lengths add up to 5 rows, not 6", NULL};
+  expect_error(g, NULL, 0, "bad_split", FLOE_INVALID_ARGUMENT, parts);
+  floe_graph_free(g);
+}
+END_TEST
+
 /* ---- errors ---- */
 
 /* A 3-element f32 array "arr" of element shape [2] with index 0 written. */
@@ -679,6 +718,35 @@ START_TEST(gradient_unstack_read_write_stack) {
   FloeTensor *xv = random_f64(2, (int64_t[]){4, 3}, 11);
   FloeTensor *wv = random_f64(2, (int64_t[]){3, 3}, 12);
   check_gradient(g, x, y, wv, xv, "unstack/read/write/stack");
+  floe_tensor_release(xv);
+  floe_tensor_release(wv);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* split -> read (elements of 2, 1 and 3 rows) -> math -> write -> concat: the gradient
+ * splits into the gradient array and concatenates it back. */
+START_TEST(gradient_split_read_write_concat) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F64, floe_shape_make(2, (int64_t[]){6, 2}));
+  FloeTensor *lt = floe_tensor_new(FLOE_I64, 1, (int64_t[]){3}, NULL);
+  memcpy(floe_tensor_data(lt), (const int64_t[]){2, 1, 3}, 3 * sizeof(int64_t));
+  FloeOutput lengths = floe_const(g, "lengths", lt);
+  floe_tensor_release(lt);
+  FloeTensorArray in = floe_tensor_array(g, "in", FLOE_F64, ci32(g, 3), NULL);
+  in = floe_ta_split(g, "split", in, x, lengths);
+  FloeOutput r0 = floe_ta_read(g, "r0", in, ci32(g, 0));
+  FloeOutput r1 = floe_ta_read(g, "r1", in, ci32(g, 1));
+  FloeOutput r2 = floe_ta_read(g, "r2", in, ci32(g, 2));
+  FloeTensorArray out = floe_tensor_array(g, "out", FLOE_F64, ci32(g, 3), NULL);
+  out = floe_ta_write(g, "w0", out, ci32(g, 0), floe_unary(g, "Tanh", NULL, r2));
+  out = floe_ta_write(g, "w1", out, ci32(g, 1), floe_binary(g, "Mul", NULL, r0, r0));
+  out = floe_ta_write(g, "w2", out, ci32(g, 2), floe_unary(g, "Sin", NULL, r1));
+  FloeOutput y = floe_ta_concat(g, "y", out, NULL);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  FloeTensor *xv = random_f64(2, (int64_t[]){6, 2}, 31);
+  FloeTensor *wv = random_f64(2, (int64_t[]){6, 2}, 32);
+  check_gradient(g, x, y, wv, xv, "split/read/write/concat");
   floe_tensor_release(xv);
   floe_tensor_release(wv);
   floe_graph_free(g);
@@ -1115,6 +1183,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, unstack_gather_stack_scatter);
   tcase_add_test(tc, stack_of_nothing);
   tcase_add_test(tc, concat_ragged_elements);
+  tcase_add_test(tc, split_then_concat);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
@@ -1130,6 +1199,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, gradient_array_sums_and_zero_fills);
   tcase_add_test(tc, gradient_unstack_read_write_stack);
   tcase_add_test(tc, gradient_scatter_gather_repeats);
+  tcase_add_test(tc, gradient_split_read_write_concat);
   tcase_add_test(tc, gradient_write_read_gather);
   tcase_add_test(tc, gradient_registrations);
   suite_add_tcase(s, tc);

@@ -412,6 +412,26 @@ START_TEST(second_derivative_is_an_error) {
   floe_status_free(st);
   operands_free(&op);
   floe_graph_free(g);
+  /* The same for the recurrent cell's backprop (gates_x = x, w_h = a [H, 4H] weight). */
+  g = floe_graph_new();
+  const int64_t bg[2] = {2, 16}, bh[2] = {2, 4}, wh[2] = {4, 16};
+  FloeOutput gx = floe_placeholder(g, "gx", FLOE_F64, floe_shape_make(2, bg));
+  FloeOutput h = floe_placeholder(g, "h", FLOE_F64, floe_shape_make(2, bh));
+  FloeOutput w = floe_placeholder(g, "w", FLOE_F64, floe_shape_make(2, wh));
+  FloeNodeBuilder *b = floe_node_begin(g, "LSTMCellRecurrent", "rec");
+  floe_node_add_input(b, gx);
+  floe_node_add_input(b, h);
+  floe_node_add_input(b, h);
+  floe_node_add_input(b, w);
+  FloeOutput rh = floe_out(floe_node_finish(b), 0), dgx;
+  ck_assert_int_eq(floe_gradients(g, &rh, 1, &gx, 1, NULL, &dgx, NULL), FLOE_OK);
+  st = floe_status_new();
+  ck_assert_int_eq(floe_gradients(g, &dgx, 1, &h, 1, NULL, dd, st), FLOE_UNIMPLEMENTED);
+  ck_assert_msg(strstr(floe_status_message(st), "LSTMCellRecurrentBackprop") &&
+                    strstr(floe_status_message(st), "second derivative"),
+                "message: %s", floe_status_message(st));
+  floe_status_free(st);
+  floe_graph_free(g);
 }
 END_TEST
 
@@ -674,6 +694,10 @@ START_TEST(static_shape_errors) {
   const int64_t g8[8][2] = {{2, 3}, {2, 4}, {2, 4}, {7, 16}, {2, 4}, {2, 12}, {2, 4}, {2, 4}};
   op_with_shapes("LSTMCellGrad", 8, g8, r8, FLOE_F32,
                  (const char *const[]){"'op'", "LSTMCellGrad", "act", "hidden size 3", NULL});
+  const int r4[4] = {2, 2, 2, 2};
+  const int64_t rec[4][2] = {{2, 16}, {2, 4}, {2, 4}, {5, 16}};
+  op_with_shapes("LSTMCellRecurrent", 4, rec, r4, FLOE_F32,
+                 (const char *const[]){"'op'", "LSTMCellRecurrent", "w_h", "hidden size 5", NULL});
   op_with_shapes("LSTMCellBackprop", 8, g8, r8, FLOE_F32,
                  (const char *const[]){"'op'", "LSTMCellBackprop", "act", "hidden size 3", NULL});
 }
@@ -844,6 +868,20 @@ START_TEST(run_time_shape_errors) {
   const int64_t act_shape[8][2] = {{2, 3}, {2, 4}, {2, 4}, {7, 16}, {2, 4}, {2, 12}, {2, 4}, {2, 4}};
   run_expect_error("LSTMCellGrad", 8, act_shape, r8,
                    (const char *const[]){"'op'", "act must be", "[2,16]", "got [2,12]", NULL});
+  const int r4[4] = {2, 2, 2, 2};
+  const int64_t wh_rows[4][2] = {{2, 16}, {2, 4}, {2, 4}, {5, 16}};
+  run_expect_error("LSTMCellRecurrent", 4, wh_rows, r4,
+                   (const char *const[]){"'op'", "LSTMCellRecurrent", "w_h must be",
+                                         "[hidden, 4 * hidden]", "[4,16]", "got [5,16]",
+                                         "h_prev [2,4]", NULL});
+  const int64_t gx_cols[4][2] = {{2, 12}, {2, 4}, {2, 4}, {4, 16}};
+  run_expect_error("LSTMCellRecurrent", 4, gx_cols, r4,
+                   (const char *const[]){"'op'", "gates_x must be", "[2,16]", "got [2,12]", NULL});
+  const int r7[7] = {2, 2, 2, 2, 2, 2, 2};
+  const int64_t rdc[7][2] = {{2, 4}, {2, 4}, {4, 16}, {2, 4}, {2, 16}, {2, 4}, {3, 4}};
+  run_expect_error("LSTMCellRecurrentBackprop", 7, rdc, r7,
+                   (const char *const[]){"'op'", "LSTMCellRecurrentBackprop", "dc must be",
+                                         "got [3,4]", NULL});
   run_expect_error("LSTMCellBackprop", 8, dc_shape, r8,
                    (const char *const[]){"'op'", "LSTMCellBackprop", "dc must be", "got [2,5]",
                                          NULL});
@@ -919,6 +957,102 @@ START_TEST(backprop_and_grad_agree) {
 }
 END_TEST
 
+/* LSTMCellRecurrent on gates_x = x @ w[0:I] + b (computed here by plain loops) with
+ * w_h = w[I:] gives LSTMCell's h, c and act; its backprop gives LSTMCellBackprop's d_gates,
+ * dh_prev and dc_prev; and floe_gradients through it (w_h's gradient a MatMul) matches
+ * LSTMCell's dw rows I.. . */
+START_TEST(recurrent_cell_matches_the_cell) {
+  const int64_t bt = 3, in = 4, hid = 5, g4 = 4 * hid;
+  FloeGraph *g = floe_graph_new();
+  Operands op;
+  operands_make(g, &op, FLOE_F64, bt, in, hid, 23, false);
+  FloeLSTMState s = cell(g, "fused", &op, FLOE_LSTM_FUSED_ALWAYS, 0.5);
+  FloeNode *fwd = fused_node(g, "fused");
+  const int64_t bg[2] = {bt, g4}, wh[2] = {hid, g4}, bh[2] = {bt, hid};
+  FloeOutput gx = floe_placeholder(g, "gx", FLOE_F64, floe_shape_make(2, bg));
+  FloeOutput whp = floe_placeholder(g, "wh", FLOE_F64, floe_shape_make(2, wh));
+  FloeNodeBuilder *b = floe_node_begin(g, "LSTMCellRecurrent", "rec");
+  floe_node_add_input(b, gx);
+  floe_node_add_input(b, op.ph[1]);
+  floe_node_add_input(b, op.ph[2]);
+  floe_node_add_input(b, whp);
+  floe_node_set_attr_float(b, "forget_bias", 0.5);
+  FloeNode *rec = floe_node_finish(b);
+  FloeOutput dh = floe_placeholder(g, "dh", FLOE_F64, floe_shape_make(2, bh));
+  FloeOutput dc = floe_placeholder(g, "dc", FLOE_F64, floe_shape_make(2, bh));
+  b = floe_node_begin(g, "LSTMCellBackprop", "bp");
+  for (int i = 0; i < 4; i++) floe_node_add_input(b, op.ph[i]);
+  floe_node_add_input(b, s.c);
+  floe_node_add_input(b, floe_out(fwd, 2));
+  floe_node_add_input(b, dh);
+  floe_node_add_input(b, dc);
+  FloeNode *bp = floe_node_finish(b);
+  b = floe_node_begin(g, "LSTMCellRecurrentBackprop", "rbp");
+  floe_node_add_input(b, op.ph[1]);
+  floe_node_add_input(b, op.ph[2]);
+  floe_node_add_input(b, whp);
+  floe_node_add_input(b, floe_out(rec, 1));
+  floe_node_add_input(b, floe_out(rec, 2));
+  floe_node_add_input(b, dh);
+  floe_node_add_input(b, dc);
+  FloeNode *rbp = floe_node_finish(b);
+  /* d(h . dh + c . dc) / d w_h through the registered gradient, and the same for w. */
+  FloeOutput dwh, dw;
+  FloeOutput ys[2] = {floe_out(rec, 0), floe_out(rec, 1)}, gys[2] = {dh, dc};
+  ck_assert_int_eq(floe_gradients(g, ys, 2, &whp, 1, gys, &dwh, NULL), FLOE_OK);
+  FloeOutput fys[2] = {s.h, s.c};
+  ck_assert_int_eq(floe_gradients(g, fys, 2, &op.ph[3], 1, gys, &dw, NULL), FLOE_OK);
+
+  /* gates_x and w_h by plain loops from the cell's operands. */
+  const double *x = floe_tensor_data(op.val[0]), *w = floe_tensor_data(op.val[3]),
+               *bias = floe_tensor_data(op.val[4]);
+  double gxv[3 * 20], whv[5 * 20];
+  for (int64_t r = 0; r < bt; r++)
+    for (int64_t j = 0; j < g4; j++) {
+      double v = bias[j];
+      for (int64_t i = 0; i < in; i++) v += x[r * in + i] * w[i * g4 + j];
+      gxv[r * g4 + j] = v;
+    }
+  memcpy(whv, w + in * g4, sizeof whv);
+  FloeTensor *gx_t = harness_f64(2, bg, gxv), *wh_t = harness_f64(2, wh, whv);
+  FloeTensor *dh_v = harness_random(FLOE_F64, 2, bh, 93, -1, 1);
+  FloeTensor *dc_v = harness_random(FLOE_F64, 2, bh, 94, -1, 1);
+  FloeFeed feeds[9];
+  operands_feeds(&op, feeds);
+  feeds[5] = (FloeFeed){"gx", gx_t};
+  feeds[6] = (FloeFeed){"wh", wh_t};
+  feeds[7] = (FloeFeed){"dh", dh_v};
+  feeds[8] = (FloeFeed){"dc", dc_v};
+  FloeSession *sess = session_new(g);
+  FloeOutput outs[14] = {floe_out(fwd, 0), floe_out(rec, 0), floe_out(fwd, 1), floe_out(rec, 1),
+                         floe_out(fwd, 2), floe_out(rec, 2), floe_out(bp, 3), floe_out(rbp, 0),
+                         floe_out(bp, 1), floe_out(rbp, 1), floe_out(bp, 2), floe_out(rbp, 2),
+                         dw, dwh};
+  FloeTensor *v[14] = {0};
+  run(sess, feeds, 9, outs, 14, v);
+  for (int p = 0; p < 6; p++) {
+    int64_t n = floe_tensor_num_elements(v[2 * p]);
+    ck_assert_int_eq(n, floe_tensor_num_elements(v[2 * p + 1]));
+    for (int64_t k = 0; k < n; k++)
+      ck_assert_msg(fabs(harness_get(v[2 * p], k) - harness_get(v[2 * p + 1], k)) < 1e-12,
+                    "pair %d [%lld]: %g vs %g", p, (long long)k, harness_get(v[2 * p], k),
+                    harness_get(v[2 * p + 1], k));
+  }
+  /* dw_h is dw's rows I.. */
+  ck_assert_int_eq(floe_tensor_num_elements(v[13]), hid * g4);
+  for (int64_t k = 0; k < hid * g4; k++)
+    ck_assert(fabs(harness_get(v[13], k) - harness_get(v[12], in * g4 + k)) < 1e-12);
+  for (int i = 0; i < 14; i++) floe_tensor_release(v[i]);
+  floe_tensor_release(gx_t);
+  floe_tensor_release(wh_t);
+  floe_tensor_release(dh_v);
+  floe_tensor_release(dc_v);
+  floe_session_free(sess);
+  operands_free(&op);
+  floe_graph_free(g);
+}
+END_TEST
+
 static Suite *lstm_suite(void) {
   Suite *s = suite_create("lstm");
   int nf = (int)(sizeof forward_sizes / sizeof forward_sizes[0]);
@@ -939,6 +1073,7 @@ static Suite *lstm_suite(void) {
   tcase_add_test(tc, act_output_is_not_differentiable);
   tcase_add_test(tc, second_derivative_is_an_error);
   tcase_add_test(tc, backprop_and_grad_agree);
+  tcase_add_test(tc, recurrent_cell_matches_the_cell);
   suite_add_tcase(s, tc);
   tc = tcase_create("builder");
   tcase_set_timeout(tc, 60);

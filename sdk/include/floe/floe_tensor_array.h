@@ -11,7 +11,7 @@
  *   ta = floe_ta_write(g, NULL, ta, i, x);       // keep the returned flow
  *   FloeOutput y = floe_ta_read(g, NULL, ta, i);
  *
- * Gradients flow through reads, writes, gathers, scatters, stacks and unstacks
+ * Gradients flow through reads, writes, gathers, scatters, stacks, unstacks, concats and splits
  * (floe_gradients uses a gradient TensorArray per forward one, summing the gradients of an
  * element read several times). The builders follow floe.h's conventions: they record the
  * graph's sticky error and return an invalid output / TensorArray (node NULL) on failure;
@@ -75,9 +75,13 @@ FLOE_API FloeTensorArray floe_ta_scatter(FloeGraph *g, const char *name, FloeTen
 FLOE_API FloeOutput floe_ta_stack(FloeGraph *g, const char *name, FloeTensorArray ta);
 /* Elements 0..size-1 one after the other along their first dimension, which may differ
  * between elements (the rest must agree): [sum of rows, ...rest]. *lengths (when not NULL)
- * gets each element's first dimension (i64 [size]). No gradient flows through it yet. */
+ * gets each element's first dimension (i64 [size]). */
 FLOE_API FloeOutput floe_ta_concat(FloeGraph *g, const char *name, FloeTensorArray ta,
                                    FloeOutput *lengths);
+/* The inverse of floe_ta_concat: element k := the next lengths[k] rows of value (views,
+ * no copy); lengths is i64 [elements] and must add up to value's rows. */
+FLOE_API FloeTensorArray floe_ta_split(FloeGraph *g, const char *name, FloeTensorArray ta,
+                                       FloeOutput value, FloeOutput lengths);
 /* Element k := row k of value, for every row. */
 FLOE_API FloeTensorArray floe_ta_unstack(FloeGraph *g, const char *name, FloeTensorArray ta,
                                          FloeOutput value);
