@@ -322,6 +322,7 @@ typedef struct GradLoopBuild {
   FloeNode **fwd_extra;    /* forward-side nodes made for the gradient (shape_forward) */
   int num_fwd_extra, cap_fwd_extra;
   const char *bwd_frame;   /* the backward loop's name (its frame) */
+  int bwd_first;           /* nodes below this id were made before the backward loop */
   bool can_hoist;          /* the forward body has no cond: every iteration runs it all */
   Hoisted *hoisted;        /* per entry of finv: its product made after the loop, if any */
   FloeStatus *st;
@@ -681,6 +682,52 @@ static FloeOutput hoisted_product(GradLoopBuild *B, const Hoisted *h, FloeNode *
   return floe_out(floe_node_finish(b), 0);
 }
 
+/* Loop-invariant code motion for the backward body [start, end): a node that is not stateful
+ * nor control flow, has no control inputs, and reads only values from outside the backward
+ * loop (or nodes moved out already) computes the same in every iteration, so it is left out
+ * of the loop (excluded from the body; the loop builder brings its value in through a
+ * constant Enter) and runs once. E.g. a transposed weight a gradient function makes. A node
+ * with no inputs at all (a Const) moves too. */
+static floe_code hoist_invariants(GradLoopBuild *B, int start, int end) {
+  static const char *const cf[] = {"Enter", "Exit", "Merge", "Switch", "NextIteration",
+                                   "LoopCond", "ControlTrigger"};
+  bool *out = floe__calloc((size_t)(end - start + 1), sizeof *out);
+  if (!out) {
+    floe__graph_fail(B->g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
+    return FLOE_NO_MEMORY;
+  }
+  /* A node some body node waits for (a read's gate) stays: control edges cannot cross into
+   * the loop. */
+  bool *waited = floe__calloc((size_t)(end - start + 1), sizeof *waited);
+  if (!waited) {
+    floe__free(out);
+    floe__graph_fail(B->g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
+    return FLOE_NO_MEMORY;
+  }
+  for (int id = start; id < end; id++)
+    for (int c = 0; c < B->g->nodes[id]->num_control; c++) {
+      int src = B->g->nodes[id]->control[c]->id;
+      if (src >= start && src < end) waited[src - start] = true;
+    }
+  floe_code rc = FLOE_OK;
+  for (int id = start; id < end && rc == FLOE_OK; id++) {
+    FloeNode *n = B->g->nodes[id];
+    bool ok = !(n->op->flags & FLOE_OP_STATEFUL) && n->num_control == 0 && !waited[id - start];
+    for (size_t k = 0; ok && k < FLOE__ARRAY_LEN(cf); k++) ok = !is_op(n, cf[k]);
+    for (int j = 0; ok && j < n->num_inputs; j++) {
+      int src = n->inputs[j].node->id;
+      ok = src < B->bwd_first || (src >= start && src < id && out[src - start]);
+    }
+    if (!ok) continue;
+    out[id - start] = true;
+    rc = floe__cf_exclude(n);
+  }
+  floe__free(out);
+  floe__free(waited);
+  if (rc != FLOE_OK) floe__graph_fail(B->g, rc, "out of memory building a loop gradient");
+  return rc;
+}
+
 /* Backward loop condition: k < N. */
 static floe_code bwd_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
   (void)n;
@@ -729,6 +776,7 @@ static floe_code bwd_body(FloeGraph *g, void *arg, const FloeOutput *v, int n,
         dxs[nf + k].node ? floe_binary(g, "Add", NULL, v[1 + nf + k], dxs[nf + k]) : v[1 + nf + k];
   }
   floe__free(buf);
+  if (rc == FLOE_OK) rc = hoist_invariants(B, start, floe_graph_num_nodes(g));
   return rc == FLOE_OK ? floe_graph_status(g) : rc;
 }
 
@@ -792,6 +840,7 @@ floe_code floe__grad_while(FloeGraph *g, const FloeGradLoop *L, int li, const in
   snprintf(nm, sizeof nm, "%s_grad", L->name);
   for (int k = 1; floe_graph_find(g, nm); k++) snprintf(nm, sizeof nm, "%s_grad_%d", L->name, k);
   B.bwd_frame = nm;
+  B.bwd_first = floe_graph_num_nodes(g);
   B.can_hoist = !has_cond(&B);
   rc = floe_while_loop(g, nm, bwd_cond, bwd_body, &B, init, nv, &o, res);
   floe__cf_exclude_clear();

@@ -48,8 +48,17 @@ static floe_code grad_lstm_cell(FloeGradCtx *c, FloeStatus *st) {
 static floe_code grad_lstm_cell_recurrent(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   if (!c->dy[0].node && !c->dy[1].node) return FLOE_OK;
-  FloeNodeBuilder *b = floe__grad_begin(c, "LSTMCellRecurrentBackprop");
-  for (int k = 1; k < 4; k++) floe_node_add_input(b, c->node->inputs[k]); /* h, c, w_h */
+  /* w_h^T: made once outside a loop (a loop gradient's invariant code motion), it turns the
+   * per-step dh_prev = d_gates @ w_h^T into a plain product. */
+  FloeNodeBuilder *b = floe__grad_begin(c, "Transpose");
+  floe_node_add_input(b, c->node->inputs[3]);
+  const int64_t perm[2] = {1, 0};
+  floe_node_add_input(b, floe__grad_i32_vec(c, perm, 2));
+  FloeOutput w_t = floe_out(floe_node_finish(b), 0);
+  b = floe__grad_begin(c, "LSTMCellRecurrentBackprop");
+  for (int k = 1; k < 3; k++) floe_node_add_input(b, c->node->inputs[k]); /* h, c */
+  floe_node_add_input(b, w_t);
+  floe_node_set_attr_bool(b, "w_transposed", true);
   floe_node_add_input(b, floe_out((FloeNode *)c->node, 1));                /* c */
   floe_node_add_input(b, floe_out((FloeNode *)c->node, 2));                /* act */
   floe_node_add_input(b, floe__grad_dy(c, 0));

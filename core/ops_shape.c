@@ -1668,6 +1668,10 @@ static const LstmOperand lstm_rec_operands[] = {
     {3, "w_h", "[hidden, 4 * hidden]", 2, {LSTM_H, LSTM_H}, {1, 4}},
 };
 
+/* w_h, with w_transposed: [4 * hidden, hidden]. */
+static const LstmOperand lstm_w_h_transposed = {2, "w_h", "[4 * hidden, hidden] (w_transposed)",
+                                                2, {LSTM_H, LSTM_H}, {4, 1}};
+
 static const LstmOperand lstm_rec_grad_operands[] = {
     {0, "h_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
     {1, "c_prev", "[batch, hidden]", 2, {LSTM_B, LSTM_H}, {1, 1}},
@@ -1792,8 +1796,10 @@ floe_code floe__shape_lstm_cell_recurrent(const FloeHostApi *host, FloeShapeCont
 floe_code floe__shape_lstm_cell_recurrent_backprop(const FloeHostApi *host,
                                                    FloeShapeContext *sctx) {
   int64_t s[LSTM_NSIZES];
-  floe_code c =
-      lstm_sizes(sctx, lstm_rec_grad_operands, FLOE__ARRAY_LEN(lstm_rec_grad_operands), s);
+  LstmOperand ops[FLOE__ARRAY_LEN(lstm_rec_grad_operands)];
+  memcpy(ops, lstm_rec_grad_operands, sizeof ops);
+  if (attr_bool(sctx, "w_transposed")) ops[2] = lstm_w_h_transposed;
+  floe_code c = lstm_sizes(sctx, ops, FLOE__ARRAY_LEN(ops), s);
   if (c != FLOE_OK) return c;
   int64_t bh[2] = {s[LSTM_B], s[LSTM_H]}, bg[2] = {s[LSTM_B], times4(s[LSTM_H])};
   sctx->output_shapes[0] = floe_shape_make(2, bg);

@@ -64,7 +64,7 @@ static const char *shape_str(const FloeTensor *t, char *buf, size_t len) {
 /* ---------------------------------------------------------------------------------- */
 /* Shapes: batch and input from x, hidden from h_prev; every operand must then match. */
 
-enum { SHAPE_BH, SHAPE_B4H, SHAPE_W, SHAPE_4H };
+enum { SHAPE_BH, SHAPE_B4H, SHAPE_W, SHAPE_4H, SHAPE_WT };
 
 typedef struct Operand {
   int input;
@@ -83,13 +83,15 @@ static const Operand grad_operands[] = {
 static floe_code expect(FloeKernelContext *ctx, const Operand *op, const Cell *cl,
                         int h_input) {
   static const char *const layouts[] = {"[batch, hidden]", "[batch, 4 * hidden]",
-                                        "[input + hidden, 4 * hidden]", "[4 * hidden]"};
+                                        "[input + hidden, 4 * hidden]", "[4 * hidden]",
+                                        "[4 * hidden, hidden] (w_transposed)"};
   int64_t want[2] = {cl->batch, cl->hid};
   int rank = 2;
   switch (op->shape) {
     case SHAPE_B4H: want[1] = 4 * cl->hid; break;
     case SHAPE_W: want[0] = cl->in + cl->hid, want[1] = 4 * cl->hid; break;
     case SHAPE_4H: want[0] = 4 * cl->hid, rank = 1; break;
+    case SHAPE_WT: want[0] = 4 * cl->hid, want[1] = cl->hid; break;
     default: break;
   }
   const FloeTensor *t = cpu_host->ctx_input(ctx, op->input);
@@ -152,7 +154,8 @@ static const Operand rec_grad_operands[] = {
     {1, "c_prev", SHAPE_BH}, {2, "w_h", SHAPE_W}, {3, "c", SHAPE_BH},
     {4, "act", SHAPE_B4H},   {5, "dh", SHAPE_BH}, {6, "dc", SHAPE_BH}};
 
-static floe_code recurrent_shapes(FloeKernelContext *ctx, bool grad, Cell *cl) {
+static floe_code recurrent_shapes(FloeKernelContext *ctx, bool grad, bool w_transposed,
+                                  Cell *cl) {
   int hi = grad ? 0 : 1;
   const FloeTensor *h = cpu_host->ctx_input(ctx, hi);
   char sh[CPU_SHAPE_STR_MAX];
@@ -175,7 +178,9 @@ static floe_code recurrent_shapes(FloeKernelContext *ctx, bool grad, Cell *cl) {
   int n = grad ? (int)(sizeof rec_grad_operands / sizeof rec_grad_operands[0])
                : (int)(sizeof rec_cell_operands / sizeof rec_cell_operands[0]);
   for (int k = 0; k < n; k++) {
-    floe_code rc = expect(ctx, &ops[k], cl, hi);
+    Operand o = ops[k];
+    if (o.shape == SHAPE_W && w_transposed) o.shape = SHAPE_WT;
+    floe_code rc = expect(ctx, &o, cl, hi);
     if (rc != FLOE_OK) return rc;
   }
   return FLOE_OK;
@@ -407,7 +412,7 @@ static floe_code cell_compute(void *state, FloeKernelContext *ctx) {
 static floe_code recurrent_compute(void *state, FloeKernelContext *ctx) {
   Cell cl;
   memset(&cl, 0, sizeof cl);
-  floe_code rc = recurrent_shapes(ctx, false, &cl);
+  floe_code rc = recurrent_shapes(ctx, false, false, &cl);
   if (rc != FLOE_OK) return rc;
   int64_t bt = cl.batch, hid = cl.hid, g4 = 4 * hid;
   if ((rc = alloc_out(ctx, 0, bt, hid, 2, &cl.h_out)) != FLOE_OK ||
@@ -434,11 +439,23 @@ static floe_code recurrent_compute(void *state, FloeKernelContext *ctx) {
 
 /* LSTMCellRecurrentBackprop: d_gates (which is also gates_x's gradient), dh_prev =
  * d_gates @ w_h^T and dc_prev. */
+static floe_code recurrent_backprop_create(const FloeHostApi *host, FloeKernelInit *init,
+                                           void *user_data, void **state) {
+  (void)user_data;
+  int t = 0;
+  if (host->attr_bool(host->init_attrs(init), "w_transposed", &t) != FLOE_OK) t = 0;
+  int *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
+  *s = t;
+  *state = s;
+  return FLOE_OK;
+}
+
 static floe_code recurrent_backprop_compute(void *state, FloeKernelContext *ctx) {
-  (void)state;
+  bool transposed = *(const int *)state != 0;
   Cell cl;
   memset(&cl, 0, sizeof cl);
-  floe_code rc = recurrent_shapes(ctx, true, &cl);
+  floe_code rc = recurrent_shapes(ctx, true, transposed, &cl);
   if (rc != FLOE_OK) return rc;
   int64_t bt = cl.batch, hid = cl.hid, g4 = 4 * hid;
   void *dh_prev;
@@ -455,7 +472,8 @@ static floe_code recurrent_backprop_compute(void *state, FloeKernelContext *ctx)
   cl.dh = in_data(ctx, 5);
   cl.dc = in_data(ctx, 6);
   run_pass(&cl, backward_f32, backward_f64);
-  return gemm(ctx, &cl, false, true, bt, hid, g4, cl.d_gates, g4, cl.w, g4, 0.0, dh_prev, hid);
+  return gemm(ctx, &cl, false, !transposed, bt, hid, g4, cl.d_gates, g4, cl.w,
+              transposed ? hid : g4, 0.0, dh_prev, hid);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -559,6 +577,6 @@ floe_code cpu_register_lstm(FloePluginRegistrar *reg) {
                         state_free, NULL);
   if (rc == FLOE_OK)
     rc = cpu_add_kernel(reg, "LSTMCellRecurrentBackprop", "T", dts, 0,
-                        recurrent_backprop_compute, NULL, NULL, NULL);
+                        recurrent_backprop_compute, recurrent_backprop_create, state_free, NULL);
   return rc;
 }
