@@ -47,6 +47,7 @@ typedef struct Config {
   int fortunes;        /* lengths from fortune pieces (else uniform in [5, max_len]) */
   int reps, rss_steps, json, profile;
   FloeLSTMFused fused;
+  int project;         /* floe_dynamic_lstm's project_inputs */
   uint64_t seed;
   double lr;
   const char *data;    /* fortune folder; NULL: the installed one */
@@ -257,6 +258,7 @@ static void model_build(Model *m, const Config *c, int variant) {
     FloeDynamicRNNOptions o;
     floe_dynamic_rnn_options_init(&o);
     o.cell.fused = c->fused;
+    o.project_inputs = c->project;
     out = floe_dynamic_lstm(g, "rnn", x, len, init, w.value, b.value, &o, &fin);
   } else {
     FloeLSTMOptions o;
@@ -392,9 +394,10 @@ static void run_child(const Config *c, int variant, RssResult *r) {
   snprintf(args[7], 32, "--seed=%llu", (unsigned long long)c->seed);
   snprintf(args[8], 32, "--fused=%s", c->fused == FLOE_LSTM_FUSED_NEVER ? "never" : "always");
   snprintf(args[9], 32, "--lr=%.17g", c->lr);
-  char *argv[14] = {"bench_dynamic_rnn"};
+  snprintf(args[10], 32, "--project=%d", c->project);
+  char *argv[15] = {"bench_dynamic_rnn"};
   int n = 1;
-  for (int i = 0; i < 10; i++) argv[n++] = args[i];
+  for (int i = 0; i < 11; i++) argv[n++] = args[i];
   char data_arg[4096];
   if (c->data) {
     snprintf(data_arg, sizeof data_arg, "--data=%s", c->data);
@@ -541,12 +544,13 @@ static int run_bench(const Config *c) {
     rss[v] = (double)(res[v].rss.hwm_kb - res[v].rss.base_kb) * 1024;
   if (c->json) {
     printf("{\"bench\": \"dynamic_rnn\", \"batch\": %lld, \"input\": %lld, \"hidden\": %lld, "
-           "\"max_len\": %lld, \"lengths\": \"%s\", \"fused\": \"%s\", \"reps\": %d, "
+           "\"max_len\": %lld, \"lengths\": \"%s\", \"fused\": \"%s\", \"project\": %d, \"reps\": %d, "
            "\"useful_row_steps\": %lld, \"loss_first\": [%.9g, %.9g], \"loss_last\": [%.9g, %.9g], "
            "\"loss_max_rel_diff\": %.3g, \"variants\": [",
            (long long)c->batch, (long long)c->input, (long long)c->hidden, (long long)c->max_len,
            c->fortunes ? "fortunes" : "uniform",
-           c->fused == FLOE_LSTM_FUSED_NEVER ? "never" : "always", c->reps, (long long)useful,
+           c->fused == FLOE_LSTM_FUSED_NEVER ? "never" : "always", c->project, c->reps,
+           (long long)useful,
            loss[DYNAMIC][0], loss[UNROLLED][0], loss[DYNAMIC][total - 1],
            loss[UNROLLED][total - 1], max_rel);
     for (int v = 0; v < VARIANTS; v++)
@@ -561,9 +565,11 @@ static int run_bench(const Config *c) {
              res[v].rss.loss);
     printf("]}\n");
   } else {
-    printf("LSTM training step (forward + backward + SGD), f32, %s cell, B=%lld I=%lld H=%lld "
+    printf("LSTM training step (forward + backward + SGD), f32, %s cell%s, B=%lld I=%lld H=%lld "
            "T=%lld, %d reps\n",
-           c->fused == FLOE_LSTM_FUSED_NEVER ? "primitive-op" : "fused", (long long)c->batch,
+           c->fused == FLOE_LSTM_FUSED_NEVER ? "primitive-op" : "fused",
+           c->project > 0 ? " (dynamic: inputs projected before the loop)" : "",
+           (long long)c->batch,
            (long long)c->input, (long long)c->hidden, (long long)c->max_len, c->reps);
     print_lengths(c, &bt, useful);
     printf("loss, step 1: dynamic %.7g, unrolled %.7g; step %d: dynamic %.7g, unrolled %.7g; "
@@ -611,6 +617,10 @@ static void usage(FILE *out) {
           "  --data DIR          fortune folder (default %s)\n"
           "  --fused KIND        always: the cell as one LSTMCell op (default); never:\n"
           "                      primitive ops\n"
+          "  --project -1|0|1    the dynamic variant's project_inputs: 1, the inputs'\n"
+          "                      projection for all steps and rows before the loop; 0, in\n"
+          "                      the loop; -1 (default), floe_dynamic_lstm's default (0 here,\n"
+          "                      since lengths are given)\n"
           "  --reps N            timed steps of each (default 10; 2 warm-ups before)\n"
           "  --rss-steps N       steps run by each peak-RSS child (default 3)\n"
           "  --seed S            batch choice and data (default 1)\n"
@@ -621,7 +631,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-  Config c = {64, 256, 256, 100, 1, 10, 3, 0, 0, FLOE_LSTM_FUSED_ALWAYS, 1, 0.05, NULL};
+  Config c = {64, 256, 256, 100, 1, 10, 3, 0, 0, FLOE_LSTM_FUSED_ALWAYS, -1, 1, 0.05, NULL};
   int child = -1;
   static const struct option opts[] = {
       {"batch", required_argument, NULL, 'b'},  {"input", required_argument, NULL, 'i'},
@@ -630,7 +640,7 @@ int main(int argc, char **argv) {
       {"fused", required_argument, NULL, 'f'},  {"reps", required_argument, NULL, 'r'},
       {"rss-steps", required_argument, NULL, 'n'}, {"seed", required_argument, NULL, 's'},
       {"lr", required_argument, NULL, 'L'},     {"json", no_argument, NULL, 'j'},
-      {"profile", no_argument, NULL, 'p'},
+      {"profile", no_argument, NULL, 'p'},      {"project", required_argument, NULL, 'P'},
       {"rss-child", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   for (int o; (o = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
@@ -661,6 +671,13 @@ int main(int argc, char **argv) {
       case 'L': c.lr = atof(optarg); break;
       case 'j': c.json = 1; break;
       case 'p': c.profile = 1; break;
+      case 'P':
+        if (strcmp(optarg, "0") && strcmp(optarg, "1") && strcmp(optarg, "-1")) {
+          fprintf(stderr, "bench_dynamic_rnn: --project is -1, 0 or 1, not '%s'\n", optarg);
+          return 2;
+        }
+        c.project = atoi(optarg);
+        break;
       case 'c':
         child = strcmp(optarg, "dynamic") == 0    ? DYNAMIC
                 : strcmp(optarg, "unrolled") == 0 ? UNROLLED

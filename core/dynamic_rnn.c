@@ -8,6 +8,7 @@
  * (Slice), the others keep their state (Concat), so no work is done past a sequence's own
  * length, and the loop stops after the longest one.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -157,6 +158,7 @@ void floe_dynamic_rnn_options_init(FloeDynamicRNNOptions *o) {
   memset(o, 0, sizeof *o);
   o->struct_size = sizeof *o;
   o->parallel_iterations = 2;
+  o->project_inputs = -1;
   floe_lstm_options_init(&o->cell);
 }
 
@@ -171,6 +173,9 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   if (opts) {
     o.parallel_iterations = opts->parallel_iterations > 0 ? opts->parallel_iterations : 2;
     o.cell = opts->cell;
+    /* Callers built before the field existed pass a smaller struct: keep the default. */
+    if (opts->struct_size >= offsetof(FloeDynamicRNNOptions, project_inputs) + sizeof(int))
+      o.project_inputs = opts->project_inputs;
   }
   if (!name || !*name || !inputs.node || !init.h.node || !init.c.node || !w.node || !b.node) {
     floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
@@ -215,7 +220,9 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   /* The fused cell takes the inputs' projection x @ w_x + b made for every step at once:
    * one [T*B, I] x [I, 4H] product before the loop (and, in the gradient, one for dx and one
    * for dw_x after it) instead of a B-row product per step; the loop multiplies by w_h. */
-  bool projected = project_inputs(&o.cell, dt, xs);
+  /* Projecting every row of every step pays off when they all run (no lengths). */
+  bool projected = (o.project_inputs > 0 || (o.project_inputs < 0 && !lengths.node)) &&
+                   project_inputs(&o.cell, dt, xs);
   const FloeShape *ws = &w.node->out_shapes[w.index], *h0 = &init.h.node->out_shapes[init.h.index];
   if (ws->rank == 2 && h0->rank == 2 && ws->dims[0] >= 0 && h0->dims[1] >= 0 &&
       xs->dims[2] >= 0 && ws->dims[0] != xs->dims[2] + h0->dims[1]) {

@@ -76,8 +76,9 @@ typedef struct Model {
   FloeLSTMState final;
 } Model;
 
-/* feature_dim: I, or -1 (unknown until run: the loop then runs LSTMCell on x itself). */
-static Model build_x(FloeLSTMFused fused, int64_t feature_dim) {
+/* feature_dim: I, or -1 (unknown until run: the loop then runs LSTMCell on x itself);
+ * project: floe_dynamic_lstm's project_inputs. */
+static Model build_x(FloeLSTMFused fused, int64_t feature_dim, int project) {
   Model m = {.g = floe_graph_new()};
   const int64_t dx[3] = {T, B, feature_dim}, dw[2] = {I + H, 4 * H}, db[1] = {4 * H},
                 ds[2] = {B, H};
@@ -93,6 +94,7 @@ static Model build_x(FloeLSTMFused fused, int64_t feature_dim) {
   FloeDynamicRNNOptions o;
   floe_dynamic_rnn_options_init(&o);
   o.cell.fused = fused;
+  o.project_inputs = project;
   m.out = floe_dynamic_lstm(m.g, "rnn", m.x, l, (FloeLSTMState){m.h0, m.c0}, m.w, m.b, &o,
                             &m.final);
   ck_assert_msg(floe_graph_status(m.g) == FLOE_OK, "%s", floe_graph_error(m.g, NULL));
@@ -115,8 +117,6 @@ static Model build_x(FloeLSTMFused fused, int64_t feature_dim) {
   m.loss = floe_binary(m.g, "Add", "loss", s1, s2);
   return m;
 }
-
-static Model build(FloeLSTMFused fused) { return build_x(fused, I); }
 
 static FloeSession *session(FloeGraph *g) { return harness_session(g, rt); }
 
@@ -147,8 +147,15 @@ START_TEST(matches_a_plain_lstm_and_stops_at_each_length) {
   data_init(&d);
   double want[T * B * H], hf[B * H], cf[B * H];
   reference(&d, want, hf, cf);
-  for (int fused = 0; fused <= 2; fused++) { /* ALWAYS with I unknown, ALWAYS, NEVER */
-    Model m = fused ? build((FloeLSTMFused)fused) : build_x(FLOE_LSTM_FUSED_ALWAYS, -1);
+  /* The fused cell on inputs projected before the loop (project_inputs 1), the fused cell
+   * on x in the loop (the default with lengths, and what an unknown input size gives), the
+   * primitive-op cell. */
+  const char *cell_op[4] = {"LSTMCellRecurrent", "LSTMCell", "LSTMCell", NULL};
+  for (int v = 0; v < 4; v++) {
+    Model m = v == 0   ? build_x(FLOE_LSTM_FUSED_ALWAYS, I, 1)
+              : v == 1 ? build_x(FLOE_LSTM_FUSED_ALWAYS, I, -1)
+              : v == 2 ? build_x(FLOE_LSTM_FUSED_ALWAYS, -1, 1)
+                       : build_x(FLOE_LSTM_FUSED_NEVER, I, -1);
     FloeSession *s = session(m.g);
     floe_session_set_profiling(s, 1);
     const char *fetch[3] = {"out", "hf", "cf"};
@@ -162,7 +169,7 @@ START_TEST(matches_a_plain_lstm_and_stops_at_each_length) {
       ck_assert(fabs(harness_get(got[1], k) - hf[k]) < 1e-12);
       ck_assert(fabs(harness_get(got[2], k) - cf[k]) < 1e-12);
     }
-    if (fused <= 1) {
+    if (cell_op[v]) {
       /* Only the rows inside their sequences ran: 5 + 3 + 1 rows of h, c [H] and the
        * activations [4H], in f64. (The fused loop runs LSTMCellRecurrent on the inputs'
        * projection, made for all steps before the loop.) */
@@ -171,7 +178,7 @@ START_TEST(matches_a_plain_lstm_and_stops_at_each_length) {
       ck_assert(floe_session_profile(s, &rows, &nr, NULL) == FLOE_OK);
       int64_t bytes = -1, calls = 0;
       for (int r = 0; r < nr; r++)
-        if (strcmp(rows[r].op, fused ? "LSTMCellRecurrent" : "LSTMCell") == 0) {
+        if (strcmp(rows[r].op, cell_op[v]) == 0) {
           bytes = rows[r].output_bytes;
           calls = rows[r].calls;
         }
@@ -195,10 +202,12 @@ static double loss_at(FloeSession *s, const Data *d) {
   return v;
 }
 
+/* _i: project_inputs 1, 0. */
 START_TEST(gradients_match_finite_differences) {
   Data d;
   data_init(&d);
-  Model m = build(FLOE_LSTM_FUSED_ALWAYS);
+  int project = _i == 0;
+  Model m = build_x(FLOE_LSTM_FUSED_ALWAYS, I, project);
   FloeOutput xs[5] = {m.x, m.w, m.b, m.h0, m.c0}, dxs[5];
   FloeStatus *st = floe_status_new();
   ck_assert_msg(floe_gradients(m.g, &m.loss, 1, xs, 5, NULL, dxs, st) == FLOE_OK, "%s",
@@ -212,9 +221,9 @@ START_TEST(gradients_match_finite_differences) {
   FloeTensor *got[5];
   floe_session_set_profiling(s, 1);
   run(s, &d, names, 5, got);
-  /* No product per step: the inputs' projection before the loop, and after the backward
-   * loop one product each for dx, dw_x and dw_h (which would otherwise be T = 5 products
-   * inside the loop). */
+  /* No weight-gradient product per step: projected, the inputs' projection before the loop
+   * and after the backward loop one product each for dx, dw_x and dw_h; not projected, one
+   * for dw after the loop (T = 5 products inside it otherwise). */
   FloeOpProfile *rows;
   int nr;
   ck_assert(floe_session_profile(s, &rows, &nr, NULL) == FLOE_OK);
@@ -224,9 +233,9 @@ START_TEST(gradients_match_finite_differences) {
     if (strcmp(rows[r].op, "Transpose") == 0) transposes = rows[r].calls;
   }
   free(rows);
-  ck_assert_int_eq(matmuls, 4);
+  ck_assert_int_eq(matmuls, project ? 4 : 1);
   /* w_h^T for the backward steps is made once, outside the backward loop. */
-  ck_assert_int_eq(transposes, 1);
+  ck_assert_int_eq(transposes, project ? 1 : 0);
   floe_session_set_profiling(s, 0);
   double *params[5] = {d.x, d.w, d.b, d.h0, d.c0};
   const int sizes[5] = {T * B * I, (I + H) * 4 * H, 4 * H, B * H, B * H};
@@ -275,7 +284,7 @@ int main(void) {
   TCase *tc = tcase_create("lstm");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, matches_a_plain_lstm_and_stops_at_each_length);
-  tcase_add_test(tc, gradients_match_finite_differences);
+  tcase_add_loop_test(tc, gradients_match_finite_differences, 0, 2);
   tcase_add_test(tc, weight_shape_errors_name_the_loop);
   tcase_add_checked_fixture(tc, setup, teardown);
   suite_add_tcase(s, tc);

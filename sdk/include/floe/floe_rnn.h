@@ -85,6 +85,12 @@ typedef struct FloeDynamicRNNOptions {
   size_t struct_size;       /* sizeof(FloeDynamicRNNOptions) */
   int parallel_iterations;  /* of the loop; 0: 2 (steps depend on each other anyway) */
   FloeLSTMOptions cell;     /* the cell's options */
+  int project_inputs;       /* with the fused cell and a static input size: 1, x @ w[0:I] + b
+                               for all T steps and B rows in one product before the loop (faster
+                               when most row-steps run; holds [T, B, 4H] and, training, its
+                               gradient); 0, each step multiplies the x rows still running in
+                               the loop (less memory, and less work on padded batches); -1
+                               (default): 1 when no lengths are given, else 0 */
 } FloeDynamicRNNOptions;
 
 FLOE_API void floe_dynamic_rnn_options_init(FloeDynamicRNNOptions *opts);
