@@ -67,15 +67,14 @@ static inline uint16_t cpu_f32_to_bf16(float f) {
 }
 
 /* Whole rows: dst[i] = convert(src[i]) for i < n. */
-/* Hot loops get AVX-512F and AVX2 clones chosen at load time (ifunc): on an AVX-512 CPU the
- * softmax cross-entropy's exp loop, for one, ran 25 -> 18 ms on [2240, 10000] (floe train
- * --model lstm --profile). Neither target enables FMA, so no clone contracts a * b + c
- * differently from another. Sanitizer builds turn this off: ifunc resolvers run before the
- * sanitizer runtime is ready. */
+/* Hot loops get an AVX2 clone chosen at load time (ifunc). (An AVX-512F clone as well made
+ * the cross-entropy's exp loop faster, 25 -> 18 ms at [2240, 10000], but the LSTM language
+ * model 4-9% slower in three interleaved pairs of runs: it stays out.) Sanitizer builds turn
+ * this off: ifunc resolvers run before the sanitizer runtime is ready. */
 #if defined(FLOE_NO_TARGET_CLONES) || !defined(__x86_64__)
 #define CPU_HOT
 #else
-#define CPU_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#define CPU_HOT __attribute__((target_clones("avx2", "default")))
 #endif
 void cpu_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void cpu_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
