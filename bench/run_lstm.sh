@@ -12,7 +12,9 @@
 #   STEPS: timed training steps of each baseline and Floe's --steps (default 100)
 #   EVAL_WINDOWS: held-out windows the baselines evaluate for a perplexity (default 0: none)
 # Environment: PYTHON (default bench/.venv/bin/python), FORTUNES_DIR (--data of the corpus),
-#   FLOE_LSTM_ARGS (more `floe train` options, e.g. "--sampled-softmax 1024").
+#   FLOE_LSTM_ARGS (more `floe train` options, e.g. "--sampled-softmax 1024"), ROUNDS (how
+#   many times the whole set of runs repeats, default 1: on a shared machine the load changes
+#   within minutes, and each round's ratio shows how much that moves the result).
 # Floe is skipped, with a message, while `floe train --help` does not list the lstm model.
 # Prints one JSON line per run, then a summary table.
 set -e
@@ -49,6 +51,8 @@ if ! "$py" -c 'import numpy' 2>/dev/null; then
   run_py=no
 fi
 
+rounds=${ROUNDS:-1}
+for round in $(seq 1 "$rounds"); do
 for t in 1 2; do
   for w in passive active; do
     if [ $run_floe = yes ]; then
@@ -60,7 +64,8 @@ for t in 1 2; do
         tail -n 3 "$data/floe.out" >&2
       else
         grep '^{' "$data/floe.out" | tail -n 1 |
-          sed "s/^{/{\"system\":\"floe\",\"omp_wait_policy\":\"$w\",/" | tee -a "$out"
+          sed "s/^{/{\"system\":\"floe\",\"round\":$round,\"threads\":$t,\"omp_wait_policy\":\"$w\",/" |
+          tee -a "$out"
       fi
     fi
     if [ $run_py = yes ]; then
@@ -68,7 +73,7 @@ for t in 1 2; do
         if OMP_WAIT_POLICY=$w OMP_NUM_THREADS=$t "$py" "$top/bench/lstm_baselines.py" \
             --system $sys --data "$data" --threads "$t" --steps "$steps" \
             --eval-windows "$eval_windows" --json >"$data/py.out" 2>"$data/py.err"; then
-          tee -a "$out" <"$data/py.out"
+          sed "s/^{/{\"round\": $round, /" "$data/py.out" | tee -a "$out"
         else
           echo "run_lstm.sh: the $sys baseline failed:" >&2
           tail -n 3 "$data/py.err" >&2
@@ -76,6 +81,7 @@ for t in 1 2; do
       done
     fi
   done
+done
 done
 
 python3 - "$out" <<'PY'
@@ -104,6 +110,17 @@ for s, r in sorted(best.items()):
                  "%s %s" % (r.get("threads", "?"), (r.get("omp_wait_policy") or "")[:4]),
                  "%.0f" % r["words_per_sec"], "%.3f" % loss if loss is not None else "-",
                  "%.1f" % ppl if ppl else "-", "%.0f" % r.get("peak_rss_mb", 0)))
+rounds = sorted({r.get("round", 1) for r in rows if "words_per_sec" in r})
+if len(rounds) > 1:
+    for k in rounds:
+        top = {}
+        for r in rows:
+            if "words_per_sec" in r and r.get("round", 1) == k:
+                top[r["system"]] = max(top.get(r["system"], 0), r["words_per_sec"])
+        base = max((v for s, v in top.items() if s != "floe"), default=0)
+        if "floe" in top and base:
+            print("round %d: floe %.0f, fastest baseline %.0f words/s: %.2fx"
+                  % (k, top["floe"], base, top["floe"] / base))
 f = best.get("floe")
 others = [r for s, r in best.items() if s != "floe"]
 if others:
