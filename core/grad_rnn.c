@@ -2,6 +2,32 @@
  * cell of rnn.c needs none: its ops have their own. */
 #include "internal.h"
 
+/* A backprop node `op` of the cell c->node reading the cell's first n inputs (without the
+ * first, gates_x, when a transposed weight w is given, which follows them), the cell's c and
+ * act outputs, and the gradients reaching h and c (zeros for one no gradient reaches). */
+static FloeNode *backprop_node(FloeGradCtx *c, const char *op, int n, FloeOutput w) {
+  FloeNodeBuilder *b = floe__grad_begin(c, op);
+  for (int k = w.node ? 1 : 0; k < n; k++) floe_node_add_input(b, c->node->inputs[k]);
+  if (w.node) {
+    floe_node_add_input(b, w);
+    floe_node_set_attr_bool(b, "w_transposed", true);
+  }
+  floe_node_add_input(b, floe_out((FloeNode *)c->node, 1)); /* c */
+  floe_node_add_input(b, floe_out((FloeNode *)c->node, 2)); /* act */
+  floe_node_add_input(b, floe__grad_dy(c, 0));
+  floe_node_add_input(b, floe__grad_dy(c, 1));
+  return floe_node_finish(b);
+}
+
+/* A weight's gradient a^T @ d_gates (the form grad_control.c moves out of a loop). */
+static FloeOutput weight_grad(FloeGradCtx *c, FloeOutput a, FloeOutput d_gates) {
+  FloeNodeBuilder *b = floe__grad_begin(c, "MatMul");
+  floe_node_add_input(b, a);
+  floe_node_add_input(b, d_gates);
+  floe_node_set_attr_bool(b, "transpose_a", true);
+  return floe_out(floe_node_finish(b), 0);
+}
+
 /* LSTMCell: one LSTMCellBackprop node for the gradients reaching h and c, giving dx, dh_prev,
  * dc_prev and the gates' gradient d_gates [B,4H]; then dw = [x, h_prev]^T @ d_gates and
  * db = d_gates' column sums as graph ops. Inside a while loop's gradient those two are then
@@ -12,28 +38,17 @@
 static floe_code grad_lstm_cell(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   if (!c->dy[0].node && !c->dy[1].node) return FLOE_OK;
-  FloeNodeBuilder *b = floe__grad_begin(c, "LSTMCellBackprop");
-  for (int k = 0; k < 4; k++) floe_node_add_input(b, c->node->inputs[k]); /* x, h, c, w */
-  floe_node_add_input(b, floe_out((FloeNode *)c->node, 1));                /* c */
-  floe_node_add_input(b, floe_out((FloeNode *)c->node, 2));                /* act */
-  floe_node_add_input(b, floe__grad_dy(c, 0));
-  floe_node_add_input(b, floe__grad_dy(c, 1));
-  FloeNode *g = floe_node_finish(b);
+  FloeNode *g = backprop_node(c, "LSTMCellBackprop", 4, (FloeOutput){NULL, 0}); /* x, h, c, w */
   /* Outputs dx, dh_prev, dc_prev line up with inputs x, h_prev, c_prev. */
   for (int k = 0; k < 3; k++)
     if (c->need_dx[k]) c->dx[k] = floe_out(g, k);
   FloeOutput d_gates = floe_out(g, 3);
   if (c->need_dx[3]) {
     FloeOutput xh[2] = {c->node->inputs[0], c->node->inputs[1]};
-    b = floe__grad_begin(c, "Concat");
+    FloeNodeBuilder *b = floe__grad_begin(c, "Concat");
     floe_node_add_input_list(b, xh, 2);
     floe_node_add_input(b, floe__grad_scalar(c, FLOE_I32, 1));
-    FloeOutput packed = floe_out(floe_node_finish(b), 0);
-    b = floe__grad_begin(c, "MatMul");
-    floe_node_add_input(b, packed);
-    floe_node_add_input(b, d_gates);
-    floe_node_set_attr_bool(b, "transpose_a", true);
-    c->dx[3] = floe_out(floe_node_finish(b), 0);
+    c->dx[3] = weight_grad(c, floe_out(floe_node_finish(b), 0), d_gates);
   }
   if (c->need_dx[4]) {
     const int64_t zero = 0;
@@ -55,25 +70,11 @@ static floe_code grad_lstm_cell_recurrent(FloeGradCtx *c, FloeStatus *st) {
   const int64_t perm[2] = {1, 0};
   floe_node_add_input(b, floe__grad_i32_vec(c, perm, 2));
   FloeOutput w_t = floe_out(floe_node_finish(b), 0);
-  b = floe__grad_begin(c, "LSTMCellRecurrentBackprop");
-  for (int k = 1; k < 3; k++) floe_node_add_input(b, c->node->inputs[k]); /* h, c */
-  floe_node_add_input(b, w_t);
-  floe_node_set_attr_bool(b, "w_transposed", true);
-  floe_node_add_input(b, floe_out((FloeNode *)c->node, 1));                /* c */
-  floe_node_add_input(b, floe_out((FloeNode *)c->node, 2));                /* act */
-  floe_node_add_input(b, floe__grad_dy(c, 0));
-  floe_node_add_input(b, floe__grad_dy(c, 1));
-  FloeNode *g = floe_node_finish(b);
+  FloeNode *g = backprop_node(c, "LSTMCellRecurrentBackprop", 3, w_t); /* (gates_x), h, c */
   /* Outputs d_gates, dh_prev, dc_prev line up with inputs gates_x, h_prev, c_prev. */
   for (int k = 0; k < 3; k++)
     if (c->need_dx[k]) c->dx[k] = floe_out(g, k);
-  if (c->need_dx[3]) {
-    b = floe__grad_begin(c, "MatMul");
-    floe_node_add_input(b, c->node->inputs[1]);
-    floe_node_add_input(b, floe_out(g, 0));
-    floe_node_set_attr_bool(b, "transpose_a", true);
-    c->dx[3] = floe_out(floe_node_finish(b), 0);
-  }
+  if (c->need_dx[3]) c->dx[3] = weight_grad(c, c->node->inputs[1], floe_out(g, 0));
   return FLOE_OK;
 }
 

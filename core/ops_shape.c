@@ -1741,15 +1741,24 @@ static floe_code lstm_sizes(FloeShapeContext *sctx, const LstmOperand *ops, int 
 
 static int64_t times4(int64_t v) { return v >= 0 ? 4 * v : -1; }
 
-floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx) {
+/* Resolves the sizes from ops and sets the outputs, one letter each in `outs`: 'i' [batch,
+ * input], 'h' [batch, hidden], 'g' [batch, 4 * hidden]. */
+static floe_code lstm_outputs(FloeShapeContext *sctx, const LstmOperand *ops, int n,
+                              const char *outs) {
   int64_t s[LSTM_NSIZES];
-  floe_code c = lstm_sizes(sctx, lstm_cell_operands, FLOE__ARRAY_LEN(lstm_cell_operands), s);
+  floe_code c = lstm_sizes(sctx, ops, n, s);
   if (c != FLOE_OK) return c;
-  int64_t bh[2] = {s[LSTM_B], s[LSTM_H]}, bg[2] = {s[LSTM_B], times4(s[LSTM_H])};
-  sctx->output_shapes[0] = floe_shape_make(2, bh);
-  sctx->output_shapes[1] = floe_shape_make(2, bh);
-  sctx->output_shapes[2] = floe_shape_make(2, bg);
+  for (int k = 0; outs[k]; k++) {
+    int64_t d[2] = {s[LSTM_B], outs[k] == 'i'   ? s[LSTM_I]
+                               : outs[k] == 'h' ? s[LSTM_H]
+                                                : times4(s[LSTM_H])};
+    sctx->output_shapes[k] = floe_shape_make(2, d);
+  }
   return FLOE_OK;
+}
+
+floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx) {
+  return lstm_outputs(sctx, lstm_cell_operands, FLOE__ARRAY_LEN(lstm_cell_operands), "hhg");
 }
 
 floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *sctx) {
@@ -1770,42 +1779,19 @@ floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *
 }
 
 floe_code floe__shape_lstm_cell_backprop(const FloeHostApi *host, FloeShapeContext *sctx) {
-  int64_t s[LSTM_NSIZES];
-  floe_code c = lstm_sizes(sctx, lstm_grad_operands, FLOE__ARRAY_LEN(lstm_grad_operands), s);
-  if (c != FLOE_OK) return c;
-  int64_t b = s[LSTM_B];
-  int64_t bi[2] = {b, s[LSTM_I]}, bh[2] = {b, s[LSTM_H]}, bg[2] = {b, times4(s[LSTM_H])};
-  sctx->output_shapes[0] = floe_shape_make(2, bi);
-  sctx->output_shapes[1] = floe_shape_make(2, bh);
-  sctx->output_shapes[2] = floe_shape_make(2, bh);
-  sctx->output_shapes[3] = floe_shape_make(2, bg);
-  return FLOE_OK;
+  return lstm_outputs(sctx, lstm_grad_operands, FLOE__ARRAY_LEN(lstm_grad_operands), "ihhg");
 }
 
 floe_code floe__shape_lstm_cell_recurrent(const FloeHostApi *host, FloeShapeContext *sctx) {
-  int64_t s[LSTM_NSIZES];
-  floe_code c = lstm_sizes(sctx, lstm_rec_operands, FLOE__ARRAY_LEN(lstm_rec_operands), s);
-  if (c != FLOE_OK) return c;
-  int64_t bh[2] = {s[LSTM_B], s[LSTM_H]}, bg[2] = {s[LSTM_B], times4(s[LSTM_H])};
-  sctx->output_shapes[0] = floe_shape_make(2, bh);
-  sctx->output_shapes[1] = floe_shape_make(2, bh);
-  sctx->output_shapes[2] = floe_shape_make(2, bg);
-  return FLOE_OK;
+  return lstm_outputs(sctx, lstm_rec_operands, FLOE__ARRAY_LEN(lstm_rec_operands), "hhg");
 }
 
 floe_code floe__shape_lstm_cell_recurrent_backprop(const FloeHostApi *host,
                                                    FloeShapeContext *sctx) {
-  int64_t s[LSTM_NSIZES];
   LstmOperand ops[FLOE__ARRAY_LEN(lstm_rec_grad_operands)];
   memcpy(ops, lstm_rec_grad_operands, sizeof ops);
   if (attr_bool(sctx, "w_transposed")) ops[2] = lstm_w_h_transposed;
-  floe_code c = lstm_sizes(sctx, ops, FLOE__ARRAY_LEN(ops), s);
-  if (c != FLOE_OK) return c;
-  int64_t bh[2] = {s[LSTM_B], s[LSTM_H]}, bg[2] = {s[LSTM_B], times4(s[LSTM_H])};
-  sctx->output_shapes[0] = floe_shape_make(2, bg);
-  sctx->output_shapes[1] = floe_shape_make(2, bh);
-  sctx->output_shapes[2] = floe_shape_make(2, bh);
-  return FLOE_OK;
+  return lstm_outputs(sctx, ops, FLOE__ARRAY_LEN(ops), "ghh");
 }
 
 /* ---- queues and readers (ops_data.def) ---- */

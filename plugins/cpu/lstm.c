@@ -378,6 +378,14 @@ static const void *in_data(FloeKernelContext *ctx, int i) {
   return cpu_host->tensor_data(cpu_host->ctx_input(ctx, i));
 }
 
+/* The backward ops' inputs c, act, dh, dc, from input `first` on. */
+static void grad_inputs(FloeKernelContext *ctx, int first, Cell *cl) {
+  cl->c = in_data(ctx, first);
+  cl->act = (void *)in_data(ctx, first + 1);
+  cl->dh = in_data(ctx, first + 2);
+  cl->dc = in_data(ctx, first + 3);
+}
+
 static floe_code cell_compute(void *state, FloeKernelContext *ctx) {
   Cell cl;
   memset(&cl, 0, sizeof cl);
@@ -467,10 +475,7 @@ static floe_code recurrent_backprop_compute(void *state, FloeKernelContext *ctx)
   cl.h_prev = in_data(ctx, 0);
   cl.c_prev = in_data(ctx, 1);
   cl.w = in_data(ctx, 2);
-  cl.c = in_data(ctx, 3);
-  cl.act = (void *)in_data(ctx, 4);
-  cl.dh = in_data(ctx, 5);
-  cl.dc = in_data(ctx, 6);
+  grad_inputs(ctx, 3, &cl);
   run_pass(&cl, backward_f32, backward_f64);
   return gemm(ctx, &cl, false, !transposed, bt, hid, g4, cl.d_gates, g4, cl.w,
               transposed ? hid : g4, 0.0, dh_prev, hid);
@@ -525,10 +530,7 @@ static floe_code backward(FloeKernelContext *ctx, bool weights) {
   cl.h_prev = in_data(ctx, 1);
   cl.c_prev = in_data(ctx, 2);
   cl.w = in_data(ctx, 3);
-  cl.c = in_data(ctx, 4);
-  cl.act = (void *)in_data(ctx, 5);
-  cl.dh = in_data(ctx, 6);
-  cl.dc = in_data(ctx, 7);
+  grad_inputs(ctx, 4, &cl);
   if (bt > 0) {
     if (weights &&
         (rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(bt * g4) * es, &cl.d_gates)) != FLOE_OK)

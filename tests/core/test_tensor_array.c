@@ -43,6 +43,15 @@ static FloeOutput ci32v(FloeGraph *g, const int32_t *v, int n) {
   return o;
 }
 
+static FloeOutput ci64v(FloeGraph *g, const int64_t *v, int n) {
+  int64_t d = n;
+  FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &d, NULL);
+  memcpy(floe_tensor_data(t), v, (size_t)n * sizeof *v);
+  FloeOutput o = floe_const(g, NULL, t);
+  floe_tensor_release(t);
+  return o;
+}
+
 static FloeOutput cval(FloeGraph *g, FloeDType dt, int rank, const int64_t *dims,
                        const double *v) {
   FloeTensor *t = harness_from_doubles(dt, rank, dims, v);
@@ -298,10 +307,7 @@ START_TEST(split_then_concat) {
   double xv[12];
   for (int i = 0; i < 12; i++) xv[i] = i + 0.25;
   FloeOutput x = cval(g, FLOE_F64, 2, (int64_t[]){6, 2}, xv);
-  FloeTensor *lt = floe_tensor_new(FLOE_I64, 1, (int64_t[]){3}, NULL);
-  memcpy(floe_tensor_data(lt), (const int64_t[]){2, 1, 3}, 3 * sizeof(int64_t));
-  FloeOutput lengths = floe_const(g, "lengths", lt);
-  floe_tensor_release(lt);
+  FloeOutput lengths = ci64v(g, (const int64_t[]){2, 1, 3}, 3);
   FloeTensorArrayOptions o;
   floe_tensor_array_options_init(&o);
   o.clear_after_read = 0;
@@ -309,10 +315,7 @@ START_TEST(split_then_concat) {
   t = floe_ta_split(g, "split", t, x, lengths);
   floe_ta_read(g, "r2", t, ci32(g, 2));
   floe_ta_concat(g, "back", t, NULL);
-  FloeTensor *bt = floe_tensor_new(FLOE_I64, 1, (int64_t[]){2}, NULL);
-  memcpy(floe_tensor_data(bt), (const int64_t[]){2, 3}, 2 * sizeof(int64_t));
-  FloeOutput bad_len = floe_const(g, "bad_len", bt);
-  floe_tensor_release(bt);
+  FloeOutput bad_len = ci64v(g, (const int64_t[]){2, 3}, 2);
   FloeTensorArray u = floe_tensor_array(g, "u", FLOE_F64, ci32(g, 2), NULL);
   u = floe_ta_split(g, "bad_split", u, x, bad_len);
   FloeSession *s = session_new(g);
@@ -729,10 +732,7 @@ END_TEST
 START_TEST(gradient_split_read_write_concat) {
   FloeGraph *g = floe_graph_new();
   FloeOutput x = floe_placeholder(g, "x", FLOE_F64, floe_shape_make(2, (int64_t[]){6, 2}));
-  FloeTensor *lt = floe_tensor_new(FLOE_I64, 1, (int64_t[]){3}, NULL);
-  memcpy(floe_tensor_data(lt), (const int64_t[]){2, 1, 3}, 3 * sizeof(int64_t));
-  FloeOutput lengths = floe_const(g, "lengths", lt);
-  floe_tensor_release(lt);
+  FloeOutput lengths = ci64v(g, (const int64_t[]){2, 1, 3}, 3);
   FloeTensorArray in = floe_tensor_array(g, "in", FLOE_F64, ci32(g, 3), NULL);
   in = floe_ta_split(g, "split", in, x, lengths);
   FloeOutput r0 = floe_ta_read(g, "r0", in, ci32(g, 0));
