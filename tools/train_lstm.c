@@ -26,7 +26,7 @@
 static const char lstm_help[] =
     "Usage: floe train --model lstm [--steps N] [--epochs N] [--batch N] [--bptt T]\n"
     "                  [--hidden H] [--layers L] [--vocab V] [--sampled-softmax K]\n"
-    "                  [--lr X] [--seed N] [--threads N] [--data DIR]\n"
+    "                  [--lr X] [--clip N] [--seed N] [--threads N] [--data DIR]\n"
     "                  [--eval-windows N] [--profile] [--json]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
@@ -41,6 +41,7 @@ static const char lstm_help[] =
     "  --sampled-softmax K    train with a sampled softmax of K words drawn from the\n"
     "                         log-uniform distribution (default: the full softmax)\n"
     "  --lr X                 Adam's learning rate (default 0.001, constant)\n"
+    "  --clip N               clip the gradients to a global norm of N (default 0: off)\n"
     "  --eval-windows N       held-out windows to evaluate (default: all)\n"
     "  --profile              time every kernel of the training windows after the first\n"
     "                         and print the ops taking the most time to stderr\n"
@@ -50,7 +51,7 @@ static const char lstm_help[] =
 
 typedef struct LstmOptions {
   long long steps, epochs, batch, bptt, hidden, layers, vocab, sampled, seed, threads, eval;
-  double lr;
+  double lr, clip;
   const char *data;
   int json, profile;
 } LstmOptions;
@@ -72,7 +73,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"threads", required_argument, NULL, 'T'}, {"data", required_argument, NULL, 'd'},
       {"eval-windows", required_argument, NULL, 'E'},
       {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
-      {"profile", no_argument, NULL, 'P'},
+      {"profile", no_argument, NULL, 'P'},      {"clip", required_argument, NULL, 'C'},
       {NULL, 0, NULL, 0}};
   *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
@@ -102,6 +103,13 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
         char *end;
         o->lr = strtod(optarg, &end);
         if (*end || !(o->lr > 0)) return cli_usage("train", "--lr takes a number > 0");
+        break;
+      }
+      case 'C': {
+        char *end;
+        o->clip = strtod(optarg, &end);
+        if (*end || !(o->clip >= 0) || !isfinite(o->clip))
+          return cli_usage("train", "--clip takes a number >= 0 (0: no clipping)");
         break;
       }
       case 'd': o->data = optarg; break;
@@ -169,87 +177,6 @@ static FloeOutput transpose01(FloeGraph *g, FloeOutput x) {
   return floe_out(floe_node_finish(b), 0);
 }
 
-/* Mean cross-entropy of logits [n, classes] against labels [n]. */
-static FloeOutput xent(FloeGraph *g, const char *name, FloeOutput logits, FloeOutput labels) {
-  return floe_sparse_softmax_cross_entropy(g, name, logits, labels);
-}
-
-static FloeOutput f32c(FloeGraph *g, float v) {
-  FloeTensor *t = floe_tensor_scalar_f32(v, NULL);
-  FloeOutput o = floe_const(g, NULL, t);
-  floe_tensor_release(t);
-  return o;
-}
-
-/* log(K * P(id)) for ids (i32, any shape) under the log-uniform (Zipf) distribution
- * P(k) = log((k + 2) / (k + 1)) / log(V + 1) that fits ids sorted by frequency: the
- * log-expected count subtracted from each logit. */
-static FloeOutput log_expected(FloeGraph *g, FloeOutput ids, const LstmOptions *o) {
-  FloeNodeBuilder *nb = floe_node_begin(g, "Cast", NULL);
-  floe_node_add_input(nb, ids);
-  floe_node_set_attr_type(nb, "DstT", FLOE_F32);
-  FloeOutput k = floe_out(floe_node_finish(nb), 0);
-  FloeOutput ratio = floe_binary(g, "Div", NULL, floe_binary(g, "Add", NULL, k, f32c(g, 2)),
-                                 floe_binary(g, "Add", NULL, k, f32c(g, 1)));
-  FloeOutput p = floe_binary(g, "Div", NULL, floe_unary(g, "Log", NULL, ratio),
-                             f32c(g, (float)log((double)o->vocab + 1)));
-  return floe_unary(g, "Log", NULL, floe_binary(g, "Mul", NULL, p, f32c(g, (float)o->sampled)));
-}
-
-/* The sampled softmax loss of hidden states hs [n, H] for labels [n] against the output
- * words w [V, H], b [V] (TensorFlow's sampled_softmax_loss): the true word's logit beside
- * those of K words drawn from the log-uniform distribution (one draw per step, shared by
- * the batch), each minus its log-expected count, sampled words equal to the label pushed to
- * -1e9 (accidental hits), trained toward the true one. */
-static FloeOutput sampled_loss(FloeGraph *g, FloeOutput hs, FloeOutput labels, FloeOutput w,
-                               FloeOutput b, const LstmOptions *o) {
-  int32_t k = (int32_t)o->sampled;
-  FloeNodeBuilder *nb = floe_node_begin(g, "RandomUniform", "sampled/uniform");
-  floe_node_add_input(nb, i32_const(g, &k, 1, 1));
-  floe_node_set_attr_int(nb, "seed", o->seed + 7);
-  FloeOutput u = floe_out(floe_node_finish(nb), 0);
-  /* k = floor(exp(u * log(V + 1))) - 1, in [0, V - 1] */
-  FloeOutput e = floe_unary(g, "Exp", NULL,
-                            floe_binary(g, "Mul", NULL, u, f32c(g, (float)log((double)o->vocab + 1))));
-  FloeOutput kf = floe_binary(g, "Minimum", NULL,
-                              floe_binary(g, "Sub", NULL, floe_unary(g, "Floor", NULL, e), f32c(g, 1)),
-                              f32c(g, (float)(o->vocab - 1)));
-  nb = floe_node_begin(g, "Cast", "sampled/ids");
-  floe_node_add_input(nb, floe_binary(g, "Maximum", NULL, kf, f32c(g, 0)));
-  floe_node_set_attr_type(nb, "DstT", FLOE_I32);
-  FloeOutput ids = floe_out(floe_node_finish(nb), 0); /* [K] */
-  FloeOutput sw = floe_binary(g, "Gather", NULL, w, ids), sb = floe_binary(g, "Gather", NULL, b, ids);
-  FloeOutput tw = floe_binary(g, "Gather", NULL, w, labels), tb = floe_binary(g, "Gather", NULL, b, labels);
-  nb = floe_node_begin(g, "Sum", NULL);
-  floe_node_add_input(nb, floe_binary(g, "Mul", NULL, hs, tw));
-  int32_t one = 1;
-  floe_node_add_input(nb, i32_const(g, &one, 1, 0));
-  floe_node_set_attr_bool(nb, "keep_dims", 1);
-  FloeOutput true_logit = floe_binary(
-      g, "Sub", NULL,
-      floe_binary(g, "Add", NULL, floe_out(floe_node_finish(nb), 0),
-                  reshape(g, NULL, tb, (const int32_t[]){-1, 1}, 2)),
-      reshape(g, NULL, log_expected(g, labels, o), (const int32_t[]){-1, 1}, 2));
-  FloeOutput samp = floe_binary(g, "Sub", NULL,
-                                floe_binary(g, "Add", NULL, floe_matmul(g, NULL, hs, sw, 0, 1), sb),
-                                log_expected(g, ids, o)); /* [n, K] */
-  FloeOutput hit = floe_binary(g, "Equal", NULL, reshape(g, NULL, labels, (const int32_t[]){-1, 1}, 2),
-                               reshape(g, NULL, ids, (const int32_t[]){1, -1}, 2));
-  FloeOutput negs = floe_binary(g, "Add", NULL, floe_unary(g, "ZerosLike", NULL, samp), f32c(g, -1e9f));
-  nb = floe_node_begin(g, "Select", NULL);
-  floe_node_add_input(nb, hit);
-  floe_node_add_input(nb, negs);
-  floe_node_add_input(nb, samp);
-  FloeOutput masked = floe_out(floe_node_finish(nb), 0);
-  FloeOutput parts[2] = {true_logit, masked};
-  nb = floe_node_begin(g, "Concat", NULL);
-  floe_node_add_input_list(nb, parts, 2);
-  floe_node_add_input(nb, i32_const(g, &one, 1, 0));
-  FloeOutput logits = floe_out(floe_node_finish(nb), 0);
-  FloeOutput zero_labels = floe_unary(g, "ZerosLike", NULL, labels);
-  return xent(g, "sampled_xent", logits, zero_labels);
-}
-
 static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
   FloeGraph *g = floe_graph_new();
   m->g = g;
@@ -286,13 +213,16 @@ static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
   FloeVariable b = floe_variable(g, "softmax/b", FLOE_F32, floe_shape_make(1, db),
                                  floe_init_zeros());
   FloeOutput logits = floe_binary(g, "Add", NULL, floe_matmul(g, NULL, hs, w.value, 0, 1), b.value);
-  FloeOutput full = xent(g, "full_xent", logits, labels);
+  FloeOutput full = floe_sparse_softmax_cross_entropy(g, "full_xent", logits, labels);
   floe_unary(g, "Identity", "eval_loss", full);
-  FloeOutput loss = o->sampled ? sampled_loss(g, hs, labels, w.value, b.value, o) : full;
+  FloeOutput loss = o->sampled ? floe_sampled_softmax_loss(g, "sampled", w.value, b.value, hs,
+                                                          labels, o->sampled, V, 1, o->seed + 7)
+                               : full;
   floe_unary(g, "Identity", "loss", loss);
   FloeOptimizerOptions oo;
   floe_optimizer_options_init(&oo, FLOE_OPT_ADAM);
   oo.learning_rate = o->lr;
+  oo.clip_global_norm = o->clip;
   m->train = floe_minimize(g, "train", loss, &oo, NULL, 0);
   floe_variables_initializer(g, "init");
   if (floe_graph_status(g) != FLOE_OK)
