@@ -469,8 +469,9 @@ static int64_t sampler_draw(const SamplerState *s, const Draw *d, int64_t j) {
   uint32_t w[4];
   philox_block(d, (uint64_t)(j / 2), w);
   int p = (int)(j % 2) * 2;
-  double u = unit_f64(w[p], w[p + 1]);
-  return ((int64_t)exp(u * s->log_range) - 1) % s->range_max;
+  double e = exp(unit_f64(w[p], w[p + 1]) * s->log_range); /* in [1, range_max + 1] */
+  int64_t v = e < 0x1p63 ? (int64_t)e : INT64_MAX;
+  return (v - 1) % s->range_max;
 }
 
 /* Inserts v into the open-addressing set (cap a power of two, -1 = empty); 1 if new. */
