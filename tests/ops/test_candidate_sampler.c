@@ -354,9 +354,7 @@ START_TEST(test_bad_true_classes) {
     ck_assert_msg(strstr(m, "samp") && strstr(m, "outside [0, range_max 10)"), "%s", m);
     floe_tensor_release(cls);
   }
-  const int64_t two[2] = {1, 2};
   FloeTensor *wide = harness_i32(2, (int64_t[]){1, 2}, (const int32_t[]){1, 2}), *out[3] = {0};
-  (void)two;
   ck_assert_int_eq(run(s, wide, out, st), FLOE_INVALID_ARGUMENT);
   ck_assert_msg(strstr(floe_status_message(st), "samp") &&
                     strstr(floe_status_message(st), "true_classes must be i32/i64 [batch, 1]"),
