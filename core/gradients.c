@@ -223,6 +223,7 @@ static const char *const not_differentiable[] = {
     "OnesLike", "ArgMax", "ArgMin", "Equal", "NotEqual", "Less", "LessEqual", "Greater",
     "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "OneHot", "RandomUniform",
     "RandomNormal", "TruncatedNormal", "StatelessRandomUniform", "StatelessRandomNormal",
+    "LogUniformCandidateSampler",
     "Sign", "Floor", "InvertPermutation", "ConcatOffset", "VarHandleOp", "ReadVariableOp",
     "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "VarIsInitializedOp",
     "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam",

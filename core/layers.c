@@ -1,5 +1,6 @@
 /* layers.c - layer builders (dense, conv2d, pooling, flatten, dropout, batch norm,
- * embedding) and the sparse softmax cross-entropy loss, as ordinary ops under "<name>/".
+ * embedding), the sparse softmax cross-entropy loss and the sampled softmax loss, as
+ * ordinary ops under "<name>/".
  *
  * Weights are variables named "<name>/kernel", "<name>/bias", ...; floe_variable returns the
  * existing variable when the name is built again, so one model can be built twice (training
@@ -474,4 +475,109 @@ FloeOutput floe_sparse_softmax_cross_entropy(FloeGraph *g, const char *name, Flo
   FloeOutput xent = binary(g, name, "SparseSoftmaxCrossEntropyWithLogits", logits, labels);
   const int64_t batch_axis[1] = {0};
   return binary(g, name, "Mean", xent, const_vec(g, name, "axis", FLOE_I32, batch_axis, 1));
+}
+
+/* ---- the sampled softmax (TensorFlow's sampled_softmax_loss) ---- */
+
+static FloeOutput cast_to(FloeGraph *g, const char *scope, FloeOutput x, FloeDType dt) {
+  FloeNodeBuilder *b = begin(g, scope, "Cast", NULL);
+  floe_node_add_input(b, x);
+  floe_node_set_attr_type(b, "DstT", dt);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput reshape_to(FloeGraph *g, const char *scope, FloeOutput x, int64_t d0,
+                             int64_t d1) {
+  const int64_t shape[2] = {d0, d1};
+  return binary(g, scope, "Reshape", x, const_vec(g, scope, "shape", FLOE_I32, shape, 2));
+}
+
+/* A 0-D i32. */
+static FloeOutput const_i32(FloeGraph *g, const char *scope, const char *label, int32_t v) {
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *t = floe__tensor_alloc(NULL, FLOE_I32, 0, NULL, &st);
+  if (t) *(int32_t *)floe_tensor_data(t) = v;
+  FloeOutput o = const_of(g, scope, label, t, &st);
+  floe__free(st.msg);
+  return o;
+}
+
+/* The checks of floe_sampled_softmax_loss; false with the sticky error set. */
+static bool sampled_args_ok(FloeGraph *g, const char *name, const FloeOutput *in, int64_t k,
+                            int64_t classes) {
+  static const char kind[] = "sampled_softmax_loss";
+  for (int i = 0; i < 4; i++)
+    if (!layer_live(g, name, kind, in[i])) return false;
+  for (int i = 0; i < 3; i++)
+    if (float_input(g, name, kind, in[i]) == FLOE_DTYPE_INVALID) return false;
+  FloeDType lt = floe_node_output_dtype(in[3].node, in[3].index);
+  if (lt != FLOE_I32 && lt != FLOE_I64) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "loss '%s': labels '%s' are %s; they must be i32 or i64 class indices",
+                     name, floe_node_name(in[3].node), floe_dtype_name(lt));
+    return false;
+  }
+  if (k < 1 || classes < 1) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "loss '%s': num_sampled %lld and num_classes %lld must be >= 1", name,
+                     (long long)k, (long long)classes);
+    return false;
+  }
+  return true;
+}
+
+FloeOutput floe_sampled_softmax_loss(FloeGraph *g, const char *name, FloeOutput weights,
+                                     FloeOutput biases, FloeOutput inputs, FloeOutput labels,
+                                     int64_t num_sampled, int64_t num_classes, int unique,
+                                     int64_t seed) {
+  if (!name) name = "sampled_softmax_loss";
+  const FloeOutput in[4] = {weights, biases, inputs, labels};
+  if (!sampled_args_ok(g, name, in, num_sampled, num_classes)) return invalid();
+  FloeDType dt = floe_node_output_dtype(inputs.node, inputs.index);
+  FloeOutput lab = floe_node_output_dtype(labels.node, labels.index) == FLOE_I64
+                       ? labels : cast_to(g, name, labels, FLOE_I64);
+  FloeOutput lab2 = reshape_to(g, name, lab, -1, 1); /* [n, 1] */
+  FloeNodeBuilder *b = begin(g, name, "LogUniformCandidateSampler", "sampler");
+  floe_node_add_input(b, lab2);
+  floe_node_set_attr_int(b, "num_true", 1);
+  floe_node_set_attr_int(b, "num_sampled", num_sampled);
+  floe_node_set_attr_bool(b, "unique", unique);
+  floe_node_set_attr_int(b, "range_max", num_classes);
+  floe_node_set_attr_int(b, "seed", seed);
+  FloeNode *sampler = floe_node_finish(b);
+  FloeOutput ids = floe_out(sampler, 0), true_n = floe_out(sampler, 1),
+             samp_n = floe_out(sampler, 2);
+  if (dt != FLOE_F32) {
+    true_n = cast_to(g, name, true_n, dt);
+    samp_n = cast_to(g, name, samp_n, dt);
+  }
+  /* The true class: <inputs, w[label]> + b[label] - log(expected count), [n, 1]. */
+  b = begin(g, name, "Sum", NULL);
+  floe_node_add_input(b, binary(g, name, "Mul", inputs, binary(g, name, "Gather", weights, lab)));
+  const int64_t one = 1;
+  floe_node_add_input(b, const_vec(g, name, "axis", FLOE_I32, &one, 1));
+  floe_node_set_attr_bool(b, "keep_dims", 1);
+  FloeOutput tl = binary(g, name, "Add", floe_out(floe_node_finish(b), 0),
+                         binary(g, name, "Gather", biases, lab2));
+  tl = binary(g, name, "Sub", tl, unary(g, name, "Log", true_n));
+  /* The sampled classes, [n, K], the row's own label pushed out (accidental hits). */
+  b = begin(g, name, "MatMul", NULL);
+  floe_node_add_input(b, inputs);
+  floe_node_add_input(b, binary(g, name, "Gather", weights, ids));
+  floe_node_set_attr_bool(b, "transpose_b", 1);
+  FloeOutput sl = binary(g, name, "Add", floe_out(floe_node_finish(b), 0),
+                         binary(g, name, "Gather", biases, ids));
+  sl = binary(g, name, "Sub", sl, unary(g, name, "Log", samp_n));
+  FloeOutput hit = binary(g, name, "Equal", lab2, reshape_to(g, name, ids, 1, -1));
+  b = begin(g, name, "Select", NULL); /* broadcasts the scalar */
+  floe_node_add_input(b, hit);
+  floe_node_add_input(b, const_scalar(g, name, "hit_logit", dt, -1e9));
+  floe_node_add_input(b, sl);
+  sl = floe_out(floe_node_finish(b), 0);
+  /* Column 0 holds the true class. */
+  b = begin(g, name, "Concat", NULL);
+  floe_node_add_input_list(b, (FloeOutput[]){tl, sl}, 2);
+  floe_node_add_input(b, const_i32(g, name, "concat_axis", 1));
+  FloeOutput logits = floe_out(floe_node_finish(b), 0);
+  return floe_sparse_softmax_cross_entropy(g, name, logits, unary(g, name, "ZerosLike", lab));
 }

@@ -1997,3 +1997,30 @@ floe_code floe__shape_reader_read(const FloeHostApi *host, FloeShapeContext *sct
   }
   return FLOE_OK;
 }
+
+/* ---- candidate sampling ---- */
+
+floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx) {
+  const FloeShape *t = &sctx->input_shapes[0];
+  int64_t num_true = attr_int(sctx, "num_true", 1), k = attr_int(sctx, "num_sampled", 1);
+  int64_t range = attr_int(sctx, "range_max", 1);
+  if (range <= 0 || k <= 0 || num_true <= 0)
+    return fail(sctx, "range_max (%lld), num_sampled (%lld) and num_true (%lld) must be >= 1",
+                (long long)range, (long long)k, (long long)num_true);
+  if (attr_bool(sctx, "unique") && k > range)
+    return fail(sctx, "num_sampled %lld is more than range_max %lld with unique=true: sample "
+                      "fewer, or set unique=false", (long long)k, (long long)range);
+  if (t->rank >= 0 && t->rank != 2)
+    return fail(sctx, "true_classes must be [batch, num_true], got %s", SHAPE_STR(*t));
+  if (t->rank == 2 && t->dims[1] >= 0 && t->dims[1] != num_true)
+    return fail(sctx, "true_classes %s has %lld columns, but num_true is %lld", SHAPE_STR(*t),
+                (long long)t->dims[1], (long long)num_true);
+  FloeShape s = unknown_dims(1);
+  s.dims[0] = k;
+  sctx->output_shapes[0] = s;
+  sctx->output_shapes[2] = s;
+  sctx->output_shapes[1] = unknown_dims(2);
+  sctx->output_shapes[1].dims[0] = t->rank == 2 ? t->dims[0] : FLOE_DIM_UNKNOWN;
+  sctx->output_shapes[1].dims[1] = num_true;
+  return FLOE_OK;
+}

@@ -70,5 +70,7 @@ floe_code floe__shape_queue_enqueue(const FloeHostApi *host, FloeShapeContext *s
 floe_code floe__shape_queue_dequeue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_reader(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_reader_read(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Candidate sampling (the sampled softmax). */
+floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

@@ -1,5 +1,6 @@
-/* random.c - RandomUniform, RandomNormal and TruncatedNormal, and the stateless
- * StatelessRandomUniform and StatelessRandomNormal, on a counter-based generator.
+/* random.c - RandomUniform, RandomNormal and TruncatedNormal, the stateless
+ * StatelessRandomUniform and StatelessRandomNormal, and LogUniformCandidateSampler, on a
+ * counter-based generator.
  *
  * Philox-4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
  * SC'11) maps a 128-bit counter and a 64-bit key to four 32-bit words. Each output element
@@ -292,16 +293,12 @@ static uint64_t process_seed(void) {
   return atomic_compare_exchange_strong(&seed, &expected, v) ? v : expected;
 }
 
-static floe_code random_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
-                               void **state) {
+/* s's seed, seed2 and call count from the node's seed / seed2 attributes. */
+static void seed_state(const FloeHostApi *host, const FloeAttrs *a, RandomState *s) {
   static _Atomic uint64_t unseeded_nodes;
-  const FloeAttrs *a = host->init_attrs(init);
   int64_t seed = 0, seed2 = 0;
   if (host->attr_int(a, "seed", &seed) != FLOE_OK) seed = 0;
   if (host->attr_int(a, "seed2", &seed2) != FLOE_OK) seed2 = 0;
-  RandomState *s = host->alloc(sizeof *s);
-  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
-  s->dist = (int)(intptr_t)user_data;
   s->seed = (uint64_t)seed;
   s->seed2 = (uint64_t)seed2;
   if (seed == 0 && seed2 == 0) {
@@ -309,6 +306,14 @@ static floe_code random_create(const FloeHostApi *host, FloeKernelInit *init, vo
     s->seed2 = atomic_fetch_add(&unseeded_nodes, 1) + 1;
   }
   atomic_init(&s->calls, 0);
+}
+
+static floe_code random_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                               void **state) {
+  RandomState *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
+  s->dist = (int)(intptr_t)user_data;
+  seed_state(host, host->init_attrs(init), s);
   *state = s;
   return FLOE_OK;
 }
@@ -398,6 +403,167 @@ static floe_code stateless_compute(void *state, FloeKernelContext *ctx) {
   return FLOE_OK;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* LogUniformCandidateSampler (TensorFlow's, with its LogUniformSampler and
+ * ExpectedCountHelper). Draw j of a call is element j of an f64 RandomUniform of the same
+ * seeds and call number, mapped to floor(exp(u log(range_max + 1))) - 1 (mod range_max). */
+
+/* A unique sample gives up after this many draws per id (unreachable for ranges whose
+ * rarest id has a probability above 2^-40 or so: it guards ranges near 2^62). */
+#define SAMPLER_MAX_TRIES_PER_ID 1000000
+
+typedef struct SamplerState {
+  RandomState r;
+  int64_t num_true, num_sampled, range_max;
+  int unique;
+  double log_range; /* log(range_max + 1) */
+} SamplerState;
+
+static floe_code sampler_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                                void **state) {
+  const FloeAttrs *a = host->init_attrs(init);
+  int64_t nt = 0, k = 0, range = 0;
+  int unique = 0;
+  if (host->attr_int(a, "num_true", &nt) != FLOE_OK ||
+      host->attr_int(a, "num_sampled", &k) != FLOE_OK ||
+      host->attr_int(a, "range_max", &range) != FLOE_OK ||
+      host->attr_bool(a, "unique", &unique) != FLOE_OK)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "num_true, num_sampled, range_max and unique must be set");
+  if (nt < 1 || k < 1 || range < 1)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "num_true (%lld), num_sampled (%lld) and range_max (%lld) must "
+                                "be >= 1", (long long)nt, (long long)k, (long long)range);
+  if (unique && k > range)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "num_sampled %lld is more than range_max %lld with unique=true",
+                                (long long)k, (long long)range);
+  SamplerState *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
+  seed_state(host, a, &s->r);
+  s->num_true = nt;
+  s->num_sampled = k;
+  s->range_max = range;
+  s->unique = unique;
+  s->log_range = log1p((double)range);
+  *state = s;
+  return FLOE_OK;
+}
+
+static void sampler_destroy(void *state) {
+  cpu_host->free(state);
+}
+
+/* The probability of id v, and its expected count in a sample of k ids that took `tries`
+ * draws (TF: the first-order p * k when no draw repeated, else 1 - (1 - p)^tries). */
+static double sampler_prob(const SamplerState *s, int64_t v) {
+  return log(((double)v + 2.0) / ((double)v + 1.0)) / s->log_range;
+}
+
+static float expected_count(double p, int64_t k, int64_t tries) {
+  return (float)(tries == k ? p * (double)k : -expm1((double)tries * log1p(-p)));
+}
+
+/* Draw j of a call (Draw d holds the key and seed2). */
+static int64_t sampler_draw(const SamplerState *s, const Draw *d, int64_t j) {
+  uint32_t w[4];
+  philox_block(d, (uint64_t)(j / 2), w);
+  int p = (int)(j % 2) * 2;
+  double e = exp(unit_f64(w[p], w[p + 1]) * s->log_range); /* in [1, range_max + 1] */
+  int64_t v = e < 0x1p63 ? (int64_t)e : INT64_MAX;
+  return (v - 1) % s->range_max;
+}
+
+/* Inserts v into the open-addressing set (cap a power of two, -1 = empty); 1 if new. */
+static int set_insert(int64_t *set, int64_t cap, int64_t v) {
+  uint64_t h = mix64((uint64_t)v + 1) & (uint64_t)(cap - 1);
+  while (set[h] != -1) {
+    if (set[h] == v) return 0;
+    h = (h + 1) & (uint64_t)(cap - 1);
+  }
+  set[h] = v;
+  return 1;
+}
+
+/* Fills ids[0..k) and *tries with the number of draws it took; errors are recorded on
+ * ctx. */
+static floe_code sampler_fill(const SamplerState *s, FloeKernelContext *ctx, const Draw *d,
+                              int64_t *ids, int64_t *tries) {
+  int64_t k = s->num_sampled;
+  *tries = k;
+  if (!s->unique) {
+    for (int64_t j = 0; j < k; j++) ids[j] = sampler_draw(s, d, j);
+    return FLOE_OK;
+  }
+  int64_t cap = 1;
+  while (cap < 2 * k) cap *= 2;
+  int64_t *set;
+  if (cpu_host->ctx_allocate_temp(ctx, (size_t)cap * sizeof *set, (void **)&set) != FLOE_OK)
+    return cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory for a set of %lld ids",
+                                   (long long)k);
+  memset(set, 0xff, (size_t)cap * sizeof *set); /* every slot -1 */
+  int64_t n = 0, t = 0;
+  int64_t limit = k > INT64_MAX / SAMPLER_MAX_TRIES_PER_ID ? INT64_MAX
+                                                            : k * SAMPLER_MAX_TRIES_PER_ID;
+  while (n < k) {
+    if (t >= limit)
+      return cpu_host->ctx_set_error(ctx, FLOE_OUT_OF_RANGE,
+                                     "%lld distinct ids of %lld not found in %lld draws: "
+                                     "sample fewer", (long long)k, (long long)s->range_max,
+                                     (long long)t);
+    int64_t v = sampler_draw(s, d, t++);
+    if (set_insert(set, cap, v)) ids[n++] = v;
+  }
+  *tries = t;
+  return FLOE_OK;
+}
+
+/* true_classes [batch, num_true] (i32 or i64, each in [0, range_max)) -> their expected
+ * counts; sampled ids and theirs. */
+static floe_code sampler_compute(void *state, FloeKernelContext *ctx) {
+  SamplerState *s = state;
+  const FloeTensor *tc = cpu_host->ctx_input(ctx, 0);
+  FloeDType dt = cpu_host->tensor_dtype(tc);
+  int rank = cpu_host->tensor_rank(tc);
+  const int64_t *td = cpu_host->tensor_dims(tc);
+  if ((dt != FLOE_I32 && dt != FLOE_I64) || rank != 2 || td[1] != s->num_true) {
+    char shape[CPU_SHAPE_STR_MAX];
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "true_classes must be i32/i64 [batch, %lld], got %s %s",
+                                   (long long)s->num_true, cpu_host->dtype_name(dt),
+                                   cpu_shape_str(shape, sizeof shape, rank, td));
+  }
+  int64_t nt = cpu_host->tensor_num_elements(tc), k = s->num_sampled;
+  const void *tv = cpu_host->tensor_data(tc);
+  for (int64_t i = 0; i < nt; i++) {
+    int64_t v = dt == FLOE_I32 ? ((const int32_t *)tv)[i] : ((const int64_t *)tv)[i];
+    if (v < 0 || v >= s->range_max)
+      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                     "true_classes[%lld] = %lld is outside [0, range_max %lld)",
+                                     (long long)i, (long long)v, (long long)s->range_max);
+  }
+  FloeTensor *ids_t, *true_t, *samp_t;
+  const int64_t kd[1] = {k};
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, 1, kd, &ids_t);
+  if (rc == FLOE_OK) rc = cpu_host->ctx_allocate_output(ctx, 1, 2, td, &true_t);
+  if (rc == FLOE_OK) rc = cpu_host->ctx_allocate_output(ctx, 2, 1, kd, &samp_t);
+  if (rc != FLOE_OK) return rc;
+  uint64_t c = atomic_fetch_add(&s->r.calls, 1);
+  uint64_t key = s->r.seed ^ mix64(c);
+  Draw d = {.k0 = (uint32_t)key, .k1 = (uint32_t)(key >> 32), .c2 = (uint32_t)s->r.seed2,
+            .c3 = (uint32_t)(s->r.seed2 >> 32)};
+  int64_t *ids = cpu_host->tensor_data(ids_t);
+  int64_t tries;
+  if ((rc = sampler_fill(s, ctx, &d, ids, &tries)) != FLOE_OK) return rc;
+  float *sc = cpu_host->tensor_data(samp_t), *tcnt = cpu_host->tensor_data(true_t);
+  for (int64_t j = 0; j < k; j++) sc[j] = expected_count(sampler_prob(s, ids[j]), k, tries);
+  for (int64_t i = 0; i < nt; i++) {
+    int64_t v = dt == FLOE_I32 ? ((const int32_t *)tv)[i] : ((const int64_t *)tv)[i];
+    tcnt[i] = expected_count(sampler_prob(s, v), k, tries);
+  }
+  return FLOE_OK;
+}
+
 floe_code cpu_register_random(FloePluginRegistrar *reg) {
   static const struct {
     const char *op;
@@ -417,5 +583,9 @@ floe_code cpu_register_random(FloePluginRegistrar *reg) {
   if (rc == FLOE_OK)
     rc = cpu_add_kernel(reg, "StatelessRandomNormal", "dtype", FLOE_DTYPES_FLOAT, 0,
                         stateless_compute, NULL, NULL, (void *)(intptr_t)DIST_NORMAL);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "LogUniformCandidateSampler", "T",
+                        FLOE_DTYPE_BIT(FLOE_I32) | FLOE_DTYPE_BIT(FLOE_I64), 0, sampler_compute,
+                        sampler_create, sampler_destroy, NULL);
   return rc;
 }

@@ -27,6 +27,8 @@ check_fails "missing corpus" 1 "fortunes" "$FLOE" train --model lstm --data "$tm
 grep -q -- "--data DIR" "$tmp/err" && ok || { bad "missing corpus: no --data DIR hint"; cat "$tmp/err"; }
 check_fails "sampled >= vocab" 2 "smaller than --vocab" "$FLOE" train --model lstm --vocab 100 --sampled-softmax 100
 check_fails "bad --hidden" 2 "--hidden takes an integer" "$FLOE" train --model lstm --hidden 0
+check_fails "bad --softmax-lr" 2 "--softmax-lr takes a number > 0" "$FLOE" train --model lstm --softmax-lr 0
+check_fails "bad --clip" 2 "--clip takes a number >= 0" "$FLOE" train --model lstm --clip -1
 check_fails "unknown option" 2 "unknown option" "$FLOE" train --model lstm --bogus
 
 if [ ! -d "$DATA" ]; then
@@ -48,6 +50,10 @@ for soft in full sampled; do
     else bad "$soft softmax: perplexity $ppl not well below the unigram $uni"; fi
     tail -n 1 "$tmp/out" | grep -q "\"softmax\":\"$soft\"" && [ -n "$wps" ] && ok \
       || bad "$soft softmax: JSON lacks softmax or words_per_sec"
+    # The output layer's rate: --lr's with the full softmax, its own 0.05 with the sampled.
+    want_slr=0.01; [ "$soft" = sampled ] && want_slr=0.05
+    awk -v s="$(json softmax_lr)" -v w="$want_slr" 'BEGIN { exit !(s == w) }' && ok \
+      || bad "$soft softmax: softmax_lr $(json softmax_lr), want $want_slr"
   else
     bad "$soft softmax run failed"; cat "$tmp/err"
   fi

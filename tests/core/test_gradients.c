@@ -537,6 +537,7 @@ static const char *const not_differentiable[] = {
     "TruncatedNormal",
     "StatelessRandomUniform",
     "StatelessRandomNormal",
+    "LogUniformCandidateSampler",
     "Sign",
     "Floor",
     "InvertPermutation",

@@ -267,6 +267,20 @@ FLOE_API FloeOutput floe_layer_embedding(FloeGraph *g, const char *name, FloeOut
  * integer labels [batch] (f32 scalar). */
 FLOE_API FloeOutput floe_sparse_softmax_cross_entropy(FloeGraph *g, const char *name,
                                                       FloeOutput logits, FloeOutput labels);
+/* TensorFlow's sampled_softmax_loss, for training a softmax over many classes: the mean over
+ * the batch of the cross-entropy of each row's true class against num_sampled classes drawn
+ * once per run for the whole batch by LogUniformCandidateSampler (unique: without
+ * replacement), so classes must be numbered by falling frequency. Every logit
+ * <inputs, weights[c]> + biases[c] has the log of its expected count subtracted, and a
+ * sampled class equal to the row's label is masked out (accidental hits). weights
+ * [num_classes, dim], biases [num_classes], inputs [batch, dim] (one float dtype), labels
+ * [batch] i32/i64 in [0, num_classes). seed as RandomUniform's (0: a seed per process).
+ * Returns a scalar of the inputs' dtype; nodes live in g under "<name>/" (NULL:
+ * "sampled_softmax_loss"). Evaluate with the full softmax: this is a training loss. */
+FLOE_API FloeOutput floe_sampled_softmax_loss(FloeGraph *g, const char *name, FloeOutput weights,
+                                              FloeOutput biases, FloeOutput inputs,
+                                              FloeOutput labels, int64_t num_sampled,
+                                              int64_t num_classes, int unique, int64_t seed);
 
 /* ------------------------------------------------------------------------------------ */
 /* Data: IDX files (MNIST, Fashion-MNIST), plain or gzip-compressed. */
