@@ -407,14 +407,14 @@ int cmd_train_lstm(int argc, char **argv) {
     FloeOpProfile *rows = NULL;
     int nr = 0;
     if (floe_session_profile(m.s, &rows, &nr, st) == FLOE_OK) {
-      double total = 0;
-      for (int i = 0; i < nr; i++) total += (double)rows[i].total_ns;
+      double kernel_ns = 0;
+      for (int i = 0; i < nr; i++) kernel_ns += (double)rows[i].total_ns;
       fprintf(stderr, "%-34s %8s %10s %6s  (kernel time of %lld windows: %.2f s; wall %.2f s)\n",
-              "op", "calls", "ms", "%", (long long)(total > 1 ? total_steps : 0), total * 1e-9,
-              train_secs);
+              "op", "calls", "ms", "%", (long long)(kernel_ns > 1 ? total_steps : 0),
+              kernel_ns * 1e-9, train_secs);
       for (int i = 0; i < nr && i < 20; i++)
         fprintf(stderr, "%-34s %8lld %10.1f %5.1f%%\n", rows[i].op, (long long)rows[i].calls,
-                (double)rows[i].total_ns * 1e-6, 100.0 * (double)rows[i].total_ns / total);
+                (double)rows[i].total_ns * 1e-6, 100.0 * (double)rows[i].total_ns / kernel_ns);
     }
     free(rows);
   }
