@@ -575,14 +575,19 @@ START_TEST(timeout_stops_an_endless_loop_and_names_it) {
   FloeStatus *st = floe_status_new();
   FloeRunOptions o;
   floe_run_options_init(&o);
-  o.timeout_ms = 150;
   const char *fetch[1] = {"out"};
   FloeTensor *out = NULL;
+  /* The first run also builds the executor, slow under valgrind: a longer deadline, so the
+   * loop has started when it passes; the second run reuses the executor. */
+  const int64_t timeouts[2] = {1000, 150};
   for (int rep = 0; rep < 2; rep++) {
+    o.timeout_ms = timeouts[rep];
     ck_assert_int_eq(floe_session_run_opts(s, &o, NULL, 0, fetch, 1, NULL, 0, &out, st),
                      FLOE_DEADLINE_EXCEEDED);
     const char *msg = floe_status_message(st);
-    ck_assert_msg(strstr(msg, "150 ms") && strstr(msg, "while loop 'forever'"), "%s", msg);
+    char want[32];
+    snprintf(want, sizeof want, "%lld ms", (long long)timeouts[rep]);
+    ck_assert_msg(strstr(msg, want) && strstr(msg, "while loop 'forever'"), "%s", msg);
     ck_assert_ptr_null(out);
   }
   floe_status_free(st);
@@ -598,7 +603,9 @@ typedef struct Canceller {
 
 static void *cancel_later(void *arg) {
   Canceller *c = arg;
-  struct timespec ts = {0, 100 * 1000000};
+  /* Long enough for the run to be inside the loop even under valgrind (the message names
+   * the loop only then). */
+  struct timespec ts = {0, 300 * 1000000};
   nanosleep(&ts, NULL);
   if (c->close)
     floe_session_close(c->s);
