@@ -50,20 +50,26 @@ static FloeOutput i32_vector(FloeGraph *g, const int32_t *v, int n) {
   return o;
 }
 
-/* [s, 0] (or [0, s]) as an i32 vector from the scalar s. */
-static FloeOutput pair_with_zero(FloeGraph *g, FloeOutput s, bool first) {
-  const int32_t one[1] = {1};
-  FloeNodeBuilder *b = floe_node_begin(g, "Reshape", NULL);
-  floe_node_add_input(b, s);
-  floe_node_add_input(b, i32_vector(g, one, 1));
-  FloeOutput s1 = floe_out(floe_node_finish(b), 0);
-  const int32_t zero[1] = {0};
-  FloeOutput z = i32_vector(g, zero, 1);
-  FloeOutput parts[2] = {first ? s1 : z, first ? z : s1};
-  b = floe_node_begin(g, "Concat", NULL);
+static FloeOutput concat_rows(FloeGraph *g, FloeOutput a, FloeOutput b_) {
+  FloeOutput parts[2] = {a, b_};
+  FloeNodeBuilder *b = floe_node_begin(g, "Concat", NULL);
   floe_node_add_input_list(b, parts, 2);
   floe_node_add_input(b, i32_scalar(g, 0));
   return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput reshape(FloeGraph *g, FloeOutput x, FloeOutput shape) {
+  FloeNodeBuilder *b = floe_node_begin(g, "Reshape", NULL);
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, shape);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* [s, 0] (or [0, s]) as an i32 vector from the scalar s. */
+static FloeOutput pair_with_zero(FloeGraph *g, FloeOutput s, bool first) {
+  FloeOutput s1 = reshape(g, s, i32_vector(g, (const int32_t[]){1}, 1));
+  FloeOutput z = i32_vector(g, (const int32_t[]){0}, 1);
+  return first ? concat_rows(g, s1, z) : concat_rows(g, z, s1);
 }
 
 static FloeOutput slice(FloeGraph *g, FloeOutput x, FloeOutput begin, FloeOutput size) {
@@ -71,14 +77,6 @@ static FloeOutput slice(FloeGraph *g, FloeOutput x, FloeOutput begin, FloeOutput
   floe_node_add_input(b, x);
   floe_node_add_input(b, begin);
   floe_node_add_input(b, size);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-static FloeOutput concat_rows(FloeGraph *g, FloeOutput a, FloeOutput b_) {
-  FloeOutput parts[2] = {a, b_};
-  FloeNodeBuilder *b = floe_node_begin(g, "Concat", NULL);
-  floe_node_add_input_list(b, parts, 2);
-  floe_node_add_input(b, i32_scalar(g, 0));
   return floe_out(floe_node_finish(b), 0);
 }
 
@@ -148,9 +146,26 @@ static bool project_inputs(const FloeLSTMOptions *cell, FloeDType dt, const Floe
   if ((dt != FLOE_F32 && dt != FLOE_F64) || xs->dims[2] < 0 || xs->dims[2] > INT32_MAX)
     return false;
   if (cell->fused == FLOE_LSTM_FUSED_ALWAYS) return true;
-  if (cell->fused != FLOE_LSTM_FUSED_AUTO) return false;
-  FloeRuntime *rt = floe_runtime_default(NULL);
-  return rt && floe_runtime_num_kernels_for(rt, "LSTMCellRecurrent", NULL) > 0;
+  return cell->fused == FLOE_LSTM_FUSED_AUTO && floe__lstm_kernel_present("LSTMCellRecurrent");
+}
+
+/* The inputs' projection x @ w[0:I] + b for every step at once, [T, B, 4H] from inputs
+ * [T, B, I] (shape: theirs, i32): one [T*B, I] x [I, 4H] product before the loop (and, in
+ * the gradient, one for dx and one for dw_x after it) instead of a B-row product per step.
+ * *w becomes w[I:], the part the loop multiplies h by. */
+static FloeOutput projection(FloeGraph *g, FloeOutput inputs, FloeOutput shape, int32_t in_size,
+                             FloeOutput b, FloeOutput *w) {
+  FloeOutput w_x = slice(g, *w, i32_vector(g, (const int32_t[]){0, 0}, 2),
+                         i32_vector(g, (const int32_t[]){in_size, -1}, 2));
+  *w = slice(g, *w, i32_vector(g, (const int32_t[]){in_size, 0}, 2),
+             i32_vector(g, (const int32_t[]){-1, -1}, 2));
+  FloeOutput flat = reshape(g, inputs, i32_vector(g, (const int32_t[]){-1, in_size}, 2));
+  FloeOutput gx = floe_binary(g, "BiasAdd", NULL, floe_matmul(g, NULL, flat, w_x, 0, 0), b);
+  FloeNodeBuilder *bb = floe_node_begin(g, "Shape", NULL);
+  floe_node_add_input(bb, b);
+  FloeOutput tb = slice(g, shape, i32_vector(g, (const int32_t[]){0}, 1),
+                        i32_vector(g, (const int32_t[]){2}, 1));
+  return reshape(g, gx, concat_rows(g, tb, floe_out(floe_node_finish(bb), 0))); /* [T, B, 4H] */
 }
 
 void floe_dynamic_rnn_options_init(FloeDynamicRNNOptions *o) {
@@ -206,10 +221,7 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   FloeOutput shape = floe_out(floe_node_finish(bb), 0);
   FloeOutput t_total =
       slice(g, shape, i32_vector(g, (const int32_t[]){0}, 1), i32_vector(g, (const int32_t[]){1}, 1));
-  bb = floe_node_begin(g, "Reshape", NULL);
-  floe_node_add_input(bb, t_total);
-  floe_node_add_input(bb, i32_vector(g, NULL, 0));
-  t_total = floe_out(floe_node_finish(bb), 0);
+  t_total = reshape(g, t_total, i32_vector(g, NULL, 0));
   FloeOutput steps = t_total;
   if (lengths.node) {
     bb = floe_node_begin(g, "Max", NULL);
@@ -217,9 +229,6 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
     floe_node_add_input(bb, i32_scalar(g, 0));
     steps = floe_binary(g, "Minimum", NULL, floe_out(floe_node_finish(bb), 0), t_total);
   }
-  /* The fused cell takes the inputs' projection x @ w_x + b made for every step at once:
-   * one [T*B, I] x [I, 4H] product before the loop (and, in the gradient, one for dx and one
-   * for dw_x after it) instead of a B-row product per step; the loop multiplies by w_h. */
   /* Projecting every row of every step pays off when they all run (no lengths). */
   bool projected = (o.project_inputs > 0 || (o.project_inputs < 0 && !lengths.node)) &&
                    project_inputs(&o.cell, dt, xs);
@@ -232,32 +241,7 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
                      name, (long long)ws->dims[0], (long long)xs->dims[2], (long long)h0->dims[1]);
     return bad;
   }
-  if (projected) {
-    int32_t in_size = (int32_t)xs->dims[2];
-    FloeOutput w_x = slice(g, w, i32_vector(g, (const int32_t[]){0, 0}, 2),
-                           i32_vector(g, (const int32_t[]){in_size, -1}, 2));
-    FloeOutput w_h = slice(g, w, i32_vector(g, (const int32_t[]){in_size, 0}, 2),
-                           i32_vector(g, (const int32_t[]){-1, -1}, 2));
-    bb = floe_node_begin(g, "Reshape", NULL);
-    floe_node_add_input(bb, inputs);
-    floe_node_add_input(bb, i32_vector(g, (const int32_t[]){-1, in_size}, 2));
-    FloeOutput flat = floe_out(floe_node_finish(bb), 0);
-    FloeOutput gx = floe_binary(g, "BiasAdd", NULL, floe_matmul(g, NULL, flat, w_x, 0, 0), b);
-    bb = floe_node_begin(g, "Shape", NULL);
-    floe_node_add_input(bb, b);
-    FloeOutput parts[2] = {slice(g, shape, i32_vector(g, (const int32_t[]){0}, 1),
-                                 i32_vector(g, (const int32_t[]){2}, 1)),
-                           floe_out(floe_node_finish(bb), 0)};
-    bb = floe_node_begin(g, "Concat", NULL);
-    floe_node_add_input_list(bb, parts, 2);
-    floe_node_add_input(bb, i32_scalar(g, 0));
-    FloeOutput tb4h = floe_out(floe_node_finish(bb), 0); /* [T, B, 4H] */
-    bb = floe_node_begin(g, "Reshape", NULL);
-    floe_node_add_input(bb, gx);
-    floe_node_add_input(bb, tb4h);
-    inputs = floe_out(floe_node_finish(bb), 0);
-    w = w_h;
-  }
+  if (projected) inputs = projection(g, inputs, shape, (int32_t)xs->dims[2], b, &w);
   FloeTensorArrayOptions tao;
   floe_tensor_array_options_init(&tao);
   snprintf(nm, sizeof nm, "%s/inputs", name);
@@ -289,15 +273,8 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   if (lengths.node) {
     FloeOutput pad_t = pair_with_zero(g, floe_binary(g, "Sub", NULL, t_total, steps), false);
     FloeOutput zeros4 = i32_vector(g, (const int32_t[]){0, 0, 0, 0}, 4);
-    FloeOutput parts[2] = {pad_t, zeros4};
-    bb = floe_node_begin(g, "Concat", NULL);
-    floe_node_add_input_list(bb, parts, 2);
-    floe_node_add_input(bb, i32_scalar(g, 0));
-    FloeOutput flat = floe_out(floe_node_finish(bb), 0); /* [0, T - steps, 0, 0, 0, 0] */
-    bb = floe_node_begin(g, "Reshape", NULL);
-    floe_node_add_input(bb, flat);
-    floe_node_add_input(bb, i32_vector(g, (const int32_t[]){3, 2}, 2));
-    FloeOutput paddings = floe_out(floe_node_finish(bb), 0);
+    FloeOutput flat = concat_rows(g, pad_t, zeros4); /* [0, T - steps, 0, 0, 0, 0] */
+    FloeOutput paddings = reshape(g, flat, i32_vector(g, (const int32_t[]){3, 2}, 2));
     bb = floe_node_begin(g, "Pad", NULL);
     floe_node_add_input(bb, stacked);
     floe_node_add_input(bb, paddings);

@@ -874,9 +874,13 @@ bool floe__resource_is_obj_handle(const FloeTensor *t);
 /* End of TensorArrays and stacks. */
 /* ---- recurrent cells (grad_rnn.c) ---- */
 
-/* Registers the gradients of LSTMCell (an LSTMCellGrad node) and LSTMCellGrad (an error:
- * no second derivative). Called by floe__grads_init. */
+/* Registers the gradients of LSTMCell and LSTMCellRecurrent (a backprop node and, for the
+ * weight, a MatMul) and of the backprop ops and LSTMCellGrad (an error: no second
+ * derivative). Called by floe__grads_init. */
 floe_code floe__grads_register_rnn(FloeStatus *st);
+/* rnn.c: whether the default runtime (floe_runtime_default) has a kernel for op, the
+ * "used when present" test of the fused cells. */
+bool floe__lstm_kernel_present(const char *op);
 /* Text corpora (issue 4): text.c (fortune files, tokenizer, vocabulary, split, unigram
  * baseline, .npy export) and text_batch.c (windows, padded sequences). Both speak only
  * floe_text.h's API to each other; nothing internal is shared. */

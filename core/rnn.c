@@ -218,9 +218,9 @@ static bool read_options(FloeGraph *g, const char *name, const FloeLSTMOptions *
 }
 
 /* "Used when present": the default runtime has a kernel for the fused op. */
-static bool fused_kernel_present(void) {
+bool floe__lstm_kernel_present(const char *op) {
   FloeRuntime *rt = floe_runtime_default(NULL);
-  return rt && floe_runtime_num_kernels_for(rt, "LSTMCell", NULL) > 0;
+  return rt && floe_runtime_num_kernels_for(rt, op, NULL) > 0;
 }
 
 /* ---- the two forms ---- */
@@ -280,7 +280,8 @@ FloeLSTMState floe_lstm_cell(FloeGraph *g, const char *name, FloeOutput x, FloeL
     return invalid_state();
   }
   bool fused = o.fused == FLOE_LSTM_FUSED_ALWAYS ||
-               (o.fused == FLOE_LSTM_FUSED_AUTO && fusable && fused_kernel_present());
+               (o.fused == FLOE_LSTM_FUSED_AUTO && fusable &&
+                floe__lstm_kernel_present("LSTMCell"));
   FloeLSTMState s = fused ? fused_cell(g, &a, o.forget_bias)
                           : primitive_cell(g, &a, dt, o.forget_bias);
   return floe_graph_status(g) == FLOE_OK ? s : invalid_state();
