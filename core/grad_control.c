@@ -405,6 +405,47 @@ static floe_code add_counter(GradLoopBuild *B) {
   return floe_graph_status(g);
 }
 
+/* A growing TensorArray, node "<scope>/<what>", of dtype and element shape (size 0,
+ * dynamic), named ta_name in its errors (NULL: the node's name); *size gets its size
+ * constant. NULL with the graph's error set on failure. */
+static FloeNode *growing_ta(FloeGraph *g, const char *scope, const char *what, FloeDType dtype,
+                            FloeShape shape, bool clear_after_read, const char *ta_name,
+                            FloeNode **size) {
+  char nm[512];
+  FloeOutput sz = scalar_const(g, name_in(g, nm, sizeof nm, scope, "size"), FLOE_I32, 0);
+  *size = sz.node;
+  FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayV3", name_in(g, nm, sizeof nm, scope, what));
+  floe_node_add_input(b, sz);
+  floe_node_set_attr_type(b, "dtype", dtype);
+  floe_node_set_attr_shape(b, "element_shape", shape);
+  floe_node_set_attr_bool(b, "dynamic_size", true);
+  floe_node_set_attr_bool(b, "clear_after_read", clear_after_read);
+  floe_node_set_attr_string(b, "tensor_array_name", ta_name ? ta_name : nm);
+  return floe_node_finish(b);
+}
+
+/* TensorArrayWriteV3(handle, index, value, flow) named "<scope>/write". */
+static FloeNode *ta_write(FloeGraph *g, const char *scope, FloeOutput handle, FloeOutput index,
+                          FloeOutput value, FloeOutput flow) {
+  char nm[512];
+  FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayWriteV3", name_in(g, nm, sizeof nm, scope, "write"));
+  floe_node_add_input(b, handle);
+  floe_node_add_input(b, index);
+  floe_node_add_input(b, value);
+  floe_node_add_input(b, flow);
+  return floe_node_finish(b);
+}
+
+/* Marks nodes made while a loop body is built as outside it (floe__cf_exclude). */
+static floe_code exclude_all(FloeGraph *g, FloeNode *const *made, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (floe__cf_exclude(made[i]) != FLOE_OK) {
+      floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
+      return FLOE_NO_MEMORY;
+    }
+  return FLOE_OK;
+}
+
 /* The TensorArray holding forward value x per iteration (written in the forward body). */
 static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
   for (int i = 0; i < B->num_saved; i++)
@@ -423,33 +464,25 @@ static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
   const char *frame = B->L->name;
   char nm[512], scope[300];
   snprintf(scope, sizeof scope, "%s/saved/%s_%d", frame, x.node->name, x.index);
-  FloeOutput size = scalar_const(g, name_in(g, nm, sizeof nm, scope, "size"), FLOE_I32, 0);
-  FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayV3", name_in(g, nm, sizeof nm, scope, "ta"));
-  floe_node_add_input(b, size);
-  floe_node_set_attr_type(b, "dtype", x.node->out_dtypes[x.index]);
-  floe_node_set_attr_shape(b, "element_shape", x.node->out_shapes[x.index]);
-  floe_node_set_attr_bool(b, "dynamic_size", true);
-  floe_node_set_attr_bool(b, "clear_after_read", false); /* several gradient nodes may read one */
-  floe_node_set_attr_string(b, "tensor_array_name", scope);
-  FloeNode *ta = floe_node_finish(b);
+  FloeNode *size;
+  /* clear_after_read false: several gradient nodes may read one element. */
+  FloeNode *ta = growing_ta(g, scope, "ta", x.node->out_dtypes[x.index],
+                            x.node->out_shapes[x.index], false, scope, &size);
   if (!ta) return NULL;
   FloeNode *h_in = enter_in(g, name_in(g, nm, sizeof nm, scope, "handle_in"), floe_out(ta, 0),
                             frame, true);
   FloeNode *f_in = enter_in(g, name_in(g, nm, sizeof nm, scope, "flow_in"), B->zero_flow, frame,
                             true);
   if (!h_in || !f_in) return NULL;
-  b = floe_node_begin(g, "TensorArrayWriteV3", name_in(g, nm, sizeof nm, scope, "write"));
-  floe_node_add_input(b, floe_out(h_in, 0));
-  floe_node_add_input(b, floe_out(B->counter_body, 0));
-  floe_node_add_input(b, x);
-  floe_node_add_input(b, floe_out(f_in, 0));
-  FloeNode *w = floe_node_finish(b);
+  FloeNode *w = ta_write(g, scope, floe_out(h_in, 0), floe_out(B->counter_body, 0), x,
+                         floe_out(f_in, 0));
   if (!w) return NULL;
   /* N waits for every write: the backward loop starts once all are saved. A value dead in
    * an iteration (a branch not taken) is not written then, and its dead write must not
    * stop the counter: writes reach it through a ControlTrigger. */
   if (!B->writes_done) {
-    b = floe_node_begin(g, "ControlTrigger", name_in(g, nm, sizeof nm, frame, "saved"));
+    FloeNodeBuilder *b = floe_node_begin(g, "ControlTrigger",
+                                         name_in(g, nm, sizeof nm, frame, "saved"));
     floe_node_add_control_input(b, w);
     B->writes_done = floe_node_finish(b);
     if (!B->writes_done || floe__cf_exclude(B->writes_done) != FLOE_OK) return NULL;
@@ -463,12 +496,8 @@ static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
   }
   /* Made while the backward body is being built, but they belong to the forward side:
    * the backward loop's builder must leave them alone. */
-  FloeNode *made[] = {size.node, ta, h_in, f_in, w};
-  for (size_t i = 0; i < FLOE__ARRAY_LEN(made); i++)
-    if (floe__cf_exclude(made[i]) != FLOE_OK) {
-      floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
-      return NULL;
-    }
+  FloeNode *made[] = {size, ta, h_in, f_in, w};
+  if (exclude_all(g, made, FLOE__ARRAY_LEN(made)) != FLOE_OK) return NULL;
   Saved *s = &B->saved[B->num_saved++];
   s->fwd = x;
   s->handle = floe_out(ta, 0);
@@ -619,47 +648,26 @@ static floe_code hoist(GradLoopBuild *B, int k, FloeNode *d, const FloeOutput *o
   snprintf(scope, sizeof scope, "%s/hoisted/%s", B->bwd_frame, d->name);
   Hoisted *h = &B->hoisted[k];
   h->dtype = d->out_dtypes[0];
-  FloeNode *made[6];
-  int nmade = 0;
   /* Made outside the loop (excluded from its body); the loop builder brings them in. */
   FloeOutput zero = scalar_const(g, name_in(g, nm, sizeof nm, scope, "flow"), FLOE_F32, 0);
   if (!zero.node) return floe_graph_status(g);
-  made[nmade++] = zero.node;
+  FloeNode *made[6] = {zero.node, d};
   for (int j = 0; j < 2; j++) {
     FloeShape es = ops[j].node->out_shapes[ops[j].index];
     es.dims[0] = -1; /* rows may differ between iterations (floe_dynamic_lstm's) */
-    FloeOutput size = scalar_const(g, name_in(g, nm, sizeof nm, scope, "size"), FLOE_I32, 0);
-    FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayV3",
-                                         name_in(g, nm, sizeof nm, scope, j ? "g" : "a"));
-    floe_node_add_input(b, size);
-    floe_node_set_attr_type(b, "dtype", h->dtype);
-    floe_node_set_attr_shape(b, "element_shape", es);
-    floe_node_set_attr_bool(b, "dynamic_size", true);
-    floe_node_set_attr_string(b, "tensor_array_name", nm);
-    FloeNode *ta = floe_node_finish(b);
+    FloeNode *ta = growing_ta(g, scope, j ? "g" : "a", h->dtype, es, true, NULL,
+                               &made[2 + 2 * j]);
     if (!ta) return floe_graph_status(g);
-    made[nmade++] = size.node;
-    made[nmade++] = ta;
+    made[3 + 2 * j] = ta;
     h->ta[j] = floe_out(ta, 0);
-    b = floe_node_begin(g, "TensorArrayWriteV3", name_in(g, nm, sizeof nm, scope, "write"));
-    floe_node_add_input(b, h->ta[j]);
-    floe_node_add_input(b, idx);
-    floe_node_add_input(b, ops[j]);
-    floe_node_add_input(b, zero);
-    FloeNode *w = floe_node_finish(b);
+    FloeNode *w = ta_write(g, scope, h->ta[j], idx, ops[j], zero);
     if (!w) return floe_graph_status(g);
     if (floe__node_add_control(step, w, B->st) != FLOE_OK) {
       floe__graph_fail(g, B->st->code, "%s", floe_status_message(B->st));
       return B->st->code;
     }
   }
-  made[nmade++] = d;
-  for (int i = 0; i < nmade; i++)
-    if (floe__cf_exclude(made[i]) != FLOE_OK) {
-      floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
-      return FLOE_NO_MEMORY;
-    }
-  return FLOE_OK;
+  return exclude_all(g, made, FLOE__ARRAY_LEN(made));
 }
 
 /* After the backward loop (whose counter Exit `done` comes after every write): the hoisted
@@ -691,40 +699,35 @@ static FloeOutput hoisted_product(GradLoopBuild *B, const Hoisted *h, FloeNode *
 static floe_code hoist_invariants(GradLoopBuild *B, int start, int end) {
   static const char *const cf[] = {"Enter", "Exit", "Merge", "Switch", "NextIteration",
                                    "LoopCond", "ControlTrigger"};
-  bool *out = floe__calloc((size_t)(end - start + 1), sizeof *out);
-  if (!out) {
+  enum { MOVED = 1, WAITED = 2 }; /* per body node */
+  unsigned char *flag = floe__calloc((size_t)(end - start + 1), 1);
+  if (!flag) {
     floe__graph_fail(B->g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
     return FLOE_NO_MEMORY;
   }
   /* A node some body node waits for (a read's gate) stays: control edges cannot cross into
    * the loop. */
-  bool *waited = floe__calloc((size_t)(end - start + 1), sizeof *waited);
-  if (!waited) {
-    floe__free(out);
-    floe__graph_fail(B->g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
-    return FLOE_NO_MEMORY;
-  }
   for (int id = start; id < end; id++)
     for (int c = 0; c < B->g->nodes[id]->num_control; c++) {
       int src = B->g->nodes[id]->control[c]->id;
-      if (src >= start && src < end) waited[src - start] = true;
+      if (src >= start && src < end) flag[src - start] |= WAITED;
     }
   floe_code rc = FLOE_OK;
   for (int id = start; id < end && rc == FLOE_OK; id++) {
     FloeNode *n = B->g->nodes[id];
-    bool ok = !(n->op->flags & FLOE_OP_STATEFUL) && n->num_control == 0 && !waited[id - start];
+    bool ok = !(n->op->flags & FLOE_OP_STATEFUL) && n->num_control == 0 &&
+              !(flag[id - start] & WAITED);
     for (size_t k = 0; ok && k < FLOE__ARRAY_LEN(cf); k++) ok = !is_op(n, cf[k]);
     for (int j = 0; ok && j < n->num_inputs; j++) {
       int src = n->inputs[j].node->id;
-      ok = src < B->bwd_first || (src >= start && src < id && out[src - start]);
+      ok = src < B->bwd_first || (src >= start && src < id && (flag[src - start] & MOVED));
     }
-    if (!ok) continue;
-    out[id - start] = true;
-    rc = floe__cf_exclude(n);
+    if (ok) {
+      flag[id - start] |= MOVED;
+      rc = exclude_all(B->g, &n, 1);
+    }
   }
-  floe__free(out);
-  floe__free(waited);
-  if (rc != FLOE_OK) floe__graph_fail(B->g, rc, "out of memory building a loop gradient");
+  floe__free(flag);
   return rc;
 }
 
