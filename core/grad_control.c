@@ -428,7 +428,8 @@ static FloeNode *growing_ta(FloeGraph *g, const char *scope, const char *what, F
 static FloeNode *ta_write(FloeGraph *g, const char *scope, FloeOutput handle, FloeOutput index,
                           FloeOutput value, FloeOutput flow) {
   char nm[512];
-  FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayWriteV3", name_in(g, nm, sizeof nm, scope, "write"));
+  FloeNodeBuilder *b =
+      floe_node_begin(g, "TensorArrayWriteV3", name_in(g, nm, sizeof nm, scope, "write"));
   floe_node_add_input(b, handle);
   floe_node_add_input(b, index);
   floe_node_add_input(b, value);
@@ -655,8 +656,8 @@ static floe_code hoist(GradLoopBuild *B, int k, FloeNode *d, const FloeOutput *o
   for (int j = 0; j < 2; j++) {
     FloeShape es = ops[j].node->out_shapes[ops[j].index];
     es.dims[0] = -1; /* rows may differ between iterations (floe_dynamic_lstm's) */
-    FloeNode *ta = growing_ta(g, scope, j ? "g" : "a", h->dtype, es, true, NULL,
-                               &made[2 + 2 * j]);
+    FloeNode *ta =
+        growing_ta(g, scope, j ? "g" : "a", h->dtype, es, true, NULL, &made[2 + 2 * j]);
     if (!ta) return floe_graph_status(g);
     made[3 + 2 * j] = ta;
     h->ta[j] = floe_out(ta, 0);

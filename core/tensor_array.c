@@ -675,7 +675,8 @@ static floe_code concat_rows(FloeKernelContext *ctx, TensorArray *ta, FloeTensor
   FloeShape *zshape = floe__malloc((size_t)(n ? n : 1) * sizeof *zshape);
   if (rc == FLOE_OK && (!rows || !zshape))
     rc = ta_fail(st, FLOE_NO_MEMORY, ta, "out of memory concatenating %lld elements", (long long)n);
-  for (int64_t k = 0; rc == FLOE_OK && k < n; k++) rc = peek_locked(ta, k, &rows[k], &zshape[k], st);
+  for (int64_t k = 0; rc == FLOE_OK && k < n; k++)
+    rc = peek_locked(ta, k, &rows[k], &zshape[k], st);
   for (int64_t k = 0; rc == FLOE_OK && k < n; k++)
     if (rows[k]) clear_locked(ta, k);
   FloeShape decl = ta->elem_shape;
