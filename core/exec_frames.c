@@ -828,7 +828,8 @@ static void async_done(void *arg) {
   FloeExecStep *s = t->s;
   const ExecNode *en = &s->e->nodes[t->n];
   if (t->inv.start_ns && t->inv.status.code == FLOE_OK)
-    floe__exec_prof_record(s, t->n, floe__exec_now_ns() - t->inv.start_ns, t->outs);
+    floe__exec_prof_record(s, t->n, floe__exec_now_ns() - t->inv.start_ns, t->inv.ctx.device_ns,
+                           t->outs);
   floe__exec_end_call(s, en, &t->inv, FLOE_OK, t->outs);
   finish_task(s, t, false, NULL);
 }
@@ -876,7 +877,7 @@ static void run_task(FloeExecStep *s, CfTask *t, TaskList *inl) {
     int64_t t0 = floe__exec_now_ns();
     rc = def->compute(en->state, &inv->ctx);
     if (rc == FLOE_OK && inv->status.code == FLOE_OK)
-      floe__exec_prof_record(s, t->n, floe__exec_now_ns() - t0, t->outs);
+      floe__exec_prof_record(s, t->n, floe__exec_now_ns() - t0, inv->ctx.device_ns, t->outs);
   } else {
     rc = def->compute(en->state, &inv->ctx);
   }

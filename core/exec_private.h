@@ -33,7 +33,7 @@ typedef struct ExecNode {
 
 /* A node's profile counters; atomic because one node may run in concurrent steps. */
 typedef struct NodeProf {
-  atomic_llong calls, total_ns, max_ns, output_bytes;
+  atomic_llong calls, total_ns, max_ns, output_bytes, device_ns;
 } NodeProf;
 
 struct FloeExecutor {
@@ -159,7 +159,8 @@ int64_t floe__exec_now_ns(void);
  * a loop's nodes one after another and never wait). */
 void floe__exec_check_deadline(FloeExecStep *s);
 bool floe__exec_profiling(const FloeExecutor *e);
-void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, FloeTensor *const *outs);
+void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, int64_t device_ns,
+                            FloeTensor *const *outs);
 
 /* ---- exec_frames.c ---- */
 /* Analyses the frames of e's nodes when the plan has control-flow ops (sets e->cf; leaves it

@@ -392,7 +392,8 @@ bool floe__exec_profiling(const FloeExecutor *e) {
 }
 
 /* Counts one invocation of node n that took ns and left its outputs in the entries. */
-void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, FloeTensor *const *outs) {
+void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, int64_t device_ns,
+                            FloeTensor *const *outs) {
   const ExecNode *en = &s->e->nodes[n];
   NodeProf *p = &s->e->prof[n];
   int64_t bytes = 0;
@@ -403,6 +404,7 @@ void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, FloeTensor *cons
   atomic_fetch_add_explicit(&p->calls, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->total_ns, ns, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->output_bytes, bytes, memory_order_relaxed);
+  if (device_ns > 0) atomic_fetch_add_explicit(&p->device_ns, device_ns, memory_order_relaxed);
   long long m = atomic_load_explicit(&p->max_ns, memory_order_relaxed);
   while (ns > m &&
          !atomic_compare_exchange_weak_explicit(&p->max_ns, &m, ns, memory_order_relaxed,
@@ -418,6 +420,8 @@ const FloeNode *floe__executor_profile_node(const FloeExecutor *e, int i, FloeEx
   out->total_ns = atomic_load_explicit(&p->total_ns, memory_order_relaxed);
   out->max_ns = atomic_load_explicit(&p->max_ns, memory_order_relaxed);
   out->output_bytes = atomic_load_explicit(&p->output_bytes, memory_order_relaxed);
+  out->device_ns = atomic_load_explicit(&p->device_ns, memory_order_relaxed);
+  out->device = e->nodes[i].device ? e->nodes[i].device->short_name : "host";
   return e->nodes[i].node;
 }
 
@@ -428,6 +432,7 @@ void floe__executor_profile_reset(FloeExecutor *e) {
     atomic_store_explicit(&p->total_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&p->max_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&p->output_bytes, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->device_ns, 0, memory_order_relaxed);
   }
 }
 
@@ -436,7 +441,9 @@ static void async_done(void *arg) {
   FloeExecStep *s = t->step;
   int n = (int)(t - s->tasks);
   Invocation *inv = &s->async_calls[s->e->nodes[n].async_slot];
-  if (inv->start_ns && inv->status.code == FLOE_OK) floe__exec_prof_record(s, n, floe__exec_now_ns() - inv->start_ns, s->entries + s->e->nodes[n].out_base);
+  if (inv->start_ns && inv->status.code == FLOE_OK)
+    floe__exec_prof_record(s, n, floe__exec_now_ns() - inv->start_ns, inv->ctx.device_ns,
+                           s->entries + s->e->nodes[n].out_base);
   finish_invocation(s, n, inv, FLOE_OK);
   node_done(s, n, NULL);
 }
@@ -562,6 +569,7 @@ void floe__exec_fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv, F
   c->step = s;
   c->status = &inv->status;
   c->step_id = s->step_id;
+  c->device_ns = 0;
 }
 
 /* Runs (or skips) node n, then completes it unless its kernel is asynchronous. */
@@ -607,7 +615,8 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     int64_t t0 = floe__exec_now_ns();
     rc = def->compute(en->state, &inv.ctx);
     if (rc == FLOE_OK && inv.status.code == FLOE_OK)
-      floe__exec_prof_record(s, n, floe__exec_now_ns() - t0, s->entries + en->out_base);
+      floe__exec_prof_record(s, n, floe__exec_now_ns() - t0, inv.ctx.device_ns,
+                             s->entries + en->out_base);
   } else {
     rc = def->compute(en->state, &inv.ctx);
   }

@@ -399,6 +399,9 @@ static void *host_ctx_device_state(const FloeKernelContext *ctx) {
   return ctx->device ? ctx->device->fns.state : NULL;
 }
 static int64_t host_ctx_step_id(const FloeKernelContext *ctx) { return ctx->step_id; }
+static void host_ctx_report_device_time(FloeKernelContext *ctx, int64_t ns) {
+  if (ctx && ns > 0) ctx->device_ns = ns;
+}
 static int host_ctx_cancelled(const FloeKernelContext *ctx) {
   return ctx->step && floe__exec_step_cancelled(ctx->step);
 }
@@ -545,11 +548,12 @@ static const FloeHostApi host_api = {
     .shape_set_output = host_shape_set_output,
     .shape_set_error = host_shape_set_error,
     .ctx_forward_input_slice = host_ctx_forward_input_slice,
+    .ctx_report_device_time = host_ctx_report_device_time,
 };
 
 /* Every slot must be filled: a NULL here would crash a plugin. */
 _Static_assert(sizeof(FloeHostApi) ==
-                   offsetof(FloeHostApi, ctx_forward_input_slice) + sizeof(void (*)(void)),
+                   offsetof(FloeHostApi, ctx_report_device_time) + sizeof(void (*)(void)),
                "a FloeHostApi slot was added: fill it in host_api");
 
 /* Static: lives as long as the process; plugins may keep the pointer. */

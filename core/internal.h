@@ -441,6 +441,7 @@ struct FloeKernelContext {
   FloeExecStep *step;
   FloeStatus *status;       /* kernel-set error */
   int64_t step_id;
+  int64_t device_ns;        /* ctx_report_device_time; 0 = none reported */
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -503,6 +504,8 @@ void floe__exec_step_cancel(FloeExecStep *step, floe_code code, const char *why)
 /* Per-node kernel counters gathered while plan->profiling is set. */
 typedef struct FloeExecProfile {
   int64_t calls, total_ns, max_ns, output_bytes;
+  int64_t device_ns; /* the device's own (measured or simulated) time, summed */
+  const char *device; /* the node's device's short name (borrowed from the runtime) */
 } FloeExecProfile;
 /* Node i's counters into *out; returns the node (borrowed), or NULL when i is out of range. */
 const FloeNode *floe__executor_profile_node(const FloeExecutor *e, int i, FloeExecProfile *out);
@@ -533,6 +536,82 @@ void floe__kernel_ctx_free_temps(FloeKernelContext *ctx);
 /* runtime.c, for host.c: the default runtime's pool if it was created, else NULL. */
 FloeThreadPool *floe__runtime_default_pool(void);
 /* End of the runtime engineer's additions. */
+
+/* ------------------------------------------------------------------------------------ */
+/* Heterogeneous devices (issue 5).
+ *   rendezvous.c   where a Send meets its Recv; bytes move through a transport plugin
+ *
+ * A rendezvous is one step's meeting table, shared by every device partition of the step.
+ * A key names one transfer: the producing device and its incarnation (a number drawn when
+ * the device's runtime starts, so a restarted peer is told apart), the consuming device,
+ * the edge's tensor name, and the frame and iteration it belongs to. Keys hold device
+ * *names*, never pointers: nothing above the transport may assume one process.
+ *
+ * Send never blocks. Recv is asynchronous: done runs exactly once, on the receiving call
+ * (when the value is already there) or on whatever thread completes the transfer. A dead
+ * tensor (from an untaken branch) travels as a flag; a control edge sends an empty tensor.
+ * Abort fails every pending and every later Recv of the step with the abort's code and
+ * message; Sends after an abort are dropped. The table is freed when the step ends.
+ *
+ * Moving the bytes: when the two devices are in one process and both read host memory (two
+ * CPU devices) the value is handed over by reference, unless opts.force_transport is set;
+ * otherwise the sender copies the value to host memory when its device is not host memory,
+ * posts it through the runtime's transport (the "local" plugin, FLOE_TRANSPORT picks
+ * another) under a 64-bit tag derived from (step id, key), and the receiver posts a receive
+ * under the same tag, then copies into the consuming device. */
+typedef struct FloeRendezvous FloeRendezvous;
+
+typedef struct FloeRendezvousKey {
+  const char *src_device;    /* full device name, e.g. "/job:localhost/replica:0/task:0/device:CPU:0" */
+  uint64_t src_incarnation;  /* floe__device_incarnation(src) */
+  const char *dst_device;    /* full device name */
+  const char *tensor;        /* the edge: "producer:index", or "^producer" for a control edge */
+  uint64_t frame_id;         /* 0: the root frame; else floe__frame_id of the frame path */
+  int64_t iter;              /* iteration within the frame (0 in the root frame) */
+} FloeRendezvousKey;
+
+typedef struct FloeRendezvousOptions {
+  bool force_transport;      /* move host-to-host values through the transport too (tests) */
+  bool compress_bf16;        /* f32 values travel as bf16 (lossy; halves the bytes) */
+} FloeRendezvousOptions;
+
+/* Bytes and transfers a rendezvous moved (floe__rendezvous_stats). */
+typedef struct FloeRendezvousStats {
+  int64_t sends, recvs;          /* calls that completed */
+  int64_t by_reference;          /* of the sends, handed over in process without a copy */
+  int64_t wire_bytes;            /* payload bytes posted to the transport (after compression) */
+  int64_t tensor_bytes;          /* the same values' bytes before compression */
+} FloeRendezvousStats;
+
+/* Called exactly once per Recv. On success t is a new reference the callee owns (an empty
+ * tensor for a control edge; NULL when is_dead), in dst's memory; on failure st says why
+ * (borrowed for the call) and t is NULL. */
+typedef void (*FloeRecvDoneFn)(void *arg, const FloeStatus *st, FloeTensor *t, bool is_dead);
+
+/* A step's table. rt borrowed (outlives r); opts copied (NULL: defaults). NULL on OOM with
+ * st set. */
+FloeRendezvous *floe__rendezvous_new(struct FloeRuntime *rt, int64_t step_id,
+                                     const FloeRendezvousOptions *opts, FloeStatus *st);
+/* Frees r once every Recv's done has returned and every transfer it posted has completed
+ * or been cancelled; an unmatched Send's value is released. NULL is a no-op. */
+void floe__rendezvous_free(FloeRendezvous *r);
+/* Never blocks. t is borrowed (the rendezvous takes its own reference or copy); NULL with
+ * is_dead. Two Sends of one key: FLOE_ALREADY_EXISTS naming the key. */
+floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key, FloeTensor *t,
+                                bool is_dead, FloeStatus *st);
+/* Asynchronous: done(arg, ...) runs once, possibly before this returns. dst is the device
+ * the value is wanted on (borrowed; NULL: host memory). */
+void floe__rendezvous_recv(FloeRendezvous *r, const FloeRendezvousKey *key,
+                           struct FloeDevice *dst, FloeRecvDoneFn done, void *arg);
+/* Fails every pending and later Recv with code and why (copied). Thread-safe; the first
+ * abort wins. */
+void floe__rendezvous_abort(FloeRendezvous *r, floe_code code, const char *why);
+void floe__rendezvous_stats(const FloeRendezvous *r, FloeRendezvousStats *out);
+/* The key in text, "src;incarnation(hex);dst;tensor;frame(hex):iter" (floe__malloc'd;
+ * caller frees), as errors name it. */
+char *floe__rendezvous_key_string(const FloeRendezvousKey *key);
+/* The device's incarnation: drawn from the runtime's seed and the device's id. */
+uint64_t floe__device_incarnation(const struct FloeDevice *d);
 
 /* ------------------------------------------------------------------------------------ */
 /* Training (issue 3).

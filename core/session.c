@@ -824,12 +824,14 @@ static int profile_cmp(const void *a, const void *b) {
   return strcmp(x->op, y->op);
 }
 
-/* Adds node's counters to the row of its op type, appending one if new. */
-static void profile_add(FloeOpProfile *rows, int *n, const FloeNode *node,
+/* Adds node's counters to the row of its (op type, device), appending one if new. */
+static void profile_add(FloeOpProfile *rows, int *n, const FloeNode *node, const char *device,
                         const FloeExecProfile *p) {
   int i = 0;
-  while (i < *n && rows[i].op != node->op->name && strcmp(rows[i].op, node->op->name) != 0) i++;
-  if (i == *n) rows[(*n)++] = (FloeOpProfile){.op = node->op->name};
+  while (i < *n && (strcmp(rows[i].op, node->op->name) != 0 || strcmp(rows[i].device, device) != 0))
+    i++;
+  if (i == *n) rows[(*n)++] = (FloeOpProfile){.op = node->op->name, .device = device};
+  rows[i].device_ns += p->device_ns;
   rows[i].calls += p->calls;
   rows[i].total_ns += p->total_ns;
   rows[i].output_bytes += p->output_bytes;
@@ -863,7 +865,7 @@ floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_ro
     FloeExecProfile p;
     const FloeNode *node;
     for (int i = 0; c->exec && (node = floe__executor_profile_node(c->exec, i, &p)); i++)
-      if (p.calls > 0) profile_add(r, &n, node, &p);
+      if (p.calls > 0) profile_add(r, &n, node, p.device, &p);
   }
   pthread_mutex_unlock(&s->mu);
   if (n == 0) {

@@ -120,9 +120,11 @@ for old in "$top_srcdir"/tests/abi/baseline-*.abi; do
   [ -f "$old" ] || continue
   "$ABIDIFF" "$old" "$tmp/current.abi" >"$tmp/old.txt"
   rc=$?
-  # Appending is fine; moving, deleting, retyping or renumbering anything is not.
+  # Appending is fine; moving, deleting, retyping or renumbering anything is not. (A slot
+  # whose function type takes a struct that only grew at its end shows as a "data member
+  # change" too, so retyping is caught by its "type name changed" line instead.)
   if [ $((rc & 8)) -ne 0 ] || [ $((rc & 3)) -ne 0 ] ||
-     grep -Eq 'offset changed|data member deletion|[0-9]+ data member change|[1-9][0-9]* Removed|value changed|enumerator deletion|type changed from' "$tmp/old.txt"; then
+     grep -Eq 'offset changed|data member deletion|type name changed|[1-9][0-9]* Removed|value changed|enumerator deletion|type changed from' "$tmp/old.txt"; then
     echo "FAIL: incompatible change against $(basename "$old") (abidiff exit $rc):"
     cat "$tmp/old.txt"
     fail=1

@@ -359,6 +359,9 @@ typedef struct FloeOpProfile {
   int64_t total_ns;     /* wall time inside the kernels' compute (async kernels: until done) */
   int64_t max_ns;       /* the longest single invocation */
   int64_t output_bytes; /* bytes of the outputs the invocations produced */
+  const char *device;   /* short device name, e.g. "tpu-sim:0"; borrowed like op */
+  int64_t device_ns;    /* time the device itself reported (GPU events, a simulator's cycle
+                         * model); 0 when its kernels report none */
 } FloeOpProfile;
 
 /* on != 0 starts a new profile (every count back to zero) and times each kernel from then

@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define FLOE_ABI_MAJOR 1
-#define FLOE_ABI_MINOR 2
+#define FLOE_ABI_MINOR 3
 
 /* Visibility of the one exported symbol (plugins build with -fvisibility=hidden). */
 #if defined(__GNUC__)
@@ -188,6 +188,12 @@ typedef struct FloeHostApi {
    * more of any input. */
   floe_code (*ctx_forward_input_slice)(FloeKernelContext *ctx, int input, int output,
                                        size_t byte_offset, int rank, const int64_t *dims);
+
+  /* Since 1.3. The time this invocation takes on its device as the device measures it (GPU
+   * events) or simulates it (a cycle model), in nanoseconds; called at most once per
+   * invocation, before compute returns (or done is called). The profiler shows it next to
+   * the host-side time, and step statistics sum it per device. */
+  void (*ctx_report_device_time)(FloeKernelContext *ctx, int64_t ns);
 } FloeHostApi;
 
 /* ------------------------------------------------------------------------------------ */
@@ -209,6 +215,11 @@ typedef struct FloeDeviceProps {
   double peer_bandwidth;     /* bytes/s between two devices of this plugin */
   uint32_t flags;            /* FLOE_DEVICE_* */
   int32_t ordinal;           /* index among this plugin's devices of the same type */
+  /* Since 1.3 (a reader checks FLOE_HAS_FIELD; the core zero-fills them for older plugins).
+   * peak_flops is the rate of matrix-class work (MatMul, BatchMatMul, convolutions); a device
+   * whose other work (elementwise, reductions) is slower says so in vector_flops. */
+  double vector_flops;       /* FLOP/s of f32 elementwise work; 0 = peak_flops[FLOE_F32] */
+  double launch_overhead;    /* seconds of fixed cost per kernel launch; 0 = unknown */
 } FloeDeviceProps;
 
 /* One device instance. The struct passed to register_device is copied by the core; `state`
@@ -385,6 +396,11 @@ typedef struct FloeTransportFns {
   void (*close_send)(void *send_comm);
   void (*close_recv)(void *recv_comm);
   void (*close_listen)(void *listen_comm);
+  /* Since 1.3; optional. Withdraws a posted irecv that has not matched a send (an aborted
+   * step): FLOE_OK and the request is freed, or FLOE_UNAVAILABLE when it already completed
+   * or is completing (test() then finishes it as usual). NULL: a posted irecv stays until
+   * it completes or its comm is closed. */
+  floe_code (*cancel)(void *request);
 } FloeTransportFns;
 
 /* ------------------------------------------------------------------------------------ */
@@ -443,14 +459,18 @@ static inline floe_code floe_plugin_declare_current(FloePluginRegistrar *reg, co
 #define FLOE_PLUGIN_DECLARE(reg, plugin_name, plugin_version) \
   floe_plugin_declare_current((reg), (plugin_name), (plugin_version))
 
-/* Layout pins of ABI 1.0, 1.1 and 1.2 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
+/* Layout pins of ABI 1.0 to 1.3 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
 _Static_assert(offsetof(FloePluginRegistrar, declare) == 16, "registrar frozen prefix changed");
 _Static_assert(offsetof(FloeHostApi, log) == 16, "FloeHostApi prefix changed");
 _Static_assert(offsetof(FloeHostApi, ctx_forward_input_slice) == 480,
                "FloeHostApi slots of 1.0 changed (1.1 appends ctx_forward_input_slice)");
-_Static_assert(sizeof(FloeDeviceProps) == 344, "FloeDeviceProps layout changed");
+_Static_assert(offsetof(FloeDeviceProps, vector_flops) == 344,
+               "FloeDeviceProps fields of 1.0 changed (1.3 appends vector_flops)");
+_Static_assert(sizeof(FloeDeviceProps) == 360, "FloeDeviceProps layout changed");
+_Static_assert(offsetof(FloeHostApi, ctx_report_device_time) == 488,
+               "FloeHostApi slots of 1.1 changed (1.3 appends ctx_report_device_time)");
 _Static_assert(sizeof(FloeKernelDef) == 88, "FloeKernelDef layout changed");
 _Static_assert(sizeof(FloeOpDef) == 88, "FloeOpDef layout changed");
 _Static_assert(sizeof(FloePluginInfo) == 32, "FloePluginInfo layout changed");
