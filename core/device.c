@@ -38,8 +38,9 @@ static bool parse_type_index(const char *p, size_t len, FloeDeviceName *out) {
   size_t tlen = colon ? (size_t)(colon - p) : len;
   if (tlen == 0 || tlen >= sizeof out->type || !isalpha((unsigned char)p[0])) return false;
   for (size_t i = 0; i < tlen; i++) {
-    if (!isalnum((unsigned char)p[i]) && p[i] != '_') return false;
-    out->type[i] = (char)toupper((unsigned char)p[i]);
+    /* '-' spells '_' so that short names ("tpu-sim:0") parse back */
+    if (!isalnum((unsigned char)p[i]) && p[i] != '_' && p[i] != '-') return false;
+    out->type[i] = p[i] == '-' ? '_' : (char)toupper((unsigned char)p[i]);
   }
   out->type[tlen] = '\0';
   if (!colon) return true;
@@ -54,7 +55,7 @@ floe_code floe_device_name_parse(const char *s, FloeDeviceName *out, FloeStatus 
   if (!s || !*s) return name_error(status, s ? s : "(null)", "it is empty");
   if (s[0] != '/') {
     if (!parse_type_index(s, strlen(s), out))
-      return name_error(status, s, "expected TYPE or TYPE:N (a letter, then letters, digits or '_'; N a number)");
+      return name_error(status, s, "expected TYPE or TYPE:N (a letter, then letters, digits, '_' or '-'; N a number)");
     return FLOE_OK;
   }
   bool seen_job = false, seen_replica = false, seen_task = false, seen_device = false;

@@ -59,7 +59,8 @@ static uint64_t draw_seed(void) {
   return seed;
 }
 
-/* Names follow load order: the Nth device of a type is "TYPE:N". */
+/* Names follow load order: the Nth device of a type is "TYPE:N"; the short name is lower
+ * case with '-' for '_' ("TPU_SIM" -> "tpu-sim:0"). */
 static void name_devices(FloeRuntime *rt) {
   for (int i = 0; i < rt->num_devices; i++) {
     FloeDevice *d = rt->devices[i];
@@ -72,7 +73,7 @@ static void name_devices(FloeRuntime *rt) {
     char lower[sizeof d->props.type];
     size_t k = 0;
     for (; d->props.type[k] && k + 1 < sizeof lower; k++)
-      lower[k] = (char)tolower((unsigned char)d->props.type[k]);
+      lower[k] = d->props.type[k] == '_' ? '-' : (char)tolower((unsigned char)d->props.type[k]);
     lower[k] = '\0';
     snprintf(d->short_name, sizeof d->short_name, "%s:%d", lower, index);
   }
