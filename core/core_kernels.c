@@ -210,5 +210,7 @@ floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
   /* Queues and readers (issue 4). */
   if (rc == FLOE_OK) rc = floe__queue_kernels_register(rt, st);
   if (rc == FLOE_OK) rc = floe__reader_kernels_register(rt, st);
+  /* Device partitions (issue 5). */
+  if (rc == FLOE_OK) rc = floe__sendrecv_kernels_register(rt, st);
   return rc;
 }

@@ -77,6 +77,7 @@ typedef struct CfIter {
 
 typedef struct CfFrame {
   int sid;
+  uint64_t id;             /* floe__frame_id of its path (0: the root), for rendezvous keys */
   struct CfFrame *parent;
   CfIter *parent_iter;
   int pending_enters;      /* Enters that have not arrived */
@@ -130,6 +131,10 @@ static void tl_push(TaskList *l, CfTask *t) {
 }
 
 /* ---- building ---- */
+
+static bool is_send(const FloeNode *n) {
+  return strcmp(n->op->name, "_Send") == 0 || strcmp(n->op->name, "_ControlSend") == 0;
+}
 
 static int cf_kind_of(const FloeNode *n) {
   static const struct {
@@ -309,7 +314,7 @@ oom:
 floe_code floe__cf_build(FloeExecutor *e, const int *local_of, FloeStatus *st) {
   bool any = false;
   for (int i = 0; i < e->num_nodes && !any; i++) any = cf_kind_of(e->nodes[i].node) != CF_NONE;
-  if (!any) return FLOE_OK;
+  if (!any && !e->force_frames) return FLOE_OK;
   FloeCfExec *cf = floe__calloc(1, sizeof *cf);
   size_t nn = (size_t)(e->num_nodes ? e->num_nodes : 1);
   if (!cf) goto oom;
@@ -550,6 +555,7 @@ static CfFrame *frame_new(FloeExecStep *s, int sid, CfFrame *parent, CfIter *par
   f->sid = sid;
   f->parent = parent;
   f->parent_iter = parent_iter;
+  f->id = parent ? floe__frame_id(parent->id, parent_iter->iter, sf->name) : 0;
   f->pending_enters = sf->num_enters;
   f->cap = sf->parallel;
   f->ring = floe__calloc((size_t)f->cap, sizeof *f->ring);
@@ -830,8 +836,14 @@ static void async_done(void *arg) {
   if (t->inv.start_ns && t->inv.status.code == FLOE_OK)
     floe__exec_prof_record(s, t->n, floe__exec_now_ns() - t->inv.start_ns, t->inv.ctx.device_ns,
                            t->outs);
+  bool dead = t->inv.ctx.output_dead && t->inv.status.code == FLOE_OK;
   floe__exec_end_call(s, en, &t->inv, FLOE_OK, t->outs);
-  finish_task(s, t, false, NULL);
+  if (dead)
+    for (int k = 0; k < en->num_outputs; k++) {
+      value_release(t->outs[k]);
+      t->outs[k] = DEAD;
+    }
+  finish_task(s, t, dead, NULL);
 }
 
 /* Runs one task; an async kernel's completion comes later through async_done. */
@@ -839,7 +851,10 @@ static void run_task(FloeExecStep *s, CfTask *t, TaskList *inl) {
   FloeExecutor *e = s->e;
   const ExecNode *en = &e->nodes[t->n];
   bool dead = task_dead(s, t);
-  if (dead || !en->kernel || atomic_load_explicit(&s->cancelled, memory_order_relaxed)) {
+  /* A _Send runs on a dead input too: the flag travels to its _Recv. */
+  bool send_dead = dead && en->kernel && is_send(en->node);
+  if ((dead && !send_dead) || !en->kernel ||
+      atomic_load_explicit(&s->cancelled, memory_order_relaxed)) {
     /* A node without a kernel has only fed outputs: nobody reads them from here, and its
      * control successors go on as usual. */
     for (int k = 0; k < en->num_outputs; k++) t->outs[k] = DEAD;
@@ -854,18 +869,23 @@ static void run_task(FloeExecStep *s, CfTask *t, TaskList *inl) {
   /* The node's slots in this iteration are its own until it completes: no lock needed. */
   FloeTensor **in = t->ins;
   memcpy(in, t->it->slots + en->in_base, (size_t)en->num_inputs * sizeof *in);
+  if (send_dead)
+    for (int j = 0; j < en->num_inputs; j++) in[j] = NULL; /* never hand DEAD to a kernel */
   Invocation *inv = &t->inv;
   inv->status = (FloeStatus){FLOE_OK, NULL};
   inv->copies = NULL;
   inv->held = NULL;
   inv->num_held = 0;
   inv->start_ns = 0;
-  if (floe__exec_prepare_inputs(s, en, inv, in) != FLOE_OK) {
+  if (!send_dead && floe__exec_prepare_inputs(s, en, inv, in) != FLOE_OK) {
     floe__exec_release_inputs(inv, en);
     finish_task(s, t, true, inl);
     return;
   }
   floe__exec_fill_ctx(s, en, inv, in, t->outs);
+  inv->ctx.frame_id = t->f->id;
+  inv->ctx.iter = t->it->iter;
+  inv->ctx.input_dead = send_dead;
   const FloeKernelDef *def = &en->kernel->def;
   if (en->async_slot >= 0) {
     inv->start_ns = floe__exec_profiling(e) ? floe__exec_now_ns() : 0;

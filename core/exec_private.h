@@ -59,6 +59,7 @@ struct FloeExecutor {
   const atomic_int *profiling; /* the session's switch, or never_profile */
   FloeCfExec *cf;              /* control flow: frames (exec_frames.c); NULL: none */
   NodeProf *prof;              /* per node */
+  bool force_frames;           /* FloeExecPlan.force_frames */
 };
 
 typedef struct CancelCb {
@@ -124,6 +125,8 @@ struct FloeExecStep {
   FloeCfStep *cf;         /* frames of a step with control flow (exec_frames.c), or NULL */
   int64_t deadline_ns;    /* floe__exec_now_ns() past which the step fails; 0: none */
   int64_t timeout_ms;     /* for its message */
+  FloeRunCtl ctl;         /* how it was started (copied): rendezvous, failure hook */
+  bool in_worker;         /* started on a worker of the pool */
 };
 
 /* A thread's inline work: nodes to run here, and how many nodes it completed without yet

@@ -73,6 +73,17 @@ bool floe__exec_step_cancelled(const FloeExecStep *step) {
   return step && atomic_load_explicit(&step->cancelled, memory_order_relaxed);
 }
 
+FloeRendezvous *floe__exec_step_rendezvous(const FloeExecStep *step) {
+  return step ? step->ctl.rendezvous : NULL;
+}
+
+uint64_t floe__frame_id(uint64_t parent_id, int64_t parent_iter, const char *name) {
+  uint64_t h = 1469598103934665603ull ^ parent_id; /* FNV-1a, seeded by the parent */
+  for (int i = 0; i < 8; i++) h = (h ^ (uint8_t)((uint64_t)parent_iter >> (8 * i))) * 1099511628211ull;
+  for (const char *c = name ? name : ""; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+  return h ? h : 1; /* 0 is the root frame */
+}
+
 static void list_push(FloeExecStep *s, ReadyList *l, int n) {
   s->next[n] = -1;
   if (l->tail >= 0)
@@ -100,9 +111,14 @@ static void step_cancel(FloeExecStep *s) {
   int n = s->num_cancel_cbs;
   s->cancel_cbs = NULL;
   s->num_cancel_cbs = s->cap_cancel_cbs = 0;
+  floe_code code = s->status.code ? s->status.code : FLOE_CANCELLED;
+  char *msg = floe__strdup(s->status.msg ? s->status.msg : "the step was cancelled");
   pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < n; i++) cbs[i].fn(cbs[i].arg);
   floe__free(cbs);
+  /* Other partitions of the step stop too (their Recvs fail with this message). */
+  if (s->ctl.on_fail) s->ctl.on_fail(s->ctl.fail_arg, s, code, msg ? msg : "the step failed");
+  floe__free(msg);
   pthread_mutex_lock(&s->mu);
   s->cancel_done = true;
   pthread_cond_broadcast(&s->done_cv);
@@ -342,6 +358,11 @@ void floe__exec_end_call(FloeExecStep *s, const ExecNode *en, Invocation *inv, f
     floe__exec_step_fail(s, en, inv->status.code, floe_status_message(&inv->status));
   } else if (rc != FLOE_OK) {
     floe__exec_step_failf(s, en, rc, "the kernel failed with %s and no message", floe_code_name(rc));
+  } else if (inv->ctx.output_dead) {
+    /* a _Recv of a dead value: the frame scheduler marks its outputs dead */
+    if (!s->cf)
+      floe__exec_step_failf(s, en, FLOE_INTERNAL, "a dead value arrived in a step without "
+                            "control flow (a bug in Floe's partitioning)");
   } else {
     for (int i = 0; i < en->num_outputs; i++) {
       const FloeTensor *t = outs[i];
@@ -570,6 +591,10 @@ void floe__exec_fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv, F
   c->status = &inv->status;
   c->step_id = s->step_id;
   c->device_ns = 0;
+  c->frame_id = 0;
+  c->iter = 0;
+  c->input_dead = false;
+  c->output_dead = false;
 }
 
 /* Runs (or skips) node n, then completes it unless its kernel is asynchronous. */
@@ -855,6 +880,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   e->resources = plan->resources;
   e->inline_inexpensive = plan->inline_inexpensive;
   e->profiling = plan->profiling ? plan->profiling : &never_profile;
+  e->force_frames = plan->force_frames;
   e->num_nodes = plan->num_nodes;
   e->num_feeds = plan->num_feeds;
   e->num_fetches = plan->num_fetches;
@@ -1138,6 +1164,14 @@ floe_code floe__executor_run(FloeExecutor *e, FloeTensor *const *feeds, FloeTens
  * references (in plan order); on error no output is set and st names the failing node. */
 floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                                  const FloeRunCtl *ctl, FloeStatus *st) {
+  FloeExecStep *s = NULL;
+  floe_code rc = floe__executor_start(e, feeds, ctl, &s, st);
+  if (rc != FLOE_OK) return rc;
+  return floe__executor_finish(s, outputs, st);
+}
+
+floe_code floe__executor_start(FloeExecutor *e, FloeTensor *const *feeds, const FloeRunCtl *ctl,
+                               FloeExecStep **out, FloeStatus *st) {
   for (int f = 0; f < e->num_feeds; f++) {
     if (!feeds || !feeds[f])
       return floe_status_set(st, FLOE_INVALID_ARGUMENT, "feed %d is NULL", f);
@@ -1145,25 +1179,31 @@ floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, Floe
   FloeExecStep *s = NULL;
   floe_code rc = step_new(e, feeds, &s, st);
   if (rc != FLOE_OK) return rc;
-  bool in_worker = floe__pool_in_worker(e->pool);
+  if (ctl) s->ctl = *ctl;
+  s->in_worker = floe__pool_in_worker(e->pool);
   floe__host_set_thread_pool(e->pool);
-  int64_t timeout = ctl ? ctl->timeout_ms : 0;
+  int64_t timeout = s->ctl.timeout_ms;
   if (timeout > 0) {
     s->timeout_ms = timeout;
     s->deadline_ns = floe__exec_now_ns() + timeout * 1000000;
   }
-  if (ctl && ctl->attach) ctl->attach(ctl->arg, s);
+  if (s->ctl.attach) s->ctl.attach(s->ctl.arg, s);
   if (e->cf) {
     floe__cf_run(s);
-    step_wait(s, timeout);
   } else if (e->num_roots > 0) {
     ReadyList roots = {-1, -1, 0}, inl = {-1, -1, 0};
     for (int i = 0; i < e->num_roots; i++) list_push(s, &roots, e->roots[i]);
     schedule_ready(s, &roots, &inl);
     process_list(s, &inl);
-    step_wait(s, timeout);
   }
-  if (ctl && ctl->attach) ctl->attach(ctl->arg, NULL);
+  *out = s;
+  return FLOE_OK;
+}
+
+floe_code floe__executor_finish(FloeExecStep *s, FloeTensor **outputs, FloeStatus *st) {
+  FloeExecutor *e = s->e;
+  if (e->cf || e->num_roots > 0) step_wait(s, s->ctl.timeout_ms);
+  if (s->ctl.attach) s->ctl.attach(s->ctl.arg, NULL);
   floe_code code = s->status.code;
   if (code != FLOE_OK) {
     floe__status_copy(st, &s->status);
@@ -1172,10 +1212,11 @@ floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, Floe
   } else {
     for (int f = 0; f < e->num_fetches; f++) {
       int src = e->fetch_src[f];
-      outputs[f] = src >= 0 ? s->entries[src] : feeds[-src - 1];
+      outputs[f] = src >= 0 ? s->entries[src] : s->feeds[-src - 1];
       floe_tensor_retain(outputs[f]);
     }
   }
+  bool in_worker = s->in_worker;
   step_free(s);
   /* The caller's thread stops naming a pool that may be freed before its next step. */
   if (!in_worker) floe__host_set_thread_pool(NULL);

@@ -442,6 +442,12 @@ struct FloeKernelContext {
   FloeStatus *status;       /* kernel-set error */
   int64_t step_id;
   int64_t device_ns;        /* ctx_report_device_time; 0 = none reported */
+  /* Where this activation runs: the frame (0: root; else floe__frame_id of its path) and the
+   * iteration in it. Send/Recv put both in their rendezvous key. */
+  uint64_t frame_id;
+  int64_t iter;
+  bool input_dead;          /* _Send / _ControlSend run on a dead input to pass the flag on */
+  bool output_dead;         /* set by _Recv when a dead flag arrived: its outputs are dead */
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -477,6 +483,9 @@ typedef struct FloeExecPlan {
   /* Non-zero: time each kernel (floe_session_set_profiling); borrowed, outlives e; NULL:
    * never. */
   const atomic_int *profiling;
+  /* Use the frame scheduler even without control-flow nodes: a partition whose _Recv may
+   * deliver a dead value (the whole graph has control flow) needs dead-value handling. */
+  bool force_frames;
 } FloeExecPlan;
 
 /* Builds per-node kernel state (FloeKernelDef.create). Caller owns the executor; the plan is
@@ -494,7 +503,27 @@ typedef struct FloeRunCtl {
   int64_t timeout_ms;  /* > 0: the step fails with FLOE_DEADLINE_EXCEEDED after this long */
   void (*attach)(void *arg, FloeExecStep *step);
   void *arg;
+  /* The step's rendezvous (borrowed, outlives the step), where its _Send/_Recv meet; NULL
+   * when the step has none. */
+  struct FloeRendezvous *rendezvous;
+  /* Called once, on the failing thread, when the step fails or is cancelled (code and msg
+   * borrowed for the call): a multi-device step aborts its rendezvous and cancels its other
+   * partitions from here. */
+  void (*on_fail)(void *arg, FloeExecStep *step, floe_code code, const char *msg);
+  void *fail_arg;
 } FloeRunCtl;
+/* The step's rendezvous (FloeRunCtl.rendezvous), or NULL. */
+struct FloeRendezvous *floe__exec_step_rendezvous(const FloeExecStep *step);
+/* Starts a step and returns at once: *out is the running step, to be passed to
+ * floe__executor_finish exactly once. feeds are borrowed until then; ctl is copied. */
+floe_code floe__executor_start(FloeExecutor *e, FloeTensor *const *feeds, const FloeRunCtl *ctl,
+                               FloeExecStep **out, FloeStatus *st);
+/* Waits for a started step (helping the pool meanwhile when on one of its workers), fills
+ * outputs as floe__executor_run does on success, and frees the step. */
+floe_code floe__executor_finish(FloeExecStep *step, FloeTensor **outputs, FloeStatus *st);
+/* The id of one frame execution: a hash of its parent's id, the parent's iteration and the
+ * frame's name, the same in every partition of a step. */
+uint64_t floe__frame_id(uint64_t parent_id, int64_t parent_iter, const char *name);
 /* floe__executor_run with ctl (NULL: as floe__executor_run). */
 floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                                  const FloeRunCtl *ctl, FloeStatus *st);
@@ -612,6 +641,90 @@ void floe__rendezvous_stats(const FloeRendezvous *r, FloeRendezvousStats *out);
 char *floe__rendezvous_key_string(const FloeRendezvousKey *key);
 /* The device's incarnation: drawn from the runtime's seed and the device's id. */
 uint64_t floe__device_incarnation(const struct FloeDevice *d);
+/* sendrecv.c: the kernels of _Send, _ControlSend and _Recv (any device type). */
+floe_code floe__sendrecv_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* sendrecv.c: transfers are added after differentiation; they carry no gradient. */
+floe_code floe__grads_register_sendrecv(FloeStatus *st);
+
+/* partition.c: one piece per device, joined by _Send/_Recv (see the file's comment). */
+typedef struct FloePartitionFed {
+  bool (*is_fed)(void *arg, int node, int index); /* the run feeds node:index */
+  void *arg;
+} FloePartitionFed;
+typedef struct FloePartition {
+  FloeGraph *graph;        /* owned: the input graph's nodes (same ids), then the cutter's */
+  struct FloeDevice **device; /* per node of graph (owned array; devices borrowed) */
+  bool *need;              /* per node of graph: runs in the step (owned) */
+  int num_sends;           /* _Send and _ControlSend nodes added */
+  bool has_cf;             /* the run has control flow: every piece needs the frame scheduler */
+} FloePartition;
+/* g borrowed; need and device are per node of g (device[i] read only where need[i]); fed
+ * may be NULL. On success *out is filled (floe__partition_free releases it); on error st
+ * names the edge or loop that cannot be cut. */
+floe_code floe__partition(const FloeGraph *g, const bool *need, struct FloeDevice *const *device,
+                          const FloePartitionFed *fed, FloePartition *out, FloeStatus *st);
+void floe__partition_free(FloePartition *p);
+
+/* placer.c: a device per node (see the file's comment). */
+typedef struct FloePlaceOptions {
+  struct FloeDevice *default_device;  /* the session's `device`; NULL: none */
+  struct FloeDevice **devices;        /* the cost model places among these (borrowed) */
+  int num_devices;                    /* 0: the simple rule among every device */
+  bool allow_soft_placement;
+} FloePlaceOptions;
+typedef struct FloePlacement {
+  struct FloeDevice **device;  /* per node (owned array; devices borrowed); NULL: not needed */
+  double *start, *finish;      /* per node: the simulated schedule, seconds (owned) */
+  double est_seconds;          /* the simulated step time */
+} FloePlacement;
+/* g, need and fed borrowed. On error st names the node, the device it asked for and the
+ * devices that have a kernel for it. */
+floe_code floe__place(struct FloeRuntime *rt, const FloeGraph *g, const bool *need,
+                      const FloePartitionFed *fed, const FloePlaceOptions *o, FloePlacement *out,
+                      FloeStatus *st);
+void floe__placement_free(FloePlacement *p);
+/* Fills p->start, finish and est_seconds for p->device as it stands. */
+floe_code floe__placement_estimate(struct FloeRuntime *rt, const FloeGraph *g, const bool *need,
+                                   FloePlacement *p);
+/* The cost model: seconds node n takes on d; seconds to move bytes from src to dst. */
+double floe__cost_node(const FloeNode *n, const struct FloeDevice *d);
+double floe__cost_transfer(double bytes, const struct FloeDevice *src, const struct FloeDevice *dst);
+
+/* multi_exec.c: one step over device pieces (see the file's comment). */
+typedef struct FloeMultiExec FloeMultiExec;
+typedef struct FloeMultiPlan {
+  struct FloeRuntime *rt;
+  const FloeGraph *graph;       /* the partitioned graph; borrowed, outlives the result */
+  FloeExecNodeSpec *nodes;      /* every node of the step, each with its device and kernel */
+  int num_nodes;
+  FloeOutput *feeds;
+  int num_feeds;
+  FloeOutput *fetches;
+  int num_fetches;
+  bool inline_inexpensive;
+  bool force_frames;            /* FloePartition.has_cf */
+  struct FloeResourceMgr *resources;
+  const atomic_int *profiling;
+  FloeRendezvousOptions rv_opts;
+} FloeMultiPlan;
+typedef struct FloeMultiRunCtl {
+  int64_t timeout_ms;
+  /* Told of each piece's step when it starts (started true) and before it is freed
+   * (started false), so that a cancel can reach it meanwhile. */
+  void (*track)(void *arg, FloeExecStep *step, bool started);
+  void *arg;
+  const FloeRendezvousOptions *rv_opts; /* NULL: the plan's */
+  FloeRendezvousStats *stats;           /* filled after the step when not NULL */
+} FloeMultiRunCtl;
+/* Plan copied, its arrays borrowed for the call. Caller owns the result. */
+FloeMultiExec *floe__multi_exec_new(const FloeMultiPlan *plan, FloeStatus *st);
+void floe__multi_exec_free(FloeMultiExec *m);
+/* As floe__executor_run_ctl: feeds in plan order (borrowed); on success outputs[i] are new
+ * references in plan order. Thread-safe. */
+floe_code floe__multi_exec_run(FloeMultiExec *m, FloeTensor *const *feeds, FloeTensor **outputs,
+                               const FloeMultiRunCtl *ctl, FloeStatus *st);
+int floe__multi_exec_num_pieces(const FloeMultiExec *m);
+FloeExecutor *floe__multi_exec_piece(const FloeMultiExec *m, int i); /* borrowed */
 
 /* ------------------------------------------------------------------------------------ */
 /* Training (issue 3).

@@ -17,8 +17,9 @@ typedef struct CacheEntry {
   int *key;               /* the canonical signature (see make_key) */
   int key_len;
   uint64_t hash;
-  FloeExecutor *exec;     /* NULL while its builder works */
-  FloeGraph *graph;       /* the fused clone exec runs, or NULL (it runs the session's) */
+  FloeMultiExec *exec;    /* NULL while its builder works */
+  FloeGraph *graph;       /* the fused or partitioned clone exec runs, or NULL (it runs the
+                             session's) */
   struct CacheEntry *next;
 } CacheEntry;
 
@@ -33,6 +34,10 @@ struct FloeSession {
   FloeGraph *graph;       /* the session's own copy */
   FloeRuntime *rt;        /* borrowed */
   FloeDevice *default_device; /* NULL: the first device with a kernel */
+  FloeDevice **devices;    /* FloeSessionOptions.devices: the cost model places among these */
+  int num_devices;
+  bool soft_placement;     /* allow_soft_placement */
+  bool compress;           /* compress_transfers: f32 crosses devices as bf16 */
   bool inline_inexpensive;
   pthread_mutex_t mu;
   pthread_cond_t built_cv; /* broadcast when an entry stops being built */
@@ -58,6 +63,56 @@ typedef struct RunSig {
   int num_feeds, num_fetches, num_targets; /* unique, sorted */
   int *fetch_map;          /* caller fetch i -> canonical fetch */
 } RunSig;
+
+/* "cpu,tpu-sim:1": each item a device name; one without an index means every device of its
+ * type. *out (floe__malloc'd, caller frees) lists each device once, in the order given. */
+static floe_code parse_devices(FloeRuntime *rt, const char *list, FloeDevice ***out, int *n,
+                               FloeStatus *st) {
+  *out = floe__calloc((size_t)rt->num_devices + 1, sizeof **out);
+  *n = 0;
+  if (!*out) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory reading the device list");
+  const char *p = list;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[160];
+    if (len == 0 || len >= sizeof item) {
+      floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                      "session devices \"%s\": an empty or over-long item; give names such as "
+                      "\"cpu,tpu-sim\" or \"cpu:0,cuda:0\"", list);
+      goto err;
+    }
+    memcpy(item, p, len);
+    item[len] = '\0';
+    FloeDeviceName dn;
+    if (floe_device_name_parse(item, &dn, st) != FLOE_OK) goto err;
+    int found = 0;
+    for (int i = 0; i < rt->num_devices; i++) {
+      FloeDevice *d = rt->devices[i];
+      if (strcmp(d->props.type, dn.type) != 0 || (dn.index >= 0 && dn.index != d->index)) continue;
+      found++;
+      bool dup = false;
+      for (int k = 0; k < *n && !dup; k++) dup = (*out)[k] == d;
+      if (!dup) (*out)[(*n)++] = d;
+    }
+    if (!found) {
+      FloeDevice *none = floe__device_find(rt, item, st); /* its message lists the devices */
+      (void)none;
+      if (floe_status_code(st) == FLOE_OK)
+        floe_status_set(st, FLOE_NOT_FOUND, "no device '%s'", item);
+      floe__status_prefix(st, "session devices \"%s\"", list);
+      goto err;
+    }
+    p += len;
+    if (*p == ',') p++;
+  }
+  return FLOE_OK;
+err:
+  floe__free(*out);
+  *out = NULL;
+  *n = 0;
+  return floe_status_code(st) ? floe_status_code(st) : FLOE_INVALID_ARGUMENT;
+}
 
 /* Fills *opts (caller's storage) with the defaults: default runtime, best device, inline
  * execution of inexpensive nodes. */
@@ -380,6 +435,12 @@ out:
 /* FloeFuseCheck: the fused node lands where the chain's anchor would, with a kernel. */
 static bool fuse_ok(void *arg, const FloeNode *anchor, const FloeNode *fused) {
   const FloeSession *s = arg;
+  /* With the cost model the anchor may land on any listed device with a kernel for it. */
+  for (int i = 0; i < s->num_devices; i++) {
+    const char *t = s->devices[i]->props.type;
+    if (floe__kernel_find(s->rt, anchor, t, NULL) && !floe__kernel_find(s->rt, fused, t, NULL))
+      return false;
+  }
   FloeExecNodeSpec a, f;
   memset(&a, 0, sizeof a);
   memset(&f, 0, sizeof f);
@@ -419,35 +480,81 @@ static const FloeGraph *fuse(FloeSession *s, const RunSig *sig, bool **need, Flo
   return c;
 }
 
-static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeGraph **clone,
-                                    FloeStatus *st) {
+static bool sig_is_fed(void *arg, int node, int index) { return is_fed(arg, node, index); }
+
+/* Prune, fuse, place, partition: the run's nodes, each with its device and kernel, in the
+ * graph they run in (*clone, caller owns, when it is not the session's). */
+static floe_code plan_run(FloeSession *s, const RunSig *sig, FloeGraph **clone,
+                          FloePartition *part, FloePlacement *pl, bool **needp, FloeStatus *st) {
   const FloeGraph *g = s->graph;
-  FloeExecutor *e = NULL;
+  *clone = NULL;
+  memset(part, 0, sizeof *part);
+  memset(pl, 0, sizeof *pl);
+  bool *need = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *need);
+  *needp = need;
+  if (!need) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+  if (prune(g, sig, need, st) != FLOE_OK) return floe_status_code(st);
+  if (!(g = fuse(s, sig, needp, clone, st))) return floe_status_code(st);
+  need = *needp;
+  FloePartitionFed fed = {sig_is_fed, (void *)sig};
+  FloePlaceOptions po = {s->default_device, s->devices, s->num_devices, s->soft_placement};
+  floe_code rc = floe__place(s->rt, g, need, &fed, &po, pl, st);
+  if (rc != FLOE_OK) return rc;
+  FloeDevice *first = NULL;
+  bool many = false;
+  for (int i = 0; i < g->num_nodes && !many; i++) {
+    if (!need[i] || fully_fed(sig, g->nodes[i])) continue;
+    if (!first) first = pl->device[i];
+    many = pl->device[i] != first;
+  }
+  if (!many) return FLOE_OK;
+  rc = floe__partition(g, need, pl->device, &fed, part, st);
+  if (rc != FLOE_OK) return rc;
+  if (*clone) floe_graph_free(*clone);
+  *clone = part->graph; /* the cache entry owns it from here */
+  part->graph = NULL;
+  return FLOE_OK;
+}
+
+static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, FloeGraph **clone,
+                                     FloeStatus *st) {
+  FloeMultiExec *e = NULL;
   FloeExecNodeSpec *specs = NULL;
   FloeOutput *outs = NULL;
-  *clone = NULL;
-  bool *need = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *need);
-  if (!need) {
-    floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
-    goto out;
-  }
-  if (prune(g, sig, need, st) != FLOE_OK) goto out;
-  if (!(g = fuse(s, sig, &need, clone, st))) goto out;
+  FloePartition part;
+  FloePlacement pl;
+  bool *need = NULL;
+  if (plan_run(s, sig, clone, &part, &pl, &need, st) != FLOE_OK) goto out;
+  const FloeGraph *g = *clone ? *clone : s->graph;
+  bool *run = part.need ? part.need : need;
+  FloeDevice **dev = part.device ? part.device : pl.device;
   specs = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *specs);
   outs = floe__malloc((size_t)(sig->num_feeds + sig->num_fetches + 1) * sizeof *outs);
   if (!specs || !outs) {
     floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
     goto out;
   }
-  FloeExecPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
-                       .inline_inexpensive = s->inline_inexpensive,
-                       .resources = s->resources, .profiling = &s->profiling};
+  FloeMultiPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
+                        .inline_inexpensive = s->inline_inexpensive, .force_frames = part.has_cf,
+                        .resources = s->resources, .profiling = &s->profiling,
+                        .rv_opts = {.compress_bf16 = s->compress}};
   for (int i = 0; i < g->num_nodes; i++) {
-    if (!need[i]) continue;
+    if (!run[i]) continue;
+    const FloeNode *n = g->nodes[i];
     FloeExecNodeSpec *spec = &specs[plan.num_nodes];
-    if (place_node(s, g->nodes[i], spec, st) != FLOE_OK) goto out;
-    if (spec->kernel && (g->nodes[i]->op->flags & FLOE_OP_STATEFUL) &&
-        share_kernel(s, g->nodes[i], spec, st) != FLOE_OK)
+    spec->node = n;
+    spec->device = dev[i];
+    /* A fed node never runs: it needs no kernel (its outputs come from the caller). */
+    if (!(i < s->graph->num_nodes && fully_fed(sig, n))) {
+      spec->kernel = floe__kernel_find(s->rt, n, dev[i]->props.type, st);
+      if (!spec->kernel) {
+        floe__status_prefix(st, "placing node '%s' (%s) on %s", n->name, n->op->name,
+                            dev[i]->short_name);
+        goto out;
+      }
+    }
+    if (spec->kernel && i < s->graph->num_nodes && (n->op->flags & FLOE_OP_STATEFUL) &&
+        share_kernel(s, n, spec, st) != FLOE_OK)
       goto out;
     plan.num_nodes++;
   }
@@ -459,12 +566,14 @@ static FloeExecutor *build_executor(FloeSession *s, const RunSig *sig, FloeGraph
     outs[i] = (FloeOutput){g->nodes[sig->feeds[i].node_id], sig->feeds[i].index};
   for (int i = 0; i < sig->num_fetches; i++)
     plan.fetches[i] = (FloeOutput){g->nodes[sig->fetches[i].node_id], sig->fetches[i].index};
-  e = floe__executor_new(&plan, st);
+  e = floe__multi_exec_new(&plan, st);
 out:
   if (!e && *clone) {
     floe_graph_free(*clone);
     *clone = NULL;
   }
+  floe__partition_free(&part);
+  floe__placement_free(&pl);
   floe__free(need);
   floe__free(specs);
   floe__free(outs);
@@ -515,7 +624,7 @@ static void cache_unlink(FloeSession *s, CacheEntry *dead) {
 }
 
 /* The executor for sig, built on first use; concurrent first uses build it once. */
-static FloeExecutor *get_executor(FloeSession *s, const RunSig *sig, FloeStatus *st) {
+static FloeMultiExec *get_executor(FloeSession *s, const RunSig *sig, FloeStatus *st) {
   int len;
   uint64_t hash;
   int *key = make_key(sig, &len, &hash);
@@ -550,7 +659,7 @@ static FloeExecutor *get_executor(FloeSession *s, const RunSig *sig, FloeStatus 
   pthread_mutex_unlock(&s->mu);
 
   FloeGraph *clone;
-  FloeExecutor *e = build_executor(s, sig, &clone, st);
+  FloeMultiExec *e = build_executor(s, sig, &clone, st);
 
   pthread_mutex_lock(&s->mu);
   if (e) {
@@ -590,6 +699,11 @@ FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts
     if (FLOE_HAS_FIELD(opts, FloeSessionOptions, device)) o.device = opts->device;
     if (FLOE_HAS_FIELD(opts, FloeSessionOptions, inline_inexpensive))
       o.inline_inexpensive = opts->inline_inexpensive;
+    if (FLOE_HAS_FIELD(opts, FloeSessionOptions, devices)) o.devices = opts->devices;
+    if (FLOE_HAS_FIELD(opts, FloeSessionOptions, allow_soft_placement))
+      o.allow_soft_placement = opts->allow_soft_placement;
+    if (FLOE_HAS_FIELD(opts, FloeSessionOptions, compress_transfers))
+      o.compress_transfers = opts->compress_transfers;
   }
   FloeRuntime *rt = o.runtime ? o.runtime : floe_runtime_default(status);
   if (!rt) return NULL;
@@ -604,6 +718,11 @@ FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts
       goto err_free_session;
     }
   }
+  s->soft_placement = o.allow_soft_placement != 0;
+  s->compress = o.compress_transfers != 0;
+  if (o.devices && o.devices[0] &&
+      parse_devices(rt, o.devices, &s->devices, &s->num_devices, status) != FLOE_OK)
+    goto err_free_session;
   s->graph = floe__graph_clone(g, status);
   if (!s->graph) goto err_free_session;
   s->resources = floe__resources_new(status);
@@ -622,6 +741,7 @@ err_no_mutex:
 err_free_graph:
   floe_graph_free(s->graph);
 err_free_session:
+  floe__free(s->devices);
   floe__free(s);
   return NULL;
 err_oom:
@@ -634,7 +754,7 @@ void floe_session_free(FloeSession *s) {
   if (!s) return;
   for (CacheEntry *c = s->cache, *nx; c; c = nx) {
     nx = c->next;
-    floe__executor_free(c->exec);
+    floe__multi_exec_free(c->exec);
     floe_graph_free(c->graph);
     floe__free(c->key);
     floe__free(c);
@@ -643,6 +763,7 @@ void floe_session_free(FloeSession *s) {
     if (s->shared[i].created) floe__kernel_release(s->shared[i].kernel, s->shared[i].state);
   floe__free(s->shared);
   floe__free(s->active);
+  floe__free(s->devices);
   floe__resources_free(s->resources); /* after every executor: none can hold a variable */
   pthread_cond_destroy(&s->built_cv);
   pthread_mutex_destroy(&s->mu);
@@ -676,18 +797,11 @@ void floe_run_options_init(FloeRunOptions *opts) {
   opts->struct_size = sizeof *opts;
 }
 
-/* A run's step joins (step) or leaves (NULL) the session's list of active steps. */
-typedef struct Attach {
-  FloeSession *s;
-  FloeExecStep *step;
-  bool listed;
-} Attach;
-
-static void attach_step(void *arg, FloeExecStep *step) {
-  Attach *a = arg;
-  FloeSession *s = a->s;
+/* A run's step joins (started) or leaves the session's list of active steps. */
+static void track_step(void *arg, FloeExecStep *step, bool started) {
+  FloeSession *s = arg;
   pthread_mutex_lock(&s->mu);
-  if (step) {
+  if (started) {
     if (s->num_active == s->cap_active) {
       int cap = s->cap_active ? 2 * s->cap_active : 8;
       FloeExecStep **v = floe__realloc(s->active, (size_t)cap * sizeof *v);
@@ -697,15 +811,11 @@ static void attach_step(void *arg, FloeExecStep *step) {
       }
     }
     /* Without room the step runs uncancellable by close (its timeout still holds). */
-    if (s->num_active < s->cap_active) {
-      s->active[s->num_active++] = step;
-      a->listed = true;
-    }
-    a->step = step;
+    if (s->num_active < s->cap_active) s->active[s->num_active++] = step;
     if (s->closed) floe__exec_step_cancel(step, FLOE_CANCELLED, "the session was closed");
-  } else if (a->listed) {
+  } else {
     for (int i = 0; i < s->num_active; i++) {
-      if (s->active[i] == a->step) {
+      if (s->active[i] == step) {
         s->active[i] = s->active[--s->num_active];
         break;
       }
@@ -773,7 +883,7 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   floe_code rc = resolve_sig(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets,
                              &sig, status);
   if (rc != FLOE_OK) goto out;
-  FloeExecutor *e = get_executor(s, &sig, status);
+  FloeMultiExec *e = get_executor(s, &sig, status);
   if (!e) {
     rc = floe_status_code(status) ? floe_status_code(status) : FLOE_NO_MEMORY;
     goto out;
@@ -786,9 +896,8 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   }
   for (int i = 0; i < sig.num_feeds; i++) ordered[i] = feeds[sig.feeds[i].pos].value;
   FloeTensor **got = ordered + sig.num_feeds;
-  Attach at = {s, NULL, false};
-  FloeRunCtl ctl = {opts ? opts->timeout_ms : 0, attach_step, &at};
-  rc = floe__executor_run_ctl(e, ordered, got, &ctl, status);
+  FloeMultiRunCtl ctl = {.timeout_ms = opts ? opts->timeout_ms : 0, .track = track_step, .arg = s};
+  rc = floe__multi_exec_run(e, ordered, got, &ctl, status);
   if (rc != FLOE_OK) goto out;
   for (int i = 0; i < num_fetches; i++) {
     outputs[i] = got[sig.fetch_map[i]];
@@ -812,7 +921,9 @@ void floe_session_set_profiling(FloeSession *s, int on) {
   pthread_mutex_lock(&s->mu);
   if (on) {
     atomic_store(&s->profiling, 0); /* no step adds to a counter while it is zeroed... */
-    for (CacheEntry *c = s->cache; c; c = c->next) floe__executor_profile_reset(c->exec);
+    for (CacheEntry *c = s->cache; c; c = c->next)
+      for (int k = 0; k < floe__multi_exec_num_pieces(c->exec); k++)
+        floe__executor_profile_reset(floe__multi_exec_piece(c->exec, k));
   }
   atomic_store(&s->profiling, on != 0); /* ...apart from one already in its kernel */
   pthread_mutex_unlock(&s->mu);
@@ -852,7 +963,9 @@ floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_ro
   int cap = 0;
   for (CacheEntry *c = s->cache; c; c = c->next) {
     FloeExecProfile p;
-    for (int i = 0; c->exec && floe__executor_profile_node(c->exec, i, &p); i++) cap++;
+    for (int k = 0; k < floe__multi_exec_num_pieces(c->exec); k++)
+      for (int i = 0; floe__executor_profile_node(floe__multi_exec_piece(c->exec, k), i, &p); i++)
+        cap++;
   }
   FloeOpProfile *r = cap ? floe__malloc((size_t)cap * sizeof *r) : NULL;
   if (cap && !r) {
@@ -864,8 +977,11 @@ floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_ro
   for (CacheEntry *c = s->cache; c; c = c->next) {
     FloeExecProfile p;
     const FloeNode *node;
-    for (int i = 0; c->exec && (node = floe__executor_profile_node(c->exec, i, &p)); i++)
-      if (p.calls > 0) profile_add(r, &n, node, p.device, &p);
+    for (int k = 0; k < floe__multi_exec_num_pieces(c->exec); k++) {
+      FloeExecutor *x = floe__multi_exec_piece(c->exec, k);
+      for (int i = 0; (node = floe__executor_profile_node(x, i, &p)); i++)
+        if (p.calls > 0) profile_add(r, &n, node, p.device, &p);
+    }
   }
   pthread_mutex_unlock(&s->mu);
   if (n == 0) {

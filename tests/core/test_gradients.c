@@ -517,6 +517,7 @@ static const char *const not_differentiable[] = {
     "StopGradient",
     "Shape",
     "Size",
+    "_Send", "_ControlSend", "_Recv", /* added by the partitioner after differentiation */
     "Rank",
     "ZerosLike",
     "OnesLike",

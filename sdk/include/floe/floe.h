@@ -304,6 +304,18 @@ typedef struct FloeSessionOptions {
   FloeRuntime *runtime;     /* NULL: floe_runtime_default() */
   const char *device;       /* default device for unplaced nodes; NULL: best available */
   int inline_inexpensive;   /* 1 (default when 0-initialised: see floe_session_options_init) */
+  /* Heterogeneous devices. devices: a comma-separated list ("cpu,tpu-sim", "cpu:0,cuda:0";
+   * a type without an index means every device of that type) among which the cost-model
+   * placer puts each node where the simulated step finishes earliest. NULL or "": no cost
+   * model; a node runs on its requested device, else `device`, else the first device with a
+   * kernel for it. Borrowed for the call. */
+  const char *devices;
+  /* 1: a node whose requested device has no kernel for it (or does not exist) is placed
+   * elsewhere instead of failing the run. */
+  int allow_soft_placement;
+  /* 1: f32 tensors crossing devices travel as bf16 (lossy: about 3 significant digits;
+   * halves the bytes moved). */
+  int compress_transfers;
 } FloeSessionOptions;
 
 FLOE_API void floe_session_options_init(FloeSessionOptions *opts);

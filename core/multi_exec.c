@@ -1,0 +1,278 @@
+/* multi_exec.c - one step over device partitions: an executor per device, started
+ * together, meeting at one rendezvous per step.
+ *
+ * The partitioned graph (partition.c) has every node on one device; each device's nodes
+ * form a closed set (their inputs come from the same device, from a _Recv, or from a feed),
+ * so each becomes a plain executor. A step starts every piece, then waits for each. When a
+ * piece fails or is cancelled, the step's rendezvous is aborted (every pending and later
+ * _Recv fails with that error) and the other pieces are cancelled, so a step never hangs on
+ * a value that will not come; the error reported is the first piece's.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct Piece {
+  FloeDevice *device;
+  FloeExecutor *exec;
+  int *feed_of;            /* piece feed k -> the run's feed index */
+  int num_feeds;
+  int *fetch_of;           /* piece fetch k -> the run's fetch index */
+  int num_fetches;
+} Piece;
+
+struct FloeMultiExec {
+  FloeRuntime *rt;
+  Piece *pieces;
+  int num_pieces;
+  int num_fetches;
+  bool rendezvous;         /* some piece has a _Send or _Recv */
+  FloeRendezvousOptions rv_opts;
+};
+
+int floe__multi_exec_num_pieces(const FloeMultiExec *m) { return m ? m->num_pieces : 0; }
+
+FloeExecutor *floe__multi_exec_piece(const FloeMultiExec *m, int i) {
+  return m && i >= 0 && i < m->num_pieces ? m->pieces[i].exec : NULL;
+}
+
+void floe__multi_exec_free(FloeMultiExec *m) {
+  if (!m) return;
+  for (int i = 0; i < m->num_pieces; i++) {
+    floe__executor_free(m->pieces[i].exec);
+    floe__free(m->pieces[i].feed_of);
+    floe__free(m->pieces[i].fetch_of);
+  }
+  floe__free(m->pieces);
+  floe__free(m);
+}
+
+static bool is_transfer(const FloeNode *n) {
+  const char *op = n->op->name;
+  return strcmp(op, "_Send") == 0 || strcmp(op, "_Recv") == 0 || strcmp(op, "_ControlSend") == 0;
+}
+
+/* The piece's executor: its device's nodes, the feeds they read, the fetches they make (a
+ * fetched feed goes with the first piece). */
+static floe_code build_piece(FloeMultiExec *m, const FloeMultiPlan *plan, int p, FloeStatus *st) {
+  Piece *pc = &m->pieces[p];
+  const FloeGraph *g = plan->graph;
+  FloeExecNodeSpec *specs = floe__malloc((size_t)(plan->num_nodes + 1) * sizeof *specs);
+  bool *mine = floe__calloc((size_t)g->num_nodes + 1, sizeof *mine);
+  FloeOutput *outs = floe__malloc((size_t)(plan->num_feeds + plan->num_fetches + 1) * sizeof *outs);
+  pc->feed_of = floe__malloc((size_t)(plan->num_feeds + 1) * sizeof(int));
+  pc->fetch_of = floe__malloc((size_t)(plan->num_fetches + 1) * sizeof(int));
+  floe_code rc = FLOE_OK;
+  if (!specs || !mine || !outs || !pc->feed_of || !pc->fetch_of) {
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+    goto out;
+  }
+  FloeExecPlan ep = {.rt = plan->rt, .graph = g, .nodes = specs,
+                     .inline_inexpensive = plan->inline_inexpensive,
+                     .resources = plan->resources, .profiling = plan->profiling,
+                     .force_frames = plan->force_frames};
+  for (int i = 0; i < plan->num_nodes; i++) {
+    if (plan->nodes[i].device != pc->device) continue;
+    specs[ep.num_nodes++] = plan->nodes[i];
+    mine[plan->nodes[i].node->id] = true;
+  }
+  for (int f = 0; f < plan->num_feeds; f++) {
+    const FloeNode *fn = plan->feeds[f].node;
+    bool read = false;
+    for (int i = 0; i < ep.num_nodes && !read; i++) {
+      const FloeNode *n = specs[i].node;
+      for (int j = 0; j < n->num_inputs && !read; j++)
+        read = n->inputs[j].node == fn && n->inputs[j].index == plan->feeds[f].index;
+    }
+    for (int k = 0; k < plan->num_fetches && !read && p == 0; k++)
+      read = plan->fetches[k].node == fn && plan->fetches[k].index == plan->feeds[f].index;
+    if (!read) continue;
+    pc->feed_of[pc->num_feeds] = f;
+    outs[pc->num_feeds++] = plan->feeds[f];
+  }
+  ep.feeds = outs;
+  ep.num_feeds = pc->num_feeds;
+  ep.fetches = outs + pc->num_feeds;
+  for (int k = 0; k < plan->num_fetches; k++) {
+    const FloeOutput *o = &plan->fetches[k];
+    bool fed = false;
+    for (int f = 0; f < plan->num_feeds && !fed; f++)
+      fed = plan->feeds[f].node == o->node && plan->feeds[f].index == o->index;
+    if (fed ? p != 0 : !mine[o->node->id]) continue;
+    pc->fetch_of[pc->num_fetches] = k;
+    ep.fetches[pc->num_fetches++] = *o;
+  }
+  ep.num_fetches = pc->num_fetches;
+  pc->exec = floe__executor_new(&ep, st);
+  if (!pc->exec) rc = floe_status_code(st) ? floe_status_code(st) : FLOE_NO_MEMORY;
+out:
+  floe__free(specs);
+  floe__free(mine);
+  floe__free(outs);
+  return rc;
+}
+
+FloeMultiExec *floe__multi_exec_new(const FloeMultiPlan *plan, FloeStatus *st) {
+  FloeMultiExec *m = floe__calloc(1, sizeof *m);
+  FloeDevice **devs = floe__malloc((size_t)(plan->num_nodes + 1) * sizeof *devs);
+  if (!m || !devs) {
+    floe__free(m);
+    floe__free(devs);
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+    return NULL;
+  }
+  m->rt = plan->rt;
+  m->num_fetches = plan->num_fetches;
+  m->rv_opts = plan->rv_opts;
+  int nd = 0;
+  for (int i = 0; i < plan->num_nodes; i++) {
+    FloeDevice *d = plan->nodes[i].device;
+    int k = 0;
+    while (k < nd && devs[k] != d) k++;
+    if (k == nd) devs[nd++] = d;
+    if (is_transfer(plan->nodes[i].node)) m->rendezvous = true;
+  }
+  if (nd == 0) devs[nd++] = NULL; /* nothing to run: one empty piece still returns fetched feeds */
+  m->pieces = floe__calloc((size_t)nd, sizeof *m->pieces);
+  if (!m->pieces) {
+    floe__free(devs);
+    floe__free(m);
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+    return NULL;
+  }
+  m->num_pieces = nd;
+  for (int p = 0; p < nd; p++) {
+    m->pieces[p].device = devs[p];
+    if (build_piece(m, plan, p, st) != FLOE_OK) {
+      floe__free(devs);
+      floe__multi_exec_free(m);
+      return NULL;
+    }
+  }
+  floe__free(devs);
+  return m;
+}
+
+/* ---- one step ---- */
+
+typedef struct Run Run;
+
+typedef struct PieceRun {
+  Run *run;
+  FloeExecStep *step;      /* attached and not yet detached (guarded by run->mu) */
+} PieceRun;
+
+struct Run {
+  pthread_mutex_t mu;
+  atomic_bool failed;
+  FloeRendezvous *rv;
+  PieceRun *pr;
+  int n;
+  const FloeMultiRunCtl *outer;
+};
+
+static void piece_attach(void *arg, FloeExecStep *step) {
+  PieceRun *pr = arg;
+  Run *r = pr->run;
+  pthread_mutex_lock(&r->mu);
+  FloeExecStep *was = pr->step;
+  pr->step = step;
+  pthread_mutex_unlock(&r->mu);
+  if (r->outer && r->outer->track) r->outer->track(r->outer->arg, step ? step : was, step != NULL);
+}
+
+/* A piece failed: the others stop, and no _Recv waits for a value that will not come. */
+static void piece_failed(void *arg, FloeExecStep *step, floe_code code, const char *msg) {
+  Run *r = arg;
+  if (atomic_exchange(&r->failed, true)) return;
+  floe__rendezvous_abort(r->rv, code, msg);
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < r->n; i++)
+    if (r->pr[i].step && r->pr[i].step != step) floe__exec_step_cancel(r->pr[i].step, code, msg);
+  pthread_mutex_unlock(&r->mu);
+}
+
+floe_code floe__multi_exec_run(FloeMultiExec *m, FloeTensor *const *feeds, FloeTensor **outputs,
+                               const FloeMultiRunCtl *ctl, FloeStatus *st) {
+  for (int k = 0; k < m->num_fetches; k++) outputs[k] = NULL;
+  Run r;
+  memset(&r, 0, sizeof r);
+  r.n = m->num_pieces;
+  r.outer = ctl;
+  int64_t timeout_ms = ctl ? ctl->timeout_ms : 0;
+  atomic_init(&r.failed, false);
+  FloeExecStep **steps = floe__calloc((size_t)r.n, sizeof *steps);
+  FloeTensor ***pfeeds = floe__calloc((size_t)r.n, sizeof *pfeeds);
+  r.pr = floe__calloc((size_t)r.n, sizeof *r.pr);
+  if (!steps || !pfeeds || !r.pr || pthread_mutex_init(&r.mu, NULL) != 0) {
+    floe__free(steps);
+    floe__free(pfeeds);
+    floe__free(r.pr);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory starting a step");
+  }
+  floe_code rc = FLOE_OK;
+  static atomic_llong next_step = 1;
+  if (m->rendezvous) {
+    FloeRendezvousOptions o = m->rv_opts;
+    if (ctl && ctl->rv_opts) o = *ctl->rv_opts;
+    r.rv = floe__rendezvous_new(m->rt, atomic_fetch_add(&next_step, 1), &o, st);
+    if (!r.rv) rc = floe_status_code(st) ? floe_status_code(st) : FLOE_NO_MEMORY;
+  }
+  int started = 0;
+  for (int p = 0; p < r.n && rc == FLOE_OK; p++) {
+    Piece *pc = &m->pieces[p];
+    pfeeds[p] = floe__malloc((size_t)(pc->num_feeds + 1) * sizeof **pfeeds);
+    if (!pfeeds[p]) {
+      rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory starting a step");
+      break;
+    }
+    for (int k = 0; k < pc->num_feeds; k++) pfeeds[p][k] = feeds[pc->feed_of[k]];
+    r.pr[p].run = &r;
+    FloeRunCtl pctl = {timeout_ms, piece_attach, &r.pr[p], r.rv, piece_failed, &r};
+    rc = floe__executor_start(pc->exec, pfeeds[p], &pctl, &steps[p], st);
+    if (rc == FLOE_OK) started++;
+  }
+  if (rc != FLOE_OK) /* pieces already running must not wait for the ones that never ran */
+    piece_failed(&r, NULL, rc, floe_status_message(st));
+  /* Wait for every piece; the first failure (in time) is the step's error. */
+  FloeStatus first = {FLOE_OK, NULL};
+  bool have_first = false;
+  for (int p = 0; p < started; p++) {
+    Piece *pc = &m->pieces[p];
+    FloeTensor *po[pc->num_fetches + 1];
+    FloeStatus pst = {FLOE_OK, NULL};
+    floe_code prc = floe__executor_finish(steps[p], po, &pst);
+    if (prc == FLOE_OK) {
+      for (int k = 0; k < pc->num_fetches; k++) outputs[pc->fetch_of[k]] = po[k];
+    } else if (!have_first || (first.code == FLOE_CANCELLED && prc != FLOE_CANCELLED) ||
+               (first.code == FLOE_ABORTED && prc != FLOE_ABORTED && prc != FLOE_CANCELLED)) {
+      /* a piece cancelled because another failed says less than the one that failed */
+      floe_status_clear(&first);
+      floe__status_copy(&first, &pst);
+      have_first = true;
+    }
+    floe_status_clear(&pst);
+  }
+  if (rc == FLOE_OK && have_first) {
+    rc = first.code;
+    floe__status_copy(st, &first);
+  }
+  if (rc != FLOE_OK) /* no half-filled outputs on error */
+    for (int p = 0; p < started; p++)
+      for (int k = 0; k < m->pieces[p].num_fetches; k++) {
+        FloeTensor **o = &outputs[m->pieces[p].fetch_of[k]];
+        if (*o) floe_tensor_release(*o);
+        *o = NULL;
+      }
+  floe_status_clear(&first);
+  if (r.rv && ctl && ctl->stats) floe__rendezvous_stats(r.rv, ctl->stats);
+  floe__rendezvous_free(r.rv);
+  for (int p = 0; p < r.n; p++) floe__free(pfeeds[p]);
+  pthread_mutex_destroy(&r.mu);
+  floe__free(steps);
+  floe__free(pfeeds);
+  floe__free(r.pr);
+  return rc;
+}
