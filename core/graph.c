@@ -154,7 +154,23 @@ void floe_graph_free(FloeGraph *g) {
   floe__free(g->nodes);
   floe__free(g->name_table);
   floe__free(g->error_msg);
+  floe__free(g->device_scope);
   floe__free(g);
+}
+
+void floe_graph_set_device_scope(FloeGraph *g, const char *device) {
+  if (!g || g->error != FLOE_OK) return;
+  char *d = NULL;
+  if (device && device[0] && !(d = floe__strdup(device))) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory copying device scope '%s'", device);
+    return;
+  }
+  floe__free(g->device_scope);
+  g->device_scope = d;
+}
+
+const char *floe_graph_device_scope(const FloeGraph *g) {
+  return g && g->device_scope ? g->device_scope : "";
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -1165,7 +1181,7 @@ FloeNode *floe_node_finish(FloeNodeBuilder *b) {
     FloeNodeSpec spec = {
         .op = b->op,
         .name = b->name,
-        .device = b->device,
+        .device = b->device ? b->device : g->device_scope,
         .inputs = b->inputs,
         .num_inputs = b->num_inputs,
         .list_sizes = b->lists,

@@ -267,6 +267,7 @@ struct FloeGraph {
   int name_cap;
   floe_code error;        /* sticky */
   char *error_msg;
+  char *device_scope;     /* floe_graph_set_device_scope; NULL: none */
 };
 
 /* Deep copy of a graph (nodes renumbered identically). Caller owns. */

@@ -105,6 +105,8 @@ static floe_code adopt(Cutter *c, FloeNode *n, FloeDevice *d, int frame) {
 static const char *unique(const FloeGraph *g, char *buf, size_t len, const char *what,
                           const char *a, const char *b) {
   snprintf(buf, len, "_%s/%s/%s", what, a, b);
+  for (char *p = buf; *p; p++)
+    if (*p == ':') *p = '.'; /* ':' separates a node from its output index */
   size_t base = strlen(buf);
   for (int k = 1; floe_graph_find(g, buf) && base + 12 < len; k++)
     snprintf(buf + base, len - base, "_%d", k);

@@ -31,6 +31,8 @@ static floe_code cpu_get_props(void *state, FloeDeviceProps *p) {
   p->host_to_device_bandwidth = 20e9;
   p->device_to_host_bandwidth = 20e9;
   p->peer_bandwidth = 20e9;
+  p->vector_flops = (double)cores * 2.5e9 * 8.0; /* one 8-lane f32 op per cycle per core */
+  p->launch_overhead = 1e-6;
   p->flags = FLOE_DEVICE_HOST_MEMORY;
   p->ordinal = 0;
   return FLOE_OK;
@@ -89,26 +91,42 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   if (rc != FLOE_OK) return rc;
   cpu_host = host;
 
-  FloeDeviceFns d;
-  memset(&d, 0, sizeof d);
-  d.struct_size = sizeof d;
-  /* Each runtime's device gets its own allocator, freed by destroy at shutdown. */
-  d.state = cpu_allocator_new();
-  if (!d.state) {
-    reg->set_message(reg, "out of memory creating the CPU allocator");
-    return FLOE_NO_MEMORY;
+  /* FLOE_CPU_DEVICES=N presents the host as N CPU devices (cpu:0..N-1), all reading host
+   * memory: to split a graph across devices, and to test that, on any machine. */
+  int ndev = 1;
+  const char *env = getenv("FLOE_CPU_DEVICES");
+  if (env && *env) {
+    char *end;
+    long v = strtol(env, &end, 10);
+    if (*end || v < 1 || v > 64) {
+      reg->set_message(reg, "FLOE_CPU_DEVICES=\"%s\": expected a number of devices from 1 to 64",
+                       env);
+      return FLOE_INVALID_ARGUMENT;
+    }
+    ndev = (int)v;
   }
-  d.get_props = cpu_get_props;
-  d.allocate = cpu_allocate;
-  d.deallocate = cpu_deallocate;
-  d.copy_h2d = cpu_copy;
-  d.copy_d2h = cpu_copy;
-  d.copy_d2d = cpu_copy;
-  d.memset = cpu_memset;
-  d.destroy = cpu_destroy;
-  if ((rc = reg->register_device(reg, &d)) != FLOE_OK) {
-    cpu_allocator_free_all(d.state);
-    return rc;
+  for (int i = 0; i < ndev; i++) {
+    FloeDeviceFns d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    /* Each runtime's device gets its own allocator, freed by destroy at shutdown. */
+    d.state = cpu_allocator_new();
+    if (!d.state) {
+      reg->set_message(reg, "out of memory creating the CPU allocator");
+      return FLOE_NO_MEMORY;
+    }
+    d.get_props = cpu_get_props;
+    d.allocate = cpu_allocate;
+    d.deallocate = cpu_deallocate;
+    d.copy_h2d = cpu_copy;
+    d.copy_d2h = cpu_copy;
+    d.copy_d2d = cpu_copy;
+    d.memset = cpu_memset;
+    d.destroy = cpu_destroy;
+    if ((rc = reg->register_device(reg, &d)) != FLOE_OK) {
+      cpu_allocator_free_all(d.state);
+      return rc;
+    }
   }
 
   floe_code (*const sets[])(FloePluginRegistrar *) = {

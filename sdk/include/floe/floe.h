@@ -234,6 +234,13 @@ FLOE_API void floe_node_add_input(FloeNodeBuilder *b, FloeOutput in);
 FLOE_API void floe_node_add_input_list(FloeNodeBuilder *b, const FloeOutput *ins, int n);
 FLOE_API void floe_node_add_control_input(FloeNodeBuilder *b, FloeNode *dep);
 FLOE_API void floe_node_set_device(FloeNodeBuilder *b, const char *device);
+/* Nodes added to g from now on without a device of their own request `device` (a full or
+ * partial name, copied; NULL or "" ends the scope), like TensorFlow's `with tf.device()`.
+ * The scope is not part of the graph: clones and saved graphs keep only the nodes' own
+ * requests. */
+FLOE_API void floe_graph_set_device_scope(FloeGraph *g, const char *device);
+/* The current scope ("" when none); borrowed until the next call that sets it. */
+FLOE_API const char *floe_graph_device_scope(const FloeGraph *g);
 FLOE_API void floe_node_set_attr_int(FloeNodeBuilder *b, const char *name, int64_t v);
 FLOE_API void floe_node_set_attr_float(FloeNodeBuilder *b, const char *name, double v);
 FLOE_API void floe_node_set_attr_bool(FloeNodeBuilder *b, const char *name, int v);
