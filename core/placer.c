@@ -487,6 +487,7 @@ floe_code floe__place(FloeRuntime *rt, const FloeGraph *g, const bool *need,
                       const FloePartitionFed *fed, const FloePlaceOptions *o, FloePlacement *out,
                       FloeStatus *st) {
   memset(out, 0, sizeof *out);
+  out->num_nodes = g->num_nodes;
   size_t nn = (size_t)g->num_nodes + 1;
   Placer pl = {rt, g, need, fed, o, NULL, 0, NULL, NULL, out, st};
   out->device = floe__calloc(nn, sizeof *out->device);

@@ -993,3 +993,138 @@ floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_ro
   *num_rows = n;
   return FLOE_OK;
 }
+
+/* ---- placement, for looking at ---- */
+
+/* Every Placeholder, plus the caller's feed names, as feeds of one scalar each. */
+static floe_code placement_feeds(const FloeGraph *g, const char *const *names, int n,
+                                 FloeTensor *dummy, FloeFeed **out, int *num) {
+  int cap = n;
+  for (int i = 0; i < g->num_nodes; i++) cap += strcmp(g->nodes[i]->op->name, "Placeholder") == 0;
+  FloeFeed *f = floe__calloc((size_t)cap + 1, sizeof *f);
+  if (!f) return FLOE_NO_MEMORY;
+  int k = 0;
+  for (int i = 0; i < n; i++) f[k++] = (FloeFeed){names[i], dummy};
+  for (int i = 0; i < g->num_nodes; i++) {
+    if (strcmp(g->nodes[i]->op->name, "Placeholder") != 0) continue;
+    bool named = false;
+    for (int j = 0; j < n && !named; j++) named = strcmp(names[j], g->nodes[i]->name) == 0;
+    if (!named) f[k++] = (FloeFeed){g->nodes[i]->name, dummy};
+  }
+  *out = f;
+  *num = k;
+  return FLOE_OK;
+}
+
+/* Nodes no other node reads (data or control): the targets of "the whole graph". */
+static const char **sink_names(const FloeGraph *g, int *num) {
+  bool *read = floe__calloc((size_t)g->num_nodes + 1, sizeof *read);
+  const char **t = floe__calloc((size_t)g->num_nodes + 1, sizeof *t);
+  if (!read || !t) {
+    floe__free(read);
+    floe__free(t);
+    return NULL;
+  }
+  for (int i = 0; i < g->num_nodes; i++) {
+    const FloeNode *n = g->nodes[i];
+    for (int j = 0; j < n->num_inputs; j++) read[n->inputs[j].node->id] = true;
+    for (int k = 0; k < n->num_control; k++) read[n->control[k]->id] = true;
+  }
+  int k = 0;
+  for (int i = 0; i < g->num_nodes; i++)
+    if (!read[i] && strcmp(g->nodes[i]->op->name, "Placeholder") != 0) t[k++] = g->nodes[i]->name;
+  floe__free(read);
+  *num = k;
+  return t;
+}
+
+floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int num_feeds,
+                                 const char *const *fetches, int num_fetches,
+                                 const char *const *targets, int num_targets,
+                                 FloeNodePlacement **rows, int *num_rows, double *est_seconds,
+                                 int *num_transfers, FloeStatus *status) {
+  if (!s || !rows || !num_rows || num_feeds < 0 || num_fetches < 0 || num_targets < 0 ||
+      (num_feeds && !feeds) || (num_fetches && !fetches) || (num_targets && !targets))
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_placement: NULL session or rows, or a NULL array with "
+                           "a non-zero count");
+  *rows = NULL;
+  *num_rows = 0;
+  FloeTensor *dummy = floe_tensor_scalar_f32(0, status);
+  if (!dummy) return floe_status_code(status);
+  FloeFeed *fd = NULL;
+  int nfd = 0;
+  const char **sinks = NULL;
+  FloeGraph *clone = NULL;
+  bool *need = NULL;
+  FloePartition part;
+  FloePlacement pl;
+  memset(&part, 0, sizeof part);
+  memset(&pl, 0, sizeof pl);
+  RunSig sig;
+  memset(&sig, 0, sizeof sig);
+  floe_code rc = placement_feeds(s->graph, feeds, num_feeds, dummy, &fd, &nfd);
+  if (rc != FLOE_OK) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory placing the graph");
+    goto out;
+  }
+  if (num_fetches == 0 && num_targets == 0) {
+    sinks = sink_names(s->graph, &num_targets);
+    if (!sinks) {
+      rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory placing the graph");
+      goto out;
+    }
+    targets = sinks;
+  }
+  rc = resolve_sig(s, fd, nfd, fetches, num_fetches, targets, num_targets, &sig, status);
+  if (rc == FLOE_OK) rc = plan_run(s, &sig, &clone, &part, &pl, &need, status);
+  if (rc != FLOE_OK) goto out;
+  /* plan_run left the placed graph in *clone only when it fused; the cut graph went there
+   * too, with the placed graph's nodes first under the same ids. */
+  const FloeGraph *g = clone ? clone : s->graph;
+  int n = 0;
+  size_t strings = 0;
+  for (int i = 0; i < pl.num_nodes; i++) { /* the placed graph's nodes keep their ids in g */
+    if (!need[i] || !pl.device[i]) continue;
+    n++;
+    strings += strlen(g->nodes[i]->name) + strlen(g->nodes[i]->op->name) +
+               strlen(pl.device[i]->short_name) + 3;
+  }
+  char *block = malloc((size_t)n * sizeof(FloeNodePlacement) + strings + 1);
+  if (!block) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory placing the graph");
+    goto out;
+  }
+  FloeNodePlacement *r = (FloeNodePlacement *)block;
+  char *str = block + (size_t)n * sizeof(FloeNodePlacement);
+  int k = 0;
+  for (int i = 0; i < pl.num_nodes && k < n; i++) {
+    if (!need[i] || !pl.device[i]) continue;
+    const FloeNode *nd = g->nodes[i];
+    const char *parts[3] = {nd->name, nd->op->name, pl.device[i]->short_name};
+    const char *copies[3];
+    for (int p = 0; p < 3; p++) {
+      size_t len = strlen(parts[p]) + 1;
+      memcpy(str, parts[p], len);
+      copies[p] = str;
+      str += len;
+    }
+    bool original = i < s->graph->num_nodes && strcmp(s->graph->nodes[i]->name, nd->name) == 0;
+    r[k++] = (FloeNodePlacement){copies[0], copies[1], copies[2], original ? i : -1, pl.start[i],
+                                 pl.finish[i] - pl.start[i]};
+  }
+  *rows = r;
+  *num_rows = k;
+  if (est_seconds) *est_seconds = pl.est_seconds;
+  if (num_transfers) *num_transfers = part.num_sends;
+out:
+  run_sig_free(&sig);
+  floe__partition_free(&part);
+  floe__placement_free(&pl);
+  if (clone) floe_graph_free(clone);
+  floe__free(need);
+  floe__free(fd);
+  floe__free(sinks);
+  floe_tensor_release(dummy);
+  return rc;
+}
