@@ -13,13 +13,6 @@
 
 #include "tpusim.h"
 
-/* An AVX2+FMA clone chosen at load time (sanitizer builds turn ifunc off, see cpu_util.h). */
-#if defined(FLOE_NO_TARGET_CLONES) || !defined(__x86_64__)
-#define TPU_HOT
-#else
-#define TPU_HOT __attribute__((target_clones("arch=haswell", "default")))
-#endif
-
 #define MR 6    /* rows of a micro tile */
 #define NR 16   /* columns of a micro tile */
 #define KC 256  /* reduction chunk */
@@ -28,23 +21,59 @@
 
 typedef float v8f __attribute__((vector_size(32)));
 
-/* acc[MR][NR] = sum over p < kc of a[p][0..MR) x b[p][0..NR) (panels k-major). */
-TPU_HOT static void micro_6x16(int64_t kc, const float *restrict a, const float *restrict b,
-                               float *restrict acc) {
-  v8f c[MR][2];
-  memset(c, 0, sizeof c);
-  for (int64_t p = 0; p < kc; p++) {
-    v8f b0, b1;
-    memcpy(&b0, b + p * NR, sizeof b0);
-    memcpy(&b1, b + p * NR + 8, sizeof b1);
-    const float *ap = a + p * MR;
-    for (int i = 0; i < MR; i++) {
-      c[i][0] += ap[i] * b0;
-      c[i][1] += ap[i] * b1;
-    }
-  }
-  memcpy(acc, c, sizeof c);
+/* acc[MR][NR] = sum over p < kc of a[p][0..MR) x b[p][0..NR) (panels k-major). Twelve
+ * 8-lane accumulators: with AVX2 and FMA each step is 2 loads, 6 broadcasts and 12 FMAs. */
+#define MICRO_BODY                                                                           \
+  v8f c[MR][2];                                                                              \
+  memset(c, 0, sizeof c);                                                                    \
+  for (int64_t p = 0; p < kc; p++) {                                                         \
+    v8f b0, b1;                                                                              \
+    memcpy(&b0, b + p * NR, sizeof b0);                                                      \
+    memcpy(&b1, b + p * NR + 8, sizeof b1);                                                  \
+    const float *ap = a + p * MR;                                                            \
+    for (int i = 0; i < MR; i++) {                                                           \
+      c[i][0] += ap[i] * b0;                                                                 \
+      c[i][1] += ap[i] * b1;                                                                 \
+    }                                                                                        \
+  }                                                                                          \
+  memcpy(acc, c, sizeof c)
+
+static void micro_6x16_plain(int64_t kc, const float *restrict a, const float *restrict b,
+                             float *restrict acc) {
+  MICRO_BODY;
 }
+
+/* The AVX2 + FMA build of the same loop, chosen at run time when the CPU has both (an ifunc
+ * clone keyed on "arch=haswell" would only match that exact CPU model). Sanitizer builds
+ * keep the plain one (see cpu_util.h). */
+#if defined(__x86_64__) && !defined(FLOE_NO_TARGET_CLONES)
+__attribute__((target("avx2,fma"))) static void micro_6x16_avx2(int64_t kc,
+                                                                 const float *restrict a,
+                                                                 const float *restrict b,
+                                                                 float *restrict acc) {
+  MICRO_BODY;
+}
+
+typedef void (*MicroFn)(int64_t, const float *restrict, const float *restrict, float *restrict);
+
+static MicroFn micro_pick(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? micro_6x16_avx2
+                                                                         : micro_6x16_plain;
+}
+
+static void micro_6x16(int64_t kc, const float *a, const float *b, float *acc) {
+  static MicroFn fn; /* benign race: every thread computes the same pointer */
+  MicroFn f = __atomic_load_n(&fn, __ATOMIC_RELAXED);
+  if (!f) {
+    f = micro_pick();
+    __atomic_store_n(&fn, f, __ATOMIC_RELAXED);
+  }
+  f(kc, a, b, acc);
+}
+#else
+#define micro_6x16 micro_6x16_plain
+#endif
 
 typedef struct Gemm {
   int64_t m, n, k;

@@ -586,6 +586,14 @@ END_TEST
 /* A runtime of the CPU and tpu-sim plugins built with the current environment. */
 static FloeRuntime *runtime_now(void) { return harness_runtime(2); }
 
+/* The chip settings back to their defaults (tests may run unforked, under valgrind). */
+static void clear_env(void) {
+  static const char *const vars[] = {"FLOE_TPUSIM_DEVICES", "FLOE_TPUSIM_MEMORY",
+                                     "FLOE_TPUSIM_CLOCK_HZ", "FLOE_TPUSIM_HBM_BW",
+                                     "FLOE_TPUSIM_LAUNCH_NS", "FLOE_TPUSIM_HOST_BW"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
 static FloeSession *session_on(FloeGraph *g, FloeRuntime *rt, const char *device) {
   FloeSessionOptions o;
   floe_session_options_init(&o);
@@ -603,6 +611,7 @@ static FloeSession *session_on(FloeGraph *g, FloeRuntime *rt, const char *device
  * shape and where it lives; nothing is read. The context is built by hand: the core itself
  * always copies inputs to the chip. */
 START_TEST(test_misplaced_tensor) {
+  clear_env();
   FloeRuntime *rt = runtime_now();
   FloeStatus *st = floe_status_new();
   FloeDevice *dev = floe__device_find(rt, "tpu-sim:0", st);
@@ -649,6 +658,7 @@ END_TEST
 /* A product whose output does not fit fails cleanly, naming the node and the bytes; the
  * same session then runs a product that fits. */
 START_TEST(test_out_of_memory) {
+  clear_env();
   setenv("FLOE_TPUSIM_MEMORY", "1M", 1);
   FloeRuntime *rt = runtime_now();
   FloeGraph *g = floe_graph_new();
@@ -699,6 +709,7 @@ static const FloePluginReport *tpu_report(FloeRuntime *rt) {
 /* Two chips: both listed with their props; a product on tpu-sim:1 fed by a node on tpu-sim:0
  * (its input crosses chips through the host) matches the CPU. */
 START_TEST(test_two_chips) {
+  clear_env();
   setenv("FLOE_TPUSIM_DEVICES", "2", 1);
   setenv("FLOE_TPUSIM_MEMORY", "64M", 1);
   FloeRuntime *rt = runtime_now();
@@ -762,6 +773,7 @@ END_TEST
 /* Bad settings are refused with the variable, its value and what is wanted; the CPU plugin
  * still loads. */
 START_TEST(test_bad_settings) {
+  clear_env();
   static const struct {
     const char *var, *value, *want;
     FloePluginState state;
@@ -798,6 +810,7 @@ END_TEST
 
 /* The profile's device time for one MatMul equals the cost formula evaluated here. */
 START_TEST(test_profile_cost) {
+  clear_env();
   setenv("FLOE_TPUSIM_CLOCK_HZ", "1e9", 1);
   FloeRuntime *rt = runtime_now();
   FloeGraph *g = floe_graph_new();
@@ -911,6 +924,7 @@ static void train_tiny(const char *device, FloeTensor **w_out, double *loss_out)
 }
 
 START_TEST(test_training_step) {
+  clear_env();
   FloeTensor *wc, *wt;
   double lc, lt;
   train_tiny("cpu:0", &wc, &lc);
