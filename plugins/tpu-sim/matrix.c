@@ -83,6 +83,10 @@ typedef struct Gemm {
   float *c;
   int64_t ldc;
   int64_t mpanels, npanels, mblocks, nblocks;
+  /* K split into slices when C has too few blocks to keep the pool busy (a filter
+   * gradient: small C, long K). Slice 0 writes C; slice s > 0 writes partial + (s-1) m n. */
+  int64_t slices, kslice;
+  float *partial;
 } Gemm;
 
 /* A panels [begin, end): rows ip*MR.. of op(A), bf16-rounded, k-major, zero-padded. */
@@ -113,19 +117,25 @@ static void pack_b(void *arg, int64_t begin, int64_t end) {
   }
 }
 
-/* Blocks [begin, end) of C, numbered row block major. */
+/* Units [begin, end): unit u is block u % blocks of C (numbered row block major) over the
+ * K slice u / blocks. */
 static void gemm_blocks(void *arg, int64_t begin, int64_t end) {
   const Gemm *g = arg;
   float acc[MR * NR];
-  for (int64_t blk = begin; blk < end; blk++) {
+  int64_t blocks = g->mblocks * g->nblocks;
+  for (int64_t u = begin; u < end; u++) {
+    int64_t slice = u / blocks, blk = u % blocks;
+    int64_t kbeg = slice * g->kslice, kend = kbeg + g->kslice < g->k ? kbeg + g->kslice : g->k;
+    float *c = slice == 0 ? g->c : g->partial + (slice - 1) * g->m * g->n;
+    int64_t ldc = slice == 0 ? g->ldc : g->n;
     int64_t ib = blk / g->nblocks, jb = blk % g->nblocks;
     int64_t ip0 = ib * (MB / MR), ip1 = ip0 + MB / MR < g->mpanels ? ip0 + MB / MR : g->mpanels;
     int64_t jp0 = jb * (NB / NR), jp1 = jp0 + NB / NR < g->npanels ? jp0 + NB / NR : g->npanels;
     for (int64_t i = ip0 * MR; i < ip1 * MR && i < g->m; i++)
-      memset(g->c + i * g->ldc + jp0 * NR, 0,
+      memset(c + i * ldc + jp0 * NR, 0,
              (size_t)((jp1 * NR < g->n ? jp1 * NR : g->n) - jp0 * NR) * sizeof(float));
-    for (int64_t p0 = 0; p0 < g->k; p0 += KC) {
-      int64_t kc = g->k - p0 < KC ? g->k - p0 : KC;
+    for (int64_t p0 = kbeg; p0 < kend; p0 += KC) {
+      int64_t kc = kend - p0 < KC ? kend - p0 : KC;
       for (int64_t jp = jp0; jp < jp1; jp++) {
         const float *bpan = g->bp + jp * g->k * NR + p0 * NR;
         for (int64_t ip = ip0; ip < ip1; ip++) {
@@ -133,13 +143,24 @@ static void gemm_blocks(void *arg, int64_t begin, int64_t end) {
           int64_t rows = g->m - ip * MR < MR ? g->m - ip * MR : MR;
           int64_t cols = g->n - jp * NR < NR ? g->n - jp * NR : NR;
           for (int64_t i = 0; i < rows; i++) {
-            float *crow = g->c + (ip * MR + i) * g->ldc + jp * NR;
+            float *crow = c + (ip * MR + i) * ldc + jp * NR;
             for (int64_t j = 0; j < cols; j++) crow[j] += acc[i * NR + j];
           }
         }
       }
     }
   }
+}
+
+/* Rows [begin, end) of C: add the other slices' partial products. */
+static void gemm_reduce(void *arg, int64_t begin, int64_t end) {
+  const Gemm *g = arg;
+  for (int64_t i = begin; i < end; i++)
+    for (int64_t s = 1; s < g->slices; s++) {
+      const float *p = g->partial + (s - 1) * g->m * g->n + i * g->n;
+      float *crow = g->c + i * g->ldc;
+      for (int64_t j = 0; j < g->n; j++) crow[j] += p[j];
+    }
 }
 
 floe_code tpu_gemm(FloeKernelContext *ctx, int64_t m, int64_t n, int64_t k, const float *a,
@@ -165,8 +186,23 @@ floe_code tpu_gemm(FloeKernelContext *ctx, int64_t m, int64_t n, int64_t k, cons
   g.bp = (float *)((char *)scratch + abytes);
   tpu_parallel_for(g.mpanels, k * MR * 2, pack_a, &g);
   tpu_parallel_for(g.npanels, k * NR * 2, pack_b, &g);
-  /* A block's cost in ~ns: MB*NB*k multiply-adds at ~16 per ns. */
-  tpu_parallel_for(g.mblocks * g.nblocks, (int64_t)MB * NB / 16 * k / 1 + 1, gemm_blocks, &g);
+  /* Fewer blocks than threads and a long K: slices of K (whole KC chunks) in parallel. */
+  int64_t blocks = g.mblocks * g.nblocks, threads = tpu_host->num_threads();
+  g.slices = 1;
+  g.kslice = k;
+  if (blocks < threads && k >= 4 * KC) {
+    int64_t want = (threads + blocks - 1) / blocks, most = k / (2 * KC);
+    g.slices = want < most ? want : most;
+    g.kslice = ((k + g.slices - 1) / g.slices + KC - 1) / KC * KC;
+    g.slices = (k + g.kslice - 1) / g.kslice;
+  }
+  if (g.slices > 1 &&
+      (rc = tpu_temp(ctx, (size_t)((g.slices - 1) * m * n) * sizeof(float), (void **)&g.partial)) !=
+          FLOE_OK)
+    return rc;
+  /* A unit's cost in ~ns: MB*NB*kslice multiply-adds at ~16 per ns. */
+  tpu_parallel_for(g.slices * blocks, (int64_t)MB * NB / 16 * g.kslice + 1, gemm_blocks, &g);
+  if (g.slices > 1) tpu_parallel_for(m, n * (g.slices - 1) + 1, gemm_reduce, &g);
   return FLOE_OK;
 }
 

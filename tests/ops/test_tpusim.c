@@ -9,8 +9,8 @@
  * output element (computed by the CPU plugin on |inputs|, the same op on absolute values):
  *     |tpu - cpu| <= (2^-7 + 2^-16 + 2 K 2^-24) S.
  * The bound is not vacuous: every matrix case also checks that some element is further from
- * the CPU's f32 result than f32 accumulation alone could explain (2 K 2^-24 S), which an
- * f32-exact kernel would never be. Vector ops compare within f32 tolerances.
+ * the CPU's f32 result than f32 accumulation could explain (2^-14 S, 16x the typical f32
+ * error 2^-24 sqrt(K) S for the K < 4096 used here), which an f32 kernel never is. Vector ops compare within f32 tolerances.
  *
  * Also: the chip's memory (a misplaced tensor is refused, out-of-memory names the node and
  * the bytes and the session recovers), FLOE_TPUSIM_DEVICES and bad settings, the simulated
@@ -87,10 +87,13 @@ static void check_matrix(const char *op, FloeTensor *const *in, int n, unsigned 
     double err = fabs(t - c);
     ck_assert_msg(err <= bound * sv + 1e-30, "%s: element %lld: tpu %.9g cpu %.9g, |diff| %.3g > "
                   "bound %.3g", what, (long long)i, t, c, err, bound * sv);
-    if (err > f32_part * sv) beyond_f32++;
+    if (err > ldexp(1, -14) * sv) beyond_f32++;
     if (sv > 0 && err / sv > worst) worst = err / sv;
   }
-  ck_assert_msg(beyond_f32 > 0, "%s: tpu-sim matches f32 exactly (worst %.3g S): no bf16 "
+  /* Not vacuous: an f32 kernel's error stays near 2^-24 sqrt(K) S (< 2^-18 S for the K < 4096
+   * used here), so errors above 2^-14 S can only come from rounding the operands. */
+  ck_assert_msg(beyond_f32 > 0,
+                "%s: tpu-sim is as close to f32 as an f32 kernel (worst %.3g S): no bf16 "
                 "rounding happened", what, worst);
   for (int i = 0; i < n; i++)
     if ((abs_mask >> i) & 1) floe_tensor_release(absin[i]);
@@ -136,8 +139,9 @@ static void set_flags(FloeNodeBuilder *b, void *arg) {
 }
 
 START_TEST(test_matmul) {
-  /* Sizes off every block edge of the kernel (6x16 tiles, 48x256 blocks, K chunks of 256). */
-  static const int64_t mnk[][3] = {{37, 45, 300}, {130, 270, 520}, {1, 7, 3}};
+  /* Sizes off every block edge of the kernel (6x16 tiles, 48x256 blocks, K chunks of 256);
+   * the last has one block of C and a long K, which the kernel splits into slices of K. */
+  static const int64_t mnk[][3] = {{37, 45, 300}, {130, 270, 520}, {1, 7, 3}, {5, 20, 2100}};
   for (size_t c = 0; c < sizeof mnk / sizeof mnk[0]; c++) {
     for (int t = 0; t < 4; t++) {
       int64_t m = mnk[c][0], n = mnk[c][1], k = mnk[c][2];
@@ -886,8 +890,9 @@ static void train_tiny(const char *device, FloeTensor **w_out, double *loss_out)
   floe_node_add_input(b, y);
   FloeOutput xent = floe_out(floe_node_finish(b), 0);
   int32_t axis0 = 0;
-  FloeOutput loss = floe_binary(g, "Mean", "loss", xent,
-                                floe_const(g, "axis", harness_i32(0, NULL, &axis0)));
+  FloeTensor *axis_t = harness_i32(0, NULL, &axis0);
+  FloeOutput loss = floe_binary(g, "Mean", "loss", xent, floe_const(g, "axis", axis_t));
+  floe_tensor_release(axis_t); /* the graph keeps its own reference */
   FloeOptimizerOptions o;
   floe_optimizer_options_init(&o, FLOE_OPT_SGD);
   o.learning_rate = 0.5;
