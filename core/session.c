@@ -255,6 +255,9 @@ static floe_code check_feed(const FloeGraph *g, const FloeFeed *f, const SigItem
 }
 
 /* Resolves and canonicalises the run's names; errors name the offending name. */
+/* The value of a feed that only names what is fed (placement without a run): never read. */
+static FloeTensor names_only;
+
 static floe_code resolve_sig(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                              const char *const *fetches, int num_fetches,
                              const char *const *targets, int num_targets, RunSig *sig,
@@ -274,7 +277,8 @@ static floe_code resolve_sig(FloeSession *s, const FloeFeed *feeds, int num_feed
                              feeds[i].name ? feeds[i].name : "(null)");
     if ((rc = resolve_output(g, "feed", feeds[i].name, &sig->feeds[i], i, st)) != FLOE_OK)
       return rc;
-    if ((rc = check_feed(g, &feeds[i], &sig->feeds[i], st)) != FLOE_OK) return rc;
+    if (feeds[i].value != &names_only && (rc = check_feed(g, &feeds[i], &sig->feeds[i], st)) != FLOE_OK)
+      return rc;
   }
   qsort(sig->feeds, (size_t)num_feeds, sizeof *sig->feeds, item_cmp);
   for (int i = 1; i < num_feeds; i++)
@@ -899,6 +903,20 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   FloeMultiRunCtl ctl = {.timeout_ms = opts ? opts->timeout_ms : 0, .track = track_step, .arg = s};
   rc = floe__multi_exec_run(e, ordered, got, &ctl, status);
   if (rc != FLOE_OK) goto out;
+  /* Fetched values come back in host memory, wherever they were computed. */
+  for (int i = 0; i < sig.num_fetches; i++) {
+    FloeDevice *d = floe__tensor_device(got[i]);
+    if (!d || d->host_memory || got[i]->dtype == FLOE_RESOURCE) continue;
+    FloeTensor *h = floe__tensor_to_device(got[i], NULL, status);
+    if (!h) {
+      rc = floe_status_code(status) ? floe_status_code(status) : FLOE_NO_MEMORY;
+      floe__status_prefix(status, "copying fetch %d to host memory", i);
+      for (int k = 0; k < sig.num_fetches; k++) floe_tensor_release(got[k]);
+      goto out;
+    }
+    floe_tensor_release(got[i]);
+    got[i] = h;
+  }
   for (int i = 0; i < num_fetches; i++) {
     outputs[i] = got[sig.fetch_map[i]];
     floe_tensor_retain(outputs[i]);
@@ -1050,8 +1068,7 @@ floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int n
                            "a non-zero count");
   *rows = NULL;
   *num_rows = 0;
-  FloeTensor *dummy = floe_tensor_scalar_f32(0, status);
-  if (!dummy) return floe_status_code(status);
+  FloeTensor *dummy = &names_only;
   FloeFeed *fd = NULL;
   int nfd = 0;
   const char **sinks = NULL;
@@ -1125,6 +1142,5 @@ out:
   floe__free(need);
   floe__free(fd);
   floe__free(sinks);
-  floe_tensor_release(dummy);
   return rc;
 }

@@ -345,7 +345,8 @@ typedef struct FloeFeed {
 
 /* Run one step: computes fetches ("node" or "node:index") and runs targets (node names) for
  * their side effects, executing only what they need. On success outputs[i] holds a new
- * reference to fetch i (caller releases each). On error no outputs are set and the status
+ * reference to fetch i (caller releases each), in host memory wherever it was computed
+ * (floe_tensor_data reads it). On error no outputs are set and the status
  * names the failing node. Safe to call concurrently from several threads. */
 FLOE_API floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                                     const char *const *fetches, int num_fetches,
