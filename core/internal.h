@@ -685,9 +685,10 @@ floe_code floe__place(struct FloeRuntime *rt, const FloeGraph *g, const bool *ne
                       const FloePartitionFed *fed, const FloePlaceOptions *o, FloePlacement *out,
                       FloeStatus *st);
 void floe__placement_free(FloePlacement *p);
-/* Fills p->start, finish and est_seconds for p->device as it stands. */
-floe_code floe__placement_estimate(struct FloeRuntime *rt, const FloeGraph *g, const bool *need,
-                                   FloePlacement *p);
+/* Fills p->start, finish and est_seconds for p->device as it stands; node i takes secs[i]
+ * seconds where secs is given and secs[i] >= 0, else the cost model's time. */
+void floe__placement_estimate(struct FloeRuntime *rt, const FloeGraph *g, const bool *need,
+                              const double *secs, FloePlacement *p);
 /* The cost model: seconds node n takes on d; seconds to move bytes from src to dst. */
 double floe__cost_node(const FloeNode *n, const struct FloeDevice *d);
 double floe__cost_transfer(double bytes, const struct FloeDevice *src, const struct FloeDevice *dst);
