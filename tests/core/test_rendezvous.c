@@ -776,6 +776,144 @@ START_TEST(testdev_catches_misuse) {
 }
 END_TEST
 
+/* ---- the test device's kernels against the CPU's --------------------------------------- */
+
+/* Runs op on `dev` with the given inputs fed through placeholders; the flags set the bool
+ * attributes named in bools (NULL-terminated). Returns the code; *out (host copy) on success. */
+static floe_code run_on(FloeRuntime *rt, const char *dev, const char *op, FloeTensor *const *in,
+                        int n, const char *const *bools, FloeTensor **out, FloeStatus *st) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput ph[4];
+  char names[4][8];
+  FloeFeed feeds[4];
+  for (int i = 0; i < n; i++) {
+    snprintf(names[i], sizeof names[i], "in%d", i);
+    ph[i] = floe_placeholder(g, names[i], floe_tensor_dtype(in[i]), floe_tensor_shape(in[i]));
+    feeds[i] = (FloeFeed){names[i], in[i]};
+  }
+  FloeNodeBuilder *b = floe_node_begin(g, op, "op");
+  for (int i = 0; i < n; i++) floe_node_add_input(b, ph[i]);
+  for (int i = 0; bools && bools[i]; i++) floe_node_set_attr_bool(b, bools[i], 1);
+  floe_node_set_device(b, dev);
+  floe_node_finish(b);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = rt;
+  FloeSession *sess = floe_session_new(g, &o, st);
+  floe_graph_free(g);
+  ck_assert_msg(sess != NULL, "%s", floe_status_message(st));
+  const char *fetch = "op:0";
+  FloeTensor *y = NULL;
+  floe_code rc = floe_session_run(sess, feeds, n, &fetch, 1, NULL, 0, &y, st);
+  if (rc == FLOE_OK) {
+    *out = floe__tensor_to_device(y, NULL, st);
+    ck_assert_ptr_nonnull(*out);
+    floe_tensor_release(y);
+  }
+  floe_session_free(sess);
+  return rc;
+}
+
+static FloeTensor *rand_f32(int rank, const int64_t *dims, unsigned seed) {
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *t = floe_tensor_new(FLOE_F32, rank, dims, &st);
+  ck_assert_ptr_nonnull(t);
+  float *p = floe_tensor_data(t);
+  for (int64_t i = 0; i < floe_tensor_num_elements(t); i++)
+    p[i] = (float)rand_r(&seed) / (float)RAND_MAX * 4 - 2;
+  return t;
+}
+
+/* Same op, same inputs on cpu:0 and testdev:0: equal shapes, values within 1e-5. */
+static void same_as_cpu(FloeRuntime *rt, const char *op, FloeTensor *const *in, int n,
+                        const char *const *bools, const char *what) {
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *want = NULL, *got = NULL;
+  ck_assert_msg(run_on(rt, "cpu:0", op, in, n, bools, &want, &st) == FLOE_OK, "%s on cpu: %s",
+                what, floe_status_message(&st));
+  ck_assert_msg(run_on(rt, "testdev:0", op, in, n, bools, &got, &st) == FLOE_OK,
+                "%s on testdev: %s", what, floe_status_message(&st));
+  ck_assert_int_eq(got->dtype, want->dtype);
+  ck_assert_int_eq(got->rank, want->rank);
+  for (int i = 0; i < want->rank; i++) ck_assert_int_eq(got->dims[i], want->dims[i]);
+  if (want->dtype == FLOE_F32) {
+    const float *a = floe_tensor_data(got), *b = floe_tensor_data(want);
+    for (int64_t i = 0; i < want->num_elements; i++)
+      ck_assert_msg(fabsf(a[i] - b[i]) <= 1e-5f * (1 + fabsf(b[i])), "%s: element %lld: %g vs %g",
+                    what, (long long)i, a[i], b[i]);
+  } else {
+    ck_assert(floe__tensor_equal(got, want));
+  }
+  floe_tensor_release(want);
+  floe_tensor_release(got);
+}
+
+START_TEST(testdev_kernels_match_the_cpu) {
+  FloeRuntime *rt = runtime(false, true);
+  const int64_t d34[2] = {3, 4}, d43[2] = {4, 3}, d45[2] = {4, 5}, d54[2] = {5, 4};
+  const int64_t d1[1] = {1}, d234[3] = {2, 3, 4};
+  FloeTensor *a = rand_f32(2, d34, 1), *b = rand_f32(2, d34, 2), *sc = rand_f32(0, NULL, 3);
+  FloeTensor *one = rand_f32(1, d1, 4);
+  const char *bin[3] = {"Add", "Sub", "Mul"};
+  for (int i = 0; i < 3; i++) {
+    FloeTensor *same[2] = {a, b}, *right[2] = {a, sc}, *left[2] = {one, b};
+    same_as_cpu(rt, bin[i], same, 2, NULL, bin[i]);
+    same_as_cpu(rt, bin[i], right, 2, NULL, "x op scalar");
+    same_as_cpu(rt, bin[i], left, 2, NULL, "[1] op [3,4]");
+  }
+  same_as_cpu(rt, "Neg", &a, 1, NULL, "Neg");
+  same_as_cpu(rt, "Relu", &a, 1, NULL, "Relu");
+  same_as_cpu(rt, "Identity", &a, 1, NULL, "Identity f32");
+  const int32_t iv[3] = {1, -2, 3};
+  int64_t n3 = 3;
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *ints = floe_tensor_from_data(FLOE_I32, 1, &n3, iv, sizeof iv, &st);
+  same_as_cpu(rt, "Identity", &ints, 1, NULL, "Identity i32");
+
+  FloeTensor *k45 = rand_f32(2, d45, 5), *k43 = rand_f32(2, d43, 6), *k54 = rand_f32(2, d54, 7);
+  const char *ta[] = {"transpose_a", NULL}, *tb[] = {"transpose_b", NULL};
+  const char *both[] = {"transpose_a", "transpose_b", NULL};
+  FloeTensor *mm[2] = {a, k45}, *mta[2] = {k43, k45}, *mtb[2] = {a, k54}, *mab[2] = {k43, k54};
+  same_as_cpu(rt, "MatMul", mm, 2, NULL, "MatMul");
+  same_as_cpu(rt, "MatMul", mta, 2, ta, "MatMul transpose_a");
+  same_as_cpu(rt, "MatMul", mtb, 2, tb, "MatMul transpose_b");
+  same_as_cpu(rt, "MatMul", mab, 2, both, "MatMul both");
+
+  FloeTensor *x = rand_f32(3, d234, 8);
+  const int32_t ax1[1] = {1}, ax02[2] = {0, 2}, axm1 = -1;
+  const int64_t ax_all[3] = {2, 0, 1};
+  int64_t n1 = 1, n2 = 2;
+  FloeTensor *axes[4] = {
+      floe_tensor_from_data(FLOE_I32, 1, &n1, ax1, sizeof ax1, &st),
+      floe_tensor_from_data(FLOE_I32, 1, &n2, ax02, sizeof ax02, &st),
+      floe_tensor_from_data(FLOE_I32, 0, NULL, &axm1, sizeof axm1, &st),
+      floe_tensor_from_data(FLOE_I64, 1, &n3, ax_all, sizeof ax_all, &st)};
+  const char *keep[] = {"keep_dims", NULL};
+  for (int i = 0; i < 4; i++) {
+    FloeTensor *in[2] = {x, axes[i]};
+    same_as_cpu(rt, "Sum", in, 2, NULL, "Sum");
+    same_as_cpu(rt, "Sum", in, 2, keep, "Sum keep_dims");
+    floe_tensor_release(axes[i]);
+  }
+
+  /* General broadcasting is refused, naming the shapes. */
+  const int64_t d4[1] = {4};
+  FloeTensor *row = rand_f32(1, d4, 9), *bc[2] = {a, row}, *y = NULL;
+  ck_assert_int_eq(run_on(rt, "testdev:0", "Add", bc, 2, NULL, &y, &st), FLOE_UNIMPLEMENTED);
+  assert_contains(floe_status_message(&st), "[3,4]");
+  assert_contains(floe_status_message(&st), "[4]");
+  assert_contains(floe_status_message(&st), "another device");
+  floe_status_clear(&st);
+  FloeTensor *all[] = {a, b, sc, one, ints, k45, k43, k54, x, row};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) floe_tensor_release(all[i]);
+  long live, errors;
+  testdev_counts(device(rt, "testdev:0"), &live, &errors);
+  ck_assert_int_eq(errors, 0);
+  floe_runtime_free(rt);
+}
+END_TEST
+
 /* ---- malformed messages ---------------------------------------------------------------- */
 
 static void put_le(unsigned char *p, uint64_t v, int n) {
@@ -1095,6 +1233,7 @@ Suite *rendezvous_suite(void) {
   tcase_add_test(tc, bf16_transport);
   tcase_add_test(tc, transfers_to_and_from_testdev);
   tcase_add_test(tc, testdev_catches_misuse);
+  tcase_add_test(tc, testdev_kernels_match_the_cpu);
   tcase_add_test(tc, malformed_messages_fail_the_recv);
   tcase_add_test(tc, no_transport_is_a_clear_error);
   tcase_add_test(tc, unknown_transport_name);
