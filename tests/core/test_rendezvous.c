@@ -976,6 +976,70 @@ START_TEST(malformed_messages_fail_the_recv) {
 }
 END_TEST
 
+/* ---- allocation failures --------------------------------------------------------------- */
+
+/* SQLite-style walk: the Nth core allocation and every later one fail during a transfer
+ * (rendezvous made, Send, Recv, free). Each N ends in a clean error reaching the Send or the
+ * Recv's done, or in the right value; valgrind checks that nothing leaks. */
+static void alloc_walk(bool force, bool to_device) {
+  FloeRuntime *rt = runtime(true, true);
+  FloeDevice *cpu = device(rt, "cpu:0"), *dst = to_device ? device(rt, "testdev:0") : cpu;
+  FloeStatus st = {FLOE_OK, NULL};
+  ck_assert_ptr_nonnull(floe__transport_mgr(rt, &st)); /* made once, outside the walk */
+  const float v[4] = {1, 2, 3, 4};
+  FloeTensor *x = vec(v, 4);
+  FloeRendezvousKey k = key_of(cpu, dst, "w:0", 0, 0);
+  long n;
+  for (n = 1; n < 400; n++) {
+    floe_test_fail_alloc_after(n);
+    FloeRendezvousOptions o = {force, false};
+    FloeRendezvous *r = floe__rendezvous_new(rt, n, &o, &st);
+    if (!r) {
+      floe_test_fail_alloc_after(0);
+      ck_assert_int_eq(st.code, FLOE_NO_MEMORY);
+      floe_status_clear(&st);
+      continue;
+    }
+    floe_code src = floe__rendezvous_send(r, &k, x, false, &st);
+    Got g;
+    got_init(&g);
+    floe__rendezvous_recv(r, &k, dst, got_done, &g);
+    if (src == FLOE_OK) got_wait(&g);
+    floe__rendezvous_free(r); /* fails the Recv if the Send could not post */
+    floe_test_fail_alloc_after(0);
+    ck_assert_int_eq(g.calls, 1);
+    if (src != FLOE_OK) {
+      ck_assert_msg(src == FLOE_NO_MEMORY, "N=%ld: send: %s", n, floe_status_message(&st));
+      ck_assert(strlen(floe_status_message(&st)) > 0);
+      floe_status_clear(&st);
+      ck_assert_int_ne(g.code, FLOE_OK);
+      got_clear(&g);
+      continue;
+    }
+    if (g.code != FLOE_OK) {
+      ck_assert_msg(g.code == FLOE_NO_MEMORY || g.code == FLOE_RESOURCE_EXHAUSTED,
+                    "N=%ld: recv: %s", n, g.msg);
+      got_clear(&g);
+      continue;
+    }
+    float out[4];
+    read_f32(g.t, out, 4);
+    ck_assert_mem_eq(out, v, sizeof v);
+    got_clear(&g);
+    break;
+  }
+  ck_assert_msg(n > 1 && n < 400, "the walk ended at N=%ld", n);
+  floe_tensor_release(x);
+  floe_runtime_free(rt);
+}
+
+START_TEST(allocation_failures_by_reference) { alloc_walk(false, false); }
+END_TEST
+START_TEST(allocation_failures_transport) { alloc_walk(true, false); }
+END_TEST
+START_TEST(allocation_failures_to_testdev) { alloc_walk(false, true); }
+END_TEST
+
 /* ---- no transport ---------------------------------------------------------------------- */
 
 START_TEST(no_transport_is_a_clear_error) {
@@ -1239,6 +1303,9 @@ Suite *rendezvous_suite(void) {
   tcase_add_test(tc, unknown_transport_name);
   tcase_add_test(tc, local_transport_table_alone);
   tcase_add_test(tc, runtime_lists_the_local_transport);
+  tcase_add_test(tc, allocation_failures_by_reference);
+  tcase_add_test(tc, allocation_failures_transport);
+  tcase_add_test(tc, allocation_failures_to_testdev);
   suite_add_tcase(s, tc);
   return s;
 }
