@@ -13,6 +13,7 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -511,6 +512,96 @@ static void abort_case(bool force) {
 START_TEST(abort_by_reference) { abort_case(false); }
 END_TEST
 START_TEST(abort_transport) { abort_case(true); }
+END_TEST
+
+/* Abort racing with transfers in flight: each Recv's done runs exactly once, with either its
+ * value or the abort's status (run under TSan: the cancel / complete race). */
+enum { RACE_KEYS = 64 };
+
+typedef struct Race {
+  FloeRendezvous *r;
+  FloeDevice *cpu;
+  atomic_int calls[RACE_KEYS];
+  atomic_int ok, aborted, wrong;
+  atomic_int sent;
+} Race;
+
+typedef struct RaceArg {
+  Race *race;
+  int key;
+} RaceArg;
+
+static void race_done(void *arg, const FloeStatus *st, FloeTensor *t, bool dead) {
+  RaceArg *a = arg;
+  atomic_fetch_add(&a->race->calls[a->key], 1);
+  if (st->code == FLOE_OK && t && !dead) {
+    float v;
+    read_f32(t, &v, 1);
+    atomic_fetch_add(v == (float)a->key ? &a->race->ok : &a->race->wrong, 1);
+  } else if (st->code == FLOE_ABORTED && strcmp(floe_status_message(st), "stop") == 0) {
+    atomic_fetch_add(&a->race->aborted, 1);
+  } else {
+    atomic_fetch_add(&a->race->wrong, 1);
+  }
+  floe_tensor_release(t);
+}
+
+static void *race_sender(void *arg) {
+  Race *race = arg;
+  for (int i = 0; i < RACE_KEYS; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "r%d:0", i);
+    FloeRendezvousKey k = key_of(race->cpu, race->cpu, name, 0, 0);
+    float v = (float)i;
+    FloeTensor *x = vec(&v, 1);
+    FloeStatus st = {FLOE_OK, NULL};
+    floe__rendezvous_send(race->r, &k, x, false, &st); /* OK, or dropped after the abort */
+    floe_status_clear(&st);
+    floe_tensor_release(x);
+    atomic_fetch_add(&race->sent, 1);
+  }
+  return NULL;
+}
+
+static void *race_aborter(void *arg) {
+  Race *race = arg;
+  while (atomic_load(&race->sent) < RACE_KEYS / 2) sched_yield(); /* mid-way */
+  floe__rendezvous_abort(race->r, FLOE_ABORTED, "stop");
+  return NULL;
+}
+
+START_TEST(abort_races_with_transfers) {
+  FloeRuntime *rt = runtime(true, false);
+  static Race race;
+  static RaceArg args[RACE_KEYS];
+  for (int round = 0; round < 4; round++) {
+    memset(&race, 0, sizeof race);
+    race.cpu = device(rt, "cpu:0");
+    race.r = rv_new(rt, 100 + round, round % 2 == 0, false);
+    for (int i = 0; i < RACE_KEYS; i++) {
+      char name[16];
+      snprintf(name, sizeof name, "r%d:0", i);
+      FloeRendezvousKey k = key_of(race.cpu, race.cpu, name, 0, 0);
+      args[i] = (RaceArg){&race, i};
+      floe__rendezvous_recv(race.r, &k, race.cpu, race_done, &args[i]);
+    }
+    pthread_t s, a;
+    ck_assert_int_eq(pthread_create(&s, NULL, race_sender, &race), 0);
+    ck_assert_int_eq(pthread_create(&a, NULL, race_aborter, &race), 0);
+    pthread_join(s, NULL);
+    pthread_join(a, NULL);
+    floe__rendezvous_free(race.r); /* waits for every done */
+    for (int i = 0; i < RACE_KEYS; i++)
+      ck_assert_msg(atomic_load(&race.calls[i]) == 1, "round %d key %d: done ran %d times",
+                    round, i, atomic_load(&race.calls[i]));
+    ck_assert_int_eq(atomic_load(&race.wrong), 0);
+    ck_assert_int_eq(atomic_load(&race.ok) + atomic_load(&race.aborted), RACE_KEYS);
+    if (getenv("RACE_DEBUG"))
+      fprintf(stderr, "round %d: ok %d aborted %d\n", round, atomic_load(&race.ok),
+              atomic_load(&race.aborted));
+  }
+  floe_runtime_free(rt);
+}
 END_TEST
 
 START_TEST(duplicate_send_and_recv) {
@@ -1291,6 +1382,7 @@ Suite *rendezvous_suite(void) {
   tcase_add_test(tc, frames_and_iterations_transport);
   tcase_add_test(tc, abort_by_reference);
   tcase_add_test(tc, abort_transport);
+  tcase_add_test(tc, abort_races_with_transfers);
   tcase_add_test(tc, duplicate_send_and_recv);
   tcase_add_test(tc, free_fails_pending_and_drains);
   tcase_add_test(tc, bf16_by_reference);
