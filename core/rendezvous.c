@@ -27,7 +27,7 @@ typedef struct Slot {
   uint64_t hash;
   bool sent, recv_posted;
   bool via_transport;        /* the Send went to the transport ... */
-  bool drain_local;          /* ... for a receiver in this process (drained at free if unreceived) */
+  bool drain_local;          /* ... for a receiver here (drained at free if unreceived) */
   uint64_t tag;
   /* reference path */
   bool has_value, dead;      /* a Send waits for its Recv */

@@ -795,7 +795,8 @@ static void device_hop(FloeRuntime *rt, FloeRendezvous *r, FloeDevice *from, Flo
 
 START_TEST(transfers_to_and_from_testdev) {
   FloeRuntime *rt = runtime(true, true);
-  FloeDevice *cpu = device(rt, "cpu:0"), *t0 = device(rt, "testdev:0"), *t1 = device(rt, "testdev:1");
+  FloeDevice *cpu = device(rt, "cpu:0"), *t0 = device(rt, "testdev:0");
+  FloeDevice *t1 = device(rt, "testdev:1");
   ck_assert(!t0->host_memory);
   FloeRendezvous *r = rv_new(rt, 21, false, false);
   const float v[7] = {0.5f, -1, 2, 1e30f, -1e-30f, 7, 8};
@@ -1049,8 +1050,8 @@ START_TEST(malformed_messages_fail_the_recv) {
     FloeRendezvousKey k = key_of(cpu, cpu, names[i], 0, 0);
     uint64_t tag = floe__rendezvous_tag(13, &k);
     ck_assert_int_eq(floe__transport_isend(m, raw_hdr[i], 88, tag, NULL, NULL, &st), FLOE_OK);
-    ck_assert_int_eq(floe__transport_isend(m, raw_payload, i == 0 ? 64 : 8, tag | 1, NULL, NULL, &st),
-                     FLOE_OK);
+    size_t plen = i == 0 ? 64 : 8;
+    ck_assert_int_eq(floe__transport_isend(m, raw_payload, plen, tag | 1, NULL, NULL, &st), FLOE_OK);
     Got g;
     got_init(&g);
     floe__rendezvous_recv(r, &k, cpu, got_done, &g);

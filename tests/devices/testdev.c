@@ -250,15 +250,22 @@ static floe_code unary(FloeKernelContext *ctx, UnaryFn f) {
   for (int64_t i = 0, n = host->tensor_num_elements(x); i < n; i++) o[i] = f(a[i]);
   return FLOE_OK;
 }
-static floe_code k_neg(void *state, FloeKernelContext *ctx) { (void)state; return unary(ctx, f_neg); }
-static floe_code k_relu(void *state, FloeKernelContext *ctx) { (void)state; return unary(ctx, f_relu); }
+static floe_code k_neg(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  return unary(ctx, f_neg);
+}
+static floe_code k_relu(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  return unary(ctx, f_relu);
+}
 
 enum { OP_ADD, OP_SUB, OP_MUL };
 
 static bool same_shape(const FloeTensor *a, const FloeTensor *b) {
   int r = host->tensor_rank(a);
   if (r != host->tensor_rank(b)) return false;
-  return r == 0 || memcmp(host->tensor_dims(a), host->tensor_dims(b), (size_t)r * sizeof(int64_t)) == 0;
+  return r == 0 ||
+         memcmp(host->tensor_dims(a), host->tensor_dims(b), (size_t)r * sizeof(int64_t)) == 0;
 }
 
 /* Equal shapes, or one operand of one element and no higher rank (numpy broadcasting of a
@@ -294,9 +301,18 @@ static floe_code binary(FloeKernelContext *ctx, int op) {
   }
   return FLOE_OK;
 }
-static floe_code k_add(void *state, FloeKernelContext *ctx) { (void)state; return binary(ctx, OP_ADD); }
-static floe_code k_sub(void *state, FloeKernelContext *ctx) { (void)state; return binary(ctx, OP_SUB); }
-static floe_code k_mul(void *state, FloeKernelContext *ctx) { (void)state; return binary(ctx, OP_MUL); }
+static floe_code k_add(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  return binary(ctx, OP_ADD);
+}
+static floe_code k_sub(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  return binary(ctx, OP_SUB);
+}
+static floe_code k_mul(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  return binary(ctx, OP_MUL);
+}
 
 static bool attr_flag(FloeKernelContext *ctx, const char *name) {
   int v = 0;
@@ -374,7 +390,8 @@ static floe_code k_sum(void *state, FloeKernelContext *ctx) {
   floe_code rc = read_axes(ctx, x, red);
   if (rc != FLOE_OK) return rc;
   bool keep = attr_flag(ctx, "keep_dims");
-  int64_t od[FLOE_MAX_DIMS], stride[FLOE_MAX_DIMS]; /* stride: of dim d in the output, 0 if reduced */
+  /* stride: of dim d in the output, 0 if reduced */
+  int64_t od[FLOE_MAX_DIMS], stride[FLOE_MAX_DIMS];
   int orank = 0;
   for (int d = 0; d < rank; d++)
     if (!red[d] || keep) od[orank++] = red[d] ? 1 : dims[d];

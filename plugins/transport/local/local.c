@@ -181,7 +181,8 @@ static floe_code local_connect(void *ctx, const void *addr, size_t addr_len, voi
   if (!e) {
     pthread_mutex_unlock(&mu);
     free(k);
-    if (host) host->log(FLOE_LOG_ERROR, "transport local: connect: endpoint %" PRIu64 " is closed", id);
+    if (host)
+      host->log(FLOE_LOG_ERROR, "transport local: connect: endpoint %" PRIu64 " is closed", id);
     return FLOE_NOT_FOUND;
   }
   Conn **tail = &e->backlog;
