@@ -54,8 +54,9 @@ typedef struct RecvOp {
   int rank;
   int64_t dims[FLOE_MAX_DIMS];
   unsigned flags;
-  void *payload;             /* floe__aligned_alloc'd host buffer */
+  void *payload;             /* floe__aligned_alloc'd host buffer, or direct's data */
   size_t payload_len;
+  FloeTensor *direct;        /* a host-memory destination received into in place */
   struct RecvOp *prev, *next; /* in r->ops while not delivered */
 } RecvOp;
 
@@ -251,7 +252,10 @@ static void call_done(FloeRendezvous *r, FloeRecvDoneFn done, void *arg, const F
 
 static void op_unref(RecvOp *op) { /* under r->mu */
   if (--op->refs > 0) return;
-  floe__aligned_free(op->payload);
+  if (op->direct)
+    floe_tensor_release(op->direct);
+  else
+    floe__aligned_free(op->payload);
   floe__free(op->key);
   floe__free(op);
 }
@@ -793,7 +797,14 @@ static void on_payload(void *arg, floe_code code, size_t size) {
   }
   FloeStatus st = {FLOE_OK, NULL};
   bool dead = op->flags & FLOE__RV_DEAD;
-  FloeTensor *t = dead ? NULL : build_value(op, &st);
+  FloeTensor *t = NULL;
+  if (op->direct) { /* the bytes are already in place */
+    t = op->direct;
+    op->direct = NULL;
+    op->payload = NULL;
+  } else if (!dead) {
+    t = build_value(op, &st);
+  }
   if (!dead && !t) floe__status_prefix(&st, "Recv of %s onto %s", op->key,
                                        op->dst ? op->dst->short_name : "host");
   op_finish(op, &st, t, dead);
@@ -817,11 +828,23 @@ static void on_header(void *arg, floe_code code, size_t size) {
     return;
   }
   if (!decode_header(op)) return;
-  if (op->payload_len && !(op->payload = floe__aligned_alloc(64, op->payload_len))) {
+  FloeStatus st = {FLOE_OK, NULL};
+  /* A host-memory destination takes the bytes straight into the tensor (no staging copy). */
+  bool host_dst = !op->dst || op->dst->host_memory;
+  if (op->payload_len && host_dst && !(op->flags & FLOE__RV_BF16)) {
+    op->direct = floe__tensor_alloc(op->dst, op->dtype, op->rank, op->dims, &st);
+    if (!op->direct) {
+      floe__status_prefix(&st, "Recv of %s onto %s", op->key,
+                          op->dst ? op->dst->short_name : "host");
+      op_finish(op, &st, NULL, false);
+      floe_status_clear(&st);
+      return;
+    }
+    op->payload = tensor_bytes(op->direct);
+  } else if (op->payload_len && !(op->payload = floe__aligned_alloc(64, op->payload_len))) {
     op_fail(op, FLOE_NO_MEMORY, "out of memory for a payload of %zu bytes", op->payload_len);
     return;
   }
-  FloeStatus st = {FLOE_OK, NULL};
   pthread_mutex_lock(&r->mu);
   floe_code rc = floe__transport_irecv(op->mgr, op->payload, op->payload_len, op->tag | 1,
                                        on_payload, op, &op->xfer, &st);
