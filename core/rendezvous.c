@@ -496,9 +496,10 @@ static floe_code send_payload(SendOp *op, FloeTensor *t, bool bf16, const void *
     if (!(stage = floe__aligned_alloc(64, t->nbytes)))
       return floe_status_set(st, FLOE_NO_MEMORY, "out of memory staging %zu bytes from %s",
                              t->nbytes, dev->short_name);
-    if (floe__device_copy(NULL, stage, dev, src, t->nbytes, st) != FLOE_OK) {
+    floe_code rc = floe__device_copy(NULL, stage, dev, src, t->nbytes, st);
+    if (rc != FLOE_OK) {
       floe__aligned_free(stage);
-      return st ? st->code : FLOE_INTERNAL;
+      return rc;
     }
     src = stage;
   }
@@ -524,11 +525,12 @@ static floe_code send_payload(SendOp *op, FloeTensor *t, bool bf16, const void *
   return FLOE_OK;
 }
 
-/* Posts header and payload; *wire gets the payload's bytes. t may be NULL (dead, or a
- * control edge sending nothing). */
+/* Posts header and payload; *wire gets the payload's bytes, *posted whether anything was
+ * posted. t may be NULL (dead, or a control edge sending nothing). */
 static floe_code send_transport(FloeRendezvous *r, FloeTransportMgr *m, uint64_t tag,
                                 FloeTensor *t, bool dead, bool control, int64_t *wire,
-                                FloeStatus *st) {
+                                bool *posted, FloeStatus *st) {
+  *posted = false;
   SendOp *op = floe__calloc(1, sizeof *op);
   if (!op) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory posting a Send");
   atomic_init(&op->left, 2);
@@ -537,23 +539,26 @@ static floe_code send_transport(FloeRendezvous *r, FloeTransportMgr *m, uint64_t
   unsigned flags = (dead ? FLOE__RV_DEAD : 0) | (control ? FLOE__RV_CONTROL : 0);
   bool bf16 = !dead && t && r->opts.compress_bf16 && t->dtype == FLOE_F32 && t->nbytes > 0;
   if (bf16) flags |= FLOE__RV_BF16;
-  if (!dead && t && t->nbytes > 0 && send_payload(op, t, bf16, &payload, &len, st) != FLOE_OK) {
+  floe_code rc;
+  if (!dead && t && t->nbytes > 0 &&
+      (rc = send_payload(op, t, bf16, &payload, &len, st)) != FLOE_OK) {
     floe__free(op);
-    return st ? st->code : FLOE_INTERNAL;
+    return rc;
   }
   static const int64_t empty_dims[1] = {0};
   if (t && !dead)
     encode_header(op->hdr, flags, t->dtype, t->rank, t->dims, len);
   else
     encode_header(op->hdr, flags, FLOE_F32, 1, empty_dims, 0);
-  if (floe__transport_isend(m, op->hdr, sizeof op->hdr, tag, on_sent, op, st) != FLOE_OK) {
+  if ((rc = floe__transport_isend(m, op->hdr, sizeof op->hdr, tag, on_sent, op, st)) != FLOE_OK) {
     atomic_store(&op->left, 1);
     send_op_put(op);
-    return st ? st->code : FLOE_INTERNAL;
+    return rc;
   }
-  if (floe__transport_isend(m, payload, len, tag | 1, on_sent, op, st) != FLOE_OK) {
+  *posted = true;
+  if ((rc = floe__transport_isend(m, payload, len, tag | 1, on_sent, op, st)) != FLOE_OK) {
     send_op_put(op); /* the header's callback puts the other */
-    return st ? st->code : FLOE_INTERNAL;
+    return rc;
   }
   *wire = (int64_t)len;
   return FLOE_OK;
@@ -562,7 +567,7 @@ static floe_code send_transport(FloeRendezvous *r, FloeTransportMgr *m, uint64_t
 floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key, FloeTensor *t,
                                 bool is_dead, FloeStatus *st) {
   if (!r) return floe_status_set(st, FLOE_INVALID_ARGUMENT, "Send: the rendezvous is NULL");
-  if (check_key(key, st) != FLOE_OK) return st ? st->code : FLOE_INVALID_ARGUMENT;
+  if (check_key(key, st) != FLOE_OK) return FLOE_INVALID_ARGUMENT;
   char *ks = floe__rendezvous_key_string(key);
   if (!ks) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory naming a rendezvous key");
   floe_code rc = FLOE_OK;
@@ -596,7 +601,7 @@ floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key,
     }
     if (!value) {
       floe__status_prefix(st, "Send of %s", ks);
-      rc = st ? st->code : FLOE_NO_MEMORY;
+      rc = st ? st->code : FLOE_NO_MEMORY; /* no status to read the code from: the likeliest */
       goto out_free_key;
     }
   } else if (!fast && !(m = floe__transport_mgr(r->rt, st))) {
@@ -605,9 +610,10 @@ floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key,
     goto out_free_key;
   }
 
+  Slot *s;
   pthread_mutex_lock(&r->mu);
   if (r->aborted) goto out_unlock; /* dropped: the step already failed */
-  Slot *s = slot_get(r, &ks);
+  s = slot_get(r, &ks);
   if (!s) {
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory adding a Send to the rendezvous");
     goto out_unlock;
@@ -644,9 +650,15 @@ floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key,
   pthread_mutex_unlock(&r->mu);
   floe__free(ks);
   int64_t wire = 0;
-  rc = send_transport(r, m, tag, t, is_dead, control, &wire, st);
+  bool posted;
+  rc = send_transport(r, m, tag, t, is_dead, control, &wire, &posted, st);
   if (rc != FLOE_OK) {
     floe__status_prefix(st, "Send of %s", kname);
+    if (!posted) { /* nothing for free to drain */
+      pthread_mutex_lock(&r->mu);
+      s->via_transport = false;
+      pthread_mutex_unlock(&r->mu);
+    }
     return rc;
   }
   atomic_fetch_add(&r->sends, 1);
