@@ -273,13 +273,14 @@ __device__ Value load(int dt, const void *p, int64_t k) {
   }
 }
 
-// Float to integer: truncate toward zero, saturate, NaN -> 0 (the CPU plugin's rule).
-__device__ int64_t to_int(const Value &v, double lo, double hi) {
+// Float to integer: truncate toward zero, saturate at [lo, hi], NaN -> 0 (the CPU plugin's
+// rule: f >= (double)hi + 1 saturates, so INT64_MAX, which rounds to 2^63, is exact).
+__device__ int64_t to_int(const Value &v, int64_t lo, int64_t hi) {
   if (v.is_int) return v.i;
   double f = v.f;
   if (f != f) return 0;
-  if (f <= lo) return (int64_t)lo;
-  if (f >= hi + 1.0) return (int64_t)hi;
+  if (f <= (double)lo) return lo;
+  if (f >= (double)hi + 1.0) return hi;
   return (int64_t)f;
 }
 
@@ -292,12 +293,10 @@ __device__ void store(int dt, void *p, int64_t k, const Value &v) {
   case FLOE_BF16:
     ((uint16_t *)p)[k] = f32_to_bf16(v.is_int ? (float)v.i : (float)v.f);
     break;
-  case FLOE_I8: ((int8_t *)p)[k] = (int8_t)to_int(v, -128.0, 127.0); break;
-  case FLOE_U8: ((uint8_t *)p)[k] = (uint8_t)to_int(v, 0.0, 255.0); break;
-  case FLOE_I32: ((int32_t *)p)[k] = (int32_t)to_int(v, -2147483648.0, 2147483647.0); break;
-  case FLOE_I64:
-    ((int64_t *)p)[k] = v.is_int ? v.i : to_int(v, -9223372036854775808.0, 9223372036854774784.0);
-    break;
+  case FLOE_I8: ((int8_t *)p)[k] = (int8_t)to_int(v, INT8_MIN, INT8_MAX); break;
+  case FLOE_U8: ((uint8_t *)p)[k] = (uint8_t)to_int(v, 0, UINT8_MAX); break;
+  case FLOE_I32: ((int32_t *)p)[k] = (int32_t)to_int(v, INT32_MIN, INT32_MAX); break;
+  case FLOE_I64: ((int64_t *)p)[k] = to_int(v, INT64_MIN, INT64_MAX); break;
   default: ((uint8_t *)p)[k] = v.is_int ? v.i != 0 : v.f != 0.0; break; // bool
   }
 }

@@ -28,6 +28,7 @@
 #include <floe/floe_plugin.h>
 
 #include "cu_kernels.h"
+#include "cu_plan.h"
 #include "cuda_alloc.h"
 
 /* The plugin's one exported symbol (plugin.c). */
@@ -116,11 +117,6 @@ char *cu_shape_str(char *buf, size_t len, int rank, const int64_t *dims);
  * "incompatible shapes for broadcasting: [2,3] vs [4]" on ctx on failure. */
 floe_code cu_broadcast(FloeKernelContext *ctx, int n, const FloeTensor *const *in, int *rank,
                        int64_t *dims, CuBcast *p);
-/* The plan of inputs whose shapes broadcast to out (pure: also used by the unit-free
- * BroadcastTo / ExpandReduced paths). Returns 0, or -1 when they do not broadcast. */
-int cu_broadcast_plan(int n, const int *ranks, const int64_t *const *dims, int out_rank,
-                      const int64_t *out_dims, CuBcast *p);
-
 /* Registers a kernel of device type "CUDA" (see cpu_add_kernel). */
 floe_code cu_add_kernel(FloePluginRegistrar *reg, const char *op, const char *constraint_attr,
                         uint32_t dtypes, uint32_t flags,

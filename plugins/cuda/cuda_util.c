@@ -133,47 +133,6 @@ char *cu_shape_str(char *buf, size_t len, int rank, const int64_t *dims) {
 /* ------------------------------------------------------------------------------------ */
 /* Broadcasting. */
 
-int cu_broadcast_plan(int n, const int *ranks, const int64_t *const *dims, int out_rank,
-                      const int64_t *out_dims, CuBcast *p) {
-  memset(p, 0, sizeof *p);
-  int64_t total = 1;
-  for (int d = 0; d < out_rank; d++) total *= out_dims[d];
-  p->n = total;
-  p->rank = 1;
-  p->dims[0] = total == 0 ? 0 : 1;
-  if (total == 0) return 0;
-  /* Per input and output dim: the element stride, 0 where broadcast (size 1). */
-  int64_t st[CU_MAX_INPUTS][CU_MAX_DIMS];
-  for (int k = 0; k < n; k++) {
-    int64_t stride = 1;
-    for (int d = out_rank - 1; d >= 0; d--) {
-      int id = d - (out_rank - ranks[k]);
-      int64_t size = id >= 0 ? dims[k][id] : 1;
-      if (size != out_dims[d] && size != 1) return -1;
-      st[k][d] = size == 1 ? 0 : stride;
-      stride *= size;
-    }
-  }
-  /* Drop size-1 dims; merge neighbours where every input is full in both or broadcast in
-   * both (full neighbours are contiguous: the outer stride is the inner's times its size). */
-  int r = 0;
-  for (int d = 0; d < out_rank; d++) {
-    if (out_dims[d] == 1) continue;
-    int merge = r > 0;
-    for (int k = 0; merge && k < n; k++) merge = (st[k][d] == 0) == (p->strides[k][r - 1] == 0);
-    if (merge) {
-      p->dims[r - 1] *= out_dims[d];
-      for (int k = 0; k < n; k++) p->strides[k][r - 1] = st[k][d];
-    } else {
-      p->dims[r] = out_dims[d];
-      for (int k = 0; k < n; k++) p->strides[k][r] = st[k][d];
-      r++;
-    }
-  }
-  p->rank = r ? r : 1;
-  return 0;
-}
-
 floe_code cu_broadcast(FloeKernelContext *ctx, int n, const FloeTensor *const *in, int *rank,
                        int64_t *dims, CuBcast *p) {
   int ranks[CU_MAX_INPUTS] = {0};

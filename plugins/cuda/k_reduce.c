@@ -26,35 +26,12 @@ static void state_free(void *state) { cu_host->free(state); }
  * stream; scratch from ctx). */
 static floe_code reduce_dims(CuCall *c, CuReduceOp op, FloeDType dt, const void *x, int r,
                              const int64_t *d, const int *red, void *out) {
-  /* Collapse: drop size-1 dims, merge runs of equally marked dims. */
-  int64_t cd[FLOE_MAX_DIMS];
-  int cr[FLOE_MAX_DIMS], n = 0;
-  for (int i = 0; i < r; i++) {
-    if (d[i] == 1) continue;
-    if (n && cr[n - 1] == red[i]) {
-      cd[n - 1] *= d[i];
-    } else {
-      cd[n] = d[i];
-      cr[n++] = red[i];
-    }
-  }
-  int64_t outer = 1, rr = 1, inner = 1;
-  int blocks = 0;
-  for (int i = 0; i < n; i++) blocks += cr[i] && (i == 0 || !cr[i - 1]);
+  CuReducePlan pl;
+  cu_reduce_plan(r, d, red, &pl);
   CuStream s = (CuStream)c->dev->compute;
-  if (blocks <= 1) { /* [outer, r, inner] as is */
-    int i = 0;
-    for (; i < n && !cr[i]; i++) outer *= cd[i];
-    for (; i < n && cr[i]; i++) rr *= cd[i];
-    for (; i < n; i++) inner *= cd[i];
-    return cu_end(c, cu_reduce(s, op, dt, outer, rr, inner, x, out), "the reduction");
-  }
-  /* Kept dims first, then reduced ones. */
-  int perm[FLOE_MAX_DIMS], k = 0;
-  for (int i = 0; i < n; i++)
-    if (!cr[i]) perm[k++] = i, outer *= cd[i];
-  for (int i = 0; i < n; i++)
-    if (cr[i]) perm[k++] = i, rr *= cd[i];
+  if (!pl.transpose)
+    return cu_end(c, cu_reduce(s, op, dt, pl.outer, pl.r, pl.inner, x, out), "the reduction");
+  int64_t outer = pl.outer, rr = pl.r;
   size_t es = cu_host->dtype_size(dt);
   void *tmp;
   floe_code rc = cu_host->ctx_allocate_temp(c->ctx, (size_t)(outer * rr) * es, &tmp);
@@ -63,7 +40,7 @@ static floe_code reduce_dims(CuCall *c, CuReduceOp op, FloeDType dt, const void 
     return cu_host->ctx_set_error(c->ctx, rc, "cannot allocate %" PRId64 " bytes of scratch for "
                                   "the transposed input", (int64_t)((size_t)(outer * rr) * es));
   }
-  int lr = cu_transpose(s, n, cd, perm, x, tmp, (int)es);
+  int lr = cu_transpose(s, pl.rank, pl.dims, pl.perm, x, tmp, (int)es);
   if (lr == 0) lr = cu_reduce(s, op, dt, outer, rr, 1, tmp, out);
   return cu_end(c, lr, "the reduction");
 }
