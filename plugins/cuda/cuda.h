@@ -13,7 +13,9 @@
  * synchronous read: the only places a kernel waits for the GPU.
  *
  * FLOE_CUDA_PROFILE=1 times each kernel with events, waits for it, and reports the time
- * with ctx_report_device_time (slow: for profiling only). */
+ * with ctx_report_device_time (slow: for profiling and debugging). Without it a fault inside
+ * a kernel (CUDA errors are asynchronous) is reported by a later call on the device, which
+ * may belong to another node; with it, by the node whose kernel faulted. */
 #ifndef FLOE_CUDA_H
 #define FLOE_CUDA_H
 

@@ -53,13 +53,17 @@ floe_code cu_begin(FloeKernelContext *ctx, CuCall *c) {
   return FLOE_OK;
 }
 
-static void report_time(CuCall *c) {
+/* Waits for the call's kernels: an error inside one (an illegal address) is then pinned on
+ * this node instead of surfacing at a later call, as it does without profiling. */
+static floe_code report_time(CuCall *c, const char *what) {
   float ms = 0;
-  if (cudaEventRecord(c->stop, c->dev->compute) == cudaSuccess &&
-      cudaEventSynchronize(c->stop) == cudaSuccess &&
-      cudaEventElapsedTime(&ms, c->start, c->stop) == cudaSuccess &&
-      FLOE_HAS_FIELD(cu_host, FloeHostApi, ctx_report_device_time))
+  cudaError_t e = cudaEventRecord(c->stop, c->dev->compute);
+  if (e == cudaSuccess) e = cudaEventSynchronize(c->stop);
+  if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, c->start, c->stop);
+  if (e != cudaSuccess) return cu_fail_cuda(c->ctx, e, what);
+  if (FLOE_HAS_FIELD(cu_host, FloeHostApi, ctx_report_device_time))
     cu_host->ctx_report_device_time(c->ctx, (int64_t)((double)ms * 1e6));
+  return FLOE_OK;
 }
 
 floe_code cu_end(CuCall *c, int launch_rc, const char *what) {
@@ -72,7 +76,7 @@ floe_code cu_end(CuCall *c, int launch_rc, const char *what) {
   else if (launch_rc != 0)
     rc = cu_fail_cuda(c->ctx, (cudaError_t)launch_rc, what);
   if (c->start) {
-    if (rc == FLOE_OK) report_time(c);
+    if (rc == FLOE_OK) rc = report_time(c, what);
     cudaEventDestroy(c->start);
     cudaEventDestroy(c->stop);
     c->start = c->stop = NULL;

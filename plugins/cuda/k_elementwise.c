@@ -426,7 +426,6 @@ floe_code cu_register_elementwise(FloePluginRegistrar *reg) {
       {"Pow", {CU_POW, 0}, DT_FLOAT},
       {"Maximum", {CU_MAX, 0}, DT_CORE},
       {"Minimum", {CU_MIN, 0}, DT_CORE},
-      {"SquaredDifference", {CU_SQDIFF, 0}, DT_CORE},
       {"Equal", {CU_EQ, 0}, DT_CORE | FLOE_DTYPE_BIT(FLOE_BOOL)},
       {"NotEqual", {CU_NE, 0}, DT_CORE | FLOE_DTYPE_BIT(FLOE_BOOL)},
       {"Less", {CU_LT, 0}, DT_CORE},
@@ -459,7 +458,6 @@ floe_code cu_register_elementwise(FloePluginRegistrar *reg) {
       {"Sin", {CU_SIN, 0}, DT_FLOAT},         {"Cos", {CU_COS, 0}, DT_FLOAT},
       {"LeakyRelu", {CU_LEAKY_RELU, 0.2}, DT_FLOAT},
       {"Elu", {CU_ELU, 1.0}, DT_FLOAT},       {"LogicalNot", {CU_NOT, 0}, 0},
-      {"Reciprocal", {CU_RECIPROCAL, 0}, DT_FLOAT},
   };
   static const int add = 1, sub = -1;
   floe_code rc = FLOE_OK;
