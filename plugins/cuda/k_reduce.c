@@ -135,6 +135,38 @@ static floe_code arg_compute(void *state, FloeKernelContext *ctx) {
   return cu_end(&c, lr, cu_host->ctx_op(ctx));
 }
 
+/* SumToShape (the gradient of a broadcasting operand): x summed over the dims broadcasting
+ * stretched, so the result has the target shape. */
+static floe_code sum_to_shape_compute(void *state, FloeKernelContext *ctx) {
+  const FloeTensor *x = cu_host->ctx_input(ctx, 0);
+  int xr = cu_host->tensor_rank(x), tr = 0;
+  const int64_t *xd = cu_host->tensor_dims(x);
+  CuCall c;
+  floe_code rc = cu_begin(ctx, &c);
+  if (rc != FLOE_OK) return rc;
+  int64_t t[FLOE_MAX_DIMS];
+  if ((rc = cu_read_index_input(&c, 1, "shape", t, FLOE_MAX_DIMS, &tr)) != FLOE_OK)
+    return cu_abort(&c), rc;
+  int red[FLOE_MAX_DIMS], ok = tr <= xr;
+  for (int i = 0; ok && i < xr; i++) {
+    int j = i - (xr - tr);
+    int64_t want = j >= 0 ? t[j] : 1;
+    ok = want == xd[i] || want == 1;
+    red[i] = want != xd[i] || j < 0;
+  }
+  if (!ok) {
+    cu_abort(&c);
+    char a[CU_SHAPE_STR_MAX], b[CU_SHAPE_STR_MAX];
+    return cu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                  "shape %s does not broadcast to the input's %s",
+                                  SHAPE(a, tr, t), SHAPE(b, xr, xd));
+  }
+  FloeTensor *out;
+  if ((rc = cu_host->ctx_allocate_output(ctx, 0, tr, t, &out)) != FLOE_OK) return cu_abort(&c), rc;
+  return reduce_dims(&c, CU_R_SUM, cu_host->tensor_dtype(x), cu_host->tensor_data(x), xr, xd, red,
+                     cu_host->tensor_data(out));
+}
+
 /* BiasAddGrad: the sum over every dim but the channel dim. */
 static floe_code bias_grad_create(const FloeHostApi *host, FloeKernelInit *init,
                                   void *user_data, void **state) {
@@ -330,6 +362,9 @@ floe_code cu_register_reduce(FloePluginRegistrar *reg) {
   if (rc == FLOE_OK)
     rc = cu_add_kernel(reg, "ArgMax", "T", DT_CORE, 0, arg_compute, NULL, NULL, (void *)&flag);
   if (rc == FLOE_OK) rc = cu_add_kernel(reg, "ArgMin", "T", DT_CORE, 0, arg_compute, NULL, NULL, NULL);
+  if (rc == FLOE_OK)
+    rc = cu_add_kernel(reg, "SumToShape", "T", DT_CORE, 0, sum_to_shape_compute, NULL, NULL,
+                       NULL);
   if (rc == FLOE_OK)
     rc = cu_add_kernel(reg, "BiasAddGrad", "T", DT_CORE, 0, bias_grad_compute, bias_grad_create,
                        state_free, NULL);

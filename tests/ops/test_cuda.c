@@ -331,6 +331,13 @@ START_TEST(test_reductions) {
   compare("Sum i32", "Sum", xi, 2, set_keep, &keep, 1, 0, 0);
   compare("Max i32", "Max", xi, 2, set_keep, &keep, 1, 0, 0);
   release(xi, 2);
+  /* SumToShape: [3, 70, 5] summed to [70, 1] and to [3, 1, 5]. */
+  FloeTensor *sts[2] = {x, ivec(I32, 2, (const int64_t[]){70, 1})};
+  compare("SumToShape [70,1]", "SumToShape", sts, 2, NULL, NULL, 1, RS, 1e-5);
+  floe_tensor_release(sts[1]);
+  sts[1] = ivec(I64, 3, (const int64_t[]){3, 1, 5});
+  compare("SumToShape [3,1,5]", "SumToShape", sts, 2, NULL, NULL, 1, RS, 1e-5);
+  floe_tensor_release(sts[1]);
   /* ArgMax / ArgMin along each dim. */
   for (int64_t dim = 0; dim < 3; dim++) {
     FloeTensor *in[2] = {x, iscalar(I32, dim)};
