@@ -226,6 +226,8 @@ static floe_code copy_h2d(void *state, void *dst, const void *src, size_t n) {
   cudaError_t e = cudaSetDevice(d->ordinal);
   if (e == cudaSuccess) e = after_compute(d, d->h2d); /* dst may be read by queued kernels */
   if (e == cudaSuccess) e = h2d_staged(d, dst, src, n);
+  /* Already complete; the event keeps "a copy, then a kernel" explicit on the streams. */
+  if (e == cudaSuccess) e = before_compute(d, d->h2d);
   return cuda_code(e, d->ordinal, "copy to the device");
 }
 
@@ -244,6 +246,7 @@ static floe_code copy_d2d(void *state, void *dst, const void *src, size_t n) {
   cudaError_t e = cudaSetDevice(d->ordinal);
   if (e == cudaSuccess) e = after_compute(d, d->d2d);
   if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, d->d2d);
+  if (e == cudaSuccess) e = before_compute(d, d->d2d);
   if (e == cudaSuccess) e = cudaStreamSynchronize(d->d2d);
   return cuda_code(e, d->ordinal, "copy within the device");
 }
