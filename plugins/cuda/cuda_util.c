@@ -8,6 +8,8 @@
 
 #include "cuda.h"
 
+const FloeHostApi *cu_host;
+
 floe_code cu_fail_cuda(FloeKernelContext *ctx, cudaError_t e, const char *what) {
   (void)cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
   return cu_host->ctx_set_error(ctx,

@@ -8,8 +8,6 @@
 
 #include "cuda.h"
 
-const FloeHostApi *cu_host;
-
 FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePluginRegistrar *reg) {
   floe_code rc = FLOE_PLUGIN_DECLARE(reg, "cuda", PACKAGE_VERSION);
   if (rc != FLOE_OK) return rc;
