@@ -117,7 +117,10 @@ static Result run_one(const char *name, FloeGraph *g, const char *devices, int s
   } else {
     free(rows);
     rows = NULL;
-    int ok = floe_session_run(s, feeds, nf, NULL, 0, &o->target, 1, NULL, st) == FLOE_OK; /* warm */
+    FloeRunOptions ro;
+    floe_run_options_init(&ro);
+    ro.timeout_ms = 600000; /* a hang is reported, not waited out */
+    int ok = floe_session_run_opts(s, &ro, feeds, nf, NULL, 0, &o->target, 1, NULL, st) == FLOE_OK; /* warm */
     floe_session_set_profiling(s, 1);
     double t0 = now_s();
     for (int k = 0; ok && k < o->steps; k++)

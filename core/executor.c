@@ -469,6 +469,15 @@ static void async_done(void *arg) {
   node_done(s, n, NULL);
 }
 
+/* Control-flow nodes forward their inputs untouched, wherever those live. */
+static bool routes_values(const FloeNode *n) {
+  static const char *const ops[] = {"Switch", "Merge", "Enter", "Exit", "NextIteration",
+                                    "LoopCond"};
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(ops); i++)
+    if (strcmp(n->op->name, ops[i]) == 0) return true;
+  return false;
+}
+
 /* True when memory of device a (NULL: host) can be read by kernels of device b as is. */
 static bool same_space(const FloeDevice *a, const FloeDevice *b) {
   return a == b || ((!a || a->host_memory) && (!b || b->host_memory));
@@ -779,8 +788,11 @@ static floe_code build_edges(FloeExecutor *e, const int *local_of, const FeedKey
                                node->name, node->op->name, j, in->node->name, in->index);
       }
       e->input_src[en->in_base + j] = e->nodes[p].out_base + in->index;
-      /* Kernels leave outputs in their device's memory space (ctx_set_output checks it). */
-      if (!same_space(e->nodes[p].device, en->device)) en->check_copy = true;
+      /* Kernels leave outputs in their device's memory space (ctx_set_output checks it);
+       * the frame scheduler's routing nodes (Enter, Merge, Switch, ...) pass on whatever
+       * reached them, a feed in host memory say. */
+      if (!same_space(e->nodes[p].device, en->device) || routes_values(e->nodes[p].node))
+        en->check_copy = true;
       e->uses0[e->nodes[p].out_base + in->index]++;
       e->pending0[i]++;
       deg[p]++;

@@ -282,6 +282,39 @@ static FloeNode *recv_of(Cutter *c, int node, int index, FloeDevice *dst) {
   return recv;
 }
 
+/* An Enter's value crosses devices before it enters: a copy of the Enter on dst reads the
+ * transferred input in the parent frame. (Sent from inside the frame, a non-constant Enter's
+ * value would exist in iteration 0 only, while dst's _Recv waits in every iteration.) */
+static FloeNode *enter_copy(Cutter *c, FloeNode *enter, FloeDevice *dst) {
+  for (int i = 0; i < c->num_pairs; i++)
+    if (c->pairs[i].node == enter->id && c->pairs[i].index == -2 && c->pairs[i].dst == dst)
+      return c->pairs[i].recv;
+  FloeGraph *g = c->g;
+  FloeOutput in = enter->inputs[0];
+  if (c->need[in.node->id] && !fed(c, in.node->id, in.index) && c->dev[in.node->id] != dst) {
+    FloeNode *r = recv_of(c, in.node->id, in.index, dst);
+    if (!r) return NULL;
+    in = (FloeOutput){r, 0};
+  }
+  char name[400];
+  FloeNodeBuilder *b = floe_node_begin(g, "Enter", unique(g, name, sizeof name, "enter", enter->name,
+                                                          dst->short_name));
+  floe_node_add_input(b, in);
+  floe_node_set_attr_string(b, "frame_name", floe__node_attr_str(enter, "frame_name"));
+  floe_node_set_attr_bool(b, "is_constant", floe__node_attr_bool(enter, "is_constant", false));
+  floe_node_set_attr_int(b, "parallel_iterations",
+                         floe__node_attr_int(enter, "parallel_iterations", 10));
+  floe_node_set_device(b, dst->name);
+  FloeNode *copy = floe_node_finish(b);
+  if (adopt(c, copy, dst, c->frame[enter->id]) != FLOE_OK) return NULL;
+  if (!grow((void **)&c->pairs, &c->cap_pairs, c->num_pairs + 1, sizeof *c->pairs)) {
+    oom(c);
+    return NULL;
+  }
+  c->pairs[c->num_pairs++] = (Pair){enter->id, -2, dst, copy};
+  return copy;
+}
+
 static floe_code replace_control(FloeNode *n, FloeNode *old, FloeNode *repl, FloeStatus *st) {
   for (int k = 0; k < n->num_control; k++)
     if (n->control[k] == old) {
@@ -320,7 +353,8 @@ static floe_code cut_edges(Cutter *c) {
                                "NextIteration must be on its Merge's device",
                                src->name, c->dev[src->id]->short_name, n->name,
                                c->dev[i]->short_name);
-      FloeNode *recv = recv_of(c, src->id, idx, c->dev[i]);
+      FloeNode *recv = is_op(src, "Enter") ? enter_copy(c, g->nodes[src->id], c->dev[i])
+                                           : recv_of(c, src->id, idx, c->dev[i]);
       if (!recv) return floe_status_code(c->st);
       n = g->nodes[i]; /* the node array may have moved; nodes did not */
       if (floe__node_set_input(n, j, (FloeOutput){recv, 0}, c->st) != FLOE_OK)
