@@ -22,8 +22,27 @@ static void put_escaped(FILE *out, const char *s) {
   }
 }
 
-/* The caller keeps `out` open; nothing is closed or freed here. */
+/* Fill colours for devices, in order of first appearance (a colour-blind-safe palette). */
+static const char *const palette[] = {"#88ccee", "#ddcc77", "#cc6677", "#117733", "#aa4499",
+                                      "#44aa99", "#999933", "#882255", "#332288", "#dddddd"};
+
+/* The index of dev among the distinct devices seen so far (added when new), or -1. */
+static int device_slot(const char **seen, int *num_seen, const char *dev) {
+  if (!dev) return -1;
+  for (int i = 0; i < *num_seen; i++)
+    if (strcmp(seen[i], dev) == 0) return i;
+  if (*num_seen >= (int)(sizeof palette / sizeof palette[0])) return *num_seen - 1;
+  seen[*num_seen] = dev;
+  return (*num_seen)++;
+}
+
 floe_code floe_graph_write_dot(const FloeGraph *g, FILE *out, FloeStatus *status) {
+  return floe_graph_write_dot_devices(g, NULL, out, status);
+}
+
+/* The caller keeps `out` open; nothing is closed or freed here. */
+floe_code floe_graph_write_dot_devices(const FloeGraph *g, const char *const *devices, FILE *out,
+                                       FloeStatus *status) {
   if (!g || !out)
     return floe_status_set(status, FLOE_INVALID_ARGUMENT, "write_dot: graph or file is NULL");
   fputs("digraph floe {\n"
@@ -31,16 +50,28 @@ floe_code floe_graph_write_dot(const FloeGraph *g, FILE *out, FloeStatus *status
         "  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n"
         "  edge [fontname=\"Helvetica\", fontsize=10];\n",
         out);
+  const char *seen[sizeof palette / sizeof palette[0]];
+  int num_seen = 0;
   for (int i = 0; i < g->num_nodes; i++) {
     const FloeNode *n = g->nodes[i];
     fprintf(out, "  n%d [label=\"", i);
     put_escaped(out, n->name);
     fputs("\\n", out);
     put_escaped(out, n->op->name);
-    if (n->device) {
+    const char *placed = devices ? devices[i] : NULL;
+    if (placed || n->device) {
       fputs("\\n@", out);
-      put_escaped(out, n->device);
+      put_escaped(out, placed ? placed : n->device);
     }
+    int slot = device_slot(seen, &num_seen, placed);
+    if (slot >= 0)
+      fprintf(out, "\", style=\"rounded,filled\", fillcolor=\"%s\"];\n", palette[slot]);
+    else
+      fputs("\"];\n", out);
+  }
+  for (int k = 0; k < num_seen; k++) { /* the legend */
+    fprintf(out, "  legend%d [shape=note, style=filled, fillcolor=\"%s\", label=\"", k, palette[k]);
+    put_escaped(out, seen[k]);
     fputs("\"];\n", out);
   }
   for (int i = 0; i < g->num_nodes; i++) {

@@ -677,6 +677,7 @@ typedef struct FloePlacement {
   struct FloeDevice **device;  /* per node (owned array; devices borrowed); NULL: not needed */
   double *start, *finish;      /* per node: the simulated schedule, seconds (owned) */
   double est_seconds;          /* the simulated step time */
+  int num_nodes;               /* of the placed graph: the length of the arrays above */
 } FloePlacement;
 /* g, need and fed borrowed. On error st names the node, the device it asked for and the
  * devices that have a kernel for it. */

@@ -402,8 +402,19 @@ static floe_code place_cost(Placer *pl) {
     for (int k = 0; k < n->num_outputs; k++) out += out_bytes(n, k);
     FloeDevice *pick = pl->out->device[i]; /* set when its group was placed */
     double best = INFINITY;
-    for (int d = 0; d < pl->num_cand; d++) {
-      FloeDevice *dev = pl->cand[d];
+    /* The listed devices first; a node none of them can run goes to another device that has
+     * a kernel for it (ops a device lacks stay elsewhere). */
+    int ncand = pl->num_cand;
+    bool any_listed = pick != NULL;
+    for (int d = 0; d < pl->num_cand && !any_listed; d++)
+      any_listed = group_fits(pl, pl->group[i], pl->cand[d]);
+    FloeDevice *const *cand = pl->cand;
+    if (!any_listed) {
+      cand = pl->rt->devices;
+      ncand = pl->rt->num_devices;
+    }
+    for (int d = 0; d < ncand; d++) {
+      FloeDevice *dev = cand[d];
       if (pick && dev != pick) continue;
       if (!pick && !group_fits(pl, pl->group[i], dev)) continue;
       if (!pick && !fits_memory(dev, mem[dev->id], out)) continue;
@@ -487,6 +498,7 @@ floe_code floe__place(FloeRuntime *rt, const FloeGraph *g, const bool *need,
                       const FloePartitionFed *fed, const FloePlaceOptions *o, FloePlacement *out,
                       FloeStatus *st) {
   memset(out, 0, sizeof *out);
+  out->num_nodes = g->num_nodes;
   size_t nn = (size_t)g->num_nodes + 1;
   Placer pl = {rt, g, need, fed, o, NULL, 0, NULL, NULL, out, st};
   out->device = floe__calloc(nn, sizeof *out->device);

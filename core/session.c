@@ -255,6 +255,9 @@ static floe_code check_feed(const FloeGraph *g, const FloeFeed *f, const SigItem
 }
 
 /* Resolves and canonicalises the run's names; errors name the offending name. */
+/* The value of a feed that only names what is fed (placement without a run): never read. */
+static FloeTensor names_only;
+
 static floe_code resolve_sig(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                              const char *const *fetches, int num_fetches,
                              const char *const *targets, int num_targets, RunSig *sig,
@@ -274,7 +277,8 @@ static floe_code resolve_sig(FloeSession *s, const FloeFeed *feeds, int num_feed
                              feeds[i].name ? feeds[i].name : "(null)");
     if ((rc = resolve_output(g, "feed", feeds[i].name, &sig->feeds[i], i, st)) != FLOE_OK)
       return rc;
-    if ((rc = check_feed(g, &feeds[i], &sig->feeds[i], st)) != FLOE_OK) return rc;
+    if (feeds[i].value != &names_only && (rc = check_feed(g, &feeds[i], &sig->feeds[i], st)) != FLOE_OK)
+      return rc;
   }
   qsort(sig->feeds, (size_t)num_feeds, sizeof *sig->feeds, item_cmp);
   for (int i = 1; i < num_feeds; i++)
@@ -899,6 +903,20 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   FloeMultiRunCtl ctl = {.timeout_ms = opts ? opts->timeout_ms : 0, .track = track_step, .arg = s};
   rc = floe__multi_exec_run(e, ordered, got, &ctl, status);
   if (rc != FLOE_OK) goto out;
+  /* Fetched values come back in host memory, wherever they were computed. */
+  for (int i = 0; i < sig.num_fetches; i++) {
+    FloeDevice *d = floe__tensor_device(got[i]);
+    if (!d || d->host_memory || got[i]->dtype == FLOE_RESOURCE) continue;
+    FloeTensor *h = floe__tensor_to_device(got[i], NULL, status);
+    if (!h) {
+      rc = floe_status_code(status) ? floe_status_code(status) : FLOE_NO_MEMORY;
+      floe__status_prefix(status, "copying fetch %d to host memory", i);
+      for (int k = 0; k < sig.num_fetches; k++) floe_tensor_release(got[k]);
+      goto out;
+    }
+    floe_tensor_release(got[i]);
+    got[i] = h;
+  }
   for (int i = 0; i < num_fetches; i++) {
     outputs[i] = got[sig.fetch_map[i]];
     floe_tensor_retain(outputs[i]);
@@ -992,4 +1010,137 @@ floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_ro
   *rows = r;
   *num_rows = n;
   return FLOE_OK;
+}
+
+/* ---- placement, for looking at ---- */
+
+/* Every Placeholder, plus the caller's feed names, as feeds of one scalar each. */
+static floe_code placement_feeds(const FloeGraph *g, const char *const *names, int n,
+                                 FloeTensor *dummy, FloeFeed **out, int *num) {
+  int cap = n;
+  for (int i = 0; i < g->num_nodes; i++) cap += strcmp(g->nodes[i]->op->name, "Placeholder") == 0;
+  FloeFeed *f = floe__calloc((size_t)cap + 1, sizeof *f);
+  if (!f) return FLOE_NO_MEMORY;
+  int k = 0;
+  for (int i = 0; i < n; i++) f[k++] = (FloeFeed){names[i], dummy};
+  for (int i = 0; i < g->num_nodes; i++) {
+    if (strcmp(g->nodes[i]->op->name, "Placeholder") != 0) continue;
+    bool named = false;
+    for (int j = 0; j < n && !named; j++) named = strcmp(names[j], g->nodes[i]->name) == 0;
+    if (!named) f[k++] = (FloeFeed){g->nodes[i]->name, dummy};
+  }
+  *out = f;
+  *num = k;
+  return FLOE_OK;
+}
+
+/* Nodes no other node reads (data or control): the targets of "the whole graph". */
+static const char **sink_names(const FloeGraph *g, int *num) {
+  bool *read = floe__calloc((size_t)g->num_nodes + 1, sizeof *read);
+  const char **t = floe__calloc((size_t)g->num_nodes + 1, sizeof *t);
+  if (!read || !t) {
+    floe__free(read);
+    floe__free(t);
+    return NULL;
+  }
+  for (int i = 0; i < g->num_nodes; i++) {
+    const FloeNode *n = g->nodes[i];
+    for (int j = 0; j < n->num_inputs; j++) read[n->inputs[j].node->id] = true;
+    for (int k = 0; k < n->num_control; k++) read[n->control[k]->id] = true;
+  }
+  int k = 0;
+  for (int i = 0; i < g->num_nodes; i++)
+    if (!read[i] && strcmp(g->nodes[i]->op->name, "Placeholder") != 0) t[k++] = g->nodes[i]->name;
+  floe__free(read);
+  *num = k;
+  return t;
+}
+
+floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int num_feeds,
+                                 const char *const *fetches, int num_fetches,
+                                 const char *const *targets, int num_targets,
+                                 FloeNodePlacement **rows, int *num_rows, double *est_seconds,
+                                 int *num_transfers, FloeStatus *status) {
+  if (!s || !rows || !num_rows || num_feeds < 0 || num_fetches < 0 || num_targets < 0 ||
+      (num_feeds && !feeds) || (num_fetches && !fetches) || (num_targets && !targets))
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_placement: NULL session or rows, or a NULL array with "
+                           "a non-zero count");
+  *rows = NULL;
+  *num_rows = 0;
+  FloeTensor *dummy = &names_only;
+  FloeFeed *fd = NULL;
+  int nfd = 0;
+  const char **sinks = NULL;
+  FloeGraph *clone = NULL;
+  bool *need = NULL;
+  FloePartition part;
+  FloePlacement pl;
+  memset(&part, 0, sizeof part);
+  memset(&pl, 0, sizeof pl);
+  RunSig sig;
+  memset(&sig, 0, sizeof sig);
+  floe_code rc = placement_feeds(s->graph, feeds, num_feeds, dummy, &fd, &nfd);
+  if (rc != FLOE_OK) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory placing the graph");
+    goto out;
+  }
+  if (num_fetches == 0 && num_targets == 0) {
+    sinks = sink_names(s->graph, &num_targets);
+    if (!sinks) {
+      rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory placing the graph");
+      goto out;
+    }
+    targets = sinks;
+  }
+  rc = resolve_sig(s, fd, nfd, fetches, num_fetches, targets, num_targets, &sig, status);
+  if (rc == FLOE_OK) rc = plan_run(s, &sig, &clone, &part, &pl, &need, status);
+  if (rc != FLOE_OK) goto out;
+  /* plan_run left the placed graph in *clone only when it fused; the cut graph went there
+   * too, with the placed graph's nodes first under the same ids. */
+  const FloeGraph *g = clone ? clone : s->graph;
+  int n = 0;
+  size_t strings = 0;
+  for (int i = 0; i < pl.num_nodes; i++) { /* the placed graph's nodes keep their ids in g */
+    if (!need[i] || !pl.device[i]) continue;
+    n++;
+    strings += strlen(g->nodes[i]->name) + strlen(g->nodes[i]->op->name) +
+               strlen(pl.device[i]->short_name) + 3;
+  }
+  char *block = malloc((size_t)n * sizeof(FloeNodePlacement) + strings + 1);
+  if (!block) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory placing the graph");
+    goto out;
+  }
+  FloeNodePlacement *r = (FloeNodePlacement *)block;
+  char *str = block + (size_t)n * sizeof(FloeNodePlacement);
+  int k = 0;
+  for (int i = 0; i < pl.num_nodes && k < n; i++) {
+    if (!need[i] || !pl.device[i]) continue;
+    const FloeNode *nd = g->nodes[i];
+    const char *parts[3] = {nd->name, nd->op->name, pl.device[i]->short_name};
+    const char *copies[3];
+    for (int p = 0; p < 3; p++) {
+      size_t len = strlen(parts[p]) + 1;
+      memcpy(str, parts[p], len);
+      copies[p] = str;
+      str += len;
+    }
+    bool original = i < s->graph->num_nodes && strcmp(s->graph->nodes[i]->name, nd->name) == 0;
+    r[k++] = (FloeNodePlacement){copies[0], copies[1], copies[2], original ? i : -1, pl.start[i],
+                                 pl.finish[i] - pl.start[i]};
+  }
+  *rows = r;
+  *num_rows = k;
+  if (est_seconds) *est_seconds = pl.est_seconds;
+  if (num_transfers) *num_transfers = part.num_sends;
+out:
+  run_sig_free(&sig);
+  floe__partition_free(&part);
+  floe__placement_free(&pl);
+  if (clone) floe_graph_free(clone);
+  floe__free(need);
+  floe__free(fd);
+  floe__free(sinks);
+  return rc;
 }

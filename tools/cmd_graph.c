@@ -1,14 +1,78 @@
-/* cmd_graph.c - floe graph GRAPH [--dot] [--json]: describe or draw a graph file. */
+/* cmd_graph.c - floe graph GRAPH [--dot] [--json] [--placement [--devices LIST]]: describe,
+ * draw or place a graph file. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli.h"
 
 static const char graph_help[] =
-    "Usage: floe graph GRAPH [--dot | --json]\n"
+    "Usage: floe graph GRAPH [--dot | --json] [--placement [--devices LIST]]\n"
     "Describe a graph file: one line per node (name, op, inputs, output dtypes and\n"
     "shapes, requested device). --dot writes Graphviz DOT (pipe it to 'dot -Tsvg');\n"
-    "--json writes the same description as JSON.\n";
+    "--json writes the same description as JSON.\n"
+    "--placement places the graph as a run of all its sinks would (placeholders fed):\n"
+    "one line per node with its device and simulated start and time, then the\n"
+    "estimated step time; with --dot the nodes are coloured by device.\n"
+    "--devices LIST places with the cost model among these devices (e.g. cpu,tpu-sim);\n"
+    "without it a node goes to its requested device, else the first with a kernel.\n";
+
+/* Places g; prints the table (or, with dot, the coloured picture; with json, JSON). */
+static int placement(const FloeGraph *g, const char *devices, int dot, int json, FloeStatus *st) {
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.devices = devices;
+  FloeSession *s = floe_session_new(g, &so, st);
+  if (!s) return cli_error("graph", "%s", floe_status_message(st));
+  FloeNodePlacement *rows = NULL;
+  int n = 0, transfers = 0;
+  double est = 0;
+  int rc = 0;
+  if (floe_session_placement(s, NULL, 0, NULL, 0, NULL, 0, &rows, &n, &est, &transfers, st) !=
+      FLOE_OK) {
+    rc = cli_error("graph", "%s", floe_status_message(st));
+  } else if (dot) {
+    const char **dev = calloc((size_t)floe_graph_num_nodes(g) + 1, sizeof *dev);
+    if (!dev) {
+      rc = cli_error("graph", "out of memory");
+    } else {
+      for (int i = 0; i < n; i++)
+        if (rows[i].graph_index >= 0) dev[rows[i].graph_index] = rows[i].device;
+      if (floe_graph_write_dot_devices(g, dev, stdout, st) != FLOE_OK)
+        rc = cli_error("graph", "%s", floe_status_message(st));
+      free(dev);
+    }
+  } else if (json) {
+    JsonWriter w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "estimated_step_seconds"), json_double(&w, est);
+    json_key(&w, "transfers"), json_int(&w, transfers);
+    json_key(&w, "nodes"), json_begin_array(&w);
+    for (int i = 0; i < n; i++) {
+      json_begin_object(&w);
+      json_key(&w, "name"), json_string(&w, rows[i].node);
+      json_key(&w, "op"), json_string(&w, rows[i].op);
+      json_key(&w, "device"), json_string(&w, rows[i].device);
+      json_key(&w, "start_seconds"), json_double(&w, rows[i].start);
+      json_key(&w, "seconds"), json_double(&w, rows[i].seconds);
+      json_end_object(&w);
+    }
+    json_end_array(&w);
+    json_end_object(&w);
+    json_finish(&w);
+  } else {
+    printf("%-40s %-24s %-12s %12s %12s\n", "NODE", "OP", "DEVICE", "START_US", "TIME_US");
+    for (int i = 0; i < n; i++)
+      printf("%-40s %-24s %-12s %12.1f %12.1f\n", rows[i].node, rows[i].op, rows[i].device,
+             rows[i].start * 1e6, rows[i].seconds * 1e6);
+    printf("estimated step time %.1f us, %d transfer%s across devices\n", est * 1e6, transfers,
+           transfers == 1 ? "" : "s");
+  }
+  free(rows);
+  floe_session_free(s);
+  return rc;
+}
 
 static void describe(const FloeGraph *g) {
   for (int i = 0; i < floe_graph_num_nodes(g); i++) {
@@ -83,13 +147,18 @@ static void describe_json(const FloeGraph *g) {
 int cmd_graph(int argc, char **argv) {
   static const struct option opts[] = {{"dot", no_argument, NULL, 'd'},
                                        {"json", no_argument, NULL, 'j'},
+                                       {"placement", no_argument, NULL, 'p'},
+                                       {"devices", required_argument, NULL, 'D'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  int dot = 0, json = 0, c;
+  int dot = 0, json = 0, place = 0, c;
+  const char *devices = NULL;
   optind = 1;
   while ((c = getopt_long(argc, argv, "djh", opts, NULL)) != -1) {
     if (c == 'd') dot = 1;
     else if (c == 'j') json = 1;
+    else if (c == 'p') place = 1;
+    else if (c == 'D') devices = optarg;
     else if (c == 'h') {
       printf("%s", graph_help);
       return 0;
@@ -98,6 +167,7 @@ int cmd_graph(int argc, char **argv) {
   }
   if (optind != argc - 1) return cli_usage("graph", "expected exactly one GRAPH file");
   if (dot && json) return cli_usage("graph", "--dot and --json exclude each other");
+  if (devices && !place) return cli_usage("graph", "--devices goes with --placement");
   /* Plugins may define custom ops the file uses. */
   if (!cli_runtime("graph")) return 1;
   FloeStatus *st = floe_status_new();
@@ -105,6 +175,8 @@ int cmd_graph(int argc, char **argv) {
   int rc = 0;
   if (!g) {
     rc = cli_error("graph", "%s", floe_status_message(st));
+  } else if (place) {
+    rc = placement(g, devices, dot, json, st);
   } else if (dot) {
     if (floe_graph_write_dot(g, stdout, st) != FLOE_OK)
       rc = cli_error("graph", "%s", floe_status_message(st));

@@ -133,6 +133,18 @@ int cmd_run(int argc, char **argv) {
     goto out;
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
+  /* A fetch may live in a device's own memory (tpu-sim, a GPU): printing reads host data. */
+  for (int i = 0; i < nfetch; i++) {
+    if (floe_tensor_nbytes(outputs[i]) == 0 || floe_tensor_data(outputs[i])) continue;
+    FloeTensor *host = floe_tensor_copy(outputs[i], st);
+    if (!host) {
+      rc = cli_error("run", "copying fetch %s to the host: %s", fetches[i],
+                     floe_status_message(st));
+      goto out;
+    }
+    floe_tensor_release(outputs[i]);
+    outputs[i] = host;
+  }
   double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   if (out_dir && mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
     rc = cli_error("run", "cannot create --out %s: %s", out_dir, strerror(errno));

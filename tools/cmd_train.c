@@ -29,7 +29,7 @@ static const char train_help[] =
     "                  [--lr X] [--lr-schedule cosine|constant] [--threads N]\n"
     "                  [--seed S] [--data DIR] [--checkpoint-dir DIR [--resume]]\n"
     "                  [--stop-after K] [--input queue|feed] [--export FILE]\n"
-    "                  [--profile] [--json]\n"
+    "                  [--devices LIST [--compress-transfers]] [--profile] [--json]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
     "                         max-pool blocks (32, 64 filters), dense 1024, dense 10;\n"
@@ -65,6 +65,10 @@ static const char train_help[] =
     "                         exactly: the queue's readers restart at the checkpoint's\n"
     "                         epoch and batch\n"
     "  --export FILE          write the frozen inference graph (input x, output logits)\n"
+    "  --devices LIST         place the training graph with the cost model across these\n"
+    "                         devices (e.g. cpu,tpu-sim or cuda:0); default: everything on\n"
+    "                         the first device with a kernel (the CPU)\n"
+    "  --compress-transfers   f32 values crossing devices travel as bf16 (lossy)\n"
     "  --profile              time every kernel of the training steps and print, per op\n"
     "                         type, calls and time (sorted by total time) at the end: to\n"
     "                         stderr, or as \"profile\" in the JSON with --json\n"
@@ -88,6 +92,8 @@ typedef struct TrainOptions {
   int stop_after; /* 0: run to --epochs */
   int64_t limit;  /* 0: all examples */
   int queue;      /* --input queue (else feed) */
+  const char *devices; /* --devices: cost-model placement among these; NULL: none */
+  int compress;        /* --compress-transfers */
 } TrainOptions;
 
 static double now_seconds(void) {
@@ -109,7 +115,7 @@ static int parse_int(const char *s, long long lo, long long hi, long long *out) 
 /* Returns 0 to go on, else the exit status (help printed: 0 through *done). */
 static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
-         OPT_INPUT };
+         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -122,6 +128,8 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"lr-schedule", required_argument, NULL, OPT_SCHEDULE},
       {"stop-after", required_argument, NULL, OPT_STOP},
       {"input", required_argument, NULL, OPT_INPUT},
+      {"devices", required_argument, NULL, OPT_DEVICES},
+      {"compress-transfers", no_argument, NULL, OPT_COMPRESS},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
@@ -194,6 +202,8 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
           return cli_usage("train", "--input takes queue or feed");
         o->queue = !strcmp(optarg, "queue");
         break;
+      case OPT_DEVICES: o->devices = optarg; break;
+      case OPT_COMPRESS: o->compress = 1; break;
       case OPT_LIMIT:
         if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--limit takes N >= 1");
         o->limit = v;
@@ -489,6 +499,8 @@ int cmd_train(int argc, char **argv) {
   if (build_graph(&t)) goto out;
   FloeSessionOptions so;
   floe_session_options_init(&so);
+  so.devices = o->devices;
+  so.compress_transfers = o->compress;
   if (!(t.s = floe_session_new(t.g, &so, t.st))) {
     rc = cli_error("train", "%s", floe_status_message(t.st));
     goto out;

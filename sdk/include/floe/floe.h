@@ -310,6 +310,10 @@ FLOE_API FloeGraph *floe_graph_deserialize(const void *buf, size_t len, const ch
                                            FloeStatus *status);
 /* Graphviz DOT to `out`. */
 FLOE_API floe_code floe_graph_write_dot(const FloeGraph *g, FILE *out, FloeStatus *status);
+/* The same with node i filled in the colour of devices[i] (a device name; NULL: not placed),
+ * one colour per distinct device, and a legend. devices borrowed for the call. */
+FLOE_API floe_code floe_graph_write_dot_devices(const FloeGraph *g, const char *const *devices,
+                                                FILE *out, FloeStatus *status);
 
 /* Common builders (each a floe_node_begin..finish; NULL name = automatic). */
 FLOE_API FloeOutput floe_placeholder(FloeGraph *g, const char *name, FloeDType dt, FloeShape shape);
@@ -362,7 +366,8 @@ typedef struct FloeFeed {
 
 /* Run one step: computes fetches ("node" or "node:index") and runs targets (node names) for
  * their side effects, executing only what they need. On success outputs[i] holds a new
- * reference to fetch i (caller releases each). On error no outputs are set and the status
+ * reference to fetch i (caller releases each), in host memory wherever it was computed
+ * (floe_tensor_data reads it). On error no outputs are set and the status
  * names the failing node. Safe to call concurrently from several threads. */
 FLOE_API floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                                     const char *const *fetches, int num_fetches,
@@ -391,6 +396,28 @@ FLOE_API void floe_session_cancel(FloeSession *s);
 FLOE_API void floe_session_close(FloeSession *s);
 /* Number of prepared executors cached (one per feeds/fetches/targets signature). */
 FLOE_API int floe_session_num_cached(const FloeSession *s);
+
+/* Placement: where a run would put each node, and what the cost model expects it to cost,
+ * without running anything. feeds: names ("x" or "x:0") the run would feed; every
+ * Placeholder is taken as fed too. With no fetches and no targets, every node no other node
+ * reads is a target. */
+typedef struct FloeNodePlacement {
+  const char *node;     /* node name (in the session's graph, or a fused node's) */
+  const char *op;
+  const char *device;   /* short device name, e.g. "tpu-sim:0" */
+  int graph_index;      /* the node's index in the session's graph; -1 for a fused node */
+  double start;         /* simulated start, seconds from the step's start */
+  double seconds;       /* simulated duration */
+} FloeNodePlacement;
+/* On success *rows is one malloc'd block (rows, then the strings they point to) of *num_rows
+ * rows that the caller frees with free(); *est_seconds (may be NULL) is the simulated step
+ * time; *num_transfers (may be NULL) counts the _Send nodes partitioning would add. */
+FLOE_API floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int num_feeds,
+                                          const char *const *fetches, int num_fetches,
+                                          const char *const *targets, int num_targets,
+                                          FloeNodePlacement **rows, int *num_rows,
+                                          double *est_seconds, int *num_transfers,
+                                          FloeStatus *status);
 
 /* Profiling: per op type, what the kernels of this session's runs cost. */
 typedef struct FloeOpProfile {
