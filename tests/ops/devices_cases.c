@@ -50,72 +50,78 @@
 /* Case families. */
 
 /* Binary elementwise ops with NumPy broadcasting: x in [a0, a1), y in [b0, b1). */
-#define BINARY(o, a0, a1, b0, b1)                                                         \
-  {.op = o, .label = "same [3,5] f32", .in = {R(F32, a0, a1, 2, 3, 5), R(F32, b0, b1, 2, 3, 5)}},              \
-  {.op = o, .label = "bcast [4,1,3] x [5,1] f32", .in = {R(F32, a0, a1, 3, 4, 1, 3), R(F32, b0, b1, 2, 5, 1)}}, \
-  {.op = o, .label = "bcast [] x [7] f32", .in = {RS(F32, a0, a1), R(F32, b0, b1, 1, 7)}},                     \
-  {.op = o, .label = "bcast [2,1031] x [1031] f32 (vector tails)",                                       \
-   .in = {R(F32, a0, a1, 2, 2, 1031), R(F32, b0, b1, 1, 1031)}},                                 \
-  {.op = o, .label = "bcast [3,1] x [1,4] f64", .in = {R(F64, a0, a1, 2, 3, 1), R(F64, b0, b1, 2, 1, 4)}},      \
+#define BINARY(o, a0, a1, b0, b1) \
+  {.op = o, .label = "same [3,5] f32", .in = {R(F32, a0, a1, 2, 3, 5), R(F32, b0, b1, 2, 3, 5)}}, \
+  {.op = o, .label = "bcast [4,1,3] x [5,1] f32", \
+   .in = {R(F32, a0, a1, 3, 4, 1, 3), R(F32, b0, b1, 2, 5, 1)}}, \
+  {.op = o, .label = "bcast [] x [7] f32", .in = {RS(F32, a0, a1), R(F32, b0, b1, 1, 7)}}, \
+  {.op = o, .label = "bcast [2,1031] x [1031] f32 (vector tails)", \
+   .in = {R(F32, a0, a1, 2, 2, 1031), R(F32, b0, b1, 1, 1031)}}, \
+  {.op = o, .label = "bcast [3,1] x [1,4] f64", \
+   .in = {R(F64, a0, a1, 2, 3, 1), R(F64, b0, b1, 2, 1, 4)}}, \
   {.op = o, .label = "same [4,6] bf16", .in = {R(BF16, a0, a1, 2, 4, 6), R(BF16, b0, b1, 2, 4, 6)}}
 
 /* Unary elementwise ops on values in [lo, hi). */
-#define UNARY(o, lo, hi)                                                                  \
-  {.op = o, .label = "[2,3,7] f32", .in = {R(F32, lo, hi, 3, 2, 3, 7)}},                                       \
-  {.op = o, .label = "[1001] f32 (vector tails)", .in = {R(F32, lo, hi, 1, 1001)}},                            \
-  {.op = o, .label = "[] f32", .in = {RS(F32, lo, hi)}},                                                       \
+#define UNARY(o, lo, hi) \
+  {.op = o, .label = "[2,3,7] f32", .in = {R(F32, lo, hi, 3, 2, 3, 7)}}, \
+  {.op = o, .label = "[1001] f32 (vector tails)", .in = {R(F32, lo, hi, 1, 1001)}}, \
+  {.op = o, .label = "[] f32", .in = {RS(F32, lo, hi)}}, \
   {.op = o, .label = "[33] f64", .in = {R(F64, lo, hi, 1, 33)}}
 
 /* Elementwise gradient ops: both operands of one shape. */
-#define GRAD2(o, a0, a1, b0, b1)                                                          \
-  {.op = o, .label = "[4,9] f32", .in = {R(F32, a0, a1, 2, 4, 9), R(F32, b0, b1, 2, 4, 9)}},                   \
-  {.op = o, .label = "[1031] f32 (vector tails)", .in = {R(F32, a0, a1, 1, 1031), R(F32, b0, b1, 1, 1031)}},   \
+#define GRAD2(o, a0, a1, b0, b1) \
+  {.op = o, .label = "[4,9] f32", .in = {R(F32, a0, a1, 2, 4, 9), R(F32, b0, b1, 2, 4, 9)}}, \
+  {.op = o, .label = "[1031] f32 (vector tails)", \
+   .in = {R(F32, a0, a1, 1, 1031), R(F32, b0, b1, 1, 1031)}}, \
   {.op = o, .label = "[129] f64", .in = {R(F64, a0, a1, 1, 129), R(F64, b0, b1, 1, 129)}}
 
 /* Comparisons: small integers so that ties happen, and floats. */
-#define COMPARE(o)                                                                        \
-  {.op = o, .label = "bcast [3,4] x [4] i32", .in = {R(I32, 0, 3, 2, 3, 4), R(I32, 0, 3, 1, 4)}},              \
-  {.op = o, .label = "same [5,7] f32", .in = {R(F32, -1, 1, 2, 5, 7), R(F32, -1, 1, 2, 5, 7)}},                \
-  {.op = o, .label = "bcast [2,1,3] x [4,1] f64", .in = {R(F64, -1, 1, 3, 2, 1, 3), R(F64, -1, 1, 2, 4, 1)}}
+#define COMPARE(o) \
+  {.op = o, .label = "bcast [3,4] x [4] i32", .in = {R(I32, 0, 3, 2, 3, 4), R(I32, 0, 3, 1, 4)}}, \
+  {.op = o, .label = "same [5,7] f32", .in = {R(F32, -1, 1, 2, 5, 7), R(F32, -1, 1, 2, 5, 7)}}, \
+  {.op = o, .label = "bcast [2,1,3] x [4,1] f64", \
+   .in = {R(F64, -1, 1, 3, 2, 1, 3), R(F64, -1, 1, 2, 4, 1)}}
 
 /* Reductions over axes (i32 scalar or vector). */
-#define REDUCE(o, lo, hi)                                                                 \
-  {.op = o, .label = "[3,4,5] axis [1] f32", .in = {R(F32, lo, hi, 3, 3, 4, 5), IV(1, 1)}},                    \
-  {.op = o, .label = "[3,4,5] axes [0,2] keep_dims f32", .in = {R(F32, lo, hi, 3, 3, 4, 5), IV(2, 0, 2)},      \
-   .attrs = {AB("keep_dims", 1)}},                                                          \
-  {.op = o, .label = "[6,7] axis -1 (scalar) f32", .in = {R(F32, lo, hi, 2, 6, 7), S(I32, -1)}},               \
-  {.op = o, .label = "[64,257] axis 0 f32 (long columns)", .in = {R(F32, lo, hi, 2, 64, 257), IV(1, 0)}},      \
-  {.op = o, .label = "[4,5] axes [0,1] f64", .in = {R(F64, lo, hi, 2, 4, 5), IV(2, 0, 1)}},                    \
-  {.op = o, .label = "[3,4] axis [1] i32", .in = {R(I32, -5, 5, 2, 3, 4), IV(1, 1)}},                          \
+#define REDUCE(o, lo, hi) \
+  {.op = o, .label = "[3,4,5] axis [1] f32", .in = {R(F32, lo, hi, 3, 3, 4, 5), IV(1, 1)}}, \
+  {.op = o, .label = "[3,4,5] axes [0,2] keep_dims f32", \
+   .in = {R(F32, lo, hi, 3, 3, 4, 5), IV(2, 0, 2)}, \
+   .attrs = {AB("keep_dims", 1)}}, \
+  {.op = o, .label = "[6,7] axis -1 (scalar) f32", .in = {R(F32, lo, hi, 2, 6, 7), S(I32, -1)}}, \
+  {.op = o, .label = "[64,257] axis 0 f32 (long columns)", \
+   .in = {R(F32, lo, hi, 2, 64, 257), IV(1, 0)}}, \
+  {.op = o, .label = "[4,5] axes [0,1] f64", .in = {R(F64, lo, hi, 2, 4, 5), IV(2, 0, 1)}}, \
+  {.op = o, .label = "[3,4] axis [1] i32", .in = {R(I32, -5, 5, 2, 3, 4), IV(1, 1)}}, \
   {.op = o, .label = "[2,3] no axes f32", .in = {R(F32, lo, hi, 2, 2, 3), V(I32, VALS(0), 1, 0)}}
 
 /* Pooling windows: [2,6,6,3] 2x2 stride 2 VALID, [1,7,5,2] 3x3 stride 2 SAME, NCHW. */
-#define POOL(o)                                                                           \
-  {.op = o, .label = "[2,6,6,3] 2x2/2 VALID", .in = {R(F32, -1, 1, 4, 2, 6, 6, 3)},                            \
-   .attrs = {NHWC4("ksize", 2, 2), NHWC4("strides", 2, 2), AS("padding", "VALID")}},       \
-  {.op = o, .label = "[1,7,5,2] 3x3/2 SAME", .in = {R(F32, -1, 1, 4, 1, 7, 5, 2)},                             \
-   .attrs = {NHWC4("ksize", 3, 3), NHWC4("strides", 2, 2), AS("padding", "SAME")}},        \
-  {.op = o, .label = "NCHW [1,2,5,5] 3x3/1 SAME", .in = {R(F32, -1, 1, 4, 1, 2, 5, 5)},                        \
-   .attrs = {NCHW4("ksize", 3, 3), NCHW4("strides", 1, 1), AS("padding", "SAME"),           \
-             AS("data_format", "NCHW")}},                                                   \
-  {.op = o, .label = "[1,5,4,3] 2x3/1x2 VALID f64", .in = {R(F64, -1, 1, 4, 1, 5, 4, 3)},                       \
+#define POOL(o) \
+  {.op = o, .label = "[2,6,6,3] 2x2/2 VALID", .in = {R(F32, -1, 1, 4, 2, 6, 6, 3)}, \
+   .attrs = {NHWC4("ksize", 2, 2), NHWC4("strides", 2, 2), AS("padding", "VALID")}}, \
+  {.op = o, .label = "[1,7,5,2] 3x3/2 SAME", .in = {R(F32, -1, 1, 4, 1, 7, 5, 2)}, \
+   .attrs = {NHWC4("ksize", 3, 3), NHWC4("strides", 2, 2), AS("padding", "SAME")}}, \
+  {.op = o, .label = "NCHW [1,2,5,5] 3x3/1 SAME", .in = {R(F32, -1, 1, 4, 1, 2, 5, 5)}, \
+   .attrs = {NCHW4("ksize", 3, 3), NCHW4("strides", 1, 1), AS("padding", "SAME"), \
+             AS("data_format", "NCHW")}}, \
+  {.op = o, .label = "[1,5,4,3] 2x3/1x2 VALID f64", .in = {R(F64, -1, 1, 4, 1, 5, 4, 3)}, \
    .attrs = {NHWC4("ksize", 2, 3), NHWC4("strides", 1, 2), AS("padding", "VALID")}}
 
 /* MaxPoolGrad-like ops (orig_input, orig_output, grad) over POOL's windows; orig_output is
  * derived by MaxPool on the reference. */
-#define POOL_GRAD(o, dv)                                                              \
-  {.op = o, .label = "[2,6,6,3] 2x2/2 VALID",                                                             \
-   .in = {R(F32, -1, 1, 4, 2, 6, 6, 3), D(F32, 4, 2, 3, 3, 3), R(F32, -1, 1, 4, 2, 3, 3, 3)},     \
-   .attrs = {NHWC4("ksize", 2, 2), NHWC4("strides", 2, 2), AS("padding", "VALID")},        \
-   .derive = dv},                                                                       \
-  {.op = o, .label = "[1,7,5,2] 3x3/2 SAME",                                                              \
-   .in = {R(F32, -1, 1, 4, 1, 7, 5, 2), D(F32, 4, 1, 4, 3, 2), R(F32, -1, 1, 4, 1, 4, 3, 2)},     \
-   .attrs = {NHWC4("ksize", 3, 3), NHWC4("strides", 2, 2), AS("padding", "SAME")},         \
-   .derive = dv},                                                                       \
-  {.op = o, .label = "NCHW [1,2,5,5] 3x3/1 SAME",                                                         \
-   .in = {R(F32, -1, 1, 4, 1, 2, 5, 5), D(F32, 4, 1, 2, 5, 5), R(F32, -1, 1, 4, 1, 2, 5, 5)},     \
-   .attrs = {NCHW4("ksize", 3, 3), NCHW4("strides", 1, 1), AS("padding", "SAME"),           \
-             AS("data_format", "NCHW")},                                                    \
+#define POOL_GRAD(o, dv) \
+  {.op = o, .label = "[2,6,6,3] 2x2/2 VALID", \
+   .in = {R(F32, -1, 1, 4, 2, 6, 6, 3), D(F32, 4, 2, 3, 3, 3), R(F32, -1, 1, 4, 2, 3, 3, 3)}, \
+   .attrs = {NHWC4("ksize", 2, 2), NHWC4("strides", 2, 2), AS("padding", "VALID")}, \
+   .derive = dv}, \
+  {.op = o, .label = "[1,7,5,2] 3x3/2 SAME", \
+   .in = {R(F32, -1, 1, 4, 1, 7, 5, 2), D(F32, 4, 1, 4, 3, 2), R(F32, -1, 1, 4, 1, 4, 3, 2)}, \
+   .attrs = {NHWC4("ksize", 3, 3), NHWC4("strides", 2, 2), AS("padding", "SAME")}, \
+   .derive = dv}, \
+  {.op = o, .label = "NCHW [1,2,5,5] 3x3/1 SAME", \
+   .in = {R(F32, -1, 1, 4, 1, 2, 5, 5), D(F32, 4, 1, 2, 5, 5), R(F32, -1, 1, 4, 1, 2, 5, 5)}, \
+   .attrs = {NCHW4("ksize", 3, 3), NCHW4("strides", 1, 1), AS("padding", "SAME"), \
+             AS("data_format", "NCHW")}, \
    .derive = dv}
 
 /* Convolution geometries: input, filter (HWIO), output; the three conv ops share them. */
@@ -203,12 +209,18 @@ const XCase xcases[] = {
     {.op = "StopGradient", .label = "[3,4] f32", .in = {R(F32, -1, 1, 2, 3, 4)}},
     {.op = "StopGradient", .label = "[6] i64", .in = {R(I64, -9, 9, 1, 6)}},
     {.op = "NoOp", .label = "no inputs, run as a target", .in = {{0}}},
-    {.op = "Const", .label = "[3,4] f32", .in = {{0}}, .attrs = {ATENSOR("value", F32, 7, 2, 3, 4), AT("dtype", F32)}},
-    {.op = "Const", .label = "[] f64", .in = {{0}}, .attrs = {ATENSOR("value", F64, 8, 0, 0), AT("dtype", F64)}},
+    {.op = "Const", .label = "[3,4] f32",
+     .in = {{0}}, .attrs = {ATENSOR("value", F32, 7, 2, 3, 4), AT("dtype", F32)}},
+    {.op = "Const", .label = "[] f64",
+     .in = {{0}}, .attrs = {ATENSOR("value", F64, 8, 0, 0), AT("dtype", F64)}},
 
     /* --- elementwise binary --- */
     BINARY("Add", -1, 1, -1, 1),
-    {.op = "Add", .label = "bcast [3,4] x [4] i32", .in = {R(I32, -9, 9, 2, 3, 4), R(I32, -9, 9, 1, 4)}},
+    {.op = "Add", .label = "bcast [0,3] x [3] (empty)",
+     .in = {R(F32, -1, 1, 2, 0, 3), R(F32, -1, 1, 1, 3)}},
+    {.op = "Relu", .label = "[0] (empty)", .in = {R(F32, -1, 1, 1, 0)}},
+    {.op = "Add", .label = "bcast [3,4] x [4] i32",
+     .in = {R(I32, -9, 9, 2, 3, 4), R(I32, -9, 9, 1, 4)}},
     BINARY("Sub", -1, 1, -1, 1),
     {.op = "Sub", .label = "same [7] i64", .in = {R(I64, -99, 99, 1, 7), R(I64, -99, 99, 1, 7)}},
     BINARY("Mul", -2, 2, -2, 2),
@@ -217,11 +229,14 @@ const XCase xcases[] = {
     {.op = "Div", .label = "i32 truncating, mixed signs",
      .in = {R(I32, -50, 50, 2, 3, 5), V(I32, VALS(3, -4, 7, -2, 9), 1, 5)}},
     BINARY("Pow", 0.5, 2, -2, 2),
-    {.op = "Pow", .label = "i32 small exponents", .in = {R(I32, -3, 4, 2, 3, 4), R(I32, 0, 4, 2, 3, 4)}},
+    {.op = "Pow", .label = "i32 small exponents",
+     .in = {R(I32, -3, 4, 2, 3, 4), R(I32, 0, 4, 2, 3, 4)}},
     BINARY("Maximum", -1, 1, -1, 1),
-    {.op = "Maximum", .label = "bcast [3,4] x [4] i32", .in = {R(I32, -9, 9, 2, 3, 4), R(I32, -9, 9, 1, 4)}},
+    {.op = "Maximum", .label = "bcast [3,4] x [4] i32",
+     .in = {R(I32, -9, 9, 2, 3, 4), R(I32, -9, 9, 1, 4)}},
     BINARY("Minimum", -1, 1, -1, 1),
-    {.op = "Minimum", .label = "bcast [3,4] x [4] i32", .in = {R(I32, -9, 9, 2, 3, 4), R(I32, -9, 9, 1, 4)}},
+    {.op = "Minimum", .label = "bcast [3,4] x [4] i32",
+     .in = {R(I32, -9, 9, 2, 3, 4), R(I32, -9, 9, 1, 4)}},
 
     /* --- elementwise unary and activations --- */
     UNARY("Neg", -3, 3),
@@ -239,9 +254,11 @@ const XCase xcases[] = {
     UNARY("Relu6", -3, 9),
     {.op = "Relu6", .label = "[5,6] i32", .in = {R(I32, -9, 9, 2, 5, 6)}},
     UNARY("LeakyRelu", -3, 3),
-    {.op = "LeakyRelu", .label = "[4,5] alpha 0.05", .in = {R(F32, -3, 3, 2, 4, 5)}, .attrs = {AF("alpha", 0.05)}},
+    {.op = "LeakyRelu", .label = "[4,5] alpha 0.05",
+     .in = {R(F32, -3, 3, 2, 4, 5)}, .attrs = {AF("alpha", 0.05)}},
     UNARY("Elu", -3, 3),
-    {.op = "Elu", .label = "[4,5] alpha 0.5", .in = {R(F32, -3, 3, 2, 4, 5)}, .attrs = {AF("alpha", 0.5)}},
+    {.op = "Elu", .label = "[4,5] alpha 0.5",
+     .in = {R(F32, -3, 3, 2, 4, 5)}, .attrs = {AF("alpha", 0.5)}},
     UNARY("Gelu", -4, 4),
     {.op = "Gelu", .label = "[4,5] tanh approximation", .in = {R(F32, -4, 4, 2, 4, 5)},
      .attrs = {AB("approximate", 1)}},
@@ -256,19 +273,24 @@ const XCase xcases[] = {
     {.op = "AddN", .label = "3 x [3,4] f32", .in = {R(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4),
                                R(F32, -1, 1, 2, 3, 4)}, .lists = {3}},
     {.op = "AddN", .label = "1 x [7] f32", .in = {R(F32, -1, 1, 1, 7)}, .lists = {1}},
-    {.op = "AddN", .label = "2 x [1031] f64", .in = {R(F64, -1, 1, 1, 1031), R(F64, -1, 1, 1, 1031)}, .lists = {2}},
-    {.op = "AddN", .label = "2 x [2,3] i32", .in = {R(I32, -9, 9, 2, 2, 3), R(I32, -9, 9, 2, 2, 3)}, .lists = {2}},
+    {.op = "AddN", .label = "2 x [1031] f64",
+     .in = {R(F64, -1, 1, 1, 1031), R(F64, -1, 1, 1, 1031)}, .lists = {2}},
+    {.op = "AddN", .label = "2 x [2,3] i32",
+     .in = {R(I32, -9, 9, 2, 2, 3), R(I32, -9, 9, 2, 2, 3)}, .lists = {2}},
 
     /* --- elementwise gradients --- */
     GRAD2("ReluGrad", -1, 1, -2, 2),
-    {.op = "ReluGrad", .label = "[5,6] i32", .in = {R(I32, -9, 9, 2, 5, 6), R(I32, -9, 9, 2, 5, 6)}},
+    {.op = "ReluGrad", .label = "[5,6] i32",
+     .in = {R(I32, -9, 9, 2, 5, 6), R(I32, -9, 9, 2, 5, 6)}},
     GRAD2("Relu6Grad", -1, 1, -2, 8),
     GRAD2("LeakyReluGrad", -1, 1, -2, 2),
-    {.op = "LeakyReluGrad", .label = "[4,5] alpha 0.05", .in = {R(F32, -1, 1, 2, 4, 5), R(F32, -2, 2, 2, 4, 5)},
+    {.op = "LeakyReluGrad", .label = "[4,5] alpha 0.05",
+     .in = {R(F32, -1, 1, 2, 4, 5), R(F32, -2, 2, 2, 4, 5)},
      .attrs = {AF("alpha", 0.05)}},
     GRAD2("EluGrad", -1, 1, -0.9, 2),
     GRAD2("GeluGrad", -1, 1, -4, 4),
-    {.op = "GeluGrad", .label = "[4,5] tanh approximation", .in = {R(F32, -1, 1, 2, 4, 5), R(F32, -4, 4, 2, 4, 5)},
+    {.op = "GeluGrad", .label = "[4,5] tanh approximation",
+     .in = {R(F32, -1, 1, 2, 4, 5), R(F32, -4, 4, 2, 4, 5)},
      .attrs = {AB("approximate", 1)}},
     GRAD2("SigmoidGrad", 0.01, 0.99, -1, 1),
     GRAD2("TanhGrad", -0.99, 0.99, -1, 1),
@@ -278,51 +300,75 @@ const XCase xcases[] = {
 
     /* --- softmax and losses --- */
     {.op = "Softmax", .label = "[4,10] last axis f32", .in = {R(F32, -5, 5, 2, 4, 10)}},
-    {.op = "Softmax", .label = "[3,5,6] axis 1 f32", .in = {R(F32, -5, 5, 3, 3, 5, 6)}, .attrs = {AI("axis", 1)}},
+    {.op = "Softmax", .label = "[3,5,6] axis 1 f32",
+     .in = {R(F32, -5, 5, 3, 3, 5, 6)}, .attrs = {AI("axis", 1)}},
     {.op = "Softmax", .label = "[2,1031] f32 (vector tails)", .in = {R(F32, -5, 5, 2, 2, 1031)}},
     {.op = "Softmax", .label = "[2,17] f64", .in = {R(F64, -5, 5, 2, 2, 17)}},
     {.op = "LogSoftmax", .label = "[4,10] last axis f32", .in = {R(F32, -5, 5, 2, 4, 10)}},
-    {.op = "LogSoftmax", .label = "[3,5,6] axis 0 f32", .in = {R(F32, -5, 5, 3, 3, 5, 6)}, .attrs = {AI("axis", 0)}},
+    {.op = "LogSoftmax", .label = "[3,5,6] axis 0 f32",
+     .in = {R(F32, -5, 5, 3, 3, 5, 6)}, .attrs = {AI("axis", 0)}},
     {.op = "LogSoftmax", .label = "[2,17] f64", .in = {R(F64, -5, 5, 2, 2, 17)}},
     {.op = "SoftmaxCrossEntropyWithLogits", .label = "[8,10] f32", .in = {R(F32, -4, 4, 2, 8, 10),
                                                      R(F32, 0, 1, 2, 8, 10)}},
-    {.op = "SoftmaxCrossEntropyWithLogits", .label = "[3,7] f64", .in = {R(F64, -4, 4, 2, 3, 7), R(F64, 0, 1, 2, 3, 7)}},
+    {.op = "SoftmaxCrossEntropyWithLogits", .label = "[3,7] f64",
+     .in = {R(F64, -4, 4, 2, 3, 7), R(F64, 0, 1, 2, 3, 7)}},
     {.op = "SparseSoftmaxCrossEntropyWithLogits", .label = "[6,5] i64 labels f32",
      .in = {R(F32, -4, 4, 2, 6, 5), LV(6, 0, 4, 2, 1, 3, 0)}},
     {.op = "SparseSoftmaxCrossEntropyWithLogits", .label = "[4,9] i32 labels f64",
      .in = {R(F64, -4, 4, 2, 4, 9), IV(4, 8, 0, 5, 5)}},
 
     /* --- matrix products --- */
-    {.op = "MatMul", .label = "[3,4] x [4,5]", .in = {R(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 4, 5)}, .flags = XF_MATRIX},
-    {.op = "MatMul", .label = "[4,3]^T x [4,5]", .in = {R(F32, -1, 1, 2, 4, 3), R(F32, -1, 1, 2, 4, 5)},
+    {.op = "MatMul", .label = "[3,4] x [4,5]",
+     .in = {R(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 4, 5)}, .flags = XF_MATRIX},
+    {.op = "MatMul", .label = "[4,3]^T x [4,5]",
+     .in = {R(F32, -1, 1, 2, 4, 3), R(F32, -1, 1, 2, 4, 5)},
      .attrs = {AB("transpose_a", 1)}, .flags = XF_MATRIX},
-    {.op = "MatMul", .label = "[3,4] x [5,4]^T", .in = {R(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 5, 4)},
+    {.op = "MatMul", .label = "[3,4] x [5,4]^T",
+     .in = {R(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 5, 4)},
      .attrs = {AB("transpose_b", 1)}, .flags = XF_MATRIX},
-    {.op = "MatMul", .label = "[6,3]^T x [7,6]^T", .in = {R(F32, -1, 1, 2, 6, 3), R(F32, -1, 1, 2, 7, 6)},
+    {.op = "MatMul", .label = "[6,3]^T x [7,6]^T",
+     .in = {R(F32, -1, 1, 2, 6, 3), R(F32, -1, 1, 2, 7, 6)},
      .attrs = {AB("transpose_a", 1), AB("transpose_b", 1)}, .flags = XF_MATRIX},
-    {.op = "MatMul", .label = "[17,33] x [33,9] (odd sizes)", .in = {R(F32, -1, 1, 2, 17, 33), R(F32, -1, 1, 2, 33, 9)},
+    {.op = "MatMul", .label = "[17,33] x [33,9] (odd sizes)",
+     .in = {R(F32, -1, 1, 2, 17, 33), R(F32, -1, 1, 2, 33, 9)},
      .flags = XF_MATRIX},
     {.op = "MatMul", .label = "[130,129] x [129,131] (past one 128 tile)",
      .in = {R(F32, -1, 1, 2, 130, 129), R(F32, -1, 1, 2, 129, 131)}, .flags = XF_MATRIX},
-    {.op = "MatMul", .label = "[1,1] x [1,1]", .in = {R(F32, -1, 1, 2, 1, 1), R(F32, -1, 1, 2, 1, 1)}, .flags = XF_MATRIX},
-    {.op = "MatMul", .label = "[5,6] x [6,7] f64", .in = {R(F64, -1, 1, 2, 5, 6), R(F64, -1, 1, 2, 6, 7)}, .flags = XF_MATRIX},
-    {.op = "MatMul", .label = "[8,16] x [16,8] bf16", .in = {R(BF16, -1, 1, 2, 8, 16), R(BF16, -1, 1, 2, 16, 8)},
+    {.op = "MatMul", .label = "[8,2048] x [2048,8] (long K)",
+     .in = {R(F32, -1, 1, 2, 8, 2048), R(F32, -1, 1, 2, 2048, 8)}, .flags = XF_MATRIX},
+    {.op = "MatMul", .label = "[3,0] x [0,5] (empty K: zeros)",
+     .in = {R(F32, -1, 1, 2, 3, 0), R(F32, -1, 1, 2, 0, 5)}, .flags = XF_MATRIX},
+    {.op = "MatMul", .label = "[0,4] x [4,5] (no rows)",
+     .in = {R(F32, -1, 1, 2, 0, 4), R(F32, -1, 1, 2, 4, 5)}, .flags = XF_MATRIX},
+    {.op = "MatMul", .label = "[1,1] x [1,1]",
+     .in = {R(F32, -1, 1, 2, 1, 1), R(F32, -1, 1, 2, 1, 1)}, .flags = XF_MATRIX},
+    {.op = "MatMul", .label = "[5,6] x [6,7] f64",
+     .in = {R(F64, -1, 1, 2, 5, 6), R(F64, -1, 1, 2, 6, 7)}, .flags = XF_MATRIX},
+    {.op = "MatMul", .label = "[8,16] x [16,8] bf16",
+     .in = {R(BF16, -1, 1, 2, 8, 16), R(BF16, -1, 1, 2, 16, 8)},
      .flags = XF_MATRIX},
-    {.op = "BatchMatMul", .label = "[2,3,4] x [2,4,5]", .in = {R(F32, -1, 1, 3, 2, 3, 4), R(F32, -1, 1, 3, 2, 4, 5)},
+    {.op = "BatchMatMul", .label = "[2,3,4] x [2,4,5]",
+     .in = {R(F32, -1, 1, 3, 2, 3, 4), R(F32, -1, 1, 3, 2, 4, 5)},
      .flags = XF_MATRIX},
     {.op = "BatchMatMul", .label = "bcast [2,1,3,4] x [3,4,5]",
      .in = {R(F32, -1, 1, 4, 2, 1, 3, 4), R(F32, -1, 1, 3, 3, 4, 5)}, .flags = XF_MATRIX},
-    {.op = "BatchMatMul", .label = "adj_x [3,4,2]^T x [3,4,6]", .in = {R(F32, -1, 1, 3, 3, 4, 2), R(F32, -1, 1, 3, 3, 4, 6)},
+    {.op = "BatchMatMul", .label = "adj_x [3,4,2]^T x [3,4,6]",
+     .in = {R(F32, -1, 1, 3, 3, 4, 2), R(F32, -1, 1, 3, 3, 4, 6)},
      .attrs = {AB("adj_x", 1)}, .flags = XF_MATRIX},
-    {.op = "BatchMatMul", .label = "adj_y [2,5,7] x [2,3,7]^T", .in = {R(F32, -1, 1, 3, 2, 5, 7), R(F32, -1, 1, 3, 2, 3, 7)},
+    {.op = "BatchMatMul", .label = "adj_y [2,5,7] x [2,3,7]^T",
+     .in = {R(F32, -1, 1, 3, 2, 5, 7), R(F32, -1, 1, 3, 2, 3, 7)},
      .attrs = {AB("adj_y", 1)}, .flags = XF_MATRIX},
     {.op = "BatchMatMul", .label = "[3,4,5] x [5,2] (unbatched y) f64",
      .in = {R(F64, -1, 1, 3, 3, 4, 5), R(F64, -1, 1, 2, 5, 2)}, .flags = XF_MATRIX},
-    {.op = "BiasAdd", .label = "NHWC [2,3,4,5] + [5]", .in = {R(F32, -1, 1, 4, 2, 3, 4, 5), R(F32, -1, 1, 1, 5)}},
-    {.op = "BiasAdd", .label = "NCHW [2,5,3,4] + [5]", .in = {R(F32, -1, 1, 4, 2, 5, 3, 4), R(F32, -1, 1, 1, 5)},
+    {.op = "BiasAdd", .label = "NHWC [2,3,4,5] + [5]",
+     .in = {R(F32, -1, 1, 4, 2, 3, 4, 5), R(F32, -1, 1, 1, 5)}},
+    {.op = "BiasAdd", .label = "NCHW [2,5,3,4] + [5]",
+     .in = {R(F32, -1, 1, 4, 2, 5, 3, 4), R(F32, -1, 1, 1, 5)},
      .attrs = {AS("data_format", "NCHW")}},
-    {.op = "BiasAdd", .label = "[7,1031] + [1031] f64", .in = {R(F64, -1, 1, 2, 7, 1031), R(F64, -1, 1, 1, 1031)}},
-    {.op = "BiasAdd", .label = "[4,3] + [3] i32", .in = {R(I32, -9, 9, 2, 4, 3), R(I32, -9, 9, 1, 3)}},
+    {.op = "BiasAdd", .label = "[7,1031] + [1031] f64",
+     .in = {R(F64, -1, 1, 2, 7, 1031), R(F64, -1, 1, 1, 1031)}},
+    {.op = "BiasAdd", .label = "[4,3] + [3] i32",
+     .in = {R(I32, -9, 9, 2, 4, 3), R(I32, -9, 9, 1, 3)}},
     {.op = "BiasAddGrad", .label = "NHWC [2,3,4,5]", .in = {R(F32, -1, 1, 4, 2, 3, 4, 5)}},
     {.op = "BiasAddGrad", .label = "NCHW [2,5,3,4]", .in = {R(F32, -1, 1, 4, 2, 5, 3, 4)},
      .attrs = {AS("data_format", "NCHW")}},
@@ -330,7 +376,8 @@ const XCase xcases[] = {
     {.op = "BiasAddGrad", .label = "[4,3] i32", .in = {R(I32, -9, 9, 2, 4, 3)}},
 
     /* --- convolutions: input, filter [kh,kw,in,out] --- */
-    {.op = "Conv2D", .label = "[2,7,7,3] * [3,3,3,4] SAME", .in = {R(F32, -1, 1, 4, 2, 7, 7, 3), R(F32, -1, 1, 4, 3, 3, 3, 4)},
+    {.op = "Conv2D", .label = "[2,7,7,3] * [3,3,3,4] SAME",
+     .in = {R(F32, -1, 1, 4, 2, 7, 7, 3), R(F32, -1, 1, 4, 3, 3, 3, 4)},
      .attrs = {CONV_SAME_ATTRS}, .flags = XF_MATRIX},
     {.op = "Conv2D", .label = "[1,9,8,2] * [3,2,2,5] stride 2 VALID",
      .in = {R(F32, -1, 1, 4, 1, 9, 8, 2), R(F32, -1, 1, 4, 3, 2, 2, 5)}, .attrs = {CONV_S2_ATTRS},
@@ -374,6 +421,9 @@ const XCase xcases[] = {
     {.op = "Conv2DBackpropFilter", .label = "[2,7,7,3] -> [3,3,3,4] SAME",
      .in = {R(F32, -1, 1, 4, 2, 7, 7, 3), IV(4, 3, 3, 3, 4), R(F32, -1, 1, 4, 2, 7, 7, 4)},
      .attrs = {CONV_SAME_ATTRS}, .flags = XF_MATRIX},
+    {.op = "Conv2DBackpropFilter", .label = "[4,16,16,8] -> [3,3,8,16] SAME (long K)",
+     .in = {R(F32, -1, 1, 4, 4, 16, 16, 8), IV(4, 3, 3, 8, 16), R(F32, -1, 1, 4, 4, 16, 16, 16)},
+     .attrs = {CONV_SAME_ATTRS}, .flags = XF_MATRIX},
     {.op = "Conv2DBackpropFilter", .label = "[1,9,8,2] -> [3,2,2,5] stride 2 VALID",
      .in = {R(F32, -1, 1, 4, 1, 9, 8, 2), IV(4, 3, 2, 2, 5), R(F32, -1, 1, 4, 1, 4, 4, 5)},
      .attrs = {CONV_S2_ATTRS}, .flags = XF_MATRIX},
@@ -395,33 +445,47 @@ const XCase xcases[] = {
     POOL("AvgPool"),
     POOL_GRAD("MaxPoolGrad", derive_maxpool),
     POOL_GRAD("_FusedMaxPoolGradRelu", derive_relu_maxpool),
-    {.op = "AvgPoolGrad", .label = "[2,6,6,3] 2x2/2 VALID", .in = {IV(4, 2, 6, 6, 3), R(F32, -1, 1, 4, 2, 3, 3, 3)},
+    {.op = "AvgPoolGrad", .label = "[2,6,6,3] 2x2/2 VALID",
+     .in = {IV(4, 2, 6, 6, 3), R(F32, -1, 1, 4, 2, 3, 3, 3)},
      .attrs = {NHWC4("ksize", 2, 2), NHWC4("strides", 2, 2), AS("padding", "VALID")}},
-    {.op = "AvgPoolGrad", .label = "[1,7,5,2] 3x3/2 SAME", .in = {IV(4, 1, 7, 5, 2), R(F32, -1, 1, 4, 1, 4, 3, 2)},
+    {.op = "AvgPoolGrad", .label = "[1,7,5,2] 3x3/2 SAME",
+     .in = {IV(4, 1, 7, 5, 2), R(F32, -1, 1, 4, 1, 4, 3, 2)},
      .attrs = {NHWC4("ksize", 3, 3), NHWC4("strides", 2, 2), AS("padding", "SAME")}},
-    {.op = "AvgPoolGrad", .label = "NCHW [1,2,5,5] 3x3/1 SAME", .in = {IV(4, 1, 2, 5, 5), R(F32, -1, 1, 4, 1, 2, 5, 5)},
+    {.op = "AvgPoolGrad", .label = "NCHW [1,2,5,5] 3x3/1 SAME",
+     .in = {IV(4, 1, 2, 5, 5), R(F32, -1, 1, 4, 1, 2, 5, 5)},
      .attrs = {NCHW4("ksize", 3, 3), NCHW4("strides", 1, 1), AS("padding", "SAME"),
                AS("data_format", "NCHW")}},
 
     /* --- shapes and data movement --- */
-    {.op = "Reshape", .label = "[2,3,4] -> [4,-1]", .in = {R(F32, -1, 1, 3, 2, 3, 4), IV(2, 4, -1)}},
-    {.op = "Reshape", .label = "[6] -> [3,2] i32, i64 shape", .in = {R(I32, -9, 9, 1, 6), LV(2, 3, 2)}},
-    {.op = "Transpose", .label = "[2,3,4] perm [2,0,1]", .in = {R(F32, -1, 1, 3, 2, 3, 4), IV(3, 2, 0, 1)}},
-    {.op = "Transpose", .label = "[33,17] perm [1,0]", .in = {R(F32, -1, 1, 2, 33, 17), IV(2, 1, 0)}},
-    {.op = "Transpose", .label = "[2,3,4,5] perm [0,3,1,2] f64", .in = {R(F64, -1, 1, 4, 2, 3, 4, 5), IV(4, 0, 3, 1, 2)}},
-    {.op = "Transpose", .label = "[3,2] perm [1,0] bool", .in = {R(BOOL, 0, 1, 2, 3, 2), LV(2, 1, 0)}},
+    {.op = "Reshape", .label = "[2,3,4] -> [4,-1]",
+     .in = {R(F32, -1, 1, 3, 2, 3, 4), IV(2, 4, -1)}},
+    {.op = "Reshape", .label = "[6] -> [3,2] i32, i64 shape",
+     .in = {R(I32, -9, 9, 1, 6), LV(2, 3, 2)}},
+    {.op = "Transpose", .label = "[2,3,4] perm [2,0,1]",
+     .in = {R(F32, -1, 1, 3, 2, 3, 4), IV(3, 2, 0, 1)}},
+    {.op = "Transpose", .label = "[33,17] perm [1,0]",
+     .in = {R(F32, -1, 1, 2, 33, 17), IV(2, 1, 0)}},
+    {.op = "Transpose", .label = "[2,3,4,5] perm [0,3,1,2] f64",
+     .in = {R(F64, -1, 1, 4, 2, 3, 4, 5), IV(4, 0, 3, 1, 2)}},
+    {.op = "Transpose", .label = "[3,2] perm [1,0] bool",
+     .in = {R(BOOL, 0, 1, 2, 3, 2), LV(2, 1, 0)}},
     {.op = "Concat", .label = "[2,3] [2,1] [2,4] axis 1",
-     .in = {R(F32, -1, 1, 2, 2, 3), R(F32, -1, 1, 2, 2, 1), R(F32, -1, 1, 2, 2, 4), S(I32, 1)}, .lists = {3, 1}},
-    {.op = "Concat", .label = "[1,3] [2,3] axis -2 i32", .in = {R(I32, -9, 9, 2, 1, 3), R(I32, -9, 9, 2, 2, 3),
+     .in = {R(F32, -1, 1, 2, 2, 3), R(F32, -1, 1, 2, 2, 1), R(F32, -1, 1, 2, 2, 4), S(I32, 1)},
+            .lists = {3, 1}},
+    {.op = "Concat", .label = "[1,3] [2,3] axis -2 i32",
+     .in = {R(I32, -9, 9, 2, 1, 3), R(I32, -9, 9, 2, 2, 3),
                                             S(I32, -2)}, .lists = {2, 1}},
-    {.op = "Concat", .label = "[2,2,3] [2,2,3] axis 2 f64", .in = {R(F64, -1, 1, 3, 2, 2, 3), R(F64, -1, 1, 3, 2, 2, 3),
+    {.op = "Concat", .label = "[2,2,3] [2,2,3] axis 2 f64",
+     .in = {R(F64, -1, 1, 3, 2, 2, 3), R(F64, -1, 1, 3, 2, 2, 3),
                                                S(I64, 2)}, .lists = {2, 1}},
-    {.op = "Split", .label = "[6,4] axis 0 in 3", .in = {R(F32, -1, 1, 2, 6, 4), S(I32, 0)}, .attrs = {AI("num_split", 3)}},
+    {.op = "Split", .label = "[6,4] axis 0 in 3",
+     .in = {R(F32, -1, 1, 2, 6, 4), S(I32, 0)}, .attrs = {AI("num_split", 3)}},
     {.op = "Split", .label = "[2,9] axis -1 in 3 i32", .in = {R(I32, -9, 9, 2, 2, 9), S(I32, -1)},
      .attrs = {AI("num_split", 3)}},
     {.op = "Slice", .label = "[4,5,6] begin [1,0,2] size [2,-1,3]",
      .in = {R(F32, -1, 1, 3, 4, 5, 6), IV(3, 1, 0, 2), IV(3, 2, -1, 3)}},
-    {.op = "Slice", .label = "[7] begin [3] size [4] i64", .in = {R(I64, -9, 9, 1, 7), LV(1, 3), LV(1, 4)}},
+    {.op = "Slice", .label = "[7] begin [3] size [4] i64",
+     .in = {R(I64, -9, 9, 1, 7), LV(1, 3), LV(1, 4)}},
     {.op = "StridedSlice", .label = "[6,8] [1:5:2, 7:0:-2]",
      .in = {R(F32, -1, 1, 2, 6, 8), IV(2, 1, 7), IV(2, 5, 0), IV(2, 2, -2)}},
     {.op = "StridedSlice", .label = "[4,5] [1, :] shrink axis 0",
@@ -430,24 +494,33 @@ const XCase xcases[] = {
     {.op = "StridedSlice", .label = "[3,4,5] [..., 1:4] new axis, begin mask",
      .in = {R(F32, -1, 1, 3, 3, 4, 5), IV(3, 0, 0, 1), IV(3, 0, 0, 4), IV(3, 1, 1, 1)},
      .attrs = {AI("ellipsis_mask", 1), AI("new_axis_mask", 2)}},
-    {.op = "Gather", .label = "[5,3] rows [4,0,2,2]", .in = {R(F32, -1, 1, 2, 5, 3), IV(4, 4, 0, 2, 2)}},
-    {.op = "Gather", .label = "[2,6,3] axis 1 i64 indices", .in = {R(F32, -1, 1, 3, 2, 6, 3), LV(2, 5, 1)},
+    {.op = "Gather", .label = "[5,3] rows [4,0,2,2]",
+     .in = {R(F32, -1, 1, 2, 5, 3), IV(4, 4, 0, 2, 2)}},
+    {.op = "Gather", .label = "[2,6,3] axis 1 i64 indices",
+     .in = {R(F32, -1, 1, 3, 2, 6, 3), LV(2, 5, 1)},
      .attrs = {AI("axis", 1)}},
-    {.op = "Gather", .label = "[7] i32 params", .in = {R(I32, -9, 9, 1, 7), V(I32, VALS(6, 0, 3, 3, 1, 2), 2, 2, 3)}},
-    {.op = "Pad", .label = "[2,3] CONSTANT 0.5", .in = {R(F32, -1, 1, 2, 2, 3), V(I32, VALS(1, 0, 2, 1), 2, 2, 2)},
+    {.op = "Gather", .label = "[7] i32 params",
+     .in = {R(I32, -9, 9, 1, 7), V(I32, VALS(6, 0, 3, 3, 1, 2), 2, 2, 3)}},
+    {.op = "Pad", .label = "[2,3] CONSTANT 0.5",
+     .in = {R(F32, -1, 1, 2, 2, 3), V(I32, VALS(1, 0, 2, 1), 2, 2, 2)},
      .attrs = {AF("constant_value", 0.5)}},
-    {.op = "Pad", .label = "[3,4] REFLECT", .in = {R(F32, -1, 1, 2, 3, 4), V(I32, VALS(1, 1, 2, 1), 2, 2, 2)},
+    {.op = "Pad", .label = "[3,4] REFLECT",
+     .in = {R(F32, -1, 1, 2, 3, 4), V(I32, VALS(1, 1, 2, 1), 2, 2, 2)},
      .attrs = {AS("mode", "REFLECT")}},
     {.op = "Pad", .label = "[2,2,3] CONSTANT i32", .in = {R(I32, -9, 9, 3, 2, 2, 3),
                                      V(I64, VALS(0, 1, 1, 0, 2, 2), 2, 3, 2)}},
     {.op = "Tile", .label = "[2,3] x [2,3]", .in = {R(F32, -1, 1, 2, 2, 3), IV(2, 2, 3)}},
     {.op = "Tile", .label = "[3] x [4] bool", .in = {R(BOOL, 0, 1, 1, 3), IV(1, 4)}},
     {.op = "Squeeze", .label = "[1,3,1,2] all", .in = {R(F32, -1, 1, 4, 1, 3, 1, 2)}},
-    {.op = "Squeeze", .label = "[1,3,1,2] dim 2", .in = {R(F32, -1, 1, 4, 1, 3, 1, 2)}, .attrs = {AL("squeeze_dims", 1, 2)}},
-    {.op = "ExpandDims", .label = "[3,4] axis 1", .in = {R(F32, -1, 1, 2, 3, 4)}, .attrs = {AI("axis", 1)}},
-    {.op = "ExpandDims", .label = "[3,4] axis -1 i32", .in = {R(I32, -9, 9, 2, 3, 4)}, .attrs = {AI("axis", -1)}},
+    {.op = "Squeeze", .label = "[1,3,1,2] dim 2",
+     .in = {R(F32, -1, 1, 4, 1, 3, 1, 2)}, .attrs = {AL("squeeze_dims", 1, 2)}},
+    {.op = "ExpandDims", .label = "[3,4] axis 1",
+     .in = {R(F32, -1, 1, 2, 3, 4)}, .attrs = {AI("axis", 1)}},
+    {.op = "ExpandDims", .label = "[3,4] axis -1 i32",
+     .in = {R(I32, -9, 9, 2, 3, 4)}, .attrs = {AI("axis", -1)}},
     {.op = "Shape", .label = "[2,3,4] i32", .in = {R(F32, -1, 1, 3, 2, 3, 4)}},
-    {.op = "Shape", .label = "[5,1] i64", .in = {R(I32, -9, 9, 2, 5, 1)}, .attrs = {AT("out_type", I64)}},
+    {.op = "Shape", .label = "[5,1] i64",
+     .in = {R(I32, -9, 9, 2, 5, 1)}, .attrs = {AT("out_type", I64)}},
     {.op = "Size", .label = "[2,3,4] i32", .in = {R(F32, -1, 1, 3, 2, 3, 4)}},
     {.op = "Size", .label = "[] i64", .in = {RS(F64, -1, 1)}, .attrs = {AT("out_type", I64)}},
     {.op = "Rank", .label = "[2,3,4]", .in = {R(F32, -1, 1, 3, 2, 3, 4)}},
@@ -458,16 +531,24 @@ const XCase xcases[] = {
     {.op = "ZerosLike", .label = "[5] i32", .in = {R(I32, -9, 9, 1, 5)}},
     {.op = "OnesLike", .label = "[3,4] f32", .in = {R(F32, -1, 1, 2, 3, 4)}},
     {.op = "OnesLike", .label = "[5] bf16", .in = {R(BF16, -1, 1, 1, 5)}},
-    {.op = "Cast", .label = "f32 -> i32 truncates", .in = {R(F32, -10, 10, 2, 4, 5)}, .attrs = {AT("DstT", I32)}},
-    {.op = "Cast", .label = "i32 -> f32", .in = {R(I32, -99, 99, 1, 9)}, .attrs = {AT("DstT", F32)}},
+    {.op = "Cast", .label = "f32 -> i32 truncates",
+     .in = {R(F32, -10, 10, 2, 4, 5)}, .attrs = {AT("DstT", I32)}},
+    {.op = "Cast", .label = "i32 -> f32",
+     .in = {R(I32, -99, 99, 1, 9)}, .attrs = {AT("DstT", F32)}},
     {.op = "Cast", .label = "f32 -> f64", .in = {R(F32, -1, 1, 1, 9)}, .attrs = {AT("DstT", F64)}},
-    {.op = "Cast", .label = "f64 -> f32", .in = {R(F64, -1, 1, 1, 1031)}, .attrs = {AT("DstT", F32)}},
-    {.op = "Cast", .label = "f32 -> bf16", .in = {R(F32, -3, 3, 1, 1031)}, .attrs = {AT("DstT", BF16)}},
-    {.op = "Cast", .label = "bf16 -> f32", .in = {R(BF16, -3, 3, 1, 17)}, .attrs = {AT("DstT", F32)}},
-    {.op = "Cast", .label = "f32 -> bool", .in = {V(F32, VALS(0, 1.5, -2, 0, 0.25), 1, 5)}, .attrs = {AT("DstT", BOOL)}},
+    {.op = "Cast", .label = "f64 -> f32",
+     .in = {R(F64, -1, 1, 1, 1031)}, .attrs = {AT("DstT", F32)}},
+    {.op = "Cast", .label = "f32 -> bf16",
+     .in = {R(F32, -3, 3, 1, 1031)}, .attrs = {AT("DstT", BF16)}},
+    {.op = "Cast", .label = "bf16 -> f32",
+     .in = {R(BF16, -3, 3, 1, 17)}, .attrs = {AT("DstT", F32)}},
+    {.op = "Cast", .label = "f32 -> bool",
+     .in = {V(F32, VALS(0, 1.5, -2, 0, 0.25), 1, 5)}, .attrs = {AT("DstT", BOOL)}},
     {.op = "Cast", .label = "bool -> f32", .in = {R(BOOL, 0, 1, 1, 8)}, .attrs = {AT("DstT", F32)}},
-    {.op = "Cast", .label = "i64 -> i32", .in = {R(I64, -999, 999, 1, 8)}, .attrs = {AT("DstT", I32)}},
-    {.op = "BroadcastTo", .label = "[3,1] -> [2,3,4]", .in = {R(F32, -1, 1, 2, 3, 1), IV(3, 2, 3, 4)}},
+    {.op = "Cast", .label = "i64 -> i32",
+     .in = {R(I64, -999, 999, 1, 8)}, .attrs = {AT("DstT", I32)}},
+    {.op = "BroadcastTo", .label = "[3,1] -> [2,3,4]",
+     .in = {R(F32, -1, 1, 2, 3, 1), IV(3, 2, 3, 4)}},
     {.op = "BroadcastTo", .label = "[] -> [5] i32", .in = {RS(I32, -9, 9), LV(1, 5)}},
     {.op = "InvertPermutation", .label = "[3,0,4,1,2] i32", .in = {IV(5, 3, 0, 4, 1, 2)}},
     {.op = "InvertPermutation", .label = "[1,0,2] i64", .in = {LV(3, 1, 0, 2)}},
@@ -481,6 +562,7 @@ const XCase xcases[] = {
 
     /* --- reductions --- */
     REDUCE("Sum", -1, 1),
+    {.op = "Sum", .label = "[0,4] axis 0 (empty: zeros)", .in = {R(F32, -1, 1, 2, 0, 4), IV(1, 0)}},
     REDUCE("Mean", -1, 1),
     REDUCE("Max", -1, 1),
     REDUCE("Min", -1, 1),
@@ -502,10 +584,13 @@ const XCase xcases[] = {
     COMPARE("LessEqual"),
     COMPARE("Greater"),
     COMPARE("GreaterEqual"),
-    {.op = "LogicalAnd", .label = "bcast [4,5] x [5]", .in = {R(BOOL, 0, 1, 2, 4, 5), R(BOOL, 0, 1, 1, 5)}},
-    {.op = "LogicalOr", .label = "bcast [4,5] x [5]", .in = {R(BOOL, 0, 1, 2, 4, 5), R(BOOL, 0, 1, 1, 5)}},
+    {.op = "LogicalAnd", .label = "bcast [4,5] x [5]",
+     .in = {R(BOOL, 0, 1, 2, 4, 5), R(BOOL, 0, 1, 1, 5)}},
+    {.op = "LogicalOr", .label = "bcast [4,5] x [5]",
+     .in = {R(BOOL, 0, 1, 2, 4, 5), R(BOOL, 0, 1, 1, 5)}},
     {.op = "LogicalNot", .label = "[7]", .in = {R(BOOL, 0, 1, 1, 7)}},
-    {.op = "Select", .label = "same [3,4]", .in = {R(BOOL, 0, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4)}},
+    {.op = "Select", .label = "same [3,4]",
+     .in = {R(BOOL, 0, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4)}},
     {.op = "Select", .label = "bcast [3,1] [1,4] [3,4] i32",
      .in = {R(BOOL, 0, 1, 2, 3, 1), R(I32, -9, 9, 2, 1, 4), R(I32, -9, 9, 2, 3, 4)}},
 
@@ -533,23 +618,33 @@ const XCase xcases[] = {
                AI("seed", 3), AI("seed2", 4)},
      .stat = XS_LOG_UNIFORM},
     {.op = "StatelessRandomUniform", .label = "[4,5] f32", .in = {IV(2, 4, 5), LV(2, 7, 11)}},
-    {.op = "StatelessRandomUniform", .label = "[1031] f64", .in = {IV(1, 1031), LV(2, 1, 2)}, .attrs = {AT("dtype", F64)}},
+    {.op = "StatelessRandomUniform", .label = "[1031] f64",
+     .in = {IV(1, 1031), LV(2, 1, 2)}, .attrs = {AT("dtype", F64)}},
     {.op = "StatelessRandomNormal", .label = "[4,5] f32", .in = {IV(2, 4, 5), LV(2, 7, 11)}},
-    {.op = "StatelessRandomNormal", .label = "[1031] f64", .in = {IV(1, 1031), IV(2, 3, 4)}, .attrs = {AT("dtype", F64)}},
+    {.op = "StatelessRandomNormal", .label = "[1031] f64",
+     .in = {IV(1, 1031), IV(2, 3, 4)}, .attrs = {AT("dtype", F64)}},
 
     /* --- gradients of shape ops --- */
-    {.op = "SumToShape", .label = "[4,3,5] -> [3,1]", .in = {R(F32, -1, 1, 3, 4, 3, 5), IV(2, 3, 1)}},
-    {.op = "SumToShape", .label = "[4,3,5] -> [4,1,5] f64", .in = {R(F64, -1, 1, 3, 4, 3, 5), IV(3, 4, 1, 5)}},
-    {.op = "SumToShape", .label = "[2,3] -> [] i32", .in = {R(I32, -9, 9, 2, 2, 3), V(I32, VALS(0), 1, 0)}},
-    {.op = "ExpandReduced", .label = "[3,1] -> [3,4] sum keep_dims", .in = {R(F32, -1, 1, 2, 3, 1), IV(2, 3, 4), IV(1, 1)},
+    {.op = "SumToShape", .label = "[4,3,5] -> [3,1]",
+     .in = {R(F32, -1, 1, 3, 4, 3, 5), IV(2, 3, 1)}},
+    {.op = "SumToShape", .label = "[4,3,5] -> [4,1,5] f64",
+     .in = {R(F64, -1, 1, 3, 4, 3, 5), IV(3, 4, 1, 5)}},
+    {.op = "SumToShape", .label = "[2,3] -> [] i32",
+     .in = {R(I32, -9, 9, 2, 2, 3), V(I32, VALS(0), 1, 0)}},
+    {.op = "ExpandReduced", .label = "[3,1] -> [3,4] sum keep_dims",
+     .in = {R(F32, -1, 1, 2, 3, 1), IV(2, 3, 4), IV(1, 1)},
      .attrs = {AB("keep_dims", 1)}},
-    {.op = "ExpandReduced", .label = "[4] -> [3,4] mean", .in = {R(F32, -1, 1, 1, 4), IV(2, 3, 4), IV(1, 0)},
+    {.op = "ExpandReduced", .label = "[4] -> [3,4] mean",
+     .in = {R(F32, -1, 1, 1, 4), IV(2, 3, 4), IV(1, 0)},
      .attrs = {AB("mean", 1)}},
-    {.op = "ExpandReduced", .label = "[2] -> [2,3,4] mean axes [1,2] f64", .in = {R(F64, -1, 1, 1, 2), IV(3, 2, 3, 4),
+    {.op = "ExpandReduced", .label = "[2] -> [2,3,4] mean axes [1,2] f64",
+     .in = {R(F64, -1, 1, 1, 2), IV(3, 2, 3, 4),
                                                                IV(2, 1, 2)},
      .attrs = {AB("mean", 1)}},
-    {.op = "SliceGrad", .label = "[2,3] into [4,5] at [1,2]", .in = {IV(2, 4, 5), IV(2, 1, 2), R(F32, -1, 1, 2, 2, 3)}},
-    {.op = "SliceGrad", .label = "[3] into [7] at [4] i32", .in = {IV(1, 7), IV(1, 4), R(I32, -9, 9, 1, 3)}},
+    {.op = "SliceGrad", .label = "[2,3] into [4,5] at [1,2]",
+     .in = {IV(2, 4, 5), IV(2, 1, 2), R(F32, -1, 1, 2, 2, 3)}},
+    {.op = "SliceGrad", .label = "[3] into [7] at [4] i32",
+     .in = {IV(1, 7), IV(1, 4), R(I32, -9, 9, 1, 3)}},
     {.op = "StridedSliceGrad", .label = "[6,8] [1:5:2, 7:0:-2]",
      .in = {IV(2, 6, 8), IV(2, 1, 7), IV(2, 5, 0), IV(2, 2, -2), R(F32, -1, 1, 2, 2, 4)}},
     {.op = "StridedSliceGrad", .label = "[4,5] [1, :] shrink axis 0",
@@ -557,10 +652,13 @@ const XCase xcases[] = {
      .attrs = {AI("shrink_axis_mask", 1), AI("end_mask", 2)}},
     {.op = "GatherGrad", .label = "[5,3] rows [4,0,2,2] (repeated)",
      .in = {IV(2, 5, 3), IV(4, 4, 0, 2, 2), R(F32, -1, 1, 2, 4, 3)}},
-    {.op = "GatherGrad", .label = "[2,6,3] axis 1 f64", .in = {IV(3, 2, 6, 3), LV(2, 5, 1), R(F64, -1, 1, 3, 2, 2, 3)},
+    {.op = "GatherGrad", .label = "[2,6,3] axis 1 f64",
+     .in = {IV(3, 2, 6, 3), LV(2, 5, 1), R(F64, -1, 1, 3, 2, 2, 3)},
      .attrs = {AI("axis", 1)}},
-    {.op = "PadGrad", .label = "[3,6] -> [2,3] CONSTANT", .in = {R(F32, -1, 1, 2, 3, 6), V(I32, VALS(1, 0, 2, 1), 2, 2, 2)}},
-    {.op = "PadGrad", .label = "[5,7] -> [3,4] REFLECT", .in = {R(F32, -1, 1, 2, 5, 7), V(I32, VALS(1, 1, 2, 1), 2, 2, 2)},
+    {.op = "PadGrad", .label = "[3,6] -> [2,3] CONSTANT",
+     .in = {R(F32, -1, 1, 2, 3, 6), V(I32, VALS(1, 0, 2, 1), 2, 2, 2)}},
+    {.op = "PadGrad", .label = "[5,7] -> [3,4] REFLECT",
+     .in = {R(F32, -1, 1, 2, 5, 7), V(I32, VALS(1, 1, 2, 1), 2, 2, 2)},
      .attrs = {AS("mode", "REFLECT")}},
     {.op = "TileGrad", .label = "[4,9] -> [2,3]", .in = {R(F32, -1, 1, 2, 4, 9), IV(2, 2, 3)}},
     {.op = "TileGrad", .label = "[12] -> [3] i32", .in = {R(I32, -9, 9, 1, 12), IV(1, 4)}},
@@ -603,10 +701,14 @@ const XCase xcases[] = {
      .attrs = {AB("w_transposed", 1)}, .flags = XF_MATRIX, .derive = derive_lstm_recurrent},
 
     /* --- variable updates: outputs are the variables read back after one step --- */
-    {.op = "AssignAddVariableOp", .label = "[3,4] f32", .in = {X(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4)}},
-    {.op = "AssignAddVariableOp", .label = "[5] i32", .in = {X(I32, -9, 9, 1, 5), R(I32, -9, 9, 1, 5)}},
-    {.op = "AssignSubVariableOp", .label = "[3,4] f32", .in = {X(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4)}},
-    {.op = "AssignSubVariableOp", .label = "[1031] f64", .in = {X(F64, -1, 1, 1, 1031), R(F64, -1, 1, 1, 1031)}},
+    {.op = "AssignAddVariableOp", .label = "[3,4] f32",
+     .in = {X(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4)}},
+    {.op = "AssignAddVariableOp", .label = "[5] i32",
+     .in = {X(I32, -9, 9, 1, 5), R(I32, -9, 9, 1, 5)}},
+    {.op = "AssignSubVariableOp", .label = "[3,4] f32",
+     .in = {X(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4)}},
+    {.op = "AssignSubVariableOp", .label = "[1031] f64",
+     .in = {X(F64, -1, 1, 1, 1031), R(F64, -1, 1, 1, 1031)}},
     {.op = "ResourceApplyGradientDescent", .label = "[5,7] f32",
      .in = {X(F32, -1, 1, 2, 5, 7), S(F32, 0.1), R(F32, -1, 1, 2, 5, 7)}},
     {.op = "ResourceApplyGradientDescent", .label = "[1031] f64",
@@ -615,7 +717,8 @@ const XCase xcases[] = {
      .in = {X(F32, -1, 1, 2, 5, 7), X(F32, -1, 1, 2, 5, 7), S(F32, 0.05), R(F32, -1, 1, 2, 5, 7),
       S(F32, 0.9)}},
     {.op = "ResourceApplyMomentum", .label = "[33] f32 nesterov",
-     .in = {X(F32, -1, 1, 1, 33), X(F32, -1, 1, 1, 33), S(F32, 0.05), R(F32, -1, 1, 1, 33), S(F32, 0.9)},
+     .in = {X(F32, -1, 1, 1, 33), X(F32, -1, 1, 1, 33), S(F32, 0.05), R(F32, -1, 1, 1, 33), S(F32,
+            0.9)},
      .attrs = {AB("use_nesterov", 1)}},
     {.op = "ResourceApplyAdam", .label = "[5,7] f32",
      .in = {X(F32, -1, 1, 2, 5, 7), X(F32, -1, 1, 2, 5, 7), X(F32, 0.1, 1, 2, 5, 7), S(F32, 0.9),
@@ -627,7 +730,8 @@ const XCase xcases[] = {
       R(F64, -1, 1, 1, 1031)},
      .attrs = {AB("use_nesterov", 1)}},
     {.op = "ResourceApplyRMSProp", .label = "[5,7] f32",
-     .in = {X(F32, -1, 1, 2, 5, 7), X(F32, 0.1, 1, 2, 5, 7), X(F32, -0.1, 0.1, 2, 5, 7), S(F32, 0.01),
+     .in = {X(F32, -1, 1, 2, 5, 7), X(F32, 0.1, 1, 2, 5, 7), X(F32, -0.1, 0.1, 2, 5, 7), S(F32,
+            0.01),
       S(F32, 0.9), S(F32, 0.5), S(F32, 1e-6), R(F32, -1, 1, 2, 5, 7)}},
     {.op = "ResourceApplyAdagrad", .label = "[5,7] f32",
      .in = {X(F32, -1, 1, 2, 5, 7), X(F32, 0.1, 1, 2, 5, 7), S(F32, 0.1), S(F32, 1e-7),
@@ -639,7 +743,7 @@ const XExcluded xexcluded[] = {
     {"Placeholder", "fed, never computed: the executor takes the feed"},
     {"VarHandleOp", "variable bookkeeping in the session's resource manager (core, any device)"},
     {"ReadVariableOp", "variable bookkeeping (core, any device); read back in the update cases"},
-    {"AssignVariableOp", "variable bookkeeping (core, any device); used to set up the update cases"},
+    {"AssignVariableOp", "variable bookkeeping (core, any device); sets up the update cases"},
     {"VarIsInitializedOp", "variable bookkeeping (core, any device)"},
     {"Save", "file I/O of variables (checkpoint tests)"},
     {"Restore", "file I/O of variables (checkpoint tests)"},
