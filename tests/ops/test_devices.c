@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "devices_cases.h"
 #include "harness.h"
@@ -28,14 +29,24 @@
 #define XMAX_DEVICES 16
 #define REF_DEVICE "cpu:0"
 
-/* Device types whose matrix-class kernels compute in bf16 (f32 accumulation). */
-static const char *const bf16_matrix_types[] = {"TPU_SIM"};
+/* Devices whose matrix-class kernels round their operands to a shorter format (with f32
+ * accumulation), and the threshold that gives those ops' float outputs (see threshold()):
+ * tpu-sim always (bf16), the CUDA plugin when FLOE_CUDA_MATMUL asks for bf16 or tf32 (TF32
+ * keeps 11 significant bits: one product is off by at most 2^-10 ~ 9.8e-4). */
+static const struct {
+  const char *type, *env, *value; /* env NULL: always */
+  double threshold;
+} reduced_matrix[] = {
+    {"TPU_SIM", NULL, NULL, 8e-3},
+    {"CUDA", "FLOE_CUDA_MATMUL", "bf16", 8e-3},
+    {"CUDA", "FLOE_CUDA_MATMUL", "tf32", 1e-3},
+};
 
 typedef struct XDevice {
   char name[64];    /* short name, "tpu-sim:0" */
   char type[32];    /* "TPU_SIM" */
   bool same_as_ref; /* the reference's type: the very same kernels, so errors must be 0 */
-  bool bf16_matrix; /* computes matrix-class ops in bf16 */
+  double matrix_threshold; /* > 0: matrix-class ops round operands (reduced_matrix) */
 } XDevice;
 
 static FloeRuntime *rt;
@@ -271,7 +282,7 @@ out_status:
 }
 
 static XDevice ref_device(void) {
-  XDevice d = {REF_DEVICE, "CPU", true, false};
+  XDevice d = {REF_DEVICE, "CPU", true, 0};
   return d;
 }
 
@@ -371,9 +382,9 @@ static double xdev_error(const FloeTensor *got, const FloeTensor *want, char *wh
  * sum |a||b|), and about 0.7u RMS; accumulated in f32, those errors add like a random walk,
  * as the products themselves do for random-signed operands, so the normalised error of a
  * product stays near 0.7u ~ 2.8e-3 whatever K is (measured on tpu-sim: 1.4e-3 to 4.3e-3).
- * 8e-3 sits just above the one-product worst case 2^-7 ~ 7.8e-3. It applies to the float outputs of
- * matrix-class ops (XF_MATRIX) on devices that compute those in bf16 (bf16_matrix_types),
- * and to bf16 outputs anywhere. */
+ * 8e-3 sits just above the one-product worst case 2^-7 ~ 7.8e-3. It applies to bf16 outputs
+ * anywhere and to the float outputs of matrix-class ops (XF_MATRIX) on devices that compute
+ * those in bf16 (reduced_matrix, which also has TF32's bound). */
 static double threshold(const XCase *c, const XDevice *d, FloeDType dt) {
   if (d->same_as_ref) return 0; /* the same kernels on the same inputs */
   double t = 0;
@@ -384,7 +395,7 @@ static double threshold(const XCase *c, const XDevice *d, FloeDType dt) {
     case FLOE_BF16: t = 8e-3; break;
     default: t = 0; break; /* integers and bools: exact */
   }
-  if ((c->flags & XF_MATRIX) && d->bf16_matrix && is_float(dt) && t < 8e-3) t = 8e-3;
+  if ((c->flags & XF_MATRIX) && is_float(dt) && t < d->matrix_threshold) t = d->matrix_threshold;
   return t;
 }
 
@@ -557,6 +568,18 @@ typedef struct DevReport {
   int n_ran_ops;
 } DevReport;
 
+/* reduced_matrix's threshold for a device type in this environment; 0 for full f32. */
+static double matrix_threshold_of(const char *type) {
+  double t = 0;
+  for (size_t i = 0; i < sizeof reduced_matrix / sizeof *reduced_matrix; i++) {
+    const char *v = reduced_matrix[i].env ? getenv(reduced_matrix[i].env) : NULL;
+    if (strcmp(type, reduced_matrix[i].type) == 0 &&
+        (!reduced_matrix[i].env || (v && strcmp(v, reduced_matrix[i].value) == 0)))
+      t = reduced_matrix[i].threshold;
+  }
+  return t;
+}
+
 static int list_devices(DevReport *rep, int max, char *ref_type, size_t len) {
   int n = 0;
   ref_type[0] = '\0';
@@ -572,8 +595,7 @@ static int list_devices(DevReport *rep, int max, char *ref_type, size_t len) {
     memset(r, 0, sizeof *r);
     snprintf(r->dev.name, sizeof r->dev.name, "%s", info.short_name);
     snprintf(r->dev.type, sizeof r->dev.type, "%s", info.type);
-    for (size_t t = 0; t < sizeof bf16_matrix_types / sizeof *bf16_matrix_types; t++)
-      if (strcmp(info.type, bf16_matrix_types[t]) == 0) r->dev.bf16_matrix = true;
+    r->dev.matrix_threshold = matrix_threshold_of(info.type);
     r->worst_op = "-";
   }
   for (int i = 0; i < n; i++) rep[i].dev.same_as_ref = strcmp(rep[i].dev.type, ref_type) == 0;
@@ -780,8 +802,8 @@ START_TEST(test_error_measure) {
   ck_assert(isinf(err_of(FLOE_F64, 1, d2, want, want, d2, 1, FLOE_F32)));
   /* Thresholds: f32 1e-5, f64 1e-12, bf16 8e-3, exact integers; bf16 for matrix-class ops on
    * bf16 devices only; 0 for a device of the reference's type. */
-  XDevice acc = {"acc:0", "ACC", false, false}, tpu = {"tpu-sim:0", "TPU_SIM", false, true};
-  XDevice cpu1 = {"cpu:1", "CPU", true, false};
+  XDevice acc = {"acc:0", "ACC", false, 0}, tpu = {"tpu-sim:0", "TPU_SIM", false, 8e-3};
+  XDevice cpu1 = {"cpu:1", "CPU", true, 0};
   XCase mm = {.op = "MatMul", .flags = XF_MATRIX}, add = {.op = "Add"};
   ck_assert(threshold(&add, &acc, FLOE_F32) == 1e-5);
   ck_assert(threshold(&add, &acc, FLOE_F64) == 1e-12);
@@ -791,6 +813,18 @@ START_TEST(test_error_measure) {
   ck_assert(threshold(&mm, &tpu, FLOE_F32) == 8e-3);
   ck_assert(threshold(&add, &tpu, FLOE_F32) == 1e-5);
   ck_assert(threshold(&mm, &cpu1, FLOE_F32) == 0);
+  /* Which devices round matrix operands. */
+  ck_assert(matrix_threshold_of("TPU_SIM") == 8e-3);
+  ck_assert(matrix_threshold_of("CPU") == 0);
+  const char *mode = getenv("FLOE_CUDA_MATMUL");
+  unsetenv("FLOE_CUDA_MATMUL");
+  ck_assert(matrix_threshold_of("CUDA") == 0);
+  setenv("FLOE_CUDA_MATMUL", "tf32", 1);
+  ck_assert(matrix_threshold_of("CUDA") == 1e-3);
+  setenv("FLOE_CUDA_MATMUL", "bf16", 1);
+  ck_assert(matrix_threshold_of("CUDA") == 8e-3);
+  if (mode) setenv("FLOE_CUDA_MATMUL", mode, 1);
+  else unsetenv("FLOE_CUDA_MATMUL");
 }
 END_TEST
 
@@ -805,7 +839,7 @@ static const XCase *find_case(const char *op) {
  * rejects normal samples posing as uniform ones. */
 START_TEST(test_detects_wrong_results) {
   verbose = false; /* the wrong results are expected here */
-  XDevice cpu1 = {"cpu:1", "CPU", true, false}, ref = ref_device();
+  XDevice cpu1 = {"cpu:1", "CPU", true, 0}, ref = ref_device();
   const XCase *add = find_case("Add");
   XCase sub = *add;
   sub.op = "Sub";
@@ -844,9 +878,53 @@ START_TEST(test_detects_wrong_results) {
 }
 END_TEST
 
+/* Failures are reported by device, op and case, never skipped: a reference that fails (an
+ * index out of range), a device that cannot run the graph (no such device). A device type
+ * without a kernel for the dtypes skips the case. */
+START_TEST(test_failures_are_reported) {
+  static const double index[] = {99};
+  const XCase bad = {.op = "Gather",
+                     .label = "index out of range",
+                     .in = {{'r', FLOE_F32, 2, {5, 3}, -1, 1, NULL},
+                            {'v', FLOE_I32, 1, {1}, 0, 0, index}}};
+  DevReport rep[1] = {{.dev = {"cpu:1", "CPU", true, 0}, .worst_op = "-"}};
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *fails = open_memstream(&buf, &len);
+  FloeTensor *ins[XMAX_IN];
+  int n_in = make_inputs(&bad, ins);
+  XOut out = {{NULL}, 0};
+  XDevice ref = ref_device();
+  char err[1024];
+  ck_assert_int_eq(run_on(&bad, ins, &ref, &out, err, sizeof err), XR_FAILED);
+  ck_assert_msg(strstr(err, "99") != NULL, "the error should name the index: %s", err);
+  ck_assert_int_eq(out.n, 0);
+
+  /* No device of that name: the session says so. */
+  XDevice missing = {"cpu:7", "CPU", true, 0};
+  const XCase *add = find_case("Add");
+  for (int i = 0; i < n_in; i++) floe_tensor_release(ins[i]);
+  n_in = make_inputs(add, ins);
+  ck_assert_int_eq(run_on(add, ins, &missing, &out, err, sizeof err), XR_FAILED);
+  ck_assert_msg(strstr(err, "cpu:7") != NULL, "the error should name the device: %s", err);
+  /* A device type without kernels skips. */
+  XDevice none = {"cpu:1", "NO_SUCH_TYPE", false, 0};
+  ck_assert_int_eq(run_on(add, ins, &none, &out, err, sizeof err), XR_NO_KERNEL);
+  for (int i = 0; i < n_in; i++) floe_tensor_release(ins[i]);
+
+  /* Through the loop that records them. */
+  rep[0].dev = missing;
+  run_case_everywhere((int)(add - xcases), rep, 1, fails);
+  fclose(fails);
+  ck_assert_int_eq(rep[0].failures, 1);
+  ck_assert_msg(strstr(buf, "cpu:7 Add [") != NULL, "message: %s", buf);
+  free(buf);
+}
+END_TEST
+
 /* An op with a kernel of the device's type that no case ran on is reported by name. */
 START_TEST(test_uncovered_kernel_fails) {
-  XDevice cpu1 = {"cpu:1", "CPU", true, false};
+  XDevice cpu1 = {"cpu:1", "CPU", true, 0};
   const char *ran[256];
   int n = 0;
   for (int i = 0; i < floe_runtime_num_kernels(rt); i++) {
@@ -943,23 +1021,32 @@ static Suite *devices_suite(void) {
   tcase_add_test(tc, test_error_measure);
   tcase_add_test(tc, test_detects_wrong_results);
   tcase_add_test(tc, test_uncovered_kernel_fails);
+  tcase_add_test(tc, test_failures_are_reported);
   tcase_add_test(tc, test_kernel_listing);
   tcase_add_test(tc, test_every_kernel_of_every_device);
   suite_add_tcase(s, tc);
   return s;
 }
 
+/* Appends dir to path (colon-separated) when it is a folder. */
+static void path_add(char *path, size_t len, const char *dir) {
+  struct stat sb;
+  if (!dir || !*dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+  size_t at = strlen(path);
+  snprintf(path + at, len - at, "%s%s", at ? ":" : "", dir);
+}
+
 int main(void) {
   /* The accelerator plugins built beside the CPU's join the path the tests use (the other
-   * test programs keep seeing the CPU alone). */
-  static const char *const dirs[] = {"FLOE_TPUSIM_PLUGIN_DIR", "FLOE_CUDA_PLUGIN_DIR"};
-  char path[8192];
-  const char *base = getenv("FLOE_PLUGIN_PATH");
+   * test programs keep seeing the CPU alone); a plugin found twice is loaded once. */
+  char path[8192], dir[4096];
+  const char *base = getenv("FLOE_PLUGIN_PATH"), *top = getenv("top_builddir");
   snprintf(path, sizeof path, "%s", base ? base : "");
-  for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
-    const char *dir = getenv(dirs[i]);
-    size_t len = strlen(path);
-    if (dir && *dir) snprintf(path + len, sizeof path - len, "%s%s", len ? ":" : "", dir);
+  path_add(path, sizeof path, getenv("FLOE_TPUSIM_PLUGIN_DIR"));
+  static const char *const plugins[] = {"tpu-sim", "cuda"};
+  for (size_t i = 0; top && i < sizeof plugins / sizeof *plugins; i++) {
+    snprintf(dir, sizeof dir, "%s/plugins/%s/.libs", top, plugins[i]);
+    path_add(path, sizeof path, dir);
   }
   if (*path) setenv("FLOE_PLUGIN_PATH", path, 1);
   SRunner *sr = srunner_create(devices_suite());
