@@ -159,6 +159,18 @@ static void derive_relu_maxpool(const XCase *c, FloeTensor **ins, FloeRuntime *r
   derive_maxpool(c, ins, rt);
 }
 
+/* Whole numbers in orig_input, so windows tie: the first maximum gets the gradient. */
+static void derive_ties_maxpool(const XCase *c, FloeTensor **ins, FloeRuntime *rt) {
+  double *v = harness_values(ins[0]);
+  FloeShape s = floe_tensor_shape(ins[0]);
+  for (int64_t i = 0; i < floe_tensor_num_elements(ins[0]); i++) v[i] = floor(v[i]);
+  FloeTensor *t = harness_from_doubles(floe_tensor_dtype(ins[0]), s.rank, s.dims, v);
+  free(v);
+  floe_tensor_release(ins[0]);
+  ins[0] = t;
+  derive_maxpool(c, ins, rt);
+}
+
 /* c and act (inputs 4 and 5) from LSTMCell(x, h_prev, c_prev, w, b), b random. */
 static void derive_lstm(const XCase *c, FloeTensor **ins, FloeRuntime *rt) {
   (void)c;
@@ -270,6 +282,19 @@ const XCase xcases[] = {
     UNARY("Cos", -6, 6),
     UNARY("Sin", -6, 6),
     UNARY("Floor", -3, 3),
+    /* Saturating ranges: a naive formula overflows or loses the small side. */
+    {.op = "Exp", .label = "[257] wide range", .in = {R(F32, -80, 80, 1, 257)}},
+    {.op = "Sigmoid", .label = "[257] saturating", .in = {R(F32, -60, 60, 1, 257)}},
+    {.op = "Tanh", .label = "[257] saturating", .in = {R(F32, -20, 20, 1, 257)}},
+    {.op = "Softplus", .label = "[257] saturating", .in = {R(F32, -60, 60, 1, 257)}},
+    {.op = "Add", .label = "bcast [2,1,4,1] x [1,3,1,5] (both sides)",
+     .in = {R(F32, -1, 1, 4, 2, 1, 4, 1), R(F32, -1, 1, 4, 1, 3, 1, 5)}},
+    {.op = "Mul", .label = "bcast [2,1,4,1] x [1,3,1,5] (both sides)",
+     .in = {R(F32, -1, 1, 4, 2, 1, 4, 1), R(F32, -1, 1, 4, 1, 3, 1, 5)}},
+    {.op = "AddN", .label = "5 x [1031] f32",
+     .in = {R(F32, -1, 1, 1, 1031), R(F32, -1, 1, 1, 1031), R(F32, -1, 1, 1, 1031),
+            R(F32, -1, 1, 1, 1031), R(F32, -1, 1, 1, 1031)},
+     .lists = {5}},
     {.op = "AddN", .label = "3 x [3,4] f32", .in = {R(F32, -1, 1, 2, 3, 4), R(F32, -1, 1, 2, 3, 4),
                                R(F32, -1, 1, 2, 3, 4)}, .lists = {3}},
     {.op = "AddN", .label = "1 x [7] f32", .in = {R(F32, -1, 1, 1, 7)}, .lists = {1}},
@@ -304,6 +329,12 @@ const XCase xcases[] = {
      .in = {R(F32, -5, 5, 3, 3, 5, 6)}, .attrs = {AI("axis", 1)}},
     {.op = "Softmax", .label = "[2,1031] f32 (vector tails)", .in = {R(F32, -5, 5, 2, 2, 1031)}},
     {.op = "Softmax", .label = "[2,17] f64", .in = {R(F64, -5, 5, 2, 2, 17)}},
+    {.op = "Softmax", .label = "[4,10] large logits", .in = {R(F32, -80, 80, 2, 4, 10)}},
+    {.op = "LogSoftmax", .label = "[4,10] large logits", .in = {R(F32, -80, 80, 2, 4, 10)}},
+    {.op = "SoftmaxCrossEntropyWithLogits", .label = "[4,10] large logits",
+     .in = {R(F32, -80, 80, 2, 4, 10), R(F32, 0, 1, 2, 4, 10)}},
+    {.op = "SparseSoftmaxCrossEntropyWithLogits", .label = "[3,6] large logits",
+     .in = {R(F32, -80, 80, 2, 3, 6), LV(3, 5, 0, 2)}},
     {.op = "LogSoftmax", .label = "[4,10] last axis f32", .in = {R(F32, -5, 5, 2, 4, 10)}},
     {.op = "LogSoftmax", .label = "[3,5,6] axis 0 f32",
      .in = {R(F32, -5, 5, 3, 3, 5, 6)}, .attrs = {AI("axis", 0)}},
@@ -360,6 +391,11 @@ const XCase xcases[] = {
      .attrs = {AB("adj_y", 1)}, .flags = XF_MATRIX},
     {.op = "BatchMatMul", .label = "[3,4,5] x [5,2] (unbatched y) f64",
      .in = {R(F64, -1, 1, 3, 3, 4, 5), R(F64, -1, 1, 2, 5, 2)}, .flags = XF_MATRIX},
+    {.op = "BatchMatMul", .label = "bcast [3,4,5] x [2,1,5,6]",
+     .in = {R(F32, -1, 1, 3, 3, 4, 5), R(F32, -1, 1, 4, 2, 1, 5, 6)}, .flags = XF_MATRIX},
+    {.op = "MatMul", .label = "[129,130]^T x [131,129]^T (past a tile)",
+     .in = {R(F32, -1, 1, 2, 129, 130), R(F32, -1, 1, 2, 131, 129)},
+     .attrs = {AB("transpose_a", 1), AB("transpose_b", 1)}, .flags = XF_MATRIX},
     {.op = "BiasAdd", .label = "NHWC [2,3,4,5] + [5]",
      .in = {R(F32, -1, 1, 4, 2, 3, 4, 5), R(F32, -1, 1, 1, 5)}},
     {.op = "BiasAdd", .label = "NCHW [2,5,3,4] + [5]",
@@ -373,6 +409,8 @@ const XCase xcases[] = {
     {.op = "BiasAddGrad", .label = "NCHW [2,5,3,4]", .in = {R(F32, -1, 1, 4, 2, 5, 3, 4)},
      .attrs = {AS("data_format", "NCHW")}},
     {.op = "BiasAddGrad", .label = "[300,7] f64", .in = {R(F64, -1, 1, 2, 300, 7)}},
+    {.op = "BiasAddGrad", .label = "[1000,7] f32 (long columns)",
+     .in = {R(F32, -1, 1, 2, 1000, 7)}},
     {.op = "BiasAddGrad", .label = "[4,3] i32", .in = {R(I32, -9, 9, 2, 4, 3)}},
 
     /* --- convolutions: input, filter [kh,kw,in,out] --- */
@@ -443,6 +481,13 @@ const XCase xcases[] = {
     /* --- pooling and its gradients --- */
     POOL("MaxPool"),
     POOL("AvgPool"),
+    {.op = "MaxPool", .label = "[1,7,5,2] 3x3/2 SAME all negative (padding is no 0)",
+     .in = {R(F32, -2, -1, 4, 1, 7, 5, 2)},
+     .attrs = {NHWC4("ksize", 3, 3), NHWC4("strides", 2, 2), AS("padding", "SAME")}},
+    {.op = "MaxPoolGrad", .label = "[1,6,6,2] 2x2/1 VALID with ties",
+     .in = {R(F32, 0, 3, 4, 1, 6, 6, 2), D(F32, 4, 1, 5, 5, 2), R(F32, -1, 1, 4, 1, 5, 5, 2)},
+     .attrs = {NHWC4("ksize", 2, 2), NHWC4("strides", 1, 1), AS("padding", "VALID")},
+     .derive = derive_ties_maxpool},
     POOL_GRAD("MaxPoolGrad", derive_maxpool),
     POOL_GRAD("_FusedMaxPoolGradRelu", derive_relu_maxpool),
     {.op = "AvgPoolGrad", .label = "[2,6,6,3] 2x2/2 VALID",
