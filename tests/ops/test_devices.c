@@ -43,9 +43,9 @@ static const struct {
 };
 
 typedef struct XDevice {
-  char name[64];    /* short name, "tpu-sim:0" */
-  char type[32];    /* "TPU_SIM" */
-  bool same_as_ref; /* the reference's type: the very same kernels, so errors must be 0 */
+  char name[64];           /* short name, "tpu-sim:0" */
+  char type[32];           /* "TPU_SIM" */
+  bool same_as_ref;        /* the reference's type: the very same kernels, errors must be 0 */
   double matrix_threshold; /* > 0: matrix-class ops round operands (reduced_matrix) */
 } XDevice;
 

@@ -182,7 +182,8 @@ FLOE_API floe_code floe_runtime_device(const FloeRuntime *rt, int i, FloeDeviceI
 FLOE_API int floe_runtime_num_kernels_for(const FloeRuntime *rt, const char *op,
                                           const char *device_type);
 /* The kernels registered in rt, in registration order (plugins' in load order, then the
- * core's own), for tools and tests that go through every kernel of a device type. */
+ * core's own), for tools and tests that go through every kernel of a device type. Nothing is
+ * allocated; thread-safe (rt's registry does not change after floe_runtime_new). */
 typedef struct FloeKernelInfo {
   size_t struct_size;      /* set by the caller: sizeof(FloeKernelInfo) */
   const char *op;          /* "MatMul"; borrowed from rt */
