@@ -1333,3 +1333,14 @@ floe_code floe__node_set_input(FloeNode *n, int j, FloeOutput v, FloeStatus *st)
   n->inputs[j] = v;
   return FLOE_OK;
 }
+
+floe_code floe_node_request_device(FloeNode *n, const char *device, FloeStatus *status) {
+  if (!n) return floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_node_request_device: NULL node");
+  char *d = NULL;
+  if (device && device[0] && !(d = floe__strdup(device)))
+    return floe_status_set(status, FLOE_NO_MEMORY, "node '%s': out of memory copying device '%s'",
+                           n->name, device);
+  floe__free(n->device);
+  n->device = d;
+  return FLOE_OK;
+}

@@ -374,6 +374,8 @@ struct FloeRuntime {
   FloeThreadPool *pool;
   int num_threads;
   uint64_t seed;            /* drawn at creation: incarnation and default random seeds */
+  /* transport.c: created on first use, freed by floe_runtime_free before plugins shut down */
+  _Atomic(struct FloeTransportMgr *) transport_mgr;
 };
 
 /* plugin.c: discover + load every plugin into rt (called by floe_runtime_new). A plugin that
@@ -685,9 +687,10 @@ floe_code floe__place(struct FloeRuntime *rt, const FloeGraph *g, const bool *ne
                       const FloePartitionFed *fed, const FloePlaceOptions *o, FloePlacement *out,
                       FloeStatus *st);
 void floe__placement_free(FloePlacement *p);
-/* Fills p->start, finish and est_seconds for p->device as it stands. */
-floe_code floe__placement_estimate(struct FloeRuntime *rt, const FloeGraph *g, const bool *need,
-                                   FloePlacement *p);
+/* Fills p->start, finish and est_seconds for p->device as it stands; node i takes secs[i]
+ * seconds where secs is given and secs[i] >= 0, else the cost model's time. */
+void floe__placement_estimate(struct FloeRuntime *rt, const FloeGraph *g, const bool *need,
+                              const double *secs, FloePlacement *p);
 /* The cost model: seconds node n takes on d; seconds to move bytes from src to dst. */
 double floe__cost_node(const FloeNode *n, const struct FloeDevice *d);
 double floe__cost_transfer(double bytes, const struct FloeDevice *src, const struct FloeDevice *dst);
@@ -1104,5 +1107,59 @@ typedef struct FloeIdxInfo {
   int64_t dims[FLOE_MAX_DIMS];
 } FloeIdxInfo;
 floe_code floe__idx_read_file(const char *path, FloeIdxInfo *info, void **data, FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* Rendezvous helper's additions (rendezvous.c, transport.c), issue 5.
+ *
+ * transport.c: the runtime's transport manager (rt->transport_mgr). A loopback comm pair over
+ * the transport plugin FLOE_TRANSPORT names (default "local") and a progress thread. Every
+ * function is thread-safe. */
+typedef struct FloeTransportMgr FloeTransportMgr;
+/* One posted request; valid until its done callback has returned (the manager frees it). */
+typedef struct FloeXfer FloeXfer;
+/* Runs exactly once per posted request, on the progress thread (or on the thread freeing the
+ * runtime), never under the manager's lock: code is the transport's (FLOE_CANCELLED when
+ * withdrawn), size the bytes it reported. */
+typedef void (*FloeXferDoneFn)(void *arg, floe_code code, size_t size);
+/* rt's manager, created on first use (borrowed from rt); NULL + st naming FLOE_PLUGIN_PATH /
+ * FLOE_PLUGINS when no transport is loaded, or FLOE_TRANSPORT's choice when it is not. */
+FloeTransportMgr *floe__transport_mgr(struct FloeRuntime *rt, FloeStatus *st);
+/* runtime.c: joins the progress thread, withdraws pending requests (their callbacks run with
+ * FLOE_CANCELLED), closes the comms. Before floe__plugins_shutdown. */
+void floe__transport_mgr_free(struct FloeRuntime *rt);
+const char *floe__transport_name(const FloeTransportMgr *m); /* borrowed */
+/* Post len bytes under tag. buf is borrowed until done runs (the transport may read it
+ * until then / writes it then). irecv's *out (may be NULL) is the handle for cancel. */
+floe_code floe__transport_isend(FloeTransportMgr *m, const void *buf, size_t len, uint64_t tag,
+                                FloeXferDoneFn done, void *arg, FloeStatus *st);
+floe_code floe__transport_irecv(FloeTransportMgr *m, void *buf, size_t len, uint64_t tag,
+                                FloeXferDoneFn done, void *arg, FloeXfer **out, FloeStatus *st);
+/* Withdraws a posted receive whose done has not returned: FLOE_OK (done will run with
+ * FLOE_CANCELLED), FLOE_UNAVAILABLE (it completed or is completing: done runs as usual), or
+ * FLOE_UNIMPLEMENTED (the transport has no cancel slot: the receive stays posted). */
+floe_code floe__transport_cancel(FloeTransportMgr *m, FloeXfer *x);
+
+/* rendezvous.c: the wire format of one transfer through a transport. A header message of
+ * FLOE__RV_HEADER_BYTES under tag T = floe__rendezvous_tag(step, key) (low bit 0), then the
+ * payload under T | 1 (always sent, possibly empty). Header fields, little-endian, at byte
+ * offsets: 0 magic u32 (FLOE__RV_MAGIC), 4 version u16 (FLOE__RV_VERSION), 6 flags u16
+ * (FLOE__RV_*), 8 dtype u32 (FloeDType of the value as received), 12 rank u32, 16 dims
+ * i64[FLOE_MAX_DIMS] (unused ones 0), 80 payload bytes u64. With FLOE__RV_BF16 an f32 value
+ * travels as bf16 (2 bytes an element). */
+#define FLOE__RV_HEADER_BYTES 88
+#define FLOE__RV_MAGIC 0x31565246u /* "FRV1" */
+#define FLOE__RV_VERSION 1
+#define FLOE__RV_DEAD 0x1u
+#define FLOE__RV_CONTROL 0x2u
+#define FLOE__RV_BF16 0x4u
+/* The 64-bit tag of a key in a step (low bit 0); pure. */
+uint64_t floe__rendezvous_tag(int64_t step_id, const FloeRendezvousKey *key);
+/* f32 <-> bf16: round to nearest even, NaN stays NaN (quiet, sign kept), infinities kept. */
+uint16_t floe__f32_to_bf16(float f);
+float floe__bf16_to_f32(uint16_t h);
+/* Pending Recvs of r (waiting for a Send, or with a transfer in flight); for tests that need
+ * to know a Recv has been posted before they act. */
+int floe__rendezvous_num_pending(FloeRendezvous *r);
+/* End of the rendezvous helper's additions. */
 
 #endif /* FLOE_INTERNAL_H */

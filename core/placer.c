@@ -459,8 +459,9 @@ out:
   return rc;
 }
 
-/* Estimated step time of a given placement (the same simulation, devices fixed). */
-static void estimate(Placer *pl) {
+/* Estimated step time of a given placement (the same simulation, devices fixed); a node's
+ * time is secs[node] when secs is given and holds a value >= 0, else the cost model's. */
+static void estimate(Placer *pl, const double *secs) {
   const FloeGraph *g = pl->g;
   int count = 0;
   int *order = topo_order(pl, &count);
@@ -482,7 +483,7 @@ static void estimate(Placer *pl) {
       const FloeNode *s = n->control[k];
       if (pl->need[s->id] && pl->out->device[s->id]) ready = fmax(ready, finish[s->id]);
     }
-    finish[i] = ready + floe__cost_node(n, dev);
+    finish[i] = ready + (secs && secs[i] >= 0 ? secs[i] : floe__cost_node(n, dev));
     busy[dev->id] = finish[i];
     if (pl->out->start) pl->out->start[i] = ready;
     if (pl->out->finish) pl->out->finish[i] = finish[i];
@@ -531,7 +532,7 @@ floe_code floe__place(FloeRuntime *rt, const FloeGraph *g, const bool *need,
     rc = place_cost(&pl);
   } else {
     rc = place_simple(&pl);
-    if (rc == FLOE_OK) estimate(&pl);
+    if (rc == FLOE_OK) estimate(&pl, NULL);
   }
   /* Fed nodes never run; give them their first consumer's device for the record. */
   for (int i = 0; rc == FLOE_OK && i < g->num_nodes; i++)
@@ -552,11 +553,11 @@ void floe__placement_free(FloePlacement *p) {
   memset(p, 0, sizeof *p);
 }
 
-/* The estimate of a placement that was made another way (all on one device, say). */
-floe_code floe__placement_estimate(FloeRuntime *rt, const FloeGraph *g, const bool *need,
-                                   FloePlacement *p) {
+/* The schedule of p->device as it stands, with node times from secs (NULL or < 0: the
+ * cost model's). */
+void floe__placement_estimate(FloeRuntime *rt, const FloeGraph *g, const bool *need,
+                              const double *secs, FloePlacement *p) {
   FloePlaceOptions o = {0};
   Placer pl = {rt, g, need, NULL, &o, NULL, 0, NULL, NULL, p, NULL};
-  estimate(&pl);
-  return FLOE_OK;
+  estimate(&pl, secs);
 }

@@ -120,6 +120,8 @@ void floe_runtime_free(FloeRuntime *rt) {
   if (!rt || rt == default_rt) return;
   /* Workers may still run plugin code: join them before any shutdown hook. */
   floe__pool_free(rt->pool);
+  /* The progress thread runs transport plugin code: stop it before the plugins go. */
+  floe__transport_mgr_free(rt);
   floe__plugins_shutdown(rt);
   floe__free(rt);
 }

@@ -488,7 +488,7 @@ static bool sig_is_fed(void *arg, int node, int index) { return is_fed(arg, node
 
 /* Prune, fuse, place, partition: the run's nodes, each with its device and kernel, in the
  * graph they run in (*clone, caller owns, when it is not the session's). */
-static floe_code plan_run(FloeSession *s, const RunSig *sig, FloeGraph **clone,
+static floe_code plan_run(FloeSession *s, const RunSig *sig, bool cut, FloeGraph **clone,
                           FloePartition *part, FloePlacement *pl, bool **needp, FloeStatus *st) {
   const FloeGraph *g = s->graph;
   *clone = NULL;
@@ -511,7 +511,7 @@ static floe_code plan_run(FloeSession *s, const RunSig *sig, FloeGraph **clone,
     if (!first) first = pl->device[i];
     many = pl->device[i] != first;
   }
-  if (!many) return FLOE_OK;
+  if (!many || !cut) return FLOE_OK;
   rc = floe__partition(g, need, pl->device, &fed, part, st);
   if (rc != FLOE_OK) return rc;
   if (*clone) floe_graph_free(*clone);
@@ -528,7 +528,7 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, FloeGrap
   FloePartition part;
   FloePlacement pl;
   bool *need = NULL;
-  if (plan_run(s, sig, clone, &part, &pl, &need, st) != FLOE_OK) goto out;
+  if (plan_run(s, sig, true, clone, &part, &pl, &need, st) != FLOE_OK) goto out;
   const FloeGraph *g = *clone ? *clone : s->graph;
   bool *run = part.need ? part.need : need;
   FloeDevice **dev = part.device ? part.device : pl.device;
@@ -1056,11 +1056,104 @@ static const char **sink_names(const FloeGraph *g, int *num) {
   return t;
 }
 
+/* Distinct (producer output or control edge, destination device) pairs that cross devices:
+ * the _Send nodes partitioning adds. */
+static int count_transfers(const FloeGraph *g, const bool *need, const RunSig *sig,
+                           FloeDevice *const *dev) {
+  int count = 0;
+  for (int i = 0; i < g->num_nodes; i++) {
+    if (!need[i]) continue;
+    const FloeNode *n = g->nodes[i];
+    for (int e = 0; e < n->num_inputs + n->num_control; e++) {
+      const FloeNode *src = e < n->num_inputs ? n->inputs[e].node : n->control[e - n->num_inputs];
+      int idx = e < n->num_inputs ? n->inputs[e].index : -1;
+      if (!need[src->id] || dev[src->id] == dev[i] || (idx >= 0 && is_fed(sig, src->id, idx)))
+        continue;
+      bool seen = false; /* the same pair met at an earlier consumer */
+      for (int k = 0; k < i && !seen; k++) {
+        if (!need[k] || dev[k] != dev[i]) continue;
+        const FloeNode *m = g->nodes[k];
+        for (int f = 0; f < m->num_inputs + m->num_control && !seen; f++) {
+          const FloeNode *ms = f < m->num_inputs ? m->inputs[f].node : m->control[f - m->num_inputs];
+          int mi = f < m->num_inputs ? m->inputs[f].index : -1;
+          seen = ms == src && mi == idx;
+        }
+      }
+      for (int f = 0; f < e && !seen; f++) { /* ... or earlier at this one */
+        const FloeNode *ms = f < n->num_inputs ? n->inputs[f].node : n->control[f - n->num_inputs];
+        int mi = f < n->num_inputs ? n->inputs[f].index : -1;
+        seen = ms == src && mi == idx;
+      }
+      if (!seen) count++;
+    }
+  }
+  return count;
+}
+
+/* Replays the placement's schedule with each node's mean time from the profiled runs so far
+ * (its device's own time when reported, else its wall time), into *out. */
+static void measured_times(FloeSession *s, const FloeGraph *g, FloePlacement *pl,
+                           const bool *need, double *out) {
+  double *secs = floe__malloc(((size_t)pl->num_nodes + 1) * sizeof *secs);
+  if (!secs) {
+    *out = -1;
+    return;
+  }
+  for (int i = 0; i < pl->num_nodes; i++) secs[i] = -1;
+  double *sum = floe__calloc((size_t)pl->num_nodes + 1, sizeof *sum);
+  int64_t *calls = floe__calloc((size_t)pl->num_nodes + 1, sizeof *calls);
+  pthread_mutex_lock(&s->mu);
+  for (CacheEntry *c = s->cache; c && sum && calls; c = c->next)
+    for (int p = 0; p < floe__multi_exec_num_pieces(c->exec); p++) {
+      FloeExecutor *x = floe__multi_exec_piece(c->exec, p);
+      FloeExecProfile pr;
+      const FloeNode *node;
+      for (int i = 0; (node = floe__executor_profile_node(x, i, &pr)); i++) {
+        if (pr.calls == 0) continue;
+        const FloeNode *mine = floe_graph_find(g, node->name);
+        if (!mine || mine->id >= pl->num_nodes) continue;
+        sum[mine->id] += (double)(pr.device_ns > 0 ? pr.device_ns : pr.total_ns) * 1e-9;
+        calls[mine->id] += pr.calls;
+      }
+    }
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; sum && calls && i < pl->num_nodes; i++)
+    if (calls[i] > 0) secs[i] = sum[i] / (double)calls[i];
+  FloePlacement m = *pl;
+  double *start = floe__calloc((size_t)pl->num_nodes + 1, sizeof *start);
+  double *finish = floe__calloc((size_t)pl->num_nodes + 1, sizeof *finish);
+  if (start && finish && sum && calls) {
+    m.start = start;
+    m.finish = finish;
+    floe__placement_estimate(s->rt, g, need, secs, &m);
+    *out = m.est_seconds;
+  } else {
+    *out = -1;
+  }
+  floe__free(start);
+  floe__free(finish);
+  floe__free(sum);
+  floe__free(calls);
+  floe__free(secs);
+}
+
 floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int num_feeds,
                                  const char *const *fetches, int num_fetches,
                                  const char *const *targets, int num_targets,
                                  FloeNodePlacement **rows, int *num_rows, double *est_seconds,
                                  int *num_transfers, FloeStatus *status) {
+  return floe_session_placement_measured(s, feeds, num_feeds, fetches, num_fetches, targets,
+                                         num_targets, rows, num_rows, est_seconds, num_transfers,
+                                         NULL, status);
+}
+
+floe_code floe_session_placement_measured(FloeSession *s, const char *const *feeds,
+                                          int num_feeds, const char *const *fetches,
+                                          int num_fetches, const char *const *targets,
+                                          int num_targets, FloeNodePlacement **rows,
+                                          int *num_rows, double *est_seconds,
+                                          int *num_transfers, double *measured,
+                                          FloeStatus *status) {
   if (!s || !rows || !num_rows || num_feeds < 0 || num_fetches < 0 || num_targets < 0 ||
       (num_feeds && !feeds) || (num_fetches && !fetches) || (num_targets && !targets))
     return floe_status_set(status, FLOE_INVALID_ARGUMENT,
@@ -1094,11 +1187,10 @@ floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int n
     targets = sinks;
   }
   rc = resolve_sig(s, fd, nfd, fetches, num_fetches, targets, num_targets, &sig, status);
-  if (rc == FLOE_OK) rc = plan_run(s, &sig, &clone, &part, &pl, &need, status);
+  if (rc == FLOE_OK) rc = plan_run(s, &sig, false, &clone, &part, &pl, &need, status);
   if (rc != FLOE_OK) goto out;
-  /* plan_run left the placed graph in *clone only when it fused; the cut graph went there
-   * too, with the placed graph's nodes first under the same ids. */
-  const FloeGraph *g = clone ? clone : s->graph;
+  const FloeGraph *g = clone ? clone : s->graph; /* the fused clone, if fusion applied */
+  if (measured) measured_times(s, g, &pl, need, measured);
   int n = 0;
   size_t strings = 0;
   for (int i = 0; i < pl.num_nodes; i++) { /* the placed graph's nodes keep their ids in g */
@@ -1133,7 +1225,7 @@ floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int n
   *rows = r;
   *num_rows = k;
   if (est_seconds) *est_seconds = pl.est_seconds;
-  if (num_transfers) *num_transfers = part.num_sends;
+  if (num_transfers) *num_transfers = count_transfers(g, need, &sig, pl.device);
 out:
   run_sig_free(&sig);
   floe__partition_free(&part);
@@ -1143,4 +1235,58 @@ out:
   floe__free(fd);
   floe__free(sinks);
   return rc;
+}
+
+floe_code floe_session_profile_nodes(FloeSession *s, FloeNodeProfile **rows, int *num_rows,
+                                     FloeStatus *status) {
+  if (!s || !rows || !num_rows)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_profile_nodes: NULL session, rows or num_rows");
+  *rows = NULL;
+  *num_rows = 0;
+  pthread_mutex_lock(&s->mu);
+  int n = 0;
+  size_t strings = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    FloeNodeProfile *r = pass ? *rows : NULL;
+    char *str = pass ? (char *)(r + n) : NULL;
+    int k = 0;
+    for (CacheEntry *c = s->cache; c; c = c->next) {
+      for (int p = 0; p < floe__multi_exec_num_pieces(c->exec); p++) {
+        FloeExecutor *x = floe__multi_exec_piece(c->exec, p);
+        FloeExecProfile pr;
+        const FloeNode *node;
+        for (int i = 0; (node = floe__executor_profile_node(x, i, &pr)); i++) {
+          if (pr.calls == 0) continue;
+          const char *parts[3] = {node->name, node->op->name, pr.device};
+          if (!pass) {
+            n++;
+            for (int q = 0; q < 3; q++) strings += strlen(parts[q]) + 1;
+            continue;
+          }
+          const char *copies[3];
+          for (int q = 0; q < 3; q++) {
+            size_t len = strlen(parts[q]) + 1;
+            memcpy(str, parts[q], len);
+            copies[q] = str;
+            str += len;
+          }
+          r[k++] = (FloeNodeProfile){copies[0], copies[1], copies[2], pr.calls, pr.total_ns,
+                                     pr.device_ns};
+        }
+      }
+    }
+    if (!pass) {
+      if (n == 0) break;
+      *rows = malloc((size_t)n * sizeof **rows + strings);
+      if (!*rows) {
+        pthread_mutex_unlock(&s->mu);
+        return floe_status_set(status, FLOE_NO_MEMORY, "out of memory gathering a profile of %d "
+                               "nodes", n);
+      }
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  *num_rows = n;
+  return FLOE_OK;
 }

@@ -104,10 +104,14 @@ int cmd_plugins(int argc, char **argv) {
       json_key(&w, "message"), json_string(&w, p->message);
       json_end_object(&w);
     } else {
-      printf("%-10s %-11s ABI %u.%u  %3d devices %4d kernels %3d ops  %s\n", p->name,
+      printf("%-15s %-11s ABI %u.%u  %3d devices %4d kernels %3d ops  %s\n", p->name,
              floe_plugin_state_name(p->state), p->abi_major, p->abi_minor, p->num_devices,
              p->num_kernels, p->num_ops, p->path);
-      if (p->message && *p->message) printf("           %s\n", p->message);
+      /* Transport plugins register no device or kernel: say what they do bring. */
+      if (p->num_transports > 0)
+        printf("                %d transport%s (FLOE_TRANSPORT picks one; default \"local\")\n",
+               p->num_transports, p->num_transports == 1 ? "" : "s");
+      if (p->message && *p->message) printf("                %s\n", p->message);
     }
   }
   if (json) {

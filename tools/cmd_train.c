@@ -29,7 +29,8 @@ static const char train_help[] =
     "                  [--lr X] [--lr-schedule cosine|constant] [--threads N]\n"
     "                  [--seed S] [--data DIR] [--checkpoint-dir DIR [--resume]]\n"
     "                  [--stop-after K] [--input queue|feed] [--export FILE]\n"
-    "                  [--devices LIST [--compress-transfers]] [--profile] [--json]\n"
+    "                  [--devices LIST [--compress-transfers]] [--save-graph FILE]\n"
+    "                  [--profile] [--json]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
     "                         max-pool blocks (32, 64 filters), dense 1024, dense 10;\n"
@@ -69,6 +70,8 @@ static const char train_help[] =
     "                         devices (e.g. cpu,tpu-sim or cuda:0); default: everything on\n"
     "                         the first device with a kernel (the CPU)\n"
     "  --compress-transfers   f32 values crossing devices travel as bf16 (lossy)\n"
+    "  --save-graph FILE      write the training graph (target \"train\", initialiser\n"
+    "                         \"init\"; feeds x and y with --input feed) to FILE and stop\n"
     "  --profile              time every kernel of the training steps and print, per op\n"
     "                         type, calls and time (sorted by total time) at the end: to\n"
     "                         stderr, or as \"profile\" in the JSON with --json\n"
@@ -93,6 +96,7 @@ typedef struct TrainOptions {
   int64_t limit;  /* 0: all examples */
   int queue;      /* --input queue (else feed) */
   const char *devices; /* --devices: cost-model placement among these; NULL: none */
+  const char *save_graph; /* --save-graph FILE */
   int compress;        /* --compress-transfers */
 } TrainOptions;
 
@@ -115,7 +119,7 @@ static int parse_int(const char *s, long long lo, long long hi, long long *out) 
 /* Returns 0 to go on, else the exit status (help printed: 0 through *done). */
 static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
-         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS };
+         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -130,6 +134,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"input", required_argument, NULL, OPT_INPUT},
       {"devices", required_argument, NULL, OPT_DEVICES},
       {"compress-transfers", no_argument, NULL, OPT_COMPRESS},
+      {"save-graph", required_argument, NULL, OPT_SAVE_GRAPH},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
@@ -204,6 +209,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         break;
       case OPT_DEVICES: o->devices = optarg; break;
       case OPT_COMPRESS: o->compress = 1; break;
+      case OPT_SAVE_GRAPH: o->save_graph = optarg; break;
       case OPT_LIMIT:
         if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--limit takes N >= 1");
         o->limit = v;
@@ -497,6 +503,14 @@ int cmd_train(int argc, char **argv) {
   }
   if (!cli_runtime("train")) goto out;
   if (build_graph(&t)) goto out;
+  if (o->save_graph) {
+    if (floe_graph_save(t.g, o->save_graph, t.st) != FLOE_OK)
+      rc = cli_error("train", "--save-graph %s: %s", o->save_graph, floe_status_message(t.st));
+    else
+      printf("saved the training graph to %s (target %s, initialiser init)\n", o->save_graph,
+             t.train_name), rc = 0;
+    goto out;
+  }
   FloeSessionOptions so;
   floe_session_options_init(&so);
   so.devices = o->devices;

@@ -32,7 +32,8 @@ static const char lstm_help[] =
     "Usage: floe train --model lstm [--steps N] [--epochs N] [--batch N] [--bptt T]\n"
     "                  [--hidden H] [--layers L] [--vocab V] [--sampled-softmax K]\n"
     "                  [--lr X] [--softmax-lr X] [--clip N] [--seed N] [--threads N]\n"
-    "                  [--data DIR] [--eval-windows N] [--profile] [--json]\n"
+    "                  [--data DIR] [--eval-windows N] [--devices LIST]\n"
+    "                  [--save-graph FILE] [--profile] [--json]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
     "  --steps N              training windows (default: --epochs whole epochs)\n"
@@ -53,6 +54,10 @@ static const char lstm_help[] =
     "  --clip N               clip the gradients to a global norm of N (default 0: off;\n"
     "                         with two rates, each optimiser's gradients separately)\n"
     "  --eval-windows N       held-out windows to evaluate (default 0: all)\n"
+    "  --devices LIST         place with the cost model across these devices (e.g.\n"
+    "                         cpu,tpu-sim); default: the first device with a kernel\n"
+    "  --save-graph FILE      write the training graph (feeds x, y and the states; target\n"
+    "                         the training op, printed) to FILE and stop\n"
     "  --profile              time every kernel of the training windows after the first\n"
     "                         and print the ops taking the most time to stderr\n"
     "  --json                 end with one JSON line: the options, perplexity,\n"
@@ -65,7 +70,7 @@ static const char lstm_help[] =
 typedef struct LstmOptions {
   long long steps, epochs, batch, bptt, hidden, layers, vocab, sampled, seed, threads, eval;
   double lr, clip, softmax_lr;
-  const char *data;
+  const char *data, *devices, *save_graph;
   int json, profile;
 } LstmOptions;
 
@@ -88,6 +93,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
       {"profile", no_argument, NULL, 'P'},      {"clip", required_argument, NULL, 'C'},
       {"softmax-lr", required_argument, NULL, 'R'},
+      {"devices", required_argument, NULL, 'D'}, {"save-graph", required_argument, NULL, 'G'},
       {NULL, 0, NULL, 0}};
   *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
@@ -136,6 +142,8 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       case 'd': o->data = optarg; break;
       case 'j': o->json = 1; break;
       case 'P': o->profile = 1; break;
+      case 'D': o->devices = optarg; break;
+      case 'G': o->save_graph = optarg; break;
       case 'h':
         fputs(lstm_help, stdout);
         *done = 1;
@@ -268,9 +276,21 @@ static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
   floe_variables_initializer(g, "init");
   if (floe_graph_status(g) != FLOE_OK)
     return cli_error("train", "building the LSTM model: %s", floe_graph_error(g, NULL));
+  if (o->save_graph) {
+    FloeStatus *gst = floe_status_new();
+    int grc = 0;
+    if (floe_graph_save(g, o->save_graph, gst) != FLOE_OK)
+      grc = cli_error("train", "--save-graph %s: %s", o->save_graph, floe_status_message(gst));
+    else
+      printf("saved the training graph to %s (target %s, initialiser init)\n", o->save_graph,
+             floe_node_name(m->train));
+    floe_status_free(gst);
+    return grc ? grc : -1; /* -1: stop here, successfully */
+  }
   FloeSessionOptions so;
   floe_session_options_init(&so);
   so.runtime = rt;
+  so.devices = o->devices;
   FloeStatus *st = floe_status_new();
   m->s = floe_session_new(g, &so, st);
   int rc = 0;
@@ -361,7 +381,10 @@ int cmd_train_lstm(int argc, char **argv) {
   Lm m = {.layers = (int)o.layers};
   char names[4][8][32];
   m.h_in = names[0], m.c_in = names[1], m.h_out = names[2], m.c_out = names[3];
-  if ((rc = build(&m, &o, rt)) != 0) goto out_model;
+  if ((rc = build(&m, &o, rt)) != 0) {
+    if (rc < 0) rc = 0; /* --save-graph: done */
+    goto out_model;
+  }
   int64_t per_epoch = floe_text_windows_per_epoch(trw);
   int64_t total = o.steps ? o.steps : o.epochs * per_epoch;
   int64_t total_steps = total - 1; /* profiled windows: all but the first */

@@ -986,11 +986,14 @@ static Suite *tpusim_suite(void) {
 }
 
 int main(void) {
-  /* The tpu-sim plugin joins the CPU plugin on the path the tests use. */
-  const char *dir = getenv("FLOE_TPUSIM_PLUGIN_DIR"), *path = getenv("FLOE_PLUGIN_PATH");
-  char buf[4096];
-  if (dir && *dir) {
-    snprintf(buf, sizeof buf, "%s%s%s", path ? path : "", path && *path ? ":" : "", dir);
+  /* The tpu-sim plugin and the local transport (which moves tensors between the chip and
+   * the host) join the CPU plugin on the path the tests use. */
+  const char *dirs[] = {getenv("FLOE_TPUSIM_PLUGIN_DIR"), getenv("FLOE_TRANSPORT_DIR")};
+  for (int i = 0; i < 2; i++) {
+    const char *path = getenv("FLOE_PLUGIN_PATH");
+    char buf[4096];
+    if (!dirs[i] || !*dirs[i]) continue;
+    snprintf(buf, sizeof buf, "%s%s%s", path ? path : "", path && *path ? ":" : "", dirs[i]);
     setenv("FLOE_PLUGIN_PATH", buf, 1);
   }
   SRunner *sr = srunner_create(tpusim_suite());

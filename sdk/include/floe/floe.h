@@ -284,6 +284,9 @@ FLOE_API FloeNode *floe_graph_find(const FloeGraph *g, const char *name);
 FLOE_API const char *floe_node_name(const FloeNode *n);
 FLOE_API const char *floe_node_op(const FloeNode *n);
 FLOE_API const char *floe_node_device(const FloeNode *n); /* requested device or "" */
+/* Changes n's requested device (copied; NULL or "": none), e.g. to place an imported or
+ * loaded graph by hand. Sessions made from the graph earlier keep their copy. */
+FLOE_API floe_code floe_node_request_device(FloeNode *n, const char *device, FloeStatus *status);
 FLOE_API int floe_node_num_inputs(const FloeNode *n);
 FLOE_API FloeOutput floe_node_input(const FloeNode *n, int i);
 FLOE_API int floe_node_num_control_inputs(const FloeNode *n);
@@ -419,6 +422,18 @@ FLOE_API floe_code floe_session_placement(FloeSession *s, const char *const *fee
                                           FloeNodePlacement **rows, int *num_rows,
                                           double *est_seconds, int *num_transfers,
                                           FloeStatus *status);
+/* The same, and *measured (may be NULL): the step time the same schedule gives when every
+ * node takes the mean time it took in this session's profiled runs so far
+ * (floe_session_set_profiling): its device's own time where the device reports one (GPU
+ * events, tpu-sim's cycle model), else its wall time; nodes that never ran and transfers
+ * keep the cost model's figures. -1 when it could not be computed. */
+FLOE_API floe_code floe_session_placement_measured(FloeSession *s, const char *const *feeds,
+                                                   int num_feeds, const char *const *fetches,
+                                                   int num_fetches, const char *const *targets,
+                                                   int num_targets, FloeNodePlacement **rows,
+                                                   int *num_rows, double *est_seconds,
+                                                   int *num_transfers, double *measured,
+                                                   FloeStatus *status);
 
 /* Profiling: per op type, what the kernels of this session's runs cost. */
 typedef struct FloeOpProfile {
@@ -441,6 +456,16 @@ FLOE_API void floe_session_set_profiling(FloeSession *s, int on);
  * rows (NULL when none) that the caller frees with free(). Thread-safe. */
 FLOE_API floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_rows,
                                         FloeStatus *status);
+
+/* The same counts per node (a node in several cached signatures adds up), including the
+ * _Send/_Recv nodes partitioning added. On success *rows is one malloc'd block (rows, then
+ * the strings they point to) that the caller frees with free(); in no particular order. */
+typedef struct FloeNodeProfile {
+  const char *node, *op, *device;
+  int64_t calls, total_ns, device_ns;
+} FloeNodeProfile;
+FLOE_API floe_code floe_session_profile_nodes(FloeSession *s, FloeNodeProfile **rows,
+                                              int *num_rows, FloeStatus *status);
 
 /* Memory: the bytes of tensor data buffers alive in this process (host and every device's,
  * counted when a buffer is made and when its last reference goes; views and tensors

@@ -1,0 +1,374 @@
+/* transport.c - the runtime's transport manager: one loopback comm pair over a transport
+ * plugin and a progress thread that completes the requests posted through it.
+ *
+ * Created on first use (a step whose Send/Recv cannot hand a value over by reference), torn
+ * down by floe_runtime_free before the plugins shut down. The transport is the one named by
+ * FLOE_TRANSPORT, else "local". Every posted request has a done callback that runs exactly
+ * once on the progress thread (or on the thread tearing the manager down), never under the
+ * manager's lock, so callbacks may post again.
+ *
+ * Waiting: with the transport's get_fd the thread sleeps in poll() on that fd and on its own
+ * eventfd (posts and cancels write it); without one it waits on a condition variable with a
+ * short backoff (50 us doubling to 2 ms) while requests are pending, and indefinitely when
+ * none is.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct FloeXfer {
+  void *req;                 /* the transport's request; NULL once completed or cancelled */
+  FloeXferDoneFn done;
+  void *arg;
+  floe_code code;            /* set on completion */
+  size_t size;
+  bool is_recv;
+  struct FloeXfer *prev, *next; /* in pending or completed */
+};
+
+struct FloeTransportMgr {
+  const FloeTransportReg *tr;
+  const FloeTransportFns *fns;
+  void *ctx, *listen_comm, *send_comm, *recv_comm;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  FloeXfer *pending;         /* posted, not yet completed */
+  FloeXfer *completed;       /* completed or cancelled, callbacks not yet run */
+  bool stop;
+  int fd;                    /* the transport's fd, or -1 */
+  int wake_fd;               /* ours: written on post, cancel and stop */
+  pthread_t thread;
+};
+
+enum { BACKOFF_MIN_NS = 50000, BACKOFF_MAX_NS = 2000000, POLL_SAFETY_MS = 100 };
+
+/* Serialises lazy creation (rare: once per runtime). */
+static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void list_push(FloeXfer **head, FloeXfer *x) {
+  x->prev = NULL;
+  x->next = *head;
+  if (*head) (*head)->prev = x;
+  *head = x;
+}
+
+static void list_remove(FloeXfer **head, FloeXfer *x) {
+  if (x->prev)
+    x->prev->next = x->next;
+  else
+    *head = x->next;
+  if (x->next) x->next->prev = x->prev;
+  x->prev = x->next = NULL;
+}
+
+static void wake(FloeTransportMgr *m) {
+  uint64_t one = 1;
+  ssize_t w = write(m->wake_fd, &one, sizeof one);
+  (void)w; /* a saturated counter is still readable */
+  pthread_cond_signal(&m->cv);
+}
+
+/* Runs the callbacks of every completed request (called with mu held; drops it meanwhile). */
+static void run_completed(FloeTransportMgr *m) {
+  while (m->completed) {
+    FloeXfer *list = m->completed;
+    m->completed = NULL;
+    pthread_mutex_unlock(&m->mu);
+    for (FloeXfer *x = list, *next; x; x = next) {
+      next = x->next;
+      if (x->done) x->done(x->arg, x->code, x->size);
+      floe__free(x);
+    }
+    pthread_mutex_lock(&m->mu);
+  }
+}
+
+/* Tests every pending request once (mu held); true when one completed. */
+static bool test_pending(FloeTransportMgr *m) {
+  if (m->fns->progress) m->fns->progress(m->ctx);
+  bool any = false;
+  for (FloeXfer *x = m->pending, *next; x; x = next) {
+    next = x->next;
+    int done = 0;
+    size_t size = 0;
+    floe_code rc = m->fns->test(x->req, &done, &size);
+    if (!done && rc == FLOE_OK) continue;
+    /* A failed test() without done: the request is lost to us; report it failed. */
+    x->req = NULL;
+    x->code = rc;
+    x->size = done ? size : 0;
+    list_remove(&m->pending, x);
+    list_push(&m->completed, x);
+    any = true;
+  }
+  return any;
+}
+
+static void wait_for_progress(FloeTransportMgr *m, long *backoff_ns) {
+  if (m->fd >= 0) {
+    pthread_mutex_unlock(&m->mu);
+    struct pollfd p[2] = {{.fd = m->fd, .events = POLLIN}, {.fd = m->wake_fd, .events = POLLIN}};
+    if (poll(p, 2, POLL_SAFETY_MS) > 0 && (p[1].revents & POLLIN)) {
+      uint64_t v;
+      ssize_t r = read(m->wake_fd, &v, sizeof v);
+      (void)r;
+    }
+    pthread_mutex_lock(&m->mu);
+    return;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += *backoff_ns;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+  if (*backoff_ns < BACKOFF_MAX_NS) *backoff_ns *= 2;
+}
+
+static void *progress_main(void *arg) {
+  FloeTransportMgr *m = arg;
+  long backoff_ns = BACKOFF_MIN_NS;
+  pthread_mutex_lock(&m->mu);
+  while (!m->stop) {
+    if (m->completed) {
+      run_completed(m);
+      continue;
+    }
+    if (!m->pending) {
+      pthread_cond_wait(&m->cv, &m->mu);
+      continue;
+    }
+    if (test_pending(m)) {
+      backoff_ns = BACKOFF_MIN_NS;
+      continue;
+    }
+    wait_for_progress(m, &backoff_ns);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
+}
+
+static const FloeTransportReg *pick_transport(const FloeRuntime *rt, FloeStatus *st) {
+  const char *want = getenv("FLOE_TRANSPORT");
+  bool named = want && *want;
+  if (!named) want = "local";
+  for (int i = 0; i < rt->num_transports; i++)
+    if (strcmp(rt->transports[i]->name, want) == 0) return rt->transports[i];
+  if (rt->num_transports == 0) {
+    floe_status_set(st, FLOE_UNAVAILABLE,
+                    "no transport plugin is loaded, so a tensor cannot move between these "
+                    "devices: put the directory of floe-transport-local.so on FLOE_PLUGIN_PATH "
+                    "(or install it), and if FLOE_PLUGINS is set, add \"transport-local\" to it");
+    return NULL;
+  }
+  char list[256];
+  size_t used = 0;
+  list[0] = '\0';
+  for (int i = 0; i < rt->num_transports && used < sizeof list; i++) {
+    int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                     rt->transports[i]->name);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  floe_status_set(st, FLOE_NOT_FOUND,
+                  "transport \"%s\"%s is not loaded; loaded transports: %s (set FLOE_TRANSPORT "
+                  "to one of them)",
+                  want, named ? " (FLOE_TRANSPORT)" : " (the default)", list);
+  return NULL;
+}
+
+static floe_code transport_failed(FloeStatus *st, const FloeTransportReg *tr, const char *slot,
+                                  floe_code rc) {
+  return floe_status_set(st, rc == FLOE_OK ? FLOE_INTERNAL : rc,
+                         "transport \"%s\" (plugin %s): %s failed (%s)", tr->name,
+                         tr->plugin ? tr->plugin->name : "?", slot, floe_code_name(rc));
+}
+
+/* listen, connect, accept: the loopback pair every transfer of this runtime goes through. */
+static floe_code open_comms(FloeTransportMgr *m, FloeStatus *st) {
+  unsigned char addr[FLOE_TRANSPORT_ADDR_MAX];
+  size_t addr_len = sizeof addr;
+  floe_code rc = m->fns->listen(m->ctx, addr, &addr_len, &m->listen_comm);
+  if (rc != FLOE_OK) return transport_failed(st, m->tr, "listen", rc);
+  if (addr_len > sizeof addr)
+    return floe_status_set(st, FLOE_INTERNAL,
+                           "transport \"%s\": listen gave a %zu-byte address (at most %d)",
+                           m->tr->name, addr_len, FLOE_TRANSPORT_ADDR_MAX);
+  rc = m->fns->connect(m->ctx, addr, addr_len, &m->send_comm);
+  if (rc != FLOE_OK) return transport_failed(st, m->tr, "connect", rc);
+  /* A transport whose accept completes asynchronously answers UNAVAILABLE meanwhile. */
+  for (int tries = 0; tries < 1000; tries++) {
+    rc = m->fns->accept(m->listen_comm, &m->recv_comm);
+    if (rc != FLOE_UNAVAILABLE) break;
+    if (m->fns->progress) m->fns->progress(m->ctx);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  if (rc != FLOE_OK) return transport_failed(st, m->tr, "accept", rc);
+  return FLOE_OK;
+}
+
+static void close_comms(FloeTransportMgr *m) {
+  if (m->send_comm) m->fns->close_send(m->send_comm);
+  if (m->recv_comm) m->fns->close_recv(m->recv_comm);
+  if (m->listen_comm) m->fns->close_listen(m->listen_comm);
+  m->send_comm = m->recv_comm = m->listen_comm = NULL;
+}
+
+static void mgr_destroy(FloeTransportMgr *m) {
+  close_comms(m);
+  if (m->ctx) m->fns->finalize(m->ctx);
+  if (m->wake_fd >= 0) close(m->wake_fd);
+  pthread_cond_destroy(&m->cv);
+  pthread_mutex_destroy(&m->mu);
+  floe__free(m);
+}
+
+static FloeTransportMgr *mgr_create(FloeRuntime *rt, FloeStatus *st) {
+  const FloeTransportReg *tr = pick_transport(rt, st);
+  if (!tr) return NULL;
+  FloeTransportMgr *m = floe__calloc(1, sizeof *m);
+  if (!m) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory creating the transport manager");
+    return NULL;
+  }
+  m->tr = tr;
+  m->fns = &tr->fns;
+  m->fd = -1;
+  m->wake_fd = -1;
+  pthread_mutex_init(&m->mu, NULL);
+  pthread_cond_init(&m->cv, NULL);
+  m->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (m->wake_fd < 0) {
+    floe_status_set(st, FLOE_UNAVAILABLE, "eventfd for the transport manager: %s",
+                    strerror(errno));
+    goto err_destroy;
+  }
+  floe_code rc = m->fns->init(floe__host_api(), &m->ctx);
+  if (rc != FLOE_OK) {
+    m->ctx = NULL;
+    transport_failed(st, tr, "init", rc);
+    goto err_destroy;
+  }
+  if (open_comms(m, st) != FLOE_OK) goto err_destroy;
+  if (m->fns->get_fd && m->fns->get_fd(m->ctx, &m->fd) != FLOE_OK) m->fd = -1;
+  int err = pthread_create(&m->thread, NULL, progress_main, m);
+  if (err) {
+    floe_status_set(st, FLOE_UNAVAILABLE, "cannot start the transport progress thread: %s",
+                    strerror(err));
+    goto err_destroy;
+  }
+  return m;
+
+err_destroy:
+  mgr_destroy(m);
+  return NULL;
+}
+
+FloeTransportMgr *floe__transport_mgr(FloeRuntime *rt, FloeStatus *st) {
+  FloeTransportMgr *m = atomic_load_explicit(&rt->transport_mgr, memory_order_acquire);
+  if (m) return m;
+  pthread_mutex_lock(&create_mu);
+  m = atomic_load_explicit(&rt->transport_mgr, memory_order_acquire);
+  if (!m) {
+    m = mgr_create(rt, st);
+    if (m) atomic_store_explicit(&rt->transport_mgr, m, memory_order_release);
+  }
+  pthread_mutex_unlock(&create_mu);
+  return m;
+}
+
+void floe__transport_mgr_free(FloeRuntime *rt) {
+  FloeTransportMgr *m = atomic_exchange(&rt->transport_mgr, NULL);
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  m->stop = true;
+  wake(m);
+  pthread_mutex_unlock(&m->mu);
+  pthread_join(m->thread, NULL);
+  pthread_mutex_lock(&m->mu);
+  /* What completed meanwhile completes as usual; what is still pending is withdrawn. */
+  test_pending(m);
+  for (FloeXfer *x = m->pending, *next; x; x = next) {
+    next = x->next;
+    if (x->is_recv && m->fns->cancel) m->fns->cancel(x->req); /* else close_recv frees it */
+    x->req = NULL;
+    x->code = FLOE_CANCELLED;
+    x->size = 0;
+    list_remove(&m->pending, x);
+    list_push(&m->completed, x);
+  }
+  run_completed(m); /* posts from these callbacks fail: stop is set */
+  pthread_mutex_unlock(&m->mu);
+  mgr_destroy(m);
+}
+
+const char *floe__transport_name(const FloeTransportMgr *m) { return m->tr->name; }
+
+static floe_code post(FloeTransportMgr *m, bool is_recv, void *buf, size_t len, uint64_t tag,
+                      FloeXferDoneFn done, void *arg, FloeXfer **out, FloeStatus *st) {
+  FloeXfer *x = floe__calloc(1, sizeof *x);
+  if (!x) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory posting a transfer");
+  x->done = done;
+  x->arg = arg;
+  x->is_recv = is_recv;
+  pthread_mutex_lock(&m->mu);
+  if (m->stop) {
+    pthread_mutex_unlock(&m->mu);
+    floe__free(x);
+    return floe_status_set(st, FLOE_CANCELLED, "transport \"%s\": the runtime is shutting down",
+                           m->tr->name);
+  }
+  floe_code rc = is_recv ? m->fns->irecv(m->recv_comm, buf, len, tag, NULL, &x->req)
+                         : m->fns->isend(m->send_comm, buf, len, tag, NULL, &x->req);
+  if (rc != FLOE_OK) {
+    pthread_mutex_unlock(&m->mu);
+    floe__free(x);
+    transport_failed(st, m->tr, is_recv ? "irecv" : "isend", rc);
+    floe__status_prefix(st, "posting %zu bytes under tag 0x%016llx", len,
+                        (unsigned long long)tag);
+    return st ? st->code : rc;
+  }
+  list_push(&m->pending, x);
+  if (out) *out = x;
+  wake(m);
+  pthread_mutex_unlock(&m->mu);
+  return FLOE_OK;
+}
+
+floe_code floe__transport_isend(FloeTransportMgr *m, const void *buf, size_t len, uint64_t tag,
+                                FloeXferDoneFn done, void *arg, FloeStatus *st) {
+  return post(m, false, (void *)buf, len, tag, done, arg, NULL, st);
+}
+
+floe_code floe__transport_irecv(FloeTransportMgr *m, void *buf, size_t len, uint64_t tag,
+                                FloeXferDoneFn done, void *arg, FloeXfer **out, FloeStatus *st) {
+  return post(m, true, buf, len, tag, done, arg, out, st);
+}
+
+floe_code floe__transport_cancel(FloeTransportMgr *m, FloeXfer *x) {
+  if (!m->fns->cancel) return FLOE_UNIMPLEMENTED;
+  pthread_mutex_lock(&m->mu);
+  floe_code rc = FLOE_UNAVAILABLE;
+  if (x->req && x->is_recv && m->fns->cancel(x->req) == FLOE_OK) {
+    x->req = NULL;
+    x->code = FLOE_CANCELLED;
+    x->size = 0;
+    list_remove(&m->pending, x);
+    list_push(&m->completed, x);
+    wake(m);
+    rc = FLOE_OK;
+  }
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
