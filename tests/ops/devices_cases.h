@@ -38,8 +38,8 @@ typedef struct XIn {
 } XIn;
 
 enum {
-  /* A matrix-class op: a device computing matrix products in bf16 (xdev_bf16_matrix) gets
-   * the bf16 threshold for it. */
+  /* A matrix-class op: on a device whose matrix unit rounds its operands (bf16, TF32; see
+   * reduced_matrix in test_devices.c) its float outputs get that unit's threshold. */
   XF_MATRIX = 1u << 0,
 };
 

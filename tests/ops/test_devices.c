@@ -7,7 +7,7 @@
  * bool outputs) with per-dtype thresholds. Random ops are checked by distribution. A kernel
  * of D that no case exercises fails the test, naming the op.
  *
- * The runtime is made with FLOE_CPU_DEVICES=2 (unless the environment sets it), so cpu:1 is
+ * The runtime is made with FLOE_CPU_DEVICES=2 (unless the environment asks for more), so cpu:1 is
  * always a device under test: with only the CPU plugin loaded the program still runs the
  * whole machinery (and cpu:1 runs the same kernels as cpu:0, so its errors must be 0).
  * FLOE_TEST_VERBOSE=1 prints one line per (device, op, case); a summary line per device is
@@ -52,12 +52,16 @@ typedef struct XDevice {
 static FloeRuntime *rt;
 static bool verbose;
 
+/* A runtime with at least two CPU devices (a larger FLOE_CPU_DEVICES is kept), the
+ * environment left as it was. */
 static void setup(void) {
   const char *env = getenv("FLOE_CPU_DEVICES");
-  bool set = !env || !*env;
-  if (set) setenv("FLOE_CPU_DEVICES", "2", 1);
+  char *saved = env ? strdup(env) : NULL;
+  if (!env || atoi(env) < 2) setenv("FLOE_CPU_DEVICES", "2", 1);
   rt = harness_runtime(2);
-  if (set) unsetenv("FLOE_CPU_DEVICES");
+  if (saved) setenv("FLOE_CPU_DEVICES", saved, 1);
+  else unsetenv("FLOE_CPU_DEVICES");
+  free(saved);
   const char *v = getenv("FLOE_TEST_VERBOSE");
   verbose = v && strcmp(v, "1") == 0;
 }
