@@ -27,6 +27,7 @@
 
 #define XMAX_OUT 8
 #define XMAX_DEVICES 16
+#define XMAX_CASES 1024
 #define REF_DEVICE "cpu:0"
 
 /* Devices whose matrix-class kernels round their operands to a shorter format (with f32
@@ -536,7 +537,7 @@ static bool listed(const char *const *names, int n, const char *op) {
 static int check_coverage(const XDevice *d, const char *const *ran, int n_ran, FILE *fails) {
   int missing = 0;
   for (int i = 0; i < floe_runtime_num_kernels(rt); i++) {
-    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0};
+    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0, 0};
     ck_assert_int_eq(floe_runtime_kernel(rt, i, &k), FLOE_OK);
     if (strcasecmp(k.device_type, d->type) != 0 || listed(ran, n_ran, k.op)) continue;
     const char *why = NULL;
@@ -566,11 +567,72 @@ static int check_coverage(const XDevice *d, const char *const *ran, int n_ran, F
 typedef struct DevReport {
   XDevice dev;
   int cases, no_kernel, random, failures;
+  bool ran_case[XMAX_CASES]; /* the device had a kernel for case i (it ran, or failed) */
   double worst;
   const char *worst_op;
   const char *ran_ops[512];
   int n_ran_ops;
 } DevReport;
+
+/* "f16,i8" for a dtype mask. */
+static char *dtype_list(uint32_t mask, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int dt = 1; dt < FLOE_DTYPE_LIMIT && at < len; dt++)
+    if (mask & FLOE_DTYPE_BIT(dt))
+      at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "," : "", floe_dtype_name(dt));
+  return buf;
+}
+
+/* The dtype case ci's node gets for its type attribute attr (FLOE_DTYPE_INVALID: none). */
+static FloeDType case_attr_type(int ci, const char *attr) {
+  const XCase *c = &xcases[ci];
+  FloeTensor *ins[XMAX_IN];
+  int n = num_inputs(c);
+  for (int i = 0; i < n; i++) /* values do not matter to the node's attributes */
+    ins[i] = harness_tensor(c->in[i].dt, c->in[i].rank, c->in[i].dims, NULL);
+  FloeGraph *g = floe_graph_new();
+  ck_assert_ptr_nonnull(g);
+  FloeNode *node = build_graph(g, c, ins, n, REF_DEVICE);
+  FloeDType dt = node ? floe_node_attr_type(node, attr) : FLOE_DTYPE_INVALID;
+  floe_graph_free(g);
+  for (int i = 0; i < n; i++) floe_tensor_release(ins[i]);
+  return dt;
+}
+
+/* The (op, dtype) pairs a kernel of r's device type accepts under one of its type
+ * constraints but no case ran with on the device (only ops named `only` when non-NULL):
+ * a line per kernel constraint to out when non-NULL; returns the number of pairs. These are
+ * reported, not failed: an accelerator often takes every dtype for data movement, and the
+ * table grows a case when a gap matters. */
+static int dtype_gaps(const DevReport *r, const char *only, FILE *out) {
+  int gaps = 0;
+  for (int i = 0; i < floe_runtime_num_kernels(rt); i++) {
+    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0, 0};
+    ck_assert_int_eq(floe_runtime_kernel(rt, i, &k), FLOE_OK);
+    if (strcasecmp(k.device_type, r->dev.type) != 0 || (only && strcmp(k.op, only) != 0) ||
+        excluded(k.op, NULL))
+      continue;
+    for (int j = 0; j < k.num_constraints; j++) {
+      const char *attr = NULL;
+      uint32_t mask = 0, seen = 0;
+      ck_assert_int_eq(floe_runtime_kernel_constraint(rt, i, j, &attr, &mask), FLOE_OK);
+      for (int ci = 0; ci < xnum_cases; ci++) {
+        if (!r->ran_case[ci] || strcmp(xcases[ci].op, k.op) != 0) continue;
+        FloeDType dt = case_attr_type(ci, attr);
+        if (dt != FLOE_DTYPE_INVALID) seen |= FLOE_DTYPE_BIT(dt);
+      }
+      uint32_t miss = mask & ~seen & ~FLOE_DTYPE_BIT(FLOE_RESOURCE);
+      if (!miss) continue;
+      char list[160];
+      for (int dt = 1; dt < FLOE_DTYPE_LIMIT; dt++) gaps += (miss & FLOE_DTYPE_BIT(dt)) != 0;
+      if (out)
+        fprintf(out, "%s %s: no case with %s in %s\n", r->dev.name, k.op, attr,
+                dtype_list(miss, list, sizeof list));
+    }
+  }
+  return gaps;
+}
 
 /* reduced_matrix's threshold for a device type in this environment; 0 for full f32. */
 static double matrix_threshold_of(const char *type) {
@@ -595,6 +657,7 @@ static int list_devices(DevReport *rep, int max, char *ref_type, size_t len) {
       continue;
     }
     ck_assert_int_lt(n, max);
+  ck_assert_int_le(xnum_cases, XMAX_CASES);
     DevReport *r = &rep[n++];
     memset(r, 0, sizeof *r);
     snprintf(r->dev.name, sizeof r->dev.name, "%s", info.short_name);
@@ -698,6 +761,7 @@ static void run_case_everywhere(int ci, DevReport *rep, int n, FILE *fails) {
       continue;
     }
     note_ran(r, c->op);
+    r->ran_case[ci] = true;
     if (res == XR_FAILED) {
       fprintf(fails, "%s %s [%s]: %s\n", r->dev.name, c->op, c->label, err);
       r->failures++;
@@ -730,12 +794,17 @@ START_TEST(test_every_kernel_of_every_device) {
   for (int i = 0; i < n; i++) {
     DevReport *r = &rep[i];
     r->failures += check_coverage(&r->dev, r->ran_ops, r->n_ran_ops, fails);
-    printf(
-        "%s: %d ops, %d cases (%d random, by distribution), worst normalised error %.2g (%s)"
-        "%s; %d cases skipped (no kernel for their dtypes), %d failures\n",
-        r->dev.name, r->n_ran_ops, r->cases, r->random, r->worst, r->worst_op,
-        r->dev.same_as_ref ? ", must be 0 (same kernels as " REF_DEVICE ")" : "", r->no_kernel,
-        r->failures);
+    char gap_note[160] = "";
+    if (!r->dev.same_as_ref) { /* the reference's type runs the reference's kernels */
+      int gaps = dtype_gaps(r, NULL, verbose ? stdout : NULL);
+      snprintf(gap_note, sizeof gap_note, "; %d op/dtype pairs its kernels accept have no case%s",
+               gaps, gaps && !verbose ? " (FLOE_TEST_VERBOSE=1 lists them)" : "");
+    }
+    printf("%s: %d ops, %d cases (%d random, by distribution), worst normalised error %.2g (%s)"
+           "%s; %d cases skipped (no kernel for their dtypes)%s; %d failures\n",
+           r->dev.name, r->n_ran_ops, r->cases, r->random, r->worst, r->worst_op,
+           r->dev.same_as_ref ? ", must be 0 (same kernels as " REF_DEVICE ")" : "", r->no_kernel,
+           gap_note, r->failures);
     total += r->failures;
   }
   fflush(stdout);
@@ -766,7 +835,7 @@ START_TEST(test_table_is_sane) {
   /* The standard set: every op the CPU plugin implements has cases. */
   int cpu_ops = 0;
   for (int i = 0; i < floe_runtime_num_kernels(rt); i++) {
-    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0};
+    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0, 0};
     ck_assert_int_eq(floe_runtime_kernel(rt, i, &k), FLOE_OK);
     if (strcmp(k.device_type, "CPU") != 0) continue;
     ck_assert_msg(cases_of(k.op) > 0, "no case for the CPU's %s", k.op);
@@ -932,7 +1001,7 @@ START_TEST(test_uncovered_kernel_fails) {
   const char *ran[256];
   int n = 0;
   for (int i = 0; i < floe_runtime_num_kernels(rt); i++) {
-    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0};
+    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0, 0};
     ck_assert_int_eq(floe_runtime_kernel(rt, i, &k), FLOE_OK);
     if (strcmp(k.device_type, "CPU") == 0 && strcmp(k.op, "MatMul") != 0 && !listed(ran, n, k.op)) {
       ck_assert_int_lt(n, 256);
@@ -955,6 +1024,31 @@ START_TEST(test_uncovered_kernel_fails) {
 }
 END_TEST
 
+/* The dtype gaps of a device of the CPU's type, worked out from the CPU plugin's MatMul
+ * (T in f32, f64, f16, bf16) and the table's MatMul cases (f32, f64, bf16). */
+START_TEST(test_dtype_gaps) {
+  DevReport *r = calloc(1, sizeof *r);
+  ck_assert_ptr_nonnull(r);
+  r->dev = (XDevice){"cpu:1", "CPU", false, 0};
+  for (int ci = 0; ci < xnum_cases; ci++) /* only the f32 products ran */
+    r->ran_case[ci] = strcmp(xcases[ci].op, "MatMul") == 0 && xcases[ci].in[0].dt == FLOE_F32;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  ck_assert_int_eq(dtype_gaps(r, "MatMul", out), 3);
+  fclose(out);
+  ck_assert_msg(strstr(buf, "cpu:1 MatMul: no case with T in f64,f16,bf16"), "gaps: %s", buf);
+  free(buf);
+  for (int ci = 0; ci < xnum_cases; ci++) r->ran_case[ci] = strcmp(xcases[ci].op, "MatMul") == 0;
+  out = open_memstream(&buf, &len);
+  ck_assert_int_eq(dtype_gaps(r, "MatMul", out), 1);
+  fclose(out);
+  ck_assert_msg(strstr(buf, "T in f16\n"), "gaps: %s", buf);
+  free(buf);
+  free(r);
+}
+END_TEST
+
 /* floe_runtime_num_kernels / floe_runtime_kernel / floe_runtime_device_has_kernel. */
 START_TEST(test_kernel_listing) {
   int n = floe_runtime_num_kernels(rt);
@@ -962,7 +1056,7 @@ START_TEST(test_kernel_listing) {
   ck_assert_int_eq(floe_runtime_num_kernels(NULL), 0);
   int matmul_cpu = 0, core = 0;
   for (int i = 0; i < n; i++) {
-    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0};
+    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0, 0};
     ck_assert_int_eq(floe_runtime_kernel(rt, i, &k), FLOE_OK);
     ck_assert(k.op && k.device_type && k.plugin && floe_op_exists(k.op));
     if (strcmp(k.op, "MatMul") == 0 && strcmp(k.device_type, "CPU") == 0) {
@@ -975,8 +1069,30 @@ START_TEST(test_kernel_listing) {
     }
   }
   ck_assert_int_eq(matmul_cpu, 1);
+  /* MatMul's CPU kernel takes every float dtype for T (plugins/cpu/matmul.c). */
+  for (int i = 0; i < n; i++) {
+    FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0, 0};
+    ck_assert_int_eq(floe_runtime_kernel(rt, i, &k), FLOE_OK);
+    if (strcmp(k.op, "MatMul") != 0 || strcmp(k.device_type, "CPU") != 0) continue;
+    ck_assert_int_eq(k.num_constraints, 1);
+    const char *attr = NULL;
+    uint32_t mask = 0;
+    ck_assert_int_eq(floe_runtime_kernel_constraint(rt, i, 0, &attr, &mask), FLOE_OK);
+    ck_assert_str_eq(attr, "T");
+    ck_assert_uint_eq(mask, FLOE_DTYPES_FLOAT);
+    ck_assert_int_eq(floe_runtime_kernel_constraint(rt, i, 1, &attr, &mask), FLOE_OUT_OF_RANGE);
+    ck_assert_int_eq(floe_runtime_kernel_constraint(rt, i, -1, &attr, &mask), FLOE_OUT_OF_RANGE);
+    ck_assert_int_eq(floe_runtime_kernel_constraint(rt, i, 0, NULL, &mask), FLOE_INVALID_ARGUMENT);
+    ck_assert_int_eq(floe_runtime_kernel_constraint(rt, i, 0, &attr, NULL), FLOE_INVALID_ARGUMENT);
+  }
+  {
+    const char *attr = NULL;
+    uint32_t mask = 0;
+    ck_assert_int_eq(floe_runtime_kernel_constraint(rt, n, 0, &attr, &mask), FLOE_OUT_OF_RANGE);
+    ck_assert_int_eq(floe_runtime_kernel_constraint(NULL, 0, 0, &attr, &mask), FLOE_OUT_OF_RANGE);
+  }
   ck_assert_int_gt(core, 0);
-  FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0};
+  FloeKernelInfo k = {sizeof k, NULL, NULL, NULL, 0, 0};
   ck_assert_int_eq(floe_runtime_kernel(rt, n, &k), FLOE_OUT_OF_RANGE);
   ck_assert_int_eq(floe_runtime_kernel(rt, -1, &k), FLOE_OUT_OF_RANGE);
   ck_assert_int_eq(floe_runtime_kernel(NULL, 0, &k), FLOE_OUT_OF_RANGE);
@@ -1004,6 +1120,13 @@ START_TEST(test_kernel_listing) {
   ck_assert_int_eq(floe_runtime_device_has_kernel(NULL, mm, "CPU"), 0);
   ck_assert_int_eq(floe_runtime_device_has_kernel(rt, NULL, "CPU"), 0);
   ck_assert_int_eq(floe_runtime_device_has_kernel(rt, mm, NULL), 0);
+  ck_assert_int_eq(floe_node_attr_type(mm, "T"), FLOE_F32);
+  ck_assert_int_eq(floe_node_attr_type(add_i, "T"), FLOE_I32);
+  ck_assert_int_eq(floe_node_attr_type(var, "dtype"), FLOE_F32);
+  ck_assert_int_eq(floe_node_attr_type(mm, "transpose_a"), FLOE_DTYPE_INVALID); /* a bool */
+  ck_assert_int_eq(floe_node_attr_type(mm, "nope"), FLOE_DTYPE_INVALID);
+  ck_assert_int_eq(floe_node_attr_type(NULL, "T"), FLOE_DTYPE_INVALID);
+  ck_assert_int_eq(floe_node_attr_type(mm, NULL), FLOE_DTYPE_INVALID);
   floe_graph_free(g);
 
   /* MatMul has no i32 kernel anywhere: no i32 MatMul node can be built, and the op's
@@ -1026,6 +1149,7 @@ static Suite *devices_suite(void) {
   tcase_add_test(tc, test_detects_wrong_results);
   tcase_add_test(tc, test_uncovered_kernel_fails);
   tcase_add_test(tc, test_failures_are_reported);
+  tcase_add_test(tc, test_dtype_gaps);
   tcase_add_test(tc, test_kernel_listing);
   tcase_add_test(tc, test_every_kernel_of_every_device);
   suite_add_tcase(s, tc);
