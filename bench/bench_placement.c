@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "floe/floe.h"
 
@@ -83,13 +84,15 @@ static double now_s(void) {
 }
 
 /* One strategy: the graph g as given (requests set by the caller), placed among devices. */
-static Result run_one(const char *name, FloeGraph *g, const char *devices, const Opts *o) {
+static Result run_one(const char *name, FloeGraph *g, const char *devices, int soft,
+                      const Opts *o) {
   Result r = {.ok = 0};
   snprintf(r.name, sizeof r.name, "%s", name);
   FloeStatus *st = floe_status_new();
   FloeSessionOptions so;
   floe_session_options_init(&so);
   so.devices = devices;
+  so.allow_soft_placement = soft; /* a requested device without the kernel: elsewhere */
   FloeSession *s = floe_session_new(g, &so, st);
   int nf = 0;
   FloeFeed feeds[64];
@@ -101,8 +104,6 @@ static Result run_one(const char *name, FloeGraph *g, const char *devices, const
     feeds[nf] = (FloeFeed){names[nf], random_feed(n, o->batch)};
     nf++;
   }
-  const char *fnames[64];
-  for (int i = 0; i < nf; i++) fnames[i] = feeds[i].name;
   FloeNodePlacement *rows = NULL;
   int nrows = 0;
   double measured = -1;
@@ -110,7 +111,7 @@ static Result run_one(const char *name, FloeGraph *g, const char *devices, const
     fprintf(stderr, "%s: session: %s\n", name, floe_status_message(st));
   } else if (floe_session_run(s, NULL, 0, NULL, 0, &o->init, 1, NULL, st) != FLOE_OK) {
     fprintf(stderr, "%s: init: %s\n", name, floe_status_message(st));
-  } else if (floe_session_placement(s, fnames, nf, NULL, 0, &o->target, 1, &rows, &nrows,
+  } else if (floe_session_placement(s, feeds, nf, NULL, 0, &o->target, 1, &rows, &nrows,
                                     &r.estimate, &r.transfers, st) != FLOE_OK) {
     fprintf(stderr, "%s: placement: %s\n", name, floe_status_message(st));
   } else {
@@ -125,7 +126,7 @@ static Result run_one(const char *name, FloeGraph *g, const char *devices, const
     floe_session_set_profiling(s, 0);
     if (!ok) {
       fprintf(stderr, "%s: step: %s\n", name, floe_status_message(st));
-    } else if (floe_session_placement_measured(s, fnames, nf, NULL, 0, &o->target, 1, &rows,
+    } else if (floe_session_placement_measured(s, feeds, nf, NULL, 0, &o->target, 1, &rows,
                                                &nrows, NULL, NULL, &measured, st) != FLOE_OK) {
       fprintf(stderr, "%s: measured: %s\n", name, floe_status_message(st));
     } else {
@@ -184,21 +185,21 @@ int main(int argc, char **argv) {
   }
   Result res[8];
   int nr = 0;
-  res[nr++] = run_one("placer", g, o.devices, &o);
+  res[nr++] = run_one("placer", g, o.devices, 0, &o);
   /* everything on each listed device type */
   char list[256];
   snprintf(list, sizeof list, "%s", o.devices);
   for (char *tok = strtok(list, ","); tok && nr < 6; tok = strtok(NULL, ",")) {
     char name[64];
     snprintf(name, sizeof name, "all-%s", tok);
-    res[nr++] = run_one(name, g, tok, &o);
+    res[nr++] = run_one(name, g, tok, 0, &o);
   }
   /* matrix-class ops on the accelerator, the rest on the CPU */
   for (int i = 0; i < floe_graph_num_nodes(g); i++) {
     FloeNode *n = floe_graph_node(g, i);
     if (is_matrix_op(floe_node_op(n))) floe_node_request_device(n, o.accel, NULL);
   }
-  res[nr++] = run_one("matmul-acc", g, "cpu", &o);
+  res[nr++] = run_one("matmul-acc", g, "cpu", 1, &o);
   double best_alt = INFINITY;
   for (int i = 1; i < nr; i++)
     if (res[i].ok && res[i].measured < best_alt) best_alt = res[i].measured;

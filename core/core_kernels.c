@@ -172,6 +172,22 @@ static floe_code var_is_initialized_compute(void *state, FloeKernelContext *ctx)
   return FLOE_OK;
 }
 
+/* Const on a device whose plugin has no Const kernel (the partitioner's control loops need
+ * one on every device): the value, copied into the device's memory. */
+static floe_code const_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  const FloeAttrValue *v = floe__node_attr(ctx->node, "value", FLOE_ATTR_TENSOR);
+  if (!v || !v->u.tensor)
+    return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "Const has no value attribute");
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *t = v->u.tensor;
+  floe_tensor_retain(t);
+  t = to_kernel_device(ctx, t, &st);
+  if (!t) return fail_with(ctx, &st);
+  set_output(ctx, 0, t);
+  return FLOE_OK;
+}
+
 /* Switch, Merge, Enter, Exit, NextIteration and LoopCond are routed by the executor's frame
  * scheduler (exec_frames.c), which never calls a kernel for them; the kernels exist so that
  * placement finds one on every device. Reaching this is a bug in the executor. */
@@ -194,6 +210,8 @@ floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
       {"VarIsInitializedOp", var_is_initialized_compute},
   };
   const uint32_t flags = FLOE__KERNEL_RAW_RESOURCES | FLOE_KERNEL_INEXPENSIVE;
+  floe_code crc = floe__core_kernel_add(rt, "Const", FLOE_KERNEL_INEXPENSIVE, const_compute, st);
+  if (crc != FLOE_OK) return crc;
   for (size_t i = 0; i < FLOE__ARRAY_LEN(kernels); i++) {
     floe_code rc = floe__core_kernel_add(rt, kernels[i].op, flags, kernels[i].compute, st);
     if (rc != FLOE_OK) return rc;

@@ -170,7 +170,8 @@ static floe_code check_sizes(const FloeNode *n, FloeStatus *st) {
   return FLOE_OK;
 }
 
-static floe_code put_node(Writer *w, const FloeNode *n, FloeStatus *st) {
+/* pos[id]: where node id is written (a file lists every node after its inputs). */
+static floe_code put_node(Writer *w, const FloeNode *n, const int *pos, FloeStatus *st) {
   floe_code rc = check_sizes(n, st);
   if (rc != FLOE_OK) return rc;
   size_t len_at = w->len;
@@ -184,12 +185,12 @@ static floe_code put_node(Writer *w, const FloeNode *n, FloeStatus *st) {
     while (i < n->num_inputs && n->input_arg[i] == a) i++;
     put_u32(w, (uint32_t)(i - first));
     for (int k = first; k < i; k++) {
-      put_u32(w, (uint32_t)n->inputs[k].node->id);
+      put_u32(w, (uint32_t)pos[n->inputs[k].node->id]);
       put_u32(w, (uint32_t)n->inputs[k].index);
     }
   }
   put_u32(w, (uint32_t)n->num_control);
-  for (int i = 0; i < n->num_control; i++) put_u32(w, (uint32_t)n->control[i]->id);
+  for (int i = 0; i < n->num_control; i++) put_u32(w, (uint32_t)pos[n->control[i]->id]);
   put_u32(w, (uint32_t)n->attrs.n);
   for (int i = 0; i < n->attrs.n; i++) {
     rc = put_attr(w, n, n->attrs.names[i], &n->attrs.values[i], st);
@@ -203,6 +204,73 @@ static floe_code put_node(Writer *w, const FloeNode *n, FloeStatus *st) {
 }
 
 /* Caller frees *buf with free(). */
+static bool back_edge(const FloeNode *n, const FloeNode *src) {
+  return strcmp(n->op->name, "Merge") == 0 && strcmp(src->op->name, "NextIteration") == 0;
+}
+
+/* The order nodes are written in: by id when every input comes earlier (how graphs are
+ * built), else a topological order (an edit such as a loop's rewiring made a node read a
+ * later one); a Merge's back edge from its NextIteration never counts. *order and *pos
+ * (inverse) are floe__malloc'd. */
+static floe_code file_order(const FloeGraph *g, int **order, int **pos) {
+  int n = g->num_nodes;
+  *order = floe__malloc(((size_t)n + 1) * sizeof **order);
+  *pos = floe__malloc(((size_t)n + 1) * sizeof **pos);
+  int *indeg = floe__calloc((size_t)n + 1, sizeof *indeg);
+  bool *done = NULL;
+  if (!*order || !*pos || !indeg) goto oom;
+  bool sorted = true;
+  for (int i = 0; i < n; i++) {
+    const FloeNode *x = g->nodes[i];
+    for (int j = 0; j < x->num_inputs; j++)
+      if (!back_edge(x, x->inputs[j].node) && x->inputs[j].node->id >= i) sorted = false;
+    for (int k = 0; k < x->num_control; k++)
+      if (x->control[k]->id >= i) sorted = false;
+    (*order)[i] = i;
+  }
+  if (!sorted) { /* Kahn's algorithm, smallest id first among the ready (O(n^2)) */
+    for (int i = 0; i < n; i++) {
+      const FloeNode *x = g->nodes[i];
+      for (int j = 0; j < x->num_inputs; j++) indeg[i] += !back_edge(x, x->inputs[j].node);
+      indeg[i] += x->num_control;
+    }
+    done = floe__calloc((size_t)n + 1, sizeof *done);
+    if (!done) goto oom;
+    int k = 0;
+    while (k < n) {
+      int pick = -1;
+      for (int i = 0; i < n && pick < 0; i++)
+        if (!done[i] && indeg[i] == 0) pick = i;
+      if (pick < 0) { /* a cycle without a Merge: the rest by id; loading reports it */
+        for (int i = 0; i < n; i++)
+          if (!done[i]) (*order)[k++] = i, done[i] = true;
+        break;
+      }
+      done[pick] = true;
+      (*order)[k++] = pick;
+      for (int m = 0; m < n; m++) {
+        const FloeNode *x = g->nodes[m];
+        if (done[m]) continue;
+        for (int j = 0; j < x->num_inputs; j++)
+          if (x->inputs[j].node->id == pick && !back_edge(x, x->inputs[j].node)) indeg[m]--;
+        for (int c = 0; c < x->num_control; c++)
+          if (x->control[c]->id == pick) indeg[m]--;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++) (*pos)[(*order)[i]] = i;
+  floe__free(indeg);
+  floe__free(done);
+  return FLOE_OK;
+oom:
+  floe__free(*order);
+  floe__free(*pos);
+  floe__free(indeg);
+  floe__free(done);
+  *order = *pos = NULL;
+  return FLOE_NO_MEMORY;
+}
+
 floe_code floe_graph_serialize(const FloeGraph *g, void **buf, size_t *len, FloeStatus *status) {
   Writer w = {NULL, 0, 0, false};
   floe_code rc;
@@ -217,10 +285,18 @@ floe_code floe_graph_serialize(const FloeGraph *g, void **buf, size_t *len, Floe
   put(&w, FORMAT_MAGIC, 8);
   put_u32(&w, FORMAT_MAJOR << 16 | FORMAT_MINOR);
   put_u32(&w, (uint32_t)g->num_nodes);
-  for (int i = 0; i < g->num_nodes; i++) {
-    rc = put_node(&w, g->nodes[i], status);
-    if (rc != FLOE_OK) goto err_free_buf;
+  int *order = NULL, *pos = NULL;
+  if (file_order(g, &order, &pos) != FLOE_OK) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory serialising a graph of %d nodes",
+                         g->num_nodes);
+    goto err_free_buf;
   }
+  rc = FLOE_OK;
+  for (int i = 0; i < g->num_nodes && rc == FLOE_OK; i++)
+    rc = put_node(&w, g->nodes[order[i]], pos, status);
+  floe__free(order);
+  floe__free(pos);
+  if (rc != FLOE_OK) goto err_free_buf;
   if (!w.oom) put_u32(&w, crc32_of(w.p, w.len));
   if (w.oom) {
     rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory serialising a graph of %d nodes",
@@ -348,6 +424,19 @@ typedef struct Reader {
   long node;         /* index of the node being read; -1 in the header */
   const char *name;  /* its name in the buffer once read */
   uint32_t name_len;
+  const char *op;    /* its op in the buffer once read */
+  uint32_t op_len;
+  uint32_t count;    /* nodes in the file */
+  /* A loop's back edge: a Merge input from a later node (its NextIteration). The Merge is
+   * added with a stand-in (an earlier input of the same list) and the edge set once every
+   * node exists, as floe_while_loop builds it. */
+  struct BackEdge {
+    long node;
+    int input;
+    uint32_t src, idx;
+    size_t at;
+  } *back;
+  int num_back, cap_back;
 } Reader;
 
 FLOE__PRINTF(4, 5)
@@ -685,10 +774,27 @@ static bool read_inputs(Reader *r, NodeParts *p) {
     for (uint32_t j = 0; j < k; j++) {
       size_t at = r->pos;
       uint32_t src = get_u32(r), idx = get_u32(r);
+      bool back = src >= (uint64_t)r->node && src < r->count && idx <= INT_MAX && j > 0 &&
+                  r->op_len == 5 && memcmp(r->op, "Merge", 5) == 0;
+      if (back && r->g) {
+        if (r->num_back == r->cap_back) {
+          int cap = r->cap_back ? 2 * r->cap_back : 8;
+          struct BackEdge *v = floe__realloc(r->back, (size_t)cap * sizeof *v);
+          if (!v) return fail_at(r, at, FLOE_NO_MEMORY, "out of memory reading a loop back edge");
+          r->back = v;
+          r->cap_back = cap;
+        }
+        r->back[r->num_back++] = (struct BackEdge){r->node, p->num_inputs, src, idx, at};
+        p->inputs[p->num_inputs] = p->inputs[p->num_inputs - 1]; /* the stand-in */
+        p->num_inputs++;
+        continue;
+      }
+      if (back) continue;
       if (src >= (uint64_t)r->node || idx > INT_MAX)
         return fail_at(r, at, FLOE_DATA_LOSS,
                        "input %" PRIu32 " of list %" PRIu32 "%s refers to output %" PRIu32
-                       " of node %" PRIu32 "; inputs must be earlier nodes (%ld here)",
+                       " of node %" PRIu32 "; inputs must be earlier nodes (%ld here; only a "
+                       "Merge's later inputs may come from later nodes: a loop's back edge)",
                        j, l, node_ctx(r, ctx, sizeof ctx), idx, src, r->node);
       if (r->g) {
         p->inputs[p->num_inputs].node = r->g->nodes[src];
@@ -785,6 +891,8 @@ static bool read_node(Reader *r) {
   r->name_len = n;
   if (r->g && !dup_str(r, s, n, &p.name)) goto done;
   if (!read_str(r, &s, &n, "op")) goto done;
+  r->op = s;
+  r->op_len = n;
   if (r->g && !dup_str(r, s, n, &p.op)) goto done;
   if (!read_str(r, &s, &n, "device")) goto done;
   if (r->g && n && !dup_str(r, s, n, &p.device)) goto done;
@@ -835,10 +943,25 @@ static bool read_graph(Reader *r) {
   r->node = -1;
   r->name = NULL;
   uint32_t count = get_u32(r);
+  r->count = count;
   for (uint32_t i = 0; i < count; i++) {
     r->node = (long)i;
     r->name = NULL;
     if (!read_node(r)) return false;
+  }
+  for (int b = 0; r->g && b < r->num_back; b++) { /* loop back edges, now that all exist */
+    const struct BackEdge *e = &r->back[b];
+    FloeNode *n = r->g->nodes[e->node];
+    FloeNode *src = r->g->nodes[e->src];
+    if (e->idx >= (uint32_t)src->num_outputs ||
+        floe__node_set_input(n, e->input, (FloeOutput){src, (int)e->idx}, r->st) != FLOE_OK) {
+      r->node = e->node;
+      floe_status_clear(r->st);
+      return fail_at(r, e->at, FLOE_DATA_LOSS,
+                     "input %d of Merge '%s' (node %ld) refers to output %" PRIu32 " of '%s', "
+                     "which it cannot take (no such output, or another dtype)",
+                     e->input, n->name, e->node, e->idx, src->name);
+    }
   }
   r->node = -1;
   r->name = NULL;
@@ -911,9 +1034,11 @@ FloeGraph *floe_graph_deserialize(const void *buf, size_t len, const char *what,
   }
   r.g = g;
   if (!read_graph(&r)) goto err_free_graph;
+  floe__free(r.back);
   return g;
 
 err_free_graph:
+  floe__free(r.back);
   floe_graph_free(g);
   return NULL;
 }

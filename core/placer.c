@@ -376,6 +376,15 @@ fail:
   return NULL;
 }
 
+/* The cost on dev of the group's needed members other than `except`. */
+static double group_rest_cost(const Placer *pl, int gid, int except, const FloeDevice *dev) {
+  double sum = 0;
+  for (int k = gid; k < pl->g->num_nodes; k++)
+    if (k != except && pl->need[k] && pl->group[k] == gid && !all_fed(pl, pl->g->nodes[k]))
+      sum += floe__cost_node(pl->g->nodes[k], dev);
+  return sum;
+}
+
 /* Bytes a device holds for the step: its nodes' outputs (an upper bound: nothing is freed). */
 static bool fits_memory(const FloeDevice *d, double used, double more) {
   return d->props.memory_bytes == 0 || used + more <= (double)d->props.memory_bytes;
@@ -401,15 +410,18 @@ static floe_code place_cost(Placer *pl) {
     double out = 0;
     for (int k = 0; k < n->num_outputs; k++) out += out_bytes(n, k);
     FloeDevice *pick = pl->out->device[i]; /* set when its group was placed */
-    double best = INFINITY;
+    double best = INFINITY, best_judged = INFINITY;
     /* The listed devices first; a node none of them can run goes to another device that has
      * a kernel for it (ops a device lacks stay elsewhere). */
     int ncand = pl->num_cand;
-    bool any_listed = pick != NULL;
-    for (int d = 0; d < pl->num_cand && !any_listed; d++)
+    bool any_listed = false;
+    for (int d = 0; d < pl->num_cand && !any_listed && !pick; d++)
       any_listed = group_fits(pl, pl->group[i], pl->cand[d]);
     FloeDevice *const *cand = pl->cand;
-    if (!any_listed) {
+    if (pick) { /* its group was placed already */
+      cand = &pl->out->device[i];
+      ncand = 1;
+    } else if (!any_listed) {
       cand = pl->rt->devices;
       ncand = pl->rt->num_devices;
     }
@@ -430,9 +442,13 @@ static floe_code place_cost(Placer *pl) {
           ready = fmax(ready, finish[s->id] + floe__cost_transfer(0, pl->out->device[s->id], dev));
       }
       double end = ready + floe__cost_node(n, dev);
-      if (end < best) {
+      /* A group is decided at its first node, often a free one (a variable's handle):
+       * judge the device by what the whole group will cost there. */
+      double judged = end + (pick ? 0 : group_rest_cost(pl, pl->group[i], i, dev));
+      if (judged < best_judged) {
+        best_judged = judged;
         best = end;
-        if (!pl->out->device[i] || pl->out->device[i] != dev) pl->out->device[i] = dev;
+        pl->out->device[i] = dev;
       }
     }
     if (!isfinite(best)) {
@@ -495,6 +511,50 @@ static void estimate(Placer *pl, const double *secs) {
   floe__free(busy);
 }
 
+/* Greedy placement is myopic (a node goes where it finishes first, whatever that costs its
+ * consumers), so the simplest alternatives are simulated too: everything on one listed
+ * device (nodes it cannot run where they can). The placer keeps whichever schedule is
+ * estimated to finish first. */
+static floe_code try_single_devices(Placer *pl) {
+  if (pl->num_cand < 2) return FLOE_OK;
+  FloePlacement *best = pl->out;
+  FloeDevice **all = pl->cand;
+  int num_all = pl->num_cand;
+  size_t nn = (size_t)pl->g->num_nodes + 1;
+  floe_code rc = FLOE_OK;
+  for (int d = 0; d < num_all && rc == FLOE_OK; d++) {
+    FloePlacement alt = {.num_nodes = pl->g->num_nodes};
+    alt.device = floe__calloc(nn, sizeof *alt.device);
+    alt.start = floe__calloc(nn, sizeof *alt.start);
+    alt.finish = floe__calloc(nn, sizeof *alt.finish);
+    if (!alt.device || !alt.start || !alt.finish) {
+      floe__placement_free(&alt);
+      return floe_status_set(pl->st, FLOE_NO_MEMORY, "out of memory placing the graph");
+    }
+    FloeDevice *one[1] = {all[d]};
+    pl->cand = one;
+    pl->num_cand = 1;
+    pl->out = &alt;
+    FloeStatus *keep = pl->st;
+    FloeStatus quiet = {FLOE_OK, NULL};
+    pl->st = &quiet; /* an alternative that cannot place everything is just not taken */
+    floe_code arc = place_cost(pl);
+    pl->st = keep;
+    floe_status_clear(&quiet);
+    pl->cand = all;
+    pl->num_cand = num_all;
+    pl->out = best;
+    if (arc == FLOE_OK && alt.est_seconds < best->est_seconds) {
+      FloePlacement old = *best;
+      *best = alt;
+      floe__placement_free(&old);
+    } else {
+      floe__placement_free(&alt);
+    }
+  }
+  return rc;
+}
+
 floe_code floe__place(FloeRuntime *rt, const FloeGraph *g, const bool *need,
                       const FloePartitionFed *fed, const FloePlaceOptions *o, FloePlacement *out,
                       FloeStatus *st) {
@@ -530,6 +590,7 @@ floe_code floe__place(FloeRuntime *rt, const FloeGraph *g, const bool *need,
       if (!listed) pl.cand[pl.num_cand++] = pl.req[i];
     }
     rc = place_cost(&pl);
+    if (rc == FLOE_OK) rc = try_single_devices(&pl);
   } else {
     rc = place_simple(&pl);
     if (rc == FLOE_OK) estimate(&pl, NULL);

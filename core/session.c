@@ -488,8 +488,59 @@ static bool sig_is_fed(void *arg, int node, int index) { return is_fed(arg, node
 
 /* Prune, fuse, place, partition: the run's nodes, each with its device and kernel, in the
  * graph they run in (*clone, caller owns, when it is not the session's). */
-static floe_code plan_run(FloeSession *s, const RunSig *sig, bool cut, FloeGraph **clone,
-                          FloePartition *part, FloePlacement *pl, bool **needp, FloeStatus *st) {
+/* Shapes as this run's feeds make them: on a private clone (made when *clone is NULL), each
+ * fed output takes its value's shape and every other needed node is inferred again, in id
+ * order (inputs come first but for loop back edges, which keep their shapes). A shape
+ * function that now fails leaves its node's shapes as they were. The placer's costs then
+ * count the batch the run feeds, not an unknown dim taken as 1. */
+static floe_code refine_shapes(FloeSession *s, const RunSig *sig, const FloeFeed *values,
+                               const FloeGraph **g, FloeGraph **clone, const bool *need,
+                               FloeStatus *st) {
+  bool any = false;
+  for (int i = 0; i < sig->num_feeds && !any; i++) {
+    const FloeTensor *v = values[sig->feeds[i].pos].value;
+    const FloeShape *have = &(*g)->nodes[sig->feeds[i].node_id]->out_shapes[sig->feeds[i].index];
+    if (!v || v == &names_only) continue;
+    any = have->rank != v->rank;
+    for (int d = 0; d < have->rank && !any; d++) any = have->dims[d] != v->dims[d];
+  }
+  if (!any) return FLOE_OK;
+  if (!*clone) {
+    *clone = floe__graph_clone(*g, st);
+    if (!*clone) return floe_status_code(st) ? floe_status_code(st) : FLOE_NO_MEMORY;
+  }
+  FloeGraph *c = *clone;
+  bool *fed = floe__calloc((size_t)c->num_nodes + 1, sizeof *fed);
+  if (!fed) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+  for (int i = 0; i < sig->num_feeds; i++) {
+    const FloeTensor *v = values[sig->feeds[i].pos].value;
+    if (!v || v == &names_only) continue;
+    FloeShape *sh = &c->nodes[sig->feeds[i].node_id]->out_shapes[sig->feeds[i].index];
+    sh->rank = v->rank;
+    for (int d = 0; d < v->rank; d++) sh->dims[d] = v->dims[d];
+    fed[sig->feeds[i].node_id] = true;
+  }
+  for (int i = 0; i < c->num_nodes; i++) {
+    if (!need[i] || fed[i]) continue;
+    FloeNode *n = c->nodes[i];
+    FloeShape keep[8];
+    int k = n->num_outputs < 8 ? n->num_outputs : 8;
+    memcpy(keep, n->out_shapes, (size_t)k * sizeof *keep);
+    FloeStatus ist = {FLOE_OK, NULL};
+    if (n->num_outputs <= 8 && floe__infer_shapes(n, &ist) != FLOE_OK) {
+      memcpy(n->out_shapes, keep, (size_t)k * sizeof *keep);
+      floe_status_clear(&ist);
+    }
+  }
+  floe__free(fed);
+  *g = c;
+  (void)s;
+  return FLOE_OK;
+}
+
+static floe_code plan_run(FloeSession *s, const RunSig *sig, const FloeFeed *values, bool cut,
+                          FloeGraph **clone, FloePartition *part, FloePlacement *pl, bool **needp,
+                          FloeStatus *st) {
   const FloeGraph *g = s->graph;
   *clone = NULL;
   memset(part, 0, sizeof *part);
@@ -500,6 +551,10 @@ static floe_code plan_run(FloeSession *s, const RunSig *sig, bool cut, FloeGraph
   if (prune(g, sig, need, st) != FLOE_OK) return floe_status_code(st);
   if (!(g = fuse(s, sig, needp, clone, st))) return floe_status_code(st);
   need = *needp;
+  /* Only worth a clone when the cost model places. */
+  if (values && s->num_devices > 0 &&
+      refine_shapes(s, sig, values, &g, clone, need, st) != FLOE_OK)
+    return floe_status_code(st);
   FloePartitionFed fed = {sig_is_fed, (void *)sig};
   FloePlaceOptions po = {s->default_device, s->devices, s->num_devices, s->soft_placement};
   floe_code rc = floe__place(s->rt, g, need, &fed, &po, pl, st);
@@ -520,15 +575,15 @@ static floe_code plan_run(FloeSession *s, const RunSig *sig, bool cut, FloeGraph
   return FLOE_OK;
 }
 
-static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, FloeGraph **clone,
-                                     FloeStatus *st) {
+static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const FloeFeed *values,
+                                     FloeGraph **clone, FloeStatus *st) {
   FloeMultiExec *e = NULL;
   FloeExecNodeSpec *specs = NULL;
   FloeOutput *outs = NULL;
   FloePartition part;
   FloePlacement pl;
   bool *need = NULL;
-  if (plan_run(s, sig, true, clone, &part, &pl, &need, st) != FLOE_OK) goto out;
+  if (plan_run(s, sig, values, true, clone, &part, &pl, &need, st) != FLOE_OK) goto out;
   const FloeGraph *g = *clone ? *clone : s->graph;
   bool *run = part.need ? part.need : need;
   FloeDevice **dev = part.device ? part.device : pl.device;
@@ -628,7 +683,8 @@ static void cache_unlink(FloeSession *s, CacheEntry *dead) {
 }
 
 /* The executor for sig, built on first use; concurrent first uses build it once. */
-static FloeMultiExec *get_executor(FloeSession *s, const RunSig *sig, FloeStatus *st) {
+static FloeMultiExec *get_executor(FloeSession *s, const RunSig *sig, const FloeFeed *values,
+                                   FloeStatus *st) {
   int len;
   uint64_t hash;
   int *key = make_key(sig, &len, &hash);
@@ -663,7 +719,7 @@ static FloeMultiExec *get_executor(FloeSession *s, const RunSig *sig, FloeStatus
   pthread_mutex_unlock(&s->mu);
 
   FloeGraph *clone;
-  FloeMultiExec *e = build_executor(s, sig, &clone, st);
+  FloeMultiExec *e = build_executor(s, sig, values, &clone, st);
 
   pthread_mutex_lock(&s->mu);
   if (e) {
@@ -887,7 +943,7 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   floe_code rc = resolve_sig(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets,
                              &sig, status);
   if (rc != FLOE_OK) goto out;
-  FloeMultiExec *e = get_executor(s, &sig, status);
+  FloeMultiExec *e = get_executor(s, &sig, feeds, status);
   if (!e) {
     rc = floe_status_code(status) ? floe_status_code(status) : FLOE_NO_MEMORY;
     goto out;
@@ -1015,18 +1071,23 @@ floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_ro
 /* ---- placement, for looking at ---- */
 
 /* Every Placeholder, plus the caller's feed names, as feeds of one scalar each. */
-static floe_code placement_feeds(const FloeGraph *g, const char *const *names, int n,
+static floe_code placement_feeds(const FloeGraph *g, const FloeFeed *given, int n,
                                  FloeTensor *dummy, FloeFeed **out, int *num) {
   int cap = n;
   for (int i = 0; i < g->num_nodes; i++) cap += strcmp(g->nodes[i]->op->name, "Placeholder") == 0;
   FloeFeed *f = floe__calloc((size_t)cap + 1, sizeof *f);
   if (!f) return FLOE_NO_MEMORY;
   int k = 0;
-  for (int i = 0; i < n; i++) f[k++] = (FloeFeed){names[i], dummy};
+  for (int i = 0; i < n; i++)
+    f[k++] = (FloeFeed){given[i].name, given[i].value ? given[i].value : dummy};
   for (int i = 0; i < g->num_nodes; i++) {
     if (strcmp(g->nodes[i]->op->name, "Placeholder") != 0) continue;
     bool named = false;
-    for (int j = 0; j < n && !named; j++) named = strcmp(names[j], g->nodes[i]->name) == 0;
+    for (int j = 0; j < n && !named; j++) {
+      const char *nm = given[j].name ? given[j].name : "";
+      size_t len = strlen(g->nodes[i]->name);
+      named = strncmp(nm, g->nodes[i]->name, len) == 0 && (nm[len] == '\0' || nm[len] == ':');
+    }
     if (!named) f[k++] = (FloeFeed){g->nodes[i]->name, dummy};
   }
   *out = f;
@@ -1137,7 +1198,7 @@ static void measured_times(FloeSession *s, const FloeGraph *g, FloePlacement *pl
   floe__free(secs);
 }
 
-floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int num_feeds,
+floe_code floe_session_placement(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                                  const char *const *fetches, int num_fetches,
                                  const char *const *targets, int num_targets,
                                  FloeNodePlacement **rows, int *num_rows, double *est_seconds,
@@ -1147,7 +1208,7 @@ floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int n
                                          NULL, status);
 }
 
-floe_code floe_session_placement_measured(FloeSession *s, const char *const *feeds,
+floe_code floe_session_placement_measured(FloeSession *s, const FloeFeed *feeds,
                                           int num_feeds, const char *const *fetches,
                                           int num_fetches, const char *const *targets,
                                           int num_targets, FloeNodePlacement **rows,
@@ -1187,7 +1248,7 @@ floe_code floe_session_placement_measured(FloeSession *s, const char *const *fee
     targets = sinks;
   }
   rc = resolve_sig(s, fd, nfd, fetches, num_fetches, targets, num_targets, &sig, status);
-  if (rc == FLOE_OK) rc = plan_run(s, &sig, false, &clone, &part, &pl, &need, status);
+  if (rc == FLOE_OK) rc = plan_run(s, &sig, fd, false, &clone, &part, &pl, &need, status);
   if (rc != FLOE_OK) goto out;
   const FloeGraph *g = clone ? clone : s->graph; /* the fused clone, if fusion applied */
   if (measured) measured_times(s, g, &pl, need, measured);

@@ -412,8 +412,10 @@ FLOE_API void floe_session_close(FloeSession *s);
 FLOE_API int floe_session_num_cached(const FloeSession *s);
 
 /* Placement: where a run would put each node, and what the cost model expects it to cost,
- * without running anything. feeds: names ("x" or "x:0") the run would feed; every
- * Placeholder is taken as fed too. With no fetches and no targets, every node no other node
+ * without running anything. feeds: what the run would feed; a feed's value may be NULL (the
+ * name is enough), and a value's shape refines the shapes the costs are computed from (a
+ * batch dim left unknown in the graph counts as 1 otherwise); every Placeholder is taken as
+ * fed too. With no fetches and no targets, every node no other node
  * reads is a target. */
 typedef struct FloeNodePlacement {
   const char *node;     /* node name (in the session's graph, or a fused node's) */
@@ -426,7 +428,7 @@ typedef struct FloeNodePlacement {
 /* On success *rows is one malloc'd block (rows, then the strings they point to) of *num_rows
  * rows that the caller frees with free(); *est_seconds (may be NULL) is the simulated step
  * time; *num_transfers (may be NULL) counts the _Send nodes partitioning would add. */
-FLOE_API floe_code floe_session_placement(FloeSession *s, const char *const *feeds, int num_feeds,
+FLOE_API floe_code floe_session_placement(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                                           const char *const *fetches, int num_fetches,
                                           const char *const *targets, int num_targets,
                                           FloeNodePlacement **rows, int *num_rows,
@@ -437,7 +439,7 @@ FLOE_API floe_code floe_session_placement(FloeSession *s, const char *const *fee
  * (floe_session_set_profiling): its device's own time where the device reports one (GPU
  * events, tpu-sim's cycle model), else its wall time; nodes that never ran and transfers
  * keep the cost model's figures. -1 when it could not be computed. */
-FLOE_API floe_code floe_session_placement_measured(FloeSession *s, const char *const *feeds,
+FLOE_API floe_code floe_session_placement_measured(FloeSession *s, const FloeFeed *feeds,
                                                    int num_feeds, const char *const *fetches,
                                                    int num_fetches, const char *const *targets,
                                                    int num_targets, FloeNodePlacement **rows,
