@@ -142,6 +142,18 @@ const FloeKernelReg *floe__kernel_find(const FloeRuntime *rt, const FloeNode *no
   return best;
 }
 
+FloeDType floe_node_attr_type(const FloeNode *n, const char *name) {
+  const FloeAttrValue *v = n && name ? floe__attrs_get(&n->attrs, name) : NULL;
+  return v && v->kind == FLOE_ATTR_TYPE ? v->u.type : FLOE_DTYPE_INVALID;
+}
+
+/* Public probe (floe.h): only the device type's own kernels, never the core's "*" ones. */
+int floe_runtime_device_has_kernel(const FloeRuntime *rt, const FloeNode *node,
+                                   const char *device_type) {
+  if (!rt || !node || !device_type || strcmp(device_type, "*") == 0) return 0;
+  return best_of_type(rt, node, device_type) != NULL;
+}
+
 /* "node 'x' (Op): rest" -> "rest": messages from host.c's error setters carry the node
  * prefix, which callers that add their own context drop. */
 const char *floe__strip_node_prefix(const char *msg, const FloeNode *n) {

@@ -201,3 +201,32 @@ int floe_runtime_num_kernels_for(const FloeRuntime *rt, const char *op, const ch
   }
   return n;
 }
+
+int floe_runtime_num_kernels(const FloeRuntime *rt) { return rt ? rt->num_kernels : 0; }
+
+/* info's strings are borrowed from rt. */
+floe_code floe_runtime_kernel(const FloeRuntime *rt, int i, FloeKernelInfo *info) {
+  if (!info || info->struct_size < offsetof(FloeKernelInfo, priority) + sizeof info->priority)
+    return FLOE_INVALID_ARGUMENT;
+  if (!rt || i < 0 || i >= rt->num_kernels) return FLOE_OUT_OF_RANGE;
+  const FloeKernelReg *k = rt->kernels[i];
+  info->op = k->op;
+  info->device_type = k->device_type;
+  info->plugin = k->plugin ? k->plugin->name : "core";
+  info->priority = k->priority;
+  if (info->struct_size >= offsetof(FloeKernelInfo, num_constraints) + sizeof(int))
+    info->num_constraints = (int)k->num_constraints;
+  return FLOE_OK;
+}
+
+/* *attr is borrowed from rt. */
+floe_code floe_runtime_kernel_constraint(const FloeRuntime *rt, int i, int j, const char **attr,
+                                         uint32_t *dtypes) {
+  if (!attr || !dtypes) return FLOE_INVALID_ARGUMENT;
+  if (!rt || i < 0 || i >= rt->num_kernels) return FLOE_OUT_OF_RANGE;
+  const FloeKernelReg *k = rt->kernels[i];
+  if (j < 0 || (size_t)j >= k->num_constraints) return FLOE_OUT_OF_RANGE;
+  *attr = k->constraints[j].attr;
+  *dtypes = k->constraints[j].dtypes;
+  return FLOE_OK;
+}

@@ -181,6 +181,28 @@ FLOE_API floe_code floe_runtime_device(const FloeRuntime *rt, int i, FloeDeviceI
 /* Number of kernels registered for op (any device); 0 if none. */
 FLOE_API int floe_runtime_num_kernels_for(const FloeRuntime *rt, const char *op,
                                           const char *device_type);
+/* The kernels registered in rt, in registration order (plugins' in load order, then the
+ * core's own), for tools and tests that go through every kernel of a device type. Nothing is
+ * allocated; thread-safe (rt's registry does not change after floe_runtime_new). */
+typedef struct FloeKernelInfo {
+  size_t struct_size;      /* set by the caller: sizeof(FloeKernelInfo) */
+  const char *op;          /* "MatMul"; borrowed from rt */
+  const char *device_type; /* "CPU", "TPU_SIM"; "*" for the core's own kernels (variables,
+                            * control flow, Send/Recv), which run on any device; borrowed */
+  const char *plugin;      /* name of the plugin that registered it; "core" for "*" kernels */
+  int32_t priority;        /* among matching kernels the highest wins */
+  int num_constraints;     /* type constraints (floe_runtime_kernel_constraint) */
+} FloeKernelInfo;
+FLOE_API int floe_runtime_num_kernels(const FloeRuntime *rt); /* 0 for NULL */
+/* Fills *info (strings borrowed from rt). FLOE_OUT_OF_RANGE for a bad index or NULL rt,
+ * FLOE_INVALID_ARGUMENT when info is NULL or its struct_size is too small. */
+FLOE_API floe_code floe_runtime_kernel(const FloeRuntime *rt, int i, FloeKernelInfo *info);
+/* Type constraint j of kernel i: the op's type attribute (*attr, borrowed from rt) and the
+ * dtypes the kernel accepts for it (*dtypes, a mask of FLOE_DTYPE_BIT). A kernel with none
+ * accepts every dtype its op allows. FLOE_OUT_OF_RANGE for a bad rt, i or j,
+ * FLOE_INVALID_ARGUMENT for a NULL out pointer. */
+FLOE_API floe_code floe_runtime_kernel_constraint(const FloeRuntime *rt, int i, int j,
+                                                  const char **attr, uint32_t *dtypes);
 
 /* Device names: canonical "/job:J/replica:R/task:T/device:TYPE:N"; short forms "cpu:0",
  * "CPU", "/device:CPU:0" are accepted. Parses into parts (-1 / "" for unspecified). */
@@ -279,6 +301,16 @@ FLOE_API FloeNode *floe_node_control_input(const FloeNode *n, int i);
 FLOE_API int floe_node_num_outputs(const FloeNode *n);
 FLOE_API FloeDType floe_node_output_dtype(const FloeNode *n, int i);
 FLOE_API FloeShape floe_node_output_shape(const FloeNode *n, int i);
+/* The value of node's type attribute `name` ("T", "dtype", "DstT"), or FLOE_DTYPE_INVALID
+ * when it has no type attribute of that name (or n or name is NULL). */
+FLOE_API FloeDType floe_node_attr_type(const FloeNode *n, const char *name);
+/* 1 when a kernel registered for device_type itself accepts node's type attributes (the
+ * dtypes it would run with), 0 otherwise. The core's kernels for any device ("*") do not
+ * count: this asks whether the device's own plugin implements the node. Nothing is
+ * allocated; node is borrowed from its graph. Thread-safe (rt's registry is read-only
+ * after floe_runtime_new). */
+FLOE_API int floe_runtime_device_has_kernel(const FloeRuntime *rt, const FloeNode *node,
+                                            const char *device_type);
 
 /* Graph files (format in docs/graph-format.md). save writes atomically (temp + rename).
  * load: caller owns the graph; errors name the file, the byte offset and what was
