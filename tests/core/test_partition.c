@@ -13,6 +13,7 @@
 
 #include "../ops/harness.h"
 #include "floe/floe.h"
+#include "internal.h" /* floe__node_set_input: a loop's back edge, built by hand */
 
 static FloeRuntime *rt;
 
@@ -469,6 +470,74 @@ START_TEST(compressed_transfers_round_to_bf16) {
 }
 END_TEST
 
+static FloeNode *node(FloeGraph *g, const char *op, const char *name, const char *dev,
+                       const FloeOutput *in, int n) {
+  FloeNodeBuilder *b = floe_node_begin(g, op, name);
+  if (strcmp(op, "Merge") == 0)
+    floe_node_add_input_list(b, in, n);
+  else
+    for (int i = 0; i < n; i++) floe_node_add_input(b, in[i]);
+  floe_node_set_device(b, dev);
+  return floe_node_finish(b);
+}
+
+/* A loop whose variable enters on cpu:0 and is iterated on cpu:1: the value crosses before
+ * the Enter, once, not in every iteration (it used to hang waiting for iteration 1). */
+START_TEST(loop_variable_enters_on_another_device) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x0 = floe_const_f32(g, "x0", 3.0f);
+  FloeNodeBuilder *b = floe_node_begin(g, "Enter", "enter");
+  floe_node_add_input(b, x0);
+  floe_node_set_attr_string(b, "frame_name", "f");
+  floe_node_set_device(b, "cpu:0");
+  FloeNode *enter = floe_node_finish(b);
+  FloeOutput e2[2] = {{enter, 0}, {enter, 0}};
+  FloeNode *merge = node(g, "Merge", "merge", "cpu:1", e2, 2);
+  FloeOutput lim = floe_const_f32(g, "lim", 10.0f), one = floe_const_f32(g, "one", 1.0f);
+  FloeOutput lims[2];
+  const char *names[2] = {"lim_enter", "one_enter"};
+  FloeOutput srcs[2] = {lim, one};
+  for (int i = 0; i < 2; i++) {
+    b = floe_node_begin(g, "Enter", names[i]);
+    floe_node_add_input(b, srcs[i]);
+    floe_node_set_attr_string(b, "frame_name", "f");
+    floe_node_set_attr_bool(b, "is_constant", 1);
+    floe_node_set_device(b, "cpu:1");
+    lims[i] = floe_out(floe_node_finish(b), 0);
+  }
+  FloeOutput lt_in[2] = {{merge, 0}, lims[0]};
+  FloeNode *less = node(g, "Less", "less", "cpu:1", lt_in, 2);
+  FloeOutput lc_in = {less, 0};
+  FloeNode *lc = node(g, "LoopCond", "cond", "cpu:1", &lc_in, 1);
+  FloeOutput sw_in[2] = {{merge, 0}, {lc, 0}};
+  FloeNode *sw = node(g, "Switch", "switch", "cpu:1", sw_in, 2);
+  FloeOutput add_in[2] = {{sw, 1}, lims[1]};
+  FloeNode *add = node(g, "Add", "add", "cpu:1", add_in, 2);
+  FloeOutput nx_in = {add, 0};
+  FloeNode *next = node(g, "NextIteration", "next", "cpu:1", &nx_in, 1);
+  ck_assert_int_eq(floe__node_set_input(merge, 1, (FloeOutput){next, 0}, NULL), FLOE_OK);
+  FloeOutput ex_in = {sw, 0};
+  FloeNode *ex = node(g, "Exit", "exit", "cpu:1", &ex_in, 1);
+  FloeOutput out_in = {ex, 0};
+  node(g, "Identity", "out", "cpu:0", &out_in, 1);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeSession *s = session(g);
+  FloeStatus *st = floe_status_new();
+  FloeRunOptions ro;
+  floe_run_options_init(&ro);
+  ro.timeout_ms = 10000;
+  const char *fetch = "out";
+  FloeTensor *o = NULL;
+  ck_assert_msg(floe_session_run_opts(s, &ro, NULL, 0, &fetch, 1, NULL, 0, &o, st) == FLOE_OK,
+                "%s", floe_status_message(st));
+  ck_assert_float_eq(*(const float *)floe_tensor_data(o), 10.0f); /* 3 + 7 * 1 */
+  floe_tensor_release(o);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("partition");
   TCase *tc = tcase_create("partition");
@@ -480,6 +549,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, cond_across_devices);
   tcase_add_test(tc, while_loop_across_devices);
   tcase_add_test(tc, nested_loops_across_devices);
+  tcase_add_test(tc, loop_variable_enters_on_another_device);
   tcase_add_test(tc, failure_in_one_piece_fails_the_step);
   tcase_add_test(tc, impossible_placement_names_node_and_devices);
   tcase_add_test(tc, cost_placer_uses_both_devices);
