@@ -16,6 +16,6 @@ export FLOE_PLUGIN_PATH="$top/plugins/cpu/.libs:$top/plugins/tpu-sim/.libs:$top/
   --save-graph "$tmp/lstm.floe" > "$tmp/lstm.txt"
 lstm_target=$(sed -n 's/.*(target \([^,]*\),.*/\1/p' "$tmp/lstm.txt")
 echo "== cnn (batch 64) on cpu + tpu-sim"
-"$top/bench/bench_placement" "$tmp/cnn.floe" --steps "$steps" --batch 64 "${@:2}"
+"$top/bench/bench_placement" "$tmp/cnn.floe" --steps "$steps" --batch 64
 echo "== lstm LM (2 x 256, bptt 35, batch 64) on cpu + tpu-sim"
 "$top/bench/bench_placement" "$tmp/lstm.floe" --target "$lstm_target" --steps "$steps" --batch 64

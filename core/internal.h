@@ -604,8 +604,10 @@ typedef struct FloeRendezvousKey {
 
 typedef struct FloeRendezvousOptions {
   bool force_transport;      /* move host-to-host values through the transport too (tests) */
-  bool compress_bf16;        /* f32 values travel as bf16 (lossy; halves the bytes) */
+  bool compress_bf16;        /* f32 values of >= FLOE__RV_BF16_MIN elements travel as bf16
+                                (lossy; halves their bytes) */
 } FloeRendezvousOptions;
+#define FLOE__RV_BF16_MIN 1024
 
 /* Bytes and transfers a rendezvous moved (floe__rendezvous_stats). */
 typedef struct FloeRendezvousStats {

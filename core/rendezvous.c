@@ -375,6 +375,14 @@ int floe__rendezvous_num_pending(FloeRendezvous *r) {
 
 /* ---- the reference path ---------------------------------------------------------------- */
 
+/* Lossy compression applies to f32 tensors of at least FLOE__RV_BF16_MIN elements: the
+ * bandwidth is in activations, weights and gradients, while small values are often exact
+ * constants a bf16 rounding would break (Adam's beta2 = 0.999 becomes 1.0, its second moment
+ * then never grows and the updates blow up) and cost nothing to send whole. */
+static bool compressible(const FloeRendezvous *r, const FloeTensor *t) {
+  return r->opts.compress_bf16 && t->dtype == FLOE_F32 && t->num_elements >= FLOE__RV_BF16_MIN;
+}
+
 /* An f32 tensor on t's device holding t's values rounded to bf16. Caller owns. */
 static FloeTensor *rounded_copy(FloeTensor *t, FloeStatus *st) {
   FloeDevice *dev = floe__tensor_device(t);
@@ -537,7 +545,7 @@ static floe_code send_transport(FloeRendezvous *r, FloeTransportMgr *m, uint64_t
   const void *payload = NULL;
   size_t len = 0;
   unsigned flags = (dead ? FLOE__RV_DEAD : 0) | (control ? FLOE__RV_CONTROL : 0);
-  bool bf16 = !dead && t && r->opts.compress_bf16 && t->dtype == FLOE_F32 && t->nbytes > 0;
+  bool bf16 = !dead && t && compressible(r, t);
   if (bf16) flags |= FLOE__RV_BF16;
   floe_code rc;
   if (!dead && t && t->nbytes > 0 &&
@@ -592,7 +600,7 @@ floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key,
     static const int64_t empty_dims[1] = {0};
     if (!t)
       value = floe__tensor_alloc(NULL, FLOE_F32, 1, empty_dims, st);
-    else if (r->opts.compress_bf16 && t->dtype == FLOE_F32 && t->nbytes > 0)
+    else if (compressible(r, t))
       value = rounded_copy(t, st);
     else {
       floe_tensor_retain(t);

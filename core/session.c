@@ -46,6 +46,7 @@ struct FloeSession {
   atomic_int num_cached;
   FloeResourceMgr *resources; /* the session's variables; outlives its executors */
   atomic_int profiling;    /* floe_session_set_profiling; read by every executor */
+  _Atomic int64_t xfers, xfers_by_ref, wire_bytes, tensor_bytes; /* transfer totals */
   FloeExecStep **active;   /* steps running now (guarded by mu), for cancel and close */
   int num_active, cap_active;
   bool closed;             /* floe_session_close ran (guarded by mu) */
@@ -956,8 +957,15 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   }
   for (int i = 0; i < sig.num_feeds; i++) ordered[i] = feeds[sig.feeds[i].pos].value;
   FloeTensor **got = ordered + sig.num_feeds;
-  FloeMultiRunCtl ctl = {.timeout_ms = opts ? opts->timeout_ms : 0, .track = track_step, .arg = s};
+  FloeRendezvousStats rs;
+  memset(&rs, 0, sizeof rs);
+  FloeMultiRunCtl ctl = {.timeout_ms = opts ? opts->timeout_ms : 0, .track = track_step, .arg = s,
+                         .stats = &rs};
   rc = floe__multi_exec_run(e, ordered, got, &ctl, status);
+  atomic_fetch_add(&s->xfers, rs.sends);
+  atomic_fetch_add(&s->xfers_by_ref, rs.by_reference);
+  atomic_fetch_add(&s->wire_bytes, rs.wire_bytes);
+  atomic_fetch_add(&s->tensor_bytes, rs.tensor_bytes);
   if (rc != FLOE_OK) goto out;
   /* Fetched values come back in host memory, wherever they were computed. */
   for (int i = 0; i < sig.num_fetches; i++) {
@@ -1349,5 +1357,17 @@ floe_code floe_session_profile_nodes(FloeSession *s, FloeNodeProfile **rows, int
   }
   pthread_mutex_unlock(&s->mu);
   *num_rows = n;
+  return FLOE_OK;
+}
+
+floe_code floe_session_transfer_stats(FloeSession *s, FloeTransferStats *out, FloeStatus *status) {
+  if (!s || !out || out->struct_size < sizeof *out)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_transfer_stats: NULL session or stats, or struct_size "
+                           "not set to sizeof(FloeTransferStats)");
+  out->transfers = atomic_load(&s->xfers);
+  out->by_reference = atomic_load(&s->xfers_by_ref);
+  out->wire_bytes = atomic_load(&s->wire_bytes);
+  out->tensor_bytes = atomic_load(&s->tensor_bytes);
   return FLOE_OK;
 }

@@ -405,7 +405,9 @@ static int merge_profile(Trainer *t) {
     return cli_error("train", "--profile: %s", floe_status_message(t->st));
   for (int i = 0; i < n; i++) {
     int j = 0;
-    while (j < t->num_prof && strcmp(t->prof[j].op, rows[i].op) != 0) j++;
+    while (j < t->num_prof && (strcmp(t->prof[j].op, rows[i].op) != 0 ||
+                               strcmp(t->prof[j].device, rows[i].device) != 0))
+      j++;
     if (j == t->num_prof) {
       FloeOpProfile *p = realloc(t->prof, (size_t)(t->num_prof + 1) * sizeof *p);
       if (!p) {
@@ -413,12 +415,13 @@ static int merge_profile(Trainer *t) {
         return cli_error("train", "--profile: out of memory");
       }
       t->prof = p;
-      t->prof[t->num_prof++] = (FloeOpProfile){.op = rows[i].op};
+      t->prof[t->num_prof++] = (FloeOpProfile){.op = rows[i].op, .device = rows[i].device};
     }
     FloeOpProfile *d = &t->prof[j];
     d->calls += rows[i].calls;
     d->total_ns += rows[i].total_ns;
     d->output_bytes += rows[i].output_bytes;
+    d->device_ns += rows[i].device_ns;
     if (rows[i].max_ns > d->max_ns) d->max_ns = rows[i].max_ns;
   }
   free(rows);
@@ -434,15 +437,17 @@ static int profile_cmp(const void *a, const void *b) {
 static void print_profile(const Trainer *t, int64_t steps, double train_secs) {
   int64_t sum = 0;
   for (int i = 0; i < t->num_prof; i++) sum += t->prof[i].total_ns;
-  fprintf(stderr, "\nkernel time per op type over %lld training steps:\n", (long long)steps);
-  fprintf(stderr, "%-28s %8s %10s %6s %10s %10s %10s\n", "op", "calls", "total ms", "%",
-          "us/call", "max us", "MB out");
+  fprintf(stderr, "\nkernel time per op type and device over %lld training steps "
+          "(device ms: the time the device reports, e.g. tpu-sim's simulated time):\n",
+          (long long)steps);
+  fprintf(stderr, "%-28s %-10s %8s %10s %6s %10s %10s %10s %10s\n", "op", "device", "calls",
+          "total ms", "%", "us/call", "max us", "MB out", "device ms");
   for (int i = 0; i < t->num_prof; i++) {
     const FloeOpProfile *p = &t->prof[i];
-    fprintf(stderr, "%-28s %8lld %10.1f %6.1f %10.1f %10.1f %10.1f\n", p->op,
-            (long long)p->calls, p->total_ns * 1e-6, sum ? 100.0 * p->total_ns / sum : 0.0,
-            p->calls ? p->total_ns * 1e-3 / p->calls : 0.0, p->max_ns * 1e-3,
-            p->output_bytes / 1048576.0);
+    fprintf(stderr, "%-28s %-10s %8lld %10.1f %6.1f %10.1f %10.1f %10.1f %10.3f\n", p->op,
+            p->device, (long long)p->calls, p->total_ns * 1e-6,
+            sum ? 100.0 * p->total_ns / sum : 0.0, p->calls ? p->total_ns * 1e-3 / p->calls : 0.0,
+            p->max_ns * 1e-3, p->output_bytes / 1048576.0, p->device_ns * 1e-6);
   }
   fprintf(stderr, "kernels %.3f s of %.3f s training (%.0f us per step in kernels, %.0f us "
           "wall)\n", sum * 1e-9, train_secs, steps ? sum * 1e-3 / steps : 0.0,
@@ -672,6 +677,8 @@ int cmd_train(int argc, char **argv) {
   double sps = train_secs > 0 ? (double)trained / train_secs : 0;
   if (o->profile && t.num_prof > 1)
     qsort(t.prof, (size_t)t.num_prof, sizeof *t.prof, profile_cmp);
+  FloeTransferStats xs = {.struct_size = sizeof xs};
+  floe_session_transfer_stats(t.s, &xs, NULL);
   if (o->json) {
     JsonWriter w;
     json_init(&w, stdout);
@@ -695,12 +702,21 @@ int cmd_train(int argc, char **argv) {
     json_key(&w, "final_loss"), json_double(&w, final_loss);
     json_key(&w, "wall_seconds"), json_double(&w, wall);
     json_key(&w, "peak_rss_mb"), json_double(&w, rss_mb);
+    if (o->devices) {
+      json_key(&w, "devices"), json_string(&w, o->devices);
+      json_key(&w, "compress_transfers"), json_int(&w, o->compress);
+      json_key(&w, "transfers"), json_int(&w, xs.transfers);
+      json_key(&w, "transfer_wire_bytes"), json_int(&w, xs.wire_bytes);
+      json_key(&w, "transfer_tensor_bytes"), json_int(&w, xs.tensor_bytes);
+    }
     if (o->profile) {
       json_key(&w, "profile");
       json_begin_array(&w);
       for (int i = 0; i < t.num_prof; i++) {
         json_begin_object(&w);
         json_key(&w, "op"), json_string(&w, t.prof[i].op);
+        json_key(&w, "device"), json_string(&w, t.prof[i].device);
+        json_key(&w, "device_ns"), json_int(&w, t.prof[i].device_ns);
         json_key(&w, "calls"), json_int(&w, t.prof[i].calls);
         json_key(&w, "total_ns"), json_int(&w, t.prof[i].total_ns);
         json_key(&w, "max_ns"), json_int(&w, t.prof[i].max_ns);
@@ -714,6 +730,10 @@ int cmd_train(int argc, char **argv) {
   } else {
     printf("test accuracy %.4f, %.0f training samples/s, %.1f s, peak RSS %.0f MB\n", accuracy,
            sps, wall, rss_mb);
+    if (o->devices)
+      printf("across devices (%s%s): %lld values, %.1f MB moved (%.1f MB as f32 tensors)\n",
+             o->devices, o->compress ? ", bf16 transfers" : "", (long long)xs.transfers,
+             xs.wire_bytes / 1048576.0, xs.tensor_bytes / 1048576.0);
     if (o->profile) print_profile(&t, total_steps, train_secs);
   }
   rc = 0;

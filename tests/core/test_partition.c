@@ -447,9 +447,12 @@ static float bf16_round(float f) {
 /* With compress_transfers an f32 value crosses as bf16: exactly the bf16 rounding. */
 START_TEST(compressed_transfers_round_to_bf16) {
   FloeGraph *g = floe_graph_new();
-  float v[4] = {1.00390625f + 1e-4f, -3.14159f, 1234.567f, 1e-3f};
+  enum { N = 2048 }; /* small tensors travel whole */
+  static float v[N];
+  const float special[4] = {1.00390625f + 1e-4f, -3.14159f, 1234.567f, 1e-3f};
+  for (int i = 0; i < N; i++) v[i] = i < 4 ? special[i] : (float)(i % 97) * 0.37f;
   floe_graph_set_device_scope(g, "cpu:0");
-  FloeTensor *t = harness_f32(1, (int64_t[]){4}, v);
+  FloeTensor *t = harness_f32(1, (int64_t[]){N}, v);
   FloeOutput c = floe_const(g, "c", t);
   floe_tensor_release(t);
   floe_graph_set_device_scope(g, "cpu:1");

@@ -688,8 +688,8 @@ static void bf16_case(bool force) {
   FloeRuntime *rt = runtime(true, false);
   FloeDevice *cpu = device(rt, "cpu:0");
   FloeRendezvous *r = rv_new(rt, 6, force, true);
-  enum { N = 64 };
-  float v[N] = {1.0f, 1.0f + 0x1p-8f /* tie: to even (1) */, 1.0f + 0x3p-8f /* tie: up */,
+  enum { N = FLOE__RV_BF16_MIN }; /* the smallest tensor that is compressed */
+  static float v[N] = {1.0f, 1.0f + 0x1p-8f /* tie: to even (1) */, 1.0f + 0x3p-8f /* tie: up */,
                 -1.0f - 0x1p-9f, 3.14159265f, -0.0f, 0x1p-130f /* subnormal */, 3.4e38f,
                 INFINITY, -INFINITY, NAN, 65504.0f, 1e-3f};
   unsigned seed = 99;
@@ -703,7 +703,7 @@ static void bf16_case(bool force) {
   floe__rendezvous_recv(r, &k, cpu, got_done, &g);
   got_wait(&g);
   ck_assert_msg(g.code == FLOE_OK, "%s", g.msg);
-  float out[N];
+  static float out[N];
   read_f32(g.t, out, N);
   for (int i = 0; i < N; i++) {
     float want = ref_bf16(v[i]);
@@ -725,6 +725,21 @@ static void bf16_case(bool force) {
     ck_assert_int_eq(s.wire_bytes, N * 2);
   }
   ck_assert_int_eq(s.by_reference, 0); /* a new tensor of rounded values */
+  /* A tensor smaller than that travels whole: small values are often exact constants. */
+  const float small[3] = {0.999f, 1.0f + 0x1p-9f, 3.14159265f};
+  FloeTensor *xs = vec(small, 3);
+  FloeRendezvousKey ks = key_of(cpu, cpu, "s:0", 0, 0);
+  ck_assert_int_eq(floe__rendezvous_send(r, &ks, xs, false, &st), FLOE_OK);
+  Got gs;
+  got_init(&gs);
+  floe__rendezvous_recv(r, &ks, cpu, got_done, &gs);
+  got_wait(&gs);
+  ck_assert_msg(gs.code == FLOE_OK, "%s", gs.msg);
+  float sout[3];
+  read_f32(gs.t, sout, 3);
+  ck_assert_mem_eq(sout, small, sizeof small);
+  floe_tensor_release(xs);
+  got_clear(&gs);
   /* Other dtypes travel as they are. */
   int64_t n3 = 3;
   const int32_t iv[3] = {70000, -1, 123456789};
@@ -812,10 +827,12 @@ START_TEST(transfers_to_and_from_testdev) {
   floe__rendezvous_free(r);
   /* bf16 from a device: staged through the host, rounded, expanded on arrival. */
   r = rv_new(rt, 22, false, true);
-  const float w[3] = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -2.5f};
+  enum { W = FLOE__RV_BF16_MIN };
+  static float w[W];
   const float wr[3] = {1.0f, 1.0f + 0x4p-8f, -2.5f};
+  w[0] = 1.0f + 0x1p-8f, w[1] = 1.0f + 0x3p-8f, w[2] = -2.5f; /* the rest: 0, exact */
   FloeStatus st = {FLOE_OK, NULL};
-  FloeTensor *h = vec(w, 3), *x = floe__tensor_to_device(h, t0, &st);
+  FloeTensor *h = vec(w, W), *x = floe__tensor_to_device(h, t0, &st);
   FloeRendezvousKey k = key_of(t0, t1, "bf:0", 0, 0);
   ck_assert_int_eq(floe__rendezvous_send(r, &k, x, false, &st), FLOE_OK);
   Got g;
@@ -823,12 +840,12 @@ START_TEST(transfers_to_and_from_testdev) {
   floe__rendezvous_recv(r, &k, t1, got_done, &g);
   got_wait(&g);
   ck_assert_msg(g.code == FLOE_OK, "%s", g.msg);
-  float out[3];
-  read_f32(g.t, out, 3);
+  static float out[W];
+  read_f32(g.t, out, W);
   ck_assert_mem_eq(out, wr, sizeof wr);
   floe__rendezvous_stats(r, &s);
-  ck_assert_int_eq(s.wire_bytes, 6);
-  ck_assert_int_eq(s.tensor_bytes, 12);
+  ck_assert_int_eq(s.wire_bytes, 2 * W);
+  ck_assert_int_eq(s.tensor_bytes, 4 * W);
   got_clear(&g);
   floe_tensor_release(x);
   floe_tensor_release(h);

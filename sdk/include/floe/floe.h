@@ -447,6 +447,18 @@ FLOE_API floe_code floe_session_placement_measured(FloeSession *s, const FloeFee
                                                    int *num_transfers, double *measured,
                                                    FloeStatus *status);
 
+/* What crossed devices in this session's runs so far (every _Send that completed). */
+typedef struct FloeTransferStats {
+  size_t struct_size;     /* sizeof(FloeTransferStats), set by the caller */
+  int64_t transfers;      /* values sent */
+  int64_t by_reference;   /* of those, handed over without a copy (two host-memory devices) */
+  int64_t wire_bytes;     /* bytes posted to the transport (bf16 when compress_transfers) */
+  int64_t tensor_bytes;   /* the same values' bytes as tensors: wire_bytes / tensor_bytes is
+                             what compression kept */
+} FloeTransferStats;
+FLOE_API floe_code floe_session_transfer_stats(FloeSession *s, FloeTransferStats *out,
+                                               FloeStatus *status);
+
 /* Profiling: per op type, what the kernels of this session's runs cost. */
 typedef struct FloeOpProfile {
   const char *op;       /* op type, e.g. "MatMul"; borrowed, valid while the session lives */
