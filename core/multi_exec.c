@@ -194,9 +194,46 @@ static void piece_failed(void *arg, FloeExecStep *step, floe_code code, const ch
   pthread_mutex_unlock(&r->mu);
 }
 
+/* The one-piece case: the executor's attach hook, told to the caller's track hook. */
+typedef struct OneTrack {
+  const FloeMultiRunCtl *ctl;
+  FloeExecStep *step;
+} OneTrack;
+
+static void one_attach(void *arg, FloeExecStep *step) {
+  OneTrack *t = arg;
+  if (step) t->step = step;
+  t->ctl->track(t->ctl->arg, t->step, step != NULL);
+}
+
+/* One device, no transfers (the common case): the piece's executor runs the step itself,
+ * with no rendezvous and no bookkeeping of pieces. */
+static floe_code run_one_piece(FloeMultiExec *m, FloeTensor *const *feeds, FloeTensor **outputs,
+                               const FloeMultiRunCtl *ctl, FloeStatus *st) {
+  Piece *pc = &m->pieces[0];
+  OneTrack t = {ctl, NULL};
+  FloeRunCtl one = {ctl ? ctl->timeout_ms : 0, ctl && ctl->track ? one_attach : NULL, &t,
+                    NULL, NULL, NULL};
+  FloeTensor *small_f[8], *small_o[8];
+  FloeTensor **pf = pc->num_feeds <= 8 ? small_f : floe__malloc((size_t)pc->num_feeds * sizeof *pf);
+  FloeTensor **po = pc->num_fetches <= 8 ? small_o : floe__malloc((size_t)pc->num_fetches * sizeof *po);
+  floe_code rc;
+  if (!pf || !po) {
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory starting a step");
+  } else {
+    for (int k = 0; k < pc->num_feeds; k++) pf[k] = feeds[pc->feed_of[k]];
+    rc = floe__executor_run_ctl(pc->exec, pf, po, &one, st);
+    for (int k = 0; rc == FLOE_OK && k < pc->num_fetches; k++) outputs[pc->fetch_of[k]] = po[k];
+  }
+  if (pf != small_f) floe__free(pf);
+  if (po != small_o) floe__free(po);
+  return rc;
+}
+
 floe_code floe__multi_exec_run(FloeMultiExec *m, FloeTensor *const *feeds, FloeTensor **outputs,
                                const FloeMultiRunCtl *ctl, FloeStatus *st) {
   for (int k = 0; k < m->num_fetches; k++) outputs[k] = NULL;
+  if (m->num_pieces == 1 && !m->rendezvous) return run_one_piece(m, feeds, outputs, ctl, st);
   Run r;
   memset(&r, 0, sizeof r);
   r.n = m->num_pieces;

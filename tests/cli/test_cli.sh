@@ -46,6 +46,15 @@ check "ops" "$FLOE" ops; expect_out "ops" "Conv2D"
 check "graph" "$FLOE" graph "$tmp/affine.floe"; expect_out "graph" "mm = MatMul(x, W)"
 check "graph --dot" "$FLOE" graph "$tmp/affine.floe" --dot; expect_out "graph --dot" "digraph"
 check "graph --json" "$FLOE" graph "$tmp/affine.floe" --json; expect_out "graph --json" '"op":"Relu"'
+check "graph --placement" "$FLOE" graph "$tmp/affine.floe" --placement
+expect_out "graph --placement" "estimated step time"
+expect_out "graph --placement device" "MatMul  *cpu:0"
+check "graph --placement --dot" "$FLOE" graph "$tmp/affine.floe" --placement --dot
+expect_out "graph --placement --dot" "fillcolor"
+check "graph --placement --json" "$FLOE" graph "$tmp/affine.floe" --placement --json
+expect_out "graph --placement --json" '"estimated_step_seconds"'
+check_fails "graph --devices alone" "--placement" "$FLOE" graph "$tmp/affine.floe" --devices cpu
+check_fails "graph --placement unknown device" "nosuch" "$FLOE" graph "$tmp/affine.floe" --placement --devices nosuch
 
 # x = [[1,2,3],[-1,0,0]]: x@W = [[5,2],[-1,1]]; +b = [[5.5,-8],[-0.5,-9]]; relu = [[5.5,0],[0,0]]
 python3 "$HERE/npy.py" write "$tmp/x.npy" 2,3 1,2,3,-1,0,0

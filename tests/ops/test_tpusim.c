@@ -674,6 +674,50 @@ END_TEST
 
 /* A product whose output does not fit fails cleanly, naming the node and the bytes; the
  * same session then runs a product that fits. */
+/* The cost-model placer puts a product on the (much faster) chip when it fits, and on the
+ * CPU when its output would overflow the chip's memory, instead of failing the run. */
+static const char *placed_matmul(FloeRuntime *rt, int64_t m) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput a = floe_placeholder(g, "a", FLOE_F32, floe_shape_unknown());
+  FloeOutput b = floe_placeholder(g, "b", FLOE_F32, floe_shape_unknown());
+  floe_binary(g, "MatMul", "prod", a, b);
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = rt;
+  o.devices = "cpu,tpu-sim";
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &o, st);
+  ck_assert_msg(s, "%s", floe_status_message(st));
+  floe_session_set_profiling(s, 1);
+  FloeTensor *x = rnd(2, (int64_t[]){m, 40}, 3, -1, 1), *y = rnd(2, (int64_t[]){40, m}, 4, -1, 1);
+  FloeFeed feeds[2] = {{"a", x}, {"b", y}};
+  const char *fetch = "prod";
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  const char *where = profiled_calls(s, "MatMul", "tpu-sim:0") ? "tpu-sim:0"
+                      : profiled_calls(s, "MatMul", "cpu:0")   ? "cpu:0"
+                                                               : "nowhere";
+  floe_tensor_release(out);
+  floe_tensor_release(x);
+  floe_tensor_release(y);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+  return where;
+}
+
+START_TEST(test_placer_respects_memory) {
+  clear_env();
+  setenv("FLOE_TPUSIM_MEMORY", "1M", 1);
+  FloeRuntime *rt = runtime_now();
+  ck_assert_str_eq(placed_matmul(rt, 200), "tpu-sim:0"); /* 160 KB out: fits */
+  ck_assert_str_eq(placed_matmul(rt, 600), "cpu:0");     /* 1,440,000 bytes out: does not */
+  floe_runtime_free(rt);
+  clear_env();
+}
+END_TEST
+
 START_TEST(test_out_of_memory) {
   clear_env();
   setenv("FLOE_TPUSIM_MEMORY", "1M", 1);
@@ -977,6 +1021,7 @@ static Suite *tpusim_suite(void) {
   tcase_set_timeout(dev, 60);
   tcase_add_test(dev, test_misplaced_tensor);
   tcase_add_test(dev, test_out_of_memory);
+  tcase_add_test(dev, test_placer_respects_memory);
   tcase_add_test(dev, test_two_chips);
   tcase_add_test(dev, test_bad_settings);
   tcase_add_test(dev, test_profile_cost);
