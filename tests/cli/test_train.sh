@@ -93,7 +93,8 @@ t = [r["total_ns"] for r in d["profile"]]
 assert t == sorted(t, reverse=True) and all(0 <= r["max_ns"] <= r["total_ns"] for r in d["profile"])
 PY
 check "table profile" "$FLOE" train --limit 200 --epochs 1 --profile
-grep -q "^kernel time per op type over 4 training steps" "$tmp/err" && grep -q "^MatMul " "$tmp/err" \
+grep -q "^kernel time per op type and device over 4 training steps" "$tmp/err" \
+  && grep -q "^MatMul  *cpu:0 " "$tmp/err" \
   && ok || { bad "--profile table"; cat "$tmp/err"; }
 
 # (b) Exact resume. With a constant learning rate, 2 epochs in one go equal 1 epoch, then a
@@ -170,6 +171,34 @@ import json, sys
 q, f = (json.load(open(p)) for p in sys.argv[1:3])
 assert q['model'] == 'cnn' and q['global_step'] == 6 and 0 < q['final_loss'] < 10, q
 assert q['input'] == 'queue' and f['input'] == 'feed' and q['final_loss'] == f['final_loss'], (q, f)
+PY
+
+# Across devices (issue 5): the CNN placed by the cost model on cpu + tpu-sim (convolutions
+# and products on the chip, through the local transport), with and without bf16 transfers,
+# against the CPU alone on the same 640 examples; and two CPU devices.
+devpath="$FLOE_PLUGIN_PATH:$FLOE_TPUSIM_PLUGIN_DIR:$FLOE_TRANSPORT_DIR"
+check "cnn cpu" "$FLOE" train --model cnn --limit 640 --epochs 1 --json
+tail -n 1 "$tmp/out" >"$tmp/dev-cpu.json"
+check "cnn cpu,tpu-sim" env FLOE_PLUGIN_PATH="$devpath" "$FLOE" train --model cnn --limit 640 \
+  --epochs 1 --devices cpu,tpu-sim --json --profile
+tail -n 1 "$tmp/out" >"$tmp/dev-tpu.json"
+check "cnn cpu,tpu-sim bf16" env FLOE_PLUGIN_PATH="$devpath" "$FLOE" train --model cnn --limit 640 \
+  --epochs 1 --devices cpu,tpu-sim --compress-transfers --json
+tail -n 1 "$tmp/out" >"$tmp/dev-bf16.json"
+check "mlp two cpus" env FLOE_CPU_DEVICES=2 "$FLOE" train --limit 640 --epochs 1 --devices cpu --json
+tail -n 1 "$tmp/out" >"$tmp/dev-2cpu.json"
+python3 - "$tmp"/dev-cpu.json "$tmp"/dev-tpu.json "$tmp"/dev-bf16.json "$tmp"/dev-2cpu.json <<'PY' \
+  && ok || { bad "cnn across devices"; cat "$tmp"/dev-*.json; }
+import json, sys
+cpu, tpu, bf16, two = (json.load(open(p)) for p in sys.argv[1:5])
+# 640 examples: about 0.56 test accuracy; bf16 products move it a little, not to chance
+assert abs(tpu['test_accuracy'] - cpu['test_accuracy']) < 0.05, (cpu, tpu)
+assert abs(bf16['test_accuracy'] - cpu['test_accuracy']) < 0.05, (cpu, bf16)
+assert tpu['transfers'] > 0 and tpu['transfer_wire_bytes'] == tpu['transfer_tensor_bytes'], tpu
+assert bf16['transfer_wire_bytes'] < 0.6 * bf16['transfer_tensor_bytes'], bf16
+rows = {(r['op'], r['device']) for r in tpu['profile']}
+assert ('Conv2D', 'tpu-sim:0') in rows and ('Conv2DBackpropFilter', 'tpu-sim:0') in rows, rows
+assert two['transfers'] > 0 and two['test_accuracy'] > 0.3, two
 PY
 
 echo "test_train: $pass passed, $fails failed"
