@@ -179,23 +179,11 @@ floe_code cu_broadcast(FloeKernelContext *ctx, int n, const FloeTensor *const *i
 }
 
 floe_code cu_add_kernel(FloePluginRegistrar *reg, const char *op, const char *constraint_attr,
-                        uint32_t dtypes, uint32_t flags,
-                        floe_code (*compute)(void *state, FloeKernelContext *ctx),
-                        floe_code (*create)(const FloeHostApi *host, FloeKernelInit *init,
-                                            void *user_data, void **state),
-                        void (*destroy)(void *state), void *user_data) {
-  FloeTypeConstraint c = {constraint_attr, dtypes};
-  FloeKernelDef k;
-  memset(&k, 0, sizeof k);
-  k.struct_size = sizeof k;
-  k.op = op;
-  k.device_type = "CUDA";
-  k.constraints = constraint_attr ? &c : NULL;
-  k.num_constraints = constraint_attr ? 1 : 0;
-  k.flags = flags;
-  k.user_data = user_data;
-  k.create = create;
-  k.compute = compute;
-  k.destroy = destroy;
-  return reg->register_kernel(reg, &k);
+                         uint32_t dtypes, uint32_t flags,
+                         floe_code (*compute)(void *state, FloeKernelContext *ctx),
+                         floe_code (*create)(const FloeHostApi *host, FloeKernelInit *init,
+                                             void *user_data, void **state),
+                         void (*destroy)(void *state), void *user_data) {
+  return floe_plugin_add_kernel(reg, "CUDA", op, constraint_attr, dtypes, flags, compute, create,
+                                destroy, user_data);
 }

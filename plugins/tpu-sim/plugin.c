@@ -201,20 +201,8 @@ floe_code tpu_add_kernel(FloePluginRegistrar *reg, const char *op, const char *c
                          floe_code (*create)(const FloeHostApi *host, FloeKernelInit *init,
                                              void *user_data, void **state),
                          void (*destroy)(void *state), void *user_data) {
-  FloeTypeConstraint c = {constraint_attr, dtypes};
-  FloeKernelDef k;
-  memset(&k, 0, sizeof k);
-  k.struct_size = sizeof k;
-  k.op = op;
-  k.device_type = "TPU_SIM";
-  k.constraints = constraint_attr ? &c : NULL;
-  k.num_constraints = constraint_attr ? 1 : 0;
-  k.flags = flags;
-  k.user_data = user_data;
-  k.create = create;
-  k.compute = compute;
-  k.destroy = destroy;
-  return reg->register_kernel(reg, &k);
+  return floe_plugin_add_kernel(reg, "TPU_SIM", op, constraint_attr, dtypes, flags, compute, create,
+                                destroy, user_data);
 }
 
 const char *tpu_dims_str(int rank, const int64_t *dims, char *buf, size_t len) {

@@ -459,6 +459,36 @@ static inline floe_code floe_plugin_declare_current(FloePluginRegistrar *reg, co
 #define FLOE_PLUGIN_DECLARE(reg, plugin_name, plugin_version) \
   floe_plugin_declare_current((reg), (plugin_name), (plugin_version))
 
+/* Convenience for plugins: registers a synchronous kernel of op for device_type with at most
+ * one type constraint (constraint_attr NULL: none) and priority 0. create and destroy may be
+ * NULL. The registrar copies the definition (strings included); function pointers and
+ * user_data must outlive the plugin. */
+static inline floe_code floe_plugin_add_kernel(
+    FloePluginRegistrar *reg, const char *device_type, const char *op,
+    const char *constraint_attr, uint32_t dtypes, uint32_t flags,
+    floe_code (*compute)(void *state, FloeKernelContext *ctx),
+    floe_code (*create)(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                        void **state),
+    void (*destroy)(void *state), void *user_data) {
+  FloeTypeConstraint c;
+  FloeKernelDef k;
+  unsigned char *zero = (unsigned char *)&k;
+  for (size_t i = 0; i < sizeof k; i++) zero[i] = 0; /* no <string.h> needed */
+  c.attr = constraint_attr;
+  c.dtypes = dtypes;
+  k.struct_size = sizeof k;
+  k.op = op;
+  k.device_type = device_type;
+  k.constraints = constraint_attr ? &c : NULL;
+  k.num_constraints = constraint_attr ? 1 : 0;
+  k.flags = flags;
+  k.user_data = user_data;
+  k.create = create;
+  k.compute = compute;
+  k.destroy = destroy;
+  return reg->register_kernel(reg, &k);
+}
+
 /* Layout pins of ABI 1.0 to 1.3 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
