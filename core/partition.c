@@ -60,6 +60,7 @@ typedef struct Cutter {
   const FloePartitionFed *fed;
   int sends;
   FloeStatus *st;
+  char *name;              /* unique()'s last name (owned) */
 } Cutter;
 
 static bool grow(void **v, int *cap, int need, size_t elem) {
@@ -102,15 +103,23 @@ static floe_code adopt(Cutter *c, FloeNode *n, FloeDevice *d, int frame) {
   return FLOE_OK;
 }
 
-static const char *unique(const FloeGraph *g, char *buf, size_t len, const char *what,
-                          const char *a, const char *b) {
-  snprintf(buf, len, "_%s/%s/%s", what, a, b);
-  for (char *p = buf; *p; p++)
+/* A fresh node name "_what/a/b" (':' becomes '.'), made unique with a "_N" suffix. The
+ * result lives in c->name until the next call; NULL when out of memory. */
+static const char *unique(Cutter *c, const char *what, const char *a, const char *b) {
+  floe__free(c->name);
+  c->name = floe__asprintf("_%s/%s/%s", what, a, b);
+  if (!c->name) return NULL;
+  for (char *p = c->name; *p; p++)
     if (*p == ':') *p = '.'; /* ':' separates a node from its output index */
-  size_t base = strlen(buf);
-  for (int k = 1; floe_graph_find(g, buf) && base + 12 < len; k++)
-    snprintf(buf + base, len - base, "_%d", k);
-  return buf;
+  for (int k = 1; floe_graph_find(c->g, c->name); k++) {
+    char *next = floe__asprintf("_%s/%s/%s_%d", what, a, b, k);
+    if (!next) return NULL;
+    for (char *p = next; *p; p++)
+      if (*p == ':') *p = '.';
+    floe__free(c->name);
+    c->name = next;
+  }
+  return c->name;
 }
 
 /* ---- frames ---- */
@@ -239,13 +248,14 @@ static FloeNode *recv_of(Cutter *c, int node, int index, FloeDevice *dst) {
   FloeNode *src = g->nodes[node];
   FloeDevice *sdev = c->dev[node];
   int frame = c->frame[node];
-  char tensor[300], name[400];
-  if (index >= 0)
-    snprintf(tensor, sizeof tensor, "%s:%d", src->name, index);
-  else
-    snprintf(tensor, sizeof tensor, "^%s", src->name);
+  char *tensor = index >= 0 ? floe__asprintf("%s:%d", src->name, index)
+                             : floe__asprintf("^%s", src->name);
+  if (!tensor) {
+    oom(c);
+    return NULL;
+  }
   FloeNodeBuilder *b = floe_node_begin(g, index >= 0 ? "_Send" : "_ControlSend",
-                                       unique(g, name, sizeof name, "send", tensor, dst->short_name));
+                                       unique(c, "send", tensor, dst->short_name));
   if (index >= 0)
     floe_node_add_input(b, (FloeOutput){src, index});
   else
@@ -253,10 +263,14 @@ static FloeNode *recv_of(Cutter *c, int node, int index, FloeDevice *dst) {
   set_pair_attrs(b, tensor, sdev, dst);
   floe_node_set_device(b, sdev->name);
   FloeNode *send = floe_node_finish(b);
-  if (adopt(c, send, sdev, frame) != FLOE_OK) return NULL;
+  if (adopt(c, send, sdev, frame) != FLOE_OK) {
+    floe__free(tensor);
+    return NULL;
+  }
   c->sends++;
-  b = floe_node_begin(g, "_Recv", unique(g, name, sizeof name, "recv", tensor, dst->short_name));
+  b = floe_node_begin(g, "_Recv", unique(c, "recv", tensor, dst->short_name));
   set_pair_attrs(b, tensor, sdev, dst);
+  floe__free(tensor);
   floe_node_set_device(b, dst->name);
   if (index >= 0) {
     floe_node_set_attr_type(b, "T", src->out_dtypes[index]);
@@ -296,8 +310,7 @@ static FloeNode *enter_copy(Cutter *c, FloeNode *enter, FloeDevice *dst) {
     if (!r) return NULL;
     in = (FloeOutput){r, 0};
   }
-  char name[400];
-  FloeNodeBuilder *b = floe_node_begin(g, "Enter", unique(g, name, sizeof name, "enter", enter->name,
+  FloeNodeBuilder *b = floe_node_begin(g, "Enter", unique(c, "enter", enter->name,
                                                           dst->short_name));
   floe_node_add_input(b, in);
   floe_node_set_attr_string(b, "frame_name", floe__node_attr_str(enter, "frame_name"));
@@ -379,10 +392,9 @@ static CtlLoop *control_loop(Cutter *c, int frame, FloeDevice *d);
  * child frame's control loop. */
 static FloeOutput loop_source(Cutter *c, int frame, FloeDevice *d) {
   if (frame == 0) {
-    char name[400];
     FloeTensor *v = floe_tensor_scalar_f32(0.0f, c->st);
     if (!v) return (FloeOutput){NULL, 0};
-    FloeNodeBuilder *b = floe_node_begin(c->g, "Const", unique(c->g, name, sizeof name, "ctl_src", d->short_name, "0"));
+    FloeNodeBuilder *b = floe_node_begin(c->g, "Const", unique(c, "ctl_src", d->short_name, "0"));
     floe_node_set_attr_tensor(b, "value", v);
     floe_node_set_attr_type(b, "dtype", FLOE_F32);
     floe_node_set_device(b, d->name);
@@ -408,8 +420,7 @@ static CtlLoop *control_loop(Cutter *c, int frame, FloeDevice *d) {
   FloeGraph *g = c->g;
   FloeOutput src = loop_source(c, f->parent, d);
   if (!src.node) return NULL;
-  char name[400];
-  FloeNodeBuilder *b = floe_node_begin(g, "Enter", unique(g, name, sizeof name, "ctl_enter", f->name, d->short_name));
+  FloeNodeBuilder *b = floe_node_begin(g, "Enter", unique(c, "ctl_enter", f->name, d->short_name));
   floe_node_add_input(b, src);
   floe_node_set_attr_string(b, "frame_name", f->name);
   floe_node_set_attr_int(b, "parallel_iterations", f->parallel);
@@ -417,7 +428,7 @@ static CtlLoop *control_loop(Cutter *c, int frame, FloeDevice *d) {
   FloeNode *enter = floe_node_finish(b);
   if (adopt(c, enter, d, frame) != FLOE_OK) return NULL;
   FloeOutput two[2] = {{enter, 0}, {enter, 0}};
-  b = floe_node_begin(g, "Merge", unique(g, name, sizeof name, "ctl_merge", f->name, d->short_name));
+  b = floe_node_begin(g, "Merge", unique(c, "ctl_merge", f->name, d->short_name));
   floe_node_add_input_list(b, two, 2);
   floe_node_set_device(b, d->name);
   FloeNode *merge = floe_node_finish(b);
@@ -436,13 +447,13 @@ static CtlLoop *control_loop(Cutter *c, int frame, FloeDevice *d) {
     if (!r) return NULL;
     pred = (FloeOutput){r, 0};
   }
-  b = floe_node_begin(g, "Switch", unique(g, name, sizeof name, "ctl_switch", f->name, d->short_name));
+  b = floe_node_begin(g, "Switch", unique(c, "ctl_switch", f->name, d->short_name));
   floe_node_add_input(b, (FloeOutput){merge, 0});
   floe_node_add_input(b, pred);
   floe_node_set_device(b, d->name);
   FloeNode *sw = floe_node_finish(b);
   if (adopt(c, sw, d, frame) != FLOE_OK) return NULL;
-  b = floe_node_begin(g, "NextIteration", unique(g, name, sizeof name, "ctl_next", f->name, d->short_name));
+  b = floe_node_begin(g, "NextIteration", unique(c, "ctl_next", f->name, d->short_name));
   floe_node_add_input(b, (FloeOutput){sw, 1});
   floe_node_set_device(b, d->name);
   FloeNode *next = floe_node_finish(b);
@@ -504,6 +515,7 @@ floe_code floe__partition(const FloeGraph *g, const bool *need, FloeDevice *cons
   out->device = c.dev;
   out->need = c.need;
   out->num_sends = c.sends;
+  floe__free(c.name);
   floe__free(c.frame);
   floe__free(c.frames);
   floe__free(c.loops);
@@ -514,6 +526,7 @@ floe_code floe__partition(const FloeGraph *g, const bool *need, FloeDevice *cons
 err_oom:
   rc = oom(&c);
 err_free:
+  floe__free(c.name);
   floe_graph_free(c.g);
   floe__free(c.dev);
   floe__free(c.need);
