@@ -12,11 +12,14 @@
 #include "floe/floe.h"
 
 static FloeRuntime *rt;
+static bool split; /* the second test: the graph across two CPU devices (partitioned) */
 
 static void runtime_setup(void) {
+  if (split) setenv("FLOE_CPU_DEVICES", "2", 1);
   FloeStatus *st = floe_status_new();
   FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
   rt = floe_runtime_new(&o, st);
+  unsetenv("FLOE_CPU_DEVICES");
   if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
   floe_status_free(st);
 }
@@ -35,8 +38,10 @@ static floe_code attempt(FloeTensor *xv, FloeTensor **out, FloeStatus *st) {
   FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, d3));
   FloeOutput two = floe_const_f32(g, "two", 2.0f);
   FloeOutput y = floe_binary(g, "Mul", "y", x, two);
+  if (split) floe_graph_set_device_scope(g, "cpu:1"); /* z and w on another device */
   FloeOutput z = floe_binary(g, "Add", "z", y, two);
   floe_unary(g, "Neg", "w", z);
+  if (split) floe_graph_set_device_scope(g, "cpu:0");
   floe_binary(g, "Mul", "v", y, z);
   FloeNodeBuilder *b = floe_node_begin(g, "NoOp", "done");
   floe_node_add_control_input(b, floe_graph_find(g, "w"));
@@ -70,7 +75,7 @@ static floe_code attempt(FloeTensor *xv, FloeTensor **out, FloeStatus *st) {
   return rc;
 }
 
-START_TEST(walk_allocation_failures) {
+static void walk(void) {
   const float xs[3] = {1, -2, 0.5f};
   const int64_t d3[1] = {3};
   FloeTensor *xv = floe_tensor_from_data(FLOE_F32, 1, d3, xs, sizeof xs, NULL);
@@ -110,7 +115,16 @@ START_TEST(walk_allocation_failures) {
   floe_status_free(st);
   floe_tensor_release(xv);
 }
+
+START_TEST(walk_allocation_failures) { walk(); }
 END_TEST
+
+/* The same across two devices: placement, partitioning (Send/Recv pairs, a control edge
+ * across devices: "done" on cpu:0 waits for w on cpu:1), pieces and the rendezvous. */
+START_TEST(walk_allocation_failures_partitioned) { walk(); }
+END_TEST
+
+static void split_on(void) { split = true; }
 
 int main(void) {
   Suite *s = suite_create("alloc_fail");
@@ -119,6 +133,12 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, walk_allocation_failures);
   suite_add_tcase(s, tc);
+  TCase *tc2 = tcase_create("partitioned");
+  tcase_add_checked_fixture(tc2, split_on, NULL); /* before the runtime is made */
+  tcase_add_checked_fixture(tc2, runtime_setup, runtime_teardown);
+  tcase_set_timeout(tc2, 600);
+  tcase_add_test(tc2, walk_allocation_failures_partitioned);
+  suite_add_tcase(s, tc2);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
