@@ -60,17 +60,6 @@ static FloeTensor *run1(FloeSession *s, const char *fetch, FloeStatus *st) {
   return out;
 }
 
-/* Rows of the op on a device in the session's profile (0 when it never ran there). */
-static int64_t calls_on(FloeSession *s, const char *op, const char *device) {
-  FloeOpProfile *rows = NULL;
-  int n = 0;
-  ck_assert_int_eq(floe_session_profile(s, &rows, &n, NULL), FLOE_OK);
-  int64_t calls = 0;
-  for (int i = 0; i < n; i++)
-    if (strcmp(rows[i].op, op) == 0 && strcmp(rows[i].device, device) == 0) calls += rows[i].calls;
-  free(rows);
-  return calls;
-}
 
 static void assert_close(const FloeTensor *a, const FloeTensor *b, double tol) {
   ck_assert_int_eq(floe_tensor_num_elements(a), floe_tensor_num_elements(b));
@@ -110,12 +99,12 @@ START_TEST(cut_edges_give_the_same_result) {
     assert_close(got, ref, 0);
     floe_tensor_release(got);
   }
-  ck_assert_int_eq(calls_on(s2, "MatMul", "cpu:1"), 3);
-  ck_assert_int_eq(calls_on(s2, "Add", "cpu:0"), 3);
+  ck_assert_int_eq(harness_profile_calls(s2, "MatMul", "cpu:1"), 3);
+  ck_assert_int_eq(harness_profile_calls(s2, "Add", "cpu:0"), 3);
   /* a and b go to cpu:1, m comes back: three pairs per step */
-  ck_assert_int_eq(calls_on(s2, "_Recv", "cpu:1"), 6);
-  ck_assert_int_eq(calls_on(s2, "_Recv", "cpu:0"), 3);
-  ck_assert_int_eq(calls_on(s2, "_Send", "cpu:0"), 6);
+  ck_assert_int_eq(harness_profile_calls(s2, "_Recv", "cpu:1"), 6);
+  ck_assert_int_eq(harness_profile_calls(s2, "_Recv", "cpu:0"), 3);
+  ck_assert_int_eq(harness_profile_calls(s2, "_Send", "cpu:0"), 6);
   floe_tensor_release(ref);
   floe_status_free(st);
   floe_session_free(s1);
@@ -140,7 +129,7 @@ START_TEST(one_transfer_per_tensor_and_device) {
   FloeStatus *st = floe_status_new();
   FloeTensor *z = run1(s, "z", st);
   ck_assert_msg(z, "%s", floe_status_message(st));
-  ck_assert_int_eq(calls_on(s, "_Recv", "cpu:1"), 1);
+  ck_assert_int_eq(harness_profile_calls(s, "_Recv", "cpu:1"), 1);
   FloeTensor *at = run1(s, "a", st);
   const float *av = floe_tensor_data(at), *zv = floe_tensor_data(z);
   for (int i = 0; i < 5; i++) ck_assert_float_eq_tol(zv[i], -av[i] + av[i] * av[i], 1e-6);
@@ -171,7 +160,7 @@ START_TEST(control_edge_across_devices) {
   FloeStatus *st = floe_status_new();
   FloeTensor *o = run1(s, "after", st);
   ck_assert_msg(o, "%s", floe_status_message(st));
-  ck_assert_int_eq(calls_on(s, "_ControlSend", "cpu:0"), 1);
+  ck_assert_int_eq(harness_profile_calls(s, "_ControlSend", "cpu:0"), 1);
   FloeTensor *val = run1(s, "v/read", st);
   ck_assert_msg(val, "%s", floe_status_message(st));
   ck_assert_float_eq(*(const float *)floe_tensor_data(val), 7.0f);
@@ -280,7 +269,7 @@ START_TEST(while_loop_across_devices) {
       ck_assert_float_eq(*(const float *)floe_tensor_data(out), (float)want);
       floe_tensor_release(out);
     }
-    ck_assert_int_eq(calls_on(s, "Mul", "cpu:1"), 2 * limit);
+    ck_assert_int_eq(harness_profile_calls(s, "Mul", "cpu:1"), 2 * limit);
     floe_status_free(st);
     floe_session_free(s);
     floe_graph_free(g);
@@ -339,7 +328,7 @@ START_TEST(nested_loops_across_devices) {
   ck_assert_msg(out, "%s", floe_status_message(st));
   /* inner runs i times for i = 0..4: 0+1+2+3+4 */
   ck_assert_float_eq(*(const float *)floe_tensor_data(out), 10.0f);
-  ck_assert_int_gt(calls_on(s, "Add", "cpu:1"), 0); /* the inner body ran on cpu:1 */
+  ck_assert_int_gt(harness_profile_calls(s, "Add", "cpu:1"), 0); /* the inner body ran on cpu:1 */
   floe_tensor_release(out);
   floe_status_free(st);
   floe_session_free(s);
@@ -425,8 +414,8 @@ START_TEST(cost_placer_uses_both_devices) {
   FloeTensor *want = run1(ref, "z", st), *got = run1(s, "z", st);
   ck_assert_msg(got, "%s", floe_status_message(st));
   assert_close(got, want, 1e-5);
-  ck_assert_int_gt(calls_on(s, "MatMul", "cpu:0"), 0);
-  ck_assert_int_gt(calls_on(s, "MatMul", "cpu:1"), 0);
+  ck_assert_int_gt(harness_profile_calls(s, "MatMul", "cpu:0"), 0);
+  ck_assert_int_gt(harness_profile_calls(s, "MatMul", "cpu:1"), 0);
   floe_tensor_release(want);
   floe_tensor_release(got);
   floe_status_free(st);

@@ -213,3 +213,14 @@ void harness_rmdir(const char *dir) {
   ck_assert(n > 0 && (size_t)n < sizeof cmd);
   ck_assert_int_eq(system(cmd), 0);
 }
+
+int64_t harness_profile_calls(FloeSession *s, const char *op, const char *device) {
+  FloeOpProfile *rows = NULL;
+  int n = 0;
+  ck_assert_int_eq(floe_session_profile(s, &rows, &n, NULL), FLOE_OK);
+  int64_t calls = 0;
+  for (int i = 0; i < n; i++)
+    if (strcmp(rows[i].op, op) == 0 && strcmp(rows[i].device, device) == 0) calls += rows[i].calls;
+  free(rows);
+  return calls;
+}

@@ -48,6 +48,8 @@ void harness_assert_close(const FloeTensor *got, const FloeTensor *want, double 
 /* A runtime of `threads` pool threads (the plugins of FLOE_PLUGIN_PATH), for tests that build
  * their own sessions; aborts the test on failure. Caller frees with floe_runtime_free. */
 FloeRuntime *harness_runtime(int threads);
+/* Kernel calls of op on device (short name) in s's profile (floe_session_set_profiling). */
+int64_t harness_profile_calls(FloeSession *s, const char *op, const char *device);
 /* A session of g (whose sticky error must be clear) on rt; aborts the test on failure.
  * Caller frees with floe_session_free. */
 FloeSession *harness_session(const FloeGraph *g, FloeRuntime *rt);

@@ -153,17 +153,6 @@ static FloeNode *build_graph(FloeGraph *g, const XCase *c, FloeTensor *const *in
   return floe_node_finish(b);
 }
 
-/* Calls of op on device in s's profile. */
-static int64_t calls_on(FloeSession *s, const char *op, const char *device) {
-  FloeOpProfile *rows = NULL;
-  int n = 0;
-  ck_assert_int_eq(floe_session_profile(s, &rows, &n, NULL), FLOE_OK);
-  int64_t calls = 0;
-  for (int i = 0; i < n; i++)
-    if (strcmp(rows[i].op, op) == 0 && strcmp(rows[i].device, device) == 0) calls += rows[i].calls;
-  free(rows);
-  return calls;
-}
 
 typedef enum XResult { XR_RAN, XR_NO_KERNEL, XR_FAILED } XResult;
 
@@ -262,7 +251,7 @@ static XResult run_on(const XCase *c, FloeTensor *const *ins, const XDevice *d, 
     snprintf(err, errlen, "run: %s", floe_status_message(st));
     goto out_session;
   }
-  if (calls_on(s, c->op, d->name) < 1) {
+  if (harness_profile_calls(s, c->op, d->name) < 1) {
     snprintf(err, errlen, "the op ran but not on %s (the profile has no call there)", d->name);
     for (int k = 0; k < n_got; k++) floe_tensor_release(got[k]);
     goto out_session;

@@ -139,17 +139,6 @@ static void set_flags(FloeNodeBuilder *b, void *arg) {
   floe_node_set_attr_bool(b, f->b, f->vb);
 }
 
-/* Calls of op on device in s's profile (profiling must have been on). */
-static int64_t profiled_calls(FloeSession *s, const char *op, const char *device) {
-  FloeOpProfile *rows = NULL;
-  int n = 0;
-  ck_assert_int_eq(floe_session_profile(s, &rows, &n, NULL), FLOE_OK);
-  int64_t calls = 0;
-  for (int i = 0; i < n; i++)
-    if (strcmp(rows[i].op, op) == 0 && strcmp(rows[i].device, device) == 0) calls += rows[i].calls;
-  free(rows);
-  return calls;
-}
 
 START_TEST(test_matmul) {
   /* Sizes off every block edge of the kernel (6x16 tiles, 48x256 blocks, K chunks of 256);
@@ -695,8 +684,8 @@ static const char *placed_matmul(FloeRuntime *rt, int64_t m) {
   FloeTensor *out = NULL;
   ck_assert_msg(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
                 floe_status_message(st));
-  const char *where = profiled_calls(s, "MatMul", "tpu-sim:0") ? "tpu-sim:0"
-                      : profiled_calls(s, "MatMul", "cpu:0")   ? "cpu:0"
+  const char *where = harness_profile_calls(s, "MatMul", "tpu-sim:0") ? "tpu-sim:0"
+                      : harness_profile_calls(s, "MatMul", "cpu:0")   ? "cpu:0"
                                                                : "nowhere";
   floe_tensor_release(out);
   floe_tensor_release(x);
@@ -810,7 +799,7 @@ START_TEST(test_two_chips) {
   floe_session_set_profiling(s, 1);
   ck_assert_msg(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
                 floe_status_message(st));
-  ck_assert_int_eq(profiled_calls(s, "MatMul", "tpu-sim:1"), 1);
+  ck_assert_int_eq(harness_profile_calls(s, "MatMul", "tpu-sim:1"), 1);
   out = to_host(out);
   /* Reference: relu then the product in double; the bf16 bound as in check_matrix. */
   for (int i = 0; i < 20; i++)
@@ -974,7 +963,7 @@ static void train_tiny(const char *device, FloeTensor **w_out, double *loss_out)
   FloeTensor *out[2];
   ck_assert_int_eq(floe_session_run(s, feeds, 2, fetch, 2, NULL, 0, out, st), FLOE_OK);
   if (strcmp(device, "tpu-sim:0") == 0) /* the updates ran on the chip */
-    ck_assert_int_eq(profiled_calls(s, "ResourceApplyGradientDescent", "tpu-sim:0") > 0, 1);
+    ck_assert_int_eq(harness_profile_calls(s, "ResourceApplyGradientDescent", "tpu-sim:0") > 0, 1);
   out[0] = to_host(out[0]);
   *loss_out = f32s(out[0])[0];
   floe_tensor_release(out[0]);
