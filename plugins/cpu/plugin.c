@@ -35,8 +35,11 @@ static floe_code cpu_get_props(void *state, FloeDeviceProps *p) {
   p->host_to_device_bandwidth = 20e9;
   p->device_to_host_bandwidth = 20e9;
   p->peer_bandwidth = 20e9;
-  p->vector_flops = (double)cores * 2.5e9 * 1.0;
-  p->launch_overhead = 1e-6;
+  if (FLOE_HAS_FIELD(p, FloeDeviceProps, launch_overhead)) { /* since 1.3: an older core's
+                                                               struct ends before them */
+    p->vector_flops = (double)cores * 2.5e9 * 1.0;
+    p->launch_overhead = 1e-6;
+  }
   p->flags = FLOE_DEVICE_HOST_MEMORY;
   p->ordinal = 0;
   return FLOE_OK;

@@ -59,7 +59,6 @@ static void fill_props(CudaDevice *d, const struct cudaDeviceProp *p, int clock_
   o->peak_flops[FLOE_F64] = sm_hz * f64;
   o->peak_flops[FLOE_I32] = vec / 2;
   o->peak_flops[FLOE_I64] = vec / 8;
-  o->vector_flops = vec;
   /* DDR: two transfers per memory clock over the bus. */
   o->memory_bandwidth = 2.0 * mem_khz * 1e3 * bus_bits / 8.0;
   /* Host links: PCIe 5 x16 on Hopper, 4 before (what pinned copies reach in practice);
@@ -70,7 +69,10 @@ static void fill_props(CudaDevice *d, const struct cudaDeviceProp *p, int clock_
   o->peer_bandwidth = pcie / 2;
   o->flags = 0;
   o->ordinal = d->ordinal;
-  o->launch_overhead = 5e-6;
+  if (FLOE_HAS_FIELD(o, FloeDeviceProps, launch_overhead)) { /* since 1.3 */
+    o->vector_flops = vec;
+    o->launch_overhead = 5e-6;
+  }
 }
 
 static floe_code get_props(void *state, FloeDeviceProps *props) {
