@@ -55,8 +55,8 @@ typedef struct Cutter {
   int num_loops, cap_loops;
   Pair *pairs;
   int num_pairs, cap_pairs;
-  int *recv_frame_todo;    /* _Recv ids inside a frame: they wait for their control loop */
-  int num_todo, cap_todo;
+  int *frame_recvs;    /* _Recv ids inside a frame: they wait for their control loop */
+  int num_frame_recvs, cap_frame_recvs;
   const FloePartitionFed *fed;
   int sends;
   FloeStatus *st;
@@ -287,13 +287,41 @@ static FloeNode *recv_of(Cutter *c, int node, int index, FloeDevice *dst) {
   }
   c->pairs[c->num_pairs++] = (Pair){node, index, dst, recv};
   if (frame > 0) {
-    if (!grow((void **)&c->recv_frame_todo, &c->cap_todo, c->num_todo + 1, sizeof(int))) {
+    if (!grow((void **)&c->frame_recvs, &c->cap_frame_recvs, c->num_frame_recvs + 1, sizeof(int))) {
       oom(c);
       return NULL;
     }
-    c->recv_frame_todo[c->num_todo++] = recv->id;
+    c->frame_recvs[c->num_frame_recvs++] = recv->id;
   }
   return recv;
+}
+
+/* A plumbing node "_what/a/d" of op on d in frame, reading ins (a Merge takes them as its
+ * one list). NULL with c->st set on failure. */
+static FloeNode *plumb(Cutter *c, const char *op, const char *what, const char *a, FloeDevice *d,
+                       int frame, const FloeOutput *ins, int n) {
+  FloeNodeBuilder *b = floe_node_begin(c->g, op, unique(c, what, a, d->short_name));
+  if (strcmp(op, "Merge") == 0)
+    floe_node_add_input_list(b, ins, n);
+  else
+    for (int i = 0; i < n; i++) floe_node_add_input(b, ins[i]);
+  floe_node_set_device(b, d->name);
+  FloeNode *node = floe_node_finish(b);
+  return adopt(c, node, d, frame) == FLOE_OK ? node : NULL;
+}
+
+/* An Enter of `in` into frame_name (its frame index `frame`) on d. */
+static FloeNode *enter_node(Cutter *c, const char *what, const char *a, FloeDevice *d, int frame,
+                            FloeOutput in, const char *frame_name, bool is_constant,
+                            int64_t parallel) {
+  FloeNodeBuilder *b = floe_node_begin(c->g, "Enter", unique(c, what, a, d->short_name));
+  floe_node_add_input(b, in);
+  floe_node_set_attr_string(b, "frame_name", frame_name);
+  floe_node_set_attr_bool(b, "is_constant", is_constant);
+  floe_node_set_attr_int(b, "parallel_iterations", parallel);
+  floe_node_set_device(b, d->name);
+  FloeNode *node = floe_node_finish(b);
+  return adopt(c, node, d, frame) == FLOE_OK ? node : NULL;
 }
 
 /* An Enter's value crosses devices before it enters: a copy of the Enter on dst reads the
@@ -303,23 +331,17 @@ static FloeNode *enter_copy(Cutter *c, FloeNode *enter, FloeDevice *dst) {
   for (int i = 0; i < c->num_pairs; i++)
     if (c->pairs[i].node == enter->id && c->pairs[i].index == -2 && c->pairs[i].dst == dst)
       return c->pairs[i].recv;
-  FloeGraph *g = c->g;
   FloeOutput in = enter->inputs[0];
   if (c->need[in.node->id] && !fed(c, in.node->id, in.index) && c->dev[in.node->id] != dst) {
     FloeNode *r = recv_of(c, in.node->id, in.index, dst);
     if (!r) return NULL;
     in = (FloeOutput){r, 0};
   }
-  FloeNodeBuilder *b = floe_node_begin(g, "Enter", unique(c, "enter", enter->name,
-                                                          dst->short_name));
-  floe_node_add_input(b, in);
-  floe_node_set_attr_string(b, "frame_name", floe__node_attr_str(enter, "frame_name"));
-  floe_node_set_attr_bool(b, "is_constant", floe__node_attr_bool(enter, "is_constant", false));
-  floe_node_set_attr_int(b, "parallel_iterations",
-                         floe__node_attr_int(enter, "parallel_iterations", 10));
-  floe_node_set_device(b, dst->name);
-  FloeNode *copy = floe_node_finish(b);
-  if (adopt(c, copy, dst, c->frame[enter->id]) != FLOE_OK) return NULL;
+  FloeNode *copy = enter_node(c, "enter", enter->name, dst, c->frame[enter->id], in,
+                              floe__node_attr_str(enter, "frame_name"),
+                              floe__node_attr_bool(enter, "is_constant", false),
+                              floe__node_attr_int(enter, "parallel_iterations", 10));
+  if (!copy) return NULL;
   if (!grow((void **)&c->pairs, &c->cap_pairs, c->num_pairs + 1, sizeof *c->pairs)) {
     oom(c);
     return NULL;
@@ -386,6 +408,7 @@ static floe_code cut_edges(Cutter *c) {
 
 /* ---- control loops ---- */
 
+
 static CtlLoop *control_loop(Cutter *c, int frame, FloeDevice *d);
 
 /* A scalar in frame `frame` on d that exists once per live iteration of it: the source of a
@@ -417,22 +440,14 @@ static CtlLoop *control_loop(Cutter *c, int frame, FloeDevice *d) {
                     f->name);
     return NULL;
   }
-  FloeGraph *g = c->g;
   FloeOutput src = loop_source(c, f->parent, d);
   if (!src.node) return NULL;
-  FloeNodeBuilder *b = floe_node_begin(g, "Enter", unique(c, "ctl_enter", f->name, d->short_name));
-  floe_node_add_input(b, src);
-  floe_node_set_attr_string(b, "frame_name", f->name);
-  floe_node_set_attr_int(b, "parallel_iterations", f->parallel);
-  floe_node_set_device(b, d->name);
-  FloeNode *enter = floe_node_finish(b);
-  if (adopt(c, enter, d, frame) != FLOE_OK) return NULL;
-  FloeOutput two[2] = {{enter, 0}, {enter, 0}};
-  b = floe_node_begin(g, "Merge", unique(c, "ctl_merge", f->name, d->short_name));
-  floe_node_add_input_list(b, two, 2);
-  floe_node_set_device(b, d->name);
-  FloeNode *merge = floe_node_finish(b);
-  if (adopt(c, merge, d, frame) != FLOE_OK) return NULL;
+  FloeNode *enter = enter_node(c, "ctl_enter", f->name, d, frame, src, f->name, false,
+                               f->parallel);
+  if (!enter) return NULL;
+  FloeOutput two[2] = {{enter, 0}, {enter, 0}}; /* the back edge is set below */
+  FloeNode *merge = plumb(c, "Merge", "ctl_merge", f->name, d, frame, two, 2);
+  if (!merge) return NULL;
   /* Registered before the pred's _Recv is made, which waits for this Merge. */
   if (!grow((void **)&c->loops, &c->cap_loops, c->num_loops + 1, sizeof *c->loops)) {
     oom(c);
@@ -441,23 +456,18 @@ static CtlLoop *control_loop(Cutter *c, int frame, FloeDevice *d) {
   int me = c->num_loops++;
   c->loops[me] = (CtlLoop){frame, d, merge, NULL};
   int lc = f->loop_cond;
-  FloeOutput pred = {g->nodes[lc], 0};
+  FloeOutput pred = {c->g->nodes[lc], 0};
   if (c->dev[lc] != d) {
     FloeNode *r = recv_of(c, lc, 0, d);
     if (!r) return NULL;
     pred = (FloeOutput){r, 0};
   }
-  b = floe_node_begin(g, "Switch", unique(c, "ctl_switch", f->name, d->short_name));
-  floe_node_add_input(b, (FloeOutput){merge, 0});
-  floe_node_add_input(b, pred);
-  floe_node_set_device(b, d->name);
-  FloeNode *sw = floe_node_finish(b);
-  if (adopt(c, sw, d, frame) != FLOE_OK) return NULL;
-  b = floe_node_begin(g, "NextIteration", unique(c, "ctl_next", f->name, d->short_name));
-  floe_node_add_input(b, (FloeOutput){sw, 1});
-  floe_node_set_device(b, d->name);
-  FloeNode *next = floe_node_finish(b);
-  if (adopt(c, next, d, frame) != FLOE_OK) return NULL;
+  FloeOutput sw_in[2] = {{merge, 0}, pred};
+  FloeNode *sw = plumb(c, "Switch", "ctl_switch", f->name, d, frame, sw_in, 2);
+  if (!sw) return NULL;
+  FloeOutput nx_in = {sw, 1};
+  FloeNode *next = plumb(c, "NextIteration", "ctl_next", f->name, d, frame, &nx_in, 1);
+  if (!next) return NULL;
   if (floe__node_set_input(merge, 1, (FloeOutput){next, 0}, c->st) != FLOE_OK) return NULL;
   c->loops[me].sw = sw;
   return &c->loops[me];
@@ -466,8 +476,8 @@ static CtlLoop *control_loop(Cutter *c, int frame, FloeDevice *d) {
 /* Every _Recv inside a frame waits for its device's control loop of that frame. The list
  * grows while it is walked (a control loop's pred is a _Recv too). */
 static floe_code attach_recvs(Cutter *c) {
-  for (int i = 0; i < c->num_todo; i++) {
-    FloeNode *r = c->g->nodes[c->recv_frame_todo[i]];
+  for (int i = 0; i < c->num_frame_recvs; i++) {
+    FloeNode *r = c->g->nodes[c->frame_recvs[i]];
     CtlLoop *l = control_loop(c, c->frame[r->id], c->dev[r->id]);
     if (!l) return floe_status_code(c->st);
     if (floe__node_add_control(r, l->merge, c->st) != FLOE_OK) return floe_status_code(c->st);
@@ -520,7 +530,7 @@ floe_code floe__partition(const FloeGraph *g, const bool *need, FloeDevice *cons
   floe__free(c.frames);
   floe__free(c.loops);
   floe__free(c.pairs);
-  floe__free(c.recv_frame_todo);
+  floe__free(c.frame_recvs);
   return FLOE_OK;
 
 err_oom:
@@ -534,7 +544,7 @@ err_free:
   floe__free(c.frames);
   floe__free(c.loops);
   floe__free(c.pairs);
-  floe__free(c.recv_frame_todo);
+  floe__free(c.frame_recvs);
   return rc;
 }
 
