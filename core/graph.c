@@ -1344,3 +1344,76 @@ floe_code floe_node_request_device(FloeNode *n, const char *device, FloeStatus *
   n->device = d;
   return FLOE_OK;
 }
+
+/* A loop's back edge: a Merge's input from a NextIteration. */
+static bool back_edge(const FloeNode *n, const FloeNode *src) {
+  return strcmp(n->op->name, "Merge") == 0 && strcmp(src->op->name, "NextIteration") == 0;
+}
+
+#define NEED(i) (!need || need[i])
+
+/* Kahn's algorithm over data and control edges, loop back edges left out; what a cycle
+ * keeps out goes last, by id (the executor reports the cycle). */
+int *floe__graph_topo_order(const FloeGraph *g, const bool *need, int *count) {
+  int n = g->num_nodes;
+  int *indeg = floe__calloc((size_t)n + 1, sizeof *indeg);
+  int *order = floe__malloc(((size_t)n + 1) * sizeof *order);
+  int *off = floe__calloc((size_t)n + 2, sizeof *off);
+  int *cons = NULL, *fill = NULL;
+  if (!indeg || !order || !off) goto fail;
+  for (int i = 0; i < n; i++) {
+    if (!NEED(i)) continue;
+    const FloeNode *x = g->nodes[i];
+    for (int j = 0; j < x->num_inputs; j++) {
+      const FloeNode *s = x->inputs[j].node;
+      if (!NEED(s->id) || back_edge(x, s)) continue;
+      off[s->id + 1]++;
+      indeg[i]++;
+    }
+    for (int k = 0; k < x->num_control; k++)
+      if (NEED(x->control[k]->id)) {
+        off[x->control[k]->id + 1]++;
+        indeg[i]++;
+      }
+  }
+  for (int i = 0; i < n; i++) off[i + 1] += off[i];
+  cons = floe__malloc((size_t)(off[n] ? off[n] : 1) * sizeof *cons);
+  fill = floe__malloc(((size_t)n + 1) * sizeof *fill);
+  if (!cons || !fill) goto fail;
+  memcpy(fill, off, ((size_t)n + 1) * sizeof *fill);
+  for (int i = 0; i < n; i++) {
+    if (!NEED(i)) continue;
+    const FloeNode *x = g->nodes[i];
+    for (int j = 0; j < x->num_inputs; j++) {
+      const FloeNode *s = x->inputs[j].node;
+      if (!NEED(s->id) || back_edge(x, s)) continue;
+      cons[fill[s->id]++] = i;
+    }
+    for (int k = 0; k < x->num_control; k++)
+      if (NEED(x->control[k]->id)) cons[fill[x->control[k]->id]++] = i;
+  }
+  int h = 0, t = 0;
+  for (int i = 0; i < n; i++)
+    if (NEED(i) && indeg[i] == 0) order[t++] = i;
+  while (h < t) {
+    int p = order[h++];
+    for (int e = off[p]; e < off[p + 1]; e++)
+      if (--indeg[cons[e]] == 0) order[t++] = cons[e];
+  }
+  for (int i = 0; i < n; i++) /* what a cycle kept out goes last (the executor reports it) */
+    if (NEED(i) && indeg[i] > 0) order[t++] = i;
+  *count = t;
+  floe__free(indeg);
+  floe__free(off);
+  floe__free(cons);
+  floe__free(fill);
+  return order;
+fail:
+  floe__free(indeg);
+  floe__free(order);
+  floe__free(off);
+  floe__free(cons);
+  floe__free(fill);
+  return NULL;
+}
+#undef NEED

@@ -214,61 +214,27 @@ static bool back_edge(const FloeNode *n, const FloeNode *src) {
  * (inverse) are floe__malloc'd. */
 static floe_code file_order(const FloeGraph *g, int **order, int **pos) {
   int n = g->num_nodes;
-  *order = floe__malloc(((size_t)n + 1) * sizeof **order);
-  *pos = floe__malloc(((size_t)n + 1) * sizeof **pos);
-  int *indeg = floe__calloc((size_t)n + 1, sizeof *indeg);
-  bool *done = NULL;
-  if (!*order || !*pos || !indeg) goto oom;
   bool sorted = true;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && sorted; i++) {
     const FloeNode *x = g->nodes[i];
     for (int j = 0; j < x->num_inputs; j++)
       if (!back_edge(x, x->inputs[j].node) && x->inputs[j].node->id >= i) sorted = false;
     for (int k = 0; k < x->num_control; k++)
       if (x->control[k]->id >= i) sorted = false;
-    (*order)[i] = i;
   }
-  if (!sorted) { /* Kahn's algorithm, smallest id first among the ready (O(n^2)) */
-    for (int i = 0; i < n; i++) {
-      const FloeNode *x = g->nodes[i];
-      for (int j = 0; j < x->num_inputs; j++) indeg[i] += !back_edge(x, x->inputs[j].node);
-      indeg[i] += x->num_control;
-    }
-    done = floe__calloc((size_t)n + 1, sizeof *done);
-    if (!done) goto oom;
-    int k = 0;
-    while (k < n) {
-      int pick = -1;
-      for (int i = 0; i < n && pick < 0; i++)
-        if (!done[i] && indeg[i] == 0) pick = i;
-      if (pick < 0) { /* a cycle without a Merge: the rest by id; loading reports it */
-        for (int i = 0; i < n; i++)
-          if (!done[i]) (*order)[k++] = i, done[i] = true;
-        break;
-      }
-      done[pick] = true;
-      (*order)[k++] = pick;
-      for (int m = 0; m < n; m++) {
-        const FloeNode *x = g->nodes[m];
-        if (done[m]) continue;
-        for (int j = 0; j < x->num_inputs; j++)
-          if (x->inputs[j].node->id == pick && !back_edge(x, x->inputs[j].node)) indeg[m]--;
-        for (int c = 0; c < x->num_control; c++)
-          if (x->control[c]->id == pick) indeg[m]--;
-      }
-    }
+  int count = n;
+  *order = sorted ? floe__malloc(((size_t)n + 1) * sizeof **order)
+                  : floe__graph_topo_order(g, NULL, &count);
+  *pos = floe__malloc(((size_t)n + 1) * sizeof **pos);
+  if (!*order || !*pos) {
+    floe__free(*order);
+    floe__free(*pos);
+    *order = *pos = NULL;
+    return FLOE_NO_MEMORY;
   }
+  for (int i = 0; sorted && i < n; i++) (*order)[i] = i;
   for (int i = 0; i < n; i++) (*pos)[(*order)[i]] = i;
-  floe__free(indeg);
-  floe__free(done);
   return FLOE_OK;
-oom:
-  floe__free(*order);
-  floe__free(*pos);
-  floe__free(indeg);
-  floe__free(done);
-  *order = *pos = NULL;
-  return FLOE_NO_MEMORY;
 }
 
 floe_code floe_graph_serialize(const FloeGraph *g, void **buf, size_t *len, FloeStatus *status) {

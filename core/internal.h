@@ -307,6 +307,12 @@ int64_t floe__node_attr_int(const FloeNode *n, const char *name, int64_t dflt);
 bool floe__node_attr_bool(const FloeNode *n, const char *name, bool dflt);
 const char *floe__node_attr_str(const FloeNode *n, const char *name);
 
+/* Node ids of g, each after its inputs (data and control; a loop's back edge, a Merge's
+ * input from a NextIteration, does not count); nodes on a cycle without such an edge come
+ * last, by id. need (NULL: every node) restricts it; *count gets the number listed.
+ * floe__malloc'd (caller frees); NULL when out of memory. */
+int *floe__graph_topo_order(const FloeGraph *g, const bool *need, int *count);
+
 /* Shape inference of one node (called by add_node; exposed for re-inference). */
 floe_code floe__infer_shapes(FloeNode *n, FloeStatus *st);
 

@@ -310,71 +310,6 @@ static floe_code place_simple(Placer *pl) {
 
 /* ---- the cost model's greedy simulation ---- */
 
-/* Kahn's order over needed nodes (data and control edges); a loop's back edge (into a
- * Merge from a NextIteration) is left out so loops do not block the order. */
-static int *topo_order(const Placer *pl, int *count) {
-  const FloeGraph *g = pl->g;
-  int n = g->num_nodes;
-  int *indeg = floe__calloc((size_t)n + 1, sizeof *indeg);
-  int *order = floe__malloc((size_t)n + 1 > 0 ? ((size_t)n + 1) * sizeof *order : sizeof *order);
-  int *off = floe__calloc((size_t)n + 2, sizeof *off);
-  int *cons = NULL, *fill = NULL;
-  if (!indeg || !order || !off) goto fail;
-  for (int i = 0; i < n; i++) {
-    if (!pl->need[i]) continue;
-    const FloeNode *x = g->nodes[i];
-    for (int j = 0; j < x->num_inputs; j++) {
-      const FloeNode *s = x->inputs[j].node;
-      if (!pl->need[s->id] || (op_is(x, "Merge") && op_is(s, "NextIteration"))) continue;
-      off[s->id + 1]++;
-      indeg[i]++;
-    }
-    for (int k = 0; k < x->num_control; k++)
-      if (pl->need[x->control[k]->id]) {
-        off[x->control[k]->id + 1]++;
-        indeg[i]++;
-      }
-  }
-  for (int i = 0; i < n; i++) off[i + 1] += off[i];
-  cons = floe__malloc((size_t)(off[n] ? off[n] : 1) * sizeof *cons);
-  fill = floe__malloc(((size_t)n + 1) * sizeof *fill);
-  if (!cons || !fill) goto fail;
-  memcpy(fill, off, ((size_t)n + 1) * sizeof *fill);
-  for (int i = 0; i < n; i++) {
-    if (!pl->need[i]) continue;
-    const FloeNode *x = g->nodes[i];
-    for (int j = 0; j < x->num_inputs; j++) {
-      const FloeNode *s = x->inputs[j].node;
-      if (!pl->need[s->id] || (op_is(x, "Merge") && op_is(s, "NextIteration"))) continue;
-      cons[fill[s->id]++] = i;
-    }
-    for (int k = 0; k < x->num_control; k++)
-      if (pl->need[x->control[k]->id]) cons[fill[x->control[k]->id]++] = i;
-  }
-  int h = 0, t = 0;
-  for (int i = 0; i < n; i++)
-    if (pl->need[i] && indeg[i] == 0) order[t++] = i;
-  while (h < t) {
-    int p = order[h++];
-    for (int e = off[p]; e < off[p + 1]; e++)
-      if (--indeg[cons[e]] == 0) order[t++] = cons[e];
-  }
-  for (int i = 0; i < n; i++) /* what a cycle kept out goes last (the executor reports it) */
-    if (pl->need[i] && indeg[i] > 0) order[t++] = i;
-  *count = t;
-  floe__free(indeg);
-  floe__free(off);
-  floe__free(cons);
-  floe__free(fill);
-  return order;
-fail:
-  floe__free(indeg);
-  floe__free(order);
-  floe__free(off);
-  floe__free(cons);
-  floe__free(fill);
-  return NULL;
-}
 
 /* The cost on dev of the group's needed members other than `except`. */
 static double group_rest_cost(const Placer *pl, int gid, int except, const FloeDevice *dev) {
@@ -385,6 +320,21 @@ static double group_rest_cost(const Placer *pl, int gid, int except, const FloeD
   return sum;
 }
 
+/* When n could start on dev: the device is free and every input (data or control) placed so
+ * far has arrived, a cut edge paying its transfer. */
+static double ready_at(const Placer *pl, const FloeNode *n, const FloeDevice *dev,
+                       const double *finish, const double *busy) {
+  double ready = busy[dev->id];
+  for (int e = 0; e < n->num_inputs + n->num_control; e++) {
+    bool data = e < n->num_inputs;
+    const FloeNode *s = data ? n->inputs[e].node : n->control[e - n->num_inputs];
+    const FloeDevice *sd = pl->out->device[s->id];
+    if (pl->need[s->id] && sd)
+      ready = fmax(ready, finish[s->id] + floe__cost_transfer(data ? in_bytes(n, e) : 0, sd, dev));
+  }
+  return ready;
+}
+
 /* Bytes a device holds for the step: its nodes' outputs (an upper bound: nothing is freed). */
 static bool fits_memory(const FloeDevice *d, double used, double more) {
   return d->props.memory_bytes == 0 || used + more <= (double)d->props.memory_bytes;
@@ -393,7 +343,7 @@ static bool fits_memory(const FloeDevice *d, double used, double more) {
 static floe_code place_cost(Placer *pl) {
   const FloeGraph *g = pl->g;
   int count = 0;
-  int *order = topo_order(pl, &count);
+  int *order = floe__graph_topo_order(pl->g, pl->need, &count);
   double *finish = floe__calloc((size_t)g->num_nodes + 1, sizeof *finish);
   double *busy = floe__calloc((size_t)pl->rt->num_devices + 1, sizeof *busy);
   double *mem = floe__calloc((size_t)pl->rt->num_devices + 1, sizeof *mem);
@@ -430,18 +380,7 @@ static floe_code place_cost(Placer *pl) {
       if (pick && dev != pick) continue;
       if (!pick && !group_fits(pl, pl->group[i], dev)) continue;
       if (!pick && !fits_memory(dev, mem[dev->id], out)) continue;
-      double ready = busy[dev->id];
-      for (int j = 0; j < n->num_inputs; j++) {
-        const FloeNode *s = n->inputs[j].node;
-        if (!pl->need[s->id] || !pl->out->device[s->id]) continue;
-        ready = fmax(ready, finish[s->id] + floe__cost_transfer(in_bytes(n, j), pl->out->device[s->id], dev));
-      }
-      for (int k = 0; k < n->num_control; k++) {
-        const FloeNode *s = n->control[k];
-        if (pl->need[s->id] && pl->out->device[s->id])
-          ready = fmax(ready, finish[s->id] + floe__cost_transfer(0, pl->out->device[s->id], dev));
-      }
-      double end = ready + floe__cost_node(n, dev);
+      double end = ready_at(pl, n, dev, finish, busy) + floe__cost_node(n, dev);
       /* A group is decided at its first node, often a free one (a variable's handle):
        * judge the device by what the whole group will cost there. */
       double judged = end + (pick ? 0 : group_rest_cost(pl, pl->group[i], i, dev));
@@ -480,7 +419,7 @@ out:
 static void estimate(Placer *pl, const double *secs) {
   const FloeGraph *g = pl->g;
   int count = 0;
-  int *order = topo_order(pl, &count);
+  int *order = floe__graph_topo_order(pl->g, pl->need, &count);
   double *finish = floe__calloc((size_t)g->num_nodes + 1, sizeof *finish);
   double *busy = floe__calloc((size_t)pl->rt->num_devices + 1, sizeof *busy);
   double makespan = 0;
@@ -489,16 +428,7 @@ static void estimate(Placer *pl, const double *secs) {
     const FloeNode *n = g->nodes[i];
     FloeDevice *dev = pl->out->device[i];
     if (!dev) continue;
-    double ready = busy[dev->id];
-    for (int j = 0; j < n->num_inputs; j++) {
-      const FloeNode *s = n->inputs[j].node;
-      if (pl->need[s->id] && pl->out->device[s->id])
-        ready = fmax(ready, finish[s->id] + floe__cost_transfer(in_bytes(n, j), pl->out->device[s->id], dev));
-    }
-    for (int k = 0; k < n->num_control; k++) {
-      const FloeNode *s = n->control[k];
-      if (pl->need[s->id] && pl->out->device[s->id]) ready = fmax(ready, finish[s->id]);
-    }
+    double ready = ready_at(pl, n, dev, finish, busy);
     finish[i] = ready + (secs && secs[i] >= 0 ? secs[i] : floe__cost_node(n, dev));
     busy[dev->id] = finish[i];
     if (pl->out->start) pl->out->start[i] = ready;
