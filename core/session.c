@@ -494,7 +494,7 @@ static bool sig_is_fed(void *arg, int node, int index) { return is_fed(arg, node
  * order (inputs come first but for loop back edges, which keep their shapes). A shape
  * function that now fails leaves its node's shapes as they were. The placer's costs then
  * count the batch the run feeds, not an unknown dim taken as 1. */
-static floe_code refine_shapes(FloeSession *s, const RunSig *sig, const FloeFeed *values,
+static floe_code refine_shapes(const RunSig *sig, const FloeFeed *values,
                                const FloeGraph **g, FloeGraph **clone, const bool *need,
                                FloeStatus *st) {
   bool any = false;
@@ -523,19 +523,12 @@ static floe_code refine_shapes(FloeSession *s, const RunSig *sig, const FloeFeed
   }
   for (int i = 0; i < c->num_nodes; i++) {
     if (!need[i] || fed[i]) continue;
-    FloeNode *n = c->nodes[i];
-    FloeShape keep[8];
-    int k = n->num_outputs < 8 ? n->num_outputs : 8;
-    memcpy(keep, n->out_shapes, (size_t)k * sizeof *keep);
     FloeStatus ist = {FLOE_OK, NULL};
-    if (n->num_outputs <= 8 && floe__infer_shapes(n, &ist) != FLOE_OK) {
-      memcpy(n->out_shapes, keep, (size_t)k * sizeof *keep);
-      floe_status_clear(&ist);
-    }
+    /* a shape function that fails writes nothing: the node keeps its shapes */
+    if (floe__infer_shapes(c->nodes[i], &ist) != FLOE_OK) floe_status_clear(&ist);
   }
   floe__free(fed);
   *g = c;
-  (void)s;
   return FLOE_OK;
 }
 
@@ -554,7 +547,7 @@ static floe_code plan_run(FloeSession *s, const RunSig *sig, const FloeFeed *val
   need = *needp;
   /* Only worth a clone when the cost model places. */
   if (values && s->num_devices > 0 &&
-      refine_shapes(s, sig, values, &g, clone, need, st) != FLOE_OK)
+      refine_shapes(sig, values, &g, clone, need, st) != FLOE_OK)
     return floe_status_code(st);
   FloePartitionFed fed = {sig_is_fed, (void *)sig};
   FloePlaceOptions po = {s->default_device, s->devices, s->num_devices, s->soft_placement};
@@ -1126,36 +1119,41 @@ static const char **sink_names(const FloeGraph *g, int *num) {
 }
 
 /* Distinct (producer output or control edge, destination device) pairs that cross devices:
- * the _Send nodes partitioning adds. */
+ * the _Send nodes partitioning adds. -1 when out of memory. */
+typedef struct Crossing {
+  int node, index, dst;
+} Crossing;
+
+static int crossing_cmp(const void *a, const void *b) {
+  const Crossing *x = a, *y = b;
+  if (x->node != y->node) return x->node < y->node ? -1 : 1;
+  if (x->index != y->index) return x->index < y->index ? -1 : 1;
+  return x->dst < y->dst ? -1 : x->dst > y->dst;
+}
+
 static int count_transfers(const FloeGraph *g, const bool *need, const RunSig *sig,
                            FloeDevice *const *dev) {
-  int count = 0;
+  int edges = 0;
+  for (int i = 0; i < g->num_nodes; i++)
+    if (need[i]) edges += g->nodes[i]->num_inputs + g->nodes[i]->num_control;
+  Crossing *v = floe__malloc((size_t)(edges + 1) * sizeof *v);
+  if (!v) return -1;
+  int n = 0;
   for (int i = 0; i < g->num_nodes; i++) {
     if (!need[i]) continue;
-    const FloeNode *n = g->nodes[i];
-    for (int e = 0; e < n->num_inputs + n->num_control; e++) {
-      const FloeNode *src = e < n->num_inputs ? n->inputs[e].node : n->control[e - n->num_inputs];
-      int idx = e < n->num_inputs ? n->inputs[e].index : -1;
-      if (!need[src->id] || dev[src->id] == dev[i] || (idx >= 0 && is_fed(sig, src->id, idx)))
-        continue;
-      bool seen = false; /* the same pair met at an earlier consumer */
-      for (int k = 0; k < i && !seen; k++) {
-        if (!need[k] || dev[k] != dev[i]) continue;
-        const FloeNode *m = g->nodes[k];
-        for (int f = 0; f < m->num_inputs + m->num_control && !seen; f++) {
-          const FloeNode *ms = f < m->num_inputs ? m->inputs[f].node : m->control[f - m->num_inputs];
-          int mi = f < m->num_inputs ? m->inputs[f].index : -1;
-          seen = ms == src && mi == idx;
-        }
-      }
-      for (int f = 0; f < e && !seen; f++) { /* ... or earlier at this one */
-        const FloeNode *ms = f < n->num_inputs ? n->inputs[f].node : n->control[f - n->num_inputs];
-        int mi = f < n->num_inputs ? n->inputs[f].index : -1;
-        seen = ms == src && mi == idx;
-      }
-      if (!seen) count++;
+    const FloeNode *x = g->nodes[i];
+    for (int e = 0; e < x->num_inputs + x->num_control; e++) {
+      bool data = e < x->num_inputs;
+      const FloeNode *src = data ? x->inputs[e].node : x->control[e - x->num_inputs];
+      int idx = data ? x->inputs[e].index : -1;
+      if (need[src->id] && dev[src->id] != dev[i] && !(data && is_fed(sig, src->id, idx)))
+        v[n++] = (Crossing){src->id, idx, dev[i]->id};
     }
   }
+  qsort(v, (size_t)n, sizeof *v, crossing_cmp);
+  int count = 0;
+  for (int k = 0; k < n; k++) count += k == 0 || crossing_cmp(&v[k - 1], &v[k]) != 0;
+  floe__free(v);
   return count;
 }
 

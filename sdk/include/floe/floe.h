@@ -427,7 +427,8 @@ typedef struct FloeNodePlacement {
 } FloeNodePlacement;
 /* On success *rows is one malloc'd block (rows, then the strings they point to) of *num_rows
  * rows that the caller frees with free(); *est_seconds (may be NULL) is the simulated step
- * time; *num_transfers (may be NULL) counts the _Send nodes partitioning would add. */
+ * time; *num_transfers (may be NULL) counts the _Send nodes partitioning would add (-1 when
+ * out of memory counting them). */
 FLOE_API floe_code floe_session_placement(FloeSession *s, const FloeFeed *feeds, int num_feeds,
                                           const char *const *fetches, int num_fetches,
                                           const char *const *targets, int num_targets,
