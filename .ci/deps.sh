@@ -7,4 +7,5 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool pkg-config \
   check libsubunit-dev libopenblas-dev libdnnl-dev \
-  abigail-tools valgrind python3 binutils dataset-fashion-mnist zlib1g-dev fortunes
+  abigail-tools valgrind python3 binutils dataset-fashion-mnist zlib1g-dev fortunes \
+  libprotobuf-c-dev protobuf-c-compiler libonnx-testdata

@@ -13,6 +13,11 @@ int cmd_ops(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_onnx_test(int argc, char **argv);
+/* cmd_onnx_test.c: whether path names an ONNX model (.onnx), and a tensor from a .npy or an
+ * ONNX TensorProto .pb file (caller releases; NULL with st set). */
+int cli_is_onnx(const char *path);
+FloeTensor *cli_load_tensor(const char *path, FloeStatus *st);
 /* floe train --model lstm (train_lstm.c), called by cmd_train. */
 int cmd_train_lstm(int argc, char **argv);
 

@@ -42,6 +42,7 @@ static const struct {
     {"run", cmd_run, "run a graph file: feed .npy files, fetch tensors"},
     {"graph", cmd_graph, "describe a graph file, or draw it as Graphviz DOT"},
     {"train", cmd_train, "train an MLP or a CNN on Fashion-MNIST"},
+    {"onnx-test", cmd_onnx_test, "run ONNX backend test cases and compare the outputs"},
 };
 
 static void usage(FILE *out) {
@@ -50,7 +51,7 @@ static void usage(FILE *out) {
           "Floe %s: a dataflow machine-learning runtime.\n\nCommands:\n",
           PACKAGE_VERSION);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(out,
           "\nEvery command takes --help; most take --json.\n"
           "Environment: FLOE_PLUGIN_PATH (colon-separated plugin folders), FLOE_PLUGINS\n"

@@ -1,0 +1,693 @@
+/* onnx_ops_tensor.c - ONNX shape and data-movement ops (Reshape, Slice, Gather, Concat, ...)
+ * and constants as Floe ops. Values Floe needs when the graph is built (axes, perms) must
+ * be constants; sizes that only the run knows go through Floe's tensor inputs. */
+#include <string.h>
+
+#include "onnx_internal.h"
+
+#define MAP(fn)                                                                                \
+  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
+                      FloeOutput *out, int nout)
+#define UNUSED_ARGS (void)n, (void)in, (void)nin, (void)out, (void)nout
+
+static floe_code need(OxCtx *c, const FloeOutput *in, int nin, int min) {
+  if (nin < min)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
+  for (int i = 0; i < min; i++)
+    if (!ox_present(in[i]))
+      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
+  return FLOE_OK;
+}
+
+/* Integer values from an attribute (older opsets) or a constant input (newer): the count,
+ * -1 when neither is given, or -2 after failing because the input is not a constant. */
+static int attr_or_const(OxCtx *c, const Onnx__NodeProto *n, const char *attr, const FloeOutput *in,
+                         int nin, int idx, int64_t *v, int max) {
+  const int64_t *av;
+  int k = ox_ints(n, attr, &av);
+  if (k >= 0) {
+    if (k > max) {
+      ox_fail(c, FLOE_INVALID_ARGUMENT, "attribute '%s' has %d values (at most %d)", attr, k, max);
+      return -2;
+    }
+    memcpy(v, av, (size_t)k * sizeof *v);
+    return k;
+  }
+  if (idx < nin && ox_present(in[idx])) {
+    k = ox_const_ints(in[idx], v, max);
+    if (k < 0) {
+      ox_fail(c, FLOE_UNIMPLEMENTED,
+              "input %d ('%s') must be a constant (an initializer or Constant) for Floe", idx,
+              attr);
+      return -2;
+    }
+    return k;
+  }
+  return -1;
+}
+
+static FloeOutput expand_dims(OxCtx *c, FloeOutput x, int axis) {
+  FloeNodeBuilder *b = ox_begin(c, "ExpandDims");
+  floe_node_add_input(b, x);
+  floe_node_set_attr_int(b, "axis", axis);
+  return ox_finish(c, b);
+}
+
+static int fully_known(const FloeShape *s) {
+  if (s->rank < 0) return 0;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] < 0) return 0;
+  return 1;
+}
+
+/* --- constants --- */
+
+MAP(map_constant) {
+  UNUSED_ARGS;
+  const Onnx__AttributeProto *a;
+  FloeTensor *t = NULL;
+  if ((a = ox_attr(n, "value")) && a->t) {
+    t = floe__onnx_tensor(a->t, c->base_dir, c->st);
+    if (!t) return ox_fail(c, floe_status_code(c->st), "%s", floe_status_message(c->st));
+  } else if ((a = ox_attr(n, "value_float")) && a->has_f) {
+    t = floe_tensor_scalar_f32(a->f, c->st);
+  } else if ((a = ox_attr(n, "value_int")) && a->has_i) {
+    t = floe_tensor_scalar_i64(a->i, c->st);
+  } else if ((a = ox_attr(n, "value_floats"))) {
+    int64_t d = (int64_t)a->n_floats;
+    if ((t = floe_tensor_new(FLOE_F32, 1, &d, c->st)) && d)
+      memcpy(floe_tensor_data(t), a->floats, (size_t)d * sizeof(float));
+  } else if ((a = ox_attr(n, "value_ints"))) {
+    int64_t d = (int64_t)a->n_ints;
+    if ((t = floe_tensor_new(FLOE_I64, 1, &d, c->st)) && d)
+      memcpy(floe_tensor_data(t), a->ints, (size_t)d * sizeof(int64_t));
+  } else if (ox_attr(n, "sparse_value")) {
+    return ox_fail(c, FLOE_UNIMPLEMENTED, "sparse_value: Floe has no sparse tensors");
+  } else if (ox_attr(n, "value_string") || ox_attr(n, "value_strings")) {
+    return ox_fail(c, FLOE_UNIMPLEMENTED, "string constants: Floe has no string tensors");
+  } else {
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "a Constant needs a value attribute");
+  }
+  if (!t) return ox_fail(c, floe_status_code(c->st), "%s", floe_status_message(c->st));
+  out[0] = ox_const(c, t);
+  return FLOE_OK;
+}
+
+MAP(map_constant_of_shape) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  const Onnx__AttributeProto *a = ox_attr(n, "value");
+  FloeTensor *v;
+  if (a && a->t) {
+    v = floe__onnx_tensor(a->t, c->base_dir, c->st);
+    if (!v) return ox_fail(c, floe_status_code(c->st), "%s", floe_status_message(c->st));
+    if (floe_tensor_num_elements(v) != 1) {
+      floe_tensor_release(v);
+      return ox_fail(c, FLOE_INVALID_ARGUMENT, "attribute 'value' must hold one element");
+    }
+    FloeTensor *s = floe_tensor_reshape(v, 0, NULL, c->st);
+    floe_tensor_release(v);
+    v = s;
+  } else {
+    v = floe_tensor_scalar_f32(0.0f, c->st);
+  }
+  FloeOutput value = ox_const(c, v);
+  FloeNodeBuilder *b = ox_begin(c, "Fill");
+  floe_node_add_input(b, ox_cast(c, in[0], FLOE_I64));
+  floe_node_add_input(b, value);
+  out[0] = ox_finish(c, b);
+  return FLOE_OK;
+}
+
+/* --- shapes --- */
+
+MAP(map_shape) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  FloeShape s = ox_shape(in[0]);
+  int64_t start = ox_int(n, "start", 0), end = ox_int(n, "end", INT64_MAX);
+  if (s.rank < 0 && (start != 0 || end != INT64_MAX))
+    return ox_fail(c, FLOE_UNIMPLEMENTED, "start/end on an input of unknown rank");
+  int r = s.rank;
+  if (r >= 0) {
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    start = start < 0 ? 0 : start > r ? r : start;
+    end = end < 0 ? 0 : end > r ? r : end;
+    if (end < start) end = start;
+  }
+  if (fully_known(&s)) {
+    out[0] = ox_const_i64(c, s.dims + start, (int)(end - start));
+    return FLOE_OK;
+  }
+  FloeNodeBuilder *b = ox_begin(c, "Shape");
+  floe_node_add_input(b, in[0]);
+  floe_node_set_attr_type(b, "out_type", FLOE_I64);
+  FloeOutput y = ox_finish(c, b);
+  if (r >= 0 && (start != 0 || end != r)) {
+    int64_t be = start, sz = end - start;
+    b = ox_begin(c, "Slice");
+    floe_node_add_input(b, y);
+    floe_node_add_input(b, ox_const_i64(c, &be, 1));
+    floe_node_add_input(b, ox_const_i64(c, &sz, 1));
+    y = ox_finish(c, b);
+  }
+  out[0] = y;
+  return FLOE_OK;
+}
+
+MAP(map_size) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  FloeShape s = ox_shape(in[0]);
+  if (fully_known(&s)) {
+    int64_t k = 1;
+    for (int i = 0; i < s.rank; i++) k *= s.dims[i];
+    out[0] = ox_scalar_i64(c, k);
+    return FLOE_OK;
+  }
+  FloeNodeBuilder *b = ox_begin(c, "Size");
+  floe_node_add_input(b, in[0]);
+  floe_node_set_attr_type(b, "out_type", FLOE_I64);
+  out[0] = ox_finish(c, b);
+  return FLOE_OK;
+}
+
+MAP(map_reshape) {
+  UNUSED_ARGS;
+  FloeOutput shape;
+  FloeShape xs;
+  int64_t v[FLOE_MAX_DIMS];
+  int k;
+  if (c->opset < 5) {
+    floe_code rc = need(c, in, nin, 1);
+    if (rc != FLOE_OK) return rc;
+    const int64_t *av;
+    k = ox_ints(n, "shape", &av);
+    if (k < 0 || k > FLOE_MAX_DIMS)
+      return ox_fail(c, FLOE_INVALID_ARGUMENT, "attribute 'shape' is missing or too long");
+    memcpy(v, av, (size_t)k * sizeof *v);
+  } else {
+    floe_code rc = need(c, in, nin, 2);
+    if (rc != FLOE_OK) return rc;
+    k = ox_const_ints(in[1], v, FLOE_MAX_DIMS);
+  }
+  int allowzero = c->opset >= 14 && ox_int(n, "allowzero", 0);
+  xs = ox_shape(in[0]);
+  if (k >= 0) {
+    /* A constant shape: resolve the 0s (copy the input's dim) now. */
+    for (int i = 0; i < k && !allowzero; i++)
+      if (v[i] == 0) {
+        if (i >= xs.rank || xs.dims[i] < 0)
+          return ox_fail(c, FLOE_UNIMPLEMENTED,
+                         "shape entry %d is 0 (copy the input's dim), and that dim is not known", i);
+        v[i] = xs.dims[i];
+      }
+    shape = ox_const_i64(c, v, k);
+  } else {
+    shape = ox_cast(c, in[1], FLOE_I64);
+    FloeShape ss = ox_shape(shape);
+    if (!allowzero) {
+      /* shape' = shape == 0 ? input dims (padded with zeros) : shape */
+      if (ss.rank != 1 || ss.dims[0] < 0 || xs.rank < 0)
+        return ox_fail(c, FLOE_UNIMPLEMENTED,
+                       "a computed shape of unknown length on an input of unknown rank");
+      int64_t len = ss.dims[0];
+      FloeNodeBuilder *b = ox_begin(c, "Shape");
+      floe_node_add_input(b, in[0]);
+      floe_node_set_attr_type(b, "out_type", FLOE_I64);
+      FloeOutput dims = ox_finish(c, b);
+      if (len > xs.rank) {
+        int64_t zeros[FLOE_MAX_DIMS] = {0};
+        FloeOutput parts[2] = {dims, ox_const_i64(c, zeros, (int)(len - xs.rank))};
+        b = ox_begin(c, "Concat");
+        floe_node_add_input_list(b, parts, 2);
+        floe_node_add_input(b, ox_scalar_i32(c, 0));
+        dims = ox_finish(c, b);
+      } else if (len < xs.rank) {
+        int64_t be = 0;
+        b = ox_begin(c, "Slice");
+        floe_node_add_input(b, dims);
+        floe_node_add_input(b, ox_const_i64(c, &be, 1));
+        floe_node_add_input(b, ox_const_i64(c, &len, 1));
+        dims = ox_finish(c, b);
+      }
+      FloeOutput zero = ox_binary(c, "Equal", shape, ox_scalar_i64(c, 0));
+      b = ox_begin(c, "Select");
+      floe_node_add_input(b, zero);
+      floe_node_add_input(b, dims);
+      floe_node_add_input(b, shape);
+      shape = ox_finish(c, b);
+    }
+  }
+  out[0] = ox_binary(c, "Reshape", in[0], shape);
+  return FLOE_OK;
+}
+
+MAP(map_flatten) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  FloeShape s = ox_shape(in[0]);
+  if (s.rank < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
+  int axis;
+  if ((rc = ox_axis(c, ox_int(n, "axis", 1), s.rank + 1, "axis", &axis)) != FLOE_OK) return rc;
+  int64_t outer = 1, inner = 1;
+  int outer_known = 1, inner_known = 1;
+  for (int i = 0; i < s.rank; i++) {
+    if (i < axis) {
+      if (s.dims[i] < 0) outer_known = 0; else outer *= s.dims[i];
+    } else {
+      if (s.dims[i] < 0) inner_known = 0; else inner *= s.dims[i];
+    }
+  }
+  if (!outer_known && !inner_known)
+    return ox_fail(c, FLOE_UNIMPLEMENTED, "dims of unknown size on both sides of axis %d", axis);
+  int64_t d[2] = {outer_known ? outer : -1, outer_known ? (inner_known ? inner : -1) : inner};
+  out[0] = ox_binary(c, "Reshape", in[0], ox_const_i64(c, d, 2));
+  return FLOE_OK;
+}
+
+MAP(map_squeeze) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  int64_t axes[FLOE_MAX_DIMS];
+  int k = attr_or_const(c, n, "axes", in, nin, 1, axes, FLOE_MAX_DIMS);
+  if (k == -2) return floe_status_code(c->st);
+  FloeShape s = ox_shape(in[0]);
+  int r = s.rank;
+  if (k > 0 && r < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
+  for (int i = 0; i < k; i++) {
+    int a;
+    if ((rc = ox_axis(c, axes[i], r, "axis", &a)) != FLOE_OK) return rc;
+    axes[i] = a;
+  }
+  FloeNodeBuilder *b = ox_begin(c, "Squeeze");
+  floe_node_add_input(b, in[0]);
+  if (k > 0) floe_node_set_attr_int_list(b, "squeeze_dims", axes, k);
+  out[0] = ox_finish(c, b);
+  return FLOE_OK;
+}
+
+MAP(map_unsqueeze) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  int64_t axes[FLOE_MAX_DIMS];
+  int k = attr_or_const(c, n, "axes", in, nin, 1, axes, FLOE_MAX_DIMS);
+  if (k == -2) return floe_status_code(c->st);
+  if (k <= 0) return ox_fail(c, FLOE_INVALID_ARGUMENT, "'axes' is required");
+  int r = ox_rank(c, in[0], "the input");
+  if (r < 0) return floe_status_code(c->st);
+  int out_rank = r + k;
+  if (out_rank > FLOE_MAX_DIMS)
+    return ox_fail(c, FLOE_UNIMPLEMENTED, "rank %d is above Floe's limit", out_rank);
+  /* Axes refer to the output; insert in increasing order. */
+  int sorted[FLOE_MAX_DIMS];
+  for (int i = 0; i < k; i++) {
+    if ((rc = ox_axis(c, axes[i], out_rank, "axis", &sorted[i])) != FLOE_OK) return rc;
+    for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) {
+      int t = sorted[j];
+      sorted[j] = sorted[j - 1];
+      sorted[j - 1] = t;
+    }
+  }
+  FloeOutput y = in[0];
+  for (int i = 0; i < k; i++) {
+    if (i && sorted[i] == sorted[i - 1])
+      return ox_fail(c, FLOE_INVALID_ARGUMENT, "axis %d is given twice", sorted[i]);
+    y = expand_dims(c, y, sorted[i]);
+  }
+  out[0] = y;
+  return FLOE_OK;
+}
+
+MAP(map_transpose) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  int r = ox_rank(c, in[0], "the input");
+  if (r < 0) return floe_status_code(c->st);
+  int64_t perm[FLOE_MAX_DIMS];
+  const int64_t *pv;
+  int k = ox_ints(n, "perm", &pv);
+  if (k >= 0) {
+    if (k != r)
+      return ox_fail(c, FLOE_INVALID_ARGUMENT, "perm has %d entries for a rank-%d input", k, r);
+    memcpy(perm, pv, (size_t)k * sizeof *perm);
+  } else {
+    for (int i = 0; i < r; i++) perm[i] = r - 1 - i;
+  }
+  out[0] = ox_binary(c, "Transpose", in[0], ox_const_i64(c, perm, r));
+  return FLOE_OK;
+}
+
+MAP(map_concat) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  int r = ox_rank(c, in[0], "input 0");
+  if (r < 0) return floe_status_code(c->st);
+  int axis;
+  if ((rc = ox_axis(c, ox_int(n, "axis", c->opset < 4 ? 1 : 0), r, "axis", &axis)) != FLOE_OK)
+    return rc;
+  FloeNodeBuilder *b = ox_begin(c, "Concat");
+  floe_node_add_input_list(b, in, nin);
+  floe_node_add_input(b, ox_scalar_i32(c, axis));
+  out[0] = ox_finish(c, b);
+  return FLOE_OK;
+}
+
+/* Indices with negative entries counted from the end of dim `axis` of x. */
+static FloeOutput wrap_indices(OxCtx *c, FloeOutput idx, FloeOutput x, int axis) {
+  const FloeTensor *t = ox_const_value(idx);
+  FloeShape xs = ox_shape(x);
+  int64_t dim = xs.rank > axis ? xs.dims[axis] : -1;
+  if (t) {
+    FloeDType dt = floe_tensor_dtype(t);
+    int64_t k = floe_tensor_num_elements(t);
+    int neg = 0;
+    for (int64_t i = 0; i < k; i++)
+      neg |= (dt == FLOE_I64 ? ((const int64_t *)floe_tensor_data(t))[i]
+                             : ((const int32_t *)floe_tensor_data(t))[i]) < 0;
+    if (!neg) return idx;
+  }
+  FloeOutput i64 = ox_cast(c, idx, FLOE_I64);
+  FloeOutput d;
+  if (dim >= 0) {
+    d = ox_scalar_i64(c, dim);
+  } else {
+    FloeNodeBuilder *b = ox_begin(c, "Shape");
+    floe_node_add_input(b, x);
+    floe_node_set_attr_type(b, "out_type", FLOE_I64);
+    FloeOutput s = ox_finish(c, b);
+    b = ox_begin(c, "Gather");
+    floe_node_add_input(b, s);
+    floe_node_add_input(b, ox_scalar_i64(c, axis));
+    d = ox_finish(c, b);
+  }
+  FloeOutput neg = ox_binary(c, "Less", i64, ox_scalar_i64(c, 0));
+  FloeNodeBuilder *b = ox_begin(c, "Select");
+  floe_node_add_input(b, neg);
+  floe_node_add_input(b, ox_binary(c, "Add", i64, d));
+  floe_node_add_input(b, i64);
+  return ox_finish(c, b);
+}
+
+MAP(map_gather) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 2);
+  if (rc != FLOE_OK) return rc;
+  int r = ox_rank(c, in[0], "the data");
+  if (r < 0) return floe_status_code(c->st);
+  int axis;
+  if ((rc = ox_axis(c, ox_int(n, "axis", 0), r, "axis", &axis)) != FLOE_OK) return rc;
+  FloeNodeBuilder *b = ox_begin(c, "Gather");
+  floe_node_add_input(b, in[0]);
+  floe_node_add_input(b, wrap_indices(c, in[1], in[0], axis));
+  floe_node_set_attr_int(b, "axis", axis);
+  out[0] = ox_finish(c, b);
+  return FLOE_OK;
+}
+
+MAP(map_slice) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, c->opset < 10 ? 1 : 3);
+  if (rc != FLOE_OK) return rc;
+  int r = ox_rank(c, in[0], "the data");
+  if (r < 0) return floe_status_code(c->st);
+  int64_t starts[FLOE_MAX_DIMS], ends[FLOE_MAX_DIMS], axes[FLOE_MAX_DIMS], steps[FLOE_MAX_DIMS];
+  int ns = attr_or_const(c, n, "starts", in, nin, 1, starts, FLOE_MAX_DIMS);
+  int ne = attr_or_const(c, n, "ends", in, nin, 2, ends, FLOE_MAX_DIMS);
+  int na = attr_or_const(c, n, "axes", in, nin, 3, axes, FLOE_MAX_DIMS);
+  int nst = c->opset < 10 ? -1 : attr_or_const(c, n, "steps", in, nin, 4, steps, FLOE_MAX_DIMS);
+  if (ns == -2 || ne == -2 || na == -2 || nst == -2) return floe_status_code(c->st);
+  if (ns < 0 || ne != ns)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "starts (%d) and ends (%d) must be given, equally long",
+                   ns, ne);
+  if (na < 0) {
+    na = ns;
+    for (int i = 0; i < ns; i++) axes[i] = i;
+  }
+  if (nst < 0) {
+    nst = ns;
+    for (int i = 0; i < ns; i++) steps[i] = 1;
+  }
+  if (na != ns || nst != ns)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "starts, ends, axes and steps differ in length");
+  int64_t b_[FLOE_MAX_DIMS] = {0}, e_[FLOE_MAX_DIMS] = {0}, s_[FLOE_MAX_DIMS];
+  int64_t begin_mask = 0, end_mask = 0;
+  for (int i = 0; i < r; i++) {
+    s_[i] = 1;
+    begin_mask |= 1ll << i;
+    end_mask |= 1ll << i;
+  }
+  for (int i = 0; i < ns; i++) {
+    int a;
+    if ((rc = ox_axis(c, axes[i], r, "axis", &a)) != FLOE_OK) return rc;
+    if (steps[i] == 0) return ox_fail(c, FLOE_INVALID_ARGUMENT, "step %d is 0", i);
+    /* Python slicing clamps like ONNX; keep values in int64 range but let huge ones mean
+     * "to the end" through the masks. */
+    b_[a] = starts[i];
+    e_[a] = ends[i];
+    s_[a] = steps[i];
+    begin_mask &= ~(1ll << a);
+    end_mask &= ~(1ll << a);
+    if (steps[i] > 0 && ends[i] >= INT64_MAX / 2) end_mask |= 1ll << a;
+    if (steps[i] < 0 && ends[i] <= INT64_MIN / 2) end_mask |= 1ll << a;
+    if (steps[i] > 0 && starts[i] <= INT64_MIN / 2) begin_mask |= 1ll << a;
+    if (steps[i] < 0 && starts[i] >= INT64_MAX / 2) begin_mask |= 1ll << a;
+  }
+  FloeNodeBuilder *b = ox_begin(c, "StridedSlice");
+  floe_node_add_input(b, in[0]);
+  floe_node_add_input(b, ox_const_i64(c, b_, r));
+  floe_node_add_input(b, ox_const_i64(c, e_, r));
+  floe_node_add_input(b, ox_const_i64(c, s_, r));
+  floe_node_set_attr_int(b, "begin_mask", begin_mask);
+  floe_node_set_attr_int(b, "end_mask", end_mask);
+  out[0] = ox_finish(c, b);
+  return FLOE_OK;
+}
+
+MAP(map_tile) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 2);
+  if (rc != FLOE_OK) return rc;
+  out[0] = ox_binary(c, "Tile", in[0], ox_cast(c, in[1], FLOE_I64));
+  return FLOE_OK;
+}
+
+MAP(map_expand) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 2);
+  if (rc != FLOE_OK) return rc;
+  FloeShape xs = ox_shape(in[0]);
+  int64_t v[FLOE_MAX_DIMS];
+  int k = ox_const_ints(in[1], v, FLOE_MAX_DIMS);
+  if (k >= 0 && fully_known(&xs)) {
+    /* Bidirectional: the result is the broadcast of both shapes. */
+    int r = k > xs.rank ? k : xs.rank;
+    int64_t dims[FLOE_MAX_DIMS];
+    for (int i = 0; i < r; i++) {
+      int ix = i - (r - xs.rank), iv = i - (r - k);
+      int64_t a = ix >= 0 ? xs.dims[ix] : 1, bb = iv >= 0 ? v[iv] : 1;
+      if (a != bb && a != 1 && bb != 1)
+        return ox_fail(c, FLOE_INVALID_ARGUMENT, "cannot expand dim %d of size %lld to %lld", i,
+                       (long long)a, (long long)bb);
+      dims[i] = a == 1 ? bb : a;
+    }
+    out[0] = ox_binary(c, "BroadcastTo", in[0], ox_const_i64(c, dims, r));
+    return FLOE_OK;
+  }
+  /* x op neutral-filled tensor of the target shape broadcasts both ways at run time. */
+  FloeDType dt = ox_dtype(in[0]);
+  FloeNodeBuilder *b = ox_begin(c, "Fill");
+  floe_node_add_input(b, ox_cast(c, in[1], FLOE_I64));
+  floe_node_add_input(b, ox_scalar(c, dt, 0.0));
+  FloeOutput z = ox_finish(c, b);
+  out[0] = ox_binary(c, dt == FLOE_BOOL ? "LogicalOr" : "Add", in[0], z);
+  return FLOE_OK;
+}
+
+MAP(map_split) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  FloeShape s = ox_shape(in[0]);
+  if (s.rank < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
+  int axis;
+  if ((rc = ox_axis(c, ox_int(n, "axis", 0), s.rank, "axis", &axis)) != FLOE_OK) return rc;
+  int64_t *sizes = floe__calloc((size_t)nout + 1, sizeof *sizes);
+  if (!sizes) return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
+  int k = attr_or_const(c, n, "split", in, nin, 1, sizes, nout);
+  if (k == -2) {
+    floe__free(sizes);
+    return floe_status_code(c->st);
+  }
+  if (k < 0) {
+    FloeNodeBuilder *b = ox_begin(c, "Split");
+    floe_node_add_input(b, in[0]);
+    floe_node_add_input(b, ox_scalar_i32(c, axis));
+    floe_node_set_attr_int(b, "num_split", nout);
+    FloeNode *sp = ox_finish_node(c, b);
+    for (int i = 0; sp && i < nout; i++) out[i] = floe_out(sp, i);
+    floe__free(sizes);
+    return FLOE_OK;
+  }
+  if (k != nout) {
+    floe__free(sizes);
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "split has %d sizes for %d outputs", k, nout);
+  }
+  int64_t at = 0;
+  for (int i = 0; i < nout; i++) {
+    int64_t be[FLOE_MAX_DIMS] = {0}, sz[FLOE_MAX_DIMS];
+    for (int d = 0; d < s.rank; d++) sz[d] = -1;
+    be[axis] = at;
+    sz[axis] = sizes[i];
+    at += sizes[i];
+    FloeNodeBuilder *b = ox_begin(c, "Slice");
+    floe_node_add_input(b, in[0]);
+    floe_node_add_input(b, ox_const_i64(c, be, s.rank));
+    floe_node_add_input(b, ox_const_i64(c, sz, s.rank));
+    out[i] = ox_finish(c, b);
+  }
+  floe__free(sizes);
+  return FLOE_OK;
+}
+
+MAP(map_dropout) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  int training = 0;
+  if (c->opset >= 12 && nin > 2 && ox_present(in[2])) {
+    const FloeTensor *t = ox_const_value(in[2]);
+    if (!t) return ox_fail(c, FLOE_UNIMPLEMENTED, "training_mode must be a constant");
+    training = *(const uint8_t *)floe_tensor_data(t) != 0;
+  } else if (c->opset < 7) {
+    training = ox_int(n, "is_test", 0) == 0 && 0; /* opset < 7 graphs are inference graphs */
+  }
+  if (training) {
+    double ratio = 0.5;
+    if (nin > 1 && ox_present(in[1])) {
+      const FloeTensor *t = ox_const_value(in[1]);
+      if (!t) return ox_fail(c, FLOE_UNIMPLEMENTED, "ratio must be a constant");
+      FloeDType dt = floe_tensor_dtype(t);
+      ratio = dt == FLOE_F64 ? *(const double *)floe_tensor_data(t)
+              : dt == FLOE_F32 ? *(const float *)floe_tensor_data(t) : 0.5;
+    }
+    if (ratio != 0.0)
+      return ox_fail(c, FLOE_UNIMPLEMENTED,
+                     "Dropout in training mode draws a random mask, which Floe's importer does "
+                     "not implement");
+  }
+  out[0] = ox_identity(c, in[0]);
+  if (nout > 1) {
+    FloeNodeBuilder *b = ox_begin(c, "OnesLike");
+    floe_node_add_input(b, in[0]);
+    out[1] = ox_cast(c, ox_finish(c, b), FLOE_BOOL);
+  }
+  return FLOE_OK;
+}
+
+MAP(map_pad) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, 1);
+  if (rc != FLOE_OK) return rc;
+  int r = ox_rank(c, in[0], "the data");
+  if (r < 0) return floe_status_code(c->st);
+  int64_t pads[2 * FLOE_MAX_DIMS];
+  int k = attr_or_const(c, n, c->opset < 2 ? "paddings" : "pads", in, nin, 1, pads,
+                        2 * FLOE_MAX_DIMS);
+  if (k == -2) return floe_status_code(c->st);
+  if (k != 2 * r)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "pads has %d values for a rank-%d input (needs %d)",
+                   k, r, 2 * r);
+  char mbuf[32];
+  const char *mode = ox_str(n, "mode", "constant", mbuf, sizeof mbuf);
+  double value = ox_float(n, "value", 0.0f);
+  if (c->opset >= 11 && nin > 2 && ox_present(in[2])) {
+    const FloeTensor *t = ox_const_value(in[2]);
+    if (!t) return ox_fail(c, FLOE_UNIMPLEMENTED, "constant_value must be a constant");
+    FloeTensor *f = NULL;
+    FloeDType dt = floe_tensor_dtype(t);
+    void *d = floe_tensor_data(t);
+    switch (dt) {
+      case FLOE_F32: value = *(float *)d; break;
+      case FLOE_F64: value = *(double *)d; break;
+      case FLOE_I32: value = *(int32_t *)d; break;
+      case FLOE_I64: value = (double)*(int64_t *)d; break;
+      case FLOE_I8: value = *(int8_t *)d; break;
+      case FLOE_U8: value = *(uint8_t *)d; break;
+      default: break;
+    }
+    (void)f;
+  }
+  const char *fmode = !strcmp(mode, "constant") ? "CONSTANT"
+                      : !strcmp(mode, "reflect") ? "REFLECT"
+                      : !strcmp(mode, "edge")    ? "EDGE"
+                                                 : NULL;
+  if (!fmode) return ox_fail(c, FLOE_INVALID_ARGUMENT, "unknown mode '%s'", mode);
+  /* Negative pads crop: pad with the positive part, then slice off the negative part. */
+  int64_t pp[2 * FLOE_MAX_DIMS], crop_b[FLOE_MAX_DIMS], crop_s[FLOE_MAX_DIMS];
+  int crop = 0;
+  for (int i = 0; i < r; i++) {
+    pp[2 * i] = pads[i] > 0 ? pads[i] : 0;
+    pp[2 * i + 1] = pads[r + i] > 0 ? pads[r + i] : 0;
+    crop_b[i] = pads[i] < 0 ? -pads[i] : 0;
+    crop_s[i] = pads[r + i] < 0 ? pads[r + i] : 0; /* relative to the end */
+    crop |= pads[i] < 0 || pads[r + i] < 0;
+  }
+  int64_t pd[2] = {r, 2};
+  FloeTensor *pt = floe_tensor_new(FLOE_I64, 2, pd, c->st);
+  if (!pt) return ox_fail(c, floe_status_code(c->st), "%s", floe_status_message(c->st));
+  memcpy(floe_tensor_data(pt), pp, (size_t)(2 * r) * sizeof(int64_t));
+  FloeNodeBuilder *b = ox_begin(c, "Pad");
+  floe_node_add_input(b, in[0]);
+  floe_node_add_input(b, ox_const(c, pt));
+  floe_node_set_attr_string(b, "mode", fmode);
+  floe_node_set_attr_float(b, "constant_value", value);
+  FloeOutput y = ox_finish(c, b);
+  if (crop) {
+    int64_t e_[FLOE_MAX_DIMS], s_[FLOE_MAX_DIMS], end_mask = 0;
+    for (int i = 0; i < r; i++) {
+      e_[i] = crop_s[i];
+      s_[i] = 1;
+      if (crop_s[i] == 0) end_mask |= 1ll << i;
+    }
+    b = ox_begin(c, "StridedSlice");
+    floe_node_add_input(b, y);
+    floe_node_add_input(b, ox_const_i64(c, crop_b, r));
+    floe_node_add_input(b, ox_const_i64(c, e_, r));
+    floe_node_add_input(b, ox_const_i64(c, s_, r));
+    floe_node_set_attr_int(b, "end_mask", end_mask);
+    y = ox_finish(c, b);
+  }
+  out[0] = y;
+  return FLOE_OK;
+}
+
+const OxOp floe__onnx_ops_tensor[] = {
+    {"", "Constant", map_constant},
+    {"", "ConstantOfShape", map_constant_of_shape},
+    {"", "Shape", map_shape},
+    {"", "Size", map_size},
+    {"", "Reshape", map_reshape},
+    {"", "Flatten", map_flatten},
+    {"", "Squeeze", map_squeeze},
+    {"", "Unsqueeze", map_unsqueeze},
+    {"", "Transpose", map_transpose},
+    {"", "Concat", map_concat},
+    {"", "Gather", map_gather},
+    {"", "Slice", map_slice},
+    {"", "Tile", map_tile},
+    {"", "Expand", map_expand},
+    {"", "Split", map_split},
+    {"", "Dropout", map_dropout},
+    {"", "Pad", map_pad},
+    {NULL, NULL, NULL},
+};

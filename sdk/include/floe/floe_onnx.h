@@ -1,0 +1,78 @@
+/* floe_onnx.h - importing ONNX models into Floe graphs.
+ *
+ * An ONNX ModelProto (IR version 3 and later, default-domain opsets 1 to 17) becomes a
+ * FloeGraph: each graph input a Placeholder, each initializer a Const (or a variable with
+ * `trainable`), each node one or more Floe ops. What cannot be imported is an error naming
+ * the node, its op and opset; a malformed file is an error naming the byte offset and the
+ * field that could not be read. Nothing here prints. */
+#ifndef FLOE_ONNX_H
+#define FLOE_ONNX_H
+
+#include "floe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct FloeOnnxModel FloeOnnxModel;
+
+typedef struct FloeOnnxOptions {
+  size_t struct_size; /* sizeof(FloeOnnxOptions) */
+  /* Non-zero: floating-point initializers become resource variables (VarHandleOp with an
+   * initial value; see floe_onnx_model_init_target) so floe_train's machinery can update them.
+   * Zero (the default): they are constants. */
+  int trainable;
+  /* Directory that external-data locations are relative to; NULL: the model file's own
+   * directory (floe_onnx_import_file) or the working directory (floe_onnx_import). */
+  const char *base_dir;
+} FloeOnnxOptions;
+
+FLOE_API void floe_onnx_options_init(FloeOnnxOptions *opts);
+
+/* Imports the model file at path. Caller owns the result (floe_onnx_model_free); NULL on
+ * error with status naming the file and what went wrong. opts NULL: the defaults. */
+FLOE_API FloeOnnxModel *floe_onnx_import_file(const char *path, const FloeOnnxOptions *opts,
+                                              FloeStatus *status);
+/* The same from bytes in memory (borrowed for the call); `what` names them in errors. */
+FLOE_API FloeOnnxModel *floe_onnx_import(const void *buf, size_t len, const char *what,
+                                         const FloeOnnxOptions *opts, FloeStatus *status);
+FLOE_API void floe_onnx_model_free(FloeOnnxModel *m); /* NULL is a no-op */
+
+/* The imported graph, owned by the model (valid until floe_onnx_model_free). Callers may add
+ * nodes to it (losses, optimisers). */
+FLOE_API FloeGraph *floe_onnx_model_graph(FloeOnnxModel *m);
+/* Detaches the graph: the caller now owns it (floe_graph_free); the model keeps its names. */
+FLOE_API FloeGraph *floe_onnx_model_take_graph(FloeOnnxModel *m);
+
+/* The default-domain opset the model imports (e.g. 13). */
+FLOE_API int floe_onnx_model_opset(const FloeOnnxModel *m);
+
+/* Graph inputs that are not initializers, in the model's order. Names are the ONNX value
+ * names (borrowed from the model); feed each under floe_onnx_model_input_node's name. */
+FLOE_API int floe_onnx_model_num_inputs(const FloeOnnxModel *m);
+FLOE_API const char *floe_onnx_model_input_name(const FloeOnnxModel *m, int i);
+FLOE_API const char *floe_onnx_model_input_node(const FloeOnnxModel *m, int i);
+FLOE_API FloeDType floe_onnx_model_input_dtype(const FloeOnnxModel *m, int i);
+FLOE_API FloeShape floe_onnx_model_input_shape(const FloeOnnxModel *m, int i);
+
+/* Graph outputs: ONNX names and the fetch strings ("node" or "node:k") that compute them,
+ * both borrowed from the model. */
+FLOE_API int floe_onnx_model_num_outputs(const FloeOnnxModel *m);
+FLOE_API const char *floe_onnx_model_output_name(const FloeOnnxModel *m, int i);
+FLOE_API const char *floe_onnx_model_output_fetch(const FloeOnnxModel *m, int i);
+FLOE_API FloeOutput floe_onnx_model_output(const FloeOnnxModel *m, int i);
+
+/* With `trainable`: the node to run once (as a target) to initialise the variables; NULL
+ * when the model has none. Borrowed. */
+FLOE_API const char *floe_onnx_model_init_target(const FloeOnnxModel *m);
+
+/* Reads one ONNX TensorProto (the .pb files of ONNX's test data). Caller owns the tensor;
+ * NULL on error with status naming the file, and the byte offset for a malformed one. */
+FLOE_API FloeTensor *floe_tensor_load_onnx_pb(const char *path, FloeStatus *status);
+FLOE_API FloeTensor *floe_tensor_parse_onnx_pb(const void *buf, size_t len, const char *what,
+                                               FloeStatus *status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

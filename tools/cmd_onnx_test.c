@@ -1,0 +1,362 @@
+/* cmd_onnx_test.c - floe onnx-test DIR... [--json]: runs ONNX backend test cases (a folder
+ * with model.onnx and test_data_set_N/{input,output}_K.pb) and compares with ONNX's
+ * tolerances. Also the loaders floe run and floe graph share for .onnx and .pb files. */
+#include <dirent.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <floe/floe_onnx.h>
+
+#include "cli.h"
+
+static const char onnx_test_help[] =
+    "Usage: floe onnx-test DIR... [--json] [--verbose]\n"
+    "Run ONNX backend test cases. DIR is a case (a folder holding model.onnx and\n"
+    "test_data_set_N/ with input_K.pb and output_K.pb) or a folder of cases (searched two\n"
+    "levels deep). Outputs are compared with ONNX's tolerances: |got - want| <= atol +\n"
+    "rtol * |want|, rtol 1e-3 and atol 1e-7 unless the case's data.json says otherwise.\n"
+    "Each case is reported as pass, fail (with the worst element) or unsupported (with\n"
+    "what Floe lacks).\n"
+    "  --json     one JSON object per case, then a summary object as the last line\n"
+    "  --verbose  also print the reason of each failure's first error in full\n";
+
+static int has_suffix(const char *s, const char *suf) {
+  size_t n = strlen(s), m = strlen(suf);
+  return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+int cli_is_onnx(const char *path) { return has_suffix(path, ".onnx"); }
+
+FloeTensor *cli_load_tensor(const char *path, FloeStatus *st) {
+  return has_suffix(path, ".pb") ? floe_tensor_load_onnx_pb(path, st)
+                                 : floe_tensor_load_npy(path, st);
+}
+
+static int is_dir(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int is_file(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted names of the entries of dir that start with prefix (NULL: any, no dot files). */
+static char **list_dir(const char *dir, const char *prefix, int *count) {
+  *count = 0;
+  DIR *d = opendir(dir);
+  if (!d) return NULL;
+  char **names = NULL;
+  int cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    if (prefix && strncmp(e->d_name, prefix, strlen(prefix))) continue;
+    if (*count == cap) {
+      cap = cap ? cap * 2 : 64;
+      char **t = realloc(names, (size_t)cap * sizeof *names);
+      if (!t) break;
+      names = t;
+    }
+    names[(*count)++] = strdup(e->d_name);
+  }
+  closedir(d);
+  if (names) qsort(names, (size_t)*count, sizeof *names, cmp_str);
+  return names;
+}
+
+static void free_list(char **names, int n) {
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+/* A number after "key": in a small JSON file; dflt when absent. */
+static double json_number(const char *text, const char *key, double dflt) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\"", key);
+  const char *p = strstr(text, pat);
+  if (!p) return dflt;
+  p = strchr(p + strlen(pat), ':');
+  return p ? strtod(p + 1, NULL) : dflt;
+}
+
+static void case_tolerances(const char *dir, double *rtol, double *atol) {
+  *rtol = 1e-3;
+  *atol = 1e-7;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/data.json", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  char buf[4096];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  *rtol = json_number(buf, "rtol", *rtol);
+  *atol = json_number(buf, "atol", *atol);
+}
+
+static double elem(const FloeTensor *t, int64_t i) {
+  const void *d = floe_tensor_data(t);
+  switch (floe_tensor_dtype(t)) {
+    case FLOE_F32: return ((const float *)d)[i];
+    case FLOE_F64: return ((const double *)d)[i];
+    case FLOE_F16: return floe_f16_to_f32(((const uint16_t *)d)[i]);
+    case FLOE_BF16: return floe_bf16_to_f32(((const uint16_t *)d)[i]);
+    case FLOE_I8: return ((const int8_t *)d)[i];
+    case FLOE_U8: case FLOE_BOOL: return ((const uint8_t *)d)[i];
+    case FLOE_I32: return ((const int32_t *)d)[i];
+    case FLOE_I64: return (double)((const int64_t *)d)[i];
+    default: return NAN;
+  }
+}
+
+static int64_t elem_i64(const FloeTensor *t, int64_t i) {
+  const void *d = floe_tensor_data(t);
+  return floe_tensor_dtype(t) == FLOE_I64 ? ((const int64_t *)d)[i] : (int64_t)elem(t, i);
+}
+
+/* Compares got with want; 1 when equal within tolerance, else 0 with why filled. */
+static int compare(const FloeTensor *got, const FloeTensor *want, double rtol, double atol,
+                   char *why, size_t cap) {
+  char gs[160], ws[160];
+  FloeShape gsh = floe_tensor_shape(got), wsh = floe_tensor_shape(want);
+  floe_shape_str(&gsh, gs, sizeof gs);
+  floe_shape_str(&wsh, ws, sizeof ws);
+  if (floe_tensor_dtype(got) != floe_tensor_dtype(want)) {
+    snprintf(why, cap, "dtype %s, expected %s", floe_dtype_name(floe_tensor_dtype(got)),
+             floe_dtype_name(floe_tensor_dtype(want)));
+    return 0;
+  }
+  if (strcmp(gs, ws) != 0) {
+    snprintf(why, cap, "shape %s, expected %s", gs, ws);
+    return 0;
+  }
+  FloeDType dt = floe_tensor_dtype(want);
+  int is_float = dt == FLOE_F32 || dt == FLOE_F64 || dt == FLOE_F16 || dt == FLOE_BF16;
+  int64_t n = floe_tensor_num_elements(want), worst = -1, bad = 0;
+  double worst_excess = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!is_float) {
+      if (elem_i64(got, i) != elem_i64(want, i)) {
+        if (worst < 0) worst = i;
+        bad++;
+      }
+      continue;
+    }
+    double g = elem(got, i), w = elem(want, i);
+    if (isnan(w) && isnan(g)) continue;
+    if (isinf(w) && g == w) continue;
+    double diff = fabs(g - w), tol = atol + rtol * fabs(w);
+    if (!(diff <= tol)) {
+      double excess = isnan(diff) ? INFINITY : diff - tol;
+      if (worst < 0 || excess > worst_excess) {
+        worst = i;
+        worst_excess = excess;
+      }
+      bad++;
+    }
+  }
+  if (!bad) return 1;
+  if (is_float)
+    snprintf(why, cap, "%lld of %lld elements differ; worst [%lld] = %.9g, expected %.9g",
+             (long long)bad, (long long)n, (long long)worst, elem(got, worst), elem(want, worst));
+  else
+    snprintf(why, cap, "%lld of %lld elements differ; first [%lld] = %lld, expected %lld",
+             (long long)bad, (long long)n, (long long)worst, (long long)elem_i64(got, worst),
+             (long long)elem_i64(want, worst));
+  return 0;
+}
+
+typedef enum Verdict { V_PASS, V_FAIL, V_UNSUPPORTED } Verdict;
+
+/* Runs one case; fills why for a fail or unsupported verdict. */
+static Verdict run_case(const char *dir, char *why, size_t cap) {
+  char path[4096];
+  double rtol, atol;
+  case_tolerances(dir, &rtol, &atol);
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  FloeStatus *st = floe_status_new();
+  FloeOnnxModel *m = floe_onnx_import_file(path, NULL, st);
+  FloeSession *s = NULL;
+  Verdict v = V_FAIL;
+  int nsets = 0;
+  char **sets = NULL;
+  if (!m) {
+    v = floe_status_code(st) == FLOE_UNIMPLEMENTED ? V_UNSUPPORTED : V_FAIL;
+    snprintf(why, cap, "%s", floe_status_message(st));
+    goto out;
+  }
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  s = floe_session_new(floe_onnx_model_graph(m), &so, st);
+  if (!s) {
+    v = floe_status_code(st) == FLOE_UNIMPLEMENTED ? V_UNSUPPORTED : V_FAIL;
+    snprintf(why, cap, "session: %s", floe_status_message(st));
+    goto out;
+  }
+  sets = list_dir(dir, "test_data_set_", &nsets);
+  if (nsets == 0) {
+    snprintf(why, cap, "no test_data_set_N folder");
+    goto out;
+  }
+  int nin = floe_onnx_model_num_inputs(m), nout = floe_onnx_model_num_outputs(m);
+  v = V_PASS;
+  for (int k = 0; k < nsets && v == V_PASS; k++) {
+    FloeFeed *feeds = calloc((size_t)nin + 1, sizeof *feeds);
+    FloeTensor **outs = calloc((size_t)nout + 1, sizeof *outs);
+    const char **fetches = calloc((size_t)nout + 1, sizeof *fetches);
+    int nfeed = 0;
+    for (int i = 0; i < nin; i++) {
+      snprintf(path, sizeof path, "%s/%s/input_%d.pb", dir, sets[k], i);
+      if (!is_file(path)) break; /* optional inputs left out */
+      feeds[nfeed].name = floe_onnx_model_input_node(m, i);
+      feeds[nfeed].value = floe_tensor_load_onnx_pb(path, st);
+      if (!feeds[nfeed].value) {
+        v = floe_status_code(st) == FLOE_UNIMPLEMENTED ? V_UNSUPPORTED : V_FAIL;
+        snprintf(why, cap, "%s", floe_status_message(st));
+        break;
+      }
+      nfeed++;
+    }
+    for (int i = 0; i < nout; i++) fetches[i] = floe_onnx_model_output_fetch(m, i);
+    if (v == V_PASS) {
+      FloeRunOptions ro;
+      floe_run_options_init(&ro);
+      ro.timeout_ms = 120000;
+      if (floe_session_run_opts(s, &ro, feeds, nfeed, fetches, nout, NULL, 0, outs, st) !=
+          FLOE_OK) {
+        v = floe_status_code(st) == FLOE_UNIMPLEMENTED ? V_UNSUPPORTED : V_FAIL;
+        snprintf(why, cap, "%s: %s", sets[k], floe_status_message(st));
+      }
+    }
+    for (int i = 0; v == V_PASS && i < nout; i++) {
+      snprintf(path, sizeof path, "%s/%s/output_%d.pb", dir, sets[k], i);
+      FloeTensor *want = floe_tensor_load_onnx_pb(path, st);
+      if (!want) {
+        v = floe_status_code(st) == FLOE_UNIMPLEMENTED ? V_UNSUPPORTED : V_FAIL;
+        snprintf(why, cap, "%s", floe_status_message(st));
+        break;
+      }
+      char diff[512];
+      if (!compare(outs[i], want, rtol, atol, diff, sizeof diff)) {
+        v = V_FAIL;
+        snprintf(why, cap, "%s: output %d '%s': %s", sets[k], i, floe_onnx_model_output_name(m, i),
+                 diff);
+      }
+      floe_tensor_release(want);
+    }
+    for (int i = 0; i < nfeed; i++) floe_tensor_release(feeds[i].value);
+    for (int i = 0; i < nout; i++) floe_tensor_release(outs[i]);
+    free(feeds);
+    free(outs);
+    free(fetches);
+  }
+out:
+  free_list(sets, nsets);
+  floe_session_free(s);
+  floe_onnx_model_free(m);
+  floe_status_free(st);
+  return v;
+}
+
+typedef struct Tally {
+  int total, passed, failed, unsupported;
+} Tally;
+
+static void report(const char *dir, Verdict v, const char *why, int json, Tally *t) {
+  static const char *const names[] = {"pass", "fail", "unsupported"};
+  t->total++;
+  if (v == V_PASS) t->passed++;
+  else if (v == V_FAIL) t->failed++;
+  else t->unsupported++;
+  /* The case's name: its last two path components (suite/case). */
+  const char *name = dir + strlen(dir);
+  int slashes = 0;
+  while (name > dir && !(name[-1] == '/' && ++slashes == 2)) name--;
+  if (json) {
+    JsonWriter w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "case"), json_string(&w, name);
+    json_key(&w, "result"), json_string(&w, names[v]);
+    if (v != V_PASS) json_key(&w, "reason"), json_string(&w, why);
+    json_end_object(&w);
+    json_finish(&w);
+  } else if (v == V_PASS) {
+    printf("pass         %s\n", name);
+  } else {
+    printf("%-12s %s: %s\n", names[v], name, why);
+  }
+  fflush(stdout);
+}
+
+static void run_tree(const char *dir, int depth, int json, Tally *t) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  if (is_file(path)) {
+    char why[2048] = "";
+    Verdict v = run_case(dir, why, sizeof why);
+    report(dir, v, why, json, t);
+    return;
+  }
+  if (depth >= 2) return;
+  int n;
+  char **names = list_dir(dir, NULL, &n);
+  for (int i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    if (is_dir(path)) run_tree(path, depth + 1, json, t);
+  }
+  free_list(names, n);
+}
+
+int cmd_onnx_test(int argc, char **argv) {
+  static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                       {"verbose", no_argument, NULL, 'v'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  int json = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "jvh", opts, NULL)) != -1) {
+    switch (c) {
+      case 'j': json = 1; break;
+      case 'v': break;
+      case 'h': printf("%s", onnx_test_help); return 0;
+      default: return cli_usage("onnx-test", "unknown option");
+    }
+  }
+  if (optind >= argc) return cli_usage("onnx-test", "expected one or more DIR");
+  if (!cli_runtime("onnx-test")) return 1;
+  Tally t = {0};
+  for (int i = optind; i < argc; i++) {
+    if (!is_dir(argv[i])) return cli_error("onnx-test", "'%s' is not a folder", argv[i]);
+    size_t len = strlen(argv[i]);
+    while (len > 1 && argv[i][len - 1] == '/') argv[i][--len] = '\0';
+    run_tree(argv[i], 0, json, &t);
+  }
+  if (t.total == 0) return cli_error("onnx-test", "no test case (a folder with model.onnx) found");
+  if (json) {
+    JsonWriter w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_key(&w, "total"), json_int(&w, t.total);
+    json_key(&w, "passed"), json_int(&w, t.passed);
+    json_key(&w, "failed"), json_int(&w, t.failed);
+    json_key(&w, "unsupported"), json_int(&w, t.unsupported);
+    json_key(&w, "pass_rate"), json_double(&w, (double)t.passed / t.total);
+    json_end_object(&w);
+    json_finish(&w);
+  } else {
+    printf("%d cases: %d passed (%.1f%%), %d failed, %d unsupported\n", t.total, t.passed,
+           100.0 * t.passed / t.total, t.failed, t.unsupported);
+  }
+  return t.failed ? 1 : 0;
+}
