@@ -227,9 +227,76 @@ FloeNode *ox_finish_node(OxCtx *c, FloeNodeBuilder *b) {
   return floe_node_finish(b);
 }
 
+/* Ops never evaluated while importing: frame plumbing, whose meaning depends on where it
+ * runs. Stateful ops are never folded either. */
+static int foldable_op(const FloeNode *n) {
+  static const char *const frame_ops[] = {"Enter", "Exit", "NextIteration", "Merge", "Switch",
+                                          "LoopCond", "Const", "Placeholder", "Identity"};
+  if (n->op->flags & (FLOE_OP_STATEFUL | FLOE__OP_SOURCE)) return 0;
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(frame_ops); i++)
+    if (!strcmp(n->op->name, frame_ops[i])) return 0;
+  return 1;
+}
+
+/* Largest output (elements) computed while importing; larger ones stay in the graph. */
+#define FOLD_MAX_ELEMENTS (1 << 24)
+
+/* Constant folding while importing: a node whose inputs are all Consts is evaluated now (in a
+ * graph of its own) and its single output replaced by a Const. Shape arithmetic (Shape ->
+ * Gather -> Concat -> Reshape) then gives known shapes downstream, and weight layout changes
+ * (a filter's transpose) happen once. A node that cannot be evaluated is simply kept. */
+static FloeOutput fold(OxCtx *c, FloeNode *n) {
+  FloeOutput keep = floe_out(n, 0);
+  if (c->no_fold || n->num_outputs != 1 || n->num_control || !foldable_op(n)) return keep;
+  FloeShape s = n->out_shapes[0];
+  if (s.rank < 0) return keep;
+  int64_t count = 1;
+  for (int i = 0; i < s.rank; i++) {
+    if (s.dims[i] < 0 || (s.dims[i] && count > FOLD_MAX_ELEMENTS / s.dims[i])) return keep;
+    count *= s.dims[i];
+  }
+  for (int i = 0; i < n->num_inputs; i++)
+    if (!ox_const_value(n->inputs[i]) || strcmp(n->inputs[i].node->op->name, "Const")) return keep;
+  FloeStatus *st = floe_status_new();
+  FloeGraph *tg = floe_graph_new();
+  FloeOutput *ins = floe__calloc((size_t)n->num_inputs + 1, sizeof *ins);
+  FloeSession *sess = NULL;
+  FloeTensor *value = NULL;
+  if (!st || !tg || !ins) goto done;
+  for (int i = 0; i < n->num_inputs; i++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "in%d", i);
+    ins[i] = floe_const(tg, nm, (FloeTensor *)ox_const_value(n->inputs[i]));
+  }
+  /* Inputs per op argument, as the original node had them. */
+  int *sizes = floe__calloc((size_t)n->op->num_inputs + 1, sizeof *sizes);
+  if (!sizes) goto done;
+  for (int i = 0; i < n->num_inputs; i++) sizes[n->input_arg[i]]++;
+  FloeNodeSpec spec = {.op = n->op->name, .name = "fold", .inputs = ins,
+                       .num_inputs = n->num_inputs, .list_sizes = sizes,
+                       .num_lists = n->op->num_inputs, .attrs = &n->attrs};
+  FloeNode *copy = floe_graph_status(tg) == FLOE_OK ? floe__graph_add_node(tg, &spec, st) : NULL;
+  floe__free(sizes);
+  if (!copy) goto done;
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.device = "cpu:0";
+  const char *fetch = "fold";
+  if (!(sess = floe_session_new(tg, &so, st)) ||
+      floe_session_run(sess, NULL, 0, &fetch, 1, NULL, 0, &value, st) != FLOE_OK)
+    value = NULL;
+done:
+  floe_session_free(sess);
+  floe_graph_free(tg);
+  floe__free(ins);
+  floe_status_free(st);
+  if (!value) return keep;
+  return ox_const(c, value);
+}
+
 FloeOutput ox_finish(OxCtx *c, FloeNodeBuilder *b) {
   FloeNode *n = ox_finish_node(c, b);
-  return n ? floe_out(n, 0) : (FloeOutput){NULL, 0};
+  return n ? fold(c, n) : (FloeOutput){NULL, 0};
 }
 
 floe_code ox_check(OxCtx *c) {
@@ -492,6 +559,9 @@ static int is_initializer(const Onnx__GraphProto *gp, const char *name) {
 static floe_code map_node(OxCtx *c, const Onnx__NodeProto *n) {
   c->node = n;
   if (!n->op_type || !*n->op_type) return ox_fail(c, FLOE_INVALID_ARGUMENT, "the node has no op_type");
+  if (c->opset == 0 && !*domain_of(n))
+    return ox_fail(c, FLOE_INVALID_ARGUMENT,
+                   "a default-domain op, but the model imports no default-domain opset");
   const OxOp *op = find_op(n);
   if (!op) {
     const char *dom = domain_of(n);
@@ -605,7 +675,9 @@ static floe_code read_opsets(OxCtx *c, const Onnx__ModelProto *mp, const char *w
       c->opset_training = (int)o->version;
   }
   if (mp->n_opset_import == 0) c->opset = 1; /* IR 2 models: opset 1 implied */
-  if (c->opset < 1 || c->opset > 17)
+  /* A model of other domains only (training ops) imports no default opset: 0, and its
+   * default-domain nodes are refused in map_node. */
+  if (c->opset < 0 || c->opset > 17 || (c->opset == 0 && mp->n_opset_import == 0))
     return floe_status_set(c->st, FLOE_UNIMPLEMENTED,
                            "'%s' imports default-domain opset %d; Floe reads opsets 1 to 17", what,
                            c->opset);
@@ -636,6 +708,9 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
   c.model = mp;
   c.base_dir = base_dir;
   c.trainable = opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, trainable) ? opts->trainable : 0;
+  c.no_fold = opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, no_constant_folding)
+                  ? opts->no_constant_folding
+                  : 0;
   FloeOnnxModel *m = floe__calloc(1, sizeof *m);
   floe_code rc;
   if (!m || !(m->g = floe_graph_new())) {

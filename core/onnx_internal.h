@@ -55,6 +55,7 @@ struct OxCtx {
   OxScope *scope;              /* ONNX value name -> FloeOutput, innermost first */
   const Onnx__ModelProto *model;
   int trainable;
+  int no_fold; /* FloeOnnxOptions.no_constant_folding */
   FloeNode **var_inits; /* with trainable: initialiser nodes */
   int num_var_inits, cap_var_inits;
 };

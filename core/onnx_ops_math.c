@@ -427,6 +427,13 @@ MAP(map_gemm) {
 
 /* --- reductions --- */
 
+static FloeOutput expand0(OxCtx *c, FloeOutput x) {
+  FloeNodeBuilder *b = ox_begin(c, "ExpandDims");
+  floe_node_add_input(b, x);
+  floe_node_set_attr_int(b, "axis", 0);
+  return ox_finish(c, b);
+}
+
 typedef enum RedKind { RED_PLAIN, RED_L1, RED_L2, RED_LOG_SUM, RED_LOG_SUM_EXP, RED_SUM_SQUARE } RedKind;
 
 static floe_code reduce(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
@@ -439,17 +446,44 @@ static floe_code reduce(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in
   int na = ox_ints(n, "axes", &av);
   int axes_as_input = !strcmp(n->op_type, "ReduceSum") ? c->opset >= 13 : 0;
   if (axes_as_input) {
+    na = 0;
     if (nin > 1 && ox_present(in[1])) {
       int64_t buf[FLOE_MAX_DIMS];
       int k = ox_const_ints(in[1], buf, FLOE_MAX_DIMS);
-      if (k == 0) {
-        na = 0;
-      } else {
-        axes = ox_cast(c, in[1], FLOE_I64);
+      if (k > 0) {
+        axes = ox_const_i64(c, buf, k);
+        na = k;
+      } else if (k < 0) {
+        /* Axes known only at run time; empty means all axes (or none with
+         * noop_with_empty_axes): take the first max(len, rank * (len == 0)) entries of
+         * axes ++ [0, rank). */
+        int r = ox_rank(c, x, "the input");
+        if (r < 0) return floe_status_code(c->st);
+        FloeOutput a = ox_cast(c, in[1], FLOE_I64);
+        if (!ox_int(n, "noop_with_empty_axes", 0)) {
+          int64_t all[FLOE_MAX_DIMS];
+          for (int i = 0; i < r; i++) all[i] = i;
+          FloeOutput parts[2] = {a, ox_const_i64(c, all, r)};
+          FloeNodeBuilder *b = ox_begin(c, "Concat");
+          floe_node_add_input_list(b, parts, 2);
+          floe_node_add_input(b, ox_scalar_i32(c, 0));
+          FloeOutput cat = ox_finish(c, b);
+          b = ox_begin(c, "Size");
+          floe_node_add_input(b, a);
+          floe_node_set_attr_type(b, "out_type", FLOE_I64);
+          FloeOutput len = ox_finish(c, b);
+          FloeOutput empty = ox_cast(c, ox_binary(c, "Equal", len, ox_scalar_i64(c, 0)), FLOE_I64);
+          FloeOutput take = ox_binary(c, "Add", len, ox_binary(c, "Mul", empty, ox_scalar_i64(c, r)));
+          int64_t zero = 0;
+          b = ox_begin(c, "Slice");
+          floe_node_add_input(b, cat);
+          floe_node_add_input(b, ox_const_i64(c, &zero, 1));
+          floe_node_add_input(b, expand0(c, take));
+          a = ox_finish(c, b);
+        }
+        axes = a;
         na = 1;
       }
-    } else {
-      na = 0;
     }
   } else if (na > 0) {
     axes = ox_const_i64(c, av, na);

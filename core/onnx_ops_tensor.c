@@ -253,8 +253,11 @@ MAP(map_flatten) {
   if (rc != FLOE_OK) return rc;
   FloeShape s = ox_shape(in[0]);
   if (s.rank < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
-  int axis;
-  if ((rc = ox_axis(c, ox_int(n, "axis", 1), s.rank + 1, "axis", &axis)) != FLOE_OK) return rc;
+  int64_t a = ox_int(n, "axis", 1);
+  if (a < -s.rank || a > s.rank)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "axis %lld is outside [-%d, %d]", (long long)a,
+                   s.rank, s.rank);
+  int axis = (int)(a < 0 ? a + s.rank : a);
   int64_t outer = 1, inner = 1;
   int outer_known = 1, inner_known = 1;
   for (int i = 0; i < s.rank; i++) {

@@ -25,6 +25,9 @@ typedef struct FloeOnnxOptions {
   /* Directory that external-data locations are relative to; NULL: the model file's own
    * directory (floe_onnx_import_file) or the working directory (floe_onnx_import). */
   const char *base_dir;
+  /* Non-zero: do not evaluate constant subexpressions (nodes whose inputs are all constants)
+   * while importing. Folding needs the CPU plugin; without a runtime nothing is folded. */
+  int no_constant_folding;
 } FloeOnnxOptions;
 
 FLOE_API void floe_onnx_options_init(FloeOnnxOptions *opts);
