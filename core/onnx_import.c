@@ -688,6 +688,18 @@ static floe_code read_opsets(OxCtx *c, const Onnx__ModelProto *mp, const char *w
   return FLOE_OK;
 }
 
+static floe_code keep_live(FloeOnnxModel *m) {
+  FloeNode **roots = floe__calloc((size_t)m->num_outputs + m->num_inputs + 2, sizeof *roots);
+  if (!roots) return FLOE_OK; /* keeping dead nodes is harmless */
+  int k = 0;
+  for (int i = 0; i < m->num_outputs; i++) roots[k++] = m->outputs[i].out.node;
+  for (int i = 0; i < m->num_inputs; i++) roots[k++] = m->inputs[i].out.node;
+  if (m->init_target) roots[k++] = floe_graph_find(m->g, m->init_target);
+  floe__graph_keep_reachable(m->g, roots, k);
+  floe__free(roots);
+  return FLOE_OK;
+}
+
 static char *dir_of(const char *path) {
   const char *slash = path ? strrchr(path, '/') : NULL;
   return slash ? floe__strndup(path, (size_t)(slash - path) ? (size_t)(slash - path) : 1)
@@ -740,6 +752,9 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
       goto fail;
     }
   }
+  /* Nodes that folding or the mappers left without consumers go: the graph holds what the
+   * outputs (and the variables' initialisers) need. */
+  if ((rc = keep_live(m)) != FLOE_OK) goto fail;
   scope_free(&scope);
   protobuf_c_message_free_unpacked(&mp->base, &floe__onnx_pb_alloc);
   return m;
