@@ -632,10 +632,10 @@ static floe_code add_values(OxCtx *c, FloeOnnxModel *m, const Onnx__GraphProto *
     OxValue *v = &m->inputs[m->num_inputs];
     floe_code rc = value_type(c, vi, &v->dtype, &v->shape);
     if (rc != FLOE_OK) return rc;
+    m->num_inputs++; /* counted first: the model frees what was allocated */
     if (!(v->name = floe__strdup(vi->name)) ||
         !(v->fetch = unique_name(c->g, vi->name, "input")))
       return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
-    m->num_inputs++;
     v->out = floe_placeholder(c->g, v->fetch, v->dtype, v->shape);
     if (floe_graph_status(c->g) != FLOE_OK) return ox_check(c);
     if ((rc = scope_put(c->scope, vi->name, v->out, c->st)) != FLOE_OK) return rc;

@@ -18,6 +18,20 @@ long floe_test_fail_alloc_after(long n);
 
 /* ---- building models ---- */
 
+/* The builders' allocations, freed together once the model is packed. */
+static void *arena[4096];
+static int arena_n;
+static void *talloc(size_t n, size_t size) {
+  void *p = calloc(n, size);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_lt(arena_n, 4096);
+  arena[arena_n++] = p;
+  return p;
+}
+static void arena_free(void) {
+  while (arena_n) free(arena[--arena_n]);
+}
+
 typedef struct Model {
   Onnx__ModelProto m;
   Onnx__GraphProto g;
@@ -49,18 +63,18 @@ static void model_init(Model *md, int opset) {
 }
 
 static Onnx__ValueInfoProto *value_info(const char *name, int elem, int rank, const int64_t *dims) {
-  Onnx__ValueInfoProto *v = calloc(1, sizeof *v);
-  Onnx__TypeProto *t = calloc(1, sizeof *t);
-  Onnx__TypeProto__Tensor *tt = calloc(1, sizeof *tt);
-  Onnx__TensorShapeProto *s = calloc(1, sizeof *s);
+  Onnx__ValueInfoProto *v = talloc(1, sizeof *v);
+  Onnx__TypeProto *t = talloc(1, sizeof *t);
+  Onnx__TypeProto__Tensor *tt = talloc(1, sizeof *tt);
+  Onnx__TensorShapeProto *s = talloc(1, sizeof *s);
   onnx__value_info_proto__init(v);
   onnx__type_proto__init(t);
   onnx__type_proto__tensor__init(tt);
   onnx__tensor_shape_proto__init(s);
   s->n_dim = (size_t)rank;
-  s->dim = calloc((size_t)rank + 1, sizeof *s->dim);
+  s->dim = talloc((size_t)rank + 1, sizeof *s->dim);
   for (int i = 0; i < rank; i++) {
-    s->dim[i] = calloc(1, sizeof **s->dim);
+    s->dim[i] = talloc(1, sizeof **s->dim);
     onnx__tensor_shape_proto__dimension__init(s->dim[i]);
     if (dims[i] >= 0) {
       s->dim[i]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
@@ -92,7 +106,7 @@ static void add_output(Model *md, const char *name) {
 /* A float initializer, as raw_data (raw = 1) or float_data. */
 static void add_init(Model *md, const char *name, int rank, const int64_t *dims, const float *v,
                      int raw) {
-  Onnx__TensorProto *t = calloc(1, sizeof *t);
+  Onnx__TensorProto *t = talloc(1, sizeof *t);
   onnx__tensor_proto__init(t);
   t->name = (char *)name;
   t->has_data_type = 1;
@@ -113,7 +127,7 @@ static void add_init(Model *md, const char *name, int rank, const int64_t *dims,
 }
 
 static void add_int64_init(Model *md, const char *name, int64_t n, const int64_t *v) {
-  Onnx__TensorProto *t = calloc(1, sizeof *t);
+  Onnx__TensorProto *t = talloc(1, sizeof *t);
   onnx__tensor_proto__init(t);
   static int64_t dims[8][1];
   static int k;
@@ -130,23 +144,23 @@ static void add_int64_init(Model *md, const char *name, int64_t n, const int64_t
 
 static Onnx__NodeProto *add_node(Model *md, const char *op, const char *name, const char *in0,
                                  const char *in1, const char *in2, const char *out) {
-  Onnx__NodeProto *n = calloc(1, sizeof *n);
+  Onnx__NodeProto *n = talloc(1, sizeof *n);
   onnx__node_proto__init(n);
   n->op_type = (char *)op;
   n->name = (char *)name;
-  n->input = calloc(3, sizeof *n->input);
+  n->input = talloc(3, sizeof *n->input);
   const char *ins[3] = {in0, in1, in2};
   for (int i = 0; i < 3 && ins[i]; i++) n->input[n->n_input++] = (char *)ins[i];
-  n->output = calloc(1, sizeof *n->output);
+  n->output = talloc(1, sizeof *n->output);
   n->output[0] = (char *)out;
   n->n_output = 1;
-  n->attribute = calloc(4, sizeof *n->attribute);
+  n->attribute = talloc(4, sizeof *n->attribute);
   md->nodes[md->g.n_node++] = n;
   return n;
 }
 
 static void attr_int(Onnx__NodeProto *n, const char *name, int64_t v) {
-  Onnx__AttributeProto *a = calloc(1, sizeof *a);
+  Onnx__AttributeProto *a = talloc(1, sizeof *a);
   onnx__attribute_proto__init(a);
   a->name = (char *)name;
   a->has_type = 1;
@@ -157,7 +171,7 @@ static void attr_int(Onnx__NodeProto *n, const char *name, int64_t v) {
 }
 
 static void attr_ints(Onnx__NodeProto *n, const char *name, const int64_t *v, size_t k) {
-  Onnx__AttributeProto *a = calloc(1, sizeof *a);
+  Onnx__AttributeProto *a = talloc(1, sizeof *a);
   onnx__attribute_proto__init(a);
   a->name = (char *)name;
   a->has_type = 1;
@@ -167,12 +181,13 @@ static void attr_ints(Onnx__NodeProto *n, const char *name, const int64_t *v, si
   n->attribute[n->n_attribute++] = a;
 }
 
-/* Serialises the model (caller frees). Leaks the builder's small allocations: test only. */
+/* Serialises the model (caller frees) and frees the builders' allocations. */
 static uint8_t *pack(Model *md, size_t *len) {
   *len = onnx__model_proto__get_packed_size(&md->m);
   uint8_t *buf = malloc(*len ? *len : 1);
   ck_assert_ptr_nonnull(buf);
   ck_assert_uint_eq(onnx__model_proto__pack(&md->m, buf), *len);
+  arena_free();
   return buf;
 }
 
