@@ -346,6 +346,11 @@ FloeOutput ox_const_i32(OxCtx *c, const int32_t *v, int n) { return const_1d(c, 
 FloeOutput ox_scalar_i64(OxCtx *c, int64_t v) { return ox_const(c, floe_tensor_scalar_i64(v, NULL)); }
 FloeOutput ox_scalar_i32(OxCtx *c, int32_t v) { return ox_const(c, floe_tensor_scalar_i32(v, NULL)); }
 
+/* v clamped into [lo, hi] (NaN: 0), so converting it to an integer type is defined. */
+static double clamp_to(double v, double lo, double hi) {
+  return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
+}
+
 FloeOutput ox_scalar(OxCtx *c, FloeDType dt, double v) {
   FloeTensor *t = floe_tensor_new(dt, 0, NULL, NULL);
   if (t) {
@@ -355,10 +360,10 @@ FloeOutput ox_scalar(OxCtx *c, FloeDType dt, double v) {
       case FLOE_F64: *(double *)d = v; break;
       case FLOE_F16: *(uint16_t *)d = floe_f32_to_f16((float)v); break;
       case FLOE_BF16: *(uint16_t *)d = floe_f32_to_bf16((float)v); break;
-      case FLOE_I8: *(int8_t *)d = (int8_t)v; break;
-      case FLOE_U8: *(uint8_t *)d = (uint8_t)v; break;
-      case FLOE_I32: *(int32_t *)d = (int32_t)v; break;
-      case FLOE_I64: *(int64_t *)d = (int64_t)v; break;
+      case FLOE_I8: *(int8_t *)d = (int8_t)clamp_to(v, INT8_MIN, INT8_MAX); break;
+      case FLOE_U8: *(uint8_t *)d = (uint8_t)clamp_to(v, 0, UINT8_MAX); break;
+      case FLOE_I32: *(int32_t *)d = (int32_t)clamp_to(v, INT32_MIN, INT32_MAX); break;
+      case FLOE_I64: *(int64_t *)d = (int64_t)clamp_to(v, -9.2233720368547758e18, 9.2233720368547748e18); break;
       case FLOE_BOOL: *(uint8_t *)d = v != 0; break;
       default: break;
     }

@@ -4,6 +4,7 @@
  * unsupported ops, undefined inputs, bad attributes, bad TensorProtos, allocation failures). */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -584,6 +585,44 @@ START_TEST(allocation_failures) {
 }
 END_TEST
 
+/* Inputs the fuzzer (make fuzz-onnx) once crashed on: each must now import or fail with a
+ * message, with and without constant folding, and as a TensorProto too. */
+START_TEST(fuzz_regressions) {
+  const char *top = getenv("top_srcdir");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/tests/fuzz/regress", top ? top : "..");
+  DIR *d = opendir(dir);
+  ck_assert_msg(d != NULL, "no %s", dir);
+  struct dirent *e;
+  int files = 0;
+  FloeStatus *st = floe_status_new();
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    uint8_t buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    files++;
+    for (int nofold = 0; nofold < 2; nofold++) {
+      FloeOnnxOptions o;
+      floe_onnx_options_init(&o);
+      o.no_constant_folding = nofold;
+      FloeOnnxModel *m = floe_onnx_import(buf, len, e->d_name, &o, st);
+      if (!m) ck_assert_msg(strlen(floe_status_message(st)) > 0, "%s: no message", e->d_name);
+      floe_onnx_model_free(m);
+    }
+    FloeTensor *t = floe_tensor_parse_onnx_pb(buf, len, e->d_name, st);
+    floe_tensor_release(t);
+  }
+  closedir(d);
+  ck_assert_int_gt(files, 0);
+  floe_status_free(st);
+}
+END_TEST
+
 static Suite *onnx_suite(void) {
   Suite *s = suite_create("onnx");
   TCase *tc = tcase_create("import");
@@ -599,6 +638,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, tensor_pb_files);
   tcase_add_test(tc, trainable_initializers_train);
   tcase_add_test(tc, allocation_failures);
+  tcase_add_test(tc, fuzz_regressions);
   suite_add_tcase(s, tc);
   return s;
 }
