@@ -693,6 +693,17 @@ static floe_code read_opsets(OxCtx *c, const Onnx__ModelProto *mp, const char *w
   return FLOE_OK;
 }
 
+static floe_code nhwc(FloeOnnxModel *m, FloeStatus *st) {
+  FloeNode **keep = floe__calloc((size_t)m->num_outputs + m->num_inputs + 1, sizeof *keep);
+  if (!keep) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
+  int k = 0;
+  for (int i = 0; i < m->num_outputs; i++) keep[k++] = m->outputs[i].out.node;
+  for (int i = 0; i < m->num_inputs; i++) keep[k++] = m->inputs[i].out.node;
+  floe_code rc = floe__onnx_nhwc(m->g, keep, k, st);
+  floe__free(keep);
+  return rc;
+}
+
 static floe_code keep_live(FloeOnnxModel *m) {
   FloeNode **roots = floe__calloc((size_t)m->num_outputs + m->num_inputs + 2, sizeof *roots);
   if (!roots) return FLOE_OK; /* keeping dead nodes is harmless */
@@ -732,6 +743,7 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
   c.no_fold = opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, no_constant_folding)
                   ? opts->no_constant_folding
                   : 0;
+  c.keep_nchw = opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, keep_nchw) ? opts->keep_nchw : 0;
   FloeOnnxModel *m = floe__calloc(1, sizeof *m);
   floe_code rc;
   if (!m || !(m->g = floe_graph_new())) {
@@ -759,6 +771,7 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
   }
   /* Nodes that folding or the mappers left without consumers go: the graph holds what the
    * outputs (and the variables' initialisers) need. */
+  if (!c.keep_nchw && (rc = nhwc(m, st)) != FLOE_OK) goto fail;
   if ((rc = keep_live(m)) != FLOE_OK) goto fail;
   scope_free(&scope);
   protobuf_c_message_free_unpacked(&mp->base, &floe__onnx_pb_alloc);

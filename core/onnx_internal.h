@@ -56,6 +56,7 @@ struct OxCtx {
   const Onnx__ModelProto *model;
   int trainable;
   int no_fold; /* FloeOnnxOptions.no_constant_folding */
+  int keep_nchw; /* FloeOnnxOptions.keep_nchw */
   FloeNode **var_inits; /* with trainable: initialiser nodes */
   int num_var_inits, cap_var_inits;
 };
@@ -104,6 +105,10 @@ int ox_const_ints(FloeOutput x, int64_t *v, int max);
 /* Normalises axis into [0, rank) or fails naming the attribute. */
 floe_code ox_axis(OxCtx *c, int64_t axis, int rank, const char *what, int *out);
 int ox_present(FloeOutput x); /* the optional input was given */
+
+/* onnx_layout.c: NCHW convolutions and pools of g rewritten to run in NHWC, transposes sunk
+ * and cancelled; keep[] (the model's inputs and outputs) are never rewritten. */
+floe_code floe__onnx_nhwc(FloeGraph *g, FloeNode *const *keep, int num_keep, FloeStatus *st);
 
 /* Op tables, each ending with {NULL, NULL, NULL}. */
 extern const OxOp floe__onnx_ops_math[];

@@ -28,6 +28,10 @@ typedef struct FloeOnnxOptions {
   /* Non-zero: do not evaluate constant subexpressions (nodes whose inputs are all constants)
    * while importing. Folding needs the CPU plugin; without a runtime nothing is folded. */
   int no_constant_folding;
+  /* Non-zero: keep the model's NCHW convolutions and pools as they are. By default they run
+   * in NHWC (what the CPU plugin's primitives take without reordering), with transposes only
+   * where the layout matters (the input, before a Flatten). */
+  int keep_nchw;
 } FloeOnnxOptions;
 
 FLOE_API void floe_onnx_options_init(FloeOnnxOptions *opts);

@@ -1,0 +1,285 @@
+/* onnx_layout.c - runs an imported model's NCHW convolutions and pools in NHWC.
+ *
+ * ONNX models are NCHW; the CPU plugin's oneDNN primitives take NHWC data as it is but
+ * reorder NCHW data on every call, in and out. So each NCHW Conv2D / MaxPool / AvgPool /
+ * BiasAdd becomes Transpose(to NHWC) -> the op in NHWC -> Transpose(to NCHW), and the
+ * transposes are then sunk through the layout-agnostic ops between them (elementwise ops,
+ * Pad with constant paddings, reductions keeping dims) until inverse pairs meet and cancel.
+ * A ResNet is left with one transpose at its input and one before its classifier. Every
+ * rewrite adds new nodes and re-points consumers; the old nodes are dropped with the other
+ * dead ones at the end of the import. */
+#include <string.h>
+
+#include "onnx_internal.h"
+
+static const int64_t TO_NHWC[4] = {0, 2, 3, 1}, TO_NCHW[4] = {0, 3, 1, 2};
+
+typedef struct Pass {
+  FloeGraph *g;
+  FloeStatus *st;
+  bool *dead;  /* by node id: rewritten, no longer used */
+  int cap;     /* of dead */
+  FloeNode *const *keep; /* model inputs and outputs: never rewritten */
+  int num_keep;
+  int counter;
+} Pass;
+
+static bool kept(const Pass *p, const FloeNode *n) {
+  for (int i = 0; i < p->num_keep; i++)
+    if (p->keep[i] == n) return true;
+  return false;
+}
+
+static bool op_is(const FloeNode *n, const char *op) { return !strcmp(n->op->name, op); }
+
+/* perm when x is the output of a Transpose by a constant 4-permutation. */
+static bool transpose_perm(FloeOutput x, int64_t *perm, FloeOutput *from) {
+  if (!x.node || !op_is(x.node, "Transpose") || x.node->num_inputs != 2) return false;
+  if (ox_const_ints(x.node->inputs[1], perm, 4) != 4) return false;
+  *from = x.node->inputs[0];
+  return true;
+}
+
+static bool perm_is(const int64_t *p, const int64_t *q) { return !memcmp(p, q, 4 * sizeof *p); }
+
+static char *fresh_name(Pass *p, const FloeNode *n, const char *what) {
+  for (;;) {
+    char *s = floe__asprintf("%s/%s_%d", n->name, what, p->counter++);
+    if (!s || !floe_graph_find(p->g, s)) return s;
+    floe__free(s);
+  }
+}
+
+/* A copy of n with inputs ins (same count) and attrs (copied from n when NULL). */
+static FloeNode *copy_node(Pass *p, const FloeNode *n, const FloeOutput *ins, const FloeAttrs *attrs) {
+  int *sizes = floe__calloc((size_t)n->op->num_inputs + 1, sizeof *sizes);
+  char *name = fresh_name(p, n, "nhwc");
+  FloeNode *c = NULL;
+  if (sizes && name) {
+    for (int i = 0; i < n->num_inputs; i++) sizes[n->input_arg[i]]++;
+    FloeNodeSpec spec = {.op = n->op->name, .name = name, .device = n->device, .inputs = ins,
+                         .num_inputs = n->num_inputs, .list_sizes = sizes,
+                         .num_lists = n->op->num_inputs, .control = n->control,
+                         .num_control = n->num_control, .attrs = attrs ? attrs : &n->attrs};
+    c = floe__graph_add_node(p->g, &spec, p->st);
+  }
+  floe__free(sizes);
+  floe__free(name);
+  return c;
+}
+
+static FloeOutput transpose(Pass *p, const FloeNode *near, FloeOutput x, const int64_t *perm) {
+  char *pn = fresh_name(p, near, "perm"), *tn = fresh_name(p, near, "transpose");
+  FloeOutput y = {NULL, 0};
+  if (pn && tn) {
+    int64_t four = 4;
+    FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &four, p->st);
+    if (t) {
+      memcpy(floe_tensor_data(t), perm, 4 * sizeof *perm);
+      FloeOutput pc = floe_const(p->g, pn, t);
+      floe_tensor_release(t);
+      FloeNodeBuilder *b = floe_node_begin(p->g, "Transpose", tn);
+      floe_node_add_input(b, x);
+      floe_node_add_input(b, pc);
+      FloeNode *n = floe_node_finish(b);
+      if (n) y = floe_out(n, 0);
+    }
+  }
+  floe__free(pn);
+  floe__free(tn);
+  return y;
+}
+
+/* Every live use of (n, 0) now reads v instead; n is dead afterwards. */
+static floe_code replace_uses(Pass *p, FloeNode *n, FloeOutput v) {
+  for (int i = 0; i < p->g->num_nodes; i++) {
+    FloeNode *u = p->g->nodes[i];
+    if (u == v.node || (u->id < p->cap && p->dead[u->id])) continue;
+    for (int j = 0; j < u->num_inputs; j++)
+      if (u->inputs[j].node == n && u->inputs[j].index == 0) {
+        floe_code rc = floe__node_set_input(u, j, v, p->st);
+        if (rc != FLOE_OK) return rc;
+      }
+  }
+  if (n->id < p->cap) p->dead[n->id] = true;
+  return FLOE_OK;
+}
+
+static bool grow_dead(Pass *p) {
+  if (p->g->num_nodes <= p->cap) return true;
+  int cap = p->g->num_nodes * 2;
+  bool *d = floe__realloc(p->dead, (size_t)cap * sizeof *d);
+  if (!d) return false;
+  memset(d + p->cap, 0, (size_t)(cap - p->cap) * sizeof *d);
+  p->dead = d;
+  p->cap = cap;
+  return true;
+}
+
+/* Attributes of n for NHWC: data_format, and 4-entry lists (strides, ksize, dilations) or
+ * 8-entry lists (explicit paddings, a pair per dim) permuted from NCHW order. */
+static floe_code nhwc_attrs(Pass *p, const FloeNode *n, FloeAttrs *out) {
+  floe__attrs_init(out);
+  floe_code rc = floe__attrs_copy(out, &n->attrs, p->st);
+  for (int i = 0; rc == FLOE_OK && i < out->n; i++) {
+    FloeAttrValue *v = &out->values[i];
+    if (!strcmp(out->names[i], "data_format")) {
+      FloeAttrValue s = {.kind = FLOE_ATTR_STRING, .u.s = floe__strdup("NHWC")};
+      if (!s.u.s) return floe_status_set(p->st, FLOE_NO_MEMORY, "out of memory");
+      rc = floe__attrs_set(out, "data_format", &s, p->st);
+    } else if (v->kind == FLOE_ATTR_INT_LIST && (v->u.ilist.n == 4 || v->u.ilist.n == 8)) {
+      int64_t old[8];
+      size_t k = v->u.ilist.n / 4;
+      memcpy(old, v->u.ilist.v, v->u.ilist.n * sizeof *old);
+      for (int d = 0; d < 4; d++)
+        for (size_t e = 0; e < k; e++) v->u.ilist.v[d * k + e] = old[TO_NHWC[d] * k + e];
+    }
+  }
+  return rc;
+}
+
+static bool layout_op(const FloeNode *n) {
+  static const char *const ops[] = {"Conv2D", "MaxPool", "AvgPool", "BiasAdd",
+                                    "_FusedConv2DBiasRelu"};
+  const char *df = floe__node_attr_str(n, "data_format");
+  if (!df || strcmp(df, "NCHW") || n->num_outputs != 1 || n->num_inputs < 1) return false;
+  if (n->inputs[0].node->out_shapes[n->inputs[0].index].rank != 4) return false;
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(ops); i++)
+    if (op_is(n, ops[i])) return true;
+  return false;
+}
+
+static bool unary_op(const FloeNode *n) {
+  static const char *const ops[] = {"Relu", "Relu6", "Sigmoid", "Tanh", "Elu", "LeakyRelu",
+                                    "Neg", "Abs", "Exp", "Log", "Sqrt", "Square", "Cast",
+                                    "Softplus", "Gelu", "Floor", "Sign"};
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(ops); i++)
+    if (op_is(n, ops[i])) return n->num_inputs == 1 && n->num_outputs == 1;
+  return false;
+}
+
+static bool binary_op(const FloeNode *n) {
+  static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Maximum", "Minimum"};
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(ops); i++)
+    if (op_is(n, ops[i])) return n->num_inputs == 2;
+  return false;
+}
+
+static bool scalar(FloeOutput x) {
+  FloeShape s = x.node->out_shapes[x.index];
+  if (s.rank < 0) return false;
+  for (int i = 0; i < s.rank; i++)
+    if (s.dims[i] != 1) return false;
+  return true;
+}
+
+/* One rewrite of n if a rule applies: 1 done, 0 none, -1 error. */
+static int rewrite(Pass *p, FloeNode *n) {
+  int64_t perm[4], perm2[4];
+  FloeOutput a, b, ins[8];
+  if (n->num_inputs > 8 || kept(p, n)) return 0;
+  for (int i = 0; i < n->num_inputs; i++) ins[i] = n->inputs[i];
+  FloeNode *c = NULL;
+  if (layout_op(n)) {
+    /* op(x NCHW) -> T_nchw(op'(T_nhwc(x))) */
+    FloeAttrs attrs;
+    if (nhwc_attrs(p, n, &attrs) != FLOE_OK) return -1;
+    ins[0] = transpose(p, n, ins[0], TO_NHWC);
+    c = ins[0].node ? copy_node(p, n, ins, &attrs) : NULL;
+    floe__attrs_clear(&attrs);
+  } else if (op_is(n, "Transpose") && transpose_perm(floe_out(n, 0), perm2, &a) &&
+             transpose_perm(a, perm, &b)) {
+    /* T_q(T_p(x)) with q after p the identity: x */
+    int64_t comp[4];
+    for (int i = 0; i < 4; i++) comp[i] = perm[perm2[i]];
+    static const int64_t id[4] = {0, 1, 2, 3};
+    if (!perm_is(comp, id)) return 0;
+    return replace_uses(p, n, b) == FLOE_OK ? 1 : -1;
+  } else if (unary_op(n) && transpose_perm(ins[0], perm, &a) && perm_is(perm, TO_NCHW)) {
+    ins[0] = a;
+    c = copy_node(p, n, ins, NULL);
+  } else if (binary_op(n)) {
+    bool t0 = transpose_perm(ins[0], perm, &a) && perm_is(perm, TO_NCHW);
+    bool t1 = transpose_perm(ins[1], perm2, &b) && perm_is(perm2, TO_NCHW);
+    if (t0 && t1) ins[0] = a, ins[1] = b;
+    else if (t0 && scalar(ins[1]) && ins[1].node->out_shapes[ins[1].index].rank == 0) ins[0] = a;
+    else if (t1 && scalar(ins[0]) && ins[0].node->out_shapes[ins[0].index].rank == 0) ins[1] = b;
+    else return 0;
+    c = copy_node(p, n, ins, NULL);
+  } else if (op_is(n, "Pad") && n->num_inputs == 2 && transpose_perm(ins[0], perm, &a) &&
+             perm_is(perm, TO_NCHW)) {
+    /* Pad(T(x), P) = T(Pad(x, P with rows in NHWC order)) for constant paddings */
+    const FloeTensor *pt = ox_const_value(ins[1]);
+    int64_t pads[8];
+    if (!pt || ox_const_ints(ins[1], pads, 8) != 8 || floe_tensor_rank(pt) != 2) return 0;
+    int64_t dims[2] = {4, 2};
+    FloeTensor *q = floe_tensor_new(FLOE_I64, 2, dims, p->st);
+    if (!q) return -1;
+    for (int d = 0; d < 4; d++) {
+      ((int64_t *)floe_tensor_data(q))[2 * d] = pads[2 * TO_NHWC[d]];
+      ((int64_t *)floe_tensor_data(q))[2 * d + 1] = pads[2 * TO_NHWC[d] + 1];
+    }
+    char *pn = fresh_name(p, n, "paddings");
+    ins[0] = a;
+    ins[1] = pn ? floe_const(p->g, pn, q) : (FloeOutput){NULL, 0};
+    floe__free(pn);
+    floe_tensor_release(q);
+    c = ins[1].node ? copy_node(p, n, ins, NULL) : NULL;
+  } else if ((op_is(n, "Mean") || op_is(n, "Max") || op_is(n, "Sum")) && n->num_inputs == 2 &&
+             floe__node_attr_bool(n, "keep_dims", false) && transpose_perm(ins[0], perm, &a) &&
+             perm_is(perm, TO_NCHW)) {
+    /* reductions keeping dims: the NCHW axis k is NHWC axis TO_NCHW[k] */
+    int64_t axes[4];
+    int k = ox_const_ints(ins[1], axes, 4);
+    if (k < 0) return 0;
+    for (int i = 0; i < k; i++) {
+      int64_t ax = axes[i] < 0 ? axes[i] + 4 : axes[i];
+      if (ax < 0 || ax > 3) return 0;
+      axes[i] = TO_NCHW[ax];
+    }
+    int64_t nk = k;
+    FloeTensor *q = floe_tensor_new(FLOE_I64, 1, &nk, p->st);
+    if (!q) return -1;
+    if (k) memcpy(floe_tensor_data(q), axes, (size_t)k * sizeof *axes);
+    char *an = fresh_name(p, n, "axes");
+    ins[0] = a;
+    ins[1] = an ? floe_const(p->g, an, q) : (FloeOutput){NULL, 0};
+    floe__free(an);
+    floe_tensor_release(q);
+    c = ins[1].node ? copy_node(p, n, ins, NULL) : NULL;
+  } else {
+    return 0;
+  }
+  if (!c) return -1;
+  FloeOutput t = transpose(p, n, floe_out(c, 0), TO_NCHW);
+  if (!t.node) return -1;
+  return replace_uses(p, n, t) == FLOE_OK ? 1 : -1;
+}
+
+floe_code floe__onnx_nhwc(FloeGraph *g, FloeNode *const *keep, int num_keep, FloeStatus *st) {
+  Pass p = {.g = g, .st = st, .keep = keep, .num_keep = num_keep};
+  bool any = false;
+  for (int i = 0; i < g->num_nodes && !any; i++) any = layout_op(g->nodes[i]);
+  if (!any) return FLOE_OK;
+  floe_code rc = FLOE_OK;
+  for (int round = 0, changed = 1; changed && round < 64; round++) {
+    changed = 0;
+    for (int i = 0; i < g->num_nodes; i++) {
+      if (!grow_dead(&p)) {
+        rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
+        goto done;
+      }
+      if (p.dead[i]) continue;
+      int r = rewrite(&p, g->nodes[i]);
+      if (r < 0) {
+        rc = floe_status_code(st) != FLOE_OK ? floe_status_code(st) : floe_graph_status(g);
+        if (rc == FLOE_OK) rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
+        goto done;
+      }
+      changed |= r;
+    }
+  }
+done:
+  floe__free(p.dead);
+  return rc;
+}
