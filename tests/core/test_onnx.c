@@ -585,6 +585,84 @@ START_TEST(allocation_failures) {
 }
 END_TEST
 
+static void attr_ints_n(Onnx__NodeProto *n, const char *name, int64_t a, int64_t b, int k) {
+  int64_t *v = talloc(4, sizeof *v);
+  v[0] = a, v[1] = b, v[2] = a, v[3] = b;
+  attr_ints(n, name, v, (size_t)k);
+}
+
+/* Conv -> Relu -> MaxPool -> Conv -> Add (residual) -> GlobalAveragePool -> Flatten: the NHWC
+ * rewrite computes what the NCHW graph computes, with two transposes left (the input's and
+ * the one before Flatten). */
+START_TEST(nhwc_rewrite_matches_nchw) {
+  Model md;
+  model_init(&md, 13);
+  int64_t xd[4] = {2, 3, 8, 8};
+  add_input(&md, "x", 4, xd);
+  static float w1[4 * 3 * 3 * 3], w2[4 * 4 * 3 * 3], b1[4];
+  for (int i = 0; i < 108; i++) w1[i] = (float)((i * 37 % 17) - 8) / 16.0f;
+  for (int i = 0; i < 144; i++) w2[i] = (float)((i * 53 % 19) - 9) / 20.0f;
+  for (int i = 0; i < 4; i++) b1[i] = 0.1f * (float)i - 0.15f;
+  static const int64_t w1d[4] = {4, 3, 3, 3}, w2d[4] = {4, 4, 3, 3}, b1d[1] = {4};
+  add_init(&md, "w1", 4, w1d, w1, 1);
+  add_init(&md, "w2", 4, w2d, w2, 1);
+  add_init(&md, "b1", 1, b1d, b1, 1);
+  Onnx__NodeProto *c1 = add_node(&md, "Conv", "c1", "x", "w1", "b1", "h1");
+  attr_ints_n(c1, "pads", 1, 1, 4);
+  add_node(&md, "Relu", "r1", "h1", NULL, NULL, "a1");
+  Onnx__NodeProto *mp = add_node(&md, "MaxPool", "mp", "a1", NULL, NULL, "p1");
+  attr_ints_n(mp, "kernel_shape", 2, 2, 2);
+  attr_ints_n(mp, "strides", 2, 2, 2);
+  Onnx__NodeProto *c2 = add_node(&md, "Conv", "c2", "p1", "w2", NULL, "h2");
+  attr_ints_n(c2, "pads", 1, 1, 4);
+  add_node(&md, "Add", "res", "h2", "p1", NULL, "s");
+  add_node(&md, "GlobalAveragePool", "gap", "s", NULL, NULL, "g");
+  add_node(&md, "Flatten", "flat", "g", NULL, NULL, "y");
+  add_output(&md, "y");
+  size_t len;
+  uint8_t *buf = pack(&md, &len);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *ys[2];
+  int64_t d[4] = {2, 3, 8, 8};
+  FloeTensor *x = floe_tensor_new(FLOE_F32, 4, d, NULL);
+  for (int i = 0; i < 384; i++) ((float *)floe_tensor_data(x))[i] = (float)((i * 29 % 23) - 11) / 7.0f;
+  for (int keep = 0; keep < 2; keep++) {
+    FloeOnnxOptions o;
+    floe_onnx_options_init(&o);
+    o.keep_nchw = keep;
+    FloeOnnxModel *m = floe_onnx_import(buf, len, "resblock", &o, st);
+    ck_assert_msg(m != NULL, "%s", floe_status_message(st));
+    FloeGraph *g = floe_onnx_model_graph(m);
+    int transposes = 0, nhwc = 0;
+    for (int i = 0; i < floe_graph_num_nodes(g); i++) {
+      FloeNode *n = floe_graph_node(g, i);
+      transposes += !strcmp(floe_node_op(n), "Transpose");
+      const char *df = floe__node_attr_str(n, "data_format");
+      nhwc += df && !strcmp(df, "NHWC");
+    }
+    if (keep) {
+      ck_assert_int_eq(transposes, 0);
+      ck_assert_int_eq(nhwc, 0);
+    } else {
+      ck_assert_int_eq(transposes, 2);
+      ck_assert_int_ge(nhwc, 3); /* two convolutions and the pool */
+    }
+    ys[keep] = run1(m, x, st);
+    floe_onnx_model_free(m);
+  }
+  ck_assert_int_eq(floe_tensor_num_elements(ys[0]), 8);
+  for (int i = 0; i < 8; i++) {
+    float a = ((float *)floe_tensor_data(ys[0]))[i], b = ((float *)floe_tensor_data(ys[1]))[i];
+    ck_assert_msg(fabsf(a - b) <= 1e-5f * (1 + fabsf(b)), "y[%d]: NHWC %g, NCHW %g", i, a, b);
+  }
+  floe_tensor_release(ys[0]);
+  floe_tensor_release(ys[1]);
+  floe_tensor_release(x);
+  floe_status_free(st);
+  free(buf);
+}
+END_TEST
+
 /* Inputs the fuzzer (make fuzz-onnx) once crashed on: each must now import or fail with a
  * message, with and without constant folding, and as a TensorProto too. */
 START_TEST(fuzz_regressions) {
@@ -639,6 +717,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, trainable_initializers_train);
   tcase_add_test(tc, allocation_failures);
   tcase_add_test(tc, fuzz_regressions);
+  tcase_add_test(tc, nhwc_rewrite_matches_nchw);
   suite_add_tcase(s, tc);
   return s;
 }
