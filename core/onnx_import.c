@@ -80,6 +80,8 @@ typedef struct OxValue {
 
 struct FloeOnnxModel {
   FloeGraph *g;
+  int borrowed;   /* g is the caller's (FloeOnnxOptions.graph) */
+  int first_node; /* g's node count before the import */
   int opset;
   OxValue *inputs, *outputs;
   int num_inputs, num_outputs;
@@ -96,7 +98,7 @@ static void values_free(OxValue *v, int n) {
 
 void floe_onnx_model_free(FloeOnnxModel *m) {
   if (!m) return;
-  floe_graph_free(m->g);
+  if (!m->borrowed) floe_graph_free(m->g);
   values_free(m->inputs, m->num_inputs);
   values_free(m->outputs, m->num_outputs);
   floe__free(m->init_target);
@@ -111,7 +113,7 @@ void floe_onnx_options_init(FloeOnnxOptions *o) {
 
 FloeGraph *floe_onnx_model_graph(FloeOnnxModel *m) { return m ? m->g : NULL; }
 FloeGraph *floe_onnx_model_take_graph(FloeOnnxModel *m) {
-  if (!m) return NULL;
+  if (!m || m->borrowed) return NULL;
   FloeGraph *g = m->g;
   m->g = NULL;
   return g;
@@ -451,9 +453,11 @@ static const OxOp *find_op(const Onnx__NodeProto *n) {
 }
 
 /* A valid, unused Floe node name from an ONNX name (':' and control characters become '_'). */
-static char *unique_name(FloeGraph *g, const char *onnx, const char *fallback) {
+/* ... with the import's name prefix (FloeOnnxOptions.name_prefix) in front. */
+static char *unique_name(const OxCtx *c, const char *onnx, const char *fallback) {
+  FloeGraph *g = c->g;
   const char *base = onnx && *onnx ? onnx : fallback;
-  char *s = floe__strdup(base);
+  char *s = floe__asprintf("%s%s", c->name_prefix ? c->name_prefix : "", base);
   if (!s) return NULL;
   for (char *p = s; *p; p++)
     if (*p == ':' || (unsigned char)*p < 0x20) *p = '_';
@@ -476,7 +480,7 @@ static floe_code add_initializer(OxCtx *c, const Onnx__TensorProto *tp) {
     floe__status_prefix(c->st, "initializer '%s'", nm);
     return floe_status_code(c->st);
   }
-  char *name = unique_name(c->g, nm, "init");
+  char *name = unique_name(c, nm, "init");
   if (!name) {
     floe_tensor_release(t);
     return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
@@ -580,7 +584,7 @@ static floe_code map_node(OxCtx *c, const Onnx__NodeProto *n) {
   int nin = (int)n->n_input, nout = (int)n->n_output;
   FloeOutput *in = floe__calloc((size_t)nin + 1, sizeof *in);
   FloeOutput *out = floe__calloc((size_t)nout + 1, sizeof *out);
-  char *name = unique_name(c->g, n->name && *n->name ? n->name : NULL,
+  char *name = unique_name(c, n->name && *n->name ? n->name : NULL,
                            nout && *n->output[0] ? n->output[0] : n->op_type);
   floe_code rc = FLOE_OK;
   if (!in || !out || !name) {
@@ -621,6 +625,27 @@ done:
   return rc;
 }
 
+static const FloeOutput *binding(const OxCtx *c, const char *name) {
+  for (int i = 0; i < c->num_bind; i++)
+    if (c->bind_names[i] && !strcmp(c->bind_names[i], name)) return &c->bind_values[i];
+  return NULL;
+}
+
+static floe_code check_binding(OxCtx *c, const char *name, const OxValue *v, FloeOutput b) {
+  if (!b.node || b.node->graph != c->g || b.index < 0 || b.index >= b.node->num_outputs)
+    return floe_status_set(c->st, FLOE_INVALID_ARGUMENT,
+                           "input '%s' is bound to no output of the graph imported into", name);
+  FloeShape s = ox_shape(b);
+  char want[96], have[96];
+  if (ox_dtype(b) != v->dtype || (s.rank >= 0 && v->shape.rank >= 0 && s.rank != v->shape.rank))
+    return floe_status_set(c->st, FLOE_INVALID_ARGUMENT,
+                           "input '%s' is %s %s in the model, but is bound to '%s' of %s %s", name,
+                           floe_dtype_name(v->dtype), floe_shape_str(&v->shape, want, sizeof want),
+                           floe_node_name(b.node), floe_dtype_name(ox_dtype(b)),
+                           floe_shape_str(&s, have, sizeof have));
+  return FLOE_OK;
+}
+
 static floe_code add_values(OxCtx *c, FloeOnnxModel *m, const Onnx__GraphProto *gp) {
   m->inputs = floe__calloc(gp->n_input + 1, sizeof *m->inputs);
   m->outputs = floe__calloc(gp->n_output + 1, sizeof *m->outputs);
@@ -638,8 +663,20 @@ static floe_code add_values(OxCtx *c, FloeOnnxModel *m, const Onnx__GraphProto *
     floe_code rc = value_type(c, vi, &v->dtype, &v->shape);
     if (rc != FLOE_OK) return rc;
     m->num_inputs++; /* counted first: the model frees what was allocated */
+    const FloeOutput *bound = binding(c, vi->name);
+    if (bound) {
+      if ((rc = check_binding(c, vi->name, v, *bound)) != FLOE_OK) return rc;
+      v->out = *bound;
+      if (!(v->name = floe__strdup(vi->name)) ||
+          !(v->fetch = bound->index ? floe__asprintf("%s:%d", floe_node_name(bound->node),
+                                                     bound->index)
+                                    : floe__strdup(floe_node_name(bound->node))))
+        return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
+      if ((rc = scope_put(c->scope, vi->name, v->out, c->st)) != FLOE_OK) return rc;
+      continue;
+    }
     if (!(v->name = floe__strdup(vi->name)) ||
-        !(v->fetch = unique_name(c->g, vi->name, "input")))
+        !(v->fetch = unique_name(c, vi->name, "input")))
       return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
     v->out = floe_placeholder(c->g, v->fetch, v->dtype, v->shape);
     if (floe_graph_status(c->g) != FLOE_OK) return ox_check(c);
@@ -660,7 +697,7 @@ static floe_code bind_outputs(OxCtx *c, FloeOnnxModel *m, const Onnx__GraphProto
     m->num_outputs++;
     /* An Identity named after the output: fetchable by its ONNX name, also when the output is
      * an input or another output. */
-    char *name = unique_name(c->g, nm, "output");
+    char *name = unique_name(c, nm, "output");
     if (!name) return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
     FloeNodeBuilder *b = floe_node_begin(c->g, "Identity", name);
     floe_node_add_input(b, e->out);
@@ -699,15 +736,17 @@ static floe_code nhwc(FloeOnnxModel *m, FloeStatus *st) {
   int k = 0;
   for (int i = 0; i < m->num_outputs; i++) keep[k++] = m->outputs[i].out.node;
   for (int i = 0; i < m->num_inputs; i++) keep[k++] = m->inputs[i].out.node;
-  floe_code rc = floe__onnx_nhwc(m->g, keep, k, st);
+  floe_code rc = floe__onnx_nhwc(m->g, m->first_node, keep, k, st);
   floe__free(keep);
   return rc;
 }
 
 static floe_code keep_live(FloeOnnxModel *m) {
-  FloeNode **roots = floe__calloc((size_t)m->num_outputs + m->num_inputs + 2, sizeof *roots);
+  FloeNode **roots = floe__calloc((size_t)m->num_outputs + m->num_inputs + m->first_node + 2,
+                                  sizeof *roots);
   if (!roots) return FLOE_OK; /* keeping dead nodes is harmless */
   int k = 0;
+  for (int i = 0; i < m->first_node; i++) roots[k++] = m->g->nodes[i]; /* the caller's */
   for (int i = 0; i < m->num_outputs; i++) roots[k++] = m->outputs[i].out.node;
   for (int i = 0; i < m->num_inputs; i++) roots[k++] = m->inputs[i].out.node;
   if (m->init_target) roots[k++] = floe_graph_find(m->g, m->init_target);
@@ -744,9 +783,29 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
                   ? opts->no_constant_folding
                   : 0;
   c.keep_nchw = opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, keep_nchw) ? opts->keep_nchw : 0;
+  c.name_prefix = opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, name_prefix) ? opts->name_prefix : NULL;
+  FloeGraph *into = opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, graph) ? opts->graph : NULL;
+  if (opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, num_bind) && opts->num_bind > 0) {
+    c.bind_names = opts->bind_names;
+    c.bind_values = opts->bind_values;
+    c.num_bind = opts->bind_names && opts->bind_values ? opts->num_bind : 0;
+  }
   FloeOnnxModel *m = floe__calloc(1, sizeof *m);
   floe_code rc;
-  if (!m || !(m->g = floe_graph_new())) {
+  if (into && floe_graph_status(into) != FLOE_OK) {
+    floe__free(m);
+    m = NULL;
+    rc = floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                         "the graph to import into already has an error: %s",
+                         floe_graph_error(into, NULL));
+    goto fail;
+  }
+  if (into && m) {
+    m->g = into;
+    m->borrowed = 1;
+    m->first_node = into->num_nodes;
+  }
+  if (!m || !(m->g || (m->g = floe_graph_new()))) {
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
     goto fail;
   }
@@ -779,6 +838,7 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
 
 fail:
   floe__status_prefix(st, "importing '%s'", what);
+  if (m && m->borrowed) floe_graph_clear_error(m->g); /* it had none before */
   scope_free(&scope);
   protobuf_c_message_free_unpacked(&mp->base, &floe__onnx_pb_alloc);
   floe_onnx_model_free(m);

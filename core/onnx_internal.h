@@ -57,6 +57,10 @@ struct OxCtx {
   int trainable;
   int no_fold; /* FloeOnnxOptions.no_constant_folding */
   int keep_nchw; /* FloeOnnxOptions.keep_nchw */
+  const char *name_prefix; /* FloeOnnxOptions.name_prefix; NULL: none */
+  const char *const *bind_names; /* FloeOnnxOptions' input bindings */
+  const FloeOutput *bind_values;
+  int num_bind;
   FloeNode **var_inits; /* with trainable: initialiser nodes */
   int num_var_inits, cap_var_inits;
 };
@@ -107,8 +111,10 @@ floe_code ox_axis(OxCtx *c, int64_t axis, int rank, const char *what, int *out);
 int ox_present(FloeOutput x); /* the optional input was given */
 
 /* onnx_layout.c: NCHW convolutions and pools of g rewritten to run in NHWC, transposes sunk
- * and cancelled; keep[] (the model's inputs and outputs) are never rewritten. */
-floe_code floe__onnx_nhwc(FloeGraph *g, FloeNode *const *keep, int num_keep, FloeStatus *st);
+ * and cancelled; nodes before `first` (a caller's) and keep[] (the model's inputs and
+ * outputs) are never rewritten. */
+floe_code floe__onnx_nhwc(FloeGraph *g, int first, FloeNode *const *keep, int num_keep,
+                          FloeStatus *st);
 
 /* Op tables, each ending with {NULL, NULL, NULL}. */
 extern const OxOp floe__onnx_ops_math[];

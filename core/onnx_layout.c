@@ -21,6 +21,7 @@ typedef struct Pass {
   int cap;     /* of dead */
   FloeNode *const *keep; /* model inputs and outputs: never rewritten */
   int num_keep;
+  int first; /* nodes before it are the caller's: never rewritten */
   int counter;
 } Pass;
 
@@ -177,7 +178,7 @@ static bool scalar(FloeOutput x) {
 static int rewrite(Pass *p, FloeNode *n) {
   int64_t perm[4], perm2[4];
   FloeOutput a, b, ins[8];
-  if (n->num_inputs > 8 || kept(p, n)) return 0;
+  if (n->num_inputs > 8 || n->id < p->first || kept(p, n)) return 0;
   for (int i = 0; i < n->num_inputs; i++) ins[i] = n->inputs[i];
   FloeNode *c = NULL;
   if (layout_op(n)) {
@@ -256,10 +257,11 @@ static int rewrite(Pass *p, FloeNode *n) {
   return replace_uses(p, n, t) == FLOE_OK ? 1 : -1;
 }
 
-floe_code floe__onnx_nhwc(FloeGraph *g, FloeNode *const *keep, int num_keep, FloeStatus *st) {
-  Pass p = {.g = g, .st = st, .keep = keep, .num_keep = num_keep};
+floe_code floe__onnx_nhwc(FloeGraph *g, int first, FloeNode *const *keep, int num_keep,
+                          FloeStatus *st) {
+  Pass p = {.g = g, .st = st, .keep = keep, .num_keep = num_keep, .first = first};
   bool any = false;
-  for (int i = 0; i < g->num_nodes && !any; i++) any = layout_op(g->nodes[i]);
+  for (int i = first; i < g->num_nodes && !any; i++) any = layout_op(g->nodes[i]);
   if (!any) return FLOE_OK;
   floe_code rc = FLOE_OK;
   for (int round = 0, changed = 1; changed && round < 64; round++) {

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <floe/floe_onnx.h>
+
 #include "cli.h"
 #include "train_input.h"
 
@@ -30,12 +32,16 @@ static const char train_help[] =
     "                  [--seed S] [--data DIR] [--checkpoint-dir DIR [--resume]]\n"
     "                  [--stop-after K] [--input queue|feed] [--export FILE]\n"
     "                  [--devices LIST [--compress-transfers]] [--save-graph FILE]\n"
-    "                  [--profile] [--json]\n"
+    "                  [--profile] [--json] [--onnx MODEL.onnx]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
     "                         max-pool blocks (32, 64 filters), dense 1024, dense 10;\n"
     "                         lstm: a word language model on English text, with its own\n"
     "                         options (floe train --model lstm --help)\n"
+    "  --onnx MODEL.onnx      fine-tune an imported ONNX classifier instead: its\n"
+    "                         initializers become trainable variables; its input must be\n"
+    "                         [N,784] or [N,1,28,28] and its output [N,10] logits\n"
+    "                         (implies --input feed)\n"
     "  --epochs N             passes over the training set (default 5)\n"
     "  --batch N              examples per step (default 64)\n"
     "  --optimizer NAME       adam (default), sgd, momentum, rmsprop, adagrad\n"
@@ -95,6 +101,8 @@ typedef struct TrainOptions {
   int stop_after; /* 0: run to --epochs */
   int64_t limit;  /* 0: all examples */
   int queue;      /* --input queue (else feed) */
+  int queue_given;
+  const char *onnx; /* --onnx MODEL: fine-tune an imported classifier */
   const char *devices; /* --devices: cost-model placement among these; NULL: none */
   const char *save_graph; /* --save-graph FILE */
   int compress;        /* --compress-transfers */
@@ -117,9 +125,11 @@ static int parse_int(const char *s, long long lo, long long hi, long long *out) 
 }
 
 /* Returns 0 to go on, else the exit status (help printed: 0 through *done). */
+static int onnx_input_is_image(const char *path);
+
 static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
-         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH };
+         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -135,6 +145,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"devices", required_argument, NULL, OPT_DEVICES},
       {"compress-transfers", no_argument, NULL, OPT_COMPRESS},
       {"save-graph", required_argument, NULL, OPT_SAVE_GRAPH},
+      {"onnx", required_argument, NULL, OPT_ONNX},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
@@ -148,6 +159,9 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   opterr = 0; /* our own one-line messages below */
   while ((c = getopt_long(argc, argv, ":m:e:b:o:l:t:s:d:jh", opts, NULL)) != -1) {
     switch (c) {
+      case OPT_ONNX:
+        o->onnx = optarg;
+        break;
       case 'm':
         if (strcmp(optarg, "mlp") && strcmp(optarg, "cnn"))
           return cli_usage("train", "--model takes mlp, cnn or lstm");
@@ -206,6 +220,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         if (strcmp(optarg, "queue") && strcmp(optarg, "feed"))
           return cli_usage("train", "--input takes queue or feed");
         o->queue = !strcmp(optarg, "queue");
+        o->queue_given = 1;
         break;
       case OPT_DEVICES: o->devices = optarg; break;
       case OPT_COMPRESS: o->compress = 1; break;
@@ -239,6 +254,14 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
     return cli_usage("train", msg);
   }
   o->cnn = !strcmp(o->model, "cnn");
+  if (o->onnx) {
+    if (o->queue_given && o->queue)
+      return cli_usage("train", "--onnx reads its batches by feeding: drop --input queue");
+    o->queue = 0;
+    o->model = o->onnx;
+    o->cnn = onnx_input_is_image(o->onnx);
+    if (o->cnn < 0) return 1;
+  }
   return 0;
 }
 
@@ -258,6 +281,66 @@ static FloeOutput build_model(FloeGraph *g, FloeOutput x, const TrainOptions *o)
   h = floe_layer_flatten(g, "flatten", h);
   h = floe_layer_dense(g, "fc1", h, 1024, FLOE_ACT_RELU, s + 3);
   return floe_layer_dense(g, "fc2", h, 10, FLOE_ACT_NONE, s + 4);
+}
+
+/* --onnx: 1 when the model takes [N,1,28,28] images (the batches then come as NHWC and are
+ * transposed), 0 for [N,784]; -1 after printing why the model does not fit. */
+static int onnx_input_is_image(const char *path) {
+  FloeStatus *st = floe_status_new();
+  FloeOnnxOptions oo;
+  floe_onnx_options_init(&oo);
+  oo.no_constant_folding = 1;
+  FloeOnnxModel *m = floe_onnx_import_file(path, &oo, st);
+  int r = -1;
+  if (!m) {
+    cli_error("train", "%s", floe_status_message(st));
+  } else if (floe_onnx_model_num_inputs(m) != 1 || floe_onnx_model_num_outputs(m) < 1 ||
+             floe_onnx_model_input_dtype(m, 0) != FLOE_F32) {
+    cli_error("train", "--onnx %s: the model needs one f32 input and a logits output", path);
+  } else {
+    FloeShape s = floe_onnx_model_input_shape(m, 0);
+    if (s.rank == 2 && (s.dims[1] == 784 || s.dims[1] < 0)) r = 0;
+    else if (s.rank == 4 && s.dims[1] == 1 && s.dims[2] == 28 && s.dims[3] == 28) r = 1;
+    else
+      cli_error("train", "--onnx %s: input '%s' must be [N,784] or [N,1,28,28]", path,
+                floe_onnx_model_input_name(m, 0));
+  }
+  floe_onnx_model_free(m);
+  floe_status_free(st);
+  return r;
+}
+
+/* --onnx: the model imported into g on x (transposed to NCHW for image models), its
+ * initializers trainable; its first output (the logits). */
+static FloeOutput import_onnx(FloeGraph *g, FloeOutput x, const TrainOptions *o) {
+  if (o->cnn) {
+    static const int64_t perm[4] = {0, 3, 1, 2};
+    int64_t four = 4;
+    FloeTensor *p = floe_tensor_new(FLOE_I64, 1, &four, NULL);
+    if (p) memcpy(floe_tensor_data(p), perm, sizeof perm);
+    FloeOutput pc = floe_const(g, "x/nchw_perm", p);
+    floe_tensor_release(p);
+    x = floe_binary(g, "Transpose", "x/nchw", x, pc);
+  }
+  FloeStatus *st = floe_status_new();
+  FloeOnnxOptions oo;
+  floe_onnx_options_init(&oo);
+  oo.trainable = 1;
+  oo.graph = g;
+  oo.name_prefix = "onnx/";
+  FloeOnnxModel *probe = floe_onnx_import_file(o->onnx, &(FloeOnnxOptions){
+      .struct_size = sizeof(FloeOnnxOptions), .no_constant_folding = 1}, st);
+  const char *name = probe ? floe_onnx_model_input_name(probe, 0) : "";
+  oo.bind_names = &name;
+  oo.bind_values = &x;
+  oo.num_bind = 1;
+  FloeOnnxModel *m = probe ? floe_onnx_import_file(o->onnx, &oo, st) : NULL;
+  FloeOutput out = m ? floe_onnx_model_output(m, 0) : floe_out(NULL, 0);
+  if (!m) cli_error("train", "%s", floe_status_message(st));
+  floe_onnx_model_free(m); /* the graph is g's: only the model's names go */
+  floe_onnx_model_free(probe);
+  floe_status_free(st);
+  return out;
 }
 
 /* Everything one run holds, freed by train_free. */
@@ -305,7 +388,8 @@ static int build_graph(Trainer *t) {
                          o->stop_after ? o->stop_after : o->epochs, NULL, NULL};
     train_input_build(g, &in, &tx, &ty);
   }
-  FloeOutput loss = floe_sparse_softmax_cross_entropy(g, "loss", build_model(g, tx, o), ty);
+  FloeOutput model_out = o->onnx ? import_onnx(g, x, o) : build_model(g, tx, o);
+  FloeOutput loss = floe_sparse_softmax_cross_entropy(g, "loss", model_out, ty);
   FloeOptimizerOptions opt;
   floe_optimizer_options_init(&opt, o->optimizer);
   if (!isnan(o->lr)) opt.learning_rate = o->lr;
@@ -317,7 +401,7 @@ static int build_graph(Trainer *t) {
   FloeNode *step = floe_minimize(g, "train", loss, &opt, NULL, 0);
   FloeVariable gs = floe_global_step(g);
   /* Inference: the same layer names, so the same variables. */
-  FloeOutput logits = floe_unary(g, "Identity", "logits", build_model(g, x, o));
+  FloeOutput logits = floe_unary(g, "Identity", "logits", o->onnx ? model_out : build_model(g, x, o));
   FloeTensor *one = floe_tensor_scalar_i32(1, NULL);
   FloeOutput axis = one ? floe_const(g, "predictions/axis", one) : floe_out(NULL, 0);
   floe_tensor_release(one);

@@ -14,183 +14,9 @@
 #include "floe/floe_train.h"
 #include "internal.h"
 #include "onnx.pb-c.h"
+#include "onnx_builder.h"
 
 long floe_test_fail_alloc_after(long n);
-
-/* ---- building models ---- */
-
-/* The builders' allocations, freed together once the model is packed. */
-static void *arena[4096];
-static int arena_n;
-static void *talloc(size_t n, size_t size) {
-  void *p = calloc(n, size);
-  ck_assert_ptr_nonnull(p);
-  ck_assert_int_lt(arena_n, 4096);
-  arena[arena_n++] = p;
-  return p;
-}
-static void arena_free(void) {
-  while (arena_n) free(arena[--arena_n]);
-}
-
-typedef struct Model {
-  Onnx__ModelProto m;
-  Onnx__GraphProto g;
-  Onnx__OperatorSetIdProto opset;
-  Onnx__OperatorSetIdProto *opsets[1];
-  Onnx__NodeProto *nodes[16];
-  Onnx__TensorProto *inits[8];
-  Onnx__ValueInfoProto *ins[4], *outs[4];
-} Model;
-
-static void model_init(Model *md, int opset) {
-  memset(md, 0, sizeof *md);
-  onnx__model_proto__init(&md->m);
-  onnx__graph_proto__init(&md->g);
-  onnx__operator_set_id_proto__init(&md->opset);
-  md->opset.domain = "";
-  md->opset.has_version = 1;
-  md->opset.version = opset;
-  md->opsets[0] = &md->opset;
-  md->m.n_opset_import = 1;
-  md->m.opset_import = md->opsets;
-  md->m.has_ir_version = 1;
-  md->m.ir_version = 8;
-  md->m.graph = &md->g;
-  md->g.node = md->nodes;
-  md->g.initializer = md->inits;
-  md->g.input = md->ins;
-  md->g.output = md->outs;
-}
-
-static Onnx__ValueInfoProto *value_info(const char *name, int elem, int rank, const int64_t *dims) {
-  Onnx__ValueInfoProto *v = talloc(1, sizeof *v);
-  Onnx__TypeProto *t = talloc(1, sizeof *t);
-  Onnx__TypeProto__Tensor *tt = talloc(1, sizeof *tt);
-  Onnx__TensorShapeProto *s = talloc(1, sizeof *s);
-  onnx__value_info_proto__init(v);
-  onnx__type_proto__init(t);
-  onnx__type_proto__tensor__init(tt);
-  onnx__tensor_shape_proto__init(s);
-  s->n_dim = (size_t)rank;
-  s->dim = talloc((size_t)rank + 1, sizeof *s->dim);
-  for (int i = 0; i < rank; i++) {
-    s->dim[i] = talloc(1, sizeof **s->dim);
-    onnx__tensor_shape_proto__dimension__init(s->dim[i]);
-    if (dims[i] >= 0) {
-      s->dim[i]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-      s->dim[i]->dim_value = dims[i];
-    } else {
-      s->dim[i]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-      s->dim[i]->dim_param = "batch";
-    }
-  }
-  tt->has_elem_type = 1;
-  tt->elem_type = elem;
-  tt->shape = s;
-  t->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
-  t->tensor_type = tt;
-  v->name = (char *)name;
-  v->type = t;
-  return v;
-}
-
-static void add_input(Model *md, const char *name, int rank, const int64_t *dims) {
-  md->ins[md->g.n_input++] = value_info(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, rank, dims);
-}
-
-static void add_output(Model *md, const char *name) {
-  md->outs[md->g.n_output++] = value_info(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL);
-  md->outs[md->g.n_output - 1]->type->tensor_type->shape = NULL;
-}
-
-/* A float initializer, as raw_data (raw = 1) or float_data. */
-static void add_init(Model *md, const char *name, int rank, const int64_t *dims, const float *v,
-                     int raw) {
-  Onnx__TensorProto *t = talloc(1, sizeof *t);
-  onnx__tensor_proto__init(t);
-  t->name = (char *)name;
-  t->has_data_type = 1;
-  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  t->n_dims = (size_t)rank;
-  t->dims = (int64_t *)dims;
-  size_t n = 1;
-  for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
-  if (raw) {
-    t->has_raw_data = 1;
-    t->raw_data.len = n * sizeof(float);
-    t->raw_data.data = (uint8_t *)v;
-  } else {
-    t->n_float_data = n;
-    t->float_data = (float *)v;
-  }
-  md->inits[md->g.n_initializer++] = t;
-}
-
-static void add_int64_init(Model *md, const char *name, int64_t n, const int64_t *v) {
-  Onnx__TensorProto *t = talloc(1, sizeof *t);
-  onnx__tensor_proto__init(t);
-  static int64_t dims[8][1];
-  static int k;
-  dims[k][0] = n;
-  t->name = (char *)name;
-  t->has_data_type = 1;
-  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
-  t->n_dims = 1;
-  t->dims = dims[k++ % 8];
-  t->n_int64_data = (size_t)n;
-  t->int64_data = (int64_t *)v;
-  md->inits[md->g.n_initializer++] = t;
-}
-
-static Onnx__NodeProto *add_node(Model *md, const char *op, const char *name, const char *in0,
-                                 const char *in1, const char *in2, const char *out) {
-  Onnx__NodeProto *n = talloc(1, sizeof *n);
-  onnx__node_proto__init(n);
-  n->op_type = (char *)op;
-  n->name = (char *)name;
-  n->input = talloc(3, sizeof *n->input);
-  const char *ins[3] = {in0, in1, in2};
-  for (int i = 0; i < 3 && ins[i]; i++) n->input[n->n_input++] = (char *)ins[i];
-  n->output = talloc(1, sizeof *n->output);
-  n->output[0] = (char *)out;
-  n->n_output = 1;
-  n->attribute = talloc(4, sizeof *n->attribute);
-  md->nodes[md->g.n_node++] = n;
-  return n;
-}
-
-static void attr_int(Onnx__NodeProto *n, const char *name, int64_t v) {
-  Onnx__AttributeProto *a = talloc(1, sizeof *a);
-  onnx__attribute_proto__init(a);
-  a->name = (char *)name;
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-  a->has_i = 1;
-  a->i = v;
-  n->attribute[n->n_attribute++] = a;
-}
-
-static void attr_ints(Onnx__NodeProto *n, const char *name, const int64_t *v, size_t k) {
-  Onnx__AttributeProto *a = talloc(1, sizeof *a);
-  onnx__attribute_proto__init(a);
-  a->name = (char *)name;
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
-  a->n_ints = k;
-  a->ints = (int64_t *)v;
-  n->attribute[n->n_attribute++] = a;
-}
-
-/* Serialises the model (caller frees) and frees the builders' allocations. */
-static uint8_t *pack(Model *md, size_t *len) {
-  *len = onnx__model_proto__get_packed_size(&md->m);
-  uint8_t *buf = malloc(*len ? *len : 1);
-  ck_assert_ptr_nonnull(buf);
-  ck_assert_uint_eq(onnx__model_proto__pack(&md->m, buf), *len);
-  arena_free();
-  return buf;
-}
 
 /* x [B,4] -> Gemm(W [3,4], transB) + b -> Relu -> y [B,3] */
 static const float W[12] = {0.5f, -1.0f, 0.25f, 2.0f, -0.5f, 1.5f, 1.0f, -2.0f,
@@ -200,16 +26,16 @@ static const int64_t WDIMS[2] = {3, 4}, BDIMS[1] = {3};
 
 static uint8_t *mlp_model(size_t *len, int raw) {
   Model md;
-  model_init(&md, 13);
+  ob_model_init(&md, 13);
   int64_t xd[2] = {-1, 4};
-  add_input(&md, "x", 2, xd);
-  add_init(&md, "W", 2, WDIMS, W, raw);
-  add_init(&md, "b", 1, BDIMS, BIAS, !raw);
-  Onnx__NodeProto *g = add_node(&md, "Gemm", "fc", "x", "W", "b", "h");
-  attr_int(g, "transB", 1);
-  add_node(&md, "Relu", "act", "h", NULL, NULL, "y");
-  add_output(&md, "y");
-  return pack(&md, len);
+  ob_add_input(&md, "x", 2, xd);
+  ob_add_init(&md, "W", 2, WDIMS, W, raw);
+  ob_add_init(&md, "b", 1, BDIMS, BIAS, !raw);
+  Onnx__NodeProto *g = ob_add_node(&md, "Gemm", "fc", "x", "W", "b", "h");
+  ob_attr_int(g, "transB", 1);
+  ob_add_node(&md, "Relu", "act", "h", NULL, NULL, "y");
+  ob_add_output(&md, "y");
+  return ob_pack(&md, len);
 }
 
 static FloeTensor *run1(FloeOnnxModel *m, FloeTensor *x, FloeStatus *st) {
@@ -278,21 +104,21 @@ END_TEST
  * known when the graph is built; without folding it is not. */
 START_TEST(folds_shape_arithmetic) {
   Model md;
-  model_init(&md, 13);
+  ob_model_init(&md, 13);
   int64_t xd[3] = {2, 3, 4};
-  add_input(&md, "x", 3, xd);
+  ob_add_input(&md, "x", 3, xd);
   static const int64_t idx[1] = {0}, tail[1] = {-1};
-  add_int64_init(&md, "i0", 1, idx);
-  add_int64_init(&md, "m1", 1, tail);
-  add_node(&md, "Shape", "shape", "x", NULL, NULL, "s");
-  Onnx__NodeProto *ga = add_node(&md, "Gather", "first", "s", "i0", NULL, "d0");
-  attr_int(ga, "axis", 0);
-  Onnx__NodeProto *cat = add_node(&md, "Concat", "cat", "d0", "m1", NULL, "newshape");
-  attr_int(cat, "axis", 0);
-  add_node(&md, "Reshape", "reshape", "x", "newshape", NULL, "y");
-  add_output(&md, "y");
+  ob_add_int64_init(&md, "i0", 1, idx);
+  ob_add_int64_init(&md, "m1", 1, tail);
+  ob_add_node(&md, "Shape", "shape", "x", NULL, NULL, "s");
+  Onnx__NodeProto *ga = ob_add_node(&md, "Gather", "first", "s", "i0", NULL, "d0");
+  ob_attr_int(ga, "axis", 0);
+  Onnx__NodeProto *cat = ob_add_node(&md, "Concat", "cat", "d0", "m1", NULL, "newshape");
+  ob_attr_int(cat, "axis", 0);
+  ob_add_node(&md, "Reshape", "reshape", "x", "newshape", NULL, "y");
+  ob_add_output(&md, "y");
   size_t len;
-  uint8_t *buf = pack(&md, &len);
+  uint8_t *buf = ob_pack(&md, &len);
   FloeStatus *st = floe_status_new();
   for (int nofold = 0; nofold < 2; nofold++) {
     FloeOnnxOptions o;
@@ -386,7 +212,7 @@ END_TEST
 
 static void expect_error(Model *md, floe_code code, const char *const *parts) {
   size_t len;
-  uint8_t *buf = pack(md, &len);
+  uint8_t *buf = ob_pack(md, &len);
   FloeStatus *st = floe_status_new();
   FloeOnnxModel *m = floe_onnx_import(buf, len, "bad.onnx", NULL, st);
   ck_assert_ptr_null(m);
@@ -400,11 +226,11 @@ static void expect_error(Model *md, floe_code code, const char *const *parts) {
 
 START_TEST(unsupported_op_names_op_opset_node) {
   Model md;
-  model_init(&md, 11);
+  ob_model_init(&md, 11);
   int64_t xd[1] = {4};
-  add_input(&md, "x", 1, xd);
-  add_node(&md, "FancyOp", "mystery", "x", NULL, NULL, "y");
-  add_output(&md, "y");
+  ob_add_input(&md, "x", 1, xd);
+  ob_add_node(&md, "FancyOp", "mystery", "x", NULL, NULL, "y");
+  ob_add_output(&md, "y");
   expect_error(&md, FLOE_UNIMPLEMENTED,
                (const char *[]){"bad.onnx", "mystery", "FancyOp", "opset 11", NULL});
 }
@@ -412,35 +238,35 @@ END_TEST
 
 START_TEST(undefined_input_is_named) {
   Model md;
-  model_init(&md, 13);
+  ob_model_init(&md, 13);
   int64_t xd[1] = {4};
-  add_input(&md, "x", 1, xd);
-  add_node(&md, "Add", "sum", "x", "ghost", NULL, "y");
-  add_output(&md, "y");
+  ob_add_input(&md, "x", 1, xd);
+  ob_add_node(&md, "Add", "sum", "x", "ghost", NULL, "y");
+  ob_add_output(&md, "y");
   expect_error(&md, FLOE_INVALID_ARGUMENT, (const char *[]){"sum", "ghost", NULL});
 }
 END_TEST
 
 START_TEST(bad_attribute_is_named) {
   Model md;
-  model_init(&md, 13);
+  ob_model_init(&md, 13);
   int64_t xd[2] = {2, 3};
-  add_input(&md, "x", 2, xd);
+  ob_add_input(&md, "x", 2, xd);
   static const int64_t perm[3] = {2, 0, 1};
-  Onnx__NodeProto *t = add_node(&md, "Transpose", "tr", "x", NULL, NULL, "y");
-  attr_ints(t, "perm", perm, 3);
-  add_output(&md, "y");
+  Onnx__NodeProto *t = ob_add_node(&md, "Transpose", "tr", "x", NULL, NULL, "y");
+  ob_attr_ints(t, "perm", perm, 3);
+  ob_add_output(&md, "y");
   expect_error(&md, FLOE_INVALID_ARGUMENT, (const char *[]){"tr", "perm has 3 entries", NULL});
 }
 END_TEST
 
 START_TEST(opset_out_of_range) {
   Model md;
-  model_init(&md, 99);
+  ob_model_init(&md, 99);
   int64_t xd[1] = {4};
-  add_input(&md, "x", 1, xd);
-  add_node(&md, "Relu", "r", "x", NULL, NULL, "y");
-  add_output(&md, "y");
+  ob_add_input(&md, "x", 1, xd);
+  ob_add_node(&md, "Relu", "r", "x", NULL, NULL, "y");
+  ob_add_output(&md, "y");
   expect_error(&md, FLOE_UNIMPLEMENTED, (const char *[]){"opset 99", NULL});
 }
 END_TEST
@@ -586,9 +412,9 @@ START_TEST(allocation_failures) {
 END_TEST
 
 static void attr_ints_n(Onnx__NodeProto *n, const char *name, int64_t a, int64_t b, int k) {
-  int64_t *v = talloc(4, sizeof *v);
+  int64_t *v = onnx_builder_alloc(4, sizeof *v);
   v[0] = a, v[1] = b, v[2] = a, v[3] = b;
-  attr_ints(n, name, v, (size_t)k);
+  ob_attr_ints(n, name, v, (size_t)k);
 }
 
 /* Conv -> Relu -> MaxPool -> Conv -> Add (residual) -> GlobalAveragePool -> Flatten: the NHWC
@@ -596,31 +422,31 @@ static void attr_ints_n(Onnx__NodeProto *n, const char *name, int64_t a, int64_t
  * the one before Flatten). */
 START_TEST(nhwc_rewrite_matches_nchw) {
   Model md;
-  model_init(&md, 13);
+  ob_model_init(&md, 13);
   int64_t xd[4] = {2, 3, 8, 8};
-  add_input(&md, "x", 4, xd);
+  ob_add_input(&md, "x", 4, xd);
   static float w1[4 * 3 * 3 * 3], w2[4 * 4 * 3 * 3], b1[4];
   for (int i = 0; i < 108; i++) w1[i] = (float)((i * 37 % 17) - 8) / 16.0f;
   for (int i = 0; i < 144; i++) w2[i] = (float)((i * 53 % 19) - 9) / 20.0f;
   for (int i = 0; i < 4; i++) b1[i] = 0.1f * (float)i - 0.15f;
   static const int64_t w1d[4] = {4, 3, 3, 3}, w2d[4] = {4, 4, 3, 3}, b1d[1] = {4};
-  add_init(&md, "w1", 4, w1d, w1, 1);
-  add_init(&md, "w2", 4, w2d, w2, 1);
-  add_init(&md, "b1", 1, b1d, b1, 1);
-  Onnx__NodeProto *c1 = add_node(&md, "Conv", "c1", "x", "w1", "b1", "h1");
+  ob_add_init(&md, "w1", 4, w1d, w1, 1);
+  ob_add_init(&md, "w2", 4, w2d, w2, 1);
+  ob_add_init(&md, "b1", 1, b1d, b1, 1);
+  Onnx__NodeProto *c1 = ob_add_node(&md, "Conv", "c1", "x", "w1", "b1", "h1");
   attr_ints_n(c1, "pads", 1, 1, 4);
-  add_node(&md, "Relu", "r1", "h1", NULL, NULL, "a1");
-  Onnx__NodeProto *mp = add_node(&md, "MaxPool", "mp", "a1", NULL, NULL, "p1");
+  ob_add_node(&md, "Relu", "r1", "h1", NULL, NULL, "a1");
+  Onnx__NodeProto *mp = ob_add_node(&md, "MaxPool", "mp", "a1", NULL, NULL, "p1");
   attr_ints_n(mp, "kernel_shape", 2, 2, 2);
   attr_ints_n(mp, "strides", 2, 2, 2);
-  Onnx__NodeProto *c2 = add_node(&md, "Conv", "c2", "p1", "w2", NULL, "h2");
+  Onnx__NodeProto *c2 = ob_add_node(&md, "Conv", "c2", "p1", "w2", NULL, "h2");
   attr_ints_n(c2, "pads", 1, 1, 4);
-  add_node(&md, "Add", "res", "h2", "p1", NULL, "s");
-  add_node(&md, "GlobalAveragePool", "gap", "s", NULL, NULL, "g");
-  add_node(&md, "Flatten", "flat", "g", NULL, NULL, "y");
-  add_output(&md, "y");
+  ob_add_node(&md, "Add", "res", "h2", "p1", NULL, "s");
+  ob_add_node(&md, "GlobalAveragePool", "gap", "s", NULL, NULL, "g");
+  ob_add_node(&md, "Flatten", "flat", "g", NULL, NULL, "y");
+  ob_add_output(&md, "y");
   size_t len;
-  uint8_t *buf = pack(&md, &len);
+  uint8_t *buf = ob_pack(&md, &len);
   FloeStatus *st = floe_status_new();
   FloeTensor *ys[2];
   int64_t d[4] = {2, 3, 8, 8};

@@ -62,4 +62,20 @@ if [ -n "$U" ]; then
   "$floe" onnx-test "$(dirname "$U")" > "$t/u.txt" || fail "unsupported case exit status"
   grep -q '^unsupported.*TfIdfVectorizer' "$t/u.txt" || fail "$(cat "$t/u.txt")"
 fi
+# fine-tuning an imported classifier: initializers become variables that floe train updates
+# (an untrained MLP from make_onnx_mlp; chance is 0.1)
+FM=/usr/share/datasets/fashion-mnist
+if [ -f "$FM/train-images-idx3-ubyte.gz" ] || [ -f "$FM/train-images-idx3-ubyte" ]; then
+  "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" "$t/mlp.onnx" || fail "make_onnx_mlp"
+  "$floe" train --onnx "$t/mlp.onnx" --epochs 2 --limit 2000 --json > "$t/train.txt" 2>&1 \
+    || fail "floe train --onnx: $(cat "$t/train.txt")"
+  acc=$(tail -n 1 "$t/train.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
+  awk "BEGIN{exit !($acc > 0.5)}" || fail "fine-tuned accuracy $acc (want > 0.5)"
+  echo "fine-tuned ONNX MLP: test accuracy $acc"
+  "$floe" train --onnx "$C/model.onnx" --epochs 1 > "$t/bad.txt" 2>&1
+  [ $? -ne 0 ] && grep -q "must be \[N,784\] or \[N,1,28,28\]" "$t/bad.txt" \
+    || fail "a model of the wrong input shape: $(cat "$t/bad.txt")"
+else
+  echo "(Fashion-MNIST not installed: fine-tuning not checked)"
+fi
 echo "ok"

@@ -32,6 +32,20 @@ typedef struct FloeOnnxOptions {
    * in NHWC (what the CPU plugin's primitives take without reordering), with transposes only
    * where the layout matters (the input, before a Flatten). */
   int keep_nchw;
+  /* Non-NULL: import into this graph (the caller's; the model borrows it) instead of a new
+   * one, so an imported network can sit inside a larger graph: a loss and an optimiser on
+   * its outputs, its inputs computed by other nodes. Nodes already in the graph are never
+   * changed. On failure the graph may hold unused nodes of the partial import; its sticky
+   * error is left as it was. */
+  FloeGraph *graph;
+  /* Graph inputs bound to existing outputs of `graph` (names are ONNX input names; dtypes
+   * must match, ranks too when known): they get no placeholder. Borrowed for the call. */
+  const char *const *bind_names;
+  const FloeOutput *bind_values;
+  int num_bind;
+  /* Put in front of every node name the import makes ("resnet/"), so two models, or a model
+   * and the caller's own nodes, keep apart; NULL: none. Borrowed for the call. */
+  const char *name_prefix;
 } FloeOnnxOptions;
 
 FLOE_API void floe_onnx_options_init(FloeOnnxOptions *opts);
@@ -48,14 +62,16 @@ FLOE_API void floe_onnx_model_free(FloeOnnxModel *m); /* NULL is a no-op */
 /* The imported graph, owned by the model (valid until floe_onnx_model_free). Callers may add
  * nodes to it (losses, optimisers). */
 FLOE_API FloeGraph *floe_onnx_model_graph(FloeOnnxModel *m);
-/* Detaches the graph: the caller now owns it (floe_graph_free); the model keeps its names. */
+/* Detaches the graph: the caller now owns it (floe_graph_free); the model keeps its names.
+ * NULL for a model imported into the caller's graph (FloeOnnxOptions.graph). */
 FLOE_API FloeGraph *floe_onnx_model_take_graph(FloeOnnxModel *m);
 
 /* The default-domain opset the model imports (e.g. 13). */
 FLOE_API int floe_onnx_model_opset(const FloeOnnxModel *m);
 
 /* Graph inputs that are not initializers, in the model's order. Names are the ONNX value
- * names (borrowed from the model); feed each under floe_onnx_model_input_node's name. */
+ * names (borrowed from the model); feed each under floe_onnx_model_input_node's name (for a
+ * bound input: the output it was bound to, "node" or "node:k"). */
 FLOE_API int floe_onnx_model_num_inputs(const FloeOnnxModel *m);
 FLOE_API const char *floe_onnx_model_input_name(const FloeOnnxModel *m, int i);
 FLOE_API const char *floe_onnx_model_input_node(const FloeOnnxModel *m, int i);
