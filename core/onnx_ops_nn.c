@@ -304,42 +304,49 @@ static floe_code pool(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, 
 MAP(map_max_pool) { return pool(c, n, in, nin, out, nout, 1); }
 MAP(map_average_pool) { return pool(c, n, in, nin, out, nout, 0); }
 
-/* MaxUnpool: X's values scattered into zeros of the output shape at the flat positions I
- * holds (MaxPool's Indices), as GatherGrad over the flattened output. */
+/* MaxUnpool: X's values scattered into zeros at the flat positions I holds (MaxPool's
+ * Indices, which count in the unpooled shape the attributes give), as GatherGrad over the
+ * flattened unpooled tensor; a larger output_shape then pads each dim at its end. */
 MAP(map_max_unpool) {
   UNUSED_ARGS;
   floe_code rc = need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeShape xs = ox_shape(in[0]);
-  FloeOutput shape;
-  if (nin > 2 && ox_present(in[2])) {
-    shape = ox_cast(c, in[2], FLOE_I64);
-  } else {
-    const int64_t *ks;
-    int nk = ox_ints(n, "kernel_shape", &ks);
-    if (xs.rank < 3 || nk != xs.rank - 2)
-      return ox_fail(c, FLOE_INVALID_ARGUMENT, "kernel_shape has %d values for an input of rank %d",
-                     nk, xs.rank);
-    Geom g;
-    if ((rc = geometry(c, n, xs, ks, &g)) != FLOE_OK) return rc;
-    int64_t dims[5] = {xs.dims[0], xs.dims[1]};
-    for (int i = 0; i < xs.rank; i++)
-      if (xs.dims[i] < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "MaxUnpool of an input of unknown shape without output_shape");
-    for (int i = 0; i < g.nsp; i++)
-      dims[2 + i] = (xs.dims[2 + i] - 1) * g.s[i] + g.k[i] - g.pb[i] - g.pe[i];
-    shape = ox_const_i64(c, dims, xs.rank);
-  }
-  int64_t flat = -1;
-  FloeNodeBuilder *b = ox_begin(c, "Prod");
-  floe_node_add_input(b, shape);
-  floe_node_add_input(b, ox_scalar_i32(c, 0));
-  floe_node_set_attr_bool(b, "keep_dims", 1);
-  FloeOutput total = ox_finish(c, b);
-  b = ox_begin(c, "GatherGrad");
-  floe_node_add_input(b, total);
+  const int64_t *ks;
+  int nk = ox_ints(n, "kernel_shape", &ks);
+  if (xs.rank < 3 || nk != xs.rank - 2)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "kernel_shape has %d values for an input of rank %d",
+                   nk, xs.rank);
+  Geom g;
+  if ((rc = geometry(c, n, xs, ks, &g)) != FLOE_OK) return rc;
+  int64_t dims[5] = {xs.dims[0], xs.dims[1]}, total = 1, flat = -1;
+  for (int i = 0; i < xs.rank; i++)
+    if (xs.dims[i] < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "MaxUnpool of an input of unknown shape");
+  for (int i = 0; i < g.nsp; i++)
+    dims[2 + i] = (xs.dims[2 + i] - 1) * g.s[i] + g.k[i] - g.pb[i] - g.pe[i];
+  for (int i = 0; i < xs.rank; i++) total *= dims[i];
+  FloeNodeBuilder *b = ox_begin(c, "GatherGrad");
+  floe_node_add_input(b, ox_const_i64(c, &total, 1));
   floe_node_add_input(b, ox_binary(c, "Reshape", ox_cast(c, in[1], FLOE_I64), ox_const_i64(c, &flat, 1)));
   floe_node_add_input(b, ox_binary(c, "Reshape", in[0], ox_const_i64(c, &flat, 1)));
-  out[0] = ox_binary(c, "Reshape", ox_finish(c, b), shape);
+  FloeOutput y = ox_binary(c, "Reshape", ox_finish(c, b), ox_const_i64(c, dims, xs.rank));
+  if (nin > 2 && ox_present(in[2])) {
+    /* paddings [rank, 2]: 0 before, output_shape - unpooled after (a negative one is the Pad
+     * kernel's error). Constant folding computes it when output_shape is a constant. */
+    int64_t zeros[5] = {0}, col[2] = {-1, 1};
+    FloeOutput after = ox_binary(c, "Sub", ox_cast(c, in[2], FLOE_I64), ox_const_i64(c, dims, xs.rank));
+    FloeOutput cols[2] = {ox_binary(c, "Reshape", ox_const_i64(c, zeros, xs.rank), ox_const_i64(c, col, 2)),
+                          ox_binary(c, "Reshape", after, ox_const_i64(c, col, 2))};
+    b = ox_begin(c, "Concat");
+    floe_node_add_input_list(b, cols, 2);
+    floe_node_add_input(b, ox_scalar_i32(c, 1));
+    FloeOutput pads = ox_finish(c, b);
+    b = ox_begin(c, "Pad");
+    floe_node_add_input(b, y);
+    floe_node_add_input(b, pads);
+    y = ox_finish(c, b);
+  }
+  out[0] = y;
   return FLOE_OK;
 }
 

@@ -66,14 +66,14 @@ static FloeOutput along_axis(OxCtx *c, FloeOutput p, int axis, int r) {
   return ox_binary(c, "Reshape", p, ox_const_i64(c, dims, r - axis));
 }
 
-/* The axis of a per-axis quantization of x (opset 13's attribute, 1 by default). */
-static floe_code quant_axis(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, int *axis, int *r) {
+/* The axis of a per-axis quantization of x by scale (opset 13's attribute, 1 by default);
+ * a scalar scale has none to check. */
+static floe_code quant_axis(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, FloeOutput scale,
+                            int *axis, int *r) {
+  *axis = 0;
   *r = ox_rank(c, x, "the input");
   if (*r < 0) return floe_status_code(c->st);
-  if (*r == 0) {
-    *axis = 0;
-    return FLOE_OK;
-  }
+  if (ox_shape(scale).rank < 1) return FLOE_OK;
   return ox_axis(c, ox_int(n, "axis", 1), *r, "axis", axis);
 }
 
@@ -81,7 +81,7 @@ MAP(map_dequantize_linear) {
   UNUSED_ARGS;
   floe_code rc = need(c, in, nin, 2);
   int axis, r;
-  if (rc != FLOE_OK || (rc = quant_axis(c, n, in[0], &axis, &r)) != FLOE_OK) return rc;
+  if (rc != FLOE_OK || (rc = quant_axis(c, n, in[0], in[1], &axis, &r)) != FLOE_OK) return rc;
   FloeDType ft = ox_dtype(in[1]);
   FloeOutput x = ox_cast(c, in[0], ft);
   if (given(in, nin, 2)) x = ox_binary(c, "Sub", x, along_axis(c, ox_cast(c, in[2], ft), axis, r));
@@ -93,7 +93,7 @@ MAP(map_quantize_linear) {
   UNUSED_ARGS;
   floe_code rc = need(c, in, nin, 2);
   int axis, r;
-  if (rc != FLOE_OK || (rc = quant_axis(c, n, in[0], &axis, &r)) != FLOE_OK) return rc;
+  if (rc != FLOE_OK || (rc = quant_axis(c, n, in[0], in[1], &axis, &r)) != FLOE_OK) return rc;
   FloeDType qt = given(in, nin, 2) ? ox_dtype(in[2]) : FLOE_U8;
   double lo, hi;
   if ((rc = qrange(c, qt, &lo, &hi)) != FLOE_OK) return rc;
