@@ -378,27 +378,64 @@ static FloeOutput per_channel(OxCtx *c, FloeOutput v, int rank) {
   return ox_binary(c, "Reshape", v, ox_const_i64(c, dims, rank - 1));
 }
 
+/* y = (x - mean) * scale / sqrt(var + eps) + bias with per-channel [C] statistics. */
+static FloeOutput batch_norm(OxCtx *c, FloeOutput x, const FloeOutput *in, FloeOutput mean,
+                             FloeOutput var, int r, float eps) {
+  FloeDType dt = ox_dtype(x);
+  FloeOutput inv = ox_unary(c, "Rsqrt", ox_binary(c, "Add", ox_cast(c, var, dt), ox_scalar(c, dt, eps)));
+  FloeOutput mul = ox_binary(c, "Mul", ox_cast(c, in[1], dt), inv);
+  FloeOutput sub = ox_binary(c, "Sub", ox_cast(c, in[2], dt),
+                             ox_binary(c, "Mul", ox_cast(c, mean, dt), mul));
+  FloeOutput y = ox_binary(c, "Mul", x, per_channel(c, mul, r));
+  return ox_binary(c, "Add", y, per_channel(c, sub, r));
+}
+
+/* Training mode (opset 14+): normalises with the batch's statistics (the population
+ * variance over every dim but the channel) and outputs the running statistics
+ * input * momentum + batch * (1 - momentum). */
+static floe_code batch_norm_training(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in,
+                                     FloeOutput *out, int nout, int r, float eps) {
+  FloeDType dt = ox_dtype(in[0]);
+  int64_t axes[FLOE_MAX_DIMS];
+  axes[0] = 0;
+  for (int i = 2; i < r; i++) axes[i - 1] = i;
+  FloeOutput ax = ox_const_i64(c, axes, r - 1);
+  FloeNodeBuilder *b = ox_begin(c, "Mean");
+  floe_node_add_input(b, in[0]);
+  floe_node_add_input(b, ax);
+  FloeOutput mean = ox_finish(c, b);
+  FloeOutput d = ox_binary(c, "Sub", in[0], per_channel(c, mean, r));
+  b = ox_begin(c, "Mean");
+  floe_node_add_input(b, ox_unary(c, "Square", d));
+  floe_node_add_input(b, ax);
+  FloeOutput var = ox_finish(c, b);
+  out[0] = batch_norm(c, in[0], in, mean, var, r, eps);
+  float m = ox_float(n, "momentum", 0.9f);
+  FloeOutput keep = ox_scalar(c, dt, m), take = ox_scalar(c, dt, 1.0 - m);
+  for (int i = 1; i < nout && i < 3; i++) {
+    FloeOutput now = i == 1 ? mean : var;
+    out[i] = ox_binary(c, "Add", ox_binary(c, "Mul", ox_cast(c, in[2 + i], dt), keep),
+                       ox_binary(c, "Mul", now, take));
+  }
+  return ox_check(c);
+}
+
 MAP(map_batch_norm) {
   UNUSED_ARGS;
   floe_code rc = need(c, in, nin, 5);
   if (rc != FLOE_OK) return rc;
+  int r = ox_rank(c, in[0], "the input");
+  if (r < 0) return floe_status_code(c->st);
+  if (r < 2) return ox_fail(c, FLOE_INVALID_ARGUMENT, "input of rank %d (needs N, C, ...)", r);
+  float eps = ox_float(n, "epsilon", 1e-5f);
   if (c->opset >= 14 && ox_int(n, "training_mode", 0))
-    return ox_fail(c, FLOE_UNIMPLEMENTED, "BatchNormalization in training mode");
+    return batch_norm_training(c, n, in, out, nout, r, eps);
   if (nout > 1)
     for (int i = 1; i < nout; i++)
       if (n->output[i] && *n->output[i] && c->opset >= 9)
-        return ox_fail(c, FLOE_UNIMPLEMENTED, "BatchNormalization's running statistics outputs");
-  int r = ox_rank(c, in[0], "the input");
-  if (r < 0) return floe_status_code(c->st);
-  FloeDType dt = ox_dtype(in[0]);
-  float eps = ox_float(n, "epsilon", 1e-5f);
-  /* y = (x - mean) * scale / sqrt(var + eps) + bias */
-  FloeOutput inv = ox_unary(c, "Rsqrt", ox_binary(c, "Add", ox_cast(c, in[4], dt), ox_scalar(c, dt, eps)));
-  FloeOutput mul = ox_binary(c, "Mul", ox_cast(c, in[1], dt), inv);
-  FloeOutput sub = ox_binary(c, "Sub", ox_cast(c, in[2], dt),
-                             ox_binary(c, "Mul", ox_cast(c, in[3], dt), mul));
-  FloeOutput y = ox_binary(c, "Mul", in[0], per_channel(c, mul, r));
-  out[0] = ox_binary(c, "Add", y, per_channel(c, sub, r));
+        return ox_fail(c, FLOE_UNIMPLEMENTED,
+                       "BatchNormalization's statistics outputs outside training mode");
+  out[0] = batch_norm(c, in[0], in, in[3], in[4], r, eps);
   /* Opset < 9 inference graphs may name the statistics outputs: the running values. */
   for (int i = 1; i < nout; i++) out[i] = ox_identity(c, in[i % 2 ? 3 : 4]);
   return FLOE_OK;
