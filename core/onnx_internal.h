@@ -121,5 +121,11 @@ extern const OxOp floe__onnx_ops_math[];
 extern const OxOp floe__onnx_ops_tensor[];
 extern const OxOp floe__onnx_ops_nn[];
 extern const OxOp floe__onnx_ops_loss[];
+extern const OxOp floe__onnx_ops_quant[];
+
+/* onnx_ops_nn.c: Floe's Conv of x and the ONNX filter w with n's Conv attributes (strides,
+ * pads, auto_pad, dilations, group, kernel_shape); no bias. Shared with the quantized convs. */
+floe_code floe__onnx_conv(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, FloeOutput w,
+                          FloeOutput *y);
 
 #endif

@@ -1,8 +1,8 @@
 /* onnx_layout.c - runs an imported model's NCHW convolutions and pools in NHWC.
  *
  * ONNX models are NCHW; the CPU plugin's oneDNN primitives take NHWC data as it is but
- * reorder NCHW data on every call, in and out. So each NCHW Conv2D / MaxPool / AvgPool /
- * BiasAdd becomes Transpose(to NHWC) -> the op in NHWC -> Transpose(to NCHW), and the
+ * reorder NCHW data on every call, in and out. So each NCHW (CHANNELS_FIRST) 2-D Conv / Pool
+ * / Conv2D / MaxPool / AvgPool / BiasAdd becomes Transpose(to NHWC) -> the op in NHWC -> Transpose(to NCHW), and the
  * transposes are then sunk through the layout-agnostic ops between them (elementwise ops,
  * Pad with constant paddings, reductions keeping dims) until inverse pairs meet and cancel.
  * A ResNet is left with one transpose at its input and one before its classifier. Every
@@ -125,7 +125,8 @@ static floe_code nhwc_attrs(Pass *p, const FloeNode *n, FloeAttrs *out) {
   for (int i = 0; rc == FLOE_OK && i < out->n; i++) {
     FloeAttrValue *v = &out->values[i];
     if (!strcmp(out->names[i], "data_format")) {
-      FloeAttrValue s = {.kind = FLOE_ATTR_STRING, .u.s = floe__strdup("NHWC")};
+      const char *last = !strcmp(v->u.s, "CHANNELS_FIRST") ? "CHANNELS_LAST" : "NHWC";
+      FloeAttrValue s = {.kind = FLOE_ATTR_STRING, .u.s = floe__strdup(last)};
       if (!s.u.s) return floe_status_set(p->st, FLOE_NO_MEMORY, "out of memory");
       rc = floe__attrs_set(out, "data_format", &s, p->st);
     } else if (v->kind == FLOE_ATTR_INT_LIST && (v->u.ilist.n == 4 || v->u.ilist.n == 8)) {
@@ -140,10 +141,13 @@ static floe_code nhwc_attrs(Pass *p, const FloeNode *n, FloeAttrs *out) {
 }
 
 static bool layout_op(const FloeNode *n) {
+  /* Conv and Pool are the N-d ops (CHANNELS_FIRST / CHANNELS_LAST); the rest say NCHW. */
   static const char *const ops[] = {"Conv2D", "MaxPool", "AvgPool", "BiasAdd",
-                                    "_FusedConv2DBiasRelu"};
+                                    "_FusedConv2DBiasRelu", "Conv", "Pool"};
   const char *df = floe__node_attr_str(n, "data_format");
-  if (!df || strcmp(df, "NCHW") || n->num_outputs != 1 || n->num_inputs < 1) return false;
+  if (!df || (strcmp(df, "NCHW") && strcmp(df, "CHANNELS_FIRST")) || n->num_outputs != 1 ||
+      n->num_inputs < 1)
+    return false;
   if (n->inputs[0].node->out_shapes[n->inputs[0].index].rank != 4) return false;
   for (size_t i = 0; i < FLOE__ARRAY_LEN(ops); i++)
     if (op_is(n, ops[i])) return true;

@@ -73,4 +73,9 @@ floe_code floe__shape_reader_read(const FloeHostApi *host, FloeShapeContext *sct
 /* Candidate sampling (the sampled softmax). */
 floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx);
 
+/* shape_conv.c: the N-d convolution and pooling ops of ops_conv.def. */
+floe_code floe__shape_conv_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+
 #endif /* FLOE_OPS_SHAPE_H */

@@ -33,6 +33,9 @@ floe_code cpu_register_conv_grad(FloePluginRegistrar *reg);        /* conv_grad.
 floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
 /* Recurrent cells (issue 4). */
 floe_code cpu_register_lstm(FloePluginRegistrar *reg);             /* lstm.c */
+/* N-d convolution and pooling (issue 6). */
+floe_code cpu_register_conv_nd(FloePluginRegistrar *reg);          /* conv_nd.c */
+floe_code cpu_register_pool_nd(FloePluginRegistrar *reg);          /* pool_nd.c */
 
 /* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
  * StridedSlice and StridedSliceGrad). */

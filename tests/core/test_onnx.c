@@ -464,7 +464,7 @@ START_TEST(nhwc_rewrite_matches_nchw) {
       FloeNode *n = floe_graph_node(g, i);
       transposes += !strcmp(floe_node_op(n), "Transpose");
       const char *df = floe__node_attr_str(n, "data_format");
-      nhwc += df && !strcmp(df, "NHWC");
+      nhwc += df && (!strcmp(df, "NHWC") || !strcmp(df, "CHANNELS_LAST"));
     }
     if (keep) {
       ck_assert_int_eq(transposes, 0);

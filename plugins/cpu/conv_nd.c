@@ -1,0 +1,287 @@
+/* conv_nd.c - the N-d Conv and ConvTranspose of the CPU plugin (core/ops_conv.def).
+ *
+ * Conv in f32 is one oneDNN convolution per call, built once per shape and cached
+ * (conv_util.c): groups, explicit padding and dilations go to the primitive as they are, and
+ * the filter, read in its [spatial..., in, out] layout through strides, is reordered once and
+ * kept while its bytes stay the same. f16 and bf16 are widened to f32 and run the same
+ * primitive. f64, and ConvTranspose in every dtype, run the plain reference loops below in
+ * double (ConvTranspose is rare in inference graphs; its loop gathers each output element,
+ * so negative paddings and output padding need no special case). */
+#include <dnnl.h>
+#include <string.h>
+
+#include "conv_util.h"
+#include "cpu.h"
+#include "cpu_util.h"
+#include "window_nd.h"
+
+typedef struct State {
+  WndAttrs a;
+  CpuDnnlCache cache;
+} State;
+
+static void state_destroy(void *state) {
+  State *s = state;
+  if (s->a.kind == WND_CONV) cpu_dnnl_cache_destroy(&s->cache);
+  cpu_host->free(s);
+}
+
+static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                              void **state) {
+  State *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
+  memset(s, 0, sizeof *s);
+  floe_code rc = wnd_parse(host, init, *(const WndKind *)user_data, &s->a);
+  if (rc == FLOE_OK && s->a.kind == WND_CONV) rc = cpu_dnnl_cache_init(&s->cache, host, init);
+  if (rc != FLOE_OK) {
+    host->free(s);
+    return rc;
+  }
+  *state = s;
+  return FLOE_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* oneDNN (f32 Conv). */
+
+typedef struct Build {
+  const State *s;
+  const WndGeo *g;
+} Build;
+
+/* Memory descriptor of logical dims [n, c, spatial...] in the data format's layout. */
+static dnnl_status_t data_md(dnnl_memory_desc_t *md, bool cf, const WndGeo *g, int64_t n,
+                             int64_t c, const int64_t *sp) {
+  int nd = 2 + g->ns, off = 3 - g->ns;
+  int64_t st[5];
+  wnd_strides(cf, g->ns, c, sp, st);
+  dnnl_dims_t dims = {n, c}, strides = {st[0], st[1]};
+  for (int j = 0; j < g->ns; j++) {
+    dims[2 + j] = sp[off + j];
+    strides[2 + j] = st[2 + off + j];
+  }
+  return dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, strides);
+}
+
+/* The filter [spatial..., c / groups, o] as oneDNN's [o, c, spatial...] (one group) or
+ * [groups, o / groups, c / groups, spatial...], through strides. */
+static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g) {
+  int64_t G = g->groups, cpg = g->c / G, opg = g->o / G, off = 3 - g->ns;
+  int64_t sp_st[3], inner = cpg * g->o;
+  for (int j = 2; j >= off; j--) {
+    sp_st[j] = inner;
+    inner *= g->k[j];
+  }
+  dnnl_dims_t dims, strides;
+  int nd = 0;
+  if (G > 1) {
+    dims[nd] = G;
+    strides[nd++] = opg;
+  }
+  dims[nd] = opg;
+  strides[nd++] = 1;
+  dims[nd] = cpg;
+  strides[nd++] = g->o;
+  for (int j = off; j < 3; j++) {
+    dims[nd] = g->k[j];
+    strides[nd++] = sp_st[j];
+  }
+  return dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, strides);
+}
+
+static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
+                                const_dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd,
+                                CpuDnnlArg *args, int *num_args, const char **what) {
+  const Build *b = arg;
+  const WndGeo *g = b->g;
+  bool cf = b->s->a.cf;
+  int nd = 2 + g->ns, off = 3 - g->ns;
+  dnnl_memory_desc_t src, wei, dst;
+  dnnl_convolution_desc_t cd;
+  dnnl_status_t st;
+  *what = "convolution descriptor";
+  args[0] = (CpuDnnlArg){.arg = DNNL_ARG_SRC};
+  args[1] = (CpuDnnlArg){.arg = DNNL_ARG_WEIGHTS, .keep = true};
+  args[2] = (CpuDnnlArg){.arg = DNNL_ARG_DST, .output = true};
+  *num_args = 3;
+  dnnl_dims_t strides, dil, pad_l, pad_r, src_dims = {g->n, g->c}, dst_dims = {g->n, g->o};
+  for (int j = 0; j < g->ns; j++) {
+    strides[j] = g->s[off + j];
+    dil[j] = g->d[off + j] - 1; /* oneDNN counts from 0 */
+    pad_l[j] = g->pb[off + j];
+    pad_r[j] = g->pe[off + j];
+    src_dims[2 + j] = g->in[off + j];
+    dst_dims[2 + j] = g->out[off + j];
+  }
+  /* Channels-last data stays as it is (oneDNN reads it directly); channels-first data and
+   * the filter go to the layouts the primitive prefers. */
+  static const dnnl_format_tag_t cl_tags[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
+  dnnl_format_tag_t data_tag = cf ? dnnl_format_tag_any : cl_tags[g->ns - 1];
+  if ((st = data_md(&args[0].user, cf, g, g->n, g->c, g->in)) ||
+      (st = filter_md(&args[1].user, g)) ||
+      (st = data_md(&args[2].user, cf, g, g->n, g->o, g->out)) ||
+      (st = dnnl_memory_desc_init_by_tag(&src, nd, src_dims, dnnl_f32, data_tag)) ||
+      (st = dnnl_memory_desc_init_by_tag(&wei, args[1].user.ndims, args[1].user.dims, dnnl_f32,
+                                         dnnl_format_tag_any)) ||
+      (st = dnnl_memory_desc_init_by_tag(&dst, nd, dst_dims, dnnl_f32, data_tag)) ||
+      (st = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                       dnnl_convolution_direct, &src, &wei, NULL,
+                                                       &dst, strides, dil, pad_l, pad_r)))
+    return st;
+  *what = "convolution primitive descriptor";
+  return dnnl_primitive_desc_create(pd, &cd, attr, eng, NULL);
+}
+
+typedef struct Job {
+  State *s;
+  const WndGeo *g;
+  const float *x, *f;
+  float *y;
+} Job;
+
+static floe_code conv_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                            int64_t first, int64_t count, int shard) {
+  (void)shard;
+  const Job *j = arg;
+  WndGeo g = *j->g;
+  g.n = count;
+  int64_t in_sp = g.in[0] * g.in[1] * g.in[2], out_sp = g.out[0] * g.out[1] * g.out[2];
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,    g.in[0], g.in[1], g.in[2],
+                                   g.o,    g.k[0], g.k[1],  g.k[2],  g.ns};
+  Build b = {j->s, &g};
+  void *data[3] = {(void *)(j->x + first * g.c * in_sp), (void *)j->f,
+                   j->y + first * g.o * out_sp};
+  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "Conv", key, build_conv, &b, data);
+}
+
+static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const WndGeo *g, const float *x,
+                          const float *f, float *y) {
+  Job j = {s, g, x, f, y};
+  return cpu_dnnl_for_batch(ctx, g->n, cpu_dnnl_batch_shards(g->n), conv_shard, &j);
+}
+
+static floe_code run_half(State *s, FloeKernelContext *ctx, const WndGeo *g, FloeDType dt,
+                          const void *x, const void *f, int64_t xn, int64_t fn, void *y,
+                          int64_t yn) {
+  float *buf;
+  floe_code rc =
+      cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + fn + yn) * sizeof(float), (void **)&buf);
+  if (rc != FLOE_OK) return rc;
+  cpu_convert_half(dt, true, x, buf, xn);
+  cpu_convert_half(dt, true, f, buf + xn, fn);
+  rc = run_dnnl(s, ctx, g, buf, buf + xn, buf + xn + fn);
+  if (rc == FLOE_OK) cpu_convert_half(dt, false, buf + xn + fn, y, yn);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Reference loops in double. Rows are (n, o, out0) triples; spatial dims are 3 (see
+ * WndGeo). x, y in the data format; f [k0, k1, k2, fi, fo]. */
+
+typedef struct Ref {
+  const WndGeo *g;
+  bool transpose;
+  const double *x, *f;
+  double *y;
+  int64_t xs[5], ys[5];
+} Ref;
+
+static void ref_rows(void *arg, int64_t begin, int64_t end) {
+  const Ref *r = arg;
+  const WndGeo *g = r->g;
+  int64_t G = g->groups, cpg = g->c / G, opg = g->o / G;
+  int64_t fi = r->transpose ? opg : cpg, fo = r->transpose ? g->c : g->o;
+  for (int64_t row = begin; row < end; row++) {
+    int64_t n = row / (g->o * g->out[0]), oc = row / g->out[0] % g->o, o0 = row % g->out[0];
+    int64_t grp = oc / opg, ic0 = grp * cpg;
+    for (int64_t o1 = 0; o1 < g->out[1]; o1++)
+      for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
+        int64_t o[3] = {o0, o1, o2};
+        double acc = 0;
+        for (int64_t k0 = 0; k0 < g->k[0]; k0++)
+          for (int64_t k1 = 0; k1 < g->k[1]; k1++)
+            for (int64_t k2 = 0; k2 < g->k[2]; k2++) {
+              int64_t k[3] = {k0, k1, k2}, i[3];
+              bool inside = true;
+              for (int j = 0; j < 3 && inside; j++) {
+                if (!r->transpose) {
+                  i[j] = o[j] * g->s[j] - g->pb[j] + k[j] * g->d[j];
+                } else { /* o = i * s - pb + k * d: i = (o + pb - k * d) / s when exact */
+                  int64_t t = o[j] + g->pb[j] - k[j] * g->d[j];
+                  inside = t >= 0 && t % g->s[j] == 0;
+                  i[j] = t / g->s[j];
+                }
+                inside = inside && i[j] >= 0 && i[j] < g->in[j];
+              }
+              if (!inside) continue;
+              const double *f = r->f + ((k0 * g->k[1] + k1) * g->k[2] + k2) * fi * fo;
+              const double *x = r->x + n * r->xs[0] + i[0] * r->xs[2] + i[1] * r->xs[3] +
+                                i[2] * r->xs[4];
+              if (!r->transpose) {
+                for (int64_t c = 0; c < cpg; c++) acc += x[(ic0 + c) * r->xs[1]] * f[c * fo + oc];
+              } else {
+                int64_t oc_in = oc - grp * opg;
+                for (int64_t c = 0; c < cpg; c++)
+                  acc += x[(ic0 + c) * r->xs[1]] * f[oc_in * fo + ic0 + c];
+              }
+            }
+        r->y[n * r->ys[0] + oc * r->ys[1] + o0 * r->ys[2] + o1 * r->ys[3] + o2 * r->ys[4]] = acc;
+      }
+  }
+}
+
+static floe_code run_ref(const State *s, FloeKernelContext *ctx, const WndGeo *g, FloeDType dt,
+                         const void *x, const void *f, int64_t xn, int64_t fn, void *y,
+                         int64_t yn) {
+  double *buf;
+  floe_code rc =
+      cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + fn + yn) * sizeof(double), (void **)&buf);
+  if (rc != FLOE_OK) return rc;
+  Ref r = {g, s->a.kind == WND_CONV_T, buf, buf + xn, buf + xn + fn, {0}, {0}};
+  wnd_to_f64(dt, x, buf, xn);
+  wnd_to_f64(dt, f, buf + xn, fn);
+  wnd_strides(s->a.cf, g->ns, g->c, g->in, r.xs);
+  wnd_strides(s->a.cf, g->ns, g->o, g->out, r.ys);
+  int64_t cost = g->out[1] * g->out[2] * g->k[0] * g->k[1] * g->k[2] * (g->c / g->groups) * 2;
+  cpu_parallel_for(g->n * g->o * g->out[0], cost, ref_rows, &r);
+  wnd_from_f64(dt, r.y, y, yn);
+  return FLOE_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+
+static floe_code conv_compute(void *state, FloeKernelContext *ctx) {
+  State *s = state;
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0), *f = cpu_host->ctx_input(ctx, 1);
+  WndGeo g;
+  floe_code rc = wnd_geo(&s->a, ctx, x, f, &g);
+  if (rc != FLOE_OK) return rc;
+  int64_t dims[WND_MAX_RANK];
+  wnd_out_dims(&s->a, &g, dims);
+  FloeTensor *out;
+  if ((rc = cpu_host->ctx_allocate_output(ctx, 0, g.rank, dims, &out)) != FLOE_OK) return rc;
+  int64_t yn = cpu_host->tensor_num_elements(out);
+  if (yn == 0) return FLOE_OK;
+  void *y = cpu_host->tensor_data(out);
+  int64_t xn = cpu_host->tensor_num_elements(x), fn = cpu_host->tensor_num_elements(f);
+  if (xn == 0 || fn == 0) { /* a sum over nothing */
+    memset(y, 0, cpu_host->tensor_nbytes(out));
+    return FLOE_OK;
+  }
+  const void *xd = cpu_host->tensor_data(x), *fd = cpu_host->tensor_data(f);
+  FloeDType dt = cpu_host->tensor_dtype(x);
+  if (s->a.kind == WND_CONV && dt == FLOE_F32) return run_dnnl(s, ctx, &g, xd, fd, y);
+  if (s->a.kind == WND_CONV && (dt == FLOE_F16 || dt == FLOE_BF16))
+    return run_half(s, ctx, &g, dt, xd, fd, xn, fn, y, yn);
+  return run_ref(s, ctx, &g, dt, xd, fd, xn, fn, y, yn);
+}
+
+static const WndKind kind_conv = WND_CONV, kind_conv_t = WND_CONV_T;
+
+floe_code cpu_register_conv_nd(FloePluginRegistrar *reg) {
+  floe_code rc = cpu_add_kernel(reg, "Conv", "T", FLOE_DTYPES_FLOAT, 0, conv_compute,
+                                state_create, state_destroy, (void *)&kind_conv);
+  if (rc != FLOE_OK) return rc;
+  return cpu_add_kernel(reg, "ConvTranspose", "T", FLOE_DTYPES_FLOAT, 0, conv_compute,
+                        state_create, state_destroy, (void *)&kind_conv_t);
+}
