@@ -74,6 +74,15 @@ floe_code floe__cf_exclude(const FloeNode *n) {
   return FLOE_OK;
 }
 
+int floe__cf_exclude_count(void) { return excluded.n; }
+
+void floe__cf_exclude_truncate(int n) {
+  if (n <= 0)
+    floe__cf_exclude_clear();
+  else if (n < excluded.n)
+    excluded.n = n;
+}
+
 void floe__cf_exclude_clear(void) {
   floe__free(excluded.ids);
   excluded.ids = NULL;
