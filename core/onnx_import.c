@@ -690,6 +690,11 @@ done:
 /* ------------------------------------------------------------------------------------ */
 /* Subgraphs */
 
+FloeOutput ox_lookup(OxCtx *c, const char *name) {
+  const OxEntry *e = name ? scope_find(c->scope, name) : NULL;
+  return e ? e->out : (FloeOutput){NULL, 0};
+}
+
 const Onnx__GraphProto *ox_graph_attr(OxCtx *c, const char *attr) {
   const Onnx__AttributeProto *a = ox_attr(c->node, attr);
   if (!a || !a->g) {

@@ -148,6 +148,8 @@ void ox_vals_free(OxCtx *c);
  * (exactly as many as it declares). Errors name the inner node and the outer one. */
 floe_code ox_subgraph(OxCtx *c, const char *attr, const OxVal *ins, int nin, OxVal *outs,
                       int nout);
+/* The value named `name` in the current scope or those around it ({NULL} when none). */
+FloeOutput ox_lookup(OxCtx *c, const char *name);
 /* The graph attribute `attr` of the current node; NULL after failing naming it. */
 const Onnx__GraphProto *ox_graph_attr(OxCtx *c, const char *attr);
 
