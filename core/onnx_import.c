@@ -150,6 +150,9 @@ const char *floe_onnx_model_output_fetch(const FloeOnnxModel *m, int i) {
 FloeOutput floe_onnx_model_output(const FloeOnnxModel *m, int i) {
   return out_at(m, i) ? out_at(m, i)->out : (FloeOutput){NULL, 0};
 }
+FloeDType floe_onnx_model_output_dtype(const FloeOnnxModel *m, int i) {
+  return out_at(m, i) ? out_at(m, i)->dtype : FLOE_DTYPE_INVALID;
+}
 FloeOnnxKind floe_onnx_model_input_kind(const FloeOnnxModel *m, int i) {
   return in_at(m, i) ? (FloeOnnxKind)in_at(m, i)->kind : FLOE_ONNX_TENSOR;
 }

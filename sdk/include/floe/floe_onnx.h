@@ -64,6 +64,8 @@ FLOE_API int floe_onnx_model_num_outputs(const FloeOnnxModel *m);
 FLOE_API const char *floe_onnx_model_output_name(const FloeOnnxModel *m, int i);
 FLOE_API const char *floe_onnx_model_output_fetch(const FloeOnnxModel *m, int i);
 FLOE_API FloeOutput floe_onnx_model_output(const FloeOnnxModel *m, int i);
+/* Its dtype (a sequence's or optional's element dtype). */
+FLOE_API FloeDType floe_onnx_model_output_dtype(const FloeOnnxModel *m, int i);
 
 /* ONNX values that are not tensors cross the session boundary as several tensors, "parts":
  * a sequence as its values (every element flattened, one after the other: 1-D) then its
