@@ -6,5 +6,5 @@ set -e
 here=$(cd "$(dirname "$0")" && pwd)
 [ -x "$here/.venv/bin/python" ] || python3 -m venv "$here/.venv"
 "$here/.venv/bin/pip" install -q --upgrade pip
-"$here/.venv/bin/pip" install -q tensorflow-cpu torch numpy safetensors
+"$here/.venv/bin/pip" install -q tensorflow-cpu torch numpy safetensors onnx onnxruntime
 "$here/.venv/bin/python" -c 'import tensorflow, torch; print("tensorflow", tensorflow.__version__, "torch", torch.__version__)'

@@ -158,6 +158,48 @@ void floe_graph_free(FloeGraph *g) {
   floe__free(g);
 }
 
+/* Drops every node that no root reaches through data or control inputs; the kept nodes keep
+ * their order and names and are renumbered. Nothing can fail: the arrays only shrink. */
+void floe__graph_keep_reachable(FloeGraph *g, FloeNode *const *roots, int num_roots) {
+  if (!g || g->num_nodes == 0) return;
+  bool *live = floe__calloc((size_t)g->num_nodes, sizeof *live);
+  int *stack = floe__malloc((size_t)g->num_nodes * sizeof *stack);
+  if (!live || !stack) { /* out of memory: keep everything, which is still correct */
+    floe__free(live);
+    floe__free(stack);
+    return;
+  }
+  int top = 0;
+  for (int i = 0; i < num_roots; i++)
+    if (roots[i] && !live[roots[i]->id]) live[roots[i]->id] = true, stack[top++] = roots[i]->id;
+  while (top) {
+    const FloeNode *n = g->nodes[stack[--top]];
+    for (int j = 0; j < n->num_inputs; j++) {
+      int id = n->inputs[j].node->id;
+      if (!live[id]) live[id] = true, stack[top++] = id;
+    }
+    for (int j = 0; j < n->num_control; j++) {
+      int id = n->control[j]->id;
+      if (!live[id]) live[id] = true, stack[top++] = id;
+    }
+  }
+  int k = 0;
+  for (int i = 0; i < g->num_nodes; i++) {
+    if (!live[i]) {
+      node_free(g->nodes[i]);
+      continue;
+    }
+    g->nodes[k] = g->nodes[i];
+    g->nodes[k]->id = k;
+    k++;
+  }
+  g->num_nodes = k;
+  for (int i = 0; i < g->name_cap; i++) g->name_table[i] = -1;
+  for (int i = 0; i < k; i++) table_insert(g->name_table, g->name_cap, g->nodes, i);
+  floe__free(live);
+  floe__free(stack);
+}
+
 void floe_graph_set_device_scope(FloeGraph *g, const char *device) {
   if (!g || g->error != FLOE_OK) return;
   char *d = NULL;

@@ -270,6 +270,9 @@ struct FloeGraph {
   char *device_scope;     /* floe_graph_set_device_scope; NULL: none */
 };
 
+/* Removes the nodes no root reaches (by data or control edges), renumbering the rest in
+ * order. Pointers to removed nodes dangle afterwards. */
+void floe__graph_keep_reachable(FloeGraph *g, FloeNode *const *roots, int num_roots);
 /* Deep copy of a graph (nodes renumbered identically). Caller owns. */
 FloeGraph *floe__graph_clone(const FloeGraph *g, FloeStatus *st);
 /* Set the sticky error (first one wins) from a status or a message. */

@@ -373,6 +373,11 @@ FloeOutput ox_const_i32(OxCtx *c, const int32_t *v, int n) { return const_1d(c, 
 FloeOutput ox_scalar_i64(OxCtx *c, int64_t v) { return ox_const(c, floe_tensor_scalar_i64(v, NULL)); }
 FloeOutput ox_scalar_i32(OxCtx *c, int32_t v) { return ox_const(c, floe_tensor_scalar_i32(v, NULL)); }
 
+/* v clamped into [lo, hi] (NaN: 0), so converting it to an integer type is defined. */
+static double clamp_to(double v, double lo, double hi) {
+  return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
+}
+
 FloeOutput ox_scalar(OxCtx *c, FloeDType dt, double v) {
   FloeTensor *t = floe_tensor_new(dt, 0, NULL, NULL);
   if (t) {
@@ -382,10 +387,10 @@ FloeOutput ox_scalar(OxCtx *c, FloeDType dt, double v) {
       case FLOE_F64: *(double *)d = v; break;
       case FLOE_F16: *(uint16_t *)d = floe_f32_to_f16((float)v); break;
       case FLOE_BF16: *(uint16_t *)d = floe_f32_to_bf16((float)v); break;
-      case FLOE_I8: *(int8_t *)d = (int8_t)v; break;
-      case FLOE_U8: *(uint8_t *)d = (uint8_t)v; break;
-      case FLOE_I32: *(int32_t *)d = (int32_t)v; break;
-      case FLOE_I64: *(int64_t *)d = (int64_t)v; break;
+      case FLOE_I8: *(int8_t *)d = (int8_t)clamp_to(v, INT8_MIN, INT8_MAX); break;
+      case FLOE_U8: *(uint8_t *)d = (uint8_t)clamp_to(v, 0, UINT8_MAX); break;
+      case FLOE_I32: *(int32_t *)d = (int32_t)clamp_to(v, INT32_MIN, INT32_MAX); break;
+      case FLOE_I64: *(int64_t *)d = (int64_t)clamp_to(v, -9.2233720368547758e18, 9.2233720368547748e18); break;
       case FLOE_BOOL: *(uint8_t *)d = v != 0; break;
       default: break;
     }
@@ -453,10 +458,15 @@ int ox_present(FloeOutput x) { return x.node != NULL; }
 /* ------------------------------------------------------------------------------------ */
 /* The driver */
 
-static const OxOp *const op_tables[] = {floe__onnx_ops_math, floe__onnx_ops_tensor,
-                                        floe__onnx_ops_nn,
-                                        floe__onnx_ops_control, floe__onnx_ops_seq,
-                                        floe__onnx_ops_train};
+static const OxOp *const op_tables[] = {
+    floe__onnx_ops_math,
+    floe__onnx_ops_tensor,
+    floe__onnx_ops_nn,
+    floe__onnx_ops_loss,
+    floe__onnx_ops_control,
+    floe__onnx_ops_seq,
+    floe__onnx_ops_train,
+};
 
 static const char *domain_of(const Onnx__NodeProto *n) {
   return !n->domain || !strcmp(n->domain, "ai.onnx") ? "" : n->domain;
@@ -792,9 +802,9 @@ static floe_code add_value_input(OxCtx *c, FloeOnnxModel *m, const Onnx__ValueIn
   v->kind = kind;
   v->dtype = dt;
   v->shape = floe_shape_unknown();
+  m->num_inputs++; /* counted first: the model frees what was allocated */
   if (!(v->name = floe__strdup(vi->name)) || !(v->fetch = unique_name(c->g, vi->name, "input")))
     return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
-  m->num_inputs++;
   FloeOutput parts[3];
   int n = 0;
   FloeShape vshape = floe_shape_unknown();
@@ -841,10 +851,10 @@ static floe_code add_values(OxCtx *c, FloeOnnxModel *m, const Onnx__GraphProto *
     }
     floe_code rc = value_type(c, vi, &v->dtype, &v->shape);
     if (rc != FLOE_OK) return rc;
+    m->num_inputs++; /* counted first: the model frees what was allocated */
     if (!(v->name = floe__strdup(vi->name)) ||
         !(v->fetch = unique_name(c->g, vi->name, "input")))
       return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
-    m->num_inputs++;
     v->out = floe_placeholder(c->g, v->fetch, v->dtype, v->shape);
     if (floe_graph_status(c->g) != FLOE_OK) return ox_check(c);
     if ((rc = scope_put(c->scope, vi->name, v->out, c->st)) != FLOE_OK) return rc;
@@ -910,6 +920,25 @@ static floe_code read_opsets(OxCtx *c, const Onnx__ModelProto *mp, const char *w
   return FLOE_OK;
 }
 
+static floe_code keep_live(FloeOnnxModel *m) {
+  /* Three per value: a sequence's or optional's further parts too. */
+  FloeNode **roots =
+      floe__calloc(3 * ((size_t)m->num_outputs + m->num_inputs) + 2, sizeof *roots);
+  if (!roots) return FLOE_OK; /* keeping dead nodes is harmless */
+  int k = 0;
+  for (int i = 0; i < m->num_outputs; i++) roots[k++] = m->outputs[i].out.node;
+  for (int i = 0; i < m->num_inputs; i++) roots[k++] = m->inputs[i].out.node;
+  for (int i = 0; i < m->num_outputs + m->num_inputs; i++) {
+    const OxValue *v = i < m->num_outputs ? &m->outputs[i] : &m->inputs[i - m->num_outputs];
+    for (int p = 0; p < 2; p++)
+      if (v->part[p]) roots[k++] = floe_graph_find(m->g, v->part[p]);
+  }
+  if (m->init_target) roots[k++] = floe_graph_find(m->g, m->init_target);
+  floe__graph_keep_reachable(m->g, roots, k);
+  floe__free(roots);
+  return FLOE_OK;
+}
+
 static char *dir_of(const char *path) {
   const char *slash = path ? strrchr(path, '/') : NULL;
   return slash ? floe__strndup(path, (size_t)(slash - path) ? (size_t)(slash - path) : 1)
@@ -962,6 +991,9 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
       goto fail;
     }
   }
+  /* Nodes that folding or the mappers left without consumers go: the graph holds what the
+   * outputs (and the variables' initialisers) need. */
+  if ((rc = keep_live(m)) != FLOE_OK) goto fail;
   scope_free(&scope);
   ox_vals_free(&c);
   protobuf_c_message_free_unpacked(&mp->base, &floe__onnx_pb_alloc);

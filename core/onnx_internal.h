@@ -157,6 +157,7 @@ const Onnx__GraphProto *ox_graph_attr(OxCtx *c, const char *attr);
 extern const OxOp floe__onnx_ops_math[];
 extern const OxOp floe__onnx_ops_tensor[];
 extern const OxOp floe__onnx_ops_nn[];
+extern const OxOp floe__onnx_ops_loss[];
 extern const OxOp floe__onnx_ops_control[]; /* If, Loop, Scan */
 extern const OxOp floe__onnx_ops_seq[];     /* sequences and optionals */
 extern const OxOp floe__onnx_ops_train[];   /* ai.onnx.preview.training, random ops */

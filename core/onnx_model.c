@@ -138,6 +138,10 @@ static int wire_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size
       }
       case 2: {
         if (!read_varint(p, end, &i, &v) || v > end - i) {
+          /* A cut message: name the innermost field the cut falls in when there is one. */
+          if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && i <= end &&
+              !wire_walk(f->descriptor, p, i, end, e, depth + 1))
+            return 0;
           e->offset = at;
           e->why = "a length-delimited field runs past the end of its message (truncated?)";
           return 0;

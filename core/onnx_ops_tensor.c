@@ -566,27 +566,39 @@ MAP(map_dropout) {
   UNUSED_ARGS;
   floe_code rc = need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
+  /* Inference (training_mode absent or false) or a zero ratio: the identity, mask all true.
+   * Training with a ratio draws a random mask: not reproducible against any reference. */
   int training = 0;
   if (c->opset >= 12 && nin > 2 && ox_present(in[2])) {
     const FloeTensor *t = ox_const_value(in[2]);
-    if (!t) return ox_fail(c, FLOE_UNIMPLEMENTED, "training_mode must be a constant");
-    training = *(const uint8_t *)floe_tensor_data(t) != 0;
-  } else if (c->opset < 7) {
-    training = ox_int(n, "is_test", 0) == 0 && 0; /* opset < 7 graphs are inference graphs */
+    training = !t || *(const uint8_t *)floe_tensor_data(t) != 0;
   }
   if (training) {
-    double ratio = 0.5;
-    if (nin > 1 && ox_present(in[1])) {
-      const FloeTensor *t = ox_const_value(in[1]);
-      if (!t) return ox_fail(c, FLOE_UNIMPLEMENTED, "ratio must be a constant");
-      FloeDType dt = floe_tensor_dtype(t);
-      ratio = dt == FLOE_F64 ? *(const double *)floe_tensor_data(t)
-              : dt == FLOE_F32 ? *(const float *)floe_tensor_data(t) : 0.5;
-    }
-    if (ratio != 0.0)
-      return ox_fail(c, FLOE_UNIMPLEMENTED,
-                     "Dropout in training mode draws a random mask, which Floe's importer does "
-                     "not implement");
+    /* mask = U[0, 1) >= ratio; y = x * mask / (1 - ratio). A zero ratio keeps everything. */
+    FloeDType dt = ox_dtype(in[0]);
+    FloeOutput ratio = nin > 1 && ox_present(in[1]) ? ox_cast(c, in[1], dt) : ox_scalar(c, dt, 0.5);
+    FloeNodeBuilder *b = ox_begin(c, "Shape");
+    floe_node_add_input(b, in[0]);
+    floe_node_set_attr_type(b, "out_type", FLOE_I64);
+    FloeOutput shape = ox_finish(c, b);
+    b = ox_begin(c, "RandomUniform");
+    floe_node_add_input(b, shape);
+    floe_node_set_attr_type(b, "dtype", dt == FLOE_F64 ? FLOE_F64 : FLOE_F32);
+    floe_node_set_attr_int(b, "seed", ox_int(n, "seed", 0));
+    FloeOutput u = ox_cast(c, ox_finish(c, b), dt);
+    FloeOutput keep = ox_binary(c, "GreaterEqual", u, ratio);
+    FloeOutput scale = ox_binary(c, "Div", ox_scalar(c, dt, 1.0),
+                                 ox_binary(c, "Sub", ox_scalar(c, dt, 1.0), ratio));
+    FloeOutput y = ox_binary(c, "Mul", ox_binary(c, "Mul", in[0], ox_cast(c, keep, dt)), scale);
+    /* ratio 1 drops everything: 0 * inf would be NaN */
+    FloeOutput all = ox_binary(c, "GreaterEqual", ratio, ox_scalar(c, dt, 1.0));
+    b = ox_begin(c, "Select");
+    floe_node_add_input(b, all);
+    floe_node_add_input(b, ox_unary(c, "ZerosLike", in[0]));
+    floe_node_add_input(b, y);
+    out[0] = ox_finish(c, b);
+    if (nout > 1) out[1] = keep;
+    return FLOE_OK;
   }
   out[0] = ox_identity(c, in[0]);
   if (nout > 1) {

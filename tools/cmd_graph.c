@@ -4,11 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <floe/floe_onnx.h>
+
 #include "cli.h"
 
 static const char graph_help[] =
     "Usage: floe graph GRAPH [--dot | --json] [--placement [--devices LIST]]\n"
-    "Describe a graph file: one line per node (name, op, inputs, output dtypes and\n"
+    "Describe a graph file (or an ONNX model, MODEL.onnx, as imported):\n"
+    "one line per node (name, op, inputs, output dtypes and\n"
     "shapes, requested device). --dot writes Graphviz DOT (pipe it to 'dot -Tsvg');\n"
     "--json writes the same description as JSON.\n"
     "--placement places the graph as a run of all its sinks would (placeholders fed):\n"
@@ -171,7 +174,14 @@ int cmd_graph(int argc, char **argv) {
   /* Plugins may define custom ops the file uses. */
   if (!cli_runtime("graph")) return 1;
   FloeStatus *st = floe_status_new();
-  FloeGraph *g = floe_graph_load(argv[optind], st);
+  FloeGraph *g = NULL;
+  if (cli_is_onnx(argv[optind])) {
+    FloeOnnxModel *m = floe_onnx_import_file(argv[optind], NULL, st);
+    g = floe_onnx_model_take_graph(m);
+    floe_onnx_model_free(m);
+  } else {
+    g = floe_graph_load(argv[optind], st);
+  }
   int rc = 0;
   if (!g) {
     rc = cli_error("graph", "%s", floe_status_message(st));

@@ -1,4 +1,5 @@
-/* cmd_run.c - floe run GRAPH --feed NAME=FILE.npy ... --fetch NAME ... [--out DIR]. */
+/* cmd_run.c - floe run GRAPH --feed NAME=FILE.npy ... --fetch NAME ... [--out DIR], and
+ * floe run MODEL.onnx --input NAME=FILE(.npy|.pb) ... [--out DIR]. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -6,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+
+#include <floe/floe_onnx.h>
 
 #include "cli.h"
 
@@ -15,7 +18,12 @@ static const char run_help[] =
     "Run one step of a graph file. NAME is a node ('logits') or one of its outputs\n"
     "('split:1'). Feeding a tensor cuts the graph there; only what the fetches and\n"
     "targets need runs.\n"
-    "  --feed NAME=FILE.npy  value of a placeholder or any tensor (NumPy .npy)\n"
+    "       floe run MODEL.onnx [--input NAME=FILE]... [--fetch NAME]... [--out DIR] [--json]\n"
+    "An ONNX model is imported first; its inputs and outputs keep their ONNX names, and\n"
+    "with no --fetch every graph output is fetched.\n"
+    "  --feed NAME=FILE.npy  value of a placeholder or any tensor (NumPy .npy, or an ONNX\n"
+    "                        TensorProto .pb)\n"
+    "  --input NAME=FILE     the same (the name ONNX users expect)\n"
     "  --fetch NAME          tensor to return (repeatable)\n"
     "  --target NODE         node to run for its side effects (repeatable)\n"
     "  --out DIR             write each fetch to DIR/NAME.npy (':' becomes '_')\n"
@@ -59,6 +67,7 @@ static char *out_path(const char *dir, const char *name) {
 int cmd_run(int argc, char **argv) {
   static const struct option opts[] = {
       {"feed", required_argument, NULL, 'f'},  {"fetch", required_argument, NULL, 'F'},
+      {"input", required_argument, NULL, 'f'},
       {"target", required_argument, NULL, 't'}, {"out", required_argument, NULL, 'o'},
       {"device", required_argument, NULL, 'd'}, {"json", no_argument, NULL, 'j'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
@@ -72,6 +81,8 @@ int cmd_run(int argc, char **argv) {
   FloeStatus *st = floe_status_new();
   FloeGraph *g = NULL;
   FloeSession *s = NULL;
+  FloeOnnxModel *model = NULL;
+  const char **fetch_names = NULL;
   if (!feed_specs || !fetches || !targets || !feeds || !outputs || !st) {
     rc = cli_error("run", "out of memory");
     goto out;
@@ -93,16 +104,37 @@ int cmd_run(int argc, char **argv) {
     rc = cli_usage("run", "expected exactly one GRAPH file");
     goto out;
   }
-  if (nfetch == 0 && ntarget == 0) {
+  const char *graph_path = argv[optind];
+  int onnx = cli_is_onnx(graph_path);
+  if (nfetch == 0 && ntarget == 0 && !onnx) {
     rc = cli_usage("run", "nothing to do: give --fetch NAME or --target NODE");
     goto out;
   }
   if (!cli_runtime("run")) goto out;
-  const char *graph_path = argv[optind];
-  g = floe_graph_load(graph_path, st);
+  if (onnx) {
+    model = floe_onnx_import_file(graph_path, NULL, st);
+    g = model ? floe_onnx_model_take_graph(model) : NULL;
+  } else {
+    g = floe_graph_load(graph_path, st);
+  }
   if (!g) {
     rc = cli_error("run", "%s", floe_status_message(st));
     goto out;
+  }
+  /* ONNX names -> Floe names: inputs to their placeholders, outputs to their fetches. */
+  if (onnx && nfetch == 0 && ntarget == 0)
+    for (int i = 0; i < floe_onnx_model_num_outputs(model) && i < argc; i++)
+      fetches[nfetch++] = floe_onnx_model_output_name(model, i);
+  fetch_names = calloc((size_t)argc, sizeof *fetch_names);
+  if (!fetch_names) {
+    rc = cli_error("run", "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < nfetch; i++) {
+    fetch_names[i] = fetches[i];
+    for (int k = 0; onnx && k < floe_onnx_model_num_outputs(model); k++)
+      if (!strcmp(fetches[i], floe_onnx_model_output_name(model, k)))
+        fetch_names[i] = floe_onnx_model_output_fetch(model, k);
   }
   for (int i = 0; i < nfeed; i++) {
     const char *eq = strchr(feed_specs[i], '=');
@@ -111,7 +143,13 @@ int cmd_run(int argc, char **argv) {
       goto out;
     }
     feeds[i].name = strndup(feed_specs[i], (size_t)(eq - feed_specs[i]));
-    feeds[i].value = floe_tensor_load_npy(eq + 1, st);
+    for (int k = 0; onnx && feeds[i].name && k < floe_onnx_model_num_inputs(model); k++)
+      if (!strcmp(feeds[i].name, floe_onnx_model_input_name(model, k))) {
+        free((char *)feeds[i].name);
+        feeds[i].name = strdup(floe_onnx_model_input_node(model, k));
+        break;
+      }
+    feeds[i].value = cli_load_tensor(eq + 1, st);
     if (!feeds[i].name || !feeds[i].value) {
       rc = cli_error("run", "--feed %s: %s", feed_specs[i], floe_status_message(st));
       goto out;
@@ -127,7 +165,7 @@ int cmd_run(int argc, char **argv) {
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (floe_session_run(s, feeds, nfeed, fetches, nfetch, targets, ntarget, outputs, st) !=
+  if (floe_session_run(s, feeds, nfeed, fetch_names, nfetch, targets, ntarget, outputs, st) !=
       FLOE_OK) {
     rc = cli_error("run", "%s", floe_status_message(st));
     goto out;
@@ -200,6 +238,8 @@ out:
   }
   floe_session_free(s);
   floe_graph_free(g);
+  floe_onnx_model_free(model);
+  free(fetch_names);
   floe_status_free(st);
   free(feed_specs);
   free(fetches);

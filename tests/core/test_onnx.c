@@ -1,0 +1,652 @@
+/* test_onnx.c - the ONNX importer on models built here with protobuf-c: numerics against
+ * naive loops, initializers as raw_data and typed fields, constant folding, --trainable
+ * variables that train, and every error path (truncation at each length, corrupt bytes,
+ * unsupported ops, undefined inputs, bad attributes, bad TensorProtos, allocation failures). */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "floe/floe_onnx.h"
+#include "floe/floe_train.h"
+#include "internal.h"
+#include "onnx.pb-c.h"
+
+long floe_test_fail_alloc_after(long n);
+
+/* ---- building models ---- */
+
+/* The builders' allocations, freed together once the model is packed. */
+static void *arena[4096];
+static int arena_n;
+static void *talloc(size_t n, size_t size) {
+  void *p = calloc(n, size);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_lt(arena_n, 4096);
+  arena[arena_n++] = p;
+  return p;
+}
+static void arena_free(void) {
+  while (arena_n) free(arena[--arena_n]);
+}
+
+typedef struct Model {
+  Onnx__ModelProto m;
+  Onnx__GraphProto g;
+  Onnx__OperatorSetIdProto opset;
+  Onnx__OperatorSetIdProto *opsets[1];
+  Onnx__NodeProto *nodes[16];
+  Onnx__TensorProto *inits[8];
+  Onnx__ValueInfoProto *ins[4], *outs[4];
+} Model;
+
+static void model_init(Model *md, int opset) {
+  memset(md, 0, sizeof *md);
+  onnx__model_proto__init(&md->m);
+  onnx__graph_proto__init(&md->g);
+  onnx__operator_set_id_proto__init(&md->opset);
+  md->opset.domain = "";
+  md->opset.has_version = 1;
+  md->opset.version = opset;
+  md->opsets[0] = &md->opset;
+  md->m.n_opset_import = 1;
+  md->m.opset_import = md->opsets;
+  md->m.has_ir_version = 1;
+  md->m.ir_version = 8;
+  md->m.graph = &md->g;
+  md->g.node = md->nodes;
+  md->g.initializer = md->inits;
+  md->g.input = md->ins;
+  md->g.output = md->outs;
+}
+
+static Onnx__ValueInfoProto *value_info(const char *name, int elem, int rank, const int64_t *dims) {
+  Onnx__ValueInfoProto *v = talloc(1, sizeof *v);
+  Onnx__TypeProto *t = talloc(1, sizeof *t);
+  Onnx__TypeProto__Tensor *tt = talloc(1, sizeof *tt);
+  Onnx__TensorShapeProto *s = talloc(1, sizeof *s);
+  onnx__value_info_proto__init(v);
+  onnx__type_proto__init(t);
+  onnx__type_proto__tensor__init(tt);
+  onnx__tensor_shape_proto__init(s);
+  s->n_dim = (size_t)rank;
+  s->dim = talloc((size_t)rank + 1, sizeof *s->dim);
+  for (int i = 0; i < rank; i++) {
+    s->dim[i] = talloc(1, sizeof **s->dim);
+    onnx__tensor_shape_proto__dimension__init(s->dim[i]);
+    if (dims[i] >= 0) {
+      s->dim[i]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      s->dim[i]->dim_value = dims[i];
+    } else {
+      s->dim[i]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      s->dim[i]->dim_param = "batch";
+    }
+  }
+  tt->has_elem_type = 1;
+  tt->elem_type = elem;
+  tt->shape = s;
+  t->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  t->tensor_type = tt;
+  v->name = (char *)name;
+  v->type = t;
+  return v;
+}
+
+static void add_input(Model *md, const char *name, int rank, const int64_t *dims) {
+  md->ins[md->g.n_input++] = value_info(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, rank, dims);
+}
+
+static void add_output(Model *md, const char *name) {
+  md->outs[md->g.n_output++] = value_info(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL);
+  md->outs[md->g.n_output - 1]->type->tensor_type->shape = NULL;
+}
+
+/* A float initializer, as raw_data (raw = 1) or float_data. */
+static void add_init(Model *md, const char *name, int rank, const int64_t *dims, const float *v,
+                     int raw) {
+  Onnx__TensorProto *t = talloc(1, sizeof *t);
+  onnx__tensor_proto__init(t);
+  t->name = (char *)name;
+  t->has_data_type = 1;
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  t->n_dims = (size_t)rank;
+  t->dims = (int64_t *)dims;
+  size_t n = 1;
+  for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+  if (raw) {
+    t->has_raw_data = 1;
+    t->raw_data.len = n * sizeof(float);
+    t->raw_data.data = (uint8_t *)v;
+  } else {
+    t->n_float_data = n;
+    t->float_data = (float *)v;
+  }
+  md->inits[md->g.n_initializer++] = t;
+}
+
+static void add_int64_init(Model *md, const char *name, int64_t n, const int64_t *v) {
+  Onnx__TensorProto *t = talloc(1, sizeof *t);
+  onnx__tensor_proto__init(t);
+  static int64_t dims[8][1];
+  static int k;
+  dims[k][0] = n;
+  t->name = (char *)name;
+  t->has_data_type = 1;
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+  t->n_dims = 1;
+  t->dims = dims[k++ % 8];
+  t->n_int64_data = (size_t)n;
+  t->int64_data = (int64_t *)v;
+  md->inits[md->g.n_initializer++] = t;
+}
+
+static Onnx__NodeProto *add_node(Model *md, const char *op, const char *name, const char *in0,
+                                 const char *in1, const char *in2, const char *out) {
+  Onnx__NodeProto *n = talloc(1, sizeof *n);
+  onnx__node_proto__init(n);
+  n->op_type = (char *)op;
+  n->name = (char *)name;
+  n->input = talloc(3, sizeof *n->input);
+  const char *ins[3] = {in0, in1, in2};
+  for (int i = 0; i < 3 && ins[i]; i++) n->input[n->n_input++] = (char *)ins[i];
+  n->output = talloc(1, sizeof *n->output);
+  n->output[0] = (char *)out;
+  n->n_output = 1;
+  n->attribute = talloc(4, sizeof *n->attribute);
+  md->nodes[md->g.n_node++] = n;
+  return n;
+}
+
+static void attr_int(Onnx__NodeProto *n, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = talloc(1, sizeof *a);
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  a->has_i = 1;
+  a->i = v;
+  n->attribute[n->n_attribute++] = a;
+}
+
+static void attr_ints(Onnx__NodeProto *n, const char *name, const int64_t *v, size_t k) {
+  Onnx__AttributeProto *a = talloc(1, sizeof *a);
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  a->n_ints = k;
+  a->ints = (int64_t *)v;
+  n->attribute[n->n_attribute++] = a;
+}
+
+/* Serialises the model (caller frees) and frees the builders' allocations. */
+static uint8_t *pack(Model *md, size_t *len) {
+  *len = onnx__model_proto__get_packed_size(&md->m);
+  uint8_t *buf = malloc(*len ? *len : 1);
+  ck_assert_ptr_nonnull(buf);
+  ck_assert_uint_eq(onnx__model_proto__pack(&md->m, buf), *len);
+  arena_free();
+  return buf;
+}
+
+/* x [B,4] -> Gemm(W [3,4], transB) + b -> Relu -> y [B,3] */
+static const float W[12] = {0.5f, -1.0f, 0.25f, 2.0f, -0.5f, 1.5f, 1.0f, -2.0f,
+                            0.75f, 0.0f, -0.25f, 1.0f};
+static const float BIAS[3] = {0.1f, -0.2f, 0.3f};
+static const int64_t WDIMS[2] = {3, 4}, BDIMS[1] = {3};
+
+static uint8_t *mlp_model(size_t *len, int raw) {
+  Model md;
+  model_init(&md, 13);
+  int64_t xd[2] = {-1, 4};
+  add_input(&md, "x", 2, xd);
+  add_init(&md, "W", 2, WDIMS, W, raw);
+  add_init(&md, "b", 1, BDIMS, BIAS, !raw);
+  Onnx__NodeProto *g = add_node(&md, "Gemm", "fc", "x", "W", "b", "h");
+  attr_int(g, "transB", 1);
+  add_node(&md, "Relu", "act", "h", NULL, NULL, "y");
+  add_output(&md, "y");
+  return pack(&md, len);
+}
+
+static FloeTensor *run1(FloeOnnxModel *m, FloeTensor *x, FloeStatus *st) {
+  FloeSession *s = floe_session_new(floe_onnx_model_graph(m), NULL, st);
+  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeFeed feed = {floe_onnx_model_input_node(m, 0), x};
+  const char *fetch = floe_onnx_model_output_fetch(m, 0);
+  FloeTensor *y = NULL;
+  floe_code rc = floe_session_run(s, &feed, 1, &fetch, 1, NULL, 0, &y, st);
+  ck_assert_msg(rc == FLOE_OK, "%s", floe_status_message(st));
+  floe_session_free(s);
+  return y;
+}
+
+static FloeTensor *mlp_input(void) {
+  int64_t d[2] = {2, 4};
+  float v[8] = {1, 2, 3, 4, -1, 0.5f, 2, -3};
+  FloeTensor *x = floe_tensor_new(FLOE_F32, 2, d, NULL);
+  memcpy(floe_tensor_data(x), v, sizeof v);
+  return x;
+}
+
+static void check_mlp(const FloeTensor *y, const FloeTensor *x) {
+  ck_assert_int_eq(floe_tensor_rank(y), 2);
+  ck_assert_int_eq(floe_tensor_dim(y, 0), 2);
+  ck_assert_int_eq(floe_tensor_dim(y, 1), 3);
+  const float *xv = floe_tensor_data(x), *yv = floe_tensor_data(y);
+  for (int r = 0; r < 2; r++)
+    for (int o = 0; o < 3; o++) {
+      double acc = BIAS[o];
+      for (int k = 0; k < 4; k++) acc += (double)xv[r * 4 + k] * W[o * 4 + k];
+      double want = acc > 0 ? acc : 0;
+      ck_assert_msg(fabs(yv[r * 3 + o] - want) < 1e-5, "y[%d,%d] = %g, want %g", r, o,
+                    yv[r * 3 + o], want);
+    }
+}
+
+START_TEST(imports_and_runs_an_mlp) {
+  for (int raw = 0; raw < 2; raw++) {
+    size_t len;
+    uint8_t *buf = mlp_model(&len, raw);
+    FloeStatus *st = floe_status_new();
+    FloeOnnxModel *m = floe_onnx_import(buf, len, "mlp", NULL, st);
+    ck_assert_msg(m != NULL, "%s", floe_status_message(st));
+    ck_assert_int_eq(floe_onnx_model_opset(m), 13);
+    ck_assert_int_eq(floe_onnx_model_num_inputs(m), 1);
+    ck_assert_str_eq(floe_onnx_model_input_name(m, 0), "x");
+    ck_assert_int_eq(floe_onnx_model_input_dtype(m, 0), FLOE_F32);
+    FloeShape is = floe_onnx_model_input_shape(m, 0);
+    ck_assert_int_eq(is.rank, 2);
+    ck_assert_int_eq(is.dims[0], FLOE_DIM_UNKNOWN);
+    ck_assert_str_eq(floe_onnx_model_output_name(m, 0), "y");
+    FloeTensor *x = mlp_input();
+    FloeTensor *y = run1(m, x, st);
+    check_mlp(y, x);
+    floe_tensor_release(x);
+    floe_tensor_release(y);
+    floe_onnx_model_free(m);
+    floe_status_free(st);
+    free(buf);
+  }
+}
+END_TEST
+
+/* Reshape to a shape computed from Shape(x): folded to a constant, so the output's shape is
+ * known when the graph is built; without folding it is not. */
+START_TEST(folds_shape_arithmetic) {
+  Model md;
+  model_init(&md, 13);
+  int64_t xd[3] = {2, 3, 4};
+  add_input(&md, "x", 3, xd);
+  static const int64_t idx[1] = {0}, tail[1] = {-1};
+  add_int64_init(&md, "i0", 1, idx);
+  add_int64_init(&md, "m1", 1, tail);
+  add_node(&md, "Shape", "shape", "x", NULL, NULL, "s");
+  Onnx__NodeProto *ga = add_node(&md, "Gather", "first", "s", "i0", NULL, "d0");
+  attr_int(ga, "axis", 0);
+  Onnx__NodeProto *cat = add_node(&md, "Concat", "cat", "d0", "m1", NULL, "newshape");
+  attr_int(cat, "axis", 0);
+  add_node(&md, "Reshape", "reshape", "x", "newshape", NULL, "y");
+  add_output(&md, "y");
+  size_t len;
+  uint8_t *buf = pack(&md, &len);
+  FloeStatus *st = floe_status_new();
+  for (int nofold = 0; nofold < 2; nofold++) {
+    FloeOnnxOptions o;
+    floe_onnx_options_init(&o);
+    o.no_constant_folding = nofold;
+    FloeOnnxModel *m = floe_onnx_import(buf, len, "reshape", &o, st);
+    ck_assert_msg(m != NULL, "%s", floe_status_message(st));
+    FloeShape s = floe_node_output_shape(floe_onnx_model_output(m, 0).node, 0);
+    if (!nofold) {
+      ck_assert_int_eq(s.rank, 2);
+      ck_assert_int_eq(s.dims[0], 2);
+      ck_assert_int_eq(s.dims[1], 12);
+    } else {
+      ck_assert(s.rank != 2 || s.dims[1] != 12);
+    }
+    int64_t d[3] = {2, 3, 4};
+    FloeTensor *x = floe_tensor_new(FLOE_F32, 3, d, NULL);
+    for (int i = 0; i < 24; i++) ((float *)floe_tensor_data(x))[i] = (float)i;
+    FloeTensor *y = run1(m, x, st);
+    ck_assert_int_eq(floe_tensor_dim(y, 0), 2);
+    ck_assert_int_eq(floe_tensor_dim(y, 1), 12);
+    for (int i = 0; i < 24; i++) ck_assert_float_eq(((float *)floe_tensor_data(y))[i], (float)i);
+    floe_tensor_release(x);
+    floe_tensor_release(y);
+    floe_onnx_model_free(m);
+  }
+  floe_status_free(st);
+  free(buf);
+}
+END_TEST
+
+/* Every prefix of a valid model either imports or fails with a message; cutting inside the
+ * weight's raw_data names the offset and the field path. */
+START_TEST(truncated_models_fail_cleanly) {
+  size_t len;
+  uint8_t *buf = mlp_model(&len, 1);
+  FloeStatus *st = floe_status_new();
+  int failures = 0;
+  for (size_t cut = 0; cut < len; cut++) {
+    uint8_t *copy = malloc(cut ? cut : 1);
+    memcpy(copy, buf, cut);
+    FloeOnnxModel *m = floe_onnx_import(copy, cut, "cut", NULL, st);
+    if (!m) {
+      failures++;
+      ck_assert_int_ne(floe_status_code(st), FLOE_OK);
+      ck_assert(strlen(floe_status_message(st)) > 10);
+    }
+    floe_onnx_model_free(m);
+    free(copy);
+  }
+  ck_assert_int_gt(failures, (int)len / 2);
+  /* Cut in the middle of the 48 bytes of W's raw_data. */
+  size_t at = 0;
+  for (size_t i = 0; i + sizeof W <= len; i++)
+    if (!memcmp(buf + i, W, sizeof W)) at = i;
+  ck_assert_uint_gt(at, 0);
+  FloeOnnxModel *m = floe_onnx_import(buf, at + 20, "cut.onnx", NULL, st);
+  ck_assert_ptr_null(m);
+  ck_assert_int_eq(floe_status_code(st), FLOE_DATA_LOSS);
+  const char *msg = floe_status_message(st);
+  ck_assert_msg(strstr(msg, "cut.onnx") && strstr(msg, "byte offset") &&
+                    strstr(msg, "graph.initializer[0]"),
+                "%s", msg);
+  floe_status_free(st);
+  free(buf);
+}
+END_TEST
+
+/* Random byte flips never crash the importer. */
+START_TEST(corrupt_bytes_never_crash) {
+  size_t len;
+  uint8_t *buf = mlp_model(&len, 1);
+  FloeStatus *st = floe_status_new();
+  uint64_t r = 0x2545F4914F6CDD1Dull;
+  for (int trial = 0; trial < 400; trial++) {
+    uint8_t *copy = malloc(len);
+    memcpy(copy, buf, len);
+    for (int k = 0; k < 3; k++) {
+      r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+      copy[r % len] ^= (uint8_t)(r >> 32);
+    }
+    FloeOnnxModel *m = floe_onnx_import(copy, len, "flip", NULL, st);
+    if (!m) ck_assert(strlen(floe_status_message(st)) > 0);
+    floe_onnx_model_free(m);
+    free(copy);
+  }
+  floe_status_free(st);
+  free(buf);
+}
+END_TEST
+
+static void expect_error(Model *md, floe_code code, const char *const *parts) {
+  size_t len;
+  uint8_t *buf = pack(md, &len);
+  FloeStatus *st = floe_status_new();
+  FloeOnnxModel *m = floe_onnx_import(buf, len, "bad.onnx", NULL, st);
+  ck_assert_ptr_null(m);
+  ck_assert_int_eq(floe_status_code(st), code);
+  for (int i = 0; parts[i]; i++)
+    ck_assert_msg(strstr(floe_status_message(st), parts[i]), "'%s' lacks '%s'",
+                  floe_status_message(st), parts[i]);
+  floe_status_free(st);
+  free(buf);
+}
+
+START_TEST(unsupported_op_names_op_opset_node) {
+  Model md;
+  model_init(&md, 11);
+  int64_t xd[1] = {4};
+  add_input(&md, "x", 1, xd);
+  add_node(&md, "FancyOp", "mystery", "x", NULL, NULL, "y");
+  add_output(&md, "y");
+  expect_error(&md, FLOE_UNIMPLEMENTED,
+               (const char *[]){"bad.onnx", "mystery", "FancyOp", "opset 11", NULL});
+}
+END_TEST
+
+START_TEST(undefined_input_is_named) {
+  Model md;
+  model_init(&md, 13);
+  int64_t xd[1] = {4};
+  add_input(&md, "x", 1, xd);
+  add_node(&md, "Add", "sum", "x", "ghost", NULL, "y");
+  add_output(&md, "y");
+  expect_error(&md, FLOE_INVALID_ARGUMENT, (const char *[]){"sum", "ghost", NULL});
+}
+END_TEST
+
+START_TEST(bad_attribute_is_named) {
+  Model md;
+  model_init(&md, 13);
+  int64_t xd[2] = {2, 3};
+  add_input(&md, "x", 2, xd);
+  static const int64_t perm[3] = {2, 0, 1};
+  Onnx__NodeProto *t = add_node(&md, "Transpose", "tr", "x", NULL, NULL, "y");
+  attr_ints(t, "perm", perm, 3);
+  add_output(&md, "y");
+  expect_error(&md, FLOE_INVALID_ARGUMENT, (const char *[]){"tr", "perm has 3 entries", NULL});
+}
+END_TEST
+
+START_TEST(opset_out_of_range) {
+  Model md;
+  model_init(&md, 99);
+  int64_t xd[1] = {4};
+  add_input(&md, "x", 1, xd);
+  add_node(&md, "Relu", "r", "x", NULL, NULL, "y");
+  add_output(&md, "y");
+  expect_error(&md, FLOE_UNIMPLEMENTED, (const char *[]){"opset 99", NULL});
+}
+END_TEST
+
+/* TensorProto files: typed fields, raw data, and mismatched sizes. */
+START_TEST(tensor_pb_files) {
+  Onnx__TensorProto t;
+  onnx__tensor_proto__init(&t);
+  int64_t dims[2] = {2, 2};
+  int64_t vals[4] = {7, -8, 9, 1ll << 40};
+  t.n_dims = 2;
+  t.dims = dims;
+  t.has_data_type = 1;
+  t.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+  t.n_int64_data = 4;
+  t.int64_data = vals;
+  uint8_t buf[256];
+  size_t len = onnx__tensor_proto__pack(&t, buf);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *x = floe_tensor_parse_onnx_pb(buf, len, "x.pb", st);
+  ck_assert_msg(x != NULL, "%s", floe_status_message(st));
+  ck_assert_int_eq(floe_tensor_dtype(x), FLOE_I64);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(((int64_t *)floe_tensor_data(x))[i], vals[i]);
+  floe_tensor_release(x);
+  /* 3 values for a [2,2] tensor */
+  t.n_int64_data = 3;
+  len = onnx__tensor_proto__pack(&t, buf);
+  ck_assert_ptr_null(floe_tensor_parse_onnx_pb(buf, len, "short.pb", st));
+  ck_assert_msg(strstr(floe_status_message(st), "int64_data has 3 values") &&
+                    strstr(floe_status_message(st), "short.pb"),
+                "%s", floe_status_message(st));
+  /* raw_data of the wrong length */
+  t.n_int64_data = 0;
+  t.has_raw_data = 1;
+  t.raw_data.len = 12;
+  t.raw_data.data = (uint8_t *)vals;
+  len = onnx__tensor_proto__pack(&t, buf);
+  ck_assert_ptr_null(floe_tensor_parse_onnx_pb(buf, len, "raw.pb", st));
+  ck_assert_msg(strstr(floe_status_message(st), "raw_data has 12 bytes"), "%s",
+                floe_status_message(st));
+  /* a data type Floe lacks */
+  t.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__STRING;
+  len = onnx__tensor_proto__pack(&t, buf);
+  ck_assert_ptr_null(floe_tensor_parse_onnx_pb(buf, len, "str.pb", st));
+  ck_assert_int_eq(floe_status_code(st), FLOE_UNIMPLEMENTED);
+  ck_assert(strstr(floe_status_message(st), "STRING") != NULL);
+  /* a file that is not there */
+  ck_assert_ptr_null(floe_tensor_load_onnx_pb("/nonexistent/x.pb", st));
+  ck_assert_int_eq(floe_status_code(st), FLOE_NOT_FOUND);
+  floe_status_free(st);
+}
+END_TEST
+
+/* With trainable, initializers are variables: the model computes the same, and a gradient
+ * step on a squared error moves the weights and lowers the loss. */
+START_TEST(trainable_initializers_train) {
+  size_t len;
+  uint8_t *buf = mlp_model(&len, 1);
+  FloeStatus *st = floe_status_new();
+  FloeOnnxOptions o;
+  floe_onnx_options_init(&o);
+  o.trainable = 1;
+  FloeOnnxModel *m = floe_onnx_import(buf, len, "mlp", &o, st);
+  ck_assert_msg(m != NULL, "%s", floe_status_message(st));
+  ck_assert_ptr_nonnull(floe_onnx_model_init_target(m));
+  FloeGraph *g = floe_onnx_model_graph(m);
+  FloeVariable vars[4];
+  ck_assert_int_eq(floe_graph_variables(g, 1, vars, 4), 2);
+  FloeOutput y = floe_onnx_model_output(m, 0);
+  FloeOutput sq = floe_unary(g, "Square", "sq", y);
+  FloeNodeBuilder *b = floe_node_begin(g, "Sum", "loss");
+  floe_node_add_input(b, sq);
+  int64_t axes[2] = {0, 1}, two = 2;
+  FloeTensor *at = floe_tensor_new(FLOE_I64, 1, &two, NULL);
+  memcpy(floe_tensor_data(at), axes, sizeof axes);
+  floe_node_add_input(b, floe_const(g, "axes", at));
+  floe_tensor_release(at);
+  FloeOutput loss = floe_out(floe_node_finish(b), 0);
+  FloeOptimizerOptions opt;
+  floe_optimizer_options_init(&opt, FLOE_OPT_SGD);
+  opt.learning_rate = 0.01;
+  FloeNode *step = floe_minimize(g, "train", loss, &opt, NULL, 0);
+  ck_assert_msg(step != NULL, "%s", floe_graph_error(g, st));
+  ck_assert_ptr_nonnull(floe_variables_initializer(g, "init_rest"));
+  FloeSession *s = floe_session_new(g, NULL, st);
+  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  /* The model's initialiser, then one for what floe_minimize added (the global step). */
+  const char *init = floe_onnx_model_init_target(m);
+  ck_assert_int_eq(floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st), FLOE_OK);
+  init = "init_rest";
+  ck_assert_int_eq(floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st), FLOE_OK);
+  FloeTensor *x = mlp_input();
+  FloeFeed feed = {floe_onnx_model_input_node(m, 0), x};
+  const char *fetches[2] = {floe_onnx_model_output_fetch(m, 0), "loss"};
+  FloeTensor *outs[2];
+  ck_assert_int_eq(floe_session_run(s, &feed, 1, fetches, 2, NULL, 0, outs, st), FLOE_OK);
+  check_mlp(outs[0], x);
+  float before = *(float *)floe_tensor_data(outs[1]);
+  floe_tensor_release(outs[0]);
+  floe_tensor_release(outs[1]);
+  const char *train = floe_node_name(step);
+  for (int i = 0; i < 5; i++)
+    ck_assert_msg(floe_session_run(s, &feed, 1, NULL, 0, &train, 1, NULL, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+  ck_assert_int_eq(floe_session_run(s, &feed, 1, &fetches[1], 1, NULL, 0, outs, st), FLOE_OK);
+  float after = *(float *)floe_tensor_data(outs[0]);
+  ck_assert_msg(after < before * 0.9f, "loss %g -> %g", before, after);
+  floe_tensor_release(outs[0]);
+  floe_tensor_release(x);
+  floe_session_free(s);
+  floe_onnx_model_free(m);
+  floe_status_free(st);
+  free(buf);
+}
+END_TEST
+
+/* Allocation failure at every step of an import: a clean NO_MEMORY (or success), no leak
+ * (valgrind runs this suite), and the next import works. */
+START_TEST(allocation_failures) {
+  size_t len;
+  uint8_t *buf = mlp_model(&len, 1);
+  FloeStatus *st = floe_status_new();
+  FloeOnnxOptions o;
+  floe_onnx_options_init(&o);
+  o.no_constant_folding = 1; /* folding runs sessions: tested elsewhere */
+  int ok = 0;
+  for (long n = 1; n < 5000 && !ok; n++) {
+    floe_test_fail_alloc_after(n);
+    FloeOnnxModel *m = floe_onnx_import(buf, len, "mlp", &o, st);
+    floe_test_fail_alloc_after(0);
+    if (m) {
+      ok = 1;
+    } else {
+      ck_assert_msg(floe_status_code(st) == FLOE_NO_MEMORY || floe_status_code(st) == FLOE_DATA_LOSS,
+                    "n=%ld: %s", n, floe_status_message(st));
+    }
+    floe_onnx_model_free(m);
+  }
+  ck_assert(ok);
+  floe_status_free(st);
+  free(buf);
+}
+END_TEST
+
+/* Inputs the fuzzer (make fuzz-onnx) once crashed on: each must now import or fail with a
+ * message, with and without constant folding, and as a TensorProto too. */
+START_TEST(fuzz_regressions) {
+  const char *top = getenv("top_srcdir");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/tests/fuzz/regress", top ? top : "..");
+  DIR *d = opendir(dir);
+  ck_assert_msg(d != NULL, "no %s", dir);
+  struct dirent *e;
+  int files = 0;
+  FloeStatus *st = floe_status_new();
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    uint8_t buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    files++;
+    for (int nofold = 0; nofold < 2; nofold++) {
+      FloeOnnxOptions o;
+      floe_onnx_options_init(&o);
+      o.no_constant_folding = nofold;
+      FloeOnnxModel *m = floe_onnx_import(buf, len, e->d_name, &o, st);
+      if (!m) ck_assert_msg(strlen(floe_status_message(st)) > 0, "%s: no message", e->d_name);
+      floe_onnx_model_free(m);
+    }
+    FloeTensor *t = floe_tensor_parse_onnx_pb(buf, len, e->d_name, st);
+    floe_tensor_release(t);
+  }
+  closedir(d);
+  ck_assert_int_gt(files, 0);
+  floe_status_free(st);
+}
+END_TEST
+
+static Suite *onnx_suite(void) {
+  Suite *s = suite_create("onnx");
+  TCase *tc = tcase_create("import");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, imports_and_runs_an_mlp);
+  tcase_add_test(tc, folds_shape_arithmetic);
+  tcase_add_test(tc, truncated_models_fail_cleanly);
+  tcase_add_test(tc, corrupt_bytes_never_crash);
+  tcase_add_test(tc, unsupported_op_names_op_opset_node);
+  tcase_add_test(tc, undefined_input_is_named);
+  tcase_add_test(tc, bad_attribute_is_named);
+  tcase_add_test(tc, opset_out_of_range);
+  tcase_add_test(tc, tensor_pb_files);
+  tcase_add_test(tc, trainable_initializers_train);
+  tcase_add_test(tc, allocation_failures);
+  tcase_add_test(tc, fuzz_regressions);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(onnx_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

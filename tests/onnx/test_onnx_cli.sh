@@ -1,0 +1,65 @@
+#!/bin/sh
+# floe run / graph / onnx-test on ONNX models from libonnx-testdata: running a model with
+# .pb and .npy inputs, drawing it, and the errors for truncated files, unsupported ops and
+# wrong outputs (an expected output corrupted here must be reported as a failure with its
+# worst element).
+set -u
+D=${ONNX_TESTDATA:-/usr/share/libonnx-testdata/data}
+floe=${top_builddir:-../..}/tools/floe
+if [ ! -d "$D/pytorch-converted" ]; then
+  echo "SKIP: ONNX test data not found at $D (apt-get install libonnx-testdata)"; exit 77
+fi
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+C=$D/pytorch-converted/test_Conv2d
+
+# run with a .pb input, outputs written by ONNX name
+"$floe" run "$C/model.onnx" --input 0="$C/test_data_set_0/input_0.pb" --out "$t/o" > "$t/run.txt" \
+  || fail "floe run: $(cat "$t/run.txt")"
+grep -q '^3: f32\[2,4,5,4\]' "$t/run.txt" || fail "run output: $(cat "$t/run.txt")"
+[ -f "$t/o/3.npy" ] || fail "no $t/o/3.npy"
+"$floe" run "$C/model.onnx" --input 0="$C/test_data_set_0/input_0.pb" --json > "$t/run.json" \
+  || fail "floe run --json"
+grep -q '"shape":\[2,4,5,4\]' "$t/run.json" || fail "run --json: $(cat "$t/run.json")"
+
+# graph and DOT
+"$floe" graph "$C/model.onnx" > "$t/graph.txt" || fail "floe graph"
+grep -q 'Conv2D' "$t/graph.txt" || fail "graph lacks the convolution: $(cat "$t/graph.txt")"
+"$floe" graph "$C/model.onnx" --dot > "$t/g.dot" || fail "floe graph --dot"
+head -1 "$t/g.dot" | grep -q '^digraph' || fail "not DOT"
+
+# a truncated model: an error naming the file and the byte offset, exit 1, no crash
+head -c 100 "$C/model.onnx" > "$t/cut.onnx"
+"$floe" run "$t/cut.onnx" > "$t/cut.txt" 2>&1
+[ $? -eq 1 ] || fail "truncated model: exit status"
+grep -q "cut.onnx.*byte offset" "$t/cut.txt" || fail "truncated model: $(cat "$t/cut.txt")"
+
+# onnx-test on one good case, then on a copy whose expected output is corrupted
+"$floe" onnx-test "$C" > "$t/ok.txt" || fail "onnx-test $(cat "$t/ok.txt")"
+grep -q '^pass.*pytorch-converted/test_Conv2d' "$t/ok.txt" || fail "$(cat "$t/ok.txt")"
+mkdir -p "$t/suite/test_Conv2d_bad/test_data_set_0"
+cp "$C/model.onnx" "$t/suite/test_Conv2d_bad/"
+cp "$C/test_data_set_0/input_0.pb" "$t/suite/test_Conv2d_bad/test_data_set_0/"
+# the last 4 bytes are the last float of raw_data: make it 1e6 larger
+python3 - "$C/test_data_set_0/output_0.pb" "$t/suite/test_Conv2d_bad/test_data_set_0/output_0.pb" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+v = struct.unpack('<f', b[-4:])[0]
+b[-4:] = struct.pack('<f', v + 1e6)
+open(sys.argv[2], 'wb').write(b)
+PY
+"$floe" onnx-test --json "$t/suite" > "$t/bad.json"
+[ $? -eq 1 ] || fail "a failing case must make onnx-test exit 1"
+grep -q '"result":"fail"' "$t/bad.json" || fail "$(cat "$t/bad.json")"
+grep -q 'worst \[159\]' "$t/bad.json" || fail "worst element not named: $(cat "$t/bad.json")"
+tail -n 1 "$t/bad.json" | grep -q '"total":1,"passed":0,"failed":1,"unsupported":0' \
+  || fail "summary: $(tail -n 1 "$t/bad.json")"
+
+# an unsupported op is reported as unsupported, with the op, and does not fail the run
+U=$(grep -l 'TfIdfVectorizer' "$D"/node/*/model.onnx | head -1)
+if [ -n "$U" ]; then
+  "$floe" onnx-test "$(dirname "$U")" > "$t/u.txt" || fail "unsupported case exit status"
+  grep -q '^unsupported.*TfIdfVectorizer' "$t/u.txt" || fail "$(cat "$t/u.txt")"
+fi
+echo "ok"
