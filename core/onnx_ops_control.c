@@ -202,18 +202,25 @@ static FloeOutput scan_element(LoopArg *a, int k, FloeOutput i) {
 /* Writes v at index into scan output k's TensorArray (made now: its dtype is v's), giving
  * the next flow. The TensorArray belongs outside the loop: the loop's scan leaves it out
  * and it enters as a loop invariant. */
-static FloeOutput scan_write(LoopArg *a, int k, FloeOutput index, FloeOutput v, FloeOutput flow) {
+static FloeOutput scan_write(LoopArg *a, int k, FloeOutput index, FloeOutput v, FloeOutput flow,
+                             FloeShape declared) {
   OxCtx *c = a->c;
+  /* The element shape, from the graph or the body's declared type: with it, a loop that
+   * runs no iteration still stacks [0, ...]. */
+  FloeShape elem = ox_shape(v);
+  if (elem.rank < 0) elem = declared;
+  for (int d = 0; elem.rank == declared.rank && d < elem.rank; d++)
+    if (elem.dims[d] < 0) elem.dims[d] = declared.dims[d];
   FloeNodeBuilder *b = ox_begin(c, "TensorArrayV3");
   floe_node_add_input(b, a->ta_size);
   floe_node_set_attr_type(b, "dtype", ox_dtype(v));
-  floe_node_set_attr_shape(b, "element_shape", ox_shape(v));
+  floe_node_set_attr_shape(b, "element_shape", elem);
   floe_node_set_attr_bool(b, "dynamic_size", a->scan == 0);
   floe_node_set_attr_bool(b, "clear_after_read", false);
   FloeNode *ta = ox_finish_node(c, b);
   if (!ta || floe__cf_exclude(ta) != FLOE_OK) return (FloeOutput){NULL, 0};
   a->ta[k] = ta;
-  a->ta_elem[k] = ox_shape(v);
+  a->ta_elem[k] = elem;
   b = ox_begin(c, "TensorArrayWriteV3");
   floe_node_add_input(b, floe_out(ta, 0));
   floe_node_add_input(b, ox_cast(c, index, FLOE_I32));
@@ -264,7 +271,13 @@ static floe_code loop_body(FloeGraph *g, void *arg, const FloeOutput *vars, int 
       break;
     }
     FloeOutput index = step_index(a, vars[0], a->out_reverse ? a->out_reverse[k] : 0);
-    next[p + k] = scan_write(a, k, index, s->value, vars[p + k]);
+    const Onnx__GraphProto *gp = ox_graph_attr(c, "body");
+    const Onnx__ValueInfoProto *vi = gp->output[nout - a->nscan_out + k];
+    FloeDType dt;
+    FloeShape declared = floe_shape_unknown();
+    if (vi->type && ox_type_kind(vi->type, &dt, &declared) != OX_TENSOR)
+      declared = floe_shape_unknown();
+    next[p + k] = scan_write(a, k, index, s->value, vars[p + k], declared);
   }
   floe__free(ins);
   return rc == FLOE_OK ? ox_check(c) : rc;
