@@ -155,7 +155,7 @@ static FloeOutput without(OxCtx *c, FloeOutput x, FloeOutput p, FloeOutput skip,
 /* s with t inserted before element pos (pos.node NULL: at the end). */
 static floe_code seq_insert(OxCtx *c, const OxVal *s, FloeOutput t, FloeOutput pos, OxVal *res) {
   if (ox_dtype(t) != ox_dtype(s->value))
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "inserting an %s tensor into a sequence of %s",
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "inserting a tensor of %s into a sequence of %s",
                    floe_dtype_name(ox_dtype(t)), floe_dtype_name(ox_dtype(s->value)));
   int r = ox_rank(c, t, "the tensor inserted");
   if (r < 0) return floe_status_code(c->st);
