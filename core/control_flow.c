@@ -74,6 +74,15 @@ floe_code floe__cf_exclude(const FloeNode *n) {
   return FLOE_OK;
 }
 
+int floe__cf_exclude_count(void) { return excluded.n; }
+
+void floe__cf_exclude_truncate(int n) {
+  if (n <= 0)
+    floe__cf_exclude_clear();
+  else if (n < excluded.n)
+    excluded.n = n;
+}
+
 void floe__cf_exclude_clear(void) {
   floe__free(excluded.ids);
   excluded.ids = NULL;
@@ -622,6 +631,21 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
     next[n] = floe_binary(g, "Add", unique(g, nm, sizeof nm, name, "iterations_next"),
                           body_in[n], one);
   }
+  /* A variable the body never reads leaves its body Identity unused: the NextIteration
+   * waits for it, so no enclosing loop or cond takes it for a side effect of its own frame. */
+  bool *unread = rc == FLOE_OK ? floe__calloc((size_t)l.total, sizeof *unread) : NULL;
+  for (int i = 0; unread && i < l.total; i++) unread[i] = true;
+  for (int id = start; unread && id < body_end; id++) {
+    const FloeNode *nd = floe_graph_node(g, id);
+    for (int j = 0; j < l.total; j++) {
+      for (int k = 0; k < nd->num_inputs; k++)
+        if (nd->inputs[k].node == body_in[j].node) unread[j] = false;
+      for (int k = 0; k < nd->num_control; k++)
+        if (nd->control[k] == body_in[j].node) unread[j] = false;
+    }
+  }
+  for (int i = 0; unread && i < l.total; i++)
+    if (next[i].node == body_in[i].node) unread[i] = false;
   /* Back edges, after checking each value fits its variable. */
   for (int i = 0; i < l.total && rc == FLOE_OK; i++) {
     if (!next[i].node) {
@@ -653,13 +677,15 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
       break;
     }
     FloeStatus st = {FLOE_OK, NULL};
-    if (floe__node_set_input(l.merge[i], 1, floe_out(ni, 0), &st) != FLOE_OK) {
+    if ((unread && unread[i] && floe__node_add_control(ni, body_in[i].node, &st) != FLOE_OK) ||
+        floe__node_set_input(l.merge[i], 1, floe_out(ni, 0), &st) != FLOE_OK) {
       floe__graph_fail(g, st.code, "%s", floe_status_message(&st));
       floe_status_clear(&st);
       rc = graph_code(g, FLOE_INTERNAL);
     }
   }
   floe__free(next);
+  floe__free(unread);
   if (rc != FLOE_OK) goto out;
   for (int i = 0; i < n; i++) results[i] = floe_out(l.exit[i], 0);
 out:

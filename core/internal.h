@@ -993,6 +993,10 @@ floe_code floe__gradients_body(FloeGraph *g, const FloeOutput *ys, int num_ys,
  * caller made them for another frame while building a body; thread-local), and the reset. */
 floe_code floe__cf_exclude(const FloeNode *n);
 void floe__cf_exclude_clear(void);
+/* How many nodes are excluded; dropping those excluded after the first n (a construct
+ * built inside another one gives its nodes back to the outer one). */
+int floe__cf_exclude_count(void);
+void floe__cf_exclude_truncate(int n);
 
 /* ---- graph rewrites (fuse.c) ---- */
 

@@ -72,7 +72,9 @@ static const OxEntry *scope_find(const OxScope *s, const char *name) {
 
 typedef struct OxValue {
   char *name;  /* ONNX name */
-  char *fetch; /* Floe node or node:k */
+  char *fetch; /* Floe node or node:k (part 0) */
+  char *part[2]; /* a sequence's or optional's further parts (onnx_values.c) */
+  int kind;      /* OX_TENSOR, OX_SEQ, OX_OPT bits */
   FloeOutput out;
   FloeDType dtype;
   FloeShape shape;
@@ -92,6 +94,8 @@ static void values_free(OxValue *v, int n) {
   for (int i = 0; v && i < n; i++) {
     floe__free(v[i].name);
     floe__free(v[i].fetch);
+    floe__free(v[i].part[0]);
+    floe__free(v[i].part[1]);
   }
   floe__free(v);
 }
@@ -147,6 +151,29 @@ const char *floe_onnx_model_output_fetch(const FloeOnnxModel *m, int i) {
 }
 FloeOutput floe_onnx_model_output(const FloeOnnxModel *m, int i) {
   return out_at(m, i) ? out_at(m, i)->out : (FloeOutput){NULL, 0};
+}
+FloeDType floe_onnx_model_output_dtype(const FloeOnnxModel *m, int i) {
+  return out_at(m, i) ? out_at(m, i)->dtype : FLOE_DTYPE_INVALID;
+}
+FloeOnnxKind floe_onnx_model_input_kind(const FloeOnnxModel *m, int i) {
+  return in_at(m, i) ? (FloeOnnxKind)in_at(m, i)->kind : FLOE_ONNX_TENSOR;
+}
+FloeOnnxKind floe_onnx_model_output_kind(const FloeOnnxModel *m, int i) {
+  return out_at(m, i) ? (FloeOnnxKind)out_at(m, i)->kind : FLOE_ONNX_TENSOR;
+}
+int floe_onnx_kind_num_parts(FloeOnnxKind kind) {
+  return kind >= FLOE_ONNX_TENSOR && kind <= FLOE_ONNX_OPTIONAL_SEQUENCE ? ox_kind_parts((int)kind)
+                                                                         : 0;
+}
+static const char *part_of(const OxValue *v, int k) {
+  if (!v || k < 0 || k >= ox_kind_parts(v->kind)) return NULL;
+  return k == 0 ? v->fetch : v->part[k - 1];
+}
+const char *floe_onnx_model_input_part(const FloeOnnxModel *m, int i, int k) {
+  return part_of(in_at(m, i), k);
+}
+const char *floe_onnx_model_output_part(const FloeOnnxModel *m, int i, int k) {
+  return part_of(out_at(m, i), k);
 }
 const char *floe_onnx_model_init_target(const FloeOnnxModel *m) {
   return m ? m->init_target : NULL;
@@ -439,6 +466,9 @@ static const OxOp *const op_tables[] = {
     floe__onnx_ops_nn,
     floe__onnx_ops_loss,
     floe__onnx_ops_quant,
+    floe__onnx_ops_control,
+    floe__onnx_ops_seq,
+    floe__onnx_ops_train,
 };
 
 static const char *domain_of(const Onnx__NodeProto *n) {
@@ -570,43 +600,90 @@ static int is_initializer(const Onnx__GraphProto *gp, const char *name) {
   return 0;
 }
 
+/* Ops whose mappers take sequences and optionals; every other mapper sees tensors only. */
+static int takes_values(const OxOp *op) {
+  const OxOp *const tables[] = {floe__onnx_ops_control, floe__onnx_ops_seq};
+  for (size_t t = 0; t < FLOE__ARRAY_LEN(tables); t++)
+    for (const OxOp *o = tables[t]; o->op; o++)
+      if (o == op) return 1;
+  return 0;
+}
+
+/* Identity of a sequence or optional (opset 14 on) is the same value. */
+static int value_identity(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
+                          FloeOutput *out, int nout) {
+  if (strcmp(n->op_type, "Identity") || *domain_of(n) || nin != 1 || nout != 1 || !in[0].node)
+    return 0;
+  OxVal v = ox_val(c, in[0]);
+  if (v.kind == OX_TENSOR) return 0;
+  out[0] = ox_val_set(c, &v);
+  return 1;
+}
+
+static floe_code map_inputs(OxCtx *c, const Onnx__NodeProto *n, FloeOutput *in, int nin) {
+  for (int i = 0; i < nin; i++) {
+    if (!n->input[i] || !*n->input[i]) continue; /* an omitted optional input */
+    const OxEntry *e = scope_find(c->scope, n->input[i]);
+    if (!e)
+      return ox_fail(c, FLOE_INVALID_ARGUMENT,
+                     "input %d '%s' is not a graph input, an initializer or an earlier node's "
+                     "output (nodes must be in topological order)",
+                     i, n->input[i]);
+    in[i] = e->out;
+  }
+  return FLOE_OK;
+}
+
 static floe_code map_node(OxCtx *c, const Onnx__NodeProto *n) {
+  /* Saved: a subgraph's nodes are mapped while the node that holds it is. */
+  const Onnx__NodeProto *saved_node = c->node;
+  const char *saved_name = c->node_name;
+  int saved_counter = c->counter, saved_first = c->node_first;
   c->node = n;
-  if (!n->op_type || !*n->op_type) return ox_fail(c, FLOE_INVALID_ARGUMENT, "the node has no op_type");
-  if (c->opset == 0 && !*domain_of(n))
-    return ox_fail(c, FLOE_INVALID_ARGUMENT,
-                   "a default-domain op, but the model imports no default-domain opset");
+  FloeOutput *in = NULL, *out = NULL;
+  char *name = NULL;
+  floe_code rc = FLOE_OK;
+  if (!n->op_type || !*n->op_type) {
+    rc = ox_fail(c, FLOE_INVALID_ARGUMENT, "the node has no op_type");
+    goto done;
+  }
+  if (c->opset == 0 && !*domain_of(n)) {
+    rc = ox_fail(c, FLOE_INVALID_ARGUMENT,
+                 "a default-domain op, but the model imports no default-domain opset");
+    goto done;
+  }
   const OxOp *op = find_op(n);
   if (!op) {
     const char *dom = domain_of(n);
-    return ox_fail(c, FLOE_UNIMPLEMENTED, "op %s%s%s is not supported by Floe's ONNX importer",
-                   *dom ? dom : "", *dom ? "." : "", n->op_type);
+    rc = ox_fail(c, FLOE_UNIMPLEMENTED, "op %s%s%s is not supported by Floe's ONNX importer",
+                 *dom ? dom : "", *dom ? "." : "", n->op_type);
+    goto done;
   }
   int nin = (int)n->n_input, nout = (int)n->n_output;
-  FloeOutput *in = floe__calloc((size_t)nin + 1, sizeof *in);
-  FloeOutput *out = floe__calloc((size_t)nout + 1, sizeof *out);
-  char *name = unique_name(c, n->name && *n->name ? n->name : NULL,
-                           nout && *n->output[0] ? n->output[0] : n->op_type);
-  floe_code rc = FLOE_OK;
+  in = floe__calloc((size_t)nin + 1, sizeof *in);
+  out = floe__calloc((size_t)nout + 1, sizeof *out);
+  name = unique_name(c, n->name && *n->name ? n->name : NULL,
+                     nout && *n->output[0] ? n->output[0] : n->op_type);
   if (!in || !out || !name) {
     rc = floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
     goto done;
   }
-  for (int i = 0; i < nin; i++) {
-    if (!n->input[i] || !*n->input[i]) continue; /* an omitted optional input */
-    const OxEntry *e = scope_find(c->scope, n->input[i]);
-    if (!e) {
-      rc = ox_fail(c, FLOE_INVALID_ARGUMENT,
-                   "input %d '%s' is not a graph input, an initializer or an earlier node's "
-                   "output (nodes must be in topological order)",
-                   i, n->input[i]);
-      goto done;
-    }
-    in[i] = e->out;
-  }
+  if ((rc = map_inputs(c, n, in, nin)) != FLOE_OK) goto done;
   c->node_name = name;
   c->counter = 0;
+  c->node_first = floe_graph_num_nodes(c->g);
+  if (!takes_values(op)) {
+    if (value_identity(c, n, in, nin, out, nout)) goto outputs;
+    for (int i = 0; i < nin; i++)
+      if (ox_val(c, in[i]).kind != OX_TENSOR) {
+        rc = ox_fail(c, FLOE_UNIMPLEMENTED, "input %d '%s' is a%s %s; Floe maps this op for "
+                     "tensors only", i, n->input[i], ox_val(c, in[i]).kind == OX_SEQ ? "" : "n",
+                     ox_kind_name(ox_val(c, in[i]).kind));
+        goto done;
+      }
+  }
   rc = op->map(c, n, in, nin, out, nout);
+outputs:
   if (rc == FLOE_OK) rc = ox_check(c);
   for (int i = 0; rc == FLOE_OK && i < nout; i++) {
     if (!n->output[i] || !*n->output[i]) continue;
@@ -621,8 +698,10 @@ done:
   floe__free(in);
   floe__free(out);
   floe__free(name);
-  c->node_name = NULL;
-  c->node = NULL;
+  c->node_name = saved_name;
+  c->node = saved_node;
+  c->counter = saved_counter;
+  c->node_first = saved_first;
   return rc;
 }
 
@@ -647,6 +726,134 @@ static floe_code check_binding(OxCtx *c, const char *name, const OxValue *v, Flo
   return FLOE_OK;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Subgraphs */
+
+FloeOutput ox_lookup(OxCtx *c, const char *name) {
+  const OxEntry *e = name ? scope_find(c->scope, name) : NULL;
+  return e ? e->out : (FloeOutput){NULL, 0};
+}
+
+const Onnx__GraphProto *ox_graph_attr(OxCtx *c, const char *attr) {
+  const Onnx__AttributeProto *a = ox_attr(c->node, attr);
+  if (!a || !a->g) {
+    ox_fail(c, FLOE_INVALID_ARGUMENT, "the graph attribute '%s' is missing", attr);
+    return NULL;
+  }
+  return a->g;
+}
+
+/* Binds the subgraph's inputs and initializers in the (new, current) scope. */
+static floe_code bind_subgraph_inputs(OxCtx *c, const Onnx__GraphProto *gp, const OxVal *ins) {
+  for (size_t i = 0; i < gp->n_initializer; i++) {
+    floe_code rc = add_initializer(c, gp->initializer[i]);
+    if (rc != FLOE_OK) return rc;
+  }
+  for (size_t i = 0; i < gp->n_input; i++) {
+    const char *nm = gp->input[i]->name;
+    if (!nm || !*nm) return ox_fail(c, FLOE_INVALID_ARGUMENT, "subgraph input %zu has no name", i);
+    FloeOutput key = ox_val_set(c, &ins[i]);
+    if (!key.node) return ox_check(c);
+    floe_code rc = scope_put(c->scope, nm, key, c->st);
+    if (rc != FLOE_OK) return rc;
+  }
+  return FLOE_OK;
+}
+
+floe_code ox_subgraph(OxCtx *c, const char *attr, const OxVal *ins, int nin, OxVal *outs,
+                      int nout) {
+  const Onnx__GraphProto *gp = ox_graph_attr(c, attr);
+  if (!gp) return floe_status_code(c->st);
+  if ((int)gp->n_input != nin || (int)gp->n_output != nout)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT,
+                   "the subgraph '%s' has %zu inputs and %zu outputs; this node gives it %d "
+                   "and takes %d",
+                   attr, gp->n_input, gp->n_output, nin, nout);
+  if (c->depth >= 32)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "subgraphs nested more than 32 deep");
+  OxScope scope = {NULL, 0, 0, c->scope};
+  const Onnx__NodeProto *outer = c->node;
+  const char *outer_name = c->node_name;
+  int outer_counter = c->counter;
+  c->scope = &scope;
+  c->depth++;
+  floe_code rc = bind_subgraph_inputs(c, gp, ins);
+  for (size_t i = 0; rc == FLOE_OK && i < gp->n_node; i++) rc = map_node(c, gp->node[i]);
+  for (int i = 0; rc == FLOE_OK && i < nout; i++) {
+    const char *nm = gp->output[i]->name;
+    const OxEntry *e = nm && *nm ? scope_find(&scope, nm) : NULL;
+    if (!e) {
+      rc = ox_fail(c, FLOE_INVALID_ARGUMENT, "output %d '%s' of subgraph '%s' is not computed",
+                   i, nm ? nm : "", attr);
+      break;
+    }
+    outs[i] = ox_val(c, e->out);
+  }
+  c->depth--;
+  c->scope = scope.parent;
+  c->node = outer;
+  c->node_name = outer_name;
+  c->counter = outer_counter;
+  scope_free(&scope);
+  if (rc != FLOE_OK && rc != FLOE_NO_MEMORY)
+    floe__status_prefix(c->st, "in subgraph '%s' of node '%s' (%s)", attr, node_label(outer),
+                        outer->op_type);
+  return rc;
+}
+
+/* The placeholder of part k of input v, "<fetch>/<what>". */
+static FloeOutput part_placeholder(OxCtx *c, OxValue *v, int k, const char *what, FloeDType dt,
+                                   FloeShape shape) {
+  char *nm = floe__asprintf("%s/%s", v->fetch, what);
+  char *fetch = nm ? unique_name(c, nm, "input") : NULL;
+  floe__free(nm);
+  if (!fetch) {
+    floe__graph_fail(c->g, FLOE_NO_MEMORY, "out of memory");
+    return (FloeOutput){NULL, 0};
+  }
+  v->part[k - 1] = fetch;
+  return floe_placeholder(c->g, fetch, dt, shape);
+}
+
+/* A sequence or optional graph input: one placeholder per part, "<name>", "<name>/shapes",
+ * "<name>/present". An optional tensor's placeholder takes any shape (an empty tensor when
+ * the optional is absent). */
+static floe_code add_value_input(OxCtx *c, FloeOnnxModel *m, const Onnx__ValueInfoProto *vi,
+                                 int kind, FloeDType dt, FloeShape elem) {
+  if (dt == FLOE_DTYPE_INVALID)
+    return floe_status_set(c->st, FLOE_UNIMPLEMENTED,
+                           "graph input '%s' is a%s %s without an element type Floe has",
+                           vi->name, kind == OX_SEQ ? "" : "n", ox_kind_name(kind));
+  OxValue *v = &m->inputs[m->num_inputs];
+  v->kind = kind;
+  v->dtype = dt;
+  v->shape = floe_shape_unknown();
+  m->num_inputs++; /* counted first: the model frees what was allocated */
+  if (!(v->name = floe__strdup(vi->name)) || !(v->fetch = unique_name(c, vi->name, "input")))
+    return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
+  FloeOutput parts[3];
+  int n = 0;
+  FloeShape vshape = floe_shape_unknown();
+  if (kind & OX_SEQ) vshape = floe_shape_make(1, (int64_t[]){FLOE_DIM_UNKNOWN});
+  parts[n++] = floe_placeholder(c->g, v->fetch, dt, vshape);
+  if (kind & OX_SEQ) {
+    int64_t dims[2] = {FLOE_DIM_UNKNOWN, elem.rank >= 0 ? elem.rank : FLOE_DIM_UNKNOWN};
+    parts[n] = part_placeholder(c, v, n, "shapes", FLOE_I64, floe_shape_make(2, dims));
+    n++;
+  }
+  if (kind & OX_OPT) {
+    parts[n] = part_placeholder(c, v, n, "present", FLOE_BOOL, floe_shape_scalar());
+    n++;
+  }
+  if (floe_graph_status(c->g) != FLOE_OK) return ox_check(c);
+  OxVal val = ox_val_from_parts(kind, parts);
+  val.elem = elem;
+  c->node_first = 0; /* the placeholders are new */
+  v->out = ox_val_set(c, &val);
+  if (!v->out.node) return ox_check(c);
+  return scope_put(c->scope, vi->name, v->out, c->st);
+}
+
 static floe_code add_values(OxCtx *c, FloeOnnxModel *m, const Onnx__GraphProto *gp) {
   m->inputs = floe__calloc(gp->n_input + 1, sizeof *m->inputs);
   m->outputs = floe__calloc(gp->n_output + 1, sizeof *m->outputs);
@@ -661,6 +868,13 @@ static floe_code add_values(OxCtx *c, FloeOnnxModel *m, const Onnx__GraphProto *
       return floe_status_set(c->st, FLOE_INVALID_ARGUMENT, "graph input %zu has no name", i);
     if (is_initializer(gp, vi->name)) continue; /* IR < 4 lists initializers as inputs */
     OxValue *v = &m->inputs[m->num_inputs];
+    FloeShape elem;
+    int kind = vi->type ? ox_type_kind(vi->type, &v->dtype, &elem) : OX_TENSOR;
+    if (kind > OX_TENSOR) {
+      floe_code rc = add_value_input(c, m, vi, kind, v->dtype, elem);
+      if (rc != FLOE_OK) return rc;
+      continue;
+    }
     floe_code rc = value_type(c, vi, &v->dtype, &v->shape);
     if (rc != FLOE_OK) return rc;
     m->num_inputs++; /* counted first: the model frees what was allocated */
@@ -698,14 +912,27 @@ static floe_code bind_outputs(OxCtx *c, FloeOnnxModel *m, const Onnx__GraphProto
     m->num_outputs++;
     /* An Identity named after the output: fetchable by its ONNX name, also when the output is
      * an input or another output. */
-    char *name = unique_name(c, nm, "output");
-    if (!name) return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
-    FloeNodeBuilder *b = floe_node_begin(c->g, "Identity", name);
-    floe_node_add_input(b, e->out);
-    FloeNode *id = floe_node_finish(b);
-    v->fetch = name;
-    if (!id) return ox_check(c);
-    v->out = floe_out(id, 0);
+    OxVal val = ox_val(c, e->out);
+    FloeOutput parts[3];
+    int n = ox_val_parts(&val, parts);
+    v->kind = val.kind;
+    static const char *const suffix[] = {"", "/shapes", "/present"};
+    for (int k = 0; k < n; k++) {
+      const char *sfx = suffix[k == 0 ? 0 : k == 1 && (val.kind & OX_SEQ) ? 1 : 2];
+      char *full = floe__asprintf("%s%s", nm, sfx);
+      char *name = full ? unique_name(c, full, "output") : NULL;
+      floe__free(full);
+      if (!name) return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
+      FloeNodeBuilder *b = floe_node_begin(c->g, "Identity", name);
+      floe_node_add_input(b, parts[k]);
+      FloeNode *id = floe_node_finish(b);
+      if (k == 0)
+        v->fetch = name;
+      else
+        v->part[k - 1] = name;
+      if (!id) return ox_check(c);
+      if (k == 0) v->out = floe_out(id, 0);
+    }
     v->dtype = ox_dtype(v->out);
     v->shape = ox_shape(v->out);
   }
@@ -743,13 +970,20 @@ static floe_code nhwc(FloeOnnxModel *m, FloeStatus *st) {
 }
 
 static floe_code keep_live(FloeOnnxModel *m) {
-  FloeNode **roots = floe__calloc((size_t)m->num_outputs + m->num_inputs + m->first_node + 2,
+  /* Three per value (a sequence's or optional's further parts too), and the caller's nodes. */
+  FloeNode **roots = floe__calloc(3 * ((size_t)m->num_outputs + m->num_inputs) +
+                                      (size_t)m->first_node + 2,
                                   sizeof *roots);
   if (!roots) return FLOE_OK; /* keeping dead nodes is harmless */
   int k = 0;
   for (int i = 0; i < m->first_node; i++) roots[k++] = m->g->nodes[i]; /* the caller's */
   for (int i = 0; i < m->num_outputs; i++) roots[k++] = m->outputs[i].out.node;
   for (int i = 0; i < m->num_inputs; i++) roots[k++] = m->inputs[i].out.node;
+  for (int i = 0; i < m->num_outputs + m->num_inputs; i++) {
+    const OxValue *v = i < m->num_outputs ? &m->outputs[i] : &m->inputs[i - m->num_outputs];
+    for (int p = 0; p < 2; p++)
+      if (v->part[p]) roots[k++] = floe_graph_find(m->g, v->part[p]);
+  }
   if (m->init_target) roots[k++] = floe_graph_find(m->g, m->init_target);
   floe__graph_keep_reachable(m->g, roots, k);
   floe__free(roots);
@@ -834,6 +1068,7 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
   if (!c.keep_nchw && (rc = nhwc(m, st)) != FLOE_OK) goto fail;
   if ((rc = keep_live(m)) != FLOE_OK) goto fail;
   scope_free(&scope);
+  ox_vals_free(&c);
   protobuf_c_message_free_unpacked(&mp->base, &floe__onnx_pb_alloc);
   return m;
 
@@ -841,6 +1076,7 @@ fail:
   floe__status_prefix(st, "importing '%s'", what);
   if (m && m->borrowed) floe_graph_clear_error(m->g); /* it had none before */
   scope_free(&scope);
+  ox_vals_free(&c);
   protobuf_c_message_free_unpacked(&mp->base, &floe__onnx_pb_alloc);
   floe_onnx_model_free(m);
   return NULL;

@@ -63,6 +63,10 @@ struct OxCtx {
   int num_bind;
   FloeNode **var_inits; /* with trainable: initialiser nodes */
   int num_var_inits, cap_var_inits;
+  struct OxVal *vals; /* values that are not tensors (onnx_values.c) */
+  int num_vals, cap_vals;
+  int node_first; /* id of the first Floe node made for the node being mapped */
+  int depth;      /* subgraphs being imported around the current node */
 };
 
 /* Error naming the current node, op and opset; returns code. */
@@ -115,6 +119,49 @@ int ox_present(FloeOutput x); /* the optional input was given */
  * outputs) are never rewritten. */
 floe_code floe__onnx_nhwc(FloeGraph *g, int first, FloeNode *const *keep, int num_keep,
                           FloeStatus *st);
+/* --- onnx_values.c: ONNX values that are not tensors. A sequence is carried as two tensors:
+ * its elements flattened and concatenated (values, 1-D) and their shapes ([n, rank] i64); an
+ * optional as its value's parts and a bool scalar, true when it holds a value. Scopes and
+ * mapper inputs hold the first part (the key); ox_val finds the rest. --- */
+
+enum { OX_TENSOR = 0, OX_SEQ = 1, OX_OPT = 2 }; /* kind bits: OX_OPT | OX_SEQ is an optional
+                                                   sequence */
+typedef struct OxVal {
+  int kind;
+  FloeOutput value;   /* the tensor; a sequence's values */
+  FloeOutput shapes;  /* a sequence's element shapes, [n, rank] i64 */
+  FloeOutput present; /* an optional's flag, bool scalar */
+  FloeShape elem;     /* a sequence: what its elements' shape is known to be (rank -1: not) */
+} OxVal;
+
+/* The value whose key x is (a tensor when x was never registered). */
+OxVal ox_val(const OxCtx *c, FloeOutput x);
+/* Registers v and returns its key: v->value, or an Identity of it when that output already
+ * stands for another value. */
+FloeOutput ox_val_set(OxCtx *c, const OxVal *v);
+int ox_kind_parts(int kind); /* the number of tensors a value of kind is carried as */
+/* v's parts in order (value, shapes, present); returns their count. */
+int ox_val_parts(const OxVal *v, FloeOutput *parts);
+/* The inverse; elem unknown. */
+OxVal ox_val_from_parts(int kind, const FloeOutput *parts);
+const char *ox_kind_name(int kind); /* "tensor", "sequence", "optional", "optional sequence" */
+/* The kind and element dtype of a TypeProto; -1 for a type Floe cannot carry (a map, a
+ * sparse tensor, an element type Floe lacks). *dt FLOE_DTYPE_INVALID when not given. */
+int ox_type_kind(const Onnx__TypeProto *tp, FloeDType *dt, FloeShape *elem);
+void ox_vals_free(OxCtx *c);
+
+/* --- onnx_import.c: subgraphs (the GraphProto attributes of If, Loop, Scan, SequenceMap) --- */
+
+/* Imports graph attribute `attr` of the current node: a child scope binds its inputs to
+ * ins[0..nin) (exactly as many as it declares), names it does not define resolve to the
+ * enclosing scopes, its nodes are mapped in order and outs[0..nout) set to its outputs
+ * (exactly as many as it declares). Errors name the inner node and the outer one. */
+floe_code ox_subgraph(OxCtx *c, const char *attr, const OxVal *ins, int nin, OxVal *outs,
+                      int nout);
+/* The value named `name` in the current scope or those around it ({NULL} when none). */
+FloeOutput ox_lookup(OxCtx *c, const char *name);
+/* The graph attribute `attr` of the current node; NULL after failing naming it. */
+const Onnx__GraphProto *ox_graph_attr(OxCtx *c, const char *attr);
 
 /* Op tables, each ending with {NULL, NULL, NULL}. */
 extern const OxOp floe__onnx_ops_math[];
@@ -127,5 +174,8 @@ extern const OxOp floe__onnx_ops_quant[];
  * pads, auto_pad, dilations, group, kernel_shape); no bias. Shared with the quantized convs. */
 floe_code floe__onnx_conv(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, FloeOutput w,
                           FloeOutput *y);
+extern const OxOp floe__onnx_ops_control[]; /* If, Loop, Scan */
+extern const OxOp floe__onnx_ops_seq[];     /* sequences and optionals */
+extern const OxOp floe__onnx_ops_train[];   /* ai.onnx.preview.training, random ops */
 
 #endif

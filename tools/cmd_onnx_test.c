@@ -178,6 +178,34 @@ static int compare(const FloeTensor *got, const FloeTensor *want, double rtol, d
 
 typedef enum Verdict { V_PASS, V_FAIL, V_UNSUPPORTED } Verdict;
 
+/* Sequences and optionals are compared part by part (floe_onnx.h): an optional's flag
+ * first, and its value only when the expected one holds one; two empty sequences agree
+ * whatever their shapes' row length. */
+static int compare_value(FloeOnnxKind kind, FloeTensor *const *got, FloeTensor *const *want,
+                         double rtol, double atol, char *why, size_t cap) {
+  int n = floe_onnx_kind_num_parts(kind);
+  if (kind & FLOE_ONNX_OPTIONAL) {
+    int g = *(const uint8_t *)floe_tensor_data(got[n - 1]);
+    int w = *(const uint8_t *)floe_tensor_data(want[n - 1]);
+    if (g != w) {
+      snprintf(why, cap, "the optional %s a value, expected %s", g ? "holds" : "lacks",
+               w ? "one" : "none");
+      return 0;
+    }
+    if (!w) return 1;
+  }
+  if (kind & FLOE_ONNX_SEQUENCE) {
+    FloeShape gs = floe_tensor_shape(got[1]), ws = floe_tensor_shape(want[1]);
+    if (gs.rank == 2 && ws.rank == 2 && gs.dims[0] == 0 && ws.dims[0] == 0) return 1;
+    char sub[400];
+    if (!compare(got[1], want[1], 0, 0, sub, sizeof sub)) {
+      snprintf(why, cap, "element shapes: %s", sub);
+      return 0;
+    }
+  }
+  return compare(got[0], want[0], rtol, atol, why, cap);
+}
+
 /* Runs one case; fills why for a fail or unsupported verdict. */
 static Verdict run_case(const char *dir, char *why, size_t cap) {
   char path[4096];
@@ -211,51 +239,61 @@ static Verdict run_case(const char *dir, char *why, size_t cap) {
   int nin = floe_onnx_model_num_inputs(m), nout = floe_onnx_model_num_outputs(m);
   v = V_PASS;
   for (int k = 0; k < nsets && v == V_PASS; k++) {
-    FloeFeed *feeds = calloc((size_t)nin + 1, sizeof *feeds);
-    FloeTensor **outs = calloc((size_t)nout + 1, sizeof *outs);
-    const char **fetches = calloc((size_t)nout + 1, sizeof *fetches);
-    int nfeed = 0;
+    /* Up to 3 tensors per value (a sequence's or optional's parts). */
+    FloeFeed *feeds = calloc((size_t)nin * 3 + 1, sizeof *feeds);
+    FloeTensor **outs = calloc((size_t)nout * 3 + 1, sizeof *outs);
+    const char **fetches = calloc((size_t)nout * 3 + 1, sizeof *fetches);
+    int nfeed = 0, nfetch = 0;
     for (int i = 0; i < nin; i++) {
       snprintf(path, sizeof path, "%s/%s/input_%d.pb", dir, sets[k], i);
       if (!is_file(path)) break; /* optional inputs left out */
-      feeds[nfeed].name = floe_onnx_model_input_node(m, i);
-      feeds[nfeed].value = floe_tensor_load_onnx_pb(path, st);
-      if (!feeds[nfeed].value) {
+      FloeOnnxKind kind = floe_onnx_model_input_kind(m, i);
+      FloeTensor *parts[3] = {NULL, NULL, NULL};
+      if (floe_onnx_load_value_pb(path, kind, floe_onnx_model_input_dtype(m, i), parts, st) !=
+          FLOE_OK) {
         v = floe_status_code(st) == FLOE_UNIMPLEMENTED ? V_UNSUPPORTED : V_FAIL;
         snprintf(why, cap, "%s", floe_status_message(st));
         break;
       }
-      nfeed++;
+      for (int p = 0; p < floe_onnx_kind_num_parts(kind); p++) {
+        feeds[nfeed].name = floe_onnx_model_input_part(m, i, p);
+        feeds[nfeed++].value = parts[p];
+      }
     }
-    for (int i = 0; i < nout; i++) fetches[i] = floe_onnx_model_output_fetch(m, i);
+    for (int i = 0; i < nout; i++)
+      for (int p = 0; p < floe_onnx_kind_num_parts(floe_onnx_model_output_kind(m, i)); p++)
+        fetches[nfetch++] = floe_onnx_model_output_part(m, i, p);
     if (v == V_PASS) {
       FloeRunOptions ro;
       floe_run_options_init(&ro);
       ro.timeout_ms = 120000;
-      if (floe_session_run_opts(s, &ro, feeds, nfeed, fetches, nout, NULL, 0, outs, st) !=
+      if (floe_session_run_opts(s, &ro, feeds, nfeed, fetches, nfetch, NULL, 0, outs, st) !=
           FLOE_OK) {
         v = floe_status_code(st) == FLOE_UNIMPLEMENTED ? V_UNSUPPORTED : V_FAIL;
         snprintf(why, cap, "%s: %s", sets[k], floe_status_message(st));
       }
     }
-    for (int i = 0; v == V_PASS && i < nout; i++) {
+    for (int i = 0, at = 0; v == V_PASS && i < nout; i++) {
       snprintf(path, sizeof path, "%s/%s/output_%d.pb", dir, sets[k], i);
-      FloeTensor *want = floe_tensor_load_onnx_pb(path, st);
-      if (!want) {
+      FloeOnnxKind kind = floe_onnx_model_output_kind(m, i);
+      FloeTensor *want[3] = {NULL, NULL, NULL};
+      if (floe_onnx_load_value_pb(path, kind, floe_onnx_model_output_dtype(m, i), want, st) !=
+          FLOE_OK) {
         v = floe_status_code(st) == FLOE_UNIMPLEMENTED ? V_UNSUPPORTED : V_FAIL;
         snprintf(why, cap, "%s", floe_status_message(st));
         break;
       }
       char diff[512];
-      if (!compare(outs[i], want, rtol, atol, diff, sizeof diff)) {
+      if (!compare_value(kind, outs + at, want, rtol, atol, diff, sizeof diff)) {
         v = V_FAIL;
         snprintf(why, cap, "%s: output %d '%s': %s", sets[k], i, floe_onnx_model_output_name(m, i),
                  diff);
       }
-      floe_tensor_release(want);
+      at += floe_onnx_kind_num_parts(kind);
+      for (int p = 0; p < 3; p++) floe_tensor_release(want[p]);
     }
     for (int i = 0; i < nfeed; i++) floe_tensor_release(feeds[i].value);
-    for (int i = 0; i < nout; i++) floe_tensor_release(outs[i]);
+    for (int i = 0; i < nfetch; i++) floe_tensor_release(outs[i]);
     free(feeds);
     free(outs);
     free(fetches);

@@ -84,6 +84,37 @@ FLOE_API int floe_onnx_model_num_outputs(const FloeOnnxModel *m);
 FLOE_API const char *floe_onnx_model_output_name(const FloeOnnxModel *m, int i);
 FLOE_API const char *floe_onnx_model_output_fetch(const FloeOnnxModel *m, int i);
 FLOE_API FloeOutput floe_onnx_model_output(const FloeOnnxModel *m, int i);
+/* Its dtype (a sequence's or optional's element dtype). */
+FLOE_API FloeDType floe_onnx_model_output_dtype(const FloeOnnxModel *m, int i);
+
+/* ONNX values that are not tensors cross the session boundary as several tensors, "parts":
+ * a sequence as its values (every element flattened, one after the other: 1-D) then its
+ * shapes ([n, rank] i64, row k the shape of element k); an optional as its value's parts
+ * then a bool scalar, true when it holds a value (when not, the value parts are empty
+ * tensors). Part 0 is what floe_onnx_model_input_node / _output_fetch name; the dtype
+ * accessors give the element dtype. Values are numbered so kinds combine as bits. */
+typedef enum FloeOnnxKind {
+  FLOE_ONNX_TENSOR = 0,
+  FLOE_ONNX_SEQUENCE = 1,
+  FLOE_ONNX_OPTIONAL = 2,          /* an optional tensor */
+  FLOE_ONNX_OPTIONAL_SEQUENCE = 3
+} FloeOnnxKind;
+
+FLOE_API FloeOnnxKind floe_onnx_model_input_kind(const FloeOnnxModel *m, int i);
+FLOE_API FloeOnnxKind floe_onnx_model_output_kind(const FloeOnnxModel *m, int i);
+FLOE_API int floe_onnx_kind_num_parts(FloeOnnxKind kind); /* 1, 2, 2, 3; 0 for others */
+/* The feed name of part k of input i, the fetch of part k of output i (borrowed); NULL when
+ * out of range. */
+FLOE_API const char *floe_onnx_model_input_part(const FloeOnnxModel *m, int i, int k);
+FLOE_API const char *floe_onnx_model_output_part(const FloeOnnxModel *m, int i, int k);
+
+/* Reads a .pb of ONNX's test data holding a value of `kind` (a TensorProto, SequenceProto or
+ * OptionalProto) as its parts: parts is the caller's array of floe_onnx_kind_num_parts(kind),
+ * filled with tensors the caller owns. dtype: the element dtype, for an empty sequence or an
+ * absent optional (which carry none). Elements of one sequence must have one dtype and one
+ * rank. Errors name the file. */
+FLOE_API floe_code floe_onnx_load_value_pb(const char *path, FloeOnnxKind kind, FloeDType dtype,
+                                           FloeTensor **parts, FloeStatus *status);
 
 /* With `trainable`: the node to run once (as a target) to initialise the variables; NULL
  * when the model has none. Borrowed. */
