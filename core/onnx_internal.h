@@ -109,5 +109,6 @@ int ox_present(FloeOutput x); /* the optional input was given */
 extern const OxOp floe__onnx_ops_math[];
 extern const OxOp floe__onnx_ops_tensor[];
 extern const OxOp floe__onnx_ops_nn[];
+extern const OxOp floe__onnx_ops_math2[];
 
 #endif

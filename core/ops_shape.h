@@ -72,5 +72,11 @@ floe_code floe__shape_reader(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_reader_read(const FloeHostApi *host, FloeShapeContext *sctx);
 /* Candidate sampling (the sampled softmax). */
 floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx);
+/* ONNX math family (ops_math2.def, ops_shape_math2.c). */
+floe_code floe__shape_matrix_determinant(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_cosine_sum_window(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_dft(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_stft(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_mel_weight_matrix(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

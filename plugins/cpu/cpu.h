@@ -33,6 +33,8 @@ floe_code cpu_register_conv_grad(FloePluginRegistrar *reg);        /* conv_grad.
 floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
 /* Recurrent cells (issue 4). */
 floe_code cpu_register_lstm(FloePluginRegistrar *reg);             /* lstm.c */
+/* ONNX math family (issue 6): determinants and spectral ops. */
+floe_code cpu_register_spectral(FloePluginRegistrar *reg);         /* spectral.c */
 
 /* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
  * StridedSlice and StridedSliceGrad). */
