@@ -3,9 +3,8 @@
  *
  * Everything is computed in double and rounded once to the output's dtype (f16/bf16 through
  * f32): these ops are small next to the networks that use them, and sums of many terms
- * (a DFT of length L adds L of them) keep their accuracy that way. Transforms of a length
- * that is a power of two use an iterative radix-2 FFT, other lengths the direct sum with a
- * table of twiddles (O(L^2), exact to rounding). */
+ * (a DFT of length L adds L of them) keep their accuracy that way. Transforms take
+ * O(L log L) at every length: radix-2 for powers of two, Bluestein's chirp for the rest. */
 #include <math.h>
 
 #include "cpu_util.h"
@@ -168,68 +167,131 @@ static floe_code window_compute(void *state, FloeKernelContext *ctx) {
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* The transform of one line of L complex values (interleaved re, im). */
+/* The transform of one line of L complex values (interleaved re, im): a radix-2 FFT when L
+ * is a power of two, else Bluestein's: the DFT as a convolution with a chirp, done by FFTs of
+ * a power of two m >= 2L - 1 (exp(-2 pi i kn/L) = c[k] c[n] / c[k - n], c[j] = exp(-pi i j^2/L)). */
 
 typedef struct Plan {
-  int64_t len;
-  int pow2;
-  double *tw; /* cos, sin of 2 pi k / len for k < len: 2 * len doubles */
+  int64_t len;   /* L */
+  int64_t m;     /* the power-of-two FFT size: L, or m >= 2L - 1 for Bluestein */
+  int inverse;   /* exponent +2 pi i kn / L, result divided by L */
+  double *tw;    /* cos, sin of 2 pi k / m for k < m */
+  double *chirp; /* Bluestein: exp(-+ pi i (n^2 mod 2L) / L) for n < L */
+  double *bfft;  /* Bluestein: the FFT of the conjugate chirp laid out circularly in m */
 } Plan;
 
-static floe_code plan_init(FloeKernelContext *ctx, Plan *p, int64_t len) {
-  p->len = len;
-  p->pow2 = (len & (len - 1)) == 0;
-  floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(2 * len) * sizeof(double),
-                                             (void **)&p->tw);
-  if (rc != FLOE_OK) return rc;
-  for (int64_t k = 0; k < len; k++) {
-    p->tw[2 * k] = cos(2.0 * PI * (double)k / (double)len);
-    p->tw[2 * k + 1] = sin(2.0 * PI * (double)k / (double)len);
+/* out = the unnormalised DFT of in over m points (m a power of two), exponent sign s; in and
+ * out must not overlap. */
+static void fft_pow2(const double *tw, int64_t m, const double *in, double *out, double s) {
+  for (int64_t i = 0, r = 0; i < m; i++) { /* bit-reversed copy */
+    out[2 * r] = in[2 * i];
+    out[2 * r + 1] = in[2 * i + 1];
+    int64_t bit = m >> 1;
+    for (; bit && (r & bit); bit >>= 1) r ^= bit;
+    r |= bit;
   }
+  for (int64_t span = 1; span < m; span <<= 1) { /* butterflies of doubling span */
+    int64_t step = m / (2 * span);
+    for (int64_t base = 0; base < m; base += 2 * span)
+      for (int64_t k = 0; k < span; k++) {
+        double wr = tw[2 * k * step], wi = s * tw[2 * k * step + 1];
+        double *a = out + 2 * (base + k), *b = out + 2 * (base + k + span);
+        double tr = b[0] * wr - b[1] * wi, ti = b[0] * wi + b[1] * wr;
+        b[0] = a[0] - tr;
+        b[1] = a[1] - ti;
+        a[0] += tr;
+        a[1] += ti;
+      }
+  }
+}
+
+/* Doubles of scratch one line's transform needs besides its input and output. */
+static int64_t plan_scratch(const Plan *p) { return p->m == p->len ? 0 : 4 * p->m; }
+
+static floe_code plan_init(FloeKernelContext *ctx, Plan *p, int64_t len, int inverse) {
+  p->len = len;
+  p->inverse = inverse;
+  p->m = 1;
+  while (p->m < len) p->m <<= 1;
+  if (p->m != len)
+    while (p->m < 2 * len - 1) p->m <<= 1;
+  int64_t extra = p->m == len ? 0 : 2 * len + 2 * p->m + 2 * p->m; /* chirp, bfft, staging */
+  double *mem;
+  floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(2 * p->m + extra) * sizeof(double),
+                                             (void **)&mem);
+  if (rc != FLOE_OK) return rc;
+  p->tw = mem;
+  for (int64_t k = 0; k < p->m; k++) {
+    p->tw[2 * k] = cos(2.0 * PI * (double)k / (double)p->m);
+    p->tw[2 * k + 1] = sin(2.0 * PI * (double)k / (double)p->m);
+  }
+  if (p->m == len) return FLOE_OK;
+  p->chirp = mem + 2 * p->m;
+  p->bfft = p->chirp + 2 * len;
+  double *b = p->bfft + 2 * p->m, s = inverse ? 1.0 : -1.0;
+  for (int64_t n = 0; n < len; n++) {
+    /* n^2 mod 2L keeps the angle small, so it stays exact for long signals. */
+    double a = PI * (double)((n * n) % (2 * len)) / (double)len;
+    p->chirp[2 * n] = cos(a);
+    p->chirp[2 * n + 1] = s * sin(a);
+  }
+  for (int64_t j = 0; j < 2 * p->m; j++) b[j] = 0;
+  for (int64_t n = 0; n < len; n++) { /* b[j] = conj(chirp[|j|]), j in (-L, L), circular */
+    b[2 * n] = p->chirp[2 * n];
+    b[2 * n + 1] = -p->chirp[2 * n + 1];
+    if (n) {
+      b[2 * (p->m - n)] = b[2 * n];
+      b[2 * (p->m - n) + 1] = b[2 * n + 1];
+    }
+  }
+  fft_pow2(p->tw, p->m, b, p->bfft, -1.0);
   return FLOE_OK;
 }
 
-/* out = the DFT of in (exponent -2 pi i k n / L), or with inverse the inverse (exponent
- * +, divided by L). in is left as it was unless it is out. */
-static void transform(const Plan *p, const double *in, double *out, int inverse) {
-  int64_t L = p->len;
-  double s = inverse ? 1.0 : -1.0;
-  if (p->pow2) {
-    /* Bit-reversed copy, then butterflies of doubling span. */
-    for (int64_t i = 0, r = 0; i < L; i++) {
-      out[2 * r] = in[2 * i];
-      out[2 * r + 1] = in[2 * i + 1];
-      int64_t bit = L >> 1;
-      for (; bit && (r & bit); bit >>= 1) r ^= bit;
-      r |= bit;
-    }
-    for (int64_t span = 1; span < L; span <<= 1) {
-      int64_t step = L / (2 * span);
-      for (int64_t base = 0; base < L; base += 2 * span)
-        for (int64_t k = 0; k < span; k++) {
-          double wr = p->tw[2 * k * step], wi = s * p->tw[2 * k * step + 1];
-          double *a = out + 2 * (base + k), *b = out + 2 * (base + k + span);
-          double tr = b[0] * wr - b[1] * wi, ti = b[0] * wi + b[1] * wr;
-          b[0] = a[0] - tr;
-          b[1] = a[1] - ti;
-          a[0] += tr;
-          a[1] += ti;
-        }
-    }
+/* out = the DFT of in (L points; inverse: exponent + and divided by L); scratch holds
+ * plan_scratch(p) doubles. in is left as it was. */
+static void transform(const Plan *p, const double *in, double *out, double *scratch) {
+  int64_t L = p->len, m = p->m;
+  if (m == L) {
+    fft_pow2(p->tw, m, in, out, p->inverse ? 1.0 : -1.0);
   } else {
-    for (int64_t k = 0; k < L; k++) {
-      double re = 0, im = 0;
-      for (int64_t n = 0, kn = 0; n < L; n++, kn = kn + k >= L ? kn + k - L : kn + k) {
-        double wr = p->tw[2 * kn], wi = s * p->tw[2 * kn + 1];
-        re += in[2 * n] * wr - in[2 * n + 1] * wi;
-        im += in[2 * n] * wi + in[2 * n + 1] * wr;
-      }
-      out[2 * k] = re;
-      out[2 * k + 1] = im;
+    double *a = scratch, *c = scratch + 2 * m;
+    for (int64_t n = 0; n < L; n++) { /* a = in * chirp, zero-padded to m */
+      double cr = p->chirp[2 * n], ci = p->chirp[2 * n + 1];
+      a[2 * n] = in[2 * n] * cr - in[2 * n + 1] * ci;
+      a[2 * n + 1] = in[2 * n] * ci + in[2 * n + 1] * cr;
+    }
+    for (int64_t j = 2 * L; j < 2 * m; j++) a[j] = 0;
+    fft_pow2(p->tw, m, a, c, -1.0);
+    for (int64_t j = 0; j < m; j++) { /* convolve: pointwise product of the spectra */
+      double xr = c[2 * j], xi = c[2 * j + 1], yr = p->bfft[2 * j], yi = p->bfft[2 * j + 1];
+      c[2 * j] = xr * yr - xi * yi;
+      c[2 * j + 1] = xr * yi + xi * yr;
+    }
+    fft_pow2(p->tw, m, c, a, 1.0);
+    for (int64_t k = 0; k < L; k++) { /* out = chirp * conv / m */
+      double cr = p->chirp[2 * k] / (double)m, ci = p->chirp[2 * k + 1] / (double)m;
+      out[2 * k] = a[2 * k] * cr - a[2 * k + 1] * ci;
+      out[2 * k + 1] = a[2 * k] * ci + a[2 * k + 1] * cr;
     }
   }
-  if (inverse)
+  if (p->inverse)
     for (int64_t i = 0; i < 2 * L; i++) out[i] /= (double)L;
+}
+
+/* Per-shard buffers of a line transform: input, output and scratch, from the plugin's
+ * allocator (a shard that cannot get them sets *oom and does nothing). */
+static double *line_buffers(const Plan *p, int *oom) {
+  double *buf = cpu_host->alloc((size_t)(4 * p->len + plan_scratch(p)) * sizeof(double));
+  if (!buf) __atomic_store_n(oom, 1, __ATOMIC_RELAXED);
+  return buf;
+}
+
+/* Cost of one line for the pool (nanoseconds-ish). */
+static int64_t line_cost(const Plan *p) {
+  int64_t lg = 1;
+  while ((int64_t)1 << lg < p->m) lg++;
+  return (p->m == p->len ? 1 : 3) * 4 * p->m * lg;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -242,18 +304,20 @@ typedef struct DftJob {
   FloeDType dt;
   int64_t n_in, inner, c;     /* input: axis length, elements after it, complex dim (1, 2) */
   int64_t n_out, out_c;       /* output: axis length, complex dim */
-  int inverse, onesided;
-  double *work;               /* 4 * len doubles per line */
+  int onesided;
+  int *oom;
 } DftJob;
 
 static void dft_range(void *arg, int64_t begin, int64_t end) {
   const DftJob *j = arg;
   int64_t L = j->plan.len;
+  double *in = line_buffers(&j->plan, j->oom), *out = in + 2 * L, *scratch = in + 4 * L;
+  if (!in) return;
+  int irfft = j->plan.inverse && j->onesided;
   for (int64_t line = begin; line < end; line++) {
     int64_t o = line / j->inner, i = line % j->inner;
-    double *in = j->work + line * 4 * L, *out = in + 2 * L;
     /* Cut or zero-pad to L; an inverse onesided input holds bins [0, L / 2] only. */
-    int64_t take = j->inverse && j->onesided ? L / 2 + 1 : L;
+    int64_t take = irfft ? L / 2 + 1 : L;
     if (take > j->n_in) take = j->n_in;
     for (int64_t n = 0; n < 2 * L; n++) in[n] = 0;
     for (int64_t n = 0; n < take; n++) {
@@ -261,18 +325,19 @@ static void dft_range(void *arg, int64_t begin, int64_t end) {
       in[2 * n] = load(j->x, j->dt, at);
       in[2 * n + 1] = j->c == 2 ? load(j->x, j->dt, at + 1) : 0.0;
     }
-    if (j->inverse && j->onesided) /* the rest of a Hermitian spectrum: X[L-k] = conj X[k] */
+    if (irfft) /* the rest of a Hermitian spectrum: X[L-k] = conj X[k] */
       for (int64_t k = L / 2 + 1; k < L; k++) {
         in[2 * k] = in[2 * (L - k)];
         in[2 * k + 1] = -in[2 * (L - k) + 1];
       }
-    transform(&j->plan, in, out, j->inverse);
+    transform(&j->plan, in, out, scratch);
     for (int64_t k = 0; k < j->n_out; k++) {
       int64_t at = ((o * j->n_out + k) * j->inner + i) * j->out_c;
       store(j->y, j->dt, at, out[2 * k]);
       if (j->out_c == 2) store(j->y, j->dt, at + 1, out[2 * k + 1]);
     }
   }
+  cpu_host->free(in);
 }
 
 static floe_code dft_compute(void *state, FloeKernelContext *ctx) {
@@ -282,7 +347,7 @@ static floe_code dft_compute(void *state, FloeKernelContext *ctx) {
   const int64_t *dims = cpu_host->tensor_dims(x);
   const FloeAttrs *attrs = cpu_host->ctx_attrs(ctx);
   int64_t axis = 1, len;
-  int inverse = 0, onesided = 0;
+  int inverse = 0, onesided = 0, oom = 0;
   cpu_host->attr_int(attrs, "axis", &axis);
   cpu_host->attr_bool(attrs, "inverse", &inverse);
   cpu_host->attr_bool(attrs, "onesided", &onesided);
@@ -302,7 +367,7 @@ static floe_code dft_compute(void *state, FloeKernelContext *ctx) {
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "dft_length must be >= 1, got %lld",
                                    (long long)len);
   DftJob j = {.x = cpu_host->tensor_data(x), .dt = cpu_host->tensor_dtype(x), .n_in = dims[ax],
-              .inner = 1, .c = dims[rank - 1], .inverse = inverse, .onesided = onesided};
+              .inner = 1, .c = dims[rank - 1], .onesided = onesided, .oom = &oom};
   int64_t outer = 1, odims[FLOE_MAX_DIMS];
   for (int d = 0; d < rank; d++) {
     odims[d] = dims[d];
@@ -318,11 +383,11 @@ static floe_code dft_compute(void *state, FloeKernelContext *ctx) {
   int64_t lines = outer * j.inner;
   if (lines == 0) return FLOE_OK;
   j.y = cpu_host->tensor_data(out);
-  if ((rc = plan_init(ctx, &j.plan, len)) != FLOE_OK ||
-      (rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(lines * 4 * len) * sizeof(double),
-                                        (void **)&j.work)) != FLOE_OK)
-    return rc;
-  cpu_parallel_for(lines, j.plan.pow2 ? 8 * len : 4 * len * len, dft_range, &j);
+  if ((rc = plan_init(ctx, &j.plan, len, inverse)) != FLOE_OK) return rc;
+  cpu_parallel_for(lines, line_cost(&j.plan), dft_range, &j);
+  if (oom)
+    return cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory for a %lld-point transform",
+                                   (long long)len);
   return FLOE_OK;
 }
 
@@ -335,33 +400,35 @@ typedef struct StftJob {
   void *y;
   FloeDType dt;
   int64_t length, c, frames, step, bins;
-  double *work; /* 4 * frame_length doubles per frame */
+  int *oom;
 } StftJob;
 
 static void stft_range(void *arg, int64_t begin, int64_t end) {
   const StftJob *j = arg;
   int64_t L = j->plan.len;
+  double *in = line_buffers(&j->plan, j->oom), *out = in + 2 * L, *scratch = in + 4 * L;
+  if (!in) return;
   for (int64_t line = begin; line < end; line++) {
     int64_t b = line / j->frames, f = line % j->frames;
-    double *in = j->work + line * 4 * L, *out = in + 2 * L;
     for (int64_t n = 0; n < L; n++) {
       int64_t at = (b * j->length + f * j->step + n) * j->c;
       double w = load(j->win, j->dt, n);
       in[2 * n] = load(j->x, j->dt, at) * w;
       in[2 * n + 1] = j->c == 2 ? load(j->x, j->dt, at + 1) * w : 0.0;
     }
-    transform(&j->plan, in, out, 0);
+    transform(&j->plan, in, out, scratch);
     for (int64_t k = 0; k < j->bins; k++) {
       store(j->y, j->dt, (line * j->bins + k) * 2, out[2 * k]);
       store(j->y, j->dt, (line * j->bins + k) * 2 + 1, out[2 * k + 1]);
     }
   }
+  cpu_host->free(in);
 }
 
 static floe_code stft_compute(void *state, FloeKernelContext *ctx) {
   (void)state;
   const FloeTensor *x = cpu_host->ctx_input(ctx, 0), *win = cpu_host->ctx_input(ctx, 2);
-  int rank = cpu_host->tensor_rank(x);
+  int rank = cpu_host->tensor_rank(x), oom = 0;
   const int64_t *dims = cpu_host->tensor_dims(x);
   char shape[CPU_SHAPE_STR_MAX];
   cpu_shape_str(shape, sizeof shape, rank, dims);
@@ -388,18 +455,18 @@ static floe_code stft_compute(void *state, FloeKernelContext *ctx) {
   StftJob j = {.x = cpu_host->tensor_data(x), .win = cpu_host->tensor_data(win),
                .dt = cpu_host->tensor_dtype(x), .length = dims[1], .c = dims[2],
                .frames = 1 + (dims[1] - flen) / step, .step = step,
-               .bins = onesided ? flen / 2 + 1 : flen};
+               .bins = onesided ? flen / 2 + 1 : flen, .oom = &oom};
   int64_t odims[4] = {dims[0], j.frames, j.bins, 2};
   FloeTensor *out;
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, 4, odims, &out)) != FLOE_OK) return rc;
   int64_t lines = dims[0] * j.frames;
   if (lines == 0) return FLOE_OK;
   j.y = cpu_host->tensor_data(out);
-  if ((rc = plan_init(ctx, &j.plan, flen)) != FLOE_OK ||
-      (rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(lines * 4 * flen) * sizeof(double),
-                                        (void **)&j.work)) != FLOE_OK)
-    return rc;
-  cpu_parallel_for(lines, j.plan.pow2 ? 8 * flen : 4 * flen * flen, stft_range, &j);
+  if ((rc = plan_init(ctx, &j.plan, flen, 0)) != FLOE_OK) return rc;
+  cpu_parallel_for(lines, line_cost(&j.plan), stft_range, &j);
+  if (oom)
+    return cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory for a %lld-point transform",
+                                   (long long)flen);
   return FLOE_OK;
 }
 
