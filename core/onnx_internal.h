@@ -177,5 +177,6 @@ floe_code floe__onnx_conv(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, Floe
 extern const OxOp floe__onnx_ops_control[]; /* If, Loop, Scan */
 extern const OxOp floe__onnx_ops_seq[];     /* sequences and optionals */
 extern const OxOp floe__onnx_ops_train[];   /* ai.onnx.preview.training, random ops */
+extern const OxOp floe__onnx_ops_math2[];
 
 #endif

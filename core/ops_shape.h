@@ -72,6 +72,12 @@ floe_code floe__shape_reader(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_reader_read(const FloeHostApi *host, FloeShapeContext *sctx);
 /* Candidate sampling (the sampled softmax). */
 floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx);
+/* ONNX math family (ops_math2.def, ops_shape_math2.c). */
+floe_code floe__shape_matrix_determinant(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_cosine_sum_window(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_dft(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_stft(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_mel_weight_matrix(const FloeHostApi *host, FloeShapeContext *sctx);
 
 /* shape_conv.c: the N-d convolution and pooling ops of ops_conv.def. */
 floe_code floe__shape_conv_nd(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -24,6 +24,7 @@ static const StdOp std_ops[] = {
 #include "ops_data.def"
 #include "ops_rnn.def"
 #include "ops_conv.def"
+#include "ops_math2.def"
 #undef FLOE_OP
 };
 

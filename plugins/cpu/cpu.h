@@ -36,6 +36,8 @@ floe_code cpu_register_lstm(FloePluginRegistrar *reg);             /* lstm.c */
 /* N-d convolution and pooling (issue 6). */
 floe_code cpu_register_conv_nd(FloePluginRegistrar *reg);          /* conv_nd.c */
 floe_code cpu_register_pool_nd(FloePluginRegistrar *reg);          /* pool_nd.c */
+/* ONNX math family (issue 6): determinants and spectral ops. */
+floe_code cpu_register_spectral(FloePluginRegistrar *reg);         /* spectral.c */
 
 /* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
  * StridedSlice and StridedSliceGrad). */

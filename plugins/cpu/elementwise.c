@@ -197,6 +197,49 @@ HOT static void pow_f32(void *zv, const void *xv, const void *yv, int64_t n, int
   pow_any_f32(zv, xv, yv, n, mode);
 }
 
+/* Remainders: TruncateMod has the sign of x (C's fmod and %), FloorMod that of y (NumPy's
+ * mod: a nonzero remainder of the other sign moves by y; a zero one takes y's sign). y = -1
+ * is special-cased for signed ints (INT_MIN % -1 overflows); y = 0 is checked beforehand. */
+static inline float fmod_floor_f32(float x, float y) {
+  float r = fmodf(x, y);
+  return r != 0 ? ((r < 0) != (y < 0) ? r + y : r) : copysignf(0.0f, y);
+}
+static inline double fmod_floor_f64(double x, double y) {
+  double r = fmod(x, y);
+  return r != 0 ? ((r < 0) != (y < 0) ? r + y : r) : copysign(0.0, y);
+}
+#define STMOD(T, U) (y == -1 ? (T)0 : (T)(x % y))
+#define UMOD(T, U) (T)(x % y)
+#define SFMOD(T, U) (y == -1 ? (T)0 : (T)(x % y != 0 && ((x % y < 0) != (y < 0)) ? x % y + y : x % y))
+BINARY_ROW(truncmod_f32, , float, float, fmodf(x, y))
+BINARY_ROW(truncmod_f64, , double, double, fmod(x, y))
+BINARY_ROW(truncmod_i8, , int8_t, int8_t, STMOD(int8_t, uint8_t))
+BINARY_ROW(truncmod_u8, , uint8_t, uint8_t, UMOD(uint8_t, uint8_t))
+BINARY_ROW(truncmod_i32, , int32_t, int32_t, STMOD(int32_t, uint32_t))
+BINARY_ROW(truncmod_i64, , int64_t, int64_t, STMOD(int64_t, uint64_t))
+BINARY_ROW(floormod_f32, , float, float, fmod_floor_f32(x, y))
+BINARY_ROW(floormod_f64, , double, double, fmod_floor_f64(x, y))
+BINARY_ROW(floormod_i8, , int8_t, int8_t, SFMOD(int8_t, uint8_t))
+BINARY_ROW(floormod_u8, , uint8_t, uint8_t, UMOD(uint8_t, uint8_t))
+BINARY_ROW(floormod_i32, , int32_t, int32_t, SFMOD(int32_t, uint32_t))
+BINARY_ROW(floormod_i64, , int64_t, int64_t, SFMOD(int64_t, uint64_t))
+
+/* Shifts by the unsigned value of y: a count of the bit width or more shifts every bit out
+ * (0, or the sign for an arithmetic right shift) instead of being undefined. */
+#define BITS(T) (sizeof(T) * 8u)
+#define SHL(T, U) ((U)y >= BITS(T) ? (T)0 : (T)((U)x << (U)y))
+#define SHR_S(T, U) (T)(x >> ((U)y >= BITS(T) ? BITS(T) - 1u : (U)y))
+#define SHR_U(T, U) ((U)y >= BITS(T) ? (T)0 : (T)(x >> (U)y))
+BINARY_ROW(shl_i8, , int8_t, int8_t, SHL(int8_t, uint8_t))
+BINARY_ROW(shl_u8, , uint8_t, uint8_t, SHL(uint8_t, uint8_t))
+BINARY_ROW(shl_i32, , int32_t, int32_t, SHL(int32_t, uint32_t))
+BINARY_ROW(shl_i64, , int64_t, int64_t, SHL(int64_t, uint64_t))
+BINARY_ROW(shr_i8, , int8_t, int8_t, SHR_S(int8_t, uint8_t))
+BINARY_ROW(shr_u8, , uint8_t, uint8_t, SHR_U(uint8_t, uint8_t))
+BINARY_ROW(shr_i32, , int32_t, int32_t, SHR_S(int32_t, uint32_t))
+BINARY_ROW(shr_i64, , int64_t, int64_t, SHR_S(int64_t, uint64_t))
+#define ROWS_INT(OP) [FLOE_I8] = OP##_i8, [FLOE_U8] = OP##_u8, [FLOE_I32] = OP##_i32, [FLOE_I64] = OP##_i64
+
 BINARY_COMPARE(eq, x == y)
 BINARY_COMPARE(ne, x != y)
 BINARY_COMPARE(lt, x < y)
@@ -221,6 +264,10 @@ static const BinaryOp op_div = {{ROWS_NUMERIC(div)}, 2, CHECK_NONZERO};
 static const BinaryOp op_pow = {{ROWS_NUMERIC(pow)}, 16, CHECK_NONNEG};
 static const BinaryOp op_max = {{ROWS_NUMERIC(max)}, 1, CHECK_NONE};
 static const BinaryOp op_min = {{ROWS_NUMERIC(min)}, 1, CHECK_NONE};
+static const BinaryOp op_floormod = {{ROWS_NUMERIC(floormod)}, 4, CHECK_NONZERO};
+static const BinaryOp op_truncmod = {{ROWS_NUMERIC(truncmod)}, 4, CHECK_NONZERO};
+static const BinaryOp op_shl = {{ROWS_INT(shl)}, 1, CHECK_NONE};
+static const BinaryOp op_shr = {{ROWS_INT(shr)}, 1, CHECK_NONE};
 static const BinaryOp op_eq = {{ROWS_NUMERIC(eq), [FLOE_BOOL] = eq_u8}, 1, CHECK_NONE};
 static const BinaryOp op_ne = {{ROWS_NUMERIC(ne), [FLOE_BOOL] = ne_u8}, 1, CHECK_NONE};
 static const BinaryOp op_lt = {{ROWS_NUMERIC(lt)}, 1, CHECK_NONE};
@@ -489,32 +536,90 @@ static inline float math_sincos_f32(float x, int32_t quarter) {
 SINCOS_ROW(sin_f32, 0, sinf)
 SINCOS_ROW(cos_f32, 1, cosf)
 
+/* More libm math (rint rounds half to even in the default rounding mode). */
+UNARY_FLOAT(ceil, ceilf(x), ceil(x))
+UNARY_FLOAT(round, rintf(x), rint(x))
+UNARY_FLOAT(erf, erff(x), erf(x))
+UNARY_FLOAT(tan, tanf(x), tan(x))
+UNARY_FLOAT(asin, asinf(x), asin(x))
+UNARY_FLOAT(acos, acosf(x), acos(x))
+UNARY_FLOAT(atan, atanf(x), atan(x))
+UNARY_FLOAT(sinh, sinhf(x), sinh(x))
+UNARY_FLOAT(cosh, coshf(x), cosh(x))
+UNARY_FLOAT(asinh, asinhf(x), asinh(x))
+UNARY_FLOAT(acosh, acoshf(x), acosh(x))
+UNARY_FLOAT(atanh, atanhf(x), atanh(x))
+
+/* Predicates: float in, bool (0/1 byte) out. */
+#define UNARY_PRED(OP, EXPR)                                                                 \
+  static void OP##_f32(void *yv, const void *xv, int64_t n, double alpha) {                  \
+    uint8_t *restrict ys = yv;                                                               \
+    const float *restrict xs = xv;                                                           \
+    (void)alpha;                                                                             \
+    for (int64_t i = 0; i < n; i++) {                                                        \
+      float x = xs[i];                                                                       \
+      ys[i] = (uint8_t)(EXPR);                                                               \
+    }                                                                                        \
+  }                                                                                          \
+  static void OP##_f64(void *yv, const void *xv, int64_t n, double alpha) {                  \
+    uint8_t *restrict ys = yv;                                                               \
+    const double *restrict xs = xv;                                                          \
+    (void)alpha;                                                                             \
+    for (int64_t i = 0; i < n; i++) {                                                        \
+      double x = xs[i];                                                                      \
+      ys[i] = (uint8_t)(EXPR);                                                               \
+    }                                                                                        \
+  }
+UNARY_PRED(isnan, x != x)
+UNARY_PRED(isinf, x == INFINITY || x == -INFINITY)
+UNARY_PRED(isposinf, x == INFINITY)
+UNARY_PRED(isneginf, x == -INFINITY)
+UNARY_PRED(isnone, x < x) /* false, NaN included */
+
 typedef struct UnaryOp {
   UnaryRow row[FLOE_DTYPE_LIMIT]; /* f16/bf16 run row[FLOE_F32] on converted chunks */
   int64_t cost;                   /* per element, nanoseconds-ish */
+  int bool_out;                   /* the rows write bools, not the input's dtype */
 } UnaryOp;
 
-static const UnaryOp op_neg = {{ROWS_NUMERIC(neg)}, 1};
-static const UnaryOp op_abs = {{ROWS_NUMERIC(abs)}, 1};
-static const UnaryOp op_square = {{ROWS_NUMERIC(square)}, 1};
-static const UnaryOp op_relu = {{ROWS_NUMERIC(relu)}, 1};
-static const UnaryOp op_relu6 = {{ROWS_NUMERIC(relu6)}, 1};
-static const UnaryOp op_exp = {{ROWS_FLOAT(exp)}, 4};
-static const UnaryOp op_log = {{ROWS_FLOAT(log)}, 4};
-static const UnaryOp op_sqrt = {{ROWS_FLOAT(sqrt)}, 2};
-static const UnaryOp op_rsqrt = {{ROWS_FLOAT(rsqrt)}, 2};
-static const UnaryOp op_leaky_relu = {{ROWS_FLOAT(leaky_relu)}, 1};
-static const UnaryOp op_elu = {{ROWS_FLOAT(elu)}, 4};
-static const UnaryOp op_gelu_erf = {{ROWS_FLOAT(gelu_erf)}, 8};
-static const UnaryOp op_gelu_tanh = {{ROWS_FLOAT(gelu_tanh)}, 6};
-static const UnaryOp op_sigmoid = {{ROWS_FLOAT(sigmoid)}, 4};
-static const UnaryOp op_tanh = {{ROWS_FLOAT(tanh)}, 6};
-static const UnaryOp op_softplus = {{ROWS_FLOAT(softplus)}, 8};
-static const UnaryOp op_not = {{[FLOE_BOOL] = not_b}, 1};
-static const UnaryOp op_sign = {{ROWS_NUMERIC(sign)}, 1};
-static const UnaryOp op_floor = {{ROWS_FLOAT(floor)}, 1};
-static const UnaryOp op_sin = {{ROWS_FLOAT(sin)}, 6};
-static const UnaryOp op_cos = {{ROWS_FLOAT(cos)}, 6};
+static const UnaryOp op_neg = {{ROWS_NUMERIC(neg)}, 1, 0};
+static const UnaryOp op_abs = {{ROWS_NUMERIC(abs)}, 1, 0};
+static const UnaryOp op_square = {{ROWS_NUMERIC(square)}, 1, 0};
+static const UnaryOp op_relu = {{ROWS_NUMERIC(relu)}, 1, 0};
+static const UnaryOp op_relu6 = {{ROWS_NUMERIC(relu6)}, 1, 0};
+static const UnaryOp op_exp = {{ROWS_FLOAT(exp)}, 4, 0};
+static const UnaryOp op_log = {{ROWS_FLOAT(log)}, 4, 0};
+static const UnaryOp op_sqrt = {{ROWS_FLOAT(sqrt)}, 2, 0};
+static const UnaryOp op_rsqrt = {{ROWS_FLOAT(rsqrt)}, 2, 0};
+static const UnaryOp op_leaky_relu = {{ROWS_FLOAT(leaky_relu)}, 1, 0};
+static const UnaryOp op_elu = {{ROWS_FLOAT(elu)}, 4, 0};
+static const UnaryOp op_gelu_erf = {{ROWS_FLOAT(gelu_erf)}, 8, 0};
+static const UnaryOp op_gelu_tanh = {{ROWS_FLOAT(gelu_tanh)}, 6, 0};
+static const UnaryOp op_sigmoid = {{ROWS_FLOAT(sigmoid)}, 4, 0};
+static const UnaryOp op_tanh = {{ROWS_FLOAT(tanh)}, 6, 0};
+static const UnaryOp op_softplus = {{ROWS_FLOAT(softplus)}, 8, 0};
+static const UnaryOp op_not = {{[FLOE_BOOL] = not_b}, 1, 0};
+static const UnaryOp op_sign = {{ROWS_NUMERIC(sign)}, 1, 0};
+static const UnaryOp op_floor = {{ROWS_FLOAT(floor)}, 1, 0};
+static const UnaryOp op_sin = {{ROWS_FLOAT(sin)}, 6, 0};
+static const UnaryOp op_cos = {{ROWS_FLOAT(cos)}, 6, 0};
+static const UnaryOp op_ceil = {{ROWS_FLOAT(ceil)}, 1, 0};
+static const UnaryOp op_round = {{ROWS_FLOAT(round)}, 1, 0};
+static const UnaryOp op_erf = {{ROWS_FLOAT(erf)}, 8, 0};
+static const UnaryOp op_tan = {{ROWS_FLOAT(tan)}, 8, 0};
+static const UnaryOp op_asin = {{ROWS_FLOAT(asin)}, 8, 0};
+static const UnaryOp op_acos = {{ROWS_FLOAT(acos)}, 8, 0};
+static const UnaryOp op_atan = {{ROWS_FLOAT(atan)}, 8, 0};
+static const UnaryOp op_sinh = {{ROWS_FLOAT(sinh)}, 8, 0};
+static const UnaryOp op_cosh = {{ROWS_FLOAT(cosh)}, 8, 0};
+static const UnaryOp op_asinh = {{ROWS_FLOAT(asinh)}, 8, 0};
+static const UnaryOp op_acosh = {{ROWS_FLOAT(acosh)}, 8, 0};
+static const UnaryOp op_atanh = {{ROWS_FLOAT(atanh)}, 8, 0};
+static const UnaryOp op_isnan = {{ROWS_FLOAT(isnan)}, 1, 1};
+static const UnaryOp op_isinf = {{ROWS_FLOAT(isinf)}, 1, 1};
+static const UnaryOp op_isposinf = {{ROWS_FLOAT(isposinf)}, 1, 1};
+static const UnaryOp op_isneginf = {{ROWS_FLOAT(isneginf)}, 1, 1};
+static const UnaryOp op_isnone = {{ROWS_FLOAT(isnone)}, 1, 1};
 
 /* Kernel state: the op and its attribute, fixed per node. */
 typedef struct UnaryState {
@@ -531,6 +636,13 @@ static const UnaryState st_neg = {&op_neg, 0}, st_abs = {&op_abs, 0},
                         st_softplus = {&op_softplus, 0}, st_not = {&op_not, 0},
                         st_sign = {&op_sign, 0}, st_floor = {&op_floor, 0},
                         st_sin = {&op_sin, 0}, st_cos = {&op_cos, 0};
+static const UnaryState st_ceil = {&op_ceil, 0}, st_round = {&op_round, 0},
+                        st_erf = {&op_erf, 0}, st_tan = {&op_tan, 0}, st_asin = {&op_asin, 0},
+                        st_acos = {&op_acos, 0}, st_atan = {&op_atan, 0},
+                        st_sinh = {&op_sinh, 0}, st_cosh = {&op_cosh, 0},
+                        st_asinh = {&op_asinh, 0}, st_acosh = {&op_acosh, 0},
+                        st_atanh = {&op_atanh, 0}, st_isnan = {&op_isnan, 0},
+                        st_isinf = {&op_isinf, 0};
 /* Templates for ops with attributes: op and the attribute's default (ops_std.def). */
 static const UnaryState st_leaky_relu = {&op_leaky_relu, 0.2}, st_elu = {&op_elu, 1.0},
                         st_gelu = {&op_gelu_erf, 0};
@@ -549,10 +661,21 @@ static floe_code unary_attr_create(const FloeHostApi *host, FloeKernelInit *init
     host->free(s);
     return rc;
   }
-  if (tmpl->op == &op_gelu_erf)
+  if (tmpl->op == &op_gelu_erf) {
     s->op = approximate ? &op_gelu_tanh : &op_gelu_erf;
-  else
+  } else if (tmpl->op == &op_isinf) {
+    /* IsInf: which infinities count. */
+    const FloeAttrs *attrs = host->init_attrs(init);
+    int neg = 1, pos = 1;
+    if (((rc = host->attr_bool(attrs, "detect_negative", &neg)) != FLOE_OK && rc != FLOE_NOT_FOUND) ||
+        ((rc = host->attr_bool(attrs, "detect_positive", &pos)) != FLOE_OK && rc != FLOE_NOT_FOUND)) {
+      host->free(s);
+      return host->init_set_error(init, rc, "attributes detect_negative / detect_positive must be bools");
+    }
+    s->op = neg ? (pos ? &op_isinf : &op_isneginf) : (pos ? &op_isposinf : &op_isnone);
+  } else {
     s->alpha = alpha;
+  }
   *state = s;
   return FLOE_OK;
 }
@@ -564,14 +687,15 @@ typedef struct UnaryJob {
   double alpha;
   char *y;
   const char *x;
-  size_t size;
+  size_t size, ysize; /* element sizes of x and y */
   FloeDType dt;
+  int bool_out;
 } UnaryJob;
 
 static void unary_range(void *arg, int64_t begin, int64_t end) {
   const UnaryJob *j = arg;
   if (!is_half(j->dt)) {
-    j->row(j->y + begin * (int64_t)j->size, j->x + begin * (int64_t)j->size, end - begin,
+    j->row(j->y + begin * (int64_t)j->ysize, j->x + begin * (int64_t)j->size, end - begin,
            j->alpha);
     return;
   }
@@ -581,6 +705,10 @@ static void unary_range(void *arg, int64_t begin, int64_t end) {
   for (int64_t c = begin; c < end; c += HALF_CHUNK) {
     int64_t m = end - c < HALF_CHUNK ? end - c : HALF_CHUNK;
     half_to_f32(xb, x + c, m, j->dt);
+    if (j->bool_out) {
+      j->row(j->y + c, xb, m, j->alpha);
+      continue;
+    }
     j->row(yb, xb, m, j->alpha);
     f32_to_half(y + c, yb, m, j->dt);
   }
@@ -600,8 +728,14 @@ static floe_code unary_compute(void *state, FloeKernelContext *ctx) {
   if (rc != FLOE_OK) return rc;
   int64_t n = cpu_host->tensor_num_elements(x);
   if (n == 0) return FLOE_OK;
-  UnaryJob j = {row, s->alpha, cpu_host->tensor_data(out), cpu_host->tensor_data(x),
-                cpu_host->dtype_size(dt), dt};
+  UnaryJob j = {row,
+                s->alpha,
+                cpu_host->tensor_data(out),
+                cpu_host->tensor_data(x),
+                cpu_host->dtype_size(dt),
+                cpu_host->dtype_size(cpu_host->tensor_dtype(out)),
+                dt,
+                s->op->bool_out};
   cpu_parallel_elements(n, s->op->cost, unary_range, &j);
   return FLOE_OK;
 }
@@ -850,6 +984,8 @@ floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
       {"LessEqual", &op_le, numeric},     {"Greater", &op_gt, numeric},
       {"GreaterEqual", &op_ge, numeric},  {"LogicalAnd", &op_and, 0},
       {"LogicalOr", &op_or, 0},
+      {"FloorMod", &op_floormod, numeric}, {"TruncateMod", &op_truncmod, numeric},
+      {"LeftShift", &op_shl, FLOE_DTYPES_INT}, {"RightShift", &op_shr, FLOE_DTYPES_INT},
   };
   const struct {
     const char *op;
@@ -867,6 +1003,13 @@ floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
       {"Softplus", &st_softplus, flt, 0},   {"LogicalNot", &st_not, 0, 0},
       {"Sign", &st_sign, numeric, 0},       {"Floor", &st_floor, flt, 0},
       {"Sin", &st_sin, flt, 0},             {"Cos", &st_cos, flt, 0},
+      {"Ceil", &st_ceil, flt, 0},           {"Round", &st_round, flt, 0},
+      {"Erf", &st_erf, flt, 0},             {"Tan", &st_tan, flt, 0},
+      {"Asin", &st_asin, flt, 0},           {"Acos", &st_acos, flt, 0},
+      {"Atan", &st_atan, flt, 0},           {"Sinh", &st_sinh, flt, 0},
+      {"Cosh", &st_cosh, flt, 0},           {"Asinh", &st_asinh, flt, 0},
+      {"Acosh", &st_acosh, flt, 0},         {"Atanh", &st_atanh, flt, 0},
+      {"IsNan", &st_isnan, flt, 0},         {"IsInf", &st_isinf, flt, 1},
   };
   floe_code rc = FLOE_OK;
   for (size_t i = 0; rc == FLOE_OK && i < sizeof binaries / sizeof binaries[0]; i++)

@@ -408,6 +408,7 @@ static const DefLine def_lines[] = {
 #include "ops_data.def"
 #include "ops_rnn.def"
 #include "ops_conv.def"
+#include "ops_math2.def"
 };
 #undef FLOE_OP
 
