@@ -427,7 +427,9 @@ int ox_present(FloeOutput x) { return x.node != NULL; }
 /* The driver */
 
 static const OxOp *const op_tables[] = {floe__onnx_ops_math, floe__onnx_ops_tensor,
-                                        floe__onnx_ops_nn};
+                                        floe__onnx_ops_nn,
+                                        floe__onnx_ops_index,
+};
 
 static const char *domain_of(const Onnx__NodeProto *n) {
   return !n->domain || !strcmp(n->domain, "ai.onnx") ? "" : n->domain;

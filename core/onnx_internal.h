@@ -109,5 +109,9 @@ int ox_present(FloeOutput x); /* the optional input was given */
 extern const OxOp floe__onnx_ops_math[];
 extern const OxOp floe__onnx_ops_tensor[];
 extern const OxOp floe__onnx_ops_nn[];
+/* Indexing and data movement (onnx_ops_index.c; Einsum's mapper in onnx_ops_einsum.c). */
+extern const OxOp floe__onnx_ops_index[];
+floe_code floe__onnx_map_einsum(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in,
+                                int nin, FloeOutput *out, int nout);
 
 #endif

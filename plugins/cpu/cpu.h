@@ -33,6 +33,9 @@ floe_code cpu_register_conv_grad(FloePluginRegistrar *reg);        /* conv_grad.
 floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
 /* Recurrent cells (issue 4). */
 floe_code cpu_register_lstm(FloePluginRegistrar *reg);             /* lstm.c */
+/* Indexing ops (issue 6). */
+floe_code cpu_register_index(FloePluginRegistrar *reg);            /* index.c */
+floe_code cpu_register_index_move(FloePluginRegistrar *reg);       /* index_move.c */
 
 /* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
  * StridedSlice and StridedSliceGrad). */
