@@ -34,6 +34,7 @@ static floe_code parse_term(OxCtx *c, const char *s, int len, int e, int E, int 
                             Term *t, int *letters) {
   int k = 0, ell = 0;
   t->n = 0;
+  if (letters) *letters = 0;
   for (int i = 0; i < len; i++) {
     if (s[i] == '.') {
       if (ell || i + 2 >= len || s[i + 1] != '.' || s[i + 2] != '.')

@@ -83,6 +83,7 @@ static bool const_number(const FloeShapeContext *sctx, int i, double *out) {
 
 static floe_code norm_axis(FloeShapeContext *sctx, int64_t axis, const FloeShape *in,
                            const char *what, int *out) {
+  *out = 0;
   if (axis < -in->rank || axis >= in->rank)
     return fail(sctx, "%s %s %lld is out of range for an input of shape %s; use a value in "
                       "[%d, %d)", op_name(sctx), what, (long long)axis, SHAPE_STR(*in),

@@ -84,6 +84,7 @@ static void combine(FloeDType dt, int red, void *dst, int64_t di, const void *sr
 static floe_code wrap_index(FloeKernelContext *ctx, const FloeTensor *indices, int64_t k,
                             int64_t dim, const char *what, int64_t *out) {
   int64_t v = ix_index_at(cpu_host->tensor_data(indices), cpu_host->tensor_dtype(indices), k);
+  *out = 0;
   if (v < -dim || v >= dim)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                    "indices element %" PRId64 " is %" PRId64 ", outside [%" PRId64

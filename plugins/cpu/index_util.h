@@ -81,6 +81,7 @@ static inline void ix_store_i(FloeDType dt, void *data, int64_t i, int64_t v) {
 /* Reads input `in` (an i32/i64 scalar or one-element vector) into *out. */
 static inline floe_code ix_read_scalar(FloeKernelContext *ctx, int in, const char *what,
                                        int64_t *out) {
+  *out = 0;
   const FloeTensor *t = cpu_host->ctx_input(ctx, in);
   FloeDType dt = cpu_host->tensor_dtype(t);
   if ((dt != FLOE_I32 && dt != FLOE_I64) || cpu_host->tensor_num_elements(t) != 1 ||
@@ -95,6 +96,7 @@ static inline floe_code ix_read_scalar(FloeKernelContext *ctx, int in, const cha
 /* Reads input `in`, a 1-D i32/i64 tensor of at most max values, into out (*n values). */
 static inline floe_code ix_read_vector(FloeKernelContext *ctx, int in, const char *what,
                                        int64_t *out, int max, int *n) {
+  *n = 0;
   const FloeTensor *t = cpu_host->ctx_input(ctx, in);
   FloeDType dt = cpu_host->tensor_dtype(t);
   int64_t count = cpu_host->tensor_num_elements(t);
@@ -116,6 +118,7 @@ static inline floe_code ix_read_vector(FloeKernelContext *ctx, int in, const cha
 static inline floe_code ix_axis(FloeKernelContext *ctx, int64_t axis, const FloeTensor *t,
                                 const char *what, int *out) {
   int rank = cpu_host->tensor_rank(t);
+  *out = 0;
   if (axis < -rank || axis >= rank)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                    "%s %" PRId64 " is out of range for shape %s (expected "
