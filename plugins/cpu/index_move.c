@@ -55,33 +55,35 @@ static void strided_copy(char *dst, const char *src, size_t es, int r, const int
 
 #define SLICE_MAX_AXES 64
 
-static floe_code slice_axes_compute(void *state, FloeKernelContext *ctx) {
-  const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
-  int r = cpu_host->tensor_rank(x);
-  if (r == 0)
-    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "input must have rank >= 1");
+/* Reads starts, ends, axes and steps (inputs first..first+3) and resolves them against a
+ * tensor of rank r / dims: per dim the first index, the step and the count taken. */
+static floe_code slice_plan(FloeKernelContext *ctx, int first, int r, const int64_t *dims,
+                            const FloeTensor *shape_of, int64_t *begin, int64_t *step,
+                            int64_t *count) {
   const char *names[4] = {"starts", "ends", "axes", "steps"};
   int64_t v[4][SLICE_MAX_AXES];
   int n[4];
   for (int i = 0; i < 4; i++) {
-    floe_code rc = ix_read_vector(ctx, i + 1, names[i], v[i], SLICE_MAX_AXES, &n[i]);
+    floe_code rc = ix_read_vector(ctx, first + i, names[i], v[i], SLICE_MAX_AXES, &n[i]);
     if (rc != FLOE_OK) return rc;
     if (n[i] != n[0])
       return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                      "%s has %d values and starts %d: they must be equally long",
                                      names[i], n[i], n[0]);
   }
-  const int64_t *dims = cpu_host->tensor_dims(x);
-  int64_t begin[FLOE_MAX_DIMS] = {0}, step[FLOE_MAX_DIMS], count[FLOE_MAX_DIMS];
   int seen[FLOE_MAX_DIMS] = {0};
   for (int d = 0; d < r; d++) {
+    begin[d] = 0;
     step[d] = 1;
     count[d] = dims[d];
   }
   for (int i = 0; i < n[0]; i++) {
-    int a;
-    floe_code rc = ix_axis(ctx, v[2][i], x, "axes entry", &a);
-    if (rc != FLOE_OK) return rc;
+    int64_t ax = v[2][i];
+    if (ax < -r || ax >= r)
+      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                     "axes entry %" PRId64 " is out of range for shape %s", ax,
+                                     ix_shape_str(shape_of).s);
+    int a = (int)(ax < 0 ? ax + r : ax);
     if (seen[a]++)
       return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "axis %d is sliced twice", a);
     if (v[3][i] == 0)
@@ -89,18 +91,81 @@ static floe_code slice_axes_compute(void *state, FloeKernelContext *ctx) {
     step[a] = v[3][i];
     count[a] = slice_resolve(dims[a], v[0][i], v[1][i], v[3][i], &begin[a]);
   }
-  FloeTensor *y;
-  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, r, count, &y);
-  if (rc != FLOE_OK || cpu_host->tensor_num_elements(y) == 0) return rc;
-  int64_t stride[FLOE_MAX_DIMS], acc = 1, base = 0;
+  return FLOE_OK;
+}
+
+/* Element offset of the slice's first element and the stride of each of its dims. */
+static int64_t slice_strides(int r, const int64_t *dims, const int64_t *begin,
+                             const int64_t *step, int64_t *stride) {
+  int64_t acc = 1, base = 0;
   for (int d = r - 1; d >= 0; d--) {
     base += begin[d] * acc;
     stride[d] = step[d] * acc;
     acc *= dims[d];
   }
+  return base;
+}
+
+static floe_code slice_axes_compute(void *state, FloeKernelContext *ctx) {
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
+  int r = cpu_host->tensor_rank(x);
+  if (r == 0)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "input must have rank >= 1");
+  const int64_t *dims = cpu_host->tensor_dims(x);
+  int64_t begin[FLOE_MAX_DIMS], step[FLOE_MAX_DIMS], count[FLOE_MAX_DIMS], stride[FLOE_MAX_DIMS];
+  floe_code rc = slice_plan(ctx, 1, r, dims, x, begin, step, count);
+  FloeTensor *y;
+  if (rc == FLOE_OK) rc = cpu_host->ctx_allocate_output(ctx, 0, r, count, &y);
+  if (rc != FLOE_OK || cpu_host->tensor_num_elements(y) == 0) return rc;
+  int64_t base = slice_strides(r, dims, begin, step, stride);
   size_t es = cpu_host->dtype_size(cpu_host->tensor_dtype(x));
   strided_copy(cpu_host->tensor_data(y), (const char *)cpu_host->tensor_data(x) + base * (int64_t)es,
                es, r, count, stride);
+  return FLOE_OK;
+}
+
+/* The gradient of SliceAxes: zeros of `shape` with dy written where the slice read. */
+static floe_code slice_axes_grad_compute(void *state, FloeKernelContext *ctx) {
+  const FloeTensor *st = cpu_host->ctx_input(ctx, 0), *dy = cpu_host->ctx_input(ctx, 5);
+  int64_t dims[FLOE_MAX_DIMS], begin[FLOE_MAX_DIMS], step[FLOE_MAX_DIMS], count[FLOE_MAX_DIMS],
+      stride[FLOE_MAX_DIMS];
+  int r;
+  floe_code rc = ix_read_vector(ctx, 0, "shape", dims, FLOE_MAX_DIMS, &r);
+  if (rc != FLOE_OK) return rc;
+  for (int d = 0; d < r; d++)
+    if (dims[d] < 0)
+      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "shape %s has a negative dim",
+                                     ix_shape_str(st).s);
+  if (r == 0)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "shape must have rank >= 1");
+  if ((rc = slice_plan(ctx, 1, r, dims, st, begin, step, count)) != FLOE_OK) return rc;
+  int bad = cpu_host->tensor_rank(dy) != r;
+  for (int d = 0; !bad && d < r; d++) bad = cpu_host->tensor_dims(dy)[d] != count[d];
+  if (bad) {
+    char want[CPU_SHAPE_STR_MAX];
+    cpu_shape_str(want, sizeof want, r, count);
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "dy has shape %s; the slice has shape %s",
+                                   ix_shape_str(dy).s, want);
+  }
+  FloeTensor *y;
+  if ((rc = cpu_host->ctx_allocate_output(ctx, 0, r, dims, &y)) != FLOE_OK) return rc;
+  if (cpu_host->tensor_nbytes(y)) memset(cpu_host->tensor_data(y), 0, cpu_host->tensor_nbytes(y));
+  int64_t total = cpu_host->tensor_num_elements(dy);
+  if (total == 0) return FLOE_OK;
+  int64_t base = slice_strides(r, dims, begin, step, stride), pos[FLOE_MAX_DIMS] = {0};
+  size_t es = cpu_host->dtype_size(cpu_host->tensor_dtype(dy));
+  const char *src = cpu_host->tensor_data(dy);
+  char *dst = (char *)cpu_host->tensor_data(y) + base * (int64_t)es;
+  for (int64_t e = 0; e < total; e++) {
+    int64_t off = 0;
+    for (int d = 0; d < r; d++) off += pos[d] * stride[d];
+    memcpy(dst + off * (int64_t)es, src + e * (int64_t)es, es);
+    for (int d = r - 1; d >= 0; d--) {
+      if (++pos[d] < count[d]) break;
+      pos[d] = 0;
+    }
+  }
   return FLOE_OK;
 }
 
@@ -439,6 +504,7 @@ floe_code cpu_register_index_move(FloePluginRegistrar *reg) {
     CreateFn create;
   } k[] = {
       {"SliceAxes", "T", FLOE_DTYPES_ALL, 0, slice_axes_compute, NULL},
+      {"SliceAxesGrad", "T", FLOE_DTYPES_ALL, 0, slice_axes_grad_compute, NULL},
       {"SqueezeAxes", "T", FLOE_DTYPES_ALL, FLOE_KERNEL_INEXPENSIVE, squeeze_axes_compute, NULL},
       {"UnsqueezeAxes", "T", FLOE_DTYPES_ALL, FLOE_KERNEL_INEXPENSIVE, unsqueeze_axes_compute,
        NULL},
