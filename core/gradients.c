@@ -245,6 +245,7 @@ floe_code floe__grads_init(FloeStatus *st) {
       if (rc == FLOE_OK) rc = floe__grads_register_math(st);
       if (rc == FLOE_OK) rc = floe__grads_register_nn(st);
       if (rc == FLOE_OK) rc = floe__grads_register_array(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_index(st);
       if (rc == FLOE_OK) rc = floe__grads_register_control(st);
       if (rc == FLOE_OK) rc = floe__grads_register_tensor_array(st);
       if (rc == FLOE_OK) rc = floe__grads_register_rnn(st);

@@ -930,6 +930,7 @@ floe_code floe__grads_register_nn(FloeStatus *st);
 floe_code floe__grads_register_array(FloeStatus *st);
 /* grad_math2.c: the ONNX math family's ops (ops_math2.def). */
 floe_code floe__grads_register_math2(FloeStatus *st);
+floe_code floe__grads_register_index(FloeStatus *st); /* grad_index.c (issue 6) */
 
 /* Helpers for gradient functions (gradients.c). All record the graph's sticky error on
  * failure and return an invalid output, like the public builders. */

@@ -470,6 +470,7 @@ static const OxOp *const op_tables[] = {
     floe__onnx_ops_seq,
     floe__onnx_ops_train,
     floe__onnx_ops_math2,
+    floe__onnx_ops_index,
 };
 
 static const char *domain_of(const Onnx__NodeProto *n) {

@@ -46,6 +46,18 @@ static int attr_or_const(OxCtx *c, const Onnx__NodeProto *n, const char *attr, c
   return -1;
 }
 
+/* Input idx is given and is not a constant: its values are known only when the graph runs,
+ * so the node maps onto an op that takes them as a tensor. */
+static int run_time_input(const FloeOutput *in, int nin, int idx) {
+  int64_t v[2 * FLOE_MAX_DIMS];
+  return idx < nin && ox_present(in[idx]) && ox_const_ints(in[idx], v, 2 * FLOE_MAX_DIMS) < 0;
+}
+
+/* Op `op` on x and the i64 vector of input idx (SqueezeAxes, UnsqueezeAxes). */
+static FloeOutput with_axes_input(OxCtx *c, const char *op, FloeOutput x, FloeOutput axes) {
+  return ox_binary(c, op, x, ox_cast(c, axes, FLOE_I64));
+}
+
 static FloeOutput expand_dims(OxCtx *c, FloeOutput x, int axis) {
   FloeNodeBuilder *b = ox_begin(c, "ExpandDims");
   floe_node_add_input(b, x);
@@ -278,6 +290,10 @@ MAP(map_squeeze) {
   UNUSED_ARGS;
   floe_code rc = need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
+  if (c->opset >= 13 && run_time_input(in, nin, 1)) {
+    out[0] = with_axes_input(c, "SqueezeAxes", in[0], in[1]);
+    return ox_check(c);
+  }
   int64_t axes[FLOE_MAX_DIMS];
   int k = attr_or_const(c, n, "axes", in, nin, 1, axes, FLOE_MAX_DIMS);
   if (k == -2) return floe_status_code(c->st);
@@ -300,6 +316,10 @@ MAP(map_unsqueeze) {
   UNUSED_ARGS;
   floe_code rc = need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
+  if (c->opset >= 13 && run_time_input(in, nin, 1)) {
+    out[0] = with_axes_input(c, "UnsqueezeAxes", in[0], in[1]);
+    return ox_check(c);
+  }
   int64_t axes[FLOE_MAX_DIMS];
   int k = attr_or_const(c, n, "axes", in, nin, 1, axes, FLOE_MAX_DIMS);
   if (k == -2) return floe_status_code(c->st);
@@ -417,10 +437,49 @@ MAP(map_gather) {
   return FLOE_OK;
 }
 
+/* Slice (opset >= 10) whose starts, ends, axes or steps are known only at run time. Absent
+ * axes are 0..len(starts)-1 and absent steps 1. */
+static floe_code slice_run_time(OxCtx *c, const FloeOutput *in, int nin, FloeOutput *out) {
+  FloeOutput starts = ox_cast(c, in[1], FLOE_I64), axes, steps;
+  FloeNodeBuilder *b = ox_begin(c, "Size");
+  floe_node_add_input(b, starts);
+  floe_node_set_attr_type(b, "out_type", FLOE_I64);
+  FloeOutput len = ox_finish(c, b);
+  if (nin > 3 && ox_present(in[3])) {
+    axes = ox_cast(c, in[3], FLOE_I64);
+  } else {
+    b = ox_begin(c, "Range");
+    floe_node_add_input(b, ox_scalar_i64(c, 0));
+    floe_node_add_input(b, len);
+    floe_node_add_input(b, ox_scalar_i64(c, 1));
+    axes = ox_finish(c, b);
+  }
+  if (nin > 4 && ox_present(in[4])) {
+    steps = ox_cast(c, in[4], FLOE_I64);
+  } else {
+    int64_t one = 1;
+    b = ox_begin(c, "Fill");
+    floe_node_add_input(b, ox_binary(c, "Reshape", len, ox_const_i64(c, &one, 1)));
+    floe_node_add_input(b, ox_scalar_i64(c, 1));
+    steps = ox_finish(c, b);
+  }
+  b = ox_begin(c, "SliceAxes");
+  floe_node_add_input(b, in[0]);
+  floe_node_add_input(b, starts);
+  floe_node_add_input(b, ox_cast(c, in[2], FLOE_I64));
+  floe_node_add_input(b, axes);
+  floe_node_add_input(b, steps);
+  out[0] = ox_finish(c, b);
+  return ox_check(c);
+}
+
 MAP(map_slice) {
   UNUSED_ARGS;
   floe_code rc = need(c, in, nin, c->opset < 10 ? 1 : 3);
   if (rc != FLOE_OK) return rc;
+  if (c->opset >= 10)
+    for (int i = 1; i <= 4; i++)
+      if (run_time_input(in, nin, i)) return slice_run_time(c, in, nin, out);
   int r = ox_rank(c, in[0], "the data");
   if (r < 0) return floe_status_code(c->st);
   int64_t starts[FLOE_MAX_DIMS], ends[FLOE_MAX_DIMS], axes[FLOE_MAX_DIMS], steps[FLOE_MAX_DIMS];
@@ -524,6 +583,17 @@ MAP(map_split) {
   if (s.rank < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
   int axis;
   if ((rc = ox_axis(c, ox_int(n, "axis", 0), s.rank, "axis", &axis)) != FLOE_OK) return rc;
+  if (c->opset >= 13 && nin > 1 && ox_present(in[1]) && ox_const_value(in[1]) == NULL) {
+    /* Sizes known only at run time. */
+    FloeNodeBuilder *b = ox_begin(c, "SplitV");
+    floe_node_add_input(b, in[0]);
+    floe_node_add_input(b, ox_cast(c, in[1], FLOE_I64));
+    floe_node_add_input(b, ox_scalar_i32(c, axis));
+    floe_node_set_attr_int(b, "num_split", nout);
+    FloeNode *sp = ox_finish_node(c, b);
+    for (int i = 0; sp && i < nout; i++) out[i] = floe_out(sp, i);
+    return ox_check(c);
+  }
   int64_t *sizes = floe__calloc((size_t)nout + 1, sizeof *sizes);
   if (!sizes) return floe_status_set(c->st, FLOE_NO_MEMORY, "out of memory");
   int k = attr_or_const(c, n, "split", in, nin, 1, sizes, nout);
@@ -609,44 +679,27 @@ MAP(map_dropout) {
   return FLOE_OK;
 }
 
-MAP(map_pad) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
-  if (rc != FLOE_OK) return rc;
-  int r = ox_rank(c, in[0], "the data");
-  if (r < 0) return floe_status_code(c->st);
-  int64_t pads[2 * FLOE_MAX_DIMS];
-  int k = attr_or_const(c, n, c->opset < 2 ? "paddings" : "pads", in, nin, 1, pads,
-                        2 * FLOE_MAX_DIMS);
-  if (k == -2) return floe_status_code(c->st);
-  if (k != 2 * r)
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "pads has %d values for a rank-%d input (needs %d)",
-                   k, r, 2 * r);
-  char mbuf[32];
-  const char *mode = ox_str(n, "mode", "constant", mbuf, sizeof mbuf);
-  double value = ox_float(n, "value", 0.0f);
-  if (c->opset >= 11 && nin > 2 && ox_present(in[2])) {
-    const FloeTensor *t = ox_const_value(in[2]);
-    if (!t) return ox_fail(c, FLOE_UNIMPLEMENTED, "constant_value must be a constant");
-    FloeTensor *f = NULL;
-    FloeDType dt = floe_tensor_dtype(t);
-    void *d = floe_tensor_data(t);
-    switch (dt) {
-      case FLOE_F32: value = *(float *)d; break;
-      case FLOE_F64: value = *(double *)d; break;
-      case FLOE_I32: value = *(int32_t *)d; break;
-      case FLOE_I64: value = (double)*(int64_t *)d; break;
-      case FLOE_I8: value = *(int8_t *)d; break;
-      case FLOE_U8: value = *(uint8_t *)d; break;
-      default: break;
-    }
-    (void)f;
-  }
-  const char *fmode = !strcmp(mode, "constant") ? "CONSTANT"
-                      : !strcmp(mode, "reflect") ? "REFLECT"
-                      : !strcmp(mode, "edge")    ? "EDGE"
-                                                 : NULL;
-  if (!fmode) return ox_fail(c, FLOE_INVALID_ARGUMENT, "unknown mode '%s'", mode);
+/* A constant_value known only at run time: y where the input was, value in the padding. */
+static FloeOutput pad_value_run_time(OxCtx *c, FloeOutput x, FloeOutput y, FloeOutput paddings,
+                                     FloeOutput value) {
+  FloeNodeBuilder *b = ox_begin(c, "OnesLike");
+  floe_node_add_input(b, x);
+  FloeOutput ones = ox_cast(c, ox_finish(c, b), FLOE_BOOL);
+  b = ox_begin(c, "Pad");
+  floe_node_add_input(b, ones);
+  floe_node_add_input(b, paddings);
+  FloeOutput inside = ox_finish(c, b);
+  FloeOutput v = ox_binary(c, "Reshape", ox_cast(c, value, ox_dtype(x)), ox_const_i64(c, NULL, 0));
+  b = ox_begin(c, "Select");
+  floe_node_add_input(b, inside);
+  floe_node_add_input(b, y);
+  floe_node_add_input(b, v);
+  return ox_finish(c, b);
+}
+
+/* Pad by constant pads ([2r]: all befores, then all afters; negative ones crop). */
+static FloeOutput pad_const(OxCtx *c, FloeOutput x, const int64_t *pads, int r, const char *fmode,
+                            double value, FloeOutput run_value) {
   /* Negative pads crop: pad with the positive part, then slice off the negative part. */
   int64_t pp[2 * FLOE_MAX_DIMS], crop_b[FLOE_MAX_DIMS], crop_s[FLOE_MAX_DIMS];
   int crop = 0;
@@ -659,14 +712,19 @@ MAP(map_pad) {
   }
   int64_t pd[2] = {r, 2};
   FloeTensor *pt = floe_tensor_new(FLOE_I64, 2, pd, c->st);
-  if (!pt) return ox_fail(c, floe_status_code(c->st), "%s", floe_status_message(c->st));
+  if (!pt) {
+    ox_fail(c, floe_status_code(c->st), "%s", floe_status_message(c->st));
+    return (FloeOutput){NULL, 0};
+  }
   memcpy(floe_tensor_data(pt), pp, (size_t)(2 * r) * sizeof(int64_t));
+  FloeOutput paddings = ox_const(c, pt);
   FloeNodeBuilder *b = ox_begin(c, "Pad");
-  floe_node_add_input(b, in[0]);
-  floe_node_add_input(b, ox_const(c, pt));
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, paddings);
   floe_node_set_attr_string(b, "mode", fmode);
   floe_node_set_attr_float(b, "constant_value", value);
   FloeOutput y = ox_finish(c, b);
+  if (run_value.node) y = pad_value_run_time(c, x, y, paddings, run_value);
   if (crop) {
     int64_t e_[FLOE_MAX_DIMS], s_[FLOE_MAX_DIMS], end_mask = 0;
     for (int i = 0; i < r; i++) {
@@ -682,8 +740,99 @@ MAP(map_pad) {
     floe_node_set_attr_int(b, "end_mask", end_mask);
     y = ox_finish(c, b);
   }
-  out[0] = y;
-  return FLOE_OK;
+  return y;
+}
+
+/* Pad by pads known only when the graph runs ([2r]: all befores, then all afters; negative
+ * ones crop): paddings [r, 2] = transpose(reshape(pads, [2, r])); Pad by their positive
+ * parts, then a Slice drops the negative parts. */
+static FloeOutput pad_run_time(OxCtx *c, FloeOutput x, FloeOutput pads, int r, const char *mode,
+                               double value, FloeOutput run_value) {
+  int64_t d2[2] = {2, r}, t2[2] = {1, 0}, one = 1, zero2[2] = {0, 0}, col[2] = {r, 1}, flat = -1;
+  FloeOutput p = ox_binary(c, "Transpose", ox_binary(c, "Reshape", ox_cast(c, pads, FLOE_I64),
+                                                     ox_const_i64(c, d2, 2)),
+                           ox_const_i64(c, t2, 2));
+  FloeOutput zero = ox_scalar_i64(c, 0);
+  FloeOutput paddings = ox_binary(c, "Maximum", p, zero);
+  FloeOutput neg = ox_binary(c, "Minimum", p, zero);
+  FloeNodeBuilder *b = ox_begin(c, "Pad");
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, paddings);
+  floe_node_set_attr_string(b, "mode", mode);
+  floe_node_set_attr_float(b, "constant_value", value);
+  FloeOutput y = ox_finish(c, b);
+  if (run_value.node) y = pad_value_run_time(c, x, y, paddings, run_value);
+  b = ox_begin(c, "Slice");
+  floe_node_add_input(b, neg);
+  floe_node_add_input(b, ox_const_i64(c, zero2, 2));
+  floe_node_add_input(b, ox_const_i64(c, col, 2));
+  FloeOutput neg_before = ox_binary(c, "Reshape", ox_finish(c, b), ox_const_i64(c, &flat, 1));
+  b = ox_begin(c, "Shape");
+  floe_node_add_input(b, y);
+  floe_node_set_attr_type(b, "out_type", FLOE_I64);
+  FloeOutput shape = ox_finish(c, b);
+  FloeOutput size = ox_binary(c, "Add", shape, ox_binary(c, "Sum", neg, ox_const_i64(c, &one, 1)));
+  b = ox_begin(c, "Slice");
+  floe_node_add_input(b, y);
+  floe_node_add_input(b, ox_unary(c, "Neg", neg_before));
+  floe_node_add_input(b, size);
+  return ox_finish(c, b);
+}
+
+MAP(map_pad) {
+  UNUSED_ARGS;
+  floe_code rc = need(c, in, nin, c->opset < 11 ? 1 : 2);
+  if (rc != FLOE_OK) return rc;
+  int r = ox_rank(c, in[0], "the data");
+  if (r < 0) return floe_status_code(c->st);
+  char mbuf[32];
+  const char *mode = ox_str(n, "mode", "constant", mbuf, sizeof mbuf);
+  const char *fmode = !strcmp(mode, "constant") ? "CONSTANT"
+                      : !strcmp(mode, "reflect") ? "REFLECT"
+                      : !strcmp(mode, "edge")    ? "EDGE"
+                                                 : NULL;
+  if (!fmode) return ox_fail(c, FLOE_INVALID_ARGUMENT, "unknown mode '%s'", mode);
+  double value = ox_float(n, "value", 0.0f);
+  FloeOutput run_value = {NULL, 0};
+  if (c->opset >= 11 && nin > 2 && ox_present(in[2])) {
+    const FloeTensor *t = ox_const_value(in[2]);
+    if (!t) {
+      run_value = in[2];
+    } else {
+      const void *d = floe_tensor_data(t);
+      switch (floe_tensor_dtype(t)) {
+        case FLOE_F32: value = *(const float *)d; break;
+        case FLOE_F64: value = *(const double *)d; break;
+        case FLOE_I32: value = *(const int32_t *)d; break;
+        case FLOE_I64: value = (double)*(const int64_t *)d; break;
+        case FLOE_I8: value = *(const int8_t *)d; break;
+        case FLOE_U8: value = *(const uint8_t *)d; break;
+        case FLOE_BOOL: value = *(const uint8_t *)d != 0; break;
+        default:
+          run_value = in[2]; /* f16 / bf16: converted by Cast in the graph */
+          break;
+      }
+    }
+  }
+  int64_t pads[2 * FLOE_MAX_DIMS];
+  int k = -1;
+  if (c->opset < 11) {
+    k = attr_or_const(c, n, c->opset < 2 ? "paddings" : "pads", in, nin, 1, pads,
+                      2 * FLOE_MAX_DIMS);
+    if (k == -2) return floe_status_code(c->st);
+  } else {
+    k = ox_const_ints(in[1], pads, 2 * FLOE_MAX_DIMS);
+  }
+  if (strcmp(fmode, "CONSTANT")) run_value.node = NULL; /* only constant mode uses it */
+  if (k < 0 && c->opset >= 11) {
+    out[0] = pad_run_time(c, in[0], in[1], r, fmode, value, run_value);
+  } else {
+    if (k != 2 * r)
+      return ox_fail(c, FLOE_INVALID_ARGUMENT,
+                     "pads has %d values for a rank-%d input (needs %d)", k, r, 2 * r);
+    out[0] = pad_const(c, in[0], pads, r, fmode, value, run_value);
+  }
+  return ox_check(c);
 }
 
 const OxOp floe__onnx_ops_tensor[] = {

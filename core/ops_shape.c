@@ -897,9 +897,9 @@ floe_code floe__shape_gather(const FloeHostApi *host, FloeShapeContext *sctx) {
 floe_code floe__shape_pad(const FloeHostApi *host, FloeShapeContext *sctx) {
   const FloeShape *in = &sctx->input_shapes[0], *ps = &sctx->input_shapes[1];
   const char *mode = attr_string(sctx, "mode", "CONSTANT");
-  bool reflect = strcmp(mode, "REFLECT") == 0;
-  if (!reflect && strcmp(mode, "CONSTANT") != 0)
-    return fail(sctx, "Pad attribute 'mode' must be CONSTANT or REFLECT, got '%s'", mode);
+  bool reflect = strcmp(mode, "REFLECT") == 0, edge = strcmp(mode, "EDGE") == 0;
+  if (!reflect && !edge && strcmp(mode, "CONSTANT") != 0)
+    return fail(sctx, "Pad attribute 'mode' must be CONSTANT, REFLECT or EDGE, got '%s'", mode);
   if (ps->rank >= 0 && (ps->rank != 2 || (ps->dims[1] >= 0 && ps->dims[1] != 2) ||
                         (in->rank >= 0 && ps->dims[0] >= 0 && ps->dims[0] != in->rank)))
     return fail(sctx, "Pad paddings must have shape [rank, 2] = [%d,2] for input %s, got %s",
@@ -921,6 +921,8 @@ floe_code floe__shape_pad(const FloeHostApi *host, FloeShapeContext *sctx) {
     if (reflect && dim >= 0 && (before >= dim || after >= dim))
       return fail(sctx, "Pad REFLECT paddings %s must be smaller than the input %s in dimension "
                         "%d", INTS_STR(pad, (int)n), SHAPE_STR(*in), i);
+    if (edge && dim == 0 && (before || after))
+      return fail(sctx, "Pad EDGE cannot pad the empty dimension %d of %s", i, SHAPE_STR(*in));
     if (dim >= 0) out.dims[i] = dim + before + after;
   }
   sctx->output_shapes[0] = out;

@@ -83,5 +83,17 @@ floe_code floe__shape_mel_weight_matrix(const FloeHostApi *host, FloeShapeContex
 floe_code floe__shape_conv_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Indexing ops (ops_index.def, ops_shape_index.c; issue 6). */
+floe_code floe__shape_gather_elements(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_scatter(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_gather_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_range(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_non_zero(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_top_k(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_unique(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_slice_axes(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_squeeze_axes(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_unsqueeze_axes(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_split_v(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

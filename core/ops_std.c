@@ -25,6 +25,7 @@ static const StdOp std_ops[] = {
 #include "ops_rnn.def"
 #include "ops_conv.def"
 #include "ops_math2.def"
+#include "ops_index.def"
 #undef FLOE_OP
 };
 

@@ -1026,8 +1026,10 @@ static floe_code gather_compute(void *state, FloeKernelContext *ctx) {
 /* ------------------------------------------------------------------------------------ */
 /* Pad. */
 
+enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE };
+
 typedef struct PadState {
-  int reflect;
+  int mode; /* PAD_* */
   double value;
 } PadState;
 
@@ -1038,17 +1040,19 @@ static floe_code pad_create(const FloeHostApi *host, FloeKernelInit *init, void 
   double value = 0;
   if (host->attr_string(a, "mode", &mode) != FLOE_OK) mode = "CONSTANT";
   if (host->attr_float(a, "constant_value", &value) != FLOE_OK) value = 0;
-  int reflect;
+  int pm;
   if (strcmp(mode, "CONSTANT") == 0)
-    reflect = 0;
+    pm = PAD_CONSTANT;
   else if (strcmp(mode, "REFLECT") == 0)
-    reflect = 1;
+    pm = PAD_REFLECT;
+  else if (strcmp(mode, "EDGE") == 0)
+    pm = PAD_EDGE;
   else
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
-                                "mode '%s' is not supported: use CONSTANT or REFLECT", mode);
+                                "mode '%s' is not supported: use CONSTANT, REFLECT or EDGE", mode);
   PadState *s = host->alloc(sizeof *s);
   if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
-  s->reflect = reflect;
+  s->mode = pm;
   s->value = value;
   *state = s;
   return FLOE_OK;
@@ -1096,13 +1100,19 @@ typedef struct PadJob {
   const char *src;
   char *dst;
   size_t esize;
-  int reflect;
+  int mode;
   uint64_t value;
 } PadJob;
 
-/* REFLECT: mirror i around the edges without repeating them (i in [-(d-1), 2d-2]). */
+/* REFLECT: mirror i around the edges without repeating them (i in [-(d-1), 2d-2]); EDGE:
+ * repeat the edge element. */
 static inline int64_t reflect_index(int64_t i, int64_t d) {
   return i < 0 ? -i : i >= d ? 2 * (d - 1) - i : i;
+}
+
+static inline int64_t border_index(int mode, int64_t i, int64_t d) {
+  if (mode == PAD_REFLECT) return reflect_index(i, d);
+  return i < 0 ? 0 : i >= d ? d - 1 : i;
 }
 
 /* Output rows [begin, end) (a row = the last dim). */
@@ -1123,8 +1133,8 @@ static void pad_rows(void *arg, int64_t begin, int64_t end) {
     int inside = 1;
     for (int k = 0; k < last; k++) {
       int64_t i = idx[k] - j->before[k];
-      if (j->reflect)
-        i = reflect_index(i, j->idims[k]);
+      if (j->mode != PAD_CONSTANT)
+        i = border_index(j->mode, i, j->idims[k]);
       else if (i < 0 || i >= j->idims[k])
         inside = 0;
       off += i * j->istride[k];
@@ -1134,11 +1144,11 @@ static void pad_rows(void *arg, int64_t begin, int64_t end) {
       fill_range(&fill, 0, ow);
     } else {
       const char *src = j->src + (size_t)off * es;
-      if (j->reflect) {
+      if (j->mode != PAD_CONSTANT) {
         for (int64_t c = 0; c < b; c++)
-          copy_slice(dst + c * es, src + reflect_index(c - b, iw) * es, es);
+          copy_slice(dst + c * es, src + border_index(j->mode, c - b, iw) * es, es);
         for (int64_t c = b + iw; c < ow; c++)
-          copy_slice(dst + c * es, src + reflect_index(c - b, iw) * es, es);
+          copy_slice(dst + c * es, src + border_index(j->mode, c - b, iw) * es, es);
       } else {
         fill_range(&fill, 0, b);
         fill_range(&fill, b + iw, ow);
@@ -1171,12 +1181,15 @@ static floe_code pad_compute(void *state, FloeKernelContext *ctx) {
   int none = 1;
   for (int i = 0; i < rank; i++) {
     int64_t b = index_at(pdata, pdt, 2 * i), a = index_at(pdata, pdt, 2 * i + 1);
-    if (b < 0 || a < 0 || (ps->reflect && (b >= dims[i] || a >= dims[i]) && (a || b)))
+    if (b < 0 || a < 0 || (ps->mode == PAD_REFLECT && (b >= dims[i] || a >= dims[i]) && (a || b)) ||
+        (ps->mode == PAD_EDGE && dims[i] == 0 && (a || b)))
       return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                      "paddings (%" PRId64 ", %" PRId64 ") of dim %d are invalid "
                                      "for shape %s: they must be >= 0%s",
                                      b, a, i, tensor_shape_str(x).s,
-                                     ps->reflect ? " and < the dim's size in REFLECT mode" : "");
+                                     ps->mode == PAD_REFLECT ? " and < the dim's size in REFLECT mode"
+                                     : ps->mode == PAD_EDGE  ? ", and 0 for an empty dim in EDGE mode"
+                                                             : "");
     j.before[i] = b;
     j.odims[i] = b + dims[i] + a;
     none &= a == 0 && b == 0;
@@ -1194,7 +1207,7 @@ static floe_code pad_compute(void *state, FloeKernelContext *ctx) {
   j.src = cpu_host->tensor_data(x);
   j.dst = cpu_host->tensor_data(y);
   j.esize = cpu_host->dtype_size(dt);
-  j.reflect = ps->reflect;
+  j.mode = ps->mode;
   j.value = scalar_bytes(dt, ps->value);
   if (cpu_host->tensor_num_elements(x) == 0) { /* nothing to copy: all padding */
     fill_run(j.dst, total, j.esize, &j.value);

@@ -38,6 +38,9 @@ floe_code cpu_register_conv_nd(FloePluginRegistrar *reg);          /* conv_nd.c 
 floe_code cpu_register_pool_nd(FloePluginRegistrar *reg);          /* pool_nd.c */
 /* ONNX math family (issue 6): determinants and spectral ops. */
 floe_code cpu_register_spectral(FloePluginRegistrar *reg);         /* spectral.c */
+/* Indexing ops (issue 6). */
+floe_code cpu_register_index(FloePluginRegistrar *reg);            /* index.c */
+floe_code cpu_register_index_move(FloePluginRegistrar *reg);       /* index_move.c */
 
 /* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
  * StridedSlice and StridedSliceGrad). */

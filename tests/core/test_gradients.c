@@ -467,6 +467,29 @@ static const Case cases[] = {
     {.op = "Pad", .inputs = "f[3x4] i32[2x2]=1,2,2,1", .attrs = "mode=sREFLECT"},
     {.op = "Pad", .inputs = "f[3x4] i64[2x2]=1,2,2,1", .attrs = "mode=sREFLECT", .dyn = true},
     {.op = "Tile", .inputs = "f[2x3] i32=2,3"},
+    /* indexing ops (ops_index.def) */
+    {.op = "Trilu", .inputs = "f[3x4] i64[]=1"},
+    {.op = "Trilu", .inputs = "f[2x3x3] i64[]=-1", .attrs = "upper=b0"},
+    {.op = "Cumsum", .inputs = "f[3x4] i32[]=1"},
+    {.op = "Cumsum", .inputs = "f[5] i64[]=0", .attrs = "exclusive=b1;reverse=b1"},
+    {.op = "ReverseSequence", .inputs = "f[4x3] i64=2,4,0", .attrs = "seq_dim=i0;batch_dim=i1"},
+    {.op = "SqueezeAxes", .inputs = "f[2x1x3x1] i64=1,-1"},
+    {.op = "UnsqueezeAxes", .inputs = "f[2x3] i64=0,3"},
+    {.op = "UnsqueezeAxes", .inputs = "f[2x3] i64=0,3", .dyn = true},
+    {.op = "SplitV", .inputs = "f[5x3] i64=2,-1,1 i32[]=0", .attrs = "num_split=i3"},
+    {.op = "SplitV", .inputs = "f[2x5] i64=4,1 i32[]=-1", .attrs = "num_split=i2", .nout = 1},
+    {.op = "SliceAxes", .inputs = "f[5x4] i64=-1,1 i64=-100,4 i64=0,1 i64=-2,2"},
+    {.op = "SliceAxes", .inputs = "f[5x4] i64=1 i64=3 i64=-1 i64=1", .dyn = true},
+    {.op = "SliceAxesGrad", .inputs = "i64=5,4 i64=-1,1 i64=-100,4 i64=0,1 i64=-2,2 f[3x2]"},
+    {.op = "GatherElements", .inputs = "f[3x4] i64[3x2]=0,-1,3,2,1,1", .attrs = "axis=i1"},
+    {.op = "GatherND", .inputs = "f[3x4x2] i64[2x2]=2,3,0,-1"},
+    {.op = "TopK", .inputs = "f[3x5] i64[]=2", .nout = 1},
+    {.op = "TopK", .inputs = "f[4x3] i64[]=3", .attrs = "axis=i0;largest=b0", .nout = 1},
+    {.op = "ScatterElements", .inputs = "f[3x4] i64[3x2]=1,1,0,3,-2,2 f[3x2]", .attrs = "axis=i1"},
+    {.op = "ScatterElements", .inputs = "f[3x4] i64[2x4]=0,2,2,0,0,1,2,0 f[2x4]",
+     .attrs = "reduction=sadd"},
+    {.op = "ScatterND", .inputs = "f[4x3] i64[3x1]=3,1,3 f[3x3]"},
+    {.op = "ScatterND", .inputs = "f[4x3] i64[2x2]=3,1,3,1 f[2]", .attrs = "reduction=sadd"},
     {.op = "Tile", .inputs = "f[2x1x3] i32=1,3,2", .dyn = true},
     {.op = "Fill", .inputs = "i32=2,3 f[]"},
     {.op = "Fill", .inputs = "i32=2,3 f[]", .dyn = true},
@@ -588,6 +611,8 @@ static const char *const not_differentiable[] = {
      * inputs only act through floors (MelWeightMatrix) or that take none. */
     "Ceil", "Round", "IsNan", "IsInf", "LeftShift", "RightShift", "CosineSumWindow",
     "MelWeightMatrix",
+    /* Indices and sizes (grad_index.c, as TensorFlow has them). */
+    "NonZero", "Range", "Unique",
 };
 
 /* Standard ops whose gradients are not written yet: differentiating through them is an

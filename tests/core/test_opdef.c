@@ -409,6 +409,7 @@ static const DefLine def_lines[] = {
 #include "ops_rnn.def"
 #include "ops_conv.def"
 #include "ops_math2.def"
+#include "ops_index.def"
 };
 #undef FLOE_OP
 
