@@ -431,6 +431,7 @@ static const OxOp *const op_tables[] = {
     floe__onnx_ops_tensor,
     floe__onnx_ops_nn,
     floe__onnx_ops_loss,
+    floe__onnx_ops_resize,
 };
 
 static const char *domain_of(const Onnx__NodeProto *n) {

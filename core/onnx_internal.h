@@ -110,5 +110,6 @@ extern const OxOp floe__onnx_ops_math[];
 extern const OxOp floe__onnx_ops_tensor[];
 extern const OxOp floe__onnx_ops_nn[];
 extern const OxOp floe__onnx_ops_loss[];
+extern const OxOp floe__onnx_ops_resize[]; /* onnx_ops_resize.c */
 
 #endif

@@ -72,5 +72,11 @@ floe_code floe__shape_reader(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_reader_read(const FloeHostApi *host, FloeShapeContext *sctx);
 /* Candidate sampling (the sampled softmax). */
 floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Resampling, detection and sequence-recurrent ops (ops_resize.def, ops_shape_resize.c). */
+floe_code floe__shape_resize(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_grid_sample(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_roi_align(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_nms(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_rnn(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

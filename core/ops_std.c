@@ -23,6 +23,7 @@ static const StdOp std_ops[] = {
 #include "ops_control.def"
 #include "ops_data.def"
 #include "ops_rnn.def"
+#include "ops_resize.def"
 #undef FLOE_OP
 };
 

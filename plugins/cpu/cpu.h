@@ -33,6 +33,13 @@ floe_code cpu_register_conv_grad(FloePluginRegistrar *reg);        /* conv_grad.
 floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
 /* Recurrent cells (issue 4). */
 floe_code cpu_register_lstm(FloePluginRegistrar *reg);             /* lstm.c */
+/* ONNX's resampling, detection and sequence-recurrent ops (issue 6). */
+floe_code cpu_register_resize(FloePluginRegistrar *reg);           /* resize.c */
+floe_code cpu_register_rnn_onnx(FloePluginRegistrar *reg);         /* rnn_onnx.c */
+/* resize.c: n elements of any numeric dtype dt to f64 and back (integers rounded half to
+ * even and saturated, NaN to 0; f16 and bf16 through f32). */
+void cpu_to_f64(FloeDType dt, const void *src, double *dst, int64_t n);
+void cpu_from_f64(FloeDType dt, const double *src, void *dst, int64_t n);
 
 /* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
  * StridedSlice and StridedSliceGrad). */

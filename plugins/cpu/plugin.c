@@ -129,6 +129,7 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
       cpu_register_grad_elementwise, cpu_register_grad_array, cpu_register_conv_grad,
       cpu_register_optim,
       cpu_register_lstm,
+      cpu_register_resize,      cpu_register_rnn_onnx,
   };
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
     if ((rc = sets[i](reg)) != FLOE_OK) return rc;
