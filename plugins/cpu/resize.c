@@ -503,11 +503,13 @@ static double pixel_at(const GridImage *im, int64_t r, int64_t c) {
   return im->px[r * im->w + c];
 }
 
-/* The padded source coordinate (denormalised) of normalised g along a dim of size n. */
+/* The source coordinate (denormalised) of normalised g along a dim of size n, padded
+ * except for bicubic, whose taps alone are padded (PyTorch's grid_sample and ONNX Runtime;
+ * ONNX's reference implementation clamps a bicubic coordinate for border padding too). */
 static double grid_coord(const GridState *s, double g, int64_t n, double lo, double hi) {
   double x = s->align_corners ? (g + 1) / 2 * (double)(n - 1) : ((g + 1) * (double)n - 1) / 2;
   if (s->mode == GS_NEAREST) x = nearbyint(x);
-  if (x < lo || x > hi) {
+  if (s->mode != GS_BICUBIC && (x < lo || x > hi)) {
     if (s->padding == GP_BORDER) x = x < 0 ? 0 : x > (double)(n - 1) ? (double)(n - 1) : x;
     else if (s->padding == GP_REFLECTION) x = reflect(x, lo, hi);
   }
