@@ -198,7 +198,7 @@ static double source_coord(const ResizeState *s, const Axis *a, int64_t o, bool 
       x = width == 1 ? (a->roi_end - a->roi_start) * (in - 1) / 2
                      : y * (a->roi_end - a->roi_start) * (in - 1) / (width - 1);
       x += a->roi_start * (in - 1);
-      *extrapolated = x < 0 || x > in - 1;
+      *extrapolated = !(x >= 0 && x <= in - 1); /* NaN from a NaN roi too */
       break;
     default: x = (y + 0.5) / a->scale - 0.5; break;
   }
@@ -414,7 +414,12 @@ static floe_code resize_compute(void *state, FloeKernelContext *ctx) {
   memcpy(cur, dims, (size_t)rank * sizeof *cur);
   for (int i = 0; i < rank; i++) {
     if (ax[i].skip || !n) continue;
-    n = n / cur[i] * ax[i].out;
+    n /= cur[i];
+    if (ax[i].out > INT64_MAX / 16 / n)
+      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                     "resizing dim %d to %lld makes too large an intermediate", i,
+                                     (long long)ax[i].out);
+    n *= ax[i].out;
     cur[i] = ax[i].out;
     if (n > biggest) biggest = n;
   }
@@ -516,7 +521,13 @@ static double grid_coord(const GridState *s, double g, int64_t n, double lo, dou
   return x;
 }
 
+/* Far enough outside that every tap is outside too, near enough to convert to int64. */
+#define GRID_FAR 1e15
+
 static double grid_sample_at(const GridState *s, const GridImage *im, double y, double x) {
+  if (y != y || x != x) return NAN;
+  y = y < -GRID_FAR ? -GRID_FAR : y > GRID_FAR ? GRID_FAR : y;
+  x = x < -GRID_FAR ? -GRID_FAR : x > GRID_FAR ? GRID_FAR : x;
   if (s->mode == GS_NEAREST) return pixel_at(im, (int64_t)y, (int64_t)x);
   double fy = floor(y), fx = floor(x), ty = y - fy, tx = x - fx;
   int64_t y0 = (int64_t)fy, x0 = (int64_t)fx;
@@ -621,7 +632,7 @@ typedef struct Sample {
 
 static Sample roi_sample(double y, double x, int64_t H, int64_t W) {
   Sample s = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  if (y < -1.0 || y > (double)H || x < -1.0 || x > (double)W) return s;
+  if (!(y >= -1.0 && y <= (double)H && x >= -1.0 && x <= (double)W)) return s; /* NaN too */
   y = y < 0 ? 0 : y;
   x = x < 0 ? 0 : x;
   int64_t yl = (int64_t)y, xl = (int64_t)x, yh, xh;
@@ -635,18 +646,23 @@ static Sample roi_sample(double y, double x, int64_t H, int64_t W) {
   return s;
 }
 
-/* y [C, oh, ow] of one roi over the maps m [C, H, W]. */
-static void roi_one(const RoiState *s, const double *roi, const double *m, int64_t C, int64_t H,
+/* Most bilinear samples one output bin may take (sampling_ratio 0 on a huge roi). */
+#define ROI_MAX_SAMPLES (1 << 24)
+
+/* y [C, oh, ow] of one roi over the maps m [C, H, W]; false when its sampling grid would
+ * exceed ROI_MAX_SAMPLES per bin. */
+static bool roi_one(const RoiState *s, const double *roi, const double *m, int64_t C, int64_t H,
                     int64_t W, double *y) {
   double off = s->output_half_pixel ? 0 : 0.5;
   double x1 = roi[0] * s->spatial_scale - off, y1 = roi[1] * s->spatial_scale - off;
   double rw = roi[2] * s->spatial_scale - off - x1, rh = roi[3] * s->spatial_scale - off - y1;
   if (s->output_half_pixel) rw = fmax(rw, 1.0), rh = fmax(rh, 1.0);
   double bh = rh / (double)s->out_h, bw = rw / (double)s->out_w;
-  int64_t gh = s->sampling_ratio > 0 ? s->sampling_ratio : (int64_t)ceil(rh / (double)s->out_h);
-  int64_t gw = s->sampling_ratio > 0 ? s->sampling_ratio : (int64_t)ceil(rw / (double)s->out_w);
-  if (gh < 0) gh = 0;
-  if (gw < 0) gw = 0;
+  double fgh = s->sampling_ratio > 0 ? (double)s->sampling_ratio : ceil(rh / (double)s->out_h);
+  double fgw = s->sampling_ratio > 0 ? (double)s->sampling_ratio : ceil(rw / (double)s->out_w);
+  fgh = fgh > 0 ? fgh : 0, fgw = fgw > 0 ? fgw : 0; /* NaN: none */
+  if (fgh * fgw > ROI_MAX_SAMPLES) return false;
+  int64_t gh = (int64_t)fgh, gw = (int64_t)fgw;
   double count = gh * gw > 1 ? (double)(gh * gw) : 1;
   for (int64_t ph = 0; ph < s->out_h; ph++)
     for (int64_t pw = 0; pw < s->out_w; pw++)
@@ -671,6 +687,7 @@ static void roi_one(const RoiState *s, const double *roi, const double *m, int64
         }
         y[(c * s->out_h + ph) * s->out_w + pw] = s->max_mode ? acc : acc / count;
       }
+  return true;
 }
 
 static floe_code roi_compute(void *state, FloeKernelContext *ctx) {
@@ -707,7 +724,12 @@ static floe_code roi_compute(void *state, FloeKernelContext *ctx) {
     return rc;
   for (int64_t r = 0; r < R; r++) {
     int64_t b = i32 ? ((const int32_t *)bi)[r] : ((const int64_t *)bi)[r];
-    roi_one(s, rois + 4 * r, x + b * C * H * W, C, H, W, y + r * per);
+    if (!roi_one(s, rois + 4 * r, x + b * C * H * W, C, H, W, y + r * per))
+      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                     "roi %lld (%g, %g, %g, %g) would take more than %d samples "
+                                     "per output bin (set sampling_ratio)",
+                                     (long long)r, rois[4 * r], rois[4 * r + 1], rois[4 * r + 2],
+                                     rois[4 * r + 3], ROI_MAX_SAMPLES);
   }
   cpu_from_f64(cpu_host->tensor_dtype(yt), y, cpu_host->tensor_data(yt), R * per);
   return FLOE_OK;
@@ -751,7 +773,9 @@ typedef struct Cand {
 
 static int cand_order(const void *pa, const void *pb) {
   const Cand *a = pa, *b = pb;
-  if (a->score != b->score) return a->score > b->score ? -1 : 1;
+  bool an = a->score != a->score, bn = b->score != b->score; /* NaN scores go last */
+  if (an != bn) return an ? 1 : -1;
+  if (!an && a->score != b->score) return a->score > b->score ? -1 : 1;
   return a->index < b->index ? -1 : a->index > b->index;
 }
 
@@ -790,8 +814,7 @@ static floe_code nms_compute(void *state, FloeKernelContext *ctx) {
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
                                    "iou_threshold %g is outside [0, 1]", iou);
   int64_t B = bd[0], NB = bd[1], NC = sd[1];
-  int64_t limit = max_out > 0 ? (int64_t)max_out : 0;
-  if (limit > NB) limit = NB;
+  int64_t limit = max_out >= (double)NB ? NB : max_out > 0 ? (int64_t)max_out : 0;
   /* Selected triples, at most B * NC * limit; candidates and boxes of one class. */
   int64_t cap = B * NC * limit;
   int64_t *sel;
