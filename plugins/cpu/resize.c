@@ -325,17 +325,37 @@ static floe_code resize_axes(FloeKernelContext *ctx, const ResizeState *s, int r
   return FLOE_OK;
 }
 
+typedef struct Gather {
+  const ResizeState *s;
+  FloeDType dt;
+  const void *x;
+  void *y;
+  int rank;
+  const Axis *ax;
+} Gather;
+
 /* Nearest: out element = in element at the taps' indices; the last dim (in pass order) that
- * extrapolates or has no tap decides the value of one that does. */
-static void resize_gather(const ResizeState *s, FloeDType dt, const void *x, void *y, int rank,
-                          const Axis *ax, int64_t total) {
+ * extrapolates or has no tap decides the value of one that does. Output elements
+ * [begin, end). */
+static void resize_gather(void *arg, int64_t begin, int64_t end) {
+  const Gather *g = arg;
+  const ResizeState *s = g->s;
+  FloeDType dt = g->dt;
+  const void *x = g->x;
+  void *y = g->y;
+  int rank = g->rank;
+  const Axis *ax = g->ax;
   size_t es = cpu_host->dtype_size(dt);
   int64_t in_stride[FLOE_MAX_DIMS], o[FLOE_MAX_DIMS] = {0};
   for (int i = rank - 1, st = 1; i >= 0; i--) {
     in_stride[i] = st;
     st *= ax[i].in;
   }
-  for (int64_t e = 0; e < total; e++) {
+  for (int i = rank - 1, rest = begin; i >= 0; i--) {
+    o[i] = rest % ax[i].out;
+    rest /= ax[i].out;
+  }
+  for (int64_t e = begin; e < end; e++) {
     int64_t off = 0;
     int special = 0; /* 0: a copy, -1: zero, -2: extrapolation_value */
     for (int i = 0; i < rank; i++) {
@@ -351,26 +371,36 @@ static void resize_gather(const ResizeState *s, FloeDType dt, const void *x, voi
   }
 }
 
-/* Linear and cubic: one pass per resized dim, [outer, in, inner] -> [outer, out, inner]. */
-static void resize_pass(const ResizeState *s, const Axis *a, const double *src, double *dst,
-                        int64_t outer, int64_t inner) {
-  for (int64_t u = 0; u < outer; u++) {
-    const double *sb = src + u * a->in * inner;
-    double *db = dst + u * a->out * inner;
-    for (int64_t o = 0; o < a->out; o++) {
-      const int64_t *idx = a->idx + o * a->taps;
-      const double *w = a->w + o * a->taps;
-      double *d = db + o * inner;
-      if (idx[0] < 0) {
-        double v = idx[0] == -2 ? s->extrapolation : 0.0;
-        for (int64_t i = 0; i < inner; i++) d[i] = v;
-        continue;
-      }
-      for (int64_t i = 0; i < inner; i++) d[i] = 0;
-      for (int k = 0; k < a->taps; k++) {
-        const double *sr = sb + idx[k] * inner;
-        for (int64_t i = 0; i < inner; i++) d[i] += w[k] * sr[i];
-      }
+typedef struct Pass {
+  const ResizeState *s;
+  const Axis *a;
+  const double *src;
+  double *dst;
+  int64_t inner;
+} Pass;
+
+/* Linear and cubic: one pass per resized dim, [outer, in, inner] -> [outer, out, inner];
+ * rows [begin, end) of the [outer * out] output rows. */
+static void resize_pass(void *arg, int64_t begin, int64_t end) {
+  const Pass *p = arg;
+  const ResizeState *s = p->s;
+  const Axis *a = p->a;
+  int64_t inner = p->inner;
+  for (int64_t row = begin; row < end; row++) {
+    int64_t u = row / a->out, o = row % a->out;
+    const double *sb = p->src + u * a->in * inner;
+    const int64_t *idx = a->idx + o * a->taps;
+    const double *w = a->w + o * a->taps;
+    double *d = p->dst + row * inner;
+    if (idx[0] < 0) {
+      double v = idx[0] == -2 ? s->extrapolation : 0.0;
+      for (int64_t i = 0; i < inner; i++) d[i] = v;
+      continue;
+    }
+    for (int64_t i = 0; i < inner; i++) d[i] = 0;
+    for (int k = 0; k < a->taps; k++) {
+      const double *sr = sb + idx[k] * inner;
+      for (int64_t i = 0; i < inner; i++) d[i] += w[k] * sr[i];
     }
   }
 }
@@ -406,7 +436,8 @@ static floe_code resize_compute(void *state, FloeKernelContext *ctx) {
     ip += ax[i].out * ax[i].taps, wp += ax[i].out * ax[i].taps;
   }
   if (s->mode == RM_NEAREST) {
-    resize_gather(s, dt, cpu_host->tensor_data(xt), cpu_host->tensor_data(yt), rank, ax, total);
+    Gather g = {s, dt, cpu_host->tensor_data(xt), cpu_host->tensor_data(yt), rank, ax};
+    cpu_parallel_elements(total, 4 * rank, resize_gather, &g);
     return FLOE_OK;
   }
   /* Two f64 buffers, each large enough for any intermediate shape. */
@@ -437,7 +468,8 @@ static floe_code resize_compute(void *state, FloeKernelContext *ctx) {
     int64_t outer = 1, inner = 1;
     for (int j = 0; j < i; j++) outer *= cur[j];
     for (int j = i + 1; j < rank; j++) inner *= cur[j];
-    resize_pass(s, &ax[i], buf[b], buf[1 - b], outer, inner);
+    Pass p = {s, &ax[i], buf[b], buf[1 - b], inner};
+    cpu_parallel_for(outer * ax[i].out, 2 * ax[i].taps * inner + 4, resize_pass, &p);
     cur[i] = ax[i].out;
     b = 1 - b;
   }
