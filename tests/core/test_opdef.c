@@ -407,6 +407,7 @@ static const DefLine def_lines[] = {
 #include "ops_control.def"
 #include "ops_data.def"
 #include "ops_rnn.def"
+#include "ops_resize.def"
 };
 #undef FLOE_OP
 
