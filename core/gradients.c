@@ -250,6 +250,7 @@ floe_code floe__grads_init(FloeStatus *st) {
       if (rc == FLOE_OK) rc = floe__grads_register_rnn(st);
       if (rc == FLOE_OK) rc = floe__grads_register_data(st);
       if (rc == FLOE_OK) rc = floe__grads_register_sendrecv(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_resize(st);
     }
     std_done = rc == FLOE_OK;
   }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "floe/floe_onnx.h"
+#include "floe/floe_train.h"
 #include "onnx.pb-c.h"
 
 /* ---- building models (allocations kept in an arena freed when the model is packed) ---- */
@@ -603,6 +604,40 @@ START_TEST(detection_errors) {
 }
 END_TEST
 
+/* ---- gradients ---- */
+
+/* The differentiable ops have no gradient function yet: asking for one is an error naming
+ * the node, not a silent zero. */
+START_TEST(gradient_is_an_error) {
+  static const char *const ops[] = {"Resize", "GridSample", "RoiAlign", "RNN", "GRU", "LSTM"};
+  static const int nins[] = {4, 2, 3, 6, 6, 8};
+  for (int k = 0; k < 6; k++) {
+    /* shapes are left unknown: the gradient is asked for before anything runs */
+    FloeGraph *g = floe_graph_new();
+    FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_unknown());
+    FloeNodeBuilder *b = floe_node_begin(g, ops[k], "op");
+    for (int i = 0; i < nins[k]; i++) {
+      FloeDType dt = FLOE_F32; /* but Resize's sizes, RoiAlign's indices, sequence_lens */
+      if ((k == 0 && i == 3) || (k == 2 && i == 2)) dt = FLOE_I64;
+      if (k >= 3 && i == 4) dt = FLOE_I32;
+      char nm[8];
+      snprintf(nm, sizeof nm, "in%d", i);
+      floe_node_add_input(b, i == 0 ? x : floe_placeholder(g, nm, dt, floe_shape_unknown()));
+    }
+    FloeNode *n = floe_node_finish(b);
+    ck_assert_msg(n != NULL, "%s: %s", ops[k], floe_graph_error(g, NULL));
+    FloeOutput y = floe_out(n, 0), dx;
+    FloeStatus *st = floe_status_new();
+    ck_assert_int_eq(floe_gradients(g, &y, 1, &x, 1, NULL, &dx, st), FLOE_UNIMPLEMENTED);
+    const char *msg = floe_status_message(st);
+    ck_assert_msg(strstr(msg, "node 'op'") && strstr(msg, ops[k]) && strstr(msg, "no gradient"),
+                  "message: %s", msg);
+    floe_status_free(st);
+    floe_graph_free(g);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("onnx_resize");
   TCase *tc = tcase_create("onnx_resize");
@@ -613,6 +648,7 @@ int main(void) {
   tcase_add_test(tc, recurrent_layouts_and_lengths);
   tcase_add_test(tc, recurrent_errors);
   tcase_add_test(tc, detection_errors);
+  tcase_add_test(tc, gradient_is_an_error);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
