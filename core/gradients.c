@@ -252,6 +252,7 @@ floe_code floe__grads_init(FloeStatus *st) {
       if (rc == FLOE_OK) rc = floe__grads_register_data(st);
       if (rc == FLOE_OK) rc = floe__grads_register_sendrecv(st);
       if (rc == FLOE_OK) rc = floe__grads_register_math2(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_resize(st);
     }
     std_done = rc == FLOE_OK;
   }

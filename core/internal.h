@@ -1093,6 +1093,8 @@ bool floe__resource_is_obj_handle(const FloeTensor *t);
  * weight, a MatMul) and of the backprop ops and LSTMCellGrad (an error: no second
  * derivative). Called by floe__grads_init. */
 floe_code floe__grads_register_rnn(FloeStatus *st);
+/* grad_resize.c: the ops of ops_resize.def. */
+floe_code floe__grads_register_resize(FloeStatus *st);
 /* rnn.c: whether the default runtime (floe_runtime_default) has a kernel for op, the
  * "used when present" test of the fused cells. */
 bool floe__lstm_kernel_present(const char *op);

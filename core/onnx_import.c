@@ -471,6 +471,7 @@ static const OxOp *const op_tables[] = {
     floe__onnx_ops_train,
     floe__onnx_ops_math2,
     floe__onnx_ops_index,
+    floe__onnx_ops_resize,
 };
 
 static const char *domain_of(const Onnx__NodeProto *n) {

@@ -182,5 +182,6 @@ extern const OxOp floe__onnx_ops_math2[];
 extern const OxOp floe__onnx_ops_index[];
 floe_code floe__onnx_map_einsum(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in,
                                 int nin, FloeOutput *out, int nout);
+extern const OxOp floe__onnx_ops_resize[]; /* onnx_ops_resize.c */
 
 #endif

@@ -95,5 +95,11 @@ floe_code floe__shape_slice_axes(const FloeHostApi *host, FloeShapeContext *sctx
 floe_code floe__shape_squeeze_axes(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_unsqueeze_axes(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_split_v(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Resampling, detection and sequence-recurrent ops (ops_resize.def, ops_shape_resize.c). */
+floe_code floe__shape_resize(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_grid_sample(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_roi_align(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_nms(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_rnn(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

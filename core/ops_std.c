@@ -26,6 +26,7 @@ static const StdOp std_ops[] = {
 #include "ops_conv.def"
 #include "ops_math2.def"
 #include "ops_index.def"
+#include "ops_resize.def"
 #undef FLOE_OP
 };
 

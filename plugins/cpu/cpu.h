@@ -41,6 +41,13 @@ floe_code cpu_register_spectral(FloePluginRegistrar *reg);         /* spectral.c
 /* Indexing ops (issue 6). */
 floe_code cpu_register_index(FloePluginRegistrar *reg);            /* index.c */
 floe_code cpu_register_index_move(FloePluginRegistrar *reg);       /* index_move.c */
+/* ONNX's resampling, detection and sequence-recurrent ops (issue 6). */
+floe_code cpu_register_resize(FloePluginRegistrar *reg);           /* resize.c */
+floe_code cpu_register_rnn_onnx(FloePluginRegistrar *reg);         /* rnn_onnx.c */
+/* resize.c: n elements of any numeric dtype dt to f64 and back (integers rounded half to
+ * even and saturated, NaN to 0; f16 and bf16 through f32). */
+void cpu_to_f64(FloeDType dt, const void *src, double *dst, int64_t n);
+void cpu_from_f64(FloeDType dt, const double *src, void *dst, int64_t n);
 
 /* array.c: TensorFlow's StridedSlice spec resolved against an input shape (shared by
  * StridedSlice and StridedSliceGrad). */

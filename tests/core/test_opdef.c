@@ -410,6 +410,7 @@ static const DefLine def_lines[] = {
 #include "ops_conv.def"
 #include "ops_math2.def"
 #include "ops_index.def"
+#include "ops_resize.def"
 };
 #undef FLOE_OP
 

@@ -6,7 +6,7 @@
 # passing. The expected outputs are ONNX's, not Floe's.
 set -u
 D=${ONNX_TESTDATA:-/usr/share/libonnx-testdata/data}
-NODE_FLOOR=${NODE_FLOOR:-74}
+NODE_FLOOR=${NODE_FLOOR:-85}
 here=$(cd "$(dirname "$0")" && pwd)
 floe=${top_builddir:-../..}/tools/floe
 if [ ! -d "$D/node" ]; then
