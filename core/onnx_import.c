@@ -229,20 +229,24 @@ const char *ox_str(const Onnx__NodeProto *n, const char *name, const char *dflt,
   return buf;
 }
 
+/* An empty list points here, never NULL, so callers may memcpy zero values from it. */
+static const int64_t no_ints[1];
+static const float no_floats[1];
+
 int ox_ints(const Onnx__NodeProto *n, const char *name, const int64_t **v) {
   const Onnx__AttributeProto *a = ox_attr(n, name);
   *v = NULL;
   if (!a) return -1;
-  *v = a->ints;
-  return (int)a->n_ints;
+  *v = a->n_ints ? a->ints : no_ints;
+  return a->n_ints > INT32_MAX ? INT32_MAX : (int)a->n_ints;
 }
 
 int ox_floats(const Onnx__NodeProto *n, const char *name, const float **v) {
   const Onnx__AttributeProto *a = ox_attr(n, name);
   *v = NULL;
   if (!a) return -1;
-  *v = a->floats;
-  return (int)a->n_floats;
+  *v = a->n_floats ? a->floats : no_floats;
+  return a->n_floats > INT32_MAX ? INT32_MAX : (int)a->n_floats;
 }
 
 FloeNodeBuilder *ox_begin(OxCtx *c, const char *op) {
