@@ -461,6 +461,15 @@ floe_code ox_axis(OxCtx *c, int64_t axis, int rank, const char *what, int *out) 
 
 int ox_present(FloeOutput x) { return x.node != NULL; }
 
+floe_code ox_need(OxCtx *c, const FloeOutput *in, int nin, int min) {
+  if (nin < min)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
+  for (int i = 0; i < min; i++)
+    if (!ox_present(in[i]))
+      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
+  return FLOE_OK;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* The driver */
 
