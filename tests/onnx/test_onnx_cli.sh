@@ -23,6 +23,12 @@ grep -q '^3: f32\[2,4,5,4\]' "$t/run.txt" || fail "run output: $(cat "$t/run.txt
   || fail "floe run --json"
 grep -q '"shape":\[2,4,5,4\]' "$t/run.json" || fail "run --json: $(cat "$t/run.json")"
 
+# --trainable: the weights are variables (initialised before the step), same result
+"$floe" run "$C/model.onnx" --trainable --input 0="$C/test_data_set_0/input_0.pb" --out "$t/v" \
+  > "$t/runv.txt" || fail "floe run --trainable: $(cat "$t/runv.txt")"
+cmp -s "$t/o/3.npy" "$t/v/3.npy" || fail "--trainable changed the result"
+"$floe" graph "$C/model.onnx" --trainable | grep -q ' = VarHandleOp(' || fail "no variables with --trainable"
+
 # graph and DOT
 "$floe" graph "$C/model.onnx" > "$t/graph.txt" || fail "floe graph"
 grep -q ' = Conv(' "$t/graph.txt" || fail "graph lacks the convolution: $(cat "$t/graph.txt")"
