@@ -44,12 +44,17 @@ static floe_code check_counts(FloeShapeContext *sctx, const int64_t *counts, siz
   if (counts[0] != 0)
     return fail(sctx, "TfIdfVectorizer ngram_counts[0] must be 0 (the pool starts with the "
                       "1-grams), got %lld", (long long)counts[0]);
+  for (size_t g = 1; g < nc; g++)
+    if (counts[g] < counts[g - 1])
+      return fail(sctx, "TfIdfVectorizer ngram_counts[%zu] = %lld is less than ngram_counts[%zu] "
+                        "= %lld (the list must not decrease)", g, (long long)counts[g], g - 1,
+                  (long long)counts[g - 1]);
+  for (size_t g = 0; g < nc; g++)
+    if (counts[g] > (int64_t)npool)
+      return fail(sctx, "TfIdfVectorizer ngram_counts[%zu] = %lld is beyond the pool of %zu "
+                        "items", g, (long long)counts[g], npool);
   for (size_t g = 0; g < nc; g++) {
     int64_t start = counts[g], end = g + 1 < nc ? counts[g + 1] : (int64_t)npool;
-    if (end < start || end > (int64_t)npool)
-      return fail(sctx, "TfIdfVectorizer ngram_counts[%zu] = %lld: the %zu-grams would take "
-                        "pool items [%lld, %lld), not within the pool of %zu items",
-                  g, (long long)start, g + 1, (long long)start, (long long)end, npool);
     if ((end - start) % (int64_t)(g + 1))
       return fail(sctx, "TfIdfVectorizer ngram_counts: the %zu-grams take %lld pool items, "
                         "not a whole number of %zu-grams", g + 1, (long long)(end - start), g + 1);
