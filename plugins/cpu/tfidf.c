@@ -67,9 +67,10 @@ static void *dup_ints(const int64_t *v, size_t n) {
   return p;
 }
 
-/* Checks ngram_counts against the pool (as the shape function does) and counts the n-grams. */
+/* Checks ngram_counts against the pool and ngram_indexes against the n-grams (as the shape
+ * function does); *size gets the output coordinates per row. */
 static floe_code check_table(FloeKernelInit *init, const int64_t *counts, size_t nc,
-                             size_t npool, size_t nidx) {
+                             size_t npool, const int64_t *idx, size_t nidx, int64_t *size) {
   const FloeHostApi *h = cpu_host;
   int64_t total = 0;
   if (nc == 0 || counts[0] != 0)
@@ -87,6 +88,13 @@ static floe_code check_table(FloeKernelInit *init, const int64_t *counts, size_t
     return h->init_set_error(init, FLOE_INVALID_ARGUMENT,
                              "ngram_indexes has %zu entries, the pool %lld n-grams", nidx,
                              (long long)total);
+  *size = 0;
+  for (size_t k = 0; k < nidx; k++) {
+    if (idx[k] < 0 || idx[k] > TFIDF_MAX_INDEX)
+      return h->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                               "ngram_indexes[%zu] = %lld is out of range", k, (long long)idx[k]);
+    if (idx[k] + 1 > *size) *size = idx[k] + 1;
+  }
   return FLOE_OK;
 }
 
@@ -124,10 +132,13 @@ static floe_code tfidf_create(const FloeHostApi *h, FloeKernelInit *init, void *
   const int64_t *counts = NULL, *idx = NULL, *pool = NULL;
   const double *w = NULL;
   size_t nc = 0, ni = 0, np = 0, nw = 0;
-  if (h->attr_string(a, "mode", &mode) != FLOE_OK || h->attr_int(a, "min_gram_length", &lo) ||
-      h->attr_int(a, "max_gram_length", &hi) || h->attr_int(a, "max_skip_count", &skip) ||
-      h->attr_int_list(a, "ngram_counts", &counts, &nc) ||
-      h->attr_int_list(a, "ngram_indexes", &idx, &ni) || h->attr_int_list(a, "pool", &pool, &np))
+  if (h->attr_string(a, "mode", &mode) != FLOE_OK ||
+      h->attr_int(a, "min_gram_length", &lo) != FLOE_OK ||
+      h->attr_int(a, "max_gram_length", &hi) != FLOE_OK ||
+      h->attr_int(a, "max_skip_count", &skip) != FLOE_OK ||
+      h->attr_int_list(a, "ngram_counts", &counts, &nc) != FLOE_OK ||
+      h->attr_int_list(a, "ngram_indexes", &idx, &ni) != FLOE_OK ||
+      h->attr_int_list(a, "pool", &pool, &np) != FLOE_OK)
     return h->init_set_error(init, FLOE_INVALID_ARGUMENT, "missing or mistyped attributes");
   if (h->attr_float_list(a, "weights", &w, &nw) != FLOE_OK) nw = 0;
   int m = !strcmp(mode, "TF") ? MODE_TF : !strcmp(mode, "IDF") ? MODE_IDF
@@ -137,11 +148,12 @@ static floe_code tfidf_create(const FloeHostApi *h, FloeKernelInit *init, void *
     return h->init_set_error(init, FLOE_INVALID_ARGUMENT, "bad gram lengths or skip count");
   if (nw && nw != ni)
     return h->init_set_error(init, FLOE_INVALID_ARGUMENT, "weights must have one per n-gram");
-  floe_code rc = check_table(init, counts, nc, np, ni);
+  int64_t size = 0;
+  floe_code rc = check_table(init, counts, nc, np, idx, ni, &size);
   if (rc != FLOE_OK) return rc;
   TfState *s = h->alloc(sizeof *s);
   if (!s) return h->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
-  *s = (TfState){.mode = m, .skip = skip, .num_ngrams = (int64_t)ni};
+  *s = (TfState){.mode = m, .skip = skip, .num_ngrams = (int64_t)ni, .size = size};
   s->index = dup_ints(idx, ni);
   s->pool = dup_ints(pool, np);
   s->weight = nw ? h->alloc(nw * sizeof *w) : NULL;
@@ -151,14 +163,6 @@ static floe_code tfidf_create(const FloeHostApi *h, FloeKernelInit *init, void *
     return h->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
   }
   if (nw) memcpy(s->weight, w, nw * sizeof *w);
-  for (size_t k = 0; k < ni; k++) {
-    if (idx[k] < 0 || idx[k] > TFIDF_MAX_INDEX) {
-      tfidf_free(s);
-      return h->init_set_error(init, FLOE_INVALID_ARGUMENT,
-                               "ngram_indexes[%zu] = %lld is out of range", k, (long long)idx[k]);
-    }
-    if (idx[k] + 1 > s->size) s->size = idx[k] + 1;
-  }
   *state = s;
   return FLOE_OK;
 }
