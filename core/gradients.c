@@ -228,6 +228,7 @@ static const char *const not_differentiable[] = {
     "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "VarIsInitializedOp",
     "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam",
     "ResourceApplyRMSProp", "ResourceApplyAdagrad", "Save", "Restore",
+    "TfIdfVectorizer", /* integer items in, counts out */
 };
 
 floe_code floe__grads_init(FloeStatus *st) {

@@ -485,6 +485,7 @@ static const OxOp *const op_tables[] = {
     floe__onnx_ops_math2,
     floe__onnx_ops_index,
     floe__onnx_ops_resize,
+    floe__onnx_ops_text,
 };
 
 static const char *domain_of(const Onnx__NodeProto *n) {

@@ -193,5 +193,6 @@ extern const OxOp floe__onnx_ops_index[];
 floe_code floe__onnx_map_einsum(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in,
                                 int nin, FloeOutput *out, int nout);
 extern const OxOp floe__onnx_ops_resize[]; /* onnx_ops_resize.c */
+extern const OxOp floe__onnx_ops_text[];   /* onnx_ops_text.c: TfIdfVectorizer */
 
 #endif

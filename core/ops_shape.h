@@ -101,5 +101,7 @@ floe_code floe__shape_grid_sample(const FloeHostApi *host, FloeShapeContext *sct
 floe_code floe__shape_roi_align(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_nms(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_rnn(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Text features (ops_text2.def, ops_shape_text2.c). */
+floe_code floe__shape_tfidf_vectorizer(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

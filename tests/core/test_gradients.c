@@ -616,6 +616,8 @@ static const char *const not_differentiable[] = {
     "MelWeightMatrix",
     /* Indices and sizes (grad_index.c, as TensorFlow has them). */
     "NonZero", "Range", "Unique",
+    /* Text features (gradients.c's list): integer items in, counts out. */
+    "TfIdfVectorizer",
 };
 
 /* Standard ops whose gradients are not written yet: differentiating through them is an

@@ -1049,6 +1049,17 @@ const XCase xcases[] = {
       V(F64, VALS(0), 1, 0), V(F64, VALS(0), 1, 0), V(F64, VALS(0), 1, 0)},
      .attrs = {AS("direction", "bidirectional"), AB("input_forget", 1)},
      .flags = XF_MATRIX},
+    /* TfIdfVectorizer: items in {0..3} so that the pool's n-grams occur, at several skips. */
+    {.op = "TfIdfVectorizer", .label = "[3,9] i64 IDF 1-2-grams skip 2",
+     .in = {R(I64, 0, 4, 2, 3, 9)},
+     .attrs = {AS("mode", "IDF"), AI("min_gram_length", 1), AI("max_gram_length", 2),
+               AI("max_skip_count", 2), AL("ngram_counts", 2, 0, 3),
+               AL("ngram_indexes", 5, 4, 0, 2, 1, 3), AL("pool", 7, 1, 2, 3, 2, 1, 3, 3)}},
+    {.op = "TfIdfVectorizer", .label = "[17] i32 TF 2-3-grams skip 3, shared coordinate",
+     .in = {R(I32, 0, 3, 1, 17)},
+     .attrs = {AS("mode", "TF"), AI("min_gram_length", 2), AI("max_gram_length", 3),
+               AI("max_skip_count", 3), AL("ngram_counts", 3, 0, 2, 4),
+               AL("ngram_indexes", 4, 3, 0, 1, 1), AL("pool", 7, 1, 2, 0, 1, 2, 2, 2)}},
 };
 const int xnum_cases = (int)(sizeof xcases / sizeof xcases[0]);
 
