@@ -12,7 +12,10 @@
  * reference's rule (pool_nd.c: a later element wins only when larger, or when it is NaN and
  * the best so far is not), so the gradient goes to the element MaxPoolWithIndices names; AVG
  * spreads each window's gradient over its input elements with Pool's divisor. Both work in
- * double, one (image, channel) plane per unit of work, so no two units write one element. */
+ * the tensors' own f32 or f64 (f16 and bf16 widened to f32), on (image, block of channels)
+ * units so that no two units write one element; the window taps inside the input are found
+ * once per output index and dim, so the inner loops test nothing, and in channels-last
+ * order they run along contiguous channels. */
 #include <dnnl.h>
 #include <math.h>
 #include <stdio.h>
@@ -421,82 +424,123 @@ static floe_code conv_grad_compute(void *state, FloeKernelContext *ctx) {
 /* ---------------------------------------------------------------------------------- */
 /* PoolGrad. */
 
+/* Per spatial dim and output index: the window taps [lo, hi) that fall inside the input,
+ * and the number inside the padded input (Pool's counted-padding divisor). */
+typedef struct Taps {
+  int64_t *lo[3], *hi[3], *padded[3];
+} Taps;
+
+/* Channels go in blocks: a channels-last block is contiguous, so the inner loops run along
+ * it; channels first take one plane at a time. */
+#define POOL_BLOCK 64
+
 typedef struct PoolRef {
   const WndAttrs *a;
   const WndGeo *g;
-  const double *x, *dy;
-  double *dx;
+  Taps t;
+  int64_t block;  /* channels per unit of work */
+  const void *x, *dy; /* float (f32, and f16 / bf16 widened) or double (f64) */
+  void *dx;       /* zeroed before the units run */
   int64_t xs[5], ys[5];
 } PoolRef;
 
-/* One output element's window: its start per dim, the number of its elements inside the
- * input and inside the padded input (Pool's two divisors). */
-static void window_of(const WndGeo *g, const int64_t *o, int64_t *start, int64_t *inside,
-                      int64_t *padded) {
-  *inside = *padded = 1;
+/* ceil(a / b) for b > 0 and any a. */
+static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
+
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Fills r->t from buf (3 * (out[0] + out[1] + out[2]) entries). The window of output o
+ * starts at o * stride - before and its tap k reads start + k * dilation. */
+static void taps_init(PoolRef *r, int64_t *buf) {
+  const WndGeo *g = r->g;
   for (int j = 0; j < 3; j++) {
-    start[j] = o[j] * g->s[j] - g->pb[j];
-    int64_t in = 0, pad = 0;
-    for (int64_t k = 0; k < g->k[j]; k++) {
-      int64_t p = start[j] + k * g->d[j];
-      in += p >= 0 && p < g->in[j];
-      pad += p >= -g->pb[j] && p < g->in[j] + g->pe[j];
+    r->t.lo[j] = buf;
+    r->t.hi[j] = buf + g->out[j];
+    r->t.padded[j] = buf + 2 * g->out[j];
+    buf += 3 * g->out[j];
+    for (int64_t o = 0; o < g->out[j]; o++) {
+      int64_t start = o * g->s[j] - g->pb[j], d = g->d[j], k = g->k[j];
+      int64_t lo = clamp(ceil_div(-start, d), 0, k);
+      r->t.lo[j][o] = lo;
+      r->t.hi[j][o] = clamp(ceil_div(g->in[j] - start, d), lo, k);
+      r->t.padded[j][o] = clamp(ceil_div(g->in[j] + g->pe[j] - start, d), 0, k);
     }
-    *inside *= in;
-    *padded *= pad;
   }
 }
 
-/* Offset in x of window element k of a window starting at start (plane base added), or -1
- * when it lies outside the input. */
-static int64_t tap_offset(const PoolRef *r, int64_t base, const int64_t *start,
-                          const int64_t *k) {
-  const WndGeo *g = r->g;
-  int64_t off = base;
+/* Output position o's window: the taps inside the input ([lo, hi) per dim), and Pool's
+ * divisor; false when no tap is inside (padding only: nothing to pass on). */
+static bool window_at(const PoolRef *r, const int64_t *o, int64_t *lo, int64_t *hi,
+                      double *div) {
+  int64_t inside = 1, padded = 1;
   for (int j = 0; j < 3; j++) {
-    int64_t i = start[j] + k[j] * g->d[j];
-    if (i < 0 || i >= g->in[j]) return -1;
-    off += i * r->xs[2 + j];
+    lo[j] = r->t.lo[j][o[j]];
+    hi[j] = r->t.hi[j][o[j]];
+    inside *= hi[j] - lo[j];
+    padded *= r->t.padded[j][o[j]];
   }
-  return off;
+  *div = (double)(r->a->include_pad ? padded : inside);
+  return inside > 0;
 }
 
-/* MAX: gy to the window's first maximum. AVG: gy / divisor to each of its elements. */
-static void pool_window(const PoolRef *r, int64_t base, const int64_t *start, double gy,
-                        double divisor) {
+/* Offset in x of tap k of output position o's window, relative to its plane. */
+static int64_t tap_offset(const PoolRef *r, const int64_t *o, int64_t k0, int64_t k1,
+                          int64_t k2) {
   const WndGeo *g = r->g;
-  bool is_max = r->a->kind == WND_POOL_MAX;
-  int64_t best = -1, k[3];
-  for (k[0] = 0; k[0] < g->k[0]; k[0]++)
-    for (k[1] = 0; k[1] < g->k[1]; k[1]++)
-      for (k[2] = 0; k[2] < g->k[2]; k[2]++) {
-        int64_t off = tap_offset(r, base, start, k);
-        if (off < 0) continue;
-        double v = r->x[off];
-        if (!is_max) r->dx[off] += gy / divisor;
-        else if (best < 0 || v > r->x[best] || (isnan(v) && !isnan(r->x[best]))) best = off;
-      }
-  if (best >= 0) r->dx[best] += gy;
+  return (o[0] * g->s[0] - g->pb[0] + k0 * g->d[0]) * r->xs[2] +
+         (o[1] * g->s[1] - g->pb[1] + k1 * g->d[1]) * r->xs[3] +
+         (o[2] * g->s[2] - g->pb[2] + k2 * g->d[2]) * r->xs[4];
 }
 
-/* Units are (n, c) planes. */
-static void pool_planes(void *arg, int64_t begin, int64_t end) {
-  const PoolRef *r = arg;
-  const WndGeo *g = r->g;
-  for (int64_t u = begin; u < end; u++) {
-    int64_t n = u / g->c, c = u % g->c;
-    int64_t xbase = n * r->xs[0] + c * r->xs[1], ybase = n * r->ys[0] + c * r->ys[1];
-    for (int64_t o0 = 0; o0 < g->out[0]; o0++)
-      for (int64_t o1 = 0; o1 < g->out[1]; o1++)
-        for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
-          int64_t o[3] = {o0, o1, o2}, start[3], inside, padded;
-          window_of(g, o, start, &inside, &padded);
-          if (inside == 0) continue; /* padding only: nothing to pass on */
-          double gy = r->dy[ybase + o0 * r->ys[2] + o1 * r->ys[3] + o2 * r->ys[4]];
-          pool_window(r, xbase, start, gy, (double)(r->a->include_pad ? padded : inside));
-        }
+/* The units of work in element type T: (image, block of channels), so no two units write
+ * one element. Per output position, MAX gives each channel's gradient to its window's first
+ * maximum (a later tap wins only when larger, or NaN over a number; chosen with a mask, as
+ * a branch would be mispredicted half the time), AVG spreads it over the window's inputs. */
+#define POOL_UNITS(T, NAME)                                                                   \
+  static void NAME(void *arg, int64_t begin, int64_t end) {                                   \
+    const PoolRef *r = arg;                                                                   \
+    const WndGeo *g = r->g;                                                                   \
+    const T *x = r->x, *dy = r->dy;                                                           \
+    T *dx = r->dx;                                                                            \
+    int64_t blocks = (g->c + r->block - 1) / r->block, best[POOL_BLOCK], cs = r->xs[1];       \
+    bool is_max = r->a->kind == WND_POOL_MAX;                                                 \
+    for (int64_t u = begin; u < end; u++) {                                                  \
+      int64_t n = u / blocks, c0 = u % blocks * r->block;                                     \
+      int64_t nc = g->c - c0 < r->block ? g->c - c0 : r->block;                               \
+      int64_t xbase = n * r->xs[0] + c0 * cs, o[3], lo[3], hi[3];                             \
+      for (o[0] = 0; o[0] < g->out[0]; o[0]++)                                                \
+        for (o[1] = 0; o[1] < g->out[1]; o[1]++)                                              \
+          for (o[2] = 0; o[2] < g->out[2]; o[2]++) {                                          \
+            double div;                                                                       \
+            if (!window_at(r, o, lo, hi, &div)) continue;                                     \
+            const T *gy = dy + n * r->ys[0] + c0 * r->ys[1] + o[0] * r->ys[2] +               \
+                          o[1] * r->ys[3] + o[2] * r->ys[4];                                  \
+            int64_t first = xbase + tap_offset(r, o, lo[0], lo[1], lo[2]);                    \
+            for (int64_t c = 0; c < nc; c++) best[c] = first + c * cs;                        \
+            for (int64_t k0 = lo[0]; k0 < hi[0]; k0++)                                        \
+              for (int64_t k1 = lo[1]; k1 < hi[1]; k1++)                                      \
+                for (int64_t k2 = lo[2]; k2 < hi[2]; k2++) {                                  \
+                  int64_t off = xbase + tap_offset(r, o, k0, k1, k2);                         \
+                  if (!is_max) {                                                              \
+                    for (int64_t c = 0; c < nc; c++)                                          \
+                      dx[off + c * cs] += (T)(gy[c * r->ys[1]] / div);                        \
+                    continue;                                                                 \
+                  }                                                                           \
+                  for (int64_t c = 0; c < nc; c++) {                                          \
+                    int64_t at = off + c * cs;                                                \
+                    T v = x[at], b = x[best[c]];                                              \
+                    int64_t take = (v > b) | (isnan(v) & !isnan(b));                          \
+                    best[c] ^= (best[c] ^ at) & -take;                                        \
+                  }                                                                           \
+                }                                                                             \
+            if (is_max)                                                                       \
+              for (int64_t c = 0; c < nc; c++) dx[best[c]] += gy[c * r->ys[1]];               \
+          }                                                                                   \
+    }                                                                                         \
   }
-}
+
+POOL_UNITS(float, pool_units_f32)
+POOL_UNITS(double, pool_units_f64)
 
 static floe_code pool_grad_compute(void *state, FloeKernelContext *ctx) {
   State *s = state;
@@ -515,18 +559,30 @@ static floe_code pool_grad_compute(void *state, FloeKernelContext *ctx) {
   int64_t xn = cpu_host->tensor_num_elements(x), yn = cpu_host->tensor_num_elements(dy);
   if (xn == 0) return FLOE_OK;
   FloeDType dt = cpu_host->tensor_dtype(x);
-  double *buf;
-  rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(2 * xn + yn) * sizeof(double), (void **)&buf);
-  if (rc != FLOE_OK) return rc;
-  PoolRef r = {&s->a, &g, buf, buf + xn, buf + xn + yn, {0}, {0}};
-  if (s->a.kind == WND_POOL_MAX) wnd_to_f64(dt, cpu_host->tensor_data(x), buf, xn);
-  wnd_to_f64(dt, cpu_host->tensor_data(dy), buf + xn, yn);
-  memset(r.dx, 0, (size_t)xn * sizeof(double));
+  bool half = dt == FLOE_F16 || dt == FLOE_BF16;
+  int64_t ntaps = 3 * (g.out[0] + g.out[1] + g.out[2]);
+  size_t bytes = (size_t)ntaps * sizeof(int64_t) + (half ? (size_t)(2 * xn + yn) * sizeof(float) : 0);
+  int64_t *buf;
+  if ((rc = cpu_host->ctx_allocate_temp(ctx, bytes, (void **)&buf)) != FLOE_OK) return rc;
+  PoolRef r = {&s->a, &g, {{0}, {0}, {0}}, s->a.cf ? 1 : POOL_BLOCK, cpu_host->tensor_data(x),
+               cpu_host->tensor_data(dy), cpu_host->tensor_data(out), {0}, {0}};
+  taps_init(&r, buf);
+  if (half) { /* widened into float buffers, the result narrowed once */
+    float *h = (float *)(buf + ntaps);
+    if (s->a.kind == WND_POOL_MAX) cpu_convert_half(dt, true, r.x, h, xn);
+    cpu_convert_half(dt, true, r.dy, h + xn, yn);
+    r.x = h;
+    r.dy = h + xn;
+    r.dx = h + xn + yn;
+  }
+  memset(r.dx, 0, (size_t)xn * (dt == FLOE_F64 ? sizeof(double) : sizeof(float)));
   wnd_strides(s->a.cf, g.ns, g.c, g.in, r.xs);
   wnd_strides(s->a.cf, g.ns, g.c, g.out, r.ys);
-  int64_t window = g.k[0] * g.k[1] * g.k[2];
-  cpu_parallel_for(g.n * g.c, g.out[0] * g.out[1] * g.out[2] * window * 2, pool_planes, &r);
-  wnd_from_f64(dt, r.dx, cpu_host->tensor_data(out), xn);
+  int64_t blocks = (g.c + r.block - 1) / r.block;
+  int64_t cost = g.out[0] * g.out[1] * g.out[2] * g.k[0] * g.k[1] * g.k[2] * 2 *
+                 (r.block < g.c ? r.block : g.c);
+  cpu_parallel_for(g.n * blocks, cost, dt == FLOE_F64 ? pool_units_f64 : pool_units_f32, &r);
+  if (half) cpu_convert_half(dt, false, r.dx, cpu_host->tensor_data(out), xn);
   return FLOE_OK;
 }
 
