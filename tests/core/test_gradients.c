@@ -432,6 +432,11 @@ static const Case cases[] = {
      .attrs = "pooling_type=sAVG;ksize=l1,2,3,2,1;strides=l1,2,2,2,1;padding=sSAME"},
     {.op = "Pool", .inputs = "f[2x7x3]", .attrs = "pooling_type=sMAX;ksize=l1,3,1;strides=l1,2,1;padding=sSAME"},
     {.op = "Pool",
+     .inputs = "f[2x5x5x3]",
+     .attrs = "pooling_type=sMAX;ksize=l1,3,3,1;strides=l1,2,2,1;padding=sSAME"},
+    {.op = "Conv", .inputs = "f[2x6x5x4] f[3x3x2x6]",
+     .attrs = "groups=i2;strides=l1,2,1,1;padding=sSAME"},
+    {.op = "Pool",
      .inputs = "f[1x2x5x5]",
      .attrs = "pooling_type=sAVG;data_format=sCHANNELS_FIRST;ksize=l1,1,3,3;strides=l1,1,2,2;"
               "padding=sEXPLICIT;explicit_paddings=l0,0,0,0,1,1,1,1",

@@ -147,6 +147,8 @@ static const ConvCase conv_cases[] = {
      "3-D channels last dilation, 7 images"},
     {{.padding = "EXPLICIT", .rank = 4, .strides = {1, 2, 3, 1}, .pads = {0, 0, 2, 0, 0, 3, 0, 0}},
      {9, 7, 8, 3}, {3, 2, 3, 4}, "2-D channels last stride 2x3 uneven pads, 9 images"},
+    {{.padding = "SAME", .rank = 4, .strides = {1, 2, 1, 1}, .groups = 2}, {3, 6, 5, 4},
+     {3, 3, 2, 6}, "2-D channels last groups 2 SAME stride 2"},
 };
 
 /* x, f random; dy random of Conv's output shape; dX, dF from the gradient ops in dt. */
