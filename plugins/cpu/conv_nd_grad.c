@@ -226,7 +226,8 @@ static floe_code dnnl_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *
   const DnnlJob *j = arg;
   WndGeo g = *j->g;
   g.n = count;
-  int64_t in_img = g.c * g.in[0] * g.in[1] * g.in[2], out_img = g.o * g.out[0] * g.out[1] * g.out[2];
+  int64_t in_img = g.c * g.in[0] * g.in[1] * g.in[2];
+  int64_t out_img = g.o * g.out[0] * g.out[1] * g.out[2];
   int64_t filter = g.k[0] * g.k[1] * g.k[2] * (g.c / g.groups) * g.o;
   void *data[3];
   if (j->s->kind == K_INPUT) {
@@ -561,7 +562,8 @@ static floe_code pool_grad_compute(void *state, FloeKernelContext *ctx) {
   FloeDType dt = cpu_host->tensor_dtype(x);
   bool half = dt == FLOE_F16 || dt == FLOE_BF16;
   int64_t ntaps = 3 * (g.out[0] + g.out[1] + g.out[2]);
-  size_t bytes = (size_t)ntaps * sizeof(int64_t) + (half ? (size_t)(2 * xn + yn) * sizeof(float) : 0);
+  size_t bytes = (size_t)ntaps * sizeof(int64_t);
+  if (half) bytes += (size_t)(2 * xn + yn) * sizeof(float);
   int64_t *buf;
   if ((rc = cpu_host->ctx_allocate_temp(ctx, bytes, (void **)&buf)) != FLOE_OK) return rc;
   PoolRef r = {&s->a, &g, {{0}, {0}, {0}}, s->a.cf ? 1 : POOL_BLOCK, cpu_host->tensor_data(x),
