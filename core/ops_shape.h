@@ -83,6 +83,10 @@ floe_code floe__shape_mel_weight_matrix(const FloeHostApi *host, FloeShapeContex
 floe_code floe__shape_conv_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+/* shape_conv.c: their gradient ops (ops_convgrad.def). */
+floe_code floe__shape_conv_backprop_input_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_conv_backprop_filter_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_pool_grad_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 /* Indexing ops (ops_index.def, ops_shape_index.c; issue 6). */
 floe_code floe__shape_gather_elements(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_scatter(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -80,6 +80,14 @@ if [ -f "$FM/train-images-idx3-ubyte.gz" ] || [ -f "$FM/train-images-idx3-ubyte"
   acc=$(tail -n 1 "$t/train.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
   awk "BEGIN{exit !($acc > 0.5)}" || fail "fine-tuned accuracy $acc (want > 0.5)"
   echo "fine-tuned ONNX MLP: test accuracy $acc"
+  # an untrained CNN (Conv 3x3 pads 1, Relu, MaxPool 2, Flatten, Gemm): its gradients run
+  # through the N-d Conv and Pool (ConvBackpropFilterNd, PoolGrad)
+  "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" --cnn "$t/cnn.onnx" || fail "make_onnx_mlp --cnn"
+  "$floe" train --onnx "$t/cnn.onnx" --epochs 1 --limit 2000 --json > "$t/cnn.txt" 2>&1 \
+    || fail "floe train --onnx cnn.onnx: $(cat "$t/cnn.txt")"
+  acc=$(tail -n 1 "$t/cnn.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
+  awk "BEGIN{exit !($acc > 0.4)}" || fail "fine-tuned CNN accuracy $acc (want > 0.4)"
+  echo "fine-tuned ONNX CNN: test accuracy $acc"
   "$floe" train --onnx "$C/model.onnx" --epochs 1 > "$t/bad.txt" 2>&1
   [ $? -ne 0 ] && grep -q "must be \[N,784\] or \[N,1,28,28\]" "$t/bad.txt" \
     || fail "a model of the wrong input shape: $(cat "$t/bad.txt")"
