@@ -214,6 +214,9 @@ OX_MAP(map_reshape) {
         return ox_fail(c, FLOE_UNIMPLEMENTED,
                        "a computed shape of unknown length on an input of unknown rank");
       int64_t len = ss.dims[0];
+      if (len > FLOE_MAX_DIMS)
+        return ox_fail(c, FLOE_UNIMPLEMENTED, "a shape of %lld dims (Floe's limit is %d)",
+                       (long long)len, FLOE_MAX_DIMS);
       FloeNodeBuilder *b = ox_begin(c, "Shape");
       floe_node_add_input(b, in[0]);
       floe_node_set_attr_type(b, "out_type", FLOE_I64);
