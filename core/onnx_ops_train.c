@@ -6,6 +6,7 @@
  * T the update count (int64), then X (weights), G (gradients) and the optimiser's state per
  * tensor; the outputs are the new weights then the new state. They are computed in X's
  * dtype. */
+#include <math.h>
 #include <string.h>
 
 #include "floe/floe_train.h"
@@ -196,7 +197,11 @@ static FloeOutput random_like(OxCtx *c, const Onnx__NodeProto *n, const char *op
   const Onnx__AttributeProto *seed = ox_attr(n, "seed");
   if (seed && seed->has_f) {
     /* Floe's (seed, seed2) = (0, 0) draws a fresh seed; ONNX's seed 0 is a fixed one. */
-    floe_node_set_attr_int(b, "seed", (int64_t)seed->f);
+    /* a float seed: its integer part when it has one, else its bits (NaN, huge) */
+    float f = seed->f;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    floe_node_set_attr_int(b, "seed", f == f && fabsf(f) < 9.0e18f ? (int64_t)f : (int64_t)bits);
     floe_node_set_attr_int(b, "seed2", 1);
   }
   return ox_finish(c, b);
