@@ -129,7 +129,8 @@ struct CpuDnnlPrim {
   unsigned misses;            /* stores since the last hit: a filter that changes every step
                                * (training) is stored only now and then */
   void *keep_mem;             /* one block: keep_ready (64-aligned) then keep_seen */
-  void *keep_ready, *keep_seen;
+  void *keep_ready, *keep_seen; /* keep_seen: none when the cache keeps by address */
+  const void *keep_addr;      /* the address keep_ready was made from */
 };
 
 /* Calls into the kernel context under `lock` (the shards of cpu_dnnl_for_batch share the
@@ -169,7 +170,10 @@ floe_code cpu_dnnl_cache_init(CpuDnnlCache *c, const FloeHostApi *host, FloeKern
 static void prim_free(CpuDnnlPrim *p) {
   if (!p) return;
   dnnl_primitive_destroy(p->op);
-  for (int i = 0; i < p->num_args; i++) dnnl_primitive_destroy(p->args[i].reorder);
+  for (int i = 0; i < p->num_args; i++) {
+    dnnl_primitive_destroy(p->args[i].reorder);
+    dnnl_primitive_destroy(p->args[i].reorder_in);
+  }
   pthread_rwlock_destroy(&p->keep_lock);
   cpu_host->free(p->keep_mem);
   cpu_host->free(p);
@@ -228,9 +232,11 @@ static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mut
   for (int i = 0; i < p->num_args; i++) {
     CpuDnnlArg *a = &p->args[i];
     a->md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, a->arg);
-    if (a->output)
+    if (a->output) {
       st = make_reorder(c->engine, attr, &a->md, &a->user, &a->reorder, &p->scratch_bytes);
-    else
+      if (st == dnnl_success && a->inout && a->reorder)
+        st = make_reorder(c->engine, attr, &a->user, &a->md, &a->reorder_in, &p->scratch_bytes);
+    } else
       st = make_reorder(c->engine, attr, &a->user, &a->md, &a->reorder, &p->scratch_bytes);
     if (st != dnnl_success) goto err_free_pd;
     if (a->keep && !a->output && a->reorder && p->kept < 0) p->kept = i;
@@ -339,9 +345,10 @@ static void stream_release(CpuDnnlCache *c, dnnl_stream_t stream) {
 
 /* The kept input's reordered form when data is the input last seen, with keep_lock held for
  * reading (release with pthread_rwlock_unlock); else NULL. */
-static void *keep_lookup(CpuDnnlPrim *p, const void *data) {
+static void *keep_lookup(const CpuDnnlCache *c, CpuDnnlPrim *p, const void *data) {
   pthread_rwlock_rdlock(&p->keep_lock);
-  if (p->keep_valid &&
+  if (p->keep_valid && c->keep_by_address && p->keep_addr == data) return p->keep_ready;
+  if (p->keep_valid && !c->keep_by_address &&
       memcmp(p->keep_seen, data, dnnl_memory_desc_get_size(&p->args[p->kept].user)) == 0)
     return p->keep_ready;
   pthread_rwlock_unlock(&p->keep_lock);
@@ -350,14 +357,15 @@ static void *keep_lookup(CpuDnnlPrim *p, const void *data) {
 
 /* Remembers data and its reordered form, unless another compute is using the old ones or the
  * input has changed on every recent call (then only every 16th time). */
-static void keep_store(CpuDnnlPrim *p, const void *data, const void *ready) {
+static void keep_store(const CpuDnnlCache *c, CpuDnnlPrim *p, const void *data,
+                       const void *ready) {
   if (pthread_rwlock_trywrlock(&p->keep_lock) != 0) return;
   unsigned misses = __atomic_fetch_add(&p->misses, 1, __ATOMIC_RELAXED);
   if (misses >= 2 && misses % 16 != 0) {
     pthread_rwlock_unlock(&p->keep_lock);
     return;
   }
-  size_t seen = dnnl_memory_desc_get_size(&p->args[p->kept].user);
+  size_t seen = c->keep_by_address ? 0 : dnnl_memory_desc_get_size(&p->args[p->kept].user);
   size_t bytes = dnnl_memory_desc_get_size(&p->args[p->kept].md);
   if (!p->keep_mem && (p->keep_mem = cpu_host->alloc(bytes + 64 + seen))) {
     p->keep_ready = (void *)(((uintptr_t)p->keep_mem + 63) & ~(uintptr_t)63);
@@ -365,7 +373,8 @@ static void keep_store(CpuDnnlPrim *p, const void *data, const void *ready) {
   }
   if (p->keep_mem) {
     memcpy(p->keep_ready, ready, bytes);
-    memcpy(p->keep_seen, data, seen);
+    if (seen) memcpy(p->keep_seen, data, seen);
+    p->keep_addr = data;
     p->keep_valid = true;
   }
   pthread_rwlock_unlock(&p->keep_lock);
@@ -400,7 +409,7 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
   if (rc != FLOE_OK) return rc;
   /* Buffers in the primitive's layouts: the tensors themselves where no reorder is needed. */
   void *bufs[CPU_DNNL_MAX_ARGS], *scratch_buf = NULL;
-  void *kept = p->kept >= 0 ? keep_lookup(p, data[p->kept]) : NULL;
+  void *kept = p->kept >= 0 ? keep_lookup(c, p, data[p->kept]) : NULL;
   for (int i = 0; i < p->num_args; i++) {
     bufs[i] = data[i];
     if (i == p->kept && kept)
@@ -440,10 +449,12 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
   }
 
   what = "reorder";
-  for (int i = 0; i < p->num_args; i++)
-    if (!p->args[i].output && p->args[i].reorder && !(i == p->kept && kept) &&
-        (st = reorder(p->args[i].reorder, stream, user[i], prim[i], scratch)))
+  for (int i = 0; i < p->num_args; i++) {
+    const CpuDnnlArg *a = &p->args[i];
+    dnnl_primitive_t in = a->output ? a->reorder_in : a->reorder;
+    if (in && !(i == p->kept && kept) && (st = reorder(in, stream, user[i], prim[i], scratch)))
       goto err_free_mems;
+  }
   what = op;
   if ((st = dnnl_primitive_execute(p->op, stream, p->num_args + (scratch ? 1 : 0), args)))
     goto err_free_mems;
@@ -454,7 +465,8 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
       goto err_free_mems;
   what = "stream wait";
   st = dnnl_stream_wait(stream);
-  if (st == dnnl_success && p->kept >= 0 && !kept) keep_store(p, data[p->kept], bufs[p->kept]);
+  if (st == dnnl_success && p->kept >= 0 && !kept)
+    keep_store(c, p, data[p->kept], bufs[p->kept]);
   else if (st == dnnl_success && kept) __atomic_store_n(&p->misses, 0, __ATOMIC_RELAXED);
 
 err_free_mems:

@@ -72,9 +72,12 @@ typedef struct CpuDnnlArg {
   bool output;             /* written by the primitive (else read) */
   bool keep;               /* an input whose reordered form is kept while its bytes stay the
                             * same (a filter in inference); at most one per primitive */
+  bool inout;              /* an output the primitive also reads (a sum post-op): its tensor
+                            * holds the addend when the call starts */
   dnnl_memory_desc_t user; /* the tensor's layout */
   dnnl_memory_desc_t md;   /* the primitive's layout */
   dnnl_primitive_t reorder; /* user -> md for inputs, md -> user for outputs; NULL if equal */
+  dnnl_primitive_t reorder_in; /* user -> md for an inout output with a reorder */
 } CpuDnnlArg;
 
 /* Creates the primitive descriptor *pd on eng with attr (scratchpad mode is set) and fills
@@ -90,6 +93,10 @@ typedef struct CpuDnnlPrim CpuDnnlPrim;
 
 typedef struct CpuDnnlCache {
   dnnl_engine_t engine;
+  /* The kept input never changes while its address stays the same (the kernel knows it is a
+   * Const's value): it is matched by address, not by comparing its bytes. Set once, before
+   * the first run. */
+  bool keep_by_address;
   pthread_mutex_t lock; /* guards slots, clock and streams */
   CpuDnnlPrim *slots[CPU_DNNL_SLOTS];
   uint64_t clock;
