@@ -622,9 +622,10 @@ static const char *const not_differentiable[] = {
  * error naming the op (gradient_pending_ops_are_errors). */
 static const char *const gradient_pending[] = {"MatrixDeterminant", "DFT", "STFT"};
 /* The N-d convolution family (ops_conv.def), also without gradients yet: an imported CNN
- * cannot be fine-tuned through them (autodiff says so, naming the node). */
+ * cannot be fine-tuned through them (autodiff says so, naming the node). _FusedConv is made
+ * by the session's fusion pass after autodiff, so it needs one only when built directly. */
 static const char *const nd_gradient_pending[] = {"Conv", "ConvTranspose", "Pool",
-                                                  "MaxPoolWithIndices"};
+                                                  "MaxPoolWithIndices", "_FusedConv"};
 
 /* ------------------------------------------------------------------------------------ */
 /* The finite-difference check of one case. */
