@@ -82,16 +82,21 @@ static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, voi
 
 typedef struct Build {
   const State *s;
-  const WndGeo *g;
-  unsigned post; /* POST_* */
+  const WndGeo *g;     /* the part computed: some images, maybe a block of rows */
+  const WndGeo *whole; /* the whole call (the tensors' sizes) */
+  unsigned post;       /* POST_* */
 } Build;
 
-/* Memory descriptor of logical dims [n, c, spatial...] in the data format's layout. */
+/* Memory descriptor of logical dims [n, c, spatial sp...] in the data format's layout of a
+ * tensor whose spatial dims are full (sp a block of it). */
 static dnnl_status_t data_md(dnnl_memory_desc_t *md, bool cf, const WndGeo *g, int64_t n,
-                             int64_t c, const int64_t *sp) {
+                             int64_t c, const int64_t *sp, const int64_t *full) {
   int nd = 2 + g->ns, off = 3 - g->ns;
   int64_t st[5];
-  wnd_strides(cf, g->ns, c, sp, st);
+  wnd_strides(cf, g->ns, c, full, st);
+  /* One image's stride is any: the dense one lets a channels-last block match the layout
+   * the primitive wants (no reorder). */
+  if (n == 1) st[0] = c * sp[0] * sp[1] * sp[2];
   dnnl_dims_t dims = {n, c}, strides = {st[0], st[1]};
   for (int j = 0; j < g->ns; j++) {
     dims[2 + j] = sp[off + j];
@@ -158,10 +163,10 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
   static const dnnl_format_tag_t cl_tags[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
   dnnl_format_tag_t data_tag = cf ? dnnl_format_tag_any : cl_tags[g->ns - 1];
   dnnl_dims_t bias_dims = {g->o};
-  if ((st = data_md(&args[0].user, cf, g, g->n, g->c, g->in)) ||
+  if ((st = data_md(&args[0].user, cf, g, g->n, g->c, g->in, b->whole->in)) ||
       (st = filter_md(&args[1].user, g)) ||
       (bias && (st = dnnl_memory_desc_init_by_tag(&args[2].user, 1, bias_dims, dnnl_f32, dnnl_a))) ||
-      (st = data_md(&args[di].user, cf, g, g->n, g->o, g->out)) ||
+      (st = data_md(&args[di].user, cf, g, g->n, g->o, g->out, b->whole->out)) ||
       (st = dnnl_memory_desc_init_by_tag(&src, nd, src_dims, dnnl_f32, data_tag)) ||
       (st = dnnl_memory_desc_init_by_tag(&wei, args[1].user.ndims, args[1].user.dims, dnnl_f32,
                                          dnnl_format_tag_any)) ||
@@ -197,34 +202,109 @@ typedef struct Job {
   unsigned post;
   const float *x, *f, *bias, *side; /* bias, side: NULL unless in post */
   float *y;
+  bool side_copied; /* the output already holds the side input (for POST_SUM) */
+  int64_t blocks;   /* row blocks per image (run_conv) */
 } Job;
 
-static floe_code conv_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
-                            int64_t first, int64_t count, int shard) {
-  (void)shard;
-  const Job *j = arg;
-  WndGeo g = *j->g;
+/* Images [first, first + count), output rows [r0, r1) of the outermost spatial dim: one
+ * primitive on that part of the tensors (the input rows it reads, the padding they leave). */
+static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                           int64_t first, int64_t count, int64_t r0, int64_t r1) {
+  const WndGeo *w = j->g;
+  WndGeo g = *w;
+  int d = 3 - g.ns; /* the outermost spatial dim in WndGeo's 3 */
   g.n = count;
-  int64_t in_sp = g.in[0] * g.in[1] * g.in[2], out_sp = g.out[0] * g.out[1] * g.out[2];
-  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,    g.in[0], g.in[1], g.in[2],
-                                   g.o,    g.k[0], g.k[1],  g.k[2],  g.ns, j->post};
-  Build b = {j->s, &g, j->post};
-  float *y = j->y + first * g.o * out_sp;
+  int64_t lo = 0;
+  if (r0 > 0 || r1 < w->out[d]) {
+    lo = r0 * w->s[d] - w->pb[d];
+    int64_t hi = (r1 - 1) * w->s[d] - w->pb[d] + (w->k[d] - 1) * w->d[d] + 1;
+    g.pb[d] = lo < 0 ? -lo : 0;
+    g.pe[d] = hi > w->in[d] ? hi - w->in[d] : 0;
+    if (lo < 0) lo = 0;
+    if (hi > w->in[d]) hi = w->in[d];
+    g.in[d] = hi - lo;
+    g.out[d] = r1 - r0;
+  }
+  int64_t xs[5], ys[5];
+  wnd_strides(j->s->a.cf, g.ns, g.c, w->in, xs);
+  wnd_strides(j->s->a.cf, g.ns, g.o, w->out, ys);
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,  g.c,     g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
+                                   g.k[1], g.k[2], g.ns,    j->post, g.pb[d], g.pe[d]};
+  Build b = {j->s, &g, w, j->post};
+  int64_t yoff = first * ys[0] + r0 * ys[2 + d];
   /* The sum post-op adds what the output holds. */
-  if (j->post & POST_SUM)
-    memcpy(y, j->side + first * g.o * out_sp, (size_t)(count * g.o * out_sp) * sizeof *y);
-  void *data[4] = {(void *)(j->x + first * g.c * in_sp), (void *)j->f};
+  if ((j->post & POST_SUM) && !j->side_copied)
+    memcpy(j->y + yoff, j->side + yoff, (size_t)(count * ys[0]) * sizeof *j->y);
+  void *data[4] = {(void *)(j->x + first * xs[0] + lo * xs[2 + d]), (void *)j->f};
   int k = 2;
   if (j->post & POST_BIAS) data[k++] = (void *)j->bias;
-  data[k] = y;
+  data[k] = j->y + yoff;
   return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, j->s->fused ? "_FusedConv" : "Conv", key,
                       build_conv, &b, data);
 }
 
+static floe_code batch_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                             int64_t first, int64_t count, int shard) {
+  (void)shard;
+  const Job *j = arg;
+  return conv_part(j, ctx, ctx_lock, first, count, 0, j->g->out[3 - j->g->ns]);
+}
+
+/* Unit u of a batch cut into row blocks: image u / blocks, block u % blocks. */
+static floe_code row_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                           int64_t first, int64_t count, int shard) {
+  (void)shard;
+  const Job *j = arg;
+  int64_t rows = j->g->out[3 - j->g->ns], per = (rows + j->blocks - 1) / j->blocks;
+  floe_code rc = FLOE_OK;
+  for (int64_t u = first; u < first + count && rc == FLOE_OK; u++) {
+    int64_t r0 = u % j->blocks * per, r1 = r0 + per < rows ? r0 + per : rows;
+    if (r0 < r1) rc = conv_part(j, ctx, ctx_lock, u / j->blocks, 1, r0, r1);
+  }
+  return rc;
+}
+
+/* Multiply-adds below which a part of a convolution is not worth a thread of its own (about
+ * 10 us of one core). */
+#define CONV_PART_MIN_MACS (1 << 20)
+
+/* Runs the job on the pool. A batch of at least as many images as threads is cut into
+ * per-thread shards of images; a smaller one (batch 1 at inference) into blocks of output
+ * rows, so that every thread gets a part. Each part is one single-threaded primitive: an
+ * OpenMP team per call wakes threads that sleep (passive waiting) for work of tens of
+ * microseconds. With a pool of one thread the whole batch is one primitive on OpenMP's
+ * threads. */
+static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
+  const WndGeo *g = j->g;
+  int threads = cpu_host->num_threads();
+  if (threads <= 1 || g->n >= threads)
+    return cpu_dnnl_for_batch(ctx, g->n, cpu_dnnl_batch_shards(g->n), batch_shard, j);
+  int64_t rows = g->out[3 - g->ns];
+  int64_t macs = g->out[0] * g->out[1] * g->out[2] * g->o * g->k[0] * g->k[1] * g->k[2] *
+                 (g->c / g->groups);
+  int64_t blocks = (threads + g->n - 1) / g->n;
+  if (blocks > macs / CONV_PART_MIN_MACS) blocks = macs / CONV_PART_MIN_MACS;
+  if (blocks > rows) blocks = rows;
+  if (blocks < 1) blocks = 1;
+  j->blocks = blocks;
+  if ((j->post & POST_SUM) && blocks > 1) { /* blocks of rows need not be contiguous */
+    memcpy(j->y, j->side, (size_t)(g->n * g->o * g->out[0] * g->out[1] * g->out[2]) * sizeof *j->y);
+    j->side_copied = true;
+  }
+  int64_t units = g->n * blocks;
+  if (units == 1) {
+    int saved = cpu_omp_single();
+    floe_code rc = conv_part(j, ctx, NULL, 0, 1, 0, rows);
+    cpu_omp_restore(saved);
+    return rc;
+  }
+  return cpu_dnnl_for_batch(ctx, units, (int)units, row_shard, j);
+}
+
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const WndGeo *g, const float *x,
                           const float *f, float *y) {
-  Job j = {s, g, 0, x, f, NULL, NULL, y};
-  return cpu_dnnl_for_batch(ctx, g->n, cpu_dnnl_batch_shards(g->n), conv_shard, &j);
+  Job j = {s, g, 0, x, f, NULL, NULL, y, false, 1};
+  return run_conv(ctx, &j);
 }
 
 static floe_code run_half(State *s, FloeKernelContext *ctx, const WndGeo *g, FloeDType dt,
@@ -414,8 +494,7 @@ static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo 
   j->y = conv;
   if (empty)
     fused_empty(j, cn, s->a.cf ? g->out[0] * g->out[1] * g->out[2] : 1);
-  else if (cn > 0 &&
-           (rc = cpu_dnnl_for_batch(ctx, g->n, cpu_dnnl_batch_shards(g->n), conv_shard, j)))
+  else if (cn > 0 && (rc = run_conv(ctx, j)) != FLOE_OK)
     return rc;
   Epilogue e = {&p, conv, cpu_host->tensor_data(side), cpu_host->tensor_data(out), s->relu};
   cpu_parallel_elements(p.num_elements, 2, epilogue_range, &e);
@@ -440,7 +519,7 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   wnd_out_dims(&s->a, &g, dims);
   Job j = {s, &g, bias ? POST_BIAS : 0, cpu_host->tensor_data(x), cpu_host->tensor_data(f),
            bias ? cpu_host->tensor_data(bias) : NULL, side ? cpu_host->tensor_data(side) : NULL,
-           NULL};
+           NULL, false, 1};
   if (s->relu) j.post |= POST_RELU;
   bool empty = cpu_host->tensor_num_elements(x) == 0 || cpu_host->tensor_num_elements(f) == 0;
   if (side && !same_dims(g.rank, dims, cpu_host->tensor_rank(side), cpu_host->tensor_dims(side)))
@@ -455,7 +534,7 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
                 s->a.cf ? g.out[0] * g.out[1] * g.out[2] : 1);
     return FLOE_OK;
   }
-  return cpu_dnnl_for_batch(ctx, g.n, cpu_dnnl_batch_shards(g.n), conv_shard, &j);
+  return run_conv(ctx, &j);
 }
 
 floe_code cpu_register_conv_nd(FloePluginRegistrar *reg) {

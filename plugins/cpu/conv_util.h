@@ -62,7 +62,7 @@ const char *cpu_conv_attrs_str(const CpuConvAttrs *a, char *buf, size_t len);
 
 #define CPU_DNNL_SLOTS 8    /* distinct shapes kept per node */
 #define CPU_DNNL_STREAMS 4  /* idle streams kept per node */
-#define CPU_DNNL_KEY_LEN 12 /* the N-d ops of window_nd.h key on 9 sizes */
+#define CPU_DNNL_KEY_LEN 14 /* the N-d conv keys on 13 sizes and flags */
 #define CPU_DNNL_MAX_ARGS 4
 
 /* One argument of a primitive. The build function sets arg, output, keep and user; the
