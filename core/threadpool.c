@@ -47,6 +47,7 @@ struct FloeThreadPool {
   TaskRing q[2];           /* [0] normal, [1] deferred */
   int idle;                /* workers waiting on work_cv */
   atomic_size_t queued;    /* entries of q[0] and q[1] (tombstones too), read by spinners */
+  atomic_int spinners;     /* idle workers spinning now */
   int64_t spin_ns;         /* how long an idle thread spins before sleeping */
   bool stop;
   int num_threads;
@@ -133,13 +134,18 @@ static void *worker_main(void *arg) {
       continue;
     }
     if (p->stop) break;
-    if (!spun && p->spin_ns > 0) {
+    /* At most num_threads - 1 spinners: the thread that hands out work (often the caller
+     * of a step, not a worker) keeps a core of its own. */
+    if (!spun && p->spin_ns > 0 &&
+        atomic_fetch_add_explicit(&p->spinners, 1, memory_order_relaxed) < p->num_threads - 1) {
       pthread_mutex_unlock(&p->mu);
       spin_until(&p->queued, false, p->spin_ns);
+      atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
       pthread_mutex_lock(&p->mu);
       spun = true;
       continue; /* a task that came meanwhile is popped under the lock */
     }
+    if (!spun && p->spin_ns > 0) atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
     spun = false;
     p->idle++;
     pthread_cond_wait(&p->work_cv, &p->mu);
@@ -191,6 +197,7 @@ FloeThreadPool *floe__pool_new(int num_threads, FloeStatus *st) {
   if (!p) goto err_oom;
   p->num_threads = num_threads;
   atomic_init(&p->queued, 0);
+  atomic_init(&p->spinners, 0);
   p->spin_ns = spin_setting();
   for (int k = 0; k < 2; k++) {
     p->q[k].cap = POOL_INITIAL_CAP;

@@ -121,16 +121,23 @@ struct CpuDnnlPrim {
   int num_args;
   CpuDnnlArg args[CPU_DNNL_MAX_ARGS];
   size_t scratch_bytes; /* largest scratchpad among the primitive and its reorders */
-  /* The kept input (args[kept]) last seen and its reordered form, reused while the input's
-   * bytes stay the same: that saves a reorder, and its parallel region, per step. */
-  int kept;                   /* index into args, or -1 */
-  pthread_rwlock_t keep_lock; /* held for reading while keep_ready is in use */
-  bool keep_valid;
-  unsigned misses;            /* stores since the last hit: a filter that changes every step
-                               * (training) is stored only now and then */
-  void *keep_mem;             /* one block: keep_ready (64-aligned) then keep_seen */
-  void *keep_ready, *keep_seen; /* keep_seen: none when the cache keeps by address */
-  const void *keep_addr;      /* the address keep_ready was made from */
+  int kept;           /* index into args of the kept input, or -1 */
+  CpuDnnlKeep *keep;  /* its entry in the cache (NULL: none free; reordered every call) */
+};
+
+/* The kept input last seen and its reordered form, reused while the input stays the same:
+ * that saves a reorder, and its parallel region, per step. One entry per pair of layouts,
+ * shared by the cache's primitives (the parts of a convolution cut into row blocks read one
+ * filter). */
+struct CpuDnnlKeep {
+  dnnl_memory_desc_t user, md; /* the input's layout and the primitives' */
+  pthread_rwlock_t lock;       /* held for reading while ready is in use */
+  bool valid;
+  unsigned misses;             /* stores since the last hit: a filter that changes every step
+                                * (training) is stored only now and then */
+  void *mem;                   /* one block: ready (64-aligned) then seen */
+  void *ready, *seen;          /* seen: none when the cache keeps by address */
+  const void *addr;            /* the address ready was made from */
 };
 
 /* Calls into the kernel context under `lock` (the shards of cpu_dnnl_for_batch share the
@@ -174,13 +181,16 @@ static void prim_free(CpuDnnlPrim *p) {
     dnnl_primitive_destroy(p->args[i].reorder);
     dnnl_primitive_destroy(p->args[i].reorder_in);
   }
-  pthread_rwlock_destroy(&p->keep_lock);
-  cpu_host->free(p->keep_mem);
   cpu_host->free(p);
 }
 
 void cpu_dnnl_cache_destroy(CpuDnnlCache *c) {
   for (int i = 0; i < CPU_DNNL_SLOTS; i++) prim_free(c->slots[i]);
+  for (int i = 0; i < CPU_DNNL_KEEPS && c->keeps[i]; i++) {
+    pthread_rwlock_destroy(&c->keeps[i]->lock);
+    cpu_host->free(c->keeps[i]->mem);
+    cpu_host->free(c->keeps[i]);
+  }
   for (int i = 0; i < c->num_streams; i++) dnnl_stream_destroy(c->streams[i]);
   dnnl_engine_destroy(c->engine);
   pthread_mutex_destroy(&c->lock);
@@ -203,6 +213,27 @@ static dnnl_status_t make_reorder(dnnl_engine_t eng, const_dnnl_primitive_attr_t
   return st;
 }
 
+/* The cache's keep entry for arg's pair of layouts, made when missing; NULL when every
+ * entry holds another pair (or out of memory). */
+static CpuDnnlKeep *keep_entry(CpuDnnlCache *c, const CpuDnnlArg *arg) {
+  CpuDnnlKeep *k = NULL;
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < CPU_DNNL_KEEPS && !k; i++) {
+    if (!c->keeps[i] && (c->keeps[i] = cpu_host->alloc(sizeof *c->keeps[i]))) {
+      memset(c->keeps[i], 0, sizeof *c->keeps[i]);
+      c->keeps[i]->user = arg->user;
+      c->keeps[i]->md = arg->md;
+      pthread_rwlock_init(&c->keeps[i]->lock, NULL);
+    }
+    if (!c->keeps[i]) break;
+    if (dnnl_memory_desc_equal(&c->keeps[i]->user, &arg->user) &&
+        dnnl_memory_desc_equal(&c->keeps[i]->md, &arg->md))
+      k = c->keeps[i];
+  }
+  pthread_mutex_unlock(&c->lock);
+  return k;
+}
+
 /* Builds the primitive for key. Scratchpads are user-managed so that concurrent computes
  * never share one. */
 static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t *lock,
@@ -212,7 +243,6 @@ static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mut
   if (!p) return fail_locked(ctx, lock, dnnl_out_of_memory, "primitive cache entry");
   memset(p, 0, sizeof *p);
   p->nthr = cpu_omp_threads();
-  pthread_rwlock_init(&p->keep_lock, NULL);
   memcpy(p->key, key, sizeof p->key);
   p->kept = -1;
   dnnl_primitive_attr_t attr = NULL;
@@ -243,6 +273,7 @@ static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mut
   }
   dnnl_primitive_desc_destroy(pd);
   dnnl_primitive_attr_destroy(attr);
+  if (p->kept >= 0) p->keep = keep_entry(c, &p->args[p->kept]);
   *out = p;
   return FLOE_OK;
 
@@ -343,41 +374,41 @@ static void stream_release(CpuDnnlCache *c, dnnl_stream_t stream) {
   if (stream) dnnl_stream_destroy(stream);
 }
 
-/* The kept input's reordered form when data is the input last seen, with keep_lock held for
+/* The kept input's reordered form when data is the input last seen, with k->lock held for
  * reading (release with pthread_rwlock_unlock); else NULL. */
-static void *keep_lookup(const CpuDnnlCache *c, CpuDnnlPrim *p, const void *data) {
-  pthread_rwlock_rdlock(&p->keep_lock);
-  if (p->keep_valid && c->keep_by_address && p->keep_addr == data) return p->keep_ready;
-  if (p->keep_valid && !c->keep_by_address &&
-      memcmp(p->keep_seen, data, dnnl_memory_desc_get_size(&p->args[p->kept].user)) == 0)
-    return p->keep_ready;
-  pthread_rwlock_unlock(&p->keep_lock);
+static void *keep_lookup(const CpuDnnlCache *c, CpuDnnlKeep *k, const void *data) {
+  pthread_rwlock_rdlock(&k->lock);
+  if (k->valid && c->keep_by_address && k->addr == data) return k->ready;
+  if (k->valid && !c->keep_by_address &&
+      memcmp(k->seen, data, dnnl_memory_desc_get_size(&k->user)) == 0)
+    return k->ready;
+  pthread_rwlock_unlock(&k->lock);
   return NULL;
 }
 
 /* Remembers data and its reordered form, unless another compute is using the old ones or the
  * input has changed on every recent call (then only every 16th time). */
-static void keep_store(const CpuDnnlCache *c, CpuDnnlPrim *p, const void *data,
+static void keep_store(const CpuDnnlCache *c, CpuDnnlKeep *k, const void *data,
                        const void *ready) {
-  if (pthread_rwlock_trywrlock(&p->keep_lock) != 0) return;
-  unsigned misses = __atomic_fetch_add(&p->misses, 1, __ATOMIC_RELAXED);
+  if (pthread_rwlock_trywrlock(&k->lock) != 0) return;
+  unsigned misses = __atomic_fetch_add(&k->misses, 1, __ATOMIC_RELAXED);
   if (misses >= 2 && misses % 16 != 0) {
-    pthread_rwlock_unlock(&p->keep_lock);
+    pthread_rwlock_unlock(&k->lock);
     return;
   }
-  size_t seen = c->keep_by_address ? 0 : dnnl_memory_desc_get_size(&p->args[p->kept].user);
-  size_t bytes = dnnl_memory_desc_get_size(&p->args[p->kept].md);
-  if (!p->keep_mem && (p->keep_mem = cpu_host->alloc(bytes + 64 + seen))) {
-    p->keep_ready = (void *)(((uintptr_t)p->keep_mem + 63) & ~(uintptr_t)63);
-    p->keep_seen = (char *)p->keep_ready + bytes;
+  size_t seen = c->keep_by_address ? 0 : dnnl_memory_desc_get_size(&k->user);
+  size_t bytes = dnnl_memory_desc_get_size(&k->md);
+  if (!k->mem && (k->mem = cpu_host->alloc(bytes + 64 + seen))) {
+    k->ready = (void *)(((uintptr_t)k->mem + 63) & ~(uintptr_t)63);
+    k->seen = (char *)k->ready + bytes;
   }
-  if (p->keep_mem) {
-    memcpy(p->keep_ready, ready, bytes);
-    if (seen) memcpy(p->keep_seen, data, seen);
-    p->keep_addr = data;
-    p->keep_valid = true;
+  if (k->mem) {
+    memcpy(k->ready, ready, bytes);
+    if (seen) memcpy(k->seen, data, seen);
+    k->addr = data;
+    k->valid = true;
   }
-  pthread_rwlock_unlock(&p->keep_lock);
+  pthread_rwlock_unlock(&k->lock);
 }
 
 /* Memory objects of one execution, destroyed together. */
@@ -409,7 +440,7 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
   if (rc != FLOE_OK) return rc;
   /* Buffers in the primitive's layouts: the tensors themselves where no reorder is needed. */
   void *bufs[CPU_DNNL_MAX_ARGS], *scratch_buf = NULL;
-  void *kept = p->kept >= 0 ? keep_lookup(c, p, data[p->kept]) : NULL;
+  void *kept = p->keep ? keep_lookup(c, p->keep, data[p->kept]) : NULL;
   for (int i = 0; i < p->num_args; i++) {
     bufs[i] = data[i];
     if (i == p->kept && kept)
@@ -465,16 +496,16 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
       goto err_free_mems;
   what = "stream wait";
   st = dnnl_stream_wait(stream);
-  if (st == dnnl_success && p->kept >= 0 && !kept)
-    keep_store(c, p, data[p->kept], bufs[p->kept]);
-  else if (st == dnnl_success && kept) __atomic_store_n(&p->misses, 0, __ATOMIC_RELAXED);
+  if (st == dnnl_success && p->keep && !kept)
+    keep_store(c, p->keep, data[p->kept], bufs[p->kept]);
+  else if (st == dnnl_success && kept) __atomic_store_n(&p->keep->misses, 0, __ATOMIC_RELAXED);
 
 err_free_mems:
   for (int i = 0; i < ms.n; i++) dnnl_memory_destroy(ms.m[i]);
   stream_release(c, stream);
   if (st != dnnl_success) rc = fail_locked(ctx, lock, st, what);
 err_release_prim:
-  if (kept) pthread_rwlock_unlock(&p->keep_lock);
+  if (kept) pthread_rwlock_unlock(&p->keep->lock);
   prim_release(c, p);
   return rc;
 }

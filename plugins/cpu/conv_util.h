@@ -90,6 +90,8 @@ typedef dnnl_status_t (*CpuDnnlBuildFn)(const void *arg, dnnl_engine_t eng,
                                         int *num_args, const char **what);
 
 typedef struct CpuDnnlPrim CpuDnnlPrim;
+typedef struct CpuDnnlKeep CpuDnnlKeep;
+#define CPU_DNNL_KEEPS 4 /* kept inputs per node (one per pair of layouts) */
 
 typedef struct CpuDnnlCache {
   dnnl_engine_t engine;
@@ -99,6 +101,7 @@ typedef struct CpuDnnlCache {
   bool keep_by_address;
   pthread_mutex_t lock; /* guards slots, clock and streams */
   CpuDnnlPrim *slots[CPU_DNNL_SLOTS];
+  CpuDnnlKeep *keeps[CPU_DNNL_KEEPS]; /* the first NULL ends the list */
   uint64_t clock;
   dnnl_stream_t streams[CPU_DNNL_STREAMS];
   int num_streams;
