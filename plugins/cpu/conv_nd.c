@@ -82,9 +82,12 @@ static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, voi
 
 typedef struct Build {
   const State *s;
-  const WndGeo *g;     /* the part computed: some images, maybe a block of rows */
+  const WndGeo *g;     /* the part computed: some images, maybe a block of rows or of
+                        * output channels */
   const WndGeo *whole; /* the whole call (the tensors' sizes) */
   unsigned post;       /* POST_* */
+  int64_t o0;          /* the part's first output channel */
+  bool dense_dst;      /* the part's output goes to a dense buffer of its own */
 } Build;
 
 /* Memory descriptor of logical dims [n, c, spatial sp...] in the data format's layout of a
@@ -106,10 +109,11 @@ static dnnl_status_t data_md(dnnl_memory_desc_t *md, bool cf, const WndGeo *g, i
 }
 
 /* The filter [spatial..., c / groups, o] as oneDNN's [o, c, spatial...] (one group) or
- * [groups, o / groups, c / groups, spatial...], through strides. */
-static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g) {
-  int64_t G = g->groups, cpg = g->c / G, opg = g->o / G, off = 3 - g->ns;
-  int64_t sp_st[3], inner = cpg * g->o;
+ * [groups, o / groups, c / groups, spatial...], through strides; g->o of whole->o output
+ * channels (a block of them: the caller offsets the data). */
+static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g, const WndGeo *whole) {
+  int64_t G = g->groups, cpg = g->c / G, opg = g->o / G, off = 3 - g->ns, O = whole->o;
+  int64_t sp_st[3], inner = cpg * O;
   for (int j = 2; j >= off; j--) {
     sp_st[j] = inner;
     inner *= g->k[j];
@@ -123,7 +127,7 @@ static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g) {
   dims[nd] = opg;
   strides[nd++] = 1;
   dims[nd] = cpg;
-  strides[nd++] = g->o;
+  strides[nd++] = O;
   for (int j = off; j < 3; j++) {
     dims[nd] = g->k[j];
     strides[nd++] = sp_st[j];
@@ -145,7 +149,7 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
   int di = bias ? 3 : 2; /* the dst's arg */
   *what = "convolution descriptor";
   args[0] = (CpuDnnlArg){.arg = DNNL_ARG_SRC};
-  args[1] = (CpuDnnlArg){.arg = DNNL_ARG_WEIGHTS, .keep = true};
+  args[1] = (CpuDnnlArg){.arg = DNNL_ARG_WEIGHTS, .keep = true, .keep_tag = b->o0};
   if (bias) args[2] = (CpuDnnlArg){.arg = DNNL_ARG_BIAS};
   args[di] = (CpuDnnlArg){.arg = DNNL_ARG_DST, .output = true, .inout = b->post & POST_SUM};
   *num_args = di + 1;
@@ -164,9 +168,10 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
   dnnl_format_tag_t data_tag = cf ? dnnl_format_tag_any : cl_tags[g->ns - 1];
   dnnl_dims_t bias_dims = {g->o};
   if ((st = data_md(&args[0].user, cf, g, g->n, g->c, g->in, b->whole->in)) ||
-      (st = filter_md(&args[1].user, g)) ||
+      (st = filter_md(&args[1].user, g, b->whole)) ||
       (bias && (st = dnnl_memory_desc_init_by_tag(&args[2].user, 1, bias_dims, dnnl_f32, dnnl_a))) ||
-      (st = data_md(&args[di].user, cf, g, g->n, g->o, g->out, b->whole->out)) ||
+      (st = data_md(&args[di].user, cf, g, g->n, g->o, g->out,
+                    b->dense_dst ? g->out : b->whole->out)) ||
       (st = dnnl_memory_desc_init_by_tag(&src, nd, src_dims, dnnl_f32, data_tag)) ||
       (st = dnnl_memory_desc_init_by_tag(&wei, args[1].user.ndims, args[1].user.dims, dnnl_f32,
                                          dnnl_format_tag_any)) ||
@@ -203,17 +208,44 @@ typedef struct Job {
   const float *x, *f, *bias, *side; /* bias, side: NULL unless in post */
   float *y;
   bool side_copied; /* the output already holds the side input (for POST_SUM) */
-  int64_t blocks;   /* row blocks per image (run_conv) */
+  int64_t blocks;   /* row or channel blocks per image (run_conv) */
+  bool by_channel;  /* blocks of output channels, else of rows */
 } Job;
 
-/* Images [first, first + count), output rows [r0, r1) of the outermost spatial dim: one
- * primitive on that part of the tensors (the input rows it reads, the padding they leave). */
+/* Scratch memory for a part (shards share ctx: lock held around the call when given). */
+static floe_code part_temp(FloeKernelContext *ctx, pthread_mutex_t *lock, size_t bytes,
+                           void **out) {
+  if (lock) pthread_mutex_lock(lock);
+  floe_code rc = cpu_host->ctx_allocate_temp(ctx, bytes, out);
+  if (lock) pthread_mutex_unlock(lock);
+  return rc;
+}
+
+/* Channels [o0, o0 + n) of each of `pixels` rows of `stride` floats, to or from a dense
+ * [pixels, n] buffer. */
+static void channel_copy(float *dense, float *strided, int64_t pixels, int64_t stride,
+                         int64_t n, bool gather) {
+  for (int64_t p = 0; p < pixels; p++)
+    if (gather)
+      memcpy(dense + p * n, strided + p * stride, (size_t)n * sizeof *dense);
+    else
+      memcpy(strided + p * stride, dense + p * n, (size_t)n * sizeof *dense);
+}
+
+/* Images [first, first + count), output rows [r0, r1) of the outermost spatial dim and
+ * output channels [o0, o1): one primitive on that part of the tensors (the input rows it
+ * reads, the padding they leave, the filter's and bias's columns). A block of channels of
+ * channels-last data is not dense (oneDNN's fast kernels want dense data): it is computed
+ * into scratch and copied into place. */
 static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
-                           int64_t first, int64_t count, int64_t r0, int64_t r1) {
+                           int64_t first, int64_t count, int64_t r0, int64_t r1, int64_t o0,
+                           int64_t o1) {
   const WndGeo *w = j->g;
   WndGeo g = *w;
   int d = 3 - g.ns; /* the outermost spatial dim in WndGeo's 3 */
   g.n = count;
+  g.o = o1 - o0;
+  bool dense = !j->s->a.cf && g.o < w->o; /* channels-last channel block: via scratch */
   int64_t lo = 0;
   if (r0 > 0 || r1 < w->out[d]) {
     lo = r0 * w->s[d] - w->pb[d];
@@ -227,39 +259,59 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
   }
   int64_t xs[5], ys[5];
   wnd_strides(j->s->a.cf, g.ns, g.c, w->in, xs);
-  wnd_strides(j->s->a.cf, g.ns, g.o, w->out, ys);
-  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,  g.c,     g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
-                                   g.k[1], g.k[2], g.ns,    j->post, g.pb[d], g.pe[d]};
-  Build b = {j->s, &g, w, j->post};
-  int64_t yoff = first * ys[0] + r0 * ys[2 + d];
+  wnd_strides(j->s->a.cf, g.ns, w->o, w->out, ys); /* the whole output */
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,  g.c,    g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
+                                   g.k[1], g.k[2], g.ns,   j->post, g.pb[d], g.pe[d], o0};
+  Build b = {j->s, &g, w, j->post, o0, dense};
+  int64_t yoff = first * ys[0] + r0 * ys[2 + d] + o0 * ys[1];
+  float *y = j->y + yoff;
+  int64_t pixels = g.out[0] * g.out[1] * g.out[2];
+  floe_code rc;
+  if (dense &&
+      (rc = part_temp(ctx, ctx_lock, (size_t)(pixels * g.o) * sizeof *y, (void **)&y)) != FLOE_OK)
+    return rc;
   /* The sum post-op adds what the output holds. */
-  if ((j->post & POST_SUM) && !j->side_copied)
-    memcpy(j->y + yoff, j->side + yoff, (size_t)(count * ys[0]) * sizeof *j->y);
-  void *data[4] = {(void *)(j->x + first * xs[0] + lo * xs[2 + d]), (void *)j->f};
+  if ((j->post & POST_SUM) && dense)
+    channel_copy(y, (float *)j->side + yoff, pixels, w->o, g.o, true);
+  else if ((j->post & POST_SUM) && !j->side_copied)
+    memcpy(y, j->side + yoff, (size_t)(count * ys[0]) * sizeof *y);
+  void *data[4] = {(void *)(j->x + first * xs[0] + lo * xs[2 + d]), (void *)(j->f + o0)};
   int k = 2;
-  if (j->post & POST_BIAS) data[k++] = (void *)j->bias;
-  data[k] = j->y + yoff;
-  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, j->s->fused ? "_FusedConv" : "Conv", key,
-                      build_conv, &b, data);
+  if (j->post & POST_BIAS) data[k++] = (void *)(j->bias + o0);
+  data[k] = y;
+  rc = cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, j->s->fused ? "_FusedConv" : "Conv", key,
+                    build_conv, &b, data);
+  if (rc == FLOE_OK && dense) channel_copy(y, j->y + yoff, pixels, w->o, g.o, false);
+  return rc;
 }
 
 static floe_code batch_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
                              int64_t first, int64_t count, int shard) {
   (void)shard;
   const Job *j = arg;
-  return conv_part(j, ctx, ctx_lock, first, count, 0, j->g->out[3 - j->g->ns]);
+  return conv_part(j, ctx, ctx_lock, first, count, 0, j->g->out[3 - j->g->ns], 0, j->g->o);
 }
 
-/* Unit u of a batch cut into row blocks: image u / blocks, block u % blocks. */
-static floe_code row_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
-                           int64_t first, int64_t count, int shard) {
+/* Output channels per block: a multiple of 16 (oneDNN's f32 vector). */
+static int64_t channel_block(int64_t o, int64_t blocks) {
+  return ((o + blocks - 1) / blocks + 15) / 16 * 16;
+}
+
+/* Unit u of a batch cut into blocks: image u / blocks, block u % blocks of rows or of output
+ * channels. */
+static floe_code block_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                             int64_t first, int64_t count, int shard) {
   (void)shard;
   const Job *j = arg;
-  int64_t rows = j->g->out[3 - j->g->ns], per = (rows + j->blocks - 1) / j->blocks;
+  int64_t rows = j->g->out[3 - j->g->ns], o = j->g->o;
+  int64_t per = j->by_channel ? channel_block(o, j->blocks) : (rows + j->blocks - 1) / j->blocks;
+  int64_t end = j->by_channel ? o : rows;
   floe_code rc = FLOE_OK;
   for (int64_t u = first; u < first + count && rc == FLOE_OK; u++) {
-    int64_t r0 = u % j->blocks * per, r1 = r0 + per < rows ? r0 + per : rows;
-    if (r0 < r1) rc = conv_part(j, ctx, ctx_lock, u / j->blocks, 1, r0, r1);
+    int64_t a = u % j->blocks * per, b = a + per < end ? a + per : end;
+    if (a >= b) continue;
+    rc = j->by_channel ? conv_part(j, ctx, ctx_lock, u / j->blocks, 1, 0, rows, a, b)
+                       : conv_part(j, ctx, ctx_lock, u / j->blocks, 1, a, b, 0, o);
   }
   return rc;
 }
@@ -270,7 +322,9 @@ static floe_code row_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *c
 
 /* Runs the job on the pool. A batch of at least as many images as threads is cut into
  * per-thread shards of images; a smaller one (batch 1 at inference) into blocks of output
- * rows, so that every thread gets a part. Each part is one single-threaded primitive: an
+ * rows, so that every thread gets a part, or of output channels where the filter is larger
+ * than an image (deep layers: each thread then reads only its share of the filter, which is
+ * what bounds them). Each part is one single-threaded primitive: an
  * OpenMP team per call wakes threads that sleep (passive waiting) for work of tens of
  * microseconds. With a pool of one thread the whole batch is one primitive on OpenMP's
  * threads. */
@@ -287,23 +341,27 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
   if (blocks > rows) blocks = rows;
   if (blocks < 1) blocks = 1;
   j->blocks = blocks;
-  if ((j->post & POST_SUM) && blocks > 1) { /* blocks of rows need not be contiguous */
+  int64_t filter = g->k[0] * g->k[1] * g->k[2] * (g->c / g->groups) * g->o;
+  int64_t image = g->c * g->in[0] * g->in[1] * g->in[2];
+  j->by_channel = blocks > 1 && g->groups == 1 && filter > image &&
+                  channel_block(g->o, blocks) * (blocks - 1) < g->o;
+  if ((j->post & POST_SUM) && blocks > 1) { /* blocks need not be contiguous */
     memcpy(j->y, j->side, (size_t)(g->n * g->o * g->out[0] * g->out[1] * g->out[2]) * sizeof *j->y);
     j->side_copied = true;
   }
   int64_t units = g->n * blocks;
   if (units == 1) {
     int saved = cpu_omp_single();
-    floe_code rc = conv_part(j, ctx, NULL, 0, 1, 0, rows);
+    floe_code rc = conv_part(j, ctx, NULL, 0, 1, 0, rows, 0, g->o);
     cpu_omp_restore(saved);
     return rc;
   }
-  return cpu_dnnl_for_batch(ctx, units, (int)units, row_shard, j);
+  return cpu_dnnl_for_batch(ctx, units, (int)units, block_shard, j);
 }
 
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const WndGeo *g, const float *x,
                           const float *f, float *y) {
-  Job j = {s, g, 0, x, f, NULL, NULL, y, false, 1};
+  Job j = {s, g, 0, x, f, NULL, NULL, y, false, 1, false};
   return run_conv(ctx, &j);
 }
 
@@ -519,7 +577,7 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   wnd_out_dims(&s->a, &g, dims);
   Job j = {s, &g, bias ? POST_BIAS : 0, cpu_host->tensor_data(x), cpu_host->tensor_data(f),
            bias ? cpu_host->tensor_data(bias) : NULL, side ? cpu_host->tensor_data(side) : NULL,
-           NULL, false, 1};
+           NULL, false, 1, false};
   if (s->relu) j.post |= POST_RELU;
   bool empty = cpu_host->tensor_num_elements(x) == 0 || cpu_host->tensor_num_elements(f) == 0;
   if (side && !same_dims(g.rank, dims, cpu_host->tensor_rank(side), cpu_host->tensor_dims(side)))

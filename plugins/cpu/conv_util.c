@@ -131,6 +131,7 @@ struct CpuDnnlPrim {
  * filter). */
 struct CpuDnnlKeep {
   dnnl_memory_desc_t user, md; /* the input's layout and the primitives' */
+  int64_t tag;                 /* CpuDnnlArg.keep_tag */
   pthread_rwlock_t lock;       /* held for reading while ready is in use */
   bool valid;
   unsigned misses;             /* stores since the last hit: a filter that changes every step
@@ -213,8 +214,8 @@ static dnnl_status_t make_reorder(dnnl_engine_t eng, const_dnnl_primitive_attr_t
   return st;
 }
 
-/* The cache's keep entry for arg's pair of layouts, made when missing; NULL when every
- * entry holds another pair (or out of memory). */
+/* The cache's keep entry for arg's pair of layouts and tag, made when missing; NULL when
+ * every entry holds another (or out of memory). */
 static CpuDnnlKeep *keep_entry(CpuDnnlCache *c, const CpuDnnlArg *arg) {
   CpuDnnlKeep *k = NULL;
   pthread_mutex_lock(&c->lock);
@@ -223,10 +224,12 @@ static CpuDnnlKeep *keep_entry(CpuDnnlCache *c, const CpuDnnlArg *arg) {
       memset(c->keeps[i], 0, sizeof *c->keeps[i]);
       c->keeps[i]->user = arg->user;
       c->keeps[i]->md = arg->md;
+      c->keeps[i]->tag = arg->keep_tag;
       pthread_rwlock_init(&c->keeps[i]->lock, NULL);
     }
     if (!c->keeps[i]) break;
-    if (dnnl_memory_desc_equal(&c->keeps[i]->user, &arg->user) &&
+    if (c->keeps[i]->tag == arg->keep_tag &&
+        dnnl_memory_desc_equal(&c->keeps[i]->user, &arg->user) &&
         dnnl_memory_desc_equal(&c->keeps[i]->md, &arg->md))
       k = c->keeps[i];
   }

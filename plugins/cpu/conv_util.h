@@ -74,6 +74,8 @@ typedef struct CpuDnnlArg {
                             * same (a filter in inference); at most one per primitive */
   bool inout;              /* an output the primitive also reads (a sum post-op): its tensor
                             * holds the addend when the call starts */
+  int64_t keep_tag;        /* kept inputs of equal layouts but different tags (parts of one
+                            * filter) are kept apart */
   dnnl_memory_desc_t user; /* the tensor's layout */
   dnnl_memory_desc_t md;   /* the primitive's layout */
   dnnl_primitive_t reorder; /* user -> md for inputs, md -> user for outputs; NULL if equal */

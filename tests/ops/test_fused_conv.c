@@ -223,7 +223,8 @@ static const Geo small[] = {
     {.name = "CF 3-D", .cf = true, .rank = 5, .x = {0, 2, 4, 5, 3}, .f = {2, 2, 2, 2, 3}},
 };
 
-/* Large enough (over a million multiply-adds) for single images to be cut into row blocks. */
+/* Large enough (over a million multiply-adds) for single images to be cut into blocks of rows
+ * or of output channels. */
 static const Geo large[] = {
     {.name = "CL 2-D 32x32x32 SAME", .rank = 4, .x = {0, 32, 32, 32}, .f = {3, 3, 32, 32},
      .padding = "SAME"},
@@ -232,6 +233,14 @@ static const Geo large[] = {
      .pads = {0, 0, 1, 1, 0, 1, 0, 0}},
     {.name = "CF 2-D 30x20 dilation 2", .cf = true, .rank = 4, .x = {0, 16, 30, 20},
      .f = {3, 3, 16, 32}, .padding = "SAME", .dil = {1, 1, 2, 1}},
+    /* Filters larger than an image: single images are cut into blocks of output channels. */
+    {.name = "CL 2-D 4x4x256 -> 256", .rank = 4, .x = {0, 4, 4, 256}, .f = {3, 3, 256, 256},
+     .padding = "SAME"},
+    {.name = "CL 2-D 6x6x200 -> 40 (uneven channel blocks)", .rank = 4, .x = {0, 6, 6, 200},
+     .f = {3, 3, 200, 40}, .padding = "SAME"},
+    {.name = "CF 2-D 8x8x128 -> 96 stride 2", .cf = true, .rank = 4, .x = {0, 128, 8, 8},
+     .f = {3, 3, 128, 96}, .padding = "EXPLICIT", .strides = {1, 1, 2, 2},
+     .pads = {0, 0, 0, 0, 1, 1, 1, 1}},
 };
 
 START_TEST(every_post_op_combination_matches_unfused) {
