@@ -111,6 +111,8 @@ bool cpu_conv_geo_finish(const CpuConvAttrs *a, CpuConvGeo *g) {
 /* ---------------------------------------------------------------------------------- */
 /* oneDNN primitives. */
 
+typedef struct CpuDnnlExec CpuDnnlExec;
+
 struct CpuDnnlPrim {
   int64_t key[CPU_DNNL_KEY_LEN];
   int nthr;      /* OpenMP threads it was built for (its kernels split work that many ways) */
@@ -123,7 +125,19 @@ struct CpuDnnlPrim {
   size_t scratch_bytes; /* largest scratchpad among the primitive and its reorders */
   int kept;           /* index into args of the kept input, or -1 */
   CpuDnnlKeep *keep;  /* its entry in the cache (NULL: none free; reordered every call) */
+  CpuDnnlExec *idle;  /* execution contexts not in use (guarded by the cache's lock) */
 };
+
+/* What one execution of a primitive needs besides the tensors: memory objects for each
+ * argument (their data pointers set per call) and a scratchpad. Made on first use and kept
+ * with the primitive, one per concurrent call, so that a call allocates nothing. */
+typedef struct CpuDnnlExec {
+  struct CpuDnnlExec *next;
+  dnnl_memory_t user[CPU_DNNL_MAX_ARGS]; /* the tensor's layout (args with a reorder) */
+  dnnl_memory_t prim[CPU_DNNL_MAX_ARGS]; /* the primitive's layout */
+  dnnl_memory_t scratch;                 /* NULL without a scratchpad */
+  void *scratch_mem;                     /* its block (scratch_buf: 64-aligned inside) */
+} CpuDnnlExec;
 
 /* The kept input last seen and its reordered form, reused while the input stays the same:
  * that saves a reorder, and its parallel region, per step. One entry per pair of layouts,
@@ -175,8 +189,23 @@ floe_code cpu_dnnl_cache_init(CpuDnnlCache *c, const FloeHostApi *host, FloeKern
   return FLOE_OK;
 }
 
+static void exec_free(CpuDnnlExec *x) {
+  for (int i = 0; i < CPU_DNNL_MAX_ARGS; i++) {
+    dnnl_memory_destroy(x->user[i]);
+    dnnl_memory_destroy(x->prim[i]);
+  }
+  dnnl_memory_destroy(x->scratch);
+  cpu_host->free(x->scratch_mem);
+  cpu_host->free(x);
+}
+
 static void prim_free(CpuDnnlPrim *p) {
   if (!p) return;
+  while (p->idle) {
+    CpuDnnlExec *x = p->idle;
+    p->idle = x->next;
+    exec_free(x);
+  }
   dnnl_primitive_destroy(p->op);
   for (int i = 0; i < p->num_args; i++) {
     dnnl_primitive_destroy(p->args[i].reorder);
@@ -414,17 +443,46 @@ static void keep_store(const CpuDnnlCache *c, CpuDnnlKeep *k, const void *data,
   pthread_rwlock_unlock(&k->lock);
 }
 
-/* Memory objects of one execution, destroyed together. */
-typedef struct Mems {
-  dnnl_memory_t m[2 * CPU_DNNL_MAX_ARGS + 1];
-  int n;
-} Mems;
+/* An idle execution context of p, or a new one (NULL on failure, *st saying why). */
+static CpuDnnlExec *exec_acquire(CpuDnnlCache *c, CpuDnnlPrim *p, dnnl_status_t *st) {
+  pthread_mutex_lock(&c->lock);
+  CpuDnnlExec *x = p->idle;
+  if (x) p->idle = x->next;
+  pthread_mutex_unlock(&c->lock);
+  *st = dnnl_success;
+  if (x) return x;
+  if (!(x = cpu_host->alloc(sizeof *x))) {
+    *st = dnnl_out_of_memory;
+    return NULL;
+  }
+  memset(x, 0, sizeof *x);
+  for (int i = 0; i < p->num_args && *st == dnnl_success; i++) {
+    if (p->args[i].reorder)
+      *st = dnnl_memory_create(&x->user[i], &p->args[i].user, c->engine, DNNL_MEMORY_NONE);
+    if (*st == dnnl_success)
+      *st = dnnl_memory_create(&x->prim[i], &p->args[i].md, c->engine, DNNL_MEMORY_NONE);
+  }
+  if (*st == dnnl_success && p->scratch_bytes) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {(dnnl_dim_t)p->scratch_bytes};
+    if (!(x->scratch_mem = cpu_host->alloc(p->scratch_bytes + 64)))
+      *st = dnnl_out_of_memory;
+    else if (!(*st = dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a)))
+      *st = dnnl_memory_create(&x->scratch, &md, c->engine,
+                               (void *)(((uintptr_t)x->scratch_mem + 63) & ~(uintptr_t)63));
+  }
+  if (*st != dnnl_success) {
+    exec_free(x);
+    return NULL;
+  }
+  return x;
+}
 
-static dnnl_status_t mem(Mems *ms, const dnnl_memory_desc_t *md, dnnl_engine_t eng, void *data,
-                         dnnl_memory_t *out) {
-  dnnl_status_t st = dnnl_memory_create(out, md, eng, data);
-  if (st == dnnl_success) ms->m[ms->n++] = *out;
-  return st;
+static void exec_release(CpuDnnlCache *c, CpuDnnlPrim *p, CpuDnnlExec *x) {
+  pthread_mutex_lock(&c->lock);
+  x->next = p->idle;
+  p->idle = x;
+  pthread_mutex_unlock(&c->lock);
 }
 
 static dnnl_status_t reorder(dnnl_primitive_t p, dnnl_stream_t stream, dnnl_memory_t from,
@@ -442,7 +500,7 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
   floe_code rc = prim_acquire(c, ctx, lock, key, build, build_arg, &p);
   if (rc != FLOE_OK) return rc;
   /* Buffers in the primitive's layouts: the tensors themselves where no reorder is needed. */
-  void *bufs[CPU_DNNL_MAX_ARGS], *scratch_buf = NULL;
+  void *bufs[CPU_DNNL_MAX_ARGS];
   void *kept = p->keep ? keep_lookup(c, p->keep, data[p->kept]) : NULL;
   for (int i = 0; i < p->num_args; i++) {
     bufs[i] = data[i];
@@ -453,59 +511,53 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
                  FLOE_OK)
       goto err_release_prim;
   }
-  if (p->scratch_bytes &&
-      (rc = ctx_temp(ctx, lock, p->scratch_bytes, &scratch_buf)) != FLOE_OK)
-    goto err_release_prim;
 
   dnnl_status_t st;
-  dnnl_stream_t stream = stream_acquire(c, &st);
-  if (st != dnnl_success) {
-    rc = fail_locked(ctx, lock, st, "stream");
+  const char *what = "execution context";
+  CpuDnnlExec *x = exec_acquire(c, p, &st);
+  if (!x) {
+    rc = fail_locked(ctx, lock, st, what);
     goto err_release_prim;
   }
-  Mems ms = {.n = 0};
-  dnnl_memory_t user[CPU_DNNL_MAX_ARGS] = {NULL}, prim[CPU_DNNL_MAX_ARGS] = {NULL}, scratch = NULL;
+  what = "stream";
+  dnnl_stream_t stream = stream_acquire(c, &st);
+  if (st != dnnl_success) goto err_release_exec;
   dnnl_exec_arg_t args[CPU_DNNL_MAX_ARGS + 1];
-  const char *what = "memory";
+  what = "memory";
   for (int i = 0; i < p->num_args; i++) {
-    if (p->args[i].reorder && (st = mem(&ms, &p->args[i].user, c->engine, data[i], &user[i])))
-      goto err_free_mems;
-    if ((st = mem(&ms, &p->args[i].md, c->engine, bufs[i], &prim[i]))) goto err_free_mems;
-    args[i] = (dnnl_exec_arg_t){p->args[i].arg, prim[i]};
+    if (p->args[i].reorder && (st = dnnl_memory_set_data_handle(x->user[i], data[i])))
+      goto err_release_stream;
+    if ((st = dnnl_memory_set_data_handle(x->prim[i], bufs[i]))) goto err_release_stream;
+    args[i] = (dnnl_exec_arg_t){p->args[i].arg, x->prim[i]};
   }
-  if (scratch_buf) {
-    dnnl_memory_desc_t md;
-    dnnl_dims_t dims = {(dnnl_dim_t)p->scratch_bytes};
-    if ((st = dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a)) ||
-        (st = mem(&ms, &md, c->engine, scratch_buf, &scratch)))
-      goto err_free_mems;
-    args[p->num_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch};
-  }
+  if (x->scratch) args[p->num_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, x->scratch};
 
   what = "reorder";
   for (int i = 0; i < p->num_args; i++) {
     const CpuDnnlArg *a = &p->args[i];
     dnnl_primitive_t in = a->output ? a->reorder_in : a->reorder;
-    if (in && !(i == p->kept && kept) && (st = reorder(in, stream, user[i], prim[i], scratch)))
-      goto err_free_mems;
+    if (in && !(i == p->kept && kept) &&
+        (st = reorder(in, stream, x->user[i], x->prim[i], x->scratch)))
+      goto err_release_stream;
   }
   what = op;
-  if ((st = dnnl_primitive_execute(p->op, stream, p->num_args + (scratch ? 1 : 0), args)))
-    goto err_free_mems;
+  if ((st = dnnl_primitive_execute(p->op, stream, p->num_args + (x->scratch ? 1 : 0), args)))
+    goto err_release_stream;
   what = "reorder";
   for (int i = 0; i < p->num_args; i++)
     if (p->args[i].output && p->args[i].reorder &&
-        (st = reorder(p->args[i].reorder, stream, prim[i], user[i], scratch)))
-      goto err_free_mems;
+        (st = reorder(p->args[i].reorder, stream, x->prim[i], x->user[i], x->scratch)))
+      goto err_release_stream;
   what = "stream wait";
   st = dnnl_stream_wait(stream);
   if (st == dnnl_success && p->keep && !kept)
     keep_store(c, p->keep, data[p->kept], bufs[p->kept]);
   else if (st == dnnl_success && kept) __atomic_store_n(&p->keep->misses, 0, __ATOMIC_RELAXED);
 
-err_free_mems:
-  for (int i = 0; i < ms.n; i++) dnnl_memory_destroy(ms.m[i]);
+err_release_stream:
   stream_release(c, stream);
+err_release_exec:
+  exec_release(c, p, x);
   if (st != dnnl_success) rc = fail_locked(ctx, lock, st, what);
 err_release_prim:
   if (kept) pthread_rwlock_unlock(&p->keep->lock);
