@@ -228,6 +228,7 @@ static const char *const not_differentiable[] = {
     "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "VarIsInitializedOp",
     "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam",
     "ResourceApplyRMSProp", "ResourceApplyAdagrad", "Save", "Restore",
+    "TfIdfVectorizer", /* integer items in, counts out */
 };
 
 floe_code floe__grads_init(FloeStatus *st) {
@@ -253,6 +254,7 @@ floe_code floe__grads_init(FloeStatus *st) {
       if (rc == FLOE_OK) rc = floe__grads_register_sendrecv(st);
       if (rc == FLOE_OK) rc = floe__grads_register_math2(st);
       if (rc == FLOE_OK) rc = floe__grads_register_resize(st);
+      if (rc == FLOE_OK) rc = floe__grads_register_conv(st);
     }
     std_done = rc == FLOE_OK;
   }

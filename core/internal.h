@@ -1095,6 +1095,8 @@ bool floe__resource_is_obj_handle(const FloeTensor *t);
 floe_code floe__grads_register_rnn(FloeStatus *st);
 /* grad_resize.c: the ops of ops_resize.def. */
 floe_code floe__grads_register_resize(FloeStatus *st);
+/* grad_conv.c: the N-d convolution and pooling ops (ops_conv.def, ops_convgrad.def). */
+floe_code floe__grads_register_conv(FloeStatus *st);
 /* rnn.c: whether the default runtime (floe_runtime_default) has a kernel for op, the
  * "used when present" test of the fused cells. */
 bool floe__lstm_kernel_present(const char *op);

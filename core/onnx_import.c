@@ -229,20 +229,24 @@ const char *ox_str(const Onnx__NodeProto *n, const char *name, const char *dflt,
   return buf;
 }
 
+/* An empty list points here, never NULL, so callers may memcpy zero values from it. */
+static const int64_t no_ints[1];
+static const float no_floats[1];
+
 int ox_ints(const Onnx__NodeProto *n, const char *name, const int64_t **v) {
   const Onnx__AttributeProto *a = ox_attr(n, name);
   *v = NULL;
   if (!a) return -1;
-  *v = a->ints;
-  return (int)a->n_ints;
+  *v = a->n_ints ? a->ints : no_ints;
+  return a->n_ints > INT32_MAX ? INT32_MAX : (int)a->n_ints;
 }
 
 int ox_floats(const Onnx__NodeProto *n, const char *name, const float **v) {
   const Onnx__AttributeProto *a = ox_attr(n, name);
   *v = NULL;
   if (!a) return -1;
-  *v = a->floats;
-  return (int)a->n_floats;
+  *v = a->n_floats ? a->floats : no_floats;
+  return a->n_floats > INT32_MAX ? INT32_MAX : (int)a->n_floats;
 }
 
 FloeNodeBuilder *ox_begin(OxCtx *c, const char *op) {
@@ -457,6 +461,15 @@ floe_code ox_axis(OxCtx *c, int64_t axis, int rank, const char *what, int *out) 
 
 int ox_present(FloeOutput x) { return x.node != NULL; }
 
+floe_code ox_need(OxCtx *c, const FloeOutput *in, int nin, int min) {
+  if (nin < min)
+    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
+  for (int i = 0; i < min; i++)
+    if (!ox_present(in[i]))
+      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
+  return FLOE_OK;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* The driver */
 
@@ -472,6 +485,7 @@ static const OxOp *const op_tables[] = {
     floe__onnx_ops_math2,
     floe__onnx_ops_index,
     floe__onnx_ops_resize,
+    floe__onnx_ops_text,
 };
 
 static const char *domain_of(const Onnx__NodeProto *n) {

@@ -69,6 +69,16 @@ struct OxCtx {
   int depth;      /* subgraphs being imported around the current node */
 };
 
+/* A mapper's definition, and the statement that silences the arguments it does not use. */
+#define OX_MAP(fn)                                                                             \
+  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
+                      FloeOutput *out, int nout)
+#define OX_UNUSED (void)n, (void)in, (void)nin, (void)out, (void)nout
+
+/* FLOE_OK when the node has at least `min` inputs and the first `min` are given; else an
+ * error naming the node. */
+floe_code ox_need(OxCtx *c, const FloeOutput *in, int nin, int min);
+
 /* Error naming the current node, op and opset; returns code. */
 floe_code ox_fail(OxCtx *c, floe_code code, const char *fmt, ...) FLOE__PRINTF(3, 4);
 
@@ -183,5 +193,6 @@ extern const OxOp floe__onnx_ops_index[];
 floe_code floe__onnx_map_einsum(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in,
                                 int nin, FloeOutput *out, int nout);
 extern const OxOp floe__onnx_ops_resize[]; /* onnx_ops_resize.c */
+extern const OxOp floe__onnx_ops_text[];   /* onnx_ops_text.c: TfIdfVectorizer */
 
 #endif

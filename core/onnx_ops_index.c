@@ -6,20 +6,6 @@
 
 #include "onnx_internal.h"
 
-#define MAP(fn)                                                                                \
-  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
-                      FloeOutput *out, int nout)
-#define UNUSED_ARGS (void)n, (void)in, (void)nin, (void)out, (void)nout
-
-static floe_code need(OxCtx *c, const FloeOutput *in, int nin, int min) {
-  if (nin < min)
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
-  for (int i = 0; i < min; i++)
-    if (!ox_present(in[i]))
-      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
-  return FLOE_OK;
-}
-
 static int present(const FloeOutput *in, int nin, int i) { return i < nin && ox_present(in[i]); }
 
 static FloeOutput reshape(OxCtx *c, FloeOutput x, const int64_t *dims, int r) {
@@ -44,7 +30,7 @@ static const char *reduction(OxCtx *c, const Onnx__NodeProto *n, char *buf, size
 /* Op `op` on (x, indices[, updates]) with an axis in [-rank, rank) made non-negative. */
 static floe_code by_axis(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
                          FloeOutput *out, const char *op, int with_reduction) {
-  floe_code rc = need(c, in, nin, with_reduction ? 3 : 2);
+  floe_code rc = ox_need(c, in, nin, with_reduction ? 3 : 2);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the data"), axis;
   if (r < 0) return floe_status_code(c->st);
@@ -62,20 +48,20 @@ static floe_code by_axis(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *i
   return FLOE_OK;
 }
 
-MAP(map_gather_elements) {
-  UNUSED_ARGS;
+OX_MAP(map_gather_elements) {
+  OX_UNUSED;
   return by_axis(c, n, in, nin, out, "GatherElements", 0);
 }
 
 /* Scatter (opsets 9-10) is ScatterElements without a reduction. */
-MAP(map_scatter_elements) {
-  UNUSED_ARGS;
+OX_MAP(map_scatter_elements) {
+  OX_UNUSED;
   return by_axis(c, n, in, nin, out, "ScatterElements", 1);
 }
 
-MAP(map_gather_nd) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_gather_nd) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeNodeBuilder *b = ox_begin(c, "GatherND");
   floe_node_add_input(b, in[0]);
@@ -85,9 +71,9 @@ MAP(map_gather_nd) {
   return FLOE_OK;
 }
 
-MAP(map_scatter_nd) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 3);
+OX_MAP(map_scatter_nd) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 3);
   if (rc != FLOE_OK) return rc;
   char buf[16];
   const char *red = reduction(c, n, buf, sizeof buf);
@@ -109,18 +95,18 @@ static FloeOutput trilu(OxCtx *c, FloeOutput x, FloeOutput k, int upper) {
   return ox_finish(c, b);
 }
 
-MAP(map_trilu) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_trilu) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeOutput k = present(in, nin, 1) ? scalar_i64(c, in[1]) : ox_scalar_i64(c, 0);
   out[0] = trilu(c, in[0], k, ox_int(n, "upper", 1) != 0);
   return FLOE_OK;
 }
 
-MAP(map_cumsum) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_cumsum) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeNodeBuilder *b = ox_begin(c, "Cumsum");
   floe_node_add_input(b, in[0]);
@@ -131,9 +117,9 @@ MAP(map_cumsum) {
   return FLOE_OK;
 }
 
-MAP(map_range) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 3);
+OX_MAP(map_range) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 3);
   if (rc != FLOE_OK) return rc;
   FloeNodeBuilder *b = ox_begin(c, "Range");
   for (int i = 0; i < 3; i++) floe_node_add_input(b, in[i]);
@@ -155,9 +141,9 @@ static FloeOutput dims_of(OxCtx *c, FloeOutput x) {
 }
 
 /* EyeLike: ones on the k-th diagonal, as triu(ones, k) != triu(ones, k + 1). */
-MAP(map_eye_like) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_eye_like) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
@@ -182,9 +168,9 @@ MAP(map_eye_like) {
   return FLOE_OK;
 }
 
-MAP(map_reverse_sequence) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_reverse_sequence) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input"), bd, td;
   if (r < 0) return floe_status_code(c->st);
@@ -203,9 +189,9 @@ MAP(map_reverse_sequence) {
 
 /* --- value-dependent sizes --- */
 
-MAP(map_non_zero) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_non_zero) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   out[0] = ox_unary(c, "NonZero", in[0]);
   return FLOE_OK;
@@ -213,9 +199,9 @@ MAP(map_non_zero) {
 
 /* Compress: the positions where condition holds, gathered along axis (of the flattened input
  * without one). */
-MAP(map_compress) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_compress) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   int64_t flat = -1;
   FloeOutput x = in[0];
@@ -236,9 +222,9 @@ MAP(map_compress) {
   return FLOE_OK;
 }
 
-MAP(map_top_k) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, c->opset < 10 ? 1 : 2);
+OX_MAP(map_top_k) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, c->opset < 10 ? 1 : 2);
   if (rc != FLOE_OK) return rc;
   FloeOutput k = c->opset < 10 ? ox_scalar_i64(c, ox_int(n, "k", -1)) : scalar_i64(c, in[1]);
   if (c->opset < 10 && !ox_attr(n, "k"))
@@ -254,9 +240,9 @@ MAP(map_top_k) {
   return ox_check(c);
 }
 
-MAP(map_unique) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_unique) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeOutput x = in[0];
   int axis = 0;
@@ -279,9 +265,9 @@ MAP(map_unique) {
 
 /* OneHot: indices (any numeric type, negative ones counted from depth) through Floe's
  * OneHot, whose out-of-range indices give all-off rows as ONNX's do. */
-MAP(map_one_hot) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 3);
+OX_MAP(map_one_hot) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 3);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the indices");
   if (r < 0) return floe_status_code(c->st);
@@ -344,7 +330,7 @@ static FloeOutput shuffle(OxCtx *c, FloeOutput x, FloeOutput s6, const int64_t *
 
 static floe_code space_depth(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
                              FloeOutput *out, int to_space) {
-  floe_code rc = need(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
@@ -383,12 +369,12 @@ static floe_code space_depth(OxCtx *c, const Onnx__NodeProto *n, const FloeOutpu
   return ox_check(c);
 }
 
-MAP(map_depth_to_space) {
+OX_MAP(map_depth_to_space) {
   (void)nout;
   return space_depth(c, n, in, nin, out, 1);
 }
 
-MAP(map_space_to_depth) {
+OX_MAP(map_space_to_depth) {
   (void)nout;
   return space_depth(c, n, in, nin, out, 0);
 }

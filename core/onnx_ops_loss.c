@@ -8,10 +8,6 @@
 
 #include "onnx_internal.h"
 
-#define MAP(fn)                                                                                \
-  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
-                      FloeOutput *out, int nout)
-
 static FloeOutput select3(OxCtx *c, FloeOutput cond, FloeOutput t, FloeOutput e) {
   FloeNodeBuilder *b = ox_begin(c, "Select");
   floe_node_add_input(b, cond);
@@ -102,14 +98,14 @@ static floe_code nll(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, FloeOutpu
   return FLOE_OK;
 }
 
-MAP(map_nll) {
+OX_MAP(map_nll) {
   (void)nout;
   if (nin < 2 || !ox_present(in[0]) || !ox_present(in[1]))
     return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs the input and the target");
   return nll(c, n, in[0], in[1], nin > 2 ? in[2] : (FloeOutput){NULL, 0}, &out[0]);
 }
 
-MAP(map_softmax_xent) {
+OX_MAP(map_softmax_xent) {
   if (nin < 2 || !ox_present(in[0]) || !ox_present(in[1]))
     return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs the scores and the labels");
   if (ox_shape(in[0]).rank < 2)

@@ -5,20 +5,6 @@
 
 #include "onnx_internal.h"
 
-#define MAP(fn)                                                                                \
-  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
-                      FloeOutput *out, int nout)
-#define UNUSED_ARGS (void)n, (void)in, (void)nin, (void)out, (void)nout
-
-static floe_code need_inputs(OxCtx *c, const FloeOutput *in, int nin, int min) {
-  if (nin < min)
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
-  for (int i = 0; i < min; i++)
-    if (!ox_present(in[i]))
-      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
-  return FLOE_OK;
-}
-
 /* Opset < 7 binary ops broadcast y against x only with broadcast = 1, aligning y's dims at
  * `axis` (default: the trailing dims); reshape y to x's rank so NumPy rules do the same. */
 static FloeOutput legacy_broadcast(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x,
@@ -40,14 +26,14 @@ static FloeOutput legacy_broadcast(OxCtx *c, const Onnx__NodeProto *n, FloeOutpu
 
 static floe_code binary(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
                         FloeOutput *out, const char *op) {
-  floe_code rc = need_inputs(c, in, nin, 2);
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   out[0] = ox_binary(c, op, in[0], legacy_broadcast(c, n, in[0], in[1]));
   return FLOE_OK;
 }
 
 #define BINARY(fn, op) \
-  MAP(fn) {            \
+  OX_MAP(fn) {            \
     (void)nout;        \
     return binary(c, n, in, nin, out, op); \
   }
@@ -64,9 +50,9 @@ BINARY(map_and, "LogicalAnd")
 BINARY(map_or, "LogicalOr")
 BINARY(map_xor, "NotEqual")
 
-MAP(map_pow) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 2);
+OX_MAP(map_pow) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   /* Since opset 12 the exponent may have another type than the base. */
   FloeOutput y = ox_cast(c, legacy_broadcast(c, n, in[0], in[1]), ox_dtype(in[0]));
@@ -77,7 +63,7 @@ MAP(map_pow) {
 /* Max / Min / Sum / Mean of one or more inputs, broadcasting. */
 static floe_code variadic(OxCtx *c, const FloeOutput *in, int nin, FloeOutput *out,
                           const char *op, int mean) {
-  floe_code rc = need_inputs(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeOutput acc = in[0];
   for (int i = 1; i < nin; i++) acc = ox_binary(c, op, acc, in[i]);
@@ -86,23 +72,23 @@ static floe_code variadic(OxCtx *c, const FloeOutput *in, int nin, FloeOutput *o
   out[0] = acc;
   return FLOE_OK;
 }
-MAP(map_max) { UNUSED_ARGS; return variadic(c, in, nin, out, "Maximum", 0); }
-MAP(map_min) { UNUSED_ARGS; return variadic(c, in, nin, out, "Minimum", 0); }
-MAP(map_sum) { UNUSED_ARGS; return variadic(c, in, nin, out, "Add", 0); }
-MAP(map_mean) { UNUSED_ARGS; return variadic(c, in, nin, out, "Add", 1); }
+OX_MAP(map_max) { OX_UNUSED; return variadic(c, in, nin, out, "Maximum", 0); }
+OX_MAP(map_min) { OX_UNUSED; return variadic(c, in, nin, out, "Minimum", 0); }
+OX_MAP(map_sum) { OX_UNUSED; return variadic(c, in, nin, out, "Add", 0); }
+OX_MAP(map_mean) { OX_UNUSED; return variadic(c, in, nin, out, "Add", 1); }
 
 /* --- unary --- */
 
 static floe_code unary(OxCtx *c, const FloeOutput *in, int nin, FloeOutput *out,
                        const char *op) {
-  floe_code rc = need_inputs(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   out[0] = ox_unary(c, op, in[0]);
   return FLOE_OK;
 }
 #define UNARY(fn, op) \
-  MAP(fn) {           \
-    UNUSED_ARGS;      \
+  OX_MAP(fn) {           \
+    OX_UNUSED;      \
     return unary(c, in, nin, out, op); \
   }
 UNARY(map_neg, "Neg")
@@ -121,9 +107,9 @@ UNARY(map_not, "LogicalNot")
 UNARY(map_softplus, "Softplus")
 UNARY(map_identity, "Identity")
 
-MAP(map_reciprocal) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_reciprocal) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   out[0] = ox_binary(c, "Div", ox_scalar(c, ox_dtype(in[0]), 1.0), in[0]);
   return FLOE_OK;
@@ -136,23 +122,23 @@ static FloeOutput with_alpha(OxCtx *c, const char *op, FloeOutput x, float alpha
   return ox_finish(c, b);
 }
 
-MAP(map_leaky_relu) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_leaky_relu) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc == FLOE_OK) out[0] = with_alpha(c, "LeakyRelu", in[0], ox_float(n, "alpha", 0.01f));
   return rc;
 }
 
-MAP(map_elu) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_elu) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc == FLOE_OK) out[0] = with_alpha(c, "Elu", in[0], ox_float(n, "alpha", 1.0f));
   return rc;
 }
 
-MAP(map_selu) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_selu) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   float alpha = ox_float(n, "alpha", 1.67326319217681884765625f);
   float gamma = ox_float(n, "gamma", 1.05070102214813232421875f);
@@ -161,9 +147,9 @@ MAP(map_selu) {
   return FLOE_OK;
 }
 
-MAP(map_celu) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_celu) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   /* celu(x) = alpha * elu(x / alpha) */
   float alpha = ox_float(n, "alpha", 1.0f);
@@ -182,25 +168,25 @@ static FloeOutput hard_sigmoid(OxCtx *c, FloeOutput x, float alpha, float beta) 
   return ox_binary(c, "Maximum", y, ox_scalar(c, dt, 0.0));
 }
 
-MAP(map_hard_sigmoid) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_hard_sigmoid) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc == FLOE_OK)
     out[0] = hard_sigmoid(c, in[0], ox_float(n, "alpha", 0.2f), ox_float(n, "beta", 0.5f));
   return rc;
 }
 
-MAP(map_hard_swish) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_hard_swish) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc == FLOE_OK)
     out[0] = ox_binary(c, "Mul", in[0], hard_sigmoid(c, in[0], 1.0f / 6.0f, 0.5f));
   return rc;
 }
 
-MAP(map_softsign) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_softsign) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeOutput d =
       ox_binary(c, "Add", ox_unary(c, "Abs", in[0]), ox_scalar(c, ox_dtype(in[0]), 1.0));
@@ -208,9 +194,9 @@ MAP(map_softsign) {
   return FLOE_OK;
 }
 
-MAP(map_thresholded_relu) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_thresholded_relu) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeDType dt = ox_dtype(in[0]);
   FloeOutput keep = ox_binary(c, "Greater", in[0], ox_scalar(c, dt, ox_float(n, "alpha", 1.0f)));
@@ -222,9 +208,9 @@ MAP(map_thresholded_relu) {
   return FLOE_OK;
 }
 
-MAP(map_shrink) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_shrink) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   /* x < -lambd: x + bias; x > lambd: x - bias; else 0 */
   FloeDType dt = ox_dtype(in[0]);
@@ -245,9 +231,9 @@ MAP(map_shrink) {
   return FLOE_OK;
 }
 
-MAP(map_prelu) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 2);
+OX_MAP(map_prelu) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   /* x < 0 ? slope * x : x, slope broadcast to x */
   FloeOutput slope = in[1];
@@ -268,9 +254,9 @@ MAP(map_prelu) {
   return FLOE_OK;
 }
 
-MAP(map_clip) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_clip) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeDType dt = ox_dtype(in[0]);
   FloeOutput lo = {NULL, 0}, hi = {NULL, 0}, y = in[0];
@@ -287,9 +273,9 @@ MAP(map_clip) {
   return FLOE_OK;
 }
 
-MAP(map_where) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 3);
+OX_MAP(map_where) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 3);
   if (rc != FLOE_OK) return rc;
   FloeNodeBuilder *b = ox_begin(c, "Select");
   floe_node_add_input(b, in[0]);
@@ -299,9 +285,9 @@ MAP(map_where) {
   return FLOE_OK;
 }
 
-MAP(map_cast) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_cast) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   const Onnx__AttributeProto *to = ox_attr(n, "to");
   if (!to || !to->has_i) return ox_fail(c, FLOE_INVALID_ARGUMENT, "attribute 'to' is required");
@@ -314,9 +300,9 @@ MAP(map_cast) {
   return FLOE_OK;
 }
 
-MAP(map_cast_like) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 2);
+OX_MAP(map_cast_like) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeOutput y = ox_cast(c, in[0], ox_dtype(in[1]));
   out[0] = y.node == in[0].node && y.index == in[0].index ? ox_identity(c, y) : y;
@@ -395,17 +381,17 @@ static FloeOutput matmul(OxCtx *c, FloeOutput a, FloeOutput b) {
   return y;
 }
 
-MAP(map_matmul) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 2);
+OX_MAP(map_matmul) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   out[0] = matmul(c, in[0], in[1]);
   return out[0].node ? FLOE_OK : floe_status_code(c->st);
 }
 
-MAP(map_gemm) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 2);
+OX_MAP(map_gemm) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeDType dt = ox_dtype(in[0]);
   float alpha = ox_float(n, "alpha", 1.0f), beta = ox_float(n, "beta", 1.0f);
@@ -438,7 +424,7 @@ typedef enum RedKind { RED_PLAIN, RED_L1, RED_L2, RED_LOG_SUM, RED_LOG_SUM_EXP, 
 
 static floe_code reduce(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
                         FloeOutput *out, const char *op, RedKind kind) {
-  floe_code rc = need_inputs(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   int keep = ox_int(n, "keepdims", 1) != 0;
   FloeOutput x = in[0], axes = {NULL, 0};
@@ -518,7 +504,7 @@ static floe_code reduce(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in
 }
 
 #define REDUCE(fn, op, kind) \
-  MAP(fn) {                  \
+  OX_MAP(fn) {                  \
     (void)nout;              \
     return reduce(c, n, in, nin, out, op, kind); \
   }
@@ -535,7 +521,7 @@ REDUCE(map_reduce_sum_square, "Sum", RED_SUM_SQUARE)
 
 static floe_code arg_reduce(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
                             FloeOutput *out, const char *op) {
-  floe_code rc = need_inputs(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeShape xs = ox_shape(in[0]);
   if (xs.rank < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
@@ -573,8 +559,8 @@ static floe_code arg_reduce(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput
   out[0] = y;
   return FLOE_OK;
 }
-MAP(map_argmax) { (void)nout; return arg_reduce(c, n, in, nin, out, "ArgMax"); }
-MAP(map_argmin) { (void)nout; return arg_reduce(c, n, in, nin, out, "ArgMin"); }
+OX_MAP(map_argmax) { (void)nout; return arg_reduce(c, n, in, nin, out, "ArgMax"); }
+OX_MAP(map_argmin) { (void)nout; return arg_reduce(c, n, in, nin, out, "ArgMin"); }
 
 /* --- softmax family --- */
 
@@ -603,7 +589,7 @@ static FloeOutput softmax_last(OxCtx *c, FloeOutput x, int axis, SmKind kind) {
 
 static floe_code softmax(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
                          FloeOutput *out, SmKind kind) {
-  floe_code rc = need_inputs(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeShape s = ox_shape(in[0]);
   if (s.rank < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
@@ -633,9 +619,9 @@ static floe_code softmax(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *i
   out[0] = ox_binary(c, "Reshape", y2, ox_const_i64(c, s.dims, s.rank));
   return FLOE_OK;
 }
-MAP(map_softmax) { (void)nout; return softmax(c, n, in, nin, out, SM_SOFTMAX); }
-MAP(map_log_softmax) { (void)nout; return softmax(c, n, in, nin, out, SM_LOG_SOFTMAX); }
-MAP(map_hardmax) { (void)nout; return softmax(c, n, in, nin, out, SM_HARDMAX); }
+OX_MAP(map_softmax) { (void)nout; return softmax(c, n, in, nin, out, SM_SOFTMAX); }
+OX_MAP(map_log_softmax) { (void)nout; return softmax(c, n, in, nin, out, SM_LOG_SOFTMAX); }
+OX_MAP(map_hardmax) { (void)nout; return softmax(c, n, in, nin, out, SM_HARDMAX); }
 
 const OxOp floe__onnx_ops_math[] = {
     {"", "Add", map_add},

@@ -5,35 +5,20 @@
 
 #include "onnx_internal.h"
 
-#define MAP(fn)                                                                                \
-  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
-                      FloeOutput *out, int nout)
-#define UNUSED_ARGS (void)n, (void)in, (void)nin, (void)out, (void)nout
-
 /* ONNX's TensorProto.DataType FLOAT, the default output_datatype of the signal ops. */
 #define ONNX_FLOAT 1
-
-static floe_code need_inputs(OxCtx *c, const FloeOutput *in, int nin, int min) {
-  if (nin < min)
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
-  for (int i = 0; i < min; i++)
-    if (!ox_present(in[i]))
-      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
-  return FLOE_OK;
-}
-
 
 /* --- elementwise --- */
 
 static floe_code unary(OxCtx *c, const FloeOutput *in, int nin, FloeOutput *out,
                        const char *op) {
-  floe_code rc = need_inputs(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc == FLOE_OK) out[0] = ox_unary(c, op, in[0]);
   return rc;
 }
 #define UNARY(fn, op) \
-  MAP(fn) {           \
-    UNUSED_ARGS;      \
+  OX_MAP(fn) {           \
+    OX_UNUSED;      \
     return unary(c, in, nin, out, op); \
   }
 UNARY(map_ceil, "Ceil")
@@ -50,9 +35,9 @@ UNARY(map_acosh, "Acosh")
 UNARY(map_atanh, "Atanh")
 UNARY(map_isnan, "IsNan")
 
-MAP(map_isinf) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_isinf) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeNodeBuilder *b = ox_begin(c, "IsInf");
   floe_node_add_input(b, in[0]);
@@ -62,9 +47,9 @@ MAP(map_isinf) {
   return FLOE_OK;
 }
 
-MAP(map_mod) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 2);
+OX_MAP(map_mod) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   int64_t fmod = ox_int(n, "fmod", 0);
   if (fmod != 0 && fmod != 1)
@@ -76,9 +61,9 @@ MAP(map_mod) {
   return FLOE_OK;
 }
 
-MAP(map_bitshift) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 2);
+OX_MAP(map_bitshift) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   char buf[16];
   const char *dir = ox_str(n, "direction", NULL, buf, sizeof buf);
@@ -91,9 +76,9 @@ MAP(map_bitshift) {
 
 /* --- Det, MeanVarianceNormalization --- */
 
-MAP(map_det) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_det) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc == FLOE_OK) out[0] = ox_unary(c, "MatrixDeterminant", in[0]);
   return rc;
 }
@@ -108,9 +93,9 @@ static FloeOutput mean_keep(OxCtx *c, FloeOutput x, FloeOutput axes) {
 
 /* (x - mean) / (std + 1e-9) over `axes` (default [0, 2, 3]), as ONNX's function body
  * defines it. */
-MAP(map_mvn) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_mvn) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   static const int64_t dflt[3] = {0, 2, 3};
   const int64_t *av;
@@ -152,7 +137,7 @@ static int is_float(FloeDType dt) {
 static floe_code window(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
                         FloeOutput *out, const double *coef, int ncoef) {
   FloeDType dt;
-  floe_code rc = need_inputs(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK || (rc = out_dtype(c, n, &dt)) != FLOE_OK) return rc;
   FloeNodeBuilder *b = ox_begin(c, "CosineSumWindow");
   floe_node_add_input(b, in[0]);
@@ -164,17 +149,17 @@ static floe_code window(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in
   return FLOE_OK;
 }
 
-MAP(map_hann) {
+OX_MAP(map_hann) {
   (void)nout;
   static const double a[2] = {0.5, 0.5};
   return window(c, n, in, nin, out, a, 2);
 }
-MAP(map_hamming) {
+OX_MAP(map_hamming) {
   (void)nout;
   static const double a[2] = {25.0 / 46.0, 21.0 / 46.0};
   return window(c, n, in, nin, out, a, 2);
 }
-MAP(map_blackman) {
+OX_MAP(map_blackman) {
   (void)nout;
   static const double a[3] = {0.42, 0.5, 0.08};
   return window(c, n, in, nin, out, a, 3);
@@ -194,9 +179,9 @@ static FloeOutput dim_of(OxCtx *c, FloeOutput x, int axis) {
   return ox_finish(c, b);
 }
 
-MAP(map_dft) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 1);
+OX_MAP(map_dft) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
@@ -233,9 +218,9 @@ MAP(map_dft) {
   return FLOE_OK;
 }
 
-MAP(map_stft) {
-  UNUSED_ARGS;
-  floe_code rc = need_inputs(c, in, nin, 2);
+OX_MAP(map_stft) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeOutput window = nin > 2 ? in[2] : (FloeOutput){NULL, 0};
   FloeOutput flen = nin > 3 ? in[3] : (FloeOutput){NULL, 0};
@@ -264,10 +249,10 @@ MAP(map_stft) {
   return FLOE_OK;
 }
 
-MAP(map_mel) {
-  UNUSED_ARGS;
+OX_MAP(map_mel) {
+  OX_UNUSED;
   FloeDType dt;
-  floe_code rc = need_inputs(c, in, nin, 5);
+  floe_code rc = ox_need(c, in, nin, 5);
   if (rc != FLOE_OK || (rc = out_dtype(c, n, &dt)) != FLOE_OK) return rc;
   FloeNodeBuilder *b = ox_begin(c, "MelWeightMatrix");
   for (int i = 0; i < 5; i++) floe_node_add_input(b, in[i]);

@@ -7,20 +7,6 @@
 
 #include "onnx_internal.h"
 
-#define MAP(fn)                                                                                \
-  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
-                      FloeOutput *out, int nout)
-#define UNUSED_ARGS (void)n, (void)in, (void)nin, (void)out, (void)nout
-
-static floe_code need(OxCtx *c, const FloeOutput *in, int nin, int min) {
-  if (nin < min)
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
-  for (int i = 0; i < min; i++)
-    if (!ox_present(in[i]))
-      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
-  return FLOE_OK;
-}
-
 /* The spatial geometry of a conv or pool: kernel, strides, dilations and explicit pads
  * (begin, end) per spatial dim, auto_pad resolved against the input's spatial size. */
 typedef struct Geom {
@@ -179,9 +165,9 @@ floe_code floe__onnx_conv(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, Floe
   return ox_check(c);
 }
 
-MAP(map_conv) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_conv) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   FloeOutput y;
   if (rc != FLOE_OK || (rc = floe__onnx_conv(c, n, in[0], in[1], &y)) != FLOE_OK) return rc;
   if (nin > 2 && ox_present(in[2])) y = add_bias(c, y, in[2]);
@@ -191,9 +177,9 @@ MAP(map_conv) {
 
 /* ConvTranspose as Floe's ConvTranspose: pads from output_shape or auto_pad as ONNX's
  * reference computes them (floor division; a negative total adds zeros). */
-MAP(map_conv_transpose) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_conv_transpose) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeShape xs = ox_shape(in[0]), ws = ox_shape(in[1]);
   int r = conv_rank(c, xs, ws);
@@ -266,7 +252,7 @@ MAP(map_conv_transpose) {
 /* MaxPool (with Indices when its second output is used) and AveragePool as Floe's Pool. */
 static floe_code pool(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,
                       FloeOutput *out, int nout, int is_max) {
-  floe_code rc = need(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeShape xs = ox_shape(in[0]);
   if (xs.rank < 3 || xs.rank > 5)
@@ -301,15 +287,15 @@ static floe_code pool(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, 
   out[0] = ox_finish(c, b);
   return FLOE_OK;
 }
-MAP(map_max_pool) { return pool(c, n, in, nin, out, nout, 1); }
-MAP(map_average_pool) { return pool(c, n, in, nin, out, nout, 0); }
+OX_MAP(map_max_pool) { return pool(c, n, in, nin, out, nout, 1); }
+OX_MAP(map_average_pool) { return pool(c, n, in, nin, out, nout, 0); }
 
 /* MaxUnpool: X's values scattered into zeros at the flat positions I holds (MaxPool's
  * Indices, which count in the unpooled shape the attributes give), as GatherGrad over the
  * flattened unpooled tensor; a larger output_shape then pads each dim at its end. */
-MAP(map_max_unpool) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_max_unpool) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeShape xs = ox_shape(in[0]);
   const int64_t *ks;
@@ -352,7 +338,7 @@ MAP(map_max_unpool) {
 
 static floe_code global_pool(OxCtx *c, const FloeOutput *in, int nin, FloeOutput *out,
                              const char *op) {
-  floe_code rc = need(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
@@ -365,8 +351,8 @@ static floe_code global_pool(OxCtx *c, const FloeOutput *in, int nin, FloeOutput
   out[0] = ox_finish(c, b);
   return FLOE_OK;
 }
-MAP(map_global_average_pool) { UNUSED_ARGS; return global_pool(c, in, nin, out, "Mean"); }
-MAP(map_global_max_pool) { UNUSED_ARGS; return global_pool(c, in, nin, out, "Max"); }
+OX_MAP(map_global_average_pool) { OX_UNUSED; return global_pool(c, in, nin, out, "Mean"); }
+OX_MAP(map_global_max_pool) { OX_UNUSED; return global_pool(c, in, nin, out, "Max"); }
 
 /* A per-channel [C] vector shaped [C, 1, ...] to broadcast against an N,C,... tensor. */
 static FloeOutput per_channel(OxCtx *c, FloeOutput v, int rank) {
@@ -420,9 +406,9 @@ static floe_code batch_norm_training(OxCtx *c, const Onnx__NodeProto *n, const F
   return ox_check(c);
 }
 
-MAP(map_batch_norm) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 5);
+OX_MAP(map_batch_norm) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 5);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
@@ -441,9 +427,9 @@ MAP(map_batch_norm) {
   return FLOE_OK;
 }
 
-MAP(map_instance_norm) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 3);
+OX_MAP(map_instance_norm) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 3);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
@@ -469,9 +455,9 @@ MAP(map_instance_norm) {
   return FLOE_OK;
 }
 
-MAP(map_layer_norm) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_layer_norm) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
@@ -502,9 +488,9 @@ MAP(map_layer_norm) {
   return FLOE_OK;
 }
 
-MAP(map_lrn) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_lrn) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeShape xs = ox_shape(in[0]);
   if (xs.rank != 4) return ox_fail(c, FLOE_UNIMPLEMENTED, "LRN on rank %d (Floe runs rank 4)", xs.rank);

@@ -10,20 +10,6 @@
 
 #include "onnx_internal.h"
 
-#define MAP(fn)                                                                                \
-  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
-                      FloeOutput *out, int nout)
-#define UNUSED_ARGS (void)n, (void)in, (void)nin, (void)out, (void)nout
-
-static floe_code need(OxCtx *c, const FloeOutput *in, int nin, int min) {
-  if (nin < min)
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
-  for (int i = 0; i < min; i++)
-    if (!ox_present(in[i]))
-      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
-  return FLOE_OK;
-}
-
 static int given(const FloeOutput *in, int nin, int i) { return nin > i && ox_present(in[i]); }
 
 static FloeOutput clamp(OxCtx *c, FloeOutput v, double lo, double hi) {
@@ -77,9 +63,9 @@ static floe_code quant_axis(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, Fl
   return ox_axis(c, ox_int(n, "axis", 1), *r, "axis", axis);
 }
 
-MAP(map_dequantize_linear) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_dequantize_linear) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   int axis, r;
   if (rc != FLOE_OK || (rc = quant_axis(c, n, in[0], in[1], &axis, &r)) != FLOE_OK) return rc;
   FloeDType ft = ox_dtype(in[1]);
@@ -89,9 +75,9 @@ MAP(map_dequantize_linear) {
   return FLOE_OK;
 }
 
-MAP(map_quantize_linear) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_quantize_linear) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   int axis, r;
   if (rc != FLOE_OK || (rc = quant_axis(c, n, in[0], in[1], &axis, &r)) != FLOE_OK) return rc;
   FloeDType qt = given(in, nin, 2) ? ox_dtype(in[2]) : FLOE_U8;
@@ -115,9 +101,9 @@ static FloeOutput range_end(OxCtx *c, FloeOutput x, const char *op, const char *
   return ox_binary(c, with0, v, ox_scalar(c, ox_dtype(x), 0));
 }
 
-MAP(map_dynamic_quantize_linear) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_dynamic_quantize_linear) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeOutput x = in[0];
   FloeDType ft = ox_dtype(x);
@@ -158,9 +144,9 @@ static floe_code int_matmul(OxCtx *c, FloeOutput a, FloeOutput b, const FloeOutp
   return ox_check(c);
 }
 
-MAP(map_matmul_integer) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_matmul_integer) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   FloeOutput p;
   if (rc != FLOE_OK || (rc = int_matmul(c, in[0], in[1], in, nin, 2, 3, &p)) != FLOE_OK) return rc;
   out[0] = ox_cast(c, p, FLOE_I32);
@@ -175,9 +161,9 @@ static FloeOutput out_scale(OxCtx *c, FloeOutput as, FloeOutput bs, FloeOutput y
   return ox_cast(c, m, FLOE_F64);
 }
 
-MAP(map_qlinear_matmul) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 8);
+OX_MAP(map_qlinear_matmul) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 8);
   if (rc != FLOE_OK) return rc;
   /* a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp */
   FloeOutput p;
@@ -201,9 +187,9 @@ static floe_code int_conv(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, Floe
                          centred(c, w, in, nin, wzi, 0, rw), y);
 }
 
-MAP(map_conv_integer) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_conv_integer) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   FloeOutput y;
   if (rc != FLOE_OK || (rc = int_conv(c, n, in[0], in[1], in, nin, 2, 3, &y)) != FLOE_OK)
     return rc;
@@ -211,9 +197,9 @@ MAP(map_conv_integer) {
   return FLOE_OK;
 }
 
-MAP(map_qlinear_conv) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 8);
+OX_MAP(map_qlinear_conv) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 8);
   if (rc != FLOE_OK) return rc;
   /* x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B (int32, optional) */
   FloeOutput y;

@@ -9,19 +9,6 @@
 
 #include "onnx_internal.h"
 
-#define MAP(fn)                                                                                \
-  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
-                      FloeOutput *out, int nout)
-
-static floe_code need(OxCtx *c, const FloeOutput *in, int nin, int min) {
-  if (nin < min)
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
-  for (int i = 0; i < min; i++)
-    if (!ox_present(in[i]))
-      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
-  return FLOE_OK;
-}
-
 /* An empty 1-D tensor of dtype dt: the Floe op's "absent". */
 static FloeOutput empty(OxCtx *c, FloeDType dt) {
   int64_t zero = 0;
@@ -90,12 +77,12 @@ static floe_code resize_scales_only(OxCtx *c, const Onnx__NodeProto *n, FloeOutp
   return FLOE_OK;
 }
 
-MAP(map_resize) {
+OX_MAP(map_resize) {
   (void)nout;
-  floe_code rc = need(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   if (c->opset < 11) {
-    if ((rc = need(c, in, nin, 2)) != FLOE_OK) return rc;
+    if ((rc = ox_need(c, in, nin, 2)) != FLOE_OK) return rc;
     return resize_scales_only(c, n, in[0], in[1], out);
   }
   const int64_t *axes;
@@ -121,12 +108,12 @@ MAP(map_resize) {
   return FLOE_OK;
 }
 
-MAP(map_upsample) {
+OX_MAP(map_upsample) {
   (void)nout;
-  floe_code rc = need(c, in, nin, 1);
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   if (c->opset >= 9) {
-    if ((rc = need(c, in, nin, 2)) != FLOE_OK) return rc;
+    if ((rc = ox_need(c, in, nin, 2)) != FLOE_OK) return rc;
     return resize_scales_only(c, n, in[0], in[1], out);
   }
   const float *s;
@@ -141,9 +128,9 @@ MAP(map_upsample) {
 /* ------------------------------------------------------------------------------------ */
 /* GridSample, RoiAlign, NonMaxSuppression. */
 
-MAP(map_grid_sample) {
+OX_MAP(map_grid_sample) {
   (void)nout;
-  floe_code rc = need(c, in, nin, 2);
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeShape xs = ox_shape(in[0]);
   if (xs.rank >= 0 && xs.rank != 4)
@@ -167,9 +154,9 @@ MAP(map_grid_sample) {
   return FLOE_OK;
 }
 
-MAP(map_roi_align) {
+OX_MAP(map_roi_align) {
   (void)nout;
-  floe_code rc = need(c, in, nin, 3);
+  floe_code rc = ox_need(c, in, nin, 3);
   if (rc != FLOE_OK) return rc;
   static const char *const roi_modes[] = {"avg", "max"};
   static const char *const roi_ctms[] = {"half_pixel", "output_half_pixel"};
@@ -194,9 +181,9 @@ MAP(map_roi_align) {
   return FLOE_OK;
 }
 
-MAP(map_nms) {
+OX_MAP(map_nms) {
   (void)nout;
-  floe_code rc = need(c, in, nin, 2);
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   int64_t center = ox_int(n, "center_point_box", 0);
   if (center != 0 && center != 1)
@@ -276,7 +263,7 @@ static floe_code recurrent(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput 
                            FloeOutput *out, int nout, int kind) {
   static const char *const ops[] = {"RNN", "GRU", "LSTM"};
   static const char *const dirs[] = {"forward", "reverse", "bidirectional"};
-  floe_code rc = need(c, in, nin, 3);
+  floe_code rc = ox_need(c, in, nin, 3);
   if (rc != FLOE_OK) return rc;
   char dir[32];
   if ((rc = choice(c, n, "direction", "forward", dirs, 3, dir, sizeof dir)) != FLOE_OK) return rc;
@@ -329,9 +316,9 @@ static floe_code recurrent(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput 
   return FLOE_OK;
 }
 
-MAP(map_rnn) { return recurrent(c, n, in, nin, out, nout, R_RNN); }
-MAP(map_gru) { return recurrent(c, n, in, nin, out, nout, R_GRU); }
-MAP(map_lstm) { return recurrent(c, n, in, nin, out, nout, R_LSTM); }
+OX_MAP(map_rnn) { return recurrent(c, n, in, nin, out, nout, R_RNN); }
+OX_MAP(map_gru) { return recurrent(c, n, in, nin, out, nout, R_GRU); }
+OX_MAP(map_lstm) { return recurrent(c, n, in, nin, out, nout, R_LSTM); }
 
 const OxOp floe__onnx_ops_resize[] = {
     {"", "Resize", map_resize},

@@ -5,20 +5,6 @@
 
 #include "onnx_internal.h"
 
-#define MAP(fn)                                                                                \
-  static floe_code fn(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in, int nin,      \
-                      FloeOutput *out, int nout)
-#define UNUSED_ARGS (void)n, (void)in, (void)nin, (void)out, (void)nout
-
-static floe_code need(OxCtx *c, const FloeOutput *in, int nin, int min) {
-  if (nin < min)
-    return ox_fail(c, FLOE_INVALID_ARGUMENT, "needs at least %d inputs, has %d", min, nin);
-  for (int i = 0; i < min; i++)
-    if (!ox_present(in[i]))
-      return ox_fail(c, FLOE_INVALID_ARGUMENT, "input %d is required but empty", i);
-  return FLOE_OK;
-}
-
 /* Integer values from an attribute (older opsets) or a constant input (newer): the count,
  * -1 when neither is given, or -2 after failing because the input is not a constant. */
 static int attr_or_const(OxCtx *c, const Onnx__NodeProto *n, const char *attr, const FloeOutput *in,
@@ -74,8 +60,8 @@ static int fully_known(const FloeShape *s) {
 
 /* --- constants --- */
 
-MAP(map_constant) {
-  UNUSED_ARGS;
+OX_MAP(map_constant) {
+  OX_UNUSED;
   const Onnx__AttributeProto *a;
   FloeTensor *t = NULL;
   if ((a = ox_attr(n, "value")) && a->t) {
@@ -105,9 +91,9 @@ MAP(map_constant) {
   return FLOE_OK;
 }
 
-MAP(map_constant_of_shape) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_constant_of_shape) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   const Onnx__AttributeProto *a = ox_attr(n, "value");
   FloeTensor *v;
@@ -134,9 +120,9 @@ MAP(map_constant_of_shape) {
 
 /* --- shapes --- */
 
-MAP(map_shape) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_shape) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeShape s = ox_shape(in[0]);
   int64_t start = ox_int(n, "start", 0), end = ox_int(n, "end", INT64_MAX);
@@ -170,9 +156,9 @@ MAP(map_shape) {
   return FLOE_OK;
 }
 
-MAP(map_size) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_size) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeShape s = ox_shape(in[0]);
   if (fully_known(&s)) {
@@ -188,14 +174,14 @@ MAP(map_size) {
   return FLOE_OK;
 }
 
-MAP(map_reshape) {
-  UNUSED_ARGS;
+OX_MAP(map_reshape) {
+  OX_UNUSED;
   FloeOutput shape;
   FloeShape xs;
   int64_t v[FLOE_MAX_DIMS];
   int k;
   if (c->opset < 5) {
-    floe_code rc = need(c, in, nin, 1);
+    floe_code rc = ox_need(c, in, nin, 1);
     if (rc != FLOE_OK) return rc;
     const int64_t *av;
     k = ox_ints(n, "shape", &av);
@@ -203,7 +189,7 @@ MAP(map_reshape) {
       return ox_fail(c, FLOE_INVALID_ARGUMENT, "attribute 'shape' is missing or too long");
     memcpy(v, av, (size_t)k * sizeof *v);
   } else {
-    floe_code rc = need(c, in, nin, 2);
+    floe_code rc = ox_need(c, in, nin, 2);
     if (rc != FLOE_OK) return rc;
     k = ox_const_ints(in[1], v, FLOE_MAX_DIMS);
   }
@@ -228,6 +214,9 @@ MAP(map_reshape) {
         return ox_fail(c, FLOE_UNIMPLEMENTED,
                        "a computed shape of unknown length on an input of unknown rank");
       int64_t len = ss.dims[0];
+      if (len > FLOE_MAX_DIMS)
+        return ox_fail(c, FLOE_UNIMPLEMENTED, "a shape of %lld dims (Floe's limit is %d)",
+                       (long long)len, FLOE_MAX_DIMS);
       FloeNodeBuilder *b = ox_begin(c, "Shape");
       floe_node_add_input(b, in[0]);
       floe_node_set_attr_type(b, "out_type", FLOE_I64);
@@ -259,9 +248,9 @@ MAP(map_reshape) {
   return FLOE_OK;
 }
 
-MAP(map_flatten) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_flatten) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeShape s = ox_shape(in[0]);
   if (s.rank < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
@@ -286,9 +275,9 @@ MAP(map_flatten) {
   return FLOE_OK;
 }
 
-MAP(map_squeeze) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_squeeze) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   if (c->opset >= 13 && run_time_input(in, nin, 1)) {
     out[0] = with_axes_input(c, "SqueezeAxes", in[0], in[1]);
@@ -312,9 +301,9 @@ MAP(map_squeeze) {
   return FLOE_OK;
 }
 
-MAP(map_unsqueeze) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_unsqueeze) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   if (c->opset >= 13 && run_time_input(in, nin, 1)) {
     out[0] = with_axes_input(c, "UnsqueezeAxes", in[0], in[1]);
@@ -349,9 +338,9 @@ MAP(map_unsqueeze) {
   return FLOE_OK;
 }
 
-MAP(map_transpose) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_transpose) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
@@ -369,9 +358,9 @@ MAP(map_transpose) {
   return FLOE_OK;
 }
 
-MAP(map_concat) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_concat) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "input 0");
   if (r < 0) return floe_status_code(c->st);
@@ -421,9 +410,9 @@ static FloeOutput wrap_indices(OxCtx *c, FloeOutput idx, FloeOutput x, int axis)
   return ox_finish(c, b);
 }
 
-MAP(map_gather) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_gather) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the data");
   if (r < 0) return floe_status_code(c->st);
@@ -473,9 +462,9 @@ static floe_code slice_run_time(OxCtx *c, const FloeOutput *in, int nin, FloeOut
   return ox_check(c);
 }
 
-MAP(map_slice) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, c->opset < 10 ? 1 : 3);
+OX_MAP(map_slice) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, c->opset < 10 ? 1 : 3);
   if (rc != FLOE_OK) return rc;
   if (c->opset >= 10)
     for (int i = 1; i <= 4; i++)
@@ -535,17 +524,17 @@ MAP(map_slice) {
   return FLOE_OK;
 }
 
-MAP(map_tile) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_tile) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   out[0] = ox_binary(c, "Tile", in[0], ox_cast(c, in[1], FLOE_I64));
   return FLOE_OK;
 }
 
-MAP(map_expand) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 2);
+OX_MAP(map_expand) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 2);
   if (rc != FLOE_OK) return rc;
   FloeShape xs = ox_shape(in[0]);
   int64_t v[FLOE_MAX_DIMS];
@@ -575,9 +564,9 @@ MAP(map_expand) {
   return FLOE_OK;
 }
 
-MAP(map_split) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_split) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   FloeShape s = ox_shape(in[0]);
   if (s.rank < 0) return ox_fail(c, FLOE_UNIMPLEMENTED, "input of unknown rank");
@@ -632,9 +621,9 @@ MAP(map_split) {
   return FLOE_OK;
 }
 
-MAP(map_dropout) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, 1);
+OX_MAP(map_dropout) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, 1);
   if (rc != FLOE_OK) return rc;
   /* Inference (training_mode absent or false) or a zero ratio: the identity, mask all true.
    * Training with a ratio draws a random mask: not reproducible against any reference. */
@@ -779,9 +768,9 @@ static FloeOutput pad_run_time(OxCtx *c, FloeOutput x, FloeOutput pads, int r, c
   return ox_finish(c, b);
 }
 
-MAP(map_pad) {
-  UNUSED_ARGS;
-  floe_code rc = need(c, in, nin, c->opset < 11 ? 1 : 2);
+OX_MAP(map_pad) {
+  OX_UNUSED;
+  floe_code rc = ox_need(c, in, nin, c->opset < 11 ? 1 : 2);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the data");
   if (r < 0) return floe_status_code(c->st);

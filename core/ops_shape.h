@@ -87,6 +87,10 @@ floe_code floe__shape_broadcast_pair(FloeShapeContext *sctx, const FloeShape *a,
                                      const FloeShape *b, FloeShape *out);
 floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+/* shape_conv.c: their gradient ops (ops_convgrad.def). */
+floe_code floe__shape_conv_backprop_input_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_conv_backprop_filter_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_pool_grad_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 /* Indexing ops (ops_index.def, ops_shape_index.c; issue 6). */
 floe_code floe__shape_gather_elements(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_scatter(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -105,5 +109,7 @@ floe_code floe__shape_grid_sample(const FloeHostApi *host, FloeShapeContext *sct
 floe_code floe__shape_roi_align(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_nms(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_rnn(const FloeHostApi *host, FloeShapeContext *sctx);
+/* Text features (ops_text2.def, ops_shape_text2.c). */
+floe_code floe__shape_tfidf_vectorizer(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

@@ -27,6 +27,8 @@ static const StdOp std_ops[] = {
 #include "ops_math2.def"
 #include "ops_index.def"
 #include "ops_resize.def"
+#include "ops_text2.def"
+#include "ops_convgrad.def"
 #undef FLOE_OP
 };
 

@@ -147,18 +147,17 @@ static int conv_rank(const FloeShape *x, const FloeShape *f) {
   return x->rank >= 0 ? x->rank : f->rank;
 }
 
-/* Conv and ConvTranspose. */
-static floe_code shape_conv_common(FloeShapeContext *sctx, bool transpose) {
-  const FloeShape *x = &sctx->input_shapes[0], *f = &sctx->input_shapes[1];
+/* The output *res of Conv (or ConvTranspose) with the node's attributes for input x and
+ * filter f. */
+static floe_code conv_out(FloeShapeContext *sctx, const FloeShape *x, const FloeShape *f,
+                          bool transpose, FloeShape *res) {
   const char *op = sctx->node->op->name;
   floe_code c;
   bool cf = channels_first(sctx, "CHANNELS_LAST", &c);
   if (c != FLOE_OK) return c;
   int rank = conv_rank(x, f);
-  if (rank < 0) {
-    sctx->output_shapes[0] = floe_shape_unknown();
-    return FLOE_OK;
-  }
+  *res = floe_shape_unknown();
+  if (rank < 0) return FLOE_OK;
   if (x->rank >= 0 && f->rank >= 0 && x->rank != f->rank)
     return fail(sctx, "%s: input %s and filter %s must have the same rank", op, SHAPE_STR(*x),
                 SHAPE_STR(*f));
@@ -205,8 +204,14 @@ static floe_code shape_conv_common(FloeShapeContext *sctx, bool transpose) {
       out.dims[i] = o;
     }
   }
-  sctx->output_shapes[0] = out;
+  *res = out;
   return FLOE_OK;
+}
+
+/* Conv and ConvTranspose. */
+static floe_code shape_conv_common(FloeShapeContext *sctx, bool transpose) {
+  return conv_out(sctx, &sctx->input_shapes[0], &sctx->input_shapes[1], transpose,
+                  &sctx->output_shapes[0]);
 }
 
 floe_code floe__shape_conv_nd(const FloeHostApi *host, FloeShapeContext *sctx) {
@@ -252,13 +257,12 @@ floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *
   return shape_conv_common(sctx, true);
 }
 
-/* Pool and MaxPoolWithIndices (its outputs share the shape). */
-floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx) {
-  (void)host;
-  const FloeShape *x = &sctx->input_shapes[0];
+/* The output *res of a pooling op with the node's attributes (with_indices:
+ * MaxPoolWithIndices, channels first, no pooling_type) for input x. */
+static floe_code pool_out(FloeShapeContext *sctx, const FloeShape *x, bool with_indices,
+                          FloeShape *res) {
   const char *op = sctx->node->op->name;
   floe_code c;
-  bool with_indices = sctx->node->num_outputs > 1;
   bool cf = with_indices || channels_first(sctx, "CHANNELS_LAST", &c);
   if (!with_indices && c != FLOE_OK) return c;
   if (!with_indices) {
@@ -280,6 +284,69 @@ floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx) {
       if ((c = win_out(sctx, &w, i, out.dims[i], w.k[i], &out.dims[i])) != FLOE_OK) return c;
     }
   }
+  *res = out;
+  return FLOE_OK;
+}
+
+/* Pool and MaxPoolWithIndices (its outputs share the shape). */
+floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx) {
+  (void)host;
+  FloeShape out;
+  floe_code c = pool_out(sctx, &sctx->input_shapes[0], sctx->node->num_outputs > 1, &out);
+  if (c != FLOE_OK) return c;
   for (int i = 0; i < sctx->node->num_outputs; i++) sctx->output_shapes[i] = out;
+  return FLOE_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The gradient ops (ops_convgrad.def). */
+
+/* A gradient input g (named `name`) must have the forward op's output shape want where
+ * both are known. */
+static floe_code check_fwd_out(FloeShapeContext *sctx, const FloeShape *g, const char *name,
+                               const FloeShape *want, const char *fwd) {
+  bool ok = g->rank < 0 || want->rank < 0 || g->rank == want->rank;
+  for (int i = 0; ok && g->rank >= 0 && i < g->rank && i < want->rank; i++)
+    ok = g->dims[i] < 0 || want->dims[i] < 0 || g->dims[i] == want->dims[i];
+  if (ok) return FLOE_OK;
+  return fail(sctx, "%s: %s %s does not have the shape %s of the %s output it is the gradient "
+                    "of", sctx->node->op->name, name, SHAPE_STR(*g), SHAPE_STR(*want), fwd);
+}
+
+/* ConvBackpropInputNd (sizes: input 0) and ConvBackpropFilterNd (sizes: input 1): the
+ * output has the shape the sizes input holds; out_backprop must have Conv's output shape. */
+static floe_code shape_conv_backprop(const FloeHostApi *host, FloeShapeContext *sctx,
+                                     int sizes) {
+  floe_code c = sizes == 0 ? floe__shape_from_shape_input(host, sctx)
+                           : floe__shape_from_shape_input1(host, sctx);
+  if (c != FLOE_OK) return c;
+  FloeShape sz = sctx->output_shapes[0], y;
+  const FloeShape *x = sizes == 0 ? &sz : &sctx->input_shapes[0];
+  const FloeShape *f = sizes == 0 ? &sctx->input_shapes[1] : &sz;
+  if (x->rank >= 0 && f->rank >= 0 && x->rank != f->rank)
+    return fail(sctx, "%s: %s %s and %s %s must have the same rank", sctx->node->op->name,
+                sizes == 0 ? "input_sizes" : "input", SHAPE_STR(*x),
+                sizes == 0 ? "filter" : "filter_sizes", SHAPE_STR(*f));
+  if ((c = conv_out(sctx, x, f, false, &y)) != FLOE_OK) return c;
+  return check_fwd_out(sctx, &sctx->input_shapes[2], "out_backprop", &y, "Conv");
+}
+
+floe_code floe__shape_conv_backprop_input_nd(const FloeHostApi *host, FloeShapeContext *sctx) {
+  return shape_conv_backprop(host, sctx, 0);
+}
+
+floe_code floe__shape_conv_backprop_filter_nd(const FloeHostApi *host, FloeShapeContext *sctx) {
+  return shape_conv_backprop(host, sctx, 1);
+}
+
+/* PoolGrad: orig_input's shape; grad must have Pool's output shape. */
+floe_code floe__shape_pool_grad_nd(const FloeHostApi *host, FloeShapeContext *sctx) {
+  (void)host;
+  const FloeShape *x = &sctx->input_shapes[0];
+  FloeShape y;
+  floe_code c = pool_out(sctx, x, false, &y);
+  if (c != FLOE_OK) return c;
+  if ((c = check_fwd_out(sctx, &sctx->input_shapes[1], "grad", &y, "Pool")) != FLOE_OK) return c;
+  sctx->output_shapes[0] = *x;
   return FLOE_OK;
 }

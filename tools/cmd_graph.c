@@ -10,7 +10,8 @@
 
 static const char graph_help[] =
     "Usage: floe graph GRAPH [--dot | --json] [--placement [--devices LIST]]\n"
-    "Describe a graph file (or an ONNX model, MODEL.onnx, as imported):\n"
+    "Describe a graph file (or an ONNX model, MODEL.onnx, as imported; --trainable imports\n"
+    "its float initializers as variables):\n"
     "one line per node (name, op, inputs, output dtypes and\n"
     "shapes, requested device). --dot writes Graphviz DOT (pipe it to 'dot -Tsvg');\n"
     "--json writes the same description as JSON.\n"
@@ -152,9 +153,10 @@ int cmd_graph(int argc, char **argv) {
                                        {"json", no_argument, NULL, 'j'},
                                        {"placement", no_argument, NULL, 'p'},
                                        {"devices", required_argument, NULL, 'D'},
+                                       {"trainable", no_argument, NULL, 'T'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  int dot = 0, json = 0, place = 0, c;
+  int dot = 0, json = 0, place = 0, trainable = 0, c;
   const char *devices = NULL;
   optind = 1;
   while ((c = getopt_long(argc, argv, "djh", opts, NULL)) != -1) {
@@ -162,6 +164,7 @@ int cmd_graph(int argc, char **argv) {
     else if (c == 'j') json = 1;
     else if (c == 'p') place = 1;
     else if (c == 'D') devices = optarg;
+    else if (c == 'T') trainable = 1;
     else if (c == 'h') {
       printf("%s", graph_help);
       return 0;
@@ -176,7 +179,10 @@ int cmd_graph(int argc, char **argv) {
   FloeStatus *st = floe_status_new();
   FloeGraph *g = NULL;
   if (cli_is_onnx(argv[optind])) {
-    FloeOnnxModel *m = floe_onnx_import_file(argv[optind], NULL, st);
+    FloeOnnxOptions oo;
+    floe_onnx_options_init(&oo);
+    oo.trainable = trainable;
+    FloeOnnxModel *m = floe_onnx_import_file(argv[optind], &oo, st);
     g = floe_onnx_model_take_graph(m);
     floe_onnx_model_free(m);
   } else {

@@ -24,6 +24,8 @@ static const char run_help[] =
     "  --feed NAME=FILE.npy  value of a placeholder or any tensor (NumPy .npy, or an ONNX\n"
     "                        TensorProto .pb)\n"
     "  --input NAME=FILE     the same (the name ONNX users expect)\n"
+    "  --trainable           ONNX: import float initializers as variables (initialised\n"
+    "                        before the step), as fine-tuning would\n"
     "  --fetch NAME          tensor to return (repeatable)\n"
     "  --target NODE         node to run for its side effects (repeatable)\n"
     "  --out DIR             write each fetch to DIR/NAME.npy (':' becomes '_')\n"
@@ -67,7 +69,7 @@ static char *out_path(const char *dir, const char *name) {
 int cmd_run(int argc, char **argv) {
   static const struct option opts[] = {
       {"feed", required_argument, NULL, 'f'},  {"fetch", required_argument, NULL, 'F'},
-      {"input", required_argument, NULL, 'f'},
+      {"input", required_argument, NULL, 'f'},  {"trainable", no_argument, NULL, 'T'},
       {"target", required_argument, NULL, 't'}, {"out", required_argument, NULL, 'o'},
       {"device", required_argument, NULL, 'd'}, {"json", no_argument, NULL, 'j'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
@@ -76,7 +78,7 @@ int cmd_run(int argc, char **argv) {
   const char **targets = calloc((size_t)argc, sizeof *targets);
   FloeFeed *feeds = calloc((size_t)argc, sizeof *feeds);
   FloeTensor **outputs = calloc((size_t)argc, sizeof *outputs);
-  int nfeed = 0, nfetch = 0, ntarget = 0, json = 0, rc = 1, c;
+  int nfeed = 0, nfetch = 0, ntarget = 0, json = 0, rc = 1, c, trainable = 0;
   const char *out_dir = NULL, *device = NULL;
   FloeStatus *st = floe_status_new();
   FloeGraph *g = NULL;
@@ -96,6 +98,7 @@ int cmd_run(int argc, char **argv) {
       case 'o': out_dir = optarg; break;
       case 'd': device = optarg; break;
       case 'j': json = 1; break;
+      case 'T': trainable = 1; break;
       case 'h': printf("%s", run_help); rc = 0; goto out;
       default: rc = cli_usage("run", "unknown option"); goto out;
     }
@@ -112,7 +115,10 @@ int cmd_run(int argc, char **argv) {
   }
   if (!cli_runtime("run")) goto out;
   if (onnx) {
-    model = floe_onnx_import_file(graph_path, NULL, st);
+    FloeOnnxOptions oo;
+    floe_onnx_options_init(&oo);
+    oo.trainable = trainable;
+    model = floe_onnx_import_file(graph_path, &oo, st);
     g = model ? floe_onnx_model_take_graph(model) : NULL;
   } else {
     g = floe_graph_load(graph_path, st);
@@ -162,6 +168,13 @@ int cmd_run(int argc, char **argv) {
   if (!s) {
     rc = cli_error("run", "%s", floe_status_message(st));
     goto out;
+  }
+  if (model && floe_onnx_model_init_target(model)) {
+    const char *init = floe_onnx_model_init_target(model);
+    if (floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) != FLOE_OK) {
+      rc = cli_error("run", "initialising the variables: %s", floe_status_message(st));
+      goto out;
+    }
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -261,6 +261,10 @@ static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const Geo *g, const 
   int shards = cpu_dnnl_batch_shards(g->n);
   int64_t filter = g->kh * g->kw * g->c * g->o;
   if (s->kind == G_FILTER && shards > 1) {
+    /* cpu_dnnl_for_batch runs ceil(n / ceil(n / shards)) shards, maybe fewer than asked
+     * (5 images on 4 threads: 3): sum only the buffers written. */
+    int64_t block = (g->n + shards - 1) / shards;
+    shards = (int)((g->n + block - 1) / block);
     floe_code rc = cpu_host->ctx_allocate_temp(
         ctx, (size_t)((shards - 1) * filter) * sizeof(float), (void **)&j.partial);
     if (rc != FLOE_OK) return rc;

@@ -44,6 +44,10 @@ floe_code cpu_register_index_move(FloePluginRegistrar *reg);       /* index_move
 /* ONNX's resampling, detection and sequence-recurrent ops (issue 6). */
 floe_code cpu_register_resize(FloePluginRegistrar *reg);           /* resize.c */
 floe_code cpu_register_rnn_onnx(FloePluginRegistrar *reg);         /* rnn_onnx.c */
+/* Text features (issue 6). */
+floe_code cpu_register_tfidf(FloePluginRegistrar *reg);            /* tfidf.c */
+/* Gradients of the N-d convolution and pooling ops (issue 6). */
+floe_code cpu_register_conv_nd_grad(FloePluginRegistrar *reg);     /* conv_nd_grad.c */
 /* resize.c: n elements of any numeric dtype dt to f64 and back (integers rounded half to
  * even and saturated, NaN to 0; f16 and bf16 through f32). */
 void cpu_to_f64(FloeDType dt, const void *src, double *dst, int64_t n);

@@ -133,6 +133,8 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
       cpu_register_spectral,
       cpu_register_index, cpu_register_index_move,
       cpu_register_resize,      cpu_register_rnn_onnx,
+      cpu_register_tfidf,
+      cpu_register_conv_nd_grad,
   };
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
     if ((rc = sets[i](reg)) != FLOE_OK) return rc;

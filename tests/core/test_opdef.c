@@ -411,6 +411,8 @@ static const DefLine def_lines[] = {
 #include "ops_math2.def"
 #include "ops_index.def"
 #include "ops_resize.def"
+#include "ops_text2.def"
+#include "ops_convgrad.def"
 };
 #undef FLOE_OP
 

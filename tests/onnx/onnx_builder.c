@@ -133,7 +133,7 @@ Onnx__NodeProto *ob_add_node(Model *md, const char *op, const char *name, const 
   n->output = onnx_builder_alloc(1, sizeof *n->output);
   n->output[0] = (char *)out;
   n->n_output = 1;
-  n->attribute = onnx_builder_alloc(4, sizeof *n->attribute);
+  n->attribute = onnx_builder_alloc(OB_MAX_ATTRS, sizeof *n->attribute);
   md->nodes[md->g.n_node++] = n;
   return n;
 }
@@ -158,6 +158,33 @@ void ob_attr_ints(Onnx__NodeProto *n, const char *name, const int64_t *v, size_t
   a->n_ints = k;
   a->ints = (int64_t *)v;
   n->attribute[n->n_attribute++] = a;
+}
+
+void ob_attr_string(Onnx__NodeProto *n, const char *name, const char *v) {
+  Onnx__AttributeProto *a = onnx_builder_alloc(1, sizeof *a);
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = 1;
+  a->s.data = (uint8_t *)v;
+  a->s.len = strlen(v);
+  n->attribute[n->n_attribute++] = a;
+}
+
+void ob_attr_floats(Onnx__NodeProto *n, const char *name, const float *v, size_t k) {
+  Onnx__AttributeProto *a = onnx_builder_alloc(1, sizeof *a);
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS;
+  a->n_floats = k;
+  a->floats = (float *)v;
+  n->attribute[n->n_attribute++] = a;
+}
+
+void ob_add_typed_input(Model *md, const char *name, int elem, int rank, const int64_t *dims) {
+  md->ins[md->g.n_input++] = ob_value_info(name, elem, rank, dims);
 }
 
 /* Serialises the model (caller frees) and frees the builders' allocations. */

@@ -29,11 +29,16 @@ void ob_add_output(Model *md, const char *name);
 /* Initializers: float as raw_data (raw = 1) or float_data; int64 [n]. Values borrowed. */
 void ob_add_init(Model *md, const char *name, int rank, const int64_t *dims, const float *v, int raw);
 void ob_add_int64_init(Model *md, const char *name, int64_t n, const int64_t *v);
-/* A node of up to three inputs (NULL: fewer) and one output. */
+/* A node of up to three inputs (NULL: fewer), one output and OB_MAX_ATTRS attributes. */
+#define OB_MAX_ATTRS 12
 Onnx__NodeProto *ob_add_node(Model *md, const char *op, const char *name, const char *in0,
                           const char *in1, const char *in2, const char *out);
 void ob_attr_int(Onnx__NodeProto *n, const char *name, int64_t v);
 void ob_attr_ints(Onnx__NodeProto *n, const char *name, const int64_t *v, size_t k);
+void ob_attr_string(Onnx__NodeProto *n, const char *name, const char *v);
+void ob_attr_floats(Onnx__NodeProto *n, const char *name, const float *v, size_t k);
+/* An input of ONNX element type elem (dims < 0: unknown). */
+void ob_add_typed_input(Model *md, const char *name, int elem, int rank, const int64_t *dims);
 /* The serialised model (caller frees); frees the builder's allocations. */
 uint8_t *ob_pack(Model *md, size_t *len);
 

@@ -451,6 +451,25 @@ START_TEST(bad_inputs_are_errors) {
 }
 END_TEST
 
+/* Differentiating through a _FusedConv built directly is an error naming it (the fusion
+ * pass makes it only after autodiff). */
+START_TEST(gradient_is_an_error) {
+  const Geo *g = &small[0];
+  Inputs in;
+  make_inputs(g, BIAS | RELU, 1, 5, &in);
+  FloeGraph *gr = fused_graph(g, BIAS | RELU, in.t32, true);
+  FloeStatus *st = floe_status_new();
+  FloeOutput y = floe_out(floe_graph_find(gr, "fused"), 0);
+  FloeOutput x = floe_out(floe_graph_find(gr, "x"), 0), dx;
+  ck_assert_int_eq(floe_gradients(gr, &y, 1, &x, 1, NULL, &dx, st), FLOE_UNIMPLEMENTED);
+  ck_assert_msg(strstr(floe_status_message(st), "'fused' (_FusedConv)"), "%s",
+                floe_status_message(st));
+  floe_status_free(st);
+  floe_graph_free(gr);
+  free_inputs(&in);
+}
+END_TEST
+
 int main(void) {
   setenv("FLOE_NUM_THREADS", "2", 0);
   Suite *s = suite_create("fused_conv");
@@ -463,6 +482,7 @@ int main(void) {
   tcase_add_test(tc, constant_filter_kept_by_address);
   tcase_add_test(tc, fed_filter_changed_in_place_is_seen);
   tcase_add_test(tc, bad_inputs_are_errors);
+  tcase_add_test(tc, gradient_is_an_error);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -111,7 +111,8 @@ FLOE_API const char *floe_onnx_model_output_part(const FloeOnnxModel *m, int i, 
 /* Reads a .pb of ONNX's test data holding a value of `kind` (a TensorProto, SequenceProto or
  * OptionalProto) as its parts: parts is the caller's array of floe_onnx_kind_num_parts(kind),
  * filled with tensors the caller owns. dtype: the element dtype, for an empty sequence or an
- * absent optional (which carry none). Elements of one sequence must have one dtype and one
+ * absent optional (which carry none); with FLOE_BF16, UINT16 data is read as bfloat16 words
+ * (ONNX's test data stores bfloat16 so). Elements of one sequence must have one dtype and one
  * rank. Errors name the file. */
 FLOE_API floe_code floe_onnx_load_value_pb(const char *path, FloeOnnxKind kind, FloeDType dtype,
                                            FloeTensor **parts, FloeStatus *status);
