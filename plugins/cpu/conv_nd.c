@@ -273,8 +273,9 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
   /* The sum post-op adds what the output holds. */
   if ((j->post & POST_SUM) && dense)
     channel_copy(y, (float *)j->side + yoff, pixels, w->o, g.o, true);
-  else if ((j->post & POST_SUM) && !j->side_copied)
-    memcpy(y, j->side + yoff, (size_t)(count * ys[0]) * sizeof *y);
+  else if ((j->post & POST_SUM) && !j->side_copied) /* whole images, or rows of one image */
+    memcpy(y, j->side + yoff,
+           (size_t)(r1 - r0 < w->out[d] ? (r1 - r0) * ys[2 + d] : count * ys[0]) * sizeof *y);
   void *data[4] = {(void *)(j->x + first * xs[0] + lo * xs[2 + d]), (void *)(j->f + o0)};
   int k = 2;
   if (j->post & POST_BIAS) data[k++] = (void *)(j->bias + o0);
@@ -345,7 +346,8 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
   int64_t image = g->c * g->in[0] * g->in[1] * g->in[2];
   j->by_channel = blocks > 1 && g->groups == 1 && filter > image &&
                   channel_block(g->o, blocks) * (blocks - 1) < g->o;
-  if ((j->post & POST_SUM) && blocks > 1) { /* blocks need not be contiguous */
+  if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf) {
+    /* Channels-first blocks of rows are not contiguous: the side input goes in at once. */
     memcpy(j->y, j->side, (size_t)(g->n * g->o * g->out[0] * g->out[1] * g->out[2]) * sizeof *j->y);
     j->side_copied = true;
   }
