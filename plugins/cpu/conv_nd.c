@@ -221,15 +221,18 @@ static floe_code part_temp(FloeKernelContext *ctx, pthread_mutex_t *lock, size_t
   return rc;
 }
 
-/* Channels [o0, o0 + n) of each of `pixels` rows of `stride` floats, to or from a dense
+/* n channels of each of `pixels` pixels `stride` floats apart, to or from a dense
  * [pixels, n] buffer. */
-static void channel_copy(float *dense, float *strided, int64_t pixels, int64_t stride,
-                         int64_t n, bool gather) {
+static void channels_gather(float *dense, const float *src, int64_t pixels, int64_t stride,
+                            int64_t n) {
   for (int64_t p = 0; p < pixels; p++)
-    if (gather)
-      memcpy(dense + p * n, strided + p * stride, (size_t)n * sizeof *dense);
-    else
-      memcpy(strided + p * stride, dense + p * n, (size_t)n * sizeof *dense);
+    memcpy(dense + p * n, src + p * stride, (size_t)n * sizeof *dense);
+}
+
+static void channels_scatter(float *dst, const float *dense, int64_t pixels, int64_t stride,
+                             int64_t n) {
+  for (int64_t p = 0; p < pixels; p++)
+    memcpy(dst + p * stride, dense + p * n, (size_t)n * sizeof *dense);
 }
 
 /* Images [first, first + count), output rows [r0, r1) of the outermost spatial dim and
@@ -245,7 +248,8 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
   int d = 3 - g.ns; /* the outermost spatial dim in WndGeo's 3 */
   g.n = count;
   g.o = o1 - o0;
-  bool dense = !j->s->a.cf && g.o < w->o; /* channels-last channel block: via scratch */
+  /* A channels-last block of channels (one image: block_shard) goes via scratch. */
+  bool dense = !j->s->a.cf && g.o < w->o;
   int64_t lo = 0;
   if (r0 > 0 || r1 < w->out[d]) {
     lo = r0 * w->s[d] - w->pb[d];
@@ -272,7 +276,7 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
     return rc;
   /* The sum post-op adds what the output holds. */
   if ((j->post & POST_SUM) && dense)
-    channel_copy(y, (float *)j->side + yoff, pixels, w->o, g.o, true);
+    channels_gather(y, j->side + yoff, pixels, w->o, g.o);
   else if ((j->post & POST_SUM) && !j->side_copied) /* whole images, or rows of one image */
     memcpy(y, j->side + yoff,
            (size_t)(r1 - r0 < w->out[d] ? (r1 - r0) * ys[2 + d] : count * ys[0]) * sizeof *y);
@@ -282,7 +286,7 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
   data[k] = y;
   rc = cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, j->s->fused ? "_FusedConv" : "Conv", key,
                     build_conv, &b, data);
-  if (rc == FLOE_OK && dense) channel_copy(y, j->y + yoff, pixels, w->o, g.o, false);
+  if (rc == FLOE_OK && dense) channels_scatter(j->y + yoff, y, pixels, w->o, g.o);
   return rc;
 }
 
