@@ -136,7 +136,8 @@ typedef struct CpuDnnlExec {
   dnnl_memory_t user[CPU_DNNL_MAX_ARGS]; /* the tensor's layout (args with a reorder) */
   dnnl_memory_t prim[CPU_DNNL_MAX_ARGS]; /* the primitive's layout */
   dnnl_memory_t scratch;                 /* NULL without a scratchpad */
-  void *scratch_mem;                     /* its block (scratch_buf: 64-aligned inside) */
+  void *scratch_mem;                     /* its block (the memory: 64-aligned inside) */
+  dnnl_stream_t stream;
 } CpuDnnlExec;
 
 /* The kept input last seen and its reordered form, reused while the input stays the same:
@@ -196,6 +197,7 @@ static void exec_free(CpuDnnlExec *x) {
   }
   dnnl_memory_destroy(x->scratch);
   cpu_host->free(x->scratch_mem);
+  if (x->stream) dnnl_stream_destroy(x->stream);
   cpu_host->free(x);
 }
 
@@ -221,7 +223,6 @@ void cpu_dnnl_cache_destroy(CpuDnnlCache *c) {
     cpu_host->free(c->keeps[i]->mem);
     cpu_host->free(c->keeps[i]);
   }
-  for (int i = 0; i < c->num_streams; i++) dnnl_stream_destroy(c->streams[i]);
   dnnl_engine_destroy(c->engine);
   pthread_mutex_destroy(&c->lock);
 }
@@ -385,27 +386,6 @@ static void prim_release(CpuDnnlCache *c, CpuDnnlPrim *p) {
   if (drop) prim_free(p);
 }
 
-static dnnl_stream_t stream_acquire(CpuDnnlCache *c, dnnl_status_t *st) {
-  dnnl_stream_t stream = NULL;
-  pthread_mutex_lock(&c->lock);
-  if (c->num_streams > 0) stream = c->streams[--c->num_streams];
-  pthread_mutex_unlock(&c->lock);
-  *st = dnnl_success;
-  if (!stream) *st = dnnl_stream_create(&stream, c->engine, dnnl_stream_default_flags);
-  return stream;
-}
-
-static void stream_release(CpuDnnlCache *c, dnnl_stream_t stream) {
-  if (!stream) return;
-  pthread_mutex_lock(&c->lock);
-  if (c->num_streams < CPU_DNNL_STREAMS) {
-    c->streams[c->num_streams++] = stream;
-    stream = NULL;
-  }
-  pthread_mutex_unlock(&c->lock);
-  if (stream) dnnl_stream_destroy(stream);
-}
-
 /* The kept input's reordered form when data is the input last seen, with k->lock held for
  * reading (release with pthread_rwlock_unlock); else NULL. */
 static void *keep_lookup(const CpuDnnlCache *c, CpuDnnlKeep *k, const void *data) {
@@ -456,6 +436,7 @@ static CpuDnnlExec *exec_acquire(CpuDnnlCache *c, CpuDnnlPrim *p, dnnl_status_t 
     return NULL;
   }
   memset(x, 0, sizeof *x);
+  *st = dnnl_stream_create(&x->stream, c->engine, dnnl_stream_default_flags);
   for (int i = 0; i < p->num_args && *st == dnnl_success; i++) {
     if (p->args[i].reorder)
       *st = dnnl_memory_create(&x->user[i], &p->args[i].user, c->engine, DNNL_MEMORY_NONE);
@@ -519,15 +500,13 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
     rc = fail_locked(ctx, lock, st, what);
     goto err_release_prim;
   }
-  what = "stream";
-  dnnl_stream_t stream = stream_acquire(c, &st);
-  if (st != dnnl_success) goto err_release_exec;
+  dnnl_stream_t stream = x->stream;
   dnnl_exec_arg_t args[CPU_DNNL_MAX_ARGS + 1];
   what = "memory";
   for (int i = 0; i < p->num_args; i++) {
     if (p->args[i].reorder && (st = dnnl_memory_set_data_handle(x->user[i], data[i])))
-      goto err_release_stream;
-    if ((st = dnnl_memory_set_data_handle(x->prim[i], bufs[i]))) goto err_release_stream;
+      goto err_release_exec;
+    if ((st = dnnl_memory_set_data_handle(x->prim[i], bufs[i]))) goto err_release_exec;
     args[i] = (dnnl_exec_arg_t){p->args[i].arg, x->prim[i]};
   }
   if (x->scratch) args[p->num_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, x->scratch};
@@ -538,24 +517,22 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
     dnnl_primitive_t in = a->output ? a->reorder_in : a->reorder;
     if (in && !(i == p->kept && kept) &&
         (st = reorder(in, stream, x->user[i], x->prim[i], x->scratch)))
-      goto err_release_stream;
+      goto err_release_exec;
   }
   what = op;
   if ((st = dnnl_primitive_execute(p->op, stream, p->num_args + (x->scratch ? 1 : 0), args)))
-    goto err_release_stream;
+    goto err_release_exec;
   what = "reorder";
   for (int i = 0; i < p->num_args; i++)
     if (p->args[i].output && p->args[i].reorder &&
         (st = reorder(p->args[i].reorder, stream, x->prim[i], x->user[i], x->scratch)))
-      goto err_release_stream;
+      goto err_release_exec;
   what = "stream wait";
   st = dnnl_stream_wait(stream);
   if (st == dnnl_success && p->keep && !kept)
     keep_store(c, p->keep, data[p->kept], bufs[p->kept]);
   else if (st == dnnl_success && kept) __atomic_store_n(&p->keep->misses, 0, __ATOMIC_RELAXED);
 
-err_release_stream:
-  stream_release(c, stream);
 err_release_exec:
   exec_release(c, p, x);
   if (st != dnnl_success) rc = fail_locked(ctx, lock, st, what);

@@ -61,7 +61,6 @@ const char *cpu_conv_attrs_str(const CpuConvAttrs *a, char *buf, size_t len);
  * scratchpads are per call. */
 
 #define CPU_DNNL_SLOTS 8    /* distinct shapes kept per node */
-#define CPU_DNNL_STREAMS 4  /* idle streams kept per node */
 #define CPU_DNNL_KEY_LEN 14 /* the N-d conv keys on 13 sizes and flags */
 #define CPU_DNNL_MAX_ARGS 4
 
@@ -101,12 +100,10 @@ typedef struct CpuDnnlCache {
    * Const's value): it is matched by address, not by comparing its bytes. Set once, before
    * the first run. */
   bool keep_by_address;
-  pthread_mutex_t lock; /* guards slots, clock and streams */
+  pthread_mutex_t lock; /* guards slots, keeps, clock and the primitives' idle contexts */
   CpuDnnlPrim *slots[CPU_DNNL_SLOTS];
   CpuDnnlKeep *keeps[CPU_DNNL_KEEPS]; /* the first NULL ends the list */
   uint64_t clock;
-  dnnl_stream_t streams[CPU_DNNL_STREAMS];
-  int num_streams;
 } CpuDnnlCache;
 
 /* Creates the engine; on failure records the error on init and returns its code. The cache
