@@ -2,6 +2,9 @@
  * chains of memory-bound ops collapse into one op that reads and writes each tensor once.
  *
  *   Relu(BiasAdd(Conv2D(x, f), b))                   -> _FusedConv2DBiasRelu(x, f, b)
+ *   [Relu]([Add]([BiasAdd](Conv(x, f, b)), s))       -> _FusedConv(x, f, [b], [s]) with the
+ *     flags of the ops present; a Conv alone whose filter is a Const's value becomes a
+ *     _FusedConv too, told so (filter_constant: its kernel keeps the prepared filter)
  *   ReluGrad(MaxPoolGrad(y, p, dp), y), y a ReLU's   -> _FusedMaxPoolGradRelu(y, p, dp)
  *     output (the gradient of MaxPool(Relu(.)))
  *
@@ -20,6 +23,7 @@ typedef struct Fuse {
   bool *need;
   int cap;               /* entries of need */
   int *uses;             /* per node of the original graph: step consumers of output 0 */
+  FloeNode **user;       /* per node of the original graph: its last consumer of output 0 */
   const bool *pinned;    /* fed or fetched (original node ids) */
   FloeFuseCheck ok;
   void *arg;
@@ -51,18 +55,24 @@ static char *fused_name(FloeGraph *g, const char *base) {
   }
 }
 
-/* Makes op(inputs) with the attributes `attrs` of `from`, the union of the control inputs of
- * chain[0..n), and their device; NULL (graph error left alone: the clone is discarded by the
- * caller on failure) when the builder fails. */
+/* Makes op(inputs) (inputs from list_from on as one list argument; -1: none) with the
+ * attributes `attrs` of `from`, the bool attributes `flags` set
+ * (NULL-terminated; NULL for none), the union of the control inputs of chain[0..n), and their
+ * device; NULL (graph error left alone: the clone is discarded by the caller on failure)
+ * when the builder fails. */
 static FloeNode *make_fused(Fuse *f, const char *op, FloeNode *const *chain, int n,
-                            const FloeOutput *inputs, int num_inputs, const FloeNode *from,
-                            const char *const *attrs) {
+                            const FloeOutput *inputs, int num_inputs, int list_from,
+                            const FloeNode *from, const char *const *attrs,
+                            const char *const *flags) {
   char *name = fused_name(f->g, chain[n - 1]->name);
   if (!name) return NULL;
   FloeNodeBuilder *b = floe_node_begin(f->g, op, name);
   floe__free(name);
-  for (int i = 0; i < num_inputs; i++) floe_node_add_input(b, inputs[i]);
+  int plain = list_from < 0 ? num_inputs : list_from;
+  for (int i = 0; i < plain; i++) floe_node_add_input(b, inputs[i]);
+  if (list_from >= 0) floe_node_add_input_list(b, inputs + plain, num_inputs - plain);
   for (int i = 0; attrs[i]; i++) floe__node_copy_attr(from, b, attrs[i]);
+  for (int i = 0; flags && flags[i]; i++) floe_node_set_attr_bool(b, flags[i], 1);
   for (int k = 0; k < n; k++)
     for (int c = 0; c < chain[k]->num_control; c++) {
       bool inside = false;
@@ -132,8 +142,57 @@ static int fuse_conv_bias_relu(Fuse *f, FloeNode *relu) {
   FloeNode *chain[3] = {conv, bias, relu};
   FloeOutput in[3] = {conv->inputs[0], conv->inputs[1], bias->inputs[1]};
   FloeNode *fused =
-      make_fused(f, "_FusedConv2DBiasRelu", chain, 3, in, 3, conv, conv_attrs);
+      make_fused(f, "_FusedConv2DBiasRelu", chain, 3, in, 3, -1, conv, conv_attrs, NULL);
   return commit(f, chain, 3, fused, conv);
+}
+
+static const char *const conv_nd_attrs[] = {"T", "strides", "padding", "explicit_paddings",
+                                            "data_format", "dilations", "groups", NULL};
+
+/* The sole step consumer of (n, 0) when it runs op, reads (n, 0) as input `at` (or either
+ * input when at < 0) and may join n's chain; else NULL. */
+static FloeNode *sole_user(const Fuse *f, const FloeNode *n, const char *op, int at) {
+  FloeNode *u = f->user[n->id];
+  if (f->uses[n->id] != 1 || !u || !live(f, u, op) || !same_device(n, u)) return NULL;
+  for (int k = 0; k < u->num_inputs; k++)
+    if (u->inputs[k].node == n && u->inputs[k].index == 0 && (at < 0 || k == at)) return u;
+  return NULL;
+}
+
+/* True when x is the output of a Const that is neither fed nor fetched. */
+static bool constant(const Fuse *f, FloeOutput x) {
+  /* Fusion makes no Consts, so the node is one of the original graph's (pinned's range). */
+  return strcmp(x.node->op->name, "Const") == 0 && !f->pinned[x.node->id];
+}
+
+static int fuse_conv_nd(Fuse *f, FloeNode *conv) {
+  if (!live(f, conv, "Conv") || conv->num_inputs != 2) return 0;
+  FloeNode *chain[4] = {conv}, *u;
+  FloeOutput in[4] = {conv->inputs[0], conv->inputs[1]};
+  const char *flags[5];
+  int n = 1, ni = 2, nf = 0;
+  /* BiasAdd's channel dim must be the conv's: NHWC goes with CHANNELS_LAST. */
+  const char *want = strcmp(format_of(conv), "CHANNELS_FIRST") == 0 ? "NCHW" : "NHWC";
+  if ((u = sole_user(f, chain[n - 1], "BiasAdd", 0)) && strcmp(format_of(u), want) == 0) {
+    chain[n++] = u;
+    in[ni++] = u->inputs[1];
+    flags[nf++] = "fused_bias";
+  }
+  if ((u = sole_user(f, chain[n - 1], "Add", -1)) && u->num_inputs == 2 &&
+      u->inputs[0].node != u->inputs[1].node) {
+    chain[n++] = u;
+    in[ni++] = u->inputs[u->inputs[0].node == chain[n - 2] ? 1 : 0];
+    flags[nf++] = "fused_add";
+  }
+  if ((u = sole_user(f, chain[n - 1], "Relu", 0))) {
+    chain[n++] = u;
+    flags[nf++] = "fused_relu";
+  }
+  if (constant(f, conv->inputs[1])) flags[nf++] = "filter_constant";
+  if (nf == 0) return 0; /* nothing to gain */
+  flags[nf] = NULL;
+  FloeNode *fused = make_fused(f, "_FusedConv", chain, n, in, ni, 2, conv, conv_nd_attrs, flags);
+  return commit(f, chain, n, fused, conv);
 }
 
 static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
@@ -146,15 +205,16 @@ static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
     return 0;
   FloeNode *chain[2] = {mp, rg};
   FloeNode *fused =
-      make_fused(f, "_FusedMaxPoolGradRelu", chain, 2, mp->inputs, 3, mp, pool_attrs);
+      make_fused(f, "_FusedMaxPoolGradRelu", chain, 2, mp->inputs, 3, -1, mp, pool_attrs, NULL);
   return commit(f, chain, 2, fused, mp);
 }
 
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need) {
-  /* The last node of every chain fuse_graph matches. */
+  /* The last node of every chain fuse_graph matches, or its first (Conv). */
   for (int id = 0; id < g->num_nodes; id++)
     if (need[id] && (strcmp(g->nodes[id]->op->name, "Relu") == 0 ||
-                     strcmp(g->nodes[id]->op->name, "ReluGrad") == 0))
+                     strcmp(g->nodes[id]->op->name, "ReluGrad") == 0 ||
+                     strcmp(g->nodes[id]->op->name, "Conv") == 0))
       return true;
   return false;
 }
@@ -165,19 +225,26 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
   int n0 = g->num_nodes;
   Fuse f = {.g = g, .need = *need, .cap = n0, .pinned = pinned, .ok = ok, .arg = arg};
   f.uses = floe__calloc((size_t)(n0 ? n0 : 1), sizeof *f.uses);
-  if (!f.uses) goto oom;
+  f.user = floe__calloc((size_t)(n0 ? n0 : 1), sizeof *f.user);
+  if (!f.uses || !f.user) goto oom;
   for (int id = 0; id < n0; id++) {
     const FloeNode *x = g->nodes[id];
     if (!f.need[id]) continue;
     for (int k = 0; k < x->num_inputs; k++)
-      if (x->inputs[k].index == 0) f.uses[x->inputs[k].node->id]++;
+      if (x->inputs[k].index == 0) {
+        f.uses[x->inputs[k].node->id]++;
+        f.user[x->inputs[k].node->id] = g->nodes[id];
+      }
   }
   /* Forward chains first: their ReLU outputs are what the gradient chains match on. */
   for (int id = 0; id < n0; id++)
     if (fuse_conv_bias_relu(&f, g->nodes[id]) != 0) goto oom;
   for (int id = 0; id < n0; id++)
+    if (fuse_conv_nd(&f, g->nodes[id]) != 0) goto oom;
+  for (int id = 0; id < n0; id++)
     if (fuse_maxpool_grad_relu(&f, g->nodes[id]) != 0) goto oom;
   floe__free(f.uses);
+  floe__free(f.user);
   *need = f.need;
   if (floe_graph_status(g) != FLOE_OK)
     return floe_status_set(st, floe_graph_status(g), "fusing the graph: %s",
@@ -186,6 +253,7 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
   return FLOE_OK;
 oom:
   floe__free(f.uses);
+  floe__free(f.user);
   *need = f.need;
   return floe_status_set(st, FLOE_NO_MEMORY, "out of memory fusing the graph");
 }

@@ -200,6 +200,17 @@ static floe_code grad_pool_grad(FloeGradCtx *c, FloeStatus *st) {
   return FLOE_OK;
 }
 
+/* _FusedConv is made by the session's fusion pass after autodiff, so only a graph that
+ * builds it directly differentiates through it: not supported yet, an error naming it. */
+static floe_code grad_fused_conv_missing(FloeGradCtx *c, FloeStatus *st) {
+  const FloeNode *n = c->node;
+  return floe_status_set(st, FLOE_UNIMPLEMENTED,
+                         "floe_gradients: node '%s' (%s) lies between the xs and the ys, and "
+                         "Floe has no gradient for %s yet; build the unfused ops (Conv, "
+                         "BiasAdd, Add, Relu): the session fuses them after differentiation",
+                         n->name, n->op->name, n->op->name);
+}
+
 floe_code floe__grads_register_conv(FloeStatus *st) {
   static const struct {
     const char *op;
@@ -212,6 +223,7 @@ floe_code floe__grads_register_conv(FloeStatus *st) {
       {"ConvBackpropInputNd", grad_conv_backprop_input},
       {"ConvBackpropFilterNd", grad_conv_backprop_filter},
       {"PoolGrad", grad_pool_grad},
+      {"_FusedConv", grad_fused_conv_missing},
   };
   for (size_t i = 0; i < FLOE__ARRAY_LEN(table); i++) {
     floe_code rc = floe__grad_register(table[i].op, table[i].fn, st);

@@ -264,6 +264,11 @@ static floe_code broadcast2(FloeShapeContext *sctx, const FloeShape *a, const Fl
   return FLOE_OK;
 }
 
+floe_code floe__shape_broadcast_pair(FloeShapeContext *sctx, const FloeShape *a,
+                                     const FloeShape *b, FloeShape *out) {
+  return broadcast2(sctx, a, b, out);
+}
+
 static floe_code broadcast_all(FloeShapeContext *sctx) {
   FloeShape s = sctx->input_shapes[0];
   for (int i = 1; i < sctx->node->num_inputs; i++) {

@@ -81,6 +81,10 @@ floe_code floe__shape_mel_weight_matrix(const FloeHostApi *host, FloeShapeContex
 
 /* shape_conv.c: the N-d convolution and pooling ops of ops_conv.def. */
 floe_code floe__shape_conv_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_fused_conv(const FloeHostApi *host, FloeShapeContext *sctx);
+/* NumPy broadcasting of a and b into *out (an error on ctx names both shapes). */
+floe_code floe__shape_broadcast_pair(FloeShapeContext *sctx, const FloeShape *a,
+                                     const FloeShape *b, FloeShape *out);
 floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 /* shape_conv.c: their gradient ops (ops_convgrad.def). */

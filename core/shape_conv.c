@@ -219,6 +219,39 @@ floe_code floe__shape_conv_nd(const FloeHostApi *host, FloeShapeContext *sctx) {
   return shape_conv_common(sctx, false);
 }
 
+static bool flag(const FloeShapeContext *sctx, const char *name) {
+  const FloeAttrValue *v = attr(sctx, name, FLOE_ATTR_BOOL);
+  return v && v->u.b;
+}
+
+/* _FusedConv: Conv's output, checked against the bias and broadcast with the side input. */
+floe_code floe__shape_fused_conv(const FloeHostApi *host, FloeShapeContext *sctx) {
+  (void)host;
+  bool bias = flag(sctx, "fused_bias"), add = flag(sctx, "fused_add");
+  int nargs = sctx->node->num_inputs - 2;
+  if (nargs != (int)bias + (int)add)
+    return fail(sctx, "_FusedConv: %d extra inputs, but fused_bias and fused_add ask for %d",
+                nargs, (int)bias + (int)add);
+  floe_code c = shape_conv_common(sctx, false);
+  if (c != FLOE_OK) return c;
+  FloeShape out = sctx->output_shapes[0];
+  if (bias) {
+    const FloeShape *b = &sctx->input_shapes[2];
+    bool cf = channels_first(sctx, "CHANNELS_LAST", &c);
+    if (b->rank >= 0 && b->rank != 1)
+      return fail(sctx, "_FusedConv: the bias must be 1-D, got %s", SHAPE_STR(*b));
+    int64_t oc = out.rank >= 0 ? out.dims[cf ? 1 : out.rank - 1] : FLOE_DIM_UNKNOWN;
+    if (b->rank == 1 && b->dims[0] >= 0 && oc >= 0 && b->dims[0] != oc)
+      return fail(sctx, "_FusedConv: bias %s does not match the %lld output channels",
+                  SHAPE_STR(*b), (long long)oc);
+  }
+  if (add &&
+      (c = floe__shape_broadcast_pair(sctx, &out, &sctx->input_shapes[2 + bias], &out)) != FLOE_OK)
+    return c;
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
 floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *sctx) {
   (void)host;
   return shape_conv_common(sctx, true);

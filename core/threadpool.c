@@ -10,6 +10,13 @@
  * is held only for a few loads and stores, so it spins briefly before sleeping (adaptive):
  * with tasks of a microsecond, a worker put to sleep on a busy lock costs more than the task.
  *
+ * A worker that finds no task, and a parallel_for caller waiting for its helpers, first spin
+ * for a short while (FLOE_POOL_SPIN_US, 50 us by default; 0: never) before sleeping: a
+ * kernel of tens of microseconds that hands half its work to a sleeping thread would wait
+ * longer for the wake-up than for the work (batch-1 inference: one step is a chain of such
+ * kernels). The spin reads one atomic and pauses; the decision to sleep is still taken under
+ * the lock, so no wake-up is lost.
+ *
  * parallel_for splits [0, n) into shards claimed from an atomic counter by the caller and
  * by helper tasks. When the caller runs out of shards it withdraws the helpers still
  * queued (they become tombstones) and waits only for helpers already running shards, so a
@@ -18,7 +25,9 @@
  */
 #define _GNU_SOURCE /* PTHREAD_MUTEX_ADAPTIVE_NP */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -37,6 +46,9 @@ struct FloeThreadPool {
   pthread_cond_t work_cv;  /* workers wait here for tasks */
   TaskRing q[2];           /* [0] normal, [1] deferred */
   int idle;                /* workers waiting on work_cv */
+  atomic_size_t queued;    /* entries of q[0] and q[1] (tombstones too), read by spinners */
+  atomic_int spinners;     /* idle workers spinning now */
+  int64_t spin_ns;         /* how long an idle thread spins before sleeping */
   bool stop;
   int num_threads;
   int started;             /* workers actually created (for cleanup) */
@@ -57,6 +69,7 @@ static bool pop_locked(FloeThreadPool *p, PoolTask *out) {
       PoolTask t = q->ring[q->head];
       q->head = (q->head + 1) & (q->cap - 1);
       q->count--;
+      atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
       if (t.fn) {
         *out = t;
         return true;
@@ -66,20 +79,74 @@ static bool pop_locked(FloeThreadPool *p, PoolTask *out) {
   return false;
 }
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins up to ns nanoseconds until *v (an atomic count) is zero (want_zero) or non-zero;
+ * true when it happened. */
+static bool spin_until(const atomic_size_t *v, bool want_zero, int64_t ns) {
+  if (ns <= 0) return false;
+  int64_t end = now_ns() + ns;
+  for (;;) {
+    for (int i = 0; i < 64; i++) {
+      bool zero = atomic_load_explicit(v, memory_order_acquire) == 0;
+      if (zero == want_zero) return true;
+      cpu_relax();
+    }
+    if (now_ns() >= end) return false;
+  }
+}
+
+/* FLOE_POOL_SPIN_US, else 50 (microseconds an idle thread spins before sleeping). */
+static int64_t spin_setting(void) {
+  const char *e = getenv("FLOE_POOL_SPIN_US");
+  char *end;
+  long v = e && *e ? strtol(e, &end, 10) : 50;
+  if (e && *e && (*end || v < 0)) v = 50;
+  if (v > 100000) v = 100000;
+  return (int64_t)v * 1000;
+}
+
 static void *worker_main(void *arg) {
   FloeThreadPool *p = arg;
   tls_worker_pool = p;
   floe__host_set_thread_pool(p);
   pthread_mutex_lock(&p->mu);
+  bool spun = false; /* spun since the last task: sleep when none came */
   for (;;) {
     PoolTask t;
     if (pop_locked(p, &t)) {
       pthread_mutex_unlock(&p->mu);
       t.fn(t.arg);
       pthread_mutex_lock(&p->mu);
+      spun = false;
       continue;
     }
     if (p->stop) break;
+    /* At most num_threads - 1 spinners: the thread that hands out work (often the caller
+     * of a step, not a worker) keeps a core of its own. */
+    if (!spun && p->spin_ns > 0 &&
+        atomic_fetch_add_explicit(&p->spinners, 1, memory_order_relaxed) < p->num_threads - 1) {
+      pthread_mutex_unlock(&p->mu);
+      spin_until(&p->queued, false, p->spin_ns);
+      atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+      pthread_mutex_lock(&p->mu);
+      spun = true;
+      continue; /* a task that came meanwhile is popped under the lock */
+    }
+    if (!spun && p->spin_ns > 0) atomic_fetch_sub_explicit(&p->spinners, 1, memory_order_relaxed);
+    spun = false;
     p->idle++;
     pthread_cond_wait(&p->work_cv, &p->mu);
     p->idle--;
@@ -116,6 +183,7 @@ static floe_code push_n(FloeThreadPool *p, int k, FloeTaskFn fn, void *const *ar
     q->ring[(q->head + q->count) & (q->cap - 1)] = (PoolTask){fn, args ? args[i] : arg};
     q->count++;
   }
+  atomic_fetch_add_explicit(&p->queued, (size_t)n, memory_order_release);
   int wake = n < p->idle ? n : p->idle;
   for (int i = 0; i < wake; i++) pthread_cond_signal(&p->work_cv);
   pthread_mutex_unlock(&p->mu);
@@ -128,6 +196,9 @@ FloeThreadPool *floe__pool_new(int num_threads, FloeStatus *st) {
   FloeThreadPool *p = floe__calloc(1, sizeof *p);
   if (!p) goto err_oom;
   p->num_threads = num_threads;
+  atomic_init(&p->queued, 0);
+  atomic_init(&p->spinners, 0);
+  p->spin_ns = spin_setting();
   for (int k = 0; k < 2; k++) {
     p->q[k].cap = POOL_INITIAL_CAP;
     p->q[k].ring = floe__malloc(p->q[k].cap * sizeof *p->q[k].ring);
@@ -234,7 +305,7 @@ typedef struct ParallelJob {
   int64_t num_shards;
   atomic_llong next;   /* next shard to claim */
   FloeThreadPool *pool;
-  int helpers_out;     /* helpers queued or running; guarded by pool->mu */
+  atomic_size_t helpers_out; /* helpers queued or running; changed under pool->mu */
   bool waiting;        /* the caller sleeps on done_cv; guarded by pool->mu */
   pthread_cond_t done_cv;
 } ParallelJob;
@@ -255,7 +326,8 @@ static void parallel_helper(void *arg) {
   FloeThreadPool *p = j->pool;
   pthread_mutex_lock(&p->mu);
   /* The caller cannot return (and pop j off its stack) before we unlock. */
-  if (--j->helpers_out == 0 && j->waiting) pthread_cond_signal(&j->done_cv);
+  if (atomic_fetch_sub_explicit(&j->helpers_out, 1, memory_order_release) == 1 && j->waiting)
+    pthread_cond_signal(&j->done_cv);
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -292,30 +364,39 @@ void floe__pool_parallel_for(FloeThreadPool *p, int64_t n, int64_t cost_per_unit
     return;
   }
   ParallelJob j = {.fn = fn, .arg = arg, .n = n, .pool = p};
+  atomic_init(&j.helpers_out, 0);
   j.shard = (n + shards - 1) / shards;
   j.num_shards = (n + j.shard - 1) / j.shard;
   atomic_init(&j.next, 0);
   int helpers = j.num_shards - 1 < p->num_threads ? (int)(j.num_shards - 1) : p->num_threads;
   if (pthread_cond_init(&j.done_cv, NULL) != 0) helpers = 0;
   if (helpers > 0) {
-    j.helpers_out = helpers;
+    atomic_store_explicit(&j.helpers_out, (size_t)helpers, memory_order_relaxed);
     /* Without queue space the caller simply runs every shard itself. */
-    if (push_n(p, 0, parallel_helper, NULL, &j, helpers) != FLOE_OK) j.helpers_out = 0;
+    if (push_n(p, 0, parallel_helper, NULL, &j, helpers) != FLOE_OK)
+      atomic_store_explicit(&j.helpers_out, 0, memory_order_relaxed);
   }
   run_shards(&j);
   if (helpers <= 0) return;
   pthread_mutex_lock(&p->mu);
   /* Withdraw helpers that never started: they would find no shard left anyway. */
   TaskRing *q = &p->q[0];
-  for (size_t i = 0; i < q->count && j.helpers_out > 0; i++) {
+  for (size_t i = 0; i < q->count && atomic_load(&j.helpers_out) > 0; i++) {
     PoolTask *t = &q->ring[(q->head + i) & (q->cap - 1)];
     if (t->fn == parallel_helper && t->arg == &j) {
       t->fn = NULL;
-      j.helpers_out--;
+      atomic_fetch_sub_explicit(&j.helpers_out, 1, memory_order_relaxed);
     }
   }
+  if (atomic_load(&j.helpers_out) > 0) {
+    /* Helpers still running their last shard: spin for them before sleeping. The lock is
+     * taken again either way, so j outlives the helper's unlock. */
+    pthread_mutex_unlock(&p->mu);
+    spin_until(&j.helpers_out, true, p->spin_ns);
+    pthread_mutex_lock(&p->mu);
+  }
   j.waiting = true;
-  while (j.helpers_out > 0) pthread_cond_wait(&j.done_cv, &p->mu);
+  while (atomic_load(&j.helpers_out) > 0) pthread_cond_wait(&j.done_cv, &p->mu);
   pthread_mutex_unlock(&p->mu);
   pthread_cond_destroy(&j.done_cv);
 }

@@ -1,4 +1,5 @@
-/* conv_nd.c - the N-d Conv and ConvTranspose of the CPU plugin (core/ops_conv.def).
+/* conv_nd.c - the N-d Conv, _FusedConv and ConvTranspose of the CPU plugin
+ * (core/ops_conv.def).
  *
  * Conv in f32 is one oneDNN convolution per call, built once per shape and cached
  * (conv_util.c): groups, explicit padding and dilations go to the primitive as they are, and
@@ -6,7 +7,14 @@
  * kept while its bytes stay the same. f16 and bf16 are widened to f32 and run the same
  * primitive. f64, and ConvTranspose in every dtype, run the plain reference loops below in
  * double (ConvTranspose is rare in inference graphs; its loop gathers each output element,
- * so negative paddings and output padding need no special case). */
+ * so negative paddings and output padding need no special case).
+ *
+ * _FusedConv (f32 only: the session leaves other dtypes unfused) is the same primitive with
+ * the bias in it and the side input and ReLU as post-ops: the side tensor is copied into the
+ * output and added by a `sum` post-op (a `binary` one would cost oneDNN its fastest
+ * kernels). A side input that is broadcast (its shape is not the convolution's) is added
+ * after the primitive instead. With filter_constant the reordered filter is matched by its
+ * address (conv_util.h). */
 #include <dnnl.h>
 #include <string.h>
 
@@ -15,9 +23,13 @@
 #include "cpu_util.h"
 #include "window_nd.h"
 
+/* Post-ops of a primitive (part of its cache key). */
+enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4 };
+
 typedef struct State {
   WndAttrs a;
   CpuDnnlCache cache;
+  bool fused, bias, add, relu; /* _FusedConv and its flags */
 } State;
 
 static void state_destroy(void *state) {
@@ -26,13 +38,37 @@ static void state_destroy(void *state) {
   cpu_host->free(s);
 }
 
+/* Distinct addresses tell the kernels apart (kind_fused runs WND_CONV). */
+static const WndKind kind_conv = WND_CONV, kind_conv_t = WND_CONV_T, kind_fused = WND_CONV;
+
+static bool flag(const FloeHostApi *host, FloeKernelInit *init, const char *name) {
+  int v = 0;
+  return host->attr_bool(host->init_attrs(init), name, &v) == FLOE_OK && v;
+}
+
+static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, State *s) {
+  s->fused = true;
+  s->bias = flag(host, init, "fused_bias");
+  s->add = flag(host, init, "fused_add");
+  s->relu = flag(host, init, "fused_relu");
+  int want = 2 + s->bias + s->add, got = host->init_num_inputs(init);
+  if (got != want)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "_FusedConv has %d inputs; fused_bias and fused_add ask for %d",
+                                got, want);
+  return FLOE_OK;
+}
+
 static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
                               void **state) {
   State *s = host->alloc(sizeof *s);
   if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
   memset(s, 0, sizeof *s);
-  floe_code rc = wnd_parse(host, init, *(const WndKind *)user_data, &s->a);
+  const WndKind *kind = user_data;
+  floe_code rc = wnd_parse(host, init, *kind == WND_CONV_T ? WND_CONV_T : WND_CONV, &s->a);
+  if (rc == FLOE_OK && kind == &kind_fused) rc = fused_parse(host, init, s);
   if (rc == FLOE_OK && s->a.kind == WND_CONV) rc = cpu_dnnl_cache_init(&s->cache, host, init);
+  if (rc == FLOE_OK && s->fused) s->cache.keep_by_address = flag(host, init, "filter_constant");
   if (rc != FLOE_OK) {
     host->free(s);
     return rc;
@@ -46,15 +82,24 @@ static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, voi
 
 typedef struct Build {
   const State *s;
-  const WndGeo *g;
+  const WndGeo *g;     /* the part computed: some images, maybe a block of rows or of
+                        * output channels */
+  const WndGeo *whole; /* the whole call (the tensors' sizes) */
+  unsigned post;       /* POST_* */
+  int64_t o0;          /* the part's first output channel */
+  bool dense_dst;      /* the part's output goes to a dense buffer of its own */
 } Build;
 
-/* Memory descriptor of logical dims [n, c, spatial...] in the data format's layout. */
+/* Memory descriptor of logical dims [n, c, spatial sp...] in the data format's layout of a
+ * tensor whose spatial dims are full (sp a block of it). */
 static dnnl_status_t data_md(dnnl_memory_desc_t *md, bool cf, const WndGeo *g, int64_t n,
-                             int64_t c, const int64_t *sp) {
+                             int64_t c, const int64_t *sp, const int64_t *full) {
   int nd = 2 + g->ns, off = 3 - g->ns;
   int64_t st[5];
-  wnd_strides(cf, g->ns, c, sp, st);
+  wnd_strides(cf, g->ns, c, full, st);
+  /* One image's stride is any: the dense one lets a channels-last block match the layout
+   * the primitive wants (no reorder). */
+  if (n == 1) st[0] = c * sp[0] * sp[1] * sp[2];
   dnnl_dims_t dims = {n, c}, strides = {st[0], st[1]};
   for (int j = 0; j < g->ns; j++) {
     dims[2 + j] = sp[off + j];
@@ -64,10 +109,11 @@ static dnnl_status_t data_md(dnnl_memory_desc_t *md, bool cf, const WndGeo *g, i
 }
 
 /* The filter [spatial..., c / groups, o] as oneDNN's [o, c, spatial...] (one group) or
- * [groups, o / groups, c / groups, spatial...], through strides. */
-static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g) {
-  int64_t G = g->groups, cpg = g->c / G, opg = g->o / G, off = 3 - g->ns;
-  int64_t sp_st[3], inner = cpg * g->o;
+ * [groups, o / groups, c / groups, spatial...], through strides; g->o of whole->o output
+ * channels (a block of them: the caller offsets the data). */
+static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g, const WndGeo *whole) {
+  int64_t G = g->groups, cpg = g->c / G, opg = g->o / G, off = 3 - g->ns, O = whole->o;
+  int64_t sp_st[3], inner = cpg * O;
   for (int j = 2; j >= off; j--) {
     sp_st[j] = inner;
     inner *= g->k[j];
@@ -81,7 +127,7 @@ static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g) {
   dims[nd] = opg;
   strides[nd++] = 1;
   dims[nd] = cpg;
-  strides[nd++] = g->o;
+  strides[nd++] = O;
   for (int j = off; j < 3; j++) {
     dims[nd] = g->k[j];
     strides[nd++] = sp_st[j];
@@ -99,11 +145,14 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
   dnnl_memory_desc_t src, wei, dst;
   dnnl_convolution_desc_t cd;
   dnnl_status_t st;
+  bool bias = b->post & POST_BIAS;
+  int di = bias ? 3 : 2; /* the dst's arg */
   *what = "convolution descriptor";
   args[0] = (CpuDnnlArg){.arg = DNNL_ARG_SRC};
-  args[1] = (CpuDnnlArg){.arg = DNNL_ARG_WEIGHTS, .keep = true};
-  args[2] = (CpuDnnlArg){.arg = DNNL_ARG_DST, .output = true};
-  *num_args = 3;
+  args[1] = (CpuDnnlArg){.arg = DNNL_ARG_WEIGHTS, .keep = true, .keep_tag = b->o0};
+  if (bias) args[2] = (CpuDnnlArg){.arg = DNNL_ARG_BIAS};
+  args[di] = (CpuDnnlArg){.arg = DNNL_ARG_DST, .output = true, .inout = b->post & POST_SUM};
+  *num_args = di + 1;
   dnnl_dims_t strides, dil, pad_l, pad_r, src_dims = {g->n, g->c}, dst_dims = {g->n, g->o};
   for (int j = 0; j < g->ns; j++) {
     strides[j] = g->s[off + j];
@@ -117,47 +166,209 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
    * the filter go to the layouts the primitive prefers. */
   static const dnnl_format_tag_t cl_tags[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
   dnnl_format_tag_t data_tag = cf ? dnnl_format_tag_any : cl_tags[g->ns - 1];
-  if ((st = data_md(&args[0].user, cf, g, g->n, g->c, g->in)) ||
-      (st = filter_md(&args[1].user, g)) ||
-      (st = data_md(&args[2].user, cf, g, g->n, g->o, g->out)) ||
+  dnnl_dims_t bias_dims = {g->o};
+  if ((st = data_md(&args[0].user, cf, g, g->n, g->c, g->in, b->whole->in)) ||
+      (st = filter_md(&args[1].user, g, b->whole)) ||
+      (bias && (st = dnnl_memory_desc_init_by_tag(&args[2].user, 1, bias_dims, dnnl_f32, dnnl_a))) ||
+      (st = data_md(&args[di].user, cf, g, g->n, g->o, g->out,
+                    b->dense_dst ? g->out : b->whole->out)) ||
       (st = dnnl_memory_desc_init_by_tag(&src, nd, src_dims, dnnl_f32, data_tag)) ||
       (st = dnnl_memory_desc_init_by_tag(&wei, args[1].user.ndims, args[1].user.dims, dnnl_f32,
                                          dnnl_format_tag_any)) ||
       (st = dnnl_memory_desc_init_by_tag(&dst, nd, dst_dims, dnnl_f32, data_tag)) ||
-      (st = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                       dnnl_convolution_direct, &src, &wei, NULL,
-                                                       &dst, strides, dil, pad_l, pad_r)))
+      (st = dnnl_dilated_convolution_forward_desc_init(
+           &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wei,
+           bias ? &args[2].user : NULL, &dst, strides, dil, pad_l, pad_r)))
     return st;
-  *what = "convolution primitive descriptor";
-  return dnnl_primitive_desc_create(pd, &cd, attr, eng, NULL);
+  if (!(b->post & (POST_SUM | POST_RELU))) {
+    *what = "convolution primitive descriptor";
+    return dnnl_primitive_desc_create(pd, &cd, attr, eng, NULL);
+  }
+  /* The post-ops go on a copy of the caller's attributes. */
+  dnnl_primitive_attr_t mine = NULL;
+  dnnl_post_ops_t ops = NULL;
+  *what = "convolution post-ops";
+  if (!(st = dnnl_primitive_attr_clone(&mine, attr)) && !(st = dnnl_post_ops_create(&ops)) &&
+      !((b->post & POST_SUM) && (st = dnnl_post_ops_append_sum(ops, 1.0f))) &&
+      !((b->post & POST_RELU) &&
+        (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f))) &&
+      !(st = dnnl_primitive_attr_set_post_ops(mine, ops))) {
+    *what = "convolution primitive descriptor";
+    st = dnnl_primitive_desc_create(pd, &cd, mine, eng, NULL);
+  }
+  dnnl_post_ops_destroy(ops);
+  dnnl_primitive_attr_destroy(mine);
+  return st;
 }
 
 typedef struct Job {
   State *s;
   const WndGeo *g;
-  const float *x, *f;
+  unsigned post;
+  const float *x, *f, *bias, *side; /* bias, side: NULL unless in post */
   float *y;
+  bool side_copied; /* the output already holds the side input (for POST_SUM) */
+  int64_t blocks;   /* row or channel blocks per image (run_conv) */
+  bool by_channel;  /* blocks of output channels, else of rows */
 } Job;
 
-static floe_code conv_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
-                            int64_t first, int64_t count, int shard) {
+/* Scratch memory for a part (shards share ctx: lock held around the call when given). */
+static floe_code part_temp(FloeKernelContext *ctx, pthread_mutex_t *lock, size_t bytes,
+                           void **out) {
+  if (lock) pthread_mutex_lock(lock);
+  floe_code rc = cpu_host->ctx_allocate_temp(ctx, bytes, out);
+  if (lock) pthread_mutex_unlock(lock);
+  return rc;
+}
+
+/* n channels of each of `pixels` pixels `stride` floats apart, to or from a dense
+ * [pixels, n] buffer. */
+static void channels_gather(float *dense, const float *src, int64_t pixels, int64_t stride,
+                            int64_t n) {
+  for (int64_t p = 0; p < pixels; p++)
+    memcpy(dense + p * n, src + p * stride, (size_t)n * sizeof *dense);
+}
+
+static void channels_scatter(float *dst, const float *dense, int64_t pixels, int64_t stride,
+                             int64_t n) {
+  for (int64_t p = 0; p < pixels; p++)
+    memcpy(dst + p * stride, dense + p * n, (size_t)n * sizeof *dense);
+}
+
+/* Images [first, first + count), output rows [r0, r1) of the outermost spatial dim and
+ * output channels [o0, o1): one primitive on that part of the tensors (the input rows it
+ * reads, the padding they leave, the filter's and bias's columns). A block of channels of
+ * channels-last data is not dense (oneDNN's fast kernels want dense data): it is computed
+ * into scratch and copied into place. */
+static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                           int64_t first, int64_t count, int64_t r0, int64_t r1, int64_t o0,
+                           int64_t o1) {
+  const WndGeo *w = j->g;
+  WndGeo g = *w;
+  int d = 3 - g.ns; /* the outermost spatial dim in WndGeo's 3 */
+  g.n = count;
+  g.o = o1 - o0;
+  /* A channels-last block of channels (one image: block_shard) goes via scratch. */
+  bool dense = !j->s->a.cf && g.o < w->o;
+  int64_t lo = 0;
+  if (r0 > 0 || r1 < w->out[d]) {
+    lo = r0 * w->s[d] - w->pb[d];
+    int64_t hi = (r1 - 1) * w->s[d] - w->pb[d] + (w->k[d] - 1) * w->d[d] + 1;
+    g.pb[d] = lo < 0 ? -lo : 0;
+    g.pe[d] = hi > w->in[d] ? hi - w->in[d] : 0;
+    if (lo < 0) lo = 0;
+    if (hi > w->in[d]) hi = w->in[d];
+    g.in[d] = hi - lo;
+    g.out[d] = r1 - r0;
+  }
+  int64_t xs[5], ys[5];
+  wnd_strides(j->s->a.cf, g.ns, g.c, w->in, xs);
+  wnd_strides(j->s->a.cf, g.ns, w->o, w->out, ys); /* the whole output */
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,  g.c,    g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
+                                   g.k[1], g.k[2], g.ns,   j->post, g.pb[d], g.pe[d], o0};
+  Build b = {j->s, &g, w, j->post, o0, dense};
+  int64_t yoff = first * ys[0] + r0 * ys[2 + d] + o0 * ys[1];
+  float *y = j->y + yoff;
+  int64_t pixels = g.out[0] * g.out[1] * g.out[2];
+  floe_code rc;
+  if (dense &&
+      (rc = part_temp(ctx, ctx_lock, (size_t)(pixels * g.o) * sizeof *y, (void **)&y)) != FLOE_OK)
+    return rc;
+  /* The sum post-op adds what the output holds. */
+  if ((j->post & POST_SUM) && dense)
+    channels_gather(y, j->side + yoff, pixels, w->o, g.o);
+  else if ((j->post & POST_SUM) && !j->side_copied) /* whole images, or rows of one image */
+    memcpy(y, j->side + yoff,
+           (size_t)(r1 - r0 < w->out[d] ? (r1 - r0) * ys[2 + d] : count * ys[0]) * sizeof *y);
+  void *data[4] = {(void *)(j->x + first * xs[0] + lo * xs[2 + d]), (void *)(j->f + o0)};
+  int k = 2;
+  if (j->post & POST_BIAS) data[k++] = (void *)(j->bias + o0);
+  data[k] = y;
+  rc = cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, j->s->fused ? "_FusedConv" : "Conv", key,
+                    build_conv, &b, data);
+  if (rc == FLOE_OK && dense) channels_scatter(j->y + yoff, y, pixels, w->o, g.o);
+  return rc;
+}
+
+static floe_code batch_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                             int64_t first, int64_t count, int shard) {
   (void)shard;
   const Job *j = arg;
-  WndGeo g = *j->g;
-  g.n = count;
-  int64_t in_sp = g.in[0] * g.in[1] * g.in[2], out_sp = g.out[0] * g.out[1] * g.out[2];
-  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,    g.in[0], g.in[1], g.in[2],
-                                   g.o,    g.k[0], g.k[1],  g.k[2],  g.ns};
-  Build b = {j->s, &g};
-  void *data[3] = {(void *)(j->x + first * g.c * in_sp), (void *)j->f,
-                   j->y + first * g.o * out_sp};
-  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "Conv", key, build_conv, &b, data);
+  return conv_part(j, ctx, ctx_lock, first, count, 0, j->g->out[3 - j->g->ns], 0, j->g->o);
+}
+
+/* Output channels per block: a multiple of 16 (oneDNN's f32 vector). */
+static int64_t channel_block(int64_t o, int64_t blocks) {
+  return ((o + blocks - 1) / blocks + 15) / 16 * 16;
+}
+
+/* Unit u of a batch cut into blocks: image u / blocks, block u % blocks of rows or of output
+ * channels. */
+static floe_code block_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                             int64_t first, int64_t count, int shard) {
+  (void)shard;
+  const Job *j = arg;
+  int64_t rows = j->g->out[3 - j->g->ns], o = j->g->o;
+  int64_t per = j->by_channel ? channel_block(o, j->blocks) : (rows + j->blocks - 1) / j->blocks;
+  int64_t end = j->by_channel ? o : rows;
+  floe_code rc = FLOE_OK;
+  for (int64_t u = first; u < first + count && rc == FLOE_OK; u++) {
+    int64_t a = u % j->blocks * per, b = a + per < end ? a + per : end;
+    if (a >= b) continue;
+    rc = j->by_channel ? conv_part(j, ctx, ctx_lock, u / j->blocks, 1, 0, rows, a, b)
+                       : conv_part(j, ctx, ctx_lock, u / j->blocks, 1, a, b, 0, o);
+  }
+  return rc;
+}
+
+/* Multiply-adds below which a part of a convolution is not worth a thread of its own (about
+ * 10 us of one core). */
+#define CONV_PART_MIN_MACS (1 << 20)
+
+/* Runs the job on the pool. A batch of at least as many images as threads is cut into
+ * per-thread shards of images; a smaller one (batch 1 at inference) into blocks of output
+ * rows, so that every thread gets a part, or of output channels where the filter is larger
+ * than an image (deep layers: each thread then reads only its share of the filter, which is
+ * what bounds them). Each part is one single-threaded primitive: an
+ * OpenMP team per call wakes threads that sleep (passive waiting) for work of tens of
+ * microseconds. With a pool of one thread the whole batch is one primitive on OpenMP's
+ * threads. */
+static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
+  const WndGeo *g = j->g;
+  int threads = cpu_host->num_threads();
+  if (threads <= 1 || g->n >= threads)
+    return cpu_dnnl_for_batch(ctx, g->n, cpu_dnnl_batch_shards(g->n), batch_shard, j);
+  int64_t rows = g->out[3 - g->ns];
+  int64_t macs = g->out[0] * g->out[1] * g->out[2] * g->o * g->k[0] * g->k[1] * g->k[2] *
+                 (g->c / g->groups);
+  int64_t blocks = (threads + g->n - 1) / g->n;
+  if (blocks > macs / CONV_PART_MIN_MACS) blocks = macs / CONV_PART_MIN_MACS;
+  if (blocks > rows) blocks = rows;
+  if (blocks < 1) blocks = 1;
+  j->blocks = blocks;
+  int64_t filter = g->k[0] * g->k[1] * g->k[2] * (g->c / g->groups) * g->o;
+  int64_t image = g->c * g->in[0] * g->in[1] * g->in[2];
+  j->by_channel = blocks > 1 && g->groups == 1 && filter > image &&
+                  channel_block(g->o, blocks) * (blocks - 1) < g->o;
+  if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf) {
+    /* Channels-first blocks of rows are not contiguous: the side input goes in at once. */
+    memcpy(j->y, j->side, (size_t)(g->n * g->o * g->out[0] * g->out[1] * g->out[2]) * sizeof *j->y);
+    j->side_copied = true;
+  }
+  int64_t units = g->n * blocks;
+  if (units == 1) {
+    int saved = cpu_omp_single();
+    floe_code rc = conv_part(j, ctx, NULL, 0, 1, 0, rows, 0, g->o);
+    cpu_omp_restore(saved);
+    return rc;
+  }
+  return cpu_dnnl_for_batch(ctx, units, (int)units, block_shard, j);
 }
 
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const WndGeo *g, const float *x,
                           const float *f, float *y) {
-  Job j = {s, g, x, f, y};
-  return cpu_dnnl_for_batch(ctx, g->n, cpu_dnnl_batch_shards(g->n), conv_shard, &j);
+  Job j = {s, g, 0, x, f, NULL, NULL, y, false, 1, false};
+  return run_conv(ctx, &j);
 }
 
 static floe_code run_half(State *s, FloeKernelContext *ctx, const WndGeo *g, FloeDType dt,
@@ -276,11 +487,126 @@ static floe_code conv_compute(void *state, FloeKernelContext *ctx) {
   return run_ref(s, ctx, &g, dt, xd, fd, xn, fn, y, yn);
 }
 
-static const WndKind kind_conv = WND_CONV, kind_conv_t = WND_CONV_T;
+/* ---------------------------------------------------------------------------------- */
+/* _FusedConv. */
+
+static bool same_dims(int ra, const int64_t *a, int rb, const int64_t *b) {
+  if (ra != rb) return false;
+  for (int i = 0; i < ra; i++)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+typedef struct Epilogue {
+  const CpuBroadcast *p;
+  const float *conv, *side;
+  float *y;
+  bool relu;
+} Epilogue;
+
+/* y = [relu](conv + side), broadcast, over output elements [begin, end). */
+static void epilogue_range(void *arg, int64_t begin, int64_t end) {
+  const Epilogue *e = arg;
+  CpuBroadcastIter it;
+  cpu_broadcast_iter_init(&it, e->p, begin, end);
+  int64_t pos, off[CPU_BCAST_MAX_INPUTS], len;
+  int inner = e->p->rank - 1;
+  int64_t sa = e->p->strides[0][inner], sb = e->p->strides[1][inner];
+  while ((len = cpu_broadcast_iter_next(&it, &pos, off)) > 0)
+    for (int64_t i = 0; i < len; i++) {
+      float v = e->conv[off[0] + i * sa] + e->side[off[1] + i * sb];
+      e->y[pos + i] = e->relu && !(v > 0) ? 0.0f : v;
+    }
+}
+
+/* The convolution sums over nothing (no input channels or an empty window): the output is
+ * the epilogue of zeros. sp: elements per channel run (CHANNELS_FIRST), else 1. */
+static void fused_empty(const Job *j, int64_t n, int64_t sp) {
+  int64_t o = j->g->o;
+  for (int64_t i = 0; i < n; i++) {
+    float v = (j->bias ? j->bias[i / sp % o] : 0.0f) + (j->side ? j->side[i] : 0.0f);
+    j->y[i] = (j->post & POST_RELU) && !(v > 0) ? 0.0f : v;
+  }
+}
+
+/* A side input that broadcasts: the convolution (with its bias) into scratch, then the sum
+ * and the ReLU into the output of the broadcast shape. */
+static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo *g,
+                                 const int64_t *cdims, Job *j, const FloeTensor *side,
+                                 bool empty) {
+  int ranks[2] = {g->rank, cpu_host->tensor_rank(side)}, rank;
+  const int64_t *dims[2] = {cdims, cpu_host->tensor_dims(side)};
+  int64_t odims[FLOE_MAX_DIMS];
+  CpuBroadcast p;
+  if (cpu_broadcast_shape(2, ranks, dims, &rank, odims) != 0) {
+    char a[CPU_SHAPE_STR_MAX], b[CPU_SHAPE_STR_MAX];
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT, "the side input %s does not broadcast with the convolution's %s",
+        cpu_shape_str(b, sizeof b, ranks[1], dims[1]), cpu_shape_str(a, sizeof a, ranks[0], cdims));
+  }
+  cpu_broadcast_plan(&p, 2, ranks, dims, rank, odims);
+  FloeTensor *out;
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, rank, odims, &out);
+  if (rc != FLOE_OK || p.num_elements == 0) return rc;
+  int64_t cn = 1;
+  for (int i = 0; i < g->rank; i++) cn *= cdims[i];
+  float *conv;
+  if ((rc = cpu_host->ctx_allocate_temp(ctx, (size_t)cn * sizeof *conv, (void **)&conv)))
+    return rc;
+  j->post &= POST_BIAS;
+  j->side = NULL;
+  j->y = conv;
+  if (empty)
+    fused_empty(j, cn, s->a.cf ? g->out[0] * g->out[1] * g->out[2] : 1);
+  else if (cn > 0 && (rc = run_conv(ctx, j)) != FLOE_OK)
+    return rc;
+  Epilogue e = {&p, conv, cpu_host->tensor_data(side), cpu_host->tensor_data(out), s->relu};
+  cpu_parallel_elements(p.num_elements, 2, epilogue_range, &e);
+  return FLOE_OK;
+}
+
+static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
+  State *s = state;
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0), *f = cpu_host->ctx_input(ctx, 1);
+  const FloeTensor *bias = s->bias ? cpu_host->ctx_input(ctx, 2) : NULL;
+  const FloeTensor *side = s->add ? cpu_host->ctx_input(ctx, 2 + s->bias) : NULL;
+  WndGeo g;
+  floe_code rc = wnd_geo(&s->a, ctx, x, f, &g);
+  if (rc != FLOE_OK) return rc;
+  char buf[CPU_SHAPE_STR_MAX];
+  if (bias && (cpu_host->tensor_rank(bias) != 1 || cpu_host->tensor_dims(bias)[0] != g.o))
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT, "bias %s does not match the %lld output channels",
+        cpu_shape_str(buf, sizeof buf, cpu_host->tensor_rank(bias), cpu_host->tensor_dims(bias)),
+        (long long)g.o);
+  int64_t dims[WND_MAX_RANK];
+  wnd_out_dims(&s->a, &g, dims);
+  Job j = {s, &g, bias ? POST_BIAS : 0, cpu_host->tensor_data(x), cpu_host->tensor_data(f),
+           bias ? cpu_host->tensor_data(bias) : NULL, side ? cpu_host->tensor_data(side) : NULL,
+           NULL, false, 1, false};
+  if (s->relu) j.post |= POST_RELU;
+  bool empty = cpu_host->tensor_num_elements(x) == 0 || cpu_host->tensor_num_elements(f) == 0;
+  if (side && !same_dims(g.rank, dims, cpu_host->tensor_rank(side), cpu_host->tensor_dims(side)))
+    return fused_broadcast(s, ctx, &g, dims, &j, side, empty);
+  if (side) j.post |= POST_SUM;
+  FloeTensor *out;
+  if ((rc = cpu_host->ctx_allocate_output(ctx, 0, g.rank, dims, &out)) != FLOE_OK) return rc;
+  if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
+  j.y = cpu_host->tensor_data(out);
+  if (empty) {
+    fused_empty(&j, cpu_host->tensor_num_elements(out),
+                s->a.cf ? g.out[0] * g.out[1] * g.out[2] : 1);
+    return FLOE_OK;
+  }
+  return run_conv(ctx, &j);
+}
 
 floe_code cpu_register_conv_nd(FloePluginRegistrar *reg) {
   floe_code rc = cpu_add_kernel(reg, "Conv", "T", FLOE_DTYPES_FLOAT, 0, conv_compute,
                                 state_create, state_destroy, (void *)&kind_conv);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "_FusedConv", "T", FLOE_DTYPE_BIT(FLOE_F32), 0, fused_compute,
+                        state_create, state_destroy, (void *)&kind_fused);
   if (rc != FLOE_OK) return rc;
   return cpu_add_kernel(reg, "ConvTranspose", "T", FLOE_DTYPES_FLOAT, 0, conv_compute,
                         state_create, state_destroy, (void *)&kind_conv_t);

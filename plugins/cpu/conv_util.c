@@ -111,6 +111,8 @@ bool cpu_conv_geo_finish(const CpuConvAttrs *a, CpuConvGeo *g) {
 /* ---------------------------------------------------------------------------------- */
 /* oneDNN primitives. */
 
+typedef struct CpuDnnlExec CpuDnnlExec;
+
 struct CpuDnnlPrim {
   int64_t key[CPU_DNNL_KEY_LEN];
   int nthr;      /* OpenMP threads it was built for (its kernels split work that many ways) */
@@ -121,15 +123,37 @@ struct CpuDnnlPrim {
   int num_args;
   CpuDnnlArg args[CPU_DNNL_MAX_ARGS];
   size_t scratch_bytes; /* largest scratchpad among the primitive and its reorders */
-  /* The kept input (args[kept]) last seen and its reordered form, reused while the input's
-   * bytes stay the same: that saves a reorder, and its parallel region, per step. */
-  int kept;                   /* index into args, or -1 */
-  pthread_rwlock_t keep_lock; /* held for reading while keep_ready is in use */
-  bool keep_valid;
-  unsigned misses;            /* stores since the last hit: a filter that changes every step
-                               * (training) is stored only now and then */
-  void *keep_mem;             /* one block: keep_ready (64-aligned) then keep_seen */
-  void *keep_ready, *keep_seen;
+  int kept;           /* index into args of the kept input, or -1 */
+  CpuDnnlKeep *keep;  /* its entry in the cache (NULL: none free; reordered every call) */
+  CpuDnnlExec *idle;  /* execution contexts not in use (guarded by the cache's lock) */
+};
+
+/* What one execution of a primitive needs besides the tensors: memory objects for each
+ * argument (their data pointers set per call) and a scratchpad. Made on first use and kept
+ * with the primitive, one per concurrent call, so that a call allocates nothing. */
+typedef struct CpuDnnlExec {
+  struct CpuDnnlExec *next;
+  dnnl_memory_t user[CPU_DNNL_MAX_ARGS]; /* the tensor's layout (args with a reorder) */
+  dnnl_memory_t prim[CPU_DNNL_MAX_ARGS]; /* the primitive's layout */
+  dnnl_memory_t scratch;                 /* NULL without a scratchpad */
+  void *scratch_mem;                     /* its block (the memory: 64-aligned inside) */
+  dnnl_stream_t stream;
+} CpuDnnlExec;
+
+/* The kept input last seen and its reordered form, reused while the input stays the same:
+ * that saves a reorder, and its parallel region, per step. One entry per pair of layouts,
+ * shared by the cache's primitives (the parts of a convolution cut into row blocks read one
+ * filter). */
+struct CpuDnnlKeep {
+  dnnl_memory_desc_t user, md; /* the input's layout and the primitives' */
+  int64_t tag;                 /* CpuDnnlArg.keep_tag */
+  pthread_rwlock_t lock;       /* held for reading while ready is in use */
+  bool valid;
+  unsigned misses;             /* stores since the last hit: a filter that changes every step
+                                * (training) is stored only now and then */
+  void *mem;                   /* one block: ready (64-aligned) then seen */
+  void *ready, *seen;          /* seen: none when the cache keeps by address */
+  const void *addr;            /* the address ready was made from */
 };
 
 /* Calls into the kernel context under `lock` (the shards of cpu_dnnl_for_batch share the
@@ -166,18 +190,39 @@ floe_code cpu_dnnl_cache_init(CpuDnnlCache *c, const FloeHostApi *host, FloeKern
   return FLOE_OK;
 }
 
+static void exec_free(CpuDnnlExec *x) {
+  for (int i = 0; i < CPU_DNNL_MAX_ARGS; i++) {
+    dnnl_memory_destroy(x->user[i]);
+    dnnl_memory_destroy(x->prim[i]);
+  }
+  dnnl_memory_destroy(x->scratch);
+  cpu_host->free(x->scratch_mem);
+  if (x->stream) dnnl_stream_destroy(x->stream);
+  cpu_host->free(x);
+}
+
 static void prim_free(CpuDnnlPrim *p) {
   if (!p) return;
+  while (p->idle) {
+    CpuDnnlExec *x = p->idle;
+    p->idle = x->next;
+    exec_free(x);
+  }
   dnnl_primitive_destroy(p->op);
-  for (int i = 0; i < p->num_args; i++) dnnl_primitive_destroy(p->args[i].reorder);
-  pthread_rwlock_destroy(&p->keep_lock);
-  cpu_host->free(p->keep_mem);
+  for (int i = 0; i < p->num_args; i++) {
+    dnnl_primitive_destroy(p->args[i].reorder);
+    dnnl_primitive_destroy(p->args[i].reorder_in);
+  }
   cpu_host->free(p);
 }
 
 void cpu_dnnl_cache_destroy(CpuDnnlCache *c) {
   for (int i = 0; i < CPU_DNNL_SLOTS; i++) prim_free(c->slots[i]);
-  for (int i = 0; i < c->num_streams; i++) dnnl_stream_destroy(c->streams[i]);
+  for (int i = 0; i < CPU_DNNL_KEEPS && c->keeps[i]; i++) {
+    pthread_rwlock_destroy(&c->keeps[i]->lock);
+    cpu_host->free(c->keeps[i]->mem);
+    cpu_host->free(c->keeps[i]);
+  }
   dnnl_engine_destroy(c->engine);
   pthread_mutex_destroy(&c->lock);
 }
@@ -199,6 +244,29 @@ static dnnl_status_t make_reorder(dnnl_engine_t eng, const_dnnl_primitive_attr_t
   return st;
 }
 
+/* The cache's keep entry for arg's pair of layouts and tag, made when missing; NULL when
+ * every entry holds another (or out of memory). */
+static CpuDnnlKeep *keep_entry(CpuDnnlCache *c, const CpuDnnlArg *arg) {
+  CpuDnnlKeep *k = NULL;
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < CPU_DNNL_KEEPS && !k; i++) {
+    if (!c->keeps[i] && (c->keeps[i] = cpu_host->alloc(sizeof *c->keeps[i]))) {
+      memset(c->keeps[i], 0, sizeof *c->keeps[i]);
+      c->keeps[i]->user = arg->user;
+      c->keeps[i]->md = arg->md;
+      c->keeps[i]->tag = arg->keep_tag;
+      pthread_rwlock_init(&c->keeps[i]->lock, NULL);
+    }
+    if (!c->keeps[i]) break;
+    if (c->keeps[i]->tag == arg->keep_tag &&
+        dnnl_memory_desc_equal(&c->keeps[i]->user, &arg->user) &&
+        dnnl_memory_desc_equal(&c->keeps[i]->md, &arg->md))
+      k = c->keeps[i];
+  }
+  pthread_mutex_unlock(&c->lock);
+  return k;
+}
+
 /* Builds the primitive for key. Scratchpads are user-managed so that concurrent computes
  * never share one. */
 static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t *lock,
@@ -208,7 +276,6 @@ static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mut
   if (!p) return fail_locked(ctx, lock, dnnl_out_of_memory, "primitive cache entry");
   memset(p, 0, sizeof *p);
   p->nthr = cpu_omp_threads();
-  pthread_rwlock_init(&p->keep_lock, NULL);
   memcpy(p->key, key, sizeof p->key);
   p->kept = -1;
   dnnl_primitive_attr_t attr = NULL;
@@ -228,15 +295,18 @@ static floe_code prim_build(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mut
   for (int i = 0; i < p->num_args; i++) {
     CpuDnnlArg *a = &p->args[i];
     a->md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, a->arg);
-    if (a->output)
+    if (a->output) {
       st = make_reorder(c->engine, attr, &a->md, &a->user, &a->reorder, &p->scratch_bytes);
-    else
+      if (st == dnnl_success && a->inout && a->reorder)
+        st = make_reorder(c->engine, attr, &a->user, &a->md, &a->reorder_in, &p->scratch_bytes);
+    } else
       st = make_reorder(c->engine, attr, &a->user, &a->md, &a->reorder, &p->scratch_bytes);
     if (st != dnnl_success) goto err_free_pd;
     if (a->keep && !a->output && a->reorder && p->kept < 0) p->kept = i;
   }
   dnnl_primitive_desc_destroy(pd);
   dnnl_primitive_attr_destroy(attr);
+  if (p->kept >= 0) p->keep = keep_entry(c, &p->args[p->kept]);
   *out = p;
   return FLOE_OK;
 
@@ -316,72 +386,84 @@ static void prim_release(CpuDnnlCache *c, CpuDnnlPrim *p) {
   if (drop) prim_free(p);
 }
 
-static dnnl_stream_t stream_acquire(CpuDnnlCache *c, dnnl_status_t *st) {
-  dnnl_stream_t stream = NULL;
-  pthread_mutex_lock(&c->lock);
-  if (c->num_streams > 0) stream = c->streams[--c->num_streams];
-  pthread_mutex_unlock(&c->lock);
-  *st = dnnl_success;
-  if (!stream) *st = dnnl_stream_create(&stream, c->engine, dnnl_stream_default_flags);
-  return stream;
-}
-
-static void stream_release(CpuDnnlCache *c, dnnl_stream_t stream) {
-  if (!stream) return;
-  pthread_mutex_lock(&c->lock);
-  if (c->num_streams < CPU_DNNL_STREAMS) {
-    c->streams[c->num_streams++] = stream;
-    stream = NULL;
-  }
-  pthread_mutex_unlock(&c->lock);
-  if (stream) dnnl_stream_destroy(stream);
-}
-
-/* The kept input's reordered form when data is the input last seen, with keep_lock held for
+/* The kept input's reordered form when data is the input last seen, with k->lock held for
  * reading (release with pthread_rwlock_unlock); else NULL. */
-static void *keep_lookup(CpuDnnlPrim *p, const void *data) {
-  pthread_rwlock_rdlock(&p->keep_lock);
-  if (p->keep_valid &&
-      memcmp(p->keep_seen, data, dnnl_memory_desc_get_size(&p->args[p->kept].user)) == 0)
-    return p->keep_ready;
-  pthread_rwlock_unlock(&p->keep_lock);
+static void *keep_lookup(const CpuDnnlCache *c, CpuDnnlKeep *k, const void *data) {
+  pthread_rwlock_rdlock(&k->lock);
+  if (k->valid && c->keep_by_address && k->addr == data) return k->ready;
+  if (k->valid && !c->keep_by_address &&
+      memcmp(k->seen, data, dnnl_memory_desc_get_size(&k->user)) == 0)
+    return k->ready;
+  pthread_rwlock_unlock(&k->lock);
   return NULL;
 }
 
 /* Remembers data and its reordered form, unless another compute is using the old ones or the
  * input has changed on every recent call (then only every 16th time). */
-static void keep_store(CpuDnnlPrim *p, const void *data, const void *ready) {
-  if (pthread_rwlock_trywrlock(&p->keep_lock) != 0) return;
-  unsigned misses = __atomic_fetch_add(&p->misses, 1, __ATOMIC_RELAXED);
+static void keep_store(const CpuDnnlCache *c, CpuDnnlKeep *k, const void *data,
+                       const void *ready) {
+  if (pthread_rwlock_trywrlock(&k->lock) != 0) return;
+  unsigned misses = __atomic_fetch_add(&k->misses, 1, __ATOMIC_RELAXED);
   if (misses >= 2 && misses % 16 != 0) {
-    pthread_rwlock_unlock(&p->keep_lock);
+    pthread_rwlock_unlock(&k->lock);
     return;
   }
-  size_t seen = dnnl_memory_desc_get_size(&p->args[p->kept].user);
-  size_t bytes = dnnl_memory_desc_get_size(&p->args[p->kept].md);
-  if (!p->keep_mem && (p->keep_mem = cpu_host->alloc(bytes + 64 + seen))) {
-    p->keep_ready = (void *)(((uintptr_t)p->keep_mem + 63) & ~(uintptr_t)63);
-    p->keep_seen = (char *)p->keep_ready + bytes;
+  size_t seen = c->keep_by_address ? 0 : dnnl_memory_desc_get_size(&k->user);
+  size_t bytes = dnnl_memory_desc_get_size(&k->md);
+  if (!k->mem && (k->mem = cpu_host->alloc(bytes + 64 + seen))) {
+    k->ready = (void *)(((uintptr_t)k->mem + 63) & ~(uintptr_t)63);
+    k->seen = (char *)k->ready + bytes;
   }
-  if (p->keep_mem) {
-    memcpy(p->keep_ready, ready, bytes);
-    memcpy(p->keep_seen, data, seen);
-    p->keep_valid = true;
+  if (k->mem) {
+    memcpy(k->ready, ready, bytes);
+    if (seen) memcpy(k->seen, data, seen);
+    k->addr = data;
+    k->valid = true;
   }
-  pthread_rwlock_unlock(&p->keep_lock);
+  pthread_rwlock_unlock(&k->lock);
 }
 
-/* Memory objects of one execution, destroyed together. */
-typedef struct Mems {
-  dnnl_memory_t m[2 * CPU_DNNL_MAX_ARGS + 1];
-  int n;
-} Mems;
+/* An idle execution context of p, or a new one (NULL on failure, *st saying why). */
+static CpuDnnlExec *exec_acquire(CpuDnnlCache *c, CpuDnnlPrim *p, dnnl_status_t *st) {
+  pthread_mutex_lock(&c->lock);
+  CpuDnnlExec *x = p->idle;
+  if (x) p->idle = x->next;
+  pthread_mutex_unlock(&c->lock);
+  *st = dnnl_success;
+  if (x) return x;
+  if (!(x = cpu_host->alloc(sizeof *x))) {
+    *st = dnnl_out_of_memory;
+    return NULL;
+  }
+  memset(x, 0, sizeof *x);
+  *st = dnnl_stream_create(&x->stream, c->engine, dnnl_stream_default_flags);
+  for (int i = 0; i < p->num_args && *st == dnnl_success; i++) {
+    if (p->args[i].reorder)
+      *st = dnnl_memory_create(&x->user[i], &p->args[i].user, c->engine, DNNL_MEMORY_NONE);
+    if (*st == dnnl_success)
+      *st = dnnl_memory_create(&x->prim[i], &p->args[i].md, c->engine, DNNL_MEMORY_NONE);
+  }
+  if (*st == dnnl_success && p->scratch_bytes) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {(dnnl_dim_t)p->scratch_bytes};
+    if (!(x->scratch_mem = cpu_host->alloc(p->scratch_bytes + 64)))
+      *st = dnnl_out_of_memory;
+    else if (!(*st = dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a)))
+      *st = dnnl_memory_create(&x->scratch, &md, c->engine,
+                               (void *)(((uintptr_t)x->scratch_mem + 63) & ~(uintptr_t)63));
+  }
+  if (*st != dnnl_success) {
+    exec_free(x);
+    return NULL;
+  }
+  return x;
+}
 
-static dnnl_status_t mem(Mems *ms, const dnnl_memory_desc_t *md, dnnl_engine_t eng, void *data,
-                         dnnl_memory_t *out) {
-  dnnl_status_t st = dnnl_memory_create(out, md, eng, data);
-  if (st == dnnl_success) ms->m[ms->n++] = *out;
-  return st;
+static void exec_release(CpuDnnlCache *c, CpuDnnlPrim *p, CpuDnnlExec *x) {
+  pthread_mutex_lock(&c->lock);
+  x->next = p->idle;
+  p->idle = x;
+  pthread_mutex_unlock(&c->lock);
 }
 
 static dnnl_status_t reorder(dnnl_primitive_t p, dnnl_stream_t stream, dnnl_memory_t from,
@@ -399,8 +481,8 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
   floe_code rc = prim_acquire(c, ctx, lock, key, build, build_arg, &p);
   if (rc != FLOE_OK) return rc;
   /* Buffers in the primitive's layouts: the tensors themselves where no reorder is needed. */
-  void *bufs[CPU_DNNL_MAX_ARGS], *scratch_buf = NULL;
-  void *kept = p->kept >= 0 ? keep_lookup(p, data[p->kept]) : NULL;
+  void *bufs[CPU_DNNL_MAX_ARGS];
+  void *kept = p->keep ? keep_lookup(c, p->keep, data[p->kept]) : NULL;
   for (int i = 0; i < p->num_args; i++) {
     bufs[i] = data[i];
     if (i == p->kept && kept)
@@ -410,59 +492,52 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
                  FLOE_OK)
       goto err_release_prim;
   }
-  if (p->scratch_bytes &&
-      (rc = ctx_temp(ctx, lock, p->scratch_bytes, &scratch_buf)) != FLOE_OK)
-    goto err_release_prim;
 
   dnnl_status_t st;
-  dnnl_stream_t stream = stream_acquire(c, &st);
-  if (st != dnnl_success) {
-    rc = fail_locked(ctx, lock, st, "stream");
+  const char *what = "execution context";
+  CpuDnnlExec *x = exec_acquire(c, p, &st);
+  if (!x) {
+    rc = fail_locked(ctx, lock, st, what);
     goto err_release_prim;
   }
-  Mems ms = {.n = 0};
-  dnnl_memory_t user[CPU_DNNL_MAX_ARGS] = {NULL}, prim[CPU_DNNL_MAX_ARGS] = {NULL}, scratch = NULL;
+  dnnl_stream_t stream = x->stream;
   dnnl_exec_arg_t args[CPU_DNNL_MAX_ARGS + 1];
-  const char *what = "memory";
+  what = "memory";
   for (int i = 0; i < p->num_args; i++) {
-    if (p->args[i].reorder && (st = mem(&ms, &p->args[i].user, c->engine, data[i], &user[i])))
-      goto err_free_mems;
-    if ((st = mem(&ms, &p->args[i].md, c->engine, bufs[i], &prim[i]))) goto err_free_mems;
-    args[i] = (dnnl_exec_arg_t){p->args[i].arg, prim[i]};
+    if (p->args[i].reorder && (st = dnnl_memory_set_data_handle(x->user[i], data[i])))
+      goto err_release_exec;
+    if ((st = dnnl_memory_set_data_handle(x->prim[i], bufs[i]))) goto err_release_exec;
+    args[i] = (dnnl_exec_arg_t){p->args[i].arg, x->prim[i]};
   }
-  if (scratch_buf) {
-    dnnl_memory_desc_t md;
-    dnnl_dims_t dims = {(dnnl_dim_t)p->scratch_bytes};
-    if ((st = dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a)) ||
-        (st = mem(&ms, &md, c->engine, scratch_buf, &scratch)))
-      goto err_free_mems;
-    args[p->num_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch};
-  }
+  if (x->scratch) args[p->num_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, x->scratch};
 
   what = "reorder";
-  for (int i = 0; i < p->num_args; i++)
-    if (!p->args[i].output && p->args[i].reorder && !(i == p->kept && kept) &&
-        (st = reorder(p->args[i].reorder, stream, user[i], prim[i], scratch)))
-      goto err_free_mems;
+  for (int i = 0; i < p->num_args; i++) {
+    const CpuDnnlArg *a = &p->args[i];
+    dnnl_primitive_t in = a->output ? a->reorder_in : a->reorder;
+    if (in && !(i == p->kept && kept) &&
+        (st = reorder(in, stream, x->user[i], x->prim[i], x->scratch)))
+      goto err_release_exec;
+  }
   what = op;
-  if ((st = dnnl_primitive_execute(p->op, stream, p->num_args + (scratch ? 1 : 0), args)))
-    goto err_free_mems;
+  if ((st = dnnl_primitive_execute(p->op, stream, p->num_args + (x->scratch ? 1 : 0), args)))
+    goto err_release_exec;
   what = "reorder";
   for (int i = 0; i < p->num_args; i++)
     if (p->args[i].output && p->args[i].reorder &&
-        (st = reorder(p->args[i].reorder, stream, prim[i], user[i], scratch)))
-      goto err_free_mems;
+        (st = reorder(p->args[i].reorder, stream, x->prim[i], x->user[i], x->scratch)))
+      goto err_release_exec;
   what = "stream wait";
   st = dnnl_stream_wait(stream);
-  if (st == dnnl_success && p->kept >= 0 && !kept) keep_store(p, data[p->kept], bufs[p->kept]);
-  else if (st == dnnl_success && kept) __atomic_store_n(&p->misses, 0, __ATOMIC_RELAXED);
+  if (st == dnnl_success && p->keep && !kept)
+    keep_store(c, p->keep, data[p->kept], bufs[p->kept]);
+  else if (st == dnnl_success && kept) __atomic_store_n(&p->keep->misses, 0, __ATOMIC_RELAXED);
 
-err_free_mems:
-  for (int i = 0; i < ms.n; i++) dnnl_memory_destroy(ms.m[i]);
-  stream_release(c, stream);
+err_release_exec:
+  exec_release(c, p, x);
   if (st != dnnl_success) rc = fail_locked(ctx, lock, st, what);
 err_release_prim:
-  if (kept) pthread_rwlock_unlock(&p->keep_lock);
+  if (kept) pthread_rwlock_unlock(&p->keep->lock);
   prim_release(c, p);
   return rc;
 }

@@ -61,8 +61,7 @@ const char *cpu_conv_attrs_str(const CpuConvAttrs *a, char *buf, size_t len);
  * scratchpads are per call. */
 
 #define CPU_DNNL_SLOTS 8    /* distinct shapes kept per node */
-#define CPU_DNNL_STREAMS 4  /* idle streams kept per node */
-#define CPU_DNNL_KEY_LEN 12 /* the N-d ops of window_nd.h key on 9 sizes */
+#define CPU_DNNL_KEY_LEN 14 /* the N-d conv keys on 13 sizes and flags */
 #define CPU_DNNL_MAX_ARGS 4
 
 /* One argument of a primitive. The build function sets arg, output, keep and user; the
@@ -72,9 +71,14 @@ typedef struct CpuDnnlArg {
   bool output;             /* written by the primitive (else read) */
   bool keep;               /* an input whose reordered form is kept while its bytes stay the
                             * same (a filter in inference); at most one per primitive */
+  bool inout;              /* an output the primitive also reads (a sum post-op): its tensor
+                            * holds the addend when the call starts */
+  int64_t keep_tag;        /* kept inputs of equal layouts but different tags (parts of one
+                            * filter) are kept apart */
   dnnl_memory_desc_t user; /* the tensor's layout */
   dnnl_memory_desc_t md;   /* the primitive's layout */
   dnnl_primitive_t reorder; /* user -> md for inputs, md -> user for outputs; NULL if equal */
+  dnnl_primitive_t reorder_in; /* user -> md for an inout output with a reorder */
 } CpuDnnlArg;
 
 /* Creates the primitive descriptor *pd on eng with attr (scratchpad mode is set) and fills
@@ -87,14 +91,19 @@ typedef dnnl_status_t (*CpuDnnlBuildFn)(const void *arg, dnnl_engine_t eng,
                                         int *num_args, const char **what);
 
 typedef struct CpuDnnlPrim CpuDnnlPrim;
+typedef struct CpuDnnlKeep CpuDnnlKeep;
+#define CPU_DNNL_KEEPS 4 /* kept inputs per node (one per pair of layouts) */
 
 typedef struct CpuDnnlCache {
   dnnl_engine_t engine;
-  pthread_mutex_t lock; /* guards slots, clock and streams */
+  /* The kept input never changes while its address stays the same (the kernel knows it is a
+   * Const's value): it is matched by address, not by comparing its bytes. Set once, before
+   * the first run. */
+  bool keep_by_address;
+  pthread_mutex_t lock; /* guards slots, keeps, clock and the primitives' idle contexts */
   CpuDnnlPrim *slots[CPU_DNNL_SLOTS];
+  CpuDnnlKeep *keeps[CPU_DNNL_KEEPS]; /* the first NULL ends the list */
   uint64_t clock;
-  dnnl_stream_t streams[CPU_DNNL_STREAMS];
-  int num_streams;
 } CpuDnnlCache;
 
 /* Creates the engine; on failure records the error on init and returns its code. The cache

@@ -262,7 +262,15 @@ static floe_code pool_compute(void *state, FloeKernelContext *ctx) {
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   if (cpu_host->tensor_dtype(x) == FLOE_F32 && s->a.kind != WND_POOL_IDX && dnnl_fits(s, &g)) {
     Job j = {s, &g, cpu_host->tensor_data(x), cpu_host->tensor_data(out)};
-    return cpu_dnnl_for_batch(ctx, g.n, cpu_dnnl_batch_shards(g.n), pool_shard, &j);
+    int shards = cpu_dnnl_batch_shards(g.n);
+    if (shards > 1 || cpu_host->num_threads() <= 1)
+      return cpu_dnnl_for_batch(ctx, g.n, shards, pool_shard, &j);
+    /* One image on a pool of several threads: one thread. Pooling is memory-bound and
+     * short; an OpenMP team would cost more to wake (passive waiting) than it saves. */
+    int saved = cpu_omp_single();
+    rc = pool_shard(&j, ctx, NULL, 0, g.n, 0);
+    cpu_omp_restore(saved);
+    return rc;
   }
   return run_ref(s, ctx, &g, x, out, indices);
 }

@@ -130,13 +130,15 @@ static floe_code list_entry(FloeKernelContext *ctx, const char *name, const int6
 
 floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x,
                   const FloeTensor *f, WndGeo *g) {
-  char sx[CPU_SHAPE_STR_MAX], sf[CPU_SHAPE_STR_MAX];
+  /* Shapes are formatted for error messages only (this runs on every call). */
+  char sx_buf[CPU_SHAPE_STR_MAX], sf_buf[CPU_SHAPE_STR_MAX];
   int r = cpu_host->tensor_rank(x);
   const int64_t *d = cpu_host->tensor_dims(x);
-  cpu_shape_str(sx, sizeof sx, r, d);
+#define SX cpu_shape_str(sx_buf, sizeof sx_buf, r, d)
+#define SF cpu_shape_str(sf_buf, sizeof sf_buf, cpu_host->tensor_rank(f), cpu_host->tensor_dims(f))
   if (r < 3 || r > 5)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                   "input %s must have rank 3 to 5 (1 to 3 spatial dims)", sx);
+                                   "input %s must have rank 3 to 5 (1 to 3 spatial dims)", SX);
   memset(g, 0, sizeof *g);
   g->rank = r;
   g->ns = r - 2;
@@ -151,10 +153,9 @@ floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x
   for (int j = 0; j < g->ns; j++) g->in[off + j] = d[sp0 + j];
   if (f) {
     const int64_t *fd = cpu_host->tensor_dims(f);
-    cpu_shape_str(sf, sizeof sf, cpu_host->tensor_rank(f), fd);
     if (cpu_host->tensor_rank(f) != r)
       return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                     "filter %s must have the rank of input %s", sf, sx);
+                                     "filter %s must have the rank of input %s", SF, SX);
     for (int j = 0; j < g->ns; j++) g->k[off + j] = fd[j];
     int64_t fi = fd[r - 2], fo = fd[r - 1];
     bool ok;
@@ -167,8 +168,8 @@ floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x
     }
     if (!ok)
       return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                     "filter %s does not fit input %s (%s) with %lld groups", sf,
-                                     sx, a->cf ? "channels first" : "channels last",
+                                     "filter %s does not fit input %s (%s) with %lld groups", SF,
+                                     SX, a->cf ? "channels first" : "channels last",
                                      (long long)a->groups);
   } else {
     g->o = g->c;
@@ -210,7 +211,7 @@ floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x
       g->out[j] = (in - 1) * s + eff + op - pb - pe;
       if (g->out[j] < 0)
         return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                       "dim %d of the output of input %s would be negative", i, sx);
+                                       "dim %d of the output of input %s would be negative", i, SX);
       continue;
     }
     if (a->pad == 'S') {
@@ -226,7 +227,7 @@ floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x
       return cpu_host->ctx_set_error(
           ctx, FLOE_INVALID_ARGUMENT,
           "%s: input %s is smaller in dim %d than the window (size %lld, dilation %lld) with its "
-          "padding", kind_op[a->kind], sx, i, (long long)g->k[j], (long long)dl);
+          "padding", kind_op[a->kind], SX, i, (long long)g->k[j], (long long)dl);
     int64_t o = (len - eff) / s + 1;
     if (a->ceil_mode && (len - eff) % s) {
       o++;
@@ -236,6 +237,8 @@ floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x
   }
   return FLOE_OK;
 }
+#undef SX
+#undef SF
 
 void wnd_to_f64(FloeDType dt, const void *src, double *dst, int64_t n) {
   for (int64_t i = 0; i < n; i++) {

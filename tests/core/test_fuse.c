@@ -2,9 +2,11 @@
  * max-pool model and its gradients computed with fusion on and off (FLOE_FUSION=0) give the
  * same values; the fused ops really run (the profile names them) and the replaced ones do
  * not; a chain is left alone when an inner result is fetched or has another consumer; the
- * user's graph is not changed. */
+ * user's graph is not changed. The same for the N-d Conv chains (_FusedConv): a residual
+ * block, a side input that broadcasts, fetched and fed nodes, a dtype without the kernel. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +162,199 @@ START_TEST(test_fetched_or_shared_results_are_not_fused) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------ */
+/* The N-d Conv chains: [Relu]([Add]([BiasAdd](Conv(x, f)), side)) -> _FusedConv. */
+
+typedef struct Block {
+  FloeGraph *g;
+  int num_nodes;
+} Block;
+
+static FloeOutput conv_nd(FloeGraph *g, const char *name, FloeOutput x, FloeOutput f) {
+  FloeNodeBuilder *b = floe_node_begin(g, "Conv", name);
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, f);
+  floe_node_set_attr_string(b, "padding", "SAME");
+  return floe_out(floe_node_finish(b), 0);
+}
+
+static FloeOutput const_random(FloeGraph *g, const char *name, FloeDType dt, int rank,
+                               const int64_t *dims, uint64_t seed) {
+  FloeTensor *t = harness_random(dt, rank, dims, seed, -0.5, 0.5);
+  FloeOutput o = floe_const(g, name, t);
+  floe_tensor_release(t);
+  return o;
+}
+
+/* A residual block on x [?, 6, 5, 4] (channels last, batch unknown to the graph):
+ * relu1 = Relu(BiasAdd(Conv(x, f1), b1)); relu2 = Relu(Add(BiasAdd(Conv(relu1, f2), b2), side)),
+ * out = Square(relu2)
+ * with side = x (same_shape) or a Const [4] (broadcast). */
+static Block residual_block(FloeDType dt, bool broadcast_side) {
+  Block m;
+  FloeGraph *g = m.g = floe_graph_new();
+  const int64_t fd[4] = {3, 3, 4, 4}, bd[1] = {4};
+  int64_t xd[4] = {-1, 6, 5, 4};
+  FloeOutput x = floe_placeholder(g, "x", dt, floe_shape_make(4, xd));
+  FloeOutput f1 = const_random(g, "f1", dt, 4, fd, 1), b1 = const_random(g, "b1", dt, 1, bd, 2);
+  FloeOutput f2 = const_random(g, "f2", dt, 4, fd, 3), b2 = const_random(g, "b2", dt, 1, bd, 4);
+  FloeOutput r1 = floe_unary(g, "Relu", "relu1",
+                             floe_binary(g, "BiasAdd", "bias1", conv_nd(g, "conv1", x, f1), b1));
+  FloeOutput y = floe_binary(g, "BiasAdd", "bias2", conv_nd(g, "conv2", r1, f2), b2);
+  FloeOutput side = broadcast_side ? const_random(g, "side", dt, 1, bd, 5) : x;
+  /* The chains' last nodes are not fetched (that would keep them): out reads them. */
+  floe_unary(g, "Square", "out",
+             floe_unary(g, "Relu", "relu2", floe_binary(g, "Add", "sum", y, side)));
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  m.num_nodes = floe_graph_num_nodes(g);
+  return m;
+}
+
+/* Runs the fetches on feeds with fusion on or off; outs[i] new references; calls[k] how many
+ * times ops[k] ran (ops NULL-terminated). */
+static void run_block(const Block *m, int fusion, const FloeFeed *feeds, int nf,
+                      const char *const *fetches, int n, FloeTensor **outs,
+                      const char *const *ops, int64_t *calls) {
+  setenv("FLOE_FUSION", fusion ? "1" : "0", 1);
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(m->g, NULL, st);
+  ck_assert_msg(s, "%s", floe_status_message(st));
+  floe_session_set_profiling(s, 1);
+  ck_assert_msg(floe_session_run(s, feeds, nf, fetches, n, NULL, 0, outs, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  for (int k = 0; ops && ops[k]; k++) calls[k] = harness_profile_calls(s, ops[k], "cpu:0");
+  floe_session_free(s);
+  floe_status_free(st);
+  unsetenv("FLOE_FUSION");
+}
+
+static FloeTensor *block_input(FloeDType dt, int64_t batch) {
+  const int64_t xd[4] = {batch, 6, 5, 4};
+  return harness_random(dt, 4, xd, 9, -1, 1);
+}
+
+START_TEST(test_conv_nd_chains_fused) {
+  const char *ops[] = {"_FusedConv", "Conv", "BiasAdd", "Add", "Relu", NULL};
+  for (int bcast = 0; bcast < 2; bcast++) {
+    Block m = residual_block(FLOE_F32, bcast);
+    FloeTensor *x = block_input(FLOE_F32, 3);
+    FloeFeed feed = {"x", x};
+    const char *fetch = "out";
+    FloeTensor *on, *off;
+    int64_t c_on[5], c_off[5];
+    run_block(&m, 1, &feed, 1, &fetch, 1, &on, ops, c_on);
+    run_block(&m, 0, &feed, 1, &fetch, 1, &off, ops, c_off);
+    /* Both chains fused whole; nothing of them runs on its own. */
+    ck_assert_int_eq(c_on[0], 2);
+    for (int k = 1; k < 5; k++) ck_assert_int_eq(c_on[k], 0);
+    ck_assert_int_eq(c_off[0], 0);
+    ck_assert_int_eq(c_off[1], 2);
+    harness_assert_close(on, off, 1e-5, 1e-5, bcast ? "broadcast side" : "residual block");
+    floe_tensor_release(on);
+    floe_tensor_release(off);
+    floe_tensor_release(x);
+    /* The user's graph is as it was. */
+    ck_assert_int_eq(floe_graph_num_nodes(m.g), m.num_nodes);
+    for (int i = 0; i < floe_graph_num_nodes(m.g); i++)
+      ck_assert(strncmp(floe_node_op(floe_graph_node(m.g, i)), "_Fused", 6) != 0);
+    floe_graph_free(m.g);
+  }
+}
+END_TEST
+
+START_TEST(test_conv_nd_fetched_fed_or_f64_not_fused) {
+  const char *ops[] = {"_FusedConv", "Conv", "BiasAdd", "Relu", NULL};
+  Block m = residual_block(FLOE_F32, false);
+  FloeTensor *x = block_input(FLOE_F32, 2);
+  FloeTensor *on[2], *off[2];
+  int64_t c[4];
+  /* relu1 fetched: the first chain stops at the bias (its Relu runs), the second fuses. */
+  FloeFeed feed = {"x", x};
+  const char *fetches[2] = {"out", "relu1"};
+  run_block(&m, 1, &feed, 1, fetches, 2, on, ops, c);
+  ck_assert_int_eq(c[0], 2);
+  ck_assert_int_eq(c[1], 0);
+  ck_assert_int_eq(c[2], 0);
+  ck_assert_int_eq(c[3], 1);
+  run_block(&m, 0, &feed, 1, fetches, 2, off, ops, c);
+  for (int i = 0; i < 2; i++) {
+    harness_assert_close(on[i], off[i], 1e-5, 1e-5, fetches[i]);
+    floe_tensor_release(on[i]);
+    floe_tensor_release(off[i]);
+  }
+  /* f1 fed with other values: that run's first conv reads the fed filter (no stale kept
+   * copy of the Const's), and agrees with the unfused ops. */
+  const int64_t fd[4] = {3, 3, 4, 4};
+  FloeTensor *f1 = harness_random(FLOE_F32, 4, fd, 77, -0.5, 0.5);
+  FloeFeed feeds[2] = {{"x", x}, {"f1", f1}};
+  const char *fetch = "out";
+  FloeTensor *plain;
+  run_block(&m, 1, &feed, 1, &fetch, 1, &plain, NULL, NULL);
+  run_block(&m, 1, feeds, 2, &fetch, 1, &on[0], NULL, NULL);
+  run_block(&m, 0, feeds, 2, &fetch, 1, &off[0], NULL, NULL);
+  harness_assert_close(on[0], off[0], 1e-5, 1e-5, "fed filter");
+  double *a = harness_values(plain), *b = harness_values(on[0]);
+  bool differ = false;
+  for (int64_t i = 0; i < floe_tensor_num_elements(plain); i++) differ |= fabs(a[i] - b[i]) > 1e-3;
+  ck_assert_msg(differ, "feeding f1 changed nothing");
+  free(a);
+  free(b);
+  floe_tensor_release(plain);
+  floe_tensor_release(on[0]);
+  floe_tensor_release(off[0]);
+  floe_tensor_release(f1);
+  floe_tensor_release(x);
+  floe_graph_free(m.g);
+  /* f64: the CPU has no _FusedConv kernel for it, so the ops run as they are. */
+  m = residual_block(FLOE_F64, false);
+  x = block_input(FLOE_F64, 2);
+  FloeFeed feed64 = {"x", x};
+  run_block(&m, 1, &feed64, 1, &fetch, 1, &on[0], ops, c);
+  ck_assert_int_eq(c[0], 0);
+  ck_assert_int_eq(c[1], 2);
+  floe_tensor_release(on[0]);
+  floe_tensor_release(x);
+  floe_graph_free(m.g);
+}
+END_TEST
+
+/* A Conv alone: fused (told its filter is constant) when the filter is a Const, left alone
+ * when it is fed; a Conv whose output has two readers is not extended. */
+START_TEST(test_conv_nd_alone) {
+  const char *ops[] = {"_FusedConv", "Conv", "BiasAdd", NULL};
+  for (int fed = 0; fed < 2; fed++) {
+    Block m;
+    FloeGraph *g = m.g = floe_graph_new();
+    const int64_t xd[4] = {2, 6, 5, 4}, fd[4] = {3, 3, 4, 4}, bd[1] = {4};
+    FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+    FloeOutput f = fed ? floe_placeholder(g, "f", FLOE_F32, floe_shape_make(4, fd))
+                       : const_random(g, "f", FLOE_F32, 4, fd, 1);
+    FloeOutput y = conv_nd(g, "conv", x, f);
+    /* Two readers of the conv: a BiasAdd and the Identity. */
+    floe_binary(g, "Add", "out", floe_binary(g, "BiasAdd", "biased", y,
+                                             const_random(g, "b", FLOE_F32, 1, bd, 2)),
+                floe_unary(g, "Identity", "id", y));
+    FloeTensor *xt = harness_random(FLOE_F32, 4, xd, 3, -1, 1);
+    FloeTensor *ft = harness_random(FLOE_F32, 4, fd, 1, -0.5, 0.5);
+    FloeFeed feeds[2] = {{"x", xt}, {"f", ft}};
+    const char *fetch = "out";
+    FloeTensor *on, *off;
+    int64_t c[3];
+    run_block(&m, 1, feeds, 1 + fed, &fetch, 1, &on, ops, c);
+    ck_assert_int_eq(c[0], fed ? 0 : 1);
+    ck_assert_int_eq(c[1], fed ? 1 : 0);
+    ck_assert_int_eq(c[2], 1);
+    run_block(&m, 0, feeds, 1 + fed, &fetch, 1, &off, NULL, NULL);
+    harness_assert_close(on, off, 1e-5, 1e-5, fed ? "fed filter" : "constant filter");
+    floe_tensor_release(on);
+    floe_tensor_release(off);
+    floe_tensor_release(xt);
+    floe_tensor_release(ft);
+    floe_graph_free(m.g);
+  }
+}
+END_TEST
+
 int main(void) {
   setenv("FLOE_NUM_THREADS", "2", 0);
   Suite *s = suite_create("fuse");
@@ -167,6 +362,9 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_fused_equals_unfused);
   tcase_add_test(tc, test_fetched_or_shared_results_are_not_fused);
+  tcase_add_test(tc, test_conv_nd_chains_fused);
+  tcase_add_test(tc, test_conv_nd_fetched_fed_or_f64_not_fused);
+  tcase_add_test(tc, test_conv_nd_alone);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1104,6 +1104,23 @@ const XCase xcases[] = {
     {.op = "PoolGrad", .label = "CL MAX [1,6,6,2] 2x2/2 bf16 (ties)",
      .in = {R(BF16, -1, 1, 4, 1, 6, 6, 2), R(BF16, -1, 1, 4, 1, 3, 3, 2)},
      .attrs = {AS("pooling_type", "MAX"), AL("ksize", 4, 1, 2, 2, 1), AL("strides", 4, 1, 2, 2, 1)}},
+    /* --- _FusedConv (the fusion pass's conv + bias + residual add + ReLU) --- */
+    {.op = "_FusedConv", .label = "CL [2,6,5,4] * [3,3,4,8] SAME + bias + side + relu",
+     .in = {R(F32, -1, 1, 4, 2, 6, 5, 4), R(F32, -1, 1, 4, 3, 3, 4, 8), R(F32, -1, 1, 1, 8),
+            R(F32, -1, 1, 4, 2, 6, 5, 8)},
+     .lists = {1, 1, 2},
+     .attrs = {AS("padding", "SAME"), AB("fused_bias", 1), AB("fused_add", 1),
+               AB("fused_relu", 1)}, .flags = XF_MATRIX},
+    {.op = "_FusedConv", .label = "CF [1,4,5,5] * [3,2,2,6] groups 2 stride 2 pads + bias + relu",
+     .in = {R(F32, -1, 1, 4, 1, 4, 5, 5), R(F32, -1, 1, 4, 3, 2, 2, 6), R(F32, -1, 1, 1, 6)},
+     .lists = {1, 1, 1},
+     .attrs = {AS("data_format", "CHANNELS_FIRST"), AL("strides", 4, 1, 1, 2, 2),
+               AS("padding", "EXPLICIT"), AL("explicit_paddings", 8, 0, 0, 0, 0, 1, 0, 2, 1),
+               AI("groups", 2), AB("fused_bias", 1), AB("fused_relu", 1)}, .flags = XF_MATRIX},
+    {.op = "_FusedConv", .label = "CL [2,4,4,3] * [1,1,3,5] + broadcast side [1,5] + relu",
+     .in = {R(F32, -1, 1, 4, 2, 4, 4, 3), R(F32, -1, 1, 4, 1, 1, 3, 5), R(F32, -1, 1, 2, 1, 5)},
+     .lists = {1, 1, 1},
+     .attrs = {AB("fused_add", 1), AB("fused_relu", 1)}, .flags = XF_MATRIX},
 };
 const int xnum_cases = (int)(sizeof xcases / sizeof xcases[0]);
 
