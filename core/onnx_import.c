@@ -702,6 +702,12 @@ static floe_code map_node(OxCtx *c, const Onnx__NodeProto *n) {
   rc = op->map(c, n, in, nin, out, nout);
 outputs:
   if (rc == FLOE_OK) rc = ox_check(c);
+  /* A builder that failed through the graph's sticky error (floe_while_loop, floe_cond) has
+   * said why there, not in the status: carry it over, so no error goes without a message. */
+  if (rc != FLOE_OK && floe_status_code(c->st) == FLOE_OK) {
+    floe_code g = ox_check(c);
+    if (g == FLOE_OK) ox_fail(c, rc, "the mapping failed (%s)", floe_code_name(rc));
+  }
   for (int i = 0; rc == FLOE_OK && i < nout; i++) {
     if (!n->output[i] || !*n->output[i]) continue;
     if (!out[i].node) {
@@ -1090,6 +1096,11 @@ static FloeOnnxModel *import_model(const void *buf, size_t len, const char *what
   return m;
 
 fail:
+  if (floe_status_code(st) == FLOE_OK) /* never an error without a message */
+    floe_status_set(st, rc != FLOE_OK ? rc : FLOE_INTERNAL, "%s",
+                    m && m->g && floe_graph_status(m->g) != FLOE_OK
+                        ? floe_graph_error(m->g, NULL)
+                        : "the import failed without saying why (a bug: please report it)");
   floe__status_prefix(st, "importing '%s'", what);
   if (m && m->borrowed) floe_graph_clear_error(m->g); /* it had none before */
   scope_free(&scope);
