@@ -398,6 +398,13 @@ static void *keep_lookup(const CpuDnnlCache *c, CpuDnnlKeep *k, const void *data
   return NULL;
 }
 
+/* Whether md's bytes are exactly its elements (no strides past them). */
+static int md_dense(const dnnl_memory_desc_t *md) {
+  size_t n = 1;
+  for (int i = 0; i < md->ndims; i++) n *= (size_t)md->dims[i];
+  return dnnl_memory_desc_get_size(md) == n * dnnl_data_type_size(md->data_type);
+}
+
 /* Remembers data and its reordered form, unless another compute is using the old ones or the
  * input has changed on every recent call (then only every 16th time). */
 static void keep_store(const CpuDnnlCache *c, CpuDnnlKeep *k, const void *data,
@@ -482,7 +489,11 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
   if (rc != FLOE_OK) return rc;
   /* Buffers in the primitive's layouts: the tensors themselves where no reorder is needed. */
   void *bufs[CPU_DNNL_MAX_ARGS];
-  void *kept = p->keep ? keep_lookup(c, p->keep, data[p->kept]) : NULL;
+  /* A prepared copy is kept only for an argument that is reordered from a dense tensor: a
+   * strided view (a block of a filter's output channels) spans past its own elements, so
+   * copying or comparing "its bytes" would read beyond the tensor. */
+  int keepable = p->keep && p->args[p->kept].reorder && md_dense(&p->keep->user);
+  void *kept = keepable ? keep_lookup(c, p->keep, data[p->kept]) : NULL;
   for (int i = 0; i < p->num_args; i++) {
     bufs[i] = data[i];
     if (i == p->kept && kept)
@@ -529,7 +540,7 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
       goto err_release_exec;
   what = "stream wait";
   st = dnnl_stream_wait(stream);
-  if (st == dnnl_success && p->keep && !kept)
+  if (st == dnnl_success && keepable && !kept)
     keep_store(c, p->keep, data[p->kept], bufs[p->kept]);
   else if (st == dnnl_success && kept) __atomic_store_n(&p->keep->misses, 0, __ATOMIC_RELAXED);
 
