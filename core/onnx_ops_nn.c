@@ -427,28 +427,36 @@ OX_MAP(map_batch_norm) {
   return FLOE_OK;
 }
 
+/* Normalises x over its dims [first, rank): sets *centred = x - mean, *mean and *inv_std =
+ * 1 / sqrt(var + epsilon), all with the reduced dims kept. */
+static void normalise(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, int first, int r,
+                      FloeOutput *centred, FloeOutput *mean, FloeOutput *inv_std) {
+  int64_t axes[FLOE_MAX_DIMS];
+  for (int i = first; i < r; i++) axes[i - first] = i;
+  FloeOutput ax = ox_const_i64(c, axes, r - first);
+  FloeNodeBuilder *b = ox_begin(c, "Mean");
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, ax);
+  floe_node_set_attr_bool(b, "keep_dims", 1);
+  *mean = ox_finish(c, b);
+  *centred = ox_binary(c, "Sub", x, *mean);
+  b = ox_begin(c, "Mean");
+  floe_node_add_input(b, ox_unary(c, "Square", *centred));
+  floe_node_add_input(b, ax);
+  floe_node_set_attr_bool(b, "keep_dims", 1);
+  FloeOutput var = ox_finish(c, b);
+  FloeOutput eps = ox_scalar(c, ox_dtype(x), ox_float(n, "epsilon", 1e-5f));
+  *inv_std = ox_unary(c, "Rsqrt", ox_binary(c, "Add", var, eps));
+}
+
 OX_MAP(map_instance_norm) {
   OX_UNUSED;
   floe_code rc = ox_need(c, in, nin, 3);
   if (rc != FLOE_OK) return rc;
   int r = ox_rank(c, in[0], "the input");
   if (r < 0) return floe_status_code(c->st);
-  FloeDType dt = ox_dtype(in[0]);
-  int64_t axes[FLOE_MAX_DIMS];
-  for (int i = 2; i < r; i++) axes[i - 2] = i;
-  FloeOutput ax = ox_const_i64(c, axes, r - 2);
-  FloeNodeBuilder *b = ox_begin(c, "Mean");
-  floe_node_add_input(b, in[0]);
-  floe_node_add_input(b, ax);
-  floe_node_set_attr_bool(b, "keep_dims", 1);
-  FloeOutput mean = ox_finish(c, b);
-  FloeOutput d = ox_binary(c, "Sub", in[0], mean);
-  b = ox_begin(c, "Mean");
-  floe_node_add_input(b, ox_unary(c, "Square", d));
-  floe_node_add_input(b, ax);
-  floe_node_set_attr_bool(b, "keep_dims", 1);
-  FloeOutput var = ox_finish(c, b);
-  FloeOutput inv = ox_unary(c, "Rsqrt", ox_binary(c, "Add", var, ox_scalar(c, dt, ox_float(n, "epsilon", 1e-5f))));
+  FloeOutput d, mean, inv;
+  normalise(c, n, in[0], 2, r, &d, &mean, &inv);
   FloeOutput y = ox_binary(c, "Mul", d, inv);
   y = ox_binary(c, "Mul", y, per_channel(c, in[1], r));
   out[0] = ox_binary(c, "Add", y, per_channel(c, in[2], r));
@@ -463,23 +471,8 @@ OX_MAP(map_layer_norm) {
   if (r < 0) return floe_status_code(c->st);
   int axis;
   if ((rc = ox_axis(c, ox_int(n, "axis", -1), r, "axis", &axis)) != FLOE_OK) return rc;
-  FloeDType dt = ox_dtype(in[0]);
-  int64_t axes[FLOE_MAX_DIMS];
-  for (int i = axis; i < r; i++) axes[i - axis] = i;
-  FloeOutput ax = ox_const_i64(c, axes, r - axis);
-  FloeNodeBuilder *b = ox_begin(c, "Mean");
-  floe_node_add_input(b, in[0]);
-  floe_node_add_input(b, ax);
-  floe_node_set_attr_bool(b, "keep_dims", 1);
-  FloeOutput mean = ox_finish(c, b);
-  FloeOutput d = ox_binary(c, "Sub", in[0], mean);
-  b = ox_begin(c, "Mean");
-  floe_node_add_input(b, ox_unary(c, "Square", d));
-  floe_node_add_input(b, ax);
-  floe_node_set_attr_bool(b, "keep_dims", 1);
-  FloeOutput var = ox_finish(c, b);
-  FloeOutput inv_std = ox_unary(
-      c, "Rsqrt", ox_binary(c, "Add", var, ox_scalar(c, dt, ox_float(n, "epsilon", 1e-5f))));
+  FloeOutput d, mean, inv_std;
+  normalise(c, n, in[0], axis, r, &d, &mean, &inv_std);
   FloeOutput y = ox_binary(c, "Mul", ox_binary(c, "Mul", d, inv_std), in[1]);
   if (nin > 2 && ox_present(in[2])) y = ox_binary(c, "Add", y, in[2]);
   out[0] = y;
