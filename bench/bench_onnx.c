@@ -5,7 +5,7 @@
  * ones, and prints one JSON line: median, mean and minimum seconds per step, images per
  * second (batch over the median; the minimum is the steadier figure on a shared machine). With TOP1_OUT, writes each row's arg-max of the first output, one per
  * line, for the top-1 comparison with the baselines. BENCH_PROFILE=1 prints the time per op
- * type of the timed steps to stderr. */
+ * type of the timed steps to stderr, BENCH_PROFILE=2 also the time per node. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
   const char *fetch = floe_onnx_model_output_fetch(m, 0);
   FloeTensor *y = NULL;
   double *times = calloc((size_t)iters, sizeof *times);
-  int profile = getenv("BENCH_PROFILE") && atoi(getenv("BENCH_PROFILE"));
+  int profile = getenv("BENCH_PROFILE") ? atoi(getenv("BENCH_PROFILE")) : 0;
   for (int i = -3; i < iters; i++) {
     if (i == 0 && profile) floe_session_set_profiling(s, 1);
     floe_tensor_release(y);
@@ -54,6 +54,13 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%-28s %6lld calls %10.3f ms/step\n", rows[i].op, (long long)rows[i].calls,
               rows[i].total_ns * 1e-6 / iters);
   free(rows);
+  FloeNodeProfile *nodes = NULL;
+  if (profile >= 2 && floe_session_profile_nodes(s, &nodes, &nrows, st) == FLOE_OK)
+    for (int i = 0; i < nrows; i++)
+      if (nodes[i].total_ns * 1e-6 / iters >= 0.005)
+        fprintf(stderr, "  %-40s %-12s %9.3f ms/step\n", nodes[i].node, nodes[i].op,
+                nodes[i].total_ns * 1e-6 / iters);
+  free(nodes);
   double mean = 0, min = times[0];
   for (int i = 0; i < iters; i++) {
     mean += times[i] / iters;

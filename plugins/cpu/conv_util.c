@@ -489,10 +489,12 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
   if (rc != FLOE_OK) return rc;
   /* Buffers in the primitive's layouts: the tensors themselves where no reorder is needed. */
   void *bufs[CPU_DNNL_MAX_ARGS];
-  /* A prepared copy is kept only for an argument that is reordered from a dense tensor: a
-   * strided view (a block of a filter's output channels) spans past its own elements, so
-   * copying or comparing "its bytes" would read beyond the tensor. */
-  int keepable = p->keep && p->args[p->kept].reorder && md_dense(&p->keep->user);
+  /* A prepared copy is kept for an argument that is reordered, matched by address (nothing
+   * of the tensor is read but through its layout) or else from a dense tensor: a strided
+   * view (a block of a filter's output channels) spans past its own elements, so copying or
+   * comparing "its bytes" would read beyond the tensor. */
+  int keepable = p->keep && p->args[p->kept].reorder &&
+                 (c->keep_by_address || md_dense(&p->keep->user));
   void *kept = keepable ? keep_lookup(c, p->keep, data[p->kept]) : NULL;
   for (int i = 0; i < p->num_args; i++) {
     bufs[i] = data[i];
