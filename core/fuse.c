@@ -14,6 +14,7 @@
  * kernel on the device the chain would have run on (the caller's check). Control edges into
  * the chain move onto the fused node, and control edges out of it leave from the fused
  * node. A device without the fused kernels simply runs the original ops. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -28,6 +29,7 @@ typedef struct Fuse {
   FloeFuseCheck ok;
   void *arg;
   int fused;
+  int n_orig;            /* nodes of the original graph (pinned's range) */
 } Fuse;
 
 static bool same_device(const FloeNode *a, const FloeNode *b) {
@@ -46,14 +48,18 @@ static const char *format_of(const FloeNode *n) {
   return v && v->kind == FLOE_ATTR_STRING ? v->u.s : "NHWC";
 }
 
-/* A unique name for the fused node from its last node's name. */
-static char *fused_name(FloeGraph *g, const char *base) {
+/* A unique name "<base>/<suffix>" (then "<base>/<suffix>_1", ...). */
+static char *unique_name(FloeGraph *g, const char *base, const char *suffix) {
   for (int i = 0;; i++) {
-    char *name = i ? floe__asprintf("%s/_fused_%d", base, i) : floe__asprintf("%s/_fused", base);
+    char *name = i ? floe__asprintf("%s/%s_%d", base, suffix, i)
+                   : floe__asprintf("%s/%s", base, suffix);
     if (!name || !floe_graph_find(g, name)) return name;
     floe__free(name);
   }
 }
+
+/* A unique name for the fused node from its last node's name. */
+static char *fused_name(FloeGraph *g, const char *base) { return unique_name(g, base, "_fused"); }
 
 /* Makes op(inputs) (inputs from list_from on as one list argument; -1: none) with the
  * attributes `attrs` of `from`, the bool attributes `flags` set
@@ -209,6 +215,205 @@ static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
   return commit(f, chain, 2, fused, mp);
 }
 
+/* ---------------------------------------------------------------------------------- */
+/* The blocked layout: chains of channels-last _FusedConvs whose channels come in whole
+ * blocks of 16 pass blocked tensors [N, C / 16, spatial..., 16] from one to the next (the
+ * layout AVX-512 kernels read best, and the one oneDNN's Winograd convolutions need), with
+ * _ToBlocked where a chain starts and _FromBlocked where its tensors leave it. It applies
+ * only where the device has the converters (the CPU plugin registers them on AVX-512
+ * machines); FLOE_BLOCKED_LAYOUT=0 in the environment turns it off. */
+
+typedef struct Blocker {
+  Fuse *f;
+  FloeNode **blk;   /* per node id below f->g's size at the start: its blocked replacement */
+  int cap;
+  FloeOutput *from; /* converted outputs and their _ToBlocked nodes */
+  FloeNode **to;
+  int num, room;
+} Blocker;
+
+static const FloeShape *shape_of(FloeOutput o) { return &o.node->out_shapes[o.index]; }
+
+/* Channels-last, 1 to 3 spatial dims, the channel count known and a multiple of 16. */
+static bool whole_blocks(const FloeShape *s) {
+  return s->rank >= 3 && s->rank <= 5 && s->dims[s->rank - 1] > 0 && s->dims[s->rank - 1] % 16 == 0;
+}
+
+static bool attr_is(const FloeNode *n, const char *name, const char *want) {
+  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
+  return v && v->kind == FLOE_ATTR_STRING && strcmp(v->u.s, want) == 0;
+}
+
+/* A _FusedConv of the step that can run blocked. */
+static bool blockable(const Blocker *bl, const FloeNode *n) {
+  const Fuse *f = bl->f;
+  if (n->id >= f->cap || !f->need[n->id] || strcmp(n->op->name, "_FusedConv") != 0) return false;
+  if (n->id < f->n_orig && f->pinned[n->id]) return false;
+  const FloeAttrValue *t = floe__attrs_get(&n->attrs, "T");
+  const FloeAttrValue *grp = floe__attrs_get(&n->attrs, "groups");
+  const FloeAttrValue *b = floe__attrs_get(&n->attrs, "blocked");
+  if (!t || t->kind != FLOE_ATTR_TYPE || t->u.type != FLOE_F32 || (grp && grp->u.i != 1) ||
+      (b && b->u.b) || !attr_is(n, "data_format", "CHANNELS_LAST"))
+    return false;
+  const FloeShape *x = shape_of(n->inputs[0]), *y = &n->out_shapes[0];
+  if (!whole_blocks(x) || !whole_blocks(y) || x->rank != y->rank) return false;
+  const FloeAttrValue *add = floe__attrs_get(&n->attrs, "fused_add");
+  if (add && add->u.b) { /* the side input broadcasts over anything but the channels */
+    const FloeShape *sd = shape_of(n->inputs[n->num_inputs - 1]);
+    if (sd->rank != y->rank || sd->dims[y->rank - 1] != y->dims[y->rank - 1]) return false;
+  }
+  return true;
+}
+
+/* A one-input converter node (op) of `in` on near's device; NULL on failure. */
+static FloeNode *converter(Fuse *f, const char *op, FloeOutput in, const FloeNode *near) {
+  char *name = unique_name(f->g, in.node->name, op[1] == 'T' ? "_to_blocked" : "_from_blocked");
+  if (!name) return NULL;
+  FloeNodeBuilder *b = floe_node_begin(f->g, op, name);
+  floe__free(name);
+  floe_node_add_input(b, in);
+  if (near->device && near->device[0]) floe_node_set_device(b, near->device);
+  FloeNode *n = floe_node_finish(b);
+  return n && need_grow(f) ? n : NULL;
+}
+
+/* The blocked form of `in` for conv (a blocked conv's output, or a _ToBlocked of it, made
+ * once per output); NULL on failure or when the device has no converter. */
+static FloeNode *as_blocked(Blocker *bl, FloeOutput in, const FloeNode *conv) {
+  if (in.index == 0 && in.node->id < bl->cap && bl->blk[in.node->id]) return bl->blk[in.node->id];
+  for (int i = 0; i < bl->num; i++)
+    if (bl->from[i].node == in.node && bl->from[i].index == in.index) return bl->to[i];
+  if (bl->num == bl->room) {
+    int room = bl->room ? 2 * bl->room : 16;
+    FloeOutput *from = floe__realloc(bl->from, (size_t)room * sizeof *from);
+    if (from) bl->from = from;
+    FloeNode **to = from ? floe__realloc(bl->to, (size_t)room * sizeof *to) : NULL;
+    if (!to) return NULL;
+    bl->to = to;
+    bl->room = room;
+  }
+  FloeNode *t = converter(bl->f, "_ToBlocked", in, conv);
+  if (!t || !bl->f->ok(bl->f->arg, conv, t)) return NULL;
+  bl->from[bl->num] = in;
+  bl->to[bl->num++] = t;
+  return t;
+}
+
+static const char *const blocked_attrs[] = {
+    "T", "strides", "padding", "explicit_paddings", "data_format", "dilations", "groups",
+    "fused_bias", "fused_add", "fused_relu", "filter_constant", NULL};
+
+/* conv as a blocked _FusedConv reading blocked inputs; false when it stays as it is. */
+static bool block_one(Blocker *bl, FloeNode *conv) {
+  Fuse *f = bl->f;
+  FloeOutput in[4];
+  int n = conv->num_inputs;
+  if (n > 4) return false;
+  memcpy(in, conv->inputs, (size_t)n * sizeof *in);
+  const FloeAttrValue *add = floe__attrs_get(&conv->attrs, "fused_add");
+  FloeNode *x = as_blocked(bl, in[0], conv);
+  FloeNode *side = add && add->u.b ? as_blocked(bl, in[n - 1], conv) : NULL;
+  if (!x || (add && add->u.b && !side)) return false;
+  in[0] = (FloeOutput){x, 0};
+  if (side) in[n - 1] = (FloeOutput){side, 0};
+  static const char *const flags[] = {"blocked", NULL};
+  FloeNode *b = make_fused(f, "_FusedConv", &conv, 1, in, n, 2, conv, blocked_attrs, flags);
+  if (!b || !need_grow(f) || !f->ok(f->arg, conv, b)) return false;
+  f->need[b->id] = f->need[x->id] = true;
+  if (side) f->need[side->id] = true;
+  f->need[conv->id] = false;
+  bl->blk[conv->id] = b;
+  return true;
+}
+
+/* Consumers of a blocked conv's old output outside the blocked chains read a _FromBlocked of
+ * it; control edges name the blocked conv. 0, or -1 on out of memory. */
+static int block_leave(Blocker *bl, FloeNode *old) {
+  Fuse *f = bl->f;
+  FloeNode *b = bl->blk[old->id], *back = NULL;
+  for (int id = 0; id < f->g->num_nodes; id++) {
+    FloeNode *x = f->g->nodes[id];
+    if (x == back) continue;
+    for (int k = 0; k < x->num_inputs; k++)
+      if (x->inputs[k].node == old && x->inputs[k].index == 0 && id < f->cap && f->need[id]) {
+        if (!back && !(back = converter(f, "_FromBlocked", (FloeOutput){b, 0}, b))) return -1;
+        f->need[back->id] = true;
+        x->inputs[k] = (FloeOutput){back, 0};
+      }
+    for (int c = 0; c < x->num_control; c++)
+      if (x->control[c] == old) x->control[c] = b;
+  }
+  f->fused++;
+  return 0;
+}
+
+static bool blocked_layout_enabled(void) {
+  const char *e = getenv("FLOE_BLOCKED_LAYOUT");
+  return !e || strcmp(e, "0") != 0;
+}
+
+/* The ids of nodes [0, n) in an order where every node comes after the nodes it reads
+ * (data and control inputs); malloc'd, NULL on out of memory. */
+static int *topo_order(const FloeGraph *g, int n) {
+  int *order = floe__malloc((size_t)(n ? n : 1) * sizeof *order);
+  int *stack = floe__malloc((size_t)(n ? n : 1) * sizeof *stack);
+  unsigned char *state = floe__calloc((size_t)(n ? n : 1), 1); /* 1 on the stack, 2 placed */
+  int *next = floe__calloc((size_t)(n ? n : 1), sizeof *next); /* inputs looked at */
+  int num = 0;
+  if (!order || !stack || !state || !next) goto out;
+  for (int root = 0; root < n; root++) {
+    if (state[root]) continue;
+    int top = 0;
+    stack[top++] = root;
+    state[root] = 1;
+    while (top) {
+      const FloeNode *x = g->nodes[stack[top - 1]];
+      int k = next[x->id]++, ni = x->num_inputs;
+      if (k < ni + x->num_control) {
+        int dep = k < ni ? x->inputs[k].node->id : x->control[k - ni]->id;
+        if (dep < n && !state[dep]) {
+          state[dep] = 1;
+          stack[top++] = dep;
+        }
+        continue;
+      }
+      state[x->id] = 2;
+      order[num++] = x->id;
+      top--;
+    }
+  }
+out:
+  floe__free(stack);
+  floe__free(state);
+  floe__free(next);
+  if (num != n) {
+    floe__free(order);
+    return NULL;
+  }
+  return order;
+}
+
+static int block_convs(Fuse *f) {
+  if (!blocked_layout_enabled()) return 0;
+  Blocker bl = {.f = f, .cap = f->g->num_nodes};
+  bl.blk = floe__calloc((size_t)(bl.cap ? bl.cap : 1), sizeof *bl.blk);
+  if (!bl.blk) return -1;
+  int rc = 0;
+  /* Producers first (a fused node can come after a consumer it was rerouted into). */
+  int *order = topo_order(f->g, bl.cap);
+  if (!order) rc = -1;
+  for (int i = 0; i < bl.cap && order; i++)
+    if (blockable(&bl, f->g->nodes[order[i]])) block_one(&bl, f->g->nodes[order[i]]);
+  floe__free(order);
+  if (floe_graph_status(f->g) != FLOE_OK) rc = -1;
+  for (int id = 0; id < bl.cap && rc == 0; id++)
+    if (bl.blk[id]) rc = block_leave(&bl, f->g->nodes[id]);
+  floe__free(bl.blk);
+  floe__free(bl.from);
+  floe__free(bl.to);
+  return rc;
+}
+
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need) {
   /* The last node of every chain fuse_graph matches, or its first (Conv). */
   for (int id = 0; id < g->num_nodes; id++)
@@ -223,7 +428,8 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
                            void *arg, int *num_fused, FloeStatus *st) {
   *num_fused = 0;
   int n0 = g->num_nodes;
-  Fuse f = {.g = g, .need = *need, .cap = n0, .pinned = pinned, .ok = ok, .arg = arg};
+  Fuse f = {.g = g, .need = *need, .cap = n0, .pinned = pinned, .ok = ok, .arg = arg,
+           .n_orig = n0};
   f.uses = floe__calloc((size_t)(n0 ? n0 : 1), sizeof *f.uses);
   f.user = floe__calloc((size_t)(n0 ? n0 : 1), sizeof *f.user);
   if (!f.uses || !f.user) goto oom;
@@ -243,6 +449,7 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
     if (fuse_conv_nd(&f, g->nodes[id]) != 0) goto oom;
   for (int id = 0; id < n0; id++)
     if (fuse_maxpool_grad_relu(&f, g->nodes[id]) != 0) goto oom;
+  if (block_convs(&f) != 0 && floe_graph_status(g) == FLOE_OK) goto oom;
   floe__free(f.uses);
   floe__free(f.user);
   *need = f.need;

@@ -87,6 +87,8 @@ floe_code floe__shape_broadcast_pair(FloeShapeContext *sctx, const FloeShape *a,
                                      const FloeShape *b, FloeShape *out);
 floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_to_blocked(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_from_blocked(const FloeHostApi *host, FloeShapeContext *sctx);
 /* shape_conv.c: their gradient ops (ops_convgrad.def). */
 floe_code floe__shape_conv_backprop_input_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_conv_backprop_filter_nd(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -224,6 +224,85 @@ static bool flag(const FloeShapeContext *sctx, const char *name) {
   return v && v->u.b;
 }
 
+static int64_t block_of(const FloeShapeContext *sctx) {
+  const FloeAttrValue *v = attr(sctx, "block", FLOE_ATTR_INT);
+  return v ? v->u.i : 16;
+}
+
+/* Blocked [N, C / block, spatial..., block] from channels-last x (rank 3 to 5). */
+static floe_code to_blocked(FloeShapeContext *sctx, const FloeShape *x, int64_t block,
+                            FloeShape *out) {
+  const char *op = sctx->node->op->name;
+  *out = floe_shape_unknown();
+  if (x->rank < 0) return FLOE_OK;
+  if (x->rank < 3 || x->rank > 5)
+    return fail(sctx, "%s: the channels-last input %s must have rank 3 to 5", op,
+                SHAPE_STR(*x));
+  int64_t c = x->dims[x->rank - 1];
+  if (c >= 0 && c % block)
+    return fail(sctx, "%s: the %lld channels of %s are not whole blocks of %lld", op,
+                (long long)c, SHAPE_STR(*x), (long long)block);
+  out->rank = x->rank + 1;
+  out->dims[0] = x->dims[0];
+  out->dims[1] = c >= 0 ? c / block : FLOE_DIM_UNKNOWN;
+  for (int i = 1; i < x->rank - 1; i++) out->dims[i + 1] = x->dims[i];
+  out->dims[x->rank] = block;
+  return FLOE_OK;
+}
+
+/* Channels-last [N, spatial..., C] from blocked x. */
+static floe_code from_blocked(FloeShapeContext *sctx, const FloeShape *x, int64_t block,
+                              FloeShape *out) {
+  const char *op = sctx->node->op->name;
+  *out = floe_shape_unknown();
+  if (x->rank < 0) return FLOE_OK;
+  if (x->rank < 4 || x->rank > 6 || (x->dims[x->rank - 1] >= 0 && x->dims[x->rank - 1] != block))
+    return fail(sctx, "%s: the blocked input %s must be [N, C / %lld, 1 to 3 spatial dims, %lld]",
+                op, SHAPE_STR(*x), (long long)block, (long long)block);
+  out->rank = x->rank - 1;
+  out->dims[0] = x->dims[0];
+  for (int i = 2; i < x->rank - 1; i++) out->dims[i - 1] = x->dims[i];
+  out->dims[out->rank - 1] = x->dims[1] >= 0 ? x->dims[1] * block : FLOE_DIM_UNKNOWN;
+  return FLOE_OK;
+}
+
+floe_code floe__shape_to_blocked(const FloeHostApi *host, FloeShapeContext *sctx) {
+  (void)host;
+  return to_blocked(sctx, &sctx->input_shapes[0], block_of(sctx), &sctx->output_shapes[0]);
+}
+
+floe_code floe__shape_from_blocked(const FloeHostApi *host, FloeShapeContext *sctx) {
+  (void)host;
+  return from_blocked(sctx, &sctx->input_shapes[0], block_of(sctx), &sctx->output_shapes[0]);
+}
+
+/* A blocked _FusedConv: the channels-last convolution's shapes, blocked, broadcast with the
+ * blocked side input. */
+static floe_code shape_fused_conv_blocked(FloeShapeContext *sctx, bool bias, bool add) {
+  FloeShape x, y;
+  floe_code c;
+  if (attr(sctx, "data_format", FLOE_ATTR_STRING) &&
+      strcmp(attr(sctx, "data_format", FLOE_ATTR_STRING)->u.s, "CHANNELS_LAST"))
+    return fail(sctx, "_FusedConv: a blocked one must be CHANNELS_LAST");
+  if ((c = from_blocked(sctx, &sctx->input_shapes[0], 16, &x)) != FLOE_OK ||
+      (c = conv_out(sctx, &x, &sctx->input_shapes[1], false, &y)) != FLOE_OK ||
+      (c = to_blocked(sctx, &y, 16, &sctx->output_shapes[0])) != FLOE_OK)
+    return c;
+  const FloeShape *out = &sctx->output_shapes[0];
+  if (bias) {
+    const FloeShape *b = &sctx->input_shapes[2];
+    int64_t oc = y.rank >= 0 ? y.dims[y.rank - 1] : FLOE_DIM_UNKNOWN;
+    if (b->rank >= 0 && (b->rank != 1 || (b->dims[0] >= 0 && oc >= 0 && b->dims[0] != oc)))
+      return fail(sctx, "_FusedConv: bias %s does not match the %lld output channels",
+                  SHAPE_STR(*b), (long long)oc);
+  }
+  FloeShape conv = *out;
+  if (add)
+    return floe__shape_broadcast_pair(sctx, &conv, &sctx->input_shapes[2 + bias],
+                                      &sctx->output_shapes[0]);
+  return FLOE_OK;
+}
+
 /* _FusedConv: Conv's output, checked against the bias and broadcast with the side input. */
 floe_code floe__shape_fused_conv(const FloeHostApi *host, FloeShapeContext *sctx) {
   (void)host;
@@ -232,6 +311,7 @@ floe_code floe__shape_fused_conv(const FloeHostApi *host, FloeShapeContext *sctx
   if (nargs != (int)bias + (int)add)
     return fail(sctx, "_FusedConv: %d extra inputs, but fused_bias and fused_add ask for %d",
                 nargs, (int)bias + (int)add);
+  if (flag(sctx, "blocked")) return shape_fused_conv_blocked(sctx, bias, add);
   floe_code c = shape_conv_common(sctx, false);
   if (c != FLOE_OK) return c;
   FloeShape out = sctx->output_shapes[0];

@@ -16,6 +16,7 @@
  * after the primitive instead. With filter_constant the reordered filter is matched by its
  * address (conv_util.h). */
 #include <dnnl.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conv_util.h"
@@ -30,6 +31,7 @@ typedef struct State {
   WndAttrs a;
   CpuDnnlCache cache;
   bool fused, bias, add, relu; /* _FusedConv and its flags */
+  bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
 } State;
 
 static void state_destroy(void *state) {
@@ -51,6 +53,10 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   s->bias = flag(host, init, "fused_bias");
   s->add = flag(host, init, "fused_add");
   s->relu = flag(host, init, "fused_relu");
+  s->blocked = flag(host, init, "blocked");
+  if (s->blocked && (s->a.cf || s->a.groups != 1))
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "a blocked _FusedConv must be CHANNELS_LAST with one group");
   int want = 2 + s->bias + s->add, got = host->init_num_inputs(init);
   if (got != want)
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
@@ -135,6 +141,29 @@ static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g, const Wn
   return dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, strides);
 }
 
+/* Whether a part of a blocked convolution runs as a Winograd one (3x3, stride 1, no
+ * dilation: the bulk of a ResNet's work in about half the multiplies; oneDNN offers it on
+ * blocked data only). FLOE_CONV_WINOGRAD=0 turns it off. */
+static bool winograd_fits(const State *s, const WndGeo *g, const WndGeo *whole) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("FLOE_CONV_WINOGRAD");
+    on = !e || atoi(e) != 0;
+  }
+  /* A block of the filter's output channels is a strided view, which oneDNN cannot reorder
+   * into its Winograd layout. */
+  if (!on || !s->blocked || g->ns != 2 || g->groups != 1 || g->c % 16 || g->o % 16 ||
+      g->o != whole->o)
+    return false;
+  for (int j = 1; j < 3; j++)
+    if (g->k[j] != 3 || g->s[j] != 1 || g->d[j] != 1) return false;
+  return true;
+}
+
+static dnnl_status_t build_pd(const Build *b, const dnnl_convolution_desc_t *cd,
+                              dnnl_engine_t eng, const_dnnl_primitive_attr_t attr,
+                              dnnl_primitive_desc_t *pd, const char **what);
+
 static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
                                 const_dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd,
                                 CpuDnnlArg *args, int *num_args, const char **what) {
@@ -165,24 +194,44 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
   /* Channels-last data stays as it is (oneDNN reads it directly); channels-first data and
    * the filter go to the layouts the primitive prefers. */
   static const dnnl_format_tag_t cl_tags[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
-  dnnl_format_tag_t data_tag = cf ? dnnl_format_tag_any : cl_tags[g->ns - 1];
+  /* Blocked parts are dense (whole images, or whole blocks of one image's channels). */
+  static const dnnl_format_tag_t blk_tags[] = {dnnl_nCw16c, dnnl_nChw16c, dnnl_nCdhw16c};
+  bool blk = b->s->blocked, wino = winograd_fits(b->s, g, b->whole);
+  dnnl_format_tag_t data_tag = blk ? blk_tags[g->ns - 1] : cf ? dnnl_format_tag_any : cl_tags[g->ns - 1];
   dnnl_dims_t bias_dims = {g->o};
-  if ((st = data_md(&args[0].user, cf, g, g->n, g->c, g->in, b->whole->in)) ||
+  if ((st = blk ? dnnl_memory_desc_init_by_tag(&args[0].user, nd, src_dims, dnnl_f32, data_tag)
+                : data_md(&args[0].user, cf, g, g->n, g->c, g->in, b->whole->in)) ||
       (st = filter_md(&args[1].user, g, b->whole)) ||
       (bias && (st = dnnl_memory_desc_init_by_tag(&args[2].user, 1, bias_dims, dnnl_f32, dnnl_a))) ||
-      (st = data_md(&args[di].user, cf, g, g->n, g->o, g->out,
-                    b->dense_dst ? g->out : b->whole->out)) ||
+      (st = blk ? dnnl_memory_desc_init_by_tag(&args[di].user, nd, dst_dims, dnnl_f32, data_tag)
+                : data_md(&args[di].user, cf, g, g->n, g->o, g->out,
+                          b->dense_dst ? g->out : b->whole->out)) ||
       (st = dnnl_memory_desc_init_by_tag(&src, nd, src_dims, dnnl_f32, data_tag)) ||
       (st = dnnl_memory_desc_init_by_tag(&wei, args[1].user.ndims, args[1].user.dims, dnnl_f32,
                                          dnnl_format_tag_any)) ||
-      (st = dnnl_memory_desc_init_by_tag(&dst, nd, dst_dims, dnnl_f32, data_tag)) ||
-      (st = dnnl_dilated_convolution_forward_desc_init(
-           &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &wei,
-           bias ? &args[2].user : NULL, &dst, strides, dil, pad_l, pad_r)))
+      (st = dnnl_memory_desc_init_by_tag(&dst, nd, dst_dims, dnnl_f32, data_tag)))
     return st;
+  /* Winograd where oneDNN has it for the shape, else direct. */
+  for (int direct = !wino; direct < 2; direct++) {
+    if ((st = dnnl_dilated_convolution_forward_desc_init(
+             &cd, dnnl_forward_inference,
+             direct ? dnnl_convolution_direct : dnnl_convolution_winograd, &src, &wei,
+             bias ? &args[2].user : NULL, &dst, strides, dil, pad_l, pad_r)))
+      return st;
+    st = build_pd(b, &cd, eng, attr, pd, what);
+    if (st != dnnl_unimplemented || direct) return st;
+  }
+  return st;
+}
+
+/* The primitive descriptor of cd with b's post-ops. */
+static dnnl_status_t build_pd(const Build *b, const dnnl_convolution_desc_t *cd,
+                              dnnl_engine_t eng, const_dnnl_primitive_attr_t attr,
+                              dnnl_primitive_desc_t *pd, const char **what) {
+  dnnl_status_t st;
   if (!(b->post & (POST_SUM | POST_RELU))) {
     *what = "convolution primitive descriptor";
-    return dnnl_primitive_desc_create(pd, &cd, attr, eng, NULL);
+    return dnnl_primitive_desc_create(pd, cd, attr, eng, NULL);
   }
   /* The post-ops go on a copy of the caller's attributes. */
   dnnl_primitive_attr_t mine = NULL;
@@ -194,7 +243,7 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
         (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f))) &&
       !(st = dnnl_primitive_attr_set_post_ops(mine, ops))) {
     *what = "convolution primitive descriptor";
-    st = dnnl_primitive_desc_create(pd, &cd, mine, eng, NULL);
+    st = dnnl_primitive_desc_create(pd, cd, mine, eng, NULL);
   }
   dnnl_post_ops_destroy(ops);
   dnnl_primitive_attr_destroy(mine);
@@ -235,6 +284,28 @@ static void channels_scatter(float *dst, const float *dense, int64_t pixels, int
     memcpy(dst + p * stride, dense + p * n, (size_t)n * sizeof *dense);
 }
 
+/* Images [first, first + count) and output channels [o0, o1) (a multiple of 16 from a
+ * multiple of 16) of a blocked convolution: both are dense parts of the blocked tensors. */
+static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                              int64_t first, int64_t count, int64_t o0, int64_t o1) {
+  const WndGeo *w = j->g;
+  WndGeo g = *w;
+  g.n = count;
+  g.o = o1 - o0;
+  int64_t in_px = w->in[0] * w->in[1] * w->in[2], out_px = w->out[0] * w->out[1] * w->out[2];
+  int64_t yoff = (first * w->o + o0) * out_px;
+  float *y = j->y + yoff;
+  if (j->post & POST_SUM) memcpy(y, j->side + yoff, (size_t)(count * g.o * out_px) * sizeof *y);
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,  g.c,    g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
+                                   g.k[1], g.k[2], g.ns,   j->post, 0,       0,       o0};
+  Build b = {j->s, &g, w, j->post, o0, false};
+  void *data[4] = {(void *)(j->x + first * w->c * in_px), (void *)(j->f + o0)};
+  int k = 2;
+  if (j->post & POST_BIAS) data[k++] = (void *)(j->bias + o0);
+  data[k] = y;
+  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "_FusedConv", key, build_conv, &b, data);
+}
+
 /* Images [first, first + count), output rows [r0, r1) of the outermost spatial dim and
  * output channels [o0, o1): one primitive on that part of the tensors (the input rows it
  * reads, the padding they leave, the filter's and bias's columns). A block of channels of
@@ -248,6 +319,7 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
   int d = 3 - g.ns; /* the outermost spatial dim in WndGeo's 3 */
   g.n = count;
   g.o = o1 - o0;
+  if (j->s->blocked) return blocked_part(j, ctx, ctx_lock, first, count, o0, o1);
   /* A channels-last block of channels (one image: block_shard) goes via scratch. */
   bool dense = !j->s->a.cf && g.o < w->o;
   int64_t lo = 0;
@@ -350,6 +422,10 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
   int64_t image = g->c * g->in[0] * g->in[1] * g->in[2];
   j->by_channel = blocks > 1 && g->groups == 1 && filter > image &&
                   channel_block(g->o, blocks) * (blocks - 1) < g->o;
+  if (j->s->blocked) { /* rows of blocked data are not dense: blocks of channels or none */
+    j->by_channel = blocks > 1 && channel_block(g->o, blocks) * (blocks - 1) < g->o;
+    if (!j->by_channel) j->blocks = blocks = 1;
+  }
   if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf) {
     /* Channels-first blocks of rows are not contiguous: the side input goes in at once. */
     memcpy(j->y, j->side, (size_t)(g->n * g->o * g->out[0] * g->out[1] * g->out[2]) * sizeof *j->y);
@@ -529,12 +605,22 @@ static void fused_empty(const Job *j, int64_t n, int64_t sp) {
   }
 }
 
+/* fused_empty for a blocked output: channel (i / (pixels * 16) % (o / 16)) * 16 + i % 16. */
+static void blocked_empty(const Job *j, int64_t n) {
+  int64_t o = j->g->o, px = j->g->out[0] * j->g->out[1] * j->g->out[2];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t c = i / (px * 16) % (o / 16) * 16 + i % 16;
+    float v = (j->bias ? j->bias[c] : 0.0f) + (j->side ? j->side[i] : 0.0f);
+    j->y[i] = (j->post & POST_RELU) && !(v > 0) ? 0.0f : v;
+  }
+}
+
 /* A side input that broadcasts: the convolution (with its bias) into scratch, then the sum
  * and the ReLU into the output of the broadcast shape. */
-static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo *g,
+static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo *g, int crank,
                                  const int64_t *cdims, Job *j, const FloeTensor *side,
                                  bool empty) {
-  int ranks[2] = {g->rank, cpu_host->tensor_rank(side)}, rank;
+  int ranks[2] = {crank, cpu_host->tensor_rank(side)}, rank;
   const int64_t *dims[2] = {cdims, cpu_host->tensor_dims(side)};
   int64_t odims[FLOE_MAX_DIMS];
   CpuBroadcast p;
@@ -549,19 +635,51 @@ static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo 
   floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, rank, odims, &out);
   if (rc != FLOE_OK || p.num_elements == 0) return rc;
   int64_t cn = 1;
-  for (int i = 0; i < g->rank; i++) cn *= cdims[i];
+  for (int i = 0; i < crank; i++) cn *= cdims[i];
   float *conv;
   if ((rc = cpu_host->ctx_allocate_temp(ctx, (size_t)cn * sizeof *conv, (void **)&conv)))
     return rc;
   j->post &= POST_BIAS;
   j->side = NULL;
   j->y = conv;
-  if (empty)
+  if (empty && s->blocked)
+    blocked_empty(j, cn);
+  else if (empty)
     fused_empty(j, cn, s->a.cf ? g->out[0] * g->out[1] * g->out[2] : 1);
   else if (cn > 0 && (rc = run_conv(ctx, j)) != FLOE_OK)
     return rc;
   Epilogue e = {&p, conv, cpu_host->tensor_data(side), cpu_host->tensor_data(out), s->relu};
   cpu_parallel_elements(p.num_elements, 2, epilogue_range, &e);
+  return FLOE_OK;
+}
+
+/* The geometry of a blocked _FusedConv: input x [n, c / 16, spatial..., 16] read as the
+ * channels-last [n, spatial..., c]; its output dims [n, o / 16, spatial..., 16] in dims. */
+static floe_code blocked_geo(State *s, FloeKernelContext *ctx, const FloeTensor *x,
+                             const FloeTensor *f, WndGeo *g, int64_t *dims) {
+  int r = cpu_host->tensor_rank(x);
+  const int64_t *d = cpu_host->tensor_dims(x);
+  char buf[CPU_SHAPE_STR_MAX];
+  if (r < 4 || r > 6 || d[r - 1] != 16)
+    return cpu_host->ctx_set_error(
+        ctx, FLOE_INVALID_ARGUMENT,
+        "blocked input %s must be [n, channels / 16, 1 to 3 spatial dims, 16]",
+        cpu_shape_str(buf, sizeof buf, r, d));
+  int64_t logical[WND_MAX_RANK];
+  logical[0] = d[0];
+  for (int i = 2; i < r - 1; i++) logical[i - 1] = d[i];
+  logical[r - 2] = d[1] * 16;
+  floe_code rc = wnd_geo_dims(&s->a, ctx, r - 1, logical, f, g);
+  if (rc != FLOE_OK) return rc;
+  if (g->o % 16)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "a blocked _FusedConv needs output channels in whole blocks "
+                                   "of 16, got %lld",
+                                   (long long)g->o);
+  dims[0] = g->n;
+  dims[1] = g->o / 16;
+  for (int j = 0; j < g->ns; j++) dims[2 + j] = g->out[3 - g->ns + j];
+  dims[2 + g->ns] = 16;
   return FLOE_OK;
 }
 
@@ -571,7 +689,8 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   const FloeTensor *bias = s->bias ? cpu_host->ctx_input(ctx, 2) : NULL;
   const FloeTensor *side = s->add ? cpu_host->ctx_input(ctx, 2 + s->bias) : NULL;
   WndGeo g;
-  floe_code rc = wnd_geo(&s->a, ctx, x, f, &g);
+  int64_t dims[WND_MAX_RANK + 1];
+  floe_code rc = s->blocked ? blocked_geo(s, ctx, x, f, &g, dims) : wnd_geo(&s->a, ctx, x, f, &g);
   if (rc != FLOE_OK) return rc;
   char buf[CPU_SHAPE_STR_MAX];
   if (bias && (cpu_host->tensor_rank(bias) != 1 || cpu_host->tensor_dims(bias)[0] != g.o))
@@ -579,20 +698,25 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
         ctx, FLOE_INVALID_ARGUMENT, "bias %s does not match the %lld output channels",
         cpu_shape_str(buf, sizeof buf, cpu_host->tensor_rank(bias), cpu_host->tensor_dims(bias)),
         (long long)g.o);
-  int64_t dims[WND_MAX_RANK];
-  wnd_out_dims(&s->a, &g, dims);
+  int out_rank = s->blocked ? g.rank + 1 : g.rank;
+  if (!s->blocked) wnd_out_dims(&s->a, &g, dims);
   Job j = {s, &g, bias ? POST_BIAS : 0, cpu_host->tensor_data(x), cpu_host->tensor_data(f),
            bias ? cpu_host->tensor_data(bias) : NULL, side ? cpu_host->tensor_data(side) : NULL,
            NULL, false, 1, false};
   if (s->relu) j.post |= POST_RELU;
   bool empty = cpu_host->tensor_num_elements(x) == 0 || cpu_host->tensor_num_elements(f) == 0;
-  if (side && !same_dims(g.rank, dims, cpu_host->tensor_rank(side), cpu_host->tensor_dims(side)))
-    return fused_broadcast(s, ctx, &g, dims, &j, side, empty);
+  bool same_side =
+      !side || same_dims(out_rank, dims, cpu_host->tensor_rank(side), cpu_host->tensor_dims(side));
+  if (!same_side) return fused_broadcast(s, ctx, &g, out_rank, dims, &j, side, empty);
   if (side) j.post |= POST_SUM;
   FloeTensor *out;
-  if ((rc = cpu_host->ctx_allocate_output(ctx, 0, g.rank, dims, &out)) != FLOE_OK) return rc;
+  if ((rc = cpu_host->ctx_allocate_output(ctx, 0, out_rank, dims, &out)) != FLOE_OK) return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   j.y = cpu_host->tensor_data(out);
+  if (empty && s->blocked) {
+    blocked_empty(&j, cpu_host->tensor_num_elements(out));
+    return FLOE_OK;
+  }
   if (empty) {
     fused_empty(&j, cpu_host->tensor_num_elements(out),
                 s->a.cf ? g.out[0] * g.out[1] * g.out[2] : 1);

@@ -35,6 +35,7 @@ floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
 floe_code cpu_register_lstm(FloePluginRegistrar *reg);             /* lstm.c */
 /* N-d convolution and pooling (issue 6). */
 floe_code cpu_register_conv_nd(FloePluginRegistrar *reg);          /* conv_nd.c */
+floe_code cpu_register_blocked(FloePluginRegistrar *reg);          /* blocked.c */
 floe_code cpu_register_pool_nd(FloePluginRegistrar *reg);          /* pool_nd.c */
 /* ONNX math family (issue 6): determinants and spectral ops. */
 floe_code cpu_register_spectral(FloePluginRegistrar *reg);         /* spectral.c */

@@ -129,7 +129,7 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
       cpu_register_grad_elementwise, cpu_register_grad_array, cpu_register_conv_grad,
       cpu_register_optim,
       cpu_register_lstm,
-      cpu_register_conv_nd, cpu_register_pool_nd,
+      cpu_register_conv_nd, cpu_register_blocked, cpu_register_pool_nd,
       cpu_register_spectral,
       cpu_register_index, cpu_register_index_move,
       cpu_register_resize,      cpu_register_rnn_onnx,

@@ -130,10 +130,13 @@ static floe_code list_entry(FloeKernelContext *ctx, const char *name, const int6
 
 floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x,
                   const FloeTensor *f, WndGeo *g) {
+  return wnd_geo_dims(a, ctx, cpu_host->tensor_rank(x), cpu_host->tensor_dims(x), f, g);
+}
+
+floe_code wnd_geo_dims(const WndAttrs *a, FloeKernelContext *ctx, int r, const int64_t *d,
+                       const FloeTensor *f, WndGeo *g) {
   /* Shapes are formatted for error messages only (this runs on every call). */
   char sx_buf[CPU_SHAPE_STR_MAX], sf_buf[CPU_SHAPE_STR_MAX];
-  int r = cpu_host->tensor_rank(x);
-  const int64_t *d = cpu_host->tensor_dims(x);
 #define SX cpu_shape_str(sx_buf, sizeof sx_buf, r, d)
 #define SF cpu_shape_str(sf_buf, sizeof sf_buf, cpu_host->tensor_rank(f), cpu_host->tensor_dims(f))
   if (r < 3 || r > 5)

@@ -43,6 +43,11 @@ typedef struct WndGeo {
 floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x,
                   const FloeTensor *f, WndGeo *g);
 
+/* The same for an input of rank r and dims d in the data format's order (a blocked tensor's
+ * logical channels-last dims). */
+floe_code wnd_geo_dims(const WndAttrs *a, FloeKernelContext *ctx, int r, const int64_t *d,
+                       const FloeTensor *f, WndGeo *g);
+
 /* Output dims in the data format's order. */
 void wnd_out_dims(const WndAttrs *a, const WndGeo *g, int64_t *dims);
 

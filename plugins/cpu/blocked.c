@@ -1,0 +1,110 @@
+/* blocked.c - _ToBlocked and _FromBlocked of the CPU plugin (core/ops_conv.def): channels-last
+ * tensors to and from the blocked layout [n, c / block, spatial..., block] that the session's
+ * layout pass gives blocked _FusedConv chains. A pixel's channels are cut into block-sized
+ * runs, each copied to (or from) its block's plane; work is split over (image, block). */
+#include <dnnl.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "cpu_util.h"
+
+typedef struct State {
+  int64_t block;
+  bool to; /* _ToBlocked, else _FromBlocked */
+} State;
+
+static const bool kind_to = true, kind_from = false;
+
+static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                              void **state) {
+  int64_t block = 16;
+  host->attr_int(host->init_attrs(init), "block", &block);
+  if (block < 1)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT, "block must be >= 1, got %lld",
+                                (long long)block);
+  State *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
+  s->block = block;
+  s->to = *(const bool *)user_data;
+  *state = s;
+  return FLOE_OK;
+}
+
+static void state_destroy(void *state) { cpu_host->free(state); }
+
+typedef struct Job {
+  const float *x;
+  float *y;
+  int64_t blocks, pixels, block; /* per image: blocks planes of pixels * block elements */
+  bool to;
+} Job;
+
+/* Units [begin, end) of (image, block) pairs. */
+static void move_range(void *arg, int64_t begin, int64_t end) {
+  const Job *j = arg;
+  int64_t c = j->blocks * j->block, plane = j->pixels * j->block;
+  size_t run = (size_t)j->block * sizeof(float);
+  for (int64_t u = begin; u < end; u++) {
+    int64_t n = u / j->blocks, b = u % j->blocks;
+    const float *cl = j->x + n * j->pixels * c + b * j->block; /* channels-last side */
+    float *bl = j->y + n * j->blocks * plane + b * plane;      /* blocked side */
+    if (j->to)
+      for (int64_t p = 0; p < j->pixels; p++) memcpy(bl + p * j->block, cl + p * c, run);
+    else
+      for (int64_t p = 0; p < j->pixels; p++)
+        memcpy((float *)cl + p * c, (const float *)bl + p * j->block, run);
+  }
+}
+
+static floe_code compute(void *state, FloeKernelContext *ctx) {
+  const State *s = state;
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
+  int r = cpu_host->tensor_rank(x);
+  const int64_t *d = cpu_host->tensor_dims(x);
+  char buf[CPU_SHAPE_STR_MAX];
+  int64_t dims[FLOE_MAX_DIMS], pixels = 1, blocks;
+  if (s->to) {
+    if (r < 3 || r > 5 || d[r - 1] % s->block)
+      return cpu_host->ctx_set_error(
+          ctx, FLOE_INVALID_ARGUMENT,
+          "input %s must be channels-last of rank 3 to 5 with channels in whole blocks of %lld",
+          cpu_shape_str(buf, sizeof buf, r, d), (long long)s->block);
+    blocks = d[r - 1] / s->block;
+    dims[0] = d[0];
+    dims[1] = blocks;
+    for (int i = 1; i < r - 1; i++) pixels *= dims[i + 1] = d[i];
+    dims[r] = s->block;
+  } else {
+    if (r < 4 || r > 6 || d[r - 1] != s->block)
+      return cpu_host->ctx_set_error(
+          ctx, FLOE_INVALID_ARGUMENT,
+          "input %s must be blocked [n, channels / %lld, 1 to 3 spatial dims, %lld]",
+          cpu_shape_str(buf, sizeof buf, r, d), (long long)s->block, (long long)s->block);
+    blocks = d[1];
+    dims[0] = d[0];
+    for (int i = 2; i < r - 1; i++) pixels *= dims[i - 1] = d[i];
+    dims[r - 2] = blocks * s->block;
+  }
+  FloeTensor *out;
+  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, s->to ? r + 1 : r - 1, dims, &out);
+  if (rc != FLOE_OK || cpu_host->tensor_num_elements(out) == 0) return rc;
+  Job j = {s->to ? cpu_host->tensor_data(x) : cpu_host->tensor_data(out),
+           s->to ? cpu_host->tensor_data(out) : (float *)cpu_host->tensor_data(x), blocks, pixels,
+           s->block, s->to};
+  /* move_range reads x through j.x on the channels-last side and writes y on the blocked
+   * side, or the other way round: for _FromBlocked the roles swap. */
+  cpu_parallel_for(d[0] * blocks, pixels * s->block, move_range, &j);
+  return FLOE_OK;
+}
+
+/* Registered only where the vector unit is 16 floats wide (AVX-512): that is where oneDNN's
+ * kernels want 16-channel blocks, so a session finds the blocked layout only there. */
+floe_code cpu_register_blocked(FloePluginRegistrar *reg) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core) return FLOE_OK;
+  floe_code rc = cpu_add_kernel(reg, "_ToBlocked", "T", FLOE_DTYPE_BIT(FLOE_F32), 0, compute,
+                                state_create, state_destroy, (void *)&kind_to);
+  if (rc != FLOE_OK) return rc;
+  return cpu_add_kernel(reg, "_FromBlocked", "T", FLOE_DTYPE_BIT(FLOE_F32), 0, compute,
+                        state_create, state_destroy, (void *)&kind_from);
+}
