@@ -24,6 +24,8 @@
 #include "cpu_util.h"
 #include "window_nd.h"
 
+#define FILTER_BLOCKS 8 /* dense filter blocks kept per node */
+
 /* Post-ops of a primitive (part of its cache key). */
 enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4 };
 
@@ -32,11 +34,22 @@ typedef struct State {
   CpuDnnlCache cache;
   bool fused, bias, add, relu; /* _FusedConv and its flags */
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
+  /* Dense copies of blocks of a constant filter's output channels (blocked parts of one
+   * image): a strided view of the filter cannot go to oneDNN's Winograd layout. */
+  pthread_mutex_t fmu;
+  struct {
+    const float *src; /* the filter it was cut from */
+    int64_t o0, ob;
+    float *dense;     /* [spatial..., c, ob] */
+  } fblk[FILTER_BLOCKS];
+  int nfblk;
 } State;
 
 static void state_destroy(void *state) {
   State *s = state;
   if (s->a.kind == WND_CONV) cpu_dnnl_cache_destroy(&s->cache);
+  for (int i = 0; i < s->nfblk; i++) cpu_host->free(s->fblk[i].dense);
+  pthread_mutex_destroy(&s->fmu);
   cpu_host->free(s);
 }
 
@@ -70,12 +83,14 @@ static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, voi
   State *s = host->alloc(sizeof *s);
   if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
   memset(s, 0, sizeof *s);
+  pthread_mutex_init(&s->fmu, NULL);
   const WndKind *kind = user_data;
   floe_code rc = wnd_parse(host, init, *kind == WND_CONV_T ? WND_CONV_T : WND_CONV, &s->a);
   if (rc == FLOE_OK && kind == &kind_fused) rc = fused_parse(host, init, s);
   if (rc == FLOE_OK && s->a.kind == WND_CONV) rc = cpu_dnnl_cache_init(&s->cache, host, init);
   if (rc == FLOE_OK && s->fused) s->cache.keep_by_address = flag(host, init, "filter_constant");
   if (rc != FLOE_OK) {
+    pthread_mutex_destroy(&s->fmu);
     host->free(s);
     return rc;
   }
@@ -284,6 +299,36 @@ static void channels_scatter(float *dst, const float *dense, int64_t pixels, int
     memcpy(dst + p * stride, dense + p * n, (size_t)n * sizeof *dense);
 }
 
+/* The dense copy of output channels [o0, o0 + ob) of constant filter f (made on first use,
+ * kept while f stays); NULL when out of room or memory (the caller reads the strided view). */
+static const float *filter_block(State *s, const float *f, const WndGeo *w, int64_t o0,
+                                 int64_t ob) {
+  const float *dense = NULL;
+  pthread_mutex_lock(&s->fmu);
+  int slot = -1;
+  for (int i = 0; i < s->nfblk && !dense; i++)
+    if (s->fblk[i].o0 == o0 && s->fblk[i].ob == ob) {
+      if (s->fblk[i].src == f) dense = s->fblk[i].dense;
+      slot = i;
+    }
+  if (!dense && (slot >= 0 || s->nfblk < FILTER_BLOCKS)) {
+    int64_t rows = w->k[0] * w->k[1] * w->k[2] * w->c;
+    float *d = slot >= 0 ? s->fblk[slot].dense : cpu_host->alloc((size_t)(rows * ob) * sizeof *d);
+    if (d) {
+      for (int64_t r = 0; r < rows; r++)
+        memcpy(d + r * ob, f + r * w->o + o0, (size_t)ob * sizeof *d);
+      if (slot < 0) slot = s->nfblk++;
+      s->fblk[slot].src = f;
+      s->fblk[slot].o0 = o0;
+      s->fblk[slot].ob = ob;
+      s->fblk[slot].dense = d;
+      dense = d;
+    }
+  }
+  pthread_mutex_unlock(&s->fmu);
+  return dense;
+}
+
 /* Images [first, first + count) and output channels [o0, o1) (a multiple of 16 from a
  * multiple of 16) of a blocked convolution: both are dense parts of the blocked tensors. */
 static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
@@ -296,14 +341,78 @@ static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mute
   int64_t yoff = (first * w->o + o0) * out_px;
   float *y = j->y + yoff;
   if (j->post & POST_SUM) memcpy(y, j->side + yoff, (size_t)(count * g.o * out_px) * sizeof *y);
-  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,  g.c,    g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
-                                   g.k[1], g.k[2], g.ns,   j->post, 0,       0,       o0};
-  Build b = {j->s, &g, w, j->post, o0, false};
-  void *data[4] = {(void *)(j->x + first * w->c * in_px), (void *)(j->f + o0)};
+  const float *f = j->f + o0;
+  const WndGeo *fg = w; /* the filter's geometry (its output channel stride) */
+  if (g.o < w->o && j->s->cache.keep_by_address) {
+    const float *dense = filter_block(j->s, j->f, w, o0, g.o);
+    if (dense) {
+      f = dense;
+      fg = &g;
+    }
+  }
+  /* Key slot 11: the filter is a dense block copy (its layout differs from the view's). */
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,  g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
+                                   g.k[1], g.k[2], g.ns,  j->post, fg != w, 0,       o0};
+  Build b = {j->s, &g, fg, j->post, o0, false};
+  void *data[4] = {(void *)(j->x + first * w->c * in_px), (void *)f};
   int k = 2;
   if (j->post & POST_BIAS) data[k++] = (void *)(j->bias + o0);
   data[k] = y;
   return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "_FusedConv", key, build_conv, &b, data);
+}
+
+/* n planes of `rows` rows of `row` floats, `from_rows` rows apart in the source and `to_rows`
+ * rows apart in the destination. */
+static void copy_planes(float *dst, const float *src, int64_t n, int64_t rows, int64_t row,
+                        int64_t from_rows, int64_t to_rows) {
+  for (int64_t p = 0; p < n; p++)
+    memcpy(dst + p * to_rows * row, src + p * from_rows * row, (size_t)(rows * row) * sizeof *dst);
+}
+
+/* Output rows [r0, r1) of the outermost spatial dim of one image of a blocked convolution:
+ * the rows of each channel block are not contiguous, so the input rows the part reads (and
+ * the side input's rows) are gathered into dense scratch, and the output scattered back. */
+static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
+                                   pthread_mutex_t *ctx_lock, int64_t image, int64_t r0,
+                                   int64_t r1) {
+  const WndGeo *w = j->g;
+  WndGeo g = *w;
+  int d = 3 - g.ns;
+  g.n = 1;
+  int64_t lo = r0 * w->s[d] - w->pb[d];
+  int64_t hi = (r1 - 1) * w->s[d] - w->pb[d] + (w->k[d] - 1) * w->d[d] + 1;
+  g.pb[d] = lo < 0 ? -lo : 0;
+  g.pe[d] = hi > w->in[d] ? hi - w->in[d] : 0;
+  if (lo < 0) lo = 0;
+  if (hi > w->in[d]) hi = w->in[d];
+  g.in[d] = hi - lo;
+  g.out[d] = r1 - r0;
+  int64_t in_row = 16, out_row = 16; /* floats per row of one channel block */
+  for (int k = d + 1; k < 3; k++) {
+    in_row *= w->in[k];
+    out_row *= w->out[k];
+  }
+  int64_t cb = w->c / 16, ob = w->o / 16;
+  const float *x = j->x + image * w->c * w->in[0] * w->in[1] * w->in[2] + lo * in_row;
+  int64_t yoff = image * w->o * w->out[0] * w->out[1] * w->out[2] + r0 * out_row;
+  float *xin, *yout;
+  size_t xn = (size_t)(cb * g.in[d] * in_row), yn = (size_t)(ob * g.out[d] * out_row);
+  floe_code rc = part_temp(ctx, ctx_lock, (xn + yn) * sizeof(float), (void **)&xin);
+  if (rc != FLOE_OK) return rc;
+  yout = xin + xn;
+  copy_planes(xin, x, cb, g.in[d], in_row, w->in[d], g.in[d]);
+  if (j->post & POST_SUM) copy_planes(yout, j->side + yoff, ob, g.out[d], out_row, w->out[d], g.out[d]);
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,  g.in[0], g.in[1], g.in[2], g.o,
+                                   g.k[0], g.k[1], g.k[2], g.ns, j->post, 0,
+                                   1 + g.pb[d] * 65536 + g.pe[d], 0};
+  Build b = {j->s, &g, w, j->post, 0, false};
+  void *data[4] = {xin, (void *)j->f};
+  int k = 2;
+  if (j->post & POST_BIAS) data[k++] = (void *)j->bias;
+  data[k] = yout;
+  rc = cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "_FusedConv", key, build_conv, &b, data);
+  if (rc == FLOE_OK) copy_planes(j->y + yoff, yout, ob, g.out[d], out_row, g.out[d], w->out[d]);
+  return rc;
 }
 
 /* Images [first, first + count), output rows [r0, r1) of the outermost spatial dim and
@@ -319,6 +428,8 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
   int d = 3 - g.ns; /* the outermost spatial dim in WndGeo's 3 */
   g.n = count;
   g.o = o1 - o0;
+  if (j->s->blocked && (r0 > 0 || r1 < w->out[3 - w->ns]))
+    return blocked_rows_part(j, ctx, ctx_lock, first, r0, r1);
   if (j->s->blocked) return blocked_part(j, ctx, ctx_lock, first, count, o0, o1);
   /* A channels-last block of channels (one image: block_shard) goes via scratch. */
   bool dense = !j->s->a.cf && g.o < w->o;
@@ -422,10 +533,8 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
   int64_t image = g->c * g->in[0] * g->in[1] * g->in[2];
   j->by_channel = blocks > 1 && g->groups == 1 && filter > image &&
                   channel_block(g->o, blocks) * (blocks - 1) < g->o;
-  if (j->s->blocked) { /* rows of blocked data are not dense: blocks of channels or none */
-    j->by_channel = blocks > 1 && channel_block(g->o, blocks) * (blocks - 1) < g->o;
-    if (!j->by_channel) j->blocks = blocks = 1;
-  }
+  if (j->s->blocked && filter > image && !j->by_channel)
+    j->blocks = blocks = 1; /* a channel block of 16 is too small to share */
   if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf) {
     /* Channels-first blocks of rows are not contiguous: the side input goes in at once. */
     memcpy(j->y, j->side, (size_t)(g->n * g->o * g->out[0] * g->out[1] * g->out[2]) * sizeof *j->y);

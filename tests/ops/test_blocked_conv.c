@@ -1,0 +1,431 @@
+/* test_blocked_conv.c - the blocked layout (ops_conv.def): _ToBlocked / _FromBlocked, the
+ * blocked _FusedConv, and the session's layout pass that makes them (core/fuse.c).
+ *
+ * The converters are checked element by element against the index rule of the op's
+ * definition, computed here. A blocked _FusedConv is checked against the channels-last
+ * _FusedConv of the same values (itself checked against f64 reference loops in
+ * test_fused_conv) on geometries that take each of its paths: Winograd (3x3, stride 1) and
+ * direct convolutions, whole images split across the pool, and single images cut into
+ * blocks of rows (gathered into scratch) or of output channels (a constant filter's block
+ * copied dense, a fed filter read through a strided view). The layout pass is checked on a
+ * small residual network: same outputs with and without it, converters only at the chain's
+ * ends, and none where the CPU lacks AVX-512 (the plugin registers no converter there). */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* ---------------------------------------------------------------------------------- */
+/* Converters. */
+
+static void block_attr(FloeNodeBuilder *b, void *arg) {
+  if (arg) floe_node_set_attr_int(b, "block", *(const int64_t *)arg);
+}
+
+/* _ToBlocked moves (n, s, c) to (n, c / block, s, c % block); _FromBlocked moves it back. */
+static void round_trip(int rank, const int64_t *dims, int64_t block) {
+  FloeTensor *x = harness_random(FLOE_F32, rank, dims, 11, -1, 1);
+  FloeTensor *y = NULL, *z = NULL;
+  FloeStatus *st = floe_status_new();
+  int64_t *arg = block == 16 ? NULL : &block;
+  ck_assert_msg(harness_run_op("_ToBlocked", NULL, &x, 1, NULL, 0, block_attr, arg, &y, 1, st) ==
+                    FLOE_OK,
+                "%s", floe_status_message(st));
+  int64_t c = dims[rank - 1], px = 1;
+  for (int i = 1; i < rank - 1; i++) px *= dims[i];
+  ck_assert_int_eq(floe_tensor_rank(y), rank + 1);
+  ck_assert_int_eq(floe_tensor_dim(y, 1), c / block);
+  ck_assert_int_eq(floe_tensor_dim(y, rank), block);
+  const float *xv = floe_tensor_data(x), *yv = floe_tensor_data(y);
+  for (int64_t n = 0; n < dims[0]; n++)
+    for (int64_t p = 0; p < px; p++)
+      for (int64_t k = 0; k < c; k++) {
+        float want = xv[(n * px + p) * c + k];
+        float got = yv[((n * (c / block) + k / block) * px + p) * block + k % block];
+        ck_assert_msg(got == want, "(%lld, %lld, %lld): %g, want %g", (long long)n,
+                      (long long)p, (long long)k, got, want);
+      }
+  ck_assert_msg(harness_run_op("_FromBlocked", NULL, &y, 1, NULL, 0, block_attr, arg, &z, 1,
+                               st) == FLOE_OK,
+                "%s", floe_status_message(st));
+  harness_assert_close(z, x, 0, 0, "_FromBlocked(_ToBlocked(x))");
+  floe_tensor_release(x);
+  floe_tensor_release(y);
+  floe_tensor_release(z);
+  floe_status_free(st);
+}
+
+START_TEST(converters_round_trip) {
+  round_trip(4, (int64_t[]){2, 3, 5, 32}, 16);
+  round_trip(3, (int64_t[]){3, 7, 48}, 16);
+  round_trip(5, (int64_t[]){1, 2, 3, 4, 16}, 16);
+  round_trip(4, (int64_t[]){2, 4, 4, 24}, 8);
+  round_trip(4, (int64_t[]){0, 4, 4, 16}, 16);
+}
+END_TEST
+
+static void expect_error(const char *op, FloeTensor *x, const char *needle) {
+  FloeStatus *st = floe_status_new();
+  FloeTensor *y = NULL;
+  floe_code rc = harness_run_op(op, NULL, &x, 1, NULL, 0, NULL, NULL, &y, 1, st);
+  ck_assert_msg(rc != FLOE_OK, "%s accepted a bad input", op);
+  ck_assert_msg(strstr(floe_status_message(st), needle), "%s: message \"%s\" lacks \"%s\"", op,
+                floe_status_message(st), needle);
+  floe_tensor_release(y);
+  floe_status_free(st);
+}
+
+START_TEST(converter_errors_name_the_shape) {
+  FloeTensor *a = harness_random(FLOE_F32, 4, (int64_t[]){1, 2, 2, 20}, 1, -1, 1);
+  expect_error("_ToBlocked", a, "[1,2,2,20]");
+  FloeTensor *b = harness_random(FLOE_F32, 2, (int64_t[]){4, 16}, 1, -1, 1);
+  expect_error("_ToBlocked", b, "[4,16]");
+  FloeTensor *c = harness_random(FLOE_F32, 5, (int64_t[]){1, 2, 2, 2, 8}, 1, -1, 1);
+  expect_error("_FromBlocked", c, "[1,2,2,2,8]");
+  floe_tensor_release(a);
+  floe_tensor_release(b);
+  floe_tensor_release(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------- */
+/* The blocked _FusedConv against the channels-last one. */
+
+typedef struct Geo {
+  const char *name;
+  int64_t h, w, c, o, k, stride, dil;
+  const char *padding;
+} Geo;
+
+/* Large enough to be cut into parts for a single image (over a million multiply-adds):
+ * rows where the image is larger than the filter, output channels where it is smaller. */
+static const Geo geos[] = {
+    {"3x3 same (Winograd), rows", 24, 23, 32, 32, 3, 1, 1, "SAME"},
+    {"3x3 stride 2, rows", 25, 24, 32, 64, 3, 2, 1, "SAME"},
+    {"1x1 stride 2, one part", 8, 8, 16, 48, 1, 2, 1, "VALID"},
+    {"3x3 dilated, rows", 32, 32, 16, 16, 3, 1, 2, "SAME"},
+    {"5x5 valid, channel blocks", 16, 14, 48, 32, 5, 1, 1, "VALID"},
+    {"3x3 deep (Winograd), channel blocks", 4, 4, 128, 128, 3, 1, 1, "SAME"},
+};
+
+enum { BIAS = 1, ADD = 2, RELU = 4 };
+
+typedef struct Case {
+  const Geo *g;
+  unsigned post;
+  bool constant; /* the filter is a Const (filter_constant), else fed */
+  bool blocked;
+} Case;
+
+static void conv_attrs(FloeNodeBuilder *b, const Case *k) {
+  const Geo *g = k->g;
+  floe_node_set_attr_string(b, "padding", g->padding);
+  int64_t s[4] = {1, g->stride, g->stride, 1}, d[4] = {1, g->dil, g->dil, 1};
+  floe_node_set_attr_int_list(b, "strides", s, 4);
+  floe_node_set_attr_int_list(b, "dilations", d, 4);
+  if (k->post & BIAS) floe_node_set_attr_bool(b, "fused_bias", 1);
+  if (k->post & ADD) floe_node_set_attr_bool(b, "fused_add", 1);
+  if (k->post & RELU) floe_node_set_attr_bool(b, "fused_relu", 1);
+  if (k->constant) floe_node_set_attr_bool(b, "filter_constant", 1);
+  if (k->blocked) floe_node_set_attr_bool(b, "blocked", 1);
+}
+
+static FloeOutput convert(FloeGraph *gr, const char *op, const char *name, FloeOutput x) {
+  FloeNodeBuilder *b = floe_node_begin(gr, op, name);
+  floe_node_add_input(b, x);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* A copy of t that outlives its runtime (whose device memory holds t); releases t. */
+static FloeTensor *own_copy(FloeTensor *t) {
+  FloeShape sh = floe_tensor_shape(t);
+  FloeTensor *c = harness_f32(sh.rank, sh.dims, floe_tensor_data(t));
+  floe_tensor_release(t);
+  return c;
+}
+
+/* Output of one _FusedConv (blocked: its inputs converted in and its output converted back,
+ * so the result is channels-last either way). in: x, f, bias, side. */
+static FloeTensor *run_case(const Case *k, FloeTensor *const *in, int threads) {
+  setenv("FLOE_FUSION", "0", 1); /* the graph as built: no layout pass */
+  FloeGraph *gr = floe_graph_new();
+  FloeOutput x = floe_placeholder(gr, "x", FLOE_F32, floe_tensor_shape(in[0]));
+  FloeOutput f = k->constant ? floe_const(gr, "f", in[1])
+                             : floe_placeholder(gr, "f", FLOE_F32, floe_tensor_shape(in[1]));
+  FloeFeed feeds[4] = {{"x", in[0]}};
+  int nf = 1;
+  if (!k->constant) feeds[nf++] = (FloeFeed){"f", in[1]};
+  FloeOutput args[2];
+  int na = 0;
+  if (k->post & BIAS) {
+    args[na++] = floe_placeholder(gr, "b", FLOE_F32, floe_tensor_shape(in[2]));
+    feeds[nf++] = (FloeFeed){"b", in[2]};
+  }
+  if (k->post & ADD) {
+    FloeOutput s = floe_placeholder(gr, "s", FLOE_F32, floe_tensor_shape(in[3]));
+    feeds[nf++] = (FloeFeed){"s", in[3]};
+    args[na++] = k->blocked ? convert(gr, "_ToBlocked", "s_blocked", s) : s;
+  }
+  if (k->blocked) x = convert(gr, "_ToBlocked", "x_blocked", x);
+  FloeNodeBuilder *b = floe_node_begin(gr, "_FusedConv", "conv");
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, f);
+  floe_node_add_input_list(b, args, na);
+  conv_attrs(b, k);
+  FloeOutput y = floe_out(floe_node_finish(b), 0);
+  if (k->blocked) y = convert(gr, "_FromBlocked", "y", y);
+  const char *fetch = floe_node_name(y.node);
+  FloeRuntime *rt = harness_runtime(threads);
+  FloeSession *s = harness_session(gr, rt);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *out = NULL;
+  /* Twice: the second call finds the cached primitives and the kept filter. */
+  for (int i = 0; i < 2; i++) {
+    floe_tensor_release(out);
+    out = NULL;
+    ck_assert_msg(floe_session_run(s, feeds, nf, &fetch, 1, NULL, 0, &out, st) == FLOE_OK,
+                  "%s: %s", k->g->name, floe_status_message(st));
+  }
+  floe_status_free(st);
+  floe_session_free(s);
+  FloeTensor *copy = own_copy(out);
+  floe_runtime_free(rt);
+  floe_graph_free(gr);
+  unsetenv("FLOE_FUSION");
+  return copy;
+}
+
+static int64_t out_size(int64_t in, const Geo *g) {
+  int64_t eff = (g->k - 1) * g->dil + 1;
+  return strcmp(g->padding, "SAME") == 0 ? (in + g->stride - 1) / g->stride
+                                         : (in - eff) / g->stride + 1;
+}
+
+static void check_geo(const Geo *g, int64_t batch, int threads) {
+  int64_t xd[4] = {batch, g->h, g->w, g->c}, fd[4] = {g->k, g->k, g->c, g->o};
+  int64_t yd[4] = {batch, out_size(g->h, g), out_size(g->w, g), g->o};
+  uint64_t seed = (uint64_t)(g - geos) * 131 + (uint64_t)batch * 7 + (uint64_t)threads;
+  FloeTensor *in[4] = {harness_random(FLOE_F32, 4, xd, seed, -1, 1),
+                       harness_random(FLOE_F32, 4, fd, seed + 1, -0.2, 0.2),
+                       harness_random(FLOE_F32, 1, &g->o, seed + 2, -1, 1),
+                       harness_random(FLOE_F32, 4, yd, seed + 3, -1, 1)};
+  static const unsigned posts[] = {BIAS | ADD | RELU, RELU, BIAS, ADD};
+  for (size_t p = 0; p < sizeof posts / sizeof *posts; p++)
+    for (int constant = 0; constant < 2; constant++) {
+      Case k = {g, posts[p], constant, false};
+      FloeTensor *want = run_case(&k, in, threads);
+      k.blocked = true;
+      FloeTensor *got = run_case(&k, in, threads);
+      char what[160];
+      snprintf(what, sizeof what, "%s, batch %lld, %d threads, post %u, %s filter", g->name,
+               (long long)batch, threads, posts[p], constant ? "constant" : "fed");
+      /* Winograd reassociates the sums: a few ulps of the terms' magnitude. */
+      harness_assert_close(got, want, 1e-4, 1e-4, what);
+      floe_tensor_release(want);
+      floe_tensor_release(got);
+    }
+  for (int i = 0; i < 4; i++) floe_tensor_release(in[i]);
+}
+
+START_TEST(blocked_matches_channels_last) {
+  const Geo *g = &geos[_i];
+  check_geo(g, 3, 2); /* whole images on two threads */
+  check_geo(g, 1, 2); /* one image: blocks of rows or of output channels */
+  check_geo(g, 1, 4);
+  check_geo(g, 2, 1); /* one thread: one primitive */
+}
+END_TEST
+
+START_TEST(blocked_side_input_broadcasts) {
+  /* A side input of one image added to each of two: broadcast in the blocked dims. */
+  const Geo *g = &geos[0];
+  int64_t xd[4] = {2, g->h, g->w, g->c}, fd[4] = {3, 3, g->c, g->o};
+  int64_t sd[4] = {1, g->h, g->w, g->o};
+  FloeTensor *in[4] = {harness_random(FLOE_F32, 4, xd, 5, -1, 1),
+                       harness_random(FLOE_F32, 4, fd, 6, -0.2, 0.2), NULL,
+                       harness_random(FLOE_F32, 4, sd, 7, -1, 1)};
+  Case k = {g, ADD | RELU, true, false};
+  FloeTensor *want = run_case(&k, in, 2);
+  k.blocked = true;
+  FloeTensor *got = run_case(&k, in, 2);
+  harness_assert_close(got, want, 1e-4, 1e-4, "broadcast side input");
+  floe_tensor_release(want);
+  floe_tensor_release(got);
+  for (int i = 0; i < 4; i++) floe_tensor_release(in[i]);
+}
+END_TEST
+
+START_TEST(blocked_conv_rejects_bad_inputs) {
+  /* Channels-last data where blocked data is expected: an error naming the shape. */
+  int64_t xd[4] = {1, 4, 4, 16}, fd[4] = {3, 3, 16, 16};
+  FloeTensor *in[2] = {harness_random(FLOE_F32, 4, xd, 1, -1, 1),
+                       harness_random(FLOE_F32, 4, fd, 2, -1, 1)};
+  FloeGraph *gr = floe_graph_new();
+  FloeNodeBuilder *b = floe_node_begin(gr, "_FusedConv", "conv");
+  floe_node_add_input(b, floe_placeholder(gr, "x", FLOE_F32, floe_tensor_shape(in[0])));
+  floe_node_add_input(b, floe_const(gr, "f", in[1]));
+  floe_node_add_input_list(b, NULL, 0);
+  floe_node_set_attr_bool(b, "blocked", 1);
+  ck_assert_ptr_null(floe_node_finish(b));
+  ck_assert_msg(strstr(floe_graph_error(gr, NULL), "[1,4,4,16]"), "%s",
+                floe_graph_error(gr, NULL));
+  floe_graph_free(gr);
+  /* Output channels that are not whole blocks: the kernel says so (shape unknown at build). */
+  int64_t bd[5] = {1, 1, 4, 4, 16}, f2[4] = {3, 3, 16, 24};
+  FloeTensor *xb = harness_random(FLOE_F32, 5, bd, 3, -1, 1);
+  FloeTensor *fb = harness_random(FLOE_F32, 4, f2, 4, -1, 1);
+  gr = floe_graph_new();
+  FloeShape unknown = floe_shape_unknown();
+  b = floe_node_begin(gr, "_FusedConv", "conv");
+  floe_node_add_input(b, floe_placeholder(gr, "x", FLOE_F32, unknown));
+  floe_node_add_input(b, floe_placeholder(gr, "f", FLOE_F32, unknown));
+  floe_node_add_input_list(b, NULL, 0);
+  floe_node_set_attr_bool(b, "blocked", 1);
+  floe_node_set_attr_string(b, "padding", "SAME");
+  FloeOutput y = floe_out(floe_node_finish(b), 0);
+  const char *fetch = floe_node_name(y.node);
+  FloeRuntime *rt = harness_runtime(1);
+  FloeSession *s = harness_session(gr, rt);
+  FloeStatus *st = floe_status_new();
+  FloeFeed feeds[2] = {{"x", xb}, {"f", fb}};
+  FloeTensor *out = NULL;
+  ck_assert_int_ne(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
+  ck_assert_msg(strstr(floe_status_message(st), "blocks of 16") &&
+                    strstr(floe_status_message(st), "24"),
+                "%s", floe_status_message(st));
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_runtime_free(rt);
+  floe_graph_free(gr);
+  floe_tensor_release(xb);
+  floe_tensor_release(fb);
+  floe_tensor_release(in[0]);
+  floe_tensor_release(in[1]);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------- */
+/* The session's layout pass. */
+
+static FloeOutput conv(FloeGraph *gr, const char *name, FloeOutput x, int64_t k, int64_t c,
+                       int64_t o, int64_t stride, uint64_t seed) {
+  int64_t fd[4] = {k, k, c, o};
+  FloeTensor *f = harness_random(FLOE_F32, 4, fd, seed, -0.3, 0.3);
+  char fname[64];
+  snprintf(fname, sizeof fname, "%s_f", name);
+  FloeNodeBuilder *b = floe_node_begin(gr, "Conv", name);
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, floe_const(gr, fname, f));
+  floe_node_set_attr_string(b, "padding", "SAME");
+  int64_t s[4] = {1, stride, stride, 1};
+  floe_node_set_attr_int_list(b, "strides", s, 4);
+  floe_tensor_release(f);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* A residual network: a 3-channel stem, two blocks (one with a strided 1x1 shortcut),
+ * global average pooling. */
+static FloeGraph *resnet(const char **fetch) {
+  FloeGraph *gr = floe_graph_new();
+  FloeShape xs = {4, {-1, 12, 12, 3}};
+  FloeOutput x = floe_placeholder(gr, "x", FLOE_F32, xs);
+  FloeOutput s = floe_unary(gr, "Relu", "stem_relu", conv(gr, "stem", x, 3, 3, 16, 1, 1));
+  FloeOutput a = floe_unary(gr, "Relu", "a1", conv(gr, "c1", s, 3, 16, 16, 1, 2));
+  a = floe_unary(gr, "Relu", "a2", floe_binary(gr, "Add", "add1", conv(gr, "c2", a, 3, 16, 16, 1, 3), s));
+  FloeOutput d = conv(gr, "down", a, 1, 16, 32, 2, 4);
+  FloeOutput bb = floe_unary(gr, "Relu", "b1", conv(gr, "c3", a, 3, 16, 32, 2, 5));
+  bb = floe_unary(gr, "Relu", "b2", floe_binary(gr, "Add", "add2", conv(gr, "c4", bb, 3, 32, 32, 1, 6), d));
+  FloeNodeBuilder *m = floe_node_begin(gr, "Mean", "pool");
+  floe_node_add_input(m, bb);
+  int64_t axes_v[2] = {1, 2};
+  FloeTensor *axes = harness_i64(1, (int64_t[]){2}, axes_v);
+  floe_node_add_input(m, floe_const(gr, "axes", axes));
+  floe_tensor_release(axes);
+  FloeOutput y = floe_out(floe_node_finish(m), 0);
+  ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, NULL));
+  *fetch = floe_node_name(y.node);
+  return gr;
+}
+
+/* Runs the network on x; *blocked_nodes: nodes of converter ops that ran. */
+static FloeTensor *run_resnet(FloeTensor *x, int threads, int *to, int *from) {
+  const char *fetch;
+  FloeGraph *gr = resnet(&fetch);
+  FloeRuntime *rt = harness_runtime(threads);
+  FloeSession *s = harness_session(gr, rt);
+  floe_session_set_profiling(s, 1);
+  FloeStatus *st = floe_status_new();
+  FloeFeed feed = {"x", x};
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(s, &feed, 1, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  FloeNodeProfile *rows = NULL;
+  int n = 0;
+  ck_assert_int_eq(floe_session_profile_nodes(s, &rows, &n, st), FLOE_OK);
+  *to = *from = 0;
+  for (int i = 0; i < n; i++) {
+    *to += strcmp(rows[i].op, "_ToBlocked") == 0;
+    *from += strcmp(rows[i].op, "_FromBlocked") == 0;
+  }
+  free(rows);
+  floe_status_free(st);
+  floe_session_free(s);
+  out = own_copy(out);
+  floe_runtime_free(rt);
+  floe_graph_free(gr);
+  return out;
+}
+
+static bool cpu_has_avx512(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+START_TEST(layout_pass_blocks_conv_chains) {
+  int64_t xd[4] = {_i == 0 ? 3 : 1, 12, 12, 3};
+  FloeTensor *x = harness_random(FLOE_F32, 4, xd, 9, -1, 1);
+  int threads = _i == 0 ? 2 : 4, to, from;
+  setenv("FLOE_BLOCKED_LAYOUT", "0", 1);
+  FloeTensor *want = run_resnet(x, threads, &to, &from);
+  ck_assert_int_eq(to + from, 0);
+  unsetenv("FLOE_BLOCKED_LAYOUT");
+  FloeTensor *got = run_resnet(x, threads, &to, &from);
+  harness_assert_close(got, want, 1e-4, 1e-4, "network with the blocked layout");
+  if (cpu_has_avx512()) {
+    /* In: the stem's output (3 input channels keep the stem channels-last); out: before the
+     * mean. Everything between stays blocked. */
+    ck_assert_int_eq(to, 1);
+    ck_assert_int_eq(from, 1);
+  } else {
+    ck_assert_int_eq(to + from, 0);
+  }
+  floe_tensor_release(x);
+  floe_tensor_release(want);
+  floe_tensor_release(got);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("blocked_conv");
+  TCase *tc = tcase_create("blocked_conv");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, converters_round_trip);
+  tcase_add_test(tc, converter_errors_name_the_shape);
+  tcase_add_loop_test(tc, blocked_matches_channels_last, 0, (int)(sizeof geos / sizeof *geos));
+  tcase_add_test(tc, blocked_side_input_broadcasts);
+  tcase_add_test(tc, blocked_conv_rejects_bad_inputs);
+  tcase_add_loop_test(tc, layout_pass_blocks_conv_chains, 0, 2);
+  suite_add_tcase(s, tc);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
