@@ -211,6 +211,21 @@ static floe_code grad_fused_conv_missing(FloeGradCtx *c, FloeStatus *st) {
                          n->name, n->op->name, n->op->name);
 }
 
+/* The blocked layout's converters move elements: each one's gradient is the other. */
+static const char *const block_attrs[] = {"block", NULL};
+
+static floe_code grad_to_blocked(FloeGradCtx *c, FloeStatus *st) {
+  (void)st;
+  c->dx[0] = op_attrs(c, "_FromBlocked", (FloeOutput[]){c->dy[0]}, 1, block_attrs);
+  return FLOE_OK;
+}
+
+static floe_code grad_from_blocked(FloeGradCtx *c, FloeStatus *st) {
+  (void)st;
+  c->dx[0] = op_attrs(c, "_ToBlocked", (FloeOutput[]){c->dy[0]}, 1, block_attrs);
+  return FLOE_OK;
+}
+
 floe_code floe__grads_register_conv(FloeStatus *st) {
   static const struct {
     const char *op;
@@ -224,6 +239,8 @@ floe_code floe__grads_register_conv(FloeStatus *st) {
       {"ConvBackpropFilterNd", grad_conv_backprop_filter},
       {"PoolGrad", grad_pool_grad},
       {"_FusedConv", grad_fused_conv_missing},
+      {"_ToBlocked", grad_to_blocked},
+      {"_FromBlocked", grad_from_blocked},
   };
   for (size_t i = 0; i < FLOE__ARRAY_LEN(table); i++) {
     floe_code rc = floe__grad_register(table[i].op, table[i].fn, st);

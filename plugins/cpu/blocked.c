@@ -33,9 +33,10 @@ static floe_code state_create(const FloeHostApi *host, FloeKernelInit *init, voi
 static void state_destroy(void *state) { cpu_host->free(state); }
 
 typedef struct Job {
-  const float *x;
-  float *y;
+  const char *cl; /* the channels-last tensor's bytes */
+  char *bl;       /* the blocked tensor's */
   int64_t blocks, pixels, block; /* per image: blocks planes of pixels * block elements */
+  size_t size;                   /* bytes per element */
   bool to;
 } Job;
 
@@ -43,16 +44,17 @@ typedef struct Job {
 static void move_range(void *arg, int64_t begin, int64_t end) {
   const Job *j = arg;
   int64_t c = j->blocks * j->block, plane = j->pixels * j->block;
-  size_t run = (size_t)j->block * sizeof(float);
+  size_t run = (size_t)j->block * j->size, es = j->size;
   for (int64_t u = begin; u < end; u++) {
     int64_t n = u / j->blocks, b = u % j->blocks;
-    const float *cl = j->x + n * j->pixels * c + b * j->block; /* channels-last side */
-    float *bl = j->y + n * j->blocks * plane + b * plane;      /* blocked side */
+    char *cl = (char *)j->cl + (size_t)(n * j->pixels * c + b * j->block) * es;
+    char *bl = j->bl + (size_t)(n * j->blocks * plane + b * plane) * es;
     if (j->to)
-      for (int64_t p = 0; p < j->pixels; p++) memcpy(bl + p * j->block, cl + p * c, run);
+      for (int64_t p = 0; p < j->pixels; p++)
+        memcpy(bl + (size_t)(p * j->block) * es, cl + (size_t)(p * c) * es, run);
     else
       for (int64_t p = 0; p < j->pixels; p++)
-        memcpy((float *)cl + p * c, (const float *)bl + p * j->block, run);
+        memcpy(cl + (size_t)(p * c) * es, bl + (size_t)(p * j->block) * es, run);
   }
 }
 
@@ -88,11 +90,11 @@ static floe_code compute(void *state, FloeKernelContext *ctx) {
   FloeTensor *out;
   floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, s->to ? r + 1 : r - 1, dims, &out);
   if (rc != FLOE_OK || cpu_host->tensor_num_elements(out) == 0) return rc;
+  /* _ToBlocked reads the channels-last side and writes the blocked one; _FromBlocked the
+   * other way round. */
   Job j = {s->to ? cpu_host->tensor_data(x) : cpu_host->tensor_data(out),
-           s->to ? cpu_host->tensor_data(out) : (float *)cpu_host->tensor_data(x), blocks, pixels,
-           s->block, s->to};
-  /* move_range reads x through j.x on the channels-last side and writes y on the blocked
-   * side, or the other way round: for _FromBlocked the roles swap. */
+           s->to ? cpu_host->tensor_data(out) : (char *)cpu_host->tensor_data(x), blocks, pixels,
+           s->block, cpu_host->dtype_size(cpu_host->tensor_dtype(x)), s->to};
   cpu_parallel_for(d[0] * blocks, pixels * s->block, move_range, &j);
   return FLOE_OK;
 }
@@ -102,9 +104,9 @@ static floe_code compute(void *state, FloeKernelContext *ctx) {
 floe_code cpu_register_blocked(FloePluginRegistrar *reg) {
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core) return FLOE_OK;
-  floe_code rc = cpu_add_kernel(reg, "_ToBlocked", "T", FLOE_DTYPE_BIT(FLOE_F32), 0, compute,
+  floe_code rc = cpu_add_kernel(reg, "_ToBlocked", "T", FLOE_DTYPES_ALL, 0, compute,
                                 state_create, state_destroy, (void *)&kind_to);
   if (rc != FLOE_OK) return rc;
-  return cpu_add_kernel(reg, "_FromBlocked", "T", FLOE_DTYPE_BIT(FLOE_F32), 0, compute,
-                        state_create, state_destroy, (void *)&kind_from);
+  return cpu_add_kernel(reg, "_FromBlocked", "T", FLOE_DTYPES_ALL, 0, compute, state_create,
+                        state_destroy, (void *)&kind_from);
 }

@@ -612,6 +612,9 @@ static const char *const checked_elsewhere[] = {
     "LSTMCellGrad", "LSTMCellBackprop", "LSTMCellRecurrentBackprop",
     /* no gradient yet, an error: ops/test_fused_conv, gradient_is_an_error */
     "_FusedConv",
+    /* each the other's gradient, checked in ops/test_blocked_conv (AVX-512 machines have the
+     * kernels) */
+    "_ToBlocked", "_FromBlocked",
     /* no gradient yet, an error: core/test_onnx_resize, gradient_is_an_error */
     "Resize", "GridSample", "RoiAlign", "RNN", "GRU", "LSTM",
 };

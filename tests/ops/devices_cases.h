@@ -41,6 +41,9 @@ enum {
   /* A matrix-class op: on a device whose matrix unit rounds its operands (bf16, TF32; see
    * reduced_matrix in test_devices.c) its float outputs get that unit's threshold. */
   XF_MATRIX = 1u << 0,
+  /* The CPU plugin registers the op only on some machines (the blocked layout's converters
+   * need AVX-512): where the reference has no kernel for it the case is skipped. */
+  XF_IF_REF_KERNEL = 1u << 1,
 };
 
 /* How a case is checked: by normalised error against the CPU (XS_NONE), or, for random ops,
