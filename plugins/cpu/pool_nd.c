@@ -59,6 +59,9 @@ static bool dnnl_fits(const State *s, const WndGeo *g) {
   return true;
 }
 
+/* Input elements from which one image's MAX pooling is shared across the pool's threads. */
+#define POOL_ROWS_MIN_ELEMENTS (64 * 1024)
+
 typedef struct Build {
   const State *s;
   const WndGeo *g;
@@ -115,6 +118,7 @@ typedef struct Job {
   const WndGeo *g;
   const float *x;
   float *y;
+  int64_t blocks; /* row blocks of one image (pool_rows) */
 } Job;
 
 static floe_code pool_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
@@ -127,6 +131,39 @@ static floe_code pool_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n, g.c, g.in[0], g.in[1], g.in[2], g.ns};
   Build b = {j->s, &g};
   void *data[2] = {(void *)(j->x + first * g.c * in_sp), j->y + first * g.c * out_sp};
+  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "Pool", key, build_pool, &b, data);
+}
+
+/* Block `shard` of the output rows (outermost spatial dim) of one channels-last image: the
+ * input rows its windows read are a dense block of the image, with the padding they leave. */
+static floe_code pool_rows(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                           int64_t first, int64_t count, int shard) {
+  (void)count;
+  const Job *j = arg;
+  WndGeo g = *j->g;
+  int d = 3 - g.ns;
+  int64_t rows = g.out[d], per = (rows + j->blocks - 1) / j->blocks;
+  int64_t r0 = first * per, r1 = r0 + per < rows ? r0 + per : rows;
+  (void)shard;
+  if (r0 >= r1) return FLOE_OK;
+  int64_t lo = r0 * g.s[d] - g.pb[d];
+  int64_t hi = (r1 - 1) * g.s[d] - g.pb[d] + (g.k[d] - 1) * g.d[d] + 1;
+  g.n = 1;
+  g.pb[d] = lo < 0 ? -lo : 0;
+  g.pe[d] = hi > j->g->in[d] ? hi - j->g->in[d] : 0;
+  if (lo < 0) lo = 0;
+  if (hi > j->g->in[d]) hi = j->g->in[d];
+  g.in[d] = hi - lo;
+  g.out[d] = r1 - r0;
+  int64_t in_row = g.c, out_row = g.c; /* floats per row */
+  for (int k = d + 1; k < 3; k++) {
+    in_row *= g.in[k];
+    out_row *= g.out[k];
+  }
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n, g.c, g.in[0], g.in[1], g.in[2], g.ns, 1 + g.pb[d],
+                                   g.pe[d], g.out[d]};
+  Build b = {j->s, &g};
+  void *data[2] = {(void *)(j->x + lo * in_row), j->y + r0 * out_row};
   return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "Pool", key, build_pool, &b, data);
 }
 
@@ -261,12 +298,20 @@ static floe_code pool_compute(void *state, FloeKernelContext *ctx) {
     return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   if (cpu_host->tensor_dtype(x) == FLOE_F32 && s->a.kind != WND_POOL_IDX && dnnl_fits(s, &g)) {
-    Job j = {s, &g, cpu_host->tensor_data(x), cpu_host->tensor_data(out)};
-    int shards = cpu_dnnl_batch_shards(g.n);
-    if (shards > 1 || cpu_host->num_threads() <= 1)
+    Job j = {s, &g, cpu_host->tensor_data(x), cpu_host->tensor_data(out), 1};
+    int shards = cpu_dnnl_batch_shards(g.n), threads = cpu_host->num_threads();
+    if (shards > 1 || threads <= 1)
       return cpu_dnnl_for_batch(ctx, g.n, shards, pool_shard, &j);
-    /* One image on a pool of several threads: one thread. Pooling is memory-bound and
-     * short; an OpenMP team would cost more to wake (passive waiting) than it saves. */
+    /* One image on a pool of several threads. Large channels-last MAX pooling is cut into
+     * blocks of rows, one per thread (AVG's padding rules are left whole); the rest runs on
+     * one thread: pooling is memory-bound and short, and an OpenMP team would cost more to
+     * wake (passive waiting) than it saves. */
+    int64_t rows = g.out[3 - g.ns];
+    if (!s->a.cf && s->a.kind == WND_POOL_MAX && rows >= 2 &&
+        cpu_host->tensor_num_elements(x) >= POOL_ROWS_MIN_ELEMENTS) {
+      j.blocks = rows < threads ? rows : threads;
+      return cpu_dnnl_for_batch(ctx, j.blocks, (int)j.blocks, pool_rows, &j);
+    }
     int saved = cpu_omp_single();
     rc = pool_shard(&j, ctx, NULL, 0, g.n, 0);
     cpu_omp_restore(saved);

@@ -122,6 +122,17 @@ START_TEST(pool_dnnl_matches_reference) {
   Win d = {.padding = "SAME", .pool = "AVG", .rank = 5, .ksize = {1, 2, 3, 2, 1},
            .strides = {1, 2, 2, 1, 1}};
   check_f32_vs_f64("Pool", &d, 1, (const int64_t[][5]){{3, 5, 4, 3, 2}}, "AVG 3-D SAME");
+  /* one large channels-last image: MAX pooling cut into blocks of rows across the pool */
+  Win e = {.padding = "SAME", .pool = "MAX", .rank = 4, .ksize = {1, 3, 3, 1},
+           .strides = {1, 2, 2, 1}};
+  check_f32_vs_f64("Pool", &e, 1, (const int64_t[][5]){{1, 33, 40, 64}}, "MAX rows SAME");
+  Win f = {.padding = "EXPLICIT", .pool = "MAX", .rank = 4, .ksize = {1, 3, 2, 1},
+           .strides = {1, 2, 3, 1}, .dil = {1, 2, 1, 1}, .pads = {0, 0, 1, 2, 0, 1, 0, 0},
+           .ceil = true};
+  check_f32_vs_f64("Pool", &f, 1, (const int64_t[][5]){{1, 30, 41, 64}},
+                   "MAX rows dilated, pads, ceil");
+  Win g = {.pool = "MAX", .rank = 3, .ksize = {1, 4, 1}, .strides = {1, 3, 1}};
+  check_f32_vs_f64("Pool", &g, 1, (const int64_t[][5]){{1, 1000, 80}}, "MAX rows 1-D VALID");
 }
 END_TEST
 
