@@ -226,6 +226,7 @@ static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
 typedef struct Blocker {
   Fuse *f;
   FloeNode **blk;   /* per node id below f->g's size at the start: its blocked replacement */
+  FloeNode **back;  /* and a _FromBlocked of that, when one was made already */
   int cap;
   FloeOutput *from; /* converted outputs and their _ToBlocked nodes */
   FloeNode **to;
@@ -237,6 +238,12 @@ static const FloeShape *shape_of(FloeOutput o) { return &o.node->out_shapes[o.in
 /* Channels-last, 1 to 3 spatial dims, the channel count known and a multiple of 16. */
 static bool whole_blocks(const FloeShape *s) {
   return s->rank >= 3 && s->rank <= 5 && s->dims[s->rank - 1] > 0 && s->dims[s->rank - 1] % 16 == 0;
+}
+
+/* Channels-last with fewer than 16 channels (a first layer: RGB): a blocked convolution
+ * reads it as it is. */
+static bool plain_input(const FloeShape *s) {
+  return s->rank >= 3 && s->rank <= 5 && s->dims[s->rank - 1] > 0 && s->dims[s->rank - 1] < 16;
 }
 
 static bool attr_is(const FloeNode *n, const char *name, const char *want) {
@@ -256,7 +263,8 @@ static bool blockable(const Blocker *bl, const FloeNode *n) {
       (b && b->u.b) || !attr_is(n, "data_format", "CHANNELS_LAST"))
     return false;
   const FloeShape *x = shape_of(n->inputs[0]), *y = &n->out_shapes[0];
-  if (!whole_blocks(x) || !whole_blocks(y) || x->rank != y->rank) return false;
+  if (!(whole_blocks(x) || plain_input(x)) || !whole_blocks(y) || x->rank != y->rank)
+    return false;
   const FloeAttrValue *add = floe__attrs_get(&n->attrs, "fused_add");
   if (add && add->u.b) { /* the side input broadcasts over anything but the channels */
     const FloeShape *sd = shape_of(n->inputs[n->num_inputs - 1]);
@@ -311,26 +319,87 @@ static bool block_one(Blocker *bl, FloeNode *conv) {
   if (n > 4) return false;
   memcpy(in, conv->inputs, (size_t)n * sizeof *in);
   const FloeAttrValue *add = floe__attrs_get(&conv->attrs, "fused_add");
-  FloeNode *x = as_blocked(bl, in[0], conv);
+  bool plain = plain_input(shape_of(in[0]));
+  FloeNode *x = plain ? NULL : as_blocked(bl, in[0], conv);
   FloeNode *side = add && add->u.b ? as_blocked(bl, in[n - 1], conv) : NULL;
-  if (!x || (add && add->u.b && !side)) return false;
-  in[0] = (FloeOutput){x, 0};
+  if ((!plain && !x) || (add && add->u.b && !side)) return false;
+  if (x) in[0] = (FloeOutput){x, 0};
   if (side) in[n - 1] = (FloeOutput){side, 0};
-  static const char *const flags[] = {"blocked", NULL};
-  FloeNode *b = make_fused(f, "_FusedConv", &conv, 1, in, n, 2, conv, blocked_attrs, flags);
+  static const char *const flags[] = {"blocked", NULL}, *const plain_flags[] = {
+      "blocked", "plain_input", NULL};
+  FloeNode *b = make_fused(f, "_FusedConv", &conv, 1, in, n, 2, conv, blocked_attrs,
+                           plain ? plain_flags : flags);
+  /* A plain input needs no converter, but the device must still have them: they say it
+   * wants the blocked layout. */
   if (!b || !need_grow(f) || !f->ok(f->arg, conv, b)) return false;
-  f->need[b->id] = f->need[x->id] = true;
+  FloeNode *back = NULL;
+  if (plain && (!(back = converter(f, "_FromBlocked", (FloeOutput){b, 0}, b)) ||
+                !f->ok(f->arg, conv, back)))
+    return false;
+  bl->back[conv->id] = back;
+  f->need[b->id] = true;
+  if (x) f->need[x->id] = true;
   if (side) f->need[side->id] = true;
   f->need[conv->id] = false;
   bl->blk[conv->id] = b;
   return true;
 }
 
-/* Consumers of a blocked conv's old output outside the blocked chains read a _FromBlocked of
- * it; control edges name the blocked conv. 0, or -1 on out of memory. */
+/* A list attribute of a rank-r window op for the blocked tensor (rank r + 1): `ins` (1 or 2)
+ * entries of `v` inserted after the batch dim's (the channel blocks' dim: a window of 1). */
+static void blocked_list(FloeNodeBuilder *b, const FloeNode *from, const char *name, int per,
+                         int64_t v) {
+  const FloeAttrValue *a = floe__attrs_get(&from->attrs, name);
+  if (!a || a->kind != FLOE_ATTR_INT_LIST || a->u.ilist.n == 0) return;
+  int64_t out[2 * (FLOE_MAX_DIMS + 1)];
+  size_t n = a->u.ilist.n, k = 0;
+  if (n + (size_t)per > sizeof out / sizeof *out) return;
+  for (size_t i = 0; i < n; i++) {
+    out[k++] = a->u.ilist.v[i];
+    if (i + 1 == (size_t)per)
+      for (int j = 0; j < per; j++) out[k++] = v;
+  }
+  floe_node_set_attr_int_list(b, name, out, k);
+}
+
+/* A channels-last Pool of a blocked tensor as a Pool of the blocked tensor, one spatial dim
+ * more (the channel blocks, window 1): the same windows over every channel. */
+static void block_pool(Blocker *bl, FloeNode *pool) {
+  Fuse *f = bl->f;
+  if (pool->id >= f->cap || !f->need[pool->id] || strcmp(pool->op->name, "Pool") != 0 ||
+      (pool->id < f->n_orig && f->pinned[pool->id]) || pool->num_inputs != 1)
+    return;
+  FloeOutput in = pool->inputs[0];
+  const FloeShape *x = shape_of(in);
+  if (in.index != 0 || in.node->id >= bl->cap || !bl->blk[in.node->id] ||
+      !attr_is(pool, "data_format", "CHANNELS_LAST") || x->rank < 3 || x->rank > 4)
+    return;
+  char *name = unique_name(f->g, pool->name, "_blocked");
+  if (!name) return;
+  FloeNodeBuilder *b = floe_node_begin(f->g, "Pool", name);
+  floe__free(name);
+  floe_node_add_input(b, (FloeOutput){bl->blk[in.node->id], 0});
+  static const char *const same[] = {"T", "pooling_type", "padding", "data_format", "ceil_mode",
+                                     "count_include_pad", NULL};
+  for (int i = 0; same[i]; i++) floe__node_copy_attr(pool, b, same[i]);
+  blocked_list(b, pool, "ksize", 1, 1);
+  blocked_list(b, pool, "strides", 1, 1);
+  blocked_list(b, pool, "dilations", 1, 1);
+  blocked_list(b, pool, "explicit_paddings", 2, 0);
+  for (int c = 0; c < pool->num_control; c++) floe_node_add_control_input(b, pool->control[c]);
+  if (pool->device && pool->device[0]) floe_node_set_device(b, pool->device);
+  FloeNode *p = floe_node_finish(b);
+  if (!p || !need_grow(f) || !f->ok(f->arg, pool, p)) return;
+  f->need[p->id] = true;
+  f->need[pool->id] = false;
+  bl->blk[pool->id] = p;
+}
+
+/* Consumers of a blocked node's old output outside the blocked chains read a _FromBlocked of
+ * it; control edges name the blocked node. 0, or -1 on out of memory. */
 static int block_leave(Blocker *bl, FloeNode *old) {
   Fuse *f = bl->f;
-  FloeNode *b = bl->blk[old->id], *back = NULL;
+  FloeNode *b = bl->blk[old->id], *back = bl->back[old->id];
   for (int id = 0; id < f->g->num_nodes; id++) {
     FloeNode *x = f->g->nodes[id];
     if (x == back) continue;
@@ -397,18 +466,29 @@ static int block_convs(Fuse *f) {
   if (!blocked_layout_enabled()) return 0;
   Blocker bl = {.f = f, .cap = f->g->num_nodes};
   bl.blk = floe__calloc((size_t)(bl.cap ? bl.cap : 1), sizeof *bl.blk);
-  if (!bl.blk) return -1;
+  bl.back = floe__calloc((size_t)(bl.cap ? bl.cap : 1), sizeof *bl.back);
+  if (!bl.blk || !bl.back) {
+    floe__free(bl.blk);
+    floe__free(bl.back);
+    return -1;
+  }
   int rc = 0;
   /* Producers first (a fused node can come after a consumer it was rerouted into). */
   int *order = topo_order(f->g, bl.cap);
   if (!order) rc = -1;
-  for (int i = 0; i < bl.cap && order; i++)
-    if (blockable(&bl, f->g->nodes[order[i]])) block_one(&bl, f->g->nodes[order[i]]);
+  for (int i = 0; i < bl.cap && order; i++) {
+    FloeNode *n = f->g->nodes[order[i]];
+    if (blockable(&bl, n))
+      block_one(&bl, n);
+    else
+      block_pool(&bl, n);
+  }
   floe__free(order);
   if (floe_graph_status(f->g) != FLOE_OK) rc = -1;
   for (int id = 0; id < bl.cap && rc == 0; id++)
     if (bl.blk[id]) rc = block_leave(&bl, f->g->nodes[id]);
   floe__free(bl.blk);
+  floe__free(bl.back);
   floe__free(bl.from);
   floe__free(bl.to);
   return rc;

@@ -284,8 +284,11 @@ static floe_code shape_fused_conv_blocked(FloeShapeContext *sctx, bool bias, boo
   if (attr(sctx, "data_format", FLOE_ATTR_STRING) &&
       strcmp(attr(sctx, "data_format", FLOE_ATTR_STRING)->u.s, "CHANNELS_LAST"))
     return fail(sctx, "_FusedConv: a blocked one must be CHANNELS_LAST");
-  if ((c = from_blocked(sctx, &sctx->input_shapes[0], 16, &x)) != FLOE_OK ||
-      (c = conv_out(sctx, &x, &sctx->input_shapes[1], false, &y)) != FLOE_OK ||
+  if (flag(sctx, "plain_input"))
+    x = sctx->input_shapes[0];
+  else if ((c = from_blocked(sctx, &sctx->input_shapes[0], 16, &x)) != FLOE_OK)
+    return c;
+  if ((c = conv_out(sctx, &x, &sctx->input_shapes[1], false, &y)) != FLOE_OK ||
       (c = to_blocked(sctx, &y, 16, &sctx->output_shapes[0])) != FLOE_OK)
     return c;
   const FloeShape *out = &sctx->output_shapes[0];

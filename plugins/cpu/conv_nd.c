@@ -34,6 +34,7 @@ typedef struct State {
   CpuDnnlCache cache;
   bool fused, bias, add, relu; /* _FusedConv and its flags */
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
+  bool plain_input;            /* blocked, but the input stays channels-last (few channels) */
   /* Dense copies of blocks of a constant filter's output channels (blocked parts of one
    * image): a strided view of the filter cannot go to oneDNN's Winograd layout. */
   pthread_mutex_t fmu;
@@ -67,6 +68,7 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   s->add = flag(host, init, "fused_add");
   s->relu = flag(host, init, "fused_relu");
   s->blocked = flag(host, init, "blocked");
+  s->plain_input = s->blocked && flag(host, init, "plain_input");
   if (s->blocked && (s->a.cf || s->a.groups != 1))
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
                                 "a blocked _FusedConv must be CHANNELS_LAST with one group");
@@ -211,17 +213,22 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
   static const dnnl_format_tag_t cl_tags[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
   /* Blocked parts are dense (whole images, or whole blocks of one image's channels). */
   static const dnnl_format_tag_t blk_tags[] = {dnnl_nCw16c, dnnl_nChw16c, dnnl_nCdhw16c};
-  bool blk = b->s->blocked, wino = winograd_fits(b->s, g, b->whole);
+  /* A plain (channels-last) input of a blocked convolution has fewer than 16 channels: it is
+   * reordered to channels-first, which oneDNN's blocked kernels read for such first layers. */
+  static const dnnl_format_tag_t cf_tags[] = {dnnl_ncw, dnnl_nchw, dnnl_ncdhw};
+  bool blk = b->s->blocked, plain = b->s->plain_input, wino = winograd_fits(b->s, g, b->whole);
   dnnl_format_tag_t data_tag = blk ? blk_tags[g->ns - 1] : cf ? dnnl_format_tag_any : cl_tags[g->ns - 1];
+  dnnl_format_tag_t src_tag = plain ? cf_tags[g->ns - 1] : data_tag;
   dnnl_dims_t bias_dims = {g->o};
-  if ((st = blk ? dnnl_memory_desc_init_by_tag(&args[0].user, nd, src_dims, dnnl_f32, data_tag)
+  if ((st = blk && !plain
+                ? dnnl_memory_desc_init_by_tag(&args[0].user, nd, src_dims, dnnl_f32, data_tag)
                 : data_md(&args[0].user, cf, g, g->n, g->c, g->in, b->whole->in)) ||
       (st = filter_md(&args[1].user, g, b->whole)) ||
       (bias && (st = dnnl_memory_desc_init_by_tag(&args[2].user, 1, bias_dims, dnnl_f32, dnnl_a))) ||
       (st = blk ? dnnl_memory_desc_init_by_tag(&args[di].user, nd, dst_dims, dnnl_f32, data_tag)
                 : data_md(&args[di].user, cf, g, g->n, g->o, g->out,
                           b->dense_dst ? g->out : b->whole->out)) ||
-      (st = dnnl_memory_desc_init_by_tag(&src, nd, src_dims, dnnl_f32, data_tag)) ||
+      (st = dnnl_memory_desc_init_by_tag(&src, nd, src_dims, dnnl_f32, src_tag)) ||
       (st = dnnl_memory_desc_init_by_tag(&wei, args[1].user.ndims, args[1].user.dims, dnnl_f32,
                                          dnnl_format_tag_any)) ||
       (st = dnnl_memory_desc_init_by_tag(&dst, nd, dst_dims, dnnl_f32, data_tag)))
@@ -393,14 +400,19 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
     out_row *= w->out[k];
   }
   int64_t cb = w->c / 16, ob = w->o / 16;
-  const float *x = j->x + image * w->c * w->in[0] * w->in[1] * w->in[2] + lo * in_row;
+  bool plain = j->s->plain_input; /* channels-last input: its rows are dense, read in place */
+  const float *x = j->x + image * w->c * w->in[0] * w->in[1] * w->in[2] +
+                   lo * (plain ? in_row / 16 * w->c : in_row);
   int64_t yoff = image * w->o * w->out[0] * w->out[1] * w->out[2] + r0 * out_row;
   float *xin, *yout;
-  size_t xn = (size_t)(cb * g.in[d] * in_row), yn = (size_t)(ob * g.out[d] * out_row);
-  floe_code rc = part_temp(ctx, ctx_lock, (xn + yn) * sizeof(float), (void **)&xin);
+  size_t xn = plain ? 0 : (size_t)(cb * g.in[d] * in_row), yn = (size_t)(ob * g.out[d] * out_row);
+  floe_code rc = part_temp(ctx, ctx_lock, (xn + yn) * sizeof(float), (void **)&yout);
   if (rc != FLOE_OK) return rc;
-  yout = xin + xn;
-  copy_planes(xin, x, cb, g.in[d], in_row, w->in[d], g.in[d]);
+  xin = yout + yn;
+  if (plain)
+    xin = (float *)x;
+  else
+    copy_planes(xin, x, cb, g.in[d], in_row, w->in[d], g.in[d]);
   if (j->post & POST_SUM) copy_planes(yout, j->side + yoff, ob, g.out[d], out_row, w->out[d], g.out[d]);
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,  g.in[0], g.in[1], g.in[2], g.o,
                                    g.k[0], g.k[1], g.k[2], g.ns, j->post, 0,
@@ -763,22 +775,28 @@ static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo 
 }
 
 /* The geometry of a blocked _FusedConv: input x [n, c / 16, spatial..., 16] read as the
- * channels-last [n, spatial..., c]; its output dims [n, o / 16, spatial..., 16] in dims. */
+ * channels-last [n, spatial..., c] (plain_input: x is that); its output dims
+ * [n, o / 16, spatial..., 16] in dims. */
 static floe_code blocked_geo(State *s, FloeKernelContext *ctx, const FloeTensor *x,
                              const FloeTensor *f, WndGeo *g, int64_t *dims) {
   int r = cpu_host->tensor_rank(x);
   const int64_t *d = cpu_host->tensor_dims(x);
   char buf[CPU_SHAPE_STR_MAX];
-  if (r < 4 || r > 6 || d[r - 1] != 16)
-    return cpu_host->ctx_set_error(
-        ctx, FLOE_INVALID_ARGUMENT,
-        "blocked input %s must be [n, channels / 16, 1 to 3 spatial dims, 16]",
-        cpu_shape_str(buf, sizeof buf, r, d));
-  int64_t logical[WND_MAX_RANK];
-  logical[0] = d[0];
-  for (int i = 2; i < r - 1; i++) logical[i - 1] = d[i];
-  logical[r - 2] = d[1] * 16;
-  floe_code rc = wnd_geo_dims(&s->a, ctx, r - 1, logical, f, g);
+  floe_code rc;
+  if (s->plain_input) {
+    rc = wnd_geo(&s->a, ctx, x, f, g);
+  } else {
+    if (r < 4 || r > 6 || d[r - 1] != 16)
+      return cpu_host->ctx_set_error(
+          ctx, FLOE_INVALID_ARGUMENT,
+          "blocked input %s must be [n, channels / 16, 1 to 3 spatial dims, 16]",
+          cpu_shape_str(buf, sizeof buf, r, d));
+    int64_t logical[WND_MAX_RANK];
+    logical[0] = d[0];
+    for (int i = 2; i < r - 1; i++) logical[i - 1] = d[i];
+    logical[r - 2] = d[1] * 16;
+    rc = wnd_geo_dims(&s->a, ctx, r - 1, logical, f, g);
+  }
   if (rc != FLOE_OK) return rc;
   if (g->o % 16)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
