@@ -307,6 +307,75 @@ static FloeNode *as_blocked(Blocker *bl, FloeOutput in, const FloeNode *conv) {
   return t;
 }
 
+/* The channels-first tensor x is a Transpose of, when x is that Transpose's output by the
+ * constant permutation channels-first -> channels-last and its only use in the step is
+ * conv; else an invalid output. */
+static FloeOutput channels_first_source(const Fuse *f, FloeOutput x) {
+  FloeOutput none = {NULL, 0};
+  const FloeNode *t = x.node;
+  if (x.index != 0 || strcmp(t->op->name, "Transpose") != 0 || t->id >= f->n_orig ||
+      f->uses[t->id] != 1 || f->pinned[t->id] || t->num_control != 0 || t->num_inputs != 2)
+    return none;
+  const FloeNode *pn = t->inputs[1].node;
+  const FloeAttrValue *v = floe__attrs_get(&pn->attrs, "value");
+  if (strcmp(pn->op->name, "Const") != 0 || !v || v->kind != FLOE_ATTR_TENSOR) return none;
+  const FloeTensor *perm = v->u.tensor;
+  int64_t r = floe_tensor_num_elements(perm);
+  if (floe_tensor_rank(perm) != 1 || r < 3 || r > 5 || shape_of(x)->rank != r) return none;
+  for (int64_t i = 0; i < r; i++) {
+    int64_t want = i == 0 ? 0 : i == r - 1 ? 1 : i + 1, got;
+    if (floe_tensor_dtype(perm) == FLOE_I32)
+      got = ((const int32_t *)floe_tensor_data(perm))[i];
+    else if (floe_tensor_dtype(perm) == FLOE_I64)
+      got = ((const int64_t *)floe_tensor_data(perm))[i];
+    else
+      return none;
+    if (got != want) return none;
+  }
+  return t->inputs[0];
+}
+
+/* A per-dim list attribute (per entries per dim) of a channels-last node in channels-first
+ * order: the last dim's entries move to just after the batch dim's. */
+static void channels_first_list(FloeNodeBuilder *b, const FloeNode *from, const char *name,
+                                int per) {
+  const FloeAttrValue *a = floe__attrs_get(&from->attrs, name);
+  if (!a || a->kind != FLOE_ATTR_INT_LIST || a->u.ilist.n == 0) return;
+  size_t n = a->u.ilist.n, k = 0;
+  int64_t out[2 * FLOE_MAX_DIMS];
+  if (n > sizeof out / sizeof *out || n % (size_t)per) return;
+  const int64_t *v = a->u.ilist.v;
+  for (int j = 0; j < per; j++) out[k++] = v[j];
+  for (int j = 0; j < per; j++) out[k++] = v[n - (size_t)per + (size_t)j];
+  for (size_t i = (size_t)per; i + (size_t)per < n; i++) out[k++] = v[i];
+  floe_node_set_attr_int_list(b, name, out, k);
+}
+
+/* The blocked form of conv reading the channels-first tensor `src` directly (conv read its
+ * channels-last Transpose): plain_input, CHANNELS_FIRST, window lists reordered. */
+static FloeNode *blocked_from_channels_first(Fuse *f, FloeNode *conv, FloeOutput src,
+                                             const FloeOutput *in, int n) {
+  char *name = fused_name(f->g, conv->name);
+  if (!name) return NULL;
+  FloeNodeBuilder *b = floe_node_begin(f->g, "_FusedConv", name);
+  floe__free(name);
+  floe_node_add_input(b, src);
+  floe_node_add_input(b, in[1]);
+  floe_node_add_input_list(b, in + 2, n - 2);
+  static const char *const same[] = {"T", "padding", "groups", "fused_bias", "fused_add",
+                                     "fused_relu", "filter_constant", NULL};
+  for (int i = 0; same[i]; i++) floe__node_copy_attr(conv, b, same[i]);
+  floe_node_set_attr_string(b, "data_format", "CHANNELS_FIRST");
+  channels_first_list(b, conv, "strides", 1);
+  channels_first_list(b, conv, "dilations", 1);
+  channels_first_list(b, conv, "explicit_paddings", 2);
+  floe_node_set_attr_bool(b, "blocked", 1);
+  floe_node_set_attr_bool(b, "plain_input", 1);
+  for (int c = 0; c < conv->num_control; c++) floe_node_add_control_input(b, conv->control[c]);
+  if (conv->device && conv->device[0]) floe_node_set_device(b, conv->device);
+  return floe_node_finish(b);
+}
+
 static const char *const blocked_attrs[] = {
     "T", "strides", "padding", "explicit_paddings", "data_format", "dilations", "groups",
     "fused_bias", "fused_add", "fused_relu", "filter_constant", NULL};
@@ -327,8 +396,12 @@ static bool block_one(Blocker *bl, FloeNode *conv) {
   if (side) in[n - 1] = (FloeOutput){side, 0};
   static const char *const flags[] = {"blocked", NULL}, *const plain_flags[] = {
       "blocked", "plain_input", NULL};
-  FloeNode *b = make_fused(f, "_FusedConv", &conv, 1, in, n, 2, conv, blocked_attrs,
-                           plain ? plain_flags : flags);
+  /* A plain input transposed from channels-first (an ONNX model's image) is read before the
+   * Transpose: oneDNN reads such first layers channels-first anyway. */
+  FloeOutput cf = plain ? channels_first_source(f, in[0]) : (FloeOutput){NULL, 0};
+  FloeNode *b = cf.node ? blocked_from_channels_first(f, conv, cf, in, n)
+                        : make_fused(f, "_FusedConv", &conv, 1, in, n, 2, conv, blocked_attrs,
+                                     plain ? plain_flags : flags);
   /* A plain input needs no converter, but the device must still have them: they say it
    * wants the blocked layout. */
   if (!b || !need_grow(f) || !f->ok(f->arg, conv, b)) return false;
@@ -337,6 +410,7 @@ static bool block_one(Blocker *bl, FloeNode *conv) {
                 !f->ok(f->arg, conv, back)))
     return false;
   bl->back[conv->id] = back;
+  if (cf.node) f->need[in[0].node->id] = false; /* the Transpose: conv was its only use */
   f->need[b->id] = true;
   if (x) f->need[x->id] = true;
   if (side) f->need[side->id] = true;

@@ -281,16 +281,22 @@ floe_code floe__shape_from_blocked(const FloeHostApi *host, FloeShapeContext *sc
 static floe_code shape_fused_conv_blocked(FloeShapeContext *sctx, bool bias, bool add) {
   FloeShape x, y;
   floe_code c;
-  if (attr(sctx, "data_format", FLOE_ATTR_STRING) &&
-      strcmp(attr(sctx, "data_format", FLOE_ATTR_STRING)->u.s, "CHANNELS_LAST"))
-    return fail(sctx, "_FusedConv: a blocked one must be CHANNELS_LAST");
-  if (flag(sctx, "plain_input"))
+  bool plain = flag(sctx, "plain_input"), cf = channels_first(sctx, "CHANNELS_LAST", &c);
+  if (c != FLOE_OK) return c;
+  if (cf && !plain)
+    return fail(sctx, "_FusedConv: a blocked one must be CHANNELS_LAST (or CHANNELS_FIRST with "
+                      "plain_input)");
+  if (plain)
     x = sctx->input_shapes[0];
   else if ((c = from_blocked(sctx, &sctx->input_shapes[0], 16, &x)) != FLOE_OK)
     return c;
-  if ((c = conv_out(sctx, &x, &sctx->input_shapes[1], false, &y)) != FLOE_OK ||
-      (c = to_blocked(sctx, &y, 16, &sctx->output_shapes[0])) != FLOE_OK)
-    return c;
+  if ((c = conv_out(sctx, &x, &sctx->input_shapes[1], false, &y)) != FLOE_OK) return c;
+  if (cf && y.rank >= 3) { /* [N, O, spatial...] -> [N, spatial..., O] */
+    int64_t o = y.dims[1];
+    memmove(&y.dims[1], &y.dims[2], (size_t)(y.rank - 2) * sizeof y.dims[0]);
+    y.dims[y.rank - 1] = o;
+  }
+  if ((c = to_blocked(sctx, &y, 16, &sctx->output_shapes[0])) != FLOE_OK) return c;
   const FloeShape *out = &sctx->output_shapes[0];
   if (bias) {
     const FloeShape *b = &sctx->input_shapes[2];

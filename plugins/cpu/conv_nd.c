@@ -69,9 +69,10 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   s->relu = flag(host, init, "fused_relu");
   s->blocked = flag(host, init, "blocked");
   s->plain_input = s->blocked && flag(host, init, "plain_input");
-  if (s->blocked && (s->a.cf || s->a.groups != 1))
+  if (s->blocked && ((s->a.cf && !s->plain_input) || s->a.groups != 1))
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
-                                "a blocked _FusedConv must be CHANNELS_LAST with one group");
+                                "a blocked _FusedConv must have one group and be CHANNELS_LAST "
+                                "(or CHANNELS_FIRST with plain_input)");
   int want = 2 + s->bias + s->add, got = host->init_num_inputs(init);
   if (got != want)
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
@@ -400,9 +401,11 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
     out_row *= w->out[k];
   }
   int64_t cb = w->c / 16, ob = w->o / 16;
-  bool plain = j->s->plain_input; /* channels-last input: its rows are dense, read in place */
+  /* A plain input is read in place: its rows are dense channels-last, or (channels first)
+   * reordered through the strides of the whole tensor. */
+  bool plain = j->s->plain_input;
   const float *x = j->x + image * w->c * w->in[0] * w->in[1] * w->in[2] +
-                   lo * (plain ? in_row / 16 * w->c : in_row);
+                   lo * (!plain ? in_row : j->s->a.cf ? in_row / 16 : in_row / 16 * w->c);
   int64_t yoff = image * w->o * w->out[0] * w->out[1] * w->out[2] + r0 * out_row;
   float *xin, *yout;
   size_t xn = plain ? 0 : (size_t)(cb * g.in[d] * in_row), yn = (size_t)(ob * g.out[d] * out_row);
@@ -547,7 +550,7 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
                   channel_block(g->o, blocks) * (blocks - 1) < g->o;
   if (j->s->blocked && filter > image && !j->by_channel)
     j->blocks = blocks = 1; /* a channel block of 16 is too small to share */
-  if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf) {
+  if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf && !j->s->blocked) {
     /* Channels-first blocks of rows are not contiguous: the side input goes in at once. */
     memcpy(j->y, j->side, (size_t)(g->n * g->o * g->out[0] * g->out[1] * g->out[2]) * sizeof *j->y);
     j->side_copied = true;

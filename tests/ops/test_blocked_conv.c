@@ -182,7 +182,7 @@ static const Geo geos[] = {
     {"3x3 dilated, rows", 32, 32, 16, 16, 3, 1, 2, "SAME"},
     {"5x5 valid, channel blocks", 16, 14, 48, 32, 5, 1, 1, "VALID"},
     {"3x3 deep (Winograd), channel blocks", 4, 4, 128, 128, 3, 1, 1, "SAME"},
-    {"3-channel first layer (plain input), rows", 40, 37, 3, 32, 3, 1, 1, "SAME"},
+    {"3-channel first layer (plain input), rows", 64, 60, 3, 32, 3, 1, 1, "SAME"},
     {"3-channel 7x7 stride 2 (plain input)", 33, 30, 3, 16, 7, 2, 1, "SAME"},
 };
 
@@ -310,6 +310,76 @@ START_TEST(blocked_matches_channels_last) {
 }
 END_TEST
 
+/* A blocked first layer reading a channels-first image (plain_input, CHANNELS_FIRST, as the
+ * layout pass makes it from Transpose + channels-last conv) equals the channels-last one on
+ * the transposed image: whole images, and one image cut into rows (read through strides). */
+static FloeTensor *first_layer(FloeTensor *const *in, bool cf, int threads, bool stride2) {
+  setenv("FLOE_FUSION", "0", 1);
+  FloeGraph *gr = floe_graph_new();
+  FloeOutput x = floe_placeholder(gr, "x", FLOE_F32, floe_tensor_shape(in[0]));
+  if (!cf) {
+    int32_t pv[4] = {0, 2, 3, 1};
+    FloeTensor *perm = harness_i32(1, (int64_t[]){4}, pv);
+    x = floe_binary(gr, "Transpose", "to_nhwc", x, floe_const(gr, "perm", perm));
+    floe_tensor_release(perm);
+  }
+  FloeOutput bias = floe_const(gr, "b", in[2]);
+  FloeNodeBuilder *b = floe_node_begin(gr, "_FusedConv", "conv");
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, floe_const(gr, "f", in[1]));
+  floe_node_add_input_list(b, &bias, 1);
+  floe_node_set_attr_string(b, "data_format", cf ? "CHANNELS_FIRST" : "CHANNELS_LAST");
+  floe_node_set_attr_string(b, "padding", "EXPLICIT");
+  int64_t s = stride2 ? 2 : 1;
+  int64_t st_cl[4] = {1, s, s, 1}, st_cf[4] = {1, 1, s, s};
+  int64_t p_cl[8] = {0, 0, 2, 1, 0, 3, 0, 0}, p_cf[8] = {0, 0, 0, 0, 2, 1, 0, 3};
+  floe_node_set_attr_int_list(b, "strides", cf ? st_cf : st_cl, 4);
+  floe_node_set_attr_int_list(b, "explicit_paddings", cf ? p_cf : p_cl, 8);
+  floe_node_set_attr_bool(b, "fused_bias", 1);
+  floe_node_set_attr_bool(b, "fused_relu", 1);
+  floe_node_set_attr_bool(b, "filter_constant", 1);
+  floe_node_set_attr_bool(b, "blocked", 1);
+  floe_node_set_attr_bool(b, "plain_input", 1);
+  FloeOutput y = convert(gr, "_FromBlocked", "y", floe_out(floe_node_finish(b), 0));
+  const char *fetch = floe_node_name(y.node);
+  FloeRuntime *rt = harness_runtime(threads);
+  FloeSession *ss = harness_session(gr, rt);
+  FloeStatus *st = floe_status_new();
+  FloeFeed feed = {"x", in[0]};
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(ss, &feed, 1, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  floe_status_free(st);
+  floe_session_free(ss);
+  out = own_copy(out);
+  floe_runtime_free(rt);
+  floe_graph_free(gr);
+  unsetenv("FLOE_FUSION");
+  return out;
+}
+
+START_TEST(channels_first_first_layer) {
+  NEED_CONVERTERS();
+  for (int batch = 1; batch <= 3; batch += 2)
+    for (int threads = 1; threads <= 4; threads *= 2)
+      for (int stride2 = 0; stride2 < 2; stride2++) {
+        int64_t xd[4] = {batch, 3, 64, 61}, fd[4] = {3, 3, 3, 32}, bd[1] = {32};
+        FloeTensor *in[3] = {harness_random(FLOE_F32, 4, xd, 31, -1, 1),
+                             harness_random(FLOE_F32, 4, fd, 32, -0.3, 0.3),
+                             harness_random(FLOE_F32, 1, bd, 33, -1, 1)};
+        FloeTensor *want = first_layer(in, false, threads, stride2);
+        FloeTensor *got = first_layer(in, true, threads, stride2);
+        char what[96];
+        snprintf(what, sizeof what, "channels-first first layer, batch %d, %d threads, stride %d",
+                 batch, threads, stride2 ? 2 : 1);
+        harness_assert_close(got, want, 1e-5, 1e-5, what);
+        floe_tensor_release(want);
+        floe_tensor_release(got);
+        for (int i = 0; i < 3; i++) floe_tensor_release(in[i]);
+      }
+}
+END_TEST
+
 START_TEST(blocked_side_input_broadcasts) {
   NEED_CONVERTERS();
   /* A side input of one image added to each of two: broadcast in the blocked dims. */
@@ -401,10 +471,16 @@ static FloeOutput conv(FloeGraph *gr, const char *name, FloeOutput x, int64_t k,
 /* A residual network: a 3-channel stem, a pooling (MAX, or AVG with explicit padding,
  * ceil_mode and the padding counted), two blocks (one with a strided 1x1 shortcut), global
  * average pooling. */
-static FloeGraph *resnet(const char **fetch, bool avg) {
+static FloeGraph *resnet(const char **fetch, bool avg, bool nchw) {
   FloeGraph *gr = floe_graph_new();
-  FloeShape xs = {4, {-1, 13, 12, 3}};
-  FloeOutput x = floe_placeholder(gr, "x", FLOE_F32, xs);
+  FloeShape xs = {4, {-1, 13, 12, 3}}, xcf = {4, {-1, 3, 13, 12}};
+  FloeOutput x = floe_placeholder(gr, "x", FLOE_F32, nchw ? xcf : xs);
+  if (nchw) { /* an ONNX image: channels first, transposed for the channels-last stem */
+    int32_t pv[4] = {0, 2, 3, 1};
+    FloeTensor *perm = harness_i32(1, (int64_t[]){4}, pv);
+    x = floe_binary(gr, "Transpose", "to_nhwc", x, floe_const(gr, "perm", perm));
+    floe_tensor_release(perm);
+  }
   FloeOutput s = floe_unary(gr, "Relu", "stem_relu", conv(gr, "stem", x, 3, 3, 16, 1, 1));
   FloeNodeBuilder *pb = floe_node_begin(gr, "Pool", "pool0");
   floe_node_add_input(pb, s);
@@ -439,9 +515,10 @@ static FloeGraph *resnet(const char **fetch, bool avg) {
 }
 
 /* Runs the network on x; *blocked_nodes: nodes of converter ops that ran. */
-static FloeTensor *run_resnet(FloeTensor *x, bool avg, int threads, int *to, int *from) {
+static FloeTensor *run_resnet(FloeTensor *x, bool avg, bool nchw, int threads, int *to,
+                              int *from, int *transposes) {
   const char *fetch;
-  FloeGraph *gr = resnet(&fetch, avg);
+  FloeGraph *gr = resnet(&fetch, avg, nchw);
   FloeRuntime *rt = harness_runtime(threads);
   FloeSession *s = harness_session(gr, rt);
   floe_session_set_profiling(s, 1);
@@ -453,10 +530,11 @@ static FloeTensor *run_resnet(FloeTensor *x, bool avg, int threads, int *to, int
   FloeNodeProfile *rows = NULL;
   int n = 0;
   ck_assert_int_eq(floe_session_profile_nodes(s, &rows, &n, st), FLOE_OK);
-  *to = *from = 0;
+  *to = *from = *transposes = 0;
   for (int i = 0; i < n; i++) {
     *to += strcmp(rows[i].op, "_ToBlocked") == 0;
     *from += strcmp(rows[i].op, "_FromBlocked") == 0;
+    *transposes += strcmp(rows[i].op, "Transpose") == 0;
   }
   free(rows);
   floe_status_free(st);
@@ -478,15 +556,17 @@ static bool cpu_has_avx512(void) {
 }
 
 START_TEST(layout_pass_blocks_conv_chains) {
-  int64_t xd[4] = {_i % 2 == 0 ? 3 : 1, 13, 12, 3};
-  FloeTensor *x = harness_random(FLOE_F32, 4, xd, 9, -1, 1);
-  int threads = _i % 2 == 0 ? 2 : 4, to, from;
-  bool avg = _i >= 2;
+  /* _i: bit 0 one image on 4 threads (else 3 on 2), bit 1 AVG pooling, bit 2 NCHW input */
+  bool one = _i & 1, avg = _i & 2, nchw = _i & 4;
+  int64_t xd[4] = {one ? 1 : 3, 13, 12, 3}, xcf[4] = {one ? 1 : 3, 3, 13, 12};
+  FloeTensor *x = harness_random(FLOE_F32, 4, nchw ? xcf : xd, 9, -1, 1);
+  int threads = one ? 4 : 2, to, from, tr;
   setenv("FLOE_BLOCKED_LAYOUT", "0", 1);
-  FloeTensor *want = run_resnet(x, avg, threads, &to, &from);
+  FloeTensor *want = run_resnet(x, avg, nchw, threads, &to, &from, &tr);
   ck_assert_int_eq(to + from, 0);
+  ck_assert_int_eq(tr, nchw);
   unsetenv("FLOE_BLOCKED_LAYOUT");
-  FloeTensor *got = run_resnet(x, avg, threads, &to, &from);
+  FloeTensor *got = run_resnet(x, avg, nchw, threads, &to, &from, &tr);
   harness_assert_close(got, want, 1e-4, 1e-4, "network with the blocked layout");
   /* (ONEDNN_MAX_CPU_ISA=AVX2 hides AVX-512 from the plugin: no converters then either.) */
   bool have = have_converters();
@@ -496,6 +576,7 @@ START_TEST(layout_pass_blocks_conv_chains) {
      * the blocks stay blocked; one converter back before the mean. */
     ck_assert_int_eq(to, 0);
     ck_assert_int_eq(from, 1);
+    ck_assert_int_eq(tr, 0); /* an NCHW image is read before its Transpose */
   } else {
     ck_assert_int_eq(to + from, 0);
   }
@@ -514,8 +595,9 @@ int main(void) {
   tcase_add_test(tc, converter_gradients_are_each_other);
   tcase_add_loop_test(tc, blocked_matches_channels_last, 0, (int)(sizeof geos / sizeof *geos));
   tcase_add_test(tc, blocked_side_input_broadcasts);
+  tcase_add_test(tc, channels_first_first_layer);
   tcase_add_test(tc, blocked_conv_rejects_bad_inputs);
-  tcase_add_loop_test(tc, layout_pass_blocks_conv_chains, 0, 4);
+  tcase_add_loop_test(tc, layout_pass_blocks_conv_chains, 0, 8);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
