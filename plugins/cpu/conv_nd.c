@@ -14,7 +14,16 @@
  * output and added by a `sum` post-op (a `binary` one would cost oneDNN its fastest
  * kernels). A side input that is broadcast (its shape is not the convolution's) is added
  * after the primitive instead. With filter_constant the reordered filter is matched by its
- * address (conv_util.h). */
+ * address (conv_util.h).
+ *
+ * A blocked _FusedConv (the session's layout pass, core/fuse.c) reads and writes blocked
+ * tensors [n, c / 16, spatial..., 16] (oneDNN's nChw16c), or reads a first layer's few
+ * channels as they are (plain_input). Its 3x3 stride-1 parts run as oneDNN Winograd
+ * convolutions (FLOE_CONV_WINOGRAD=0: direct). Whole images, and blocks of one image's output
+ * channels, are dense parts of blocked tensors; a block of one image's rows is not, so its
+ * input rows (and side input rows) are gathered into scratch and its output scattered back.
+ * A block of a constant filter's output channels is copied dense once and kept (oneDNN
+ * cannot reorder the strided view into its Winograd layout). */
 #include <dnnl.h>
 #include <stdlib.h>
 #include <string.h>
