@@ -495,47 +495,6 @@ static bool blocked_layout_enabled(void) {
   return !e || strcmp(e, "0") != 0;
 }
 
-/* The ids of nodes [0, n) in an order where every node comes after the nodes it reads
- * (data and control inputs); malloc'd, NULL on out of memory. */
-static int *topo_order(const FloeGraph *g, int n) {
-  int *order = floe__malloc((size_t)(n ? n : 1) * sizeof *order);
-  int *stack = floe__malloc((size_t)(n ? n : 1) * sizeof *stack);
-  unsigned char *state = floe__calloc((size_t)(n ? n : 1), 1); /* 1 on the stack, 2 placed */
-  int *next = floe__calloc((size_t)(n ? n : 1), sizeof *next); /* inputs looked at */
-  int num = 0;
-  if (!order || !stack || !state || !next) goto out;
-  for (int root = 0; root < n; root++) {
-    if (state[root]) continue;
-    int top = 0;
-    stack[top++] = root;
-    state[root] = 1;
-    while (top) {
-      const FloeNode *x = g->nodes[stack[top - 1]];
-      int k = next[x->id]++, ni = x->num_inputs;
-      if (k < ni + x->num_control) {
-        int dep = k < ni ? x->inputs[k].node->id : x->control[k - ni]->id;
-        if (dep < n && !state[dep]) {
-          state[dep] = 1;
-          stack[top++] = dep;
-        }
-        continue;
-      }
-      state[x->id] = 2;
-      order[num++] = x->id;
-      top--;
-    }
-  }
-out:
-  floe__free(stack);
-  floe__free(state);
-  floe__free(next);
-  if (num != n) {
-    floe__free(order);
-    return NULL;
-  }
-  return order;
-}
-
 static int block_convs(Fuse *f) {
   if (!blocked_layout_enabled()) return 0;
   Blocker bl = {.f = f, .cap = f->g->num_nodes};
@@ -548,9 +507,9 @@ static int block_convs(Fuse *f) {
   }
   int rc = 0;
   /* Producers first (a fused node can come after a consumer it was rerouted into). */
-  int *order = topo_order(f->g, bl.cap);
+  int num = 0, *order = floe__graph_topo_order(f->g, f->need, &num);
   if (!order) rc = -1;
-  for (int i = 0; i < bl.cap && order; i++) {
+  for (int i = 0; i < num && order; i++) {
     FloeNode *n = f->g->nodes[order[i]];
     if (blockable(&bl, n))
       block_one(&bl, n);

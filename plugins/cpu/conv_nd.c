@@ -396,14 +396,7 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
   WndGeo g = *w;
   int d = 3 - g.ns;
   g.n = 1;
-  int64_t lo = r0 * w->s[d] - w->pb[d];
-  int64_t hi = (r1 - 1) * w->s[d] - w->pb[d] + (w->k[d] - 1) * w->d[d] + 1;
-  g.pb[d] = lo < 0 ? -lo : 0;
-  g.pe[d] = hi > w->in[d] ? hi - w->in[d] : 0;
-  if (lo < 0) lo = 0;
-  if (hi > w->in[d]) hi = w->in[d];
-  g.in[d] = hi - lo;
-  g.out[d] = r1 - r0;
+  int64_t lo = wnd_rows(&g, w, d, r0, r1);
   int64_t in_row = 16, out_row = 16; /* floats per row of one channel block */
   for (int k = d + 1; k < 3; k++) {
     in_row *= w->in[k];
@@ -457,17 +450,7 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
   if (j->s->blocked) return blocked_part(j, ctx, ctx_lock, first, count, o0, o1);
   /* A channels-last block of channels (one image: block_shard) goes via scratch. */
   bool dense = !j->s->a.cf && g.o < w->o;
-  int64_t lo = 0;
-  if (r0 > 0 || r1 < w->out[d]) {
-    lo = r0 * w->s[d] - w->pb[d];
-    int64_t hi = (r1 - 1) * w->s[d] - w->pb[d] + (w->k[d] - 1) * w->d[d] + 1;
-    g.pb[d] = lo < 0 ? -lo : 0;
-    g.pe[d] = hi > w->in[d] ? hi - w->in[d] : 0;
-    if (lo < 0) lo = 0;
-    if (hi > w->in[d]) hi = w->in[d];
-    g.in[d] = hi - lo;
-    g.out[d] = r1 - r0;
-  }
+  int64_t lo = r0 > 0 || r1 < w->out[d] ? wnd_rows(&g, w, d, r0, r1) : 0;
   int64_t xs[5], ys[5];
   wnd_strides(j->s->a.cf, g.ns, g.c, w->in, xs);
   wnd_strides(j->s->a.cf, g.ns, w->o, w->out, ys); /* the whole output */

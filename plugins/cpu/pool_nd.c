@@ -146,15 +146,8 @@ static floe_code pool_rows(void *arg, FloeKernelContext *ctx, pthread_mutex_t *c
   int64_t r0 = first * per, r1 = r0 + per < rows ? r0 + per : rows;
   (void)shard;
   if (r0 >= r1) return FLOE_OK;
-  int64_t lo = r0 * g.s[d] - g.pb[d];
-  int64_t hi = (r1 - 1) * g.s[d] - g.pb[d] + (g.k[d] - 1) * g.d[d] + 1;
   g.n = 1;
-  g.pb[d] = lo < 0 ? -lo : 0;
-  g.pe[d] = hi > j->g->in[d] ? hi - j->g->in[d] : 0;
-  if (lo < 0) lo = 0;
-  if (hi > j->g->in[d]) hi = j->g->in[d];
-  g.in[d] = hi - lo;
-  g.out[d] = r1 - r0;
+  int64_t lo = wnd_rows(&g, j->g, d, r0, r1);
   int64_t in_row = g.c, out_row = g.c; /* floats per row */
   for (int k = d + 1; k < 3; k++) {
     in_row *= g.in[k];

@@ -102,6 +102,19 @@ void wnd_strides(bool cf, int ns, int64_t c, const int64_t *sp, int64_t st[5]) {
   st[0] = inner;
 }
 
+int64_t wnd_rows(WndGeo *g, const WndGeo *whole, int d, int64_t r0, int64_t r1) {
+  const WndGeo *w = whole;
+  int64_t lo = r0 * w->s[d] - w->pb[d];
+  int64_t hi = (r1 - 1) * w->s[d] - w->pb[d] + (w->k[d] - 1) * w->d[d] + 1;
+  g->pb[d] = lo < 0 ? -lo : 0;
+  g->pe[d] = hi > w->in[d] ? hi - w->in[d] : 0;
+  if (lo < 0) lo = 0;
+  if (hi > w->in[d]) hi = w->in[d];
+  g->in[d] = hi - lo;
+  g->out[d] = r1 - r0;
+  return lo;
+}
+
 void wnd_out_dims(const WndAttrs *a, const WndGeo *g, int64_t *dims) {
   int sp0 = a->cf ? 2 : 1;
   dims[0] = g->n;

@@ -48,6 +48,10 @@ floe_code wnd_geo(const WndAttrs *a, FloeKernelContext *ctx, const FloeTensor *x
 floe_code wnd_geo_dims(const WndAttrs *a, FloeKernelContext *ctx, int r, const int64_t *d,
                        const FloeTensor *f, WndGeo *g);
 
+/* Narrows g (a copy of whole) to output rows [r0, r1) of spatial dim d (WndGeo's index): the
+ * input rows those windows read and the padding they leave. Returns the first input row. */
+int64_t wnd_rows(WndGeo *g, const WndGeo *whole, int d, int64_t r0, int64_t r1);
+
 /* Output dims in the data format's order. */
 void wnd_out_dims(const WndAttrs *a, const WndGeo *g, int64_t *dims);
 
