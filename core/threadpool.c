@@ -11,11 +11,15 @@
  * with tasks of a microsecond, a worker put to sleep on a busy lock costs more than the task.
  *
  * A worker that finds no task, and a parallel_for caller waiting for its helpers, first spin
- * for a short while (FLOE_POOL_SPIN_US, 50 us by default; 0: never) before sleeping: a
- * kernel of tens of microseconds that hands half its work to a sleeping thread would wait
- * longer for the wake-up than for the work (batch-1 inference: one step is a chain of such
- * kernels). The spin reads one atomic and pauses; the decision to sleep is still taken under
- * the lock, so no wake-up is lost.
+ * for a while (FLOE_POOL_SPIN_US, 1000 us by default; 0: never) before sleeping: a kernel of
+ * tens of microseconds that hands half its work to a sleeping thread would wait longer for
+ * the wake-up than for the work (batch-1 inference: one step is a chain of such kernels). On
+ * a virtual machine whose host is busy, a sleeping thread's virtual CPU halts and takes
+ * hundreds of microseconds to come back: 50 us of spinning left a batch-1 ResNet step at
+ * 2.6-2.9 ms where 1000 us gave 2.0-2.1 ms in the same minutes (equal when the host is
+ * quiet). An idle worker burns at most that long after its last task. The spin reads one
+ * atomic and pauses; the decision to sleep is still taken under the lock, so no wake-up is
+ * lost.
  *
  * parallel_for splits [0, n) into shards claimed from an atomic counter by the caller and
  * by helper tasks. When the caller runs out of shards it withdraws the helpers still
@@ -108,12 +112,13 @@ static bool spin_until(const atomic_size_t *v, bool want_zero, int64_t ns) {
   }
 }
 
-/* FLOE_POOL_SPIN_US, else 50 (microseconds an idle thread spins before sleeping). */
+/* FLOE_POOL_SPIN_US, else 1000 (microseconds an idle thread spins before sleeping). */
+#define POOL_SPIN_US_DEFAULT 1000
 static int64_t spin_setting(void) {
   const char *e = getenv("FLOE_POOL_SPIN_US");
   char *end;
-  long v = e && *e ? strtol(e, &end, 10) : 50;
-  if (e && *e && (*end || v < 0)) v = 50;
+  long v = e && *e ? strtol(e, &end, 10) : POOL_SPIN_US_DEFAULT;
+  if (e && *e && (*end || v < 0)) v = POOL_SPIN_US_DEFAULT;
   if (v > 100000) v = 100000;
   return (int64_t)v * 1000;
 }
