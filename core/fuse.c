@@ -419,7 +419,7 @@ static bool block_one(Blocker *bl, FloeNode *conv) {
   return true;
 }
 
-/* A list attribute of a rank-r window op for the blocked tensor (rank r + 1): `ins` (1 or 2)
+/* A list attribute of a rank-r window op for the blocked tensor (rank r + 1): `per` (1 or 2)
  * entries of `v` inserted after the batch dim's (the channel blocks' dim: a window of 1). */
 static void blocked_list(FloeNodeBuilder *b, const FloeNode *from, const char *name, int per,
                          int64_t v) {
