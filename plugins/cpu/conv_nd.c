@@ -197,7 +197,7 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
   const Build *b = arg;
   const WndGeo *g = b->g;
   bool cf = b->s->a.cf;
-  int nd = 2 + g->ns, off = 3 - g->ns;
+  int nd = 2 + g->ns;
   dnnl_memory_desc_t src, wei, dst;
   dnnl_convolution_desc_t cd;
   dnnl_status_t st;
@@ -209,15 +209,8 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
   if (bias) args[2] = (CpuDnnlArg){.arg = DNNL_ARG_BIAS};
   args[di] = (CpuDnnlArg){.arg = DNNL_ARG_DST, .output = true, .inout = b->post & POST_SUM};
   *num_args = di + 1;
-  dnnl_dims_t strides, dil, pad_l, pad_r, src_dims = {g->n, g->c}, dst_dims = {g->n, g->o};
-  for (int j = 0; j < g->ns; j++) {
-    strides[j] = g->s[off + j];
-    dil[j] = g->d[off + j] - 1; /* oneDNN counts from 0 */
-    pad_l[j] = g->pb[off + j];
-    pad_r[j] = g->pe[off + j];
-    src_dims[2 + j] = g->in[off + j];
-    dst_dims[2 + j] = g->out[off + j];
-  }
+  dnnl_dims_t strides, dil, pad_l, pad_r, src_dims, dst_dims;
+  wnd_dnnl_conv_dims(g, strides, dil, pad_l, pad_r, src_dims, dst_dims);
   /* Channels-last data stays as it is (oneDNN reads it directly); channels-first data and
    * the filter go to the layouts the primitive prefers. */
   static const dnnl_format_tag_t cl_tags[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};

@@ -158,16 +158,9 @@ static dnnl_status_t build_backward(const void *arg, dnnl_engine_t eng,
   const Build *b = arg;
   const WndGeo *g = b->g;
   bool cf = b->s->a.cf, data = b->s->kind == K_INPUT;
-  int nd = 2 + g->ns, off = 3 - g->ns;
-  dnnl_dims_t strides, dil, pad_l, pad_r, src_dims = {g->n, g->c}, dst_dims = {g->n, g->o};
-  for (int j = 0; j < g->ns; j++) {
-    strides[j] = g->s[off + j];
-    dil[j] = g->d[off + j] - 1; /* oneDNN counts from 0 */
-    pad_l[j] = g->pb[off + j];
-    pad_r[j] = g->pe[off + j];
-    src_dims[2 + j] = g->in[off + j];
-    dst_dims[2 + j] = g->out[off + j];
-  }
+  int nd = 2 + g->ns;
+  dnnl_dims_t strides, dil, pad_l, pad_r, src_dims, dst_dims;
+  wnd_dnnl_conv_dims(g, strides, dil, pad_l, pad_r, src_dims, dst_dims);
   static const dnnl_format_tag_t cl_tags[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
   dnnl_format_tag_t tag = cf ? dnnl_format_tag_any : cl_tags[g->ns - 1];
   dnnl_memory_desc_t src_user, wei_user, dst_user, src, wei, dst;

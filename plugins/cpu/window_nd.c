@@ -115,6 +115,22 @@ int64_t wnd_rows(WndGeo *g, const WndGeo *whole, int d, int64_t r0, int64_t r1) 
   return lo;
 }
 
+void wnd_dnnl_conv_dims(const WndGeo *g, int64_t *strides, int64_t *dil, int64_t *pad_l,
+                        int64_t *pad_r, int64_t *src_dims, int64_t *dst_dims) {
+  int off = 3 - g->ns;
+  src_dims[0] = dst_dims[0] = g->n;
+  src_dims[1] = g->c;
+  dst_dims[1] = g->o;
+  for (int j = 0; j < g->ns; j++) {
+    strides[j] = g->s[off + j];
+    dil[j] = g->d[off + j] - 1; /* oneDNN counts from 0 */
+    pad_l[j] = g->pb[off + j];
+    pad_r[j] = g->pe[off + j];
+    src_dims[2 + j] = g->in[off + j];
+    dst_dims[2 + j] = g->out[off + j];
+  }
+}
+
 void wnd_out_dims(const WndAttrs *a, const WndGeo *g, int64_t *dims) {
   int sp0 = a->cf ? 2 : 1;
   dims[0] = g->n;

@@ -52,6 +52,12 @@ floe_code wnd_geo_dims(const WndAttrs *a, FloeKernelContext *ctx, int r, const i
  * input rows those windows read and the padding they leave. Returns the first input row. */
 int64_t wnd_rows(WndGeo *g, const WndGeo *whole, int d, int64_t r0, int64_t r1);
 
+/* oneDNN's view of a convolution part g: strides, dilations (counted from 0), paddings before
+ * and after (one entry per spatial dim), and the logical [n, c, spatial...] input and
+ * [n, o, spatial...] output dims. Arrays of at least 5 entries (oneDNN's dnnl_dims_t). */
+void wnd_dnnl_conv_dims(const WndGeo *g, int64_t *strides, int64_t *dil, int64_t *pad_l,
+                        int64_t *pad_r, int64_t *src_dims, int64_t *dst_dims);
+
 /* Output dims in the data format's order. */
 void wnd_out_dims(const WndAttrs *a, const WndGeo *g, int64_t *dims);
 
