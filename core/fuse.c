@@ -273,9 +273,11 @@ static bool blockable(const Blocker *bl, const FloeNode *n) {
   return true;
 }
 
-/* A one-input converter node (op) of `in` on near's device; NULL on failure. */
-static FloeNode *converter(Fuse *f, const char *op, FloeOutput in, const FloeNode *near) {
-  char *name = unique_name(f->g, in.node->name, op[1] == 'T' ? "_to_blocked" : "_from_blocked");
+/* A one-input converter node of `in` on near's device: _ToBlocked when `to`, else
+ * _FromBlocked; NULL on failure. */
+static FloeNode *converter(Fuse *f, bool to, FloeOutput in, const FloeNode *near) {
+  const char *op = to ? "_ToBlocked" : "_FromBlocked";
+  char *name = unique_name(f->g, in.node->name, to ? "_to_blocked" : "_from_blocked");
   if (!name) return NULL;
   FloeNodeBuilder *b = floe_node_begin(f->g, op, name);
   floe__free(name);
@@ -300,7 +302,7 @@ static FloeNode *as_blocked(Blocker *bl, FloeOutput in, const FloeNode *conv) {
     bl->to = to;
     bl->room = room;
   }
-  FloeNode *t = converter(bl->f, "_ToBlocked", in, conv);
+  FloeNode *t = converter(bl->f, true, in, conv);
   if (!t || !bl->f->ok(bl->f->arg, conv, t)) return NULL;
   bl->from[bl->num] = in;
   bl->to[bl->num++] = t;
@@ -406,7 +408,7 @@ static bool block_one(Blocker *bl, FloeNode *conv) {
    * wants the blocked layout. */
   if (!b || !need_grow(f) || !f->ok(f->arg, conv, b)) return false;
   FloeNode *back = NULL;
-  if (plain && (!(back = converter(f, "_FromBlocked", (FloeOutput){b, 0}, b)) ||
+  if (plain && (!(back = converter(f, false, (FloeOutput){b, 0}, b)) ||
                 !f->ok(f->arg, conv, back)))
     return false;
   bl->back[conv->id] = back;
@@ -479,7 +481,7 @@ static int block_leave(Blocker *bl, FloeNode *old) {
     if (x == back) continue;
     for (int k = 0; k < x->num_inputs; k++)
       if (x->inputs[k].node == old && x->inputs[k].index == 0 && id < f->cap && f->need[id]) {
-        if (!back && !(back = converter(f, "_FromBlocked", (FloeOutput){b, 0}, b))) return -1;
+        if (!back && !(back = converter(f, false, (FloeOutput){b, 0}, b))) return -1;
         f->need[back->id] = true;
         x->inputs[k] = (FloeOutput){back, 0};
       }
