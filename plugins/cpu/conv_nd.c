@@ -44,6 +44,7 @@ typedef struct State {
   bool fused, bias, add, relu; /* _FusedConv and its flags */
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
   bool plain_input;            /* blocked, but the input stays channels-last (few channels) */
+  bool winograd;               /* blocked, and FLOE_CONV_WINOGRAD is not 0 */
   /* Dense copies of blocks of a constant filter's output channels (blocked parts of one
    * image): a strided view of the filter cannot go to oneDNN's Winograd layout. */
   pthread_mutex_t fmu;
@@ -78,6 +79,8 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   s->relu = flag(host, init, "fused_relu");
   s->blocked = flag(host, init, "blocked");
   s->plain_input = s->blocked && flag(host, init, "plain_input");
+  const char *wino = getenv("FLOE_CONV_WINOGRAD");
+  s->winograd = s->blocked && (!wino || atoi(wino) != 0);
   if (s->blocked && ((s->a.cf && !s->plain_input) || s->a.groups != 1))
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
                                 "a blocked _FusedConv must have one group and be CHANNELS_LAST "
@@ -172,14 +175,9 @@ static dnnl_status_t filter_md(dnnl_memory_desc_t *md, const WndGeo *g, const Wn
  * dilation: the bulk of a ResNet's work in about half the multiplies; oneDNN offers it on
  * blocked data only). FLOE_CONV_WINOGRAD=0 turns it off. */
 static bool winograd_fits(const State *s, const WndGeo *g, const WndGeo *whole) {
-  static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("FLOE_CONV_WINOGRAD");
-    on = !e || atoi(e) != 0;
-  }
   /* A block of the filter's output channels is a strided view, which oneDNN cannot reorder
    * into its Winograd layout. */
-  if (!on || !s->blocked || g->ns != 2 || g->groups != 1 || g->c % 16 || g->o % 16 ||
+  if (!s->winograd || g->ns != 2 || g->groups != 1 || g->c % 16 || g->o % 16 ||
       g->o != whole->o)
     return false;
   for (int j = 1; j < 3; j++)
