@@ -284,11 +284,15 @@ typedef struct Job {
   bool by_channel;  /* blocks of output channels, else of rows */
 } Job;
 
-/* Scratch memory for a part (shards share ctx: lock held around the call when given). */
+/* Scratch memory for a part: the running thread's own block (cpu_thread_scratch), which the
+ * part uses only until it returns. Shards share ctx: lock held around errors when given. */
 static floe_code part_temp(FloeKernelContext *ctx, pthread_mutex_t *lock, size_t bytes,
                            void **out) {
+  if ((*out = cpu_thread_scratch(CPU_SCRATCH_PART, bytes))) return FLOE_OK;
   if (lock) pthread_mutex_lock(lock);
-  floe_code rc = cpu_host->ctx_allocate_temp(ctx, bytes, out);
+  floe_code rc = cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY,
+                                         "out of memory for %zu bytes of convolution scratch",
+                                         bytes);
   if (lock) pthread_mutex_unlock(lock);
   return rc;
 }
@@ -531,6 +535,13 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
   int64_t image = g->c * g->in[0] * g->in[1] * g->in[2];
   j->by_channel = blocks > 1 && g->groups == 1 && filter > image &&
                   channel_block(g->o, blocks) * (blocks - 1) < g->o;
+  /* Blocked direct convolutions (strided, or a first layer's few input channels) cut their
+   * output channels instead of rows where they can: a block of channels is a dense part of
+   * the blocked output, so nothing is gathered or scattered (Winograd ones keep rows: with
+   * 16 output channels per part their transforms cost more than the copies). */
+  if (j->s->blocked && blocks > 1 && g->groups == 1 && !winograd_fits(j->s, g, g) &&
+      g->o / 16 >= blocks)
+    j->by_channel = true;
   if (j->s->blocked && filter > image && !j->by_channel)
     j->blocks = blocks = 1; /* a channel block of 16 is too small to share */
   if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf && !j->s->blocked) {

@@ -135,8 +135,7 @@ typedef struct CpuDnnlExec {
   struct CpuDnnlExec *next;
   dnnl_memory_t user[CPU_DNNL_MAX_ARGS]; /* the tensor's layout (args with a reorder) */
   dnnl_memory_t prim[CPU_DNNL_MAX_ARGS]; /* the primitive's layout */
-  dnnl_memory_t scratch;                 /* NULL without a scratchpad */
-  void *scratch_mem;                     /* its block (the memory: 64-aligned inside) */
+  dnnl_memory_t scratch; /* NULL without a scratchpad; points at the running thread's */
   dnnl_stream_t stream;
 } CpuDnnlExec;
 
@@ -196,7 +195,6 @@ static void exec_free(CpuDnnlExec *x) {
     dnnl_memory_destroy(x->prim[i]);
   }
   dnnl_memory_destroy(x->scratch);
-  cpu_host->free(x->scratch_mem);
   if (x->stream) dnnl_stream_destroy(x->stream);
   cpu_host->free(x);
 }
@@ -453,11 +451,8 @@ static CpuDnnlExec *exec_acquire(CpuDnnlCache *c, CpuDnnlPrim *p, dnnl_status_t 
   if (*st == dnnl_success && p->scratch_bytes) {
     dnnl_memory_desc_t md;
     dnnl_dims_t dims = {(dnnl_dim_t)p->scratch_bytes};
-    if (!(x->scratch_mem = cpu_host->alloc(p->scratch_bytes + 64)))
-      *st = dnnl_out_of_memory;
-    else if (!(*st = dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a)))
-      *st = dnnl_memory_create(&x->scratch, &md, c->engine,
-                               (void *)(((uintptr_t)x->scratch_mem + 63) & ~(uintptr_t)63));
+    if (!(*st = dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a)))
+      *st = dnnl_memory_create(&x->scratch, &md, c->engine, DNNL_MEMORY_NONE);
   }
   if (*st != dnnl_success) {
     exec_free(x);
@@ -522,7 +517,14 @@ floe_code cpu_dnnl_run(CpuDnnlCache *c, FloeKernelContext *ctx, pthread_mutex_t 
     if ((st = dnnl_memory_set_data_handle(x->prim[i], bufs[i]))) goto err_release_exec;
     args[i] = (dnnl_exec_arg_t){p->args[i].arg, x->prim[i]};
   }
-  if (x->scratch) args[p->num_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, x->scratch};
+  if (x->scratch) {
+    /* The calling thread's own scratchpad (warm in its core's cache), shared by every
+     * primitive it runs. */
+    void *sp = cpu_thread_scratch(CPU_SCRATCH_DNNL, p->scratch_bytes);
+    st = sp ? dnnl_memory_set_data_handle(x->scratch, sp) : dnnl_out_of_memory;
+    if (st) goto err_release_exec;
+    args[p->num_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, x->scratch};
+  }
 
   what = "reorder";
   for (int i = 0; i < p->num_args; i++) {

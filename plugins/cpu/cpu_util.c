@@ -6,6 +6,10 @@
 
 #include "cpu_util.h"
 
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
 #include <stdio.h>
 
 /* ------------------------------------------------------------------------------------ */
@@ -224,6 +228,48 @@ int cpu_omp_single(void) {
 
 void cpu_omp_restore(int saved) {
   if (saved > 1 && omp_set_num_threads) omp_set_num_threads(saved);
+}
+
+typedef struct ThreadScratch {
+  void *mem[CPU_SCRATCH_SLOTS];
+  size_t cap[CPU_SCRATCH_SLOTS];
+} ThreadScratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_key_ok;
+
+static void scratch_free(void *p) {
+  ThreadScratch *t = p;
+  for (int i = 0; i < CPU_SCRATCH_SLOTS; i++) free(t->mem[i]);
+  free(t);
+}
+
+static void scratch_key_make(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+
+void *cpu_thread_scratch(int slot, size_t bytes) {
+  if (slot < 0 || slot >= CPU_SCRATCH_SLOTS) return NULL;
+  pthread_once(&scratch_once, scratch_key_make);
+  if (!scratch_key_ok) return NULL;
+  ThreadScratch *t = pthread_getspecific(scratch_key);
+  if (!t) {
+    if (!(t = calloc(1, sizeof *t))) return NULL;
+    if (pthread_setspecific(scratch_key, t) != 0) {
+      free(t);
+      return NULL;
+    }
+  }
+  if (bytes <= t->cap[slot] && t->mem[slot]) return t->mem[slot];
+  /* Grows by at least half, so a thread whose parts grow a little at a time reallocates
+   * seldom. */
+  size_t want = bytes + bytes / 2;
+  want = (want + 63) & ~(size_t)63;
+  void *m = aligned_alloc(64, want);
+  if (!m) return NULL;
+  free(t->mem[slot]);
+  t->mem[slot] = m;
+  t->cap[slot] = want;
+  return m;
 }
 
 typedef struct BlockJob {

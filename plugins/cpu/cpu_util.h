@@ -164,6 +164,16 @@ int cpu_omp_threads(void);
 int cpu_omp_single(void);
 void cpu_omp_restore(int saved);
 
+/* Per-thread scratch: a block of at least `bytes` (64-byte aligned) that belongs to the
+ * calling thread and is handed back to it by its later calls for the same slot, so that a
+ * kernel's temporaries stay in the cache of the core that uses them instead of a new block
+ * per call (which the allocator hands to whichever thread asks next). Valid until this
+ * thread's next call for the same slot; the caller must not keep it past its own call, nor
+ * free it: the thread's blocks are freed when it exits. NULL when out of memory. Slots are
+ * independent blocks, for buffers in use at the same time. */
+enum { CPU_SCRATCH_DNNL, CPU_SCRATCH_PART, CPU_SCRATCH_SLOTS };
+void *cpu_thread_scratch(int slot, size_t bytes);
+
 /* Flushes denormals to zero on this thread (x86 MXCSR FTZ and DAZ, as TensorFlow runs its
  * kernels) until cpu_denormals_restore(the returned state). For loops whose values decay
  * geometrically into the denormal range (optimiser slots), where x86 is ~50x slower. */
