@@ -22,8 +22,11 @@
  * convolutions (FLOE_CONV_WINOGRAD=0: direct). Whole images, and blocks of one image's output
  * channels, are dense parts of blocked tensors; a block of one image's rows is not, so its
  * input rows (and side input rows) are gathered into scratch and its output scattered back.
- * A block of a constant filter's output channels is copied dense once and kept (oneDNN
- * cannot reorder the strided view into its Winograd layout). */
+ * One image's direct (strided, or first-layer) convolutions are therefore cut by output
+ * channels; only Winograd ones of few channels are cut by rows. A block of a constant
+ * filter's output channels is copied dense once and kept (oneDNN cannot reorder the strided
+ * view into its Winograd layout). Staging buffers and oneDNN scratchpads are the running
+ * thread's own (cpu_thread_scratch), so they stay warm in its core's cache. */
 #include <dnnl.h>
 #include <stdlib.h>
 #include <string.h>
