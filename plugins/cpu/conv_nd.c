@@ -237,17 +237,18 @@ static dnnl_status_t build_conv(const void *arg, dnnl_engine_t eng,
                                          dnnl_format_tag_any)) ||
       (st = dnnl_memory_desc_init_by_tag(&dst, nd, dst_dims, dnnl_f32, data_tag)))
     return st;
-  /* Winograd where oneDNN has it for the shape, else direct. */
-  for (int direct = !wino; direct < 2; direct++) {
-    if ((st = dnnl_dilated_convolution_forward_desc_init(
-             &cd, dnnl_forward_inference,
-             direct ? dnnl_convolution_direct : dnnl_convolution_winograd, &src, &wei,
-             bias ? &args[2].user : NULL, &dst, strides, dil, pad_l, pad_r)))
+  /* Winograd where it fits, else direct; also direct when oneDNN has no Winograd kernel
+   * for the shape (it answers dnnl_unimplemented). */
+  dnnl_alg_kind_t alg = wino ? dnnl_convolution_winograd : dnnl_convolution_direct;
+  for (;;) {
+    if ((st = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, alg, &src,
+                                                         &wei, bias ? &args[2].user : NULL,
+                                                         &dst, strides, dil, pad_l, pad_r)))
       return st;
     st = build_pd(b, &cd, eng, attr, pd, what);
-    if (st != dnnl_unimplemented || direct) return st;
+    if (alg == dnnl_convolution_direct || st != dnnl_unimplemented) return st;
+    alg = dnnl_convolution_direct;
   }
-  return st;
 }
 
 /* The primitive descriptor of cd with b's post-ops. */
@@ -736,6 +737,15 @@ static void blocked_empty(const Job *j, int64_t n) {
   }
 }
 
+/* The n-element output of a convolution over nothing (an empty input or filter), in the
+ * kernel's output layout. */
+static void empty_output(const State *s, const Job *j, int64_t n) {
+  if (s->blocked)
+    blocked_empty(j, n);
+  else
+    fused_empty(j, n, s->a.cf ? j->g->out[0] * j->g->out[1] * j->g->out[2] : 1);
+}
+
 /* A side input that broadcasts: the convolution (with its bias) into scratch, then the sum
  * and the ReLU into the output of the broadcast shape. */
 static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo *g, int crank,
@@ -763,10 +773,8 @@ static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo 
   j->post &= POST_BIAS;
   j->side = NULL;
   j->y = conv;
-  if (empty && s->blocked)
-    blocked_empty(j, cn);
-  else if (empty)
-    fused_empty(j, cn, s->a.cf ? g->out[0] * g->out[1] * g->out[2] : 1);
+  if (empty)
+    empty_output(s, j, cn);
   else if (cn > 0 && (rc = run_conv(ctx, j)) != FLOE_OK)
     return rc;
   Epilogue e = {&p, conv, cpu_host->tensor_data(side), cpu_host->tensor_data(out), s->relu};
@@ -840,13 +848,8 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, out_rank, dims, &out)) != FLOE_OK) return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   j.y = cpu_host->tensor_data(out);
-  if (empty && s->blocked) {
-    blocked_empty(&j, cpu_host->tensor_num_elements(out));
-    return FLOE_OK;
-  }
   if (empty) {
-    fused_empty(&j, cpu_host->tensor_num_elements(out),
-                s->a.cf ? g.out[0] * g.out[1] * g.out[2] : 1);
+    empty_output(s, &j, cpu_host->tensor_num_elements(out));
     return FLOE_OK;
   }
   return run_conv(ctx, &j);
