@@ -276,6 +276,17 @@ floe_code floe__shape_from_blocked(const FloeHostApi *host, FloeShapeContext *sc
   return from_blocked(sctx, &sctx->input_shapes[0], block_of(sctx), &sctx->output_shapes[0]);
 }
 
+/* _FusedConv's bias (input 2) against the oc output channels (unknown: FLOE_DIM_UNKNOWN). */
+static floe_code fused_bias(FloeShapeContext *sctx, int64_t oc) {
+  const FloeShape *b = &sctx->input_shapes[2];
+  if (b->rank >= 0 && b->rank != 1)
+    return fail(sctx, "_FusedConv: the bias must be 1-D, got %s", SHAPE_STR(*b));
+  if (b->rank == 1 && b->dims[0] >= 0 && oc >= 0 && b->dims[0] != oc)
+    return fail(sctx, "_FusedConv: bias %s does not match the %lld output channels",
+                SHAPE_STR(*b), (long long)oc);
+  return FLOE_OK;
+}
+
 /* A blocked _FusedConv: the channels-last convolution's shapes, blocked, broadcast with the
  * blocked side input. */
 static floe_code shape_fused_conv_blocked(FloeShapeContext *sctx, bool bias, bool add) {
@@ -298,13 +309,8 @@ static floe_code shape_fused_conv_blocked(FloeShapeContext *sctx, bool bias, boo
   }
   if ((c = to_blocked(sctx, &y, 16, &sctx->output_shapes[0])) != FLOE_OK) return c;
   const FloeShape *out = &sctx->output_shapes[0];
-  if (bias) {
-    const FloeShape *b = &sctx->input_shapes[2];
-    int64_t oc = y.rank >= 0 ? y.dims[y.rank - 1] : FLOE_DIM_UNKNOWN;
-    if (b->rank >= 0 && (b->rank != 1 || (b->dims[0] >= 0 && oc >= 0 && b->dims[0] != oc)))
-      return fail(sctx, "_FusedConv: bias %s does not match the %lld output channels",
-                  SHAPE_STR(*b), (long long)oc);
-  }
+  if (bias && (c = fused_bias(sctx, y.rank >= 0 ? y.dims[y.rank - 1] : FLOE_DIM_UNKNOWN)))
+    return c;
   FloeShape conv = *out;
   if (add)
     return floe__shape_broadcast_pair(sctx, &conv, &sctx->input_shapes[2 + bias],
@@ -325,14 +331,10 @@ floe_code floe__shape_fused_conv(const FloeHostApi *host, FloeShapeContext *sctx
   if (c != FLOE_OK) return c;
   FloeShape out = sctx->output_shapes[0];
   if (bias) {
-    const FloeShape *b = &sctx->input_shapes[2];
     bool cf = channels_first(sctx, "CHANNELS_LAST", &c);
-    if (b->rank >= 0 && b->rank != 1)
-      return fail(sctx, "_FusedConv: the bias must be 1-D, got %s", SHAPE_STR(*b));
-    int64_t oc = out.rank >= 0 ? out.dims[cf ? 1 : out.rank - 1] : FLOE_DIM_UNKNOWN;
-    if (b->rank == 1 && b->dims[0] >= 0 && oc >= 0 && b->dims[0] != oc)
-      return fail(sctx, "_FusedConv: bias %s does not match the %lld output channels",
-                  SHAPE_STR(*b), (long long)oc);
+    if ((c = fused_bias(sctx, out.rank >= 0 ? out.dims[cf ? 1 : out.rank - 1]
+                                            : FLOE_DIM_UNKNOWN)) != FLOE_OK)
+      return c;
   }
   if (add &&
       (c = floe__shape_broadcast_pair(sctx, &out, &sctx->input_shapes[2 + bias], &out)) != FLOE_OK)
