@@ -8,9 +8,8 @@
 
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdlib.h>
-
 #include <stdio.h>
+#include <stdlib.h>
 
 /* ------------------------------------------------------------------------------------ */
 /* Half-precision rows. */
@@ -245,7 +244,9 @@ static void scratch_free(void *p) {
   free(t);
 }
 
-static void scratch_key_make(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+static void scratch_key_make(void) {
+  scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
+}
 
 void *cpu_thread_scratch(int slot, size_t bytes) {
   if (slot < 0 || slot >= CPU_SCRATCH_SLOTS) return NULL;
@@ -259,7 +260,7 @@ void *cpu_thread_scratch(int slot, size_t bytes) {
       return NULL;
     }
   }
-  if (bytes <= t->cap[slot] && t->mem[slot]) return t->mem[slot];
+  if (t->mem[slot] && bytes <= t->cap[slot]) return t->mem[slot];
   /* Grows by at least half, so a thread whose parts grow a little at a time reallocates
    * seldom. */
   size_t want = bytes + bytes / 2;

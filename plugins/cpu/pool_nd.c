@@ -138,13 +138,13 @@ static floe_code pool_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *
  * input rows its windows read are a dense block of the image, with the padding they leave. */
 static floe_code pool_rows(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
                            int64_t first, int64_t count, int shard) {
-  (void)count;
+  (void)count; /* one block per call: cpu_dnnl_for_batch's units are the blocks */
+  (void)shard;
   const Job *j = arg;
   WndGeo g = *j->g;
   int d = 3 - g.ns;
   int64_t rows = g.out[d], per = (rows + j->blocks - 1) / j->blocks;
   int64_t r0 = first * per, r1 = r0 + per < rows ? r0 + per : rows;
-  (void)shard;
   if (r0 >= r1) return FLOE_OK;
   g.n = 1;
   int64_t lo = wnd_rows(&g, j->g, d, r0, r1);
