@@ -866,6 +866,11 @@ FloeResource *floe__resources_from_handle(FloeResourceMgr *m, const FloeTensor *
 /* core_kernels.c ------------------------------------------------------------------- */
 /* Kernel flag (core only): the kernel gets its resource inputs as handles, not values. */
 #define FLOE__KERNEL_RAW_RESOURCES 0x80000000u
+/* Kernel flag (core only): the kernel serves only devices whose memory is host memory (a
+ * reader's or a queue's state and tensors live there, as with TensorFlow's CPU-only queue
+ * and reader kernels), so the placer puts the node and its colocation group on such a
+ * device and Send/Recv carry what it produces to other devices. */
+#define FLOE__KERNEL_HOST_ONLY 0x40000000u
 /* Adds the core's kernels (device_type "*": any device) to rt's kernel registry. Called by
  * floe_runtime_new after the plugins. floe__kernel_find prefers a plugin's kernel of the
  * device's type and falls back to "*". */

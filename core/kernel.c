@@ -75,7 +75,9 @@ static void describe_node_types(MsgBuf *m, const FloeNode *node) {
 }
 
 static void describe_kernel(MsgBuf *m, const FloeKernelReg *k) {
-  msg_add(m, "%s", strcmp(k->device_type, "*") == 0 ? "any device (core)" : k->device_type);
+  msg_add(m, "%s", strcmp(k->device_type, "*") != 0             ? k->device_type
+                   : (k->flags & FLOE__KERNEL_HOST_ONLY) ? "any host-memory device (core)"
+                                                          : "any device (core)");
   if (k->num_constraints == 0) {
     msg_add(m, " (any dtype)");
     return;
@@ -132,12 +134,25 @@ static const FloeKernelReg *best_of_type(const FloeRuntime *rt, const FloeNode *
   return best;
 }
 
+/* Whether the devices of device_type compute in host memory (unknown types: no). */
+static bool type_is_host(const FloeRuntime *rt, const char *device_type) {
+  for (int i = 0; i < rt->num_devices; i++)
+    if (strcasecmp(rt->devices[i]->props.type, device_type) == 0) return rt->devices[i]->host_memory;
+  return false;
+}
+
 /* The kernel is borrowed from rt. st may be NULL when the caller only probes. A kernel of
- * the device's own type wins over the core's kernels for any device ("*"). */
+ * the device's own type wins over the core's kernels for any device ("*"), of which those
+ * flagged FLOE__KERNEL_HOST_ONLY serve host-memory devices alone. */
 const FloeKernelReg *floe__kernel_find(const FloeRuntime *rt, const FloeNode *node,
                                        const char *device_type, FloeStatus *st) {
   const FloeKernelReg *best = best_of_type(rt, node, device_type);
-  if (!best) best = best_of_type(rt, node, "*");
+  if (!best) {
+    best = best_of_type(rt, node, "*");
+    if (best && (best->flags & FLOE__KERNEL_HOST_ONLY) && strcmp(device_type, "*") != 0 &&
+        !type_is_host(rt, device_type))
+      best = NULL;
+  }
   if (!best && st) no_kernel_error(rt, node, device_type, st);
   return best;
 }

@@ -940,10 +940,11 @@ floe_code floe__queue_kernels_register(FloeRuntime *rt, FloeStatus *st) {
       {"QueueSizeV2", query_compute, NULL},
       {"QueueIsClosedV2", query_compute, NULL},
   };
-  /* Handles, not variable values, for every resource input; only the handle, size and
-   * close ops are cheap enough to run inline. */
+  /* Handles, not variable values, for every resource input; a queue holds host tensors, so
+   * its ops run on host-memory devices; only the handle, size and close ops are cheap
+   * enough to run inline. */
   for (size_t i = 0; i < FLOE__ARRAY_LEN(kernels); i++) {
-    uint32_t flags = FLOE__KERNEL_RAW_RESOURCES;
+    uint32_t flags = FLOE__KERNEL_RAW_RESOURCES | FLOE__KERNEL_HOST_ONLY;
     floe_code rc;
     if (kernels[i].compute)
       rc = floe__core_kernel_add(rt, kernels[i].op, flags | FLOE_KERNEL_INEXPENSIVE,

@@ -934,7 +934,8 @@ floe_code floe__reader_kernels_register(FloeRuntime *rt, FloeStatus *st) {
   };
   for (size_t i = 0; i < FLOE__ARRAY_LEN(kernels); i++) {
     floe_code rc = floe__core_kernel_add(rt, kernels[i].op,
-                                         FLOE__KERNEL_RAW_RESOURCES | kernels[i].flags,
+                                         FLOE__KERNEL_RAW_RESOURCES | FLOE__KERNEL_HOST_ONLY |
+                                             kernels[i].flags,
                                          kernels[i].compute, st);
     if (rc != FLOE_OK) return rc;
   }

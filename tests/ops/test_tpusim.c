@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <floe/floe_data.h>
 #include <floe/floe_train.h>
 
 #include "harness.h"
@@ -696,6 +697,81 @@ static const char *placed_matmul(FloeRuntime *rt, int64_t m) {
   return where;
 }
 
+/* Readers and queues keep host tensors: the placer keeps their ops on the CPU even when the
+ * session's device list names only the chip, feeds for them stay in host memory (ReaderSeek
+ * reads its epoch and record there), and a dequeued batch reaches the chip through
+ * Send/Recv. Before, the whole reader group went to the chip and the seek failed with
+ * "epoch must be an i64 scalar in host memory" (floe train --devices tpu-sim:0). */
+START_TEST(test_input_pipeline_stays_on_host) {
+  clear_env();
+  FloeRuntime *rt = runtime_now();
+  char dir[4096], path[4200];
+  harness_tmpdir(dir, sizeof dir, "tpusim_idx");
+  snprintf(path, sizeof path, "%s/items.idx", dir);
+  /* IDX u8 [4, 2]: items {1, 2}, {3, 4}, {5, 6}, {7, 8} */
+  static const unsigned char idx[] = {0, 0, 8, 2, 0, 0, 0, 4, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
+  FILE *fp = fopen(path, "wb");
+  ck_assert_ptr_nonnull(fp);
+  ck_assert_uint_eq(fwrite(idx, 1, sizeof idx, fp), sizeof idx);
+  ck_assert_int_eq(fclose(fp), 0);
+
+  FloeGraph *g = floe_graph_new();
+  FloeOutput reader = floe_idx_reader(g, "items", path, 0, 0, -1, NULL);
+  FloeOutput epoch = floe_placeholder(g, "epoch", FLOE_I64, floe_shape_scalar());
+  FloeOutput record = floe_placeholder(g, "record", FLOE_I64, floe_shape_scalar());
+  floe_reader_seek(g, "seek", &reader, 1, epoch, record);
+  FloeTensor *two64 = floe_tensor_scalar_i64(2, NULL), *two32 = floe_tensor_scalar_i32(2, NULL);
+  FloeOutput items;
+  floe_reader_read_up_to(g, "read", &reader, 1, floe_const(g, "two64", two64), &items);
+  FloeDType u8 = FLOE_U8;
+  FloeShape item_shape = floe_shape_make(1, (int64_t[]){2});
+  FloeOutput q = floe_queue(g, "queue", &u8, &item_shape, 1, NULL);
+  floe_queue_enqueue_many(g, "enqueue", q, &items, 1);
+  FloeOutput batch;
+  floe_queue_dequeue_many(g, "dequeue", q, floe_const(g, "two32", two32), &batch, 1);
+  FloeNodeBuilder *b = floe_node_begin(g, "Cast", "cast");
+  floe_node_add_input(b, batch);
+  floe_node_set_attr_type(b, "DstT", FLOE_F32);
+  FloeOutput xf = floe_out(floe_node_finish(b), 0);
+  floe_binary(g, "Add", "doubled", xf, xf);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = rt;
+  o.devices = "tpu-sim:0";
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &o, st);
+  ck_assert_msg(s, "%s", floe_status_message(st));
+  floe_session_set_profiling(s, 1);
+  FloeTensor *e = floe_tensor_scalar_i64(0, NULL), *r = floe_tensor_scalar_i64(1, NULL);
+  FloeFeed feeds[2] = {{"epoch", e}, {"record", r}};
+  const char *seek = "seek", *enq = "enqueue", *fetch = "doubled";
+  ck_assert_msg(floe_session_run(s, feeds, 2, NULL, 0, &seek, 1, NULL, st) == FLOE_OK, "seek: %s",
+                floe_status_message(st));
+  ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &enq, 1, NULL, st) == FLOE_OK,
+                "enqueue: %s", floe_status_message(st));
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st) == FLOE_OK,
+                "dequeue: %s", floe_status_message(st));
+  /* records 1 and 2 (the seek skipped record 0), doubled */
+  static const float want[4] = {6, 8, 10, 12};
+  ck_assert_int_eq(floe_tensor_num_elements(out), 4);
+  for (int i = 0; i < 4; i++) ck_assert_float_eq(f32s(out)[i], want[i]);
+  ck_assert_int_eq(harness_profile_calls(s, "QueueDequeueManyV2", "cpu:0"), 1);
+  ck_assert_int_eq(harness_profile_calls(s, "ReaderReadUpTo", "cpu:0"), 1);
+  ck_assert_int_eq(harness_profile_calls(s, "ReaderSeek", "cpu:0"), 1);
+  ck_assert_int_eq(harness_profile_calls(s, "Add", "tpu-sim:0"), 1);
+  floe_tensor_release(out);
+  release_all((FloeTensor *[]){e, r, two64, two32}, 4);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_runtime_free(rt);
+  harness_rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_placer_respects_memory) {
   clear_env();
   setenv("FLOE_TPUSIM_MEMORY", "1M", 1);
@@ -1011,6 +1087,7 @@ static Suite *tpusim_suite(void) {
   tcase_add_test(dev, test_misplaced_tensor);
   tcase_add_test(dev, test_out_of_memory);
   tcase_add_test(dev, test_placer_respects_memory);
+  tcase_add_test(dev, test_input_pipeline_stays_on_host);
   tcase_add_test(dev, test_two_chips);
   tcase_add_test(dev, test_bad_settings);
   tcase_add_test(dev, test_profile_cost);
