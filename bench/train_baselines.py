@@ -2,7 +2,10 @@
 cnn conv5x5x32-pool-conv5x5x64-pool-dense1024-dense10, NHWC / NCHW as each framework
 prefers), batch, optimiser (Adam, lr 1e-3) and data (Fashion-MNIST from Debian's
 dataset-fashion-mnist, shuffled each epoch) in PyTorch and TensorFlow (a Keras model with a
-tf.function training step), on the CPU.
+tf.function training step), on the CPU, or PyTorch on a GPU (--device cuda): each batch is
+copied to the GPU as Floe's steps copy theirs, and --precision f32 (the default) turns off
+TF32 in cuBLAS and cuDNN, as Floe's FLOE_CUDA_MATMUL=f32 does (tf32 allows it in both;
+bf16 runs the model under autocast to bfloat16).
 
 Prints one JSON object on stdout: system, version, model, batch, threads, steps,
 samples_per_sec (training steps only, after warm-up), final_loss, peak_rss_mb."""
@@ -51,11 +54,17 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def run_torch(model_name, x, y, batch, steps, warmup, threads):
+def run_torch(model_name, x, y, batch, steps, warmup, threads, device="cpu", precision="f32"):
+    import contextlib
     import torch
     import torch.nn as nn
     torch.set_num_threads(threads)
     torch.manual_seed(1)
+    if device != "cpu":
+        tf32 = precision != "f32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cudnn.benchmark = True  # its best setting for fixed shapes
     if model_name == "mlp":
         model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256),
                               nn.ReLU(), nn.Linear(256, 10))
@@ -64,8 +73,11 @@ def run_torch(model_name, x, y, batch, steps, warmup, threads):
                               nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                               nn.Flatten(), nn.Linear(7 * 7 * 64, 1024), nn.ReLU(),
                               nn.Linear(1024, 10))
+    model = model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
+    cast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if precision == "bf16"
+            else contextlib.nullcontext())
     it = batches(x, y, batch, 1)
     loss = None
     t0 = None
@@ -73,16 +85,21 @@ def run_torch(model_name, x, y, batch, steps, warmup, threads):
         if step == warmup:
             t0 = time.perf_counter()
         xb, yb = next(it)
-        xt = torch.from_numpy(xb).reshape(batch, 1, 28, 28)
-        yt = torch.from_numpy(yb)
+        xt = torch.from_numpy(xb).reshape(batch, 1, 28, 28).to(device)
+        yt = torch.from_numpy(yb).to(device)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xt), yt)
+        with cast:
+            loss = loss_fn(model(xt), yt)
         loss.backward()
         opt.step()
-    final = float(loss.detach())
+    final = float(loss.detach())  # waits for the GPU's queued steps
     dt = time.perf_counter() - t0
-    return {"system": "pytorch", "version": torch.__version__, "samples_per_sec": steps * batch / dt,
-            "final_loss": final}
+    r = {"system": "pytorch", "version": torch.__version__, "samples_per_sec": steps * batch / dt,
+         "final_loss": final, "device": device}
+    if device != "cpu":
+        r["gpu"] = torch.cuda.get_device_name()
+        r["precision"] = precision
+    return r
 
 
 def run_tf(model_name, x, y, batch, steps, warmup, threads):
@@ -138,10 +155,17 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data", default=DATA)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N (torch only)")
+    ap.add_argument("--precision", choices=["f32", "tf32", "bf16"], default="f32",
+                    help="matrix precision on a GPU (torch only)")
     a = ap.parse_args()
     x, y = load(a.data)
-    fn = run_torch if a.system == "torch" else run_tf
-    r = fn(a.model, x, y, a.batch, a.steps, a.warmup, a.threads)
+    if a.system == "torch":
+        r = run_torch(a.model, x, y, a.batch, a.steps, a.warmup, a.threads, a.device, a.precision)
+    elif a.device != "cpu":
+        ap.error("--device is for --system torch")
+    else:
+        r = run_tf(a.model, x, y, a.batch, a.steps, a.warmup, a.threads)
     r.update({"model": a.model, "batch": a.batch, "threads": a.threads, "steps": a.steps,
               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
               "peak_rss_mb": peak_rss_mb()})

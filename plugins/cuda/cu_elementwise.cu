@@ -1,8 +1,9 @@
 // cu_elementwise.cu - the CUDA plugin's own elementwise kernels: binary ops with NumPy
 // broadcasting (a plan from cuda_util.c), unary math and activations, their gradients,
-// casts, Select, fills, broadcast copies, transposes, AddN and the optimiser updates.
-// Launchers are declared in cu_kernels.h. Formulas follow the CPU plugin's (same NaN rules,
-// same order of operations in the optimisers) so results agree to rounding.
+// casts, Select, fills, broadcast copies (and ExpandReduced's mean), transposes, AddN and the
+// optimiser updates. Launchers are declared in cu_kernels.h. Formulas follow the CPU
+// plugin's (same NaN rules, same order of operations in the optimisers) so results agree to
+// rounding.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -339,6 +340,39 @@ __global__ void bcopy_scale_k(CuBcast p, const float *x, float *out, float scale
   }
 }
 
+// ExpandReduced's mean: out[i] = x[offset] / count in the CPU plugin's arithmetic (floats
+// in their own type, halves through f32, integers truncating toward zero in int64).
+template <typename T, typename Div>
+__global__ void bdiv_k(CuBcast p, const T *x, T *out, Div div) {
+  GRID_LOOP(i, p.n) {
+    int64_t off[1];
+    plan_offsets<1>(p, i, off);
+    out[i] = div(x[off[0]]);
+  }
+}
+
+template <typename T>
+struct DivFloat {
+  T c;
+  __device__ T operator()(T v) const { return v / c; }
+};
+
+template <typename T>
+struct DivInt {
+  int64_t c;
+  __device__ T operator()(T v) const { return (T)((int64_t)v / c); }
+};
+
+struct DivF16 {
+  float c;
+  __device__ __half operator()(__half v) const { return __float2half_rn(__half2float(v) / c); }
+};
+
+struct DivBf16 { // bf16 travels as its bits (uint16_t)
+  float c;
+  __device__ uint16_t operator()(uint16_t v) const { return f32_to_bf16(bf16_to_f32(v) / c); }
+};
+
 struct Perm {
   int rank;
   int64_t out_dims[CU_MAX_DIMS];
@@ -505,6 +539,46 @@ extern "C" int cu_broadcast_copy(CuStream s, const CuBcast *p, const void *x, vo
   case 2: bcopy_k<uint16_t><<<b, kThreads, 0, s>>>(*p, (const uint16_t *)x, (uint16_t *)out); break;
   case 4: bcopy_k<uint32_t><<<b, kThreads, 0, s>>>(*p, (const uint32_t *)x, (uint32_t *)out); break;
   case 8: bcopy_k<uint64_t><<<b, kThreads, 0, s>>>(*p, (const uint64_t *)x, (uint64_t *)out); break;
+  default: return CU_UNSUPPORTED;
+  }
+  return launched();
+}
+
+extern "C" int cu_broadcast_div(CuStream s, int dt, const CuBcast *p, const void *x, void *out,
+                                int64_t count) {
+  if (p->n == 0) return 0;
+  if (count < 1) return CU_UNSUPPORTED;
+  unsigned b = blocks_for(p->n);
+  float cf = (float)count;
+  switch (dt) {
+  case FLOE_F32:
+    bdiv_k<<<b, kThreads, 0, s>>>(*p, (const float *)x, (float *)out, DivFloat<float>{cf});
+    break;
+  case FLOE_F64:
+    bdiv_k<<<b, kThreads, 0, s>>>(*p, (const double *)x, (double *)out,
+                                  DivFloat<double>{(double)count});
+    break;
+  case FLOE_F16:
+    bdiv_k<<<b, kThreads, 0, s>>>(*p, (const __half *)x, (__half *)out, DivF16{cf});
+    break;
+  case FLOE_BF16:
+    bdiv_k<<<b, kThreads, 0, s>>>(*p, (const uint16_t *)x, (uint16_t *)out, DivBf16{cf});
+    break;
+  case FLOE_I8:
+    bdiv_k<<<b, kThreads, 0, s>>>(*p, (const int8_t *)x, (int8_t *)out, DivInt<int8_t>{count});
+    break;
+  case FLOE_U8:
+    bdiv_k<<<b, kThreads, 0, s>>>(*p, (const uint8_t *)x, (uint8_t *)out,
+                                  DivInt<uint8_t>{count});
+    break;
+  case FLOE_I32:
+    bdiv_k<<<b, kThreads, 0, s>>>(*p, (const int32_t *)x, (int32_t *)out,
+                                  DivInt<int32_t>{count});
+    break;
+  case FLOE_I64:
+    bdiv_k<<<b, kThreads, 0, s>>>(*p, (const int64_t *)x, (int64_t *)out,
+                                  DivInt<int64_t>{count});
+    break;
   default: return CU_UNSUPPORTED;
   }
   return launched();

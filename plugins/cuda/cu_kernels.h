@@ -75,6 +75,12 @@ int cu_fill(CuStream s, void *dst, int64_t n, int elem_size, uint64_t pattern);
 int cu_broadcast_copy(CuStream s, const CuBcast *p, const void *x, void *out, int elem_size,
                       float scale);
 
+/* out[i] = x[plan offset of i] / count (ExpandReduced with mean=true), dt any of f32, f64,
+ * f16, bf16, i8, u8, i32, i64, in the CPU plugin's arithmetic: floats divide in their own
+ * type, f16 / bf16 in f32, integers truncate toward zero. count >= 1. */
+int cu_broadcast_div(CuStream s, int dt, const CuBcast *p, const void *x, void *out,
+                     int64_t count);
+
 /* out = x with dims permuted: out dim i is x dim perm[i]; elem_size 1, 2, 4 or 8. */
 int cu_transpose(CuStream s, int rank, const int64_t *dims, const int *perm, const void *x,
                  void *out, int elem_size);
@@ -122,6 +128,12 @@ int cu_softmax_xent(CuStream s, int64_t batch, int64_t classes, const float *log
 int cu_sparse_softmax_xent(CuStream s, int64_t batch, int64_t classes, const float *logits,
                            int label_dt, const void *labels, float *loss, float *backprop);
 
+/* Softmax (or LogSoftmax when log_sm) of x viewed as [outer, n, inner], along n; y the same
+ * shape, not overlapping x. dt f32 or f64. Max-subtracted, the exponentials summed in
+ * double (the CPU plugin's passes); one thread per (outer, inner) column. */
+int cu_softmax(CuStream s, int log_sm, int dt, int64_t outer, int64_t n, int64_t inner,
+               const void *x, void *y);
+
 /* Gather: params [outer, n, inner] (elements of elem_size), indices (k of idx_dt, all in
  * [0, n): checked by the caller) -> out [outer, k, inner]. */
 int cu_gather(CuStream s, int64_t outer, int64_t n, int64_t inner, int elem_size,
@@ -139,6 +151,20 @@ typedef struct CuPoolGeo {
   int nchw;
 } CuPoolGeo;
 int cu_avg_pool_grad(CuStream s, const CuPoolGeo *g, const float *dy, float *dx);
+/* AvgPool: y [n, oh, ow, c] (NHWC, or NCHW when nchw) from x [n, h, w, c]: each output the
+ * mean of the valid (non-padding) inputs of its window, for padding cuDNN cannot exclude
+ * from the count (asymmetric SAME). f32. */
+int cu_avg_pool(CuStream s, const CuPoolGeo *g, const float *x, float *y);
+
+/* ---------------------------------------------------------------------------------- */
+/* Padding and cropping (cu_pad.cu). */
+
+/* dst [dst_dims] from src [src_dims], both 4-D row-major with elements of elem_size (1, 2,
+ * 4 or 8) bytes: dst[i] = src[i - off] (per dim) where that index lies inside src, else the
+ * low elem_size bytes of fill. off >= 0 with dst larger pads; off <= 0 with dst smaller
+ * crops. src and dst must not overlap. */
+int cu_pad_copy4(CuStream s, int elem_size, const int64_t *src_dims, const void *src,
+                 const int64_t *dst_dims, void *dst, const int64_t *off, uint64_t fill);
 
 #ifdef __cplusplus
 }

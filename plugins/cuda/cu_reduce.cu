@@ -1,6 +1,7 @@
 // cu_reduce.cu - the CUDA plugin's own reduction-shaped kernels: Sum / Mean / Max / Min /
-// Prod over [outer, r, inner] views, ArgMax / ArgMin, the softmax cross-entropy losses, and
-// the gathers (Gather, OneHot). Launchers are declared in cu_kernels.h.
+// Prod over [outer, r, inner] views, ArgMax / ArgMin, the softmax cross-entropy losses,
+// Softmax / LogSoftmax along a dim that is not the last (or too large for cuDNN), and the
+// gathers (Gather, OneHot). Launchers are declared in cu_kernels.h.
 #include <cuda_runtime.h>
 #include <float.h>
 #include <stdint.h>
@@ -236,6 +237,35 @@ __global__ void xent_k(int64_t batch, int64_t c, const float *logits, int dense,
 }
 
 // ------------------------------------------------------------------------------------
+// Softmax / LogSoftmax along the middle dim of [outer, n, inner]: one thread per (o, i)
+// column, so neighbouring threads read neighbouring i (coalesced when inner is large, as for
+// NCHW logits over channels). The CPU plugin's passes and rounding: a NaN-keeping max, exp
+// in T, the exponentials summed in double, then exp(x - m) * (1 / s) or (x - m) - log(s).
+// exp is recomputed in the last pass rather than stored and rescaled: the same values, and
+// x is read again instead of y written twice.
+
+template <typename T>
+__global__ void softmax_cols_k(int log_sm, int64_t outer, int64_t n, int64_t inner,
+                               const T *x, T *y) {
+  GRID_LOOP(k, outer * inner) {
+    int64_t o = k / inner, i = k % inner;
+    const T *xp = x + o * n * inner + i;
+    T *yp = y + o * n * inner + i;
+    T m = -(T)INFINITY;
+    for (int64_t j = 0; j < n; j++) m = vmax<T>(xp[j * inner], m);
+    double se = 0;
+    for (int64_t j = 0; j < n; j++) se += (double)exp(xp[j * inner] - m);
+    if (log_sm) {
+      T ls = (T)log(se);
+      for (int64_t j = 0; j < n; j++) yp[j * inner] = (xp[j * inner] - m) - ls;
+    } else {
+      T inv = (T)(1.0 / se);
+      for (int64_t j = 0; j < n; j++) yp[j * inner] = exp(xp[j * inner] - m) * inv;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------
 // Gathers.
 
 __device__ __forceinline__ int64_t index_at(int dt, const void *p, int64_t k) {
@@ -297,12 +327,49 @@ __global__ void avg_pool_grad_k(CuPoolGeo g, const float *dy, float *dx) {
   }
 }
 
+// AvgPool for the padding cuDNN cannot exclude from the count (TensorFlow's asymmetric
+// SAME, whose odd row / column would be explicit zeros to cuDNN): each window is clipped to
+// the valid inputs and averaged over those only, like the CPU plugin and avg_pool_grad_k.
+// Summed in float in row-major window order, like oneDNN's f32 pooling on the CPU.
+__global__ void avg_pool_k(CuPoolGeo g, const float *x, float *y) {
+  GRID_LOOP(e, g.n * g.c * g.oh * g.ow) {
+    int64_t n, c, oy, ox;
+    if (g.nchw) {
+      ox = e % g.ow, oy = (e / g.ow) % g.oh, c = (e / (g.ow * g.oh)) % g.c,
+      n = e / (g.ow * g.oh * g.c);
+    } else {
+      c = e % g.c, ox = (e / g.c) % g.ow, oy = (e / (g.c * g.ow)) % g.oh,
+      n = e / (g.c * g.ow * g.oh);
+    }
+    int64_t y0 = oy * g.sh - g.pad_t, x0 = ox * g.sw - g.pad_l;
+    int64_t y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
+    if (y0 < 0) y0 = 0;
+    if (x0 < 0) x0 = 0;
+    // The (n, c) plane's first input and the steps between neighbouring columns and rows.
+    int64_t xs = g.nchw ? 1 : g.c, ys = g.w * xs;
+    const float *p = x + (g.nchw ? (n * g.c + c) * g.h * g.w : n * g.h * g.w * g.c + c);
+    float acc = 0.0f;
+    for (int64_t iy = y0; iy < y1; iy++)
+      for (int64_t ix = x0; ix < x1; ix++) acc += p[iy * ys + ix * xs];
+    // Never an empty window: a SAME window starts before h (oy * sh < h) and pads fewer than
+    // kh rows before the data, and likewise for the columns.
+    y[e] = acc / (float)((y1 - y0) * (x1 - x0));
+  }
+}
+
 } // namespace
 
 extern "C" int cu_avg_pool_grad(CuStream s, const CuPoolGeo *g, const float *dy, float *dx) {
   int64_t total = g->n * g->c * g->h * g->w;
   if (total == 0) return 0;
   avg_pool_grad_k<<<blocks_for(total), kThreads, 0, s>>>(*g, dy, dx);
+  return launched();
+}
+
+extern "C" int cu_avg_pool(CuStream s, const CuPoolGeo *g, const float *x, float *y) {
+  int64_t total = g->n * g->c * g->oh * g->ow;
+  if (total == 0) return 0;
+  avg_pool_k<<<blocks_for(total), kThreads, 0, s>>>(*g, x, y);
   return launched();
 }
 
@@ -346,6 +413,24 @@ extern "C" int cu_sparse_softmax_xent(CuStream s, int64_t batch, int64_t classes
   if (label_dt != FLOE_I32 && label_dt != FLOE_I64) return CU_UNSUPPORTED;
   xent_k<<<rows_grid(batch), kThreads, 0, s>>>(batch, classes, logits, 0, nullptr, label_dt,
                                                 labels, loss, backprop);
+  return launched();
+}
+
+extern "C" int cu_softmax(CuStream s, int log_sm, int dt, int64_t outer, int64_t n,
+                          int64_t inner, const void *x, void *y) {
+  if (outer * n * inner == 0) return 0;
+  unsigned b = blocks_for(outer * inner);
+  switch (dt) {
+  case FLOE_F32:
+    softmax_cols_k<float><<<b, kThreads, 0, s>>>(log_sm, outer, n, inner, (const float *)x,
+                                                  (float *)y);
+    break;
+  case FLOE_F64:
+    softmax_cols_k<double><<<b, kThreads, 0, s>>>(log_sm, outer, n, inner, (const double *)x,
+                                                   (double *)y);
+    break;
+  default: return CU_UNSUPPORTED;
+  }
   return launched();
 }
 

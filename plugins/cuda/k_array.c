@@ -465,21 +465,21 @@ static floe_code expand_reduced_compute(void *state, FloeKernelContext *ctx) {
     cu_abort(&c);
     return cu_host->ctx_forward_input(ctx, 0, 0, rank, dims);
   }
-  if (st->mean && dt != FLOE_F32) {
-    cu_abort(&c);
-    return cu_host->ctx_set_error(ctx, FLOE_UNIMPLEMENTED,
-                                  "ExpandReduced with mean=true is f32-only on CUDA, got %s",
-                                  cu_host->dtype_name(dt));
-  }
   CuBcast p;
   const int64_t *ad = aligned;
   cu_broadcast_plan(1, &rank, &ad, rank, dims, &p);
   FloeTensor *out;
   if ((rc = cu_host->ctx_allocate_output(ctx, 0, rank, dims, &out)) != FLOE_OK)
     return cu_abort(&c), rc;
-  int lr = cu_broadcast_copy((CuStream)c.dev->compute, &p, cu_host->tensor_data(g),
-                             cu_host->tensor_data(out), (int)cu_host->dtype_size(dt),
-                             st->mean ? (float)(1.0 / (double)count) : 1.0f);
+  /* Mean divides each element by the count, in the dtype's own arithmetic like the CPU
+   * plugin (not a multiply by 1/count, which rounds differently and has no integer form).
+   * count is 0 only when out is empty, and then nothing is launched. */
+  CuStream s = (CuStream)c.dev->compute;
+  int lr = st->mean && count > 1
+               ? cu_broadcast_div(s, dt, &p, cu_host->tensor_data(g), cu_host->tensor_data(out),
+                                  count)
+               : cu_broadcast_copy(s, &p, cu_host->tensor_data(g), cu_host->tensor_data(out),
+                                   (int)cu_host->dtype_size(dt), 1.0f);
   return cu_end(&c, lr, "ExpandReduced");
 }
 

@@ -5,7 +5,9 @@
  *        PyTorch's default for matmul (torch.backends.cuda.matmul.allow_tf32 = False);
  *   tf32 tensor cores with inputs rounded to TF32 (10-bit mantissa), f32 accumulation;
  *   bf16 inputs converted to bf16 on the device (scratch), f32 accumulation and output.
- * f64 products always run in f64.
+ * f64 products always run in f64; bf16 and f16 products (T = bf16 / f16: what a model kept in
+ * half precision uses, with no conversion) take half inputs and outputs on the tensor cores
+ * with f32 accumulation, whatever the mode.
  *
  * Floe tensors are row-major; cuBLAS is column-major. C = op(A) op(B) (row-major, [m, n]) is
  * computed as the column-major C^T = op(B)^T op(A)^T, which reads the same bytes: B is
@@ -28,7 +30,7 @@ typedef struct Gemm {
   int64_t sa, sb, sc;        /* element strides between batches (0: broadcast) */
 } Gemm;
 
-/* One (strided, batched) product on the device's compute stream. a and b are f32 / f64, or
+/* One (strided, batched) product on the device's compute stream. a and b are of dtype dt, or
  * bf16 when the device's mode is bf16 and dt is f32 (the caller converted them). */
 static cublasStatus_t run_gemm(CudaDevice *d, FloeDType dt, const Gemm *g, const void *a,
                                const void *b, void *c) {
@@ -42,6 +44,8 @@ static cublasStatus_t run_gemm(CudaDevice *d, FloeDType dt, const Gemm *g, const
     comp = CUBLAS_COMPUTE_64F;
     alpha = &one64;
     beta = &zero64;
+  } else if (dt == FLOE_BF16 || dt == FLOE_F16) {
+    ab = ct = dt == FLOE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
   } else if (d->matmul == CUDA_MM_TF32) {
     comp = CUBLAS_COMPUTE_32F_FAST_TF32;
   } else if (d->matmul == CUDA_MM_BF16) {
@@ -235,7 +239,8 @@ static floe_code batch_matmul_compute(void *state, FloeKernelContext *ctx) {
 }
 
 floe_code cu_register_blas(FloePluginRegistrar *reg) {
-  const uint32_t types = FLOE_DTYPE_BIT(FLOE_F32) | FLOE_DTYPE_BIT(FLOE_F64);
+  const uint32_t types = FLOE_DTYPE_BIT(FLOE_F32) | FLOE_DTYPE_BIT(FLOE_F64) |
+                         FLOE_DTYPE_BIT(FLOE_BF16) | FLOE_DTYPE_BIT(FLOE_F16);
   static const int batch = 1;
   floe_code rc = cu_add_kernel(reg, "MatMul", "T", types, 0, matmul_compute, matmul_create,
                                state_free, NULL);

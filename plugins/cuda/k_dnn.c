@@ -6,8 +6,12 @@
  * to cuDNN as such. Filters are HWIO in Floe (TensorFlow's layout), which cuDNN does not
  * take: they are transposed into scratch as OHWI (NHWC) or OIHW (NCHW) first, and a filter
  * gradient comes back the same way. Padding follows TensorFlow (SAME puts an odd pixel
- * after); cuDNN pads symmetrically, so a SAME geometry with an odd total padding is refused
- * with UNIMPLEMENTED (the placer or soft placement keeps such nodes on the CPU).
+ * after); cuDNN pads symmetrically, so for an odd total padding we do what TensorFlow does:
+ * copy the input into scratch with the extra row / column already there (zeros; -inf for
+ * MaxPool), let cuDNN pad the rest, and crop an input gradient back out of a padded one.
+ * AvgPool is the exception: its average counts valid inputs only, which explicit zeros
+ * would break, so an asymmetric AvgPool runs on an own kernel that clips each window to the
+ * valid inputs (cuDNN keeps the symmetric case); AvgPoolGrad always runs on an own kernel.
  *
  * Algorithms come from cuDNN's heuristics (Get*Algorithm_v7), best first, taking the first
  * whose workspace can be allocated. With FLOE_CUDA_MATMUL=f32 (the default) convolutions
@@ -17,7 +21,6 @@
 
 #include <inttypes.h>
 #include <limits.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "cuda.h"
@@ -131,7 +134,6 @@ static void dims_of(const ConvAttrs *a, int64_t n, int64_t c, int64_t h, int64_t
 
 /* Completes g (window kh, kw and o set) and checks what cuDNN can take. */
 static floe_code finish_geo(FloeKernelContext *ctx, const ConvAttrs *a, Geo *g) {
-  char why[160];
   if (!window(g->h, g->kh, a->stride[0], a->dil[0], a->same, &g->oh, &g->pt, &g->pb) ||
       !window(g->w, g->kw, a->stride[1], a->dil[1], a->same, &g->ow, &g->pl, &g->pr))
     return cu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
@@ -139,16 +141,9 @@ static floe_code finish_geo(FloeKernelContext *ctx, const ConvAttrs *a, Geo *g) 
                                   "x%" PRId64 ") is larger than the %" PRId64 "x%" PRId64
                                   " input with VALID padding",
                                   g->kh, g->kw, a->dil[0], a->dil[1], g->h, g->w);
-  if (g->pt != g->pb || g->pl != g->pr) {
-    snprintf(why, sizeof why, "padding top/bottom %" PRId64 "/%" PRId64 ", left/right %" PRId64
-             "/%" PRId64, g->pt, g->pb, g->pl, g->pr);
-    return cu_host->ctx_set_error(ctx, FLOE_UNIMPLEMENTED,
-                                  "SAME padding here is asymmetric (%s), which cuDNN cannot "
-                                  "take: run this node on the CPU",
-                                  why);
-  }
+  /* h + pb, w + pr bound the explicitly padded input of an asymmetric padding. */
   int64_t big = INT_MAX;
-  if (g->n > big || g->c > big || g->h > big || g->w > big || g->o > big)
+  if (g->n > big || g->c > big || g->h + g->pb > big || g->w + g->pr > big || g->o > big)
     return cu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "dims above 2^31 for cuDNN");
   return FLOE_OK;
 }
@@ -233,6 +228,53 @@ static floe_code filter_to_dnn(CuCall *c, const ConvAttrs *a, const Geo *g, cons
   int lr = cu_transpose((CuStream)c->dev->compute, 4, hwio, a->nchw ? to_dnn_nchw : to_dnn_nhwc,
                         w, *out, 4);
   return lr ? cu_fail_cuda(c->ctx, (cudaError_t)lr, "transposing the filter") : FLOE_OK;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Asymmetric padding (TensorFlow's way): cuDNN pads both sides of a dim alike, so the
+ * input goes into scratch with the difference added explicitly and cuDNN pads the rest. */
+
+static bool asymmetric(const Geo *g) { return g->pt != g->pb || g->pl != g->pr; }
+
+/* p = g for the explicitly padded input: min(before, after) left to cuDNN on each side, the
+ * rest (the odd row / column, after the data for SAME) part of p's h and w. */
+static void pad_geo(const Geo *g, Geo *p) {
+  *p = *g;
+  p->pt = p->pb = g->pt < g->pb ? g->pt : g->pb;
+  p->pl = p->pr = g->pl < g->pr ? g->pl : g->pr;
+  p->h = g->h + (g->pt - p->pt) + (g->pb - p->pb);
+  p->w = g->w + (g->pl - p->pl) + (g->pr - p->pr);
+}
+
+/* Where g's input sits in p's (its dims, p's dims, the offset), in the data format. */
+static void pad_box(const ConvAttrs *a, const Geo *g, const Geo *p, int64_t gd[4],
+                    int64_t pd[4], int64_t off[4]) {
+  dims_of(a, g->n, g->c, g->h, g->w, gd);
+  dims_of(a, p->n, p->c, p->h, p->w, pd);
+  dims_of(a, 0, 0, g->pt - p->pt, g->pl - p->pl, off);
+}
+
+static size_t input_bytes(const Geo *g) { return (size_t)(g->n * g->c * g->h * g->w) * 4; }
+
+/* x (g's input) copied into new scratch of p's input, the explicit padding filled with
+ * `fill` (an f32 bit pattern). */
+static floe_code pad_input(CuCall *c, const ConvAttrs *a, const Geo *g, const Geo *p,
+                           const void *x, uint32_t fill, void **out) {
+  floe_code rc = temp(c, input_bytes(p), out, "the padded input");
+  if (rc != FLOE_OK) return rc;
+  int64_t gd[4], pd[4], off[4];
+  pad_box(a, g, p, gd, pd, off);
+  int lr = cu_pad_copy4((CuStream)c->dev->compute, 4, gd, x, pd, *out, off, fill);
+  return lr ? cu_fail_cuda(c->ctx, (cudaError_t)lr, "padding the input") : FLOE_OK;
+}
+
+/* dx (g's input) cropped out of dxp (p's input); returns the launch's result for cu_end. */
+static int crop_input(CuCall *c, const ConvAttrs *a, const Geo *g, const Geo *p,
+                      const void *dxp, void *dx) {
+  int64_t gd[4], pd[4], off[4];
+  pad_box(a, g, p, gd, pd, off);
+  for (int i = 0; i < 4; i++) off[i] = -off[i];
+  return cu_pad_copy4((CuStream)c->dev->compute, 4, pd, dxp, gd, dx, off, 0);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -339,9 +381,9 @@ static floe_code check_rank4(FloeKernelContext *ctx, const FloeTensor *t, const 
                                 SHAPE(b, cu_host->tensor_rank(t), cu_host->tensor_dims(t)));
 }
 
-/* Runs one pass with descriptors made and the cuDNN lock held; ends the call. */
-static floe_code conv_pass(CuCall *c, const ConvAttrs *a, const Geo *g, ConvPass pass, void *x,
-                           void *w, void *y, const char *what) {
+/* Runs one pass with descriptors made and the cuDNN lock held; the call goes on. */
+static floe_code conv_run(CuCall *c, const ConvAttrs *a, const Geo *g, ConvPass pass, void *x,
+                          void *w, void *y) {
   Dnn d;
   pthread_mutex_lock(&c->dev->dnn_mu);
   cudnnStatus_t s = dnn_make(&d, a, g, math_of(c->dev), CUDNN_POOLING_MAX);
@@ -349,6 +391,13 @@ static floe_code conv_pass(CuCall *c, const ConvAttrs *a, const Geo *g, ConvPass
                                            : cu_fail_dnn(c->ctx, s, "describing the tensors");
   pthread_mutex_unlock(&c->dev->dnn_mu);
   dnn_free(&d);
+  return rc;
+}
+
+/* conv_run, then ends the call. */
+static floe_code conv_pass(CuCall *c, const ConvAttrs *a, const Geo *g, ConvPass pass, void *x,
+                           void *w, void *y, const char *what) {
+  floe_code rc = conv_run(c, a, g, pass, x, w, y);
   if (rc != FLOE_OK) return cu_abort(c), rc;
   return cu_end(c, (int)cudaGetLastError(), what);
 }
@@ -368,11 +417,16 @@ static floe_code conv2d_compute(void *state, FloeKernelContext *ctx) {
   CuCall c;
   if ((rc = cu_begin(ctx, &c)) != FLOE_OK) return rc;
   if (cu_host->tensor_num_elements(out) == 0) return cu_end(&c, 0, "Conv2D");
-  void *w;
+  void *w, *xp = cu_host->tensor_data(x);
   if ((rc = filter_to_dnn(&c, a, &g, cu_host->tensor_data(f), &w)) != FLOE_OK)
     return cu_abort(&c), rc;
-  return conv_pass(&c, a, &g, CONV_FWD, cu_host->tensor_data(x), w, cu_host->tensor_data(out),
-                   "Conv2D");
+  Geo p = g;
+  if (asymmetric(&g)) {
+    pad_geo(&g, &p);
+    if ((rc = pad_input(&c, a, &g, &p, cu_host->tensor_data(x), 0, &xp)) != FLOE_OK)
+      return cu_abort(&c), rc;
+  }
+  return conv_pass(&c, a, &p, CONV_FWD, xp, w, cu_host->tensor_data(out), "Conv2D");
 }
 
 /* Reads a 4-entry shape input (input_sizes / filter_sizes / orig_input_shape). */
@@ -407,8 +461,18 @@ static floe_code conv_input_grad_compute(void *state, FloeKernelContext *ctx) {
   void *w;
   if ((rc = filter_to_dnn(&c, a, &g, cu_host->tensor_data(f), &w)) != FLOE_OK)
     return cu_abort(&c), rc;
-  return conv_pass(&c, a, &g, CONV_BWD_DATA, cu_host->tensor_data(out), w,
-                   cu_host->tensor_data(dy), "Conv2DBackpropInput");
+  if (!asymmetric(&g))
+    return conv_pass(&c, a, &g, CONV_BWD_DATA, cu_host->tensor_data(out), w,
+                     cu_host->tensor_data(dy), "Conv2DBackpropInput");
+  /* The gradient of the explicitly padded input, its padding then cropped away. */
+  Geo p;
+  pad_geo(&g, &p);
+  void *dxp;
+  if ((rc = temp(&c, input_bytes(&p), &dxp, "the padded input gradient")) != FLOE_OK ||
+      (rc = conv_run(&c, a, &p, CONV_BWD_DATA, dxp, w, cu_host->tensor_data(dy))) != FLOE_OK)
+    return cu_abort(&c), rc;
+  return cu_end(&c, crop_input(&c, a, &g, &p, dxp, cu_host->tensor_data(out)),
+                "Conv2DBackpropInput");
 }
 
 static floe_code conv_filter_grad_compute(void *state, FloeKernelContext *ctx) {
@@ -431,17 +495,16 @@ static floe_code conv_filter_grad_compute(void *state, FloeKernelContext *ctx) {
     return cu_end(&c, (int)cudaMemsetAsync(cu_host->tensor_data(out), 0,
                                            cu_host->tensor_nbytes(out), c.dev->compute),
                   "Conv2DBackpropFilter");
-  void *w;
+  void *w, *xp = cu_host->tensor_data(x);
   if ((rc = temp(&c, (size_t)nw * 4, &w, "the filter gradient")) != FLOE_OK) return cu_abort(&c), rc;
-  Dnn d;
-  pthread_mutex_lock(&c.dev->dnn_mu);
-  cudnnStatus_t s = dnn_make(&d, a, &g, math_of(c.dev), CUDNN_POOLING_MAX);
-  rc = s == CUDNN_STATUS_SUCCESS
-           ? run_conv(&c, CONV_BWD_FILTER, &d, cu_host->tensor_data(x), w, cu_host->tensor_data(dy))
-           : cu_fail_dnn(ctx, s, "describing the tensors");
-  pthread_mutex_unlock(&c.dev->dnn_mu);
-  dnn_free(&d);
-  if (rc != FLOE_OK) return cu_abort(&c), rc;
+  Geo p = g;
+  if (asymmetric(&g)) {
+    pad_geo(&g, &p);
+    if ((rc = pad_input(&c, a, &g, &p, cu_host->tensor_data(x), 0, &xp)) != FLOE_OK)
+      return cu_abort(&c), rc;
+  }
+  if ((rc = conv_run(&c, a, &p, CONV_BWD_FILTER, xp, w, cu_host->tensor_data(dy))) != FLOE_OK)
+    return cu_abort(&c), rc;
   /* Back from cuDNN's layout to HWIO. */
   int64_t dnn_dims[4];
   if (a->nchw) {
@@ -467,6 +530,10 @@ static floe_code pool_geo(FloeKernelContext *ctx, const ConvAttrs *a, const int6
   return finish_geo(ctx, a, g);
 }
 
+/* MaxPool's explicit padding: -inf, which never wins a window (every SAME window holds a
+ * valid input) and, unlike the lowest finite value, leaves an all -inf window at -inf. */
+#define POOL_PAD_NEG_INF 0xff800000u
+
 static floe_code pool_compute(void *state, FloeKernelContext *ctx) {
   const ConvAttrs *a = state;
   bool max = !strcmp(cu_host->ctx_op(ctx), "MaxPool");
@@ -482,14 +549,30 @@ static floe_code pool_compute(void *state, FloeKernelContext *ctx) {
   CuCall c;
   if ((rc = cu_begin(ctx, &c)) != FLOE_OK) return rc;
   if (cu_host->tensor_num_elements(out) == 0) return cu_end(&c, 0, cu_host->ctx_op(ctx));
+  if (!max && asymmetric(&g)) {
+    /* cuDNN excludes only the padding it adds itself, and explicit zeros would count in the
+     * average: the own kernel clips each window to the valid inputs instead. */
+    CuPoolGeo pg = {g.n, g.c, g.h, g.w, g.oh, g.ow, g.kh, g.kw, a->stride[0], a->stride[1],
+                    g.pt, g.pl, a->nchw};
+    return cu_end(&c, cu_avg_pool((CuStream)c.dev->compute, &pg, cu_host->tensor_data(x),
+                                  cu_host->tensor_data(out)),
+                  "AvgPool");
+  }
+  Geo p = g;
+  void *xp = cu_host->tensor_data(x);
+  if (asymmetric(&g)) {
+    pad_geo(&g, &p);
+    if ((rc = pad_input(&c, a, &g, &p, xp, POOL_PAD_NEG_INF, &xp)) != FLOE_OK)
+      return cu_abort(&c), rc;
+  }
   Dnn d;
   const float one = 1.0f, zero = 0.0f;
   pthread_mutex_lock(&c.dev->dnn_mu);
-  cudnnStatus_t s = dnn_make(&d, a, &g, CUDNN_DEFAULT_MATH,
+  cudnnStatus_t s = dnn_make(&d, a, &p, CUDNN_DEFAULT_MATH,
                              max ? CUDNN_POOLING_MAX_DETERMINISTIC
                                  : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING);
   if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnPoolingForward(c.dev->dnn, d.pool, &one, d.x, cu_host->tensor_data(x), &zero, d.y,
+    s = cudnnPoolingForward(c.dev->dnn, d.pool, &one, d.x, xp, &zero, d.y,
                             cu_host->tensor_data(out));
   pthread_mutex_unlock(&c.dev->dnn_mu);
   dnn_free(&d);
@@ -527,18 +610,28 @@ static floe_code max_pool_grad_compute(void *state, FloeKernelContext *ctx) {
   CuCall c;
   if ((rc = cu_begin(ctx, &c)) != FLOE_OK) return rc;
   if (cu_host->tensor_num_elements(out) == 0) return cu_end(&c, 0, "MaxPoolGrad");
+  /* Asymmetric: the forward's padded input, a padded gradient, then the crop. */
+  Geo p = g;
+  void *xp = cu_host->tensor_data(x), *dxp = cu_host->tensor_data(out);
+  if (asymmetric(&g)) {
+    pad_geo(&g, &p);
+    if ((rc = pad_input(&c, a, &g, &p, xp, POOL_PAD_NEG_INF, &xp)) != FLOE_OK ||
+        (rc = temp(&c, input_bytes(&p), &dxp, "the padded input gradient")) != FLOE_OK)
+      return cu_abort(&c), rc;
+  }
   Dnn d;
   const float one = 1.0f, zero = 0.0f;
   pthread_mutex_lock(&c.dev->dnn_mu);
-  cudnnStatus_t s = dnn_make(&d, a, &g, CUDNN_DEFAULT_MATH, CUDNN_POOLING_MAX_DETERMINISTIC);
+  cudnnStatus_t s = dnn_make(&d, a, &p, CUDNN_DEFAULT_MATH, CUDNN_POOLING_MAX_DETERMINISTIC);
   if (s == CUDNN_STATUS_SUCCESS)
     s = cudnnPoolingBackward(c.dev->dnn, d.pool, &one, d.y, cu_host->tensor_data(y), d.y,
-                             cu_host->tensor_data(dy), d.x, cu_host->tensor_data(x), &zero, d.x,
-                             cu_host->tensor_data(out));
+                             cu_host->tensor_data(dy), d.x, xp, &zero, d.x, dxp);
   pthread_mutex_unlock(&c.dev->dnn_mu);
   dnn_free(&d);
   if (s != CUDNN_STATUS_SUCCESS) return cu_abort(&c), cu_fail_dnn(ctx, s, "MaxPoolGrad");
-  return cu_end(&c, (int)cudaGetLastError(), "MaxPoolGrad");
+  int lr = (int)cudaGetLastError();
+  if (lr == 0 && asymmetric(&g)) lr = crop_input(&c, a, &g, &p, dxp, cu_host->tensor_data(out));
+  return cu_end(&c, lr, "MaxPoolGrad");
 }
 
 /* AvgPoolGrad(orig_input_shape, grad), on the own kernel. */

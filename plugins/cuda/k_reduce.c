@@ -1,6 +1,6 @@
 /* k_reduce.c - CUDA reductions and losses: Sum / Mean / Max / Min / Prod over any axes,
  * ArgMax / ArgMin, BiasAddGrad, the softmax cross-entropy losses (own kernels), and
- * Softmax / LogSoftmax (cuDNN).
+ * Softmax / LogSoftmax (cuDNN over the last axis, an own kernel over any other).
  *
  * A reduction is planned on the host: size-1 dims dropped, neighbouring kept or reduced dims
  * merged. When the reduced dims are one block the input is already [outer, r, inner]; when
@@ -296,32 +296,34 @@ static floe_code sparse_xent_compute(void *state, FloeKernelContext *ctx) {
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* Softmax / LogSoftmax over the last dim, by cuDNN (rows as N, classes as C). */
+/* Softmax / LogSoftmax along one axis (the CPU plugin's: the attribute "axis", default -1,
+ * negative counting from the end), x viewed as [outer, n, inner]. The last axis goes to
+ * cuDNN (rows as N, classes as C); any other axis, or logits too large for cuDNN's int dims,
+ * to cu_softmax (one thread per column). */
 
-static floe_code softmax_compute(void *state, FloeKernelContext *ctx) {
-  bool log_softmax = state != NULL;
-  const FloeTensor *x = cu_host->ctx_input(ctx, 0);
-  int r = cu_host->tensor_rank(x);
-  const int64_t *d = cu_host->tensor_dims(x);
+typedef struct SoftmaxState {
+  int log_sm;
+  int64_t axis;
+} SoftmaxState;
+
+static floe_code softmax_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                                void **state) {
   int64_t axis = -1;
-  if (cu_host->attr_int(cu_host->ctx_attrs(ctx), "axis", &axis) != FLOE_OK) axis = -1;
-  char b[CU_SHAPE_STR_MAX];
-  if (r < 1 || (axis != -1 && axis != r - 1))
-    return cu_host->ctx_set_error(ctx, FLOE_UNIMPLEMENTED,
-                                  "the CUDA kernel takes the softmax over the last dim only "
-                                  "(axis %" PRId64 ", logits %s)",
-                                  axis, SHAPE(b, r, d));
-  int64_t classes = d[r - 1], rows = classes ? cu_host->tensor_num_elements(x) / classes : 0;
-  if (rows > INT_MAX || classes > INT_MAX)
-    return cu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                  "logits %s are too large for cuDNN (dims above 2^31)",
-                                  SHAPE(b, r, d));
-  FloeTensor *out;
-  floe_code rc = cu_host->ctx_allocate_output(ctx, 0, r, d, &out);
-  if (rc != FLOE_OK || rows == 0 || classes == 0) return rc;
-  CuCall c;
-  if ((rc = cu_begin(ctx, &c)) != FLOE_OK) return rc;
-  cudnnDataType_t t = cu_host->tensor_dtype(x) == FLOE_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  floe_code rc = host->attr_int(host->init_attrs(init), "axis", &axis);
+  if (rc != FLOE_OK && rc != FLOE_NOT_FOUND)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT, "axis must be an int");
+  SoftmaxState *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory for kernel state");
+  s->log_sm = user_data != NULL;
+  s->axis = axis;
+  *state = s;
+  return FLOE_OK;
+}
+
+/* y = softmax of x [rows, classes] along classes, by cuDNN (dims checked to fit its ints). */
+static floe_code softmax_dnn(CuCall *c, bool log_softmax, FloeDType dt, int64_t rows,
+                             int64_t classes, const void *x, void *y) {
+  cudnnDataType_t t = dt == FLOE_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   cudnnTensorDescriptor_t desc = NULL;
   cudnnStatus_t e = cudnnCreateTensorDescriptor(&desc);
   if (e == CUDNN_STATUS_SUCCESS)
@@ -331,18 +333,52 @@ static floe_code softmax_compute(void *state, FloeKernelContext *ctx) {
     float one32 = 1.0f, zero32 = 0.0f;
     const void *alpha = t == CUDNN_DATA_DOUBLE ? (const void *)&one64 : (const void *)&one32;
     const void *beta = t == CUDNN_DATA_DOUBLE ? (const void *)&zero64 : (const void *)&zero32;
-    pthread_mutex_lock(&c.dev->dnn_mu);
-    e = cudnnSoftmaxForward(c.dev->dnn, log_softmax ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
-                            CUDNN_SOFTMAX_MODE_INSTANCE, alpha, desc, cu_host->tensor_data(x),
-                            beta, desc, cu_host->tensor_data(out));
-    pthread_mutex_unlock(&c.dev->dnn_mu);
+    pthread_mutex_lock(&c->dev->dnn_mu);
+    e = cudnnSoftmaxForward(c->dev->dnn, log_softmax ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
+                            CUDNN_SOFTMAX_MODE_INSTANCE, alpha, desc, x, beta, desc, y);
+    pthread_mutex_unlock(&c->dev->dnn_mu);
   }
   if (desc) cudnnDestroyTensorDescriptor(desc);
   if (e != CUDNN_STATUS_SUCCESS) {
-    cu_abort(&c);
-    return cu_fail_dnn(ctx, e, log_softmax ? "LogSoftmax" : "Softmax");
+    cu_abort(c);
+    return cu_fail_dnn(c->ctx, e, log_softmax ? "LogSoftmax" : "Softmax");
   }
-  return cu_end(&c, (int)cudaGetLastError(), log_softmax ? "LogSoftmax" : "Softmax");
+  return cu_end(c, (int)cudaGetLastError(), log_softmax ? "LogSoftmax" : "Softmax");
+}
+
+static floe_code softmax_compute(void *state, FloeKernelContext *ctx) {
+  const SoftmaxState *st = state;
+  const FloeTensor *x = cu_host->ctx_input(ctx, 0);
+  FloeDType dt = cu_host->tensor_dtype(x);
+  int r = cu_host->tensor_rank(x);
+  const int64_t *d = cu_host->tensor_dims(x);
+  char b[CU_SHAPE_STR_MAX];
+  if (r == 0)
+    return cu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                  "logits must have rank >= 1, got a scalar (shape [])");
+  if (st->axis < -r || st->axis >= r)
+    return cu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                  "axis %" PRId64 " is out of range for logits of shape %s "
+                                  "(expected in [%d, %d))",
+                                  st->axis, SHAPE(b, r, d), -r, r);
+  int axis = (int)(st->axis < 0 ? st->axis + r : st->axis);
+  int64_t outer = 1, n = d[axis], inner = 1;
+  for (int i = 0; i < r; i++) {
+    if (i < axis) outer *= d[i];
+    if (i > axis) inner *= d[i];
+  }
+  FloeTensor *out;
+  floe_code rc = cu_host->ctx_allocate_output(ctx, 0, r, d, &out);
+  if (rc != FLOE_OK || outer * n * inner == 0) return rc;
+  CuCall c;
+  if ((rc = cu_begin(ctx, &c)) != FLOE_OK) return rc;
+  /* cuDNN takes int dims and may index the whole tensor with an int. */
+  if (inner == 1 && outer * n <= INT_MAX)
+    return softmax_dnn(&c, st->log_sm, dt, outer, n, cu_host->tensor_data(x),
+                       cu_host->tensor_data(out));
+  int lr = cu_softmax((CuStream)c.dev->compute, st->log_sm, dt, outer, n, inner,
+                      cu_host->tensor_data(x), cu_host->tensor_data(out));
+  return cu_end(&c, lr, st->log_sm ? "LogSoftmax" : "Softmax");
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -375,9 +411,10 @@ floe_code cu_register_reduce(FloePluginRegistrar *reg) {
     rc = cu_add_kernel(reg, "SparseSoftmaxCrossEntropyWithLogits", "T", f32, 0,
                        sparse_xent_compute, NULL, NULL, NULL);
   if (rc == FLOE_OK)
-    rc = cu_add_kernel(reg, "Softmax", "T", DT_FLOAT, 0, softmax_compute, NULL, NULL, NULL);
+    rc = cu_add_kernel(reg, "Softmax", "T", DT_FLOAT, 0, softmax_compute, softmax_create,
+                       state_free, NULL);
   if (rc == FLOE_OK)
-    rc = cu_add_kernel(reg, "LogSoftmax", "T", DT_FLOAT, 0, softmax_compute, NULL, NULL,
-                       (void *)&flag);
+    rc = cu_add_kernel(reg, "LogSoftmax", "T", DT_FLOAT, 0, softmax_compute, softmax_create,
+                       state_free, (void *)&flag);
   return rc;
 }

@@ -14,6 +14,7 @@
  * bits (relative error 2^-11 per input, ~1e-3 per product); over K random-signed terms the
  * error grows like sqrt(K) as does the result, so the normalised error max|d| / max|ref|
  * stays ~1e-3: the bound is 5e-3. bf16 keeps 7 bits (2^-8 per input): 8x TF32, bound 3e-2. */
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -21,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <floe/floe_train.h>
 
@@ -416,8 +419,8 @@ START_TEST(test_matmul) {
   compare("BatchMatMul adj", "BatchMatMul", in, 2, set_adj, adj, 1, RS, AS);
   release(in, 2);
   FloeTensor *bad[2] = {rnd(F32, 2, (int64_t[]){3, 4}, 1, 0, 1), rnd(F32, 2, (int64_t[]){5, 2}, 2, 0, 1)};
-  expect_gpu_error("MatMul", bad, 2, NULL, NULL, FLOE_INVALID_ARGUMENT, "inner dims differ",
-                   "[5,2]");
+  expect_gpu_error("MatMul", bad, 2, NULL, NULL, FLOE_INVALID_ARGUMENT,
+                   "inner dimensions 4 and 5", "[5,2]");
   release(bad, 2);
 }
 END_TEST
@@ -475,6 +478,55 @@ START_TEST(test_matmul_bf16_mode) {
 }
 END_TEST
 
+/* Half-precision tensors (T = bf16 / f16), whatever the mode: products of the same rounded
+ * inputs accumulated in f32 on both devices, each rounded once to the output's precision
+ * (bf16: 2^-9 relative, f16: 2^-12), so the difference is a rounding step or two of the
+ * largest output at most. MatMul and BatchMatMul with transposes. */
+START_TEST(test_matmul_half_tensors) {
+  static const struct {
+    FloeDType dt;
+    double tol;
+  } types[] = {{FLOE_BF16, 1e-2}, {FLOE_F16, 2e-3}};
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    int64_t da[2] = {96, 40}, db[2] = {72, 96}; /* a^T b^T: [40, 72] */
+    FloeTensor *in[2] = {rnd(types[t].dt, 2, da, 5, -1, 1), rnd(types[t].dt, 2, db, 6, -1, 1)};
+    int adj[2] = {1, 1};
+    FloeTensor *want = NULL, *got = NULL;
+    FloeStatus *st = floe_status_new();
+    ck_assert_int_eq(harness_run_op("MatMul", "cpu:0", in, 2, NULL, 0, set_bool2, adj, &want,
+                                    1, st),
+                     FLOE_OK);
+    floe_code rc =
+        harness_run_op("MatMul", "cuda:0", in, 2, NULL, 0, set_bool2, adj, &got, 1, st);
+    ck_assert_msg(rc == FLOE_OK, "MatMul %s: %s", floe_dtype_name(types[t].dt),
+                  floe_status_message(st));
+    ck_assert_int_eq(floe_tensor_dtype(got), types[t].dt);
+    double e = normalised_error(got, want);
+    ck_assert_msg(e < types[t].tol, "MatMul %s normalised error %g", floe_dtype_name(types[t].dt),
+                  e);
+    floe_tensor_release(got);
+    floe_tensor_release(want);
+    release(in, 2);
+    int64_t bx[3] = {3, 17, 33}, by[3] = {3, 33, 9};
+    FloeTensor *bin[2] = {rnd(types[t].dt, 3, bx, 7, -1, 1), rnd(types[t].dt, 3, by, 8, -1, 1)};
+    int badj[2] = {0, 0};
+    ck_assert_int_eq(harness_run_op("BatchMatMul", "cpu:0", bin, 2, NULL, 0, set_adj, badj,
+                                    &want, 1, st),
+                     FLOE_OK);
+    rc = harness_run_op("BatchMatMul", "cuda:0", bin, 2, NULL, 0, set_adj, badj, &got, 1, st);
+    ck_assert_msg(rc == FLOE_OK, "BatchMatMul %s: %s", floe_dtype_name(types[t].dt),
+                  floe_status_message(st));
+    e = normalised_error(got, want);
+    ck_assert_msg(e < types[t].tol, "BatchMatMul %s normalised error %g",
+                  floe_dtype_name(types[t].dt), e);
+    floe_tensor_release(got);
+    floe_tensor_release(want);
+    release(bin, 2);
+    floe_status_free(st);
+  }
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------ */
 /* cuDNN. */
 
@@ -487,6 +539,10 @@ START_TEST(test_conv) {
       {{2, 10, 10, 3}, {5, 5, 3, 2}, {{0, 0}, {2, 2}, {1, 1}, "VALID"}},
       {{1, 9, 9, 2}, {3, 3, 2, 5}, {{0, 0}, {1, 1}, {2, 2}, "SAME"}},
       {{3, 28, 28, 1}, {5, 5, 1, 8}, {{0, 0}, {1, 1}, {1, 1}, "SAME"}},
+      /* SAME with an odd total padding (cuDNN takes only symmetric padding: the plugin pads
+       * the input itself): 0/1 on both sides, then 0/1 and 1/2 */
+      {{1, 10, 10, 2}, {3, 3, 2, 3}, {{0, 0}, {2, 2}, {1, 1}, "SAME"}},
+      {{2, 7, 10, 3}, {2, 4, 3, 2}, {{0, 0}, {2, 3}, {1, 1}, "SAME"}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     FloeTensor *x = rnd(F32, 4, cases[i].x, 110 + i, -1, 1);
@@ -511,12 +567,6 @@ START_TEST(test_conv) {
     release((FloeTensor *[]){x, f, y, dy}, 4);
     floe_status_free(st);
   }
-  /* SAME with an odd total padding (10 wide, 3x3, stride 2): refused, naming why. */
-  int64_t dx[4] = {1, 10, 10, 1}, df[4] = {3, 3, 1, 1};
-  FloeTensor *in[2] = {rnd(F32, 4, dx, 1, -1, 1), rnd(F32, 4, df, 2, -1, 1)};
-  Window w = {{0, 0}, {2, 2}, {1, 1}, "SAME"};
-  expect_gpu_error("Conv2D", in, 2, set_conv, &w, FLOE_UNIMPLEMENTED, "asymmetric", "0/1");
-  release(in, 2);
 }
 END_TEST
 
@@ -528,6 +578,9 @@ START_TEST(test_pool) {
       {{2, 8, 8, 3}, {{2, 2}, {2, 2}, {1, 1}, "VALID"}},
       {{2, 7, 7, 3}, {{3, 3}, {1, 1}, {1, 1}, "SAME"}},
       {{1, 9, 9, 2}, {{3, 3}, {2, 2}, {1, 1}, "VALID"}},
+      /* Asymmetric SAME (padding top/bottom and left/right 0/1): explicit padding in the
+       * max pools, the own kernels in the average pools. */
+      {{2, 10, 10, 3}, {{3, 3}, {2, 2}, {1, 1}, "SAME"}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     FloeTensor *x = rnd(F32, 4, cases[i].x, 140 + i, -1, 1); /* continuous: no ties */
@@ -606,7 +659,9 @@ START_TEST(test_array_ops) {
 END_TEST
 
 /* ------------------------------------------------------------------------------------ */
-/* Optimisers: variables initialised from feeds, one update on each device, values read. */
+/* Optimisers: variables initialised from feeds, one update on each device, values read.
+ * kinds has one letter per input of the op: r a variable (a resource input), s a scalar
+ * and g a tensor (the gradient), both fed directly. */
 
 static FloeTensor **run_update(const char *device, const char *op, const char *kinds,
                                FloeTensor *const *vals, int n, int nesterov) {
@@ -675,17 +730,17 @@ START_TEST(test_optimizers) {
   static const struct {
     const char *op, *kinds;
     int nesterov; /* -1: no attribute */
-  } ops[] = {{"ResourceApplyGradientDescent", "rsr", -1},
-             {"ResourceApplyMomentum", "rrsrs", 0},
-             {"ResourceApplyMomentum", "rrsrs", 1},
-             {"ResourceApplyAdam", "rrrssssssr", 0},
-             {"ResourceApplyAdam", "rrrssssssr", 1}};
+  } ops[] = {{"ResourceApplyGradientDescent", "rsg", -1},
+             {"ResourceApplyMomentum", "rrsgs", 0},
+             {"ResourceApplyMomentum", "rrsgs", 1},
+             {"ResourceApplyAdam", "rrrssssssg", 0},
+             {"ResourceApplyAdam", "rrrssssssg", 1}};
   static const double scalars[] = {0.9, 0.999, 0.01, 0.9, 0.999, 1e-7};
   for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
     int n = (int)strlen(ops[o].kinds), si = 0;
     FloeTensor *vals[12];
     for (int i = 0; i < n; i++) {
-      if (ops[o].kinds[i] == 'r') {
+      if (ops[o].kinds[i] != 's') {
         /* Adam's v must be positive. */
         bool pos = !strcmp(ops[o].op, "ResourceApplyAdam") && i == 2;
         vals[i] = rnd(F32, 2, d, 200 + 10 * o + i, pos ? 0.01 : -1, 1);
@@ -812,18 +867,22 @@ END_TEST
 
 /* ------------------------------------------------------------------------------------ */
 
-/* Puts the freshly built CUDA plugin on the search path and says why it cannot run here
- * (NULL: a CUDA device is there). */
-static const char *cuda_unusable(char *why, size_t len) {
+/* Puts the freshly built CUDA plugin (and the local transport, which moves tensors between
+ * cuda:0 and the host in split graphs) on the search path; returns the plugin's folder. */
+static const char *add_cuda_plugin_path(char *dir, size_t len) {
   const char *top = getenv("top_builddir");
   const char *path = getenv("FLOE_PLUGIN_PATH");
-  char dir[PATH_MAX], full[3 * PATH_MAX + 3];
-  snprintf(dir, sizeof dir, "%s/plugins/cuda/.libs", top ? top : "..");
-  /* the local transport moves tensors between cuda:0 and the host in split graphs */
   const char *transport = getenv("FLOE_TRANSPORT_DIR");
+  char full[3 * PATH_MAX + 3];
+  snprintf(dir, len, "%s/plugins/cuda/.libs", top ? top : "..");
   snprintf(full, sizeof full, "%s%s%s%s%s", path ? path : "", path && *path ? ":" : "", dir,
            transport && *transport ? ":" : "", transport ? transport : "");
   setenv("FLOE_PLUGIN_PATH", full, 1);
+  return dir;
+}
+
+/* Says why the CUDA plugin cannot run here (NULL: a CUDA device is there). */
+static const char *cuda_unusable(const char *dir, char *why, size_t len) {
   FloeStatus *st = floe_status_new();
   FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
   FloeRuntime *rt = floe_runtime_new(&o, st);
@@ -848,9 +907,50 @@ static const char *cuda_unusable(char *why, size_t len) {
   return why[0] ? why : NULL;
 }
 
+/* cuda_unusable in a child process: a process that has initialised CUDA cannot use it in
+ * the children it forks (cudaErrorInitializationError there), and Check runs each test in
+ * a forked child. The child sends its answer through a pipe; "" means usable. */
+static const char *cuda_unusable_in_child(const char *dir, char *why, size_t len) {
+  int fd[2];
+  if (pipe(fd) != 0) {
+    snprintf(why, len, "pipe: %s", strerror(errno));
+    return why;
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(why, len, "fork: %s", strerror(errno));
+    close(fd[0]);
+    close(fd[1]);
+    return why;
+  }
+  if (pid == 0) {
+    close(fd[0]);
+    const char *w = cuda_unusable(dir, why, len);
+    size_t n = w ? strlen(w) : 0;
+    _exit(write(fd[1], w ? w : "", n) == (ssize_t)n ? 0 : 1);
+  }
+  close(fd[1]);
+  size_t got = 0;
+  ssize_t r;
+  while (got + 1 < len && (r = read(fd[0], why + got, len - 1 - got)) != 0) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    got += (size_t)r;
+  }
+  why[got] = '\0';
+  close(fd[0]);
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) && !got)
+    snprintf(why, len, "the probe process for the CUDA plugin died (wait status %d)", ws);
+  return why[0] ? why : NULL;
+}
+
 int main(void) {
-  char why[1024];
-  if (cuda_unusable(why, sizeof why)) {
+  char why[1024], dir[PATH_MAX];
+  if (cuda_unusable_in_child(add_cuda_plugin_path(dir, sizeof dir), why, sizeof why)) {
     printf("SKIP: %s\n", why);
     return 77;
   }
@@ -868,6 +968,7 @@ int main(void) {
   tcase_add_test(tc, test_matmul_f32_mode);
   tcase_add_test(tc, test_matmul_tf32_mode);
   tcase_add_test(tc, test_matmul_bf16_mode);
+  tcase_add_test(tc, test_matmul_half_tensors);
   tcase_add_test(tc, test_conv);
   tcase_add_test(tc, test_pool);
   tcase_add_test(tc, test_array_ops);
