@@ -1,4 +1,4 @@
-/* blocked.c - _ToBlocked and _FromBlocked of the CPU plugin (core/ops_conv.def): channels-last
+/* blocked.c - _ToBlocked and _FromBlocked of the CPU plugin (core/graph/ops_conv.def): channels-last
  * tensors to and from the blocked layout [n, c / block, spatial..., block] that the session's
  * layout pass gives blocked _FusedConv chains. A pixel's channels are cut into block-sized
  * runs, each copied to (or from) its block's plane; work is split over (image, block). */

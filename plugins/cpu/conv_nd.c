@@ -1,5 +1,5 @@
 /* conv_nd.c - the N-d Conv, _FusedConv and ConvTranspose of the CPU plugin
- * (core/ops_conv.def).
+ * (core/graph/ops_conv.def).
  *
  * Conv in f32 is one oneDNN convolution per call, built once per shape and cached
  * (conv_util.c): groups, explicit padding and dilations go to the primitive as they are, and
@@ -16,7 +16,7 @@
  * after the primitive instead. With filter_constant the reordered filter is matched by its
  * address (conv_util.h).
  *
- * A blocked _FusedConv (the session's layout pass, core/fuse.c) reads and writes blocked
+ * A blocked _FusedConv (the session's layout pass, core/session/fuse.c) reads and writes blocked
  * tensors [n, c / 16, spatial..., 16] (oneDNN's nChw16c), or reads a first layer's few
  * channels as they are (plain_input). Its 3x3 stride-1 parts run as oneDNN Winograd
  * convolutions (FLOE_CONV_WINOGRAD=0: direct). Whole images, and blocks of one image's output

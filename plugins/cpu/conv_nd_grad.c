@@ -1,4 +1,4 @@
-/* conv_nd_grad.c - gradients of the N-d window ops (core/ops_convgrad.def):
+/* conv_nd_grad.c - gradients of the N-d window ops (core/graph/ops_convgrad.def):
  * ConvBackpropInputNd, ConvBackpropFilterNd and PoolGrad.
  *
  * The convolution gradients in f32 run oneDNN's backward-data and backward-weights

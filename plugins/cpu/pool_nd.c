@@ -1,4 +1,4 @@
-/* pool_nd.c - the N-d Pool and MaxPoolWithIndices of the CPU plugin (core/ops_conv.def).
+/* pool_nd.c - the N-d Pool and MaxPoolWithIndices of the CPU plugin (core/graph/ops_conv.def).
  *
  * f32 Pool runs one oneDNN pooling primitive per call (cached per shape) whenever oneDNN's
  * rule is the op's: always for MAX and for AVG without counted padding (ceil_mode's extra

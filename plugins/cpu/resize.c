@@ -1,5 +1,5 @@
 /* resize.c - ONNX's resampling and detection ops of the CPU plugin: Resize, GridSample,
- * RoiAlign and BatchedNonMaxSuppression (semantics in core/ops_resize.def).
+ * RoiAlign and BatchedNonMaxSuppression (semantics in core/graph/ops_resize.def).
  *
  * Resize is separable: each resized dim is one pass over the data, in dim order, turning
  * [outer, in, inner] into [outer, out, inner] with per-output-index taps (input indices and

@@ -1,5 +1,5 @@
 /* rnn_onnx.c - ONNX's whole-sequence recurrent layers RNN, GRU and LSTM for the CPU plugin
- * (semantics and layouts in core/ops_resize.def).
+ * (semantics and layouts in core/graph/ops_resize.def).
  *
  * One driver runs the three: per direction, one GEMM makes the input projections of every
  * step and batch row ([S*B, I] x [I, G*H], biases added once), then a plain loop over time

@@ -1,5 +1,5 @@
 /* window_nd.c - attributes and per-call geometry of the N-d window ops (the rules of
- * core/ops_conv.def, which core/shape_conv.c applies to shapes). */
+ * core/graph/ops_conv.def, which core/graph/shape_conv.c applies to shapes). */
 #include "window_nd.h"
 
 #include <math.h>

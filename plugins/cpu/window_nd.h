@@ -1,5 +1,5 @@
 /* window_nd.h - attributes and geometry of the N-d window ops (Conv, ConvTranspose, Pool,
- * MaxPoolWithIndices; core/ops_conv.def), shared by conv_nd.c and pool_nd.c. Internal to
+ * MaxPoolWithIndices; core/graph/ops_conv.def), shared by conv_nd.c and pool_nd.c. Internal to
  * floe-cpu.so. */
 #ifndef FLOE_CPU_WINDOW_ND_H
 #define FLOE_CPU_WINDOW_ND_H

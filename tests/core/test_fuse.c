@@ -1,4 +1,4 @@
-/* test_fuse.c - the session's graph rewrites (core/fuse.c): a conv -> bias -> relu ->
+/* test_fuse.c - the session's graph rewrites (core/session/fuse.c): a conv -> bias -> relu ->
  * max-pool model and its gradients computed with fusion on and off (FLOE_FUSION=0) give the
  * same values; the fused ops really run (the profile names them) and the replaced ones do
  * not; a chain is left alone when an inner result is fetched or has another consumer; the

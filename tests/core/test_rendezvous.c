@@ -1,5 +1,5 @@
-/* test_rendezvous.c - Send/Recv's rendezvous (core/rendezvous.c), the transport manager
- * (core/transport.c), the local transport plugin alone, and transfers to and from the fake
+/* test_rendezvous.c - Send/Recv's rendezvous (core/exec/rendezvous.c), the transport manager
+ * (core/runtime/transport.c), the local transport plugin alone, and transfers to and from the fake
  * accelerator of tests/devices (floe-testdev.so, whose memory the host reaches only through
  * copies).
  *

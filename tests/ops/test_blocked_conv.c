@@ -1,5 +1,5 @@
 /* test_blocked_conv.c - the blocked layout (ops_conv.def): _ToBlocked / _FromBlocked, the
- * blocked _FusedConv, and the session's layout pass that makes them (core/fuse.c).
+ * blocked _FusedConv, and the session's layout pass that makes them (core/session/fuse.c).
  *
  * The converters are checked element by element against the index rule of the op's
  * definition, computed here. A blocked _FusedConv is checked against the channels-last

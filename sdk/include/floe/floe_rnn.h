@@ -79,7 +79,7 @@ FLOE_API void floe_lstm_weights(FloeGraph *g, const char *name, FloeDType dtype,
                                 int64_t input_size, int64_t hidden_size, int64_t seed,
                                 struct FloeVariable *w, struct FloeVariable *b);
 
-/* ---- dynamic RNN (core/dynamic_rnn.c) ---- */
+/* ---- dynamic RNN (core/train/dynamic_rnn.c) ---- */
 
 typedef struct FloeDynamicRNNOptions {
   size_t struct_size;       /* sizeof(FloeDynamicRNNOptions) */

@@ -1,6 +1,6 @@
 /* onnx_ops_math2.c - ONNX's remaining elementwise math (trigonometry, rounding, Erf, IsNaN,
  * IsInf, Mod, BitShift), Det, MeanVarianceNormalization and the signal ops (windows, DFT,
- * STFT, MelWeightMatrix) as Floe ops (core/ops_math2.def). */
+ * STFT, MelWeightMatrix) as Floe ops (core/graph/ops_math2.def). */
 #include <string.h>
 
 #include "onnx_internal.h"
