@@ -343,46 +343,7 @@ static floe_code host_ctx_set_output(FloeKernelContext *ctx, int i, FloeTensor *
 }
 
 static floe_code host_ctx_allocate_temp(FloeKernelContext *ctx, size_t bytes, void **out) {
-  if (!out)
-    return node_fail(ctx->status, ctx->node, FLOE_INVALID_ARGUMENT, "allocate_temp: out is NULL");
-  *out = NULL;
-  if (ctx->num_temps == ctx->cap_temps) {
-    int cap = ctx->cap_temps ? 2 * ctx->cap_temps : 4;
-    void **temps = floe__realloc(ctx->temps, (size_t)cap * sizeof *temps);
-    if (!temps) goto err_oom;
-    ctx->temps = temps;
-    size_t *sizes = floe__realloc(ctx->temp_sizes, (size_t)cap * sizeof *sizes);
-    if (!sizes) goto err_oom;
-    ctx->temp_sizes = sizes;
-    ctx->cap_temps = cap;
-  }
-  FloeStatus st = {FLOE_OK, NULL};
-  void *p;
-  if (floe__device_alloc(ctx->device, bytes, &p, &st) != FLOE_OK) {
-    floe_code rc = node_fail(ctx->status, ctx->node, st.code, "allocate_temp: %s", floe_status_message(&st));
-    floe_status_clear(&st);
-    return rc;
-  }
-  ctx->temps[ctx->num_temps] = p;
-  ctx->temp_sizes[ctx->num_temps] = bytes;
-  ctx->num_temps++;
-  *out = p;
-  return FLOE_OK;
-
-err_oom:
-  return node_fail(ctx->status, ctx->node, FLOE_NO_MEMORY,
-                   "allocate_temp: out of memory growing the scratch list");
-}
-
-/* Frees the blocks ctx_allocate_temp made (owned by ctx) and the lists holding them. */
-void floe__kernel_ctx_free_temps(FloeKernelContext *ctx) {
-  for (int i = 0; i < ctx->num_temps; i++)
-    floe__device_free(ctx->device, ctx->temps[i], ctx->temp_sizes[i]);
-  floe__free(ctx->temps);
-  floe__free(ctx->temp_sizes);
-  ctx->temps = NULL;
-  ctx->temp_sizes = NULL;
-  ctx->num_temps = ctx->cap_temps = 0;
+  return floe__kernel_ctx_allocate_temp(ctx, bytes, out);
 }
 
 static floe_code host_ctx_set_error(FloeKernelContext *ctx, floe_code code, const char *fmt, ...)
@@ -410,13 +371,9 @@ static int host_ctx_cancelled(const FloeKernelContext *ctx) {
 /* Thread pool: the executor names the pool of the running step; other callers (a plugin's
  * own thread, a test) use the default runtime's pool when it exists, else run inline. */
 
-static _Thread_local FloeThreadPool *thread_pool;
-
-/* pool is borrowed: the caller clears it (NULL) before the pool is freed. */
-void floe__host_set_thread_pool(FloeThreadPool *pool) { thread_pool = pool; }
-
 static FloeThreadPool *current_pool(void) {
-  return thread_pool ? thread_pool : floe__runtime_default_pool();
+  FloeThreadPool *p = floe__pool_current();
+  return p ? p : floe__runtime_default_pool();
 }
 
 static void host_parallel_for(int64_t n, int64_t cost_per_unit, FloeParallelFn fn, void *arg) {

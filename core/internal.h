@@ -385,7 +385,16 @@ struct FloeRuntime {
   uint64_t seed;            /* drawn at creation: incarnation and default random seeds */
   /* transport.c: created on first use, freed by floe_runtime_free before plugins shut down */
   _Atomic(struct FloeTransportMgr *) transport_mgr;
+  bool is_default;          /* floe_runtime_default's: floe_runtime_free leaves it alone */
 };
+
+/* A set of the core's own kernels (device type "*"), added to a new runtime's registry. */
+typedef floe_code (*FloeKernelSetFn)(struct FloeRuntime *rt, FloeStatus *st);
+/* runtime.c: a runtime (floe_runtime_new's work, for builtin.c): thread pool, plugins, then
+ * the core's kernel sets (borrowed for the call) and device names. Caller owns it. */
+struct FloeRuntime *floe__runtime_create(const FloeRuntimeOptions *opts,
+                                         const FloeKernelSetFn *sets, int num_sets,
+                                         FloeStatus *status);
 
 /* plugin.c: discover + load every plugin into rt (called by floe_runtime_new). A plugin that
  * fails is recorded in rt->plugins with its reason; only internal errors (OOM) fail. */
@@ -395,9 +404,6 @@ void floe__plugins_shutdown(struct FloeRuntime *rt);
 
 /* host.c: the one host table (process lifetime). */
 const FloeHostApi *floe__host_api(void);
-/* The pool used by host->parallel_for / schedule on this thread (set by the executor while
- * a kernel runs; falls back to the default runtime's pool). */
-void floe__host_set_thread_pool(FloeThreadPool *pool);
 
 /* device.c */
 FloeDevice *floe__device_find(const struct FloeRuntime *rt, const char *name, FloeStatus *st);
@@ -557,6 +563,11 @@ void floe__executor_profile_reset(FloeExecutor *e);
 /* Executor engineer's additions (threadpool.c, executor.c), called from other modules. */
 /* threadpool.c, for executor.c: true on a worker thread of p. */
 bool floe__pool_in_worker(const FloeThreadPool *p);
+/* threadpool.c: the pool host->parallel_for / schedule use on this thread: a worker's own
+ * pool, or the one the executor names while the calling thread runs a step (NULL: none;
+ * then the default runtime's pool). Borrowed. */
+void floe__pool_set_current(FloeThreadPool *p);
+FloeThreadPool *floe__pool_current(void);
 /* threadpool.c, for executor.c: runs one queued task on the calling thread, if any. */
 bool floe__pool_help(FloeThreadPool *p);
 /* threadpool.c, for executor.c: queues fn(args[i]) for i < n under one lock (all or none). */
@@ -571,10 +582,11 @@ bool floe__exec_step_cancelled(const FloeExecStep *step);
 
 /* ------------------------------------------------------------------------------------ */
 /* Runtime engineer's additions (host.c, runtime.c), called from other modules. */
-/* host.c, for executor.c: free the scratch blocks of ctx_allocate_temp (after compute, or
- * when an async kernel calls done) and reset ctx->temps. */
+/* executor.c: host->ctx_allocate_temp (the block is ctx's), and freeing the blocks (after
+ * compute, or when an async kernel calls done), which resets ctx->temps. */
+floe_code floe__kernel_ctx_allocate_temp(FloeKernelContext *ctx, size_t bytes, void **out);
 void floe__kernel_ctx_free_temps(FloeKernelContext *ctx);
-/* runtime.c, for host.c: the default runtime's pool if it was created, else NULL. */
+/* builtin.c, for host.c: the default runtime's pool if it was created, else NULL. */
 FloeThreadPool *floe__runtime_default_pool(void);
 /* End of the runtime engineer's additions. */
 
@@ -657,8 +669,6 @@ char *floe__rendezvous_key_string(const FloeRendezvousKey *key);
 uint64_t floe__device_incarnation(const struct FloeDevice *d);
 /* sendrecv.c: the kernels of _Send, _ControlSend and _Recv (any device type). */
 floe_code floe__sendrecv_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
-/* sendrecv.c: transfers are added after differentiation; they carry no gradient. */
-floe_code floe__grads_register_sendrecv(FloeStatus *st);
 
 /* partition.c: one piece per device, joined by _Send/_Recv (see the file's comment). */
 typedef struct FloePartitionFed {
@@ -871,10 +881,11 @@ FloeResource *floe__resources_from_handle(FloeResourceMgr *m, const FloeTensor *
  * and reader kernels), so the placer puts the node and its colocation group on such a
  * device and Send/Recv carry what it produces to other devices. */
 #define FLOE__KERNEL_HOST_ONLY 0x40000000u
-/* Adds the core's kernels (device_type "*": any device) to rt's kernel registry. Called by
- * floe_runtime_new after the plugins. floe__kernel_find prefers a plugin's kernel of the
- * device's type and falls back to "*". */
-floe_code floe__core_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* Adds the executor's own kernels (device_type "*": any device: Const, the variable ops,
+ * control flow, TensorArrays and stacks, Send/Recv) to rt's kernel registry: one of
+ * builtin.c's kernel sets. floe__kernel_find prefers a plugin's kernel of the device's type
+ * and falls back to "*". */
+floe_code floe__exec_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 /* core_kernels.c: adds one core kernel (device_type "*") for op to rt. flags: FLOE_KERNEL_*
  * and FLOE__KERNEL_RAW_RESOURCES (without it the executor hands the kernel variable values
  * in place of its resource inputs, as it does for plugins' kernels). */
@@ -927,7 +938,17 @@ floe_code floe__grad_register(const char *op, FloeGradFn fn, FloeStatus *st);
 /* A plugin's declarative gradient (validated against the op registry). */
 floe_code floe__grad_register_def(const FloeGradientDef *def, const char *plugin,
                                   FloeStatus *st);
-/* Registers the standard set's gradient functions once (idempotent, thread-safe). */
+/* grad_registry.c: the standard "not differentiable" entries (idempotent). */
+floe_code floe__grad_registry_init(FloeStatus *st);
+/* grad_registry.c: whether op has an entry, and its function and plugin definition (either
+ * may be NULL; both NULL: not differentiable). Thread-safe; *def lives as long as the
+ * process. fn, def may be NULL. */
+bool floe__grad_lookup(const char *op, FloeGradFn *fn, const FloeGradientDef **def);
+/* grad_registry.c: a FloeGradientDef's grad_inputs entry "dy:J", "x:I" or "y:J" -> kind
+ * ('d', 'x', 'y') and index; false when malformed. */
+bool floe__grad_input_parse(const char *s, char *kind, long *idx);
+/* gradients.c: fills the registry with the standard set (the not-differentiable entries and
+ * the functions of grad_*.c) once (idempotent, thread-safe). */
 floe_code floe__grads_init(FloeStatus *st);
 /* grad_math.c, grad_nn.c, grad_array.c: called by floe__grads_init. */
 floe_code floe__grads_register_math(FloeStatus *st);
@@ -1119,9 +1140,6 @@ floe_code floe__core_kernel_add_async(struct FloeRuntime *rt, const char *op, ui
 /* queue.c, reader.c: register the queue and reader kernels (floe__core_kernels_register). */
 floe_code floe__queue_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 floe_code floe__reader_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
-/* queue.c: queue and reader ops carry no gradient (registered as not differentiable);
- * called by floe__grads_init. */
-floe_code floe__grads_register_data(FloeStatus *st);
 /* idx.c, for reader.c: the batcher's permutation of epoch `epoch` (a Fisher-Yates shuffle
  * of 0..n-1 from (seed, epoch)) into order[n] (caller's array). */
 void floe__idx_permutation(uint64_t seed, int64_t epoch, int64_t n, uint32_t *order);

@@ -61,6 +61,9 @@ struct FloeThreadPool {
 
 /* The pool whose worker this thread is (NULL on other threads). */
 static _Thread_local FloeThreadPool *tls_worker_pool;
+/* The pool this thread's parallel work goes to: its own pool on a worker, the running step's
+ * on a thread that runs one (floe__pool_set_current), else NULL. */
+static _Thread_local FloeThreadPool *tls_current_pool;
 
 enum { POOL_INITIAL_CAP = 1024 };
 
@@ -126,7 +129,7 @@ static int64_t spin_setting(void) {
 static void *worker_main(void *arg) {
   FloeThreadPool *p = arg;
   tls_worker_pool = p;
-  floe__host_set_thread_pool(p);
+  tls_current_pool = p;
   pthread_mutex_lock(&p->mu);
   bool spun = false; /* spun since the last task: sleep when none came */
   for (;;) {
@@ -288,6 +291,9 @@ floe_code floe__pool_schedule_deferred(FloeThreadPool *p, FloeTaskFn fn, void *c
 
 /* True on one of p's own worker threads. */
 bool floe__pool_in_worker(const FloeThreadPool *p) { return p && tls_worker_pool == p; }
+
+void floe__pool_set_current(FloeThreadPool *p) { tls_current_pool = p; }
+FloeThreadPool *floe__pool_current(void) { return tls_current_pool; }
 
 /* Runs one queued task of p on the calling thread (a waiter lending a hand); false when the
  * queue was empty. */

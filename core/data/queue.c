@@ -956,18 +956,3 @@ floe_code floe__queue_kernels_register(FloeRuntime *rt, FloeStatus *st) {
   return FLOE_OK;
 }
 
-floe_code floe__grads_register_data(FloeStatus *st) {
-  /* State and I/O: nothing flows back through a queue or a reader (TensorFlow's choice). */
-  static const char *const ops[] = {
-      "FIFOQueueV2",        "PaddingFIFOQueueV2",        "RandomShuffleQueueV2",
-      "QueueEnqueueV2",     "QueueEnqueueManyV2",        "QueueDequeueV2",
-      "QueueDequeueManyV2", "QueueDequeueUpToV2",        "QueueCloseV2",
-      "QueueSizeV2",        "QueueIsClosedV2",           "TextLineReaderV2",
-      "FixedLengthRecordReaderV2", "IdxRecordReader",    "ReaderRead",
-      "ReaderReadUpTo",     "ReaderSeek"};
-  for (size_t i = 0; i < FLOE__ARRAY_LEN(ops); i++) {
-    floe_code rc = floe__grad_register(ops[i], NULL, st); /* again after a failure: no-op */
-    if (rc != FLOE_OK) return rc;
-  }
-  return FLOE_OK;
-}

@@ -199,7 +199,7 @@ static floe_code control_flow_compute(void *state, FloeKernelContext *ctx) {
                          ctx->node->op->name);
 }
 
-floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
+floe_code floe__exec_kernels_register(FloeRuntime *rt, FloeStatus *st) {
   static const struct {
     const char *op;
     floe_code (*compute)(void *, FloeKernelContext *);
@@ -223,12 +223,7 @@ floe_code floe__core_kernels_register(FloeRuntime *rt, FloeStatus *st) {
     floe_code rc = floe__core_kernel_add(rt, control_flow[i], flags, control_flow_compute, st);
     if (rc != FLOE_OK) return rc;
   }
-  floe_code rc = floe__checkpoint_kernels_register(rt, st);
-  if (rc == FLOE_OK) rc = floe__tensor_array_kernels_register(rt, st);
-  /* Queues and readers (issue 4). */
-  if (rc == FLOE_OK) rc = floe__queue_kernels_register(rt, st);
-  if (rc == FLOE_OK) rc = floe__reader_kernels_register(rt, st);
-  /* Device partitions (issue 5). */
+  floe_code rc = floe__tensor_array_kernels_register(rt, st);
   if (rc == FLOE_OK) rc = floe__sendrecv_kernels_register(rt, st);
   return rc;
 }

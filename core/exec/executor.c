@@ -37,6 +37,56 @@ static atomic_llong next_step_id = 1;
 
 static void process_list(FloeExecStep *s, ReadyList *inl);
 
+/* Scratch of the kernel's device, owned by ctx until floe__kernel_ctx_free_temps (after
+ * compute, or when an async kernel calls done). */
+floe_code floe__kernel_ctx_allocate_temp(FloeKernelContext *ctx, size_t bytes, void **out) {
+  if (!out)
+    return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT,
+                           "node '%s' (%s): allocate_temp: out is NULL", ctx->node->name,
+                           ctx->node->op->name);
+  *out = NULL;
+  if (ctx->num_temps == ctx->cap_temps) {
+    int cap = ctx->cap_temps ? 2 * ctx->cap_temps : 4;
+    void **temps = floe__realloc(ctx->temps, (size_t)cap * sizeof *temps);
+    if (!temps) goto err_oom;
+    ctx->temps = temps;
+    size_t *sizes = floe__realloc(ctx->temp_sizes, (size_t)cap * sizeof *sizes);
+    if (!sizes) goto err_oom;
+    ctx->temp_sizes = sizes;
+    ctx->cap_temps = cap;
+  }
+  FloeStatus st = {FLOE_OK, NULL};
+  void *p;
+  if (floe__device_alloc(ctx->device, bytes, &p, &st) != FLOE_OK) {
+    floe_code rc = floe_status_set(ctx->status, st.code, "node '%s' (%s): allocate_temp: %s",
+                                   ctx->node->name, ctx->node->op->name,
+                                   floe_status_message(&st));
+    floe_status_clear(&st);
+    return rc;
+  }
+  ctx->temps[ctx->num_temps] = p;
+  ctx->temp_sizes[ctx->num_temps] = bytes;
+  ctx->num_temps++;
+  *out = p;
+  return FLOE_OK;
+
+err_oom:
+  return floe_status_set(ctx->status, FLOE_NO_MEMORY,
+                         "node '%s' (%s): allocate_temp: out of memory growing the scratch list",
+                         ctx->node->name, ctx->node->op->name);
+}
+
+/* Frees the blocks ctx_allocate_temp made (owned by ctx) and the lists holding them. */
+void floe__kernel_ctx_free_temps(FloeKernelContext *ctx) {
+  for (int i = 0; i < ctx->num_temps; i++)
+    floe__device_free(ctx->device, ctx->temps[i], ctx->temp_sizes[i]);
+  floe__free(ctx->temps);
+  floe__free(ctx->temp_sizes);
+  ctx->temps = NULL;
+  ctx->temp_sizes = NULL;
+  ctx->num_temps = ctx->cap_temps = 0;
+}
+
 /* Borrowed from the executor's plan (the session's manager); NULL outside a session. */
 FloeResourceMgr *floe__kernel_ctx_resources(const FloeKernelContext *ctx) {
   return ctx && ctx->step ? ctx->step->e->resources : NULL;
@@ -1193,7 +1243,7 @@ floe_code floe__executor_start(FloeExecutor *e, FloeTensor *const *feeds, const 
   if (rc != FLOE_OK) return rc;
   if (ctl) s->ctl = *ctl;
   s->in_worker = floe__pool_in_worker(e->pool);
-  floe__host_set_thread_pool(e->pool);
+  floe__pool_set_current(e->pool);
   int64_t timeout = s->ctl.timeout_ms;
   if (timeout > 0) {
     s->timeout_ms = timeout;
@@ -1231,6 +1281,6 @@ floe_code floe__executor_finish(FloeExecStep *s, FloeTensor **outputs, FloeStatu
   bool in_worker = s->in_worker;
   step_free(s);
   /* The caller's thread stops naming a pool that may be freed before its next step. */
-  if (!in_worker) floe__host_set_thread_pool(NULL);
+  if (!in_worker) floe__pool_set_current(NULL);
   return code;
 }

@@ -124,11 +124,3 @@ floe_code floe__sendrecv_kernels_register(FloeRuntime *rt, FloeStatus *st) {
   return rc;
 }
 
-floe_code floe__grads_register_sendrecv(FloeStatus *st) {
-  static const char *const ops[] = {"_Send", "_ControlSend", "_Recv"};
-  for (size_t i = 0; i < FLOE__ARRAY_LEN(ops); i++) {
-    floe_code rc = floe__grad_register(ops[i], NULL, st);
-    if (rc != FLOE_OK) return rc;
-  }
-  return FLOE_OK;
-}

@@ -1459,3 +1459,31 @@ fail:
   return NULL;
 }
 #undef NEED
+
+/* Copies attribute `name` of from onto b as it is (nothing when from lacks it). */
+void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *name) {
+  const FloeAttrValue *v = floe__attrs_get(&from->attrs, name);
+  if (!v) return;
+  switch (v->kind) {
+    case FLOE_ATTR_INT: floe_node_set_attr_int(b, name, v->u.i); break;
+    case FLOE_ATTR_FLOAT: floe_node_set_attr_float(b, name, v->u.f); break;
+    case FLOE_ATTR_BOOL: floe_node_set_attr_bool(b, name, v->u.b); break;
+    case FLOE_ATTR_STRING: floe_node_set_attr_string(b, name, v->u.s); break;
+    case FLOE_ATTR_TYPE: floe_node_set_attr_type(b, name, v->u.type); break;
+    case FLOE_ATTR_SHAPE: floe_node_set_attr_shape(b, name, v->u.shape); break;
+    case FLOE_ATTR_TENSOR: floe_node_set_attr_tensor(b, name, v->u.tensor); break;
+    case FLOE_ATTR_INT_LIST:
+      floe_node_set_attr_int_list(b, name, v->u.ilist.v, (int)v->u.ilist.n);
+      break;
+    case FLOE_ATTR_FLOAT_LIST:
+      floe_node_set_attr_float_list(b, name, v->u.flist.v, (int)v->u.flist.n);
+      break;
+    case FLOE_ATTR_TYPE_LIST:
+      floe_node_set_attr_type_list(b, name, v->u.tlist.v, (int)v->u.tlist.n);
+      break;
+    case FLOE_ATTR_SHAPE_LIST:
+      floe_node_set_attr_shape_list(b, name, v->u.slist.v, (int)v->u.slist.n);
+      break;
+    default: break;
+  }
+}

@@ -11,12 +11,6 @@
 
 #include "internal.h"
 
-/* The process-wide runtime (floe_runtime_default): created once, never freed. */
-static pthread_once_t default_once = PTHREAD_ONCE_INIT;
-static FloeRuntime *default_rt;
-static _Atomic(FloeThreadPool *) default_pool;
-static FloeStatus default_error;
-
 /* Every FloeRuntimeOptions ever released has at least struct_size and plugin_path. */
 #define FIELD_END_PLUGIN_PATH (offsetof(FloeRuntimeOptions, plugin_path) + sizeof(const char *))
 
@@ -80,8 +74,9 @@ static void name_devices(FloeRuntime *rt) {
 }
 
 /* Caller owns the runtime (floe_runtime_free); opts and its strings are borrowed for the
- * call. */
-FloeRuntime *floe_runtime_new(const FloeRuntimeOptions *opts, FloeStatus *status) {
+ * call, sets (the core's kernel sets, registered after the plugins' kernels) too. */
+FloeRuntime *floe__runtime_create(const FloeRuntimeOptions *opts, const FloeKernelSetFn *sets,
+                                  int num_sets, FloeStatus *status) {
   if (opts && opts->struct_size < FIELD_END_PLUGIN_PATH) {
     floe_status_set(status, FLOE_INVALID_ARGUMENT,
                     "FloeRuntimeOptions.struct_size is %zu: set it to sizeof(FloeRuntimeOptions)",
@@ -99,7 +94,8 @@ FloeRuntime *floe_runtime_new(const FloeRuntimeOptions *opts, FloeStatus *status
   if (!rt->pool) goto err_free_rt;
   if (floe__plugins_load(rt, opts, status) != FLOE_OK) goto err_free_plugins;
   /* After the plugins: a plugin's kernel of a device's own type wins over the core's. */
-  if (floe__core_kernels_register(rt, status) != FLOE_OK) goto err_free_plugins;
+  for (int i = 0; i < num_sets; i++)
+    if (sets[i](rt, status) != FLOE_OK) goto err_free_plugins;
   name_devices(rt);
   rt->seed = draw_seed();
   return rt;
@@ -117,7 +113,7 @@ err_free_rt:
 /* Frees rt and everything its plugins registered; the default runtime is never freed. */
 void floe_runtime_free(FloeRuntime *rt) {
   /* The default runtime is borrowed by everyone until exit. */
-  if (!rt || rt == default_rt) return;
+  if (!rt || rt->is_default) return;
   /* Workers may still run plugin code: join them before any shutdown hook. */
   floe__pool_free(rt->pool);
   /* The progress thread runs transport plugin code: stop it before the plugins go. */
@@ -125,27 +121,6 @@ void floe_runtime_free(FloeRuntime *rt) {
   floe__plugins_shutdown(rt);
   floe__free(rt);
 }
-
-static void default_create(void) {
-  FloeStatus st = {FLOE_OK, NULL};
-  default_rt = floe_runtime_new(NULL, &st);
-  if (default_rt)
-    atomic_store(&default_pool, default_rt->pool);
-  else
-    default_error = st; /* kept for every later caller */
-}
-
-/* Borrowed: created on first use, lives until exit. */
-FloeRuntime *floe_runtime_default(FloeStatus *status) {
-  pthread_once(&default_once, default_create);
-  if (!default_rt)
-    floe_status_set(status, default_error.code, "cannot create the default runtime: %s",
-                    floe_status_message(&default_error));
-  return default_rt;
-}
-
-/* Borrowed from the default runtime (never freed); NULL before it exists. */
-FloeThreadPool *floe__runtime_default_pool(void) { return atomic_load(&default_pool); }
 
 /* Counts of rt's registries (0 for a NULL runtime); nothing is allocated. */
 int floe_runtime_num_plugins(const FloeRuntime *rt) { return rt ? rt->num_plugins : 0; }
