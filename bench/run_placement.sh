@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_placement.sh - placement quality on cpu + tpu-sim (issue 5): the cnn and the LSTM
+# run_placement.sh - placement quality on cpu + tpu-sim: the cnn and the LSTM
 # training graphs, each placed by the cost-model placer and by simple alternatives (all on
 # one device; matrix-class ops on the accelerator), with estimated and measured step times
 # (bench_placement.c explains "measured"). Run from the build tree after `make`:

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "internal.h"
+#include "core.h"
 
 /* In registration order; a plugin's kernel of a device's own type wins over all of these. */
 static const FloeKernelSetFn builtin_kernel_sets[] = {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "core.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* Logging: silent unless FLOE_LOG_LEVEL names a level (error, warning, info, debug, 0-3). */

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 /* Allocations counted since the last floe_test_fail_alloc_after; fail_at 0 = never fail. */
 static atomic_long alloc_count;

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 void floe__attrs_init(FloeAttrs *a) { memset(a, 0, sizeof *a); }
 
@@ -241,26 +241,4 @@ char *floe__attr_value_str(const FloeAttrValue *v, char *buf, size_t len) {
   }
 #undef APPEND
   return buf;
-}
-
-/* ---- typed lookups on a node's attributes ---- */
-
-const FloeAttrValue *floe__node_attr(const FloeNode *n, const char *name, FloeAttrKind kind) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == kind ? v : NULL;
-}
-
-int64_t floe__node_attr_int(const FloeNode *n, const char *name, int64_t dflt) {
-  const FloeAttrValue *v = floe__node_attr(n, name, FLOE_ATTR_INT);
-  return v ? v->u.i : dflt;
-}
-
-bool floe__node_attr_bool(const FloeNode *n, const char *name, bool dflt) {
-  const FloeAttrValue *v = floe__node_attr(n, name, FLOE_ATTR_BOOL);
-  return v ? v->u.b != 0 : dflt;
-}
-
-const char *floe__node_attr_str(const FloeNode *n, const char *name) {
-  const FloeAttrValue *v = floe__node_attr(n, name, FLOE_ATTR_STRING);
-  return v && v->u.s ? v->u.s : "";
 }

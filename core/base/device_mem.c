@@ -2,7 +2,7 @@
  * NULL) and copies between any two places: what tensors are made of. */
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 /* Caller owns *ptr and frees it with floe__device_free on the same device. */
 floe_code floe__device_alloc(FloeDevice *dev, size_t bytes, void **ptr, FloeStatus *st) {

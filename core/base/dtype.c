@@ -4,7 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "base.h"
 
 size_t floe_dtype_size(FloeDType dt) {
   switch (dt) {

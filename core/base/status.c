@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 FloeStatus *floe_status_new(void) { return floe__calloc(1, sizeof(FloeStatus)); }
 

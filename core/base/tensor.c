@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 floe_code floe__shape_bytes(FloeDType dt, int rank, const int64_t *dims, int64_t *num_elements,
                             size_t *nbytes, FloeStatus *st) {

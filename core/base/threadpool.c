@@ -33,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "base.h"
 
 typedef struct PoolTask {
   FloeTaskFn fn; /* NULL: a withdrawn parallel_for helper (skipped) */

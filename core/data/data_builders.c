@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "data.h"
 
 static FloeOutput invalid(void) { return floe_out(NULL, 0); }
 

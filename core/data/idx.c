@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "internal.h"
+#include "data.h"
 
 #define IDX_IMAGES_MAGIC 0x00000803u
 #define IDX_LABELS_MAGIC 0x00000801u

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "data.h"
 
 typedef enum QueueKind { Q_FIFO = 0, Q_PADDING = 1, Q_SHUFFLE = 2 } QueueKind;
 

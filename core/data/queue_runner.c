@@ -10,7 +10,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "data.h"
 
 struct FloeQueueRunner {
   FloeSession *s;          /* borrowed; outlives the runner */

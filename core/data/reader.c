@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "internal.h"
+#include "data.h"
 
 typedef enum ReaderKind { R_TEXT = 0, R_FIXED = 1, R_IDX = 2 } ReaderKind;
 

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "data.h"
 
 #define TEXT_DEFAULT_VOCAB 10000
 #define TEXT_DEFAULT_HOLDOUT 10

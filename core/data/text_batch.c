@@ -4,7 +4,7 @@
  * corpus through its public accessors and only borrow its arrays. */
 #include <string.h>
 
-#include "internal.h"
+#include "data.h"
 
 static const char *split_name(FloeTextSplit split) {
   return split == FLOE_TEXT_TEST ? "held-out" : "training";

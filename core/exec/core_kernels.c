@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "exec.h"
 
 /* Exactly one of compute / compute_async is set. */
 static floe_code kernel_add(FloeRuntime *rt, const char *op, uint32_t flags,

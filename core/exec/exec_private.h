@@ -4,7 +4,7 @@
 #ifndef FLOE_EXEC_PRIVATE_H
 #define FLOE_EXEC_PRIVATE_H
 
-#include "internal.h"
+#include "exec.h"
 
 typedef struct FloeCfExec FloeCfExec;  /* exec_frames.c: static frame analysis */
 typedef struct FloeCfStep FloeCfStep;  /* exec_frames.c: one step's frames */

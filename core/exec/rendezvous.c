@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "exec.h"
 
 typedef struct Slot {
   char *key;                 /* the key string, owned */

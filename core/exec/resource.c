@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "exec.h"
 
 /* Variables sorted by (container, name): lookups by binary search, a container's
  * variables contiguous and sorted by name. */

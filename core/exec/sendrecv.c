@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "exec.h"
 
 /* The pair's key; its strings are borrowed from the node's attributes. */
 static void make_key(const FloeKernelContext *ctx, FloeRendezvousKey *k) {

@@ -9,7 +9,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "exec.h"
 
 typedef struct Stack {
   FloeResource res;   /* first: what the manager holds */

@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "exec.h"
 
 typedef struct TaElem {
   FloeTensor *t;   /* one reference; NULL when unwritten or cleared by a read */

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph.h"
 
 /* ---- node helpers (errors land in the graph's sticky error) ---- */
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph.h"
 
 /* Writes s as the inside of a DOT double-quoted string. Backslash is escaped too, since
  * DOT reads "\N", "\l" and friends inside labels. */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph.h"
 
 /* Flattened outputs of one node; guards against an absurd N from a file or a caller. */
 #define MAX_NODE_OUTPUTS (1 << 16)
@@ -1486,4 +1486,26 @@ void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *
       break;
     default: break;
   }
+}
+
+/* ---- typed lookups on a node's attributes ---- */
+
+const FloeAttrValue *floe__node_attr(const FloeNode *n, const char *name, FloeAttrKind kind) {
+  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
+  return v && v->kind == kind ? v : NULL;
+}
+
+int64_t floe__node_attr_int(const FloeNode *n, const char *name, int64_t dflt) {
+  const FloeAttrValue *v = floe__node_attr(n, name, FLOE_ATTR_INT);
+  return v ? v->u.i : dflt;
+}
+
+bool floe__node_attr_bool(const FloeNode *n, const char *name, bool dflt) {
+  const FloeAttrValue *v = floe__node_attr(n, name, FLOE_ATTR_BOOL);
+  return v ? v->u.b != 0 : dflt;
+}
+
+const char *floe__node_attr_str(const FloeNode *n, const char *name) {
+  const FloeAttrValue *v = floe__node_attr(n, name, FLOE_ATTR_STRING);
+  return v && v->u.s ? v->u.s : "";
 }

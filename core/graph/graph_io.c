@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "graph.h"
 
 #define FORMAT_MAGIC "FLOEGRPH"
 #define FORMAT_MAJOR 1u

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph.h"
 #include "ops_shape.h"
 
 /* ------------------------------------------------------------------------------------ */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph.h"
 #include "ops_shape.h"
 
 /* A temporary "[2,?,3]" for messages; lives until the end of the enclosing block. */
@@ -1191,7 +1191,7 @@ floe_code floe__shape_sparse_xent(const FloeHostApi *host, FloeShapeContext *sct
   return FLOE_OK;
 }
 
-/* ---- training ops (issue 3) ---- */
+/* ---- training ops ---- */
 
 floe_code floe__shape_from_shape_input1(const FloeHostApi *host, FloeShapeContext *sctx) {
   char what[64];

@@ -6,7 +6,7 @@
 #ifndef FLOE_OPS_SHAPE_H
 #define FLOE_OPS_SHAPE_H
 
-#include "internal.h"
+#include "graph.h"
 
 /* Registers every op of ops_std.def as the standard set (plugin NULL). Ops already there
  * with an identical definition are kept, so a call after a partial failure completes the
@@ -46,7 +46,7 @@ floe_code floe__shape_one_hot(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_xent(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_sparse_xent(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_from_shape_input(const FloeHostApi *host, FloeShapeContext *sctx);
-/* Training ops (issue 3). */
+/* Training ops. */
 floe_code floe__shape_from_shape_input1(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_addn(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_concat_offset(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -64,7 +64,7 @@ floe_code floe__shape_lstm_cell_backprop(const FloeHostApi *host, FloeShapeConte
 floe_code floe__shape_lstm_cell_recurrent(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_lstm_cell_recurrent_backprop(const FloeHostApi *host,
                                                    FloeShapeContext *sctx);
-/* Queues and readers (ops_data.def, issue 4). */
+/* Queues and readers (ops_data.def). */
 floe_code floe__shape_queue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_queue_enqueue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_queue_dequeue(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -93,7 +93,7 @@ floe_code floe__shape_from_blocked(const FloeHostApi *host, FloeShapeContext *sc
 floe_code floe__shape_conv_backprop_input_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_conv_backprop_filter_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pool_grad_nd(const FloeHostApi *host, FloeShapeContext *sctx);
-/* Indexing ops (ops_index.def, ops_shape_index.c; issue 6). */
+/* Indexing ops (ops_index.def, ops_shape_index.c). */
 floe_code floe__shape_gather_elements(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_scatter(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_gather_nd(const FloeHostApi *host, FloeShapeContext *sctx);

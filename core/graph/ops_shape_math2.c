@@ -5,7 +5,7 @@
  * leave their dims unknown; a definite mismatch is an error naming the op and the shapes. */
 #include <stdio.h>
 
-#include "internal.h"
+#include "graph.h"
 #include "ops_shape.h"
 
 #define SHAPE_STR(s) floe_shape_str(&(s), (char[160]){0}, 160)

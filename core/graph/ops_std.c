@@ -3,7 +3,7 @@
  * standard ops go through exactly the parser and checks that plugins' custom ops do. */
 #include <string.h>
 
-#include "internal.h"
+#include "graph.h"
 #include "ops_shape.h"
 
 /* Ops without a shape function say NULL in ops_std.def; FLOE_OP pastes the prefix. */

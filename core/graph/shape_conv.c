@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph.h"
 #include "ops_shape.h"
 
 #define SHAPE_STR(s) floe_shape_str(&(s), (char[160]){0}, 160)

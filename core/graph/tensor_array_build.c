@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "internal.h"
+#include "graph.h"
 
 /* Ops that pass their input 0 through unchanged on their outputs (control flow moves a
  * handle into and out of loops with them). */

@@ -10,7 +10,7 @@
 #define FLOE_ONNX_INTERNAL_H
 
 #include "floe/floe_onnx.h"
-#include "internal.h"
+#include "core.h"
 #include "onnx.pb-c.h"
 
 /* --- onnx_model.c: bytes <-> protobuf messages, TensorProto <-> FloeTensor --- */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime.h"
 
 #define ACCEPTED_FORMS                                                                       \
   "accepted forms: \"/job:localhost/replica:0/task:0/device:CPU:0\" (any part may be left " \

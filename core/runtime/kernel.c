@@ -3,7 +3,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "runtime.h"
 
 /* A growing message; `oom` once an append failed (the message is then dropped). */
 typedef struct MsgBuf {

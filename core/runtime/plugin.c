@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "internal.h"
+#include "runtime.h"
 
 #define PLUGIN_PREFIX "floe-"
 #define PLUGIN_SUFFIX ".so"

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime.h"
 
 /* Every FloeRuntimeOptions ever released has at least struct_size and plugin_path. */
 #define FIELD_END_PLUGIN_PATH (offsetof(FloeRuntimeOptions, plugin_path) + sizeof(const char *))

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime.h"
 
 struct FloeXfer {
   void *req;                 /* the transport's request; NULL once completed or cancelled */

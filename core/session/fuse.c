@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "session.h"
 
 typedef struct Fuse {
   FloeGraph *g;

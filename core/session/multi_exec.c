@@ -12,7 +12,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "internal.h"
+#include "session.h"
 
 typedef struct Piece {
   FloeDevice *device;

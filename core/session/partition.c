@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "session.h"
 
 typedef struct Frame {
   const char *name;   /* borrowed from an Enter's frame_name */

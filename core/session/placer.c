@@ -22,7 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "session.h"
 
 /* ---- the cost model ---- */
 

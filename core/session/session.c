@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "session.h"
 
 typedef struct CacheEntry {
   int *key;               /* the canonical signature (see make_key) */

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "train.h"
 
 #define DEFAULT_PREFIX "ckpt"
 #define SUFFIX ".safetensors"

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 typedef struct DynArg {
   FloeTensorArray in, out;

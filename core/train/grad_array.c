@@ -4,7 +4,7 @@
  * gradient graph stays complete. */
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 static FloeOutput in_(const FloeGradCtx *c, int i) { return c->node->inputs[i]; }
 

@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 /* ---- conds ---- */
 

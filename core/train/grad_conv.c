@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 static FloeOutput in_(const FloeGradCtx *c, int i) { return c->node->inputs[i]; }
 

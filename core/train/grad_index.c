@@ -6,7 +6,7 @@
  * differentiable (as in TensorFlow). */
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 static FloeOutput in_(const FloeGradCtx *c, int i) { return c->node->inputs[i]; }
 

@@ -6,7 +6,7 @@
  * wants (need_dx false) get no nodes. */
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 static FloeOutput in_(const FloeGradCtx *c, int i) { return c->node->inputs[i]; }
 static FloeOutput out_(const FloeGradCtx *c, int j) { return floe_out((FloeNode *)c->node, j); }

@@ -4,7 +4,7 @@
  * the window and mel matrices, which depend on their inputs through integers or floors).
  * MatrixDeterminant, DFT and STFT have no gradient yet: autodiff through them fails naming
  * the op. */
-#include "internal.h"
+#include "train.h"
 
 static FloeOutput in_(const FloeGradCtx *c, int i) { return c->node->inputs[i]; }
 static FloeOutput out_(const FloeGradCtx *c, int j) { return floe_out((FloeNode *)c->node, j); }

@@ -2,7 +2,7 @@
  * (BatchedNonMaxSuppression) carry no gradient. The others are differentiable but have no
  * gradient function yet: differentiating through one is an error naming the node, never a
  * silent zero (an imported model fine-tuned with --trainable must not train wrongly). */
-#include "internal.h"
+#include "train.h"
 
 static floe_code grad_missing(FloeGradCtx *c, FloeStatus *st) {
   const FloeNode *n = c->node;

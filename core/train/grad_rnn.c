@@ -1,6 +1,6 @@
 /* grad_rnn.c - gradient functions of the recurrent-cell ops (ops_rnn.def). The primitive-op
  * cell of rnn.c needs none: its ops have their own. */
-#include "internal.h"
+#include "train.h"
 
 /* A backprop node `op` of the cell c->node reading the cell's first n inputs (without the
  * first, gates_x, when a transposed weight w is given, which follows them), the cell's c and

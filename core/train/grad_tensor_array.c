@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 #define GRAD_SOURCE "gradients"
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 floe_code floe__grads_init(FloeStatus *st) {
   static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 static FloeOutput invalid(void) { return floe_out(NULL, 0); }
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "train.h"
 
 static const FloeOutput no_output = {NULL, 0};
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 static FloeLSTMState invalid_state(void) {
   FloeLSTMState s = {{NULL, 0}, {NULL, 0}};

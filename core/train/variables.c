@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "train.h"
 
 /* Up to this many elements a constant initialiser is one Const; beyond, a Fill of a scalar
  * (the graph, and its file, stay small). */

@@ -26,28 +26,28 @@ floe_code cpu_register_matmul(FloePluginRegistrar *reg);
 floe_code cpu_register_conv(FloePluginRegistrar *reg);
 floe_code cpu_register_array(FloePluginRegistrar *reg);
 floe_code cpu_register_random(FloePluginRegistrar *reg);
-/* Training (issue 3). */
+/* Training. */
 floe_code cpu_register_grad_elementwise(FloePluginRegistrar *reg); /* grad_elementwise.c */
 floe_code cpu_register_grad_array(FloePluginRegistrar *reg);       /* grad_array.c */
 floe_code cpu_register_conv_grad(FloePluginRegistrar *reg);        /* conv_grad.c */
 floe_code cpu_register_optim(FloePluginRegistrar *reg);            /* optim.c */
-/* Recurrent cells (issue 4). */
+/* Recurrent cells. */
 floe_code cpu_register_lstm(FloePluginRegistrar *reg);             /* lstm.c */
-/* N-d convolution and pooling (issue 6). */
+/* N-d convolution and pooling. */
 floe_code cpu_register_conv_nd(FloePluginRegistrar *reg);          /* conv_nd.c */
 floe_code cpu_register_blocked(FloePluginRegistrar *reg);          /* blocked.c */
 floe_code cpu_register_pool_nd(FloePluginRegistrar *reg);          /* pool_nd.c */
-/* ONNX math family (issue 6): determinants and spectral ops. */
+/* ONNX math family: determinants and spectral ops. */
 floe_code cpu_register_spectral(FloePluginRegistrar *reg);         /* spectral.c */
-/* Indexing ops (issue 6). */
+/* Indexing ops. */
 floe_code cpu_register_index(FloePluginRegistrar *reg);            /* index.c */
 floe_code cpu_register_index_move(FloePluginRegistrar *reg);       /* index_move.c */
-/* ONNX's resampling, detection and sequence-recurrent ops (issue 6). */
+/* ONNX's resampling, detection and sequence-recurrent ops. */
 floe_code cpu_register_resize(FloePluginRegistrar *reg);           /* resize.c */
 floe_code cpu_register_rnn_onnx(FloePluginRegistrar *reg);         /* rnn_onnx.c */
-/* Text features (issue 6). */
+/* Text features. */
 floe_code cpu_register_tfidf(FloePluginRegistrar *reg);            /* tfidf.c */
-/* Gradients of the N-d convolution and pooling ops (issue 6). */
+/* Gradients of the N-d convolution and pooling ops. */
 floe_code cpu_register_conv_nd_grad(FloePluginRegistrar *reg);     /* conv_nd_grad.c */
 /* resize.c: n elements of any numeric dtype dt to f64 and back (integers rounded half to
  * even and saturated, NaN to 0; f16 and bf16 through f32). */

@@ -1,4 +1,4 @@
-/* grad_elementwise.c - elementwise kernels that training adds (issue 3): StopGradient, AddN,
+/* grad_elementwise.c - elementwise kernels that training adds: StopGradient, AddN,
  * the fused activation gradients (ReluGrad .. RsqrtGrad) and BiasAddGrad.
  *
  * The activation gradients are two-input rows over one contiguous run, one row per dtype, so

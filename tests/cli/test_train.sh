@@ -173,7 +173,7 @@ assert q['model'] == 'cnn' and q['global_step'] == 6 and 0 < q['final_loss'] < 1
 assert q['input'] == 'queue' and f['input'] == 'feed' and q['final_loss'] == f['final_loss'], (q, f)
 PY
 
-# Across devices (issue 5): the CNN placed by the cost model on cpu + tpu-sim (convolutions
+# Across devices: the CNN placed by the cost model on cpu + tpu-sim (convolutions
 # and products on the chip, through the local transport), with and without bf16 transfers,
 # against the CPU alone on the same 640 examples; and two CPU devices.
 devpath="$FLOE_PLUGIN_PATH:$FLOE_TPUSIM_PLUGIN_DIR:$FLOE_TRANSPORT_DIR"

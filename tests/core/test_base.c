@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core.h"
 
 START_TEST(status_codes_and_messages) {
   FloeStatus *s = floe_status_new();

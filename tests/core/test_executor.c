@@ -17,7 +17,7 @@
 
 #include "../ops/harness.h"
 #include "floe/floe.h"
-#include "internal.h"
+#include "core.h"
 
 /* Thread counts every scheduling test runs with (1: the pool must still make progress). */
 static const int THREADS[] = {1, 2, 4};

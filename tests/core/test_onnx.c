@@ -12,7 +12,7 @@
 
 #include "floe/floe_onnx.h"
 #include "floe/floe_train.h"
-#include "internal.h"
+#include "core.h"
 #include "onnx.pb-c.h"
 #include "onnx_builder.h"
 

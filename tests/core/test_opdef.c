@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core.h"
 
 /* Registers an op from spec arrays (NULL-terminated) on behalf of plugin "test". */
 static floe_code reg(const char *name, const char *const *in, const char *const *out,

@@ -13,7 +13,7 @@
 
 #include "../ops/harness.h"
 #include "floe/floe.h"
-#include "internal.h" /* floe__node_set_input: a loop's back edge, built by hand */
+#include "core.h" /* floe__node_set_input: a loop's back edge, built by hand */
 
 static FloeRuntime *rt;
 

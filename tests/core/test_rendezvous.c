@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core.h"
 
 static const char *env_dir(const char *var) {
   const char *d = getenv(var);

@@ -15,7 +15,7 @@
 
 #include "../ops/harness.h"
 #include "floe/floe.h"
-#include "internal.h"
+#include "core.h"
 
 static FloeRuntime *rt;
 

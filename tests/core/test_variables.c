@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "floe/floe.h"
-#include "internal.h"
+#include "core.h"
 
 static FloeRuntime *rt;
 

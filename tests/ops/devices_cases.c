@@ -906,7 +906,7 @@ const XCase xcases[] = {
     {.op = "MelWeightMatrix", .label = "10 bins of a 64-point DFT at 16000 Hz f64",
      .in = {S(I64, 10), S(I64, 64), S(I64, 16000), S(F64, 20), S(F64, 7000)},
      .attrs = {AT("dtype", F64)}},
-    /* Indexing ops (ops_index.def, issue 6). */
+    /* Indexing ops (ops_index.def). */
     {.op = "Pad", .label = "[3,4] EDGE f64", .in = {R(F64, -1, 1, 2, 3, 4),
                                                    V(I32, VALS(2, 1, 0, 3), 2, 2, 2)},
      .attrs = {AS("mode", "EDGE")}},

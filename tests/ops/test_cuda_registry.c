@@ -10,7 +10,7 @@
 
 #include <floe/floe_plugin.h>
 
-#include "internal.h"
+#include "core.h"
 
 /* The plugin's registration sets (plugins/cuda/cuda.h, which needs the CUDA headers). */
 floe_code cu_register_elementwise(FloePluginRegistrar *reg);

@@ -1,4 +1,4 @@
-/* test_grad_ops.c - the elementwise-style ops of issue 3 (training): StopGradient, Sign, Cos,
+/* test_grad_ops.c - the elementwise-style training ops: StopGradient, Sign, Cos,
  * Sin, Floor, AddN, the activation gradients (ReluGrad .. RsqrtGrad), BiasAddGrad and the
  * stateless random ops.
  *

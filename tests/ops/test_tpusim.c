@@ -25,7 +25,7 @@
 #include <floe/floe_train.h>
 
 #include "harness.h"
-#include "internal.h"
+#include "core.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* Helpers. */

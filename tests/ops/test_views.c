@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "internal.h"
+#include "core.h"
 
 /* ---------------------------------------------------------------------------------- */
 /* Graph helpers. */

@@ -1,0 +1,125 @@
+/* runtime.h - libfloe's runtime layer (core/runtime/): plugins (discovery, loading, the
+ * registrar), runtimes and their devices, the kernel registry and kernel choice, and the
+ * transport manager. */
+#ifndef FLOE__LAYER_RUNTIME_H
+#define FLOE__LAYER_RUNTIME_H
+
+#include "graph/graph.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* Kernel flag (core only): the kernel gets its resource inputs as handles, not values. */
+#define FLOE__KERNEL_RAW_RESOURCES 0x80000000u
+/* Kernel flag (core only): the kernel serves only devices whose memory is host memory (a
+ * reader's or a queue's state and tensors live there, as with TensorFlow's CPU-only queue
+ * and reader kernels), so the placer puts the node and its colocation group on such a
+ * device and Send/Recv carry what it produces to other devices. */
+#define FLOE__KERNEL_HOST_ONLY 0x40000000u
+
+typedef struct FloeKernelReg {
+  char *op;
+  char *device_type;
+  FloeTypeConstraint *constraints; /* attr strings owned */
+  size_t num_constraints;
+  int32_t priority;
+  uint32_t flags;
+  FloeKernelDef def;        /* copied, zero-extended; op/device_type/constraints point above */
+  FloePlugin *plugin;
+} FloeKernelReg;
+
+typedef struct FloeTransportReg {
+  FloeTransportFns fns;     /* copied, zero-extended */
+  char *name;
+  FloePlugin *plugin;
+} FloeTransportReg;
+
+struct FloePlugin {
+  FloePluginReport report;  /* strings below are owned by the plugin record */
+  char *name, *path, *version, *message;
+  void *handle;             /* dlopen handle (never closed) */
+  void (*shutdown)(void *);
+  void *shutdown_arg;
+};
+
+struct FloeRuntime {
+  FloePlugin **plugins;
+  int num_plugins;
+  FloeDevice **devices;
+  int num_devices;
+  FloeKernelReg **kernels;
+  int num_kernels;
+  FloeTransportReg **transports;
+  int num_transports;
+  FloeThreadPool *pool;
+  int num_threads;
+  uint64_t seed;            /* drawn at creation: incarnation and default random seeds */
+  /* transport.c: created on first use, freed by floe_runtime_free before plugins shut down */
+  _Atomic(struct FloeTransportMgr *) transport_mgr;
+  bool is_default;          /* floe_runtime_default's: floe_runtime_free leaves it alone */
+};
+
+/* A set of the core's own kernels (device type "*"), added to a new runtime's registry. */
+typedef floe_code (*FloeKernelSetFn)(struct FloeRuntime *rt, FloeStatus *st);
+/* runtime.c: a runtime (floe_runtime_new's work, for builtin.c): thread pool, plugins, then
+ * the core's kernel sets (borrowed for the call) and device names. Caller owns it. */
+struct FloeRuntime *floe__runtime_create(const FloeRuntimeOptions *opts,
+                                         const FloeKernelSetFn *sets, int num_sets,
+                                         FloeStatus *status);
+
+/* plugin.c: discover + load every plugin into rt (called by floe_runtime_new). A plugin that
+ * fails is recorded in rt->plugins with its reason; only internal errors (OOM) fail. */
+floe_code floe__plugins_load(struct FloeRuntime *rt, const FloeRuntimeOptions *opts,
+                             FloeStatus *st);
+void floe__plugins_shutdown(struct FloeRuntime *rt);
+
+/* device.c */
+FloeDevice *floe__device_find(const struct FloeRuntime *rt, const char *name, FloeStatus *st);
+
+/* kernel.c: the best kernel for node on a device type (constraints checked against the
+ * node's type attributes; highest priority wins). NULL + st naming the node, op, dtypes and
+ * the device types that do have a kernel when none matches. */
+const FloeKernelReg *floe__kernel_find(const struct FloeRuntime *rt, const FloeNode *node,
+                                       const char *device_type, FloeStatus *st);
+/* One kernel instance for node on dev: *state from the kernel's create (then *created is
+ * true and floe__kernel_release is due) or its user_data. The error names the node. */
+floe_code floe__kernel_instantiate(const FloeKernelReg *k, const FloeNode *node, FloeDevice *dev,
+                                   void **state, bool *created, FloeStatus *st);
+void floe__kernel_release(const FloeKernelReg *k, void *state);
+/* Drops a leading "node 'name' (Op): " for node from msg (host.c's setters add it). */
+const char *floe__strip_node_prefix(const char *msg, const FloeNode *n);
+/* What a kernel's create sees (the host table's init_* accessors). */
+struct FloeKernelInit {
+  const FloeNode *node;
+  FloeDevice *device;
+  FloeStatus *status;
+};
+
+/* ------------------------------------------------------------------------------------ */
+/* transport.c: the runtime's transport manager (rt->transport_mgr). A loopback comm pair over
+ * the transport plugin FLOE_TRANSPORT names (default "local") and a progress thread. Every
+ * function is thread-safe. */
+typedef struct FloeTransportMgr FloeTransportMgr;
+/* One posted request; valid until its done callback has returned (the manager frees it). */
+typedef struct FloeXfer FloeXfer;
+/* Runs exactly once per posted request, on the progress thread (or on the thread freeing the
+ * runtime), never under the manager's lock: code is the transport's (FLOE_CANCELLED when
+ * withdrawn), size the bytes it reported. */
+typedef void (*FloeXferDoneFn)(void *arg, floe_code code, size_t size);
+/* rt's manager, created on first use (borrowed from rt); NULL + st naming FLOE_PLUGIN_PATH /
+ * FLOE_PLUGINS when no transport is loaded, or FLOE_TRANSPORT's choice when it is not. */
+FloeTransportMgr *floe__transport_mgr(struct FloeRuntime *rt, FloeStatus *st);
+/* runtime.c: joins the progress thread, withdraws pending requests (their callbacks run with
+ * FLOE_CANCELLED), closes the comms. Before floe__plugins_shutdown. */
+void floe__transport_mgr_free(struct FloeRuntime *rt);
+const char *floe__transport_name(const FloeTransportMgr *m); /* borrowed */
+/* Post len bytes under tag. buf is borrowed until done runs (the transport may read it
+ * until then / writes it then). irecv's *out (may be NULL) is the handle for cancel. */
+floe_code floe__transport_isend(FloeTransportMgr *m, const void *buf, size_t len, uint64_t tag,
+                                FloeXferDoneFn done, void *arg, FloeStatus *st);
+floe_code floe__transport_irecv(FloeTransportMgr *m, void *buf, size_t len, uint64_t tag,
+                                FloeXferDoneFn done, void *arg, FloeXfer **out, FloeStatus *st);
+/* Withdraws a posted receive whose done has not returned: FLOE_OK (done will run with
+ * FLOE_CANCELLED), FLOE_UNAVAILABLE (it completed or is completing: done runs as usual), or
+ * FLOE_UNIMPLEMENTED (the transport has no cancel slot: the receive stays posted). */
+floe_code floe__transport_cancel(FloeTransportMgr *m, FloeXfer *x);
+
+#endif /* FLOE__LAYER_RUNTIME_H */

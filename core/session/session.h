@@ -1,0 +1,114 @@
+/* session.h - libfloe's session layer (core/session/): sessions (prune, rewrite, place,
+ * partition, cache executors, run), the fusion and layout passes, the placer and its cost
+ * model, the partitioner, and steps over several device pieces. */
+#ifndef FLOE__LAYER_SESSION_H
+#define FLOE__LAYER_SESSION_H
+
+#include "exec/exec.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* partition.c: one piece per device, joined by _Send/_Recv (see the file's comment). */
+typedef struct FloePartitionFed {
+  bool (*is_fed)(void *arg, int node, int index); /* the run feeds node:index */
+  void *arg;
+} FloePartitionFed;
+typedef struct FloePartition {
+  FloeGraph *graph;        /* owned: the input graph's nodes (same ids), then the cutter's */
+  struct FloeDevice **device; /* per node of graph (owned array; devices borrowed) */
+  bool *need;              /* per node of graph: runs in the step (owned) */
+  int num_sends;           /* _Send and _ControlSend nodes added */
+  bool has_cf;             /* the run has control flow: every piece needs the frame scheduler */
+} FloePartition;
+/* g borrowed; need and device are per node of g (device[i] read only where need[i]); fed
+ * may be NULL. On success *out is filled (floe__partition_free releases it); on error st
+ * names the edge or loop that cannot be cut. */
+floe_code floe__partition(const FloeGraph *g, const bool *need, struct FloeDevice *const *device,
+                          const FloePartitionFed *fed, FloePartition *out, FloeStatus *st);
+void floe__partition_free(FloePartition *p);
+
+/* placer.c: a device per node (see the file's comment). */
+typedef struct FloePlaceOptions {
+  struct FloeDevice *default_device;  /* the session's `device`; NULL: none */
+  struct FloeDevice **devices;        /* the cost model places among these (borrowed) */
+  int num_devices;                    /* 0: the simple rule among every device */
+  bool allow_soft_placement;
+} FloePlaceOptions;
+typedef struct FloePlacement {
+  struct FloeDevice **device;  /* per node (owned array; devices borrowed); NULL: not needed */
+  double *start, *finish;      /* per node: the simulated schedule, seconds (owned) */
+  double est_seconds;          /* the simulated step time */
+  int num_nodes;               /* of the placed graph: the length of the arrays above */
+} FloePlacement;
+/* g, need and fed borrowed. On error st names the node, the device it asked for and the
+ * devices that have a kernel for it. */
+floe_code floe__place(struct FloeRuntime *rt, const FloeGraph *g, const bool *need,
+                      const FloePartitionFed *fed, const FloePlaceOptions *o, FloePlacement *out,
+                      FloeStatus *st);
+void floe__placement_free(FloePlacement *p);
+/* Fills p->start, finish and est_seconds for p->device as it stands; node i takes secs[i]
+ * seconds where secs is given and secs[i] >= 0, else the cost model's time. */
+void floe__placement_estimate(struct FloeRuntime *rt, const FloeGraph *g, const bool *need,
+                              const double *secs, FloePlacement *p);
+/* The cost model: seconds node n takes on d; seconds to move bytes from src to dst. */
+double floe__cost_node(const FloeNode *n, const struct FloeDevice *d);
+double floe__cost_transfer(double bytes, const struct FloeDevice *src, const struct FloeDevice *dst);
+
+/* multi_exec.c: one step over device pieces (see the file's comment). */
+typedef struct FloeMultiExec FloeMultiExec;
+typedef struct FloeMultiPlan {
+  struct FloeRuntime *rt;
+  const FloeGraph *graph;       /* the partitioned graph; borrowed, outlives the result */
+  FloeExecNodeSpec *nodes;      /* every node of the step, each with its device and kernel */
+  int num_nodes;
+  FloeOutput *feeds;
+  int num_feeds;
+  FloeOutput *fetches;
+  int num_fetches;
+  bool inline_inexpensive;
+  bool force_frames;            /* FloePartition.has_cf */
+  struct FloeResourceMgr *resources;
+  const atomic_int *profiling;
+  FloeRendezvousOptions rv_opts;
+} FloeMultiPlan;
+typedef struct FloeMultiRunCtl {
+  int64_t timeout_ms;
+  /* Told of each piece's step when it starts (started true) and before it is freed
+   * (started false), so that a cancel can reach it meanwhile. */
+  void (*track)(void *arg, FloeExecStep *step, bool started);
+  void *arg;
+  const FloeRendezvousOptions *rv_opts; /* NULL: the plan's */
+  FloeRendezvousStats *stats;           /* filled after the step when not NULL */
+} FloeMultiRunCtl;
+/* Plan copied, its arrays borrowed for the call. Caller owns the result. */
+FloeMultiExec *floe__multi_exec_new(const FloeMultiPlan *plan, FloeStatus *st);
+void floe__multi_exec_free(FloeMultiExec *m);
+/* As floe__executor_run_ctl: feeds in plan order (borrowed); on success outputs[i] are new
+ * references in plan order. Thread-safe. */
+floe_code floe__multi_exec_run(FloeMultiExec *m, FloeTensor *const *feeds, FloeTensor **outputs,
+                               const FloeMultiRunCtl *ctl, FloeStatus *st);
+int floe__multi_exec_num_pieces(const FloeMultiExec *m);
+FloeExecutor *floe__multi_exec_piece(const FloeMultiExec *m, int i); /* borrowed */
+
+/* ------------------------------------------------------------------------------------ */
+/* fuse.c: graph rewrites. */
+/* Whether `fused` may replace the chain whose main node is `anchor`: true when it would run
+ * on the device the anchor would (placement and kernel availability). */
+typedef bool (*FloeFuseCheck)(void *arg, const FloeNode *anchor, const FloeNode *fused);
+/* Fuses chains of the step's nodes in g, a session-private graph, in place (see fuse.c).
+ * *need (g->num_nodes entries, the step's nodes) is reallocated to cover the nodes added
+ * and updated (fused chains out, fused nodes in); pinned[id] (original ids): fed or fetched
+ * nodes, never fused. *num_fused: chains replaced. On error g may hold unused nodes. */
+floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFuseCheck ok,
+                           void *arg, int *num_fused, FloeStatus *st);
+/* False when no chain floe__fuse_graph knows can end among the step's nodes of g (need):
+ * then there is no need to clone the graph for it. */
+bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
+
+/* ------------------------------------------------------------------------------------ */
+/* session.c, for checkpoint.c and the export: the session's graph copy and resources
+ * (borrowed, live as long as the session). */
+const FloeGraph *floe__session_graph(const FloeSession *s);
+FloeResourceMgr *floe__session_resources(FloeSession *s);
+struct FloeRuntime *floe__session_runtime(const FloeSession *s);
+
+#endif /* FLOE__LAYER_SESSION_H */
