@@ -15,18 +15,25 @@
 
 #define FLOE__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define FLOE__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* Internals that libfloe-onnx.so uses: exported from libfloe.so (nothing else may use them,
+ * and they carry no stability promise); every other floe__ symbol is hidden. */
+#if defined(__GNUC__)
+#define FLOE__SHARED __attribute__((visibility("default")))
+#else
+#define FLOE__SHARED
+#endif
 
 /* ------------------------------------------------------------------------------------ */
 /* alloc.c: every core allocation goes through these so tests can make the Nth fail. */
-void *floe__malloc(size_t n);
-void *floe__calloc(size_t count, size_t size);
-void *floe__realloc(void *p, size_t n);
-void floe__free(void *p);
-char *floe__strdup(const char *s);
-char *floe__strndup(const char *s, size_t n);
+FLOE__SHARED void *floe__malloc(size_t n);
+FLOE__SHARED void *floe__calloc(size_t count, size_t size);
+FLOE__SHARED void *floe__realloc(void *p, size_t n);
+FLOE__SHARED void floe__free(void *p);
+FLOE__SHARED char *floe__strdup(const char *s);
+FLOE__SHARED char *floe__strndup(const char *s, size_t n);
 /* malloc'd printf; NULL on failure. */
-char *floe__asprintf(const char *fmt, ...) FLOE__PRINTF(1, 2);
-char *floe__vasprintf(const char *fmt, va_list ap);
+FLOE__SHARED char *floe__asprintf(const char *fmt, ...) FLOE__PRINTF(1, 2);
+FLOE__SHARED char *floe__vasprintf(const char *fmt, va_list ap);
 /* A growable byte buffer for file writers (graph files, checkpoints). oom is sticky: after a
  * failed growth every later put is a no-op, so writers check once at the end. The owner
  * frees p with floe__free. */
@@ -48,7 +55,8 @@ struct FloeStatus {
 };
 floe_code floe__status_vset(FloeStatus *s, floe_code code, const char *fmt, va_list ap);
 /* Prefix the message of s with "prefix: " (for adding context such as a node name). */
-void floe__status_prefix(FloeStatus *s, const char *fmt, ...) FLOE__PRINTF(2, 3);
+FLOE__SHARED void floe__status_prefix(FloeStatus *s, const char *fmt, ...)
+    FLOE__PRINTF(2, 3);
 /* Copy code and message from src to dst (dst may be NULL). Returns src's code. */
 floe_code floe__status_copy(FloeStatus *dst, const FloeStatus *src);
 /* Used when a FloeStatus cannot be allocated: a static status with code NO_MEMORY. */
@@ -161,14 +169,16 @@ struct FloeAttrs {
   FloeAttrValue *values;
 };
 
-void floe__attrs_init(FloeAttrs *a);
-void floe__attrs_clear(FloeAttrs *a); /* frees everything */
+FLOE__SHARED void floe__attrs_init(FloeAttrs *a);
+FLOE__SHARED void floe__attrs_clear(FloeAttrs *a); /* frees everything */
 /* Deep copy. */
-floe_code floe__attrs_copy(FloeAttrs *dst, const FloeAttrs *src, FloeStatus *st);
+FLOE__SHARED floe_code floe__attrs_copy(FloeAttrs *dst, const FloeAttrs *src,
+                                      FloeStatus *st);
 /* Find by name; NULL if absent. */
 const FloeAttrValue *floe__attrs_get(const FloeAttrs *a, const char *name);
 /* Set (replacing); takes ownership of *v's owned members (v is left zeroed). */
-floe_code floe__attrs_set(FloeAttrs *a, const char *name, FloeAttrValue *v, FloeStatus *st);
+FLOE__SHARED floe_code floe__attrs_set(FloeAttrs *a, const char *name, FloeAttrValue *v,
+                                     FloeStatus *st);
 floe_code floe__attr_value_copy(FloeAttrValue *dst, const FloeAttrValue *src, FloeStatus *st);
 void floe__attr_value_clear(FloeAttrValue *v);
 bool floe__attr_value_equal(const FloeAttrValue *a, const FloeAttrValue *b);

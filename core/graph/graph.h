@@ -90,11 +90,13 @@ struct FloeGraph {
 
 /* Removes the nodes no root reaches (by data or control edges), renumbering the rest in
  * order. Pointers to removed nodes dangle afterwards. */
-void floe__graph_keep_reachable(FloeGraph *g, FloeNode *const *roots, int num_roots);
+FLOE__SHARED void floe__graph_keep_reachable(FloeGraph *g, FloeNode *const *roots,
+                                             int num_roots);
 /* Deep copy of a graph (nodes renumbered identically). Caller owns. */
 FloeGraph *floe__graph_clone(const FloeGraph *g, FloeStatus *st);
 /* Set the sticky error (first one wins) from a status or a message. */
-void floe__graph_fail(FloeGraph *g, floe_code code, const char *fmt, ...) FLOE__PRINTF(3, 4);
+FLOE__SHARED void floe__graph_fail(FloeGraph *g, floe_code code, const char *fmt, ...)
+    FLOE__PRINTF(3, 4);
 /* Parse "node" or "node:3" into a node and output index; errors name the string. */
 floe_code floe__graph_resolve_output(const FloeGraph *g, const char *name, FloeOutput *out,
                                      FloeStatus *st);
@@ -113,20 +115,22 @@ typedef struct FloeNodeSpec {
   int num_control;
   const FloeAttrs *attrs; /* copied */
 } FloeNodeSpec;
-FloeNode *floe__graph_add_node(FloeGraph *g, const FloeNodeSpec *spec, FloeStatus *st);
+FLOE__SHARED FloeNode *floe__graph_add_node(FloeGraph *g, const FloeNodeSpec *spec,
+                                            FloeStatus *st);
 
 /* Edits for the control-flow builders: a loop's Merge gets its back edge once the body
  * exists. add_control: dep (same graph) becomes a control input of n (once). set_input:
  * input j of n becomes v, of the same dtype; shapes are not re-inferred. */
 floe_code floe__node_add_control(FloeNode *n, FloeNode *dep, FloeStatus *st);
-floe_code floe__node_set_input(FloeNode *n, int j, FloeOutput v, FloeStatus *st);
+FLOE__SHARED floe_code floe__node_set_input(FloeNode *n, int j, FloeOutput v, FloeStatus *st);
 
 /* graph.c: a node's attribute `name` when it has one of `kind` (else NULL / the default;
  * strings: "" when absent). Borrowed from the node. */
-const FloeAttrValue *floe__node_attr(const FloeNode *n, const char *name, FloeAttrKind kind);
+FLOE__SHARED const FloeAttrValue *floe__node_attr(const FloeNode *n, const char *name,
+                                                  FloeAttrKind kind);
 int64_t floe__node_attr_int(const FloeNode *n, const char *name, int64_t dflt);
-bool floe__node_attr_bool(const FloeNode *n, const char *name, bool dflt);
-const char *floe__node_attr_str(const FloeNode *n, const char *name);
+FLOE__SHARED bool floe__node_attr_bool(const FloeNode *n, const char *name, bool dflt);
+FLOE__SHARED const char *floe__node_attr_str(const FloeNode *n, const char *name);
 
 /* Node ids of g, each after its inputs (data and control; a loop's back edge, a Merge's
  * input from a NextIteration, does not count); nodes on a cycle without such an edge come
@@ -176,12 +180,12 @@ bool floe__grad_input_parse(const char *s, char *kind, long *idx);
 /* ------------------------------------------------------------------------------------ */
 /* control_flow.c: nodes the next floe_while_loop / floe_cond scan must leave alone (the
  * caller made them for another frame while building a body; thread-local), and the reset. */
-floe_code floe__cf_exclude(const FloeNode *n);
+FLOE__SHARED floe_code floe__cf_exclude(const FloeNode *n);
 void floe__cf_exclude_clear(void);
 /* How many nodes are excluded; dropping those excluded after the first n (a construct
  * built inside another one gives its nodes back to the outer one). */
-int floe__cf_exclude_count(void);
-void floe__cf_exclude_truncate(int n);
+FLOE__SHARED int floe__cf_exclude_count(void);
+FLOE__SHARED void floe__cf_exclude_truncate(int n);
 
 /* ------------------------------------------------------------------------------------ */
 /* TensorArrays (the graph side; exec/tensor_array.c runs them). */

@@ -115,7 +115,7 @@ static int wire_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size
     int index = f && f->label == PROTOBUF_C_LABEL_REPEATED && fi < 64 ? counts[fi]++ : -1;
     size_t plen = strlen(e->path);
     char unknown[32];
-    snprintf(unknown, sizeof unknown, "field %u", id);
+    snprintf(unknown, sizeof unknown, "#%u", id);
     path_push(e->path, sizeof e->path, f ? f->name : unknown, index);
     switch (wt) {
       case 0:

@@ -1,6 +1,6 @@
-/* floe_data.h - input pipelines: queues, readers and the queue runner (TensorFlow's design:
- * the input is more graph, run by background threads beside the training steps). Included
- * by floe.h.
+/* floe_data.h - data: IDX datasets (MNIST, Fashion-MNIST) and their batches, and input
+ * pipelines: queues, readers and the queue runner (TensorFlow's design: the input is more
+ * graph, run by background threads beside the training steps). Included by floe.h.
  *
  * Queues and readers are stateful session resources, like variables: the node that makes
  * one (FIFOQueueV2, IdxRecordReader, ...) finds it by (container, shared_name or its own
@@ -19,6 +19,51 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ------------------------------------------------------------------------------------ */
+/* Data: IDX files (MNIST, Fashion-MNIST), plain or gzip-compressed. */
+
+typedef struct FloeDataset FloeDataset;
+
+/* Loads an images file (magic 0x00000803, u8 [n, rows, cols]) and a labels file (0x00000801,
+ * u8 [n]), either may end in .gz. Pixels stay u8 in memory (batches turn them into f32 in
+ * [0, 1]). Errors name the file and
+ * the byte offset (bad magic, truncated, counts that disagree). Caller owns; free with
+ * floe_dataset_free. */
+FLOE_API FloeDataset *floe_idx_load(const char *images_path, const char *labels_path,
+                                    FloeStatus *status);
+/* The Fashion-MNIST training (train != 0) or test set from dir (NULL: the path Debian's
+ * dataset-fashion-mnist package installs, /usr/share/datasets/fashion-mnist). A missing
+ * file is FLOE_NOT_FOUND naming the path, the package and the --data DIR option. */
+FLOE_API FloeDataset *floe_fashion_mnist_load(const char *dir, int train, FloeStatus *status);
+FLOE_API void floe_dataset_free(FloeDataset *d);
+/* Keeps only the first n examples of d (n >= its size: no change); for quick runs. */
+FLOE_API void floe_dataset_truncate(FloeDataset *d, int64_t n);
+FLOE_API int64_t floe_dataset_size(const FloeDataset *d);
+FLOE_API int64_t floe_dataset_rows(const FloeDataset *d);
+FLOE_API int64_t floe_dataset_cols(const FloeDataset *d);
+/* Borrowed: n*rows*cols pixels (0 to 255, as in the file) and n labels, valid while d
+ * lives. */
+FLOE_API const uint8_t *floe_dataset_pixels(const FloeDataset *d);
+FLOE_API const uint8_t *floe_dataset_labels(const FloeDataset *d);
+
+/* Batches of a dataset in an order fixed by (seed, epoch): epoch e of two batchers with the
+ * same seed yields the same batches, so a resumed run sees the data a continuous run would.
+ * Images come as f32 pixel / 255 [batch, rows * cols] (flat) or [batch, rows, cols, 1]
+ * (images_nhwc != 0);
+ * labels as i64 [batch]. drop_remainder: skip a last short batch. */
+typedef struct FloeBatcher FloeBatcher;
+FLOE_API FloeBatcher *floe_batcher_new(const FloeDataset *d, int64_t batch, int shuffle,
+                                       uint64_t seed, int images_nhwc, int drop_remainder,
+                                       FloeStatus *status);
+FLOE_API void floe_batcher_free(FloeBatcher *b);
+FLOE_API int64_t floe_batcher_num_batches(const FloeBatcher *b);
+/* Positions the batcher at batch `start` of epoch `epoch` (its permutation). */
+FLOE_API void floe_batcher_start_epoch(FloeBatcher *b, int64_t epoch, int64_t start);
+/* Fills the next batch: returns 1 and new tensors (caller releases both), 0 at the end of
+ * the epoch, -1 with status on error. */
+FLOE_API int floe_batcher_next(FloeBatcher *b, FloeTensor **images, FloeTensor **labels,
+                               FloeStatus *status);
 
 /* A list(shape) attribute (a queue's component shapes): the n shapes are copied. */
 FLOE_API void floe_node_set_attr_shape_list(FloeNodeBuilder *b, const char *name,
