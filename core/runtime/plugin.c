@@ -1,4 +1,4 @@
-/* plugin.c - plugin discovery, loading and the registrar (DESIGN.md, plugin ABI rules).
+/* plugin.c - plugin discovery, loading and the registrar (the ABI rules of floe_plugin.h).
  *
  * Discovery walks FLOE_PLUGIN_PATH (or FloeRuntimeOptions.plugin_path), then the installed
  * pkglibdir, for files named floe-*.so. Each file gets a record in rt->plugins, in discovery

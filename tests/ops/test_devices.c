@@ -372,7 +372,7 @@ static double xdev_error(const FloeTensor *got, const FloeTensor *want, char *wh
  * error, room for another summation order or another libm; integers and bools are exact.
  * bf16 keeps 8 significant bits (unit roundoff u = 2^-8 ~ 3.9e-3). A matrix unit that rounds
  * both factors of every product to bf16 gives each product a relative error of at most
- * 2u = 2^-7 (the bound docs/architecture.md states for tpu-sim, per element, against
+ * 2u = 2^-7 (the bound plugins/tpu-sim/README.md states, per element, against
  * sum |a||b|), and about 0.7u RMS; accumulated in f32, those errors add like a random walk,
  * as the products themselves do for random-signed operands, so the normalised error of a
  * product stays near 0.7u ~ 2.8e-3 whatever K is (measured on tpu-sim: 1.4e-3 to 4.3e-3).

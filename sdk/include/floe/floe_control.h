@@ -1,6 +1,6 @@
 /* floe_control.h - dynamic control flow inside the graph: conditionals and while loops,
  * built from the primitives Switch, Merge, Enter, Exit, NextIteration and LoopCond (see
- * docs/architecture.md, "Control flow"). Included by floe.h.
+ * core/exec/README.md, "Control flow"). Included by floe.h.
  *
  * The callbacks below build ordinary nodes into g; the builders wire the primitives around
  * them so users never do. Conventions are floe.h's: on failure a builder records the graph's

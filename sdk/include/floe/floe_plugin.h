@@ -8,7 +8,7 @@
  * It links nothing from libfloe: every core service comes through `host`. It builds with
  * this header (and floe_types.h) alone, plus its own third-party libraries.
  *
- * Rules (see DESIGN.md):
+ * Rules (sdk/README.md is the guide):
  *  - Major must match; minor is negotiated (the core works with min(core, plugin)).
  *  - Every struct crossing the boundary starts with `size_t struct_size`; a reader checks
  *    FLOE_HAS_FIELD(ptr, Type, field) before touching a field added after 1.0.
