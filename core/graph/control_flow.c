@@ -46,15 +46,6 @@ static floe_code fail(FloeGraph *g, floe_code code, const char *fmt, const char 
   return code;
 }
 
-/* A unique name "<prefix>/<what>" (then _1, _2...). Returns buf. */
-static const char *unique(const FloeGraph *g, char *buf, size_t len, const char *prefix,
-                          const char *what) {
-  snprintf(buf, len, "%s/%s", prefix, what);
-  size_t base = strlen(buf);
-  for (int k = 1; floe_graph_find(g, buf); k++) snprintf(buf + base, len - base, "_%d", k);
-  return buf;
-}
-
 /* ---- nodes the scans leave alone ---- */
 
 static _Thread_local struct {
@@ -107,8 +98,8 @@ static FloeOutput capture_enter(FloeGraph *g, Capture *c, FloeOutput v, const ch
   for (int i = 0; i < c->n; i++)
     if (c->from[i].node == v.node && c->from[i].index == v.index) return c->to[i];
   char name[256];
-  FloeNode *e = enter_node(g, unique(g, name, sizeof name, frame, "invariant"), v, frame, true,
-                           parallel);
+  FloeNode *e = enter_node(g, floe__build_name_in(g, name, sizeof name, frame, "invariant"), v,
+                           frame, true, parallel);
   FloeOutput out = floe_out(e, 0);
   if (!e) return out;
   if (c->n == c->cap) {
@@ -150,7 +141,8 @@ static FloeOutput capture_switch(FloeGraph *g, Capturer *c, FloeOutput v) {
     if (k->from[i].node == v.node && k->from[i].index == v.index) return floe_out(k->to[i].node, c->port);
   char name[256];
   FloeOutput pair[2] = {v, c->pred};
-  FloeNodeBuilder *b = floe_node_begin(g, "Switch", unique(g, name, sizeof name, c->cond, "capture"));
+  FloeNodeBuilder *b =
+      floe_node_begin(g, "Switch", floe__build_name_in(g, name, sizeof name, c->cond, "capture"));
   floe_node_add_input(b, pair[0]);
   floe_node_add_input(b, pair[1]);
   FloeNode *sw = floe_node_finish(b);
@@ -328,7 +320,8 @@ static floe_code build_branch(FloeGraph *g, const char *name, const char *which,
     if (outs[i].node->out_dtypes[outs[i].index] == FLOE_RESOURCE) continue;
     char nm[256], what[64];
     snprintf(what, sizeof what, "%s_out_%d", which, i);
-    FloeNode *id = node1(g, "Identity", unique(g, nm, sizeof nm, name, what), &outs[i], 1, pivot);
+    FloeNode *id =
+        node1(g, "Identity", floe__build_name_in(g, nm, sizeof nm, name, what), &outs[i], 1, pivot);
     if (!id) {
       rc = graph_code(g, FLOE_INVALID_ARGUMENT);
       break;
@@ -369,17 +362,21 @@ floe_code floe_cond(FloeGraph *g, const char *name, FloeOutput pred, const FloeO
   int first = floe_graph_num_nodes(g);
   floe_code rc = FLOE_INVALID_ARGUMENT;
   FloeOutput pp[2] = {pred, pred};
-  FloeNode *sw = node1(g, "Switch", unique(g, nm, sizeof nm, name, "switch_pred"), pp, 2, NULL);
+  FloeNode *sw =
+      node1(g, "Switch", floe__build_name_in(g, nm, sizeof nm, name, "switch_pred"), pp, 2, NULL);
   if (!sw) goto out;
   FloeOutput t1 = floe_out(sw, 1), t0 = floe_out(sw, 0);
-  FloeNode *pivot_t = node1(g, "Identity", unique(g, nm, sizeof nm, name, "pivot_t"), &t1, 1, NULL);
-  FloeNode *pivot_f = node1(g, "Identity", unique(g, nm, sizeof nm, name, "pivot_f"), &t0, 1, NULL);
+  FloeNode *pivot_t =
+      node1(g, "Identity", floe__build_name_in(g, nm, sizeof nm, name, "pivot_t"), &t1, 1, NULL);
+  FloeNode *pivot_f =
+      node1(g, "Identity", floe__build_name_in(g, nm, sizeof nm, name, "pivot_f"), &t0, 1, NULL);
   if (!pivot_t || !pivot_f) goto out;
   for (int i = 0; i < num_inputs; i++) {
     char what[32];
     snprintf(what, sizeof what, "switch_%d", i);
     FloeOutput pair[2] = {inputs[i], pred};
-    FloeNode *s = node1(g, "Switch", unique(g, nm, sizeof nm, name, what), pair, 2, NULL);
+    FloeNode *s =
+        node1(g, "Switch", floe__build_name_in(g, nm, sizeof nm, name, what), pair, 2, NULL);
     if (!s) goto out;
     ins_f[i] = floe_out(s, 0);
     ins_t[i] = floe_out(s, 1);
@@ -399,7 +396,8 @@ floe_code floe_cond(FloeGraph *g, const char *name, FloeOutput pred, const FloeO
     char what[32];
     snprintf(what, sizeof what, "merge_%d", i);
     FloeOutput pair[2] = {outs_f[i], outs_t[i]};
-    FloeNode *m = node1(g, "Merge", unique(g, nm, sizeof nm, name, what), pair, 2, NULL);
+    FloeNode *m =
+        node1(g, "Merge", floe__build_name_in(g, nm, sizeof nm, name, what), pair, 2, NULL);
     if (!m) {
       rc = graph_code(g, FLOE_INVALID_ARGUMENT);
       goto out;
@@ -465,12 +463,13 @@ static floe_code build_heads(Loop *l, const FloeOutput *init, const FloeShape *i
   char nm[256], what[32];
   for (int i = 0; i < l->total; i++) {
     snprintf(what, sizeof what, "enter_%d", i);
-    FloeNode *e = enter_node(l->g, unique(l->g, nm, sizeof nm, l->name, what), init[i], l->name,
-                             false, l->parallel);
+    FloeNode *e = enter_node(l->g, floe__build_name_in(l->g, nm, sizeof nm, l->name, what), init[i],
+                             l->name, false, l->parallel);
     if (!e) return graph_code(l->g, FLOE_INVALID_ARGUMENT);
     FloeOutput pair[2] = {floe_out(e, 0), floe_out(e, 0)};
     snprintf(what, sizeof what, "merge_%d", i);
-    FloeNode *m = node1(l->g, "Merge", unique(l->g, nm, sizeof nm, l->name, what), pair, 2, NULL);
+    FloeNode *m = node1(l->g, "Merge", floe__build_name_in(l->g, nm, sizeof nm, l->name, what),
+                        pair, 2, NULL);
     if (!m) return graph_code(l->g, FLOE_INVALID_ARGUMENT);
     if (invariants && i < l->n) m->out_shapes[0] = invariants[i];
     l->merge[i] = m;
@@ -490,7 +489,7 @@ static FloeOutput loop_const_i32(Loop *l, const char *what, int64_t v) {
   }
   *(int32_t *)floe_tensor_data(t) = (int32_t)v;
   char nm[256];
-  FloeOutput c = floe_const(l->g, unique(l->g, nm, sizeof nm, l->name, what), t);
+  FloeOutput c = floe_const(l->g, floe__build_name_in(l->g, nm, sizeof nm, l->name, what), t);
   floe_tensor_release(t);
   if (!c.node) return c;
   return capture_enter(l->g, &l->cap, c, l->name, l->parallel);
@@ -549,7 +548,7 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
       goto out;
     }
     *(int32_t *)floe_tensor_data(zero) = 0;
-    init[n] = floe_const(g, unique(g, nm, sizeof nm, name, "iterations_init"), zero);
+    init[n] = floe_const(g, floe__build_name_in(g, nm, sizeof nm, name, "iterations_init"), zero);
     floe_tensor_release(zero);
     first = floe_graph_num_nodes(g);
   }
@@ -573,15 +572,17 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
   if (rc != FLOE_OK) goto out;
   if (o.maximum_iterations > 0) {
     FloeOutput max = loop_const_i32(&l, "maximum_iterations", o.maximum_iterations);
-    FloeOutput lt = floe_binary(g, "Less", unique(g, nm, sizeof nm, name, "below_maximum"),
-                                l.vars[n], max);
-    pred = floe_binary(g, "LogicalAnd", unique(g, nm, sizeof nm, name, "continue"), pred, lt);
+    FloeOutput lt = floe_binary(
+        g, "Less", floe__build_name_in(g, nm, sizeof nm, name, "below_maximum"), l.vars[n], max);
+    pred = floe_binary(g, "LogicalAnd", floe__build_name_in(g, nm, sizeof nm, name, "continue"),
+                       pred, lt);
     if (!pred.node) {
       rc = graph_code(g, FLOE_INVALID_ARGUMENT);
       goto out;
     }
   }
-  FloeNode *lc = node1(g, "LoopCond", unique(g, nm, sizeof nm, name, "loop_cond"), &pred, 1, NULL);
+  FloeNode *lc = node1(g, "LoopCond", floe__build_name_in(g, nm, sizeof nm, name, "loop_cond"),
+                       &pred, 1, NULL);
   if (!lc) {
     rc = graph_code(g, FLOE_INVALID_ARGUMENT);
     goto out;
@@ -592,13 +593,14 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
   for (int i = 0; i < l.total; i++) {
     FloeOutput pair[2] = {l.vars[i], floe_out(lc, 0)};
     snprintf(what, sizeof what, "switch_%d", i);
-    l.sw[i] = node1(g, "Switch", unique(g, nm, sizeof nm, name, what), pair, 2, NULL);
+    l.sw[i] = node1(g, "Switch", floe__build_name_in(g, nm, sizeof nm, name, what), pair, 2, NULL);
     if (!l.sw[i]) break;
     FloeOutput f = floe_out(l.sw[i], 0), t = floe_out(l.sw[i], 1);
     snprintf(what, sizeof what, "exit_%d", i);
-    l.exit[i] = node1(g, "Exit", unique(g, nm, sizeof nm, name, what), &f, 1, NULL);
+    l.exit[i] = node1(g, "Exit", floe__build_name_in(g, nm, sizeof nm, name, what), &f, 1, NULL);
     snprintf(what, sizeof what, "body_%d", i);
-    FloeNode *id = node1(g, "Identity", unique(g, nm, sizeof nm, name, what), &t, 1, NULL);
+    FloeNode *id =
+        node1(g, "Identity", floe__build_name_in(g, nm, sizeof nm, name, what), &t, 1, NULL);
     if (!l.exit[i] || !id) break;
     body_in[i] = floe_out(id, 0);
   }
@@ -625,10 +627,10 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
   rc = scan_region(g, first, start, body_end, body_in[0].node, &cp);
   if (rc == FLOE_OK)
     rc = keep_sinks(g, start, body_end, next, n, l.exit, l.total,
-                    unique(g, nm, sizeof nm, name, "side_effects"));
+                    floe__build_name_in(g, nm, sizeof nm, name, "side_effects"));
   if (rc == FLOE_OK && o.maximum_iterations > 0) {
     FloeOutput one = loop_const_i32(&l, "one", 1);
-    next[n] = floe_binary(g, "Add", unique(g, nm, sizeof nm, name, "iterations_next"),
+    next[n] = floe_binary(g, "Add", floe__build_name_in(g, nm, sizeof nm, name, "iterations_next"),
                           body_in[n], one);
   }
   /* A variable the body never reads leaves its body Identity unused: the NextIteration
@@ -670,8 +672,8 @@ floe_code floe_while_loop(FloeGraph *g, const char *name, FloeLoopCondFn cond,
       break;
     }
     snprintf(what, sizeof what, "next_%d", i);
-    FloeNode *ni = node1(g, "NextIteration", unique(g, nm, sizeof nm, name, what), &next[i], 1,
-                         NULL);
+    FloeNode *ni = node1(g, "NextIteration", floe__build_name_in(g, nm, sizeof nm, name, what),
+                         &next[i], 1, NULL);
     if (!ni) {
       rc = graph_code(g, FLOE_INVALID_ARGUMENT);
       break;

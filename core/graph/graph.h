@@ -153,6 +153,81 @@ struct FloeShapeContext {
 void floe__node_copy_attr(const FloeNode *from, FloeNodeBuilder *b, const char *name);
 
 /* ------------------------------------------------------------------------------------ */
+/* build.c: small builders shared by the graph builders above (layers, optimisers, recurrent
+ * cells, variables, gradient functions) and control flow. Their nodes belong to g and their
+ * string arguments are borrowed for the call. Failures are the graph's sticky error and give
+ * invalid outputs (NULL builders); once g has failed they build nothing. */
+
+/* "<scope>/<leaf>"; unique: "<scope>/<leaf>_<k>" for the first k >= 1 free in g when that is
+ * taken. floe__malloc'd (caller frees); NULL when out of memory (nothing recorded). */
+char *floe__build_name(const FloeGraph *g, const char *scope, const char *leaf, bool unique);
+/* The unique name above written into the caller's buf (truncated to len); returns buf. */
+char *floe__build_name_in(const FloeGraph *g, char *buf, size_t len, const char *scope,
+                          const char *leaf);
+
+/* Where the builders below put their nodes, and how they name them and their failures
+ * (usually on the caller's stack; it and its strings are borrowed for each call). */
+typedef struct FloeBuildScope FloeBuildScope;
+struct FloeBuildScope {
+  FloeGraph *g;
+  const char *name;   /* nodes are "<name>/<leaf>" (leaf NULL: the op); NULL: named leaf
+                         itself (NULL: the graph's default name) */
+  bool unique;        /* "<name>/<leaf>_<k>" for the first free k when the name is taken */
+  bool round_ints;    /* integer constants from doubles round to nearest; else truncate */
+  const char *device; /* requested for every node when non-empty */
+  /* Records on g why node leaf (of op) cannot be built: out of memory naming it (why NULL)
+   * or making its value (why: that failure). NULL: "node '<name>/<leaf>' (<op>): out of
+   * memory[ making its value]". */
+  void (*fail)(const FloeBuildScope *s, const char *op, const char *leaf, const FloeStatus *why);
+  const void *arg; /* the fail function's own (borrowed) */
+};
+/* A fail function whose every failure reads s->arg (a string), with FLOE_NO_MEMORY. */
+void floe__build_fail_message(const FloeBuildScope *s, const char *op, const char *leaf,
+                              const FloeStatus *why);
+
+/* floe_node_begin of op named as s says, with s's device. The caller finishes it. */
+FloeNodeBuilder *floe__build_begin(const FloeBuildScope *s, const char *op, const char *leaf);
+/* One node of op on inputs ins[0..n): its output 0. _like also copies the attributes attrs
+ * (NULL-terminated; NULL: none) that from has. */
+FloeOutput floe__build_op(const FloeBuildScope *s, const char *op, const char *leaf,
+                          const FloeOutput *ins, int n);
+FloeOutput floe__build_op_like(const FloeBuildScope *s, const char *op, const char *leaf,
+                               const FloeOutput *ins, int n, const FloeNode *from,
+                               const char *const *attrs);
+FloeOutput floe__build_unary(const FloeBuildScope *s, const char *op, const char *leaf,
+                             FloeOutput x);
+FloeOutput floe__build_binary(const FloeBuildScope *s, const char *op, const char *leaf,
+                              FloeOutput a, FloeOutput b);
+/* Cast of x to dt. */
+FloeOutput floe__build_cast(const FloeBuildScope *s, const char *leaf, FloeOutput x, FloeDType dt);
+/* Sets the attributes names (NULL-terminated; NULL: none) that from has on b (copies). */
+void floe__node_copy_attrs(const FloeNode *from, FloeNodeBuilder *b, const char *const *names);
+
+/* Stores v as element i of the caller's data of dtype dt, as a cast would (integers truncated, or with
+ * round_ints rounded to nearest; bool: v != 0). False, nothing stored, for other dtypes. */
+bool floe__build_store(void *data, FloeDType dt, int64_t i, double v, bool round_ints);
+/* A host tensor of dt and shape (rank, dims) with every element v (zeros where
+ * floe__build_store has no such value); caller owns. NULL with st set on failure. */
+FloeTensor *floe__build_filled_tensor(FloeDType dt, int rank, const int64_t *dims, double v,
+                                      bool round_ints, FloeStatus *st);
+/* An i32 or i64 host tensor of v[0..n): 1-D, or with rank 0 the scalar v[0]; caller owns.
+ * NULL with st set on failure. */
+FloeTensor *floe__build_ints_tensor(FloeDType dt, int rank, const int64_t *v, int n,
+                                    FloeStatus *st);
+/* A Const holding t, taking the caller's reference to t. NULL t: its value could not be made
+ * (why says why; NULL: out of memory), recorded. */
+FloeOutput floe__build_const(const FloeBuildScope *s, const char *leaf, FloeTensor *t,
+                             const FloeStatus *why);
+/* Consts of floe__build_filled_tensor (the scalar: rank 0), of one integer, and of an
+ * integer vector v[0..n) (dt: i32 or i64). */
+FloeOutput floe__build_filled(const FloeBuildScope *s, const char *leaf, FloeDType dt, int rank,
+                              const int64_t *dims, double v);
+FloeOutput floe__build_scalar(const FloeBuildScope *s, const char *leaf, FloeDType dt, double v);
+FloeOutput floe__build_int(const FloeBuildScope *s, const char *leaf, FloeDType dt, int64_t v);
+FloeOutput floe__build_ints(const FloeBuildScope *s, const char *leaf, FloeDType dt,
+                            const int64_t *v, int n);
+
+/* ------------------------------------------------------------------------------------ */
 /* grad_registry.c: which function differentiates each op. The autodiff walk
  * (train/gradients.c) fills in the standard set's functions and reads it. */
 /* What a gradient function works with (train.h defines it). */

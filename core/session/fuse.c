@@ -77,7 +77,7 @@ static FloeNode *make_fused(Fuse *f, const char *op, FloeNode *const *chain, int
   int plain = list_from < 0 ? num_inputs : list_from;
   for (int i = 0; i < plain; i++) floe_node_add_input(b, inputs[i]);
   if (list_from >= 0) floe_node_add_input_list(b, inputs + plain, num_inputs - plain);
-  for (int i = 0; attrs[i]; i++) floe__node_copy_attr(from, b, attrs[i]);
+  floe__node_copy_attrs(from, b, attrs);
   for (int i = 0; flags && flags[i]; i++) floe_node_set_attr_bool(b, flags[i], 1);
   for (int k = 0; k < n; k++)
     for (int c = 0; c < chain[k]->num_control; c++) {
@@ -366,7 +366,7 @@ static FloeNode *blocked_from_channels_first(Fuse *f, FloeNode *conv, FloeOutput
   floe_node_add_input_list(b, in + 2, n - 2);
   static const char *const same[] = {"T", "padding", "groups", "fused_bias", "fused_add",
                                      "fused_relu", "filter_constant", NULL};
-  for (int i = 0; same[i]; i++) floe__node_copy_attr(conv, b, same[i]);
+  floe__node_copy_attrs(conv, b, same);
   floe_node_set_attr_string(b, "data_format", "CHANNELS_FIRST");
   channels_first_list(b, conv, "strides", 1);
   channels_first_list(b, conv, "dilations", 1);
@@ -457,7 +457,7 @@ static void block_pool(Blocker *bl, FloeNode *pool) {
   floe_node_add_input(b, (FloeOutput){bl->blk[in.node->id], 0});
   static const char *const same[] = {"T", "pooling_type", "padding", "data_format", "ceil_mode",
                                      "count_include_pad", NULL};
-  for (int i = 0; same[i]; i++) floe__node_copy_attr(pool, b, same[i]);
+  floe__node_copy_attrs(pool, b, same);
   blocked_list(b, pool, "ksize", 1, 1);
   blocked_list(b, pool, "strides", 1, 1);
   blocked_list(b, pool, "dilations", 1, 1);

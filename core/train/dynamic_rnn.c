@@ -24,30 +24,20 @@ typedef struct DynArg {
   bool projected;           /* `in` holds x @ w_x + b per step; the cell takes w_h = w */
 } DynArg;
 
-static FloeOutput i32_scalar(FloeGraph *g, int32_t v) {
-  FloeTensor *t = floe_tensor_scalar_i32(v, NULL);
-  if (!t) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a dynamic RNN");
-    return (FloeOutput){NULL, 0};
-  }
-  FloeOutput o = floe_const(g, NULL, t);
-  floe_tensor_release(t);
-  return o;
+/* The helper nodes below take the graph's default names. */
+static FloeBuildScope dyn_scope(FloeGraph *g) {
+  return (FloeBuildScope){.g = g, .fail = floe__build_fail_message,
+                          .arg = "out of memory building a dynamic RNN"};
 }
 
-static FloeOutput i32_vector(FloeGraph *g, const int32_t *v, int n) {
-  const int64_t dims[1] = {n};
-  FloeStatus *st = floe_status_new();
-  FloeTensor *t = floe_tensor_new(FLOE_I32, 1, dims, st);
-  floe_status_free(st);
-  if (!t) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a dynamic RNN");
-    return (FloeOutput){NULL, 0};
-  }
-  if (n > 0) memcpy(floe_tensor_data(t), v, (size_t)n * sizeof *v);
-  FloeOutput o = floe_const(g, NULL, t);
-  floe_tensor_release(t);
-  return o;
+static FloeOutput i32_scalar(FloeGraph *g, int32_t v) {
+  const FloeBuildScope s = dyn_scope(g);
+  return floe__build_int(&s, NULL, FLOE_I32, v);
+}
+
+static FloeOutput i32_vector(FloeGraph *g, const int64_t *v, int n) {
+  const FloeBuildScope s = dyn_scope(g);
+  return floe__build_ints(&s, NULL, FLOE_I32, v, n);
 }
 
 static FloeOutput concat_rows(FloeGraph *g, FloeOutput a, FloeOutput b_) {
@@ -58,26 +48,16 @@ static FloeOutput concat_rows(FloeGraph *g, FloeOutput a, FloeOutput b_) {
   return floe_out(floe_node_finish(b), 0);
 }
 
-static FloeOutput reshape(FloeGraph *g, FloeOutput x, FloeOutput shape) {
-  FloeNodeBuilder *b = floe_node_begin(g, "Reshape", NULL);
-  floe_node_add_input(b, x);
-  floe_node_add_input(b, shape);
-  return floe_out(floe_node_finish(b), 0);
-}
-
 /* [s, 0] (or [0, s]) as an i32 vector from the scalar s. */
 static FloeOutput pair_with_zero(FloeGraph *g, FloeOutput s, bool first) {
-  FloeOutput s1 = reshape(g, s, i32_vector(g, (const int32_t[]){1}, 1));
-  FloeOutput z = i32_vector(g, (const int32_t[]){0}, 1);
+  FloeOutput s1 = floe_binary(g, "Reshape", NULL, s, i32_vector(g, (const int64_t[]){1}, 1));
+  FloeOutput z = i32_vector(g, (const int64_t[]){0}, 1);
   return first ? concat_rows(g, s1, z) : concat_rows(g, z, s1);
 }
 
 static FloeOutput slice(FloeGraph *g, FloeOutput x, FloeOutput begin, FloeOutput size) {
-  FloeNodeBuilder *b = floe_node_begin(g, "Slice", NULL);
-  floe_node_add_input(b, x);
-  floe_node_add_input(b, begin);
-  floe_node_add_input(b, size);
-  return floe_out(floe_node_finish(b), 0);
+  const FloeBuildScope s = {.g = g};
+  return floe__build_op(&s, "Slice", NULL, (FloeOutput[]){x, begin, size}, 3);
 }
 
 static floe_code dyn_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
@@ -119,10 +99,11 @@ static floe_code dyn_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, F
     floe_node_add_input(b, running);
     floe_node_add_input(b, i32_scalar(g, 0));
     FloeOutput bt = floe_out(floe_node_finish(b), 0);
-    const int32_t origin[2] = {0, 0}, all[2] = {-1, -1};
+    const int64_t origin[2] = {0, 0}, all[2] = {-1, -1};
     FloeOutput zero2 = i32_vector(g, origin, 2), to_end = i32_vector(g, all, 2);
     FloeOutput head = pair_with_zero(g, bt, true); /* [b_t, 0] */
-    FloeOutput head_size = floe_binary(g, "Add", NULL, head, i32_vector(g, (const int32_t[]){0, -1}, 2));
+    FloeOutput head_size =
+        floe_binary(g, "Add", NULL, head, i32_vector(g, (const int64_t[]){0, -1}, 2));
     FloeLSTMState act = {slice(g, v[1], zero2, head_size), slice(g, v[2], zero2, head_size)};
     st = step(g, a, slice(g, x, zero2, head_size), act);
     FloeOutput rest_h = slice(g, v[1], head, to_end), rest_c = slice(g, v[2], head, to_end);
@@ -155,17 +136,19 @@ static bool project_inputs(const FloeLSTMOptions *cell, FloeDType dt, const Floe
  * *w becomes w[I:], the part the loop multiplies h by. */
 static FloeOutput projection(FloeGraph *g, FloeOutput inputs, FloeOutput shape, int32_t in_size,
                              FloeOutput b, FloeOutput *w) {
-  FloeOutput w_x = slice(g, *w, i32_vector(g, (const int32_t[]){0, 0}, 2),
-                         i32_vector(g, (const int32_t[]){in_size, -1}, 2));
-  *w = slice(g, *w, i32_vector(g, (const int32_t[]){in_size, 0}, 2),
-             i32_vector(g, (const int32_t[]){-1, -1}, 2));
-  FloeOutput flat = reshape(g, inputs, i32_vector(g, (const int32_t[]){-1, in_size}, 2));
+  FloeOutput w_x = slice(g, *w, i32_vector(g, (const int64_t[]){0, 0}, 2),
+                         i32_vector(g, (const int64_t[]){in_size, -1}, 2));
+  *w = slice(g, *w, i32_vector(g, (const int64_t[]){in_size, 0}, 2),
+             i32_vector(g, (const int64_t[]){-1, -1}, 2));
+  FloeOutput flat =
+      floe_binary(g, "Reshape", NULL, inputs, i32_vector(g, (const int64_t[]){-1, in_size}, 2));
   FloeOutput gx = floe_binary(g, "BiasAdd", NULL, floe_matmul(g, NULL, flat, w_x, 0, 0), b);
   FloeNodeBuilder *bb = floe_node_begin(g, "Shape", NULL);
   floe_node_add_input(bb, b);
-  FloeOutput tb = slice(g, shape, i32_vector(g, (const int32_t[]){0}, 1),
-                        i32_vector(g, (const int32_t[]){2}, 1));
-  return reshape(g, gx, concat_rows(g, tb, floe_out(floe_node_finish(bb), 0))); /* [T, B, 4H] */
+  FloeOutput tb = slice(g, shape, i32_vector(g, (const int64_t[]){0}, 1),
+                        i32_vector(g, (const int64_t[]){2}, 1));
+  return floe_binary(g, "Reshape", NULL, gx,
+                     concat_rows(g, tb, floe_out(floe_node_finish(bb), 0))); /* [T, B, 4H] */
 }
 
 void floe_dynamic_rnn_options_init(FloeDynamicRNNOptions *o) {
@@ -219,9 +202,9 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   FloeNodeBuilder *bb = floe_node_begin(g, "Shape", NULL);
   floe_node_add_input(bb, inputs);
   FloeOutput shape = floe_out(floe_node_finish(bb), 0);
-  FloeOutput t_total =
-      slice(g, shape, i32_vector(g, (const int32_t[]){0}, 1), i32_vector(g, (const int32_t[]){1}, 1));
-  t_total = reshape(g, t_total, i32_vector(g, NULL, 0));
+  FloeOutput t_total = slice(g, shape, i32_vector(g, (const int64_t[]){0}, 1),
+                             i32_vector(g, (const int64_t[]){1}, 1));
+  t_total = floe_binary(g, "Reshape", NULL, t_total, i32_vector(g, NULL, 0));
   FloeOutput steps = t_total;
   if (lengths.node) {
     bb = floe_node_begin(g, "Max", NULL);
@@ -272,9 +255,10 @@ FloeOutput floe_dynamic_lstm(FloeGraph *g, const char *name, FloeOutput inputs,
   FloeOutput outputs = stacked;
   if (lengths.node) {
     FloeOutput pad_t = pair_with_zero(g, floe_binary(g, "Sub", NULL, t_total, steps), false);
-    FloeOutput zeros4 = i32_vector(g, (const int32_t[]){0, 0, 0, 0}, 4);
+    FloeOutput zeros4 = i32_vector(g, (const int64_t[]){0, 0, 0, 0}, 4);
     FloeOutput flat = concat_rows(g, pad_t, zeros4); /* [0, T - steps, 0, 0, 0, 0] */
-    FloeOutput paddings = reshape(g, flat, i32_vector(g, (const int32_t[]){3, 2}, 2));
+    FloeOutput paddings =
+        floe_binary(g, "Reshape", NULL, flat, i32_vector(g, (const int64_t[]){3, 2}, 2));
     bb = floe_node_begin(g, "Pad", NULL);
     floe_node_add_input(bb, stacked);
     floe_node_add_input(bb, paddings);

@@ -10,10 +10,7 @@ static FloeOutput in_(const FloeGradCtx *c, int i) { return c->node->inputs[i]; 
 
 static FloeOutput cast(FloeGradCtx *c, FloeOutput x, FloeDType to) {
   if (!x.node || floe_node_output_dtype(x.node, x.index) == to) return x;
-  FloeNodeBuilder *b = floe__grad_begin(c, "Cast");
-  floe_node_add_input(b, x);
-  floe_node_set_attr_type(b, "DstT", to);
-  return floe_out(floe_node_finish(b), 0);
+  return floe__grad_cast(c, x, to);
 }
 
 /* The shape of x as a vector of dtype `index` (i32 or i64): a Const when known. */
@@ -22,27 +19,12 @@ static FloeOutput shape_as(FloeGradCtx *c, FloeOutput x, FloeDType index) {
   bool known = index == FLOE_I64 && s.rank >= 0;
   for (int i = 0; known && i < s.rank; i++) known = s.dims[i] >= 0;
   if (!known) return cast(c, floe__grad_shape_of(c, x), index);
-  int64_t n = s.rank;
-  FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &n, NULL);
+  FloeTensor *t = floe__build_ints_tensor(FLOE_I64, 1, s.dims, s.rank, NULL);
   if (!t) {
     floe__graph_fail(c->g, FLOE_NO_MEMORY, "out of memory differentiating '%s'", c->node->name);
     return (FloeOutput){NULL, 0};
   }
-  if (n) memcpy(floe_tensor_data(t), s.dims, (size_t)n * sizeof(int64_t));
-  FloeNodeBuilder *b = floe__grad_begin(c, "Const");
-  floe_node_set_attr_tensor(b, "value", t);
-  floe_node_set_attr_type(b, "dtype", FLOE_I64);
-  floe_tensor_release(t);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-/* op(ins[0..n)) with the forward node's attributes `attrs` (NULL-terminated) copied. */
-static FloeOutput op_n(FloeGradCtx *c, const char *op, const FloeOutput *ins, int n,
-                       const char *const *attrs) {
-  FloeNodeBuilder *b = floe__grad_begin(c, op);
-  for (int i = 0; i < n; i++) floe_node_add_input(b, ins[i]);
-  for (int i = 0; attrs && attrs[i]; i++) floe__grad_copy_attr(c, b, attrs[i]);
-  return floe_out(floe_node_finish(b), 0);
+  return floe__build_const(&c->build, NULL, t, NULL);
 }
 
 static const char *const slice_masks[] = {"begin_mask",    "end_mask",         "ellipsis_mask",
@@ -113,7 +95,7 @@ static floe_code grad_concat(FloeGradCtx *c, FloeStatus *st) {
         begin[axis] = off;
         FloeOutput ins[3] = {dy, floe__grad_i32_vec(c, begin, s.rank),
                              floe__grad_i32_vec(c, s.dims, s.rank)};
-        c->dx[i] = op_n(c, "Slice", ins, 3, NULL);
+        c->dx[i] = floe__grad_op(c, "Slice", ins, 3, NULL);
       }
       off += s.dims[axis];
     }
@@ -130,7 +112,7 @@ static floe_code grad_concat(FloeGradCtx *c, FloeStatus *st) {
   for (int i = 0; i < n; i++)
     if (c->need_dx[i]) {
       FloeOutput ins[3] = {dy, floe_out(offsets, i), shapes[i]};
-      c->dx[i] = op_n(c, "Slice", ins, 3, NULL);
+      c->dx[i] = floe__grad_op(c, "Slice", ins, 3, NULL);
     }
   floe__free(shapes);
   return FLOE_OK;
@@ -138,17 +120,7 @@ static floe_code grad_concat(FloeGradCtx *c, FloeStatus *st) {
 
 /* Split(value, axis): the output gradients concatenated back (zeros where none arrives). */
 static floe_code grad_split(FloeGradCtx *c, FloeStatus *st) {
-  int n = c->node->num_outputs;
-  FloeOutput *parts = floe__calloc((size_t)n, sizeof *parts);
-  if (!parts)
-    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory differentiating '%s'", c->node->name);
-  for (int j = 0; j < n; j++) parts[j] = floe__grad_dy(c, j);
-  FloeNodeBuilder *b = floe__grad_begin(c, "Concat");
-  floe_node_add_input_list(b, parts, n);
-  floe_node_add_input(b, in_(c, 1));
-  c->dx[0] = floe_out(floe_node_finish(b), 0);
-  floe__free(parts);
-  return FLOE_OK;
+  return floe__grad_concat_outputs(c, in_(c, 1), st);
 }
 
 /* Slice(input, begin, size) -> SliceGrad(shape(input), begin, dy). */
@@ -156,7 +128,7 @@ static floe_code grad_slice(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeDType index = floe__grad_input_dtype(c, 1);
   FloeOutput ins[3] = {shape_as(c, in_(c, 0), index), in_(c, 1), c->dy[0]};
-  c->dx[0] = op_n(c, "SliceGrad", ins, 3, NULL);
+  c->dx[0] = floe__grad_op(c, "SliceGrad", ins, 3, NULL);
   return FLOE_OK;
 }
 
@@ -164,7 +136,7 @@ static floe_code grad_strided_slice(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeDType index = floe__grad_input_dtype(c, 1);
   FloeOutput ins[5] = {shape_as(c, in_(c, 0), index), in_(c, 1), in_(c, 2), in_(c, 3), c->dy[0]};
-  c->dx[0] = op_n(c, "StridedSliceGrad", ins, 5, slice_masks);
+  c->dx[0] = floe__grad_op(c, "StridedSliceGrad", ins, 5, slice_masks);
   return FLOE_OK;
 }
 
@@ -172,14 +144,14 @@ static floe_code grad_strided_slice(FloeGradCtx *c, FloeStatus *st) {
 static floe_code grad_gather(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput ins[3] = {floe__grad_shape_of(c, in_(c, 0)), in_(c, 1), c->dy[0]};
-  c->dx[0] = op_n(c, "GatherGrad", ins, 3, axis_attr);
+  c->dx[0] = floe__grad_op(c, "GatherGrad", ins, 3, axis_attr);
   return FLOE_OK;
 }
 
 static floe_code grad_pad(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput ins[2] = {c->dy[0], in_(c, 1)};
-  c->dx[0] = op_n(c, "PadGrad", ins, 2, mode_attr);
+  c->dx[0] = floe__grad_op(c, "PadGrad", ins, 2, mode_attr);
   return FLOE_OK;
 }
 
@@ -241,21 +213,21 @@ static floe_code grad_slice_grad(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeDType index = floe__grad_input_dtype(c, 1);
   FloeOutput ins[3] = {c->dy[0], in_(c, 1), shape_as(c, in_(c, 2), index)};
-  c->dx[2] = op_n(c, "Slice", ins, 3, NULL);
+  c->dx[2] = floe__grad_op(c, "Slice", ins, 3, NULL);
   return FLOE_OK;
 }
 
 static floe_code grad_strided_slice_grad(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput ins[4] = {c->dy[0], in_(c, 1), in_(c, 2), in_(c, 3)};
-  c->dx[4] = op_n(c, "StridedSlice", ins, 4, slice_masks);
+  c->dx[4] = floe__grad_op(c, "StridedSlice", ins, 4, slice_masks);
   return FLOE_OK;
 }
 
 static floe_code grad_gather_grad(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput ins[2] = {c->dy[0], in_(c, 1)};
-  c->dx[2] = op_n(c, "Gather", ins, 2, axis_attr);
+  c->dx[2] = floe__grad_op(c, "Gather", ins, 2, axis_attr);
   return FLOE_OK;
 }
 
@@ -264,7 +236,7 @@ static floe_code grad_gather_grad(FloeGradCtx *c, FloeStatus *st) {
 static floe_code grad_pad_grad(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput ins[2] = {c->dy[0], in_(c, 1)};
-  c->dx[0] = op_n(c, "Pad", ins, 2, mode_attr);
+  c->dx[0] = floe__grad_op(c, "Pad", ins, 2, mode_attr);
   return FLOE_OK;
 }
 

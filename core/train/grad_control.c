@@ -328,23 +328,17 @@ typedef struct GradLoopBuild {
   FloeStatus *st;
 } GradLoopBuild;
 
-static char *name_in(FloeGraph *g, char *buf, size_t len, const char *scope, const char *what) {
-  snprintf(buf, len, "%s/%s", scope, what);
-  size_t base = strlen(buf);
-  for (int k = 1; floe_graph_find(g, buf); k++) snprintf(buf + base, len - base, "_%d", k);
-  return buf;
+/* Nodes "<name>/<leaf>" made unique (name NULL: leaf itself). */
+static FloeBuildScope loop_scope(FloeGraph *g, const char *name) {
+  return (FloeBuildScope){.g = g, .name = name, .unique = true,
+                          .fail = floe__build_fail_message,
+                          .arg = "out of memory building a loop gradient"};
 }
 
+/* A scalar Const (dt: i32 or f32) called name. */
 static FloeOutput scalar_const(FloeGraph *g, const char *name, FloeDType dt, double v) {
-  FloeTensor *t = dt == FLOE_I32 ? floe_tensor_scalar_i32((int32_t)v, NULL)
-                                 : floe_tensor_scalar_f32((float)v, NULL);
-  if (!t) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory building a loop gradient");
-    return (FloeOutput){NULL, 0};
-  }
-  FloeOutput o = floe_const(g, name, t);
-  floe_tensor_release(t);
-  return o;
+  const FloeBuildScope s = loop_scope(g, NULL);
+  return floe__build_scalar(&s, name, dt, v);
 }
 
 static FloeNode *enter_in(FloeGraph *g, const char *name, FloeOutput v, const char *frame,
@@ -356,12 +350,6 @@ static FloeNode *enter_in(FloeGraph *g, const char *name, FloeOutput v, const ch
   return floe_node_finish(b);
 }
 
-static FloeNode *unary_node(FloeGraph *g, const char *op, const char *name, FloeOutput x) {
-  FloeNodeBuilder *b = floe_node_begin(g, op, name);
-  floe_node_add_input(b, x);
-  return floe_node_finish(b);
-}
-
 /* Adds an iteration counter to the forward loop: N (its Exit) and its value in the body. */
 static floe_code add_counter(GradLoopBuild *B) {
   FloeGraph *g = B->g;
@@ -369,39 +357,35 @@ static floe_code add_counter(GradLoopBuild *B) {
   char nm[256], scope[200];
   snprintf(scope, sizeof scope, "%s/grad_counter", L->name);
   FloeNode *lc = L->vars[0].sw->inputs[1].node;
-  FloeOutput zero = scalar_const(g, name_in(g, nm, sizeof nm, scope, "zero"), FLOE_I32, 0);
-  FloeOutput one = scalar_const(g, name_in(g, nm, sizeof nm, scope, "one"), FLOE_I32, 1);
+  const FloeBuildScope cs = loop_scope(g, scope); /* scope is short: no name is cut */
+  FloeOutput zero = floe__build_scalar(&cs, "zero", FLOE_I32, 0);
+  FloeOutput one = floe__build_scalar(&cs, "one", FLOE_I32, 1);
   if (!zero.node || !one.node) return floe_graph_status(g);
-  FloeNode *e = enter_in(g, name_in(g, nm, sizeof nm, scope, "enter"), zero, L->name, false);
-  FloeNode *e1 = enter_in(g, name_in(g, nm, sizeof nm, scope, "one_in"), one, L->name, true);
+  FloeNode *e =
+      enter_in(g, floe__build_name_in(g, nm, sizeof nm, scope, "enter"), zero, L->name, false);
+  FloeNode *e1 =
+      enter_in(g, floe__build_name_in(g, nm, sizeof nm, scope, "one_in"), one, L->name, true);
   if (!e || !e1) return floe_graph_status(g);
   FloeOutput pair[2] = {floe_out(e, 0), floe_out(e, 0)};
-  FloeNodeBuilder *b = floe_node_begin(g, "Merge", name_in(g, nm, sizeof nm, scope, "merge"));
+  FloeNodeBuilder *b = floe__build_begin(&cs, "Merge", "merge");
   floe_node_add_input_list(b, pair, 2);
   FloeNode *m = floe_node_finish(b);
   if (!m) return floe_graph_status(g);
-  b = floe_node_begin(g, "Switch", name_in(g, nm, sizeof nm, scope, "switch"));
-  floe_node_add_input(b, floe_out(m, 0));
-  floe_node_add_input(b, floe_out(lc, 0));
-  FloeNode *sw = floe_node_finish(b);
+  FloeNode *sw = floe__build_binary(&cs, "Switch", "switch", floe_out(m, 0), floe_out(lc, 0)).node;
   if (!sw) return floe_graph_status(g);
-  FloeNode *ex = unary_node(g, "Exit", name_in(g, nm, sizeof nm, scope, "n"), floe_out(sw, 0));
-  FloeNode *id = unary_node(g, "Identity", name_in(g, nm, sizeof nm, scope, "index"),
-                            floe_out(sw, 1));
+  FloeNode *ex = floe__build_unary(&cs, "Exit", "n", floe_out(sw, 0)).node;
+  FloeNode *id = floe__build_unary(&cs, "Identity", "index", floe_out(sw, 1)).node;
   if (!ex || !id) return floe_graph_status(g);
-  b = floe_node_begin(g, "Add", name_in(g, nm, sizeof nm, scope, "next_value"));
-  floe_node_add_input(b, floe_out(id, 0));
-  floe_node_add_input(b, floe_out(e1, 0));
-  FloeNode *add = floe_node_finish(b);
+  FloeNode *add =
+      floe__build_binary(&cs, "Add", "next_value", floe_out(id, 0), floe_out(e1, 0)).node;
   if (!add) return floe_graph_status(g);
-  FloeNode *ni = unary_node(g, "NextIteration", name_in(g, nm, sizeof nm, scope, "next"),
-                            floe_out(add, 0));
+  FloeNode *ni = floe__build_unary(&cs, "NextIteration", "next", floe_out(add, 0)).node;
   if (!ni) return floe_graph_status(g);
   if (floe__node_set_input(m, 1, floe_out(ni, 0), B->st) != FLOE_OK) return B->st->code;
   B->n_iters = floe_out(ex, 0);
   B->counter_body = id;
   B->counter_next = add;
-  B->zero_flow = scalar_const(g, name_in(g, nm, sizeof nm, scope, "flow"), FLOE_F32, 0);
+  B->zero_flow = floe__build_scalar(&cs, "flow", FLOE_F32, 0);
   return floe_graph_status(g);
 }
 
@@ -412,9 +396,11 @@ static FloeNode *growing_ta(FloeGraph *g, const char *scope, const char *what, F
                             FloeShape shape, bool clear_after_read, const char *ta_name,
                             FloeNode **size) {
   char nm[512];
-  FloeOutput sz = scalar_const(g, name_in(g, nm, sizeof nm, scope, "size"), FLOE_I32, 0);
+  FloeOutput sz =
+      scalar_const(g, floe__build_name_in(g, nm, sizeof nm, scope, "size"), FLOE_I32, 0);
   *size = sz.node;
-  FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayV3", name_in(g, nm, sizeof nm, scope, what));
+  FloeNodeBuilder *b =
+      floe_node_begin(g, "TensorArrayV3", floe__build_name_in(g, nm, sizeof nm, scope, what));
   floe_node_add_input(b, sz);
   floe_node_set_attr_type(b, "dtype", dtype);
   floe_node_set_attr_shape(b, "element_shape", shape);
@@ -428,8 +414,8 @@ static FloeNode *growing_ta(FloeGraph *g, const char *scope, const char *what, F
 static FloeNode *ta_write(FloeGraph *g, const char *scope, FloeOutput handle, FloeOutput index,
                           FloeOutput value, FloeOutput flow) {
   char nm[512];
-  FloeNodeBuilder *b =
-      floe_node_begin(g, "TensorArrayWriteV3", name_in(g, nm, sizeof nm, scope, "write"));
+  FloeNodeBuilder *b = floe_node_begin(g, "TensorArrayWriteV3",
+                                       floe__build_name_in(g, nm, sizeof nm, scope, "write"));
   floe_node_add_input(b, handle);
   floe_node_add_input(b, index);
   floe_node_add_input(b, value);
@@ -470,10 +456,10 @@ static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
   FloeNode *ta = growing_ta(g, scope, "ta", x.node->out_dtypes[x.index],
                             x.node->out_shapes[x.index], false, scope, &size);
   if (!ta) return NULL;
-  FloeNode *h_in = enter_in(g, name_in(g, nm, sizeof nm, scope, "handle_in"), floe_out(ta, 0),
-                            frame, true);
-  FloeNode *f_in = enter_in(g, name_in(g, nm, sizeof nm, scope, "flow_in"), B->zero_flow, frame,
-                            true);
+  FloeNode *h_in = enter_in(g, floe__build_name_in(g, nm, sizeof nm, scope, "handle_in"),
+                            floe_out(ta, 0), frame, true);
+  FloeNode *f_in = enter_in(g, floe__build_name_in(g, nm, sizeof nm, scope, "flow_in"),
+                            B->zero_flow, frame, true);
   if (!h_in || !f_in) return NULL;
   FloeNode *w = ta_write(g, scope, floe_out(h_in, 0), floe_out(B->counter_body, 0), x,
                          floe_out(f_in, 0));
@@ -482,8 +468,8 @@ static Saved *saved_for(GradLoopBuild *B, FloeOutput x) {
    * an iteration (a branch not taken) is not written then, and its dead write must not
    * stop the counter: writes reach it through a ControlTrigger. */
   if (!B->writes_done) {
-    FloeNodeBuilder *b = floe_node_begin(g, "ControlTrigger",
-                                         name_in(g, nm, sizeof nm, frame, "saved"));
+    FloeNodeBuilder *b =
+        floe_node_begin(g, "ControlTrigger", floe__build_name_in(g, nm, sizeof nm, frame, "saved"));
     floe_node_add_control_input(b, w);
     B->writes_done = floe_node_finish(b);
     if (!B->writes_done || floe__cf_exclude(B->writes_done) != FLOE_OK) return NULL;
@@ -524,7 +510,8 @@ static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx
 static floe_code shape_forward(GradLoopBuild *B, FloeNode *n, int end) {
   FloeGraph *g = B->g;
   char nm[256];
-  FloeNodeBuilder *b = floe_node_begin(g, n->op->name, name_in(g, nm, sizeof nm, n->name, "forward"));
+  FloeNodeBuilder *b =
+      floe_node_begin(g, n->op->name, floe__build_name_in(g, nm, sizeof nm, n->name, "forward"));
   floe_node_add_input(b, n->inputs[0]);
   floe__node_copy_attr(n, b, "out_type");
   FloeNode *f = floe_node_finish(b);
@@ -588,12 +575,12 @@ static floe_code substitute(GradLoopBuild *B, int start, int end, FloeOutput idx
         if (!s) return floe_graph_status(g) ? floe_graph_status(g) : FLOE_NO_MEMORY;
         char nm[256];
         if (gate_in.node && !gate) {
-          gate = unary_node(g, "Identity", name_in(g, nm, sizeof nm, s->write->name, "gate"),
-                            gate_in);
+          floe__build_name_in(g, nm, sizeof nm, s->write->name, "gate");
+          gate = floe_unary(g, "Identity", nm, gate_in).node;
           if (!gate) return floe_graph_status(g);
         }
         FloeNodeBuilder *b = floe_node_begin(
-            g, "TensorArrayReadV3", name_in(g, nm, sizeof nm, s->write->name, "read"));
+            g, "TensorArrayReadV3", floe__build_name_in(g, nm, sizeof nm, s->write->name, "read"));
         floe_node_add_input(b, s->handle);
         floe_node_add_input(b, idx);
         floe_node_add_input(b, B->zero_flow);
@@ -650,7 +637,8 @@ static floe_code hoist(GradLoopBuild *B, int k, FloeNode *d, const FloeOutput *o
   Hoisted *h = &B->hoisted[k];
   h->dtype = d->out_dtypes[0];
   /* Made outside the loop (excluded from its body); the loop builder brings them in. */
-  FloeOutput zero = scalar_const(g, name_in(g, nm, sizeof nm, scope, "flow"), FLOE_F32, 0);
+  FloeOutput zero =
+      scalar_const(g, floe__build_name_in(g, nm, sizeof nm, scope, "flow"), FLOE_F32, 0);
   if (!zero.node) return floe_graph_status(g);
   FloeNode *made[6] = {zero.node, d};
   for (int j = 0; j < 2; j++) {
@@ -821,7 +809,7 @@ floe_code floe__grad_while(FloeGraph *g, const FloeGradLoop *L, int li, const in
   B.num_walked = num_walked;
   if ((rc = add_counter(&B)) != FLOE_OK) goto fail_graph;
   char nm[256];
-  init[0] = scalar_const(g, name_in(g, nm, sizeof nm, L->name, "grad/k0"), FLOE_I32, 0);
+  init[0] = scalar_const(g, floe__build_name_in(g, nm, sizeof nm, L->name, "grad/k0"), FLOE_I32, 0);
   for (int i = 0; i < L->num_vars; i++) {
     FloeDType dt = L->vars[i].exit->out_dtypes[0];
     if (!(FLOE_DTYPES_FLOAT & FLOE_DTYPE_BIT(dt))) continue;

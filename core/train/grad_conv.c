@@ -21,31 +21,17 @@ static const char *const pool_attrs[] = {"pooling_type", "ksize", "strides", "di
                                          "padding", "explicit_paddings", "data_format",
                                          "ceil_mode", "count_include_pad", NULL};
 
-/* op(ins[0..n)) with the forward node's attributes `attrs` copied. */
-static FloeNodeBuilder *begin_op(FloeGradCtx *c, const char *op, const FloeOutput *ins, int n,
-                                 const char *const *attrs) {
-  FloeNodeBuilder *b = floe__grad_begin(c, op);
-  for (int i = 0; i < n; i++) floe_node_add_input(b, ins[i]);
-  for (int i = 0; attrs && attrs[i]; i++) floe__grad_copy_attr(c, b, attrs[i]);
-  return b;
-}
-
-static FloeOutput op_attrs(FloeGradCtx *c, const char *op, const FloeOutput *ins, int n,
-                           const char *const *attrs) {
-  return floe_out(floe_node_finish(begin_op(c, op, ins, n, attrs)), 0);
-}
-
 /* ---- Conv and its gradient ops: each is linear in each of its tensor operands ---- */
 
 static floe_code grad_conv(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput x = in_(c, 0), f = in_(c, 1), dy = c->dy[0];
   if (c->need_dx[0])
-    c->dx[0] = op_attrs(c, "ConvBackpropInputNd",
-                        (FloeOutput[]){floe__grad_shape_of(c, x), f, dy}, 3, conv_attrs);
+    c->dx[0] = floe__grad_op(c, "ConvBackpropInputNd",
+                             (FloeOutput[]){floe__grad_shape_of(c, x), f, dy}, 3, conv_attrs);
   if (c->need_dx[1])
-    c->dx[1] = op_attrs(c, "ConvBackpropFilterNd",
-                        (FloeOutput[]){x, floe__grad_shape_of(c, f), dy}, 3, conv_attrs);
+    c->dx[1] = floe__grad_op(c, "ConvBackpropFilterNd",
+                             (FloeOutput[]){x, floe__grad_shape_of(c, f), dy}, 3, conv_attrs);
   return FLOE_OK;
 }
 
@@ -54,9 +40,9 @@ static floe_code grad_conv_backprop_input(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput f = in_(c, 1), dout = in_(c, 2), dz = c->dy[0];
   if (c->need_dx[1])
-    c->dx[1] = op_attrs(c, "ConvBackpropFilterNd",
-                        (FloeOutput[]){dz, floe__grad_shape_of(c, f), dout}, 3, conv_attrs);
-  if (c->need_dx[2]) c->dx[2] = op_attrs(c, "Conv", (FloeOutput[]){dz, f}, 2, conv_attrs);
+    c->dx[1] = floe__grad_op(c, "ConvBackpropFilterNd",
+                             (FloeOutput[]){dz, floe__grad_shape_of(c, f), dout}, 3, conv_attrs);
+  if (c->need_dx[2]) c->dx[2] = floe__grad_op(c, "Conv", (FloeOutput[]){dz, f}, 2, conv_attrs);
   return FLOE_OK;
 }
 
@@ -65,9 +51,9 @@ static floe_code grad_conv_backprop_filter(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput x = in_(c, 0), dout = in_(c, 2), dz = c->dy[0];
   if (c->need_dx[0])
-    c->dx[0] = op_attrs(c, "ConvBackpropInputNd",
-                        (FloeOutput[]){floe__grad_shape_of(c, x), dz, dout}, 3, conv_attrs);
-  if (c->need_dx[2]) c->dx[2] = op_attrs(c, "Conv", (FloeOutput[]){x, dz}, 2, conv_attrs);
+    c->dx[0] = floe__grad_op(c, "ConvBackpropInputNd",
+                             (FloeOutput[]){floe__grad_shape_of(c, x), dz, dout}, 3, conv_attrs);
+  if (c->need_dx[2]) c->dx[2] = floe__grad_op(c, "Conv", (FloeOutput[]){x, dz}, 2, conv_attrs);
   return FLOE_OK;
 }
 
@@ -135,7 +121,7 @@ static FloeOutput crop(FloeGradCtx *c, FloeOutput dy, const Adjoint *a) {
  * data_format, and the paddings of a. */
 static void adjoint_attrs(FloeGradCtx *c, FloeNodeBuilder *b, const Adjoint *a) {
   static const char *const copied[] = {"strides", "dilations", "groups", "data_format", NULL};
-  for (int i = 0; copied[i]; i++) floe__grad_copy_attr(c, b, copied[i]);
+  floe__node_copy_attrs(c->node, b, copied);
   floe_node_set_attr_string(b, "padding", a->any_pad ? "EXPLICIT" : "VALID");
   if (a->any_pad) floe_node_set_attr_int_list(b, "explicit_paddings", a->pad, 2 * a->rank);
 }
@@ -148,13 +134,13 @@ static floe_code grad_conv_transpose(FloeGradCtx *c, FloeStatus *st) {
   if (rc != FLOE_OK) return rc;
   FloeOutput x = in_(c, 0), f = in_(c, 1), dy = crop(c, c->dy[0], &a);
   if (c->need_dx[0]) {
-    FloeNodeBuilder *b = begin_op(c, "Conv", (FloeOutput[]){dy, f}, 2, NULL);
+    FloeNodeBuilder *b = floe__grad_begin_op(c, "Conv", (FloeOutput[]){dy, f}, 2, NULL);
     adjoint_attrs(c, b, &a);
     c->dx[0] = floe_out(floe_node_finish(b), 0);
   }
   if (c->need_dx[1]) {
-    FloeNodeBuilder *b = begin_op(c, "ConvBackpropFilterNd",
-                                  (FloeOutput[]){dy, floe__grad_shape_of(c, f), x}, 3, NULL);
+    FloeNodeBuilder *b = floe__grad_begin_op(
+        c, "ConvBackpropFilterNd", (FloeOutput[]){dy, floe__grad_shape_of(c, f), x}, 3, NULL);
     adjoint_attrs(c, b, &a);
     c->dx[1] = floe_out(floe_node_finish(b), 0);
   }
@@ -165,7 +151,7 @@ static floe_code grad_conv_transpose(FloeGradCtx *c, FloeStatus *st) {
 
 static floe_code grad_pool(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
-  c->dx[0] = op_attrs(c, "PoolGrad", (FloeOutput[]){in_(c, 0), c->dy[0]}, 2, pool_attrs);
+  c->dx[0] = floe__grad_op(c, "PoolGrad", (FloeOutput[]){in_(c, 0), c->dy[0]}, 2, pool_attrs);
   return FLOE_OK;
 }
 
@@ -175,7 +161,8 @@ static floe_code grad_max_pool_with_indices(FloeGradCtx *c, FloeStatus *st) {
   if (!c->dy[0].node) return FLOE_OK;
   static const char *const copied[] = {"ksize", "strides", "dilations", "padding",
                                        "explicit_paddings", "ceil_mode", NULL};
-  FloeNodeBuilder *b = begin_op(c, "PoolGrad", (FloeOutput[]){in_(c, 0), c->dy[0]}, 2, copied);
+  FloeNodeBuilder *b =
+      floe__grad_begin_op(c, "PoolGrad", (FloeOutput[]){in_(c, 0), c->dy[0]}, 2, copied);
   floe_node_set_attr_string(b, "pooling_type", "MAX");
   floe_node_set_attr_string(b, "data_format", "CHANNELS_FIRST");
   c->dx[0] = floe_out(floe_node_finish(b), 0);
@@ -196,7 +183,7 @@ static floe_code grad_pool_grad(FloeGradCtx *c, FloeStatus *st) {
                            "second derivative of MAX pooling is not supported; wrap the path "
                            "in StopGradient",
                            n->name, n->op->name);
-  c->dx[1] = op_attrs(c, "Pool", (FloeOutput[]){c->dy[0]}, 1, pool_attrs);
+  c->dx[1] = floe__grad_op(c, "Pool", (FloeOutput[]){c->dy[0]}, 1, pool_attrs);
   return FLOE_OK;
 }
 
@@ -216,13 +203,13 @@ static const char *const block_attrs[] = {"block", NULL};
 
 static floe_code grad_to_blocked(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
-  c->dx[0] = op_attrs(c, "_FromBlocked", (FloeOutput[]){c->dy[0]}, 1, block_attrs);
+  c->dx[0] = floe__grad_op(c, "_FromBlocked", (FloeOutput[]){c->dy[0]}, 1, block_attrs);
   return FLOE_OK;
 }
 
 static floe_code grad_from_blocked(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
-  c->dx[0] = op_attrs(c, "_ToBlocked", (FloeOutput[]){c->dy[0]}, 1, block_attrs);
+  c->dx[0] = floe__grad_op(c, "_ToBlocked", (FloeOutput[]){c->dy[0]}, 1, block_attrs);
   return FLOE_OK;
 }
 

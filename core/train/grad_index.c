@@ -10,14 +10,6 @@
 
 static FloeOutput in_(const FloeGradCtx *c, int i) { return c->node->inputs[i]; }
 
-static FloeOutput op_n(FloeGradCtx *c, const char *op, const FloeOutput *ins, int n,
-                       const char *const *attrs) {
-  FloeNodeBuilder *b = floe__grad_begin(c, op);
-  for (int i = 0; i < n; i++) floe_node_add_input(b, ins[i]);
-  for (int i = 0; attrs && attrs[i]; i++) floe__grad_copy_attr(c, b, attrs[i]);
-  return floe_out(floe_node_finish(b), 0);
-}
-
 /* The forward node's string attribute (dflt when absent). */
 static const char *attr_str(const FloeGradCtx *c, const char *name, const char *dflt) {
   const FloeAttrValue *v = floe__attrs_get(&c->node->attrs, name);
@@ -36,7 +28,7 @@ static const char *const seq_attrs[] = {"seq_dim", "batch_dim", NULL};
 static floe_code grad_trilu(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput ins[2] = {c->dy[0], in_(c, 1)};
-  c->dx[0] = op_n(c, "Trilu", ins, 2, upper_attr);
+  c->dx[0] = floe__grad_op(c, "Trilu", ins, 2, upper_attr);
   return FLOE_OK;
 }
 
@@ -57,7 +49,7 @@ static floe_code grad_cumsum(FloeGradCtx *c, FloeStatus *st) {
 static floe_code grad_reverse_sequence(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput ins[2] = {c->dy[0], in_(c, 1)};
-  c->dx[0] = op_n(c, "ReverseSequence", ins, 2, seq_attrs);
+  c->dx[0] = floe__grad_op(c, "ReverseSequence", ins, 2, seq_attrs);
   return FLOE_OK;
 }
 
@@ -69,17 +61,7 @@ static floe_code grad_reshape(FloeGradCtx *c, FloeStatus *st) {
 }
 
 static floe_code grad_split_v(FloeGradCtx *c, FloeStatus *st) {
-  int n = c->node->num_outputs;
-  FloeOutput *parts = floe__calloc((size_t)n, sizeof *parts);
-  if (!parts)
-    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory differentiating '%s'", c->node->name);
-  for (int j = 0; j < n; j++) parts[j] = floe__grad_dy(c, j);
-  FloeNodeBuilder *b = floe__grad_begin(c, "Concat");
-  floe_node_add_input_list(b, parts, n);
-  floe_node_add_input(b, in_(c, 2));
-  c->dx[0] = floe_out(floe_node_finish(b), 0);
-  floe__free(parts);
-  return FLOE_OK;
+  return floe__grad_concat_outputs(c, in_(c, 2), st);
 }
 
 static floe_code grad_slice_axes(FloeGradCtx *c, FloeStatus *st) {
@@ -89,14 +71,14 @@ static floe_code grad_slice_axes(FloeGradCtx *c, FloeStatus *st) {
   floe_node_set_attr_type(b, "out_type", floe__grad_input_dtype(c, 1));
   FloeOutput ins[6] = {floe_out(floe_node_finish(b), 0), in_(c, 1), in_(c, 2), in_(c, 3),
                        in_(c, 4), c->dy[0]};
-  c->dx[0] = op_n(c, "SliceAxesGrad", ins, 6, NULL);
+  c->dx[0] = floe__grad_op(c, "SliceAxesGrad", ins, 6, NULL);
   return FLOE_OK;
 }
 
 static floe_code grad_slice_axes_grad(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput ins[5] = {c->dy[0], in_(c, 1), in_(c, 2), in_(c, 3), in_(c, 4)};
-  c->dx[5] = op_n(c, "SliceAxes", ins, 5, NULL);
+  c->dx[5] = floe__grad_op(c, "SliceAxes", ins, 5, NULL);
   return FLOE_OK;
 }
 
@@ -166,16 +148,16 @@ static floe_code grad_scatter(FloeGradCtx *c, FloeStatus *st, bool nd) {
   FloeOutput canvas = floe_out(floe_node_finish(b), 0);
   FloeOutput ins[3] = {canvas, idx, ids};
   const char *const ax[] = {nd ? NULL : "axis", NULL};
-  FloeOutput winners = op_n(c, scatter, ins, 3, ax);
+  FloeOutput winners = floe__grad_op(c, scatter, ins, 3, ax);
   ins[0] = winners, ins[1] = idx;
-  FloeOutput won = floe__grad_binary(c, "Equal", op_n(c, gather, ins, 2, ax), ids);
+  FloeOutput won = floe__grad_binary(c, "Equal", floe__grad_op(c, gather, ins, 2, ax), ids);
   b = floe__grad_begin(c, "Select");
   floe_node_add_input(b, won);
   floe_node_add_input(b, dup);
   floe_node_add_input(b, floe__grad_unary(c, "ZerosLike", up));
   c->dx[2] = floe_out(floe_node_finish(b), 0);
   ins[0] = dy, ins[1] = idx, ins[2] = floe__grad_unary(c, "ZerosLike", up);
-  c->dx[0] = op_n(c, scatter, ins, 3, ax);
+  c->dx[0] = floe__grad_op(c, scatter, ins, 3, ax);
   return FLOE_OK;
 }
 

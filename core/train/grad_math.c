@@ -21,18 +21,7 @@ static FloeOutput un(FloeGradCtx *c, const char *op, FloeOutput a) {
 static FloeOutput scalar(FloeGradCtx *c, double v) { return floe__grad_scalar(c, dtype0(c), v); }
 
 static FloeOutput select3(FloeGradCtx *c, FloeOutput cond, FloeOutput t, FloeOutput e) {
-  FloeNodeBuilder *b = floe__grad_begin(c, "Select");
-  floe_node_add_input(b, cond);
-  floe_node_add_input(b, t);
-  floe_node_add_input(b, e);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-static FloeOutput cast(FloeGradCtx *c, FloeOutput x, FloeDType to) {
-  FloeNodeBuilder *b = floe__grad_begin(c, "Cast");
-  floe_node_add_input(b, x);
-  floe_node_set_attr_type(b, "DstT", to);
-  return floe_out(floe_node_finish(b), 0);
+  return floe__grad_op(c, "Select", (FloeOutput[]){cond, t, e}, 3, NULL);
 }
 
 /* Sets dx[i] = g summed down to input i's shape, when wanted. */
@@ -202,7 +191,7 @@ static floe_code grad_cast(FloeGradCtx *c, FloeStatus *st) {
   FloeDType src = dtype0(c), dst = floe_node_output_dtype((FloeNode *)c->node, 0);
   uint32_t fl = FLOE_DTYPES_FLOAT;
   if ((fl & FLOE_DTYPE_BIT(src)) && (fl & FLOE_DTYPE_BIT(dst)))
-    c->dx[0] = src == dst ? c->dy[0] : cast(c, c->dy[0], src);
+    c->dx[0] = src == dst ? c->dy[0] : floe__grad_cast(c, c->dy[0], src);
   return FLOE_OK;
 }
 
@@ -243,7 +232,8 @@ static floe_code grad_mean(FloeGradCtx *c, FloeStatus *st) {
 static floe_code grad_reduce_extreme(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput x = in_(c, 0);
-  FloeOutput hit = cast(c, bin(c, "Equal", x, expand_reduced(c, out_(c, 0), false)), dtype0(c));
+  FloeOutput hit =
+      floe__grad_cast(c, bin(c, "Equal", x, expand_reduced(c, out_(c, 0), false)), dtype0(c));
   FloeOutput share = bin(c, "Div", c->dy[0], reduce_like(c, "Sum", hit));
   c->dx[0] = bin(c, "Mul", expand_reduced(c, share, false), hit);
   return FLOE_OK;
@@ -257,7 +247,7 @@ static floe_code grad_prod(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   FloeOutput x = in_(c, 0), zero = scalar(c, 0), one = scalar(c, 1);
   FloeOutput is_zero = bin(c, "Equal", x, zero);
-  FloeOutput zf = cast(c, is_zero, dtype0(c));
+  FloeOutput zf = floe__grad_cast(c, is_zero, dtype0(c));
   FloeOutput x_safe = select3(c, is_zero, one, x);
   FloeOutput nz = expand_reduced(c, reduce_like(c, "Sum", zf), false);
   FloeOutput p = reduce_like(c, "Prod", x_safe);

@@ -22,11 +22,7 @@ static FloeOutput scalar_of(FloeGradCtx *c, int input, double v) {
 /* op(a, b) with the forward node's attributes `attrs` (NULL-terminated) copied. */
 static FloeOutput op2_attrs(FloeGradCtx *c, const char *op, FloeOutput a, FloeOutput b,
                             const char *const *attrs) {
-  FloeNodeBuilder *bl = floe__grad_begin(c, op);
-  floe_node_add_input(bl, a);
-  floe_node_add_input(bl, b);
-  for (int i = 0; attrs && attrs[i]; i++) floe__grad_copy_attr(c, bl, attrs[i]);
-  return floe_out(floe_node_finish(bl), 0);
+  return floe__grad_op(c, op, (FloeOutput[]){a, b}, 2, attrs);
 }
 
 static const char *const alpha_attr[] = {"alpha", NULL};
@@ -158,12 +154,7 @@ static floe_code grad_bias_add(FloeGradCtx *c, FloeStatus *st) {
 /* op(a, b, d) with the forward node's attributes `attrs` copied. */
 static FloeOutput op3_attrs(FloeGradCtx *c, const char *op, FloeOutput a, FloeOutput b,
                             FloeOutput d, const char *const *attrs) {
-  FloeNodeBuilder *bl = floe__grad_begin(c, op);
-  floe_node_add_input(bl, a);
-  floe_node_add_input(bl, b);
-  floe_node_add_input(bl, d);
-  for (int i = 0; attrs[i]; i++) floe__grad_copy_attr(c, bl, attrs[i]);
-  return floe_out(floe_node_finish(bl), 0);
+  return floe__grad_op(c, op, (FloeOutput[]){a, b, d}, 3, attrs);
 }
 
 /* The gradients at a convolution's input and filter (inputs 0 and 1) for output gradient
@@ -330,10 +321,7 @@ static floe_code grad_conv_backprop_filter(FloeGradCtx *c, FloeStatus *st) {
 static floe_code grad_avg_pool_grad(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
   if (!c->need_dx[1]) return FLOE_OK;
-  FloeNodeBuilder *b = floe__grad_begin(c, "AvgPool");
-  floe_node_add_input(b, c->dy[0]);
-  for (int i = 0; pool_attrs[i]; i++) floe__grad_copy_attr(c, b, pool_attrs[i]);
-  c->dx[1] = floe_out(floe_node_finish(b), 0);
+  c->dx[1] = floe__grad_op(c, "AvgPool", &c->dy[0], 1, pool_attrs);
   return FLOE_OK;
 }
 

@@ -62,78 +62,54 @@ FloeDType floe__grad_input_dtype(const FloeGradCtx *c, int i) {
   return in.node->out_dtypes[in.index];
 }
 
+/* The gradient builders' failures name the forward node (s->arg). */
+static void grad_build_fail(const FloeBuildScope *s, const char *op, const char *leaf,
+                            const FloeStatus *why) {
+  (void)op;
+  (void)leaf;
+  const FloeNode *n = s->arg;
+  if (why)
+    floe__graph_fail(s->g, FLOE_NO_MEMORY, "out of memory building a gradient constant of '%s'",
+                     n->name);
+  else
+    floe__graph_fail(s->g, FLOE_NO_MEMORY, "out of memory naming a gradient node of '%s'", n->name);
+}
+
 FloeNodeBuilder *floe__grad_begin(FloeGradCtx *c, const char *op) {
-  size_t len = strlen(c->scope) + strlen(op) + 24;
-  char *name = floe__malloc(len);
-  if (!name) {
-    floe__graph_fail(c->g, FLOE_NO_MEMORY, "out of memory naming a gradient node of '%s'",
-                     c->node->name);
-    return floe_node_begin(c->g, op, NULL); /* a no-op builder under the sticky error */
-  }
-  snprintf(name, len, "%s/%s", c->scope, op);
-  for (int k = 1; floe_graph_find(c->g, name); k++) snprintf(name, len, "%s/%s_%d", c->scope, op, k);
-  FloeNodeBuilder *b = floe_node_begin(c->g, op, name);
-  /* Gradient nodes live where their forward node was asked to. */
-  if (c->node->device && *c->node->device) floe_node_set_device(b, c->node->device);
-  floe__free(name);
-  return b;
+  return floe__build_begin(&c->build, op, NULL);
 }
 
 FloeOutput floe__grad_unary(FloeGradCtx *c, const char *op, FloeOutput x) {
+  return floe__build_unary(&c->build, op, NULL, x);
+}
+
+FloeOutput floe__grad_binary(FloeGradCtx *c, const char *op, FloeOutput a, FloeOutput b) {
+  return floe__build_binary(&c->build, op, NULL, a, b);
+}
+
+FloeOutput floe__grad_op(FloeGradCtx *c, const char *op, const FloeOutput *ins, int n,
+                         const char *const *attrs) {
+  return floe__build_op_like(&c->build, op, NULL, ins, n, c->node, attrs);
+}
+
+FloeNodeBuilder *floe__grad_begin_op(FloeGradCtx *c, const char *op, const FloeOutput *ins, int n,
+                                     const char *const *attrs) {
   FloeNodeBuilder *b = floe__grad_begin(c, op);
-  floe_node_add_input(b, x);
-  return floe_out(floe_node_finish(b), 0);
+  for (int i = 0; i < n; i++) floe_node_add_input(b, ins[i]);
+  floe__node_copy_attrs(c->node, b, attrs);
+  return b;
 }
 
-FloeOutput floe__grad_binary(FloeGradCtx *c, const char *op, FloeOutput a, FloeOutput b_) {
-  FloeNodeBuilder *b = floe__grad_begin(c, op);
-  floe_node_add_input(b, a);
-  floe_node_add_input(b, b_);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-/* A Const node under the scope holding t (which the graph retains; we drop ours). */
-static FloeOutput grad_const(FloeGradCtx *c, FloeTensor *t) {
-  if (!t) {
-    floe__graph_fail(c->g, FLOE_NO_MEMORY, "out of memory building a gradient constant of '%s'",
-                     c->node->name);
-    return invalid_output();
-  }
-  FloeNodeBuilder *b = floe__grad_begin(c, "Const");
-  floe_node_set_attr_tensor(b, "value", t);
-  floe_node_set_attr_type(b, "dtype", floe_tensor_dtype(t));
-  floe_tensor_release(t);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-/* Stores v into element 0 of a dtype dt buffer. */
-static void store_scalar(FloeDType dt, void *p, double v) {
-  switch (dt) {
-    case FLOE_F32: *(float *)p = (float)v; break;
-    case FLOE_F64: *(double *)p = v; break;
-    case FLOE_F16: *(uint16_t *)p = floe_f32_to_f16((float)v); break;
-    case FLOE_BF16: *(uint16_t *)p = floe_f32_to_bf16((float)v); break;
-    case FLOE_I8: *(int8_t *)p = (int8_t)v; break;
-    case FLOE_U8: *(uint8_t *)p = (uint8_t)v; break;
-    case FLOE_I32: *(int32_t *)p = (int32_t)v; break;
-    case FLOE_I64: *(int64_t *)p = (int64_t)v; break;
-    case FLOE_BOOL: *(uint8_t *)p = v != 0; break;
-    default: break;
-  }
+FloeOutput floe__grad_cast(FloeGradCtx *c, FloeOutput x, FloeDType to) {
+  return floe__build_cast(&c->build, NULL, x, to);
 }
 
 FloeOutput floe__grad_scalar(FloeGradCtx *c, FloeDType dt, double v) {
-  FloeTensor *t = floe_tensor_new(dt, 0, NULL, NULL);
-  if (t) store_scalar(dt, floe_tensor_data(t), v);
-  return grad_const(c, t);
+  return floe__build_scalar(&c->build, NULL, dt, v);
 }
 
 FloeOutput floe__grad_i32_vec(FloeGradCtx *c, const int64_t *v, int n) {
-  int64_t dims[1] = {n};
-  FloeTensor *t = floe_tensor_new(FLOE_I32, 1, dims, NULL);
-  if (t)
-    for (int i = 0; i < n; i++) ((int32_t *)floe_tensor_data(t))[i] = (int32_t)v[i];
-  return grad_const(c, t);
+  return floe__build_ints(&c->build, NULL, FLOE_I32, v, n);
 }
 
 static bool shape_known(const FloeShape *s) {
@@ -171,6 +147,20 @@ FloeOutput floe__grad_sum_to(FloeGradCtx *c, FloeOutput g, FloeOutput x) {
 FloeOutput floe__grad_dy(FloeGradCtx *c, int j) {
   if (c->dy[j].node) return c->dy[j];
   return floe__grad_unary(c, "ZerosLike", floe_out((FloeNode *)c->node, j));
+}
+
+floe_code floe__grad_concat_outputs(FloeGradCtx *c, FloeOutput axis, FloeStatus *st) {
+  int n = c->node->num_outputs;
+  FloeOutput *parts = floe__calloc((size_t)n, sizeof *parts);
+  if (!parts)
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory differentiating '%s'", c->node->name);
+  for (int j = 0; j < n; j++) parts[j] = floe__grad_dy(c, j);
+  FloeNodeBuilder *b = floe__grad_begin(c, "Concat");
+  floe_node_add_input_list(b, parts, n);
+  floe_node_add_input(b, axis);
+  c->dx[0] = floe_out(floe_node_finish(b), 0);
+  floe__free(parts);
+  return FLOE_OK;
 }
 
 const FloeTensor *floe__grad_const_input(const FloeGradCtx *c, int i) {
@@ -230,14 +220,10 @@ static floe_code grad_from_def(FloeGradCtx *c, const FloeGradientDef *d, FloeSta
     rc = floe_graph_status(c->g);
   }
   if (rc == FLOE_OK) {
-    size_t len = strlen(c->scope) + strlen(d->grad_op) + 24;
-    char *name = floe__malloc(len);
+    char *name = floe__build_name(c->g, c->scope, d->grad_op, true);
     if (!name) {
       rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory differentiating '%s'", n->name);
     } else {
-      snprintf(name, len, "%s/%s", c->scope, d->grad_op);
-      for (int k = 1; floe_graph_find(c->g, name); k++)
-        snprintf(name, len, "%s/%s_%d", c->scope, d->grad_op, k);
       FloeNodeSpec spec = {.op = d->grad_op,
                            .name = name,
                            .device = n->device,
@@ -573,7 +559,10 @@ static floe_code backprop_node(Walk *w, FloeNode *n, const FloeOutput *dy, FloeS
   }
   if (!fn && !def) goto out; /* not differentiable: nothing flows */
 
-  FloeGradCtx c = {.g = g, .node = n, .dy = dy, .dx = dx, .scope = scope, .need_dx = need};
+  /* Gradient nodes live where their forward node was asked to. */
+  FloeGradCtx c = {.g = g, .node = n, .dy = dy, .dx = dx, .scope = scope, .need_dx = need,
+                   .build = {.g = g, .name = scope, .unique = true, .device = n->device,
+                             .fail = grad_build_fail, .arg = n}};
   rc = def ? grad_from_def(&c, def, st) : fn(&c, st);
   if (rc == FLOE_OK && floe_graph_status(g) != FLOE_OK) {
     floe_graph_error(g, st);

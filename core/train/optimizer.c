@@ -131,102 +131,21 @@ static int hyper_check(FloeGraph *g, const char *what, const FloeOptimizerOption
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* Small builders: one node named "<scope>/<leaf>". All honour and record the sticky error. */
-
-/* floe_node_begin with the name "<scope>/<leaf>"; NULL (error recorded) on failure. */
-static FloeNodeBuilder *begin(FloeGraph *g, const char *op, const char *scope,
-                              const char *leaf) {
-  if (floe_graph_status(g) != FLOE_OK) return NULL;
-  char *name = floe__asprintf("%s/%s", scope, leaf);
-  if (!name) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "node '%s/%s' (%s): out of memory", scope, leaf, op);
-    return NULL;
-  }
-  FloeNodeBuilder *b = floe_node_begin(g, op, name);
-  floe__free(name);
-  return b;
-}
-
-static FloeOutput op1(FloeGraph *g, const char *op, const char *scope, const char *leaf,
-                      FloeOutput x) {
-  FloeNodeBuilder *b = begin(g, op, scope, leaf);
-  floe_node_add_input(b, x);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-static FloeOutput op2(FloeGraph *g, const char *op, const char *scope, const char *leaf,
-                      FloeOutput x, FloeOutput y) {
-  FloeNodeBuilder *b = begin(g, op, scope, leaf);
-  floe_node_add_input(b, x);
-  floe_node_add_input(b, y);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-static FloeOutput cast(FloeGraph *g, const char *scope, const char *leaf, FloeOutput x,
-                       FloeDType dt) {
-  FloeNodeBuilder *b = begin(g, "Cast", scope, leaf);
-  floe_node_add_input(b, x);
-  floe_node_set_attr_type(b, "DstT", dt);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-/* A scalar Const of dt holding v (rounded as a cast would). */
-static FloeOutput const_scalar(FloeGraph *g, const char *scope, const char *leaf,
-                               FloeDType dt, double v) {
-  if (floe_graph_status(g) != FLOE_OK) return no_output;
-  FloeTensor *t = floe_tensor_new(dt, 0, NULL, NULL);
-  if (!t) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "node '%s/%s' (Const): out of memory making its value",
-                     scope, leaf);
-    return no_output;
-  }
-  void *d = floe_tensor_data(t);
-  switch (dt) {
-    case FLOE_F32: *(float *)d = (float)v; break;
-    case FLOE_F64: *(double *)d = v; break;
-    case FLOE_F16: *(uint16_t *)d = floe_f32_to_f16((float)v); break;
-    case FLOE_BF16: *(uint16_t *)d = floe_f32_to_bf16((float)v); break;
-    case FLOE_I32: *(int32_t *)d = (int32_t)v; break;
-    case FLOE_I64: *(int64_t *)d = (int64_t)v; break;
-    default:
-      floe_tensor_release(t);
-      floe__graph_fail(g, FLOE_INVALID_ARGUMENT, "node '%s/%s' (Const): no scalar of dtype %s",
-                       scope, leaf, floe_dtype_name(dt));
-      return no_output;
-  }
-  FloeNodeBuilder *b = begin(g, "Const", scope, leaf);
-  floe_node_set_attr_tensor(b, "value", t);
-  floe_node_set_attr_type(b, "dtype", dt);
-  floe_tensor_release(t);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-static FloeOutput const_i64(FloeGraph *g, const char *scope, const char *leaf, int64_t v) {
-  if (floe_graph_status(g) != FLOE_OK) return no_output;
-  FloeTensor *t = floe_tensor_scalar_i64(v, NULL);
-  if (!t) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "node '%s/%s' (Const): out of memory making its value",
-                     scope, leaf);
-    return no_output;
-  }
-  FloeNodeBuilder *b = begin(g, "Const", scope, leaf);
-  floe_node_set_attr_tensor(b, "value", t);
-  floe_node_set_attr_type(b, "dtype", FLOE_I64);
-  floe_tensor_release(t);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-/* A NoOp "<scope>/<leaf>" (or "<scope>" when leaf is NULL) after every node of deps. */
-static FloeNode *barrier(FloeGraph *g, const char *scope, const char *leaf,
-                         FloeNode *const *deps, int n) {
-  FloeNodeBuilder *b = leaf ? begin(g, "NoOp", scope, leaf) : floe_node_begin(g, "NoOp", scope);
-  for (int i = 0; i < n; i++)
-    if (deps[i]) floe_node_add_control_input(b, deps[i]);
-  return floe_node_finish(b);
-}
+/* Nodes are "<scope>/<leaf>" as given (floe__build_*, which honour and record the sticky
+ * error). */
 
 static bool is_float(FloeDType dt) {
   return dt == FLOE_F32 || dt == FLOE_F64 || dt == FLOE_F16 || dt == FLOE_BF16;
+}
+
+/* A scalar Const of dt holding v (rounded as a cast would); dt: a float, i32 or i64. */
+static FloeOutput const_scalar(const FloeBuildScope *sc, const char *leaf, FloeDType dt, double v) {
+  if (!is_float(dt) && dt != FLOE_I32 && dt != FLOE_I64) {
+    floe__graph_fail(sc->g, FLOE_INVALID_ARGUMENT, "node '%s/%s' (Const): no scalar of dtype %s",
+                     sc->name, leaf, floe_dtype_name(dt));
+    return no_output;
+  }
+  return floe__build_scalar(sc, leaf, dt, v);
 }
 
 static bool is_int(FloeDType dt) {
@@ -246,12 +165,13 @@ FloeOutput floe_learning_rate(FloeGraph *g, const char *name, const FloeOptimize
                               FloeOutput step) {
   if (floe_graph_status(g) != FLOE_OK) return no_output;
   const char *scope = name ? name : "learning_rate";
+  const FloeBuildScope sc = {.g = g, .name = scope};
   FloeOptimizerOptions opt;
   if (options_copy(g, "floe_learning_rate", o, &opt) != 0 ||
       schedule_check(g, "floe_learning_rate", &opt) != 0)
     return no_output;
   if (opt.schedule == FLOE_LR_CONSTANT)
-    return const_scalar(g, scope, "value", FLOE_F32, opt.learning_rate);
+    return const_scalar(&sc, "value", FLOE_F32, opt.learning_rate);
   if (!step.node) {
     floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
                      "floe_learning_rate '%s': the step is invalid (an earlier builder call "
@@ -272,18 +192,18 @@ FloeOutput floe_learning_rate(FloeGraph *g, const char *name, const FloeOptimize
     /* Nested selects from the last piece back: the first boundary above step wins. */
     int n = opt.num_boundaries;
     FloeOutput s = step;
-    if (sdt != FLOE_I64) s = cast(g, scope, "step_i64", step, FLOE_I64);
-    FloeOutput r = const_scalar(g, scope, n ? "value_last" : "value", FLOE_F32, opt.values[n]);
+    if (sdt != FLOE_I64) s = floe__build_cast(&sc, "step_i64", step, FLOE_I64);
+    FloeOutput r = const_scalar(&sc, n ? "value_last" : "value", FLOE_F32, opt.values[n]);
     for (int i = n - 1; i >= 0; i--) {
       char leaf[64];
       snprintf(leaf, sizeof leaf, "boundary_%d", i);
-      FloeOutput b = const_i64(g, scope, leaf, opt.boundaries[i]);
+      FloeOutput b = floe__build_int(&sc, leaf, FLOE_I64, opt.boundaries[i]);
       snprintf(leaf, sizeof leaf, "before_%d", i);
-      FloeOutput less = op2(g, "Less", scope, leaf, s, b);
+      FloeOutput less = floe__build_binary(&sc, "Less", leaf, s, b);
       snprintf(leaf, sizeof leaf, "value_%d", i);
-      FloeOutput v = const_scalar(g, scope, leaf, FLOE_F32, opt.values[i]);
+      FloeOutput v = const_scalar(&sc, leaf, FLOE_F32, opt.values[i]);
       snprintf(leaf, sizeof leaf, "select_%d", i);
-      FloeNodeBuilder *sb = begin(g, "Select", scope, i ? leaf : "value");
+      FloeNodeBuilder *sb = floe__build_begin(&sc, "Select", i ? leaf : "value");
       floe_node_add_input(sb, less);
       floe_node_add_input(sb, v);
       floe_node_add_input(sb, r);
@@ -292,41 +212,43 @@ FloeOutput floe_learning_rate(FloeGraph *g, const char *name, const FloeOptimize
     return r;
   }
 
-  FloeOutput s = cast(g, scope, "step_f64", step, FLOE_F64);
-  FloeOutput ds = const_scalar(g, scope, "decay_steps", FLOE_F64, (double)opt.decay_steps);
+  FloeOutput s = floe__build_cast(&sc, "step_f64", step, FLOE_F64);
+  FloeOutput ds = const_scalar(&sc, "decay_steps", FLOE_F64, (double)opt.decay_steps);
   FloeOutput r;
   if (opt.schedule == FLOE_LR_EXPONENTIAL) {
     /* lr * rate ^ p, p = step / decay_steps (floored when staircase). */
-    FloeOutput p = op2(g, "Div", scope, "progress", s, ds);
-    if (opt.staircase) p = op1(g, "Floor", scope, "progress_floor", p);
-    FloeOutput rate = const_scalar(g, scope, "decay_rate", FLOE_F64, opt.decay_rate);
-    FloeOutput f = op2(g, "Pow", scope, "decay", rate, p);
-    FloeOutput lr = const_scalar(g, scope, "initial", FLOE_F64, opt.learning_rate);
-    r = op2(g, "Mul", scope, "value_f64", lr, f);
+    FloeOutput p = floe__build_binary(&sc, "Div", "progress", s, ds);
+    if (opt.staircase) p = floe__build_unary(&sc, "Floor", "progress_floor", p);
+    FloeOutput rate = const_scalar(&sc, "decay_rate", FLOE_F64, opt.decay_rate);
+    FloeOutput f = floe__build_binary(&sc, "Pow", "decay", rate, p);
+    FloeOutput lr = const_scalar(&sc, "initial", FLOE_F64, opt.learning_rate);
+    r = floe__build_binary(&sc, "Mul", "value_f64", lr, f);
   } else {
     /* lr * (alpha + (1 - alpha) (1 + cos(pi min(step, D) / D)) / 2) = k0 + k1 cos(...). */
-    FloeOutput m = op2(g, "Minimum", scope, "clamped_step", s, ds);
-    FloeOutput w = const_scalar(g, scope, "pi_over_decay_steps", FLOE_F64,
-                                M_PI / (double)opt.decay_steps);
-    FloeOutput c = op1(g, "Cos", scope, "cos", op2(g, "Mul", scope, "angle", m, w));
+    FloeOutput m = floe__build_binary(&sc, "Minimum", "clamped_step", s, ds);
+    FloeOutput w =
+        const_scalar(&sc, "pi_over_decay_steps", FLOE_F64, M_PI / (double)opt.decay_steps);
+    FloeOutput c =
+        floe__build_unary(&sc, "Cos", "cos", floe__build_binary(&sc, "Mul", "angle", m, w));
     double k1 = opt.learning_rate * (1.0 - opt.cosine_alpha) * 0.5;
     double k0 = opt.learning_rate * opt.cosine_alpha + k1;
-    FloeOutput t = op2(g, "Mul", scope, "scaled_cos", c,
-                       const_scalar(g, scope, "amplitude", FLOE_F64, k1));
-    r = op2(g, "Add", scope, "value_f64", t, const_scalar(g, scope, "offset", FLOE_F64, k0));
+    FloeOutput t = floe__build_binary(&sc, "Mul", "scaled_cos", c,
+                                      const_scalar(&sc, "amplitude", FLOE_F64, k1));
+    r = floe__build_binary(&sc, "Add", "value_f64", t, const_scalar(&sc, "offset", FLOE_F64, k0));
   }
-  return cast(g, scope, "value", r, FLOE_F32);
+  return floe__build_cast(&sc, "value", r, FLOE_F32);
 }
 
 FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeOutput *ts, int n) {
   if (floe_graph_status(g) != FLOE_OK) return no_output;
   const char *scope = name ? name : "global_norm";
+  const FloeBuildScope sc = {.g = g, .name = scope};
   if (n < 0 || (n > 0 && !ts)) {
     floe__graph_fail(g, FLOE_INVALID_ARGUMENT, "floe_global_norm '%s': bad list (%d tensors)",
                      scope, n);
     return no_output;
   }
-  if (n == 0) return const_scalar(g, scope, "norm", FLOE_F32, 0.0);
+  if (n == 0) return const_scalar(&sc, "norm", FLOE_F32, 0.0);
   FloeOutput *sums = floe__calloc((size_t)n, sizeof *sums);
   if (!sums) {
     floe__graph_fail(g, FLOE_NO_MEMORY, "floe_global_norm '%s': out of memory", scope);
@@ -334,26 +256,16 @@ FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeOutput *ts
   }
   FloeOutput flat_shape = no_output, axis = no_output;
   {
-    FloeTensor *shp = floe_tensor_scalar_i32(-1, NULL);
-    FloeTensor *ax = floe_tensor_scalar_i32(0, NULL);
-    FloeTensor *shp1 = shp ? floe_tensor_reshape(shp, 1, (const int64_t[]){1}, NULL) : NULL;
-    FloeTensor *ax1 = ax ? floe_tensor_reshape(ax, 1, (const int64_t[]){1}, NULL) : NULL;
-    if (shp1 && ax1) {
-      FloeNodeBuilder *b = begin(g, "Const", scope, "flat_shape");
-      floe_node_set_attr_tensor(b, "value", shp1);
-      floe_node_set_attr_type(b, "dtype", FLOE_I32);
-      flat_shape = floe_out(floe_node_finish(b), 0);
-      b = begin(g, "Const", scope, "axis");
-      floe_node_set_attr_tensor(b, "value", ax1);
-      floe_node_set_attr_type(b, "dtype", FLOE_I32);
-      axis = floe_out(floe_node_finish(b), 0);
+    FloeTensor *shp = floe__build_ints_tensor(FLOE_I32, 1, (const int64_t[]){-1}, 1, NULL);
+    FloeTensor *ax = floe__build_ints_tensor(FLOE_I32, 1, (const int64_t[]){0}, 1, NULL);
+    if (shp && ax) {
+      flat_shape = floe__build_const(&sc, "flat_shape", shp, NULL);
+      axis = floe__build_const(&sc, "axis", ax, NULL);
     } else {
       floe__graph_fail(g, FLOE_NO_MEMORY, "floe_global_norm '%s': out of memory", scope);
+      floe_tensor_release(shp);
+      floe_tensor_release(ax);
     }
-    floe_tensor_release(shp1);
-    floe_tensor_release(ax1);
-    floe_tensor_release(shp);
-    floe_tensor_release(ax);
   }
   for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++) {
     if (!ts[i].node) {
@@ -375,17 +287,18 @@ FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeOutput *ts
     FloeOutput x = ts[i];
     if (dt == FLOE_F16 || dt == FLOE_BF16) { /* squares of halves overflow early */
       snprintf(leaf, sizeof leaf, "t%d/f32", i);
-      x = cast(g, scope, leaf, x, FLOE_F32);
+      x = floe__build_cast(&sc, leaf, x, FLOE_F32);
     }
     snprintf(leaf, sizeof leaf, "t%d/flat", i);
-    x = op2(g, "Reshape", scope, leaf, x, flat_shape);
+    x = floe__build_binary(&sc, "Reshape", leaf, x, flat_shape);
     snprintf(leaf, sizeof leaf, "t%d/square", i);
-    x = op1(g, "Square", scope, leaf, x);
+    x = floe__build_unary(&sc, "Square", leaf, x);
     snprintf(leaf, sizeof leaf, "t%d/sum", i);
-    x = op2(g, "Sum", scope, leaf, x, axis); /* shape [] (the [1] axis drops the only dim) */
+    x = floe__build_binary(&sc, "Sum", leaf, x,
+                           axis); /* shape [] (the [1] axis drops the only dim) */
     if (dt == FLOE_F64) {
       snprintf(leaf, sizeof leaf, "t%d/f32", i);
-      x = cast(g, scope, leaf, x, FLOE_F32);
+      x = floe__build_cast(&sc, leaf, x, FLOE_F32);
     }
     sums[i] = x;
   }
@@ -393,11 +306,11 @@ FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeOutput *ts
   if (floe_graph_status(g) == FLOE_OK) {
     FloeOutput total = sums[0];
     if (n > 1) {
-      FloeNodeBuilder *b = begin(g, "AddN", scope, "total");
+      FloeNodeBuilder *b = floe__build_begin(&sc, "AddN", "total");
       floe_node_add_input_list(b, sums, n);
       total = floe_out(floe_node_finish(b), 0);
     }
-    norm = op1(g, "Sqrt", scope, "norm", total);
+    norm = floe__build_unary(&sc, "Sqrt", "norm", total);
   }
   floe__free(sums);
   return norm;
@@ -416,6 +329,7 @@ typedef struct TypedScalars {
 typedef struct Minimize {
   FloeGraph *g;
   const char *scope;
+  FloeBuildScope sc; /* nodes "<scope>/<leaf>" */
   FloeOptimizerOptions o;
   FloeOutput lr;                 /* f32 */
   FloeOutput b1_power, b2_power; /* f64, Adam only */
@@ -429,13 +343,13 @@ static FloeOutput as_dtype(Minimize *m, FloeOutput x, FloeDType from, FloeDType 
   if (from == dt) return x;
   char l[64];
   snprintf(l, sizeof l, "%s/%s", floe_dtype_name(dt), leaf);
-  return cast(m->g, m->scope, l, x, dt);
+  return floe__build_cast(&m->sc, l, x, dt);
 }
 
 static FloeOutput typed_const(Minimize *m, FloeDType dt, const char *leaf, double v) {
   char l[64];
   snprintf(l, sizeof l, "%s/%s", floe_dtype_name(dt), leaf);
-  return const_scalar(m->g, m->scope, l, dt, v);
+  return const_scalar(&m->sc, l, dt, v);
 }
 
 static TypedScalars *typed(Minimize *m, FloeDType dt) {
@@ -471,7 +385,7 @@ typedef struct MinVar {
 static FloeOutput slot(Minimize *m, const MinVar *mv, const char *slot_name,
                        FloeInitializer init) {
   if (floe_graph_status(m->g) != FLOE_OK) return no_output;
-  char *name = floe__asprintf("%s/%s", mv->name, slot_name);
+  char *name = floe__build_name(m->g, mv->name, slot_name, false);
   if (!name) {
     floe__graph_fail(m->g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory naming slot %s",
                      m->scope, slot_name);
@@ -536,7 +450,7 @@ static FloeNode *update(Minimize *m, const MinVar *mv, FloeNode *const *after, i
     floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", m->scope);
     return NULL;
   }
-  FloeNodeBuilder *b = begin(g, ops[o->kind], m->scope, leaf);
+  FloeNodeBuilder *b = floe__build_begin(&m->sc, ops[o->kind], leaf);
   floe__free(leaf);
   for (int i = 0; i < n; i++) floe_node_add_input(b, in[i]);
   for (int i = 0; i < num_after; i++) floe_node_add_control_input(b, after[i]);
@@ -634,6 +548,7 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
                         const FloeOptimizerOptions *o, const FloeVariable *vars, int num_vars) {
   if (floe_graph_status(g) != FLOE_OK) return NULL;
   const char *scope = name ? name : "train";
+  const FloeBuildScope sc = {.g = g, .name = scope};
   Minimize *m = floe__calloc(1, sizeof *m);
   if (!m) {
     floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", scope);
@@ -641,6 +556,7 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
   }
   m->g = g;
   m->scope = scope;
+  m->sc = sc;
   FloeNode *result = NULL;
   FloeVariable *all = NULL;
   MinVar *mvs = NULL;
@@ -719,7 +635,7 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
     if (!t->wd.node) {
       char l[64];
       snprintf(l, sizeof l, "%s/weight_decay", floe_dtype_name(mvs[i].dtype));
-      t->wd = const_scalar(g, scope, l, mvs[i].dtype, m->o.weight_decay);
+      t->wd = const_scalar(&sc, l, mvs[i].dtype, m->o.weight_decay);
     }
     char *leaf = floe__asprintf("weight_decay/%s", mvs[i].name);
     char *leaf2 = floe__asprintf("weight_decay/%s/add", mvs[i].name);
@@ -728,8 +644,8 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
       floe__free(leaf2);
       goto oom;
     }
-    FloeOutput d = op2(g, "Mul", scope, leaf, t->wd, mvs[i].v.value);
-    mvs[i].grad = op2(g, "Add", scope, leaf2, mvs[i].grad, d);
+    FloeOutput d = floe__build_binary(&sc, "Mul", leaf, t->wd, mvs[i].v.value);
+    mvs[i].grad = floe__build_binary(&sc, "Add", leaf2, mvs[i].grad, d);
     floe__free(leaf);
     floe__free(leaf2);
   }
@@ -740,15 +656,16 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
     FloeOutput norm = floe_global_norm(g, nscope, xs, n);
     floe__free(nscope);
     /* scale = clip / max(norm, clip): 1 while the norm is within bounds. */
-    FloeOutput clip = const_scalar(g, scope, "clip_norm", FLOE_F32, m->o.clip_global_norm);
-    m->scale = op2(g, "Div", scope, "clip_scale", clip,
-                   op2(g, "Maximum", scope, "clip_denominator", norm, clip));
+    FloeOutput clip = const_scalar(&sc, "clip_norm", FLOE_F32, m->o.clip_global_norm);
+    m->scale =
+        floe__build_binary(&sc, "Div", "clip_scale", clip,
+                           floe__build_binary(&sc, "Maximum", "clip_denominator", norm, clip));
     for (int i = 0; i < n; i++) {
       TypedScalars *t = &m->typed[mvs[i].dtype];
       if (!t->scale.node) t->scale = as_dtype(m, m->scale, FLOE_F32, mvs[i].dtype, "clip_scale");
       char *leaf = floe__asprintf("clip/%s", mvs[i].name);
       if (!leaf) goto oom;
-      mvs[i].grad = op2(g, "Mul", scope, leaf, mvs[i].grad, t->scale);
+      mvs[i].grad = floe__build_binary(&sc, "Mul", leaf, mvs[i].grad, t->scale);
       floe__free(leaf);
     }
   }
@@ -761,13 +678,13 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
   floe__free(lscope);
   if (m->o.kind == FLOE_OPT_ADAM) {
     /* beta^t with t = step + 1: the bias correction of the update about to run. */
-    FloeOutput t = op2(g, "Add", scope, "adam/t", cast(g, scope, "adam/step_f64", step.value,
-                                                      FLOE_F64),
-                       const_scalar(g, scope, "adam/one", FLOE_F64, 1.0));
-    m->b1_power = op2(g, "Pow", scope, "adam/beta1_power",
-                      const_scalar(g, scope, "adam/beta1", FLOE_F64, m->o.beta1), t);
-    m->b2_power = op2(g, "Pow", scope, "adam/beta2_power",
-                      const_scalar(g, scope, "adam/beta2", FLOE_F64, m->o.beta2), t);
+    FloeOutput t = floe__build_binary(&sc, "Add", "adam/t",
+                                      floe__build_cast(&sc, "adam/step_f64", step.value, FLOE_F64),
+                                      const_scalar(&sc, "adam/one", FLOE_F64, 1.0));
+    m->b1_power = floe__build_binary(&sc, "Pow", "adam/beta1_power",
+                                     const_scalar(&sc, "adam/beta1", FLOE_F64, m->o.beta1), t);
+    m->b2_power = floe__build_binary(&sc, "Pow", "adam/beta2_power",
+                                     const_scalar(&sc, "adam/beta2", FLOE_F64, m->o.beta2), t);
   }
   if (floe_graph_status(g) != FLOE_OK) goto out;
 
@@ -792,12 +709,16 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
   if (floe_graph_status(g) != FLOE_OK) goto out;
 
   /* The step counts once every update is done. */
-  FloeNodeBuilder *b = begin(g, "AssignAddVariableOp", scope, "increment_global_step");
+  FloeNodeBuilder *b = floe__build_begin(&sc, "AssignAddVariableOp", "increment_global_step");
   floe_node_add_input(b, step.handle);
-  floe_node_add_input(b, const_i64(g, scope, "one", 1));
+  floe_node_add_input(b, floe__build_int(&sc, "one", FLOE_I64, 1));
   for (int i = 0; i < n; i++) floe_node_add_control_input(b, deps[i]);
   FloeNode *inc = floe_node_finish(b);
-  if (inc) result = barrier(g, scope, NULL, &inc, 1);
+  if (inc) { /* the step itself: a NoOp named scope */
+    b = floe_node_begin(g, "NoOp", scope);
+    floe_node_add_control_input(b, inc);
+    result = floe_node_finish(b);
+  }
   goto out;
 
 oom:

@@ -25,74 +25,23 @@ void floe_lstm_options_init(FloeLSTMOptions *o) {
   o->forget_bias = 0.0;
 }
 
-/* ---- node helpers under the cell's scope ---- */
+/* ---- nodes under the cell's scope ---- */
 
-/* floe_node_begin named "<scope>/<label>", or "<scope>/<label>_<k>" for the first free k
- * (NULL builder with the sticky error set when out of memory). */
-static FloeNodeBuilder *begin(FloeGraph *g, const char *scope, const char *op,
-                              const char *label) {
-  char *name = floe__asprintf("%s/%s", scope, label);
-  for (int k = 1; name && floe_graph_find(g, name); k++) {
-    floe__free(name);
-    name = floe__asprintf("%s/%s_%d", scope, label, k);
-  }
-  if (!name) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "LSTM cell '%s': out of memory naming its %s node",
-                     scope, label);
-    return NULL;
-  }
-  FloeNodeBuilder *b = floe_node_begin(g, op, name);
-  floe__free(name);
-  return b;
+/* The cell's failures to build its nodes name the cell. */
+static void cell_build_fail(const FloeBuildScope *s, const char *op, const char *leaf,
+                            const FloeStatus *why) {
+  (void)op;
+  if (!why)
+    floe__graph_fail(s->g, FLOE_NO_MEMORY, "LSTM cell '%s': out of memory naming its %s node",
+                     s->name, leaf);
+  else
+    floe__graph_fail(s->g, FLOE_NO_MEMORY, "LSTM cell '%s': out of memory making its constant %s",
+                     s->name, leaf);
 }
 
-static FloeOutput unary(FloeGraph *g, const char *scope, const char *op, const char *label,
-                        FloeOutput x) {
-  FloeNodeBuilder *b = begin(g, scope, op, label);
-  floe_node_add_input(b, x);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-static FloeOutput binary(FloeGraph *g, const char *scope, const char *op, const char *label,
-                         FloeOutput x, FloeOutput y) {
-  FloeNodeBuilder *b = begin(g, scope, op, label);
-  floe_node_add_input(b, x);
-  floe_node_add_input(b, y);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-/* A Const holding t (released here; NULL t: out of memory, recorded). */
-static FloeOutput constant(FloeGraph *g, const char *scope, const char *label, FloeTensor *t) {
-  if (!t) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "LSTM cell '%s': out of memory making its constant %s",
-                     scope, label);
-    return floe_out(NULL, 0);
-  }
-  FloeNodeBuilder *b = begin(g, scope, "Const", label);
-  floe_node_set_attr_tensor(b, "value", t);
-  floe_node_set_attr_type(b, "dtype", floe_tensor_dtype(t));
-  floe_tensor_release(t);
-  return floe_out(floe_node_finish(b), 0);
-}
-
-static FloeOutput const_axis1(FloeGraph *g, const char *scope, const char *label) {
-  return constant(g, scope, label, floe_tensor_scalar_i32(1, NULL));
-}
-
-/* A scalar of float dtype dt. */
-static FloeOutput const_float(FloeGraph *g, const char *scope, const char *label, FloeDType dt,
-                              double v) {
-  FloeTensor *t = floe_tensor_new(dt, 0, NULL, NULL);
-  if (t) {
-    void *p = floe_tensor_data(t);
-    switch (dt) {
-      case FLOE_F64: *(double *)p = v; break;
-      case FLOE_F16: *(uint16_t *)p = floe_f32_to_f16((float)v); break;
-      case FLOE_BF16: *(uint16_t *)p = floe_f32_to_bf16((float)v); break;
-      default: *(float *)p = (float)v; break;
-    }
-  }
-  return constant(g, scope, label, t);
+/* Nodes "<name>/<label>", or "<name>/<label>_<k>" for the first free k. */
+static FloeBuildScope cell_scope(FloeGraph *g, const char *name) {
+  return (FloeBuildScope){.g = g, .name = name, .unique = true, .fail = cell_build_fail};
 }
 
 /* ---- argument checks ---- */
@@ -226,7 +175,8 @@ bool floe__lstm_kernel_present(const char *op) {
 /* ---- the two forms ---- */
 
 static FloeLSTMState fused_cell(FloeGraph *g, const CellArgs *a, double forget_bias) {
-  FloeNodeBuilder *b = begin(g, a->name, "LSTMCell", "LSTMCell");
+  const FloeBuildScope bs = cell_scope(g, a->name);
+  FloeNodeBuilder *b = floe__build_begin(&bs, "LSTMCell", "LSTMCell");
   for (int k = 0; k < 5; k++) floe_node_add_input(b, a->in[k]);
   floe_node_set_attr_float(b, "forget_bias", forget_bias);
   FloeNode *n = floe_node_finish(b);
@@ -236,29 +186,31 @@ static FloeLSTMState fused_cell(FloeGraph *g, const CellArgs *a, double forget_b
 
 static FloeLSTMState primitive_cell(FloeGraph *g, const CellArgs *a, FloeDType dt,
                                     double forget_bias) {
-  const char *sc = a->name;
-  FloeNodeBuilder *b = begin(g, sc, "Concat", "concat");
+  const FloeBuildScope bs = cell_scope(g, a->name);
+  FloeNodeBuilder *b = floe__build_begin(&bs, "Concat", "concat");
   floe_node_add_input_list(b, a->in, 2); /* [x, h_prev] */
-  floe_node_add_input(b, const_axis1(g, sc, "concat_axis"));
+  floe_node_add_input(b, floe__build_int(&bs, "concat_axis", FLOE_I32, 1));
   FloeOutput xh = floe_out(floe_node_finish(b), 0);
-  FloeOutput gates = binary(g, sc, "MatMul", "MatMul", xh, a->in[3]);
-  gates = binary(g, sc, "BiasAdd", "BiasAdd", gates, a->in[4]);
-  b = begin(g, sc, "Split", "split");
+  FloeOutput gates = floe__build_binary(&bs, "MatMul", "MatMul", xh, a->in[3]);
+  gates = floe__build_binary(&bs, "BiasAdd", "BiasAdd", gates, a->in[4]);
+  b = floe__build_begin(&bs, "Split", "split");
   floe_node_add_input(b, gates);
-  floe_node_add_input(b, const_axis1(g, sc, "split_axis"));
+  floe_node_add_input(b, floe__build_int(&bs, "split_axis", FLOE_I32, 1));
   floe_node_set_attr_int(b, "num_split", 4);
   FloeNode *split = floe_node_finish(b);
   FloeOutput pre_f = floe_out(split, 1);
   if (forget_bias != 0.0)
-    pre_f = binary(g, sc, "Add", "f_biased", pre_f,
-                   const_float(g, sc, "forget_bias", dt, forget_bias));
-  FloeOutput i = unary(g, sc, "Sigmoid", "i", floe_out(split, 0));
-  FloeOutput f = unary(g, sc, "Sigmoid", "f", pre_f);
-  FloeOutput gg = unary(g, sc, "Tanh", "g", floe_out(split, 2));
-  FloeOutput o = unary(g, sc, "Sigmoid", "o", floe_out(split, 3));
-  FloeOutput c = binary(g, sc, "Add", "c", binary(g, sc, "Mul", "f_c", f, a->in[2]),
-                        binary(g, sc, "Mul", "i_g", i, gg));
-  FloeOutput h = binary(g, sc, "Mul", "h", o, unary(g, sc, "Tanh", "tanh_c", c));
+    pre_f = floe__build_binary(&bs, "Add", "f_biased", pre_f,
+                               floe__build_scalar(&bs, "forget_bias", dt, forget_bias));
+  FloeOutput i = floe__build_unary(&bs, "Sigmoid", "i", floe_out(split, 0));
+  FloeOutput f = floe__build_unary(&bs, "Sigmoid", "f", pre_f);
+  FloeOutput gg = floe__build_unary(&bs, "Tanh", "g", floe_out(split, 2));
+  FloeOutput o = floe__build_unary(&bs, "Sigmoid", "o", floe_out(split, 3));
+  FloeOutput c =
+      floe__build_binary(&bs, "Add", "c", floe__build_binary(&bs, "Mul", "f_c", f, a->in[2]),
+                         floe__build_binary(&bs, "Mul", "i_g", i, gg));
+  FloeOutput h =
+      floe__build_binary(&bs, "Mul", "h", o, floe__build_unary(&bs, "Tanh", "tanh_c", c));
   FloeLSTMState s = {h, c};
   return s;
 }
@@ -308,7 +260,8 @@ void floe_lstm_weights(FloeGraph *g, const char *name, FloeDType dtype, int64_t 
   } else {
     double k = 1.0 / sqrt((double)hidden_size);
     int64_t wd[2] = {input_size + hidden_size, 4 * hidden_size}, bd[1] = {4 * hidden_size};
-    char *wn = floe__asprintf("%s/kernel", name), *bn = floe__asprintf("%s/bias", name);
+    char *wn = floe__build_name(g, name, "kernel", false);
+    char *bn = floe__build_name(g, name, "bias", false);
     if (!wn || !bn) {
       floe__graph_fail(g, FLOE_NO_MEMORY, "LSTM weights '%s': out of memory naming them", name);
     } else {

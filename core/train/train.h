@@ -18,6 +18,7 @@ struct FloeGradCtx {
   const char *scope;      /* "gradients/<node name>" */
   const bool *need_dx;    /* [node->num_inputs]: dx[i] is wanted (a float input on a path
                              from the xs); functions may skip building the others */
+  FloeBuildScope build;   /* nodes "<scope>/<op>" made unique, on the forward node's device */
 };
 /* gradients.c: fills the registry with the standard set (the not-differentiable entries and
  * the functions of grad_*.c) once (idempotent, thread-safe). */
@@ -39,6 +40,13 @@ FloeNodeBuilder *floe__grad_begin(FloeGradCtx *c, const char *op);
 /* One-output ops under the scope. */
 FloeOutput floe__grad_unary(FloeGradCtx *c, const char *op, FloeOutput x);
 FloeOutput floe__grad_binary(FloeGradCtx *c, const char *op, FloeOutput a, FloeOutput b);
+FloeOutput floe__grad_cast(FloeGradCtx *c, FloeOutput x, FloeDType to);
+/* op(ins[0..n)) with the forward node's attributes attrs (NULL-terminated; NULL: none)
+ * copied; _begin_op leaves the builder to the caller to finish. */
+FloeOutput floe__grad_op(FloeGradCtx *c, const char *op, const FloeOutput *ins, int n,
+                         const char *const *attrs);
+FloeNodeBuilder *floe__grad_begin_op(FloeGradCtx *c, const char *op, const FloeOutput *ins, int n,
+                                     const char *const *attrs);
 /* A scalar or 1-D constant of the node's dtype / i32 under the scope. */
 FloeOutput floe__grad_scalar(FloeGradCtx *c, FloeDType dt, double v);
 FloeOutput floe__grad_i32_vec(FloeGradCtx *c, const int64_t *v, int n);
@@ -47,6 +55,9 @@ FloeOutput floe__grad_shape_of(FloeGradCtx *c, FloeOutput x);
 /* Sums g down to the shape of x (a broadcasting operand) with SumToShape; returns g when
  * both shapes are statically known and equal. */
 FloeOutput floe__grad_sum_to(FloeGradCtx *c, FloeOutput g, FloeOutput x);
+/* dx[0] = the gradients of every output (zeros where none arrives) concatenated along axis
+ * (the gradient of a split). */
+floe_code floe__grad_concat_outputs(FloeGradCtx *c, FloeOutput axis, FloeStatus *st);
 /* The forward node's dtype / shape of an input or output. */
 FloeDType floe__grad_input_dtype(const FloeGradCtx *c, int i);
 /* The value of forward input i when its producer is a host Const, else NULL (borrowed

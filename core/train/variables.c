@@ -52,79 +52,25 @@ static bool graph_ok(const FloeGraph *g) { return g && g->error == FLOE_OK; }
 
 /* "<prefix>/<suffix>", floe__malloc'd; NULL (sticky error set) when out of memory. */
 static char *join_name(FloeGraph *g, const char *prefix, const char *suffix) {
-  char *s = floe__asprintf("%s/%s", prefix, suffix);
+  char *s = floe__build_name(g, prefix, suffix, false);
   if (!s) floe__graph_fail(g, FLOE_NO_MEMORY, "out of memory naming '%s/%s'", prefix, suffix);
   return s;
 }
 
-/* Stores v as element i of a tensor of dtype dt (rounded for integers). */
-static void store_value(void *data, FloeDType dt, int64_t i, double v) {
-  switch (dt) {
-    case FLOE_F32: ((float *)data)[i] = (float)v; break;
-    case FLOE_F64: ((double *)data)[i] = v; break;
-    case FLOE_F16: ((uint16_t *)data)[i] = floe_f32_to_f16((float)v); break;
-    case FLOE_BF16: ((uint16_t *)data)[i] = floe_f32_to_bf16((float)v); break;
-    case FLOE_I8: ((int8_t *)data)[i] = (int8_t)llround(v); break;
-    case FLOE_U8: ((uint8_t *)data)[i] = (uint8_t)llround(v); break;
-    case FLOE_I32: ((int32_t *)data)[i] = (int32_t)llround(v); break;
-    case FLOE_I64: ((int64_t *)data)[i] = (int64_t)llround(v); break;
-    case FLOE_BOOL: ((uint8_t *)data)[i] = v != 0; break;
-    default: break;
-  }
+/* The initialiser's failures name the node. */
+static void init_build_fail(const FloeBuildScope *s, const char *op, const char *leaf,
+                            const FloeStatus *why) {
+  (void)op;
+  if (!why)
+    floe__graph_fail(s->g, FLOE_NO_MEMORY, "out of memory naming '%s/%s'", s->name, leaf);
+  else
+    floe__graph_fail(s->g, why->code ? why->code : FLOE_NO_MEMORY, "node '%s/%s' (Const): %s",
+                     s->name, leaf, floe_status_message(why));
 }
 
-/* A Const of dtype dt and shape (rank, dims) with every element v. */
-static FloeOutput const_filled(FloeGraph *g, const char *name, FloeDType dt, int rank,
-                               const int64_t *dims, double v) {
-  FloeStatus st = {FLOE_OK, NULL};
-  FloeTensor *t = floe__tensor_alloc(NULL, dt, rank, dims, &st);
-  if (!t) {
-    floe__graph_fail(g, st.code, "node '%s' (Const): %s", name, floe_status_message(&st));
-    floe_status_clear(&st);
-    return floe_out(NULL, 0);
-  }
-  void *data = t->nbytes ? (char *)t->buf->data + t->offset : NULL;
-  for (int64_t i = 0; i < t->num_elements; i++) store_value(data, dt, i, v);
-  FloeOutput o = floe_const(g, name, t);
-  floe_tensor_release(t);
-  return o;
-}
-
-/* The dims of shape as an i64 vector Const. */
-static FloeOutput const_dims(FloeGraph *g, const char *name, const FloeShape *shape) {
-  int64_t n = shape->rank;
-  FloeStatus st = {FLOE_OK, NULL};
-  FloeTensor *t = floe__tensor_alloc(NULL, FLOE_I64, 1, &n, &st);
-  if (!t) {
-    floe__graph_fail(g, st.code, "node '%s' (Const): %s", name, floe_status_message(&st));
-    floe_status_clear(&st);
-    return floe_out(NULL, 0);
-  }
-  if (n) memcpy((char *)t->buf->data + t->offset, shape->dims, (size_t)n * sizeof(int64_t));
-  FloeOutput o = floe_const(g, name, t);
-  floe_tensor_release(t);
-  return o;
-}
-
-/* A node "<scope>/<suffix>" of op with inputs (a, b) (b.node NULL: one input). */
-static FloeOutput scoped_op(FloeGraph *g, const char *scope, const char *suffix, const char *op,
-                            FloeOutput a, FloeOutput b) {
-  char *name = join_name(g, scope, suffix);
-  if (!name) return floe_out(NULL, 0);
-  FloeNodeBuilder *nb = floe_node_begin(g, op, name);
-  floe_node_add_input(nb, a);
-  if (b.node) floe_node_add_input(nb, b);
-  floe__free(name);
-  return floe_out(floe_node_finish(nb), 0);
-}
-
-static FloeOutput scoped_scalar(FloeGraph *g, const char *scope, const char *suffix,
-                                FloeDType dt, double v) {
-  char *name = join_name(g, scope, suffix);
-  if (!name) return floe_out(NULL, 0);
-  FloeOutput o = const_filled(g, name, dt, 0, NULL, v);
-  floe__free(name);
-  return o;
+/* An initialiser's nodes: "<scope>/<leaf>", its integer constants rounded to nearest. */
+static FloeBuildScope init_scope(FloeGraph *g, const char *scope) {
+  return (FloeBuildScope){.g = g, .name = scope, .round_ints = true, .fail = init_build_fail};
 }
 
 /* 31 bits of FNV-1a 32 of the variable's name: seed2 of its random initialiser. */
@@ -167,32 +113,21 @@ static FloeOutput build_constant(FloeGraph *g, const char *scope, FloeDType dt,
                                  const FloeShape *shape, double v) {
   int64_t n = 1;
   for (int i = 0; i < shape->rank && n <= CONST_MAX_ELEMENTS; i++) n *= shape->dims[i];
-  if (n <= CONST_MAX_ELEMENTS) {
-    char *name = join_name(g, scope, "value");
-    if (!name) return floe_out(NULL, 0);
-    FloeOutput o = const_filled(g, name, dt, shape->rank, shape->dims, v);
-    floe__free(name);
-    return o;
-  }
-  char *name = join_name(g, scope, "shape");
-  if (!name) return floe_out(NULL, 0);
-  FloeOutput dims = const_dims(g, name, shape);
-  floe__free(name);
-  FloeOutput scalar = scoped_scalar(g, scope, "fill_value", dt, v);
-  return scoped_op(g, scope, "value", "Fill", dims, scalar);
+  const FloeBuildScope bs = init_scope(g, scope);
+  if (n <= CONST_MAX_ELEMENTS)
+    return floe__build_filled(&bs, "value", dt, shape->rank, shape->dims, v);
+  FloeOutput dims = floe__build_ints(&bs, "shape", FLOE_I64, shape->dims, shape->rank);
+  FloeOutput scalar = floe__build_scalar(&bs, "fill_value", dt, v);
+  return floe__build_binary(&bs, "Fill", "value", dims, scalar);
 }
 
 /* op(shape) * scale + offset, the multiply and add left out when they change nothing. */
 static FloeOutput build_random(FloeGraph *g, const char *scope, const char *var_name,
                                const char *op, FloeDType dt, const FloeShape *shape,
                                int64_t seed, double scale, double offset) {
-  char *name = join_name(g, scope, "shape");
-  if (!name) return floe_out(NULL, 0);
-  FloeOutput dims = const_dims(g, name, shape);
-  floe__free(name);
-  if (!(name = join_name(g, scope, "random"))) return floe_out(NULL, 0);
-  FloeNodeBuilder *b = floe_node_begin(g, op, name);
-  floe__free(name);
+  const FloeBuildScope bs = init_scope(g, scope);
+  FloeOutput dims = floe__build_ints(&bs, "shape", FLOE_I64, shape->dims, shape->rank);
+  FloeNodeBuilder *b = floe__build_begin(&bs, op, "random");
   floe_node_add_input(b, dims);
   floe_node_set_attr_type(b, "dtype", dt);
   /* seed 0 asks for a per-process seed: the kernel draws one when both seeds are 0. */
@@ -200,9 +135,9 @@ static FloeOutput build_random(FloeGraph *g, const char *scope, const char *var_
   floe_node_set_attr_int(b, "seed2", seed ? name_seed(var_name) : 0);
   FloeOutput r = floe_out(floe_node_finish(b), 0);
   if (scale != 1.0)
-    r = scoped_op(g, scope, "mul", "Mul", r, scoped_scalar(g, scope, "scale", dt, scale));
+    r = floe__build_binary(&bs, "Mul", "mul", r, floe__build_scalar(&bs, "scale", dt, scale));
   if (offset != 0.0)
-    r = scoped_op(g, scope, "add", "Add", r, scoped_scalar(g, scope, "offset", dt, offset));
+    r = floe__build_binary(&bs, "Add", "add", r, floe__build_scalar(&bs, "offset", dt, offset));
   return r;
 }
 

@@ -337,17 +337,14 @@ static floe_code run_f64(State *s, FloeKernelContext *ctx, const Geo *g, const d
 static floe_code run_half(State *s, FloeKernelContext *ctx, const Geo *g, FloeDType dt,
                           const uint16_t *x, const uint16_t *f, const uint16_t *bias,
                           uint16_t *y) {
-  int64_t xn = g->n * g->c * g->h * g->w, yn = g->n * g->o * g->oh * g->ow;
-  int64_t fn = f ? g->kh * g->kw * g->c * g->o : 0, bn = bias ? g->o : 0;
-  float *buf;
-  floe_code rc = cpu_host->ctx_allocate_temp(
-      ctx, (size_t)(xn + fn + bn + yn) * sizeof(float), (void **)&buf);
+  int64_t yn = g->n * g->o * g->oh * g->ow;
+  const void *src[3] = {x, f, bias};
+  const int64_t count[3] = {g->n * g->c * g->h * g->w, f ? g->kh * g->kw * g->c * g->o : 0,
+                            bias ? g->o : 0};
+  float *wide[3], *yb;
+  floe_code rc = cpu_half_widen_temp(ctx, dt, 3, src, count, yn, wide, &yb);
   if (rc != FLOE_OK) return rc;
-  float *fb = buf + xn, *bb = fb + fn, *yb = bb + bn;
-  cpu_convert_half(dt, true, x, buf, xn);
-  if (f) cpu_convert_half(dt, true, f, fb, fn);
-  if (bias) cpu_convert_half(dt, true, bias, bb, bn);
-  rc = run_dnnl(s, ctx, g, buf, f ? fb : NULL, bias ? bb : NULL, yb);
+  rc = run_dnnl(s, ctx, g, wide[0], f ? wide[1] : NULL, bias ? wide[2] : NULL, yb);
   if (rc == FLOE_OK) cpu_convert_half(dt, false, yb, y, yn);
   return rc;
 }

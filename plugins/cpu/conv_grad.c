@@ -387,16 +387,14 @@ static floe_code run_f64(State *s, FloeKernelContext *ctx, const Geo *g, const d
 /* f16 / bf16: widen both operands, run the f32 primitive, round the result once. */
 static floe_code run_half(State *s, FloeKernelContext *ctx, const Geo *g, FloeDType dt,
                           const FloeTensor *a, const FloeTensor *b, FloeTensor *out) {
-  int64_t an = cpu_host->tensor_num_elements(a), bn = cpu_host->tensor_num_elements(b);
+  const void *src[2] = {cpu_host->tensor_data(a), cpu_host->tensor_data(b)};
+  const int64_t count[2] = {cpu_host->tensor_num_elements(a), cpu_host->tensor_num_elements(b)};
   int64_t on = cpu_host->tensor_num_elements(out);
-  float *buf;
-  floe_code rc =
-      cpu_host->ctx_allocate_temp(ctx, (size_t)(an + bn + on) * sizeof(float), (void **)&buf);
+  float *wide[2], *ob;
+  floe_code rc = cpu_half_widen_temp(ctx, dt, 2, src, count, on, wide, &ob);
   if (rc != FLOE_OK) return rc;
-  cpu_convert_half(dt, true, cpu_host->tensor_data(a), buf, an);
-  cpu_convert_half(dt, true, cpu_host->tensor_data(b), buf + an, bn);
-  rc = run_dnnl(s, ctx, g, buf, buf + an, buf + an + bn);
-  if (rc == FLOE_OK) cpu_convert_half(dt, false, buf + an + bn, cpu_host->tensor_data(out), on);
+  rc = run_dnnl(s, ctx, g, wide[0], wide[1], ob);
+  if (rc == FLOE_OK) cpu_convert_half(dt, false, ob, cpu_host->tensor_data(out), on);
   return rc;
 }
 

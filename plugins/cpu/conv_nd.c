@@ -572,14 +572,13 @@ static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const WndGeo *g, con
 static floe_code run_half(State *s, FloeKernelContext *ctx, const WndGeo *g, FloeDType dt,
                           const void *x, const void *f, int64_t xn, int64_t fn, void *y,
                           int64_t yn) {
-  float *buf;
-  floe_code rc =
-      cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + fn + yn) * sizeof(float), (void **)&buf);
+  const void *src[2] = {x, f};
+  const int64_t count[2] = {xn, fn};
+  float *wide[2], *yb;
+  floe_code rc = cpu_half_widen_temp(ctx, dt, 2, src, count, yn, wide, &yb);
   if (rc != FLOE_OK) return rc;
-  cpu_convert_half(dt, true, x, buf, xn);
-  cpu_convert_half(dt, true, f, buf + xn, fn);
-  rc = run_dnnl(s, ctx, g, buf, buf + xn, buf + xn + fn);
-  if (rc == FLOE_OK) cpu_convert_half(dt, false, buf + xn + fn, y, yn);
+  rc = run_dnnl(s, ctx, g, wide[0], wide[1], yb);
+  if (rc == FLOE_OK) cpu_convert_half(dt, false, yb, y, yn);
   return rc;
 }
 
@@ -680,7 +679,7 @@ static floe_code conv_compute(void *state, FloeKernelContext *ctx) {
   const void *xd = cpu_host->tensor_data(x), *fd = cpu_host->tensor_data(f);
   FloeDType dt = cpu_host->tensor_dtype(x);
   if (s->a.kind == WND_CONV && dt == FLOE_F32) return run_dnnl(s, ctx, &g, xd, fd, y);
-  if (s->a.kind == WND_CONV && (dt == FLOE_F16 || dt == FLOE_BF16))
+  if (s->a.kind == WND_CONV && cpu_is_half(dt))
     return run_half(s, ctx, &g, dt, xd, fd, xn, fn, y, yn);
   return run_ref(s, ctx, &g, dt, xd, fd, xn, fn, y, yn);
 }

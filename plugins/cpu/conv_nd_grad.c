@@ -264,16 +264,14 @@ static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const WndGeo *g, con
 /* f16 / bf16: widen both operands, run the f32 primitive, round the result once. */
 static floe_code run_half(State *s, FloeKernelContext *ctx, const WndGeo *g, FloeDType dt,
                           const FloeTensor *a, const FloeTensor *b, FloeTensor *out) {
-  int64_t an = cpu_host->tensor_num_elements(a), bn = cpu_host->tensor_num_elements(b);
+  const void *src[2] = {cpu_host->tensor_data(a), cpu_host->tensor_data(b)};
+  const int64_t count[2] = {cpu_host->tensor_num_elements(a), cpu_host->tensor_num_elements(b)};
   int64_t on = cpu_host->tensor_num_elements(out);
-  float *buf;
-  floe_code rc =
-      cpu_host->ctx_allocate_temp(ctx, (size_t)(an + bn + on) * sizeof(float), (void **)&buf);
+  float *wide[2], *ob;
+  floe_code rc = cpu_half_widen_temp(ctx, dt, 2, src, count, on, wide, &ob);
   if (rc != FLOE_OK) return rc;
-  cpu_convert_half(dt, true, cpu_host->tensor_data(a), buf, an);
-  cpu_convert_half(dt, true, cpu_host->tensor_data(b), buf + an, bn);
-  rc = run_dnnl(s, ctx, g, buf, buf + an, buf + an + bn);
-  if (rc == FLOE_OK) cpu_convert_half(dt, false, buf + an + bn, cpu_host->tensor_data(out), on);
+  rc = run_dnnl(s, ctx, g, wide[0], wide[1], ob);
+  if (rc == FLOE_OK) cpu_convert_half(dt, false, ob, cpu_host->tensor_data(out), on);
   return rc;
 }
 
@@ -410,7 +408,7 @@ static floe_code conv_grad_compute(void *state, FloeKernelContext *ctx) {
   if (dt == FLOE_F32)
     return run_dnnl(s, ctx, &g, cpu_host->tensor_data(a), cpu_host->tensor_data(b),
                     cpu_host->tensor_data(out));
-  if (dt == FLOE_F16 || dt == FLOE_BF16) return run_half(s, ctx, &g, dt, a, b, out);
+  if (cpu_is_half(dt)) return run_half(s, ctx, &g, dt, a, b, out);
   return run_ref(s, ctx, &g, cpu_host->tensor_data(a), cpu_host->tensor_data(b),
                  cpu_host->tensor_data(out));
 }
@@ -553,7 +551,7 @@ static floe_code pool_grad_compute(void *state, FloeKernelContext *ctx) {
   int64_t xn = cpu_host->tensor_num_elements(x), yn = cpu_host->tensor_num_elements(dy);
   if (xn == 0) return FLOE_OK;
   FloeDType dt = cpu_host->tensor_dtype(x);
-  bool half = dt == FLOE_F16 || dt == FLOE_BF16;
+  bool half = cpu_is_half(dt);
   int64_t ntaps = 3 * (g.out[0] + g.out[1] + g.out[2]);
   size_t bytes = (size_t)ntaps * sizeof(int64_t);
   if (half) bytes += (size_t)(2 * xn + yn) * sizeof(float);

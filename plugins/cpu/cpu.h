@@ -9,6 +9,9 @@
 /* The host table, set once by floe_plugin_init before any kernel is registered. */
 extern const FloeHostApi *cpu_host;
 
+/* The plugin's one exported symbol (plugin.c). */
+FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePluginRegistrar *reg);
+
 /* Register one kernel for device type "CPU". constraint_attr may be NULL (no constraint);
  * otherwise dtypes is its FLOE_DTYPE_BIT mask. */
 floe_code cpu_add_kernel(FloePluginRegistrar *reg, const char *op, const char *constraint_attr,

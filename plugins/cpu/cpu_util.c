@@ -31,6 +31,20 @@ CPU_HOT void cpu_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n) {
   for (int64_t i = 0; i < n; i++) dst[i] = cpu_f32_to_bf16(src[i]);
 }
 
+void cpu_half_to_f32_row(float *dst, const void *src, int64_t n, FloeDType dt) {
+  if (dt == FLOE_F16)
+    cpu_f16_to_f32_row(dst, src, n);
+  else
+    cpu_bf16_to_f32_row(dst, src, n);
+}
+
+void cpu_f32_to_half_row(void *dst, const float *src, int64_t n, FloeDType dt) {
+  if (dt == FLOE_F16)
+    cpu_f32_to_f16_row(dst, src, n);
+  else
+    cpu_f32_to_bf16_row(dst, src, n);
+}
+
 typedef struct HalfConvert {
   FloeDType dt;
   bool widen;
@@ -40,22 +54,34 @@ typedef struct HalfConvert {
 
 static void half_convert_range(void *arg, int64_t begin, int64_t end) {
   const HalfConvert *c = arg;
-  if (c->widen) {
-    const uint16_t *src = (const uint16_t *)c->src + begin;
-    float *dst = (float *)c->dst + begin;
-    if (c->dt == FLOE_F16) cpu_f16_to_f32_row(dst, src, end - begin);
-    else cpu_bf16_to_f32_row(dst, src, end - begin);
-  } else {
-    const float *src = (const float *)c->src + begin;
-    uint16_t *dst = (uint16_t *)c->dst + begin;
-    if (c->dt == FLOE_F16) cpu_f32_to_f16_row(dst, src, end - begin);
-    else cpu_f32_to_bf16_row(dst, src, end - begin);
-  }
+  if (c->widen)
+    cpu_half_to_f32_row((float *)c->dst + begin, (const uint16_t *)c->src + begin,
+                        end - begin, c->dt);
+  else
+    cpu_f32_to_half_row((uint16_t *)c->dst + begin, (const float *)c->src + begin,
+                        end - begin, c->dt);
 }
 
 void cpu_convert_half(FloeDType dt, bool widen, const void *src, void *dst, int64_t n) {
   HalfConvert c = {dt, widen, src, dst};
   cpu_parallel_elements(n, 1, half_convert_range, &c);
+}
+
+floe_code cpu_half_widen_temp(FloeKernelContext *ctx, FloeDType dt, int n,
+                              const void *const *src, const int64_t *count, int64_t out_n,
+                              float **wide, float **out) {
+  int64_t total = out_n;
+  for (int k = 0; k < n; k++) total += count[k];
+  float *buf;
+  floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)total * sizeof(float), (void **)&buf);
+  if (rc != FLOE_OK) return rc;
+  for (int k = 0; k < n; k++) {
+    wide[k] = buf;
+    cpu_convert_half(dt, true, src[k], buf, count[k]);
+    buf += count[k];
+  }
+  if (out) *out = buf;
+  return FLOE_OK;
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -80,9 +80,51 @@ void cpu_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void cpu_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void cpu_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void cpu_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
+
+static inline bool cpu_is_half(FloeDType dt) { return dt == FLOE_F16 || dt == FLOE_BF16; }
+
+/* The rows above for a half dtype dt (f16 or bf16) chosen at run time. */
+void cpu_half_to_f32_row(float *dst, const void *src, int64_t n, FloeDType dt);
+void cpu_f32_to_half_row(void *dst, const float *src, int64_t n, FloeDType dt);
+
+/* Elements per f32 staging chunk of half-precision work done in stack buffers (a kernel
+ * keeps up to three of them live). */
+#define CPU_HALF_CHUNK 512
+
 /* Whole arrays of n elements: dt (f16 or bf16) to f32 when widen, else f32 to dt; split
  * over the pool when large. */
 void cpu_convert_half(FloeDType dt, bool widen, const void *src, void *dst, int64_t n);
+
+/* f16 / bf16 work done in f32 (widen the operands, compute, round the result once): one
+ * temporary block of ctx (freed with its temporaries) holding the n inputs src[k] (count[k]
+ * elements each; count 0: none) widened, in order, then room for out_n results; wide[k] and
+ * *out (out may be NULL) point into it. Returns ctx_allocate_temp's code (no error
+ * recorded). */
+floe_code cpu_half_widen_temp(FloeKernelContext *ctx, FloeDType dt, int n,
+                              const void *const *src, const int64_t *count, int64_t out_n,
+                              float **wide, float **out);
+
+/* Element i of data of a float dtype (f32, f64, f16, bf16) as a double (others read 0), and
+ * v stored there rounded to dt (others store nothing). */
+static inline double cpu_float_load(FloeDType dt, const void *data, int64_t i) {
+  switch (dt) {
+    case FLOE_F32: return ((const float *)data)[i];
+    case FLOE_F64: return ((const double *)data)[i];
+    case FLOE_F16: return cpu_f16_to_f32(((const uint16_t *)data)[i]);
+    case FLOE_BF16: return cpu_bf16_to_f32(((const uint16_t *)data)[i]);
+    default: return 0;
+  }
+}
+
+static inline void cpu_float_store(FloeDType dt, void *data, int64_t i, double v) {
+  switch (dt) {
+    case FLOE_F32: ((float *)data)[i] = (float)v; break;
+    case FLOE_F64: ((double *)data)[i] = v; break;
+    case FLOE_F16: ((uint16_t *)data)[i] = cpu_f32_to_f16((float)v); break;
+    case FLOE_BF16: ((uint16_t *)data)[i] = cpu_f32_to_bf16((float)v); break;
+    default: break;
+  }
+}
 
 /* ------------------------------------------------------------------------------------ */
 /* Shapes. */

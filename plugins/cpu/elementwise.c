@@ -15,29 +15,9 @@
 
 #define HOT CPU_HOT
 
-static int is_half(FloeDType dt) { return dt == FLOE_F16 || dt == FLOE_BF16; }
-
 static int is_int(FloeDType dt) {
   return dt == FLOE_I8 || dt == FLOE_U8 || dt == FLOE_I32 || dt == FLOE_I64;
 }
-
-/* Half rows <-> f32 buffers. */
-static void half_to_f32(float *dst, const void *src, int64_t n, FloeDType dt) {
-  if (dt == FLOE_F16)
-    cpu_f16_to_f32_row(dst, src, n);
-  else
-    cpu_bf16_to_f32_row(dst, src, n);
-}
-
-static void f32_to_half(void *dst, const float *src, int64_t n, FloeDType dt) {
-  if (dt == FLOE_F16)
-    cpu_f32_to_f16_row(dst, src, n);
-  else
-    cpu_f32_to_bf16_row(dst, src, n);
-}
-
-/* Elements per f32 staging chunk of half-precision work (three chunks live on the stack). */
-#define HALF_CHUNK 512
 
 /* ------------------------------------------------------------------------------------ */
 /* Vectorisable f32 math (selects, no branches) on top of cpu_exp_f32 / cpu_log_f32. */
@@ -299,18 +279,18 @@ typedef struct BinaryJob {
 /* f16/bf16 run: convert to f32 in chunks, run the f32 row, convert back (or write bools). */
 static void binary_half_run(const BinaryJob *j, char *z, const uint16_t *x, const uint16_t *y,
                             int64_t n) {
-  float xb[HALF_CHUNK], yb[HALF_CHUNK], zb[HALF_CHUNK];
-  if (j->mode == ROW_SV) half_to_f32(xb, x, 1, j->dt);
-  if (j->mode == ROW_VS) half_to_f32(yb, y, 1, j->dt);
-  for (int64_t c = 0; c < n; c += HALF_CHUNK) {
-    int64_t m = n - c < HALF_CHUNK ? n - c : HALF_CHUNK;
-    if (j->mode != ROW_SV) half_to_f32(xb, x + c, m, j->dt);
-    if (j->mode != ROW_VS) half_to_f32(yb, y + c, m, j->dt);
+  float xb[CPU_HALF_CHUNK], yb[CPU_HALF_CHUNK], zb[CPU_HALF_CHUNK];
+  if (j->mode == ROW_SV) cpu_half_to_f32_row(xb, x, 1, j->dt);
+  if (j->mode == ROW_VS) cpu_half_to_f32_row(yb, y, 1, j->dt);
+  for (int64_t c = 0; c < n; c += CPU_HALF_CHUNK) {
+    int64_t m = n - c < CPU_HALF_CHUNK ? n - c : CPU_HALF_CHUNK;
+    if (j->mode != ROW_SV) cpu_half_to_f32_row(xb, x + c, m, j->dt);
+    if (j->mode != ROW_VS) cpu_half_to_f32_row(yb, y + c, m, j->dt);
     if (j->zdt == FLOE_BOOL) {
       j->row(z + c, xb, yb, m, j->mode);
     } else {
       j->row(zb, xb, yb, m, j->mode);
-      f32_to_half((uint16_t *)z + c, zb, m, j->dt);
+      cpu_f32_to_half_row((uint16_t *)z + c, zb, m, j->dt);
     }
   }
 }
@@ -324,7 +304,7 @@ static void binary_range(void *arg, int64_t begin, int64_t end) {
     char *z = j->z + pos * (int64_t)j->zsize;
     const char *x = j->x + off[0] * (int64_t)j->insize;
     const char *y = j->y + off[1] * (int64_t)j->insize;
-    if (is_half(j->dt))
+    if (cpu_is_half(j->dt))
       binary_half_run(j, z, (const uint16_t *)x, (const uint16_t *)y, len);
     else
       j->row(z, x, y, len, j->mode);
@@ -380,7 +360,7 @@ static floe_code binary_compute(void *state, FloeKernelContext *ctx) {
   const FloeTensor *in[2] = {cpu_host->ctx_input(ctx, 0), cpu_host->ctx_input(ctx, 1)};
   FloeDType dt = cpu_host->tensor_dtype(in[0]);
   FloeDType zdt = cpu_host->ctx_output_dtype(ctx, 0);
-  BinaryRow row = op->row[is_half(dt) ? FLOE_F32 : dt];
+  BinaryRow row = op->row[cpu_is_half(dt) ? FLOE_F32 : dt];
   if (!row || cpu_host->tensor_dtype(in[1]) != dt)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported dtypes %s and %s",
                                    cpu_host->dtype_name(dt),
@@ -694,23 +674,23 @@ typedef struct UnaryJob {
 
 static void unary_range(void *arg, int64_t begin, int64_t end) {
   const UnaryJob *j = arg;
-  if (!is_half(j->dt)) {
+  if (!cpu_is_half(j->dt)) {
     j->row(j->y + begin * (int64_t)j->ysize, j->x + begin * (int64_t)j->size, end - begin,
            j->alpha);
     return;
   }
-  float xb[HALF_CHUNK], yb[HALF_CHUNK];
+  float xb[CPU_HALF_CHUNK], yb[CPU_HALF_CHUNK];
   const uint16_t *x = (const uint16_t *)j->x;
   uint16_t *y = (uint16_t *)j->y;
-  for (int64_t c = begin; c < end; c += HALF_CHUNK) {
-    int64_t m = end - c < HALF_CHUNK ? end - c : HALF_CHUNK;
-    half_to_f32(xb, x + c, m, j->dt);
+  for (int64_t c = begin; c < end; c += CPU_HALF_CHUNK) {
+    int64_t m = end - c < CPU_HALF_CHUNK ? end - c : CPU_HALF_CHUNK;
+    cpu_half_to_f32_row(xb, x + c, m, j->dt);
     if (j->bool_out) {
       j->row(j->y + c, xb, m, j->alpha);
       continue;
     }
     j->row(yb, xb, m, j->alpha);
-    f32_to_half(y + c, yb, m, j->dt);
+    cpu_f32_to_half_row(y + c, yb, m, j->dt);
   }
 }
 
@@ -718,7 +698,7 @@ static floe_code unary_compute(void *state, FloeKernelContext *ctx) {
   const UnaryState *s = state;
   const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
   FloeDType dt = cpu_host->tensor_dtype(x);
-  UnaryRow row = s->op->row[is_half(dt) ? FLOE_F32 : dt];
+  UnaryRow row = s->op->row[cpu_is_half(dt) ? FLOE_F32 : dt];
   if (!row)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported dtype %s",
                                    cpu_host->dtype_name(dt));
@@ -923,22 +903,22 @@ static void cast_range(void *arg, int64_t begin, int64_t end) {
   const char *s = j->s + begin * j->ssize;
   char *d = j->d + begin * j->dsize;
   int64_t n = end - begin;
-  if (!is_half(j->src) && !is_half(j->dst)) {
+  if (!cpu_is_half(j->src) && !cpu_is_half(j->dst)) {
     cast_rows[j->src][j->dst](d, s, n);
     return;
   }
   /* Through an f32 chunk: half -> f32 -> dst, or src -> f32 -> half. */
-  float buf[HALF_CHUNK];
-  for (int64_t c = 0; c < n; c += HALF_CHUNK) {
-    int64_t m = n - c < HALF_CHUNK ? n - c : HALF_CHUNK;
-    if (is_half(j->src))
-      half_to_f32(buf, s + c * j->ssize, m, j->src);
+  float buf[CPU_HALF_CHUNK];
+  for (int64_t c = 0; c < n; c += CPU_HALF_CHUNK) {
+    int64_t m = n - c < CPU_HALF_CHUNK ? n - c : CPU_HALF_CHUNK;
+    if (cpu_is_half(j->src))
+      cpu_half_to_f32_row(buf, s + c * j->ssize, m, j->src);
     else if (j->src == FLOE_F64)
       cast_f64_f32_odd(buf, s + c * j->ssize, m);
     else
       cast_rows[j->src][FLOE_F32](buf, s + c * j->ssize, m);
-    if (is_half(j->dst))
-      f32_to_half(d + c * j->dsize, buf, m, j->dst);
+    if (cpu_is_half(j->dst))
+      cpu_f32_to_half_row(d + c * j->dsize, buf, m, j->dst);
     else
       cast_rows[FLOE_F32][j->dst](d + c * j->dsize, buf, m);
   }
@@ -950,8 +930,8 @@ static floe_code cast_compute(void *state, FloeKernelContext *ctx) {
   int rank = cpu_host->tensor_rank(x);
   const int64_t *dims = cpu_host->tensor_dims(x);
   if (src == dst) return cpu_host->ctx_forward_input(ctx, 0, 0, rank, dims);
-  if ((!is_half(src) && !cast_rows[src][FLOE_F32]) ||
-      (!is_half(dst) && !cast_rows[FLOE_F32][dst]))
+  if ((!cpu_is_half(src) && !cast_rows[src][FLOE_F32]) ||
+      (!cpu_is_half(dst) && !cast_rows[FLOE_F32][dst]))
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported cast from %s to %s",
                                    cpu_host->dtype_name(src), cpu_host->dtype_name(dst));
   FloeTensor *out;

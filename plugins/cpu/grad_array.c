@@ -210,17 +210,12 @@ static const RowOps *row_ops(FloeDType dt) {
   }
 }
 
-static int is_half(FloeDType dt) { return dt == FLOE_F16 || dt == FLOE_BF16; }
-
 /* Half rows to f32 and back (whole arrays, split over the pool when large). */
 static floe_code widen_half(FloeKernelContext *ctx, FloeDType dt, const void *src, int64_t n,
                             float **out) {
-  void *tmp;
-  floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)n * sizeof(float), &tmp);
+  floe_code rc = cpu_half_widen_temp(ctx, dt, 1, &src, &n, 0, out, NULL);
   if (rc != FLOE_OK)
     return cpu_host->ctx_set_error(ctx, rc, "cannot allocate %" PRId64 " f32 accumulators", n);
-  cpu_convert_half(dt, true, src, tmp, n);
-  *out = tmp;
   return FLOE_OK;
 }
 
@@ -763,11 +758,7 @@ static void scatter_units(void *arg, int64_t begin, int64_t end) {
     for (int64_t d = d0; d < d1; d++) {
       size_t at = (size_t)(o * j->D * j->I + d * j->I + c0);
       const float *a = (const float *)j->acc + at;
-      uint16_t *h = (uint16_t *)j->half_out + at;
-      if (j->dt == FLOE_F16)
-        cpu_f32_to_f16_row(h, a, w);
-      else
-        cpu_f32_to_bf16_row(h, a, w);
+      cpu_f32_to_half_row((uint16_t *)j->half_out + at, a, w, j->dt);
     }
   }
 }
@@ -824,7 +815,7 @@ static floe_code gather_grad_compute(void *state, FloeKernelContext *ctx) {
   if (total == 0) return FLOE_OK;
   j.acc = out;
   j.acc_es = j.g_es;
-  if (is_half(dt)) {
+  if (cpu_is_half(dt)) {
     void *tmp;
     if ((rc = cpu_host->ctx_allocate_temp(ctx, (size_t)total * sizeof(float), &tmp)) != FLOE_OK)
       return cpu_host->ctx_set_error(ctx, rc, "cannot allocate %" PRId64 " f32 accumulators",
@@ -1010,7 +1001,7 @@ static floe_code pad_grad_compute(void *state, FloeKernelContext *ctx) {
   }
   int64_t cur[FLOE_MAX_DIMS];
   memcpy(cur, gd, (size_t)rank * sizeof *cur);
-  if (!is_half(dt))
+  if (!cpu_is_half(dt))
     return reflect_run(ctx, row_ops(dt), es, cpu_host->tensor_data(g), out, rank, cur, before,
                        after);
   float *wide = NULL, *acc;

@@ -19,25 +19,6 @@
 
 #define HOT CPU_HOT
 
-/* Elements per f32 staging chunk of half-precision work (three chunks live on the stack). */
-#define HALF_CHUNK 512
-
-static int is_half(FloeDType dt) { return dt == FLOE_F16 || dt == FLOE_BF16; }
-
-static void half_to_f32(float *dst, const void *src, int64_t n, FloeDType dt) {
-  if (dt == FLOE_F16)
-    cpu_f16_to_f32_row(dst, src, n);
-  else
-    cpu_bf16_to_f32_row(dst, src, n);
-}
-
-static void f32_to_half(void *dst, const float *src, int64_t n, FloeDType dt) {
-  if (dt == FLOE_F16)
-    cpu_f32_to_f16_row(dst, src, n);
-  else
-    cpu_f32_to_bf16_row(dst, src, n);
-}
-
 static int same_shape(const FloeTensor *a, const FloeTensor *b) {
   int r = cpu_host->tensor_rank(a);
   return r == cpu_host->tensor_rank(b) &&
@@ -227,20 +208,20 @@ typedef struct GradJob {
 
 static void grad_range(void *arg, int64_t begin, int64_t end) {
   const GradJob *j = arg;
-  if (!is_half(j->dt)) {
+  if (!cpu_is_half(j->dt)) {
     j->row(j->z + begin * j->size, j->a + begin * j->size, j->b + begin * j->size,
            end - begin, j->alpha);
     return;
   }
-  float ab[HALF_CHUNK], bb[HALF_CHUNK], zb[HALF_CHUNK];
+  float ab[CPU_HALF_CHUNK], bb[CPU_HALF_CHUNK], zb[CPU_HALF_CHUNK];
   const uint16_t *a = (const uint16_t *)j->a, *b = (const uint16_t *)j->b;
   uint16_t *z = (uint16_t *)j->z;
-  for (int64_t c = begin; c < end; c += HALF_CHUNK) {
-    int64_t m = end - c < HALF_CHUNK ? end - c : HALF_CHUNK;
-    half_to_f32(ab, a + c, m, j->dt);
-    half_to_f32(bb, b + c, m, j->dt);
+  for (int64_t c = begin; c < end; c += CPU_HALF_CHUNK) {
+    int64_t m = end - c < CPU_HALF_CHUNK ? end - c : CPU_HALF_CHUNK;
+    cpu_half_to_f32_row(ab, a + c, m, j->dt);
+    cpu_half_to_f32_row(bb, b + c, m, j->dt);
     j->row(zb, ab, bb, m, j->alpha);
-    f32_to_half(z + c, zb, m, j->dt);
+    cpu_f32_to_half_row(z + c, zb, m, j->dt);
   }
 }
 
@@ -248,7 +229,7 @@ static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
   const GradState *s = state;
   const FloeTensor *a = cpu_host->ctx_input(ctx, 0), *b = cpu_host->ctx_input(ctx, 1);
   FloeDType dt = cpu_host->tensor_dtype(a);
-  GradRow row = s->op->row[is_half(dt) ? FLOE_F32 : dt];
+  GradRow row = s->op->row[cpu_is_half(dt) ? FLOE_F32 : dt];
   if (!row || cpu_host->tensor_dtype(b) != dt)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported dtypes %s and %s",
                                    cpu_host->dtype_name(dt),
@@ -534,7 +515,7 @@ static inline int64_t bag_part_index(const BagJob *j, int64_t c, int64_t k) {
 static void bag_finish(const BagJob *j, int64_t nparts, void *out) {
   FloeDType dt = j->dt;
   for (int64_t c = 0; c < j->c; c++) {
-    if (dt == FLOE_F64 || dt == FLOE_F32 || is_half(dt)) {
+    if (dt == FLOE_F64 || dt == FLOE_F32 || cpu_is_half(dt)) {
       double f = 0;
       for (int64_t k = 0; k < nparts; k++)
         f += dt == FLOE_F64 ? ((const double *)j->part)[bag_part_index(j, c, k)]
@@ -613,7 +594,7 @@ static floe_code bag_compute(void *state, FloeKernelContext *ctx) {
   j.inner = 1;
   for (int i = cdim + 1; i < rank; i++) j.inner *= d[i];
   if (j.c == 0) return FLOE_OK;
-  size_t asize = dt == FLOE_F32 || is_half(dt) ? sizeof(float) : 8;
+  size_t asize = dt == FLOE_F32 || cpu_is_half(dt) ? sizeof(float) : 8;
   int64_t units, nparts, cost;
   if (j.outer == 0 || j.inner == 0) {
     units = nparts = 0; /* an empty sum: zeros */

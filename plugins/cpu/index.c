@@ -59,14 +59,14 @@ static void combine(FloeDType dt, int red, void *dst, int64_t di, const void *sr
     size_t es = cpu_host->dtype_size(dt);
     copy_elem((char *)dst + di * (int64_t)es, (const char *)src + si * (int64_t)es, es);
   } else if (ix_is_float(dt)) {
-    double a = ix_load_f(dt, dst, di), b = ix_load_f(dt, src, si), r;
+    double a = cpu_float_load(dt, dst, di), b = cpu_float_load(dt, src, si), r;
     switch (red) {
     case RED_ADD: r = a + b; break;
     case RED_MUL: r = a * b; break;
     case RED_MAX: r = a != a || b != b ? NAN : a > b ? a : b; break;
     default: r = a != a || b != b ? NAN : a < b ? a : b; break;
     }
-    ix_store_f(dt, dst, di, r);
+    cpu_float_store(dt, dst, di, r);
   } else {
     int64_t a = ix_load_i(dt, dst, di), b = ix_load_i(dt, src, si), r;
     switch (red) {
@@ -396,7 +396,7 @@ static floe_code load_keys(FloeKernelContext *ctx, const FloeTensor *x, int64_t 
   }
   if (ix_is_float(dt)) {
     double *f = *buf;
-    for (int64_t j = 0; j < n; j++) f[j] = ix_load_f(dt, d, first + j * step);
+    for (int64_t j = 0; j < n; j++) f[j] = cpu_float_load(dt, d, first + j * step);
     *k = (IxKeys){f, NULL};
   } else {
     int64_t *v = *buf;

@@ -407,9 +407,9 @@ static floe_code range_compute(void *state, FloeKernelContext *ctx) {
   double fs = 0, fd = 0;
   int64_t is = 0, id = 0, n;
   if (fl) {
-    fs = ix_load_f(dt, cpu_host->tensor_data(t[0]), 0);
-    double fe = ix_load_f(dt, cpu_host->tensor_data(t[1]), 0);
-    fd = ix_load_f(dt, cpu_host->tensor_data(t[2]), 0);
+    fs = cpu_float_load(dt, cpu_host->tensor_data(t[0]), 0);
+    double fe = cpu_float_load(dt, cpu_host->tensor_data(t[1]), 0);
+    fd = cpu_float_load(dt, cpu_host->tensor_data(t[2]), 0);
     double c = ceil((fe - fs) / fd);
     if (fd == 0 || !(c == c) || c > 1e15)
       return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
@@ -431,7 +431,7 @@ static floe_code range_compute(void *state, FloeKernelContext *ctx) {
   void *out = cpu_host->tensor_data(y);
   for (int64_t i = 0; i < n; i++) {
     if (fl)
-      ix_store_f(dt, out, i, fs + (double)i * fd);
+      cpu_float_store(dt, out, i, fs + (double)i * fd);
     else
       ix_store_i(dt, out, i, (int64_t)((uint64_t)is + (uint64_t)i * (uint64_t)id));
   }
@@ -478,9 +478,9 @@ static floe_code cumsum_compute(void *state, FloeKernelContext *ctx) {
       for (int64_t j = 0; j < n; j++) {
         int64_t t = s->reverse ? n - 1 - j : j, e = (o * n + t) * inner + i;
         if (fl) {
-          double v = ix_load_f(dt, src, e);
+          double v = cpu_float_load(dt, src, e);
           if (!s->exclusive) fsum += v;
-          ix_store_f(dt, dst, e, fsum);
+          cpu_float_store(dt, dst, e, fsum);
           if (s->exclusive) fsum += v;
         } else {
           uint64_t v = (uint64_t)ix_load_i(dt, src, e);

@@ -33,18 +33,9 @@ static inline int64_t ix_index_at(const void *data, FloeDType dt, int64_t i) {
   return dt == FLOE_I32 ? ((const int32_t *)data)[i] : ((const int64_t *)data)[i];
 }
 
+/* The dtypes cpu_float_load and cpu_float_store read and write. */
 static inline bool ix_is_float(FloeDType dt) {
   return dt == FLOE_F32 || dt == FLOE_F64 || dt == FLOE_F16 || dt == FLOE_BF16;
-}
-
-/* Element i of a float tensor (f32, f64, f16, bf16) as a double. */
-static inline double ix_load_f(FloeDType dt, const void *data, int64_t i) {
-  switch (dt) {
-  case FLOE_F32: return ((const float *)data)[i];
-  case FLOE_F64: return ((const double *)data)[i];
-  case FLOE_F16: return cpu_f16_to_f32(((const uint16_t *)data)[i]);
-  default: return cpu_bf16_to_f32(((const uint16_t *)data)[i]);
-  }
 }
 
 /* Element i of an integer or bool tensor as an int64. */
@@ -55,15 +46,6 @@ static inline int64_t ix_load_i(FloeDType dt, const void *data, int64_t i) {
   case FLOE_I32: return ((const int32_t *)data)[i];
   case FLOE_I64: return ((const int64_t *)data)[i];
   default: return ((const uint8_t *)data)[i] != 0; /* bool */
-  }
-}
-
-static inline void ix_store_f(FloeDType dt, void *data, int64_t i, double v) {
-  switch (dt) {
-  case FLOE_F32: ((float *)data)[i] = (float)v; break;
-  case FLOE_F64: ((double *)data)[i] = v; break;
-  case FLOE_F16: ((uint16_t *)data)[i] = cpu_f32_to_f16((float)v); break;
-  default: ((uint16_t *)data)[i] = cpu_f32_to_bf16((float)v); break;
   }
 }
 

@@ -326,16 +326,14 @@ static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool br
     return st == dnnl_success ? FLOE_OK : sgemm_fail(ctx, &p, st);
   }
   /* f16 / bf16: widen both operands, multiply in f32, round the result once. */
-  int64_t xn = cpu_host->tensor_num_elements(x), yn = cpu_host->tensor_num_elements(y);
-  float *buf;
-  rc = cpu_host->ctx_allocate_temp(ctx, (size_t)(xn + yn + zn) * sizeof(float), (void **)&buf);
-  if (rc != FLOE_OK) return rc;
-  cpu_convert_half(dt, true, cpu_host->tensor_data(x), buf, xn);
-  cpu_convert_half(dt, true, cpu_host->tensor_data(y), buf + xn, yn);
+  const void *src[2] = {cpu_host->tensor_data(x), cpu_host->tensor_data(y)};
+  const int64_t count[2] = {cpu_host->tensor_num_elements(x), cpu_host->tensor_num_elements(y)};
+  float *wide[2], *zb;
+  if ((rc = cpu_half_widen_temp(ctx, dt, 2, src, count, zn, wide, &zb)) != FLOE_OK) return rc;
   void *z = p.z;
-  p.x = buf;
-  p.y = buf + xn;
-  p.z = buf + xn + yn;
+  p.x = wide[0];
+  p.y = wide[1];
+  p.z = zb;
   dnnl_status_t st = product_run(&p, batch, xbatch, ybatch);
   if (st != dnnl_success) return sgemm_fail(ctx, &p, st);
   cpu_convert_half(dt, false, p.z, z, zn);

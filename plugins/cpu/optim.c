@@ -304,24 +304,14 @@ typedef struct AssignJob {
   int sub;
 } AssignJob;
 
-#define ASSIGN_HALF_CHUNK 512
-
 static void assign_half(const AssignJob *j, uint16_t *x, const uint16_t *y, int64_t n) {
-  float xb[ASSIGN_HALF_CHUNK], yb[ASSIGN_HALF_CHUNK];
-  for (int64_t c = 0; c < n; c += ASSIGN_HALF_CHUNK) {
-    int64_t m = n - c < ASSIGN_HALF_CHUNK ? n - c : ASSIGN_HALF_CHUNK;
-    if (j->dt == FLOE_F16) {
-      cpu_f16_to_f32_row(xb, x + c, m);
-      cpu_f16_to_f32_row(yb, y + c, m);
-    } else {
-      cpu_bf16_to_f32_row(xb, x + c, m);
-      cpu_bf16_to_f32_row(yb, y + c, m);
-    }
+  float xb[CPU_HALF_CHUNK], yb[CPU_HALF_CHUNK];
+  for (int64_t c = 0; c < n; c += CPU_HALF_CHUNK) {
+    int64_t m = n - c < CPU_HALF_CHUNK ? n - c : CPU_HALF_CHUNK;
+    cpu_half_to_f32_row(xb, x + c, m, j->dt);
+    cpu_half_to_f32_row(yb, y + c, m, j->dt);
     assign_f32(xb, yb, m, j->sub);
-    if (j->dt == FLOE_F16)
-      cpu_f32_to_f16_row(x + c, xb, m);
-    else
-      cpu_f32_to_bf16_row(x + c, xb, m);
+    cpu_f32_to_half_row(x + c, xb, m, j->dt);
   }
 }
 
@@ -362,7 +352,7 @@ static floe_code assign_compute(void *state, FloeKernelContext *ctx) {
                  cpu_host->dtype_size(dt), sub};
   int64_t n = cpu_host->tensor_num_elements(var);
   if (n == 0) return FLOE_OK;
-  cpu_parallel_elements(n, dt == FLOE_F16 || dt == FLOE_BF16 ? 4 : 1, assign_range, &j);
+  cpu_parallel_elements(n, cpu_is_half(dt) ? 4 : 1, assign_range, &j);
   return FLOE_OK;
 }
 

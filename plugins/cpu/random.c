@@ -189,16 +189,8 @@ static double truncated_f64(const Draw *d, int64_t i) {
 /* Store v[0..n) as elements [first, first + n) of the output in its dtype. */
 static void store_f32(const Draw *d, int64_t first, const float *v, int n) {
   switch (d->dt) {
-  case FLOE_F16: {
-    uint16_t *o = (uint16_t *)d->out + first;
-    for (int i = 0; i < n; i++) o[i] = cpu_f32_to_f16(v[i]);
-    break;
-  }
-  case FLOE_BF16: {
-    uint16_t *o = (uint16_t *)d->out + first;
-    for (int i = 0; i < n; i++) o[i] = cpu_f32_to_bf16(v[i]);
-    break;
-  }
+  case FLOE_F16:
+  case FLOE_BF16: cpu_f32_to_half_row((uint16_t *)d->out + first, v, n, d->dt); break;
   default: memcpy((float *)d->out + first, v, (size_t)n * sizeof(float)); break;
   }
 }

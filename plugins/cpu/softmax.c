@@ -144,38 +144,7 @@ DEF_SOFTMAX_KERNELS(f32, float, cpu_exp_f32)
 DEF_SOFTMAX_KERNELS(f64, double, exp)
 
 /* ------------------------------------------------------------------------------------ */
-/* f16 / bf16 <-> f32 copies, in parallel for big tensors. */
-
-typedef struct ConvJob {
-  const void *src;
-  void *dst;
-  FloeDType dt;
-  int to_f32;
-} ConvJob;
-
-static void conv_range(void *arg, int64_t b, int64_t e) {
-  const ConvJob *j = arg;
-  if (j->to_f32) {
-    const uint16_t *s = (const uint16_t *)j->src + b;
-    float *d = (float *)j->dst + b;
-    if (j->dt == FLOE_F16)
-      cpu_f16_to_f32_row(d, s, e - b);
-    else
-      cpu_bf16_to_f32_row(d, s, e - b);
-  } else {
-    const float *s = (const float *)j->src + b;
-    uint16_t *d = (uint16_t *)j->dst + b;
-    if (j->dt == FLOE_F16)
-      cpu_f32_to_f16_row(d, s, e - b);
-    else
-      cpu_f32_to_bf16_row(d, s, e - b);
-  }
-}
-
-static void convert(const void *src, void *dst, int64_t n, FloeDType dt, int to_f32) {
-  ConvJob j = {src, dst, dt, to_f32};
-  cpu_parallel_elements(n, 1, conv_range, &j);
-}
+/* f16 / bf16 work in f32 copies. */
 
 /* An f32 working copy of a half tensor (or its uninitialised buffer when src is NULL). */
 static floe_code half_temp(FloeKernelContext *ctx, const void *src, int64_t n, FloeDType dt,
@@ -185,7 +154,7 @@ static floe_code half_temp(FloeKernelContext *ctx, const void *src, int64_t n, F
   if (rc != FLOE_OK)
     return cpu_host->ctx_set_error(ctx, rc, "cannot allocate an f32 copy of %lld elements",
                                    (long long)n);
-  if (src) convert(src, p, n, dt, 1);
+  if (src) cpu_convert_half(dt, true, src, p, n);
   *out = p;
   return FLOE_OK;
 }
@@ -282,7 +251,7 @@ static floe_code softmax_compute(void *state, FloeKernelContext *ctx) {
   if (rc != FLOE_OK || n == 0) return rc;
 
   float *tmp = NULL;
-  if (dt == FLOE_F16 || dt == FLOE_BF16) {
+  if (cpu_is_half(dt)) {
     if ((rc = half_temp(ctx, cpu_host->tensor_data(xt), n, dt, &tmp)) != FLOE_OK) return rc;
     j.x = j.y = tmp;
   } else {
@@ -294,7 +263,7 @@ static floe_code softmax_compute(void *state, FloeKernelContext *ctx) {
     cpu_parallel_for(j.O, 4 * j.R, softmax_units, &j);
   else
     cpu_parallel_for(j.O * j.C, 4 * j.R * (j.I < SM_CHUNK ? j.I : SM_CHUNK), softmax_units, &j);
-  if (tmp) convert(tmp, y, n, dt, 0);
+  if (tmp) cpu_convert_half(dt, false, tmp, y, n);
   return FLOE_OK;
 }
 
@@ -370,7 +339,7 @@ static floe_code xent_compute(void *state, FloeKernelContext *ctx) {
     return FLOE_OK;
   }
 
-  int half = dt == FLOE_F16 || dt == FLOE_BF16;
+  int half = cpu_is_half(dt);
   if (half) {
     float *tx = NULL, *tl = NULL, *tloss = NULL, *tbp = NULL;
     if ((rc = half_temp(ctx, cpu_host->tensor_data(xt), B * C, dt, &tx)) != FLOE_OK ||
@@ -386,8 +355,8 @@ static floe_code xent_compute(void *state, FloeKernelContext *ctx) {
   }
   cpu_parallel_for(B, 6 * (C > 0 ? C : 1), xent_units, &j);
   if (half) {
-    convert(j.loss, loss, B, dt, 0);
-    convert(j.bp, bp, B * C, dt, 0);
+    cpu_convert_half(dt, false, j.loss, loss, B);
+    cpu_convert_half(dt, false, j.bp, bp, B * C);
   }
   return FLOE_OK;
 }

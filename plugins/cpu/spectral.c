@@ -11,29 +11,6 @@
 
 #define PI 3.14159265358979323846
 
-/* ------------------------------------------------------------------------------------ */
-/* Element access in double for the float dtypes. */
-
-static double load(const void *p, FloeDType dt, int64_t i) {
-  switch (dt) {
-    case FLOE_F32: return ((const float *)p)[i];
-    case FLOE_F64: return ((const double *)p)[i];
-    case FLOE_F16: return cpu_f16_to_f32(((const uint16_t *)p)[i]);
-    case FLOE_BF16: return cpu_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return 0;
-  }
-}
-
-static void store(void *p, FloeDType dt, int64_t i, double v) {
-  switch (dt) {
-    case FLOE_F32: ((float *)p)[i] = (float)v; break;
-    case FLOE_F64: ((double *)p)[i] = v; break;
-    case FLOE_F16: ((uint16_t *)p)[i] = cpu_f32_to_f16((float)v); break;
-    case FLOE_BF16: ((uint16_t *)p)[i] = cpu_f32_to_bf16((float)v); break;
-    default: break;
-  }
-}
-
 /* A scalar integer input (one element, i32 or i64); errors name it. */
 static floe_code scalar_int(FloeKernelContext *ctx, int i, const char *what, int64_t *out) {
   const FloeTensor *t = cpu_host->ctx_input(ctx, i);
@@ -55,7 +32,7 @@ static floe_code scalar_float(FloeKernelContext *ctx, int i, const char *what, d
   const FloeTensor *t = cpu_host->ctx_input(ctx, i);
   if (cpu_host->tensor_num_elements(t) != 1)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "%s must be a scalar", what);
-  *out = load(cpu_host->tensor_data(t), cpu_host->tensor_dtype(t), 0);
+  *out = cpu_float_load(cpu_host->tensor_dtype(t), cpu_host->tensor_data(t), 0);
   return FLOE_OK;
 }
 
@@ -100,8 +77,8 @@ static void det_range(void *arg, int64_t begin, int64_t end) {
   int64_t mm = j->m * j->m;
   for (int64_t b = begin; b < end; b++) {
     double *a = j->work + b * mm;
-    for (int64_t i = 0; i < mm; i++) a[i] = load(j->x, j->dt, b * mm + i);
-    store(j->y, j->dt, b, det_lu(a, j->m));
+    for (int64_t i = 0; i < mm; i++) a[i] = cpu_float_load(j->dt, j->x, b * mm + i);
+    cpu_float_store(j->dt, j->y, b, det_lu(a, j->m));
   }
 }
 
@@ -161,7 +138,7 @@ static floe_code window_compute(void *state, FloeKernelContext *ctx) {
     double w = 0, sign = 1;
     for (size_t k = 0; k < na; k++, sign = -sign)
       w += sign * a[k] * (n > 0 ? cos(2.0 * PI * (double)k * (double)i / (double)n) : 1.0);
-    store(y, dt, i, n > 0 ? w : 1.0);
+    cpu_float_store(dt, y, i, n > 0 ? w : 1.0);
   }
   return FLOE_OK;
 }
@@ -322,8 +299,8 @@ static void dft_range(void *arg, int64_t begin, int64_t end) {
     for (int64_t n = 0; n < 2 * L; n++) in[n] = 0;
     for (int64_t n = 0; n < take; n++) {
       int64_t at = ((o * j->n_in + n) * j->inner + i) * j->c;
-      in[2 * n] = load(j->x, j->dt, at);
-      in[2 * n + 1] = j->c == 2 ? load(j->x, j->dt, at + 1) : 0.0;
+      in[2 * n] = cpu_float_load(j->dt, j->x, at);
+      in[2 * n + 1] = j->c == 2 ? cpu_float_load(j->dt, j->x, at + 1) : 0.0;
     }
     if (irfft) /* the rest of a Hermitian spectrum: X[L-k] = conj X[k] */
       for (int64_t k = L / 2 + 1; k < L; k++) {
@@ -333,8 +310,8 @@ static void dft_range(void *arg, int64_t begin, int64_t end) {
     transform(&j->plan, in, out, scratch);
     for (int64_t k = 0; k < j->n_out; k++) {
       int64_t at = ((o * j->n_out + k) * j->inner + i) * j->out_c;
-      store(j->y, j->dt, at, out[2 * k]);
-      if (j->out_c == 2) store(j->y, j->dt, at + 1, out[2 * k + 1]);
+      cpu_float_store(j->dt, j->y, at, out[2 * k]);
+      if (j->out_c == 2) cpu_float_store(j->dt, j->y, at + 1, out[2 * k + 1]);
     }
   }
   cpu_host->free(in);
@@ -412,14 +389,14 @@ static void stft_range(void *arg, int64_t begin, int64_t end) {
     int64_t b = line / j->frames, f = line % j->frames;
     for (int64_t n = 0; n < L; n++) {
       int64_t at = (b * j->length + f * j->step + n) * j->c;
-      double w = load(j->win, j->dt, n);
-      in[2 * n] = load(j->x, j->dt, at) * w;
-      in[2 * n + 1] = j->c == 2 ? load(j->x, j->dt, at + 1) * w : 0.0;
+      double w = cpu_float_load(j->dt, j->win, n);
+      in[2 * n] = cpu_float_load(j->dt, j->x, at) * w;
+      in[2 * n + 1] = j->c == 2 ? cpu_float_load(j->dt, j->x, at + 1) * w : 0.0;
     }
     transform(&j->plan, in, out, scratch);
     for (int64_t k = 0; k < j->bins; k++) {
-      store(j->y, j->dt, (line * j->bins + k) * 2, out[2 * k]);
-      store(j->y, j->dt, (line * j->bins + k) * 2 + 1, out[2 * k + 1]);
+      cpu_float_store(j->dt, j->y, (line * j->bins + k) * 2, out[2 * k]);
+      cpu_float_store(j->dt, j->y, (line * j->bins + k) * 2 + 1, out[2 * k + 1]);
     }
   }
   cpu_host->free(in);
@@ -518,18 +495,18 @@ static floe_code mel_compute(void *state, FloeKernelContext *ctx) {
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, 2, odims, &out)) != FLOE_OK) return rc;
   FloeDType dt = cpu_host->tensor_dtype(out);
   void *y = cpu_host->tensor_data(out);
-  for (int64_t k = 0; k < nspec * nmel; k++) store(y, dt, k, 0.0);
+  for (int64_t k = 0; k < nspec * nmel; k++) cpu_float_store(dt, y, k, 0.0);
   for (int64_t i = 0; i < nmel; i++) {
     int64_t left = edge[i], center = edge[i + 1], right = edge[i + 2];
     /* Rising side (a single 1 when it is empty), then the falling side, which starts with 1
      * at the center. */
     if (center == left)
-      store(y, dt, center * nmel + i, 1.0);
+      cpu_float_store(dt, y, center * nmel + i, 1.0);
     else
       for (int64_t k = left; k <= center; k++)
-        store(y, dt, k * nmel + i, (double)(k - left) / (double)(center - left));
+        cpu_float_store(dt, y, k * nmel + i, (double)(k - left) / (double)(center - left));
     for (int64_t k = center; k < right; k++)
-      store(y, dt, k * nmel + i, (double)(right - k) / (double)(right - center));
+      cpu_float_store(dt, y, k * nmel + i, (double)(right - k) / (double)(right - center));
   }
   return FLOE_OK;
 }

@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../ops/harness.h"
 #include "floe/floe.h"
 
 static FloeRuntime *rt;
@@ -106,16 +107,7 @@ static FloeGraph *vars_graph(const VarSpec *vs, int n) {
   return g;
 }
 
-static FloeSession *session_new(const FloeGraph *g) {
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  ck_assert_msg(s != NULL, "session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session_new(const FloeGraph *g) { return harness_session(g, rt); }
 
 static int64_t count(const VarSpec *v) {
   int64_t n = 1;

@@ -23,26 +23,17 @@
 static const int THREADS[] = {1, 2, 4};
 
 static FloeRuntime *runtime_new(int threads) {
-  FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, threads, 1};
-  FloeRuntime *rt = floe_runtime_new(&o, st);
-  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
+  FloeRuntime *rt = harness_runtime(threads);
   ck_assert_int_ge(floe_runtime_num_devices(rt), 1);
-  floe_status_free(st);
   return rt;
 }
 
 static FloeSession *session_new(FloeGraph *g, FloeRuntime *rt, int inline_inexpensive) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
   FloeSessionOptions o;
   floe_session_options_init(&o);
   o.runtime = rt;
   o.inline_inexpensive = inline_inexpensive;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
+  return harness_session_opts(g, &o, NULL);
 }
 
 static float f32_at(const FloeTensor *t, int64_t i) {
@@ -54,11 +45,8 @@ static float f32_at(const FloeTensor *t, int64_t i) {
 /* Runs with one feed and n fetches; aborts the test on error. */
 static void run_ok(FloeSession *s, const char *feed, FloeTensor *value, const char *const *fetches,
                    int n, FloeTensor **out) {
-  FloeStatus *st = floe_status_new();
   FloeFeed f = {feed, value};
-  floe_code rc = floe_session_run(s, feed ? &f : NULL, feed ? 1 : 0, fetches, n, NULL, 0, out, st);
-  if (rc != FLOE_OK) ck_abort_msg("run: %s", floe_status_message(st));
-  floe_status_free(st);
+  harness_run(s, feed ? &f : NULL, feed ? 1 : 0, fetches, n, NULL, 0, out, NULL);
 }
 
 /* ---- the pool's deferred queue ---- */

@@ -79,8 +79,7 @@ static void run(const Model *m, int fusion, const char *const *fetches, int n, F
                 const char *watch, int64_t *ran) {
   setenv("FLOE_FUSION", fusion ? "1" : "0", 1);
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(m->g, NULL, st);
-  ck_assert_msg(s, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(m->g, NULL);
   floe_session_set_profiling(s, 1);
   ck_assert_msg(floe_session_run(s, NULL, 0, fetches, n, NULL, 0, outs, st) == FLOE_OK, "%s",
                 floe_status_message(st));
@@ -217,8 +216,7 @@ static void run_block(const Block *m, int fusion, const FloeFeed *feeds, int nf,
                       const char *const *ops, int64_t *calls) {
   setenv("FLOE_FUSION", fusion ? "1" : "0", 1);
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(m->g, NULL, st);
-  ck_assert_msg(s, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(m->g, NULL);
   floe_session_set_profiling(s, 1);
   ck_assert_msg(floe_session_run(s, feeds, nf, fetches, n, NULL, 0, outs, st) == FLOE_OK, "%s",
                 floe_status_message(st));

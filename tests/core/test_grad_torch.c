@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/harness.h"
 #include "floe/floe.h"
 
 #define MAXIN 8
@@ -23,11 +24,7 @@ static FloeRuntime *rt;
 static char dir[1024];
 
 static void runtime_setup(void) {
-  FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
-  rt = floe_runtime_new(&o, st);
-  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
-  floe_status_free(st);
+  rt = harness_runtime(2);
   const char *top = getenv("top_srcdir");
   snprintf(dir, sizeof dir, "%s/tests/fixtures/grad", top ? top : "..");
 }

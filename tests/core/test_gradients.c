@@ -22,13 +22,7 @@
 
 static FloeRuntime *rt;
 
-static void runtime_setup(void) {
-  FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
-  rt = floe_runtime_new(&o, st);
-  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
-  floe_status_free(st);
-}
+static void runtime_setup(void) { rt = harness_runtime(2); }
 
 static void runtime_teardown(void) {
   floe_runtime_free(rt);
@@ -36,23 +30,15 @@ static void runtime_teardown(void) {
 }
 
 static FloeSession *session_new(FloeGraph *g, const char *what) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s: graph: %s", what, floe_graph_error(g, NULL));
   FloeSessionOptions o;
   floe_session_options_init(&o);
   o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  if (!s) ck_abort_msg("%s: session: %s", what, floe_status_message(st));
-  floe_status_free(st);
-  return s;
+  return harness_session_opts(g, &o, what);
 }
 
 static void run(FloeSession *s, const FloeFeed *feeds, int nf, const char *const *fetches, int n,
                 FloeTensor **outs, const char *what) {
-  FloeStatus *st = floe_status_new();
-  if (floe_session_run(s, feeds, nf, fetches, n, NULL, 0, outs, st) != FLOE_OK)
-    ck_abort_msg("%s: run: %s", what, floe_status_message(st));
-  floe_status_free(st);
+  harness_run(s, feeds, nf, fetches, n, NULL, 0, outs, what);
 }
 
 /* splitmix64 */

@@ -15,13 +15,7 @@
 
 static FloeRuntime *rt;
 
-static void runtime_setup(void) {
-  FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
-  rt = floe_runtime_new(&o, st);
-  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
-  floe_status_free(st);
-}
+static void runtime_setup(void) { rt = harness_runtime(2); }
 
 static void runtime_teardown(void) {
   floe_runtime_free(rt);
@@ -29,31 +23,13 @@ static void runtime_teardown(void) {
 }
 
 /* A session on g with every variable initialised. */
-static FloeSession *session_init(FloeGraph *g) {
-  FloeNode *init = floe_variables_initializer(g, NULL);
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
-  const char *target = floe_node_name(init);
-  ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &target, 1, NULL, st) == FLOE_OK,
-                "init: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session_init(FloeGraph *g) { return harness_session_init(g, rt); }
 
 /* Runs fetches with up to two feeds (name NULL: none). Caller releases outputs. */
 static void run(FloeSession *s, const char *f1, FloeTensor *v1, const char *f2, FloeTensor *v2,
                 const char *const *fetches, int n, FloeTensor **out) {
   FloeFeed feeds[2] = {{f1, v1}, {f2, v2}};
-  int nf = f2 ? 2 : f1 ? 1 : 0;
-  FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_session_run(s, feeds, nf, fetches, n, NULL, 0, out, st) == FLOE_OK, "run: %s",
-                floe_status_message(st));
-  floe_status_free(st);
+  harness_run(s, feeds, f2 ? 2 : f1 ? 1 : 0, fetches, n, NULL, 0, out, NULL);
 }
 
 static FloeTensor *fetch1(FloeSession *s, const char *f1, FloeTensor *v1, const char *name) {

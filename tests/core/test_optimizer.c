@@ -15,34 +15,8 @@
 /* ------------------------------------------------------------------------------------ */
 /* Helpers. */
 
-static FloeSession *new_session(FloeGraph *g) {
-  FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
-
-static void run_target(FloeSession *s, const char *target) {
-  FloeStatus *st = floe_status_new();
-  floe_code rc = floe_session_run(s, NULL, 0, NULL, 0, &target, 1, NULL, st);
-  ck_assert_msg(rc == FLOE_OK, "run %s: %s", target, floe_status_message(st));
-  floe_status_free(st);
-}
-
-/* One fetch; caller releases. */
-static FloeTensor *fetch(FloeSession *s, const FloeFeed *feeds, int nf, const char *name) {
-  FloeStatus *st = floe_status_new();
-  FloeTensor *out = NULL;
-  floe_code rc = floe_session_run(s, feeds, nf, &name, 1, NULL, 0, &out, st);
-  ck_assert_msg(rc == FLOE_OK, "fetch %s: %s", name, floe_status_message(st));
-  floe_status_free(st);
-  return out;
-}
-
 static double fetch_scalar(FloeSession *s, const FloeFeed *feeds, int nf, const char *name) {
-  FloeTensor *t = fetch(s, feeds, nf, name);
+  FloeTensor *t = harness_fetch(s, feeds, nf, name);
   ck_assert_int_eq(floe_tensor_num_elements(t), 1);
   double v = harness_get(t, 0);
   floe_tensor_release(t);
@@ -155,7 +129,7 @@ static void check_schedule(const FloeOptimizerOptions *o, const char *what) {
   char name[128];
   out_name(lr, name, sizeof name);
   ck_assert_msg(strncmp(name, "lr/", 3) == 0, "%s: output %s is not under lr/", what, name);
-  FloeSession *s = new_session(g);
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
     FloeTensor *t = floe_tensor_scalar_i64(steps[i], NULL);
@@ -270,7 +244,7 @@ START_TEST(test_global_norm) {
   out_name(norm, n_all, sizeof n_all);
   out_name(one, n_one, sizeof n_one);
   out_name(none, n_none, sizeof n_none);
-  FloeSession *s = new_session(g);
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
   double got = fetch_scalar(s, NULL, 0, n_all);
   ck_assert_msg(fabs(got - want) <= 1e-6 * want, "norm %.9g, want %.9g", got, want);
@@ -327,10 +301,10 @@ static void clip_case(double clip, double wd, double lr) {
   ck_assert_msg(train != NULL, "minimize: %s", floe_graph_error(g, NULL));
   ck_assert_str_eq(floe_node_name(train), "train");
   floe_variables_initializer(g, NULL);
-  FloeSession *s = new_session(g);
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
-  run_target(s, "init");
-  run_target(s, "train");
+  harness_run_target(s, "init");
+  harness_run_target(s, "train");
 
   /* Reference: g = c + wd * w; scale = clip / max(|g|, clip); w -= lr * scale * g. */
   double ga[3], gb[4], sq = 0;
@@ -345,7 +319,8 @@ static void clip_case(double clip, double wd, double lr) {
   double norm = sqrt(sq);
   double scale = clip > 0 ? clip / (norm > clip ? norm : clip) : 1.0;
   double lr32 = (float)lr; /* the learning rate is an f32 scalar */
-  FloeTensor *got_a = fetch(s, NULL, 0, "a/read"), *got_b = fetch(s, NULL, 0, "b/read");
+  FloeTensor *got_a = harness_fetch(s, NULL, 0, "a/read");
+  FloeTensor *got_b = harness_fetch(s, NULL, 0, "b/read");
   char what[96];
   for (int i = 0; i < 3; i++) {
     double want = a0 - lr32 * scale * ga[i];
@@ -447,11 +422,11 @@ START_TEST(test_converges) {
   FloeNode *train = floe_minimize(m.g, "opt", m.loss, &o, NULL, 0);
   ck_assert_msg(train != NULL, "%s: %s", c->what, floe_graph_error(m.g, NULL));
   floe_variables_initializer(m.g, NULL);
-  FloeSession *s = new_session(m.g);
+  FloeSession *s = harness_session(m.g, NULL);
   floe_graph_free(m.g);
-  run_target(s, "init");
+  harness_run_target(s, "init");
   double first = fetch_scalar(s, NULL, 0, "loss");
-  for (int i = 0; i < c->steps; i++) run_target(s, "opt");
+  for (int i = 0; i < c->steps; i++) harness_run_target(s, "opt");
   double last = fetch_scalar(s, NULL, 0, "loss");
   ck_assert_msg(last < first / 100, "%s: loss %g -> %g after %d steps", c->what, first, last,
                 c->steps);
@@ -470,16 +445,16 @@ START_TEST(test_explicit_vars_and_step) {
   FloeNode *train = floe_minimize(m.g, NULL, m.loss, &o, &m.w, 1);
   ck_assert_msg(train != NULL, "%s", floe_graph_error(m.g, NULL));
   floe_variables_initializer(m.g, "init_all");
-  FloeSession *s = new_session(m.g);
+  FloeSession *s = harness_session(m.g, NULL);
   floe_graph_free(m.g);
-  run_target(s, "init_all");
+  harness_run_target(s, "init_all");
   ck_assert_double_eq(fetch_scalar(s, NULL, 0, "global_step/read"), 0.0);
   for (int i = 1; i <= 7; i++) {
-    run_target(s, "train");
+    harness_run_target(s, "train");
     ck_assert_double_eq(fetch_scalar(s, NULL, 0, "global_step/read"), (double)i);
   }
   ck_assert_double_eq(fetch_scalar(s, NULL, 0, "b/read"), 0.0);
-  FloeTensor *w = fetch(s, NULL, 0, "w/read");
+  FloeTensor *w = harness_fetch(s, NULL, 0, "w/read");
   double moved = 0;
   for (int i = 0; i < LS_D; i++) moved += fabs(harness_get(w, i));
   ck_assert_msg(moved > 0.1, "w did not move (%g)", moved);
@@ -534,12 +509,12 @@ START_TEST(test_slots) {
 
     /* The initializer covers the slots: set them to garbage-free known values. */
     floe_variables_initializer(m.g, NULL);
-    FloeSession *s = new_session(m.g);
+    FloeSession *s = harness_session(m.g, NULL);
     floe_graph_free(m.g);
-    run_target(s, "init");
+    harness_run_target(s, "init");
     for (int k = 0; k < n_slots; k++) {
       snprintf(name, sizeof name, "w/%s/read", cases[c].slots[k]);
-      FloeTensor *t = fetch(s, NULL, 0, name);
+      FloeTensor *t = harness_fetch(s, NULL, 0, name);
       ck_assert_int_eq(floe_tensor_num_elements(t), LS_D);
       ck_assert_int_eq(floe_tensor_dtype(t), FLOE_F32);
       for (int i = 0; i < LS_D; i++)
@@ -548,7 +523,7 @@ START_TEST(test_slots) {
       floe_tensor_release(t);
     }
     /* And training from there works (every slot initialised). */
-    run_target(s, "train");
+    harness_run_target(s, "train");
     floe_session_free(s);
   }
 }
@@ -671,12 +646,12 @@ START_TEST(test_ordering_cross_reads) {
   char r1[64], r2[64];
   snprintf(r1, sizeof r1, "%s", floe_node_name(w1.value.node));
   snprintf(r2, sizeof r2, "%s", floe_node_name(w2.value.node));
-  FloeSession *s = new_session(g);
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
-  run_target(s, "init");
+  harness_run_target(s, "init");
   double a = 2.0, b = -3.0;
   for (int step = 0; step < 20; step++) {
-    run_target(s, "train");
+    harness_run_target(s, "train");
     double na = a - 0.25 * b, nb = b - 0.25 * a;
     a = na;
     b = nb;
@@ -704,9 +679,9 @@ START_TEST(test_adam_two_steps) {
     o.nesterov = nesterov;
     ck_assert_ptr_nonnull(floe_minimize(g, NULL, loss, &o, NULL, 0));
     floe_variables_initializer(g, NULL);
-    FloeSession *s = new_session(g);
+    FloeSession *s = harness_session(g, NULL);
     floe_graph_free(g);
-    run_target(s, "init");
+    harness_run_target(s, "init");
 
     const double lr = (float)0.1, b1 = 0.9, b2 = 0.999, eps = 1e-7;
     double x = 1.0, m = 0, v = 0;
@@ -717,7 +692,7 @@ START_TEST(test_adam_two_steps) {
       double lr_t = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
       double dir = nesterov ? b1 * m + (1 - b1) * grad : m;
       x -= lr_t * dir / (sqrt(v) + eps);
-      run_target(s, "train");
+      harness_run_target(s, "train");
       double got = fetch_scalar(s, NULL, 0, "w/read");
       ck_assert_msg(fabs(got - x) <= 1e-12, "nesterov %d step %d: w %.15g, want %.15g",
                     nesterov, t, got, x);

@@ -39,13 +39,7 @@ static FloeSession *session_opts(FloeGraph *g, const char *devices, int soft, in
   return floe_session_new(g, &o, st);
 }
 
-static FloeSession *session(FloeGraph *g) {
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = session_opts(g, NULL, 0, 0, st);
-  ck_assert_msg(s, "session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session(FloeGraph *g) { return harness_session(g, rt); }
 
 static FloeOutput constf(FloeGraph *g, const char *name, int rank, const int64_t *dims, uint64_t seed) {
   FloeTensor *t = harness_random(FLOE_F32, rank, dims, seed, -1, 1);

@@ -14,17 +14,7 @@
 
 static FloeRuntime *rt; /* one runtime for the whole program, 2 threads */
 
-static FloeSession *session_new(FloeGraph *g) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session_new(FloeGraph *g) { return harness_session(g, rt); }
 
 static float scalar_f32(const FloeTensor *t) {
   ck_assert_int_eq(floe_tensor_dtype(t), FLOE_F32);
@@ -359,13 +349,7 @@ END_TEST
 
 /* A checked fixture: the runtime's pool threads must be created in the test's own
  * (forked) process. */
-static void runtime_setup(void) {
-  FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, 2, 1};
-  rt = floe_runtime_new(&o, st);
-  if (!rt) ck_abort_msg("runtime: %s", floe_status_message(st));
-  floe_status_free(st);
-}
+static void runtime_setup(void) { rt = harness_runtime(2); }
 
 static void runtime_teardown(void) {
   floe_runtime_free(rt);

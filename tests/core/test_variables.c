@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../ops/harness.h"
 #include "floe/floe.h"
 #include "core.h"
 
@@ -75,10 +76,8 @@ static void register_test_ops(void) {
 
 static FloeRuntime *runtime_new(int threads) {
   register_test_ops();
+  FloeRuntime *r = harness_runtime(threads);
   FloeStatus *st = floe_status_new();
-  FloeRuntimeOptions o = {sizeof o, NULL, NULL, threads, 1};
-  FloeRuntime *r = floe_runtime_new(&o, st);
-  if (!r) ck_abort_msg("runtime: %s", floe_status_message(st));
   ck_assert_int_eq(floe__core_kernel_add(r, "TestAddOne", 0, add_one_compute, st), FLOE_OK);
   ck_assert_int_eq(floe__core_kernel_add(r, "TestAddTwo", 0, add_two_compute, st), FLOE_OK);
   floe_status_free(st);
@@ -93,17 +92,7 @@ static void runtime_teardown(void) {
 
 /* ---- helpers ---- */
 
-static FloeSession *session_new(const FloeGraph *g) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
+static FloeSession *session_new(const FloeGraph *g) { return harness_session(g, rt); }
 
 /* Runs target (may be NULL) and fetches one output (fetch may be NULL). Returns the code;
  * msg (may be NULL) receives a malloc'd copy of the message. */

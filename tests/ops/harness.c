@@ -35,15 +35,6 @@ floe_code harness_run_op(const char *op, const char *device, FloeTensor *const *
   if (device) floe_node_set_device(b, device);
   if (attrs) attrs(b, arg);
   floe_node_finish(b);
-  floe_code rc = floe_graph_status(g);
-  if (rc != FLOE_OK) {
-    floe_graph_error(g, st);
-    floe_graph_free(g);
-    return rc;
-  }
-  FloeSession *s = floe_session_new(g, NULL, st);
-  floe_graph_free(g);
-  if (!s) return floe_status_code(st);
   FloeFeed feeds[64];
   for (int i = 0; i < n_inputs; i++) feeds[i] = (FloeFeed){names[i], inputs[i]};
   char fetch_names[16][16];
@@ -53,8 +44,8 @@ floe_code harness_run_op(const char *op, const char *device, FloeTensor *const *
     snprintf(fetch_names[i], sizeof fetch_names[i], "op:%d", i);
     fetches[i] = fetch_names[i];
   }
-  rc = floe_session_run(s, feeds, n_inputs, fetches, n_outputs, NULL, 0, outputs, st);
-  floe_session_free(s);
+  floe_code rc = harness_run_graph(g, NULL, feeds, n_inputs, fetches, n_outputs, outputs, st);
+  floe_graph_free(g);
   return rc;
 }
 
@@ -189,15 +180,91 @@ FloeRuntime *harness_runtime(int threads) {
 }
 
 FloeSession *harness_session(const FloeGraph *g, FloeRuntime *rt) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
   FloeSessionOptions o;
   floe_session_options_init(&o);
   o.runtime = rt;
+  return harness_session_opts(g, &o, NULL);
+}
+
+FloeSession *harness_session_opts(const FloeGraph *g, const FloeSessionOptions *opts,
+                                  const char *what) {
+  const char *sep = what ? ": " : "";
+  what = what ? what : "";
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s%sgraph: %s", what, sep,
+                floe_graph_error(g, NULL));
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &o, st);
-  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
+  FloeSession *s = floe_session_new(g, opts, st);
+  if (!s) ck_abort_msg("%s%ssession: %s", what, sep, floe_status_message(st));
   floe_status_free(st);
   return s;
+}
+
+FloeSession *harness_session_init(FloeGraph *g, FloeRuntime *rt) {
+  FloeNode *init = floe_variables_initializer(g, NULL);
+  FloeSession *s = harness_session(g, rt);
+  const char *target = floe_node_name(init);
+  harness_run(s, NULL, 0, NULL, 0, &target, 1, NULL, "init");
+  return s;
+}
+
+void harness_run(FloeSession *s, const FloeFeed *feeds, int n_feeds, const char *const *fetches,
+                 int n_fetches, const char *const *targets, int n_targets, FloeTensor **outs,
+                 const char *what) {
+  FloeStatus *st = floe_status_new();
+  if (floe_session_run(s, feeds, n_feeds, fetches, n_fetches, targets, n_targets, outs, st) !=
+      FLOE_OK)
+    ck_abort_msg("%s%srun: %s", what ? what : "", what ? ": " : "", floe_status_message(st));
+  floe_status_free(st);
+}
+
+FloeTensor *harness_fetch(FloeSession *s, const FloeFeed *feeds, int n_feeds, const char *fetch) {
+  FloeTensor *out = NULL;
+  harness_run(s, feeds, n_feeds, &fetch, 1, NULL, 0, &out, fetch);
+  return out;
+}
+
+void harness_run_target(FloeSession *s, const char *target) {
+  harness_run(s, NULL, 0, NULL, 0, &target, 1, NULL, target);
+}
+
+floe_code harness_run_graph(const FloeGraph *g, FloeRuntime *rt, const FloeFeed *feeds,
+                            int n_feeds, const char *const *fetches, int n_fetches,
+                            FloeTensor **outs, FloeStatus *st) {
+  floe_code rc = floe_graph_status(g);
+  if (rc != FLOE_OK) {
+    floe_graph_error(g, st);
+    return rc;
+  }
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = rt;
+  FloeSession *s = floe_session_new(g, &o, st);
+  if (!s) return floe_status_code(st);
+  rc = floe_session_run(s, feeds, n_feeds, fetches, n_fetches, NULL, 0, outs, st);
+  floe_session_free(s);
+  return rc;
+}
+
+FloeOutput harness_variable(FloeGraph *g, const char *name, FloeDType dt, int rank,
+                            const int64_t *dims) {
+  char buf[64];
+  FloeNodeBuilder *b = floe_node_begin(g, "VarHandleOp", name);
+  floe_node_set_attr_type(b, "dtype", dt);
+  floe_node_set_attr_shape(b, "shape", floe_shape_make(rank, dims));
+  FloeOutput h = floe_out(floe_node_finish(b), 0);
+  snprintf(buf, sizeof buf, "%s/init_value", name);
+  FloeOutput v = floe_placeholder(g, buf, dt, floe_shape_make(rank, dims));
+  snprintf(buf, sizeof buf, "%s/init", name);
+  b = floe_node_begin(g, "AssignVariableOp", buf);
+  floe_node_add_input(b, h);
+  floe_node_add_input(b, v);
+  floe_node_finish(b);
+  snprintf(buf, sizeof buf, "%s/read", name);
+  b = floe_node_begin(g, "ReadVariableOp", buf);
+  floe_node_add_input(b, h);
+  floe_node_set_attr_type(b, "dtype", dt);
+  floe_node_finish(b);
+  return h;
 }
 
 void harness_tmpdir(char *buf, size_t len, const char *what) {

@@ -53,6 +53,33 @@ int64_t harness_profile_calls(FloeSession *s, const char *op, const char *device
 /* A session of g (whose sticky error must be clear) on rt; aborts the test on failure.
  * Caller frees with floe_session_free. */
 FloeSession *harness_session(const FloeGraph *g, FloeRuntime *rt);
+/* The same with session options opts (NULL: the defaults, borrowed for the call); what
+ * (NULL: none) starts the messages of a failure. */
+FloeSession *harness_session_opts(const FloeGraph *g, const FloeSessionOptions *opts,
+                                  const char *what);
+/* harness_session, then one run of every variable's initialiser (floe_variables_initializer
+ * adds it to g). */
+FloeSession *harness_session_init(FloeGraph *g, FloeRuntime *rt);
+
+/* One run of s (arguments as floe_session_run; outs get new references, caller releases);
+ * aborts the test on failure, what (NULL: none) starting the message. */
+void harness_run(FloeSession *s, const FloeFeed *feeds, int n_feeds, const char *const *fetches,
+                 int n_fetches, const char *const *targets, int n_targets, FloeTensor **outs,
+                 const char *what);
+/* One fetch (caller releases) / one target of s; abort the test on failure. */
+FloeTensor *harness_fetch(FloeSession *s, const FloeFeed *feeds, int n_feeds, const char *fetch);
+void harness_run_target(FloeSession *s, const char *target);
+/* One run of g (borrowed) on rt (NULL: the default runtime): the graph's sticky error, else
+ * the session's or the run's code, the message in st. outs as harness_run. */
+floe_code harness_run_graph(const FloeGraph *g, FloeRuntime *rt, const FloeFeed *feeds,
+                            int n_feeds, const char *const *fetches, int n_fetches,
+                            FloeTensor **outs, FloeStatus *st);
+
+/* A variable made without the variables API: VarHandleOp name of dt and shape (rank, dims),
+ * its AssignVariableOp "<name>/init" from the Placeholder "<name>/init_value", and its
+ * ReadVariableOp "<name>/read"; returns the handle (nodes belong to g). */
+FloeOutput harness_variable(FloeGraph *g, const char *name, FloeDType dt, int rank,
+                            const int64_t *dims);
 
 /* A new empty folder "$TMPDIR/floe_<what>_XXXXXX" (TMPDIR unset: /tmp) into buf; aborts the
  * test on failure. harness_rmdir removes it and everything in it. */

@@ -209,8 +209,7 @@ START_TEST(test_noop) {
   FloeNodeBuilder *b = floe_node_begin(g, "NoOp", "noop");
   ck_assert_ptr_nonnull(floe_node_finish(b));
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(g, NULL);
   const char *targets[] = {"noop"};
   for (int i = 0; i < 3; i++)
     ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, targets, 1, NULL, st) == FLOE_OK, "%s",

@@ -316,19 +316,10 @@ static floe_code run_unknown_shapes(Op op, FloeTensor *const *ins, harness_attrs
   if (op == CONV) floe_node_add_input(b, floe_placeholder(g, "f", FLOE_F32, floe_shape_unknown()));
   attrs(b, arg);
   floe_node_finish(b);
-  floe_code rc = floe_graph_status(g);
-  if (rc != FLOE_OK) {
-    floe_graph_error(g, st);
-    floe_graph_free(g);
-    return rc;
-  }
-  FloeSession *s = floe_session_new(g, NULL, st);
-  floe_graph_free(g);
-  if (!s) return floe_status_code(st);
   FloeFeed feeds[2] = {{"x", ins[0]}, {"f", ins[1]}};
   const char *fetch = "op";
-  rc = floe_session_run(s, feeds, op == CONV ? 2 : 1, &fetch, 1, NULL, 0, out, st);
-  floe_session_free(s);
+  floe_code rc = harness_run_graph(g, NULL, feeds, op == CONV ? 2 : 1, &fetch, 1, out, st);
+  floe_graph_free(g);
   return rc;
 }
 
@@ -540,8 +531,7 @@ START_TEST(test_conv_shape_cache_threads) {
   Shared sh;
   memset(&sh, 0, sizeof sh);
   pthread_mutex_init(&sh.lock, NULL);
-  sh.s = floe_session_new(g, NULL, st);
-  ck_assert_msg(sh.s != NULL, "%s", floe_status_message(st));
+  sh.s = harness_session(g, NULL);
   sh.f = harness_random(FLOE_F32, 4, fdims, 5, -1, 1);
   for (int i = 0; i < SHAPES; i++) {
     c.n = 1 + i % 3;
@@ -588,9 +578,7 @@ START_TEST(test_conv_filter_changes) {
   set_attrs(b, &a);
   floe_node_finish(b);
   FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, st));
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(g, NULL);
   FloeTensor *xt = harness_random(FLOE_F32, 4, xd, 1, -1, 1);
   FloeTensor *f1 = harness_random(FLOE_F32, 4, fd, 2, -1, 1);
   FloeTensor *f2 = harness_random(FLOE_F32, 4, fd, 3, -1, 1);

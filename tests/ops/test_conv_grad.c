@@ -525,9 +525,7 @@ static void check_pool_fd(const Case *c, Op grad_op, uint64_t seed) {
   set_attrs(b, &a);
   floe_node_finish(b);
   FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, st));
-  FloeSession *s = floe_session_new(gr, NULL, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(gr, NULL);
 
   FloeTensor *y = run(fwd, c, &x, 1, what), *grad;
   if (grad_op == MAXPOOL_GRAD) {
@@ -592,9 +590,7 @@ static FloeSession *unknown_shape_session(Op op, const Case *c, const FloeDType 
   set_attrs(b, &a);
   floe_node_finish(b);
   FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, st));
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
   floe_status_free(st);
   return s;
@@ -670,9 +666,7 @@ START_TEST(test_backprop_input_filter_changes) {
   set_attrs(b, &a);
   floe_node_finish(b);
   FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, st));
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(g, NULL);
   FloeTensor *sizes = sizes_tensor(xd), *dyt = harness_random(FLOE_F32, 4, yd, 1, -1, 1);
   FloeTensor *f1 = harness_random(FLOE_F32, 4, fd, 2, -1, 1);
   FloeTensor *f2 = harness_random(FLOE_F32, 4, fd, 3, -1, 1);

@@ -107,23 +107,8 @@ static void set_attrs(FloeNodeBuilder *b, const XAttr *a) {
 static FloeOutput add_variable(FloeGraph *g, int i, const FloeTensor *init) {
   char name[48];
   snprintf(name, sizeof name, "var%d", i);
-  FloeNodeBuilder *b = floe_node_begin(g, "VarHandleOp", name);
-  floe_node_set_attr_type(b, "dtype", floe_tensor_dtype(init));
-  floe_node_set_attr_shape(b, "shape", floe_tensor_shape(init));
-  FloeOutput h = floe_out(floe_node_finish(b), 0);
-  snprintf(name, sizeof name, "var%d/init_value", i);
-  FloeOutput v = floe_placeholder(g, name, floe_tensor_dtype(init), floe_tensor_shape(init));
-  snprintf(name, sizeof name, "var%d/init", i);
-  b = floe_node_begin(g, "AssignVariableOp", name);
-  floe_node_add_input(b, h);
-  floe_node_add_input(b, v);
-  floe_node_finish(b);
-  snprintf(name, sizeof name, "var%d/read", i);
-  b = floe_node_begin(g, "ReadVariableOp", name);
-  floe_node_add_input(b, h);
-  floe_node_set_attr_type(b, "dtype", floe_tensor_dtype(init));
-  floe_node_finish(b);
-  return h;
+  FloeShape shape = floe_tensor_shape(init);
+  return harness_variable(g, name, floe_tensor_dtype(init), shape.rank, shape.dims);
 }
 
 /* The case's graph with its node "op" requesting `device`; NULL on a graph error. */

@@ -91,8 +91,7 @@ static FloeTensor *reference(const Geo *g, unsigned post, FloeTensor *const *in)
   }
   if (post & RELU) y = floe_unary(gr, "Relu", "relu", y);
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(gr, NULL, st);
-  ck_assert_msg(s, "reference session: %s", floe_status_message(st));
+  FloeSession *s = harness_session(gr, NULL);
   const char *fetch = floe_node_name(y.node);
   FloeTensor *out = NULL;
   ck_assert_msg(floe_session_run(s, feeds, nf, &fetch, 1, NULL, 0, &out, st) == FLOE_OK,
@@ -137,19 +136,8 @@ static floe_code run_fused(FloeGraph *gr, FloeRuntime *rt, FloeTensor *const *in
   int nf = 0;
   for (int i = 0; i < 4; i++)
     if (in[i]) feeds[nf++] = (FloeFeed){names[i], in[i]};
-  if (floe_graph_status(gr) != FLOE_OK) {
-    floe_graph_error(gr, st);
-    return floe_graph_status(gr);
-  }
-  FloeSessionOptions o;
-  floe_session_options_init(&o);
-  o.runtime = rt;
-  FloeSession *s = floe_session_new(gr, &o, st);
-  if (!s) return floe_status_code(st);
   const char *fetch = "fused";
-  floe_code rc = floe_session_run(s, feeds, nf, &fetch, 1, NULL, 0, out, st);
-  floe_session_free(s);
-  return rc;
+  return harness_run_graph(gr, rt, feeds, nf, &fetch, 1, out, st);
 }
 
 static void make_inputs(const Geo *g, unsigned post, int64_t batch, uint64_t seed, Inputs *in) {
@@ -312,8 +300,7 @@ START_TEST(constant_filter_kept_by_address) {
   floe_node_set_attr_bool(b, "filter_constant", 1);
   floe_node_finish(b);
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(gr, NULL, st);
-  ck_assert_msg(s, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(gr, NULL);
   FloeFeed feed = {"x", in.t32[0]};
   const char *fetch = "fused";
   for (int run = 0; run < 3; run++) {
@@ -340,8 +327,7 @@ START_TEST(fed_filter_changed_in_place_is_seen) {
   make_inputs(g, BIAS, 2, 9, &in);
   FloeGraph *gr = fused_graph(g, BIAS, in.t32, true);
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(gr, NULL, st);
-  ck_assert_msg(s, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(gr, NULL);
   FloeFeed feeds[3] = {{"x", in.t32[0]}, {"f", in.t32[1]}, {"b", in.t32[2]}};
   const char *fetch = "fused";
   for (int run = 0; run < 3; run++) {

@@ -532,10 +532,8 @@ static floe_code run_addn(FloeTensor *const *in, int n, bool unknown_shapes, Flo
   FloeNodeBuilder *b = floe_node_begin(g, "AddN", "sum");
   floe_node_add_input_list(b, ph, n);
   floe_node_finish(b);
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
   const char *fetch = "sum";
   floe_code rc = floe_session_run(s, feeds, n, &fetch, 1, NULL, 0, out, st);

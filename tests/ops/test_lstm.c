@@ -26,15 +26,6 @@
 /* ------------------------------------------------------------------------------------ */
 /* Helpers */
 
-static FloeSession *session_new(FloeGraph *g) {
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, NULL, st);
-  if (!s) ck_abort_msg("session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
-
 /* "node:index" of o into buf. */
 static const char *out_name(FloeOutput o, char *buf, size_t len) {
   ck_assert_ptr_nonnull(o.node);
@@ -48,10 +39,7 @@ static void run(FloeSession *s, const FloeFeed *feeds, int nf, const FloeOutput 
   const char *fetches[16];
   ck_assert_int_le(n, 16);
   for (int i = 0; i < n; i++) fetches[i] = out_name(outs[i], names[i], sizeof names[i]);
-  FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_session_run(s, feeds, nf, fetches, n, NULL, 0, vals, st) == FLOE_OK,
-                "run: %s", floe_status_message(st));
-  floe_status_free(st);
+  harness_run(s, feeds, nf, fetches, n, NULL, 0, vals, NULL);
 }
 
 static FloeLSTMOptions opts_of(FloeLSTMFused fused, double forget_bias) {
@@ -182,7 +170,7 @@ static void check_forward(FloeDType dt, const Size *sz, bool dynamic) {
   FloeLSTMState fs = cell(g, "fused", &op, FLOE_LSTM_FUSED_ALWAYS, sz->forget_bias);
   FloeLSTMState ps = cell(g, "prim", &op, FLOE_LSTM_FUSED_NEVER, sz->forget_bias);
   FloeOutput outs[5] = {fs.h, fs.c, floe_out(fused_node(g, "fused"), 2), ps.h, ps.c};
-  FloeSession *s = session_new(g);
+  FloeSession *s = harness_session(g, NULL);
   FloeFeed feeds[5];
   operands_feeds(&op, feeds);
   FloeTensor *v[5];
@@ -237,7 +225,7 @@ START_TEST(forward_empty_batch) {
   FloeLSTMState fs = cell(g, "fused", &op, FLOE_LSTM_FUSED_ALWAYS, 0.0);
   FloeLSTMState ps = cell(g, "prim", &op, FLOE_LSTM_FUSED_NEVER, 0.0);
   FloeOutput outs[4] = {fs.h, fs.c, ps.h, ps.c};
-  FloeSession *s = session_new(g);
+  FloeSession *s = harness_session(g, NULL);
   FloeFeed feeds[5];
   operands_feeds(&op, feeds);
   FloeTensor *v[4];
@@ -303,7 +291,7 @@ static void check_grads(FloeDType dt, const Size *sz, int loss, double tol, bool
   GradGraph fg, pg;
   build_grads(g, &op, "fused", FLOE_LSTM_FUSED_ALWAYS, sz->forget_bias, loss, rh, rc, &fg);
   build_grads(g, &op, "prim", FLOE_LSTM_FUSED_NEVER, sz->forget_bias, loss, rh, rc, &pg);
-  FloeSession *s = session_new(g);
+  FloeSession *s = harness_session(g, NULL);
   FloeFeed feeds[5];
   operands_feeds(&op, feeds);
   FloeOutput outs[12] = {fg.d[0], fg.d[1], fg.d[2], fg.d[3], fg.d[4], pg.d[0],
@@ -562,7 +550,7 @@ START_TEST(weights_are_uniform_and_shared) {
   ck_assert_ptr_eq(again.w.handle.node, w.w.handle.node);
   ck_assert_ptr_eq(again.b.handle.node, w.b.handle.node);
   const char *init = floe_node_name(floe_variables_initializer(g, NULL));
-  FloeSession *s = session_new(g);
+  FloeSession *s = harness_session(g, NULL);
   FloeStatus *st = floe_status_new();
   ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) == FLOE_OK, "%s",
                 floe_status_message(st));
@@ -619,7 +607,7 @@ START_TEST(training_step_lowers_the_loss) {
   FloeNode *train = floe_minimize(g, "train", loss, &oo, NULL, 0);
   const char *init = floe_node_name(floe_variables_initializer(g, NULL));
   const char *step = floe_node_name(train);
-  FloeSession *sess = session_new(g);
+  FloeSession *sess = harness_session(g, NULL);
   FloeStatus *st = floe_status_new();
   ck_assert_msg(floe_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, st) == FLOE_OK, "%s",
                 floe_status_message(st));
@@ -829,7 +817,7 @@ static void run_expect_error(const char *opname, int n, const int64_t (*dims)[2]
     feeds[k] = (FloeFeed){names[k], vals[k]};
   }
   floe_node_finish(b);
-  FloeSession *s = session_new(g);
+  FloeSession *s = harness_session(g, NULL);
   FloeStatus *st = floe_status_new();
   const char *fetch = "op:0";
   FloeTensor *out = NULL;
@@ -912,7 +900,7 @@ START_TEST(backprop_and_grad_agree) {
     floe_node_add_input(b, dc);
     nodes[k] = floe_node_finish(b);
   }
-  FloeSession *sess = session_new(g);
+  FloeSession *sess = harness_session(g, NULL);
   FloeFeed feeds[7];
   operands_feeds(&op, feeds);
   FloeTensor *dh_v = harness_random(FLOE_F64, 2, bh, 91, -1, 1);
@@ -1023,7 +1011,7 @@ START_TEST(recurrent_cell_matches_the_cell) {
   feeds[6] = (FloeFeed){"wh", wh_t};
   feeds[7] = (FloeFeed){"dh", dh_v};
   feeds[8] = (FloeFeed){"dc", dc_v};
-  FloeSession *sess = session_new(g);
+  FloeSession *sess = harness_session(g, NULL);
   FloeOutput outs[14] = {floe_out(fwd, 0), floe_out(rec, 0), floe_out(fwd, 1), floe_out(rec, 1),
                          floe_out(fwd, 2), floe_out(rec, 2), floe_out(bp, 3), floe_out(rbp, 0),
                          floe_out(bp, 1), floe_out(rbp, 1), floe_out(bp, 2), floe_out(rbp, 2),

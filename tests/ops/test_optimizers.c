@@ -85,50 +85,6 @@ static int step_scalars(int kind, int t, double *s) {
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* Variables in a graph, without the variables API: VarHandleOp, its init from a
- * placeholder, and a read. */
-
-static FloeOutput add_variable(FloeGraph *g, const char *name, FloeDType dt, int rank,
-                               const int64_t *dims) {
-  char buf[64];
-  FloeNodeBuilder *b = floe_node_begin(g, "VarHandleOp", name);
-  floe_node_set_attr_type(b, "dtype", dt);
-  floe_node_set_attr_shape(b, "shape", floe_shape_make(rank, dims));
-  FloeOutput h = floe_out(floe_node_finish(b), 0);
-  snprintf(buf, sizeof buf, "%s/init_value", name);
-  FloeOutput v = floe_placeholder(g, buf, dt, floe_shape_make(rank, dims));
-  snprintf(buf, sizeof buf, "%s/init", name);
-  b = floe_node_begin(g, "AssignVariableOp", buf);
-  floe_node_add_input(b, h);
-  floe_node_add_input(b, v);
-  floe_node_finish(b);
-  snprintf(buf, sizeof buf, "%s/read", name);
-  b = floe_node_begin(g, "ReadVariableOp", buf);
-  floe_node_add_input(b, h);
-  floe_node_set_attr_type(b, "dtype", dt);
-  floe_node_finish(b);
-  return h;
-}
-
-static FloeSession *new_session(FloeGraph *g) {
-  FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "graph: %s", floe_graph_error(g, NULL));
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
-}
-
-static void run_ok(FloeSession *s, const FloeFeed *feeds, int nf, const char *const *fetches,
-                   int nfetch, const char *const *targets, int nt, FloeTensor **out,
-                   const char *what) {
-  FloeStatus *st = floe_status_new();
-  floe_code rc = floe_session_run(s, feeds, nf, fetches, nfetch, targets, nt, out, st);
-  ck_assert_msg(rc == FLOE_OK, "%s: %s", what, floe_status_message(st));
-  floe_status_free(st);
-}
-
-/* ------------------------------------------------------------------------------------ */
 /* Several steps of one optimiser against the reference. */
 
 typedef struct Case {
@@ -153,7 +109,7 @@ static void run_case(const Case *c) {
     snprintf(name, sizeof name, "in%d", i);
     if (k->roles[i] == 'r') {
       snprintf(name, sizeof name, "var%d", nres++);
-      ins[i] = add_variable(g, name, c->dt, c->rank, c->dims);
+      ins[i] = harness_variable(g, name, c->dt, c->rank, c->dims);
     } else if (k->roles[i] == 's') {
       ins[i] = floe_placeholder(g, name, c->dt, floe_shape_scalar());
     } else {
@@ -165,7 +121,7 @@ static void run_case(const Case *c) {
   floe_node_set_attr_bool(b, "use_locking", c->use_locking);
   if (k->has_nesterov) floe_node_set_attr_bool(b, "use_nesterov", c->nesterov);
   floe_node_finish(b);
-  FloeSession *s = new_session(g);
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
 
   /* Initial values: var in [-1, 1); slots positive where a square root reads them. */
@@ -182,7 +138,7 @@ static void run_case(const Case *c) {
     feeds[r] = (FloeFeed){init_names[r], init[r]};
     targets[r] = init_targets[r];
   }
-  run_ok(s, feeds, nres, NULL, 0, targets, nres, NULL, "init");
+  harness_run(s, feeds, nres, NULL, 0, targets, nres, NULL, "init");
   for (int r = 0; r < nres; r++) floe_tensor_release(init[r]);
 
   char what[160], in_names[10][16], read_names[3][32];
@@ -210,11 +166,11 @@ static void run_case(const Case *c) {
       feeds[nf++] = (FloeFeed){in_names[i], fed[i]};
     }
     const char *upd = "update";
-    run_ok(s, feeds, nf, NULL, 0, &upd, 1, NULL, k->op);
+    harness_run(s, feeds, nf, NULL, 0, &upd, 1, NULL, k->op);
     ref_step(c->kind, c->nesterov, n, ref[0], ref[1], ref[2], grad, scalars);
 
     FloeTensor *got[3] = {NULL};
-    run_ok(s, NULL, 0, reads, nres, NULL, 0, got, "read");
+    harness_run(s, NULL, 0, reads, nres, NULL, 0, got, "read");
     for (int r = 0; r < nres; r++) {
       FloeTensor *want = harness_from_doubles(c->dt, c->rank, c->dims, ref[r]);
       snprintf(what, sizeof what, "%s %s nesterov=%d locking=%d n=%lld step %d, %s", k->op,
@@ -299,7 +255,7 @@ START_TEST(test_adam_flushes_denormals) {
   FloeGraph *g = floe_graph_new();
   FloeOutput ins[10];
   static const char *const vars[3] = {"var0", "var1", "var2"};
-  for (int i = 0; i < 3; i++) ins[i] = add_variable(g, vars[i], FLOE_F32, 1, d4);
+  for (int i = 0; i < 3; i++) ins[i] = harness_variable(g, vars[i], FLOE_F32, 1, d4);
   char names[7][8];
   for (int i = 3; i < 10; i++) {
     snprintf(names[i - 3], sizeof names[i - 3], "in%d", i);
@@ -309,7 +265,7 @@ START_TEST(test_adam_flushes_denormals) {
   FloeNodeBuilder *b = floe_node_begin(g, "ResourceApplyAdam", "update");
   for (int i = 0; i < 10; i++) floe_node_add_input(b, ins[i]);
   floe_node_finish(b);
-  FloeSession *s = new_session(g);
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
 
   const float var0[4] = {1, 2, 3, 4}, m0[4] = {1e-39f, -1e-39f, 0.5f, 1e-40f};
@@ -326,7 +282,7 @@ START_TEST(test_adam_flushes_denormals) {
     feeds[r] = (FloeFeed){iv[r], t[r]};
     targets[r] = it[r];
   }
-  run_ok(s, feeds, 3, NULL, 0, targets, 3, NULL, "init");
+  harness_run(s, feeds, 3, NULL, 0, targets, 3, NULL, "init");
   double sc[6];
   step_scalars(K_ADAM, 1, sc);
   for (int i = 0; i < 6; i++) {
@@ -337,10 +293,10 @@ START_TEST(test_adam_flushes_denormals) {
   t[9] = harness_f32(1, d4, grad);
   for (int i = 3; i < 10; i++) feeds[i - 3] = (FloeFeed){names[i - 3], t[i]};
   const char *upd = "update";
-  run_ok(s, feeds, 7, NULL, 0, &upd, 1, NULL, "update");
+  harness_run(s, feeds, 7, NULL, 0, &upd, 1, NULL, "update");
   const char *reads[3] = {"var0/read", "var1/read", "var2/read"};
   FloeTensor *got[3];
-  run_ok(s, NULL, 0, reads, 3, NULL, 0, got, "read");
+  harness_run(s, NULL, 0, reads, 3, NULL, 0, got, "read");
   const float *var = floe_tensor_data(got[0]), *m = floe_tensor_data(got[1]);
   for (int i = 0; machine_flushes_denormals() && i < 4; i++) {
     if (i == 2) continue;
@@ -383,7 +339,7 @@ static floe_code run_shapes(int kind, const int64_t *var_dims, const int64_t *sl
     if (k->roles[i] == 'r') {
       const int64_t *d = nres == 0 ? var_dims : slot_dims;
       snprintf(names[i], sizeof names[i], "var%d", nres);
-      ins[i] = add_variable(g, names[i], FLOE_F32, 1, d);
+      ins[i] = harness_variable(g, names[i], FLOE_F32, 1, d);
       snprintf(init_names[nres], sizeof init_names[nres], "var%d/init_value", nres);
       snprintf(inits[nres], sizeof inits[nres], "var%d/init", nres);
       feeds[nf++] = (FloeFeed){init_names[nres], fed[i] = harness_random(FLOE_F32, 1, d, 7, 0.1, 1)};
@@ -402,10 +358,10 @@ static floe_code run_shapes(int kind, const int64_t *var_dims, const int64_t *sl
   FloeNodeBuilder *b = floe_node_begin(g, k->op, "update");
   for (int i = 0; i < nin; i++) floe_node_add_input(b, ins[i]);
   floe_node_finish(b);
-  FloeSession *s = new_session(g);
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
   /* The init feeds come first in feeds; the update needs the others. */
-  run_ok(s, feeds, nres, NULL, 0, targets, nres, NULL, "init");
+  harness_run(s, feeds, nres, NULL, 0, targets, nres, NULL, "init");
   FloeStatus *st = floe_status_new();
   const char *upd = "update";
   floe_code rc = floe_session_run(s, feeds + nres, nf - nres, NULL, 0, &upd, 1, NULL, st);
@@ -446,25 +402,25 @@ static void assign_case(FloeDType dt, int sub, int rank, const int64_t *dims, do
                         double hi) {
   const char *op = sub ? "AssignSubVariableOp" : "AssignAddVariableOp";
   FloeGraph *g = floe_graph_new();
-  FloeOutput h = add_variable(g, "var", dt, rank, dims);
+  FloeOutput h = harness_variable(g, "var", dt, rank, dims);
   FloeOutput v = floe_placeholder(g, "value", dt, floe_shape_make(rank, dims));
   FloeNodeBuilder *b = floe_node_begin(g, op, "update");
   floe_node_add_input(b, h);
   floe_node_add_input(b, v);
   floe_node_finish(b);
-  FloeSession *s = new_session(g);
+  FloeSession *s = harness_session(g, NULL);
   floe_graph_free(g);
 
   FloeTensor *init = harness_random(dt, rank, dims, 11, lo, hi);
   double *ref = harness_values(init);
   const char *init_target = "var/init", *upd = "update", *read = "var/read";
-  run_ok(s, &(FloeFeed){"var/init_value", init}, 1, NULL, 0, &init_target, 1, NULL, "init");
+  harness_run(s, &(FloeFeed){"var/init_value", init}, 1, NULL, 0, &init_target, 1, NULL, "init");
   int64_t n = harness_count(rank, dims);
   int is_f = dt == FLOE_F32 || dt == FLOE_F64 || dt == FLOE_F16 || dt == FLOE_BF16;
   for (int t = 0; t < 3; t++) {
     FloeTensor *val = harness_random(dt, rank, dims, 20 + (uint64_t)t, lo, hi);
     double *vv = harness_values(val);
-    run_ok(s, &(FloeFeed){"value", val}, 1, NULL, 0, &upd, 1, NULL, op);
+    harness_run(s, &(FloeFeed){"value", val}, 1, NULL, 0, &upd, 1, NULL, op);
     /* The reference wraps (integers) or rounds (floats) each step like the variable. */
     for (int64_t i = 0; i < n; i++) {
       double r = sub ? ref[i] - vv[i] : ref[i] + vv[i];
@@ -481,7 +437,7 @@ static void assign_case(FloeDType dt, int sub, int rank, const int64_t *dims, do
     if (is_f)
       for (int64_t i = 0; i < n; i++) ref[i] = harness_get(want, i);
     FloeTensor *got = NULL;
-    run_ok(s, NULL, 0, &read, 1, NULL, 0, &got, "read");
+    harness_run(s, NULL, 0, &read, 1, NULL, 0, &got, "read");
     char what[96];
     snprintf(what, sizeof what, "%s %s step %d", op, floe_dtype_name(dt), t);
     harness_assert_close(got, want, dt == FLOE_F64 ? 1e-15 : 1e-6, 0, what);
@@ -520,19 +476,19 @@ START_TEST(test_assign_shape_mismatch) {
   for (int sub = 0; sub < 2; sub++) {
     FloeGraph *g = floe_graph_new();
     int64_t d3 = 3, d4 = 4;
-    FloeOutput h = add_variable(g, "var", FLOE_F32, 1, &d3);
+    FloeOutput h = harness_variable(g, "var", FLOE_F32, 1, &d3);
     FloeOutput v = floe_placeholder(g, "value", FLOE_F32, floe_shape_make(1, &d4));
     FloeNodeBuilder *b = floe_node_begin(g, sub ? "AssignSubVariableOp" : "AssignAddVariableOp",
                                          "update");
     floe_node_add_input(b, h);
     floe_node_add_input(b, v);
     floe_node_finish(b);
-    FloeSession *s = new_session(g);
+    FloeSession *s = harness_session(g, NULL);
     floe_graph_free(g);
     FloeTensor *init = harness_random(FLOE_F32, 1, &d3, 1, 0, 1);
     FloeTensor *val = harness_random(FLOE_F32, 1, &d4, 2, 0, 1);
     const char *init_target = "var/init", *upd = "update", *read = "var/read";
-    run_ok(s, &(FloeFeed){"var/init_value", init}, 1, NULL, 0, &init_target, 1, NULL, "init");
+    harness_run(s, &(FloeFeed){"var/init_value", init}, 1, NULL, 0, &init_target, 1, NULL, "init");
     FloeStatus *st = floe_status_new();
     floe_code rc = floe_session_run(s, &(FloeFeed){"value", val}, 1, NULL, 0, &upd, 1, NULL, st);
     ck_assert_int_eq(rc, FLOE_INVALID_ARGUMENT);
@@ -542,7 +498,7 @@ START_TEST(test_assign_shape_mismatch) {
     floe_status_free(st);
     /* The failed update left the variable alone. */
     FloeTensor *got = NULL;
-    run_ok(s, NULL, 0, &read, 1, NULL, 0, &got, "read");
+    harness_run(s, NULL, 0, &read, 1, NULL, 0, &got, "read");
     harness_assert_close(got, init, 0, 0, "unchanged after a failed update");
     floe_tensor_release(got);
     floe_tensor_release(init);

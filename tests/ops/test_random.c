@@ -296,9 +296,7 @@ START_TEST(test_unseeded) {
     floe_node_finish(b);
   }
   FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
-  FloeSession *sess = floe_session_new(g, NULL, st);
-  ck_assert_msg(sess != NULL, "%s", floe_status_message(st));
+  FloeSession *sess = harness_session(g, NULL);
   FloeTensor *o1[2], *o2[2];
   ck_assert_int_eq(floe_session_run(sess, NULL, 0, names, 2, NULL, 0, o1, st), FLOE_OK);
   ck_assert_int_eq(floe_session_run(sess, NULL, 0, names, 2, NULL, 0, o2, st), FLOE_OK);

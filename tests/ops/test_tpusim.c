@@ -482,27 +482,6 @@ END_TEST
 /* ------------------------------------------------------------------------------------ */
 /* Optimiser updates: two steps on variables, the update node on each device. */
 
-static FloeOutput add_var(FloeGraph *g, const char *name, int rank, const int64_t *dims) {
-  char buf[64];
-  FloeNodeBuilder *b = floe_node_begin(g, "VarHandleOp", name);
-  floe_node_set_attr_type(b, "dtype", FLOE_F32);
-  floe_node_set_attr_shape(b, "shape", floe_shape_make(rank, dims));
-  FloeOutput h = floe_out(floe_node_finish(b), 0);
-  snprintf(buf, sizeof buf, "%s/init_value", name);
-  FloeOutput v = floe_placeholder(g, buf, FLOE_F32, floe_shape_make(rank, dims));
-  snprintf(buf, sizeof buf, "%s/init", name);
-  b = floe_node_begin(g, "AssignVariableOp", buf);
-  floe_node_add_input(b, h);
-  floe_node_add_input(b, v);
-  floe_node_finish(b);
-  snprintf(buf, sizeof buf, "%s/read", name);
-  b = floe_node_begin(g, "ReadVariableOp", buf);
-  floe_node_add_input(b, h);
-  floe_node_set_attr_type(b, "dtype", FLOE_F32);
-  floe_node_finish(b);
-  return h;
-}
-
 /* roles: r variable, s scalar, g gradient. Returns the variables' values after two steps. */
 static void run_update(const char *op, const char *roles, const double *scalars, int nesterov,
                        const char *device, FloeTensor **vars_out) {
@@ -516,7 +495,7 @@ static void run_update(const char *op, const char *roles, const double *scalars,
   for (int i = 0; i < nin; i++) {
     if (roles[i] == 'r') {
       snprintf(names[nf], sizeof names[nf], "var%d", nres);
-      ins[i] = add_var(g, names[nf], 2, d);
+      ins[i] = harness_variable(g, names[nf], FLOE_F32, 2, d);
       snprintf(names[nf], sizeof names[nf], "var%d/init_value", nres);
       vals[i] = rnd(2, d, 600 + nres, roles[i] == 'r' && nres == 2 ? 0 : -1, 1); /* v >= 0 */
       nres++;
@@ -606,12 +585,7 @@ static FloeSession *session_on(FloeGraph *g, FloeRuntime *rt, const char *device
   floe_session_options_init(&o);
   o.runtime = rt;
   o.device = device;
-  FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
-  FloeSession *s = floe_session_new(g, &o, st);
-  ck_assert_msg(s != NULL, "session: %s", floe_status_message(st));
-  floe_status_free(st);
-  return s;
+  return harness_session_opts(g, &o, NULL);
 }
 
 /* A kernel handed a host tensor (as a core bug would) refuses it, naming the input, its

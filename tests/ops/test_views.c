@@ -77,10 +77,9 @@ static void run_graph(FloeGraph *g, const FloeFeed *feeds, int nfeeds, const Flo
     snprintf(names[i], sizeof names[i], "%s:%d", floe_node_name(outs[i].node), outs[i].index);
     fetches[i] = names[i];
   }
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "%s: session: %s", what, floe_status_message(st));
+  FloeSession *s = harness_session_opts(g, NULL, what);
   floe_graph_free(g);
+  FloeStatus *st = floe_status_new();
   floe_code rc = floe_session_run(s, feeds, nfeeds, fetches, nouts, NULL, 0, res, st);
   ck_assert_msg(rc == FLOE_OK, "%s: %s (%s)", what, floe_code_name(rc), floe_status_message(st));
   floe_session_free(s);
