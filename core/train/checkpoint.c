@@ -159,9 +159,7 @@ static floe_code list_checkpoints(const char *dir, const char *prefix, Found **o
   *n_out = 0;
   DIR *d = opendir(dir);
   if (!d) {
-    int e = errno;
-    return floe_status_set(st, floe__safetensors_errno_code(e),
-                           "cannot list checkpoint directory %s: %s", dir, strerror(e));
+    return floe__status_from_errno(st, errno, "cannot list checkpoint directory %s", dir);
   }
   Found *f = NULL;
   int n = 0, cap = 0;
@@ -171,11 +169,8 @@ static floe_code list_checkpoints(const char *dir, const char *prefix, Found **o
     errno = 0;
     struct dirent *de = readdir(d);
     if (!de) {
-      if (errno) {
-        int e = errno;
-        rc = floe_status_set(st, floe__safetensors_errno_code(e),
-                             "cannot list checkpoint directory %s: %s", dir, strerror(e));
-      }
+      if (errno)
+        rc = floe__status_from_errno(st, errno, "cannot list checkpoint directory %s", dir);
       break;
     }
     size_t pl;
@@ -277,9 +272,7 @@ static floe_code make_dirs(const char *dir, FloeStatus *st) {
     char c = *s;
     *s = '\0';
     if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      int e = errno;
-      floe_status_set(st, floe__safetensors_errno_code(e),
-                      "cannot create checkpoint directory %s: %s", p, strerror(e));
+      floe__status_from_errno(st, errno, "cannot create checkpoint directory %s", p);
       floe__free(p);
       return st->code;
     }
@@ -337,27 +330,24 @@ static floe_code write_checkpoint(const char *dir, const char *prefix, int64_t s
   }
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
-    int e = errno;
-    rc = floe_status_set(st, floe__safetensors_errno_code(e),
-                         "cannot save checkpoint %s: cannot create %s: %s", final, tmp,
-                         strerror(e));
+    rc = floe__status_from_errno(st, errno, "cannot save checkpoint %s: cannot create %s", final,
+                                 tmp);
     goto err_free_buf;
   }
   int e = floe__safetensors_write(fd, &h, items, n);
   if (!e && fsync(fd) != 0) e = errno;
   if (close(fd) != 0 && !e) e = errno;
   if (e) {
-    rc = floe_status_set(st, floe__safetensors_errno_code(e),
-                         "cannot save checkpoint %s: writing %s failed: %s (earlier "
-                         "checkpoints are unchanged)",
-                         final, tmp, strerror(e));
+    rc = floe__status_from_errno(st, e,
+                                 "cannot save checkpoint %s (earlier checkpoints are unchanged): "
+                                 "writing %s failed",
+                                 final, tmp);
     goto err_unlink;
   }
   if (rename(tmp, final) != 0) {
     e = errno;
-    rc = floe_status_set(st, floe__safetensors_errno_code(e),
-                         "cannot save checkpoint %s: renaming %s failed: %s", final, tmp,
-                         strerror(e));
+    rc = floe__status_from_errno(st, e, "cannot save checkpoint %s: renaming %s failed", final,
+                                 tmp);
     goto err_unlink;
   }
   /* Makes the rename durable; filesystems that cannot sync a directory say EINVAL. */
@@ -365,10 +355,10 @@ static floe_code write_checkpoint(const char *dir, const char *prefix, int64_t s
   if (dfd >= 0) {
     e = fsync(dfd) != 0 ? errno : 0;
     close(dfd);
-    if (e == EIO) {
-      rc = floe_status_set(st, FLOE_DATA_LOSS,
-                           "checkpoint %s was written but syncing directory %s failed: %s",
-                           final, dir, strerror(e));
+    if (e == EIO) { /* DATA_LOSS: the file is complete but its durability is in doubt */
+      rc = floe__status_from_errno(st, e,
+                                   "checkpoint %s was written but syncing directory %s failed",
+                                   final, dir);
       goto err_free_buf;
     }
   }

@@ -37,8 +37,6 @@ char *floe__safetensors_dims_str(int rank, const int64_t *dims, char *buf, size_
 /* Whether s is strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF), as a
  * header's JSON must be. */
 bool floe__safetensors_utf8_valid(const char *s);
-/* The status code of an errno from opening, reading or writing a file. */
-floe_code floe__safetensors_errno_code(int e);
 
 /* Writer. Appends to b (the caller's, freed by the caller) the 8-byte length and the
  * padded JSON header of items (sorted by name, values on the host) with the metadata

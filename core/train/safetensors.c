@@ -87,21 +87,6 @@ static uint64_t hash_line(uint64_t h, const char *name, const StType *t, int ran
   return fnv_add(h, "\n", 1);
 }
 
-floe_code floe__safetensors_errno_code(int e) {
-  switch (e) {
-    case ENOENT:
-    case ENOTDIR: return FLOE_NOT_FOUND;
-    case EACCES:
-    case EPERM:
-    case EROFS: return FLOE_PERMISSION_DENIED;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG: return FLOE_RESOURCE_EXHAUSTED;
-    case EIO: return FLOE_DATA_LOSS;
-    default: return FLOE_UNKNOWN;
-  }
-}
-
 /* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF): the length of the
  * sequence at s[0..n), or 0 when invalid. */
 static size_t utf8_len(const uint8_t *s, size_t n) {
@@ -783,9 +768,7 @@ floe_code floe__safetensors_open(const char *path, StFile *c, FloeStatus *st) {
   c->path = path;
   c->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block us */
   if (c->fd < 0) {
-    int e = errno;
-    return floe_status_set(st, floe__safetensors_errno_code(e), "cannot open checkpoint %s: %s",
-                           path, strerror(e));
+    return floe__status_from_errno(st, errno, "cannot open checkpoint %s", path);
   }
   floe_code rc;
   struct stat sb;
@@ -804,8 +787,7 @@ floe_code floe__safetensors_open(const char *path, StFile *c, FloeStatus *st) {
     goto err_close;
   }
   if (e > 0) {
-    rc = floe_status_set(st, floe__safetensors_errno_code(e),
-                         "checkpoint %s: offset 0: read failed: %s", path, strerror(e));
+    rc = floe__status_from_errno(st, e, "checkpoint %s: offset 0: read failed", path);
     goto err_close;
   }
   uint64_t hl = 0;
@@ -825,9 +807,16 @@ floe_code floe__safetensors_open(const char *path, StFile *c, FloeStatus *st) {
     goto err_close;
   }
   if ((e = pread_all(c->fd, h, (size_t)hl, 8)) != 0) {
-    rc = floe_status_set(st, e < 0 ? FLOE_DATA_LOSS : floe__safetensors_errno_code(e),
-                         "checkpoint %s: offset 8: reading the %" PRIu64 "-byte header failed: %s",
-                         path, hl, e < 0 ? "the file shrank" : strerror(e));
+    if (e < 0)
+      rc = floe_status_set(st, FLOE_DATA_LOSS,
+                           "checkpoint %s: offset 8: reading the %" PRIu64
+                           "-byte header failed: the file shrank",
+                           path, hl);
+    else
+      rc = floe__status_from_errno(st, e,
+                                   "checkpoint %s: offset 8: reading the %" PRIu64
+                                   "-byte header failed",
+                                   path, hl);
     floe__free(h);
     goto err_close;
   }
@@ -858,11 +847,16 @@ FloeTensor *floe__safetensors_read(const StFile *c, const Entry *e, FloeStatus *
   }
   int err = t->nbytes ? pread_all(c->fd, floe_tensor_data(t), t->nbytes, c->data_start + e->begin)
                       : 0;
+  if (err < 0)
+    floe_status_set(st, FLOE_DATA_LOSS,
+                    "checkpoint %s: offset %" PRIu64
+                    ": reading variable '%s' failed: the file shrank while being read",
+                    c->path, c->data_start + e->begin, e->name);
+  else if (err)
+    floe__status_from_errno(st, err, "checkpoint %s: offset %" PRIu64
+                            ": reading variable '%s' failed", c->path, c->data_start + e->begin,
+                            e->name);
   if (err) {
-    floe_status_set(st, err < 0 ? FLOE_DATA_LOSS : floe__safetensors_errno_code(err),
-                    "checkpoint %s: offset %" PRIu64 ": reading variable '%s' failed: %s", c->path,
-                    c->data_start + e->begin, e->name,
-                    err < 0 ? "the file shrank while being read" : strerror(err));
     floe_tensor_release(t);
     return NULL;
   }
