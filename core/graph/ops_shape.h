@@ -81,7 +81,7 @@ floe_code floe__shape_queue_dequeue(const FloeHostApi *host, FloeShapeContext *s
 floe_code floe__shape_reader(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_reader_read(const FloeHostApi *host, FloeShapeContext *sctx);
 /* ops_shape_tensor_array.c: TensorArrays and stacks, declared in graph.h. */
-/* ONNX math family (ops_math2.def, ops_shape_math2.c). */
+/* ONNX math family (ops_math_signal.def, ops_shape_math_signal.c). */
 floe_code floe__shape_matrix_determinant(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_cosine_sum_window(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_dft(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -117,7 +117,7 @@ floe_code floe__shape_grid_sample(const FloeHostApi *host, FloeShapeContext *sct
 floe_code floe__shape_roi_align(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_nms(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_rnn(const FloeHostApi *host, FloeShapeContext *sctx);
-/* Text features (ops_text2.def, ops_shape_text2.c). */
+/* Text features (ops_text_features.def, ops_shape_text_features.c). */
 floe_code floe__shape_tfidf_vectorizer(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */
