@@ -59,6 +59,13 @@ FLOE__SHARED void floe__status_prefix(FloeStatus *s, const char *fmt, ...)
     FLOE__PRINTF(2, 3);
 /* Copy code and message from src to dst (dst may be NULL). Returns src's code. */
 floe_code floe__status_copy(FloeStatus *dst, const FloeStatus *src);
+/* The one errno -> status mapping of every file reader and writer: sets st (may be NULL)
+ * to the code of err (ENOENT NOT_FOUND; EACCES, EPERM, EROFS PERMISSION_DENIED; ENOSPC,
+ * EDQUOT, EFBIG, EMFILE, ENFILE RESOURCE_EXHAUSTED; ENOMEM NO_MEMORY; EISDIR, ENOTDIR,
+ * ENAMETOOLONG, ELOOP INVALID_ARGUMENT; EEXIST ALREADY_EXISTS; EIO DATA_LOSS; else UNKNOWN)
+ * and the message fmt ... ": " strerror(err). Returns the code. */
+floe_code floe__status_from_errno(FloeStatus *st, int err, const char *fmt, ...)
+    FLOE__PRINTF(3, 4);
 /* Used when a FloeStatus cannot be allocated: a static status with code NO_MEMORY. */
 #define FLOE__OOM_MESSAGE "out of memory"
 

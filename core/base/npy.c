@@ -235,9 +235,10 @@ floe_code floe_tensor_serialize_npy(const FloeTensor *t, void **buf, size_t *len
 FloeTensor *floe_tensor_load_npy(const char *path, FloeStatus *status) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    floe_status_set(status, FLOE_NOT_FOUND, "%s: cannot open: %s", path, strerror(errno));
+    floe__status_from_errno(status, errno, "%s: cannot open", path);
     return NULL;
   }
+  errno = 0; /* a short read with errno still 0 is the file ending early */
   FloeTensor *t = NULL;
   char *data = NULL;
   if (fseek(f, 0, SEEK_END) != 0) goto err_io;
@@ -252,7 +253,10 @@ FloeTensor *floe_tensor_load_npy(const char *path, FloeStatus *status) {
   t = floe_tensor_parse_npy(data, (size_t)size, path, status);
   goto out;
 err_io:
-  floe_status_set(status, FLOE_DATA_LOSS, "%s: read error: %s", path, strerror(errno));
+  if (errno)
+    floe__status_from_errno(status, errno, "%s: read error", path);
+  else
+    floe_status_set(status, FLOE_DATA_LOSS, "%s: read error: the file ended early", path);
 out:
   floe__free(data);
   fclose(f);
@@ -266,14 +270,15 @@ floe_code floe_tensor_save_npy(const FloeTensor *t, const char *path, FloeStatus
   if (rc != FLOE_OK) return rc;
   FILE *f = fopen(path, "wb");
   if (!f) {
+    int e = errno;
     free(buf);
-    return floe_status_set(status, FLOE_PERMISSION_DENIED, "%s: cannot create: %s", path,
-                           strerror(errno));
+    return floe__status_from_errno(status, e, "%s: cannot create", path);
   }
   size_t wrote = fwrite(buf, 1, len, f);
+  int e = wrote != len ? errno : 0;
   free(buf);
-  if (fclose(f) != 0 || wrote != len)
-    return floe_status_set(status, FLOE_DATA_LOSS, "%s: write failed: %s", path,
-                           strerror(errno));
+  if (fclose(f) != 0 && !e) e = errno;
+  if (e || wrote != len)
+    return floe__status_from_errno(status, e ? e : EIO, "%s: write failed", path);
   return FLOE_OK;
 }

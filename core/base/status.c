@@ -1,4 +1,5 @@
 /* status.c - FloeStatus: a code and a message naming what went wrong. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,41 @@ floe_code floe__status_copy(FloeStatus *dst, const FloeStatus *src) {
     return code;
   }
   floe_status_set(dst, code, "%s", floe_status_message(src));
+  return code;
+}
+
+/* What a failed open, listing, read or write says about its cause. */
+static floe_code errno_code(int err) {
+  switch (err) {
+    case ENOENT: return FLOE_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS: return FLOE_PERMISSION_DENIED;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+    case EMFILE:
+    case ENFILE: return FLOE_RESOURCE_EXHAUSTED;
+    case ENOMEM: return FLOE_NO_MEMORY;
+    case EISDIR:
+    case ENOTDIR:
+    case ENAMETOOLONG:
+    case ELOOP: return FLOE_INVALID_ARGUMENT; /* the path given cannot name a file */
+    case EEXIST: return FLOE_ALREADY_EXISTS;
+    case EIO: return FLOE_DATA_LOSS;
+    default: return FLOE_UNKNOWN;
+  }
+}
+
+floe_code floe__status_from_errno(FloeStatus *st, int err, const char *fmt, ...) {
+  floe_code code = errno_code(err);
+  if (!st) return code;
+  va_list ap;
+  va_start(ap, fmt);
+  char *what = floe__vasprintf(fmt, ap);
+  va_end(ap);
+  floe_status_set(st, code, "%s: %s", what ? what : floe_code_message(code), strerror(err));
+  floe__free(what);
   return code;
 }
 

@@ -46,11 +46,14 @@ static int64_t idx_read(IdxFile *f, void *dst, int64_t len, FloeStatus *st) {
     unsigned chunk = want > (int64_t)(1u << 30) ? 1u << 30 : (unsigned)want;
     int r = gzread(f->gz, (char *)dst + got, chunk);
     if (r < 0) {
-      int zerr = 0;
+      int e = errno, zerr = 0;
       const char *msg = gzerror(f->gz, &zerr);
-      floe_status_set(st, FLOE_DATA_LOSS, "%s: read error at offset %lld: %s", f->path,
-                      (long long)(f->off + got),
-                      zerr == Z_ERRNO ? strerror(errno) : (msg ? msg : "unknown"));
+      if (zerr == Z_ERRNO)
+        floe__status_from_errno(st, e, "%s: read error at offset %lld", f->path,
+                                (long long)(f->off + got));
+      else
+        floe_status_set(st, FLOE_DATA_LOSS, "%s: read error at offset %lld: %s", f->path,
+                        (long long)(f->off + got), msg ? msg : "unknown");
       return -1;
     }
     if (r == 0) {
@@ -75,6 +78,13 @@ static uint32_t be32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* gzopen's failure: errno, or 0 when zlib could not allocate its state. */
+static floe_code open_failed(const char *path, FloeStatus *st) {
+  int e = errno;
+  if (!e) return floe_status_set(st, FLOE_NO_MEMORY, "cannot open %s: out of memory", path);
+  return floe__status_from_errno(st, e, "cannot open %s", path);
+}
+
 /* Opens path and checks its magic (expect: 0x0803 images / 0x0801 labels) and reads the
  * dims that follow into dims[ndims]. */
 static floe_code idx_open(IdxFile *f, const char *path, uint32_t expect, uint32_t *dims,
@@ -84,12 +94,9 @@ static floe_code idx_open(IdxFile *f, const char *path, uint32_t expect, uint32_
   int ndims = (int)(expect & 0xff);
   f->path = path;
   f->off = 0;
+  errno = 0; /* still 0 after a failure: zlib ran out of memory */
   f->gz = gzopen(path, "rb");
-  if (!f->gz) {
-    int e = errno;
-    return floe_status_set(st, e == ENOENT ? FLOE_NOT_FOUND : FLOE_INVALID_ARGUMENT,
-                           "cannot open %s: %s", path, e ? strerror(e) : "out of memory");
-  }
+  if (!f->gz) return open_failed(path, st);
   gzbuffer(f->gz, 256 * 1024);
   unsigned char hdr[4 + 4 * 3];
   int64_t want = 4 + 4 * (int64_t)ndims;
@@ -222,12 +229,9 @@ static floe_code idx_header_any(IdxFile *f, FloeIdxInfo *info, FloeStatus *st) {
 floe_code floe__idx_read_file(const char *path, FloeIdxInfo *info, void **data, FloeStatus *st) {
   IdxFile f = {NULL, path, 0};
   if (data) *data = NULL;
+  errno = 0; /* still 0 after a failure: zlib ran out of memory */
   f.gz = gzopen(path, "rb");
-  if (!f.gz) {
-    int e = errno;
-    return floe_status_set(st, e == ENOENT ? FLOE_NOT_FOUND : FLOE_INVALID_ARGUMENT,
-                           "cannot open %s: %s", path, e ? strerror(e) : "out of memory");
-  }
+  if (!f.gz) return open_failed(path, st);
   gzbuffer(f.gz, 256 * 1024);
   floe_code rc = idx_header_any(&f, info, st);
   if (rc != FLOE_OK || !data) goto out;

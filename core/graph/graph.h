@@ -54,7 +54,8 @@ const FloeAttrDef *floe__op_attr(const FloeOpInfo *op, const char *name);
  * point that needs ops. Returns non-OK only on out-of-memory or a broken spec. */
 floe_code floe__ops_init(FloeStatus *st);
 
-/* ops_std.c / ops_shape.c: the shape functions named in ops_std.def, declared there. */
+/* ops_std.c / ops_shape_*.c: the shape functions named in ops_std.def, declared in
+ * ops_shape.h. */
 
 /* ------------------------------------------------------------------------------------ */
 /* graph.c */
@@ -264,7 +265,7 @@ FLOE__SHARED void floe__cf_exclude_truncate(int n);
 
 /* ------------------------------------------------------------------------------------ */
 /* TensorArrays (the graph side; exec/tensor_array.c runs them). */
-/* ops_shape.c: the shape functions named in ops_rnn.def. */
+/* ops_shape_tensor_array.c: the shape functions named in ops_rnn.def. */
 floe_code floe__shape_tensor_array(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_ta_write(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_ta_read(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -278,19 +278,6 @@ err_free_buf:
   return rc;
 }
 
-static floe_code errno_code(int e) {
-  switch (e) {
-    case ENOENT:
-    case ENOTDIR: return FLOE_NOT_FOUND;
-    case EACCES:
-    case EPERM:
-    case EROFS: return FLOE_PERMISSION_DENIED;
-    case ENOSPC:
-    case EDQUOT: return FLOE_RESOURCE_EXHAUSTED;
-    default: return FLOE_UNKNOWN;
-  }
-}
-
 static floe_code write_all(int fd, const uint8_t *p, size_t n) {
   while (n) {
     ssize_t k = write(fd, p, n);
@@ -333,9 +320,8 @@ floe_code floe_graph_save(const FloeGraph *g, const char *path, FloeStatus *stat
   }
   int fd = mkstemp(tmp);
   if (fd < 0) {
-    int e = errno;
-    rc = floe_status_set(status, errno_code(e), "%s: cannot create a temporary file beside it: %s",
-                         path, strerror(e));
+    rc = floe__status_from_errno(status, errno, "%s: cannot create a temporary file beside it",
+                                 path);
     goto err_free_tmp;
   }
   /* mkstemp makes the file 0600; a saved graph is an ordinary readable file. */
@@ -343,20 +329,15 @@ floe_code floe_graph_save(const FloeGraph *g, const char *path, FloeStatus *stat
   if (write_all(fd, buf, len) != FLOE_OK || fsync(fd) != 0) {
     int e = errno;
     close(fd);
-    rc = floe_status_set(status, errno_code(e), "%s: writing %s failed: %s", path, tmp,
-                         strerror(e));
+    rc = floe__status_from_errno(status, e, "%s: writing %s failed", path, tmp);
     goto err_unlink;
   }
   if (close(fd) != 0) {
-    int e = errno;
-    rc = floe_status_set(status, errno_code(e), "%s: closing %s failed: %s", path, tmp,
-                         strerror(e));
+    rc = floe__status_from_errno(status, errno, "%s: closing %s failed", path, tmp);
     goto err_unlink;
   }
   if (rename(tmp, path) != 0) {
-    int e = errno;
-    rc = floe_status_set(status, errno_code(e), "%s: cannot rename %s over it: %s", path, tmp,
-                         strerror(e));
+    rc = floe__status_from_errno(status, errno, "%s: cannot rename %s over it", path, tmp);
     goto err_unlink;
   }
   sync_parent_dir(path);
@@ -1019,8 +1000,7 @@ FloeGraph *floe_graph_load(const char *path, FloeStatus *status) {
   uint8_t *buf = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    int e = errno;
-    floe_status_set(status, errno_code(e), "%s: cannot open: %s", path, strerror(e));
+    floe__status_from_errno(status, errno, "%s: cannot open", path);
     return NULL;
   }
   struct stat sb;
@@ -1042,9 +1022,7 @@ FloeGraph *floe_graph_load(const char *path, FloeStatus *status) {
     ssize_t k = read(fd, buf + got, size - got);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
-      int e = errno;
-      floe_status_set(status, errno_code(e), "%s: offset %zu: read failed: %s", path, got,
-                      strerror(e));
+      floe__status_from_errno(status, errno, "%s: offset %zu: read failed", path, got);
       goto err_free_buf;
     }
     if (k == 0) break; /* shrank while reading: parse what is there */

@@ -1,5 +1,6 @@
 /* ops_shape.h - the standard op set: its registration (ops_std.c) and the shape functions
- * named in ops_std.def (ops_shape.c). Core-only; included by opdef.c and ops_std.c.
+ * named in ops_std.def (ops_shape_*.c, one file per op family). Core-only; included by
+ * opdef.c, ops_std.c and the ops_shape_*.c files.
  *
  * ops_std.def names each function without the prefix (shape_matmul); ops_std.c pastes
  * "floe__" in front, so the FLOE_OP lines stay readable and the symbols stay internal. */
@@ -14,18 +15,39 @@
 floe_code floe__ops_std_register(FloeStatus *st);
 
 /* Shape functions (FloeShapeFn). Each sets every output of sctx; unknown dims and ranks
- * propagate; only definite mismatches are errors (FLOE_INVALID_ARGUMENT in sctx->status). */
+ * propagate; only definite mismatches are errors (FLOE_INVALID_ARGUMENT in sctx->status).
+ * ops_shape_util.h holds the helpers they share. */
+/* ops_shape_math.c: sources, element-wise ops, reductions, one-hot and losses. */
 floe_code floe__shape_const(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_placeholder(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_unchanged(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_merge(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_broadcast(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_select(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_scalar(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_shape(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_reduce(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_arg_reduce(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_one_hot(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_xent(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_sparse_xent(const FloeHostApi *host, FloeShapeContext *sctx);
+/* NumPy broadcasting of a and b into *out (an error on sctx names both shapes); also used
+ * by shape_conv.c. */
+floe_code floe__shape_broadcast_pair(FloeShapeContext *sctx, const FloeShape *a,
+                                     const FloeShape *b, FloeShape *out);
+/* ops_shape_nn.c: matrix products, BiasAdd, 2-D convolution and pooling. */
 floe_code floe__shape_matmul(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_batch_matmul(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_bias_add(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_conv2d(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pool(const FloeHostApi *host, FloeShapeContext *sctx);
+/* ops_shape_nn.c: recurrent cells (ops_rnn.def). */
+floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_lstm_cell_backprop(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_lstm_cell_recurrent(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_lstm_cell_recurrent_backprop(const FloeHostApi *host,
+                                                   FloeShapeContext *sctx);
+/* ops_shape_array.c: shapes and data movement. */
 floe_code floe__shape_reshape(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -37,16 +59,9 @@ floe_code floe__shape_pad(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_tile(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_squeeze(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_expand_dims(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_shape(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_scalar(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_fill(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_reduce(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_arg_reduce(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_one_hot(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_xent(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_sparse_xent(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_from_shape_input(const FloeHostApi *host, FloeShapeContext *sctx);
-/* Training ops. */
+/* ops_shape_train.c: training ops, Merge and candidate sampling (the sampled softmax). */
 floe_code floe__shape_from_shape_input1(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_addn(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_concat_offset(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -57,22 +72,16 @@ floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *s
 floe_code floe__shape_broadcast_to(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_sum_to_shape(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_expand_reduced(const FloeHostApi *host, FloeShapeContext *sctx);
-/* Recurrent cells (ops_rnn.def). */
-floe_code floe__shape_lstm_cell(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_lstm_cell_grad(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_lstm_cell_backprop(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_lstm_cell_recurrent(const FloeHostApi *host, FloeShapeContext *sctx);
-floe_code floe__shape_lstm_cell_recurrent_backprop(const FloeHostApi *host,
-                                                   FloeShapeContext *sctx);
-/* Queues and readers (ops_data.def). */
+floe_code floe__shape_merge(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx);
+/* ops_shape_data.c: queues and readers (ops_data.def). */
 floe_code floe__shape_queue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_queue_enqueue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_queue_dequeue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_reader(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_reader_read(const FloeHostApi *host, FloeShapeContext *sctx);
-/* Candidate sampling (the sampled softmax). */
-floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx);
-/* ONNX math family (ops_math2.def, ops_shape_math2.c). */
+/* ops_shape_tensor_array.c: TensorArrays and stacks, declared in graph.h. */
+/* ONNX math family (ops_math_signal.def, ops_shape_math_signal.c). */
 floe_code floe__shape_matrix_determinant(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_cosine_sum_window(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_dft(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -82,9 +91,6 @@ floe_code floe__shape_mel_weight_matrix(const FloeHostApi *host, FloeShapeContex
 /* shape_conv.c: the N-d convolution and pooling ops of ops_conv.def. */
 floe_code floe__shape_conv_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_fused_conv(const FloeHostApi *host, FloeShapeContext *sctx);
-/* NumPy broadcasting of a and b into *out (an error on ctx names both shapes). */
-floe_code floe__shape_broadcast_pair(FloeShapeContext *sctx, const FloeShape *a,
-                                     const FloeShape *b, FloeShape *out);
 floe_code floe__shape_conv_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pool_nd(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_to_blocked(const FloeHostApi *host, FloeShapeContext *sctx);
@@ -111,7 +117,7 @@ floe_code floe__shape_grid_sample(const FloeHostApi *host, FloeShapeContext *sct
 floe_code floe__shape_roi_align(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_nms(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_rnn(const FloeHostApi *host, FloeShapeContext *sctx);
-/* Text features (ops_text2.def, ops_shape_text2.c). */
+/* Text features (ops_text_features.def, ops_shape_text_features.c). */
 floe_code floe__shape_tfidf_vectorizer(const FloeHostApi *host, FloeShapeContext *sctx);
 
 #endif /* FLOE_OPS_SHAPE_H */

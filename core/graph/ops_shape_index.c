@@ -1,6 +1,6 @@
 /* ops_shape_index.c - shape functions of the indexing ops (ops_index.def).
  *
- * As in ops_shape.c: unknown dims and ranks propagate, only definite mismatches are errors,
+ * As in ops_shape_*.c: unknown dims and ranks propagate, only definite mismatches are errors,
  * and index-valued inputs that come from a Const are read to resolve the output. Ops whose
  * result size depends on the values (NonZero, Unique) give unknown dims there.
  */

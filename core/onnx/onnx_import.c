@@ -482,7 +482,7 @@ static const OxOp *const op_tables[] = {
     floe__onnx_ops_control,
     floe__onnx_ops_seq,
     floe__onnx_ops_train,
-    floe__onnx_ops_math2,
+    floe__onnx_ops_math_signal,
     floe__onnx_ops_index,
     floe__onnx_ops_resize,
     floe__onnx_ops_text,

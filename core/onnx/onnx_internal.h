@@ -187,7 +187,7 @@ floe_code floe__onnx_conv(OxCtx *c, const Onnx__NodeProto *n, FloeOutput x, Floe
 extern const OxOp floe__onnx_ops_control[]; /* If, Loop, Scan */
 extern const OxOp floe__onnx_ops_seq[];     /* sequences and optionals */
 extern const OxOp floe__onnx_ops_train[];   /* ai.onnx.preview.training, random ops */
-extern const OxOp floe__onnx_ops_math2[];
+extern const OxOp floe__onnx_ops_math_signal[];
 /* Indexing and data movement (onnx_ops_index.c; Einsum's mapper in onnx_ops_einsum.c). */
 extern const OxOp floe__onnx_ops_index[];
 floe_code floe__onnx_map_einsum(OxCtx *c, const Onnx__NodeProto *n, const FloeOutput *in,

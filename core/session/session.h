@@ -105,7 +105,7 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
 
 /* ------------------------------------------------------------------------------------ */
-/* session.c, for checkpoint.c and the export: the session's graph copy and resources
+/* session.c, for checkpoint.c and export.c: the session's graph copy and resources
  * (borrowed, live as long as the session). */
 const FloeGraph *floe__session_graph(const FloeSession *s);
 FloeResourceMgr *floe__session_resources(FloeSession *s);

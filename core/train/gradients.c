@@ -33,7 +33,7 @@ floe_code floe__grads_init(FloeStatus *st) {
     if (rc == FLOE_OK) rc = floe__grads_register_control(st);
     if (rc == FLOE_OK) rc = floe__grads_register_tensor_array(st);
     if (rc == FLOE_OK) rc = floe__grads_register_rnn(st);
-    if (rc == FLOE_OK) rc = floe__grads_register_math2(st);
+    if (rc == FLOE_OK) rc = floe__grads_register_math_signal(st);
     if (rc == FLOE_OK) rc = floe__grads_register_resize(st);
     if (rc == FLOE_OK) rc = floe__grads_register_conv(st);
     std_done = rc == FLOE_OK;

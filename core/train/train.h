@@ -27,8 +27,8 @@ floe_code floe__grads_init(FloeStatus *st);
 floe_code floe__grads_register_math(FloeStatus *st);
 floe_code floe__grads_register_nn(FloeStatus *st);
 floe_code floe__grads_register_array(FloeStatus *st);
-/* grad_math2.c: the ONNX math family's ops (ops_math2.def). */
-floe_code floe__grads_register_math2(FloeStatus *st);
+/* grad_math_signal.c: the ONNX math family's ops (ops_math_signal.def). */
+floe_code floe__grads_register_math_signal(FloeStatus *st);
 floe_code floe__grads_register_index(FloeStatus *st); /* grad_index.c */
 
 /* Helpers for gradient functions (gradients.c). All record the graph's sticky error on

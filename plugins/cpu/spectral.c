@@ -1,5 +1,5 @@
 /* spectral.c - determinants and signal processing on the CPU: MatrixDeterminant,
- * CosineSumWindow, DFT, STFT and MelWeightMatrix (core/graph/ops_math2.def).
+ * CosineSumWindow, DFT, STFT and MelWeightMatrix (core/graph/ops_math_signal.def).
  *
  * Everything is computed in double and rounded once to the output's dtype (f16/bf16 through
  * f32): these ops are small next to the networks that use them, and sums of many terms

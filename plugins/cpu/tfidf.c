@@ -1,4 +1,4 @@
-/* tfidf.c - TfIdfVectorizer (ops_text2.def) on the CPU.
+/* tfidf.c - TfIdfVectorizer (ops_text_features.def) on the CPU.
  *
  * create turns the attributes into a lookup table: the pool's n-grams of each length in
  * use, sorted by their items, so that each n-gram of x is found by binary search. compute
@@ -11,7 +11,7 @@
 #include "cpu.h"
 #include "cpu_util.h"
 
-/* As the core's shape function allows (ops_shape_text2.c). */
+/* As the core's shape function allows (ops_shape_text_features.c). */
 #define TFIDF_MAX_INDEX 2147483647LL
 
 enum { MODE_TF, MODE_IDF, MODE_TFIDF };

@@ -1,6 +1,8 @@
-/* test_base.c - status, dtypes and halves, tensors and views, .npy files, attributes. */
+/* test_base.c - status and the errno mapping of file errors, dtypes and halves, tensors and
+ * views, .npy files, attributes. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,12 @@
 #include <unistd.h>
 
 #include "core.h"
+
+static const char *tmp_path(const char *name) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, "/tmp/floe-test-%d-%s", (int)getpid(), name);
+  return buf;
+}
 
 START_TEST(status_codes_and_messages) {
   FloeStatus *s = floe_status_new();
@@ -27,6 +35,75 @@ START_TEST(status_codes_and_messages) {
   floe_status_free(s);
   floe_status_free(c);
   ck_assert_int_eq(floe_status_set(NULL, FLOE_ABORTED, "x"), FLOE_ABORTED);
+}
+END_TEST
+
+START_TEST(status_from_errno) {
+  static const struct {
+    int err;
+    floe_code code;
+  } cases[] = {
+      {ENOENT, FLOE_NOT_FOUND},          {EACCES, FLOE_PERMISSION_DENIED},
+      {EPERM, FLOE_PERMISSION_DENIED},   {EROFS, FLOE_PERMISSION_DENIED},
+      {ENOSPC, FLOE_RESOURCE_EXHAUSTED}, {EDQUOT, FLOE_RESOURCE_EXHAUSTED},
+      {EFBIG, FLOE_RESOURCE_EXHAUSTED},  {EMFILE, FLOE_RESOURCE_EXHAUSTED},
+      {ENFILE, FLOE_RESOURCE_EXHAUSTED}, {ENOMEM, FLOE_NO_MEMORY},
+      {EISDIR, FLOE_INVALID_ARGUMENT},   {ENOTDIR, FLOE_INVALID_ARGUMENT},
+      {ENAMETOOLONG, FLOE_INVALID_ARGUMENT}, {ELOOP, FLOE_INVALID_ARGUMENT},
+      {EEXIST, FLOE_ALREADY_EXISTS},     {EIO, FLOE_DATA_LOSS},
+      {EINTR, FLOE_UNKNOWN},             {0, FLOE_UNKNOWN},
+  };
+  FloeStatus *st = floe_status_new();
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(cases); i++) {
+    floe_code rc = floe__status_from_errno(st, cases[i].err, "cannot open %s", "f.npy");
+    ck_assert_msg(rc == cases[i].code && floe_status_code(st) == rc, "errno %d: %s, not %s",
+                  cases[i].err, floe_code_name(rc), floe_code_name(cases[i].code));
+    char want[128];
+    snprintf(want, sizeof want, "cannot open f.npy: %s", strerror(cases[i].err));
+    ck_assert_str_eq(floe_status_message(st), want);
+  }
+  ck_assert_int_eq(floe__status_from_errno(NULL, ENOENT, "x"), FLOE_NOT_FOUND);
+  floe_status_free(st);
+}
+END_TEST
+
+/* Every file reader and writer reports one errno with one code: a path through a regular
+ * file (ENOTDIR) is an invalid argument, a missing file is not found. */
+START_TEST(file_errors_agree) {
+  FloeStatus *st = floe_status_new();
+  char file[256], under[300], missing[300];
+  snprintf(file, sizeof file, "%s", tmp_path("plain"));
+  snprintf(under, sizeof under, "%s/x", file);
+  snprintf(missing, sizeof missing, "%s", tmp_path("missing"));
+  FILE *f = fopen(file, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  FloeTensor *t = floe_tensor_scalar_f32(1.0f, st);
+  FloeGraph *g = floe_graph_new();
+  const struct {
+    const char *path;
+    int err;
+    floe_code code;
+  } paths[] = {{under, ENOTDIR, FLOE_INVALID_ARGUMENT}, {missing, ENOENT, FLOE_NOT_FOUND}};
+  for (size_t i = 0; i < FLOE__ARRAY_LEN(paths); i++) {
+    const char *p = paths[i].path;
+    floe_code want = paths[i].code;
+    ck_assert_ptr_null(floe_tensor_load_npy(p, st));
+    ck_assert_msg(floe_status_code(st) == want, "load_npy: %s", floe_status_message(st));
+    ck_assert_ptr_null(floe_graph_load(p, st));
+    ck_assert_msg(floe_status_code(st) == want, "graph_load: %s", floe_status_message(st));
+    ck_assert_ptr_null(floe_idx_load(p, p, st));
+    ck_assert_msg(floe_status_code(st) == want, "idx_load: %s", floe_status_message(st));
+    ck_assert_ptr_nonnull(strstr(floe_status_message(st), strerror(paths[i].err)));
+  }
+  /* Writers: only the path through a file fails (the missing name is created). */
+  ck_assert_int_eq(floe_tensor_save_npy(t, under, st), FLOE_INVALID_ARGUMENT);
+  ck_assert_int_eq(floe_graph_save(g, under, st), FLOE_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(floe_status_message(st), strerror(ENOTDIR)));
+  floe_graph_free(g);
+  floe_tensor_release(t);
+  unlink(file);
+  floe_status_free(st);
 }
 END_TEST
 
@@ -141,12 +218,6 @@ START_TEST(shape_strings) {
   ck_assert_str_eq(floe_shape_str(&sc, buf, sizeof buf), "[]");
 }
 END_TEST
-
-static const char *tmp_path(const char *name) {
-  static char buf[256];
-  snprintf(buf, sizeof buf, "/tmp/floe-test-%d-%s", (int)getpid(), name);
-  return buf;
-}
 
 START_TEST(npy_round_trip_every_dtype) {
   FloeStatus *st = floe_status_new();
@@ -323,6 +394,8 @@ int main(void) {
   Suite *s = suite_create("base");
   TCase *tc = tcase_create("status");
   tcase_add_test(tc, status_codes_and_messages);
+  tcase_add_test(tc, status_from_errno);
+  tcase_add_test(tc, file_errors_agree);
   suite_add_tcase(s, tc);
   tc = tcase_create("dtype");
   tcase_add_test(tc, dtype_names_and_sizes);

@@ -520,7 +520,11 @@ START_TEST(save_errors) {
   write_file(path_in("afile"), "x", 1);
   ck_assert_int_ne(floe_checkpoint_save(s, path_in("afile"), NULL, 1, 0, NULL, st), FLOE_OK);
   ck_assert_msg(strstr(floe_status_message(st), "afile") != NULL, "%s", floe_status_message(st));
-  ck_assert_int_ne(floe_checkpoint_save(s, path_in("afile/sub"), NULL, 1, 0, NULL, st), FLOE_OK);
+  /* A directory under a regular file: ENOTDIR, a bad argument like every file API's. */
+  ck_assert_int_eq(floe_checkpoint_save(s, path_in("afile/sub"), NULL, 1, 0, NULL, st),
+                   FLOE_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(floe_status_message(st), strerror(ENOTDIR)) != NULL, "%s",
+                floe_status_message(st));
   /* Nothing was written by the failures. */
   struct stat sb;
   ck_assert_msg(stat(dir, &sb) != 0 || strlen(listing(dir)) == 0, "left: %s", listing(dir));

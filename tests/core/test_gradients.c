@@ -260,7 +260,7 @@ static const Case cases[] = {
     {.op = "Rsqrt", .inputs = "f[2x3]:0.5,2"},
     {.op = "Sin", .inputs = "f[2x3]:-3,3"},
     {.op = "Cos", .inputs = "f[2x3]:-3,3"},
-    /* ONNX math family (grad_math2.c) */
+    /* ONNX math family (grad_math_signal.c) */
     {.op = "Erf", .inputs = "f[2x3]:-2,2"},
     {.op = "Tan", .inputs = "f[2x3]:-1.2,1.2"},
     {.op = "Asin", .inputs = "f[2x3]:-0.8,0.8"},
@@ -671,7 +671,7 @@ static const char *const not_differentiable[] = {
     "QueueCloseV2", "QueueSizeV2", "QueueIsClosedV2", "TextLineReaderV2",
     "FixedLengthRecordReaderV2", "IdxRecordReader", "ReaderRead", "ReaderReadUpTo",
     "ReaderSeek",
-    /* ONNX math family (grad_math2.c): rounding, predicates, shifts, and ops whose float
+    /* ONNX math family (grad_math_signal.c): rounding, predicates, shifts, and ops whose float
      * inputs only act through floors (MelWeightMatrix) or that take none. */
     "Ceil", "Round", "IsNan", "IsInf", "LeftShift", "RightShift", "CosineSumWindow",
     "MelWeightMatrix",

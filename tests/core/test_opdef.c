@@ -408,10 +408,10 @@ static const DefLine def_lines[] = {
 #include "ops_data.def"
 #include "ops_rnn.def"
 #include "ops_conv.def"
-#include "ops_math2.def"
+#include "ops_math_signal.def"
 #include "ops_index.def"
 #include "ops_resize.def"
-#include "ops_text2.def"
+#include "ops_text_features.def"
 #include "ops_convgrad.def"
 };
 #undef FLOE_OP

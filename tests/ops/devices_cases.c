@@ -846,7 +846,7 @@ const XCase xcases[] = {
      .in = {R(F32, -1, 1, 4, 2, 2, 5, 5)},
      .attrs = {AL("ksize", 4, 1, 1, 3, 3), AL("strides", 4, 1, 1, 2, 2), AS("padding", "EXPLICIT"),
                AL("explicit_paddings", 8, 0, 0, 0, 0, 1, 1, 1, 1), AI("storage_order", 1)}},
-    /* ONNX math family (ops_math2.def). */
+    /* ONNX math family (ops_math_signal.def). */
     UNARY("Ceil", -5, 5),
     UNARY("Round", -5, 5),
     {.op = "Round", .label = "[8] f32 halves (to even)",

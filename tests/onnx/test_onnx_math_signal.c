@@ -1,7 +1,8 @@
-/* test_onnx_math2.c - the ONNX math family's import and run paths that ONNX's own test
- * cases do not reach: bad attributes and shapes must fail with an error naming the node and
- * what is wrong (never a crash), run-time errors must name the node, and a few results with
- * values worked out by hand (remainder signs, shifts past the width, window endpoints).
+/* test_onnx_math_signal.c - the ONNX math family's (ops_math_signal.def) import and run paths
+ * that ONNX's own test cases do not reach: bad attributes and shapes must fail with an error
+ * naming the node and what is wrong (never a crash), run-time errors must name the node, and
+ * a few results with values worked out by hand (remainder signs, shifts past the width,
+ * window endpoints).
  *
  * Models are written here with a small protobuf encoder (one node between graph inputs and
  * outputs), so each case says exactly what the file holds. */
@@ -413,7 +414,7 @@ START_TEST(test_window_endpoints) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("onnx_math2");
+  Suite *s = suite_create("onnx_math_signal");
   TCase *errors = tcase_create("errors");
   tcase_add_test(errors, test_mod_bad_fmod);
   tcase_add_test(errors, test_bitshift_bad_direction);

@@ -1,9 +1,9 @@
 #!/bin/sh
-# The math family's extra ONNX cases (tests/fixtures/onnx_math2, made with NumPy as the oracle
-# by tests/fixtures/make_onnx_math2_cases.py) all pass `floe onnx-test`.
+# The math family's extra ONNX cases (tests/fixtures/onnx_math_signal, made with NumPy as the oracle
+# by tests/fixtures/make_onnx_math_signal_cases.py) all pass `floe onnx-test`.
 set -u
 FLOE="${top_builddir}/tools/floe"
-CASES="${top_srcdir}/tests/fixtures/onnx_math2"
+CASES="${top_srcdir}/tests/fixtures/onnx_math_signal"
 out=$(FLOE_PLUGINS=cpu "$FLOE" onnx-test "$CASES" --json 2>&1)
 summary=$(printf '%s\n' "$out" | tail -n 1)
 total=$(printf '%s' "$summary" | sed -n 's/.*"total":\([0-9]*\).*/\1/p')

@@ -1,4 +1,5 @@
-/* ops_shape_math2.c - shape functions of ops_math2.def (determinants and spectral ops).
+/* ops_shape_math_signal.c - shape functions of ops_math_signal.def (determinants and signal
+ * processing ops).
  *
  * Written against the host API alone, as a plugin's would be: input shapes, attributes and
  * the values of constant inputs (lengths, steps, sizes) resolve the outputs; unknown values

@@ -1,6 +1,6 @@
-/* onnx_ops_math2.c - ONNX's remaining elementwise math (trigonometry, rounding, Erf, IsNaN,
- * IsInf, Mod, BitShift), Det, MeanVarianceNormalization and the signal ops (windows, DFT,
- * STFT, MelWeightMatrix) as Floe ops (core/graph/ops_math2.def). */
+/* onnx_ops_math_signal.c - ONNX's remaining elementwise math (trigonometry, rounding, Erf,
+ * IsNaN, IsInf, Mod, BitShift), Det, MeanVarianceNormalization and the signal ops (windows,
+ * DFT, STFT, MelWeightMatrix) as Floe ops (core/graph/ops_math_signal.def). */
 #include <string.h>
 
 #include "onnx_internal.h"
@@ -261,7 +261,7 @@ OX_MAP(map_mel) {
   return FLOE_OK;
 }
 
-const OxOp floe__onnx_ops_math2[] = {
+const OxOp floe__onnx_ops_math_signal[] = {
     {"", "Ceil", map_ceil},
     {"", "Round", map_round},
     {"", "Erf", map_erf},

@@ -1,5 +1,5 @@
-/* grad_math2.c - gradients of ops_math2.def's differentiable elementwise ops (Erf, the
- * inverse and hyperbolic trigonometric functions, FloorMod, TruncateMod), and the
+/* grad_math_signal.c - gradients of ops_math_signal.def's differentiable elementwise ops
+ * (Erf, the inverse and hyperbolic trigonometric functions, FloorMod, TruncateMod), and the
  * registration of its ops through which no gradient flows (rounding, predicates, shifts, and
  * the window and mel matrices, which depend on their inputs through integers or floors).
  * MatrixDeterminant, DFT and STFT have no gradient yet: autodiff through them fails naming
@@ -95,7 +95,7 @@ static floe_code grad_truncate_mod(FloeGradCtx *c, FloeStatus *st) {
   return mod_grads(c, 1);
 }
 
-floe_code floe__grads_register_math2(FloeStatus *st) {
+floe_code floe__grads_register_math_signal(FloeStatus *st) {
   static const struct {
     const char *op;
     FloeGradFn fn; /* NULL: not differentiable */

@@ -1,7 +1,7 @@
-/* ops_shape_text2.c - the shape function of TfIdfVectorizer (ops_text2.def). It checks the
- * whole n-gram table (mode, gram lengths, ngram_counts against the pool, ngram_indexes,
- * weights) so that a bad table is an error when the node is built, naming what is wrong;
- * the CPU kernel checks again what its memory safety rests on. */
+/* ops_shape_text_features.c - the shape function of TfIdfVectorizer (ops_text_features.def).
+ * It checks the whole n-gram table (mode, gram lengths, ngram_counts against the pool,
+ * ngram_indexes, weights) so that a bad table is an error when the node is built, naming
+ * what is wrong; the CPU kernel checks again what its memory safety rests on. */
 #include <stdio.h>
 #include <string.h>
 
