@@ -64,7 +64,7 @@ floe_code floe__status_copy(FloeStatus *dst, const FloeStatus *src);
  * EDQUOT, EFBIG, EMFILE, ENFILE RESOURCE_EXHAUSTED; ENOMEM NO_MEMORY; EISDIR, ENOTDIR,
  * ENAMETOOLONG, ELOOP INVALID_ARGUMENT; EEXIST ALREADY_EXISTS; EIO DATA_LOSS; else UNKNOWN)
  * and the message fmt ... ": " strerror(err). Returns the code. */
-floe_code floe__status_from_errno(FloeStatus *st, int err, const char *fmt, ...)
+FLOE__SHARED floe_code floe__status_from_errno(FloeStatus *st, int err, const char *fmt, ...)
     FLOE__PRINTF(3, 4);
 /* Used when a FloeStatus cannot be allocated: a static status with code NO_MEMORY. */
 #define FLOE__OOM_MESSAGE "out of memory"

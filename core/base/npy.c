@@ -1,9 +1,12 @@
 /* npy.c - NumPy .npy files (format versions 1.0, 2.0, 3.0) to and from host tensors. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base.h"
 
@@ -233,9 +236,30 @@ floe_code floe_tensor_serialize_npy(const FloeTensor *t, void **buf, size_t *len
 }
 
 FloeTensor *floe_tensor_load_npy(const char *path, FloeStatus *status) {
-  FILE *f = fopen(path, "rb");
+  /* O_NONBLOCK: a FIFO is refused below instead of waited on at open; a folder or a device
+   * would otherwise "read" as a size of LONG_MAX or never end. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    floe__status_from_errno(status, errno, "%s: cannot open", path);
+    return NULL;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    floe__status_from_errno(status, errno, "%s: cannot open", path);
+    close(fd);
+    return NULL;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                    "%s: not a regular file (a .npy file is read whole: give a file's path)",
+                    path);
+    close(fd);
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "rb");
   if (!f) {
     floe__status_from_errno(status, errno, "%s: cannot open", path);
+    close(fd);
     return NULL;
   }
   errno = 0; /* a short read with errno still 0 is the file ending early */

@@ -198,9 +198,10 @@ static floe_code text_open(Reader *r, FloeStatus *st) {
   r->gz = gzopen(path, "rb");
   if (!r->gz) {
     int e = errno;
-    return floe_status_set(st, e == ENOENT ? FLOE_NOT_FOUND : FLOE_INVALID_ARGUMENT,
-                           "reader '%s': cannot open %s: %s", rname(r), path,
-                           e ? strerror(e) : "out of memory");
+    if (!e) /* zlib's own allocation failed */
+      return floe_status_set(st, FLOE_NO_MEMORY, "reader '%s': cannot open %s: out of memory",
+                             rname(r), path);
+    return floe__status_from_errno(st, e, "reader '%s': cannot open %s", rname(r), path);
   }
   r->open = true;
   r->off = 0;
@@ -283,8 +284,7 @@ static floe_code fixed_open(Reader *r, FloeStatus *st) {
     int e = errno;
     if (r->fd >= 0) close(r->fd);
     r->fd = -1;
-    return floe_status_set(st, e == ENOENT ? FLOE_NOT_FOUND : FLOE_INVALID_ARGUMENT,
-                           "reader '%s': cannot open %s: %s", rname(r), path, strerror(e));
+    return floe__status_from_errno(st, e, "reader '%s': cannot open %s", rname(r), path);
   }
   r->open = true;
   int64_t size = (int64_t)sb.st_size;

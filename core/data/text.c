@@ -306,9 +306,7 @@ static bool build_file(TextBuild *b, const char *data, size_t len) {
 static char *read_file(const char *path, size_t *len, FloeStatus *st) {
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    int e = errno;
-    floe_status_set(st, e == ENOENT ? FLOE_NOT_FOUND : FLOE_PERMISSION_DENIED,
-                    "cannot open fortune file %s: %s", path, strerror(e));
+    floe__status_from_errno(st, errno, "cannot open fortune file %s", path);
     return NULL;
   }
   struct stat sb;
@@ -549,8 +547,7 @@ static char **list_fortune_files(const char *dir, int *num, FloeStatus *st) {
                       "fortune files",
                       dir);
     else
-      floe_status_set(st, e == ENOTDIR ? FLOE_INVALID_ARGUMENT : FLOE_PERMISSION_DENIED,
-                      "cannot open fortune directory %s: %s", dir, strerror(e));
+      floe__status_from_errno(st, e, "cannot open fortune directory %s", dir);
     return NULL;
   }
   char **paths = NULL;
@@ -690,17 +687,22 @@ static floe_code save_vocab(const FloeTextCorpus *c, const char *dir, FloeStatus
   if (!path) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
   FILE *f = fopen(path, "w");
   if (!f) {
-    floe_code rc = floe_status_set(st, FLOE_PERMISSION_DENIED, "%s: cannot create: %s", path,
-                                   strerror(errno));
+    floe_code rc = floe__status_from_errno(st, errno, "%s: cannot create", path);
     floe__free(path);
     return rc;
   }
   for (int32_t i = 0; i < c->vocab.n; i++) fprintf(f, "%s\n", table_word(&c->vocab, i));
   floe_code rc = FLOE_OK;
   bool bad = ferror(f) != 0;
-  bad |= fclose(f) != 0; /* closed either way */
-  if (bad)
-    rc = floe_status_set(st, FLOE_DATA_LOSS, "%s: write failed: %s", path, strerror(errno));
+  int e = bad ? errno : 0; /* the failed write's */
+  if (fclose(f) != 0) { /* closed either way */
+    if (!bad) e = errno;
+    bad = true;
+  }
+  if (bad && e)
+    rc = floe__status_from_errno(st, e, "%s: write failed", path);
+  else if (bad)
+    rc = floe_status_set(st, FLOE_DATA_LOSS, "%s: write failed", path);
   floe__free(path);
   return rc;
 }
@@ -710,8 +712,7 @@ floe_code floe_text_save_npy(const FloeTextCorpus *c, const char *dir, FloeStatu
     return floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_text_save_npy: %s is NULL",
                            c ? "dir" : "the corpus");
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return floe_status_set(status, errno == ENOENT ? FLOE_NOT_FOUND : FLOE_PERMISSION_DENIED,
-                           "cannot create the folder %s: %s", dir, strerror(errno));
+    return floe__status_from_errno(status, errno, "cannot create the folder %s", dir);
   static const char *const ids_name[2] = {"train.npy", "test.npy"};
   static const char *const fortunes_name[2] = {"train_fortunes.npy", "test_fortunes.npy"};
   for (int s = 0; s < 2; s++) {

@@ -90,8 +90,8 @@ floe_code floe_graph_write_dot_devices(const FloeGraph *g, const char *const *de
   fputs("}\n", out);
   if (fflush(out) != 0 || ferror(out)) {
     int e = errno;
-    return floe_status_set(status, FLOE_UNKNOWN, "write_dot: writing failed: %s",
-                           e ? strerror(e) : "stream error");
+    if (e) return floe__status_from_errno(status, e, "write_dot: writing failed");
+    return floe_status_set(status, FLOE_UNKNOWN, "write_dot: writing failed: stream error");
   }
   return FLOE_OK;
 }

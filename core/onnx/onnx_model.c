@@ -25,9 +25,7 @@ floe_code floe__onnx_read_file(const char *path, uint8_t **buf, size_t *len, Flo
   *buf = NULL;
   *len = 0;
   FILE *f = fopen(path, "rb");
-  if (!f)
-    return floe_status_set(st, errno == ENOENT ? FLOE_NOT_FOUND : FLOE_PERMISSION_DENIED,
-                           "cannot open '%s': %s", path, strerror(errno));
+  if (!f) return floe__status_from_errno(st, errno, "cannot open '%s'", path);
   size_t cap = 1 << 16, n = 0;
   uint8_t *p = floe__malloc(cap);
   for (;;) {
@@ -240,8 +238,8 @@ static floe_code read_external(const Onnx__TensorProto *t, const char *base_dir,
   FILE *f = fopen(path, "rb");
   floe_code rc = FLOE_OK;
   if (!f)
-    rc = floe_status_set(st, FLOE_NOT_FOUND, "initializer '%s': cannot open external data '%s': %s",
-                         tname, path, strerror(errno));
+    rc = floe__status_from_errno(st, errno, "initializer '%s': cannot open external data '%s'",
+                                 tname, path);
   else if (off < 0 || fseeko(f, (off_t)off, SEEK_SET) != 0 || fread(dst, 1, nbytes, f) != nbytes)
     rc = floe_status_set(st, FLOE_DATA_LOSS,
                          "initializer '%s': external data '%s' has no %zu bytes at offset %lld",

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -103,6 +104,28 @@ START_TEST(file_errors_agree) {
   floe_graph_free(g);
   floe_tensor_release(t);
   unlink(file);
+  floe_status_free(st);
+}
+END_TEST
+
+/* A .npy path that is not a regular file is refused at once, naming it: a folder used to
+ * read as LONG_MAX bytes ("out of memory"), and a FIFO blocked forever in open. */
+START_TEST(npy_not_a_regular_file) {
+  FloeStatus *st = floe_status_new();
+  char dir[256], fifo[256];
+  snprintf(dir, sizeof dir, "%s", tmp_path("npydir"));
+  snprintf(fifo, sizeof fifo, "%s", tmp_path("npyfifo"));
+  ck_assert_int_eq(mkdir(dir, 0700), 0);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  const char *paths[2] = {dir, fifo};
+  for (int i = 0; i < 2; i++) {
+    ck_assert_ptr_null(floe_tensor_load_npy(paths[i], st));
+    ck_assert_int_eq(floe_status_code(st), FLOE_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(floe_status_message(st), paths[i]));
+    ck_assert_ptr_nonnull(strstr(floe_status_message(st), "not a regular file"));
+  }
+  unlink(fifo);
+  rmdir(dir);
   floe_status_free(st);
 }
 END_TEST
@@ -396,6 +419,7 @@ int main(void) {
   tcase_add_test(tc, status_codes_and_messages);
   tcase_add_test(tc, status_from_errno);
   tcase_add_test(tc, file_errors_agree);
+  tcase_add_test(tc, npy_not_a_regular_file);
   suite_add_tcase(s, tc);
   tc = tcase_create("dtype");
   tcase_add_test(tc, dtype_names_and_sizes);
