@@ -22,7 +22,8 @@ obj base planted 'int floe__high(void); int floe__planted(void) { return floe__h
 out=$(sh "$here/check_layers.sh" "$tmp/core")
 rc=$?
 [ "$rc" = 1 ] || fail "an upward call passed (exit $rc): $out"
-echo "$out" | grep -q "core/base/planted.c (base) uses floe__high, defined in core/exec/high.c (exec)" ||
+want="core/base/planted.c (base) uses floe__high, defined in core/exec/high.c (exec)"
+echo "$out" | grep -q "$want" ||
   fail "the upward call is not named: $out"
 rm "$tmp/core/base/.libs/libfloe_la-planted.o"
 

@@ -10,7 +10,8 @@ floe_code floe__device_alloc(FloeDevice *dev, size_t bytes, void **ptr, FloeStat
   if (!dev) {
     *ptr = floe__aligned_alloc(64, bytes);
     if (!*ptr)
-      return floe_status_set(st, FLOE_NO_MEMORY, "out of memory allocating %zu bytes of host memory",
+      return floe_status_set(st, FLOE_NO_MEMORY,
+                             "out of memory allocating %zu bytes of host memory",
                              bytes);
     return FLOE_OK;
   }

@@ -343,7 +343,8 @@ bool floe__resource_is_obj_handle(const FloeTensor *t);
 typedef struct FloeRendezvous FloeRendezvous;
 
 typedef struct FloeRendezvousKey {
-  const char *src_device;    /* full device name, e.g. "/job:localhost/replica:0/task:0/device:CPU:0" */
+  /* full device name, e.g. "/job:localhost/replica:0/task:0/device:CPU:0" */
+  const char *src_device;
   uint64_t src_incarnation;  /* floe__device_incarnation(src) */
   const char *dst_device;    /* full device name */
   const char *tensor;        /* the edge: "producer:index", or "^producer" for a control edge */

@@ -69,10 +69,12 @@ static void def_free(FloeGradientDef *d) {
   if (!d) return;
   floe__free((char *)d->op);
   floe__free((char *)d->grad_op);
-  for (size_t i = 0; d->grad_inputs && i < d->num_grad_inputs; i++) floe__free((char *)d->grad_inputs[i]);
+  for (size_t i = 0; d->grad_inputs && i < d->num_grad_inputs; i++)
+    floe__free((char *)d->grad_inputs[i]);
   floe__free((void *)d->grad_inputs);
   floe__free((void *)d->input_grads);
-  for (size_t i = 0; d->copy_attrs && i < d->num_copy_attrs; i++) floe__free((char *)d->copy_attrs[i]);
+  for (size_t i = 0; d->copy_attrs && i < d->num_copy_attrs; i++)
+    floe__free((char *)d->copy_attrs[i]);
   floe__free((void *)d->copy_attrs);
   floe__free(d);
 }
@@ -120,7 +122,8 @@ floe_code floe__grad_register_def(const FloeGradientDef *in, const char *plugin,
     return floe_status_set(st, FLOE_NOT_FOUND,
                            "register_gradient %s: no such op (register the op before its gradient)",
                            in->op);
-  int nin = fixed_arity(op->inputs, op->num_inputs), nout = fixed_arity(op->outputs, op->num_outputs);
+  int nin = fixed_arity(op->inputs, op->num_inputs);
+  int nout = fixed_arity(op->outputs, op->num_outputs);
   if (in->num_grad_inputs && !in->grad_inputs)
     return floe_status_set(st, FLOE_INVALID_ARGUMENT, "register_gradient %s: grad_inputs is NULL",
                            in->op);

@@ -204,8 +204,9 @@ FloeOutput floe__build_cast(const FloeBuildScope *s, const char *leaf, FloeOutpu
 /* Sets the attributes names (NULL-terminated; NULL: none) that from has on b (copies). */
 void floe__node_copy_attrs(const FloeNode *from, FloeNodeBuilder *b, const char *const *names);
 
-/* Stores v as element i of the caller's data of dtype dt, as a cast would (integers truncated, or with
- * round_ints rounded to nearest; bool: v != 0). False, nothing stored, for other dtypes. */
+/* Stores v as element i of the caller's data of dtype dt, as a cast would (integers truncated,
+ * or with round_ints rounded to nearest; bool: v != 0). False, nothing stored, for other
+ * dtypes. */
 bool floe__build_store(void *data, FloeDType dt, int64_t i, double v, bool round_ints);
 /* A host tensor of dt and shape (rank, dims) with every element v (zeros where
  * floe__build_store has no such value); caller owns. NULL with st set on failure. */

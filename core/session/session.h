@@ -51,7 +51,8 @@ void floe__placement_estimate(struct FloeRuntime *rt, const FloeGraph *g, const 
                               const double *secs, FloePlacement *p);
 /* The cost model: seconds node n takes on d; seconds to move bytes from src to dst. */
 double floe__cost_node(const FloeNode *n, const struct FloeDevice *d);
-double floe__cost_transfer(double bytes, const struct FloeDevice *src, const struct FloeDevice *dst);
+double floe__cost_transfer(double bytes, const struct FloeDevice *src,
+                          const struct FloeDevice *dst);
 
 /* multi_exec.c: one step over device pieces (see the file's comment). */
 typedef struct FloeMultiExec FloeMultiExec;
