@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs everything Floe needs to build and test on Debian 12 (run as root): fortunes is
 # the English text of the LSTM language model (floe train --model lstm, its tests).
 set -e

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_conv.c - the convolutions of the "deep MNIST" CNN (batch 64, NHWC, f32: conv1
  * 28x28x1 -> 32 and conv2 14x14x32 -> 64, both 5x5 SAME) forward, backward-data and
  * backward-filter through Floe sessions (Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_cuda_matmul.c - MatMul S x S x S (default 8192) through a Floe session on cuda:0
  * against raw cuBLAS (cublasGemmEx with the same types) in the same process, on the same
  * GPU. Prints both times and ratio = raw time / session time (target >= 0.95).

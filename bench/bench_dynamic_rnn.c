@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_dynamic_rnn.c - memory and step time of one LSTM training step, dynamic vs unrolled.
  *
  * (a) dynamic: floe_dynamic_lstm (a while loop) with the batch's real lengths: it runs

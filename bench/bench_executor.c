@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_executor.c - executor overhead: per-node time of 10,000 scalar Adds in a chain and
  * 10,000 independent scalar Adds x + c_i with distinct constants (as the baselines need, so
  * no system can merge them), grouped by one NoOp with control inputs. Times are per Add, through a session.

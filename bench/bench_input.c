@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_input.c - how much of the input time a queue-fed pipeline hides: the same epochs of
  * Fashion-MNIST trained five ways, side by side in one run, each repeated in rotation (the
  * medians are reported):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_lstm.c - one LSTM cell step through a Floe session, the fused LSTMCell op against the
  * same cell built from primitive ops (floe_lstm_cell with FLOE_LSTM_FUSED_ALWAYS / _NEVER),
  * f32, on the same inputs in the same process: forward alone (fetch h and c) and forward +

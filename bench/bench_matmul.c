@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_matmul.c - MatMul f32 through a Floe session versus raw oneDNN dnnl_sgemm and raw
  * OpenBLAS cblas_sgemm on the same inputs in the same process: a square SxSxS product and
  * the dense layers of the MLP (784-512) and of the deep-MNIST CNN (3136-1024) at batch 64,

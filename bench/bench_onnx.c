@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_onnx.c - inference of an imported ONNX model: latency and throughput.
  *
  * usage: bench_onnx MODEL.onnx INPUT.npy ITERS [TOP1_OUT]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_placement.c - how good is the placer? A training graph (saved by `floe train
  * --save-graph`) placed four ways on the devices given (default cpu + tpu-sim):
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_util.h - timing helpers shared by the benchmark programs. */
 #ifndef FLOE_BENCH_UTIL_H
 #define FLOE_BENCH_UTIL_H

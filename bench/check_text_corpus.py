@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks a folder written by bench/lstm_corpus against an independent reimplementation of
 floe_text.h's corpus rules in plain Python (standard library only): same tokens, vocabulary,
 split, ids and counts. It documents the tokenizer for readers of the baselines and guards

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Executor-overhead baselines for bench/bench_executor.c: the same 10,000 scalar adds as
 a chain (a = a + 1) and as independent adds (x + c_i, distinct constants), in TensorFlow (a tf.function graph) and PyTorch eager.
 Prints one JSON object per system and thread setting on stdout."""

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Everything about the CUDA plugin that only a GPU can show, in one run on a GPU machine
 # (see docs/benchmarks.md, "GPU"): ops/test_cuda and ops/test_devices, `floe train` of the
 # mlp and cnn on cuda:0 against the CPU's accuracy, their training samples/s at batch 64

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Packs what bench/gpu_check.sh needs on a GPU machine that has the NVIDIA driver, CUDA,
 # cuBLAS, cuDNN and PyTorch but none of Floe's Debian libraries: the built Floe (libfloe,
 # the cpu, cuda, tpu-sim and local-transport plugins, `floe`, ops/test_cuda,

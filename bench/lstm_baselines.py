@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Word language-model training baselines for `floe train --model lstm`: the same model,
 data, batching and optimiser in PyTorch (nn.LSTM) and TensorFlow (a Keras LSTM with a
 tf.function training step), on the CPU.

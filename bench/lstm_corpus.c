@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lstm_corpus.c - writes the fortune corpus as Floe tokenizes it (floe_text.h) into a folder
  * of .npy files, so the Python baselines (lstm_baselines.py) train on exactly Floe's ids:
  * train.npy, test.npy (i32 id streams), train_fortunes.npy, test_fortunes.npy, counts.npy,

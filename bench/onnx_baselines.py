@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ONNX benchmark's baselines: the same model in ONNX Runtime (resnet.onnx) and PyTorch
 (resnet.pt, the network it was exported from) on the same input, timed like bench_onnx.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Makes the ONNX benchmark's fixture: a small ResNet (ResNet-18's layout at half width,
 3x64x64 inputs, 10 classes) exported from PyTorch, the same network as TorchScript for the
 PyTorch baseline, and a seeded input batch. Weights and batch-norm statistics are random

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Two builds of Floe side by side, interleaved round by round so that the machine's noise
 # falls on both alike: the executor's overhead (bench_executor: 10,000 scalar adds, chain and
 # independent, us per node) and one epoch of `floe train --model mlp` and `--model cnn`

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # All benchmarks of docs/benchmarks.md, side by side in one run on this machine.
 # Usage: bench/run_all.sh   (after `make`; the baselines need bench/setup_venv.sh)
 set -e

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Dynamic (floe_dynamic_lstm, a while loop) vs fully unrolled LSTM: one training step's time,
 # tensor peak and peak RSS, on one batch of mixed lengths (bench/bench_dynamic_rnn.c), in the
 # configurations of docs/benchmarks.md "Dynamic vs unrolled RNN: memory":

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Executor overhead, side by side in one run: Floe's bench_executor, TensorFlow (tf.function
 # graph) and PyTorch eager on the same 10,000 scalar adds, chain and independent. Baselines
 # get each thread setting in {1, 2} and OMP_WAIT_POLICY=passive; the best is reported.

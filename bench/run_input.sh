@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Feed-fed against queue-fed training (floe train --input feed|queue), and how much of the
 # input time the queue hides, side by side in one run:
 #

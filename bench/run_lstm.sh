@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # LSTM word language-model training throughput side by side in one run: `floe train --model
 # lstm` against PyTorch (nn.LSTM) and TensorFlow (Keras LSTM) from bench/lstm_baselines.py,
 # with the same model (embedding 512, 2 x LSTM 512, full softmax over 10,000 ids), batch

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # ONNX inference benchmark: a small ResNet exported from PyTorch (bench/onnx_export.py), run
 # by Floe (bench_onnx), ONNX Runtime and PyTorch on the same inputs, side by side, at batch 1
 # and 32. Each baseline gets its best thread setting of 1 and 2 (PyTorch with passive OpenMP

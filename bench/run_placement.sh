@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # run_placement.sh - placement quality on cpu + tpu-sim: the cnn and the LSTM
 # training graphs, each placed by the cost-model placer and by simple alternatives (all on
 # one device; matrix-class ops on the accelerator), with estimated and measured step times

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Training throughput side by side in one run: `floe train` against PyTorch and TensorFlow
 # (bench/train_baselines.py) on the same model, batch (64), optimiser (Adam 1e-3) and data
 # (Fashion-MNIST). Every system gets 1 and 2 threads, each with OMP_WAIT_POLICY=passive and

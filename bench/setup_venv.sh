@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Creates bench/.venv (git-ignored) with the baselines Floe is measured against:
 # tensorflow-cpu and torch from PyPI. Only bench/ uses it; Floe never depends on it.
 # Where PyPI cannot be reached, Debian's python3-torch (1.13) is the fallback for torch.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Training-throughput baselines for `floe train`: the same models (mlp 784-512-256-10 ReLU;
 cnn conv5x5x32-pool-conv5x5x64-pool-dense1024-dense10, NHWC / NCHW as each framework
 prefers), batch, optimiser (Adam, lr 1e-3) and data (Fashion-MNIST from Debian's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* builtin.c - the top of libfloe: the table of the core's built-in kernel sets, and the
  * runtime constructors that use it (floe_runtime_new, floe_runtime_default).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* core.h - the top of libfloe (builtin.c and host.c in core/), which may use every layer,
  * and what the layers above libfloe's core use (the ONNX importer, white-box tests): every
  * layer's header, and the top's own declarations. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* host.c - the FloeHostApi table: every core service a plugin may use (ABI rule 1).
  *
  * The accessors work on the internal structs of internal.h. Everything a kernel reports

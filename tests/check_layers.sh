@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # check_layers.sh - calls between libfloe's layers point down (docs/architecture.md):
 #   base < graph < runtime < exec < session < train, data < top (core/*.c) < onnx
 # train and data are siblings: neither calls the other. It reads the compiled objects with

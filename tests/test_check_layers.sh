@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # test_check_layers.sh - check_layers.sh itself: on a tree of two tiny objects it passes a
 # call down (exec -> base), and fails an upward call (base -> exec) and a sideways one (train
 # -> data), naming the file, the symbol and both layers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli.h - shared pieces of the floe command's subcommands. */
 #ifndef FLOE_TOOLS_CLI_H
 #define FLOE_TOOLS_CLI_H

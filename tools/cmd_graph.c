@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_graph.c - floe graph GRAPH [--dot] [--json] [--placement [--devices LIST]]: describe,
  * draw or place a graph file. */
 #include <getopt.h>

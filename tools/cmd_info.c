@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_info.c - floe devices, floe plugins, floe ops. */
 #include <getopt.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_onnx_test.c - floe onnx-test DIR... [--json]: runs ONNX backend test cases (a folder
  * with model.onnx and test_data_set_N/{input,output}_K.pb) and compares with ONNX's
  * tolerances. Also the loaders floe run and floe graph share for .onnx and .pb files. */

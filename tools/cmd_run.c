@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_run.c - floe run GRAPH --feed NAME=FILE.npy ... --fetch NAME ... [--out DIR], and
  * floe run MODEL.onnx --input NAME=FILE(.npy|.pb) ... [--out DIR]. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_train.c - floe train: an MLP or a CNN on Fashion-MNIST, with checkpoints, exact
  * resume, a frozen export and a JSON summary.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe.c - the floe command: devices, plugins, ops, run, graph, train. */
 #include <stdarg.h>
 #include <stdio.h>

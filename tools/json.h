@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json.h - a small streaming JSON writer for the --json outputs of the floe command. */
 #ifndef FLOE_TOOLS_JSON_H
 #define FLOE_TOOLS_JSON_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* train_input.c - floe train's queue-fed input: the input pipeline is more graph (as in the
  * TensorFlow paper), run by a queue runner thread beside the training steps.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* train_input.h - floe train's queue-fed input (--input queue): the pipeline in the graph
  * and the queue runner that drives it (train_input.c). */
 #ifndef FLOE_TOOLS_TRAIN_INPUT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* train_lstm.c - floe train --model lstm: a word-level LSTM language model on the fortune
  * corpus (floe_text.h), the TensorFlow paper's LSTM-512-512 shape with a 10,000-word
  * vocabulary.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* alloc.c - the core's memory functions, with fault injection for allocation-failure tests. */
 #include <stdio.h>
 #include <stdlib.h>

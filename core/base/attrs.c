@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* attrs.c - attribute values and a node's small attribute table. */
 #include <inttypes.h>
 #include <stdio.h>

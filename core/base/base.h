@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* base.h - libfloe's base layer (core/base/): memory with fault injection, status, dtypes,
  * tensors and their buffers, the memory of any device and copies between places, attribute
  * values, .npy files, the thread pool. It calls nothing above it; every other layer's

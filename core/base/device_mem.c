@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* device_mem.c - memory of any place (a device through its function table, or the host:
  * NULL) and copies between any two places: what tensors are made of. */
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dtype.c - element types: sizes, names and the two 16-bit float formats. */
 #include <math.h>
 #include <stdio.h>

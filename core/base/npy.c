@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* npy.c - NumPy .npy files (format versions 1.0, 2.0, 3.0) to and from host tensors. */
 #include <ctype.h>
 #include <errno.h>

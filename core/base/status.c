@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.c - FloeStatus: a code and a message naming what went wrong. */
 #include <errno.h>
 #include <stdio.h>

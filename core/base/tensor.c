@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor.c - reference-counted tensors over reference-counted device buffers. */
 #include <stddef.h>
 #include <stdint.h>

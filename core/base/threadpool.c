@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* threadpool.c - the inter-op / intra-op thread pool.
  *
  * N workers share two FIFOs of (fn, arg) tasks, each a power-of-two ring, under one mutex:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* data.h - libfloe's data layer (core/data/): IDX files and the batcher, text corpora,
  * queues, readers, their builders and the queue runner. */
 #ifndef FLOE__LAYER_DATA_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* data_builders.c - the SDK builders of floe_data.h: queues, their operations and readers,
  * each one node through floe_node_begin..finish (so the graph's sticky error and the op
  * definitions' checks apply as for any node).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* idx.c - IDX files (MNIST, Fashion-MNIST), plain or gzip-compressed, and the batcher.
  *
  * IDX: a big-endian header (two zero bytes, a type byte, 0x08 = u8, and the number of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* queue.c - FIFOQueue, PaddingFIFOQueue and RandomShuffleQueue: session resources holding
  * elements (tuples of tensors), and their kernels.
  *

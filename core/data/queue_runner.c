@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* queue_runner.c - threads that run an enqueue step again and again (TensorFlow's
  * QueueRunner), so an input pipeline runs concurrently with the steps that dequeue.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* reader.c - readers of records from files (text lines, fixed-length records, IDX items) as
  * session resources, and the ReaderRead, ReaderReadUpTo and ReaderSeek kernels.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* text.c - the fortune text corpus of floe_text.h: fortune files, the tokenizer, the
  * vocabulary, the train / held-out split, the unigram baseline and the .npy export.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* text_batch.c - batches of a text corpus (floe_text.h): contiguous windows for truncated
  * backpropagation through time, as TensorFlow's PTB reader cuts them, and padded
  * variable-length sequences, one or more per fortune, for dynamic RNNs. Both read the

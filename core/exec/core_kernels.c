@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* core_kernels.c - kernels the core itself provides, for every device type ("*"): the
  * variable ops, which work on the session's resource manager rather than on device data.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec.h - libfloe's execution layer (core/exec/): kernel contexts, the executor and its
  * frames, resources (variables, queues' and arrays' objects), the core's own kernels,
  * TensorArrays and stacks, and Send/Recv with their rendezvous. */

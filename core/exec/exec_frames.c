@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec_frames.c - the scheduler for graphs with control flow (Switch, Merge, Enter, Exit,
  * NextIteration, LoopCond), after TensorFlow's design (Yu et al., EuroSys 2018).
  *

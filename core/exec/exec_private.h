@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec_private.h - the executor's structures, shared by executor.c (building, the plain
  * scheduler) and exec_frames.c (the scheduler for graphs with control flow). Not installed;
  * nothing outside these two files includes it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* executor.c - dataflow execution of one prepared set of nodes.
  *
  * floe__executor_new turns a FloeExecPlan into compact arrays: for each node where each

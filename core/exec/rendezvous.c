@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rendezvous.c - where a Send meets its Recv (one table per step), and the wire format of a
  * transfer through a transport (see internal.h, "Heterogeneous devices" and the rendezvous
  * helper's additions).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* resource.c - the resource manager: a session's variables by (container, name), with
  * copy-on-write values.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sendrecv.c - the kernels of _Send, _ControlSend and _Recv: a step's side of the
  * rendezvous (rendezvous.c). The partitioner (partition.c) puts a pair on every edge that
  * crosses devices; the key is the pair's attributes plus the frame and iteration the node

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stack.c - stacks (TensorFlow's StackV2 family): step-scoped LIFO lists of tensors, their
  * core kernels and the internal builders the control-flow gradients use to save forward
  * values per iteration and pop them in reverse.

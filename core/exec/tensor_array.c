@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor_array.c - TensorArrays (TensorFlow's TensorArrayV3 family): the step-scoped
  * resource object and its core kernels (device type "*").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* build.c - small graph-building helpers shared by the builders of the layers above (layers,
  * optimisers, recurrent cells, variables, gradient functions) and control flow: node names
  * under a scope, one-op nodes and constants. They use only the graph API: a failure is the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* control_flow.c - floe_cond and floe_while_loop: the user's callbacks build the branches
  * and the body; these builders wire Switch, Merge, Enter, Exit, NextIteration and LoopCond
  * around them as TensorFlow's tf.cond / tf.while_loop do (Yu et al., EuroSys 2018).

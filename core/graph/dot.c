@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dot.c - Graphviz DOT pictures of graphs: one box per node (name, op, device), data edges
  * labelled with the dtype and shape they carry, control edges dashed. */
 #include <errno.h>

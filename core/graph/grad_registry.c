@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_registry.c - the gradient registry: which function (or plugin's declarative
  * FloeGradientDef) differentiates each op, and the ops that are not differentiable. The
  * autodiff walk (train/gradients.c) reads it; the standard set's functions (train/grad_*.c)

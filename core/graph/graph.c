@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* graph.c - graph building: nodes validated against their op definitions, shape inference,
  * a name index, and the sticky error that lets callers check once at the end. */
 #include <inttypes.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* graph.h - libfloe's graph layer (core/graph/): the op registry and the standard op set
  * (.def tables, shape functions), graphs and their building, graph files, DOT, the cond and
  * while-loop builders, TensorArray builders, and the gradient registry. */

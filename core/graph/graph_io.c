@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* graph_io.c - graph files: a versioned little-endian binary format (docs/graph-format.md),
  * written atomically, read defensively (every length bounded by the bytes that remain) and
  * re-validated node by node through floe__graph_add_node. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* opdef.c - the process-wide op registry and the parser of op spec strings.
  *
  * Specs (grammar in floe_plugin.h):

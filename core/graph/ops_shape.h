@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape.h - the standard op set: its registration (ops_std.c) and the shape functions
  * named in ops_std.def (ops_shape_*.c, one file per op family). Core-only; included by
  * opdef.c, ops_std.c and the ops_shape_*.c files.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_array.c - shape functions of the standard set's shape and data-movement ops:
  * Reshape, Transpose, Concat, Split, Slice, StridedSlice, Gather, Pad, Tile, Squeeze,
  * ExpandDims, Fill and the ops whose output shape is an input's value. A constant input (or,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_data.c - shape functions of queues and readers (ops_data.def).
  *
  * Each reads the node (attributes, producers of its inputs) and sctx->input_shapes, and

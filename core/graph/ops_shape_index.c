@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_index.c - shape functions of the indexing ops (ops_index.def).
  *
  * As in ops_shape_*.c: unknown dims and ranks propagate, only definite mismatches are errors,

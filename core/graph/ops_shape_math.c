@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_math.c - shape functions of the standard set's sources (Const, Placeholder),
  * element-wise and broadcasting ops, reductions, one-hot and the cross-entropy losses.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_math_signal.c - shape functions of ops_math_signal.def (determinants and signal
  * processing ops).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_nn.c - shape functions of the standard set's matrix products, BiasAdd, 2-D
  * convolution and pooling, and of the fused LSTM cells and their gradients (ops_rnn.def).
  *

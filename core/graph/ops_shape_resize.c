@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_resize.c - shape functions of the ops in ops_resize.def (Resize, GridSample,
  * RoiAlign, BatchedNonMaxSuppression, RNN, GRU, LSTM). They use only the host API's shape
  * slots, as a plugin's would. Unknown dims and ranks propagate; definite mismatches are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_tensor_array.c - shape functions of TensorArrays and stacks (ops_rnn.def).
  *
  * Each reads the node (attributes, producers of its inputs) and sctx->input_shapes, and

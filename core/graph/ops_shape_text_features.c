@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_text_features.c - the shape function of TfIdfVectorizer (ops_text_features.def).
  * It checks the whole n-gram table (mode, gram lengths, ngram_counts against the pool,
  * ngram_indexes, weights) so that a bad table is an error when the node is built, naming

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_train.c - shape functions of the standard set's training ops: the gradients'
  * helpers (AddN, ConcatOffset, BroadcastTo, SumToShape, ExpandReduced, the *Grad ops),
  * ReadVariableOp, Merge, and candidate sampling.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_shape_util.h - helpers of the standard set's shape functions (named in ops_std.def):
  * failing with a message, attributes, constant inputs read at build time, axes,
  * broadcasting. Static inline, so each file calls them by their short names. Graph-private:

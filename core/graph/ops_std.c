@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ops_std.c - the standard op set: each FLOE_OP line of ops_std.def becomes a FloeOpDef
  * (its ';'-separated specs split apart) registered through floe__op_register, so the
  * standard ops go through exactly the parser and checks that plugins' custom ops do. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shape_conv.c - shape functions of the N-d convolution and pooling ops (ops_conv.def).
  *
  * The window rules here are the ones the CPU kernels apply (plugins/cpu/window_nd.c): a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor_array_build.c - the graph side of TensorArrays: the SDK builders of
  * floe_tensor_array.h, and what the graph says statically about the array behind a handle
  * (its dtype, element shape and size), which the builders, the shape functions of

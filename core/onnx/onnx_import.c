@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_import.c - ONNX ModelProto -> FloeGraph: the driver (inputs, initializers, nodes in
  * order, outputs), the name scopes, and the helpers the op mappers build with. */
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_internal.h - the ONNX importer's internals: the parsed model (onnx_model.c), the
  * import driver and the helpers op mappers build with (onnx_import.c), and the op tables
  * (onnx_ops_*.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_layout.c - runs an imported model's NCHW convolutions and pools in NHWC.
  *
  * ONNX models are NCHW; the CPU plugin's oneDNN primitives take NHWC data as it is but

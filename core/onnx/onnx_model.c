@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_model.c - ONNX bytes to protobuf-c messages and TensorProtos to Floe tensors.
  *
  * protobuf-c says only "failed" on a malformed message, so on failure the bytes are walked

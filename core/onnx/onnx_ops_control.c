@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_control.c - ONNX control flow onto Floe's in-graph control flow: If onto
  * floe_cond, Loop and Scan onto floe_while_loop. Subgraphs are imported by ox_subgraph
  * inside the builders' callbacks; names a subgraph uses from outside resolve to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_einsum.c - ONNX Einsum as Floe ops: each operand's repeated labels become
  * diagonals (a Gather of the flattened pair of dims), labels no one else needs are summed
  * out, and operands are combined left to right: float operands of known shape by one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_index.c - ONNX indexing and data-movement ops (GatherElements, Scatter*, GatherND,
  * Trilu, CumSum, Range, EyeLike, NonZero, Compress, TopK, OneHot, ReverseSequence, Unique,
  * DepthToSpace, SpaceToDepth) as Floe ops (ops_index.def) or exact compositions of them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_loss.c - ONNX NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss as Floe ops.
  *
  * Both pick, for each sample (and each extra position d1..dk), the input at the target class

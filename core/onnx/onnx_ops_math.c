@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_math.c - ONNX elementwise math, activations, comparisons, logic, matrix products
  * and reductions as Floe ops. */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_math_signal.c - ONNX's remaining elementwise math (trigonometry, rounding, Erf,
  * IsNaN, IsInf, Mod, BitShift), Det, MeanVarianceNormalization and the signal ops (windows,
  * DFT, STFT, MelWeightMatrix) as Floe ops (core/graph/ops_math_signal.def). */

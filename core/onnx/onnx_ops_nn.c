@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_nn.c - ONNX convolution, pooling and normalisation as Floe ops. ONNX is
  * channels-first with [out, in, spatial...] filters: convolutions run as Floe's N-d Conv and
  * ConvTranspose (ops_conv.def) on a transposed ([spatial..., in, out]) filter, which constant

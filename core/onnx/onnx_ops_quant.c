@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_quant.c - ONNX's linear quantization ops as compositions of Floe ops.
  *
  * Integer products (MatMulInteger, ConvInteger and the QLinear ops) run in f64, where every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_resize.c - ONNX resampling (Resize, Upsample, GridSample), detection (RoiAlign,
  * NonMaxSuppression) and recurrent (RNN, GRU, LSTM) ops onto the ops of ops_resize.def.
  * Their Floe ops take every optional operand as an input, an empty tensor standing for one

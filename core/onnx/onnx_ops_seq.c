@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_seq.c - ONNX sequences and optionals as compositions of Floe's array ops, on the
  * representation of onnx_values.c: a sequence is values (its elements flattened, one after
  * the other) and shapes ([n, rank] i64); element k starts at the sum of the sizes (products

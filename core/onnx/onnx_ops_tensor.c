@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_tensor.c - ONNX shape and data-movement ops (Reshape, Slice, Gather, Concat, ...)
  * and constants as Floe ops. Values Floe needs when the graph is built (axes, perms) must
  * be constants; sizes that only the run knows go through Floe's tensor inputs. */

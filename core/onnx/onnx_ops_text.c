@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_text.c - ONNX text-feature ops: TfIdfVectorizer as Floe's op of the same name
  * (ops_text_features.def), for integer items. String items are unsupported: Floe has no
  * string dtype (a STRING graph input is refused when the inputs are imported, a pool_strings

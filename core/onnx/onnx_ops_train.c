@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_ops_train.c - ai.onnx.preview.training (Adagrad, Adam, Momentum: one optimiser step
  * on many tensors as elementwise formulas; Gradient through floe_gradients) and the random
  * ops (Bernoulli, RandomUniformLike, RandomNormalLike) onto Floe's random ops.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_values.c - ONNX values that are not tensors (sequences, optionals) as the importer
  * carries them: each is a few Floe tensors ("parts"), and a registry maps the first part, the
  * one scopes and mapper inputs hold, to the value.

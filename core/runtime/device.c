@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* device.c - device names and their lookup among a runtime's devices (a device's memory and
  * copies are base/device_mem.c's). */
 #include <ctype.h>

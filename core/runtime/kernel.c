@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kernel.c - choosing the kernel that runs a node on a device type. */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin.c - plugin discovery, loading and the registrar (the ABI rules of floe_plugin.h).
  *
  * Discovery walks FLOE_PLUGIN_PATH (or FloeRuntimeOptions.plugin_path), then the installed

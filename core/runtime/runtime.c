@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* runtime.c - a runtime: its thread pool, plugins and devices, and their listings. */
 #include <ctype.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* runtime.h - libfloe's runtime layer (core/runtime/): plugins (discovery, loading, the
  * registrar), runtimes and their devices, the kernel registry and kernel choice, and the
  * transport manager. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transport.c - the runtime's transport manager: one loopback comm pair over a transport
  * plugin and a progress thread that completes the requests posted through it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuse.c - the graph rewrites a session applies to one run's nodes before placing them:
  * chains of memory-bound ops collapse into one op that reads and writes each tensor once.
  *

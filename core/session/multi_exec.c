@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* multi_exec.c - one step over device partitions: an executor per device, started
  * together, meeting at one rendezvous per step.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* partition.c - cuts a placed graph into one piece per device, joined by _Send/_Recv.
  *
  * Every edge whose two ends are on different devices becomes a _Send on the producer's

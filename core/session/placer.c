@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* placer.c - which device runs each node, and what the step is estimated to cost.
  *
  * Hard constraints come first: a node's requested device (full or partial name; with

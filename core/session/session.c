@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.c - the application's entry to running graphs: resolve names, prune, fuse,
  * place, cache one executor per (feeds, fetches, targets) signature, run.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.h - libfloe's session layer (core/session/): sessions (prune, rewrite, place,
  * partition, cache executors, run), the fusion and layout passes, the placer and its cost
  * model, the partitioner, and steps over several device pieces. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* checkpoint.c - checkpoints of a session's variables (docs/checkpoints.md): files named
  * <prefix>-<step>.safetensors written atomically (temporary file, fsync, rename) with keep-N
  * retention, all-or-nothing restore from a file or a directory's newest checkpoint, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* checkpoint_private.h - what the checkpoint files share: safetensors.c (the file format),
  * checkpoint.c (save, restore, keep-N retention, the Save / Restore kernels) and export.c
  * (frozen graphs). Not installed; nothing outside these three files includes it. */

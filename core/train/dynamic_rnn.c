@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dynamic_rnn.c - floe_dynamic_lstm: an LSTM over variable-length sequences as one
  * floe_while_loop, in the spirit of tf.nn.dynamic_rnn and PyTorch's packed sequences.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* export.c - the export of frozen inference graphs (docs/checkpoints.md): the nodes some
  * outputs need, with every read of a variable replaced by a Const of its value, written as
  * a graph file. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_array.c - gradient functions of the shape and data-movement ops (and of their
  * gradient ops, which are linear: each one's gradient is the forward op again). Shapes are
  * passed as Consts when statically known (floe__grad_shape_of), so shape inference of the

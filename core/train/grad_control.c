@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_control.c - gradients through conds and while loops.
  *
  * Conds: the gradient of a Merge goes back through a Switch on "this input was the live

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_conv.c - gradient functions of the N-d convolution and pooling ops (ops_conv.def) and
  * of their gradient ops (ops_convgrad.def).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_index.c - gradient functions of the indexing ops (ops_index.def). Gathers scatter
  * their gradient back with an additive scatter; scatters gather it, and with reduction
  * none only the update that was written last (the "winner" of each position) receives it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_math.c - gradient functions of the elementwise, reduction and matrix ops.
  *
  * Each function adds the nodes computing the input gradients of one forward node from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_math_signal.c - gradients of ops_math_signal.def's differentiable elementwise ops
  * (Erf, the inverse and hyperbolic trigonometric functions, FloorMod, TruncateMod), and the
  * registration of its ops through which no gradient flows (rounding, predicates, shifts, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_nn.c - gradient functions of the activations, softmax, losses, bias, convolution and
  * pooling ops, and of their gradient ops (second derivatives) where Floe has the ops to
  * express them. */

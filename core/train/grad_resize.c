@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_resize.c - gradient registrations of the ops in ops_resize.def. Selected box indices
  * (BatchedNonMaxSuppression) carry no gradient. The others are differentiable but have no
  * gradient function yet: differentiating through one is an error naming the node, never a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_rnn.c - gradient functions of the recurrent-cell ops (ops_rnn.def). The primitive-op
  * cell of rnn.c needs none: its ops have their own. */
 #include "train.h"

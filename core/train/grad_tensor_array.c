@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_tensor_array.c - gradients through TensorArrays (the logic of TensorFlow's
  * tensor_array_grad.py).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gradients.c - automatic differentiation (floe_gradients).
  *
  * As in the TensorFlow paper: the gradient of a graph is more graph. Walking back from the

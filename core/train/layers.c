@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* layers.c - layer builders (dense, conv2d, pooling, flatten, dropout, batch norm,
  * embedding), the sparse softmax cross-entropy loss and the sampled softmax loss, as
  * ordinary ops under "<name>/".

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* optimizer.c - optimisers as graph builders: floe_minimize (gradients, L2 weight decay,
  * clipping by global norm, slot variables, one fused ResourceApply* per variable, the global
  * step's increment), learning-rate schedules and the global norm.

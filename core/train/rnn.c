@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rnn.c - the LSTM cell builder of floe_rnn.h: one fused LSTMCell node, or the same cell
  * from primitive ops (the reference the fused kernels are tested against, and the form for
  * runtimes and dtypes without an LSTMCell kernel), and its weights as variables.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors.c - the safetensors format of checkpoints (docs/checkpoints.md): the
  * header's JSON and the tensors' bytes written little-endian, and a strict bounded reader
  * that validates a whole file (header, layout, variables hash) before any data is read.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* train.h - libfloe's training layer (core/train/): automatic differentiation and the
  * standard set's gradient functions, variables, optimisers, layers, recurrent cells,
  * checkpoints and the export of frozen graphs. */

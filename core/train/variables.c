@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* variables.c - variables and initialisers as ordinary graph nodes (floe_train.h).
  *
  * A variable "w" is three nodes: "w" (VarHandleOp), "w/read" (ReadVariableOp) and "w/init"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hardswish.c - an out-of-tree Floe plugin: a new op, its shape function, a CPU kernel, and
  * its gradient (a second op, HardSwishGrad, registered as HardSwish's gradient).
  *

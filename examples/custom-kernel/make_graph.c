@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* make_graph.c - builds and saves a graph that uses the HardSwish op of the plugin:
  *   y = HardSwish(x) for a placeholder x of shape [?], and dx = d sum(y) / dx, which
  *   floe_gradients builds from the gradient the plugin registered (HardSwishGrad).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* array.c - data-movement, shape and fill kernels of the CPU plugin.
  *
  * None of these ops does arithmetic, so every kernel moves elements by size (1, 2, 4 or 8

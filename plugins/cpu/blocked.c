@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* blocked.c - _ToBlocked and _FromBlocked of the CPU plugin (core/graph/ops_conv.def): channels-last
  * tensors to and from the blocked layout [n, c / block, spatial..., block] that the session's
  * layout pass gives blocked _FusedConv chains. A pixel's channels are cut into block-sized

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conv.c - Conv2D, MaxPool, AvgPool and _FusedConv2DBiasRelu of the CPU plugin.
  *
  * f32 runs on oneDNN primitives built once per input shape and cached in the kernel state

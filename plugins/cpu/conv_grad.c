@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conv_grad.c - gradients of the windowed ops: Conv2DBackpropInput, Conv2DBackpropFilter,
  * MaxPoolGrad and AvgPoolGrad.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conv_nd.c - the N-d Conv, _FusedConv and ConvTranspose of the CPU plugin
  * (core/graph/ops_conv.def).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conv_nd_grad.c - gradients of the N-d window ops (core/graph/ops_convgrad.def):
  * ConvBackpropInputNd, ConvBackpropFilterNd and PoolGrad.
  *

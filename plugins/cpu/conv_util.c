@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conv_util.c - window attributes and geometry, and the per-shape oneDNN primitive cache
  * shared by conv.c and conv_grad.c. */
 #include "conv_util.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conv_util.h - what conv.c and conv_grad.c share: the window attributes and geometry of
  * the convolution and pooling ops (TensorFlow's rules), and oneDNN primitives built once per
  * shape and cached in a node's kernel state. Internal to floe-cpu.so. */

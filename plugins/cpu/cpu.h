@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu.h - shared declarations of the CPU plugin (internal to floe-cpu.so). */
 #ifndef FLOE_CPU_H
 #define FLOE_CPU_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_alloc.c - host memory for the CPU device, with a cache of large blocks.
  *
  * Large buffers (activations, gradients) are freed and asked for again at the same sizes

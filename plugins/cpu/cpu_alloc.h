@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_alloc.h - the CPU device's allocator: aligned host memory, large blocks cached. */
 #ifndef FLOE_CPU_ALLOC_H
 #define FLOE_CPU_ALLOC_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_util.c - helpers shared by the CPU kernels (see cpu_util.h). */
 /* Vectorise whatever CFLAGS say (at -O2 gcc's "very cheap" model vectorises almost none of
  * these loops), and let selects such as `x > 0 ? x : a * x` become vector blends: FP

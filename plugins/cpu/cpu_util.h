@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cpu_util.h - helpers shared by the CPU kernels: f16/bf16 conversions, NumPy broadcasting,
  * a parallel_for that stays inline for small work, and vectorisable f32 exp/log. */
 #ifndef FLOE_CPU_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* elementwise.c - elementwise kernels of the CPU plugin: arithmetic with NumPy broadcasting,
  * unary math, activations, comparisons, logic, Select and Cast.
  *

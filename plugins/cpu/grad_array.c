@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_array.c - CPU kernels of the array ops that gradients use: BroadcastTo
  * and its adjoint SumToShape, ExpandReduced (the gradient of Sum and Mean),
  * InvertPermutation, ConcatOffset, and the adjoints of Slice, StridedSlice, Gather, Pad and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* grad_elementwise.c - elementwise kernels that training adds: StopGradient, AddN,
  * the fused activation gradients (ReluGrad .. RsqrtGrad) and BiasAddGrad.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* index.c - gathers and scatters by index tensors (GatherElements, ScatterElements,
  * GatherND, ScatterND) and the ops whose result depends on the order or count of values
  * (NonZero, TopK, Unique) of the CPU plugin.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* index_move.c - data-movement kernels whose axes, sizes or offsets are tensors (SliceAxes,
  * SqueezeAxes, UnsqueezeAxes, SplitV, Trilu, ReverseSequence) and the sequence ops Range
  * and Cumsum, of the CPU plugin.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* index_util.h - helpers shared by the indexing kernels (index.c, index_move.c): reading
  * index tensors, element values of any dtype as numbers, and shape strings for errors. */
 #ifndef FLOE_CPU_INDEX_UTIL_H

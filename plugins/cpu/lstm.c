@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lstm.c - the fused LSTM cell of the CPU plugin: LSTMCell, LSTMCellGrad and LSTMCellBackprop
  * (LSTMCellGrad without dw and db, giving d_gates instead), and LSTMCellRecurrent and its
  * backprop, the cell whose input projection was made beforehand (f32, f64).

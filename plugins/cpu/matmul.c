@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matmul.c - MatMul, BatchMatMul and BiasAdd of the CPU plugin.
  *
  * f32 products go through oneDNN's dnnl_sgemm: Debian's OpenBLAS 0.3.21 takes AVX-512 CPUs

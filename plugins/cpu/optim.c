@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* optim.c - fused optimiser updates of the CPU plugin (ResourceApplyGradientDescent,
  * Momentum, Adam, RMSProp, Adagrad) and AssignAddVariableOp / AssignSubVariableOp.
  *

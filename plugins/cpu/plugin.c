@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin.c - entry point of the CPU plugin: one host-memory device and its kernels. */
 #include "config.h"
 

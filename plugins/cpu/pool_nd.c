@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pool_nd.c - the N-d Pool and MaxPoolWithIndices of the CPU plugin (core/graph/ops_conv.def).
  *
  * f32 Pool runs one oneDNN pooling primitive per call (cached per shape) whenever oneDNN's

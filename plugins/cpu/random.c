@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* random.c - RandomUniform, RandomNormal and TruncatedNormal, the stateless
  * StatelessRandomUniform and StatelessRandomNormal, and LogUniformCandidateSampler, on a
  * counter-based generator.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* reduce.c - reductions of the CPU plugin: Sum, Mean, Max, Min, Prod, ArgMax, ArgMin.
  *
  * Every reduction runs on x viewed as blocks [O, R, I] (reduce the middle). Axis sets that

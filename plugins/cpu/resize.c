@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* resize.c - ONNX's resampling and detection ops of the CPU plugin: Resize, GridSample,
  * RoiAlign and BatchedNonMaxSuppression (semantics in core/graph/ops_resize.def).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rnn_onnx.c - ONNX's whole-sequence recurrent layers RNN, GRU and LSTM for the CPU plugin
  * (semantics and layouts in core/graph/ops_resize.def).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* softmax.c - Softmax, LogSoftmax, the softmax cross-entropy losses and OneHot of the CPU
  * plugin.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spectral.c - determinants and signal processing on the CPU: MatrixDeterminant,
  * CosineSumWindow, DFT, STFT and MelWeightMatrix (core/graph/ops_math_signal.def).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tfidf.c - TfIdfVectorizer (ops_text_features.def) on the CPU.
  *
  * create turns the attributes into a lookup table: the pool's n-grams of each length in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* window_nd.c - attributes and per-call geometry of the N-d window ops (the rules of
  * core/graph/ops_conv.def, which core/graph/shape_conv.c applies to shapes). */
 #include "window_nd.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* window_nd.h - attributes and geometry of the N-d window ops (Conv, ConvTranspose, Pool,
  * MaxPoolWithIndices; core/graph/ops_conv.def), shared by conv_nd.c and pool_nd.c. Internal to
  * floe-cpu.so. */

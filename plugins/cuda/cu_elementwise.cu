@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // cu_elementwise.cu - the CUDA plugin's own elementwise kernels: binary ops with NumPy
 // broadcasting (a plan from cuda_util.c), unary math and activations, their gradients,
 // casts, Select, fills, broadcast copies (and ExpandReduced's mean), transposes, AddN and the

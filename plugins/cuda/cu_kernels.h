@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cu_kernels.h - launchers of the CUDA plugin's own kernels (cu_elementwise.cu, cu_reduce.cu),
  * callable from C. Plain types only, so the .c files that plan the work (shapes,
  * broadcasting, dtypes) build with gcc and only the launchers go through nvcc.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // cu_pad.cu - the CUDA plugin's box copy between two 4-D tensors of different sizes: it pads
 // (the destination larger, the rest filled) and crops (the destination smaller) with one
 // kernel. k_dnn.c uses it to give cuDNN the odd row / column of TensorFlow's SAME padding,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cu_plan.c - broadcasting and reduction plans of the CUDA kernels (see cu_plan.h). */
 #include "cu_plan.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cu_plan.h - the host-side planning of the CUDA kernels, in plain C (no CUDA header), so
  * tests/core/test_cuda_plan.c checks it on any machine: broadcasting plans for the
  * elementwise kernels and the layout of a reduction over any set of axes. Pure functions,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // cu_reduce.cu - the CUDA plugin's own reduction-shaped kernels: Sum / Mean / Max / Min /
 // Prod over [outer, r, inner] views, ArgMax / ArgMin, the softmax cross-entropy losses,
 // Softmax / LogSoftmax along a dim that is not the last (or too large for cuDNN), and the

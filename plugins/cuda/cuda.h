@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda.h - shared declarations of the CUDA plugin (internal to floe-cuda.so).
  *
  * Execution model. Each device has one compute stream; every kernel of the device is

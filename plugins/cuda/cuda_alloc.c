@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_alloc.c - caching best-fit allocator over a segment source (see cuda_alloc.h).
  * Plain C: no CUDA header, so the unit test builds it with gcc on any machine. */
 #include "cuda_alloc.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_alloc.h - the CUDA device's caching best-fit allocator, as pure logic over an abstract
  * "segment source" (cudaMalloc / cudaFree in the plugin, a fake address space in the unit
  * test: tests/core/test_cuda_alloc.c). It never dereferences the addresses it hands out, so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_device.c - one GPU as a Floe device: properties, the caching allocator over
  * cudaMalloc, synchronous copies through pinned staging on their own streams, the
  * stream / event slots, and teardown. See cuda.h for the ordering rules. */

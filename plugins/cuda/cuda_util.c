@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_util.c - plumbing shared by the CUDA kernels: the per-call device context and its
  * error checks, synchronous reads of small inputs, broadcasting plans, registration. */
 #include "config.h"

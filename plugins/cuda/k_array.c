@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* k_array.c - CUDA kernels that move data or only change shapes: Const (from pinned host
  * memory), the views (Identity, StopGradient, Reshape, ExpandDims, Squeeze: no copy),
  * Shape / Size / Rank, Transpose, Gather, OneHot, BroadcastTo and ExpandReduced (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* k_blas.c - MatMul and BatchMatMul on cuBLAS (cublasGemmStridedBatchedEx).
  *
  * Precision of f32 products, FLOE_CUDA_MATMUL (read when the device is created):

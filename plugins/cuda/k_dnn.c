@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* k_dnn.c - convolutions and pooling on cuDNN (the legacy descriptor API of cuDNN 9):
  * Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter, MaxPool, AvgPool, MaxPoolGrad; and
  * AvgPoolGrad on an own kernel (it has no forward tensors to hand cuDNN).

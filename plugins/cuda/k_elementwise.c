@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* k_elementwise.c - CUDA kernels for elementwise ops: arithmetic and comparisons with NumPy
  * broadcasting, unary math and activations (own kernels rather than cuDNN's activation
  * descriptors, so NaN handling and the gradients' input conventions match the CPU plugin

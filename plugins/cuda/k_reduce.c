@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* k_reduce.c - CUDA reductions and losses: Sum / Mean / Max / Min / Prod over any axes,
  * ArgMax / ArgMin, BiasAddGrad, the softmax cross-entropy losses (own kernels), and
  * Softmax / LogSoftmax (cuDNN over the last axis, an own kernel over any other).

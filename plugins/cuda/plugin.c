@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin.c - entry point of the CUDA plugin: probe the GPUs, register one device per GPU and
  * the kernels for device type "CUDA". With no usable GPU (no driver, no device) it returns
  * FLOE_UNAVAILABLE with the reason, registering nothing: `floe plugins` shows the line. */

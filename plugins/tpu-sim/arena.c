@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* arena.c - a chip's HBM: one anonymous mapping of the whole capacity, carved best-fit.
  *
  * The mapping is MAP_NORESERVE, so a 16 GiB chip costs address space only; pages are

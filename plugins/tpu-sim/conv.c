@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conv.c - Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter on the matrix unit, and
  * MaxPool / MaxPoolGrad on the vector unit.
  *

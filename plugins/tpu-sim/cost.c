@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cost.c - the cycle cost model of a tpu-sim chip: the one place its timing comes from.
  *
  * The chip (figures from FLOE_TPUSIM_*, see plugin.c):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix.c - the matrix unit: MatMul and BatchMatMul with bf16 operands and f32
  * accumulation, and the blocked product (tpu_gemm) the convolutions share.
  *

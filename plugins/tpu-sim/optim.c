@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* optim.c - the optimiser updates on the vector unit: ResourceApplyGradientDescent,
  * ResourceApplyMomentum and ResourceApplyAdam, in place on the variables' values.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin.c - entry point of the tpu-sim plugin: configuration from the environment, the
  * chips (devices with their own memory), and what every kernel shares (placement checks of
  * its tensors, outputs and scratch on the chip, the pool). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* reduce.c - reductions (Sum, Mean, Max over any axes), Softmax, LogSoftmax and the two
  * softmax cross-entropies, on the vector unit in f32 (sums accumulate in double so the
  * result does not depend on how the work was split over the pool). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tpusim.h - shared declarations of the tpu-sim plugin (internal to floe-tpu-sim.so).
  *
  * tpu-sim is a simulated TPU-like accelerator: each chip owns an arena (its "HBM") that the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* vector.c - the vector unit's elementwise work in f32: unary and binary ops with NumPy
  * broadcasting, activation gradients, BiasAdd / BiasAddGrad, AddN, Cast (f32 <-> i32), and
  * the views Identity and Reshape (no data moves: the output is the input's buffer).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* my_plugin.c - template of a Floe plugin. Copy it, rename "myplugin", fill in.
  *
  * Build:  cc -O2 -fPIC -shared $(pkg-config --cflags floe-plugin) my_plugin.c -o floe-myplugin.so

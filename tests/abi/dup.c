@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dup.c - built twice (floe-abitest-dup-a.so, floe-abitest-dup-b.so): two files declaring
  * the same plugin name. The first loads; the second is reported DUPLICATE. Each registers
  * a device whose type names its file, so a test can see which one was kept. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* failures.c - test plugins that fail in each way the loader reports, one per -D:
  *
  *   ABITEST_NOENTRY    floe-abitest-noentry.so: exports the wrong symbol (REFUSED).

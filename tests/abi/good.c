@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* good.c - a well-behaved test plugin (floe-abitest.so): the custom op AbiTestTwice
  * (y = 2x) with its shape function, two CPU kernels of different priorities, the custom op
  * AbiTestAsyncTwice (y = 2x again) whose CPU kernel is asynchronous, and a fake device type

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* strict.c - floe-abitest-strict.so: tries registrations the core must reject, each with
  * a known code, then one valid op and a kernel for it. Init fails naming the first
  * expectation that did not hold, so the test reads LOADED as "every rejection happened". */

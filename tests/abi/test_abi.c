@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_abi.c - the plugin ABI with real .so files (the test plugins of tests/abi, built into
  * $FLOE_TEST_PLUGIN_DIR): what the loader reports for each kind of plugin, that older and
  * newer minors load, that a failing plugin leaves nothing behind, the lifecycle hooks, and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # test_headers.sh - the installed headers stand alone, and the plugin ABI is unchanged.
 #
 # 1. Each public header compiles alone (included twice, for its guard) as C99, C11 and C++11

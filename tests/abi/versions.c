@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* versions.c - test plugins built against other ABI versions, one per -D:
  *
  *   ABITEST_OLD     floe-abitest-old.so: simulates a build against an older minor: its

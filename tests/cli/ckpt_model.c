@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ckpt_model.c - files for the checkpoint and export script tests:
  *   ckpt_model export DIR      trains a tiny classifier a few SGD steps, exports the frozen
  *                              graph DIR/model.floe (output "probs"), and writes its input

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* make_graphs.c - writes the graph files the command-line tests run:
  *   affine.floe: y = x @ W + b, z = Relu(y), with x a [?,3] f32 placeholder.
  * W and b are fixed so the test knows the expected numbers. */

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tiny .npy writer/reader for the shell tests (no numpy needed): f32 only."""
 import struct
 import sys

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The floe command end to end: devices, plugins, ops, graph, run, and its errors.
 set -u
 FLOE="${top_builddir}/tools/floe"

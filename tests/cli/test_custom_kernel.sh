@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The out-of-tree plugin example: install Floe into a temporary prefix (DESTDIR staging),
 # build examples/custom-kernel against the installed SDK with pkg-config only, and run it.
 set -u

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # floe_export_frozen end to end: a classifier trained a few SGD steps in a session is exported
 # as a frozen graph, and `floe run` with only the CPU plugin gives the session's output.
 set -u

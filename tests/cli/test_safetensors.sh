@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A Floe checkpoint read by the Python safetensors package: every dtype's values, shapes
 # and the metadata (format, global_step, variables_hash recomputed here). Skips (77) when
 # no Python with safetensors and numpy is found (python3, or bench/.venv: bench/setup_venv.sh).

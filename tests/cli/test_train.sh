@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # floe train end to end on the real Fashion-MNIST (Debian's dataset-fashion-mnist): the JSON
 # summary, exact resume from a checkpoint (with either input), queue-fed and feed-fed runs
 # training identically, the frozen export run by `floe run`, the CNN, and the errors. Runs

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # floe train --model lstm end to end on Debian's fortunes: a small model trained for a few
 # hundred windows must beat the unigram baseline's held-out perplexity, with the full and
 # the sampled softmax; the JSON keys; the errors. Skipped when fortunes is not installed.

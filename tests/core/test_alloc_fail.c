@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_alloc_fail.c - SQLite-style fault simulation: for N = 1, 2, ... the Nth core
  * allocation (and every later one) fails while a small graph is built, a session made and
  * run twice. Each N must end in FLOE_NO_MEMORY with a message, or in success with the right

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_base.c - status and the errno mapping of file errors, dtypes and halves, tensors and
  * views, .npy files, attributes. */
 #define _GNU_SOURCE

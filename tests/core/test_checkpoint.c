@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_checkpoint.c - safetensors checkpoints: exact bytes of a small file, round trips of
  * every dtype, keep-N retention, latest, restore errors (missing variable, wrong shape or
  * dtype), every truncation and many single-byte corruptions (always an error, variables

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_control_flow.c - conds and while loops built with floe_cond / floe_while_loop and
  * run by the executor's frame scheduler: the shapes of TensorFlow's control-flow paper
  * (counter loops, nested loops, a cond inside a loop, a loop inside a cond), deadness

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_alloc.c - the CUDA plugin's caching allocator (plugins/cuda/cuda_alloc.c) over a
  * fake segment source: no GPU needed, so it runs everywhere. The fake hands out addresses in
  * an unmapped range: the allocator must never dereference them (a touch would crash). */

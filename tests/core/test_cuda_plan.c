@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_plan.c - the CUDA kernels' host-side planning (plugins/cuda/cu_plan.c), without a
  * GPU: broadcasting plans against a naive per-element offset computation, and reduction
  * plans executed on the CPU (transpose and row sums as the GPU kernels do them) against a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dynamic_rnn.c - floe_dynamic_lstm: outputs and final states against an LSTM written
  * out in plain C here, rows stopping at their own lengths (and only those rows computed:
  * the profile's LSTMCellRecurrent output bytes), and gradients against central finite differences. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_executor.c - dataflow execution through sessions: chains, diamonds, fan-out, control
  * dependencies, cancellation on the first error, the thread pool (1 to 4 threads, inline
  * and pooled scheduling, nested parallel loops), asynchronous kernels (the ABI test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_fuse.c - the session's graph rewrites (core/session/fuse.c): a conv -> bias -> relu ->
  * max-pool model and its gradients computed with fusion on and off (FLOE_FUSION=0) give the
  * same values; the fused ops really run (the profile names them) and the replaced ones do

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_grad_torch.c - Floe's gradients against PyTorch autograd, through committed fixtures.
  *
  * tests/fixtures/make_grad_fixtures.py (run by hand; this test needs no PyTorch) wrote for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_gradients.c - every differentiable op of the standard set, checked against central
  * finite differences in f64, plus the algorithm of floe_gradients (paths summed,
  * StopGradient, integer edges, grad_ys, unreachable xs, ops without a gradient).

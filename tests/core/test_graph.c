@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_graph.c - graph building: every kind of node, sticky errors, each validation error
  * and its message, automatic names, lookup, output names and clones. */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_graph_io.c - graph files: exact round trips with every attribute kind, hand-built
  * files read per docs/graph-format.md, truncation at every length, random corruption, the
  * CRC, unknown ops, format versions, atomic saves, allocation failures, and DOT output. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_idx.c - the IDX reader (plain and gzip files written here, every truncation, bad
  * magic, disagreeing counts, trailing bytes, absurd sizes), the Fashion-MNIST file lookup and
  * the batcher (each example once per epoch, order fixed by (seed, epoch), exact resume,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_layers.c - the layer builders of floe_train.h run through real sessions: output
  * shapes; dense and conv2d forward against loops written here on the fetched weights;
  * pooling and flatten; dropout masks (rate, scale, (seed, step) determinism, inference

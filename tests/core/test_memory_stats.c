@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_memory_stats.c - floe_memory_stats: the live tensor bytes follow buffers made and
  * freed (sizes worked out by hand here), views add nothing, the peak keeps the high-water
  * mark until reset, a session's step returns what it took, and concurrent threads leave the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_onnx.c - the ONNX importer on models built here with protobuf-c: numerics against
  * naive loops, initializers as raw_data and typed fields, constant folding, --trainable
  * variables that train, and every error path (truncation at each length, corrupt bytes,

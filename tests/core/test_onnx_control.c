@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_onnx_control.c - ONNX control flow, sequences, optionals and training ops through the
  * importer, on models built here with protobuf-c: Loop (trip count and condition, a carried
  * value that grows, scan outputs, no iteration, nested), If capturing outer values, Scan with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_onnx_resize.c - the ONNX mappers and kernels of Resize, Upsample, GridSample, RoiAlign,
  * NonMaxSuppression, RNN, GRU and LSTM on models built here with protobuf-c: the opset rules
  * the backend test cases do not reach (Upsample-7's attribute, Resize-10's rounding) against

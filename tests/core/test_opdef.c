@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_opdef.c - the op spec parser (every grammar form, errors naming the spec) and the
  * process-wide registry (lookup, duplicates, the standard set, threads, allocation failure). */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_optimizer.c - the optimiser API of floe_train.h: defaults, learning-rate schedules
  * evaluated at many steps against their formulas, the global norm, clipping and weight
  * decay checked on one SGD step against values computed here, floe_minimize converging on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_partition.c - graphs split across devices: placement, _Send/_Recv on cut edges,
  * control edges, conds and while loops whose nodes sit on different devices, failures that
  * must not hang, and the cost-model placer. The host is presented as two CPU devices

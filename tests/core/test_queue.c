@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_queue.c - FIFOQueue, PaddingFIFOQueue and RandomShuffleQueue through sessions: order
  * and persistence across runs, every operation and its errors (closed queues, dtype and
  * shape mismatches that leave the queue untouched, impossible batch sizes), blocking and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_queue_runner.c - the SDK's queue runner: threads running an enqueue step (IDX
  * readers -> a bounded FIFO) while the test's thread dequeues, so every record arrives once,
  * paired, and the consumer ends with out of range once the readers ran dry; stop

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_reader.c - the three readers on files this test writes: text lines (plain and gzip,
  * CRLF, a last line without newline, skipped header lines, epochs), fixed-length records
  * (header and footer, reinterpretation as another dtype, overlapping windows), IDX items of

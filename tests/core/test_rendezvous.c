@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_rendezvous.c - Send/Recv's rendezvous (core/exec/rendezvous.c), the transport manager
  * (core/runtime/transport.c), the local transport plugin alone, and transfers to and from the fake
  * accelerator of tests/devices (floe-testdev.so, whose memory the host reaches only through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_runtime.c - device names, runtimes and their listings, plugin discovery
  * (FLOE_PLUGINS, de-duplication by real path) and kernel selection with its error. */
 #define _GNU_SOURCE

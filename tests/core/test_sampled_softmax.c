@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sampled_softmax.c - floe_sampled_softmax_loss against the full softmax it stands in
  * for, computed here in plain C.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_session.c - sessions: pruning, feeding intermediate tensors, name resolution and
  * feed checks, placement errors, the executor cache, profiles, and concurrent runs on one
  * session. */

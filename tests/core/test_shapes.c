@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_shapes.c - shape inference of every standard op, built through the public graph API:
  * known shapes, unknown dims and ranks, constant inputs (Const and Shape nodes) and the
  * errors for definite mismatches, whose messages must name the shapes or the attribute. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tensor_array.c - TensorArrays and stacks (core/exec/tensor_array.c, tensor_array_build.c,
  * stack.c, grad_tensor_array.c): every op's result against values computed here, every
  * error and what its message names, the gradient TensorArray's semantics (summed writes,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_text.c - the text corpus of floe_text.h on a tiny fortune folder written here:
  * tokenization, the fortune format (separators, CRLF, overstriking, files skipped by name),
  * vocabulary order, ties and cut-off, <unk> mapping, the split, the unigram perplexity

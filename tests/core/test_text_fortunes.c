@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_text_fortunes.c - the real corpus: Debian's fortune files load into sane figures
  * (a full 10,000-id vocabulary in frequency order, tens of thousands of held-out ids, every
  * 10th fortune held out, a modest <unk> rate, a unigram perplexity in the hundreds) and the

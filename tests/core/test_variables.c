@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_variables.c - variables: the resource manager (lookup, reset, copy-on-write,
  * allocation failures), the core's variable kernels, the executor's replacement of resource
  * inputs by variable values for plugin-style kernels (locking, the same variable twice,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* testdev.c - floe-testdev.so, a fake accelerator for tests (never installed).
  *
  * Registers FLOE_TESTDEV_DEVICES devices (default 2, at most 16) of type "TESTDEV" whose

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_onnx.c - libFuzzer target for the ONNX importer and the TensorProto reader (make
  * fuzz-onnx). Every input is tried as a ModelProto and as a TensorProto; neither may crash,
  * leak or read out of bounds, and every failure must carry a message. Constant folding is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_link.c - a program of the ONNX importer's API as a user builds it after `make install`
  * (`cc onnx_link.c $(pkg-config --cflags --libs floe-onnx)`; `make installcheck` does):
  * it must link against libfloe-onnx and libfloe alone, and its calls must reach them. It

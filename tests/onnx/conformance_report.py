@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Turns `floe onnx-test --json` output (stdin) into the tables of docs/onnx-conformance.md:
 per suite totals, then every failing and unsupported case grouped by its reason (the op,
 or the kind of error), in Markdown on stdout."""

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* make_onnx_mlp.c - writes an ONNX classifier for the CLI tests: x [N,784] -> Gemm 64 ->
  * Relu -> Gemm 10 (logits), or with --cnn x [N,1,28,28] -> Conv 8 3x3 pads 1 -> Relu ->
  * MaxPool 2 -> Flatten -> Gemm 10; weights uniform in +-sqrt(6/(in+out)) from a fixed seed,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_builder.c - see onnx_builder.h. */
 #include "onnx_builder.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_builder.h - ONNX models built in C with protobuf-c for the tests (test_onnx) and
  * fixtures (make_onnx_mlp). Messages point into static or builder-allocated memory; ob_pack()
  * serialises and frees the builder's allocations. Exits with 99 when memory runs out. */

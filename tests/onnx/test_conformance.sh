@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # ONNX's own backend test cases (Debian's libonnx-testdata: node, simple, pytorch-converted,
 # pytorch-operator) through `floe onnx-test`. Fails when the node set's pass rate drops
 # below NODE_FLOOR percent, or when a case listed in conformance_pass.txt (the cases that

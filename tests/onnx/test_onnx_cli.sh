@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # floe run / graph / onnx-test on ONNX models from libonnx-testdata: running a model with
 # .pb and .npy inputs, drawing it, and the errors for truncated files, unsupported ops and
 # wrong outputs (an expected output corrupted here must be reported as a failure with its

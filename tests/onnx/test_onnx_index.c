@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_onnx_index.c - the ONNX importer's indexing and data-movement ops on small models
  * built here with protobuf-c: bad attributes and equations are import errors naming the node
  * and what is wrong; bad run-time values (indices, steps, axes, sizes) are run errors naming

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_onnx_math_signal.c - the ONNX math family's (ops_math_signal.def) import and run paths
  * that ONNX's own test cases do not reach: bad attributes and shapes must fail with an error
  * naming the node and what is wrong (never a crash), run-time errors must name the node, and

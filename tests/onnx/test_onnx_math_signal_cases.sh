@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The math family's extra ONNX cases (tests/fixtures/onnx_math_signal, made with NumPy as the oracle
 # by tests/fixtures/make_onnx_math_signal_cases.py) all pass `floe onnx-test`.
 set -u

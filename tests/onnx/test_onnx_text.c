@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_onnx_text.c - ONNX TfIdfVectorizer on models built with onnx_builder: bad attributes
  * (mode, gram lengths, ngram_counts or ngram_indexes that do not fit the pool, weights of the
  * wrong length, missing attributes) are import errors naming the node and what is wrong;

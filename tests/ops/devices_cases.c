@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* devices_cases.c - the cases test_devices runs on every device against the CPU: at least one
  * per op the CPU plugin has a kernel for (plugins/cpu), with broadcasting, transposes,
  * odd sizes, strides, padding and dilations where the op has them, and several dtypes.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* devices_cases.h - the case table of test_devices (every kernel of every loaded device
  * against the CPU reference). A case is one op with its inputs (random values in a range, or
  * given values for indices, shapes and axes), its attributes, and how to compare. The table

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* harness.c - single-op runs through a real graph and session (see harness.h). */
 #include "harness.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* harness.h - run single ops through a real graph + session for the op tests.
  * Each input is fed through a Placeholder (so kernels see runtime tensors, never folded
  * constants); the node under test gets the attributes set by `attrs`. */

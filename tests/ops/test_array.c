@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_array.c - data-movement, shape and fill ops against plain reference loops.
  *
  * These ops move elements without arithmetic, so references copy bytes and outputs must

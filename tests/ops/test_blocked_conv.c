@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_blocked_conv.c - the blocked layout (ops_conv.def): _ToBlocked / _FromBlocked, the
  * blocked _FusedConv, and the session's layout pass that makes them (core/session/fuse.c).
  *

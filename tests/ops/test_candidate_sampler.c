@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_candidate_sampler.c - LogUniformCandidateSampler.
  *
  * A reference written here from TensorFlow's description (LogUniformSampler: draw

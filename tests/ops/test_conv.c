@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_conv.c - Conv2D, MaxPool and AvgPool against direct reference loops. */
 #include <math.h>
 #include <pthread.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_conv_grad.c - Conv2DBackpropInput, Conv2DBackpropFilter, MaxPoolGrad and AvgPoolGrad
  * against direct reference loops, against each other and Conv2D through the adjoint identity,
  * and (pooling) against finite differences of the forward ops. */

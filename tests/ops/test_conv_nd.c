@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_conv_nd.c - the N-d Conv, ConvTranspose, Pool and MaxPoolWithIndices (ops_conv.def).
  *
  * The f32 paths (oneDNN) are checked against the f64 reference loops on the same values;

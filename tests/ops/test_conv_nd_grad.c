@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_conv_nd_grad.c - the gradient ops of the N-d convolution and pooling ops
  * (ops_convgrad.def: ConvBackpropInputNd, ConvBackpropFilterNd, PoolGrad).
  *

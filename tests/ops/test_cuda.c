@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda.c - every kernel of the CUDA plugin against the CPU plugin's on the same random
  * inputs, the matmul precision modes, device out-of-memory, the device description and a
  * few training steps wholly on the GPU.

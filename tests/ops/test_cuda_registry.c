@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda_registry.c - the CUDA plugin's kernel registrations, checked without a GPU (the
  * plugin's init registers nothing when it finds none): each registration set is run
  * against a registrar that applies the core's rules (the op is defined, a constrained

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_devices.c - every kernel of every loaded device against the CPU reference, in the
  * spirit of ggml's test-backend-ops. For each device D other than cpu:0 and each case of the
  * table (devices_cases.c) whose op and dtypes D has a kernel of its own for, the same host

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_elementwise.c - the elementwise kernels (arithmetic, math, activations, comparisons,
  * logic, Select, Cast) against plain double-precision references written here, over
  * broadcasting shapes, empty and size-1 dims, every dtype family and bad inputs. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_fused_conv.c - _FusedConv (ops_conv.def), the convolution the fusion pass makes.
  *
  * Every combination of its post-ops (bias, side input, ReLU) on several geometries, batch

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_grad_array.c - the array ops that gradients use (BroadcastTo, SumToShape,
  * ExpandReduced, InvertPermutation, ConcatOffset, SliceGrad, StridedSliceGrad, GatherGrad,
  * PadGrad, TileGrad) against plain reference loops on random shapes (size-1 and empty dims

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_grad_ops.c - the elementwise-style training ops: StopGradient, Sign, Cos,
  * Sin, Floor, AddN, the activation gradients (ReluGrad .. RsqrtGrad), BiasAddGrad and the
  * stateless random ops.

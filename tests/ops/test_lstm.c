@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lstm.c - the LSTM cell of floe_rnn.h, fused (LSTMCell / LSTMCellGrad on the CPU
  * plugin) and from primitive ops:
  * - forward: both forms against a double-precision loop written here (and each other), f32

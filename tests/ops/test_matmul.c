@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_matmul.c - MatMul, BatchMatMul and BiasAdd against plain reference loops. */
 #include <math.h>
 #include <stdbool.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_optimizers.c - the fused optimiser kernels (ResourceApply*) and AssignAdd /
  * AssignSubVariableOp of the CPU plugin, run on real variables over several steps and
  * compared after every step with double-precision references of the formulas (written

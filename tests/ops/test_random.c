@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_random.c - RandomUniform, RandomNormal and TruncatedNormal.
  *
  * A reference Philox-4x32-10 written here (checked against the known-answer vectors of

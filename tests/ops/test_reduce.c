@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_reduce.c - Sum, Mean, Max, Min, Prod, ArgMax, ArgMin against plain references. */
 #include <check.h>
 #include <math.h>

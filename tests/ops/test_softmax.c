@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_softmax.c - Softmax, LogSoftmax, the softmax cross-entropy losses and OneHot against
  * plain references computed in f64. */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tpusim.c - the tpu-sim plugin against the CPU plugin: every kernel runs the same graph
  * on the same random inputs with its node on cpu:0 and on tpu-sim:0.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_views.c - kernels fed views: inputs whose data starts inside a larger buffer, at an
  * offset that is not 64-byte and mostly not even 16-byte aligned.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* local.c - the "local" transport: tagged messages between comms of this process.
  *
  * Shaped like a network transport (FloeTransportFns) so that the rendezvous above it is the

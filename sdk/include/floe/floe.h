@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe.h - the application API of Floe.
  *
  * Conventions:

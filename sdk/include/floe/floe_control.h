@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_control.h - dynamic control flow inside the graph: conditionals and while loops,
  * built from the primitives Switch, Merge, Enter, Exit, NextIteration and LoopCond (see
  * core/exec/README.md, "Control flow"). Included by floe.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_data.h - data: IDX datasets (MNIST, Fashion-MNIST) and their batches, and input
  * pipelines: queues, readers and the queue runner (TensorFlow's design: the input is more
  * graph, run by background threads beside the training steps). Included by floe.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_onnx.h - importing ONNX models into Floe graphs.
  *
  * An ONNX ModelProto (IR version 3 and later, default-domain opsets 1 to 17) becomes a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_plugin.h - the stable plugin ABI of Floe.
  *
  * A plugin is a shared object that exports exactly one symbol:

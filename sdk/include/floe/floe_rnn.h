@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_rnn.h - recurrent cells: an LSTM cell built as one fused LSTMCell op or from primitive
  * ops, and its weights as variables. Included by floe.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_tensor_array.h - TensorArrays: lists of tensors written and read by index inside
  * one step, for dynamic RNNs and loops (TensorFlow's TensorArray). Included by floe.h.
  *

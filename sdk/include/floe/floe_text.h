@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_text.h - an English text corpus for word-level language models: the fortune files of
  * Debian's `fortunes` package (or any folder of files in the fortune format), a tokenizer,
  * a vocabulary, a train / held-out split, two batchers and the unigram baseline. Included

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_train.h - training on top of the graph API of floe.h: automatic differentiation,
  * variables and initialisers, optimisers and learning-rate schedules, checkpoints, layer
  * builders. Included by floe.h (the IDX datasets and batches: floe_data.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* floe_types.h - types shared by applications (floe.h) and plugins (floe_plugin.h).
  *
  * Everything here is part of the stable ABI: enums are append-only and carry explicit
