@@ -4,8 +4,8 @@
 # (trained a few steps): onnx.checker accepts each file, and ONNX Runtime and Floe's own
 # importer (`floe run MODEL.onnx`) give the outputs `floe run` gives for the Floe graph, on
 # random inputs, within 1e-5 of the outputs' scale. An op without a mapping fails naming the
-# node. Python: $FLOE_TEST_PYTHON, else python3, else bench/.venv (needs onnx, onnxruntime and
-# numpy); skips (77) when none has them, or without the datasets.
+# node. Python: $FLOE_TEST_PYTHON (then it must have onnx, onnxruntime and numpy: CI sets it),
+# else python3, else bench/.venv; skips (77) when none has them, or without the datasets.
 set -u
 FLOE="${top_builddir}/tools/floe"
 MNIST=/usr/share/datasets/fashion-mnist
@@ -24,6 +24,10 @@ bad() { echo "FAIL: $*"; fails=$((fails+1)); }
 "$FLOE" export "$tmp/none.floe" >"$tmp/out" 2>"$tmp/err"
 [ $? = 2 ] && grep -q -- "--onnx" "$tmp/err" && ok || { bad "no --onnx: usage error"; cat "$tmp/err"; }
 
+if [ -n "${FLOE_TEST_PYTHON:-}" ] && ! "$FLOE_TEST_PYTHON" -c 'import onnx, onnxruntime, numpy'; then
+  echo "FAIL: FLOE_TEST_PYTHON=$FLOE_TEST_PYTHON cannot import onnx, onnxruntime and numpy"
+  exit 1
+fi
 py=
 for p in "${FLOE_TEST_PYTHON:-}" python3 "${top_srcdir}/bench/.venv/bin/python"; do
   [ -n "$p" ] || continue
@@ -31,7 +35,7 @@ for p in "${FLOE_TEST_PYTHON:-}" python3 "${top_srcdir}/bench/.venv/bin/python";
 done
 if [ -z "$py" ]; then
   echo "SKIP: no Python with onnx, onnxruntime and numpy (tried \$FLOE_TEST_PYTHON, python3 and"
-  echo "      bench/.venv; pip install onnx onnxruntime numpy, or see tests/README.md)"
+  echo "      bench/.venv; FLOE_TEST_PYTHON=\$(sh tests/setup_venv.sh) make check, see tests/README.md)"
   [ "$fails" = 0 ] && exit 77 || exit 1
 fi
 if [ ! -d "$MNIST" ] || [ ! -d "$FORTUNES" ]; then
