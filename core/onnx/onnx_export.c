@@ -38,6 +38,12 @@ typedef struct Ex {
   Onnx__ValueInfoProto **inputs, **outputs;
   size_t ninputs, capinputs, noutputs, capoutputs;
   int opset;
+  /* NHWC values made by to_nhwc and the NCHW values they came from: a pool feeding a
+   * convolution transposes back and forth, and to_nchw then reuses the NCHW value. */
+  struct LayoutPair {
+    const char *nhwc, *nchw;
+  } *layout;
+  size_t nlayout, caplayout;
 } Ex;
 
 void floe_onnx_export_options_init(FloeOnnxExportOptions *o) {
@@ -112,6 +118,7 @@ static void ex_free(Ex *e) {
   floe__free(e->inits);
   floe__free(e->inputs);
   floe__free(e->outputs);
+  floe__free(e->layout);
 }
 
 /* The ONNX name of output k of n: the node's name for output 0, "name:k" after it (the
@@ -361,6 +368,8 @@ static void map_bias_add(Ex *e, const FloeNode *n, const char *const *in, const 
 
 /* in (NHWC) transposed to NCHW, named after the node. */
 static const char *to_nchw(Ex *e, const FloeNode *n, const char *in) {
+  for (size_t i = 0; in && i < e->nlayout; i++)
+    if (!strcmp(e->layout[i].nhwc, in)) return e->layout[i].nchw;
   const char *t = ex_op(e, "Transpose", ex_strf(e, "%s:onnx_nchw", floe_node_name(n)), in, NULL);
   if (t) ex_attr_ints(e, e->nodes[e->nnodes - 1], "perm", (const int64_t[]){0, 3, 1, 2}, 4);
   return t;
@@ -371,6 +380,14 @@ static void to_nhwc(Ex *e, const FloeNode *n, const char *y, const char *out) {
   Onnx__NodeProto *t = ex_node(e, "Transpose", ex_strf(e, "%s:onnx_nhwc", floe_node_name(n)),
                                &y, 1, &out, 1);
   ex_attr_ints(e, t, "perm", (const int64_t[]){0, 2, 3, 1}, 4);
+  if (ex_failed(e)) return;
+  if (e->nlayout == e->caplayout) {
+    size_t cap = e->caplayout ? 2 * e->caplayout : 16;
+    struct LayoutPair *a = floe__realloc(e->layout, cap * sizeof *a);
+    if (!a) return; /* only an optimisation: the next to_nchw transposes again */
+    e->layout = a, e->caplayout = cap;
+  }
+  e->layout[e->nlayout++] = (struct LayoutPair){out, y};
 }
 
 /* strides / ksize / dilations [1, h, w, 1] (NHWC) or [1, 1, h, w] (NCHW) -> [h, w]. */
@@ -577,18 +594,43 @@ static Mapper find_mapper(const char *op) {
 
 /* ---- the driver ---- */
 
+/* Whether a kept node (index >= from, or kept[] set) or a graph output reads value `name`. */
+static int value_read(const Ex *e, const char *name, const char *kept) {
+  for (size_t j = 0; j < e->noutputs; j++)
+    if (!strcmp(e->outputs[j]->name, name)) return 1;
+  for (size_t j = 0; j < e->nnodes; j++) {
+    if (kept && !kept[j]) continue;
+    for (size_t k = 0; k < e->nodes[j]->n_input; k++)
+      if (!strcmp(e->nodes[j]->input[k], name)) return 1;
+  }
+  return 0;
+}
+
+/* Drops nodes whose outputs nothing reads (the transpose back to NHWC of a pool that feeds a
+ * convolution, an LSTMCell's unread gate activations), last to first so chains go too. */
+static void drop_dead_nodes(Ex *e) {
+  char *kept = floe__malloc(e->nnodes + 1);
+  if (!kept) return; /* only a clean-up */
+  memset(kept, 1, e->nnodes + 1);
+  for (size_t i = e->nnodes; i-- > 0;) {
+    int live = 0;
+    for (size_t k = 0; k < e->nodes[i]->n_output && !live; k++)
+      live = value_read(e, e->nodes[i]->output[k], kept);
+    kept[i] = (char)live;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < e->nnodes; i++)
+    if (kept[i]) e->nodes[n++] = e->nodes[i];
+  e->nnodes = n;
+  floe__free(kept);
+}
+
 /* Drops initializers no node reads (a constant filter stored transposed leaves its HWIO
  * original unread): ONNX Runtime warns about each. */
 static void drop_unread_initializers(Ex *e) {
   size_t kept = 0;
   for (size_t i = 0; i < e->ninits; i++) {
-    const char *nm = e->inits[i]->name;
-    int read = 0;
-    for (size_t j = 0; j < e->nnodes && !read; j++)
-      for (size_t k = 0; k < e->nodes[j]->n_input && !read; k++)
-        read = !strcmp(e->nodes[j]->input[k], nm);
-    for (size_t j = 0; j < e->noutputs && !read; j++) read = !strcmp(e->outputs[j]->name, nm);
-    if (read) e->inits[kept++] = e->inits[i];
+    if (value_read(e, e->inits[i]->name, NULL)) e->inits[kept++] = e->inits[i];
   }
   e->ninits = kept;
 }
@@ -773,6 +815,7 @@ floe_code floe_onnx_export(const FloeGraph *g, const FloeOnnxExportOptions *opts
   }
   floe_code rc = e.rc;
   if (rc == FLOE_OK) {
+    drop_dead_nodes(&e);
     drop_unread_initializers(&e);
     Onnx__ModelProto model = ONNX__MODEL_PROTO__INIT;
     Onnx__GraphProto graph = ONNX__GRAPH_PROTO__INIT;
