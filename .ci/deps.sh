@@ -1,12 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # Installs everything Floe needs to build and test on Debian 12 (run as root): fortunes is
-# the English text of the LSTM language model (floe train --model lstm, its tests).
+# the English text of the LSTM language model (floe train --model lstm, its tests); python3-venv
+# makes the tests' Python environment (tests/setup_venv.sh).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool pkg-config \
   check libsubunit-dev libopenblas-dev libdnnl-dev \
-  abigail-tools valgrind python3 binutils dataset-fashion-mnist zlib1g-dev fortunes \
+  abigail-tools valgrind python3 python3-venv binutils dataset-fashion-mnist zlib1g-dev fortunes \
   libprotobuf-c-dev protobuf-c-compiler libonnx-testdata

@@ -3,8 +3,9 @@
 # LSTM word language-model training throughput side by side in one run: `floe train --model
 # lstm` against PyTorch (nn.LSTM) and TensorFlow (Keras LSTM) from bench/lstm_baselines.py,
 # with the same model (embedding 512, 2 x LSTM 512, full softmax over 10,000 ids), batch
-# (64), unrolled steps (35, state carried between windows), optimiser (Adam 1e-3, constant)
-# and data: the fortune corpus as Floe tokenizes it, written once by bench/lstm_corpus and
+# (64), unrolled steps (35, state carried between windows), optimiser (Adam 1e-3, constant;
+# Floe's output layer otherwise has its own 0.05 by default, so --softmax-lr 0.001 unless
+# FLOE_LSTM_ARGS asks for the sampled softmax) and data: the fortune corpus as Floe tokenizes it, written once by bench/lstm_corpus and
 # read by the baselines. Every system gets 1 and 2 threads, each with OMP_WAIT_POLICY=passive
 # and active; the best setting of each is compared (words/s). OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE are unset for all.
@@ -55,11 +56,13 @@ fi
 rounds=${ROUNDS:-1}
 for round in $(seq 1 "$rounds"); do
 for t in 1 2; do
+  # The full softmax with the baselines' one Adam (the sampled one keeps its output rate).
+  case " ${FLOE_LSTM_ARGS:-} " in *" --sampled-softmax"*) one_rate= ;; *) one_rate="--softmax-lr 0.001" ;; esac
   for w in passive active; do
     if [ $run_floe = yes ]; then
       # shellcheck disable=SC2086 # FLOE_LSTM_ARGS is a list of options
       if ! OMP_WAIT_POLICY=$w OMP_NUM_THREADS=$t "$floe" train --model lstm --steps "$steps" \
-          --threads "$t" ${FORTUNES_DIR:+--data "$FORTUNES_DIR"} $FLOE_LSTM_ARGS --json \
+          --threads "$t" $one_rate ${FORTUNES_DIR:+--data "$FORTUNES_DIR"} $FLOE_LSTM_ARGS --json \
           >"$data/floe.out" 2>&1; then
         echo "run_lstm.sh: floe train --model lstm failed:" >&2
         tail -n 3 "$data/floe.out" >&2

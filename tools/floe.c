@@ -43,6 +43,7 @@ static const struct {
     {"run", cmd_run, "run a graph file: feed .npy files, fetch tensors"},
     {"graph", cmd_graph, "describe a graph file, or draw it as Graphviz DOT"},
     {"train", cmd_train, "train an MLP or a CNN on Fashion-MNIST"},
+    {"export", cmd_export, "write a graph file as an ONNX model"},
     {"onnx-test", cmd_onnx_test, "run ONNX backend test cases and compare the outputs"},
 };
 

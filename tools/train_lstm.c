@@ -9,12 +9,16 @@
  * K: floe_sampled_softmax_loss, TensorFlow's sampled_softmax_loss: the true word against K
  * distinct words drawn log-uniformly once per window, corrected by their expected counts,
  * accidental hits removed; evaluation always uses the full softmax).
- * Full softmax: Adam at a constant rate, no clipping: the recipe bench/lstm_baselines.py
- * gives PyTorch and Keras. Sampled softmax: the output layer gets its own Adam at 0.05
- * (--softmax-lr) beside 1e-3 for the rest. Adam moves each weight by about its rate per
- * update whatever the gradient's size, and a sampled row is only updated when it is drawn
- * (a rare word every few dozen windows), so at 1e-3 the output layer barely moves in a few
- * epochs: held-out perplexity 660 after 150 windows against 275 at 0.05 (2 x 512).
+ * Adam at constant rates, no clipping (bench/lstm_baselines.py gives PyTorch and Keras the
+ * same recipe with one rate): the output layer (softmax weights and biases) gets its own Adam
+ * at 0.05 (--softmax-lr) beside 1e-3 (--lr) for the embedding and the LSTMs. Adam moves each
+ * weight by about its rate per update whatever the gradient's size. The output biases alone
+ * must travel to the words' log-frequencies (a range of about 10) just to match the unigram
+ * baseline: at 1e-3 that takes thousands of windows, so the full softmax needed three epochs
+ * to pass the unigram perplexity; at 0.05 one epoch ends well below it. Under the sampled
+ * softmax a row is only updated when it is drawn (a rare word every few dozen windows), which
+ * makes a rate of its own more necessary still: held-out perplexity 660 after 150 windows at
+ * 1e-3 against 275 at 0.05 (2 x 512).
  * Windows are cut as TensorFlow's PTB reader does, and each window starts from the last
  * one's final state (truncated backpropagation through time), reset every epoch.
  * Perplexity is exp(mean cross-entropy) over the held-out split.
@@ -34,7 +38,7 @@ static const char lstm_help[] =
     "                  [--hidden H] [--layers L] [--vocab V] [--sampled-softmax K]\n"
     "                  [--lr X] [--softmax-lr X] [--clip N] [--seed N] [--threads N]\n"
     "                  [--data DIR] [--eval-windows N] [--devices LIST]\n"
-    "                  [--save-graph FILE] [--profile] [--json]\n"
+    "                  [--save-graph FILE] [--export FILE] [--profile] [--json]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
     "  --steps N              training windows (default: --epochs whole epochs)\n"
@@ -48,10 +52,12 @@ static const char lstm_help[] =
     "  --sampled-softmax K    train with a sampled softmax of K distinct words drawn\n"
     "                         from the log-uniform distribution (default: the full\n"
     "                         softmax; evaluation always uses the full softmax)\n"
-    "  --lr X                 Adam's learning rate (default 0.001, constant)\n"
+    "  --lr X                 Adam's learning rate for the embedding and the LSTMs\n"
+    "                         (default 0.001, constant)\n"
     "  --softmax-lr X         Adam's rate for the output layer (softmax weights and\n"
-    "                         biases): default --lr with the full softmax, 0.05 with\n"
-    "                         --sampled-softmax (whose rows are only updated when drawn)\n"
+    "                         biases; default 0.05: its biases must reach the words'\n"
+    "                         log-frequencies, and sampled rows are only updated when\n"
+    "                         drawn)\n"
     "  --clip N               clip the gradients to a global norm of N (default 0: off;\n"
     "                         with two rates, each optimiser's gradients separately)\n"
     "  --eval-windows N       held-out windows to evaluate (default 0: all)\n"
@@ -59,19 +65,25 @@ static const char lstm_help[] =
     "                         cpu,tpu-sim); default: the first device with a kernel\n"
     "  --save-graph FILE      write the training graph (feeds x, y and the states; target\n"
     "                         the training op, printed) to FILE and stop\n"
+    "  --export FILE          after training, write the frozen inference graph: feeds x\n"
+    "                         [batch, bptt] (word ids) and h<l>, c<l> [batch, hidden] (the\n"
+    "                         state of layer l), fetches logits [bptt * batch, vocab]\n"
+    "                         (time-major rows) and next_h<l>, next_c<l>; the LSTM is\n"
+    "                         unrolled over the bptt steps (no loop), so `floe export\n"
+    "                         --onnx` can write it as an ONNX model\n"
     "  --profile              time every kernel of the training windows after the first\n"
     "                         and print the ops taking the most time to stderr\n"
     "  --json                 end with one JSON line: the options, perplexity,\n"
     "                         unigram_perplexity, words_per_sec, train_seconds, final_loss,\n"
     "                         peak_rss_mb\n";
 
-/* Adam's rate for the output layer under the sampled softmax (see the header comment). */
-#define SAMPLED_SOFTMAX_LR 0.05
+/* Adam's rate for the output layer (see the header comment). */
+#define OUTPUT_LAYER_LR 0.05
 
 typedef struct LstmOptions {
   long long steps, epochs, batch, bptt, hidden, layers, vocab, sampled, seed, threads, eval;
   double lr, clip, softmax_lr;
-  const char *data, *devices, *save_graph;
+  const char *data, *devices, *save_graph, *export_path;
   int json, profile;
 } LstmOptions;
 
@@ -95,6 +107,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"profile", no_argument, NULL, 'P'},      {"clip", required_argument, NULL, 'C'},
       {"softmax-lr", required_argument, NULL, 'R'},
       {"devices", required_argument, NULL, 'D'}, {"save-graph", required_argument, NULL, 'G'},
+      {"export", required_argument, NULL, 'X'},
       {NULL, 0, NULL, 0}};
   *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
@@ -145,6 +158,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       case 'P': o->profile = 1; break;
       case 'D': o->devices = optarg; break;
       case 'G': o->save_graph = optarg; break;
+      case 'X': o->export_path = optarg; break;
       case 'h':
         fputs(lstm_help, stdout);
         *done = 1;
@@ -171,7 +185,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
   if (optind < argc) return cli_usage("train", "unexpected argument (see --help)");
   if (o->sampled >= o->vocab)
     return cli_usage("train", "--sampled-softmax K must be smaller than --vocab");
-  if (!(o->softmax_lr > 0)) o->softmax_lr = o->sampled ? SAMPLED_SOFTMAX_LR : o->lr;
+  if (!(o->softmax_lr > 0)) o->softmax_lr = OUTPUT_LAYER_LR;
   return 0;
 }
 
@@ -181,6 +195,7 @@ typedef struct Lm {
   FloeNode *train;
   int layers;
   char (*h_in)[32], (*c_in)[32], (*h_out)[32], (*c_out)[32]; /* state names per layer */
+  FloeOutput lstm_w[8], lstm_b[8]; /* each layer's weights (variables' values) */
 } Lm;
 
 static FloeOutput i32_const(FloeGraph *g, const int32_t *v, int n, int rank) {
@@ -231,6 +246,44 @@ static FloeNode *train_op(FloeGraph *g, FloeOutput loss, const LstmOptions *o) {
   return floe_node_finish(b);
 }
 
+/* The inference model for --export on the training model's placeholders and variables: the
+ * same computation as the training graph's evaluation, with each layer unrolled over the
+ * window (a cell per step, no loop). logits [T*B, V] in time-major rows; next_h<l> and
+ * next_c<l> the state after the window. */
+static void build_inference(Lm *m, const LstmOptions *o, FloeOutput x, FloeOutput sw, FloeOutput sb) {
+  FloeGraph *g = m->g;
+  int T = (int)o->bptt;
+  FloeOutput emb = floe_layer_embedding(g, "embed", transpose01(g, x), o->vocab, o->hidden, o->seed);
+  FloeOutput *hs = calloc((size_t)T, sizeof *hs);
+  if (!hs) return; /* floe_export_frozen then reports that logits is missing */
+  for (int t = 0; t < T; t++) { /* step t's input: row t of the time-major embedding */
+    const int32_t ti = t;
+    FloeNodeBuilder *b = floe_node_begin(g, "Gather", NULL);
+    floe_node_add_input(b, emb);
+    floe_node_add_input(b, i32_const(g, &ti, 1, 0));
+    hs[t] = floe_out(floe_node_finish(b), 0);
+  }
+  for (int l = 0; l < m->layers; l++) {
+    FloeLSTMState s = {floe_out(floe_graph_find(g, m->h_in[l]), 0),
+                       floe_out(floe_graph_find(g, m->c_in[l]), 0)};
+    char nm[32];
+    snprintf(nm, sizeof nm, "infer/layer%d", l);
+    for (int t = 0; t < T; t++) hs[t] = (s = floe_lstm_cell(g, nm, hs[t], s, m->lstm_w[l], m->lstm_b[l], NULL)).h;
+    snprintf(nm, sizeof nm, "next_h%d", l);
+    floe_unary(g, "Identity", nm, s.h);
+    snprintf(nm, sizeof nm, "next_c%d", l);
+    floe_unary(g, "Identity", nm, s.c);
+  }
+  const int32_t axis0 = 0;
+  FloeNodeBuilder *b = floe_node_begin(g, "Concat", "infer/outputs"); /* [T*B, H] */
+  floe_node_add_input_list(b, hs, T);
+  floe_node_add_input(b, i32_const(g, &axis0, 1, 0));
+  FloeOutput out = floe_out(floe_node_finish(b), 0);
+  free(hs);
+  floe_unary(g, "Identity", "logits",
+             floe_binary(g, "Add", "infer/logits", floe_matmul(g, NULL, out, sw, 0, 1), sb));
+}
+
 static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
   FloeGraph *g = floe_graph_new();
   m->g = g;
@@ -253,6 +306,7 @@ static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
     FloeLSTMState fin;
     snprintf(nm, sizeof nm, "layer%d", l);
     h = floe_dynamic_lstm(g, nm, h, (FloeOutput){NULL, 0}, init, w.value, b.value, &ro, &fin);
+    m->lstm_w[l] = w.value, m->lstm_b[l] = b.value;
     snprintf(m->h_out[l], 32, "h%d_out", l);
     snprintf(m->c_out[l], 32, "c%d_out", l);
     floe_unary(g, "Identity", m->h_out[l], fin.h);
@@ -273,6 +327,7 @@ static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
                                                           labels, o->sampled, V, 1, o->seed + 7)
                                : full;
   floe_unary(g, "Identity", "loss", loss);
+  if (o->export_path) build_inference(m, o, x, w.value, b.value);
   m->train = train_op(g, loss, o);
   floe_variables_initializer(g, "init");
   if (floe_graph_status(g) != FLOE_OK)
@@ -467,6 +522,23 @@ int cmd_train_lstm(int argc, char **argv) {
     n_eval++;
   }
   double ppl = n_eval ? exp(sum / (double)n_eval) : NAN;
+  if (o.export_path) {
+    char out_names[1 + 16][32];
+    const char *outs[1 + 16] = {"logits"};
+    for (int l = 0; l < m.layers; l++) {
+      snprintf(out_names[1 + 2 * l], 32, "next_h%d", l);
+      snprintf(out_names[2 + 2 * l], 32, "next_c%d", l);
+      outs[1 + 2 * l] = out_names[1 + 2 * l];
+      outs[2 + 2 * l] = out_names[2 + 2 * l];
+    }
+    if (floe_export_frozen(m.s, outs, 1 + 2 * m.layers, o.export_path, st) != FLOE_OK) {
+      rc = cli_error("train", "--export %s: %s", o.export_path, floe_status_message(st));
+      goto out_states;
+    }
+    if (!o.json)
+      printf("exported the inference graph (inputs x, h<l>, c<l>; outputs logits, next_h<l>, "
+             "next_c<l>) to %s\n", o.export_path);
+  }
   double wps = train_secs > 0 ? (double)timed_words / train_secs : 0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);

@@ -1,18 +1,24 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # A Floe checkpoint read by the Python safetensors package: every dtype's values, shapes
-# and the metadata (format, global_step, variables_hash recomputed here). Skips (77) when
-# no Python with safetensors and numpy is found (python3, or bench/.venv: bench/setup_venv.sh).
+# and the metadata (format, global_step, variables_hash recomputed here). Python:
+# $FLOE_TEST_PYTHON (then it must have safetensors and numpy: CI sets it), else python3, else
+# bench/.venv; skips (77) when none has them (tests/setup_venv.sh makes one).
 set -u
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+if [ -n "${FLOE_TEST_PYTHON:-}" ] && ! "$FLOE_TEST_PYTHON" -c 'import safetensors, numpy'; then
+  echo "FAIL: FLOE_TEST_PYTHON=$FLOE_TEST_PYTHON cannot import safetensors and numpy"
+  exit 1
+fi
 py=
-for p in python3 "${top_srcdir}/bench/.venv/bin/python"; do
+for p in "${FLOE_TEST_PYTHON:-}" python3 "${top_srcdir}/bench/.venv/bin/python"; do
+  [ -n "$p" ] || continue
   if "$p" -c 'import safetensors, numpy' >/dev/null 2>&1; then py=$p; break; fi
 done
 if [ -z "$py" ]; then
   echo "SKIP: no Python with the safetensors and numpy packages (tried python3 and bench/.venv;"
-  echo "      pip install safetensors numpy)"
+  echo "      FLOE_TEST_PYTHON=\$(sh tests/setup_venv.sh) make check, see tests/README.md)"
   exit 77
 fi
 mkdir "$tmp/all" "$tmp/np"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # floe train --model lstm end to end on Debian's fortunes: a small model trained for a few
-# hundred windows must beat the unigram baseline's held-out perplexity, with the full and
-# the sampled softmax; the JSON keys; the errors. Skipped when fortunes is not installed.
+# hundred windows must beat the unigram baseline's held-out perplexity, with the full softmax
+# at the default learning rates and with the sampled softmax; the JSON keys; the errors.
+# Skipped when fortunes is not installed.
 set -u
 FLOE="${top_builddir}/tools/floe"
 DATA=/usr/share/games/fortunes
@@ -37,24 +38,27 @@ if [ ! -d "$DATA" ]; then
   [ "$fails" = 0 ] && exit 77 || exit 1
 fi
 
-# A small model (one layer of 128, Adam at 0.01) for a few hundred windows of 32 x 20 words
-# (the sampled softmax, cheaper per window, gets more): well below the unigram perplexity.
+# A small model (one layer of 128) for a few hundred windows of 32 x 20 words: well below the
+# unigram perplexity. The full softmax at the default rates (Adam at 1e-3, the output layer
+# at 0.05), under 0.6 of the unigram (0.49 here; 0.82 with the output layer at
+# 1e-3, the old default). The sampled softmax, cheaper per window, gets more windows and
+# --lr 0.01: under 0.8. (The default run itself, 2 x 512 for one epoch of 206 windows of
+# 64 x 35, is too slow for the suite: it ends at about 0.43 of the unigram perplexity.)
 for soft in full sampled; do
-  extra="--steps 300"
-  [ "$soft" = sampled ] && extra="--steps 600 --sampled-softmax 512"
+  extra="--steps 300"; want_ratio=0.6; want_lr=0.001
+  [ "$soft" = sampled ] && extra="--steps 600 --sampled-softmax 512 --lr 0.01" && want_ratio=0.8 && want_lr=0.01
   # shellcheck disable=SC2086
-  if "$FLOE" train --model lstm --hidden 128 --layers 1 --batch 32 --bptt 20 --lr 0.01 \
+  if "$FLOE" train --model lstm --hidden 128 --layers 1 --batch 32 --bptt 20 \
       --eval-windows 40 --seed 3 $extra --json >"$tmp/out" 2>"$tmp/err"; then
     ppl=$(json perplexity); uni=$(json unigram_perplexity); wps=$(json words_per_sec)
     echo "$soft softmax: perplexity $ppl, unigram $uni, $wps words/s"
-    if awk -v p="$ppl" -v u="$uni" 'BEGIN { exit !(p > 1 && u > 1 && p < 0.8 * u) }'; then ok
+    if awk -v p="$ppl" -v u="$uni" -v r="$want_ratio" 'BEGIN { exit !(p > 1 && u > 1 && p < r * u) }'; then ok
     else bad "$soft softmax: perplexity $ppl not well below the unigram $uni"; fi
     tail -n 1 "$tmp/out" | grep -q "\"softmax\":\"$soft\"" && [ -n "$wps" ] && ok \
       || bad "$soft softmax: JSON lacks softmax or words_per_sec"
-    # The output layer's rate: --lr's with the full softmax, its own 0.05 with the sampled.
-    want_slr=0.01; [ "$soft" = sampled ] && want_slr=0.05
-    awk -v s="$(json softmax_lr)" -v w="$want_slr" 'BEGIN { exit !(s == w) }' && ok \
-      || bad "$soft softmax: softmax_lr $(json softmax_lr), want $want_slr"
+    # The output layer's rate: its own 0.05 with either softmax, whatever --lr is.
+    awk -v s="$(json softmax_lr)" -v l="$(json lr)" -v w="$want_lr" 'BEGIN { exit !(s == 0.05 && l == w) }' && ok \
+      || bad "$soft softmax: softmax_lr $(json softmax_lr) and lr $(json lr), want 0.05 and $want_lr"
   else
     bad "$soft softmax run failed"; cat "$tmp/err"
   fi

@@ -128,6 +128,38 @@ FLOE_API FloeTensor *floe_tensor_load_onnx_pb(const char *path, FloeStatus *stat
 FLOE_API FloeTensor *floe_tensor_parse_onnx_pb(const void *buf, size_t len, const char *what,
                                                FloeStatus *status);
 
+/* ---- export (core/onnx/onnx_export.c) ----
+ * A Floe inference graph (a frozen one: floe_export_frozen, `floe train --export`) written as
+ * an ONNX ModelProto, IR version 8, default-domain opset `opset` (13 to 17). Placeholders
+ * become graph inputs (dtype and known shape; unknown dims get symbolic names), Consts
+ * initializers, and these ops ONNX nodes: Identity, Add, Sub, Mul, Div, Neg, Exp, Log, Sqrt,
+ * Relu, Sigmoid, Tanh, Softmax, MatMul (transposes as Transpose nodes), BiasAdd, Conv2D,
+ * MaxPool, AvgPool (NHWC ones between Transposes to and from NCHW; constant HWIO filters
+ * stored as OIHW), Reshape, Transpose, Concat, Split (constant axes, shapes and perms),
+ * Gather and LSTMCell (its formula in MatMul, Split, Sigmoid, Tanh, Mul, Add). A value keeps
+ * its Floe name ("node", or "node:k" for output k), so ONNX outputs are fetched by the Floe
+ * names. Any other op, a loop, or a dtype without an ONNX type is FLOE_UNIMPLEMENTED naming
+ * the node and its op, and nothing is produced. */
+typedef struct FloeOnnxExportOptions {
+  size_t struct_size; /* sizeof(FloeOnnxExportOptions) */
+  int opset;          /* 13 by default */
+  /* The graph outputs ("node" or "node:k"), borrowed for the call; NULL or num_outputs 0:
+   * every output of each node that no other node consumes (Placeholders and Consts aside). */
+  const char *const *outputs;
+  int num_outputs;
+} FloeOnnxExportOptions;
+
+FLOE_API void floe_onnx_export_options_init(FloeOnnxExportOptions *opts);
+
+/* The model's bytes into *buf (malloc'd; the caller frees it with free()) and *len. g is
+ * borrowed for the call and not changed; opts NULL: the defaults. On error *buf is NULL. */
+FLOE_API floe_code floe_onnx_export(const FloeGraph *g, const FloeOnnxExportOptions *opts,
+                                    void **buf, size_t *len, FloeStatus *status);
+/* The same written to path (a temporary file beside it renamed over it: a failure leaves no
+ * partial file). Errors name the path. */
+FLOE_API floe_code floe_onnx_export_file(const FloeGraph *g, const char *path,
+                                         const FloeOnnxExportOptions *opts, FloeStatus *status);
+
 #ifdef __cplusplus
 }
 #endif
