@@ -283,7 +283,9 @@ static int by_flow(const void *a, const void *b) {
   int c = strcmp(x->flow_key, y->flow_key);
   if (c) return c;
   if (x->step != y->step) return x->step < y->step ? -1 : 1;
-  return strcmp(x->op, y->op) > 0 ? -1 : strcmp(x->op, y->op) < 0; /* _Send before _Recv */
+  int rx = !strcmp(x->op, "_Recv"), ry = !strcmp(y->op, "_Recv"); /* sends before receives */
+  if (rx != ry) return rx - ry;
+  return x->t0 < y->t0 ? -1 : x->t0 > y->t0;
 }
 
 static double us(int64_t ns, int64_t origin) { return (double)(ns - origin) / 1e3; }

@@ -1028,11 +1028,11 @@ void floe_session_set_profiling(FloeSession *s, int on) {
 }
 
 /* Thread-safe: the sink takes events from any thread under its own lock. */
-void floe_session_set_tracing(FloeSession *s, int on) {
+void floe_session_set_tracing(FloeSession *s, int mode) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
-  if (on) {
-    floe__trace_clear(s->trace);
+  if (mode != FLOE_TRACE_OFF) {
+    if (mode != FLOE_TRACE_RESUME) floe__trace_clear(s->trace);
     atomic_fetch_or(&s->profiling, FLOE__PROF_TRACE);
   } else {
     atomic_fetch_and(&s->profiling, ~FLOE__PROF_TRACE);

@@ -483,14 +483,16 @@ FLOE_API void floe_session_set_profiling(FloeSession *s, int on);
 FLOE_API floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_rows,
                                         FloeStatus *status);
 
-/* Tracing: a timeline of this session's steps. on != 0 drops the events gathered so far
- * and records, from then on, every kernel invocation (node, op, device, thread, start and
+/* Tracing: a timeline of this session's steps. FLOE_TRACE_START drops the events gathered
+ * so far and records, from then on, every kernel invocation (node, op, device, thread, start and
  * end, input and output types, output bytes), the spans each executor thread spends in the
- * executor, and each run's start and end; 0 stops recording and keeps the events. Off (the
- * default) costs the executor one branch per node, the same one profiling tests. Events
+ * executor, and each run's start and end; FLOE_TRACE_RESUME records again keeping them;
+ * FLOE_TRACE_OFF (0) stops recording and keeps the events. Off (the default) costs the
+ * executor one branch per node, the same one profiling tests. Events
  * are kept in memory (a few hundred bytes each) until the next on or the session's free.
  * Thread-safe; steps already running may be recorded partly. NULL s is a no-op. */
-FLOE_API void floe_session_set_tracing(FloeSession *s, int on);
+enum { FLOE_TRACE_OFF = 0, FLOE_TRACE_START = 1, FLOE_TRACE_RESUME = 2 };
+FLOE_API void floe_session_set_tracing(FloeSession *s, int mode);
 /* Writes the events recorded so far to path (created or truncated; the caller owns the
  * file) as a Chrome trace (Trace Event Format JSON, opened by Perfetto and chrome://tracing):
  * process 1 holds the runs ("step" spans on the calling threads), one process per device
@@ -519,7 +521,7 @@ typedef struct FloeStepBreakdown {
   int64_t kernel_ns, transfer_ns, framework_ns, idle_ns;
   int64_t dropped_events; /* events lost to an allocation failure (then the sums are low) */
 } FloeStepBreakdown;
-/* Fills *out from the events recorded since tracing was last turned on. Thread-safe. */
+/* Fills *out from the events recorded since tracing last started. Thread-safe. */
 FLOE_API floe_code floe_session_step_breakdown(FloeSession *s, FloeStepBreakdown *out,
                                                FloeStatus *status);
 
