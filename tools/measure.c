@@ -14,6 +14,7 @@ void measure_breakdown_add(FloeStepBreakdown *acc, const FloeStepBreakdown *b) {
   acc->transfer_ns += b->transfer_ns;
   acc->framework_ns += b->framework_ns;
   acc->idle_ns += b->idle_ns;
+  acc->tracing_ns += b->tracing_ns;
   acc->dropped_events += b->dropped_events;
 }
 
@@ -23,12 +24,13 @@ void measure_breakdown_print(FILE *f, const FloeStepBreakdown *b) {
   if (b->steps <= 0) return;
   double n = (double)b->steps;
   fprintf(f, "step %.3f ms x %.2f threads: kernels %.3f ms (%.0f%%), framework %.3f ms (%.0f%%), "
-          "transfers %.3f ms (%.0f%%), idle %.3f ms (%.0f%%)%s\n",
+          "transfers %.3f ms (%.0f%%), idle %.3f ms (%.0f%%), tracing %.3f ms (%.0f%%)%s\n",
           b->wall_ns * 1e-6 / n, b->wall_ns ? (double)b->thread_ns / b->wall_ns : 0.0,
           b->kernel_ns * 1e-6 / n, pct(b->kernel_ns, b->thread_ns), b->framework_ns * 1e-6 / n,
           pct(b->framework_ns, b->thread_ns), b->transfer_ns * 1e-6 / n,
           pct(b->transfer_ns, b->thread_ns), b->idle_ns * 1e-6 / n,
-          pct(b->idle_ns, b->thread_ns), b->dropped_events ? " (events lost: too low)" : "");
+          pct(b->idle_ns, b->thread_ns), b->tracing_ns * 1e-6 / n,
+          pct(b->tracing_ns, b->thread_ns), b->dropped_events ? " (events lost: too low)" : "");
 }
 
 void measure_breakdown_json(JsonWriter *w, const FloeStepBreakdown *b) {
@@ -42,12 +44,14 @@ void measure_breakdown_json(JsonWriter *w, const FloeStepBreakdown *b) {
   json_key(w, "framework_ms"), json_double(w, b->framework_ns * 1e-6 / n);
   json_key(w, "transfers_ms"), json_double(w, b->transfer_ns * 1e-6 / n);
   json_key(w, "idle_ms"), json_double(w, b->idle_ns * 1e-6 / n);
-  /* The exact sums, for checking: kernel + framework + transfer + idle == thread. */
+  json_key(w, "tracing_ms"), json_double(w, b->tracing_ns * 1e-6 / n);
+  /* The exact sums, for checking: kernel + framework + transfer + idle + tracing == thread. */
   json_key(w, "thread_ns"), json_int(w, b->thread_ns);
   json_key(w, "kernel_ns"), json_int(w, b->kernel_ns);
   json_key(w, "framework_ns"), json_int(w, b->framework_ns);
   json_key(w, "transfer_ns"), json_int(w, b->transfer_ns);
   json_key(w, "idle_ns"), json_int(w, b->idle_ns);
+  json_key(w, "tracing_ns"), json_int(w, b->tracing_ns);
   json_key(w, "dropped_events"), json_int(w, b->dropped_events);
   json_end_object(w);
 }

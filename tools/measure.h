@@ -12,8 +12,8 @@
 
 /* Adds b's sums to *acc (acc->struct_size set by the caller). */
 void measure_breakdown_add(FloeStepBreakdown *acc, const FloeStepBreakdown *b);
-/* "step 1.23 ms x 2.0 threads: kernels 1.01 ms (41%), framework ..., transfers ..., idle ..."
- * with a newline; nothing when no step was recorded. */
+/* "step 1.23 ms x 2.00 threads: kernels 1.01 ms (41%), framework ..., transfers ..., idle ...,
+ * tracing ..." with a newline; nothing when no step was recorded. */
 void measure_breakdown_print(FILE *f, const FloeStepBreakdown *b);
 /* The breakdown as the object value of the current key (per-step means in ms). */
 void measure_breakdown_json(JsonWriter *w, const FloeStepBreakdown *b);

@@ -146,6 +146,7 @@ typedef struct FloeTraceEvent {
   char *args;         /* KERNEL: JSON members for the inputs' and outputs' types (owned) */
   char *flow_key;     /* transfers: the pair's key, same on both sides (owned) */
   int64_t bytes;      /* KERNEL: output bytes */
+  int64_t record_ns;  /* KERNEL: the time recording it took (the breakdown's "tracing") */
 } FloeTraceEvent;
 typedef struct FloeTraceSink FloeTraceSink;
 FloeTraceSink *floe__trace_new(void); /* NULL when out of memory */

@@ -145,6 +145,7 @@ static bool is_transfer_op(const char *op) {
 void floe__trace_kernel(FloeTraceSink *t, int64_t step, const FloeKernelContext *ctx, int64_t t0,
                         int64_t t1, bool async) {
   const FloeNode *node = ctx->node;
+  int64_t r0 = floe__exec_now_ns();
   FloeTraceEvent e = {.kind = FLOE__TRACE_KERNEL, .t0 = t0, .t1 = t1, .step = step,
                       .tid = floe__trace_thread_id(), .async = async,
                       .device = ctx->device ? ctx->device->short_name : "host",
@@ -169,6 +170,7 @@ void floe__trace_kernel(FloeTraceSink *t, int64_t step, const FloeKernelContext 
             ctx->frame_id, ctx->iter);
     e.flow_key = k.oom ? (floe__free(k.p), NULL) : k.p;
   }
+  e.record_ns = floe__exec_now_ns() - r0; /* the lock and copy below are not counted */
   trace_add(t, &e);
 }
 
@@ -204,7 +206,7 @@ floe_code floe__trace_breakdown(FloeTraceSink *t, FloeStepBreakdown *out, FloeSt
     size_t j = i;
     while (j < t->n && v[j]->step == v[i]->step) j++;
     const FloeTraceEvent *step = NULL;
-    int64_t kern = 0, xfer = 0, active = 0, threads = 0, last_tid = 0;
+    int64_t kern = 0, xfer = 0, active = 0, threads = 0, last_tid = 0, rec = 0;
     for (size_t k = i; k < j; k++) {
       const FloeTraceEvent *e = v[k];
       if (e->kind == FLOE__TRACE_STEP) step = e;
@@ -212,6 +214,7 @@ floe_code floe__trace_breakdown(FloeTraceSink *t, FloeStepBreakdown *out, FloeSt
         active += e->t1 - e->t0;
         if (!threads || e->tid != last_tid) threads++, last_tid = e->tid;
       }
+      if (e->kind == FLOE__TRACE_KERNEL) rec += e->record_ns;
       if (e->kind == FLOE__TRACE_KERNEL && !e->async) {
         if (e->transfer) xfer += e->t1 - e->t0;
         else kern += e->t1 - e->t0;
@@ -224,10 +227,12 @@ floe_code floe__trace_breakdown(FloeTraceSink *t, FloeStepBreakdown *out, FloeSt
       if (!caller_counted) threads++;
       int64_t wall = step->t1 - step->t0, outside = wall - (step->x1 - step->x0);
       int64_t cap = wall * threads;
-      int64_t fw = active - kern - xfer;
+      int64_t fw = active - kern - xfer - rec;
       if (fw < 0) fw = 0;
       fw += outside > 0 ? outside : 0;
-      int64_t idle = cap - kern - xfer - fw;
+      if (rec > cap - kern - xfer - fw) rec = cap - kern - xfer - fw;
+      if (rec < 0) rec = 0;
+      int64_t idle = cap - kern - xfer - fw - rec;
       if (idle < 0) { /* clock steps between threads: framework absorbs the difference */
         fw += idle;
         idle = 0;
@@ -235,7 +240,8 @@ floe_code floe__trace_breakdown(FloeTraceSink *t, FloeStepBreakdown *out, FloeSt
       }
       out->steps++;
       out->wall_ns += wall;
-      out->thread_ns += kern + xfer + fw + idle;
+      out->thread_ns += kern + xfer + fw + rec + idle;
+      out->tracing_ns += rec;
       out->kernel_ns += kern;
       out->transfer_ns += xfer;
       out->framework_ns += fw;

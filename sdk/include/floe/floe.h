@@ -511,14 +511,18 @@ FLOE_API floe_code floe_session_trace_write(FloeSession *s, const char *path, Fl
  *   transfers:  summed time inside synchronous _Send/_Recv/_ControlSend kernels,
  *   framework:  executor spans minus the kernels and transfers in them (scheduling, input
  *               gathering, releasing), plus W - E on the caller (lookup, feeds, fetch copies),
+ *   tracing:    the time spent recording the kernel events themselves (the cost of being
+ *               traced, taken out of framework so that it does not pass for the executor's),
  *   idle:       the rest: threads waiting (on the pool, on a value, on an async kernel).
- * The four add up to thread_ns exactly. */
+ * The five add up to thread_ns exactly. */
 typedef struct FloeStepBreakdown {
   size_t struct_size;     /* sizeof(FloeStepBreakdown), set by the caller */
   int64_t steps;          /* runs summed */
   int64_t wall_ns;        /* their wall times, summed */
-  int64_t thread_ns;      /* their T x W, summed: kernel + transfer + framework + idle */
+  int64_t thread_ns;      /* their T x W, summed: kernel + transfer + framework + tracing +
+                             idle */
   int64_t kernel_ns, transfer_ns, framework_ns, idle_ns;
+  int64_t tracing_ns;     /* recording the events (see above) */
   int64_t dropped_events; /* events lost to an allocation failure (then the sums are low) */
 } FloeStepBreakdown;
 /* Fills *out from the events recorded since tracing last started. Thread-safe. */
