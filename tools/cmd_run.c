@@ -393,7 +393,23 @@ int cmd_run(int argc, char **argv) {
         }
         break;
       }
-      case OPT_SHAPE: shapes[nshape++] = optarg; break;
+      case OPT_SHAPE: {
+        const char *eq = strchr(optarg, '=');
+        int rank;
+        int64_t dims[FLOE_MAX_DIMS];
+        char name[256];
+        if (!eq || eq == optarg || (size_t)(eq - optarg) >= sizeof name) {
+          rc = cli_usage("run", "--shape takes NAME=D0,D1,... with dims >= 0");
+          goto out;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)(eq - optarg), optarg);
+        if (find_shape((const char **)&optarg, 1, name, &rank, dims) < 0) {
+          rc = 2; /* printed */
+          goto out;
+        }
+        shapes[nshape++] = optarg;
+        break;
+      }
       case OPT_THREADS:
         if (measure_parse_int(optarg, 1, 4096, &v)) {
           rc = cli_usage("run", "--threads takes N >= 1");
