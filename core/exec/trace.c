@@ -341,7 +341,7 @@ static floe_code write_events(FloeTraceSink *t, FILE *f, FloeStatus *st) {
       tids[2 * ntid] = pid;
       tids[2 * ntid + 1] = e->tid;
       ntid++;
-      if (pid > 1 && (int)e->tid >= 0) {
+      if (pid > 1) {
         bool first_of_pid = true;
         for (int q = 0; q < ntid - 1; q++)
           if (tids[2 * q] == pid) first_of_pid = false;
