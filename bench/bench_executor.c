@@ -39,6 +39,25 @@ static double time_steps(FloeSession *s, FloeFeed *feed, const char *fetch, cons
   return med;
 }
 
+typedef struct OneStep {
+  FloeSession *s;
+  FloeFeed *feed;
+  const char *fetch, *target;
+} OneStep;
+
+static int one_step(void *arg) {
+  OneStep *o = arg;
+  FloeStatus *st = floe_status_new();
+  FloeTensor *out = NULL;
+  floe_code c = floe_session_run(o->s, o->feed, 1, o->fetch ? &o->fetch : NULL, o->fetch ? 1 : 0,
+                                 o->target ? &o->target : NULL, o->target ? 1 : 0,
+                                 o->fetch ? &out : NULL, st);
+  if (c != FLOE_OK) fprintf(stderr, "bench_executor: %s\n", floe_status_message(st));
+  floe_tensor_release(out);
+  floe_status_free(st);
+  return c == FLOE_OK ? 0 : -1;
+}
+
 int main(int argc, char **argv) {
   int nodes = 10000, reps = 20, json = 0, threads = 0, c;
   static const struct option opts[] = {{"nodes", required_argument, NULL, 'n'},
@@ -100,13 +119,25 @@ int main(int argc, char **argv) {
   }
   floe_tensor_release(out);
   double chain_us = chain / nodes * 1e6, wide_us = wide / nodes * 1e6;
-  if (json)
+  /* Where a step's time goes, from 3 more steps of each, traced. */
+  FloeStepBreakdown bc, bw;
+  OneStep oc = {s, &feed, fetch_name, NULL}, ow = {s, &feed, NULL, "wide"};
+  if (bench_breakdown(s, one_step, &oc, 3, &bc) || bench_breakdown(s, one_step, &ow, 3, &bw))
+    return 1;
+  if (json) {
     printf("{\"system\":\"floe\",\"nodes\":%d,\"reps\":%d,\"chain_us_per_node\":%.4f,"
-           "\"wide_us_per_node\":%.4f}\n",
+           "\"wide_us_per_node\":%.4f,\"chain_breakdown\":",
            nodes, reps, chain_us, wide_us);
-  else
+    bench_breakdown_json(stdout, &bc);
+    printf(",\"wide_breakdown\":");
+    bench_breakdown_json(stdout, &bw);
+    printf("}\n");
+  } else {
     printf("floe: chain %.3f us/node, wide %.3f us/node (%d nodes, median of %d)\n", chain_us,
            wide_us, nodes, reps);
+    bench_breakdown_print(stdout, "chain (traced)", &bc);
+    bench_breakdown_print(stdout, "wide (traced)", &bw);
+  }
   floe_tensor_release(xv);
   floe_session_free(s);
   floe_graph_free(g);

@@ -25,6 +25,7 @@
 #include <floe/floe_onnx.h>
 
 #include "cli.h"
+#include "measure.h"
 #include "train_input.h"
 
 static const char train_help[] =
@@ -33,7 +34,8 @@ static const char train_help[] =
     "                  [--seed S] [--data DIR] [--checkpoint-dir DIR [--resume]]\n"
     "                  [--stop-after K] [--input queue|feed] [--export FILE]\n"
     "                  [--devices LIST [--compress-transfers]] [--save-graph FILE]\n"
-    "                  [--profile] [--json] [--onnx MODEL.onnx]\n"
+    "                  [--profile] [--trace FILE] [--steps N] [--json]\n"
+    "                  [--onnx MODEL.onnx]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
     "                         max-pool blocks (32, 64 filters), dense 1024, dense 10;\n"
@@ -44,6 +46,8 @@ static const char train_help[] =
     "                         [N,784] or [N,1,28,28] and its output [N,10] logits\n"
     "                         (implies --input feed)\n"
     "  --epochs N             passes over the training set (default 5)\n"
+    "  --steps N              stop after N training steps (the last epoch may end early;\n"
+    "                         it is still tested and reported as usual)\n"
     "  --batch N              examples per step (default 64)\n"
     "  --optimizer NAME       adam (default), sgd, momentum, rmsprop, adagrad\n"
     "  --lr X                 learning rate (default: 1e-3 for adam and rmsprop, 1e-2 for\n"
@@ -81,7 +85,13 @@ static const char train_help[] =
     "                         \"init\"; feeds x and y with --input feed) to FILE and stop\n"
     "  --profile              time every kernel of the training steps and print, per op\n"
     "                         type, calls and time (sorted by total time) at the end: to\n"
-    "                         stderr, or as \"profile\" in the JSON with --json\n"
+    "                         stderr, or as \"profile\" in the JSON with --json; then\n"
+    "                         the step breakdown (\"breakdown\" in the JSON)\n"
+    "  --trace FILE           write a Chrome trace of the training steps to FILE: a track\n"
+    "                         per device and thread, each kernel with its node, op,\n"
+    "                         shapes and bytes, transfers as flows (open it in Perfetto\n"
+    "                         or chrome://tracing; every step is kept in memory: use it\n"
+    "                         with --steps or --limit)\n"
     "  --json                 end with one JSON line: model, epochs, batch,\n"
     "                         samples_per_sec, test_accuracy, final_loss, wall_seconds,\n"
     "                         peak_rss_mb, ...\n";
@@ -107,6 +117,8 @@ typedef struct TrainOptions {
   const char *devices; /* --devices: cost-model placement among these; NULL: none */
   const char *save_graph; /* --save-graph FILE */
   int compress;        /* --compress-transfers */
+  int64_t max_steps;   /* --steps: 0 none */
+  const char *trace;   /* --trace FILE */
 } TrainOptions;
 
 static double now_seconds(void) {
@@ -130,7 +142,7 @@ static int onnx_input_is_image(const char *path);
 
 static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
-         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX };
+         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX, OPT_STEPS, OPT_TRACE };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -147,6 +159,8 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"compress-transfers", no_argument, NULL, OPT_COMPRESS},
       {"save-graph", required_argument, NULL, OPT_SAVE_GRAPH},
       {"onnx", required_argument, NULL, OPT_ONNX},
+      {"steps", required_argument, NULL, OPT_STEPS},
+      {"trace", required_argument, NULL, OPT_TRACE},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
@@ -226,6 +240,11 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       case OPT_DEVICES: o->devices = optarg; break;
       case OPT_COMPRESS: o->compress = 1; break;
       case OPT_SAVE_GRAPH: o->save_graph = optarg; break;
+      case OPT_STEPS:
+        if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--steps takes N >= 1");
+        o->max_steps = v;
+        break;
+      case OPT_TRACE: o->trace = optarg; break;
       case OPT_LIMIT:
         if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--limit takes N >= 1");
         o->limit = v;
@@ -355,6 +374,7 @@ typedef struct Trainer {
   char loss_name[256], step_name[256], train_name[256];
   int tty;
   FloeOpProfile *prof; /* --profile: the training steps' counts over all epochs (malloc'd) */
+  FloeStepBreakdown bd; /* --profile: the training steps' breakdown over all epochs */
   int num_prof;
   int64_t n_train, per_epoch;
   char *images, *labels;   /* --input queue: the training files (malloc'd) */
@@ -513,6 +533,15 @@ static int merge_profile(Trainer *t) {
   return 0;
 }
 
+/* Adds the breakdown of the steps traced since tracing started to t->bd. 0, or 1 on error. */
+static int add_breakdown(Trainer *t) {
+  FloeStepBreakdown b = {.struct_size = sizeof b};
+  if (floe_session_step_breakdown(t->s, &b, t->st) != FLOE_OK)
+    return cli_error("train", "--profile: %s", floe_status_message(t->st));
+  measure_breakdown_add(&t->bd, &b);
+  return 0;
+}
+
 static int profile_cmp(const void *a, const void *b) {
   const FloeOpProfile *x = a, *y = b;
   return x->total_ns != y->total_ns ? (x->total_ns > y->total_ns ? -1 : 1) : strcmp(x->op, y->op);
@@ -547,6 +576,7 @@ int cmd_train(int argc, char **argv) {
   double t_start = now_seconds();
   Trainer t;
   memset(&t, 0, sizeof t);
+  t.bd.struct_size = sizeof t.bd;
   int done, rc = parse_options(argc, argv, &t.o, &done);
   if (rc || done) return rc;
   const TrainOptions *o = &t.o;
@@ -659,7 +689,12 @@ int cmd_train(int argc, char **argv) {
     double loss_sum = 0, epoch_secs = 0, t0 = now_seconds(), last_draw = 0;
     int r = 0;
     if (o->profile) floe_session_set_profiling(t.s, 1); /* training steps only */
+    /* --trace keeps every epoch's steps; --profile alone only needs one epoch's at a time */
+    if (o->profile || o->trace)
+      floe_session_set_tracing(t.s, o->trace && e > first_epoch ? FLOE_TRACE_RESUME
+                                                                 : FLOE_TRACE_START);
     for (int64_t j = start;; j++) {
+      if (o->max_steps && total_steps + steps >= o->max_steps) break;
       FloeTensor *im = NULL, *lb = NULL;
       FloeFeed feeds[2];
       int nfeeds = 1;
@@ -712,6 +747,8 @@ int cmd_train(int argc, char **argv) {
       floe_session_set_profiling(t.s, 0);
       if (merge_profile(&t)) goto out;
     }
+    if (o->profile || o->trace) floe_session_set_tracing(t.s, FLOE_TRACE_OFF);
+    if (o->profile && !o->trace && add_breakdown(&t)) goto out;
     if (r < 0) {
       rc = cli_error("train", "%s", floe_status_message(t.st));
       goto out;
@@ -741,8 +778,17 @@ int cmd_train(int argc, char **argv) {
       printf("epoch %d/%d loss %.6f test_accuracy %.4f samples/s %.0f seconds %.2f\n", e + 1,
              o->epochs, final_loss, accuracy, rate, epoch_secs);
     fflush(stdout);
+    if (o->max_steps && total_steps >= o->max_steps) break;
   }
-  /* The readers gave exactly the examples the steps took; the thread has ended or ends now. */
+  if (o->trace) {
+    if (o->profile && add_breakdown(&t)) goto out;
+    if (floe_session_trace_write(t.s, o->trace, t.st) != FLOE_OK) {
+      rc = cli_error("train", "--trace: %s", floe_status_message(t.st));
+      goto out;
+    }
+  }
+  /* The readers gave exactly the examples the steps took; the thread has ended or ends now
+   * (--steps: it is stopped). */
   if (t.runner && floe_queue_runner_stop(t.runner, t.st) != FLOE_OK) {
     rc = cli_error("train", "input pipeline: %s", floe_status_message(t.st));
     goto out;
@@ -809,7 +855,10 @@ int cmd_train(int argc, char **argv) {
         json_end_object(&w);
       }
       json_end_array(&w);
+      json_key(&w, "breakdown"), measure_breakdown_json(&w, &t.bd);
     }
+    json_key(&w, "steps"), json_int(&w, total_steps);
+    if (o->trace) json_key(&w, "trace"), json_string(&w, o->trace);
     json_end_object(&w);
     json_finish(&w);
   } else {
@@ -819,7 +868,12 @@ int cmd_train(int argc, char **argv) {
       printf("across devices (%s%s): %lld values, %.1f MB moved (%.1f MB as f32 tensors)\n",
              o->devices, o->compress ? ", bf16 transfers" : "", (long long)xs.transfers,
              xs.wire_bytes / 1048576.0, xs.tensor_bytes / 1048576.0);
-    if (o->profile) print_profile(&t, total_steps, train_secs);
+    if (o->profile) {
+      print_profile(&t, total_steps, train_secs);
+      measure_breakdown_print(stderr, &t.bd);
+    }
+    if (o->trace) printf("trace of %lld training steps written to %s\n", (long long)total_steps,
+                         o->trace);
   }
   rc = 0;
 out:

@@ -32,13 +32,15 @@
 #include <time.h>
 
 #include "cli.h"
+#include "measure.h"
 
 static const char lstm_help[] =
     "Usage: floe train --model lstm [--steps N] [--epochs N] [--batch N] [--bptt T]\n"
     "                  [--hidden H] [--layers L] [--vocab V] [--sampled-softmax K]\n"
     "                  [--lr X] [--softmax-lr X] [--clip N] [--seed N] [--threads N]\n"
     "                  [--data DIR] [--eval-windows N] [--devices LIST]\n"
-    "                  [--save-graph FILE] [--export FILE] [--profile] [--json]\n"
+    "                  [--save-graph FILE] [--export FILE] [--profile] [--trace FILE]\n"
+    "                  [--json]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
     "  --steps N              training windows (default: --epochs whole epochs)\n"
@@ -72,7 +74,11 @@ static const char lstm_help[] =
     "                         unrolled over the bptt steps (no loop), so `floe export\n"
     "                         --onnx` can write it as an ONNX model\n"
     "  --profile              time every kernel of the training windows after the first\n"
-    "                         and print the ops taking the most time to stderr\n"
+    "                         and print the ops taking the most time to stderr, then the\n"
+    "                         step breakdown (\"breakdown\" in the JSON with --json)\n"
+    "  --trace FILE           write a Chrome trace of the training windows after the first\n"
+    "                         to FILE (a track per device and thread, each kernel with its\n"
+    "                         node, op, shapes and bytes, transfers as flows)\n"
     "  --json                 end with one JSON line: the options, perplexity,\n"
     "                         unigram_perplexity, words_per_sec, train_seconds, final_loss,\n"
     "                         peak_rss_mb\n";
@@ -83,7 +89,7 @@ static const char lstm_help[] =
 typedef struct LstmOptions {
   long long steps, epochs, batch, bptt, hidden, layers, vocab, sampled, seed, threads, eval;
   double lr, clip, softmax_lr;
-  const char *data, *devices, *save_graph, *export_path;
+  const char *data, *devices, *save_graph, *export_path, *trace;
   int json, profile;
 } LstmOptions;
 
@@ -108,6 +114,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"softmax-lr", required_argument, NULL, 'R'},
       {"devices", required_argument, NULL, 'D'}, {"save-graph", required_argument, NULL, 'G'},
       {"export", required_argument, NULL, 'X'},
+      {"trace", required_argument, NULL, 'Z'},
       {NULL, 0, NULL, 0}};
   *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
@@ -159,6 +166,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       case 'D': o->devices = optarg; break;
       case 'G': o->save_graph = optarg; break;
       case 'X': o->export_path = optarg; break;
+      case 'Z': o->trace = optarg; break;
       case 'h':
         fputs(lstm_help, stdout);
         *done = 1;
@@ -464,6 +472,7 @@ int cmd_train_lstm(int argc, char **argv) {
       goto out_states;
     }
     if (o.profile && step == 1) floe_session_set_profiling(m.s, 1);
+    if ((o.profile || o.trace) && step == 1) floe_session_set_tracing(m.s, FLOE_TRACE_START);
     double t0 = now_s();
     loss = run_window(&m, x, y, states, "loss", 1);
     double dt = now_s() - t0;
@@ -481,6 +490,16 @@ int cmd_train_lstm(int argc, char **argv) {
       printf("step %lld/%lld  loss %.4f  (%.0f words/s)\n", (long long)step + 1,
              (long long)total, loss, train_secs > 0 ? (double)timed_words / train_secs : 0.0);
   }
+  floe_session_set_tracing(m.s, FLOE_TRACE_OFF);
+  FloeStepBreakdown bd = {.struct_size = sizeof bd};
+  if (o.profile && floe_session_step_breakdown(m.s, &bd, st) != FLOE_OK) {
+    rc = cli_error("train", "--profile: %s", floe_status_message(st));
+    goto out_states;
+  }
+  if (o.trace && floe_session_trace_write(m.s, o.trace, st) != FLOE_OK) {
+    rc = cli_error("train", "--trace: %s", floe_status_message(st));
+    goto out_states;
+  }
   if (o.profile) {
     floe_session_set_profiling(m.s, 0);
     FloeOpProfile *rows = NULL;
@@ -496,6 +515,7 @@ int cmd_train_lstm(int argc, char **argv) {
                 (double)rows[i].total_ns * 1e-6, 100.0 * (double)rows[i].total_ns / kernel_ns);
     }
     free(rows);
+    measure_breakdown_print(stderr, &bd);
   }
   /* Held-out perplexity: full softmax, state carried across the windows. */
   floe_text_windows_start_epoch(tew, 0);
@@ -568,6 +588,8 @@ int cmd_train_lstm(int argc, char **argv) {
     json_key(&w, "train_seconds"), json_double(&w, train_secs);
     json_key(&w, "wall_seconds"), json_double(&w, now_s() - t_start);
     json_key(&w, "peak_rss_mb"), json_double(&w, rss_mb);
+    if (o.profile) json_key(&w, "breakdown"), measure_breakdown_json(&w, &bd);
+    if (o.trace) json_key(&w, "trace"), json_string(&w, o.trace);
     json_end_object(&w);
     fputc('\n', stdout);
   } else {

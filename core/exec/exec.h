@@ -70,6 +70,9 @@ typedef struct FloeExecPlan {
   /* Non-zero: time each kernel (floe_session_set_profiling); borrowed, outlives e; NULL:
    * never. */
   const atomic_int *profiling;
+  /* Where kernel and executor-thread spans go while *profiling has FLOE__PROF_TRACE (the
+   * session's; borrowed, outlives e); NULL: never traced. */
+  struct FloeTraceSink *trace;
   /* Use the frame scheduler even without control-flow nodes: a partition whose _Recv may
    * deliver a dead value (the whole graph has control flow) needs dead-value handling. */
   bool force_frames;
@@ -98,6 +101,8 @@ typedef struct FloeRunCtl {
    * partitions from here. */
   void (*on_fail)(void *arg, FloeExecStep *step, floe_code code, const char *msg);
   void *fail_arg;
+  /* The session step this step belongs to in trace events (floe__trace_next_step); 0: none. */
+  int64_t trace_step;
 } FloeRunCtl;
 /* The step's rendezvous (FloeRunCtl.rendezvous), or NULL. */
 struct FloeRendezvous *floe__exec_step_rendezvous(const FloeExecStep *step);
@@ -117,6 +122,50 @@ floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, Floe
 /* Fails step (attached, not yet detached) with code and why, and cancels it: blocked
  * kernels are woken and loops stop; the message names the loops that were running. */
 void floe__exec_step_cancel(FloeExecStep *step, floe_code code, const char *why);
+/* Bits of the profiling word (FloeExecPlan.profiling): per-node counters, and trace
+ * events. Zero: the executor pays one branch per node. */
+enum { FLOE__PROF_COUNTERS = 1, FLOE__PROF_TRACE = 2 };
+
+/* trace.c: the events of traced steps (floe_session_set_tracing). */
+typedef enum FloeTraceKind {
+  FLOE__TRACE_KERNEL = 0, /* one kernel invocation */
+  FLOE__TRACE_ACTIVE = 1, /* a thread inside the executor (scheduling and kernels) */
+  FLOE__TRACE_STEP = 2    /* one session run, on the caller's thread */
+} FloeTraceKind;
+typedef struct FloeTraceEvent {
+  FloeTraceKind kind;
+  bool async;         /* a kernel that finished through done: t1 is when done was called */
+  bool transfer;      /* _Send, _Recv, _ControlSend */
+  int64_t t0, t1;     /* CLOCK_MONOTONIC ns */
+  int64_t x0, x1;     /* STEP: the executors' span inside [t0, t1] */
+  int64_t tid;        /* the OS thread id of the recording thread */
+  int64_t step;       /* the session step (FloeRunCtl.trace_step); 0: outside a session */
+  const char *device; /* short name, borrowed from the runtime; NULL for STEP */
+  const char *op;     /* KERNEL: op name (borrowed from the op registry) */
+  char *name;         /* KERNEL: node name (owned) */
+  char *args;         /* KERNEL: JSON members for the inputs' and outputs' types (owned) */
+  char *flow_key;     /* transfers: the pair's key, same on both sides (owned) */
+  int64_t bytes;      /* KERNEL: output bytes */
+  int64_t record_ns;  /* KERNEL: the time recording it took (the breakdown's "tracing") */
+} FloeTraceEvent;
+typedef struct FloeTraceSink FloeTraceSink;
+FloeTraceSink *floe__trace_new(void); /* NULL when out of memory */
+void floe__trace_free(FloeTraceSink *t);
+void floe__trace_clear(FloeTraceSink *t); /* drops every event */
+int64_t floe__trace_next_step(FloeTraceSink *t);
+int64_t floe__exec_now_ns(void); /* CLOCK_MONOTONIC in ns: the clock of trace events */
+int64_t floe__trace_thread_id(void);
+/* Records a finished kernel of ctx (inputs and outputs still set). Thread-safe. */
+void floe__trace_kernel(FloeTraceSink *t, int64_t step, const FloeKernelContext *ctx, int64_t t0,
+                        int64_t t1, bool async);
+/* Records an ACTIVE span (x0, x1 unused) or a STEP (x0..x1 the executors' part). */
+void floe__trace_span(FloeTraceSink *t, FloeTraceKind kind, int64_t step, const char *device,
+                      int64_t t0, int64_t t1, int64_t x0, int64_t x1);
+/* The Chrome trace of every event so far into path (created or truncated). */
+floe_code floe__trace_write(FloeTraceSink *t, const char *path, FloeStatus *st);
+/* Sums the recorded session steps into *out (see floe_session_step_breakdown). */
+floe_code floe__trace_breakdown(FloeTraceSink *t, FloeStepBreakdown *out, FloeStatus *st);
+
 /* Per-node kernel counters gathered while plan->profiling is set. */
 typedef struct FloeExecProfile {
   int64_t calls, total_ns, max_ns, output_bytes;

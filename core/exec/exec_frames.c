@@ -835,8 +835,7 @@ static void async_done(void *arg) {
   FloeExecStep *s = t->s;
   const ExecNode *en = &s->e->nodes[t->n];
   if (t->inv.start_ns && t->inv.status.code == FLOE_OK)
-    floe__exec_prof_record(s, t->n, floe__exec_now_ns() - t->inv.start_ns, t->inv.ctx.device_ns,
-                           t->outs);
+    floe__exec_prof_record(s, t->n, t->inv.start_ns, floe__exec_now_ns(), &t->inv.ctx, true);
   bool dead = t->inv.ctx.output_dead && t->inv.status.code == FLOE_OK;
   floe__exec_end_call(s, en, &t->inv, FLOE_OK, t->outs);
   if (dead)
@@ -898,7 +897,7 @@ static void run_task(FloeExecStep *s, CfTask *t, TaskList *inl) {
     int64_t t0 = floe__exec_now_ns();
     rc = def->compute(en->state, &inv->ctx);
     if (rc == FLOE_OK && inv->status.code == FLOE_OK)
-      floe__exec_prof_record(s, t->n, floe__exec_now_ns() - t0, inv->ctx.device_ns, t->outs);
+      floe__exec_prof_record(s, t->n, t0, floe__exec_now_ns(), &inv->ctx, false);
   } else {
     rc = def->compute(en->state, &inv->ctx);
   }
@@ -948,6 +947,7 @@ static void dispatch(FloeExecStep *s, TaskList *ready, TaskList *inl) {
       tl_push(mine, keep);
   }
   if (inl) return;
+  int64_t step = s->ctl.trace_step, span = floe__exec_span_begin(e);
   for (unsigned k = 1; local.head; k++) {
     if (k % 256 == 0) floe__exec_check_deadline(s); /* a loop may run here for ever */
     CfTask *t = local.head;
@@ -956,6 +956,7 @@ static void dispatch(FloeExecStep *s, TaskList *ready, TaskList *inl) {
     local.n--;
     run_task(s, t, &local);
   }
+  floe__exec_span_end(e, step, span); /* e outlives s, which the last task may free */
 }
 
 void floe__cf_run(FloeExecStep *s) {

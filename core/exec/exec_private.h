@@ -58,6 +58,8 @@ struct FloeExecutor {
   size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, arena_size;
   _Atomic(char *) spare;       /* the arena of a finished step, kept for the next one */
   const atomic_int *profiling; /* the session's switch, or never_profile */
+  FloeTraceSink *trace;        /* FloeExecPlan.trace (borrowed); NULL: never traced */
+  const char *device_name;     /* the first node's device (borrowed), for trace spans */
   FloeCfExec *cf;              /* control flow: frames (exec_frames.c); NULL: none */
   NodeProf *prof;              /* per node */
   bool force_frames;           /* FloeExecPlan.force_frames */
@@ -163,8 +165,14 @@ int64_t floe__exec_now_ns(void);
  * a loop's nodes one after another and never wait). */
 void floe__exec_check_deadline(FloeExecStep *s);
 bool floe__exec_profiling(const FloeExecutor *e);
-void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, int64_t device_ns,
-                            FloeTensor *const *outs);
+/* Counts (and traces, per the profiling word) one finished invocation of node n that ran
+ * from t0 to t1 with context ctx (its inputs and outputs still set). */
+void floe__exec_prof_record(FloeExecStep *s, int n, int64_t t0, int64_t t1,
+                            const FloeKernelContext *ctx, bool async);
+/* A thread's stretch inside the executor, for traces: begin returns a token for end (0:
+ * not tracing; only the outermost of nested stretches is recorded). */
+int64_t floe__exec_span_begin(const FloeExecutor *e);
+void floe__exec_span_end(const FloeExecutor *e, int64_t step, int64_t token);
 
 /* ---- exec_frames.c ---- */
 /* Analyses the frames of e's nodes when the plan has control-flow ops (sets e->cf; leaves it

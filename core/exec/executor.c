@@ -463,14 +463,17 @@ bool floe__exec_profiling(const FloeExecutor *e) {
   return __builtin_expect(atomic_load_explicit(e->profiling, memory_order_relaxed) != 0, 0);
 }
 
-/* Counts one invocation of node n that took ns and left its outputs in the entries. */
-void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, int64_t device_ns,
-                            FloeTensor *const *outs) {
+void floe__exec_prof_record(FloeExecStep *s, int n, int64_t t0, int64_t t1,
+                            const FloeKernelContext *ctx, bool async) {
+  int flags = atomic_load_explicit(s->e->profiling, memory_order_relaxed);
+  if ((flags & FLOE__PROF_TRACE) && s->e->trace)
+    floe__trace_kernel(s->e->trace, s->ctl.trace_step, ctx, t0, t1, async);
+  if (!(flags & FLOE__PROF_COUNTERS)) return;
   const ExecNode *en = &s->e->nodes[n];
   NodeProf *p = &s->e->prof[n];
-  int64_t bytes = 0;
+  int64_t ns = t1 - t0, bytes = 0, device_ns = ctx->device_ns;
   for (int i = 0; i < en->num_outputs; i++) {
-    const FloeTensor *t = outs[i];
+    const FloeTensor *t = ctx->outputs[i];
     if (t) bytes += (int64_t)t->nbytes;
   }
   atomic_fetch_add_explicit(&p->calls, 1, memory_order_relaxed);
@@ -482,6 +485,23 @@ void floe__exec_prof_record(FloeExecStep *s, int n, int64_t ns, int64_t device_n
          !atomic_compare_exchange_weak_explicit(&p->max_ns, &m, ns, memory_order_relaxed,
                                                 memory_order_relaxed)) {
   }
+}
+
+static _Thread_local int span_depth; /* nested executor stretches of this thread */
+
+int64_t floe__exec_span_begin(const FloeExecutor *e) {
+  if (__builtin_expect(!(atomic_load_explicit(e->profiling, memory_order_relaxed) &
+                         FLOE__PROF_TRACE) || !e->trace, 1))
+    return 0;
+  return span_depth++ == 0 ? floe__exec_now_ns() : -1;
+}
+
+void floe__exec_span_end(const FloeExecutor *e, int64_t step, int64_t token) {
+  if (__builtin_expect(token == 0, 1)) return;
+  span_depth--;
+  if (token > 0)
+    floe__trace_span(e->trace, FLOE__TRACE_ACTIVE, step, e->device_name, token,
+                     floe__exec_now_ns(), 0, 0);
 }
 
 /* Borrowed node; NULL past the end. Counts read while steps run may be mid-update. */
@@ -514,8 +534,7 @@ static void async_done(void *arg) {
   int n = (int)(t - s->tasks);
   Invocation *inv = &s->async_calls[s->e->nodes[n].async_slot];
   if (inv->start_ns && inv->status.code == FLOE_OK)
-    floe__exec_prof_record(s, n, floe__exec_now_ns() - inv->start_ns, inv->ctx.device_ns,
-                           s->entries + s->e->nodes[n].out_base);
+    floe__exec_prof_record(s, n, inv->start_ns, floe__exec_now_ns(), &inv->ctx, true);
   finish_invocation(s, n, inv, FLOE_OK);
   node_done(s, n, NULL);
 }
@@ -700,8 +719,7 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     int64_t t0 = floe__exec_now_ns();
     rc = def->compute(en->state, &inv.ctx);
     if (rc == FLOE_OK && inv.status.code == FLOE_OK)
-      floe__exec_prof_record(s, n, floe__exec_now_ns() - t0, inv.ctx.device_ns,
-                             s->entries + en->out_base);
+      floe__exec_prof_record(s, n, t0, floe__exec_now_ns(), &inv.ctx, false);
   } else {
     rc = def->compute(en->state, &inv.ctx);
   }
@@ -712,6 +730,8 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
 /* Runs the list, and whatever it makes ready inline, to the end; then settles the
  * completions. s may be freed once they are settled, unless this thread finished it. */
 static void process_list(FloeExecStep *s, ReadyList *inl) {
+  const FloeExecutor *e = s->e; /* outlives s, which the settling below may free */
+  int64_t step = s->ctl.trace_step, span = floe__exec_span_begin(e);
   while (inl->head >= 0) {
     int n = inl->head;
     inl->head = s->next[n]; /* n is outstanding, so s is alive */
@@ -720,6 +740,7 @@ static void process_list(FloeExecStep *s, ReadyList *inl) {
   }
   int settled = inl->settled;
   inl->settled = 0;
+  floe__exec_span_end(e, step, span);
   if (settled > 0 &&
       atomic_fetch_sub_explicit(&s->outstanding, settled, memory_order_acq_rel) == settled)
     floe__exec_step_finish(s);
@@ -943,6 +964,13 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   e->resources = plan->resources;
   e->inline_inexpensive = plan->inline_inexpensive;
   e->profiling = plan->profiling ? plan->profiling : &never_profile;
+  e->trace = plan->trace;
+  e->device_name = "host";
+  for (int i = 0; i < plan->num_nodes; i++)
+    if (plan->nodes[i].device) {
+      e->device_name = plan->nodes[i].device->short_name;
+      break;
+    }
   e->force_frames = plan->force_frames;
   e->num_nodes = plan->num_nodes;
   e->num_feeds = plan->num_feeds;

@@ -73,7 +73,7 @@ static floe_code build_piece(FloeMultiExec *m, const FloeMultiPlan *plan, int p,
   FloeExecPlan ep = {.rt = plan->rt, .graph = g, .nodes = specs,
                      .inline_inexpensive = plan->inline_inexpensive,
                      .resources = plan->resources, .profiling = plan->profiling,
-                     .force_frames = plan->force_frames};
+                     .trace = plan->trace, .force_frames = plan->force_frames};
   for (int i = 0; i < plan->num_nodes; i++) {
     if (plan->nodes[i].device != pc->device) continue;
     specs[ep.num_nodes++] = plan->nodes[i];
@@ -214,7 +214,7 @@ static floe_code run_one_piece(FloeMultiExec *m, FloeTensor *const *feeds, FloeT
   Piece *pc = &m->pieces[0];
   OneTrack t = {ctl, NULL};
   FloeRunCtl one = {ctl ? ctl->timeout_ms : 0, ctl && ctl->track ? one_attach : NULL, &t,
-                    NULL, NULL, NULL};
+                    NULL, NULL, NULL, ctl ? ctl->trace_step : 0};
   FloeTensor *small_f[8], *small_o[8];
   FloeTensor **pf = pc->num_feeds <= 8 ? small_f : floe__malloc((size_t)pc->num_feeds * sizeof *pf);
   FloeTensor **po = pc->num_fetches <= 8 ? small_o : floe__malloc((size_t)pc->num_fetches * sizeof *po);
@@ -268,7 +268,8 @@ floe_code floe__multi_exec_run(FloeMultiExec *m, FloeTensor *const *feeds, FloeT
     }
     for (int k = 0; k < pc->num_feeds; k++) pfeeds[p][k] = feeds[pc->feed_of[k]];
     r.pr[p].run = &r;
-    FloeRunCtl pctl = {timeout_ms, piece_attach, &r.pr[p], r.rv, piece_failed, &r};
+    FloeRunCtl pctl = {timeout_ms, piece_attach, &r.pr[p], r.rv, piece_failed, &r,
+                       ctl ? ctl->trace_step : 0};
     rc = floe__executor_start(pc->exec, pfeeds[p], &pctl, &steps[p], st);
     if (rc == FLOE_OK) started++;
   }

@@ -46,7 +46,9 @@ struct FloeSession {
   SharedKernel *shared;    /* by graph node id, allocated on first use; guarded by mu */
   atomic_int num_cached;
   FloeResourceMgr *resources; /* the session's variables; outlives its executors */
-  atomic_int profiling;    /* floe_session_set_profiling; read by every executor */
+  atomic_int profiling;    /* FLOE__PROF_* bits (set_profiling, set_tracing); read by every
+                              executor */
+  FloeTraceSink *trace;    /* events while FLOE__PROF_TRACE is set */
   _Atomic int64_t xfers, xfers_by_ref, wire_bytes, tensor_bytes; /* transfer totals */
   FloeExecStep **active;   /* steps running now (guarded by mu), for cancel and close */
   int num_active, cap_active;
@@ -590,7 +592,7 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const Fl
   }
   FloeMultiPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
                         .inline_inexpensive = s->inline_inexpensive, .force_frames = part.has_cf,
-                        .resources = s->resources, .profiling = &s->profiling,
+                        .resources = s->resources, .profiling = &s->profiling, .trace = s->trace,
                         .rv_opts = {.compress_bf16 = s->compress}};
   for (int i = 0; i < g->num_nodes; i++) {
     if (!run[i]) continue;
@@ -782,6 +784,11 @@ FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts
   if (!s->graph) goto err_free_session;
   s->resources = floe__resources_new(status);
   if (!s->resources) goto err_free_graph;
+  s->trace = floe__trace_new();
+  if (!s->trace) {
+    floe_status_set(status, FLOE_NO_MEMORY, "out of memory creating a session");
+    goto err_free_resources;
+  }
   if (pthread_mutex_init(&s->mu, NULL) != 0) goto err_no_mutex;
   if (pthread_cond_init(&s->built_cv, NULL) != 0) goto err_destroy_mu;
   atomic_init(&s->num_cached, 0);
@@ -792,6 +799,8 @@ err_destroy_mu:
   pthread_mutex_destroy(&s->mu);
 err_no_mutex:
   floe_status_set(status, FLOE_RESOURCE_EXHAUSTED, "cannot create the session's mutex");
+  floe__trace_free(s->trace);
+err_free_resources:
   floe__resources_free(s->resources);
 err_free_graph:
   floe_graph_free(s->graph);
@@ -820,6 +829,7 @@ void floe_session_free(FloeSession *s) {
   floe__free(s->active);
   floe__free(s->devices);
   floe__resources_free(s->resources); /* after every executor: none can hold a variable */
+  floe__trace_free(s->trace);
   pthread_cond_destroy(&s->built_cv);
   pthread_mutex_destroy(&s->mu);
   floe_graph_free(s->graph);
@@ -933,6 +943,12 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   if (closed)
     return floe_status_set(status, FLOE_CANCELLED,
                            "the session was closed (floe_session_close): make a new one");
+  /* A traced run records its span; its events carry its number. */
+  int64_t trace_step = 0, t0 = 0, x0 = 0, x1 = 0;
+  if (atomic_load_explicit(&s->profiling, memory_order_relaxed) & FLOE__PROF_TRACE) {
+    trace_step = floe__trace_next_step(s->trace);
+    t0 = floe__exec_now_ns();
+  }
   RunSig sig;
   FloeTensor **ordered = NULL;
   floe_code rc = resolve_sig(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets,
@@ -954,8 +970,10 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   FloeRendezvousStats rs;
   memset(&rs, 0, sizeof rs);
   FloeMultiRunCtl ctl = {.timeout_ms = opts ? opts->timeout_ms : 0, .track = track_step, .arg = s,
-                         .stats = &rs};
+                         .stats = &rs, .trace_step = trace_step};
+  x0 = trace_step ? floe__exec_now_ns() : 0;
   rc = floe__multi_exec_run(e, ordered, got, &ctl, status);
+  x1 = trace_step ? floe__exec_now_ns() : 0;
   atomic_fetch_add(&s->xfers, rs.sends);
   atomic_fetch_add(&s->xfers_by_ref, rs.by_reference);
   atomic_fetch_add(&s->wire_bytes, rs.wire_bytes);
@@ -985,6 +1003,9 @@ out:
   floe__free(ordered);
   run_sig_free(&sig);
   floe_status_clear(&local);
+  if (trace_step && x1) /* runs that reached the executors */
+    floe__trace_span(s->trace, FLOE__TRACE_STEP, trace_step, NULL, t0, floe__exec_now_ns(), x0,
+                     x1);
   return rc;
 }
 
@@ -995,14 +1016,44 @@ out:
 void floe_session_set_profiling(FloeSession *s, int on) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
+  /* no step adds to a counter while it is zeroed... */
+  atomic_fetch_and(&s->profiling, ~FLOE__PROF_COUNTERS);
   if (on) {
-    atomic_store(&s->profiling, 0); /* no step adds to a counter while it is zeroed... */
     for (CacheEntry *c = s->cache; c; c = c->next)
       for (int k = 0; k < floe__multi_exec_num_pieces(c->exec); k++)
         floe__executor_profile_reset(floe__multi_exec_piece(c->exec, k));
+    atomic_fetch_or(&s->profiling, FLOE__PROF_COUNTERS); /* ...apart from one in its kernel */
   }
-  atomic_store(&s->profiling, on != 0); /* ...apart from one already in its kernel */
   pthread_mutex_unlock(&s->mu);
+}
+
+/* Thread-safe: the sink takes events from any thread under its own lock. */
+void floe_session_set_tracing(FloeSession *s, int mode) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  if (mode != FLOE_TRACE_OFF) {
+    if (mode != FLOE_TRACE_RESUME) floe__trace_clear(s->trace);
+    atomic_fetch_or(&s->profiling, FLOE__PROF_TRACE);
+  } else {
+    atomic_fetch_and(&s->profiling, ~FLOE__PROF_TRACE);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+floe_code floe_session_trace_write(FloeSession *s, const char *path, FloeStatus *status) {
+  if (!s || !path)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_trace_write: NULL session or path");
+  return floe__trace_write(s->trace, path, status);
+}
+
+floe_code floe_session_step_breakdown(FloeSession *s, FloeStepBreakdown *out,
+                                      FloeStatus *status) {
+  if (!s || !out || out->struct_size < sizeof *out)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_step_breakdown: NULL session or out, or "
+                           "out->struct_size is not sizeof(FloeStepBreakdown)");
+  return floe__trace_breakdown(s->trace, out, status);
 }
 
 static int profile_cmp(const void *a, const void *b) {

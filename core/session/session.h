@@ -70,6 +70,7 @@ typedef struct FloeMultiPlan {
   bool force_frames;            /* FloePartition.has_cf */
   struct FloeResourceMgr *resources;
   const atomic_int *profiling;
+  FloeTraceSink *trace;         /* the session's; borrowed */
   FloeRendezvousOptions rv_opts;
 } FloeMultiPlan;
 typedef struct FloeMultiRunCtl {
@@ -80,6 +81,7 @@ typedef struct FloeMultiRunCtl {
   void *arg;
   const FloeRendezvousOptions *rv_opts; /* NULL: the plan's */
   FloeRendezvousStats *stats;           /* filled after the step when not NULL */
+  int64_t trace_step;                   /* FloeRunCtl.trace_step of every piece */
 } FloeMultiRunCtl;
 /* Plan copied, its arrays borrowed for the call. Caller owns the result. */
 FloeMultiExec *floe__multi_exec_new(const FloeMultiPlan *plan, FloeStatus *st);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* make_graphs.c - writes the graph files the command-line tests run:
  *   affine.floe: y = x @ W + b, z = Relu(y), with x a [?,3] f32 placeholder.
+ *   unranked.floe: z = Relu(x), with x an f32 placeholder of unknown rank.
  * W and b are fixed so the test knows the expected numbers. */
 #include <floe/floe.h>
 #include <stdio.h>
@@ -24,6 +25,14 @@ int main(int argc, char **argv) {
   floe_tensor_release(bt);
   char path[4096];
   snprintf(path, sizeof path, "%s/affine.floe", argv[1]);
+  if (floe_graph_status(g) != FLOE_OK || floe_graph_save(g, path, st) != FLOE_OK) {
+    fprintf(stderr, "make_graphs: %s%s\n", floe_graph_error(g, NULL), floe_status_message(st));
+    return 1;
+  }
+  floe_graph_free(g);
+  g = floe_graph_new();
+  floe_unary(g, "Relu", "z", floe_placeholder(g, "x", FLOE_F32, floe_shape_unknown()));
+  snprintf(path, sizeof path, "%s/unranked.floe", argv[1]);
   if (floe_graph_status(g) != FLOE_OK || floe_graph_save(g, path, st) != FLOE_OK) {
     fprintf(stderr, "make_graphs: %s%s\n", floe_graph_error(g, NULL), floe_status_message(st));
     return 1;

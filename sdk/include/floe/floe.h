@@ -483,6 +483,52 @@ FLOE_API void floe_session_set_profiling(FloeSession *s, int on);
 FLOE_API floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_rows,
                                         FloeStatus *status);
 
+/* Tracing: a timeline of this session's steps. FLOE_TRACE_START drops the events gathered
+ * so far and records, from then on, every kernel invocation (node, op, device, thread, start and
+ * end, input and output types, output bytes), the spans each executor thread spends in the
+ * executor, and each run's start and end; FLOE_TRACE_RESUME records again keeping them;
+ * FLOE_TRACE_OFF (0) stops recording and keeps the events. Off (the default) costs the
+ * executor one branch per node, the same one profiling tests. Events
+ * are kept in memory (a few hundred bytes each) until the next on or the session's free.
+ * Thread-safe; steps already running may be recorded partly. NULL s is a no-op. */
+enum { FLOE_TRACE_OFF = 0, FLOE_TRACE_START = 1, FLOE_TRACE_RESUME = 2 };
+FLOE_API void floe_session_set_tracing(FloeSession *s, int mode);
+/* Writes the events recorded so far to path (created or truncated; the caller owns the
+ * file) as a Chrome trace (Trace Event Format JSON, opened by Perfetto and chrome://tracing):
+ * process 1 holds the runs ("step" spans on the calling threads), one process per device
+ * holds a thread per executor thread with an "executor" span for each stretch the thread
+ * spent in the executor and, inside it, one complete event ("ph":"X") per kernel whose args
+ * name the node, op, device, step, output bytes and the inputs' and outputs' types
+ * ("f32[64,784]"); each _Send is joined to its _Recv by a flow ("ph":"s" / "f"). Times are
+ * microseconds from the first event. An unwritable path is an error naming it and errno's
+ * message. Thread-safe (steps may run meanwhile; their later events are not written). */
+FLOE_API floe_code floe_session_trace_write(FloeSession *s, const char *path, FloeStatus *status);
+/* Where the time of the traced runs went, summed over every run recorded (see
+ * docs/benchmarks.md, "Step breakdown"). For each run: its wall time W, the executors' part
+ * of it E, and the T threads that took part (those with an executor span in it, plus the
+ * caller's); T x W thread time is split into
+ *   kernels:    summed time inside synchronous kernels other than transfers,
+ *   transfers:  summed time inside synchronous _Send/_Recv/_ControlSend kernels,
+ *   framework:  executor spans minus the kernels and transfers in them (scheduling, input
+ *               gathering, releasing), plus W - E on the caller (lookup, feeds, fetch copies),
+ *   tracing:    the time spent recording the kernel events themselves (the cost of being
+ *               traced, taken out of framework so that it does not pass for the executor's),
+ *   idle:       the rest: threads waiting (on the pool, on a value, on an async kernel).
+ * The five add up to thread_ns exactly. */
+typedef struct FloeStepBreakdown {
+  size_t struct_size;     /* sizeof(FloeStepBreakdown), set by the caller */
+  int64_t steps;          /* runs summed */
+  int64_t wall_ns;        /* their wall times, summed */
+  int64_t thread_ns;      /* their T x W, summed: kernel + transfer + framework + tracing +
+                             idle */
+  int64_t kernel_ns, transfer_ns, framework_ns, idle_ns;
+  int64_t tracing_ns;     /* recording the events (see above) */
+  int64_t dropped_events; /* events lost to an allocation failure (then the sums are low) */
+} FloeStepBreakdown;
+/* Fills *out from the events recorded since tracing last started. Thread-safe. */
+FLOE_API floe_code floe_session_step_breakdown(FloeSession *s, FloeStepBreakdown *out,
+                                               FloeStatus *status);
+
 /* The same counts per node (a node in several cached signatures adds up), including the
  * _Send/_Recv nodes partitioning added. On success *rows is one malloc'd block (rows, then
  * the strings they point to) that the caller frees with free(); in no particular order. */
