@@ -13,13 +13,14 @@ static int parse_list_opts(int argc, char **argv, const char *cmd, const char *h
   int c;
   *json = 0;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":jh", opts, NULL)) != -1) {
     if (c == 'j') *json = 1;
     else if (c == 'h') {
       printf("%s", help);
       return 0;
     } else
-      return cli_usage(cmd, "unknown option");
+      return cli_bad_option(cmd, c, argv, opts);
   }
   if (optind < argc) return cli_usage(cmd, "unexpected argument");
   return -1;

@@ -234,13 +234,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         printf("%s", train_help);
         *done = 1;
         return 0;
-      case ':':
-        snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
-        return cli_usage("train", msg);
-      default:
-        if (optopt) snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
-        else snprintf(msg, sizeof msg, "unknown option '%s'", argv[optind - 1]);
-        return cli_usage("train", msg);
+      default: return cli_bad_option("train", c, argv, opts);
     }
   }
   if (optind != argc) {
