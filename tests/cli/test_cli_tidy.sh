@@ -64,5 +64,47 @@ python3 "$HERE/npy.py" write "$tmp/y.npy" 1,2 0.12345679,0.1
 "$FLOE" run "$tmp/affine.floe" --feed "y=$tmp/y.npy" --fetch z >"$tmp/out" 2>"$tmp/err" || bad "run y"
 grep -q "z: f32\[1,2\] \[0.12345679, 0.1\]" "$tmp/out" && ok || { bad "run: f32 not in shortest form"; cat "$tmp/out" "$tmp/err"; }
 
+# 4. Tables align: every row of a table has its columns at the header's columns.
+aligned() { # aligned NAME: in every row, the character before each header cell's start is a space
+  python3 - "$tmp/out" <<'PY' && ok || { bad "$1: columns do not align"; cat "$tmp/out"; }
+import sys
+rows = [l.rstrip("\n") for l in open(sys.argv[1]) if l.strip()]
+head = rows[0]
+starts = [i for i in range(1, len(head)) if head[i] != " " and head[i - 1] == " "]
+assert len(rows) > 1 and starts, rows
+for r in rows[1:]:
+    for s in starts:
+        if s <= len(r) and r[s - 1] != " ":
+            sys.exit("column at %d cut in row %r" % (s, r))
+PY
+}
+"$FLOE" devices >"$tmp/out" 2>/dev/null || bad "devices"; aligned devices
+"$FLOE" plugins >"$tmp/out" 2>/dev/null; grep -v '^[a-z-]*: ' "$tmp/out" >"$tmp/t"; mv "$tmp/t" "$tmp/out"; aligned plugins
+"$FLOE" ops >"$tmp/out" 2>/dev/null || bad "ops"; aligned ops
+
+# 6. floe ops OP and --device
+"$FLOE" ops MatMul >"$tmp/out" 2>"$tmp/err" || bad "ops MatMul"
+grep -q "^  a: T$" "$tmp/out" && grep -q "^  product: T$" "$tmp/out" && grep -q "^  transpose_a: bool = false$" "$tmp/out" \
+  && grep -q "^  T: type in {f32" "$tmp/out" && grep -Eq "^  CPU +cpu +T=f32" "$tmp/out" && ok || { bad "ops MatMul content"; cat "$tmp/out"; }
+"$FLOE" ops MatMul --json >"$tmp/out" || bad "ops MatMul --json"
+python3 - "$tmp/out" <<'PY' && ok || bad "ops MatMul --json content"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["op"] == "MatMul" and d["inputs"] == ["a: T", "b: T"] and d["outputs"] == ["product: T"], d
+assert any(k["device_type"] == "CPU" and "f32" in k["dtypes"] for k in d["kernels"]), d
+PY
+"$FLOE" ops Matmul >"$tmp/out" 2>"$tmp/err"; [ $? = 1 ] && grep -q "no op 'Matmul' (did you mean MatMul?)" "$tmp/err" && ok || bad "ops Matmul"
+"$FLOE" ops --device cpu --json >"$tmp/tpu" || bad "ops --device cpu"
+"$FLOE" ops --device /device:CPU:0 --json >"$tmp/tpu2" || bad "ops --device /device:CPU:0"
+"$FLOE" ops --json >"$tmp/all" || bad "ops --json"
+python3 - "$tmp/tpu" "$tmp/tpu2" "$tmp/all" <<'PY' && ok || bad "ops --device filters"
+import json, sys
+tpu, tpu2, every = (json.load(open(p)) for p in sys.argv[1:])
+assert tpu == tpu2 and 0 < len(tpu) < len(every), (len(tpu), len(every))
+assert all("CPU" in o["device_types"].split(",") or "*" in o["device_types"].split(",") for o in tpu)
+assert "MatMul" in [o["op"] for o in tpu] and "Placeholder" not in [o["op"] for o in tpu]
+PY
+"$FLOE" ops --device nosuch >"$tmp/out" 2>"$tmp/err"; [ $? = 1 ] && grep -q "no device or device type 'nosuch'" "$tmp/err" && ok || bad "ops --device nosuch"
+
 echo "$pass passed, $fails failed"
 [ "$fails" -eq 0 ]
