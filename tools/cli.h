@@ -34,6 +34,8 @@ struct option;
 int cli_bad_option(const char *cmd, int c, char **argv, const struct option *opts);
 /* The names[i] nearest word[0..n) by edit distance (a few edits at most), or NULL. */
 const char *cli_closest(const char *word, size_t n, const char *const *names, size_t count);
+/* The width of the terminal on stdout (TIOCGWINSZ), else $COLUMNS, else 80. */
+int cli_term_columns(void);
 /* The process runtime from the environment; prints the error and returns NULL on failure. */
 FloeRuntime *cli_runtime(const char *cmd);
 

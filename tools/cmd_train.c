@@ -461,18 +461,37 @@ static void format_eta(double secs, char *buf, size_t len) {
   else snprintf(buf, len, "%ds", (int)(secs + 0.5));
 }
 
-/* The live line of a terminal: epoch, bar, percent, speed, running loss, time left. */
+/* The live line of a terminal: epoch, bar, percent, speed, running loss, time left, named as
+ * in the lines of a pipe; the bar takes what the terminal's width leaves (none if narrow). */
 static void draw_progress(int epoch, int epochs, int64_t done, int64_t total, double rate,
                           double loss) {
-  enum { WIDTH = 24 };
   double frac = total ? (double)done / (double)total : 1.0;
-  char bar[WIDTH + 1], eta[32];
-  int fill = (int)(frac * WIDTH);
-  for (int i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
-  bar[WIDTH] = 0;
+  char bar[64], eta[32], head[48], tail[160];
   format_eta(rate > 0 ? (double)(total - done) / rate : -1, eta, sizeof eta);
-  printf("\r\033[Kepoch %d/%d [%s] %3d%%  %.0f samples/s  loss %.4f  ETA %s", epoch, epochs, bar,
-         (int)(frac * 100), rate, loss, eta);
+  snprintf(head, sizeof head, "epoch %d/%d ", epoch, epochs);
+  snprintf(tail, sizeof tail, " %3d%%  samples/s %.0f  loss %.4f  eta %s", (int)(frac * 100),
+           rate, loss, eta);
+  /* room kept for "  testing..." written after the last one of an epoch */
+  int width = cli_term_columns() - 1 - (int)strlen(head) - (int)strlen(tail) - 2 - 12;
+  if (width > (int)sizeof bar - 1) width = (int)sizeof bar - 1;
+  char line[300];
+  if (width >= 8) {
+    int fill = (int)(frac * width);
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    snprintf(line, sizeof line, "%s[%s]%s", head, bar, tail);
+  } else {
+    snprintf(line, sizeof line, "%s%s", head, tail + 1);
+  }
+  int room = cli_term_columns() - 1 - 12; /* a narrow terminal: cut the line short */
+  if (room < 20) room = 20;
+  if ((int)strlen(line) > room) {
+    line[room] = 0;
+    char *gap = NULL; /* end at a whole field: at the last two spaces */
+    for (char *p = strstr(line, "  "); p; p = strstr(p + 1, "  ")) gap = p;
+    if (gap) *gap = 0;
+  }
+  printf("\r\033[K%s", line);
   fflush(stdout);
 }
 
@@ -728,11 +747,8 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
     double rate = epoch_secs > 0 ? epoch_done / epoch_secs : 0;
-    if (t.tty)
-      printf("\r\033[Kepoch %d/%d: loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
-             e + 1, o->epochs, final_loss, accuracy, rate, epoch_secs);
-    else
-      printf("epoch %d/%d loss %.6f test_accuracy %.4f samples/s %.0f seconds %.2f\n", e + 1,
+    if (t.tty) printf("\r\033[K"); /* the same line as a pipe gets, over the live one */
+    printf("epoch %d/%d loss %.6f test_accuracy %.4f samples/s %.0f seconds %.2f\n", e + 1,
              o->epochs, final_loss, accuracy, rate, epoch_secs);
     fflush(stdout);
   }
@@ -807,8 +823,8 @@ int cmd_train(int argc, char **argv) {
     json_end_object(&w);
     json_finish(&w);
   } else {
-    printf("test accuracy %.4f, %.0f training samples/s, %.1f s, peak RSS %.0f MB\n", accuracy,
-           sps, wall, rss_mb);
+    printf("test_accuracy %.4f samples/s %.0f wall_seconds %.1f peak_rss_mb %.0f\n",
+           accuracy, sps, wall, rss_mb);
     if (o->devices)
       printf("across devices (%s%s): %lld values, %.1f MB moved (%.1f MB as f32 tensors)\n",
              o->devices, o->compress ? ", bf16 transfers" : "", (long long)xs.transfers,

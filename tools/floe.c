@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -97,6 +98,16 @@ int cli_bad_option(const char *cmd, int c, char **argv, const struct option *opt
     snprintf(msg, sizeof msg, "unknown option '--%.*s' (did you mean --%s?)", (int)n, name, near);
   else snprintf(msg, sizeof msg, "unknown option '--%.*s'", (int)n, name);
   return cli_usage(cmd, msg);
+}
+
+int cli_term_columns(void) {
+  struct winsize ws;
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  const char *env = getenv("COLUMNS");
+  char *end;
+  long n = env ? strtol(env, &end, 10) : 0;
+  if (env && *env && !*end && n > 0 && n < 10000) return (int)n;
+  return 80;
 }
 
 FloeRuntime *cli_runtime(const char *cmd) {

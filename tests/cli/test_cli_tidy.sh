@@ -106,5 +106,35 @@ assert "MatMul" in [o["op"] for o in tpu] and "Placeholder" not in [o["op"] for 
 PY
 "$FLOE" ops --device nosuch >"$tmp/out" 2>"$tmp/err"; [ $? = 1 ] && grep -q "no device or device type 'nosuch'" "$tmp/err" && ok || bad "ops --device nosuch"
 
+# 3. The progress line of floe train fits the terminal (a 60- and a 100-column pseudo-terminal)
+# and the terminal names the fields as a pipe does.
+if [ -f "$DATA/train-images-idx3-ubyte" ] || [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+  if command -v script >/dev/null 2>&1; then
+    for cols in 60 100; do
+      script -qec "stty cols $cols; '$FLOE' train --data '$DATA' --limit 20000 --epochs 1" /dev/null \
+        >"$tmp/tty" 2>&1 </dev/null || bad "train on a terminal"
+      python3 - "$tmp/tty" "$cols" <<'PY' && ok || bad "progress on $cols columns"
+import re, sys
+text = open(sys.argv[1], "rb").read().decode(errors="replace").replace("\x1b[K", "").replace("\r", "\n")
+cols = int(sys.argv[2])
+segs = [s for s in re.split(r"[\r\n]", text) if "%" in s and s.startswith("epoch")]
+assert segs, text
+long = [s for s in segs if len(s) > cols - 1]
+assert not long, long
+if cols >= 100:
+    assert any("[#" in s for s in segs), segs
+assert re.search(r"^epoch 1/1 loss [0-9.]+ test_accuracy [0-9.]+ samples/s [0-9]+ seconds", text, re.M), text
+assert re.search(r"^test_accuracy [0-9.]+ samples/s [0-9]+ wall_seconds", text, re.M), text
+PY
+    done
+    "$FLOE" train --data "$DATA" --limit 500 --epochs 1 >"$tmp/out" 2>&1
+    grep -Eq "^epoch 1/1 loss [0-9.]+ test_accuracy [0-9.]+ samples/s [0-9]+ seconds" "$tmp/out" \
+      && grep -Eq "^test_accuracy [0-9.]+ samples/s [0-9]+ wall_seconds" "$tmp/out" && ok \
+      || { bad "train to a pipe: field names"; cat "$tmp/out"; }
+  else
+    echo "SKIP: progress width: no script(1)"
+  fi
+fi
+
 echo "$pass passed, $fails failed"
 [ "$fails" -eq 0 ]
