@@ -86,7 +86,11 @@ int cmd_plugins(int argc, char **argv) {
                                  "Usage: floe plugins [--json]\n"
                                  "List every plugin found on FLOE_PLUGIN_PATH and the install\n"
                                  "folder: loaded, unavailable here, refused, failed, duplicate\n"
-                                 "or filtered by FLOE_PLUGINS, with the reason.\n",
+                                 "or filtered by FLOE_PLUGINS, with the reason. Warns (stderr;\n"
+                                 "\"warnings\" in --json, beside \"plugins\") about names in\n"
+                                 "FLOE_PLUGINS that match no plugin, FLOE_PLUGIN_PATH folders\n"
+                                 "that do not exist, shared objects there not named\n"
+                                 "floe-NAME.so, and floe-NAME.so files that fail to load.\n",
                                  &json);
   if (rc >= 0) return rc;
   FloeRuntime *rt = cli_runtime("plugins");
@@ -94,9 +98,17 @@ int cmd_plugins(int argc, char **argv) {
   int n = floe_runtime_num_plugins(rt);
   JsonWriter w;
   Table *t = json ? NULL : table_new(7, "lllrrrl");
+  char **warn = NULL;
+  int nwarn = cli_plugin_warnings(rt, &warn);
+  if (nwarn < 0) return cli_error("plugins", "out of memory");
+  for (int i = 0; i < nwarn; i++) fprintf(stderr, "floe plugins: warning: %s\n", warn[i]);
   if (json) {
     json_init(&w, stdout);
-    json_begin_array(&w);
+    json_begin_object(&w);
+    json_key(&w, "warnings"), json_begin_array(&w);
+    for (int i = 0; i < nwarn; i++) json_string(&w, warn[i]);
+    json_end_array(&w);
+    json_key(&w, "plugins"), json_begin_array(&w);
   } else {
     if (!t) return cli_error("plugins", "out of memory");
     table_row(t, "PLUGIN", "STATE", "ABI", "DEVICES", "KERNELS", "OPS", "PATH");
@@ -127,8 +139,11 @@ int cmd_plugins(int argc, char **argv) {
       table_row(t, p->name, floe_plugin_state_name(p->state), abi, dev, ker, ops, p->path);
     }
   }
+  for (int i = 0; i < nwarn; i++) free(warn[i]);
+  free(warn);
   if (json) {
     json_end_array(&w);
+    json_end_object(&w);
     json_finish(&w);
     return 0;
   }

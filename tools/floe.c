@@ -11,6 +11,8 @@
 #include "cli.h"
 #include "config.h"
 
+int cli_builtin_plugin_path;
+
 int cli_error(const char *cmd, const char *fmt, ...) {
   va_list ap;
   fprintf(stderr, "floe %s: ", cmd);
@@ -185,7 +187,7 @@ static void use_build_tree_plugins(void) {
   if (n <= 0) return;
   exe[n] = 0;
   if (strncmp(exe, FLOE_BUILD_TOOLS_DIR, len) == 0 && exe[len] == '/')
-    setenv("FLOE_PLUGIN_PATH", FLOE_BUILD_PLUGIN_PATH, 1);
+    setenv("FLOE_PLUGIN_PATH", FLOE_BUILD_PLUGIN_PATH, 1), cli_builtin_plugin_path = 1;
 #endif
 }
 

@@ -136,5 +136,27 @@ PY
   fi
 fi
 
+# 9. floe plugins warns (stderr and --json) about a FLOE_PLUGINS name matching no plugin, a
+# FLOE_PLUGIN_PATH folder that does not exist, a stray shared object, a floe-*.so that is no plugin.
+mkdir "$tmp/pl"
+: >"$tmp/pl/stray.so"
+echo junk >"$tmp/pl/floe-junk.so"
+cpu_dir=$(dirname "$("$FLOE" plugins --json | python3 -c 'import json,sys; print([p["path"] for p in json.load(sys.stdin)["plugins"] if p["name"] == "cpu"][0])')")
+FLOE_PLUGIN_PATH="$cpu_dir:$tmp/pl:$tmp/nosuchdir" FLOE_PLUGINS=cpu,nosuch,junk "$FLOE" plugins >"$tmp/out" 2>"$tmp/err" || bad "plugins with warnings"
+for w in "FLOE_PLUGINS names 'nosuch'" "FLOE_PLUGIN_PATH folder '$tmp/nosuchdir' does not exist" "'$tmp/pl/stray.so' is not loaded" \
+         "'$tmp/pl/floe-junk.so' is not a working plugin"; do
+  grep -q "^floe plugins: warning: $w" "$tmp/err" && ok || { bad "plugins: no warning $w"; cat "$tmp/err"; }
+done
+[ "$(wc -l <"$tmp/err")" -eq 4 ] && ok || { bad "plugins: not four warnings"; cat "$tmp/err"; }
+grep -q "^cpu  *loaded" "$tmp/out" && ok || bad "plugins: cpu not loaded beside the warnings"
+FLOE_PLUGIN_PATH="$cpu_dir:$tmp/pl:$tmp/nosuchdir" FLOE_PLUGINS=cpu,nosuch,junk "$FLOE" plugins --json >"$tmp/out" 2>/dev/null
+python3 - "$tmp/out" <<'PY' && ok || bad "plugins --json warnings"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["warnings"]) == 4 and any("nosuch'" in w for w in d["warnings"]), d
+assert [p["state"] for p in d["plugins"] if p["name"] == "cpu"] == ["loaded"], d
+PY
+FLOE_PLUGIN_PATH="$cpu_dir" "$FLOE" plugins >"$tmp/out" 2>"$tmp/err"; [ ! -s "$tmp/err" ] && ok || { bad "plugins: warnings for a clean path"; cat "$tmp/err"; }
+
 echo "$pass passed, $fails failed"
 [ "$fails" -eq 0 ]
