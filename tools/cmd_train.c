@@ -26,6 +26,7 @@
 
 #include "cli.h"
 #include "train_input.h"
+#include "train_signal.h"
 
 static const char train_help[] =
     "Usage: floe train [--model mlp|cnn|lstm] [--epochs N] [--batch N] [--optimizer NAME]\n"
@@ -59,7 +60,9 @@ static const char train_help[] =
     "                         dataset-fashion-mnist package)\n"
     "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept)\n"
     "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
-    "                         (give the same --epochs: the schedule spans them)\n"
+    "                         (give the same --epochs: the schedule spans them), at the\n"
+    "                         batch after the one it was saved at. Ctrl-C saves one at\n"
+    "                         the next step and prints the command to resume (exit 130)\n"
     "  --stop-after K         end this run after epoch K of the --epochs planned (the\n"
     "                         schedule still spans all of them); go on later with --resume\n"
     "  --input queue|feed     queue (default): the training batches come from an input\n"
@@ -495,6 +498,30 @@ static void draw_progress(int epoch, int epochs, int64_t done, int64_t total, do
   fflush(stdout);
 }
 
+/* After Ctrl-C: with --checkpoint-dir, saves a checkpoint of this step (a resumed run goes
+ * on at the batch after it, as the global step implies) and prints how to resume; else says
+ * nothing was saved. Returns 130, the status of a run ended by SIGINT. */
+static int stop_at_signal(Trainer *t, const TrainOptions *o, int argc, char **argv) {
+  int64_t step = fetch_global_step(t);
+  if (step < 0) {
+    cli_error("train", "interrupted; reading the global step: %s", floe_status_message(t->st));
+    return 130;
+  }
+  if (!o->checkpoint_dir) {
+    fprintf(stderr, "floe train: interrupted at global step %lld; nothing saved (no "
+            "--checkpoint-dir)\n", (long long)step);
+    return 130;
+  }
+  if (floe_checkpoint_save(t->s, o->checkpoint_dir, NULL, step, 3, NULL, t->st) != FLOE_OK) {
+    cli_error("train", "interrupted; saving a checkpoint: %s", floe_status_message(t->st));
+    return 130;
+  }
+  fprintf(stderr, "floe train: interrupted at global step %lld; checkpoint saved in %s. "
+          "Resume with:\n", (long long)step, o->checkpoint_dir);
+  train_print_resume(stderr, argc, argv);
+  return 130;
+}
+
 /* Adds the session's profile (one epoch's training steps) to t->prof. 0, or 1 on error. */
 static int merge_profile(Trainer *t) {
   FloeOpProfile *rows;
@@ -662,6 +689,7 @@ int cmd_train(int argc, char **argv) {
     rc = cli_error("train", "starting the input pipeline: %s", floe_status_message(t.st));
     goto out;
   }
+  train_sigint_install();
   double train_secs = 0, final_loss = NAN, accuracy = NAN;
   int64_t trained = 0, total_steps = 0;
   int last_epoch = o->stop_after ? o->stop_after : o->epochs;
@@ -713,6 +741,11 @@ int cmd_train(int argc, char **argv) {
       loss_sum += *(const float *)floe_tensor_data(lv);
       floe_tensor_release(lv);
       steps++;
+      if (train_sigint_pending()) { /* Ctrl-C: stop at this step boundary */
+        if (t.tty) printf("\n");
+        rc = stop_at_signal(&t, o, argc, argv);
+        goto out;
+      }
       double now = now_seconds();
       if (t.tty && (now - last_draw >= 0.1 || epoch_done == epoch_total)) {
         draw_progress(e + 1, o->epochs, epoch_done, epoch_total, epoch_done / (now - t0),
