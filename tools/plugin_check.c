@@ -70,8 +70,8 @@ int cli_plugin_warnings(FloeRuntime *rt, char ***out) {
     }
     for (struct dirent *e; !failed && (e = readdir(d)) != NULL;)
       if (shared_object(e->d_name) && !plugin_name(e->d_name))
-        failed = add(&list, &n, "'%s/%s' is not loaded: plugins are named floe-NAME.so", dir,
-                     e->d_name);
+        failed =
+            add(&list, &n, "'%s/%s' is not loaded: plugins are named floe-NAME.so", dir, e->d_name);
     closedir(d);
   }
   free(copy);
@@ -80,8 +80,8 @@ int cli_plugin_warnings(FloeRuntime *rt, char ***out) {
   for (int i = 0; i < np && !failed; i++) {
     const FloePluginReport *p = floe_runtime_plugin(rt, i);
     if (p->state == FLOE_PLUGIN_FAILED || (p->state == FLOE_PLUGIN_REFUSED && !p->abi_major))
-      failed = add(&list, &n, "'%s' is not a working plugin: %s", p->path,
-                   p->message ? p->message : "");
+      failed =
+          add(&list, &n, "'%s' is not a working plugin: %s", p->path, p->message ? p->message : "");
   }
   if (failed) {
     for (int i = 0; i < n; i++) free(list[i]);

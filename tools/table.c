@@ -42,7 +42,8 @@ void table_row(Table *t, ...) {
     if (!row[j]) ok = 0;
   }
   va_end(ap);
-  if (ok) t->nrows++;
+  if (ok)
+    t->nrows++;
   else {
     for (int j = 0; j < t->ncols; j++) free(row[j]);
     t->lost = 1;
@@ -62,9 +63,12 @@ int table_print(const Table *t, FILE *out) {
     for (int j = 0; j < t->ncols; j++) {
       int last = j == t->ncols - 1;
       if (j) fputs("  ", out);
-      if (t->align[j] == 'r') fprintf(out, "%*s", (int)width[j], row[j]);
-      else if (last) fputs(row[j], out);
-      else fprintf(out, "%-*s", (int)width[j], row[j]);
+      if (t->align[j] == 'r')
+        fprintf(out, "%*s", (int)width[j], row[j]);
+      else if (last)
+        fputs(row[j], out);
+      else
+        fprintf(out, "%-*s", (int)width[j], row[j]);
     }
     fputc('\n', out);
   }

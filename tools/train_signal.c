@@ -26,15 +26,18 @@ int train_sigint_pending(void) { return g_interrupted != 0; }
 
 /* Writes s to out, single-quoted for a POSIX shell when it holds anything but safe chars. */
 static void shell_word(FILE *out, const char *s) {
-  if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                      "-_=.,/:+@%") == strlen(s)) {
+  if (*s && strspn(s,
+                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                   "-_=.,/:+@%") == strlen(s)) {
     fputs(s, out);
     return;
   }
   fputc('\'', out);
   for (; *s; s++) {
-    if (*s == '\'') fputs("'\\''", out);
-    else fputc(*s, out);
+    if (*s == '\'')
+      fputs("'\\''", out);
+    else
+      fputc(*s, out);
   }
   fputc('\'', out);
 }
