@@ -3,6 +3,8 @@
 #ifndef FLOE_TOOLS_CLI_H
 #define FLOE_TOOLS_CLI_H
 
+#include <stddef.h>
+
 #include <floe/floe.h>
 
 #include "json.h"
@@ -26,6 +28,21 @@ int cmd_train_lstm(int argc, char **argv);
 /* Prints "floe CMD: message" to stderr; returns 1 (or 2 for usage errors via cli_usage). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *usage);
+/* For getopt_long run with opterr = 0 and a leading ':' in the short options: prints the one
+ * line about the option that getopt returned c ('?' or ':') for (unknown, ambiguous, missing or
+ * unwanted value, with the closest known --name suggested) and returns 2. */
+struct option;
+int cli_bad_option(const char *cmd, int c, char **argv, const struct option *opts);
+/* The names[i] nearest word[0..n) by edit distance (a few edits at most), or NULL. */
+const char *cli_closest(const char *word, size_t n, const char *const *names, size_t count);
+/* plugin_check.c: the warnings about FLOE_PLUGINS, FLOE_PLUGIN_PATH and the files of the plugin
+ * folders, as *out (an array of count strings, all the caller's to free). -1 on out of memory. */
+int cli_plugin_warnings(FloeRuntime *rt, char ***out);
+/* Set when FLOE_PLUGIN_PATH is the build tree's own (a run from the build tree), whose
+ * folders of plugins not built (cuda) are no user's mistake. */
+extern int cli_builtin_plugin_path;
+/* The width of the terminal on stdout (TIOCGWINSZ), else $COLUMNS, else 80. */
+int cli_term_columns(void);
 /* The process runtime from the environment; prints the error and returns NULL on failure. */
 FloeRuntime *cli_runtime(const char *cmd);
 

@@ -160,7 +160,8 @@ int cmd_graph(int argc, char **argv) {
   int dot = 0, json = 0, place = 0, trainable = 0, c;
   const char *devices = NULL;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "djh", opts, NULL)) != -1) {
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":djh", opts, NULL)) != -1) {
     if (c == 'd') dot = 1;
     else if (c == 'j') json = 1;
     else if (c == 'p') place = 1;
@@ -170,7 +171,7 @@ int cmd_graph(int argc, char **argv) {
       printf("%s", graph_help);
       return 0;
     } else
-      return cli_usage("graph", "unknown option");
+      return cli_bad_option("graph", c, argv, opts);
   }
   if (optind != argc - 1) return cli_usage("graph", "expected exactly one GRAPH file");
   if (dot && json) return cli_usage("graph", "--dot and --json exclude each other");

@@ -2,9 +2,12 @@
 /* cmd_info.c - floe devices, floe plugins, floe ops. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
+#include "table.h"
 
 /* Parses the options shared by the listing commands: --json and --help. */
 static int parse_list_opts(int argc, char **argv, const char *cmd, const char *help, int *json) {
@@ -13,13 +16,14 @@ static int parse_list_opts(int argc, char **argv, const char *cmd, const char *h
   int c;
   *json = 0;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":jh", opts, NULL)) != -1) {
     if (c == 'j') *json = 1;
     else if (c == 'h') {
       printf("%s", help);
       return 0;
     } else
-      return cli_usage(cmd, "unknown option");
+      return cli_bad_option(cmd, c, argv, opts);
   }
   if (optind < argc) return cli_usage(cmd, "unexpected argument");
   return -1;
@@ -36,12 +40,14 @@ int cmd_devices(int argc, char **argv) {
   if (!rt) return 1;
   int n = floe_runtime_num_devices(rt);
   JsonWriter w;
+  Table *t = json ? NULL : table_new(6, "lllrrl");
+  char mem[32], flops[32];
   if (json) {
     json_init(&w, stdout);
     json_begin_array(&w);
   } else {
-    printf("%-8s %-6s %-8s %12s %14s  %s\n", "DEVICE", "TYPE", "PLUGIN", "MEMORY_MB",
-           "PEAK_GFLOPS", "NAME");
+    if (!t) return cli_error("devices", "out of memory");
+    table_row(t, "DEVICE", "TYPE", "PLUGIN", "MEMORY_MB", "PEAK_GFLOPS", "NAME");
   }
   for (int i = 0; i < n; i++) {
     FloeDeviceInfo d;
@@ -58,15 +64,19 @@ int cmd_devices(int argc, char **argv) {
       json_key(&w, "memory_bandwidth"), json_double(&w, d.memory_bandwidth);
       json_end_object(&w);
     } else {
-      printf("%-8s %-6s %-8s %12llu %14.1f  %s\n", d.short_name, d.type, d.plugin,
-             (unsigned long long)(d.memory_bytes >> 20), d.peak_flops_f32 / 1e9, d.name);
+      snprintf(mem, sizeof mem, "%llu", (unsigned long long)(d.memory_bytes >> 20));
+      snprintf(flops, sizeof flops, "%.1f", d.peak_flops_f32 / 1e9);
+      table_row(t, d.short_name, d.type, d.plugin, mem, flops, d.name);
     }
   }
   if (json) {
     json_end_array(&w);
     json_finish(&w);
-  } else if (n == 0) {
-    fprintf(stderr, "floe devices: no devices (see 'floe plugins' for why)\n");
+  } else {
+    int lost = table_print(t, stdout);
+    table_free(t);
+    if (lost) return cli_error("devices", "out of memory");
+    if (n == 0) fprintf(stderr, "floe devices: no devices (see 'floe plugins' for why)\n");
   }
   return 0;
 }
@@ -76,16 +86,32 @@ int cmd_plugins(int argc, char **argv) {
                                  "Usage: floe plugins [--json]\n"
                                  "List every plugin found on FLOE_PLUGIN_PATH and the install\n"
                                  "folder: loaded, unavailable here, refused, failed, duplicate\n"
-                                 "or filtered by FLOE_PLUGINS, with the reason.\n",
+                                 "or filtered by FLOE_PLUGINS, with the reason. Warns (stderr;\n"
+                                 "\"warnings\" in --json, beside \"plugins\") about names in\n"
+                                 "FLOE_PLUGINS that match no plugin, FLOE_PLUGIN_PATH folders\n"
+                                 "that do not exist, shared objects there not named\n"
+                                 "floe-NAME.so, and floe-NAME.so files that fail to load.\n",
                                  &json);
   if (rc >= 0) return rc;
   FloeRuntime *rt = cli_runtime("plugins");
   if (!rt) return 1;
   int n = floe_runtime_num_plugins(rt);
   JsonWriter w;
+  Table *t = json ? NULL : table_new(7, "lllrrrl");
+  char **warn = NULL;
+  int nwarn = cli_plugin_warnings(rt, &warn);
+  if (nwarn < 0) return cli_error("plugins", "out of memory");
+  for (int i = 0; i < nwarn; i++) fprintf(stderr, "floe plugins: warning: %s\n", warn[i]);
   if (json) {
     json_init(&w, stdout);
-    json_begin_array(&w);
+    json_begin_object(&w);
+    json_key(&w, "warnings"), json_begin_array(&w);
+    for (int i = 0; i < nwarn; i++) json_string(&w, warn[i]);
+    json_end_array(&w);
+    json_key(&w, "plugins"), json_begin_array(&w);
+  } else {
+    if (!t) return cli_error("plugins", "out of memory");
+    table_row(t, "PLUGIN", "STATE", "ABI", "DEVICES", "KERNELS", "OPS", "PATH");
   }
   for (int i = 0; i < n; i++) {
     const FloePluginReport *p = floe_runtime_plugin(rt, i);
@@ -105,54 +131,246 @@ int cmd_plugins(int argc, char **argv) {
       json_key(&w, "message"), json_string(&w, p->message);
       json_end_object(&w);
     } else {
-      printf("%-15s %-11s ABI %u.%u  %3d devices %4d kernels %3d ops  %s\n", p->name,
-             floe_plugin_state_name(p->state), p->abi_major, p->abi_minor, p->num_devices,
-             p->num_kernels, p->num_ops, p->path);
-      /* Transport plugins register no device or kernel: say what they do bring. */
-      if (p->num_transports > 0)
-        printf("                %d transport%s (FLOE_TRANSPORT picks one; default \"local\")\n",
-               p->num_transports, p->num_transports == 1 ? "" : "s");
-      if (p->message && *p->message) printf("                %s\n", p->message);
+      char abi[32], dev[16], ker[16], ops[16];
+      snprintf(abi, sizeof abi, "%u.%u", p->abi_major, p->abi_minor);
+      snprintf(dev, sizeof dev, "%d", p->num_devices);
+      snprintf(ker, sizeof ker, "%d", p->num_kernels);
+      snprintf(ops, sizeof ops, "%d", p->num_ops);
+      table_row(t, p->name, floe_plugin_state_name(p->state), abi, dev, ker, ops, p->path);
     }
   }
+  for (int i = 0; i < nwarn; i++) free(warn[i]);
+  free(warn);
   if (json) {
     json_end_array(&w);
+    json_end_object(&w);
     json_finish(&w);
-  } else if (n == 0) {
-    fprintf(stderr, "floe plugins: no plugin found (set FLOE_PLUGIN_PATH)\n");
+    return 0;
+  }
+  int lost = table_print(t, stdout);
+  table_free(t);
+  if (lost) return cli_error("plugins", "out of memory");
+  if (n == 0) fprintf(stderr, "floe plugins: no plugin found (set FLOE_PLUGIN_PATH)\n");
+  /* Below the table: what transport plugins bring (no device or kernel) and the reasons. */
+  for (int i = 0; i < n; i++) {
+    const FloePluginReport *p = floe_runtime_plugin(rt, i);
+    if (p->num_transports > 0)
+      printf("%s: %d transport%s (FLOE_TRANSPORT picks one; default \"local\")\n", p->name,
+             p->num_transports, p->num_transports == 1 ? "" : "s");
+    if (p->message && *p->message) printf("%s: %s\n", p->name, p->message);
   }
   return 0;
 }
 
-int cmd_ops(int argc, char **argv) {
-  int json, rc = parse_list_opts(argc, argv, "ops",
-                                 "Usage: floe ops [--json]\n"
-                                 "List the defined ops (the standard set and plugins' custom\n"
-                                 "ops) and how many kernels each has.\n",
-                                 &json);
-  if (rc >= 0) return rc;
-  FloeRuntime *rt = cli_runtime("ops");
-  if (!rt) return 1;
+static const char ops_help[] =
+    "Usage: floe ops [--device TYPE|NAME] [--json] [OP]\n"
+    "List the defined ops (the standard set and plugins' custom ops), with the number of\n"
+    "kernels each has and the device types they run on.\n"
+    "  OP                    show one op: its inputs and outputs with their types, its\n"
+    "                        attributes (name, type, default), its description, and the\n"
+    "                        kernels for it (device type, plugin, dtypes)\n"
+    "  --device TYPE|NAME    only the ops with a kernel on that device type (CPU, TPU_SIM)\n"
+    "                        or device (cpu:0); kernels of the core ('*') run anywhere\n"
+    "  --json                print JSON instead of a table\n";
+
+/* The device type --device names: a type of a present device ("CPU", "cpu") or a device's
+ * name ("cpu:0", "/device:CPU:0"); NULL (message printed) when none matches. */
+static const char *device_type_of(FloeRuntime *rt, const char *want) {
+  int n = floe_runtime_num_devices(rt);
+  for (int i = 0; i < n; i++) {
+    FloeDeviceInfo d;
+    if (floe_runtime_device(rt, i, &d) != FLOE_OK) continue;
+    if (!strcasecmp(want, d.type) || !strcmp(want, d.short_name) || !strcmp(want, d.name))
+      return d.type;
+  }
+  FloeDeviceName dn;
+  FloeStatus *st = floe_status_new();
+  const char *type = NULL;
+  if (st && floe_device_name_parse(want, &dn, st) == FLOE_OK)
+    for (int i = 0; i < n && !type; i++) {
+      FloeDeviceInfo d;
+      if (floe_runtime_device(rt, i, &d) == FLOE_OK && !strcmp(dn.type, d.type)) type = d.type;
+    }
+  floe_status_free(st);
+  if (!type) cli_error("ops", "no device or device type '%s' here (see 'floe devices')", want);
+  return type;
+}
+
+/* Kernel i's dtypes as "f32,f64" (its first type constraint), or "any". */
+static void kernel_dtypes(const FloeRuntime *rt, int i, int ncons, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int j = 0; j < ncons; j++) {
+    const char *attr;
+    uint32_t mask;
+    if (floe_runtime_kernel_constraint(rt, i, j, &attr, &mask) != FLOE_OK) continue;
+    len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s=", j ? " " : "", attr);
+    for (int dt = 0, first = 1; dt < 32 && len < cap; dt++)
+      if (mask & FLOE_DTYPE_BIT(dt)) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", first ? "" : ",",
+                                floe_dtype_name((FloeDType)dt));
+        first = 0;
+      }
+    if (len >= cap) break;
+  }
+  if (!buf[0]) snprintf(buf, cap, "any");
+}
+
+/* Whether op has a kernel for device type `type` (NULL: any); the device types it has
+ * kernels on into types ("CPU,TPU_SIM"). */
+static int op_kernels(const FloeRuntime *rt, const char *op, const char *type, char *types,
+                      size_t cap) {
+  int nk = floe_runtime_num_kernels(rt), match = !type;
+  size_t len = 0;
+  types[0] = 0;
+  for (int i = 0; i < nk; i++) {
+    FloeKernelInfo k = {.struct_size = sizeof k};
+    if (floe_runtime_kernel(rt, i, &k) != FLOE_OK || strcmp(k.op, op)) continue;
+    if (type && (!strcmp(k.device_type, type) || !strcmp(k.device_type, "*"))) match = 1;
+    char seen[80];
+    snprintf(seen, sizeof seen, ",%s,", k.device_type);
+    char have[512];
+    snprintf(have, sizeof have, ",%s,", types);
+    if (!strstr(have, seen) && len < cap)
+      len += (size_t)snprintf(types + len, cap - len, "%s%s", len ? "," : "", k.device_type);
+  }
+  return match;
+}
+
+static int show_op(FloeRuntime *rt, const char *op, int json) {
+  if (!floe_op_exists(op)) {
+    int n = floe_op_count();
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    const char *near = NULL;
+    if (names) {
+      for (int i = 0; i < n; i++) names[i] = floe_op_name(i);
+      near = cli_closest(op, strlen(op), names, (size_t)n);
+      free(names);
+    }
+    if (near) return cli_error("ops", "no op '%s' (did you mean %s?)", op, near);
+    return cli_error("ops", "no op '%s'; 'floe ops' lists them", op);
+  }
+  static const char *const kinds[] = {"inputs", "outputs", "attributes"};
+  char spec[1024], dtypes[512];
   JsonWriter w;
   if (json) {
     json_init(&w, stdout);
-    json_begin_array(&w);
+    json_begin_object(&w);
+    json_key(&w, "op"), json_string(&w, op);
+    json_key(&w, "doc"), json_string(&w, floe_op_doc(op));
+    json_key(&w, "plugin");
+    if (floe_op_plugin(op)) json_string(&w, floe_op_plugin(op));
+    else json_null(&w);
+  } else {
+    printf("%s", op);
+    if (floe_op_plugin(op)) printf(" (defined by plugin %s)", floe_op_plugin(op));
+    printf("\n");
+    if (*floe_op_doc(op)) printf("  %s\n", floe_op_doc(op));
   }
+  for (int which = 0; which < 3; which++) {
+    int n = floe_op_num_args(op, which);
+    if (json) json_key(&w, kinds[which]), json_begin_array(&w);
+    else printf("%s:%s\n", which == 0 ? "Inputs" : which == 1 ? "Outputs" : "Attributes",
+                n ? "" : " none");
+    for (int i = 0; i < n; i++) {
+      floe_op_arg_spec(op, which, i, spec, sizeof spec);
+      if (json) json_string(&w, spec);
+      else printf("  %s\n", spec);
+    }
+    if (json) json_end_array(&w);
+  }
+  int nk = floe_runtime_num_kernels(rt), count = 0;
+  Table *t = json ? NULL : table_new(4, "lllr");
+  if (json) json_key(&w, "kernels"), json_begin_array(&w);
+  else if (!t) return cli_error("ops", "out of memory");
+  else table_row(t, "  DEVICE", "PLUGIN", "DTYPES", "PRIORITY");
+  for (int i = 0; i < nk; i++) {
+    FloeKernelInfo k = {.struct_size = sizeof k};
+    if (floe_runtime_kernel(rt, i, &k) != FLOE_OK || strcmp(k.op, op)) continue;
+    kernel_dtypes(rt, i, k.num_constraints, dtypes, sizeof dtypes);
+    count++;
+    if (json) {
+      json_begin_object(&w);
+      json_key(&w, "device_type"), json_string(&w, k.device_type);
+      json_key(&w, "plugin"), json_string(&w, k.plugin);
+      json_key(&w, "dtypes"), json_string(&w, dtypes);
+      json_key(&w, "priority"), json_int(&w, k.priority);
+      json_end_object(&w);
+    } else {
+      char dev[80], prio[16];
+      snprintf(dev, sizeof dev, "  %s", k.device_type);
+      snprintf(prio, sizeof prio, "%d", (int)k.priority);
+      table_row(t, dev, k.plugin, dtypes, prio);
+    }
+  }
+  if (json) {
+    json_end_array(&w);
+    json_end_object(&w);
+    json_finish(&w);
+    return 0;
+  }
+  printf("Kernels:%s\n", count ? "" : " none (no device can run it)");
+  int lost = count ? table_print(t, stdout) : 0;
+  table_free(t);
+  return lost ? cli_error("ops", "out of memory") : 0;
+}
+
+int cmd_ops(int argc, char **argv) {
+  static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                       {"device", required_argument, NULL, 'd'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  int json = 0, c;
+  const char *device = NULL;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":jh", opts, NULL)) != -1) {
+    if (c == 'j') json = 1;
+    else if (c == 'd') device = optarg;
+    else if (c == 'h') {
+      printf("%s", ops_help);
+      return 0;
+    } else
+      return cli_bad_option("ops", c, argv, opts);
+  }
+  if (optind < argc - 1) return cli_usage("ops", "expected at most one OP");
+  if (optind == argc - 1 && device) return cli_usage("ops", "--device lists ops: drop OP");
+  FloeRuntime *rt = cli_runtime("ops");
+  if (!rt) return 1;
+  if (optind == argc - 1) return show_op(rt, argv[optind], json);
+  const char *type = device ? device_type_of(rt, device) : NULL;
+  if (device && !type) return 1;
+  JsonWriter w;
+  Table *t = json ? NULL : table_new(3, "lrl");
+  if (json) {
+    json_init(&w, stdout);
+    json_begin_array(&w);
+  } else {
+    if (!t) return cli_error("ops", "out of memory");
+    table_row(t, "OP", "KERNELS", "DEVICES");
+  }
+  char types[512], num[16];
   for (int i = 0; i < floe_op_count(); i++) {
     const char *op = floe_op_name(i);
+    if (!op_kernels(rt, op, type, types, sizeof types)) continue;
     int k = floe_runtime_num_kernels_for(rt, op, NULL);
     if (json) {
       json_begin_object(&w);
       json_key(&w, "op"), json_string(&w, op);
       json_key(&w, "kernels"), json_int(&w, k);
+      json_key(&w, "device_types"), json_string(&w, types);
       json_end_object(&w);
     } else {
-      printf("%-40s %d kernel%s\n", op, k, k == 1 ? "" : "s");
+      snprintf(num, sizeof num, "%d", k);
+      table_row(t, op, num, types[0] ? types : "-");
     }
   }
   if (json) {
     json_end_array(&w);
     json_finish(&w);
+    return 0;
   }
-  return 0;
+  int lost = table_print(t, stdout);
+  table_free(t);
+  return lost ? cli_error("ops", "out of memory") : 0;
 }

@@ -167,9 +167,11 @@ static int compare(const FloeTensor *got, const FloeTensor *want, double rtol, d
     }
   }
   if (!bad) return 1;
+  char g[32], e[32];
   if (is_float)
-    snprintf(why, cap, "%lld of %lld elements differ; worst [%lld] = %.9g, expected %.9g",
-             (long long)bad, (long long)n, (long long)worst, elem(got, worst), elem(want, worst));
+    snprintf(why, cap, "%lld of %lld elements differ; worst [%lld] = %s, expected %s",
+             (long long)bad, (long long)n, (long long)worst,
+             json_format_double(g, elem(got, worst)), json_format_double(e, elem(want, worst)));
   else
     snprintf(why, cap, "%lld of %lld elements differ; first [%lld] = %lld, expected %lld",
              (long long)bad, (long long)n, (long long)worst, (long long)elem_i64(got, worst),
@@ -364,12 +366,13 @@ int cmd_onnx_test(int argc, char **argv) {
                                        {NULL, 0, NULL, 0}};
   int json = 0, c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "jvh", opts, NULL)) != -1) {
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":jvh", opts, NULL)) != -1) {
     switch (c) {
       case 'j': json = 1; break;
       case 'v': break;
       case 'h': printf("%s", onnx_test_help); return 0;
-      default: return cli_usage("onnx-test", "unknown option");
+      default: return cli_bad_option("onnx-test", c, argv, opts);
     }
   }
   if (optind >= argc) return cli_usage("onnx-test", "expected one or more DIR");

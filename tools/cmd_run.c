@@ -63,12 +63,13 @@ static const char run_help[] =
 static void print_values(const FloeTensor *t) {
   int64_t n = floe_tensor_num_elements(t), shown = n < 16 ? n : 16;
   const void *d = floe_tensor_data(t);
+  char num[32];
   printf("[");
   for (int64_t i = 0; i < shown; i++) {
     if (i) printf(", ");
     switch (floe_tensor_dtype(t)) {
-      case FLOE_F32: printf("%.6g", ((const float *)d)[i]); break;
-      case FLOE_F64: printf("%.9g", ((const double *)d)[i]); break;
+      case FLOE_F32: fputs(json_format_float(num, ((const float *)d)[i]), stdout); break;
+      case FLOE_F64: fputs(json_format_double(num, ((const double *)d)[i]), stdout); break;
       case FLOE_F16: printf("%.4g", floe_f16_to_f32(((const uint16_t *)d)[i])); break;
       case FLOE_BF16: printf("%.3g", floe_bf16_to_f32(((const uint16_t *)d)[i])); break;
       case FLOE_I8: printf("%d", ((const int8_t *)d)[i]); break;
@@ -358,7 +359,8 @@ int cmd_run(int argc, char **argv) {
     goto out;
   }
   optind = 1;
-  while ((c = getopt_long(argc, argv, "f:F:t:o:d:jh", opts, NULL)) != -1) {
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":f:F:t:o:d:jh", opts, NULL)) != -1) {
     switch (c) {
       case 'f': feed_specs[nfeed++] = optarg; break;
       case 'F': fetches[nfetch++] = optarg; break;
@@ -421,7 +423,7 @@ int cmd_run(int argc, char **argv) {
       case OPT_PROFILE: o.profile = 1; break;
       case OPT_TRACE: o.trace = optarg; break;
       case 'h': printf("%s", run_help); rc = 0; goto out;
-      default: rc = cli_usage("run", "unknown option"); goto out;
+      default: rc = cli_bad_option("run", c, argv, opts); goto out;
     }
   }
   if (optind != argc - 1) {

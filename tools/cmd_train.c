@@ -27,6 +27,7 @@
 #include "cli.h"
 #include "measure.h"
 #include "train_input.h"
+#include "train_signal.h"
 
 static const char train_help[] =
     "Usage: floe train [--model mlp|cnn|lstm] [--epochs N] [--batch N] [--optimizer NAME]\n"
@@ -63,7 +64,9 @@ static const char train_help[] =
     "                         dataset-fashion-mnist package)\n"
     "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept)\n"
     "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
-    "                         (give the same --epochs: the schedule spans them)\n"
+    "                         (give the same --epochs: the schedule spans them), at the\n"
+    "                         batch after the one it was saved at. Ctrl-C saves one at\n"
+    "                         the next step and prints the command to resume (exit 130)\n"
     "  --stop-after K         end this run after epoch K of the --epochs planned (the\n"
     "                         schedule still spans all of them); go on later with --resume\n"
     "  --input queue|feed     queue (default): the training batches come from an input\n"
@@ -253,13 +256,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         printf("%s", train_help);
         *done = 1;
         return 0;
-      case ':':
-        snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
-        return cli_usage("train", msg);
-      default:
-        if (optopt) snprintf(msg, sizeof msg, "unknown option '-%c'", optopt);
-        else snprintf(msg, sizeof msg, "unknown option '%s'", argv[optind - 1]);
-        return cli_usage("train", msg);
+      default: return cli_bad_option("train", c, argv, opts);
     }
   }
   if (optind != argc) {
@@ -487,19 +484,62 @@ static void format_eta(double secs, char *buf, size_t len) {
   else snprintf(buf, len, "%ds", (int)(secs + 0.5));
 }
 
-/* The live line of a terminal: epoch, bar, percent, speed, running loss, time left. */
+/* The live line of a terminal: epoch, bar, percent, speed, running loss, time left, named as
+ * in the lines of a pipe; the bar takes what the terminal's width leaves (none if narrow). */
 static void draw_progress(int epoch, int epochs, int64_t done, int64_t total, double rate,
                           double loss) {
-  enum { WIDTH = 24 };
   double frac = total ? (double)done / (double)total : 1.0;
-  char bar[WIDTH + 1], eta[32];
-  int fill = (int)(frac * WIDTH);
-  for (int i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
-  bar[WIDTH] = 0;
+  char bar[64], eta[32], head[48], tail[160];
   format_eta(rate > 0 ? (double)(total - done) / rate : -1, eta, sizeof eta);
-  printf("\r\033[Kepoch %d/%d [%s] %3d%%  %.0f samples/s  loss %.4f  ETA %s", epoch, epochs, bar,
-         (int)(frac * 100), rate, loss, eta);
+  snprintf(head, sizeof head, "epoch %d/%d ", epoch, epochs);
+  snprintf(tail, sizeof tail, " %3d%%  samples/s %.0f  loss %.4f  eta %s", (int)(frac * 100),
+           rate, loss, eta);
+  /* room kept for "  testing..." written after the last one of an epoch */
+  int width = cli_term_columns() - 1 - (int)strlen(head) - (int)strlen(tail) - 2 - 12;
+  if (width > (int)sizeof bar - 1) width = (int)sizeof bar - 1;
+  char line[300];
+  if (width >= 8) {
+    int fill = (int)(frac * width);
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    snprintf(line, sizeof line, "%s[%s]%s", head, bar, tail);
+  } else {
+    snprintf(line, sizeof line, "%s%s", head, tail + 1);
+  }
+  int room = cli_term_columns() - 1 - 12; /* a narrow terminal: cut the line short */
+  if (room < 20) room = 20;
+  if ((int)strlen(line) > room) {
+    line[room] = 0;
+    char *gap = NULL; /* end at a whole field: at the last two spaces */
+    for (char *p = strstr(line, "  "); p; p = strstr(p + 1, "  ")) gap = p;
+    if (gap) *gap = 0;
+  }
+  printf("\r\033[K%s", line);
   fflush(stdout);
+}
+
+/* After Ctrl-C: with --checkpoint-dir, saves a checkpoint of this step (a resumed run goes
+ * on at the batch after it, as the global step implies) and prints how to resume; else says
+ * nothing was saved. Returns 130, the status of a run ended by SIGINT. */
+static int stop_at_signal(Trainer *t, const TrainOptions *o, int argc, char **argv) {
+  int64_t step = fetch_global_step(t);
+  if (step < 0) {
+    cli_error("train", "interrupted; reading the global step: %s", floe_status_message(t->st));
+    return 130;
+  }
+  if (!o->checkpoint_dir) {
+    fprintf(stderr, "floe train: interrupted at global step %lld; nothing saved (no "
+            "--checkpoint-dir)\n", (long long)step);
+    return 130;
+  }
+  if (floe_checkpoint_save(t->s, o->checkpoint_dir, NULL, step, 3, NULL, t->st) != FLOE_OK) {
+    cli_error("train", "interrupted; saving a checkpoint: %s", floe_status_message(t->st));
+    return 130;
+  }
+  fprintf(stderr, "floe train: interrupted at global step %lld; checkpoint saved in %s. "
+          "Resume with:\n", (long long)step, o->checkpoint_dir);
+  train_print_resume(stderr, argc, argv);
+  return 130;
 }
 
 /* Adds the session's profile (one epoch's training steps) to t->prof. 0, or 1 on error. */
@@ -679,6 +719,7 @@ int cmd_train(int argc, char **argv) {
     rc = cli_error("train", "starting the input pipeline: %s", floe_status_message(t.st));
     goto out;
   }
+  train_sigint_install();
   double train_secs = 0, final_loss = NAN, accuracy = NAN;
   int64_t trained = 0, total_steps = 0;
   int last_epoch = o->stop_after ? o->stop_after : o->epochs;
@@ -735,6 +776,11 @@ int cmd_train(int argc, char **argv) {
       loss_sum += *(const float *)floe_tensor_data(lv);
       floe_tensor_release(lv);
       steps++;
+      if (train_sigint_pending()) { /* Ctrl-C: stop at this step boundary */
+        if (t.tty) printf("\n");
+        rc = stop_at_signal(&t, o, argc, argv);
+        goto out;
+      }
       double now = now_seconds();
       if (t.tty && (now - last_draw >= 0.1 || epoch_done == epoch_total)) {
         draw_progress(e + 1, o->epochs, epoch_done, epoch_total, epoch_done / (now - t0),
@@ -771,11 +817,8 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
     double rate = epoch_secs > 0 ? epoch_done / epoch_secs : 0;
-    if (t.tty)
-      printf("\r\033[Kepoch %d/%d: loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
-             e + 1, o->epochs, final_loss, accuracy, rate, epoch_secs);
-    else
-      printf("epoch %d/%d loss %.6f test_accuracy %.4f samples/s %.0f seconds %.2f\n", e + 1,
+    if (t.tty) printf("\r\033[K"); /* the same line as a pipe gets, over the live one */
+    printf("epoch %d/%d loss %.6f test_accuracy %.4f samples/s %.0f seconds %.2f\n", e + 1,
              o->epochs, final_loss, accuracy, rate, epoch_secs);
     fflush(stdout);
     if (o->max_steps && total_steps >= o->max_steps) break;
@@ -862,8 +905,8 @@ int cmd_train(int argc, char **argv) {
     json_end_object(&w);
     json_finish(&w);
   } else {
-    printf("test accuracy %.4f, %.0f training samples/s, %.1f s, peak RSS %.0f MB\n", accuracy,
-           sps, wall, rss_mb);
+    printf("test_accuracy %.4f samples/s %.0f wall_seconds %.1f peak_rss_mb %.0f\n",
+           accuracy, sps, wall, rss_mb);
     if (o->devices)
       printf("across devices (%s%s): %lld values, %.1f MB moved (%.1f MB as f32 tensors)\n",
              o->devices, o->compress ? ", bf16 transfers" : "", (long long)xs.transfers,

@@ -3,6 +3,7 @@
 #include "json.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 void json_init(JsonWriter *w, FILE *out) {
   w->out = out;
@@ -76,7 +77,8 @@ void json_uint(JsonWriter *w, uint64_t v) {
 
 void json_double(JsonWriter *w, double v) {
   before_value(w);
-  if (isfinite(v)) fprintf(w->out, "%.17g", v);
+  char buf[32];
+  if (isfinite(v)) fputs(json_format_double(buf, v), w->out);
   else fputs("null", w->out); /* JSON has no NaN or Infinity */
 }
 
@@ -93,4 +95,20 @@ void json_null(JsonWriter *w) {
 void json_finish(JsonWriter *w) {
   fputc('\n', w->out);
   fflush(w->out);
+}
+
+const char *json_format_double(char buf[32], double v) {
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, 32, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) return buf;
+  }
+  return buf; /* %.17g always round-trips; not reached */
+}
+
+const char *json_format_float(char buf[32], float v) {
+  for (int prec = 1; prec <= 9; prec++) {
+    snprintf(buf, 32, "%.*g", prec, (double)v);
+    if (strtof(buf, NULL) == v) return buf;
+  }
+  return buf;
 }

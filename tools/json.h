@@ -25,6 +25,10 @@ void json_uint(JsonWriter *w, uint64_t v);
 void json_double(JsonWriter *w, double v);
 void json_bool(JsonWriter *w, int v);
 void json_null(JsonWriter *w);
+/* The shortest decimal (%.Ng, N from 1 up) that strtod (strtof) reads back as v; written into
+ * the caller's buf, which is returned. NaN and infinities print as printf's "nan", "inf". */
+const char *json_format_double(char buf[32], double v);
+const char *json_format_float(char buf[32], float v);
 /* Ends the document with a newline. */
 void json_finish(JsonWriter *w);
 

@@ -123,7 +123,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
   optind = 1;
   opterr = 0;
   int c, li = 0;
-  while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
+  while ((c = getopt_long(argc, argv, ":", opts, &li)) != -1) {
     long long *target = NULL, lo = 1, hi = 1LL << 30;
     switch (c) {
       case 'm':
@@ -171,12 +171,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
         fputs(lstm_help, stdout);
         *done = 1;
         return 0;
-      default: {
-        char msg[128];
-        snprintf(msg, sizeof msg, "unknown option '%s' for --model lstm (see --help)",
-                 argv[optind - 1]);
-        return cli_usage("train", msg);
-      }
+      default: return cli_bad_option("train --model lstm", c, argv, opts);
     }
     if (target) {
       char *end;

@@ -9,6 +9,7 @@
  * registrations take the write lock.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -904,4 +905,75 @@ const char *floe_op_name(int i) {
   const char *name = i >= 0 && i < g_num_ops ? g_ops[i]->name : NULL;
   pthread_rwlock_unlock(&g_lock);
   return name;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Public signature queries (floe ops OP). */
+
+int floe_op_num_args(const char *op, int which) {
+  const FloeOpInfo *o = floe__op_lookup(op);
+  if (!o) return -1;
+  switch (which) {
+    case FLOE_OP_ARG_INPUT: return o->num_inputs;
+    case FLOE_OP_ARG_OUTPUT: return o->num_outputs;
+    case FLOE_OP_ARG_ATTR: return o->num_attrs;
+    default: return -1;
+  }
+}
+
+/* Appends like snprintf at buf + *len, keeping *len the length the full text needs. */
+static void spec_add(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void spec_add(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(*len < cap ? buf + *len : NULL, *len < cap ? cap - *len : 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) *len += (size_t)n;
+}
+
+int floe_op_arg_spec(const char *op, int which, int i, char *buf, size_t cap) {
+  const FloeOpInfo *o = floe__op_lookup(op);
+  int n = floe_op_num_args(op, which);
+  if (!o || i < 0 || i >= n || (!buf && cap)) return -1;
+  if (cap) buf[0] = 0;
+  size_t len = 0;
+  if (which != FLOE_OP_ARG_ATTR) {
+    const FloeArgDef *a = which == FLOE_OP_ARG_INPUT ? &o->inputs[i] : &o->outputs[i];
+    spec_add(buf, cap, &len, "%s: ", a->name);
+    if (a->number_attr) spec_add(buf, cap, &len, "%s*", a->number_attr);
+    if (a->type_list_attr) spec_add(buf, cap, &len, "%s", a->type_list_attr);
+    else if (a->type_attr) spec_add(buf, cap, &len, "%s", a->type_attr);
+    else spec_add(buf, cap, &len, "%s", floe_dtype_name(a->fixed));
+  } else {
+    const FloeAttrDef *a = &o->attrs[i];
+    spec_add(buf, cap, &len, "%s: %s", a->name, floe__attr_kind_name(a->kind));
+    if (a->has_min) spec_add(buf, cap, &len, " >= %lld", (long long)a->min);
+    if (a->allowed) {
+      spec_add(buf, cap, &len, " in {");
+      int first = 1;
+      for (int dt = 0; dt < 32; dt++)
+        if (a->allowed & FLOE_DTYPE_BIT(dt)) {
+          spec_add(buf, cap, &len, "%s%s", first ? "" : ",", floe_dtype_name((FloeDType)dt));
+          first = 0;
+        }
+      spec_add(buf, cap, &len, "}");
+    }
+    if (a->has_default) {
+      char v[256];
+      spec_add(buf, cap, &len, " = %s", floe__attr_value_str(&a->def, v, sizeof v));
+    }
+  }
+  return len > INT32_MAX ? INT32_MAX : (int)len;
+}
+
+const char *floe_op_doc(const char *op) {
+  const FloeOpInfo *o = floe__op_lookup(op);
+  if (!o) return NULL;
+  return o->doc ? o->doc : "";
+}
+
+const char *floe_op_plugin(const char *op) {
+  const FloeOpInfo *o = floe__op_lookup(op);
+  return o ? o->plugin : NULL;
 }

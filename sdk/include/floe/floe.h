@@ -223,6 +223,24 @@ FLOE_API int floe_op_exists(const char *op);
 /* Number of defined ops and their names (borrowed, live until process exit). */
 FLOE_API int floe_op_count(void);
 FLOE_API const char *floe_op_name(int i);
+/* An op's signature, as spec strings in the op-definition grammar of floe_plugin.h: input
+ * "x: T", output "y: N*T", attribute "T: type in {f32,f64} = f32" (defaults abbreviated as in
+ * graph dumps). which is FLOE_OP_ARG_INPUT, _OUTPUT or _ATTR. */
+#define FLOE_OP_ARG_INPUT 0
+#define FLOE_OP_ARG_OUTPUT 1
+#define FLOE_OP_ARG_ATTR 2
+/* Number of inputs, outputs or attributes of op; -1 if op is not defined or which is bad. */
+FLOE_API int floe_op_num_args(const char *op, int which);
+/* Writes the spec of argument i into the caller's buf (cap bytes; NUL-terminated and cut
+ * short when cap is too small, as snprintf). Returns the length the whole spec needs, or -1
+ * for an undefined op, a bad which or i, or a NULL buf with cap > 0. Nothing is allocated. */
+FLOE_API int floe_op_arg_spec(const char *op, int which, int i, char *buf, size_t cap);
+/* The op's one-line description ("" when it has none), borrowed: lives until process exit.
+ * NULL if op is not defined. */
+FLOE_API const char *floe_op_doc(const char *op);
+/* Name of the plugin that defined op (borrowed, lives until process exit); NULL for the
+ * standard ops and for an undefined op. */
+FLOE_API const char *floe_op_plugin(const char *op);
 
 /* ------------------------------------------------------------------------------------ */
 /* Graphs. */
