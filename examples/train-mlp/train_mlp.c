@@ -11,25 +11,14 @@
  *   ./train_mlp --epochs 2 --stop-after 1   # one epoch, checkpoint in ./checkpoints
  *   ./train_mlp --epochs 2 --resume         # the second epoch, from that checkpoint
  */
-#include <floe/floe.h> /* includes floe_train.h and floe_data.h */
 #include <getopt.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Options {
-  int epochs;          /* planned epochs: the learning rate decays to 0 over them */
-  int stop_after;      /* end after this epoch (0: run all), to resume later */
-  int64_t limit;       /* training examples used (the first ones); 0: all 60000 */
-  int64_t batch;
-  int64_t hidden;
-  int64_t seed;        /* weights and the order of the batches */
-  const char *ckpt_dir;
-  int resume;
-  const char *data;    /* NULL: Debian's /usr/share/datasets/fashion-mnist */
-} Options;
-
 /* README:begin */
+#include <floe/floe.h> /* cc app.c $(pkg-config --cflags --libs floe) */
+#include <stdio.h>
+
 /* A fully connected layer: x [batch, in] -> x W + b [batch, out], ReLU'd when relu != 0.
  * Its variables are "<name>/kernel" (Glorot uniform from seed) and "<name>/bias" (zeros). */
 static FloeOutput dense(FloeGraph *g, const char *name, FloeOutput x, int64_t in, int64_t out,
@@ -59,7 +48,8 @@ static FloeGraph *build_graph(int64_t hidden, int64_t seed, const FloeOptimizerO
   FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, (int64_t[]){-1, 784}));
   FloeOutput y = floe_placeholder(g, "y", FLOE_I64, floe_shape_make(1, (int64_t[]){-1}));
   FloeOutput h = dense(g, "hidden", x, 784, hidden, 1, seed);
-  FloeOutput logits = floe_unary(g, "Identity", "logits", dense(g, "out", h, hidden, 10, 0, seed + 1));
+  FloeOutput z = dense(g, "out", h, hidden, 10, 0, seed + 1);
+  FloeOutput logits = floe_unary(g, "Identity", "logits", z);
   FloeOutput xent = floe_sparse_softmax_cross_entropy(g, "xent", logits, y);
   FloeOutput loss = floe_unary(g, "Identity", "loss", xent);
   floe_minimize(g, "train", loss, opt, NULL, 0); /* every trainable variable */
@@ -85,6 +75,18 @@ static floe_code train_step(FloeSession *s, FloeTensor *images, FloeTensor *labe
   return FLOE_OK;
 }
 /* README:end */
+
+typedef struct Options {
+  int epochs;          /* planned epochs: the learning rate decays to 0 over them */
+  int stop_after;      /* end after this epoch (0: run all), to resume later */
+  int64_t limit;       /* training examples used (the first ones); 0: all 60000 */
+  int64_t batch;
+  int64_t hidden;
+  int64_t seed;        /* weights and the order of the batches */
+  const char *ckpt_dir;
+  int resume;
+  const char *data;    /* NULL: Debian's /usr/share/datasets/fashion-mnist */
+} Options;
 
 /* The share of the test set whose largest logit is the label; -1 with st set on error. */
 static double evaluate(FloeSession *s, FloeBatcher *test, FloeStatus *st) {
