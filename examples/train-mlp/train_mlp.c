@@ -234,6 +234,8 @@ int main(int argc, char **argv) {
   }
 
   int last = o.stop_after ? o.stop_after : o.epochs;
+  if (step >= last * per_epoch)
+    printf("step %lld: epoch %d is already done\n", (long long)step, last);
   for (int64_t e = step / per_epoch; e < last; e++) {
     /* Checkpoints are written at the ends of epochs, so a resumed run starts one. */
     floe_batcher_start_epoch(batches, e, step % per_epoch);
