@@ -2,8 +2,10 @@
 /* make_onnx_mlp.c - writes an ONNX classifier for the CLI tests: x [N,784] -> Gemm 64 ->
  * Relu -> Gemm 10 (logits), or with --cnn x [N,1,28,28] -> Conv 8 3x3 pads 1 -> Relu ->
  * MaxPool 2 -> Flatten -> Gemm 10; weights uniform in +-sqrt(6/(in+out)) from a fixed seed,
- * so `floe train --onnx` has an untrained model to fine-tune.
- * usage: make_onnx_mlp [--cnn] OUT.onnx */
+ * so `floe train --onnx` has an untrained model to fine-tune. With --weights CKPT (an MLP
+ * only) the weights are instead those of a `floe train --onnx` checkpoint of that model
+ * (safetensors, variables "onnx/fc1.weight" ...): a trained model for examples/onnx-classify.
+ * usage: make_onnx_mlp [--cnn | --weights CKPT.safetensors] OUT.onnx */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,57 @@ static int write_model(Model *md, const char *path) {
   return 0;
 }
 
+/* Copies the f32 tensor "onnx/<name>" of the safetensors file (header, n) into w (n floats);
+ * 0, or 1 with a message. A test helper: it finds the entry by its quoted name, without a
+ * JSON parser. */
+static int load_weight(const char *path, const char *hdr, const unsigned char *data,
+                       size_t data_len, const char *name, float *w, size_t n) {
+  char key[64];
+  snprintf(key, sizeof key, "\"onnx/%s\":{", name);
+  const char *e = strstr(hdr, key), *end = e ? strchr(e, '}') : NULL;
+  const char *off = e ? strstr(e, "\"data_offsets\":[") : NULL;
+  unsigned long long a, b;
+  if (!end || !off || off > end || !strstr(e, "\"dtype\":\"F32\"") ||
+      sscanf(off + strlen("\"data_offsets\":["), "%llu,%llu", &a, &b) != 2 || b < a ||
+      b > data_len || b - a != n * sizeof(float)) {
+    fprintf(stderr, "make_onnx_mlp: %s: no f32 tensor onnx/%s of %zu elements\n", path, name, n);
+    return 1;
+  }
+  memcpy(w, data + a, n * sizeof(float));
+  return 0;
+}
+
+/* The four weights of the MLP from a safetensors checkpoint; 0, or 1 with a message. */
+static int load_checkpoint(const char *path) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *buf = NULL;
+  long len = -1;
+  int rc = 1;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 8 && fseek(f, 0, SEEK_SET) == 0 &&
+      (buf = malloc((size_t)len + 1)) && fread(buf, 1, (size_t)len, f) == (size_t)len) {
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i]; /* little-endian u64 */
+    if (hlen <= (uint64_t)len - 8) {
+      char *hdr = malloc(hlen + 1);
+      if (hdr) {
+        memcpy(hdr, buf + 8, hlen);
+        hdr[hlen] = 0;
+        const unsigned char *data = buf + 8 + hlen;
+        size_t dlen = (size_t)len - 8 - hlen;
+        rc = load_weight(path, hdr, data, dlen, "fc1.weight", w1, 64 * 784) ||
+             load_weight(path, hdr, data, dlen, "fc1.bias", b1, 64) ||
+             load_weight(path, hdr, data, dlen, "fc2.weight", w2, 10 * 64) ||
+             load_weight(path, hdr, data, dlen, "fc2.bias", b2, 10);
+        free(hdr);
+      }
+    }
+  }
+  if (rc && len < 8) fprintf(stderr, "make_onnx_mlp: cannot read %s\n", path);
+  if (f) fclose(f);
+  free(buf);
+  return rc;
+}
+
 /* Conv 8 3x3 pads 1 -> Relu -> MaxPool 2x2 -> Flatten -> Gemm 10 on [N,1,28,28]. */
 static void build_cnn(Model *md, uint64_t *s) {
   fill(cw, 8 * 9, 9, 8 * 9, s);
@@ -61,11 +114,12 @@ static void build_cnn(Model *md, uint64_t *s) {
 
 int main(int argc, char **argv) {
   int cnn = argc == 3 && !strcmp(argv[1], "--cnn");
-  if (argc != 2 + cnn) {
-    fprintf(stderr, "usage: %s [--cnn] OUT.onnx\n", argv[0]);
+  const char *weights = argc == 4 && !strcmp(argv[1], "--weights") ? argv[2] : NULL;
+  if (argc != 2 + cnn + 2 * !!weights) {
+    fprintf(stderr, "usage: %s [--cnn | --weights CKPT.safetensors] OUT.onnx\n", argv[0]);
     return 2;
   }
-  const char *path = argv[1 + cnn];
+  const char *path = argv[argc - 1];
   uint64_t s = 0x9E3779B97F4A7C15ull;
   Model md;
   ob_model_init(&md, 13);
@@ -75,6 +129,7 @@ int main(int argc, char **argv) {
   }
   fill(w1, 64 * 784, 784, 64, &s);
   fill(w2, 10 * 64, 64, 10, &s);
+  if (weights && load_checkpoint(weights)) return 1;
   static const int64_t w1d[2] = {64, 784}, b1d[1] = {64}, w2d[2] = {10, 64}, b2d[1] = {10};
   int64_t xd[2] = {-1, 784};
   ob_add_input(&md, "image", 2, xd);
