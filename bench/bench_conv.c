@@ -253,6 +253,19 @@ static FloeTensor *session_run(FloeSession *s, FloeTensor *const *ins, int n) {
   return out;
 }
 
+/* Where a step of s takes its time, from 3 more steps, traced (the timed ones were not). */
+static void session_breakdown(FloeSession *s, FloeTensor *const *ins, int n, FloeStepBreakdown *b) {
+  FloeFeed feeds[3];
+  char names[3][8];
+  for (int i = 0; i < n; i++) {
+    snprintf(names[i], sizeof names[i], "in%d", i);
+    feeds[i] = (FloeFeed){names[i], ins[i]};
+  }
+  const char *fetch = "op";
+  BenchStep one = {s, feeds, n, &fetch, 1, NULL, 0};
+  if (bench_breakdown(s, bench_step_run, &one, 3, b)) exit(1);
+}
+
 static FloeTensor *tensor(FloeDType dt, int rank, const int64_t *dims, uint32_t seed) {
   FloeTensor *t = floe_tensor_new(dt, rank, dims, st);
   if (!t) die_floe("tensor");
@@ -274,6 +287,7 @@ typedef struct Result {
   double session_ms, raw_ms, gflop, max_diff;
   double session_min_ms, raw_min_ms;
   char impl[96];
+  FloeStepBreakdown bd; /* of the session, traced */
 } Result;
 
 static void bench_pass(const Layer *l, int64_t n, Pass pass, int reps, Result *res) {
@@ -336,6 +350,7 @@ static void bench_pass(const Layer *l, int64_t n, Pass pass, int reps, Result *r
   res->gflop = 2.0 * (double)n * (double)(l->h * l->w * l->o * l->c * K * K) * 1e-9;
   res->max_diff = max_diff;
   snprintf(res->impl, sizeof res->impl, "%s", r->impl);
+  session_breakdown(s, ins, nin, &res->bd);
   free(ts);
   free(tr);
   raw_free(r);
@@ -349,6 +364,7 @@ typedef struct PoolResult {
   int64_t h, c;
   double fwd_ms, max_grad_ms, avg_grad_ms, mbytes;
   double fwd_min_ms, max_grad_min_ms, avg_grad_min_ms;
+  FloeStepBreakdown fwd_bd, max_grad_bd, avg_grad_bd; /* traced */
 } PoolResult;
 
 /* Median time of reps runs (the fastest in *fastest). */
@@ -382,6 +398,9 @@ static void bench_pool(int64_t n, int64_t h, int64_t c, int reps, PoolResult *re
   res->fwd_min_ms *= 1e3;
   res->max_grad_min_ms *= 1e3;
   res->avg_grad_min_ms *= 1e3;
+  session_breakdown(fwd, &x, 1, &res->fwd_bd);
+  session_breakdown(mg, mg_in, 3, &res->max_grad_bd);
+  session_breakdown(ag, ag_in, 2, &res->avg_grad_bd);
   /* MaxPoolGrad reads x and dy and writes dx. */
   res->mbytes = (double)(2 * n * h * h * c + n * (h / 2) * (h / 2) * c) * 4 * 1e-6;
   floe_session_free(fwd);
@@ -451,23 +470,33 @@ int main(int argc, char **argv) {
              "\"pass\": \"%s\", \"session_ms\": %.4f, \"raw_ms\": %.4f, \"ratio\": %.4f, "
              "\"session_gflops\": %.2f, \"raw_gflops\": %.2f, \"session_min_ms\": %.4f, "
              "\"raw_min_ms\": %.4f, \"min_ratio\": %.4f, \"raw_impl\": \"%s\", "
-             "\"max_abs_diff\": %.3g}",
+             "\"max_abs_diff\": %.3g, \"breakdown\": ",
              i ? ", " : "", l->name, (long long)l->h, (long long)l->w, (long long)l->c,
              (long long)l->o, pass_names[i % 3], r->session_ms, r->raw_ms,
              r->raw_ms / r->session_ms, r->gflop / r->session_ms * 1e3,
              r->gflop / r->raw_ms * 1e3, r->session_min_ms, r->raw_min_ms,
              r->raw_min_ms / r->session_min_ms, r->impl, r->max_diff);
+      bench_breakdown_json(stdout, &r->bd);
+      printf("}");
     }
     printf("], \"training_convs_session_ms\": %.4f, \"training_convs_raw_ms\": %.4f, \"pools\": [",
            total_s, total_r);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
       printf("%s{\"h\": %lld, \"c\": %lld, \"maxpool_ms\": %.4f, \"maxpool_grad_ms\": %.4f, "
              "\"avgpool_grad_ms\": %.4f, \"maxpool_grad_gbs\": %.2f, \"maxpool_min_ms\": %.4f, "
-             "\"maxpool_grad_min_ms\": %.4f, \"avgpool_grad_min_ms\": %.4f}",
+             "\"maxpool_grad_min_ms\": %.4f, \"avgpool_grad_min_ms\": %.4f, "
+             "\"maxpool_breakdown\": ",
              i ? ", " : "", (long long)pools[i].h, (long long)pools[i].c, pools[i].fwd_ms,
              pools[i].max_grad_ms, pools[i].avg_grad_ms,
              pools[i].mbytes / pools[i].max_grad_ms, pools[i].fwd_min_ms,
              pools[i].max_grad_min_ms, pools[i].avg_grad_min_ms);
+      bench_breakdown_json(stdout, &pools[i].fwd_bd);
+      printf(", \"maxpool_grad_breakdown\": ");
+      bench_breakdown_json(stdout, &pools[i].max_grad_bd);
+      printf(", \"avgpool_grad_breakdown\": ");
+      bench_breakdown_json(stdout, &pools[i].avg_grad_bd);
+      printf("}");
+    }
     printf("]}\n");
   } else {
     printf("CNN convolutions, batch %lld, 5x5 SAME NHWC f32, %d reps: medians (fastest); "
@@ -497,6 +526,23 @@ int main(int argc, char **argv) {
              pools[i].fwd_ms, pools[i].fwd_min_ms, pools[i].max_grad_ms,
              pools[i].max_grad_min_ms, pools[i].mbytes / pools[i].max_grad_ms,
              pools[i].avg_grad_ms, pools[i].avg_grad_min_ms);
+    printf("session step breakdowns, traced (3 more steps of each):\n");
+    for (int i = 0; i < 6; i++) {
+      char what[64];
+      snprintf(what, sizeof what, "  %s %s", layers[i / 3].name, pass_names[i % 3]);
+      bench_breakdown_print(stdout, what, &res[i].bd);
+    }
+    for (int i = 0; i < 2; i++) {
+      static const char *const ops[3] = {"MaxPool", "MaxPoolGrad", "AvgPoolGrad"};
+      const FloeStepBreakdown *b[3] = {&pools[i].fwd_bd, &pools[i].max_grad_bd,
+                                       &pools[i].avg_grad_bd};
+      for (int k = 0; k < 3; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "  %s %lldx%lldx%lld", ops[k], (long long)pools[i].h,
+                 (long long)pools[i].h, (long long)pools[i].c);
+        bench_breakdown_print(stdout, what, b[k]);
+      }
+    }
   }
   dnnl_stream_destroy(stream);
   dnnl_engine_destroy(eng);

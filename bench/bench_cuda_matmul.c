@@ -13,7 +13,9 @@
  * moves no data: R steps run the MatMul as a target (kernels are asynchronous, so steps
  * queue up behind the GPU), then one step fetches a scalar that depends on the last
  * product, which waits for the GPU. Raw cuBLAS does R calls and a cudaDeviceSynchronize.
- * Repetitions alternate between the two; medians are compared.
+ * Repetitions alternate between the two; medians are compared. Then 3 more check steps (a
+ * product and the fetch that waits for it), traced, give the session's step breakdown
+ * (docs/benchmarks.md): "breakdown" in the JSON, a second line in the text.
  *
  *   FLOE_CUDA_MATMUL=f32|tf32|bf16 bench_cuda_matmul [--dtype f32|bf16] [--size S] [--reps N]
  *                                                     [--steps R] [--json]
@@ -217,11 +219,19 @@ int main(int argc, char **argv) {
   struct cudaDeviceProp p;
   CUDA_OK(cudaGetDeviceProperties(&p, 0));
   const char *dts = floe_dtype_name(dt);
-  if (json)
+  /* Where a session step's time goes, from 3 more check steps, traced (the timed ones were
+   * not). */
+  FloeStepBreakdown bd;
+  BenchStep check_step = {sess, NULL, 0, &check, 1, NULL, 0};
+  if (bench_breakdown(sess, bench_step_run, &check_step, 3, &bd)) return 1;
+  if (json) {
     printf("{\"gpu\":\"%s\",\"mode\":\"%s\",\"dtype\":\"%s\",\"size\":%lld,"
-           "\"session_ms\":%.3f,\"cublas_ms\":%.3f,\"ratio\":%.4f,\"cublas_tflops\":%.1f}\n",
+           "\"session_ms\":%.3f,\"cublas_ms\":%.3f,\"ratio\":%.4f,\"cublas_tflops\":%.1f,"
+           "\"breakdown\":",
            p.name, mode, dts, (long long)s, sm, rm, rm / sm, tflops);
-  else
+    bench_breakdown_json(stdout, &bd);
+    printf("}\n");
+  } else {
     printf("%s, %s tensors, FLOE_CUDA_MATMUL=%s, MatMul %lld^3: session %.3f ms, raw cuBLAS "
            "%.3f ms (%.1f TFLOP/s), ratio %.3f%s\n",
            p.name, dts, mode, (long long)s, sm, rm, tflops, rm / sm,
@@ -229,6 +239,8 @@ int main(int argc, char **argv) {
                ? " (f32 tensors in bf16 mode: the session also converts its inputs each step; "
                  "raw does not)"
                : "");
+    bench_breakdown_print(stdout, "session check step (traced)", &bd);
+  }
   cublasDestroy(h);
   cudaFree(da);
   cudaFree(db);

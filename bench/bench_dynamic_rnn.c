@@ -18,7 +18,8 @@
  * live tensor bytes (floe_memory_stats) above what was alive when the step started. Then
  * each variant runs alone in a child process (this program re-executed) that reports its
  * peak RSS (VmHWM, reset through /proc/self/clear_refs once the data is loaded) minus the
- * RSS before its graph was built.
+ * RSS before its graph was built. Before that, 3 more steps of each variant, traced, give its
+ * step breakdown (docs/benchmarks.md; they train on, after the losses above were taken).
  *
  *   bench_dynamic_rnn [--batch B] [--input I] [--hidden H] [--max-len T]
  *                     [--lengths fortunes|uniform] [--data DIR] [--fused always|never]
@@ -440,6 +441,7 @@ typedef struct Result {
   double tensor_peak, tensor_peak_max;
   RssResult rss;
   int nodes, iterations;
+  FloeStepBreakdown bd; /* of 3 more steps, traced (the timed ones were not) */
 } Result;
 
 static void print_lengths(const Config *c, const Batch *bt, int64_t useful) {
@@ -532,6 +534,12 @@ static int run_bench(const Config *c) {
     res[v].tensor_peak_max = peak[v][total - 1];
   }
   if (c->profile && !c->json) print_profile(m, &bt);
+  for (int v = 0; v < VARIANTS; v++) {
+    FloeFeed f[3] = {{"x", bt.x}, {"y", bt.y}, {"lengths", bt.len}};
+    const char *fetch = m[v].loss, *target = m[v].train;
+    BenchStep one = {m[v].s, f, 3, &fetch, 1, &target, 1};
+    if (bench_breakdown(m[v].s, bench_step_run, &one, 3, &res[v].bd)) exit(1);
+  }
   for (int v = 0; v < VARIANTS; v++) model_free(&m[v]);
   for (int v = 0; v < VARIANTS; v++) run_child(c, v, &res[v].rss);
   /* A child ran the same steps from the same weights: its last loss is ours at that step. */
@@ -554,16 +562,19 @@ static int run_bench(const Config *c) {
            (long long)useful,
            loss[DYNAMIC][0], loss[UNROLLED][0], loss[DYNAMIC][total - 1],
            loss[UNROLLED][total - 1], max_rel);
-    for (int v = 0; v < VARIANTS; v++)
+    for (int v = 0; v < VARIANTS; v++) {
       printf("%s{\"variant\": \"%s\", \"iterations\": %d, \"nodes\": %d, \"median_ms\": %.3f, "
              "\"min_ms\": %.3f, \"tensor_peak_bytes\": %.0f, \"tensor_peak_max_bytes\": %.0f, "
              "\"peak_rss_bytes\": %.0f, "
              "\"rss_base_bytes\": %.0f, \"rss_built_bytes\": %.0f, \"hwm_reset\": %d, "
-             "\"child_loss\": %.9g}",
+             "\"child_loss\": %.9g, \"breakdown\": ",
              v ? ", " : "", variant_name[v], res[v].iterations, res[v].nodes, res[v].median_ms,
              res[v].min_ms, res[v].tensor_peak, res[v].tensor_peak_max, rss[v],
              res[v].rss.base_kb * 1024.0, res[v].rss.built_kb * 1024.0, res[v].rss.reset,
              res[v].rss.loss);
+      bench_breakdown_json(stdout, &res[v].bd);
+      printf("}");
+    }
     printf("]}\n");
   } else {
     printf("LSTM training step (forward + backward + SGD), f32, %s cell%s, B=%lld I=%lld H=%lld "
@@ -593,6 +604,11 @@ static int run_bench(const Config *c) {
            res[0].rss.base_kb / 1024.0, res[1].rss.base_kb / 1024.0,
            (res[0].rss.built_kb - res[0].rss.base_kb) / 1024.0,
            (res[1].rss.built_kb - res[1].rss.base_kb) / 1024.0);
+    for (int v = 0; v < VARIANTS; v++) {
+      char what[32];
+      snprintf(what, sizeof what, "%s (traced)", variant_name[v]);
+      bench_breakdown_print(stdout, what, &res[v].bd);
+    }
   }
   for (int v = 0; v < VARIANTS; v++) {
     free(ms[v]);

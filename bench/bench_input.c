@@ -21,7 +21,12 @@
  *
  * Usage: bench_input [--model mlp|cnn] [--epochs N] [--batch N] [--limit N] [--repeats R]
  *                    [--prep K] [--data DIR]
- * Prints one JSON line. The dataset is cut to whole batches so every mode trains on the same
+ * Prints one JSON line. After the timed repeats, a few more steps of each mode, traced, give
+ * its step breakdown (docs/benchmarks.md): "breakdown" in the JSON, one line per mode on
+ * stderr. It covers one session's runs: the prep session's for input_feed (none without
+ * --prep: null), the training
+ * session's for the others (the batcher and the feed path's prep run are outside it; with a
+ * queue, the runner's enqueue steps are runs of the same session and are counted too). The dataset is cut to whole batches so every mode trains on the same
  * number of examples.
  */
 #include <getopt.h>
@@ -208,6 +213,85 @@ static double feed_mode(Bench *b, FloeBatcher *bt, int fixed) {
   return t;
 }
 
+/* One step of a mode, for its breakdown (see the top). */
+typedef struct ModeStep {
+  Bench *b;
+  FloeBatcher *bt;
+  FloeSession *s;
+  int mode;
+  FloeTensor *im0, *lb0, *count;
+} ModeStep;
+
+static void next_batch(ModeStep *m, FloeTensor **im, FloeTensor **lb) {
+  int r = floe_batcher_next(m->bt, im, lb, m->b->st);
+  if (r == 0) { /* the epoch ran out: start another */
+    floe_batcher_start_epoch(m->bt, 0, 0);
+    r = floe_batcher_next(m->bt, im, lb, m->b->st);
+  }
+  if (r != 1) die(m->b, "batcher");
+}
+
+static int mode_step(void *arg) {
+  ModeStep *m = arg;
+  Bench *b = m->b;
+  FloeTensor *im, *lb;
+  if (m->mode == 0 || m->mode == 3) { /* input_feed, feed */
+    next_batch(m, &im, &lb);
+    FloeTensor *x = prep_batch(b, im);
+    if (m->mode == 3) {
+      FloeFeed f[2] = {{"x", x}, {"y", lb}};
+      step(b, m->s, f, 2, b->loss_f, b->train_f);
+    }
+    floe_tensor_release(x);
+    floe_tensor_release(im);
+    floe_tensor_release(lb);
+  } else if (m->mode == 2) { /* train */
+    FloeFeed f[2] = {{"x", m->im0}, {"y", m->lb0}};
+    step(b, m->s, f, 2, b->loss_f, b->train_f);
+  } else { /* input_queue, queue */
+    FloeFeed f = {TRAIN_INPUT_COUNT, m->count};
+    const char *labels = "input/batch:1";
+    if (m->mode == 4) {
+      step(b, m->s, &f, 1, b->loss_q, b->train_q);
+    } else {
+      FloeTensor *out = NULL;
+      if (floe_session_run(m->s, &f, 1, &labels, 1, NULL, 0, &out, b->st) != FLOE_OK)
+        die(b, "dequeue");
+      floe_tensor_release(out);
+    }
+  }
+  return 0;
+}
+
+/* A mode's breakdown: one untraced step (the executor is built), then up to 3 traced. */
+static void mode_breakdown(Bench *b, FloeBatcher *bt, int mode, FloeStepBreakdown *bd) {
+  ModeStep m = {b, bt, NULL, mode, NULL, NULL, NULL};
+  FloeQueueRunner *qr = NULL;
+  int64_t total = b->epochs * b->steps_per_epoch, traced = total >= 4 ? 3 : total - 1;
+  if (traced < 1) traced = 1;
+  floe_batcher_start_epoch(bt, 0, 0);
+  if (mode == 0) {
+    m.s = b->sp;
+  } else if (mode == 1 || mode == 4) {
+    m.s = session(b, b->gq);
+    m.count = floe_tensor_scalar_i32((int32_t)b->batch, NULL);
+    if (!(qr = train_input_start(m.s, 0, 0, b->st))) die(b, "runner");
+  } else {
+    m.s = session(b, b->gf);
+    next_batch(&m, &m.im0, &m.lb0);
+  }
+  if (total > traced) mode_step(&m);
+  if (bench_breakdown(m.s, mode_step, &m, (int)traced, bd)) exit(1);
+  if (qr) {
+    if (floe_queue_runner_stop(qr, b->st) != FLOE_OK) die(b, "runner");
+    floe_queue_runner_free(qr);
+  }
+  floe_tensor_release(m.count);
+  floe_tensor_release(m.im0);
+  floe_tensor_release(m.lb0);
+  if (m.s != b->sp) floe_session_free(m.s);
+}
+
 int main(int argc, char **argv) {
   Bench b = {.epochs = 1, .repeats = 3, .batch = 64};
   static const struct option opts[] = {
@@ -264,14 +348,32 @@ int main(int argc, char **argv) {
     med[m] = bench_median(t[m], b.repeats); /* sorts: t[m][0] is the fastest */
     lo[m] = t[m][0];
   }
+  /* Where each mode's steps take their time, from a few more steps, traced. */
+  FloeStepBreakdown bd[MODES];
+  for (int m = 0; m < MODES; m++)
+    if (m > 0 || b.prep) mode_breakdown(&b, bt, m, &bd[m]); /* input_feed: no runs without --prep */
   double examples = (double)b.n * b.epochs;
   printf("{\"model\":\"%s\",\"batch\":%lld,\"examples\":%.0f,\"repeats\":%d,\"prep\":%d",
          b.cnn ? "cnn" : "mlp", (long long)b.batch, examples, b.repeats, b.prep);
   for (int m = 0; m < MODES; m++) printf(",\"%s_s\":%.4f,\"%s_min_s\":%.4f", names[m], med[m], names[m], lo[m]);
   printf(",\"feed_samples_per_sec\":%.0f,\"queue_samples_per_sec\":%.0f", examples / med[3],
          examples / med[4]);
-  printf(",\"hidden\":%.3f,\"hidden_min\":%.3f}\n", (med[1] + med[2] - med[4]) / med[1],
+  printf(",\"hidden\":%.3f,\"hidden_min\":%.3f", (med[1] + med[2] - med[4]) / med[1],
          (lo[1] + lo[2] - lo[4]) / lo[1]);
+  printf(",\"breakdown\":{");
+  for (int m = 0; m < MODES; m++) {
+    printf("%s\"%s\":", m ? "," : "", names[m]);
+    if (m > 0 || b.prep) bench_breakdown_json(stdout, &bd[m]);
+    else printf("null");
+  }
+  printf("}}\n");
+  fflush(stdout);
+  for (int m = 0; m < MODES; m++) {
+    char what[64];
+    snprintf(what, sizeof what, "%s (traced)", names[m]);
+    if (m > 0 || b.prep) bench_breakdown_print(stderr, what, &bd[m]);
+    else fprintf(stderr, "%s: no session steps without --prep\n", names[m]);
+  }
   for (int m = 0; m < MODES; m++) free(t[m]);
   floe_batcher_free(bt);
   floe_graph_free(b.gf);

@@ -111,6 +111,7 @@ static double step(Form *f, const FloeFeed *feeds, int kind, FloeTensor **outs, 
 typedef struct Result {
   double median_ms[FORMS][KINDS], min_ms[FORMS][KINDS], cpu_ms[FORMS][KINDS];
   double max_diff;
+  FloeStepBreakdown bd[FORMS][KINDS]; /* of 3 more steps of each, traced */
 } Result;
 
 static double max_abs_diff(FloeTensor *const *a, FloeTensor *const *b, int n) {
@@ -167,6 +168,12 @@ static void bench_case(const Case *c, int reps, Result *res) {
       res->cpu_ms[f][k] = bench_median(cpu[f][k], reps) * 1e3;
       free(t[f][k]);
       free(cpu[f][k]);
+    }
+  /* Where a step's time goes, from 3 more steps of each, traced (the timed ones were not). */
+  for (int f = 0; f < FORMS; f++)
+    for (int k = 0; k < KINDS; k++) {
+      BenchStep one = {forms[f].s, feeds, 5, forms[f].fetches, k == FWD ? 2 : NUM_OUT, NULL, 0};
+      if (bench_breakdown(forms[f].s, bench_step_run, &one, 3, &res->bd[f][k])) exit(1);
     }
   for (int k = 0; k < 5; k++) floe_tensor_release(vals[k]);
   for (int f = 0; f < FORMS; f++) form_free(&forms[f]);
@@ -225,13 +232,18 @@ int main(int argc, char **argv) {
                "\"kind\": \"%s\", \"fused_ms\": %.4f, \"primitive_ms\": %.4f, \"ratio\": %.4f, "
                "\"fused_min_ms\": %.4f, \"primitive_min_ms\": %.4f, \"min_ratio\": %.4f, "
                "\"fused_cpu_ms\": %.4f, \"primitive_cpu_ms\": %.4f, \"cpu_ratio\": %.4f, "
-               "\"max_abs_diff\": %.3g}",
+               "\"max_abs_diff\": %.3g, \"fused_breakdown\": ",
                i || k ? ", " : "", cases[i].name, (long long)cases[i].batch,
                (long long)cases[i].in, (long long)cases[i].hid, kinds[k],
                r->median_ms[FUSED][k], r->median_ms[PRIMITIVE][k], ratio, r->min_ms[FUSED][k],
                r->min_ms[PRIMITIVE][k], min_ratio, r->cpu_ms[FUSED][k],
                r->cpu_ms[PRIMITIVE][k], cpu_ratio, r->max_diff);
-      else
+      if (json) {
+        bench_breakdown_json(stdout, &r->bd[FUSED][k]);
+        printf(", \"primitive_breakdown\": ");
+        bench_breakdown_json(stdout, &r->bd[PRIMITIVE][k]);
+        printf("}");
+      } else
         printf("%-14s %-17s %8.3f (%7.3f) %7.3f %8.3f (%7.3f) %7.3f %6.2f %6.2f %6.2f %9.2g\n",
                cases[i].name, kinds[k], r->median_ms[FUSED][k], r->min_ms[FUSED][k],
                r->cpu_ms[FUSED][k], r->median_ms[PRIMITIVE][k], r->min_ms[PRIMITIVE][k],
@@ -239,6 +251,15 @@ int main(int argc, char **argv) {
     }
   }
   if (json) printf("]}\n");
+  else
+    for (int i = 0; i < NUM_CASES; i++)
+      for (int k = 0; k < KINDS; k++)
+        for (int f = 0; f < FORMS; f++) {
+          char what[96];
+          snprintf(what, sizeof what, "%s %s %s (traced)", cases[i].name, kinds[k],
+                   f == FUSED ? "fused" : "primitive");
+          bench_breakdown_print(stdout, what, &res[i].bd[f][k]);
+        }
   floe_status_free(st);
   return 0;
 }

@@ -38,6 +38,7 @@ typedef struct Case {
 typedef struct Result {
   double session_ms, dnnl_ms, blas_ms, max_diff;
   double min_ms[3]; /* fastest session, dnnl, OpenBLAS */
+  FloeStepBreakdown bd; /* of 3 more session steps, traced */
 } Result;
 
 static FloeStatus *st;
@@ -117,6 +118,9 @@ static void bench_case(const Case *c, int reps, Result *res) {
   res->blas_ms = bench_median(t[2], reps) * 1e3;
   for (int i = 0; i < 3; i++) res->min_ms[i] = t[i][0] * 1e3;
   res->max_diff = max_diff;
+  /* Where a session step's time goes, from 3 more steps, traced (the timed ones were not). */
+  BenchStep one = {s, feeds, 2, &fetch, 1, NULL, 0};
+  if (bench_breakdown(s, bench_step_run, &one, 3, &res->bd)) exit(1);
   for (int i = 0; i < 3; i++) free(t[i]);
   free(out);
   floe_tensor_release(ta);
@@ -191,12 +195,16 @@ int main(int argc, char **argv) {
              "\"transpose_b\": %d, \"session_ms\": %.4f, \"dnnl_ms\": %.4f, \"openblas_ms\": %.4f, "
              "\"ratio\": %.4f, \"session_gflops\": %.2f, \"dnnl_gflops\": %.2f, "
              "\"openblas_gflops\": %.2f, \"session_min_ms\": %.4f, \"dnnl_min_ms\": %.4f, "
-             "\"openblas_min_ms\": %.4f, \"min_ratio\": %.4f, \"max_abs_diff\": %.3g}",
+             "\"openblas_min_ms\": %.4f, \"min_ratio\": %.4f, \"max_abs_diff\": %.3g, "
+             "\"breakdown\": ",
              i ? ", " : "", c->name, (long long)c->m, (long long)c->k, (long long)c->n, c->ta,
              c->tb, r->session_ms, r->dnnl_ms, r->blas_ms, r->dnnl_ms / r->session_ms,
              gf / r->session_ms, gf / r->dnnl_ms, gf / r->blas_ms, r->min_ms[0], r->min_ms[1],
              r->min_ms[2], r->min_ms[1] / r->min_ms[0], r->max_diff);
-    else
+    if (json) {
+      bench_breakdown_json(stdout, &r->bd);
+      printf("}");
+    } else
       printf("%-22s %18s %8.3f %6.1f (%7.3f) %8.3f %6.1f (%7.3f) %8.3f %6.1f (%7.3f) %6.3f "
              "%9.2g\n",
              c->name, shape, r->session_ms, gf / r->session_ms, r->min_ms[0], r->dnnl_ms,
@@ -204,6 +212,12 @@ int main(int argc, char **argv) {
              r->dnnl_ms / r->session_ms, r->max_diff);
   }
   if (json) printf("]}\n");
+  else
+    for (int i = 0; i < NUM_CASES; i++) {
+      char what[64];
+      snprintf(what, sizeof what, "%s (session, traced)", cases[i].name);
+      bench_breakdown_print(stdout, what, &res[i].bd);
+    }
   floe_status_free(st);
   return 0;
 }

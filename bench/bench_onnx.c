@@ -5,7 +5,8 @@
  * Imports the model, feeds INPUT.npy to its first input, runs 3 warm-up steps and ITERS timed
  * ones, and prints one JSON line: median, mean and minimum seconds per step, images per
  * second (batch over the median; the minimum is the steadier figure on a shared machine). With TOP1_OUT, writes each row's arg-max of the first output, one per
- * line, for the top-1 comparison with the baselines. BENCH_PROFILE=1 prints the time per op
+ * line, for the top-1 comparison with the baselines. Then 3 more steps, traced, give the step
+ * breakdown: "breakdown" in the JSON, and the one-line form on stderr. BENCH_PROFILE=1 prints the time per op
  * type of the timed steps to stderr, BENCH_PROFILE=2 also the time per node. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,9 +70,16 @@ int main(int argc, char **argv) {
   }
   double med = bench_median(times, iters);
   int64_t batch = floe_tensor_dim(x, 0);
+  /* Where a step's time goes, from 3 more steps, traced (the timed ones were not). */
+  FloeStepBreakdown bd;
+  BenchStep one = {s, &feed, 1, &fetch, 1, NULL, 0};
+  if (bench_breakdown(s, bench_step_run, &one, 3, &bd)) return 1;
   printf("{\"runtime\":\"floe\",\"batch\":%lld,\"iters\":%d,\"median_s\":%.6f,\"mean_s\":%.6f,"
-         "\"min_s\":%.6f,\"images_per_s\":%.2f,\"import_s\":%.4f}\n",
+         "\"min_s\":%.6f,\"images_per_s\":%.2f,\"import_s\":%.4f,\"breakdown\":",
          (long long)batch, iters, med, mean, min, (double)batch / med, import_s);
+  bench_breakdown_json(stdout, &bd);
+  printf("}\n");
+  bench_breakdown_print(stderr, "floe (traced)", &bd);
   if (argc > 4) {
     FILE *f = fopen(argv[4], "w");
     if (!f) return 1;

@@ -12,7 +12,8 @@
  * the "measured" step time: the same schedule replayed with every node's mean measured time
  * (a tpu-sim node's simulated time from its cycle model, a CPU node's wall time), transfers
  * at the cost model's figure (floe_session_placement_measured). Feeds: every placeholder gets
- * random values (floats in [-1, 1), integers in [0, 10)); unknown dims take --batch.
+ * random values (floats in [-1, 1), integers in [0, 10)); unknown dims take --batch. Then 3
+ * more steps, traced, give each strategy's step breakdown (docs/benchmarks.md).
  *
  *   bench_placement GRAPH [--target train] [--init init] [--devices cpu,tpu-sim]
  *                   [--accel tpu-sim:0] [--steps 5] [--batch 64] [--json]
@@ -26,6 +27,7 @@
 #include <time.h>
 
 #include "floe/floe.h"
+#include "bench_util.h"
 
 typedef struct Opts {
   const char *graph, *target, *init, *devices, *accel;
@@ -76,6 +78,8 @@ typedef struct Result {
   double estimate, measured, wall;
   int transfers;
   int ok;
+  int has_bd;           /* bd was filled */
+  FloeStepBreakdown bd; /* of 3 more steps, traced (the timed ones were not) */
 } Result;
 
 static double now_s(void) {
@@ -136,6 +140,8 @@ static Result run_one(const char *name, FloeGraph *g, const char *devices, int s
     } else {
       r.measured = measured;
       r.ok = measured >= 0;
+      BenchStep one = {s, feeds, nf, NULL, 0, &o->target, 1};
+      r.has_bd = bench_breakdown(s, bench_step_run, &one, 3, &r.bd) == 0;
     }
     free(rows);
   }
@@ -209,11 +215,15 @@ int main(int argc, char **argv) {
     if (res[i].ok && res[i].measured < best_alt) best_alt = res[i].measured;
   if (o.json) {
     printf("{\"graph\":\"%s\",\"devices\":\"%s\",\"strategies\":[", o.graph, o.devices);
-    for (int i = 0; i < nr; i++)
+    for (int i = 0; i < nr; i++) {
       printf("%s{\"name\":\"%s\",\"ok\":%d,\"estimated_ms\":%.4f,\"measured_ms\":%.4f,"
-             "\"host_wall_ms\":%.3f,\"transfers\":%d}",
+             "\"host_wall_ms\":%.3f,\"transfers\":%d,\"breakdown\":",
              i ? "," : "", res[i].name, res[i].ok, res[i].estimate * 1e3, res[i].measured * 1e3,
              res[i].wall * 1e3, res[i].transfers);
+      if (res[i].has_bd) bench_breakdown_json(stdout, &res[i].bd);
+      else printf("null");
+      printf("}");
+    }
     printf("],\"placer_vs_best_alternative\":%.3f}\n",
            res[0].ok && isfinite(best_alt) ? best_alt / res[0].measured : 0.0);
   } else {
@@ -224,6 +234,12 @@ int main(int argc, char **argv) {
              res[i].measured * 1e3, res[i].wall * 1e3, res[i].transfers, res[i].ok ? "" : "  (failed)");
     if (res[0].ok && isfinite(best_alt))
       printf("measured step time: best alternative / placer = %.3f\n", best_alt / res[0].measured);
+    for (int i = 0; i < nr; i++)
+      if (res[i].has_bd) {
+        char what[80];
+        snprintf(what, sizeof what, "%.63s (traced)", res[i].name);
+        bench_breakdown_print(stdout, what, &res[i].bd);
+      }
   }
   floe_graph_free(g);
   floe_status_free(st);

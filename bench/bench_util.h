@@ -46,6 +46,32 @@ static inline int bench_breakdown(FloeSession *s, int (*run)(void *arg), void *a
   return rc;
 }
 
+/* One floe_session_run with fixed arguments, for bench_breakdown: bench_breakdown(s,
+ * bench_step_run, &(BenchStep){...}, n, &b). Outputs are released; 0 on success. */
+typedef struct BenchStep {
+  FloeSession *s;
+  const FloeFeed *feeds;
+  int num_feeds;
+  const char *const *fetches;
+  int num_fetches;
+  const char *const *targets;
+  int num_targets;
+} BenchStep;
+
+static inline int bench_step_run(void *arg) {
+  const BenchStep *o = arg;
+  FloeTensor **out = o->num_fetches > 0 ? calloc((size_t)o->num_fetches, sizeof *out) : NULL;
+  if (o->num_fetches > 0 && !out) return -1;
+  FloeStatus *st = floe_status_new();
+  floe_code c = floe_session_run(o->s, o->feeds, o->num_feeds, o->fetches, o->num_fetches,
+                                 o->targets, o->num_targets, out, st);
+  if (c != FLOE_OK) fprintf(stderr, "breakdown step: %s\n", floe_status_message(st));
+  for (int i = 0; c == FLOE_OK && i < o->num_fetches; i++) floe_tensor_release(out[i]);
+  free(out);
+  floe_status_free(st);
+  return c == FLOE_OK ? 0 : -1;
+}
+
 /* The one-line breakdown ("step 1.23 ms x 2.00 threads: kernels ..."), with a prefix. */
 static inline void bench_breakdown_print(FILE *f, const char *what, const FloeStepBreakdown *b) {
   double n = b->steps > 0 ? (double)b->steps : 1.0, all = b->thread_ns > 0 ? b->thread_ns : 1;
