@@ -9,7 +9,7 @@ set -u
 src=${top_srcdir:-..}
 missing=0
 for f in $(cd "$src" && find core plugins sdk tools tests examples bench .ci \
-    -path tests/fixtures -prune -o -path '*/.libs' -prune -o -path '*/.deps' -prune -o \
+    -path tests/fixtures -prune -o -name .venv -prune -o -path '*/.libs' -prune -o -path '*/.deps' -prune -o \
     -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.def' -o -name '*.map' \
     -o -name '*.proto' -o -name '*.sh' -o -name '*.py' -o -name 'Makefile.am' -o -name '*.inc' \
     -o -name '*.pc.in' -o -name '*.supp' -o -name run \) -print 2>/dev/null | sort); do

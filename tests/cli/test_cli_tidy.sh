@@ -31,7 +31,7 @@ one_line_error "lstm --bogus" "^floe train --model lstm: unknown option '--bogus
 one_line_error "did you mean" "unknown option '--epohcs' (did you mean --epochs?)" "$FLOE" train --epohcs 3
 one_line_error "lstm did you mean" "(did you mean --hidden?)" "$FLOE" train --model lstm --hiden 8
 one_line_error "run did you mean" "(did you mean --fetch?)" "$FLOE" run --fetsh z g.floe
-one_line_error "ambiguous" "option '--s' is ambiguous (--seed, --stop-after, --save-graph)" "$FLOE" train --s 1
+one_line_error "ambiguous" "option '--s' is ambiguous (--seed, --stop-after, --save-graph, --steps)" "$FLOE" train --s 1
 one_line_error "needs a value" "option '--fetch' needs a value" "$FLOE" run --fetch
 one_line_error "takes no value" "option '--json' takes no value" "$FLOE" devices --json=1
 one_line_error "bad value" "^floe train: --epochs takes N >= 1; see 'floe help train'\$" "$FLOE" train --epochs 0
