@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # Installs everything Floe needs to build and test on Debian 12 (run as root): fortunes is
-# the English text of the LSTM language model (floe train --model lstm, its tests).
+# the English text of the LSTM language model (floe train --model lstm, its tests);
+# debhelper, lintian and mmdebstrap build and check the Debian packages (make deb, deb-check).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -9,4 +10,5 @@ apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool pkg-config \
   check libsubunit-dev libopenblas-dev libdnnl-dev \
   abigail-tools valgrind python3 binutils dataset-fashion-mnist zlib1g-dev fortunes \
-  libprotobuf-c-dev protobuf-c-compiler libonnx-testdata
+  libprotobuf-c-dev protobuf-c-compiler libonnx-testdata \
+  debhelper lintian mmdebstrap
