@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs everything Floe needs to build and test on Debian 12 (run as root): fortunes is
 # the English text of the LSTM language model (floe train --model lstm, its tests); python3-venv
-# makes the tests' Python environment (tests/setup_venv.sh).
+# makes the tests' Python environment (tests/setup_venv.sh); debhelper, lintian and mmdebstrap
+# build and check the Debian packages (make deb, deb-check).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -10,4 +11,5 @@ apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool pkg-config \
   check libsubunit-dev libopenblas-dev libdnnl-dev \
   abigail-tools valgrind python3 python3-venv binutils dataset-fashion-mnist zlib1g-dev fortunes \
-  libprotobuf-c-dev protobuf-c-compiler libonnx-testdata
+  libprotobuf-c-dev protobuf-c-compiler libonnx-testdata \
+  debhelper lintian mmdebstrap

@@ -205,7 +205,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "help")) return help(argc - 2, argv + 2);
   if (!strcmp(argv[1], "--version")) {
-    printf("floe %s\n", PACKAGE_VERSION);
+    /* The library's own version: the one that runs, even if another libfloe is found. */
+    printf("floe %s\n", floe_version());
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

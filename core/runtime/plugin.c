@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* plugin.c - plugin discovery, loading and the registrar (the ABI rules of floe_plugin.h).
  *
- * Discovery walks FLOE_PLUGIN_PATH (or FloeRuntimeOptions.plugin_path), then the installed
- * pkglibdir, for files named floe-*.so. Each file gets a record in rt->plugins, in discovery
+ * Discovery walks FLOE_PLUGIN_PATH (or FloeRuntimeOptions.plugin_path) alone when it is set;
+ * otherwise the plugin folder beside libfloe itself (dirname of libfloe.so + "/floe/<ABI major>",
+ * found with dladdr, so a copied tree works without environment variables), for files named
+ * floe-*.so. Each file gets a record in rt->plugins, in discovery
  * order, whatever happens to it. A plugin's registrations are staged in a Staging and moved
  * into the runtime only when its init returned FLOE_OK with a matching major, so a failing
  * plugin leaves nothing behind. Handles are never dlclose()d: code of a plugin may still be
  * referenced (op shape functions, kernels of another runtime) until the process exits.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr */
+#endif
 #include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -21,6 +26,11 @@
 
 #define PLUGIN_PREFIX "floe-"
 #define PLUGIN_SUFFIX ".so"
+#define PLUGIN_STR_(x) #x
+#define PLUGIN_STR(x) PLUGIN_STR_(x)
+/* The plugin folder relative to libfloe's own folder: one per ABI major, so plugins of an
+ * older major installed beside it are never even opened. */
+#define PLUGIN_SUBDIR "floe/" PLUGIN_STR(FLOE_ABI_MAJOR)
 
 /* Smallest struct_size accepted for each registered struct: everything up to its last
  * required field (fields after it may be absent in a plugin built against an older minor). */
@@ -923,8 +933,25 @@ static floe_code scan_path(FloeRuntime *rt, const char *path, const char *filter
   return FLOE_OK;
 }
 
+/* The plugin folder beside the libfloe that holds this code (dirname(libfloe.so) + "/floe/<ABI
+ * major>") into *dir, newly allocated (caller frees); *dir NULL when dladdr cannot name a file
+ * with a folder (libfloe linked statically into a program the loader names without a path). */
+static floe_code plugin_dir_beside_library(char **dir, FloeStatus *st) {
+  Dl_info info;
+  *dir = NULL;
+  if (!dladdr((void *)&floe__plugins_load, &info) || !info.dli_fname) return FLOE_OK;
+  const char *slash = strrchr(info.dli_fname, '/');
+  if (!slash) return FLOE_OK;
+  *dir = floe__asprintf("%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname, PLUGIN_SUBDIR);
+  if (!*dir) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory naming the plugin folder");
+  return FLOE_OK;
+}
+
 /* Fills rt->plugins/devices/kernels/transports, all owned by rt and freed by
- * floe__plugins_shutdown (also after a failed load). opts is borrowed for the call. */
+ * floe__plugins_shutdown (also after a failed load). opts is borrowed for the call.
+ * A non-empty plugin path (option, else $FLOE_PLUGIN_PATH) is the whole search: it replaces
+ * the installed folder. Without one, the folder beside libfloe is searched; the compiled-in
+ * FLOE_PLUGINDIR only when dladdr cannot say where libfloe is. */
 floe_code floe__plugins_load(FloeRuntime *rt, const FloeRuntimeOptions *opts, FloeStatus *st) {
   const char *path = FLOE_HAS_FIELD(opts, FloeRuntimeOptions, plugin_path) ? opts->plugin_path : NULL;
   const char *filter = FLOE_HAS_FIELD(opts, FloeRuntimeOptions, plugins) ? opts->plugins : NULL;
@@ -933,8 +960,12 @@ floe_code floe__plugins_load(FloeRuntime *rt, const FloeRuntimeOptions *opts, Fl
   if (no_install && strcmp(no_install, "1") == 0) skip_install = true;
   if (!path) path = getenv("FLOE_PLUGIN_PATH");
   if (!filter) filter = getenv("FLOE_PLUGINS");
-  floe_code rc = path ? scan_path(rt, path, filter, st) : FLOE_OK;
-  if (rc == FLOE_OK && !skip_install) rc = scan_dir(rt, FLOE_PKGLIBDIR, filter, st);
+  if (path && *path) return scan_path(rt, path, filter, st);
+  if (skip_install) return FLOE_OK;
+  char *beside;
+  floe_code rc = plugin_dir_beside_library(&beside, st);
+  if (rc == FLOE_OK) rc = scan_dir(rt, beside ? beside : FLOE_PLUGINDIR, filter, st);
+  floe__free(beside);
   return rc;
 }
 

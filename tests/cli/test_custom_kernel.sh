@@ -34,7 +34,7 @@ if nm -D --undefined-only "$tmp/floe-hardswish.so" | grep -q ' floe_'; then
 exported=$(nm -D --defined-only "$tmp/floe-hardswish.so" | awk '{print $3}' | grep -c floe_)
 [ "$exported" -eq 1 ] && pass=$((pass+1)) || { echo "FAIL: $exported floe_ symbols exported"; fails=$((fails+1)); }
 export LD_LIBRARY_PATH="$libdir"
-export FLOE_PLUGIN_PATH="$tmp:$stage$prefix/lib/floe:$libdir/floe"
+export FLOE_PLUGIN_PATH="$tmp:$libdir/floe/$(sed -n 's/^#define FLOE_ABI_MAJOR  *//p' "$top_srcdir/sdk/include/floe/floe_plugin.h")"
 FLOE="$stage$prefix/bin/floe"
 "$FLOE" plugins >"$tmp/plugins.txt" 2>&1
 grep -q 'hardswish *loaded' "$tmp/plugins.txt" && pass=$((pass+1)) || { echo "FAIL: plugin not loaded"; cat "$tmp/plugins.txt"; fails=$((fails+1)); }

@@ -23,6 +23,14 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------------------ */
+/* Version. */
+
+/* The loaded library's version, "MAJOR.MINOR.PATCH" (equal to FLOE_VERSION_STRING of the
+ * floe_version.h it was built with). Static storage owned by libfloe: never free it; valid
+ * for the life of the process. */
+FLOE_API const char *floe_version(void);
+
+/* ------------------------------------------------------------------------------------ */
 /* Status. */
 
 typedef struct FloeStatus FloeStatus;
@@ -122,10 +130,13 @@ typedef struct FloeRuntime FloeRuntime;
 
 typedef struct FloeRuntimeOptions {
   size_t struct_size;       /* sizeof(FloeRuntimeOptions) */
-  const char *plugin_path;  /* colon-separated; NULL: $FLOE_PLUGIN_PATH then pkglibdir */
+  const char *plugin_path;  /* colon-separated folders, the whole search (replaces the
+                             * installed folder); NULL or "": $FLOE_PLUGIN_PATH, and when that
+                             * is unset or empty the folder floe/<ABI major> beside libfloe */
   const char *plugins;      /* comma-separated names; NULL: $FLOE_PLUGINS; "" or NULL: all */
   int num_threads;          /* inter-op and intra-op pool size; 0: $FLOE_NUM_THREADS or cores */
-  int skip_install_dir;     /* non-zero: do not search the installed pkglibdir */
+  int skip_install_dir;     /* non-zero: no plugin path set means no plugins (the installed
+                             * folder beside libfloe is not searched) */
 } FloeRuntimeOptions;
 
 /* Loads plugins and creates devices. A plugin that fails is reported (see
