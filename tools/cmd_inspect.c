@@ -44,6 +44,14 @@ static const char *shape_text(const FloeShape *s, char *buf, size_t len) {
   return floe_shape_str(s, buf, len);
 }
 
+/* s with control characters (from a damaged file's names) as '?', so an error stays one
+ * line; in place. */
+static char *one_line(char *s) {
+  for (char *p = s; p && *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  return s;
+}
+
 /* A count (an integral double): an integer while exact, else the shortest double. */
 static void json_count(JsonWriter *w, double v) {
   if (v >= 0 && v <= 9007199254740992.0 && v == floor(v)) json_uint(w, (uint64_t)v);
@@ -345,10 +353,12 @@ static int inspect_floe_graph(const char *path, int json) {
   if (!st) return cli_error(CMD, "out of memory");
   FloeGraph *g = floe_graph_load(path, st);
   int rc;
-  const char *msg = floe_status_message(st);
-  if (!g && strstr(msg, path)) rc = cli_error(CMD, "%s", msg);
+  char *msg = g ? NULL : one_line(strdup(floe_status_message(st)));
+  if (!g && !msg) rc = cli_error(CMD, "out of memory");
+  else if (!g && strstr(msg, path)) rc = cli_error(CMD, "%s", msg);
   else if (!g) rc = cli_error(CMD, "%s: %s", path, msg);
   else rc = summarize_graph(path, "Floe graph", g, NULL, 0, NULL, 0, 0, json);
+  free(msg);
   floe_graph_free(g);
   floe_status_free(st);
   return rc;
@@ -363,7 +373,7 @@ static int inspect_onnx(const char *path, int json, char **err, int *rc) {
   floe_onnx_options_init(&o);
   FloeOnnxModel *m = floe_onnx_import_file(path, &o, st);
   if (!m) {
-    *err = strdup(floe_status_message(st));
+    *err = one_line(strdup(floe_status_message(st)));
     floe_status_free(st);
     return 0;
   }
@@ -703,6 +713,7 @@ static int inspect_safetensors(const char *path, FILE *f, uint64_t fsize, int js
   double params = 0, bytes = 0;
   for (size_t i = 0; i < nt && !rc; i++) {
     StTensor *t = &ts[i];
+    one_line(t->name);
     double e = 1;
     for (int d = 0; d < t->rank; d++) e *= (double)t->dims[d];
     double want = e * (double)st_dtype_size(t->dtype);
