@@ -23,7 +23,7 @@ static const char inspect_help[] =
     "Summarise FILE, recognised by its content: a Floe graph (nodes by op, parameters,\n"
     "inputs, outputs, FLOPs per step), an ONNX model (the same, after import), a\n"
     "safetensors file (tensors, totals, metadata) or a .npy file (dtype, shape, order,\n"
-    "min/max/mean). FLOPs count MatMul and BatchMatMul (2*M*N*K), Conv2D\n"
+    "min/max/mean). FLOPs count MatMul and BatchMatMul (2*M*N*K), Conv2D and Conv\n"
     "(2*out*kh*kw*cin) and elementwise ops (one per output element); unknown dims count\n"
     "as 1 (FLOPs per example). --json prints the same as one JSON object.\n";
 
@@ -112,6 +112,12 @@ static int is_elementwise(const char *op) {
   return 0;
 }
 
+/* Forward convolutions: Conv2D, Conv (N-d) and the fused ones the optimiser makes. */
+static int is_conv(const char *op) {
+  return !strcmp(op, "Conv2D") || !strcmp(op, "Conv") || !strcmp(op, "_FusedConv") ||
+         !strcmp(op, "_FusedConv2DBiasRelu");
+}
+
 /* Elements of s with unknown dims counted as 1 (*unknown_dim set); -1 for an unknown rank. */
 static double numel(const FloeShape *s, int *unknown_dim) {
   if (s->rank < 0) return -1;
@@ -147,13 +153,16 @@ static double node_flops(const FloeNode *n, int *unknown_dim) {
     if (m <= 0) return 0;
     return 2.0 * numel(&out, unknown_dim) * (double)(a2 / m);
   }
-  if (!strcmp(op, "Conv2D")) {
+  if (is_conv(op)) {
     if (floe_node_num_inputs(n) < 2) return 0;
     FloeOutput ifl = floe_node_input(n, 1);
-    FloeShape f = floe_node_output_shape(ifl.node, ifl.index); /* HWIO */
-    if (out.rank < 0 || f.rank != 4) return -1;
-    return 2.0 * numel(&out, unknown_dim) * (double)dim1(&f, 0, unknown_dim) *
-           (double)dim1(&f, 1, unknown_dim) * (double)dim1(&f, 2, unknown_dim);
+    /* The filter is [spatial..., in / groups, out] (HWIO for Conv2D): each output element
+     * takes kh*kw*cin multiply-adds. */
+    FloeShape f = floe_node_output_shape(ifl.node, ifl.index);
+    if (out.rank < 0 || f.rank < 3) return -1;
+    double k = 1;
+    for (int d = 0; d < f.rank - 1; d++) k *= (double)dim1(&f, d, unknown_dim);
+    return 2.0 * numel(&out, unknown_dim) * k;
   }
   if (is_elementwise(op)) return out.rank < 0 ? -1 : numel(&out, unknown_dim);
   return 0;
@@ -194,7 +203,7 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
     if (f < 0) flops_unknown++;
     else {
       flops += f;
-      if (!strcmp(op, "Conv2D")) flops_conv += f;
+      if (is_conv(op)) flops_conv += f;
       else if (strstr(op, "MatMul")) flops_mm += f;
       else flops_ew += f;
     }
@@ -295,7 +304,7 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
     json_begin_object(&w);
     json_key(&w, "total"), json_count(&w, flops);
     json_key(&w, "matmul"), json_count(&w, flops_mm);
-    json_key(&w, "conv2d"), json_count(&w, flops_conv);
+    json_key(&w, "conv"), json_count(&w, flops_conv);
     json_key(&w, "elementwise"), json_count(&w, flops_ew);
     json_key(&w, "per_example"), json_bool(&w, unknown_dim);
     json_key(&w, "nodes_unknown"), json_int(&w, flops_unknown);
@@ -306,7 +315,7 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
     printf("%s: %s", path, format);
     if (opset > 0) printf(" (opset %d)", opset);
     printf("\nnodes: %d\nparameters: %.0f (%.0f bytes)\n", nn, params, param_bytes);
-    printf("FLOPs%s: %.0f (MatMul %.0f, Conv2D %.0f, elementwise %.0f)",
+    printf("FLOPs%s: %.0f (MatMul %.0f, Conv %.0f, elementwise %.0f)",
            unknown_dim ? " per example (batch=1)" : " per step", flops, flops_mm, flops_conv,
            flops_ew);
     if (flops_unknown) printf("; %d nodes unknown (shapes not known)", flops_unknown);

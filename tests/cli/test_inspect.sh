@@ -122,7 +122,7 @@ else
   for f in mlp.data mlp.onnx; do
     inspect "$f" "$tmp/$f"
     has "$f params" "^parameters: $params \($((params*4)) bytes\)$"
-    has "$f flops" "^FLOPs per example \(batch=1\): $((mm+ew)) \(MatMul $mm, Conv2D 0, elementwise $ew\)$"
+    has "$f flops" "^FLOPs per example \(batch=1\): $((mm+ew)) \(MatMul $mm, Conv 0, elementwise $ew\)$"
     has "$f input" "^x +f32 +\[\?,784\]$"; has "$f output" "^logits +f32 +\[\?,10\]$"
     has "$f matmuls" "^MatMul +3$"; has "$f ops header" "^OP +COUNT$"
     inspect "$f json" --json "$tmp/$f"
@@ -130,6 +130,15 @@ else
       "[$params, $mm, True, [None, 784], ['logits']]"
   done
   has "onnx format" '"format":"ONNX model"'
+  # The CNN: 5x5 convolutions 1->32 on 28x28 and 32->64 on 14x14 (same padding), then
+  # 3136->1024->10 dense layers; the ONNX import's Conv (N-d) counts like Conv2D.
+  "$FLOE" train --model cnn --epochs 1 --limit 128 --export "$tmp/cnn.floe" >"$tmp/log" 2>&1 || { cat "$tmp/log"; bad "train cnn"; }
+  "$FLOE" export "$tmp/cnn.floe" --onnx "$tmp/cnn.onnx" >"$tmp/log" 2>&1 || { cat "$tmp/log"; bad "export cnn"; }
+  conv=$((2*(28*28*32*5*5*1 + 14*14*64*5*5*32))); cmm=$((2*(3136*1024 + 1024*10)))
+  for f in cnn.floe cnn.onnx; do
+    inspect "$f json" --json "$tmp/$f"
+    want "$f conv flops" "$(json_get '[j["flops"]["conv"], j["flops"]["matmul"]]')" "[$conv, $cmm]"
+  done
   ck=$(ls "$tmp"/ck/*.safetensors | tail -n 1)
   # weights and the two Adam moments of each, and the i64 global step
   inspect "checkpoint" --json "$ck"
