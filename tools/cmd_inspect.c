@@ -23,7 +23,8 @@ static const char inspect_help[] =
     "Summarise FILE, recognised by its content: a Floe graph (nodes by op, parameters,\n"
     "inputs, outputs, FLOPs per step), an ONNX model (the same, after import), a\n"
     "safetensors file (tensors, totals, metadata) or a .npy file (dtype, shape, order,\n"
-    "min/max/mean). FLOPs count MatMul and BatchMatMul (2*M*N*K), Conv2D and Conv\n"
+    "min/max/mean). Parameters: a graph's variables, or without any its floating-point\n"
+    "constants. FLOPs count MatMul and BatchMatMul (2*M*N*K), Conv2D and Conv\n"
     "(2*out*kh*kw*cin) and elementwise ops (one per output element); unknown dims count\n"
     "as 1 (FLOPs per example). --json prints the same as one JSON object.\n";
 
@@ -182,6 +183,13 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
   if (!ops) return cli_error(CMD, "out of memory");
   int nops = 0, flops_unknown = 0, unknown_dim = 0;
   double params = 0, param_bytes = 0, flops = 0, flops_mm = 0, flops_conv = 0, flops_ew = 0;
+  double var_params = 0, var_bytes = 0;
+  int nvars = 0, nseen = 0;
+  const FloeNode **seen = calloc((size_t)nn + 1, sizeof *seen); /* variables counted */
+  if (!seen) {
+    free(ops);
+    return cli_error(CMD, "out of memory");
+  }
   for (int i = 0; i < nn; i++) {
     FloeNode *n = floe_graph_node(g, i);
     const char *op = floe_node_op(n);
@@ -199,6 +207,23 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
         param_bytes += e * (double)floe_dtype_size(floe_node_output_dtype(n, 0));
       }
     }
+    /* A variable's value shape is what reads it (or the value first assigned to it). */
+    if (!strcmp(op, "VarHandleOp")) nvars++;
+    int is_read = !strcmp(op, "ReadVariableOp"), is_assign = !strcmp(op, "AssignVariableOp");
+    if ((is_read && floe_node_num_outputs(n) > 0) || (is_assign && floe_node_num_inputs(n) > 1)) {
+      FloeNode *h = floe_node_input(n, 0).node;
+      int s_i;
+      for (s_i = 0; s_i < nseen && seen[s_i] != h; s_i++) {}
+      FloeOutput v = is_read ? (FloeOutput){n, 0} : floe_node_input(n, 1);
+      FloeShape vs = floe_node_output_shape(v.node, v.index);
+      int unk = 0;
+      double e = numel(&vs, &unk);
+      if (h && s_i == nseen && !strcmp(floe_node_op(h), "VarHandleOp") && e >= 0 && !unk) {
+        seen[nseen++] = h;
+        var_params += e;
+        var_bytes += e * (double)floe_dtype_size(floe_node_output_dtype(v.node, v.index));
+      }
+    }
     double f = node_flops(n, &unknown_dim);
     if (f < 0) flops_unknown++;
     else {
@@ -209,6 +234,11 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
     }
   }
   qsort(ops, (size_t)nops, sizeof *ops, cmp_op_count);
+  free(seen);
+  /* A graph with variables (a training graph): they are its parameters (optimiser slots
+   * included), its constants are hyperparameters. Without (frozen, ONNX): the floating-point
+   * constants. */
+  if (nvars) params = var_params, param_bytes = var_bytes;
 
   /* Outputs of a Floe graph: nodes with outputs that no node consumes. */
   IoInfo *gouts = NULL;
@@ -288,6 +318,7 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
     json_end_array(&w);
     json_key(&w, "parameters"), json_count(&w, params);
     json_key(&w, "parameter_bytes"), json_count(&w, param_bytes);
+    json_key(&w, "variables"), json_int(&w, nvars);
     for (int io = 0; io < 2; io++) {
       const IoInfo *v = io ? outs : ins;
       json_key(&w, io ? "outputs" : "inputs"), json_begin_array(&w);
@@ -314,7 +345,9 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
   } else {
     printf("%s: %s", path, format);
     if (opset > 0) printf(" (opset %d)", opset);
-    printf("\nnodes: %d\nparameters: %.0f (%.0f bytes)\n", nn, params, param_bytes);
+    printf("\nnodes: %d\nparameters: %.0f (%.0f bytes)", nn, params, param_bytes);
+    if (nvars) printf(" in %d variables (optimiser slots included)", nvars);
+    printf("\n");
     printf("FLOPs%s: %.0f (MatMul %.0f, Conv %.0f, elementwise %.0f)",
            unknown_dim ? " per example (batch=1)" : " per step", flops, flops_mm, flops_conv,
            flops_ew);

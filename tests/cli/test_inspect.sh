@@ -144,6 +144,10 @@ else
   inspect "checkpoint" --json "$ck"
   want "checkpoint totals" "$(json_get '[j["parameters"], j["bytes"], len(j["tensors"]), "global_step" in j["metadata"]]')" \
     "[$((3*params+1)), $((12*params+8)), 19, True]"
+  # The training graph: its variables (weights, Adam's two moments, the step) are its parameters.
+  "$FLOE" train --model mlp --epochs 1 --limit 128 --save-graph "$tmp/train.floe" >"$tmp/log" 2>&1 || { cat "$tmp/log"; bad "save-graph"; }
+  inspect "training graph" "$tmp/train.floe"
+  has "training graph params" "^parameters: $((3*params+1)) \($((12*params+8)) bytes\) in 19 variables"
   head -c 300 "$tmp/mlp.floe" >"$tmp/g_trunc"
   fails_one_line "graph truncated" "g_trunc: offset [0-9]*: truncated" "$tmp/g_trunc"
   head -c 3000 "$tmp/mlp.onnx" >"$tmp/o_trunc"
