@@ -132,6 +132,7 @@ static const struct {
     {"graph", cmd_graph, "describe a graph file, or draw it as Graphviz DOT"},
     {"train", cmd_train, "train an MLP or a CNN on Fashion-MNIST"},
     {"export", cmd_export, "write a graph file as an ONNX model"},
+    {"inspect", cmd_inspect, "summarise a graph, ONNX, safetensors or .npy file"},
     {"onnx-test", cmd_onnx_test, "run ONNX backend test cases and compare the outputs"},
 };
 

@@ -22,7 +22,7 @@ one_line_error() { # one_line_error NAME PATTERN COMMAND...: exit 2, stderr exac
 }
 
 # 1. Every subcommand: a bad option is one line naming the option and where the help is.
-for c in devices plugins ops run graph train onnx-test; do
+for c in devices plugins ops run graph train onnx-test inspect; do
   one_line_error "$c --bogus" "^floe $c: unknown option '--bogus'; see 'floe help $c'\$" "$FLOE" $c --bogus
   one_line_error "$c -Z" "^floe $c: unknown option '-Z'" "$FLOE" $c -Z
 done
@@ -40,7 +40,7 @@ one_line_error "unknown command" "^floe: unknown command 'trian' (did you mean t
 # 2. floe help
 "$FLOE" help >"$tmp/out" 2>&1 && grep -q "Commands:" "$tmp/out" && grep -q "^  train " "$tmp/out" && ok \
   || bad "floe help lists the commands"
-for c in devices plugins ops run graph train onnx-test; do
+for c in devices plugins ops run graph train onnx-test inspect; do
   "$FLOE" help $c >"$tmp/h1" 2>&1 || bad "floe help $c failed"
   "$FLOE" $c --help >"$tmp/h2" 2>&1
   if grep -q "^Usage: floe $c" "$tmp/h1" && cmp -s "$tmp/h1" "$tmp/h2"; then ok; else bad "floe help $c differs from floe $c --help"; fi
