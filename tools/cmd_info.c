@@ -84,9 +84,10 @@ int cmd_devices(int argc, char **argv) {
 int cmd_plugins(int argc, char **argv) {
   int json, rc = parse_list_opts(argc, argv, "plugins",
                                  "Usage: floe plugins [--json]\n"
-                                 "List every plugin found on FLOE_PLUGIN_PATH and the install\n"
-                                 "folder: loaded, unavailable here, refused, failed, duplicate\n"
-                                 "or filtered by FLOE_PLUGINS, with the reason. Warns (stderr;\n"
+                                 "List every plugin found on FLOE_PLUGIN_PATH (when set) or in\n"
+                                 "the folder floe/1 beside libfloe: loaded, unavailable here,\n"
+                                 "refused, failed, duplicate or filtered by FLOE_PLUGINS, with\n"
+                                 "the reason. Warns (stderr;\n"
                                  "\"warnings\" in --json, beside \"plugins\") about names in\n"
                                  "FLOE_PLUGINS that match no plugin, FLOE_PLUGIN_PATH folders\n"
                                  "that do not exist, shared objects there not named\n"
