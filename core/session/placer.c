@@ -149,6 +149,9 @@ typedef struct Placer {
   FloeDevice **cand;        /* the devices the placer may use */
   int num_cand;
   int *group;               /* colocation group (a representative node id) per node */
+  int *next;                /* the group's next member after each node, ascending; -1: last.
+                             * A group's first member is its representative (the smallest id),
+                             * so `for (k = gid; k >= 0; k = next[k])` visits the group. */
   FloeDevice **req;         /* requested device per node (NULL: none) */
   FloePlacement *out;
   FloeStatus *st;
@@ -184,6 +187,16 @@ static void colocate(Placer *pl) {
     }
   }
   for (int i = 0; i < g->num_nodes; i++) pl->group[i] = find_root(pl->group, i);
+  /* Link each group's members in ascending order: walking i downwards and inserting each
+   * right after its representative leaves every list ascending. */
+  for (int i = 0; i < g->num_nodes; i++) pl->next[i] = -1;
+  for (int i = g->num_nodes - 1; i >= 0; i--) {
+    int gid = pl->group[i];
+    if (gid != i) { /* insert i right after the representative */
+      pl->next[i] = pl->next[gid];
+      pl->next[gid] = i;
+    }
+  }
 }
 
 static bool is_placeholder(const FloeNode *n) { return op_is(n, "Placeholder"); }
@@ -215,8 +228,8 @@ static const char *kernel_devices(const Placer *pl, const FloeNode *n, char *buf
 /* Whether every needed member of group gid can run on d (requests and kernels). */
 static bool group_fits(const Placer *pl, int gid, const FloeDevice *d) {
   const FloeGraph *g = pl->g;
-  for (int i = gid; i < g->num_nodes; i++) {
-    if (!pl->need[i] || pl->group[i] != gid || all_fed(pl, g->nodes[i])) continue;
+  for (int i = gid; i >= 0; i = pl->next[i]) {
+    if (!pl->need[i] || all_fed(pl, g->nodes[i])) continue;
     if (pl->req[i] && pl->req[i] != d) return false;
     if (!has_kernel(pl, g->nodes[i], d)) return false;
   }
@@ -267,8 +280,8 @@ static floe_code no_device(Placer *pl, const FloeNode *n) {
                            "loaded (check FLOE_PLUGIN_PATH and FLOE_PLUGINS)",
                            n->name, n->op->name);
   int gid = pl->group[n->id];
-  for (int i = 0; i < pl->g->num_nodes; i++) {
-    if (i == n->id || pl->group[i] != gid || !pl->need[i]) continue;
+  for (int i = gid; i >= 0; i = pl->next[i]) {
+    if (i == n->id || !pl->need[i]) continue;
     return floe_status_set(pl->st, FLOE_INVALID_ARGUMENT,
                            "node '%s' (%s) must share a device with '%s' (%s) (a variable with "
                            "the ops that use it, or a loop's NextIteration with its Merge), and "
@@ -292,8 +305,8 @@ static floe_code place_simple(Placer *pl) {
     const FloeNode *n = g->nodes[i];
     int gid = pl->group[i];
     FloeDevice *pick = NULL;
-    for (int k = gid; k < g->num_nodes && !pick; k++) /* a request in the group decides */
-      if (pl->need[k] && pl->group[k] == gid && pl->req[k]) pick = pl->req[k];
+    for (int k = gid; k >= 0 && !pick; k = pl->next[k]) /* a request in the group decides */
+      if (pl->need[k] && pl->req[k]) pick = pl->req[k];
     if (pick && !group_fits(pl, gid, pick)) pick = NULL;
     if (!pick && pl->o->default_device && group_fits(pl, gid, pl->o->default_device))
       pick = pl->o->default_device;
@@ -303,8 +316,8 @@ static floe_code place_simple(Placer *pl) {
       if (all_fed(pl, n)) continue;
       return no_device(pl, n);
     }
-    for (int k = gid; k < g->num_nodes; k++)
-      if (pl->need[k] && pl->group[k] == gid) pl->out->device[k] = pick;
+    for (int k = gid; k >= 0; k = pl->next[k])
+      if (pl->need[k]) pl->out->device[k] = pick;
   }
   return FLOE_OK;
 }
@@ -315,8 +328,8 @@ static floe_code place_simple(Placer *pl) {
 /* The cost on dev of the group's needed members other than `except`. */
 static double group_rest_cost(const Placer *pl, int gid, int except, const FloeDevice *dev) {
   double sum = 0;
-  for (int k = gid; k < pl->g->num_nodes; k++)
-    if (k != except && pl->need[k] && pl->group[k] == gid && !all_fed(pl, pl->g->nodes[k]))
+  for (int k = gid; k >= 0; k = pl->next[k])
+    if (k != except && pl->need[k] && !all_fed(pl, pl->g->nodes[k]))
       sum += floe__cost_node(pl->g->nodes[k], dev);
   return sum;
 }
@@ -397,8 +410,8 @@ static floe_code place_cost(Placer *pl) {
     }
     FloeDevice *dev = pl->out->device[i];
     if (!pick) /* the group goes where its first node did best */
-      for (int k = pl->group[i]; k < g->num_nodes; k++)
-        if (pl->need[k] && pl->group[k] == pl->group[i]) pl->out->device[k] = dev;
+      for (int k = pl->group[i]; k >= 0; k = pl->next[k])
+        if (pl->need[k]) pl->out->device[k] = dev;
     finish[i] = best;
     busy[dev->id] = best;
     mem[dev->id] += out;
@@ -500,15 +513,16 @@ floe_code floe__place(FloeRuntime *rt, const FloeGraph *g, const bool *need,
   memset(out, 0, sizeof *out);
   out->num_nodes = g->num_nodes;
   size_t nn = (size_t)g->num_nodes + 1;
-  Placer pl = {rt, g, need, fed, o, NULL, 0, NULL, NULL, out, st};
+  Placer pl = {rt, g, need, fed, o, NULL, 0, NULL, NULL, NULL, out, st};
   out->device = floe__calloc(nn, sizeof *out->device);
   out->start = floe__calloc(nn, sizeof *out->start);
   out->finish = floe__calloc(nn, sizeof *out->finish);
   pl.cand = floe__calloc((size_t)rt->num_devices + 1, sizeof *pl.cand);
   pl.group = floe__calloc(nn, sizeof *pl.group);
+  pl.next = floe__calloc(nn, sizeof *pl.next);
   pl.req = floe__calloc(nn, sizeof *pl.req);
   floe_code rc = FLOE_OK;
-  if (!out->device || !out->start || !out->finish || !pl.cand || !pl.group || !pl.req) {
+  if (!out->device || !out->start || !out->finish || !pl.cand || !pl.group || !pl.next || !pl.req) {
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory placing the graph");
     goto out;
   }
@@ -540,6 +554,7 @@ floe_code floe__place(FloeRuntime *rt, const FloeGraph *g, const bool *need,
 out:
   floe__free(pl.cand);
   floe__free(pl.group);
+  floe__free(pl.next);
   floe__free(pl.req);
   if (rc != FLOE_OK) floe__placement_free(out);
   return rc;
@@ -558,6 +573,6 @@ void floe__placement_free(FloePlacement *p) {
 void floe__placement_estimate(FloeRuntime *rt, const FloeGraph *g, const bool *need,
                               const double *secs, FloePlacement *p) {
   FloePlaceOptions o = {0};
-  Placer pl = {rt, g, need, NULL, &o, NULL, 0, NULL, NULL, p, NULL};
+  Placer pl = {rt, g, need, NULL, &o, NULL, 0, NULL, NULL, NULL, p, NULL};
   estimate(&pl, secs);
 }

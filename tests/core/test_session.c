@@ -475,6 +475,49 @@ START_TEST(profile_counts_node_executions) {
 }
 END_TEST
 
+/* ---- scale ---- */
+
+/* Nodes in the long chain: FLOE_TEST_CHAIN_NODES (the sanitizer and valgrind runs set a
+ * smaller one). */
+static int chain_nodes(void) {
+  const char *e = getenv("FLOE_TEST_CHAIN_NODES");
+  int n = e ? atoi(e) : 0;
+  return n > 0 ? n : 300000;
+}
+
+/* A chain of scalar Adds, a_i = a_{i-1} + 1, whose every node is its own colocation group,
+ * placed and run both ways (the simple rule, and the cost model with a device list). Placing
+ * it was quadratic in the node count (each group's members were found by scanning every
+ * node: 300k nodes took minutes); now the groups are linked lists. The tcase's 60 s timeout
+ * is the hang guard, not a performance claim (bench/bench_executor measures). */
+START_TEST(long_chain_places_and_runs) {
+  const int n = chain_nodes();
+  FloeGraph *g = floe_graph_new();
+  FloeOutput a = floe_const_f32(g, "start", 0.0f);
+  FloeOutput one = floe_const_f32(g, "one", 1.0f);
+  for (int i = 0; i < n; i++) a = floe_binary(g, "Add", NULL, a, one);
+  char last[64];
+  snprintf(last, sizeof last, "%s", floe_node_name(a.node));
+  for (int cost_model = 0; cost_model < 2; cost_model++) {
+    FloeSessionOptions o;
+    floe_session_options_init(&o);
+    o.runtime = rt;
+    o.devices = cost_model ? "cpu" : NULL;
+    FloeSession *s = harness_session_opts(g, &o, NULL);
+    FloeStatus *st = floe_status_new();
+    const char *fetch = last;
+    FloeTensor *out = NULL;
+    ck_assert_msg(floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+    ck_assert_float_eq(scalar_f32(out), (float)n); /* exact: n < 2^24 */
+    floe_tensor_release(out);
+    floe_status_free(st);
+    floe_session_free(s);
+  }
+  floe_graph_free(g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("session");
   TCase *tc = tcase_create("prune");
@@ -493,6 +536,11 @@ int main(void) {
   tcase_add_test(tc, executor_cache);
   tcase_add_test(tc, stateful_kernels_are_shared_across_signatures);
   tcase_add_test(tc, profile_counts_node_executions);
+  tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("scale");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, long_chain_places_and_runs);
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
   suite_add_tcase(s, tc);
   tc = tcase_create("threads");
