@@ -711,7 +711,7 @@ static floe_code validate(StFile *c, FloeStatus *st) {
   const Entry **by_off = floe__malloc((size_t)(c->n ? c->n : 1) * sizeof *by_off);
   if (!by_off) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory checking %s", c->path);
   for (int i = 0; i < c->n; i++) by_off[i] = &c->e[i];
-  qsort(by_off, (size_t)c->n, sizeof *by_off, entry_off_cmp);
+  if (c->n > 1) qsort(by_off, (size_t)c->n, sizeof *by_off, entry_off_cmp);
   uint64_t pos = 0;
   for (int i = 0; i < c->n; i++) {
     const Entry *e = by_off[i];
@@ -731,7 +731,7 @@ static floe_code validate(StFile *c, FloeStatus *st) {
                            "checkpoint %s: offset %" PRIu64 ": %" PRIu64
                            " bytes after the last tensor belong to none",
                            c->path, c->data_start + pos, c->data_len - pos);
-  qsort(c->e, (size_t)c->n, sizeof *c->e, entry_name_cmp);
+  if (c->n > 1) qsort(c->e, (size_t)c->n, sizeof *c->e, entry_name_cmp); /* e is NULL when n is 0 */
   uint64_t h = FNV_OFFSET;
   for (int i = 0; i < c->n; i++) {
     if (i && strcmp(c->e[i - 1].name, c->e[i].name) == 0)
