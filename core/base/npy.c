@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,21 +161,53 @@ FloeTensor *floe_tensor_parse_npy(const void *buf, size_t len, const char *what,
     dims[rank++] = d;
     p = end;
   }
-  bool is_fortran = strncmp(fortran, "True", 4) == 0;
+  bool is_fortran = false;
+  size_t flen = 0;
+  while (isalpha((unsigned char)fortran[flen])) flen++;
+  if (flen == 4 && strncmp(fortran, "True", 4) == 0) {
+    is_fortran = true;
+  } else if (flen != 5 || strncmp(fortran, "False", 5) != 0) {
+    floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                    "%s: offset %zu: fortran_order is '%.*s'; it must be True or False", what,
+                    hoff + (size_t)(fortran - hdr), (int)(flen ? flen : 1), fortran);
+    goto out;
+  }
+  /* The data the shape declares must be in the file before anything is allocated for it:
+   * a small file declaring terabytes is truncated, not a request for memory. */
+  size_t doff = hoff + hlen;
+  uint64_t need = floe_dtype_size(dt);
+  bool overflow = false;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] == 0) {
+      need = 0;
+      overflow = false;
+      break;
+    }
+    if (!overflow && need > UINT64_MAX / (uint64_t)dims[i]) overflow = true;
+    if (!overflow) need *= (uint64_t)dims[i];
+  }
+  if (overflow || need > len - doff) {
+    char sb[200];
+    FloeShape sh = floe_shape_make(rank, dims);
+    floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                    "%s: offset %zu: data is truncated: shape %s of %s needs %s%" PRIu64
+                    " bytes, the file has %zu after the header",
+                    what, doff, floe_shape_str(&sh, sb, sizeof sb), floe_dtype_name(dt),
+                    overflow ? "more than " : "", overflow ? UINT64_MAX : need, len - doff);
+    goto out;
+  }
+  if (dt == FLOE_BOOL) /* NumPy's bools are the bytes 0 and 1; anything else is not a bool */
+    for (uint64_t i = 0; i < need; i++)
+      if (b[doff + i] > 1) {
+        floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                        "%s: offset %" PRIu64 ": bool element %" PRIu64
+                        " is the byte 0x%02x (a .npy bool is 0 or 1)",
+                        what, (uint64_t)doff + i, i, b[doff + i]);
+        goto out;
+      }
   t = floe__tensor_alloc(NULL, dt, rank, dims, status);
   if (!t) {
     floe__status_prefix(status, "%s", what);
-    goto out;
-  }
-  size_t doff = hoff + hlen;
-  if (len - doff < t->nbytes) {
-    floe_status_set(status, FLOE_INVALID_ARGUMENT,
-                    "%s: offset %zu: data is truncated (need %zu bytes for %s of %lld elements, "
-                    "%zu left)",
-                    what, doff, t->nbytes, floe_dtype_name(dt), (long long)t->num_elements,
-                    len - doff);
-    floe_tensor_release(t);
-    t = NULL;
     goto out;
   }
   if (t->nbytes) {

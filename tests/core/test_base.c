@@ -347,6 +347,39 @@ START_TEST(npy_malformed_never_crashes) {
   size_t n = make_npy(b2, "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }\n", "", 0);
   ck_assert_ptr_null(floe_tensor_parse_npy(b2, n, "c.npy", st));
   ck_assert_ptr_nonnull(strstr(floe_status_message(st), "not supported"));
+  /* A 4 TB shape in a small file is truncated data, found before anything is allocated
+   * (it said "out of memory"); a shape whose byte count overflows likewise. */
+  n = make_npy(b2, "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000), }\n",
+               "abcd", 4);
+  ck_assert_ptr_null(floe_tensor_parse_npy(b2, n, "big.npy", st));
+  ck_assert_int_eq(floe_status_code(st), FLOE_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(floe_status_message(st), "big.npy: offset ") &&
+                    strstr(floe_status_message(st), "truncated") &&
+                    strstr(floe_status_message(st), "[1000000,1000000]") &&
+                    strstr(floe_status_message(st), "4000000000000 bytes, the file has 4 after"),
+                "%s", floe_status_message(st));
+  n = make_npy(b2,
+               "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }\n",
+               "", 0);
+  ck_assert_ptr_null(floe_tensor_parse_npy(b2, n, "huge.npy", st));
+  ck_assert_msg(strstr(floe_status_message(st), "needs more than"), "%s", floe_status_message(st));
+  /* fortran_order is True or False, nothing else; the offset is the value's: the dict starts
+   * at byte 10 and Maybe at its index 34. */
+  n = make_npy(b2, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }\n", "abcd", 4);
+  ck_assert_ptr_null(floe_tensor_parse_npy(b2, n, "maybe.npy", st));
+  ck_assert_msg(strstr(floe_status_message(st), "maybe.npy: offset 44: fortran_order is 'Maybe'"),
+                "%s", floe_status_message(st));
+  n = make_npy(b2, "{'descr': '<f4', 'fortran_order': Truest, 'shape': (1,), }\n", "abcd", 4);
+  ck_assert_ptr_null(floe_tensor_parse_npy(b2, n, "truest.npy", st));
+  /* Bools are the bytes 0 and 1. */
+  n = make_npy(b2, "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }\n", "\1\0\2", 3);
+  ck_assert_ptr_null(floe_tensor_parse_npy(b2, n, "bool.npy", st));
+  ck_assert_msg(strstr(floe_status_message(st), "bool element 2 is the byte 0x02"), "%s",
+                floe_status_message(st));
+  n = make_npy(b2, "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }\n", "\1\0\1", 3);
+  FloeTensor *bt = floe_tensor_parse_npy(b2, n, "bool.npy", st);
+  ck_assert_msg(bt != NULL, "%s", floe_status_message(st));
+  floe_tensor_release(bt);
   ck_assert_ptr_null(floe_tensor_load_npy("/nonexistent/x.npy", st));
   ck_assert_int_eq(floe_status_code(st), FLOE_NOT_FOUND);
   ck_assert_ptr_nonnull(strstr(floe_status_message(st), "/nonexistent/x.npy"));
