@@ -238,6 +238,25 @@ static int op_kernels(const FloeRuntime *rt, const char *op, const char *type, c
   return match;
 }
 
+/* Prints text word-wrapped to the terminal (at most 100 columns, at least 40), each line
+ * indented by `indent` spaces; a word longer than a line gets a line of its own. */
+static void print_wrapped(const char *text, int indent) {
+  int width = cli_term_columns();
+  width = width > 100 ? 100 : width < 40 ? 40 : width;
+  long room = width - 1 - indent; /* the last column stays free: some terminals wrap there */
+  for (const char *p = text + strspn(text, " "); *p; p += strspn(p, " ")) {
+    /* The line: its first word, then each next word while the line still fits. */
+    const char *end = p + strcspn(p, " ");
+    for (;;) {
+      const char *w = end + strspn(end, " "), *we = w + strcspn(w, " ");
+      if (we == w || we - p > room) break;
+      end = we;
+    }
+    printf("%*s%.*s\n", indent, "", (int)(end - p), p);
+    p = end;
+  }
+}
+
 static int show_op(FloeRuntime *rt, const char *op, int json) {
   if (!floe_op_exists(op)) {
     int n = floe_op_count();
@@ -266,7 +285,7 @@ static int show_op(FloeRuntime *rt, const char *op, int json) {
     printf("%s", op);
     if (floe_op_plugin(op)) printf(" (defined by plugin %s)", floe_op_plugin(op));
     printf("\n");
-    if (*floe_op_doc(op)) printf("  %s\n", floe_op_doc(op));
+    print_wrapped(floe_op_doc(op), 2);
   }
   for (int which = 0; which < 3; which++) {
     int n = floe_op_num_args(op, which);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ops_std.c - the standard op set: each FLOE_OP line of ops_std.def becomes a FloeOpDef
- * (its ';'-separated specs split apart) registered through floe__op_register, so the
- * standard ops go through exactly the parser and checks that plugins' custom ops do. */
+/* ops_std.c - the standard op set: each FLOE_OP entry of ops_std.def becomes a FloeOpDef
+ * (its ';'-separated specs split apart, its doc as FloeOpDef.doc) registered through
+ * floe__op_register, so the standard ops go through exactly the parser and checks that
+ * plugins' custom ops do. */
 #include <string.h>
 
 #include "graph.h"
@@ -15,11 +16,12 @@ typedef struct StdOp {
   const char *inputs, *outputs, *attrs; /* ';'-separated specs */
   uint32_t flags;
   FloeShapeFn shape_fn;
+  const char *doc;
 } StdOp;
 
 static const StdOp std_ops[] = {
-#define FLOE_OP(name, inputs, outputs, attrs, flags, shape_fn) \
-  {#name, inputs, outputs, attrs, flags, floe__##shape_fn},
+#define FLOE_OP(name, inputs, outputs, attrs, flags, shape_fn, doc) \
+  {#name, inputs, outputs, attrs, flags, floe__##shape_fn, doc},
 #include "ops_std.def"
 #include "ops_control.def"
 #include "ops_data.def"
@@ -95,7 +97,7 @@ floe_code floe__ops_std_register(FloeStatus *st) {
         .num_attrs = attrs.n,
         .flags = o->flags,
         .shape_fn = o->shape_fn,
-        .doc = NULL,
+        .doc = o->doc,
     };
     if ((c = floe__op_register(&def, NULL, st)) != FLOE_OK) return c;
   }

@@ -86,13 +86,30 @@ PY
 "$FLOE" ops MatMul >"$tmp/out" 2>"$tmp/err" || bad "ops MatMul"
 grep -q "^  a: T$" "$tmp/out" && grep -q "^  product: T$" "$tmp/out" && grep -q "^  transpose_a: bool = false$" "$tmp/out" \
   && grep -q "^  T: type in {f32" "$tmp/out" && grep -Eq "^  CPU +cpu +T=f32" "$tmp/out" && ok || { bad "ops MatMul content"; cat "$tmp/out"; }
+# Its description (ops_std.def's doc), on the lines below the name.
+sed -n 2p "$tmp/out" | grep -q "^  Matrix product of a \[M,K\] and b \[K,N\]" && ok || { bad "ops MatMul doc"; cat "$tmp/out"; }
 "$FLOE" ops MatMul --json >"$tmp/out" || bad "ops MatMul --json"
 python3 - "$tmp/out" <<'PY' && ok || bad "ops MatMul --json content"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["op"] == "MatMul" and d["inputs"] == ["a: T", "b: T"] and d["outputs"] == ["product: T"], d
+assert d["doc"].startswith("Matrix product of a [M,K] and b [K,N]") and d["doc"].endswith("."), d
 assert any(k["device_type"] == "CPU" and "f32" in k["dtypes"] for k in d["kernels"]), d
 PY
+# A long description wraps at the terminal's width, words whole, and says all of the doc.
+"$FLOE" ops --json Resize >"$tmp/json" || bad "ops --json Resize"
+for cols in 40 100; do
+  COLUMNS=$cols "$FLOE" ops Resize >"$tmp/out" || bad "ops Resize ($cols columns)"
+  python3 - "$tmp/json" "$tmp/out" $cols <<'PY' && ok || { bad "ops Resize doc wrapped to $cols columns"; cat "$tmp/out"; }
+import json, sys
+doc = json.load(open(sys.argv[1]))["doc"]
+lines = open(sys.argv[2]).read().split("\n")
+cols = int(sys.argv[3])
+body = lines[1:lines.index("Inputs:")]
+assert len(body) >= 2 and all(l.startswith("  ") and len(l) < cols for l in body), body
+assert " ".join(l.strip() for l in body) == doc, (body, doc)
+PY
+done
 "$FLOE" ops Matmul >"$tmp/out" 2>"$tmp/err"; [ $? = 1 ] && grep -q "no op 'Matmul' (did you mean MatMul?)" "$tmp/err" && ok || bad "ops Matmul"
 "$FLOE" ops --device cpu --json >"$tmp/tpu" || bad "ops --device cpu"
 "$FLOE" ops --device /device:CPU:0 --json >"$tmp/tpu2" || bad "ops --device /device:CPU:0"

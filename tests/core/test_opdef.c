@@ -399,10 +399,12 @@ typedef struct DefLine {
   const char *name, *in, *out, *attrs;
   uint32_t flags;
   int has_shape_fn;
+  const char *doc;
 } DefLine;
 
 /* A shape function named NULL stringizes to "NULL" (5 bytes with its terminator). */
-#define FLOE_OP(name, in, out, attrs, flags, fn) {#name, in, out, attrs, flags, sizeof(#fn) != 5},
+#define FLOE_OP(name, in, out, attrs, flags, fn, doc) \
+  {#name, in, out, attrs, flags, sizeof(#fn) != 5, doc},
 static const DefLine def_lines[] = {
 #include "ops_std.def"
 #include "ops_control.def"
@@ -442,7 +444,34 @@ START_TEST(standard_set_matches_def) {
     ck_assert_msg(op->num_attrs == count_specs(d->attrs), "%s attrs", d->name);
     ck_assert_uint_eq(op->flags, d->flags);
     ck_assert_msg((op->shape_fn != NULL) == d->has_shape_fn, "%s shape_fn", d->name);
+    ck_assert_msg(op->doc && !strcmp(op->doc, d->doc), "%s doc", d->name);
   }
+}
+END_TEST
+
+/* Every standard op of the registry (walked through the public API, as `floe ops` does) has a
+ * description: one to three plain-ASCII sentences of reasonable length (ops_std.def). */
+START_TEST(standard_ops_have_docs) {
+  ck_assert_int_eq(floe__ops_init(NULL), FLOE_OK);
+  int n = floe_op_count(), checked = 0;
+  for (int i = 0; i < n; i++) {
+    const char *name = floe_op_name(i);
+    ck_assert_ptr_nonnull(name);
+    if (floe_op_plugin(name)) continue; /* a plugin's op: its doc is optional */
+    checked++;
+    const char *doc = floe_op_doc(name);
+    ck_assert_msg(doc && *doc, "standard op %s has no doc", name);
+    size_t len = strlen(doc);
+    ck_assert_msg(len >= 16 && len <= 300, "doc of %s has %zu characters (16 to 300)", name, len);
+    for (size_t k = 0; k < len; k++)
+      ck_assert_msg(doc[k] >= 0x20 && doc[k] < 0x7f && !(doc[k] == ' ' && doc[k + 1] == ' '),
+                    "doc of %s: character %zu is not plain ASCII text: \"%s\"", name, k, doc);
+    ck_assert_msg(doc[0] != ' ' && doc[len - 1] == '.' && doc[len - 2] != ' ',
+                  "doc of %s must be sentences ending with a period: \"%s\"", name, doc);
+    ck_assert_msg(strncmp(doc, "This op", 7) != 0, "doc of %s: say what it computes", name);
+    ck_assert_str_eq(floe__op_lookup(name)->doc, doc);
+  }
+  ck_assert_int_eq(checked, (int)(sizeof def_lines / sizeof def_lines[0]));
 }
 END_TEST
 
@@ -594,6 +623,7 @@ static Suite *opdef_suite(void) {
   tc = tcase_create("registry");
   tcase_add_test(tc, lookup_and_duplicates);
   tcase_add_test(tc, standard_set_matches_def);
+  tcase_add_test(tc, standard_ops_have_docs);
   tcase_add_test(tc, standard_set_details);
   suite_add_tcase(s, tc);
   tc = tcase_create("robustness");
