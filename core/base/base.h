@@ -6,6 +6,7 @@
 #ifndef FLOE__LAYER_BASE_H
 #define FLOE__LAYER_BASE_H
 
+#include <sys/types.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -67,6 +68,32 @@ floe_code floe__status_copy(FloeStatus *dst, const FloeStatus *src);
  * and the message fmt ... ": " strerror(err). Returns the code. */
 FLOE__SHARED floe_code floe__status_from_errno(FloeStatus *st, int err, const char *fmt, ...)
     FLOE__PRINTF(3, 4);
+/* ------------------------------------------------------------------------------------ */
+/* file.c: whole-file reads and replacements for every reader and writer of the core. */
+/* "a FIFO", "a directory", "a character device", ... for messages. Static string. */
+const char *floe__file_kind(mode_t mode);
+/* Opens path for reading without blocking on a FIFO; anything but a regular file is
+ * INVALID_ARGUMENT naming what it is. On OK *fd (caller closes) and *size are set. */
+FLOE__SHARED floe_code floe__file_open_read(const char *path, int *fd, uint64_t *size,
+                                            FloeStatus *st);
+/* The whole of the regular file path in *buf (floe__malloc'd, caller frees with floe__free;
+ * one spare byte past *len) and *len. Errors name the path. */
+FLOE__SHARED floe_code floe__file_read_all(const char *path, uint8_t **buf, size_t *len,
+                                           FloeStatus *st);
+/* RESOURCE_EXHAUSTED (naming path and the limit) when writing bytes to one file would pass
+ * the process's file-size limit (ulimit -f), which would otherwise raise SIGXFSZ. */
+FLOE__SHARED floe_code floe__file_check_size_limit(const char *path, uint64_t bytes,
+                                                   FloeStatus *st);
+/* The file that writing path replaces: path itself, or the file a symbolic link at path
+ * names (written through). An existing directory, FIFO, device or socket there is
+ * INVALID_ARGUMENT: never replaced. *target is floe__malloc'd (caller frees). */
+FLOE__SHARED floe_code floe__file_write_target(const char *path, char **target, FloeStatus *st);
+/* Replaces the file at path (see floe__file_write_target) with buf[0..len) atomically: a
+ * temporary file beside it, written, fsynced and renamed over it; on any error the old file
+ * is as it was and the temporary file is gone. Borrows buf. */
+FLOE__SHARED floe_code floe__file_replace(const char *path, const void *buf, size_t len,
+                                          FloeStatus *st);
+
 /* Used when a FloeStatus cannot be allocated: a static status with code NO_MEMORY. */
 #define FLOE__OOM_MESSAGE "out of memory"
 

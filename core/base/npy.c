@@ -270,54 +270,12 @@ floe_code floe_tensor_serialize_npy(const FloeTensor *t, void **buf, size_t *len
 }
 
 FloeTensor *floe_tensor_load_npy(const char *path, FloeStatus *status) {
-  /* O_NONBLOCK: a FIFO is refused below instead of waited on at open; a folder or a device
-   * would otherwise "read" as a size of LONG_MAX or never end. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    floe__status_from_errno(status, errno, "%s: cannot open", path);
-    return NULL;
-  }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    floe__status_from_errno(status, errno, "%s: cannot open", path);
-    close(fd);
-    return NULL;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    floe_status_set(status, FLOE_INVALID_ARGUMENT,
-                    "%s: not a regular file (a .npy file is read whole: give a file's path)",
-                    path);
-    close(fd);
-    return NULL;
-  }
-  FILE *f = fdopen(fd, "rb");
-  if (!f) {
-    floe__status_from_errno(status, errno, "%s: cannot open", path);
-    close(fd);
-    return NULL;
-  }
-  errno = 0; /* a short read with errno still 0 is the file ending early */
-  FloeTensor *t = NULL;
-  char *data = NULL;
-  if (fseek(f, 0, SEEK_END) != 0) goto err_io;
-  long size = ftell(f);
-  if (size < 0 || fseek(f, 0, SEEK_SET) != 0) goto err_io;
-  data = floe__malloc((size_t)size);
-  if (!data) {
-    floe_status_set(status, FLOE_NO_MEMORY, "%s: out of memory reading %ld bytes", path, size);
-    goto out;
-  }
-  if (size && fread(data, 1, (size_t)size, f) != (size_t)size) goto err_io;
-  t = floe_tensor_parse_npy(data, (size_t)size, path, status);
-  goto out;
-err_io:
-  if (errno)
-    floe__status_from_errno(status, errno, "%s: read error", path);
-  else
-    floe_status_set(status, FLOE_DATA_LOSS, "%s: read error: the file ended early", path);
-out:
+  /* A FIFO, a folder or a device is refused (not waited on, not read as LONG_MAX bytes). */
+  uint8_t *data;
+  size_t size;
+  if (floe__file_read_all(path, &data, &size, status) != FLOE_OK) return NULL;
+  FloeTensor *t = floe_tensor_parse_npy(data, size, path, status);
   floe__free(data);
-  fclose(f);
   return t;
 }
 
@@ -326,17 +284,7 @@ floe_code floe_tensor_save_npy(const FloeTensor *t, const char *path, FloeStatus
   size_t len;
   floe_code rc = floe_tensor_serialize_npy(t, &buf, &len, status);
   if (rc != FLOE_OK) return rc;
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    int e = errno;
-    free(buf);
-    return floe__status_from_errno(status, e, "%s: cannot create", path);
-  }
-  size_t wrote = fwrite(buf, 1, len, f);
-  int e = wrote != len ? errno : 0;
+  rc = floe__file_replace(path, buf, len, status);
   free(buf);
-  if (fclose(f) != 0 && !e) e = errno;
-  if (e || wrote != len)
-    return floe__status_from_errno(status, e ? e : EIO, "%s: write failed", path);
-  return FLOE_OK;
+  return rc;
 }

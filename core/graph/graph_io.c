@@ -279,78 +279,16 @@ err_free_buf:
   return rc;
 }
 
-static floe_code write_all(int fd, const uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return FLOE_UNKNOWN;
-    p += k;
-    n -= (size_t)k;
-  }
-  return FLOE_OK;
-}
-
-/* Makes the rename durable; best effort, since the file itself is already complete. */
-static void sync_parent_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? floe__strndup(path, slash == path ? 1 : (size_t)(slash - path))
-                    : floe__strdup(".");
-  if (!dir) return;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  floe__free(dir);
-}
-
 floe_code floe_graph_save(const FloeGraph *g, const char *path, FloeStatus *status) {
+  if (!path) return floe_status_set(status, FLOE_INVALID_ARGUMENT, "save: path is NULL");
   void *buf = NULL;
   size_t len = 0;
-  floe_code rc;
-  if (!path) return floe_status_set(status, FLOE_INVALID_ARGUMENT, "save: path is NULL");
-  rc = floe_graph_serialize(g, &buf, &len, status);
+  floe_code rc = floe_graph_serialize(g, &buf, &len, status);
   if (rc != FLOE_OK) {
     floe__status_prefix(status, "%s", path);
     return rc;
   }
-  char *tmp = floe__asprintf("%s.tmp.XXXXXX", path);
-  if (!tmp) {
-    rc = floe_status_set(status, FLOE_NO_MEMORY, "%s: out of memory", path);
-    goto err_free_buf;
-  }
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    rc = floe__status_from_errno(status, errno, "%s: cannot create a temporary file beside it",
-                                 path);
-    goto err_free_tmp;
-  }
-  /* mkstemp makes the file 0600; a saved graph is an ordinary readable file. */
-  fchmod(fd, 0644);
-  if (write_all(fd, buf, len) != FLOE_OK || fsync(fd) != 0) {
-    int e = errno;
-    close(fd);
-    rc = floe__status_from_errno(status, e, "%s: writing %s failed", path, tmp);
-    goto err_unlink;
-  }
-  if (close(fd) != 0) {
-    rc = floe__status_from_errno(status, errno, "%s: closing %s failed", path, tmp);
-    goto err_unlink;
-  }
-  if (rename(tmp, path) != 0) {
-    rc = floe__status_from_errno(status, errno, "%s: cannot rename %s over it", path, tmp);
-    goto err_unlink;
-  }
-  sync_parent_dir(path);
-  floe__free(tmp);
-  floe__free(buf);
-  return FLOE_OK;
-
-err_unlink:
-  unlink(tmp);
-err_free_tmp:
-  floe__free(tmp);
-err_free_buf:
+  rc = floe__file_replace(path, buf, len, status);
   floe__free(buf);
   return rc;
 }
@@ -997,42 +935,10 @@ FloeGraph *floe_graph_load(const char *path, FloeStatus *status) {
     floe_status_set(status, FLOE_INVALID_ARGUMENT, "load: path is NULL");
     return NULL;
   }
-  FloeGraph *g = NULL;
-  uint8_t *buf = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    floe__status_from_errno(status, errno, "%s: cannot open", path);
-    return NULL;
-  }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    floe_status_set(status, FLOE_INVALID_ARGUMENT, "%s: not a regular file", path);
-    goto err_close;
-  }
-  if ((uint64_t)sb.st_size > SIZE_MAX) {
-    floe_status_set(status, FLOE_OUT_OF_RANGE, "%s: file too large", path);
-    goto err_close;
-  }
-  size_t size = (size_t)sb.st_size, got = 0;
-  buf = floe__malloc(size);
-  if (!buf) {
-    floe_status_set(status, FLOE_NO_MEMORY, "%s: out of memory reading %zu bytes", path, size);
-    goto err_close;
-  }
-  while (got < size) {
-    ssize_t k = read(fd, buf + got, size - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      floe__status_from_errno(status, errno, "%s: offset %zu: read failed", path, got);
-      goto err_free_buf;
-    }
-    if (k == 0) break; /* shrank while reading: parse what is there */
-    got += (size_t)k;
-  }
-  g = floe_graph_deserialize(buf, got, path, status);
-err_free_buf:
+  uint8_t *buf;
+  size_t len;
+  if (floe__file_read_all(path, &buf, &len, status) != FLOE_OK) return NULL;
+  FloeGraph *g = floe_graph_deserialize(buf, len, path, status);
   floe__free(buf);
-err_close:
-  close(fd);
   return g;
 }

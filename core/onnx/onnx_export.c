@@ -855,41 +855,7 @@ floe_code floe_onnx_export_file(const FloeGraph *g, const char *path,
     return rc;
   }
   /* Written beside the target and renamed over it: a failure never leaves half a model. */
-  char *tmp = floe__asprintf("%s.tmp.XXXXXX", path);
-  int fd = tmp ? mkstemp(tmp) : -1;
-  if (!tmp) {
-    rc = floe_status_set(status, FLOE_NO_MEMORY, "%s: out of memory", path);
-    goto out;
-  }
-  if (fd < 0) {
-    rc = floe__status_from_errno(status, errno, "%s: cannot create a temporary file beside it",
-                                 path);
-    goto out;
-  }
-  fchmod(fd, 0644);
-  for (size_t off = 0; off < len;) {
-    ssize_t w = write(fd, (const char *)buf + off, len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int err = w < 0 ? errno : EIO;
-      close(fd);
-      unlink(tmp);
-      rc = floe__status_from_errno(status, err, "%s: writing %s failed", path, tmp);
-      goto out;
-    }
-    off += (size_t)w;
-  }
-  if (close(fd) != 0) {
-    rc = floe__status_from_errno(status, errno, "%s: closing %s failed", path, tmp);
-    unlink(tmp);
-    goto out;
-  }
-  if (rename(tmp, path) != 0) {
-    rc = floe__status_from_errno(status, errno, "%s: cannot rename %s over it", path, tmp);
-    unlink(tmp);
-  }
-out:
-  floe__free(tmp);
+  rc = floe__file_replace(path, buf, len, status);
   free(buf);
   return rc;
 }

@@ -1125,7 +1125,7 @@ FloeOnnxModel *floe_onnx_import_file(const char *path, const FloeOnnxOptions *op
   }
   uint8_t *buf;
   size_t len;
-  if (floe__onnx_read_file(path, &buf, &len, status) != FLOE_OK) return NULL;
+  if (floe__file_read_all(path, &buf, &len, status) != FLOE_OK) return NULL;
   const char *dir = opts && FLOE_HAS_FIELD(opts, FloeOnnxOptions, base_dir) ? opts->base_dir : NULL;
   char *own = dir ? NULL : dir_of(path);
   FloeOnnxModel *m = import_model(buf, len, path, opts, dir ? dir : own ? own : ".", status);

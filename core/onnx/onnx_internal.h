@@ -16,8 +16,6 @@
 
 /* --- onnx_model.c: bytes <-> protobuf messages, TensorProto <-> FloeTensor --- */
 
-/* Reads a whole file (floe__malloc'd, caller frees). */
-floe_code floe__onnx_read_file(const char *path, uint8_t **buf, size_t *len, FloeStatus *st);
 /* Unpacks a message of descriptor d; on failure st says which field at which byte offset
  * could not be read. Free with protobuf_c_message_free_unpacked(msg, &floe__onnx_pb_alloc). */
 ProtobufCMessage *floe__onnx_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *buf,

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "onnx_internal.h"
 
@@ -22,35 +23,6 @@ static void pb_free(void *data, void *p) {
 }
 ProtobufCAllocator floe__onnx_pb_alloc = {pb_alloc, pb_free, NULL};
 
-floe_code floe__onnx_read_file(const char *path, uint8_t **buf, size_t *len, FloeStatus *st) {
-  *buf = NULL;
-  *len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return floe__status_from_errno(st, errno, "cannot open '%s'", path);
-  size_t cap = 1 << 16, n = 0;
-  uint8_t *p = floe__malloc(cap);
-  for (;;) {
-    if (!p) {
-      fclose(f);
-      return floe_status_set(st, FLOE_NO_MEMORY, "reading '%s': out of memory", path);
-    }
-    n += fread(p + n, 1, cap - n, f);
-    if (n < cap) break;
-    uint8_t *q = floe__realloc(p, cap * 2);
-    if (!q) floe__free(p);
-    p = q;
-    cap *= 2;
-  }
-  int err = ferror(f);
-  fclose(f);
-  if (err) {
-    floe__free(p);
-    return floe_status_set(st, FLOE_DATA_LOSS, "reading '%s' failed", path);
-  }
-  *buf = p;
-  *len = n;
-  return FLOE_OK;
-}
 
 /* ------------------------------------------------------------------------------------ */
 /* Where a message stops being readable. */
@@ -236,16 +208,26 @@ static floe_code read_external(const Onnx__TensorProto *t, const char *base_dir,
                            tname, length, nbytes);
   char *path = floe__asprintf("%s/%s", base_dir ? base_dir : ".", loc);
   if (!path) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
-  FILE *f = fopen(path, "rb");
-  floe_code rc = FLOE_OK;
-  if (!f)
-    rc = floe__status_from_errno(st, errno, "initializer '%s': cannot open external data '%s'",
-                                 tname, path);
-  else if (off < 0 || fseeko(f, (off_t)off, SEEK_SET) != 0 || fread(dst, 1, nbytes, f) != nbytes)
+  int fd;
+  uint64_t size;
+  floe_code rc = floe__file_open_read(path, &fd, &size, st);
+  if (rc != FLOE_OK) {
+    floe__status_prefix(st, "initializer '%s': external data", tname);
+    floe__free(path);
+    return rc;
+  }
+  size_t got = 0;
+  while (off >= 0 && (uint64_t)off <= size && got < nbytes) {
+    ssize_t r = pread(fd, (char *)dst + got, nbytes - got, (off_t)off + (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (got != nbytes)
     rc = floe_status_set(st, FLOE_DATA_LOSS,
                          "initializer '%s': external data '%s' has no %zu bytes at offset %lld",
                          tname, path, nbytes, off);
-  if (f) fclose(f);
   floe__free(path);
   return rc;
 }
@@ -364,7 +346,7 @@ FloeTensor *floe_tensor_load_onnx_pb(const char *path, FloeStatus *status) {
     floe_status_set(status, FLOE_INVALID_ARGUMENT, "no path given");
     return NULL;
   }
-  if (floe__onnx_read_file(path, &buf, &len, status) != FLOE_OK) return NULL;
+  if (floe__file_read_all(path, &buf, &len, status) != FLOE_OK) return NULL;
   FloeTensor *t = floe_tensor_parse_onnx_pb(buf, len, path, status);
   floe__free(buf);
   return t;

@@ -257,7 +257,7 @@ floe_code floe_onnx_load_value_pb(const char *path, FloeOnnxKind kind, FloeDType
   for (int k = 0; k < n; k++) parts[k] = NULL;
   uint8_t *buf;
   size_t len;
-  if (floe__onnx_read_file(path, &buf, &len, status) != FLOE_OK) return floe_status_code(status);
+  if (floe__file_read_all(path, &buf, &len, status) != FLOE_OK) return floe_status_code(status);
   floe_code rc = parse_value(buf, len, kind, dtype, path, parts, status);
   floe__free(buf);
   return rc;

@@ -329,6 +329,14 @@ static floe_code write_checkpoint(const char *dir, const char *prefix, int64_t s
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
     goto err_free_buf;
   }
+  /* Past the file-size limit (ulimit -f) the kernel would kill the process with SIGXFSZ
+   * mid-write: refuse before writing anything. */
+  uint64_t total = h.len;
+  for (int i = 0; i < n; i++) total += items[i].value->nbytes;
+  if ((rc = floe__file_check_size_limit(final, total, st)) != FLOE_OK) {
+    floe__status_prefix(st, "cannot save checkpoint (earlier checkpoints are unchanged)");
+    goto err_free_buf;
+  }
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     rc = floe__status_from_errno(st, errno, "cannot save checkpoint %s: cannot create %s", final,

@@ -6,10 +6,13 @@
 #include <check.h>
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -871,6 +874,121 @@ START_TEST(loops_and_rewired_nodes_roundtrip) {
 }
 END_TEST
 
+/* Special files: a FIFO given as a graph file is refused at once (opening it waited for a
+ * writer for ever); saving never replaces what is not a regular file (a FIFO, a folder; as
+ * root, --export /dev/full replaced the device with a file) and writes through a symbolic
+ * link; a .npy FIFO likewise. */
+START_TEST(special_files_are_refused_not_replaced) {
+  char dir[] = "/tmp/floe_graph_io_XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char fifo[300], sub[300], real[300], link[300], npy[300];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  snprintf(real, sizeof real, "%s/real.floe", dir);
+  snprintf(link, sizeof link, "%s/link.floe", dir);
+  snprintf(npy, sizeof npy, "%s/fifo.npy", dir);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  ck_assert_int_eq(mkfifo(npy, 0600), 0);
+  ck_assert_int_eq(mkdir(sub, 0700), 0);
+  FloeGraph *g = rich_graph();
+  FloeStatus *st = floe_status_new();
+  struct stat sb;
+
+  ck_assert_ptr_null(floe_graph_load(fifo, st)); /* the tcase's timeout catches a wait */
+  ck_assert_int_eq(floe_status_code(st), FLOE_INVALID_ARGUMENT);
+  assert_msg_has(st, fifo);
+  assert_msg_has(st, "a FIFO");
+  ck_assert_int_eq(floe_graph_save(g, fifo, st), FLOE_INVALID_ARGUMENT);
+  assert_msg_has(st, "a FIFO, not a regular file: refusing to replace it");
+  ck_assert_int_eq(lstat(fifo, &sb), 0);
+  ck_assert(S_ISFIFO(sb.st_mode));
+  ck_assert_int_eq(floe_graph_save(g, sub, st), FLOE_INVALID_ARGUMENT);
+  assert_msg_has(st, "a directory");
+  ck_assert_int_eq(lstat(sub, &sb), 0);
+  ck_assert(S_ISDIR(sb.st_mode));
+
+  /* Through a symbolic link: the link stays a link, the file it names gets the graph. */
+  ck_assert_int_eq(floe_graph_save(g, real, st), FLOE_OK);
+  ck_assert_int_eq(symlink("real.floe", link), 0);
+  floe_unary(g, "Neg", "extra", floe_out(floe_graph_find(g, "x"), 0));
+  ck_assert_msg(floe_graph_save(g, link, st) == FLOE_OK, "%s", floe_status_message(st));
+  ck_assert_int_eq(lstat(link, &sb), 0);
+  ck_assert(S_ISLNK(sb.st_mode));
+  FloeGraph *h = floe_graph_load(real, st);
+  ck_assert_msg(h != NULL, "%s", floe_status_message(st));
+  ck_assert_ptr_nonnull(floe_graph_find(h, "extra"));
+  floe_graph_free(h);
+  /* A link to a FIFO is refused like the FIFO, naming both. */
+  unlink(link);
+  ck_assert_int_eq(symlink("fifo", link), 0);
+  ck_assert_int_eq(floe_graph_save(g, link, st), FLOE_INVALID_ARGUMENT);
+  assert_msg_has(st, " -> ");
+  assert_msg_has(st, "a FIFO");
+
+  /* .npy: a FIFO is neither read nor replaced. */
+  ck_assert_ptr_null(floe_tensor_load_npy(npy, st));
+  assert_msg_has(st, "a FIFO");
+  FloeTensor *t = floe_tensor_scalar_f32(1.0f, st);
+  ck_assert_int_eq(floe_tensor_save_npy(t, npy, st), FLOE_INVALID_ARGUMENT);
+  ck_assert_int_eq(lstat(npy, &sb), 0);
+  ck_assert(S_ISFIFO(sb.st_mode));
+  floe_tensor_release(t);
+
+  unlink(link);
+  unlink(real);
+  unlink(fifo);
+  unlink(npy);
+  rmdir(sub);
+  ck_assert_int_eq(rmdir(dir), 0); /* nothing else was left behind */
+  floe_graph_free(g);
+  floe_status_free(st);
+}
+END_TEST
+
+/* Under a file-size limit (ulimit -f) a save that would pass it is refused before writing:
+ * the kernel would otherwise kill the process with SIGXFSZ (left at its default here, so a
+ * write past the limit ends the test). The old file stays and no temporary file is left. */
+START_TEST(file_size_limit_is_an_error_not_a_signal) {
+  char dir[] = "/tmp/floe_graph_io_XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[300], npy[300];
+  snprintf(path, sizeof path, "%s/g.floe", dir);
+  snprintf(npy, sizeof npy, "%s/t.npy", dir);
+  FloeGraph *g = rich_graph();
+  FloeStatus *st = floe_status_new();
+  uint8_t *buf;
+  size_t len;
+  serialize_ok(g, &buf, &len);
+  free(buf);
+  ck_assert_int_eq(floe_graph_save(g, path, st), FLOE_OK);
+  floe_unary(g, "Neg", "extra", floe_out(floe_graph_find(g, "x"), 0));
+  pid_t pid = fork(); /* the limit is the child's alone (Check writes its log, too) */
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_DFL);
+    struct rlimit rl = {.rlim_cur = len - 1, .rlim_max = RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(10);
+    if (floe_graph_save(g, path, st) != FLOE_RESOURCE_EXHAUSTED) _exit(11);
+    if (!strstr(floe_status_message(st), path) || !strstr(floe_status_message(st), "ulimit -f"))
+      _exit(12);
+    FloeTensor *t = floe_tensor_new(FLOE_F32, 1, (int64_t[]){(int64_t)len}, st);
+    if (floe_tensor_save_npy(t, npy, st) != FLOE_RESOURCE_EXHAUSTED) _exit(13);
+    _exit(0);
+  }
+  int ws;
+  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+  ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child: status 0x%x", ws);
+  FloeGraph *h = floe_graph_load(path, st); /* the old graph, whole */
+  ck_assert_msg(h != NULL, "%s", floe_status_message(st));
+  ck_assert_ptr_null(floe_graph_find(h, "extra"));
+  floe_graph_free(h);
+  unlink(path);
+  ck_assert_int_eq(rmdir(dir), 0); /* no temporary file */
+  floe_graph_free(g);
+  floe_status_free(st);
+}
+END_TEST
+
 static Suite *graph_io_suite(void) {
   Suite *s = suite_create("graph_io");
   TCase *rt = tcase_create("roundtrip");
@@ -880,6 +998,10 @@ static Suite *graph_io_suite(void) {
   tcase_add_test(rt, shape_list_attribute_per_spec);
   tcase_add_test(rt, loops_and_rewired_nodes_roundtrip);
   suite_add_tcase(s, rt);
+  TCase *special = tcase_create("special files");
+  tcase_add_test(special, special_files_are_refused_not_replaced);
+  tcase_add_test(special, file_size_limit_is_an_error_not_a_signal);
+  suite_add_tcase(s, special);
   TCase *damage = tcase_create("damage");
   tcase_add_test(damage, every_truncation_is_an_error);
   tcase_add_test(damage, random_byte_flips_never_crash);
