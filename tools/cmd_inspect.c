@@ -50,7 +50,8 @@ static const char inspect_help[] =
     "  other        Resize, GridSample (2 per tap), DFT and STFT (5*n*log2 n per\n"
     "               transform), MatrixDeterminant (2/3*n^3), TfIdfVectorizer\n"
     "Data movement, Const, Identity, Cast, Select, logical, index and selection ops,\n"
-    "generators, variables, queues and control flow count 0.\n";
+    "generators, variables, queues and control flow count 0. A while loop's body is\n"
+    "counted once, not once per iteration (its trip count is not in the graph).\n";
 
 /* ---------------------------------------------------------------- shared helpers */
 
@@ -173,7 +174,8 @@ static int is_float_dtype(FloeDType dt) {
  * Everything else counts 0: data movement and shapes (Reshape, Transpose, Concat, Gather,
  * Slice, Pad, Tile, ...), Const, Identity, Cast, Select, logical ops, index and selection ops
  * (TopK, Unique, NonZero, BatchedNonMaxSuppression), generators (Fill, Range, random ops,
- * CosineSumWindow, MelWeightMatrix), variables, queues, TensorArrays and control flow. */
+ * CosineSumWindow, MelWeightMatrix), variables, queues, TensorArrays and control flow. A while
+ * loop's body counts once (the trip count is a run-time value). */
 
 enum { FC_MATMUL, FC_CONV, FC_POOL, FC_SOFTMAX, FC_REDUCE, FC_RNN, FC_ELEM, FC_OPT, FC_OTHER, FC_N };
 static const char *const flop_category[FC_N] = {"matmul",    "conv",      "pooling",
