@@ -109,7 +109,9 @@ fmt = "%-11s %-16s %-12s %11s %10s %11s %8s"
 print(fmt % ("system", "version", "threads", "words/s", "loss", "perplexity", "RSS MB"))
 for s, r in sorted(best.items()):
     ppl = r.get("perplexity", r.get("test_perplexity"))
-    loss = r.get("final_loss")
+    # the last step's loss: Floe's final_loss is its last epoch's mean (as floe train's other
+    # models), its last_loss the last window's, the baselines' final_loss
+    loss = r.get("last_loss", r.get("final_loss"))
     print(fmt % (s, str(r.get("version", ""))[:16],
                  "%s %s" % (r.get("threads", "?"), (r.get("omp_wait_policy") or "")[:4]),
                  "%.0f" % r["words_per_sec"], "%.3f" % loss if loss is not None else "-",

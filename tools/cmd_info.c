@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_info.c - floe devices, floe plugins, floe ops. */
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,7 +174,14 @@ static const char ops_help[] =
     "                        kernels for it (device type, plugin, dtypes)\n"
     "  --device TYPE|NAME    only the ops with a kernel on that device type (CPU, TPU_SIM)\n"
     "                        or device (cpu:0); kernels of the core ('*') run anywhere\n"
-    "  --json                print JSON instead of a table\n";
+    "  --json                print JSON instead of a table; with OP, each input and\n"
+    "                        output is {name, dtype (a fixed one, else null), type_attr,\n"
+    "                        type_list_attr, number_attr (a list of N), is_list, spec}\n"
+    "                        and each attribute {name, type (int, float, bool, string,\n"
+    "                        type, shape, tensor, list(...)), min, allowed (dtypes),\n"
+    "                        has_default, default (a JSON value of that type: an\n"
+    "                        unknown shape is null, a tensor {dtype, shape}), spec};\n"
+    "                        each kernel's dtypes also as constraints [{attr, dtypes}]\n";
 
 /* The device type --device names: a type of a present device ("CPU", "cpu") or a device's
  * name ("cpu:0", "/device:CPU:0"); NULL (message printed) when none matches. */
@@ -257,6 +266,277 @@ static void print_wrapped(const char *text, int indent) {
   }
 }
 
+/* ---------------------------------------------------------------- floe ops --json OP
+ * The public API gives each argument as a spec string (floe_op_arg_spec, the grammar of
+ * floe_plugin.h); --json parses them into fields. An attribute: "name: kind [>= min]
+ * [in {dtype,...}] [= default]", the default written as the core's graph dumps write values
+ * (strings in double quotes, shapes "[?,784]" or "<unknown>", lists of up to 8 elements then
+ * ",...", floats with %g). An input or output: "name: [N*]T", T a type attribute, a
+ * list(type) attribute or a fixed dtype. */
+
+/* Argument i's whole spec (malloc'd), or NULL. */
+static char *op_arg_spec(const char *op, int which, int i) {
+  int len = floe_op_arg_spec(op, which, i, NULL, 0);
+  if (len < 0) return NULL;
+  char *s = malloc((size_t)len + 1);
+  if (s) floe_op_arg_spec(op, which, i, s, (size_t)len + 1);
+  return s;
+}
+
+/* A spec's "name: rest": the name's length; *rest set past ": ". -1 when there is none. */
+static int spec_name(const char *spec, const char **rest) {
+  const char *c = strstr(spec, ": ");
+  if (!c) return -1;
+  *rest = c + 2;
+  return (int)(c - spec);
+}
+
+/* The parsers below read a default's text at *p (advancing it) and write its JSON value to w,
+ * or only check it when w is NULL: a value is written once it is known to parse whole.
+ * 0 on success, -1 when the text is not of that form. */
+typedef int (*ValueParser)(const char **p, JsonWriter *w);
+
+static int parse_number(const char **p, JsonWriter *w, int integer) {
+  char *end;
+  const char *s = *p;
+  if (integer) {
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || errno) return -1;
+    if (w) json_int(w, v);
+  } else {
+    double v = strtod(s, &end);
+    if (end == s) return -1;
+    if (w && isfinite(v)) json_double(w, v);
+    else if (w) json_string(w, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"); /* JSON has none */
+  }
+  *p = end;
+  return 0;
+}
+
+static int parse_int_value(const char **p, JsonWriter *w) { return parse_number(p, w, 1); }
+static int parse_float_value(const char **p, JsonWriter *w) { return parse_number(p, w, 0); }
+
+static int parse_bool_value(const char **p, JsonWriter *w) {
+  int v = !strncmp(*p, "true", 4) ? 1 : !strncmp(*p, "false", 5) ? 0 : -1;
+  if (v < 0) return -1;
+  *p += v ? 4 : 5;
+  if (w) json_bool(w, v);
+  return 0;
+}
+
+/* A dtype name: letters and digits. */
+static int parse_type_value(const char **p, JsonWriter *w) {
+  char name[32];
+  size_t n = 0;
+  while (n + 1 < sizeof name && (((*p)[n] >= 'a' && (*p)[n] <= 'z') || ((*p)[n] >= '0' && (*p)[n] <= '9')))
+    name[n] = (*p)[n], n++;
+  name[n] = 0;
+  if (!n || !strcmp(floe_dtype_name(floe_dtype_from_name(name)), "invalid")) return -1;
+  *p += n;
+  if (w) json_string(w, name);
+  return 0;
+}
+
+/* "[?,784]" as [null,784]; "<unknown>" (unknown rank) as null. */
+static int parse_shape_value(const char **p, JsonWriter *w) {
+  if (!strncmp(*p, "<unknown>", 9)) {
+    *p += 9;
+    if (w) json_null(w);
+    return 0;
+  }
+  const char *s = *p;
+  if (*s++ != '[') return -1;
+  if (w) json_begin_array(w);
+  while (*s != ']') {
+    if (*s == '?') {
+      s++;
+      if (w) json_null(w);
+    } else if (parse_number(&s, w, 1)) return -1;
+    if (*s == ',') s++;
+    else if (*s != ']') return -1;
+  }
+  if (w) json_end_array(w);
+  *p = s + 1;
+  return 0;
+}
+
+/* A tensor default is written as its dtype and shape ("f32[2,3]"): {"dtype", "shape"}. */
+static int parse_tensor_value(const char **p, JsonWriter *w) {
+  const char *s = *p;
+  if (parse_type_value(&s, NULL) || parse_shape_value(&s, NULL)) return -1;
+  if (w) {
+    json_begin_object(w);
+    json_key(w, "dtype"), parse_type_value(p, w);
+    json_key(w, "shape"), parse_shape_value(p, w);
+    json_end_object(w);
+  } else
+    *p = s;
+  return 0;
+}
+
+/* '"text"': the text between the first and the last quote (the core does not escape). */
+static int parse_string_value(const char **p, JsonWriter *w) {
+  size_t n = strlen(*p);
+  if (n < 2 || (*p)[0] != '"' || (*p)[n - 1] != '"') return -1;
+  if (w) {
+    char *s = strndup(*p + 1, n - 2);
+    json_string(w, s ? s : "");
+    free(s);
+  }
+  *p += n;
+  return 0;
+}
+
+/* "[a,b,...]" with elements of one parser; *truncated set for the core's ",...]" (a list of
+ * more than 8 elements: the first 8 are written). */
+static int parse_list_value(const char **p, JsonWriter *w, ValueParser elem, int *truncated) {
+  const char *s = *p;
+  if (*s++ != '[') return -1;
+  if (w) json_begin_array(w);
+  *truncated = 0;
+  while (*s != ']') {
+    if (!strncmp(s, "...]", 4)) {
+      *truncated = 1;
+      s += 3;
+      break;
+    }
+    if (elem(&s, w)) return -1;
+    if (*s == ',') s++;
+    else if (*s != ']') return -1;
+  }
+  if (w) json_end_array(w);
+  *p = s + 1;
+  return 0;
+}
+
+/* The default of an attribute of kind `kind` as JSON; its text as a string when it cannot be
+ * read (a form this parser does not know). *truncated: see parse_list_value. */
+static void json_attr_default(JsonWriter *w, const char *kind, const char *text, int *truncated) {
+  static const struct {
+    const char *kind;
+    ValueParser parse;
+    int list;
+  } kinds[] = {{"int", parse_int_value, 0},          {"float", parse_float_value, 0},
+               {"bool", parse_bool_value, 0},        {"string", parse_string_value, 0},
+               {"type", parse_type_value, 0},        {"shape", parse_shape_value, 0},
+               {"tensor", parse_tensor_value, 0},    {"list(int)", parse_int_value, 1},
+               {"list(float)", parse_float_value, 1}, {"list(type)", parse_type_value, 1},
+               {"list(shape)", parse_shape_value, 1}};
+  *truncated = 0;
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    if (strcmp(kind, kinds[k].kind)) continue;
+    const char *p = text;
+    int r = kinds[k].list ? parse_list_value(&p, NULL, kinds[k].parse, truncated)
+                          : kinds[k].parse(&p, NULL);
+    if (r || *p) break;
+    p = text;
+    if (kinds[k].list) parse_list_value(&p, w, kinds[k].parse, truncated);
+    else kinds[k].parse(&p, w);
+    return;
+  }
+  json_string(w, text);
+}
+
+/* One attribute of op as an object: name, type (its kind), min, allowed dtypes, default. */
+static void json_op_attr(JsonWriter *w, const char *spec) {
+  const char *rest;
+  int nlen = spec_name(spec, &rest);
+  json_begin_object(w);
+  if (nlen < 0) { /* not the grammar: the spec alone */
+    json_key(w, "name"), json_null(w);
+    json_key(w, "spec"), json_string(w, spec);
+    json_end_object(w);
+    return;
+  }
+  char *name = strndup(spec, (size_t)nlen);
+  size_t klen = strcspn(rest, " ");
+  char *kind = strndup(rest, klen);
+  const char *p = rest + klen;
+  json_key(w, "name"), json_string(w, name ? name : "");
+  json_key(w, "type"), json_string(w, kind ? kind : "");
+  json_key(w, "min");
+  if (!strncmp(p, " >= ", 4)) {
+    p += 4;
+    if (parse_number(&p, w, 1)) json_null(w);
+  } else
+    json_null(w);
+  json_key(w, "allowed");
+  if (!strncmp(p, " in {", 5)) {
+    p += 5;
+    json_begin_array(w);
+    while (*p && *p != '}') {
+      size_t n = strcspn(p, ",}");
+      char *dt = strndup(p, n);
+      json_string(w, dt ? dt : "");
+      free(dt);
+      p += n;
+      if (*p == ',') p++;
+    }
+    json_end_array(w);
+    if (*p == '}') p++;
+  } else
+    json_null(w);
+  int has_default = !strncmp(p, " = ", 3), truncated = 0;
+  json_key(w, "has_default"), json_bool(w, has_default);
+  json_key(w, "default");
+  if (has_default) json_attr_default(w, kind ? kind : "", p + 3, &truncated);
+  else json_null(w);
+  if (truncated) json_key(w, "default_truncated"), json_bool(w, 1);
+  json_key(w, "spec"), json_string(w, spec);
+  json_end_object(w);
+  free(name), free(kind);
+}
+
+/* Whether op has an attribute `name` of kind `kind`. */
+static int op_has_attr(const char *op, const char *name, const char *kind) {
+  int n = floe_op_num_args(op, FLOE_OP_ARG_ATTR), found = 0;
+  for (int i = 0; i < n && !found; i++) {
+    char *s = op_arg_spec(op, FLOE_OP_ARG_ATTR, i);
+    const char *rest;
+    int nlen = s ? spec_name(s, &rest) : -1;
+    found = nlen >= 0 && (size_t)nlen == strlen(name) && !strncmp(s, name, (size_t)nlen) &&
+            !strncmp(rest, kind, strlen(kind)) && (rest[strlen(kind)] == ' ' || !rest[strlen(kind)]);
+    free(s);
+  }
+  return found;
+}
+
+/* One input or output as an object: name, its dtype (fixed) or the attribute giving it
+ * (type_attr; type_list_attr for a list of mixed dtypes), and number_attr for a list of N. */
+static void json_op_io(JsonWriter *w, const char *op, const char *spec) {
+  const char *rest;
+  int nlen = spec_name(spec, &rest);
+  json_begin_object(w);
+  if (nlen < 0) {
+    json_key(w, "name"), json_null(w);
+    json_key(w, "spec"), json_string(w, spec);
+    json_end_object(w);
+    return;
+  }
+  char *name = strndup(spec, (size_t)nlen), *number = NULL;
+  const char *star = strchr(rest, '*');
+  if (star) number = strndup(rest, (size_t)(star - rest)), rest = star + 1;
+  int is_type = op_has_attr(op, rest, "type"), is_list = !is_type && op_has_attr(op, rest, "list(type)");
+  json_key(w, "name"), json_string(w, name ? name : "");
+  json_key(w, "dtype");
+  if (!is_type && !is_list) json_string(w, rest);
+  else json_null(w);
+  json_key(w, "type_attr");
+  if (is_type) json_string(w, rest);
+  else json_null(w);
+  json_key(w, "type_list_attr");
+  if (is_list) json_string(w, rest);
+  else json_null(w);
+  json_key(w, "number_attr");
+  if (number) json_string(w, number);
+  else json_null(w);
+  json_key(w, "is_list"), json_bool(w, number || is_list);
+  json_key(w, "spec"), json_string(w, spec);
+  json_end_object(w);
+  free(name), free(number);
+}
+
 static int show_op(FloeRuntime *rt, const char *op, int json) {
   if (!floe_op_exists(op)) {
     int n = floe_op_count();
@@ -271,7 +551,7 @@ static int show_op(FloeRuntime *rt, const char *op, int json) {
     return cli_error("ops", "no op '%s'; 'floe ops' lists them", op);
   }
   static const char *const kinds[] = {"inputs", "outputs", "attributes"};
-  char spec[1024], dtypes[512];
+  char dtypes[512];
   JsonWriter w;
   if (json) {
     json_init(&w, stdout);
@@ -293,9 +573,15 @@ static int show_op(FloeRuntime *rt, const char *op, int json) {
     else printf("%s:%s\n", which == 0 ? "Inputs" : which == 1 ? "Outputs" : "Attributes",
                 n ? "" : " none");
     for (int i = 0; i < n; i++) {
-      floe_op_arg_spec(op, which, i, spec, sizeof spec);
-      if (json) json_string(&w, spec);
-      else printf("  %s\n", spec);
+      char *spec = op_arg_spec(op, which, i);
+      if (!spec) {
+        if (json) json_null(&w);
+        continue;
+      }
+      if (!json) printf("  %s\n", spec);
+      else if (which == FLOE_OP_ARG_ATTR) json_op_attr(&w, spec);
+      else json_op_io(&w, op, spec);
+      free(spec);
     }
     if (json) json_end_array(&w);
   }
@@ -314,6 +600,20 @@ static int show_op(FloeRuntime *rt, const char *op, int json) {
       json_key(&w, "device_type"), json_string(&w, k.device_type);
       json_key(&w, "plugin"), json_string(&w, k.plugin);
       json_key(&w, "dtypes"), json_string(&w, dtypes);
+      json_key(&w, "constraints"), json_begin_array(&w);
+      for (int j = 0; j < k.num_constraints; j++) {
+        const char *attr;
+        uint32_t mask;
+        if (floe_runtime_kernel_constraint(rt, i, j, &attr, &mask) != FLOE_OK) continue;
+        json_begin_object(&w);
+        json_key(&w, "attr"), json_string(&w, attr);
+        json_key(&w, "dtypes"), json_begin_array(&w);
+        for (int dt = 0; dt < 32; dt++)
+          if (mask & FLOE_DTYPE_BIT(dt)) json_string(&w, floe_dtype_name((FloeDType)dt));
+        json_end_array(&w);
+        json_end_object(&w);
+      }
+      json_end_array(&w);
       json_key(&w, "priority"), json_int(&w, k.priority);
       json_end_object(&w);
     } else {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <floe/floe_onnx.h>
@@ -24,9 +25,33 @@ static const char inspect_help[] =
     "inputs, outputs, FLOPs per step), an ONNX model (the same, after import), a\n"
     "safetensors file (tensors, totals, metadata) or a .npy file (dtype, shape, order,\n"
     "min/max/mean). Parameters: a graph's variables, or without any its floating-point\n"
-    "constants. FLOPs count MatMul and BatchMatMul (2*M*N*K), Conv2D and Conv\n"
-    "(2*out*kh*kw*cin) and elementwise ops (one per output element); unknown dims count\n"
-    "as 1 (FLOPs per example). --json prints the same as one JSON object.\n";
+    "constants. --json prints the same as one JSON object.\n"
+    "FLOPs (a multiply-add is 2) per node from its shapes, by category; dims of unknown\n"
+    "size count as 1 (FLOPs per example); nodes of unknown shapes are counted as such:\n"
+    "  matmul       MatMul, BatchMatMul: 2*M*N*K\n"
+    "  conv         Conv2D, Conv, the fused convolutions: 2 * output elements *\n"
+    "               kh*kw*cin/groups; their gradients as the forward convolution;\n"
+    "               ConvTranspose: 2 * input elements * kh*kw*cout/groups\n"
+    "  pooling      MaxPool, AvgPool, Pool: output elements * window size (their\n"
+    "               gradients the same); RoiAlign: 8 per bilinear sample\n"
+    "  softmax      Softmax, LogSoftmax: 5 per element (max, sub, exp, sum, div); sparse\n"
+    "               softmax cross-entropy 6 per logit, dense 8 (ONNX's BatchNormalization\n"
+    "               and LayerNormalization import as elementwise ops and reductions)\n"
+    "  reduction    Sum, Mean, Max, Min, Prod, ArgMax, ArgMin, Cumsum, BiasAddGrad, ...:\n"
+    "               input elements\n"
+    "  recurrent    LSTMCell, x [B,I], h [B,H]: 2*B*(I+H)*4H + 13*B*H (bias, gates,\n"
+    "               c and h updates); its gradients: the product again for d[x,h]\n"
+    "               (twice with dw) + 20*B*H (24 with db); ONNX's RNN, GRU and LSTM: a\n"
+    "               cell's count per step and direction\n"
+    "  elementwise  arithmetic, activations, comparisons, BiasAdd and their gradients:\n"
+    "               one per output element (AddN: N-1)\n"
+    "  optimizer    ResourceApply*: per gradient element, GradientDescent 2, Momentum 4,\n"
+    "               Adam 12, RMSProp 11, Adagrad 7\n"
+    "  other        Resize, GridSample (2 per tap), DFT and STFT (5*n*log2 n per\n"
+    "               transform), MatrixDeterminant (2/3*n^3), TfIdfVectorizer\n"
+    "Data movement, Const, Identity, Cast, Select, logical, index and selection ops,\n"
+    "generators, variables, queues and control flow count 0. A while loop's body is\n"
+    "counted once, not once per iteration (its trip count is not in the graph).\n";
 
 /* ---------------------------------------------------------------- shared helpers */
 
@@ -100,23 +125,169 @@ static int is_float_dtype(FloeDType dt) {
   return dt == FLOE_F32 || dt == FLOE_F64 || dt == FLOE_F16 || dt == FLOE_BF16;
 }
 
+/* ---------------------------------------------------------------- FLOPs
+ * Conventional counts, one multiply-add being 2 FLOPs, per node from the shapes shape
+ * inference gave it (a dim of unknown size counts as 1, so with an unknown batch dim the
+ * figures are per example), in categories:
+ *   matmul       MatMul, BatchMatMul: 2*M*N*K (M*N the output's elements, batch included).
+ *   conv         Conv2D, Conv, _FusedConv, _FusedConv2DBiasRelu: 2 * output elements * the
+ *                filter's elements per output channel (kh*kw*cin/groups; the filter is
+ *                [spatial..., in/groups, out]); the gradients Conv2DBackpropInput,
+ *                ConvBackpropInputNd, Conv2DBackpropFilter and ConvBackpropFilterNd as the
+ *                forward convolution (2 * out_backprop elements * filter elements per output
+ *                channel); ConvTranspose: 2 * input elements * the filter's elements per input
+ *                channel (its filter is [spatial..., out/groups, in]). The fused ops' bias,
+ *                add and relu: one per output element each, under elementwise.
+ *   pooling      MaxPool, AvgPool, Pool, MaxPoolWithIndices: output elements * window size
+ *                (the product of ksize); their gradients (MaxPoolGrad, AvgPoolGrad, PoolGrad,
+ *                _FusedMaxPoolGradRelu) the same over the forward output (the gradient);
+ *                RoiAlign: 8 per bilinear sample (4 taps, a multiply-add each),
+ *                sampling_ratio^2 samples per output element (2^2 when adaptive, 0).
+ *   softmax      Softmax, LogSoftmax: 5 per element (max, subtract, exp, sum, divide);
+ *                SparseSoftmaxCrossEntropyWithLogits: 6 per logit (the softmax and the
+ *                gradient's subtraction); SoftmaxCrossEntropyWithLogits: 8 per logit (and the
+ *                loss's multiply-add with the labels). The ONNX importer makes
+ *                BatchNormalization, LayerNormalization and InstanceNormalization of
+ *                elementwise ops and reductions (Mean), counted there.
+ *   reduction    Sum, Mean, Max, Min, Prod, ArgMax, ArgMin, Cumsum, BiasAddGrad, SumToShape,
+ *                TileGrad: input elements; GatherGrad: the gradient's elements.
+ *   recurrent    LSTMCell, x [B,I], h_prev [B,H]: 2*B*(I+H)*4H (the gates' product) +
+ *                13*B*H (bias 4*B*H, the gates' nonlinearities 4*B*H, c = f*c_prev + i*g
+ *                3*B*H, h = o*tanh(c) 2*B*H: what the primitive cell's ops count);
+ *                LSTMCellRecurrent: 2*B*H*4H + 13*B*H; LSTMCellBackprop: 2*B*4H*(I+H)
+ *                (d[x, h_prev]) + 20*B*H (the gate gradients, 5 per gate element);
+ *                LSTMCellGrad: that + 2*(I+H)*B*4H (dw) + 4*B*H (db);
+ *                LSTMCellRecurrentBackprop: 2*B*4H*H + 20*B*H; RNN, GRU and LSTM over
+ *                x [S,B,I] with G gates (1, 3, 4) in D directions:
+ *                S*D*B*H*(2*G*(I+H) + G + e), e the gates' other elementwise work per
+ *                hidden unit (RNN 1, GRU 8, LSTM 9).
+ *   elementwise  arithmetic, activations, comparisons and their gradients (Add, Mul, Relu,
+ *                Sigmoid, BiasAdd, ReluGrad, Equal, ...): one per output element; AddN: N-1
+ *                per output element; ExpandReduced with mean and ScatterElements/ScatterND
+ *                with a reduction, AssignAdd/AssignSubVariableOp: one per element written.
+ *   optimizer    ResourceApply*, per element of the gradient: GradientDescent 2, Momentum 4
+ *                (Nesterov 6), Adam 12 (Nesterov 15), RMSProp 11, Adagrad 7.
+ *   other        Resize and GridSample: 2 per tap per output element (linear 2 and cubic 4
+ *                taps per resized dim, nearest none); DFT: 5*n*log2(n) per transform of length
+ *                n; STFT: that per frame and the window's product; MatrixDeterminant:
+ *                2/3*n^3 per matrix; TfIdfVectorizer: one per output element.
+ * Everything else counts 0: data movement and shapes (Reshape, Transpose, Concat, Gather,
+ * Slice, Pad, Tile, ...), Const, Identity, Cast, Select, logical ops, index and selection ops
+ * (TopK, Unique, NonZero, BatchedNonMaxSuppression), generators (Fill, Range, random ops,
+ * CosineSumWindow, MelWeightMatrix), variables, queues, TensorArrays and control flow. A while
+ * loop's body counts once (the trip count is a run-time value). */
+
+enum { FC_MATMUL, FC_CONV, FC_POOL, FC_SOFTMAX, FC_REDUCE, FC_RNN, FC_ELEM, FC_OPT, FC_OTHER, FC_N };
+static const char *const flop_category[FC_N] = {"matmul",    "conv",      "pooling",
+                                                "softmax",   "reduction", "recurrent",
+                                                "elementwise", "optimizer", "other"};
+
+enum {
+  R_OUT = 1,    /* k per element of output 0 */
+  R_INPUT,      /* k per element of input arg */
+  R_ADDN,       /* (inputs - 1) per output element */
+  R_MATMUL,
+  R_CONV,       /* k: 0, or the fused epilogue per output element (-1: from the attributes) */
+  R_CONV_BP_IN, /* filter input 1, out_backprop input 2 */
+  R_CONV_BP_FILTER, /* out_backprop input 2, the filter's shape is the output's */
+  R_CONV_T,
+  R_POOL,       /* output elements * window; k: epilogue per output element */
+  R_POOL_GRAD,  /* input arg has the forward output's shape; k: epilogue */
+  R_ROI,
+  R_LSTM_CELL, R_LSTM_REC, R_LSTM_BP, R_LSTM_GRAD, R_LSTM_REC_BP,
+  R_RNN_SEQ,    /* arg: gates; k: the other elementwise work per hidden unit */
+  R_OPTIM,      /* k per element of the gradient, input arg; nesterov adds `extra` */
+  R_EXPAND_REDUCED, R_SCATTER, R_RESIZE, R_GRID, R_DFT, R_STFT, R_DET
+};
+
+typedef struct {
+  const char *op;
+  unsigned char rule, cat;
+  signed char arg;
+  float k, extra;
+} FlopRule;
+
+static const FlopRule flop_rules[] = {
+    {"MatMul", R_MATMUL, FC_MATMUL, 0, 0, 0},
+    {"BatchMatMul", R_MATMUL, FC_MATMUL, 0, 0, 0},
+    {"Conv2D", R_CONV, FC_CONV, 0, 0, 0},
+    {"Conv", R_CONV, FC_CONV, 0, 0, 0},
+    {"_FusedConv", R_CONV, FC_CONV, 0, -1, 0},
+    {"_FusedConv2DBiasRelu", R_CONV, FC_CONV, 0, 2, 0},
+    {"Conv2DBackpropInput", R_CONV_BP_IN, FC_CONV, 0, 0, 0},
+    {"ConvBackpropInputNd", R_CONV_BP_IN, FC_CONV, 0, 0, 0},
+    {"Conv2DBackpropFilter", R_CONV_BP_FILTER, FC_CONV, 0, 0, 0},
+    {"ConvBackpropFilterNd", R_CONV_BP_FILTER, FC_CONV, 0, 0, 0},
+    {"ConvTranspose", R_CONV_T, FC_CONV, 0, 0, 0},
+    {"MaxPool", R_POOL, FC_POOL, 0, 0, 0},
+    {"AvgPool", R_POOL, FC_POOL, 0, 0, 0},
+    {"Pool", R_POOL, FC_POOL, 0, 0, 0},
+    {"MaxPoolWithIndices", R_POOL, FC_POOL, 0, 0, 0},
+    {"MaxPoolGrad", R_POOL_GRAD, FC_POOL, 1, 0, 0},
+    {"_FusedMaxPoolGradRelu", R_POOL_GRAD, FC_POOL, 1, 1, 0},
+    {"AvgPoolGrad", R_POOL_GRAD, FC_POOL, 1, 0, 0},
+    {"PoolGrad", R_POOL_GRAD, FC_POOL, 1, 0, 0},
+    {"RoiAlign", R_ROI, FC_POOL, 0, 8, 0},
+    {"Softmax", R_OUT, FC_SOFTMAX, 0, 5, 0},
+    {"LogSoftmax", R_OUT, FC_SOFTMAX, 0, 5, 0},
+    {"SparseSoftmaxCrossEntropyWithLogits", R_INPUT, FC_SOFTMAX, 0, 6, 0},
+    {"SoftmaxCrossEntropyWithLogits", R_INPUT, FC_SOFTMAX, 0, 8, 0},
+    {"Sum", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"Mean", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"Max", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"Min", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"Prod", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"ArgMax", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"ArgMin", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"Cumsum", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"BiasAddGrad", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"SumToShape", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"TileGrad", R_INPUT, FC_REDUCE, 0, 1, 0},
+    {"GatherGrad", R_INPUT, FC_REDUCE, 2, 1, 0},
+    {"LSTMCell", R_LSTM_CELL, FC_RNN, 0, 0, 0},
+    {"LSTMCellRecurrent", R_LSTM_REC, FC_RNN, 0, 0, 0},
+    {"LSTMCellBackprop", R_LSTM_BP, FC_RNN, 0, 0, 0},
+    {"LSTMCellGrad", R_LSTM_GRAD, FC_RNN, 0, 0, 0},
+    {"LSTMCellRecurrentBackprop", R_LSTM_REC_BP, FC_RNN, 0, 0, 0},
+    {"RNN", R_RNN_SEQ, FC_RNN, 1, 1, 0},
+    {"GRU", R_RNN_SEQ, FC_RNN, 3, 8, 0},
+    {"LSTM", R_RNN_SEQ, FC_RNN, 4, 9, 0},
+    {"AddN", R_ADDN, FC_ELEM, 0, 1, 0},
+    {"ExpandReduced", R_EXPAND_REDUCED, FC_ELEM, 0, 1, 0},
+    {"ScatterElements", R_SCATTER, FC_ELEM, 2, 1, 0},
+    {"ScatterND", R_SCATTER, FC_ELEM, 2, 1, 0},
+    {"AssignAddVariableOp", R_INPUT, FC_ELEM, 1, 1, 0},
+    {"AssignSubVariableOp", R_INPUT, FC_ELEM, 1, 1, 0},
+    {"ResourceApplyGradientDescent", R_OPTIM, FC_OPT, 2, 2, 0},
+    {"ResourceApplyMomentum", R_OPTIM, FC_OPT, 3, 4, 2},
+    {"ResourceApplyAdam", R_OPTIM, FC_OPT, 9, 12, 3},
+    {"ResourceApplyRMSProp", R_OPTIM, FC_OPT, 7, 11, 0},
+    {"ResourceApplyAdagrad", R_OPTIM, FC_OPT, 4, 7, 0},
+    {"Resize", R_RESIZE, FC_OTHER, 0, 0, 0},
+    {"GridSample", R_GRID, FC_OTHER, 0, 0, 0},
+    {"DFT", R_DFT, FC_OTHER, 0, 0, 0},
+    {"STFT", R_STFT, FC_OTHER, 0, 0, 0},
+    {"MatrixDeterminant", R_DET, FC_OTHER, 0, 0, 0},
+    {"TfIdfVectorizer", R_OUT, FC_OTHER, 0, 1, 0},
+};
+
+/* One FLOP per output element (category elementwise). */
 static const char *const elementwise_ops[] = {
-    "Add",   "AddV2", "Sub",     "Mul",     "Div",      "RealDiv", "Maximum", "Minimum",
-    "Pow",   "Neg",   "Abs",     "Exp",     "Log",      "Sqrt",    "Rsqrt",   "Square",
-    "Relu",  "Relu6", "Elu",     "Selu",    "LeakyRelu", "Sigmoid", "Tanh",   "BiasAdd",
-    "Erf",   "Floor", "Ceil",    "Sign",    "Reciprocal", "SquaredDifference", "Softplus",
-    "Gelu",  "Sin",   "Cos",     "Round",   NULL};
+    "Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "FloorMod", "TruncateMod",
+    "LeftShift", "RightShift", "Neg", "Abs", "Square", "Exp", "Log", "Sqrt", "Rsqrt", "Sign",
+    "Floor", "Ceil", "Round", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+    "Cosh", "Asinh", "Acosh", "Atanh", "Relu", "Relu6", "LeakyRelu", "Elu", "Gelu", "Sigmoid",
+    "Tanh", "Softplus", "BiasAdd", "ReluGrad", "Relu6Grad", "LeakyReluGrad", "EluGrad",
+    "GeluGrad", "SigmoidGrad", "TanhGrad", "SoftplusGrad", "SqrtGrad", "RsqrtGrad", "Equal",
+    "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual", "IsNan", "IsInf", NULL};
 
-static int is_elementwise(const char *op) {
+static const FlopRule *flop_rule(const char *op) {
+  static const FlopRule elementwise = {"", R_OUT, FC_ELEM, 0, 1, 0};
+  for (size_t i = 0; i < sizeof flop_rules / sizeof flop_rules[0]; i++)
+    if (!strcmp(op, flop_rules[i].op)) return &flop_rules[i];
   for (int i = 0; elementwise_ops[i]; i++)
-    if (!strcmp(op, elementwise_ops[i])) return 1;
-  return 0;
-}
-
-/* Forward convolutions: Conv2D, Conv (N-d) and the fused ones the optimiser makes. */
-static int is_conv(const char *op) {
-  return !strcmp(op, "Conv2D") || !strcmp(op, "Conv") || !strcmp(op, "_FusedConv") ||
-         !strcmp(op, "_FusedConv2DBiasRelu");
+    if (!strcmp(op, elementwise_ops[i])) return &elementwise;
+  return NULL;
 }
 
 /* Elements of s with unknown dims counted as 1 (*unknown_dim set); -1 for an unknown rank. */
@@ -138,34 +309,355 @@ static int64_t dim1(const FloeShape *s, int d, int *unknown_dim) {
   return s->dims[d];
 }
 
-/* FLOPs of node n, or -1 when its shapes are not known; 0 for ops not counted. */
-static double node_flops(const FloeNode *n, int *unknown_dim) {
-  const char *op = floe_node_op(n);
-  if (floe_node_num_outputs(n) < 1) return 0;
-  FloeShape out = floe_node_output_shape(n, 0);
-  if (!strcmp(op, "MatMul") || !strcmp(op, "BatchMatMul") || !strcmp(op, "BatchMatMulV2")) {
-    if (floe_node_num_inputs(n) < 2) return 0;
-    FloeOutput ia = floe_node_input(n, 0);
-    FloeShape a = floe_node_output_shape(ia.node, ia.index);
-    if (out.rank < 2 || a.rank < 2) return -1;
-    /* a is [.., M, K] or [.., K, M] (transposed): K is its last two dims over M. */
-    int64_t m = dim1(&out, out.rank - 2, unknown_dim);
-    int64_t a2 = dim1(&a, a.rank - 2, unknown_dim) * dim1(&a, a.rank - 1, unknown_dim);
-    if (m <= 0) return 0;
-    return 2.0 * numel(&out, unknown_dim) * (double)(a2 / m);
+/* The shape of n's input i (unknown when it has none). */
+static FloeShape input_shape(const FloeNode *n, int i) {
+  if (i >= floe_node_num_inputs(n)) return floe_shape_unknown();
+  FloeOutput in = floe_node_input(n, i);
+  return in.node ? floe_node_output_shape(in.node, in.index) : floe_shape_unknown();
+}
+
+/* ---- attributes: the public API has no getter for them, so the few counts that need one
+ * (a pool's window, a resize's mode, ...) read the graph's serialization, whose format
+ * docs/graph-format.md documents. Made once per graph, when first needed. */
+
+typedef struct {
+  const unsigned char *name, *attrs, *end; /* attrs: the attribute list's first byte */
+  uint32_t name_len, nattrs;
+} NodeAttrs;
+
+typedef struct {
+  int state; /* 0 not made, 1 made, -1 failed */
+  unsigned char *buf;
+  NodeAttrs *nodes;
+  uint32_t n;
+} AttrIndex;
+
+static int rd_u32(const unsigned char **p, const unsigned char *end, uint32_t *v) {
+  if (end - *p < 4) return -1;
+  *v = (uint32_t)(*p)[0] | (uint32_t)(*p)[1] << 8 | (uint32_t)(*p)[2] << 16 | (uint32_t)(*p)[3] << 24;
+  *p += 4;
+  return 0;
+}
+
+static int rd_skip(const unsigned char **p, const unsigned char *end, uint64_t n) {
+  if ((uint64_t)(end - *p) < n) return -1;
+  *p += n;
+  return 0;
+}
+
+static int rd_str(const unsigned char **p, const unsigned char *end, const unsigned char **s,
+                  uint32_t *len) {
+  if (rd_u32(p, end, len)) return -1;
+  *s = *p;
+  return rd_skip(p, end, *len);
+}
+
+static int cmp_node_attrs(const void *a, const void *b) {
+  const NodeAttrs *x = a, *y = b;
+  uint32_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+  int c = memcmp(x->name, y->name, n);
+  return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+static int attr_index_make(AttrIndex *ai, const FloeGraph *g) {
+  FloeStatus *st = floe_status_new();
+  void *buf = NULL;
+  size_t len = 0;
+  ai->state = -1;
+  if (!st || floe_graph_serialize(g, &buf, &len, st) != FLOE_OK) {
+    floe_status_free(st);
+    return -1;
   }
-  if (is_conv(op)) {
-    if (floe_node_num_inputs(n) < 2) return 0;
-    FloeOutput ifl = floe_node_input(n, 1);
-    /* The filter is [spatial..., in / groups, out] (HWIO for Conv2D): each output element
-     * takes kh*kw*cin multiply-adds. */
-    FloeShape f = floe_node_output_shape(ifl.node, ifl.index);
-    if (out.rank < 0 || f.rank < 3) return -1;
-    double k = 1;
-    for (int d = 0; d < f.rank - 1; d++) k *= (double)dim1(&f, d, unknown_dim);
-    return 2.0 * numel(&out, unknown_dim) * k;
+  floe_status_free(st);
+  ai->buf = buf;
+  const unsigned char *p = ai->buf + 12, *end = ai->buf + len;
+  uint32_t count;
+  if (len < 20 || rd_u32(&p, end, &count) || !(ai->nodes = calloc((size_t)count + 1, sizeof *ai->nodes)))
+    return -1;
+  for (uint32_t i = 0; i < count; i++) {
+    uint32_t rec, slen, k;
+    const unsigned char *s;
+    if (rd_u32(&p, end, &rec) || (uint64_t)(end - p) < rec) return -1;
+    const unsigned char *r = p, *rend = p + rec;
+    NodeAttrs *na = &ai->nodes[i];
+    if (rd_str(&r, rend, &na->name, &na->name_len) || rd_str(&r, rend, &s, &slen) ||
+        rd_str(&r, rend, &s, &slen) || rd_u32(&r, rend, &k))
+      return -1;
+    for (uint32_t l = 0; l < k; l++) { /* input lists */
+      uint32_t m;
+      if (rd_u32(&r, rend, &m) || rd_skip(&r, rend, 8ull * m)) return -1;
+    }
+    if (rd_u32(&r, rend, &k) || rd_skip(&r, rend, 4ull * k) || rd_u32(&r, rend, &na->nattrs))
+      return -1;
+    na->attrs = r, na->end = rend;
+    p = rend;
   }
-  if (is_elementwise(op)) return out.rank < 0 ? -1 : numel(&out, unknown_dim);
+  ai->n = count;
+  qsort(ai->nodes, count, sizeof *ai->nodes, cmp_node_attrs);
+  ai->state = 1;
+  return 0;
+}
+
+static void attr_index_free(AttrIndex *ai) {
+  free(ai->buf);
+  free(ai->nodes);
+}
+
+/* The value of n's attribute `name` (*tag its kind tag, *v its first byte, *end its record's
+ * end); -1 when not found. */
+static int node_attr(AttrIndex *ai, const FloeGraph *g, const FloeNode *n, const char *name,
+                     int *tag, const unsigned char **v, const unsigned char **vend) {
+  if (ai->state == 0) attr_index_make(ai, g);
+  if (ai->state < 0) return -1;
+  const char *nn = floe_node_name(n);
+  NodeAttrs key = {.name = (const unsigned char *)nn, .name_len = (uint32_t)strlen(nn)};
+  const NodeAttrs *na = bsearch(&key, ai->nodes, ai->n, sizeof *ai->nodes, cmp_node_attrs);
+  if (!na) return -1;
+  const unsigned char *p = na->attrs, *end = na->end;
+  for (uint32_t i = 0; i < na->nattrs; i++) {
+    const unsigned char *an;
+    uint32_t alen, m;
+    if (rd_str(&p, end, &an, &alen) || end - p < 1) return -1;
+    int t = *p++;
+    if (alen == strlen(name) && !memcmp(an, name, alen)) {
+      *tag = t, *v = p, *vend = end;
+      return 0;
+    }
+    int32_t rank;
+    int bad;
+    switch (t) { /* skip the value */
+      case 1: case 2: bad = rd_skip(&p, end, 8); break;
+      case 3: bad = rd_skip(&p, end, 1); break;
+      case 4: bad = rd_u32(&p, end, &m) || rd_skip(&p, end, m); break;
+      case 5: bad = rd_skip(&p, end, 4); break;
+      case 6:
+        bad = rd_u32(&p, end, &m);
+        rank = (int32_t)m;
+        bad = bad || rd_skip(&p, end, rank > 0 ? 8ull * (uint32_t)rank : 0);
+        break;
+      case 7: {
+        uint32_t dt, r;
+        bad = rd_u32(&p, end, &dt) || rd_u32(&p, end, &r) || rd_skip(&p, end, 8ull * r);
+        uint32_t lo = 0, hi = 0;
+        bad = bad || rd_u32(&p, end, &lo) || rd_u32(&p, end, &hi) ||
+              rd_skip(&p, end, (uint64_t)lo | (uint64_t)hi << 32);
+        break;
+      }
+      case 8: case 9: bad = rd_u32(&p, end, &m) || rd_skip(&p, end, 8ull * m); break;
+      case 10: bad = rd_u32(&p, end, &m) || rd_skip(&p, end, 4ull * m); break;
+      case 11:
+        bad = rd_u32(&p, end, &m);
+        for (uint32_t s = 0; s < m && !bad; s++) {
+          uint32_t r;
+          bad = rd_u32(&p, end, &r) || rd_skip(&p, end, (int32_t)r > 0 ? 8ull * r : 0);
+        }
+        break;
+      default: bad = 1;
+    }
+    if (bad) return -1;
+  }
+  return -1;
+}
+
+/* An int attribute (tag 1); dflt when absent. */
+static int64_t attr_int(AttrIndex *ai, const FloeGraph *g, const FloeNode *n, const char *name,
+                        int64_t dflt) {
+  int tag;
+  const unsigned char *v, *end;
+  if (node_attr(ai, g, n, name, &tag, &v, &end) || tag != 1 || end - v < 8) return dflt;
+  uint64_t u = 0;
+  for (int i = 7; i >= 0; i--) u = u << 8 | v[i];
+  return (int64_t)u;
+}
+
+/* A bool attribute (tag 3); dflt when absent. */
+static int attr_bool(AttrIndex *ai, const FloeGraph *g, const FloeNode *n, const char *name,
+                     int dflt) {
+  int tag;
+  const unsigned char *v, *end;
+  if (node_attr(ai, g, n, name, &tag, &v, &end) || tag != 3 || end - v < 1) return dflt;
+  return v[0] != 0;
+}
+
+/* Whether string attribute `name` (tag 4) equals want; dflt when absent. */
+static int attr_is(AttrIndex *ai, const FloeGraph *g, const FloeNode *n, const char *name,
+                   const char *want, int dflt) {
+  int tag;
+  const unsigned char *v, *end, *s;
+  uint32_t len;
+  if (node_attr(ai, g, n, name, &tag, &v, &end) || tag != 4 || rd_str(&v, end, &s, &len))
+    return dflt;
+  return len == strlen(want) && !strncasecmp((const char *)s, want, len);
+}
+
+/* The product of int-list attribute `name` (tag 8); -1 when absent (an empty list is 1). */
+static double attr_list_product(AttrIndex *ai, const FloeGraph *g, const FloeNode *n,
+                                const char *name) {
+  int tag;
+  const unsigned char *v, *end;
+  uint32_t m;
+  if (node_attr(ai, g, n, name, &tag, &v, &end) || tag != 8 || rd_u32(&v, end, &m) ||
+      (uint64_t)(end - v) < 8ull * m)
+    return -1;
+  double prod = 1;
+  for (uint32_t i = 0; i < m; i++) {
+    uint64_t u = 0;
+    for (int b = 7; b >= 0; b--) u = u << 8 | v[8 * i + (uint32_t)b];
+    prod *= (double)(int64_t)u;
+  }
+  return prod;
+}
+
+/* FLOPs of node n of g by category into f[FC_N] (zeros for ops not counted); -1 when a shape
+ * or attribute they need is not known, else 0. */
+static int node_flops(AttrIndex *ai, const FloeGraph *g, const FloeNode *n, double f[FC_N],
+                      int *unknown_dim) {
+  for (int c = 0; c < FC_N; c++) f[c] = 0;
+  const FlopRule *r = flop_rule(floe_node_op(n));
+  if (!r) return 0;
+  int *u = unknown_dim, uo = 0, ui = 0;
+  FloeShape out = floe_node_num_outputs(n) > 0 ? floe_node_output_shape(n, 0) : floe_shape_unknown();
+  FloeShape in = input_shape(n, r->rule == R_RNN_SEQ ? 0 : r->arg);
+  /* The elements of output 0 and of input arg; a case that uses one sets *unknown_dim for
+   * its unknown dims (EO, EI). */
+  double eo_ = numel(&out, &uo), ei_ = numel(&in, &ui), v = 0, epilogue = 0;
+#define EO (*u |= uo, eo_)
+#define EI (*u |= ui, ei_)
+  switch (r->rule) {
+    case R_OUT:
+      if (EO < 0) return -1;
+      v = r->k * EO;
+      break;
+    case R_INPUT:
+      if (EI < 0) return -1;
+      v = r->k * EI;
+      break;
+    case R_ADDN:
+      if (EO < 0) return -1;
+      v = (floe_node_num_inputs(n) - 1) * EO;
+      break;
+    case R_MATMUL: {
+      FloeShape a = input_shape(n, 0);
+      if (out.rank < 2 || a.rank < 2) return -1;
+      /* a is [.., M, K] or [.., K, M] (transposed): K is its last two dims over M. */
+      int64_t m = dim1(&out, out.rank - 2, u);
+      int64_t a2 = dim1(&a, a.rank - 2, u) * dim1(&a, a.rank - 1, u);
+      v = m > 0 ? 2.0 * EO * (double)(a2 / m) : 0;
+      break;
+    }
+    case R_CONV:
+    case R_CONV_BP_IN:
+    case R_CONV_BP_FILTER:
+    case R_CONV_T: {
+      /* The filter ([spatial..., in, out]) and the elements its every column serves. */
+      FloeShape fs = r->rule == R_CONV_BP_FILTER ? out : input_shape(n, 1);
+      FloeShape data = r->rule == R_CONV ? out : r->rule == R_CONV_T ? input_shape(n, 0)
+                                                                     : input_shape(n, 2);
+      double ed = numel(&data, u), ef = numel(&fs, u);
+      if (ed < 0 || ef < 0 || fs.rank < 3) return -1;
+      v = 2.0 * ed * ef / (double)dim1(&fs, fs.rank - 1, u);
+      if (r->k > 0) epilogue = r->k * EO;
+      else if (r->k < 0)
+        epilogue = EO * (attr_bool(ai, g, n, "fused_bias", 0) + attr_bool(ai, g, n, "fused_add", 0) +
+                         attr_bool(ai, g, n, "fused_relu", 0));
+      break;
+    }
+    case R_POOL:
+    case R_POOL_GRAD: {
+      double window = attr_list_product(ai, g, n, "ksize"), e = r->rule == R_POOL ? EO : EI;
+      if (window < 0 || e < 0) return -1;
+      v = e * window;
+      if (r->k > 0) {
+        if (EO < 0) return -1;
+        epilogue = r->k * EO;
+      }
+      break;
+    }
+    case R_ROI: {
+      if (EO < 0) return -1;
+      int64_t s = attr_int(ai, g, n, "sampling_ratio", 0);
+      if (s <= 0) s = 2;
+      v = r->k * EO * (double)(s * s);
+      break;
+    }
+    case R_LSTM_CELL:
+    case R_LSTM_REC:
+    case R_LSTM_BP:
+    case R_LSTM_GRAD:
+    case R_LSTM_REC_BP: {
+      FloeShape x = input_shape(n, 0), h = input_shape(n, r->rule == R_LSTM_REC_BP ? 0 : 1);
+      if (h.rank != 2 || (r->rule != R_LSTM_REC && r->rule != R_LSTM_REC_BP && x.rank != 2))
+        return -1;
+      double B = (double)dim1(&h, 0, u), H = (double)dim1(&h, 1, u);
+      double I = r->rule == R_LSTM_REC || r->rule == R_LSTM_REC_BP ? 0 : (double)dim1(&x, 1, u);
+      double mm = 2 * B * (I + H) * 4 * H; /* the gates' product (I = 0: h_prev's part) */
+      v = r->rule == R_LSTM_CELL || r->rule == R_LSTM_REC ? mm + 13 * B * H
+          : r->rule == R_LSTM_GRAD                         ? 2 * mm + 20 * B * H + 4 * B * H
+                                                           : mm + 20 * B * H;
+      break;
+    }
+    case R_RNN_SEQ: {
+      FloeShape x = input_shape(n, 0), rs = input_shape(n, 2);
+      if (x.rank != 3 || rs.rank != 3) return -1;
+      double S = (double)dim1(&x, 0, u), B = (double)dim1(&x, 1, u), I = (double)dim1(&x, 2, u);
+      double D = (double)dim1(&rs, 0, u), H = (double)dim1(&rs, 2, u), G = r->arg;
+      v = S * D * B * H * (2 * G * (I + H) + G + r->k);
+      break;
+    }
+    case R_OPTIM:
+      if (EI < 0) return -1;
+      v = EI * (r->k + (attr_bool(ai, g, n, "use_nesterov", 0) ? r->extra : 0));
+      break;
+    case R_EXPAND_REDUCED:
+      if (EO < 0) return -1;
+      v = attr_bool(ai, g, n, "mean", 0) ? EO : 0;
+      break;
+    case R_SCATTER:
+      if (EI < 0) return -1;
+      v = attr_is(ai, g, n, "reduction", "none", 1) ? 0 : EI;
+      break;
+    case R_RESIZE:
+    case R_GRID: {
+      FloeShape x = input_shape(n, 0);
+      if (EO < 0 || x.rank < 0 || (r->rule == R_RESIZE && x.rank != out.rank)) return -1;
+      int dims = 0; /* the dims interpolated */
+      if (r->rule == R_GRID) dims = x.rank - 2;
+      else
+        for (int d = 0; d < x.rank; d++) dims += x.dims[d] != out.dims[d];
+      int taps = attr_is(ai, g, n, "mode", "linear", 0) || attr_is(ai, g, n, "mode", "bilinear", 0) ? 2
+                 : attr_is(ai, g, n, "mode", "cubic", 0) || attr_is(ai, g, n, "mode", "bicubic", 0) ? 4
+                                                                                                 : 0;
+      v = taps && dims > 0 ? 2.0 * EO * pow(taps, dims) : 0;
+      break;
+    }
+    case R_DFT: {
+      if (in.rank < 2) return -1;
+      int64_t axis = attr_int(ai, g, n, "axis", 1);
+      if (axis < 0) axis += in.rank;
+      if (axis < 0 || axis >= in.rank - 1) return -1;
+      double len = (double)dim1(&in, (int)axis, u), last = (double)dim1(&in, in.rank - 1, u);
+      v = len > 1 ? EI / (len * last) * 5 * len * log2(len) : 0;
+      break;
+    }
+    case R_STFT: {
+      FloeShape w = input_shape(n, 2);
+      if (out.rank != 4 || w.rank != 1) return -1;
+      double frames = (double)dim1(&out, 0, u) * (double)dim1(&out, 1, u), len = (double)dim1(&w, 0, u);
+      v = frames * (len + (len > 1 ? 5 * len * log2(len) : 0));
+      break;
+    }
+    case R_DET: {
+      if (in.rank < 2) return -1;
+      double m = (double)dim1(&in, in.rank - 1, u), e = EI;
+      v = m > 0 ? e / (m * m) * 2.0 / 3.0 * m * m * m : 0;
+      break;
+    }
+    default: return 0;
+  }
+#undef EO
+#undef EI
+  f[r->cat] += v;
+  f[FC_ELEM] += epilogue;
   return 0;
 }
 
@@ -182,7 +674,8 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
   OpCount *ops = calloc((size_t)nn + 1, sizeof *ops);
   if (!ops) return cli_error(CMD, "out of memory");
   int nops = 0, flops_unknown = 0, unknown_dim = 0;
-  double params = 0, param_bytes = 0, flops = 0, flops_mm = 0, flops_conv = 0, flops_ew = 0;
+  double params = 0, param_bytes = 0, flops = 0, flops_by[FC_N] = {0};
+  AttrIndex attrs = {0};
   double var_params = 0, var_bytes = 0;
   int nvars = 0, nseen = 0;
   const FloeNode **seen = calloc((size_t)nn + 1, sizeof *seen); /* variables counted */
@@ -224,15 +717,12 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
         var_bytes += e * (double)floe_dtype_size(floe_node_output_dtype(v.node, v.index));
       }
     }
-    double f = node_flops(n, &unknown_dim);
-    if (f < 0) flops_unknown++;
-    else {
-      flops += f;
-      if (is_conv(op)) flops_conv += f;
-      else if (strstr(op, "MatMul")) flops_mm += f;
-      else flops_ew += f;
-    }
+    double f[FC_N];
+    if (node_flops(&attrs, g, n, f, &unknown_dim) < 0) flops_unknown++;
+    else
+      for (int c = 0; c < FC_N; c++) flops += f[c], flops_by[c] += f[c];
   }
+  attr_index_free(&attrs);
   qsort(ops, (size_t)nops, sizeof *ops, cmp_op_count);
   free(seen);
   /* A graph with variables (a training graph): they are its parameters (optimiser slots
@@ -334,9 +824,7 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
     json_key(&w, "flops");
     json_begin_object(&w);
     json_key(&w, "total"), json_count(&w, flops);
-    json_key(&w, "matmul"), json_count(&w, flops_mm);
-    json_key(&w, "conv"), json_count(&w, flops_conv);
-    json_key(&w, "elementwise"), json_count(&w, flops_ew);
+    for (int c = 0; c < FC_N; c++) json_key(&w, flop_category[c]), json_count(&w, flops_by[c]);
     json_key(&w, "per_example"), json_bool(&w, unknown_dim);
     json_key(&w, "nodes_unknown"), json_int(&w, flops_unknown);
     json_end_object(&w);
@@ -348,9 +836,10 @@ static int summarize_graph(const char *path, const char *format, const FloeGraph
     printf("\nnodes: %d\nparameters: %.0f (%.0f bytes)", nn, params, param_bytes);
     if (nvars) printf(" in %d variables (optimiser slots included)", nvars);
     printf("\n");
-    printf("FLOPs%s: %.0f (MatMul %.0f, Conv %.0f, elementwise %.0f)",
-           unknown_dim ? " per example (batch=1)" : " per step", flops, flops_mm, flops_conv,
-           flops_ew);
+    printf("FLOPs%s: %.0f", unknown_dim ? " per example (batch=1)" : " per step", flops);
+    for (int c = 0, first = 1; c < FC_N; c++) /* the categories that have any */
+      if (flops_by[c] > 0) printf("%s%s %.0f", first ? " (" : ", ", flop_category[c], flops_by[c]), first = 0;
+    if (flops > 0) printf(")");
     if (flops_unknown) printf("; %d nodes unknown (shapes not known)", flops_unknown);
     printf("\n");
     for (int io = 0; io < 2; io++) {

@@ -27,6 +27,7 @@
 #include "cli.h"
 #include "measure.h"
 #include "train_input.h"
+#include "train_report.h"
 #include "train_signal.h"
 
 static const char train_help[] =
@@ -478,46 +479,6 @@ static int64_t fetch_global_step(Trainer *t) {
   return step;
 }
 
-static void format_eta(double secs, char *buf, size_t len) {
-  if (!(secs >= 0) || secs > 1e7) snprintf(buf, len, "--");
-  else if (secs >= 60) snprintf(buf, len, "%dm%02ds", (int)secs / 60, (int)secs % 60);
-  else snprintf(buf, len, "%ds", (int)(secs + 0.5));
-}
-
-/* The live line of a terminal: epoch, bar, percent, speed, running loss, time left, named as
- * in the lines of a pipe; the bar takes what the terminal's width leaves (none if narrow). */
-static void draw_progress(int epoch, int epochs, int64_t done, int64_t total, double rate,
-                          double loss) {
-  double frac = total ? (double)done / (double)total : 1.0;
-  char bar[64], eta[32], head[48], tail[160];
-  format_eta(rate > 0 ? (double)(total - done) / rate : -1, eta, sizeof eta);
-  snprintf(head, sizeof head, "epoch %d/%d ", epoch, epochs);
-  snprintf(tail, sizeof tail, " %3d%%  samples/s %.0f  loss %.4f  eta %s", (int)(frac * 100),
-           rate, loss, eta);
-  /* room kept for "  testing..." written after the last one of an epoch */
-  int width = cli_term_columns() - 1 - (int)strlen(head) - (int)strlen(tail) - 2 - 12;
-  if (width > (int)sizeof bar - 1) width = (int)sizeof bar - 1;
-  char line[300];
-  if (width >= 8) {
-    int fill = (int)(frac * width);
-    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
-    bar[width] = 0;
-    snprintf(line, sizeof line, "%s[%s]%s", head, bar, tail);
-  } else {
-    snprintf(line, sizeof line, "%s%s", head, tail + 1);
-  }
-  int room = cli_term_columns() - 1 - 12; /* a narrow terminal: cut the line short */
-  if (room < 20) room = 20;
-  if ((int)strlen(line) > room) {
-    line[room] = 0;
-    char *gap = NULL; /* end at a whole field: at the last two spaces */
-    for (char *p = strstr(line, "  "); p; p = strstr(p + 1, "  ")) gap = p;
-    if (gap) *gap = 0;
-  }
-  printf("\r\033[K%s", line);
-  fflush(stdout);
-}
-
 /* After Ctrl-C: with --checkpoint-dir, saves a checkpoint of this step (a resumed run goes
  * on at the batch after it, as the global step implies) and prints how to resume; else says
  * nothing was saved. Returns 130, the status of a run ended by SIGINT. */
@@ -548,29 +509,9 @@ static int merge_profile(Trainer *t) {
   int n;
   if (floe_session_profile(t->s, &rows, &n, t->st) != FLOE_OK)
     return cli_error("train", "--profile: %s", floe_status_message(t->st));
-  for (int i = 0; i < n; i++) {
-    int j = 0;
-    while (j < t->num_prof && (strcmp(t->prof[j].op, rows[i].op) != 0 ||
-                               strcmp(t->prof[j].device, rows[i].device) != 0))
-      j++;
-    if (j == t->num_prof) {
-      FloeOpProfile *p = realloc(t->prof, (size_t)(t->num_prof + 1) * sizeof *p);
-      if (!p) {
-        free(rows);
-        return cli_error("train", "--profile: out of memory");
-      }
-      t->prof = p;
-      t->prof[t->num_prof++] = (FloeOpProfile){.op = rows[i].op, .device = rows[i].device};
-    }
-    FloeOpProfile *d = &t->prof[j];
-    d->calls += rows[i].calls;
-    d->total_ns += rows[i].total_ns;
-    d->output_bytes += rows[i].output_bytes;
-    d->device_ns += rows[i].device_ns;
-    if (rows[i].max_ns > d->max_ns) d->max_ns = rows[i].max_ns;
-  }
+  int r = train_profile_merge(&t->prof, &t->num_prof, rows, n);
   free(rows);
-  return 0;
+  return r ? cli_error("train", "--profile: out of memory") : 0;
 }
 
 /* Adds the breakdown of the steps traced since tracing started to t->bd. 0, or 1 on error. */
@@ -580,32 +521,6 @@ static int add_breakdown(Trainer *t) {
     return cli_error("train", "--profile: %s", floe_status_message(t->st));
   measure_breakdown_add(&t->bd, &b);
   return 0;
-}
-
-static int profile_cmp(const void *a, const void *b) {
-  const FloeOpProfile *x = a, *y = b;
-  return x->total_ns != y->total_ns ? (x->total_ns > y->total_ns ? -1 : 1) : strcmp(x->op, y->op);
-}
-
-/* The table of --profile without --json, on stderr. */
-static void print_profile(const Trainer *t, int64_t steps, double train_secs) {
-  int64_t sum = 0;
-  for (int i = 0; i < t->num_prof; i++) sum += t->prof[i].total_ns;
-  fprintf(stderr, "\nkernel time per op type and device over %lld training steps "
-          "(device ms: the time the device reports, e.g. tpu-sim's simulated time):\n",
-          (long long)steps);
-  fprintf(stderr, "%-28s %-10s %8s %10s %6s %10s %10s %10s %10s\n", "op", "device", "calls",
-          "total ms", "%", "us/call", "max us", "MB out", "device ms");
-  for (int i = 0; i < t->num_prof; i++) {
-    const FloeOpProfile *p = &t->prof[i];
-    fprintf(stderr, "%-28s %-10s %8lld %10.1f %6.1f %10.1f %10.1f %10.1f %10.3f\n", p->op,
-            p->device, (long long)p->calls, p->total_ns * 1e-6,
-            sum ? 100.0 * p->total_ns / sum : 0.0, p->calls ? p->total_ns * 1e-3 / p->calls : 0.0,
-            p->max_ns * 1e-3, p->output_bytes / 1048576.0, p->device_ns * 1e-6);
-  }
-  fprintf(stderr, "kernels %.3f s of %.3f s training (%.0f us per step in kernels, %.0f us "
-          "wall)\n", sum * 1e-9, train_secs, steps ? sum * 1e-3 / steps : 0.0,
-          steps ? train_secs * 1e6 / steps : 0.0);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -727,6 +642,8 @@ int cmd_train(int argc, char **argv) {
     int64_t start = e == first_epoch ? first_batch : 0;
     if (t.batches) floe_batcher_start_epoch(t.batches, e, start);
     int64_t epoch_total = n_train - start * o->batch, epoch_done = 0, steps = 0;
+    if (o->max_steps && (o->max_steps - total_steps) * o->batch < epoch_total)
+      epoch_total = (o->max_steps - total_steps) * o->batch; /* --steps ends it early */
     double loss_sum = 0, epoch_secs = 0, t0 = now_seconds(), last_draw = 0;
     int r = 0;
     if (o->profile) floe_session_set_profiling(t.s, 1); /* training steps only */
@@ -783,8 +700,8 @@ int cmd_train(int argc, char **argv) {
       }
       double now = now_seconds();
       if (t.tty && (now - last_draw >= 0.1 || epoch_done == epoch_total)) {
-        draw_progress(e + 1, o->epochs, epoch_done, epoch_total, epoch_done / (now - t0),
-                      loss_sum / (double)steps);
+        train_progress(e + 1, o->epochs, epoch_done, epoch_total, epoch_done / (now - t0),
+                       "samples/s", loss_sum / (double)steps);
         last_draw = now;
       }
     }
@@ -849,10 +766,12 @@ int cmd_train(int argc, char **argv) {
   getrusage(RUSAGE_SELF, &ru);
   double wall = now_seconds() - t_start, rss_mb = (double)ru.ru_maxrss / 1024.0;
   double sps = train_secs > 0 ? (double)trained / train_secs : 0;
-  if (o->profile && t.num_prof > 1)
-    qsort(t.prof, (size_t)t.num_prof, sizeof *t.prof, profile_cmp);
+  if (o->profile) train_profile_sort(t.prof, t.num_prof);
   FloeTransferStats xs = {.struct_size = sizeof xs};
   floe_session_transfer_stats(t.s, &xs, NULL);
+  FloeOptimizerOptions opt_defaults;
+  floe_optimizer_options_init(&opt_defaults, o->optimizer);
+  double lr = isnan(o->lr) ? opt_defaults.learning_rate : o->lr; /* the schedule's peak */
   if (o->json) {
     JsonWriter w;
     json_init(&w, stdout);
@@ -863,6 +782,7 @@ int cmd_train(int argc, char **argv) {
     json_key(&w, "optimizer"), json_string(&w, o->optimizer_name);
     json_key(&w, "seed"), json_uint(&w, o->seed);
     json_key(&w, "lr_schedule"), json_string(&w, o->cosine ? "cosine" : "constant");
+    json_key(&w, "lr"), json_double(&w, lr);
     json_key(&w, "input"), json_string(&w, o->queue ? "queue" : "feed");
     json_key(&w, "threads");
     if (o->threads) json_int(&w, o->threads);
@@ -884,20 +804,7 @@ int cmd_train(int argc, char **argv) {
       json_key(&w, "transfer_tensor_bytes"), json_int(&w, xs.tensor_bytes);
     }
     if (o->profile) {
-      json_key(&w, "profile");
-      json_begin_array(&w);
-      for (int i = 0; i < t.num_prof; i++) {
-        json_begin_object(&w);
-        json_key(&w, "op"), json_string(&w, t.prof[i].op);
-        json_key(&w, "device"), json_string(&w, t.prof[i].device);
-        json_key(&w, "device_ns"), json_int(&w, t.prof[i].device_ns);
-        json_key(&w, "calls"), json_int(&w, t.prof[i].calls);
-        json_key(&w, "total_ns"), json_int(&w, t.prof[i].total_ns);
-        json_key(&w, "max_ns"), json_int(&w, t.prof[i].max_ns);
-        json_key(&w, "output_bytes"), json_int(&w, t.prof[i].output_bytes);
-        json_end_object(&w);
-      }
-      json_end_array(&w);
+      json_key(&w, "profile"), measure_profile_json(&w, t.prof, t.num_prof);
       json_key(&w, "breakdown"), measure_breakdown_json(&w, &t.bd);
     }
     json_key(&w, "steps"), json_int(&w, total_steps);
@@ -912,7 +819,7 @@ int cmd_train(int argc, char **argv) {
              o->devices, o->compress ? ", bf16 transfers" : "", (long long)xs.transfers,
              xs.wire_bytes / 1048576.0, xs.tensor_bytes / 1048576.0);
     if (o->profile) {
-      print_profile(&t, total_steps, train_secs);
+      train_profile_print(stderr, t.prof, t.num_prof, total_steps, train_secs);
       measure_breakdown_print(stderr, &t.bd);
     }
     if (o->trace) printf("trace of %lld training steps written to %s\n", (long long)total_steps,

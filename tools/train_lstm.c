@@ -30,9 +30,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "measure.h"
+#include "train_report.h"
 
 static const char lstm_help[] =
     "Usage: floe train --model lstm [--steps N] [--epochs N] [--batch N] [--bptt T]\n"
@@ -74,14 +76,20 @@ static const char lstm_help[] =
     "                         unrolled over the bptt steps (no loop), so `floe export\n"
     "                         --onnx` can write it as an ONNX model\n"
     "  --profile              time every kernel of the training windows after the first\n"
-    "                         and print the ops taking the most time to stderr, then the\n"
-    "                         step breakdown (\"breakdown\" in the JSON with --json)\n"
+    "                         and print, per op type, calls and time (sorted by total time)\n"
+    "                         at the end: to stderr, or as \"profile\" in the JSON with\n"
+    "                         --json; then the step breakdown (\"breakdown\" in the JSON)\n"
     "  --trace FILE           write a Chrome trace of the training windows after the first\n"
     "                         to FILE (a track per device and thread, each kernel with its\n"
     "                         node, op, shapes and bytes, transfers as flows)\n"
-    "  --json                 end with one JSON line: the options, perplexity,\n"
-    "                         unigram_perplexity, words_per_sec, train_seconds, final_loss,\n"
-    "                         peak_rss_mb\n";
+    "  --json                 end with one JSON line: model, epochs, batch, the options,\n"
+    "                         words_per_sec, train_seconds, perplexity, unigram_perplexity,\n"
+    "                         final_loss, last_loss, wall_seconds, peak_rss_mb, steps, ...\n"
+    "  Output as the other models': after each epoch \"epoch E/N loss L perplexity P\n"
+    "  words/s R seconds S\" (L the epoch's mean training loss, P the held-out perplexity\n"
+    "  then; a terminal also gets a progress line), at the end \"perplexity P\n"
+    "  unigram_perplexity U words/s R wall_seconds W peak_rss_mb M\". The first window\n"
+    "  builds the executor: it is not in words/s, seconds or train_seconds.\n";
 
 /* Adam's rate for the output layer (see the header comment). */
 #define OUTPUT_LAYER_LR 0.05
@@ -406,6 +414,58 @@ static double run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **state
   return loss;
 }
 
+/* Held-out perplexity into *ppl: the full softmax over the first --eval-windows (0: all)
+ * held-out windows, the state carried across them from zeros; *n_eval the windows evaluated.
+ * 0, or 1 after printing an error. */
+static int evaluate(Lm *m, const LstmOptions *o, FloeTextWindows *tew, FloeTensor **states,
+                    double *ppl, int64_t *n_eval, FloeStatus *st) {
+  floe_text_windows_start_epoch(tew, 0);
+  zero_states(states, 2 * m->layers, o->batch, o->hidden);
+  double sum = 0;
+  int64_t n = 0, limit = o->eval ? o->eval : floe_text_windows_per_epoch(tew);
+  for (int64_t i = 0; i < limit; i++) {
+    FloeTensor *x = NULL, *y = NULL;
+    int got = floe_text_windows_next_xy(tew, &x, &y, st);
+    if (got == 0) break;
+    if (got < 0)
+      return cli_error("train", "reading the held-out windows: %s", floe_status_message(st));
+    double l = run_window(m, x, y, states, "eval_loss", 0);
+    floe_tensor_release(x);
+    floe_tensor_release(y);
+    if (isnan(l)) return 1; /* printed */
+    sum += l;
+    n++;
+  }
+  *n_eval = n;
+  *ppl = n ? exp(sum / (double)n) : NAN;
+  return 0;
+}
+
+/* --profile: adds the session's profile (the epoch's timed windows) to *prof. 0, or 1. */
+static int merge_profile(FloeSession *s, FloeOpProfile **prof, int *nprof, FloeStatus *st) {
+  FloeOpProfile *rows = NULL;
+  int n = 0;
+  if (floe_session_profile(s, &rows, &n, st) != FLOE_OK)
+    return cli_error("train", "--profile: %s", floe_status_message(st));
+  int r = train_profile_merge(prof, nprof, rows, n);
+  free(rows);
+  return r ? cli_error("train", "--profile: out of memory") : 0;
+}
+
+/* --profile: adds the breakdown of the windows traced since tracing started to *bd. */
+static int add_breakdown(FloeSession *s, FloeStepBreakdown *bd, FloeStatus *st) {
+  FloeStepBreakdown b = {.struct_size = sizeof b};
+  if (floe_session_step_breakdown(s, &b, st) != FLOE_OK)
+    return cli_error("train", "--profile: %s", floe_status_message(st));
+  measure_breakdown_add(bd, &b);
+  return 0;
+}
+
+/* Prints and names what floe train's other models do (cmd_train.c): a header line, on a
+ * terminal the live progress line, after each epoch "epoch E/N loss L perplexity P words/s R
+ * seconds S" (loss: the epoch's mean training loss; perplexity: held-out, evaluated then),
+ * and a summary line; --json ends with one JSON line with the same keys for the same things
+ * (final_loss, train_seconds, steps, wall_seconds, peak_rss_mb, ...). */
 int cmd_train_lstm(int argc, char **argv) {
   LstmOptions o;
   int done, rc = parse(argc, argv, &o, &done);
@@ -420,6 +480,9 @@ int cmd_train_lstm(int argc, char **argv) {
   }
   FloeTextWindows *trw = floe_text_windows_new(corpus, FLOE_TEXT_TRAIN, o.batch, o.bptt, st);
   FloeTextWindows *tew = trw ? floe_text_windows_new(corpus, FLOE_TEXT_TEST, o.batch, o.bptt, st) : NULL;
+  FloeOpProfile *prof = NULL; /* --profile: the timed windows' counts over all epochs */
+  int nprof = 0;
+  FloeStepBreakdown bd = {.struct_size = sizeof bd};
   if (!trw || !tew) {
     rc = cli_error("train", "%s", floe_status_message(st));
     goto out_corpus;
@@ -444,99 +507,104 @@ int cmd_train_lstm(int argc, char **argv) {
     if (rc < 0) rc = 0; /* --save-graph: done */
     goto out_model;
   }
-  int64_t per_epoch = floe_text_windows_per_epoch(trw);
+  int tty = isatty(STDOUT_FILENO);
+  int64_t per_epoch = floe_text_windows_per_epoch(trw), words = o.batch * o.bptt;
   int64_t total = o.steps ? o.steps : o.epochs * per_epoch;
-  int64_t total_steps = total - 1; /* profiled windows: all but the first */
+  int epochs = (int)((total + per_epoch - 1) / per_epoch); /* the last may be cut by --steps */
+  int64_t train_words = 0, test_words = 0;
+  floe_text_ids(corpus, FLOE_TEXT_TRAIN, &train_words);
+  floe_text_ids(corpus, FLOE_TEXT_TEST, &test_words);
   double unigram = floe_text_unigram_perplexity(corpus, FLOE_TEXT_TEST);
-  if (!o.json)
-    printf("lstm: %lld layers of %lld, vocab %lld, batch %lld x %lld words, %s softmax; "
-           "%lld windows (%lld per epoch)\n",
-           o.layers, o.hidden, o.vocab, o.batch, o.bptt, o.sampled ? "sampled" : "full",
-           (long long)total, (long long)per_epoch);
+  char plan[96];
+  if (o.steps)
+    snprintf(plan, sizeof plan, "%lld steps (%lld per epoch)", (long long)total, (long long)per_epoch);
+  else
+    snprintf(plan, sizeof plan, "%d epoch%s of %lld steps", epochs, epochs == 1 ? "" : "s",
+             (long long)per_epoch);
+  printf("floe train: lstm on fortunes (%lld training, %lld test words), adam, constant "
+         "learning rate, batch %lld x %lld words, %s, %lld layer%s of %lld, vocab %lld, %s "
+         "softmax\n",
+         (long long)train_words, (long long)test_words, o.batch, o.bptt, plan, o.layers,
+         o.layers == 1 ? "" : "s", o.hidden, o.vocab, o.sampled ? "sampled" : "full");
+  fflush(stdout);
   FloeTensor *states[16] = {0};
-  double loss = NAN, train_secs = 0;
-  int64_t timed_words = 0;
-  for (int64_t step = 0; step < total; step++) {
-    if (step % per_epoch == 0) {
-      floe_text_windows_start_epoch(trw, 0);
-      zero_states(states, 2 * m.layers, o.batch, o.hidden);
+  double final_loss = NAN, last_loss = NAN, train_secs = 0, ppl = NAN;
+  int64_t timed_words = 0, timed_steps = 0, n_eval = 0;
+  for (int e = 0; e < epochs; e++) {
+    int64_t first = (int64_t)e * per_epoch, n = total - first < per_epoch ? total - first : per_epoch;
+    double loss_sum = 0, epoch_secs = 0, last_draw = 0;
+    int64_t epoch_words = 0;
+    int recording = 0;
+    floe_text_windows_start_epoch(trw, 0);
+    zero_states(states, 2 * m.layers, o.batch, o.hidden); /* each epoch starts from zeros */
+    for (int64_t j = 0; j < n; j++) {
+      int64_t step = first + j;
+      FloeTensor *x = NULL, *y = NULL;
+      if (floe_text_windows_next_xy(trw, &x, &y, st) != 1) {
+        if (tty) printf("\n");
+        rc = cli_error("train", "reading the training windows: %s", floe_status_message(st));
+        goto out_states;
+      }
+      /* The first window builds the executor: neither timed nor profiled nor traced. */
+      if ((o.profile || o.trace) && step >= 1 && !recording) {
+        recording = 1;
+        if (o.profile) floe_session_set_profiling(m.s, 1);
+        floe_session_set_tracing(m.s, o.trace && timed_steps > 0 ? FLOE_TRACE_RESUME : FLOE_TRACE_START);
+      }
+      double t0 = now_s();
+      double loss = run_window(&m, x, y, states, "loss", 1);
+      double dt = now_s() - t0;
+      floe_tensor_release(x);
+      floe_tensor_release(y);
+      if (isnan(loss)) {
+        if (tty) printf("\n");
+        rc = 1;
+        goto out_states;
+      }
+      if (step > 0 || total == 1) {
+        epoch_secs += dt;
+        epoch_words += words;
+        timed_steps++;
+      }
+      loss_sum += loss;
+      last_loss = loss;
+      double now = now_s();
+      if (tty && (now - last_draw >= 0.1 || j + 1 == n)) {
+        train_progress(e + 1, epochs, (j + 1) * words, n * words,
+                       epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0, "words/s",
+                       loss_sum / (double)(j + 1));
+        last_draw = now;
+      }
     }
-    FloeTensor *x = NULL, *y = NULL;
-    if (floe_text_windows_next_xy(trw, &x, &y, st) != 1) {
-      rc = cli_error("train", "reading the training windows: %s", floe_status_message(st));
-      goto out_states;
+    if (recording) { /* evaluation is not training: stop recording for it */
+      if (o.profile) {
+        floe_session_set_profiling(m.s, 0);
+        if (merge_profile(m.s, &prof, &nprof, st)) goto out_states;
+      }
+      floe_session_set_tracing(m.s, FLOE_TRACE_OFF);
+      if (o.profile && !o.trace && add_breakdown(m.s, &bd, st)) goto out_states;
     }
-    if (o.profile && step == 1) floe_session_set_profiling(m.s, 1);
-    if ((o.profile || o.trace) && step == 1) floe_session_set_tracing(m.s, FLOE_TRACE_START);
-    double t0 = now_s();
-    loss = run_window(&m, x, y, states, "loss", 1);
-    double dt = now_s() - t0;
-    floe_tensor_release(x);
-    floe_tensor_release(y);
-    if (isnan(loss)) {
+    train_secs += epoch_secs;
+    timed_words += epoch_words;
+    final_loss = loss_sum / (double)n;
+    if (tty) printf("  testing..."), fflush(stdout);
+    if (evaluate(&m, &o, tew, states, &ppl, &n_eval, st)) {
+      if (tty) printf("\n");
       rc = 1;
       goto out_states;
     }
-    if (step > 0 || total == 1) { /* the first window builds the executor: not timed */
-      train_secs += dt;
-      timed_words += o.batch * o.bptt;
-    }
-    if (!o.json && (step % 20 == 0 || step + 1 == total))
-      printf("step %lld/%lld  loss %.4f  (%.0f words/s)\n", (long long)step + 1,
-             (long long)total, loss, train_secs > 0 ? (double)timed_words / train_secs : 0.0);
+    if (tty) printf("\r\033[K"); /* the same line as a pipe gets, over the live one */
+    printf("epoch %d/%d loss %.6f perplexity %.1f words/s %.0f seconds %.2f\n", e + 1, epochs,
+           final_loss, ppl, epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0.0, epoch_secs);
+    fflush(stdout);
   }
-  floe_session_set_tracing(m.s, FLOE_TRACE_OFF);
-  FloeStepBreakdown bd = {.struct_size = sizeof bd};
-  if (o.profile && floe_session_step_breakdown(m.s, &bd, st) != FLOE_OK) {
-    rc = cli_error("train", "--profile: %s", floe_status_message(st));
-    goto out_states;
-  }
-  if (o.trace && floe_session_trace_write(m.s, o.trace, st) != FLOE_OK) {
-    rc = cli_error("train", "--trace: %s", floe_status_message(st));
-    goto out_states;
-  }
-  if (o.profile) {
-    floe_session_set_profiling(m.s, 0);
-    FloeOpProfile *rows = NULL;
-    int nr = 0;
-    if (floe_session_profile(m.s, &rows, &nr, st) == FLOE_OK) {
-      double kernel_ns = 0;
-      for (int i = 0; i < nr; i++) kernel_ns += (double)rows[i].total_ns;
-      fprintf(stderr, "%-34s %8s %10s %6s  (kernel time of %lld windows: %.2f s; wall %.2f s)\n",
-              "op", "calls", "ms", "%", (long long)(kernel_ns > 1 ? total_steps : 0),
-              kernel_ns * 1e-9, train_secs);
-      for (int i = 0; i < nr && i < 20; i++)
-        fprintf(stderr, "%-34s %8lld %10.1f %5.1f%%\n", rows[i].op, (long long)rows[i].calls,
-                (double)rows[i].total_ns * 1e-6, 100.0 * (double)rows[i].total_ns / kernel_ns);
-    }
-    free(rows);
-    measure_breakdown_print(stderr, &bd);
-  }
-  /* Held-out perplexity: full softmax, state carried across the windows. */
-  floe_text_windows_start_epoch(tew, 0);
-  zero_states(states, 2 * m.layers, o.batch, o.hidden);
-  double sum = 0;
-  int64_t n_eval = 0, limit = o.eval ? o.eval : floe_text_windows_per_epoch(tew);
-  const char *eval_name = "eval_loss";
-  for (int64_t i = 0; i < limit; i++) {
-    FloeTensor *x = NULL, *y = NULL;
-    int got = floe_text_windows_next_xy(tew, &x, &y, st);
-    if (got == 0) break;
-    if (got < 0) {
-      rc = cli_error("train", "reading the held-out windows: %s", floe_status_message(st));
+  if (o.trace) {
+    if (o.profile && add_breakdown(m.s, &bd, st)) goto out_states;
+    if (floe_session_trace_write(m.s, o.trace, st) != FLOE_OK) {
+      rc = cli_error("train", "--trace: %s", floe_status_message(st));
       goto out_states;
     }
-    double l = run_window(&m, x, y, states, eval_name, 0);
-    floe_tensor_release(x);
-    floe_tensor_release(y);
-    if (isnan(l)) {
-      rc = 1;
-      goto out_states;
-    }
-    sum += l;
-    n_eval++;
   }
-  double ppl = n_eval ? exp(sum / (double)n_eval) : NAN;
   if (o.export_path) {
     char out_names[1 + 16][32];
     const char *outs[1 + 16] = {"logits"};
@@ -550,47 +618,77 @@ int cmd_train_lstm(int argc, char **argv) {
       rc = cli_error("train", "--export %s: %s", o.export_path, floe_status_message(st));
       goto out_states;
     }
-    if (!o.json)
-      printf("exported the inference graph (inputs x, h<l>, c<l>; outputs logits, next_h<l>, "
-             "next_c<l>) to %s\n", o.export_path);
+    printf("exported the inference graph (inputs x, h<l>, c<l>; outputs logits, next_h<l>, "
+           "next_c<l>) to %s\n", o.export_path);
   }
   double wps = train_secs > 0 ? (double)timed_words / train_secs : 0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  double rss_mb = (double)ru.ru_maxrss / 1024.0;
+  double rss_mb = (double)ru.ru_maxrss / 1024.0, wall = now_s() - t_start;
+  int64_t profiled = total - 1; /* the windows timed by --profile: all but the first */
+  train_profile_sort(prof, nprof);
+  FloeTransferStats xs = {.struct_size = sizeof xs};
+  floe_session_transfer_stats(m.s, &xs, NULL);
   if (o.json) {
     JsonWriter w;
     json_init(&w, stdout);
     json_begin_object(&w);
     json_key(&w, "model"), json_string(&w, "lstm");
-    json_key(&w, "layers"), json_int(&w, o.layers);
-    json_key(&w, "hidden"), json_int(&w, o.hidden);
-    json_key(&w, "vocab"), json_int(&w, o.vocab);
+    json_key(&w, "epochs"), json_int(&w, epochs);
     json_key(&w, "batch"), json_int(&w, o.batch);
-    json_key(&w, "bptt"), json_int(&w, o.bptt);
-    json_key(&w, "softmax"), json_string(&w, o.sampled ? "sampled" : "full");
-    json_key(&w, "sampled"), json_int(&w, o.sampled);
-    json_key(&w, "steps"), json_int(&w, total);
+    json_key(&w, "optimizer"), json_string(&w, "adam");
     json_key(&w, "seed"), json_int(&w, o.seed);
+    json_key(&w, "lr_schedule"), json_string(&w, "constant");
     json_key(&w, "lr"), json_double(&w, o.lr);
     json_key(&w, "softmax_lr"), json_double(&w, o.softmax_lr);
     json_key(&w, "clip"), json_double(&w, o.clip);
-    json_key(&w, "final_loss"), json_double(&w, loss);
-    json_key(&w, "eval_windows"), json_int(&w, n_eval);
-    json_key(&w, "perplexity"), json_double(&w, ppl);
-    json_key(&w, "unigram_perplexity"), json_double(&w, unigram);
+    json_key(&w, "threads");
+    if (o.threads) json_int(&w, o.threads);
+    else json_null(&w); /* the runtime's default: FLOE_NUM_THREADS or every core */
+    json_key(&w, "train_words"), json_int(&w, train_words);
+    json_key(&w, "test_words"), json_int(&w, test_words);
+    json_key(&w, "layers"), json_int(&w, o.layers);
+    json_key(&w, "hidden"), json_int(&w, o.hidden);
+    json_key(&w, "vocab"), json_int(&w, o.vocab);
+    json_key(&w, "bptt"), json_int(&w, o.bptt);
+    json_key(&w, "softmax"), json_string(&w, o.sampled ? "sampled" : "full");
+    json_key(&w, "sampled"), json_int(&w, o.sampled);
     json_key(&w, "words_per_sec"), json_double(&w, wps);
     json_key(&w, "train_seconds"), json_double(&w, train_secs);
-    json_key(&w, "wall_seconds"), json_double(&w, now_s() - t_start);
+    json_key(&w, "perplexity"), json_double(&w, ppl);
+    json_key(&w, "unigram_perplexity"), json_double(&w, unigram);
+    json_key(&w, "eval_windows"), json_int(&w, n_eval);
+    json_key(&w, "final_loss"), json_double(&w, final_loss);
+    json_key(&w, "last_loss"), json_double(&w, last_loss);
+    json_key(&w, "wall_seconds"), json_double(&w, wall);
     json_key(&w, "peak_rss_mb"), json_double(&w, rss_mb);
-    if (o.profile) json_key(&w, "breakdown"), measure_breakdown_json(&w, &bd);
+    if (o.devices) {
+      json_key(&w, "devices"), json_string(&w, o.devices);
+      json_key(&w, "transfers"), json_int(&w, xs.transfers);
+      json_key(&w, "transfer_wire_bytes"), json_int(&w, xs.wire_bytes);
+      json_key(&w, "transfer_tensor_bytes"), json_int(&w, xs.tensor_bytes);
+    }
+    if (o.profile) {
+      json_key(&w, "profile"), measure_profile_json(&w, prof, nprof);
+      json_key(&w, "breakdown"), measure_breakdown_json(&w, &bd);
+    }
+    json_key(&w, "steps"), json_int(&w, total);
     if (o.trace) json_key(&w, "trace"), json_string(&w, o.trace);
     json_end_object(&w);
-    fputc('\n', stdout);
+    json_finish(&w);
   } else {
-    printf("held-out perplexity %.1f (unigram baseline %.1f) over %lld windows; %.0f training "
-           "words/s; peak RSS %.0f MB\n",
-           ppl, unigram, (long long)n_eval, wps, rss_mb);
+    printf("perplexity %.1f unigram_perplexity %.1f words/s %.0f wall_seconds %.1f peak_rss_mb "
+           "%.0f\n", ppl, unigram, wps, wall, rss_mb);
+    if (o.devices)
+      printf("across devices (%s): %lld values, %.1f MB moved (%.1f MB as f32 tensors)\n",
+             o.devices, (long long)xs.transfers, xs.wire_bytes / 1048576.0,
+             xs.tensor_bytes / 1048576.0);
+    if (o.profile) {
+      train_profile_print(stderr, prof, nprof, profiled, train_secs);
+      measure_breakdown_print(stderr, &bd);
+    }
+    if (o.trace)
+      printf("trace of %lld training steps written to %s\n", (long long)profiled, o.trace);
   }
 out_states:
   for (int i = 0; i < 16; i++) floe_tensor_release(states[i]);
@@ -598,6 +696,7 @@ out_model:
   floe_session_free(m.s);
   floe_graph_free(m.g);
 out_corpus:
+  free(prof);
   floe_text_windows_free(trw);
   floe_text_windows_free(tew);
   floe_text_corpus_free(corpus);

@@ -92,9 +92,54 @@ sed -n 2p "$tmp/out" | grep -q "^  Matrix product of a \[M,K\] and b \[K,N\]" &&
 python3 - "$tmp/out" <<'PY' && ok || bad "ops MatMul --json content"
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["op"] == "MatMul" and d["inputs"] == ["a: T", "b: T"] and d["outputs"] == ["product: T"], d
+assert d["op"] == "MatMul" and [i["name"] for i in d["inputs"]] == ["a", "b"], d
+assert [(o["name"], o["type_attr"], o["dtype"]) for o in d["outputs"]] == [("product", "T", None)], d
+assert [i["spec"] for i in d["inputs"]] == ["a: T", "b: T"], d
+ta = [a for a in d["attributes"] if a["name"] == "transpose_a"][0]
+assert ta["type"] == "bool" and ta["has_default"] and ta["default"] is False, ta
 assert d["doc"].startswith("Matrix product of a [M,K] and b [K,N]") and d["doc"].endswith("."), d
 assert any(k["device_type"] == "CPU" and "f32" in k["dtypes"] for k in d["kernels"]), d
+assert any(c["attr"] == "T" and "f32" in c["dtypes"] for k in d["kernels"] for c in k["constraints"]), d
+PY
+# The attributes, inputs and outputs of --json are fields, defaults JSON values of their
+# attribute's type (not the spec text): Conv2D, Concat (a list of N inputs), LeakyRelu (a
+# float), Placeholder (an unknown shape), FIFOQueueV2 (list(type)), QueueEnqueueV2 (an input
+# whose dtypes a list(type) attribute gives, and a fixed-dtype resource input).
+for op in Conv2D Concat LeakyRelu Placeholder FIFOQueueV2 QueueEnqueueV2; do
+  "$FLOE" ops "$op" --json >"$tmp/op_$op.json" || bad "ops $op --json"
+done
+python3 - "$tmp" <<'PY' && ok || bad "ops OP --json fields"
+import json, sys
+def op(name):
+    d = json.load(open("%s/op_%s.json" % (sys.argv[1], name)))
+    return d, {a["name"]: a for a in d["attributes"]}
+d, a = op("Conv2D")
+assert list(a) == ["T", "strides", "padding", "data_format", "dilations"], list(a)
+assert a["strides"]["type"] == "list(int)" and not a["strides"]["has_default"] and a["strides"]["default"] is None, a["strides"]
+assert a["dilations"]["type"] == "list(int)" and a["dilations"]["default"] == [1, 1, 1, 1], a["dilations"]
+assert a["data_format"]["type"] == "string" and a["data_format"]["default"] == "NHWC", a["data_format"]
+assert a["padding"]["type"] == "string" and not a["padding"]["has_default"], a["padding"]
+assert a["T"]["type"] == "type" and a["T"]["allowed"] == ["f32", "f64", "f16", "bf16"] and a["T"]["min"] is None, a["T"]
+assert a["strides"]["allowed"] is None and a["strides"]["spec"] == "strides: list(int)", a["strides"]
+assert [(i["name"], i["type_attr"], i["is_list"]) for i in d["inputs"]] == [("input", "T", False), ("filter", "T", False)], d
+d, a = op("Concat")
+v = d["inputs"][0]
+assert (v["name"], v["type_attr"], v["number_attr"], v["is_list"], v["dtype"]) == ("values", "T", "N", True, None), v
+assert a["N"]["type"] == "int" and a["N"]["min"] == 1 and not a["N"]["has_default"], a["N"]
+assert a["Tidx"]["default"] == "i32" and a["Tidx"]["allowed"] == ["i32", "i64"], a["Tidx"]
+d, a = op("LeakyRelu")
+assert a["alpha"]["type"] == "float" and a["alpha"]["default"] == 0.2, a["alpha"]
+assert isinstance(a["alpha"]["default"], float), a["alpha"]
+d, a = op("Placeholder")
+assert a["shape"]["type"] == "shape" and a["shape"]["has_default"] and a["shape"]["default"] is None, a["shape"]
+assert d["outputs"][0]["type_attr"] == "dtype", d
+d, a = op("FIFOQueueV2")
+assert a["component_types"]["type"] == "list(type)" and a["component_types"]["min"] == 1, a
+assert a["capacity"]["default"] == -1 and a["shapes"]["default"] == [] and a["container"]["default"] == "", a
+d, a = op("QueueEnqueueV2")
+h, c = d["inputs"]
+assert (h["name"], h["dtype"], h["type_attr"], h["is_list"]) == ("handle", "resource", None, False), h
+assert (c["type_list_attr"], c["number_attr"], c["dtype"], c["is_list"]) == ("Tcomponents", None, None, True), c
 PY
 # A long description wraps at the terminal's width, words whole, and says all of the doc.
 "$FLOE" ops --json Resize >"$tmp/json" || bad "ops --json Resize"

@@ -1,7 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # floe inspect: Floe graphs, ONNX models, safetensors and .npy files, recognised by content;
-# the real numbers of the MLP (parameters, FLOPs), a checkpoint's totals, .npy statistics; and
+# the real numbers of the MLP (parameters, FLOPs), FLOPs by category of pooling, softmax,
+# reductions and LSTM cells (hand-made graphs, the CNN, the LSTM language model, a training
+# graph's optimiser), a checkpoint's totals, .npy statistics; and
 # damaged, truncated, unknown and missing files: one error line, exit 1, no crash.
 set -u
 FLOE="${top_builddir}/tools/floe"
@@ -89,6 +91,30 @@ inspect "safetensors json" --json "$tmp/ok.safetensors"
 want "st json" "$(json_get '[j["parameters"], j["bytes"], j["metadata"], [t["name"] for t in j["tensors"]]]')" \
   "[7, 32, {'note': 'hi'}, ['w', 'bias']]"
 
+# FLOPs of each kind of op on graphs of fixed shapes (tests/cli/make_graphs.c), by hand:
+"${top_builddir}/tests/cli/make_graphs" "$tmp" || bad "make_graphs"
+# output elements x window: MaxPool 2x2 to [2,3,3,3], AvgPool 3x3 to [2,4,4,3], Pool 3x3 to [2,2,2,3]
+pool=$((2*3*3*3*4 + 2*4*4*3*9 + 2*2*2*3*9))
+# logits [4,10]: Softmax and LogSoftmax 5 per element, the sparse cross-entropy 6 per logit
+softmax=$((40*5 + 40*5 + 40*6))
+# Sum, Mean and ArgMax over axis 1: their 40 input elements each
+reduction=$((40*3))
+# LSTMCell, x [B=3,I=5], h [3,H=4]: the gates' product 2*B*(I+H)*4H and 13*B*H elementwise
+lstm=$((2*3*(5+4)*(4*4) + 13*3*4))
+inspect "flops graph" "$tmp/flops.floe"
+has "flops by category" "^FLOPs per step: $((pool+softmax+reduction+lstm)) \(pooling $pool, softmax $softmax, reduction $reduction, recurrent $lstm\)$"
+inspect "flops graph json" --json "$tmp/flops.floe"
+want "flops json" "$(json_get '[j["flops"][k] for k in ("total", "matmul", "conv", "pooling", "softmax", "reduction", "recurrent", "elementwise", "optimizer", "other", "per_example", "nodes_unknown")]')" \
+  "[$((pool+softmax+reduction+lstm)), 0, 0, $pool, $softmax, $reduction, $lstm, 0, 0, 0, False, 0]"
+# The same cell of primitive ops counts the same: MatMul [3,9] x [9,16], and BiasAdd on
+# [3,16], three Sigmoid, two Tanh, three Mul and an Add on [3,4].
+inspect "primitive lstm" --json "$tmp/lstm_primitive.floe"
+want "primitive lstm flops" "$(json_get '[j["flops"][k] for k in ("total", "matmul", "elementwise", "recurrent")]')" \
+  "[$lstm, $((2*3*9*16)), $((3*16 + 9*3*4)), 0]"
+# A node of unknown rank: counted as unknown, said so.
+inspect "unranked" "$tmp/unranked.floe"
+has "unranked" "^FLOPs per step: 0; 1 nodes unknown \(shapes not known\)$"
+
 # Unknown, missing, damaged files.
 fails_one_line "text file" "text.txt: not a Floe graph, ONNX model, safetensors or .npy file (first bytes: 68 65 6c 6c 6f 20 77 6f)" "$tmp/text.txt"
 fails_one_line "empty file" "empty: not a Floe graph, ONNX model, safetensors or .npy file" "$tmp/empty"
@@ -122,7 +148,7 @@ else
   for f in mlp.data mlp.onnx; do
     inspect "$f" "$tmp/$f"
     has "$f params" "^parameters: $params \($((params*4)) bytes\)$"
-    has "$f flops" "^FLOPs per example \(batch=1\): $((mm+ew)) \(MatMul $mm, Conv 0, elementwise $ew\)$"
+    has "$f flops" "^FLOPs per example \(batch=1\): $((mm+ew)) \(matmul $mm, elementwise $ew\)$"
     has "$f input" "^x +f32 +\[\?,784\]$"; has "$f output" "^logits +f32 +\[\?,10\]$"
     has "$f matmuls" "^MatMul +3$"; has "$f ops header" "^OP +COUNT$"
     inspect "$f json" --json "$tmp/$f"
@@ -134,10 +160,12 @@ else
   # 3136->1024->10 dense layers; the ONNX import's Conv (N-d) counts like Conv2D.
   "$FLOE" train --model cnn --epochs 1 --limit 128 --export "$tmp/cnn.floe" >"$tmp/log" 2>&1 || { cat "$tmp/log"; bad "train cnn"; }
   "$FLOE" export "$tmp/cnn.floe" --onnx "$tmp/cnn.onnx" >"$tmp/log" 2>&1 || { cat "$tmp/log"; bad "export cnn"; }
+  # Its 2x2 max-pools: 14x14x32 and 7x7x64 outputs, 4 elements per window.
   conv=$((2*(28*28*32*5*5*1 + 14*14*64*5*5*32))); cmm=$((2*(3136*1024 + 1024*10)))
+  cpool=$(((14*14*32 + 7*7*64)*4))
   for f in cnn.floe cnn.onnx; do
     inspect "$f json" --json "$tmp/$f"
-    want "$f conv flops" "$(json_get '[j["flops"]["conv"], j["flops"]["matmul"]]')" "[$conv, $cmm]"
+    want "$f conv flops" "$(json_get '[j["flops"]["conv"], j["flops"]["matmul"], j["flops"]["pooling"]]')" "[$conv, $cmm, $cpool]"
   done
   ck=$(ls "$tmp"/ck/*.safetensors | tail -n 1)
   # weights and the two Adam moments of each, and the i64 global step
@@ -148,6 +176,9 @@ else
   "$FLOE" train --model mlp --epochs 1 --limit 128 --save-graph "$tmp/train.floe" >"$tmp/log" 2>&1 || { cat "$tmp/log"; bad "save-graph"; }
   inspect "training graph" "$tmp/train.floe"
   has "training graph params" "^parameters: $((3*params+1)) \($((12*params+8)) bytes\) in 19 variables"
+  # Adam: 12 FLOPs per element of each weight's gradient; the sparse cross-entropy 6 per logit.
+  inspect "training graph json" --json "$tmp/train.floe"
+  want "training graph flops" "$(json_get '[j["flops"]["optimizer"], j["flops"]["softmax"]]')" "[$((12*params)), 60]"
   head -c 300 "$tmp/mlp.floe" >"$tmp/g_trunc"
   fails_one_line "graph truncated" "g_trunc: offset [0-9]*: truncated" "$tmp/g_trunc"
   head -c 3000 "$tmp/mlp.onnx" >"$tmp/o_trunc"
@@ -177,6 +208,21 @@ for src in ["mlp.floe", "mlp.onnx", "ok.safetensors", "f.npy"]:
             print("damaged %s #%d: exit %d, stderr %r" % (src, i, p.returncode, err[:3]))
 sys.exit(fails > 0)
 PY
+fi
+
+# The LSTM language model's exported inference graph (fixed shapes: FLOPs per step): 2 layers
+# of H=8 over T=3 steps of B=2 rows, embedding width I=H, vocabulary V=20. Each of the 2*3
+# LSTMCells 2*B*(I+H)*4H + 13*B*H; the output layer's MatMul 2*(T*B)*H*V and its Add T*B*V.
+FORTUNES=/usr/share/games/fortunes
+if [ ! -d "$FORTUNES" ]; then
+  echo "SKIP: LSTM graph checks: no fortunes at $FORTUNES"
+else
+  "$FLOE" train --model lstm --hidden 8 --layers 2 --vocab 20 --batch 2 --bptt 3 --steps 1 \
+    --eval-windows 1 --export "$tmp/lstm.floe" >"$tmp/log" 2>&1 || { cat "$tmp/log"; bad "train lstm"; }
+  rec=$((2*3*(2*2*(8+8)*(4*8) + 13*2*8))); lmm=$((2*(3*2)*8*20)); lew=$((3*2*20))
+  inspect "lstm graph" "$tmp/lstm.floe"
+  has "lstm flops" "^FLOPs per step: $((rec+lmm+lew)) \(matmul $lmm, recurrent $rec, elementwise $lew\)$"
+  has "lstm cells" "^LSTMCell +6$"
 fi
 
 echo "test_inspect: $pass passed, $fails failed"
