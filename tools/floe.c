@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* floe.c - the floe command: devices, plugins, ops, run, graph, train. */
+#include <signal.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -194,6 +195,10 @@ static void use_build_tree_plugins(void) {
 }
 
 int main(int argc, char **argv) {
+  /* Past the file-size limit (ulimit -f) a write fails with EFBIG, reported like any write
+   * error, instead of the default SIGXFSZ killing the tool without a word (the library
+   * checks the limit before its own writes; this covers traces, dot files and the rest). */
+  signal(SIGXFSZ, SIG_IGN);
   use_build_tree_plugins();
   if (argc < 2) {
     usage(stderr);

@@ -202,5 +202,13 @@ assert ('Conv2D', 'tpu-sim:0') in rows and ('Conv2DBackpropFilter', 'tpu-sim:0')
 assert two['transfers'] > 0 and two['test_accuracy'] > 0.3, two
 PY
 
+# Under a file-size limit smaller than a checkpoint (ulimit -f 100: 50 or 100 KB, by shell): one
+# message naming the checkpoint and the limit, exit status 1, nothing left in the folder (it
+# was killed by SIGXFSZ with no message, its temporary file left behind).
+(ulimit -f 100 && exec "$FLOE" train --steps 5 --checkpoint-dir "$tmp/fsz") >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "ckpt-0000000005.safetensors: writing [0-9]* bytes would pass the process's file-size limit of [0-9]* bytes (ulimit -f)" "$tmp/err" &&
+  [ -z "$(ls -A "$tmp/fsz")" ] && ok || { bad "ulimit -f: exit $rc, left: $(ls -A "$tmp/fsz")"; cat "$tmp/err"; }
+
 echo "test_train: $pass passed, $fails failed"
 [ "$fails" -eq 0 ]
