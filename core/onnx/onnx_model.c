@@ -139,8 +139,73 @@ static int wire_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size
   return 1;
 }
 
+/* protobuf-c unpacks nested messages by recursion, a few hundred bytes of stack a level: a
+ * model of If nodes each holding the next in then_branch, 3,000 messages deep (196 KB),
+ * overflowed an 8 MB stack before any check of Floe's ran. So the nesting is measured first,
+ * by this walk with an explicit stack of at most MAX_MESSAGE_DEPTH levels (about 40 KB of
+ * protobuf-c's stack; the importer's own limit of 32 nested subgraphs needs about 100).
+ * Returns 1, with *offset the byte where the limit is passed, when the nesting is deeper;
+ * 0 otherwise, including on malformed input, which the unpacking then reports. */
+#define MAX_MESSAGE_DEPTH 128
+static int nesting_too_deep(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len,
+                            size_t *offset) {
+  struct {
+    const ProtobufCMessageDescriptor *d;
+    size_t end;
+  } stack[MAX_MESSAGE_DEPTH];
+  int top = 0;
+  stack[0].d = d;
+  stack[0].end = len;
+  size_t i = 0;
+  while (top >= 0) {
+    if (i >= stack[top].end) {
+      if (i > stack[top].end) return 0;
+      top--;
+      continue;
+    }
+    size_t at = i;
+    uint64_t tag, v;
+    if (!read_varint(p, stack[top].end, &i, &tag)) return 0;
+    uint32_t id = (uint32_t)(tag >> 3), wt = (uint32_t)(tag & 7);
+    if (id == 0 || tag >> 32) return 0;
+    if (wt == 0) {
+      if (!read_varint(p, stack[top].end, &i, &v)) return 0;
+    } else if (wt == 1 || wt == 5) {
+      size_t w = wt == 1 ? 8 : 4;
+      if (stack[top].end - i < w) return 0;
+      i += w;
+    } else if (wt == 2) {
+      if (!read_varint(p, stack[top].end, &i, &v) || v > stack[top].end - i) return 0;
+      const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(stack[top].d, id);
+      if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+        if (top + 1 >= MAX_MESSAGE_DEPTH) {
+          *offset = at;
+          return 1;
+        }
+        top++;
+        stack[top].d = f->descriptor;
+        stack[top].end = i + (size_t)v;
+        continue; /* i stays at the start of the nested message */
+      }
+      i += (size_t)v;
+    } else {
+      return 0;
+    }
+  }
+  return 0;
+}
+
 ProtobufCMessage *floe__onnx_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
                                     size_t len, const char *what, FloeStatus *st) {
+  size_t deep_at = 0;
+  if (nesting_too_deep(d, buf, len, &deep_at)) {
+    floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                    "'%s': ONNX %s nests messages more than %d deep (at byte offset %zu of %zu; "
+                    "subgraphs inside subgraphs, or nested sequence/map types): Floe reads at "
+                    "most %d levels",
+                    what, d->short_name, MAX_MESSAGE_DEPTH, deep_at, len, MAX_MESSAGE_DEPTH);
+    return NULL;
+  }
   ProtobufCMessage *m = protobuf_c_message_unpack(d, &floe__onnx_pb_alloc, len, buf);
   if (m) return m;
   WireErr e = {0};

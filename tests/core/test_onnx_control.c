@@ -7,6 +7,7 @@
  * plain loops, not by Floe. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -707,6 +708,98 @@ START_TEST(test_load_value_pb) {
 }
 END_TEST
 
+/* ---- nesting deeper than protobuf-c's recursion can take ---- */
+
+typedef struct Bytes {
+  uint8_t *p;
+  size_t n;
+} Bytes;
+
+static size_t put_varint(uint8_t *out, uint64_t v) {
+  size_t k = 0;
+  do {
+    out[k] = (uint8_t)(v & 0x7f);
+    v >>= 7;
+    if (v) out[k] |= 0x80;
+    k++;
+  } while (v);
+  return k;
+}
+
+/* b becomes prefix + (field id, wire type 2, length b->n) + b. */
+static void wrap(Bytes *b, const uint8_t *prefix, size_t plen, unsigned id) {
+  uint8_t head[32];
+  size_t h = put_varint(head, (uint64_t)id << 3 | 2);
+  h += put_varint(head + h, b->n);
+  uint8_t *q = malloc(plen + h + b->n);
+  ck_assert_ptr_nonnull(q);
+  memcpy(q, prefix, plen);
+  memcpy(q + plen, head, h);
+  if (b->n) memcpy(q + plen + h, b->p, b->n);
+  free(b->p);
+  b->p = q;
+  b->n += plen + h;
+}
+
+/* An ONNX model whose graph holds an If whose then_branch holds an If ... `levels` deep
+ * (GraphProto.node = 1, NodeProto.op_type = 4 and .attribute = 5, AttributeProto.name = 1,
+ * .type = 20 (GRAPH = 5) and .g = 6; ModelProto.ir_version = 1, .opset_import = 8 with
+ * .version = 2, .graph = 7). */
+static Bytes nested_if_model(int levels) {
+  Bytes b = {NULL, 0};
+  static const uint8_t attr_head[] = {0x0a, 11, 't', 'h', 'e', 'n', '_', 'b', 'r', 'a', 'n', 'c', 'h',
+                                      0xa0, 0x01, 5};
+  static const uint8_t node_head[] = {0x22, 2, 'I', 'f'};
+  for (int k = 0; k < levels; k++) {
+    wrap(&b, attr_head, sizeof attr_head, 6); /* AttributeProto{name, type, g = graph} */
+    wrap(&b, node_head, sizeof node_head, 5); /* NodeProto{op_type, attribute} */
+    wrap(&b, NULL, 0, 1);                     /* GraphProto{node} */
+  }
+  static const uint8_t model_head[] = {0x08, 8, 0x42, 2, 0x10, 13};
+  wrap(&b, model_head, sizeof model_head, 7); /* ModelProto{ir_version, opset_import, graph} */
+  return b;
+}
+
+typedef struct DeepImport {
+  Bytes model;
+  char msg[512];
+  int imported;
+} DeepImport;
+
+static void *import_deep(void *arg) {
+  DeepImport *d = arg;
+  FloeStatus *st = floe_status_new();
+  FloeOnnxModel *m = floe_onnx_import(d->model.p, d->model.n, "deep.onnx", NULL, st);
+  d->imported = m != NULL;
+  snprintf(d->msg, sizeof d->msg, "%s", floe_status_message(st));
+  floe_onnx_model_free(m);
+  floe_status_free(st);
+  return NULL;
+}
+
+/* Imported on a thread with a 256 KB stack: 3,000 levels (a 1 MB stack was overflowed by
+ * 1,000) are refused with the nesting named; 40 levels (120 messages, within the reader's
+ * 128) are read and reach the importer, which refuses the first If (it has no condition). */
+START_TEST(test_deep_nesting_small_stack) {
+  const int levels[] = {3000, 40};
+  const char *want[] = {"nests messages more than 128 deep", "node '(unnamed)' (If, opset 13): If needs a condition"};
+  for (int k = 0; k < 2; k++) {
+    DeepImport d = {nested_if_model(levels[k]), "", 0};
+    pthread_attr_t a;
+    pthread_t t;
+    ck_assert_int_eq(pthread_attr_init(&a), 0);
+    ck_assert_int_eq(pthread_attr_setstacksize(&a, 256 * 1024), 0);
+    ck_assert_int_eq(pthread_create(&t, &a, import_deep, &d), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    pthread_attr_destroy(&a);
+    ck_assert_msg(!d.imported, "%d levels imported", levels[k]);
+    ck_assert_msg(strstr(d.msg, want[k]) && strstr(d.msg, "deep.onnx"), "%d levels: %s",
+                  levels[k], d.msg);
+    free(d.model.p);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("onnx_control");
   TCase *tc = tcase_create("all");
@@ -721,6 +814,7 @@ int main(void) {
   tcase_add_test(tc, test_sequence_errors);
   tcase_add_test(tc, test_training_errors);
   tcase_add_test(tc, test_load_value_pb);
+  tcase_add_test(tc, test_deep_nesting_small_stack);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
