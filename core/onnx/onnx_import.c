@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* onnx_import.c - ONNX ModelProto -> FloeGraph: the driver (inputs, initializers, nodes in
  * order, outputs), the name scopes, and the helpers the op mappers build with. */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -967,9 +968,15 @@ static floe_code read_opsets(OxCtx *c, const Onnx__ModelProto *mp, const char *w
   for (size_t i = 0; i < mp->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = mp->opset_import[i];
     const char *dom = o->domain ? o->domain : "";
-    if (!*dom || !strcmp(dom, "ai.onnx"))
+    bool std = !*dom || !strcmp(dom, "ai.onnx");
+    if ((std || !strcmp(dom, "ai.onnx.preview.training")) && (o->version < 0 || o->version > 1000))
+      /* reported as given: a cast to int made 2^62 read as opset 0 */
+      return floe_status_set(c->st, FLOE_UNIMPLEMENTED,
+                             "'%s' imports %s opset %" PRId64 "; Floe reads opsets 1 to 17", what,
+                             std ? "default-domain" : dom, (int64_t)o->version);
+    if (std)
       c->opset = (int)o->version;
-    else if (!strcmp(dom, "ai.onnx.preview.training"))
+    else
       c->opset_training = (int)o->version;
   }
   if (mp->n_opset_import == 0) c->opset = 1; /* IR 2 models: opset 1 implied */

@@ -262,13 +262,19 @@ START_TEST(bad_attribute_is_named) {
 END_TEST
 
 START_TEST(opset_out_of_range) {
-  Model md;
-  ob_model_init(&md, 99);
-  int64_t xd[1] = {4};
-  ob_add_input(&md, "x", 1, xd);
-  ob_add_node(&md, "Relu", "r", "x", NULL, NULL, "y");
-  ob_add_output(&md, "y");
-  expect_error(&md, FLOE_UNIMPLEMENTED, (const char *[]){"opset 99", NULL});
+  /* Reported as given, not cut to an int (2^62 read as "opset 0"). */
+  const int64_t versions[] = {99, (int64_t)1 << 62, -5};
+  const char *want[] = {"opset 99", "opset 4611686018427387904", "opset -5"};
+  for (int k = 0; k < 3; k++) {
+    Model md;
+    ob_model_init(&md, 13);
+    md.opset.version = versions[k];
+    int64_t xd[1] = {4};
+    ob_add_input(&md, "x", 1, xd);
+    ob_add_node(&md, "Relu", "r", "x", NULL, NULL, "y");
+    ob_add_output(&md, "y");
+    expect_error(&md, FLOE_UNIMPLEMENTED, (const char *[]){want[k], NULL});
+  }
 }
 END_TEST
 
