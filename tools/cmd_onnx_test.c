@@ -2,7 +2,9 @@
 /* cmd_onnx_test.c - floe onnx-test DIR... [--json]: runs ONNX backend test cases (a folder
  * with model.onnx and test_data_set_N/{input,output}_K.pb) and compares with ONNX's
  * tolerances. Also the loaders floe run and floe graph share for .onnx and .pb files. */
+#include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -80,29 +82,169 @@ static void free_list(char **names, int n) {
   free(names);
 }
 
-/* A number after "key": in a small JSON file; dflt when absent. */
-static double json_number(const char *text, const char *key, double dflt) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\"", key);
-  const char *p = strstr(text, pat);
-  if (!p) return dflt;
-  p = strchr(p + strlen(pat), ':');
-  return p ? strtod(p + 1, NULL) : dflt;
+/* data.json: a JSON object whose "rtol" and "atol" (finite numbers >= 0) replace the
+ * default tolerances; its other members are read and ignored. A file that is not such an
+ * object fails the case, naming the byte offset: guessing tolerances would let a case pass
+ * on the wrong terms. */
+typedef struct JsonIn {
+  const char *s;
+  size_t n, i;
+  const char *err;
+} JsonIn;
+
+static void jskip_ws(JsonIn *j) {
+  while (j->i < j->n && strchr(" \t\r\n", j->s[j->i])) j->i++;
 }
 
-static void case_tolerances(const char *dir, double *rtol, double *atol) {
+static int jfail(JsonIn *j, const char *why) {
+  if (!j->err) j->err = why;
+  return 0;
+}
+
+/* A string at j->i (its text, without escapes decoded, into out when out is not NULL). */
+static int jstring(JsonIn *j, char *out, size_t cap) {
+  if (j->i >= j->n || j->s[j->i] != '"') return jfail(j, "a string expected");
+  size_t k = 0;
+  for (j->i++; j->i < j->n && j->s[j->i] != '"'; j->i++) {
+    unsigned char c = (unsigned char)j->s[j->i];
+    if (c < 0x20) return jfail(j, "a control character in a string");
+    if (c == '\\') {
+      if (++j->i >= j->n || !strchr("\"\\/bfnrtu", j->s[j->i])) return jfail(j, "a bad escape");
+    }
+    if (out && k + 1 < cap) out[k++] = (char)c;
+  }
+  if (j->i >= j->n) return jfail(j, "an unterminated string");
+  j->i++;
+  if (out) out[k] = '\0';
+  return 1;
+}
+
+/* A number in JSON's grammar (no NaN, Infinity, hex or leading '+'). */
+static int jnumber(JsonIn *j, double *v) {
+  size_t b = j->i;
+  if (j->i < j->n && j->s[j->i] == '-') j->i++;
+  if (j->i >= j->n || !isdigit((unsigned char)j->s[j->i])) return jfail(j, "a value expected");
+  while (j->i < j->n && strchr("0123456789.eE+-", j->s[j->i])) j->i++;
+  char buf[64];
+  if (j->i - b >= sizeof buf) return jfail(j, "a number too long");
+  memcpy(buf, j->s + b, j->i - b);
+  buf[j->i - b] = '\0';
+  char *end;
+  *v = strtod(buf, &end);
+  if (*end || !isfinite(*v)) return jfail(j, "a malformed number");
+  return 1;
+}
+
+static int jvalue(JsonIn *j, int depth, double *num);
+
+static int jcontainer(JsonIn *j, int depth, char close) {
+  if (depth > 16) return jfail(j, "nested too deep");
+  j->i++;
+  jskip_ws(j);
+  if (j->i < j->n && j->s[j->i] == close) return j->i++, 1;
+  for (;;) {
+    jskip_ws(j);
+    if (close == '}') {
+      if (!jstring(j, NULL, 0)) return 0;
+      jskip_ws(j);
+      if (j->i >= j->n || j->s[j->i] != ':') return jfail(j, "':' expected");
+      j->i++;
+    }
+    if (!jvalue(j, depth + 1, NULL)) return 0;
+    jskip_ws(j);
+    if (j->i < j->n && j->s[j->i] == ',') {
+      j->i++;
+      continue;
+    }
+    if (j->i < j->n && j->s[j->i] == close) return j->i++, 1;
+    return jfail(j, close == '}' ? "',' or '}' expected" : "',' or ']' expected");
+  }
+}
+
+/* Any value; *num gets a number's value (NAN for other kinds) when num is not NULL. */
+static int jvalue(JsonIn *j, int depth, double *num) {
+  jskip_ws(j);
+  if (num) *num = NAN;
+  if (j->i >= j->n) return jfail(j, "a value expected");
+  char c = j->s[j->i];
+  if (c == '{' || c == '[') return jcontainer(j, depth, c == '{' ? '}' : ']');
+  if (c == '"') return jstring(j, NULL, 0);
+  static const char *const words[] = {"true", "false", "null"};
+  for (int w = 0; w < 3; w++)
+    if (!strncmp(j->s + j->i, words[w], strlen(words[w]))) return j->i += strlen(words[w]), 1;
+  double v;
+  if (!jnumber(j, &v)) return 0;
+  if (num) *num = v;
+  return 1;
+}
+
+/* 1 with *rtol, *atol set (defaults unless data.json gives them); 0 with why filled. */
+static int case_tolerances(const char *dir, double *rtol, double *atol, char *why, size_t cap) {
   *rtol = 1e-3;
   *atol = 1e-7;
   char path[4096];
   snprintf(path, sizeof path, "%s/data.json", dir);
+  if (!is_file(path)) return 1;
   FILE *f = fopen(path, "r");
-  if (!f) return;
-  char buf[4096];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  if (!f) {
+    snprintf(why, cap, "%.1024s: %s", path, strerror(errno));
+    return 0;
+  }
+  char buf[65536];
+  size_t n = fread(buf, 1, sizeof buf, f);
   fclose(f);
-  buf[n] = '\0';
-  *rtol = json_number(buf, "rtol", *rtol);
-  *atol = json_number(buf, "atol", *atol);
+  if (n == sizeof buf) {
+    snprintf(why, cap, "%.1024s: larger than %zu bytes (a data.json is a small object)", path, n);
+    return 0;
+  }
+  JsonIn j = {buf, n, 0, NULL};
+  jskip_ws(&j);
+  int ok = j.i < n && buf[j.i] == '{';
+  if (!ok) jfail(&j, "not a JSON object");
+  if (ok) { /* members one by one, to pick out the tolerances */
+    j.i++;
+    jskip_ws(&j);
+    if (j.i < n && buf[j.i] == '}') {
+      j.i++;
+    } else {
+      for (;;) {
+        char key[64];
+        jskip_ws(&j);
+        if (!(ok = jstring(&j, key, sizeof key))) break;
+        jskip_ws(&j);
+        if (!(ok = j.i < n && buf[j.i] == ':')) {
+          jfail(&j, "':' expected");
+          break;
+        }
+        j.i++;
+        double v;
+        size_t at = j.i;
+        if (!(ok = jvalue(&j, 1, &v))) break;
+        if (!strcmp(key, "rtol") || !strcmp(key, "atol")) {
+          if (!(ok = isfinite(v) && v >= 0)) {
+            j.i = at;
+            jfail(&j, "rtol and atol must be finite numbers >= 0");
+            break;
+          }
+          *(key[0] == 'r' ? rtol : atol) = v;
+        }
+        jskip_ws(&j);
+        if (j.i < n && buf[j.i] == ',') {
+          j.i++;
+          continue;
+        }
+        if (!(ok = j.i < n && buf[j.i] == '}')) jfail(&j, "',' or '}' expected");
+        j.i++;
+        break;
+      }
+    }
+  }
+  if (ok) {
+    jskip_ws(&j);
+    if (j.i < n) ok = jfail(&j, "text after the object");
+  }
+  if (!ok) snprintf(why, cap, "%.1024s: offset %zu: %s", path, j.i, j.err ? j.err : "malformed");
+  return ok;
 }
 
 static double elem(const FloeTensor *t, int64_t i) {
@@ -213,7 +355,7 @@ static int compare_value(FloeOnnxKind kind, FloeTensor *const *got, FloeTensor *
 static Verdict run_case(const char *dir, char *why, size_t cap) {
   char path[4096];
   double rtol, atol;
-  case_tolerances(dir, &rtol, &atol);
+  if (!case_tolerances(dir, &rtol, &atol, why, cap)) return V_FAIL;
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   FloeStatus *st = floe_status_new();
   FloeOnnxModel *m = floe_onnx_import_file(path, NULL, st);

@@ -300,6 +300,12 @@ static floe_code read_external(const Onnx__TensorProto *t, const char *base_dir,
 FloeTensor *floe__onnx_tensor(const Onnx__TensorProto *t, const char *base_dir, FloeStatus *st) {
   const char *tname = t->name && *t->name ? t->name : "(unnamed)";
   FloeDType dt = floe__onnx_dtype(t->data_type);
+  if (t->data_type == 0) { /* UNDEFINED: no data type was written (an empty file reads so) */
+    floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                    "tensor '%s' has no data type (UNDEFINED): an empty or damaged TensorProto",
+                    tname);
+    return NULL;
+  }
   if (dt == FLOE_DTYPE_INVALID) {
     floe_status_set(st, FLOE_UNIMPLEMENTED,
                     "tensor '%s': data type %s (%d) is not one Floe supports (FLOAT, DOUBLE, "

@@ -63,6 +63,23 @@ grep -q 'worst \[159\]' "$t/bad.json" || fail "worst element not named: $(cat "$
 tail -n 1 "$t/bad.json" | grep -q '"total":1,"passed":0,"failed":1,"unsupported":0' \
   || fail "summary: $(tail -n 1 "$t/bad.json")"
 
+# damaged test data fails the case (exit 1), naming the file, never passes or counts as
+# unsupported: an empty input_0.pb (it read as a tensor of type UNDEFINED, "unsupported",
+# exit 0); a malformed data.json or a NaN tolerance (silently ignored: the case passed)
+mk_case() { rm -rf "$t/d"; mkdir -p "$t/d/$1/test_data_set_0"; cp "$C/model.onnx" "$t/d/$1/";
+  cp "$C"/test_data_set_0/*.pb "$t/d/$1/test_data_set_0/"; }
+mk_case empty_input; : > "$t/d/empty_input/test_data_set_0/input_0.pb"
+"$floe" onnx-test "$t/d" > "$t/e.txt"
+[ $? -eq 1 ] && grep -q "^fail.*input_0.pb'.*no data type (UNDEFINED): an empty or damaged TensorProto" "$t/e.txt" ||
+  fail "empty input_0.pb: $(cat "$t/e.txt")"
+for j in '{"rtol": 0.001' '{"rtol": NaN}' '{"atol": -1}' '{"rtol": 0.001} x' '[]'; do
+  mk_case bad_json; printf '%s' "$j" > "$t/d/bad_json/data.json"
+  "$floe" onnx-test "$t/d" > "$t/e.txt"
+  [ $? -eq 1 ] && grep -q "^fail.*data.json: offset [0-9]*: " "$t/e.txt" || fail "data.json '$j': $(cat "$t/e.txt")"
+done
+mk_case good_json; printf '%s' '{"atol": 1e-07, "model_name": "m", "rtol": 0.001, "x": [1, {"y": null}]}' > "$t/d/good_json/data.json"
+"$floe" onnx-test "$t/d" > "$t/e.txt" || fail "a valid data.json: $(cat "$t/e.txt")"
+
 # a case Floe cannot run (a STRING input: no such dtype) is unsupported, names what is missing,
 # and does not fail the run
 U="$D/node/test_strnormalizer_export_monday_casesensintive_lower"
