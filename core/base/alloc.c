@@ -107,3 +107,33 @@ void floe__buf_put(FloeByteBuf *b, const void *src, size_t n) {
   memcpy(b->p + b->len, src, n);
   b->len += n;
 }
+
+/* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF): the length of the
+ * sequence at s[0..n), or 0 when invalid. */
+size_t floe__utf8_seq_len(const uint8_t *s, size_t n) {
+  uint8_t c = s[0];
+  if (c < 0x80) return 1;
+  size_t k;
+  uint32_t cp, min;
+  if (c >= 0xC2 && c <= 0xDF) k = 2, cp = c & 0x1Fu, min = 0x80;
+  else if (c >= 0xE0 && c <= 0xEF) k = 3, cp = c & 0x0Fu, min = 0x800;
+  else if (c >= 0xF0 && c <= 0xF4) k = 4, cp = c & 0x07u, min = 0x10000;
+  else return 0;
+  if (n < k) return 0;
+  for (size_t i = 1; i < k; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = cp << 6 | (s[i] & 0x3Fu);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return k;
+}
+
+size_t floe__utf8_check(const char *s, size_t n) {
+  const uint8_t *p = (const uint8_t *)s;
+  for (size_t i = 0; i < n;) {
+    size_t k = floe__utf8_seq_len(p + i, n - i);
+    if (!k) return i;
+    i += k;
+  }
+  return n;
+}

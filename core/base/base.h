@@ -33,6 +33,11 @@ FLOE__SHARED void *floe__realloc(void *p, size_t n);
 FLOE__SHARED void floe__free(void *p);
 FLOE__SHARED char *floe__strdup(const char *s);
 FLOE__SHARED char *floe__strndup(const char *s, size_t n);
+/* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF): the length of the
+ * sequence at s[0..n) (n >= 1), or 0 when it is invalid. */
+size_t floe__utf8_seq_len(const uint8_t *s, size_t n);
+/* n when s[0..n) is valid UTF-8, else the offset of the first byte that is not. */
+size_t floe__utf8_check(const char *s, size_t n);
 /* malloc'd printf; NULL on failure. */
 FLOE__SHARED char *floe__asprintf(const char *fmt, ...) FLOE__PRINTF(1, 2);
 FLOE__SHARED char *floe__vasprintf(const char *fmt, va_list ap);

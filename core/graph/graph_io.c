@@ -148,6 +148,11 @@ static floe_code put_attr(Writer *w, const FloeNode *n, const char *name, const 
   return FLOE_OK;
 }
 
+static bool utf8(const char *s) {
+  size_t n = strlen(s);
+  return floe__utf8_check(s, n) == n;
+}
+
 /* Lengths in the format are u32; a graph part beyond that cannot be written. */
 static floe_code check_sizes(const FloeNode *n, FloeStatus *st) {
   bool ok = strlen(n->name) <= UINT32_MAX && (!n->device || strlen(n->device) <= UINT32_MAX);
@@ -168,6 +173,23 @@ static floe_code check_sizes(const FloeNode *n, FloeStatus *st) {
   if (n->attrs.n > (int)MAX_NODE_ATTRS)
     return floe_status_set(st, FLOE_OUT_OF_RANGE, "node '%s' has %d attributes; the format "
                            "allows %u", n->name, n->attrs.n, MAX_NODE_ATTRS);
+  /* The format's strings are UTF-8 and the reader refuses others: never write what cannot
+   * be read back. */
+  const char *what = NULL, *bad = NULL;
+  if (!utf8(n->name)) what = "its name", bad = n->name;
+  else if (n->device && !utf8(n->device)) what = "its device", bad = n->device;
+  for (int i = 0; !what && i < n->attrs.n; i++) {
+    const FloeAttrValue *v = &n->attrs.values[i];
+    if (!utf8(n->attrs.names[i])) what = "an attribute name", bad = n->attrs.names[i];
+    else if (v->kind == FLOE_ATTR_STRING && !utf8(v->u.s)) what = "a string attribute", bad = v->u.s;
+  }
+  if (what) {
+    size_t at = floe__utf8_check(bad, strlen(bad));
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "node #%d (%s): %s is not valid UTF-8 (byte 0x%02x at offset %zu); "
+                           "graph files hold UTF-8 strings",
+                           n->id, n->op->name, what, (unsigned)(uint8_t)bad[at], at);
+  }
   return FLOE_OK;
 }
 
@@ -397,6 +419,10 @@ static bool read_str(Reader *r, const char **s, uint32_t *n, const char *item) {
   if (memchr(*s, '\0', *n))
     return fail_at(r, at, FLOE_DATA_LOSS, "%s%s contains a NUL byte", item,
                    node_ctx(r, ctx, sizeof ctx));
+  size_t bad = floe__utf8_check(*s, *n); /* the format's strings are UTF-8 */
+  if (bad != *n)
+    return fail_at(r, r->pos + bad, FLOE_DATA_LOSS, "%s%s is not valid UTF-8 (byte 0x%02x)", item,
+                   node_ctx(r, ctx, sizeof ctx), (unsigned)(uint8_t)(*s)[bad]);
   r->pos += *n;
   return true;
 }
@@ -458,6 +484,12 @@ static bool read_tensor(Reader *r, FloeAttrValue *v, const char *an, int anl) {
                    anl, an, node_ctx(r, ctx, sizeof ctx), floe_dtype_name(dt), count, want,
                    nbytes);
   if (!need(r, nbytes, "attribute '%.*s'", anl, an)) return false;
+  if (dt == FLOE_BOOL) /* a bool is the byte 0 or 1 (the format's and every kernel's view) */
+    for (uint64_t i = 0; i < nbytes; i++)
+      if (r->buf[r->pos + i] > 1)
+        return fail_at(r, r->pos + i, FLOE_DATA_LOSS,
+                       "attribute '%.*s'%s: bool element %" PRIu64 " is the byte %u, not 0 or 1",
+                       anl, an, node_ctx(r, ctx, sizeof ctx), i, r->buf[r->pos + i]);
   if (r->g) {
     FloeTensor *t = floe__tensor_alloc(NULL, dt, (int)rank, dims, &sst);
     if (!t) {

@@ -88,35 +88,9 @@ static uint64_t hash_line(uint64_t h, const char *name, const StType *t, int ran
   return fnv_add(h, "\n", 1);
 }
 
-/* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF): the length of the
- * sequence at s[0..n), or 0 when invalid. */
-static size_t utf8_len(const uint8_t *s, size_t n) {
-  uint8_t c = s[0];
-  if (c < 0x80) return 1;
-  size_t k;
-  uint32_t cp, min;
-  if (c >= 0xC2 && c <= 0xDF) k = 2, cp = c & 0x1Fu, min = 0x80;
-  else if (c >= 0xE0 && c <= 0xEF) k = 3, cp = c & 0x0Fu, min = 0x800;
-  else if (c >= 0xF0 && c <= 0xF4) k = 4, cp = c & 0x07u, min = 0x10000;
-  else return 0;
-  if (n < k) return 0;
-  for (size_t i = 1; i < k; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = cp << 6 | (s[i] & 0x3Fu);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return k;
-}
-
 bool floe__safetensors_utf8_valid(const char *s) {
-  const uint8_t *p = (const uint8_t *)s;
   size_t n = strlen(s);
-  for (size_t i = 0; i < n;) {
-    size_t k = utf8_len(p + i, n - i);
-    if (!k) return false;
-    i += k;
-  }
-  return true;
+  return floe__utf8_check(s, n) == n;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -357,7 +331,7 @@ static floe_code parse_string(Parser *p, const char *what, char **out) {
       return bad(p, i, "%s: control byte 0x%02x inside a string", what, c);
     }
     if (c >= 0x80) {
-      size_t n = utf8_len(p->s + i, end - i);
+      size_t n = floe__utf8_seq_len(p->s + i, end - i);
       if (!n) {
         floe__free(d);
         return bad(p, i, "%s: invalid UTF-8", what);

@@ -320,6 +320,13 @@ START_TEST(save_and_load_files) {
   ck_assert_int_eq(floe_graph_save(g, nodir, st), FLOE_NOT_FOUND);
   assert_msg_has(st, nodir);
 
+  /* Names that are not UTF-8 are refused when saving (the reader would refuse them). */
+  FloeGraph *u = floe_graph_new();
+  floe_placeholder(u, "x\xff", FLOE_F32, floe_shape_scalar());
+  ck_assert_int_eq(floe_graph_save(u, path, st), FLOE_INVALID_ARGUMENT);
+  assert_msg_has(st, "node #0 (Placeholder): its name is not valid UTF-8 (byte 0xff at offset 1)");
+  floe_graph_free(u);
+
   /* A graph with a sticky error is not saved. */
   floe_unary(g, "NoSuchOp", "bad", floe_out(floe_graph_find(g, "x"), 0));
   ck_assert_int_eq(floe_graph_save(g, path, st), FLOE_FAILED_PRECONDITION);
@@ -359,7 +366,7 @@ static void o_str(Out *o, const char *s) {
 /* Placeholder "p" (dtype tag, shape [2,-1]), then a Relu "r" of it. `twist` alters one
  * field to make the file invalid in a known way. */
 enum { TWIST_NONE, TWIST_KIND, TWIST_LATER_INPUT, TWIST_BOOL, TWIST_DUP_ATTR, TWIST_HUGE_NAME,
-       TWIST_TENSOR_BYTES, TWIST_DTYPE };
+       TWIST_TENSOR_BYTES, TWIST_DTYPE, TWIST_UTF8, TWIST_BOOL_TENSOR };
 static size_t hand_file(Out *o, int twist) {
   o->n = 0;
   memcpy(o->b, "FLOEGRPH", 8);
@@ -411,7 +418,7 @@ static size_t hand_file(Out *o, int twist) {
   /* node 2: a scalar i32 Const */
   at = o->n;
   o_u32(o, 0);
-  o_str(o, "c");
+  o_str(o, twist == TWIST_UTF8 ? "c\xc3(" : "c"); /* 0xc3 starts a pair '(' cannot end */
   o_str(o, "Const");
   o_str(o, "");
   o_u32(o, 0);
@@ -420,13 +427,21 @@ static size_t hand_file(Out *o, int twist) {
   o_u32(o, 2);
   o_str(o, "value");
   o_u8(o, 7);
-  o_u32(o, 7); /* i32 */
-  o_u32(o, 0); /* rank */
-  o_u64(o, twist == TWIST_TENSOR_BYTES ? 8 : 4);
-  o_u32(o, 42);
+  if (twist == TWIST_BOOL_TENSOR) { /* a bool [3] holding 1, 0, 2 */
+    o_u32(o, 9); /* bool */
+    o_u32(o, 1);
+    o_u64(o, 3);
+    o_u64(o, 3);
+    o_u8(o, 1), o_u8(o, 0), o_u8(o, 2);
+  } else {
+    o_u32(o, 7); /* i32 */
+    o_u32(o, 0); /* rank */
+    o_u64(o, twist == TWIST_TENSOR_BYTES ? 8 : 4);
+    o_u32(o, 42);
+  }
   o_str(o, "dtype");
   o_u8(o, 5);
-  o_u32(o, 7);
+  o_u32(o, twist == TWIST_BOOL_TENSOR ? 9 : 7);
   wr32(o->b + at, (uint32_t)(o->n - at - 4));
   o_u32(o, 0);
   fix_crc(o->b, o->n);
@@ -467,6 +482,8 @@ START_TEST(hand_built_file_is_read_per_spec) {
       {TWIST_HUGE_NAME, FLOE_DATA_LOSS, "truncated name of node 0 (need 4294967280 bytes"},
       {TWIST_TENSOR_BYTES, FLOE_DATA_LOSS, "a i32 tensor of 1 elements has 4 bytes, the file says 8"},
       {TWIST_DTYPE, FLOE_DATA_LOSS, "value of attribute 'dtype' of node 'p' is 12, not a dtype"},
+      {TWIST_UTF8, FLOE_DATA_LOSS, "name of node 2 is not valid UTF-8 (byte 0xc3)"},
+      {TWIST_BOOL_TENSOR, FLOE_DATA_LOSS, "attribute 'value' of node 'c': bool element 2 is the byte 2"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     n = hand_file(&o, bad[i].twist);
