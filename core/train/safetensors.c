@@ -838,5 +838,17 @@ FloeTensor *floe__safetensors_read(const StFile *c, const Entry *e, FloeStatus *
 #if HOST_BIG_ENDIAN
   swap_elements(floe_tensor_data(t), t->nbytes, e->type->size);
 #endif
+  if (e->type->dt == FLOE_BOOL) { /* safetensors' BOOL is the byte 0 or 1 */
+    const uint8_t *b = floe_tensor_data(t);
+    for (size_t i = 0; i < t->nbytes; i++)
+      if (b[i] > 1) {
+        floe_status_set(st, FLOE_DATA_LOSS,
+                        "checkpoint %s: offset %" PRIu64 ": variable '%s': bool element %zu is "
+                        "the byte %u, not 0 or 1",
+                        c->path, c->data_start + e->begin + i, e->name, i, b[i]);
+        floe_tensor_release(t);
+        return NULL;
+      }
+  }
   return t;
 }
