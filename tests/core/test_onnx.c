@@ -501,7 +501,7 @@ END_TEST
 START_TEST(fuzz_regressions) {
   const char *top = getenv("top_srcdir");
   char dir[4096];
-  snprintf(dir, sizeof dir, "%s/tests/fuzz/regress", top ? top : "..");
+  snprintf(dir, sizeof dir, "%s/tests/fuzz/regress/onnx", top ? top : "..");
   DIR *d = opendir(dir);
   ck_assert_msg(d != NULL, "no %s", dir);
   struct dirent *e;
