@@ -12,7 +12,6 @@
  * finishes the same schedule. --input queue trains from an input pipeline in the graph
  * (train_input.c) run by a queue runner thread, on the same batches as --input feed.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,19 +46,22 @@ static const char train_help[] =
     "                         initializers become trainable variables; its input must be\n"
     "                         [N,784] or [N,1,28,28] and its output [N,10] logits\n"
     "                         (implies --input feed)\n"
-    "  --epochs N             passes over the training set (default 5)\n"
-    "  --steps N              stop after N training steps (the last epoch may end early;\n"
-    "                         it is still tested and reported as usual)\n"
-    "  --batch N              examples per step (default 64)\n"
+    "  --epochs N             passes over the training set (1 to 1000000; default 5)\n"
+    "  --steps N              stop after N training steps (1 to 2^63-1; the last epoch\n"
+    "                         may end early; it is still tested and reported as usual)\n"
+    "  --batch N              examples per step (1 to 16777216; default 64)\n"
     "  --optimizer NAME       adam (default), sgd, momentum, rmsprop, adagrad\n"
-    "  --lr X                 learning rate (default: 1e-3 for adam and rmsprop, 1e-2 for\n"
+    "  --lr X                 learning rate, greater than 0 and at most 3.4e38 (the\n"
+    "                         largest f32; default: 1e-3 for adam and rmsprop, 1e-2 for\n"
     "                         the others)\n"
     "  --lr-schedule NAME     cosine (default): the learning rate falls from --lr to 0\n"
     "                         along a half cosine over all --epochs (the last steps take\n"
     "                         small ones; about 1 point of test accuracy over constant);\n"
     "                         constant: --lr throughout\n"
-    "  --threads N            threads of the runtime and of OpenMP (default: all cores)\n"
-    "  --seed S               seed of the weights and of the shuffling (default 1)\n"
+    "  --threads N            threads of the runtime and of OpenMP (1 to 4096; default:\n"
+    "                         all cores)\n"
+    "  --seed S               seed of the weights and of the shuffling (0 to 2147483647;\n"
+    "                         default 1)\n"
     "  --data DIR             folder with the four Fashion-MNIST IDX files, .gz or not\n"
     "                         (default /usr/share/datasets/fashion-mnist, from Debian's\n"
     "                         dataset-fashion-mnist package)\n"
@@ -68,8 +70,9 @@ static const char train_help[] =
     "                         (give the same --epochs: the schedule spans them), at the\n"
     "                         batch after the one it was saved at. Ctrl-C saves one at\n"
     "                         the next step and prints the command to resume (exit 130)\n"
-    "  --stop-after K         end this run after epoch K of the --epochs planned (the\n"
-    "                         schedule still spans all of them); go on later with --resume\n"
+    "  --stop-after K         end this run after epoch K (1 to --epochs) of the --epochs\n"
+    "                         planned (the schedule still spans all of them); go on later\n"
+    "                         with --resume\n"
     "  --input queue|feed     queue (default): the training batches come from an input\n"
     "                         pipeline in the graph (IDX readers, conversion, a FIFO) that\n"
     "                         a background thread runs while the steps train, hiding its\n"
@@ -131,15 +134,9 @@ static double now_seconds(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Whole-string integer in [lo, hi]; 0 on success. */
-static int parse_int(const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
+/* The options' limits (each stated by its error, cli_int_option): the epoch count is an int,
+ * a batch's images (2^24 of 784 f32) stay within 64 GB, threads are the runtime's limit. */
+enum { MAX_EPOCHS = 1000000, MAX_BATCH = 1 << 24, MAX_THREADS = 4096 };
 
 /* Returns 0 to go on, else the exit status (help printed: 0 through *done). */
 static int onnx_input_is_image(const char *path);
@@ -187,11 +184,11 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         o->model = optarg;
         break;
       case 'e':
-        if (parse_int(optarg, 1, 1000000, &v)) return cli_usage("train", "--epochs takes N >= 1");
+        if (cli_int_option("train", "--epochs", optarg, 1, MAX_EPOCHS, &v)) return 2;
         o->epochs = (int)v;
         break;
       case 'b':
-        if (parse_int(optarg, 1, 1 << 24, &v)) return cli_usage("train", "--batch takes N >= 1");
+        if (cli_int_option("train", "--batch", optarg, 1, MAX_BATCH, &v)) return 2;
         o->batch = v;
         break;
       case 'o': {
@@ -202,21 +199,15 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         o->optimizer_name = optarg;
         break;
       }
-      case 'l': {
-        char *end;
-        errno = 0;
-        o->lr = strtod(optarg, &end);
-        if (errno || end == optarg || *end || !(o->lr > 0) || !isfinite(o->lr))
-          return cli_usage("train", "--lr takes a number > 0");
+      case 'l':
+        if (cli_number_option("train", "--lr", optarg, 0, 1, CLI_F32_MAX, &o->lr)) return 2;
         break;
-      }
       case 't':
-        if (parse_int(optarg, 1, 4096, &v)) return cli_usage("train", "--threads takes N >= 1");
+        if (cli_int_option("train", "--threads", optarg, 1, MAX_THREADS, &v)) return 2;
         o->threads = (int)v;
         break;
       case 's':
-        if (parse_int(optarg, 0, INT32_MAX, &v))
-          return cli_usage("train", "--seed takes an integer from 0 to 2^31-1");
+        if (cli_int_option("train", "--seed", optarg, 0, INT32_MAX, &v)) return 2;
         o->seed = (uint64_t)v;
         break;
       case 'd': o->data = optarg; break;
@@ -231,8 +222,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         o->cosine = !strcmp(optarg, "cosine");
         break;
       case OPT_STOP:
-        if (parse_int(optarg, 1, 1000000, &v))
-          return cli_usage("train", "--stop-after takes an epoch number K >= 1");
+        if (cli_int_option("train", "--stop-after", optarg, 1, MAX_EPOCHS, &v)) return 2;
         o->stop_after = (int)v;
         break;
       case OPT_INPUT:
@@ -245,12 +235,12 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       case OPT_COMPRESS: o->compress = 1; break;
       case OPT_SAVE_GRAPH: o->save_graph = optarg; break;
       case OPT_STEPS:
-        if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--steps takes N >= 1");
+        if (cli_int_option("train", "--steps", optarg, 1, INT64_MAX, &v)) return 2;
         o->max_steps = v;
         break;
       case OPT_TRACE: o->trace = optarg; break;
       case OPT_LIMIT:
-        if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--limit takes N >= 1");
+        if (cli_int_option("train", "--limit", optarg, 1, INT64_MAX, &v)) return 2;
         o->limit = v;
         break;
       case 'h':
@@ -642,8 +632,8 @@ int cmd_train(int argc, char **argv) {
     int64_t start = e == first_epoch ? first_batch : 0;
     if (t.batches) floe_batcher_start_epoch(t.batches, e, start);
     int64_t epoch_total = n_train - start * o->batch, epoch_done = 0, steps = 0;
-    if (o->max_steps && (o->max_steps - total_steps) * o->batch < epoch_total)
-      epoch_total = (o->max_steps - total_steps) * o->batch; /* --steps ends it early */
+    if (o->max_steps && o->max_steps - total_steps < per_epoch - start) /* --steps ends it early */
+      epoch_total = (o->max_steps - total_steps) * o->batch; /* (no overflow: < per_epoch) */
     double loss_sum = 0, epoch_secs = 0, t0 = now_seconds(), last_draw = 0;
     int r = 0;
     if (o->profile) floe_session_set_profiling(t.s, 1); /* training steps only */

@@ -45,6 +45,9 @@ static const char lstm_help[] =
     "                  [--json]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
+    "  Integers: 1 to 1073741824 unless said (--layers 1 to 8, --vocab from 3,\n"
+    "  --eval-windows from 0, --seed 0 to 2147483647, --threads 1 to 4096); rates and\n"
+    "  --clip: at most 3.4e38 (the largest f32).\n"
     "  --steps N              training windows (default: --epochs whole epochs)\n"
     "  --epochs N             epochs when --steps is not given (default 1)\n"
     "  --batch N              rows per window (default 64)\n"
@@ -148,26 +151,16 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       case 'S': target = &o->seed, lo = 0, hi = 2147483647; break;
       case 'T': target = &o->threads, hi = 4096; break;
       case 'E': target = &o->eval, lo = 0; break;
-      case 'r': {
-        char *end;
-        o->lr = strtod(optarg, &end);
-        if (*end || !(o->lr > 0)) return cli_usage("train", "--lr takes a number > 0");
+      case 'r':
+        if (cli_number_option("train", "--lr", optarg, 0, 1, CLI_F32_MAX, &o->lr)) return 2;
         break;
-      }
-      case 'R': {
-        char *end;
-        o->softmax_lr = strtod(optarg, &end);
-        if (*end || !(o->softmax_lr > 0))
-          return cli_usage("train", "--softmax-lr takes a number > 0");
+      case 'R':
+        if (cli_number_option("train", "--softmax-lr", optarg, 0, 1, CLI_F32_MAX, &o->softmax_lr))
+          return 2;
         break;
-      }
-      case 'C': {
-        char *end;
-        o->clip = strtod(optarg, &end);
-        if (*end || !(o->clip >= 0) || !isfinite(o->clip))
-          return cli_usage("train", "--clip takes a number >= 0 (0: no clipping)");
+      case 'C': /* 0: no clipping */
+        if (cli_number_option("train", "--clip", optarg, 0, 0, CLI_F32_MAX, &o->clip)) return 2;
         break;
-      }
       case 'd': o->data = optarg; break;
       case 'j': o->json = 1; break;
       case 'P': o->profile = 1; break;
@@ -182,15 +175,9 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       default: return cli_bad_option("train --model lstm", c, argv, opts);
     }
     if (target) {
-      char *end;
-      long long v = strtoll(optarg, &end, 10);
-      if (*end || v < lo || v > hi) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "--%s takes an integer from %lld to %lld, got '%s'",
-                 opts[li].name, lo, hi, optarg);
-        return cli_usage("train", msg);
-      }
-      *target = v;
+      char name[32];
+      snprintf(name, sizeof name, "--%s", opts[li].name);
+      if (cli_int_option("train", name, optarg, lo, hi, target)) return 2;
     }
   }
   if (optind < argc) return cli_usage("train", "unexpected argument (see --help)");

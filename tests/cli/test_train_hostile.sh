@@ -1,0 +1,72 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# floe train (and floe run) against hostile input, each case a regression test of issue 20's
+# training part: option limits stated in their errors.
+set -u
+FLOE="${top_builddir}/tools/floe"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+pass=0
+ok() { pass=$((pass+1)); }
+bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+# check_fails NAME STATUS TEXT COMMAND...: exit STATUS, stderr exactly one line containing TEXT
+# (a fixed string).
+check_fails() {
+  name=$1; want=$2; text=$3; shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"; got=$?
+  if [ "$got" != "$want" ]; then bad "$name: exit $got, want $want"; cat "$tmp/err"
+  elif ! grep -qF -- "$text" "$tmp/err"; then bad "$name: stderr lacks '$text'"; cat "$tmp/err"
+  elif [ "$(wc -l <"$tmp/err")" -ne 1 ]; then bad "$name: not one line"; cat "$tmp/err"
+  else ok; fi
+}
+
+# ---- 3. Every numeric option's error states its real range (was "takes N >= 1" for
+# --threads 100000, whose limit is 4096).
+u="; see 'floe help train'"
+check_fails "--threads" 2 "floe train: --threads takes an integer from 1 to 4096, got '100000'$u" \
+  "$FLOE" train --threads 100000
+check_fails "--batch" 2 "--batch takes an integer from 1 to 16777216, got '16777217'$u" \
+  "$FLOE" train --batch 16777217
+check_fails "--epochs" 2 "--epochs takes an integer from 1 to 1000000, got '1000001'$u" \
+  "$FLOE" train --epochs 1000001
+check_fails "--stop-after" 2 "--stop-after takes an integer from 1 to 1000000, got '0'$u" \
+  "$FLOE" train --stop-after 0
+check_fails "--steps" 2 "--steps takes an integer from 1 to 9223372036854775807, got '0'$u" \
+  "$FLOE" train --steps 0
+check_fails "--limit 0" 2 "--limit takes an integer from 1 to 9223372036854775807, got '0'$u" \
+  "$FLOE" train --limit 0
+check_fails "--seed" 2 "--seed takes an integer from 0 to 2147483647, got '-1'$u" \
+  "$FLOE" train --seed -1
+check_fails "--lr 0" 2 "--lr takes a number greater than 0 and at most 3.4e+38, got '0'$u" \
+  "$FLOE" train --lr 0
+check_fails "--lr 1e39" 2 "--lr takes a number greater than 0 and at most 3.4e+38, got '1e39'$u" \
+  "$FLOE" train --lr 1e39
+check_fails "lstm --hidden" 2 "--hidden takes an integer from 1 to 1073741824, got '0'$u" \
+  "$FLOE" train --model lstm --hidden 0
+check_fails "lstm --layers" 2 "--layers takes an integer from 1 to 8, got '9'$u" \
+  "$FLOE" train --model lstm --layers 9
+check_fails "lstm --threads" 2 "--threads takes an integer from 1 to 4096, got '100000'$u" \
+  "$FLOE" train --model lstm --threads 100000
+check_fails "lstm --lr inf" 2 "--lr takes a number greater than 0 and at most 3.4e+38, got 'inf'$u" \
+  "$FLOE" train --model lstm --lr inf
+check_fails "lstm --softmax-lr" 2 "--softmax-lr takes a number greater than 0 and at most 3.4e+38, got '1e39'$u" \
+  "$FLOE" train --model lstm --softmax-lr 1e39
+check_fails "lstm --clip" 2 "--clip takes a number from 0 to 3.4e+38, got '-1'$u" \
+  "$FLOE" train --model lstm --clip -1
+u="; see 'floe help run'"
+check_fails "run --threads" 2 "floe run: --threads takes an integer from 1 to 4096, got '100000'$u" \
+  "$FLOE" run g.floe --fetch z --threads 100000
+check_fails "run --warmup" 2 "--warmup takes an integer from 0 to 1000000000, got '-1'$u" \
+  "$FLOE" run g.floe --fetch z --perf --warmup -1
+check_fails "run --repeat" 2 "--repeat takes an integer from 1 to 100000000, got '0'$u" \
+  "$FLOE" run g.floe --fetch z --perf --repeat 0
+check_fails "run --duration" 2 "--duration takes a number greater than 0 and at most 1000000, got '2e6'$u" \
+  "$FLOE" run g.floe --fetch z --perf --duration 2e6
+check_fails "run --shape" 2 "--shape takes NAME=D0,D1,... with at most 8 dims, each an integer from 0 to 9223372036854775807 (the tensor must fit in memory), got 'x=1,2,3,4,5,6,7,8,9'$u" \
+  "$FLOE" run g.floe --fetch z --perf --shape x=1,2,3,4,5,6,7,8,9
+"$FLOE" train --help >"$tmp/out" && grep -qF -- "--threads N            threads of the runtime and of OpenMP (1 to 4096;" "$tmp/out" \
+  && ok || bad "train --help: no range for --threads"
+
+echo "test_train_hostile: $pass passed, $fails failed"
+[ "$fails" -eq 0 ]
