@@ -64,7 +64,9 @@ static const char train_help[] =
     "                         default 1)\n"
     "  --data DIR             folder with the four Fashion-MNIST IDX files, .gz or not\n"
     "                         (default /usr/share/datasets/fashion-mnist, from Debian's\n"
-    "                         dataset-fashion-mnist package)\n"
+    "                         dataset-fashion-mnist package); checked before training:\n"
+    "                         28 x 28 images, labels 0 to 9, as many labels as images,\n"
+    "                         at least one example in each set\n"
     "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept)\n"
     "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
     "                         (give the same --epochs: the schedule spans them), at the\n"
@@ -365,7 +367,8 @@ typedef struct Trainer {
   FloeStepBreakdown bd; /* --profile: the training steps' breakdown over all epochs */
   int num_prof;
   int64_t n_train, per_epoch;
-  char *images, *labels;   /* --input queue: the training files (malloc'd) */
+  char *images, *labels;   /* the training files (malloc'd; --input queue reads them) */
+  char *test_images, *test_labels; /* the test files (malloc'd) */
   FloeQueueRunner *runner; /* --input queue: runs input/enqueue while training */
 } Trainer;
 
@@ -373,6 +376,8 @@ static void train_free(Trainer *t) {
   floe_queue_runner_free(t->runner); /* before the session it runs steps of */
   free(t->images);
   free(t->labels);
+  free(t->test_images);
+  free(t->test_labels);
   free(t->prof);
   floe_session_free(t->s);
   floe_graph_free(t->g);
@@ -469,6 +474,37 @@ static int64_t fetch_global_step(Trainer *t) {
   return step;
 }
 
+/* Loads the training (train != 0) or test set of --data and checks, before any graph is
+ * built, what the models need of it: images of 28 x 28 pixels, labels 0 to 9, at least one
+ * example (floe_idx_load checks each file's magic, that the header matches the data, and that
+ * the two files count the same examples). Keeps the first --limit examples. 0, or 1 after
+ * printing an error naming the file and what it holds. */
+static int load_set(Trainer *t, int train, FloeDataset **out, char **images, char **labels) {
+  const TrainOptions *o = &t->o;
+  if (floe_fashion_mnist_files(o->data, train, images, labels, t->st) != FLOE_OK ||
+      !(*out = floe_idx_load(*images, *labels, t->st)))
+    return cli_error("train", "%s", floe_status_message(t->st));
+  const FloeDataset *d = *out;
+  const char *set = train ? "training" : "test";
+  int64_t n = floe_dataset_size(d), rows = floe_dataset_rows(d), cols = floe_dataset_cols(d);
+  if (rows != 28 || cols != 28)
+    return cli_error("train", "%s: the %s images are %lld x %lld pixels; the models take "
+                     "Fashion-MNIST's 28 x 28: give --data DIR with such files", *images, set,
+                     (long long)rows, (long long)cols);
+  if (n == 0)
+    return cli_error("train", "%s: the %s set is empty (the file declares 0 images): nothing "
+                     "to %s; give --data DIR with non-empty files", *images, set,
+                     train ? "train on" : "test on");
+  const uint8_t *l = floe_dataset_labels(d);
+  for (int64_t i = 0; i < n; i++)
+    if (l[i] > 9)
+      return cli_error("train", "%s: offset %lld: the label of example %lld is %u; the models "
+                       "have 10 classes (labels 0 to 9)", *labels, (long long)(8 + i),
+                       (long long)i, l[i]);
+  if (o->limit) floe_dataset_truncate(*out, o->limit);
+  return 0;
+}
+
 /* After Ctrl-C: with --checkpoint-dir, saves a checkpoint of this step (a resumed run goes
  * on at the batch after it, as the global step implies) and prints how to resume; else says
  * nothing was saved. Returns 130, the status of a run ended by SIGINT. */
@@ -538,15 +574,9 @@ int cmd_train(int argc, char **argv) {
   t.st = floe_status_new();
   if (!t.st) return cli_error("train", "out of memory");
   t.tty = isatty(STDOUT_FILENO);
-  if (!(t.train = floe_fashion_mnist_load(o->data, 1, t.st)) ||
-      !(t.test = floe_fashion_mnist_load(o->data, 0, t.st))) {
-    rc = cli_error("train", "%s", floe_status_message(t.st));
+  if (load_set(&t, 1, &t.train, &t.images, &t.labels) ||
+      load_set(&t, 0, &t.test, &t.test_images, &t.test_labels))
     goto out;
-  }
-  if (o->limit) {
-    floe_dataset_truncate(t.train, o->limit);
-    floe_dataset_truncate(t.test, o->limit);
-  }
   t.n_train = floe_dataset_size(t.train);
   t.per_epoch = (t.n_train + o->batch - 1) / o->batch; /* the last batch may be shorter */
   if (o->queue) {
@@ -554,10 +584,6 @@ int cmd_train(int argc, char **argv) {
      * sound and how many examples they hold. */
     floe_dataset_free(t.train);
     t.train = NULL;
-    if (floe_fashion_mnist_files(o->data, 1, &t.images, &t.labels, t.st) != FLOE_OK) {
-      rc = cli_error("train", "%s", floe_status_message(t.st));
-      goto out;
-    }
   } else if (!(t.batches = floe_batcher_new(t.train, o->batch, 1, o->seed, o->cnn, 0, t.st))) {
     rc = cli_error("train", "%s", floe_status_message(t.st));
     goto out;
