@@ -25,6 +25,7 @@
 
 #include "cli.h"
 #include "measure.h"
+#include "train_guard.h"
 #include "train_input.h"
 #include "train_report.h"
 #include "train_signal.h"
@@ -67,7 +68,9 @@ static const char train_help[] =
     "                         dataset-fashion-mnist package); checked before training:\n"
     "                         28 x 28 images, labels 0 to 9, as many labels as images,\n"
     "                         at least one example in each set\n"
-    "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept)\n"
+    "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept);\n"
+    "                         checked before training: a folder you may write in, or one\n"
+    "                         that can be made there\n"
     "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
     "                         (give the same --epochs: the schedule spans them), at the\n"
     "                         batch after the one it was saved at. Ctrl-C saves one at\n"
@@ -574,6 +577,11 @@ int cmd_train(int argc, char **argv) {
   t.st = floe_status_new();
   if (!t.st) return cli_error("train", "out of memory");
   t.tty = isatty(STDOUT_FILENO);
+  char msg[1024];
+  if (o->checkpoint_dir && train_check_checkpoint_dir(o->checkpoint_dir, msg, sizeof msg)) {
+    rc = cli_error("train", "%s", msg); /* before an epoch's work, not after it */
+    goto out;
+  }
   if (load_set(&t, 1, &t.train, &t.images, &t.labels) ||
       load_set(&t, 0, &t.test, &t.test_images, &t.test_labels))
     goto out;

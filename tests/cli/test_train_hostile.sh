@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # floe train (and floe run) against hostile input, each case a regression test of issue 20's
 # training part: option limits stated in their errors; IDX files that are not 28 x 28, empty,
-# or with labels past 9, named before any graph is built. The data are small IDX files
-# written here (tests/cli/forge.py), so no dataset is needed.
+# or with labels past 9, named before any graph is built; a --checkpoint-dir that is a file,
+# refused before training. The data are small IDX files written here (tests/cli/forge.py),
+# so no dataset is needed.
 set -u
 FLOE="${top_builddir}/tools/floe"
 FORGE="python3 ${top_srcdir}/tests/cli/forge.py"
@@ -109,6 +110,21 @@ for inp in queue feed; do
   check_fails "empty training set, $inp" 1 "floe train: $tmp/empty/train-images-idx3-ubyte: the training set is empty (the file declares 0 images): nothing to train on" \
     "$FLOE" train --data "$tmp/empty" --input $inp
 done
+
+# ---- 5. --checkpoint-dir that cannot be a folder: refused before training (a regular file
+# with --resume trained a whole epoch first, then failed to save).
+: >"$tmp/afile"
+check_fails "checkpoint-dir file --resume" 1 "floe train: --checkpoint-dir $tmp/afile is a regular file, not a folder: name a folder (it is created if missing)" \
+  $TRAIN --epochs 1 --checkpoint-dir "$tmp/afile" --resume
+[ -s "$tmp/out" ] && { bad "checkpoint-dir file: loaded the data first"; cat "$tmp/out"; } || ok
+check_fails "checkpoint-dir under a file" 1 "floe train: --checkpoint-dir $tmp/afile/sub cannot be created: $tmp/afile is a regular file, not a folder" \
+  $TRAIN --epochs 1 --checkpoint-dir "$tmp/afile/sub"
+if [ "$(id -u)" != 0 ]; then # root may write anywhere
+  mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+  check_fails "checkpoint-dir not writable" 1 "floe train: --checkpoint-dir $tmp/ro/ck cannot be created in $tmp/ro (Permission denied)" \
+    $TRAIN --epochs 1 --checkpoint-dir "$tmp/ro/ck"
+  chmod 755 "$tmp/ro"
+fi
 
 echo "test_train_hostile: $pass passed, $fails failed"
 [ "$fails" -eq 0 ]
