@@ -70,7 +70,8 @@ static const char train_help[] =
     "                         at least one example in each set\n"
     "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept);\n"
     "                         checked before training: a folder you may write in, or one\n"
-    "                         that can be made there\n"
+    "                         that can be made there. A checkpoint is never saved with NaN\n"
+    "                         or infinite values\n"
     "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
     "                         (give the same --epochs: the schedule spans them), at the\n"
     "                         batch after the one it was saved at. Ctrl-C saves one at\n"
@@ -106,7 +107,9 @@ static const char train_help[] =
     "                         with --steps or --limit)\n"
     "  --json                 end with one JSON line: model, epochs, batch,\n"
     "                         samples_per_sec, test_accuracy, final_loss, wall_seconds,\n"
-    "                         peak_rss_mb, ...\n";
+    "                         peak_rss_mb, ...\n"
+    "A step whose loss is NaN or infinite ends the run with exit status 1, naming the step\n"
+    "and the first variable it left non-finite (try a smaller --lr).\n";
 
 typedef struct TrainOptions {
   const char *model;
@@ -372,6 +375,7 @@ typedef struct Trainer {
   int64_t n_train, per_epoch;
   char *images, *labels;   /* the training files (malloc'd; --input queue reads them) */
   char *test_images, *test_labels; /* the test files (malloc'd) */
+  TrainVars vars;          /* every variable, for the checks of finite values */
   FloeQueueRunner *runner; /* --input queue: runs input/enqueue while training */
 } Trainer;
 
@@ -381,6 +385,7 @@ static void train_free(Trainer *t) {
   free(t->labels);
   free(t->test_images);
   free(t->test_labels);
+  train_vars_free(&t->vars);
   free(t->prof);
   floe_session_free(t->s);
   floe_graph_free(t->g);
@@ -429,6 +434,7 @@ static int build_graph(Trainer *t) {
   floe_variables_initializer(g, "init");
   if (floe_graph_status(g) != FLOE_OK)
     return cli_error("train", "building the model: %s", floe_graph_error(g, NULL));
+  if (train_vars_collect(g, &t->vars)) return cli_error("train", "out of memory");
   snprintf(t->loss_name, sizeof t->loss_name, "%s", floe_node_name(loss.node));
   snprintf(t->step_name, sizeof t->step_name, "%s", floe_node_name(gs.value.node));
   snprintf(t->train_name, sizeof t->train_name, "%s", floe_node_name(step));
@@ -468,13 +474,57 @@ static double evaluate(Trainer *t) {
   return total ? (double)correct / (double)total : 0.0;
 }
 
-static int64_t fetch_global_step(Trainer *t) {
+/* The global step variable's value into *step: 0, or -1 with t->st set. */
+static int fetch_global_step(Trainer *t, int64_t *step) {
   const char *f = t->step_name;
   FloeTensor *v = NULL;
   if (floe_session_run(t->s, NULL, 0, &f, 1, NULL, 0, &v, t->st) != FLOE_OK) return -1;
-  int64_t step = *(const int64_t *)floe_tensor_data(v);
+  *step = *(const int64_t *)floe_tensor_data(v);
   floe_tensor_release(v);
-  return step;
+  return 0;
+}
+
+/* "nan", "inf" or "-inf" (printf spells a NaN "-nan" or "nan" by its sign bit). */
+static const char *nonfinite_name(double x) { return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
+
+/* The learning rate this run asked for (the schedule's peak). */
+static double peak_lr(const TrainOptions *o) {
+  FloeOptimizerOptions d;
+  floe_optimizer_options_init(&d, o->optimizer);
+  return isnan(o->lr) ? d.learning_rate : o->lr;
+}
+
+/* With --checkpoint-dir, what a diverged run says of its checkpoints. */
+static const char *not_saved(const TrainOptions *o) {
+  return o->checkpoint_dir ? " no checkpoint saved of it (the folder keeps the earlier ones);" : "";
+}
+
+/* After the step whose loss was not finite: the error naming the step, the loss and the first
+ * variable the step left non-finite. Nothing is saved, so no checkpoint holds NaNs. 1. */
+static int report_diverged(Trainer *t, int64_t step, double loss) {
+  char desc[512];
+  int r = train_vars_nonfinite(t->s, &t->vars, desc, sizeof desc, t->st);
+  if (r < 0)
+    snprintf(desc, sizeof desc, "(reading the variables failed: %s)", floe_status_message(t->st));
+  else if (r == 0)
+    snprintf(desc, sizeof desc, "every variable is still finite");
+  return cli_error("train", "step %lld: the loss is %s: training diverged; after the step, %s;%s "
+                   "try a smaller --lr (this run's: %g)", (long long)step, nonfinite_name(loss),
+                   desc, not_saved(&t->o), peak_lr(&t->o));
+}
+
+/* Before a checkpoint is saved or the model used: 0 when every variable is finite, else 1
+ * after printing an error that says when (`when`: "after epoch 2 (global step 20)") and
+ * which variable. A checkpoint is never written with non-finite values, so keeping the
+ * newest 3 never removes a finite one in favour of NaNs. */
+static int check_finite(Trainer *t, const char *when) {
+  char desc[512];
+  int r = train_vars_nonfinite(t->s, &t->vars, desc, sizeof desc, t->st);
+  if (r < 0)
+    return cli_error("train", "%s: reading the variables: %s", when, floe_status_message(t->st));
+  if (r == 0) return 0;
+  return cli_error("train", "%s: training diverged: %s;%s try a smaller --lr (this run's: %g)",
+                   when, desc, not_saved(&t->o), peak_lr(&t->o));
 }
 
 /* Loads the training (train != 0) or test set of --data and checks, before any graph is
@@ -512,8 +562,8 @@ static int load_set(Trainer *t, int train, FloeDataset **out, char **images, cha
  * on at the batch after it, as the global step implies) and prints how to resume; else says
  * nothing was saved. Returns 130, the status of a run ended by SIGINT. */
 static int stop_at_signal(Trainer *t, const TrainOptions *o, int argc, char **argv) {
-  int64_t step = fetch_global_step(t);
-  if (step < 0) {
+  int64_t step;
+  if (fetch_global_step(t, &step)) {
     cli_error("train", "interrupted; reading the global step: %s", floe_status_message(t->st));
     return 130;
   }
@@ -522,6 +572,9 @@ static int stop_at_signal(Trainer *t, const TrainOptions *o, int argc, char **ar
             "--checkpoint-dir)\n", (long long)step);
     return 130;
   }
+  char when[96];
+  snprintf(when, sizeof when, "interrupted at global step %lld", (long long)step);
+  if (check_finite(t, when)) return 130;
   if (floe_checkpoint_save(t->s, o->checkpoint_dir, NULL, step, 3, NULL, t->st) != FLOE_OK) {
     cli_error("train", "interrupted; saving a checkpoint: %s", floe_status_message(t->st));
     return 130;
@@ -714,8 +767,14 @@ int cmd_train(int argc, char **argv) {
                        floe_status_message(t.st));
         goto out;
       }
-      loss_sum += *(const float *)floe_tensor_data(lv);
+      double loss = *(const float *)floe_tensor_data(lv);
       floe_tensor_release(lv);
+      if (!isfinite(loss)) { /* stop here: never go on to test or save NaNs */
+        if (t.tty) printf("\n");
+        rc = report_diverged(&t, global_step + steps + 1, loss);
+        goto out;
+      }
+      loss_sum += loss;
       steps++;
       if (train_sigint_pending()) { /* Ctrl-C: stop at this step boundary */
         if (t.tty) printf("\n");
@@ -744,8 +803,15 @@ int cmd_train(int argc, char **argv) {
     train_secs += epoch_secs;
     trained += epoch_done;
     final_loss = steps ? loss_sum / (double)steps : NAN;
-    if ((global_step = fetch_global_step(&t)) < 0) {
+    if (fetch_global_step(&t, &global_step)) {
       rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
+      goto out;
+    }
+    char when[64];
+    snprintf(when, sizeof when, "after epoch %d (global step %lld)", e + 1,
+             (long long)global_step);
+    if (check_finite(&t, when)) { /* the last step's update overflowed: a finite loss before it */
+      if (t.tty) printf("\n");
       goto out;
     }
     if (t.tty) printf("  testing..."), fflush(stdout);

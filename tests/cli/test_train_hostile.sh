@@ -3,8 +3,10 @@
 # floe train (and floe run) against hostile input, each case a regression test of issue 20's
 # training part: option limits stated in their errors; IDX files that are not 28 x 28, empty,
 # or with labels past 9, named before any graph is built; a --checkpoint-dir that is a file,
-# refused before training. The data are small IDX files written here (tests/cli/forge.py),
-# so no dataset is needed.
+# refused before training; a run that goes non-finite (mlp, cnn, lstm) stopping with the step
+# and the first non-finite variable, never saving a checkpoint of NaNs. The data are small IDX
+# files written here (tests/cli/forge.py), so no dataset is needed but fortunes for the lstm
+# case.
 set -u
 FLOE="${top_builddir}/tools/floe"
 FORGE="python3 ${top_srcdir}/tests/cli/forge.py"
@@ -124,6 +126,46 @@ if [ "$(id -u)" != 0 ]; then # root may write anywhere
   check_fails "checkpoint-dir not writable" 1 "floe train: --checkpoint-dir $tmp/ro/ck cannot be created in $tmp/ro (Permission denied)" \
     $TRAIN --epochs 1 --checkpoint-dir "$tmp/ro/ck"
   chmod 755 "$tmp/ro"
+fi
+
+# ---- A checkpoint of a good first epoch, for the resumed run that diverges below.
+# 256 examples in batches of 64: 4 steps per epoch; the first epoch of 2 saves step 4.
+CK="$tmp/ck"
+$TRAIN --epochs 2 --stop-after 1 --checkpoint-dir "$CK" >"$tmp/out" 2>"$tmp/err" || { bad "first epoch"; cat "$tmp/err"; }
+F="$CK/ckpt-0000000004.safetensors"
+[ -f "$F" ] && ok || { bad "no checkpoint $F"; ls "$CK"; }
+cp "$F" "$tmp/good.safetensors"
+restore_good() { rm -f "$CK"/*; cp "$tmp/good.safetensors" "$F"; }
+# ---- 2. Training that goes non-finite stops with exit status 1, naming the step and the
+# first non-finite variable (it printed "loss -nan" every epoch and exited 0), and saves no
+# checkpoint of it: resumed at --lr 1e30, the good checkpoint stays, alone and unchanged (it
+# was rotated out by NaN ones).
+restore_good
+check_fails "resume diverges" 1 "floe train: step 6: the loss is nan: training diverged; after the step, variable 'dense1/kernel' (f32 [784,512]) holds" \
+  $TRAIN --epochs 4 --checkpoint-dir "$CK" --resume --lr 1e30
+grep -qF "no checkpoint saved of it (the folder keeps the earlier ones); try a smaller --lr (this run's: 1e+30)" "$tmp/err" \
+  && ok || { bad "resume diverges: advice"; cat "$tmp/err"; }
+[ "$(ls -A "$CK")" = "ckpt-0000000004.safetensors" ] && cmp -s "$F" "$tmp/good.safetensors" \
+  && ok || { bad "diverged run touched the checkpoints: $(ls -A "$CK")"; }
+for model in mlp cnn; do
+  for inp in queue feed; do
+    check_fails "$model $inp diverges" 1 "floe train: step 2: the loss is nan: training diverged; after the step, variable '" \
+      $TRAIN --model $model --input $inp --epochs 2 --lr 1e30
+    grep -q "^epoch" "$tmp/out" && bad "$model $inp: an epoch line after a NaN loss" || ok
+  done
+done
+# The last step's update overflows while every loss was finite: no checkpoint is written.
+check_fails "last update overflows" 1 "floe train: after epoch 1 (global step 1): training diverged: variable 'dense1/kernel' (f32 [784,512]) holds" \
+  $TRAIN --steps 1 --optimizer rmsprop --lr 3e38 --checkpoint-dir "$tmp/ck2"
+[ -z "$(ls -A "$tmp/ck2" 2>/dev/null)" ] && ok || bad "a checkpoint of non-finite values: $(ls -A "$tmp/ck2")"
+
+if [ -d /usr/share/games/fortunes ]; then
+  # It exited 1 without a word (a NaN loss read as "error printed").
+  check_fails "lstm diverges" 1 "floe train: step 2: the loss is nan: training diverged; after the step, variable 'embed/embeddings' (f32 [50,8]) holds" \
+    "$FLOE" train --model lstm --hidden 8 --layers 1 --vocab 50 --batch 64 --bptt 10 --steps 20 \
+    --eval-windows 1 --lr 3e38 --softmax-lr 3e38
+else
+  echo "SKIP: lstm case (no /usr/share/games/fortunes)"
 fi
 
 echo "test_train_hostile: $pass passed, $fails failed"
