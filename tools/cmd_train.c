@@ -73,8 +73,10 @@ static const char train_help[] =
     "                         that can be made there. A checkpoint is never saved with NaN\n"
     "                         or infinite values\n"
     "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
-    "                         (give the same --epochs: the schedule spans them), at the\n"
-    "                         batch after the one it was saved at. Ctrl-C saves one at\n"
+    "                         (give the same --epochs, --batch and --limit: the schedule\n"
+    "                         spans them), at the batch after the one it was saved at: its\n"
+    "                         global_step variable says which, and must agree with the\n"
+    "                         file's metadata and lie within --epochs. Ctrl-C saves one at\n"
     "                         the next step and prints the command to resume (exit 130)\n"
     "  --stop-after K         end this run after epoch K (1 to --epochs) of the --epochs\n"
     "                         planned (the schedule still spans all of them); go on later\n"
@@ -368,6 +370,7 @@ typedef struct Trainer {
   FloeGraph *g;
   FloeSession *s;
   char loss_name[256], step_name[256], train_name[256];
+  char step_var[256]; /* the global step variable's name (step_name reads it) */
   int tty;
   FloeOpProfile *prof; /* --profile: the training steps' counts over all epochs (malloc'd) */
   FloeStepBreakdown bd; /* --profile: the training steps' breakdown over all epochs */
@@ -437,6 +440,7 @@ static int build_graph(Trainer *t) {
   if (train_vars_collect(g, &t->vars)) return cli_error("train", "out of memory");
   snprintf(t->loss_name, sizeof t->loss_name, "%s", floe_node_name(loss.node));
   snprintf(t->step_name, sizeof t->step_name, "%s", floe_node_name(gs.value.node));
+  snprintf(t->step_var, sizeof t->step_var, "%s", floe_node_name(gs.handle.node));
   snprintf(t->train_name, sizeof t->train_name, "%s", floe_node_name(step));
   return 0;
 }
@@ -525,6 +529,53 @@ static int check_finite(Trainer *t, const char *when) {
   if (r == 0) return 0;
   return cli_error("train", "%s: training diverged: %s;%s try a smaller --lr (this run's: %g)",
                    when, desc, not_saved(&t->o), peak_lr(&t->o));
+}
+
+/* After restoring checkpoint `path`, whose metadata says meta_step: the step to go on from,
+ * the restored global step variable's value, into *step, once it is shown consistent
+ * with the metadata, within this run's plan (--epochs of the steps --batch and --limit
+ * make), and the values finite. 0, or 1 after printing an error naming the file. */
+static int check_resumed(Trainer *t, const char *path, int64_t meta_step, int64_t *step) {
+  const TrainOptions *o = &t->o;
+  int64_t var_step;
+  if (fetch_global_step(t, &var_step))
+    return cli_error("train", "--resume %s: reading the global step: %s", path,
+                     floe_status_message(t->st));
+  if (var_step != meta_step)
+    return cli_error("train", "--resume: checkpoint %s is inconsistent: its metadata says "
+                     "global step %lld but its variable '%s' holds %lld (was it edited, or "
+                     "written by another program?): move it away to resume from the one "
+                     "before, or give another --checkpoint-dir to start afresh", path,
+                     (long long)meta_step, t->step_var, (long long)var_step);
+  int64_t plan = (int64_t)o->epochs * t->per_epoch;
+  if (var_step > plan) {
+    int64_t need = (var_step + t->per_epoch - 1) / t->per_epoch;
+    char more[200];
+    if (need <= MAX_EPOCHS)
+      snprintf(more, sizeof more, "give --epochs %lld or more (with the same --batch and "
+               "--limit as the run that saved it) to continue it, or", (long long)need);
+    else
+      snprintf(more, sizeof more, "no --epochs (at most %d) reaches it with this --batch and "
+               "--limit:", MAX_EPOCHS);
+    return cli_error("train", "--resume: checkpoint %s is at global step %lld, past the end of "
+                     "this run's plan of %lld steps (--epochs %d x %lld steps per epoch: %lld "
+                     "examples in batches of %lld): %s give another --checkpoint-dir to start "
+                     "afresh", path, (long long)var_step, (long long)plan, o->epochs,
+                     (long long)t->per_epoch, (long long)t->n_train, (long long)o->batch, more);
+  }
+  char when[1024];
+  snprintf(when, sizeof when, "--resume: checkpoint %s (global step %lld)", path,
+           (long long)var_step);
+  char desc[512];
+  int r = train_vars_nonfinite(t->s, &t->vars, desc, sizeof desc, t->st);
+  if (r < 0) return cli_error("train", "%s: reading the variables: %s", when,
+                              floe_status_message(t->st));
+  if (r > 0)
+    return cli_error("train", "%s holds non-finite values: %s; move it away to resume from "
+                     "the one before, or give another --checkpoint-dir to start afresh", when,
+                     desc);
+  *step = var_step;
+  return 0;
 }
 
 /* Loads the training (train != 0) or test set of --data and checks, before any graph is
@@ -699,6 +750,11 @@ int cmd_train(int argc, char **argv) {
         free(path);
         goto out;
       }
+      if ((rc = check_resumed(&t, path, global_step, &global_step)) != 0) {
+        free(path);
+        goto out;
+      }
+      rc = 1;
       printf("resumed from %s at global step %lld (epoch %lld, batch %lld)\n", path,
              (long long)global_step, (long long)(per_epoch ? global_step / per_epoch + 1 : 1),
              (long long)(per_epoch ? global_step % per_epoch : 0));

@@ -3,10 +3,11 @@
 # floe train (and floe run) against hostile input, each case a regression test of issue 20's
 # training part: option limits stated in their errors; IDX files that are not 28 x 28, empty,
 # or with labels past 9, named before any graph is built; a --checkpoint-dir that is a file,
-# refused before training; a run that goes non-finite (mlp, cnn, lstm) stopping with the step
-# and the first non-finite variable, never saving a checkpoint of NaNs. The data are small IDX
-# files written here (tests/cli/forge.py), so no dataset is needed but fortunes for the lstm
-# case.
+# refused before training; --resume taking the restored global_step variable as the truth (a
+# file whose metadata disagrees, a step past the plan, non-finite values: errors naming the
+# file); a run that goes non-finite (mlp, cnn, lstm) stopping with the step and the first
+# non-finite variable, never saving a checkpoint of NaNs. The data are small IDX files written
+# here (tests/cli/forge.py), so no dataset is needed but fortunes for the lstm case.
 set -u
 FLOE="${top_builddir}/tools/floe"
 FORGE="python3 ${top_srcdir}/tests/cli/forge.py"
@@ -128,7 +129,7 @@ if [ "$(id -u)" != 0 ]; then # root may write anywhere
   chmod 755 "$tmp/ro"
 fi
 
-# ---- A checkpoint of a good first epoch, for the resumed run that diverges below.
+# ---- 1. --resume goes on from the restored global_step variable, checked against the file.
 # 256 examples in batches of 64: 4 steps per epoch; the first epoch of 2 saves step 4.
 CK="$tmp/ck"
 $TRAIN --epochs 2 --stop-after 1 --checkpoint-dir "$CK" >"$tmp/out" 2>"$tmp/err" || { bad "first epoch"; cat "$tmp/err"; }
@@ -136,6 +137,40 @@ F="$CK/ckpt-0000000004.safetensors"
 [ -f "$F" ] && ok || { bad "no checkpoint $F"; ls "$CK"; }
 cp "$F" "$tmp/good.safetensors"
 restore_good() { rm -f "$CK"/*; cp "$tmp/good.safetensors" "$F"; }
+# The metadata says 3, the variable 4 (it trained on from one and exited 0).
+$FORGE ckpt-step "$F" --meta 3
+check_fails "metadata step differs" 1 "floe train: --resume: checkpoint $F is inconsistent: its metadata says global step 3 but its variable 'global_step' holds 4" \
+  $TRAIN --epochs 2 --checkpoint-dir "$CK" --resume
+grep -q "^epoch" "$tmp/out" && bad "metadata step differs: trained" || ok
+restore_good
+$FORGE ckpt-step "$F" --var global_step=1000
+check_fails "variable step differs" 1 "its metadata says global step 4 but its variable 'global_step' holds 1000" \
+  $TRAIN --epochs 2 --checkpoint-dir "$CK" --resume
+# Past the plan (it ended in "cannot seek to epoch -1", naming neither file nor step).
+restore_good
+$FORGE ckpt-step "$F" --meta 1000000000000 --var global_step=1000000000000
+check_fails "huge step" 1 "floe train: --resume: checkpoint $F is at global step 1000000000000, past the end of this run's plan of 8 steps (--epochs 2 x 4 steps per epoch: 256 examples in batches of 64): no --epochs (at most 1000000) reaches it with this --batch and --limit: give another --checkpoint-dir to start afresh" \
+  $TRAIN --epochs 2 --checkpoint-dir "$CK" --resume
+restore_good
+$FORGE ckpt-step "$F" --meta 10 --var global_step=10
+check_fails "step past the plan" 1 "is at global step 10, past the end of this run's plan of 8 steps (--epochs 2 x 4 steps per epoch: 256 examples in batches of 64): give --epochs 3 or more (with the same --batch and --limit as the run that saved it) to continue it, or give another --checkpoint-dir to start afresh" \
+  $TRAIN --epochs 2 --checkpoint-dir "$CK" --resume
+# Step 8 of a plan of 8: resumed at the end, nothing left to train, not an error.
+restore_good
+$FORGE ckpt-step "$F" --meta 8 --var global_step=8
+$TRAIN --epochs 2 --checkpoint-dir "$CK" --resume >"$tmp/out" 2>"$tmp/err" \
+  && grep -q "^resumed from $F at global step 8 " "$tmp/out" && ok || { bad "resume at the plan's end"; cat "$tmp/out" "$tmp/err"; }
+# A checkpoint holding a NaN (an older floe saved them) is refused, naming the variable.
+restore_good
+$FORGE ckpt-nan "$F" dense2/kernel
+check_fails "NaN checkpoint" 1 "floe train: --resume: checkpoint $F (global step 4) holds non-finite values: variable 'dense2/kernel' (f32 [512,256]) holds 1 NaN or infinite value of 131072, the first nan at index 0" \
+  $TRAIN --epochs 2 --checkpoint-dir "$CK" --resume
+# The real resume still works.
+restore_good
+$TRAIN --epochs 2 --checkpoint-dir "$CK" --resume >"$tmp/out" 2>"$tmp/err" \
+  && grep -q "^resumed from $F at global step 4 (epoch 2, batch 0)" "$tmp/out" && grep -q "^epoch 2/2 loss" "$tmp/out" \
+  && ok || { bad "plain resume"; cat "$tmp/out" "$tmp/err"; }
+
 # ---- 2. Training that goes non-finite stops with exit status 1, naming the step and the
 # first non-finite variable (it printed "loss -nan" every epoch and exited 0), and saves no
 # checkpoint of it: resumed at --lr 1e30, the good checkpoint stays, alone and unchanged (it
