@@ -29,6 +29,17 @@ int cmd_train_lstm(int argc, char **argv);
 /* Prints "floe CMD: message" to stderr; returns 1 (or 2 for usage errors via cli_usage). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *usage);
+/* A numeric option's value: the whole of s, in range, into *out; 0, or prints the one usage
+ * line that names the option, its range and what was given ("--threads takes an integer from
+ * 1 to 4096, got '100000'") and returns 2. cli_number_option: a finite number, lo excluded
+ * when lo_open ("greater than 0 and at most 3.4e+38"). */
+int cli_int_option(const char *cmd, const char *option, const char *s, long long lo,
+                   long long hi, long long *out);
+int cli_number_option(const char *cmd, const char *option, const char *s, double lo,
+                      int lo_open, double hi, double *out);
+/* The largest learning rate, clip norm and so on a float option takes: the values become f32
+ * in the graph, whose largest finite value is 3.40282e+38. */
+#define CLI_F32_MAX 3.4e38
 /* For getopt_long run with opterr = 0 and a leading ':' in the short options: prints the one
  * line about the option that getopt returned c ('?' or ':') for (unknown, ambiguous, missing or
  * unwanted value, with the closest known --name suggested) and returns 2. */

@@ -40,11 +40,13 @@ static const char run_help[] =
     "  --perf                time steps instead of printing outputs: latency min, mean,\n"
     "                        p50, p90, p99, max; runs/s, and samples/s when the inputs\n"
     "                        share a first (batch) dim; the step breakdown\n"
-    "  --warmup N            perf: untimed steps first (default 3)\n"
-    "  --repeat N            perf: timed steps (default 20)\n"
-    "  --duration S          perf: time steps for S seconds instead of --repeat\n"
+    "  --warmup N            perf: untimed steps first (0 to 1000000000; default 3)\n"
+    "  --repeat N            perf: timed steps (1 to 100000000; default 20)\n"
+    "  --duration S          perf: time steps for S seconds instead of --repeat (greater\n"
+    "                        than 0, at most 1000000)\n"
     "  --shape NAME=D0,...   perf: the shape of random input NAME (e.g. x=64,784)\n"
-    "  --threads N           threads of the runtime and of OpenMP (default: all cores)\n"
+    "  --threads N           threads of the runtime and of OpenMP (1 to 4096; default: all\n"
+    "                        cores)\n"
     "  --devices LIST        place the graph with the cost model across these devices\n"
     "                        (e.g. cpu,tpu-sim or cuda:0); default: everything on the\n"
     "                        first device with a kernel (the CPU)\n"
@@ -144,7 +146,11 @@ static int find_shape(const char **specs, int n, const char *name, int *rank, in
       errno = 0;
       long long v = strtoll(p, &end, 10);
       if (errno || end == p || v < 0 || *rank == FLOE_MAX_DIMS || (*end && *end != ',')) {
-        cli_usage("run", "--shape takes NAME=D0,D1,... with dims >= 0");
+        char msg[256];
+        snprintf(msg, sizeof msg, "--shape takes NAME=D0,D1,... with at most %d dims, each an "
+                 "integer from 0 to %lld (the tensor must fit in memory), got '%.60s'",
+                 FLOE_MAX_DIMS, (long long)INT64_MAX, specs[i]);
+        cli_usage("run", msg);
         return -1;
       }
       dims[(*rank)++] = v;
@@ -371,37 +377,27 @@ int cmd_run(int argc, char **argv) {
       case 'T': o.trainable = 1; break;
       case OPT_PERF: o.perf = 1; break;
       case OPT_WARMUP:
-        if (measure_parse_int(optarg, 0, 1000000000, &v)) {
-          rc = cli_usage("run", "--warmup takes N >= 0");
-          goto out;
-        }
+        if ((rc = cli_int_option("run", "--warmup", optarg, 0, 1000000000, &v))) goto out;
         o.warmup = (int)v;
         break;
       case OPT_REPEAT:
-        if (measure_parse_int(optarg, 1, 100000000, &v)) {
-          rc = cli_usage("run", "--repeat takes N >= 1");
-          goto out;
-        }
+        if ((rc = cli_int_option("run", "--repeat", optarg, 1, 100000000, &v))) goto out;
         o.repeat = (int)v;
         repeat_given = 1;
         break;
-      case OPT_DURATION: {
-        char *end;
-        errno = 0;
-        o.duration = strtod(optarg, &end);
-        if (errno || end == optarg || *end || !(o.duration > 0) || o.duration > 1e6) {
-          rc = cli_usage("run", "--duration takes seconds > 0");
+      case OPT_DURATION: /* seconds */
+        if ((rc = cli_number_option("run", "--duration", optarg, 0, 1, 1e6, &o.duration)))
           goto out;
-        }
         break;
-      }
       case OPT_SHAPE: {
         const char *eq = strchr(optarg, '=');
         int rank;
         int64_t dims[FLOE_MAX_DIMS];
         char name[256];
         if (!eq || eq == optarg || (size_t)(eq - optarg) >= sizeof name) {
-          rc = cli_usage("run", "--shape takes NAME=D0,D1,... with dims >= 0");
+          snprintf(name, sizeof name, "--shape takes NAME=D0,D1,... (a name of at most 255 "
+                   "bytes, then '='), got '%.60s'", optarg);
+          rc = cli_usage("run", name);
           goto out;
         }
         snprintf(name, sizeof name, "%.*s", (int)(eq - optarg), optarg);
@@ -413,10 +409,7 @@ int cmd_run(int argc, char **argv) {
         break;
       }
       case OPT_THREADS:
-        if (measure_parse_int(optarg, 1, 4096, &v)) {
-          rc = cli_usage("run", "--threads takes N >= 1");
-          goto out;
-        }
+        if ((rc = cli_int_option("run", "--threads", optarg, 1, 4096, &v))) goto out;
         o.threads = (int)v;
         break;
       case OPT_DEVICES: o.devices = optarg; break;

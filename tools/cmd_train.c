@@ -12,7 +12,6 @@
  * finishes the same schedule. --input queue trains from an input pipeline in the graph
  * (train_input.c) run by a queue runner thread, on the same batches as --input feed.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +25,7 @@
 
 #include "cli.h"
 #include "measure.h"
+#include "train_guard.h"
 #include "train_input.h"
 #include "train_report.h"
 #include "train_signal.h"
@@ -47,29 +47,40 @@ static const char train_help[] =
     "                         initializers become trainable variables; its input must be\n"
     "                         [N,784] or [N,1,28,28] and its output [N,10] logits\n"
     "                         (implies --input feed)\n"
-    "  --epochs N             passes over the training set (default 5)\n"
-    "  --steps N              stop after N training steps (the last epoch may end early;\n"
-    "                         it is still tested and reported as usual)\n"
-    "  --batch N              examples per step (default 64)\n"
+    "  --epochs N             passes over the training set (1 to 1000000; default 5)\n"
+    "  --steps N              stop after N training steps (1 to 2^63-1; the last epoch\n"
+    "                         may end early; it is still tested and reported as usual)\n"
+    "  --batch N              examples per step (1 to 16777216; default 64)\n"
     "  --optimizer NAME       adam (default), sgd, momentum, rmsprop, adagrad\n"
-    "  --lr X                 learning rate (default: 1e-3 for adam and rmsprop, 1e-2 for\n"
+    "  --lr X                 learning rate, greater than 0 and at most 3.4e38 (the\n"
+    "                         largest f32; default: 1e-3 for adam and rmsprop, 1e-2 for\n"
     "                         the others)\n"
     "  --lr-schedule NAME     cosine (default): the learning rate falls from --lr to 0\n"
     "                         along a half cosine over all --epochs (the last steps take\n"
     "                         small ones; about 1 point of test accuracy over constant);\n"
     "                         constant: --lr throughout\n"
-    "  --threads N            threads of the runtime and of OpenMP (default: all cores)\n"
-    "  --seed S               seed of the weights and of the shuffling (default 1)\n"
+    "  --threads N            threads of the runtime and of OpenMP (1 to 4096; default:\n"
+    "                         all cores)\n"
+    "  --seed S               seed of the weights and of the shuffling (0 to 2147483647;\n"
+    "                         default 1)\n"
     "  --data DIR             folder with the four Fashion-MNIST IDX files, .gz or not\n"
     "                         (default /usr/share/datasets/fashion-mnist, from Debian's\n"
-    "                         dataset-fashion-mnist package)\n"
-    "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept)\n"
+    "                         dataset-fashion-mnist package); checked before training:\n"
+    "                         28 x 28 images, labels 0 to 9, as many labels as images,\n"
+    "                         at least one example in each set\n"
+    "  --checkpoint-dir DIR   save a checkpoint after every epoch (the newest 3 are kept);\n"
+    "                         checked before training: a folder you may write in, or one\n"
+    "                         that can be made there. A checkpoint is never saved with NaN\n"
+    "                         or infinite values\n"
     "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
-    "                         (give the same --epochs: the schedule spans them), at the\n"
-    "                         batch after the one it was saved at. Ctrl-C saves one at\n"
+    "                         (give the same --epochs, --batch and --limit: the schedule\n"
+    "                         spans them), at the batch after the one it was saved at: its\n"
+    "                         global_step variable says which, and must agree with the\n"
+    "                         file's metadata and lie within --epochs. Ctrl-C saves one at\n"
     "                         the next step and prints the command to resume (exit 130)\n"
-    "  --stop-after K         end this run after epoch K of the --epochs planned (the\n"
-    "                         schedule still spans all of them); go on later with --resume\n"
+    "  --stop-after K         end this run after epoch K (1 to --epochs) of the --epochs\n"
+    "                         planned (the schedule still spans all of them); go on later\n"
+    "                         with --resume\n"
     "  --input queue|feed     queue (default): the training batches come from an input\n"
     "                         pipeline in the graph (IDX readers, conversion, a FIFO) that\n"
     "                         a background thread runs while the steps train, hiding its\n"
@@ -98,7 +109,9 @@ static const char train_help[] =
     "                         with --steps or --limit)\n"
     "  --json                 end with one JSON line: model, epochs, batch,\n"
     "                         samples_per_sec, test_accuracy, final_loss, wall_seconds,\n"
-    "                         peak_rss_mb, ...\n";
+    "                         peak_rss_mb, ...\n"
+    "A step whose loss is NaN or infinite ends the run with exit status 1, naming the step\n"
+    "and the first variable it left non-finite (try a smaller --lr).\n";
 
 typedef struct TrainOptions {
   const char *model;
@@ -131,15 +144,9 @@ static double now_seconds(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Whole-string integer in [lo, hi]; 0 on success. */
-static int parse_int(const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
+/* The options' limits (each stated by its error, cli_int_option): the epoch count is an int,
+ * a batch's images (2^24 of 784 f32) stay within 64 GB, threads are the runtime's limit. */
+enum { MAX_EPOCHS = 1000000, MAX_BATCH = 1 << 24, MAX_THREADS = 4096 };
 
 /* Returns 0 to go on, else the exit status (help printed: 0 through *done). */
 static int onnx_input_is_image(const char *path);
@@ -187,11 +194,11 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         o->model = optarg;
         break;
       case 'e':
-        if (parse_int(optarg, 1, 1000000, &v)) return cli_usage("train", "--epochs takes N >= 1");
+        if (cli_int_option("train", "--epochs", optarg, 1, MAX_EPOCHS, &v)) return 2;
         o->epochs = (int)v;
         break;
       case 'b':
-        if (parse_int(optarg, 1, 1 << 24, &v)) return cli_usage("train", "--batch takes N >= 1");
+        if (cli_int_option("train", "--batch", optarg, 1, MAX_BATCH, &v)) return 2;
         o->batch = v;
         break;
       case 'o': {
@@ -202,21 +209,15 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         o->optimizer_name = optarg;
         break;
       }
-      case 'l': {
-        char *end;
-        errno = 0;
-        o->lr = strtod(optarg, &end);
-        if (errno || end == optarg || *end || !(o->lr > 0) || !isfinite(o->lr))
-          return cli_usage("train", "--lr takes a number > 0");
+      case 'l':
+        if (cli_number_option("train", "--lr", optarg, 0, 1, CLI_F32_MAX, &o->lr)) return 2;
         break;
-      }
       case 't':
-        if (parse_int(optarg, 1, 4096, &v)) return cli_usage("train", "--threads takes N >= 1");
+        if (cli_int_option("train", "--threads", optarg, 1, MAX_THREADS, &v)) return 2;
         o->threads = (int)v;
         break;
       case 's':
-        if (parse_int(optarg, 0, INT32_MAX, &v))
-          return cli_usage("train", "--seed takes an integer from 0 to 2^31-1");
+        if (cli_int_option("train", "--seed", optarg, 0, INT32_MAX, &v)) return 2;
         o->seed = (uint64_t)v;
         break;
       case 'd': o->data = optarg; break;
@@ -231,8 +232,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         o->cosine = !strcmp(optarg, "cosine");
         break;
       case OPT_STOP:
-        if (parse_int(optarg, 1, 1000000, &v))
-          return cli_usage("train", "--stop-after takes an epoch number K >= 1");
+        if (cli_int_option("train", "--stop-after", optarg, 1, MAX_EPOCHS, &v)) return 2;
         o->stop_after = (int)v;
         break;
       case OPT_INPUT:
@@ -245,12 +245,12 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       case OPT_COMPRESS: o->compress = 1; break;
       case OPT_SAVE_GRAPH: o->save_graph = optarg; break;
       case OPT_STEPS:
-        if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--steps takes N >= 1");
+        if (cli_int_option("train", "--steps", optarg, 1, INT64_MAX, &v)) return 2;
         o->max_steps = v;
         break;
       case OPT_TRACE: o->trace = optarg; break;
       case OPT_LIMIT:
-        if (parse_int(optarg, 1, INT64_MAX, &v)) return cli_usage("train", "--limit takes N >= 1");
+        if (cli_int_option("train", "--limit", optarg, 1, INT64_MAX, &v)) return 2;
         o->limit = v;
         break;
       case 'h':
@@ -370,12 +370,15 @@ typedef struct Trainer {
   FloeGraph *g;
   FloeSession *s;
   char loss_name[256], step_name[256], train_name[256];
+  char step_var[256]; /* the global step variable's name (step_name reads it) */
   int tty;
   FloeOpProfile *prof; /* --profile: the training steps' counts over all epochs (malloc'd) */
   FloeStepBreakdown bd; /* --profile: the training steps' breakdown over all epochs */
   int num_prof;
   int64_t n_train, per_epoch;
-  char *images, *labels;   /* --input queue: the training files (malloc'd) */
+  char *images, *labels;   /* the training files (malloc'd; --input queue reads them) */
+  char *test_images, *test_labels; /* the test files (malloc'd) */
+  TrainVars vars;          /* every variable, for the checks of finite values */
   FloeQueueRunner *runner; /* --input queue: runs input/enqueue while training */
 } Trainer;
 
@@ -383,6 +386,9 @@ static void train_free(Trainer *t) {
   floe_queue_runner_free(t->runner); /* before the session it runs steps of */
   free(t->images);
   free(t->labels);
+  free(t->test_images);
+  free(t->test_labels);
+  train_vars_free(&t->vars);
   free(t->prof);
   floe_session_free(t->s);
   floe_graph_free(t->g);
@@ -431,8 +437,10 @@ static int build_graph(Trainer *t) {
   floe_variables_initializer(g, "init");
   if (floe_graph_status(g) != FLOE_OK)
     return cli_error("train", "building the model: %s", floe_graph_error(g, NULL));
+  if (train_vars_collect(g, &t->vars)) return cli_error("train", "out of memory");
   snprintf(t->loss_name, sizeof t->loss_name, "%s", floe_node_name(loss.node));
   snprintf(t->step_name, sizeof t->step_name, "%s", floe_node_name(gs.value.node));
+  snprintf(t->step_var, sizeof t->step_var, "%s", floe_node_name(gs.handle.node));
   snprintf(t->train_name, sizeof t->train_name, "%s", floe_node_name(step));
   return 0;
 }
@@ -470,21 +478,143 @@ static double evaluate(Trainer *t) {
   return total ? (double)correct / (double)total : 0.0;
 }
 
-static int64_t fetch_global_step(Trainer *t) {
+/* The global step variable's value into *step: 0, or -1 with t->st set. */
+static int fetch_global_step(Trainer *t, int64_t *step) {
   const char *f = t->step_name;
   FloeTensor *v = NULL;
   if (floe_session_run(t->s, NULL, 0, &f, 1, NULL, 0, &v, t->st) != FLOE_OK) return -1;
-  int64_t step = *(const int64_t *)floe_tensor_data(v);
+  *step = *(const int64_t *)floe_tensor_data(v);
   floe_tensor_release(v);
-  return step;
+  return 0;
+}
+
+/* "nan", "inf" or "-inf" (printf spells a NaN "-nan" or "nan" by its sign bit). */
+static const char *nonfinite_name(double x) { return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
+
+/* The learning rate this run asked for (the schedule's peak). */
+static double peak_lr(const TrainOptions *o) {
+  FloeOptimizerOptions d;
+  floe_optimizer_options_init(&d, o->optimizer);
+  return isnan(o->lr) ? d.learning_rate : o->lr;
+}
+
+/* With --checkpoint-dir, what a diverged run says of its checkpoints. */
+static const char *not_saved(const TrainOptions *o) {
+  return o->checkpoint_dir ? " no checkpoint saved of it (the folder keeps the earlier ones);" : "";
+}
+
+/* After the step whose loss was not finite: the error naming the step, the loss and the first
+ * variable the step left non-finite. Nothing is saved, so no checkpoint holds NaNs. 1. */
+static int report_diverged(Trainer *t, int64_t step, double loss) {
+  char desc[512];
+  int r = train_vars_nonfinite(t->s, &t->vars, desc, sizeof desc, t->st);
+  if (r < 0)
+    snprintf(desc, sizeof desc, "(reading the variables failed: %s)", floe_status_message(t->st));
+  else if (r == 0)
+    snprintf(desc, sizeof desc, "every variable is still finite");
+  return cli_error("train", "step %lld: the loss is %s: training diverged; after the step, %s;%s "
+                   "try a smaller --lr (this run's: %g)", (long long)step, nonfinite_name(loss),
+                   desc, not_saved(&t->o), peak_lr(&t->o));
+}
+
+/* Before a checkpoint is saved or the model used: 0 when every variable is finite, else 1
+ * after printing an error that says when (`when`: "after epoch 2 (global step 20)") and
+ * which variable. A checkpoint is never written with non-finite values, so keeping the
+ * newest 3 never removes a finite one in favour of NaNs. */
+static int check_finite(Trainer *t, const char *when) {
+  char desc[512];
+  int r = train_vars_nonfinite(t->s, &t->vars, desc, sizeof desc, t->st);
+  if (r < 0)
+    return cli_error("train", "%s: reading the variables: %s", when, floe_status_message(t->st));
+  if (r == 0) return 0;
+  return cli_error("train", "%s: training diverged: %s;%s try a smaller --lr (this run's: %g)",
+                   when, desc, not_saved(&t->o), peak_lr(&t->o));
+}
+
+/* After restoring checkpoint `path`, whose metadata says meta_step: the step to go on from,
+ * the restored global step variable's value, into *step, once it is shown consistent
+ * with the metadata, within this run's plan (--epochs of the steps --batch and --limit
+ * make), and the values finite. 0, or 1 after printing an error naming the file. */
+static int check_resumed(Trainer *t, const char *path, int64_t meta_step, int64_t *step) {
+  const TrainOptions *o = &t->o;
+  int64_t var_step;
+  if (fetch_global_step(t, &var_step))
+    return cli_error("train", "--resume %s: reading the global step: %s", path,
+                     floe_status_message(t->st));
+  if (var_step != meta_step)
+    return cli_error("train", "--resume: checkpoint %s is inconsistent: its metadata says "
+                     "global step %lld but its variable '%s' holds %lld (was it edited, or "
+                     "written by another program?): move it away to resume from the one "
+                     "before, or give another --checkpoint-dir to start afresh", path,
+                     (long long)meta_step, t->step_var, (long long)var_step);
+  int64_t plan = (int64_t)o->epochs * t->per_epoch;
+  if (var_step > plan) {
+    int64_t need = (var_step + t->per_epoch - 1) / t->per_epoch;
+    char more[200];
+    if (need <= MAX_EPOCHS)
+      snprintf(more, sizeof more, "give --epochs %lld or more (with the same --batch and "
+               "--limit as the run that saved it) to continue it, or", (long long)need);
+    else
+      snprintf(more, sizeof more, "no --epochs (at most %d) reaches it with this --batch and "
+               "--limit:", MAX_EPOCHS);
+    return cli_error("train", "--resume: checkpoint %s is at global step %lld, past the end of "
+                     "this run's plan of %lld steps (--epochs %d x %lld steps per epoch: %lld "
+                     "examples in batches of %lld): %s give another --checkpoint-dir to start "
+                     "afresh", path, (long long)var_step, (long long)plan, o->epochs,
+                     (long long)t->per_epoch, (long long)t->n_train, (long long)o->batch, more);
+  }
+  char when[1024];
+  snprintf(when, sizeof when, "--resume: checkpoint %s (global step %lld)", path,
+           (long long)var_step);
+  char desc[512];
+  int r = train_vars_nonfinite(t->s, &t->vars, desc, sizeof desc, t->st);
+  if (r < 0) return cli_error("train", "%s: reading the variables: %s", when,
+                              floe_status_message(t->st));
+  if (r > 0)
+    return cli_error("train", "%s holds non-finite values: %s; move it away to resume from "
+                     "the one before, or give another --checkpoint-dir to start afresh", when,
+                     desc);
+  *step = var_step;
+  return 0;
+}
+
+/* Loads the training (train != 0) or test set of --data and checks, before any graph is
+ * built, what the models need of it: images of 28 x 28 pixels, labels 0 to 9, at least one
+ * example (floe_idx_load checks each file's magic, that the header matches the data, and that
+ * the two files count the same examples). Keeps the first --limit examples. 0, or 1 after
+ * printing an error naming the file and what it holds. */
+static int load_set(Trainer *t, int train, FloeDataset **out, char **images, char **labels) {
+  const TrainOptions *o = &t->o;
+  if (floe_fashion_mnist_files(o->data, train, images, labels, t->st) != FLOE_OK ||
+      !(*out = floe_idx_load(*images, *labels, t->st)))
+    return cli_error("train", "%s", floe_status_message(t->st));
+  const FloeDataset *d = *out;
+  const char *set = train ? "training" : "test";
+  int64_t n = floe_dataset_size(d), rows = floe_dataset_rows(d), cols = floe_dataset_cols(d);
+  if (rows != 28 || cols != 28)
+    return cli_error("train", "%s: the %s images are %lld x %lld pixels; the models take "
+                     "Fashion-MNIST's 28 x 28: give --data DIR with such files", *images, set,
+                     (long long)rows, (long long)cols);
+  if (n == 0)
+    return cli_error("train", "%s: the %s set is empty (the file declares 0 images): nothing "
+                     "to %s; give --data DIR with non-empty files", *images, set,
+                     train ? "train on" : "test on");
+  const uint8_t *l = floe_dataset_labels(d);
+  for (int64_t i = 0; i < n; i++)
+    if (l[i] > 9)
+      return cli_error("train", "%s: offset %lld: the label of example %lld is %u; the models "
+                       "have 10 classes (labels 0 to 9)", *labels, (long long)(8 + i),
+                       (long long)i, l[i]);
+  if (o->limit) floe_dataset_truncate(*out, o->limit);
+  return 0;
 }
 
 /* After Ctrl-C: with --checkpoint-dir, saves a checkpoint of this step (a resumed run goes
  * on at the batch after it, as the global step implies) and prints how to resume; else says
  * nothing was saved. Returns 130, the status of a run ended by SIGINT. */
 static int stop_at_signal(Trainer *t, const TrainOptions *o, int argc, char **argv) {
-  int64_t step = fetch_global_step(t);
-  if (step < 0) {
+  int64_t step;
+  if (fetch_global_step(t, &step)) {
     cli_error("train", "interrupted; reading the global step: %s", floe_status_message(t->st));
     return 130;
   }
@@ -493,6 +623,9 @@ static int stop_at_signal(Trainer *t, const TrainOptions *o, int argc, char **ar
             "--checkpoint-dir)\n", (long long)step);
     return 130;
   }
+  char when[96];
+  snprintf(when, sizeof when, "interrupted at global step %lld", (long long)step);
+  if (check_finite(t, when)) return 130;
   if (floe_checkpoint_save(t->s, o->checkpoint_dir, NULL, step, 3, NULL, t->st) != FLOE_OK) {
     cli_error("train", "interrupted; saving a checkpoint: %s", floe_status_message(t->st));
     return 130;
@@ -548,15 +681,14 @@ int cmd_train(int argc, char **argv) {
   t.st = floe_status_new();
   if (!t.st) return cli_error("train", "out of memory");
   t.tty = isatty(STDOUT_FILENO);
-  if (!(t.train = floe_fashion_mnist_load(o->data, 1, t.st)) ||
-      !(t.test = floe_fashion_mnist_load(o->data, 0, t.st))) {
-    rc = cli_error("train", "%s", floe_status_message(t.st));
+  char msg[1024];
+  if (o->checkpoint_dir && train_check_checkpoint_dir(o->checkpoint_dir, msg, sizeof msg)) {
+    rc = cli_error("train", "%s", msg); /* before an epoch's work, not after it */
     goto out;
   }
-  if (o->limit) {
-    floe_dataset_truncate(t.train, o->limit);
-    floe_dataset_truncate(t.test, o->limit);
-  }
+  if (load_set(&t, 1, &t.train, &t.images, &t.labels) ||
+      load_set(&t, 0, &t.test, &t.test_images, &t.test_labels))
+    goto out;
   t.n_train = floe_dataset_size(t.train);
   t.per_epoch = (t.n_train + o->batch - 1) / o->batch; /* the last batch may be shorter */
   if (o->queue) {
@@ -564,10 +696,6 @@ int cmd_train(int argc, char **argv) {
      * sound and how many examples they hold. */
     floe_dataset_free(t.train);
     t.train = NULL;
-    if (floe_fashion_mnist_files(o->data, 1, &t.images, &t.labels, t.st) != FLOE_OK) {
-      rc = cli_error("train", "%s", floe_status_message(t.st));
-      goto out;
-    }
   } else if (!(t.batches = floe_batcher_new(t.train, o->batch, 1, o->seed, o->cnn, 0, t.st))) {
     rc = cli_error("train", "%s", floe_status_message(t.st));
     goto out;
@@ -622,6 +750,11 @@ int cmd_train(int argc, char **argv) {
         free(path);
         goto out;
       }
+      if ((rc = check_resumed(&t, path, global_step, &global_step)) != 0) {
+        free(path);
+        goto out;
+      }
+      rc = 1;
       printf("resumed from %s at global step %lld (epoch %lld, batch %lld)\n", path,
              (long long)global_step, (long long)(per_epoch ? global_step / per_epoch + 1 : 1),
              (long long)(per_epoch ? global_step % per_epoch : 0));
@@ -642,8 +775,8 @@ int cmd_train(int argc, char **argv) {
     int64_t start = e == first_epoch ? first_batch : 0;
     if (t.batches) floe_batcher_start_epoch(t.batches, e, start);
     int64_t epoch_total = n_train - start * o->batch, epoch_done = 0, steps = 0;
-    if (o->max_steps && (o->max_steps - total_steps) * o->batch < epoch_total)
-      epoch_total = (o->max_steps - total_steps) * o->batch; /* --steps ends it early */
+    if (o->max_steps && o->max_steps - total_steps < per_epoch - start) /* --steps ends it early */
+      epoch_total = (o->max_steps - total_steps) * o->batch; /* (no overflow: < per_epoch) */
     double loss_sum = 0, epoch_secs = 0, t0 = now_seconds(), last_draw = 0;
     int r = 0;
     if (o->profile) floe_session_set_profiling(t.s, 1); /* training steps only */
@@ -690,8 +823,14 @@ int cmd_train(int argc, char **argv) {
                        floe_status_message(t.st));
         goto out;
       }
-      loss_sum += *(const float *)floe_tensor_data(lv);
+      double loss = *(const float *)floe_tensor_data(lv);
       floe_tensor_release(lv);
+      if (!isfinite(loss)) { /* stop here: never go on to test or save NaNs */
+        if (t.tty) printf("\n");
+        rc = report_diverged(&t, global_step + steps + 1, loss);
+        goto out;
+      }
+      loss_sum += loss;
       steps++;
       if (train_sigint_pending()) { /* Ctrl-C: stop at this step boundary */
         if (t.tty) printf("\n");
@@ -720,8 +859,15 @@ int cmd_train(int argc, char **argv) {
     train_secs += epoch_secs;
     trained += epoch_done;
     final_loss = steps ? loss_sum / (double)steps : NAN;
-    if ((global_step = fetch_global_step(&t)) < 0) {
+    if (fetch_global_step(&t, &global_step)) {
       rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
+      goto out;
+    }
+    char when[64];
+    snprintf(when, sizeof when, "after epoch %d (global step %lld)", e + 1,
+             (long long)global_step);
+    if (check_finite(&t, when)) { /* the last step's update overflowed: a finite loss before it */
+      if (t.tty) printf("\n");
       goto out;
     }
     if (t.tty) printf("  testing..."), fflush(stdout);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* floe.c - the floe command: devices, plugins, ops, run, graph, train. */
-#include <signal.h>
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,40 @@ int cli_error(const char *cmd, const char *fmt, ...) {
 int cli_usage(const char *cmd, const char *usage) {
   fprintf(stderr, "floe %s: %s; see 'floe help %s'\n", cmd, usage, cmd);
   return 2;
+}
+
+int cli_int_option(const char *cmd, const char *option, const char *s, long long lo,
+                   long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (!errno && end != s && !*end && v >= lo && v <= hi) {
+    *out = v;
+    return 0;
+  }
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s takes an integer from %lld to %lld, got '%.40s'", option, lo, hi,
+           s);
+  return cli_usage(cmd, msg);
+}
+
+int cli_number_option(const char *cmd, const char *option, const char *s, double lo,
+                      int lo_open, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (!errno && end != s && !*end && isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi) {
+    *out = v;
+    return 0;
+  }
+  char msg[256];
+  if (lo_open)
+    snprintf(msg, sizeof msg, "%s takes a number greater than %.10g and at most %.10g, got "
+             "'%.40s'", option, lo, hi, s);
+  else
+    snprintf(msg, sizeof msg, "%s takes a number from %.10g to %.10g, got '%.40s'", option, lo,
+             hi, s);
+  return cli_usage(cmd, msg);
 }
 
 /* Levenshtein distance of a and b[0..bn), capped at 64 characters. */

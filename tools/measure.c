@@ -2,7 +2,6 @@
 /* measure.c - see measure.h. */
 #include "measure.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,15 +96,6 @@ double measure_percentile(const double *sorted, int n, double p) {
   if (k < 0) k = 0;
   if (k >= n) k = n - 1;
   return sorted[k];
-}
-
-int measure_parse_int(const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
 }
 
 static uint64_t next(uint64_t *s) { /* splitmix64 */

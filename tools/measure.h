@@ -27,9 +27,6 @@ void measure_profile_json(JsonWriter *w, const FloeOpProfile *rows, int n);
 /* The value at fraction p (0..1) of sorted[0..n) (nearest rank); 0 when n is 0. */
 double measure_percentile(const double *sorted, int n, double p);
 
-/* Whole-string integer in [lo, hi]; 0 on success, -1 otherwise. */
-int measure_parse_int(const char *s, long long lo, long long hi, long long *out);
-
 /* A host tensor of dt and the given dims with values drawn from *seed (floats uniform in
  * [-1, 1), integers 0 or 1, bools false or true). Caller releases; NULL with st set. */
 FloeTensor *measure_random_tensor(FloeDType dt, int rank, const int64_t *dims, uint64_t *seed,

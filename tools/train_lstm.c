@@ -34,6 +34,7 @@
 
 #include "cli.h"
 #include "measure.h"
+#include "train_guard.h"
 #include "train_report.h"
 
 static const char lstm_help[] =
@@ -45,6 +46,9 @@ static const char lstm_help[] =
     "                  [--json]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
+    "  Integers: 1 to 1073741824 unless said (--layers 1 to 8, --vocab from 3,\n"
+    "  --eval-windows from 0, --seed 0 to 2147483647, --threads 1 to 4096); rates and\n"
+    "  --clip: at most 3.4e38 (the largest f32).\n"
     "  --steps N              training windows (default: --epochs whole epochs)\n"
     "  --epochs N             epochs when --steps is not given (default 1)\n"
     "  --batch N              rows per window (default 64)\n"
@@ -89,7 +93,9 @@ static const char lstm_help[] =
     "  words/s R seconds S\" (L the epoch's mean training loss, P the held-out perplexity\n"
     "  then; a terminal also gets a progress line), at the end \"perplexity P\n"
     "  unigram_perplexity U words/s R wall_seconds W peak_rss_mb M\". The first window\n"
-    "  builds the executor: it is not in words/s, seconds or train_seconds.\n";
+    "  builds the executor: it is not in words/s, seconds or train_seconds. A window whose\n"
+    "  loss is NaN or infinite ends the run with exit status 1, naming the step and the\n"
+    "  first variable it left non-finite.\n";
 
 /* Adam's rate for the output layer (see the header comment). */
 #define OUTPUT_LAYER_LR 0.05
@@ -148,26 +154,16 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       case 'S': target = &o->seed, lo = 0, hi = 2147483647; break;
       case 'T': target = &o->threads, hi = 4096; break;
       case 'E': target = &o->eval, lo = 0; break;
-      case 'r': {
-        char *end;
-        o->lr = strtod(optarg, &end);
-        if (*end || !(o->lr > 0)) return cli_usage("train", "--lr takes a number > 0");
+      case 'r':
+        if (cli_number_option("train", "--lr", optarg, 0, 1, CLI_F32_MAX, &o->lr)) return 2;
         break;
-      }
-      case 'R': {
-        char *end;
-        o->softmax_lr = strtod(optarg, &end);
-        if (*end || !(o->softmax_lr > 0))
-          return cli_usage("train", "--softmax-lr takes a number > 0");
+      case 'R':
+        if (cli_number_option("train", "--softmax-lr", optarg, 0, 1, CLI_F32_MAX, &o->softmax_lr))
+          return 2;
         break;
-      }
-      case 'C': {
-        char *end;
-        o->clip = strtod(optarg, &end);
-        if (*end || !(o->clip >= 0) || !isfinite(o->clip))
-          return cli_usage("train", "--clip takes a number >= 0 (0: no clipping)");
+      case 'C': /* 0: no clipping */
+        if (cli_number_option("train", "--clip", optarg, 0, 0, CLI_F32_MAX, &o->clip)) return 2;
         break;
-      }
       case 'd': o->data = optarg; break;
       case 'j': o->json = 1; break;
       case 'P': o->profile = 1; break;
@@ -182,15 +178,9 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       default: return cli_bad_option("train --model lstm", c, argv, opts);
     }
     if (target) {
-      char *end;
-      long long v = strtoll(optarg, &end, 10);
-      if (*end || v < lo || v > hi) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "--%s takes an integer from %lld to %lld, got '%s'",
-                 opts[li].name, lo, hi, optarg);
-        return cli_usage("train", msg);
-      }
-      *target = v;
+      char name[32];
+      snprintf(name, sizeof name, "--%s", opts[li].name);
+      if (cli_int_option("train", name, optarg, lo, hi, target)) return 2;
     }
   }
   if (optind < argc) return cli_usage("train", "unexpected argument (see --help)");
@@ -207,6 +197,7 @@ typedef struct Lm {
   int layers;
   char (*h_in)[32], (*c_in)[32], (*h_out)[32], (*c_out)[32]; /* state names per layer */
   FloeOutput lstm_w[8], lstm_b[8]; /* each layer's weights (variables' values) */
+  TrainVars vars; /* every variable, for the checks of finite values */
 } Lm;
 
 static FloeOutput i32_const(FloeGraph *g, const int32_t *v, int n, int rank) {
@@ -354,6 +345,7 @@ static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
     floe_status_free(gst);
     return grc ? grc : -1; /* -1: stop here, successfully */
   }
+  if (train_vars_collect(g, &m->vars)) return cli_error("train", "out of memory");
   FloeSessionOptions so;
   floe_session_options_init(&so);
   so.runtime = rt;
@@ -378,10 +370,10 @@ static void zero_states(FloeTensor **states, int n, int64_t batch, int64_t hidde
   }
 }
 
-/* One window: feeds x, y and the states; fetches the loss (and new states). targets: run the
- * training step too. Returns the loss, or NAN with the error printed. */
-static double run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
-                         const char *loss_name, int train) {
+/* One window: feeds x, y and the states; fetches the loss into *loss (and new states).
+ * targets: run the training step too. 0, or 1 with the error printed. */
+static int run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
+                      const char *loss_name, int train, double *loss) {
   int L = m->layers;
   FloeFeed feeds[2 + 16];
   const char *fetch[1 + 16];
@@ -399,11 +391,10 @@ static double run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **state
   FloeStatus *st = floe_status_new();
   floe_code rc = floe_session_run(m->s, feeds, 2 + 2 * L, fetch, 1 + 2 * L, train ? targets : NULL,
                                   train ? 1 : 0, out, st);
-  double loss = NAN;
   if (rc != FLOE_OK) {
     cli_error("train", "%s", floe_status_message(st));
   } else {
-    loss = *(const float *)floe_tensor_data(out[0]);
+    *loss = *(const float *)floe_tensor_data(out[0]);
     floe_tensor_release(out[0]);
     for (int i = 0; i < 2 * L; i++) {
       floe_tensor_release(states[i]);
@@ -411,7 +402,37 @@ static double run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **state
     }
   }
   floe_status_free(st);
-  return loss;
+  return rc != FLOE_OK;
+}
+
+/* "nan", "inf" or "-inf" (printf spells a NaN "-nan" or "nan" by its sign bit). */
+static const char *nonfinite_name(double x) { return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
+
+/* After the training step whose loss was not finite: the error naming the step, the loss and
+ * the first variable the step left non-finite. Returns 1. */
+static int report_diverged(Lm *m, const LstmOptions *o, int64_t step, double loss,
+                           FloeStatus *st) {
+  char desc[512];
+  int r = train_vars_nonfinite(m->s, &m->vars, desc, sizeof desc, st);
+  if (r < 0)
+    snprintf(desc, sizeof desc, "(reading the variables failed: %s)", floe_status_message(st));
+  else if (r == 0)
+    snprintf(desc, sizeof desc, "every variable is still finite");
+  return cli_error("train", "step %lld: the loss is %s: training diverged; after the step, %s; "
+                   "try a smaller --lr or --softmax-lr (this run's: %g and %g) or --clip N",
+                   (long long)step, nonfinite_name(loss), desc, o->lr, o->softmax_lr);
+}
+
+/* Before the model is evaluated or exported: 0 when every variable is finite, else 1 after
+ * printing an error that says when (`when`: "after epoch 2 (step 400)") and which variable. */
+static int check_finite(Lm *m, const LstmOptions *o, const char *when, FloeStatus *st) {
+  char desc[512];
+  int r = train_vars_nonfinite(m->s, &m->vars, desc, sizeof desc, st);
+  if (r < 0)
+    return cli_error("train", "%s: reading the variables: %s", when, floe_status_message(st));
+  if (r == 0) return 0;
+  return cli_error("train", "%s: training diverged: %s; try a smaller --lr or --softmax-lr "
+                   "(this run's: %g and %g) or --clip N", when, desc, o->lr, o->softmax_lr);
 }
 
 /* Held-out perplexity into *ppl: the full softmax over the first --eval-windows (0: all)
@@ -429,10 +450,16 @@ static int evaluate(Lm *m, const LstmOptions *o, FloeTextWindows *tew, FloeTenso
     if (got == 0) break;
     if (got < 0)
       return cli_error("train", "reading the held-out windows: %s", floe_status_message(st));
-    double l = run_window(m, x, y, states, "eval_loss", 0);
+    double l = 0;
+    int bad = run_window(m, x, y, states, "eval_loss", 0, &l);
     floe_tensor_release(x);
     floe_tensor_release(y);
-    if (isnan(l)) return 1; /* printed */
+    if (bad) return 1; /* printed */
+    if (!isfinite(l))
+      return cli_error("train", "held-out window %lld: the loss is %s although every variable "
+                       "is finite; the model's outputs overflow: try a smaller --lr or "
+                       "--softmax-lr (this run's: %g and %g) or --clip N", (long long)(i + 1),
+                       nonfinite_name(l), o->lr, o->softmax_lr);
     sum += l;
     n++;
   }
@@ -552,12 +579,14 @@ int cmd_train_lstm(int argc, char **argv) {
         floe_session_set_tracing(m.s, o.trace && timed_steps > 0 ? FLOE_TRACE_RESUME : FLOE_TRACE_START);
       }
       double t0 = now_s();
-      double loss = run_window(&m, x, y, states, "loss", 1);
+      double loss = 0;
+      int bad = run_window(&m, x, y, states, "loss", 1, &loss);
       double dt = now_s() - t0;
       floe_tensor_release(x);
       floe_tensor_release(y);
-      if (isnan(loss)) {
+      if (bad || !isfinite(loss)) {
         if (tty) printf("\n");
+        if (!bad) report_diverged(&m, &o, step + 1, loss, st); /* never evaluate NaNs */
         rc = 1;
         goto out_states;
       }
@@ -587,6 +616,13 @@ int cmd_train_lstm(int argc, char **argv) {
     train_secs += epoch_secs;
     timed_words += epoch_words;
     final_loss = loss_sum / (double)n;
+    char when[64];
+    snprintf(when, sizeof when, "after epoch %d (step %lld)", e + 1, (long long)(first + n));
+    if (check_finite(&m, &o, when, st)) { /* the last update overflowed: a finite loss before it */
+      if (tty) printf("\n");
+      rc = 1;
+      goto out_states;
+    }
     if (tty) printf("  testing..."), fflush(stdout);
     if (evaluate(&m, &o, tew, states, &ppl, &n_eval, st)) {
       if (tty) printf("\n");
@@ -693,6 +729,7 @@ int cmd_train_lstm(int argc, char **argv) {
 out_states:
   for (int i = 0; i < 16; i++) floe_tensor_release(states[i]);
 out_model:
+  train_vars_free(&m.vars);
   floe_session_free(m.s);
   floe_graph_free(m.g);
 out_corpus:

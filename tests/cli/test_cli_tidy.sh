@@ -34,7 +34,7 @@ one_line_error "run did you mean" "(did you mean --fetch?)" "$FLOE" run --fetsh 
 one_line_error "ambiguous" "option '--s' is ambiguous (--seed, --stop-after, --save-graph, --steps)" "$FLOE" train --s 1
 one_line_error "needs a value" "option '--fetch' needs a value" "$FLOE" run --fetch
 one_line_error "takes no value" "option '--json' takes no value" "$FLOE" devices --json=1
-one_line_error "bad value" "^floe train: --epochs takes N >= 1; see 'floe help train'\$" "$FLOE" train --epochs 0
+one_line_error "bad value" "^floe train: --epochs takes an integer from 1 to 1000000, got '0'; see 'floe help train'\$" "$FLOE" train --epochs 0
 one_line_error "unknown command" "^floe: unknown command 'trian' (did you mean train?); see 'floe help'\$" "$FLOE" trian
 
 # 2. floe help

@@ -144,8 +144,8 @@ else
 fi
 
 # ---- errors ----
-check_fails "bad --repeat" 2 "--repeat takes N >= 1" "$FLOE" run "$G" --fetch z --perf --repeat 0
-check_fails "bad --repeat text" 2 "--repeat takes N >= 1" "$FLOE" run "$G" --fetch z --perf --repeat x
+check_fails "bad --repeat" 2 "--repeat takes an integer from 1 to 100000000, got '0'" "$FLOE" run "$G" --fetch z --perf --repeat 0
+check_fails "bad --repeat text" 2 "--repeat takes an integer from 1 to 100000000, got 'x'" "$FLOE" run "$G" --fetch z --perf --repeat x
 check_fails "repeat and duration" 2 "not both" "$FLOE" run "$G" --fetch z --perf --repeat 3 \
   --duration 1
 check_fails "repeat without perf" 2 "go with --perf" "$FLOE" run "$G" --fetch z --repeat 3
@@ -175,7 +175,7 @@ assert d['steps'] == 3 and d['global_step'] == 3, d
 assert 0 <= d['test_accuracy'] <= 1, d
 parts(d['breakdown'])"
   done
-  check_fails "train bad --steps" 2 "--steps takes N >= 1" "$FLOE" train --steps 0
+  check_fails "train bad --steps" 2 "--steps takes an integer from 1 to" "$FLOE" train --steps 0
   if [ -f "$tmp/mlp.onnx" ]; then
     check "train --onnx --steps" "$FLOE" train --onnx "$tmp/mlp.onnx" --limit 640 --epochs 1 \
       --steps 2 --json

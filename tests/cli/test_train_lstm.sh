@@ -30,8 +30,8 @@ check_fails "missing corpus" 1 "fortunes" "$FLOE" train --model lstm --data "$tm
 grep -q -- "--data DIR" "$tmp/err" && ok || { bad "missing corpus: no --data DIR hint"; cat "$tmp/err"; }
 check_fails "sampled >= vocab" 2 "smaller than --vocab" "$FLOE" train --model lstm --vocab 100 --sampled-softmax 100
 check_fails "bad --hidden" 2 "--hidden takes an integer" "$FLOE" train --model lstm --hidden 0
-check_fails "bad --softmax-lr" 2 "--softmax-lr takes a number > 0" "$FLOE" train --model lstm --softmax-lr 0
-check_fails "bad --clip" 2 "--clip takes a number >= 0" "$FLOE" train --model lstm --clip -1
+check_fails "bad --softmax-lr" 2 "--softmax-lr takes a number greater than 0 and at most 3.4e+38, got '0'" "$FLOE" train --model lstm --softmax-lr 0
+check_fails "bad --clip" 2 "--clip takes a number from 0 to 3.4e+38, got '-1'" "$FLOE" train --model lstm --clip -1
 check_fails "unknown option" 2 "unknown option" "$FLOE" train --model lstm --bogus
 
 if [ ! -d "$DATA" ]; then
