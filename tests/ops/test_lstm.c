@@ -1072,6 +1072,7 @@ static Suite *lstm_suite(void) {
   tcase_add_test(tc, training_step_lowers_the_loss);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
+  tcase_set_timeout(tc, 60); /* allocation_failures_are_clean took > 4 s under TSan on a busy machine */
   tcase_add_test(tc, static_shape_errors);
   tcase_add_test(tc, dtype_errors);
   tcase_add_test(tc, builder_errors);
