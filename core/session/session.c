@@ -53,6 +53,10 @@ struct FloeSession {
   FloeExecStep **active;   /* steps running now (guarded by mu), for cancel and close */
   int num_active, cap_active;
   bool closed;             /* floe_session_close ran (guarded by mu) */
+  /* Steps whose runs returned at their deadline while asynchronous kernels had not called
+   * done (guarded by mu): they use the session's executors until those kernels finish. */
+  int left_behind;
+  bool free_pending;       /* floe_session_free ran meanwhile: the last of them frees s */
 };
 
 /* One resolved feed or fetch; pos is its place in the caller's arrays. */
@@ -813,9 +817,31 @@ err_oom:
   return NULL;
 }
 
-/* Frees the session and its cached executors. No run may be in progress. NULL is a no-op. */
+static void session_destroy(FloeSession *s);
+
+/* Frees the session and its cached executors. No run may be in progress. NULL is a no-op.
+ * Steps that runs left behind at their deadline (kernels that have not called done) still
+ * use it: then the last of them to end frees it. */
 void floe_session_free(FloeSession *s) {
   if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  bool later = s->left_behind > 0;
+  s->free_pending = later;
+  pthread_mutex_unlock(&s->mu);
+  if (!later) session_destroy(s);
+}
+
+/* FloeMultiRunCtl.keep: a step left behind (+1), or one of those ended and was freed (-1). */
+static void keep_session(void *arg, int delta) {
+  FloeSession *s = arg;
+  pthread_mutex_lock(&s->mu);
+  s->left_behind += delta;
+  bool destroy = s->left_behind == 0 && s->free_pending;
+  pthread_mutex_unlock(&s->mu);
+  if (destroy) session_destroy(s);
+}
+
+static void session_destroy(FloeSession *s) {
   for (CacheEntry *c = s->cache, *nx; c; c = nx) {
     nx = c->next;
     floe__multi_exec_free(c->exec);
@@ -970,7 +996,8 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   FloeRendezvousStats rs;
   memset(&rs, 0, sizeof rs);
   FloeMultiRunCtl ctl = {.timeout_ms = opts ? opts->timeout_ms : 0, .track = track_step, .arg = s,
-                         .stats = &rs, .trace_step = trace_step};
+                         .stats = &rs, .trace_step = trace_step, .keep = keep_session,
+                         .keep_arg = s};
   x0 = trace_step ? floe__exec_now_ns() : 0;
   rc = floe__multi_exec_run(e, ordered, got, &ctl, status);
   x1 = trace_step ? floe__exec_now_ns() : 0;

@@ -3,9 +3,11 @@
  * dependencies, cancellation on the first error, the thread pool (1 to 4 threads, inline
  * and pooled scheduling, nested parallel loops), asynchronous kernels (the ABI test
  * plugin's AbiTestAsyncTwice: completion on pool threads, asynchronous errors, concurrent
- * steps) and the per-node overhead. */
+ * steps), kernels that break the rules (AbiTestMisbehave: never calling done, calling it
+ * twice) and the per-node overhead. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -724,6 +726,153 @@ START_TEST(concurrent_steps_with_async_nodes) {
 }
 END_TEST
 
+/* ---- kernels that break the rules: the ABI test plugin's AbiTestMisbehave ---- */
+
+/* A function the ABI test plugin exports for the tests (abitest_release_parked,
+ * abitest_call_done_again), found in the copy rt loaded. */
+static int (*abitest_fn(const FloeRuntime *rt, const char *sym))(void) {
+  for (int i = 0; i < floe_runtime_num_plugins(rt); i++) {
+    const FloePluginReport *r = floe_runtime_plugin(rt, i);
+    if (strcmp(r->name, "abitest") != 0) continue;
+    void *h = dlopen(r->path, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_msg(h != NULL, "%s is not loaded", r->path);
+    void *f = dlsym(h, sym);
+    dlclose(h); /* the runtime keeps it loaded */
+    ck_assert_msg(f != NULL, "%s has no %s", r->path, sym);
+    int (*fn)(void);
+    memcpy(&fn, &f, sizeof fn);
+    return fn;
+  }
+  ck_abort_msg("the ABI test plugin is not loaded");
+  return NULL;
+}
+
+static FloeOutput misbehave(FloeGraph *g, const char *name, FloeOutput x, const char *mode) {
+  FloeNodeBuilder *b = floe_node_begin(g, "AbiTestMisbehave", name);
+  floe_node_add_input(b, x);
+  floe_node_set_attr_string(b, "mode", mode);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* x: f32 [?,3]; "bad" = AbiTestMisbehave(x) in `mode`; "out" = bad + x (which would
+ * broadcast a wrong [1] silently); "side" = x + 1, which does not need "bad". */
+static FloeGraph *misbehave_graph(const char *mode) {
+  FloeGraph *g = floe_graph_new();
+  const int64_t dims[2] = {-1, 3};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, dims));
+  FloeOutput bad = misbehave(g, "bad", x, mode);
+  floe_binary(g, "Add", "out", bad, x);
+  floe_binary(g, "Add", "side", x, floe_const_f32(g, "one", 1.0f));
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  return g;
+}
+
+static FloeTensor *x23(void) {
+  const int64_t dims[2] = {2, 3};
+  const float xs[6] = {1, 2, 3, 4, 5, 6};
+  return harness_f32(2, dims, xs);
+}
+
+static void assert_contains(const char *s, const char *part) {
+  ck_assert_msg(strstr(s, part) != NULL, "\"%s\" does not contain \"%s\"", s, part);
+}
+
+/* Runs fetch `out` with x fed and the options; returns the code, message in st. */
+static floe_code run_out(FloeSession *s, FloeTensor *xv, const char *fetch, int64_t timeout_ms,
+                         FloeTensor **out, FloeStatus *st) {
+  FloeFeed f = {"x", xv};
+  FloeRunOptions o;
+  floe_run_options_init(&o);
+  o.timeout_ms = timeout_ms;
+  *out = NULL;
+  return floe_session_run_opts(s, &o, &f, 1, &fetch, 1, NULL, 0, out, st);
+}
+
+/* A kernel that never calls done: the run's deadline ends the run with
+ * FLOE_DEADLINE_EXCEEDED naming the node still running, the session stays usable, and when
+ * the kernel calls done much later (here: after the run returned, and after the session was
+ * freed) nothing freed is touched (valgrind / ASan would see it). The tcase timeout is only
+ * a hang guard: before the fix the first run never returned. */
+START_TEST(deadline_ends_a_run_whose_kernel_never_calls_done) {
+  FloeTensor *xv = x23();
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_with_async(THREADS[t]);
+    int (*release)(void) = abitest_fn(rt, "abitest_release_parked");
+    FloeGraph *g = misbehave_graph("never_done");
+    for (int free_first = 0; free_first <= 1; free_first++) {
+      FloeSession *s = session_new(g, rt, 1);
+      FloeStatus *st = floe_status_new();
+      FloeTensor *out;
+      floe_code rc = run_out(s, xv, "out", 100, &out, st);
+      ck_assert_msg(rc == FLOE_DEADLINE_EXCEEDED, "%s: %s", floe_code_name(rc),
+                    floe_status_message(st));
+      ck_assert_ptr_null(out);
+      const char *msg = floe_status_message(st);
+      assert_contains(msg, "timeout of 100 ms");
+      assert_contains(msg, "still running: node 'bad' (AbiTestMisbehave) on cpu:0");
+      /* The session goes on: what does not need the stuck node runs. */
+      ck_assert_int_eq(run_out(s, xv, "side", 0, &out, st), FLOE_OK);
+      ck_assert_float_eq(f32_at(out, 5), 7.0f);
+      floe_tensor_release(out);
+      floe_status_free(st);
+      if (free_first) floe_session_free(s); /* kept until the stuck kernel finishes */
+      ck_assert_int_eq(release(), 1);
+      if (!free_first) floe_session_free(s);
+    }
+    floe_graph_free(g);
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(xv);
+}
+END_TEST
+
+/* done called twice for one call fails the step naming the node; a second done after the
+ * step ended is ignored (and counted), never a crash or a double free. */
+START_TEST(second_done_is_reported) {
+  FloeTensor *xv = x23();
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_with_async(THREADS[t]);
+    FloeGraph *g = misbehave_graph("done_twice");
+    for (int inl = 0; inl <= 1; inl++) {
+      FloeSession *s = session_new(g, rt, inl);
+      FloeStatus *st = floe_status_new();
+      for (int rep = 0; rep < 3; rep++) {
+        FloeTensor *out;
+        floe_code rc = run_out(s, xv, "bad", 0, &out, st);
+        ck_assert_msg(rc == FLOE_INTERNAL, "%s: %s", floe_code_name(rc), floe_status_message(st));
+        ck_assert_ptr_null(out);
+        assert_contains(floe_status_message(st), "node 'bad' (AbiTestMisbehave)");
+        assert_contains(floe_status_message(st), "called done twice");
+      }
+      floe_status_free(st);
+      floe_session_free(s);
+    }
+    floe_graph_free(g);
+    /* The second done long after the run. */
+    g = misbehave_graph("done_late");
+    int (*again)(void) = abitest_fn(rt, "abitest_call_done_again");
+    FloeSession *s = session_new(g, rt, 1);
+    FloeStatus *st = floe_status_new();
+    FloeTensor *out;
+    ck_assert_int_eq(run_out(s, xv, "out", 0, &out, st), FLOE_OK);
+    ck_assert_float_eq(f32_at(out, 5), 12.0f);
+    floe_tensor_release(out);
+    int64_t late = floe__exec_num_late_dones();
+    ck_assert_int_eq(again(), 1);
+    ck_assert_int_eq(floe__exec_num_late_dones(), late + 1);
+    ck_assert_int_eq(run_out(s, xv, "out", 0, &out, st), FLOE_OK); /* and the next run is fine */
+    floe_tensor_release(out);
+    floe_session_free(s);
+    ck_assert_int_eq(again(), 1); /* after the session too */
+    ck_assert_int_eq(floe__exec_num_late_dones(), late + 2);
+    floe_status_free(st);
+    floe_graph_free(g);
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(xv);
+}
+END_TEST
+
 /* ---- overhead ---- */
 
 static double now_s(void) {
@@ -831,6 +980,11 @@ int main(void) {
   tcase_add_test(tc, async_nodes_mixed_with_sync);
   tcase_add_test(tc, async_error_cancels_the_step);
   tcase_add_test(tc, concurrent_steps_with_async_nodes);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("misbehaving kernels");
+  tcase_set_timeout(tc, 120); /* a hang guard: no test here waits for a time */
+  tcase_add_test(tc, deadline_ends_a_run_whose_kernel_never_calls_done);
+  tcase_add_test(tc, second_done_is_reported);
   suite_add_tcase(s, tc);
   tc = tcase_create("overhead");
   tcase_set_timeout(tc, 300);
