@@ -25,6 +25,9 @@ typedef struct ExecNode {
   bool deferred;               /* expensive, no output read in the step, and a pool to defer to */
   bool check_copy;             /* an input may live in another memory space (see needs_copy) */
   bool lock_vars;              /* use_locking (true when absent): variables stay locked */
+  bool check_shapes;           /* a plugin's kernel: its outputs must fit the inferred shapes
+                                  (the core's own may not: a variable assigned with
+                                  validate_shape false changes shape) */
   int num_resources;           /* resource inputs replaced by variable values (plugin kernels) */
   int in_base, num_inputs;     /* slice of input_src / a step's in_ptrs */
   int out_base, num_outputs;   /* entries of this node's outputs */

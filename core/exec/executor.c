@@ -438,6 +438,43 @@ void floe__exec_release_inputs(Invocation *inv, const ExecNode *en) {
   inv->copies = NULL;
 }
 
+/* The known dims of want (a known rank) equal dims'. */
+static inline bool dims_fit(const int64_t *dims, const FloeShape *want) {
+  for (int d = 0; d < want->rank; d++)
+    if (want->dims[d] >= 0 && want->dims[d] != dims[d]) return false;
+  return true;
+}
+
+/* Fails the step for output i of en's kernel: not set, of another dtype than the node's, or
+ * (a plugin's kernel) of a shape its inferred one rules out (what the graph's later nodes
+ * were checked against: a [1] where [?,3] was promised would broadcast silently). */
+static void bad_output(FloeExecStep *s, const ExecNode *en, int i, const FloeTensor *t) {
+  const char *dev = en->device ? en->device->short_name : "host";
+  const char *plugin = en->kernel->plugin ? en->kernel->plugin->name : "core";
+  FloeDType want = en->node->out_dtypes[i];
+  if (!t) {
+    floe__exec_step_failf(s, en, FLOE_INTERNAL,
+                          "the kernel on %s (plugin '%s') returned without setting output %d: a "
+                          "bug in the kernel",
+                          dev, plugin, i);
+  } else if (t->dtype != want) {
+    floe__exec_step_failf(s, en, FLOE_INTERNAL,
+                          "the kernel on %s (plugin '%s') set output %d to a %s tensor, the graph "
+                          "says %s: a bug in the kernel",
+                          dev, plugin, i, floe_dtype_name(t->dtype), floe_dtype_name(want));
+  } else {
+    char have[160], inferred[160];
+    FloeShape sh = {.rank = t->rank};
+    memcpy(sh.dims, t->dims, (size_t)t->rank * sizeof sh.dims[0]);
+    floe_shape_str(&sh, have, sizeof have);
+    floe_shape_str(&en->node->out_shapes[i], inferred, sizeof inferred);
+    floe__exec_step_failf(s, en, FLOE_INTERNAL,
+                          "output %d has shape %s but shape inference promised %s: a bug in the "
+                          "kernel on %s (plugin '%s'), or in the op's shape function",
+                          i, have, inferred, dev, plugin);
+  }
+}
+
 void floe__exec_end_call(FloeExecStep *s, const ExecNode *en, Invocation *inv, floe_code rc,
                          FloeTensor **outs) {
   if (inv->status.code != FLOE_OK) {
@@ -452,20 +489,14 @@ void floe__exec_end_call(FloeExecStep *s, const ExecNode *en, Invocation *inv, f
   } else {
     for (int i = 0; i < en->num_outputs; i++) {
       const FloeTensor *t = outs[i];
-      FloeDType want = en->node->out_dtypes[i];
-      if (!t) {
-        const char *plugin = en->kernel->plugin ? en->kernel->plugin->name : "core";
-        floe__exec_step_failf(s, en, FLOE_INTERNAL,
-                   "the kernel (plugin '%s') returned without setting output %d: a bug in "
-                   "the kernel",
-                   plugin, i);
-        break;
-      }
-      if (t->dtype != want) {
-        floe__exec_step_failf(s, en, FLOE_INTERNAL, "the kernel set output %d to a %s tensor, the graph "
-                   "says %s", i, floe_dtype_name(t->dtype), floe_dtype_name(want));
-        break;
-      }
+      const FloeShape *want = &en->node->out_shapes[i];
+      /* Known dims and ranks only: an unknown shape costs one comparison. */
+      if (t && t->dtype == en->node->out_dtypes[i] &&
+          (want->rank < 0 || !en->check_shapes ||
+           (t->rank == want->rank && dims_fit(t->dims, want))))
+        continue;
+      bad_output(s, en, i, t);
+      break;
     }
   }
   if (inv->status.code != FLOE_OK) floe_status_clear(&inv->status);
@@ -1068,6 +1099,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
     en->num_outputs = ns->node->num_outputs;
     en->async_slot = -1;
     if (ns->kernel && !ns->kernel->def.compute) en->async_slot = e->num_async++;
+    en->check_shapes = ns->kernel && ns->kernel->plugin;
     en->inexpensive = !ns->kernel || (ns->kernel->flags & FLOE_KERNEL_INEXPENSIVE) ||
                       (ns->kernel->def.flags & FLOE_KERNEL_INEXPENSIVE) || is_tiny(ns->node);
     /* Only the core's own kernels (no plugin) see handles, whatever a plugin's flags say. */

@@ -4,7 +4,7 @@
  * and pooled scheduling, nested parallel loops), asynchronous kernels (the ABI test
  * plugin's AbiTestAsyncTwice: completion on pool threads, asynchronous errors, concurrent
  * steps), kernels that break the rules (AbiTestMisbehave: never calling done, calling it
- * twice) and the per-node overhead. */
+ * twice, outputs of the wrong shape or none) and the per-node overhead. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <dlfcn.h>
@@ -873,6 +873,53 @@ START_TEST(second_done_is_reported) {
 }
 END_TEST
 
+/* What a kernel returns is checked against the node's inferred shape: [1] where [?,3] was
+ * promised (which Add would broadcast silently), a wrong known dim, or no output at all fail
+ * the step naming node, op, device, plugin, output and both shapes. */
+START_TEST(kernel_outputs_match_inferred_shapes) {
+  FloeTensor *xv = x23();
+  static const struct {
+    const char *mode, *parts[3];
+  } cases[] = {
+      {"wrong_shape", {"output 0 has shape [1]", "promised [?,3]", NULL}},
+      {"wrong_dim", {"output 0 has shape [2,4]", "promised [?,3]", NULL}},
+      {"unset", {"without setting output 0", NULL, NULL}},
+  };
+  FloeRuntime *rt = runtime_with_async(2);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    FloeGraph *g = misbehave_graph(cases[c].mode);
+    FloeSession *s = session_new(g, rt, 1);
+    FloeStatus *st = floe_status_new();
+    FloeTensor *out;
+    floe_code rc = run_out(s, xv, "out", 0, &out, st);
+    ck_assert_msg(rc == FLOE_INTERNAL, "%s: %s: %s", cases[c].mode, floe_code_name(rc),
+                  floe_status_message(st));
+    ck_assert_ptr_null(out);
+    const char *msg = floe_status_message(st);
+    assert_contains(msg, "node 'bad' (AbiTestMisbehave)");
+    assert_contains(msg, "cpu:0");
+    assert_contains(msg, "plugin 'abitest'");
+    for (int k = 0; k < 3 && cases[c].parts[k]; k++) assert_contains(msg, cases[c].parts[k]);
+    floe_status_free(st);
+    floe_session_free(s);
+    floe_graph_free(g);
+  }
+  /* A well-behaved kernel of the same op passes the check. */
+  FloeGraph *g = misbehave_graph("ok");
+  FloeSession *s = session_new(g, rt, 1);
+  FloeTensor *out;
+  FloeStatus *st = floe_status_new();
+  ck_assert_int_eq(run_out(s, xv, "out", 0, &out, st), FLOE_OK);
+  ck_assert_float_eq(f32_at(out, 5), 12.0f);
+  floe_tensor_release(out);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_runtime_free(rt);
+  floe_tensor_release(xv);
+}
+END_TEST
+
 /* ---- overhead ---- */
 
 static double now_s(void) {
@@ -985,6 +1032,7 @@ int main(void) {
   tcase_set_timeout(tc, 120); /* a hang guard: no test here waits for a time */
   tcase_add_test(tc, deadline_ends_a_run_whose_kernel_never_calls_done);
   tcase_add_test(tc, second_done_is_reported);
+  tcase_add_test(tc, kernel_outputs_match_inferred_shapes);
   suite_add_tcase(s, tc);
   tc = tcase_create("overhead");
   tcase_set_timeout(tc, 300);
