@@ -3,6 +3,7 @@
 #include "measure.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,15 @@ int measure_parse_int(const char *s, long long lo, long long hi, long long *out)
   long long v = strtoll(s, &end, 10);
   if (errno || end == s || *end || v < lo || v > hi) return -1;
   *out = v;
+  return 0;
+}
+
+int measure_parse_timeout(const char *s, int64_t *ms) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= 0.001) || v > MEASURE_TIMEOUT_MAX) return -1;
+  *ms = (int64_t)ceil(v * 1000.0);
   return 0;
 }
 
