@@ -4,6 +4,7 @@
 #define FLOE_TOOLS_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include <floe/floe.h>
 
@@ -26,7 +27,14 @@ FloeTensor *cli_load_tensor(const char *path, FloeStatus *st);
 /* floe train --model lstm (train_lstm.c), called by cmd_train. */
 int cmd_train_lstm(int argc, char **argv);
 
-/* Prints "floe CMD: message" to stderr; returns 1 (or 2 for usage errors via cli_usage). */
+/* escape.c: s with its control characters (C0, DEL, and C1 as UTF-8) written as \xNN, for
+ * text from plugins, graphs and models printed to a terminal. cli_escape: malloc'd (caller
+ * frees; NULL when out of memory, or for a NULL s ""); cli_fputs_escaped: to f. */
+char *cli_escape(const char *s);
+void cli_fputs_escaped(const char *s, FILE *f);
+
+/* Prints "floe CMD: message" to stderr, the message's control characters escaped; returns 1
+ * (or 2 for usage errors via cli_usage). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *usage);
 /* For getopt_long run with opterr = 0 and a leading ':' in the short options: prints the one

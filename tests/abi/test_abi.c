@@ -34,6 +34,8 @@ static const struct {
     {"floe-abitest-dup-b.so", FLOE_PLUGIN_DUPLICATE},
     {"floe-abitest-strict.so", FLOE_PLUGIN_LOADED},
     {"floe-abitest-badgrad.so", FLOE_PLUGIN_FAILED},
+    {"floe-abitest-hostile.so", FLOE_PLUGIN_LOADED},
+    {"floe-abitest-hostile-fail.so", FLOE_PLUGIN_FAILED},
 };
 
 static const char *test_dir(void) {

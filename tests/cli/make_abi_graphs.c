@@ -2,7 +2,9 @@
 /* make_abi_graphs.c - writes graph files made of the ABI test plugins' custom ops (loaded
  * from $FLOE_TEST_PLUGIN_DIR) for test_cli_hostile.sh:
  *   hang.floe: x [?,3] f32; hang = AbiTestMisbehave(x) with mode never_done (its kernel
- *     never calls done); out = hang + x; side = x + 1 (does not need hang). */
+ *     never calls done); out = hang + x; side = x + 1 (does not need hang).
+ *   hostile.floe: y = AbiTestHostile(x), whose kernel fails with control sequences in its
+ *     message. */
 #include <floe/floe.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,7 @@ int main(int argc, char **argv) {
   }
   FloeStatus *st = floe_status_new();
   /* The ops exist once a runtime loaded their plugins. */
-  FloeRuntimeOptions o = {sizeof o, dir, "abitest", 1, 1};
+  FloeRuntimeOptions o = {sizeof o, dir, "abitest,abitest-hostile", 1, 1};
   FloeRuntime *rt = floe_runtime_new(&o, st);
   if (!rt) {
     fprintf(stderr, "make_abi_graphs: %s\n", floe_status_message(st));
@@ -42,6 +44,11 @@ int main(int argc, char **argv) {
   floe_binary(g, "Add", "out", floe_out(floe_node_finish(b), 0), x);
   floe_binary(g, "Add", "side", x, floe_const_f32(g, "one", 1.0f));
   int rc = save(g, argv[1], "hang.floe", st);
+  floe_graph_free(g);
+  g = floe_graph_new();
+  x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, xd));
+  floe_unary(g, "AbiTestHostile", "y", x);
+  rc |= save(g, argv[1], "hostile.floe", st);
   floe_graph_free(g);
   floe_runtime_free(rt);
   floe_status_free(st);

@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # The floe command against hostile plugins and kernels (the ABI test plugins of tests/abi):
 #  - --timeout: a kernel that never calls done (AbiTestMisbehave, mode never_done) cannot
-#    hang floe run, whose error names the node still running; floe train takes the option.
+#    hang floe run, whose error names the node still running; floe train takes the option;
+#  - control characters in what plugins say (version, op documentation, init and kernel
+#    messages, a plugin file's name) reach the terminal escaped as \xNN.
 # Every command runs under timeout(1) as a hang guard only: nothing here waits for a time.
 set -u
 FLOE="${top_builddir}/tools/floe"
@@ -26,6 +28,13 @@ run() {
 }
 has() { # has NAME FILE TEXT: FILE contains TEXT (fixed string)
   if grep -qF -- "$3" "$2"; then ok; else bad "$1: no '$3' in:"; cat "$2"; fi
+}
+# No control character but newline in FILE, and no C1 control as UTF-8 (U+0080..U+009F).
+clean() {
+  n=$(LC_ALL=C tr -cd '\000-\011\013-\037\177' <"$2" | wc -c)
+  if [ "$n" -ne 0 ]; then bad "$1: $n raw control characters:"; od -c "$2" | head -20
+  elif LC_ALL=C grep -q "$(printf '\302[\200-\237]')" "$2"; then bad "$1: a raw C1 control"
+  else ok; fi
 }
 
 "${top_builddir}/tests/cli/make_graphs" "$tmp" || { echo "FAIL: make_graphs"; exit 1; }
@@ -64,6 +73,33 @@ if [ -r "$DATA/train-images-idx3-ubyte.gz" ] || [ -r "$DATA/train-images-idx3-ub
 else
   echo "SKIP (no Fashion-MNIST in $DATA): floe train --timeout"
 fi
+
+# ---- control characters from plugins ----
+esc=$(printf '\033')
+mkdir "$tmp/hostile"
+cp "$ABI/floe-abitest-hostile.so" "$ABI/floe-abitest-hostile-fail.so" "$tmp/hostile/"
+cp "$ABI/floe-abitest-noentry.so" "$tmp/hostile/floe-${esc}[31mred.so"
+hostile_env="env FLOE_PLUGIN_PATH=$CPU:$tmp/hostile"
+run "plugins" 0 $hostile_env "$FLOE" plugins
+cat "$tmp/out" "$tmp/err" >"$tmp/all"
+clean "plugins" "$tmp/all"
+has "plugins: a file name escaped" "$tmp/all" 'floe-\x1B[31mred.so'
+has "plugins: an init message escaped" "$tmp/all" 'the licence \x1B[2J\x1B]0;owned\x07\xC2\x9B31m expired'
+run "plugins --json" 0 $hostile_env "$FLOE" plugins --json
+clean "plugins --json" "$tmp/out"
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/out" && ok || bad "plugins --json: not JSON"
+has "plugins --json: the version" "$tmp/out" '6.6.6\u001b[2J'
+run "ops OP" 0 $hostile_env "$FLOE" ops AbiTestHostile
+cat "$tmp/out" "$tmp/err" >"$tmp/all"
+clean "ops OP" "$tmp/all"
+has "ops OP: the documentation escaped" "$tmp/all" 'documented \x1B[2J\x1B]0;owned\x07\xC2\x9B31m with'
+run "ops" 0 $hostile_env "$FLOE" ops
+clean "ops" "$tmp/err"
+run "run: a kernel's error" 1 env FLOE_PLUGIN_PATH="$CPU:$tmp/hostile" FLOE_PLUGINS=cpu,abitest-hostile \
+  "$FLOE" run "$tmp/hostile.floe" --feed "x=$tmp/x.npy" --fetch y
+clean "run: a kernel's error" "$tmp/err"
+has "run: the kernel's error escaped" "$tmp/err" \
+  "node 'y' (AbiTestHostile): the kernel says \\x1B[2J\\x1B]0;owned\\x07\\xC2\\x9B31m no"
 
 echo "$pass passed, $fails failed"
 [ "$fails" -eq 0 ]
