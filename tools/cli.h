@@ -47,6 +47,13 @@ const char *cli_closest(const char *word, size_t n, const char *const *names, si
 /* plugin_check.c: the warnings about FLOE_PLUGINS, FLOE_PLUGIN_PATH and the files of the plugin
  * folders, as *out (an array of count strings, all the caller's to free). -1 on out of memory. */
 int cli_plugin_warnings(FloeRuntime *rt, char ***out);
+/* plugin_check.c, for floe run and floe train before they run anything: says on stderr each
+ * plugin that did not load, its text escaped: a warning for one refused (another ABI, not a
+ * plugin, a library missing) or a duplicate; an error for one whose initialisation failed
+ * (FLOE_PLUGIN_FAILED: a bad setting such as FLOE_CPU_DEVICES=abc, a broken install), then a
+ * line on how to go on without it (FLOE_PLUGINS). 0: go on; 1 (printed): a plugin failed, stop
+ * rather than run the graph on whatever devices are left. */
+int cli_check_plugins(const char *cmd, FloeRuntime *rt);
 /* Set when FLOE_PLUGIN_PATH is the build tree's own (a run from the build tree), whose
  * folders of plugins not built (cuda) are no user's mistake. */
 extern int cli_builtin_plugin_path;

@@ -471,7 +471,7 @@ int cmd_run(int argc, char **argv) {
     setenv("FLOE_NUM_THREADS", n, 1);
   }
   FloeRuntime *rt = cli_runtime("run");
-  if (!rt) goto out;
+  if (!rt || cli_check_plugins("run", rt) != 0) goto out;
   FloeRunOptions ro;
   floe_run_options_init(&ro);
   ro.timeout_ms = o.timeout_ms;

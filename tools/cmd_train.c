@@ -589,7 +589,7 @@ int cmd_train(int argc, char **argv) {
     goto out;
   }
   FloeRuntime *rt = cli_runtime("train");
-  if (!rt) goto out;
+  if (!rt || cli_check_plugins("train", rt) != 0) goto out;
   floe_run_options_init(&t.ro);
   t.ro.timeout_ms = o->timeout_ms;
   if (build_graph(&t)) goto out;

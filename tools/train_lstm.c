@@ -508,7 +508,7 @@ int cmd_train_lstm(int argc, char **argv) {
     setenv("FLOE_NUM_THREADS", buf, 1);
   }
   FloeRuntime *rt = cli_runtime("train"); /* the process's default runtime: not freed */
-  if (!rt) {
+  if (!rt || cli_check_plugins("train", rt) != 0) {
     rc = 1;
     goto out_corpus;
   }

@@ -3,6 +3,9 @@
 # The floe command against hostile plugins and kernels (the ABI test plugins of tests/abi):
 #  - --timeout: a kernel that never calls done (AbiTestMisbehave, mode never_done) cannot
 #    hang floe run, whose error names the node still running; floe train takes the option;
+#  - a plugin that fails to initialise (FLOE_CPU_DEVICES=abc) stops floe run and floe train
+#    with its reason instead of running the graph elsewhere without a word; FLOE_PLUGINS
+#    leaves it out on purpose; a device asked for with --devices that is missing fails;
 #  - control characters in what plugins say (version, op documentation, init and kernel
 #    messages, a plugin file's name) reach the terminal escaped as \xNN.
 # Every command runs under timeout(1) as a hang guard only: nothing here waits for a time.
@@ -11,6 +14,7 @@ FLOE="${top_builddir}/tools/floe"
 HERE="${top_srcdir}/tests/cli"
 ABI="${FLOE_TEST_PLUGIN_DIR:?run through make check}"
 CPU="${FLOE_PLUGIN_PATH:?run through make check}"
+TPU="${FLOE_TPUSIM_PLUGIN_DIR:?run through make check}"
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -68,10 +72,34 @@ has "train --help: --timeout" "$tmp/out" "--timeout S            a deadline for 
 run "run --help: --timeout" 0 "$FLOE" run --help
 has "run --help: --timeout" "$tmp/out" "--timeout S           a deadline for each step"
 
+# ---- plugins that fail to load ----
+both="$CPU:$TPU"
+run "FLOE_CPU_DEVICES=abc: run refuses" 1 env FLOE_PLUGIN_PATH="$both" FLOE_CPU_DEVICES=abc \
+  "$FLOE" run "$tmp/affine.floe" --feed "x=$tmp/x.npy" --fetch z
+has "FLOE_CPU_DEVICES=abc: the plugin and the reason" "$tmp/err" \
+  "floe run: plugin 'cpu' failed to initialise: "
+has "FLOE_CPU_DEVICES=abc: the variable" "$tmp/err" 'FLOE_CPU_DEVICES="abc": expected a number of devices from 1 to 64'
+has "FLOE_CPU_DEVICES=abc: how to go on" "$tmp/err" "FLOE_PLUGINS=tpu-sim"
+[ ! -s "$tmp/out" ] && ok || { bad "FLOE_CPU_DEVICES=abc: ran anyway:"; cat "$tmp/out"; }
+run "FLOE_CPU_DEVICES=abc, cpu left out on purpose" 0 env FLOE_PLUGIN_PATH="$both" \
+  FLOE_CPU_DEVICES=abc FLOE_PLUGINS=tpu-sim "$FLOE" run "$tmp/affine.floe" --feed "x=$tmp/x.npy" --fetch z
+has "cpu left out: the value" "$tmp/out" "z: f32[2,2] [5.5, 0, 14.5, 0]"
+run "--devices cpu with no CPU" 1 env FLOE_PLUGIN_PATH="$both" FLOE_PLUGINS=tpu-sim \
+  "$FLOE" run "$tmp/affine.floe" --feed "x=$tmp/x.npy" --fetch z --devices cpu
+has "--devices cpu with no CPU: says so" "$tmp/err" 'no device matches "cpu"'
+# A file that is no plugin is refused: a warning, and the run goes on.
+mkdir "$tmp/pl"
+cp "$ABI/floe-abitest-noentry.so" "$tmp/pl/"
+run "a refused plugin: run goes on" 0 env FLOE_PLUGIN_PATH="$CPU:$tmp/pl" \
+  "$FLOE" run "$tmp/affine.floe" --feed "x=$tmp/x.npy" --fetch z
+has "a refused plugin: warning" "$tmp/err" "floe run: warning: plugin 'abitest-noentry' was not loaded: "
 if [ -r "$DATA/train-images-idx3-ubyte.gz" ] || [ -r "$DATA/train-images-idx3-ubyte" ]; then
+  run "FLOE_CPU_DEVICES=abc: train refuses" 1 env FLOE_PLUGIN_PATH="$both" FLOE_CPU_DEVICES=abc \
+    "$FLOE" train --limit 256 --epochs 1
+  has "train: the plugin and the reason" "$tmp/err" "floe train: plugin 'cpu' failed to initialise: "
   run "train --timeout, in time" 0 "$FLOE" train --limit 256 --epochs 1 --timeout 600
 else
-  echo "SKIP (no Fashion-MNIST in $DATA): floe train --timeout"
+  echo "SKIP (no Fashion-MNIST in $DATA): floe train with FLOE_CPU_DEVICES=abc and --timeout"
 fi
 
 # ---- control characters from plugins ----
@@ -95,6 +123,11 @@ clean "ops OP" "$tmp/all"
 has "ops OP: the documentation escaped" "$tmp/all" 'documented \x1B[2J\x1B]0;owned\x07\xC2\x9B31m with'
 run "ops" 0 $hostile_env "$FLOE" ops
 clean "ops" "$tmp/err"
+run "run: a plugin's init message" 1 $hostile_env "$FLOE" run "$tmp/affine.floe" \
+  --feed "x=$tmp/x.npy" --fetch z
+clean "run: a plugin's init message" "$tmp/err"
+has "run: the failing plugin, escaped" "$tmp/err" "plugin 'abitest-hostile-fail' failed to initialise"
+has "run: the refused file, escaped" "$tmp/err" "warning: plugin '\\x1B[31mred' was not loaded"
 run "run: a kernel's error" 1 env FLOE_PLUGIN_PATH="$CPU:$tmp/hostile" FLOE_PLUGINS=cpu,abitest-hostile \
   "$FLOE" run "$tmp/hostile.floe" --feed "x=$tmp/x.npy" --fetch y
 clean "run: a kernel's error" "$tmp/err"
