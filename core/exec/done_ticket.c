@@ -13,8 +13,9 @@
  *  - a second done while the step lives finds FIRED with its generation: under the table's
  *    lock (which release also takes, so the step cannot be freed meanwhile) it notes the
  *    node on the step (floe__exec_note_done_twice), and the step fails when it ends;
- *  - release (when the step ends, every call of it completed) bumps the generation and frees
- *    the slot: a done after that matches nothing, is ignored and counted
+ *  - release (when the step ends, every call of it completed; and, for a step making many
+ *    calls, a loop's, those completed once it holds FLOE__TICKETS_KEPT) bumps the generation
+ *    and frees the slot: a done after that matches nothing, is ignored and counted
  *    (floe__exec_num_late_dones) and logged at error level (FLOE_LOG_LEVEL), naming the op
  *    and plugin while the slot was not handed out again.
  *
@@ -124,21 +125,43 @@ void floe__ticket_done(void *ticket) {
                         who);
 }
 
+/* Frees slot i for its next call (under table_mu). */
+static void slot_free(uint32_t i, uint64_t w) {
+  Slot *s = slot_at(i);
+  atomic_store_explicit(&s->word, ((w >> 2) + 1) << 2 | SLOT_FREE, memory_order_release);
+  s->step = NULL;
+  s->arg = NULL;
+  s->next_free = free_head;
+  free_head = i + 1;
+}
+
 void floe__tickets_release(void *const *tickets, int n) {
   if (n <= 0) return;
   pthread_mutex_lock(&table_mu);
   for (int k = 0; k < n; k++) {
-    uint64_t t = (uint64_t)(uintptr_t)tickets[k];
-    uint32_t i = (uint32_t)t - 1;
-    Slot *s = slot_at(i);
-    uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
-    atomic_store_explicit(&s->word, ((w >> 2) + 1) << 2 | SLOT_FREE, memory_order_release);
-    s->step = NULL;
-    s->arg = NULL;
-    s->next_free = free_head;
-    free_head = i + 1;
+    uint32_t i = (uint32_t)(uintptr_t)tickets[k] - 1;
+    slot_free(i, atomic_load_explicit(&slot_at(i)->word, memory_order_relaxed));
   }
   pthread_mutex_unlock(&table_mu);
+}
+
+void floe__tickets_release_fired(void **tickets, int *n) {
+  int kept = 0;
+  pthread_mutex_lock(&table_mu);
+  for (int k = 0; k < *n; k++) {
+    uint32_t i = (uint32_t)(uintptr_t)tickets[k] - 1;
+    uint64_t w = atomic_load_explicit(&slot_at(i)->word, memory_order_acquire);
+    if ((w & 3) == SLOT_FIRED)
+      slot_free(i, w);
+    else
+      tickets[kept++] = tickets[k]; /* in flight: done still to come */
+  }
+  pthread_mutex_unlock(&table_mu);
+  *n = kept;
+}
+
+int64_t floe__exec_num_ticket_slots(void) {
+  return atomic_load_explicit(&num_slots, memory_order_relaxed);
 }
 
 int64_t floe__exec_num_late_dones(void) {

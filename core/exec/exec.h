@@ -138,6 +138,12 @@ floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, Floe
 /* done_ticket.c: dones that matched no call in flight (a kernel calling done after its step
  * ended, or with a made-up argument), counted since the process started. */
 int64_t floe__exec_num_late_dones(void);
+/* The most asynchronous calls that were in flight or remembered at once (the slots of the
+ * tickets' table, which never shrinks). */
+int64_t floe__exec_num_ticket_slots(void);
+/* A step whose calls fill this many tickets frees those whose call completed (a long loop's
+ * calls are remembered for about this many, not one slot per call). */
+enum { FLOE__TICKETS_KEPT = 1024 };
 /* Fails step (attached, not yet detached) with code and why, and cancels it: blocked
  * kernels are woken and loops stop; the message names the loops that were running. */
 void floe__exec_step_cancel(FloeExecStep *step, floe_code code, const char *why);

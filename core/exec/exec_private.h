@@ -203,6 +203,11 @@ void *floe__ticket_arm(FloeExecStep *step, int node, const FloeKernelReg *kernel
                        void (*complete)(void *arg), void *arg);
 /* Frees the slots of tickets (every call of them completed). */
 void floe__tickets_release(void *const *tickets, int n);
+/* Frees those of tickets[0..*n) whose call completed, keeping the others in order (*n
+ * shrinks): a step whose loop makes many calls holds about FLOE__TICKETS_KEPT of them, not
+ * one per call, so a second done is a step error for its recent calls and counted as late
+ * for older ones. */
+void floe__tickets_release_fired(void **tickets, int *n);
 /* A second done for node n's call in step (which lives: called under the tickets' lock). */
 void floe__exec_note_done_twice(FloeExecStep *s, int n);
 

@@ -265,6 +265,9 @@ void *floe__exec_arm_done(FloeExecStep *s, int n, void (*complete)(void *arg), v
   const ExecNode *en = &s->e->nodes[n];
   void *ticket = NULL;
   pthread_mutex_lock(&s->mu);
+  /* A long loop's calls: the completed ones go, or the table would grow by one per call. */
+  if (s->num_tickets == s->cap_tickets && s->cap_tickets >= FLOE__TICKETS_KEPT)
+    floe__tickets_release_fired(s->tickets, &s->num_tickets);
   if (s->num_tickets == s->cap_tickets) {
     int cap = s->cap_tickets ? 2 * s->cap_tickets : 8;
     void **v = floe__realloc(s->tickets, (size_t)cap * sizeof *v);

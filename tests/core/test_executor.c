@@ -873,6 +873,59 @@ START_TEST(second_done_is_reported) {
 }
 END_TEST
 
+/* A loop of asynchronous calls: v = AbiTestAsyncTwice(v) / 2 for i < N. */
+static floe_code loop_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
+  (void)n;
+  FloeTensor *limit = floe_tensor_scalar_i32(*(const int *)arg, NULL);
+  *pred = floe_binary(g, "Less", NULL, v[0], floe_const(g, NULL, limit));
+  floe_tensor_release(limit);
+  return FLOE_OK;
+}
+
+static floe_code loop_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *next) {
+  (void)arg;
+  (void)n;
+  FloeTensor *one = floe_tensor_scalar_i32(1, NULL);
+  next[0] = floe_binary(g, "Add", NULL, v[0], floe_const(g, NULL, one));
+  floe_tensor_release(one);
+  next[1] = floe_binary(g, "Mul", NULL, async_twice(g, NULL, v[1], (AsyncOpts){0, 0, 0}),
+                        floe_const_f32(g, NULL, 0.5f));
+  return FLOE_OK;
+}
+
+/* A step remembers its asynchronous calls to tell a second done from a late one; in a long
+ * loop it keeps only about the recent ones (FLOE__TICKETS_KEPT), not one per call: 5000
+ * iterations leave the table of tickets far smaller than 5000 slots. */
+START_TEST(a_long_loop_of_async_calls_keeps_few_tickets) {
+  enum { N = 5000 };
+  int limit = N;
+  FloeRuntime *rt = runtime_with_async(2);
+  FloeGraph *g = floe_graph_new();
+  FloeTensor *zero = floe_tensor_scalar_i32(0, NULL);
+  FloeOutput init[2] = {floe_const(g, "i0", zero),
+                        floe_placeholder(g, "x", FLOE_F32, floe_shape_scalar())};
+  floe_tensor_release(zero);
+  FloeOutput res[2];
+  ck_assert_int_eq(floe_while_loop(g, "w", loop_cond, loop_body, &limit, init, 2, NULL, res),
+                   FLOE_OK);
+  floe_unary(g, "Identity", "v", res[1]);
+  FloeSession *s = session_new(g, rt, 1);
+  FloeTensor *xv = floe_tensor_scalar_f32(3.0f, NULL), *out = NULL;
+  int64_t before = floe__exec_num_ticket_slots();
+  const char *fetch = "v";
+  run_ok(s, "x", xv, &fetch, 1, &out);
+  ck_assert_float_eq(f32_at(out, 0), 3.0f);
+  int64_t grown = floe__exec_num_ticket_slots() - before;
+  ck_assert_msg(grown < 2 * FLOE__TICKETS_KEPT, "%d asynchronous calls took %lld more slots", N,
+                (long long)grown);
+  floe_tensor_release(out);
+  floe_tensor_release(xv);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_runtime_free(rt);
+}
+END_TEST
+
 /* What a kernel returns is checked against the node's inferred shape: [1] where [?,3] was
  * promised (which Add would broadcast silently), a wrong known dim, or no output at all fail
  * the step naming node, op, device, plugin, output and both shapes. */
@@ -1033,6 +1086,7 @@ int main(void) {
   tcase_add_test(tc, deadline_ends_a_run_whose_kernel_never_calls_done);
   tcase_add_test(tc, second_done_is_reported);
   tcase_add_test(tc, kernel_outputs_match_inferred_shapes);
+  tcase_add_test(tc, a_long_loop_of_async_calls_keeps_few_tickets);
   suite_add_tcase(s, tc);
   tc = tcase_create("overhead");
   tcase_set_timeout(tc, 300);
