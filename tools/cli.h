@@ -4,6 +4,7 @@
 #define FLOE_TOOLS_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include <floe/floe.h>
 
@@ -26,7 +27,14 @@ FloeTensor *cli_load_tensor(const char *path, FloeStatus *st);
 /* floe train --model lstm (train_lstm.c), called by cmd_train. */
 int cmd_train_lstm(int argc, char **argv);
 
-/* Prints "floe CMD: message" to stderr; returns 1 (or 2 for usage errors via cli_usage). */
+/* escape.c: s with its control characters (C0, DEL, and C1 as UTF-8) written as \xNN, for
+ * text from plugins, graphs and models printed to a terminal. cli_escape: malloc'd (caller
+ * frees; NULL when out of memory, or for a NULL s ""); cli_fputs_escaped: to f. */
+char *cli_escape(const char *s);
+void cli_fputs_escaped(const char *s, FILE *f);
+
+/* Prints "floe CMD: message" to stderr, the message's control characters escaped; returns 1
+ * (or 2 for usage errors via cli_usage). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *usage);
 /* A numeric option's value: the whole of s, in range, into *out; 0, or prints the one usage
@@ -50,6 +58,13 @@ const char *cli_closest(const char *word, size_t n, const char *const *names, si
 /* plugin_check.c: the warnings about FLOE_PLUGINS, FLOE_PLUGIN_PATH and the files of the plugin
  * folders, as *out (an array of count strings, all the caller's to free). -1 on out of memory. */
 int cli_plugin_warnings(FloeRuntime *rt, char ***out);
+/* plugin_check.c, for floe run and floe train before they run anything: says on stderr each
+ * plugin that did not load, its text escaped: a warning for one refused (another ABI, not a
+ * plugin, a library missing) or a duplicate; an error for one whose initialisation failed
+ * (FLOE_PLUGIN_FAILED: a bad setting such as FLOE_CPU_DEVICES=abc, a broken install), then a
+ * line on how to go on without it (FLOE_PLUGINS). 0: go on; 1 (printed): a plugin failed, stop
+ * rather than run the graph on whatever devices are left. */
+int cli_check_plugins(const char *cmd, FloeRuntime *rt);
 /* Set when FLOE_PLUGIN_PATH is the build tree's own (a run from the build tree), whose
  * folders of plugins not built (cuda) are no user's mistake. */
 extern int cli_builtin_plugin_path;

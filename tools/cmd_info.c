@@ -104,7 +104,11 @@ int cmd_plugins(int argc, char **argv) {
   char **warn = NULL;
   int nwarn = cli_plugin_warnings(rt, &warn);
   if (nwarn < 0) return cli_error("plugins", "out of memory");
-  for (int i = 0; i < nwarn; i++) fprintf(stderr, "floe plugins: warning: %s\n", warn[i]);
+  for (int i = 0; i < nwarn; i++) {
+    fputs("floe plugins: warning: ", stderr);
+    cli_fputs_escaped(warn[i], stderr); /* paths and plugins' messages */
+    fputc('\n', stderr);
+  }
   if (json) {
     json_init(&w, stdout);
     json_begin_object(&w);
@@ -157,10 +161,17 @@ int cmd_plugins(int argc, char **argv) {
   /* Below the table: what transport plugins bring (no device or kernel) and the reasons. */
   for (int i = 0; i < n; i++) {
     const FloePluginReport *p = floe_runtime_plugin(rt, i);
-    if (p->num_transports > 0)
-      printf("%s: %d transport%s (FLOE_TRANSPORT picks one; default \"local\")\n", p->name,
+    if (p->num_transports > 0) {
+      cli_fputs_escaped(p->name, stdout);
+      printf(": %d transport%s (FLOE_TRANSPORT picks one; default \"local\")\n",
              p->num_transports, p->num_transports == 1 ? "" : "s");
-    if (p->message && *p->message) printf("%s: %s\n", p->name, p->message);
+    }
+    if (p->message && *p->message) {
+      cli_fputs_escaped(p->name, stdout); /* a file's name until the plugin declared one */
+      fputs(": ", stdout);
+      cli_fputs_escaped(p->message, stdout);
+      fputc('\n', stdout);
+    }
   }
   return 0;
 }
@@ -249,7 +260,9 @@ static int op_kernels(const FloeRuntime *rt, const char *op, const char *type, c
 
 /* Prints text word-wrapped to the terminal (at most 100 columns, at least 40), each line
  * indented by `indent` spaces; a word longer than a line gets a line of its own. */
-static void print_wrapped(const char *text, int indent) {
+static void print_wrapped(const char *raw, int indent) {
+  char *text = cli_escape(raw); /* a plugin's op documentation */
+  if (!text) return;
   int width = cli_term_columns();
   width = width > 100 ? 100 : width < 40 ? 40 : width;
   long room = width - 1 - indent; /* the last column stays free: some terminals wrap there */
@@ -264,6 +277,7 @@ static void print_wrapped(const char *text, int indent) {
     printf("%*s%.*s\n", indent, "", (int)(end - p), p);
     p = end;
   }
+  free(text);
 }
 
 /* ---------------------------------------------------------------- floe ops --json OP
@@ -562,8 +576,12 @@ static int show_op(FloeRuntime *rt, const char *op, int json) {
     if (floe_op_plugin(op)) json_string(&w, floe_op_plugin(op));
     else json_null(&w);
   } else {
-    printf("%s", op);
-    if (floe_op_plugin(op)) printf(" (defined by plugin %s)", floe_op_plugin(op));
+    cli_fputs_escaped(op, stdout);
+    if (floe_op_plugin(op)) {
+      fputs(" (defined by plugin ", stdout);
+      cli_fputs_escaped(floe_op_plugin(op), stdout);
+      fputs(")", stdout);
+    }
     printf("\n");
     print_wrapped(floe_op_doc(op), 2);
   }
@@ -578,7 +596,11 @@ static int show_op(FloeRuntime *rt, const char *op, int json) {
         if (json) json_null(&w);
         continue;
       }
-      if (!json) printf("  %s\n", spec);
+      if (!json) {
+        fputs("  ", stdout);
+        cli_fputs_escaped(spec, stdout);
+        fputc('\n', stdout);
+      }
       else if (which == FLOE_OP_ARG_ATTR) json_op_attr(&w, spec);
       else json_op_io(&w, op, spec);
       free(spec);

@@ -16,7 +16,7 @@
 
 static const char run_help[] =
     "Usage: floe run GRAPH [--feed NAME=FILE.npy]... --fetch NAME... [--target NODE]...\n"
-    "                [--out DIR] [--device DEV] [--json]\n"
+    "                [--out DIR] [--device DEV] [--timeout S] [--json]\n"
     "Run one step of a graph file. NAME is a node ('logits') or one of its outputs\n"
     "('split:1'). Feeding a tensor cuts the graph there; only what the fetches and\n"
     "targets need runs.\n"
@@ -37,6 +37,10 @@ static const char run_help[] =
     "  --target NODE         node to run for its side effects (repeatable)\n"
     "  --out DIR             write each fetch to DIR/NAME.npy (':' becomes '_')\n"
     "  --device DEV          default device for nodes with no request (e.g. cpu:0)\n"
+    "  --timeout S           a deadline for each step, in seconds (0.001 to 1000000): a\n"
+    "                        step still running then is cancelled and floe run fails,\n"
+    "                        naming the nodes still running (a kernel that never ends\n"
+    "                        cannot hang it); with --perf, each timed or warm-up step\n"
     "  --perf                time steps instead of printing outputs: latency min, mean,\n"
     "                        p50, p90, p99, max; runs/s, and samples/s when the inputs\n"
     "                        share a first (batch) dim; the step breakdown\n"
@@ -98,6 +102,7 @@ static char *out_path(const char *dir, const char *name) {
 
 typedef struct RunOptions {
   int json, trainable, perf, profile, warmup, repeat, threads;
+  int64_t timeout_ms; /* --timeout: each step's deadline; 0: none */
   double duration; /* > 0: perf for this long instead of repeat */
   const char *out_dir, *device, *devices, *trace;
 } RunOptions;
@@ -113,6 +118,7 @@ typedef struct Step {
   int ntarget;
   FloeTensor **outputs;
   FloeStatus *st;
+  const FloeRunOptions *ro; /* --timeout */
 } Step;
 
 static double now_seconds(void) {
@@ -123,8 +129,8 @@ static double now_seconds(void) {
 
 /* One step, its outputs dropped. FLOE_OK or the step's code (st says why). */
 static floe_code step_once(Step *x) {
-  floe_code c = floe_session_run(x->s, x->feeds, x->nfeed, x->fetch_names, x->nfetch, x->targets,
-                                 x->ntarget, x->outputs, x->st);
+  floe_code c = floe_session_run_opts(x->s, x->ro, x->feeds, x->nfeed, x->fetch_names, x->nfetch,
+                                      x->targets, x->ntarget, x->outputs, x->st);
   if (c == FLOE_OK)
     for (int i = 0; i < x->nfetch; i++) {
       floe_tensor_release(x->outputs[i]);
@@ -330,7 +336,7 @@ out:
 
 int cmd_run(int argc, char **argv) {
   enum { OPT_PERF = 1000, OPT_WARMUP, OPT_REPEAT, OPT_DURATION, OPT_SHAPE, OPT_THREADS,
-         OPT_DEVICES, OPT_PROFILE, OPT_TRACE };
+         OPT_DEVICES, OPT_PROFILE, OPT_TRACE, OPT_TIMEOUT };
   static const struct option opts[] = {
       {"feed", required_argument, NULL, 'f'},  {"fetch", required_argument, NULL, 'F'},
       {"input", required_argument, NULL, 'f'},  {"trainable", no_argument, NULL, 'T'},
@@ -343,6 +349,7 @@ int cmd_run(int argc, char **argv) {
       {"threads", required_argument, NULL, OPT_THREADS},
       {"devices", required_argument, NULL, OPT_DEVICES},
       {"profile", no_argument, NULL, OPT_PROFILE}, {"trace", required_argument, NULL, OPT_TRACE},
+      {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
   const char **feed_specs = calloc((size_t)argc, sizeof *feed_specs);
   const char **fetches = calloc((size_t)argc, sizeof *fetches);
@@ -415,6 +422,12 @@ int cmd_run(int argc, char **argv) {
       case OPT_DEVICES: o.devices = optarg; break;
       case OPT_PROFILE: o.profile = 1; break;
       case OPT_TRACE: o.trace = optarg; break;
+      case OPT_TIMEOUT:
+        if (measure_parse_timeout(optarg, &o.timeout_ms)) {
+          rc = cli_usage("run", "--timeout takes seconds from 0.001 to 1000000");
+          goto out;
+        }
+        break;
       case 'h': printf("%s", run_help); rc = 0; goto out;
       default: rc = cli_bad_option("run", c, argv, opts); goto out;
     }
@@ -450,7 +463,11 @@ int cmd_run(int argc, char **argv) {
     setenv("OPENBLAS_NUM_THREADS", n, 1);
     setenv("FLOE_NUM_THREADS", n, 1);
   }
-  if (!cli_runtime("run")) goto out;
+  FloeRuntime *rt = cli_runtime("run");
+  if (!rt || cli_check_plugins("run", rt) != 0) goto out;
+  FloeRunOptions ro;
+  floe_run_options_init(&ro);
+  ro.timeout_ms = o.timeout_ms;
   if (onnx) {
     FloeOnnxOptions oo;
     floe_onnx_options_init(&oo);
@@ -580,13 +597,13 @@ int cmd_run(int argc, char **argv) {
   }
   if (model && floe_onnx_model_init_target(model)) {
     const char *init = floe_onnx_model_init_target(model);
-    if (floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) != FLOE_OK) {
+    if (floe_session_run_opts(s, &ro, NULL, 0, NULL, 0, &init, 1, NULL, st) != FLOE_OK) {
       rc = cli_error("run", "initialising the variables: %s", floe_status_message(st));
       goto out;
     }
   }
   if (o.perf) {
-    Step x = {s, feeds, nfeed, fetch_names, nfetch, targets, ntarget, outputs, st};
+    Step x = {s, feeds, nfeed, fetch_names, nfetch, targets, ntarget, outputs, st, &ro};
     rc = run_perf(&o, &x, graph_path, batch);
     goto out;
   }
@@ -594,8 +611,8 @@ int cmd_run(int argc, char **argv) {
   if (o.profile || o.trace) floe_session_set_tracing(s, 1);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (floe_session_run(s, feeds, nfeed, fetch_names, nfetch, targets, ntarget, outputs, st) !=
-      FLOE_OK) {
+  if (floe_session_run_opts(s, &ro, feeds, nfeed, fetch_names, nfetch, targets, ntarget, outputs,
+                            st) != FLOE_OK) {
     rc = cli_error("run", "%s", floe_status_message(st));
     goto out;
   }

@@ -36,7 +36,7 @@ static const char train_help[] =
     "                  [--seed S] [--data DIR] [--checkpoint-dir DIR [--resume]]\n"
     "                  [--stop-after K] [--input queue|feed] [--export FILE]\n"
     "                  [--devices LIST [--compress-transfers]] [--save-graph FILE]\n"
-    "                  [--profile] [--trace FILE] [--steps N] [--json]\n"
+    "                  [--profile] [--trace FILE] [--steps N] [--timeout S] [--json]\n"
     "                  [--onnx MODEL.onnx]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
@@ -107,6 +107,10 @@ static const char train_help[] =
     "                         shapes and bytes, transfers as flows (open it in Perfetto\n"
     "                         or chrome://tracing; every step is kept in memory: use it\n"
     "                         with --steps or --limit)\n"
+    "  --timeout S            a deadline for each step (training, initialisation and\n"
+    "                         evaluation batches), in seconds (0.001 to 1000000): a step\n"
+    "                         still running then is cancelled and floe train fails,\n"
+    "                         naming the nodes still running, without a checkpoint\n"
     "  --json                 end with one JSON line: model, epochs, batch,\n"
     "                         samples_per_sec, test_accuracy, final_loss, wall_seconds,\n"
     "                         peak_rss_mb, ...\n"
@@ -136,6 +140,7 @@ typedef struct TrainOptions {
   int compress;        /* --compress-transfers */
   int64_t max_steps;   /* --steps: 0 none */
   const char *trace;   /* --trace FILE */
+  int64_t timeout_ms;  /* --timeout: each step's deadline; 0: none */
 } TrainOptions;
 
 static double now_seconds(void) {
@@ -153,7 +158,8 @@ static int onnx_input_is_image(const char *path);
 
 static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
-         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX, OPT_STEPS, OPT_TRACE };
+         OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX, OPT_STEPS, OPT_TRACE,
+         OPT_TIMEOUT };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -172,6 +178,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"onnx", required_argument, NULL, OPT_ONNX},
       {"steps", required_argument, NULL, OPT_STEPS},
       {"trace", required_argument, NULL, OPT_TRACE},
+      {"timeout", required_argument, NULL, OPT_TIMEOUT},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
@@ -249,6 +256,10 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         o->max_steps = v;
         break;
       case OPT_TRACE: o->trace = optarg; break;
+      case OPT_TIMEOUT:
+        if (measure_parse_timeout(optarg, &o->timeout_ms))
+          return cli_usage("train", "--timeout takes seconds from 0.001 to 1000000");
+        break;
       case OPT_LIMIT:
         if (cli_int_option("train", "--limit", optarg, 1, INT64_MAX, &v)) return 2;
         o->limit = v;
@@ -380,6 +391,7 @@ typedef struct Trainer {
   char *test_images, *test_labels; /* the test files (malloc'd) */
   TrainVars vars;          /* every variable, for the checks of finite values */
   FloeQueueRunner *runner; /* --input queue: runs input/enqueue while training */
+  FloeRunOptions ro;       /* every step's: --timeout */
 } Trainer;
 
 static void train_free(Trainer *t) {
@@ -459,7 +471,7 @@ static double evaluate(Trainer *t) {
     FloeFeed feed = {"x", im};
     const char *fetch = "predictions";
     FloeTensor *pred = NULL;
-    floe_code rc = floe_session_run(t->s, &feed, 1, &fetch, 1, NULL, 0, &pred, t->st);
+    floe_code rc = floe_session_run_opts(t->s, &t->ro, &feed, 1, &fetch, 1, NULL, 0, &pred, t->st);
     if (rc == FLOE_OK) {
       const int64_t *p = floe_tensor_data(pred), *l = floe_tensor_data(lb);
       int64_t n = floe_tensor_dim(lb, 0);
@@ -482,7 +494,7 @@ static double evaluate(Trainer *t) {
 static int fetch_global_step(Trainer *t, int64_t *step) {
   const char *f = t->step_name;
   FloeTensor *v = NULL;
-  if (floe_session_run(t->s, NULL, 0, &f, 1, NULL, 0, &v, t->st) != FLOE_OK) return -1;
+  if (floe_session_run_opts(t->s, &t->ro, NULL, 0, &f, 1, NULL, 0, &v, t->st) != FLOE_OK) return -1;
   *step = *(const int64_t *)floe_tensor_data(v);
   floe_tensor_release(v);
   return 0;
@@ -704,7 +716,10 @@ int cmd_train(int argc, char **argv) {
     rc = cli_error("train", "%s", floe_status_message(t.st));
     goto out;
   }
-  if (!cli_runtime("train")) goto out;
+  FloeRuntime *rt = cli_runtime("train");
+  if (!rt || cli_check_plugins("train", rt) != 0) goto out;
+  floe_run_options_init(&t.ro);
+  t.ro.timeout_ms = o->timeout_ms;
   if (build_graph(&t)) goto out;
   if (o->save_graph) {
     if (floe_graph_save(t.g, o->save_graph, t.st) != FLOE_OK)
@@ -723,7 +738,7 @@ int cmd_train(int argc, char **argv) {
     goto out;
   }
   const char *init = "init";
-  if (floe_session_run(t.s, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
+  if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
     rc = cli_error("train", "initialising the variables: %s", floe_status_message(t.st));
     goto out;
   }
@@ -807,7 +822,8 @@ int cmd_train(int argc, char **argv) {
       }
       const char *fetch = t.loss_name, *target = t.train_name;
       FloeTensor *lv = NULL;
-      floe_code c = floe_session_run(t.s, feeds, nfeeds, &fetch, 1, &target, 1, &lv, t.st);
+      floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, &fetch, 1, &target, 1, &lv,
+                                          t.st);
       epoch_done += examples;
       floe_tensor_release(im);
       floe_tensor_release(lb);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* floe.c - the floe command: devices, plugins, ops, run, graph, train. */
+#define _GNU_SOURCE /* vasprintf */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -18,11 +19,15 @@ int cli_builtin_plugin_path;
 
 int cli_error(const char *cmd, const char *fmt, ...) {
   va_list ap;
-  fprintf(stderr, "floe %s: ", cmd);
+  char *msg = NULL;
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  int n = vasprintf(&msg, fmt, ap);
   va_end(ap);
+  fprintf(stderr, "floe %s: ", cmd);
+  /* Messages carry plugins' and files' text: never raw control characters. */
+  cli_fputs_escaped(n >= 0 ? msg : "(out of memory formatting the message)", stderr);
   fputc('\n', stderr);
+  if (n >= 0) free(msg);
   return 1;
 }
 

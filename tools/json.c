@@ -46,7 +46,10 @@ static void raw_string(FILE *out, const char *s) {
       case '\r': fputs("\\r", out); break;
       case '\t': fputs("\\t", out); break;
       default:
-        if (*p < 0x20) fprintf(out, "\\u%04x", *p);
+        /* Control characters escaped, DEL and the C1 ones (UTF-8 C2 80..9F) too: the
+         * same string to a JSON reader, and harmless on a terminal. */
+        if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
+        else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) fprintf(out, "\\u%04x", *++p);
         else fputc(*p, out);
     }
   }

@@ -2,6 +2,8 @@
 /* measure.c - see measure.h. */
 #include "measure.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +98,15 @@ double measure_percentile(const double *sorted, int n, double p) {
   if (k < 0) k = 0;
   if (k >= n) k = n - 1;
   return sorted[k];
+}
+
+int measure_parse_timeout(const char *s, int64_t *ms) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= 0.001) || v > MEASURE_TIMEOUT_MAX) return -1;
+  *ms = (int64_t)ceil(v * 1000.0);
+  return 0;
 }
 
 static uint64_t next(uint64_t *s) { /* splitmix64 */

@@ -27,6 +27,11 @@ void measure_profile_json(JsonWriter *w, const FloeOpProfile *rows, int n);
 /* The value at fraction p (0..1) of sorted[0..n) (nearest rank); 0 when n is 0. */
 double measure_percentile(const double *sorted, int n, double p);
 
+/* --timeout S of floe run and floe train: seconds from 0.001 to MEASURE_TIMEOUT_MAX (a
+ * decimal), as whole milliseconds (rounded up) in *ms; 0 on success, -1 otherwise. */
+#define MEASURE_TIMEOUT_MAX 1e6
+int measure_parse_timeout(const char *s, int64_t *ms);
+
 /* A host tensor of dt and the given dims with values drawn from *seed (floats uniform in
  * [-1, 1), integers 0 or 1, bools false or true). Caller releases; NULL with st set. */
 FloeTensor *measure_random_tensor(FloeDType dt, int rank, const int64_t *dims, uint64_t *seed,

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* plugin_check.c - the warnings of floe plugins: names in FLOE_PLUGINS that match no plugin,
  * folders in FLOE_PLUGIN_PATH that do not exist, and shared objects in plugin folders that are
- * not plugins (not named floe-NAME.so, so never loaded). */
+ * not plugins (not named floe-NAME.so, so never loaded); and what floe run and floe train say
+ * (and refuse) about plugins that did not load. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,4 +92,38 @@ int cli_plugin_warnings(FloeRuntime *rt, char ***out) {
   }
   *out = list;
   return n;
+}
+
+int cli_check_plugins(const char *cmd, FloeRuntime *rt) {
+  int n = floe_runtime_num_plugins(rt), failed = 0;
+  for (int i = 0; i < n; i++) {
+    const FloePluginReport *p = floe_runtime_plugin(rt, i);
+    if (p->state != FLOE_PLUGIN_FAILED && p->state != FLOE_PLUGIN_REFUSED &&
+        p->state != FLOE_PLUGIN_DUPLICATE)
+      continue;
+    /* UNAVAILABLE (no such hardware here) and FILTERED (FLOE_PLUGINS) are no news. */
+    int fatal = p->state == FLOE_PLUGIN_FAILED;
+    failed += fatal;
+    fprintf(stderr, "floe %s: %splugin '", cmd, fatal ? "" : "warning: ");
+    cli_fputs_escaped(p->name, stderr);
+    fprintf(stderr, "' %s: ", fatal ? "failed to initialise" : "was not loaded");
+    cli_fputs_escaped(p->message && *p->message ? p->message : floe_plugin_state_name(p->state),
+                      stderr);
+    fputc('\n', stderr);
+  }
+  if (!failed) return 0;
+  /* Its devices are missing: the graph would run on other ones without a word. */
+  fprintf(stderr, "floe %s: not running without %s (its devices would be missing and the graph "
+          "would run elsewhere): fix what %s, or load only the plugins that work with "
+          "FLOE_PLUGINS=", cmd, failed == 1 ? "that plugin" : "those plugins",
+          failed == 1 ? "its message says" : "their messages say");
+  int any = 0;
+  for (int i = 0; i < n; i++) {
+    const FloePluginReport *p = floe_runtime_plugin(rt, i);
+    if (p->state != FLOE_PLUGIN_LOADED) continue;
+    fprintf(stderr, "%s", any++ ? "," : "");
+    cli_fputs_escaped(p->name, stderr);
+  }
+  fputs(any ? "\n" : "NAME,... (none loaded)\n", stderr);
+  return 1;
 }

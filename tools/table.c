@@ -2,6 +2,8 @@
 /* table.c - see table.h. */
 #include "table.h"
 
+#include "cli.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +40,7 @@ void table_row(Table *t, ...) {
   int ok = 1;
   for (int j = 0; j < t->ncols; j++) {
     const char *s = va_arg(ap, const char *);
-    row[j] = ok ? strdup(s ? s : "") : NULL;
+    row[j] = ok ? cli_escape(s) : NULL; /* cells hold plugins' and graphs' names */
     if (!row[j]) ok = 0;
   }
   va_end(ap);

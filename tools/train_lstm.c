@@ -43,7 +43,7 @@ static const char lstm_help[] =
     "                  [--lr X] [--softmax-lr X] [--clip N] [--seed N] [--threads N]\n"
     "                  [--data DIR] [--eval-windows N] [--devices LIST]\n"
     "                  [--save-graph FILE] [--export FILE] [--profile] [--trace FILE]\n"
-    "                  [--json]\n"
+    "                  [--timeout S] [--json]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
     "  Integers: 1 to 1073741824 unless said (--layers 1 to 8, --vocab from 3,\n"
@@ -86,6 +86,10 @@ static const char lstm_help[] =
     "  --trace FILE           write a Chrome trace of the training windows after the first\n"
     "                         to FILE (a track per device and thread, each kernel with its\n"
     "                         node, op, shapes and bytes, transfers as flows)\n"
+    "  --timeout S            a deadline for each step (training, initialisation and\n"
+    "                         evaluation windows), in seconds (0.001 to 1000000): a step\n"
+    "                         still running then is cancelled and floe train fails,\n"
+    "                         naming the nodes still running\n"
     "  --json                 end with one JSON line: model, epochs, batch, the options,\n"
     "                         words_per_sec, train_seconds, perplexity, unigram_perplexity,\n"
     "                         final_loss, last_loss, wall_seconds, peak_rss_mb, steps, ...\n"
@@ -105,6 +109,7 @@ typedef struct LstmOptions {
   double lr, clip, softmax_lr;
   const char *data, *devices, *save_graph, *export_path, *trace;
   int json, profile;
+  int64_t timeout_ms; /* --timeout: each step's deadline; 0: none */
 } LstmOptions;
 
 static double now_s(void) {
@@ -129,6 +134,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"devices", required_argument, NULL, 'D'}, {"save-graph", required_argument, NULL, 'G'},
       {"export", required_argument, NULL, 'X'},
       {"trace", required_argument, NULL, 'Z'},
+      {"timeout", required_argument, NULL, 'O'},
       {NULL, 0, NULL, 0}};
   *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
@@ -171,6 +177,10 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       case 'G': o->save_graph = optarg; break;
       case 'X': o->export_path = optarg; break;
       case 'Z': o->trace = optarg; break;
+      case 'O':
+        if (measure_parse_timeout(optarg, &o->timeout_ms))
+          return cli_usage("train", "--timeout takes seconds from 0.001 to 1000000");
+        break;
       case 'h':
         fputs(lstm_help, stdout);
         *done = 1;
@@ -198,6 +208,7 @@ typedef struct Lm {
   char (*h_in)[32], (*c_in)[32], (*h_out)[32], (*c_out)[32]; /* state names per layer */
   FloeOutput lstm_w[8], lstm_b[8]; /* each layer's weights (variables' values) */
   TrainVars vars; /* every variable, for the checks of finite values */
+  FloeRunOptions ro;               /* every step's: --timeout */
 } Lm;
 
 static FloeOutput i32_const(FloeGraph *g, const int32_t *v, int n, int rank) {
@@ -354,7 +365,8 @@ static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
   m->s = floe_session_new(g, &so, st);
   int rc = 0;
   if (!m->s) rc = cli_error("train", "session: %s", floe_status_message(st));
-  else if (floe_session_run(m->s, NULL, 0, NULL, 0, (const char *const[]){"init"}, 1, NULL, st) != FLOE_OK)
+  else if (floe_session_run_opts(m->s, &m->ro, NULL, 0, NULL, 0, (const char *const[]){"init"}, 1,
+                                 NULL, st) != FLOE_OK)
     rc = cli_error("train", "initialising: %s", floe_status_message(st));
   floe_status_free(st);
   return rc;
@@ -389,8 +401,8 @@ static int run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
   }
   const char *targets[1] = {"train"};
   FloeStatus *st = floe_status_new();
-  floe_code rc = floe_session_run(m->s, feeds, 2 + 2 * L, fetch, 1 + 2 * L, train ? targets : NULL,
-                                  train ? 1 : 0, out, st);
+  floe_code rc = floe_session_run_opts(m->s, &m->ro, feeds, 2 + 2 * L, fetch, 1 + 2 * L,
+                                       train ? targets : NULL, train ? 1 : 0, out, st);
   if (rc != FLOE_OK) {
     cli_error("train", "%s", floe_status_message(st));
   } else {
@@ -523,11 +535,13 @@ int cmd_train_lstm(int argc, char **argv) {
     setenv("FLOE_NUM_THREADS", buf, 1);
   }
   FloeRuntime *rt = cli_runtime("train"); /* the process's default runtime: not freed */
-  if (!rt) {
+  if (!rt || cli_check_plugins("train", rt) != 0) {
     rc = 1;
     goto out_corpus;
   }
   Lm m = {.layers = (int)o.layers};
+  floe_run_options_init(&m.ro);
+  m.ro.timeout_ms = o.timeout_ms;
   char names[4][8][32];
   m.h_in = names[0], m.c_in = names[1], m.h_out = names[2], m.c_out = names[3];
   if ((rc = build(&m, &o, rt)) != 0) {

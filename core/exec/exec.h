@@ -103,7 +103,19 @@ typedef struct FloeRunCtl {
   void *fail_arg;
   /* The session step this step belongs to in trace events (floe__trace_next_step); 0: none. */
   int64_t trace_step;
+  /* Appends to buf the nodes still running in every piece of the step (fail_arg), for the
+   * message of a step past its deadline; NULL: the step's own (floe__exec_describe_running). */
+  void (*describe)(void *fail_arg, char *buf, size_t len);
+  /* A run past its deadline whose asynchronous kernels have not all called done returns
+   * without them: keep(keep_arg, +1) before it returns, keep(keep_arg, -1) once the step was
+   * freed (on another thread, when the last kernel finished), so that what the step borrows
+   * (its executor, the session) outlives it. NULL: nothing to keep. */
+  void (*keep)(void *keep_arg, int delta);
+  void *keep_arg;
 } FloeRunCtl;
+/* Appends "node 'n' (Op) on dev" for each node of step with a kernel computing, or
+ * asynchronous and not yet done (known only for steps with a timeout), to buf. */
+void floe__exec_describe_running(FloeExecStep *step, char *buf, size_t len);
 /* The step's rendezvous (FloeRunCtl.rendezvous), or NULL. */
 struct FloeRendezvous *floe__exec_step_rendezvous(const FloeExecStep *step);
 /* Starts a step and returns at once: *out is the running step, to be passed to
@@ -111,7 +123,11 @@ struct FloeRendezvous *floe__exec_step_rendezvous(const FloeExecStep *step);
 floe_code floe__executor_start(FloeExecutor *e, FloeTensor *const *feeds, const FloeRunCtl *ctl,
                                FloeExecStep **out, FloeStatus *st);
 /* Waits for a started step (helping the pool meanwhile when on one of its workers), fills
- * outputs as floe__executor_run does on success, and frees the step. */
+ * outputs as floe__executor_run does on success, and frees the step. Past the step's
+ * deadline it waits for the synchronous kernels still computing (at most another timeout),
+ * then returns FLOE_DEADLINE_EXCEEDED without waiting for asynchronous kernels that have not
+ * called done: the step then lives on (its feeds and rendezvous retained, FloeRunCtl.keep
+ * told) and is freed when the last of them calls done. */
 floe_code floe__executor_finish(FloeExecStep *step, FloeTensor **outputs, FloeStatus *st);
 /* The id of one frame execution: a hash of its parent's id, the parent's iteration and the
  * frame's name, the same in every partition of a step. */
@@ -119,6 +135,15 @@ uint64_t floe__frame_id(uint64_t parent_id, int64_t parent_iter, const char *nam
 /* floe__executor_run with ctl (NULL: as floe__executor_run). */
 floe_code floe__executor_run_ctl(FloeExecutor *e, FloeTensor *const *feeds, FloeTensor **outputs,
                                  const FloeRunCtl *ctl, FloeStatus *st);
+/* done_ticket.c: dones that matched no call in flight (a kernel calling done after its step
+ * ended, or with a made-up argument), counted since the process started. */
+int64_t floe__exec_num_late_dones(void);
+/* The most asynchronous calls that were in flight or remembered at once (the slots of the
+ * tickets' table, which never shrinks). */
+int64_t floe__exec_num_ticket_slots(void);
+/* A step whose calls fill this many tickets frees those whose call completed (a long loop's
+ * calls are remembered for about this many, not one slot per call). */
+enum { FLOE__TICKETS_KEPT = 1024 };
 /* Fails step (attached, not yet detached) with code and why, and cancels it: blocked
  * kernels are woken and loops stop; the message names the loops that were running. */
 void floe__exec_step_cancel(FloeExecStep *step, floe_code code, const char *why);
@@ -429,6 +454,11 @@ FloeRendezvous *floe__rendezvous_new(struct FloeRuntime *rt, int64_t step_id,
 /* Frees r once every Recv's done has returned and every transfer it posted has completed
  * or been cancelled; an unmatched Send's value is released. NULL is a no-op. */
 void floe__rendezvous_free(FloeRendezvous *r);
+/* An extra reference to r's memory (not to its matching): a step that outlives its run
+ * (FloeRunCtl.keep) holds one so its late kernels never touch freed memory; release drops it
+ * (the last of free and the releases frees r). NULL is a no-op for both. */
+void floe__rendezvous_retain(FloeRendezvous *r);
+void floe__rendezvous_release(FloeRendezvous *r);
 /* Never blocks. t is borrowed (the rendezvous takes its own reference or copy); NULL with
  * is_dead. Two Sends of one key: FLOE_ALREADY_EXISTS naming the key. */
 floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key, FloeTensor *t,

@@ -834,6 +834,7 @@ static void async_done(void *arg) {
   CfTask *t = arg;
   FloeExecStep *s = t->s;
   const ExecNode *en = &s->e->nodes[t->n];
+  floe__exec_mark_running(s, t->n, -1);
   if (t->inv.start_ns && t->inv.status.code == FLOE_OK)
     floe__exec_prof_record(s, t->n, t->inv.start_ns, floe__exec_now_ns(), &t->inv.ctx, true);
   bool dead = t->inv.ctx.output_dead && t->inv.status.code == FLOE_OK;
@@ -888,11 +889,19 @@ static void run_task(FloeExecStep *s, CfTask *t, TaskList *inl) {
   inv->ctx.input_dead = send_dead;
   const FloeKernelDef *def = &en->kernel->def;
   if (en->async_slot >= 0) {
+    void *ticket = floe__exec_arm_done(s, t->n, async_done, t);
+    if (!ticket) {
+      floe__exec_release_inputs(inv, en);
+      finish_task(s, t, true, inl);
+      return;
+    }
+    floe__exec_mark_running(s, t->n, 1);
     inv->start_ns = floe__exec_profiling(e) ? floe__exec_now_ns() : 0;
-    def->compute_async(en->state, &inv->ctx, async_done, t);
+    def->compute_async(en->state, &inv->ctx, floe__ticket_done, ticket);
     return;
   }
   floe_code rc;
+  floe__exec_mark_running(s, t->n, 1);
   if (floe__exec_profiling(e)) {
     int64_t t0 = floe__exec_now_ns();
     rc = def->compute(en->state, &inv->ctx);
@@ -901,6 +910,7 @@ static void run_task(FloeExecStep *s, CfTask *t, TaskList *inl) {
   } else {
     rc = def->compute(en->state, &inv->ctx);
   }
+  floe__exec_mark_running(s, t->n, -1);
   floe__exec_end_call(s, en, inv, rc, t->outs);
   bool failed = atomic_load_explicit(&s->cancelled, memory_order_relaxed);
   if (failed)

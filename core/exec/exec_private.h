@@ -25,6 +25,9 @@ typedef struct ExecNode {
   bool deferred;               /* expensive, no output read in the step, and a pool to defer to */
   bool check_copy;             /* an input may live in another memory space (see needs_copy) */
   bool lock_vars;              /* use_locking (true when absent): variables stay locked */
+  bool check_shapes;           /* a plugin's kernel: its outputs must fit the inferred shapes
+                                  (the core's own may not: a variable assigned with
+                                  validate_shape false changes shape) */
   int num_resources;           /* resource inputs replaced by variable values (plugin kernels) */
   int in_base, num_inputs;     /* slice of input_src / a step's in_ptrs */
   int out_base, num_outputs;   /* entries of this node's outputs */
@@ -55,7 +58,8 @@ struct FloeExecutor {
   int num_feeds, num_fetches;
   int num_async;
   /* Byte offsets of a step's arrays inside its arena. */
-  size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, arena_size;
+  size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, off_feeds,
+      off_running, arena_size;
   _Atomic(char *) spare;       /* the arena of a finished step, kept for the next one */
   const atomic_int *profiling; /* the session's switch, or never_profile */
   FloeTraceSink *trace;        /* FloeExecPlan.trace (borrowed); NULL: never traced */
@@ -101,7 +105,7 @@ typedef struct Invocation {
 
 struct FloeExecStep {
   FloeExecutor *e;
-  FloeTensor *const *feeds;
+  FloeTensor **feeds;     /* the caller's feed pointers, copied into the arena */
   int64_t step_id;
   atomic_int outstanding; /* nodes ready or running and not yet completed */
   atomic_bool cancelled;
@@ -130,7 +134,23 @@ struct FloeExecStep {
   int64_t timeout_ms;     /* for its message */
   FloeRunCtl ctl;         /* how it was started (copied): rendezvous, failure hook */
   bool in_worker;         /* started on a worker of the pool */
+  /* Per node: invocations computing, or asynchronous and not yet done. Kept only when the
+   * step has a deadline (its message names them); zero and unwritten otherwise. */
+  atomic_int *running;
+  atomic_int done_twice;  /* node + 1 of the first kernel seen calling done twice; 0: none */
+  void **tickets;         /* the done_args of its asynchronous calls (guarded by mu) */
+  int num_tickets, cap_tickets;
+  bool abandoned;         /* guarded by mu: the run returned at the deadline without it; the
+                             last completion frees the step */
+  bool holds_refs;        /* feeds and rendezvous retained, for an abandoned step */
 };
+
+/* A kernel of node n starts (+1) or ends (-1), for the message of a step past its deadline;
+ * free when the step has none. */
+static inline void floe__exec_mark_running(FloeExecStep *s, int n, int delta) {
+  if (__builtin_expect(s->deadline_ns != 0, 0))
+    atomic_fetch_add_explicit(&s->running[n], delta, memory_order_relaxed);
+}
 
 /* A thread's inline work: nodes to run here, and how many nodes it completed without yet
  * taking them off the step's outstanding count (the count stays high meanwhile, so the
@@ -173,6 +193,23 @@ void floe__exec_prof_record(FloeExecStep *s, int n, int64_t t0, int64_t t1,
  * not tracing; only the outermost of nested stretches is recorded). */
 int64_t floe__exec_span_begin(const FloeExecutor *e);
 void floe__exec_span_end(const FloeExecutor *e, int64_t step, int64_t token);
+
+/* The done_arg of an asynchronous call of node n: complete(arg) runs at its first done (see
+ * done_ticket.c). NULL: out of memory (the step failed, naming the node). */
+void *floe__exec_arm_done(FloeExecStep *s, int n, void (*complete)(void *arg), void *arg);
+/* done_ticket.c: the function handed to asynchronous kernels as done. */
+void floe__ticket_done(void *ticket);
+void *floe__ticket_arm(FloeExecStep *step, int node, const FloeKernelReg *kernel,
+                       void (*complete)(void *arg), void *arg);
+/* Frees the slots of tickets (every call of them completed). */
+void floe__tickets_release(void *const *tickets, int n);
+/* Frees those of tickets[0..*n) whose call completed, keeping the others in order (*n
+ * shrinks): a step whose loop makes many calls holds about FLOE__TICKETS_KEPT of them, not
+ * one per call, so a second done is a step error for its recent calls and counted as late
+ * for older ones. */
+void floe__tickets_release_fired(void **tickets, int *n);
+/* A second done for node n's call in step (which lives: called under the tickets' lock). */
+void floe__exec_note_done_twice(FloeExecStep *s, int n);
 
 /* ---- exec_frames.c ---- */
 /* Analyses the frames of e's nodes when the plan has control-flow ops (sets e->cf; leaves it

@@ -245,12 +245,50 @@ void floe__exec_step_failf(FloeExecStep *s, const ExecNode *en, floe_code code, 
 
 /* ---- completion ---- */
 
+static void step_reap(void *arg);
+
 void floe__exec_step_finish(FloeExecStep *s) {
   pthread_mutex_lock(&s->mu);
   s->done = true;
+  bool abandoned = s->abandoned;
   pthread_cond_broadcast(&s->done_cv); /* cancel deregistrations wait on it too */
   /* The run thread frees s once it sees done: nothing of s may be touched after this. */
   pthread_mutex_unlock(&s->mu);
+  if (!abandoned) return;
+  /* Its run returned at the deadline: s is ours to free. On the pool when there is one, so
+   * that a kernel's state is not destroyed inside its own done (the session may be gone). */
+  FloeThreadPool *pool = s->e->pool;
+  if (!pool || floe__pool_schedule(pool, step_reap, s) != FLOE_OK) step_reap(s);
+}
+
+void *floe__exec_arm_done(FloeExecStep *s, int n, void (*complete)(void *arg), void *arg) {
+  const ExecNode *en = &s->e->nodes[n];
+  void *ticket = NULL;
+  pthread_mutex_lock(&s->mu);
+  /* A long loop's calls: the completed ones go, or the table would grow by one per call. */
+  if (s->num_tickets == s->cap_tickets && s->cap_tickets >= FLOE__TICKETS_KEPT)
+    floe__tickets_release_fired(s->tickets, &s->num_tickets);
+  if (s->num_tickets == s->cap_tickets) {
+    int cap = s->cap_tickets ? 2 * s->cap_tickets : 8;
+    void **v = floe__realloc(s->tickets, (size_t)cap * sizeof *v);
+    if (v) {
+      s->tickets = v;
+      s->cap_tickets = cap;
+    }
+  }
+  if (s->num_tickets < s->cap_tickets) {
+    ticket = floe__ticket_arm(s, n, en->kernel, complete, arg);
+    if (ticket) s->tickets[s->num_tickets++] = ticket;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!ticket)
+    floe__exec_step_failf(s, en, FLOE_NO_MEMORY, "out of memory starting its asynchronous kernel");
+  return ticket;
+}
+
+void floe__exec_note_done_twice(FloeExecStep *s, int n) {
+  int none = 0;
+  atomic_compare_exchange_strong(&s->done_twice, &none, n + 1);
 }
 
 static void release_use(FloeExecStep *s, int entry) {
@@ -403,6 +441,43 @@ void floe__exec_release_inputs(Invocation *inv, const ExecNode *en) {
   inv->copies = NULL;
 }
 
+/* The known dims of want (a known rank) equal dims'. */
+static inline bool dims_fit(const int64_t *dims, const FloeShape *want) {
+  for (int d = 0; d < want->rank; d++)
+    if (want->dims[d] >= 0 && want->dims[d] != dims[d]) return false;
+  return true;
+}
+
+/* Fails the step for output i of en's kernel: not set, of another dtype than the node's, or
+ * (a plugin's kernel) of a shape its inferred one rules out (what the graph's later nodes
+ * were checked against: a [1] where [?,3] was promised would broadcast silently). */
+static void bad_output(FloeExecStep *s, const ExecNode *en, int i, const FloeTensor *t) {
+  const char *dev = en->device ? en->device->short_name : "host";
+  const char *plugin = en->kernel->plugin ? en->kernel->plugin->name : "core";
+  FloeDType want = en->node->out_dtypes[i];
+  if (!t) {
+    floe__exec_step_failf(s, en, FLOE_INTERNAL,
+                          "the kernel on %s (plugin '%s') returned without setting output %d: a "
+                          "bug in the kernel",
+                          dev, plugin, i);
+  } else if (t->dtype != want) {
+    floe__exec_step_failf(s, en, FLOE_INTERNAL,
+                          "the kernel on %s (plugin '%s') set output %d to a %s tensor, the graph "
+                          "says %s: a bug in the kernel",
+                          dev, plugin, i, floe_dtype_name(t->dtype), floe_dtype_name(want));
+  } else {
+    char have[160], inferred[160];
+    FloeShape sh = {.rank = t->rank};
+    memcpy(sh.dims, t->dims, (size_t)t->rank * sizeof sh.dims[0]);
+    floe_shape_str(&sh, have, sizeof have);
+    floe_shape_str(&en->node->out_shapes[i], inferred, sizeof inferred);
+    floe__exec_step_failf(s, en, FLOE_INTERNAL,
+                          "output %d has shape %s but shape inference promised %s: a bug in the "
+                          "kernel on %s (plugin '%s'), or in the op's shape function",
+                          i, have, inferred, dev, plugin);
+  }
+}
+
 void floe__exec_end_call(FloeExecStep *s, const ExecNode *en, Invocation *inv, floe_code rc,
                          FloeTensor **outs) {
   if (inv->status.code != FLOE_OK) {
@@ -417,20 +492,14 @@ void floe__exec_end_call(FloeExecStep *s, const ExecNode *en, Invocation *inv, f
   } else {
     for (int i = 0; i < en->num_outputs; i++) {
       const FloeTensor *t = outs[i];
-      FloeDType want = en->node->out_dtypes[i];
-      if (!t) {
-        const char *plugin = en->kernel->plugin ? en->kernel->plugin->name : "core";
-        floe__exec_step_failf(s, en, FLOE_INTERNAL,
-                   "the kernel (plugin '%s') returned without setting output %d: a bug in "
-                   "the kernel",
-                   plugin, i);
-        break;
-      }
-      if (t->dtype != want) {
-        floe__exec_step_failf(s, en, FLOE_INTERNAL, "the kernel set output %d to a %s tensor, the graph "
-                   "says %s", i, floe_dtype_name(t->dtype), floe_dtype_name(want));
-        break;
-      }
+      const FloeShape *want = &en->node->out_shapes[i];
+      /* Known dims and ranks only: an unknown shape costs one comparison. */
+      if (t && t->dtype == en->node->out_dtypes[i] &&
+          (want->rank < 0 || !en->check_shapes ||
+           (t->rank == want->rank && dims_fit(t->dims, want))))
+        continue;
+      bad_output(s, en, i, t);
+      break;
     }
   }
   if (inv->status.code != FLOE_OK) floe_status_clear(&inv->status);
@@ -533,6 +602,7 @@ static void async_done(void *arg) {
   FloeExecStep *s = t->step;
   int n = (int)(t - s->tasks);
   Invocation *inv = &s->async_calls[s->e->nodes[n].async_slot];
+  floe__exec_mark_running(s, n, -1);
   if (inv->start_ns && inv->status.code == FLOE_OK)
     floe__exec_prof_record(s, n, inv->start_ns, floe__exec_now_ns(), &inv->ctx, true);
   finish_invocation(s, n, inv, FLOE_OK);
@@ -698,9 +768,16 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     }
     floe__exec_fill_ctx(s, en, inv, s->in_ptrs + en->in_base, s->entries + en->out_base);
     s->tasks[n].step = s;
+    void *ticket = floe__exec_arm_done(s, n, async_done, &s->tasks[n]);
+    if (!ticket) {
+      floe__exec_release_inputs(inv, en);
+      node_done(s, n, inl);
+      return;
+    }
+    floe__exec_mark_running(s, n, 1);
     inv->start_ns = floe__exec_profiling(e) ? floe__exec_now_ns() : 0;
     /* done may run before this returns, on any thread: n is not ours after the call. */
-    def->compute_async(en->state, &inv->ctx, async_done, &s->tasks[n]);
+    def->compute_async(en->state, &inv->ctx, floe__ticket_done, ticket);
     return;
   }
   Invocation inv; /* fill_ctx sets every field of the context */
@@ -715,6 +792,7 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
   }
   floe__exec_fill_ctx(s, en, &inv, s->in_ptrs + en->in_base, s->entries + en->out_base);
   floe_code rc;
+  floe__exec_mark_running(s, n, 1);
   if (floe__exec_profiling(e)) {
     int64_t t0 = floe__exec_now_ns();
     rc = def->compute(en->state, &inv.ctx);
@@ -723,6 +801,7 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
   } else {
     rc = def->compute(en->state, &inv.ctx);
   }
+  floe__exec_mark_running(s, n, -1);
   finish_invocation(s, n, &inv, rc);
   node_done(s, n, inl);
 }
@@ -810,7 +889,11 @@ static void layout_arena(FloeExecutor *e) {
   e->off_tasks = off;
   off = align_up(off + (size_t)e->num_nodes * sizeof(StepTask));
   e->off_async = off;
-  e->arena_size = off + (size_t)e->num_async * sizeof(Invocation);
+  off = align_up(off + (size_t)e->num_async * sizeof(Invocation));
+  e->off_feeds = off;
+  off = align_up(off + (size_t)e->num_feeds * sizeof(FloeTensor *));
+  e->off_running = off;
+  e->arena_size = off + (size_t)e->num_nodes * sizeof(atomic_int);
 }
 
 static void destroy_kernels(FloeExecutor *e) {
@@ -1019,6 +1102,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
     en->num_outputs = ns->node->num_outputs;
     en->async_slot = -1;
     if (ns->kernel && !ns->kernel->def.compute) en->async_slot = e->num_async++;
+    en->check_shapes = ns->kernel && ns->kernel->plugin;
     en->inexpensive = !ns->kernel || (ns->kernel->flags & FLOE_KERNEL_INEXPENSIVE) ||
                       (ns->kernel->def.flags & FLOE_KERNEL_INEXPENSIVE) || is_tiny(ns->node);
     /* Only the core's own kernels (no plugin) see handles, whatever a plugin's flags say. */
@@ -1101,7 +1185,6 @@ static floe_code step_new(FloeExecutor *e, FloeTensor *const *feeds, FloeExecSte
   if (pthread_mutex_init(&s->mu, NULL) != 0) goto err_free_arena;
   if (pthread_cond_init(&s->done_cv, NULL) != 0) goto err_destroy_mu;
   s->e = e;
-  s->feeds = feeds;
   s->step_id = atomic_fetch_add_explicit(&next_step_id, 1, memory_order_relaxed);
   atomic_init(&s->outstanding, e->num_roots);
   atomic_init(&s->cancelled, false);
@@ -1112,6 +1195,10 @@ static floe_code step_new(FloeExecutor *e, FloeTensor *const *feeds, FloeExecSte
   s->next = (int *)(arena + e->off_next);
   s->tasks = (StepTask *)(arena + e->off_tasks); /* .step set when a task is handed out */
   s->async_calls = (Invocation *)(arena + e->off_async);
+  s->feeds = (FloeTensor **)(arena + e->off_feeds);
+  s->running = (atomic_int *)(arena + e->off_running); /* zeroed only for a deadline */
+  if (e->num_feeds) memcpy(s->feeds, feeds, (size_t)e->num_feeds * sizeof *s->feeds);
+  atomic_init(&s->done_twice, 0);
   /* No other thread sees the arena before the step hands out work, so plain copies do. */
   _Static_assert(sizeof(atomic_int) == sizeof(int), "counters are copied as ints");
   memcpy((void *)s->pending, e->pending0, (size_t)e->num_nodes * sizeof(int));
@@ -1134,6 +1221,12 @@ static void step_free(FloeExecStep *s) {
   pthread_mutex_lock(&s->mu);
   while (s->cancelling && !s->cancel_done) pthread_cond_wait(&s->done_cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
+  floe__tickets_release(s->tickets, s->num_tickets); /* a done after this is only counted */
+  floe__free(s->tickets);
+  if (s->holds_refs) {
+    for (int f = 0; f < e->num_feeds; f++) floe_tensor_release(s->feeds[f]);
+    floe__rendezvous_release(s->ctl.rendezvous);
+  }
   floe__cf_step_free(s);
   for (int i = 0; i < s->num_step_objs; i++) floe__resources_remove(e->resources, s->step_objs[i]);
   floe__free(s->step_objs);
@@ -1156,12 +1249,48 @@ void floe__exec_step_cancel(FloeExecStep *s, floe_code code, const char *why) {
   floe__exec_step_abort(s, code, msg);
 }
 
-/* Fails the step once its deadline passed. */
+/* At most this many running nodes are named, then "and N more". */
+enum { NAMED_RUNNING = 8 };
+
+void floe__exec_describe_running(FloeExecStep *s, char *buf, size_t len) {
+  if (!s->deadline_ns || len == 0) return;
+  const FloeExecutor *e = s->e;
+  size_t at = strlen(buf);
+  int named = 0, more = 0;
+  for (int n = 0; n < e->num_nodes; n++) {
+    if (atomic_load_explicit(&s->running[n], memory_order_relaxed) <= 0) continue;
+    if (named == NAMED_RUNNING || at + 1 >= len) {
+      more++;
+      continue;
+    }
+    const ExecNode *en = &e->nodes[n];
+    int k = snprintf(buf + at, len - at, "%snode '%s' (%s) on %s%s", at ? ", " : "",
+                     en->node->name, en->node->op->name,
+                     en->device ? en->device->short_name : "host",
+                     en->async_slot >= 0 ? " (asynchronous: done not called yet)" : "");
+    if (k < 0) break;
+    at += (size_t)k < len - at ? (size_t)k : len - at - 1;
+    named++;
+  }
+  if (more && at + 1 < len) snprintf(buf + at, len - at, " and %d more", more);
+}
+
+/* Fails the step once its deadline passed, naming the loops and the nodes still running. */
 static void step_timeout(FloeExecStep *s, int64_t timeout_ms) {
-  char why[96];
-  snprintf(why, sizeof why, "the run took longer than its timeout of %lld ms%s",
+  char msg[1024], running[768] = "";
+  snprintf(msg, sizeof msg, "the run took longer than its timeout of %lld ms%s",
            (long long)timeout_ms, s->e->cf ? ": " : "");
-  floe__exec_step_cancel(s, FLOE_DEADLINE_EXCEEDED, why);
+  floe__cf_describe(s, msg, sizeof msg); /* "...: while loop 'w' was at iteration 7" */
+  if (s->ctl.describe)
+    s->ctl.describe(s->ctl.fail_arg, running, sizeof running);
+  else
+    floe__exec_describe_running(s, running, sizeof running);
+  if (running[0]) {
+    size_t at = strlen(msg);
+    snprintf(msg + at, sizeof msg - at, "%sstill running: %s", at && msg[at - 1] != ' ' ? "; " : "",
+             running);
+  }
+  floe__exec_step_abort(s, FLOE_DEADLINE_EXCEEDED, msg);
 }
 
 void floe__exec_check_deadline(FloeExecStep *s) {
@@ -1170,63 +1299,98 @@ void floe__exec_check_deadline(FloeExecStep *s) {
     step_timeout(s, s->timeout_ms);
 }
 
-static struct timespec deadline_after(int64_t ms) {
+/* Waits on s->done_cv (s->mu held) until the CLOCK_MONOTONIC time wake_ns (0: no limit). */
+static void wait_until(FloeExecStep *s, int64_t wake_ns) {
+  if (!wake_ns) {
+    pthread_cond_wait(&s->done_cv, &s->mu);
+    return;
+  }
+  int64_t left = wake_ns - floe__exec_now_ns();
+  if (left <= 0) return;
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += (time_t)(ms / 1000);
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's clock */
+  ts.tv_sec += (time_t)(left / 1000000000);
+  ts.tv_nsec += (long)(left % 1000000000);
   if (ts.tv_nsec >= 1000000000L) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
-  return ts;
+  pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
 }
 
-static bool past(const struct timespec *t) {
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+/* Past the deadline: whether a synchronous kernel of s is still computing, and whether an
+ * asynchronous one has not called done yet. */
+static void scan_running(const FloeExecStep *s, bool *sync, bool *async) {
+  *sync = *async = false;
+  for (int n = 0; n < s->e->num_nodes; n++) {
+    if (atomic_load_explicit(&s->running[n], memory_order_relaxed) <= 0) continue;
+    if (s->e->nodes[n].async_slot >= 0)
+      *async = true;
+    else
+      *sync = true;
+  }
 }
 
-/* Blocks until the step is done. On a worker of the pool it keeps running queued tasks
- * meanwhile, so a step started from inside a kernel cannot starve the pool. timeout_ms > 0:
- * the step is cancelled once that much time went by. */
-static void step_wait(FloeExecStep *s, int64_t timeout_ms) {
+/* How often a run past its deadline looks whether only asynchronous kernels are left. */
+enum { POLL_NS = 1000000 };
+
+/* Blocks until the step is done; on a worker of the pool it keeps running queued tasks
+ * meanwhile, so a step started from inside a kernel cannot starve the pool. With a deadline,
+ * the step is cancelled when it passes; then (when FloeRunCtl.keep can keep what the step
+ * borrows alive) the wait goes on while a synchronous kernel computes (they return, and
+ * nothing new starts), for at most another timeout, and stops as soon as only asynchronous
+ * kernels that have not called done are left: false then (the step is not done). */
+static bool step_wait(FloeExecStep *s) {
   FloeThreadPool *pool = s->e->pool;
   bool helper = floe__pool_in_worker(pool);
-  struct timespec deadline = timeout_ms > 0 ? deadline_after(timeout_ms) : (struct timespec){0};
   bool timed_out = false;
+  int64_t give_up_ns = 0;
   pthread_mutex_lock(&s->mu);
   while (!s->done) {
-    if (timeout_ms > 0 && !timed_out && past(&deadline)) {
-      timed_out = true;
-      pthread_mutex_unlock(&s->mu);
-      step_timeout(s, timeout_ms);
-      pthread_mutex_lock(&s->mu);
-      continue;
+    int64_t wake_ns = 0;
+    if (s->deadline_ns) {
+      int64_t now = floe__exec_now_ns();
+      if (!timed_out && now >= s->deadline_ns) {
+        timed_out = true;
+        give_up_ns = now + s->timeout_ms * 1000000;
+        pthread_mutex_unlock(&s->mu);
+        step_timeout(s, s->timeout_ms);
+        pthread_mutex_lock(&s->mu);
+        continue;
+      }
+      if (timed_out && s->ctl.keep) { /* without keep, what s borrows may not outlive it */
+        bool sync, async;
+        scan_running(s, &sync, &async);
+        if (now >= give_up_ns || (async && !sync)) break;
+        wake_ns = now + POLL_NS;
+      } else if (!timed_out) {
+        wake_ns = s->deadline_ns;
+      }
     }
     if (!helper) {
-      if (timeout_ms > 0 && !timed_out)
-        pthread_cond_timedwait(&s->done_cv, &s->mu, &deadline);
-      else
-        pthread_cond_wait(&s->done_cv, &s->mu);
+      wait_until(s, wake_ns);
       continue;
     }
     pthread_mutex_unlock(&s->mu);
     bool ran = floe__pool_help(pool);
     pthread_mutex_lock(&s->mu);
-    if (!ran && !s->done) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 1000000; /* queued work shows up without a signal: poll every ms */
-      if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-      }
-      pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
-    }
+    /* queued work shows up without a signal: poll every ms */
+    int64_t poll = floe__exec_now_ns() + POLL_NS;
+    if (!ran && !s->done) wait_until(s, wake_ns && wake_ns < poll ? wake_ns : poll);
   }
+  bool done = s->done;
   pthread_mutex_unlock(&s->mu);
+  return done;
+}
+
+/* An abandoned step ended (its last kernel called done): free it, then let go of what kept
+ * its executor and session alive. */
+static void step_reap(void *arg) {
+  FloeExecStep *s = arg;
+  void (*keep)(void *, int) = s->ctl.keep;
+  void *keep_arg = s->ctl.keep_arg;
+  step_free(s);
+  if (keep) keep(keep_arg, -1);
 }
 
 /* With control flow a fetched tensor may be dead (an untaken branch): an error naming it. */
@@ -1277,6 +1441,7 @@ floe_code floe__executor_start(FloeExecutor *e, FloeTensor *const *feeds, const 
   if (timeout > 0) {
     s->timeout_ms = timeout;
     s->deadline_ns = floe__exec_now_ns() + timeout * 1000000;
+    memset((void *)s->running, 0, (size_t)e->num_nodes * sizeof *s->running);
   }
   if (s->ctl.attach) s->ctl.attach(s->ctl.arg, s);
   if (e->cf) {
@@ -1293,8 +1458,46 @@ floe_code floe__executor_start(FloeExecutor *e, FloeTensor *const *feeds, const 
 
 floe_code floe__executor_finish(FloeExecStep *s, FloeTensor **outputs, FloeStatus *st) {
   FloeExecutor *e = s->e;
-  if (e->cf || e->num_roots > 0) step_wait(s, s->ctl.timeout_ms);
+  bool done = !(e->cf || e->num_roots > 0) || step_wait(s);
+  bool in_worker = s->in_worker;
+  void (*keep)(void *, int) = NULL;
+  void *keep_arg = s->ctl.keep_arg;
+  if (!done) {
+    /* Past the deadline with kernels that have not called done: what the step borrows for
+     * this call is retained, and its executor and session kept, before the step can be
+     * freed by its last kernel. */
+    for (int f = 0; f < e->num_feeds; f++) floe_tensor_retain(s->feeds[f]);
+    floe__rendezvous_retain(s->ctl.rendezvous);
+    s->holds_refs = true;
+    keep = s->ctl.keep;
+    if (keep) keep(keep_arg, 1);
+  }
   if (s->ctl.attach) s->ctl.attach(s->ctl.arg, NULL);
+  if (!done) {
+    pthread_mutex_lock(&s->mu);
+    floe_code code = s->status.code;
+    floe__status_copy(st, &s->status);
+    done = s->done;
+    s->abandoned = !done; /* from here on the last completion frees s */
+    pthread_mutex_unlock(&s->mu);
+    if (!done) {
+      if (!in_worker) floe__pool_set_current(NULL);
+      return code;
+    }
+  }
+  /* Every call completed: a done from now on matches no call. */
+  floe__tickets_release(s->tickets, s->num_tickets);
+  s->num_tickets = 0;
+  int twice = atomic_load_explicit(&s->done_twice, memory_order_relaxed);
+  if (twice && s->status.code == FLOE_OK) {
+    const ExecNode *en = &e->nodes[twice - 1];
+    floe_status_set(&s->status, FLOE_INTERNAL,
+                    "node '%s' (%s) on %s: the kernel (plugin '%s') called done twice for one "
+                    "call: a bug in the kernel; the step's results are not used",
+                    en->node->name, en->node->op->name,
+                    en->device ? en->device->short_name : "host",
+                    en->kernel->plugin ? en->kernel->plugin->name : "core");
+  }
   floe_code code = s->status.code;
   if (code != FLOE_OK) {
     floe__status_copy(st, &s->status);
@@ -1307,8 +1510,8 @@ floe_code floe__executor_finish(FloeExecStep *s, FloeTensor **outputs, FloeStatu
       floe_tensor_retain(outputs[f]);
     }
   }
-  bool in_worker = s->in_worker;
   step_free(s);
+  if (keep) keep(keep_arg, -1); /* kept for an abandonment that came too late */
   /* The caller's thread stops naming a pool that may be freed before its next step. */
   if (!in_worker) floe__pool_set_current(NULL);
   return code;

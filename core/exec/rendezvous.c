@@ -234,6 +234,14 @@ static void rendezvous_unref(FloeRendezvous *r) {
   floe__free(r);
 }
 
+void floe__rendezvous_retain(FloeRendezvous *r) {
+  if (r) atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+}
+
+void floe__rendezvous_release(FloeRendezvous *r) {
+  if (r) rendezvous_unref(r);
+}
+
 /* The abort's status into st (under r->mu). */
 static void abort_status(const FloeRendezvous *r, FloeStatus *st) {
   floe_status_set(st, r->abort_code, "%s", r->abort_msg ? r->abort_msg : FLOE__OOM_MESSAGE);

@@ -195,6 +195,15 @@ static void piece_failed(void *arg, FloeExecStep *step, floe_code code, const ch
   pthread_mutex_unlock(&r->mu);
 }
 
+/* The nodes still running in every piece (for the message of a run past its deadline). */
+static void piece_describe(void *arg, char *buf, size_t len) {
+  Run *r = arg;
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < r->n; i++)
+    if (r->pr[i].step) floe__exec_describe_running(r->pr[i].step, buf, len);
+  pthread_mutex_unlock(&r->mu);
+}
+
 /* The one-piece case: the executor's attach hook, told to the caller's track hook. */
 typedef struct OneTrack {
   const FloeMultiRunCtl *ctl;
@@ -214,7 +223,8 @@ static floe_code run_one_piece(FloeMultiExec *m, FloeTensor *const *feeds, FloeT
   Piece *pc = &m->pieces[0];
   OneTrack t = {ctl, NULL};
   FloeRunCtl one = {ctl ? ctl->timeout_ms : 0, ctl && ctl->track ? one_attach : NULL, &t,
-                    NULL, NULL, NULL, ctl ? ctl->trace_step : 0};
+                    NULL, NULL, NULL, ctl ? ctl->trace_step : 0, NULL,
+                    ctl ? ctl->keep : NULL, ctl ? ctl->keep_arg : NULL};
   FloeTensor *small_f[8], *small_o[8];
   FloeTensor **pf = pc->num_feeds <= 8 ? small_f : floe__malloc((size_t)pc->num_feeds * sizeof *pf);
   FloeTensor **po = pc->num_fetches <= 8 ? small_o : floe__malloc((size_t)pc->num_fetches * sizeof *po);
@@ -269,7 +279,8 @@ floe_code floe__multi_exec_run(FloeMultiExec *m, FloeTensor *const *feeds, FloeT
     for (int k = 0; k < pc->num_feeds; k++) pfeeds[p][k] = feeds[pc->feed_of[k]];
     r.pr[p].run = &r;
     FloeRunCtl pctl = {timeout_ms, piece_attach, &r.pr[p], r.rv, piece_failed, &r,
-                       ctl ? ctl->trace_step : 0};
+                       ctl ? ctl->trace_step : 0, piece_describe,
+                       ctl ? ctl->keep : NULL, ctl ? ctl->keep_arg : NULL};
     rc = floe__executor_start(pc->exec, pfeeds[p], &pctl, &steps[p], st);
     if (rc == FLOE_OK) started++;
   }

@@ -53,6 +53,10 @@ struct FloeSession {
   FloeExecStep **active;   /* steps running now (guarded by mu), for cancel and close */
   int num_active, cap_active;
   bool closed;             /* floe_session_close ran (guarded by mu) */
+  /* Steps whose runs returned at their deadline while asynchronous kernels had not called
+   * done (guarded by mu): they use the session's executors until those kernels finish. */
+  int left_behind;
+  bool free_pending;       /* floe_session_free ran meanwhile: the last of them frees s */
 };
 
 /* One resolved feed or fetch; pos is its place in the caller's arrays. */
@@ -496,10 +500,13 @@ static bool sig_is_fed(void *arg, int node, int index) { return is_fed(arg, node
  * fed output takes its value's shape and every other needed node is inferred again, in id
  * order (inputs come first but for loop back edges, which keep their shapes). A shape
  * function that now fails leaves its node's shapes as they were. The placer's costs then
- * count the batch the run feeds, not an unknown dim taken as 1. */
+ * count the batch the run feeds, not an unknown dim taken as 1. *saved (caller frees)
+ * receives the needed nodes' shapes as they were, for restore_shapes once placed: the
+ * executor checks kernels' outputs against the shapes its nodes carry, and later runs may
+ * feed another batch. */
 static floe_code refine_shapes(const RunSig *sig, const FloeFeed *values,
                                const FloeGraph **g, FloeGraph **clone, const bool *need,
-                               FloeStatus *st) {
+                               FloeShape **saved, FloeStatus *st) {
   bool any = false;
   for (int i = 0; i < sig->num_feeds && !any; i++) {
     const FloeTensor *v = values[sig->feeds[i].pos].value;
@@ -514,8 +521,19 @@ static floe_code refine_shapes(const RunSig *sig, const FloeFeed *values,
     if (!*clone) return floe_status_code(st) ? floe_status_code(st) : FLOE_NO_MEMORY;
   }
   FloeGraph *c = *clone;
+  size_t outs = 0;
+  for (int i = 0; i < c->num_nodes; i++)
+    if (need[i]) outs += (size_t)c->nodes[i]->num_outputs;
+  *saved = floe__malloc((outs ? outs : 1) * sizeof **saved);
   bool *fed = floe__calloc((size_t)c->num_nodes + 1, sizeof *fed);
-  if (!fed) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+  if (!fed || !*saved) {
+    floe__free(fed);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+  }
+  outs = 0;
+  for (int i = 0; i < c->num_nodes; i++)
+    for (int k = 0; need[i] && k < c->nodes[i]->num_outputs; k++)
+      (*saved)[outs++] = c->nodes[i]->out_shapes[k];
   for (int i = 0; i < sig->num_feeds; i++) {
     const FloeTensor *v = values[sig->feeds[i].pos].value;
     if (!v || v == &names_only) continue;
@@ -535,6 +553,16 @@ static floe_code refine_shapes(const RunSig *sig, const FloeFeed *values,
   return FLOE_OK;
 }
 
+/* Puts back the shapes refine_shapes saved (NULL: it changed nothing) and frees them. */
+static void restore_shapes(FloeGraph *c, const bool *need, FloeShape *saved) {
+  if (!saved) return;
+  size_t outs = 0;
+  for (int i = 0; i < c->num_nodes; i++)
+    for (int k = 0; need[i] && k < c->nodes[i]->num_outputs; k++)
+      c->nodes[i]->out_shapes[k] = saved[outs++];
+  floe__free(saved);
+}
+
 static floe_code plan_run(FloeSession *s, const RunSig *sig, const FloeFeed *values, bool cut,
                           FloeGraph **clone, FloePartition *part, FloePlacement *pl, bool **needp,
                           FloeStatus *st) {
@@ -549,12 +577,21 @@ static floe_code plan_run(FloeSession *s, const RunSig *sig, const FloeFeed *val
   if (!(g = fuse(s, sig, needp, clone, st))) return floe_status_code(st);
   need = *needp;
   /* Only worth a clone when the cost model places. */
+  FloeShape *saved = NULL;
   if (values && s->num_devices > 0 &&
-      refine_shapes(sig, values, &g, clone, need, st) != FLOE_OK)
+      refine_shapes(sig, values, &g, clone, need, &saved, st) != FLOE_OK) {
+    floe__free(saved);
     return floe_status_code(st);
+  }
   FloePartitionFed fed = {sig_is_fed, (void *)sig};
   FloePlaceOptions po = {s->default_device, s->devices, s->num_devices, s->soft_placement};
   floe_code rc = floe__place(s->rt, g, need, &fed, &po, pl, st);
+  /* An executor's nodes keep the graph's own shapes (saved: *clone is the refined graph);
+   * floe_session_placement goes on computing costs with the refined ones. */
+  if (cut)
+    restore_shapes(*clone, need, saved);
+  else
+    floe__free(saved);
   if (rc != FLOE_OK) return rc;
   FloeDevice *first = NULL;
   bool many = false;
@@ -813,9 +850,31 @@ err_oom:
   return NULL;
 }
 
-/* Frees the session and its cached executors. No run may be in progress. NULL is a no-op. */
+static void session_destroy(FloeSession *s);
+
+/* Frees the session and its cached executors. No run may be in progress. NULL is a no-op.
+ * Steps that runs left behind at their deadline (kernels that have not called done) still
+ * use it: then the last of them to end frees it. */
 void floe_session_free(FloeSession *s) {
   if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  bool later = s->left_behind > 0;
+  s->free_pending = later;
+  pthread_mutex_unlock(&s->mu);
+  if (!later) session_destroy(s);
+}
+
+/* FloeMultiRunCtl.keep: a step left behind (+1), or one of those ended and was freed (-1). */
+static void keep_session(void *arg, int delta) {
+  FloeSession *s = arg;
+  pthread_mutex_lock(&s->mu);
+  s->left_behind += delta;
+  bool destroy = s->left_behind == 0 && s->free_pending;
+  pthread_mutex_unlock(&s->mu);
+  if (destroy) session_destroy(s);
+}
+
+static void session_destroy(FloeSession *s) {
   for (CacheEntry *c = s->cache, *nx; c; c = nx) {
     nx = c->next;
     floe__multi_exec_free(c->exec);
@@ -970,7 +1029,8 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
   FloeRendezvousStats rs;
   memset(&rs, 0, sizeof rs);
   FloeMultiRunCtl ctl = {.timeout_ms = opts ? opts->timeout_ms : 0, .track = track_step, .arg = s,
-                         .stats = &rs, .trace_step = trace_step};
+                         .stats = &rs, .trace_step = trace_step, .keep = keep_session,
+                         .keep_arg = s};
   x0 = trace_step ? floe__exec_now_ns() : 0;
   rc = floe__multi_exec_run(e, ordered, got, &ctl, status);
   x1 = trace_step ? floe__exec_now_ns() : 0;

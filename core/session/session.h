@@ -82,6 +82,10 @@ typedef struct FloeMultiRunCtl {
   const FloeRendezvousOptions *rv_opts; /* NULL: the plan's */
   FloeRendezvousStats *stats;           /* filled after the step when not NULL */
   int64_t trace_step;                   /* FloeRunCtl.trace_step of every piece */
+  /* FloeRunCtl.keep of every piece: what the run borrows (executors, session) must outlive a
+   * piece that the run left behind at its deadline. */
+  void (*keep)(void *keep_arg, int delta);
+  void *keep_arg;
 } FloeMultiRunCtl;
 /* Plan copied, its arrays borrowed for the call. Caller owns the result. */
 FloeMultiExec *floe__multi_exec_new(const FloeMultiPlan *plan, FloeStatus *st);

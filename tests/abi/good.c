@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* good.c - a well-behaved test plugin (floe-abitest.so): the custom op AbiTestTwice
  * (y = 2x) with its shape function, two CPU kernels of different priorities, the custom op
- * AbiTestAsyncTwice (y = 2x again) whose CPU kernel is asynchronous, and a fake device type
- * "AbiTest" (upper-cased by the core) with its own memory space.
+ * AbiTestAsyncTwice (y = 2x again) whose CPU kernel is asynchronous, the custom op
+ * AbiTestMisbehave whose asynchronous CPU kernel breaks the kernel rules on request (for the
+ * executor's checks), and a fake device type "AbiTest" (upper-cased by the core) with its own
+ * memory space.
  *
  * The low-priority kernel computes 2x + 1, so tests can tell which kernel ran. The plugin
  * records its lifecycle in abitest_lifecycle ('S' shutdown, 'D' device destroy), exported
  * for the tests alone (a real plugin exports only floe_plugin_init). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -187,6 +190,158 @@ static floe_code add_async_op(FloePluginRegistrar *reg) {
   return reg->register_kernel(reg, &k);
 }
 
+/* ---- AbiTestMisbehave: y = x from an asynchronous kernel that breaks a rule on request
+ * (attribute mode; its shape function promises y the shape of x):
+ *   "ok"           y = x, done once
+ *   "wrong_shape"  y has shape [1], whatever x's
+ *   "wrong_dim"    y has x's shape with its last dimension one larger
+ *   "unset"        done without setting y
+ *   "done_twice"   y = x, then done twice before compute_async returns
+ *   "done_late"    y = x and done once; done is called again by abitest_call_done_again()
+ *   "never_done"   the call is parked: y = x and done only when abitest_release_parked()
+ *                  runs (the call's context stays valid until done, as the ABI says)
+ * The two functions are exported for the tests alone. ---- */
+
+static const char *const misbehave_inputs[] = {"x: f32"};
+static const char *const misbehave_outputs[] = {"y: f32"};
+static const char *const misbehave_attrs[] = {"mode: string = ok"};
+
+enum { MB_OK, MB_WRONG_SHAPE, MB_WRONG_DIM, MB_UNSET, MB_DONE_TWICE, MB_DONE_LATE, MB_NEVER_DONE };
+static const char *const mb_modes[] = {"ok", "wrong_shape", "wrong_dim", "unset",
+                                       "done_twice", "done_late", "never_done"};
+static const int mb_codes[] = {MB_OK, MB_WRONG_SHAPE, MB_WRONG_DIM, MB_UNSET,
+                               MB_DONE_TWICE, MB_DONE_LATE, MB_NEVER_DONE};
+
+typedef struct Parked {
+  FloeKernelContext *ctx; /* NULL for done_late: only done is called again */
+  FloeDoneFn done;
+  void *done_arg;
+  struct Parked *next;
+} Parked;
+
+static pthread_mutex_t parked_mu = PTHREAD_MUTEX_INITIALIZER;
+static Parked *parked, *called; /* never_done calls; done_late calls already done once */
+
+static floe_code misbehave_create(const FloeHostApi *h, FloeKernelInit *init, void *user_data,
+                                  void **state) {
+  const char *mode = NULL;
+  if (h->attr_string(h->init_attrs(init), "mode", &mode) != FLOE_OK || !mode)
+    return h->init_set_error(init, FLOE_INTERNAL, "attribute mode missing (the core fills defaults)");
+  for (size_t m = 0; m < sizeof mb_modes / sizeof mb_modes[0]; m++) {
+    if (strcmp(mode, mb_modes[m]) != 0) continue;
+    *state = (void *)&mb_codes[m];
+    return FLOE_OK;
+  }
+  return h->init_set_error(init, FLOE_INVALID_ARGUMENT, "unknown mode '%s'", mode);
+}
+
+/* y = x, or the shape the mode asks for (its values: x's, as far as they go). */
+static void misbehave_output(int mode, FloeKernelContext *ctx) {
+  const FloeTensor *x = host->ctx_input(ctx, 0);
+  int rank = host->tensor_rank(x);
+  int64_t dims[FLOE_MAX_DIMS];
+  memcpy(dims, host->tensor_dims(x), (size_t)rank * sizeof dims[0]);
+  if (mode == MB_WRONG_SHAPE) {
+    rank = 1;
+    dims[0] = 1;
+  } else if (mode == MB_WRONG_DIM && rank > 0) {
+    dims[rank - 1]++;
+  }
+  FloeTensor *y;
+  if (host->ctx_allocate_output(ctx, 0, rank, dims, &y) != FLOE_OK) return;
+  int64_t n = host->tensor_num_elements(y), nx = host->tensor_num_elements(x);
+  const float *xs = host->tensor_data(x);
+  float *ys = host->tensor_data(y);
+  for (int64_t i = 0; i < n; i++) ys[i] = i < nx ? xs[i] : 0.0f;
+}
+
+static void park(Parked **list, FloeKernelContext *ctx, FloeDoneFn done, void *done_arg) {
+  Parked *p = host->alloc(sizeof *p);
+  if (!p) {
+    if (ctx) host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory parking a call");
+    if (ctx) done(done_arg);
+    return;
+  }
+  *p = (Parked){ctx, done, done_arg, NULL};
+  pthread_mutex_lock(&parked_mu);
+  p->next = *list;
+  *list = p;
+  pthread_mutex_unlock(&parked_mu);
+}
+
+/* Takes the whole list and calls done for each entry (y = x first for parked calls). */
+static int drain(Parked **list) {
+  pthread_mutex_lock(&parked_mu);
+  Parked *p = *list;
+  *list = NULL;
+  pthread_mutex_unlock(&parked_mu);
+  int n = 0;
+  while (p) {
+    Parked *next = p->next;
+    if (p->ctx) misbehave_output(MB_OK, p->ctx);
+    p->done(p->done_arg);
+    host->free(p);
+    p = next;
+    n++;
+  }
+  return n;
+}
+
+FLOE_PLUGIN_EXPORT int abitest_release_parked(void) { return drain(&parked); }
+FLOE_PLUGIN_EXPORT int abitest_call_done_again(void) { return drain(&called); }
+
+static void misbehave_compute(void *state, FloeKernelContext *ctx, FloeDoneFn done,
+                              void *done_arg) {
+  int mode = *(const int *)state;
+  switch (mode) {
+    case MB_NEVER_DONE:
+      park(&parked, ctx, done, done_arg);
+      return;
+    case MB_UNSET:
+      done(done_arg);
+      return;
+    case MB_DONE_TWICE:
+      misbehave_output(MB_OK, ctx);
+      done(done_arg);
+      done(done_arg);
+      return;
+    case MB_DONE_LATE:
+      misbehave_output(MB_OK, ctx);
+      park(&called, NULL, done, done_arg); /* before done: ctx is not ours after it */
+      done(done_arg);
+      return;
+    default:
+      misbehave_output(mode, ctx);
+      done(done_arg);
+      return;
+  }
+}
+
+static floe_code add_misbehave_op(FloePluginRegistrar *reg) {
+  FloeOpDef op;
+  memset(&op, 0, sizeof op);
+  op.struct_size = sizeof op;
+  op.name = "AbiTestMisbehave";
+  op.inputs = misbehave_inputs;
+  op.num_inputs = 1;
+  op.outputs = misbehave_outputs;
+  op.num_outputs = 1;
+  op.attrs = misbehave_attrs;
+  op.num_attrs = 1;
+  op.shape_fn = twice_shape; /* y: the shape of x */
+  op.doc = "y = x from a kernel that breaks the kernel rules on request (ABI tests)";
+  floe_code rc = reg->register_op(reg, &op);
+  if (rc != FLOE_OK) return rc;
+  FloeKernelDef k;
+  memset(&k, 0, sizeof k);
+  k.struct_size = sizeof k;
+  k.op = "AbiTestMisbehave";
+  k.device_type = "CPU";
+  k.create = misbehave_create;
+  k.compute_async = misbehave_compute;
+  return reg->register_kernel(reg, &k);
+}
+
 /* ---- the fake device: plain malloc'd memory, flagged as not host-addressable ---- */
 
 typedef struct AbiDevice {
@@ -252,6 +407,7 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
   if ((rc = add_kernel(reg, FLOE_DTYPE_BIT(FLOE_F32) | FLOE_DTYPE_BIT(FLOE_F64), 0, &add_marked)) != FLOE_OK)
     return rc;
   if ((rc = add_async_op(reg)) != FLOE_OK) return rc;
+  if ((rc = add_misbehave_op(reg)) != FLOE_OK) return rc;
   /* d(2x) = 2 dy: AbiTestTwice differentiates with itself (ABI 1.2). */
   static const char *const grad_from[] = {"dy:0"};
   static const int32_t grad_of_x[] = {0};

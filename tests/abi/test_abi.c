@@ -34,6 +34,8 @@ static const struct {
     {"floe-abitest-dup-b.so", FLOE_PLUGIN_DUPLICATE},
     {"floe-abitest-strict.so", FLOE_PLUGIN_LOADED},
     {"floe-abitest-badgrad.so", FLOE_PLUGIN_FAILED},
+    {"floe-abitest-hostile.so", FLOE_PLUGIN_LOADED},
+    {"floe-abitest-hostile-fail.so", FLOE_PLUGIN_FAILED},
 };
 
 static const char *test_dir(void) {
@@ -121,8 +123,8 @@ START_TEST(good_plugin_registers_op_kernels_and_device) {
   ck_assert_uint_eq(r->abi_minor, FLOE_ABI_MINOR);
   ck_assert_uint_eq(r->negotiated_minor, FLOE_ABI_MINOR);
   ck_assert_int_eq(r->num_devices, 1);
-  ck_assert_int_eq(r->num_kernels, 3); /* two of AbiTestTwice, one of AbiTestAsyncTwice */
-  ck_assert_int_eq(r->num_ops, 2);
+  ck_assert_int_eq(r->num_kernels, 4); /* two of AbiTestTwice, AbiTestAsyncTwice, AbiTestMisbehave */
+  ck_assert_int_eq(r->num_ops, 3);
   ck_assert_int_eq(r->num_transports, 0);
   ck_assert(floe_op_exists("AbiTestTwice"));
   ck_assert(floe_op_exists("AbiTestAsyncTwice"));
@@ -315,7 +317,7 @@ START_TEST(two_runtimes_load_the_same_plugin) {
   /* The op is already defined (by the same plugin): that is not a clash. */
   const FloePluginReport *rb = report_for(b, "floe-abitest.so");
   ck_assert_msg(rb->state == FLOE_PLUGIN_LOADED, "second runtime: %s", rb->message);
-  ck_assert_int_eq(rb->num_ops, 2);
+  ck_assert_int_eq(rb->num_ops, 3);
   const char *log = lifecycle_log(a);
   size_t before = strlen(log);
   floe_runtime_free(b);

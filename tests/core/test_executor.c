@@ -3,9 +3,11 @@
  * dependencies, cancellation on the first error, the thread pool (1 to 4 threads, inline
  * and pooled scheduling, nested parallel loops), asynchronous kernels (the ABI test
  * plugin's AbiTestAsyncTwice: completion on pool threads, asynchronous errors, concurrent
- * steps) and the per-node overhead. */
+ * steps), kernels that break the rules (AbiTestMisbehave: never calling done, calling it
+ * twice, outputs of the wrong shape or none) and the per-node overhead. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -724,6 +726,253 @@ START_TEST(concurrent_steps_with_async_nodes) {
 }
 END_TEST
 
+/* ---- kernels that break the rules: the ABI test plugin's AbiTestMisbehave ---- */
+
+/* A function the ABI test plugin exports for the tests (abitest_release_parked,
+ * abitest_call_done_again), found in the copy rt loaded. */
+static int (*abitest_fn(const FloeRuntime *rt, const char *sym))(void) {
+  for (int i = 0; i < floe_runtime_num_plugins(rt); i++) {
+    const FloePluginReport *r = floe_runtime_plugin(rt, i);
+    if (strcmp(r->name, "abitest") != 0) continue;
+    void *h = dlopen(r->path, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_msg(h != NULL, "%s is not loaded", r->path);
+    void *f = dlsym(h, sym);
+    dlclose(h); /* the runtime keeps it loaded */
+    ck_assert_msg(f != NULL, "%s has no %s", r->path, sym);
+    int (*fn)(void);
+    memcpy(&fn, &f, sizeof fn);
+    return fn;
+  }
+  ck_abort_msg("the ABI test plugin is not loaded");
+  return NULL;
+}
+
+static FloeOutput misbehave(FloeGraph *g, const char *name, FloeOutput x, const char *mode) {
+  FloeNodeBuilder *b = floe_node_begin(g, "AbiTestMisbehave", name);
+  floe_node_add_input(b, x);
+  floe_node_set_attr_string(b, "mode", mode);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* x: f32 [?,3]; "bad" = AbiTestMisbehave(x) in `mode`; "out" = bad + x (which would
+ * broadcast a wrong [1] silently); "side" = x + 1, which does not need "bad". */
+static FloeGraph *misbehave_graph(const char *mode) {
+  FloeGraph *g = floe_graph_new();
+  const int64_t dims[2] = {-1, 3};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, dims));
+  FloeOutput bad = misbehave(g, "bad", x, mode);
+  floe_binary(g, "Add", "out", bad, x);
+  floe_binary(g, "Add", "side", x, floe_const_f32(g, "one", 1.0f));
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  return g;
+}
+
+static FloeTensor *x23(void) {
+  const int64_t dims[2] = {2, 3};
+  const float xs[6] = {1, 2, 3, 4, 5, 6};
+  return harness_f32(2, dims, xs);
+}
+
+static void assert_contains(const char *s, const char *part) {
+  ck_assert_msg(strstr(s, part) != NULL, "\"%s\" does not contain \"%s\"", s, part);
+}
+
+/* Runs fetch `out` with x fed and the options; returns the code, message in st. */
+static floe_code run_out(FloeSession *s, FloeTensor *xv, const char *fetch, int64_t timeout_ms,
+                         FloeTensor **out, FloeStatus *st) {
+  FloeFeed f = {"x", xv};
+  FloeRunOptions o;
+  floe_run_options_init(&o);
+  o.timeout_ms = timeout_ms;
+  *out = NULL;
+  return floe_session_run_opts(s, &o, &f, 1, &fetch, 1, NULL, 0, out, st);
+}
+
+/* A kernel that never calls done: the run's deadline ends the run with
+ * FLOE_DEADLINE_EXCEEDED naming the node still running, the session stays usable, and when
+ * the kernel calls done much later (here: after the run returned, and after the session was
+ * freed) nothing freed is touched (valgrind / ASan would see it). The tcase timeout is only
+ * a hang guard: before the fix the first run never returned. */
+START_TEST(deadline_ends_a_run_whose_kernel_never_calls_done) {
+  FloeTensor *xv = x23();
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_with_async(THREADS[t]);
+    int (*release)(void) = abitest_fn(rt, "abitest_release_parked");
+    FloeGraph *g = misbehave_graph("never_done");
+    for (int free_first = 0; free_first <= 1; free_first++) {
+      FloeSession *s = session_new(g, rt, 1);
+      FloeStatus *st = floe_status_new();
+      FloeTensor *out;
+      floe_code rc = run_out(s, xv, "out", 100, &out, st);
+      ck_assert_msg(rc == FLOE_DEADLINE_EXCEEDED, "%s: %s", floe_code_name(rc),
+                    floe_status_message(st));
+      ck_assert_ptr_null(out);
+      const char *msg = floe_status_message(st);
+      assert_contains(msg, "timeout of 100 ms");
+      assert_contains(msg, "still running: node 'bad' (AbiTestMisbehave) on cpu:0");
+      /* The session goes on: what does not need the stuck node runs. */
+      ck_assert_int_eq(run_out(s, xv, "side", 0, &out, st), FLOE_OK);
+      ck_assert_float_eq(f32_at(out, 5), 7.0f);
+      floe_tensor_release(out);
+      floe_status_free(st);
+      if (free_first) floe_session_free(s); /* kept until the stuck kernel finishes */
+      ck_assert_int_eq(release(), 1);
+      if (!free_first) floe_session_free(s);
+    }
+    floe_graph_free(g);
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(xv);
+}
+END_TEST
+
+/* done called twice for one call fails the step naming the node; a second done after the
+ * step ended is ignored (and counted), never a crash or a double free. */
+START_TEST(second_done_is_reported) {
+  FloeTensor *xv = x23();
+  for (size_t t = 0; t < sizeof THREADS / sizeof THREADS[0]; t++) {
+    FloeRuntime *rt = runtime_with_async(THREADS[t]);
+    FloeGraph *g = misbehave_graph("done_twice");
+    for (int inl = 0; inl <= 1; inl++) {
+      FloeSession *s = session_new(g, rt, inl);
+      FloeStatus *st = floe_status_new();
+      for (int rep = 0; rep < 3; rep++) {
+        FloeTensor *out;
+        floe_code rc = run_out(s, xv, "bad", 0, &out, st);
+        ck_assert_msg(rc == FLOE_INTERNAL, "%s: %s", floe_code_name(rc), floe_status_message(st));
+        ck_assert_ptr_null(out);
+        assert_contains(floe_status_message(st), "node 'bad' (AbiTestMisbehave)");
+        assert_contains(floe_status_message(st), "called done twice");
+      }
+      floe_status_free(st);
+      floe_session_free(s);
+    }
+    floe_graph_free(g);
+    /* The second done long after the run. */
+    g = misbehave_graph("done_late");
+    int (*again)(void) = abitest_fn(rt, "abitest_call_done_again");
+    FloeSession *s = session_new(g, rt, 1);
+    FloeStatus *st = floe_status_new();
+    FloeTensor *out;
+    ck_assert_int_eq(run_out(s, xv, "out", 0, &out, st), FLOE_OK);
+    ck_assert_float_eq(f32_at(out, 5), 12.0f);
+    floe_tensor_release(out);
+    int64_t late = floe__exec_num_late_dones();
+    ck_assert_int_eq(again(), 1);
+    ck_assert_int_eq(floe__exec_num_late_dones(), late + 1);
+    ck_assert_int_eq(run_out(s, xv, "out", 0, &out, st), FLOE_OK); /* and the next run is fine */
+    floe_tensor_release(out);
+    floe_session_free(s);
+    ck_assert_int_eq(again(), 1); /* after the session too */
+    ck_assert_int_eq(floe__exec_num_late_dones(), late + 2);
+    floe_status_free(st);
+    floe_graph_free(g);
+    floe_runtime_free(rt);
+  }
+  floe_tensor_release(xv);
+}
+END_TEST
+
+/* A loop of asynchronous calls: v = AbiTestAsyncTwice(v) / 2 for i < N. */
+static floe_code loop_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
+  (void)n;
+  FloeTensor *limit = floe_tensor_scalar_i32(*(const int *)arg, NULL);
+  *pred = floe_binary(g, "Less", NULL, v[0], floe_const(g, NULL, limit));
+  floe_tensor_release(limit);
+  return FLOE_OK;
+}
+
+static floe_code loop_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *next) {
+  (void)arg;
+  (void)n;
+  FloeTensor *one = floe_tensor_scalar_i32(1, NULL);
+  next[0] = floe_binary(g, "Add", NULL, v[0], floe_const(g, NULL, one));
+  floe_tensor_release(one);
+  next[1] = floe_binary(g, "Mul", NULL, async_twice(g, NULL, v[1], (AsyncOpts){0, 0, 0}),
+                        floe_const_f32(g, NULL, 0.5f));
+  return FLOE_OK;
+}
+
+/* A step remembers its asynchronous calls to tell a second done from a late one; in a long
+ * loop it keeps only about the recent ones (FLOE__TICKETS_KEPT), not one per call: 5000
+ * iterations leave the table of tickets far smaller than 5000 slots. */
+START_TEST(a_long_loop_of_async_calls_keeps_few_tickets) {
+  enum { N = 5000 };
+  int limit = N;
+  FloeRuntime *rt = runtime_with_async(2);
+  FloeGraph *g = floe_graph_new();
+  FloeTensor *zero = floe_tensor_scalar_i32(0, NULL);
+  FloeOutput init[2] = {floe_const(g, "i0", zero),
+                        floe_placeholder(g, "x", FLOE_F32, floe_shape_scalar())};
+  floe_tensor_release(zero);
+  FloeOutput res[2];
+  ck_assert_int_eq(floe_while_loop(g, "w", loop_cond, loop_body, &limit, init, 2, NULL, res),
+                   FLOE_OK);
+  floe_unary(g, "Identity", "v", res[1]);
+  FloeSession *s = session_new(g, rt, 1);
+  FloeTensor *xv = floe_tensor_scalar_f32(3.0f, NULL), *out = NULL;
+  int64_t before = floe__exec_num_ticket_slots();
+  const char *fetch = "v";
+  run_ok(s, "x", xv, &fetch, 1, &out);
+  ck_assert_float_eq(f32_at(out, 0), 3.0f);
+  int64_t grown = floe__exec_num_ticket_slots() - before;
+  ck_assert_msg(grown < 2 * FLOE__TICKETS_KEPT, "%d asynchronous calls took %lld more slots", N,
+                (long long)grown);
+  floe_tensor_release(out);
+  floe_tensor_release(xv);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_runtime_free(rt);
+}
+END_TEST
+
+/* What a kernel returns is checked against the node's inferred shape: [1] where [?,3] was
+ * promised (which Add would broadcast silently), a wrong known dim, or no output at all fail
+ * the step naming node, op, device, plugin, output and both shapes. */
+START_TEST(kernel_outputs_match_inferred_shapes) {
+  FloeTensor *xv = x23();
+  static const struct {
+    const char *mode, *parts[3];
+  } cases[] = {
+      {"wrong_shape", {"output 0 has shape [1]", "promised [?,3]", NULL}},
+      {"wrong_dim", {"output 0 has shape [2,4]", "promised [?,3]", NULL}},
+      {"unset", {"without setting output 0", NULL, NULL}},
+  };
+  FloeRuntime *rt = runtime_with_async(2);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    FloeGraph *g = misbehave_graph(cases[c].mode);
+    FloeSession *s = session_new(g, rt, 1);
+    FloeStatus *st = floe_status_new();
+    FloeTensor *out;
+    floe_code rc = run_out(s, xv, "out", 0, &out, st);
+    ck_assert_msg(rc == FLOE_INTERNAL, "%s: %s: %s", cases[c].mode, floe_code_name(rc),
+                  floe_status_message(st));
+    ck_assert_ptr_null(out);
+    const char *msg = floe_status_message(st);
+    assert_contains(msg, "node 'bad' (AbiTestMisbehave)");
+    assert_contains(msg, "cpu:0");
+    assert_contains(msg, "plugin 'abitest'");
+    for (int k = 0; k < 3 && cases[c].parts[k]; k++) assert_contains(msg, cases[c].parts[k]);
+    floe_status_free(st);
+    floe_session_free(s);
+    floe_graph_free(g);
+  }
+  /* A well-behaved kernel of the same op passes the check. */
+  FloeGraph *g = misbehave_graph("ok");
+  FloeSession *s = session_new(g, rt, 1);
+  FloeTensor *out;
+  FloeStatus *st = floe_status_new();
+  ck_assert_int_eq(run_out(s, xv, "out", 0, &out, st), FLOE_OK);
+  ck_assert_float_eq(f32_at(out, 5), 12.0f);
+  floe_tensor_release(out);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_runtime_free(rt);
+  floe_tensor_release(xv);
+}
+END_TEST
+
 /* ---- overhead ---- */
 
 static double now_s(void) {
@@ -831,6 +1080,13 @@ int main(void) {
   tcase_add_test(tc, async_nodes_mixed_with_sync);
   tcase_add_test(tc, async_error_cancels_the_step);
   tcase_add_test(tc, concurrent_steps_with_async_nodes);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("misbehaving kernels");
+  tcase_set_timeout(tc, 120); /* a hang guard: no test here waits for a time */
+  tcase_add_test(tc, deadline_ends_a_run_whose_kernel_never_calls_done);
+  tcase_add_test(tc, second_done_is_reported);
+  tcase_add_test(tc, kernel_outputs_match_inferred_shapes);
+  tcase_add_test(tc, a_long_loop_of_async_calls_keeps_few_tickets);
   suite_add_tcase(s, tc);
   tc = tcase_create("overhead");
   tcase_set_timeout(tc, 300);

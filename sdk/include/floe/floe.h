@@ -397,7 +397,10 @@ typedef struct FloeSessionOptions {
 FLOE_API void floe_session_options_init(FloeSessionOptions *opts);
 
 /* The session keeps a reference-counted snapshot of the graph's current nodes: nodes added
- * to g later are not seen. g may be freed after this call. Caller owns the session. */
+ * to g later are not seen. g may be freed after this call. Caller owns the session. A step
+ * that a run left behind at its deadline (FloeRunOptions.timeout_ms) keeps using the session
+ * until its last asynchronous kernel calls done; floe_session_free returns at once and the
+ * session is freed then. */
 FLOE_API FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts,
                                        FloeStatus *status);
 FLOE_API void floe_session_free(FloeSession *s);
@@ -421,7 +424,12 @@ FLOE_API floe_code floe_session_run(FloeSession *s, const FloeFeed *feeds, int n
 typedef struct FloeRunOptions {
   size_t struct_size;  /* sizeof(FloeRunOptions) */
   int64_t timeout_ms;  /* > 0: a run still going after this long is cancelled and fails with
-                          FLOE_DEADLINE_EXCEEDED, naming the while loops it was in; 0: none */
+                          FLOE_DEADLINE_EXCEEDED, naming the while loops it was in and the
+                          nodes still running (name, op, device). It returns once no kernel of
+                          it is computing (at most another timeout_ms), without waiting for
+                          asynchronous kernels that have not called done: the step lives on
+                          until they do, and the session with it (floe_session_free then
+                          leaves its freeing to the last of them); 0: none */
 } FloeRunOptions;
 FLOE_API void floe_run_options_init(FloeRunOptions *opts);
 /* floe_session_run with options (opts NULL: the defaults). */

@@ -291,7 +291,10 @@ typedef struct FloeKernelDef {
    * different steps with the same state: state must be read-only or internally locked. */
   floe_code (*compute)(void *state, FloeKernelContext *ctx);
   /* Asynchronous: return promptly and call done(done_arg) exactly once, from any thread,
-   * after outputs are set or an error is recorded with ctx_set_error. */
+   * after outputs are set or an error is recorded with ctx_set_error. done_arg is a ticket
+   * (not a pointer): a second done fails the step while it runs and is ignored after it
+   * ended. A run past its deadline returns without waiting for done; the context stays
+   * valid until done is called, which must happen before the runtime is freed. */
   void (*compute_async)(void *state, FloeKernelContext *ctx, FloeDoneFn done, void *done_arg);
   /* Optional: free what create made. */
   void (*destroy)(void *state);
