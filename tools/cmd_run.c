@@ -322,7 +322,7 @@ static int run_perf(const RunOptions *o, Step *x, const char *graph_path, int64_
              (long long)batch);
     else
       printf("throughput: %.1f runs/s\n", rps);
-    if (o->profile) measure_profile_print(stdout, rows, nrows, n, total);
+    if (o->profile) measure_profile_print(stdout, rows, nrows, n, total, 0);
     if (extra) printf("breakdown of %d more steps, traced: ", extra);
     measure_breakdown_print(stdout, &bd);
     if (o->trace) printf("trace written to %s\n", o->trace);
@@ -687,7 +687,7 @@ int cmd_run(int argc, char **argv) {
     json_finish(&w);
   } else {
     if (o.profile) {
-      measure_profile_print(stderr, prof, nprof, 1, secs);
+      measure_profile_print(stderr, prof, nprof, 1, secs, 0);
       measure_breakdown_print(stderr, &bd);
     }
     if (o.trace) fprintf(stderr, "trace written to %s\n", o.trace);

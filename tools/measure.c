@@ -57,12 +57,13 @@ void measure_breakdown_json(JsonWriter *w, const FloeStepBreakdown *b) {
   json_end_object(w);
 }
 
-void measure_profile_print(FILE *f, const FloeOpProfile *rows, int n, int64_t steps, double secs) {
+void measure_profile_print(FILE *f, const FloeOpProfile *rows, int n, int64_t steps, double secs,
+                           int training) {
   int64_t sum = 0;
   for (int i = 0; i < n; i++) sum += rows[i].total_ns;
-  fprintf(f, "\nkernel time per op type and device over %lld step%s "
+  fprintf(f, "\nkernel time per op type and device over %lld %sstep%s "
           "(device ms: the time the device reports, e.g. tpu-sim's simulated time):\n",
-          (long long)steps, steps == 1 ? "" : "s");
+          (long long)steps, training ? "training " : "", steps == 1 ? "" : "s");
   fprintf(f, "%-28s %-10s %8s %10s %6s %10s %10s %10s %10s\n", "op", "device", "calls",
           "total ms", "%", "us/call", "max us", "MB out", "device ms");
   for (int i = 0; i < n; i++) {
@@ -72,8 +73,9 @@ void measure_profile_print(FILE *f, const FloeOpProfile *rows, int n, int64_t st
             p->calls ? p->total_ns * 1e-3 / p->calls : 0.0, p->max_ns * 1e-3,
             p->output_bytes / 1048576.0, p->device_ns * 1e-6);
   }
-  fprintf(f, "kernels %.3f s of %.3f s (%.0f us per step in kernels, %.0f us wall)\n", sum * 1e-9,
-          secs, steps ? sum * 1e-3 / steps : 0.0, steps ? secs * 1e6 / steps : 0.0);
+  fprintf(f, "kernels %.3f s of %.3f s%s (%.0f us per step in kernels, %.0f us wall)\n",
+          sum * 1e-9, secs, training ? " training" : "", steps ? sum * 1e-3 / steps : 0.0,
+          steps ? secs * 1e6 / steps : 0.0);
 }
 
 void measure_profile_json(JsonWriter *w, const FloeOpProfile *rows, int n) {

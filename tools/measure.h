@@ -19,8 +19,9 @@ void measure_breakdown_print(FILE *f, const FloeStepBreakdown *b);
 void measure_breakdown_json(JsonWriter *w, const FloeStepBreakdown *b);
 
 /* The --profile table (rows sorted as floe_session_profile sorts them) over `steps` steps
- * that took `secs` seconds, on f. */
-void measure_profile_print(FILE *f, const FloeOpProfile *rows, int n, int64_t steps, double secs);
+ * that took `secs` seconds, on f; training: worded for floe train's steps. */
+void measure_profile_print(FILE *f, const FloeOpProfile *rows, int n, int64_t steps, double secs,
+                           int training);
 /* The rows as a JSON array value. */
 void measure_profile_json(JsonWriter *w, const FloeOpProfile *rows, int n);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "measure.h"
 
 static void format_eta(double secs, char *buf, size_t len) {
   if (!(secs >= 0) || secs > 1e7) snprintf(buf, len, "--");
@@ -77,20 +78,5 @@ void train_profile_sort(FloeOpProfile *rows, int n) {
 }
 
 void train_profile_print(FILE *f, const FloeOpProfile *rows, int n, int64_t steps, double secs) {
-  int64_t sum = 0;
-  for (int i = 0; i < n; i++) sum += rows[i].total_ns;
-  fprintf(f, "\nkernel time per op type and device over %lld training steps "
-          "(device ms: the time the device reports, e.g. tpu-sim's simulated time):\n",
-          (long long)steps);
-  fprintf(f, "%-28s %-10s %8s %10s %6s %10s %10s %10s %10s\n", "op", "device", "calls",
-          "total ms", "%", "us/call", "max us", "MB out", "device ms");
-  for (int i = 0; i < n; i++) {
-    const FloeOpProfile *p = &rows[i];
-    fprintf(f, "%-28s %-10s %8lld %10.1f %6.1f %10.1f %10.1f %10.1f %10.3f\n", p->op, p->device,
-            (long long)p->calls, p->total_ns * 1e-6, sum ? 100.0 * p->total_ns / sum : 0.0,
-            p->calls ? p->total_ns * 1e-3 / p->calls : 0.0, p->max_ns * 1e-3,
-            p->output_bytes / 1048576.0, p->device_ns * 1e-6);
-  }
-  fprintf(f, "kernels %.3f s of %.3f s training (%.0f us per step in kernels, %.0f us wall)\n",
-          sum * 1e-9, secs, steps ? sum * 1e-3 / steps : 0.0, steps ? secs * 1e6 / steps : 0.0);
+  measure_profile_print(f, rows, n, steps, secs, 1);
 }
