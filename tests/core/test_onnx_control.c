@@ -733,7 +733,7 @@ static void wrap(Bytes *b, const uint8_t *prefix, size_t plen, unsigned id) {
   h += put_varint(head + h, b->n);
   uint8_t *q = malloc(plen + h + b->n);
   ck_assert_ptr_nonnull(q);
-  memcpy(q, prefix, plen);
+  if (plen) memcpy(q, prefix, plen);
   memcpy(q + plen, head, h);
   if (b->n) memcpy(q + plen + h, b->p, b->n);
   free(b->p);
