@@ -9,6 +9,8 @@
 
 #include "session/session.h"
 
+struct ProtobufCMessage; /* protobuf-c's; core/dist/dist.pb-c.h has the message types */
+
 /* ------------------------------------------------------------------------------------ */
 /* cluster.c: which tasks make up the job, and which one this process is. */
 
@@ -123,5 +125,172 @@ void floe__pmix_close(FloePmix *p);
  * closes PMIx around one allgather. Ownership as floe__cluster_parse. */
 floe_code floe__cluster_from_pmix(const char *my_address, FloeClusterSpec **out,
                                   FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* wire.c: frames of control messages (core/dist/dist.proto).
+ *
+ *   magic "FLOC" | version u16 | type u16 | length u32 | sequence u64 | payload | MAC[32]
+ *
+ * integers big-endian; the payload is one protobuf message of the type's kind; the MAC is
+ * HMAC-SHA256 under the connection's session key of one direction byte ('C': client to
+ * server, 'S': server to client), the 20 header bytes and the payload. The handshake's frames
+ * (HELLO, PROOF, AUTH_RESULT) come before there is a key and are signed with 32 zero bytes:
+ * they are checked for integrity only, and what matters in them is bound by the proofs. */
+
+#define FLOE__WIRE_MAGIC "FLOC"
+#define FLOE__WIRE_VERSION 1
+#define FLOE__WIRE_HEADER 20
+#define FLOE__WIRE_MAC 32
+#define FLOE__WIRE_DEFAULT_MAX_FRAME (64u << 20)   /* types that carry tensors or graphs */
+#define FLOE__WIRE_DEFAULT_MAX_CONTROL (1u << 20)  /* every other type */
+#define FLOE__WIRE_MAX_HANDSHAKE 1024              /* the handshake's types */
+
+/* The message types: X(NAME, number, message, size class). Numbers are the wire's: append
+ * only. Size classes: H handshake, C control, T tensors or graphs. */
+#define FLOE__WIRE_TYPES(X)                                                  \
+  X(HELLO, 1, hello, H)                                                      \
+  X(PROOF, 2, proof, H)                                                      \
+  X(AUTH_RESULT, 3, auth_result, H)                                          \
+  X(REGISTER_TASK, 16, register_task_request, C)                             \
+  X(REGISTER_TASK_RESPONSE, 17, register_task_response, C)                   \
+  X(HEARTBEAT, 18, heartbeat_request, C)                                     \
+  X(HEARTBEAT_RESPONSE, 19, heartbeat_response, C)                           \
+  X(WAIT_FOR_ALL_TASKS, 20, wait_for_all_tasks_request, C)                   \
+  X(WAIT_FOR_ALL_TASKS_RESPONSE, 21, wait_for_all_tasks_response, C)         \
+  X(REPORT_ERROR, 22, report_error_request, C)                               \
+  X(REPORT_ERROR_RESPONSE, 23, report_error_response, C)                     \
+  X(BARRIER, 24, barrier_request, C)                                         \
+  X(BARRIER_RESPONSE, 25, barrier_response, C)                               \
+  X(KV_INSERT, 26, kv_insert_request, C)                                     \
+  X(KV_INSERT_RESPONSE, 27, kv_insert_response, C)                           \
+  X(KV_GET, 28, kv_get_request, C)                                           \
+  X(KV_GET_RESPONSE, 29, kv_get_response, C)                                 \
+  X(REGISTER_GRAPH, 32, register_graph_request, T)                           \
+  X(REGISTER_GRAPH_RESPONSE, 33, register_graph_response, C)                 \
+  X(RUN_GRAPH, 34, run_graph_request, T)                                     \
+  X(RUN_GRAPH_RESPONSE, 35, run_graph_response, T)                           \
+  X(CLEANUP_GRAPH, 36, cleanup_graph_request, C)                             \
+  X(CLEANUP_GRAPH_RESPONSE, 37, cleanup_graph_response, C)                   \
+  X(DEREGISTER_GRAPH, 38, deregister_graph_request, C)                       \
+  X(DEREGISTER_GRAPH_RESPONSE, 39, deregister_graph_response, C)             \
+  X(CREATE_SESSION, 48, create_session_request, T)                           \
+  X(CREATE_SESSION_RESPONSE, 49, create_session_response, C)                 \
+  X(RUN_STEP, 50, run_step_request, T)                                       \
+  X(RUN_STEP_RESPONSE, 51, run_step_response, T)                             \
+  X(CLOSE_SESSION, 52, close_session_request, C)                             \
+  X(CLOSE_SESSION_RESPONSE, 53, close_session_response, C)
+
+typedef enum FloeWireType {
+#define FLOE__WIRE_ENUM(name, num, msg, cls) FLOE__WIRE_##name = num,
+  FLOE__WIRE_TYPES(FLOE__WIRE_ENUM)
+#undef FLOE__WIRE_ENUM
+} FloeWireType;
+
+/* Size limits of payloads; 0 fields take the defaults above. */
+typedef struct FloeWireLimits {
+  uint32_t max_frame;    /* types of class T */
+  uint32_t max_control;  /* types of class C */
+} FloeWireLimits;
+
+typedef struct FloeWireHeader {
+  uint16_t version, type;
+  uint32_t length;  /* of the payload */
+  uint64_t seq;
+} FloeWireHeader;
+
+/* "RUN_GRAPH", or NULL for a type this build does not know. */
+const char *floe__wire_type_name(uint16_t type);
+/* The payload limit of a known type under limits (NULL: defaults); 0 for an unknown type. */
+uint32_t floe__wire_type_limit(uint16_t type, const FloeWireLimits *limits);
+/* The protobuf-c descriptor of a known type's message (const ProtobufCMessageDescriptor *);
+ * NULL for an unknown type. */
+const void *floe__wire_type_descriptor(uint16_t type);
+
+void floe__wire_header_encode(const FloeWireHeader *h, uint8_t out[FLOE__WIRE_HEADER]);
+/* Decodes and checks a header before anything is allocated for its payload: the magic, the
+ * version, a known type and a length within the type's limit. peer names the other side in
+ * messages ("127.0.0.1:7001 (/job:worker/task:1)"). */
+floe_code floe__wire_header_decode(const uint8_t in[FLOE__WIRE_HEADER],
+                                   const FloeWireLimits *limits, const char *peer,
+                                   FloeWireHeader *h, FloeStatus *st);
+/* HMAC-SHA256 under key of dir, header and payload[0..len). */
+floe_code floe__wire_mac(const uint8_t key[32], uint8_t dir,
+                         const uint8_t header[FLOE__WIRE_HEADER], const uint8_t *payload,
+                         size_t len, uint8_t mac[FLOE__WIRE_MAC], FloeStatus *st);
+/* A whole frame of msg (whose descriptor must be type's) with sequence seq, signed under
+ * key for direction dir: *frame (floe__malloc'd, caller frees) holds *len bytes. */
+floe_code floe__wire_frame_encode(uint16_t type, const struct ProtobufCMessage *msg,
+                                  uint64_t seq, const uint8_t key[32], uint8_t dir,
+                                  const FloeWireLimits *limits, uint8_t **frame, size_t *len,
+                                  FloeStatus *st);
+/* Checks a received frame's MAC (constant time) and sequence number (exactly expect_seq:
+ * anything else is a replayed, reordered or dropped frame), then unpacks its payload with
+ * floe__wire_unpack. h is the decoded header, hdr its bytes, body the payload followed by the
+ * MAC (h->length + FLOE__WIRE_MAC bytes). On OK *msg is the caller's (floe__wire_free). */
+floe_code floe__wire_frame_open(const FloeWireHeader *h, const uint8_t hdr[FLOE__WIRE_HEADER],
+                                const uint8_t *body, const uint8_t key[32], uint8_t dir,
+                                uint64_t expect_seq, const char *peer,
+                                struct ProtobufCMessage **msg, FloeStatus *st);
+/* A whole frame in buf[0..len) (exactly one): header, MAC, sequence, payload, as a receiver
+ * checks them. For tests and fuzzing; connections read the header first. */
+floe_code floe__wire_frame_decode(const uint8_t *buf, size_t len, const FloeWireLimits *limits,
+                                  const uint8_t key[32], uint8_t dir, uint64_t expect_seq,
+                                  const char *peer, uint16_t *type,
+                                  struct ProtobufCMessage **msg, FloeStatus *st);
+/* Unpacks payload[0..len) as type's message with an allocator bounded to a few times len
+ * (a message that would need more memory is refused, not unpacked). On OK *msg is the
+ * caller's (floe__wire_free); errors name the peer, the type and the byte offset where the
+ * payload stops being readable. */
+floe_code floe__wire_unpack(uint16_t type, const uint8_t *payload, size_t len, const char *peer,
+                            struct ProtobufCMessage **msg, FloeStatus *st);
+void floe__wire_free(struct ProtobufCMessage *msg); /* NULL is fine */
+
+/* ------------------------------------------------------------------------------------ */
+/* auth.c: the job's secret and the proofs of holding it. */
+
+#define FLOE__SECRET_MIN 16
+#define FLOE__SECRET_MAX 4096
+#define FLOE__NONCE 32
+
+typedef struct FloeJobSecret FloeJobSecret; /* bytes wiped when freed */
+/* The secret of the environment: FLOE_JOB_SECRET_FILE (a file, floe__secret_from_file) or
+ * FLOE_JOB_SECRET (its bytes); both set is INVALID_ARGUMENT, neither FAILED_PRECONDITION
+ * saying how to give one. Caller owns *out (floe__secret_free). */
+floe_code floe__secret_from_env(FloeJobSecret **out, FloeStatus *st);
+/* The secret in path: a regular file owned by this user, mode 0600 or stricter, 16 bytes to
+ * 4 KiB (one final newline is not part of it). Each refusal names the path and the fix. */
+floe_code floe__secret_from_file(const char *path, FloeJobSecret **out, FloeStatus *st);
+/* A secret of bytes[0..len) (copied); source names it in messages. */
+floe_code floe__secret_from_bytes(const void *bytes, size_t len, const char *source,
+                                  FloeJobSecret **out, FloeStatus *st);
+const char *floe__secret_source(const FloeJobSecret *s); /* "FLOE_JOB_SECRET", a path */
+void floe__secret_free(FloeJobSecret *s);
+
+/* Who a task is: its job, index and the random incarnation it drew at start. */
+typedef struct FloeTaskIdentity {
+  char job[FLOE__JOB_NAME_MAX + 1];
+  int task;
+  uint64_t incarnation;
+} FloeTaskIdentity;
+
+/* HMAC-SHA256 under a 32-byte key of a, b and c in turn (any may be empty): frames' MACs. */
+floe_code floe__hmac_sha256(const uint8_t key[32], const void *a, size_t an, const void *b,
+                            size_t bn, const void *c, size_t cn, uint8_t out[32],
+                            FloeStatus *st);
+/* n random bytes from getrandom (never a weaker source). */
+floe_code floe__auth_random(uint8_t *out, size_t n, FloeStatus *st);
+/* HMAC(secret, "floe-auth-v1" || role || nonce_c || nonce_s || who): the proof that the side
+ * of role ('C' client, 'S' server) whose identity is who holds the secret. */
+floe_code floe__auth_proof(const FloeJobSecret *s, uint8_t role,
+                           const uint8_t nonce_c[FLOE__NONCE], const uint8_t nonce_s[FLOE__NONCE],
+                           const FloeTaskIdentity *who, uint8_t out[32], FloeStatus *st);
+/* HMAC(secret, "floe-key-v1" || nonce_c || nonce_s): the key of the connection's frames. */
+floe_code floe__auth_session_key(const FloeJobSecret *s, const uint8_t nonce_c[FLOE__NONCE],
+                                 const uint8_t nonce_s[FLOE__NONCE], uint8_t out[32],
+                                 FloeStatus *st);
+/* Constant-time equality of n bytes. */
+bool floe__auth_equal(const void *a, const void *b, size_t n);
+/* "/job:worker/task:1 (incarnation 0123456789abcdef)" into buf; returns buf. */
+char *floe__task_identity_str(const FloeTaskIdentity *id, char *buf, size_t cap);
 
 #endif /* FLOE__LAYER_DIST_H */
