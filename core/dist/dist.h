@@ -293,4 +293,63 @@ bool floe__auth_equal(const void *a, const void *b, size_t n);
 /* "/job:worker/task:1 (incarnation 0123456789abcdef)" into buf; returns buf. */
 char *floe__task_identity_str(const FloeTaskIdentity *id, char *buf, size_t cap);
 
+/* ------------------------------------------------------------------------------------ */
+/* conn.c: authenticated control connections over TCP. Every read and write has a deadline
+ * (poll; nothing spins, nothing blocks for ever); a peer that closes or resets is
+ * UNAVAILABLE, one that stalls past the deadline DEADLINE_EXCEEDED, both naming the peer. A
+ * connection that saw a bad frame (MAC, sequence, size, protobuf) refuses every later call
+ * with the first error. One thread may send while another receives. */
+
+typedef struct FloeConnOptions {
+  const FloeJobSecret *secret;  /* borrowed; NULL: connections are refused, saying how to
+                                 * give one */
+  FloeTaskIdentity self;        /* proven to the peer */
+  FloeWireLimits limits;        /* of received frames; zeros: defaults */
+  int timeout_ms;               /* connect, accept's handshake; <= 0: 10000 */
+  const char *expect_job;       /* client: the server must be this task (NULL: any) */
+  int expect_task;
+} FloeConnOptions;
+
+typedef struct FloeConn FloeConn;
+typedef struct FloeListener FloeListener;
+
+/* Listens on exactly address ("host:port"; port 0: a free port, see floe__listener_address):
+ * the wildcard only when the address is 0.0.0.0 or [::]. Caller owns *out
+ * (floe__listener_close). */
+floe_code floe__listener_open(const char *address, FloeListener **out, FloeStatus *st);
+/* The bound "host:port" (borrowed from l). */
+const char *floe__listener_address(const FloeListener *l);
+/* Waits up to timeout_ms (< 0: for ever) for a connection and authenticates it within
+ * o->timeout_ms. A peer that fails the handshake is closed and its error returned (naming
+ * it); the listener stays open for the next. Caller owns *out (floe__conn_close). */
+floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
+                                FloeConn **out, FloeStatus *st);
+void floe__listener_close(FloeListener *l);
+
+/* Connects to address within o->timeout_ms and runs the handshake as the client. Caller
+ * owns *out (floe__conn_close). */
+floe_code floe__conn_connect(const char *address, const FloeConnOptions *o, FloeConn **out,
+                             FloeStatus *st);
+/* Sends msg as one frame of type within timeout_ms (<= 0: the options' timeout_ms; there is
+ * no waiting for ever). msg borrowed. */
+floe_code floe__conn_send(FloeConn *c, uint16_t type, const struct ProtobufCMessage *msg,
+                          int timeout_ms, FloeStatus *st);
+/* Receives one frame within timeout_ms (<= 0: the options' timeout_ms): *type and *msg (the
+ * caller's: floe__wire_free). A deadline that passes before the first byte of a frame leaves
+ * the connection usable; one that passes mid-frame closes it. */
+floe_code floe__conn_recv(FloeConn *c, int timeout_ms, uint16_t *type,
+                          struct ProtobufCMessage **msg, FloeStatus *st);
+/* The peer in messages: "127.0.0.1:7001 (/job:worker/task:1, incarnation ...)" (borrowed). */
+const char *floe__conn_peer(const FloeConn *c);
+/* The peer's proven identity (borrowed). */
+const FloeTaskIdentity *floe__conn_peer_identity(const FloeConn *c);
+void floe__conn_close(FloeConn *c); /* NULL is fine */
+
+/* For tests of hostile peers: the bytes of the next frame this side would send (its
+ * sequence number used up; caller frees *frame), and raw writes within timeout_ms. */
+floe_code floe__conn_encode(FloeConn *c, uint16_t type, const struct ProtobufCMessage *msg,
+                            uint8_t **frame, size_t *len, FloeStatus *st);
+floe_code floe__conn_write_raw(FloeConn *c, const void *buf, size_t len, int timeout_ms,
+                               FloeStatus *st);
+
 #endif /* FLOE__LAYER_DIST_H */
