@@ -297,6 +297,15 @@ floe_code floe__wire_unpack(uint16_t type, const uint8_t *payload, size_t len, c
   if (!t)
     return floe_status_set(st, FLOE_UNIMPLEMENTED, "frame from %s: unknown message type %s",
                            peer, type_str(type, tb, sizeof tb));
+  /* Walked first, against the same descriptors: protobuf-c takes some malformed input (a
+   * field number 0 written in two bytes) as an unknown field, and says only "failed" for
+   * the rest; the walk names the byte offset and field path. */
+  WalkErr e;
+  memset(&e, 0, sizeof e);
+  if (!walk(t->desc, payload, 0, len, &e, 0))
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "%s from %s: malformed payload at byte %zu of %zu%s%s: %s", t->name,
+                           peer, e.offset, len, e.path[0] ? ", field " : "", e.path, e.why);
   /* Bytes fields are copied (1x); every field read takes protobuf-c 32 bytes of scratch
    * until the end, and a sub-message its struct: up to about 64 bytes per 2 on the wire. The
    * budget: the payload's size, plus 64 times it but at most 64 MiB, plus 1 MiB. len is at
@@ -318,12 +327,6 @@ floe_code floe__wire_unpack(uint16_t type, const uint8_t *payload, size_t len, c
   if (b.oom)
     return floe_status_set(st, FLOE_NO_MEMORY, "%s from %s: out of memory unpacking %zu bytes",
                            t->name, peer, len);
-  WalkErr e;
-  memset(&e, 0, sizeof e);
-  if (!walk(t->desc, payload, 0, len, &e, 0))
-    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
-                           "%s from %s: malformed payload at byte %zu of %zu%s%s: %s", t->name,
-                           peer, e.offset, len, e.path[0] ? ", field " : "", e.path, e.why);
   return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                          "%s from %s: the %zu-byte payload does not unpack as %s (a value out of "
                          "range for its field)",

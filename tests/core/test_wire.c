@@ -295,6 +295,13 @@ START_TEST(test_unpack_refusals) {
                    FLOE_INVALID_ARGUMENT);
   expect_msg(&st, "field timeout_ms: a varint runs past the end");
   floe_status_clear(&st);
+  /* Field number 0, written in two bytes: protobuf-c alone would keep it as an unknown
+   * field (and then pack it in one byte, which it refuses). */
+  const uint8_t tag0[] = {0x80, 0x00, 0x00};
+  ck_assert_int_eq(floe__wire_unpack(FLOE__WIRE_REGISTER_GRAPH, tag0, sizeof tag0, k_peer, &m, &st),
+                   FLOE_INVALID_ARGUMENT);
+  expect_msg(&st, "malformed payload at byte 0 of 3: a field tag is malformed");
+  floe_status_clear(&st);
   /* Unknown fields are kept by protobuf-c and cost memory like the rest; a known type with
    * unknown fields still unpacks. */
   const uint8_t unknown[] = {0xf8, 0x01, 0x05, 0x0a, 0x01, 'k'};
