@@ -3,7 +3,9 @@
 # Installs everything Floe needs to build and test on Debian 12 (run as root): fortunes is
 # the English text of the LSTM language model (floe train --model lstm, its tests); python3-venv
 # makes the tests' Python environment (tests/setup_venv.sh); debhelper, lintian and mmdebstrap
-# build and check the Debian packages (make deb, deb-check).
+# build and check the Debian packages (make deb, deb-check); libssl-dev and libjansson-dev are
+# core/dist's (HMAC-SHA256, cluster specs), libpmix-dev its PMIx headers and openmpi-bin the
+# mpirun its PMIx test runs under.
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -12,4 +14,5 @@ apt-get install -y -q --no-install-recommends \
   check libsubunit-dev libopenblas-dev libdnnl-dev \
   abigail-tools valgrind python3 python3-venv binutils dataset-fashion-mnist zlib1g-dev fortunes \
   libprotobuf-c-dev protobuf-c-compiler libonnx-testdata \
+  libssl-dev libjansson-dev libpmix-dev openmpi-bin \
   debhelper lintian mmdebstrap

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # check_layers.sh - calls between libfloe's layers point down (docs/architecture.md):
-#   base < graph < runtime < exec < session < train, data < top (core/*.c) < onnx
+#   base < graph < runtime < exec < session < dist < train, data < top (core/*.c) < onnx
 # train and data are siblings: neither calls the other. It reads the compiled objects with
 # nm: an object of one layer that uses an internal symbol (floe__*) defined in a higher (or
 # sibling) layer fails the check, naming both files and the symbol. The one exception is
@@ -13,11 +13,11 @@
 set -u
 core=${1:-${top_builddir:-..}/core}
 NM=${NM:-nm}
-layers="base graph runtime exec session train data top onnx"
+layers="base graph runtime exec session dist train data top onnx"
 rank() {
   case $1 in
   base) echo 0 ;; graph) echo 1 ;; runtime) echo 2 ;; exec) echo 3 ;; session) echo 4 ;;
-  train | data) echo 5 ;; top) echo 6 ;; onnx) echo 7 ;;
+  dist) echo 5 ;; train | data) echo 6 ;; top) echo 7 ;; onnx) echo 8 ;;
   esac
 }
 tmp=$(mktemp -d) || exit 1

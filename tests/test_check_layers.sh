@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # test_check_layers.sh - check_layers.sh itself: on a tree of two tiny objects it passes a
 # call down (exec -> base), and fails an upward call (base -> exec) and a sideways one (train
-# -> data), naming the file, the symbol and both layers.
+# -> data), naming the file, the symbol and both layers; dist sits between session and train.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 cc=${CC:-cc}
@@ -36,6 +36,17 @@ out=$(sh "$here/check_layers.sh" "$tmp/core")
 echo "$out" | grep -q "uses floe__read, defined in core/data/reader.c (data)" ||
   fail "the sideways call is not named: $out"
 rm "$tmp/core/train/.libs/libfloe_la-trainer.o"
+
+# dist sits between session and train: train may call it, session may not
+obj dist wire 'int floe__wire(void) { return 4; }'
+obj train caller 'int floe__wire(void); int floe__caller(void) { return floe__wire(); }'
+out=$(sh "$here/check_layers.sh" "$tmp/core") || fail "train -> dist was refused: $out"
+obj session sess 'int floe__wire(void); int floe__sess(void) { return floe__wire(); }'
+out=$(sh "$here/check_layers.sh" "$tmp/core")
+[ $? = 1 ] || fail "session -> dist passed: $out"
+echo "$out" | grep -q "core/session/sess.c (session) uses floe__wire, defined in core/dist/wire.c (dist)" ||
+  fail "the upward call into dist is not named: $out"
+rm "$tmp/core/session/.libs/libfloe_la-sess.o"
 
 # the host table is the one exception
 obj top host 'int floe__host_api(void) { return 3; }'

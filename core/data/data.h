@@ -4,7 +4,7 @@
 #ifndef FLOE__LAYER_DATA_H
 #define FLOE__LAYER_DATA_H
 
-#include "session/session.h"
+#include "dist/dist.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* Text corpora: text.c (fortune files, tokenizer, vocabulary, split, unigram

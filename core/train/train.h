@@ -5,7 +5,7 @@
 #ifndef FLOE__LAYER_TRAIN_H
 #define FLOE__LAYER_TRAIN_H
 
-#include "session/session.h"
+#include "dist/dist.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* gradients.c */

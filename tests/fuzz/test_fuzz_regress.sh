@@ -7,7 +7,7 @@
 set -u
 R="$top_srcdir/tests/fuzz/regress"
 pass=0; fails=0
-for t in graph npy safetensors idx text onnx onnx_stack; do
+for t in graph npy safetensors idx text onnx onnx_stack wire cluster; do
   dir="$R/$t"
   [ "$t" = onnx_stack ] && dir="$R/onnx"
   n=$(ls "$dir" | wc -l)

@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* dist.h - libfloe's distributed layer (core/dist/): cluster specs (TF_CONFIG-style JSON,
+ * PMIx under mpirun/srun), the control plane's framed and signed messages, the job secret
+ * and the mutual challenge-response that opens every control connection, and connections
+ * over TCP with a deadline on every read and write. It calls the session layer and below;
+ * train, data and the top may call it. Nothing here is public API (floe__*). */
+#ifndef FLOE__LAYER_DIST_H
+#define FLOE__LAYER_DIST_H
+
+#include "session/session.h"
+
+struct ProtobufCMessage; /* protobuf-c's; core/dist/dist.pb-c.h has the message types */
+
+/* ------------------------------------------------------------------------------------ */
+/* cluster.c: which tasks make up the job, and which one this process is. */
+
+#define FLOE__CLUSTER_MAX_TASKS 4096            /* over all jobs */
+#define FLOE__CLUSTER_MAX_BYTES (1u << 20)      /* a spec's JSON, from a file or a variable */
+#define FLOE__JOB_NAME_MAX 63                   /* FloeDeviceName.job holds 63 + NUL */
+#define FLOE__HOST_MAX 253                      /* a DNS name's longest text form */
+
+typedef struct FloeClusterTask {
+  char *address; /* "host:port" as written in the spec (owned) */
+  char *host;    /* "10.0.0.1", "::1" (no brackets), "node-3.example" (owned) */
+  int port;      /* 1..65535 */
+} FloeClusterTask;
+
+typedef struct FloeClusterJob {
+  char *name;              /* [a-z][a-z0-9_]*, at most FLOE__JOB_NAME_MAX bytes (owned) */
+  int num_tasks;           /* >= 1 */
+  FloeClusterTask *tasks;  /* task i of the job (owned) */
+} FloeClusterJob;
+
+/* A task of a spec by position: jobs[job].tasks[task]. */
+typedef struct FloeTaskRef {
+  int job, task;
+} FloeTaskRef;
+
+typedef struct FloeClusterSpec {
+  int num_jobs;
+  FloeClusterJob *jobs;  /* in the order the spec gives them (owned) */
+  int num_tasks;         /* over all jobs */
+  FloeTaskRef self;      /* this process's task; job -1 when the spec names none */
+  char *source;          /* where it came from, for messages: "FLOE_CONFIG", "TF_CONFIG",
+                          * "cluster.json", "PMIx (namespace N)" (owned) */
+} FloeClusterSpec;
+
+/* Parses TF_CONFIG-compatible JSON, json[0..len) (need not end in NUL):
+ *   {"cluster": {"chief": ["host:port"], "worker": [...], "ps": [...]},
+ *    "task": {"type": "worker", "index": 0}}
+ * ("environment" and "rpc_layer", which TF's launchers add, are accepted and ignored). source
+ * names where the text came from and starts every error message ("TF_CONFIG: cluster.worker[1]:
+ * ..."). Validation is strict: UTF-8, no duplicate keys, job names [a-z][a-z0-9_]*, addresses
+ * host:port (IPv4, [IPv6] or a host name; port 1-65535), no address twice, at most
+ * FLOE__CLUSTER_MAX_TASKS tasks, the task's type a job of the cluster and its index in range.
+ * "task" may be absent (self.job is then -1). On OK *out is the caller's
+ * (floe__cluster_free); on error *out is NULL and st says what and where. */
+floe_code floe__cluster_parse(const char *json, size_t len, const char *source,
+                              FloeClusterSpec **out, FloeStatus *st);
+/* The spec of the environment: FLOE_CONFIG when set (it wins), else TF_CONFIG; out->source
+ * says which. NOT_FOUND when neither is set. Ownership as floe__cluster_parse. */
+floe_code floe__cluster_from_env(FloeClusterSpec **out, FloeStatus *st);
+/* The spec in the file path (at most FLOE__CLUSTER_MAX_BYTES): TF_CONFIG's form, or the
+ * "cluster" object alone. job (NULL: the file's "task", if any) and task name this process's
+ * task and take precedence over the file's "task". Ownership as floe__cluster_parse. */
+floe_code floe__cluster_from_file(const char *path, const char *job, int task,
+                                  FloeClusterSpec **out, FloeStatus *st);
+/* Builds a spec from addresses (borrowed, n of them): addresses[0] the chief, the rest
+ * workers 0..n-2; rank is this process's index in addresses. Every address is validated as
+ * in a spec. Ownership as floe__cluster_parse. */
+floe_code floe__cluster_from_addresses(const char *const *addresses, int n, int rank,
+                                       const char *source, FloeClusterSpec **out,
+                                       FloeStatus *st);
+void floe__cluster_free(FloeClusterSpec *spec); /* NULL is fine */
+
+/* The job named name, or -1. */
+int floe__cluster_find_job(const FloeClusterSpec *spec, const char *name);
+/* The task a name like "/job:worker/task:1" (or "/job:worker/replica:0/task:1", with any
+ * device part) names. NOT_FOUND naming the jobs or the job's task count when there is no
+ * such task; INVALID_ARGUMENT for a name that does not parse or names no job. */
+floe_code floe__cluster_lookup(const FloeClusterSpec *spec, const char *name, FloeTaskRef *out,
+                               FloeStatus *st);
+/* The task that holds the device dn (parsed by floe_device_name_parse): no job, or job
+ * "localhost" when the cluster has no such job, is this process's task; a job without a task
+ * is task 0 when the job has one task (else INVALID_ARGUMENT: ambiguous); replica must be 0
+ * or unspecified. */
+floe_code floe__cluster_task_of_device(const FloeClusterSpec *spec, const FloeDeviceName *dn,
+                                       FloeTaskRef *out, FloeStatus *st);
+/* The task's address ("host:port", borrowed from spec); NULL for a ref out of range. */
+const char *floe__cluster_address(const FloeClusterSpec *spec, FloeTaskRef ref);
+/* "/job:J/task:T" into buf (cap bytes); returns buf. */
+char *floe__cluster_task_name(const FloeClusterSpec *spec, FloeTaskRef ref, char *buf,
+                              size_t cap);
+
+/* "host:port" split and checked: IPv4 dotted quad, [IPv6] in brackets, or a host name (RFC
+ * 1123 labels); port 1-65535 (0 too when allow_port0: "any free port" for a listener). host
+ * gets the host without brackets (FLOE__HOST_MAX + 1 bytes). On error st says what is wrong
+ * with the address, prefixed by what (the field or option it came from). */
+floe_code floe__hostport_parse(const char *addr, bool allow_port0, const char *what,
+                               char host[FLOE__HOST_MAX + 1], int *port, FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* pmix.c: the cluster under a PMIx launcher (Open MPI's mpirun, Slurm's srun). libpmix.so.2
+ * is dlopened only here, only when the environment shows a launcher, and never linked. */
+
+/* True when PMIX_RANK and PMIX_NAMESPACE are set: this process was started by a PMIx
+ * launcher. */
+bool floe__pmix_detect(void);
+typedef struct FloePmix FloePmix;
+/* dlopens library (NULL: "libpmix.so.2"), resolves the functions used and calls PMIx_Init;
+ * *rank and *size are this process's rank and the job's size. UNIMPLEMENTED when Floe was
+ * built without pmix.h; UNAVAILABLE naming the library and dlerror() when it cannot be
+ * loaded; the PMIx error string when PMIx_Init fails. The caller owns *out
+ * (floe__pmix_close, which calls PMIx_Finalize; the library stays loaded). */
+floe_code floe__pmix_open(const char *library, FloePmix **out, int *rank, int *size,
+                          FloeStatus *st);
+/* Every rank publishes blob[0..len) (at most 64 KiB) under key; after a fence, blobs[r]
+ * (floe__malloc'd, caller frees each and the array) and lens[r] hold rank r's, for the job's
+ * size ranks. Collective: every rank must call it. */
+floe_code floe__pmix_allgather(FloePmix *p, const char *key, const void *blob, size_t len,
+                               uint8_t ***blobs, size_t **lens, FloeStatus *st);
+void floe__pmix_close(FloePmix *p);
+/* The cluster under a launcher: rank 0 the chief, ranks 1.. workers 0.., from the
+ * "host:port" each rank publishes (my_address: this process's, already bound). Opens and
+ * closes PMIx around one allgather. Ownership as floe__cluster_parse. */
+floe_code floe__cluster_from_pmix(const char *my_address, FloeClusterSpec **out,
+                                  FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* wire.c: frames of control messages (core/dist/dist.proto).
+ *
+ *   magic "FLOC" | version u16 | type u16 | length u32 | sequence u64 | payload | MAC[32]
+ *
+ * integers big-endian; the payload is one protobuf message of the type's kind; the MAC is
+ * HMAC-SHA256 under the connection's session key of one direction byte ('C': client to
+ * server, 'S': server to client), the 20 header bytes and the payload. The handshake's frames
+ * (HELLO, PROOF, AUTH_RESULT) come before there is a key and are signed with 32 zero bytes:
+ * they are checked for integrity only, and what matters in them is bound by the proofs. */
+
+#define FLOE__WIRE_MAGIC "FLOC"
+#define FLOE__WIRE_VERSION 1
+#define FLOE__WIRE_HEADER 20
+#define FLOE__WIRE_MAC 32
+#define FLOE__WIRE_DEFAULT_MAX_FRAME (64u << 20)   /* types that carry tensors or graphs */
+#define FLOE__WIRE_DEFAULT_MAX_CONTROL (1u << 20)  /* every other type */
+#define FLOE__WIRE_MAX_HANDSHAKE 1024              /* the handshake's types */
+
+/* The message types: X(NAME, number, message, size class). Numbers are the wire's: append
+ * only. Size classes: H handshake, C control, T tensors or graphs. */
+#define FLOE__WIRE_TYPES(X)                                                  \
+  X(HELLO, 1, hello, H)                                                      \
+  X(PROOF, 2, proof, H)                                                      \
+  X(AUTH_RESULT, 3, auth_result, H)                                          \
+  X(REGISTER_TASK, 16, register_task_request, C)                             \
+  X(REGISTER_TASK_RESPONSE, 17, register_task_response, C)                   \
+  X(HEARTBEAT, 18, heartbeat_request, C)                                     \
+  X(HEARTBEAT_RESPONSE, 19, heartbeat_response, C)                           \
+  X(WAIT_FOR_ALL_TASKS, 20, wait_for_all_tasks_request, C)                   \
+  X(WAIT_FOR_ALL_TASKS_RESPONSE, 21, wait_for_all_tasks_response, C)         \
+  X(REPORT_ERROR, 22, report_error_request, C)                               \
+  X(REPORT_ERROR_RESPONSE, 23, report_error_response, C)                     \
+  X(BARRIER, 24, barrier_request, C)                                         \
+  X(BARRIER_RESPONSE, 25, barrier_response, C)                               \
+  X(KV_INSERT, 26, kv_insert_request, C)                                     \
+  X(KV_INSERT_RESPONSE, 27, kv_insert_response, C)                           \
+  X(KV_GET, 28, kv_get_request, C)                                           \
+  X(KV_GET_RESPONSE, 29, kv_get_response, C)                                 \
+  X(REGISTER_GRAPH, 32, register_graph_request, T)                           \
+  X(REGISTER_GRAPH_RESPONSE, 33, register_graph_response, C)                 \
+  X(RUN_GRAPH, 34, run_graph_request, T)                                     \
+  X(RUN_GRAPH_RESPONSE, 35, run_graph_response, T)                           \
+  X(CLEANUP_GRAPH, 36, cleanup_graph_request, C)                             \
+  X(CLEANUP_GRAPH_RESPONSE, 37, cleanup_graph_response, C)                   \
+  X(DEREGISTER_GRAPH, 38, deregister_graph_request, C)                       \
+  X(DEREGISTER_GRAPH_RESPONSE, 39, deregister_graph_response, C)             \
+  X(CREATE_SESSION, 48, create_session_request, T)                           \
+  X(CREATE_SESSION_RESPONSE, 49, create_session_response, C)                 \
+  X(RUN_STEP, 50, run_step_request, T)                                       \
+  X(RUN_STEP_RESPONSE, 51, run_step_response, T)                             \
+  X(CLOSE_SESSION, 52, close_session_request, C)                             \
+  X(CLOSE_SESSION_RESPONSE, 53, close_session_response, C)
+
+typedef enum FloeWireType {
+#define FLOE__WIRE_ENUM(name, num, msg, cls) FLOE__WIRE_##name = num,
+  FLOE__WIRE_TYPES(FLOE__WIRE_ENUM)
+#undef FLOE__WIRE_ENUM
+} FloeWireType;
+
+/* Size limits of payloads; 0 fields take the defaults above. */
+typedef struct FloeWireLimits {
+  uint32_t max_frame;    /* types of class T */
+  uint32_t max_control;  /* types of class C */
+} FloeWireLimits;
+
+typedef struct FloeWireHeader {
+  uint16_t version, type;
+  uint32_t length;  /* of the payload */
+  uint64_t seq;
+} FloeWireHeader;
+
+/* "RUN_GRAPH", or NULL for a type this build does not know. */
+const char *floe__wire_type_name(uint16_t type);
+/* The payload limit of a known type under limits (NULL: defaults); 0 for an unknown type. */
+uint32_t floe__wire_type_limit(uint16_t type, const FloeWireLimits *limits);
+/* The protobuf-c descriptor of a known type's message (const ProtobufCMessageDescriptor *);
+ * NULL for an unknown type. */
+const void *floe__wire_type_descriptor(uint16_t type);
+
+void floe__wire_header_encode(const FloeWireHeader *h, uint8_t out[FLOE__WIRE_HEADER]);
+/* Decodes and checks a header before anything is allocated for its payload: the magic, the
+ * version, a known type and a length within the type's limit. peer names the other side in
+ * messages ("127.0.0.1:7001 (/job:worker/task:1)"). */
+floe_code floe__wire_header_decode(const uint8_t in[FLOE__WIRE_HEADER],
+                                   const FloeWireLimits *limits, const char *peer,
+                                   FloeWireHeader *h, FloeStatus *st);
+/* HMAC-SHA256 under key of dir, header and payload[0..len). */
+floe_code floe__wire_mac(const uint8_t key[32], uint8_t dir,
+                         const uint8_t header[FLOE__WIRE_HEADER], const uint8_t *payload,
+                         size_t len, uint8_t mac[FLOE__WIRE_MAC], FloeStatus *st);
+/* A whole frame of msg (whose descriptor must be type's) with sequence seq, signed under
+ * key for direction dir: *frame (floe__malloc'd, caller frees) holds *len bytes. */
+floe_code floe__wire_frame_encode(uint16_t type, const struct ProtobufCMessage *msg,
+                                  uint64_t seq, const uint8_t key[32], uint8_t dir,
+                                  const FloeWireLimits *limits, uint8_t **frame, size_t *len,
+                                  FloeStatus *st);
+/* Checks a received frame's MAC (constant time) and sequence number (exactly expect_seq:
+ * anything else is a replayed, reordered or dropped frame), then unpacks its payload with
+ * floe__wire_unpack. h is the decoded header, hdr its bytes, body the payload followed by the
+ * MAC (h->length + FLOE__WIRE_MAC bytes). On OK *msg is the caller's (floe__wire_free). */
+floe_code floe__wire_frame_open(const FloeWireHeader *h, const uint8_t hdr[FLOE__WIRE_HEADER],
+                                const uint8_t *body, const uint8_t key[32], uint8_t dir,
+                                uint64_t expect_seq, const char *peer,
+                                struct ProtobufCMessage **msg, FloeStatus *st);
+/* A whole frame in buf[0..len) (exactly one): header, MAC, sequence, payload, as a receiver
+ * checks them. For tests and fuzzing; connections read the header first. */
+floe_code floe__wire_frame_decode(const uint8_t *buf, size_t len, const FloeWireLimits *limits,
+                                  const uint8_t key[32], uint8_t dir, uint64_t expect_seq,
+                                  const char *peer, uint16_t *type,
+                                  struct ProtobufCMessage **msg, FloeStatus *st);
+/* Unpacks payload[0..len) as type's message with an allocator bounded to a few times len
+ * (a message that would need more memory is refused, not unpacked). On OK *msg is the
+ * caller's (floe__wire_free); errors name the peer, the type and the byte offset where the
+ * payload stops being readable. */
+floe_code floe__wire_unpack(uint16_t type, const uint8_t *payload, size_t len, const char *peer,
+                            struct ProtobufCMessage **msg, FloeStatus *st);
+void floe__wire_free(struct ProtobufCMessage *msg); /* NULL is fine */
+
+/* ------------------------------------------------------------------------------------ */
+/* auth.c: the job's secret and the proofs of holding it. */
+
+#define FLOE__SECRET_MIN 16
+#define FLOE__SECRET_MAX 4096
+#define FLOE__NONCE 32
+
+typedef struct FloeJobSecret FloeJobSecret; /* bytes wiped when freed */
+/* The secret of the environment: FLOE_JOB_SECRET_FILE (a file, floe__secret_from_file) or
+ * FLOE_JOB_SECRET (its bytes); both set is INVALID_ARGUMENT, neither FAILED_PRECONDITION
+ * saying how to give one. Caller owns *out (floe__secret_free). */
+floe_code floe__secret_from_env(FloeJobSecret **out, FloeStatus *st);
+/* The secret in path: a regular file owned by this user, mode 0600 or stricter, 16 bytes to
+ * 4 KiB (one final newline is not part of it). Each refusal names the path and the fix. */
+floe_code floe__secret_from_file(const char *path, FloeJobSecret **out, FloeStatus *st);
+/* A secret of bytes[0..len) (copied); source names it in messages. */
+floe_code floe__secret_from_bytes(const void *bytes, size_t len, const char *source,
+                                  FloeJobSecret **out, FloeStatus *st);
+const char *floe__secret_source(const FloeJobSecret *s); /* "FLOE_JOB_SECRET", a path */
+void floe__secret_free(FloeJobSecret *s);
+
+/* Who a task is: its job, index and the random incarnation it drew at start. */
+typedef struct FloeTaskIdentity {
+  char job[FLOE__JOB_NAME_MAX + 1];
+  int task;
+  uint64_t incarnation;
+} FloeTaskIdentity;
+
+/* HMAC-SHA256 under a 32-byte key of a, b and c in turn (any may be empty): frames' MACs. */
+floe_code floe__hmac_sha256(const uint8_t key[32], const void *a, size_t an, const void *b,
+                            size_t bn, const void *c, size_t cn, uint8_t out[32],
+                            FloeStatus *st);
+/* n random bytes from getrandom (never a weaker source). */
+floe_code floe__auth_random(uint8_t *out, size_t n, FloeStatus *st);
+/* HMAC(secret, "floe-auth-v1" || role || nonce_c || nonce_s || who): the proof that the side
+ * of role ('C' client, 'S' server) whose identity is who holds the secret. */
+floe_code floe__auth_proof(const FloeJobSecret *s, uint8_t role,
+                           const uint8_t nonce_c[FLOE__NONCE], const uint8_t nonce_s[FLOE__NONCE],
+                           const FloeTaskIdentity *who, uint8_t out[32], FloeStatus *st);
+/* HMAC(secret, "floe-key-v1" || nonce_c || nonce_s): the key of the connection's frames. */
+floe_code floe__auth_session_key(const FloeJobSecret *s, const uint8_t nonce_c[FLOE__NONCE],
+                                 const uint8_t nonce_s[FLOE__NONCE], uint8_t out[32],
+                                 FloeStatus *st);
+/* Constant-time equality of n bytes. */
+bool floe__auth_equal(const void *a, const void *b, size_t n);
+/* "/job:worker/task:1 (incarnation 0123456789abcdef)" into buf; returns buf. */
+char *floe__task_identity_str(const FloeTaskIdentity *id, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------------------ */
+/* conn.c: authenticated control connections over TCP. Every read and write has a deadline
+ * (poll; nothing spins, nothing blocks for ever); a peer that closes or resets is
+ * UNAVAILABLE, one that stalls past the deadline DEADLINE_EXCEEDED, both naming the peer. A
+ * connection that saw a bad frame (MAC, sequence, size, protobuf) refuses every later call
+ * with the first error. One thread may send while another receives. */
+
+typedef struct FloeConnOptions {
+  const FloeJobSecret *secret;  /* borrowed; NULL: connections are refused, saying how to
+                                 * give one */
+  FloeTaskIdentity self;        /* proven to the peer */
+  FloeWireLimits limits;        /* of received frames; zeros: defaults */
+  int timeout_ms;               /* connect, accept's handshake; <= 0: 10000 */
+  const char *expect_job;       /* client: the server must be this task (NULL: any) */
+  int expect_task;
+} FloeConnOptions;
+
+typedef struct FloeConn FloeConn;
+typedef struct FloeListener FloeListener;
+
+/* Listens on exactly address ("host:port"; port 0: a free port, see floe__listener_address):
+ * the wildcard only when the address is 0.0.0.0 or [::]. Caller owns *out
+ * (floe__listener_close). */
+floe_code floe__listener_open(const char *address, FloeListener **out, FloeStatus *st);
+/* The bound "host:port" (borrowed from l). */
+const char *floe__listener_address(const FloeListener *l);
+/* Waits up to timeout_ms (< 0: for ever) for a connection and authenticates it within
+ * o->timeout_ms. A peer that fails the handshake is closed and its error returned (naming
+ * it); the listener stays open for the next. Caller owns *out (floe__conn_close). */
+floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
+                                FloeConn **out, FloeStatus *st);
+void floe__listener_close(FloeListener *l);
+
+/* Connects to address within o->timeout_ms and runs the handshake as the client. Caller
+ * owns *out (floe__conn_close). */
+floe_code floe__conn_connect(const char *address, const FloeConnOptions *o, FloeConn **out,
+                             FloeStatus *st);
+/* Sends msg as one frame of type within timeout_ms (<= 0: the options' timeout_ms; there is
+ * no waiting for ever). msg borrowed. */
+floe_code floe__conn_send(FloeConn *c, uint16_t type, const struct ProtobufCMessage *msg,
+                          int timeout_ms, FloeStatus *st);
+/* Receives one frame within timeout_ms (<= 0: the options' timeout_ms): *type and *msg (the
+ * caller's: floe__wire_free). A deadline that passes before the first byte of a frame leaves
+ * the connection usable; one that passes mid-frame closes it. */
+floe_code floe__conn_recv(FloeConn *c, int timeout_ms, uint16_t *type,
+                          struct ProtobufCMessage **msg, FloeStatus *st);
+/* The peer in messages: "127.0.0.1:7001 (/job:worker/task:1, incarnation ...)" (borrowed). */
+const char *floe__conn_peer(const FloeConn *c);
+/* The peer's proven identity (borrowed). */
+const FloeTaskIdentity *floe__conn_peer_identity(const FloeConn *c);
+void floe__conn_close(FloeConn *c); /* NULL is fine */
+
+/* For tests of hostile peers: the bytes of the next frame this side would send (its
+ * sequence number used up; caller frees *frame), and raw writes within timeout_ms. */
+floe_code floe__conn_encode(FloeConn *c, uint16_t type, const struct ProtobufCMessage *msg,
+                            uint8_t **frame, size_t *len, FloeStatus *st);
+floe_code floe__conn_write_raw(FloeConn *c, const void *buf, size_t len, int timeout_ms,
+                               FloeStatus *st);
+
+#endif /* FLOE__LAYER_DIST_H */
