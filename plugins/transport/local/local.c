@@ -17,7 +17,8 @@
  *
  * get_fd gives an eventfd of the transport context that becomes readable whenever one of
  * its requests completes; progress() drains it (call progress, then test, then wait on the
- * fd: no completion is missed).
+ * fd: no completion is missed). So trywait (ABI 1.4) always answers "safe to sleep": a
+ * completion after progress leaves the fd readable.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -337,6 +338,12 @@ static floe_code local_get_fd(void *ctx, int *fd) {
   return FLOE_OK;
 }
 
+/* Nothing completes without writing the eventfd, which stays readable until progress. */
+static floe_code local_trywait(void *ctx) {
+  (void)ctx;
+  return FLOE_OK;
+}
+
 /* Withdraws a posted receive that no message has matched. */
 static floe_code local_cancel(void *request) {
   Req *r = request;
@@ -447,5 +454,6 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
   t.close_recv = local_close_recv;
   t.close_listen = local_close_listen;
   t.cancel = local_cancel;
+  t.trywait = local_trywait;
   return reg->register_transport(reg, &t);
 }
