@@ -3,7 +3,8 @@
 # Installs everything Floe needs to build and test on Debian 12 (run as root): fortunes is
 # the English text of the LSTM language model (floe train --model lstm, its tests); python3-venv
 # makes the tests' Python environment (tests/setup_venv.sh); debhelper, lintian and mmdebstrap
-# build and check the Debian packages (make deb, deb-check).
+# build and check the Debian packages (make deb, deb-check); libfabric-dev builds the fabric
+# transport and libfabric-bin brings fi_info (the provider list).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -12,4 +13,5 @@ apt-get install -y -q --no-install-recommends \
   check libsubunit-dev libopenblas-dev libdnnl-dev \
   abigail-tools valgrind python3 python3-venv binutils dataset-fashion-mnist zlib1g-dev fortunes \
   libprotobuf-c-dev protobuf-c-compiler libonnx-testdata \
+  libfabric-dev libfabric-bin \
   debhelper lintian mmdebstrap
