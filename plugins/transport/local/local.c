@@ -74,6 +74,8 @@ struct Req {
   uint64_t tag;
   Conn *conn;                 /* a posted receive's connection, NULL once matched */
   Req *next;                  /* in conn->posted */
+  Conn *owner;                /* whose close frees it if it is never tested; NULL after */
+  Req *live_prev, *live_next; /* in owner->send_live or owner->recv_live */
 };
 
 struct Conn {
@@ -82,8 +84,38 @@ struct Conn {
   bool accepted;
   Req *posted, **posted_tail; /* receives waiting for a message, in post order */
   Msg *queued, **queued_tail; /* messages waiting for a receive, in send order */
+  Req *send_live, *recv_live; /* requests not yet tested (freed by close_send / close_recv) */
   Conn *accept_next;
 };
+
+/* Requests are the caller's until test() reports them done; one never tested is freed with
+ * its half of the connection (under mu). */
+static void live_add(Req **head, Req *r, Conn *owner) {
+  r->owner = owner;
+  r->live_prev = NULL;
+  r->live_next = *head;
+  if (*head) (*head)->live_prev = r;
+  *head = r;
+}
+
+static void live_remove(Req *r) {
+  if (!r->owner) return;
+  Req **head = r->is_recv ? &r->owner->recv_live : &r->owner->send_live;
+  if (r->live_prev)
+    r->live_prev->live_next = r->live_next;
+  else
+    *head = r->live_next;
+  if (r->live_next) r->live_next->live_prev = r->live_prev;
+  r->owner = NULL;
+}
+
+static void live_free_all(Req **head) {
+  for (Req *r = *head, *next; r; r = next) {
+    next = r->live_next;
+    free(r);
+  }
+  *head = NULL;
+}
 
 static Endpoint *endpoints;
 
@@ -276,6 +308,7 @@ static floe_code local_isend(void *send_comm, const void *buf, size_t len, uint6
     k->queued_tail = &m->next;
   }
   req_complete(s, FLOE_OK, len); /* the bytes are copied or delivered: buf is free again */
+  live_add(&k->send_live, s, k);
   pthread_mutex_unlock(&mu);
   *request = s;
   return FLOE_OK;
@@ -303,6 +336,7 @@ static floe_code local_irecv(void *recv_comm, void *buf, size_t len, uint64_t ta
     *k->posted_tail = r;
     k->posted_tail = &r->next;
   }
+  live_add(&k->recv_live, r, k);
   pthread_mutex_unlock(&mu);
   *request = r;
   return FLOE_OK;
@@ -316,6 +350,7 @@ static floe_code local_test(void *request, int *done, size_t *size) {
   bool d = r->done;
   floe_code code = r->code;
   size_t n = r->size;
+  if (d) live_remove(r);
   pthread_mutex_unlock(&mu);
   *done = d;
   if (!d) return FLOE_OK;
@@ -359,6 +394,7 @@ static floe_code local_cancel(void *request) {
     *pp = r->next;
     if (!*pp) k->posted_tail = pp;
   }
+  live_remove(r);
   pthread_mutex_unlock(&mu);
   free(r);
   return FLOE_OK;
@@ -370,12 +406,13 @@ static void conn_maybe_free(Conn *k) {
   free(k);
 }
 
-/* Send requests complete at once: nothing of the sender's stays behind but its half. A
- * connection never accepted is withdrawn from its endpoint's backlog. */
+/* Send requests complete at once; those never tested are freed here. A connection never
+ * accepted is withdrawn from its endpoint's backlog. */
 static void local_close_send(void *send_comm) {
   Conn *k = send_comm;
   pthread_mutex_lock(&mu);
   k->send_open = false;
+  live_free_all(&k->send_live); /* completed, never tested */
   if (!k->accepted) {
     for (Endpoint *e = endpoints; e; e = e->next)
       for (Conn **pp = &e->backlog; *pp; pp = &(*pp)->accept_next)
@@ -389,16 +426,13 @@ static void local_close_send(void *send_comm) {
   pthread_mutex_unlock(&mu);
 }
 
-/* Buffered messages are dropped and posted receives freed (their requests must not be
- * tested afterwards). */
+/* Buffered messages are dropped, posted receives and completed ones never tested freed
+ * (their requests must not be tested afterwards). */
 static void local_close_recv(void *recv_comm) {
   Conn *k = recv_comm;
   pthread_mutex_lock(&mu);
   k->recv_open = false;
-  for (Req *r = k->posted, *next; r; r = next) {
-    next = r->next;
-    free(r);
-  }
+  live_free_all(&k->recv_live); /* posted ones and completed ones never tested */
   k->posted = NULL;
   k->posted_tail = &k->posted;
   for (Msg *m = k->queued, *next; m; m = next) {
