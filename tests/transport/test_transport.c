@@ -111,7 +111,7 @@ static floe_code fake_register_transport(FloePluginRegistrar *reg, const FloeTra
 
 /* ---- failing ---------------------------------------------------------------------------- */
 
-static const char *role_name = "?";
+static __thread const char *role_name = "?"; /* per thread: local runs both ends in one process */
 
 #define CHECK(cond, ...)                                                                  \
   do {                                                                                    \
@@ -196,25 +196,34 @@ static void await_peer(End *e, char what) {
   CHECK(got == what, "the other end said '%c', expected '%c'", got, what);
 }
 
-/* Sleeps until the transport may progress, at most ms, the way the ABI says (no spinning). */
-static void block(End *e, int ms) {
+/* Sleeps until the transport may progress, at most ms, the way the ABI says (no spinning).
+ * True when it slept the whole ms: a completion found right after that was never announced
+ * (a missed wake-up, which a waiter without a timeout would sleep through for ever). */
+static bool block(End *e, int ms) {
+  double t0 = now_s();
+  bool full = false;
   if (e->fd >= 0 && fns.trywait) {
     floe_code rc = fns.trywait(e->ctx);
-    if (rc == FLOE_UNAVAILABLE) return;
+    if (rc == FLOE_UNAVAILABLE) return false;
     CHECK(rc == FLOE_OK, "trywait gave %s", code_name(rc));
     struct pollfd p = {.fd = e->fd, .events = POLLIN};
-    poll(&p, 1, ms);
+    full = poll(&p, 1, ms) == 0;
   } else if (fns.wait) {
     floe_code rc = fns.wait(e->ctx, ms);
     CHECK(rc == FLOE_OK || rc == FLOE_DEADLINE_EXCEEDED, "wait gave %s", code_name(rc));
+    full = rc == FLOE_DEADLINE_EXCEEDED;
   } else if (e->fd >= 0) {
     struct pollfd p = {.fd = e->fd, .events = POLLIN};
-    poll(&p, 1, ms);
+    full = poll(&p, 1, ms) == 0;
   } else {
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }
+  return full && now_s() - t0 >= ms * 0.9e-3;
 }
+
+/* How long a waiter sleeps before checking that it was not forgotten. */
+#define SLEEP_MS 2000
 
 static void progress(End *e) {
   if (fns.progress) CHECK_RC(fns.progress(e->ctx), FLOE_OK);
@@ -225,9 +234,11 @@ static void progress(End *e) {
 static void wait_all(End *e, void **reqs, size_t n, floe_code *codes, size_t *sizes) {
   double deadline = now_s() + 30;
   size_t left = 0;
+  bool slept = false;
   for (size_t i = 0; i < n; i++) left += reqs[i] != NULL;
   while (left) {
     progress(e);
+    size_t before = left;
     for (size_t i = 0; i < n; i++) {
       if (!reqs[i]) continue;
       int done = 0;
@@ -242,9 +253,11 @@ static void wait_all(End *e, void **reqs, size_t n, floe_code *codes, size_t *si
       if (codes) codes[i] = rc;
       if (sizes) sizes[i] = size;
     }
+    CHECK(!slept || left == before,
+          "a request completed after the waiter slept %d ms unwoken (a missed wake-up)", SLEEP_MS);
     if (!left) break;
     CHECK(now_s() < deadline, "%zu of %zu requests never completed", left, n);
-    block(e, 100);
+    slept = block(e, SLEEP_MS);
   }
 }
 
@@ -276,10 +289,12 @@ static void connect_ends(End *e) {
     pipe_write(e, addr, len);
     double deadline = now_s() + 20;
     floe_code rc;
+    bool slept = false;
     while ((rc = fns.accept(e->listen, &e->recv)) == FLOE_UNAVAILABLE) {
       CHECK(now_s() < deadline, "no connection arrived");
-      block(e, 10);
+      slept = block(e, SLEEP_MS);
     }
+    CHECK(!slept, "a connection arrived after accept's waiter slept %d ms unwoken", SLEEP_MS);
     CHECK_RC(rc, FLOE_OK);
     char probe[4] = {0};
     void *r = NULL;
@@ -598,10 +613,12 @@ static void close_with_pending(End *e) {
     signal_peer(e, 'c');
     double deadline = now_s() + 20;
     floe_code rc;
+    bool slept = false;
     while ((rc = fns.accept(e->listen, &e->recv)) == FLOE_UNAVAILABLE) {
       CHECK(now_s() < deadline, "the second connection never arrived");
-      block(e, 10);
+      slept = block(e, SLEEP_MS);
     }
+    CHECK(!slept, "the second connection arrived after accept's waiter slept unwoken");
     CHECK_RC(rc, FLOE_OK);
     char got[16] = {0};
     void *r = NULL;

@@ -613,6 +613,11 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
    * libfabric when it first loads its providers; set here, while plugins load, unless the
    * user chose. */
   setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", 0);
+  /* rxm (1.17) handles connection requests at most every cm_progress_interval (10 ms) inside
+   * fi_cq_read: a wake-up for a connection request within 10 ms of the last look is spent
+   * without handling it, and a thread that then sleeps on the CQ's fd never wakes (the peer
+   * waits for the accept). 0: every read of the CQ looks. */
+  setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "0", 0);
   FloeTransportFns t;
   memset(&t, 0, sizeof t);
   t.struct_size = sizeof t;

@@ -154,6 +154,7 @@ struct Ctx {
   size_t num_peers, cap_peers;
 
   Req *live;                   /* every request libfabric or a caller may still hold */
+  int sends_in_flight;         /* POSTED sends: their completions will wake a sleeper */
   Req *queue, **queue_tail;    /* QUEUED requests to post, in order */
 };
 

@@ -161,7 +161,10 @@ static ssize_t post_now(Req *r) {
   default:
     ret = -FI_EINVAL;
   }
-  if (ret == 0) r->state = REQ_POSTED;
+  if (ret == 0) {
+    r->state = REQ_POSTED;
+    if (r->kind == REQ_SEND || r->kind == REQ_CTRL_SEND) c->sends_in_flight++;
+  }
   return ret;
 }
 
@@ -363,6 +366,7 @@ static void truncated(Ctx *c, Req *r, size_t size) {
 static void dispatch(Ctx *c, const struct fi_cq_tagged_entry *e) {
   Req *r = e->op_context;
   if (!r) return;
+  if (r->kind == REQ_SEND || r->kind == REQ_CTRL_SEND) c->sends_in_flight--;
   switch (r->kind) {
   case REQ_SEND:
     finish(r, FLOE_OK, r->len);
@@ -399,6 +403,7 @@ static void dispatch_error(Ctx *c, const struct fi_cq_err_entry *e) {
             c->prov, fi_strerror(e->err), perr ? perr : "");
     return;
   }
+  if (r->kind == REQ_SEND || r->kind == REQ_CTRL_SEND) c->sends_in_flight--;
   switch (r->kind) {
   case REQ_SEND:
   case REQ_RECV:
@@ -611,11 +616,20 @@ floe_code fab_get_fd(void *ctx, int *fd) {
   return FLOE_OK;
 }
 
+/* Requests wait in the queue after -FI_EAGAIN, and no send of ours is in flight whose
+ * completion would wake a sleeper: only progress retries them (rxm may finish connecting
+ * inside a read of the CQ, with no completion and no fd becoming readable). mu held. */
+static bool queue_stalled(Ctx *c) { return c->queue && c->sends_in_flight == 0; }
+
 floe_code fab_trywait(void *ctx) {
   Ctx *c = ctx;
   if (c->cq_fd < 0) return FLOE_FAILED_PRECONDITION;
   struct fid *fids[1] = {&c->cq->fid};
   pthread_mutex_lock(&c->mu);
+  if (queue_stalled(c)) {
+    pthread_mutex_unlock(&c->mu);
+    return FLOE_UNAVAILABLE;
+  }
   int ret = fi_trywait(c->fabric, fids, 1);
   pthread_mutex_unlock(&c->mu);
   if (ret == 0) return FLOE_OK;
@@ -626,8 +640,14 @@ floe_code fab_trywait(void *ctx) {
 }
 
 static floe_code wait_fd(Ctx *c, int timeout_ms) {
-  floe_code rc = fab_trywait(c);
-  if (rc == FLOE_UNAVAILABLE) return FLOE_OK; /* progress is possible now */
+  pthread_mutex_lock(&c->mu);
+  bool stalled = queue_stalled(c);
+  pthread_mutex_unlock(&c->mu);
+  floe_code rc = FLOE_OK;
+  if (stalled) /* retry soon, but do not spin: at most 1 ms asleep */
+    timeout_ms = timeout_ms < 0 || timeout_ms > 1 ? 1 : timeout_ms;
+  else if ((rc = fab_trywait(c)) == FLOE_UNAVAILABLE)
+    return FLOE_OK; /* progress is possible now */
   if (rc != FLOE_OK) return rc;
   struct pollfd p[2] = {{.fd = c->cq_fd, .events = POLLIN}, {.fd = c->intr_fd, .events = POLLIN}};
   int n = poll(p, 2, timeout_ms);

@@ -16,7 +16,7 @@
  * sizes from it).
  *
  * get_fd gives an eventfd of the transport context that becomes readable whenever one of
- * its requests completes; progress() drains it (call progress, then test, then wait on the
+ * its requests completes or a peer connects to one of its endpoints; progress() drains it (call progress, then test, then wait on the
  * fd: no completion is missed). So trywait (ABI 1.4) always answers "safe to sleep": a
  * completion after progress leaves the fd readable.
  */
@@ -222,6 +222,7 @@ static floe_code local_connect(void *ctx, const void *addr, size_t addr_len, voi
   Conn **tail = &e->backlog;
   while (*tail) tail = &(*tail)->accept_next;
   *tail = k;
+  signal_ctx(e->ctx); /* accept can succeed now: a waiter on the listener's fd wakes */
   pthread_mutex_unlock(&mu);
   *send_comm = k;
   return FLOE_OK;
