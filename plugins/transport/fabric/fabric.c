@@ -45,6 +45,7 @@
 #define DEFAULT_PROVIDER "tcp;ofi_rxm"
 #define DEFAULT_TCP_HOST "127.0.0.1"
 #define DEFAULT_SPIN_US 50
+#define DEFAULT_SLEEP_MAX_US 200
 #define DEFAULT_LINGER_MS 500
 #define DEFAULT_OVERFLOW_MB 4096
 
@@ -279,6 +280,8 @@ static floe_code fab_init(const FloeHostApi *h, void **out) {
   c->fi_ver = fi_version();
   long spin = env_long("FLOE_FABRIC_SPIN_US", DEFAULT_SPIN_US);
   c->spin_ns = spin < 0 ? -1 : spin * 1000;
+  long sleep_max = env_long("FLOE_FABRIC_SLEEP_MAX_US", DEFAULT_SLEEP_MAX_US);
+  c->sleep_max_ns = (sleep_max < 50 ? 50 : sleep_max > 100000 ? 100000 : sleep_max) * 1000;
   long linger = env_long("FLOE_FABRIC_LINGER_MS", DEFAULT_LINGER_MS);
   c->linger_ms = linger < 0 ? 0 : linger > 600000 ? 600000 : (int)linger;
 
@@ -296,9 +299,9 @@ static floe_code fab_init(const FloeHostApi *h, void **out) {
   snprintf(c->prov, sizeof c->prov, "%s", c->info->fabric_attr->prov_name);
   c->inject_size = c->info->tx_attr->inject_size;
   c->max_msg = c->info->ep_attr->max_msg_size;
-  if (strcmp(c->prov, "shm") == 0 && c->info->rx_attr->iov_limit >= 2) {
-    long mb = env_long("FLOE_FABRIC_OVERFLOW_MB", DEFAULT_OVERFLOW_MB);
-    c->overflow_len = (size_t)(mb < 1 ? 1 : mb) << 20;
+  long overflow_mb = env_long("FLOE_FABRIC_OVERFLOW_MB", DEFAULT_OVERFLOW_MB);
+  if (strcmp(c->prov, "shm") == 0 && c->info->rx_attr->iov_limit >= 2 && overflow_mb > 0) {
+    c->overflow_len = (size_t)overflow_mb << 20;
     c->overflow = mmap(NULL, c->overflow_len, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (c->overflow == MAP_FAILED) {

@@ -143,6 +143,7 @@ struct Ctx {
   pthread_mutex_t wmu;
   pthread_cond_t wcv;
   long spin_ns;
+  long sleep_max_ns;           /* the longest step of the sleeping phase */
   int linger_ms;               /* how long close waits for posted requests */
 
   Listener *listeners;

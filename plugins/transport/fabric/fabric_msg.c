@@ -18,7 +18,9 @@
  * gives the CQ's fd and trywait asks fi_trywait whether sleeping on it is safe; wait polls it
  * beside an eventfd that interrupt writes. Without (shm of libfabric 1.17), wait progresses
  * with sched_yield for FLOE_FABRIC_SPIN_US (default 50 us), then sleeps on a condition
- * variable in steps of 50 us doubling to 1 ms, progressing between them; interrupt signals it.
+ * variable in steps of 50 us doubling to FLOE_FABRIC_SLEEP_MAX_US (default 200 us: a shm
+ * copy is done by the receiver's progress, so longer naps cost bandwidth) and, after 10 ms of
+ * nothing, to 1 ms, progressing between them; interrupt signals it.
  * FLOE_FABRIC_SPIN_US=-1 uses fi_cq_sread and fi_cq_signal instead: shm's sread yields in a
  * loop until a completion arrives and ignores its timeout (util_wait_yield_run), so a thread
  * waiting in it keeps a core busy.
@@ -689,7 +691,10 @@ static floe_code wait_polling(Ctx *c, int timeout_ms, long spin_ns) {
     int n = fab_progress_locked(c);
     pthread_mutex_unlock(&c->mu);
     if (n > 0) return FLOE_OK;
-    if (step < 1000000) step *= 2;
+    /* naps stay short while traffic may be near; after 10 ms of nothing they reach 1 ms */
+    uint64_t cap = now_ns() - start < 10000000u ? (uint64_t)c->sleep_max_ns : 1000000u;
+    if (cap < (uint64_t)c->sleep_max_ns) cap = (uint64_t)c->sleep_max_ns;
+    if (step < cap) step *= 2;
   }
 }
 
