@@ -754,7 +754,7 @@ int fab_linger(Ctx *c, void *comm) {
     if (c->cq_fd >= 0 && fab_trywait(c) == FLOE_OK) {
       struct pollfd p = {.fd = c->cq_fd, .events = POLLIN};
       poll(&p, 1, ms < 50 ? ms : 50);
-    } else if (c->cq_fd < 0) {
+    } else { /* no fd, or progress is due: a short nap, never a spin */
       struct timespec ts = {0, 200000};
       nanosleep(&ts, NULL);
     }
