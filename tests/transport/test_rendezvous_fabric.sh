@@ -10,7 +10,7 @@ set -u
 dir=${FLOE_FABRIC_DIR:-}
 prog=${top_builddir:-..}/tests/core/test_rendezvous
 if [ -z "$dir" ] || [ ! -f "$dir/floe-transport-fabric.so" ]; then
-  echo "SKIP: the fabric transport was not built (configure found no libfabric)"
+  echo "SKIP: the fabric transport was not built (no libfabric found, or --enable-fabric=no)"
   exit 77
 fi
 if [ ! -x "$prog" ]; then
