@@ -559,8 +559,17 @@ static floe_code reg_transport(FloePluginRegistrar *reg, const FloeTransportFns 
       !f->irecv || !f->test || !f->close_send || !f->close_recv || !f->close_listen) {
     rc = reg_fail(s, FLOE_INVALID_ARGUMENT,
                   "register_transport %s: a required slot is NULL (all but reg_mr, dereg_mr, "
-                  "progress and get_fd are required)",
+                  "progress, get_fd, cancel, trywait, wait and interrupt are required)",
                   f->name);
+    goto err_free_transport;
+  }
+  /* Slots of 1.4 beyond the plugin's struct_size were never copied: they are NULL here. */
+  if (!f->wait != !f->interrupt || (f->trywait && !f->get_fd)) {
+    rc = reg_fail(s, FLOE_INVALID_ARGUMENT,
+                  "register_transport %s: %s", f->name,
+                  !f->wait != !f->interrupt
+                      ? "wait and interrupt come together (one of them is NULL)"
+                      : "trywait is set but get_fd is NULL (trywait answers for get_fd's fd)");
     goto err_free_transport;
   }
   for (int i = 0; i < s->rt->num_transports; i++)

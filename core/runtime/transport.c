@@ -8,10 +8,19 @@
  * once on the progress thread (or on the thread tearing the manager down), never under the
  * manager's lock, so callbacks may post again.
  *
- * Waiting: with the transport's get_fd the thread sleeps in poll() on that fd and on its own
- * eventfd (posts and cancels write it); without one it waits on a condition variable with a
- * short backoff (50 us doubling to 2 ms) while requests are pending, and indefinitely when
- * none is.
+ * Tags: the manager clears FLOE_TRANSPORT_TAG_RESERVED (the transport's own bit, ABI 1.4) in
+ * every tag it posts, so callers may hand it any 64-bit tag.
+ *
+ * Waiting while requests are pending (with none pending the thread waits on a condition
+ * variable), in the first way the transport allows:
+ *  - get_fd and trywait (1.4): progress and test, then trywait; only when it answers FLOE_OK
+ *    does the thread sleep in poll() on that fd and on its own eventfd (posts, cancels and
+ *    stop write it), with no timeout: nothing that arrived before trywait is slept through.
+ *  - wait and interrupt (1.4): the thread blocks in wait; posts, cancels and stop interrupt it.
+ *  - get_fd alone (1.3): poll() as above, with a 100 ms safety timeout for a missed wake-up.
+ *  - none: a condition variable with a short backoff (50 us doubling to 2 ms).
+ * A transport that keeps answering "not yet" (trywait) or fails to wait is not spun on: the
+ * thread falls back to bounded sleeps.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,6 +44,14 @@ struct FloeXfer {
   struct FloeXfer *prev, *next; /* in pending or completed */
 };
 
+/* How the progress thread sleeps (see the top of the file). */
+typedef enum WaitMode {
+  WAIT_FD_TRYWAIT,           /* get_fd + trywait: poll() without a timeout */
+  WAIT_BLOCKING,             /* the transport's wait, ended by interrupt */
+  WAIT_FD,                   /* get_fd alone: poll() with a safety timeout */
+  WAIT_BACKOFF               /* a condition variable with a short backoff */
+} WaitMode;
+
 struct FloeTransportMgr {
   const FloeTransportReg *tr;
   const FloeTransportFns *fns;
@@ -46,10 +63,14 @@ struct FloeTransportMgr {
   bool stop;
   int fd;                    /* the transport's fd, or -1 */
   int wake_fd;               /* ours: written on post, cancel and stop */
+  WaitMode mode;
+  int not_yet;               /* trywait's FLOE_UNAVAILABLE answers in a row */
   pthread_t thread;
 };
 
 enum { BACKOFF_MIN_NS = 50000, BACKOFF_MAX_NS = 2000000, POLL_SAFETY_MS = 100 };
+/* After this many "not yet" answers from trywait in a row, poll with a short timeout. */
+enum { NOT_YET_LIMIT = 64, NOT_YET_POLL_MS = 1 };
 
 /* Serialises lazy creation (rare: once per runtime). */
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -74,8 +95,12 @@ static void wake(FloeTransportMgr *m) {
   uint64_t one = 1;
   ssize_t w = write(m->wake_fd, &one, sizeof one);
   (void)w; /* a saturated counter is still readable */
+  if (m->mode == WAIT_BLOCKING) m->fns->interrupt(m->ctx);
   pthread_cond_signal(&m->cv);
 }
+
+/* The transport's own bit is never set by the manager (ABI 1.4). */
+static uint64_t wire_tag(uint64_t tag) { return tag & ~FLOE_TRANSPORT_TAG_RESERVED; }
 
 /* Runs the callbacks of every completed request (called with mu held; drops it meanwhile). */
 static void run_completed(FloeTransportMgr *m) {
@@ -113,18 +138,20 @@ static bool test_pending(FloeTransportMgr *m) {
   return any;
 }
 
-static void wait_for_progress(FloeTransportMgr *m, long *backoff_ns) {
-  if (m->fd >= 0) {
-    pthread_mutex_unlock(&m->mu);
-    struct pollfd p[2] = {{.fd = m->fd, .events = POLLIN}, {.fd = m->wake_fd, .events = POLLIN}};
-    if (poll(p, 2, POLL_SAFETY_MS) > 0 && (p[1].revents & POLLIN)) {
-      uint64_t v;
-      ssize_t r = read(m->wake_fd, &v, sizeof v);
-      (void)r;
-    }
-    pthread_mutex_lock(&m->mu);
-    return;
+/* Sleeps in poll() on the transport's fd and ours (mu held; dropped meanwhile). */
+static void poll_fds(FloeTransportMgr *m, int timeout_ms) {
+  pthread_mutex_unlock(&m->mu);
+  struct pollfd p[2] = {{.fd = m->fd, .events = POLLIN}, {.fd = m->wake_fd, .events = POLLIN}};
+  if (poll(p, 2, timeout_ms) > 0 && (p[1].revents & POLLIN)) {
+    uint64_t v;
+    ssize_t r = read(m->wake_fd, &v, sizeof v);
+    (void)r;
   }
+  pthread_mutex_lock(&m->mu);
+}
+
+/* The condition-variable sleep of transports that cannot say when to wake (mu held). */
+static void backoff_sleep(FloeTransportMgr *m, long *backoff_ns) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_nsec += *backoff_ns;
@@ -134,6 +161,43 @@ static void wait_for_progress(FloeTransportMgr *m, long *backoff_ns) {
   }
   pthread_cond_timedwait(&m->cv, &m->mu, &ts);
   if (*backoff_ns < BACKOFF_MAX_NS) *backoff_ns *= 2;
+}
+
+/* Sleeps until the transport may progress or a post, cancel or stop arrives (mu held; dropped
+ * while asleep). Called right after test_pending found nothing. */
+static void wait_for_progress(FloeTransportMgr *m, long *backoff_ns) {
+  switch (m->mode) {
+  case WAIT_FD_TRYWAIT: {
+    /* trywait is asked without mu: a transport may take its own locks in it. */
+    pthread_mutex_unlock(&m->mu);
+    floe_code rc = m->fns->trywait(m->ctx);
+    pthread_mutex_lock(&m->mu);
+    if (m->stop || m->completed) return;
+    if (rc == FLOE_OK) {
+      m->not_yet = 0;
+      poll_fds(m, -1);
+    } else if (rc == FLOE_UNAVAILABLE && ++m->not_yet < NOT_YET_LIMIT) {
+      /* progress is possible at once: the caller progresses and tests again */
+    } else {
+      /* a transport that never lets us sleep, or failed: sleep briefly, never spin */
+      poll_fds(m, rc == FLOE_UNAVAILABLE ? NOT_YET_POLL_MS : POLL_SAFETY_MS);
+    }
+    return;
+  }
+  case WAIT_BLOCKING: {
+    pthread_mutex_unlock(&m->mu);
+    floe_code rc = m->fns->wait(m->ctx, -1);
+    pthread_mutex_lock(&m->mu);
+    if (rc != FLOE_OK && rc != FLOE_DEADLINE_EXCEEDED && !m->stop) backoff_sleep(m, backoff_ns);
+    return;
+  }
+  case WAIT_FD:
+    poll_fds(m, POLL_SAFETY_MS);
+    return;
+  case WAIT_BACKOFF:
+    backoff_sleep(m, backoff_ns);
+    return;
+  }
 }
 
 static void *progress_main(void *arg) {
@@ -263,6 +327,15 @@ static FloeTransportMgr *mgr_create(FloeRuntime *rt, FloeStatus *st) {
   }
   if (open_comms(m, st) != FLOE_OK) goto err_destroy;
   if (m->fns->get_fd && m->fns->get_fd(m->ctx, &m->fd) != FLOE_OK) m->fd = -1;
+  /* Slots a plugin of an older minor lacks are NULL (the loader copied only its struct). */
+  if (m->fd >= 0 && m->fns->trywait)
+    m->mode = WAIT_FD_TRYWAIT;
+  else if (m->fns->wait && m->fns->interrupt)
+    m->mode = WAIT_BLOCKING;
+  else if (m->fd >= 0)
+    m->mode = WAIT_FD;
+  else
+    m->mode = WAIT_BACKOFF;
   int err = pthread_create(&m->thread, NULL, progress_main, m);
   if (err) {
     floe_status_set(st, FLOE_UNAVAILABLE, "cannot start the transport progress thread: %s",
@@ -330,8 +403,8 @@ static floe_code post(FloeTransportMgr *m, bool is_recv, void *buf, size_t len, 
     return floe_status_set(st, FLOE_CANCELLED, "transport \"%s\": the runtime is shutting down",
                            m->tr->name);
   }
-  floe_code rc = is_recv ? m->fns->irecv(m->recv_comm, buf, len, tag, NULL, &x->req)
-                         : m->fns->isend(m->send_comm, buf, len, tag, NULL, &x->req);
+  floe_code rc = is_recv ? m->fns->irecv(m->recv_comm, buf, len, wire_tag(tag), NULL, &x->req)
+                         : m->fns->isend(m->send_comm, buf, len, wire_tag(tag), NULL, &x->req);
   if (rc != FLOE_OK) {
     pthread_mutex_unlock(&m->mu);
     floe__free(x);

@@ -24,6 +24,28 @@ static void dev_deallocate(void *state, void *ptr, size_t bytes) {}
 static floe_code dev_copy(void *state, void *dst, const void *src, size_t n) { return FLOE_OK; }
 static floe_code stream_create(void *state, FloeStream **out) { return FLOE_UNIMPLEMENTED; }
 
+static floe_code tr_init(const FloeHostApi *host, void **ctx) { return FLOE_UNIMPLEMENTED; }
+static void tr_finalize(void *ctx) {}
+static floe_code tr_listen(void *ctx, void *addr, size_t *len, void **comm) {
+  return FLOE_UNIMPLEMENTED;
+}
+static floe_code tr_connect(void *ctx, const void *addr, size_t len, void **comm) {
+  return FLOE_UNIMPLEMENTED;
+}
+static floe_code tr_accept(void *listen_comm, void **comm) { return FLOE_UNIMPLEMENTED; }
+static floe_code tr_post(void *comm, void *buf, size_t len, uint64_t tag, void *mh, void **req) {
+  return FLOE_UNIMPLEMENTED;
+}
+static floe_code tr_send(void *comm, const void *buf, size_t len, uint64_t tag, void *mh,
+                         void **req) {
+  return FLOE_UNIMPLEMENTED;
+}
+static floe_code tr_test(void *req, int *done, size_t *size) { return FLOE_UNIMPLEMENTED; }
+static void tr_close(void *comm) {}
+static floe_code tr_trywait(void *ctx) { return FLOE_OK; }
+static floe_code tr_wait(void *ctx, int timeout_ms) { return FLOE_OK; }
+static void tr_interrupt(void *ctx) {}
+
 static FloeKernelDef kernel(const char *op, const char *device_type) {
   FloeKernelDef k;
   memset(&k, 0, sizeof k);
@@ -134,6 +156,29 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   t.struct_size = sizeof t;
   t.name = "strict";
   expect("transport without slots", reg->register_transport(reg, &t), FLOE_INVALID_ARGUMENT);
+  /* The waiting slots of 1.4 come in pairs: wait with interrupt, trywait with get_fd. */
+  t.init = tr_init;
+  t.finalize = tr_finalize;
+  t.listen = tr_listen;
+  t.connect = tr_connect;
+  t.accept = tr_accept;
+  t.isend = tr_send;
+  t.irecv = tr_post;
+  t.test = tr_test;
+  t.close_send = tr_close;
+  t.close_recv = tr_close;
+  t.close_listen = tr_close;
+  t.wait = tr_wait;
+  expect("transport wait without interrupt", reg->register_transport(reg, &t),
+         FLOE_INVALID_ARGUMENT);
+  t.wait = NULL;
+  t.interrupt = tr_interrupt;
+  expect("transport interrupt without wait", reg->register_transport(reg, &t),
+         FLOE_INVALID_ARGUMENT);
+  t.interrupt = NULL;
+  t.trywait = tr_trywait;
+  expect("transport trywait without get_fd", reg->register_transport(reg, &t),
+         FLOE_INVALID_ARGUMENT);
 
   /* The valid part: a custom op and a kernel for it (the op is still only staged). */
   op.inputs = ins;

@@ -4,7 +4,9 @@
  *   ABITEST_OLD     floe-abitest-old.so: simulates a build against an older minor: its
  *                   FloeDeviceFns and FloeKernelDef end before the optional slots (smaller
  *                   struct_size) and the bytes after struct_size are garbage, so a core that
- *                   reads past struct_size crashes or rejects the kernel.
+ *                   reads past struct_size crashes or rejects the kernel. Its transport
+ *                   "abiold" ends before the 1.4 waiting slots; its garbage trywait beside
+ *                   a NULL get_fd would be refused if the core read it.
  *   ABITEST_NEW     floe-abitest-new.so: a newer minor (99) whose structs carry an extra
  *                   trailing field: the core must negotiate minor 0 and ignore the extra.
  *   ABITEST_MAJOR2  floe-abitest-major2.so: declares ABI 2.7; it then ignores the refusal
@@ -52,6 +54,28 @@ static void fill_kernel(FloeKernelDef *k, const char *device_type) {
 
 #if defined(ABITEST_OLD)
 
+static floe_code tr_init(const FloeHostApi *host, void **ctx) { return FLOE_UNIMPLEMENTED; }
+static void tr_finalize(void *ctx) {}
+static floe_code tr_listen(void *ctx, void *addr, size_t *len, void **comm) {
+  return FLOE_UNIMPLEMENTED;
+}
+static floe_code tr_connect(void *ctx, const void *addr, size_t len, void **comm) {
+  return FLOE_UNIMPLEMENTED;
+}
+static floe_code tr_accept(void *listen_comm, void **comm) { return FLOE_UNIMPLEMENTED; }
+static floe_code tr_post(void *comm, void *buf, size_t len, uint64_t tag, void *mh, void **req) {
+  return FLOE_UNIMPLEMENTED;
+}
+static floe_code tr_send(void *comm, const void *buf, size_t len, uint64_t tag, void *mh,
+                         void **req) {
+  return FLOE_UNIMPLEMENTED;
+}
+static floe_code tr_test(void *req, int *done, size_t *size) { return FLOE_UNIMPLEMENTED; }
+static void tr_close(void *comm) {}
+#endif
+
+#if defined(ABITEST_OLD)
+
 /* Bytes a reader must never look at. */
 #define GARBAGE_TAIL(s) memset((char *)&(s) + (s).struct_size, 0xA5, sizeof(s) - (s).struct_size)
 
@@ -70,7 +94,24 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   k.struct_size = offsetof(FloeKernelDef, compute_async);
   fill_kernel(&k, "ABIOLD");
   GARBAGE_TAIL(k);
-  return reg->register_kernel(reg, &k);
+  if ((rc = reg->register_kernel(reg, &k)) != FLOE_OK) return rc;
+  FloeTransportFns t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = offsetof(FloeTransportFns, trywait); /* ABI 1.3 */
+  t.name = "abiold";
+  t.init = tr_init;
+  t.finalize = tr_finalize;
+  t.listen = tr_listen;
+  t.connect = tr_connect;
+  t.accept = tr_accept;
+  t.isend = tr_send;
+  t.irecv = tr_post;
+  t.test = tr_test;
+  t.close_send = tr_close;
+  t.close_recv = tr_close;
+  t.close_listen = tr_close;
+  GARBAGE_TAIL(t);
+  return reg->register_transport(reg, &t);
 }
 
 #elif defined(ABITEST_NEW)

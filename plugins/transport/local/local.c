@@ -16,8 +16,9 @@
  * sizes from it).
  *
  * get_fd gives an eventfd of the transport context that becomes readable whenever one of
- * its requests completes; progress() drains it (call progress, then test, then wait on the
- * fd: no completion is missed).
+ * its requests completes or a peer connects to one of its endpoints; progress() drains it (call progress, then test, then wait on the
+ * fd: no completion is missed). So trywait (ABI 1.4) always answers "safe to sleep": a
+ * completion after progress leaves the fd readable.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -73,6 +74,8 @@ struct Req {
   uint64_t tag;
   Conn *conn;                 /* a posted receive's connection, NULL once matched */
   Req *next;                  /* in conn->posted */
+  Conn *owner;                /* whose close frees it if it is never tested; NULL after */
+  Req *live_prev, *live_next; /* in owner->send_live or owner->recv_live */
 };
 
 struct Conn {
@@ -81,8 +84,38 @@ struct Conn {
   bool accepted;
   Req *posted, **posted_tail; /* receives waiting for a message, in post order */
   Msg *queued, **queued_tail; /* messages waiting for a receive, in send order */
+  Req *send_live, *recv_live; /* requests not yet tested (freed by close_send / close_recv) */
   Conn *accept_next;
 };
+
+/* Requests are the caller's until test() reports them done; one never tested is freed with
+ * its half of the connection (under mu). */
+static void live_add(Req **head, Req *r, Conn *owner) {
+  r->owner = owner;
+  r->live_prev = NULL;
+  r->live_next = *head;
+  if (*head) (*head)->live_prev = r;
+  *head = r;
+}
+
+static void live_remove(Req *r) {
+  if (!r->owner) return;
+  Req **head = r->is_recv ? &r->owner->recv_live : &r->owner->send_live;
+  if (r->live_prev)
+    r->live_prev->live_next = r->live_next;
+  else
+    *head = r->live_next;
+  if (r->live_next) r->live_next->live_prev = r->live_prev;
+  r->owner = NULL;
+}
+
+static void live_free_all(Req **head) {
+  for (Req *r = *head, *next; r; r = next) {
+    next = r->live_next;
+    free(r);
+  }
+  *head = NULL;
+}
 
 static Endpoint *endpoints;
 
@@ -189,6 +222,7 @@ static floe_code local_connect(void *ctx, const void *addr, size_t addr_len, voi
   Conn **tail = &e->backlog;
   while (*tail) tail = &(*tail)->accept_next;
   *tail = k;
+  signal_ctx(e->ctx); /* accept can succeed now: a waiter on the listener's fd wakes */
   pthread_mutex_unlock(&mu);
   *send_comm = k;
   return FLOE_OK;
@@ -275,6 +309,7 @@ static floe_code local_isend(void *send_comm, const void *buf, size_t len, uint6
     k->queued_tail = &m->next;
   }
   req_complete(s, FLOE_OK, len); /* the bytes are copied or delivered: buf is free again */
+  live_add(&k->send_live, s, k);
   pthread_mutex_unlock(&mu);
   *request = s;
   return FLOE_OK;
@@ -302,6 +337,7 @@ static floe_code local_irecv(void *recv_comm, void *buf, size_t len, uint64_t ta
     *k->posted_tail = r;
     k->posted_tail = &r->next;
   }
+  live_add(&k->recv_live, r, k);
   pthread_mutex_unlock(&mu);
   *request = r;
   return FLOE_OK;
@@ -315,6 +351,7 @@ static floe_code local_test(void *request, int *done, size_t *size) {
   bool d = r->done;
   floe_code code = r->code;
   size_t n = r->size;
+  if (d) live_remove(r);
   pthread_mutex_unlock(&mu);
   *done = d;
   if (!d) return FLOE_OK;
@@ -337,6 +374,12 @@ static floe_code local_get_fd(void *ctx, int *fd) {
   return FLOE_OK;
 }
 
+/* Nothing completes without writing the eventfd, which stays readable until progress. */
+static floe_code local_trywait(void *ctx) {
+  (void)ctx;
+  return FLOE_OK;
+}
+
 /* Withdraws a posted receive that no message has matched. */
 static floe_code local_cancel(void *request) {
   Req *r = request;
@@ -352,6 +395,7 @@ static floe_code local_cancel(void *request) {
     *pp = r->next;
     if (!*pp) k->posted_tail = pp;
   }
+  live_remove(r);
   pthread_mutex_unlock(&mu);
   free(r);
   return FLOE_OK;
@@ -363,12 +407,13 @@ static void conn_maybe_free(Conn *k) {
   free(k);
 }
 
-/* Send requests complete at once: nothing of the sender's stays behind but its half. A
- * connection never accepted is withdrawn from its endpoint's backlog. */
+/* Send requests complete at once; those never tested are freed here. A connection never
+ * accepted is withdrawn from its endpoint's backlog. */
 static void local_close_send(void *send_comm) {
   Conn *k = send_comm;
   pthread_mutex_lock(&mu);
   k->send_open = false;
+  live_free_all(&k->send_live); /* completed, never tested */
   if (!k->accepted) {
     for (Endpoint *e = endpoints; e; e = e->next)
       for (Conn **pp = &e->backlog; *pp; pp = &(*pp)->accept_next)
@@ -382,16 +427,13 @@ static void local_close_send(void *send_comm) {
   pthread_mutex_unlock(&mu);
 }
 
-/* Buffered messages are dropped and posted receives freed (their requests must not be
- * tested afterwards). */
+/* Buffered messages are dropped, posted receives and completed ones never tested freed
+ * (their requests must not be tested afterwards). */
 static void local_close_recv(void *recv_comm) {
   Conn *k = recv_comm;
   pthread_mutex_lock(&mu);
   k->recv_open = false;
-  for (Req *r = k->posted, *next; r; r = next) {
-    next = r->next;
-    free(r);
-  }
+  live_free_all(&k->recv_live); /* posted ones and completed ones never tested */
   k->posted = NULL;
   k->posted_tail = &k->posted;
   for (Msg *m = k->queued, *next; m; m = next) {
@@ -447,5 +489,6 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
   t.close_recv = local_close_recv;
   t.close_listen = local_close_listen;
   t.cancel = local_cancel;
+  t.trywait = local_trywait;
   return reg->register_transport(reg, &t);
 }

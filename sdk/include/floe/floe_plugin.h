@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 #define FLOE_ABI_MAJOR 1
-#define FLOE_ABI_MINOR 3
+#define FLOE_ABI_MINOR 4
 
 /* Visibility of the one exported symbol (plugins build with -fvisibility=hidden). */
 #if defined(__GNUC__)
@@ -372,6 +372,10 @@ typedef struct FloeGradientDef {
  * iteration) to a 64-bit tag; nothing above the transport assumes one process. */
 
 #define FLOE_TRANSPORT_ADDR_MAX 128 /* bytes in an address blob */
+/* Since 1.4: the top tag bit belongs to the transport (its own control messages, such as a
+ * network transport's connection hello). Callers pass tags with this bit clear; a transport
+ * may refuse others with FLOE_INVALID_ARGUMENT. The core's transport manager clears it. */
+#define FLOE_TRANSPORT_TAG_RESERVED ((uint64_t)1 << 63)
 
 typedef struct FloeTransportFns {
   size_t struct_size;
@@ -405,6 +409,35 @@ typedef struct FloeTransportFns {
    * or is completing (test() then finishes it as usual). NULL: a posted irecv stays until
    * it completes or its comm is closed. */
   floe_code (*cancel)(void *request);
+
+  /* Waiting (since 1.4; all optional). A thread that has nothing to do until a request
+   * completes sleeps in one of two ways, never by calling progress in a loop:
+   *
+   *  - With get_fd: call progress and test, then trywait, and poll() the fd only when
+   *    trywait answered FLOE_OK. The fd alone is not enough for transports (libfabric's)
+   *    that may hold completions or owe progress without it being readable.
+   *  - Without an fd (get_fd NULL or failing for this ctx): call progress and test, then
+   *    wait; another thread calls interrupt to end that wait early.
+   *
+   * trywait: FLOE_OK when it is safe to sleep on get_fd's fd now (anything that needs
+   * progress will make it readable); FLOE_UNAVAILABLE when progress may be possible at once
+   * (call progress and test first, then try again, like libfabric's fi_trywait). Other codes:
+   * waiting on the fd is broken; sleep with a bounded timeout. Only for a ctx whose get_fd
+   * succeeded. Called from one thread at a time, without locks the transport's own
+   * completions might need.
+   *
+   * wait: blocks until progress may be possible, interrupt is called, or timeout_ms passes
+   * (timeout_ms < 0: no limit; 0: do not block). FLOE_OK: woken (possibly spuriously: call
+   * progress and test); FLOE_DEADLINE_EXCEEDED: the timeout passed; other codes: waiting is
+   * broken. Completions the transport reads while waiting are kept for test(). An interrupt
+   * that arrives while nobody waits makes the next wait return at once (no lost wake-up).
+   *
+   * interrupt: wakes the thread blocked in wait on ctx (or the next one to wait). Thread-safe,
+   * callable from any thread between init and finalize, also with the caller's own locks
+   * held: it never blocks and never calls back. NULL when wait is NULL. */
+  floe_code (*trywait)(void *ctx);
+  floe_code (*wait)(void *ctx, int timeout_ms);
+  void (*interrupt)(void *ctx);
 } FloeTransportFns;
 
 /* ------------------------------------------------------------------------------------ */
@@ -493,7 +526,7 @@ static inline floe_code floe_plugin_add_kernel(
   return reg->register_kernel(reg, &k);
 }
 
-/* Layout pins of ABI 1.0 to 1.3 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
+/* Layout pins of ABI 1.0 to 1.4 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
 _Static_assert(offsetof(FloePluginRegistrar, declare) == 16, "registrar frozen prefix changed");
@@ -511,6 +544,13 @@ _Static_assert(sizeof(FloePluginInfo) == 32, "FloePluginInfo layout changed");
 _Static_assert(offsetof(FloePluginRegistrar, register_gradient) == 72,
                "FloePluginRegistrar slots of 1.0 changed (1.2 appends register_gradient)");
 _Static_assert(sizeof(FloeGradientDef) == 72, "FloeGradientDef layout changed");
+_Static_assert(offsetof(FloeTransportFns, close_listen) == 128,
+               "FloeTransportFns slots of 1.0 changed");
+_Static_assert(offsetof(FloeTransportFns, cancel) == 136,
+               "FloeTransportFns slots of 1.3 changed (1.3 appends cancel)");
+_Static_assert(offsetof(FloeTransportFns, trywait) == 144,
+               "FloeTransportFns slots of 1.3 changed (1.4 appends trywait, wait, interrupt)");
+_Static_assert(sizeof(FloeTransportFns) == 168, "FloeTransportFns layout changed");
 #endif
 
 #ifdef __cplusplus
