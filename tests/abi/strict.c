@@ -24,24 +24,7 @@ static void dev_deallocate(void *state, void *ptr, size_t bytes) {}
 static floe_code dev_copy(void *state, void *dst, const void *src, size_t n) { return FLOE_OK; }
 static floe_code stream_create(void *state, FloeStream **out) { return FLOE_UNIMPLEMENTED; }
 
-static floe_code tr_init(const FloeHostApi *host, void **ctx) { return FLOE_UNIMPLEMENTED; }
-static void tr_finalize(void *ctx) {}
-static floe_code tr_listen(void *ctx, void *addr, size_t *len, void **comm) {
-  return FLOE_UNIMPLEMENTED;
-}
-static floe_code tr_connect(void *ctx, const void *addr, size_t len, void **comm) {
-  return FLOE_UNIMPLEMENTED;
-}
-static floe_code tr_accept(void *listen_comm, void **comm) { return FLOE_UNIMPLEMENTED; }
-static floe_code tr_post(void *comm, void *buf, size_t len, uint64_t tag, void *mh, void **req) {
-  return FLOE_UNIMPLEMENTED;
-}
-static floe_code tr_send(void *comm, const void *buf, size_t len, uint64_t tag, void *mh,
-                         void **req) {
-  return FLOE_UNIMPLEMENTED;
-}
-static floe_code tr_test(void *req, int *done, size_t *size) { return FLOE_UNIMPLEMENTED; }
-static void tr_close(void *comm) {}
+#include "null_transport.h"
 static floe_code tr_trywait(void *ctx) { return FLOE_OK; }
 static floe_code tr_wait(void *ctx, int timeout_ms) { return FLOE_OK; }
 static void tr_interrupt(void *ctx) {}

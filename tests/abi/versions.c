@@ -54,24 +54,7 @@ static void fill_kernel(FloeKernelDef *k, const char *device_type) {
 
 #if defined(ABITEST_OLD)
 
-static floe_code tr_init(const FloeHostApi *host, void **ctx) { return FLOE_UNIMPLEMENTED; }
-static void tr_finalize(void *ctx) {}
-static floe_code tr_listen(void *ctx, void *addr, size_t *len, void **comm) {
-  return FLOE_UNIMPLEMENTED;
-}
-static floe_code tr_connect(void *ctx, const void *addr, size_t len, void **comm) {
-  return FLOE_UNIMPLEMENTED;
-}
-static floe_code tr_accept(void *listen_comm, void **comm) { return FLOE_UNIMPLEMENTED; }
-static floe_code tr_post(void *comm, void *buf, size_t len, uint64_t tag, void *mh, void **req) {
-  return FLOE_UNIMPLEMENTED;
-}
-static floe_code tr_send(void *comm, const void *buf, size_t len, uint64_t tag, void *mh,
-                         void **req) {
-  return FLOE_UNIMPLEMENTED;
-}
-static floe_code tr_test(void *req, int *done, size_t *size) { return FLOE_UNIMPLEMENTED; }
-static void tr_close(void *comm) {}
+#include "null_transport.h"
 #endif
 
 #if defined(ABITEST_OLD)
