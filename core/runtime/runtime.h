@@ -123,4 +123,29 @@ floe_code floe__transport_irecv(FloeTransportMgr *m, void *buf, size_t len, uint
  * FLOE_UNIMPLEMENTED (the transport has no cancel slot: the receive stays posted). */
 floe_code floe__transport_cancel(FloeTransportMgr *m, FloeXfer *x);
 
+/* Channels to other endpoints (other runtimes, processes, machines). Channel 0 is the
+ * loopback pair floe__transport_isend/irecv use. The distributed layer connects to each peer
+ * task's address, accepts each peer's connection, tells them apart and authenticates them
+ * with messages of its own on the new channels, then routes tensors through them. */
+/* This endpoint's address blob (what a peer passes to floe__transport_connect): copied into
+ * addr; FLOE_OUT_OF_RANGE with *len set to the size needed when *len is too small. */
+floe_code floe__transport_address(FloeTransportMgr *m, void *addr, size_t *len);
+/* A send channel to the endpoint at addr (copied by the transport): its number (>= 1), or -1
+ * and st (the transport's refusal, e.g. another libfabric version named). */
+int floe__transport_connect(FloeTransportMgr *m, const void *addr, size_t len, FloeStatus *st);
+/* The next peer's connection to this endpoint, as a receive channel (>= 1); waits up to
+ * timeout_ms (naps growing to 2 ms while progressing the transport), then -1 and
+ * FLOE_DEADLINE_EXCEEDED. Peers are accepted in the order their connections arrive. */
+int floe__transport_accept(FloeTransportMgr *m, int64_t timeout_ms, FloeStatus *st);
+/* As floe__transport_isend / irecv on a channel; FLOE_FAILED_PRECONDITION for a channel not
+ * open or closed. */
+floe_code floe__transport_isend_on(FloeTransportMgr *m, int chan, const void *buf, size_t len,
+                                   uint64_t tag, FloeXferDoneFn done, void *arg, FloeStatus *st);
+floe_code floe__transport_irecv_on(FloeTransportMgr *m, int chan, void *buf, size_t len,
+                                   uint64_t tag, FloeXferDoneFn done, void *arg, FloeXfer **out,
+                                   FloeStatus *st);
+/* Closes a channel (a dead or refused peer): its pending requests' callbacks run with
+ * FLOE_CANCELLED; later posts on it fail. Channel 0 and unknown channels are left alone. */
+void floe__transport_close_channel(FloeTransportMgr *m, int chan, bool is_recv);
+
 #endif /* FLOE__LAYER_RUNTIME_H */

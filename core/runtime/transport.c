@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* transport.c - the runtime's transport manager: one loopback comm pair over a transport
- * plugin and a progress thread that completes the requests posted through it.
+/* transport.c - the runtime's transport manager: a loopback comm pair over a transport
+ * plugin (channel 0), channels to and from other endpoints (floe__transport_connect to a
+ * peer's address, floe__transport_accept of a peer's connection), and a progress thread that
+ * completes the requests posted through them.
  *
  * Created on first use (a step whose Send/Recv cannot hand a value over by reference), torn
  * down by floe_runtime_free before the plugins shut down. The transport is the one named by
@@ -41,6 +43,7 @@ struct FloeXfer {
   floe_code code;            /* set on completion */
   size_t size;
   bool is_recv;
+  int chan;                  /* the channel it was posted on */
   struct FloeXfer *prev, *next; /* in pending or completed */
 };
 
@@ -56,6 +59,13 @@ struct FloeTransportMgr {
   const FloeTransportReg *tr;
   const FloeTransportFns *fns;
   void *ctx, *listen_comm, *send_comm, *recv_comm;
+  unsigned char addr[FLOE_TRANSPORT_ADDR_MAX]; /* listen_comm's address */
+  size_t addr_len;
+  /* Channels (under mu): [0] is the loopback pair (send_comm, recv_comm); later ones come
+   * from floe__transport_connect (sends) and floe__transport_accept (receives); NULL once
+   * closed. */
+  void **send_chans, **recv_chans;
+  int num_send_chans, num_recv_chans;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   FloeXfer *pending;         /* posted, not yet completed */
@@ -261,11 +271,11 @@ static floe_code transport_failed(FloeStatus *st, const FloeTransportReg *tr, co
 
 /* listen, connect, accept: the loopback pair every transfer of this runtime goes through. */
 static floe_code open_comms(FloeTransportMgr *m, FloeStatus *st) {
-  unsigned char addr[FLOE_TRANSPORT_ADDR_MAX];
-  size_t addr_len = sizeof addr;
+  unsigned char *addr = m->addr;
+  size_t addr_len = sizeof m->addr;
   floe_code rc = m->fns->listen(m->ctx, addr, &addr_len, &m->listen_comm);
   if (rc != FLOE_OK) return transport_failed(st, m->tr, "listen", rc);
-  if (addr_len > sizeof addr)
+  if (addr_len > sizeof m->addr)
     return floe_status_set(st, FLOE_INTERNAL,
                            "transport \"%s\": listen gave a %zu-byte address (at most %d)",
                            m->tr->name, addr_len, FLOE_TRANSPORT_ADDR_MAX);
@@ -280,10 +290,26 @@ static floe_code open_comms(FloeTransportMgr *m, FloeStatus *st) {
     nanosleep(&ts, NULL);
   }
   if (rc != FLOE_OK) return transport_failed(st, m->tr, "accept", rc);
+  m->addr_len = addr_len;
+  m->send_chans = floe__calloc(1, sizeof *m->send_chans);
+  m->recv_chans = floe__calloc(1, sizeof *m->recv_chans);
+  if (!m->send_chans || !m->recv_chans)
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory creating the transport manager");
+  m->send_chans[0] = m->send_comm;
+  m->recv_chans[0] = m->recv_comm;
+  m->num_send_chans = m->num_recv_chans = 1;
   return FLOE_OK;
 }
 
 static void close_comms(FloeTransportMgr *m) {
+  for (int i = 1; i < m->num_send_chans; i++)
+    if (m->send_chans[i]) m->fns->close_send(m->send_chans[i]);
+  for (int i = 1; i < m->num_recv_chans; i++)
+    if (m->recv_chans[i]) m->fns->close_recv(m->recv_chans[i]);
+  floe__free(m->send_chans);
+  floe__free(m->recv_chans);
+  m->send_chans = m->recv_chans = NULL;
+  m->num_send_chans = m->num_recv_chans = 0;
   if (m->send_comm) m->fns->close_send(m->send_comm);
   if (m->recv_comm) m->fns->close_recv(m->recv_comm);
   if (m->listen_comm) m->fns->close_listen(m->listen_comm);
@@ -389,13 +415,15 @@ void floe__transport_mgr_free(FloeRuntime *rt) {
 
 const char *floe__transport_name(const FloeTransportMgr *m) { return m->tr->name; }
 
-static floe_code post(FloeTransportMgr *m, bool is_recv, void *buf, size_t len, uint64_t tag,
-                      FloeXferDoneFn done, void *arg, FloeXfer **out, FloeStatus *st) {
+static floe_code post(FloeTransportMgr *m, int chan, bool is_recv, void *buf, size_t len,
+                      uint64_t tag, FloeXferDoneFn done, void *arg, FloeXfer **out,
+                      FloeStatus *st) {
   FloeXfer *x = floe__calloc(1, sizeof *x);
   if (!x) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory posting a transfer");
   x->done = done;
   x->arg = arg;
   x->is_recv = is_recv;
+  x->chan = chan;
   pthread_mutex_lock(&m->mu);
   if (m->stop) {
     pthread_mutex_unlock(&m->mu);
@@ -403,8 +431,21 @@ static floe_code post(FloeTransportMgr *m, bool is_recv, void *buf, size_t len, 
     return floe_status_set(st, FLOE_CANCELLED, "transport \"%s\": the runtime is shutting down",
                            m->tr->name);
   }
-  floe_code rc = is_recv ? m->fns->irecv(m->recv_comm, buf, len, wire_tag(tag), NULL, &x->req)
-                         : m->fns->isend(m->send_comm, buf, len, wire_tag(tag), NULL, &x->req);
+  void *comm = NULL;
+  if (chan >= 0 && chan < (is_recv ? m->num_recv_chans : m->num_send_chans))
+    comm = is_recv ? m->recv_chans[chan] : m->send_chans[chan];
+  if (!comm) {
+    pthread_mutex_unlock(&m->mu);
+    floe__free(x);
+    return floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                           "transport \"%s\": %s channel %d is %s", m->tr->name,
+                           is_recv ? "receive" : "send", chan,
+                           chan > 0 && chan < (is_recv ? m->num_recv_chans : m->num_send_chans)
+                               ? "closed"
+                               : "not open");
+  }
+  floe_code rc = is_recv ? m->fns->irecv(comm, buf, len, wire_tag(tag), NULL, &x->req)
+                         : m->fns->isend(comm, buf, len, wire_tag(tag), NULL, &x->req);
   if (rc != FLOE_OK) {
     pthread_mutex_unlock(&m->mu);
     floe__free(x);
@@ -422,12 +463,127 @@ static floe_code post(FloeTransportMgr *m, bool is_recv, void *buf, size_t len, 
 
 floe_code floe__transport_isend(FloeTransportMgr *m, const void *buf, size_t len, uint64_t tag,
                                 FloeXferDoneFn done, void *arg, FloeStatus *st) {
-  return post(m, false, (void *)buf, len, tag, done, arg, NULL, st);
+  return post(m, 0, false, (void *)buf, len, tag, done, arg, NULL, st);
 }
 
 floe_code floe__transport_irecv(FloeTransportMgr *m, void *buf, size_t len, uint64_t tag,
                                 FloeXferDoneFn done, void *arg, FloeXfer **out, FloeStatus *st) {
-  return post(m, true, buf, len, tag, done, arg, out, st);
+  return post(m, 0, true, buf, len, tag, done, arg, out, st);
+}
+
+floe_code floe__transport_isend_on(FloeTransportMgr *m, int chan, const void *buf, size_t len,
+                                   uint64_t tag, FloeXferDoneFn done, void *arg, FloeStatus *st) {
+  return post(m, chan, false, (void *)buf, len, tag, done, arg, NULL, st);
+}
+
+floe_code floe__transport_irecv_on(FloeTransportMgr *m, int chan, void *buf, size_t len,
+                                   uint64_t tag, FloeXferDoneFn done, void *arg, FloeXfer **out,
+                                   FloeStatus *st) {
+  return post(m, chan, true, buf, len, tag, done, arg, out, st);
+}
+
+/* ---- channels to and from other endpoints ---------------------------------------------- */
+
+floe_code floe__transport_address(FloeTransportMgr *m, void *addr, size_t *len) {
+  if (*len < m->addr_len) {
+    *len = m->addr_len;
+    return FLOE_OUT_OF_RANGE;
+  }
+  memcpy(addr, m->addr, m->addr_len);
+  *len = m->addr_len;
+  return FLOE_OK;
+}
+
+/* Appends comm to *chans (mu held); the new channel's number, or -1 when out of memory. */
+static int add_chan(void ***chans, int *num, void *comm) {
+  void **grown = floe__realloc(*chans, (size_t)(*num + 1) * sizeof **chans);
+  if (!grown) return -1;
+  *chans = grown;
+  grown[*num] = comm;
+  return (*num)++;
+}
+
+int floe__transport_connect(FloeTransportMgr *m, const void *addr, size_t len, FloeStatus *st) {
+  if (len == 0 || len > FLOE_TRANSPORT_ADDR_MAX) {
+    floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                    "transport \"%s\": a peer's address of %zu bytes (1 to %d expected)",
+                    m->tr->name, len, FLOE_TRANSPORT_ADDR_MAX);
+    return -1;
+  }
+  pthread_mutex_lock(&m->mu);
+  void *comm = NULL;
+  floe_code rc = m->stop ? FLOE_CANCELLED : m->fns->connect(m->ctx, addr, len, &comm);
+  int chan = -1;
+  if (rc == FLOE_OK && (chan = add_chan(&m->send_chans, &m->num_send_chans, comm)) < 0) {
+    m->fns->close_send(comm);
+    rc = FLOE_NO_MEMORY;
+  }
+  if (rc == FLOE_OK) wake(m); /* a connection may need progress */
+  pthread_mutex_unlock(&m->mu);
+  if (rc != FLOE_OK) transport_failed(st, m->tr, "connect", rc);
+  return chan;
+}
+
+int floe__transport_accept(FloeTransportMgr *m, int64_t timeout_ms, FloeStatus *st) {
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long nap_ns = 20000; /* connection set-up only: naps growing to 2 ms, never a spin */
+  for (;;) {
+    pthread_mutex_lock(&m->mu);
+    void *comm = NULL;
+    floe_code rc = m->stop ? FLOE_CANCELLED : m->fns->accept(m->listen_comm, &comm);
+    if (rc == FLOE_UNAVAILABLE && m->fns->progress) m->fns->progress(m->ctx);
+    int chan = -1;
+    if (rc == FLOE_OK && (chan = add_chan(&m->recv_chans, &m->num_recv_chans, comm)) < 0) {
+      m->fns->close_recv(comm);
+      rc = FLOE_NO_MEMORY;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (rc == FLOE_OK) return chan;
+    if (rc != FLOE_UNAVAILABLE) {
+      transport_failed(st, m->tr, "accept", rc);
+      return -1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+    if (ms >= timeout_ms) {
+      floe_status_set(st, FLOE_DEADLINE_EXCEEDED,
+                      "transport \"%s\": no peer connected within %lld ms", m->tr->name,
+                      (long long)timeout_ms);
+      return -1;
+    }
+    struct timespec ts = {0, nap_ns};
+    nanosleep(&ts, NULL);
+    if (nap_ns < 2000000) nap_ns *= 2;
+  }
+}
+
+void floe__transport_close_channel(FloeTransportMgr *m, int chan, bool is_recv) {
+  pthread_mutex_lock(&m->mu);
+  void ***chans = is_recv ? &m->recv_chans : &m->send_chans;
+  int num = is_recv ? m->num_recv_chans : m->num_send_chans;
+  if (chan <= 0 || chan >= num || !(*chans)[chan]) {
+    pthread_mutex_unlock(&m->mu);
+    return;
+  }
+  /* Its requests end now: the transport frees them when the comm closes. */
+  for (FloeXfer *x = m->pending, *next; x; x = next) {
+    next = x->next;
+    if (x->chan != chan || x->is_recv != is_recv) continue;
+    if (is_recv && m->fns->cancel) m->fns->cancel(x->req);
+    x->req = NULL;
+    x->code = FLOE_CANCELLED;
+    x->size = 0;
+    list_remove(&m->pending, x);
+    list_push(&m->completed, x);
+  }
+  if (is_recv)
+    m->fns->close_recv((*chans)[chan]);
+  else
+    m->fns->close_send((*chans)[chan]);
+  (*chans)[chan] = NULL;
+  wake(m);
+  pthread_mutex_unlock(&m->mu);
 }
 
 floe_code floe__transport_cancel(FloeTransportMgr *m, FloeXfer *x) {

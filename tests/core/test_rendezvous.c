@@ -1149,6 +1149,91 @@ START_TEST(manager_clears_the_reserved_tag_bit) {
 }
 END_TEST
 
+/* Two runtimes' managers joined by channels, as two tasks' are: A connects to B's address,
+ * B accepts, messages go both ways on the channels (and A's loopback keeps working); a
+ * closed channel fails its pending receive with CANCELLED and refuses posts; a bad address
+ * and an accept nobody connects to are clean errors. */
+static void wait_calls(XferDone *d, int n) {
+  pthread_mutex_lock(&d->mu);
+  while (d->calls < n) pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+}
+
+START_TEST(manager_channels_between_two_runtimes) {
+  FloeRuntime *ra = runtime(true, false), *rb = runtime(true, false);
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTransportMgr *a = floe__transport_mgr(ra, &st), *b = floe__transport_mgr(rb, &st);
+  ck_assert_msg(a && b, "%s", floe_status_message(&st));
+  unsigned char addr[FLOE_TRANSPORT_ADDR_MAX];
+  size_t len = 1;
+  ck_assert_int_eq(floe__transport_address(b, addr, &len), FLOE_OUT_OF_RANGE);
+  ck_assert_uint_gt(len, 1);
+  len = sizeof addr;
+  ck_assert_int_eq(floe__transport_address(b, addr, &len), FLOE_OK);
+  int a_to_b = floe__transport_connect(a, addr, len, &st);
+  ck_assert_msg(a_to_b >= 1, "connect: %s", floe_status_message(&st));
+  /* The first message may travel before B accepts: it waits at B as an unexpected one. */
+  XferDone d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {0}, {0}};
+  ck_assert_int_eq(floe__transport_isend_on(a, a_to_b, "to b", 5, 77, xfer_done, &d, &st),
+                   FLOE_OK);
+  int b_from_a = floe__transport_accept(b, 10000, &st);
+  ck_assert_msg(b_from_a >= 1, "accept: %s", floe_status_message(&st));
+  char got[16] = {0};
+  ck_assert_int_eq(floe__transport_irecv_on(b, b_from_a, got, sizeof got, 77, xfer_done, &d,
+                                            NULL, &st), FLOE_OK);
+  wait_calls(&d, 2);
+  ck_assert_int_eq(d.code[0], FLOE_OK);
+  ck_assert_int_eq(d.code[1], FLOE_OK);
+  ck_assert_str_eq(got, "to b");
+  /* The other way: B connects to A. */
+  len = sizeof addr;
+  ck_assert_int_eq(floe__transport_address(a, addr, &len), FLOE_OK);
+  int b_to_a = floe__transport_connect(b, addr, len, &st);
+  ck_assert_msg(b_to_a >= 1, "connect: %s", floe_status_message(&st));
+  d.calls = 0;
+  ck_assert_int_eq(floe__transport_isend_on(b, b_to_a, "to a", 5, 78, xfer_done, &d, &st),
+                   FLOE_OK);
+  int a_from_b = floe__transport_accept(a, 10000, &st);
+  ck_assert_msg(a_from_b >= 1, "accept: %s", floe_status_message(&st));
+  memset(got, 0, sizeof got);
+  ck_assert_int_eq(floe__transport_irecv_on(a, a_from_b, got, sizeof got, 78, xfer_done, &d,
+                                            NULL, &st), FLOE_OK);
+  wait_calls(&d, 2);
+  ck_assert_str_eq(got, "to a");
+  /* A's loopback (channel 0) is untouched by its channels. */
+  d.calls = 0;
+  memset(got, 0, sizeof got);
+  ck_assert_int_eq(floe__transport_irecv(a, got, sizeof got, 78, xfer_done, &d, NULL, &st), FLOE_OK);
+  ck_assert_int_eq(floe__transport_isend(a, "self", 5, 78, xfer_done, &d, &st), FLOE_OK);
+  wait_calls(&d, 2);
+  ck_assert_str_eq(got, "self");
+  /* Closing a channel ends its pending receive and refuses later posts. */
+  d.calls = 0;
+  ck_assert_int_eq(floe__transport_irecv_on(b, b_from_a, got, sizeof got, 79, xfer_done, &d,
+                                            NULL, &st), FLOE_OK);
+  floe__transport_close_channel(b, b_from_a, true);
+  wait_calls(&d, 1);
+  ck_assert_int_eq(d.code[0], FLOE_CANCELLED);
+  ck_assert_int_eq(floe__transport_irecv_on(b, b_from_a, got, sizeof got, 79, xfer_done, &d,
+                                            NULL, &st), FLOE_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(floe_status_message(&st), "closed"), "%s", floe_status_message(&st));
+  floe_status_clear(&st);
+  ck_assert_int_eq(floe__transport_isend_on(a, 99, "x", 1, 1, xfer_done, &d, &st),
+                   FLOE_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(floe_status_message(&st), "not open"), "%s", floe_status_message(&st));
+  floe_status_clear(&st);
+  /* Nobody else connects to A: accept ends at its deadline. */
+  ck_assert_int_eq(floe__transport_accept(a, 50, &st), -1);
+  ck_assert_int_eq(floe_status_code(&st), FLOE_DEADLINE_EXCEEDED);
+  floe_status_clear(&st);
+  ck_assert_int_eq(floe__transport_connect(a, addr, 0, &st), -1);
+  ck_assert_int_eq(floe_status_code(&st), FLOE_INVALID_ARGUMENT);
+  floe_status_clear(&st);
+  floe_runtime_free(ra);
+  floe_runtime_free(rb);
+}
+END_TEST
+
 /* ---- allocation failures --------------------------------------------------------------- */
 
 /* SQLite-style walk: the Nth core allocation and every later one fail during a transfer
@@ -1475,6 +1560,7 @@ Suite *rendezvous_suite(void) {
   tcase_add_test(tc, malformed_messages_fail_the_recv);
   tcase_add_test(tc, no_transport_is_a_clear_error);
   tcase_add_test(tc, manager_clears_the_reserved_tag_bit);
+  tcase_add_test(tc, manager_channels_between_two_runtimes);
   tcase_add_test(tc, allocation_failures_by_reference);
   tcase_add_test(tc, allocation_failures_transport);
   tcase_add_test(tc, allocation_failures_to_testdev);
