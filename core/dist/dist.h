@@ -173,6 +173,10 @@ floe_code floe__cluster_from_pmix(const char *my_address, FloeClusterSpec **out,
   X(CLEANUP_GRAPH_RESPONSE, 37, cleanup_graph_response, C)                   \
   X(DEREGISTER_GRAPH, 38, deregister_graph_request, C)                       \
   X(DEREGISTER_GRAPH_RESPONSE, 39, deregister_graph_response, C)             \
+  X(CREATE_WORKER_SESSION, 40, create_worker_session_request, C)             \
+  X(CREATE_WORKER_SESSION_RESPONSE, 41, create_worker_session_response, C)   \
+  X(DELETE_WORKER_SESSION, 42, delete_worker_session_request, C)             \
+  X(DELETE_WORKER_SESSION_RESPONSE, 43, delete_worker_session_response, C)   \
   X(CREATE_SESSION, 48, create_session_request, T)                           \
   X(CREATE_SESSION_RESPONSE, 49, create_session_response, C)                 \
   X(RUN_STEP, 50, run_step_request, T)                                       \
@@ -351,5 +355,176 @@ floe_code floe__conn_encode(FloeConn *c, uint16_t type, const struct ProtobufCMe
                             uint8_t **frame, size_t *len, FloeStatus *st);
 floe_code floe__conn_write_raw(FloeConn *c, const void *buf, size_t len, int timeout_ms,
                                FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* rpc.c: a control server (a listener, a thread per connection, handlers by message type)
+ * and a pool of client connections per peer. Requests on one connection are served in
+ * order: a handler receives one request and sends its response (or several frames, or
+ * none) on the same connection before the next request is read. Concurrency comes from
+ * several connections (the client's pool opens more as needed). */
+
+typedef struct FloeRpcServer FloeRpcServer;
+/* Serves one request. req is the unpacked request (borrowed for the call); the handler sends
+ * the response with floe__conn_send(c, ...) (c borrowed for the call; the handler may block,
+ * e.g. a barrier, for as long as the request says). A non-OK return closes the connection
+ * (a broken peer), with st's message logged. peer is the peer's proven identity. */
+typedef floe_code (*FloeRpcHandler)(void *arg, FloeConn *c, const FloeTaskIdentity *peer,
+                                    uint16_t type, const struct ProtobufCMessage *req,
+                                    FloeStatus *st);
+/* Told of what the server refuses or drops (a failed handshake naming the peer and why, a
+ * bad frame, an unknown type, a connection limit reached, a handler's error); NULL: silent.
+ * May run on any of the server's threads at once. */
+typedef void (*FloeRpcLogFn)(void *arg, const char *msg);
+typedef struct FloeRpcServerOptions {
+  FloeConnOptions conn;        /* copied; conn.secret borrowed and must outlive the server */
+  int max_connections;         /* open at once; <= 0: 256. Past it, a new one is closed at
+                                * once and logged */
+  FloeRpcLogFn log;
+  void *log_arg;
+} FloeRpcServerOptions;
+/* Listens on address (floe__listener_open's rules) and starts the accept thread. Handlers
+ * are added before or after start. Caller owns *out (floe__rpc_server_free). */
+floe_code floe__rpc_server_start(const char *address, const FloeRpcServerOptions *o,
+                                 FloeRpcServer **out, FloeStatus *st);
+/* The handler for a request type (replaces any); fn NULL removes it. A request whose type has
+ * no handler is answered by nothing and logged; the connection is closed. Thread-safe. */
+void floe__rpc_server_handle(FloeRpcServer *s, uint16_t type, FloeRpcHandler fn, void *arg);
+const char *floe__rpc_server_address(const FloeRpcServer *s); /* "host:port" bound, borrowed */
+/* Stops accepting, shuts every connection down (handlers blocked in floe__conn_recv/send
+ * wake with UNAVAILABLE), joins every thread, frees. NULL is fine. Handlers must not block
+ * past their request's own deadline ignoring the connection (they are joined). */
+void floe__rpc_server_free(FloeRpcServer *s);
+
+/* A client's connections to one server: taken for one request-response, given back. */
+typedef struct FloeConnPool FloeConnPool;
+/* o copied (o->secret borrowed, outlives the pool). No connection is made yet. Caller owns
+ * *out (floe__conn_pool_free). */
+floe_code floe__conn_pool_new(const char *address, const FloeConnOptions *o, FloeConnPool **out,
+                              FloeStatus *st);
+/* An idle connection, or a new one (connect + handshake within o->timeout_ms). Caller gives
+ * it back with floe__conn_pool_put. */
+floe_code floe__conn_pool_get(FloeConnPool *p, FloeConn **out, FloeStatus *st);
+/* Gives c back: broken false keeps it for reuse, true closes it (a failed exchange). */
+void floe__conn_pool_put(FloeConnPool *p, FloeConn *c, bool broken);
+/* One request and its response on a pooled connection: sends req as type, waits up to
+ * timeout_ms for the response, which must be expect_type (else INTERNAL naming both).
+ * *resp the caller's (floe__wire_free). An error status inside the response is not looked
+ * at here. */
+floe_code floe__conn_pool_call(FloeConnPool *p, uint16_t type, const struct ProtobufCMessage *req,
+                               uint16_t expect_type, int timeout_ms,
+                               struct ProtobufCMessage **resp, FloeStatus *st);
+/* Closes every idle connection, and shuts down those taken (their holders get UNAVAILABLE);
+ * later gets fail with UNAVAILABLE. Thread-safe; the pool stays valid until freed. */
+void floe__conn_pool_shutdown(FloeConnPool *p);
+void floe__conn_pool_free(FloeConnPool *p); /* no connection may be taken; NULL is fine */
+const char *floe__conn_pool_address(const FloeConnPool *p); /* borrowed */
+
+/* Status in responses (dist.proto's Status): from and to a FloeStatus. */
+void floe__status_to_proto(const FloeStatus *st, struct ProtobufCMessage *status_msg);
+floe_code floe__status_from_proto(const struct ProtobufCMessage *status_msg, FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* coord.c: the coordination service (in the chief) and each task's agent of it, after TF's
+ * coordination service: tasks register with an incarnation and what they bring (TaskInfo),
+ * heartbeat, wait for each other, report errors that the service fans out to every task,
+ * meet at barriers, and share a key-value store. */
+
+typedef struct FloeCoordOptions {
+  int heartbeat_interval_ms;   /* <= 0: 1000 */
+  int heartbeat_timeout_ms;    /* <= 0: 10000 (TF's); a task silent this long is UNAVAILABLE */
+} FloeCoordOptions;
+
+/* Told of the first error of the cluster (a task missing heartbeats: UNAVAILABLE naming it;
+ * a task restarted with a new incarnation: ABORTED naming both incarnations; an error a task
+ * reported), once per error; code and msg borrowed for the call. May run on any thread. */
+typedef void (*FloeCoordErrorFn)(void *arg, floe_code code, const char *msg);
+
+typedef struct FloeCoordService FloeCoordService;
+/* The service for spec's tasks (borrowed, outlives it); self_info is the chief's own
+ * TaskInfo (a dist.proto FloeDist__TaskInfo, copied), registered at once. Adds its handlers
+ * (REGISTER_TASK, HEARTBEAT, WAIT_FOR_ALL_TASKS, REPORT_ERROR, BARRIER, KV_INSERT, KV_GET)
+ * to server and starts its watchdog thread. Caller owns *out (floe__coord_service_free,
+ * before the server is freed). */
+floe_code floe__coord_service_start(const FloeClusterSpec *spec, const FloeCoordOptions *o,
+                                    const struct ProtobufCMessage *self_info,
+                                    FloeRpcServer *server, FloeCoordErrorFn on_error,
+                                    void *err_arg, FloeCoordService **out, FloeStatus *st);
+/* In-process calls of the chief (no connection): wait until every task of the spec has
+ * registered (timeout_ms < 0: for ever), then *infos (n = spec->num_tasks, in spec order:
+ * jobs in order, tasks by index; each a FloeDist__TaskInfo the caller frees with
+ * floe__wire_free... as one array: floe__coord_infos_free) . */
+floe_code floe__coord_service_wait_all(FloeCoordService *c, int64_t timeout_ms,
+                                       struct ProtobufCMessage ***infos, int *n,
+                                       FloeStatus *st);
+void floe__coord_infos_free(struct ProtobufCMessage **infos, int n);
+/* The cluster's first error, if any: FLOE_OK when none, else its code with st set. */
+floe_code floe__coord_service_error(FloeCoordService *c, FloeStatus *st);
+/* Records an error as a task's report would (fanned out). */
+void floe__coord_service_report(FloeCoordService *c, floe_code code, const char *msg);
+void floe__coord_service_free(FloeCoordService *c); /* NULL is fine */
+
+typedef struct FloeCoordAgent FloeCoordAgent;
+/* A task's agent: connects to the chief's service at chief_address (retrying with backoff
+ * until register_timeout_ms passes; <= 0: 60000), registers info (a FloeDist__TaskInfo,
+ * copied; its task field is this task's identity), then heartbeats every interval on its own
+ * thread. A heartbeat that fails past the timeout (the chief is gone), or whose response
+ * carries a cluster error, calls on_error once. Caller owns *out (floe__coord_agent_free). */
+floe_code floe__coord_agent_start(const char *chief_address, const FloeConnOptions *conn,
+                                  const FloeCoordOptions *o, int register_timeout_ms,
+                                  const struct ProtobufCMessage *info, FloeCoordErrorFn on_error,
+                                  void *err_arg, FloeCoordAgent **out, FloeStatus *st);
+/* As the service's wait_all, through the chief. */
+floe_code floe__coord_agent_wait_all(FloeCoordAgent *a, int64_t timeout_ms,
+                                     struct ProtobufCMessage ***infos, int *n, FloeStatus *st);
+floe_code floe__coord_agent_report(FloeCoordAgent *a, floe_code code, const char *msg,
+                                   FloeStatus *st);
+/* Every task named (NULL/0: all tasks of the spec) must arrive at barrier id within
+ * timeout_ms; a task that errors or times out fails it for all, naming who did not come. */
+floe_code floe__coord_agent_barrier(FloeCoordAgent *a, const char *id, int64_t timeout_ms,
+                                    FloeStatus *st);
+floe_code floe__coord_agent_kv_insert(FloeCoordAgent *a, const char *key, const void *value,
+                                      size_t len, bool allow_overwrite, FloeStatus *st);
+/* Waits up to timeout_ms for key; *value floe__malloc'd (caller frees), *len its bytes. */
+floe_code floe__coord_agent_kv_get(FloeCoordAgent *a, const char *key, int64_t timeout_ms,
+                                   void **value, size_t *len, FloeStatus *st);
+/* Stops heartbeating and closes the connection (the service then sees the task silent). */
+void floe__coord_agent_free(FloeCoordAgent *a); /* NULL is fine */
+
+/* ------------------------------------------------------------------------------------ */
+/* dataplane.c: a task's transport connections to its peers, authenticated, and the route the
+ * rendezvous follows to them. Each task sends through one send channel per peer (it
+ * connects to the peer's transport address) and receives through one receive channel per
+ * peer (it accepts the peer's connection). A new receive channel is nobody's until its first
+ * message, a hello on the reserved tag FLOE__DATA_HELLO_TAG: the sender's TaskId and its
+ * proof HMAC(secret, "floe-data-v1" || receiver's data nonce || receiver's incarnation ||
+ * sender's identity), so a hello made for one incarnation of a task is refused by the next;
+ * a second channel claiming a peer identity already connected is refused. */
+
+#define FLOE__DATA_HELLO_TAG (FLOE_TRANSPORT_TAG_RESERVED - 2)  /* below the manager's bit */
+
+typedef struct FloeDataPlane FloeDataPlane;
+/* Opens rt's transport manager (floe__transport_mgr), draws the data nonce and starts the
+ * accept thread. secret borrowed (outlives it). Caller owns *out (floe__dataplane_free). */
+floe_code floe__dataplane_new(struct FloeRuntime *rt, const FloeJobSecret *secret,
+                              const FloeTaskIdentity *self, FloeDataPlane **out, FloeStatus *st);
+/* Fills the transport fields of info (a FloeDist__TaskInfo: transport, transport_address,
+ * data_nonce; byte fields floe__malloc'd, freed by floe__wire_free of a message built so, or
+ * by floe__dataplane_info_clear). */
+floe_code floe__dataplane_fill_info(FloeDataPlane *dp, struct ProtobufCMessage *info,
+                                    FloeStatus *st);
+void floe__dataplane_info_clear(struct ProtobufCMessage *info);
+/* Makes sure there is a send and a receive channel with every peer in infos (n
+ * FloeDist__TaskInfo, this task's own among them is skipped): connects and sends hellos to
+ * the peers it has no send channel to (or whose incarnation changed: the old channels are
+ * closed), then waits up to timeout_ms for the receive channels from them. Names each peer
+ * that did not connect in time, or whose transport differs from this one's. Thread-safe. */
+floe_code floe__dataplane_connect(FloeDataPlane *dp, struct ProtobufCMessage *const *infos, int n,
+                                  int64_t timeout_ms, FloeStatus *st);
+/* Closes the channels to the task job/task (its death): receives pending on them end with
+ * UNAVAILABLE naming it. */
+void floe__dataplane_drop_peer(FloeDataPlane *dp, const char *job, int task);
+/* The route the rendezvous follows (FloeRendezvousOptions.route), valid while dp lives. */
+const FloeRendezvousRoute *floe__dataplane_route(FloeDataPlane *dp);
+void floe__dataplane_free(FloeDataPlane *dp); /* NULL is fine */
 
 #endif /* FLOE__LAYER_DIST_H */

@@ -427,10 +427,23 @@ typedef struct FloeRendezvousKey {
   int64_t iter;              /* iteration within the frame (0 in the root frame) */
 } FloeRendezvousKey;
 
+/* Where the devices of a key live when a step spans processes (core/dist's data plane
+ * provides it). channel(arg, device, is_send, st): 0 when device (a full name) is in this
+ * process; else the transport manager's channel to use for it: a send channel to the task
+ * holding device when is_send (a Send whose destination is there), a receive channel from
+ * it otherwise (a Recv whose source is there); -1 with st set (an unknown task, a peer that
+ * died: UNAVAILABLE naming it) fails the Send or Recv. Thread-safe; never blocks long. */
+typedef struct FloeRendezvousRoute {
+  int (*channel)(void *arg, const char *device, bool is_send, FloeStatus *st);
+  void *arg;
+} FloeRendezvousRoute;
+
 typedef struct FloeRendezvousOptions {
   bool force_transport;      /* move host-to-host values through the transport too (tests) */
   bool compress_bf16;        /* f32 values of >= FLOE__RV_BF16_MIN elements travel as bf16
                                 (lossy; halves their bytes) */
+  const FloeRendezvousRoute *route; /* borrowed, outlives the rendezvous; NULL: every
+                                       device is in this process */
 } FloeRendezvousOptions;
 #define FLOE__RV_BF16_MIN 1024
 
