@@ -20,6 +20,8 @@ int cmd_train(int argc, char **argv);
 int cmd_onnx_test(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_server(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
 /* cmd_onnx_test.c: whether path names an ONNX model (.onnx), and a tensor from a .npy or an
  * ONNX TensorProto .pb file (caller releases; NULL with st set). */
 int cli_is_onnx(const char *path);

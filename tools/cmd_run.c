@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <floe/floe_dist.h>
 #include <floe/floe_onnx.h>
 
 #include "cli.h"
@@ -63,7 +64,14 @@ static const char run_help[] =
     "                        bytes, transfers as flows (open it in Perfetto or\n"
     "                        chrome://tracing)\n"
     "  --json                print one JSON object describing the outputs (perf: the\n"
-    "                        timings)\n";
+    "                        timings)\n"
+    "  --cluster SPEC        run the graph on a cluster: SPEC is env (FLOE_CONFIG, else\n"
+    "                        TF_CONFIG, else PMIx under mpirun/srun), a cluster file, or\n"
+    "                        TF_CONFIG-style JSON. The chief places the nodes over every\n"
+    "                        task's devices (/job:worker/task:1/device:cpu:0) and runs\n"
+    "                        the step; any other task (another mpirun rank) serves until\n"
+    "                        the chief is done. The job's secret: FLOE_JOB_SECRET_FILE\n"
+    "  --job J --task N      this process's task in the cluster (default: the spec's)\n";
 
 /* Prints up to 16 values of a host tensor. */
 static void print_values(const FloeTensor *t) {
@@ -105,6 +113,8 @@ typedef struct RunOptions {
   int64_t timeout_ms; /* --timeout: each step's deadline; 0: none */
   double duration; /* > 0: perf for this long instead of repeat */
   const char *out_dir, *device, *devices, *trace;
+  const char *cluster, *job; /* --cluster, --job */
+  long long task;            /* --task; -1: none */
 } RunOptions;
 
 /* What a step needs, for perf mode's loop. */
@@ -336,7 +346,7 @@ out:
 
 int cmd_run(int argc, char **argv) {
   enum { OPT_PERF = 1000, OPT_WARMUP, OPT_REPEAT, OPT_DURATION, OPT_SHAPE, OPT_THREADS,
-         OPT_DEVICES, OPT_PROFILE, OPT_TRACE, OPT_TIMEOUT };
+         OPT_DEVICES, OPT_PROFILE, OPT_TRACE, OPT_TIMEOUT, OPT_CLUSTER, OPT_JOB, OPT_TASK };
   static const struct option opts[] = {
       {"feed", required_argument, NULL, 'f'},  {"fetch", required_argument, NULL, 'F'},
       {"input", required_argument, NULL, 'f'},  {"trainable", no_argument, NULL, 'T'},
@@ -350,6 +360,9 @@ int cmd_run(int argc, char **argv) {
       {"devices", required_argument, NULL, OPT_DEVICES},
       {"profile", no_argument, NULL, OPT_PROFILE}, {"trace", required_argument, NULL, OPT_TRACE},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"cluster", required_argument, NULL, OPT_CLUSTER},
+      {"job", required_argument, NULL, OPT_JOB},
+      {"task", required_argument, NULL, OPT_TASK},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
   const char **feed_specs = calloc((size_t)argc, sizeof *feed_specs);
   const char **fetches = calloc((size_t)argc, sizeof *fetches);
@@ -358,7 +371,8 @@ int cmd_run(int argc, char **argv) {
   FloeFeed *feeds = NULL;
   FloeTensor **outputs = calloc((size_t)argc, sizeof *outputs);
   int nfeed = 0, nfetch = 0, ntarget = 0, nshape = 0, rc = 1, c, repeat_given = 0;
-  RunOptions o = {.warmup = 3, .repeat = 20};
+  RunOptions o = {.warmup = 3, .repeat = 20, .task = -1};
+  FloeServer *server = NULL;
   FloeStatus *st = floe_status_new();
   FloeGraph *g = NULL;
   FloeSession *s = NULL;
@@ -428,12 +442,25 @@ int cmd_run(int argc, char **argv) {
           goto out;
         }
         break;
+      case OPT_CLUSTER: o.cluster = optarg; break;
+      case OPT_JOB: o.job = optarg; break;
+      case OPT_TASK:
+        if ((rc = cli_int_option("run", "--task", optarg, 0, 4095, &o.task))) goto out;
+        break;
       case 'h': printf("%s", run_help); rc = 0; goto out;
       default: rc = cli_bad_option("run", c, argv, opts); goto out;
     }
   }
   if (optind != argc - 1) {
     rc = cli_usage("run", "expected exactly one GRAPH file");
+    goto out;
+  }
+  if ((o.job == NULL) != (o.task < 0)) {
+    rc = cli_usage("run", "give --job and --task together");
+    goto out;
+  }
+  if (o.job && !o.cluster) {
+    rc = cli_usage("run", "--job and --task go with --cluster");
     goto out;
   }
   if (repeat_given && o.duration > 0) {
@@ -465,6 +492,25 @@ int cmd_run(int argc, char **argv) {
   }
   FloeRuntime *rt = cli_runtime("run");
   if (!rt || cli_check_plugins("run", rt) != 0) goto out;
+  if (o.cluster) {
+    FloeServerOptions sv;
+    floe_server_options_init(&sv);
+    sv.runtime = rt;
+    sv.cluster = o.cluster;
+    sv.job = o.job;
+    sv.task = o.task < 0 ? 0 : (int)o.task;
+    sv.until_chief_leaves = 1;
+    server = floe_server_start(&sv, st);
+    if (!server) {
+      rc = cli_error("run", "--cluster %s: %s", o.cluster, floe_status_message(st));
+      goto out;
+    }
+    if (!floe_server_is_chief(server)) {
+      /* Another rank of the job: serve its devices until the chief is done. */
+      rc = floe_server_join(server, -1, st) == FLOE_OK ? 0 : cli_error("run", "%s", floe_status_message(st));
+      goto out;
+    }
+  }
   FloeRunOptions ro;
   floe_run_options_init(&ro);
   ro.timeout_ms = o.timeout_ms;
@@ -590,6 +636,7 @@ int cmd_run(int argc, char **argv) {
   floe_session_options_init(&so);
   so.device = o.device;
   so.devices = o.devices;
+  so.cluster = o.cluster;
   s = floe_session_new(g, &so, st);
   if (!s) {
     rc = cli_error("run", "%s", floe_status_message(st));
@@ -701,6 +748,7 @@ out:
   }
   free(prof);
   floe_session_free(s);
+  floe_server_free(server); /* after the session, which tells the workers it ended */
   floe_graph_free(g);
   floe_onnx_model_free(model);
   free(fetch_names);

@@ -176,6 +176,8 @@ static const struct {
     {"export", cmd_export, "write a graph file as an ONNX model"},
     {"inspect", cmd_inspect, "summarise a graph, ONNX, safetensors or .npy file"},
     {"onnx-test", cmd_onnx_test, "run ONNX backend test cases and compare the outputs"},
+    {"server", cmd_server, "serve one task of a cluster until SIGTERM"},
+    {"launch", cmd_launch, "start a cluster on this machine and run a command as its chief"},
 };
 
 static void usage(FILE *out) {

@@ -240,7 +240,17 @@ typedef struct FloeDevice {
   char short_name[48];      /* "cpu:0" */
   int index;                /* ordinal among devices of its type */
   bool host_memory;         /* props.flags & FLOE_DEVICE_HOST_MEMORY */
-  int id;                   /* index in rt->devices */
+  int id;                   /* index in rt->devices; a remote device: num_devices + its index
+                             * among the remote ones (placer arrays hold both) */
+  /* The task that holds it: "" and -1 for a runtime that is no task of a cluster. */
+  char job[64];
+  int task;
+  /* A device of another task of the cluster (runtime.c: floe__runtime_set_remote): props
+   * and names only, no plugin and no functions; nothing runs on it in this process. */
+  bool remote;
+  uint64_t remote_incarnation; /* what floe__device_incarnation says for it there */
+  double link_bandwidth;    /* bytes/s from this task to it (0: the cost model's default) */
+  double link_latency;      /* seconds per transfer from this task to it (0: default) */
 } FloeDevice;
 
 /* device_mem.c */

@@ -762,3 +762,14 @@ floe_code floe__conn_connect(const char *address, const FloeConnOptions *o, Floe
   *out = c;
   return FLOE_OK;
 }
+
+/* Readable (a frame's first byte, or the peer's hang-up, which the next recv reports) within
+ * timeout_ms: FLOE_OK; else FLOE_DEADLINE_EXCEEDED and the connection is untouched. */
+floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st) {
+  int e = wait_fd(c->fd, POLLIN, now_ms() + (timeout_ms > 0 ? timeout_ms : 0));
+  if (e == 0) return FLOE_OK;
+  if (e == ETIMEDOUT)
+    return floe_status_set(st, FLOE_DEADLINE_EXCEEDED, "nothing from %s within %d ms", c->peer,
+                           timeout_ms);
+  return floe_status_set(st, FLOE_UNAVAILABLE, "waiting for %s: %s", c->peer, strerror(e));
+}

@@ -8,6 +8,7 @@
 #define FLOE__LAYER_DIST_H
 
 #include "session/session.h"
+#include "floe/floe_dist.h"
 
 struct ProtobufCMessage; /* protobuf-c's; core/dist/dist.pb-c.h has the message types */
 
@@ -343,6 +344,9 @@ floe_code floe__conn_send(FloeConn *c, uint16_t type, const struct ProtobufCMess
  * the connection usable; one that passes mid-frame closes it. */
 floe_code floe__conn_recv(FloeConn *c, int timeout_ms, uint16_t *type,
                           struct ProtobufCMessage **msg, FloeStatus *st);
+/* FLOE_OK once something can be read (a frame's first byte, or the peer's hang-up, which
+ * the next recv reports) within timeout_ms; FLOE_DEADLINE_EXCEEDED leaves c as it was. */
+floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st);
 /* The peer in messages: "127.0.0.1:7001 (/job:worker/task:1, incarnation ...)" (borrowed). */
 const char *floe__conn_peer(const FloeConn *c);
 /* The peer's proven identity (borrowed). */
@@ -526,5 +530,52 @@ void floe__dataplane_drop_peer(FloeDataPlane *dp, const char *job, int task);
 /* The route the rendezvous follows (FloeRendezvousOptions.route), valid while dp lives. */
 const FloeRendezvousRoute *floe__dataplane_route(FloeDataPlane *dp);
 void floe__dataplane_free(FloeDataPlane *dp); /* NULL is fine */
+
+/* ------------------------------------------------------------------------------------ */
+/* worker.c: the worker service every task runs (RegisterGraph, RunGraph, CleanupGraph,
+ * DeregisterGraph, worker sessions), and tensors on the wire. */
+struct Floe__Dist__Tensor;
+typedef struct FloeWorkerService FloeWorkerService;
+/* Adds the service's handlers to server; rt, dp and server borrowed (outlive it). Caller
+ * owns *out (floe__worker_service_free, after floe__rpc_server_free has joined handlers). */
+floe_code floe__worker_service_start(struct FloeRuntime *rt, FloeDataPlane *dp,
+                                     FloeRpcServer *server, FloeWorkerService **out,
+                                     FloeStatus *st);
+/* Fails every running step with code and why, and drops every worker session (their
+ * master is gone). */
+void floe__worker_service_reset(FloeWorkerService *w, floe_code code, const char *why);
+/* After floe__rpc_server_free (which joins the handlers). NULL is fine. */
+void floe__worker_service_free(FloeWorkerService *w);
+/* t into *out: dtype, shape and a floe__malloc'd copy of its bytes (device tensors are
+ * copied to the host first); floe__tensor_proto_clear frees them. */
+floe_code floe__tensor_to_proto(const FloeTensor *t, struct Floe__Dist__Tensor *out,
+                                FloeStatus *st);
+void floe__tensor_proto_clear(struct Floe__Dist__Tensor *p);
+/* A new host tensor from p, checked (a known dtype, rank <= FLOE_MAX_DIMS, the data's
+ * length the shape's bytes); what names it in errors. Caller owns it. */
+FloeTensor *floe__tensor_from_proto(const struct Floe__Dist__Tensor *p, const char *what,
+                                    FloeStatus *st);
+
+/* ------------------------------------------------------------------------------------ */
+/* server.c: a task of a cluster in this process (the public FloeServer: floe_dist.h). One
+ * per runtime; it holds the control server on the task's address, the data plane, the
+ * worker service, and the coordination service (the chief) or its agent (other tasks). */
+typedef void (*FloeServerErrorFn)(void *arg, floe_code code, const char *msg);
+/* The runtime's server, started for the cluster named by `cluster` (FloeSessionOptions'
+ * forms) as the spec's task, or the chief's task when it names none, when there is none
+ * yet; the existing one when it serves the same task. Borrowed (lives with the process or
+ * until floe_server_free). */
+floe_code floe__server_for_session(struct FloeRuntime *rt, const char *cluster,
+                                   FloeServer **out, FloeStatus *st);
+const FloeClusterSpec *floe__server_spec(const FloeServer *s);
+const FloeTaskIdentity *floe__server_identity(const FloeServer *s);
+/* Options for connections to another task's server (expect_job/expect_task left to set). */
+FloeConnOptions floe__server_conn_options(const FloeServer *s);
+FloeDataPlane *floe__server_dataplane(FloeServer *s);
+/* The chief's coordination service (NULL in other tasks). */
+FloeCoordService *floe__server_coord(FloeServer *s);
+/* Watchers of the cluster's errors (a master session aborts its steps). id for removal. */
+int floe__server_watch(FloeServer *s, FloeServerErrorFn fn, void *arg);
+void floe__server_unwatch(FloeServer *s, int id);
 
 #endif /* FLOE__LAYER_DIST_H */

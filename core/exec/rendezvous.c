@@ -96,6 +96,7 @@ static uint64_t fnv1a(const char *s) {
 }
 
 uint64_t floe__device_incarnation(const FloeDevice *d) {
+  if (d->remote) return d->remote_incarnation;
   return mix64(d->rt->seed ^ mix64((uint64_t)d->id + 1));
 }
 
@@ -152,6 +153,7 @@ static bool by_reference(const FloeRendezvous *r, const FloeRendezvousKey *key) 
   FloeDevice *src = local_device(r->rt, key->src_device);
   FloeDevice *dst = local_device(r->rt, key->dst_device);
   if (!src || !dst || floe__device_incarnation(src) != key->src_incarnation) return false;
+  if (src->remote || dst->remote) return false; /* another task's: through its channel */
   return src == dst || (src->host_memory && dst->host_memory);
 }
 

@@ -102,12 +102,33 @@ floe_code floe_device_name_parse(const char *s, FloeDeviceName *out, FloeStatus 
   return FLOE_OK;
 }
 
-static bool device_matches(const FloeDevice *d, const FloeDeviceName *n) {
-  /* A runtime's devices are all local: /job:localhost/replica:0/task:0. */
-  if (n->job[0] && strcmp(n->job, "localhost") != 0) return false;
-  if (n->replica > 0 || n->task > 0) return false;
+static bool type_index_match(const FloeDevice *d, const FloeDeviceName *n) {
   if (n->type[0] && strcmp(n->type, d->props.type) != 0) return false;
   return n->index < 0 || n->index == d->index;
+}
+
+/* A device of this runtime: no job, /job:localhost, or the job and task rt joined as. */
+static bool device_matches(const FloeRuntime *rt, const FloeDevice *d, const FloeDeviceName *n) {
+  if (n->replica > 0) return false;
+  if (n->job[0] && rt->joined && strcmp(n->job, rt->job) == 0) {
+    if (n->task >= 0 && n->task != rt->task) return false;
+  } else {
+    if (n->job[0] && strcmp(n->job, "localhost") != 0) return false;
+    if (n->task > 0 && !(rt->joined && n->task == rt->task && !n->job[0])) return false;
+  }
+  return type_index_match(d, n);
+}
+
+/* A device of another task: the name must give its job (and its task, unless only one task
+ * of that job matches: floe__device_find checks). */
+static bool remote_matches(const FloeDevice *d, const FloeDeviceName *n) {
+  if (n->replica > 0 || !n->job[0] || strcmp(n->job, d->job) != 0) return false;
+  if (n->task >= 0 && n->task != d->task) return false;
+  return type_index_match(d, n);
+}
+
+bool floe__device_name_matches(const FloeRuntime *rt, const FloeDevice *d, const FloeDeviceName *n) {
+  return d->remote ? remote_matches(d, n) : device_matches(rt, d, n);
 }
 
 /* The first device of rt matching name (borrowed from rt), or NULL + st. */
@@ -115,7 +136,24 @@ FloeDevice *floe__device_find(const FloeRuntime *rt, const char *name, FloeStatu
   FloeDeviceName n;
   if (floe_device_name_parse(name, &n, st) != FLOE_OK) return NULL;
   for (int i = 0; i < rt->num_devices; i++)
-    if (device_matches(rt->devices[i], &n)) return rt->devices[i];
+    if (device_matches(rt, rt->devices[i], &n)) return rt->devices[i];
+  int nr;
+  FloeDevice **remote = floe__runtime_remote(rt, &nr);
+  FloeDevice *found = NULL;
+  for (int i = 0; i < nr; i++) {
+    if (!remote_matches(remote[i], &n)) continue;
+    if (!found) {
+      found = remote[i];
+    } else if (found->task != remote[i]->task) {
+      floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                      "device \"%s\" is ambiguous: job '%s' has several tasks (%s, %s, ...): "
+                      "name the task, e.g. /job:%s/task:%d/device:%s:%d",
+                      name, n.job, found->name, remote[i]->name, n.job, found->task,
+                      found->props.type, found->index);
+      return NULL;
+    }
+  }
+  if (found) return found;
   if (rt->num_devices == 0) {
     floe_status_set(st, FLOE_NOT_FOUND,
                     "no device matches \"%s\": this runtime has no devices (no device plugin "
@@ -128,6 +166,11 @@ FloeDevice *floe__device_find(const FloeRuntime *rt, const char *name, FloeStatu
   list[0] = '\0';
   for (int i = 0; i < rt->num_devices && used < sizeof list; i++) {
     int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", rt->devices[i]->short_name);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  for (int i = 0; i < nr && used < sizeof list; i++) {
+    int w = snprintf(list + used, sizeof list - used, ", %s", remote[i]->name);
     if (w < 0) break;
     used += (size_t)w;
   }

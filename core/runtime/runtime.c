@@ -63,8 +63,10 @@ static void name_devices(FloeRuntime *rt) {
     for (int j = 0; j < i; j++)
       if (strcmp(rt->devices[j]->props.type, d->props.type) == 0) index++;
     d->index = index;
-    snprintf(d->name, sizeof d->name, "/job:localhost/replica:0/task:0/device:%s:%d", d->props.type,
-             index);
+    snprintf(d->name, sizeof d->name, "/job:%s/replica:0/task:%d/device:%s:%d",
+             rt->joined ? rt->job : "localhost", rt->joined ? rt->task : 0, d->props.type, index);
+    if (rt->joined) snprintf(d->job, sizeof d->job, "%s", rt->job);
+    d->task = rt->joined ? rt->task : -1;
     char lower[sizeof d->props.type];
     size_t k = 0;
     for (; d->props.type[k] && k + 1 < sizeof lower; k++)
@@ -99,6 +101,15 @@ FloeRuntime *floe__runtime_create(const FloeRuntimeOptions *opts, const FloeKern
     if (sets[i](rt, status) != FLOE_OK) goto err_free_plugins;
   name_devices(rt);
   rt->seed = draw_seed();
+  if (pthread_mutex_init(&rt->cluster_mu, NULL) != 0) {
+    floe_status_set(status, FLOE_RESOURCE_EXHAUSTED, "cannot create the runtime's mutex");
+    floe__pool_free(rt->pool);
+    floe__plugins_shutdown(rt);
+    floe__free(rt);
+    return NULL;
+  }
+  atomic_init(&rt->remote, NULL);
+  atomic_init(&rt->remote_span, 0);
   return rt;
 
 err_free_plugins:
@@ -120,7 +131,93 @@ void floe_runtime_free(FloeRuntime *rt) {
   /* The progress thread runs transport plugin code: stop it before the plugins go. */
   floe__transport_mgr_free(rt);
   floe__plugins_shutdown(rt);
+  for (int i = 0; i < rt->num_retired; i++) floe__free(rt->retired[i]);
+  floe__free(rt->retired);
+  pthread_mutex_destroy(&rt->cluster_mu);
   floe__free(rt);
+}
+
+/* ---- clusters ---- */
+
+floe_code floe__runtime_join(FloeRuntime *rt, const char *job, int task, FloeStatus *st) {
+  if (!job || !job[0] || strlen(job) >= sizeof rt->job || task < 0)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "joining a cluster: the job name must be 1-63 bytes and the task >= 0");
+  pthread_mutex_lock(&rt->cluster_mu);
+  floe_code rc = FLOE_OK;
+  if (rt->joined) {
+    if (strcmp(rt->job, job) != 0 || rt->task != task)
+      rc = floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                           "this runtime is already /job:%s/task:%d of a cluster; it cannot "
+                           "also be /job:%s/task:%d (use another runtime for another task)",
+                           rt->job, rt->task, job, task);
+  } else {
+    snprintf(rt->job, sizeof rt->job, "%s", job);
+    rt->task = task;
+    rt->joined = true;
+    name_devices(rt);
+  }
+  pthread_mutex_unlock(&rt->cluster_mu);
+  return rc;
+}
+
+static bool retire(FloeRuntime *rt, void *p) { /* under cluster_mu */
+  if (!p) return true;
+  if (rt->num_retired == rt->cap_retired) {
+    int cap = rt->cap_retired ? 2 * rt->cap_retired : 8;
+    void **r = floe__realloc(rt->retired, (size_t)cap * sizeof *r);
+    if (!r) return false;
+    rt->retired = r;
+    rt->cap_retired = cap;
+  }
+  rt->retired[rt->num_retired++] = p;
+  return true;
+}
+
+floe_code floe__runtime_set_remote(FloeRuntime *rt, const FloeDevice *devs, int n,
+                                   FloeStatus *st) {
+  if (n < 0 || (n > 0 && !devs))
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT, "set_remote: no devices given");
+  /* One block: the set, the records, the pointer array. */
+  size_t bytes = sizeof(struct FloeRemoteSet) + (size_t)n * (sizeof(FloeDevice) + sizeof(FloeDevice *));
+  void *block = floe__calloc(1, bytes);
+  if (!block) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory adding remote devices");
+  struct FloeRemoteSet *set = block;
+  FloeDevice *recs = (FloeDevice *)(void *)(set + 1);
+  FloeDevice **arr = (FloeDevice **)(void *)(recs + n);
+  set->n = n;
+  set->devices = arr;
+  pthread_mutex_lock(&rt->cluster_mu);
+  if (!retire(rt, block)) {
+    pthread_mutex_unlock(&rt->cluster_mu);
+    floe__free(block);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory adding remote devices");
+  }
+  for (int i = 0; i < n; i++) {
+    FloeDevice *d = &recs[i];
+    *d = devs[i];
+    d->rt = rt;
+    d->plugin = NULL;
+    memset(&d->fns, 0, sizeof d->fns);
+    d->remote = true;
+    d->id = rt->num_devices + i;
+    d->host_memory = (d->props.flags & FLOE_DEVICE_HOST_MEMORY) != 0;
+    arr[i] = d;
+  }
+  if (n > atomic_load(&rt->remote_span)) atomic_store(&rt->remote_span, n);
+  atomic_store(&rt->remote, set);
+  pthread_mutex_unlock(&rt->cluster_mu);
+  return FLOE_OK;
+}
+
+int floe__runtime_device_span(const FloeRuntime *rt) {
+  return rt->num_devices + atomic_load(&((FloeRuntime *)rt)->remote_span);
+}
+
+FloeDevice **floe__runtime_remote(const FloeRuntime *rt, int *n) {
+  struct FloeRemoteSet *set = atomic_load(&((FloeRuntime *)rt)->remote);
+  *n = set ? set->n : 0;
+  return set ? set->devices : NULL;
 }
 
 /* Counts of rt's registries (0 for a NULL runtime); nothing is allocated. */

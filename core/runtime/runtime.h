@@ -41,6 +41,11 @@ struct FloePlugin {
   void *shutdown_arg;
 };
 
+struct FloeRemoteSet {
+  int n;
+  FloeDevice **devices; /* n of them, in the same block */
+};
+
 struct FloeRuntime {
   FloePlugin **plugins;
   int num_plugins;
@@ -56,6 +61,17 @@ struct FloeRuntime {
   /* transport.c: created on first use, freed by floe_runtime_free before plugins shut down */
   _Atomic(struct FloeTransportMgr *) transport_mgr;
   bool is_default;          /* floe_runtime_default's: floe_runtime_free leaves it alone */
+  /* runtime.c: the cluster this runtime is a task of (floe__runtime_join, set_remote). */
+  pthread_mutex_t cluster_mu;
+  bool joined;              /* job/task below are set; device names carry them */
+  char job[64];
+  int task;
+  /* The devices of the other tasks: one set replaced whole with one atomic store (the
+   * count travels with the array); replaced sets are kept until the runtime is freed. */
+  _Atomic(struct FloeRemoteSet *) remote;
+  atomic_int remote_span;   /* the largest set ever: every device id < num_devices + it */
+  void **retired;           /* under cluster_mu */
+  int num_retired, cap_retired;
 };
 
 /* A set of the core's own kernels (device type "*"), added to a new runtime's registry. */
@@ -73,7 +89,29 @@ floe_code floe__plugins_load(struct FloeRuntime *rt, const FloeRuntimeOptions *o
 void floe__plugins_shutdown(struct FloeRuntime *rt);
 
 /* device.c */
+/* The device name names (local ones; remote ones only when the name gives their job). With
+ * remote devices of several tasks matching, INVALID_ARGUMENT (ambiguous, naming them). */
 FloeDevice *floe__device_find(const struct FloeRuntime *rt, const char *name, FloeStatus *st);
+/* Whether d (local or remote) is one of the devices n names (a remote one: n gives its job;
+ * no task: every task of the job). */
+bool floe__device_name_matches(const struct FloeRuntime *rt, const FloeDevice *d,
+                               const FloeDeviceName *n);
+
+/* runtime.c: clusters. join makes rt task `task` of job `job`: its devices' full names
+ * become "/job:J/replica:0/task:T/device:TYPE:N" (names with /job:localhost still find
+ * them). Once per runtime; again with the same job and task is a no-op, with another one
+ * FAILED_PRECONDITION. Call it before sessions place nodes on rt. */
+floe_code floe__runtime_join(struct FloeRuntime *rt, const char *job, int task, FloeStatus *st);
+/* Replaces the devices of the other tasks by copies of devs[0..n) (their name, short_name,
+ * props, job, task, remote_incarnation and link figures are used; the rest is set here).
+ * The previous ones stay valid until rt is freed. */
+floe_code floe__runtime_set_remote(struct FloeRuntime *rt, const FloeDevice *devs, int n,
+                                   FloeStatus *st);
+/* One more than the largest device id there has been (local and remote): the size of
+ * arrays indexed by FloeDevice.id. */
+int floe__runtime_device_span(const struct FloeRuntime *rt);
+/* The remote devices now (borrowed; *n their number). */
+FloeDevice **floe__runtime_remote(const struct FloeRuntime *rt, int *n);
 
 /* kernel.c: the best kernel for node on a device type (constraints checked against the
  * node's type attributes; highest priority wins). NULL + st naming the node, op, dtypes and

@@ -131,6 +131,15 @@ double floe__cost_node(const FloeNode *n, const FloeDevice *d) {
 
 double floe__cost_transfer(double bytes, const FloeDevice *src, const FloeDevice *dst) {
   if (src == dst || !src || !dst) return 0;
+  if (src->remote || dst->remote) { /* across tasks: the link's figures */
+    const FloeDevice *r = dst->remote ? dst : src;
+    if (src->remote && dst->remote && src->task == dst->task && !strcmp(src->job, dst->job) &&
+        src->host_memory && dst->host_memory)
+      return 2e-6; /* both in one other task: by reference there */
+    double bw = r->link_bandwidth > 0 ? r->link_bandwidth : 1e9;
+    double lat = r->link_latency > 0 ? r->link_latency : 100e-6;
+    return lat + bytes / bw;
+  }
   if (src->host_memory && dst->host_memory) return 2e-6; /* handed over by reference */
   double bw = 1e30;
   if (!src->host_memory) bw = fmin(bw, src->props.device_to_host_bandwidth > 0 ? src->props.device_to_host_bandwidth : 10e9);
@@ -359,8 +368,8 @@ static floe_code place_cost(Placer *pl) {
   int count = 0;
   int *order = floe__graph_topo_order(pl->g, pl->need, &count);
   double *finish = floe__calloc((size_t)g->num_nodes + 1, sizeof *finish);
-  double *busy = floe__calloc((size_t)pl->rt->num_devices + 1, sizeof *busy);
-  double *mem = floe__calloc((size_t)pl->rt->num_devices + 1, sizeof *mem);
+  double *busy = floe__calloc((size_t)floe__runtime_device_span(pl->rt) + 1, sizeof *busy);
+  double *mem = floe__calloc((size_t)floe__runtime_device_span(pl->rt) + 1, sizeof *mem);
   floe_code rc = FLOE_OK;
   if (!order || !finish || !busy || !mem) {
     rc = floe_status_set(pl->st, FLOE_NO_MEMORY, "out of memory placing the graph");
@@ -435,7 +444,7 @@ static void estimate(Placer *pl, const double *secs) {
   int count = 0;
   int *order = floe__graph_topo_order(pl->g, pl->need, &count);
   double *finish = floe__calloc((size_t)g->num_nodes + 1, sizeof *finish);
-  double *busy = floe__calloc((size_t)pl->rt->num_devices + 1, sizeof *busy);
+  double *busy = floe__calloc((size_t)floe__runtime_device_span(pl->rt) + 1, sizeof *busy);
   double makespan = 0;
   for (int oi = 0; order && finish && busy && oi < count; oi++) {
     int i = order[oi];
@@ -517,7 +526,8 @@ floe_code floe__place(FloeRuntime *rt, const FloeGraph *g, const bool *need,
   out->device = floe__calloc(nn, sizeof *out->device);
   out->start = floe__calloc(nn, sizeof *out->start);
   out->finish = floe__calloc(nn, sizeof *out->finish);
-  pl.cand = floe__calloc((size_t)rt->num_devices + 1, sizeof *pl.cand);
+  pl.cand = floe__calloc((size_t)floe__runtime_device_span(rt) + (size_t)o->num_devices + 1,
+                        sizeof *pl.cand);
   pl.group = floe__calloc(nn, sizeof *pl.group);
   pl.next = floe__calloc(nn, sizeof *pl.next);
   pl.req = floe__calloc(nn, sizeof *pl.req);

@@ -53,6 +53,7 @@ struct FloeSession {
   FloeExecStep **active;   /* steps running now (guarded by mu), for cancel and close */
   int num_active, cap_active;
   bool closed;             /* floe_session_close ran (guarded by mu) */
+  FloeSessionCluster cluster; /* a cluster session's (remote NULL: none) */
   /* Steps whose runs returned at their deadline while asynchronous kernels had not called
    * done (guarded by mu): they use the session's executors until those kernels finish. */
   int left_behind;
@@ -76,7 +77,9 @@ typedef struct RunSig {
  * type. *out (floe__malloc'd, caller frees) lists each device once, in the order given. */
 static floe_code parse_devices(FloeRuntime *rt, const char *list, FloeDevice ***out, int *n,
                                FloeStatus *st) {
-  *out = floe__calloc((size_t)rt->num_devices + 1, sizeof **out);
+  int nr;
+  FloeDevice **remote = floe__runtime_remote(rt, &nr);
+  *out = floe__calloc((size_t)(rt->num_devices + nr) + 1, sizeof **out);
   *n = 0;
   if (!*out) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory reading the device list");
   const char *p = list;
@@ -95,9 +98,9 @@ static floe_code parse_devices(FloeRuntime *rt, const char *list, FloeDevice ***
     FloeDeviceName dn;
     if (floe_device_name_parse(item, &dn, st) != FLOE_OK) goto err;
     int found = 0;
-    for (int i = 0; i < rt->num_devices; i++) {
-      FloeDevice *d = rt->devices[i];
-      if (strcmp(d->props.type, dn.type) != 0 || (dn.index >= 0 && dn.index != d->index)) continue;
+    for (int i = 0; i < rt->num_devices + nr; i++) {
+      FloeDevice *d = i < rt->num_devices ? rt->devices[i] : remote[i - rt->num_devices];
+      if (!dn.type[0] || !floe__device_name_matches(rt, d, &dn)) continue;
       found++;
       bool dup = false;
       for (int k = 0; k < *n && !dup; k++) dup = (*out)[k] == d;
@@ -630,7 +633,8 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const Fl
   FloeMultiPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
                         .inline_inexpensive = s->inline_inexpensive, .force_frames = part.has_cf,
                         .resources = s->resources, .profiling = &s->profiling, .trace = s->trace,
-                        .rv_opts = {.compress_bf16 = s->compress}};
+                        .rv_opts = {.compress_bf16 = s->compress, .route = s->cluster.route},
+                        .remote = s->cluster.remote};
   for (int i = 0; i < g->num_nodes; i++) {
     if (!run[i]) continue;
     const FloeNode *n = g->nodes[i];
@@ -647,7 +651,7 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const Fl
       }
     }
     if (spec->kernel && i < s->graph->num_nodes && (n->op->flags & FLOE_OP_STATEFUL) &&
-        share_kernel(s, n, spec, st) != FLOE_OK)
+        !dev[i]->remote && share_kernel(s, n, spec, st) != FLOE_OK)
       goto out;
     plan.num_nodes++;
   }
@@ -774,8 +778,8 @@ static FloeMultiExec *get_executor(FloeSession *s, const RunSig *sig, const Floe
 
 /* Caller owns the session (floe_session_free); g is copied and may be freed afterwards.
  * The runtime (opts->runtime or the default one) is borrowed and must outlive the session. */
-FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts,
-                              FloeStatus *status) {
+FloeSession *floe__session_create(const FloeGraph *g, const FloeSessionOptions *opts,
+                                  const FloeSessionCluster *cluster, FloeStatus *status) {
   if (!g) {
     floe_status_set(status, FLOE_INVALID_ARGUMENT, "floe_session_new: the graph is NULL");
     return NULL;
@@ -830,6 +834,7 @@ FloeSession *floe_session_new(const FloeGraph *g, const FloeSessionOptions *opts
   if (pthread_cond_init(&s->built_cv, NULL) != 0) goto err_destroy_mu;
   atomic_init(&s->num_cached, 0);
   atomic_init(&s->profiling, 0);
+  if (cluster) s->cluster = *cluster;
   return s;
 
 err_destroy_mu:
@@ -892,7 +897,13 @@ static void session_destroy(FloeSession *s) {
   pthread_cond_destroy(&s->built_cv);
   pthread_mutex_destroy(&s->mu);
   floe_graph_free(s->graph);
+  if (s->cluster.release) s->cluster.release(s->cluster.arg); /* after the remote pieces */
   floe__free(s);
+}
+
+static void cancel_active(FloeSession *s, floe_code code, const char *why);
+void floe__session_abort(FloeSession *s, floe_code code, const char *why) {
+  cancel_active(s, code, why);
 }
 
 /* Borrowed, valid while s lives. */

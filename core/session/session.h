@@ -57,6 +57,35 @@ double floe__cost_transfer(double bytes, const struct FloeDevice *src,
 
 /* multi_exec.c: one step over device pieces (see the file's comment). */
 typedef struct FloeMultiExec FloeMultiExec;
+
+/* Pieces on other tasks of a cluster (core/dist's master provides these): the step's nodes
+ * on remote devices (FloeDevice.remote) are grouped by task, one piece per task, built and
+ * run through these functions while the local pieces run here. */
+typedef void (*FloeRemoteDoneFn)(void *arg, floe_code code, const char *msg);
+typedef struct FloeRemotePieceFns {
+  void *arg;
+  /* The piece of the task holding device (one of its devices): g is the partitioned graph
+   * (borrowed for the call), run[i] marks the piece's nodes (dev[i] their devices); feeds
+   * are the run's fed outputs the piece reads (it receives their values at each start),
+   * fetches what it returns. *piece is the callee's (free). */
+  floe_code (*build)(void *arg, const struct FloeDevice *device, const FloeGraph *g,
+                     const bool *run, struct FloeDevice *const *dev, const FloeOutput *feeds,
+                     int num_feeds, const FloeOutput *fetches, int num_fetches, void **piece,
+                     FloeStatus *st);
+  void (*free)(void *arg, void *piece);
+  /* Starts a step of piece under step_id: feeds[k] (borrowed until finish) for its feeds.
+   * On OK, done(done_arg, code, msg) runs exactly once, on any thread (possibly before
+   * start returns), when the step ended on the task; finish is then due. */
+  floe_code (*start)(void *arg, void *piece, uint64_t step_id, FloeTensor *const *feeds,
+                     int64_t timeout_ms, FloeRemoteDoneFn done, void *done_arg, void **call,
+                     FloeStatus *st);
+  /* After done: the piece's fetches (new references, in its fetch order) on OK, else the
+   * step's error there. Frees call. */
+  floe_code (*finish)(void *arg, void *call, FloeTensor **outputs, FloeStatus *st);
+  /* Asks the task to abort the call's step (code and msg borrowed); done follows. Any
+   * thread, between start and finish. */
+  void (*abort)(void *arg, void *call, floe_code code, const char *msg);
+} FloeRemotePieceFns;
 typedef struct FloeMultiPlan {
   struct FloeRuntime *rt;
   const FloeGraph *graph;       /* the partitioned graph; borrowed, outlives the result */
@@ -72,6 +101,7 @@ typedef struct FloeMultiPlan {
   const atomic_int *profiling;
   FloeTraceSink *trace;         /* the session's; borrowed */
   FloeRendezvousOptions rv_opts;
+  const FloeRemotePieceFns *remote; /* borrowed, outlives the result; NULL: no remote device */
 } FloeMultiPlan;
 typedef struct FloeMultiRunCtl {
   int64_t timeout_ms;
@@ -86,6 +116,8 @@ typedef struct FloeMultiRunCtl {
    * piece that the run left behind at its deadline. */
   void (*keep)(void *keep_arg, int delta);
   void *keep_arg;
+  uint64_t step_id;                     /* the rendezvous' step id; 0: one is drawn (random
+                                         * and 64-bit when the step spans tasks) */
 } FloeMultiRunCtl;
 /* Plan copied, its arrays borrowed for the call. Caller owns the result. */
 FloeMultiExec *floe__multi_exec_new(const FloeMultiPlan *plan, FloeStatus *st);
@@ -111,6 +143,23 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
 /* False when no chain floe__fuse_graph knows can end among the step's nodes of g (need):
  * then there is no need to clone the graph for it. */
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
+
+/* ------------------------------------------------------------------------------------ */
+/* session.c: sessions. floe_session_new (core/dist/master.c: a session of a cluster when its
+ * options name one) makes them with this. */
+typedef struct FloeSessionCluster {
+  const FloeRemotePieceFns *remote;   /* pieces on other tasks (borrowed until release) */
+  const FloeRendezvousRoute *route;   /* the rendezvous' route to them (same) */
+  void (*release)(void *arg);         /* called once when the session is destroyed, after its
+                                       * executors (and remote pieces) were freed */
+  void *arg;
+} FloeSessionCluster;
+/* floe_session_new's work; cluster copied (NULL: a session of this process alone). On error
+ * cluster->release is not called (the caller still owns what it holds). */
+FloeSession *floe__session_create(const FloeGraph *g, const FloeSessionOptions *opts,
+                                  const FloeSessionCluster *cluster, FloeStatus *status);
+/* Fails the session's running steps with code and why (copied): a cluster's error. */
+void floe__session_abort(FloeSession *s, floe_code code, const char *why);
 
 /* ------------------------------------------------------------------------------------ */
 /* session.c, for checkpoint.c and export.c: the session's graph copy and resources

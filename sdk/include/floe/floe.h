@@ -392,6 +392,16 @@ typedef struct FloeSessionOptions {
   /* 1: f32 tensors crossing devices travel as bf16 (lossy: about 3 significant digits;
    * halves the bytes moved). */
   int compress_transfers;
+  /* Since 1.4. A cluster to run the session's graph on (docs/distributed.md): NULL or "":
+   * this process alone. "env": the cluster of the environment (FLOE_CONFIG, else TF_CONFIG,
+   * else PMIx under mpirun/srun). Text starting with '{': a TF_CONFIG-style spec. Anything
+   * else: the path of a file holding one. This process is the spec's task (the chief when
+   * the spec names none): it serves that task's address, waits for every other task's
+   * server (cluster_timeout_ms), places nodes over every task's devices
+   * ("/job:worker/task:1/device:cpu:0"; names without a job are this task's) and runs each
+   * task's piece there. Borrowed for the call. */
+  const char *cluster;
+  int cluster_timeout_ms;   /* waiting for the other tasks; 0: 60000 */
 } FloeSessionOptions;
 
 FLOE_API void floe_session_options_init(FloeSessionOptions *opts);

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* floe_dist.h - the tasks of a cluster (docs/distributed.md).
+ *
+ * A cluster is jobs of tasks ("chief", "worker", "ps"), each task a process with an address
+ * (TF_CONFIG's spec). Every task but the chief runs a server (floe_server_start, or the
+ * `floe server` command); the chief is the process whose session names the cluster
+ * (FloeSessionOptions.cluster): it starts its own server, waits for the others, places the
+ * graph over every task's devices and runs each task's piece there. Every connection proves
+ * the job's secret (FLOE_JOB_SECRET_FILE, a 0600 file, or FLOE_JOB_SECRET). */
+#ifndef FLOE_DIST_H
+#define FLOE_DIST_H
+
+#include "floe/floe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct FloeServer FloeServer;
+
+typedef struct FloeServerOptions {
+  size_t struct_size;        /* sizeof(FloeServerOptions) */
+  FloeRuntime *runtime;      /* NULL: floe_runtime_default() */
+  /* The cluster, as FloeSessionOptions.cluster: NULL or "env" the environment's
+   * (FLOE_CONFIG, else TF_CONFIG, else PMIx under mpirun/srun), text starting with '{' a
+   * spec, anything else a file holding one. Borrowed for the call. */
+  const char *cluster;
+  const char *job;           /* this task (NULL: the spec's "task") */
+  int task;
+  int heartbeat_interval_ms; /* 0: 1000 */
+  int heartbeat_timeout_ms;  /* 0: 10000: a task silent this long is unavailable */
+  /* Told of what the server refuses or drops (a failed handshake, a bad frame, a lost
+   * chief), one line each, on the server's threads; NULL: nothing is reported. */
+  void (*log)(void *arg, const char *msg);
+  void *log_arg;
+  /* 1: floe_server_join returns once the chief this task registered with is gone (the
+   * tasks of a job started together, as by mpirun, end with their chief). */
+  int until_chief_leaves;
+} FloeServerOptions;
+
+FLOE_API void floe_server_options_init(FloeServerOptions *opts);
+/* Binds the task's address (only that address) and serves: the worker service, the data
+ * plane, and the chief's coordination once a chief is up (it keeps trying to reach one).
+ * Caller owns the server (floe_server_free). */
+FLOE_API FloeServer *floe_server_start(const FloeServerOptions *opts, FloeStatus *status);
+/* "host:port" bound and "/job:worker/replica:0/task:1" (borrowed from s). */
+FLOE_API const char *floe_server_address(const FloeServer *s);
+FLOE_API const char *floe_server_task(const FloeServer *s);
+/* 1 when s serves the cluster's chief (/job:chief/task:0, or /job:worker/task:0 when there
+ * is no chief job): sessions naming the cluster run in its process. */
+FLOE_API int floe_server_is_chief(const FloeServer *s);
+/* Waits until floe_server_stop (0) or timeout_ms passes (FLOE_DEADLINE_EXCEEDED; < 0 waits
+ * for ever). */
+FLOE_API floe_code floe_server_join(FloeServer *s, int64_t timeout_ms, FloeStatus *status);
+/* Asks join to return; async-signal-safe (a SIGTERM handler may call it). */
+FLOE_API void floe_server_stop(FloeServer *s);
+/* Stops serving (steps running here fail with CANCELLED), closes every connection, frees.
+ * NULL is fine. */
+FLOE_API void floe_server_free(FloeServer *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLOE_DIST_H */
