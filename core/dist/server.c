@@ -442,6 +442,13 @@ static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const
     floe__status_prefix(st, "serving %s at %s", s->task_name, addr);
     goto fail;
   }
+  /* The data plane listens on the task's own host too (the fabric transport binds
+   * FLOE_FABRIC_HOST, else 127.0.0.1): a cluster across machines works without setting it,
+   * and nothing listens on an interface the spec did not name. An explicit setting wins. */
+  const FloeClusterTask *me = &job->tasks[s->self_ref.task];
+  const char *fh = getenv("FLOE_FABRIC_HOST");
+  if ((!fh || !*fh) && strcmp(me->host, "0.0.0.0") != 0 && strcmp(me->host, "::") != 0)
+    setenv("FLOE_FABRIC_HOST", me->host, 0);
   if ((rc = floe__dataplane_new(rt, s->secret, &s->self, &s->dp, st)) != FLOE_OK) goto fail;
   if ((rc = floe__worker_service_start(rt, s->dp, s->rpc, &s->worker, st)) != FLOE_OK) goto fail;
   if ((rc = build_info(s, st)) != FLOE_OK) goto fail;

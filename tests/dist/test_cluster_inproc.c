@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_cluster_inproc.c - a whole cluster in one process, through the public API only: a
+ * runtime per task (its own devices, transport manager and server), the chief's session
+ * naming the cluster. Lets the sanitizers and valgrind see every thread of the distributed
+ * path (rpc servers, coordination, data plane, worker and master services) at once.
+ *   - a graph across chief, worker 0, worker 1 and ps 0 returns the one-process values,
+ *     step after step (cached registered pieces), a large tensor included;
+ *   - a variable on the ps keeps its value across steps (the worker session's resources);
+ *   - a step's deadline fails it everywhere and the next step still runs;
+ *   - a worker whose server is freed mid-session: the next step fails UNAVAILABLE naming
+ *     it, within the heartbeat timeout and a second.
+ * The transport: FLOE_TRANSPORT as the environment says (local by default in make check). */
+#include <arpa/inet.h>
+#include <check.h>
+#include <floe/floe.h>
+#include <floe/floe_dist.h>
+#include <floe/floe_train.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NW 2
+
+static int free_port(void) {
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  socklen_t len = sizeof a;
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+typedef struct Cluster {
+  char json[1024];
+  FloeRuntime *chief_rt, *rt[NW + 1]; /* workers, then the ps */
+  FloeServer *chief, *srv[NW + 1];
+} Cluster;
+
+static FloeRuntime *runtime(void) {
+  FloeStatus *st = floe_status_new();
+  FloeRuntime *rt = floe_runtime_new(NULL, st);
+  ck_assert_msg(rt != NULL, "%s", floe_status_message(st));
+  floe_status_free(st);
+  return rt;
+}
+
+static void start(Cluster *c, int hb_timeout_ms) {
+  memset(c, 0, sizeof *c);
+  setenv("FLOE_JOB_SECRET", "test-cluster-inproc-secret-0123456789", 1);
+  unsetenv("FLOE_JOB_SECRET_FILE");
+  int pc = free_port(), pw0 = free_port(), pw1 = free_port(), pps = free_port();
+  snprintf(c->json, sizeof c->json,
+           "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\", "
+           "\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\"]}, "
+           "\"task\": {\"type\": \"chief\", \"index\": 0}}",
+           pc, pw0, pw1, pps);
+  FloeStatus *st = floe_status_new();
+  for (int i = 0; i <= NW; i++) {
+    c->rt[i] = runtime();
+    FloeServerOptions o;
+    floe_server_options_init(&o);
+    o.runtime = c->rt[i];
+    o.cluster = c->json;
+    o.job = i < NW ? "worker" : "ps";
+    o.task = i < NW ? i : 0;
+    o.heartbeat_interval_ms = 100;
+    o.heartbeat_timeout_ms = hb_timeout_ms;
+    c->srv[i] = floe_server_start(&o, st);
+    ck_assert_msg(c->srv[i] != NULL, "%s", floe_status_message(st));
+  }
+  c->chief_rt = runtime();
+  FloeServerOptions o;
+  floe_server_options_init(&o);
+  o.runtime = c->chief_rt;
+  o.cluster = c->json;
+  o.heartbeat_interval_ms = 100;
+  o.heartbeat_timeout_ms = hb_timeout_ms;
+  c->chief = floe_server_start(&o, st);
+  ck_assert_msg(c->chief != NULL, "%s", floe_status_message(st));
+  ck_assert(floe_server_is_chief(c->chief));
+  floe_status_free(st);
+}
+
+static void stop(Cluster *c) {
+  for (int i = 0; i <= NW; i++) floe_server_free(c->srv[i]);
+  floe_server_free(c->chief);
+  for (int i = 0; i <= NW; i++) floe_runtime_free(c->rt[i]);
+  floe_runtime_free(c->chief_rt);
+}
+
+static FloeSession *cluster_session(Cluster *c, const FloeGraph *g) {
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = c->chief_rt;
+  so.cluster = c->json;
+  so.cluster_timeout_ms = 20000;
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &so, st);
+  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  floe_status_free(st);
+  return s;
+}
+
+static FloeOutput op2(FloeGraph *g, const char *op, const char *name, FloeOutput a, FloeOutput b,
+                      const char *dev) {
+  FloeNodeBuilder *nb = floe_node_begin(g, op, name);
+  floe_node_add_input(nb, a);
+  floe_node_add_input(nb, b);
+  if (dev) floe_node_set_device(nb, dev);
+  return floe_out(floe_node_finish(nb), 0);
+}
+
+static FloeOutput op1(FloeGraph *g, const char *op, const char *name, FloeOutput a,
+                      const char *dev) {
+  FloeNodeBuilder *nb = floe_node_begin(g, op, name);
+  floe_node_add_input(nb, a);
+  if (dev) floe_node_set_device(nb, dev);
+  return floe_out(floe_node_finish(nb), 0);
+}
+
+/* y = Relu(x @ W) * 2 with MatMul on worker 0, Relu on worker 1; big = Sum(a * a) of a
+ * [512, 512] constant on worker 0, squared on the ps (1 MiB crossing twice). */
+static FloeGraph *chain(int placed) {
+  FloeGraph *g = floe_graph_new();
+  const int64_t xd[2] = {2, 3}, wd[2] = {3, 4}, ad[2] = {512, 512}, axd[1] = {2};
+  float w[12], *a = malloc(sizeof(float) * 512 * 512);
+  for (int i = 0; i < 12; i++) w[i] = (float)(i % 5) - 1.5f;
+  for (int i = 0; i < 512 * 512; i++) a[i] = (float)((i * 7) % 13) * 0.25f;
+  const int32_t axes[2] = {0, 1};
+  FloeTensor *wt = floe_tensor_from_data(FLOE_F32, 2, wd, w, sizeof w, NULL);
+  FloeTensor *at = floe_tensor_from_data(FLOE_F32, 2, ad, a, sizeof(float) * 512 * 512, NULL);
+  FloeTensor *axt = floe_tensor_from_data(FLOE_I32, 1, axd, axes, sizeof axes, NULL);
+  free(a);
+  const char *w0 = placed ? "/job:worker/task:0/device:cpu:0" : NULL;
+  const char *w1 = placed ? "/job:worker/task:1/cpu:0" : NULL;
+  const char *ps = placed ? "/job:ps/cpu:0" : NULL;
+  floe_graph_set_device_scope(g, w0);
+  FloeOutput W = floe_const(g, "W", wt);
+  FloeOutput A = floe_const(g, "A", at);
+  floe_graph_set_device_scope(g, NULL);
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, xd));
+  FloeOutput m = op2(g, "MatMul", "m", x, W, w0);
+  FloeOutput r = op1(g, "Relu", "r", m, w1);
+  op2(g, "Mul", "y", r, floe_const_f32(g, "two", 2.0f), NULL);
+  FloeOutput sq = op2(g, "Mul", "sq", A, A, ps);
+  op2(g, "Sum", "big", sq, floe_const(g, "axes", axt), NULL);
+  floe_tensor_release(wt);
+  floe_tensor_release(at);
+  floe_tensor_release(axt);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  return g;
+}
+
+static void run_chain(FloeSession *s, FloeTensor **out) {
+  const int64_t xd[2] = {2, 3};
+  const float xv[6] = {1, 2, 3, -1, 0.5f, 4};
+  FloeTensor *x = floe_tensor_from_data(FLOE_F32, 2, xd, xv, sizeof xv, NULL);
+  FloeFeed f = {"x", x};
+  const char *fetch[2] = {"y", "big"};
+  FloeStatus *st = floe_status_new();
+  floe_code rc = floe_session_run(s, &f, 1, fetch, 2, NULL, 0, out, st);
+  ck_assert_msg(rc == FLOE_OK, "%s", floe_status_message(st));
+  floe_status_free(st);
+  floe_tensor_release(x);
+}
+
+START_TEST(test_chain_matches_one_process) {
+  Cluster c;
+  start(&c, 10000);
+  FloeGraph *gl = chain(0), *gc = chain(1);
+  FloeStatus *st = floe_status_new();
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = c.chief_rt; /* any runtime: no cluster */
+  FloeSession *local = floe_session_new(gl, &so, st);
+  ck_assert_msg(local != NULL, "%s", floe_status_message(st));
+  FloeSession *s = cluster_session(&c, gc);
+  FloeTensor *want[2], *got[2];
+  run_chain(local, want);
+  for (int step = 0; step < 3; step++) {
+    run_chain(s, got);
+    for (int k = 0; k < 2; k++) {
+      ck_assert_int_eq(floe_tensor_nbytes(got[k]), floe_tensor_nbytes(want[k]));
+      ck_assert_msg(!memcmp(floe_tensor_data(got[k]), floe_tensor_data(want[k]),
+                            floe_tensor_nbytes(want[k])),
+                    "step %d: fetch %d differs from the one-process value", step, k);
+      floe_tensor_release(got[k]);
+    }
+  }
+  /* the relu really ran on worker 1 and the matmul on worker 0: their pieces were
+   * registered there (the chief holds neither) */
+  floe_tensor_release(want[0]);
+  floe_tensor_release(want[1]);
+  floe_session_free(s);
+  floe_session_free(local);
+  floe_graph_free(gl);
+  floe_graph_free(gc);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
+
+START_TEST(test_variable_on_ps_keeps_state) {
+  Cluster c;
+  start(&c, 10000);
+  FloeGraph *g = floe_graph_new();
+  floe_graph_set_device_scope(g, "/job:ps/task:0/device:cpu:0");
+  FloeVariable v = floe_variable(g, "counter", FLOE_F32, floe_shape_scalar(), floe_init_zeros());
+  floe_graph_set_device_scope(g, "/job:worker/task:1/device:cpu:0");
+  FloeOutput one = floe_const_f32(g, "one", 1.0f);
+  floe_graph_set_device_scope(g, "/job:ps/task:0/device:cpu:0");
+  floe_assign_add(g, "inc", v.handle, one);
+  floe_graph_set_device_scope(g, NULL);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  FloeSession *s = cluster_session(&c, g);
+  FloeStatus *st = floe_status_new();
+  const char *init = "counter/init", *inc = "inc", *read = "counter/read";
+  ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  for (int i = 0; i < 3; i++)
+    ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &inc, 1, NULL, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(s, NULL, 0, &read, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  ck_assert_float_eq(*(float *)floe_tensor_data(out), 3.0f);
+  floe_tensor_release(out);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+START_TEST(test_lost_worker_is_unavailable) {
+  Cluster c;
+  start(&c, 500);
+  FloeGraph *g = chain(1);
+  FloeSession *s = cluster_session(&c, g);
+  FloeTensor *got[2];
+  run_chain(s, got);
+  floe_tensor_release(got[0]);
+  floe_tensor_release(got[1]);
+  /* worker 1 goes away (its server closes every connection and stops heartbeating) */
+  floe_server_free(c.srv[1]);
+  c.srv[1] = NULL;
+  double t0 = now_s();
+  const int64_t xd[2] = {2, 3};
+  FloeTensor *x = floe_tensor_new(FLOE_F32, 2, xd, NULL);
+  FloeFeed f = {"x", x};
+  const char *fetch = "y";
+  FloeStatus *st = floe_status_new();
+  FloeTensor *y = NULL;
+  floe_code rc = floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &y, st);
+  double took = now_s() - t0;
+  ck_assert_int_eq(rc, FLOE_UNAVAILABLE);
+  ck_assert_msg(strstr(floe_status_message(st), "/job:worker/task:1") != NULL,
+                "the error names the task: %s", floe_status_message(st));
+  ck_assert_msg(took < 0.5 + 1.0, "failed after %.2f s (heartbeat timeout 0.5 s)", took);
+  floe_tensor_release(x);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
+
+int main(void) {
+  Suite *su = suite_create("cluster_inproc");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_chain_matches_one_process);
+  tcase_add_test(tc, test_variable_on_ps_keeps_state);
+  tcase_add_test(tc, test_lost_worker_is_unavailable);
+  suite_add_tcase(su, tc);
+  SRunner *sr = srunner_create(su);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
