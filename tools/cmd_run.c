@@ -71,7 +71,10 @@ static const char run_help[] =
     "                        task's devices (/job:worker/task:1/device:cpu:0) and runs\n"
     "                        the step; any other task (another mpirun rank) serves until\n"
     "                        the chief is done. The job's secret: FLOE_JOB_SECRET_FILE\n"
-    "  --job J --task N      this process's task in the cluster (default: the spec's)\n";
+    "  --job J --task N      this process's task in the cluster (default: the spec's)\n"
+    "  --heartbeat-timeout S seconds of silence after which a task is unavailable and the\n"
+    "                        steps using it fail (default 10; heartbeats every S/10, at\n"
+    "                        most 1 s apart)\n";
 
 /* Prints up to 16 values of a host tensor. */
 static void print_values(const FloeTensor *t) {
@@ -115,6 +118,7 @@ typedef struct RunOptions {
   const char *out_dir, *device, *devices, *trace;
   const char *cluster, *job; /* --cluster, --job */
   long long task;            /* --task; -1: none */
+  double heartbeat_timeout;  /* --heartbeat-timeout, seconds; 0: default */
 } RunOptions;
 
 /* What a step needs, for perf mode's loop. */
@@ -346,7 +350,7 @@ out:
 
 int cmd_run(int argc, char **argv) {
   enum { OPT_PERF = 1000, OPT_WARMUP, OPT_REPEAT, OPT_DURATION, OPT_SHAPE, OPT_THREADS,
-         OPT_DEVICES, OPT_PROFILE, OPT_TRACE, OPT_TIMEOUT, OPT_CLUSTER, OPT_JOB, OPT_TASK };
+         OPT_DEVICES, OPT_PROFILE, OPT_TRACE, OPT_TIMEOUT, OPT_CLUSTER, OPT_JOB, OPT_TASK, OPT_HEARTBEAT };
   static const struct option opts[] = {
       {"feed", required_argument, NULL, 'f'},  {"fetch", required_argument, NULL, 'F'},
       {"input", required_argument, NULL, 'f'},  {"trainable", no_argument, NULL, 'T'},
@@ -363,6 +367,7 @@ int cmd_run(int argc, char **argv) {
       {"cluster", required_argument, NULL, OPT_CLUSTER},
       {"job", required_argument, NULL, OPT_JOB},
       {"task", required_argument, NULL, OPT_TASK},
+      {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
   const char **feed_specs = calloc((size_t)argc, sizeof *feed_specs);
   const char **fetches = calloc((size_t)argc, sizeof *fetches);
@@ -443,6 +448,11 @@ int cmd_run(int argc, char **argv) {
         }
         break;
       case OPT_CLUSTER: o.cluster = optarg; break;
+      case OPT_HEARTBEAT:
+        if ((rc = cli_number_option("run", "--heartbeat-timeout", optarg, 0.05, 0, 86400,
+                                    &o.heartbeat_timeout)))
+          goto out;
+        break;
       case OPT_JOB: o.job = optarg; break;
       case OPT_TASK:
         if ((rc = cli_int_option("run", "--task", optarg, 0, 4095, &o.task))) goto out;
@@ -459,8 +469,8 @@ int cmd_run(int argc, char **argv) {
     rc = cli_usage("run", "give --job and --task together");
     goto out;
   }
-  if (o.job && !o.cluster) {
-    rc = cli_usage("run", "--job and --task go with --cluster");
+  if ((o.job || o.heartbeat_timeout > 0) && !o.cluster) {
+    rc = cli_usage("run", "--job, --task and --heartbeat-timeout go with --cluster");
     goto out;
   }
   if (repeat_given && o.duration > 0) {
@@ -500,6 +510,11 @@ int cmd_run(int argc, char **argv) {
     sv.job = o.job;
     sv.task = o.task < 0 ? 0 : (int)o.task;
     sv.until_chief_leaves = 1;
+    if (o.heartbeat_timeout > 0) {
+      sv.heartbeat_timeout_ms = (int)(o.heartbeat_timeout * 1000);
+      int iv = sv.heartbeat_timeout_ms / 10;
+      sv.heartbeat_interval_ms = iv < 10 ? 10 : iv > 1000 ? 1000 : iv;
+    }
     server = floe_server_start(&sv, st);
     if (!server) {
       rc = cli_error("run", "--cluster %s: %s", o.cluster, floe_status_message(st));
