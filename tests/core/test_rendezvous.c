@@ -71,7 +71,7 @@ static FloeRendezvousKey key_of(FloeDevice *src, FloeDevice *dst, const char *te
 }
 
 static FloeRendezvous *rv_new(FloeRuntime *rt, int64_t step, bool force, bool bf16) {
-  FloeRendezvousOptions o = {force, bf16};
+  FloeRendezvousOptions o = {force, bf16, NULL};
   FloeStatus st = {FLOE_OK, NULL};
   FloeRendezvous *r = floe__rendezvous_new(rt, step, &o, &st);
   ck_assert_msg(r != NULL, "%s", floe_status_message(&st));
@@ -1042,7 +1042,7 @@ static void make_header(unsigned char *h, uint32_t magic, uint16_t flags, uint32
                         uint32_t rank, const int64_t *dims, uint64_t payload) {
   memset(h, 0, 88);
   put_le(h, magic, 4);
-  put_le(h + 4, 1, 2);
+  put_le(h + 4, 2, 2);
   put_le(h + 6, flags, 2);
   put_le(h + 8, dtype, 4);
   put_le(h + 12, rank, 4);
@@ -1050,8 +1050,9 @@ static void make_header(unsigned char *h, uint32_t magic, uint16_t flags, uint32
   put_le(h + 80, payload, 8);
 }
 
-/* Buffers stay valid until the isends complete: static. */
-static unsigned char raw_hdr[3][88];
+/* Buffers stay valid until the isends complete: static. The fourth message carries its
+ * payload inline (no split flag) and so is longer than its header. */
+static unsigned char raw_hdr[4][88 + 4];
 static unsigned char raw_payload[64];
 
 START_TEST(malformed_messages_fail_the_recv) {
@@ -1063,20 +1064,26 @@ START_TEST(malformed_messages_fail_the_recv) {
   ck_assert_msg(m != NULL, "%s", floe_status_message(&st));
   ck_assert_str_eq(floe__transport_name(m), want_transport());
   const int64_t two[1] = {2};
-  const char *names[3] = {"big:0", "magic:0", "size:0"};
-  /* 1: the header announces f32 [2] (8 bytes); the payload holds 64 */
-  make_header(raw_hdr[0], 0x31565246u, 0, FLOE_F32, 1, two, 8);
+  const char *names[4] = {"big:0", "magic:0", "size:0", "inline:0"};
+  const uint16_t split = 0x8;
+  /* 1: the header announces f32 [2] (8 bytes) to follow; the payload holds 64 */
+  make_header(raw_hdr[0], 0x31565246u, split, FLOE_F32, 1, two, 8);
   /* 2: not our magic */
-  make_header(raw_hdr[1], 0xdeadbeefu, 0, FLOE_F32, 1, two, 8);
+  make_header(raw_hdr[1], 0xdeadbeefu, split, FLOE_F32, 1, two, 8);
   /* 3: a payload size that does not match the shape */
-  make_header(raw_hdr[2], 0x31565246u, 0, FLOE_F32, 1, two, 12);
-  const char *expect[3] = {"64 bytes", "magic", "12 payload bytes"};
-  for (int i = 0; i < 3; i++) {
+  make_header(raw_hdr[2], 0x31565246u, split, FLOE_F32, 1, two, 12);
+  /* 4: one message announcing 8 payload bytes after the header, holding 4 */
+  make_header(raw_hdr[3], 0x31565246u, 0, FLOE_F32, 1, two, 8);
+  const char *expect[4] = {"64 bytes", "magic", "12 payload bytes", "holds 92 bytes"};
+  for (int i = 0; i < 4; i++) {
     FloeRendezvousKey k = key_of(cpu, cpu, names[i], 0, 0);
     uint64_t tag = floe__rendezvous_tag(13, &k);
-    ck_assert_int_eq(floe__transport_isend(m, raw_hdr[i], 88, tag, NULL, NULL, &st), FLOE_OK);
+    ck_assert_int_eq(floe__transport_isend(m, raw_hdr[i], i == 3 ? 92 : 88, tag, NULL, NULL,
+                                           &st), FLOE_OK);
     size_t plen = i == 0 ? 64 : 8;
-    ck_assert_int_eq(floe__transport_isend(m, raw_payload, plen, tag | 1, NULL, NULL, &st), FLOE_OK);
+    if (i < 3)
+      ck_assert_int_eq(floe__transport_isend(m, raw_payload, plen, tag | 1, NULL, NULL, &st),
+                       FLOE_OK);
     Got g;
     got_init(&g);
     floe__rendezvous_recv(r, &k, cpu, got_done, &g);
@@ -1250,7 +1257,7 @@ static void alloc_walk(bool force, bool to_device) {
   long n;
   for (n = 1; n < 400; n++) {
     floe_test_fail_alloc_after(n);
-    FloeRendezvousOptions o = {force, false};
+    FloeRendezvousOptions o = {force, false, NULL};
     FloeRendezvous *r = floe__rendezvous_new(rt, n, &o, &st);
     if (!r) {
       floe_test_fail_alloc_after(0);
