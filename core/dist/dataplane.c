@@ -30,7 +30,7 @@
 #include "dist.pb-c.h"
 
 enum {
-  ACCEPT_SLICE_MS = 100,  /* accept's wait between looks at stop (bounds free's latency) */
+  ACCEPT_SLICE_MS = 250,  /* accept's wait between looks at stop (bounds free's latency) */
   ACCEPT_RETRY_MS = 100,  /* after an accept that failed: never spin on a broken listener */
   REFUSAL_MAX = 512       /* the latest refusal's text */
 };

@@ -89,8 +89,9 @@ enum { BACKOFF_MIN_NS = 50000, BACKOFF_MAX_NS = 2000000, POLL_SAFETY_MS = 100 };
 /* After this many "not yet" answers from trywait in a row, poll with a short timeout. */
 enum { NOT_YET_LIMIT = 64, NOT_YET_POLL_MS = 1 };
 /* accept's own naps between looks when no progress woke it (a transport whose connection
- * set-up makes no fd readable): 20 us doubling to this. */
-enum { ACCEPT_NAP_MAX_NS = 50000000 };
+ * set-up makes no fd readable): 1 ms doubling to 50 ms. The progress thread's wake-ups are
+ * the fast path; these only bound a missed one. */
+enum { ACCEPT_NAP_MIN_NS = 1000000, ACCEPT_NAP_MAX_NS = 50000000 };
 
 /* Serialises lazy creation (rare: once per runtime). */
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -567,7 +568,7 @@ int floe__transport_accept(FloeTransportMgr *m, int64_t timeout_ms, FloeStatus *
   deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
   deadline.tv_sec += deadline.tv_nsec / 1000000000L;
   deadline.tv_nsec %= 1000000000L;
-  long nap_ns = 20000;
+  long nap_ns = ACCEPT_NAP_MIN_NS;
   int chan = -1;
   floe_code rc;
   pthread_mutex_lock(&m->mu);
