@@ -248,7 +248,8 @@ static void on_hello(void *arg, floe_code code, size_t size) {
   pthread_mutex_lock(&dp->mu);
   incoming_remove(dp, in);
   if (dp->stop) {
-    /* free closes or has closed every channel */
+    /* free closes every channel it finds; this one has just left its list */
+    floe__transport_close_channel(dp->mgr, chan, true);
   } else if (code == FLOE_OUT_OF_RANGE) {
     refuse(dp, chan, "a first message of %zu bytes (a hello has at most %d)", size,
            FLOE__DATA_HELLO_MAX);
