@@ -12,6 +12,10 @@
  *       pair and its progress thread) against the plugin's own loopback pair driven from one
  *       thread. Prints "loop-plugin|loop-manager <provider> lat|bw <bytes> <value>", latency
  *       being the time from posting a send to its receive's completion.
+ *   bench_transport --rendezvous [PROVIDER|local] [MAX_BYTES]
+ *       one process: a step's rendezvous moving f32 tensors through the manager's loopback
+ *       (force_transport): post the Recv, Send, wait for the Recv's done; sizes 4 B to 64 KiB
+ *       around the one-message limit. Prints "rendezvous <provider> lat <bytes> <us>".
  *
  * The plugin file defaults to $FLOE_FABRIC_DIR/floe-transport-fabric.so, else
  * ../plugins/transport/fabric/.libs/floe-transport-fabric.so beside this program.
@@ -313,17 +317,94 @@ static void loopback(const char *plugin_dir, const char *plugin, const char *pro
   fns.finalize(p.ctx);
 }
 
+/* ---- the rendezvous over the manager's loopback ----------------------------------------- */
+
+typedef struct RvDone {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+} RvDone;
+
+static void rv_done(void *arg, const FloeStatus *st, FloeTensor *t, bool dead) {
+  (void)dead;
+  RvDone *d = arg;
+  if (st->code != FLOE_OK) fail(floe_status_message(st), st->code);
+  floe_tensor_release(t);
+  pthread_mutex_lock(&d->mu);
+  d->done = true;
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void rendezvous_bench(const char *plugin_dir, const char *prov, size_t max) {
+  bool local = strcmp(prov, "local") == 0;
+  setenv("FLOE_TRANSPORT", local ? "local" : "fabric", 1);
+  char dir[4200];
+  if (local)
+    snprintf(dir, sizeof dir, "%s/../../local/.libs", plugin_dir);
+  else
+    snprintf(dir, sizeof dir, "%s", plugin_dir);
+  FloeRuntimeOptions o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.plugin_path = dir;
+  o.plugins = local ? "transport-local" : "transport-fabric";
+  o.num_threads = 1;
+  o.skip_install_dir = 1;
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeRuntime *rt = floe_runtime_new(&o, &st);
+  if (!rt) fail(floe_status_message(&st), st.code);
+  /* no device plugin: the key's devices are host memory named only */
+  static const char dev[] = "/job:localhost/replica:0/task:0/device:CPU:0";
+  static const size_t sizes[] = {4, 1024, 4096, 16296, 16388, 65536};
+  FloeRendezvousOptions ro = {.force_transport = true};
+  RvDone d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && sizes[i] <= max; i++) {
+    int64_t n = (int64_t)(sizes[i] / 4 ? sizes[i] / 4 : 1);
+    FloeTensor *t = floe__tensor_alloc(NULL, FLOE_F32, 1, &n, &st);
+    if (!t) fail(floe_status_message(&st), st.code);
+    memset(floe_tensor_data(t), 1, t->nbytes);
+    int iters = 400;
+    double batches[BENCH_BATCHES];
+    for (int b = -1; b < BENCH_BATCHES; b++) {
+      FloeRendezvous *r = floe__rendezvous_new(rt, 100 + b, &ro, &st);
+      if (!r) fail(floe_status_message(&st), st.code);
+      double t0 = bench_now();
+      for (int k = 0; k < iters; k++) {
+        FloeRendezvousKey key = {dev, 1, dev, "x:0", 0, k};
+        d.done = false;
+        floe__rendezvous_recv(r, &key, NULL, rv_done, &d);
+        if (floe__rendezvous_send(r, &key, t, false, &st) != FLOE_OK)
+          fail(floe_status_message(&st), st.code);
+        pthread_mutex_lock(&d.mu);
+        while (!d.done) pthread_cond_wait(&d.cv, &d.mu);
+        pthread_mutex_unlock(&d.mu);
+      }
+      if (b >= 0) batches[b] = (bench_now() - t0) / iters * 1e6;
+      floe__rendezvous_free(r);
+    }
+    qsort(batches, BENCH_BATCHES, sizeof batches[0], bench_cmp);
+    printf("rendezvous %s lat %zu %.2f\n", prov, (size_t)t->nbytes, batches[BENCH_BATCHES / 2]);
+    fflush(stdout);
+    floe_tensor_release(t);
+  }
+  floe_runtime_free(rt);
+}
+
 int main(int argc, char **argv) {
   const char *plugin = NULL;
-  bool manager = false;
+  bool manager = false, rendezvous = false;
   int a = 1;
   for (; a < argc && argv[a][0] == '-'; a++) {
     if (strcmp(argv[a], "--manager") == 0)
       manager = true;
+    else if (strcmp(argv[a], "--rendezvous") == 0)
+      rendezvous = true;
     else if (strcmp(argv[a], "--plugin") == 0 && a + 1 < argc)
       plugin = argv[++a];
     else {
-      fprintf(stderr, "usage: bench_transport [--manager] [--plugin FILE] [PROVIDER] [MAX]\n");
+      fprintf(stderr, "usage: bench_transport [--manager|--rendezvous] [--plugin FILE] "
+                      "[PROVIDER] [MAX]\n");
       return 2;
     }
   }
@@ -348,6 +429,10 @@ int main(int argc, char **argv) {
   }
   if (manager) {
     loopback(dir, plugin, prov, max);
+    return 0;
+  }
+  if (rendezvous) {
+    rendezvous_bench(dir, prov, max);
     return 0;
   }
   int ab[2], ba[2];

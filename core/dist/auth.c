@@ -8,7 +8,11 @@
  * (role 'C' or 'S': a proof cannot be reflected to the other side; both nonces: a proof is
  * never valid twice; the identity: a proof names the task and incarnation it vouches for).
  * The frames after it are signed with HMAC-SHA256(secret, "floe-key-v1" || nonce_c ||
- * nonce_s). Neither the secret nor a hash of it alone crosses the wire: what an eavesdropper
+ * nonce_s). A data-plane connection (dataplane.c) opens with one hello carrying
+ *     HMAC-SHA256(secret, "floe-data-v1" || receiver's data nonce || receiver's incarnation ||
+ *                 sender's identity)
+ * (the receiver published its nonce with its incarnation; a new incarnation draws a new one,
+ * so an old hello is refused). Neither the secret nor a hash of it alone crosses the wire: what an eavesdropper
  * sees lets it test guesses of the secret one HMAC at a time, so a secret is at least 16
  * bytes. What this does not give: encryption (anyone on the path reads the messages), and
  * protection from a task that holds the secret. */
@@ -231,6 +235,20 @@ floe_code floe__auth_proof(const FloeJobSecret *s, uint8_t role,
                       {&role, 1},
                       {nonce_c, FLOE__NONCE},
                       {nonce_s, FLOE__NONCE},
+                      {id, idn}};
+  return hmac_sha256(s->bytes, s->len, parts, (int)FLOE__ARRAY_LEN(parts), out, st);
+}
+
+floe_code floe__auth_data_proof(const FloeJobSecret *s, const uint8_t receiver_nonce[FLOE__NONCE],
+                                uint64_t receiver_incarnation, const FloeTaskIdentity *sender,
+                                uint8_t out[32], FloeStatus *st) {
+  static const char label[] = "floe-data-v1";
+  uint8_t inc[8], id[2 + FLOE__JOB_NAME_MAX + 4 + 8];
+  for (int i = 0; i < 8; i++) inc[i] = (uint8_t)(receiver_incarnation >> (8 * (7 - i)));
+  size_t idn = identity_bytes(sender, id);
+  HmacPart parts[] = {{label, sizeof label - 1},
+                      {receiver_nonce, FLOE__NONCE},
+                      {inc, sizeof inc},
                       {id, idn}};
   return hmac_sha256(s->bytes, s->len, parts, (int)FLOE__ARRAY_LEN(parts), out, st);
 }

@@ -249,6 +249,11 @@ floe_code floe__wire_frame_decode(const uint8_t *buf, size_t len, const FloeWire
 floe_code floe__wire_unpack(uint16_t type, const uint8_t *payload, size_t len, const char *peer,
                             struct ProtobufCMessage **msg, FloeStatus *st);
 void floe__wire_free(struct ProtobufCMessage *msg); /* NULL is fine */
+/* Memory for the fields of a message built by hand that floe__wire_free may free with the
+ * message (it frees with the allocator unpacking used): n bytes, NULL when out of memory;
+ * floe__wire_dealloc frees one such block (NULL is fine). */
+void *floe__wire_alloc(size_t n);
+void floe__wire_dealloc(void *p);
 
 /* ------------------------------------------------------------------------------------ */
 /* auth.c: the job's secret and the proofs of holding it. */
@@ -293,6 +298,13 @@ floe_code floe__auth_proof(const FloeJobSecret *s, uint8_t role,
 floe_code floe__auth_session_key(const FloeJobSecret *s, const uint8_t nonce_c[FLOE__NONCE],
                                  const uint8_t nonce_s[FLOE__NONCE], uint8_t out[32],
                                  FloeStatus *st);
+/* HMAC(secret, "floe-data-v1" || receiver_nonce || receiver_incarnation (u64, big-endian) ||
+ * sender): the proof in a data-plane hello (dataplane.c) that sender holds the secret, bound
+ * to one incarnation of the receiver (its data nonce is drawn per incarnation), so a hello
+ * made for one incarnation is refused by the next. */
+floe_code floe__auth_data_proof(const FloeJobSecret *s, const uint8_t receiver_nonce[FLOE__NONCE],
+                                uint64_t receiver_incarnation, const FloeTaskIdentity *sender,
+                                uint8_t out[32], FloeStatus *st);
 /* Constant-time equality of n bytes. */
 bool floe__auth_equal(const void *a, const void *b, size_t n);
 /* "/job:worker/task:1 (incarnation 0123456789abcdef)" into buf; returns buf. */
@@ -501,35 +513,69 @@ void floe__coord_agent_free(FloeCoordAgent *a); /* NULL is fine */
  * peer (it accepts the peer's connection). A new receive channel is nobody's until its first
  * message, a hello on the reserved tag FLOE__DATA_HELLO_TAG: the sender's TaskId and its
  * proof HMAC(secret, "floe-data-v1" || receiver's data nonce || receiver's incarnation ||
- * sender's identity), so a hello made for one incarnation of a task is refused by the next;
- * a second channel claiming a peer identity already connected is refused. */
+ * sender's identity) (floe__auth_data_proof), so a hello made for one incarnation of a task
+ * is refused by the next; a second channel claiming a peer identity already connected is
+ * refused. A proven hello from an identity the data plane does not know yet (before its
+ * first floe__dataplane_connect, or a peer's new incarnation) is held until a connect names
+ * it or not (then it is refused); one from a task outside the peers after a connect is
+ * refused at once. A refused channel is closed and the reason recorded
+ * (floe__dataplane_refusals; a connect that times out names them). */
 
 #define FLOE__DATA_HELLO_TAG (FLOE_TRANSPORT_TAG_RESERVED - 2)  /* below the manager's bit */
+/* The hello, fixed layout: magic "FLDH" | version u8 (1) | job length u8 (1..63) | 0 u16 |
+ * task u32 | incarnation u64 | proof [32] | job bytes; integers big-endian. */
+#define FLOE__DATA_HELLO_FIXED 52
+#define FLOE__DATA_HELLO_MAX 128   /* the receive buffer: a longer hello is refused */
+/* Identities held before a connect names them; past this a proven stranger is refused. */
+#define FLOE__DATA_MAX_HELD 64
+
+/* The hello of sender with proof into out; its length. */
+size_t floe__data_hello_encode(const FloeTaskIdentity *sender, const uint8_t proof[32],
+                               uint8_t out[FLOE__DATA_HELLO_MAX]);
+/* Checks and decodes a received hello of len bytes (layout, lengths, the job name's
+ * characters); INVALID_ARGUMENT saying what is wrong. */
+floe_code floe__data_hello_decode(const uint8_t *buf, size_t len, FloeTaskIdentity *sender,
+                                  uint8_t proof[32], FloeStatus *st);
 
 typedef struct FloeDataPlane FloeDataPlane;
 /* Opens rt's transport manager (floe__transport_mgr), draws the data nonce and starts the
- * accept thread. secret borrowed (outlives it). Caller owns *out (floe__dataplane_free). */
+ * accept thread. rt, secret and self are borrowed (self copied); rt must outlive the data
+ * plane (free it before floe_runtime_free). Caller owns *out (floe__dataplane_free). */
 floe_code floe__dataplane_new(struct FloeRuntime *rt, const FloeJobSecret *secret,
                               const FloeTaskIdentity *self, FloeDataPlane **out, FloeStatus *st);
-/* Fills the transport fields of info (a FloeDist__TaskInfo: transport, transport_address,
- * data_nonce; byte fields floe__malloc'd, freed by floe__wire_free of a message built so, or
- * by floe__dataplane_info_clear). */
+/* Fills the transport fields of info (a FloeDist__TaskInfo whose transport fields are still
+ * the defaults: transport, transport_address, data_nonce), allocated with floe__wire_alloc:
+ * freed by floe__wire_free of the message, or by floe__dataplane_info_clear. Fills nothing
+ * else (task, address, devices are the caller's). INVALID_ARGUMENT for another message. */
 floe_code floe__dataplane_fill_info(FloeDataPlane *dp, struct ProtobufCMessage *info,
                                     FloeStatus *st);
+/* Frees the fields fill_info set and puts their defaults back. */
 void floe__dataplane_info_clear(struct ProtobufCMessage *info);
 /* Makes sure there is a send and a receive channel with every peer in infos (n
- * FloeDist__TaskInfo, this task's own among them is skipped): connects and sends hellos to
- * the peers it has no send channel to (or whose incarnation changed: the old channels are
- * closed), then waits up to timeout_ms for the receive channels from them. Names each peer
- * that did not connect in time, or whose transport differs from this one's. Thread-safe. */
+ * FloeDist__TaskInfo, borrowed; this task's own among them is skipped): connects and sends
+ * hellos to the peers it has no send channel to (or whose incarnation changed: the old
+ * channels are closed), then waits up to timeout_ms for the receive channels from them. A
+ * peer whose transport differs from this one's, whose nonce or address is malformed, or
+ * that was dropped at this incarnation fails it at once; a timeout is DEADLINE_EXCEEDED
+ * naming each peer that did not connect (and the latest refusals). Thread-safe. */
 floe_code floe__dataplane_connect(FloeDataPlane *dp, struct ProtobufCMessage *const *infos, int n,
                                   int64_t timeout_ms, FloeStatus *st);
 /* Closes the channels to the task job/task (its death): receives pending on them end with
- * UNAVAILABLE naming it. */
+ * UNAVAILABLE naming the source device; the route answers UNAVAILABLE for it from then on
+ * (a new incarnation of it, given to connect, gets new channels). */
 void floe__dataplane_drop_peer(FloeDataPlane *dp, const char *job, int task);
-/* The route the rendezvous follows (FloeRendezvousOptions.route), valid while dp lives. */
+/* The route the rendezvous follows (FloeRendezvousOptions.route), valid while dp lives.
+ * channel(device): 0 for this task's devices (its own job and task, no job, or job
+ * "localhost"); a peer's channel once both directions are in (its hello proved it holds the
+ * secret); -1 with UNAVAILABLE for a peer not connected or dropped, NOT_FOUND for a task that
+ * is no peer, INVALID_ARGUMENT for a name that does not parse. */
 const FloeRendezvousRoute *floe__dataplane_route(FloeDataPlane *dp);
-void floe__dataplane_free(FloeDataPlane *dp); /* NULL is fine */
+/* Channels refused so far; the latest reason is copied into why (cap bytes; "" when none;
+ * why may be NULL). For logs and tests. */
+int floe__dataplane_refusals(FloeDataPlane *dp, char *why, size_t cap);
+/* Stops the accept thread, closes every channel (waiting for their hello transfers to end),
+ * frees. NULL is fine. */
+void floe__dataplane_free(FloeDataPlane *dp);
 
 /* ------------------------------------------------------------------------------------ */
 /* worker.c: the worker service every task runs (RegisterGraph, RunGraph, CleanupGraph,

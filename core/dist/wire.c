@@ -151,6 +151,9 @@ static void pb_free(void *data, void *p) {
 }
 static ProtobufCAllocator k_alloc = {pb_alloc, pb_free, NULL};
 
+void *floe__wire_alloc(size_t n) { return pb_alloc(NULL, n); }
+void floe__wire_dealloc(void *p) { pb_free(NULL, p); }
+
 /* An allocator that refuses past a budget of live bytes: protobuf-c's unpacking may allocate
  * far more than the bytes it reads (an empty sub-message is 2 bytes on the wire and a
  * struct of dozens in memory). */

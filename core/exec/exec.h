@@ -414,7 +414,10 @@ bool floe__resource_is_obj_handle(const FloeTensor *t);
  * otherwise the sender copies the value to host memory when its device is not host memory,
  * posts it through the runtime's transport (the "local" plugin, FLOE_TRANSPORT picks
  * another) under a 64-bit tag derived from (step id, key), and the receiver posts a receive
- * under the same tag, then copies into the consuming device. */
+ * under the same tag, then copies into the consuming device. With opts.route, a Send whose
+ * destination is on another task posts on that task's send channel and a Recv whose source
+ * is on another task on its receive channel (same tags); a channel closed under a pending
+ * Recv (its task died or was dropped) fails it with UNAVAILABLE. */
 typedef struct FloeRendezvous FloeRendezvous;
 
 typedef struct FloeRendezvousKey {
@@ -492,19 +495,25 @@ uint64_t floe__device_incarnation(const struct FloeDevice *d);
 /* sendrecv.c: the kernels of _Send, _ControlSend and _Recv (any device type). */
 floe_code floe__sendrecv_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 
-/* rendezvous.c: the wire format of one transfer through a transport. A header message of
- * FLOE__RV_HEADER_BYTES under tag T = floe__rendezvous_tag(step, key) (low bit 0), then the
- * payload under T | 1 (always sent, possibly empty). Header fields, little-endian, at byte
- * offsets: 0 magic u32 (FLOE__RV_MAGIC), 4 version u16 (FLOE__RV_VERSION), 6 flags u16
- * (FLOE__RV_*), 8 dtype u32 (FloeDType of the value as received), 12 rank u32, 16 dims
- * i64[FLOE_MAX_DIMS] (unused ones 0), 80 payload bytes u64. With FLOE__RV_BF16 an f32 value
- * travels as bf16 (2 bytes an element). */
+/* rendezvous.c: the wire format of one transfer through a transport. A message under tag
+ * T = floe__rendezvous_tag(step, key) (low bit 0) starts with a header of
+ * FLOE__RV_HEADER_BYTES; when header and payload fit in FLOE__RV_MESSAGE_MAX bytes the
+ * payload follows the header in that one message, else the header travels alone, flagged
+ * FLOE__RV_SPLIT, and the payload follows under T | 1 (the receiver always posts a
+ * FLOE__RV_MESSAGE_MAX-byte buffer under T, so a small value costs one message: rxm sends up
+ * to 16 KiB eagerly). Header fields, little-endian, at byte offsets: 0 magic u32
+ * (FLOE__RV_MAGIC), 4 version u16 (FLOE__RV_VERSION), 6 flags u16 (FLOE__RV_*), 8 dtype u32
+ * (FloeDType of the value as received), 12 rank u32, 16 dims i64[FLOE_MAX_DIMS] (unused
+ * ones 0), 80 payload bytes u64. With FLOE__RV_BF16 an f32 value travels as bf16 (2 bytes an
+ * element). */
 #define FLOE__RV_HEADER_BYTES 88
+#define FLOE__RV_MESSAGE_MAX 16384
 #define FLOE__RV_MAGIC 0x31565246u /* "FRV1" */
-#define FLOE__RV_VERSION 1
+#define FLOE__RV_VERSION 2
 #define FLOE__RV_DEAD 0x1u
 #define FLOE__RV_CONTROL 0x2u
 #define FLOE__RV_BF16 0x4u
+#define FLOE__RV_SPLIT 0x8u
 /* The 64-bit tag of a key in a step (low bit 0); pure. */
 uint64_t floe__rendezvous_tag(int64_t step_id, const FloeRendezvousKey *key);
 /* f32 <-> bf16: round to nearest even, NaN stays NaN (quiet, sign kept), infinities kept. */

@@ -6,10 +6,14 @@
  * A table slot per key string. Both sides decide the route from the key alone, so they agree
  * without talking: by reference when both devices resolve in this process, the source's
  * incarnation is this runtime's, and they are one device or both read host memory (and
- * force_transport is off); through the runtime's transport otherwise. On the reference path
- * the slot holds the value or the waiting Recv; on the transport path the Send posts a
- * header and a payload message, and the Recv posts a receive for the header, then one of the
- * exact payload size, and builds the tensor on the destination device.
+ * force_transport is off); through the runtime's transport otherwise. With a route
+ * (FloeRendezvousOptions.route), a key whose other end is on another task always takes the
+ * transport, on the channel the route names for that task; channel 0 is the manager's
+ * loopback. On the reference path the slot holds the value or the waiting Recv; on the
+ * transport path the Send posts one message (header and a small payload) or two (header,
+ * then the payload under tag | 1), and the Recv posts a receive of FLOE__RV_MESSAGE_MAX
+ * bytes, then, for a split value, one of the exact payload size, and builds the tensor on the
+ * destination device.
  *
  * Locking: r->mu guards the table, the list of transport Recvs and the abort state. It may be
  * held while calling into the transport manager (never the reverse), and is never held while
@@ -29,6 +33,7 @@ typedef struct Slot {
   bool sent, recv_posted;
   bool via_transport;        /* the Send went to the transport ... */
   bool drain_local;          /* ... for a receiver here (drained at free if unreceived) */
+  bool split;                /* ... as a header and a payload message */
   uint64_t tag;
   /* reference path */
   bool has_value, dead;      /* a Send waits for its Recv */
@@ -42,15 +47,16 @@ typedef struct Slot {
 typedef struct RecvOp {
   FloeRendezvous *r;         /* one reference */
   FloeTransportMgr *mgr;
+  int chan;                  /* the receive channel (0: the loopback) */
   int refs;                  /* under r->mu: the transport's callback, + 1 while abort delivers */
   char *key;                 /* owned, for errors */
+  char *src;                 /* the source device's name, owned, for errors */
   FloeDevice *dst;
   FloeRecvDoneFn done;
   void *arg;
   uint64_t tag;
   FloeXfer *xfer;            /* the receive in flight (under r->mu), NULL while completing */
   bool delivered;            /* done has been called (or is being called) */
-  unsigned char hdr[FLOE__RV_HEADER_BYTES];
   FloeDType dtype;
   int rank;
   int64_t dims[FLOE_MAX_DIMS];
@@ -59,6 +65,7 @@ typedef struct RecvOp {
   size_t payload_len;
   FloeTensor *direct;        /* a host-memory destination received into in place */
   struct RecvOp *prev, *next; /* in r->ops while not delivered */
+  unsigned char msg[];       /* FLOE__RV_MESSAGE_MAX bytes: the first message */
 } RecvOp;
 
 struct FloeRendezvous {
@@ -155,6 +162,36 @@ static bool by_reference(const FloeRendezvous *r, const FloeRendezvousKey *key) 
   if (!src || !dst || floe__device_incarnation(src) != key->src_incarnation) return false;
   if (src->remote || dst->remote) return false; /* another task's: through its channel */
   return src == dst || (src->host_memory && dst->host_memory);
+}
+
+/* The channel to or from the task holding device: 0 without a route (or for this task's
+ * own devices), else the route's answer; -1 with st set when it has none. */
+static int route_channel(const FloeRendezvous *r, const char *device, bool is_send,
+                         FloeStatus *st) {
+  const FloeRendezvousRoute *route = r->opts.route;
+  if (!route || !route->channel) return 0;
+  FloeStatus why = {FLOE_OK, NULL};
+  int chan = route->channel(route->arg, device, is_send, &why);
+  if (chan < 0) {
+    if (why.code == FLOE_OK)
+      floe_status_set(&why, FLOE_UNAVAILABLE, "no %s channel %s the task holding %s",
+                      is_send ? "send" : "receive", is_send ? "to" : "from", device);
+    floe_status_set(st, why.code, "%s", floe_status_message(&why));
+  }
+  floe_status_clear(&why);
+  return chan < 0 ? -1 : chan;
+}
+
+/* A post refused because the route's channel was closed meanwhile (its task was dropped)
+ * is UNAVAILABLE naming the device's task, as the route would have answered a moment later;
+ * the code st ends with. */
+static floe_code channel_gone(FloeStatus *st, floe_code rc, int chan, const char *device) {
+  if (chan == 0 || rc != FLOE_FAILED_PRECONDITION) return rc;
+  char *why = st ? floe__strdup(floe_status_message(st)) : NULL;
+  floe_status_set(st, FLOE_UNAVAILABLE, "the task of %s is gone: %s", device,
+                  why ? why : FLOE__OOM_MESSAGE);
+  floe__free(why);
+  return FLOE_UNAVAILABLE;
 }
 
 static void *tensor_bytes(const FloeTensor *t) {
@@ -268,6 +305,7 @@ static void op_unref(RecvOp *op) { /* under r->mu */
   else
     floe__aligned_free(op->payload);
   floe__free(op->key);
+  floe__free(op->src);
   floe__free(op);
 }
 
@@ -338,14 +376,17 @@ void floe__rendezvous_abort(FloeRendezvous *r, floe_code code, const char *why) 
   floe_status_clear(&st);
 }
 
-/* Posts two empty receives that consume a message pair nobody received (under r->mu). */
+/* Posts empty receives that consume the messages of a value nobody here received (under
+ * r->mu). Only values sent to this runtime's own devices (the loopback channel): a value
+ * sent to another task waits in that task's transport, which alone can match it; that task
+ * drops what its step left (CleanupGraph) and its runtime's free releases the rest. */
 static void drain_unreceived(FloeRendezvous *r) {
   for (size_t i = 0; i < r->cap; i++) {
     Slot *s = r->slots[i];
     if (!s || !s->via_transport || s->recv_posted || !s->drain_local || !r->mgr) continue;
     FloeStatus ignore = {FLOE_OK, NULL};
     floe__transport_irecv(r->mgr, NULL, 0, s->tag, NULL, NULL, NULL, &ignore);
-    floe__transport_irecv(r->mgr, NULL, 0, s->tag | 1, NULL, NULL, NULL, &ignore);
+    if (s->split) floe__transport_irecv(r->mgr, NULL, 0, s->tag | 1, NULL, NULL, NULL, &ignore);
     floe_status_clear(&ignore);
   }
 }
@@ -443,9 +484,10 @@ static void deliver_value(FloeRendezvous *r, const char *ks, FloeRecvDoneFn done
 
 typedef struct SendOp {
   atomic_int left;           /* posted messages not yet completed */
-  unsigned char hdr[FLOE__RV_HEADER_BYTES];
-  void *owned;               /* staging or bf16 buffer (floe__aligned_alloc) */
-  FloeTensor *held;          /* a host tensor whose bytes are sent in place */
+  void *owned;               /* a split value's staging or bf16 buffer (floe__aligned_alloc) */
+  FloeTensor *held;          /* a split host tensor whose bytes are sent in place */
+  size_t msg_len;            /* of msg: the header, and the payload when it fits */
+  unsigned char msg[];
 } SendOp;
 
 static void send_op_put(SendOp *op) {
@@ -496,17 +538,21 @@ static void encode_header(unsigned char *h, unsigned flags, FloeDType dt, int ra
   put_u64(h + 80, payload);
 }
 
-/* The bytes to post for t: in place when t is host memory and travels uncompressed, else in
- * op->owned (staged from the device and/or compressed). */
-static floe_code send_payload(SendOp *op, FloeTensor *t, bool bf16, const void **out,
-                              size_t *len, FloeStatus *st) {
+/* The payload bytes of t as they travel: *len is the count (bf16 halves an f32 value). */
+static size_t wire_len(const FloeRendezvous *r, const FloeTensor *t) {
+  return compressible(r, t) ? (size_t)t->num_elements * 2 : t->nbytes;
+}
+
+/* The bytes to post for t: in place when t is host memory and travels uncompressed (*held
+ * gets a reference), else in *owned (staged from the device and/or compressed). */
+static floe_code send_payload(FloeTensor *t, bool bf16, const void **out, void **owned,
+                              FloeTensor **held, FloeStatus *st) {
   FloeDevice *dev = floe__tensor_device(t);
   bool host = !dev || dev->host_memory;
   if (host && !bf16) {
     floe_tensor_retain(t);
-    op->held = t;
+    *held = t;
     *out = tensor_bytes(t);
-    *len = t->nbytes;
     return FLOE_OK;
   }
   const void *src = tensor_bytes(t);
@@ -523,9 +569,8 @@ static floe_code send_payload(SendOp *op, FloeTensor *t, bool bf16, const void *
     src = stage;
   }
   if (!bf16) {
-    op->owned = stage;
+    *owned = stage;
     *out = stage;
-    *len = t->nbytes;
     return FLOE_OK;
   }
   size_t n = (size_t)t->num_elements;
@@ -538,44 +583,59 @@ static floe_code send_payload(SendOp *op, FloeTensor *t, bool bf16, const void *
   const float *f = src;
   for (size_t i = 0; i < n; i++) half[i] = floe__f32_to_bf16(f[i]);
   floe__aligned_free(stage);
-  op->owned = half;
+  *owned = half;
   *out = half;
-  *len = n * 2;
   return FLOE_OK;
 }
 
-/* Posts header and payload; *wire gets the payload's bytes, *posted whether anything was
- * posted. t may be NULL (dead, or a control edge sending nothing). */
-static floe_code send_transport(FloeRendezvous *r, FloeTransportMgr *m, uint64_t tag,
-                                FloeTensor *t, bool dead, bool control, int64_t *wire,
-                                bool *posted, FloeStatus *st) {
+/* Posts the value on channel chan: one message when header and payload fit in
+ * FLOE__RV_MESSAGE_MAX (split false), else the header then the payload under tag | 1. *wire
+ * gets the payload's bytes, *posted whether anything was posted. t may be NULL (dead, or a
+ * control edge sending nothing). */
+static floe_code send_transport(FloeRendezvous *r, FloeTransportMgr *m, int chan, uint64_t tag,
+                                FloeTensor *t, bool dead, bool control, bool split,
+                                int64_t *wire, bool *posted, FloeStatus *st) {
   *posted = false;
-  SendOp *op = floe__calloc(1, sizeof *op);
+  bool has_payload = !dead && t && t->nbytes > 0;
+  size_t len = has_payload ? wire_len(r, t) : 0;
+  SendOp *op = floe__malloc(sizeof *op + FLOE__RV_HEADER_BYTES + (split ? 0 : len));
   if (!op) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory posting a Send");
-  atomic_init(&op->left, 2);
+  memset(op, 0, sizeof *op);
+  atomic_init(&op->left, split ? 2 : 1);
+  op->msg_len = FLOE__RV_HEADER_BYTES + (split ? 0 : len);
   const void *payload = NULL;
-  size_t len = 0;
-  unsigned flags = (dead ? FLOE__RV_DEAD : 0) | (control ? FLOE__RV_CONTROL : 0);
+  unsigned flags = (dead ? FLOE__RV_DEAD : 0) | (control ? FLOE__RV_CONTROL : 0) |
+                   (split ? FLOE__RV_SPLIT : 0);
   bool bf16 = !dead && t && compressible(r, t);
   if (bf16) flags |= FLOE__RV_BF16;
   floe_code rc;
-  if (!dead && t && t->nbytes > 0 &&
-      (rc = send_payload(op, t, bf16, &payload, &len, st)) != FLOE_OK) {
+  if (has_payload &&
+      (rc = send_payload(t, bf16, &payload, &op->owned, &op->held, st)) != FLOE_OK) {
     floe__free(op);
     return rc;
   }
   static const int64_t empty_dims[1] = {0};
   if (t && !dead)
-    encode_header(op->hdr, flags, t->dtype, t->rank, t->dims, len);
+    encode_header(op->msg, flags, t->dtype, t->rank, t->dims, len);
   else
-    encode_header(op->hdr, flags, FLOE_F32, 1, empty_dims, 0);
-  if ((rc = floe__transport_isend(m, op->hdr, sizeof op->hdr, tag, on_sent, op, st)) != FLOE_OK) {
+    encode_header(op->msg, flags, FLOE_F32, 1, empty_dims, 0);
+  if (!split && len) { /* small: the bytes travel in the message, nothing is kept */
+    memcpy(op->msg + FLOE__RV_HEADER_BYTES, payload, len);
+    floe__aligned_free(op->owned);
+    floe_tensor_release(op->held);
+    op->owned = NULL;
+    op->held = NULL;
+  }
+  if ((rc = floe__transport_isend_on(m, chan, op->msg, op->msg_len, tag, on_sent, op, st)) !=
+      FLOE_OK) {
     atomic_store(&op->left, 1);
     send_op_put(op);
     return rc;
   }
   *posted = true;
-  if ((rc = floe__transport_isend(m, payload, len, tag | 1, on_sent, op, st)) != FLOE_OK) {
+  if (split &&
+      (rc = floe__transport_isend_on(m, chan, payload, len, tag | 1, on_sent, op, st)) !=
+          FLOE_OK) {
     send_op_put(op); /* the header's callback puts the other */
     return rc;
   }
@@ -603,7 +663,13 @@ floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key,
     goto out_free_key;
   }
   if (is_dead) t = NULL;
-  bool fast = by_reference(r, key);
+  int chan = route_channel(r, key->dst_device, true, st);
+  if (chan < 0) {
+    floe__status_prefix(st, "Send of %s", ks);
+    rc = st ? st->code : FLOE_UNAVAILABLE;
+    goto out_free_key;
+  }
+  bool fast = chan == 0 && by_reference(r, key);
   FloeTransportMgr *m = NULL;
   FloeTensor *value = NULL;
   bool no_copy = false;
@@ -662,16 +728,20 @@ floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key,
   }
   s->via_transport = true;
   s->tag = tag_of(r->step_id, s->key);
-  s->drain_local = local_device(r->rt, key->dst_device) != NULL;
+  /* a value for another task is that task's to drain (see drain_unreceived) */
+  s->drain_local = chan == 0 && local_device(r->rt, key->dst_device) != NULL;
+  s->split = t && FLOE__RV_HEADER_BYTES + wire_len(r, t) > FLOE__RV_MESSAGE_MAX;
   r->mgr = m;
   uint64_t tag = s->tag;
+  bool split = s->split;
   const char *kname = s->key; /* slots live until the last reference goes */
   pthread_mutex_unlock(&r->mu);
   floe__free(ks);
   int64_t wire = 0;
   bool posted;
-  rc = send_transport(r, m, tag, t, is_dead, control, &wire, &posted, st);
+  rc = send_transport(r, m, chan, tag, t, is_dead, control, split, &wire, &posted, st);
   if (rc != FLOE_OK) {
+    rc = channel_gone(st, rc, chan, key->dst_device);
     floe__status_prefix(st, "Send of %s", kname);
     if (!posted) { /* nothing for free to drain */
       pthread_mutex_lock(&r->mu);
@@ -737,7 +807,7 @@ static void op_fail(RecvOp *op, floe_code code, const char *fmt, ...) {
 
 /* Checks a received header and fills op's value description; false after op_fail. */
 static bool decode_header(RecvOp *op) {
-  const unsigned char *h = op->hdr;
+  const unsigned char *h = op->msg;
   if (get_u32(h) != FLOE__RV_MAGIC || get_u16(h + 4) != FLOE__RV_VERSION) {
     op_fail(op, FLOE_DATA_LOSS,
             "the header has magic 0x%08x version %u (expected 0x%08x version %d): not a "
@@ -778,11 +848,12 @@ static bool decode_header(RecvOp *op) {
   return true;
 }
 
-/* The received value on op->dst. Caller owns; NULL + st on failure. */
-static FloeTensor *build_value(RecvOp *op, FloeStatus *st) {
+/* The received value on op->dst from its payload bytes at payload. Caller owns; NULL + st on
+ * failure. */
+static FloeTensor *build_value(RecvOp *op, const void *payload, FloeStatus *st) {
   FloeTensor *t = floe__tensor_alloc(op->dst, op->dtype, op->rank, op->dims, st);
   if (!t || t->nbytes == 0) return t;
-  const void *src = op->payload;
+  const void *src = payload;
   float *wide = NULL;
   if (op->flags & FLOE__RV_BF16) {
     if (!(wide = floe__aligned_alloc(64, t->nbytes))) {
@@ -791,7 +862,7 @@ static FloeTensor *build_value(RecvOp *op, FloeStatus *st) {
       floe_tensor_release(t);
       return NULL;
     }
-    const uint16_t *half = op->payload;
+    const uint16_t *half = payload;
     for (int64_t i = 0; i < t->num_elements; i++) wide[i] = floe__bf16_to_f32(half[i]);
     src = wide;
   }
@@ -802,6 +873,18 @@ static FloeTensor *build_value(RecvOp *op, FloeStatus *st) {
     return NULL;
   }
   return t;
+}
+
+/* A receive on another task's channel ended by floe__transport_close_channel (the task died
+ * or was dropped) fails the Recv with UNAVAILABLE naming the source device; true when so (op
+ * finished). An abort's own cancellations keep the abort's status (op_finish). */
+static bool lost_channel(RecvOp *op, floe_code code) {
+  if (code != FLOE_CANCELLED || op->chan == 0) return false;
+  op_fail(op, FLOE_UNAVAILABLE,
+          "the receive channel %d from the task of %s was closed (the task died or was "
+          "dropped, or the runtime is shutting down)",
+          op->chan, op->src);
+  return true;
 }
 
 static void on_payload(void *arg, floe_code code, size_t size) {
@@ -817,6 +900,7 @@ static void on_payload(void *arg, floe_code code, size_t size) {
     return;
   }
   if (code != FLOE_OK) {
+    if (lost_channel(op, code)) return;
     op_fail(op, code, "receiving the %zu-byte payload failed (%s, transport \"%s\")",
             op->payload_len, floe_code_name(code), floe__transport_name(op->mgr));
     return;
@@ -834,7 +918,7 @@ static void on_payload(void *arg, floe_code code, size_t size) {
     op->direct = NULL;
     op->payload = NULL;
   } else if (!dead) {
-    t = build_value(op, &st);
+    t = build_value(op, op->payload, &st);
   }
   if (!dead && !t) floe__status_prefix(&st, "Recv of %s onto %s", op->key,
                                        op->dst ? op->dst->short_name : "host");
@@ -842,24 +926,46 @@ static void on_payload(void *arg, floe_code code, size_t size) {
   floe_status_clear(&st);
 }
 
-static void on_header(void *arg, floe_code code, size_t size) {
+static void on_message(void *arg, floe_code code, size_t size) {
   RecvOp *op = arg;
   FloeRendezvous *r = op->r;
   pthread_mutex_lock(&r->mu);
   op->xfer = NULL;
   pthread_mutex_unlock(&r->mu);
-  if (code == FLOE_OUT_OF_RANGE || (code == FLOE_OK && size != FLOE__RV_HEADER_BYTES)) {
-    op_fail(op, FLOE_DATA_LOSS, "the header message holds %zu bytes, not %d", size,
-            FLOE__RV_HEADER_BYTES);
+  if (code == FLOE_OUT_OF_RANGE || (code == FLOE_OK && size < FLOE__RV_HEADER_BYTES)) {
+    op_fail(op, FLOE_DATA_LOSS, "the first message holds %zu bytes (a header of %d and at most "
+            "%d in all expected)", size, FLOE__RV_HEADER_BYTES, FLOE__RV_MESSAGE_MAX);
     return;
   }
   if (code != FLOE_OK) {
+    if (lost_channel(op, code)) return;
     op_fail(op, code, "receiving the header failed (%s, transport \"%s\")",
             floe_code_name(code), floe__transport_name(op->mgr));
     return;
   }
   if (!decode_header(op)) return;
   FloeStatus st = {FLOE_OK, NULL};
+  bool dead = op->flags & FLOE__RV_DEAD;
+  if (!(op->flags & FLOE__RV_SPLIT)) { /* the payload came with the header */
+    if (size != FLOE__RV_HEADER_BYTES + op->payload_len) {
+      op_fail(op, FLOE_DATA_LOSS,
+              "the message holds %zu bytes; its header announced %zu payload bytes after "
+              "its %d", size, op->payload_len, FLOE__RV_HEADER_BYTES);
+      return;
+    }
+    FloeTensor *t = dead ? NULL : build_value(op, op->msg + FLOE__RV_HEADER_BYTES, &st);
+    if (!dead && !t) floe__status_prefix(&st, "Recv of %s onto %s", op->key,
+                                         op->dst ? op->dst->short_name : "host");
+    op_finish(op, &st, t, dead);
+    floe_status_clear(&st);
+    return;
+  }
+  if (size != FLOE__RV_HEADER_BYTES) {
+    op_fail(op, FLOE_DATA_LOSS,
+            "the header message of a split value holds %zu bytes, not %d", size,
+            FLOE__RV_HEADER_BYTES);
+    return;
+  }
   /* A host-memory destination takes the bytes straight into the tensor (no staging copy). */
   bool host_dst = !op->dst || op->dst->host_memory;
   if (op->payload_len && host_dst && !(op->flags & FLOE__RV_BF16)) {
@@ -877,8 +983,8 @@ static void on_header(void *arg, floe_code code, size_t size) {
     return;
   }
   pthread_mutex_lock(&r->mu);
-  floe_code rc = floe__transport_irecv(op->mgr, op->payload, op->payload_len, op->tag | 1,
-                                       on_payload, op, &op->xfer, &st);
+  floe_code rc = floe__transport_irecv_on(op->mgr, op->chan, op->payload, op->payload_len,
+                                          op->tag | 1, on_payload, op, &op->xfer, &st);
   /* Aborted while the header was being read: withdraw at once (or let it complete). */
   if (rc == FLOE_OK && r->aborted) floe__transport_cancel(op->mgr, op->xfer);
   pthread_mutex_unlock(&r->mu);
@@ -909,7 +1015,13 @@ void floe__rendezvous_recv(FloeRendezvous *r, const FloeRendezvousKey *key, Floe
     floe_status_set(&st, FLOE_NO_MEMORY, "out of memory naming a rendezvous key");
     return recv_fail_now(done, arg, &st);
   }
-  bool fast = by_reference(r, key);
+  int chan = route_channel(r, key->src_device, false, &st);
+  if (chan < 0) {
+    floe__status_prefix(&st, "Recv of %s", ks);
+    floe__free(ks);
+    return recv_fail_now(done, arg, &st);
+  }
+  bool fast = chan == 0 && by_reference(r, key);
   FloeTransportMgr *m = NULL;
   if (!fast && !(m = floe__transport_mgr(r->rt, &st))) {
     floe__status_prefix(&st, "Recv of %s", ks);
@@ -951,22 +1063,27 @@ void floe__rendezvous_recv(FloeRendezvous *r, const FloeRendezvousKey *key, Floe
     floe__free(ks);
     return;
   }
-  op = floe__calloc(1, sizeof *op);
-  if (!op || !(op->key = floe__strdup(s->key))) {
+  /* Room for the first message; only the bookkeeping is zeroed. */
+  op = floe__malloc(sizeof *op + FLOE__RV_MESSAGE_MAX);
+  if (op) memset(op, 0, sizeof *op);
+  if (!op || !(op->key = floe__strdup(s->key)) || !(op->src = floe__strdup(key->src_device))) {
+    if (op) floe__free(op->key);
     floe__free(op);
     floe_status_set(&st, FLOE_NO_MEMORY, "out of memory posting a Recv");
     goto fail_unlock;
   }
   op->r = r;
   op->mgr = m;
+  op->chan = chan;
   op->refs = 1;
   op->dst = dst;
   op->done = done;
   op->arg = arg;
   op->tag = tag_of(r->step_id, s->key);
   r->mgr = m;
-  if (floe__transport_irecv(m, op->hdr, sizeof op->hdr, op->tag, on_header, op, &op->xfer,
-                            &st) != FLOE_OK) {
+  if (floe__transport_irecv_on(m, chan, op->msg, FLOE__RV_MESSAGE_MAX, op->tag, on_message, op,
+                               &op->xfer, &st) != FLOE_OK) {
+    channel_gone(&st, st.code, chan, key->src_device);
     floe__status_prefix(&st, "Recv of %s", s->key);
     op_unref(op);
     goto fail_unlock;

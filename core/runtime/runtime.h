@@ -162,7 +162,9 @@ floe_code floe__transport_irecv(FloeTransportMgr *m, void *buf, size_t len, uint
 floe_code floe__transport_cancel(FloeTransportMgr *m, FloeXfer *x);
 
 /* Channels to other endpoints (other runtimes, processes, machines). Channel 0 is the
- * loopback pair floe__transport_isend/irecv use. The distributed layer connects to each peer
+ * loopback pair floe__transport_isend/irecv use. Once a channel is open the progress thread
+ * waits in the transport (its fd, or its wait) even with nothing posted, so peers' set-up
+ * and unexpected messages move while this side is idle. The distributed layer connects to each peer
  * task's address, accepts each peer's connection, tells them apart and authenticates them
  * with messages of its own on the new channels, then routes tensors through them. */
 /* This endpoint's address blob (what a peer passes to floe__transport_connect): copied into
@@ -172,8 +174,11 @@ floe_code floe__transport_address(FloeTransportMgr *m, void *addr, size_t *len);
  * and st (the transport's refusal, e.g. another libfabric version named). */
 int floe__transport_connect(FloeTransportMgr *m, const void *addr, size_t len, FloeStatus *st);
 /* The next peer's connection to this endpoint, as a receive channel (>= 1); waits up to
- * timeout_ms (naps growing to 2 ms while progressing the transport), then -1 and
- * FLOE_DEADLINE_EXCEEDED. Peers are accepted in the order their connections arrive. */
+ * timeout_ms, then -1 and FLOE_DEADLINE_EXCEEDED (FLOE_CANCELLED once the runtime is being
+ * freed: stop accepting before floe_runtime_free). Meanwhile the progress thread progresses
+ * the transport and wakes it after each progress (a nap growing to 50 ms, with a progress of
+ * its own, covers a connection that made no fd readable). Peers are accepted in the order
+ * their connections arrive. */
 int floe__transport_accept(FloeTransportMgr *m, int64_t timeout_ms, FloeStatus *st);
 /* As floe__transport_isend / irecv on a channel; FLOE_FAILED_PRECONDITION for a channel not
  * open or closed. */

@@ -13,8 +13,11 @@
  * Tags: the manager clears FLOE_TRANSPORT_TAG_RESERVED (the transport's own bit, ABI 1.4) in
  * every tag it posts, so callers may hand it any 64-bit tag.
  *
- * Waiting while requests are pending (with none pending the thread waits on a condition
- * variable), in the first way the transport allows:
+ * Waiting while requests are pending, or while idle once the manager has channels to other
+ * endpoints or someone waits in floe__transport_accept (a peer's connection set-up, its
+ * hellos and rxm's protocols move only under progress, on both sides), in the first way the
+ * transport allows (with no channels and nothing pending the thread waits on a condition
+ * variable: a lone runtime's loopback needs no progress while idle):
  *  - get_fd and trywait (1.4): progress and test, then trywait; only when it answers FLOE_OK
  *    does the thread sleep in poll() on that fd and on its own eventfd (posts, cancels and
  *    stop write it), with no timeout: nothing that arrived before trywait is slept through.
@@ -22,7 +25,8 @@
  *  - get_fd alone (1.3): poll() as above, with a 100 ms safety timeout for a missed wake-up.
  *  - none: a condition variable with a short backoff (50 us doubling to 2 ms).
  * A transport that keeps answering "not yet" (trywait) or fails to wait is not spun on: the
- * thread falls back to bounded sleeps.
+ * thread falls back to bounded sleeps. After each progress the thread wakes the callers
+ * waiting in floe__transport_accept, which then look for a connection again.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -66,8 +70,11 @@ struct FloeTransportMgr {
    * closed. */
   void **send_chans, **recv_chans;
   int num_send_chans, num_recv_chans;
+  int open_chans;            /* channels > 0 not closed, both kinds */
+  int accepting;             /* callers waiting in floe__transport_accept */
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  pthread_cond_t accept_cv;  /* broadcast after each progress while someone accepts */
   FloeXfer *pending;         /* posted, not yet completed */
   FloeXfer *completed;       /* completed or cancelled, callbacks not yet run */
   bool stop;
@@ -81,6 +88,10 @@ struct FloeTransportMgr {
 enum { BACKOFF_MIN_NS = 50000, BACKOFF_MAX_NS = 2000000, POLL_SAFETY_MS = 100 };
 /* After this many "not yet" answers from trywait in a row, poll with a short timeout. */
 enum { NOT_YET_LIMIT = 64, NOT_YET_POLL_MS = 1 };
+/* accept's own naps between looks when no progress woke it (a transport whose connection
+ * set-up makes no fd readable): 1 ms doubling to 50 ms. The progress thread's wake-ups are
+ * the fast path; these only bound a missed one. */
+enum { ACCEPT_NAP_MIN_NS = 1000000, ACCEPT_NAP_MAX_NS = 50000000 };
 
 /* Serialises lazy creation (rare: once per runtime). */
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -219,16 +230,19 @@ static void *progress_main(void *arg) {
       run_completed(m);
       continue;
     }
-    if (!m->pending) {
+    if (!m->pending && m->open_chans == 0 && m->accepting == 0) {
       pthread_cond_wait(&m->cv, &m->mu);
       continue;
     }
-    if (test_pending(m)) {
+    bool any = test_pending(m);
+    if (m->accepting) pthread_cond_broadcast(&m->accept_cv);
+    if (any) {
       backoff_ns = BACKOFF_MIN_NS;
       continue;
     }
     wait_for_progress(m, &backoff_ns);
   }
+  pthread_cond_broadcast(&m->accept_cv);
   pthread_mutex_unlock(&m->mu);
   return NULL;
 }
@@ -321,6 +335,7 @@ static void mgr_destroy(FloeTransportMgr *m) {
   if (m->ctx) m->fns->finalize(m->ctx);
   if (m->wake_fd >= 0) close(m->wake_fd);
   pthread_cond_destroy(&m->cv);
+  pthread_cond_destroy(&m->accept_cv);
   pthread_mutex_destroy(&m->mu);
   floe__free(m);
 }
@@ -339,6 +354,11 @@ static FloeTransportMgr *mgr_create(FloeRuntime *rt, FloeStatus *st) {
   m->wake_fd = -1;
   pthread_mutex_init(&m->mu, NULL);
   pthread_cond_init(&m->cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&m->accept_cv, &ca);
+  pthread_condattr_destroy(&ca);
   m->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (m->wake_fd < 0) {
     floe_status_set(st, FLOE_UNAVAILABLE, "eventfd for the transport manager: %s",
@@ -518,44 +538,74 @@ int floe__transport_connect(FloeTransportMgr *m, const void *addr, size_t len, F
     m->fns->close_send(comm);
     rc = FLOE_NO_MEMORY;
   }
-  if (rc == FLOE_OK) wake(m); /* a connection may need progress */
+  if (rc == FLOE_OK) {
+    m->open_chans++;
+    wake(m); /* from now on the thread progresses the transport while idle */
+  }
   pthread_mutex_unlock(&m->mu);
   if (rc != FLOE_OK) transport_failed(st, m->tr, "connect", rc);
   return chan;
 }
 
+/* now + ns, capped at deadline (CLOCK_MONOTONIC: the manager's condvars use it). */
+static struct timespec until(const struct timespec *deadline, long ns) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_nsec += ns;
+  t.tv_sec += t.tv_nsec / 1000000000L;
+  t.tv_nsec %= 1000000000L;
+  if (t.tv_sec > deadline->tv_sec ||
+      (t.tv_sec == deadline->tv_sec && t.tv_nsec > deadline->tv_nsec))
+    t = *deadline;
+  return t;
+}
+
 int floe__transport_accept(FloeTransportMgr *m, int64_t timeout_ms, FloeStatus *st) {
-  struct timespec t0, now;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  long nap_ns = 20000; /* connection set-up only: naps growing to 2 ms, never a spin */
+  struct timespec deadline, now;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  if (timeout_ms < 0) timeout_ms = 0;
+  deadline.tv_sec += (time_t)(timeout_ms / 1000);
+  deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+  deadline.tv_nsec %= 1000000000L;
+  long nap_ns = ACCEPT_NAP_MIN_NS;
+  int chan = -1;
+  floe_code rc;
+  pthread_mutex_lock(&m->mu);
+  /* The progress thread now progresses while idle and wakes us after each progress. */
+  m->accepting++;
+  wake(m);
   for (;;) {
-    pthread_mutex_lock(&m->mu);
     void *comm = NULL;
-    floe_code rc = m->stop ? FLOE_CANCELLED : m->fns->accept(m->listen_comm, &comm);
-    if (rc == FLOE_UNAVAILABLE && m->fns->progress) m->fns->progress(m->ctx);
-    int chan = -1;
+    rc = m->stop ? FLOE_CANCELLED : m->fns->accept(m->listen_comm, &comm);
     if (rc == FLOE_OK && (chan = add_chan(&m->recv_chans, &m->num_recv_chans, comm)) < 0) {
       m->fns->close_recv(comm);
       rc = FLOE_NO_MEMORY;
     }
-    pthread_mutex_unlock(&m->mu);
-    if (rc == FLOE_OK) return chan;
-    if (rc != FLOE_UNAVAILABLE) {
-      transport_failed(st, m->tr, "accept", rc);
-      return -1;
-    }
+    if (rc != FLOE_UNAVAILABLE) break;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
-    if (ms >= timeout_ms) {
-      floe_status_set(st, FLOE_DEADLINE_EXCEEDED,
-                      "transport \"%s\": no peer connected within %lld ms", m->tr->name,
-                      (long long)timeout_ms);
-      return -1;
+    if (now.tv_sec > deadline.tv_sec ||
+        (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec)) {
+      rc = FLOE_DEADLINE_EXCEEDED;
+      break;
     }
-    struct timespec ts = {0, nap_ns};
-    nanosleep(&ts, NULL);
-    if (nap_ns < 2000000) nap_ns *= 2;
+    /* Woken by the progress thread, else our own nap ends and we progress once ourselves. */
+    struct timespec t = until(&deadline, nap_ns);
+    if (pthread_cond_timedwait(&m->accept_cv, &m->mu, &t) == ETIMEDOUT && m->fns->progress)
+      m->fns->progress(m->ctx);
+    if (nap_ns < ACCEPT_NAP_MAX_NS) nap_ns *= 2;
   }
+  m->accepting--;
+  if (rc == FLOE_OK) m->open_chans++;
+  pthread_mutex_unlock(&m->mu);
+  if (rc == FLOE_OK) return chan;
+  if (rc == FLOE_DEADLINE_EXCEEDED)
+    floe_status_set(st, FLOE_DEADLINE_EXCEEDED,
+                    "transport \"%s\": no peer connected within %lld ms", m->tr->name,
+                    (long long)timeout_ms);
+  else
+    transport_failed(st, m->tr, "accept", rc);
+  return -1;
 }
 
 void floe__transport_close_channel(FloeTransportMgr *m, int chan, bool is_recv) {
@@ -582,6 +632,7 @@ void floe__transport_close_channel(FloeTransportMgr *m, int chan, bool is_recv) 
   else
     m->fns->close_send((*chans)[chan]);
   (*chans)[chan] = NULL;
+  m->open_chans--;
   wake(m);
   pthread_mutex_unlock(&m->mu);
 }

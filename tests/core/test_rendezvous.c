@@ -71,7 +71,7 @@ static FloeRendezvousKey key_of(FloeDevice *src, FloeDevice *dst, const char *te
 }
 
 static FloeRendezvous *rv_new(FloeRuntime *rt, int64_t step, bool force, bool bf16) {
-  FloeRendezvousOptions o = {force, bf16};
+  FloeRendezvousOptions o = {force, bf16, NULL};
   FloeStatus st = {FLOE_OK, NULL};
   FloeRendezvous *r = floe__rendezvous_new(rt, step, &o, &st);
   ck_assert_msg(r != NULL, "%s", floe_status_message(&st));
@@ -1042,7 +1042,7 @@ static void make_header(unsigned char *h, uint32_t magic, uint16_t flags, uint32
                         uint32_t rank, const int64_t *dims, uint64_t payload) {
   memset(h, 0, 88);
   put_le(h, magic, 4);
-  put_le(h + 4, 1, 2);
+  put_le(h + 4, 2, 2);
   put_le(h + 6, flags, 2);
   put_le(h + 8, dtype, 4);
   put_le(h + 12, rank, 4);
@@ -1050,8 +1050,9 @@ static void make_header(unsigned char *h, uint32_t magic, uint16_t flags, uint32
   put_le(h + 80, payload, 8);
 }
 
-/* Buffers stay valid until the isends complete: static. */
-static unsigned char raw_hdr[3][88];
+/* Buffers stay valid until the isends complete: static. The fourth message carries its
+ * payload inline (no split flag) and so is longer than its header. */
+static unsigned char raw_hdr[4][88 + 4];
 static unsigned char raw_payload[64];
 
 START_TEST(malformed_messages_fail_the_recv) {
@@ -1063,20 +1064,26 @@ START_TEST(malformed_messages_fail_the_recv) {
   ck_assert_msg(m != NULL, "%s", floe_status_message(&st));
   ck_assert_str_eq(floe__transport_name(m), want_transport());
   const int64_t two[1] = {2};
-  const char *names[3] = {"big:0", "magic:0", "size:0"};
-  /* 1: the header announces f32 [2] (8 bytes); the payload holds 64 */
-  make_header(raw_hdr[0], 0x31565246u, 0, FLOE_F32, 1, two, 8);
+  const char *names[4] = {"big:0", "magic:0", "size:0", "inline:0"};
+  const uint16_t split = 0x8;
+  /* 1: the header announces f32 [2] (8 bytes) to follow; the payload holds 64 */
+  make_header(raw_hdr[0], 0x31565246u, split, FLOE_F32, 1, two, 8);
   /* 2: not our magic */
-  make_header(raw_hdr[1], 0xdeadbeefu, 0, FLOE_F32, 1, two, 8);
+  make_header(raw_hdr[1], 0xdeadbeefu, split, FLOE_F32, 1, two, 8);
   /* 3: a payload size that does not match the shape */
-  make_header(raw_hdr[2], 0x31565246u, 0, FLOE_F32, 1, two, 12);
-  const char *expect[3] = {"64 bytes", "magic", "12 payload bytes"};
-  for (int i = 0; i < 3; i++) {
+  make_header(raw_hdr[2], 0x31565246u, split, FLOE_F32, 1, two, 12);
+  /* 4: one message announcing 8 payload bytes after the header, holding 4 */
+  make_header(raw_hdr[3], 0x31565246u, 0, FLOE_F32, 1, two, 8);
+  const char *expect[4] = {"64 bytes", "magic", "12 payload bytes", "holds 92 bytes"};
+  for (int i = 0; i < 4; i++) {
     FloeRendezvousKey k = key_of(cpu, cpu, names[i], 0, 0);
     uint64_t tag = floe__rendezvous_tag(13, &k);
-    ck_assert_int_eq(floe__transport_isend(m, raw_hdr[i], 88, tag, NULL, NULL, &st), FLOE_OK);
+    ck_assert_int_eq(floe__transport_isend(m, raw_hdr[i], i == 3 ? 92 : 88, tag, NULL, NULL,
+                                           &st), FLOE_OK);
     size_t plen = i == 0 ? 64 : 8;
-    ck_assert_int_eq(floe__transport_isend(m, raw_payload, plen, tag | 1, NULL, NULL, &st), FLOE_OK);
+    if (i < 3)
+      ck_assert_int_eq(floe__transport_isend(m, raw_payload, plen, tag | 1, NULL, NULL, &st),
+                       FLOE_OK);
     Got g;
     got_init(&g);
     floe__rendezvous_recv(r, &k, cpu, got_done, &g);
@@ -1234,6 +1241,218 @@ START_TEST(manager_channels_between_two_runtimes) {
 }
 END_TEST
 
+/* ---- routes: two runtimes as two tasks ----------------------------------------------------- */
+
+/* A route as a data plane gives one: this task's job is 0, the other task's devices go on
+ * the channels to and from it, any other job is gone. */
+typedef struct TestRoute {
+  const char *self_job, *peer_job;
+  int send_chan, recv_chan;
+} TestRoute;
+
+static int test_route_channel(void *arg, const char *device, bool is_send, FloeStatus *st) {
+  TestRoute *tr = arg;
+  FloeDeviceName dn;
+  ck_assert_int_eq(floe_device_name_parse(device, &dn, st), FLOE_OK);
+  if (strcmp(dn.job, tr->self_job) == 0) return 0;
+  if (strcmp(dn.job, tr->peer_job) == 0) return is_send ? tr->send_chan : tr->recv_chan;
+  floe_status_set(st, FLOE_UNAVAILABLE, "/job:%s/task:0 is gone (the test's route)", dn.job);
+  return -1;
+}
+
+static const char dev_a[] = "/job:a/replica:0/task:0/device:CPU:0";
+static const char dev_b[] = "/job:b/replica:0/task:0/device:CPU:0";
+static const char dev_c[] = "/job:c/replica:0/task:0/device:CPU:0";
+
+static unsigned char route_byte(size_t i, size_t n, bool to_b) {
+  return (unsigned char)(i * 131u + n * 7u + (to_b ? 1u : 2u));
+}
+
+static FloeTensor *u8_tensor(size_t n, bool to_b) {
+  int64_t dims[1] = {(int64_t)n};
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *t = floe__tensor_alloc(NULL, FLOE_U8, 1, dims, &st);
+  ck_assert_msg(t != NULL, "%s", floe_status_message(&st));
+  unsigned char *p = floe_tensor_data(t);
+  for (size_t i = 0; i < n; i++) p[i] = route_byte(i, n, to_b);
+  return t;
+}
+
+/* One value from one task's rendezvous to the other's, every byte checked. */
+static void route_transfer(FloeRendezvous *from, FloeRendezvous *to, FloeDevice *dst,
+                           bool to_b, size_t n, bool recv_first) {
+  char name[64];
+  snprintf(name, sizeof name, "v%zu_%d:0", n, to_b);
+  FloeRendezvousKey k = {to_b ? dev_a : dev_b, 1, to_b ? dev_b : dev_a, name, 0, 0};
+  FloeTensor *t = u8_tensor(n, to_b);
+  FloeStatus st = {FLOE_OK, NULL};
+  Got g;
+  got_init(&g);
+  if (recv_first) floe__rendezvous_recv(to, &k, dst, got_done, &g);
+  ck_assert_msg(floe__rendezvous_send(from, &k, t, false, &st) == FLOE_OK, "%s",
+                floe_status_message(&st));
+  if (!recv_first) floe__rendezvous_recv(to, &k, dst, got_done, &g);
+  got_wait(&g);
+  ck_assert_msg(g.code == FLOE_OK, "%zu bytes %s: %s", n, to_b ? "a->b" : "b->a", g.msg);
+  ck_assert_int_eq(g.t->dtype, FLOE_U8);
+  ck_assert_int_eq(g.t->num_elements, (int64_t)n);
+  const unsigned char *p = floe_tensor_data(g.t);
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != route_byte(i, n, to_b))
+      ck_abort_msg("%zu bytes %s: byte %zu is %u, not %u", n, to_b ? "a->b" : "b->a", i, p[i],
+                   route_byte(i, n, to_b));
+  got_clear(&g);
+  floe_tensor_release(t);
+}
+
+/* The first message of a key as it arrives on a channel: its size and the header's flags. */
+static void first_message(FloeTransportMgr *m, int chan, FloeRendezvous *from, size_t n,
+                          size_t *size, unsigned *flags) {
+  static unsigned char buf[16384];
+  char name[64];
+  snprintf(name, sizeof name, "raw%zu:0", n);
+  FloeRendezvousKey k = {dev_a, 1, dev_b, name, 0, 0};
+  FloeStatus st = {FLOE_OK, NULL};
+  XferDone d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {0}, {0}};
+  uint64_t tag = floe__rendezvous_tag(88, &k);
+  ck_assert_int_eq(floe__transport_irecv_on(m, chan, buf, sizeof buf, tag, xfer_done, &d, NULL,
+                                            &st), FLOE_OK);
+  FloeTensor *t = u8_tensor(n, true);
+  ck_assert_int_eq(floe__rendezvous_send(from, &k, t, false, &st), FLOE_OK);
+  wait_calls(&d, 1);
+  ck_assert_int_eq(d.code[0], FLOE_OK);
+  *size = d.size[0];
+  *flags = buf[6] | (unsigned)buf[7] << 8;
+  if (*flags & 0x8) { /* split: take the payload too, so that nothing is left behind */
+    unsigned char *rest = malloc(n);
+    ck_assert_ptr_nonnull(rest);
+    ck_assert_int_eq(floe__transport_irecv_on(m, chan, rest, n, tag | 1, xfer_done, &d, NULL,
+                                              &st), FLOE_OK);
+    wait_calls(&d, 2);
+    ck_assert_int_eq(d.code[1], FLOE_OK);
+    ck_assert_uint_eq(d.size[1], n);
+    ck_assert_uint_eq(rest[n - 1], route_byte(n - 1, n, true));
+    free(rest);
+  }
+  floe_tensor_release(t);
+}
+
+/* Two runtimes as tasks /job:a and /job:b, each with its own rendezvous of one step and a
+ * route over their managers' channels: values both ways around the one-message limit and
+ * at 4 MiB; a value of header + payload = 16 KiB is one message, one byte more is two; a
+ * route's -1 fails the Send and the Recv; an abort cancels a Recv posted on a channel; a
+ * channel closed under a pending Recv fails it with UNAVAILABLE naming the source. */
+START_TEST(route_between_two_runtimes) {
+  FloeRuntime *ra = runtime(true, false), *rb = runtime(true, false);
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTransportMgr *a = floe__transport_mgr(ra, &st), *b = floe__transport_mgr(rb, &st);
+  ck_assert_msg(a && b, "%s", floe_status_message(&st));
+  ck_assert_str_eq(floe__transport_name(a), want_transport());
+  unsigned char addr[FLOE_TRANSPORT_ADDR_MAX];
+  size_t len = sizeof addr;
+  ck_assert_int_eq(floe__transport_address(b, addr, &len), FLOE_OK);
+  TestRoute route_a = {"a", "b", -1, -1}, route_b = {"b", "a", -1, -1};
+  route_a.send_chan = floe__transport_connect(a, addr, len, &st);
+  ck_assert_msg(route_a.send_chan >= 1, "%s", floe_status_message(&st));
+  route_b.recv_chan = floe__transport_accept(b, 10000, &st);
+  ck_assert_msg(route_b.recv_chan >= 1, "%s", floe_status_message(&st));
+  len = sizeof addr;
+  ck_assert_int_eq(floe__transport_address(a, addr, &len), FLOE_OK);
+  route_b.send_chan = floe__transport_connect(b, addr, len, &st);
+  ck_assert_msg(route_b.send_chan >= 1, "%s", floe_status_message(&st));
+  route_a.recv_chan = floe__transport_accept(a, 10000, &st);
+  ck_assert_msg(route_a.recv_chan >= 1, "%s", floe_status_message(&st));
+  FloeRendezvousRoute rta = {test_route_channel, &route_a}, rtb = {test_route_channel, &route_b};
+  FloeRendezvousOptions oa = {false, false, &rta}, ob = {false, false, &rtb};
+  FloeRendezvous *rva = floe__rendezvous_new(ra, 88, &oa, &st);
+  FloeRendezvous *rvb = floe__rendezvous_new(rb, 88, &ob, &st);
+  ck_assert_msg(rva && rvb, "%s", floe_status_message(&st));
+  FloeDevice *cpu_a = device(ra, "cpu:0"), *cpu_b = device(rb, "cpu:0");
+
+  const size_t sizes[] = {4, 16384 - 88, 16384 - 87, 16385, 4u << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    route_transfer(rva, rvb, cpu_b, true, sizes[i], i % 2 == 0);
+    route_transfer(rvb, rva, i % 2 ? cpu_a : NULL, false, sizes[i], i % 2 == 1);
+  }
+  FloeRendezvousStats stats;
+  floe__rendezvous_stats(rva, &stats);
+  ck_assert_int_eq(stats.by_reference, 0);
+  ck_assert_int_eq(stats.sends, 5);
+  ck_assert_int_eq(stats.recvs, 5);
+
+  /* On the wire: header + payload of 16 KiB is one message; one byte more sends the header
+   * alone, flagged split (0x8), and the payload under tag | 1. */
+  size_t size;
+  unsigned flags;
+  first_message(b, route_b.recv_chan, rva, 16384 - 88, &size, &flags);
+  ck_assert_uint_eq(size, 16384);
+  ck_assert_uint_eq(flags & 0x8, 0);
+  first_message(b, route_b.recv_chan, rva, 16384 - 87, &size, &flags);
+  ck_assert_uint_eq(size, 88);
+  ck_assert_uint_eq(flags & 0x8, 0x8);
+
+  /* A task the route does not have: the Send and the Recv fail with its status. */
+  float one = 1;
+  FloeTensor *x = vec(&one, 1);
+  FloeRendezvousKey kc = {dev_a, 1, dev_c, "to_c:0", 0, 0};
+  ck_assert_int_eq(floe__rendezvous_send(rva, &kc, x, false, &st), FLOE_UNAVAILABLE);
+  assert_contains(floe_status_message(&st), "/job:c/task:0 is gone");
+  assert_contains(floe_status_message(&st), "to_c:0");
+  floe_status_clear(&st);
+  Got g;
+  got_init(&g);
+  FloeRendezvousKey kc2 = {dev_c, 1, dev_a, "from_c:0", 0, 0};
+  floe__rendezvous_recv(rva, &kc2, cpu_a, got_done, &g);
+  got_wait(&g);
+  ck_assert_int_eq(g.code, FLOE_UNAVAILABLE);
+  assert_contains(g.msg, "/job:c/task:0 is gone");
+  assert_contains(g.msg, "from_c:0");
+  got_clear(&g);
+  floe_tensor_release(x);
+
+  /* An abort withdraws a Recv posted on a channel. */
+  FloeRendezvous *rvb2 = floe__rendezvous_new(rb, 89, &ob, &st);
+  ck_assert_ptr_nonnull(rvb2);
+  FloeRendezvousKey kp = {dev_a, 1, dev_b, "pending:0", 0, 0};
+  got_init(&g);
+  floe__rendezvous_recv(rvb2, &kp, cpu_b, got_done, &g);
+  ck_assert_int_eq(floe__rendezvous_num_pending(rvb2), 1);
+  ck_assert_int_eq(g.calls, 0);
+  floe__rendezvous_abort(rvb2, FLOE_ABORTED, "the test aborts the step");
+  got_wait(&g);
+  ck_assert_int_eq(g.code, FLOE_ABORTED);
+  assert_contains(g.msg, "the test aborts the step");
+  got_clear(&g);
+  floe__rendezvous_free(rvb2);
+
+  /* The channel from A closes under a pending Recv (A died): UNAVAILABLE naming A's device,
+   * not a hang; a later Recv from A is refused the same way. */
+  FloeRendezvousKey kl = {dev_a, 1, dev_b, "lost:0", 0, 0};
+  got_init(&g);
+  floe__rendezvous_recv(rvb, &kl, cpu_b, got_done, &g);
+  ck_assert_int_eq(floe__rendezvous_num_pending(rvb), 1);
+  floe__transport_close_channel(b, route_b.recv_chan, true);
+  got_wait(&g);
+  ck_assert_int_eq(g.code, FLOE_UNAVAILABLE);
+  assert_contains(g.msg, dev_a);
+  assert_contains(g.msg, "closed");
+  assert_contains(g.msg, "lost:0");
+  got_clear(&g);
+  FloeRendezvousKey kl2 = {dev_a, 1, dev_b, "lost2:0", 0, 0};
+  got_init(&g);
+  floe__rendezvous_recv(rvb, &kl2, cpu_b, got_done, &g);
+  got_wait(&g);
+  ck_assert_int_eq(g.code, FLOE_UNAVAILABLE);
+  assert_contains(g.msg, dev_a);
+  got_clear(&g);
+
+  floe__rendezvous_free(rva);
+  floe__rendezvous_free(rvb);
+  floe_runtime_free(ra);
+  floe_runtime_free(rb);
+}
+END_TEST
+
 /* ---- allocation failures --------------------------------------------------------------- */
 
 /* SQLite-style walk: the Nth core allocation and every later one fail during a transfer
@@ -1250,7 +1469,7 @@ static void alloc_walk(bool force, bool to_device) {
   long n;
   for (n = 1; n < 400; n++) {
     floe_test_fail_alloc_after(n);
-    FloeRendezvousOptions o = {force, false};
+    FloeRendezvousOptions o = {force, false, NULL};
     FloeRendezvous *r = floe__rendezvous_new(rt, n, &o, &st);
     if (!r) {
       floe_test_fail_alloc_after(0);
@@ -1561,6 +1780,7 @@ Suite *rendezvous_suite(void) {
   tcase_add_test(tc, no_transport_is_a_clear_error);
   tcase_add_test(tc, manager_clears_the_reserved_tag_bit);
   tcase_add_test(tc, manager_channels_between_two_runtimes);
+  tcase_add_test(tc, route_between_two_runtimes);
   tcase_add_test(tc, allocation_failures_by_reference);
   tcase_add_test(tc, allocation_failures_transport);
   tcase_add_test(tc, allocation_failures_to_testdev);
