@@ -9,7 +9,10 @@
 
 #include "session/session.h"
 
-struct ProtobufCMessage; /* protobuf-c's; core/dist/dist.pb-c.h has the message types */
+/* protobuf-c's; core/dist/dist.pb-c.h has the message types */
+struct ProtobufCMessage;
+struct Floe__Dist__Status;
+struct Floe__Dist__TaskInfo;
 
 /* ------------------------------------------------------------------------------------ */
 /* cluster.c: which tasks make up the job, and which one this process is. */
@@ -248,6 +251,10 @@ floe_code floe__wire_frame_decode(const uint8_t *buf, size_t len, const FloeWire
 floe_code floe__wire_unpack(uint16_t type, const uint8_t *payload, size_t len, const char *peer,
                             struct ProtobufCMessage **msg, FloeStatus *st);
 void floe__wire_free(struct ProtobufCMessage *msg); /* NULL is fine */
+/* A deep copy of msg (any dist.proto message, not only a frame's type) that floe__wire_free
+ * frees: packed and unpacked again. On OK *out is the caller's. */
+floe_code floe__wire_copy(const struct ProtobufCMessage *msg, struct ProtobufCMessage **out,
+                          FloeStatus *st);
 
 /* ------------------------------------------------------------------------------------ */
 /* auth.c: the job's secret and the proofs of holding it. */
@@ -328,6 +335,18 @@ const char *floe__listener_address(const FloeListener *l);
  * it); the listener stays open for the next. Caller owns *out (floe__conn_close). */
 floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
                                 FloeConn **out, FloeStatus *st);
+/* The two halves of floe__listener_accept, for a server that runs each handshake on its
+ * own thread: a connection taken from the backlog (the peer not yet authenticated: only
+ * floe__conn_handshake_server, floe__conn_peer, floe__conn_shutdown and floe__conn_close
+ * may be called on it), then the server's side of the handshake within o->timeout_ms. On a
+ * failed handshake the caller closes c. Caller owns *out. After floe__listener_shutdown,
+ * accept_raw returns CANCELLED. */
+floe_code floe__listener_accept_raw(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
+                                    FloeConn **out, FloeStatus *st);
+floe_code floe__conn_handshake_server(FloeConn *c, const FloeConnOptions *o, FloeStatus *st);
+/* Wakes a thread waiting in floe__listener_accept(_raw) on l (it returns CANCELLED) and
+ * refuses every later accept. Thread-safe; l stays valid until closed. */
+void floe__listener_shutdown(FloeListener *l);
 void floe__listener_close(FloeListener *l);
 
 /* Connects to address within o->timeout_ms and runs the handshake as the client. Caller
@@ -348,6 +367,18 @@ const char *floe__conn_peer(const FloeConn *c);
 /* The peer's proven identity (borrowed). */
 const FloeTaskIdentity *floe__conn_peer_identity(const FloeConn *c);
 void floe__conn_close(FloeConn *c); /* NULL is fine */
+/* Waits up to timeout_ms (<= 0: the options' timeout_ms) until something can be read from c
+ * (a frame's first byte, or the peer's close: the receive that follows reports it) without
+ * reading it: DEADLINE_EXCEEDED leaves c usable. For a server's idle wait between requests,
+ * which must not put the per-frame deadline on a peer that has nothing to ask. */
+floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st);
+/* Shuts c down from any thread while others may use it: a thread in floe__conn_recv, send or
+ * wait on c wakes with UNAVAILABLE ("shut down by this side"), as does every later call. c
+ * must stay open (not yet floe__conn_close'd) during the call. */
+void floe__conn_shutdown(FloeConn *c);
+/* True when the last floe__conn_recv on c failed because the peer closed the connection
+ * between frames (an ordinary end, not a torn frame). */
+bool floe__conn_closed_cleanly(FloeConn *c);
 
 /* For tests of hostile peers: the bytes of the next frame this side would send (its
  * sequence number used up; caller frees *frame), and raw writes within timeout_ms. */
@@ -362,6 +393,14 @@ floe_code floe__conn_write_raw(FloeConn *c, const void *buf, size_t len, int tim
  * order: a handler receives one request and sends its response (or several frames, or
  * none) on the same connection before the next request is read. Concurrency comes from
  * several connections (the client's pool opens more as needed). */
+
+/* Time for the services' waits: monotonic milliseconds; condition variables on that clock
+ * (floe__dist_cond_init); a wait on one until deadline_ms (INT64_MAX: until signalled) that
+ * returns false, without waiting, once the deadline has passed (callers loop on their
+ * condition: wakes may be spurious). */
+int64_t floe__dist_now_ms(void);
+void floe__dist_cond_init(pthread_cond_t *cv);
+bool floe__dist_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms);
 
 typedef struct FloeRpcServer FloeRpcServer;
 /* Serves one request. req is the unpacked request (borrowed for the call); the handler sends
@@ -386,8 +425,11 @@ typedef struct FloeRpcServerOptions {
  * are added before or after start. Caller owns *out (floe__rpc_server_free). */
 floe_code floe__rpc_server_start(const char *address, const FloeRpcServerOptions *o,
                                  FloeRpcServer **out, FloeStatus *st);
-/* The handler for a request type (replaces any); fn NULL removes it. A request whose type has
- * no handler is answered by nothing and logged; the connection is closed. Thread-safe. */
+/* The handler for a request type (replaces any); fn NULL removes it, and then waits until
+ * no call of that type's handler is running (so its arg may be freed next: never remove a
+ * type's handler from inside a call of it). A request whose type has no handler is answered
+ * by nothing and logged; the connection is closed. Types below 256 only (the wire's are).
+ * Thread-safe. */
 void floe__rpc_server_handle(FloeRpcServer *s, uint16_t type, FloeRpcHandler fn, void *arg);
 const char *floe__rpc_server_address(const FloeRpcServer *s); /* "host:port" bound, borrowed */
 /* Stops accepting, shuts every connection down (handlers blocked in floe__conn_recv/send
@@ -419,9 +461,12 @@ void floe__conn_pool_shutdown(FloeConnPool *p);
 void floe__conn_pool_free(FloeConnPool *p); /* no connection may be taken; NULL is fine */
 const char *floe__conn_pool_address(const FloeConnPool *p); /* borrowed */
 
-/* Status in responses (dist.proto's Status): from and to a FloeStatus. */
-void floe__status_to_proto(const FloeStatus *st, struct ProtobufCMessage *status_msg);
-floe_code floe__status_from_proto(const struct ProtobufCMessage *status_msg, FloeStatus *st);
+/* Status in responses (dist.proto's Status): from and to a FloeStatus. to_proto sets out's
+ * code and message; the message is borrowed from st (valid while st is unchanged; "" for OK).
+ * from_proto sets st (NULL status_msg: OK) and returns its code; a code this build does not
+ * know becomes UNKNOWN with the number in the message. */
+void floe__status_to_proto(const FloeStatus *st, struct Floe__Dist__Status *out);
+floe_code floe__status_from_proto(const struct Floe__Dist__Status *in, FloeStatus *st);
 
 /* ------------------------------------------------------------------------------------ */
 /* coord.c: the coordination service (in the chief) and each task's agent of it, after TF's
