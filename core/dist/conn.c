@@ -175,8 +175,9 @@ const FloeTaskIdentity *floe__conn_peer_identity(const FloeConn *c) {
 void floe__conn_shutdown(FloeConn *c) {
   atomic_store(&c->shut, true);
   FloeStatus why = {FLOE_OK, NULL};
+  /* c->address, not c->peer: a handshake on another thread may be writing that. */
   floe_status_set(&why, FLOE_UNAVAILABLE, "the connection to %s was shut down by this side",
-                  c->peer);
+                  c->address);
   conn_break(c, &why);
   floe_status_clear(&why);
 }

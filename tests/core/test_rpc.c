@@ -259,7 +259,9 @@ START_TEST(test_echo_and_status) {
     echo_ok(p, key);
   }
   /* One caller at a time: every call went over the one connection, given back and reused. */
+  pthread_mutex_lock(&g_mu);
   ck_assert_int_eq(g_nseen, 1);
+  pthread_mutex_unlock(&g_mu);
   floe__conn_pool_free(p);
   floe__rpc_server_free(s);
 
@@ -319,7 +321,9 @@ START_TEST(test_32_clients) {
     ok += cl[i].ok;
   }
   ck_assert_int_eq(ok, 32 * 20);
+  pthread_mutex_lock(&g_mu);
   ck_assert_int_le(g_nseen, 32);  /* at most one connection per caller at a time */
+  pthread_mutex_unlock(&g_mu);
   floe__conn_pool_free(p);
   floe__rpc_server_free(s);
 }
