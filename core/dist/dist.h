@@ -493,7 +493,8 @@ typedef struct FloeCoordOptions {
 /* Told of each error of the cluster once (a task missing heartbeats: UNAVAILABLE naming it
  * and how long it was silent; a task restarted with a new incarnation: ABORTED naming both
  * incarnations; an error a task reported); code and msg borrowed for the call. May run on
- * any thread, with no lock of the service or agent held. */
+ * any thread (a handler's, the watchdog's, the heartbeat's), with no lock of the service or
+ * agent held; it may call them, but must not free the service or agent that calls it. */
 typedef void (*FloeCoordErrorFn)(void *arg, floe_code code, const char *msg);
 
 /* Every task's TaskInfo, in spec order (jobs in the spec's order, tasks by index). */
