@@ -25,6 +25,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -38,6 +39,7 @@
 
 struct FloeListener {
   int fd;
+  atomic_bool shut;        /* floe__listener_shutdown was called */
   char address[ADDR_MAX];
 };
 
@@ -54,6 +56,9 @@ struct FloeConn {
   uint64_t recv_seq;       /* the next frame's due from the peer */
   pthread_mutex_t send_mu, recv_mu, state_mu;
   FloeStatus broken;       /* the first error that closed the connection (code OK: open) */
+  atomic_bool shut;        /* floe__conn_shutdown was called: later errors say so */
+  bool clean_eof;          /* the last receive met the peer's close at a frame boundary
+                            * (under recv_mu) */
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -107,6 +112,16 @@ static void conn_break(FloeConn *c, const FloeStatus *err) {
   pthread_mutex_unlock(&c->state_mu);
 }
 
+/* After floe__conn_shutdown every failure comes from it (the peer seems to have closed, or
+ * the connection is broken): say so rather than blame the peer. */
+static floe_code shut_status(FloeConn *c, floe_code rc, FloeStatus *st) {
+  if (!atomic_load(&c->shut)) return rc;
+  return floe_status_set(st, FLOE_UNAVAILABLE,
+                         "the connection to %s was shut down by this side (its server or pool "
+                         "is closing)",
+                         c->peer);
+}
+
 /* FAILED_PRECONDITION repeating the error that closed c, or OK. */
 static floe_code conn_check(FloeConn *c, FloeStatus *st) {
   pthread_mutex_lock(&c->state_mu);
@@ -155,6 +170,36 @@ const char *floe__conn_peer(const FloeConn *c) {
 
 const FloeTaskIdentity *floe__conn_peer_identity(const FloeConn *c) {
   return &c->peer_id;
+}
+
+void floe__conn_shutdown(FloeConn *c) {
+  atomic_store(&c->shut, true);
+  FloeStatus why = {FLOE_OK, NULL};
+  /* c->address, not c->peer: a handshake on another thread may be writing that. */
+  floe_status_set(&why, FLOE_UNAVAILABLE, "the connection to %s was shut down by this side",
+                  c->address);
+  conn_break(c, &why);
+  floe_status_clear(&why);
+}
+
+bool floe__conn_closed_cleanly(FloeConn *c) {
+  pthread_mutex_lock(&c->recv_mu);
+  bool clean = c->clean_eof;
+  pthread_mutex_unlock(&c->recv_mu);
+  return clean;
+}
+
+floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st) {
+  int ms = timeout_or_default(timeout_ms, c->timeout_ms);
+  floe_code rc = conn_check(c, st);
+  if (rc != FLOE_OK) return shut_status(c, rc, st);
+  /* Readiness includes a hang-up or error: the receive that follows reports it. */
+  int e = wait_fd(c->fd, POLLIN, now_ms() + ms);
+  if (e == 0) return FLOE_OK;
+  if (e == ETIMEDOUT)
+    return floe_status_set(st, FLOE_DEADLINE_EXCEEDED, "%s sent nothing within %d ms", c->peer,
+                           ms);
+  return floe__status_from_errno(st, e, "waiting for a frame from %s", c->peer);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -292,6 +337,7 @@ floe_code floe__conn_send(FloeConn *c, uint16_t type, const struct ProtobufCMess
   }
   floe__free(frame);
   pthread_mutex_unlock(&c->send_mu);
+  if (rc != FLOE_OK) rc = shut_status(c, rc, st);
   return rc;
 }
 
@@ -307,8 +353,10 @@ floe_code floe__conn_recv(FloeConn *c, int timeout_ms, uint16_t *type,
   size_t got = 0;
   FloeWireHeader h;
   if (rc != FLOE_OK) goto out;
+  c->clean_eof = false;
   rc = read_all(c, hdr, sizeof hdr, deadline, ms, "frame header", &got, st);
   if (rc == FLOE_DEADLINE_EXCEEDED && got == 0) goto out; /* nothing read: still in step */
+  if (rc == FLOE_UNAVAILABLE && got == 0) c->clean_eof = true;
   if (rc != FLOE_OK) goto err_break;
   if ((rc = floe__wire_header_decode(hdr, &c->limits, c->peer, &h, st)) != FLOE_OK)
     goto err_break;
@@ -334,6 +382,7 @@ err_break:
 out:
   floe__free(body);
   pthread_mutex_unlock(&c->recv_mu);
+  if (rc != FLOE_OK) rc = shut_status(c, rc, st);
   return rc;
 }
 
@@ -657,8 +706,8 @@ static void set_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
-                                FloeConn **out, FloeStatus *st) {
+floe_code floe__listener_accept_raw(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
+                                    FloeConn **out, FloeStatus *st) {
   *out = NULL;
   char side[ADDR_MAX + 16];
   snprintf(side, sizeof side, "listener %s", l->address);
@@ -668,6 +717,8 @@ floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int t
   int fd;
   struct sockaddr_storage ss;
   for (;;) {
+    if (atomic_load(&l->shut))
+      return floe_status_set(st, FLOE_CANCELLED, "listener %s was shut down", l->address);
     socklen_t sl = sizeof ss;
     fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) break;
@@ -680,6 +731,8 @@ floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int t
         return floe_status_set(st, FLOE_DEADLINE_EXCEEDED,
                                "no connection to %s within %d ms", l->address, timeout_ms);
     }
+    if (atomic_load(&l->shut))
+      return floe_status_set(st, FLOE_CANCELLED, "listener %s was shut down", l->address);
     return floe__status_from_errno(st, e, "accepting a connection on %s", l->address);
   }
   set_nodelay(fd);
@@ -690,7 +743,23 @@ floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int t
     close(fd);
     return FLOE_NO_MEMORY;
   }
-  rc = handshake_server(c, o, now_ms() + c->timeout_ms, st);
+  *out = c;
+  return FLOE_OK;
+}
+
+floe_code floe__conn_handshake_server(FloeConn *c, const FloeConnOptions *o, FloeStatus *st) {
+  floe_code rc = check_options(o, "accepting a connection", st);
+  if (rc == FLOE_OK) rc = handshake_server(c, o, now_ms() + c->timeout_ms, st);
+  if (rc != FLOE_OK) rc = shut_status(c, rc, st);
+  return rc;
+}
+
+floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
+                                FloeConn **out, FloeStatus *st) {
+  FloeConn *c = NULL;
+  floe_code rc = floe__listener_accept_raw(l, o, timeout_ms, &c, st);
+  if (rc != FLOE_OK) return rc;
+  rc = floe__conn_handshake_server(c, o, st);
   if (rc != FLOE_OK) {
     floe__status_prefix(st, "%s: refused a client", l->address);
     floe__conn_close(c);
@@ -698,6 +767,12 @@ floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int t
   }
   *out = c;
   return FLOE_OK;
+}
+
+void floe__listener_shutdown(FloeListener *l) {
+  atomic_store(&l->shut, true);
+  /* On Linux this wakes a poll() or accept() on the listening socket at once. */
+  shutdown(l->fd, SHUT_RDWR);
 }
 
 /* Connects fd to one address before deadline. */
@@ -761,15 +836,4 @@ floe_code floe__conn_connect(const char *address, const FloeConnOptions *o, Floe
   }
   *out = c;
   return FLOE_OK;
-}
-
-/* Readable (a frame's first byte, or the peer's hang-up, which the next recv reports) within
- * timeout_ms: FLOE_OK; else FLOE_DEADLINE_EXCEEDED and the connection is untouched. */
-floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st) {
-  int e = wait_fd(c->fd, POLLIN, now_ms() + (timeout_ms > 0 ? timeout_ms : 0));
-  if (e == 0) return FLOE_OK;
-  if (e == ETIMEDOUT)
-    return floe_status_set(st, FLOE_DEADLINE_EXCEEDED, "nothing from %s within %d ms", c->peer,
-                           timeout_ms);
-  return floe_status_set(st, FLOE_UNAVAILABLE, "waiting for %s: %s", c->peer, strerror(e));
 }

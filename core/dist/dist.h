@@ -10,7 +10,10 @@
 #include "session/session.h"
 #include "floe/floe_dist.h"
 
-struct ProtobufCMessage; /* protobuf-c's; core/dist/dist.pb-c.h has the message types */
+/* protobuf-c's; core/dist/dist.pb-c.h has the message types */
+struct ProtobufCMessage;
+struct Floe__Dist__Status;
+struct Floe__Dist__TaskInfo;
 
 /* ------------------------------------------------------------------------------------ */
 /* cluster.c: which tasks make up the job, and which one this process is. */
@@ -254,6 +257,10 @@ void floe__wire_free(struct ProtobufCMessage *msg); /* NULL is fine */
  * floe__wire_dealloc frees one such block (NULL is fine). */
 void *floe__wire_alloc(size_t n);
 void floe__wire_dealloc(void *p);
+/* A deep copy of msg (any dist.proto message, not only a frame's type) that floe__wire_free
+ * frees: packed and unpacked again. On OK *out is the caller's. */
+floe_code floe__wire_copy(const struct ProtobufCMessage *msg, struct ProtobufCMessage **out,
+                          FloeStatus *st);
 
 /* ------------------------------------------------------------------------------------ */
 /* auth.c: the job's secret and the proofs of holding it. */
@@ -341,6 +348,18 @@ const char *floe__listener_address(const FloeListener *l);
  * it); the listener stays open for the next. Caller owns *out (floe__conn_close). */
 floe_code floe__listener_accept(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
                                 FloeConn **out, FloeStatus *st);
+/* The two halves of floe__listener_accept, for a server that runs each handshake on its
+ * own thread: a connection taken from the backlog (the peer not yet authenticated: only
+ * floe__conn_handshake_server, floe__conn_peer, floe__conn_shutdown and floe__conn_close
+ * may be called on it), then the server's side of the handshake within o->timeout_ms. On a
+ * failed handshake the caller closes c. Caller owns *out. After floe__listener_shutdown,
+ * accept_raw returns CANCELLED. */
+floe_code floe__listener_accept_raw(FloeListener *l, const FloeConnOptions *o, int timeout_ms,
+                                    FloeConn **out, FloeStatus *st);
+floe_code floe__conn_handshake_server(FloeConn *c, const FloeConnOptions *o, FloeStatus *st);
+/* Wakes a thread waiting in floe__listener_accept(_raw) on l (it returns CANCELLED) and
+ * refuses every later accept. Thread-safe; l stays valid until closed. */
+void floe__listener_shutdown(FloeListener *l);
 void floe__listener_close(FloeListener *l);
 
 /* Connects to address within o->timeout_ms and runs the handshake as the client. Caller
@@ -356,14 +375,23 @@ floe_code floe__conn_send(FloeConn *c, uint16_t type, const struct ProtobufCMess
  * the connection usable; one that passes mid-frame closes it. */
 floe_code floe__conn_recv(FloeConn *c, int timeout_ms, uint16_t *type,
                           struct ProtobufCMessage **msg, FloeStatus *st);
-/* FLOE_OK once something can be read (a frame's first byte, or the peer's hang-up, which
- * the next recv reports) within timeout_ms; FLOE_DEADLINE_EXCEEDED leaves c as it was. */
-floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st);
 /* The peer in messages: "127.0.0.1:7001 (/job:worker/task:1, incarnation ...)" (borrowed). */
 const char *floe__conn_peer(const FloeConn *c);
 /* The peer's proven identity (borrowed). */
 const FloeTaskIdentity *floe__conn_peer_identity(const FloeConn *c);
 void floe__conn_close(FloeConn *c); /* NULL is fine */
+/* Waits up to timeout_ms (<= 0: the options' timeout_ms) until something can be read from c
+ * (a frame's first byte, or the peer's close: the receive that follows reports it) without
+ * reading it: DEADLINE_EXCEEDED leaves c usable. For a server's idle wait between requests,
+ * which must not put the per-frame deadline on a peer that has nothing to ask. */
+floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st);
+/* Shuts c down from any thread while others may use it: a thread in floe__conn_recv, send or
+ * wait on c wakes with UNAVAILABLE ("shut down by this side"), as does every later call. c
+ * must stay open (not yet floe__conn_close'd) during the call. */
+void floe__conn_shutdown(FloeConn *c);
+/* True when the last floe__conn_recv on c failed because the peer closed the connection
+ * between frames (an ordinary end, not a torn frame). */
+bool floe__conn_closed_cleanly(FloeConn *c);
 
 /* For tests of hostile peers: the bytes of the next frame this side would send (its
  * sequence number used up; caller frees *frame), and raw writes within timeout_ms. */
@@ -378,6 +406,14 @@ floe_code floe__conn_write_raw(FloeConn *c, const void *buf, size_t len, int tim
  * order: a handler receives one request and sends its response (or several frames, or
  * none) on the same connection before the next request is read. Concurrency comes from
  * several connections (the client's pool opens more as needed). */
+
+/* Time for the services' waits: monotonic milliseconds; condition variables on that clock
+ * (floe__dist_cond_init); a wait on one until deadline_ms (INT64_MAX: until signalled) that
+ * returns false, without waiting, once the deadline has passed (callers loop on their
+ * condition: wakes may be spurious). */
+int64_t floe__dist_now_ms(void);
+void floe__dist_cond_init(pthread_cond_t *cv);
+bool floe__dist_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms);
 
 typedef struct FloeRpcServer FloeRpcServer;
 /* Serves one request. req is the unpacked request (borrowed for the call); the handler sends
@@ -402,8 +438,11 @@ typedef struct FloeRpcServerOptions {
  * are added before or after start. Caller owns *out (floe__rpc_server_free). */
 floe_code floe__rpc_server_start(const char *address, const FloeRpcServerOptions *o,
                                  FloeRpcServer **out, FloeStatus *st);
-/* The handler for a request type (replaces any); fn NULL removes it. A request whose type has
- * no handler is answered by nothing and logged; the connection is closed. Thread-safe. */
+/* The handler for a request type (replaces any); fn NULL removes it, and then waits until
+ * no call of that type's handler is running (so its arg may be freed next: never remove a
+ * type's handler from inside a call of it). A request whose type has no handler is answered
+ * by nothing and logged; the connection is closed. Types below 256 only (the wire's are).
+ * Thread-safe. */
 void floe__rpc_server_handle(FloeRpcServer *s, uint16_t type, FloeRpcHandler fn, void *arg);
 const char *floe__rpc_server_address(const FloeRpcServer *s); /* "host:port" bound, borrowed */
 /* Stops accepting, shuts every connection down (handlers blocked in floe__conn_recv/send
@@ -435,76 +474,126 @@ void floe__conn_pool_shutdown(FloeConnPool *p);
 void floe__conn_pool_free(FloeConnPool *p); /* no connection may be taken; NULL is fine */
 const char *floe__conn_pool_address(const FloeConnPool *p); /* borrowed */
 
-/* Status in responses (dist.proto's Status): from and to a FloeStatus. */
-void floe__status_to_proto(const FloeStatus *st, struct ProtobufCMessage *status_msg);
-floe_code floe__status_from_proto(const struct ProtobufCMessage *status_msg, FloeStatus *st);
+/* Status in responses (dist.proto's Status): from and to a FloeStatus. to_proto sets out's
+ * code and message; the message is borrowed from st (valid while st is unchanged; "" for OK).
+ * from_proto sets st (NULL status_msg: OK) and returns its code; a code this build does not
+ * know becomes UNKNOWN with the number in the message. */
+void floe__status_to_proto(const FloeStatus *st, struct Floe__Dist__Status *out);
+floe_code floe__status_from_proto(const struct Floe__Dist__Status *in, FloeStatus *st);
 
 /* ------------------------------------------------------------------------------------ */
 /* coord.c: the coordination service (in the chief) and each task's agent of it, after TF's
  * coordination service: tasks register with an incarnation and what they bring (TaskInfo),
  * heartbeat, wait for each other, report errors that the service fans out to every task,
- * meet at barriers, and share a key-value store. */
+ * meet at barriers, and share a key-value store. Every request is checked against the
+ * connection's proven identity: a task may speak only for itself, and only tasks of the
+ * spec are served. Bounds (each refused with an error naming it): */
+
+#define FLOE__COORD_MAX_KEY 256             /* bytes of a key-value key */
+#define FLOE__COORD_MAX_VALUE (64u << 10)   /* bytes of a value (address blobs are < 1 KiB) */
+#define FLOE__COORD_MAX_KEYS 4096           /* keys in the store */
+#define FLOE__COORD_MAX_KV_BYTES (16u << 20) /* keys and values together */
+#define FLOE__COORD_MAX_BARRIER_ID 256      /* bytes of a barrier's id */
+#define FLOE__COORD_MAX_BARRIERS 1024       /* barriers kept (pending and finished): a new one
+                                             * evicts the oldest finished, else is refused */
+#define FLOE__COORD_MAX_MESSAGE 4096        /* bytes of a reported error's message */
 
 typedef struct FloeCoordOptions {
   int heartbeat_interval_ms;   /* <= 0: 1000 */
   int heartbeat_timeout_ms;    /* <= 0: 10000 (TF's); a task silent this long is UNAVAILABLE */
 } FloeCoordOptions;
 
-/* Told of the first error of the cluster (a task missing heartbeats: UNAVAILABLE naming it;
- * a task restarted with a new incarnation: ABORTED naming both incarnations; an error a task
- * reported), once per error; code and msg borrowed for the call. May run on any thread. */
+/* Told of each error of the cluster once (a task missing heartbeats: UNAVAILABLE naming it
+ * and how long it was silent; a task restarted with a new incarnation: ABORTED naming both
+ * incarnations; an error a task reported); code and msg borrowed for the call. May run on
+ * any thread (a handler's, the watchdog's, the heartbeat's), with no lock of the service or
+ * agent held; it may call them, but must not free the service or agent that calls it. */
 typedef void (*FloeCoordErrorFn)(void *arg, floe_code code, const char *msg);
 
+/* Every task's TaskInfo, in spec order (jobs in the spec's order, tasks by index). */
+typedef struct FloeCoordInfos {
+  int n;
+  struct Floe__Dist__TaskInfo **infos; /* n of them; the array and each message owned
+                                        * (floe__coord_infos_clear) */
+} FloeCoordInfos;
+void floe__coord_infos_clear(FloeCoordInfos *infos); /* frees and zeroes; NULL is fine */
+
 typedef struct FloeCoordService FloeCoordService;
-/* The service for spec's tasks (borrowed, outlives it); self_info is the chief's own
- * TaskInfo (a dist.proto FloeDist__TaskInfo, copied), registered at once. Adds its handlers
- * (REGISTER_TASK, HEARTBEAT, WAIT_FOR_ALL_TASKS, REPORT_ERROR, BARRIER, KV_INSERT, KV_GET)
- * to server and starts its watchdog thread. Caller owns *out (floe__coord_service_free,
- * before the server is freed). */
+/* The service for spec's tasks (borrowed, outlives it); spec->self is the chief's task.
+ * self_info is the chief's own TaskInfo (copied; its task field must be set: its incarnation
+ * is the leader's), registered at once. Adds its handlers (REGISTER_TASK, HEARTBEAT,
+ * WAIT_FOR_ALL_TASKS, REPORT_ERROR, BARRIER, KV_INSERT, KV_GET) to server (borrowed) and
+ * starts its watchdog thread. Caller owns *out (floe__coord_service_free, before the server
+ * is freed). */
 floe_code floe__coord_service_start(const FloeClusterSpec *spec, const FloeCoordOptions *o,
-                                    const struct ProtobufCMessage *self_info,
+                                    const struct Floe__Dist__TaskInfo *self_info,
                                     FloeRpcServer *server, FloeCoordErrorFn on_error,
                                     void *err_arg, FloeCoordService **out, FloeStatus *st);
-/* In-process calls of the chief (no connection): wait until every task of the spec has
- * registered (timeout_ms < 0: for ever), then *infos (n = spec->num_tasks, in spec order:
- * jobs in order, tasks by index; each a FloeDist__TaskInfo the caller frees with
- * floe__wire_free... as one array: floe__coord_infos_free) . */
+/* In-process calls of the chief (no connection). wait_all: waits until every task of the
+ * spec has registered (timeout_ms < 0: until then, the service's free or a cluster error),
+ * then fills *out (the caller's: floe__coord_infos_clear). A cluster error ends the wait
+ * with that error; a timeout names the tasks that did not register. */
 floe_code floe__coord_service_wait_all(FloeCoordService *c, int64_t timeout_ms,
-                                       struct ProtobufCMessage ***infos, int *n,
-                                       FloeStatus *st);
-void floe__coord_infos_free(struct ProtobufCMessage **infos, int n);
+                                       FloeCoordInfos *out, FloeStatus *st);
+/* The chief at a barrier (as floe__coord_agent_barrier) and its key-value store (as the
+ * agent's calls). */
+floe_code floe__coord_service_barrier(FloeCoordService *c, const char *id, int64_t timeout_ms,
+                                      const FloeTaskIdentity *tasks, int n_tasks,
+                                      FloeStatus *st);
+floe_code floe__coord_service_kv_insert(FloeCoordService *c, const char *key, const void *value,
+                                        size_t len, bool allow_overwrite, FloeStatus *st);
+floe_code floe__coord_service_kv_get(FloeCoordService *c, const char *key, int64_t timeout_ms,
+                                     void **value, size_t *len, FloeStatus *st);
 /* The cluster's first error, if any: FLOE_OK when none, else its code with st set. */
 floe_code floe__coord_service_error(FloeCoordService *c, FloeStatus *st);
-/* Records an error as a task's report would (fanned out). */
+/* Records an error as a task's report would (fanned out; on_error told). */
 void floe__coord_service_report(FloeCoordService *c, floe_code code, const char *msg);
-void floe__coord_service_free(FloeCoordService *c); /* NULL is fine */
+/* Removes the handlers (waiting out calls in progress: blocked waits end with UNAVAILABLE),
+ * stops the watchdog and frees. NULL is fine. */
+void floe__coord_service_free(FloeCoordService *c);
 
 typedef struct FloeCoordAgent FloeCoordAgent;
-/* A task's agent: connects to the chief's service at chief_address (retrying with backoff
- * until register_timeout_ms passes; <= 0: 60000), registers info (a FloeDist__TaskInfo,
- * copied; its task field is this task's identity), then heartbeats every interval on its own
- * thread. A heartbeat that fails past the timeout (the chief is gone), or whose response
- * carries a cluster error, calls on_error once. Caller owns *out (floe__coord_agent_free). */
+/* A task's agent: connects to the chief's service at chief_address with conn (copied;
+ * conn->secret borrowed and outliving the agent; conn->self is this task), retrying with
+ * backoff (50 ms doubling to 1 s) while the chief is not up (UNAVAILABLE, DEADLINE_EXCEEDED)
+ * until register_timeout_ms passes (<= 0: 60000); registers info (a TaskInfo, copied; its
+ * task field, when set, must be conn->self, and is set to it when not); then heartbeats
+ * every interval on its own thread. A refusal (another secret, a task not in the spec) ends
+ * the start at once. A heartbeat that fails past the heartbeat timeout (the chief is gone),
+ * that the chief refuses, or whose response carries a cluster error calls on_error, once
+ * for the agent's life. Caller owns *out (floe__coord_agent_free). */
 floe_code floe__coord_agent_start(const char *chief_address, const FloeConnOptions *conn,
                                   const FloeCoordOptions *o, int register_timeout_ms,
-                                  const struct ProtobufCMessage *info, FloeCoordErrorFn on_error,
-                                  void *err_arg, FloeCoordAgent **out, FloeStatus *st);
+                                  const struct Floe__Dist__TaskInfo *info,
+                                  FloeCoordErrorFn on_error, void *err_arg,
+                                  FloeCoordAgent **out, FloeStatus *st);
 /* As the service's wait_all, through the chief. */
-floe_code floe__coord_agent_wait_all(FloeCoordAgent *a, int64_t timeout_ms,
-                                     struct ProtobufCMessage ***infos, int *n, FloeStatus *st);
+floe_code floe__coord_agent_wait_all(FloeCoordAgent *a, int64_t timeout_ms, FloeCoordInfos *out,
+                                     FloeStatus *st);
+/* Reports an error (code not OK; msg at most FLOE__COORD_MAX_MESSAGE bytes) to the chief,
+ * which fans it out to every task. */
 floe_code floe__coord_agent_report(FloeCoordAgent *a, floe_code code, const char *msg,
                                    FloeStatus *st);
-/* Every task named (NULL/0: all tasks of the spec) must arrive at barrier id within
- * timeout_ms; a task that errors or times out fails it for all, naming who did not come. */
+/* Every task named (tasks[0..n_tasks), their incarnations ignored; NULL/0: all tasks of the
+ * spec) must arrive at barrier id within timeout_ms (< 0: no limit); a task that times out,
+ * or a cluster error, fails it for all, naming who did not come. Every caller of one id
+ * must name the same tasks, and be among them. */
 floe_code floe__coord_agent_barrier(FloeCoordAgent *a, const char *id, int64_t timeout_ms,
-                                    FloeStatus *st);
+                                    const FloeTaskIdentity *tasks, int n_tasks, FloeStatus *st);
+/* Stores value[0..len) under key; an existing key is ALREADY_EXISTS unless
+ * allow_overwrite. Bounds: FLOE__COORD_MAX_KEY, _VALUE, _KEYS, _KV_BYTES. */
 floe_code floe__coord_agent_kv_insert(FloeCoordAgent *a, const char *key, const void *value,
                                       size_t len, bool allow_overwrite, FloeStatus *st);
-/* Waits up to timeout_ms for key; *value floe__malloc'd (caller frees), *len its bytes. */
+/* Waits up to timeout_ms (0: looks once; < 0: no limit) for key; *value floe__malloc'd
+ * (caller frees; a byte past the end is 0), *len its bytes. */
 floe_code floe__coord_agent_kv_get(FloeCoordAgent *a, const char *key, int64_t timeout_ms,
                                    void **value, size_t *len, FloeStatus *st);
-/* Stops heartbeating and closes the connection (the service then sees the task silent). */
-void floe__coord_agent_free(FloeCoordAgent *a); /* NULL is fine */
+/* This task's identity, and the chief's incarnation as its registration answered. */
+const FloeTaskIdentity *floe__coord_agent_self(const FloeCoordAgent *a);
+uint64_t floe__coord_agent_leader_incarnation(const FloeCoordAgent *a);
+/* Stops heartbeating and closes the connections (the service then sees the task silent).
+ * No other call on a may be in progress. NULL is fine. */
+void floe__coord_agent_free(FloeCoordAgent *a);
 
 /* ------------------------------------------------------------------------------------ */
 /* dataplane.c: a task's transport connections to its peers, authenticated, and the route the

@@ -238,7 +238,7 @@ static floe_code piece_build(void *arg, const FloeDevice *device, const FloeGrap
     goto fail;
   }
   Floe__Dist__RegisterGraphResponse *r = (Floe__Dist__RegisterGraphResponse *)resp;
-  if (floe__status_from_proto(&r->status->base, st) != FLOE_OK || !r->graph_handle) {
+  if (floe__status_from_proto(r->status, st) != FLOE_OK || !r->graph_handle) {
     if (floe_status_code(st) == FLOE_OK)
       floe_status_set(st, FLOE_INTERNAL, "%s answered RegisterGraph without a handle", peer->name);
     floe__status_prefix(st, "%s refused its piece of the graph", peer->name);
@@ -367,7 +367,7 @@ static void *call_main(void *arg) {
       goto out;
     }
   }
-  if (floe__status_from_proto(c->resp->status ? &c->resp->status->base : NULL, &c->st) != FLOE_OK)
+  if (floe__status_from_proto(c->resp->status, &c->st) != FLOE_OK)
     floe__status_prefix(&c->st, "%s", pc->peer->name);
   else if ((int)c->resp->n_fetches != pc->num_fetches)
     floe_status_set(&c->st, FLOE_INTERNAL, "%s returned %zu values for %d fetches",
@@ -574,7 +574,7 @@ static void *create_main(void *arg) {
                            FLOE__WIRE_CREATE_WORKER_SESSION_RESPONSE, (int)cc->timeout_ms + 5000,
                            &resp, &cc->st) == FLOE_OK) {
     Floe__Dist__CreateWorkerSessionResponse *r = (void *)resp;
-    floe__status_from_proto(r->status ? &r->status->base : NULL, &cc->st);
+    floe__status_from_proto(r->status, &cc->st);
   }
   if (floe_status_code(&cc->st) != FLOE_OK)
     floe__status_prefix(&cc->st, "creating the session on %s", cc->peer->name);
@@ -607,15 +607,15 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
   }
   m->server = srv;
   m->rt = rt;
-  ProtobufCMessage **raw = NULL;
-  int n = 0;
+  FloeCoordInfos all = {0, NULL};
   CreateCall *calls = NULL;
   FloeSession *s = NULL;
-  if (floe__coord_service_wait_all(coord, timeout, &raw, &n, st) != FLOE_OK) {
+  if (floe__coord_service_wait_all(coord, timeout, &all, st) != FLOE_OK) {
     floe__status_prefix(st, "waiting %" PRId64 " ms for every task of the cluster to register", timeout);
     goto fail;
   }
-  Floe__Dist__TaskInfo **infos = (Floe__Dist__TaskInfo **)raw;
+  Floe__Dist__TaskInfo **infos = all.infos;
+  int n = all.n;
   if (add_remote_devices(m, infos, n, st) != FLOE_OK) goto fail;
   const FloeTaskIdentity *me = floe__server_identity(srv);
   m->peers = floe__calloc((size_t)n + 1, sizeof *m->peers);
@@ -651,7 +651,8 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
   }
   FloeStatus own = {FLOE_OK, NULL};
   if (started == m->num_peers)
-    floe__dataplane_connect(floe__server_dataplane(srv), raw, n, timeout, &own);
+    floe__dataplane_connect(floe__server_dataplane(srv), (ProtobufCMessage *const *)infos, n,
+                            timeout, &own);
   for (int i = 0; i < started; i++) pthread_join(calls[i].thread, NULL);
   floe_code rc = floe_status_code(st);
   for (int i = 0; i < started; i++) {
@@ -678,11 +679,11 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
   bool failed = m->error != FLOE_OK;
   pthread_mutex_unlock(&m->mu);
   if (failed) floe__session_abort(s, m->error, m->error_msg);
-  floe__coord_infos_free(raw, n);
+  floe__coord_infos_clear(&all);
   floe__free(calls);
   return s;
 fail:
-  floe__coord_infos_free(raw, n);
+  floe__coord_infos_clear(&all);
   floe__free(calls);
   master_free(m);
   return NULL;

@@ -325,7 +325,7 @@ static void *agent_main(void *arg) {
     co.timeout_ms = 2000;
     FloeCoordAgent *agent = NULL;
     FloeStatus st = {FLOE_OK, NULL};
-    floe_code rc = floe__coord_agent_start(chief, &co, &s->coord_opts, 2000, &s->info->base,
+    floe_code rc = floe__coord_agent_start(chief, &co, &s->coord_opts, 2000, s->info,
                                            on_agent_error, s, &agent, &st);
     pthread_mutex_lock(&s->mu);
     if (rc != FLOE_OK) {
@@ -453,7 +453,7 @@ static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const
   if ((rc = floe__worker_service_start(rt, s->dp, s->rpc, &s->worker, st)) != FLOE_OK) goto fail;
   if ((rc = build_info(s, st)) != FLOE_OK) goto fail;
   if (s->is_chief) {
-    rc = floe__coord_service_start(s->spec, &s->coord_opts, &s->info->base, s->rpc,
+    rc = floe__coord_service_start(s->spec, &s->coord_opts, s->info, s->rpc,
                                    on_coord_error, s, &s->coord, st);
     if (rc != FLOE_OK) goto fail;
   } else {

@@ -188,6 +188,24 @@ void floe__wire_free(struct ProtobufCMessage *msg) {
   if (msg) protobuf_c_message_free_unpacked(msg, &k_alloc);
 }
 
+floe_code floe__wire_copy(const struct ProtobufCMessage *msg, struct ProtobufCMessage **out,
+                          FloeStatus *st) {
+  *out = NULL;
+  size_t len = protobuf_c_message_get_packed_size(msg);
+  uint8_t *buf = floe__malloc(len ? len : 1);
+  if (!buf)
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory copying a %s of %zu bytes",
+                           msg->descriptor->name, len);
+  protobuf_c_message_pack(msg, buf);
+  *out = protobuf_c_message_unpack(msg->descriptor, &k_alloc, len, buf);
+  floe__free(buf);
+  /* What was just packed unpacks, so only memory can fail here. */
+  if (!*out)
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory copying a %s of %zu bytes",
+                           msg->descriptor->name, len);
+  return FLOE_OK;
+}
+
 /* Where a payload stops being readable: offset and field path. */
 typedef struct WalkErr {
   size_t offset;

@@ -284,7 +284,7 @@ static floe_code reply_status(FloeConn *c, uint16_t type, ProtobufCMessage *resp
                               Floe__Dist__Status **slot, const FloeStatus *outcome,
                               FloeStatus *st) {
   Floe__Dist__Status sp = FLOE__DIST__STATUS__INIT;
-  floe__status_to_proto(outcome, &sp.base);
+  floe__status_to_proto(outcome, &sp);
   *slot = &sp;
   return reply(c, type, resp, st);
 }
