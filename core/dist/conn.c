@@ -189,6 +189,11 @@ bool floe__conn_closed_cleanly(FloeConn *c) {
   return clean;
 }
 
+bool floe__conn_stale(FloeConn *c) {
+  struct pollfd p = {c->fd, POLLIN, 0};
+  return poll(&p, 1, 0) != 0; /* readable between exchanges: a close, a reset or garbage */
+}
+
 floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st) {
   int ms = timeout_or_default(timeout_ms, c->timeout_ms);
   floe_code rc = conn_check(c, st);

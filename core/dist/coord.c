@@ -663,6 +663,8 @@ static floe_code on_register(FloeCoordService *c, FloeConn *conn, const FloeTask
   if (restart[0]) record_error(c, FLOE_ABORTED, restart);
   Floe__Dist__RegisterTaskResponse r = FLOE__DIST__REGISTER_TASK_RESPONSE__INIT;
   r.leader_incarnation = c->leader_incarnation;
+  r.heartbeat_interval_ms = c->heartbeat_interval_ms;
+  r.heartbeat_timeout_ms = c->heartbeat_timeout_ms;
   rc = respond(conn, FLOE__WIRE_REGISTER_TASK_RESPONSE, &r.base, &r.status, &out, st);
   floe_status_clear(&out);
   return rc;
@@ -1064,8 +1066,14 @@ static floe_code agent_register(FloeCoordAgent *a, const Floe__Dist__TaskInfo *i
     if (rc == FLOE_OK) {
       const Floe__Dist__RegisterTaskResponse *r = (const Floe__Dist__RegisterTaskResponse *)m;
       rc = floe__status_from_proto(r->status, st);
-      if (rc == FLOE_OK) a->leader_incarnation = r->leader_incarnation;
-      else floe__status_prefix(st, "the chief at %s refused to register this task",
+      if (rc == FLOE_OK) {
+        a->leader_incarnation = r->leader_incarnation;
+        /* The chief's settings win: heartbeats often enough for its timeout, and the same
+         * timeout for taking the chief for lost. */
+        if (r->heartbeat_interval_ms > 0 && r->heartbeat_interval_ms < a->heartbeat_interval_ms)
+          a->heartbeat_interval_ms = r->heartbeat_interval_ms;
+        if (r->heartbeat_timeout_ms > 0) a->heartbeat_timeout_ms = r->heartbeat_timeout_ms;
+      } else floe__status_prefix(st, "the chief at %s refused to register this task",
                                floe__conn_pool_address(a->pool));
       floe__wire_free(m);
       return rc;

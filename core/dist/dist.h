@@ -385,6 +385,9 @@ void floe__conn_close(FloeConn *c); /* NULL is fine */
  * reading it: DEADLINE_EXCEEDED leaves c usable. For a server's idle wait between requests,
  * which must not put the per-frame deadline on a peer that has nothing to ask. */
 floe_code floe__conn_wait(FloeConn *c, int timeout_ms, FloeStatus *st);
+/* True when an idle client connection has something to read (its peer closed or reset it,
+ * or sent what nobody asked for): not to be used for a request. Never blocks. */
+bool floe__conn_stale(FloeConn *c);
 /* Shuts c down from any thread while others may use it: a thread in floe__conn_recv, send or
  * wait on c wakes with UNAVAILABLE ("shut down by this side"), as does every later call. c
  * must stay open (not yet floe__conn_close'd) during the call. */

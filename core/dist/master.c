@@ -83,6 +83,16 @@ static Peer *peer_of(Master *m, const FloeDevice *d) {
   return NULL;
 }
 
+/* A task that answers NOT_FOUND for this session's worker session or graph lost them: it
+ * restarted (a new incarnation) since the session began. */
+static void restarted(FloeStatus *st, const Peer *peer) {
+  if (floe_status_code(st) != FLOE_NOT_FOUND) return;
+  char *msg = floe__strdup(floe_status_message(st));
+  floe_status_set(st, FLOE_ABORTED, "%s restarted since this session began (its state for the "
+                  "session is gone): %s", peer->name, msg ? msg : "");
+  floe__free(msg);
+}
+
 static floe_code cluster_error(Master *m, FloeStatus *st) {
   pthread_mutex_lock(&m->mu);
   floe_code rc = m->error;
@@ -241,6 +251,7 @@ static floe_code piece_build(void *arg, const FloeDevice *device, const FloeGrap
   if (floe__status_from_proto(r->status, st) != FLOE_OK || !r->graph_handle) {
     if (floe_status_code(st) == FLOE_OK)
       floe_status_set(st, FLOE_INTERNAL, "%s answered RegisterGraph without a handle", peer->name);
+    restarted(st, peer);
     floe__status_prefix(st, "%s refused its piece of the graph", peer->name);
     floe__wire_free(resp);
     goto fail;
@@ -367,8 +378,10 @@ static void *call_main(void *arg) {
       goto out;
     }
   }
-  if (floe__status_from_proto(c->resp->status, &c->st) != FLOE_OK)
+  if (floe__status_from_proto(c->resp->status, &c->st) != FLOE_OK) {
+    restarted(&c->st, pc->peer);
     floe__status_prefix(&c->st, "%s", pc->peer->name);
+  }
   else if ((int)c->resp->n_fetches != pc->num_fetches)
     floe_status_set(&c->st, FLOE_INTERNAL, "%s returned %zu values for %d fetches",
                     pc->peer->name, c->resp->n_fetches, pc->num_fetches);

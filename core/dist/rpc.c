@@ -427,7 +427,15 @@ floe_code floe__conn_pool_get(FloeConnPool *p, FloeConn **out, FloeStatus *st) {
     pthread_mutex_unlock(&p->mu);
     return pool_shut_error(p, st);
   }
-  FloeConn *c = p->n_idle ? p->idle[--p->n_idle] : NULL;
+  FloeConn *c = NULL;
+  /* Idle connections the server closed meanwhile (it restarted, or dropped them) are
+   * closed here rather than failing the request sent on them. */
+  while (p->n_idle) {
+    c = p->idle[--p->n_idle];
+    if (!floe__conn_stale(c)) break;
+    floe__conn_close(c);
+    c = NULL;
+  }
   if (c && !pool_take_locked(p, c)) {
     p->idle[p->n_idle++] = c;
     pthread_mutex_unlock(&p->mu);

@@ -262,17 +262,10 @@ static floe_code build_info(FloeServer *s, FloeStatus *st) {
   info.n_devices = (size_t)nd;
   info.devices = dip;
   if ((rc = floe__dataplane_fill_info(s->dp, &info.base, st)) != FLOE_OK) goto out;
-  /* One self-contained copy: packed, then unpacked with protobuf-c's allocator. */
-  size_t len = protobuf_c_message_get_packed_size(&info.base);
-  uint8_t *buf = floe__malloc(len + 1);
-  if (!buf) {
-    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory describing the task");
-  } else {
-    protobuf_c_message_pack(&info.base, buf);
-    s->info = floe__dist__task_info__unpack(NULL, len, buf);
-    floe__free(buf);
-    if (!s->info) rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory describing the task");
-  }
+  /* One self-contained copy (floe__wire_free frees it). */
+  ProtobufCMessage *copy = NULL;
+  rc = floe__wire_copy(&info.base, &copy, st);
+  s->info = (Floe__Dist__TaskInfo *)copy;
   floe__dataplane_info_clear(&info.base);
 out:
   floe__free(dis);

@@ -6,7 +6,8 @@
  *
  * Created on first use (a step whose Send/Recv cannot hand a value over by reference), torn
  * down by floe_runtime_free before the plugins shut down. The transport is the one named by
- * FLOE_TRANSPORT, else "local". Every posted request has a done callback that runs exactly
+ * FLOE_TRANSPORT, else "fabric" for a runtime that is a task of a cluster (when loaded), else
+ * "local". Every posted request has a done callback that runs exactly
  * once on the progress thread (or on the thread tearing the manager down), never under the
  * manager's lock, so callbacks may post again.
  *
@@ -251,6 +252,11 @@ static const FloeTransportReg *pick_transport(const FloeRuntime *rt, FloeStatus 
   const char *want = getenv("FLOE_TRANSPORT");
   bool named = want && *want;
   if (!named) want = "local";
+  /* A task of a cluster talks to other processes: the network transport when there is one
+   * ("local" joins runtimes of one process only). */
+  if (!named && rt->joined)
+    for (int i = 0; i < rt->num_transports; i++)
+      if (strcmp(rt->transports[i]->name, "fabric") == 0) return rt->transports[i];
   for (int i = 0; i < rt->num_transports; i++)
     if (strcmp(rt->transports[i]->name, want) == 0) return rt->transports[i];
   if (rt->num_transports == 0) {

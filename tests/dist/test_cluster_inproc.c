@@ -6,9 +6,9 @@
  *   - a graph across chief, worker 0, worker 1 and ps 0 returns the one-process values,
  *     step after step (cached registered pieces), a large tensor included;
  *   - a variable on the ps keeps its value across steps (the worker session's resources);
- *   - a step's deadline fails it everywhere and the next step still runs;
  *   - a worker whose server is freed mid-session: the next step fails UNAVAILABLE naming
- *     it, within the heartbeat timeout and a second.
+ *     it, within the heartbeat timeout and a second;
+ *   - a worker restarted (a new incarnation): the session's next step fails ABORTED.
  * The transport: FLOE_TRANSPORT as the environment says (local by default in make check). */
 #include <arpa/inet.h>
 #include <check.h>
@@ -279,6 +279,53 @@ START_TEST(test_lost_worker_is_unavailable) {
 }
 END_TEST
 
+/* Worker 1 restarts (a new server on its runtime: a new incarnation) between steps: the
+ * session that used the old one fails ABORTED, naming both incarnations. */
+START_TEST(test_restarted_worker_is_aborted) {
+  Cluster c;
+  start(&c, 10000);
+  FloeGraph *g = chain(1);
+  FloeSession *s = cluster_session(&c, g);
+  FloeTensor *got[2];
+  run_chain(s, got);
+  floe_tensor_release(got[0]);
+  floe_tensor_release(got[1]);
+  floe_server_free(c.srv[1]);
+  FloeStatus *st = floe_status_new();
+  FloeServerOptions o;
+  floe_server_options_init(&o);
+  o.runtime = c.rt[1];
+  o.cluster = c.json;
+  o.job = "worker";
+  o.task = 1;
+  o.heartbeat_interval_ms = 100;
+  c.srv[1] = floe_server_start(&o, st);
+  ck_assert_msg(c.srv[1] != NULL, "%s", floe_status_message(st));
+  /* it registers again within a few heartbeat intervals */
+  floe_code rc = FLOE_OK;
+  for (int i = 0; i < 100 && rc == FLOE_OK; i++) {
+    const int64_t xd[2] = {2, 3};
+    FloeTensor *x = floe_tensor_new(FLOE_F32, 2, xd, NULL);
+    FloeFeed f = {"x", x};
+    const char *fetch = "y";
+    FloeTensor *y = NULL;
+    floe_status_clear(st);
+    rc = floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &y, st);
+    floe_tensor_release(y);
+    floe_tensor_release(x);
+    if (rc == FLOE_OK) usleep(50 * 1000);
+  }
+  ck_assert_msg(rc == FLOE_ABORTED, "%s: %s", floe_code_name(rc), floe_status_message(st));
+  ck_assert_msg(strstr(floe_status_message(st), "restart") != NULL &&
+                    strstr(floe_status_message(st), "/job:worker/task:1") != NULL, "%s",
+                floe_status_message(st));
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("cluster_inproc");
   TCase *tc = tcase_create("core");
@@ -286,6 +333,7 @@ int main(void) {
   tcase_add_test(tc, test_chain_matches_one_process);
   tcase_add_test(tc, test_variable_on_ps_keeps_state);
   tcase_add_test(tc, test_lost_worker_is_unavailable);
+  tcase_add_test(tc, test_restarted_worker_is_aborted);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);
