@@ -8,6 +8,9 @@
 # alone: its ready line, SIGTERM, a wrong secret. Skipped (77) without the fabric transport.
 set -u
 FLOE="${top_builddir}/tools/floe"
+# the CPU plugin and the transports (make check names their folders)
+FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}"
+export FLOE_PLUGIN_PATH
 HERE="${top_srcdir}/tests/dist"
 NPY="${top_srcdir}/tests/cli/npy.py"
 tmp=$(mktemp -d)

@@ -7,6 +7,9 @@
 # root and ip(8); otherwise skipped (exit 77) with the reason.
 set -u
 FLOE="${top_builddir}/tools/floe"
+# the CPU plugin and the transports (make check names their folders)
+FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}"
+export FLOE_PLUGIN_PATH
 NPY="${top_srcdir}/tests/cli/npy.py"
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
 command -v ip >/dev/null 2>&1 || { echo "SKIP: no ip(8) (iproute2)"; exit 77; }
