@@ -60,6 +60,7 @@ typedef struct TaskSlot {
   uint64_t incarnation;
   Floe__Dist__TaskInfo *info;      /* owned (floe__wire_free) */
   int64_t last_seen_ms;            /* its registration or last heartbeat */
+  int64_t registered_ms;           /* when this incarnation registered */
   bool silent;                     /* the watchdog reported this incarnation */
 } TaskSlot;
 
@@ -93,6 +94,7 @@ struct FloeCoordService {
   bool stopping;
   TaskSlot *slots;
   FloeStatus error;                /* the first error of the cluster (code OK: none) */
+  int64_t error_ms;                /* when it was recorded */
   Barrier **barriers;
   int n_barriers;
   uint64_t barrier_order;
@@ -116,7 +118,10 @@ static char *id_str(const char *job, int task, uint64_t inc, char *buf, size_t c
 /* Keeps the cluster's first error, wakes every waiter and tells on_error. No lock held. */
 static void record_error(FloeCoordService *c, floe_code code, const char *msg) {
   pthread_mutex_lock(&c->mu);
-  if (c->error.code == FLOE_OK) floe_status_set(&c->error, code, "%s", msg);
+  if (c->error.code == FLOE_OK) {
+    floe_status_set(&c->error, code, "%s", msg);
+    c->error_ms = floe__dist_now_ms();
+  }
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
   if (c->on_error) c->on_error(c->err_arg, code, msg);
@@ -185,10 +190,18 @@ static floe_code register_locked(FloeCoordService *c, int i, const Floe__Dist__T
              t->name, t->incarnation, inc);
   if (t->info) floe__wire_free(&t->info->base);
   t->info = copy;
-  if (!t->registered || t->incarnation != inc) t->silent = false;
+  if (!t->registered || t->incarnation != inc) {
+    t->silent = false;
+    t->registered_ms = floe__dist_now_ms();
+  }
   t->registered = true;
   t->incarnation = inc;
   t->last_seen_ms = floe__dist_now_ms();
+  /* Every task registered and none silent: the cluster is whole again, and new work (a new
+   * session, a barrier) may start; what failed before stays failed for those who saw it. */
+  bool whole = true;
+  for (int k = 0; k < c->n && whole; k++) whole = c->slots[k].registered && !c->slots[k].silent;
+  if (whole) floe_status_clear(&c->error);
   pthread_cond_broadcast(&c->cv);
   return FLOE_OK;
 }
@@ -263,9 +276,13 @@ static floe_code wait_all_locked(FloeCoordService *c, int64_t timeout_ms, FloeCo
   int64_t deadline = deadline_after(timeout_ms);
   for (;;) {
     if (c->stopping) return stopping_error(st);
-    if (c->error.code != FLOE_OK)
-      return floe_status_set(st, c->error.code, "waiting for every task: the cluster failed: %s",
-                             floe_status_message(&c->error));
+    /* A task lost (and not back under a new incarnation) fails the wait; an error the
+     * cluster recovered from does not. */
+    for (int i = 0; i < c->n; i++)
+      if (c->slots[i].registered && c->slots[i].silent)
+        return floe_status_set(st, FLOE_UNAVAILABLE, "waiting for every task: %s is lost: %s",
+                               c->slots[i].name, c->error.code ? floe_status_message(&c->error)
+                                                               : "it stopped heartbeating");
     int missing = 0;
     for (int i = 0; i < c->n; i++) missing += !c->slots[i].registered;
     if (!missing) break;
@@ -660,7 +677,9 @@ static floe_code on_register(FloeCoordService *c, FloeConn *conn, const FloeTask
     rc = register_locked(c, i, &info, restart, sizeof restart, &out);
   }
   pthread_mutex_unlock(&c->mu);
-  if (restart[0]) record_error(c, FLOE_ABORTED, restart);
+  /* A restart is told to the chief's sessions (their state on the old incarnation is gone)
+   * but is no error of the cluster's: the task is back. */
+  if (restart[0] && c->on_error) c->on_error(c->err_arg, FLOE_ABORTED, restart);
   Floe__Dist__RegisterTaskResponse r = FLOE__DIST__REGISTER_TASK_RESPONSE__INIT;
   r.leader_incarnation = c->leader_incarnation;
   r.heartbeat_interval_ms = c->heartbeat_interval_ms;
@@ -678,7 +697,9 @@ static floe_code on_heartbeat(FloeCoordService *c, FloeConn *conn, const FloeTas
   floe_code rc = c->stopping ? stopping_error(&out)
                              : check_caller(c, peer, q->task, true, true, &i, &out);
   if (rc == FLOE_OK) c->slots[i].last_seen_ms = floe__dist_now_ms();
-  floe__status_copy(&err, &c->error);
+  /* An error from before this incarnation registered is not news to it (it registered
+   * after its chief's loss, say): only newer ones are sent. */
+  if (rc == FLOE_OK && c->error_ms >= c->slots[i].registered_ms) floe__status_copy(&err, &c->error);
   pthread_mutex_unlock(&c->mu);
   Floe__Dist__Status cluster;
   floe__status_to_proto(&err, &cluster);

@@ -8,7 +8,8 @@
  *   - a variable on the ps keeps its value across steps (the worker session's resources);
  *   - a worker whose server is freed mid-session: the next step fails UNAVAILABLE naming
  *     it, within the heartbeat timeout and a second;
- *   - a worker restarted (a new incarnation): the session's next step fails ABORTED.
+ *   - a worker restarted (a new incarnation): the session's next step fails ABORTED, and a
+ *     new session runs.
  * The suite runs over the local transport, then over fabric (tcp;ofi_rxm) when built. */
 #include <arpa/inet.h>
 #include <check.h>
@@ -325,6 +326,12 @@ START_TEST(test_restarted_worker_is_aborted) {
   ck_assert_msg(strstr(floe_status_message(st), "restart") != NULL &&
                     strstr(floe_status_message(st), "/job:worker/task:1") != NULL, "%s",
                 floe_status_message(st));
+  floe_session_free(s);
+  /* a new session runs on the restarted task */
+  s = cluster_session(&c, g);
+  run_chain(s, got);
+  floe_tensor_release(got[0]);
+  floe_tensor_release(got[1]);
   floe_session_free(s);
   floe_graph_free(g);
   floe_status_free(st);
