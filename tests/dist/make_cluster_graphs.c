@@ -7,8 +7,14 @@
  *          on the chief -> "y"; and z = Sum(x) on ps 0 (fetched from a remote task).
  *   big:   a [1024,1024] constant on worker 0, Mul by itself on worker 1, Sum on the chief:
  *          4 MiB crosses tasks twice -> "s".
- * With an argument after DIR, the worker count: chain uses worker (N-1) for the Relu. */
+ *   control: a while loop (5 iterations) whose body multiplies on worker 0 and adds on
+ *          worker N-1 while its counter and condition stay on the chief -> "acc"; then a
+ *          cond on the fed bool "pred" whose true branch runs on worker 0 and whose false
+ *          branch on worker N-1 -> "picked".
+ * With an argument after DIR, the worker count N (default 2): chain uses worker N-1 for the
+ * Relu. */
 #include <floe/floe.h>
+#include <floe/floe_control.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -97,6 +103,70 @@ static int big(const char *dir, int local, int workers) {
   return bad;
 }
 
+typedef struct Ctl {
+  const char *w0, *wl; /* NULL: no device requests */
+} Ctl;
+
+static floe_code loop_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
+  (void)arg;
+  (void)n;
+  FloeTensor *five = floe_tensor_scalar_i32(5, NULL);
+  *pred = binary_on(g, "Less", "lt", v[0], floe_const(g, "five", five), NULL);
+  floe_tensor_release(five);
+  return floe_graph_status(g);
+}
+
+static floe_code loop_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *next) {
+  (void)n;
+  const Ctl *c = arg;
+  FloeTensor *one = floe_tensor_scalar_i32(1, NULL);
+  next[0] = binary_on(g, "Add", "inc", v[0], floe_const(g, "one", one), NULL);
+  floe_tensor_release(one);
+  FloeOutput m = binary_on(g, "Mul", "scale", v[1], floe_const_f32(g, "k", 1.5f), c->w0);
+  next[1] = binary_on(g, "Add", "shift", m, floe_const_f32(g, "c", 1.0f), c->wl);
+  return floe_graph_status(g);
+}
+
+static floe_code branch_true(FloeGraph *g, void *arg, const FloeOutput *in, int nin,
+                             FloeOutput *out, int nout) {
+  (void)nin;
+  (void)nout;
+  out[0] = binary_on(g, "Mul", "twice", in[0], floe_const_f32(g, "two", 2.0f),
+                     ((const Ctl *)arg)->w0);
+  return floe_graph_status(g);
+}
+
+static floe_code branch_false(FloeGraph *g, void *arg, const FloeOutput *in, int nin,
+                              FloeOutput *out, int nout) {
+  (void)nin;
+  (void)nout;
+  out[0] = binary_on(g, "Add", "plus", in[0], floe_const_f32(g, "hundred", 100.0f),
+                     ((const Ctl *)arg)->wl);
+  return floe_graph_status(g);
+}
+
+static int control(const char *dir, int local, int workers) {
+  char last[64];
+  snprintf(last, sizeof last, "/job:worker/task:%d/device:cpu:0", workers - 1);
+  Ctl c = {local ? NULL : "/job:worker/task:0/device:cpu:0", local ? NULL : last};
+  FloeGraph *g = floe_graph_new();
+  const int64_t d[1] = {4};
+  const float v[4] = {1, -2, 0.5f, 3};
+  FloeTensor *t = floe_tensor_from_data(FLOE_F32, 1, d, v, sizeof v, NULL);
+  FloeTensor *zero = floe_tensor_scalar_i32(0, NULL);
+  FloeOutput init[2] = {floe_const(g, "i0", zero), floe_const(g, "acc0", t)}, res[2], out;
+  floe_while_loop(g, "loop", loop_cond, loop_body, &c, init, 2, NULL, res);
+  unary_on(g, "Identity", "acc", res[1], NULL);
+  FloeOutput pred = floe_placeholder(g, "pred", FLOE_BOOL, floe_shape_scalar());
+  floe_cond(g, "cond", pred, &res[1], 1, branch_true, branch_false, &c, &out, 1);
+  unary_on(g, "Identity", "picked", out, NULL);
+  floe_tensor_release(t);
+  floe_tensor_release(zero);
+  int bad = save(g, dir, local ? "control_local.floe" : "control.floe");
+  floe_graph_free(g);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: make_cluster_graphs DIR [WORKERS]\n");
@@ -105,5 +175,5 @@ int main(int argc, char **argv) {
   int workers = argc > 2 ? atoi(argv[2]) : 2;
   if (workers < 1) workers = 1;
   return chain(argv[1], 0, workers) | chain(argv[1], 1, workers) | big(argv[1], 0, workers) |
-         big(argv[1], 1, workers);
+         big(argv[1], 1, workers) | control(argv[1], 0, workers) | control(argv[1], 1, workers);
 }

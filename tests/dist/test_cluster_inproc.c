@@ -6,15 +6,19 @@
  *   - a graph across chief, worker 0, worker 1 and ps 0 returns the one-process values,
  *     step after step (cached registered pieces), a large tensor included;
  *   - a variable on the ps keeps its value across steps (the worker session's resources);
+ *   - a while loop whose body crosses tasks, and a cond with an untaken branch on another
+ *     task, give the one-process values;
  *   - a worker whose server is freed mid-session: the next step fails UNAVAILABLE naming
  *     it, within the heartbeat timeout and a second;
  *   - a worker restarted (a new incarnation): the session's next step fails ABORTED, and a
  *     new session runs.
  * The suite runs over the local transport, then over fabric (tcp;ofi_rxm) when built. */
 #include <arpa/inet.h>
+#include <stdbool.h>
 #include <check.h>
 #include <floe/floe.h>
 #include <floe/floe_dist.h>
+#include <floe/floe_control.h>
 #include <floe/floe_train.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -165,6 +169,124 @@ static FloeGraph *chain(int placed) {
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
   return g;
 }
+
+/* Control flow across tasks: a while loop whose body runs on worker 0 (Mul) and worker 1
+ * (Add) while its condition and counter stay on the chief, then a cond whose true branch is
+ * on worker 0 and whose false branch, untaken, on worker 1. */
+typedef struct Place {
+  int placed;
+} Place;
+
+static const char *dev_of(const Place *p, int w) {
+  if (!p->placed) return NULL;
+  return w == 0 ? "/job:worker/task:0/device:cpu:0" : "/job:worker/task:1/device:cpu:0";
+}
+
+static floe_code loop_cond(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *pred) {
+  (void)arg;
+  (void)n;
+  FloeTensor *five = floe_tensor_scalar_i32(5, NULL);
+  *pred = op2(g, "Less", "lt", v[0], floe_const(g, "five", five), NULL);
+  floe_tensor_release(five);
+  return floe_graph_status(g);
+}
+
+static floe_code loop_body(FloeGraph *g, void *arg, const FloeOutput *v, int n, FloeOutput *next) {
+  (void)n;
+  const Place *p = arg;
+  FloeTensor *one = floe_tensor_scalar_i32(1, NULL);
+  next[0] = op2(g, "Add", "inc", v[0], floe_const(g, "one", one), NULL);
+  floe_tensor_release(one);
+  FloeOutput m = op2(g, "Mul", "scale", v[1], floe_const_f32(g, "k", 1.5f), dev_of(p, 0));
+  next[1] = op2(g, "Add", "shift", m, floe_const_f32(g, "c", 1.0f), dev_of(p, 1));
+  return floe_graph_status(g);
+}
+
+static floe_code branch_true(FloeGraph *g, void *arg, const FloeOutput *in, int nin,
+                             FloeOutput *out, int nout) {
+  (void)nin;
+  (void)nout;
+  out[0] = op2(g, "Mul", "twice", in[0], floe_const_f32(g, "two", 2.0f), dev_of(arg, 0));
+  return floe_graph_status(g);
+}
+
+static floe_code branch_false(FloeGraph *g, void *arg, const FloeOutput *in, int nin,
+                              FloeOutput *out, int nout) {
+  (void)nin;
+  (void)nout;
+  out[0] = op2(g, "Add", "plus", in[0], floe_const_f32(g, "hundred", 100.0f), dev_of(arg, 1));
+  return floe_graph_status(g);
+}
+
+static FloeGraph *control(Place *p) {
+  FloeGraph *g = floe_graph_new();
+  const int64_t d[1] = {4};
+  const float v[4] = {1, -2, 0.5f, 3};
+  FloeTensor *t = floe_tensor_from_data(FLOE_F32, 1, d, v, sizeof v, NULL);
+  FloeTensor *zero = floe_tensor_scalar_i32(0, NULL);
+  FloeOutput init[2] = {floe_const(g, "i0", zero), floe_const(g, "acc0", t)};
+  FloeOutput res[2];
+  floe_while_loop(g, "loop", loop_cond, loop_body, p, init, 2, NULL, res);
+  FloeNodeBuilder *b = floe_node_begin(g, "Identity", "acc");
+  floe_node_add_input(b, res[1]);
+  floe_node_finish(b);
+  FloeOutput pred = floe_placeholder(g, "pred", FLOE_BOOL, floe_shape_scalar());
+  FloeOutput out;
+  floe_cond(g, "cond", pred, &res[1], 1, branch_true, branch_false, p, &out, 1);
+  b = floe_node_begin(g, "Identity", "picked");
+  floe_node_add_input(b, out);
+  floe_node_finish(b);
+  floe_tensor_release(t);
+  floe_tensor_release(zero);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  return g;
+}
+
+static void run_control(FloeSession *s, bool pred, FloeTensor **out) {
+  uint8_t pv = pred;
+  FloeTensor *pt = floe_tensor_from_data(FLOE_BOOL, 0, NULL, &pv, 1, NULL);
+  FloeFeed f = {"pred", pt};
+  const char *fetch[2] = {"acc", "picked"};
+  FloeStatus *st = floe_status_new();
+  floe_code rc = floe_session_run(s, &f, 1, fetch, 2, NULL, 0, out, st);
+  ck_assert_msg(rc == FLOE_OK, "%s", floe_status_message(st));
+  floe_status_free(st);
+  floe_tensor_release(pt);
+}
+
+START_TEST(test_control_flow_across_tasks) {
+  Cluster c;
+  start(&c, 10000);
+  Place pl = {0}, pc = {1};
+  FloeGraph *gl = control(&pl), *gc = control(&pc);
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = c.chief_rt;
+  FloeStatus *st = floe_status_new();
+  FloeSession *local = floe_session_new(gl, &so, st);
+  ck_assert_msg(local != NULL, "%s", floe_status_message(st));
+  FloeSession *s = cluster_session(&c, gc);
+  for (int k = 0; k < 2; k++) { /* the true branch taken, then the false one */
+    FloeTensor *want[2], *got[2];
+    run_control(local, k == 0, want);
+    run_control(s, k == 0, got);
+    for (int i = 0; i < 2; i++) {
+      ck_assert_int_eq(floe_tensor_nbytes(got[i]), floe_tensor_nbytes(want[i]));
+      ck_assert_msg(!memcmp(floe_tensor_data(got[i]), floe_tensor_data(want[i]),
+                            floe_tensor_nbytes(want[i])),
+                    "pred %d: fetch %d differs from the one-process value", k == 0, i);
+      floe_tensor_release(got[i]);
+      floe_tensor_release(want[i]);
+    }
+  }
+  floe_session_free(s);
+  floe_session_free(local);
+  floe_graph_free(gl);
+  floe_graph_free(gc);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
 
 static void run_chain(FloeSession *s, FloeTensor **out) {
   const int64_t xd[2] = {2, 3};
@@ -347,6 +469,7 @@ int main(void) {
   tcase_add_test(tc, test_variable_on_ps_keeps_state);
   tcase_add_test(tc, test_lost_worker_is_unavailable);
   tcase_add_test(tc, test_restarted_worker_is_aborted);
+  tcase_add_test(tc, test_control_flow_across_tasks);
   suite_add_tcase(su, tc);
   const char *cpu = getenv("FLOE_PLUGIN_PATH"), *local = getenv("FLOE_TRANSPORT_DIR"),
              *fabric = getenv("FLOE_FABRIC_DIR");
@@ -374,6 +497,7 @@ int main(void) {
       tcase_add_test(tc, test_variable_on_ps_keeps_state);
       tcase_add_test(tc, test_lost_worker_is_unavailable);
       tcase_add_test(tc, test_restarted_worker_is_aborted);
+      tcase_add_test(tc, test_control_flow_across_tasks);
       suite_add_tcase(su, tc);
     }
   }
