@@ -963,7 +963,8 @@ struct FloeCoordAgent {
   pthread_t heartbeat;
   pthread_mutex_t mu;
   pthread_cond_t cv;               /* stopping */
-  bool stopping, told;
+  bool stopping, told;           /* told: the chief lost was reported */
+  char *told_cluster;            /* the last cluster error reported */
 };
 
 static Floe__Dist__TaskId agent_id(const FloeCoordAgent *a) {
@@ -975,12 +976,30 @@ static Floe__Dist__TaskId agent_id(const FloeCoordAgent *a) {
 }
 
 /* Tells on_error, once for the agent's life. */
-static void agent_tell(FloeCoordAgent *a, floe_code code, const char *msg) {
+/* The chief lost (chief_lost: its heartbeats failed or were refused) is told once; a
+ * cluster error the chief reports (another task lost) once per distinct error. */
+static void agent_tell(FloeCoordAgent *a, floe_code code, const char *msg, bool chief_lost) {
   pthread_mutex_lock(&a->mu);
-  bool first = !a->told;
-  a->told = true;
+  bool first;
+  if (chief_lost) {
+    first = !a->told;
+    a->told = true;
+  } else {
+    first = !a->told && (!a->told_cluster || strcmp(a->told_cluster, msg ? msg : "") != 0);
+    if (first) {
+      floe__free(a->told_cluster);
+      a->told_cluster = floe__strdup(msg ? msg : "");
+    }
+  }
   pthread_mutex_unlock(&a->mu);
   if (first && a->on_error) a->on_error(a->err_arg, code, msg);
+}
+
+bool floe__coord_agent_chief_lost(FloeCoordAgent *a) {
+  pthread_mutex_lock(&a->mu);
+  bool lost = a->told;
+  pthread_mutex_unlock(&a->mu);
+  return lost;
 }
 
 /* The call's timeout for a request that waits wait_ms on the chief (< 0: no limit). */
@@ -1033,10 +1052,10 @@ static void *heartbeat_main(void *arg) {
       FloeStatus err = {FLOE_OK, NULL};
       if (floe__status_from_proto(r->status, &st) != FLOE_OK) {
         floe__status_prefix(&st, "the chief refused a heartbeat");
-        agent_tell(a, st.code, floe_status_message(&st));
+        agent_tell(a, st.code, floe_status_message(&st), true);
       } else if (floe__status_from_proto(r->cluster_error, &err) != FLOE_OK) {
         last_ok = now;
-        agent_tell(a, err.code, floe_status_message(&err));
+        agent_tell(a, err.code, floe_status_message(&err), false);
       } else {
         last_ok = now;
       }
@@ -1052,7 +1071,8 @@ static void *heartbeat_main(void *arg) {
       stopping = a->stopping;
       pthread_mutex_unlock(&a->mu);
       if (!stopping)
-        agent_tell(a, FLOE_UNAVAILABLE, msg ? msg : "the chief stopped answering heartbeats");
+        agent_tell(a, FLOE_UNAVAILABLE, msg ? msg : "the chief stopped answering heartbeats",
+                   true);
       floe__free(msg);
     }
     floe_status_clear(&st);
@@ -1307,5 +1327,6 @@ void floe__coord_agent_free(FloeCoordAgent *a) {
   floe__conn_pool_free(a->pool);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
+  floe__free(a->told_cluster);
   floe__free(a);
 }

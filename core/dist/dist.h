@@ -597,6 +597,9 @@ uint64_t floe__coord_agent_leader_incarnation(const FloeCoordAgent *a);
 /* Stops heartbeating and closes the connections (the service then sees the task silent).
  * No other call on a may be in progress. NULL is fine. */
 void floe__coord_agent_free(FloeCoordAgent *a);
+/* Whether the agent told on_error that the chief is lost (its heartbeats failed or were
+ * refused), as opposed to a cluster error the chief reported (told once per error). */
+bool floe__coord_agent_chief_lost(FloeCoordAgent *a);
 
 /* ------------------------------------------------------------------------------------ */
 /* dataplane.c: a task's transport connections to its peers, authenticated, and the route the
@@ -682,6 +685,9 @@ floe_code floe__worker_service_start(struct FloeRuntime *rt, FloeDataPlane *dp,
 /* Fails every running step with code and why, and drops every worker session (their
  * master is gone). */
 void floe__worker_service_reset(FloeWorkerService *w, floe_code code, const char *why);
+/* Fails every running step with code and why; the worker sessions stay (another task of the
+ * cluster was lost: its master ends the sessions). */
+void floe__worker_service_abort_running(FloeWorkerService *w, floe_code code, const char *why);
 /* After floe__rpc_server_free (which joins the handlers). NULL is fine. */
 void floe__worker_service_free(FloeWorkerService *w);
 /* t into *out: dtype, shape and a floe__malloc'd copy of its bytes (device tensors are

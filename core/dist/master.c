@@ -28,6 +28,7 @@
 #define RECV_SLICE_MS 200
 #define RECV_WHOLE_MS 120000 /* reading one answer once it began */
 #define CLEANUP_TIMEOUT_MS 5000
+#define REGISTER_TIMEOUT_MS 120000 /* a large piece takes a while to build there */
 
 typedef struct Master Master;
 
@@ -37,6 +38,16 @@ typedef struct Peer {
   int task;
   FloeConnPool *pool;
 } Peer;
+
+/* A CleanupGraph to send (the cleanup thread sends them, so that a step's failure never
+ * waits on a peer that may itself be the one hanging). */
+typedef struct Cleanup {
+  struct Peer *peer;
+  uint64_t step_id;
+  floe_code code;
+  char *msg;
+  struct Cleanup *next;
+} Cleanup;
 
 struct Master {
   FloeServer *server;
@@ -50,6 +61,11 @@ struct Master {
   pthread_mutex_t mu;
   floe_code error;           /* the cluster's first error while the session lives */
   char *error_msg;
+  Cleanup *cleanups;         /* under mu: to send, oldest first */
+  bool cleanup_stop;         /* under mu */
+  bool cleanup_started;
+  pthread_t cleanup_thread;
+  pthread_cond_t cleanup_cv;
 };
 
 typedef struct Piece {
@@ -90,6 +106,22 @@ static void restarted(FloeStatus *st, const Peer *peer) {
   char *msg = floe__strdup(floe_status_message(st));
   floe_status_set(st, FLOE_ABORTED, "%s restarted since this session began (its state for the "
                   "session is gone): %s", peer->name, msg ? msg : "");
+  floe__free(msg);
+}
+
+/* What to do, after an error that a lost or restarted task caused. */
+static void add_hint(FloeStatus *st, const char *task) {
+  floe_code code = floe_status_code(st);
+  if (code != FLOE_UNAVAILABLE && code != FLOE_ABORTED) return;
+  char *msg = floe__strdup(floe_status_message(st));
+  if (!msg) return;
+  if (code == FLOE_UNAVAILABLE)
+    floe_status_set(st, code, "%s; %s is unavailable: the other tasks dropped the step; when "
+                    "it is back (restart its server: floe server), create a new session", msg,
+                    task ? task : "a task");
+  else
+    floe_status_set(st, code, "%s; create a new session: it runs on the tasks as they are now",
+                    msg);
   floe__free(msg);
 }
 
@@ -241,7 +273,7 @@ static floe_code piece_build(void *arg, const FloeDevice *device, const FloeGrap
   rq.control_flow = cf;
   ProtobufCMessage *resp = NULL;
   rc = floe__conn_pool_call(peer->pool, FLOE__WIRE_REGISTER_GRAPH, &rq.base,
-                            FLOE__WIRE_REGISTER_GRAPH_RESPONSE, 0, &resp, st);
+                            FLOE__WIRE_REGISTER_GRAPH_RESPONSE, REGISTER_TIMEOUT_MS, &resp, st);
   free(buf);
   if (rc != FLOE_OK) {
     floe__status_prefix(st, "registering the piece of %s", peer->name);
@@ -270,17 +302,55 @@ fail:
 
 /* ---- running a step of a piece --------------------------------------------------------------- */
 
-static void send_cleanup(Call *c, floe_code code, const char *msg) {
-  Floe__Dist__CleanupGraphRequest rq = FLOE__DIST__CLEANUP_GRAPH_REQUEST__INIT;
-  rq.step_id = c->step_id;
-  rq.code = (int32_t)code;
-  rq.message = (char *)(msg ? msg : "");
-  ProtobufCMessage *resp = NULL;
-  FloeStatus ignore = {FLOE_OK, NULL};
-  floe__conn_pool_call(c->pc->peer->pool, FLOE__WIRE_CLEANUP_GRAPH, &rq.base,
-                       FLOE__WIRE_CLEANUP_GRAPH_RESPONSE, CLEANUP_TIMEOUT_MS, &resp, &ignore);
-  floe__wire_free(resp);
-  floe_status_clear(&ignore);
+/* Queues CleanupGraph(step, code, msg) for c's task; msg taken over (may be NULL). */
+static void queue_cleanup(Call *c, floe_code code, char *msg) {
+  Master *m = c->pc->m;
+  Cleanup *q = floe__calloc(1, sizeof *q);
+  if (!q) { /* the task's own deadline or the session's end drops the step there anyway */
+    floe__free(msg);
+    return;
+  }
+  *q = (Cleanup){c->pc->peer, c->step_id, code, msg, NULL};
+  pthread_mutex_lock(&m->mu);
+  Cleanup **tail = &m->cleanups;
+  while (*tail) tail = &(*tail)->next;
+  *tail = q;
+  pthread_cond_broadcast(&m->cleanup_cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+static void *cleanup_main(void *arg) {
+  Master *m = arg;
+  pthread_mutex_lock(&m->mu);
+  for (;;) {
+    while (!m->cleanups && !m->cleanup_stop) pthread_cond_wait(&m->cleanup_cv, &m->mu);
+    Cleanup *q = m->cleanups;
+    if (!q) break; /* stopping and nothing left */
+    m->cleanups = q->next;
+    /* At the session's end, what is left goes with the worker sessions; after a cluster
+     * error the tasks have stopped the session's steps themselves (the error reached them
+     * with their heartbeats), and the task in error may hang: nothing is sent then. */
+    bool stop = m->cleanup_stop || m->error != FLOE_OK;
+    pthread_mutex_unlock(&m->mu);
+    if (!stop) {
+      Floe__Dist__CleanupGraphRequest rq = FLOE__DIST__CLEANUP_GRAPH_REQUEST__INIT;
+      rq.step_id = q->step_id;
+      rq.code = (int32_t)q->code;
+      rq.message = q->msg ? q->msg : (char *)"";
+      ProtobufCMessage *resp = NULL;
+      FloeStatus ignore = {FLOE_OK, NULL};
+      floe__conn_pool_call(q->peer->pool, FLOE__WIRE_CLEANUP_GRAPH, &rq.base,
+                           FLOE__WIRE_CLEANUP_GRAPH_RESPONSE, CLEANUP_TIMEOUT_MS, &resp,
+                           &ignore);
+      floe__wire_free(resp);
+      floe_status_clear(&ignore);
+    }
+    floe__free(q->msg);
+    floe__free(q);
+    pthread_mutex_lock(&m->mu);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
 }
 
 static void *call_main(void *arg) {
@@ -316,7 +386,11 @@ static void *call_main(void *arg) {
   rq.n_fetches = (size_t)pc->num_fetches;
   rq.fetches = pc->fetches;
   rq.timeout_ms = c->timeout_ms;
-  if (floe__conn_pool_get(pc->peer->pool, &conn, &c->st) != FLOE_OK) goto out;
+  if (floe__conn_pool_get(pc->peer->pool, &conn, &c->st) != FLOE_OK) {
+    floe__status_prefix(&c->st, "reaching %s for step %016" PRIx64, pc->peer->name, c->step_id);
+    broken = true; /* no connection to give back; the hint below applies */
+    goto out;
+  }
   if (floe__conn_send(conn, FLOE__WIRE_RUN_GRAPH, &rq.base, 0, &c->st) != FLOE_OK) {
     broken = true;
     goto out;
@@ -359,10 +433,11 @@ static void *call_main(void *arg) {
     char *am = ab && c->abort_msg ? floe__strdup(c->abort_msg) : NULL;
     pthread_mutex_unlock(&c->mu);
     if (ab) {
-      send_cleanup(c, ac, am);
+      queue_cleanup(c, ac, am); /* takes am */
       cleaned = true;
+    } else {
+      floe__free(am);
     }
-    floe__free(am);
     if (cluster_error(m, &c->st) != FLOE_OK) {
       floe__status_prefix(&c->st, "step %016" PRIx64 " on %s", c->step_id, pc->peer->name);
       broken = true; /* its answer, if any, would come on this connection later */
@@ -391,6 +466,7 @@ out:
   floe__free(nts);
   floe__free(ntp);
   floe__free(tps);
+  if (broken || floe_status_code(&c->st) == FLOE_ABORTED) add_hint(&c->st, pc->peer->name);
   floe_code code = floe_status_code(&c->st);
   c->done(c->done_arg, code, code ? floe_status_message(&c->st) : NULL);
   return NULL;
@@ -477,8 +553,13 @@ static void on_cluster_error(void *arg, floe_code code, const char *msg) {
   pthread_mutex_lock(&m->mu);
   bool first = m->error == FLOE_OK;
   if (first) {
+    FloeStatus h = {FLOE_OK, NULL};
+    floe_status_set(&h, code, "%s", msg ? msg : "");
+    add_hint(&h, NULL);
     m->error = code;
-    m->error_msg = floe__strdup(msg ? msg : "");
+    m->error_msg = floe__strdup(floe_status_message(&h));
+    floe_status_clear(&h);
+    msg = m->error_msg;
   }
   FloeSession *s = m->session;
   pthread_mutex_unlock(&m->mu);
@@ -488,6 +569,21 @@ static void on_cluster_error(void *arg, floe_code code, const char *msg) {
 static void master_free(Master *m) {
   if (!m) return;
   if (m->watch_id > 0) floe__server_unwatch(m->server, m->watch_id);
+  if (m->cleanup_started) {
+    pthread_mutex_lock(&m->mu);
+    m->cleanup_stop = true;
+    pthread_cond_broadcast(&m->cleanup_cv);
+    pthread_mutex_unlock(&m->mu);
+    /* After a cluster error a peer may hang: wake a cleanup waiting on it (nothing more is
+     * sent to the tasks then: their sessions are dropped when the chief's error reaches
+     * them, or when they see this chief gone). */
+    FloeStatus ignore = {FLOE_OK, NULL};
+    if (cluster_error(m, &ignore) != FLOE_OK)
+      for (int i = 0; i < m->num_peers; i++)
+        if (m->peers[i].pool) floe__conn_pool_shutdown(m->peers[i].pool);
+    floe_status_clear(&ignore);
+    pthread_join(m->cleanup_thread, NULL);
+  }
   for (int i = 0; i < m->num_peers; i++) {
     Peer *p = &m->peers[i];
     if (!p->pool) continue;
@@ -507,6 +603,7 @@ static void master_free(Master *m) {
   floe__free(m->peers);
   floe__free(m->handle);
   floe__free(m->error_msg);
+  pthread_cond_destroy(&m->cleanup_cv);
   pthread_mutex_destroy(&m->mu);
   floe__free(m);
 }
@@ -618,6 +715,12 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
     floe_status_set(st, FLOE_NO_MEMORY, "out of memory creating a session");
     return NULL;
   }
+  if (pthread_cond_init(&m->cleanup_cv, NULL) != 0) {
+    pthread_mutex_destroy(&m->mu);
+    floe__free(m);
+    floe_status_set(st, FLOE_RESOURCE_EXHAUSTED, "cannot create a condition variable");
+    return NULL;
+  }
   m->server = srv;
   m->rt = rt;
   FloeCoordInfos all = {0, NULL};
@@ -632,7 +735,9 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
   if (add_remote_devices(m, infos, n, st) != FLOE_OK) goto fail;
   const FloeTaskIdentity *me = floe__server_identity(srv);
   m->peers = floe__calloc((size_t)n + 1, sizeof *m->peers);
-  m->handle = floe__asprintf("session-%016" PRIx64, (uint64_t)(uintptr_t)m ^ me->incarnation);
+  uint64_t r = 0;
+  if (floe__auth_random((uint8_t *)&r, sizeof r, st) != FLOE_OK) goto fail;
+  m->handle = floe__asprintf("session-%016" PRIx64, r);
   calls = floe__calloc((size_t)n + 1, sizeof *calls);
   if (!m->peers || !m->handle || !calls) {
     floe_status_set(st, FLOE_NO_MEMORY, "out of memory creating a session");
@@ -646,6 +751,7 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
     p->task = id->task;
     snprintf(p->name, sizeof p->name, "/job:%s/task:%d", id->job, id->task);
     FloeConnOptions co = floe__server_conn_options(srv);
+    co.timeout_ms = 3000; /* connect and handshake: a live peer answers in milliseconds */
     co.expect_job = p->job;
     co.expect_task = p->task;
     if (floe__conn_pool_new(infos[i]->address, &co, &p->pool, st) != FLOE_OK) goto fail;
@@ -681,6 +787,11 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
   }
   floe_status_clear(&own);
   if (rc != FLOE_OK) goto fail;
+  if (pthread_create(&m->cleanup_thread, NULL, cleanup_main, m) != 0) {
+    floe_status_set(st, FLOE_RESOURCE_EXHAUSTED, "cannot start the session's cleanup thread");
+    goto fail;
+  }
+  m->cleanup_started = true;
   m->fns = (FloeRemotePieceFns){m, piece_build, piece_free, piece_start, piece_finish, piece_abort};
   FloeSessionCluster cl = {&m->fns, floe__dataplane_route(floe__server_dataplane(srv)),
                            master_release, m};

@@ -332,13 +332,25 @@ static void *agent_main(void *arg) {
     }
     slog(s, "registered with the chief %s at %s", chief_name, chief);
     told_waiting = false;
-    while (!s->stopping && !s->agent_failed) pthread_cond_wait(&s->cv, &s->mu);
-    char *why = s->agent_failed && s->agent_error ? floe__strdup(s->agent_error) : NULL;
-    s->agent_failed = false;
-    bool stopping = s->stopping;
-    pthread_mutex_unlock(&s->mu);
+    bool stopping = false, lost = false;
+    char *why = NULL;
+    for (;;) {
+      while (!s->stopping && !s->agent_failed) pthread_cond_wait(&s->cv, &s->mu);
+      floe__free(why);
+      why = s->agent_failed && s->agent_error ? floe__strdup(s->agent_error) : NULL;
+      s->agent_failed = false;
+      stopping = s->stopping;
+      pthread_mutex_unlock(&s->mu);
+      lost = !stopping && floe__coord_agent_chief_lost(agent);
+      if (stopping || lost) break;
+      /* Another task was lost: what runs here for the chief's sessions fails now (their
+       * master ends the sessions); this task stays registered. */
+      slog(s, "cluster error: %s: the steps running here are stopped", why ? why : "");
+      floe__worker_service_abort_running(s->worker, FLOE_UNAVAILABLE, why ? why : "");
+      pthread_mutex_lock(&s->mu);
+    }
     floe__coord_agent_free(agent);
-    if (!stopping) {
+    if (lost) {
       char msg[768];
       snprintf(msg, sizeof msg, "the chief %s was lost (%s)", chief_name, why ? why : "");
       slog(s, "%s: its sessions here are dropped; waiting for a chief again", msg);

@@ -720,6 +720,14 @@ floe_code floe__worker_service_start(FloeRuntime *rt, FloeDataPlane *dp, FloeRpc
   return FLOE_OK;
 }
 
+void floe__worker_service_abort_running(FloeWorkerService *w, floe_code code, const char *why) {
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  for (Running *r = w->running; r; r = r->next)
+    for (int i = 0; i < r->num_steps; i++) floe__exec_step_cancel(r->steps[i], code, why);
+  pthread_mutex_unlock(&w->mu);
+}
+
 void floe__worker_service_reset(FloeWorkerService *w, floe_code code, const char *why) {
   if (!w) return;
   pthread_mutex_lock(&w->mu);
