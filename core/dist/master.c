@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dist.h"
 #include "dist.pb-c.h"
@@ -692,6 +693,94 @@ static void *create_main(void *arg) {
   return NULL;
 }
 
+/* ---- the links' figures for the cost model ---------------------------------------------------- */
+
+/* Seconds of one step fetching a tensor of n floats made on dev (a remote device) into this
+ * task: the median of a few steps, after one warm-up (which registers the piece). */
+static double probe_once(Master *m, const FloeDevice *dev, int64_t n, FloeStatus *st) {
+  FloeGraph *g = floe_graph_new();
+  FloeTensor *t = g ? floe_tensor_new(FLOE_F32, 1, &n, st) : NULL;
+  double best = -1;
+  if (!t) goto out;
+  floe_graph_set_device_scope(g, dev->name);
+  FloeOutput c = floe_const(g, "probe", t);
+  floe_graph_set_device_scope(g, NULL);
+  FloeNodeBuilder *b = floe_node_begin(g, "Identity", "here");
+  floe_node_add_input(b, c);
+  floe_node_finish(b);
+  if (floe_graph_status(g) != FLOE_OK) goto out;
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = m->rt;
+  FloeSessionCluster cl = {&m->fns, floe__dataplane_route(floe__server_dataplane(m->server)),
+                           NULL, NULL};
+  FloeSession *s = floe__session_create(g, &so, &cl, st);
+  if (!s) goto out;
+  double times[5];
+  int k = 0;
+  const char *fetch = "here";
+  for (int i = 0; i < 6; i++) {
+    FloeTensor *o = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &o, st) != FLOE_OK) break;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    floe_tensor_release(o);
+    if (i > 0) times[k++] = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  }
+  floe_session_free(s);
+  if (k == 5) {
+    for (int i = 1; i < 5; i++) /* insertion sort: the median of five */
+      for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
+        double x = times[j];
+        times[j] = times[j - 1];
+        times[j - 1] = x;
+      }
+    best = times[2];
+  }
+out:
+  floe_tensor_release(t);
+  floe_graph_free(g);
+  return best;
+}
+
+/* Measures each task's link as the cost model sees it, by fetching 4 bytes and 1 MiB from
+ * one of its devices through the session's own path (the rendezvous, the data plane, the
+ * control plane's RunGraph): the small step's time is the latency, the difference the
+ * bandwidth. The figures go on the task's remote devices. A failed probe leaves the model's
+ * defaults (and is not an error: the session may still run). */
+static void measure_links(Master *m) {
+  int n;
+  FloeDevice **remote = floe__runtime_remote(m->rt, &n);
+  if (n <= 0) return;
+  FloeDevice *copy = floe__calloc((size_t)n, sizeof *copy);
+  if (!copy) return;
+  for (int i = 0; i < n; i++) copy[i] = *remote[i];
+  bool changed = false;
+  for (int p = 0; p < m->num_peers; p++) {
+    const FloeDevice *dev = NULL;
+    for (int i = 0; i < n && !dev; i++)
+      if (copy[i].task == m->peers[p].task && !strcmp(copy[i].job, m->peers[p].job)) dev = remote[i];
+    if (!dev) continue;
+    FloeStatus st = {FLOE_OK, NULL};
+    double small = probe_once(m, dev, 1, &st);
+    double big = small > 0 ? probe_once(m, dev, 262144, &st) : -1;
+    floe_status_clear(&st);
+    if (small <= 0 || big <= 0) continue;
+    double bw = big > small ? 1048576.0 / (big - small) : 1e10;
+    for (int i = 0; i < n; i++)
+      if (copy[i].task == m->peers[p].task && !strcmp(copy[i].job, m->peers[p].job)) {
+        copy[i].link_latency = small;
+        copy[i].link_bandwidth = bw;
+        changed = true;
+      }
+  }
+  FloeStatus ignore = {FLOE_OK, NULL};
+  if (changed) floe__runtime_set_remote(m->rt, copy, n, &ignore);
+  floe_status_clear(&ignore);
+  floe__free(copy);
+}
+
 static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOptions *opts,
                                        FloeStatus *st) {
   FloeRuntime *rt = opts->runtime ? opts->runtime : floe_runtime_default(st);
@@ -796,6 +885,9 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
   FloeSessionCluster cl = {&m->fns, floe__dataplane_route(floe__server_dataplane(srv)),
                            master_release, m};
   m->watch_id = floe__server_watch(srv, on_cluster_error, m);
+  /* Only the cost model uses the figures: a session that names no device list skips it. */
+  if (FLOE_HAS_FIELD(opts, FloeSessionOptions, devices) && opts->devices && opts->devices[0])
+    measure_links(m);
   s = floe__session_create(g, opts, &cl, st);
   if (!s) goto fail;
   pthread_mutex_lock(&m->mu);

@@ -288,6 +288,41 @@ START_TEST(test_control_flow_across_tasks) {
 }
 END_TEST
 
+static void run_chain(FloeSession *s, FloeTensor **out);
+
+/* The cost model placing over the chief's and the workers' CPUs (links measured when the
+ * session starts): the values are the one-process ones wherever the nodes went. */
+START_TEST(test_cost_model_over_cluster) {
+  Cluster c;
+  start(&c, 10000);
+  FloeGraph *g = chain(0);
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = c.chief_rt;
+  FloeStatus *st = floe_status_new();
+  FloeSession *local = floe_session_new(g, &so, st);
+  ck_assert_msg(local != NULL, "%s", floe_status_message(st));
+  so.cluster = c.json;
+  so.devices = "cpu:0,/job:worker/cpu:0,/job:ps/cpu:0";
+  FloeSession *s = floe_session_new(g, &so, st);
+  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  FloeTensor *want[2], *got[2];
+  run_chain(local, want);
+  run_chain(s, got);
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_eq(floe_tensor_nbytes(got[k]), floe_tensor_nbytes(want[k]));
+    ck_assert(!memcmp(floe_tensor_data(got[k]), floe_tensor_data(want[k]), floe_tensor_nbytes(want[k])));
+    floe_tensor_release(got[k]);
+    floe_tensor_release(want[k]);
+  }
+  floe_session_free(s);
+  floe_session_free(local);
+  floe_graph_free(g);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
+
 static void run_chain(FloeSession *s, FloeTensor **out) {
   const int64_t xd[2] = {2, 3};
   const float xv[6] = {1, 2, 3, -1, 0.5f, 4};
@@ -470,6 +505,7 @@ int main(void) {
   tcase_add_test(tc, test_lost_worker_is_unavailable);
   tcase_add_test(tc, test_restarted_worker_is_aborted);
   tcase_add_test(tc, test_control_flow_across_tasks);
+  tcase_add_test(tc, test_cost_model_over_cluster);
   suite_add_tcase(su, tc);
   const char *cpu = getenv("FLOE_PLUGIN_PATH"), *local = getenv("FLOE_TRANSPORT_DIR"),
              *fabric = getenv("FLOE_FABRIC_DIR");
@@ -498,6 +534,7 @@ int main(void) {
       tcase_add_test(tc, test_lost_worker_is_unavailable);
       tcase_add_test(tc, test_restarted_worker_is_aborted);
       tcase_add_test(tc, test_control_flow_across_tasks);
+      tcase_add_test(tc, test_cost_model_over_cluster);
       suite_add_tcase(su, tc);
     }
   }
