@@ -9,8 +9,9 @@
 #
 # TRANSPORT (default fabric) and PROVIDER (default "tcp;ofi_rxm") pick the data plane;
 # DENSE_BYTES (default 16 MiB: the paper's 100 MB dense model, scaled to a 2-core machine
-# whose 4 workers would otherwise share 400 MB of copies a step), SPARSE_ROWS (default 1M
-# rows of 64 f32: 256 MB, the paper's 1 GB scaled the same way), REPEAT (default 200 steps,
+# whose 4 workers would otherwise share 400 MB of copies a step), SPARSE_ROWS (default 128K
+# rows of 64 f32: 32 MB; a registered piece travels in one control frame of at most 64 MiB,
+# so larger constant tables wait for variables on ps tasks), REPEAT (default 200 steps,
 # 20 for dense), WORKERS ("1 2 4"), PS ("1 2").
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +21,7 @@ FLOE=$top/tools/floe
 transport=${TRANSPORT:-fabric}
 provider=${PROVIDER:-tcp;ofi_rxm}
 dense=${DENSE_BYTES:-16777216}
-rows=${SPARSE_ROWS:-1048576}
+rows=${SPARSE_ROWS:-131072}
 repeat=${REPEAT:-200}
 make -s -C "$build" null_step_graphs >/dev/null
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/floe-null.XXXXXX")
