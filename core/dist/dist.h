@@ -129,6 +129,25 @@ void floe__pmix_close(FloePmix *p);
  * closes PMIx around one allgather. Ownership as floe__cluster_parse. */
 floe_code floe__cluster_from_pmix(const char *my_address, FloeClusterSpec **out,
                                   FloeStatus *st);
+/* The host this rank's server binds under a launcher, into host (no brackets; FLOE__HOST_MAX
+ * + 1 bytes). The rule: FLOE_SERVER_HOST when set (an interface of this machine: its first
+ * IPv4 address, else its first global IPv6 one; otherwise a host name or address used as is,
+ * the wildcard refused); else 127.0.0.1 when all_local (every rank runs on this node); else
+ * the first address gethostname() resolves to, refused (FAILED_PRECONDITION, saying to set
+ * FLOE_SERVER_HOST) when that is a loopback address (Debian maps the host name to
+ * 127.0.1.1). */
+floe_code floe__pmix_host(bool all_local, char host[FLOE__HOST_MAX + 1], FloeStatus *st);
+/* The cluster under a launcher for a task that serves: opens PMIx, picks the host
+ * (floe__pmix_host, all_local from PMIX_LOCAL_SIZE == the job's size), listens there on a
+ * free port, publishes the bound address and builds the spec (floe__cluster_from_pmix's
+ * layout; its self is this rank). The listener is kept open, so no other process can take
+ * the port before the server starts on it (floe__rpc_server_start_on). Collective: a rank
+ * that cannot listen still joins the exchange, publishing no address, so every rank fails
+ * (the others naming it) instead of waiting. Caller owns *out and *listener (NULL both on
+ * error). */
+typedef struct FloeListener FloeListener; /* conn.c, below */
+floe_code floe__cluster_listen_pmix(FloeClusterSpec **out, FloeListener **listener,
+                                    FloeStatus *st);
 
 /* ------------------------------------------------------------------------------------ */
 /* wire.c: frames of control messages (core/dist/dist.proto).
@@ -441,6 +460,12 @@ typedef struct FloeRpcServerOptions {
  * are added before or after start. Caller owns *out (floe__rpc_server_free). */
 floe_code floe__rpc_server_start(const char *address, const FloeRpcServerOptions *o,
                                  FloeRpcServer **out, FloeStatus *st);
+/* The same on a listener already open (floe__listener_open), whose address was handed out
+ * before the server could start (a free port published through PMIx): binding it again
+ * would race other processes for the port. Takes l in every case: the server owns it, or
+ * on error it is closed. Caller owns *out (floe__rpc_server_free). */
+floe_code floe__rpc_server_start_on(FloeListener *l, const FloeRpcServerOptions *o,
+                                    FloeRpcServer **out, FloeStatus *st);
 /* The handler for a request type (replaces any); fn NULL removes it, and then waits until
  * no call of that type's handler is running (so its arg may be freed next: never remove a
  * type's handler from inside a call of it). A request whose type has no handler is answered
