@@ -124,6 +124,15 @@ floe_code floe__pmix_open(const char *library, FloePmix **out, int *rank, int *s
 floe_code floe__pmix_allgather(FloePmix *p, const char *key, const void *blob, size_t len,
                                uint8_t ***blobs, size_t **lens, FloeStatus *st);
 void floe__pmix_close(FloePmix *p);
+/* Told once when a fence completes: code OK, or UNAVAILABLE when it failed. */
+typedef void (*FloePmixDoneFn)(void *arg, floe_code code);
+/* Posts this rank's part of a fence over the job's ranks (no data) and returns at once;
+ * done(arg, code) runs on PMIx's thread when every rank has joined, never after
+ * floe__pmix_close has returned. Collective; one fence at a time. */
+floe_code floe__pmix_fence_nb(FloePmix *p, FloePmixDoneFn done, void *arg, FloeStatus *st);
+/* Joins a fence over the job's ranks and waits until every rank has (or the launcher ended
+ * the job). Collective. */
+floe_code floe__pmix_fence(FloePmix *p, FloeStatus *st);
 /* The cluster under a launcher: rank 0 the chief, ranks 1.. workers 0.., from the
  * "host:port" each rank publishes (my_address: this process's, already bound). Opens and
  * closes PMIx around one allgather. Ownership as floe__cluster_parse. */
@@ -143,11 +152,12 @@ floe_code floe__pmix_host(bool all_local, char host[FLOE__HOST_MAX + 1], FloeSta
  * layout; its self is this rank). The listener is kept open, so no other process can take
  * the port before the server starts on it (floe__rpc_server_start_on). Collective: a rank
  * that cannot listen still joins the exchange, publishing no address, so every rank fails
- * (the others naming it) instead of waiting. Caller owns *out and *listener (NULL both on
- * error). */
+ * (the others naming it) instead of waiting. With pmix, PMIx stays open for the caller (a
+ * fence when the chief is done); else it is closed here. Caller owns *out, *listener and
+ * *pmix (all NULL on error). */
 typedef struct FloeListener FloeListener; /* conn.c, below */
 floe_code floe__cluster_listen_pmix(FloeClusterSpec **out, FloeListener **listener,
-                                    FloeStatus *st);
+                                    FloePmix **pmix, FloeStatus *st);
 
 /* ------------------------------------------------------------------------------------ */
 /* wire.c: frames of control messages (core/dist/dist.proto).

@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <netdb.h>
@@ -54,6 +55,14 @@ static bool all_ranks_local(FloePmix *p, int size) {
   (void)p, (void)size;
   return false;
 }
+floe_code floe__pmix_fence_nb(FloePmix *p, FloePmixDoneFn done, void *arg, FloeStatus *st) {
+  (void)p, (void)done, (void)arg;
+  return floe_status_set(st, FLOE_UNIMPLEMENTED, "this Floe was built without PMIx");
+}
+floe_code floe__pmix_fence(FloePmix *p, FloeStatus *st) {
+  (void)p;
+  return floe_status_set(st, FLOE_UNIMPLEMENTED, "this Floe was built without PMIx");
+}
 
 #else /* FLOE_HAVE_PMIX_H */
 
@@ -70,6 +79,11 @@ struct FloePmix {
   __typeof__(PMIx_Put) *put;
   __typeof__(PMIx_Commit) *commit;
   __typeof__(PMIx_Fence) *fence;
+  __typeof__(PMIx_Fence_nb) *fence_nb;
+  /* floe__pmix_fence_nb's callback; under mu: close clears it, so none runs after */
+  pthread_mutex_t mu;
+  FloePmixDoneFn done;
+  void *done_arg;
   __typeof__(PMIx_Error_string) *error_string;  /* may be NULL */
   __typeof__(PMIx_Value_destruct) *value_destruct; /* may be NULL */
 };
@@ -95,7 +109,13 @@ static void value_release(const FloePmix *p, pmix_value_t *v) {
 
 void floe__pmix_close(FloePmix *p) {
   if (!p) return;
+  /* A fence posted and never completed (this rank stops first) must not call back into a
+   * caller that is going away; finalizing waits for a callback already running. */
+  pthread_mutex_lock(&p->mu);
+  p->done = NULL;
+  pthread_mutex_unlock(&p->mu);
   if (p->initialized) p->finalize(NULL, 0);
+  pthread_mutex_destroy(&p->mu);
   /* The library stays loaded: PMIx leaves threads and handlers behind that dlclose would
    * pull the code from under. */
   floe__free(p);
@@ -109,9 +129,11 @@ floe_code floe__pmix_open(const char *library, FloePmix **out, int *rank, int *s
   char eb[160];
   FloePmix *p = floe__calloc(1, sizeof *p);
   if (!p) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory starting PMIx");
+  pthread_mutex_init(&p->mu, NULL);
   p->lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
   if (!p->lib) {
     const char *why = dlerror();
+    pthread_mutex_destroy(&p->mu);
     floe__free(p);
     return floe_status_set(st, FLOE_UNAVAILABLE,
                            "PMIx launcher seen (PMIX_RANK=%s) but %s cannot be loaded: %s "
@@ -130,6 +152,7 @@ floe_code floe__pmix_open(const char *library, FloePmix **out, int *rank, int *s
       {"PMIx_Put", (void **)&p->put, false},
       {"PMIx_Commit", (void **)&p->commit, false},
       {"PMIx_Fence", (void **)&p->fence, false},
+      {"PMIx_Fence_nb", (void **)&p->fence_nb, false},
       {"PMIx_Error_string", (void **)&p->error_string, true},
       {"PMIx_Value_destruct", (void **)&p->value_destruct, true},
   };
@@ -139,6 +162,7 @@ floe_code floe__pmix_open(const char *library, FloePmix **out, int *rank, int *s
       floe_status_set(st, FLOE_UNAVAILABLE,
                       "%s has no %s: not a PMIx library of version 3 or later", library,
                       fns[i].name);
+      pthread_mutex_destroy(&p->mu);
       floe__free(p);
       return FLOE_UNAVAILABLE;
     }
@@ -150,6 +174,7 @@ floe_code floe__pmix_open(const char *library, FloePmix **out, int *rank, int *s
                     "(PMIX_NAMESPACE=%s)",
                     pmix_err(p, s, eb, sizeof eb),
                     getenv("PMIX_NAMESPACE") ? getenv("PMIX_NAMESPACE") : "?");
+    pthread_mutex_destroy(&p->mu);
     floe__free(p);
     return FLOE_UNAVAILABLE;
   }
@@ -250,6 +275,50 @@ err_free:
   floe__free(blobs);
   floe__free(lens);
   return rc;
+}
+
+static void fence_done(pmix_status_t status, void *cbdata) {
+  FloePmix *p = cbdata;
+  pthread_mutex_lock(&p->mu);
+  FloePmixDoneFn done = p->done;
+  void *arg = p->done_arg;
+  p->done = NULL;
+  if (done) done(arg, status == PMIX_SUCCESS ? FLOE_OK : FLOE_UNAVAILABLE);
+  pthread_mutex_unlock(&p->mu);
+}
+
+floe_code floe__pmix_fence_nb(FloePmix *p, FloePmixDoneFn done, void *arg, FloeStatus *st) {
+  char eb[160];
+  pmix_proc_t all;
+  memset(&all, 0, sizeof all);
+  memcpy(all.nspace, p->self.nspace, sizeof all.nspace);
+  all.rank = PMIX_RANK_WILDCARD;
+  pthread_mutex_lock(&p->mu);
+  p->done = done;
+  p->done_arg = arg;
+  pthread_mutex_unlock(&p->mu);
+  pmix_status_t s = p->fence_nb(&all, 1, NULL, 0, fence_done, p);
+  if (s != PMIX_SUCCESS) {
+    pthread_mutex_lock(&p->mu);
+    p->done = NULL;
+    pthread_mutex_unlock(&p->mu);
+    return floe_status_set(st, FLOE_UNAVAILABLE, "PMIx: posting a fence failed: %s",
+                           pmix_err(p, s, eb, sizeof eb));
+  }
+  return FLOE_OK;
+}
+
+floe_code floe__pmix_fence(FloePmix *p, FloeStatus *st) {
+  char eb[160];
+  pmix_proc_t all;
+  memset(&all, 0, sizeof all);
+  memcpy(all.nspace, p->self.nspace, sizeof all.nspace);
+  all.rank = PMIX_RANK_WILDCARD;
+  pmix_status_t s = p->fence(&all, 1, NULL, 0);
+  if (s != PMIX_SUCCESS)
+    return floe_status_set(st, FLOE_UNAVAILABLE, "PMIx: a fence failed: %s (did a rank end?)",
+                           pmix_err(p, s, eb, sizeof eb));
+  return FLOE_OK;
 }
 
 /* True when PMIx says every rank of the job runs on this node (PMIX_LOCAL_SIZE, the job's
@@ -426,9 +495,10 @@ floe_code floe__pmix_host(bool all_local, char host[FLOE__HOST_MAX + 1], FloeSta
 }
 
 floe_code floe__cluster_listen_pmix(FloeClusterSpec **out, FloeListener **listener,
-                                    FloeStatus *st) {
+                                    FloePmix **pmix, FloeStatus *st) {
   *out = NULL;
   *listener = NULL;
+  if (pmix) *pmix = NULL;
   FloePmix *p;
   int rank, size;
   floe_code rc = floe__pmix_open(NULL, &p, &rank, &size, st);
@@ -450,8 +520,8 @@ floe_code floe__cluster_listen_pmix(FloeClusterSpec **out, FloeListener **listen
   floe_code grc = gather_spec(p, rank, size, l ? floe__listener_address(l) : "", out,
                               rc == FLOE_OK ? st : &gst);
   floe_status_clear(&gst);
-  floe__pmix_close(p);
   if (rc == FLOE_OK) rc = grc;
+  if (rc != FLOE_OK || !pmix) floe__pmix_close(p);
   if (rc != FLOE_OK) {
     floe__listener_close(l);
     floe__cluster_free(*out);
@@ -459,5 +529,6 @@ floe_code floe__cluster_listen_pmix(FloeClusterSpec **out, FloeListener **listen
     return rc;
   }
   *listener = l;
+  if (pmix) *pmix = p;
   return FLOE_OK;
 }
