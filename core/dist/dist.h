@@ -124,11 +124,40 @@ floe_code floe__pmix_open(const char *library, FloePmix **out, int *rank, int *s
 floe_code floe__pmix_allgather(FloePmix *p, const char *key, const void *blob, size_t len,
                                uint8_t ***blobs, size_t **lens, FloeStatus *st);
 void floe__pmix_close(FloePmix *p);
+/* Told once when a fence completes: code OK, or UNAVAILABLE when it failed. */
+typedef void (*FloePmixDoneFn)(void *arg, floe_code code);
+/* Posts this rank's part of a fence over the job's ranks (no data) and returns at once;
+ * done(arg, code) runs on PMIx's thread when every rank has joined, never after
+ * floe__pmix_close has returned. Collective; one fence at a time. */
+floe_code floe__pmix_fence_nb(FloePmix *p, FloePmixDoneFn done, void *arg, FloeStatus *st);
+/* Joins a fence over the job's ranks and waits until every rank has (or the launcher ended
+ * the job). Collective. */
+floe_code floe__pmix_fence(FloePmix *p, FloeStatus *st);
 /* The cluster under a launcher: rank 0 the chief, ranks 1.. workers 0.., from the
  * "host:port" each rank publishes (my_address: this process's, already bound). Opens and
  * closes PMIx around one allgather. Ownership as floe__cluster_parse. */
 floe_code floe__cluster_from_pmix(const char *my_address, FloeClusterSpec **out,
                                   FloeStatus *st);
+/* The host this rank's server binds under a launcher, into host (no brackets; FLOE__HOST_MAX
+ * + 1 bytes). The rule: FLOE_SERVER_HOST when set (an interface of this machine: its first
+ * IPv4 address, else its first global IPv6 one; otherwise a host name or address used as is,
+ * the wildcard refused); else 127.0.0.1 when all_local (every rank runs on this node); else
+ * the first address gethostname() resolves to, refused (FAILED_PRECONDITION, saying to set
+ * FLOE_SERVER_HOST) when that is a loopback address (Debian maps the host name to
+ * 127.0.1.1). */
+floe_code floe__pmix_host(bool all_local, char host[FLOE__HOST_MAX + 1], FloeStatus *st);
+/* The cluster under a launcher for a task that serves: opens PMIx, picks the host
+ * (floe__pmix_host, all_local from PMIX_LOCAL_SIZE == the job's size), listens there on a
+ * free port, publishes the bound address and builds the spec (floe__cluster_from_pmix's
+ * layout; its self is this rank). The listener is kept open, so no other process can take
+ * the port before the server starts on it (floe__rpc_server_start_on). Collective: a rank
+ * that cannot listen still joins the exchange, publishing no address, so every rank fails
+ * (the others naming it) instead of waiting. With pmix, PMIx stays open for the caller (a
+ * fence when the chief is done); else it is closed here. Caller owns *out, *listener and
+ * *pmix (all NULL on error). */
+typedef struct FloeListener FloeListener; /* conn.c, below */
+floe_code floe__cluster_listen_pmix(FloeClusterSpec **out, FloeListener **listener,
+                                    FloePmix **pmix, FloeStatus *st);
 
 /* ------------------------------------------------------------------------------------ */
 /* wire.c: frames of control messages (core/dist/dist.proto).
@@ -441,6 +470,12 @@ typedef struct FloeRpcServerOptions {
  * are added before or after start. Caller owns *out (floe__rpc_server_free). */
 floe_code floe__rpc_server_start(const char *address, const FloeRpcServerOptions *o,
                                  FloeRpcServer **out, FloeStatus *st);
+/* The same on a listener already open (floe__listener_open), whose address was handed out
+ * before the server could start (a free port published through PMIx): binding it again
+ * would race other processes for the port. Takes l in every case: the server owns it, or
+ * on error it is closed. Caller owns *out (floe__rpc_server_free). */
+floe_code floe__rpc_server_start_on(FloeListener *l, const FloeRpcServerOptions *o,
+                                    FloeRpcServer **out, FloeStatus *st);
 /* The handler for a request type (replaces any); fn NULL removes it, and then waits until
  * no call of that type's handler is running (so its arg may be freed next: never remove a
  * type's handler from inside a call of it). A request whose type has no handler is answered

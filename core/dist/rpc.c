@@ -286,21 +286,37 @@ static void *accept_main(void *arg) {
   return NULL;
 }
 
+static floe_code no_secret(const char *address, FloeStatus *st) {
+  return floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                         "rpc server on %s: no job secret: set FLOE_JOB_SECRET_FILE to a 0600 "
+                         "file of 16 bytes to 4 KiB (or FLOE_JOB_SECRET) on every task",
+                         address ? address : "(null)");
+}
+
 floe_code floe__rpc_server_start(const char *address, const FloeRpcServerOptions *o,
                                  FloeRpcServer **out, FloeStatus *st) {
   *out = NULL;
-  if (!o || !o->conn.secret)
-    return floe_status_set(st, FLOE_FAILED_PRECONDITION,
-                           "rpc server on %s: no job secret: set FLOE_JOB_SECRET_FILE to a 0600 "
-                           "file of 16 bytes to 4 KiB (or FLOE_JOB_SECRET) on every task",
-                           address ? address : "(null)");
-  FloeRpcServer *s = floe__calloc(1, sizeof *s);
-  if (!s) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory for an rpc server");
-  floe_code rc = floe__listener_open(address, &s->l, st);
-  if (rc != FLOE_OK) {
-    floe__free(s);
+  if (!o || !o->conn.secret) return no_secret(address, st);
+  FloeListener *l = NULL;
+  floe_code rc = floe__listener_open(address, &l, st);
+  if (rc != FLOE_OK) return rc;
+  return floe__rpc_server_start_on(l, o, out, st);
+}
+
+floe_code floe__rpc_server_start_on(FloeListener *l, const FloeRpcServerOptions *o,
+                                    FloeRpcServer **out, FloeStatus *st) {
+  *out = NULL;
+  if (!o || !o->conn.secret) {
+    floe_code rc = no_secret(floe__listener_address(l), st);
+    floe__listener_close(l);
     return rc;
   }
+  FloeRpcServer *s = floe__calloc(1, sizeof *s);
+  if (!s) {
+    floe__listener_close(l);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory for an rpc server");
+  }
+  s->l = l;
   s->conn = o->conn;
   s->conn.expect_job = NULL; /* a client-side option */
   s->max_connections = o->max_connections > 0 ? o->max_connections : RPC_DEFAULT_MAX_CONNECTIONS;
@@ -309,9 +325,9 @@ floe_code floe__rpc_server_start(const char *address, const FloeRpcServerOptions
   pthread_mutex_init(&s->mu, NULL);
   floe__dist_cond_init(&s->cv);
   if (pthread_create(&s->accept_th, NULL, accept_main, s) != 0) {
-    rc = floe_status_set(st, FLOE_RESOURCE_EXHAUSTED,
-                         "rpc server on %s: cannot start its accept thread",
-                         floe__listener_address(s->l));
+    floe_code rc = floe_status_set(st, FLOE_RESOURCE_EXHAUSTED,
+                                   "rpc server on %s: cannot start its accept thread",
+                                   floe__listener_address(s->l));
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     floe__listener_close(s->l);

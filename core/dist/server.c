@@ -65,6 +65,10 @@ struct FloeServer {
   Watcher watchers[MAX_WATCHERS];
   int num_watchers, next_watch;
   int stop_pipe[2];             /* floe_server_stop writes, join polls */
+  /* Under PMIx: the launcher's job, kept open for one fence that every rank joins, the chief
+   * when it stops and the others at start, so they learn at once that it is done (a
+   * heartbeat timeout later otherwise). NULL when the spec came from elsewhere. */
+  FloePmix *pmix;
   bool in_registry;
 };
 
@@ -175,16 +179,29 @@ void floe_server_options_init(FloeServerOptions *opts) {
 
 /* ---- the cluster spec ---------------------------------------------------------------------------- */
 
+/* The spec cluster names: NULL or "env" is FLOE_CONFIG, else TF_CONFIG, else PMIx when a
+ * launcher started this process. Under PMIx this task's address is not known before it
+ * listens, so *listener (the caller's, else NULL) is the socket already bound to it: the
+ * server must start on it, not bind the address again. */
 static floe_code resolve_spec(const char *cluster, const char *job, int task, FloeClusterSpec **out,
-                              FloeStatus *st) {
+                              FloeListener **listener, FloePmix **pmix, FloeStatus *st) {
   *out = NULL;
+  *listener = NULL;
+  *pmix = NULL;
   floe_code rc;
   if (!cluster || !cluster[0] || strcmp(cluster, "env") == 0) {
     rc = floe__cluster_from_env(out, st);
-    if (rc == FLOE_NOT_FOUND)
+    if (rc == FLOE_NOT_FOUND && floe__pmix_detect()) {
+      floe_status_clear(st);
+      rc = floe__cluster_listen_pmix(out, listener, pmix, st);
+      if (rc != FLOE_OK)
+        floe__status_prefix(st, "the cluster from the launcher (mpirun/srun: PMIX_RANK=%s; "
+                            "FLOE_CONFIG and TF_CONFIG unset)", getenv("PMIX_RANK"));
+    } else if (rc == FLOE_NOT_FOUND) {
       return floe_status_set(st, FLOE_NOT_FOUND,
                              "no cluster: set FLOE_CONFIG or TF_CONFIG (TF_CONFIG-style JSON), "
                              "give a cluster file, or start the processes with mpirun/srun");
+    }
   } else if (cluster[0] == '{') {
     rc = floe__cluster_parse(cluster, strlen(cluster), "the cluster option", out, st);
   } else {
@@ -193,11 +210,25 @@ static floe_code resolve_spec(const char *cluster, const char *job, int task, Fl
   if (rc != FLOE_OK) return rc;
   if (job) {
     int j = floe__cluster_find_job(*out, job);
-    if (j < 0 || task < 0 || task >= (*out)->jobs[j].num_tasks) {
-      floe_status_set(st, FLOE_INVALID_ARGUMENT, "%s has no task /job:%s/task:%d",
-                      (*out)->source, job, task);
+    /* Under PMIx the rank fixes the task: the listener is bound to that task's address. */
+    bool other = *listener && (j != (*out)->self.job || task != (*out)->self.task);
+    if (j < 0 || task < 0 || task >= (*out)->jobs[j].num_tasks || other) {
+      if (other)
+        floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                        "%s: this rank is %s/task:%d, not /job:%s/task:%d: under mpirun/srun "
+                        "the rank names the task (rank 0 the chief, rank r worker r-1): drop "
+                        "--job and --task",
+                        (*out)->source, (*out)->jobs[(*out)->self.job].name,
+                        (*out)->self.task, job, task);
+      else
+        floe_status_set(st, FLOE_INVALID_ARGUMENT, "%s has no task /job:%s/task:%d",
+                        (*out)->source, job, task);
       floe__cluster_free(*out);
       *out = NULL;
+      floe__listener_close(*listener);
+      *listener = NULL;
+      floe__pmix_close(*pmix);
+      *pmix = NULL;
       return FLOE_INVALID_ARGUMENT;
     }
     (*out)->self = (FloeTaskRef){j, task};
@@ -376,8 +407,28 @@ static void *agent_main(void *arg) {
 
 /* ---- start and stop ------------------------------------------------------------------------------- */
 
+/* PMIx's thread: every rank joined the fence, so the chief is done with the job. */
+static void on_chief_done(void *arg, floe_code code) {
+  FloeServer *s = arg;
+  slog(s, code == FLOE_OK ? "the chief is done with the job" : "the launcher's fence failed: "
+       "the job is ending");
+  if (s->until_chief_leaves) {
+    char b = 1;
+    ssize_t w = write(s->stop_pipe[1], &b, 1);
+    (void)w;
+  }
+}
+
 static void server_destroy(FloeServer *s) {
   if (!s) return;
+  if (s->pmix) {
+    FloeStatus st = {FLOE_OK, NULL};
+    if (s->is_chief && floe__pmix_fence(s->pmix, &st) != FLOE_OK)
+      slog(s, "telling the other ranks the chief is done: %s", floe_status_message(&st));
+    floe_status_clear(&st);
+    floe__pmix_close(s->pmix); /* no on_chief_done after this */
+    s->pmix = NULL;
+  }
   if (s->in_registry) registry_remove(s);
   pthread_mutex_lock(&s->mu);
   s->stopping = true;
@@ -403,6 +454,7 @@ static void server_destroy(FloeServer *s) {
 static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const char *cluster,
                               FloeServer **out, FloeStatus *st) {
   *out = NULL;
+  FloeListener *bound = NULL; /* under PMIx: the socket the spec's address names */
   FloeServer *s = floe__calloc(1, sizeof *s);
   if (!s) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory starting a server");
   s->stop_pipe[0] = s->stop_pipe[1] = -1;
@@ -425,8 +477,8 @@ static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const
   fcntl(s->stop_pipe[0], F_SETFD, FD_CLOEXEC);
   fcntl(s->stop_pipe[1], F_SETFD, FD_CLOEXEC);
   fcntl(s->stop_pipe[1], F_SETFL, O_NONBLOCK);
-  if ((rc = resolve_spec(cluster, o ? o->job : NULL, o ? o->task : 0, &s->spec, st)) != FLOE_OK)
-    goto fail;
+  rc = resolve_spec(cluster, o ? o->job : NULL, o ? o->task : 0, &s->spec, &bound, &s->pmix, st);
+  if (rc != FLOE_OK) goto fail;
   if ((rc = chief_of(s->spec, &s->chief_ref, st)) != FLOE_OK) goto fail;
   s->self_ref = s->spec->self.job >= 0 ? s->spec->self : s->chief_ref;
   s->is_chief = s->self_ref.job == s->chief_ref.job && s->self_ref.task == s->chief_ref.task;
@@ -436,14 +488,23 @@ static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const
   if ((rc = floe__auth_random((uint8_t *)&s->self.incarnation, sizeof s->self.incarnation, st)) != FLOE_OK)
     goto fail;
   snprintf(s->task_name, sizeof s->task_name, "/job:%s/replica:0/task:%d", s->self.job, s->self.task);
-  if ((rc = floe__secret_from_env(&s->secret, st)) != FLOE_OK) goto fail;
+  if ((rc = floe__secret_from_env(&s->secret, st)) != FLOE_OK) {
+    if (s->pmix)
+      floe__status_prefix(st, "%s (give every rank the same secret: mpirun -x "
+                          "FLOE_JOB_SECRET_FILE=FILE, or set it in the job script for srun)",
+                          s->spec->source);
+    goto fail;
+  }
   if ((rc = floe__runtime_join(rt, s->self.job, s->self.task, st)) != FLOE_OK) goto fail;
   FloeRpcServerOptions ro = {0};
   ro.conn = floe__server_conn_options(s);
   ro.log = rpc_log;
   ro.log_arg = s;
   const char *addr = floe__cluster_address(s->spec, s->self_ref);
-  if ((rc = floe__rpc_server_start(addr, &ro, &s->rpc, st)) != FLOE_OK) {
+  rc = bound ? floe__rpc_server_start_on(bound, &ro, &s->rpc, st)
+             : floe__rpc_server_start(addr, &ro, &s->rpc, st);
+  bound = NULL; /* the rpc server's now, or closed */
+  if (rc != FLOE_OK) {
     floe__status_prefix(st, "serving %s at %s", s->task_name, addr);
     goto fail;
   }
@@ -469,10 +530,13 @@ static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const
       goto fail;
     }
     s->agent_started = true;
+    if (s->pmix && (rc = floe__pmix_fence_nb(s->pmix, on_chief_done, s, st)) != FLOE_OK)
+      goto fail;
   }
   *out = s;
   return FLOE_OK;
 fail:
+  floe__listener_close(bound);
   server_destroy(s);
   return rc;
 }

@@ -505,6 +505,44 @@ START_TEST(test_pmix_refusals) {
 }
 END_TEST
 
+/* The host a rank binds under a launcher: FLOE_SERVER_HOST (an interface or an address),
+ * else 127.0.0.1 when every rank is on this node. */
+START_TEST(test_pmix_host) {
+  char host[FLOE__HOST_MAX + 1];
+  FloeStatus st = {FLOE_OK, NULL};
+  char *saved = getenv("FLOE_SERVER_HOST") ? strdup(getenv("FLOE_SERVER_HOST")) : NULL;
+  unsetenv("FLOE_SERVER_HOST");
+  ck_assert_int_eq(floe__pmix_host(true, host, &st), FLOE_OK);
+  ck_assert_str_eq(host, "127.0.0.1");
+  setenv("FLOE_SERVER_HOST", "lo", 1); /* an interface: its IPv4 address */
+  ck_assert_int_eq(floe__pmix_host(false, host, &st), FLOE_OK);
+  ck_assert_str_eq(host, "127.0.0.1");
+  setenv("FLOE_SERVER_HOST", "10.1.2.3", 1); /* not an interface: as is, on one node too */
+  ck_assert_int_eq(floe__pmix_host(true, host, &st), FLOE_OK);
+  ck_assert_str_eq(host, "10.1.2.3");
+  setenv("FLOE_SERVER_HOST", "[fd00::3]", 1);
+  ck_assert_int_eq(floe__pmix_host(false, host, &st), FLOE_OK);
+  ck_assert_str_eq(host, "fd00::3");
+  setenv("FLOE_SERVER_HOST", "0.0.0.0", 1);
+  ck_assert_int_eq(floe__pmix_host(true, host, &st), FLOE_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(floe_status_message(&st), "not the wildcard"), "%s",
+                floe_status_message(&st));
+  floe_status_clear(&st);
+  /* Several nodes and no setting: the host name's address, never a loopback one. */
+  unsetenv("FLOE_SERVER_HOST");
+  floe_code rc = floe__pmix_host(false, host, &st);
+  if (rc == FLOE_OK) {
+    ck_assert(strncmp(host, "127.", 4) != 0 && strcmp(host, "::1") != 0);
+  } else {
+    ck_assert_msg(strstr(floe_status_message(&st), "FLOE_SERVER_HOST"), "%s",
+                  floe_status_message(&st));
+    floe_status_clear(&st);
+  }
+  if (saved) setenv("FLOE_SERVER_HOST", saved, 1);
+  free(saved);
+}
+END_TEST
+
 /* Every allocation failure ends in NO_MEMORY with a message, never a crash or a leak. */
 START_TEST(test_alloc_fail) {
   for (long n = 1;; n++) {
@@ -541,6 +579,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_from_addresses);
   tcase_add_test(tc, test_hostport);
   tcase_add_test(tc, test_pmix_refusals);
+  tcase_add_test(tc, test_pmix_host);
   tcase_add_test(tc, test_alloc_fail);
   suite_add_tcase(s, tc);
   return s;

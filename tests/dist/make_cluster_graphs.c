@@ -11,12 +11,14 @@
  *          worker N-1 while its counter and condition stay on the chief -> "acc"; then a
  *          cond on the fed bool "pred" whose true branch runs on worker 0 and whose false
  *          branch on worker N-1 -> "picked".
- * With an argument after DIR, the worker count N (default 2): chain uses worker N-1 for the
- * Relu. */
+ * With an argument after DIR, the worker count: chain uses worker (N-1) for the Relu. With
+ * --ps-on-worker after it, chain's ps part goes on worker (N-1) too: a launcher's job (mpirun:
+ * rank 0 the chief, the other ranks workers) has no ps job. */
 #include <floe/floe.h>
 #include <floe/floe_control.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static FloeOutput unary_on(FloeGraph *g, const char *op, const char *name, FloeOutput x,
                            const char *dev) {
@@ -54,10 +56,11 @@ static int save(FloeGraph *g, const char *dir, const char *file) {
   return bad;
 }
 
-static int chain(const char *dir, int local, int workers) {
+static int chain(const char *dir, int local, int workers, int ps_on_worker) {
   FloeGraph *g = floe_graph_new();
-  char last[64];
+  char last[64], ps[64];
   snprintf(last, sizeof last, "/job:worker/task:%d/device:cpu:0", workers - 1);
+  snprintf(ps, sizeof ps, "%s", ps_on_worker ? last : "/job:ps/task:0/device:cpu:0");
   const int64_t xd[2] = {2, 3}, wd[2] = {3, 4};
   float w[12];
   for (int i = 0; i < 12; i++) w[i] = (float)(i % 5) - 1.5f;
@@ -69,8 +72,7 @@ static int chain(const char *dir, int local, int workers) {
   FloeOutput m = binary_on(g, "MatMul", "m", x, W, local ? NULL : "/job:worker/task:0/device:cpu:0");
   FloeOutput r = unary_on(g, "Relu", "r", m, local ? NULL : last);
   FloeOutput y = binary_on(g, "Mul", "y", r, const_on(g, "two", two, NULL), NULL);
-  binary_on(g, "Sum", "z", x, const_on(g, "axis", axes, local ? NULL : "/job:ps/task:0/cpu:0"),
-            local ? NULL : "/job:ps/task:0/device:cpu:0");
+  binary_on(g, "Sum", "z", x, const_on(g, "axis", axes, local ? NULL : ps), local ? NULL : ps);
   (void)y;
   floe_tensor_release(wt);
   floe_tensor_release(two);
@@ -168,12 +170,14 @@ static int control(const char *dir, int local, int workers) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: make_cluster_graphs DIR [WORKERS]\n");
+  int ps_on_worker = argc > 3 && strcmp(argv[3], "--ps-on-worker") == 0;
+  if (argc < 2 || argc > 4 || (argc == 4 && !ps_on_worker)) {
+    fprintf(stderr, "usage: make_cluster_graphs DIR [WORKERS [--ps-on-worker]]\n");
     return 2;
   }
   int workers = argc > 2 ? atoi(argv[2]) : 2;
   if (workers < 1) workers = 1;
-  return chain(argv[1], 0, workers) | chain(argv[1], 1, workers) | big(argv[1], 0, workers) |
-         big(argv[1], 1, workers) | control(argv[1], 0, workers) | control(argv[1], 1, workers);
+  return chain(argv[1], 0, workers, ps_on_worker) | chain(argv[1], 1, workers, ps_on_worker) |
+         big(argv[1], 0, workers) | big(argv[1], 1, workers) | control(argv[1], 0, workers) |
+         control(argv[1], 1, workers);
 }
