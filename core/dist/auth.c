@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* auth.c - the job's secret and the proofs of holding it (DISTRIBUTED.md, "Security").
+/* auth.c - the job's secret and the proofs of holding it (docs/security.md).
  *
  * Every task of a job holds one secret, from a 0600 file (FLOE_JOB_SECRET_FILE) or the
  * environment (FLOE_JOB_SECRET). A control connection opens with a mutual challenge-response:

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* dataplane.c - a task's data connections to its peers through the runtime's transport
  * manager, authenticated, and the route the rendezvous follows to them (dist.h, section
- * "dataplane.c"; DISTRIBUTED.md, "Security").
+ * "dataplane.c"; docs/security.md).
  *
  * Per peer task: a send channel (floe__transport_connect to the address blob of its
  * TaskInfo), whose first message is our hello, and a receive channel (accepted by the
