@@ -410,7 +410,7 @@ floe_code floe__multi_exec_run(FloeMultiExec *m, FloeTensor *const *feeds, FloeT
     piece_failed(&r, NULL, rc, floe_status_message(st));
   /* Wait for every piece; the first failure (in time) is the step's error. */
   FloeStatus first = {FLOE_OK, NULL};
-  bool have_first = false;
+  bool have_first = false, first_local = false;
   (void)local;
   for (int p = 0; p < started; p++) {
     Piece *pc = &m->pieces[p];
@@ -430,11 +430,15 @@ floe_code floe__multi_exec_run(FloeMultiExec *m, FloeTensor *const *feeds, FloeT
     if (prc == FLOE_OK) {
       for (int k = 0; k < pc->num_fetches; k++) outputs[pc->fetch_of[k]] = po[k];
     } else if (!have_first || (first.code == FLOE_CANCELLED && prc != FLOE_CANCELLED) ||
-               (first.code == FLOE_ABORTED && prc != FLOE_ABORTED && prc != FLOE_CANCELLED)) {
-      /* a piece cancelled because another failed says less than the one that failed */
+               (first.code == FLOE_ABORTED && prc != FLOE_ABORTED && prc != FLOE_CANCELLED) ||
+               (pc->remote && first_local && prc == first.code)) {
+      /* a piece cancelled because another failed says less than the one that failed; a
+       * local Recv that lost its transfer says less than the remote piece's own failure
+       * (which names the task and what to do) */
       floe_status_clear(&first);
       floe__status_copy(&first, &pst);
       have_first = true;
+      first_local = !pc->remote;
     }
     floe_status_clear(&pst);
   }

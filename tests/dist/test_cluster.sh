@@ -7,20 +7,7 @@
 # transport stays inside one process: dist/test_cluster_inproc covers it). Then floe server
 # alone: its ready line, SIGTERM, a wrong secret. Skipped (77) without the fabric transport.
 set -u
-FLOE="${top_builddir}/tools/floe"
-# the CPU plugin and the transports (make check names their folders)
-FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}"
-export FLOE_PLUGIN_PATH
-HERE="${top_srcdir}/tests/dist"
-NPY="${top_srcdir}/tests/cli/npy.py"
-tmp=$(mktemp -d)
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-fails=0
-pass=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+. "${top_srcdir}/tests/dist/common.sh"
 
 "${top_builddir}/tests/dist/make_cluster_graphs" "$tmp" 2 || { echo "FAIL: make_cluster_graphs"; exit 1; }
 python3 "$NPY" write "$tmp/x.npy" 2,3 1,2,3,-1,0.5,4
@@ -33,10 +20,7 @@ mkdir -p "$tmp/ref" "$tmp/ref_big"
 "$FLOE" run "$tmp/big_local.floe" --fetch s --out "$tmp/ref_big" >/dev/null 2>"$tmp/err" ||
   { cat "$tmp/err"; bad "reference run (big)"; }
 
-[ -e "${top_builddir}/plugins/transport/fabric/.libs/floe-transport-fabric.so" ] ||
-  { echo "SKIP: the fabric transport was not built (configure found no libfabric)"; exit 77; }
 transports="fabric:tcp;ofi_rxm fabric:shm"
-export FLOE_TRANSPORT=fabric
 for tr in $transports; do
   name=${tr%%:*}
   args="--transport $name"

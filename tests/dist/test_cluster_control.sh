@@ -6,24 +6,8 @@
 # the same graph without device requests, byte for byte. Skipped (77) without the fabric
 # transport.
 set -u
-FLOE="${top_builddir}/tools/floe"
-# the CPU plugin and the transports (make check names their folders)
-FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}"
-export FLOE_PLUGIN_PATH
-HERE="${top_srcdir}/tests/dist"
-NPY="${top_srcdir}/tests/cli/npy.py"
-tmp=$(mktemp -d)
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-fails=0
-pass=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+. "${top_srcdir}/tests/dist/common.sh"
 
-[ -e "${top_builddir}/plugins/transport/fabric/.libs/floe-transport-fabric.so" ] ||
-  { echo "SKIP: the fabric transport was not built (configure found no libfabric)"; exit 77; }
-export FLOE_TRANSPORT=fabric
 # Control flow across tasks, in two processes (chief + 1 worker) and three (chief + 2):
 # a while loop whose body runs on the workers, a cond whose untaken branch is on a worker.
 python3 - "$tmp" <<'PY'

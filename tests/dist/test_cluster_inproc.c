@@ -496,7 +496,7 @@ START_TEST(test_restarted_worker_is_aborted) {
 }
 END_TEST
 
-int main(void) {
+static Suite *make_suite(void) {
   Suite *su = suite_create("cluster_inproc");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
@@ -507,6 +507,10 @@ int main(void) {
   tcase_add_test(tc, test_control_flow_across_tasks);
   tcase_add_test(tc, test_cost_model_over_cluster);
   suite_add_tcase(su, tc);
+  return su;
+}
+
+int main(void) {
   const char *cpu = getenv("FLOE_PLUGIN_PATH"), *local = getenv("FLOE_TRANSPORT_DIR"),
              *fabric = getenv("FLOE_FABRIC_DIR");
   snprintf(g_path, sizeof g_path, "%s:%s:%s", cpu ? cpu : "", local ? local : "",
@@ -521,22 +525,10 @@ int main(void) {
     }
     setenv("FLOE_TRANSPORT", t == 0 ? "local" : "fabric", 1);
     printf("transport %s\n", t == 0 ? "local" : "fabric");
-    SRunner *sr = srunner_create(su);
+    SRunner *sr = srunner_create(make_suite()); /* a suite belongs to one runner */
     srunner_run_all(sr, CK_NORMAL);
     failed += srunner_ntests_failed(sr);
     srunner_free(sr);
-    if (t == 0) { /* a suite belongs to one runner: build it again for the next round */
-      su = suite_create("cluster_inproc");
-      tc = tcase_create("core");
-      tcase_set_timeout(tc, 120);
-      tcase_add_test(tc, test_chain_matches_one_process);
-      tcase_add_test(tc, test_variable_on_ps_keeps_state);
-      tcase_add_test(tc, test_lost_worker_is_unavailable);
-      tcase_add_test(tc, test_restarted_worker_is_aborted);
-      tcase_add_test(tc, test_control_flow_across_tasks);
-      tcase_add_test(tc, test_cost_model_over_cluster);
-      suite_add_tcase(su, tc);
-    }
   }
   return failed ? 1 : 0;
 }

@@ -6,18 +6,7 @@
 # incarnation) joins a new session that runs; a task that hangs (SIGSTOP) is found by the
 # heartbeats within the same bound. Over fabric tcp; skipped (77) without it.
 set -u
-FLOE="${top_builddir}/tools/floe"
-FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}"
-export FLOE_PLUGIN_PATH FLOE_TRANSPORT=fabric
-[ -e "${top_builddir}/plugins/transport/fabric/.libs/floe-transport-fabric.so" ] ||
-  { echo "SKIP: the fabric transport was not built (configure found no libfabric)"; exit 77; }
-tmp=$(mktemp -d)
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-fails=0; pass=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+. "${top_srcdir}/tests/dist/common.sh"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 
