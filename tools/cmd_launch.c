@@ -190,9 +190,13 @@ int cmd_launch(int argc, char **argv) {
     }
     if (t[i].port <= 0) return cli_error("launch", "cannot find a free port on %s", host);
   }
-  /* The secret: 32 random bytes, hex, in a 0600 file of a private folder. */
-  char dir[] = "/tmp/floe-launch-XXXXXX";
-  if (!mkdtemp(dir)) return cli_error("launch", "cannot make a temporary folder: %s", strerror(errno));
+  /* The secret (32 random bytes, hex, in a 0600 file) and the cluster file in a private
+   * folder of $TMPDIR (else /tmp). */
+  const char *tmpdir = getenv("TMPDIR");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/floe-launch-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  if (!mkdtemp(dir)) return cli_error("launch", "cannot make a temporary folder in %s: %s",
+                                      tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
   char secret_path[sizeof dir + 16], config_path[sizeof dir + 16];
   snprintf(secret_path, sizeof secret_path, "%s/secret", dir);
   snprintf(config_path, sizeof config_path, "%s/cluster.json", dir);

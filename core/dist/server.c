@@ -65,6 +65,7 @@ struct FloeServer {
   Watcher watchers[MAX_WATCHERS];
   int num_watchers, next_watch;
   int stop_pipe[2];             /* floe_server_stop writes, join polls */
+  bool owns_transport;          /* the data plane opened the runtime's transport manager */
   /* Under PMIx: the launcher's job, kept open for one fence that every rank joins, the chief
    * when it stops and the others at start, so they learn at once that it is done (a
    * heartbeat timeout later otherwise). NULL when the spec came from elsewhere. */
@@ -440,6 +441,10 @@ static void server_destroy(FloeServer *s) {
   floe__rpc_server_free(s->rpc); /* joins every handler */
   floe__worker_service_free(s->worker);
   floe__dataplane_free(s->dp);
+  /* A transport the server opened goes with it: its endpoints (libfabric's shm regions in
+   * /dev/shm among them) would otherwise last until the runtime is freed, which for the
+   * process's default runtime is never. */
+  if (s->owns_transport) floe__transport_mgr_free(s->rt);
   floe__wire_free(s->info ? &s->info->base : NULL);
   floe__secret_free(s->secret);
   floe__cluster_free(s->spec);
@@ -515,6 +520,7 @@ static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const
   const char *fh = getenv("FLOE_FABRIC_HOST");
   if ((!fh || !*fh) && strcmp(me->host, "0.0.0.0") != 0 && strcmp(me->host, "::") != 0)
     setenv("FLOE_FABRIC_HOST", me->host, 0);
+  s->owns_transport = atomic_load(&rt->transport_mgr) == NULL;
   if ((rc = floe__dataplane_new(rt, s->secret, &s->self, &s->dp, st)) != FLOE_OK) goto fail;
   if ((rc = floe__worker_service_start(rt, s->dp, s->rpc, &s->worker, st)) != FLOE_OK) goto fail;
   if ((rc = build_info(s, st)) != FLOE_OK) goto fail;

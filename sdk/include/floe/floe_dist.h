@@ -55,7 +55,8 @@ FLOE_API floe_code floe_server_join(FloeServer *s, int64_t timeout_ms, FloeStatu
 /* Asks join to return; async-signal-safe (a SIGTERM handler may call it). */
 FLOE_API void floe_server_stop(FloeServer *s);
 /* Stops serving (steps running here fail with CANCELLED), closes every connection, frees.
- * NULL is fine. */
+ * When the server opened the runtime's transport (nothing had moved a tensor through it
+ * before), it closes it too: free every session of the runtime first. NULL is fine. */
 FLOE_API void floe_server_free(FloeServer *s);
 
 #ifdef __cplusplus
