@@ -753,6 +753,11 @@ FloeConnOptions floe__server_conn_options(const FloeServer *s);
 FloeDataPlane *floe__server_dataplane(FloeServer *s);
 /* The chief's coordination service (NULL in other tasks). */
 FloeCoordService *floe__server_coord(FloeServer *s);
+/* Every task's registration, as floe__coord_service_wait_all: in the chief from its
+ * service, elsewhere through the agent (waiting, within timeout_ms, for it to register
+ * first). *out is the caller's (floe__coord_infos_clear). */
+floe_code floe__server_wait_all(FloeServer *s, int64_t timeout_ms, FloeCoordInfos *out,
+                                FloeStatus *st);
 /* Watchers of the cluster's errors (a master session aborts its steps). id for removal. */
 int floe__server_watch(FloeServer *s, FloeServerErrorFn fn, void *arg);
 void floe__server_unwatch(FloeServer *s, int id);

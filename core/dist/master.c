@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* master.c - floe_session_new, and sessions of a cluster (TF's master, in the chief).
+/* master.c - floe_session_new, and sessions of a cluster (TF's master).
  *
- * A session whose options name a cluster runs in the chief's process: the runtime's server
- * for the chief's task (server.c) is started, every other task's registration awaited
- * (coordination service), their devices become remote FloeDevice records of the runtime
+ * A session whose options name a cluster makes its process a master: the runtime's server
+ * for its task (server.c; the chief's when the spec names no task) is started, every
+ * other task's registration awaited (the chief's coordination service, directly or through
+ * this task's agent: any task may be a master, as every worker is in between-graph
+ * replication), their devices become remote FloeDevice records of the runtime
  * (names, properties and the incarnation their rendezvous keys carry), so the session's
  * placer and partitioner work unchanged over the whole cluster. A worker session is created
  * on every task (which connects its data plane to the others), and the session runs.
@@ -791,13 +793,6 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
                         : 60000;
   FloeServer *srv;
   if (floe__server_for_session(rt, opts->cluster, &srv, st) != FLOE_OK) return NULL;
-  FloeCoordService *coord = floe__server_coord(srv);
-  if (!coord) {
-    floe_status_set(st, FLOE_FAILED_PRECONDITION, "this process is %s of the cluster, not its "
-                    "chief: a session that names a cluster runs in the chief",
-                    floe_server_task(srv));
-    return NULL;
-  }
   Master *m = floe__calloc(1, sizeof *m);
   if (!m || pthread_mutex_init(&m->mu, NULL) != 0) {
     floe__free(m);
@@ -815,7 +810,7 @@ static FloeSession *master_session_new(const FloeGraph *g, const FloeSessionOpti
   FloeCoordInfos all = {0, NULL};
   CreateCall *calls = NULL;
   FloeSession *s = NULL;
-  if (floe__coord_service_wait_all(coord, timeout, &all, st) != FLOE_OK) {
+  if (floe__server_wait_all(srv, timeout, &all, st) != FLOE_OK) {
     floe__status_prefix(st, "waiting %" PRId64 " ms for every task of the cluster to register", timeout);
     goto fail;
   }

@@ -62,6 +62,8 @@ struct FloeServer {
   bool agent_failed;            /* under mu: the agent reported the chief lost */
   char *agent_error;            /* under mu */
   bool chief_left;              /* under mu: a chief was registered with, then lost */
+  FloeCoordAgent *agent;        /* under mu: while registered with the chief */
+  int agent_users;              /* under mu: callers of floe__server_wait_all using it */
   Watcher watchers[MAX_WATCHERS];
   int num_watchers, next_watch;
   int stop_pipe[2];             /* floe_server_stop writes, join polls */
@@ -156,6 +158,37 @@ const FloeClusterSpec *floe__server_spec(const FloeServer *s) { return s->spec; 
 const FloeTaskIdentity *floe__server_identity(const FloeServer *s) { return &s->self; }
 FloeDataPlane *floe__server_dataplane(FloeServer *s) { return s->dp; }
 FloeCoordService *floe__server_coord(FloeServer *s) { return s->coord; }
+
+floe_code floe__server_wait_all(FloeServer *s, int64_t timeout_ms, FloeCoordInfos *out,
+                                FloeStatus *st) {
+  if (s->coord) return floe__coord_service_wait_all(s->coord, timeout_ms, out, st);
+  /* Another task: through its agent, once it has registered with the chief. */
+  struct timespec end;
+  clock_gettime(CLOCK_REALTIME, &end);
+  end.tv_sec += timeout_ms / 1000;
+  end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (end.tv_nsec >= 1000000000L) {
+    end.tv_sec++;
+    end.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&s->mu);
+  while (!s->agent && !s->stopping)
+    if (pthread_cond_timedwait(&s->cv, &s->mu, &end) != 0) break;
+  FloeCoordAgent *agent = s->stopping ? NULL : s->agent;
+  if (agent) s->agent_users++;
+  pthread_mutex_unlock(&s->mu);
+  if (!agent)
+    return floe_status_set(st, FLOE_UNAVAILABLE, "%s has not registered with the chief %s within "
+                           "%" PRId64 " ms: start the chief's server (or check that its address "
+                           "in the cluster is right and reachable from here)", s->task_name,
+                           floe__cluster_address(s->spec, s->chief_ref), timeout_ms);
+  floe_code rc = floe__coord_agent_wait_all(agent, timeout_ms, out, st);
+  pthread_mutex_lock(&s->mu);
+  s->agent_users--;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
 
 FloeConnOptions floe__server_conn_options(const FloeServer *s) {
   FloeConnOptions o = {0};
@@ -364,6 +397,8 @@ static void *agent_main(void *arg) {
     }
     slog(s, "registered with the chief %s at %s", chief_name, chief);
     told_waiting = false;
+    s->agent = agent;
+    pthread_cond_broadcast(&s->cv);
     bool stopping = false, lost = false;
     char *why = NULL;
     for (;;) {
@@ -376,11 +411,19 @@ static void *agent_main(void *arg) {
       lost = !stopping && floe__coord_agent_chief_lost(agent);
       if (stopping || lost) break;
       /* Another task was lost: what runs here for the chief's sessions fails now (their
-       * master ends the sessions); this task stays registered. */
+       * master ends the sessions), and so do the sessions this task is the master of
+       * (between-graph replication); this task stays registered. */
       slog(s, "cluster error: %s: the steps running here are stopped", why ? why : "");
       floe__worker_service_abort_running(s->worker, FLOE_UNAVAILABLE, why ? why : "");
+      fan_out(s, FLOE_UNAVAILABLE, why ? why : "another task of the cluster was lost");
       pthread_mutex_lock(&s->mu);
     }
+    /* Callers of floe__server_wait_all finish with the agent first (its calls fail fast
+     * once the chief is gone or the server stops). */
+    pthread_mutex_lock(&s->mu);
+    s->agent = NULL;
+    while (s->agent_users > 0) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     floe__coord_agent_free(agent);
     if (lost) {
       char msg[768];

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* worker.c - the worker service every task runs (TF's worker.proto, cut to what Floe uses).
  *
- * A master (the chief's session) creates a worker session here (its resources: variables,
- * queues, shared by every graph registered under it; and the cluster view, whose data-plane
+ * A master (a session in the chief, or in any task under between-graph replication) creates
+ * a worker session here (its resources: variables and queues, the task's own shared by
+ * every session that does not ask to isolate them, as TF's servers share them by default;
+ * and the cluster view, whose data-plane
  * channels are connected before the answer), registers the pieces of its graph (a graph file
  * whose every node names one of this task's devices, with the feeds and fetches the piece
  * takes and returns), runs steps of them under the master's random 64-bit step id (the id
@@ -43,7 +45,8 @@ typedef struct WGraph {
 
 struct WSession {
   char *handle;
-  FloeResourceMgr *resources;
+  FloeResourceMgr *resources;  /* the service's shared one, or its own when owns_resources */
+  bool owns_resources;
   int refs;                /* under mu: the registry's + one per graph */
   bool dropped;            /* deleted or reset: no new graph or step */
   WSession *next;
@@ -61,6 +64,7 @@ struct FloeWorkerService {
   FloeRuntime *rt;
   FloeDataPlane *dp;
   FloeRpcServer *server;
+  FloeResourceMgr *shared;  /* the task's resources, for every session that does not isolate */
   pthread_mutex_t mu;
   WSession *sessions;
   WGraph *graphs;
@@ -170,7 +174,7 @@ static WGraph *find_graph(FloeWorkerService *w, const char *handle) { /* under m
 
 static void session_unref(WSession *s) { /* under mu; the last reference frees */
   if (--s->refs > 0) return;
-  floe__resources_free(s->resources);
+  if (s->owns_resources) floe__resources_free(s->resources);
   floe__free(s->handle);
   floe__free(s);
 }
@@ -306,7 +310,10 @@ static floe_code on_create_session(FloeWorkerService *w, FloeConn *c,
     goto done;
   s = floe__calloc(1, sizeof *s);
   if (s) s->handle = floe__strdup(rq->session_handle);
-  if (s && s->handle) s->resources = floe__resources_new(&out);
+  if (s && s->handle) {
+    s->owns_resources = rq->isolate;
+    s->resources = rq->isolate ? floe__resources_new(&out) : w->shared;
+  }
   if (!s || !s->handle || !s->resources) {
     if (floe_status_code(&out) == FLOE_OK) floe_status_set(&out, FLOE_NO_MEMORY, "out of memory creating a worker session");
     if (s) floe__free(s->handle);
@@ -698,14 +705,18 @@ floe_code floe__worker_service_start(FloeRuntime *rt, FloeDataPlane *dp, FloeRpc
   FloeWorkerService *w = floe__calloc(1, sizeof *w);
   size_t cap = 1;
   while (cap < 2 * (size_t)FLOE__REQUEST_WINDOW) cap <<= 1;
+  FloeStatus ignore = {FLOE_OK, NULL};
   if (w) {
     w->req_ring = floe__calloc(FLOE__REQUEST_WINDOW, sizeof *w->req_ring);
     w->req_set = floe__calloc(cap, sizeof *w->req_set);
+    w->shared = floe__resources_new(&ignore);
+    floe_status_clear(&ignore);
   }
-  if (!w || !w->req_ring || !w->req_set || pthread_mutex_init(&w->mu, NULL) != 0) {
+  if (!w || !w->req_ring || !w->req_set || !w->shared || pthread_mutex_init(&w->mu, NULL) != 0) {
     if (w) {
       floe__free(w->req_ring);
       floe__free(w->req_set);
+      floe__resources_free(w->shared);
     }
     floe__free(w);
     return floe_status_set(st, FLOE_NO_MEMORY, "out of memory starting the worker service");
@@ -742,6 +753,7 @@ void floe__worker_service_free(FloeWorkerService *w) {
   /* The rpc server was freed first: it joined every handler, so nothing runs here now. */
   floe__worker_service_reset(w, FLOE_CANCELLED, "the task's server is stopping");
   pthread_mutex_destroy(&w->mu);
+  floe__resources_free(w->shared);
   floe__free(w->req_ring);
   floe__free(w->req_set);
   floe__free(w);

@@ -6,6 +6,8 @@
  *   - a graph across chief, worker 0, worker 1 and ps 0 returns the one-process values,
  *     step after step (cached registered pieces), a large tensor included;
  *   - a variable on the ps keeps its value across steps (the worker session's resources);
+ *   - between-graph replication: each worker's own session (a master in the worker's
+ *     process) updates the ps's variable that the chief's session initialised, at once;
  *   - a while loop whose body crosses tasks, and a cond with an untaken branch on another
  *     task, give the one-process values;
  *   - a worker whose server is freed mid-session: the next step fails UNAVAILABLE naming
@@ -21,6 +23,7 @@
 #include <floe/floe_control.h>
 #include <floe/floe_train.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +407,109 @@ START_TEST(test_variable_on_ps_keeps_state) {
 }
 END_TEST
 
+/* The counter graph: the variable and its increment on the ps, the increment's value made
+ * on worker w. */
+static FloeGraph *counter_graph(int w) {
+  FloeGraph *g = floe_graph_new();
+  char dev[64];
+  floe_graph_set_device_scope(g, "/job:ps/task:0/device:cpu:0");
+  FloeVariable v = floe_variable(g, "counter", FLOE_F32, floe_shape_scalar(), floe_init_zeros());
+  snprintf(dev, sizeof dev, "/job:worker/task:%d/device:cpu:0", w);
+  floe_graph_set_device_scope(g, dev);
+  FloeOutput one = floe_const_f32(g, "one", 1.0f);
+  floe_graph_set_device_scope(g, "/job:ps/task:0/device:cpu:0");
+  floe_assign_add(g, "inc", v.handle, one);
+  floe_graph_set_device_scope(g, NULL);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  (void)v;
+  return g;
+}
+
+static float read_counter(FloeSession *s) {
+  FloeStatus *st = floe_status_new();
+  const char *read = "counter/read";
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(s, NULL, 0, &read, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  float v = *(float *)floe_tensor_data(out);
+  floe_tensor_release(out);
+  floe_status_free(st);
+  return v;
+}
+
+/* One worker's training loop, on its own thread: failures are recorded for the test's
+ * thread to assert (Check's assertions belong to it). */
+typedef struct WorkerLoop {
+  Cluster *c;
+  int w, steps;
+  float first;
+  char err[512];
+} WorkerLoop;
+
+static void *worker_loop(void *arg) {
+  WorkerLoop *wl = arg;
+  char json[1024], *task = strstr(wl->c->json, "\"task\"");
+  snprintf(json, sizeof json, "%.*s\"task\": {\"type\": \"worker\", \"index\": %d}}",
+           (int)(task - wl->c->json), wl->c->json, wl->w);
+  FloeGraph *g = counter_graph(wl->w);
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = wl->c->rt[wl->w];
+  so.cluster = json;
+  so.cluster_timeout_ms = 20000;
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &so, st);
+  const char *inc = "inc", *read = "counter/read";
+  FloeTensor *out = NULL;
+  if (!s) {
+    snprintf(wl->err, sizeof wl->err, "worker %d: session: %s", wl->w, floe_status_message(st));
+  } else if (floe_session_run(s, NULL, 0, &read, 1, NULL, 0, &out, st) != FLOE_OK) {
+    snprintf(wl->err, sizeof wl->err, "worker %d: read: %s", wl->w, floe_status_message(st));
+  } else {
+    wl->first = *(float *)floe_tensor_data(out); /* initialised by the chief's session */
+    floe_tensor_release(out);
+    for (int i = 0; i < wl->steps && !wl->err[0]; i++)
+      if (floe_session_run(s, NULL, 0, NULL, 0, &inc, 1, NULL, st) != FLOE_OK)
+        snprintf(wl->err, sizeof wl->err, "worker %d: step %d: %s", wl->w, i,
+                 floe_status_message(st));
+  }
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  return NULL;
+}
+
+START_TEST(test_between_graph_workers_share_ps_variables) {
+  Cluster c;
+  start(&c, 10000);
+  FloeGraph *g = counter_graph(0);
+  FloeSession *s = cluster_session(&c, g);
+  FloeStatus *st = floe_status_new();
+  const char *init = "counter/init", *inc = "inc";
+  ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &inc, 1, NULL, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  WorkerLoop wl[NW];
+  pthread_t th[NW];
+  for (int w = 0; w < NW; w++) {
+    wl[w] = (WorkerLoop){&c, w, 20, -1.0f, ""};
+    ck_assert_int_eq(pthread_create(&th[w], NULL, worker_loop, &wl[w]), 0);
+  }
+  for (int w = 0; w < NW; w++) pthread_join(th[w], NULL);
+  for (int w = 0; w < NW; w++) {
+    ck_assert_msg(!wl[w].err[0], "%s", wl[w].err);
+    ck_assert_float_ge(wl[w].first, 1.0f);
+  }
+  /* Every increment of both workers' sessions landed in the one variable. */
+  ck_assert_float_eq(read_counter(s), 1.0f + 20.0f * NW);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
+
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -502,6 +608,7 @@ static Suite *make_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_chain_matches_one_process);
   tcase_add_test(tc, test_variable_on_ps_keeps_state);
+  tcase_add_test(tc, test_between_graph_workers_share_ps_variables);
   tcase_add_test(tc, test_lost_worker_is_unavailable);
   tcase_add_test(tc, test_restarted_worker_is_aborted);
   tcase_add_test(tc, test_control_flow_across_tasks);
