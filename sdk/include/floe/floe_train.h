@@ -114,6 +114,39 @@ FLOE_API floe_code floe_session_reset_container(FloeSession *s, const char *cont
                                                FloeStatus *status);
 
 /* ------------------------------------------------------------------------------------ */
+/* Parameter servers (TensorFlow's replica_device_setter). For a cluster with ps tasks: every
+ * variable goes to a ps task, everything else to the worker that runs the step. */
+
+typedef enum FloePsStrategy {
+  FLOE_PS_ROUND_ROBIN = 0,  /* ps 0, 1, ..., num_ps - 1, 0, ... in the variables' order */
+  FLOE_PS_GREEDY_BYTES = 1  /* the ps with the fewest bytes of variables so far */
+} FloePsStrategy;
+
+typedef struct FloeReplicaDeviceOptions {
+  size_t struct_size;        /* sizeof(FloeReplicaDeviceOptions) */
+  int num_ps;                /* ps tasks /job:<ps_job>/task:0..num_ps-1 (1 to 4096; default 1) */
+  const char *ps_job;        /* NULL or "": "ps"; borrowed for the call */
+  const char *worker_device; /* every other node without a device, e.g. "/job:worker/task:1";
+                              * NULL or "": left without (the session's default); borrowed */
+  FloePsStrategy strategy;   /* default FLOE_PS_ROUND_ROBIN */
+} FloeReplicaDeviceOptions;
+
+/* Fills the defaults (above). */
+FLOE_API void floe_replica_device_options_init(FloeReplicaDeviceOptions *o);
+/* Requests devices for the nodes of g that have none: each VarHandleOp goes to
+ * "/job:<ps_job>/task:<k>/device:cpu:0" by the strategy, variables that one node uses
+ * together (a variable and its optimiser slots) as one group, a group one of whose variables
+ * already requests a device following that device; nodes taking a resource input stay
+ * without a request (the placer colocates them with the resource: updates run on the ps);
+ * every other node gets worker_device. Call it on the whole graph (after floe_minimize):
+ * variables added later are not placed. ps_bytes (may be NULL; the caller's array of
+ * num_ps) receives the bytes of the variables it placed on each ps. A group whose variables
+ * request different devices is INVALID_ARGUMENT naming them, before anything is changed;
+ * out of memory midway leaves the requests made so far (the graph stays valid). */
+FLOE_API floe_code floe_replica_device_setter(FloeGraph *g, const FloeReplicaDeviceOptions *o,
+                                              int64_t *ps_bytes, FloeStatus *status);
+
+/* ------------------------------------------------------------------------------------ */
 /* Optimisers and learning-rate schedules. */
 
 typedef enum FloeOptimizerKind {
