@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include <floe/floe.h>
+#include <floe/floe_dist.h>
 
 #include "json.h"
 
@@ -39,6 +40,9 @@ void cli_fputs_escaped(const char *s, FILE *f);
  * (or 2 for usage errors via cli_usage). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *usage);
+/* Serves s until floe_server_stop, SIGTERM or SIGINT (which stop it), or timeout_ms (< 0:
+ * none): 0, or the exit status after printing why (cmd_server.c). s stays the caller's. */
+int cli_server_serve(const char *cmd, FloeServer *s, int64_t timeout_ms);
 /* A numeric option's value: the whole of s, in range, into *out; 0, or prints the one usage
  * line that names the option, its range and what was given ("--threads takes an integer from
  * 1 to 4096, got '100000'") and returns 2. cli_number_option: a finite number, lo excluded

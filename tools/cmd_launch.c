@@ -26,7 +26,7 @@
 
 static const char launch_help[] =
     "Usage: floe launch --workers N [--ps M] [--transport NAME] [--provider P]\n"
-    "                   [--host H] [--timeout S] -- COMMAND [ARG]...\n"
+    "                   [--host H] [--timeout S] [--every-task] -- COMMAND [ARG]...\n"
     "Start a cluster on this machine: one `floe server` per worker and ps task (each on a\n"
     "free port of H), then COMMAND as the chief, with FLOE_CONFIG holding the cluster\n"
     "(TF_CONFIG's form, task chief 0) and FLOE_JOB_SECRET_FILE a fresh secret. COMMAND is\n"
@@ -41,6 +41,10 @@ static const char launch_help[] =
     "                       shm, ...)\n"
     "  --host H             the address the tasks bind (default 127.0.0.1)\n"
     "  --timeout S          seconds to wait for the servers' ready lines (default 60)\n"
+    "  --every-task         run COMMAND in every task instead of servers (between-graph\n"
+    "                       replication: floe train --cluster env), each with FLOE_CONFIG\n"
+    "                       naming its own task; the others' output goes to standard\n"
+    "                       error; exits with the chief's status, else the first failure\n"
     "Under mpirun or srun, run COMMAND itself instead: the cluster then comes from PMIx.\n";
 
 #define MAX_TASKS 513
@@ -74,7 +78,8 @@ static int free_port(const char *host) {
   return port;
 }
 
-static char *cluster_json(const Task *t, int n, const char *host, int with_task) {
+/* The cluster as TF_CONFIG's JSON; with job, its task names job's task index. */
+static char *cluster_json(const Task *t, int n, const char *host, const char *job, int index) {
   size_t cap = 256 + (size_t)n * 64;
   char *s = malloc(cap);
   if (!s) return NULL;
@@ -93,7 +98,7 @@ static char *cluster_json(const Task *t, int n, const char *host, int with_task)
     if (any) u += (size_t)snprintf(s + u, cap - u, "]");
   }
   u += (size_t)snprintf(s + u, cap - u, "}");
-  if (with_task) u += (size_t)snprintf(s + u, cap - u, ", \"task\": {\"type\": \"chief\", \"index\": 0}");
+  if (job) u += (size_t)snprintf(s + u, cap - u, ", \"task\": {\"type\": \"%s\", \"index\": %d}", job, index);
   snprintf(s + u, cap - u, "}");
   return s;
 }
@@ -133,15 +138,88 @@ static void stop_servers(Task *t, int n) {
 static volatile sig_atomic_t g_signal;
 static void on_signal(int sig) { g_signal = sig; }
 
+static const char *ended_how(int status, int *code) {
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
+  return WIFEXITED(status) ? "status" : "signal";
+}
+
+/* --every-task: COMMAND in every task, each with FLOE_CONFIG naming its own task (as mpirun
+ * starts every rank); the other tasks' standard output goes to standard error, so what the
+ * chief prints stays apart. Once the chief ends, the others get SIGTERM (a task that only
+ * serves exits 0 on it; one that did not notice the chief leave would wait out a heartbeat
+ * timeout). The chief's status, or when it succeeded the first other task's failure before
+ * that. */
+static int run_every_task(Task *t, int n, const char *host, char **cmd) {
+  for (int i = 0; i < n; i++) {
+    char *cfg = cluster_json(t, n, host, t[i].job, t[i].index);
+    if (!cfg) {
+      cli_error("launch", "out of memory");
+      stop_servers(t, n);
+      return 1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGPIPE, SIG_DFL);
+      setenv("FLOE_CONFIG", cfg, 1);
+      if (i > 0) dup2(STDERR_FILENO, STDOUT_FILENO);
+      execvp(cmd[0], cmd);
+      fprintf(stderr, "floe launch: cannot run %s: %s\n", cmd[0], strerror(errno));
+      _exit(127);
+    }
+    free(cfg);
+    if (pid < 0) {
+      cli_error("launch", "cannot start /job:%s/task:%d: %s", t[i].job, t[i].index,
+                strerror(errno));
+      stop_servers(t, n);
+      if (t[0].pid > 0) kill(t[0].pid, SIGTERM), waitpid(t[0].pid, NULL, 0);
+      return 1;
+    }
+    t[i].pid = pid;
+  }
+  int rc = -1, other_rc = 0;
+  while (rc < 0) {
+    int status;
+    pid_t r = waitpid(-1, &status, 0);
+    if (r < 0 && errno == EINTR) {
+      if (g_signal)
+        for (int i = 0; i < n; i++)
+          if (t[i].pid > 0) kill(t[i].pid, g_signal);
+      continue;
+    }
+    if (r < 0) break;
+    for (int i = 0; i < n; i++) {
+      if (t[i].pid != r) continue;
+      t[i].pid = 0;
+      int code;
+      const char *how = ended_how(status, &code);
+      int task_rc = WIFEXITED(status) ? code : 128 + code;
+      if (i == 0) {
+        rc = task_rc;
+      } else if (task_rc != 0) {
+        fprintf(stderr, "floe launch: /job:%s/task:%d (pid %d) ended with %s %d while the chief "
+                "ran\n", t[i].job, t[i].index, (int)r, how, code);
+        if (!other_rc) other_rc = task_rc;
+      }
+    }
+  }
+  stop_servers(t, n); /* SIGTERM, then SIGKILL after 10 s */
+  if (rc < 0) rc = 1;
+  return rc ? rc : other_rc;
+}
+
 int cmd_launch(int argc, char **argv) {
-  enum { OPT_PS = 256, OPT_TRANSPORT, OPT_PROVIDER, OPT_HOST, OPT_TIMEOUT };
+  enum { OPT_PS = 256, OPT_TRANSPORT, OPT_PROVIDER, OPT_HOST, OPT_TIMEOUT, OPT_EVERY };
   static const struct option opts[] = {
       {"workers", required_argument, NULL, 'w'}, {"ps", required_argument, NULL, OPT_PS},
       {"transport", required_argument, NULL, OPT_TRANSPORT},
       {"provider", required_argument, NULL, OPT_PROVIDER},
       {"host", required_argument, NULL, OPT_HOST},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"every-task", no_argument, NULL, OPT_EVERY},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  int every = 0;
   long long workers = -1, ps = 0;
   double timeout = 60;
   const char *transport = NULL, *provider = NULL, *host = "127.0.0.1";
@@ -164,6 +242,7 @@ int cmd_launch(int argc, char **argv) {
         if ((rc = cli_number_option("launch", "--timeout", optarg, 0, 1, 86400, &timeout)))
           return rc;
         break;
+      case OPT_EVERY: every = 1; break;
       case 'h': printf("%s", launch_help); return 0;
       default: return cli_bad_option("launch", c, argv, opts);
     }
@@ -216,8 +295,8 @@ int cmd_launch(int argc, char **argv) {
     goto cleanup;
   }
   close(fd);
-  spec = cluster_json(t, n, host, 0);
-  chief_spec = cluster_json(t, n, host, 1);
+  spec = cluster_json(t, n, host, NULL, 0);
+  chief_spec = cluster_json(t, n, host, "chief", 0);
   FILE *f = spec ? fopen(config_path, "we") : NULL;
   if (!f || fputs(spec, f) < 0 || fclose(f) != 0) {
     cli_error("launch", "cannot write %s: %s", config_path, strerror(errno));
@@ -245,6 +324,10 @@ int cmd_launch(int argc, char **argv) {
     goto cleanup;
   }
   exe[el] = 0;
+  if (every) {
+    rc = run_every_task(t, n, host, cmd);
+    goto cleanup;
+  }
   for (int i = 1; i < n; i++) {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {

@@ -36,6 +36,26 @@ static void on_signal(int sig) {
   if (s) floe_server_stop(s);
 }
 
+/* See cli.h. */
+int cli_server_serve(const char *tool, FloeServer *s, int64_t timeout_ms) {
+  FloeStatus *st = floe_status_new();
+  if (!st) return cli_error(tool, "out of memory");
+  g_server = s;
+  struct sigaction sa, old_term, old_int;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGINT, &sa, &old_int);
+  int rc = floe_server_join(s, timeout_ms, st) == FLOE_OK ? 0
+                                                         : cli_error(tool, "%s", floe_status_message(st));
+  sigaction(SIGTERM, &old_term, NULL);
+  sigaction(SIGINT, &old_int, NULL);
+  g_server = NULL;
+  floe_status_free(st);
+  return rc;
+}
+
 static void log_line(void *arg, const char *msg) {
   (void)arg;
   fputs("floe server: ", stderr);
@@ -105,17 +125,9 @@ int cmd_server(int argc, char **argv) {
     floe_status_free(st);
     return rc;
   }
-  g_server = s;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
   printf("floe server: %s ready at %s\n", floe_server_task(s), floe_server_address(s));
   fflush(stdout);
-  rc = floe_server_join(s, -1, st) == FLOE_OK ? 0 : cli_error("server", "%s", floe_status_message(st));
-  g_server = NULL;
+  rc = cli_server_serve("server", s, -1);
   floe_server_free(s);
   floe_status_free(st);
   return rc;

@@ -25,6 +25,7 @@
 
 #include "cli.h"
 #include "measure.h"
+#include "train_cluster.h"
 #include "train_guard.h"
 #include "train_input.h"
 #include "train_report.h"
@@ -37,7 +38,8 @@ static const char train_help[] =
     "                  [--stop-after K] [--input queue|feed] [--export FILE]\n"
     "                  [--devices LIST [--compress-transfers]] [--save-graph FILE]\n"
     "                  [--profile] [--trace FILE] [--steps N] [--timeout S] [--json]\n"
-    "                  [--onnx MODEL.onnx]\n"
+    "                  [--onnx MODEL.onnx] [--cluster SPEC [--job J --task N]\n"
+    "                  [--replication async] [--ps-strategy round-robin|greedy]]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
     "                         max-pool blocks (32, 64 filters), dense 1024, dense 10;\n"
@@ -114,6 +116,20 @@ static const char train_help[] =
     "  --json                 end with one JSON line: model, epochs, batch,\n"
     "                         samples_per_sec, test_accuracy, final_loss, wall_seconds,\n"
     "                         peak_rss_mb, ...\n"
+    "  --cluster SPEC         train on a cluster (between-graph replication): SPEC is env\n"
+    "                         (FLOE_CONFIG, else TF_CONFIG, else PMIx under mpirun), a\n"
+    "                         cluster file, or JSON. Run floe train with the same options\n"
+    "                         in every task (floe launch --every-task does): the variables\n"
+    "                         live on the ps tasks, which only serve; the chief and each\n"
+    "                         worker train on their share of the batches (task r of R takes\n"
+    "                         batches r, r+R, ...); the chief initialises or restores,\n"
+    "                         tests, checkpoints and reports. Implies --input feed\n"
+    "  --job J --task N       this process's task (default: the spec's)\n"
+    "  --replication async    each task applies its own updates to the shared variables\n"
+    "                         (the default)\n"
+    "  --ps-strategy NAME     round-robin (default): variables to ps tasks in turn;\n"
+    "                         greedy: each to the ps holding the fewest bytes so far\n"
+    "  --heartbeat-timeout S  seconds of silence before a task counts as lost (default 10)\n"
     "A step whose loss is NaN or infinite ends the run with exit status 1, naming the step\n"
     "and the first variable it left non-finite (try a smaller --lr).\n";
 
@@ -141,12 +157,44 @@ typedef struct TrainOptions {
   int64_t max_steps;   /* --steps: 0 none */
   const char *trace;   /* --trace FILE */
   int64_t timeout_ms;  /* --timeout: each step's deadline; 0: none */
+  TrainCluster cl;     /* --cluster and its options (cl.spec NULL: one process) */
 } TrainOptions;
 
 static double now_seconds(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Every training step's wall time, for the median and 90th percentile. */
+typedef struct StepTimes {
+  int64_t n, cap;
+  double *v;
+} StepTimes;
+
+static int step_times_add(StepTimes *t, double secs) {
+  if (t->n == t->cap) {
+    int64_t cap = t->cap ? 2 * t->cap : 1024;
+    double *v = realloc(t->v, (size_t)cap * sizeof *v);
+    if (!v) return -1;
+    t->v = v;
+    t->cap = cap;
+  }
+  t->v[t->n++] = secs;
+  return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The q-quantile (nearest rank) of the steps' times; NaN when there were none. Sorts. */
+static double step_times_quantile(StepTimes *t, double q) {
+  if (t->n == 0) return NAN;
+  qsort(t->v, (size_t)t->n, sizeof *t->v, cmp_double);
+  int64_t k = (int64_t)ceil(q * (double)t->n) - 1;
+  return t->v[k < 0 ? 0 : k >= t->n ? t->n - 1 : k];
 }
 
 /* The options' limits (each stated by its error, cli_int_option): the epoch count is an int,
@@ -159,7 +207,8 @@ static int onnx_input_is_image(const char *path);
 static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
          OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX, OPT_STEPS, OPT_TRACE,
-         OPT_TIMEOUT };
+         OPT_TIMEOUT, OPT_CLUSTER, OPT_JOB, OPT_TASK, OPT_REPLICATION, OPT_PS_STRATEGY,
+         OPT_HEARTBEAT };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -179,12 +228,20 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"steps", required_argument, NULL, OPT_STEPS},
       {"trace", required_argument, NULL, OPT_TRACE},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"cluster", required_argument, NULL, OPT_CLUSTER},
+      {"job", required_argument, NULL, OPT_JOB},
+      {"task", required_argument, NULL, OPT_TASK},
+      {"replication", required_argument, NULL, OPT_REPLICATION},
+      {"ps-strategy", required_argument, NULL, OPT_PS_STRATEGY},
+      {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
   *o = (TrainOptions){.model = "mlp", .epochs = 5, .batch = 64, .optimizer = FLOE_OPT_ADAM,
                       .optimizer_name = "adam", .lr = NAN, .seed = 1, .cosine = 1, .queue = 1};
+  o->cl.task = -1;
   *done = 0;
+  int cluster_opts = 0;
   long long v;
   int c;
   char msg[160];
@@ -260,6 +317,30 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         if (measure_parse_timeout(optarg, &o->timeout_ms))
           return cli_usage("train", "--timeout takes seconds from 0.001 to 1000000");
         break;
+      case OPT_CLUSTER: o->cl.spec = optarg; break;
+      case OPT_JOB: o->cl.job = optarg, cluster_opts = 1; break;
+      case OPT_TASK:
+        if (cli_int_option("train", "--task", optarg, 0, 4095, &v)) return 2;
+        o->cl.task = (int)v;
+        cluster_opts = 1;
+        break;
+      case OPT_REPLICATION:
+        if (strcmp(optarg, "async"))
+          return cli_usage("train", "--replication takes async");
+        cluster_opts = 1;
+        break;
+      case OPT_PS_STRATEGY:
+        if (strcmp(optarg, "round-robin") && strcmp(optarg, "greedy"))
+          return cli_usage("train", "--ps-strategy takes round-robin or greedy");
+        o->cl.greedy = !strcmp(optarg, "greedy");
+        cluster_opts = 1;
+        break;
+      case OPT_HEARTBEAT:
+        if (cli_number_option("train", "--heartbeat-timeout", optarg, 0.05, 0, 3600,
+                              &o->cl.heartbeat_timeout))
+          return 2;
+        cluster_opts = 1;
+        break;
       case OPT_LIMIT:
         if (cli_int_option("train", "--limit", optarg, 1, INT64_MAX, &v)) return 2;
         o->limit = v;
@@ -281,6 +362,18 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
     snprintf(msg, sizeof msg, "--stop-after %d is past the last epoch (--epochs %d)",
              o->stop_after, o->epochs);
     return cli_usage("train", msg);
+  }
+  if (cluster_opts && !o->cl.spec)
+    return cli_usage("train", "--job, --task, --replication, --ps-strategy and "
+                     "--heartbeat-timeout go with --cluster");
+  if (o->cl.spec) {
+    if (o->queue_given && o->queue)
+      return cli_usage("train", "--cluster trains from fed batches (each task takes its share): "
+                       "drop --input queue");
+    if (o->devices || o->save_graph)
+      return cli_usage("train", "--cluster places the graph itself: drop --devices and "
+                       "--save-graph");
+    o->queue = 0;
   }
   o->cnn = !strcmp(o->model, "cnn");
   if (o->onnx) {
@@ -403,6 +496,7 @@ static void train_free(Trainer *t) {
   train_vars_free(&t->vars);
   free(t->prof);
   floe_session_free(t->s);
+  train_cluster_free(&t->o.cl); /* after the session (it may have made the server's transport) */
   floe_graph_free(t->g);
   floe_batcher_free(t->batches);
   floe_batcher_free(t->test_batches);
@@ -450,6 +544,7 @@ static int build_graph(Trainer *t) {
   if (floe_graph_status(g) != FLOE_OK)
     return cli_error("train", "building the model: %s", floe_graph_error(g, NULL));
   if (train_vars_collect(g, &t->vars)) return cli_error("train", "out of memory");
+  if (o->cl.spec && train_cluster_place(&t->o.cl, g, &t->vars, "train")) return 1;
   snprintf(t->loss_name, sizeof t->loss_name, "%s", floe_node_name(loss.node));
   snprintf(t->step_name, sizeof t->step_name, "%s", floe_node_name(gs.value.node));
   snprintf(t->step_var, sizeof t->step_var, "%s", floe_node_name(gs.handle.node));
@@ -508,6 +603,22 @@ static double peak_lr(const TrainOptions *o) {
   FloeOptimizerOptions d;
   floe_optimizer_options_init(&d, o->optimizer);
   return isnan(o->lr) ? d.learning_rate : o->lr;
+}
+
+/* The chief on a cluster: waits until the shared global step reaches `end` (every task's
+ * share of the batches applied), into *step. 0, or 1 after printing why (a lost task ends
+ * the session's steps, so this never waits on one). */
+static int wait_global_step(Trainer *t, int64_t end, int64_t *step) {
+  for (;;) {
+    if (fetch_global_step(t, step))
+      return cli_error("train", "waiting for the other tasks' steps: %s",
+                       floe_status_message(t->st));
+    if (*step >= end) return 0;
+    if (train_sigint_pending())
+      return cli_error("train", "interrupted while waiting for the other tasks' steps (global "
+                       "step %lld of %lld)", (long long)*step, (long long)end);
+    nanosleep(&(struct timespec){0, 20000000L}, NULL);
+  }
 }
 
 /* With --checkpoint-dir, what a diverged run says of its checkpoints. */
@@ -677,6 +788,7 @@ int cmd_train(int argc, char **argv) {
   Trainer t;
   memset(&t, 0, sizeof t);
   t.bd.struct_size = sizeof t.bd;
+  StepTimes times = {0, 0, NULL}; /* before any goto out: freed there */
   int done, rc = parse_options(argc, argv, &t.o, &done);
   if (rc || done) return rc;
   const TrainOptions *o = &t.o;
@@ -718,6 +830,17 @@ int cmd_train(int argc, char **argv) {
   }
   FloeRuntime *rt = cli_runtime("train");
   if (!rt || cli_check_plugins("train", rt) != 0) goto out;
+  if (o->cl.spec) {
+    if ((rc = train_cluster_start(&t.o.cl, rt, "train")) != 0) goto out;
+    rc = 1;
+    if (o->cl.is_ps) { /* the variables live here: serve them until the chief is done */
+      printf("floe train: %s serves the variables until the chief leaves\n",
+             floe_server_task(o->cl.server));
+      fflush(stdout);
+      rc = train_cluster_serve(&t.o.cl, "train");
+      goto out;
+    }
+  }
   floe_run_options_init(&t.ro);
   t.ro.timeout_ms = o->timeout_ms;
   if (build_graph(&t)) goto out;
@@ -733,48 +856,67 @@ int cmd_train(int argc, char **argv) {
   floe_session_options_init(&so);
   so.devices = o->devices;
   so.compress_transfers = o->compress;
+  so.cluster = o->cl.spec;
   if (!(t.s = floe_session_new(t.g, &so, t.st))) {
     rc = cli_error("train", "%s", floe_status_message(t.st));
     goto out;
   }
-  const char *init = "init";
-  if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
-    rc = cli_error("train", "initialising the variables: %s", floe_status_message(t.st));
-    goto out;
-  }
+  /* A worker of a cluster starts where the shared global step is once the chief has
+   * initialised or restored the variables; the chief (or one process) restores the newest
+   * checkpoint with --resume (every variable, so nothing needs initialising first), else
+   * initialises. */
+  int is_worker = o->cl.spec && !o->cl.is_chief;
   int64_t per_epoch = t.per_epoch, n_train = t.n_train;
+  int64_t global_step = 0;
+  char *resume_path = NULL;
+  if (o->resume && !is_worker) {
+    resume_path = floe_checkpoint_latest(o->checkpoint_dir, NULL, t.st);
+    if (!resume_path && floe_status_code(t.st) != FLOE_NOT_FOUND) {
+      rc = cli_error("train", "--resume: %s", floe_status_message(t.st));
+      goto out;
+    }
+    if (!resume_path)
+      fprintf(stderr, "floe train: no checkpoint in %s yet: starting from scratch\n",
+              o->checkpoint_dir);
+  }
+  if (is_worker) {
+    if (train_cluster_wait_ready(&o->cl, t.s, &t.vars, 120000, "train")) goto out;
+    if (fetch_global_step(&t, &global_step)) {
+      rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
+      goto out;
+    }
+  } else if (!resume_path) {
+    const char *init = "init";
+    if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
+      rc = cli_error("train", "initialising the variables: %s", floe_status_message(t.st));
+      goto out;
+    }
+  }
   printf("floe train: %s on Fashion-MNIST (%lld training, %lld test examples), %s, %s "
          "learning rate, batch %lld, %d epoch%s, %s input\n",
          o->model, (long long)n_train, (long long)floe_dataset_size(t.test), o->optimizer_name,
          o->cosine ? "cosine" : "constant", (long long)o->batch, o->epochs,
          o->epochs == 1 ? "" : "s", o->queue ? "queue" : "feed");
-  int64_t global_step = 0;
-  if (o->resume) {
-    char *path = floe_checkpoint_latest(o->checkpoint_dir, NULL, t.st);
-    if (!path && floe_status_code(t.st) != FLOE_NOT_FOUND) {
+  if (o->cl.spec)
+    printf("on a cluster: %s, training task %d of %d, %d ps task%s, async replication\n",
+           floe_server_task(o->cl.server), o->cl.replica + 1, o->cl.replicas, o->cl.num_ps,
+           o->cl.num_ps == 1 ? "" : "s");
+  if (resume_path) {
+    floe_code c = floe_checkpoint_restore(t.s, resume_path, &global_step, t.st);
+    if (c != FLOE_OK) {
       rc = cli_error("train", "--resume: %s", floe_status_message(t.st));
+      free(resume_path);
       goto out;
     }
-    if (!path) {
-      fprintf(stderr, "floe train: no checkpoint in %s yet: starting from scratch\n",
-              o->checkpoint_dir);
-    } else {
-      floe_code c = floe_checkpoint_restore(t.s, path, &global_step, t.st);
-      if (c != FLOE_OK) {
-        rc = cli_error("train", "--resume: %s", floe_status_message(t.st));
-        free(path);
-        goto out;
-      }
-      if ((rc = check_resumed(&t, path, global_step, &global_step)) != 0) {
-        free(path);
-        goto out;
-      }
-      rc = 1;
-      printf("resumed from %s at global step %lld (epoch %lld, batch %lld)\n", path,
-             (long long)global_step, (long long)(per_epoch ? global_step / per_epoch + 1 : 1),
-             (long long)(per_epoch ? global_step % per_epoch : 0));
-      free(path);
+    if ((rc = check_resumed(&t, resume_path, global_step, &global_step)) != 0) {
+      free(resume_path);
+      goto out;
     }
+    rc = 1;
+    printf("resumed from %s at global step %lld (epoch %lld, batch %lld)\n", resume_path,
+           (long long)global_step, (long long)(per_epoch ? global_step / per_epoch + 1 : 1),
+           (long long)(per_epoch ? global_step % per_epoch : 0));
+    free(resume_path);
   }
   int first_epoch = per_epoch ? (int)(global_step / per_epoch) : 0;
   int64_t first_batch = per_epoch ? global_step % per_epoch : 0;
@@ -786,6 +928,11 @@ int cmd_train(int argc, char **argv) {
   double train_secs = 0, final_loss = NAN, accuracy = NAN;
   int64_t trained = 0, total_steps = 0;
   int last_epoch = o->stop_after ? o->stop_after : o->epochs;
+  /* On a cluster, the global batches this run ends before (every task's together), and this
+   * task's share of them: r, r + R, ... */
+  int replicas = o->cl.spec ? o->cl.replicas : 1, me = o->cl.spec ? o->cl.replica : 0;
+  int64_t end_gb = (int64_t)last_epoch * per_epoch;
+  if (o->max_steps && o->max_steps < end_gb - global_step) end_gb = global_step + o->max_steps;
   for (int e = first_epoch; e < last_epoch; e++) {
     int64_t start = e == first_epoch ? first_batch : 0;
     if (t.batches) floe_batcher_start_epoch(t.batches, e, start);
@@ -799,9 +946,19 @@ int cmd_train(int argc, char **argv) {
     if (o->profile || o->trace)
       floe_session_set_tracing(t.s, o->trace && e > first_epoch ? FLOE_TRACE_RESUME
                                                                  : FLOE_TRACE_START);
+    if (replicas > 1) epoch_total = (epoch_total + replicas - 1) / replicas;
     for (int64_t j = start;; j++) {
-      if (o->max_steps && total_steps + steps >= o->max_steps) break;
+      if (o->cl.spec ? (int64_t)e * per_epoch + j >= end_gb
+                     : o->max_steps && total_steps + steps >= o->max_steps)
+        break;
       FloeTensor *im = NULL, *lb = NULL;
+      if (replicas > 1 && ((int64_t)e * per_epoch + j) % replicas != me) {
+        /* another task's batch: drawn and dropped, so the order stays the epoch's */
+        if ((r = floe_batcher_next(t.batches, &im, &lb, t.st)) != 1) break;
+        floe_tensor_release(im);
+        floe_tensor_release(lb);
+        continue;
+      }
       FloeFeed feeds[2];
       int nfeeds = 1;
       int64_t examples;
@@ -822,8 +979,14 @@ int cmd_train(int argc, char **argv) {
       }
       const char *fetch = t.loss_name, *target = t.train_name;
       FloeTensor *lv = NULL;
+      double ts = now_seconds();
       floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, &fetch, 1, &target, 1, &lv,
                                           t.st);
+      if (c == FLOE_OK && step_times_add(&times, now_seconds() - ts)) {
+        floe_tensor_release(lv);
+        rc = cli_error("train", "out of memory");
+        goto out;
+      }
       epoch_done += examples;
       floe_tensor_release(im);
       floe_tensor_release(lb);
@@ -879,6 +1042,21 @@ int cmd_train(int argc, char **argv) {
       rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
       goto out;
     }
+    int last = o->cl.spec ? (int64_t)(e + 1) * per_epoch >= end_gb
+                          : e + 1 == last_epoch || (o->max_steps && total_steps >= o->max_steps);
+    double rate = epoch_secs > 0 ? epoch_done / epoch_secs : 0;
+    if (is_worker) { /* the chief tests and checkpoints */
+      if (t.tty) printf("\r\033[K");
+      printf("epoch %d/%d loss %.6f samples/s %.0f seconds %.2f (this task's share; global "
+             "step %lld)\n", e + 1, o->epochs, final_loss, rate, epoch_secs,
+             (long long)global_step);
+      fflush(stdout);
+      if (last) break;
+      continue;
+    }
+    if (o->cl.spec && last) { /* the chief tests the model once every task's share is in */
+      if (wait_global_step(&t, end_gb, &global_step)) goto out;
+    }
     char when[64];
     snprintf(when, sizeof when, "after epoch %d (global step %lld)", e + 1,
              (long long)global_step);
@@ -895,12 +1073,23 @@ int cmd_train(int argc, char **argv) {
       rc = cli_error("train", "saving a checkpoint: %s", floe_status_message(t.st));
       goto out;
     }
-    double rate = epoch_secs > 0 ? epoch_done / epoch_secs : 0;
     if (t.tty) printf("\r\033[K"); /* the same line as a pipe gets, over the live one */
     printf("epoch %d/%d loss %.6f test_accuracy %.4f samples/s %.0f seconds %.2f\n", e + 1,
              o->epochs, final_loss, accuracy, rate, epoch_secs);
     fflush(stdout);
-    if (o->max_steps && total_steps >= o->max_steps) break;
+    if (last) break;
+  }
+  if (is_worker) {
+    /* The session goes first (its pieces on the ps tasks are dropped); the server stays up
+     * for the chief: a task that left would count as lost and end the chief's steps. */
+    printf("floe train: %s done: %lld steps, p50 step %.2f ms; serving until the chief "
+           "leaves\n", floe_server_task(o->cl.server), (long long)total_steps,
+           step_times_quantile(&times, 0.5) * 1e3);
+    fflush(stdout);
+    floe_session_free(t.s);
+    t.s = NULL;
+    rc = train_cluster_serve(&t.o.cl, "train");
+    goto out;
   }
   if (o->trace) {
     if (o->profile && add_breakdown(&t)) goto out;
@@ -970,6 +1159,19 @@ int cmd_train(int argc, char **argv) {
       json_key(&w, "breakdown"), measure_breakdown_json(&w, &t.bd);
     }
     json_key(&w, "steps"), json_int(&w, total_steps);
+    json_key(&w, "step_time_p50_ms"), json_double(&w, step_times_quantile(&times, 0.5) * 1e3);
+    json_key(&w, "step_time_p90_ms"), json_double(&w, step_times_quantile(&times, 0.9) * 1e3);
+    if (o->cl.spec) {
+      json_key(&w, "cluster_task"), json_string(&w, floe_server_task(o->cl.server));
+      json_key(&w, "replication"), json_string(&w, "async");
+      json_key(&w, "replicas"), json_int(&w, o->cl.replicas);
+      json_key(&w, "ps_tasks"), json_int(&w, o->cl.num_ps);
+      json_key(&w, "ps_strategy"), json_string(&w, o->cl.greedy ? "greedy" : "round-robin");
+      json_key(&w, "ps_variable_bytes");
+      json_begin_array(&w);
+      for (int k = 0; k < o->cl.num_ps; k++) json_int(&w, o->cl.ps_bytes[k]);
+      json_end_array(&w);
+    }
     if (o->trace) json_key(&w, "trace"), json_string(&w, o->trace);
     json_end_object(&w);
     json_finish(&w);
@@ -989,6 +1191,7 @@ int cmd_train(int argc, char **argv) {
   }
   rc = 0;
 out:
+  free(times.v);
   train_free(&t);
   return rc;
 }

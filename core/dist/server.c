@@ -204,6 +204,15 @@ const char *floe_server_address(const FloeServer *s) {
 }
 const char *floe_server_task(const FloeServer *s) { return s ? s->task_name : ""; }
 int floe_server_is_chief(const FloeServer *s) { return s && s->is_chief; }
+const char *floe_server_job(const FloeServer *s) { return s ? s->self.job : ""; }
+int floe_server_task_index(const FloeServer *s) { return s ? s->self.task : -1; }
+
+int floe_server_job_size(const FloeServer *s, const char *job) {
+  if (!s || !job) return 0;
+  for (int j = 0; j < s->spec->num_jobs; j++)
+    if (strcmp(s->spec->jobs[j].name, job) == 0) return s->spec->jobs[j].num_tasks;
+  return 0;
+}
 
 void floe_server_options_init(FloeServerOptions *opts) {
   if (!opts) return;

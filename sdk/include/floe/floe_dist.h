@@ -47,8 +47,15 @@ FLOE_API FloeServer *floe_server_start(const FloeServerOptions *opts, FloeStatus
 FLOE_API const char *floe_server_address(const FloeServer *s);
 FLOE_API const char *floe_server_task(const FloeServer *s);
 /* 1 when s serves the cluster's chief (/job:chief/task:0, or /job:worker/task:0 when there
- * is no chief job): sessions naming the cluster run in its process. */
+ * is no chief job): the coordination service runs in its process. Sessions naming the
+ * cluster may run in any task's process (each worker's, under between-graph replication). */
 FLOE_API int floe_server_is_chief(const FloeServer *s);
+/* This task's job name ("worker"; borrowed from s) and index in it. */
+FLOE_API const char *floe_server_job(const FloeServer *s);
+FLOE_API int floe_server_task_index(const FloeServer *s);
+/* The number of tasks of job `job` in s's cluster; 0 when it has no such job (or s or job
+ * is NULL). */
+FLOE_API int floe_server_job_size(const FloeServer *s, const char *job);
 /* Waits until floe_server_stop (0) or timeout_ms passes (FLOE_DEADLINE_EXCEEDED; < 0 waits
  * for ever). */
 FLOE_API floe_code floe_server_join(FloeServer *s, int64_t timeout_ms, FloeStatus *status);

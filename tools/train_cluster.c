@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* train_cluster.c - floe train's tasks on a cluster (train_cluster.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <floe/floe_train.h>
+
+#include "cli.h"
+#include "train_cluster.h"
+
+int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool) {
+  FloeStatus *st = floe_status_new();
+  if (!st) return cli_error(tool, "out of memory");
+  FloeServerOptions sv;
+  floe_server_options_init(&sv);
+  sv.runtime = rt;
+  sv.cluster = c->spec;
+  sv.job = c->job;
+  sv.task = c->task < 0 ? 0 : c->task;
+  sv.until_chief_leaves = 1;
+  if (c->heartbeat_timeout > 0) {
+    sv.heartbeat_timeout_ms = (int)(c->heartbeat_timeout * 1000);
+    int iv = sv.heartbeat_timeout_ms / 10;
+    sv.heartbeat_interval_ms = iv < 10 ? 10 : iv > 1000 ? 1000 : iv;
+  }
+  c->server = floe_server_start(&sv, st);
+  if (!c->server) {
+    int rc = cli_error(tool, "--cluster %s: %s", c->spec, floe_status_message(st));
+    floe_status_free(st);
+    return rc;
+  }
+  floe_status_free(st);
+  const char *job = floe_server_job(c->server);
+  int index = floe_server_task_index(c->server);
+  int chiefs = floe_server_job_size(c->server, "chief");
+  int workers = floe_server_job_size(c->server, "worker");
+  c->num_ps = floe_server_job_size(c->server, "ps");
+  c->is_chief = floe_server_is_chief(c->server);
+  c->is_ps = strcmp(job, "ps") == 0;
+  if (!c->is_ps && strcmp(job, "chief") != 0 && strcmp(job, "worker") != 0)
+    return cli_error(tool, "--cluster: this task is %s: floe train runs as a chief, worker or "
+                     "ps task", floe_server_task(c->server));
+  if (c->num_ps < 1)
+    return cli_error(tool, "--cluster: the cluster has no ps job: replicated training keeps "
+                     "the variables on ps tasks (floe launch --ps M, or a \"ps\" job in the "
+                     "cluster spec)");
+  c->replicas = (chiefs > 0 ? 1 : 0) + workers;
+  c->replica = strcmp(job, "chief") == 0 ? 0 : (chiefs > 0 ? 1 : 0) + index;
+  snprintf(c->worker_device, sizeof c->worker_device, "/job:%s/task:%d", job, index);
+  if (!(c->ps_bytes = calloc((size_t)c->num_ps, sizeof *c->ps_bytes)))
+    return cli_error(tool, "out of memory");
+  return 0;
+}
+
+int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const char *tool) {
+  for (int i = 0; i < v->n; i++) {
+    char name[512];
+    snprintf(name, sizeof name, "ready/%s", v->names[i]);
+    FloeNodeBuilder *b = floe_node_begin(g, "VarIsInitializedOp", name);
+    floe_node_add_input(b, floe_out(floe_graph_find(g, v->names[i]), 0));
+    floe_node_finish(b);
+  }
+  if (floe_graph_status(g) != FLOE_OK)
+    return cli_error(tool, "building the readiness checks: %s", floe_graph_error(g, NULL));
+  FloeReplicaDeviceOptions o;
+  floe_replica_device_options_init(&o);
+  o.num_ps = c->num_ps;
+  o.worker_device = c->worker_device;
+  o.strategy = c->greedy ? FLOE_PS_GREEDY_BYTES : FLOE_PS_ROUND_ROBIN;
+  FloeStatus *st = floe_status_new();
+  int rc = 0;
+  if (!st || floe_replica_device_setter(g, &o, c->ps_bytes, st) != FLOE_OK)
+    rc = cli_error(tool, "placing the variables on the ps tasks: %s",
+                   st ? floe_status_message(st) : "out of memory");
+  floe_status_free(st);
+  return rc;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int train_cluster_wait_ready(const TrainCluster *c, FloeSession *s, const TrainVars *v,
+                             int64_t timeout_ms, const char *tool) {
+  (void)c;
+  const char **fetch = calloc((size_t)v->n + 1, sizeof *fetch);
+  char **names = calloc((size_t)v->n + 1, sizeof *names);
+  FloeTensor **got = calloc((size_t)v->n + 1, sizeof *got);
+  FloeStatus *st = floe_status_new();
+  int rc = 1;
+  if (!fetch || !names || !got || !st) {
+    rc = cli_error(tool, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < v->n; i++) {
+    size_t len = strlen(v->names[i]) + 8;
+    if (!(names[i] = malloc(len))) {
+      rc = cli_error(tool, "out of memory");
+      goto out;
+    }
+    snprintf(names[i], len, "ready/%s", v->names[i]);
+    fetch[i] = names[i];
+  }
+  double end = now_s() + (double)timeout_ms / 1000.0;
+  for (;;) {
+    if (floe_session_run(s, NULL, 0, fetch, v->n, NULL, 0, got, st) != FLOE_OK) {
+      rc = cli_error(tool, "waiting for the chief to initialise the variables: %s",
+                     floe_status_message(st));
+      goto out;
+    }
+    int missing = -1;
+    for (int i = 0; i < v->n; i++) {
+      if (missing < 0 && !*(const unsigned char *)floe_tensor_data(got[i])) missing = i;
+      floe_tensor_release(got[i]);
+      got[i] = NULL;
+    }
+    if (missing < 0) {
+      rc = 0;
+      break;
+    }
+    if (now_s() > end) {
+      rc = cli_error(tool, "the chief did not initialise variable '%s' within %.0f s: is the "
+                     "chief's floe train running (with the same model options)?",
+                     v->names[missing], (double)timeout_ms / 1000.0);
+      break;
+    }
+    nanosleep(&(struct timespec){0, 50000000L}, NULL);
+  }
+out:
+  for (int i = 0; names && i < v->n; i++) free(names[i]);
+  free(names);
+  free(fetch);
+  free(got);
+  floe_status_free(st);
+  return rc;
+}
+
+int train_cluster_serve(TrainCluster *c, const char *tool) {
+  return cli_server_serve(tool, c->server, -1);
+}
+
+void train_cluster_free(TrainCluster *c) {
+  floe_server_free(c->server);
+  free(c->ps_bytes);
+  c->server = NULL;
+  c->ps_bytes = NULL;
+}

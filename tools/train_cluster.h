@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* train_cluster.h - floe train on a cluster (between-graph replication, TF 1.x style): every
+ * training task (the chief and each worker) runs floe train with the same options and builds
+ * the same graph, whose variables live on the ps tasks (floe_replica_device_setter); each
+ * task's session is a master of its own, and the ps tasks' variables are shared by all of
+ * them. ps tasks only serve. The chief initialises the variables (or restores the newest
+ * checkpoint) and the workers wait until every variable reads as initialised; the chief
+ * tests, checkpoints and reports. Training task r of R takes global batches r, r + R, ...
+ * (batch b of epoch e is global batch e * per_epoch + b), so the tasks together take each
+ * batch once. */
+#ifndef FLOE_TOOLS_TRAIN_CLUSTER_H
+#define FLOE_TOOLS_TRAIN_CLUSTER_H
+
+#include <stdint.h>
+
+#include <floe/floe.h>
+#include <floe/floe_dist.h>
+
+#include "train_guard.h"
+
+typedef struct TrainCluster {
+  /* options (the caller's; strings borrowed) */
+  const char *spec;           /* --cluster: env, a file, or JSON; NULL: one process */
+  const char *job;            /* --job (NULL: the spec's task) */
+  int task;                   /* --task */
+  int greedy;                 /* --ps-strategy greedy (else round-robin) */
+  double heartbeat_timeout;   /* seconds; 0: the default */
+  /* what start found */
+  FloeServer *server;
+  int is_ps, is_chief;
+  int replica, replicas;      /* this task among the training tasks, and how many there are */
+  int num_ps;
+  char worker_device[128];    /* "/job:worker/task:1" */
+  int64_t *ps_bytes;          /* variables' bytes per ps (num_ps) */
+} TrainCluster;
+
+/* Starts this task's server (until the chief leaves) and works out the roles. 0, or the
+ * exit status after printing why (tool is the command's name for messages). */
+int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool);
+/* Adds "ready/<variable>" (VarIsInitializedOp) for every variable of v, then places g's
+ * variables on the ps tasks and the rest on this task. 0, or 1 after printing why. */
+int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const char *tool);
+/* A worker: waits (polling every 50 ms, up to timeout_ms) until every variable of v reads as
+ * initialised (the chief initialised or restored them). 0, or 1 after printing why. */
+int train_cluster_wait_ready(const TrainCluster *c, FloeSession *s, const TrainVars *v,
+                             int64_t timeout_ms, const char *tool);
+/* Serves until the chief leaves, or SIGTERM or SIGINT (ps tasks, and workers done training,
+ * whose servers the others' steps may still use). 0, or 1 after printing why. */
+int train_cluster_serve(TrainCluster *c, const char *tool);
+void train_cluster_free(TrainCluster *c);
+
+#endif
