@@ -979,9 +979,11 @@ int cmd_train(int argc, char **argv) {
       }
       const char *fetch = t.loss_name, *target = t.train_name;
       FloeTensor *lv = NULL;
+      if (o->cl.spec) train_cluster_count_begin(&t.o.cl);
       double ts = now_seconds();
       floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, &fetch, 1, &target, 1, &lv,
                                           t.st);
+      if (o->cl.spec) train_cluster_count_end(&t.o.cl);
       if (c == FLOE_OK && step_times_add(&times, now_seconds() - ts)) {
         floe_tensor_release(lv);
         rc = cli_error("train", "out of memory");
@@ -1170,6 +1172,17 @@ int cmd_train(int argc, char **argv) {
       json_key(&w, "ps_variable_bytes");
       json_begin_array(&w);
       for (int k = 0; k < o->cl.num_ps; k++) json_int(&w, o->cl.ps_bytes[k]);
+      json_end_array(&w);
+      /* What one of this task's steps moved to (gradients) and from (parameters) each ps. */
+      json_key(&w, "bytes_to_ps_per_step");
+      json_begin_array(&w);
+      for (int k = 0; k < o->cl.num_ps; k++)
+        json_double(&w, total_steps ? (double)o->cl.to_ps[k] / (double)total_steps : 0);
+      json_end_array(&w);
+      json_key(&w, "bytes_from_ps_per_step");
+      json_begin_array(&w);
+      for (int k = 0; k < o->cl.num_ps; k++)
+        json_double(&w, total_steps ? (double)o->cl.from_ps[k] / (double)total_steps : 0);
       json_end_array(&w);
     }
     if (o->trace) json_key(&w, "trace"), json_string(&w, o->trace);

@@ -49,9 +49,46 @@ int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool) {
   c->replicas = (chiefs > 0 ? 1 : 0) + workers;
   c->replica = strcmp(job, "chief") == 0 ? 0 : (chiefs > 0 ? 1 : 0) + index;
   snprintf(c->worker_device, sizeof c->worker_device, "/job:%s/task:%d", job, index);
-  if (!(c->ps_bytes = calloc((size_t)c->num_ps, sizeof *c->ps_bytes)))
+  c->cap_rows = chiefs + workers + c->num_ps;
+  c->ps_bytes = calloc((size_t)c->num_ps, sizeof *c->ps_bytes);
+  c->to_ps = calloc((size_t)c->num_ps, sizeof *c->to_ps);
+  c->from_ps = calloc((size_t)c->num_ps, sizeof *c->from_ps);
+  c->rows = calloc((size_t)c->cap_rows, sizeof *c->rows);
+  c->mark = calloc((size_t)c->cap_rows, sizeof *c->mark);
+  if (!c->ps_bytes || !c->to_ps || !c->from_ps || !c->rows || !c->mark)
     return cli_error(tool, "out of memory");
   return 0;
+}
+
+void train_cluster_count_begin(TrainCluster *c) {
+  int n = floe_server_traffic(c->server, c->mark, c->cap_rows);
+  c->num_mark = n < c->cap_rows ? n : c->cap_rows;
+}
+
+/* The ps index of a task name "/job:ps/replica:0/task:K", else -1. */
+static int ps_index(const char *task, int num_ps) {
+  const char *p = strstr(task, "/task:");
+  if (strncmp(task, "/job:ps/", 8) != 0 || !p) return -1;
+  int k = atoi(p + 6);
+  return k >= 0 && k < num_ps ? k : -1;
+}
+
+void train_cluster_count_end(TrainCluster *c) {
+  int n = floe_server_traffic(c->server, c->rows, c->cap_rows);
+  if (n > c->cap_rows) n = c->cap_rows;
+  for (int i = 0; i < n; i++) {
+    int k = ps_index(c->rows[i].task, c->num_ps);
+    if (k < 0) continue;
+    int64_t sent = c->rows[i].bytes_sent, got = c->rows[i].bytes_received;
+    for (int j = 0; j < c->num_mark; j++) /* peers keep their rows' order; match by name */
+      if (!strcmp(c->mark[j].task, c->rows[i].task)) {
+        sent -= c->mark[j].bytes_sent;
+        got -= c->mark[j].bytes_received;
+        break;
+      }
+    c->to_ps[k] += sent;
+    c->from_ps[k] += got;
+  }
 }
 
 int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const char *tool) {
@@ -146,6 +183,11 @@ int train_cluster_serve(TrainCluster *c, const char *tool) {
 void train_cluster_free(TrainCluster *c) {
   floe_server_free(c->server);
   free(c->ps_bytes);
+  free(c->to_ps);
+  free(c->from_ps);
+  free(c->rows);
+  free(c->mark);
   c->server = NULL;
-  c->ps_bytes = NULL;
+  c->ps_bytes = c->to_ps = c->from_ps = NULL;
+  c->rows = c->mark = NULL;
 }

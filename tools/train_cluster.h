@@ -32,6 +32,10 @@ typedef struct TrainCluster {
   int num_ps;
   char worker_device[128];    /* "/job:worker/task:1" */
   int64_t *ps_bytes;          /* variables' bytes per ps (num_ps) */
+  /* bytes this task sent to / received from each ps during its training steps (num_ps) */
+  int64_t *to_ps, *from_ps;
+  FloeTaskTraffic *rows, *mark; /* scratch: the traffic by peer, and its value at begin */
+  int cap_rows, num_mark;
 } TrainCluster;
 
 /* Starts this task's server (until the chief leaves) and works out the roles. 0, or the
@@ -47,6 +51,10 @@ int train_cluster_wait_ready(const TrainCluster *c, FloeSession *s, const TrainV
 /* Serves until the chief leaves, or SIGTERM or SIGINT (ps tasks, and workers done training,
  * whose servers the others' steps may still use). 0, or 1 after printing why. */
 int train_cluster_serve(TrainCluster *c, const char *tool);
+/* Around each training step: what the step moved to and from each ps is added to to_ps and
+ * from_ps (this process's data plane counts every value that crosses it). */
+void train_cluster_count_begin(TrainCluster *c);
+void train_cluster_count_end(TrainCluster *c);
 void train_cluster_free(TrainCluster *c);
 
 #endif

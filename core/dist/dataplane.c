@@ -40,6 +40,7 @@ typedef struct Peer {
   uint8_t nonce[FLOE__NONCE];    /* its data nonce: our hellos to it are bound to it */
   int send_chan, recv_chan;      /* > 0, or -1: none (yet, or closed) */
   bool dropped;                  /* drop_peer at this incarnation */
+  int64_t values_sent, bytes_sent, values_received, bytes_received; /* under mu */
 } Peer;
 
 /* A proven hello from an identity not (yet) among the peers, waiting for a connect. */
@@ -393,7 +394,42 @@ static int route_channel(void *arg, const char *device, bool is_send, FloeStatus
   return chan;
 }
 
+static void route_count(void *arg, int chan, bool is_send, int64_t bytes) {
+  FloeDataPlane *dp = arg;
+  pthread_mutex_lock(&dp->mu);
+  for (int i = 0; i < dp->num_peers; i++) {
+    Peer *p = &dp->peers[i];
+    if (is_send && p->send_chan == chan) {
+      p->values_sent++;
+      p->bytes_sent += bytes;
+      break;
+    }
+    if (!is_send && p->recv_chan == chan) {
+      p->values_received++;
+      p->bytes_received += bytes;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&dp->mu);
+}
+
 const FloeRendezvousRoute *floe__dataplane_route(FloeDataPlane *dp) { return &dp->route; }
+
+int floe__dataplane_traffic(FloeDataPlane *dp, FloeTaskTraffic *out, int cap) {
+  pthread_mutex_lock(&dp->mu);
+  int n = dp->num_peers;
+  for (int i = 0; i < n && i < cap; i++) {
+    const Peer *p = &dp->peers[i];
+    memset(&out[i], 0, sizeof out[i]);
+    snprintf(out[i].task, sizeof out[i].task, "/job:%s/replica:0/task:%d", p->id.job, p->id.task);
+    out[i].values_sent = p->values_sent;
+    out[i].bytes_sent = p->bytes_sent;
+    out[i].values_received = p->values_received;
+    out[i].bytes_received = p->bytes_received;
+  }
+  pthread_mutex_unlock(&dp->mu);
+  return n;
+}
 
 /* ---- life ------------------------------------------------------------------------------------ */
 
@@ -418,6 +454,7 @@ floe_code floe__dataplane_new(FloeRuntime *rt, const FloeJobSecret *secret,
   dp->self = *self;
   dp->self.job[FLOE__JOB_NAME_MAX] = '\0';
   dp->route.channel = route_channel;
+  dp->route.count = route_count;
   dp->route.arg = dp;
   pthread_mutex_init(&dp->mu, NULL);
   pthread_condattr_t ca;

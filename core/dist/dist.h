@@ -700,6 +700,9 @@ void floe__dataplane_drop_peer(FloeDataPlane *dp, const char *job, int task);
  * secret); -1 with UNAVAILABLE for a peer not connected or dropped, NOT_FOUND for a task that
  * is no peer, INVALID_ARGUMENT for a name that does not parse. */
 const FloeRendezvousRoute *floe__dataplane_route(FloeDataPlane *dp);
+/* What crossed to and from each peer task since the data plane started (floe_server_traffic
+ * of floe_dist.h): writes min(cap, peers) rows, returns the number of peers. */
+int floe__dataplane_traffic(FloeDataPlane *dp, FloeTaskTraffic *out, int cap);
 /* Channels refused so far; the latest reason is copied into why (cap bytes; "" when none;
  * why may be NULL). For logs and tests. */
 int floe__dataplane_refusals(FloeDataPlane *dp, char *why, size_t cap);

@@ -207,6 +207,11 @@ int floe_server_is_chief(const FloeServer *s) { return s && s->is_chief; }
 const char *floe_server_job(const FloeServer *s) { return s ? s->self.job : ""; }
 int floe_server_task_index(const FloeServer *s) { return s ? s->self.task : -1; }
 
+int floe_server_traffic(FloeServer *s, FloeTaskTraffic *out, int cap) {
+  if (!s || !s->dp) return 0;
+  return floe__dataplane_traffic(s->dp, out, out ? cap : 0);
+}
+
 int floe_server_job_size(const FloeServer *s, const char *job) {
   if (!s || !job) return 0;
   for (int j = 0; j < s->spec->num_jobs; j++)

@@ -182,6 +182,12 @@ static int route_channel(const FloeRendezvous *r, const char *device, bool is_se
   return chan < 0 ? -1 : chan;
 }
 
+/* Tells the route what crossed one of its channels (nothing for the loopback, or when the
+ * route does not count). No rendezvous lock held. */
+static void route_count(const FloeRendezvousRoute *route, int chan, bool is_send, int64_t bytes) {
+  if (chan > 0 && bytes >= 0 && route && route->count) route->count(route->arg, chan, is_send, bytes);
+}
+
 /* A post refused because the route's channel was closed meanwhile (its task was dropped)
  * is UNAVAILABLE naming the device's task, as the route would have answered a moment later;
  * the code st ends with. */
@@ -752,6 +758,7 @@ floe_code floe__rendezvous_send(FloeRendezvous *r, const FloeRendezvousKey *key,
   }
   atomic_fetch_add(&r->sends, 1);
   atomic_fetch_add(&r->wire_bytes, wire);
+  route_count(r->opts.route, chan, true, wire);
   atomic_fetch_add(&r->tensor_bytes, t ? (int64_t)t->nbytes : 0);
   return FLOE_OK;
 
@@ -769,6 +776,7 @@ out_free_key:
  * reference t (NULL: none). */
 static void op_finish(RecvOp *op, const FloeStatus *st, FloeTensor *t, bool dead) {
   FloeRendezvous *r = op->r;
+  int64_t counted = -1;
   FloeStatus ab = {FLOE_OK, NULL};
   pthread_mutex_lock(&r->mu);
   if (!op->delivered) {
@@ -782,12 +790,16 @@ static void op_finish(RecvOp *op, const FloeStatus *st, FloeTensor *t, bool dead
     op->delivered = true;
     ops_remove(r, op);
     if (st->code == FLOE_OK) atomic_fetch_add(&r->recvs, 1);
+    counted = st->code == FLOE_OK ? (int64_t)op->payload_len : -1;
     call_done(r, op->done, op->arg, st, t, dead);
     t = NULL;
   }
+  int chan = op->chan;
+  const FloeRendezvousRoute *route = r->opts.route; /* outlives r, which may go once unlocked */
   floe_tensor_release(t);
   op_unref(op);
   pthread_mutex_unlock(&r->mu);
+  route_count(route, chan, false, counted);
   floe_status_clear(&ab);
   rendezvous_unref(r);
 }

@@ -908,6 +908,8 @@ void floe__session_abort(FloeSession *s, floe_code code, const char *why) {
 
 /* Borrowed, valid while s lives. */
 const FloeGraph *floe__session_graph(const FloeSession *s) { return s->graph; }
+bool floe__session_is_cluster(const FloeSession *s) { return s && s->cluster.remote != NULL; }
+
 FloeResourceMgr *floe__session_resources(FloeSession *s) { return s->resources; }
 FloeRuntime *floe__session_runtime(const FloeSession *s) { return s->rt; }
 

@@ -166,6 +166,8 @@ void floe__session_abort(FloeSession *s, floe_code code, const char *why);
  * (borrowed, live as long as the session). */
 const FloeGraph *floe__session_graph(const FloeSession *s);
 FloeResourceMgr *floe__session_resources(FloeSession *s);
+/* Whether s runs across the tasks of a cluster (its variables may live on other tasks). */
+bool floe__session_is_cluster(const FloeSession *s);
 struct FloeRuntime *floe__session_runtime(const FloeSession *s);
 
 #endif /* FLOE__LAYER_SESSION_H */

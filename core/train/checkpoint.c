@@ -66,11 +66,11 @@ FloeVar *floe__ckpt_node_var(FloeResourceMgr *m, const FloeNode *n, FloeStatus *
 
 static bool is_op(const FloeNode *n, const char *op) { return strcmp(n->op->name, op) == 0; }
 
-/* Every VarHandleOp of the session's graph, in graph order. *out: caller frees with
- * items_free. */
+/* Every VarHandleOp of the session's graph, in graph order; in a cluster session without
+ * their FloeVars (they may live on other tasks). *out: caller frees with items_free. */
 static floe_code graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus *st) {
   const FloeGraph *g = floe__session_graph(s);
-  FloeResourceMgr *m = floe__session_resources(s);
+  FloeResourceMgr *m = floe__session_is_cluster(s) ? NULL : floe__session_resources(s);
   int n = 0;
   for (int i = 0; i < g->num_nodes; i++) n += is_op(g->nodes[i], "VarHandleOp");
   Item *items = floe__calloc((size_t)(n ? n : 1), sizeof *items);
@@ -80,7 +80,16 @@ static floe_code graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus 
     const FloeNode *node = g->nodes[i];
     if (!is_op(node, "VarHandleOp")) continue;
     items[k].name = node->name;
-    if (!(items[k].var = floe__ckpt_node_var(m, node, st))) {
+    const FloeAttrValue *dt = floe__attrs_get(&node->attrs, "dtype");
+    const FloeAttrValue *shape = floe__attrs_get(&node->attrs, "shape");
+    if (!dt || dt->kind != FLOE_ATTR_TYPE || !shape || shape->kind != FLOE_ATTR_SHAPE) {
+      items_free(items, k);
+      return floe_status_set(st, FLOE_INTERNAL, "variable '%s': VarHandleOp lacks its dtype or "
+                             "shape", node->name);
+    }
+    items[k].dtype = dt->u.type;
+    items[k].shape = shape->u.shape;
+    if (m && !(items[k].var = floe__ckpt_node_var(m, node, st))) {
       items_free(items, k);
       return st->code;
     }
@@ -89,6 +98,110 @@ static floe_code graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus 
   *out = items;
   *n_out = n;
   return FLOE_OK;
+}
+
+
+/* ------------------------------------------------------------------------------------ */
+/* A cluster session's variables may live on other tasks: they are read and assigned by
+ * running the session's graph (a ReadVariableOp of each, fetched in one step; the
+ * AssignVariableOp of each, its value input fed, all in one step). */
+
+/* The node of the session's graph of op `op` whose input 0 is variable `var`, preferring
+ * "<var>/<suffix>" (floe_variable's names). */
+static const FloeNode *var_user(const FloeGraph *g, const FloeNode *var, const char *op,
+                                const char *suffix) {
+  const FloeNode *found = NULL;
+  for (int i = 0; i < g->num_nodes; i++) {
+    const FloeNode *n = g->nodes[i];
+    if (!is_op(n, op) || n->num_inputs < 1 || n->inputs[0].node != var) continue;
+    size_t vl = strlen(var->name);
+    if (!strncmp(n->name, var->name, vl) && n->name[vl] == '/' && !strcmp(n->name + vl + 1, suffix))
+      return n;
+    if (!found) found = n;
+  }
+  return found;
+}
+
+static floe_code read_through_session(FloeSession *s, Item *items, int n, FloeStatus *st) {
+  const FloeGraph *g = floe__session_graph(s);
+  const char **fetch = floe__calloc((size_t)n + 1, sizeof *fetch);
+  FloeTensor **got = floe__calloc((size_t)n + 1, sizeof *got);
+  floe_code rc = FLOE_OK;
+  if (!fetch || !got) {
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "checkpoint save: out of memory");
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    const FloeNode *r = var_user(g, floe_graph_find(g, items[i].name), "ReadVariableOp", "read");
+    if (!r) {
+      rc = floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                           "checkpoint save: variable '%s' has no ReadVariableOp in the "
+                           "session's graph: a session across a cluster reads its variables "
+                           "through the graph (floe_variable adds '%s/read')",
+                           items[i].name, items[i].name);
+      goto out;
+    }
+    fetch[i] = r->name;
+  }
+  if ((rc = floe_session_run(s, NULL, 0, fetch, n, NULL, 0, got, st)) != FLOE_OK) {
+    floe__status_prefix(st, "checkpoint save: reading the variables");
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    items[i].value = got[i];
+    got[i] = NULL;
+  }
+out:
+  floe__free(fetch);
+  floe__free(got);
+  return rc;
+}
+
+static floe_code assign_through_session(FloeSession *s, const char *path, Item *items, int n,
+                                        FloeStatus *st) {
+  const FloeGraph *g = floe__session_graph(s);
+  FloeFeed *feeds = floe__calloc((size_t)n + 1, sizeof *feeds);
+  char **names = floe__calloc((size_t)n + 1, sizeof *names);
+  const char **targets = floe__calloc((size_t)n + 1, sizeof *targets);
+  floe_code rc = FLOE_OK;
+  if (!feeds || !names || !targets) {
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "checkpoint restore: out of memory");
+    goto out;
+  }
+  for (int i = 0; i < n && rc == FLOE_OK; i++) {
+    const FloeNode *a = var_user(g, floe_graph_find(g, items[i].name), "AssignVariableOp", "init");
+    if (!a || a->num_inputs < 2) {
+      rc = floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                           "checkpoint restore: variable '%s' has no AssignVariableOp in the "
+                           "session's graph: a session across a cluster assigns its variables "
+                           "through the graph (floe_variable adds '%s/init')",
+                           items[i].name, items[i].name);
+      break;
+    }
+    const FloeOutput v = a->inputs[1];
+    names[i] = v.index ? floe__asprintf("%s:%d", v.node->name, v.index) : floe__strdup(v.node->name);
+    if (!names[i]) {
+      rc = floe_status_set(st, FLOE_NO_MEMORY, "checkpoint restore: out of memory");
+      break;
+    }
+    for (int j = 0; j < i; j++)
+      if (!strcmp(names[j], names[i]))
+        rc = floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                             "checkpoint restore: variables '%s' and '%s' are assigned from one "
+                             "tensor (%s), so they cannot be given their own values",
+                             items[j].name, items[i].name, names[i]);
+    feeds[i] = (FloeFeed){names[i], items[i].value};
+    targets[i] = a->name;
+  }
+  if (rc == FLOE_OK && (rc = floe_session_run(s, feeds, n, NULL, 0, targets, n, NULL, st)) != FLOE_OK)
+    floe__status_prefix(st, "checkpoint %s: assigning the variables in one step (a step that "
+                        "failed midway may have assigned some)", path);
+out:
+  for (int i = 0; names && i < n; i++) floe__free(names[i]);
+  floe__free(names);
+  floe__free(feeds);
+  floe__free(targets);
+  return rc;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -404,16 +517,17 @@ static floe_code save_items(const char *dir, const char *prefix, int64_t step, i
   if (rc != FLOE_OK) return rc;
   for (int i = 0; i < n; i++) {
     FloeVar *v = items[i].var;
-    if (!floe__safetensors_type_of(v->dtype))
+    if (!floe__safetensors_type_of(items[i].dtype))
       return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                              "checkpoint save: variable '%s' has dtype %s, which safetensors "
                              "cannot hold",
-                             items[i].name, floe_dtype_name(v->dtype));
+                             items[i].name, floe_dtype_name(items[i].dtype));
     if (!floe__safetensors_utf8_valid(items[i].name))
       return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                              "checkpoint save: variable name '%s' is not valid UTF-8 (a "
                              "safetensors header is UTF-8 JSON)",
                              items[i].name);
+    if (!v) continue; /* read through the session already */
     FloeTensor *val = floe__var_read(v, st);
     if (!val) {
       floe__status_prefix(st, "checkpoint save to %s", dir);
@@ -452,7 +566,9 @@ floe_code floe_checkpoint_save(FloeSession *s, const char *dir, const char *pref
   int n;
   floe_code rc = graph_items(s, &items, &n, &st);
   if (rc == FLOE_OK) {
-    rc = save_items(dir, prefix ? prefix : DEFAULT_PREFIX, step, keep, items, n, path_out, &st);
+    if (floe__session_is_cluster(s)) rc = read_through_session(s, items, n, &st);
+    if (rc == FLOE_OK)
+      rc = save_items(dir, prefix ? prefix : DEFAULT_PREFIX, step, keep, items, n, path_out, &st);
     items_free(items, n);
   }
   return floe__ckpt_finish(status, &st, rc);
@@ -472,7 +588,6 @@ static bool shape_fits(const FloeShape *want, const Entry *e) {
 /* Every item has a tensor of its variable's dtype and shape. */
 static floe_code match_items(const StFile *c, const Item *items, int n, FloeStatus *st) {
   for (int i = 0; i < n; i++) {
-    const FloeVar *v = items[i].var;
     const Entry *e = floe__safetensors_find(c, items[i].name);
     char ws1[64], ws2[DIMS_BUF];
     if (!e) {
@@ -487,14 +602,15 @@ static floe_code match_items(const StFile *c, const Item *items, int n, FloeStat
                              "checkpoint %s has no tensor for variable '%s' (it holds %d: %s)",
                              c->path, items[i].name, c->n, c->n ? list : "none");
     }
-    bool dt_ok = e->type->dt == v->dtype;
-    if (!dt_ok || !shape_fits(&v->shape, e))
+    bool dt_ok = e->type->dt == items[i].dtype;
+    if (!dt_ok || !shape_fits(&items[i].shape, e))
       return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                              "checkpoint %s: variable '%s' %s: expected %s %s (the graph's), "
                              "found %s %s in the file",
                              c->path, items[i].name,
                              dt_ok ? "has another shape" : "has another dtype",
-                             floe_dtype_name(v->dtype), floe_shape_str(&v->shape, ws1, sizeof ws1),
+                             floe_dtype_name(items[i].dtype),
+                             floe_shape_str(&items[i].shape, ws1, sizeof ws1),
                              e->type->name,
                              floe__safetensors_dims_str(e->rank, e->dims, ws2, sizeof ws2));
   }
@@ -510,8 +626,9 @@ static floe_code read_items(const StFile *c, Item *items, int n, FloeStatus *st)
   return FLOE_OK;
 }
 
+/* s: a cluster session whose items have no FloeVar (assigned through it); else NULL. */
 static floe_code restore_items(const char *path, Item *items, int n, int64_t *step_out,
-                               FloeStatus *st) {
+                               FloeSession *s, FloeStatus *st) {
   if (!path) return floe_status_set(st, FLOE_INVALID_ARGUMENT, "checkpoint restore: path is NULL");
   struct stat sb;
   char *picked = NULL;
@@ -524,6 +641,11 @@ static floe_code restore_items(const char *path, Item *items, int n, int64_t *st
   if (rc != FLOE_OK) goto out;
   if ((rc = match_items(&c, items, n, st)) != FLOE_OK) goto out_close;
   if ((rc = read_items(&c, items, n, st)) != FLOE_OK) goto out_close;
+  if (s) {
+    if ((rc = assign_through_session(s, path, items, n, st)) == FLOE_OK && step_out)
+      *step_out = c.step;
+    goto out_close;
+  }
   FloeTensor **old = floe__calloc((size_t)(n ? n : 1), sizeof *old);
   if (!old) {
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory restoring %s", path);
@@ -562,7 +684,7 @@ floe_code floe_checkpoint_restore(FloeSession *s, const char *path, int64_t *ste
   int n;
   floe_code rc = graph_items(s, &items, &n, &st);
   if (rc == FLOE_OK) {
-    rc = restore_items(path, items, n, step_out, &st);
+    rc = restore_items(path, items, n, step_out, floe__session_is_cluster(s) ? s : NULL, &st);
     items_free(items, n);
   }
   return floe__ckpt_finish(status, &st, rc);
@@ -588,6 +710,8 @@ static floe_code kernel_items(FloeKernelContext *ctx, int first, Item **out, int
       return st->code;
     }
     items[i].name = src && is_op(src, "VarHandleOp") ? src->name : items[i].var->name;
+    items[i].dtype = items[i].var->dtype;
+    items[i].shape = items[i].var->shape;
   }
   *out = items;
   *n_out = n;
@@ -636,7 +760,7 @@ static floe_code restore_compute(void *state, FloeKernelContext *ctx) {
   int n;
   if (kernel_items(ctx, 0, &items, &n, &st) != FLOE_OK) return kernel_fail(ctx, &st);
   int64_t step = 0;
-  floe_code rc = restore_items(floe__node_attr_str(ctx->node, "path"), items, n, &step, &st);
+  floe_code rc = restore_items(floe__node_attr_str(ctx->node, "path"), items, n, &step, NULL, &st);
   items_free(items, n);
   if (rc != FLOE_OK) return kernel_fail(ctx, &st);
   const FloeHostApi *host = floe__host_api();

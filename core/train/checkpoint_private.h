@@ -13,7 +13,10 @@
 /* A variable to write or restore. */
 typedef struct FloeCkptItem {
   const char *name;  /* checkpoint key: the VarHandleOp node's name; borrowed */
-  FloeVar *var;      /* borrowed from the resource manager */
+  FloeVar *var;      /* borrowed from the resource manager; NULL for a variable of another
+                      * task (a cluster session: read and assigned through the session) */
+  FloeDType dtype;   /* the variable's (VarHandleOp's, or var's) */
+  FloeShape shape;
   FloeTensor *value; /* save: a host reference to the value; restore: the value read */
 } FloeCkptItem;
 

@@ -56,6 +56,18 @@ FLOE_API int floe_server_task_index(const FloeServer *s);
 /* The number of tasks of job `job` in s's cluster; 0 when it has no such job (or s or job
  * is NULL). */
 FLOE_API int floe_server_job_size(const FloeServer *s, const char *job);
+
+/* What this task's data plane moved to and from one peer task, over every session of the
+ * process since the server started: values and their payload bytes as posted to or taken
+ * from the transport (headers and the transport's own framing not counted). */
+typedef struct FloeTaskTraffic {
+  char task[128];          /* "/job:ps/replica:0/task:0" */
+  int64_t values_sent, bytes_sent;
+  int64_t values_received, bytes_received;
+} FloeTaskTraffic;
+/* Fills out[0..min(cap, peers)) (out may be NULL with cap 0) and returns the number of peer
+ * tasks, so a caller can size its array. Thread-safe. */
+FLOE_API int floe_server_traffic(FloeServer *s, FloeTaskTraffic *out, int cap);
 /* Waits until floe_server_stop (0) or timeout_ms passes (FLOE_DEADLINE_EXCEEDED; < 0 waits
  * for ever). */
 FLOE_API floe_code floe_server_join(FloeServer *s, int64_t timeout_ms, FloeStatus *status);

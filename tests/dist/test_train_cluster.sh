@@ -1,0 +1,120 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# floe train across processes (between-graph replication, async), over fabric tcp:
+#  - floe launch --every-task: chief + 1 worker + 2 ps (greedy): every global batch trained
+#    once (global step = batches per epoch x epochs), test accuracy within 0.02 of one
+#    process on the same data, the variables' bytes per ps as the layer sizes give them, and
+#    what each step moves to and from the ps tasks equal to the model's bytes (+ < 1 KiB of
+#    scalars);
+#  - round-robin placement, and a run stopped after epoch 1 resumed on the cluster from its
+#    checkpoint to the same global step as one that ran through;
+#  - kill -9 of the ps, then of the worker, mid-training: the chief fails within the
+#    heartbeat timeout plus 2 s with UNAVAILABLE naming the task;
+#  - refusals: cluster options without --cluster, a cluster without a ps job.
+# Skipped (77) without the fabric transport or Fashion-MNIST.
+set -u
+. "${top_srcdir}/tests/dist/common.sh"
+DATA=/usr/share/datasets/fashion-mnist
+[ -e "$DATA/train-images-idx3-ubyte.gz" ] || [ -e "$DATA/train-images-idx3-ubyte" ] ||
+  { echo "SKIP: Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)"; exit 77; }
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now() { date +%s.%N; }
+field() { python3 -c 'import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); v=d[sys.argv[1]]; print(json.dumps(v) if isinstance(v,list) else v)' "$1"; }
+TRAIN="train --threads 1 --data $DATA"
+
+# mlp 784-512-256-10: its parameters' bytes, and Adam's three copies (variable, m, v).
+K1=$((784*512*4)); REST=$(((512 + 512*256 + 256 + 256*10 + 10)*4)); PARAMS=$((K1 + REST))
+
+# ---- async, chief + worker + 2 ps (greedy), against one process -------------------------
+"$FLOE" $TRAIN --limit 10000 --epochs 2 --input feed --json >"$tmp/one.out" 2>"$tmp/one.err" ||
+  { bad "one process: $(cat "$tmp/one.err")"; }
+if timeout 300 "$FLOE" launch --workers 1 --ps 2 --every-task -- "$FLOE" $TRAIN --cluster env \
+    --limit 10000 --epochs 2 --ps-strategy greedy --json >"$tmp/async.out" 2>"$tmp/async.err"; then
+  gs=$(field global_step <"$tmp/async.out")
+  if [ "$gs" = 314 ]; then ok; else bad "global step $gs, expected 2 x 157 batches"; fi
+  a1=$(field test_accuracy <"$tmp/one.out"); a2=$(field test_accuracy <"$tmp/async.out")
+  echo "test accuracy: one process $a1, async chief + 1 worker $a2"
+  if awk -v a="$a1" -v b="$a2" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(d <= 0.02)}'; then ok; else
+    bad "async accuracy $a2 is not within 0.02 of one process's $a1"; fi
+  pb=$(field ps_variable_bytes <"$tmp/async.out")
+  # greedy: dense1/kernel's group (3 x K1) on ps 0, everything else (3 x REST + the global
+  # step's 8 bytes) on ps 1
+  if [ "$pb" = "[$((3*K1)), $((3*REST + 8))]" ]; then ok; else bad "greedy placement: $pb"; fi
+  cat >"$tmp/bytes.py" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); p = int(sys.argv[2])
+to, fr = sum(d["bytes_to_ps_per_step"]), sum(d["bytes_from_ps_per_step"])
+print("per step: %.0f bytes to the ps tasks, %.0f from them; the parameters: %d" % (to, fr, p))
+sys.exit(0 if p <= to <= p + 1024 and p <= fr <= p + 1024 else 1)
+PY
+  if python3 "$tmp/bytes.py" "$tmp/async.out" "$PARAMS"; then ok; else bad "bytes per step to/from the ps tasks"; fi
+else
+  bad "floe launch --every-task: $(tail -5 "$tmp/async.err")"
+fi
+
+# ---- round-robin; stopped after epoch 1, resumed on the cluster --------------------------
+ck="$tmp/ckpt"
+timeout 300 "$FLOE" launch --workers 1 --ps 2 --every-task -- "$FLOE" $TRAIN --cluster env \
+  --limit 3000 --epochs 2 --stop-after 1 --checkpoint-dir "$ck" --json >"$tmp/r1.out" 2>"$tmp/r1.err" ||
+  bad "the first half: $(tail -5 "$tmp/r1.err")"
+pb=$(field ps_variable_bytes <"$tmp/r1.out" 2>/dev/null)
+# round-robin over groups in order: the kernels (and the global step) on ps 0, biases on ps 1
+if [ "$pb" = "[$((3*(784*512 + 512*256 + 256*10)*4 + 8)), $((3*(512 + 256 + 10)*4))]" ]; then ok; else
+  bad "round-robin placement: $pb"; fi
+if [ "$(field global_step <"$tmp/r1.out" 2>/dev/null)" = 47 ]; then ok; else bad "first half's global step"; fi
+timeout 300 "$FLOE" launch --workers 1 --ps 2 --every-task -- "$FLOE" $TRAIN --cluster env \
+  --limit 3000 --epochs 2 --checkpoint-dir "$ck" --resume --json >"$tmp/r2.out" 2>"$tmp/r2.err" ||
+  bad "the resumed half: $(tail -5 "$tmp/r2.err")"
+if grep -q "resumed from .* at global step 47" "$tmp/r2.out" &&
+   [ "$(field global_step <"$tmp/r2.out" 2>/dev/null)" = 94 ]; then ok; else
+  bad "resume on the cluster"; cat "$tmp/r2.out" "$tmp/r2.err"; fi
+
+# ---- kill -9 of a ps, then of a worker, mid-training -------------------------------------
+printf '%s' "train-cluster-secret-0123456789ab" >"$tmp/secret"; chmod 600 "$tmp/secret"
+export FLOE_JOB_SECRET_FILE="$tmp/secret"
+killed_run() { # killed_run JOB: chief, worker 0 and ps 0 train; JOB's task 0 is killed
+  cat >"$tmp/c.json" <<JSON
+{"cluster": {"chief": ["127.0.0.1:$(port)"], "worker": ["127.0.0.1:$(port)"], "ps": ["127.0.0.1:$(port)"]}}
+JSON
+  for t in ps worker chief; do
+    "$FLOE" $TRAIN --limit 20000 --epochs 50 --cluster "$tmp/c.json" --job $t --task 0 \
+      --heartbeat-timeout 1 >"$tmp/$t.out" 2>"$tmp/$t.err" &
+    eval "p_$t=$!"; pids="$pids $!"
+  done
+  # the chief prints "on a cluster" once the variables are initialised: steps follow
+  i=0; while [ $i -lt 300 ] && ! grep -q "on a cluster" "$tmp/chief.out" 2>/dev/null; do
+    sleep 0.1; i=$((i+1)); done
+  sleep 2
+  eval "victim=\$p_$1"
+  kill -9 "$victim"
+  t0=$(now)
+  i=0; while [ $i -lt 300 ] && kill -0 "$p_chief" 2>/dev/null; do sleep 0.02; i=$((i+1)); done
+  t1=$(now)
+  if kill -0 "$p_chief" 2>/dev/null; then
+    bad "the chief still trains 6 s after kill -9 of /job:$1/task:0"
+  else
+    wait "$p_chief"; rc=$?
+    took=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b - a}')
+    echo "the chief ended $took s after kill -9 of /job:$1/task:0 (exit $rc)"
+    if [ "$rc" != 0 ] && grep -qi unavailable "$tmp/chief.err" && grep -q "/job:$1/task:0" "$tmp/chief.err"; then ok; else
+      bad "kill -9 of /job:$1/task:0: exit $rc"; cat "$tmp/chief.err"; fi
+    if awk -v t="$took" 'BEGIN{exit !(t <= 3.0)}'; then ok; else bad "took $took s (heartbeat 1 s + 2 s)"; fi
+  fi
+  for p in $p_ps $p_worker $p_chief; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+}
+killed_run ps
+killed_run worker
+
+# ---- refusals ----------------------------------------------------------------------------
+"$FLOE" train --replication async >/dev/null 2>"$tmp/err"; rc=$?
+if [ "$rc" = 2 ] && grep -q "go with --cluster" "$tmp/err"; then ok; else bad "--replication without --cluster: $rc"; fi
+"$FLOE" train --replication bsp --cluster env >/dev/null 2>"$tmp/err"; rc=$?
+if [ "$rc" = 2 ] && grep -q "replication takes" "$tmp/err"; then ok; else bad "--replication bsp: $rc"; fi
+cat >"$tmp/nops.json" <<JSON
+{"cluster": {"chief": ["127.0.0.1:$(port)"], "worker": ["127.0.0.1:$(port)"]}}
+JSON
+"$FLOE" $TRAIN --cluster "$tmp/nops.json" --job chief --task 0 >/dev/null 2>"$tmp/err"; rc=$?
+if [ "$rc" = 1 ] && grep -q "no ps job" "$tmp/err"; then ok; else bad "a cluster without ps: $rc"; cat "$tmp/err"; fi
+
+echo "test_train_cluster: $pass passed, $fails failed"
+[ "$fails" = 0 ]
