@@ -18,6 +18,7 @@ static const FloeKernelSetFn builtin_kernel_sets[] = {
     floe__checkpoint_kernels_register, /* Save, Restore (train/) */
     floe__queue_kernels_register,      /* queues (data/) */
     floe__reader_kernels_register,     /* readers (data/) */
+    floe__accumulator_kernels_register, /* conditional accumulators (data/) */
 };
 
 /* Caller owns the runtime (floe_runtime_free); opts and its strings are borrowed for the

@@ -13,6 +13,8 @@
 /* queue.c, reader.c: register the queue and reader kernels (builtin.c's kernel sets). */
 floe_code floe__queue_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 floe_code floe__reader_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
+/* accumulator.c: ConditionalAccumulator and its ops (synchronous replication). */
+floe_code floe__accumulator_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 /* idx.c, for reader.c: the batcher's permutation of epoch `epoch` (a Fisher-Yates shuffle
  * of 0..n-1 from (seed, epoch)) into order[n] (caller's array). */
 void floe__idx_permutation(uint64_t seed, int64_t epoch, int64_t n, uint32_t *order);

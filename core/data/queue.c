@@ -669,6 +669,37 @@ static floe_code queue_handle_compute(void *state, FloeKernelContext *ctx) {
   return FLOE_OK;
 }
 
+/* SyncTokenQueue: an unbounded FIFO queue of i64 scalars (its input, the global step, only
+ * places it). */
+static floe_code token_queue_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  const FloeNode *n = ctx->node;
+  FloeResourceMgr *m = floe__kernel_ctx_resources(ctx);
+  if (!m)
+    return floe_status_set(ctx->status, FLOE_FAILED_PRECONDITION,
+                           "queues live in a session's resource manager, and this step has "
+                           "none");
+  static const FloeDType i64[1] = {FLOE_I64};
+  FloeShape scalar = floe_shape_scalar();
+  QueueSpec sp = {.kind = Q_FIFO, .dtypes = i64, .shapes = &scalar, .ncomp = 1, .capacity = -1,
+                  .pool = ctx->device ? ctx->device->rt->pool : NULL};
+  const char *shared = floe__node_attr_str(n, "shared_name");
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeResource *r = floe__resources_find_or_add(m, floe__node_attr_str(n, "container"),
+                                                *shared ? shared : n->name, &queue_ops,
+                                                queue_make, &sp, &st);
+  if (r && check_same((Queue *)r, &sp, &st) != FLOE_OK) {
+    floe__resource_release(r);
+    r = NULL;
+  }
+  FloeTensor *h = r ? floe__resource_obj_handle(r, &st) : NULL;
+  floe__resource_release(r);
+  if (!h) return floe__kctx_fail(ctx, &st);
+  floe_tensor_release(ctx->outputs[0]);
+  ctx->outputs[0] = h;
+  return FLOE_OK;
+}
+
 /* The queue behind input 0, as a new reference; NULL with ctx's error set. */
 static Queue *input_queue(FloeKernelContext *ctx) {
   FloeStatus st = {FLOE_OK, NULL};
@@ -940,6 +971,7 @@ floe_code floe__queue_kernels_register(FloeRuntime *rt, FloeStatus *st) {
       {"QueueCloseV2", close_compute, NULL},
       {"QueueSizeV2", query_compute, NULL},
       {"QueueIsClosedV2", query_compute, NULL},
+      {"SyncTokenQueue", token_queue_compute, NULL},
   };
   /* Handles, not variable values, for every resource input; a queue holds host tensors, so
    * its ops run on host-memory devices; only the handle, size and close ops are cheap

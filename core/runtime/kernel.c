@@ -163,6 +163,11 @@ FloeDType floe_node_attr_type(const FloeNode *n, const char *name) {
   return v && v->kind == FLOE_ATTR_TYPE ? v->u.type : FLOE_DTYPE_INVALID;
 }
 
+const char *floe_node_attr_string(const FloeNode *n, const char *name) {
+  const FloeAttrValue *v = n && name ? floe__attrs_get(&n->attrs, name) : NULL;
+  return v && v->kind == FLOE_ATTR_STRING && v->u.s ? v->u.s : "";
+}
+
 /* Public probe (floe.h): only the device type's own kernels, never the core's "*" ones. */
 int floe_runtime_device_has_kernel(const FloeRuntime *rt, const FloeNode *node,
                                    const char *device_type) {

@@ -545,37 +545,48 @@ static int min_var_init(Minimize *m, int i, const FloeVariable *v, MinVar *mv) {
   return 0;
 }
 
-FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
-                        const FloeOptimizerOptions *o, const FloeVariable *vars, int num_vars) {
-  if (floe_graph_status(g) != FLOE_OK) return NULL;
-  const char *scope = name ? name : "train";
-  const FloeBuildScope sc = {.g = g, .name = scope};
+/* A Minimize for scope on g with o checked and copied; NULL (the graph's error set) on
+ * failure. Caller frees with floe__free. */
+static Minimize *minimize_new(FloeGraph *g, const char *scope, const char *what,
+                              const FloeOptimizerOptions *o) {
   Minimize *m = floe__calloc(1, sizeof *m);
   if (!m) {
-    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", scope);
+    floe__graph_fail(g, FLOE_NO_MEMORY, "%s '%s': out of memory", what, scope);
     return NULL;
   }
   m->g = g;
   m->scope = scope;
-  m->sc = sc;
-  FloeNode *result = NULL;
+  m->sc = (FloeBuildScope){.g = g, .name = scope};
+  if (options_copy(g, what, o, &m->o) != 0 || schedule_check(g, what, &m->o) != 0 ||
+      hyper_check(g, what, &m->o) != 0) {
+    floe__free(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* floe_minimize's first half: the variables (given, or every trainable one) and the
+ * gradients of the loss at each (weight decay and clipping applied); those the loss does not
+ * reach are left out. *mvs_out (caller frees) holds *n_out of them. 0, or -1 with the
+ * graph's error set. */
+static int minimize_grads(Minimize *m, FloeOutput loss, const FloeVariable *vars, int num_vars,
+                          MinVar **mvs_out, int *n_out) {
+  FloeGraph *g = m->g;
+  const char *scope = m->scope;
+  const FloeBuildScope sc = m->sc;
+  int rc = -1;
   FloeVariable *all = NULL;
   MinVar *mvs = NULL;
   FloeOutput *xs = NULL, *dxs = NULL;
-  FloeNode **deps = NULL;
   FloeStatus *st = NULL;
-  if (options_copy(g, "floe_minimize", o, &m->o) != 0 ||
-      schedule_check(g, "floe_minimize", &m->o) != 0 ||
-      hyper_check(g, "floe_minimize", &m->o) != 0)
-    goto out;
+  *mvs_out = NULL;
+  *n_out = 0;
   if (!loss.node) {
     floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
                      "floe_minimize '%s': the loss is invalid (an earlier builder call failed)",
                      scope);
     goto out;
   }
-
-  /* The variables: given, or every trainable one. */
   bool given = vars != NULL;
   if (!vars) {
     num_vars = floe_graph_variables(g, 1, NULL, 0);
@@ -602,14 +613,12 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
   mvs = floe__calloc((size_t)num_vars, sizeof *mvs);
   xs = floe__calloc((size_t)num_vars, sizeof *xs);
   dxs = floe__calloc((size_t)num_vars, sizeof *dxs);
-  deps = floe__calloc((size_t)num_vars + 1, sizeof *deps);
   st = floe_status_new();
-  if (!mvs || !xs || !dxs || !deps || !st) goto oom;
+  if (!mvs || !xs || !dxs || !st) goto oom;
   for (int i = 0; i < num_vars; i++) {
     if (min_var_init(m, i, &vars[i], &mvs[i]) != 0) goto out;
     xs[i] = vars[i].value;
   }
-
   /* Gradients of the loss at each variable's read; variables it does not reach are
    * skipped. */
   if (floe_gradients(g, &loss, 1, xs, num_vars, NULL, dxs, st) != FLOE_OK) {
@@ -629,7 +638,6 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
                      scope, floe_node_name(loss.node), num_vars);
     goto out;
   }
-
   /* L2 weight decay, then clipping by the global norm of the decayed gradients. */
   for (int i = 0; i < n && m->o.weight_decay > 0; i++) {
     TypedScalars *t = &m->typed[mvs[i].dtype];
@@ -671,10 +679,40 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
     }
   }
   if (floe_graph_status(g) != FLOE_OK) goto out;
+  *mvs_out = mvs;
+  *n_out = n;
+  mvs = NULL;
+  rc = 0;
+  goto out;
+oom:
+  floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", scope);
+out:
+  floe_status_free(st);
+  floe__free(dxs);
+  floe__free(xs);
+  floe__free(mvs);
+  floe__free(all);
+  return rc;
+}
 
+/* floe_minimize's second half: the learning rate and Adam's bias correction at the global
+ * step, one fused update per variable of mvs (each applying its .grad), and the global
+ * step's increment after all of them, which it returns (NULL with the graph's error set).
+ * With a loss, each update also waits for the reads of its variable in the step that
+ * computes the loss (see floe_minimize); without (loss.node NULL), for nothing but its
+ * gradient. */
+static FloeNode *minimize_apply(Minimize *m, MinVar *mvs, int n, FloeOutput loss) {
+  FloeGraph *g = m->g;
+  const FloeBuildScope sc = m->sc;
   FloeVariable step = floe_global_step(g);
-  char *lscope = floe__asprintf("%s/learning_rate", scope);
-  if (!lscope) goto oom;
+  char *lscope = floe__asprintf("%s/learning_rate", m->scope);
+  FloeNode **deps = floe__calloc((size_t)n + 1, sizeof *deps);
+  if (!lscope || !deps) {
+    floe__free(lscope);
+    floe__free(deps);
+    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", m->scope);
+    return NULL;
+  }
   m->lr = floe_learning_rate(g, lscope, &m->o, step.value);
   floe__free(lscope);
   if (m->o.kind == FLOE_OPT_ADAM) {
@@ -687,50 +725,219 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
     m->b2_power = floe__build_binary(&sc, "Pow", "adam/beta2_power",
                                      const_scalar(&sc, "adam/beta2", FLOE_F64, m->o.beta2), t);
   }
+  FloeNode *inc = NULL;
   if (floe_graph_status(g) != FLOE_OK) goto out;
-
   /* What each update waits for: its gradient (an input), every read of its variable that
    * the step computes (the loss and the gradients see the values from before the step) and
    * every node of the step fed by such a read (so the update does not have to copy a value
    * still in use). Updates of different variables overlap the rest of the backward pass.
    * The nodes added from here on (the updates) are not part of that step. */
-  int num_step = g->num_nodes;
-  bool *in_step = step_nodes(g, loss, mvs, n);
-  FloeNode **after = floe__malloc((size_t)num_step * sizeof *after);
-  if (!in_step || !after) {
+  if (loss.node) {
+    int num_step = g->num_nodes;
+    bool *in_step = step_nodes(g, loss, mvs, n);
+    FloeNode **after = floe__malloc((size_t)num_step * sizeof *after);
+    if (!in_step || !after) {
+      floe__free(in_step);
+      floe__free(after);
+      floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", m->scope);
+      goto out;
+    }
+    for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++)
+      deps[i] = update(m, &mvs[i], after,
+                       update_deps(g, num_step, in_step, mvs[i].v.handle.node, after));
     floe__free(in_step);
     floe__free(after);
-    goto oom;
+  } else {
+    for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++)
+      deps[i] = update(m, &mvs[i], NULL, 0);
   }
-  for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++)
-    deps[i] = update(m, &mvs[i], after,
-                     update_deps(g, num_step, in_step, mvs[i].v.handle.node, after));
-  floe__free(in_step);
-  floe__free(after);
   if (floe_graph_status(g) != FLOE_OK) goto out;
-
   /* The step counts once every update is done. */
   FloeNodeBuilder *b = floe__build_begin(&sc, "AssignAddVariableOp", "increment_global_step");
   floe_node_add_input(b, step.handle);
   floe_node_add_input(b, floe__build_int(&sc, "one", FLOE_I64, 1));
   for (int i = 0; i < n; i++) floe_node_add_control_input(b, deps[i]);
-  FloeNode *inc = floe_node_finish(b);
-  if (inc) { /* the step itself: a NoOp named scope */
-    b = floe_node_begin(g, "NoOp", scope);
-    floe_node_add_control_input(b, inc);
-    result = floe_node_finish(b);
-  }
-  goto out;
-
-oom:
-  floe__graph_fail(g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", scope);
+  inc = floe_node_finish(b);
 out:
-  floe_status_free(st);
   floe__free(deps);
-  floe__free(dxs);
-  floe__free(xs);
+  return floe_graph_status(g) == FLOE_OK ? inc : NULL;
+}
+
+/* A NoOp called name with control inputs on deps[0..n). */
+static FloeNode *group(FloeGraph *g, const char *name, FloeNode *const *deps, int n) {
+  FloeNodeBuilder *b = floe_node_begin(g, "NoOp", name);
+  for (int i = 0; i < n; i++) floe_node_add_control_input(b, deps[i]);
+  return floe_node_finish(b);
+}
+
+FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
+                        const FloeOptimizerOptions *o, const FloeVariable *vars, int num_vars) {
+  if (floe_graph_status(g) != FLOE_OK) return NULL;
+  const char *scope = name ? name : "train";
+  Minimize *m = minimize_new(g, scope, "floe_minimize", o);
+  if (!m) return NULL;
+  MinVar *mvs = NULL;
+  int n = 0;
+  FloeNode *result = NULL;
+  if (minimize_grads(m, loss, vars, num_vars, &mvs, &n) == 0) {
+    FloeNode *inc = minimize_apply(m, mvs, n, loss);
+    if (inc) result = group(g, scope, &inc, 1); /* the step itself: a NoOp named scope */
+  }
   floe__free(mvs);
-  floe__free(all);
   floe__free(m);
   return floe_graph_status(g) == FLOE_OK ? result : NULL;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* floe_sync_replicas_minimize: TensorFlow's SyncReplicasOptimizer (see floe_train.h). */
+
+void floe_sync_replicas_options_init(FloeSyncReplicasOptions *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->replicas_to_aggregate = 1;
+  o->total_num_replicas = 1;
+}
+
+/* A node of op under the scope, "<scope>/<leaf>/<var>" (var may be NULL), on ins, after deps. */
+static FloeNode *sync_node(Minimize *m, const char *op, const char *leaf, const char *var,
+                           const FloeOutput *ins, int n, FloeNode *const *deps, int num_deps,
+                           FloeNodeBuilder **keep) {
+  char *l = var ? floe__asprintf("%s/%s", leaf, var) : floe__strdup(leaf);
+  if (!l) {
+    floe__graph_fail(m->g, FLOE_NO_MEMORY, "floe_sync_replicas_minimize '%s': out of memory",
+                     m->scope);
+    return NULL;
+  }
+  FloeNodeBuilder *b = floe__build_begin(&m->sc, op, l);
+  floe__free(l);
+  for (int i = 0; i < n; i++) floe_node_add_input(b, ins[i]);
+  for (int i = 0; i < num_deps; i++) floe_node_add_control_input(b, deps[i]);
+  if (keep) { /* the caller sets attributes and finishes */
+    *keep = b;
+    return NULL;
+  }
+  return floe_node_finish(b);
+}
+
+FloeSyncReplicas floe_sync_replicas_minimize(FloeGraph *g, const char *name, FloeOutput loss,
+                                             const FloeOptimizerOptions *o,
+                                             const FloeSyncReplicasOptions *so,
+                                             const FloeVariable *vars, int num_vars) {
+  FloeSyncReplicas r;
+  memset(&r, 0, sizeof r);
+  if (floe_graph_status(g) != FLOE_OK) return r;
+  const char *scope = name ? name : "sync_replicas";
+  if (!so || so->struct_size < sizeof *so || so->replicas_to_aggregate < 1 ||
+      so->total_num_replicas < so->replicas_to_aggregate || so->total_num_replicas > 65536) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_sync_replicas_minimize '%s': %s", scope,
+                     !so || so->struct_size < sizeof *so
+                         ? "the options are NULL or older than this library (call "
+                           "floe_sync_replicas_options_init first)"
+                         : "need 1 <= replicas_to_aggregate <= total_num_replicas <= 65536 "
+                           "(the replicas beyond replicas_to_aggregate are backups)");
+    return r;
+  }
+  Minimize *m = minimize_new(g, scope, "floe_sync_replicas_minimize", o);
+  if (!m) return r;
+  MinVar *mvs = NULL, *chief = NULL;
+  FloeNode **applies = NULL, **sets = NULL;
+  int n = 0;
+  if (minimize_grads(m, loss, vars, num_vars, &mvs, &n) != 0) goto out;
+  chief = floe__calloc((size_t)n, sizeof *chief);
+  applies = floe__calloc((size_t)n, sizeof *applies);
+  sets = floe__calloc((size_t)n, sizeof *sets);
+  if (!chief || !applies || !sets) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_sync_replicas_minimize '%s': out of memory", scope);
+    goto out;
+  }
+  FloeVariable gs = floe_global_step(g);
+  char *lname = floe__asprintf("%s/local_step", scope);
+  if (!lname) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_sync_replicas_minimize '%s': out of memory", scope);
+    goto out;
+  }
+  FloeVariable local = floe__variable_local(g, lname, FLOE_I64, floe_shape_scalar(), floe_init_zeros());
+  floe__free(lname);
+  FloeOutput ins[3];
+  FloeNodeBuilder *b = NULL;
+  /* This replica's local step starts at the global step. */
+  ins[0] = local.handle, ins[1] = gs.value;
+  r.local_init = sync_node(m, "AssignVariableOp", "local_init", NULL, ins, 2, NULL, 0, NULL);
+  FloeOutput k_const = floe__build_int(&m->sc, "replicas_to_aggregate", FLOE_I32,
+                                       so->replicas_to_aggregate);
+  /* Per variable: its accumulator (with it on its task), and this replica's gradient applied
+   * there with the local step it was computed at. */
+  for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++) {
+    sync_node(m, "ConditionalAccumulator", "accumulator", mvs[i].name, &mvs[i].v.handle, 1, NULL,
+              0, &b);
+    floe_node_set_attr_type(b, "dtype", mvs[i].dtype);
+    floe_node_set_attr_shape(b, "shape", mvs[i].shape);
+    /* named by its node: every replica's graph names the same one */
+    FloeOutput acc = floe_out(floe_node_finish(b), 0);
+    ins[0] = acc, ins[1] = local.value, ins[2] = mvs[i].grad;
+    sync_node(m, "AccumulatorApplyGradient", "apply", mvs[i].name, ins, 3, NULL, 0, &b);
+    floe_node_set_attr_type(b, "dtype", mvs[i].dtype);
+    applies[i] = floe_node_finish(b);
+    chief[i] = mvs[i];
+    FloeOutput tin[2] = {acc, k_const};
+    sync_node(m, "AccumulatorTakeGradient", "take", mvs[i].name, tin, 2, NULL, 0, &b);
+    floe_node_set_attr_type(b, "dtype", mvs[i].dtype);
+    floe_node_set_attr_shape(b, "shape", mvs[i].shape);
+    chief[i].grad = floe_out(floe_node_finish(b), 0);
+    if (i == 0)
+      r.stale = floe_out(sync_node(m, "AccumulatorNumDropped", "stale_gradients", NULL, &acc, 1,
+                                   NULL, 0, NULL), 0);
+  }
+  if (floe_graph_status(g) != FLOE_OK) goto out;
+  /* The token queue lives with the global step; a replica takes a token once its gradients
+   * are in, and computes its next step at the token's global step. */
+  FloeOutput tq = floe_out(sync_node(m, "SyncTokenQueue", "token_queue", NULL, &gs.handle, 1,
+                                     NULL, 0, NULL), 0);
+  sync_node(m, "QueueDequeueV2", "take_token", NULL, &tq, 1, applies, n, &b);
+  FloeDType i64 = FLOE_I64;
+  floe_node_set_attr_type_list(b, "component_types", &i64, 1);
+  r.token = floe_out(floe_node_finish(b), 0);
+  ins[0] = local.handle, ins[1] = r.token;
+  FloeNode *set_local = sync_node(m, "AssignVariableOp", "set_local_step", NULL, ins, 2, NULL, 0,
+                                  NULL);
+  if (floe_graph_status(g) != FLOE_OK) goto out;
+  b = floe_node_begin(g, "NoOp", scope);
+  floe_node_add_control_input(b, set_local);
+  r.train = floe_node_finish(b);
+  /* The chief: replicas_to_aggregate averaged gradients per variable, applied with the
+   * optimiser; the global step advanced; the accumulators told; a token per replica. */
+  FloeNode *inc = minimize_apply(m, chief, n, (FloeOutput){NULL, 0});
+  if (!inc) goto out;
+  sync_node(m, "ReadVariableOp", "new_global_step", NULL, &gs.handle, 1, &inc, 1, &b);
+  floe_node_set_attr_type(b, "dtype", FLOE_I64);
+  FloeOutput new_gs = floe_out(floe_node_finish(b), 0);
+  for (int i = 0; i < n && floe_graph_status(g) == FLOE_OK; i++) {
+    FloeNode *acc = chief[i].grad.node ? chief[i].grad.node->inputs[0].node : NULL;
+    ins[0] = floe_out(acc, 0), ins[1] = new_gs;
+    sets[i] = sync_node(m, "AccumulatorSetGlobalStep", "set_global_step", mvs[i].name, ins, 2,
+                        NULL, 0, NULL);
+  }
+  int64_t count = so->total_num_replicas;
+  ins[0] = floe__build_ints(&m->sc, "token_count", FLOE_I32, &count, 1);
+  ins[1] = new_gs;
+  FloeOutput tokens = floe_out(sync_node(m, "Fill", "tokens", NULL, ins, 2, NULL, 0, NULL), 0);
+  ins[0] = tq, ins[1] = tokens;
+  sync_node(m, "QueueEnqueueManyV2", "put_tokens", NULL, ins, 2, sets, n, &b);
+  floe_node_set_attr_type_list(b, "Tcomponents", &i64, 1);
+  FloeNode *put = floe_node_finish(b);
+  if (floe_graph_status(g) != FLOE_OK) goto out;
+  b = floe__build_begin(&m->sc, "NoOp", "chief_update");
+  floe_node_add_control_input(b, put);
+  r.chief_update = floe_node_finish(b);
+  r.close = sync_node(m, "QueueCloseV2", "close_tokens", NULL, &tq, 1, NULL, 0, NULL);
+out:
+  floe__free(sets);
+  floe__free(applies);
+  floe__free(chief);
+  floe__free(mvs);
+  floe__free(m);
+  if (floe_graph_status(g) != FLOE_OK) memset(&r, 0, sizeof r);
+  return r;
 }

@@ -9,7 +9,9 @@
  * GreedyLoadBalancingStrategy with its byte-size load function). A group with a variable
  * that already requests a device keeps that device for all of it. Nodes that take a
  * resource input get no request: the placer colocates them with the resource (an update
- * runs where its variable lives). Every other node without a device gets the worker's.
+ * runs where its variable lives). Every other node without a device gets the worker's,
+ * variables of the "local" container (per-task state such as a replica's local step)
+ * included.
  */
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +31,11 @@ static int find(int *p, int i) {
   return i;
 }
 
-static bool is_var(const FloeNode *n) { return strcmp(n->op->name, "VarHandleOp") == 0; }
+/* A variable that lives on a ps: every VarHandleOp but the per-task ones (local step). */
+static bool is_var(const FloeNode *n) {
+  return strcmp(n->op->name, "VarHandleOp") == 0 &&
+         strcmp(floe_node_attr_string(n, "container"), FLOE__LOCAL_CONTAINER) != 0;
+}
 
 static bool takes_resource(const FloeNode *n) {
   for (int j = 0; j < n->num_inputs; j++)

@@ -23,6 +23,14 @@ struct FloeGradCtx {
 };
 /* gradients.c: fills the registry with the standard set (the not-differentiable entries and
  * the functions of grad_*.c) once (idempotent, thread-safe). */
+/* The container of per-task variables (TF's local variables: a replica's local step): the
+ * replica device setter leaves them on the worker. */
+#define FLOE__LOCAL_CONTAINER "local"
+/* variables.c: an untrained variable of container FLOE__LOCAL_CONTAINER (as
+ * floe_variable_untrained otherwise). */
+FloeVariable floe__variable_local(FloeGraph *g, const char *name, FloeDType dtype, FloeShape shape,
+                                  FloeInitializer init);
+
 floe_code floe__grads_init(FloeStatus *st);
 /* grad_math.c, grad_nn.c, grad_array.c: called by floe__grads_init. */
 floe_code floe__grads_register_math(FloeStatus *st);

@@ -260,7 +260,8 @@ static FloeOutput read_node(FloeGraph *g, const char *name, FloeOutput handle, F
 }
 
 static FloeVariable make_variable(FloeGraph *g, const char *name, FloeDType dtype,
-                                  FloeShape shape, FloeInitializer init, bool trainable) {
+                                  FloeShape shape, FloeInitializer init, bool trainable,
+                                  const char *container) {
   if (!graph_ok(g)) return NO_VARIABLE;
   if (!name || !*name) {
     floe__graph_fail(g, FLOE_INVALID_ARGUMENT, "floe_variable: a variable needs a name");
@@ -305,6 +306,7 @@ static FloeVariable make_variable(FloeGraph *g, const char *name, FloeDType dtyp
   floe_node_set_attr_type(b, "dtype", dtype);
   floe_node_set_attr_shape(b, "shape", shape);
   floe_node_set_attr_bool(b, "trainable", trainable);
+  if (container) floe_node_set_attr_string(b, "container", container);
   FloeVariable v = NO_VARIABLE;
   v.handle = floe_out(floe_node_finish(b), 0);
   FloeOutput value = build_initializer(g, name, dtype, &shape, &init);
@@ -324,12 +326,12 @@ static FloeVariable make_variable(FloeGraph *g, const char *name, FloeDType dtyp
 /* The nodes belong to g. On error (sticky) every member is invalid / NULL. */
 FloeVariable floe_variable(FloeGraph *g, const char *name, FloeDType dtype, FloeShape shape,
                            FloeInitializer init) {
-  return make_variable(g, name, dtype, shape, init, true);
+  return make_variable(g, name, dtype, shape, init, true, NULL);
 }
 
 FloeVariable floe_variable_untrained(FloeGraph *g, const char *name, FloeDType dtype,
                                      FloeShape shape, FloeInitializer init) {
-  return make_variable(g, name, dtype, shape, init, false);
+  return make_variable(g, name, dtype, shape, init, false, NULL);
 }
 
 /* Adds "<name>/read" when the graph lacks it (a hand-built VarHandleOp). */
@@ -429,4 +431,10 @@ FloeOutput floe_read_variable(FloeGraph *g, const char *name, FloeOutput handle)
     return floe_out(NULL, 0);
   }
   return read_node(g, name, handle, attr_dtype(handle.node));
+}
+
+/* See train.h. */
+FloeVariable floe__variable_local(FloeGraph *g, const char *name, FloeDType dtype, FloeShape shape,
+                                  FloeInitializer init) {
+  return make_variable(g, name, dtype, shape, init, false, FLOE__LOCAL_CONTAINER);
 }

@@ -334,6 +334,9 @@ FLOE_API FloeShape floe_node_output_shape(const FloeNode *n, int i);
 /* The value of node's type attribute `name` ("T", "dtype", "DstT"), or FLOE_DTYPE_INVALID
  * when it has no type attribute of that name (or n or name is NULL). */
 FLOE_API FloeDType floe_node_attr_type(const FloeNode *n, const char *name);
+/* The value of node's string attribute `name` (a VarHandleOp's "container"), borrowed from
+ * the node; "" when it has none of that name (or n or name is NULL). */
+FLOE_API const char *floe_node_attr_string(const FloeNode *n, const char *name);
 /* 1 when a kernel registered for device_type itself accepts node's type attributes (the
  * dtypes it would run with), 0 otherwise. The core's kernels for any device ("*") do not
  * count: this asks whether the device's own plugin implements the node. Nothing is

@@ -138,7 +138,8 @@ FLOE_API void floe_replica_device_options_init(FloeReplicaDeviceOptions *o);
  * together (a variable and its optimiser slots) as one group, a group one of whose variables
  * already requests a device following that device; nodes taking a resource input stay
  * without a request (the placer colocates them with the resource: updates run on the ps);
- * every other node gets worker_device. Call it on the whole graph (after floe_minimize):
+ * every other node gets worker_device, variables of container "local" (per-task state, TF's
+ * local variables: floe_sync_replicas_minimize's local step) included. Call it on the whole graph (after floe_minimize):
  * variables added later are not placed. ps_bytes (may be NULL; the caller's array of
  * num_ps) receives the bytes of the variables it placed on each ps. A group whose variables
  * request different devices is INVALID_ARGUMENT naming them, before anything is changed;
@@ -215,6 +216,50 @@ FLOE_API FloeOutput floe_learning_rate(FloeGraph *g, const char *name,
 FLOE_API FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
                                  const FloeOptimizerOptions *o, const FloeVariable *vars,
                                  int num_vars);
+/* Synchronous replication with backup workers (TensorFlow's SyncReplicasOptimizer), for
+ * between-graph replication: every replica (the chief and each worker) builds the same
+ * graph with this in place of floe_minimize, and places it with floe_replica_device_setter.
+ * Per trainable variable, a ConditionalAccumulator lives with the variable on its ps; a
+ * replica's step applies its gradients there, tagged with its local step (a variable of
+ * container "local", on the replica), then takes a token from the token queue (kept with the
+ * global step) and sets its local step to the token. The chief runs chief_update again and
+ * again on a thread of its own: it takes replicas_to_aggregate averaged gradients of every
+ * variable (waiting for them), applies them with the optimiser o (schedules and Adam's bias
+ * correction by the global step), advances the global step, raises the accumulators' global
+ * step (so gradients computed before it are dropped as stale, and counted) and puts
+ * total_num_replicas tokens holding the new global step in the queue. With
+ * total_num_replicas > replicas_to_aggregate, the extra replicas are backups: each step
+ * goes on with the first replicas_to_aggregate gradients, and the slowest replicas' are
+ * dropped as stale. */
+typedef struct FloeSyncReplicasOptions {
+  size_t struct_size;          /* sizeof(FloeSyncReplicasOptions) */
+  int replicas_to_aggregate;   /* gradients averaged per step (>= 1; default 1) */
+  int total_num_replicas;      /* replicas training (>= replicas_to_aggregate; default 1) */
+} FloeSyncReplicasOptions;
+FLOE_API void floe_sync_replicas_options_init(FloeSyncReplicasOptions *o);
+
+/* The nodes to run (all belong to g; nodes are named under "<name>/", the step "<name>"). */
+typedef struct FloeSyncReplicas {
+  FloeNode *train;         /* a replica's step: its gradients in, a token taken */
+  FloeOutput token;        /* i64: the token that step took (the global step its next step
+                            * computes at); fetch it with train to know where training is */
+  FloeNode *local_init;    /* sets the local step to the global step: run once per replica,
+                            * after the chief initialised (or restored) the variables */
+  FloeNode *chief_update;  /* the chief's aggregation step (above) */
+  FloeNode *close;         /* closes the token queue: replicas waiting for a token, and those
+                            * that ask later, get FLOE_OUT_OF_RANGE (the end of training) */
+  FloeOutput stale;        /* i64: stale gradients dropped so far (those of the first
+                            * variable: a stale replica step drops one per variable) */
+} FloeSyncReplicas;
+
+/* Builds the above for the scalar loss (vars as floe_minimize's; o the optimiser; name NULL:
+ * "sync_replicas"). On error every member is NULL / invalid and the graph's sticky error
+ * says why. */
+FLOE_API FloeSyncReplicas floe_sync_replicas_minimize(FloeGraph *g, const char *name,
+                                                      FloeOutput loss,
+                                                      const FloeOptimizerOptions *o,
+                                                      const FloeSyncReplicasOptions *so,
+                                                      const FloeVariable *vars, int num_vars);
 /* sqrt(sum of squares of every tensor), f32 scalar (the clipping norm). */
 FLOE_API FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeOutput *ts,
                                      int n);
