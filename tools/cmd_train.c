@@ -39,7 +39,8 @@ static const char train_help[] =
     "                  [--devices LIST [--compress-transfers]] [--save-graph FILE]\n"
     "                  [--profile] [--trace FILE] [--steps N] [--timeout S] [--json]\n"
     "                  [--onnx MODEL.onnx] [--cluster SPEC [--job J --task N]\n"
-    "                  [--replication async] [--ps-strategy round-robin|greedy]]\n"
+    "                  [--replication async|sync [--replicas-to-aggregate K]]\n"
+    "                  [--ps-strategy round-robin|greedy]]\n"
     "Train a classifier on Fashion-MNIST and report its test accuracy after each epoch.\n"
     "  --model mlp|cnn        mlp: 784-512-256-10 ReLU (default); cnn: two 5x5 conv +\n"
     "                         max-pool blocks (32, 64 filters), dense 1024, dense 10;\n"
@@ -127,6 +128,13 @@ static const char train_help[] =
     "  --job J --task N       this process's task (default: the spec's)\n"
     "  --replication async    each task applies its own updates to the shared variables\n"
     "                         (the default)\n"
+    "  --replication sync     each global step averages the gradients of K tasks (K =\n"
+    "                         --replicas-to-aggregate, default every training task):\n"
+    "                         accumulators on the ps tasks, a token queue as the barrier,\n"
+    "                         the chief applying the mean; tasks beyond K are backups (a\n"
+    "                         step goes on without the slowest; their late gradients are\n"
+    "                         dropped and counted). --epochs counts batches: K batches\n"
+    "                         make one global step\n"
     "  --ps-strategy NAME     round-robin (default): variables to ps tasks in turn;\n"
     "                         greedy: each to the ps holding the fewest bytes so far\n"
     "  --heartbeat-timeout S  seconds of silence before a task counts as lost (default 10)\n"
@@ -158,6 +166,8 @@ typedef struct TrainOptions {
   const char *trace;   /* --trace FILE */
   int64_t timeout_ms;  /* --timeout: each step's deadline; 0: none */
   TrainCluster cl;     /* --cluster and its options (cl.spec NULL: one process) */
+  int sync;            /* --replication sync */
+  int aggregate;       /* --replicas-to-aggregate; 0: every training task */
 } TrainOptions;
 
 static double now_seconds(void) {
@@ -208,7 +218,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
          OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX, OPT_STEPS, OPT_TRACE,
          OPT_TIMEOUT, OPT_CLUSTER, OPT_JOB, OPT_TASK, OPT_REPLICATION, OPT_PS_STRATEGY,
-         OPT_HEARTBEAT };
+         OPT_HEARTBEAT, OPT_AGGREGATE };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -234,6 +244,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"replication", required_argument, NULL, OPT_REPLICATION},
       {"ps-strategy", required_argument, NULL, OPT_PS_STRATEGY},
       {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
+      {"replicas-to-aggregate", required_argument, NULL, OPT_AGGREGATE},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
@@ -325,8 +336,14 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         cluster_opts = 1;
         break;
       case OPT_REPLICATION:
-        if (strcmp(optarg, "async"))
-          return cli_usage("train", "--replication takes async");
+        if (strcmp(optarg, "async") && strcmp(optarg, "sync"))
+          return cli_usage("train", "--replication takes async or sync");
+        o->sync = !strcmp(optarg, "sync");
+        cluster_opts = 1;
+        break;
+      case OPT_AGGREGATE:
+        if (cli_int_option("train", "--replicas-to-aggregate", optarg, 1, 65536, &v)) return 2;
+        o->aggregate = (int)v;
         cluster_opts = 1;
         break;
       case OPT_PS_STRATEGY:
@@ -364,8 +381,10 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
     return cli_usage("train", msg);
   }
   if (cluster_opts && !o->cl.spec)
-    return cli_usage("train", "--job, --task, --replication, --ps-strategy and "
-                     "--heartbeat-timeout go with --cluster");
+    return cli_usage("train", "--job, --task, --replication, --replicas-to-aggregate, "
+                     "--ps-strategy and --heartbeat-timeout go with --cluster");
+  if (o->aggregate && !o->sync)
+    return cli_usage("train", "--replicas-to-aggregate goes with --replication sync");
   if (o->cl.spec) {
     if (o->queue_given && o->queue)
       return cli_usage("train", "--cluster trains from fed batches (each task takes its share): "
@@ -475,6 +494,10 @@ typedef struct Trainer {
   FloeSession *s;
   char loss_name[256], step_name[256], train_name[256];
   char step_var[256]; /* the global step variable's name (step_name reads it) */
+  /* --replication sync: the token a step took, and the nodes the tasks run */
+  char token_name[256], local_init_name[256], update_name[256], close_name[256];
+  char stale_name[256];
+  int K;               /* gradients per global step (1 without sync) */
   int tty;
   FloeOpProfile *prof; /* --profile: the training steps' counts over all epochs (malloc'd) */
   FloeStepBreakdown bd; /* --profile: the training steps' breakdown over all epochs */
@@ -524,12 +547,37 @@ static int build_graph(Trainer *t) {
   FloeOptimizerOptions opt;
   floe_optimizer_options_init(&opt, o->optimizer);
   if (!isnan(o->lr)) opt.learning_rate = o->lr;
-  if (o->cosine && t->per_epoch > 0) {
+  t->K = 1;
+  if (o->sync) {
+    t->K = o->aggregate ? o->aggregate : o->cl.replicas;
+    if (t->K > o->cl.replicas)
+      return cli_error("train", "--replicas-to-aggregate %d is more than the cluster's %d "
+                       "training tasks (the chief and the workers)", t->K, o->cl.replicas);
+  }
+  if (o->cosine && t->per_epoch > 0) { /* over global steps: K batches make one in sync */
     opt.schedule = FLOE_LR_COSINE;
-    opt.decay_steps = (int64_t)o->epochs * t->per_epoch;
+    opt.decay_steps = (int64_t)o->epochs * t->per_epoch / t->K;
+    if (opt.decay_steps < 1) opt.decay_steps = 1;
     opt.cosine_alpha = 0;
   }
-  FloeNode *step = floe_minimize(g, "train", loss, &opt, NULL, 0);
+  FloeNode *step;
+  if (o->sync) {
+    FloeSyncReplicasOptions so;
+    floe_sync_replicas_options_init(&so);
+    so.replicas_to_aggregate = t->K;
+    so.total_num_replicas = o->cl.replicas;
+    FloeSyncReplicas sr = floe_sync_replicas_minimize(g, "train", loss, &opt, &so, NULL, 0);
+    step = sr.train;
+    if (step) {
+      snprintf(t->token_name, sizeof t->token_name, "%s", floe_node_name(sr.token.node));
+      snprintf(t->local_init_name, sizeof t->local_init_name, "%s", floe_node_name(sr.local_init));
+      snprintf(t->update_name, sizeof t->update_name, "%s", floe_node_name(sr.chief_update));
+      snprintf(t->close_name, sizeof t->close_name, "%s", floe_node_name(sr.close));
+      snprintf(t->stale_name, sizeof t->stale_name, "%s", floe_node_name(sr.stale.node));
+    }
+  } else {
+    step = floe_minimize(g, "train", loss, &opt, NULL, 0);
+  }
   FloeVariable gs = floe_global_step(g);
   /* Inference: the same layer names, so the same variables. */
   FloeOutput logits = floe_unary(g, "Identity", "logits", o->onnx ? model_out : build_model(g, x, o));
@@ -789,6 +837,8 @@ int cmd_train(int argc, char **argv) {
   memset(&t, 0, sizeof t);
   t.bd.struct_size = sizeof t.bd;
   StepTimes times = {0, 0, NULL}; /* before any goto out: freed there */
+  TrainUpdater updater;           /* --replication sync, the chief: stopped there */
+  memset(&updater, 0, sizeof updater);
   int done, rc = parse_options(argc, argv, &t.o, &done);
   if (rc || done) return rc;
   const TrainOptions *o = &t.o;
@@ -880,7 +930,7 @@ int cmd_train(int argc, char **argv) {
               o->checkpoint_dir);
   }
   if (is_worker) {
-    if (train_cluster_wait_ready(&o->cl, t.s, &t.vars, 120000, "train")) goto out;
+    if (train_cluster_wait_ready(&o->cl, t.g, t.s, &t.vars, 120000, "train")) goto out;
     if (fetch_global_step(&t, &global_step)) {
       rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
       goto out;
@@ -898,9 +948,9 @@ int cmd_train(int argc, char **argv) {
          o->cosine ? "cosine" : "constant", (long long)o->batch, o->epochs,
          o->epochs == 1 ? "" : "s", o->queue ? "queue" : "feed");
   if (o->cl.spec)
-    printf("on a cluster: %s, training task %d of %d, %d ps task%s, async replication\n",
+    printf("on a cluster: %s, training task %d of %d, %d ps task%s, %s replication\n",
            floe_server_task(o->cl.server), o->cl.replica + 1, o->cl.replicas, o->cl.num_ps,
-           o->cl.num_ps == 1 ? "" : "s");
+           o->cl.num_ps == 1 ? "" : "s", o->sync ? "sync" : "async");
   if (resume_path) {
     floe_code c = floe_checkpoint_restore(t.s, resume_path, &global_step, t.st);
     if (c != FLOE_OK) {
@@ -918,8 +968,20 @@ int cmd_train(int argc, char **argv) {
            (long long)(per_epoch ? global_step % per_epoch : 0));
     free(resume_path);
   }
-  int first_epoch = per_epoch ? (int)(global_step / per_epoch) : 0;
-  int64_t first_batch = per_epoch ? global_step % per_epoch : 0;
+  /* Synchronous replication: every task's local step starts at the global step, and the
+   * chief aggregates on a thread of its own. */
+  if (o->sync) {
+    const char *li = t.local_init_name;
+    if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &li, 1, NULL, t.st) != FLOE_OK) {
+      rc = cli_error("train", "setting the local step: %s", floe_status_message(t.st));
+      goto out;
+    }
+    if (o->cl.is_chief && train_updater_start(&updater, t.s, t.update_name, "train")) goto out;
+  }
+  /* The global batch to go on from: K per global step under sync replication. */
+  int64_t start_gb = global_step * t.K;
+  int first_epoch = per_epoch ? (int)(start_gb / per_epoch) : 0;
+  int64_t first_batch = per_epoch ? start_gb % per_epoch : 0;
   if (o->queue && !(t.runner = train_input_start(t.s, first_epoch, first_batch * o->batch, t.st))) {
     rc = cli_error("train", "starting the input pipeline: %s", floe_status_message(t.st));
     goto out;
@@ -932,8 +994,13 @@ int cmd_train(int argc, char **argv) {
    * task's share of them: r, r + R, ... */
   int replicas = o->cl.spec ? o->cl.replicas : 1, me = o->cl.spec ? o->cl.replica : 0;
   int64_t end_gb = (int64_t)last_epoch * per_epoch;
-  if (o->max_steps && o->max_steps < end_gb - global_step) end_gb = global_step + o->max_steps;
-  for (int e = first_epoch; e < last_epoch; e++) {
+  if (o->max_steps && o->max_steps < end_gb - start_gb) end_gb = start_gb + o->max_steps;
+  /* Sync: training ends at this global step (a task stops once the token it takes says so),
+   * however many batches that takes (backups' stale gradients are dropped). */
+  int64_t end_gs = end_gb / t.K;
+  if (end_gs < 1) end_gs = 1;
+  int finished = 0; /* sync: the token said the last global step */
+  for (int e = first_epoch; o->sync ? !finished : e < last_epoch; e++) {
     int64_t start = e == first_epoch ? first_batch : 0;
     if (t.batches) floe_batcher_start_epoch(t.batches, e, start);
     int64_t epoch_total = n_train - start * o->batch, epoch_done = 0, steps = 0;
@@ -948,9 +1015,11 @@ int cmd_train(int argc, char **argv) {
                                                                  : FLOE_TRACE_START);
     if (replicas > 1) epoch_total = (epoch_total + replicas - 1) / replicas;
     for (int64_t j = start;; j++) {
-      if (o->cl.spec ? (int64_t)e * per_epoch + j >= end_gb
-                     : o->max_steps && total_steps + steps >= o->max_steps)
+      if (o->sync ? finished
+          : o->cl.spec ? (int64_t)e * per_epoch + j >= end_gb
+                       : o->max_steps && total_steps + steps >= o->max_steps)
         break;
+      if (o->sync && j >= per_epoch) break; /* on to the next epoch */
       FloeTensor *im = NULL, *lb = NULL;
       if (replicas > 1 && ((int64_t)e * per_epoch + j) % replicas != me) {
         /* another task's batch: drawn and dropped, so the order stays the epoch's */
@@ -977,13 +1046,22 @@ int cmd_train(int argc, char **argv) {
         nfeeds = 2;
         examples = floe_tensor_dim(lb, 0);
       }
-      const char *fetch = t.loss_name, *target = t.train_name;
-      FloeTensor *lv = NULL;
-      if (o->cl.spec) train_cluster_count_begin(&t.o.cl);
+      const char *fetch[2] = {t.loss_name, t.token_name}, *target = t.train_name;
+      FloeTensor *got[2] = {NULL, NULL};
+      if (o->cl.spec) {
+        train_cluster_straggle(&o->cl); /* FLOE_TEST_STEP_DELAY_MEAN_MS: an injected straggler */
+        train_cluster_count_begin(&t.o.cl);
+      }
       double ts = now_seconds();
-      floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, &fetch, 1, &target, 1, &lv,
-                                          t.st);
+      floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, fetch, o->sync ? 2 : 1,
+                                          &target, 1, got, t.st);
+      FloeTensor *lv = got[0];
       if (o->cl.spec) train_cluster_count_end(&t.o.cl);
+      if (c == FLOE_OK && o->sync) { /* the token: the global step the next step computes at */
+        global_step = *(const int64_t *)floe_tensor_data(got[1]);
+        floe_tensor_release(got[1]);
+        if (global_step >= end_gs) finished = 1;
+      }
       if (c == FLOE_OK && step_times_add(&times, now_seconds() - ts)) {
         floe_tensor_release(lv);
         rc = cli_error("train", "out of memory");
@@ -992,6 +1070,10 @@ int cmd_train(int argc, char **argv) {
       epoch_done += examples;
       floe_tensor_release(im);
       floe_tensor_release(lb);
+      if (c == FLOE_OUT_OF_RANGE && o->sync && is_worker) {
+        finished = 1; /* the chief closed the token queue: training is over */
+        break;
+      }
       if (c != FLOE_OK) {
         if (t.tty) printf("\n");
         /* A closed queue means the pipeline stopped: its runner knows why. */
@@ -1044,8 +1126,9 @@ int cmd_train(int argc, char **argv) {
       rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
       goto out;
     }
-    int last = o->cl.spec ? (int64_t)(e + 1) * per_epoch >= end_gb
-                          : e + 1 == last_epoch || (o->max_steps && total_steps >= o->max_steps);
+    int last = o->sync ? finished
+               : o->cl.spec ? (int64_t)(e + 1) * per_epoch >= end_gb
+                            : e + 1 == last_epoch || (o->max_steps && total_steps >= o->max_steps);
     double rate = epoch_secs > 0 ? epoch_done / epoch_secs : 0;
     if (is_worker) { /* the chief tests and checkpoints */
       if (t.tty) printf("\r\033[K");
@@ -1057,7 +1140,15 @@ int cmd_train(int argc, char **argv) {
       continue;
     }
     if (o->cl.spec && last) { /* the chief tests the model once every task's share is in */
-      if (wait_global_step(&t, end_gb, &global_step)) goto out;
+      if (o->sync) { /* no more updates; the tasks still waiting for a token end */
+        const char *close = t.close_name;
+        if (train_updater_stop(&updater, "train")) goto out;
+        if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &close, 1, NULL, t.st) != FLOE_OK) {
+          rc = cli_error("train", "closing the token queue: %s", floe_status_message(t.st));
+          goto out;
+        }
+      }
+      if (wait_global_step(&t, o->sync ? end_gs : end_gb, &global_step)) goto out;
     }
     char when[64];
     snprintf(when, sizeof when, "after epoch %d (global step %lld)", e + 1,
@@ -1165,7 +1256,17 @@ int cmd_train(int argc, char **argv) {
     json_key(&w, "step_time_p90_ms"), json_double(&w, step_times_quantile(&times, 0.9) * 1e3);
     if (o->cl.spec) {
       json_key(&w, "cluster_task"), json_string(&w, floe_server_task(o->cl.server));
-      json_key(&w, "replication"), json_string(&w, "async");
+      json_key(&w, "replication"), json_string(&w, o->sync ? "sync" : "async");
+      if (o->sync) {
+        int64_t stale = -1;
+        const char *f = t.stale_name;
+        FloeTensor *sv = NULL;
+        if (floe_session_run_opts(t.s, &t.ro, NULL, 0, &f, 1, NULL, 0, &sv, t.st) == FLOE_OK)
+          stale = *(const int64_t *)floe_tensor_data(sv);
+        floe_tensor_release(sv);
+        json_key(&w, "replicas_to_aggregate"), json_int(&w, t.K);
+        json_key(&w, "stale_gradients_dropped"), json_int(&w, stale);
+      }
       json_key(&w, "replicas"), json_int(&w, o->cl.replicas);
       json_key(&w, "ps_tasks"), json_int(&w, o->cl.num_ps);
       json_key(&w, "ps_strategy"), json_string(&w, o->cl.greedy ? "greedy" : "round-robin");
@@ -1204,6 +1305,7 @@ int cmd_train(int argc, char **argv) {
   }
   rc = 0;
 out:
+  if (updater.started && train_updater_stop(&updater, "train") && rc == 0) rc = 1;
   free(times.v);
   train_free(&t);
   return rc;

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* train_cluster.c - floe train's tasks on a cluster (train_cluster.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <floe/floe_train.h>
 
@@ -91,8 +93,14 @@ void train_cluster_count_end(TrainCluster *c) {
   }
 }
 
+/* A variable each task keeps for itself (a replica's local step). */
+static int is_local(FloeGraph *g, const char *var) {
+  return !strcmp(floe_node_attr_string(floe_graph_find(g, var), "container"), "local");
+}
+
 int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const char *tool) {
   for (int i = 0; i < v->n; i++) {
+    if (is_local(g, v->names[i])) continue;
     char name[512];
     snprintf(name, sizeof name, "ready/%s", v->names[i]);
     FloeNodeBuilder *b = floe_node_begin(g, "VarIsInitializedOp", name);
@@ -121,8 +129,8 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-int train_cluster_wait_ready(const TrainCluster *c, FloeSession *s, const TrainVars *v,
-                             int64_t timeout_ms, const char *tool) {
+int train_cluster_wait_ready(const TrainCluster *c, FloeGraph *g, FloeSession *s,
+                             const TrainVars *v, int64_t timeout_ms, const char *tool) {
   (void)c;
   const char **fetch = calloc((size_t)v->n + 1, sizeof *fetch);
   char **names = calloc((size_t)v->n + 1, sizeof *names);
@@ -133,24 +141,27 @@ int train_cluster_wait_ready(const TrainCluster *c, FloeSession *s, const TrainV
     rc = cli_error(tool, "out of memory");
     goto out;
   }
+  int k = 0; /* the shared variables' checks, fetched at once */
   for (int i = 0; i < v->n; i++) {
+    if (is_local(g, v->names[i])) continue;
     size_t len = strlen(v->names[i]) + 8;
-    if (!(names[i] = malloc(len))) {
+    if (!(names[k] = malloc(len))) {
       rc = cli_error(tool, "out of memory");
       goto out;
     }
-    snprintf(names[i], len, "ready/%s", v->names[i]);
-    fetch[i] = names[i];
+    snprintf(names[k], len, "ready/%s", v->names[i]);
+    fetch[k] = names[k];
+    k++;
   }
   double end = now_s() + (double)timeout_ms / 1000.0;
   for (;;) {
-    if (floe_session_run(s, NULL, 0, fetch, v->n, NULL, 0, got, st) != FLOE_OK) {
+    if (floe_session_run(s, NULL, 0, fetch, k, NULL, 0, got, st) != FLOE_OK) {
       rc = cli_error(tool, "waiting for the chief to initialise the variables: %s",
                      floe_status_message(st));
       goto out;
     }
     int missing = -1;
-    for (int i = 0; i < v->n; i++) {
+    for (int i = 0; i < k; i++) {
       if (missing < 0 && !*(const unsigned char *)floe_tensor_data(got[i])) missing = i;
       floe_tensor_release(got[i]);
       got[i] = NULL;
@@ -162,13 +173,13 @@ int train_cluster_wait_ready(const TrainCluster *c, FloeSession *s, const TrainV
     if (now_s() > end) {
       rc = cli_error(tool, "the chief did not initialise variable '%s' within %.0f s: is the "
                      "chief's floe train running (with the same model options)?",
-                     v->names[missing], (double)timeout_ms / 1000.0);
+                     names[missing] + 6, (double)timeout_ms / 1000.0);
       break;
     }
     nanosleep(&(struct timespec){0, 50000000L}, NULL);
   }
 out:
-  for (int i = 0; names && i < v->n; i++) free(names[i]);
+  for (int i = 0; names && names[i]; i++) free(names[i]);
   free(names);
   free(fetch);
   free(got);
@@ -190,4 +201,65 @@ void train_cluster_free(TrainCluster *c) {
   c->server = NULL;
   c->ps_bytes = c->to_ps = c->from_ps = NULL;
   c->rows = c->mark = NULL;
+}
+
+static void *updater_main(void *arg) {
+  TrainUpdater *u = arg;
+  FloeStatus *st = floe_status_new();
+  while (!atomic_load(&u->stop)) {
+    floe_code rc = st ? floe_session_run(u->s, NULL, 0, NULL, 0, &u->target, 1, NULL, st)
+                      : FLOE_NO_MEMORY;
+    if (rc != FLOE_OK) {
+      if (!atomic_load(&u->stop)) {
+        u->rc = rc;
+        snprintf(u->msg, sizeof u->msg, "%s", st ? floe_status_message(st) : "out of memory");
+      }
+      break;
+    }
+    u->updates++;
+  }
+  floe_status_free(st);
+  return NULL;
+}
+
+int train_updater_start(TrainUpdater *u, FloeSession *s, const char *target, const char *tool) {
+  u->s = s;
+  u->target = target;
+  u->rc = FLOE_OK;
+  u->updates = 0;
+  atomic_init(&u->stop, 0);
+  if (pthread_create(&u->thread, NULL, updater_main, u) != 0)
+    return cli_error(tool, "cannot start the chief's update thread");
+  u->started = 1;
+  return 0;
+}
+
+int train_updater_stop(TrainUpdater *u, const char *tool) {
+  if (!u->started) return 0;
+  atomic_store(&u->stop, 1);
+  floe_session_cancel(u->s); /* the update waits for gradients that will not come */
+  pthread_join(u->thread, NULL);
+  u->started = 0;
+  return u->rc == FLOE_OK ? 0 : cli_error(tool, "the chief's update step: %s", u->msg);
+}
+
+/* See train_cluster.h. */
+void train_cluster_straggle(const TrainCluster *c) {
+  static double mean_ms = -1;
+  static unsigned short xs[3];
+  if (mean_ms < 0) {
+    const char *e = getenv("FLOE_TEST_STEP_DELAY_MEAN_MS");
+    const char *who = getenv("FLOE_TEST_STEP_DELAY_TASK"); /* "/job:worker/task:1" */
+    char me[160];
+    snprintf(me, sizeof me, "%s", c->worker_device);
+    mean_ms = e && *e && (!who || !*who || !strcmp(who, me)) ? atof(e) : 0;
+    if (!(mean_ms > 0 && mean_ms < 3600000)) mean_ms = 0;
+    unsigned long seed = (unsigned long)getpid();
+    xs[0] = (unsigned short)seed, xs[1] = (unsigned short)(seed >> 16), xs[2] = 0x330e;
+  }
+  if (mean_ms <= 0) return;
+  double u = erand48(xs); /* [0, 1): the delay -mean ln(1 - u), exponential */
+  double ms = -mean_ms * log(1.0 - u);
+  struct timespec d = {(time_t)(ms / 1000), (long)(fmod(ms, 1000.0) * 1e6)};
+  nanosleep(&d, NULL);
 }

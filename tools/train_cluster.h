@@ -11,6 +11,8 @@
 #ifndef FLOE_TOOLS_TRAIN_CLUSTER_H
 #define FLOE_TOOLS_TRAIN_CLUSTER_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <floe/floe.h>
@@ -41,20 +43,44 @@ typedef struct TrainCluster {
 /* Starts this task's server (until the chief leaves) and works out the roles. 0, or the
  * exit status after printing why (tool is the command's name for messages). */
 int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool);
-/* Adds "ready/<variable>" (VarIsInitializedOp) for every variable of v, then places g's
- * variables on the ps tasks and the rest on this task. 0, or 1 after printing why. */
+/* Adds "ready/<variable>" (VarIsInitializedOp) for every shared variable of v (not those of
+ * the "local" container, which each task initialises itself), then places g's variables on
+ * the ps tasks and the rest on this task. 0, or 1 after printing why. */
 int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const char *tool);
 /* A worker: waits (polling every 50 ms, up to timeout_ms) until every variable of v reads as
  * initialised (the chief initialised or restored them). 0, or 1 after printing why. */
-int train_cluster_wait_ready(const TrainCluster *c, FloeSession *s, const TrainVars *v,
-                             int64_t timeout_ms, const char *tool);
+int train_cluster_wait_ready(const TrainCluster *c, FloeGraph *g, FloeSession *s,
+                             const TrainVars *v, int64_t timeout_ms, const char *tool);
 /* Serves until the chief leaves, or SIGTERM or SIGINT (ps tasks, and workers done training,
  * whose servers the others' steps may still use). 0, or 1 after printing why. */
 int train_cluster_serve(TrainCluster *c, const char *tool);
+/* Synchronous replication's chief: a thread running the aggregation step (target) again and
+ * again until train_updater_stop. */
+typedef struct TrainUpdater {
+  FloeSession *s;
+  const char *target; /* borrowed */
+  pthread_t thread;
+  int started;
+  atomic_int stop;
+  floe_code rc;       /* the first failure (after stop: ignored) */
+  char msg[1024];
+  int64_t updates;
+} TrainUpdater;
+/* 0, or 1 after printing why. */
+int train_updater_start(TrainUpdater *u, FloeSession *s, const char *target, const char *tool);
+/* Stops the thread (cancelling the update it waits in) and joins it. 0, or 1 after printing
+ * the failure that ended it before it was asked to stop. */
+int train_updater_stop(TrainUpdater *u, const char *tool);
+
 /* Around each training step: what the step moved to and from each ps is added to to_ps and
  * from_ps (this process's data plane counts every value that crosses it). */
 void train_cluster_count_begin(TrainCluster *c);
 void train_cluster_count_end(TrainCluster *c);
+/* For tests and benchmarks only: with FLOE_TEST_STEP_DELAY_MEAN_MS set (milliseconds) in
+ * this task's environment, and FLOE_TEST_STEP_DELAY_TASK unset or naming this task
+ * ("/job:worker/task:1"), sleeps a random delay drawn from an exponential distribution of
+ * that mean before each step (an injected straggler); otherwise returns at once. */
+void train_cluster_straggle(const TrainCluster *c);
 void train_cluster_free(TrainCluster *c);
 
 #endif
