@@ -1,11 +1,16 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# floe train across processes (between-graph replication, async), over fabric tcp:
+# floe train across processes (between-graph replication), over fabric tcp:
 #  - floe launch --every-task: chief + 1 worker + 2 ps (greedy): every global batch trained
 #    once (global step = batches per epoch x epochs), test accuracy within 0.02 of one
 #    process on the same data, the variables' bytes per ps as the layer sizes give them, and
 #    what each step moves to and from the ps tasks equal to the model's bytes (+ < 1 KiB of
 #    scalars);
+#  - sync, chief + worker: test accuracy within 0.01 of one process training on their two
+#    batches as one (batch 128), 157 global steps, nothing stale;
+#  - sync with a backup (3 training tasks, 2 gradients per step) and a straggler injected
+#    (FLOE_TEST_STEP_DELAY_MEAN_MS): the chief takes at least twice the straggler's steps and
+#    stale gradients are dropped and counted;
 #  - round-robin placement, and a run stopped after epoch 1 resumed on the cluster from its
 #    checkpoint to the same global step as one that ran through;
 #  - kill -9 of the ps, then of the worker, mid-training: the chief fails within the
@@ -50,6 +55,41 @@ PY
   if python3 "$tmp/bytes.py" "$tmp/async.out" "$PARAMS"; then ok; else bad "bytes per step to/from the ps tasks"; fi
 else
   bad "floe launch --every-task: $(tail -5 "$tmp/async.err")"
+fi
+
+# ---- sync, chief + worker, against one process with their two batches as one ------------
+# Each global step averages the gradients of batches 2i and 2i+1 of 64: one batch of 128.
+"$FLOE" $TRAIN --limit 10000 --epochs 2 --input feed --batch 128 --json >"$tmp/one128.out" 2>&1 ||
+  bad "one process, batch 128"
+if timeout 300 "$FLOE" launch --workers 1 --ps 1 --every-task -- "$FLOE" $TRAIN --cluster env \
+    --replication sync --limit 10000 --epochs 2 --json >"$tmp/sync.out" 2>"$tmp/sync.err"; then
+  a1=$(field test_accuracy <"$tmp/one128.out"); a2=$(field test_accuracy <"$tmp/sync.out")
+  echo "test accuracy: one process (batch 128) $a1, sync chief + 1 worker (2 x 64) $a2"
+  if awk -v a="$a1" -v b="$a2" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(d <= 0.01)}'; then ok; else
+    bad "sync accuracy $a2 is not within 0.01 of one process's $a1"; fi
+  # 2 x 157 batches of 64 make 157 global steps; no replica is a backup, nothing is stale
+  if [ "$(field global_step <"$tmp/sync.out")" = 157 ] &&
+     [ "$(field stale_gradients_dropped <"$tmp/sync.out")" = 0 ]; then ok; else
+    bad "sync: global step $(field global_step <"$tmp/sync.out"), stale $(field stale_gradients_dropped <"$tmp/sync.out")"; fi
+else
+  bad "sync: $(tail -5 "$tmp/sync.err")"
+fi
+
+# ---- sync with a backup: a straggling worker never holds a step --------------------------
+# Chief + 2 workers, 2 gradients per step; worker 1 sleeps 400 ms (mean) before each step.
+# With a backup the others go on without it: the chief takes far more steps than the
+# straggler, whose late gradients are dropped (without one, all three move in lockstep).
+if FLOE_TEST_STEP_DELAY_MEAN_MS=400 FLOE_TEST_STEP_DELAY_TASK=/job:worker/task:1 timeout 300 \
+    "$FLOE" launch --workers 2 --ps 1 --every-task -- "$FLOE" $TRAIN --cluster env \
+    --replication sync --replicas-to-aggregate 2 --limit 3000 --epochs 1 --json \
+    >"$tmp/backup.out" 2>"$tmp/backup.err"; then
+  cs=$(field steps <"$tmp/backup.out"); stale=$(field stale_gradients_dropped <"$tmp/backup.out")
+  ss=$(sed -n 's|.*/job:worker/replica:0/task:1 done: \([0-9]*\) steps.*|\1|p' "$tmp/backup.err")
+  echo "backup: the chief took $cs steps, the straggler ${ss:-?}; stale gradients dropped: $stale"
+  if [ -n "$ss" ] && [ "$cs" -ge $((2 * ss)) ] && [ "$stale" -ge 1 ]; then ok; else
+    bad "a straggler held sync steps despite a backup"; fi
+else
+  bad "sync with a backup: $(tail -5 "$tmp/backup.err")"
 fi
 
 # ---- round-robin; stopped after epoch 1, resumed on the cluster --------------------------
