@@ -6,6 +6,7 @@
  * directly in the context: a handle is a host scalar whatever the kernel's device, which
  * the host API's ctx_set_output would refuse for a device with its own memory.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -141,6 +142,62 @@ static floe_code read_variable_compute(void *state, FloeKernelContext *ctx) {
   return FLOE_OK;
 }
 
+/* ResourceGather: rows of the variable's value (read on the host), no copy of the rest. */
+static floe_code resource_gather_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  FloeVar *v = input_var(ctx, 0);
+  if (!v) return ctx->status->code;
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *val = floe__var_read(v, &st), *ix = NULL, *out = NULL;
+  if (!val) return fail_with(ctx, &st);
+  FloeTensor *host = floe__tensor_to_device(val, NULL, &st);
+  floe_tensor_release(val);
+  if (host) ix = floe__tensor_to_device(ctx->inputs[1], NULL, &st);
+  floe_code rc = FLOE_OK;
+  if (!host || !ix) {
+    rc = fail_with(ctx, &st);
+    goto out;
+  }
+  if (host->rank < 1 || host->rank + ix->rank - 1 > FLOE_MAX_DIMS) {
+    rc = floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "variable '%s' has rank %d: "
+                         "ResourceGather needs rank >= 1", v->name, host->rank);
+    goto out;
+  }
+  int64_t dims[FLOE_MAX_DIMS], rows = host->dims[0], n = ix->num_elements;
+  for (int i = 0; i < ix->rank; i++) dims[i] = ix->dims[i];
+  for (int i = 1; i < host->rank; i++) dims[ix->rank + i - 1] = host->dims[i];
+  size_t row_bytes = rows ? host->nbytes / (size_t)rows : 0;
+  if (!(out = floe__tensor_alloc(NULL, host->dtype, ix->rank + host->rank - 1, dims, &st))) {
+    rc = fail_with(ctx, &st);
+    goto out;
+  }
+  const char *src = floe_tensor_data(host);
+  char *dst = floe_tensor_data(out);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = ix->dtype == FLOE_I64 ? ((const int64_t *)floe_tensor_data(ix))[i]
+                                      : ((const int32_t *)floe_tensor_data(ix))[i];
+    if (r < 0 || r >= rows) {
+      rc = floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "index %" PRId64 " (element %"
+                           PRId64 " of the indices) is outside variable '%s' of %" PRId64
+                           " rows", r, i, v->name, rows);
+      goto out;
+    }
+    memcpy(dst + (size_t)i * row_bytes, src + (size_t)r * row_bytes, row_bytes);
+  }
+  FloeTensor *t = to_kernel_device(ctx, out, &st);
+  out = NULL;
+  if (!t) {
+    rc = fail_with(ctx, &st);
+    goto out;
+  }
+  set_output(ctx, 0, t);
+out:
+  floe_tensor_release(out);
+  floe_tensor_release(ix);
+  floe_tensor_release(host);
+  return rc;
+}
+
 static floe_code assign_variable_compute(void *state, FloeKernelContext *ctx) {
   (void)state;
   FloeVar *v = input_var(ctx, 0);
@@ -224,7 +281,9 @@ floe_code floe__exec_kernels_register(FloeRuntime *rt, FloeStatus *st) {
     floe_code rc = floe__core_kernel_add(rt, control_flow[i], flags, control_flow_compute, st);
     if (rc != FLOE_OK) return rc;
   }
-  floe_code rc = floe__tensor_array_kernels_register(rt, st);
+  floe_code rc = floe__core_kernel_add(rt, "ResourceGather", FLOE__KERNEL_RAW_RESOURCES,
+                                      resource_gather_compute, st);
+  if (rc == FLOE_OK) rc = floe__tensor_array_kernels_register(rt, st);
   if (rc == FLOE_OK) rc = floe__sendrecv_kernels_register(rt, st);
   return rc;
 }

@@ -56,6 +56,7 @@ floe_code floe__shape_split(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_slice(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_strided_slice(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_gather(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_resource_gather(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_pad(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_tile(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_squeeze(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -239,6 +239,25 @@ floe_code floe__shape_read_variable(const FloeHostApi *host, FloeShapeContext *s
   return FLOE_OK;
 }
 
+/* ResourceGather: indices' shape + the variable's (its VarHandleOp's) without the first dim. */
+floe_code floe__shape_resource_gather(const FloeHostApi *host, FloeShapeContext *sctx) {
+  (void)host;
+  const FloeNode *src = sctx->node->inputs[0].node;
+  const FloeAttrValue *v = src && strcmp(src->op->name, "VarHandleOp") == 0
+                               ? floe__attrs_get(&src->attrs, "shape")
+                               : NULL;
+  const FloeShape *ix = &sctx->input_shapes[1];
+  FloeShape out = floe_shape_unknown();
+  if (v && v->kind == FLOE_ATTR_SHAPE && v->u.shape.rank >= 1 && ix->rank >= 0 &&
+      ix->rank + v->u.shape.rank - 1 <= FLOE_MAX_DIMS) {
+    out.rank = ix->rank + v->u.shape.rank - 1;
+    for (int i = 0; i < ix->rank; i++) out.dims[i] = ix->dims[i];
+    for (int i = 1; i < v->u.shape.rank; i++) out.dims[ix->rank + i - 1] = v->u.shape.dims[i];
+  }
+  sctx->output_shapes[0] = out;
+  return FLOE_OK;
+}
+
 /* Merge: the shape every input agrees on (dims that differ become unknown); value_index is
  * a scalar. */
 floe_code floe__shape_merge(const FloeHostApi *host, FloeShapeContext *sctx) {

@@ -89,6 +89,15 @@ static floe_code graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus 
     }
     items[k].dtype = dt->u.type;
     items[k].shape = shape->u.shape;
+    const FloeAttrValue *full = floe__attrs_get(&node->attrs, "full_name");
+    const FloeAttrValue *fs = floe__attrs_get(&node->attrs, "full_shape");
+    if (full && full->kind == FLOE_ATTR_STRING && full->u.s && full->u.s[0] && fs &&
+        fs->kind == FLOE_ATTR_SHAPE) {
+      items[k].full_name = full->u.s;
+      items[k].full_shape = fs->u.shape;
+      items[k].axis = (int)floe__node_attr_int(node, "part_axis", 0);
+      items[k].offset = floe__node_attr_int(node, "part_offset", 0);
+    }
     if (m && !(items[k].var = floe__ckpt_node_var(m, node, st))) {
       items_free(items, k);
       return st->code;
@@ -100,6 +109,85 @@ static floe_code graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus 
   return FLOE_OK;
 }
 
+
+/* ------------------------------------------------------------------------------------ */
+/* Sharded variables: checkpoints hold the whole. */
+
+/* Copies shard (rows [offset, offset + shard's dim) of axis) between the whole and the shard:
+ * into the whole when to_whole, else out of it. Shapes were checked by the caller. */
+static void shard_copy(FloeTensor *whole, FloeTensor *shard, int axis, int64_t offset,
+                       bool to_whole) {
+  int64_t outer = 1, inner = (int64_t)floe_dtype_size(whole->dtype);
+  for (int i = 0; i < axis; i++) outer *= whole->dims[i];
+  for (int i = axis + 1; i < whole->rank; i++) inner *= whole->dims[i];
+  int64_t wrows = whole->dims[axis], srows = shard->dims[axis];
+  char *w = floe_tensor_data(whole), *s = floe_tensor_data(shard);
+  for (int64_t o = 0; o < outer; o++) {
+    char *wp = w + (o * wrows + offset) * inner, *sp = s + o * srows * inner;
+    if (to_whole) memcpy(wp, sp, (size_t)(srows * inner));
+    else memcpy(sp, wp, (size_t)(srows * inner));
+  }
+}
+
+/* Whether shard item it fits in its whole: same rank, the same dims off the axis, within it. */
+static bool shard_fits(const Item *it) {
+  const FloeShape *w = &it->full_shape, *s = &it->shape;
+  if (w->rank != s->rank || it->axis < 0 || it->axis >= w->rank || it->offset < 0) return false;
+  for (int i = 0; i < w->rank; i++)
+    if (i != it->axis ? s->dims[i] != w->dims[i] : it->offset + s->dims[i] > w->dims[i])
+      return false;
+  return true;
+}
+
+/* Save: each sharded variable's shards (values read) become one item, the whole under its
+ * name; the other shards' items are dropped (the tail of items, values NULL). *n shrinks. */
+static floe_code merge_shards(Item *items, int *n, FloeStatus *st) {
+  for (int i = 0; i < *n; i++) {
+    if (!items[i].full_name || !items[i].full_name[0]) continue; /* whole, or merged already */
+    const char *full = items[i].full_name;
+    FloeShape fs = items[i].full_shape;
+    FloeTensor *whole = floe__tensor_alloc(NULL, items[i].dtype, fs.rank, fs.dims, st);
+    if (!whole) return st->code;
+    int64_t covered = 0, want = fs.dims[items[i].axis];
+    for (int j = i; j < *n; j++) {
+      if (!items[j].full_name || strcmp(items[j].full_name, full) != 0) continue;
+      if (!shard_fits(&items[j]) || items[j].axis != items[i].axis ||
+          items[j].dtype != items[i].dtype) {
+        floe_tensor_release(whole);
+        return floe_status_set(st, FLOE_INVALID_ARGUMENT, "checkpoint save: shard '%s' does not "
+                               "fit sharded variable '%s'", items[j].name, full);
+      }
+      shard_copy(whole, items[j].value, items[j].axis, items[j].offset, true);
+      covered += items[j].shape.dims[items[j].axis];
+      if (j != i) { /* dropped: its value is in the whole */
+        floe_tensor_release(items[j].value);
+        items[j].value = NULL;
+        items[j].full_name = "";
+      }
+    }
+    if (covered != want) {
+      floe_tensor_release(whole);
+      return floe_status_set(st, FLOE_FAILED_PRECONDITION, "checkpoint save: the shards of '%s' "
+                             "in the graph hold %" PRId64 " of its %" PRId64 " rows along axis "
+                             "%d: a sharded variable is saved whole", full, covered, want,
+                             items[i].axis);
+    }
+    floe_tensor_release(items[i].value);
+    items[i].value = whole;
+    items[i].name = full;
+    items[i].dtype = whole->dtype;
+    items[i].shape = fs;
+    items[i].full_name = NULL;
+  }
+  int k = 0; /* compact: drop the merged shards */
+  for (int i = 0; i < *n; i++) {
+    if (items[i].full_name && !items[i].full_name[0]) continue;
+    items[k++] = items[i];
+  }
+  for (int i = k; i < *n; i++) memset(&items[i], 0, sizeof items[i]);
+  *n = k;
+  return FLOE_OK;
+}
 
 /* ------------------------------------------------------------------------------------ */
 /* A cluster session's variables may live on other tasks: they are read and assigned by
@@ -527,7 +615,7 @@ static floe_code save_items(const char *dir, const char *prefix, int64_t step, i
                              "checkpoint save: variable name '%s' is not valid UTF-8 (a "
                              "safetensors header is UTF-8 JSON)",
                              items[i].name);
-    if (!v) continue; /* read through the session already */
+    if (!v || items[i].value) continue; /* read through the session already */
     FloeTensor *val = floe__var_read(v, st);
     if (!val) {
       floe__status_prefix(st, "checkpoint save to %s", dir);
@@ -540,6 +628,7 @@ static floe_code save_items(const char *dir, const char *prefix, int64_t step, i
       return st->code;
     }
   }
+  if ((rc = merge_shards(items, &n, st)) != FLOE_OK) return rc;
   if (n > 1) qsort(items, (size_t)n, sizeof *items, item_cmp);
   for (int i = 1; i < n; i++)
     if (strcmp(items[i - 1].name, items[i].name) == 0)
@@ -588,7 +677,9 @@ static bool shape_fits(const FloeShape *want, const Entry *e) {
 /* Every item has a tensor of its variable's dtype and shape. */
 static floe_code match_items(const StFile *c, const Item *items, int n, FloeStatus *st) {
   for (int i = 0; i < n; i++) {
-    const Entry *e = floe__safetensors_find(c, items[i].name);
+    const char *key = items[i].full_name ? items[i].full_name : items[i].name;
+    const FloeShape *want = items[i].full_name ? &items[i].full_shape : &items[i].shape;
+    const Entry *e = floe__safetensors_find(c, key);
     char ws1[64], ws2[DIMS_BUF];
     if (!e) {
       char list[LIST_SHOWN * (NAME_SHOWN + 4) + 8];
@@ -600,28 +691,42 @@ static floe_code match_items(const StFile *c, const Item *items, int n, FloeStat
       if (c->n > LIST_SHOWN) snprintf(list + k, sizeof list - k, ", ...");
       return floe_status_set(st, FLOE_NOT_FOUND,
                              "checkpoint %s has no tensor for variable '%s' (it holds %d: %s)",
-                             c->path, items[i].name, c->n, c->n ? list : "none");
+                             c->path, key, c->n, c->n ? list : "none");
     }
     bool dt_ok = e->type->dt == items[i].dtype;
-    if (!dt_ok || !shape_fits(&items[i].shape, e))
+    if (items[i].full_name && !shard_fits(&items[i]))
+      return floe_status_set(st, FLOE_INVALID_ARGUMENT, "checkpoint restore: shard '%s' does "
+                             "not fit its sharded variable '%s'", items[i].name, key);
+    if (!dt_ok || !shape_fits(want, e))
       return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                              "checkpoint %s: variable '%s' %s: expected %s %s (the graph's), "
                              "found %s %s in the file",
-                             c->path, items[i].name,
+                             c->path, key,
                              dt_ok ? "has another shape" : "has another dtype",
                              floe_dtype_name(items[i].dtype),
-                             floe_shape_str(&items[i].shape, ws1, sizeof ws1),
+                             floe_shape_str(want, ws1, sizeof ws1),
                              e->type->name,
                              floe__safetensors_dims_str(e->rank, e->dims, ws2, sizeof ws2));
   }
   return FLOE_OK;
 }
 
-/* Reads each matched tensor into a new host tensor (items[i].value). */
+/* Reads each matched tensor into a new host tensor (items[i].value); a shard gets its rows
+ * of the whole. */
 static floe_code read_items(const StFile *c, Item *items, int n, FloeStatus *st) {
   for (int i = 0; i < n; i++) {
-    items[i].value = floe__safetensors_read(c, floe__safetensors_find(c, items[i].name), st);
-    if (!items[i].value) return st->code;
+    const char *key = items[i].full_name ? items[i].full_name : items[i].name;
+    FloeTensor *t = floe__safetensors_read(c, floe__safetensors_find(c, key), st);
+    if (!t) return st->code;
+    if (items[i].full_name) {
+      const FloeShape *sh = &items[i].shape;
+      items[i].value = floe__tensor_alloc(NULL, t->dtype, sh->rank, sh->dims, st);
+      if (items[i].value) shard_copy(t, items[i].value, items[i].axis, items[i].offset, false);
+      floe_tensor_release(t);
+      if (!items[i].value) return st->code;
+    } else {
+      items[i].value = t;
+    }
   }
   return FLOE_OK;
 }

@@ -17,6 +17,12 @@ typedef struct FloeCkptItem {
                       * task (a cluster session: read and assigned through the session) */
   FloeDType dtype;   /* the variable's (VarHandleOp's, or var's) */
   FloeShape shape;
+  /* a shard of a sharded variable: the whole's name and shape, and the shard's place in it
+   * (rows offset.. along axis); full_name NULL otherwise */
+  const char *full_name;
+  FloeShape full_shape;
+  int axis;
+  int64_t offset;
   FloeTensor *value; /* save: a host reference to the value; restore: the value read */
 } FloeCkptItem;
 

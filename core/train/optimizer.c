@@ -392,7 +392,8 @@ static FloeOutput slot(Minimize *m, const MinVar *mv, const char *slot_name,
                      m->scope, slot_name);
     return no_output;
   }
-  FloeVariable s = floe_variable_untrained(m->g, name, mv->dtype, mv->shape, init);
+  FloeVariable s = floe__variable_slot(m->g, mv->v.handle.node, name, slot_name, mv->dtype,
+                                       mv->shape, init);
   floe__free(name);
   return s.handle;
 }
@@ -610,25 +611,79 @@ static int minimize_grads(Minimize *m, FloeOutput loss, const FloeVariable *vars
                        scope);
     goto out;
   }
+  /* Rows of a variable read with ResourceGather (a sharded embedding lookup) are
+   * differentiated too: the gradient at those rows. */
+  int num_gathers = 0;
+  for (int i = 0; i < g->num_nodes; i++)
+    if (!strcmp(g->nodes[i]->op->name, "ResourceGather")) num_gathers++;
   mvs = floe__calloc((size_t)num_vars, sizeof *mvs);
-  xs = floe__calloc((size_t)num_vars, sizeof *xs);
-  dxs = floe__calloc((size_t)num_vars, sizeof *dxs);
+  xs = floe__calloc((size_t)num_vars + (size_t)num_gathers, sizeof *xs);
+  dxs = floe__calloc((size_t)num_vars + (size_t)num_gathers, sizeof *dxs);
+  int *gather_var = floe__calloc((size_t)num_gathers + 1, sizeof *gather_var);
   st = floe_status_new();
-  if (!mvs || !xs || !dxs || !st) goto oom;
+  if (!mvs || !xs || !dxs || !st || !gather_var) {
+    floe__free(gather_var);
+    goto oom;
+  }
   for (int i = 0; i < num_vars; i++) {
-    if (min_var_init(m, i, &vars[i], &mvs[i]) != 0) goto out;
+    if (min_var_init(m, i, &vars[i], &mvs[i]) != 0) {
+      floe__free(gather_var);
+      goto out;
+    }
     xs[i] = vars[i].value;
   }
-  /* Gradients of the loss at each variable's read; variables it does not reach are
-   * skipped. */
-  if (floe_gradients(g, &loss, 1, xs, num_vars, NULL, dxs, st) != FLOE_OK) {
+  int nx = num_vars;
+  for (int j = 0; j < g->num_nodes; j++) {
+    FloeNode *x = g->nodes[j];
+    if (strcmp(x->op->name, "ResourceGather") != 0) continue;
+    for (int i = 0; i < num_vars; i++)
+      if (x->inputs[0].node == vars[i].handle.node) {
+        gather_var[nx - num_vars] = i;
+        xs[nx++] = floe_out(x, 0);
+        break;
+      }
+  }
+  /* Gradients of the loss at each variable's read (and gathers); variables it does not
+   * reach are skipped. */
+  if (floe_gradients(g, &loss, 1, xs, nx, NULL, dxs, st) != FLOE_OK) {
     floe__graph_fail(g, floe_status_code(st), "%s", floe_status_message(st));
+    floe__free(gather_var);
     goto out;
   }
+  for (int k = num_vars; k < nx && floe_graph_status(g) == FLOE_OK; k++) {
+    if (!dxs[k].node) continue;
+    MinVar *mv = &mvs[gather_var[k - num_vars]];
+    /* The rows' gradient added into zeros of the variable's shape (dense: the next step is
+     * sparse updates that send only the rows). */
+    char leaf[96];
+    snprintf(leaf, sizeof leaf, "gather_grad/%s/%d", mv->name, k - num_vars);
+    int64_t dims[FLOE_MAX_DIMS];
+    for (int d = 0; d < mv->shape.rank; d++) dims[d] = mv->shape.dims[d];
+    char sleaf[112];
+    snprintf(sleaf, sizeof sleaf, "%s/shape", leaf);
+    FloeOutput shape = floe__build_ints(&sc, sleaf, FLOE_I64, dims, mv->shape.rank);
+    FloeOutput ins[3] = {shape, xs[k].node->inputs[1], dxs[k]};
+    FloeOutput dense = floe__build_op(&sc, "GatherGrad", leaf, ins, 3);
+    if (!mv->grad.node) {
+      mv->grad = dense;
+    } else {
+      snprintf(sleaf, sizeof sleaf, "%s/sum", leaf);
+      mv->grad = floe__build_binary(&sc, "Add", sleaf, mv->grad, dense);
+    }
+  }
+  floe__free(gather_var);
   int n = 0;
   for (int i = 0; i < num_vars; i++) {
-    if (!dxs[i].node) continue;
-    mvs[i].grad = dxs[i];
+    if (dxs[i].node) {
+      if (mvs[i].grad.node) {
+        char leaf[96];
+        snprintf(leaf, sizeof leaf, "gather_grad/%s/with_read", mvs[i].name);
+        mvs[i].grad = floe__build_binary(&sc, "Add", leaf, dxs[i], mvs[i].grad);
+      } else {
+        mvs[i].grad = dxs[i];
+      }
+    }
+    if (!mvs[i].grad.node) continue;
     mvs[n++] = mvs[i];
   }
   if (n == 0) {

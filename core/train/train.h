@@ -26,6 +26,23 @@ struct FloeGradCtx {
 /* The container of per-task variables (TF's local variables: a replica's local step): the
  * replica device setter leaves them on the worker. */
 #define FLOE__LOCAL_CONTAINER "local"
+/* What floe_variable does not ask for: a container, and for a shard of a sharded variable,
+ * the whole (name, shape) and where the shard lies in it (offset along axis). */
+typedef struct FloeVarExtra {
+  const char *container;   /* NULL: the default */
+  const char *full_name;   /* NULL: not a shard */
+  FloeShape full_shape;
+  int axis;
+  int64_t offset;
+} FloeVarExtra;
+/* variables.c: floe_variable with extras (x may be NULL). */
+FloeVariable floe__variable_ex(FloeGraph *g, const char *name, FloeDType dtype, FloeShape shape,
+                               FloeInitializer init, bool trainable, const FloeVarExtra *x);
+/* An optimiser slot "name" (untrained) of variable primary (its VarHandleOp): a shard's slot
+ * is a shard of the whole's slot ("<full_name>/<slot>"), so checkpoints hold it whole. */
+FloeVariable floe__variable_slot(FloeGraph *g, const FloeNode *primary, const char *name,
+                                 const char *slot, FloeDType dtype, FloeShape shape,
+                                 FloeInitializer init);
 /* variables.c: an untrained variable of container FLOE__LOCAL_CONTAINER (as
  * floe_variable_untrained otherwise). */
 FloeVariable floe__variable_local(FloeGraph *g, const char *name, FloeDType dtype, FloeShape shape,

@@ -143,8 +143,11 @@ static FloeOutput build_random(FloeGraph *g, const char *scope, const char *var_
 }
 
 /* The initial value of variable `name` under "<name>/initializer/". */
+/* fan_shape: the shape whose fans the Glorot and He initialisers use (a shard's: the whole
+ * variable's). */
 static FloeOutput build_initializer(FloeGraph *g, const char *name, FloeDType dt,
-                                    const FloeShape *shape, const FloeInitializer *init) {
+                                    const FloeShape *shape, const FloeShape *fan_shape,
+                                    const FloeInitializer *init) {
   FloeInitKind k = init->kind;
   bool random = k != FLOE_INIT_ZEROS && k != FLOE_INIT_CONSTANT;
   if (random && !(FLOE_DTYPES_FLOAT & FLOE_DTYPE_BIT(dt))) {
@@ -167,7 +170,7 @@ static FloeOutput build_initializer(FloeGraph *g, const char *name, FloeDType dt
   char *scope = join_name(g, name, "initializer");
   if (!scope) return floe_out(NULL, 0);
   double fan_in, fan_out;
-  fans(shape, &fan_in, &fan_out);
+  fans(fan_shape, &fan_in, &fan_out);
   double fan_sum = fan_in + fan_out > 0 ? fan_in + fan_out : 1.0;
   if (fan_in <= 0) fan_in = 1.0;
   FloeOutput o = floe_out(NULL, 0);
@@ -261,7 +264,7 @@ static FloeOutput read_node(FloeGraph *g, const char *name, FloeOutput handle, F
 
 static FloeVariable make_variable(FloeGraph *g, const char *name, FloeDType dtype,
                                   FloeShape shape, FloeInitializer init, bool trainable,
-                                  const char *container) {
+                                  const FloeVarExtra *x) {
   if (!graph_ok(g)) return NO_VARIABLE;
   if (!name || !*name) {
     floe__graph_fail(g, FLOE_INVALID_ARGUMENT, "floe_variable: a variable needs a name");
@@ -306,10 +309,17 @@ static FloeVariable make_variable(FloeGraph *g, const char *name, FloeDType dtyp
   floe_node_set_attr_type(b, "dtype", dtype);
   floe_node_set_attr_shape(b, "shape", shape);
   floe_node_set_attr_bool(b, "trainable", trainable);
-  if (container) floe_node_set_attr_string(b, "container", container);
+  if (x && x->container) floe_node_set_attr_string(b, "container", x->container);
+  if (x && x->full_name) { /* a shard */
+    floe_node_set_attr_string(b, "full_name", x->full_name);
+    floe_node_set_attr_shape(b, "full_shape", x->full_shape);
+    floe_node_set_attr_int(b, "part_axis", x->axis);
+    floe_node_set_attr_int(b, "part_offset", x->offset);
+  }
   FloeVariable v = NO_VARIABLE;
   v.handle = floe_out(floe_node_finish(b), 0);
-  FloeOutput value = build_initializer(g, name, dtype, &shape, &init);
+  FloeOutput value = build_initializer(g, name, dtype, &shape,
+                                       x && x->full_name ? &x->full_shape : &shape, &init);
   char *nm = join_name(g, name, "init");
   if (!nm) return NO_VARIABLE;
   b = floe_node_begin(g, "AssignVariableOp", nm);
@@ -436,5 +446,33 @@ FloeOutput floe_read_variable(FloeGraph *g, const char *name, FloeOutput handle)
 /* See train.h. */
 FloeVariable floe__variable_local(FloeGraph *g, const char *name, FloeDType dtype, FloeShape shape,
                                   FloeInitializer init) {
-  return make_variable(g, name, dtype, shape, init, false, FLOE__LOCAL_CONTAINER);
+  FloeVarExtra x = {.container = FLOE__LOCAL_CONTAINER};
+  return make_variable(g, name, dtype, shape, init, false, &x);
+}
+
+/* See train.h. */
+FloeVariable floe__variable_ex(FloeGraph *g, const char *name, FloeDType dtype, FloeShape shape,
+                               FloeInitializer init, bool trainable, const FloeVarExtra *x) {
+  return make_variable(g, name, dtype, shape, init, trainable, x);
+}
+
+/* See train.h. */
+FloeVariable floe__variable_slot(FloeGraph *g, const FloeNode *primary, const char *name,
+                                 const char *slot, FloeDType dtype, FloeShape shape,
+                                 FloeInitializer init) {
+  const char *full = floe_node_attr_string(primary, "full_name");
+  if (!full[0]) return make_variable(g, name, dtype, shape, init, false, NULL);
+  const FloeAttrValue *fs = floe__attrs_get(&primary->attrs, "full_shape");
+  char *slot_full = floe__asprintf("%s/%s", full, slot);
+  if (!slot_full || !fs) {
+    floe__free(slot_full);
+    floe__graph_fail(g, FLOE_NO_MEMORY, "variable '%s': out of memory", name);
+    return NO_VARIABLE;
+  }
+  FloeVarExtra x = {.full_name = slot_full, .full_shape = fs->u.shape,
+                    .axis = (int)floe__node_attr_int(primary, "part_axis", 0),
+                    .offset = floe__node_attr_int(primary, "part_offset", 0)};
+  FloeVariable v = make_variable(g, name, dtype, shape, init, false, &x);
+  floe__free(slot_full);
+  return v;
 }

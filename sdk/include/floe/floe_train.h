@@ -147,6 +147,34 @@ FLOE_API void floe_replica_device_options_init(FloeReplicaDeviceOptions *o);
 FLOE_API floe_code floe_replica_device_setter(FloeGraph *g, const FloeReplicaDeviceOptions *o,
                                               int64_t *ps_bytes, FloeStatus *status);
 
+/* A variable split along one axis into shards "<name>/part_<k>" (each a variable of its
+ * own, which floe_replica_device_setter spreads over the ps tasks): num_shards of them, or
+ * (num_shards 0) as few as keep each within max_shard_bytes (at least one slice each); never
+ * more than the axis has rows. Shard k holds rows d/n + (k < d%n) of the axis, in order
+ * (TensorFlow's split). Each shard names the whole and its place in it, so checkpoints hold
+ * the whole variable (as "<name>", shards concatenated; optimiser slots too): a checkpoint
+ * restores into any shard count, and into a model where the variable is not sharded, and
+ * the other way round. Random initialisers draw each shard from seed + k (seed 0: a seed per
+ * process); Glorot and He use the whole shape's fans. The nodes live in g; on error every
+ * member is invalid / NULL and the graph's sticky error says why. */
+typedef struct FloeShardedVariable {
+  int num_shards;
+  int axis;
+  FloeOutput value;  /* the whole: Concat of the shards' reads ("<name>/concat") */
+  FloeNode *init;    /* a NoOp ("<name>/init") running every shard's initialiser */
+} FloeShardedVariable;
+FLOE_API FloeShardedVariable floe_sharded_variable(FloeGraph *g, const char *name,
+                                                   FloeDType dtype, FloeShape shape,
+                                                   FloeInitializer init, int axis,
+                                                   int num_shards, int64_t max_shard_bytes);
+/* Rows ids (i32 or i64, any shape) of v (sharded along axis 0): ids.shape + the row's
+ * shape. Each shard gives only the rows it holds (a ResourceGather that runs where the shard
+ * lives), put back in the ids' order; an id outside [0, rows) is an error naming it when the
+ * step runs. floe_minimize trains v through it. Nodes under "<name>/" (NULL:
+ * "embedding_lookup"). */
+FLOE_API FloeOutput floe_embedding_lookup_sharded(FloeGraph *g, const char *name,
+                                                  const FloeShardedVariable *v, FloeOutput ids);
+
 /* ------------------------------------------------------------------------------------ */
 /* Optimisers and learning-rate schedules. */
 
