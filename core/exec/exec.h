@@ -438,10 +438,10 @@ typedef struct FloeRendezvousKey {
  * died: UNAVAILABLE naming it) fails the Send or Recv. Thread-safe; never blocks long. */
 typedef struct FloeRendezvousRoute {
   int (*channel)(void *arg, const char *device, bool is_send, FloeStatus *st);
-  /* Optional: a value of `bytes` (its payload as posted or received) went out or came in on
-   * channel chan (> 0). Called with no rendezvous lock held. */
-  void (*count)(void *arg, int chan, bool is_send, int64_t bytes);
   void *arg;
+  /* Optional (NULL: none): a value of `bytes` (its payload as posted or received) went out or
+   * came in on channel chan (> 0). Called with no rendezvous lock held. */
+  void (*count)(void *arg, int chan, bool is_send, int64_t bytes);
 } FloeRendezvousRoute;
 
 typedef struct FloeRendezvousOptions {
