@@ -813,6 +813,19 @@ static void op_fail(RecvOp *op, floe_code code, const char *fmt, ...) {
   va_end(ap);
   floe_status_set(&st, code, "Recv of %s: %s", op->key, why ? why : FLOE__OOM_MESSAGE);
   floe__free(why);
+  /* A transfer lost from another task: name the task, and what to do. */
+  FloeDeviceName dn;
+  FloeStatus ignore = {FLOE_OK, NULL};
+  if (code == FLOE_UNAVAILABLE && op->chan > 0 && op->src &&
+      floe_device_name_parse(op->src, &dn, &ignore) == FLOE_OK && dn.job[0]) {
+    char *msg = floe__strdup(floe_status_message(&st));
+    if (msg)
+      floe_status_set(&st, code, "%s; /job:%s/task:%d is unavailable (it died, hangs or its "
+                      "link is down): when it is back (restart its server: floe server), create "
+                      "a new session", msg, dn.job, dn.task < 0 ? 0 : dn.task);
+    floe__free(msg);
+  }
+  floe_status_clear(&ignore);
   op_finish(op, &st, NULL, false);
   floe_status_clear(&st);
 }

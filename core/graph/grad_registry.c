@@ -226,6 +226,11 @@ static const char *const not_differentiable[] = {
     "QueueCloseV2", "QueueSizeV2", "QueueIsClosedV2", "TextLineReaderV2",
     "FixedLengthRecordReaderV2", "IdxRecordReader", "ReaderRead", "ReaderReadUpTo",
     "ReaderSeek", "_Send", "_ControlSend", "_Recv",
+    /* a variable's rows: floe_minimize differentiates the variable itself through them */
+    "ResourceGather",
+    "ConditionalAccumulator", "AccumulatorApplyGradient", "AccumulatorTakeGradient",
+    "AccumulatorSetGlobalStep", "AccumulatorNumAccumulated", "AccumulatorNumDropped",
+    "SyncTokenQueue",
 };
 
 

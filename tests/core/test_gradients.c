@@ -618,6 +618,11 @@ static const char *const not_differentiable[] = {
     "Shape",
     "Size",
     "_Send", "_ControlSend", "_Recv", /* added by the partitioner after differentiation */
+    /* a variable's rows (floe_minimize differentiates the variable through them), and
+     * synchronous replication's accumulators and token queue */
+    "ResourceGather", "ConditionalAccumulator", "AccumulatorApplyGradient",
+    "AccumulatorTakeGradient", "AccumulatorSetGlobalStep", "AccumulatorNumAccumulated",
+    "AccumulatorNumDropped", "SyncTokenQueue",
     "Rank",
     "ZerosLike",
     "OnesLike",
