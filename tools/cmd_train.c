@@ -135,6 +135,9 @@ static const char train_help[] =
     "                         step goes on without the slowest; their late gradients are\n"
     "                         dropped and counted). --epochs counts batches: K batches\n"
     "                         make one global step\n"
+    "  --ps-tasks M           under mpirun or srun (the cluster from PMIx): ranks 1..M are\n"
+    "                         the ps tasks, rank 0 the chief, the rest workers\n"
+    "                         (FLOE_PS_TASKS)\n"
     "  --ps-strategy NAME     round-robin (default): variables to ps tasks in turn;\n"
     "                         greedy: each to the ps holding the fewest bytes so far\n"
     "  --heartbeat-timeout S  seconds of silence before a task counts as lost (default 10)\n"
@@ -218,7 +221,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
          OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX, OPT_STEPS, OPT_TRACE,
          OPT_TIMEOUT, OPT_CLUSTER, OPT_JOB, OPT_TASK, OPT_REPLICATION, OPT_PS_STRATEGY,
-         OPT_HEARTBEAT, OPT_AGGREGATE };
+         OPT_HEARTBEAT, OPT_AGGREGATE, OPT_PS_TASKS };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -245,6 +248,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"ps-strategy", required_argument, NULL, OPT_PS_STRATEGY},
       {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
       {"replicas-to-aggregate", required_argument, NULL, OPT_AGGREGATE},
+      {"ps-tasks", required_argument, NULL, OPT_PS_TASKS},
       /* For tests: train and score on the first N examples only. */
       {"limit", required_argument, NULL, OPT_LIMIT},
       {NULL, 0, NULL, 0}};
@@ -339,6 +343,11 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         if (strcmp(optarg, "async") && strcmp(optarg, "sync"))
           return cli_usage("train", "--replication takes async or sync");
         o->sync = !strcmp(optarg, "sync");
+        cluster_opts = 1;
+        break;
+      case OPT_PS_TASKS: /* under mpirun/srun: ranks 1..M are the ps tasks */
+        if (cli_int_option("train", "--ps-tasks", optarg, 0, 4095, &v)) return 2;
+        setenv("FLOE_PS_TASKS", optarg, 1);
         cluster_opts = 1;
         break;
       case OPT_AGGREGATE:

@@ -511,7 +511,7 @@ floe_code floe__cluster_from_file(const char *path, const char *job, int task,
   return rc;
 }
 
-floe_code floe__cluster_from_addresses(const char *const *addresses, int n, int rank,
+floe_code floe__cluster_from_addresses(const char *const *addresses, int n, int rank, int num_ps,
                                        const char *source, FloeClusterSpec **out,
                                        FloeStatus *st) {
   *out = NULL;
@@ -520,6 +520,11 @@ floe_code floe__cluster_from_addresses(const char *const *addresses, int n, int 
     return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                            "%s: %d tasks and rank %d: give 1 to %d tasks and a rank among them",
                            source, n, rank, FLOE__CLUSTER_MAX_TASKS);
+  if (num_ps < 0 || num_ps > n - 1)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "%s: %d ps tasks asked for (FLOE_PS_TASKS) in a job of %d ranks: rank "
+                           "0 is the chief, so at most %d can be ps tasks",
+                           source, num_ps, n, n - 1);
   FloeClusterSpec *spec = spec_new(source, st);
   if (!spec) return FLOE_NO_MEMORY;
   floe_code rc = FLOE_NO_MEMORY;
@@ -527,22 +532,30 @@ floe_code floe__cluster_from_addresses(const char *const *addresses, int n, int 
   if (!chief) goto err_free_spec;
   if ((rc = task_set(spec, &chief->tasks[0], addresses[0], "rank 0", st)) != FLOE_OK)
     goto err_free_spec;
-  if (n > 1) {
-    FloeClusterJob *worker = spec_add_job(spec, "worker", n - 1, st);
-    if (!worker) {
-      rc = FLOE_NO_MEMORY;
-      goto err_free_spec;
-    }
-    for (int r = 1; r < n; r++) {
-      char what[32];
-      snprintf(what, sizeof what, "rank %d", r);
-      if ((rc = task_set(spec, &worker->tasks[r - 1], addresses[r], what, st)) != FLOE_OK)
-        goto err_free_spec;
-    }
+  int nw = n - 1 - num_ps;
+  if ((num_ps > 0 && !spec_add_job(spec, "ps", num_ps, st)) ||
+      (nw > 0 && !spec_add_job(spec, "worker", nw, st))) {
+    rc = FLOE_NO_MEMORY;
+    goto err_free_spec;
+  }
+  /* (after both: adding a job may move the jobs array) */
+  FloeClusterJob *ps = num_ps > 0 ? &spec->jobs[1] : NULL;
+  FloeClusterJob *worker = nw > 0 ? &spec->jobs[num_ps > 0 ? 2 : 1] : NULL;
+  for (int r = 1; r < n; r++) {
+    char what[32];
+    snprintf(what, sizeof what, "rank %d", r);
+    FloeClusterTask *t = r <= num_ps ? &ps->tasks[r - 1] : &worker->tasks[r - 1 - num_ps];
+    if ((rc = task_set(spec, t, addresses[r], what, st)) != FLOE_OK) goto err_free_spec;
   }
   if ((rc = check_duplicates(spec, st)) != FLOE_OK) goto err_free_spec;
-  spec->self.job = rank == 0 ? 0 : 1;
-  spec->self.task = rank == 0 ? 0 : rank - 1;
+  /* jobs in order: chief, ps (when any), worker (when any) */
+  if (rank == 0) {
+    spec->self.job = 0, spec->self.task = 0;
+  } else if (rank <= num_ps) {
+    spec->self.job = 1, spec->self.task = rank - 1;
+  } else {
+    spec->self.job = num_ps > 0 ? 2 : 1, spec->self.task = rank - 1 - num_ps;
+  }
   *out = spec;
   return FLOE_OK;
 err_free_spec:

@@ -69,10 +69,10 @@ floe_code floe__cluster_from_env(FloeClusterSpec **out, FloeStatus *st);
  * task and take precedence over the file's "task". Ownership as floe__cluster_parse. */
 floe_code floe__cluster_from_file(const char *path, const char *job, int task,
                                   FloeClusterSpec **out, FloeStatus *st);
-/* Builds a spec from addresses (borrowed, n of them): addresses[0] the chief, the rest
- * workers 0..n-2; rank is this process's index in addresses. Every address is validated as
- * in a spec. Ownership as floe__cluster_parse. */
-floe_code floe__cluster_from_addresses(const char *const *addresses, int n, int rank,
+/* Builds a spec from addresses (borrowed, n of them): addresses[0] the chief, the next
+ * num_ps ps tasks 0..num_ps-1, the rest workers; rank is this process's index in addresses.
+ * Every address is validated as in a spec. Ownership as floe__cluster_parse. */
+floe_code floe__cluster_from_addresses(const char *const *addresses, int n, int rank, int num_ps,
                                        const char *source, FloeClusterSpec **out,
                                        FloeStatus *st);
 void floe__cluster_free(FloeClusterSpec *spec); /* NULL is fine */

@@ -366,7 +366,20 @@ static floe_code gather_spec(FloePmix *p, int rank, int size, const char *mine,
                              "own error, on its stderr, says why)",
                              source, r);
     }
-    if (rc == FLOE_OK) rc = floe__cluster_from_addresses(addrs, size, rank, source, out, st);
+    /* FLOE_PS_TASKS=M: ranks 1..M are the ps tasks (floe train --ps-tasks sets it); every
+     * rank runs the same command, so they agree. */
+    const char *ps_env = getenv("FLOE_PS_TASKS");
+    int num_ps = 0;
+    if (rc == FLOE_OK && ps_env && *ps_env) {
+      char *end = NULL;
+      long v = strtol(ps_env, &end, 10);
+      if (*end || v < 0 || v > FLOE__CLUSTER_MAX_TASKS)
+        rc = floe_status_set(st, FLOE_INVALID_ARGUMENT, "FLOE_PS_TASKS=\"%.32s\" is not a number "
+                             "of ps tasks (0 to %d)", ps_env, FLOE__CLUSTER_MAX_TASKS);
+      num_ps = (int)v;
+    }
+    if (rc == FLOE_OK)
+      rc = floe__cluster_from_addresses(addrs, size, rank, num_ps, source, out, st);
   }
   floe__free(addrs);
   for (int r = 0; r < size; r++) floe__free(blobs[r]);

@@ -413,7 +413,7 @@ START_TEST(test_from_addresses) {
   const char *addrs[] = {"127.0.0.1:7000", "127.0.0.1:7001", "[::1]:7002"};
   FloeStatus st = {FLOE_OK, NULL};
   FloeClusterSpec *spec = NULL;
-  ck_assert_int_eq(floe__cluster_from_addresses(addrs, 3, 2, "PMIx", &spec, &st), FLOE_OK);
+  ck_assert_int_eq(floe__cluster_from_addresses(addrs, 3, 2, 0, "PMIx", &spec, &st), FLOE_OK);
   char name[64];
   ck_assert_int_eq(spec->num_jobs, 2);
   ck_assert_str_eq(spec->jobs[0].name, "chief");
@@ -422,23 +422,42 @@ START_TEST(test_from_addresses) {
                    "/job:worker/task:1");
   ck_assert_str_eq(floe__cluster_address(spec, spec->self), "[::1]:7002");
   floe__cluster_free(spec);
-  ck_assert_int_eq(floe__cluster_from_addresses(addrs, 1, 0, "PMIx", &spec, &st), FLOE_OK);
+  ck_assert_int_eq(floe__cluster_from_addresses(addrs, 1, 0, 0, "PMIx", &spec, &st), FLOE_OK);
   ck_assert_int_eq(spec->num_jobs, 1);
   floe__cluster_free(spec);
   const char *dup[] = {"127.0.0.1:7000", "127.0.0.1:7000"};
-  ck_assert_int_eq(floe__cluster_from_addresses(dup, 2, 0, "PMIx", &spec, &st),
+  ck_assert_int_eq(floe__cluster_from_addresses(dup, 2, 0, 0, "PMIx", &spec, &st),
                    FLOE_INVALID_ARGUMENT);
   ck_assert_msg(strstr(floe_status_message(&st), "same address 127.0.0.1:7000"), "%s",
                 floe_status_message(&st));
   floe_status_clear(&st);
   const char *bad[] = {"127.0.0.1:7000", "nowhere"};
-  ck_assert_int_eq(floe__cluster_from_addresses(bad, 2, 0, "PMIx", &spec, &st),
+  ck_assert_int_eq(floe__cluster_from_addresses(bad, 2, 0, 0, "PMIx", &spec, &st),
                    FLOE_INVALID_ARGUMENT);
   ck_assert_msg(strstr(floe_status_message(&st), "PMIx: rank 1: \"nowhere\" has no port"), "%s",
                 floe_status_message(&st));
   floe_status_clear(&st);
-  ck_assert_int_eq(floe__cluster_from_addresses(addrs, 3, 3, "PMIx", &spec, &st),
+  ck_assert_int_eq(floe__cluster_from_addresses(addrs, 3, 3, 0, "PMIx", &spec, &st),
                    FLOE_INVALID_ARGUMENT);
+  floe_status_clear(&st);
+  /* ranks 1..num_ps are the ps tasks, the rest workers */
+  const char *four[] = {"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"};
+  const char *want[] = {"/job:chief/task:0", "/job:ps/task:0", "/job:worker/task:0",
+                        "/job:worker/task:1"};
+  for (int r = 0; r < 4; r++) {
+    ck_assert_int_eq(floe__cluster_from_addresses(four, 4, r, 1, "PMIx", &spec, &st), FLOE_OK);
+    ck_assert_str_eq(floe__cluster_task_name(spec, spec->self, name, sizeof name), want[r]);
+    ck_assert_str_eq(floe__cluster_address(spec, spec->self), four[r]);
+    floe__cluster_free(spec);
+  }
+  ck_assert_int_eq(floe__cluster_from_addresses(four, 4, 3, 3, "PMIx", &spec, &st), FLOE_OK);
+  ck_assert_str_eq(floe__cluster_task_name(spec, spec->self, name, sizeof name), "/job:ps/task:2");
+  ck_assert_int_eq(spec->num_jobs, 2);
+  floe__cluster_free(spec);
+  ck_assert_int_eq(floe__cluster_from_addresses(four, 4, 0, 4, "PMIx", &spec, &st),
+                   FLOE_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(floe_status_message(&st), "at most 3 can be ps tasks"), "%s",
+                floe_status_message(&st));
   floe_status_clear(&st);
 }
 END_TEST

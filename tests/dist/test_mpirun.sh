@@ -5,7 +5,8 @@
 # listens on a free port of 127.0.0.1, all ranks being on this machine); rank 0 runs the step
 # and writes the fetches, the other ranks serve until it is done, and every rank exits 0.
 # The values must equal the one-process run of the same graph without device requests, byte
-# for byte. Skipped (77) without mpirun, PMIx in the build or the fabric transport.
+# for byte. Then floe train with rank 1 a ps task (--ps-tasks 1), sync replication between
+# rank 0 and rank 2. Skipped (77) without mpirun, PMIx in the build or the fabric transport.
 set -u
 b=${top_builddir:-..}
 FLOE="$b/tools/floe"
@@ -74,6 +75,29 @@ if (unset FLOE_JOB_SECRET_FILE FLOE_JOB_SECRET; mpi 2 "$FLOE" run "$tmp/chain_lo
   bad "a job without a secret succeeded"
 elif grep -q 'mpirun -x FLOE_JOB_SECRET_FILE' "$tmp/err"; then ok; else
   bad "no secret: the error does not say how to pass it"; cat "$tmp/err"; fi
+
+# floe train under mpirun: rank 0 the chief, rank 1 the ps (--ps-tasks 1), rank 2 a worker;
+# sync replication; every rank exits 0 and the chief reports the cluster it trained on.
+DATA=/usr/share/datasets/fashion-mnist
+if [ -e "$DATA/train-images-idx3-ubyte.gz" ] || [ -e "$DATA/train-images-idx3-ubyte" ]; then
+  echo "# mpirun -np 3 floe train --cluster env --ps-tasks 1 --replication sync"
+  if mpi 3 "$FLOE" train --cluster env --ps-tasks 1 --replication sync --data "$DATA" \
+      --limit 1280 --epochs 1 --threads 1 --json >"$tmp/train.txt" 2>"$tmp/err"; then
+    if python3 - "$tmp/train.txt" <<'PY'
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith("{")]
+d = json.loads(lines[-1])
+ok = (d["replicas"] == 2 and d["ps_tasks"] == 1 and d["replication"] == "sync"
+      and d["global_step"] == 10 and d["cluster_task"] == "/job:chief/replica:0/task:0")
+print("mpirun train: %d replicas, %d ps, global step %d" % (d["replicas"], d["ps_tasks"],
+      d["global_step"]))
+sys.exit(0 if ok else 1)
+PY
+    then ok; else bad "floe train under mpirun: $(cat "$tmp/train.txt")"; fi
+  else
+    bad "mpirun -np 3 floe train: $(tail -5 "$tmp/err")"
+  fi
+fi
 
 echo "test_mpirun: $pass passed, $fails failed"
 [ "$fails" = 0 ]
