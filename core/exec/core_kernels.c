@@ -198,6 +198,76 @@ out:
   return rc;
 }
 
+/* ResourceGatherGrad: zeros of the variable's declared shape, grad's rows added at indices
+ * (in order, so repeated indices add as a Gather's gradient does). */
+static floe_code resource_gather_grad_compute(void *state, FloeKernelContext *ctx) {
+  (void)state;
+  FloeVar *v = input_var(ctx, 0);
+  if (!v) return ctx->status->code;
+  FloeStatus st = {FLOE_OK, NULL};
+  const FloeShape *vs = &v->shape;
+  bool known = vs->rank >= 1;
+  for (int i = 0; known && i < vs->rank; i++) known = vs->dims[i] >= 0;
+  FloeTensor *ix = NULL, *g = NULL, *out = NULL;
+  floe_code rc = FLOE_OK;
+  if (!known) {
+    rc = floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "variable '%s' has no fully known "
+                         "shape of rank >= 1: its gradient at gathered rows needs one", v->name);
+    goto out;
+  }
+  ix = floe__tensor_to_device(ctx->inputs[1], NULL, &st);
+  g = ix ? floe__tensor_to_device(ctx->inputs[2], NULL, &st) : NULL;
+  if (!ix || !g) {
+    rc = fail_with(ctx, &st);
+    goto out;
+  }
+  int64_t rows = vs->dims[0], n = ix->num_elements, row = 1;
+  for (int i = 1; i < vs->rank; i++) row *= vs->dims[i];
+  if (g->num_elements != n * row || (g->dtype != FLOE_F32 && g->dtype != FLOE_F64)) {
+    rc = floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "the gradient of %" PRId64 " rows "
+                         "of variable '%s' holds %" PRId64 " %s values; expected %" PRId64
+                         " f32 or f64", n, v->name, g->num_elements, floe_dtype_name(g->dtype),
+                         n * row);
+    goto out;
+  }
+  if (!(out = floe__tensor_alloc(NULL, g->dtype, vs->rank, vs->dims, &st))) {
+    rc = fail_with(ctx, &st);
+    goto out;
+  }
+  memset(floe_tensor_data(out), 0, out->nbytes);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = ix->dtype == FLOE_I64 ? ((const int64_t *)floe_tensor_data(ix))[i]
+                                      : ((const int32_t *)floe_tensor_data(ix))[i];
+    if (r < 0 || r >= rows) {
+      rc = floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "index %" PRId64 " (element %"
+                           PRId64 ") is outside variable '%s' of %" PRId64 " rows", r, i,
+                           v->name, rows);
+      goto out;
+    }
+    if (g->dtype == FLOE_F32) {
+      float *d = (float *)floe_tensor_data(out) + r * row;
+      const float *s = (const float *)floe_tensor_data(g) + i * row;
+      for (int64_t k = 0; k < row; k++) d[k] += s[k];
+    } else {
+      double *d = (double *)floe_tensor_data(out) + r * row;
+      const double *s = (const double *)floe_tensor_data(g) + i * row;
+      for (int64_t k = 0; k < row; k++) d[k] += s[k];
+    }
+  }
+  FloeTensor *t = to_kernel_device(ctx, out, &st);
+  out = NULL;
+  if (!t) {
+    rc = fail_with(ctx, &st);
+    goto out;
+  }
+  set_output(ctx, 0, t);
+out:
+  floe_tensor_release(out);
+  floe_tensor_release(g);
+  floe_tensor_release(ix);
+  return rc;
+}
+
 static floe_code assign_variable_compute(void *state, FloeKernelContext *ctx) {
   (void)state;
   FloeVar *v = input_var(ctx, 0);
@@ -283,6 +353,9 @@ floe_code floe__exec_kernels_register(FloeRuntime *rt, FloeStatus *st) {
   }
   floe_code rc = floe__core_kernel_add(rt, "ResourceGather", FLOE__KERNEL_RAW_RESOURCES,
                                       resource_gather_compute, st);
+  if (rc == FLOE_OK)
+    rc = floe__core_kernel_add(rt, "ResourceGatherGrad", FLOE__KERNEL_RAW_RESOURCES,
+                               resource_gather_grad_compute, st);
   if (rc == FLOE_OK) rc = floe__tensor_array_kernels_register(rt, st);
   if (rc == FLOE_OK) rc = floe__sendrecv_kernels_register(rt, st);
   return rc;

@@ -227,7 +227,7 @@ static const char *const not_differentiable[] = {
     "FixedLengthRecordReaderV2", "IdxRecordReader", "ReaderRead", "ReaderReadUpTo",
     "ReaderSeek", "_Send", "_ControlSend", "_Recv",
     /* a variable's rows: floe_minimize differentiates the variable itself through them */
-    "ResourceGather",
+    "ResourceGather", "ResourceGatherGrad",
     "ConditionalAccumulator", "AccumulatorApplyGradient", "AccumulatorTakeGradient",
     "AccumulatorSetGlobalStep", "AccumulatorNumAccumulated", "AccumulatorNumDropped",
     "SyncTokenQueue",

@@ -653,17 +653,13 @@ static int minimize_grads(Minimize *m, FloeOutput loss, const FloeVariable *vars
   for (int k = num_vars; k < nx && floe_graph_status(g) == FLOE_OK; k++) {
     if (!dxs[k].node) continue;
     MinVar *mv = &mvs[gather_var[k - num_vars]];
-    /* The rows' gradient added into zeros of the variable's shape (dense: the next step is
-     * sparse updates that send only the rows). */
-    char leaf[96];
+    /* The rows' gradient added into zeros of the variable's shape, by an op that takes the
+     * variable: it runs where the variable lives (a ps), so only the rows and their indices
+     * cross the network, and the update beside it gets an ordinary dense gradient. */
+    char leaf[96], sleaf[112];
     snprintf(leaf, sizeof leaf, "gather_grad/%s/%d", mv->name, k - num_vars);
-    int64_t dims[FLOE_MAX_DIMS];
-    for (int d = 0; d < mv->shape.rank; d++) dims[d] = mv->shape.dims[d];
-    char sleaf[112];
-    snprintf(sleaf, sizeof sleaf, "%s/shape", leaf);
-    FloeOutput shape = floe__build_ints(&sc, sleaf, FLOE_I64, dims, mv->shape.rank);
-    FloeOutput ins[3] = {shape, xs[k].node->inputs[1], dxs[k]};
-    FloeOutput dense = floe__build_op(&sc, "GatherGrad", leaf, ins, 3);
+    FloeOutput ins[3] = {mv->v.handle, xs[k].node->inputs[1], dxs[k]};
+    FloeOutput dense = floe__build_op(&sc, "ResourceGatherGrad", leaf, ins, 3);
     if (!mv->grad.node) {
       mv->grad = dense;
     } else {

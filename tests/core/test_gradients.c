@@ -620,7 +620,7 @@ static const char *const not_differentiable[] = {
     "_Send", "_ControlSend", "_Recv", /* added by the partitioner after differentiation */
     /* a variable's rows (floe_minimize differentiates the variable through them), and
      * synchronous replication's accumulators and token queue */
-    "ResourceGather", "ConditionalAccumulator", "AccumulatorApplyGradient",
+    "ResourceGather", "ResourceGatherGrad", "ConditionalAccumulator", "AccumulatorApplyGradient",
     "AccumulatorTakeGradient", "AccumulatorSetGlobalStep", "AccumulatorNumAccumulated",
     "AccumulatorNumDropped", "SyncTokenQueue",
     "Rank",

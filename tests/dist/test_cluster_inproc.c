@@ -8,6 +8,8 @@
  *   - a variable on the ps keeps its value across steps (the worker session's resources);
  *   - between-graph replication: each worker's own session (a master in the worker's
  *     process) updates the ps's variable that the chief's session initialised, at once;
+ *   - a sharded embedding on the ps trained from a worker: a step moves its rows and
+ *     indices (the data plane's count), not the shards, and ends where one process does;
  *   - a while loop whose body crosses tasks, and a cond with an untaken branch on another
  *     task, give the one-process values;
  *   - a worker whose server is freed mid-session: the next step fails UNAVAILABLE naming
@@ -510,6 +512,114 @@ START_TEST(test_between_graph_workers_share_ps_variables) {
 }
 END_TEST
 
+
+/* emb [1000, 16] in 2 shards on the ps, 6 ids looked up and trained (SGD) from worker 0. */
+static FloeGraph *embedding_graph(bool placed) {
+  FloeGraph *g = floe_graph_new();
+  FloeShardedVariable v = floe_sharded_variable(g, "emb", FLOE_F32,
+                                                floe_shape_make(2, (int64_t[]){1000, 16}),
+                                                floe_init_uniform(-1, 1, 3), 0, 2, 0);
+  FloeOutput ids = floe_placeholder(g, "ids", FLOE_I32, floe_shape_make(1, (int64_t[]){6}));
+  FloeOutput rows = floe_embedding_lookup_sharded(g, "lookup", &v, ids);
+  FloeOutput sq = floe_unary(g, "Square", "sq", rows);
+  FloeTensor *ax = floe_tensor_new(FLOE_I32, 1, (int64_t[]){2}, NULL);
+  ((int32_t *)floe_tensor_data(ax))[0] = 0;
+  ((int32_t *)floe_tensor_data(ax))[1] = 1;
+  FloeOutput axes = floe_const(g, "axes", ax);
+  floe_tensor_release(ax);
+  FloeOutput loss = floe_binary(g, "Sum", "loss", sq, axes);
+  FloeOptimizerOptions o;
+  floe_optimizer_options_init(&o, FLOE_OPT_SGD);
+  floe_minimize(g, "train", loss, &o, NULL, 0);
+  floe_variables_initializer(g, "init");
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  if (placed) {
+    FloeReplicaDeviceOptions ro;
+    floe_replica_device_options_init(&ro);
+    ro.num_ps = 1;
+    ro.worker_device = "/job:worker/task:0";
+    FloeStatus *st = floe_status_new();
+    ck_assert_msg(floe_replica_device_setter(g, &ro, NULL, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+    floe_status_free(st);
+  }
+  return g;
+}
+
+static void embedding_steps(FloeSession *s, int steps) {
+  FloeStatus *st = floe_status_new();
+  for (int i = 0; i < steps; i++) {
+    FloeTensor *ids = floe_tensor_new(FLOE_I32, 1, (int64_t[]){6}, NULL);
+    int32_t *d = floe_tensor_data(ids);
+    for (int k = 0; k < 6; k++) d[k] = (int32_t)((k * 337 + i * 101) % 1000);
+    FloeFeed f = {"ids", ids};
+    const char *t = "train";
+    ck_assert_msg(floe_session_run(s, &f, 1, NULL, 0, &t, 1, NULL, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+    floe_tensor_release(ids);
+  }
+  floe_status_free(st);
+}
+
+static int64_t ps_bytes(FloeServer *srv, bool sent) {
+  FloeTaskTraffic rows[8];
+  int n = floe_server_traffic(srv, rows, 8);
+  for (int i = 0; i < n && i < 8; i++)
+    if (!strcmp(rows[i].task, "/job:ps/replica:0/task:0"))
+      return sent ? rows[i].bytes_sent : rows[i].bytes_received;
+  return -1;
+}
+
+START_TEST(test_sharded_embedding_moves_rows) {
+  Cluster c;
+  start(&c, 10000);
+  FloeGraph *g = embedding_graph(true);
+  FloeSession *chief = cluster_session(&c, g);
+  FloeStatus *st = floe_status_new();
+  const char *init = "init";
+  ck_assert_msg(floe_session_run(chief, NULL, 0, NULL, 0, &init, 1, NULL, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  char json[1024], *task = strstr(c.json, "\"task\"");
+  snprintf(json, sizeof json, "%.*s\"task\": {\"type\": \"worker\", \"index\": 0}}",
+           (int)(task - c.json), c.json);
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = c.rt[0];
+  so.cluster = json;
+  so.cluster_timeout_ms = 20000;
+  FloeSession *w = floe_session_new(g, &so, st);
+  ck_assert_msg(w != NULL, "%s", floe_status_message(st));
+  embedding_steps(w, 1); /* pieces registered, channels warm */
+  int64_t s0 = ps_bytes(c.srv[0], true), r0 = ps_bytes(c.srv[0], false);
+  embedding_steps(w, 4);
+  int64_t sent = (ps_bytes(c.srv[0], true) - s0) / 4, got = (ps_bytes(c.srv[0], false) - r0) / 4;
+  /* a step: 6 ids and 6 gradient rows of 16 f32 out, 6 rows back; a shard is 32 KB */
+  ck_assert_msg(sent > 0 && sent < 2048 && got > 0 && got < 2048,
+                "per step %lld bytes to the ps, %lld from it", (long long)sent, (long long)got);
+  /* The same five steps in one process end at the same values. */
+  FloeGraph *gl = embedding_graph(false);
+  FloeSession *local = floe_session_new(gl, NULL, st);
+  ck_assert_msg(local != NULL, "%s", floe_status_message(st));
+  ck_assert_int_eq(floe_session_run(local, NULL, 0, NULL, 0, &init, 1, NULL, st), FLOE_OK);
+  embedding_steps(local, 1);
+  embedding_steps(local, 4);
+  const char *whole = "emb/concat";
+  FloeTensor *a = NULL, *b = NULL;
+  ck_assert_int_eq(floe_session_run(chief, NULL, 0, &whole, 1, NULL, 0, &a, st), FLOE_OK);
+  ck_assert_int_eq(floe_session_run(local, NULL, 0, &whole, 1, NULL, 0, &b, st), FLOE_OK);
+  ck_assert(memcmp(floe_tensor_data(a), floe_tensor_data(b), 1000 * 16 * 4) == 0);
+  floe_tensor_release(a);
+  floe_tensor_release(b);
+  floe_session_free(local);
+  floe_graph_free(gl);
+  floe_session_free(w);
+  floe_session_free(chief);
+  floe_graph_free(g);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
+
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -609,6 +719,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, test_chain_matches_one_process);
   tcase_add_test(tc, test_variable_on_ps_keeps_state);
   tcase_add_test(tc, test_between_graph_workers_share_ps_variables);
+  tcase_add_test(tc, test_sharded_embedding_moves_rows);
   tcase_add_test(tc, test_lost_worker_is_unavailable);
   tcase_add_test(tc, test_restarted_worker_is_aborted);
   tcase_add_test(tc, test_control_flow_across_tasks);
