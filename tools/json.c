@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 void json_init(JsonWriter *w, FILE *out) {
   w->out = out;
@@ -80,9 +81,16 @@ void json_uint(JsonWriter *w, uint64_t v) {
 
 void json_double(JsonWriter *w, double v) {
   before_value(w);
-  char buf[32];
-  if (isfinite(v)) fputs(json_format_double(buf, v), w->out);
-  else fputs("null", w->out); /* JSON has no NaN or Infinity */
+  char buf[40];
+  if (isfinite(v)) {
+    /* A whole number keeps a fraction ("87.0", not "87"): a reader that types numbers by
+     * their text (Python's json) sees a float every time, whatever the value. */
+    json_format_double(buf, v);
+    if (!strpbrk(buf, ".eE")) strcat(buf, ".0");
+    fputs(buf, w->out);
+  } else {
+    fputs("null", w->out); /* JSON has no NaN or Infinity */
+  }
 }
 
 void json_bool(JsonWriter *w, int v) {

@@ -9,8 +9,8 @@
 #  - sync, chief + worker: test accuracy within 0.01 of one process training on their two
 #    batches as one (batch 128), 157 global steps, nothing stale;
 #  - sync with a backup (3 training tasks, 2 gradients per step) and a straggler injected
-#    (FLOE_TEST_STEP_DELAY_MEAN_MS): the chief takes at least twice the straggler's steps and
-#    stale gradients are dropped and counted;
+#    (FLOE_TEST_STEP_DELAY_MEAN_MS, 400 ms): the chief's median step stays under half the
+#    straggler's delay, and stale gradients are dropped and counted;
 #  - round-robin placement, and a run stopped after epoch 1 resumed on the cluster from its
 #    checkpoint to the same global step as one that ran through;
 #  - kill -9 of the ps, then of the worker, mid-training: the chief fails within the
@@ -76,17 +76,18 @@ else
 fi
 
 # ---- sync with a backup: a straggling worker never holds a step --------------------------
-# Chief + 2 workers, 2 gradients per step; worker 1 sleeps 400 ms (mean) before each step.
-# With a backup the others go on without it: the chief takes far more steps than the
-# straggler, whose late gradients are dropped (without one, all three move in lockstep).
+# Chief + 2 workers, 2 gradients per step; worker 1 sleeps 400 ms (mean, exponential) before
+# each step. With the backup the others go on without it: the chief's median step stays far
+# below the straggler's delay (a step that waited would take at least that: without a backup
+# the median is the delay's, bench/replication.sh), and the straggler's late gradients are
+# dropped and counted.
 if FLOE_TEST_STEP_DELAY_MEAN_MS=400 FLOE_TEST_STEP_DELAY_TASK=/job:worker/task:1 timeout 300 \
     "$FLOE" launch --workers 2 --ps 1 --every-task -- "$FLOE" $TRAIN --cluster env \
     --replication sync --replicas-to-aggregate 2 --limit 3000 --epochs 1 --json \
     >"$tmp/backup.out" 2>"$tmp/backup.err"; then
-  cs=$(field steps <"$tmp/backup.out"); stale=$(field stale_gradients_dropped <"$tmp/backup.out")
-  ss=$(sed -n 's|.*/job:worker/replica:0/task:1 done: \([0-9]*\) steps.*|\1|p' "$tmp/backup.err")
-  echo "backup: the chief took $cs steps, the straggler ${ss:-?}; stale gradients dropped: $stale"
-  if [ -n "$ss" ] && [ "$cs" -ge $((2 * ss)) ] && [ "$stale" -ge 1 ]; then ok; else
+  p50=$(field step_time_p50_ms <"$tmp/backup.out"); stale=$(field stale_gradients_dropped <"$tmp/backup.out")
+  echo "backup: the chief's median step $p50 ms (the straggler sleeps 400 ms on average); stale gradients dropped: $stale"
+  if awk -v p="$p50" 'BEGIN{exit !(p < 200)}' && [ "$stale" -ge 1 ]; then ok; else
     bad "a straggler held sync steps despite a backup"; fi
 else
   bad "sync with a backup: $(tail -5 "$tmp/backup.err")"
