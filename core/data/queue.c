@@ -625,6 +625,27 @@ static void start(Waiter *w) {
 
 /* ---- kernels ---- */
 
+/* The queue of ctx's node (container, shared_name or the node's name), made as sp says on
+ * first use and checked against it, as output 0: a handle. */
+static floe_code queue_handle_out(FloeKernelContext *ctx, FloeResourceMgr *m, const QueueSpec *sp) {
+  const FloeNode *n = ctx->node;
+  const char *shared = floe__node_attr_str(n, "shared_name");
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeResource *r = floe__resources_find_or_add(m, floe__node_attr_str(n, "container"),
+                                                *shared ? shared : n->name, &queue_ops,
+                                                queue_make, (void *)sp, &st);
+  if (r && check_same((Queue *)r, sp, &st) != FLOE_OK) {
+    floe__resource_release(r);
+    r = NULL;
+  }
+  FloeTensor *h = r ? floe__resource_obj_handle(r, &st) : NULL;
+  floe__resource_release(r); /* the manager keeps the queue */
+  if (!h) return floe__kctx_fail(ctx, &st);
+  floe_tensor_release(ctx->outputs[0]);
+  ctx->outputs[0] = h;
+  return FLOE_OK;
+}
+
 /* FIFOQueueV2 & co: the queue (container, shared_name or the node's name), made on first
  * use, as a handle. */
 static floe_code queue_handle_compute(void *state, FloeKernelContext *ctx) {
@@ -652,28 +673,13 @@ static floe_code queue_handle_compute(void *state, FloeKernelContext *ctx) {
       .seed = floe__node_attr_int(n, "seed", 0),
       .pool = ctx->device ? ctx->device->rt->pool : NULL,
   };
-  const char *shared = floe__node_attr_str(n, "shared_name");
-  FloeStatus st = {FLOE_OK, NULL};
-  FloeResource *r = floe__resources_find_or_add(m, floe__node_attr_str(n, "container"),
-                                                *shared ? shared : n->name, &queue_ops,
-                                                queue_make, &sp, &st);
-  if (r && check_same((Queue *)r, &sp, &st) != FLOE_OK) {
-    floe__resource_release(r);
-    r = NULL;
-  }
-  FloeTensor *h = r ? floe__resource_obj_handle(r, &st) : NULL;
-  floe__resource_release(r); /* the manager keeps the queue */
-  if (!h) return floe__kctx_fail(ctx, &st);
-  floe_tensor_release(ctx->outputs[0]);
-  ctx->outputs[0] = h;
-  return FLOE_OK;
+  return queue_handle_out(ctx, m, &sp);
 }
 
 /* SyncTokenQueue: an unbounded FIFO queue of i64 scalars (its input, the global step, only
  * places it). */
 static floe_code token_queue_compute(void *state, FloeKernelContext *ctx) {
   (void)state;
-  const FloeNode *n = ctx->node;
   FloeResourceMgr *m = floe__kernel_ctx_resources(ctx);
   if (!m)
     return floe_status_set(ctx->status, FLOE_FAILED_PRECONDITION,
@@ -683,21 +689,7 @@ static floe_code token_queue_compute(void *state, FloeKernelContext *ctx) {
   FloeShape scalar = floe_shape_scalar();
   QueueSpec sp = {.kind = Q_FIFO, .dtypes = i64, .shapes = &scalar, .ncomp = 1, .capacity = -1,
                   .pool = ctx->device ? ctx->device->rt->pool : NULL};
-  const char *shared = floe__node_attr_str(n, "shared_name");
-  FloeStatus st = {FLOE_OK, NULL};
-  FloeResource *r = floe__resources_find_or_add(m, floe__node_attr_str(n, "container"),
-                                                *shared ? shared : n->name, &queue_ops,
-                                                queue_make, &sp, &st);
-  if (r && check_same((Queue *)r, &sp, &st) != FLOE_OK) {
-    floe__resource_release(r);
-    r = NULL;
-  }
-  FloeTensor *h = r ? floe__resource_obj_handle(r, &st) : NULL;
-  floe__resource_release(r);
-  if (!h) return floe__kctx_fail(ctx, &st);
-  floe_tensor_release(ctx->outputs[0]);
-  ctx->outputs[0] = h;
-  return FLOE_OK;
+  return queue_handle_out(ctx, m, &sp);
 }
 
 /* The queue behind input 0, as a new reference; NULL with ctx's error set. */

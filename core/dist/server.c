@@ -159,18 +159,24 @@ const FloeTaskIdentity *floe__server_identity(const FloeServer *s) { return &s->
 FloeDataPlane *floe__server_dataplane(FloeServer *s) { return s->dp; }
 FloeCoordService *floe__server_coord(FloeServer *s) { return s->coord; }
 
+/* CLOCK_REALTIME (the condition variables' clock) ms from now. */
+static struct timespec realtime_after(int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
 floe_code floe__server_wait_all(FloeServer *s, int64_t timeout_ms, FloeCoordInfos *out,
                                 FloeStatus *st) {
   if (s->coord) return floe__coord_service_wait_all(s->coord, timeout_ms, out, st);
   /* Another task: through its agent, once it has registered with the chief. */
-  struct timespec end;
-  clock_gettime(CLOCK_REALTIME, &end);
-  end.tv_sec += timeout_ms / 1000;
-  end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (end.tv_nsec >= 1000000000L) {
-    end.tv_sec++;
-    end.tv_nsec -= 1000000000L;
-  }
+  struct timespec end = realtime_after(timeout_ms);
   pthread_mutex_lock(&s->mu);
   while (!s->agent && !s->stopping)
     if (pthread_cond_timedwait(&s->cv, &s->mu, &end) != 0) break;
@@ -369,14 +375,7 @@ static void on_agent_error(void *arg, floe_code code, const char *msg) {
 
 /* Waits up to ms on s->cv (under s->mu); true when stopping. */
 static bool nap(FloeServer *s, int ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
+  struct timespec ts = realtime_after(ms);
   while (!s->stopping && !s->agent_failed)
     if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) != 0) break;
   return s->stopping;

@@ -142,6 +142,29 @@ static floe_code read_variable_compute(void *state, FloeKernelContext *ctx) {
   return FLOE_OK;
 }
 
+/* Index i of ix (i32 or i64) into *r; false with ctx's error set when it is outside the
+ * rows of variable v. */
+static bool row_index(FloeKernelContext *ctx, const FloeTensor *ix, int64_t i, int64_t rows,
+                      const FloeVar *v, int64_t *r) {
+  *r = ix->dtype == FLOE_I64 ? ((const int64_t *)floe_tensor_data(ix))[i]
+                             : ((const int32_t *)floe_tensor_data(ix))[i];
+  if (*r >= 0 && *r < rows) return true;
+  floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "index %" PRId64 " (element %" PRId64
+                  " of the indices) is outside variable '%s' of %" PRId64 " rows", *r, i,
+                  v->name, rows);
+  return false;
+}
+
+/* Output 0 becomes the host tensor *t (consumed), moved where the kernel's device needs it. */
+static floe_code set_host_output(FloeKernelContext *ctx, FloeTensor **t) {
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeTensor *moved = to_kernel_device(ctx, *t, &st);
+  *t = NULL;
+  if (!moved) return fail_with(ctx, &st);
+  set_output(ctx, 0, moved);
+  return FLOE_OK;
+}
+
 /* ResourceGather: rows of the variable's value (read on the host), no copy of the rest. */
 static floe_code resource_gather_compute(void *state, FloeKernelContext *ctx) {
   (void)state;
@@ -174,23 +197,14 @@ static floe_code resource_gather_compute(void *state, FloeKernelContext *ctx) {
   const char *src = floe_tensor_data(host);
   char *dst = floe_tensor_data(out);
   for (int64_t i = 0; i < n; i++) {
-    int64_t r = ix->dtype == FLOE_I64 ? ((const int64_t *)floe_tensor_data(ix))[i]
-                                      : ((const int32_t *)floe_tensor_data(ix))[i];
-    if (r < 0 || r >= rows) {
-      rc = floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "index %" PRId64 " (element %"
-                           PRId64 " of the indices) is outside variable '%s' of %" PRId64
-                           " rows", r, i, v->name, rows);
+    int64_t r;
+    if (!row_index(ctx, ix, i, rows, v, &r)) {
+      rc = FLOE_INVALID_ARGUMENT;
       goto out;
     }
     memcpy(dst + (size_t)i * row_bytes, src + (size_t)r * row_bytes, row_bytes);
   }
-  FloeTensor *t = to_kernel_device(ctx, out, &st);
-  out = NULL;
-  if (!t) {
-    rc = fail_with(ctx, &st);
-    goto out;
-  }
-  set_output(ctx, 0, t);
+  rc = set_host_output(ctx, &out);
 out:
   floe_tensor_release(out);
   floe_tensor_release(ix);
@@ -236,12 +250,9 @@ static floe_code resource_gather_grad_compute(void *state, FloeKernelContext *ct
   }
   memset(floe_tensor_data(out), 0, out->nbytes);
   for (int64_t i = 0; i < n; i++) {
-    int64_t r = ix->dtype == FLOE_I64 ? ((const int64_t *)floe_tensor_data(ix))[i]
-                                      : ((const int32_t *)floe_tensor_data(ix))[i];
-    if (r < 0 || r >= rows) {
-      rc = floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "index %" PRId64 " (element %"
-                           PRId64 ") is outside variable '%s' of %" PRId64 " rows", r, i,
-                           v->name, rows);
+    int64_t r;
+    if (!row_index(ctx, ix, i, rows, v, &r)) {
+      rc = FLOE_INVALID_ARGUMENT;
       goto out;
     }
     if (g->dtype == FLOE_F32) {
@@ -254,13 +265,7 @@ static floe_code resource_gather_grad_compute(void *state, FloeKernelContext *ct
       for (int64_t k = 0; k < row; k++) d[k] += s[k];
     }
   }
-  FloeTensor *t = to_kernel_device(ctx, out, &st);
-  out = NULL;
-  if (!t) {
-    rc = fail_with(ctx, &st);
-    goto out;
-  }
-  set_output(ctx, 0, t);
+  rc = set_host_output(ctx, &out);
 out:
   floe_tensor_release(out);
   floe_tensor_release(g);
