@@ -12,7 +12,8 @@
 #    (FLOE_TEST_STEP_DELAY_MEAN_MS, 400 ms): the chief's median step stays under half the
 #    straggler's delay, and stale gradients are dropped and counted;
 #  - round-robin placement, and a run stopped after epoch 1 resumed on the cluster from its
-#    checkpoint to the same global step as one that ran through;
+#    checkpoint to the same global step as one that ran through, async (47, then 94) and
+#    sync (2 batches a global step: 23, then 47);
 #  - kill -9 of the ps, then of the worker, mid-training: the chief fails within the
 #    heartbeat timeout plus 2 s with UNAVAILABLE naming the task;
 #  - refusals: cluster options without --cluster, a cluster without a ps job.
@@ -109,6 +110,19 @@ timeout 300 "$FLOE" launch --workers 1 --ps 2 --every-task -- "$FLOE" $TRAIN --c
 if grep -q "resumed from .* at global step 47" "$tmp/r2.out" &&
    [ "$(field global_step <"$tmp/r2.out" 2>/dev/null)" = 94 ]; then ok; else
   bad "resume on the cluster"; cat "$tmp/r2.out" "$tmp/r2.err"; fi
+
+# the same under sync replication: 2 batches a global step, 23 after the first epoch's 47
+ck2="$tmp/ckpt_sync"
+timeout 300 "$FLOE" launch --workers 1 --ps 1 --every-task -- "$FLOE" $TRAIN --cluster env \
+  --replication sync --limit 3000 --epochs 2 --stop-after 1 --checkpoint-dir "$ck2" --json \
+  >"$tmp/s1.out" 2>"$tmp/s1.err" || bad "sync, the first half: $(tail -5 "$tmp/s1.err")"
+timeout 300 "$FLOE" launch --workers 1 --ps 1 --every-task -- "$FLOE" $TRAIN --cluster env \
+  --replication sync --limit 3000 --epochs 2 --checkpoint-dir "$ck2" --resume --json \
+  >"$tmp/s2.out" 2>"$tmp/s2.err" || bad "sync, the resumed half: $(tail -5 "$tmp/s2.err")"
+if [ "$(field global_step <"$tmp/s1.out" 2>/dev/null)" = 23 ] &&
+   grep -q "resumed from .* at global step 23" "$tmp/s2.out" &&
+   [ "$(field global_step <"$tmp/s2.out" 2>/dev/null)" = 47 ]; then ok; else
+  bad "sync resume on the cluster"; cat "$tmp/s1.out" "$tmp/s2.out"; fi
 
 # ---- kill -9 of a ps, then of a worker, mid-training -------------------------------------
 printf '%s' "train-cluster-secret-0123456789ab" >"$tmp/secret"; chmod 600 "$tmp/secret"
