@@ -305,7 +305,9 @@ START_TEST(test_refusals) {
 END_TEST
 
 int main(void) {
-  snprintf(g_dir, sizeof g_dir, "%s/floe-sharded-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  /* a private folder for the checkpoints (mkdtemp's template), in $TMPDIR or else /tmp */
+  const char *base = getenv("TMPDIR");
+  snprintf(g_dir, sizeof g_dir, "%s/floe-sharded-XXXXXX", base && *base ? base : "/tmp");
   if (!mkdtemp(g_dir)) return 1;
   Suite *s = suite_create("sharded");
   TCase *tc = tcase_create("core");
