@@ -190,6 +190,22 @@ void floe__trace_span(FloeTraceSink *t, FloeTraceKind kind, int64_t step, const 
 floe_code floe__trace_write(FloeTraceSink *t, const char *path, FloeStatus *st);
 /* Sums the recorded session steps into *out (see floe_session_step_breakdown). */
 floe_code floe__trace_breakdown(FloeTraceSink *t, FloeStepBreakdown *out, FloeStatus *st);
+/* Where the sink stands (for floe__trace_split of a run that starts now). */
+typedef struct FloeTraceMark {
+  uint64_t clears; /* how many times it was cleared */
+  size_t n;        /* events held */
+} FloeTraceMark;
+FloeTraceMark floe__trace_mark(FloeTraceSink *t);
+/* Sets *out (its struct_size kept) to the split (floe_session_step_split) of session step
+ * `step`, looking at the events recorded since `since` only (a mark taken before the step
+ * started), or of every recorded step when step is 0 (since unused). */
+floe_code floe__trace_split(FloeTraceSink *t, int64_t step, FloeTraceMark since,
+                            FloeStepSplit *out, FloeStatus *st);
+/* trace_split.c: adds to *acc the split of one step from its n events (v: borrowed, any
+ * order, every one of the same step, its STEP event among them). A step with no STEP event
+ * adds nothing. FLOE_NO_MEMORY when scratch space cannot be had (acc untouched). */
+floe_code floe__step_split_add(const FloeTraceEvent *const *v, size_t n, FloeStepSplit *acc,
+                               FloeStatus *st);
 
 /* Per-node kernel counters gathered while plan->profiling is set. */
 typedef struct FloeExecProfile {

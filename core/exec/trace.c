@@ -22,6 +22,7 @@ struct FloeTraceSink {
   FloeTraceEvent *ev; /* guarded by mu */
   size_t n, cap;      /* guarded by mu */
   int64_t dropped;    /* events lost to a failed allocation; guarded by mu */
+  uint64_t clears;    /* floe__trace_clear calls; guarded by mu */
   _Atomic int64_t next_step;
 };
 
@@ -48,6 +49,7 @@ void floe__trace_clear(FloeTraceSink *t) {
   for (size_t i = 0; i < t->n; i++) event_free(&t->ev[i]);
   t->n = 0;
   t->dropped = 0;
+  t->clears++;
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -253,6 +255,45 @@ floe_code floe__trace_breakdown(FloeTraceSink *t, FloeStepBreakdown *out, FloeSt
   pthread_mutex_unlock(&t->mu);
   floe__free(v);
   return FLOE_OK;
+}
+
+/* ---- the split ---- */
+
+FloeTraceMark floe__trace_mark(FloeTraceSink *t) {
+  pthread_mutex_lock(&t->mu);
+  FloeTraceMark m = {t->clears, t->n};
+  pthread_mutex_unlock(&t->mu);
+  return m;
+}
+
+floe_code floe__trace_split(FloeTraceSink *t, int64_t step, FloeTraceMark since,
+                            FloeStepSplit *out, FloeStatus *st) {
+  size_t want = out->struct_size;
+  memset(out, 0, want < sizeof *out ? want : sizeof *out);
+  out->struct_size = want;
+  pthread_mutex_lock(&t->mu);
+  /* One step: its events came after the mark, unless the sink was cleared since. */
+  size_t from = step && since.clears == t->clears && since.n <= t->n ? since.n : 0;
+  size_t cap = t->n - from;
+  FloeTraceEvent **v = floe__malloc((cap ? cap : 1) * sizeof *v);
+  if (!v) {
+    pthread_mutex_unlock(&t->mu);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory splitting %zu trace events", cap);
+  }
+  size_t n = 0;
+  for (size_t i = from; i < t->n; i++)
+    if (step ? t->ev[i].step == step : t->ev[i].step > 0) v[n++] = &t->ev[i];
+  if (!step) qsort(v, n, sizeof *v, by_step);
+  floe_code rc = FLOE_OK;
+  for (size_t i = 0; i < n && rc == FLOE_OK;) {
+    size_t j = i;
+    while (j < n && v[j]->step == v[i]->step) j++;
+    rc = floe__step_split_add((const FloeTraceEvent *const *)v + i, j - i, out, st);
+    i = j;
+  }
+  pthread_mutex_unlock(&t->mu);
+  floe__free(v);
+  return rc;
 }
 
 /* ---- the Chrome trace file ---- */

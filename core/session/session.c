@@ -9,6 +9,7 @@
  * a private clone of the graph for the run's nodes, kept with the executor; FLOE_FUSION=0 in
  * the environment turns it off.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1009,6 +1010,13 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
     return floe_status_set(status, FLOE_INVALID_ARGUMENT,
                            "floe_session_run_opts: options not made by floe_run_options_init, "
                            "or a negative timeout");
+  FloeStepSplit *split = opts && opts->struct_size >= offsetof(FloeRunOptions, split) +
+                                                          sizeof opts->split
+                             ? opts->split : NULL;
+  if (split && split->struct_size < sizeof *split)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_run_opts: opts->split->struct_size is not "
+                           "sizeof(FloeStepSplit)");
   pthread_mutex_lock(&s->mu);
   bool closed = s->closed;
   pthread_mutex_unlock(&s->mu);
@@ -1017,8 +1025,10 @@ floe_code floe_session_run_opts(FloeSession *s, const FloeRunOptions *opts,
                            "the session was closed (floe_session_close): make a new one");
   /* A traced run records its span; its events carry its number. */
   int64_t trace_step = 0, t0 = 0, x0 = 0, x1 = 0;
+  FloeTraceMark mark = {0, 0};
   if (atomic_load_explicit(&s->profiling, memory_order_relaxed) & FLOE__PROF_TRACE) {
     trace_step = floe__trace_next_step(s->trace);
+    if (split) mark = floe__trace_mark(s->trace);
     t0 = floe__exec_now_ns();
   }
   RunSig sig;
@@ -1079,6 +1089,12 @@ out:
   if (trace_step && x1) /* runs that reached the executors */
     floe__trace_span(s->trace, FLOE__TRACE_STEP, trace_step, NULL, t0, floe__exec_now_ns(), x0,
                      x1);
+  if (split && rc == FLOE_OK) { /* the run stands even when its split cannot be had */
+    FloeStatus ignore = {FLOE_OK, NULL};
+    if (!trace_step || floe__trace_split(s->trace, trace_step, mark, split, &ignore) != FLOE_OK)
+      *split = (FloeStepSplit){.struct_size = split->struct_size};
+    floe_status_clear(&ignore);
+  }
   return rc;
 }
 
@@ -1127,6 +1143,14 @@ floe_code floe_session_step_breakdown(FloeSession *s, FloeStepBreakdown *out,
                            "floe_session_step_breakdown: NULL session or out, or "
                            "out->struct_size is not sizeof(FloeStepBreakdown)");
   return floe__trace_breakdown(s->trace, out, status);
+}
+
+floe_code floe_session_step_split(FloeSession *s, FloeStepSplit *out, FloeStatus *status) {
+  if (!s || !out || out->struct_size < sizeof *out)
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_step_split: NULL session or out, or out->struct_size "
+                           "is not sizeof(FloeStepSplit)");
+  return floe__trace_split(s->trace, 0, (FloeTraceMark){0, 0}, out, status);
 }
 
 static int profile_cmp(const void *a, const void *b) {

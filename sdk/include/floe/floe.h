@@ -443,6 +443,12 @@ typedef struct FloeRunOptions {
                           asynchronous kernels that have not called done: the step lives on
                           until they do, and the session with it (floe_session_free then
                           leaves its freeing to the last of them); 0: none */
+  /* NULL: none. Else, when the session traces (floe_session_set_tracing), a run that
+   * succeeds writes its own step split there (steps = 1; see FloeStepSplit), also while other
+   * threads run the same session; steps = 0 when this run was not traced. The caller owns
+   * the struct (struct_size set); borrowed for the call. Readers of options made before this
+   * field existed (a smaller struct_size) take it as NULL. */
+  struct FloeStepSplit *split;
 } FloeRunOptions;
 FLOE_API void floe_run_options_init(FloeRunOptions *opts);
 /* floe_session_run with options (opts NULL: the defaults). */
@@ -578,6 +584,36 @@ typedef struct FloeStepBreakdown {
 /* Fills *out from the events recorded since tracing last started. Thread-safe. */
 FLOE_API floe_code floe_session_step_breakdown(FloeSession *s, FloeStepBreakdown *out,
                                                FloeStatus *status);
+
+/* The step split (docs/benchmarks.md, "Step split"): each traced run's wall time, from its
+ * start t0 to its end t1 on the calling thread, cut at one instant into three parts that add
+ * up to it exactly, from this process's own events (the pieces a distributed step runs on
+ * other tasks are seen here only through the values they send). Every set below is a union
+ * of intervals over all of this process's threads, never a sum over threads:
+ *   C: the synchronous kernels other than transfers (the compute kernels);
+ *   L: the end of the last of them (t0 when none ran);
+ *   B (busy): C, the synchronous _Send/_ControlSend kernels, the executor threads' stretches
+ *      (scheduling between kernels) and the caller's own work before the executors start;
+ *   compute:     |[t0, L] & B|: before its last compute kernel ended, the time this process
+ *                was running something of the step;
+ *   wait_params: |[t0, L] - B|: before it, the time nothing of the step ran here (every
+ *                thread waited: on a _Recv of a value from another task, a variable from a
+ *                ps task for instance, or on another asynchronous kernel);
+ *   send_grads:  t1 - L: after it, sending its results (the gradients) and waiting while the
+ *                other tasks apply them, until the run returned. */
+typedef struct FloeStepSplit {
+  size_t struct_size;     /* sizeof(FloeStepSplit), set by the caller */
+  int64_t steps;          /* runs summed */
+  int64_t wall_ns;        /* their wall times: compute + wait_params + send_grads exactly */
+  int64_t compute_ns, wait_params_ns, send_grads_ns;
+  int64_t kernel_ns;      /* of compute_ns: |C| (the rest is scheduling, sends, the caller) */
+  int64_t tracing_ns;     /* recording these runs' events: the cost of measuring them */
+} FloeStepSplit;
+/* Fills *out with the split of every run recorded since tracing last started (the runs of
+ * every thread: for one run's own, see FloeRunOptions.split). The caller owns *out; its
+ * struct_size must cover at least this first version's fields. Thread-safe. */
+FLOE_API floe_code floe_session_step_split(FloeSession *s, FloeStepSplit *out,
+                                           FloeStatus *status);
 
 /* The same counts per node (a node in several cached signatures adds up), including the
  * _Send/_Recv nodes partitioning added. On success *rows is one malloc'd block (rows, then
