@@ -33,7 +33,8 @@ static const char launch_help[] =
     "any program whose session names the cluster \"env\" (e.g. floe run GRAPH --cluster\n"
     "env). When COMMAND ends the servers are stopped (SIGTERM) and floe launch exits with\n"
     "COMMAND's status; a server that dies before is reported.\n"
-    "  --workers N          worker tasks (1 to 256)\n"
+    "  --workers N          worker tasks (0 to 256; 0 needs --ps: the chief and the ps\n"
+    "                       tasks alone, e.g. one training task of floe train --cluster)\n"
     "  --ps M               parameter-server tasks (0 to 256; default 0)\n"
     "  --transport NAME     the data plane's transport plugin (FLOE_TRANSPORT: local,\n"
     "                       fabric; default: the runtime's choice)\n"
@@ -230,7 +231,7 @@ int cmd_launch(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
     switch (c) {
       case 'w':
-        if ((rc = cli_int_option("launch", "--workers", optarg, 1, 256, &workers))) return rc;
+        if ((rc = cli_int_option("launch", "--workers", optarg, 0, 256, &workers))) return rc;
         break;
       case OPT_PS:
         if ((rc = cli_int_option("launch", "--ps", optarg, 0, 256, &ps))) return rc;
@@ -248,6 +249,8 @@ int cmd_launch(int argc, char **argv) {
     }
   }
   if (workers < 0) return cli_usage("launch", "give --workers N");
+  if (workers == 0 && ps == 0)
+    return cli_usage("launch", "--workers 0 leaves the chief alone: give --ps M too");
   if (optind >= argc) return cli_usage("launch", "give the COMMAND to run as the chief after --");
   struct in_addr probe;
   if (inet_pton(AF_INET, host, &probe) != 1)
