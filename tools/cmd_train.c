@@ -116,7 +116,13 @@ static const char train_help[] =
     "                         naming the nodes still running, without a checkpoint\n"
     "  --json                 end with one JSON line: model, epochs, batch,\n"
     "                         samples_per_sec, test_accuracy, final_loss, wall_seconds,\n"
-    "                         peak_rss_mb, ...\n"
+    "                         peak_rss_mb, ...; with --cluster every training task writes\n"
+    "                         one (a worker's before it serves: under floe launch, on\n"
+    "                         launch's stderr) with cluster_task and step_split_ms: each\n"
+    "                         training step traced and cut into compute, wait_params\n"
+    "                         (waiting for the ps tasks' values) and send_grads (after\n"
+    "                         the last compute), per-step means in ms without the first\n"
+    "                         step (docs/distributed.md)\n"
     "  --cluster SPEC         train on a cluster (between-graph replication): SPEC is env\n"
     "                         (FLOE_CONFIG, else TF_CONFIG, else PMIx under mpirun), a\n"
     "                         cluster file, or JSON. Run floe train with the same options\n"
@@ -848,6 +854,8 @@ int cmd_train(int argc, char **argv) {
   StepTimes times = {0, 0, NULL}; /* before any goto out: freed there */
   TrainUpdater updater;           /* --replication sync, the chief: stopped there */
   memset(&updater, 0, sizeof updater);
+  TrainSplit split;               /* --cluster with --json: each training step's split */
+  int splitting = 0;
   int done, rc = parse_options(argc, argv, &t.o, &done);
   if (rc || done) return rc;
   const TrainOptions *o = &t.o;
@@ -987,6 +995,7 @@ int cmd_train(int argc, char **argv) {
     }
     if (o->cl.is_chief && train_updater_start(&updater, t.s, t.update_name, "train")) goto out;
   }
+  if ((splitting = o->cl.spec && o->json)) train_split_init(&split, t.s, o->profile || o->trace);
   /* The global batch to go on from: K per global step under sync replication. */
   int64_t start_gb = global_step * t.K;
   int first_epoch = per_epoch ? (int)(start_gb / per_epoch) : 0;
@@ -1061,10 +1070,12 @@ int cmd_train(int argc, char **argv) {
         train_cluster_straggle(&o->cl); /* FLOE_TEST_STEP_DELAY_MEAN_MS: an injected straggler */
         train_cluster_count_begin(&t.o.cl);
       }
+      if (splitting) train_split_begin(&split, &t.ro);
       double ts = now_seconds();
       floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, fetch, o->sync ? 2 : 1,
                                           &target, 1, got, t.st);
       FloeTensor *lv = got[0];
+      if (splitting) train_split_end(&split, &t.ro, c == FLOE_OK);
       if (o->cl.spec) train_cluster_count_end(&t.o.cl);
       if (c == FLOE_OK && o->sync) { /* the token: the global step the next step computes at */
         global_step = *(const int64_t *)floe_tensor_data(got[1]);
@@ -1187,6 +1198,23 @@ int cmd_train(int argc, char **argv) {
     printf("floe train: %s done: %lld steps, p50 step %.2f ms; serving until the chief "
            "leaves\n", floe_server_task(o->cl.server), (long long)total_steps,
            step_times_quantile(&times, 0.5) * 1e3);
+    if (o->json) { /* this task's own line (under floe launch, on launch's stderr) */
+      JsonWriter w;
+      json_init(&w, stdout);
+      json_begin_object(&w);
+      json_key(&w, "model"), json_string(&w, o->model);
+      json_key(&w, "cluster_task"), json_string(&w, floe_server_task(o->cl.server));
+      json_key(&w, "replication"), json_string(&w, o->sync ? "sync" : "async");
+      json_key(&w, "steps"), json_int(&w, total_steps);
+      json_key(&w, "samples_per_sec"), json_double(&w, train_secs > 0 ? trained / train_secs : 0);
+      json_key(&w, "train_seconds"), json_double(&w, train_secs);
+      json_key(&w, "step_time_p50_ms"), json_double(&w, step_times_quantile(&times, 0.5) * 1e3);
+      json_key(&w, "step_time_p90_ms"), json_double(&w, step_times_quantile(&times, 0.9) * 1e3);
+      train_cluster_json(&w, &o->cl, total_steps);
+      json_key(&w, "step_split_ms"), train_split_json(&w, &split);
+      json_end_object(&w);
+      json_finish(&w);
+    }
     fflush(stdout);
     floe_session_free(t.s);
     t.s = NULL;
@@ -1276,24 +1304,8 @@ int cmd_train(int argc, char **argv) {
         json_key(&w, "replicas_to_aggregate"), json_int(&w, t.K);
         json_key(&w, "stale_gradients_dropped"), json_int(&w, stale);
       }
-      json_key(&w, "replicas"), json_int(&w, o->cl.replicas);
-      json_key(&w, "ps_tasks"), json_int(&w, o->cl.num_ps);
-      json_key(&w, "ps_strategy"), json_string(&w, o->cl.greedy ? "greedy" : "round-robin");
-      json_key(&w, "ps_variable_bytes");
-      json_begin_array(&w);
-      for (int k = 0; k < o->cl.num_ps; k++) json_int(&w, o->cl.ps_bytes[k]);
-      json_end_array(&w);
-      /* What one of this task's steps moved to (gradients) and from (parameters) each ps. */
-      json_key(&w, "bytes_to_ps_per_step");
-      json_begin_array(&w);
-      for (int k = 0; k < o->cl.num_ps; k++)
-        json_double(&w, total_steps ? (double)o->cl.to_ps[k] / (double)total_steps : 0);
-      json_end_array(&w);
-      json_key(&w, "bytes_from_ps_per_step");
-      json_begin_array(&w);
-      for (int k = 0; k < o->cl.num_ps; k++)
-        json_double(&w, total_steps ? (double)o->cl.from_ps[k] / (double)total_steps : 0);
-      json_end_array(&w);
+      train_cluster_json(&w, &o->cl, total_steps);
+      json_key(&w, "step_split_ms"), train_split_json(&w, &split);
     }
     if (o->trace) json_key(&w, "trace"), json_string(&w, o->trace);
     json_end_object(&w);

@@ -263,3 +263,88 @@ void train_cluster_straggle(const TrainCluster *c) {
   struct timespec d = {(time_t)(ms / 1000), (long)(fmod(ms, 1000.0) * 1e6)};
   nanosleep(&d, NULL);
 }
+
+void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps) {
+  json_key(w, "replicas"), json_int(w, c->replicas);
+  json_key(w, "ps_tasks"), json_int(w, c->num_ps);
+  json_key(w, "ps_strategy"), json_string(w, c->greedy ? "greedy" : "round-robin");
+  json_key(w, "ps_variable_bytes");
+  json_begin_array(w);
+  for (int k = 0; k < c->num_ps; k++) json_int(w, c->ps_bytes[k]);
+  json_end_array(w);
+  json_key(w, "bytes_to_ps_per_step");
+  json_begin_array(w);
+  for (int k = 0; k < c->num_ps; k++)
+    json_double(w, steps ? (double)c->to_ps[k] / (double)steps : 0);
+  json_end_array(w);
+  json_key(w, "bytes_from_ps_per_step");
+  json_begin_array(w);
+  for (int k = 0; k < c->num_ps; k++)
+    json_double(w, steps ? (double)c->from_ps[k] / (double)steps : 0);
+  json_end_array(w);
+}
+
+/* ---- the step split ---- */
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+void train_split_init(TrainSplit *p, FloeSession *s, int keep) {
+  memset(p, 0, sizeof *p);
+  p->s = s;
+  p->keep = keep;
+  p->sum.struct_size = p->last.struct_size = sizeof(FloeStepSplit);
+}
+
+void train_split_begin(TrainSplit *p, FloeRunOptions *ro) {
+  if (!p->keep) {
+    int64_t t0 = now_ns();
+    floe_session_set_tracing(p->s, FLOE_TRACE_START); /* drops the last step's events */
+    p->overhead_ns += now_ns() - t0;
+  }
+  p->last.steps = 0;
+  ro->split = &p->last;
+}
+
+void train_split_end(TrainSplit *p, FloeRunOptions *ro, int ok) {
+  if (!p->keep) {
+    int64_t t0 = now_ns();
+    floe_session_set_tracing(p->s, FLOE_TRACE_OFF);
+    p->overhead_ns += now_ns() - t0;
+  }
+  ro->split = NULL;
+  if (!ok || p->last.steps <= 0) return;
+  if (p->warmups < 1) { /* the first builds the executors and wakes the kernels' libraries */
+    p->warmups++;
+    return;
+  }
+  p->sum.steps += p->last.steps;
+  p->sum.wall_ns += p->last.wall_ns;
+  p->sum.compute_ns += p->last.compute_ns;
+  p->sum.wait_params_ns += p->last.wait_params_ns;
+  p->sum.send_grads_ns += p->last.send_grads_ns;
+  p->sum.kernel_ns += p->last.kernel_ns;
+  p->sum.tracing_ns += p->last.tracing_ns;
+}
+
+void train_split_json(JsonWriter *w, const TrainSplit *p) {
+  const FloeStepSplit *s = &p->sum;
+  if (s->steps <= 0) {
+    json_null(w);
+    return;
+  }
+  double n = (double)s->steps;
+  json_begin_object(w);
+  json_key(w, "steps"), json_int(w, s->steps);
+  json_key(w, "wall"), json_double(w, (double)s->wall_ns * 1e-6 / n);
+  json_key(w, "compute"), json_double(w, (double)s->compute_ns * 1e-6 / n);
+  json_key(w, "wait_params"), json_double(w, (double)s->wait_params_ns * 1e-6 / n);
+  json_key(w, "send_grads"), json_double(w, (double)s->send_grads_ns * 1e-6 / n);
+  json_key(w, "kernels"), json_double(w, (double)s->kernel_ns * 1e-6 / n);
+  json_key(w, "tracing"), json_double(w, (double)s->tracing_ns * 1e-6 / n);
+  json_key(w, "overhead"), json_double(w, (double)p->overhead_ns * 1e-6 / n);
+  json_end_object(w);
+}

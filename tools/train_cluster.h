@@ -18,6 +18,7 @@
 #include <floe/floe.h>
 #include <floe/floe_dist.h>
 
+#include "json.h"
 #include "train_guard.h"
 
 typedef struct TrainCluster {
@@ -82,5 +83,47 @@ void train_cluster_count_end(TrainCluster *c);
  * that mean before each step (an injected straggler); otherwise returns at once. */
 void train_cluster_straggle(const TrainCluster *c);
 void train_cluster_free(TrainCluster *c);
+/* The cluster members of a task's --json object: replicas, ps_tasks, ps_strategy,
+ * ps_variable_bytes, and what one of this task's `steps` training steps moved to
+ * (bytes_to_ps_per_step: gradients) and from (bytes_from_ps_per_step: parameters) each ps. */
+void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps);
+
+/* The step split of a task's training steps (FloeStepSplit; docs/benchmarks.md, "Step
+ * split"): each step's wall time cut into compute, wait_params (waiting for the ps tasks'
+ * values before the last compute) and send_grads (after it), from a trace of that step alone.
+ * Any model's loop can use it around its training steps:
+ *
+ *     TrainSplit sp;
+ *     train_split_init(&sp, s, keep);
+ *     loop: train_split_begin(&sp, &ro); floe_session_run_opts(s, &ro, ...);
+ *           train_split_end(&sp, &ro, rc == FLOE_OK);
+ *     "step_split_ms": train_split_json(&w, &sp)
+ *
+ * keep = 0: the session traces only while a training step runs, and each step's events are
+ * dropped once it is split (memory stays bounded; other runs, an evaluation or the sync
+ * chief's update thread, are traced only while they overlap a training step, and never
+ * counted). keep = 1: the caller traces already (--trace, --profile) and manages tracing;
+ * the events are left alone. */
+typedef struct TrainSplit {
+  FloeSession *s;     /* borrowed */
+  int keep;
+  FloeStepSplit sum;  /* the training steps split so far */
+  FloeStepSplit last; /* the last step's (FloeRunOptions.split points here while it runs) */
+  int64_t overhead_ns; /* turning tracing on and off and dropping the events, summed */
+  int warmups;        /* steps left out so far (the first: see train_split_end) */
+} TrainSplit;
+void train_split_init(TrainSplit *p, FloeSession *s, int keep);
+/* Before a training step: traces it and asks ro (the step's options, the caller's) for its
+ * split. */
+void train_split_begin(TrainSplit *p, FloeRunOptions *ro);
+/* After it: ok (the run succeeded) adds its split to sum, except the first successful
+ * step's (a warm-up: it builds the executors, registers the pieces on the ps tasks and
+ * touches the kernels' libraries for the first time); ro->split is reset to NULL. */
+void train_split_end(TrainSplit *p, FloeRunOptions *ro, int ok);
+/* {"steps", "wall", "compute", "wait_params", "send_grads", "kernels", "tracing",
+ * "overhead"}: the steps split, and per-step means in milliseconds (compute + wait_params +
+ * send_grads = wall; kernels: the part of compute inside compute kernels; tracing +
+ * overhead: what measuring cost a step), or null when no step was split. */
+void train_split_json(JsonWriter *w, const TrainSplit *p);
 
 #endif
