@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* trace_split.c - the step split (floe_session_step_split): one traced step's wall time cut
- * at the end L of its last compute kernel into compute (busy before L), wait_params (idle
- * before L) and send_grads (after L). Lengths are of unions of intervals, so threads running
- * at once count once; the three parts add up to the wall time exactly. */
+ * at the end L of the last compute kernel that started before its last _Send (of any, with
+ * no send) into compute (busy before L), wait_params (idle before L) and send_grads (after
+ * L). Lengths are of unions of intervals, so threads running at once count once; the three
+ * parts add up to the wall time exactly. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,10 @@ static bool is_compute(const FloeTraceEvent *e) {
   return e->kind == FLOE__TRACE_KERNEL && !e->async && !e->transfer;
 }
 
+static bool is_send(const FloeTraceEvent *e) {
+  return e->kind == FLOE__TRACE_KERNEL && !e->async && e->transfer && strcmp(e->op, "_Recv");
+}
+
 floe_code floe__step_split_add(const FloeTraceEvent *const *v, size_t n, FloeStepSplit *acc,
                                FloeStatus *st) {
   const FloeTraceEvent *step = NULL;
@@ -50,14 +56,19 @@ floe_code floe__step_split_add(const FloeTraceEvent *const *v, size_t n, FloeSte
     if (v[i]->kind == FLOE__TRACE_STEP) step = v[i];
   if (!step) return FLOE_OK; /* a run still going, or one that never reached the executors */
   int64_t t0 = step->t0, t1 = step->t1 > step->t0 ? step->t1 : step->t0, last = t0, rec = 0;
+  int64_t last_send = INT64_MAX; /* the start of the last send: the results leaving */
+  for (size_t i = 0; i < n; i++)
+    if (is_send(v[i]) && (last_send == INT64_MAX || v[i]->t0 > last_send)) last_send = v[i]->t0;
   for (size_t i = 0; i < n; i++) {
     const FloeTraceEvent *e = v[i];
     if (e->kind == FLOE__TRACE_KERNEL) rec += e->record_ns;
-    if (is_compute(e) && e->t1 > last) last = e->t1 < t1 ? e->t1 : t1;
+    /* a kernel after the sends (the local step's update after the token) is not the compute
+     * the sends wait for */
+    if (is_compute(e) && e->t0 < last_send && e->t1 > last) last = e->t1 < t1 ? e->t1 : t1;
   }
   Span *s = floe__malloc((n + 1) * sizeof *s);
   if (!s) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory splitting a traced step");
-  size_t k = 0; /* the compute kernels before L (all of them, clipped to the run) */
+  size_t k = 0; /* the compute kernels before L, clipped to [t0, L] */
   for (size_t i = 0; i < n; i++)
     if (is_compute(v[i])) span_add(s, &k, v[i]->t0, v[i]->t1, t0, last);
   int64_t kernel = union_length(s, k);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_step_split.c - the step split (floe_session_step_split, FloeRunOptions.split): a
  * synthetic timeline worked out by hand (unions over threads, not sums; the cut at the last
- * compute kernel; the caller's prologue; transfers and asynchronous kernels), the edge cases
- * (no STEP event, no compute kernel), then real runs: one whose dequeue waits for another
+ * compute kernel before the last send; the caller's prologue; transfers and asynchronous
+ * kernels), the edge cases (no STEP event, no compute kernel, compute after the sends), then real runs: one whose dequeue waits for another
  * thread's enqueue (the wait lands in wait_params), per-run splits adding up to the
  * session's, untraced runs, and a bad struct_size. */
 #define _GNU_SOURCE
@@ -75,7 +75,7 @@ START_TEST(synthetic_timeline_by_hand) {
 END_TEST
 
 /* No STEP event (a run still going): nothing. No compute kernel: all of it after L = t0. A
- * kernel sticking out of the run is clipped to it. */
+ * kernel sticking out of the run is clipped to it. A compute kernel after the last send. */
 START_TEST(edge_cases) {
   FloeTraceEvent no_step[] = {active(1, 0, 10), kernel(1, "MatMul", 1, 9, false, 0)};
   ck_assert_int_eq(split_of(no_step, 2).steps, 0);
@@ -96,6 +96,18 @@ START_TEST(edge_cases) {
   ck_assert_int_eq(s.kernel_ns, 15);
   ck_assert_int_eq(s.wait_params_ns, 25);
   ck_assert_int_eq(s.send_grads_ns, 0);
+  /* A compute kernel after the last send (a local step set from a token that came back after
+   * the update) does not move L: the wait for the token is send_grads, not wait_params. */
+  FloeTraceEvent token[] = {
+      {.kind = FLOE__TRACE_STEP, .t0 = 0, .t1 = 100, .x0 = 10, .x1 = 95, .step = 1},
+      active(1, 10, 32), kernel(1, "MatMul", 10, 30, false, 0),
+      kernel(1, "_Send", 30, 32, false, 0), kernel(1, "_Recv", 32, 90, true, 0),
+      active(1, 90, 93), kernel(1, "AssignVariableOp", 90, 92, false, 0)};
+  s = split_of(token, 7);
+  ck_assert_int_eq(s.compute_ns, 30); /* the caller [0, 10], the MatMul [10, 30]; L = 30 */
+  ck_assert_int_eq(s.kernel_ns, 20);
+  ck_assert_int_eq(s.wait_params_ns, 0);
+  ck_assert_int_eq(s.send_grads_ns, 70);
 }
 END_TEST
 

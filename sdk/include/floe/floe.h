@@ -591,7 +591,10 @@ FLOE_API floe_code floe_session_step_breakdown(FloeSession *s, FloeStepBreakdown
  * other tasks are seen here only through the values they send). Every set below is a union
  * of intervals over all of this process's threads, never a sum over threads:
  *   C: the synchronous kernels other than transfers (the compute kernels);
- *   L: the end of the last of them (t0 when none ran);
+ *   L: the end of the last of them that started before the step's last synchronous
+ *      _Send/_ControlSend began (of the last of them when nothing was sent; t0 when none
+ *      ran): the compute whose results the sends carry. A kernel after it (synchronous
+ *      replication's local step, set from the token the step waited for) counts after L;
  *   B (busy): C, the synchronous _Send/_ControlSend kernels, the executor threads' stretches
  *      (scheduling between kernels) and the caller's own work before the executors start;
  *   compute:     |[t0, L] & B|: before its last compute kernel ended, the time this process
@@ -600,7 +603,8 @@ FLOE_API floe_code floe_session_step_breakdown(FloeSession *s, FloeStepBreakdown
  *                thread waited: on a _Recv of a value from another task, a variable from a
  *                ps task for instance, or on another asynchronous kernel);
  *   send_grads:  t1 - L: after it, sending its results (the gradients) and waiting while the
- *                other tasks apply them, until the run returned. */
+ *                other tasks apply them (and, under synchronous replication, for the token of
+ *                the next global step), until the run returned. */
 typedef struct FloeStepSplit {
   size_t struct_size;     /* sizeof(FloeStepSplit), set by the caller */
   int64_t steps;          /* runs summed */
