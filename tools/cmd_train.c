@@ -952,6 +952,10 @@ int cmd_train(int argc, char **argv) {
       rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
       goto out;
     }
+    /* Async without --resume the chief started at 0 and may have stepped since: starting at
+     * the live global step would skip this task's first batches, and the chief would wait
+     * for their updates forever. */
+    if (!o->sync && !o->resume) global_step = 0;
   } else if (!resume_path) {
     const char *init = "init";
     if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
