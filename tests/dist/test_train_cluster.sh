@@ -5,7 +5,7 @@
 #    once (global step = batches per epoch x epochs), test accuracy within 0.02 of one
 #    process on the same data, the variables' bytes per ps as the layer sizes give them, and
 #    what each step moves to and from the ps tasks equal to the model's bytes (+ < 1 KiB of
-#    scalars);
+#    scalars); the chief's and the worker's JSON lines split their steps (step_split_ms);
 #  - sync, chief + worker: test accuracy within 0.01 of one process training on their two
 #    batches as one (batch 128), 157 global steps, nothing stale;
 #  - sync with a backup (3 training tasks, 2 gradients per step) and a straggler injected
@@ -54,6 +54,25 @@ print("per step: %.0f bytes to the ps tasks, %.0f from them; the parameters: %d"
 sys.exit(0 if p <= to <= p + 1024 and p <= fr <= p + 1024 else 1)
 PY
   if python3 "$tmp/bytes.py" "$tmp/async.out" "$PARAMS"; then ok; else bad "bytes per step to/from the ps tasks"; fi
+  # Every training task's line (the worker's on launch's stderr) splits its steps: 156 of its
+  # 157 (the first left out), the three parts adding up to the step, compute holding the
+  # compute kernels, some wait for the ps tasks' values.
+  cat >"$tmp/split.py" <<'PY'
+import json, sys
+lines = [json.loads(l) for f in sys.argv[1:] for l in open(f) if l.startswith('{"model"')]
+tasks = sorted(d["cluster_task"] for d in lines)
+print("step splits of", tasks)
+assert tasks == ["/job:chief/replica:0/task:0", "/job:worker/replica:0/task:0"], tasks
+for d in lines:
+    s = d["step_split_ms"]
+    print("%s: %d steps, %.2f ms = compute %.2f + wait_params %.2f + send_grads %.2f (kernels "
+          "%.2f, tracing %.2f)" % (d["cluster_task"], s["steps"], s["wall"], s["compute"],
+          s["wait_params"], s["send_grads"], s["kernels"], s["tracing"]))
+    assert s["steps"] == d["steps"] - 1 == 156, (s["steps"], d["steps"])
+    assert abs(s["compute"] + s["wait_params"] + s["send_grads"] - s["wall"]) < 1e-3 * s["wall"]
+    assert 0 < s["kernels"] <= s["compute"] and s["wait_params"] > 0 and s["send_grads"] > 0
+PY
+  if python3 "$tmp/split.py" "$tmp/async.out" "$tmp/async.err"; then ok; else bad "the step splits"; fi
 else
   bad "floe launch --every-task: $(tail -5 "$tmp/async.err")"
 fi
