@@ -610,7 +610,8 @@ typedef struct FloeStepSplit {
   int64_t steps;          /* runs summed */
   int64_t wall_ns;        /* their wall times: compute + wait_params + send_grads exactly */
   int64_t compute_ns, wait_params_ns, send_grads_ns;
-  int64_t kernel_ns;      /* of compute_ns: |C| (the rest is scheduling, sends, the caller) */
+  int64_t kernel_ns;      /* of compute_ns: |C & [t0, L]| (the rest: scheduling, sends, the
+                             caller's own work) */
   int64_t tracing_ns;     /* recording these runs' events: the cost of measuring them */
 } FloeStepSplit;
 /* Fills *out with the split of every run recorded since tracing last started (the runs of
