@@ -46,6 +46,7 @@ static const char lstm_help[] =
     "                  [--data DIR] [--eval-windows N] [--devices LIST]\n"
     "                  [--save-graph FILE] [--export FILE] [--profile] [--trace FILE]\n"
     "                  [--timeout S] [--json] [--softmax-shards N]\n"
+    "                  [--checkpoint-dir DIR [--resume]]\n"
     "                  [--cluster SPEC [--job J --task N] [--replication async|sync]\n"
     "                  [--replicas-to-aggregate K] [--ps-strategy NAME]\n"
     "                  [--heartbeat-timeout S] [--ps-tasks M]]\n"
@@ -98,6 +99,12 @@ static const char lstm_help[] =
     "  --json                 end with one JSON line: model, epochs, batch, the options,\n"
     "                         words_per_sec, train_seconds, perplexity, unigram_perplexity,\n"
     "                         final_loss, last_loss, wall_seconds, peak_rss_mb, steps, ...\n"
+    "  --checkpoint-dir DIR   save a checkpoint after every epoch and at the end (the\n"
+    "                         newest 3 are kept; on a cluster the chief saves)\n"
+    "  --resume               go on from the newest checkpoint in --checkpoint-dir: at the\n"
+    "                         window its global step says (windows x optimisers; under\n"
+    "                         sync replication global steps x --replicas-to-aggregate),\n"
+    "                         the recurrent state from zeros there\n"
     "  --softmax-shards N     split the embedding and the softmax weights and biases into\n"
     "                         N shards each along the vocabulary (floe_sharded_variable;\n"
     "                         on a cluster each shard goes to a ps task, default N = the\n"
@@ -131,8 +138,8 @@ static const char lstm_help[] =
 typedef struct LstmOptions {
   long long steps, epochs, batch, bptt, hidden, layers, vocab, sampled, seed, threads, eval;
   double lr, clip, softmax_lr;
-  const char *data, *devices, *save_graph, *export_path, *trace;
-  int json, profile;
+  const char *data, *devices, *save_graph, *export_path, *trace, *checkpoint_dir;
+  int json, profile, resume;
   int64_t timeout_ms; /* --timeout: each step's deadline; 0: none */
   long long softmax_shards; /* --softmax-shards: 0 none (one process) or one per ps task */
   int softmax_lr_given;
@@ -163,6 +170,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"trace", required_argument, NULL, 'Z'},
       {"timeout", required_argument, NULL, 'O'},
       {"softmax-shards", required_argument, NULL, 'W'},
+      {"checkpoint-dir", required_argument, NULL, 'K'}, {"resume", no_argument, NULL, 'U'},
       {"cluster", required_argument, NULL, 'Q'}, {"job", required_argument, NULL, 'Q'},
       {"task", required_argument, NULL, 'Q'},    {"replication", required_argument, NULL, 'Q'},
       {"replicas-to-aggregate", required_argument, NULL, 'Q'},
@@ -195,6 +203,8 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       case 'T': target = &o->threads, hi = 4096; break;
       case 'E': target = &o->eval, lo = 0; break;
       case 'W': target = &o->softmax_shards, lo = 0, hi = 65536; break;
+      case 'K': o->checkpoint_dir = optarg; break;
+      case 'U': o->resume = 1; break;
       case 'Q': {
         int r = train_cluster_option(&o->cl, opts[li].name, optarg);
         if (r) return 2; /* printed (every 'Q' option is a cluster option) */
@@ -238,6 +248,8 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
   if (o->sampled >= o->vocab)
     return cli_usage("train", "--sampled-softmax K must be smaller than --vocab");
   if (train_cluster_check_options(&o->cl)) return 2;
+  if (o->resume && !o->checkpoint_dir)
+    return cli_usage("train", "--resume needs --checkpoint-dir DIR");
   if (o->cl.spec && (o->devices || o->save_graph || o->export_path))
     return cli_usage("train", "--cluster places the graph itself and keeps the variables on the "
                      "ps tasks: drop --devices, --save-graph and --export");
@@ -471,10 +483,6 @@ static int build(Lm *m, LstmOptions *o, FloeRuntime *rt) {
   else if (floe_session_run_opts(m->s, &m->ro, NULL, 0, NULL, 0, (const char *const[]){"init"}, 1,
                                  NULL, st) != FLOE_OK)
     rc = cli_error("train", "initialising: %s", floe_status_message(st));
-  if (!rc && o->cl.sync && /* every task's local step starts at the global step */
-      floe_session_run_opts(m->s, &m->ro, NULL, 0, NULL, 0, (const char *const[]){m->local_init},
-                            1, NULL, st) != FLOE_OK)
-    rc = cli_error("train", "setting the local step: %s", floe_status_message(st));
   floe_status_free(st);
   return rc;
 }
@@ -492,9 +500,9 @@ static void zero_states(FloeTensor **states, int n, int64_t batch, int64_t hidde
 /* One window: feeds x, y and the states; fetches the loss into *loss (and new states).
  * targets: run the training step too. 0, or 1 with the error printed. */
 /* One window: feeds x, y and the states, fetches loss_name and the next states (and with
- * token, sync replication's token into *token), runs the training step when train. Prints
- * a failure, except FLOE_OUT_OF_RANGE for a token (the chief closed the token queue: the end
- * of training). */
+ * token, into *token sync replication's token or else the global step as the step read it),
+ * runs the training step when train. Prints a failure, except FLOE_OUT_OF_RANGE for a sync
+ * token (the chief closed the token queue: the end of training). */
 static floe_code run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
                             const char *loss_name, int train, double *loss, int64_t *token) {
   int L = m->layers;
@@ -510,7 +518,7 @@ static floe_code run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **st
     fetch[1 + 2 * l] = m->h_out[l];
     fetch[2 + 2 * l] = m->c_out[l];
   }
-  if (token) fetch[1 + 2 * L] = m->token_name;
+  if (token) fetch[1 + 2 * L] = m->token_name[0] ? m->token_name : m->step_name;
   const char *targets[1] = {"train"};
   FloeStatus *st = floe_status_new();
   floe_code rc = st ? floe_session_run_opts(m->s, &m->ro, feeds, 2 + 2 * L, fetch,
@@ -518,7 +526,7 @@ static floe_code run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **st
                                             train ? 1 : 0, out, st)
                     : FLOE_NO_MEMORY;
   if (rc != FLOE_OK) {
-    if (!(token && rc == FLOE_OUT_OF_RANGE))
+    if (!(token && m->token_name[0] && rc == FLOE_OUT_OF_RANGE))
       cli_error("train", "%s", st ? floe_status_message(st) : "out of memory");
   } else {
     *loss = *(const float *)floe_tensor_data(out[0]);
@@ -564,6 +572,39 @@ static int check_finite(Lm *m, const LstmOptions *o, const char *when, FloeStatu
   if (r == 0) return 0;
   return cli_error("train", "%s: training diverged: %s; try a smaller --lr or --softmax-lr "
                    "(this run's: %g and %g) or --clip N", when, desc, o->lr, o->softmax_lr);
+}
+
+/* --resume: restores the newest checkpoint of --checkpoint-dir (none yet: starts afresh, and
+ * says so) into the session, its global step into *step. 0, or 1 after printing why. */
+static int resume(Lm *m, const LstmOptions *o, int64_t *step, FloeStatus *st) {
+  char *path = floe_checkpoint_latest(o->checkpoint_dir, NULL, st);
+  if (!path) {
+    if (floe_status_code(st) != FLOE_NOT_FOUND)
+      return cli_error("train", "--resume: %s", floe_status_message(st));
+    fprintf(stderr, "floe train: no checkpoint in %s yet: starting from scratch\n",
+            o->checkpoint_dir);
+    return 0;
+  }
+  int rc = 0;
+  char when[600];
+  snprintf(when, sizeof when, "--resume: checkpoint %s", path);
+  if (floe_checkpoint_restore(m->s, path, step, st) != FLOE_OK)
+    rc = cli_error("train", "--resume: %s", floe_status_message(st));
+  else if (check_finite(m, o, when, st)) /* never train on from NaNs */
+    rc = 1;
+  else
+    printf("resumed from %s at global step %lld\n", path, (long long)*step);
+  free(path);
+  return rc;
+}
+
+/* --checkpoint-dir: saves the session's variables at global step `step` (the newest 3 are
+ * kept). 0, or 1 after printing why. */
+static int save_checkpoint(Lm *m, const LstmOptions *o, int64_t step, FloeStatus *st) {
+  if (!o->checkpoint_dir) return 0;
+  if (floe_checkpoint_save(m->s, o->checkpoint_dir, NULL, step, 3, NULL, st) != FLOE_OK)
+    return cli_error("train", "saving a checkpoint: %s", floe_status_message(st));
+  return 0;
 }
 
 /* Held-out perplexity into *ppl: the full softmax over the first --eval-windows (0: all)
@@ -629,6 +670,9 @@ int cmd_train_lstm(int argc, char **argv) {
   int done, rc = parse(argc, argv, &o, &done);
   if (rc || done) return rc;
   double t_start = now_s();
+  char msg[1024];
+  if (o.checkpoint_dir && train_check_checkpoint_dir(o.checkpoint_dir, msg, sizeof msg))
+    return cli_error("train", "%s", msg); /* before any training, not after it */
   if (o.threads) {
     /* Before the runtime loads the plugins: OpenMP (oneDNN) and OpenBLAS read these. */
     char buf[32];
@@ -684,6 +728,22 @@ int cmd_train_lstm(int argc, char **argv) {
   }
   int cluster = o.cl.spec != NULL, sync = o.cl.sync, is_worker = cluster && !o.cl.is_chief;
   int replicas = cluster ? o.cl.replicas : 1, me = cluster ? o.cl.replica : 0;
+  int64_t global_step = 0;
+  /* Where training goes on from: the restored checkpoint's global step (the chief, or one
+   * process, with --resume), the shared one once the chief is ready (a worker), or zero. */
+  if (is_worker) {
+    if (train_fetch_global_step(m.s, &m.ro, m.step_name, &global_step, st)) {
+      rc = cli_error("train", "reading the global step: %s", floe_status_message(st));
+      goto out_model;
+    }
+  } else if (o.resume && (rc = resume(&m, &o, &global_step, st)) != 0) {
+    goto out_model;
+  }
+  if (sync && floe_session_run_opts(m.s, &m.ro, NULL, 0, NULL, 0,
+                                    (const char *const[]){m.local_init}, 1, NULL, st) != FLOE_OK) {
+    rc = cli_error("train", "setting the local step: %s", floe_status_message(st));
+    goto out_model;
+  }
   if (sync && o.cl.is_chief && train_updater_start(&updater, m.s, m.update_name, "train")) {
     rc = 1;
     goto out_model;
@@ -694,7 +754,9 @@ int cmd_train_lstm(int argc, char **argv) {
   int epochs = (int)((total + per_epoch - 1) / per_epoch); /* the last may be cut by --steps */
   /* Where the shared global step ends: sync, K windows per global step; else one increment
    * per window and optimiser. */
-  int64_t end_gs = sync ? (total / m.K > 0 ? total / m.K : 1) : total * m.incs, global_step = 0;
+  int64_t end_gs = sync ? (total / m.K > 0 ? total / m.K : 1) : total * m.incs;
+  int64_t start = sync ? global_step * m.K : global_step / m.incs; /* windows done */
+  if (start > total) start = total;
   int64_t train_words = 0, test_words = 0;
   floe_text_ids(corpus, FLOE_TEXT_TRAIN, &train_words);
   floe_text_ids(corpus, FLOE_TEXT_TEST, &test_words);
@@ -721,12 +783,18 @@ int cmd_train_lstm(int argc, char **argv) {
   FloeTensor *states[16] = {0};
   double final_loss = NAN, last_loss = NAN, train_secs = 0, ppl = NAN;
   int64_t timed_words = 0, timed_steps = 0, n_eval = 0, my_steps = 0;
-  int finished = 0; /* sync: the token said the last global step */
-  for (int e = 0; sync ? !finished : e < epochs; e++) {
-    /* This epoch's windows, and this task's contiguous part of them (its state carries). */
+  /* One process: exactly the windows from start to total. A cluster: every task goes on
+   * through its part of each epoch's windows until the global step says the end (sync: the
+   * token; async: the global step its window read), however fast the others are. */
+  int finished = start >= total && !cluster;
+  for (int e = (int)(start / per_epoch); cluster ? !finished : e < epochs; e++) {
+    /* This epoch's windows from base, and this task's contiguous part of them (its state
+     * carries from window to window). */
     int64_t first = (int64_t)e * per_epoch, n = total - first < per_epoch ? total - first : per_epoch;
-    if (sync || n < 1) n = per_epoch; /* sync: whole epochs until the token says the end */
-    int64_t lo = n * me / replicas, hi = n * (me + 1) / replicas;
+    if (cluster || n < 1) n = per_epoch;
+    int64_t base = e == (int)(start / per_epoch) ? start % per_epoch : 0;
+    if (base > n) base = n;
+    int64_t lo = base + (n - base) * me / replicas, hi = base + (n - base) * (me + 1) / replicas;
     double loss_sum = 0, epoch_secs = 0, last_draw = 0;
     int64_t epoch_words = 0, done_here = 0;
     int recording = 0;
@@ -752,7 +820,7 @@ int cmd_train_lstm(int argc, char **argv) {
       double t0 = now_s();
       double loss = 0;
       int64_t token = 0;
-      floe_code c = run_window(&m, x, y, states, "loss", 1, &loss, sync ? &token : NULL);
+      floe_code c = run_window(&m, x, y, states, "loss", 1, &loss, cluster ? &token : NULL);
       double dt = now_s() - t0;
       if (cluster) train_cluster_count_end(&o.cl);
       floe_tensor_release(x);
@@ -771,6 +839,11 @@ int cmd_train_lstm(int argc, char **argv) {
       if (sync) {
         global_step = token;
         if (token >= end_gs) finished = 1;
+      } else if (cluster) { /* read before this step's increments: they make the end */
+        global_step = token + m.incs;
+        if (global_step >= end_gs) finished = 1;
+      } else {
+        global_step += m.incs;
       }
       if (train_step_times_add(&times, dt)) {
         rc = cli_error("train", "out of memory");
@@ -815,9 +888,19 @@ int cmd_train_lstm(int argc, char **argv) {
     train_secs += epoch_secs;
     timed_words += epoch_words;
     if (done_here) final_loss = loss_sum / (double)done_here;
-    int last = sync ? finished : e + 1 == epochs;
+    int last = cluster ? finished : e + 1 == epochs;
     if (cluster && (is_worker || !last)) { /* the chief evaluates once everything is applied */
       if (tty) printf("\r\033[K");
+      if (!is_worker && o.checkpoint_dir) { /* the chief: a checkpoint each epoch */
+        if (train_fetch_global_step(m.s, &m.ro, m.step_name, &global_step, st)) {
+          rc = cli_error("train", "reading the global step: %s", floe_status_message(st));
+          goto out_states;
+        }
+        if (save_checkpoint(&m, &o, global_step, st)) {
+          rc = 1;
+          goto out_states;
+        }
+      }
       printf("epoch %d/%d loss %.6f words/s %.0f seconds %.2f (this task's share)\n", e + 1,
              epochs, final_loss, epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0.0,
              epoch_secs);
@@ -858,6 +941,14 @@ int cmd_train_lstm(int argc, char **argv) {
     printf("epoch %d/%d loss %.6f perplexity %.1f words/s %.0f seconds %.2f\n", e + 1, epochs,
            final_loss, ppl, epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0.0, epoch_secs);
     fflush(stdout);
+    if (save_checkpoint(&m, &o, global_step, st)) {
+      rc = 1;
+      goto out_states;
+    }
+  }
+  if (!is_worker && isnan(ppl) && evaluate(&m, &o, tew, states, &ppl, &n_eval, st)) {
+    rc = 1; /* resumed at the end: nothing trained, the model still tested */
+    goto out_states;
   }
   if (is_worker) {
     /* The session goes first (its pieces on the ps tasks are dropped); the server stays up
