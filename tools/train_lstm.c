@@ -102,8 +102,8 @@ static const char lstm_help[] =
     "  --checkpoint-dir DIR   save a checkpoint after every epoch and at the end (the\n"
     "                         newest 3 are kept; on a cluster the chief saves)\n"
     "  --resume               go on from the newest checkpoint in --checkpoint-dir: at the\n"
-    "                         window its global step says (windows x optimisers; under\n"
-    "                         sync replication global steps x --replicas-to-aggregate),\n"
+    "                         window its global step says (one a window; under sync\n"
+    "                         replication global steps x --replicas-to-aggregate),\n"
     "                         the recurrent state from zeros there\n"
     "  --softmax-shards N     split the embedding and the softmax weights and biases into\n"
     "                         N shards each along the vocabulary (floe_sharded_variable;\n"
@@ -275,7 +275,6 @@ typedef struct Lm {
   int shards;                      /* --softmax-shards in effect (0: whole variables) */
   FloeShardedVariable emb;         /* the embedding when sharded */
   int K;                           /* sync replication: gradients per global step */
-  int incs;                        /* global step increments per window (one per optimiser) */
   char step_name[128];             /* the global step's value */
   /* sync replication's nodes (floe_sync_replicas_minimize) */
   char token_name[128], local_init[128], update_name[128], close_name[128], stale_name[128];
@@ -313,7 +312,6 @@ static FloeNode *train_op(Lm *m, FloeGraph *g, FloeOutput loss, const LstmOption
   floe_optimizer_options_init(&oo, FLOE_OPT_ADAM);
   oo.learning_rate = o->lr;
   oo.clip_global_norm = o->clip;
-  m->incs = 1;
   if (o->cl.sync) { /* SyncReplicasOptimizer: one Adam (the options made the rates one) */
     FloeSyncReplicasOptions so;
     floe_sync_replicas_options_init(&so);
@@ -329,7 +327,7 @@ static FloeNode *train_op(Lm *m, FloeGraph *g, FloeOutput loss, const LstmOption
     return sr.train;
   }
   if (o->softmax_lr == o->lr) return floe_minimize(g, "train", loss, &oo, NULL, 0);
-  m->incs = 2; /* each floe_minimize counts the step */
+  /* the second optimiser does not count the step again */
   FloeVariable vars[32], body[32], out[32];
   int n = floe_graph_variables(g, 1, vars, 32), nb = 0, no = 0;
   for (int i = 0; i < n && i < 32; i++) {
@@ -339,6 +337,7 @@ static FloeNode *train_op(Lm *m, FloeGraph *g, FloeOutput loss, const LstmOption
   FloeNode *steps[2];
   steps[0] = floe_minimize(g, "train_body", loss, &oo, body, nb);
   oo.learning_rate = o->softmax_lr;
+  oo.increment_global_step = 0;
   steps[1] = floe_minimize(g, "train_softmax", loss, &oo, out, no);
   FloeNodeBuilder *b = floe_node_begin(g, "NoOp", "train");
   for (int i = 0; i < 2; i++) floe_node_add_control_input(b, steps[i]);
@@ -752,10 +751,9 @@ int cmd_train_lstm(int argc, char **argv) {
   int64_t per_epoch = floe_text_windows_per_epoch(trw), words = o.batch * o.bptt;
   int64_t total = o.steps ? o.steps : o.epochs * per_epoch;
   int epochs = (int)((total + per_epoch - 1) / per_epoch); /* the last may be cut by --steps */
-  /* Where the shared global step ends: sync, K windows per global step; else one increment
-   * per window and optimiser. */
-  int64_t end_gs = sync ? (total / m.K > 0 ? total / m.K : 1) : total * m.incs;
-  int64_t start = sync ? global_step * m.K : global_step / m.incs; /* windows done */
+  /* Where the shared global step ends: sync, K windows per global step; else one a window. */
+  int64_t end_gs = sync ? (total / m.K > 0 ? total / m.K : 1) : total;
+  int64_t start = sync ? global_step * m.K : global_step; /* windows done */
   if (start > total) start = total;
   int64_t train_words = 0, test_words = 0;
   floe_text_ids(corpus, FLOE_TEXT_TRAIN, &train_words);
@@ -839,11 +837,11 @@ int cmd_train_lstm(int argc, char **argv) {
       if (sync) {
         global_step = token;
         if (token >= end_gs) finished = 1;
-      } else if (cluster) { /* read before this step's increments: they make the end */
-        global_step = token + m.incs;
+      } else if (cluster) { /* read before this step's increment: it makes the end */
+        global_step = token + 1;
         if (global_step >= end_gs) finished = 1;
       } else {
-        global_step += m.incs;
+        global_step++;
       }
       if (train_step_times_add(&times, dt)) {
         rc = cli_error("train", "out of memory");

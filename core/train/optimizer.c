@@ -40,6 +40,7 @@ void floe_optimizer_options_init(FloeOptimizerOptions *o, FloeOptimizerKind kind
   o->staircase = 0;
   o->cosine_alpha = 0.0;
   o->num_boundaries = 0;
+  o->increment_global_step = 1;
 }
 
 static const char *const kind_names[] = {"sgd", "momentum", "adam", "rmsprop", "adagrad"};
@@ -566,10 +567,6 @@ static Minimize *minimize_new(FloeGraph *g, const char *scope, const char *what,
   return m;
 }
 
-/* floe_minimize's first half: the variables (given, or every trainable one) and the
- * gradients of the loss at each (weight decay and clipping applied); those the loss does not
- * reach are left out. *mvs_out (caller frees) holds *n_out of them. 0, or -1 with the
- * graph's error set. */
 /* A variable's gathers' indices (flattened, i64) and rows ([-1, the variable's row dims])
  * concatenated into ins[1] and ins[2], for one ResourceGatherGrad. 0, or -1 with the sticky
  * error set. */
@@ -631,6 +628,10 @@ static int gather_rows_concat(Minimize *m, const MinVar *mv, const FloeOutput *x
   return floe_graph_status(m->g) == FLOE_OK ? 0 : -1;
 }
 
+/* floe_minimize's first half: the variables (given, or every trainable one) and the
+ * gradients of the loss at each (weight decay and clipping applied); those the loss does not
+ * reach are left out. *mvs_out (caller frees) holds *n_out of them. 0, or -1 with the
+ * graph's error set. */
 static int minimize_grads(Minimize *m, FloeOutput loss, const FloeVariable *vars, int num_vars,
                           MinVar **mvs_out, int *n_out) {
   FloeGraph *g = m->g;
@@ -866,10 +867,15 @@ static FloeNode *minimize_apply(Minimize *m, MinVar *mvs, int n, FloeOutput loss
       deps[i] = update(m, &mvs[i], NULL, 0);
   }
   if (floe_graph_status(g) != FLOE_OK) goto out;
-  /* The step counts once every update is done. */
-  FloeNodeBuilder *b = floe__build_begin(&sc, "AssignAddVariableOp", "increment_global_step");
-  floe_node_add_input(b, step.handle);
-  floe_node_add_input(b, floe__build_int(&sc, "one", FLOE_I64, 1));
+  /* The step counts once every update is done (or, not counting, ends when they are). */
+  FloeNodeBuilder *b;
+  if (m->o.increment_global_step) {
+    b = floe__build_begin(&sc, "AssignAddVariableOp", "increment_global_step");
+    floe_node_add_input(b, step.handle);
+    floe_node_add_input(b, floe__build_int(&sc, "one", FLOE_I64, 1));
+  } else {
+    b = floe__build_begin(&sc, "NoOp", "updates");
+  }
   for (int i = 0; i < n; i++) floe_node_add_control_input(b, deps[i]);
   inc = floe_node_finish(b);
 out:
@@ -955,6 +961,7 @@ FloeSyncReplicas floe_sync_replicas_minimize(FloeGraph *g, const char *name, Flo
   }
   Minimize *m = minimize_new(g, scope, "floe_sync_replicas_minimize", o);
   if (!m) return r;
+  m->o.increment_global_step = 1; /* the aggregation step is what counts */
   MinVar *mvs = NULL, *chief = NULL;
   FloeNode **applies = NULL, **sets = NULL;
   int n = 0;

@@ -216,6 +216,11 @@ typedef struct FloeOptimizerOptions {
   int num_boundaries;           /* piecewise: boundaries[n], values[n + 1] */
   int64_t boundaries[FLOE_LR_MAX_PIECES];
   double values[FLOE_LR_MAX_PIECES + 1];
+  int increment_global_step;    /* 1 (default): the step adds one to the global step; 0: it
+                                 * does not (a second optimiser of the same step, e.g. its
+                                 * own rate for some variables: TF's minimize without
+                                 * global_step). The schedule and Adam's bias correction read
+                                 * the global step either way. Sync replication: always 1 */
 } FloeOptimizerOptions;
 
 /* Fills the defaults of kind (above). */
