@@ -833,6 +833,17 @@ static int merge_profile(Trainer *t) {
   return r ? cli_error("train", "--profile: out of memory") : 0;
 }
 
+/* Sync replication: the stale gradients the accumulators dropped so far; -1 when unread. */
+static int64_t stale_gradients(Trainer *t) {
+  int64_t stale = -1;
+  const char *f = t->stale_name;
+  FloeTensor *sv = NULL;
+  if (floe_session_run_opts(t->s, &t->ro, NULL, 0, &f, 1, NULL, 0, &sv, t->st) == FLOE_OK)
+    stale = *(const int64_t *)floe_tensor_data(sv);
+  floe_tensor_release(sv);
+  return stale;
+}
+
 /* Adds the breakdown of the steps traced since tracing started to t->bd. 0, or 1 on error. */
 static int add_breakdown(Trainer *t) {
   FloeStepBreakdown b = {.struct_size = sizeof b};
@@ -858,6 +869,7 @@ int cmd_train(int argc, char **argv) {
   int splitting = 0;
   int done, rc = parse_options(argc, argv, &t.o, &done);
   if (rc || done) return rc;
+  t.o.cl.sync = t.o.sync; /* for train_cluster_json */
   const TrainOptions *o = &t.o;
   rc = 1;
   if (o->threads > 0) {
@@ -1207,14 +1219,12 @@ int cmd_train(int argc, char **argv) {
       json_init(&w, stdout);
       json_begin_object(&w);
       json_key(&w, "model"), json_string(&w, o->model);
-      json_key(&w, "cluster_task"), json_string(&w, floe_server_task(o->cl.server));
-      json_key(&w, "replication"), json_string(&w, o->sync ? "sync" : "async");
       json_key(&w, "steps"), json_int(&w, total_steps);
       json_key(&w, "samples_per_sec"), json_double(&w, train_secs > 0 ? trained / train_secs : 0);
       json_key(&w, "train_seconds"), json_double(&w, train_secs);
       json_key(&w, "step_time_p50_ms"), json_double(&w, step_times_quantile(&times, 0.5) * 1e3);
       json_key(&w, "step_time_p90_ms"), json_double(&w, step_times_quantile(&times, 0.9) * 1e3);
-      train_cluster_json(&w, &o->cl, total_steps);
+      train_cluster_json(&w, &o->cl, total_steps, t.K, o->sync ? stale_gradients(&t) : -1);
       json_key(&w, "step_split_ms"), train_split_json(&w, &split);
       json_end_object(&w);
       json_finish(&w);
@@ -1296,19 +1306,7 @@ int cmd_train(int argc, char **argv) {
     json_key(&w, "step_time_p50_ms"), json_double(&w, step_times_quantile(&times, 0.5) * 1e3);
     json_key(&w, "step_time_p90_ms"), json_double(&w, step_times_quantile(&times, 0.9) * 1e3);
     if (o->cl.spec) {
-      json_key(&w, "cluster_task"), json_string(&w, floe_server_task(o->cl.server));
-      json_key(&w, "replication"), json_string(&w, o->sync ? "sync" : "async");
-      if (o->sync) {
-        int64_t stale = -1;
-        const char *f = t.stale_name;
-        FloeTensor *sv = NULL;
-        if (floe_session_run_opts(t.s, &t.ro, NULL, 0, &f, 1, NULL, 0, &sv, t.st) == FLOE_OK)
-          stale = *(const int64_t *)floe_tensor_data(sv);
-        floe_tensor_release(sv);
-        json_key(&w, "replicas_to_aggregate"), json_int(&w, t.K);
-        json_key(&w, "stale_gradients_dropped"), json_int(&w, stale);
-      }
-      train_cluster_json(&w, &o->cl, total_steps);
+      train_cluster_json(&w, &o->cl, total_steps, t.K, o->sync ? stale_gradients(&t) : -1);
       json_key(&w, "step_split_ms"), train_split_json(&w, &split);
     }
     if (o->trace) json_key(&w, "trace"), json_string(&w, o->trace);

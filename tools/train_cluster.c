@@ -11,6 +11,128 @@
 
 #include "cli.h"
 #include "train_cluster.h"
+#include "train_signal.h"
+
+int train_cluster_option(TrainCluster *c, const char *name, const char *arg) {
+  long long v;
+  if (!strcmp(name, "cluster")) {
+    c->spec = arg;
+    return 0;
+  }
+  c->given = 1;
+  if (!strcmp(name, "job")) {
+    c->job = arg;
+  } else if (!strcmp(name, "task")) {
+    if (cli_int_option("train", "--task", arg, 0, 4095, &v)) return 2;
+    c->task = (int)v;
+  } else if (!strcmp(name, "replication")) {
+    if (strcmp(arg, "async") && strcmp(arg, "sync"))
+      return cli_usage("train", "--replication takes async or sync");
+    c->sync = !strcmp(arg, "sync");
+  } else if (!strcmp(name, "ps-tasks")) { /* under mpirun/srun: ranks 1..M are the ps tasks */
+    if (cli_int_option("train", "--ps-tasks", arg, 0, 4095, &v)) return 2;
+    setenv("FLOE_PS_TASKS", arg, 1);
+  } else if (!strcmp(name, "replicas-to-aggregate")) {
+    if (cli_int_option("train", "--replicas-to-aggregate", arg, 1, 65536, &v)) return 2;
+    c->aggregate = (int)v;
+  } else if (!strcmp(name, "ps-strategy")) {
+    if (strcmp(arg, "round-robin") && strcmp(arg, "greedy"))
+      return cli_usage("train", "--ps-strategy takes round-robin or greedy");
+    c->greedy = !strcmp(arg, "greedy");
+  } else if (!strcmp(name, "heartbeat-timeout")) {
+    if (cli_number_option("train", "--heartbeat-timeout", arg, 0.05, 0, 3600,
+                          &c->heartbeat_timeout))
+      return 2;
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
+int train_cluster_check_options(const TrainCluster *c) {
+  if (c->given && !c->spec)
+    return cli_usage("train", "--job, --task, --replication, --replicas-to-aggregate, "
+                     "--ps-tasks, --ps-strategy and --heartbeat-timeout go with --cluster");
+  if (c->aggregate && !c->sync)
+    return cli_usage("train", "--replicas-to-aggregate goes with --replication sync");
+  return 0;
+}
+
+int train_step_times_add(TrainStepTimes *t, double secs) {
+  if (t->n == t->cap) {
+    int64_t cap = t->cap ? 2 * t->cap : 1024;
+    double *v = realloc(t->v, (size_t)cap * sizeof *v);
+    if (!v) return -1;
+    t->v = v;
+    t->cap = cap;
+  }
+  t->v[t->n++] = secs;
+  return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double train_step_times_quantile(TrainStepTimes *t, double q) {
+  if (t->n == 0) return NAN;
+  qsort(t->v, (size_t)t->n, sizeof *t->v, cmp_double);
+  int64_t k = (int64_t)ceil(q * (double)t->n) - 1;
+  return t->v[k < 0 ? 0 : k >= t->n ? t->n - 1 : k];
+}
+
+int train_fetch_global_step(FloeSession *s, const FloeRunOptions *ro, const char *step_name,
+                            int64_t *step, FloeStatus *st) {
+  FloeTensor *v = NULL;
+  if (floe_session_run_opts(s, ro, NULL, 0, &step_name, 1, NULL, 0, &v, st) != FLOE_OK) return -1;
+  *step = *(const int64_t *)floe_tensor_data(v);
+  floe_tensor_release(v);
+  return 0;
+}
+
+int train_wait_global_step(FloeSession *s, const FloeRunOptions *ro, const char *step_name,
+                           int64_t end, int64_t *step, FloeStatus *st, const char *tool) {
+  for (;;) {
+    if (train_fetch_global_step(s, ro, step_name, step, st))
+      return cli_error(tool, "waiting for the other tasks' steps: %s", floe_status_message(st));
+    if (*step >= end) return 0;
+    if (train_sigint_pending())
+      return cli_error(tool, "interrupted while waiting for the other tasks' steps (global "
+                       "step %lld of %lld)", (long long)*step, (long long)end);
+    nanosleep(&(struct timespec){0, 20000000L}, NULL);
+  }
+}
+
+/* One number per ps: values[k] / steps (0 without steps). */
+static void per_ps_json(JsonWriter *w, const char *key, const int64_t *values, int n,
+                        int64_t steps) {
+  json_key(w, key);
+  json_begin_array(w);
+  for (int k = 0; k < n; k++)
+    json_double(w, steps ? (double)values[k] / (double)steps : 0);
+  json_end_array(w);
+}
+
+void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps, int K,
+                        int64_t stale) {
+  json_key(w, "cluster_task"), json_string(w, floe_server_task(c->server));
+  json_key(w, "replication"), json_string(w, c->sync ? "sync" : "async");
+  if (c->sync) {
+    json_key(w, "replicas_to_aggregate"), json_int(w, K);
+    json_key(w, "stale_gradients_dropped"), json_int(w, stale);
+  }
+  json_key(w, "replicas"), json_int(w, c->replicas);
+  json_key(w, "ps_tasks"), json_int(w, c->num_ps);
+  json_key(w, "ps_strategy"), json_string(w, c->greedy ? "greedy" : "round-robin");
+  json_key(w, "ps_variable_bytes");
+  json_begin_array(w);
+  for (int k = 0; k < c->num_ps; k++) json_int(w, c->ps_bytes[k]);
+  json_end_array(w);
+  /* What one of this task's steps moved to (gradients) and from (parameters) each ps. */
+  per_ps_json(w, "bytes_to_ps_per_step", c->to_ps, c->num_ps, steps);
+  per_ps_json(w, "bytes_from_ps_per_step", c->from_ps, c->num_ps, steps);
+}
 
 int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool) {
   FloeStatus *st = floe_status_new();
@@ -262,26 +384,6 @@ void train_cluster_straggle(const TrainCluster *c) {
   double ms = -mean_ms * log(1.0 - u);
   struct timespec d = {(time_t)(ms / 1000), (long)(fmod(ms, 1000.0) * 1e6)};
   nanosleep(&d, NULL);
-}
-
-void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps) {
-  json_key(w, "replicas"), json_int(w, c->replicas);
-  json_key(w, "ps_tasks"), json_int(w, c->num_ps);
-  json_key(w, "ps_strategy"), json_string(w, c->greedy ? "greedy" : "round-robin");
-  json_key(w, "ps_variable_bytes");
-  json_begin_array(w);
-  for (int k = 0; k < c->num_ps; k++) json_int(w, c->ps_bytes[k]);
-  json_end_array(w);
-  json_key(w, "bytes_to_ps_per_step");
-  json_begin_array(w);
-  for (int k = 0; k < c->num_ps; k++)
-    json_double(w, steps ? (double)c->to_ps[k] / (double)steps : 0);
-  json_end_array(w);
-  json_key(w, "bytes_from_ps_per_step");
-  json_begin_array(w);
-  for (int k = 0; k < c->num_ps; k++)
-    json_double(w, steps ? (double)c->from_ps[k] / (double)steps : 0);
-  json_end_array(w);
 }
 
 /* ---- the step split ---- */

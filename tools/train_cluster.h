@@ -28,6 +28,9 @@ typedef struct TrainCluster {
   int task;                   /* --task */
   int greedy;                 /* --ps-strategy greedy (else round-robin) */
   double heartbeat_timeout;   /* seconds; 0: the default */
+  int sync;                   /* --replication sync (else async) */
+  int aggregate;              /* --replicas-to-aggregate; 0: every training task */
+  int given;                  /* a cluster option other than --cluster was given */
   /* what start found */
   FloeServer *server;
   int is_ps, is_chief;
@@ -40,6 +43,38 @@ typedef struct TrainCluster {
   FloeTaskTraffic *rows, *mark; /* scratch: the traffic by peer, and its value at begin */
   int cap_rows, num_mark;
 } TrainCluster;
+
+/* The cluster options every floe train model takes: --cluster, --job, --task, --replication,
+ * --replicas-to-aggregate, --ps-tasks, --ps-strategy and --heartbeat-timeout, by long name
+ * ("job") with its argument (borrowed: argv's). 0 when taken, 1 when name is no cluster
+ * option, 2 after printing a usage error. */
+int train_cluster_option(TrainCluster *c, const char *name, const char *arg);
+/* After parsing: 0, or 2 after printing what does not go together. */
+int train_cluster_check_options(const TrainCluster *c);
+
+/* Every training step's wall time, for the median and the 90th percentile. */
+typedef struct TrainStepTimes {
+  int64_t n, cap;
+  double *v;
+} TrainStepTimes;
+/* 0, or -1 when out of memory. */
+int train_step_times_add(TrainStepTimes *t, double secs);
+/* The q-quantile (nearest rank) of the steps' times; NaN when there were none. Sorts. */
+double train_step_times_quantile(TrainStepTimes *t, double q);
+
+/* The global step variable's value (fetching step_name) into *step: 0, or -1 with st set. */
+int train_fetch_global_step(FloeSession *s, const FloeRunOptions *ro, const char *step_name,
+                            int64_t *step, FloeStatus *st);
+/* The chief: waits until the shared global step reaches end (every task's share applied),
+ * into *step. 0, or 1 after printing why (a lost task ends the session's steps, so this never
+ * waits on one; Ctrl-C ends the wait). */
+int train_wait_global_step(FloeSession *s, const FloeRunOptions *ro, const char *step_name,
+                           int64_t end, int64_t *step, FloeStatus *st, const char *tool);
+/* The cluster's keys of the chief's JSON: cluster_task, replication, replicas_to_aggregate
+ * (K) and stale_gradients_dropped (stale; sync only), replicas, ps_tasks, ps_strategy,
+ * ps_variable_bytes, and bytes_to_ps_per_step / bytes_from_ps_per_step over steps steps. */
+void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps, int K,
+                        int64_t stale);
 
 /* Starts this task's server (until the chief leaves) and works out the roles. 0, or the
  * exit status after printing why (tool is the command's name for messages). */
@@ -83,10 +118,6 @@ void train_cluster_count_end(TrainCluster *c);
  * that mean before each step (an injected straggler); otherwise returns at once. */
 void train_cluster_straggle(const TrainCluster *c);
 void train_cluster_free(TrainCluster *c);
-/* The cluster members of a task's --json object: replicas, ps_tasks, ps_strategy,
- * ps_variable_bytes, and what one of this task's `steps` training steps moved to
- * (bytes_to_ps_per_step: gradients) and from (bytes_from_ps_per_step: parameters) each ps. */
-void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps);
 
 /* The step split of a task's training steps (FloeStepSplit; docs/benchmarks.md, "Step
  * split"): each step's wall time cut into compute, wait_params (waiting for the ps tasks'

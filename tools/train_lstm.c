@@ -34,8 +34,10 @@
 
 #include "cli.h"
 #include "measure.h"
+#include "train_cluster.h"
 #include "train_guard.h"
 #include "train_report.h"
+#include "train_signal.h"
 
 static const char lstm_help[] =
     "Usage: floe train --model lstm [--steps N] [--epochs N] [--batch N] [--bptt T]\n"
@@ -43,7 +45,11 @@ static const char lstm_help[] =
     "                  [--lr X] [--softmax-lr X] [--clip N] [--seed N] [--threads N]\n"
     "                  [--data DIR] [--eval-windows N] [--devices LIST]\n"
     "                  [--save-graph FILE] [--export FILE] [--profile] [--trace FILE]\n"
-    "                  [--timeout S] [--json]\n"
+    "                  [--timeout S] [--json] [--softmax-shards N]\n"
+    "                  [--checkpoint-dir DIR [--resume]]\n"
+    "                  [--cluster SPEC [--job J --task N] [--replication async|sync]\n"
+    "                  [--replicas-to-aggregate K] [--ps-strategy NAME]\n"
+    "                  [--heartbeat-timeout S] [--ps-tasks M]]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
     "  Integers: 1 to 1073741824 unless said (--layers 1 to 8, --vocab from 3,\n"
@@ -93,6 +99,31 @@ static const char lstm_help[] =
     "  --json                 end with one JSON line: model, epochs, batch, the options,\n"
     "                         words_per_sec, train_seconds, perplexity, unigram_perplexity,\n"
     "                         final_loss, last_loss, wall_seconds, peak_rss_mb, steps, ...\n"
+    "  --checkpoint-dir DIR   save a checkpoint after every epoch and at the end (the\n"
+    "                         newest 3 are kept; on a cluster the chief saves)\n"
+    "  --resume               go on from the newest checkpoint in --checkpoint-dir: at the\n"
+    "                         window its global step says (one a window; under sync\n"
+    "                         replication global steps x --replicas-to-aggregate),\n"
+    "                         the recurrent state from zeros there\n"
+    "  --softmax-shards N     split the embedding and the softmax weights and biases into\n"
+    "                         N shards each along the vocabulary (floe_sharded_variable;\n"
+    "                         on a cluster each shard goes to a ps task, default N = the\n"
+    "                         ps tasks). The full softmax reads every shard whole; the\n"
+    "                         sampled softmax and the embedding read only the rows a\n"
+    "                         window needs (each shard gives its own), and the gradients\n"
+    "                         go back as rows\n"
+    "  --cluster SPEC         train on a cluster (between-graph replication) as floe train\n"
+    "                         --model mlp does (see floe train --help): the variables on\n"
+    "                         the ps tasks, the chief and the workers each training on a\n"
+    "                         contiguous part of every epoch's windows (training task r\n"
+    "                         of R takes windows [r n / R, (r + 1) n / R), its state\n"
+    "                         carried from window to window), the chief initialising,\n"
+    "                         evaluating once every task's share is applied, and\n"
+    "                         reporting (step_time_p50_ms, bytes to and from each ps per\n"
+    "                         step, ...). --job, --task, --replication async|sync,\n"
+    "                         --replicas-to-aggregate, --ps-strategy, --heartbeat-timeout\n"
+    "                         and --ps-tasks as there. Sync replication trains every\n"
+    "                         variable with one Adam at --lr (no --softmax-lr)\n"
     "  Output as the other models': after each epoch \"epoch E/N loss L perplexity P\n"
     "  words/s R seconds S\" (L the epoch's mean training loss, P the held-out perplexity\n"
     "  then; a terminal also gets a progress line), at the end \"perplexity P\n"
@@ -107,9 +138,12 @@ static const char lstm_help[] =
 typedef struct LstmOptions {
   long long steps, epochs, batch, bptt, hidden, layers, vocab, sampled, seed, threads, eval;
   double lr, clip, softmax_lr;
-  const char *data, *devices, *save_graph, *export_path, *trace;
-  int json, profile;
+  const char *data, *devices, *save_graph, *export_path, *trace, *checkpoint_dir;
+  int json, profile, resume;
   int64_t timeout_ms; /* --timeout: each step's deadline; 0: none */
+  long long softmax_shards; /* --softmax-shards: 0 none (one process) or one per ps task */
+  int softmax_lr_given;
+  TrainCluster cl;          /* --cluster and its options (cl.spec NULL: one process) */
 } LstmOptions;
 
 static double now_s(void) {
@@ -135,10 +169,18 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"export", required_argument, NULL, 'X'},
       {"trace", required_argument, NULL, 'Z'},
       {"timeout", required_argument, NULL, 'O'},
+      {"softmax-shards", required_argument, NULL, 'W'},
+      {"checkpoint-dir", required_argument, NULL, 'K'}, {"resume", no_argument, NULL, 'U'},
+      {"cluster", required_argument, NULL, 'Q'}, {"job", required_argument, NULL, 'Q'},
+      {"task", required_argument, NULL, 'Q'},    {"replication", required_argument, NULL, 'Q'},
+      {"replicas-to-aggregate", required_argument, NULL, 'Q'},
+      {"ps-tasks", required_argument, NULL, 'Q'}, {"ps-strategy", required_argument, NULL, 'Q'},
+      {"heartbeat-timeout", required_argument, NULL, 'Q'},
       {NULL, 0, NULL, 0}};
   *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
                      .data = "/usr/share/games/fortunes"};
+  o->cl.task = -1;
   *done = 0;
   optind = 1;
   opterr = 0;
@@ -160,12 +202,21 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       case 'S': target = &o->seed, lo = 0, hi = 2147483647; break;
       case 'T': target = &o->threads, hi = 4096; break;
       case 'E': target = &o->eval, lo = 0; break;
+      case 'W': target = &o->softmax_shards, lo = 0, hi = 65536; break;
+      case 'K': o->checkpoint_dir = optarg; break;
+      case 'U': o->resume = 1; break;
+      case 'Q': {
+        int r = train_cluster_option(&o->cl, opts[li].name, optarg);
+        if (r) return 2; /* printed (every 'Q' option is a cluster option) */
+        break;
+      }
       case 'r':
         if (cli_number_option("train", "--lr", optarg, 0, 1, CLI_F32_MAX, &o->lr)) return 2;
         break;
       case 'R':
         if (cli_number_option("train", "--softmax-lr", optarg, 0, 1, CLI_F32_MAX, &o->softmax_lr))
           return 2;
+        o->softmax_lr_given = 1;
         break;
       case 'C': /* 0: no clipping */
         if (cli_number_option("train", "--clip", optarg, 0, 0, CLI_F32_MAX, &o->clip)) return 2;
@@ -196,6 +247,18 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
   if (optind < argc) return cli_usage("train", "unexpected argument (see --help)");
   if (o->sampled >= o->vocab)
     return cli_usage("train", "--sampled-softmax K must be smaller than --vocab");
+  if (train_cluster_check_options(&o->cl)) return 2;
+  if (o->resume && !o->checkpoint_dir)
+    return cli_usage("train", "--resume needs --checkpoint-dir DIR");
+  if (o->cl.spec && (o->devices || o->save_graph || o->export_path))
+    return cli_usage("train", "--cluster places the graph itself and keeps the variables on the "
+                     "ps tasks: drop --devices, --save-graph and --export");
+  if (o->cl.sync) { /* one optimiser: SyncReplicasOptimizer wraps one */
+    if (o->softmax_lr_given && o->softmax_lr != o->lr)
+      return cli_usage("train", "--replication sync trains every variable with one Adam at "
+                       "--lr: drop --softmax-lr (or use --replication async)");
+    o->softmax_lr = o->lr;
+  }
   if (!(o->softmax_lr > 0)) o->softmax_lr = OUTPUT_LAYER_LR;
   return 0;
 }
@@ -209,6 +272,12 @@ typedef struct Lm {
   FloeOutput lstm_w[8], lstm_b[8]; /* each layer's weights (variables' values) */
   TrainVars vars; /* every variable, for the checks of finite values */
   FloeRunOptions ro;               /* every step's: --timeout */
+  int shards;                      /* --softmax-shards in effect (0: whole variables) */
+  FloeShardedVariable emb;         /* the embedding when sharded */
+  int K;                           /* sync replication: gradients per global step */
+  char step_name[128];             /* the global step's value */
+  /* sync replication's nodes (floe_sync_replicas_minimize) */
+  char token_name[128], local_init[128], update_name[128], close_name[128], stale_name[128];
 } Lm;
 
 static FloeOutput i32_const(FloeGraph *g, const int32_t *v, int n, int rank) {
@@ -238,12 +307,27 @@ static FloeOutput transpose01(FloeGraph *g, FloeOutput x) {
 
 /* The training step: Adam on every variable or, when the output layer has a rate of its own,
  * one Adam on the embedding and the LSTMs and one on the softmax weights and biases. */
-static FloeNode *train_op(FloeGraph *g, FloeOutput loss, const LstmOptions *o) {
+static FloeNode *train_op(Lm *m, FloeGraph *g, FloeOutput loss, const LstmOptions *o) {
   FloeOptimizerOptions oo;
   floe_optimizer_options_init(&oo, FLOE_OPT_ADAM);
   oo.learning_rate = o->lr;
   oo.clip_global_norm = o->clip;
+  if (o->cl.sync) { /* SyncReplicasOptimizer: one Adam (the options made the rates one) */
+    FloeSyncReplicasOptions so;
+    floe_sync_replicas_options_init(&so);
+    so.replicas_to_aggregate = m->K;
+    so.total_num_replicas = o->cl.replicas;
+    FloeSyncReplicas sr = floe_sync_replicas_minimize(g, "train", loss, &oo, &so, NULL, 0);
+    if (!sr.train) return NULL;
+    snprintf(m->token_name, sizeof m->token_name, "%s", floe_node_name(sr.token.node));
+    snprintf(m->local_init, sizeof m->local_init, "%s", floe_node_name(sr.local_init));
+    snprintf(m->update_name, sizeof m->update_name, "%s", floe_node_name(sr.chief_update));
+    snprintf(m->close_name, sizeof m->close_name, "%s", floe_node_name(sr.close));
+    snprintf(m->stale_name, sizeof m->stale_name, "%s", floe_node_name(sr.stale.node));
+    return sr.train;
+  }
   if (o->softmax_lr == o->lr) return floe_minimize(g, "train", loss, &oo, NULL, 0);
+  /* the second optimiser does not count the step again */
   FloeVariable vars[32], body[32], out[32];
   int n = floe_graph_variables(g, 1, vars, 32), nb = 0, no = 0;
   for (int i = 0; i < n && i < 32; i++) {
@@ -253,6 +337,7 @@ static FloeNode *train_op(FloeGraph *g, FloeOutput loss, const LstmOptions *o) {
   FloeNode *steps[2];
   steps[0] = floe_minimize(g, "train_body", loss, &oo, body, nb);
   oo.learning_rate = o->softmax_lr;
+  oo.increment_global_step = 0;
   steps[1] = floe_minimize(g, "train_softmax", loss, &oo, out, no);
   FloeNodeBuilder *b = floe_node_begin(g, "NoOp", "train");
   for (int i = 0; i < 2; i++) floe_node_add_control_input(b, steps[i]);
@@ -266,7 +351,8 @@ static FloeNode *train_op(FloeGraph *g, FloeOutput loss, const LstmOptions *o) {
 static void build_inference(Lm *m, const LstmOptions *o, FloeOutput x, FloeOutput sw, FloeOutput sb) {
   FloeGraph *g = m->g;
   int T = (int)o->bptt;
-  FloeOutput emb = floe_layer_embedding(g, "embed", transpose01(g, x), o->vocab, o->hidden, o->seed);
+  FloeOutput emb = m->shards ? floe_embedding_lookup_sharded(g, "infer/embed", &m->emb, transpose01(g, x))
+                  : floe_layer_embedding(g, "embed", transpose01(g, x), o->vocab, o->hidden, o->seed);
   FloeOutput *hs = calloc((size_t)T, sizeof *hs);
   if (!hs) return; /* floe_export_frozen then reports that logits is missing */
   for (int t = 0; t < T; t++) { /* step t's input: row t of the time-major embedding */
@@ -297,14 +383,26 @@ static void build_inference(Lm *m, const LstmOptions *o, FloeOutput x, FloeOutpu
              floe_binary(g, "Add", "infer/logits", floe_matmul(g, NULL, out, sw, 0, 1), sb));
 }
 
-static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
+static int build(Lm *m, LstmOptions *o, FloeRuntime *rt) {
   FloeGraph *g = floe_graph_new();
   m->g = g;
   int64_t B = o->batch, T = o->bptt, H = o->hidden, V = o->vocab;
-  const int64_t dxy[2] = {B, T}, ds[2] = {B, H};
+  const int64_t dxy[2] = {B, T}, ds[2] = {B, H}, dw[2] = {V, H}, db[1] = {V};
+  m->shards = (int)(o->softmax_shards ? o->softmax_shards : o->cl.spec ? o->cl.num_ps : 0);
+  m->K = o->cl.sync ? (o->cl.aggregate ? o->cl.aggregate : o->cl.replicas) : 1;
+  if (m->K > o->cl.replicas && o->cl.sync)
+    return cli_error("train", "--replicas-to-aggregate %d is more than the cluster's %d "
+                     "training tasks (the chief and the workers)", m->K, o->cl.replicas);
   FloeOutput x = floe_placeholder(g, "x", FLOE_I32, floe_shape_make(2, dxy));
   FloeOutput y = floe_placeholder(g, "y", FLOE_I32, floe_shape_make(2, dxy));
-  FloeOutput h = floe_layer_embedding(g, "embed", transpose01(g, x), V, H, o->seed); /* [T,B,H] */
+  FloeOutput h; /* [T,B,H] */
+  if (m->shards) { /* floe_layer_embedding's table, sharded: only a window's rows are read */
+    m->emb = floe_sharded_variable(g, "embed/embeddings", FLOE_F32, floe_shape_make(2, dw),
+                                   floe_init_uniform(-0.05, 0.05, o->seed), 0, m->shards, 0);
+    h = floe_embedding_lookup_sharded(g, "embed/lookup", &m->emb, transpose01(g, x));
+  } else {
+    h = floe_layer_embedding(g, "embed", transpose01(g, x), V, H, o->seed);
+  }
   FloeDynamicRNNOptions ro;
   floe_dynamic_rnn_options_init(&ro);
   for (int l = 0; l < m->layers; l++) {
@@ -327,21 +425,32 @@ static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
   }
   FloeOutput hs = reshape(g, "hs", h, (const int32_t[]){-1, (int32_t)H}, 2); /* [T*B, H] */
   FloeOutput labels = reshape(g, "labels", transpose01(g, y), (const int32_t[]){-1}, 1);
-  const int64_t dw[2] = {V, H}, db[1] = {V};
   double lim = 1.0 / sqrt((double)H);
-  FloeVariable w = floe_variable(g, "softmax/w", FLOE_F32, floe_shape_make(2, dw),
-                                 floe_init_uniform(-lim, lim, o->seed + 300));
-  FloeVariable b = floe_variable(g, "softmax/b", FLOE_F32, floe_shape_make(1, db),
-                                 floe_init_zeros());
-  FloeOutput logits = floe_binary(g, "Add", NULL, floe_matmul(g, NULL, hs, w.value, 0, 1), b.value);
+  FloeInitializer wi = floe_init_uniform(-lim, lim, o->seed + 300), bi = floe_init_zeros();
+  FloeShardedVariable sw = {0}, sb = {0};
+  FloeOutput wv, bv;
+  if (m->shards) { /* along the vocabulary: each shard's rows live on one ps */
+    sw = floe_sharded_variable(g, "softmax/w", FLOE_F32, floe_shape_make(2, dw), wi, 0, m->shards, 0);
+    sb = floe_sharded_variable(g, "softmax/b", FLOE_F32, floe_shape_make(1, db), bi, 0, m->shards, 0);
+    wv = sw.value, bv = sb.value;
+  } else {
+    wv = floe_variable(g, "softmax/w", FLOE_F32, floe_shape_make(2, dw), wi).value;
+    bv = floe_variable(g, "softmax/b", FLOE_F32, floe_shape_make(1, db), bi).value;
+  }
+  FloeOutput logits = floe_binary(g, "Add", NULL, floe_matmul(g, NULL, hs, wv, 0, 1), bv);
   FloeOutput full = floe_sparse_softmax_cross_entropy(g, "full_xent", logits, labels);
   floe_unary(g, "Identity", "eval_loss", full);
-  FloeOutput loss = o->sampled ? floe_sampled_softmax_loss(g, "sampled", w.value, b.value, hs,
-                                                          labels, o->sampled, V, 1, o->seed + 7)
-                               : full;
+  FloeOutput loss = full;
+  if (o->sampled && m->shards)
+    loss = floe_sampled_softmax_loss_sharded(g, "sampled", &sw, &sb, hs, labels, o->sampled, V, 1,
+                                             o->seed + 7);
+  else if (o->sampled)
+    loss = floe_sampled_softmax_loss(g, "sampled", wv, bv, hs, labels, o->sampled, V, 1, o->seed + 7);
   floe_unary(g, "Identity", "loss", loss);
-  if (o->export_path) build_inference(m, o, x, w.value, b.value);
-  m->train = train_op(g, loss, o);
+  if (o->export_path) build_inference(m, o, x, wv, bv);
+  m->train = train_op(m, g, loss, o);
+  snprintf(m->step_name, sizeof m->step_name, "%s",
+           floe_node_name(floe_global_step(g).value.node));
   floe_variables_initializer(g, "init");
   if (floe_graph_status(g) != FLOE_OK)
     return cli_error("train", "building the LSTM model: %s", floe_graph_error(g, NULL));
@@ -357,14 +466,19 @@ static int build(Lm *m, const LstmOptions *o, FloeRuntime *rt) {
     return grc ? grc : -1; /* -1: stop here, successfully */
   }
   if (train_vars_collect(g, &m->vars)) return cli_error("train", "out of memory");
+  if (o->cl.spec && train_cluster_place(&o->cl, g, &m->vars, "train")) return 1;
   FloeSessionOptions so;
   floe_session_options_init(&so);
   so.runtime = rt;
   so.devices = o->devices;
+  so.cluster = o->cl.spec;
   FloeStatus *st = floe_status_new();
   m->s = floe_session_new(g, &so, st);
   int rc = 0;
-  if (!m->s) rc = cli_error("train", "session: %s", floe_status_message(st));
+  if (!m->s)
+    rc = cli_error("train", "session: %s", floe_status_message(st));
+  else if (o->cl.spec && !o->cl.is_chief) /* the chief initialises the shared variables */
+    rc = train_cluster_wait_ready(&o->cl, g, m->s, &m->vars, 120000, "train");
   else if (floe_session_run_opts(m->s, &m->ro, NULL, 0, NULL, 0, (const char *const[]){"init"}, 1,
                                  NULL, st) != FLOE_OK)
     rc = cli_error("train", "initialising: %s", floe_status_message(st));
@@ -384,12 +498,16 @@ static void zero_states(FloeTensor **states, int n, int64_t batch, int64_t hidde
 
 /* One window: feeds x, y and the states; fetches the loss into *loss (and new states).
  * targets: run the training step too. 0, or 1 with the error printed. */
-static int run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
-                      const char *loss_name, int train, double *loss) {
+/* One window: feeds x, y and the states, fetches loss_name and the next states (and with
+ * token, into *token sync replication's token or else the global step as the step read it),
+ * runs the training step when train. Prints a failure, except FLOE_OUT_OF_RANGE for a sync
+ * token (the chief closed the token queue: the end of training). */
+static floe_code run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
+                            const char *loss_name, int train, double *loss, int64_t *token) {
   int L = m->layers;
   FloeFeed feeds[2 + 16];
-  const char *fetch[1 + 16];
-  FloeTensor *out[1 + 16] = {0};
+  const char *fetch[1 + 16 + 1];
+  FloeTensor *out[1 + 16 + 1] = {0};
   feeds[0] = (FloeFeed){"x", x};
   feeds[1] = (FloeFeed){"y", y};
   fetch[0] = loss_name;
@@ -399,12 +517,16 @@ static int run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
     fetch[1 + 2 * l] = m->h_out[l];
     fetch[2 + 2 * l] = m->c_out[l];
   }
+  if (token) fetch[1 + 2 * L] = m->token_name[0] ? m->token_name : m->step_name;
   const char *targets[1] = {"train"};
   FloeStatus *st = floe_status_new();
-  floe_code rc = floe_session_run_opts(m->s, &m->ro, feeds, 2 + 2 * L, fetch, 1 + 2 * L,
-                                       train ? targets : NULL, train ? 1 : 0, out, st);
+  floe_code rc = st ? floe_session_run_opts(m->s, &m->ro, feeds, 2 + 2 * L, fetch,
+                                            1 + 2 * L + (token ? 1 : 0), train ? targets : NULL,
+                                            train ? 1 : 0, out, st)
+                    : FLOE_NO_MEMORY;
   if (rc != FLOE_OK) {
-    cli_error("train", "%s", floe_status_message(st));
+    if (!(token && m->token_name[0] && rc == FLOE_OUT_OF_RANGE))
+      cli_error("train", "%s", st ? floe_status_message(st) : "out of memory");
   } else {
     *loss = *(const float *)floe_tensor_data(out[0]);
     floe_tensor_release(out[0]);
@@ -412,9 +534,13 @@ static int run_window(Lm *m, FloeTensor *x, FloeTensor *y, FloeTensor **states,
       floe_tensor_release(states[i]);
       states[i] = out[1 + i];
     }
+    if (token) {
+      *token = *(const int64_t *)floe_tensor_data(out[1 + 2 * L]);
+      floe_tensor_release(out[1 + 2 * L]);
+    }
   }
   floe_status_free(st);
-  return rc != FLOE_OK;
+  return rc;
 }
 
 /* "nan", "inf" or "-inf" (printf spells a NaN "-nan" or "nan" by its sign bit). */
@@ -447,6 +573,39 @@ static int check_finite(Lm *m, const LstmOptions *o, const char *when, FloeStatu
                    "(this run's: %g and %g) or --clip N", when, desc, o->lr, o->softmax_lr);
 }
 
+/* --resume: restores the newest checkpoint of --checkpoint-dir (none yet: starts afresh, and
+ * says so) into the session, its global step into *step. 0, or 1 after printing why. */
+static int resume(Lm *m, const LstmOptions *o, int64_t *step, FloeStatus *st) {
+  char *path = floe_checkpoint_latest(o->checkpoint_dir, NULL, st);
+  if (!path) {
+    if (floe_status_code(st) != FLOE_NOT_FOUND)
+      return cli_error("train", "--resume: %s", floe_status_message(st));
+    fprintf(stderr, "floe train: no checkpoint in %s yet: starting from scratch\n",
+            o->checkpoint_dir);
+    return 0;
+  }
+  int rc = 0;
+  char when[600];
+  snprintf(when, sizeof when, "--resume: checkpoint %s", path);
+  if (floe_checkpoint_restore(m->s, path, step, st) != FLOE_OK)
+    rc = cli_error("train", "--resume: %s", floe_status_message(st));
+  else if (check_finite(m, o, when, st)) /* never train on from NaNs */
+    rc = 1;
+  else
+    printf("resumed from %s at global step %lld\n", path, (long long)*step);
+  free(path);
+  return rc;
+}
+
+/* --checkpoint-dir: saves the session's variables at global step `step` (the newest 3 are
+ * kept). 0, or 1 after printing why. */
+static int save_checkpoint(Lm *m, const LstmOptions *o, int64_t step, FloeStatus *st) {
+  if (!o->checkpoint_dir) return 0;
+  if (floe_checkpoint_save(m->s, o->checkpoint_dir, NULL, step, 3, NULL, st) != FLOE_OK)
+    return cli_error("train", "saving a checkpoint: %s", floe_status_message(st));
+  return 0;
+}
+
 /* Held-out perplexity into *ppl: the full softmax over the first --eval-windows (0: all)
  * held-out windows, the state carried across them from zeros; *n_eval the windows evaluated.
  * 0, or 1 after printing an error. */
@@ -463,7 +622,7 @@ static int evaluate(Lm *m, const LstmOptions *o, FloeTextWindows *tew, FloeTenso
     if (got < 0)
       return cli_error("train", "reading the held-out windows: %s", floe_status_message(st));
     double l = 0;
-    int bad = run_window(m, x, y, states, "eval_loss", 0, &l);
+    int bad = run_window(m, x, y, states, "eval_loss", 0, &l, NULL) != FLOE_OK;
     floe_tensor_release(x);
     floe_tensor_release(y);
     if (bad) return 1; /* printed */
@@ -510,22 +669,9 @@ int cmd_train_lstm(int argc, char **argv) {
   int done, rc = parse(argc, argv, &o, &done);
   if (rc || done) return rc;
   double t_start = now_s();
-  FloeStatus *st = floe_status_new();
-  FloeTextCorpus *corpus = floe_text_load_dir(o.data, o.vocab, 0, st);
-  if (!corpus) {
-    rc = cli_error("train", "%s", floe_status_message(st));
-    floe_status_free(st);
-    return rc;
-  }
-  FloeTextWindows *trw = floe_text_windows_new(corpus, FLOE_TEXT_TRAIN, o.batch, o.bptt, st);
-  FloeTextWindows *tew = trw ? floe_text_windows_new(corpus, FLOE_TEXT_TEST, o.batch, o.bptt, st) : NULL;
-  FloeOpProfile *prof = NULL; /* --profile: the timed windows' counts over all epochs */
-  int nprof = 0;
-  FloeStepBreakdown bd = {.struct_size = sizeof bd};
-  if (!trw || !tew) {
-    rc = cli_error("train", "%s", floe_status_message(st));
-    goto out_corpus;
-  }
+  char msg[1024];
+  if (o.checkpoint_dir && train_check_checkpoint_dir(o.checkpoint_dir, msg, sizeof msg))
+    return cli_error("train", "%s", msg); /* before any training, not after it */
   if (o.threads) {
     /* Before the runtime loads the plugins: OpenMP (oneDNN) and OpenBLAS read these. */
     char buf[32];
@@ -535,11 +681,42 @@ int cmd_train_lstm(int argc, char **argv) {
     setenv("FLOE_NUM_THREADS", buf, 1);
   }
   FloeRuntime *rt = cli_runtime("train"); /* the process's default runtime: not freed */
-  if (!rt || cli_check_plugins("train", rt) != 0) {
-    rc = 1;
+  if (!rt || cli_check_plugins("train", rt) != 0) return 1;
+  if (o.cl.spec) {
+    if ((rc = train_cluster_start(&o.cl, rt, "train")) != 0) {
+      train_cluster_free(&o.cl);
+      return rc;
+    }
+    if (o.cl.is_ps) { /* the variables live here: serve them until the chief is done */
+      printf("floe train: %s serves the variables until the chief leaves\n",
+             floe_server_task(o.cl.server));
+      fflush(stdout);
+      rc = train_cluster_serve(&o.cl, "train");
+      train_cluster_free(&o.cl);
+      return rc;
+    }
+  }
+  FloeStatus *st = floe_status_new();
+  FloeTextCorpus *corpus = st ? floe_text_load_dir(o.data, o.vocab, 0, st) : NULL;
+  if (!corpus) {
+    rc = cli_error("train", "%s", st ? floe_status_message(st) : "out of memory");
+    floe_status_free(st);
+    train_cluster_free(&o.cl);
+    return rc;
+  }
+  FloeTextWindows *trw = floe_text_windows_new(corpus, FLOE_TEXT_TRAIN, o.batch, o.bptt, st);
+  FloeTextWindows *tew = trw ? floe_text_windows_new(corpus, FLOE_TEXT_TEST, o.batch, o.bptt, st) : NULL;
+  FloeOpProfile *prof = NULL; /* --profile: the timed windows' counts over all epochs */
+  int nprof = 0;
+  FloeStepBreakdown bd = {.struct_size = sizeof bd};
+  TrainStepTimes times = {0, 0, NULL};
+  TrainUpdater updater; /* sync replication, the chief: stopped at the end */
+  memset(&updater, 0, sizeof updater);
+  Lm m = {.layers = (int)o.layers};
+  if (!trw || !tew) {
+    rc = cli_error("train", "%s", floe_status_message(st));
     goto out_corpus;
   }
-  Lm m = {.layers = (int)o.layers};
   floe_run_options_init(&m.ro);
   m.ro.timeout_ms = o.timeout_ms;
   char names[4][8][32];
@@ -548,10 +725,36 @@ int cmd_train_lstm(int argc, char **argv) {
     if (rc < 0) rc = 0; /* --save-graph: done */
     goto out_model;
   }
+  int cluster = o.cl.spec != NULL, sync = o.cl.sync, is_worker = cluster && !o.cl.is_chief;
+  int replicas = cluster ? o.cl.replicas : 1, me = cluster ? o.cl.replica : 0;
+  int64_t global_step = 0;
+  /* Where training goes on from: the restored checkpoint's global step (the chief, or one
+   * process, with --resume), the shared one once the chief is ready (a worker), or zero. */
+  if (is_worker) {
+    if (train_fetch_global_step(m.s, &m.ro, m.step_name, &global_step, st)) {
+      rc = cli_error("train", "reading the global step: %s", floe_status_message(st));
+      goto out_model;
+    }
+  } else if (o.resume && (rc = resume(&m, &o, &global_step, st)) != 0) {
+    goto out_model;
+  }
+  if (sync && floe_session_run_opts(m.s, &m.ro, NULL, 0, NULL, 0,
+                                    (const char *const[]){m.local_init}, 1, NULL, st) != FLOE_OK) {
+    rc = cli_error("train", "setting the local step: %s", floe_status_message(st));
+    goto out_model;
+  }
+  if (sync && o.cl.is_chief && train_updater_start(&updater, m.s, m.update_name, "train")) {
+    rc = 1;
+    goto out_model;
+  }
   int tty = isatty(STDOUT_FILENO);
   int64_t per_epoch = floe_text_windows_per_epoch(trw), words = o.batch * o.bptt;
   int64_t total = o.steps ? o.steps : o.epochs * per_epoch;
   int epochs = (int)((total + per_epoch - 1) / per_epoch); /* the last may be cut by --steps */
+  /* Where the shared global step ends: sync, K windows per global step; else one a window. */
+  int64_t end_gs = sync ? (total / m.K > 0 ? total / m.K : 1) : total;
+  int64_t start = sync ? global_step * m.K : global_step; /* windows done */
+  if (start > total) start = total;
   int64_t train_words = 0, test_words = 0;
   floe_text_ids(corpus, FLOE_TEXT_TRAIN, &train_words);
   floe_text_ids(corpus, FLOE_TEXT_TEST, &test_words);
@@ -567,19 +770,35 @@ int cmd_train_lstm(int argc, char **argv) {
          "softmax\n",
          (long long)train_words, (long long)test_words, o.batch, o.bptt, plan, o.layers,
          o.layers == 1 ? "" : "s", o.hidden, o.vocab, o.sampled ? "sampled" : "full");
+  if (cluster)
+    printf("on a cluster: %s, training task %d of %d, %d ps task%s, %s replication, "
+           "embedding and softmax in %d shard%s\n",
+           floe_server_task(o.cl.server), o.cl.replica + 1, o.cl.replicas, o.cl.num_ps,
+           o.cl.num_ps == 1 ? "" : "s", sync ? "sync" : "async", m.shards,
+           m.shards == 1 ? "" : "s");
   fflush(stdout);
+  train_sigint_install();
   FloeTensor *states[16] = {0};
   double final_loss = NAN, last_loss = NAN, train_secs = 0, ppl = NAN;
-  int64_t timed_words = 0, timed_steps = 0, n_eval = 0;
-  for (int e = 0; e < epochs; e++) {
+  int64_t timed_words = 0, timed_steps = 0, n_eval = 0, my_steps = 0;
+  /* One process: exactly the windows from start to total. A cluster: every task goes on
+   * through its part of each epoch's windows until the global step says the end (sync: the
+   * token; async: the global step its window read), however fast the others are. */
+  int finished = start >= total && !cluster;
+  for (int e = (int)(start / per_epoch); cluster ? !finished : e < epochs; e++) {
+    /* This epoch's windows from base, and this task's contiguous part of them (its state
+     * carries from window to window). */
     int64_t first = (int64_t)e * per_epoch, n = total - first < per_epoch ? total - first : per_epoch;
+    if (cluster || n < 1) n = per_epoch;
+    int64_t base = e == (int)(start / per_epoch) ? start % per_epoch : 0;
+    if (base > n) base = n;
+    int64_t lo = base + (n - base) * me / replicas, hi = base + (n - base) * (me + 1) / replicas;
     double loss_sum = 0, epoch_secs = 0, last_draw = 0;
-    int64_t epoch_words = 0;
+    int64_t epoch_words = 0, done_here = 0;
     int recording = 0;
-    floe_text_windows_start_epoch(trw, 0);
+    floe_text_windows_start_epoch(trw, lo);
     zero_states(states, 2 * m.layers, o.batch, o.hidden); /* each epoch starts from zeros */
-    for (int64_t j = 0; j < n; j++) {
-      int64_t step = first + j;
+    for (int64_t j = lo; j < hi && !finished; j++) {
       FloeTensor *x = NULL, *y = NULL;
       if (floe_text_windows_next_xy(trw, &x, &y, st) != 1) {
         if (tty) printf("\n");
@@ -587,49 +806,122 @@ int cmd_train_lstm(int argc, char **argv) {
         goto out_states;
       }
       /* The first window builds the executor: neither timed nor profiled nor traced. */
-      if ((o.profile || o.trace) && step >= 1 && !recording) {
+      if ((o.profile || o.trace) && my_steps >= 1 && !recording) {
         recording = 1;
         if (o.profile) floe_session_set_profiling(m.s, 1);
         floe_session_set_tracing(m.s, o.trace && timed_steps > 0 ? FLOE_TRACE_RESUME : FLOE_TRACE_START);
       }
+      if (cluster) {
+        train_cluster_straggle(&o.cl); /* FLOE_TEST_STEP_DELAY_MEAN_MS: an injected straggler */
+        train_cluster_count_begin(&o.cl);
+      }
       double t0 = now_s();
       double loss = 0;
-      int bad = run_window(&m, x, y, states, "loss", 1, &loss);
+      int64_t token = 0;
+      floe_code c = run_window(&m, x, y, states, "loss", 1, &loss, cluster ? &token : NULL);
       double dt = now_s() - t0;
+      if (cluster) train_cluster_count_end(&o.cl);
       floe_tensor_release(x);
       floe_tensor_release(y);
-      if (bad || !isfinite(loss)) {
+      if (c == FLOE_OUT_OF_RANGE && sync && is_worker) { /* the chief closed the tokens */
+        finished = 1;
+        break;
+      }
+      if (c != FLOE_OK || !isfinite(loss)) {
         if (tty) printf("\n");
-        if (!bad) report_diverged(&m, &o, step + 1, loss, st); /* never evaluate NaNs */
+        if (c == FLOE_OUT_OF_RANGE && sync) cli_error("train", "the token queue was closed");
+        if (c == FLOE_OK) report_diverged(&m, &o, global_step + my_steps + 1, loss, st);
         rc = 1;
         goto out_states;
       }
-      if (step > 0 || total == 1) {
+      if (sync) {
+        global_step = token;
+        if (token >= end_gs) finished = 1;
+      } else if (cluster) { /* read before this step's increment: it makes the end */
+        global_step = token + 1;
+        if (global_step >= end_gs) finished = 1;
+      } else {
+        global_step++;
+      }
+      if (train_step_times_add(&times, dt)) {
+        rc = cli_error("train", "out of memory");
+        goto out_states;
+      }
+      if (my_steps > 0 || total == 1) {
         epoch_secs += dt;
         epoch_words += words;
         timed_steps++;
       }
+      my_steps++;
+      done_here++;
       loss_sum += loss;
       last_loss = loss;
+      if (train_sigint_pending()) {
+        if (tty) printf("\n");
+        rc = cli_error("train", "interrupted at this task's step %lld", (long long)my_steps);
+        goto out_states;
+      }
       double now = now_s();
-      if (tty && (now - last_draw >= 0.1 || j + 1 == n)) {
-        train_progress(e + 1, epochs, (j + 1) * words, n * words,
+      if (tty && (now - last_draw >= 0.1 || j + 1 == hi)) {
+        train_progress(e + 1, epochs, (j + 1 - lo) * words, (hi - lo) * words,
                        epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0, "words/s",
-                       loss_sum / (double)(j + 1));
+                       loss_sum / (double)(j + 1 - lo));
         last_draw = now;
       }
     }
     if (recording) { /* evaluation is not training: stop recording for it */
       if (o.profile) {
         floe_session_set_profiling(m.s, 0);
-        if (merge_profile(m.s, &prof, &nprof, st)) goto out_states;
+        if (merge_profile(m.s, &prof, &nprof, st)) {
+          rc = 1;
+          goto out_states;
+        }
       }
       floe_session_set_tracing(m.s, FLOE_TRACE_OFF);
-      if (o.profile && !o.trace && add_breakdown(m.s, &bd, st)) goto out_states;
+      if (o.profile && !o.trace && add_breakdown(m.s, &bd, st)) {
+        rc = 1;
+        goto out_states;
+      }
     }
     train_secs += epoch_secs;
     timed_words += epoch_words;
-    final_loss = loss_sum / (double)n;
+    if (done_here) final_loss = loss_sum / (double)done_here;
+    int last = cluster ? finished : e + 1 == epochs;
+    if (cluster && (is_worker || !last)) { /* the chief evaluates once everything is applied */
+      if (tty) printf("\r\033[K");
+      if (!is_worker && o.checkpoint_dir) { /* the chief: a checkpoint each epoch */
+        if (train_fetch_global_step(m.s, &m.ro, m.step_name, &global_step, st)) {
+          rc = cli_error("train", "reading the global step: %s", floe_status_message(st));
+          goto out_states;
+        }
+        if (save_checkpoint(&m, &o, global_step, st)) {
+          rc = 1;
+          goto out_states;
+        }
+      }
+      printf("epoch %d/%d loss %.6f words/s %.0f seconds %.2f (this task's share)\n", e + 1,
+             epochs, final_loss, epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0.0,
+             epoch_secs);
+      fflush(stdout);
+      continue;
+    }
+    if (cluster) { /* the chief, at the end: every task's windows in before testing */
+      if (sync) {
+        if (train_updater_stop(&updater, "train")) {
+          rc = 1;
+          goto out_states;
+        }
+        if (floe_session_run_opts(m.s, &m.ro, NULL, 0, NULL, 0,
+                                  (const char *const[]){m.close_name}, 1, NULL, st) != FLOE_OK) {
+          rc = cli_error("train", "closing the token queue: %s", floe_status_message(st));
+          goto out_states;
+        }
+      }
+      if (train_wait_global_step(m.s, &m.ro, m.step_name, end_gs, &global_step, st, "train")) {
+        rc = 1;
+        goto out_states;
+      }
+    }
     char when[64];
     snprintf(when, sizeof when, "after epoch %d (step %lld)", e + 1, (long long)(first + n));
     if (check_finite(&m, &o, when, st)) { /* the last update overflowed: a finite loss before it */
@@ -647,9 +939,32 @@ int cmd_train_lstm(int argc, char **argv) {
     printf("epoch %d/%d loss %.6f perplexity %.1f words/s %.0f seconds %.2f\n", e + 1, epochs,
            final_loss, ppl, epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0.0, epoch_secs);
     fflush(stdout);
+    if (save_checkpoint(&m, &o, global_step, st)) {
+      rc = 1;
+      goto out_states;
+    }
+  }
+  if (!is_worker && isnan(ppl) && evaluate(&m, &o, tew, states, &ppl, &n_eval, st)) {
+    rc = 1; /* resumed at the end: nothing trained, the model still tested */
+    goto out_states;
+  }
+  if (is_worker) {
+    /* The session goes first (its pieces on the ps tasks are dropped); the server stays up
+     * for the chief: a task that left would count as lost and end the chief's steps. */
+    printf("floe train: %s done: %lld steps, p50 step %.2f ms; serving until the chief "
+           "leaves\n", floe_server_task(o.cl.server), (long long)my_steps,
+           train_step_times_quantile(&times, 0.5) * 1e3);
+    fflush(stdout);
+    floe_session_free(m.s);
+    m.s = NULL;
+    rc = train_cluster_serve(&o.cl, "train");
+    goto out_states;
   }
   if (o.trace) {
-    if (o.profile && add_breakdown(m.s, &bd, st)) goto out_states;
+    if (o.profile && add_breakdown(m.s, &bd, st)) {
+      rc = 1;
+      goto out_states;
+    }
     if (floe_session_trace_write(m.s, o.trace, st) != FLOE_OK) {
       rc = cli_error("train", "--trace: %s", floe_status_message(st));
       goto out_states;
@@ -675,7 +990,7 @@ int cmd_train_lstm(int argc, char **argv) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   double rss_mb = (double)ru.ru_maxrss / 1024.0, wall = now_s() - t_start;
-  int64_t profiled = total - 1; /* the windows timed by --profile: all but the first */
+  int64_t profiled = my_steps - 1; /* the windows timed by --profile: all but the first */
   train_profile_sort(prof, nprof);
   FloeTransferStats xs = {.struct_size = sizeof xs};
   floe_session_transfer_stats(m.s, &xs, NULL);
@@ -722,7 +1037,22 @@ int cmd_train_lstm(int argc, char **argv) {
       json_key(&w, "profile"), measure_profile_json(&w, prof, nprof);
       json_key(&w, "breakdown"), measure_breakdown_json(&w, &bd);
     }
-    json_key(&w, "steps"), json_int(&w, total);
+    json_key(&w, "steps"), json_int(&w, my_steps);
+    json_key(&w, "softmax_shards"), json_int(&w, m.shards);
+    json_key(&w, "step_time_p50_ms"), json_double(&w, train_step_times_quantile(&times, 0.5) * 1e3);
+    json_key(&w, "step_time_p90_ms"), json_double(&w, train_step_times_quantile(&times, 0.9) * 1e3);
+    if (cluster) {
+      int64_t stale = -1;
+      if (sync) {
+        FloeTensor *sv = NULL;
+        if (floe_session_run_opts(m.s, &m.ro, NULL, 0, (const char *const[]){m.stale_name}, 1,
+                                  NULL, 0, &sv, st) == FLOE_OK)
+          stale = *(const int64_t *)floe_tensor_data(sv);
+        floe_tensor_release(sv);
+      }
+      json_key(&w, "global_step"), json_int(&w, global_step);
+      train_cluster_json(&w, &o.cl, my_steps, m.K, stale);
+    }
     if (o.trace) json_key(&w, "trace"), json_string(&w, o.trace);
     json_end_object(&w);
     json_finish(&w);
@@ -743,10 +1073,13 @@ int cmd_train_lstm(int argc, char **argv) {
 out_states:
   for (int i = 0; i < 16; i++) floe_tensor_release(states[i]);
 out_model:
+  if (updater.started && train_updater_stop(&updater, "train") && rc == 0) rc = 1;
   train_vars_free(&m.vars);
   floe_session_free(m.s);
+  train_cluster_free(&o.cl); /* after the session (it may have made the server's transport) */
   floe_graph_free(m.g);
 out_corpus:
+  free(times.v);
   free(prof);
   floe_text_windows_free(trw);
   floe_text_windows_free(tew);

@@ -446,14 +446,33 @@ static bool sampled_args_ok(FloeGraph *g, const char *name, const FloeOutput *in
   return true;
 }
 
-FloeOutput floe_sampled_softmax_loss(FloeGraph *g, const char *name, FloeOutput weights,
-                                     FloeOutput biases, FloeOutput inputs, FloeOutput labels,
-                                     int64_t num_sampled, int64_t num_classes, int unique,
-                                     int64_t seed) {
-  if (!name) name = "sampled_softmax_loss";
+/* Where the sampled softmax takes its rows from: a dense weight and bias (Gather), or sharded
+ * variables (floe_embedding_lookup_sharded: each shard gives only the rows it holds). */
+typedef struct SampledRows {
+  FloeOutput weights, biases;                 /* dense */
+  const FloeShardedVariable *sw, *sb;         /* sharded (NULL: dense) */
+} SampledRows;
+
+/* Rows ids of the weights (bias 0) or the biases (bias 1). */
+static FloeOutput sampled_rows(const FloeBuildScope *bs, const SampledRows *src, int bias,
+                               FloeOutput ids, const char *leaf) {
+  if (src->sw) {
+    char *scope = floe__asprintf("%s/%s", bs->name, leaf);
+    if (!scope) {
+      floe__graph_fail(bs->g, FLOE_NO_MEMORY, "loss '%s': out of memory", bs->name);
+      return invalid();
+    }
+    FloeOutput r = floe_embedding_lookup_sharded(bs->g, scope, bias ? src->sb : src->sw, ids);
+    floe__free(scope);
+    return r;
+  }
+  return floe__build_binary(bs, "Gather", NULL, bias ? src->biases : src->weights, ids);
+}
+
+static FloeOutput sampled_loss(FloeGraph *g, const char *name, const SampledRows *src,
+                               FloeOutput inputs, FloeOutput labels, int64_t num_sampled,
+                               int64_t num_classes, int unique, int64_t seed) {
   const FloeBuildScope bs = layer_scope(g, name);
-  const FloeOutput in[4] = {weights, biases, inputs, labels};
-  if (!sampled_args_ok(g, name, in, num_sampled, num_classes)) return invalid();
   FloeDType dt = floe_node_output_dtype(inputs.node, inputs.index);
   FloeOutput lab = floe_node_output_dtype(labels.node, labels.index) == FLOE_I64
                        ? labels
@@ -476,20 +495,20 @@ FloeOutput floe_sampled_softmax_loss(FloeGraph *g, const char *name, FloeOutput 
   /* The true class: <inputs, w[label]> + b[label] - log(expected count), [n, 1]. */
   b = floe__build_begin(&bs, "Sum", NULL);
   floe_node_add_input(b, floe__build_binary(&bs, "Mul", NULL, inputs,
-                                            floe__build_binary(&bs, "Gather", NULL, weights, lab)));
+                                            sampled_rows(&bs, src, 0, lab, "true_w")));
   const int64_t one = 1;
   floe_node_add_input(b, floe__build_ints(&bs, "axis", FLOE_I32, &one, 1));
   floe_node_set_attr_bool(b, "keep_dims", 1);
   FloeOutput tl = floe__build_binary(&bs, "Add", NULL, floe_out(floe_node_finish(b), 0),
-                                     floe__build_binary(&bs, "Gather", NULL, biases, lab2));
+                                     sampled_rows(&bs, src, 1, lab2, "true_b"));
   tl = floe__build_binary(&bs, "Sub", NULL, tl, floe__build_unary(&bs, "Log", NULL, true_n));
   /* The sampled classes, [n, K], the row's own label pushed out (accidental hits). */
   b = floe__build_begin(&bs, "MatMul", NULL);
   floe_node_add_input(b, inputs);
-  floe_node_add_input(b, floe__build_binary(&bs, "Gather", NULL, weights, ids));
+  floe_node_add_input(b, sampled_rows(&bs, src, 0, ids, "sampled_w"));
   floe_node_set_attr_bool(b, "transpose_b", 1);
   FloeOutput sl = floe__build_binary(&bs, "Add", NULL, floe_out(floe_node_finish(b), 0),
-                                     floe__build_binary(&bs, "Gather", NULL, biases, ids));
+                                     sampled_rows(&bs, src, 1, ids, "sampled_b"));
   sl = floe__build_binary(&bs, "Sub", NULL, sl, floe__build_unary(&bs, "Log", NULL, samp_n));
   FloeOutput hit = floe__build_binary(&bs, "Equal", NULL, lab2, reshape_to(&bs, ids, 1, -1));
   b = floe__build_begin(&bs, "Select", NULL); /* broadcasts the scalar */
@@ -504,4 +523,36 @@ FloeOutput floe_sampled_softmax_loss(FloeGraph *g, const char *name, FloeOutput 
   FloeOutput logits = floe_out(floe_node_finish(b), 0);
   return floe_sparse_softmax_cross_entropy(g, name, logits,
                                            floe__build_unary(&bs, "ZerosLike", NULL, lab));
+}
+
+FloeOutput floe_sampled_softmax_loss(FloeGraph *g, const char *name, FloeOutput weights,
+                                     FloeOutput biases, FloeOutput inputs, FloeOutput labels,
+                                     int64_t num_sampled, int64_t num_classes, int unique,
+                                     int64_t seed) {
+  if (!name) name = "sampled_softmax_loss";
+  const FloeOutput in[4] = {weights, biases, inputs, labels};
+  if (!sampled_args_ok(g, name, in, num_sampled, num_classes)) return invalid();
+  const SampledRows src = {weights, biases, NULL, NULL};
+  return sampled_loss(g, name, &src, inputs, labels, num_sampled, num_classes, unique, seed);
+}
+
+FloeOutput floe_sampled_softmax_loss_sharded(FloeGraph *g, const char *name,
+                                             const FloeShardedVariable *weights,
+                                             const FloeShardedVariable *biases,
+                                             FloeOutput inputs, FloeOutput labels,
+                                             int64_t num_sampled, int64_t num_classes,
+                                             int unique, int64_t seed) {
+  if (!name) name = "sampled_softmax_loss";
+  if (!g || floe_graph_status(g) != FLOE_OK) return invalid();
+  if (!weights || !biases || weights->num_shards < 1 || biases->num_shards < 1 ||
+      weights->axis != 0 || biases->axis != 0) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "loss '%s': the weights and biases must be sharded variables split along "
+                     "axis 0 (floe_sharded_variable with axis 0)", name);
+    return invalid();
+  }
+  const FloeOutput in[4] = {weights->value, biases->value, inputs, labels};
+  if (!sampled_args_ok(g, name, in, num_sampled, num_classes)) return invalid();
+  const SampledRows src = {weights->value, biases->value, weights, biases};
+  return sampled_loss(g, name, &src, inputs, labels, num_sampled, num_classes, unique, seed);
 }

@@ -40,6 +40,7 @@ void floe_optimizer_options_init(FloeOptimizerOptions *o, FloeOptimizerKind kind
   o->staircase = 0;
   o->cosine_alpha = 0.0;
   o->num_boundaries = 0;
+  o->increment_global_step = 1;
 }
 
 static const char *const kind_names[] = {"sgd", "momentum", "adam", "rmsprop", "adagrad"};
@@ -566,6 +567,67 @@ static Minimize *minimize_new(FloeGraph *g, const char *scope, const char *what,
   return m;
 }
 
+/* A variable's gathers' indices (flattened, i64) and rows ([-1, the variable's row dims])
+ * concatenated into ins[1] and ins[2], for one ResourceGatherGrad. 0, or -1 with the sticky
+ * error set. */
+static int gather_rows_concat(Minimize *m, const MinVar *mv, const FloeOutput *xs,
+                              const FloeOutput *dxs, const int *gather_var, int num_vars, int nx,
+                              int var, FloeOutput *ins) {
+  const FloeBuildScope sc = m->sc;
+  int uses = 0;
+  for (int k = num_vars; k < nx; k++)
+    if (dxs[k].node && gather_var[k - num_vars] == var) uses++;
+  FloeOutput *idx = floe__calloc((size_t)uses, sizeof *idx);
+  FloeOutput *rows = floe__calloc((size_t)uses, sizeof *rows);
+  char *base = floe__asprintf("gather_grad/%s", mv->name);
+  if (!idx || !rows || !base) {
+    floe__free(idx);
+    floe__free(rows);
+    floe__free(base);
+    floe__graph_fail(m->g, FLOE_NO_MEMORY, "floe_minimize '%s': out of memory", m->scope);
+    return -1;
+  }
+  int64_t flat = -1, row_shape[FLOE_MAX_DIMS];
+  row_shape[0] = -1;
+  for (int d = 1; d < mv->shape.rank; d++) row_shape[d] = mv->shape.dims[d];
+  char leaf[160];
+  snprintf(leaf, sizeof leaf, "%s/flat", base);
+  FloeOutput flat_c = floe__build_ints(&sc, leaf, FLOE_I64, &flat, 1);
+  snprintf(leaf, sizeof leaf, "%s/row_shape", base);
+  FloeOutput rows_c = floe__build_ints(&sc, leaf, FLOE_I64, row_shape,
+                                       mv->shape.rank > 0 ? mv->shape.rank : 1);
+  int u = 0;
+  for (int k = num_vars; k < nx; k++) {
+    if (!dxs[k].node || gather_var[k - num_vars] != var) continue;
+    FloeOutput ids = xs[k].node->inputs[1];
+    if (floe_node_output_dtype(ids.node, ids.index) != FLOE_I64) {
+      snprintf(leaf, sizeof leaf, "%s/%d/ids_i64", base, u);
+      ids = floe__build_cast(&sc, leaf, ids, FLOE_I64);
+    }
+    snprintf(leaf, sizeof leaf, "%s/%d/ids", base, u);
+    idx[u] = floe__build_binary(&sc, "Reshape", leaf, ids, flat_c);
+    snprintf(leaf, sizeof leaf, "%s/%d/rows", base, u);
+    rows[u] = floe__build_binary(&sc, "Reshape", leaf, dxs[k], rows_c);
+    u++;
+  }
+  snprintf(leaf, sizeof leaf, "%s/ids", base);
+  FloeNodeBuilder *b = floe__build_begin(&sc, "Concat", leaf);
+  floe_node_add_input_list(b, idx, uses);
+  snprintf(leaf, sizeof leaf, "%s/axis", base);
+  FloeOutput axis = floe__build_int(&sc, leaf, FLOE_I32, 0);
+  floe_node_add_input(b, axis);
+  ins[1] = floe_out(floe_node_finish(b), 0);
+  snprintf(leaf, sizeof leaf, "%s/rows", base);
+  b = floe__build_begin(&sc, "Concat", leaf);
+  floe_node_add_input_list(b, rows, uses);
+  floe_node_add_input(b, axis);
+  ins[2] = floe_out(floe_node_finish(b), 0);
+  floe__free(idx);
+  floe__free(rows);
+  floe__free(base);
+  return floe_graph_status(m->g) == FLOE_OK ? 0 : -1;
+}
+
 /* floe_minimize's first half: the variables (given, or every trainable one) and the
  * gradients of the loss at each (weight decay and clipping applied); those the loss does not
  * reach are left out. *mvs_out (caller frees) holds *n_out of them. 0, or -1 with the
@@ -650,22 +712,24 @@ static int minimize_grads(Minimize *m, FloeOutput loss, const FloeVariable *vars
     floe__free(gather_var);
     goto out;
   }
-  for (int k = num_vars; k < nx && floe_graph_status(g) == FLOE_OK; k++) {
-    if (!dxs[k].node) continue;
-    MinVar *mv = &mvs[gather_var[k - num_vars]];
-    /* The rows' gradient added into zeros of the variable's shape, by an op that takes the
-     * variable: it runs where the variable lives (a ps), so only the rows and their indices
-     * cross the network, and the update beside it gets an ordinary dense gradient. */
-    char leaf[96], sleaf[112];
-    snprintf(leaf, sizeof leaf, "gather_grad/%s/%d", mv->name, k - num_vars);
-    FloeOutput ins[3] = {mv->v.handle, xs[k].node->inputs[1], dxs[k]};
-    FloeOutput dense = floe__build_op(&sc, "ResourceGatherGrad", leaf, ins, 3);
-    if (!mv->grad.node) {
-      mv->grad = dense;
-    } else {
-      snprintf(sleaf, sizeof sleaf, "%s/sum", leaf);
-      mv->grad = floe__build_binary(&sc, "Add", sleaf, mv->grad, dense);
-    }
+  /* The rows' gradient added into zeros of the variable's shape, by an op that takes the
+   * variable: it runs where the variable lives (a ps), so only the rows and their indices
+   * cross the network, and the update beside it gets an ordinary dense gradient. A variable
+   * gathered more than once (a sampled softmax's true and sampled rows, tied embeddings) gets
+   * one such op on all its gathers' indices and rows, concatenated: adding dense gradients
+   * would bring each to the adder and the sum back. */
+  for (int i = 0; i < num_vars && floe_graph_status(g) == FLOE_OK; i++) {
+    MinVar *mv = &mvs[i];
+    int uses = 0, last = -1;
+    for (int k = num_vars; k < nx; k++)
+      if (dxs[k].node && gather_var[k - num_vars] == i) uses++, last = k;
+    if (uses == 0) continue;
+    char leaf[96];
+    snprintf(leaf, sizeof leaf, "gather_grad/%s", mv->name);
+    FloeOutput ins[3] = {mv->v.handle, xs[last].node->inputs[1], dxs[last]};
+    if (uses > 1 && gather_rows_concat(m, mv, xs, dxs, gather_var, num_vars, nx, i, ins) != 0)
+      break;
+    mv->grad = floe__build_op(&sc, "ResourceGatherGrad", leaf, ins, 3);
   }
   floe__free(gather_var);
   int n = 0;
@@ -803,10 +867,15 @@ static FloeNode *minimize_apply(Minimize *m, MinVar *mvs, int n, FloeOutput loss
       deps[i] = update(m, &mvs[i], NULL, 0);
   }
   if (floe_graph_status(g) != FLOE_OK) goto out;
-  /* The step counts once every update is done. */
-  FloeNodeBuilder *b = floe__build_begin(&sc, "AssignAddVariableOp", "increment_global_step");
-  floe_node_add_input(b, step.handle);
-  floe_node_add_input(b, floe__build_int(&sc, "one", FLOE_I64, 1));
+  /* The step counts once every update is done (or, not counting, ends when they are). */
+  FloeNodeBuilder *b;
+  if (m->o.increment_global_step) {
+    b = floe__build_begin(&sc, "AssignAddVariableOp", "increment_global_step");
+    floe_node_add_input(b, step.handle);
+    floe_node_add_input(b, floe__build_int(&sc, "one", FLOE_I64, 1));
+  } else {
+    b = floe__build_begin(&sc, "NoOp", "updates");
+  }
   for (int i = 0; i < n; i++) floe_node_add_control_input(b, deps[i]);
   inc = floe_node_finish(b);
 out:
@@ -892,6 +961,7 @@ FloeSyncReplicas floe_sync_replicas_minimize(FloeGraph *g, const char *name, Flo
   }
   Minimize *m = minimize_new(g, scope, "floe_sync_replicas_minimize", o);
   if (!m) return r;
+  m->o.increment_global_step = 1; /* the aggregation step is what counts */
   MinVar *mvs = NULL, *chief = NULL;
   FloeNode **applies = NULL, **sets = NULL;
   int n = 0;

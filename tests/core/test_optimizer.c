@@ -464,6 +464,35 @@ START_TEST(test_explicit_vars_and_step) {
 }
 END_TEST
 
+/* Two optimisers of one step, the second with its own rate and increment_global_step 0:
+ * both variables move, and the step counts once per run. */
+START_TEST(test_second_optimizer_does_not_count) {
+  LsModel m = ls_model(FLOE_F32);
+  FloeOptimizerOptions o;
+  floe_optimizer_options_init(&o, FLOE_OPT_SGD);
+  o.learning_rate = 0.2;
+  FloeNode *first = floe_minimize(m.g, "train_w", m.loss, &o, &m.w, 1);
+  o.learning_rate = 0.05;
+  o.increment_global_step = 0;
+  FloeNode *second = floe_minimize(m.g, "train_b", m.loss, &o, &m.b, 1);
+  ck_assert_msg(first && second, "%s", floe_graph_error(m.g, NULL));
+  FloeNodeBuilder *nb = floe_node_begin(m.g, "NoOp", "train");
+  floe_node_add_control_input(nb, first);
+  floe_node_add_control_input(nb, second);
+  floe_node_finish(nb);
+  floe_variables_initializer(m.g, "init_all");
+  FloeSession *s = harness_session(m.g, NULL);
+  floe_graph_free(m.g);
+  harness_run_target(s, "init_all");
+  for (int i = 1; i <= 3; i++) {
+    harness_run_target(s, "train");
+    ck_assert_double_eq(fetch_scalar(s, NULL, 0, "global_step/read"), (double)i);
+  }
+  ck_assert_msg(fabs(fetch_scalar(s, NULL, 0, "b/read")) > 1e-6, "b did not move");
+  floe_session_free(s);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------ */
 /* Slots. */
 
@@ -787,6 +816,7 @@ static Suite *optimizer_suite(void) {
   tcase_add_test(tc, test_clip_and_weight_decay);
   tcase_add_loop_test(tc, test_converges, 0, (int)(sizeof train_cases / sizeof train_cases[0]));
   tcase_add_test(tc, test_explicit_vars_and_step);
+  tcase_add_test(tc, test_second_optimizer_does_not_count);
   tcase_add_test(tc, test_slots);
   tcase_add_test(tc, test_ordering);
   tcase_add_test(tc, test_ordering_cross_reads);

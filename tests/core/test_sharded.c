@@ -9,10 +9,13 @@
  *  - training through the lookup (SGD) gives bitwise the unsharded model's values;
  *  - a model trained with Adam in 3 shards restores into 2 shards and into one variable,
  *    values and Adam's slots alike, and a 2-shard checkpoint back into 3;
+ *  - the sampled softmax over sharded weights and biases (3 shards) equals the one over
+ *    the whole variables: the loss, and the values after 3 SGD steps;
  *  - refusals: both a count and a byte bound, a bad axis, ids out of range (naming the
  *    index), a float id. */
 #include <stdbool.h>
 #include <check.h>
+#include <math.h>
 #include <floe/floe.h>
 #include <floe/floe_train.h>
 #include <stdio.h>
@@ -207,6 +210,91 @@ START_TEST(test_training_through_lookup) {
 }
 END_TEST
 
+/* A sampled softmax over 20 classes of dim 4, 6 rows, 5 classes sampled: weights and biases
+ * whole (shards 0) or in `shards` shards; SGD on them. */
+static FloeGraph *sampled_model(int shards) {
+  FloeGraph *g = floe_graph_new();
+  FloeTensor *x = floe_tensor_new(FLOE_F32, 2, (int64_t[]){6, 4}, NULL);
+  float *xd = floe_tensor_data(x);
+  for (int i = 0; i < 24; i++) xd[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+  FloeOutput in = floe_const(g, "inputs", x);
+  floe_tensor_release(x);
+  FloeTensor *y = floe_tensor_new(FLOE_I64, 1, (int64_t[]){6}, NULL);
+  const int64_t lab[6] = {0, 3, 19, 3, 7, 12};
+  memcpy(floe_tensor_data(y), lab, sizeof lab);
+  FloeOutput labels = floe_const(g, "labels", y);
+  floe_tensor_release(y);
+  FloeInitializer wi = floe_init_uniform(-1, 1, 11), bi = floe_init_uniform(-0.5, 0.5, 12);
+  FloeOutput loss;
+  if (shards == 0) {
+    FloeVariable w = floe_variable(g, "sw", FLOE_F32, s2(20, 4), wi);
+    FloeVariable b = floe_variable(g, "sb", FLOE_F32, floe_shape_make(1, (int64_t[]){20}), bi);
+    loss = floe_sampled_softmax_loss(g, "sampled", w.value, b.value, in, labels, 5, 20, 1, 3);
+    floe_unary(g, "Identity", "w_whole", w.value);
+    floe_unary(g, "Identity", "b_whole", b.value);
+  } else {
+    FloeShardedVariable w = floe_sharded_variable(g, "sw", FLOE_F32, s2(20, 4), wi, 0, shards, 0);
+    FloeShardedVariable b = floe_sharded_variable(g, "sb", FLOE_F32,
+                                                  floe_shape_make(1, (int64_t[]){20}), bi, 0,
+                                                  shards, 0);
+    loss = floe_sampled_softmax_loss_sharded(g, "sampled", &w, &b, in, labels, 5, 20, 1, 3);
+    floe_unary(g, "Identity", "w_whole", w.value);
+    floe_unary(g, "Identity", "b_whole", b.value);
+  }
+  floe_unary(g, "Identity", "loss", loss);
+  FloeOptimizerOptions o;
+  floe_optimizer_options_init(&o, FLOE_OPT_SGD);
+  o.learning_rate = 0.5;
+  floe_minimize(g, "train", loss, &o, NULL, 0);
+  floe_variables_initializer(g, "init");
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  return g;
+}
+
+static void close_to(FloeTensor *a, FloeTensor *b, const char *what) {
+  int64_t n = floe_tensor_num_elements(a);
+  ck_assert_int_eq(n, floe_tensor_num_elements(b));
+  const float *x = floe_tensor_data(a), *y = floe_tensor_data(b);
+  for (int64_t i = 0; i < n; i++)
+    ck_assert_msg(fabsf(x[i] - y[i]) <= 1e-5f * (1 + fabsf(x[i])), "%s[%lld]: %g vs %g", what,
+                  (long long)i, x[i], y[i]);
+}
+
+START_TEST(test_sampled_softmax_sharded) {
+  FloeGraph *g0 = sampled_model(0), *g3 = sampled_model(3);
+  FloeSession *s0 = session(g0), *s3 = session(g3);
+  target(s0, "init", NULL, 0);
+  char *path = save(s0, "sampled0");
+  restore(s3, path); /* the same starting values */
+  free(path);
+  FloeTensor *l0 = run1(s0, "loss", NULL, 0), *l3 = run1(s3, "loss", NULL, 0);
+  ck_assert_msg(*(float *)floe_tensor_data(l0) > 0.1f, "a loss of %g", *(float *)floe_tensor_data(l0));
+  close_to(l0, l3, "the loss");
+  floe_tensor_release(l0);
+  floe_tensor_release(l3);
+  FloeTensor *w_before = run1(s0, "w_whole", NULL, 0);
+  for (int i = 0; i < 3; i++) {
+    target(s0, "train", NULL, 0);
+    target(s3, "train", NULL, 0);
+  }
+  const char *names[2] = {"w_whole", "b_whole"};
+  for (int k = 0; k < 2; k++) {
+    FloeTensor *a = run1(s0, names[k], NULL, 0), *b = run1(s3, names[k], NULL, 0);
+    close_to(a, b, names[k]);
+    if (k == 0) /* training moved the true classes' rows at least */
+      ck_assert_msg(memcmp(floe_tensor_data(a), floe_tensor_data(w_before), 80 * 4) != 0,
+                    "training changed nothing");
+    floe_tensor_release(a);
+    floe_tensor_release(b);
+  }
+  floe_tensor_release(w_before);
+  floe_session_free(s0);
+  floe_session_free(s3);
+  floe_graph_free(g0);
+  floe_graph_free(g3);
+}
+END_TEST
+
 /* The Adam slot m of emb, whole (concatenating a sharded model's). */
 static FloeTensor *slot_m(FloeSession *s, int shards) {
   if (shards == 0) return run1(s, "emb/m/read", NULL, 0);
@@ -315,6 +403,7 @@ int main(void) {
   tcase_add_test(tc, test_lookup_equals_gather);
   tcase_add_test(tc, test_training_through_lookup);
   tcase_add_test(tc, test_restore_across_shard_counts);
+  tcase_add_test(tc, test_sampled_softmax_sharded);
   tcase_add_test(tc, test_refusals);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

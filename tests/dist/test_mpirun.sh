@@ -5,7 +5,7 @@
 # listens on a free port of 127.0.0.1, all ranks being on this machine); rank 0 runs the step
 # and writes the fetches, the other ranks serve until it is done, and every rank exits 0.
 # The values must equal the one-process run of the same graph without device requests, byte
-# for byte. Then floe train with rank 1 a ps task (--ps-tasks 1), sync replication between
+# for byte. Then floe train (mlp, sync; lstm, async) with rank 1 a ps task (--ps-tasks 1) between
 # rank 0 and rank 2. Skipped (77) without mpirun, PMIx in the build or the fabric transport.
 set -u
 b=${top_builddir:-..}
@@ -96,6 +96,29 @@ PY
     then ok; else bad "floe train under mpirun: $(cat "$tmp/train.txt")"; fi
   else
     bad "mpirun -np 3 floe train: $(tail -5 "$tmp/err")"
+  fi
+fi
+
+# The language model the same way, async, its embedding and softmax on the ps (1 shard).
+if [ -d /usr/share/games/fortunes ]; then
+  echo "# mpirun -np 3 floe train --model lstm --cluster env --ps-tasks 1"
+  if mpi 3 "$FLOE" train --model lstm --cluster env --ps-tasks 1 --vocab 500 --hidden 32 \
+      --layers 1 --batch 8 --bptt 8 --steps 20 --eval-windows 2 --threads 1 --json \
+      >"$tmp/lstm.txt" 2>"$tmp/err"; then
+    if python3 - "$tmp/lstm.txt" <<'PY'
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith("{")]
+d = json.loads(lines[-1])
+# one a window: 20, or up to 2 windows in flight more
+ok = (d["model"] == "lstm" and d["replicas"] == 2 and d["ps_tasks"] == 1
+      and d["softmax_shards"] == 1 and 20 <= d["global_step"] <= 22)
+print("mpirun lstm: %d replicas, %d ps, global step %d" % (d["replicas"], d["ps_tasks"],
+      d["global_step"]))
+sys.exit(0 if ok else 1)
+PY
+    then ok; else bad "floe train --model lstm under mpirun: $(cat "$tmp/lstm.txt")"; fi
+  else
+    bad "mpirun -np 3 floe train --model lstm: $(tail -5 "$tmp/err")"
   fi
 fi
 

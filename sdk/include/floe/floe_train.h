@@ -216,6 +216,11 @@ typedef struct FloeOptimizerOptions {
   int num_boundaries;           /* piecewise: boundaries[n], values[n + 1] */
   int64_t boundaries[FLOE_LR_MAX_PIECES];
   double values[FLOE_LR_MAX_PIECES + 1];
+  int increment_global_step;    /* 1 (default): the step adds one to the global step; 0: it
+                                 * does not (a second optimiser of the same step, e.g. its
+                                 * own rate for some variables: TF's minimize without
+                                 * global_step). The schedule and Adam's bias correction read
+                                 * the global step either way. Sync replication: always 1 */
 } FloeOptimizerOptions;
 
 /* Fills the defaults of kind (above). */
@@ -388,6 +393,18 @@ FLOE_API FloeOutput floe_sampled_softmax_loss(FloeGraph *g, const char *name, Fl
                                               FloeOutput biases, FloeOutput inputs,
                                               FloeOutput labels, int64_t num_sampled,
                                               int64_t num_classes, int unique, int64_t seed);
+/* The same with the weights [num_classes, dim] and biases [num_classes] as sharded variables
+ * (floe_sharded_variable, split along axis 0, e.g. over ps tasks): the true classes' and the
+ * sampled classes' rows are looked up with floe_embedding_lookup_sharded, so each shard gives
+ * only the rows it holds (on a cluster, only those rows cross the network, and the gradient
+ * goes back as rows). Equal to floe_sampled_softmax_loss on the whole variables. Both
+ * borrowed for the call; nodes in g under "<name>/". */
+FLOE_API FloeOutput floe_sampled_softmax_loss_sharded(FloeGraph *g, const char *name,
+                                                      const FloeShardedVariable *weights,
+                                                      const FloeShardedVariable *biases,
+                                                      FloeOutput inputs, FloeOutput labels,
+                                                      int64_t num_sampled, int64_t num_classes,
+                                                      int unique, int64_t seed);
 
 #ifdef __cplusplus
 }
