@@ -175,45 +175,12 @@ typedef struct TrainOptions {
   const char *trace;   /* --trace FILE */
   int64_t timeout_ms;  /* --timeout: each step's deadline; 0: none */
   TrainCluster cl;     /* --cluster and its options (cl.spec NULL: one process) */
-  int sync;            /* --replication sync */
-  int aggregate;       /* --replicas-to-aggregate; 0: every training task */
 } TrainOptions;
 
 static double now_seconds(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* Every training step's wall time, for the median and 90th percentile. */
-typedef struct StepTimes {
-  int64_t n, cap;
-  double *v;
-} StepTimes;
-
-static int step_times_add(StepTimes *t, double secs) {
-  if (t->n == t->cap) {
-    int64_t cap = t->cap ? 2 * t->cap : 1024;
-    double *v = realloc(t->v, (size_t)cap * sizeof *v);
-    if (!v) return -1;
-    t->v = v;
-    t->cap = cap;
-  }
-  t->v[t->n++] = secs;
-  return 0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The q-quantile (nearest rank) of the steps' times; NaN when there were none. Sorts. */
-static double step_times_quantile(StepTimes *t, double q) {
-  if (t->n == 0) return NAN;
-  qsort(t->v, (size_t)t->n, sizeof *t->v, cmp_double);
-  int64_t k = (int64_t)ceil(q * (double)t->n) - 1;
-  return t->v[k < 0 ? 0 : k >= t->n ? t->n - 1 : k];
 }
 
 /* The options' limits (each stated by its error, cli_int_option): the epoch count is an int,
@@ -262,13 +229,12 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
                       .optimizer_name = "adam", .lr = NAN, .seed = 1, .cosine = 1, .queue = 1};
   o->cl.task = -1;
   *done = 0;
-  int cluster_opts = 0;
   long long v;
-  int c;
+  int c, li = 0;
   char msg[160];
   optind = 1;
   opterr = 0; /* our own one-line messages below */
-  while ((c = getopt_long(argc, argv, ":m:e:b:o:l:t:s:d:jh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":m:e:b:o:l:t:s:d:jh", opts, &li)) != -1) {
     switch (c) {
       case OPT_ONNX:
         o->onnx = optarg;
@@ -338,40 +304,9 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
         if (measure_parse_timeout(optarg, &o->timeout_ms))
           return cli_usage("train", "--timeout takes seconds from 0.001 to 1000000");
         break;
-      case OPT_CLUSTER: o->cl.spec = optarg; break;
-      case OPT_JOB: o->cl.job = optarg, cluster_opts = 1; break;
-      case OPT_TASK:
-        if (cli_int_option("train", "--task", optarg, 0, 4095, &v)) return 2;
-        o->cl.task = (int)v;
-        cluster_opts = 1;
-        break;
-      case OPT_REPLICATION:
-        if (strcmp(optarg, "async") && strcmp(optarg, "sync"))
-          return cli_usage("train", "--replication takes async or sync");
-        o->sync = !strcmp(optarg, "sync");
-        cluster_opts = 1;
-        break;
-      case OPT_PS_TASKS: /* under mpirun/srun: ranks 1..M are the ps tasks */
-        if (cli_int_option("train", "--ps-tasks", optarg, 0, 4095, &v)) return 2;
-        setenv("FLOE_PS_TASKS", optarg, 1);
-        cluster_opts = 1;
-        break;
-      case OPT_AGGREGATE:
-        if (cli_int_option("train", "--replicas-to-aggregate", optarg, 1, 65536, &v)) return 2;
-        o->aggregate = (int)v;
-        cluster_opts = 1;
-        break;
-      case OPT_PS_STRATEGY:
-        if (strcmp(optarg, "round-robin") && strcmp(optarg, "greedy"))
-          return cli_usage("train", "--ps-strategy takes round-robin or greedy");
-        o->cl.greedy = !strcmp(optarg, "greedy");
-        cluster_opts = 1;
-        break;
-      case OPT_HEARTBEAT:
-        if (cli_number_option("train", "--heartbeat-timeout", optarg, 0.05, 0, 3600,
-                              &o->cl.heartbeat_timeout))
-          return 2;
-        cluster_opts = 1;
+      case OPT_CLUSTER: case OPT_JOB: case OPT_TASK: case OPT_REPLICATION: case OPT_PS_TASKS:
+      case OPT_AGGREGATE: case OPT_PS_STRATEGY: case OPT_HEARTBEAT:
+        if (train_cluster_option(&o->cl, opts[li].name, optarg)) return 2;
         break;
       case OPT_LIMIT:
         if (cli_int_option("train", "--limit", optarg, 1, INT64_MAX, &v)) return 2;
@@ -395,11 +330,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
              o->stop_after, o->epochs);
     return cli_usage("train", msg);
   }
-  if (cluster_opts && !o->cl.spec)
-    return cli_usage("train", "--job, --task, --replication, --replicas-to-aggregate, "
-                     "--ps-strategy and --heartbeat-timeout go with --cluster");
-  if (o->aggregate && !o->sync)
-    return cli_usage("train", "--replicas-to-aggregate goes with --replication sync");
+  if (train_cluster_check_options(&o->cl)) return 2;
   if (o->cl.spec) {
     if (o->queue_given && o->queue)
       return cli_usage("train", "--cluster trains from fed batches (each task takes its share): "
@@ -563,8 +494,8 @@ static int build_graph(Trainer *t) {
   floe_optimizer_options_init(&opt, o->optimizer);
   if (!isnan(o->lr)) opt.learning_rate = o->lr;
   t->K = 1;
-  if (o->sync) {
-    t->K = o->aggregate ? o->aggregate : o->cl.replicas;
+  if (o->cl.sync) {
+    t->K = o->cl.aggregate ? o->cl.aggregate : o->cl.replicas;
     if (t->K > o->cl.replicas)
       return cli_error("train", "--replicas-to-aggregate %d is more than the cluster's %d "
                        "training tasks (the chief and the workers)", t->K, o->cl.replicas);
@@ -576,7 +507,7 @@ static int build_graph(Trainer *t) {
     opt.cosine_alpha = 0;
   }
   FloeNode *step;
-  if (o->sync) {
+  if (o->cl.sync) {
     FloeSyncReplicasOptions so;
     floe_sync_replicas_options_init(&so);
     so.replicas_to_aggregate = t->K;
@@ -650,12 +581,7 @@ static double evaluate(Trainer *t) {
 
 /* The global step variable's value into *step: 0, or -1 with t->st set. */
 static int fetch_global_step(Trainer *t, int64_t *step) {
-  const char *f = t->step_name;
-  FloeTensor *v = NULL;
-  if (floe_session_run_opts(t->s, &t->ro, NULL, 0, &f, 1, NULL, 0, &v, t->st) != FLOE_OK) return -1;
-  *step = *(const int64_t *)floe_tensor_data(v);
-  floe_tensor_release(v);
-  return 0;
+  return train_fetch_global_step(t->s, &t->ro, t->step_name, step, t->st);
 }
 
 /* "nan", "inf" or "-inf" (printf spells a NaN "-nan" or "nan" by its sign bit). */
@@ -672,16 +598,7 @@ static double peak_lr(const TrainOptions *o) {
  * share of the batches applied), into *step. 0, or 1 after printing why (a lost task ends
  * the session's steps, so this never waits on one). */
 static int wait_global_step(Trainer *t, int64_t end, int64_t *step) {
-  for (;;) {
-    if (fetch_global_step(t, step))
-      return cli_error("train", "waiting for the other tasks' steps: %s",
-                       floe_status_message(t->st));
-    if (*step >= end) return 0;
-    if (train_sigint_pending())
-      return cli_error("train", "interrupted while waiting for the other tasks' steps (global "
-                       "step %lld of %lld)", (long long)*step, (long long)end);
-    nanosleep(&(struct timespec){0, 20000000L}, NULL);
-  }
+  return train_wait_global_step(t->s, &t->ro, t->step_name, end, step, t->st, "train");
 }
 
 /* With --checkpoint-dir, what a diverged run says of its checkpoints. */
@@ -862,14 +779,13 @@ int cmd_train(int argc, char **argv) {
   Trainer t;
   memset(&t, 0, sizeof t);
   t.bd.struct_size = sizeof t.bd;
-  StepTimes times = {0, 0, NULL}; /* before any goto out: freed there */
+  TrainStepTimes times = {0, 0, NULL}; /* before any goto out: freed there */
   TrainUpdater updater;           /* --replication sync, the chief: stopped there */
   memset(&updater, 0, sizeof updater);
   TrainSplit split;               /* --cluster with --json: each training step's split */
   int splitting = 0;
   int done, rc = parse_options(argc, argv, &t.o, &done);
   if (rc || done) return rc;
-  t.o.cl.sync = t.o.sync; /* for train_cluster_json */
   const TrainOptions *o = &t.o;
   rc = 1;
   if (o->threads > 0) {
@@ -967,7 +883,7 @@ int cmd_train(int argc, char **argv) {
     /* Async without --resume the chief started at 0 and may have stepped since: starting at
      * the live global step would skip this task's first batches, and the chief would wait
      * for their updates forever. */
-    if (!o->sync && !o->resume) global_step = 0;
+    if (!o->cl.sync && !o->resume) global_step = 0;
   } else if (!resume_path) {
     const char *init = "init";
     if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
@@ -983,7 +899,7 @@ int cmd_train(int argc, char **argv) {
   if (o->cl.spec)
     printf("on a cluster: %s, training task %d of %d, %d ps task%s, %s replication\n",
            floe_server_task(o->cl.server), o->cl.replica + 1, o->cl.replicas, o->cl.num_ps,
-           o->cl.num_ps == 1 ? "" : "s", o->sync ? "sync" : "async");
+           o->cl.num_ps == 1 ? "" : "s", o->cl.sync ? "sync" : "async");
   if (resume_path) {
     floe_code c = floe_checkpoint_restore(t.s, resume_path, &global_step, t.st);
     if (c != FLOE_OK) {
@@ -1003,7 +919,7 @@ int cmd_train(int argc, char **argv) {
   }
   /* Synchronous replication: every task's local step starts at the global step, and the
    * chief aggregates on a thread of its own. */
-  if (o->sync) {
+  if (o->cl.sync) {
     const char *li = t.local_init_name;
     if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &li, 1, NULL, t.st) != FLOE_OK) {
       rc = cli_error("train", "setting the local step: %s", floe_status_message(t.st));
@@ -1034,7 +950,7 @@ int cmd_train(int argc, char **argv) {
   int64_t end_gs = end_gb / t.K;
   if (end_gs < 1) end_gs = 1;
   int finished = 0; /* sync: the token said the last global step */
-  for (int e = first_epoch; o->sync ? !finished : e < last_epoch; e++) {
+  for (int e = first_epoch; o->cl.sync ? !finished : e < last_epoch; e++) {
     int64_t start = e == first_epoch ? first_batch : 0;
     if (t.batches) floe_batcher_start_epoch(t.batches, e, start);
     int64_t epoch_total = n_train - start * o->batch, epoch_done = 0, steps = 0;
@@ -1049,11 +965,11 @@ int cmd_train(int argc, char **argv) {
                                                                  : FLOE_TRACE_START);
     if (replicas > 1) epoch_total = (epoch_total + replicas - 1) / replicas;
     for (int64_t j = start;; j++) {
-      if (o->sync ? finished
+      if (o->cl.sync ? finished
           : o->cl.spec ? (int64_t)e * per_epoch + j >= end_gb
                        : o->max_steps && total_steps + steps >= o->max_steps)
         break;
-      if (o->sync && j >= per_epoch) break; /* on to the next epoch */
+      if (o->cl.sync && j >= per_epoch) break; /* on to the next epoch */
       FloeTensor *im = NULL, *lb = NULL;
       if (replicas > 1 && ((int64_t)e * per_epoch + j) % replicas != me) {
         /* another task's batch: drawn and dropped, so the order stays the epoch's */
@@ -1088,17 +1004,17 @@ int cmd_train(int argc, char **argv) {
       }
       if (splitting) train_split_begin(&split, &t.ro);
       double ts = now_seconds();
-      floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, fetch, o->sync ? 2 : 1,
+      floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, fetch, o->cl.sync ? 2 : 1,
                                           &target, 1, got, t.st);
       FloeTensor *lv = got[0];
       if (splitting) train_split_end(&split, &t.ro, c == FLOE_OK);
       if (o->cl.spec) train_cluster_count_end(&t.o.cl);
-      if (c == FLOE_OK && o->sync) { /* the token: the global step the next step computes at */
+      if (c == FLOE_OK && o->cl.sync) { /* the token: the global step the next step computes at */
         global_step = *(const int64_t *)floe_tensor_data(got[1]);
         floe_tensor_release(got[1]);
         if (global_step >= end_gs) finished = 1;
       }
-      if (c == FLOE_OK && step_times_add(&times, now_seconds() - ts)) {
+      if (c == FLOE_OK && train_step_times_add(&times, now_seconds() - ts)) {
         floe_tensor_release(lv);
         rc = cli_error("train", "out of memory");
         goto out;
@@ -1106,7 +1022,7 @@ int cmd_train(int argc, char **argv) {
       epoch_done += examples;
       floe_tensor_release(im);
       floe_tensor_release(lb);
-      if (c == FLOE_OUT_OF_RANGE && o->sync && is_worker) {
+      if (c == FLOE_OUT_OF_RANGE && o->cl.sync && is_worker) {
         finished = 1; /* the chief closed the token queue: training is over */
         break;
       }
@@ -1162,7 +1078,7 @@ int cmd_train(int argc, char **argv) {
       rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
       goto out;
     }
-    int last = o->sync ? finished
+    int last = o->cl.sync ? finished
                : o->cl.spec ? (int64_t)(e + 1) * per_epoch >= end_gb
                             : e + 1 == last_epoch || (o->max_steps && total_steps >= o->max_steps);
     double rate = epoch_secs > 0 ? epoch_done / epoch_secs : 0;
@@ -1176,7 +1092,7 @@ int cmd_train(int argc, char **argv) {
       continue;
     }
     if (o->cl.spec && last) { /* the chief tests the model once every task's share is in */
-      if (o->sync) { /* no more updates; the tasks still waiting for a token end */
+      if (o->cl.sync) { /* no more updates; the tasks still waiting for a token end */
         const char *close = t.close_name;
         if (train_updater_stop(&updater, "train")) goto out;
         if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &close, 1, NULL, t.st) != FLOE_OK) {
@@ -1184,7 +1100,7 @@ int cmd_train(int argc, char **argv) {
           goto out;
         }
       }
-      if (wait_global_step(&t, o->sync ? end_gs : end_gb, &global_step)) goto out;
+      if (wait_global_step(&t, o->cl.sync ? end_gs : end_gb, &global_step)) goto out;
     }
     char when[64];
     snprintf(when, sizeof when, "after epoch %d (global step %lld)", e + 1,
@@ -1213,7 +1129,7 @@ int cmd_train(int argc, char **argv) {
      * for the chief: a task that left would count as lost and end the chief's steps. */
     printf("floe train: %s done: %lld steps, p50 step %.2f ms; serving until the chief "
            "leaves\n", floe_server_task(o->cl.server), (long long)total_steps,
-           step_times_quantile(&times, 0.5) * 1e3);
+           train_step_times_quantile(&times, 0.5) * 1e3);
     if (o->json) { /* this task's own line (under floe launch, on launch's stderr) */
       JsonWriter w;
       json_init(&w, stdout);
@@ -1222,9 +1138,9 @@ int cmd_train(int argc, char **argv) {
       json_key(&w, "steps"), json_int(&w, total_steps);
       json_key(&w, "samples_per_sec"), json_double(&w, train_secs > 0 ? trained / train_secs : 0);
       json_key(&w, "train_seconds"), json_double(&w, train_secs);
-      json_key(&w, "step_time_p50_ms"), json_double(&w, step_times_quantile(&times, 0.5) * 1e3);
-      json_key(&w, "step_time_p90_ms"), json_double(&w, step_times_quantile(&times, 0.9) * 1e3);
-      train_cluster_json(&w, &o->cl, total_steps, t.K, o->sync ? stale_gradients(&t) : -1);
+      json_key(&w, "step_time_p50_ms"), json_double(&w, train_step_times_quantile(&times, 0.5) * 1e3);
+      json_key(&w, "step_time_p90_ms"), json_double(&w, train_step_times_quantile(&times, 0.9) * 1e3);
+      train_cluster_json(&w, &o->cl, total_steps, t.K, o->cl.sync ? stale_gradients(&t) : -1);
       json_key(&w, "step_split_ms"), train_split_json(&w, &split);
       json_end_object(&w);
       json_finish(&w);
@@ -1303,10 +1219,10 @@ int cmd_train(int argc, char **argv) {
       json_key(&w, "breakdown"), measure_breakdown_json(&w, &t.bd);
     }
     json_key(&w, "steps"), json_int(&w, total_steps);
-    json_key(&w, "step_time_p50_ms"), json_double(&w, step_times_quantile(&times, 0.5) * 1e3);
-    json_key(&w, "step_time_p90_ms"), json_double(&w, step_times_quantile(&times, 0.9) * 1e3);
+    json_key(&w, "step_time_p50_ms"), json_double(&w, train_step_times_quantile(&times, 0.5) * 1e3);
+    json_key(&w, "step_time_p90_ms"), json_double(&w, train_step_times_quantile(&times, 0.9) * 1e3);
     if (o->cl.spec) {
-      train_cluster_json(&w, &o->cl, total_steps, t.K, o->sync ? stale_gradients(&t) : -1);
+      train_cluster_json(&w, &o->cl, total_steps, t.K, o->cl.sync ? stale_gradients(&t) : -1);
       json_key(&w, "step_split_ms"), train_split_json(&w, &split);
     }
     if (o->trace) json_key(&w, "trace"), json_string(&w, o->trace);

@@ -777,6 +777,9 @@ int cmd_train_lstm(int argc, char **argv) {
            o.cl.num_ps == 1 ? "" : "s", sync ? "sync" : "async", m.shards,
            m.shards == 1 ? "" : "s");
   fflush(stdout);
+  TrainSplit split; /* --cluster with --json: each training window's step split */
+  int splitting = cluster && o.json;
+  if (splitting) train_split_init(&split, m.s, o.profile || o.trace);
   train_sigint_install();
   FloeTensor *states[16] = {0};
   double final_loss = NAN, last_loss = NAN, train_secs = 0, ppl = NAN;
@@ -818,8 +821,10 @@ int cmd_train_lstm(int argc, char **argv) {
       double t0 = now_s();
       double loss = 0;
       int64_t token = 0;
+      if (splitting) train_split_begin(&split, &m.ro);
       floe_code c = run_window(&m, x, y, states, "loss", 1, &loss, cluster ? &token : NULL);
       double dt = now_s() - t0;
+      if (splitting) train_split_end(&split, &m.ro, c == FLOE_OK);
       if (cluster) train_cluster_count_end(&o.cl);
       floe_tensor_release(x);
       floe_tensor_release(y);
@@ -954,6 +959,21 @@ int cmd_train_lstm(int argc, char **argv) {
     printf("floe train: %s done: %lld steps, p50 step %.2f ms; serving until the chief "
            "leaves\n", floe_server_task(o.cl.server), (long long)my_steps,
            train_step_times_quantile(&times, 0.5) * 1e3);
+    if (o.json) { /* this task's own line (under floe launch, on launch's stderr) */
+      JsonWriter w;
+      json_init(&w, stdout);
+      json_begin_object(&w);
+      json_key(&w, "model"), json_string(&w, "lstm");
+      json_key(&w, "steps"), json_int(&w, my_steps);
+      json_key(&w, "words_per_sec"), json_double(&w, train_secs > 0 ? timed_words / train_secs : 0);
+      json_key(&w, "train_seconds"), json_double(&w, train_secs);
+      json_key(&w, "step_time_p50_ms"), json_double(&w, train_step_times_quantile(&times, 0.5) * 1e3);
+      json_key(&w, "step_time_p90_ms"), json_double(&w, train_step_times_quantile(&times, 0.9) * 1e3);
+      train_cluster_json(&w, &o.cl, my_steps, m.K, -1);
+      json_key(&w, "step_split_ms"), train_split_json(&w, &split);
+      json_end_object(&w);
+      json_finish(&w);
+    }
     fflush(stdout);
     floe_session_free(m.s);
     m.s = NULL;
@@ -1052,6 +1072,7 @@ int cmd_train_lstm(int argc, char **argv) {
       }
       json_key(&w, "global_step"), json_int(&w, global_step);
       train_cluster_json(&w, &o.cl, my_steps, m.K, stale);
+      json_key(&w, "step_split_ms"), train_split_json(&w, &split);
     }
     if (o.trace) json_key(&w, "trace"), json_string(&w, o.trace);
     json_end_object(&w);
