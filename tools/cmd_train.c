@@ -875,15 +875,12 @@ int cmd_train(int argc, char **argv) {
               o->checkpoint_dir);
   }
   if (is_worker) {
-    if (train_cluster_wait_ready(&o->cl, t.g, t.s, &t.vars, 120000, "train")) goto out;
-    if (fetch_global_step(&t, &global_step)) {
-      rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
+    /* Where the chief started (0, or its checkpoint's step), not the live global step: the
+     * chief may have stepped since, and starting there would skip this task's first
+     * batches, whose updates the chief would then wait for forever. */
+    if (train_cluster_start_step(&o->cl, 120000, &global_step, "train") ||
+        train_cluster_wait_ready(&o->cl, t.g, t.s, &t.vars, 120000, "train"))
       goto out;
-    }
-    /* Async without --resume the chief started at 0 and may have stepped since: starting at
-     * the live global step would skip this task's first batches, and the chief would wait
-     * for their updates forever. */
-    if (!o->cl.sync && !o->resume) global_step = 0;
   } else if (!resume_path) {
     const char *init = "init";
     if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
@@ -917,6 +914,8 @@ int cmd_train(int argc, char **argv) {
            (long long)(per_epoch ? global_step % per_epoch : 0));
     free(resume_path);
   }
+  if (o->cl.spec && !is_worker && train_cluster_publish_start(&o->cl, global_step, "train"))
+    goto out;
   /* Synchronous replication: every task's local step starts at the global step, and the
    * chief aggregates on a thread of its own. */
   if (o->cl.sync) {

@@ -309,6 +309,45 @@ out:
   return rc;
 }
 
+/* The key the chief publishes its starting global step under. */
+#define START_STEP_KEY "floe_train/start_step"
+
+int train_cluster_publish_start(const TrainCluster *c, int64_t step, const char *tool) {
+  char v[32];
+  int n = snprintf(v, sizeof v, "%lld", (long long)step);
+  FloeStatus *st = floe_status_new();
+  int rc = 0;
+  if (!st || floe_server_kv_set(c->server, START_STEP_KEY, v, (size_t)n, 1, st) != FLOE_OK)
+    rc = cli_error(tool, "publishing the starting global step to the other tasks: %s",
+                   st ? floe_status_message(st) : "out of memory");
+  floe_status_free(st);
+  return rc;
+}
+
+int train_cluster_start_step(const TrainCluster *c, int64_t timeout_ms, int64_t *step,
+                             const char *tool) {
+  FloeStatus *st = floe_status_new();
+  void *v = NULL;
+  size_t len = 0;
+  int rc = 0;
+  if (!st || floe_server_kv_get(c->server, START_STEP_KEY, timeout_ms, &v, &len, st) != FLOE_OK) {
+    rc = cli_error(tool, "waiting for the chief's starting global step: %s; is the chief's "
+                   "floe train running (with the same options)?",
+                   st ? floe_status_message(st) : "out of memory");
+  } else {
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (len == 0 || !end || *end || x < 0)
+      rc = cli_error(tool, "the chief published a starting global step of \"%.40s\": not a "
+                     "step (another program's key \"%s\"?)", (const char *)v, START_STEP_KEY);
+    else
+      *step = x;
+  }
+  free(v);
+  floe_status_free(st);
+  return rc;
+}
+
 int train_cluster_serve(TrainCluster *c, const char *tool) {
   return cli_server_serve(tool, c->server, -1);
 }

@@ -87,6 +87,14 @@ int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const
  * initialised (the chief initialised or restored them). 0, or 1 after printing why. */
 int train_cluster_wait_ready(const TrainCluster *c, FloeGraph *g, FloeSession *s,
                              const TrainVars *v, int64_t timeout_ms, const char *tool);
+/* Where training starts, through the cluster's key-value store: the chief publishes the
+ * global step it starts from (0, or the restored checkpoint's) once the variables are
+ * initialised or restored; the other training tasks wait for it (up to timeout_ms) rather
+ * than read the live global step, which the chief may have moved on since. 0, or 1 after
+ * printing why. */
+int train_cluster_publish_start(const TrainCluster *c, int64_t step, const char *tool);
+int train_cluster_start_step(const TrainCluster *c, int64_t timeout_ms, int64_t *step,
+                             const char *tool);
 /* Serves until the chief leaves, or SIGTERM or SIGINT (ps tasks, and workers done training,
  * whose servers the others' steps may still use). 0, or 1 after printing why. */
 int train_cluster_serve(TrainCluster *c, const char *tool);

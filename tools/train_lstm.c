@@ -730,12 +730,16 @@ int cmd_train_lstm(int argc, char **argv) {
   int64_t global_step = 0;
   /* Where training goes on from: the restored checkpoint's global step (the chief, or one
    * process, with --resume), the shared one once the chief is ready (a worker), or zero. */
-  if (is_worker) {
-    if (train_fetch_global_step(m.s, &m.ro, m.step_name, &global_step, st)) {
-      rc = cli_error("train", "reading the global step: %s", floe_status_message(st));
+  if (is_worker) { /* where the chief started, not where it is now (train_cluster.h) */
+    if (train_cluster_start_step(&o.cl, 120000, &global_step, "train")) {
+      rc = 1;
       goto out_model;
     }
   } else if (o.resume && (rc = resume(&m, &o, &global_step, st)) != 0) {
+    goto out_model;
+  }
+  if (cluster && !is_worker && train_cluster_publish_start(&o.cl, global_step, "train")) {
+    rc = 1;
     goto out_model;
   }
   if (sync && floe_session_run_opts(m.s, &m.ro, NULL, 0, NULL, 0,
@@ -835,7 +839,7 @@ int cmd_train_lstm(int argc, char **argv) {
       if (c != FLOE_OK || !isfinite(loss)) {
         if (tty) printf("\n");
         if (c == FLOE_OUT_OF_RANGE && sync) cli_error("train", "the token queue was closed");
-        if (c == FLOE_OK) report_diverged(&m, &o, global_step + my_steps + 1, loss, st);
+        if (c == FLOE_OK) report_diverged(&m, &o, (cluster ? my_steps : global_step) + 1, loss, st);
         rc = 1;
         goto out_states;
       }

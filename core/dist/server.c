@@ -172,27 +172,70 @@ static struct timespec realtime_after(int64_t ms) {
   return ts;
 }
 
-floe_code floe__server_wait_all(FloeServer *s, int64_t timeout_ms, FloeCoordInfos *out,
-                                FloeStatus *st) {
-  if (s->coord) return floe__coord_service_wait_all(s->coord, timeout_ms, out, st);
-  /* Another task: through its agent, once it has registered with the chief. */
-  struct timespec end = realtime_after(timeout_ms);
+/* Another task's agent into *out, once it has registered with the chief (within timeout_ms;
+ * < 0: no limit), held until agent_release; FLOE_UNAVAILABLE when it has not. */
+static floe_code agent_acquire(FloeServer *s, int64_t timeout_ms, FloeCoordAgent **out,
+                               FloeStatus *st) {
+  struct timespec end = realtime_after(timeout_ms < 0 ? INT32_MAX : timeout_ms);
   pthread_mutex_lock(&s->mu);
   while (!s->agent && !s->stopping)
     if (pthread_cond_timedwait(&s->cv, &s->mu, &end) != 0) break;
   FloeCoordAgent *agent = s->stopping ? NULL : s->agent;
   if (agent) s->agent_users++;
   pthread_mutex_unlock(&s->mu);
-  if (!agent)
-    return floe_status_set(st, FLOE_UNAVAILABLE, "%s has not registered with the chief %s within "
-                           "%" PRId64 " ms: start the chief's server (or check that its address "
-                           "in the cluster is right and reachable from here)", s->task_name,
-                           floe__cluster_address(s->spec, s->chief_ref), timeout_ms);
-  floe_code rc = floe__coord_agent_wait_all(agent, timeout_ms, out, st);
+  *out = agent;
+  if (agent) return FLOE_OK;
+  return floe_status_set(st, FLOE_UNAVAILABLE, "%s has not registered with the chief %s within "
+                         "%" PRId64 " ms: start the chief's server (or check that its address "
+                         "in the cluster is right and reachable from here)", s->task_name,
+                         floe__cluster_address(s->spec, s->chief_ref), timeout_ms);
+}
+
+static void agent_release(FloeServer *s) {
   pthread_mutex_lock(&s->mu);
   s->agent_users--;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+}
+
+floe_code floe__server_wait_all(FloeServer *s, int64_t timeout_ms, FloeCoordInfos *out,
+                                FloeStatus *st) {
+  if (s->coord) return floe__coord_service_wait_all(s->coord, timeout_ms, out, st);
+  FloeCoordAgent *agent;
+  floe_code rc = agent_acquire(s, timeout_ms, &agent, st);
+  if (rc != FLOE_OK) return rc;
+  rc = floe__coord_agent_wait_all(agent, timeout_ms, out, st);
+  agent_release(s);
+  return rc;
+}
+
+floe_code floe_server_kv_set(FloeServer *s, const char *key, const void *value, size_t len,
+                             int overwrite, FloeStatus *st) {
+  if (!s || !key || (len && !value))
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "floe_server_kv_set: NULL server, key or value");
+  if (s->coord) return floe__coord_service_kv_insert(s->coord, key, value, len, overwrite, st);
+  FloeCoordAgent *agent;
+  floe_code rc = agent_acquire(s, 60000, &agent, st);
+  if (rc != FLOE_OK) return rc;
+  rc = floe__coord_agent_kv_insert(agent, key, value, len, overwrite, st);
+  agent_release(s);
+  return rc;
+}
+
+floe_code floe_server_kv_get(FloeServer *s, const char *key, int64_t timeout_ms, void **value,
+                             size_t *len, FloeStatus *st) {
+  if (!s || !key || !value || !len)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "floe_server_kv_get: NULL server, key, value or len");
+  *value = NULL;
+  *len = 0;
+  if (s->coord) return floe__coord_service_kv_get(s->coord, key, timeout_ms, value, len, st);
+  FloeCoordAgent *agent;
+  floe_code rc = agent_acquire(s, timeout_ms, &agent, st);
+  if (rc != FLOE_OK) return rc;
+  rc = floe__coord_agent_kv_get(agent, key, timeout_ms, value, len, st);
+  agent_release(s);
   return rc;
 }
 

@@ -26,6 +26,7 @@
 #include <floe/floe_train.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -712,6 +713,72 @@ START_TEST(test_restarted_worker_is_aborted) {
 }
 END_TEST
 
+/* The cluster's key-value store: a value set by one task is read by another; a get waits
+ * for a set that comes later; a missing key times out naming it; no overwrite refuses. */
+typedef struct KvSetLater {
+  FloeServer *srv;
+} KvSetLater;
+
+static void *kv_set_later(void *arg) {
+  KvSetLater *k = arg;
+  nanosleep(&(struct timespec){0, 200000000L}, NULL);
+  FloeStatus *st = floe_status_new();
+  floe_code rc = floe_server_kv_set(k->srv, "later", "v2", 2, 0, st);
+  floe_status_free(st);
+  return (void *)(intptr_t)rc;
+}
+
+START_TEST(test_key_value_store) {
+  Cluster c;
+  start(&c, 2000);
+  FloeStatus *st = floe_status_new();
+  void *v = NULL;
+  size_t len = 0;
+  /* the chief sets, a worker and the ps read */
+  ck_assert_msg(floe_server_kv_set(c.chief, "start", "47", 2, 0, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  for (int i = 0; i <= NW; i++) {
+    ck_assert_msg(floe_server_kv_get(c.srv[i], "start", 5000, &v, &len, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+    ck_assert_uint_eq(len, 2);
+    ck_assert_str_eq((const char *)v, "47");
+    free(v);
+  }
+  /* a worker sets, the chief reads; again without overwrite is refused, with it replaces */
+  ck_assert(floe_server_kv_set(c.srv[1], "w1", "abc", 3, 0, st) == FLOE_OK);
+  ck_assert(floe_server_kv_get(c.chief, "w1", 0, &v, &len, st) == FLOE_OK);
+  ck_assert_str_eq((const char *)v, "abc");
+  free(v);
+  ck_assert_int_eq(floe_server_kv_set(c.srv[0], "w1", "x", 1, 0, st), FLOE_ALREADY_EXISTS);
+  ck_assert(floe_server_kv_set(c.srv[0], "w1", "x", 1, 1, st) == FLOE_OK);
+  ck_assert(floe_server_kv_get(c.srv[1], "w1", 0, &v, &len, st) == FLOE_OK);
+  ck_assert_str_eq((const char *)v, "x");
+  free(v);
+  /* a get waits for a set that comes 200 ms later */
+  KvSetLater k = {c.srv[1]};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, kv_set_later, &k), 0);
+  ck_assert_msg(floe_server_kv_get(c.srv[0], "later", 10000, &v, &len, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  ck_assert_str_eq((const char *)v, "v2");
+  free(v);
+  void *trc = NULL;
+  pthread_join(t, &trc);
+  ck_assert_int_eq((int)(intptr_t)trc, FLOE_OK);
+  /* a key nobody sets: the wait ends, naming the key */
+  floe_code rc = floe_server_kv_get(c.srv[0], "never", 300, &v, &len, st);
+  ck_assert_msg(rc == FLOE_DEADLINE_EXCEEDED || rc == FLOE_NOT_FOUND, "%s",
+                floe_code_name(rc));
+  ck_assert_msg(strstr(floe_status_message(st), "never") != NULL, "%s", floe_status_message(st));
+  ck_assert_ptr_null(v);
+  /* bad arguments */
+  ck_assert_int_eq(floe_server_kv_set(NULL, "k", "v", 1, 0, st), FLOE_INVALID_ARGUMENT);
+  ck_assert_int_eq(floe_server_kv_get(c.chief, NULL, 0, &v, &len, st), FLOE_INVALID_ARGUMENT);
+  floe_status_free(st);
+  stop(&c);
+}
+END_TEST
+
 static Suite *make_suite(void) {
   Suite *su = suite_create("cluster_inproc");
   TCase *tc = tcase_create("core");
@@ -720,6 +787,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, test_variable_on_ps_keeps_state);
   tcase_add_test(tc, test_between_graph_workers_share_ps_variables);
   tcase_add_test(tc, test_sharded_embedding_moves_rows);
+  tcase_add_test(tc, test_key_value_store);
   tcase_add_test(tc, test_lost_worker_is_unavailable);
   tcase_add_test(tc, test_restarted_worker_is_aborted);
   tcase_add_test(tc, test_control_flow_across_tasks);

@@ -68,6 +68,20 @@ typedef struct FloeTaskTraffic {
 /* Fills out[0..min(cap, peers)) (out may be NULL with cap 0) and returns the number of peer
  * tasks, so a caller can size its array. Thread-safe. */
 FLOE_API int floe_server_traffic(FloeServer *s, FloeTaskTraffic *out, int cap);
+/* The cluster's key-value store, kept by the chief's coordination service (TF's
+ * coordination-service KeyValue): small values any task may store and any task may wait
+ * for, e.g. where a resumed run starts. Keys and values are bounded (256 bytes and 64 KiB;
+ * 4096 keys, 16 MiB in all: an error says which bound). kv_set stores value[0..len) under
+ * key (copied); an existing key is FLOE_ALREADY_EXISTS unless overwrite. kv_get waits up to
+ * timeout_ms (0: looks once; < 0: no limit) for key: FLOE_DEADLINE_EXCEEDED naming it when it
+ * does not come, and a lost chief or a cluster error ends the wait. On success *value is
+ * malloc'd (the caller frees it with free(); a 0 byte follows its len bytes) and *len its
+ * length. A task that has not yet registered with the chief waits for that first (within
+ * timeout_ms). Thread-safe. */
+FLOE_API floe_code floe_server_kv_set(FloeServer *s, const char *key, const void *value,
+                                      size_t len, int overwrite, FloeStatus *status);
+FLOE_API floe_code floe_server_kv_get(FloeServer *s, const char *key, int64_t timeout_ms,
+                                      void **value, size_t *len, FloeStatus *status);
 /* Waits until floe_server_stop (0) or timeout_ms passes (FLOE_DEADLINE_EXCEEDED; < 0 waits
  * for ever). */
 FLOE_API floe_code floe_server_join(FloeServer *s, int64_t timeout_ms, FloeStatus *status);
