@@ -16,6 +16,8 @@
 #    sync (2 batches a global step: 23, then 47);
 #  - kill -9 of the ps, then of the worker, mid-training: the chief fails within the
 #    heartbeat timeout plus 2 s with UNAVAILABLE naming the task;
+#  - the cnn, async, chief + worker + 1 ps, 1,280 examples: every batch once (global step 20),
+#    and it learns (test accuracy above 0.4 after 20 batches, 0.1 being chance);
 #  - refusals: cluster options without --cluster, a cluster without a ps job.
 # Skipped (77) without the fabric transport or Fashion-MNIST.
 set -u
@@ -178,6 +180,17 @@ JSON
 }
 killed_run ps
 killed_run worker
+
+# ---- the cnn ----------------------------------------------------------------------------
+if timeout 300 "$FLOE" launch --workers 1 --ps 1 --every-task -- "$FLOE" $TRAIN --model cnn \
+    --cluster env --limit 1280 --epochs 1 --json >"$tmp/cnn.out" 2>"$tmp/cnn.err"; then
+  gs=$(field global_step <"$tmp/cnn.out"); acc=$(field test_accuracy <"$tmp/cnn.out")
+  echo "cnn on a cluster: global step $gs, test accuracy $acc"
+  if [ "$gs" = 20 ] && awk -v a="$acc" 'BEGIN{exit !(a > 0.4)}'; then ok; else
+    bad "cnn: global step $gs (20), accuracy $acc (> 0.4)"; fi
+else
+  bad "cnn on a cluster: $(tail -5 "$tmp/cnn.err")"
+fi
 
 # ---- refusals ----------------------------------------------------------------------------
 "$FLOE" train --replication async >/dev/null 2>"$tmp/err"; rc=$?
