@@ -297,7 +297,8 @@ static floe_code fab_init(const FloeHostApi *h, void **out) {
     goto err_free;
   }
   snprintf(c->prov, sizeof c->prov, "%s", c->info->fabric_attr->prov_name);
-  c->inject_size = c->info->tx_attr->inject_size;
+  c->inject_size = c->info->tx_attr->inject_size; /* rxm: its eager size (buffer_size) */
+  c->probe_large_recv = strstr(c->prov, "ofi_rxm") != NULL;
   c->max_msg = c->info->ep_attr->max_msg_size;
   long overflow_mb = env_long("FLOE_FABRIC_OVERFLOW_MB", DEFAULT_OVERFLOW_MB);
   if (strcmp(c->prov, "shm") == 0 && c->info->rx_attr->iov_limit >= 2 && overflow_mb > 0) {

@@ -28,6 +28,7 @@
 /* Tags of the plugin's own messages: the reserved top bit set (callers never set it). */
 #define FAB_TAG_HELLO (FLOE_TRANSPORT_TAG_RESERVED | 0x48454c4cu) /* "HELL" */
 #define FAB_TAG_ACK (FLOE_TRANSPORT_TAG_RESERVED | 0x41434b00u)   /* "ACK" */
+#define FAB_TAG_PROBE (FLOE_TRANSPORT_TAG_RESERVED | 0x50524f42u) /* "PROB": empty, dropped */
 
 #define FAB_PROV_MAX 40   /* bytes of a provider name in a blob ("verbs;ofi_rxm") */
 #define FAB_NAME_MAX 112  /* bytes of a raw endpoint name we keep */
@@ -42,7 +43,8 @@ typedef enum ReqKind {
   REQ_RECV,      /* a caller's irecv */
   REQ_CTRL_SEND, /* a hello or an ack we send; freed on completion */
   REQ_HELLO_RX,  /* one of our posted hello receives; reposted on completion */
-  REQ_ACK_RX     /* one of our posted ack receives; reposted on completion */
+  REQ_ACK_RX,    /* one of our posted ack receives; reposted on completion */
+  REQ_PROBE_RX   /* one of our posted probe receives; reposted on completion */
 } ReqKind;
 
 typedef enum ReqState {
@@ -102,6 +104,8 @@ struct Req {
   void *comm;         /* the SendComm or RecvComm it was posted on; NULL once orphaned */
   Req *prev, *next;   /* in ctx->live */
   Req *qnext;         /* in ctx->queue or a SendComm's early list */
+  uint64_t probe_at;  /* a large receive whose peer's connection was down: next look (ns) */
+  uint64_t probe_gap; /* and the gap after that one (grows to 100 ms) */
   unsigned char ctrl[FAB_CTRL_BYTES]; /* payload of our own messages */
 };
 
@@ -131,6 +135,14 @@ struct Ctx {
   void *overflow;
   size_t overflow_len;
   bool failed;                 /* the endpoint broke (CQ read failed): everything fails */
+  /* rxm (1.17) keeps a message that arrived before its receive in a queue that points at the
+   * connection it came on, and frees that connection when the peer dies without dropping the
+   * message: a receive posted later that matches it reads through the freed connection
+   * (rxm_handle_rndv -> fi_readv on a NULL msg_ep: SIGSEGV inside fi_trecv). A receive larger
+   * than rxm's eager size (the only kind whose match reads through the connection) is
+   * therefore posted only right after an empty fi_tinject to its peer succeeded: rxm answers
+   * that only on a connection that is up, and nothing progresses between the two calls. */
+  bool probe_large_recv;
 
   /* Waiting. With FI_WAIT_FD: cq_fd (fi_control FI_GETWAIT) and intr_fd (an eventfd that
    * interrupt writes). Without: interrupt sets `interrupted` and signals wcv; the waiter

@@ -6,7 +6,9 @@
  * -FI_EAGAIN is routine (rxm connects on demand and its send queue is 128 deep): the request
  * is queued, and progress posts the queue in order after reading the completion queue, so
  * isend never answers "try again". Sends of at most inject_size bytes go by fi_tinject and
- * complete at once.
+ * complete at once. On rxm a receive larger than inject_size waits until its peer's
+ * connection is up (fabric_int.h, probe_large_recv: rxm 1.17 crashes matching a dead peer's
+ * waiting message); the queue lets other peers' requests pass it.
  *
  * Completions: progress (and accept, cancel, close, wait) reads the completion queue; each
  * completion marks its request done (test() reports and frees it), answers a hello, opens a
@@ -106,13 +108,6 @@ static void queue_push(Ctx *c, Req *r) {
   c->queue_tail = &r->qnext;
 }
 
-static void queue_pop(Ctx *c) {
-  Req *r = c->queue;
-  c->queue = r->qnext;
-  if (!c->queue) c->queue_tail = &c->queue;
-  r->qnext = NULL;
-}
-
 void fab_queue_remove(Req *r) {
   Ctx *c = r->ctx;
   Req **pp = &c->queue, *prev = NULL;
@@ -134,10 +129,35 @@ static void finish(Req *r, floe_code code, size_t size) {
   if (r->orphan) fab_req_free(r);
 }
 
-/* Hands r to libfabric: 0 posted, 1 done already (inject), -FI_EAGAIN, or another error. */
+/* post_now's answer for a large receive whose peer's connection is not up (fabric_int.h,
+ * probe_large_recv): it waits in the queue, and so does whatever follows it for that peer. */
+enum { POST_PEER_DOWN = 2 };
+enum { PROBE_GAP_MIN_NS = 1000000, PROBE_GAP_MAX_NS = 100000000 };
+
+/* Whether r's peer has a connection up in rxm (see probe_large_recv); retries are spaced, as
+ * each one to a dead peer starts a connection attempt. */
+static bool peer_up(Req *r) {
+  Ctx *c = r->ctx;
+  uint64_t t = now_ns();
+  if (t < r->probe_at) return false;
+  ssize_t ret = fi_tinject(c->ep, r->ctrl, 0, r->addr, FAB_TAG_PROBE);
+  if (ret == 0) return true;
+  if (ret != -FI_EAGAIN)
+    fab_log(FLOE_LOG_WARNING, "transport fabric (%s): probing a peer's connection failed: %s",
+            c->prov, fi_strerror((int)-ret));
+  r->probe_at = t + r->probe_gap;
+  r->probe_gap = r->probe_gap ? r->probe_gap * 2 : PROBE_GAP_MIN_NS;
+  if (r->probe_gap > PROBE_GAP_MAX_NS) r->probe_gap = PROBE_GAP_MAX_NS;
+  return false;
+}
+
+/* Hands r to libfabric: 0 posted, 1 done already (inject), -FI_EAGAIN, POST_PEER_DOWN, or
+ * another error. */
 static ssize_t post_now(Req *r) {
   Ctx *c = r->ctx;
   ssize_t ret;
+  if (r->kind == REQ_RECV && c->probe_large_recv && r->len > c->inject_size && !peer_up(r))
+    return POST_PEER_DOWN;
   switch (r->kind) {
   case REQ_SEND:
   case REQ_CTRL_SEND:
@@ -158,6 +178,7 @@ static ssize_t post_now(Req *r) {
     break;
   case REQ_HELLO_RX:
   case REQ_ACK_RX:
+  case REQ_PROBE_RX:
     ret = fi_trecv(c->ep, r->ctrl, sizeof r->ctrl, NULL, FI_ADDR_UNSPEC, r->tag, 0, r);
     break;
   default:
@@ -182,7 +203,7 @@ static void post_failed_or_injected(Req *r, ssize_t ret) {
   }
   const char *what = r->kind == REQ_SEND ? "fi_tsend" : r->kind == REQ_RECV ? "fi_trecv"
                      : r->kind == REQ_CTRL_SEND ? "sending a hello or ack"
-                                                : "posting a hello or ack receive";
+                                                : "posting a control receive";
   fab_log(FLOE_LOG_ERROR, "transport fabric (%s): %s of %zu bytes under tag 0x%016" PRIx64
           " failed: %s", c->prov, what, r->len, r->tag, fi_strerror((int)-ret));
   if (r->kind == REQ_SEND || r->kind == REQ_RECV)
@@ -191,21 +212,43 @@ static void post_failed_or_injected(Req *r, ssize_t ret) {
     fab_req_free(r);
 }
 
+/* Takes the request *pp (pp: the link that points at it) out of the queue. */
+static void queue_unlink(Ctx *c, Req **pp) {
+  Req *r = *pp;
+  *pp = r->qnext;
+  if (c->queue_tail == &r->qnext) c->queue_tail = pp;
+  r->qnext = NULL;
+}
+
 /* Posts the queue in order until libfabric says -FI_EAGAIN; the number of requests handed
- * over (mu held). Sends of a refused connection fail here. */
+ * over (mu held). Sends of a refused connection fail here. A request of a peer whose
+ * connection is down (POST_PEER_DOWN) stays, with everything after it for that peer; the
+ * other peers' requests go on (a dead peer must not stop the survivors). */
 static int flush_queue(Ctx *c) {
-  int moved = 0;
-  Req *r;
-  while ((r = c->queue)) {
+  enum { DOWN_MAX = 8 };
+  fi_addr_t down[DOWN_MAX];
+  int num_down = 0, moved = 0;
+  Req **pp = &c->queue, *r;
+  while ((r = *pp)) {
     if (r->kind == REQ_SEND && r->comm && ((SendComm *)r->comm)->state == CONN_REFUSED) {
-      queue_pop(c);
+      queue_unlink(c, pp);
       finish(r, FLOE_FAILED_PRECONDITION, 0);
       moved++;
       continue;
     }
-    ssize_t ret = post_now(r);
+    bool behind = false;
+    for (int i = 0; i < num_down && !behind; i++) behind = down[i] == r->addr;
+    ssize_t ret = behind ? POST_PEER_DOWN : post_now(r);
     if (ret == -FI_EAGAIN) break;
-    queue_pop(c);
+    if (ret == POST_PEER_DOWN) {
+      if (!behind) {
+        if (num_down == DOWN_MAX) break;
+        down[num_down++] = r->addr;
+      }
+      pp = &r->qnext;
+      continue;
+    }
+    queue_unlink(c, pp);
     if (ret != 0) post_failed_or_injected(r, ret);
     moved++;
   }
@@ -233,7 +276,7 @@ static floe_code submit(Req *r, bool may_progress) {
     fab_progress_locked(c);
     ret = c->queue ? -FI_EAGAIN : post_now(r);
   }
-  if (ret == -FI_EAGAIN) {
+  if (ret == -FI_EAGAIN || ret == POST_PEER_DOWN) {
     queue_push(c, r);
     return FLOE_OK;
   }
@@ -253,10 +296,11 @@ static floe_code submit(Req *r, bool may_progress) {
 floe_code fab_submit(Req *r) { return submit(r, true); }
 
 floe_code fab_post_ctrl_rx(Ctx *c) {
-  for (int i = 0; i < 2 * FAB_CTRL_RX; i++) {
-    bool hello = i < FAB_CTRL_RX;
-    Req *r = fab_req_new(c, hello ? REQ_HELLO_RX : REQ_ACK_RX, NULL, NULL, FAB_CTRL_BYTES,
-                         hello ? FAB_TAG_HELLO : FAB_TAG_ACK, FI_ADDR_UNSPEC);
+  static const ReqKind kinds[3] = {REQ_HELLO_RX, REQ_ACK_RX, REQ_PROBE_RX};
+  static const uint64_t tags[3] = {FAB_TAG_HELLO, FAB_TAG_ACK, FAB_TAG_PROBE};
+  for (int i = 0; i < 3 * FAB_CTRL_RX; i++) {
+    Req *r = fab_req_new(c, kinds[i / FAB_CTRL_RX], NULL, NULL, FAB_CTRL_BYTES,
+                         tags[i / FAB_CTRL_RX], FI_ADDR_UNSPEC);
     if (!r) return FLOE_NO_MEMORY;
     floe_code rc = submit(r, false);
     if (rc != FLOE_OK) {
@@ -393,6 +437,9 @@ static void dispatch(Ctx *c, const struct fi_cq_tagged_entry *e) {
     on_ack(c, r->ctrl, e->len);
     repost(r);
     break;
+  case REQ_PROBE_RX: /* a peer checked its connection before a large receive: nothing to do */
+    repost(r);
+    break;
   }
 }
 
@@ -439,6 +486,7 @@ static void dispatch_error(Ctx *c, const struct fi_cq_err_entry *e) {
     break;
   case REQ_HELLO_RX:
   case REQ_ACK_RX:
+  case REQ_PROBE_RX:
     if (e->err == FI_ECANCELED) {
       fab_req_free(r);
       break;
