@@ -135,6 +135,7 @@ int cmd_plugins(int argc, char **argv) {
       json_key(&w, "kernels"), json_int(&w, p->num_kernels);
       json_key(&w, "ops"), json_int(&w, p->num_ops);
       json_key(&w, "transports"), json_int(&w, p->num_transports);
+      json_key(&w, "collectives"), json_int(&w, p->num_collectives);
       json_key(&w, "message"), json_string(&w, p->message);
       json_end_object(&w);
     } else {
@@ -165,6 +166,12 @@ int cmd_plugins(int argc, char **argv) {
       cli_fputs_escaped(p->name, stdout);
       printf(": %d transport%s (FLOE_TRANSPORT picks one; default \"local\")\n",
              p->num_transports, p->num_transports == 1 ? "" : "s");
+    }
+    if (p->num_collectives > 0) {
+      cli_fputs_escaped(p->name, stdout);
+      printf(": %d collective backend%s (a collective op's communication_hint or "
+             "FLOE_COLLECTIVE picks one; default the built-in \"ring\")\n",
+             p->num_collectives, p->num_collectives == 1 ? "" : "s");
     }
     if (p->message && *p->message) {
       cli_fputs_escaped(p->name, stdout); /* a file's name until the plugin declared one */

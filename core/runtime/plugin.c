@@ -41,6 +41,7 @@
 #define MIN_KERNEL_SIZE FIELD_END(FloeKernelDef, compute)
 #define MIN_OP_SIZE FIELD_END(FloeOpDef, flags)
 #define MIN_TRANSPORT_SIZE FIELD_END(FloeTransportFns, close_listen)
+#define MIN_COLLECTIVE_SIZE FIELD_END(FloeCollectiveFns, comm_free)
 
 /* Registrations of one plugin during its init (reg->core). */
 typedef struct Staging {
@@ -60,6 +61,8 @@ typedef struct Staging {
   int num_ops;
   FloeTransportReg **transports;
   int num_transports;
+  FloeCollectiveReg **collectives;
+  int num_collectives;
   FloeGradientDef *grads;  /* deep copies (ABI 1.2), registered after the ops at commit */
   int num_grads;
   void (*shutdown)(void *);
@@ -90,6 +93,13 @@ static void transport_reg_free(FloeTransportReg *t) {
   if (!t) return;
   floe__free(t->name);
   floe__free(t);
+}
+
+static void collective_reg_free(FloeCollectiveReg *c) {
+  if (!c) return;
+  floe__free(c->name);
+  floe__free(c->device_type);
+  floe__free(c);
 }
 
 /* v may be partly filled (NULL entries) or NULL after a failed copy. */
@@ -126,12 +136,14 @@ static void staging_discard(Staging *s, bool initialised) {
   for (int i = 0; i < s->num_kernels; i++) kernel_reg_free(s->kernels[i]);
   for (int i = 0; i < s->num_ops; i++) op_copy_free(&s->ops[i]);
   for (int i = 0; i < s->num_transports; i++) transport_reg_free(s->transports[i]);
+  for (int i = 0; i < s->num_collectives; i++) collective_reg_free(s->collectives[i]);
   for (int i = 0; i < s->num_grads; i++) grad_copy_free(&s->grads[i]);
   floe__free(s->grads);
   floe__free(s->devices);
   floe__free(s->kernels);
   floe__free(s->ops);
   floe__free(s->transports);
+  floe__free(s->collectives);
   floe__free(s->reg_error);
   floe__free(s->message);
   memset(s, 0, sizeof *s);
@@ -597,6 +609,68 @@ err_free_transport:
   return rc;
 }
 
+static floe_code reg_collective(FloePluginRegistrar *reg, const FloeCollectiveFns *c) {
+  Staging *s = reg->core;
+  floe_code rc = reg_gate(s, "register_collective");
+  if (rc != FLOE_OK) return rc;
+  if (!c || c->struct_size < MIN_COLLECTIVE_SIZE)
+    return reg_fail(s, FLOE_INVALID_ARGUMENT,
+                    "register_collective: FloeCollectiveFns is NULL or its struct_size %zu is "
+                    "smaller than ABI 1.5's (%zu bytes)",
+                    c ? c->struct_size : (size_t)0, (size_t)MIN_COLLECTIVE_SIZE);
+  FloeCollectiveReg *r = floe__calloc(1, sizeof *r);
+  if (!r) return reg_oom(s);
+  memcpy(&r->fns, c, c->struct_size < sizeof r->fns ? c->struct_size : sizeof r->fns);
+  r->fns.struct_size = sizeof r->fns;
+  const FloeCollectiveFns *f = &r->fns;
+  if (!valid_token(f->name, 64, "-_.") || strcmp(f->name, "ring") == 0 ||
+      strcmp(f->name, "auto") == 0) {
+    rc = reg_fail(s, FLOE_INVALID_ARGUMENT,
+                  "register_collective: name \"%s\" must be 1-63 letters, digits, '-', '_' or "
+                  "'.', and not \"ring\" or \"auto\" (the core's)",
+                  f->name ? f->name : "(null)");
+    goto err_free_collective;
+  }
+  if (f->device_type && !valid_token(f->device_type, 64, "_")) {
+    rc = reg_fail(s, FLOE_INVALID_ARGUMENT,
+                  "register_collective %s: device_type \"%s\" must be 1-63 letters, digits or '_'",
+                  f->name, f->device_type);
+    goto err_free_collective;
+  }
+  if (!f->init || !f->finalize || !f->comm_init || !f->all_reduce || !f->all_gather ||
+      !f->reduce_scatter || !f->broadcast || !f->comm_free) {
+    rc = reg_fail(s, FLOE_INVALID_ARGUMENT,
+                  "register_collective %s: a required slot is NULL (all but comm_abort are "
+                  "required)",
+                  f->name);
+    goto err_free_collective;
+  }
+  for (int i = 0; i < s->rt->num_collectives; i++)
+    if (strcmp(s->rt->collectives[i]->name, f->name) == 0) {
+      rc = reg_fail(s, FLOE_ALREADY_EXISTS, "register_collective %s: already registered by %s",
+                    f->name, s->rt->collectives[i]->plugin->name);
+      goto err_free_collective;
+    }
+  for (int i = 0; i < s->num_collectives; i++)
+    if (strcmp(s->collectives[i]->name, f->name) == 0) {
+      rc = reg_fail(s, FLOE_ALREADY_EXISTS, "register_collective %s: registered twice", f->name);
+      goto err_free_collective;
+    }
+  if (!(r->name = floe__strdup(f->name))) goto err_oom;
+  if (!(r->device_type = strdup_upper(f->device_type ? f->device_type : "CPU"))) goto err_oom;
+  r->fns.name = r->name;
+  r->fns.device_type = r->device_type;
+  if (!grow((void **)&s->collectives, s->num_collectives, sizeof *s->collectives)) goto err_oom;
+  s->collectives[s->num_collectives++] = r;
+  return FLOE_OK;
+
+err_oom:
+  rc = reg_oom(s);
+err_free_collective:
+  collective_reg_free(r);
+  return rc;
+}
+
 static void reg_set_message(FloePluginRegistrar *reg, const char *fmt, ...) {
   Staging *s = reg->core;
   if (!fmt) return;
@@ -708,7 +782,10 @@ static floe_code commit(FloeRuntime *rt, FloePlugin *p, Staging *s, FloeStatus *
   if ((s->num_devices && !reserve((void **)&rt->devices, rt->num_devices + s->num_devices, sizeof *rt->devices)) ||
       (s->num_kernels && !reserve((void **)&rt->kernels, rt->num_kernels + s->num_kernels, sizeof *rt->kernels)) ||
       (s->num_transports &&
-       !reserve((void **)&rt->transports, rt->num_transports + s->num_transports, sizeof *rt->transports))) {
+       !reserve((void **)&rt->transports, rt->num_transports + s->num_transports, sizeof *rt->transports)) ||
+      (s->num_collectives &&
+       !reserve((void **)&rt->collectives, rt->num_collectives + s->num_collectives,
+                sizeof *rt->collectives))) {
     staging_discard(s, true);
     return floe_status_set(st, FLOE_NO_MEMORY, "out of memory registering plugin %s", p->path);
   }
@@ -727,14 +804,19 @@ static floe_code commit(FloeRuntime *rt, FloePlugin *p, Staging *s, FloeStatus *
     s->transports[i]->plugin = p;
     rt->transports[rt->num_transports++] = s->transports[i];
   }
+  for (int i = 0; i < s->num_collectives; i++) {
+    s->collectives[i]->plugin = p;
+    rt->collectives[rt->num_collectives++] = s->collectives[i];
+  }
   p->report.state = FLOE_PLUGIN_LOADED;
   p->report.num_devices = s->num_devices;
   p->report.num_kernels = s->num_kernels;
   p->report.num_ops = s->num_ops;
   p->report.num_transports = s->num_transports;
+  p->report.num_collectives = s->num_collectives;
   p->shutdown = s->shutdown;
   p->shutdown_arg = s->shutdown_arg;
-  s->num_devices = s->num_kernels = s->num_transports = 0;
+  s->num_devices = s->num_kernels = s->num_transports = s->num_collectives = 0;
   s->shutdown = NULL;
   floe__free(p->message);
   p->message = NULL;
@@ -861,6 +943,7 @@ static floe_code load_plugin_unguarded(FloeRuntime *rt, FloePlugin *p, FloeStatu
       .set_message = reg_set_message,
       .set_shutdown = reg_set_shutdown,
       .register_gradient = reg_gradient,
+      .register_collective = reg_collective,
   };
   floe_code rc = init(floe__host_api(), &reg);
   return finish(rt, p, &s, rc, st);
@@ -1037,11 +1120,15 @@ void floe__plugins_shutdown(FloeRuntime *rt) {
   for (int i = 0; i < rt->num_devices; i++) floe__free(rt->devices[i]);
   for (int i = 0; i < rt->num_kernels; i++) kernel_reg_free(rt->kernels[i]);
   for (int i = 0; i < rt->num_transports; i++) transport_reg_free(rt->transports[i]);
+  for (int i = 0; i < rt->num_collectives; i++) collective_reg_free(rt->collectives[i]);
   for (int i = 0; i < rt->num_plugins; i++) plugin_free(rt->plugins[i]);
   floe__free(rt->devices);
   floe__free(rt->kernels);
   floe__free(rt->transports);
+  floe__free(rt->collectives);
   floe__free(rt->plugins);
+  rt->collectives = NULL;
+  rt->num_collectives = 0;
   rt->devices = NULL;
   rt->kernels = NULL;
   rt->transports = NULL;

@@ -27,6 +27,14 @@ typedef struct FloeKernelReg {
   FloePlugin *plugin;
 } FloeKernelReg;
 
+/* A collective backend (ABI 1.5), as a plugin registered it. */
+typedef struct FloeCollectiveReg {
+  FloeCollectiveFns fns;    /* copied, zero-extended; name/device_type point below */
+  char *name;
+  char *device_type;        /* upper case; "CPU" for host memory */
+  FloePlugin *plugin;
+} FloeCollectiveReg;
+
 typedef struct FloeTransportReg {
   FloeTransportFns fns;     /* copied, zero-extended */
   char *name;
@@ -55,6 +63,8 @@ struct FloeRuntime {
   int num_kernels;
   FloeTransportReg **transports;
   int num_transports;
+  FloeCollectiveReg **collectives;
+  int num_collectives;
   FloeThreadPool *pool;
   int num_threads;
   uint64_t seed;            /* drawn at creation: incarnation and default random seeds */

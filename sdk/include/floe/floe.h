@@ -169,6 +169,7 @@ typedef struct FloePluginReport {
   uint32_t negotiated_minor;
   int num_devices, num_kernels, num_ops, num_transports;
   const char *message;   /* why refused / failed / unavailable; "" when loaded */
+  int num_collectives;   /* collective backends registered (ABI 1.5) */
 } FloePluginReport;
 
 FLOE_API int floe_runtime_num_plugins(const FloeRuntime *rt);

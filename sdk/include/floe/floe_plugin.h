@@ -19,7 +19,7 @@
  *
  * Life of a plugin: the core dlopens it, calls floe_plugin_init once per runtime. The
  * plugin first calls reg->declare() with its name and ABI version, then registers its
- * devices, kernels, ops and transports. Registrations are staged and only committed when
+ * devices, kernels, ops, transports and collective backends. Registrations are staged and only committed when
  * init returns FLOE_OK and the versions agree, so a failing init leaves nothing behind.
  * Returning FLOE_UNAVAILABLE means "loaded, but not usable on this machine" (a GPU plugin
  * with no GPU): the core records the reason (reg->set_message) and registers nothing.
@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 #define FLOE_ABI_MAJOR 1
-#define FLOE_ABI_MINOR 4
+#define FLOE_ABI_MINOR 5
 
 /* Visibility of the one exported symbol (plugins build with -fvisibility=hidden). */
 #if defined(__GNUC__)
@@ -441,6 +441,118 @@ typedef struct FloeTransportFns {
 } FloeTransportFns;
 
 /* ------------------------------------------------------------------------------------ */
+/* Collective backends (since 1.5). A backend runs collective operations (all-reduce,
+ * all-gather, reduce-scatter, broadcast) among the ranks of a group, each rank a device of
+ * some task of the job, on buffers in the memory of its device type (host memory for
+ * "CPU"). The core's graph ops (CollectiveReduce, CollectiveGather,
+ * CollectiveReduceScatter, CollectiveBcastSend/Recv) resolve the group (which devices, in
+ * which rank order), choose a backend (their `communication_hint`, else FLOE_COLLECTIVE,
+ * else the core's built-in ring) and call it. Shaped like Gloo's and NCCL's APIs; a
+ * backend brings its own network (Gloo's tcp, NCCL's) and meets its peers through the
+ * store the core hands it. */
+
+/* How values are combined; explicit values, append-only. MEAN is SUM divided by the
+ * group's size (integer division for integer types). */
+typedef enum FloeReduceOp {
+  FLOE_REDUCE_SUM = 0,
+  FLOE_REDUCE_MEAN = 1,
+  FLOE_REDUCE_MAX = 2,
+  FLOE_REDUCE_MIN = 3,
+  FLOE_REDUCE_PROD = 4
+} FloeReduceOp;
+
+/* A key-value store shared by the group's ranks (the cluster's coordination service, or a
+ * table in the process when every rank is in it), for a backend's rendezvous: each rank
+ * publishes its address and reads the others'. Keys are the backend's own (at most 200
+ * bytes, printable); the core puts them in a namespace of the group's name and
+ * incarnation, so two groups, or a re-formed group, never see each other's keys. Valid
+ * from comm_init until comm_free returns; callable from any thread. */
+typedef struct FloeCollectiveStore {
+  size_t struct_size;
+  /* Stores value[0..len) under key (copied; at most 64 KiB). Setting a key twice is
+   * FLOE_ALREADY_EXISTS. */
+  floe_code (*set)(void *arg, const char *key, const void *value, size_t len);
+  /* Waits up to timeout_ms (< 0: the group's timeout) for key: FLOE_OK with *value
+   * allocated with host->alloc (the caller frees it with host->free; a 0 byte follows its
+   * len bytes), FLOE_DEADLINE_EXCEEDED when it did not come, FLOE_UNAVAILABLE when the
+   * store is gone (the chief died). */
+  floe_code (*get)(void *arg, const char *key, int64_t timeout_ms, void **value, size_t *len);
+  void *arg; /* the core's; pass back unchanged */
+} FloeCollectiveStore;
+
+/* One rank's view of a group; borrowed for comm_init (copy what is kept). */
+typedef struct FloeCollectiveGroup {
+  size_t struct_size;
+  /* Names the group in messages and logs, e.g. "group 7 (incarnation 1)". */
+  const char *name;
+  int rank;                       /* this rank, 0 <= rank < size */
+  int size;                       /* ranks in the group (>= 1) */
+  const char *const *devices;     /* devices[r]: rank r's full device name */
+  const FloeCollectiveStore *store;
+  int64_t timeout_ms;             /* how long a rendezvous or an operation may wait (> 0) */
+  /* The host this rank should listen on for its peers (an interface address; "" when the
+   * backend should choose): the task's address's host in a cluster, 127.0.0.1 when every
+   * rank is in one process. */
+  const char *host;
+} FloeCollectiveGroup;
+
+/* Completion of one operation: code FLOE_OK, or an error with msg (borrowed for the call;
+ * may be NULL) saying what failed (the peer that died, the sizes that disagreed). Runs
+ * exactly once per operation accepted (the call returned FLOE_OK), on any thread, possibly
+ * before the call returns; never while the backend holds a lock it needs to accept
+ * another operation. */
+typedef void (*FloeCollectiveDoneFn)(void *arg, floe_code code, const char *msg);
+
+typedef struct FloeCollectiveFns {
+  size_t struct_size;
+  const char *name;         /* "gloo", "nccl": the communication_hint naming it; copied */
+  /* Memory of the buffers: NULL or "CPU" for host memory; else a device type ("CUDA").
+   * Copied. */
+  const char *device_type;
+  uint32_t dtypes;          /* FLOE_DTYPE_BIT mask of the element types it reduces */
+
+  floe_code (*init)(const FloeHostApi *host, void **ctx);
+  void (*finalize)(void *ctx);
+  /* Joins the group as group->rank; blocks until every rank joined (the rendezvous through
+   * group->store) or group->timeout_ms passes. On failure writes why into msg[0..msg_len)
+   * (NUL-terminated) and returns the code (FLOE_DEADLINE_EXCEEDED: a rank never came). The
+   * core calls it on a thread of its own, never on a kernel's. *comm is the backend's,
+   * freed with comm_free. */
+  floe_code (*comm_init)(void *ctx, const FloeCollectiveGroup *group, void **comm, char *msg,
+                         size_t msg_len);
+  /* Operations. Non-blocking: FLOE_OK when accepted (done runs later, exactly once), else
+   * an error code and done never runs. Buffers are borrowed until done runs; in and out may
+   * be the same buffer for all_reduce. `tag` names the operation identically on every rank
+   * (the graph op's instance key and its execution count): operations of one comm may be
+   * issued concurrently and in a different order on different ranks, and a backend matches
+   * them by tag. stream: the device's stream the buffers are ready on (NULL for host
+   * memory); done means the result is in out.
+   *
+   * all_reduce: out[i] = op over ranks of in[i], i < count, on every rank.
+   * all_gather: out[r * count + i] = in[i] of rank r (out holds size * count elements).
+   * reduce_scatter: out[i] = op over ranks of in[rank * count + i] (in holds size * count).
+   * broadcast: buf of rank root is copied into buf of every other rank. */
+  floe_code (*all_reduce)(void *comm, const void *in, void *out, size_t count, FloeDType dtype,
+                          FloeReduceOp op, uint64_t tag, FloeStream *stream,
+                          FloeCollectiveDoneFn done, void *done_arg);
+  floe_code (*all_gather)(void *comm, const void *in, void *out, size_t count, FloeDType dtype,
+                          uint64_t tag, FloeStream *stream, FloeCollectiveDoneFn done,
+                          void *done_arg);
+  floe_code (*reduce_scatter)(void *comm, const void *in, void *out, size_t count,
+                              FloeDType dtype, FloeReduceOp op, uint64_t tag, FloeStream *stream,
+                              FloeCollectiveDoneFn done, void *done_arg);
+  floe_code (*broadcast)(void *comm, void *buf, size_t count, FloeDType dtype, int root,
+                         uint64_t tag, FloeStream *stream, FloeCollectiveDoneFn done,
+                         void *done_arg);
+  /* Optional. Fails every pending and later operation of comm with FLOE_ABORTED (a rank of
+   * the group died, the step was cancelled); never blocks; thread-safe. NULL: the core
+   * waits for pending operations to fail on their own (the group's timeout). */
+  void (*comm_abort)(void *comm);
+  /* Waits for the comm's pending operations to finish (done runs for each), then frees it. */
+  void (*comm_free)(void *comm);
+} FloeCollectiveFns;
+
+/* ------------------------------------------------------------------------------------ */
 /* Registration. */
 
 /* What a plugin says of itself; copied by the core. */
@@ -476,6 +588,9 @@ struct FloePluginRegistrar {
    * set) and have no gradient yet; grad_op must exist when floe_gradients first uses it.
    * Errors name the op and the spec that is wrong. */
   floe_code (*register_gradient)(FloePluginRegistrar *reg, const FloeGradientDef *grad);
+  /* Since 1.5 (check FLOE_HAS_FIELD(reg, FloePluginRegistrar, register_collective)): a
+   * collective backend. Its name must be new; every slot but comm_abort is required. */
+  floe_code (*register_collective)(FloePluginRegistrar *reg, const FloeCollectiveFns *coll);
 };
 
 /* The one entry point every plugin exports. */
@@ -526,7 +641,7 @@ static inline floe_code floe_plugin_add_kernel(
   return reg->register_kernel(reg, &k);
 }
 
-/* Layout pins of ABI 1.0 to 1.4 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
+/* Layout pins of ABI 1.0 to 1.5 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
 _Static_assert(offsetof(FloePluginRegistrar, declare) == 16, "registrar frozen prefix changed");
@@ -551,6 +666,11 @@ _Static_assert(offsetof(FloeTransportFns, cancel) == 136,
 _Static_assert(offsetof(FloeTransportFns, trywait) == 144,
                "FloeTransportFns slots of 1.3 changed (1.4 appends trywait, wait, interrupt)");
 _Static_assert(sizeof(FloeTransportFns) == 168, "FloeTransportFns layout changed");
+_Static_assert(offsetof(FloePluginRegistrar, register_collective) == 80,
+               "FloePluginRegistrar slots of 1.2 changed (1.5 appends register_collective)");
+_Static_assert(sizeof(FloeCollectiveFns) == 104, "FloeCollectiveFns layout changed");
+_Static_assert(sizeof(FloeCollectiveGroup) == 56, "FloeCollectiveGroup layout changed");
+_Static_assert(sizeof(FloeCollectiveStore) == 32, "FloeCollectiveStore layout changed");
 #endif
 
 #ifdef __cplusplus
