@@ -363,5 +363,6 @@ floe_code floe__exec_kernels_register(FloeRuntime *rt, FloeStatus *st) {
                                resource_gather_grad_compute, st);
   if (rc == FLOE_OK) rc = floe__tensor_array_kernels_register(rt, st);
   if (rc == FLOE_OK) rc = floe__sendrecv_kernels_register(rt, st);
+  if (rc == FLOE_OK) rc = floe__collective_kernels_register(rt, st);
   return rc;
 }

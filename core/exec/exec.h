@@ -511,6 +511,9 @@ void floe__rendezvous_stats(const FloeRendezvous *r, FloeRendezvousStats *out);
 char *floe__rendezvous_key_string(const FloeRendezvousKey *key);
 /* The device's incarnation: drawn from the runtime's seed and the device's id. */
 uint64_t floe__device_incarnation(const struct FloeDevice *d);
+/* collective_kernels.c: the kernels of the collective ops (ops_collective.def; any device
+ * type, asynchronous). */
+floe_code floe__collective_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 /* sendrecv.c: the kernels of _Send, _ControlSend and _Recv (any device type). */
 floe_code floe__sendrecv_kernels_register(struct FloeRuntime *rt, FloeStatus *st);
 

@@ -76,6 +76,8 @@ floe_code floe__shape_sum_to_shape(const FloeHostApi *host, FloeShapeContext *sc
 floe_code floe__shape_expand_reduced(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_merge(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_candidate_sampler(const FloeHostApi *host, FloeShapeContext *sctx);
+/* ops_shape_collective.c: the collective ops (ops_collective.def). */
+floe_code floe__shape_collective(const FloeHostApi *host, FloeShapeContext *sctx);
 /* ops_shape_data.c: queues and readers (ops_data.def). */
 floe_code floe__shape_queue(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_queue_enqueue(const FloeHostApi *host, FloeShapeContext *sctx);

@@ -32,6 +32,7 @@ static const StdOp std_ops[] = {
 #include "ops_resize.def"
 #include "ops_text_features.def"
 #include "ops_convgrad.def"
+#include "ops_collective.def"
 #undef FLOE_OP
 };
 

@@ -129,7 +129,9 @@ void floe_runtime_free(FloeRuntime *rt) {
   /* Workers may still run plugin code: join them before any shutdown hook. */
   floe__pool_free(rt->pool);
   /* The progress thread runs transport plugin code: stop it before the plugins go. */
+  floe__collective_mgr_stop(rt);
   floe__transport_mgr_free(rt);
+  floe__collective_mgr_free(rt);
   floe__plugins_shutdown(rt);
   for (int i = 0; i < rt->num_retired; i++) floe__free(rt->retired[i]);
   floe__free(rt->retired);

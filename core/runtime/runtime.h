@@ -70,6 +70,8 @@ struct FloeRuntime {
   uint64_t seed;            /* drawn at creation: incarnation and default random seeds */
   /* transport.c: created on first use, freed by floe_runtime_free before plugins shut down */
   _Atomic(struct FloeTransportMgr *) transport_mgr;
+  /* collective.c: created on first use, freed by floe_runtime_free before the transport */
+  _Atomic(struct FloeCollMgr *) coll_mgr;
   bool is_default;          /* floe_runtime_default's: floe_runtime_free leaves it alone */
   /* runtime.c: the cluster this runtime is a task of (floe__runtime_join, set_remote). */
   pthread_mutex_t cluster_mu;
@@ -200,5 +202,110 @@ floe_code floe__transport_irecv_on(FloeTransportMgr *m, int chan, void *buf, siz
 /* Closes a channel (a dead or refused peer): its pending requests' callbacks run with
  * FLOE_CANCELLED; later posts on it fail. Channel 0 and unknown channels are left alone. */
 void floe__transport_close_channel(FloeTransportMgr *m, int chan, bool is_recv);
+
+/* ------------------------------------------------------------------------------------ */
+/* collective.c: the runtime's collectives (rt->coll_mgr). A group is group_size devices
+ * that run collective ops under one group_key; each device is a member with a rank (the
+ * members' full names sorted by job, task and device). Membership is settled through a
+ * store: the cluster's key-value store when a server runs in this process (its
+ * FloeCollEnv), else a table in the runtime (every member in this process). A member talks
+ * to its group through a backend: the built-in ring (collective_ring.c: over the transport
+ * manager's channels, the route of the env) or a plugin's (FloeCollectiveFns). Every
+ * function is thread-safe. */
+typedef struct FloeCollMgr FloeCollMgr;
+typedef struct FloeCollComm FloeCollComm; /* one member's connection through one backend */
+
+/* What a server gives the collectives of its process (core/dist). kv_set: FLOE_OK or
+ * FLOE_ALREADY_EXISTS (never overwrites); kv_get waits up to timeout_ms (0: looks once) and
+ * gives a malloc'd value (free() it). channel: as FloeRendezvousRoute.channel (0: the device
+ * is in this process). host: where backends with their own network listen. */
+typedef struct FloeCollEnv {
+  floe_code (*kv_set)(void *arg, const char *key, const void *value, size_t len, FloeStatus *st);
+  floe_code (*kv_get)(void *arg, const char *key, int64_t timeout_ms, void **value, size_t *len,
+                      FloeStatus *st);
+  int (*channel)(void *arg, const char *device, bool is_send, FloeStatus *st);
+  void *arg;
+  char host[256];
+} FloeCollEnv;
+/* Installs env (copied; arg must stay valid until the next call), or NULL to go back to the
+ * runtime's own table. Either way every group formed so far is aborted first (its pending
+ * operations fail with FLOE_ABORTED and `why`) and forgotten. */
+floe_code floe__collective_set_env(struct FloeRuntime *rt, const FloeCollEnv *env,
+                                   const char *why, FloeStatus *st);
+
+typedef enum FloeCollKind {
+  FLOE__COLL_ALL_REDUCE = 0,
+  FLOE__COLL_ALL_GATHER = 1,
+  FLOE__COLL_REDUCE_SCATTER = 2,
+  FLOE__COLL_BCAST_SEND = 3,
+  FLOE__COLL_BCAST_RECV = 4
+} FloeCollKind;
+
+/* Called once per submitted operation, on any thread: st OK or why it failed (borrowed for
+ * the call). */
+typedef void (*FloeCollDoneFn)(void *arg, const FloeStatus *st);
+
+/* One collective operation of one member. Strings are borrowed for the submit call; in and
+ * out until done runs. count: elements of in (all_reduce, all_gather, broadcast) or of out
+ * (reduce_scatter: in holds group_size * count); out holds count elements, group_size *
+ * count for all_gather. Broadcast: BCAST_SEND's buffer is in (out may be NULL), BCAST_RECV's
+ * out. */
+typedef struct FloeCollRequest {
+  FloeCollKind kind;
+  int64_t group_key;
+  int group_size;
+  int64_t instance_key;
+  const char *device;      /* the member: its device's full name */
+  const char *hint;        /* "auto" (or NULL/""), "ring", or a backend's name */
+  const char *node;        /* the op's node, for messages */
+  const void *in;
+  void *out;
+  size_t count;
+  FloeDType dtype;
+  FloeReduceOp op;
+  int64_t timeout_ms;      /* forming the group and connecting; <= 0: FLOE__COLL_TIMEOUT_MS */
+  FloeCollDoneFn done;
+  void *arg;
+} FloeCollRequest;
+#define FLOE__COLL_TIMEOUT_MS 300000
+
+/* Submits rq; its done runs exactly once when this returns FLOE_OK (never otherwise: st
+ * says why). The first operation of a member forms the group and connects the backend on a
+ * thread of the manager; later ones start at once. *comm (may be NULL) is a reference to
+ * the member's comm the caller releases with floe__coll_comm_release, for
+ * floe__coll_comm_abort. */
+floe_code floe__collective_submit(struct FloeRuntime *rt, const FloeCollRequest *rq,
+                                  FloeCollComm **comm, FloeStatus *st);
+/* Fails every pending and later operation of c with FLOE_ABORTED and why (copied); the
+ * member must re-form (a new group_key) to run again. Never blocks long. */
+void floe__coll_comm_abort(FloeCollComm *c, const char *why);
+void floe__coll_comm_release(FloeCollComm *c);
+/* runtime.c: stop aborts every group and waits (a while) for their operations, before
+ * floe__transport_mgr_free; free, after it (what was still out has been cancelled), frees
+ * the rest and finalises the backends, before the plugins shut down. */
+void floe__collective_mgr_stop(struct FloeRuntime *rt);
+void floe__collective_mgr_free(struct FloeRuntime *rt);
+/* The name of op ("sum"); and the op a name gives (false: none). */
+const char *floe__reduce_op_name(FloeReduceOp op);
+bool floe__reduce_op_parse(const char *name, FloeReduceOp *op);
+/* dst[i] = op(dst[i], src[i]) for n elements of dt; false for a dtype it cannot reduce. */
+bool floe__reduce_into(void *dst, const void *src, size_t n, FloeDType dt, FloeReduceOp op);
+/* x[i] /= d for n elements of dt (MEAN's last step). */
+void floe__scale_down(void *x, size_t n, FloeDType dt, int d);
+#define FLOE__COLL_DTYPES                                                                    \
+  (FLOE_DTYPE_BIT(FLOE_F32) | FLOE_DTYPE_BIT(FLOE_F64) | FLOE_DTYPE_BIT(FLOE_F16) |          \
+   FLOE_DTYPE_BIT(FLOE_BF16) | FLOE_DTYPE_BIT(FLOE_I8) | FLOE_DTYPE_BIT(FLOE_U8) |           \
+   FLOE_DTYPE_BIT(FLOE_I32) | FLOE_DTYPE_BIT(FLOE_I64))
+
+/* collective_ring.c: the built-in ring as a backend table (ctx: the FloeCollMgr, given by
+ * init's caller through floe__ring_set_mgr). Chunks of FLOE_COLLECTIVE_CHUNK_BYTES (default
+ * 1 MiB) pipelined around the ring: reduce-scatter then all-gather, 2(n-1)/n of the data
+ * sent by each rank. */
+extern const FloeCollectiveFns floe__ring_fns;
+/* For the ring's comm_init: rt's transport manager and the channel to a member's device
+ * (env's route; 0 in process), waiting up to timeout_ms for a peer not connected yet. */
+int floe__coll_channel(FloeCollMgr *m, const char *device, bool is_send, int64_t timeout_ms,
+                       FloeStatus *st);
+struct FloeTransportMgr *floe__coll_transport(FloeCollMgr *m, FloeStatus *st);
 
 #endif /* FLOE__LAYER_RUNTIME_H */

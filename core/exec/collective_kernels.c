@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* collective_kernels.c - the kernels of the collective ops (ops_collective.def): each hands
+ * its operation to the runtime's collectives (core/runtime/collective.c) and completes when
+ * the backend does, without holding a thread meanwhile. Values on a device that does not
+ * read host memory go through host memory (the backends here work on host buffers). A
+ * cancelled step aborts the member's group: its pending operations fail at once. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "exec.h"
+
+typedef struct KCall {
+  FloeKernelContext *ctx;
+  FloeDoneFn done;
+  void *done_arg;
+  FloeTensor *in;         /* host copy or the input itself (a reference) */
+  FloeTensor *out;        /* host tensor the backend fills (a reference) */
+  FloeCollComm *comm;     /* for the cancel callback */
+  int64_t cancel_token;
+  pthread_mutex_t mu;     /* comm is set after submit; the cancel callback may come first */
+  bool cancelled;
+  atomic_int refs;        /* coll_done's and the submitting call's */
+} KCall;
+
+static void kcall_free(KCall *k) {
+  if (k->in) floe_tensor_release(k->in);
+  if (k->out) floe_tensor_release(k->out);
+  floe__coll_comm_release(k->comm);
+  pthread_mutex_destroy(&k->mu);
+  floe__free(k);
+}
+
+static void kcall_release(KCall *k) {
+  if (atomic_fetch_sub(&k->refs, 1) == 1) kcall_free(k);
+}
+
+static void on_cancel(void *arg) {
+  KCall *k = arg;
+  pthread_mutex_lock(&k->mu);
+  k->cancelled = true;
+  if (k->comm) floe__coll_comm_abort(k->comm, "its step was cancelled");
+  pthread_mutex_unlock(&k->mu);
+}
+
+static void coll_done(void *arg, const FloeStatus *st) {
+  KCall *k = arg;
+  FloeKernelContext *ctx = k->ctx;
+  if (k->cancel_token > 0) floe__kernel_ctx_cancel_deregister(ctx, k->cancel_token);
+  if (st->code != FLOE_OK) {
+    floe_status_set(ctx->status, st->code, "%s", floe_status_message(st));
+  } else {
+    FloeStatus cst = {FLOE_OK, NULL};
+    FloeTensor *res = floe__tensor_to_device(k->out, ctx->device, &cst);
+    if (!res) {
+      floe__kctx_fail(ctx, &cst);
+    } else {
+      floe__kctx_set_output(ctx, 0, res);
+    }
+  }
+  FloeDoneFn done = k->done;
+  void *done_arg = k->done_arg;
+  if (k->in) floe_tensor_release(k->in);
+  if (k->out) floe_tensor_release(k->out);
+  k->in = k->out = NULL;
+  kcall_release(k);
+  done(done_arg);
+}
+
+static floe_code attr_dims(FloeKernelContext *ctx, const char *op, const FloeTensor *in,
+                           int64_t n, int *rank, int64_t *dims) {
+  const FloeNode *node = ctx->node;
+  if (strcmp(op, "CollectiveBcastRecv") == 0) {
+    const FloeAttrValue *s = floe__node_attr(node, "shape", FLOE_ATTR_SHAPE);
+    if (!s || s->u.shape.rank < 0)
+      return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT, "shape must be fully defined");
+    *rank = s->u.shape.rank;
+    for (int i = 0; i < *rank; i++) {
+      if (s->u.shape.dims[i] < 0)
+        return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT,
+                               "shape must be fully defined");
+      dims[i] = s->u.shape.dims[i];
+    }
+    return FLOE_OK;
+  }
+  *rank = in->rank;
+  memcpy(dims, in->dims, sizeof(int64_t) * (size_t)in->rank);
+  bool gather = strcmp(op, "CollectiveGather") == 0;
+  bool scatter = strcmp(op, "CollectiveReduceScatter") == 0;
+  if ((gather || scatter) && in->rank == 0)
+    return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT,
+                           "the input is a scalar: %s works on dim 0", op);
+  if (gather) dims[0] *= n;
+  if (scatter) {
+    if (dims[0] % n)
+      return floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT,
+                             "dim 0 of the input (%lld) is not a multiple of group_size %lld",
+                             (long long)dims[0], (long long)n);
+    dims[0] /= n;
+  }
+  return FLOE_OK;
+}
+
+static void collective_compute(void *state, FloeKernelContext *ctx, FloeDoneFn done,
+                               void *done_arg) {
+  (void)state;
+  const FloeNode *node = ctx->node;
+  const char *op = node->op->name;
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeCollRequest rq;
+  memset(&rq, 0, sizeof rq);
+  rq.group_size = (int)floe__node_attr_int(node, "group_size", 0);
+  rq.group_key = floe__node_attr_int(node, "group_key", 0);
+  rq.instance_key = floe__node_attr_int(node, "instance_key", 0);
+  rq.timeout_ms = floe__node_attr_int(node, "timeout_ms", 0);
+  rq.hint = floe__node_attr_str(node, "communication_hint");
+  rq.device = ctx->device->name;
+  rq.node = node->name;
+  const char *merge = floe__node_attr_str(node, "merge_op");
+  if (!*merge) merge = "sum";
+  if (!floe__reduce_op_parse(merge, &rq.op)) {
+    floe_status_set(ctx->status, FLOE_INVALID_ARGUMENT,
+                    "merge_op \"%s\": give sum, mean, max, min or prod", merge);
+    done(done_arg);
+    return;
+  }
+  if (strcmp(op, "CollectiveReduce") == 0) rq.kind = FLOE__COLL_ALL_REDUCE;
+  else if (strcmp(op, "CollectiveGather") == 0) rq.kind = FLOE__COLL_ALL_GATHER;
+  else if (strcmp(op, "CollectiveReduceScatter") == 0) rq.kind = FLOE__COLL_REDUCE_SCATTER;
+  else if (strcmp(op, "CollectiveBcastSend") == 0) rq.kind = FLOE__COLL_BCAST_SEND;
+  else rq.kind = FLOE__COLL_BCAST_RECV;
+
+  KCall *k = floe__calloc(1, sizeof *k);
+  if (!k) {
+    floe_status_set(ctx->status, FLOE_NO_MEMORY, "out of memory");
+    done(done_arg);
+    return;
+  }
+  pthread_mutex_init(&k->mu, NULL);
+  atomic_init(&k->refs, 2);
+  k->ctx = ctx;
+  k->done = done;
+  k->done_arg = done_arg;
+  FloeTensor *in = rq.kind == FLOE__COLL_BCAST_RECV ? NULL : ctx->inputs[0];
+  FloeDType dt = in ? in->dtype : ctx->node->out_dtypes[0];
+  int rank = 0;
+  int64_t dims[FLOE_MAX_DIMS] = {0};
+  if (attr_dims(ctx, op, in, rq.group_size > 0 ? rq.group_size : 1, &rank, dims) != FLOE_OK)
+    goto fail;
+  if (in && !(k->in = floe__tensor_to_device(in, NULL, &st))) goto fail_st;
+  if (!(k->out = floe__tensor_alloc(NULL, dt, rank, dims, &st))) goto fail_st;
+  rq.dtype = dt;
+  rq.in = k->in ? floe_tensor_data(k->in) : NULL;
+  rq.out = floe_tensor_data(k->out);
+  rq.count = (size_t)(rq.kind == FLOE__COLL_BCAST_RECV ? k->out->num_elements
+                      : rq.kind == FLOE__COLL_REDUCE_SCATTER ? k->out->num_elements
+                                                             : k->in->num_elements);
+  if (rq.kind == FLOE__COLL_BCAST_SEND && k->in->num_elements)
+    memcpy(rq.out, rq.in, k->in->nbytes); /* the sender's output is its input */
+  rq.done = coll_done;
+  rq.arg = k;
+  k->cancel_token = floe__kernel_ctx_on_cancel(ctx, on_cancel, k);
+  if (k->cancel_token < 0) {
+    floe_status_set(ctx->status, FLOE_CANCELLED, "the step was cancelled");
+    goto fail;
+  }
+  FloeCollComm *comm = NULL;
+  if (floe__collective_submit(ctx->device->rt, &rq, &comm, &st) != FLOE_OK) {
+    if (k->cancel_token > 0) floe__kernel_ctx_cancel_deregister(ctx, k->cancel_token);
+    goto fail_st;
+  }
+  /* coll_done may have run already (ctx is then gone); k lives until both let go. */
+  pthread_mutex_lock(&k->mu);
+  k->comm = comm;
+  bool abort_now = k->cancelled;
+  pthread_mutex_unlock(&k->mu);
+  if (abort_now) floe__coll_comm_abort(comm, "its step was cancelled");
+  kcall_release(k);
+  return;
+
+fail_st:
+  floe__kctx_fail(ctx, &st);
+fail:
+  kcall_free(k);
+  done(done_arg);
+}
+
+floe_code floe__collective_kernels_register(FloeRuntime *rt, FloeStatus *st) {
+  static const char *const ops[] = {"CollectiveReduce", "CollectiveGather",
+                                    "CollectiveReduceScatter", "CollectiveBcastSend",
+                                    "CollectiveBcastRecv"};
+  for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+    floe_code rc = floe__core_kernel_add_async(rt, ops[i], 0, collective_compute, st);
+    if (rc != FLOE_OK) return rc;
+  }
+  return FLOE_OK;
+}

@@ -1,0 +1,1078 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* collective.c - the runtime's collectives: groups, their members' ranks, backends, and the
+ * life of one operation from submit to done (runtime.h).
+ *
+ * A member is one device in one group (group_key, group_size). Its first operation through a
+ * backend makes a comm and a thread that settles the member's rank (if no other comm did)
+ * and connects the backend (its comm_init waits for the other ranks); operations submitted
+ * meanwhile wait in the comm and start when it is ready, or fail with its error. Ranks come
+ * from slots in the store: each member claims the first free slot "g/<key>/<size>/slot/<i>"
+ * with its device's name (or finds its name already there, when it asks again), waits for
+ * all group_size slots, and sorts the names by job, task and device: the same order on every
+ * rank, and independent of who came first. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime.h"
+
+/* A pair of the runtime's own store (no server in this process). */
+typedef struct KvEntry {
+  char *key;
+  void *value;
+  size_t len;
+} KvEntry;
+
+typedef struct SeqEntry {
+  int64_t instance_key;
+  uint64_t count;
+} SeqEntry;
+
+typedef struct Member {
+  int64_t group_key;
+  int size;
+  char *device;
+  char *name;              /* "group K (size N)", for messages */
+  bool resolving, resolved;
+  floe_code err;           /* resolution failed: every comm of the member fails with it */
+  char *errmsg;
+  int rank;
+  char **devices;          /* size names, by rank */
+  SeqEntry *seqs;
+  int num_seqs;
+} Member;
+
+typedef struct Backend {
+  const char *name;
+  const char *device_type;
+  uint32_t dtypes;
+  const FloeCollectiveFns *fns;
+  void *ctx;
+  bool inited;
+} Backend;
+
+/* An operation on its way through a comm. */
+typedef struct CollOp {
+  FloeCollComm *c;
+  FloeCollRequest rq;      /* strings below, copied */
+  char *node;
+  uint64_t tag;
+  struct CollOp *next;     /* the comm's queue while it forms */
+} CollOp;
+
+enum { COMM_FORMING, COMM_READY, COMM_FAILED };
+
+struct FloeCollComm {
+  atomic_int refs;         /* the manager's list holds one */
+  FloeCollMgr *m;
+  Member *mem;
+  int backend;
+  int state;
+  floe_code err;
+  char *errmsg;
+  void *comm;              /* the backend's, once READY */
+  FloeCollectiveStore store;
+  CollOp *queue, **queue_tail;
+  int inflight;            /* operations given to the backend, not yet done */
+};
+
+struct FloeCollMgr {
+  FloeRuntime *rt;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;       /* CLOCK_MONOTONIC: store waits, threads ending, inflight */
+  bool has_env;
+  FloeCollEnv env;
+  KvEntry *kv;
+  int num_kv;
+  Member **members;
+  int num_members;
+  FloeCollComm **comms;
+  int num_comms;
+  Backend *backends;       /* [0] the ring, then rt->collectives */
+  int num_backends;
+  int threads;             /* forming threads running */
+  FloeCollComm **zombies;  /* aborted comms with operations still out (reap) */
+  int num_zombies;
+  Member **zombie_members;
+  int num_zombie_members;
+  uint64_t generation;     /* bumped by set_env: a forming thread of an older one gives up */
+};
+
+/* ------------------------------------------------------------------------------------ */
+/* Reductions. */
+
+static const char *const op_names[] = {"sum", "mean", "max", "min", "prod"};
+
+const char *floe__reduce_op_name(FloeReduceOp op) {
+  return (unsigned)op < sizeof op_names / sizeof *op_names ? op_names[op] : "?";
+}
+
+bool floe__reduce_op_parse(const char *name, FloeReduceOp *op) {
+  for (unsigned i = 0; name && i < sizeof op_names / sizeof *op_names; i++)
+    if (strcmp(name, op_names[i]) == 0) {
+      *op = (FloeReduceOp)i;
+      return true;
+    }
+  return false;
+}
+
+#define REDUCE_LOOP(T, COMBINE)                                                              \
+  do {                                                                                       \
+    T *d = dst;                                                                              \
+    const T *s = src;                                                                        \
+    for (size_t i = 0; i < n; i++) COMBINE(d[i], s[i]);                                      \
+  } while (0)
+#define C_SUM(a, b) (a) += (b)
+#define C_PROD(a, b) (a) *= (b)
+#define C_MAX(a, b) if ((b) > (a) || (b) != (b)) (a) = (b)
+#define C_MIN(a, b) if ((b) < (a) || (b) != (b)) (a) = (b)
+#define REDUCE_TYPED(T)                                                                      \
+  do {                                                                                       \
+    switch (op) {                                                                            \
+    case FLOE_REDUCE_SUM:                                                                    \
+    case FLOE_REDUCE_MEAN: REDUCE_LOOP(T, C_SUM); return true;                               \
+    case FLOE_REDUCE_PROD: REDUCE_LOOP(T, C_PROD); return true;                              \
+    case FLOE_REDUCE_MAX: REDUCE_LOOP(T, C_MAX); return true;                                \
+    case FLOE_REDUCE_MIN: REDUCE_LOOP(T, C_MIN); return true;                                \
+    }                                                                                        \
+    return false;                                                                            \
+  } while (0)
+
+/* Half-precision values: combined in f32, rounded back once per pair. */
+static bool reduce_half(uint16_t *d, const uint16_t *s, size_t n, bool bf16, FloeReduceOp op) {
+  for (size_t i = 0; i < n; i++) {
+    float a = bf16 ? floe_bf16_to_f32(d[i]) : floe_f16_to_f32(d[i]);
+    float b = bf16 ? floe_bf16_to_f32(s[i]) : floe_f16_to_f32(s[i]);
+    switch (op) {
+    case FLOE_REDUCE_SUM:
+    case FLOE_REDUCE_MEAN: a += b; break;
+    case FLOE_REDUCE_PROD: a *= b; break;
+    case FLOE_REDUCE_MAX: C_MAX(a, b); break;
+    case FLOE_REDUCE_MIN: C_MIN(a, b); break;
+    default: return false;
+    }
+    d[i] = bf16 ? floe_f32_to_bf16(a) : floe_f32_to_f16(a);
+  }
+  return true;
+}
+
+bool floe__reduce_into(void *dst, const void *src, size_t n, FloeDType dt, FloeReduceOp op) {
+  switch (dt) {
+  case FLOE_F32: REDUCE_TYPED(float);
+  case FLOE_F64: REDUCE_TYPED(double);
+  case FLOE_I32: REDUCE_TYPED(int32_t);
+  case FLOE_I64: REDUCE_TYPED(int64_t);
+  case FLOE_I8: REDUCE_TYPED(int8_t);
+  case FLOE_U8: REDUCE_TYPED(uint8_t);
+  case FLOE_F16: return reduce_half(dst, src, n, false, op);
+  case FLOE_BF16: return reduce_half(dst, src, n, true, op);
+  default: return false;
+  }
+}
+
+void floe__scale_down(void *x, size_t n, FloeDType dt, int d) {
+#define SCALE(T)                                                                             \
+  for (size_t i = 0; i < n; i++) ((T *)x)[i] = (T)(((T *)x)[i] / (T)d);                      \
+  break
+  switch (dt) {
+  case FLOE_F32: SCALE(float);
+  case FLOE_F64: SCALE(double);
+  case FLOE_I32: SCALE(int32_t);
+  case FLOE_I64: SCALE(int64_t);
+  case FLOE_I8: SCALE(int8_t);
+  case FLOE_U8: SCALE(uint8_t);
+  case FLOE_F16:
+    for (size_t i = 0; i < n; i++)
+      ((uint16_t *)x)[i] = floe_f32_to_f16(floe_f16_to_f32(((uint16_t *)x)[i]) / (float)d);
+    break;
+  case FLOE_BF16:
+    for (size_t i = 0; i < n; i++)
+      ((uint16_t *)x)[i] = floe_f32_to_bf16(floe_bf16_to_f32(((uint16_t *)x)[i]) / (float)d);
+    break;
+  default: break;
+  }
+#undef SCALE
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The manager. */
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits on m->cv until deadline (monotonic ms); false once it passed. */
+static bool wait_until(FloeCollMgr *m, int64_t deadline) {
+  int64_t left = deadline - now_ms();
+  if (left <= 0) return false;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += left / 1000;
+  ts.tv_nsec += (left % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  return pthread_cond_timedwait(&m->cv, &m->mu, &ts) != ETIMEDOUT || now_ms() < deadline;
+}
+
+static FloeCollMgr *mgr_get(FloeRuntime *rt, FloeStatus *st) {
+  FloeCollMgr *m = atomic_load(&rt->coll_mgr);
+  if (m) return m;
+  pthread_mutex_lock(&rt->cluster_mu);
+  m = atomic_load(&rt->coll_mgr);
+  if (m) goto out;
+  m = floe__calloc(1, sizeof *m);
+  Backend *b = floe__calloc((size_t)rt->num_collectives + 1, sizeof *b);
+  if (!m || !b) {
+    floe__free(m);
+    floe__free(b);
+    m = NULL;
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory for the runtime's collectives");
+    goto out;
+  }
+  m->rt = rt;
+  pthread_mutex_init(&m->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&m->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  b[0] = (Backend){"ring", "CPU", FLOE__COLL_DTYPES, &floe__ring_fns, m, true};
+  for (int i = 0; i < rt->num_collectives; i++) {
+    const FloeCollectiveReg *r = rt->collectives[i];
+    b[i + 1] = (Backend){r->name, r->device_type, r->fns.dtypes, &r->fns, NULL, false};
+  }
+  m->backends = b;
+  m->num_backends = rt->num_collectives + 1;
+  atomic_store(&rt->coll_mgr, m);
+out:
+  pthread_mutex_unlock(&rt->cluster_mu);
+  return m;
+}
+
+FloeTransportMgr *floe__coll_transport(FloeCollMgr *m, FloeStatus *st) {
+  return floe__transport_mgr(m->rt, st);
+}
+
+int floe__coll_channel(FloeCollMgr *m, const char *device, bool is_send, int64_t timeout_ms,
+                       FloeStatus *st) {
+  pthread_mutex_lock(&m->mu);
+  FloeCollEnv env = m->env;
+  bool has_env = m->has_env;
+  pthread_mutex_unlock(&m->mu);
+  if (!has_env || !env.channel) return 0;
+  int64_t deadline = now_ms() + timeout_ms;
+  int64_t nap_ms = 1;
+  for (;;) {
+    FloeStatus cst = {FLOE_OK, NULL};
+    int chan = env.channel(env.arg, device, is_send, &cst);
+    if (chan >= 0) {
+      floe_status_clear(&cst);
+      return chan;
+    }
+    /* A peer not connected yet (its session is still starting) comes within the timeout. */
+    if (cst.code != FLOE_UNAVAILABLE || now_ms() >= deadline) {
+      floe_status_set(st, cst.code == FLOE_OK ? FLOE_INTERNAL : cst.code, "%s",
+                      floe_status_message(&cst));
+      floe_status_clear(&cst);
+      return -1;
+    }
+    floe_status_clear(&cst);
+    struct timespec ts = {0, nap_ms * 1000000};
+    nanosleep(&ts, NULL);
+    if (nap_ms < 50) nap_ms *= 2;
+  }
+}
+
+/* ---- the store: the env's, or the runtime's own table (under m->mu) ---- */
+
+static floe_code store_set(FloeCollMgr *m, const char *key, const void *value, size_t len,
+                           FloeStatus *st) {
+  pthread_mutex_lock(&m->mu);
+  if (m->has_env) {
+    FloeCollEnv env = m->env;
+    pthread_mutex_unlock(&m->mu);
+    return env.kv_set(env.arg, key, value, len, st);
+  }
+  for (int i = 0; i < m->num_kv; i++)
+    if (strcmp(m->kv[i].key, key) == 0) {
+      pthread_mutex_unlock(&m->mu);
+      return floe_status_set(st, FLOE_ALREADY_EXISTS, "key \"%s\" is already set", key);
+    }
+  KvEntry *kv = floe__realloc(m->kv, (size_t)(m->num_kv + 1) * sizeof *kv);
+  char *k = floe__strdup(key);
+  void *v = floe__malloc(len + 1);
+  if (kv) m->kv = kv;
+  if (!kv || !k || !v) {
+    pthread_mutex_unlock(&m->mu);
+    floe__free(k);
+    floe__free(v);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory storing key \"%s\"", key);
+  }
+  if (len) memcpy(v, value, len);
+  ((char *)v)[len] = '\0';
+  m->kv[m->num_kv++] = (KvEntry){k, v, len};
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  return FLOE_OK;
+}
+
+/* *value floe__malloc'd (NUL after len bytes). */
+static floe_code store_get(FloeCollMgr *m, const char *key, int64_t timeout_ms, void **value,
+                           size_t *len, FloeStatus *st) {
+  pthread_mutex_lock(&m->mu);
+  if (m->has_env) {
+    FloeCollEnv env = m->env;
+    pthread_mutex_unlock(&m->mu);
+    void *v = NULL;
+    size_t n = 0;
+    floe_code rc = env.kv_get(env.arg, key, timeout_ms, &v, &n, st);
+    if (rc != FLOE_OK) return rc;
+    *value = floe__malloc(n + 1);
+    if (!*value) {
+      free(v);
+      return floe_status_set(st, FLOE_NO_MEMORY, "out of memory reading key \"%s\"", key);
+    }
+    memcpy(*value, v, n);
+    ((char *)*value)[n] = '\0';
+    *len = n;
+    free(v);
+    return FLOE_OK;
+  }
+  int64_t deadline = now_ms() + (timeout_ms < 0 ? INT64_MAX / 4 : timeout_ms);
+  for (;;) {
+    for (int i = 0; i < m->num_kv; i++)
+      if (strcmp(m->kv[i].key, key) == 0) {
+        *value = floe__malloc(m->kv[i].len + 1);
+        if (!*value) {
+          pthread_mutex_unlock(&m->mu);
+          return floe_status_set(st, FLOE_NO_MEMORY, "out of memory reading key \"%s\"", key);
+        }
+        memcpy(*value, m->kv[i].value, m->kv[i].len + 1);
+        *len = m->kv[i].len;
+        pthread_mutex_unlock(&m->mu);
+        return FLOE_OK;
+      }
+    if (m->has_env || !wait_until(m, deadline)) break;
+  }
+  pthread_mutex_unlock(&m->mu);
+  return floe_status_set(st, FLOE_DEADLINE_EXCEEDED, "key \"%s\" did not come within %lld ms",
+                         key, (long long)timeout_ms);
+}
+
+/* ---- ranks ---- */
+
+/* Orders full device names by job, then task as a number, then the rest. */
+static int device_cmp(const void *pa, const void *pb) {
+  const char *a = *(const char *const *)pa, *b = *(const char *const *)pb;
+  const char *ta = strstr(a, "/task:"), *tb = strstr(b, "/task:");
+  if (ta && tb) {
+    size_t ja = (size_t)(ta - a), jb = (size_t)(tb - b);
+    int c = strncmp(a, b, ja < jb ? ja : jb);
+    if (c) return c;
+    if (ja != jb) return ja < jb ? -1 : 1;
+    long na = strtol(ta + 6, NULL, 10), nb = strtol(tb + 6, NULL, 10);
+    if (na != nb) return na < nb ? -1 : 1;
+  }
+  return strcmp(a, b);
+}
+
+/* Claims a slot and waits for the group; fills mem->rank and mem->devices. */
+static floe_code resolve_member(FloeCollMgr *m, Member *mem, int64_t timeout_ms,
+                                FloeStatus *st) {
+  char key[160];
+  int mine = -1;
+  char **names = floe__calloc((size_t)mem->size, sizeof *names);
+  if (!names) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory forming %s", mem->name);
+  floe_code rc = FLOE_OK;
+  for (int i = 0; i < mem->size && mine < 0; i++) {
+    snprintf(key, sizeof key, "floe.coll/g/%lld/%d/slot/%d", (long long)mem->group_key,
+             mem->size, i);
+    FloeStatus kst = {FLOE_OK, NULL};
+    rc = store_set(m, key, mem->device, strlen(mem->device), &kst);
+    if (rc == FLOE_OK) {
+      mine = i;
+    } else if (rc == FLOE_ALREADY_EXISTS) {
+      void *v = NULL;
+      size_t n = 0;
+      floe_status_clear(&kst);
+      rc = store_get(m, key, 0, &v, &n, &kst);
+      if (rc == FLOE_OK) {
+        names[i] = v;
+        if (strcmp(v, mem->device) == 0) mine = i;
+      }
+    }
+    if (rc != FLOE_OK) {
+      floe_status_set(st, rc, "%s: device %s could not join: %s", mem->name, mem->device,
+                      floe_status_message(&kst));
+      floe_status_clear(&kst);
+      goto out;
+    }
+  }
+  if (mine < 0) {
+    char list[512];
+    size_t used = 0;
+    list[0] = '\0';
+    for (int i = 0; i < mem->size && used < sizeof list; i++) {
+      int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                       names[i] ? names[i] : "?");
+      if (w < 0) break;
+      used += (size_t)w;
+    }
+    rc = floe_status_set(st, FLOE_FAILED_PRECONDITION,
+                         "%s is full (%s) and device %s is not in it: give each group of "
+                         "devices its own group_key, and every member the same group_size",
+                         mem->name, list, mem->device);
+    goto out;
+  }
+  if (!names[mine] && !(names[mine] = floe__strdup(mem->device))) {
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory forming %s", mem->name);
+    goto out;
+  }
+  int64_t deadline = now_ms() + timeout_ms;
+  for (int i = 0; i < mem->size; i++) {
+    if (names[i]) continue;
+    snprintf(key, sizeof key, "floe.coll/g/%lld/%d/slot/%d", (long long)mem->group_key,
+             mem->size, i);
+    size_t n = 0;
+    int64_t left = deadline - now_ms();
+    FloeStatus kst = {FLOE_OK, NULL};
+    rc = store_get(m, key, left > 0 ? left : 0, (void **)&names[i], &n, &kst);
+    if (rc != FLOE_OK) {
+      int joined = 0;
+      for (int j = 0; j < mem->size; j++) joined += names[j] != NULL;
+      floe_status_set(st, rc,
+                      "%s: %d of %d members joined within %lld ms (device %s waited): %s; "
+                      "every member must run its collective op with this group_key",
+                      mem->name, joined, mem->size, (long long)timeout_ms, mem->device,
+                      floe_status_message(&kst));
+      floe_status_clear(&kst);
+      goto out;
+    }
+  }
+  qsort(names, (size_t)mem->size, sizeof *names, device_cmp);
+  for (int i = 0; i < mem->size; i++)
+    if (strcmp(names[i], mem->device) == 0) mem->rank = i;
+  mem->devices = names;
+  names = NULL;
+out:
+  if (names)
+    for (int i = 0; i < mem->size; i++) floe__free(names[i]);
+  floe__free(names);
+  return rc;
+}
+
+/* ---- comms ---- */
+
+void floe__coll_comm_release(FloeCollComm *c) {
+  if (!c) return;
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  /* The last reference: the manager's list let go (the runtime is going). */
+  floe__free(c->errmsg);
+  floe__free(c);
+}
+
+static floe_code plug_store_set(void *arg, const char *key, const void *value, size_t len) {
+  FloeCollComm *c = arg;
+  char k[320];
+  if (!key || strlen(key) > 200) return FLOE_INVALID_ARGUMENT;
+  snprintf(k, sizeof k, "floe.coll/g/%lld/%d/%s/%s", (long long)c->mem->group_key, c->mem->size,
+           c->m->backends[c->backend].name, key);
+  FloeStatus st = {FLOE_OK, NULL};
+  floe_code rc = store_set(c->m, k, value, len, &st);
+  floe_status_clear(&st);
+  return rc;
+}
+
+static floe_code plug_store_get(void *arg, const char *key, int64_t timeout_ms, void **value,
+                                size_t *len) {
+  FloeCollComm *c = arg;
+  char k[320];
+  if (!key || strlen(key) > 200 || !value || !len) return FLOE_INVALID_ARGUMENT;
+  snprintf(k, sizeof k, "floe.coll/g/%lld/%d/%s/%s", (long long)c->mem->group_key, c->mem->size,
+           c->m->backends[c->backend].name, key);
+  FloeStatus st = {FLOE_OK, NULL};
+  floe_code rc = store_get(c->m, k, timeout_ms < 0 ? FLOE__COLL_TIMEOUT_MS : timeout_ms, value,
+                           len, &st);
+  floe_status_clear(&st);
+  return rc;
+}
+
+static void op_free(CollOp *op) {
+  if (!op) return;
+  floe__free(op->node);
+  floe__free(op);
+}
+
+/* The backend finished op (or it never started: code and msg say why). */
+static void op_done(void *arg, floe_code code, const char *msg) {
+  CollOp *op = arg;
+  FloeCollComm *c = op->c;
+  FloeCollMgr *m = c->m;
+  FloeStatus st = {FLOE_OK, NULL};
+  if (code != FLOE_OK)
+    floe_status_set(&st, code, "%s: %s", op->node, msg && *msg ? msg : floe_code_name(code));
+  op->rq.done(op->rq.arg, &st);
+  floe_status_clear(&st);
+  pthread_mutex_lock(&m->mu);
+  c->inflight--;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  floe__coll_comm_release(c);
+  op_free(op);
+}
+
+static floe_code bcast_key(const CollOp *op, char *key, size_t cap) {
+  snprintf(key, cap, "bcast/%016llx", (unsigned long long)op->tag);
+  return FLOE_OK;
+}
+
+/* Hands op to the ready comm's backend; failures complete it at once. root: the broadcast's
+ * (-1: unknown, for the ring, which reads it from its messages). */
+static void op_issue(CollOp *op, int root) {
+  FloeCollComm *c = op->c;
+  FloeCollMgr *m = c->m;
+  const FloeCollectiveFns *f = m->backends[c->backend].fns;
+  const FloeCollRequest *rq = &op->rq;
+  floe_code rc;
+  switch (rq->kind) {
+  case FLOE__COLL_ALL_REDUCE:
+    rc = f->all_reduce(c->comm, rq->in, rq->out, rq->count, rq->dtype, rq->op, op->tag, NULL,
+                       op_done, op);
+    break;
+  case FLOE__COLL_ALL_GATHER:
+    rc = f->all_gather(c->comm, rq->in, rq->out, rq->count, rq->dtype, op->tag, NULL, op_done,
+                       op);
+    break;
+  case FLOE__COLL_REDUCE_SCATTER:
+    rc = f->reduce_scatter(c->comm, rq->in, rq->out, rq->count, rq->dtype, rq->op, op->tag,
+                           NULL, op_done, op);
+    break;
+  case FLOE__COLL_BCAST_SEND:
+    rc = f->broadcast(c->comm, (void *)rq->in, rq->count, rq->dtype, c->mem->rank, op->tag,
+                      NULL, op_done, op);
+    break;
+  default:
+    rc = f->broadcast(c->comm, rq->out, rq->count, rq->dtype, root, op->tag, NULL, op_done, op);
+    break;
+  }
+  if (rc != FLOE_OK) {
+    static const char *const kinds[] = {"all-reduce", "all-gather", "reduce-scatter",
+                                        "broadcast", "broadcast"};
+    char msg[200];
+    snprintf(msg, sizeof msg, "collective backend \"%s\" refused the %s of %zu %s elements (%s)",
+             m->backends[c->backend].name, kinds[rq->kind], rq->count,
+             floe_dtype_name(rq->dtype), floe_code_name(rc));
+    op_done(op, rc, msg);
+  }
+}
+
+/* A plugin's broadcast needs the root on every rank: the sender publishes its rank under
+ * the operation's tag and the receivers wait for it here, off the kernel's thread. */
+static void *bcast_recv_main(void *p) {
+  CollOp *op = p;
+  FloeCollComm *c = op->c;
+  FloeCollMgr *m = c->m;
+  char key[64];
+  bcast_key(op, key, sizeof key);
+  void *v = NULL;
+  size_t n = 0;
+  floe_code rc = plug_store_get(c, key, op->rq.timeout_ms > 0 ? op->rq.timeout_ms : -1, &v, &n);
+  int root = -1;
+  if (rc == FLOE_OK) {
+    root = (int)strtol(v, NULL, 10);
+    floe__free(v);
+  }
+  if (rc != FLOE_OK || root < 0 || root >= c->mem->size) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s: no rank announced itself as this broadcast's sender (%s): "
+             "one member must run CollectiveBcastSend with the same instance_key",
+             c->mem->name, floe_code_name(rc == FLOE_OK ? FLOE_INTERNAL : rc));
+    op_done(op, rc == FLOE_OK ? FLOE_INTERNAL : rc, msg);
+  } else {
+    op_issue(op, root);
+  }
+  pthread_mutex_lock(&m->mu);
+  m->threads--;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
+}
+
+/* Starts op on its comm (ready, or failed: then op fails with the comm's error). */
+static void op_start(CollOp *op) {
+  FloeCollComm *c = op->c;
+  FloeCollMgr *m = c->m;
+  pthread_mutex_lock(&m->mu);
+  int state = c->state;
+  c->inflight++; /* op_done gives it back */
+  pthread_mutex_unlock(&m->mu);
+  if (state != COMM_READY) {
+    op_done(op, c->err ? c->err : FLOE_ABORTED, c->errmsg ? c->errmsg : "the group was aborted");
+    return;
+  }
+  bool plugin = c->backend != 0;
+  if (plugin && op->rq.kind == FLOE__COLL_BCAST_SEND) {
+    char key[64], val[16];
+    bcast_key(op, key, sizeof key);
+    snprintf(val, sizeof val, "%d", c->mem->rank);
+    floe_code rc = plug_store_set(c, key, val, strlen(val));
+    if (rc != FLOE_OK) {
+      op_done(op, rc, "could not announce the broadcast's sender in the store");
+      return;
+    }
+  }
+  if (plugin && op->rq.kind == FLOE__COLL_BCAST_RECV) {
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_mutex_lock(&m->mu);
+    m->threads++;
+    pthread_mutex_unlock(&m->mu);
+    int err = pthread_create(&th, &attr, bcast_recv_main, op);
+    pthread_attr_destroy(&attr);
+    if (err) {
+      pthread_mutex_lock(&m->mu);
+      m->threads--;
+      pthread_mutex_unlock(&m->mu);
+      op_done(op, FLOE_RESOURCE_EXHAUSTED, "cannot start a thread for the broadcast");
+    }
+    return;
+  }
+  op_issue(op, -1);
+}
+
+typedef struct FormArg {
+  FloeCollComm *c;
+  int64_t timeout_ms;
+  uint64_t generation;
+} FormArg;
+
+static void *form_main(void *p) {
+  FormArg a = *(FormArg *)p;
+  floe__free(p);
+  FloeCollComm *c = a.c;
+  FloeCollMgr *m = c->m;
+  Member *mem = c->mem;
+  Backend *b = &m->backends[c->backend];
+  FloeStatus st = {FLOE_OK, NULL};
+  floe_code rc = FLOE_OK;
+
+  /* The member's rank: one comm resolves it, the others wait. */
+  pthread_mutex_lock(&m->mu);
+  while (mem->resolving) pthread_cond_wait(&m->cv, &m->mu);
+  bool need = !mem->resolved && mem->err == FLOE_OK;
+  if (need) mem->resolving = true;
+  pthread_mutex_unlock(&m->mu);
+  if (need) {
+    rc = resolve_member(m, mem, a.timeout_ms, &st);
+    pthread_mutex_lock(&m->mu);
+    mem->resolving = false;
+    if (rc == FLOE_OK) {
+      mem->resolved = true;
+    } else {
+      mem->err = rc;
+      mem->errmsg = floe__strdup(floe_status_message(&st));
+    }
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+  }
+  pthread_mutex_lock(&m->mu);
+  if (mem->err != FLOE_OK && rc == FLOE_OK) {
+    rc = mem->err;
+    floe_status_set(&st, rc, "%s", mem->errmsg ? mem->errmsg : "the group did not form");
+  }
+  bool init_backend = rc == FLOE_OK && !b->inited;
+  pthread_mutex_unlock(&m->mu);
+
+  if (init_backend) {
+    void *ctx = NULL;
+    floe_code irc = b->fns->init(floe__host_api(), &ctx);
+    pthread_mutex_lock(&m->mu);
+    if (irc == FLOE_OK && !b->inited) {
+      b->ctx = ctx;
+      b->inited = true;
+      ctx = NULL;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (ctx) b->fns->finalize(ctx);
+    if (irc != FLOE_OK)
+      rc = floe_status_set(&st, irc, "collective backend \"%s\": init failed (%s)", b->name,
+                           floe_code_name(irc));
+  }
+  if (rc == FLOE_OK) {
+    FloeCollectiveGroup g = {sizeof g, mem->name, mem->rank, mem->size,
+                             (const char *const *)mem->devices, &c->store, a.timeout_ms, ""};
+    pthread_mutex_lock(&m->mu);
+    char host[256];
+    snprintf(host, sizeof host, "%s", m->has_env ? m->env.host : "127.0.0.1");
+    pthread_mutex_unlock(&m->mu);
+    g.host = host;
+    char msg[512] = "";
+    void *comm = NULL;
+    rc = b->fns->comm_init(b->ctx, &g, &comm, msg, sizeof msg);
+    if (rc == FLOE_OK) {
+      c->comm = comm;
+    } else {
+      floe_status_set(&st, rc, "%s: backend \"%s\" could not connect rank %d (%s): %s",
+                      mem->name, b->name, mem->rank, mem->device, *msg ? msg : floe_code_name(rc));
+    }
+  }
+
+  pthread_mutex_lock(&m->mu);
+  if (c->state == COMM_FORMING) {
+    if (rc == FLOE_OK) {
+      c->state = COMM_READY;
+    } else {
+      c->state = COMM_FAILED;
+      c->err = rc;
+      c->errmsg = floe__strdup(floe_status_message(&st));
+    }
+  }
+  CollOp *q = c->queue;
+  c->queue = NULL;
+  c->queue_tail = &c->queue;
+  pthread_mutex_unlock(&m->mu);
+  floe_status_clear(&st);
+  while (q) {
+    CollOp *next = q->next;
+    op_start(q);
+    q = next;
+  }
+  pthread_mutex_lock(&m->mu);
+  m->threads--;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  floe__coll_comm_release(c);
+  return NULL;
+}
+
+static Member *member_find_or_add(FloeCollMgr *m, const FloeCollRequest *rq, FloeStatus *st) {
+  for (int i = 0; i < m->num_members; i++) {
+    Member *mem = m->members[i];
+    if (mem->group_key == rq->group_key && strcmp(mem->device, rq->device) == 0) {
+      if (mem->size != rq->group_size) {
+        floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                        "group_key %lld: device %s is in it with group_size %d, so it cannot "
+                        "be %d here: give the other group another group_key",
+                        (long long)rq->group_key, rq->device, mem->size, rq->group_size);
+        return NULL;
+      }
+      return mem;
+    }
+  }
+  Member **v = floe__realloc(m->members, (size_t)(m->num_members + 1) * sizeof *v);
+  if (v) m->members = v;
+  Member *mem = floe__calloc(1, sizeof *mem);
+  if (!v || !mem || !(mem->device = floe__strdup(rq->device)) ||
+      !(mem->name = floe__asprintf("collective group %lld (size %d)", (long long)rq->group_key,
+                                   rq->group_size))) {
+    if (mem) floe__free(mem->device);
+    floe__free(mem);
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory for a collective group");
+    return NULL;
+  }
+  mem->group_key = rq->group_key;
+  mem->size = rq->group_size;
+  m->members[m->num_members++] = mem;
+  return mem;
+}
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* The next execution of instance_key on mem: the same number on every rank. */
+static uint64_t next_seq(Member *mem, int64_t instance_key, FloeStatus *st, bool *ok) {
+  for (int i = 0; i < mem->num_seqs; i++)
+    if (mem->seqs[i].instance_key == instance_key) return mem->seqs[i].count++;
+  SeqEntry *v = floe__realloc(mem->seqs, (size_t)(mem->num_seqs + 1) * sizeof *v);
+  if (!v) {
+    *ok = false;
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory for a collective instance");
+    return 0;
+  }
+  mem->seqs = v;
+  mem->seqs[mem->num_seqs++] = (SeqEntry){instance_key, 1};
+  return 0;
+}
+
+static int pick_backend(FloeCollMgr *m, const FloeCollRequest *rq, FloeStatus *st) {
+  const char *want = rq->hint;
+  if (!want || !*want || strcmp(want, "auto") == 0) {
+    const char *env = getenv("FLOE_COLLECTIVE");
+    want = env && *env ? env : "ring";
+  }
+  for (int i = 0; i < m->num_backends; i++) {
+    if (strcmp(m->backends[i].name, want) != 0) continue;
+    if (!(m->backends[i].dtypes & FLOE_DTYPE_BIT(rq->dtype))) {
+      floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                      "%s: collective backend \"%s\" does not reduce or move %s values",
+                      rq->node, want, floe_dtype_name(rq->dtype));
+      return -1;
+    }
+    return i;
+  }
+  char list[256];
+  size_t used = 0;
+  list[0] = '\0';
+  for (int i = 0; i < m->num_backends && used < sizeof list; i++) {
+    int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", m->backends[i].name);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  floe_status_set(st, FLOE_NOT_FOUND,
+                  "%s: collective backend \"%s\" is not loaded; loaded: %s (a plugin brings "
+                  "its backend: put its directory on FLOE_PLUGIN_PATH)",
+                  rq->node, want, list);
+  return -1;
+}
+
+floe_code floe__collective_submit(FloeRuntime *rt, const FloeCollRequest *rq,
+                                  FloeCollComm **comm_out, FloeStatus *st) {
+  if (comm_out) *comm_out = NULL;
+  if (!rq || !rq->done || !rq->device || !rq->node)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT, "collective request without a device, "
+                                                      "node or done callback");
+  if (rq->group_size < 1 || rq->group_size > 4096)
+    return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                           "%s: group_size %d: give the number of devices in the group (1 to "
+                           "4096)", rq->node, rq->group_size);
+  FloeCollMgr *m = mgr_get(rt, st);
+  if (!m) return st->code;
+  int b = pick_backend(m, rq, st);
+  if (b < 0) return st->code;
+  int64_t timeout = rq->timeout_ms > 0 ? rq->timeout_ms : FLOE__COLL_TIMEOUT_MS;
+
+  CollOp *op = floe__calloc(1, sizeof *op);
+  if (!op || !(op->node = floe__strdup(rq->node))) {
+    floe__free(op);
+    return floe_status_set(st, FLOE_NO_MEMORY, "%s: out of memory", rq->node);
+  }
+  op->rq = *rq;
+  op->rq.node = op->node;
+  op->rq.device = NULL;
+  op->rq.hint = NULL;
+
+  pthread_mutex_lock(&m->mu);
+  Member *mem = member_find_or_add(m, rq, st);
+  if (!mem) goto err_unlock;
+  bool ok = true;
+  uint64_t seq = next_seq(mem, rq->instance_key, st, &ok);
+  if (!ok) goto err_unlock;
+  op->tag = mix64((uint64_t)rq->instance_key ^ mix64(seq)) & ~FLOE_TRANSPORT_TAG_RESERVED;
+  FloeCollComm *c = NULL;
+  for (int i = 0; i < m->num_comms && !c; i++)
+    if (m->comms[i]->mem == mem && m->comms[i]->backend == b) c = m->comms[i];
+  if (!c) {
+    FloeCollComm **v = floe__realloc(m->comms, (size_t)(m->num_comms + 1) * sizeof *v);
+    if (v) m->comms = v;
+    FormArg *fa = floe__malloc(sizeof *fa);
+    c = floe__calloc(1, sizeof *c);
+    if (!v || !fa || !c) {
+      floe__free(fa);
+      floe__free(c);
+      floe_status_set(st, FLOE_NO_MEMORY, "%s: out of memory", rq->node);
+      goto err_unlock;
+    }
+    atomic_init(&c->refs, 2); /* the list's and the forming thread's */
+    c->m = m;
+    c->mem = mem;
+    c->backend = b;
+    c->state = COMM_FORMING;
+    c->queue_tail = &c->queue;
+    c->store = (FloeCollectiveStore){sizeof c->store, plug_store_set, plug_store_get, c};
+    *fa = (FormArg){c, timeout, m->generation};
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&th, &attr, form_main, fa);
+    pthread_attr_destroy(&attr);
+    if (err) {
+      floe__free(fa);
+      floe__free(c);
+      floe_status_set(st, FLOE_RESOURCE_EXHAUSTED, "%s: cannot start a thread to form %s",
+                      rq->node, mem->name);
+      goto err_unlock;
+    }
+    m->threads++;
+    m->comms[m->num_comms++] = c;
+  }
+  atomic_fetch_add(&c->refs, 1); /* the op's */
+  op->c = c;
+  if (comm_out) {
+    atomic_fetch_add(&c->refs, 1);
+    *comm_out = c;
+  }
+  if (c->state == COMM_FORMING) {
+    *c->queue_tail = op;
+    c->queue_tail = &op->next;
+    pthread_mutex_unlock(&m->mu);
+    return FLOE_OK;
+  }
+  pthread_mutex_unlock(&m->mu);
+  op_start(op);
+  return FLOE_OK;
+
+err_unlock:
+  pthread_mutex_unlock(&m->mu);
+  op_free(op);
+  return st->code;
+}
+
+void floe__coll_comm_abort(FloeCollComm *c, const char *why) {
+  if (!c) return;
+  FloeCollMgr *m = c->m;
+  pthread_mutex_lock(&m->mu);
+  void *comm = NULL;
+  if (c->state != COMM_FAILED && c->mem) {
+    if (c->state == COMM_READY) comm = c->comm;
+    c->state = COMM_FAILED;
+    c->err = FLOE_ABORTED;
+    c->errmsg = floe__asprintf("%s was aborted: %s", c->mem->name, why ? why : "no reason given");
+  }
+  const FloeCollectiveFns *f = m->backends[c->backend].fns;
+  pthread_mutex_unlock(&m->mu);
+  if (comm && f->comm_abort) f->comm_abort(comm);
+}
+
+static void member_free(Member *mem) {
+  if (mem->devices)
+    for (int j = 0; j < mem->size; j++) floe__free(mem->devices[j]);
+  floe__free(mem->devices);
+  floe__free(mem->device);
+  floe__free(mem->name);
+  floe__free(mem->errmsg);
+  floe__free(mem->seqs);
+  floe__free(mem);
+}
+
+/* Frees comms (and their members) whose operations are all done; keeps the others in
+ * m->zombies for later (a send stuck on a hung peer ends when the transport closes). Takes
+ * and gives back m->mu. wait_ms: how long to wait for operations to end first. */
+static void reap(FloeCollMgr *m, FloeCollComm **comms, int n, Member **members, int nm,
+                 int64_t wait_ms) {
+  int64_t deadline = now_ms() + wait_ms;
+  pthread_mutex_lock(&m->mu);
+  for (;;) {
+    bool busy = m->threads > 0;
+    for (int i = 0; i < n && !busy; i++) busy = comms[i]->inflight > 0;
+    if (!busy || !wait_until(m, deadline)) break;
+  }
+  pthread_mutex_unlock(&m->mu);
+  for (int i = 0; i < n; i++) {
+    FloeCollComm *c = comms[i];
+    pthread_mutex_lock(&m->mu);
+    bool busy = c->inflight > 0;
+    if (busy) {
+      FloeCollComm **z = floe__realloc(m->zombies, (size_t)(m->num_zombies + 1) * sizeof *z);
+      if (z) {
+        m->zombies = z;
+        m->zombies[m->num_zombies++] = c;
+      }
+      /* Without memory for the list the comm is leaked rather than freed under its ops. */
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (busy) continue;
+    if (c->comm) m->backends[c->backend].fns->comm_free(c->comm);
+    c->comm = NULL;
+    c->mem = NULL;
+    floe__coll_comm_release(c);
+  }
+  /* A zombie's member stays: its ops may still read it. */
+  for (int i = 0; i < nm; i++) {
+    bool used = false;
+    pthread_mutex_lock(&m->mu);
+    for (int j = 0; j < m->num_zombies && !used; j++) used = m->zombies[j]->mem == members[i];
+    if (used) {
+      Member **v = floe__realloc(m->zombie_members,
+                                 (size_t)(m->num_zombie_members + 1) * sizeof *v);
+      if (v) {
+        m->zombie_members = v;
+        m->zombie_members[m->num_zombie_members++] = members[i];
+      }
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!used) member_free(members[i]);
+  }
+}
+
+floe_code floe__collective_set_env(FloeRuntime *rt, const FloeCollEnv *env, const char *why,
+                                   FloeStatus *st) {
+  FloeCollMgr *m = mgr_get(rt, st);
+  if (!m) return st->code;
+  /* Abort and forget every group of the old store. */
+  pthread_mutex_lock(&m->mu);
+  int n = m->num_comms;
+  FloeCollComm **comms = m->comms;
+  Member **members = m->members;
+  int num_members = m->num_members;
+  m->comms = NULL;
+  m->num_comms = 0;
+  m->members = NULL;
+  m->num_members = 0;
+  m->generation++;
+  pthread_mutex_unlock(&m->mu);
+  for (int i = 0; i < n; i++) floe__coll_comm_abort(comms[i], why);
+  reap(m, comms, n, members, num_members, 5000);
+  floe__free(comms);
+  floe__free(members);
+  pthread_mutex_lock(&m->mu);
+  if (env) {
+    m->env = *env;
+    m->has_env = true;
+  } else {
+    memset(&m->env, 0, sizeof m->env);
+    m->has_env = false;
+  }
+  pthread_mutex_unlock(&m->mu);
+  return FLOE_OK;
+}
+
+void floe__collective_mgr_stop(FloeRuntime *rt) {
+  if (!atomic_load(&rt->coll_mgr)) return;
+  FloeStatus st = {FLOE_OK, NULL};
+  floe__collective_set_env(rt, NULL, "the runtime is being freed", &st);
+  floe_status_clear(&st);
+}
+
+void floe__collective_mgr_free(FloeRuntime *rt) {
+  FloeCollMgr *m = atomic_load(&rt->coll_mgr);
+  if (!m) return;
+  /* The transport is closed: what the zombies waited for has completed or was cancelled. */
+  FloeCollComm **z = m->zombies;
+  Member **zm = m->zombie_members;
+  int nz = m->num_zombies, nzm = m->num_zombie_members;
+  m->zombies = NULL;
+  m->zombie_members = NULL;
+  m->num_zombies = m->num_zombie_members = 0;
+  reap(m, z, nz, zm, nzm, 60000);
+  floe__free(z);
+  floe__free(zm);
+  for (int i = 1; i < m->num_backends; i++)
+    if (m->backends[i].inited) m->backends[i].fns->finalize(m->backends[i].ctx);
+  for (int i = 0; i < m->num_kv; i++) {
+    floe__free(m->kv[i].key);
+    floe__free(m->kv[i].value);
+  }
+  floe__free(m->kv);
+  floe__free(m->backends);
+  floe__free(m->zombies);
+  floe__free(m->zombie_members);
+  pthread_cond_destroy(&m->cv);
+  pthread_mutex_destroy(&m->mu);
+  atomic_store(&rt->coll_mgr, NULL);
+  floe__free(m);
+}

@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_collective.c - the collective ops on the built-in ring, ranks being CPU devices of one
+ * process (FLOE_CPU_DEVICES=4): all-reduce with each reduction and several dtypes, group
+ * sizes 1-4 and counts from 1 to many chunks (FLOE_COLLECTIVE_CHUNK_BYTES is small here),
+ * all-gather, reduce-scatter, broadcast from every root, several steps and two instances in
+ * one step, each checked against sums computed here; then what must fail cleanly: members
+ * that disagree on the shape, a group that never fills, an unknown backend, bad attributes,
+ * a device given two group sizes. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ops/harness.h"
+#include "floe/floe.h"
+#include "floe/floe_collective.h"
+
+static FloeRuntime *rt;
+static int64_t next_group = 100;
+
+static void setup(void) {
+  setenv("FLOE_CPU_DEVICES", "4", 1);
+  /* Small chunks: a few thousand elements already make a pipeline of many. */
+  setenv("FLOE_COLLECTIVE_CHUNK_BYTES", "4096", 1);
+  rt = harness_runtime(4);
+  unsetenv("FLOE_CPU_DEVICES");
+}
+
+static void teardown(void) {
+  floe_runtime_free(rt);
+  rt = NULL;
+  unsetenv("FLOE_COLLECTIVE_CHUNK_BYTES");
+}
+
+/* Rank r's input: a value no two (rank, element) pairs share, exact in every dtype used. */
+static double input_value(int r, int64_t j, FloeDType dt) {
+  if (dt == FLOE_U8) return (double)((r * 7 + j) % 11);
+  if (dt == FLOE_I8) return (double)((r * 5 + j) % 9) - 4;
+  return (double)((r + 1) * 3 + (j % 13)) - 8 + (dt == FLOE_F32 || dt == FLOE_F64 ? 0.25 : 0);
+}
+
+static FloeTensor *make_input(int r, FloeDType dt, int rank, const int64_t *dims) {
+  int64_t n = harness_count(rank, dims);
+  double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+  for (int64_t j = 0; j < n; j++) v[j] = input_value(r, j, dt);
+  FloeTensor *t = harness_from_doubles(dt, rank, dims, v);
+  free(v);
+  return t;
+}
+
+static double combine(double a, double b, FloeReduceOp op) {
+  switch (op) {
+  case FLOE_REDUCE_SUM:
+  case FLOE_REDUCE_MEAN: return a + b;
+  case FLOE_REDUCE_PROD: return a * b;
+  case FLOE_REDUCE_MAX: return a > b ? a : b;
+  default: return a < b ? a : b;
+  }
+}
+
+static FloeCollectiveOptions opts_of(int size, int64_t group, int64_t instance) {
+  FloeCollectiveOptions o;
+  floe_collective_options_init(&o);
+  o.group_size = size;
+  o.group_key = group;
+  o.instance_key = instance;
+  return o;
+}
+
+typedef enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST } Kind;
+
+/* Builds one op per rank on cpu:r (rank r's input a Const there), runs `steps` steps and
+ * checks every rank's result against the reference. */
+static void check_case(Kind kind, int n, FloeDType dt, FloeReduceOp op, int64_t count, int root,
+                       int steps) {
+  char what[128];
+  snprintf(what, sizeof what, "kind %d, %d ranks, %s, op %d, count %lld, root %d", kind, n,
+           floe_dtype_name(dt), op, (long long)count, root);
+  FloeGraph *g = floe_graph_new();
+  FloeCollectiveOptions o = opts_of(n, next_group++, 7);
+  int64_t in_dims[1] = {kind == REDUCE_SCATTER ? count * n : count};
+  char names[4][16];
+  const char *fetch[4];
+  for (int r = 0; r < n; r++) {
+    char dev[16], xn[16];
+    snprintf(dev, sizeof dev, "cpu:%d", r);
+    snprintf(xn, sizeof xn, "x%d", r);
+    snprintf(names[r], sizeof names[r], "out%d", r);
+    fetch[r] = names[r];
+    floe_graph_set_device_scope(g, dev);
+    FloeTensor *x = make_input(r, dt, 1, in_dims);
+    FloeOutput xo = floe_const(g, xn, x);
+    floe_tensor_release(x);
+    if (kind == ALL_REDUCE) floe_all_reduce(g, names[r], xo, op, &o);
+    else if (kind == ALL_GATHER) floe_all_gather(g, names[r], xo, &o);
+    else if (kind == REDUCE_SCATTER) floe_reduce_scatter(g, names[r], xo, op, &o);
+    else if (r == root) floe_broadcast_send(g, names[r], xo, &o);
+    else floe_broadcast_recv(g, names[r], dt, floe_shape_make(1, in_dims), &o);
+  }
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s: %s", what, floe_graph_error(g, NULL));
+  FloeSession *s = harness_session(g, rt);
+  for (int step = 0; step < steps; step++) {
+    FloeTensor *outs[4] = {0};
+    harness_run(s, NULL, 0, fetch, n, NULL, 0, outs, what);
+    for (int r = 0; r < n; r++) {
+      int64_t m = floe_tensor_num_elements(outs[r]);
+      int64_t want_n = kind == ALL_GATHER ? count * n : count;
+      ck_assert_msg(m == want_n, "%s: rank %d has %lld elements, want %lld", what, r,
+                    (long long)m, (long long)want_n);
+      ck_assert_int_eq(floe_tensor_dtype(outs[r]), dt);
+      for (int64_t j = 0; j < m; j++) {
+        double want;
+        if (kind == ALL_GATHER) {
+          want = input_value((int)(j / count), j % count, dt);
+        } else if (kind == BROADCAST) {
+          want = input_value(root, j, dt);
+        } else {
+          int64_t src = kind == REDUCE_SCATTER ? r * count + j : j;
+          want = input_value(0, src, dt);
+          for (int q = 1; q < n; q++) want = combine(want, input_value(q, src, dt), op);
+          if (op == FLOE_REDUCE_MEAN) {
+            want /= n;
+            if (dt == FLOE_I32 || dt == FLOE_I64 || dt == FLOE_I8 || dt == FLOE_U8)
+              want = trunc(want);
+          }
+        }
+        double got = harness_get(outs[r], j);
+        double tol = dt == FLOE_F16 || dt == FLOE_BF16 ? 0.02 * (1 + fabs(want)) : 1e-5;
+        ck_assert_msg(fabs(got - want) <= tol, "%s, step %d: rank %d element %lld = %g, want %g",
+                      what, step, r, (long long)j, got, want);
+      }
+      floe_tensor_release(outs[r]);
+    }
+  }
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+
+START_TEST(all_reduce_each_op_and_size) {
+  const FloeReduceOp ops[] = {FLOE_REDUCE_SUM, FLOE_REDUCE_MEAN, FLOE_REDUCE_MAX,
+                              FLOE_REDUCE_MIN, FLOE_REDUCE_PROD};
+  for (int n = 1; n <= 4; n++)
+    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+      check_case(ALL_REDUCE, n, FLOE_F32, ops[k], 7, 0, 1);
+      check_case(ALL_REDUCE, n, FLOE_I32, ops[k], 5, 0, 1);
+    }
+}
+END_TEST
+
+/* Counts below the group's size (empty segments), one element, and many 4 KiB chunks. */
+START_TEST(all_reduce_counts_and_dtypes) {
+  const int64_t counts[] = {1, 3, 1000, 20000};
+  for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
+    for (int n = 2; n <= 4; n++) check_case(ALL_REDUCE, n, FLOE_F32, FLOE_REDUCE_SUM, counts[c], 0, 1);
+  const FloeDType dts[] = {FLOE_F64, FLOE_F16, FLOE_BF16, FLOE_I64, FLOE_I8, FLOE_U8};
+  for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+    check_case(ALL_REDUCE, 3, dts[d], dts[d] == FLOE_U8 ? FLOE_REDUCE_MAX : FLOE_REDUCE_SUM,
+               2500, 0, 1);
+}
+END_TEST
+
+START_TEST(gather_scatter_broadcast) {
+  for (int n = 1; n <= 4; n++) {
+    check_case(ALL_GATHER, n, FLOE_F32, FLOE_REDUCE_SUM, 3, 0, 1);
+    check_case(ALL_GATHER, n, FLOE_I64, FLOE_REDUCE_SUM, 3000, 0, 1);
+    check_case(REDUCE_SCATTER, n, FLOE_F32, FLOE_REDUCE_SUM, 5, 0, 1);
+    check_case(REDUCE_SCATTER, n, FLOE_F32, FLOE_REDUCE_MEAN, 2000, 0, 1);
+    for (int root = 0; root < n; root++) check_case(BROADCAST, n, FLOE_F32, 0, 1500, root, 1);
+  }
+}
+END_TEST
+
+/* Steps count executions: the same instance runs again and again, and two instances of one
+ * group run in one step, whichever the executor starts first. */
+START_TEST(steps_and_two_instances) {
+  check_case(ALL_REDUCE, 4, FLOE_F32, FLOE_REDUCE_SUM, 3000, 0, 5);
+  FloeGraph *g = floe_graph_new();
+  int64_t group = next_group++;
+  FloeCollectiveOptions a = opts_of(2, group, 1), b = opts_of(2, group, 2);
+  const char *fetch[4] = {"a0", "b0", "a1", "b1"};
+  int64_t dims[1] = {9000};
+  for (int r = 0; r < 2; r++) {
+    floe_graph_set_device_scope(g, r ? "cpu:1" : "cpu:0");
+    FloeTensor *x = make_input(r, FLOE_F32, 1, dims);
+    FloeOutput xo = floe_const(g, r ? "x1" : "x0", x);
+    floe_tensor_release(x);
+    floe_all_reduce(g, fetch[2 * r], xo, FLOE_REDUCE_SUM, &a);
+    floe_all_reduce(g, fetch[2 * r + 1], xo, FLOE_REDUCE_MAX, &b);
+  }
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  FloeSession *s = harness_session(g, rt);
+  for (int step = 0; step < 3; step++) {
+    FloeTensor *outs[4];
+    harness_run(s, NULL, 0, fetch, 4, NULL, 0, outs, "two instances");
+    for (int64_t j = 0; j < dims[0]; j += 997) {
+      double v0 = input_value(0, j, FLOE_F32), v1 = input_value(1, j, FLOE_F32);
+      ck_assert_double_eq_tol(harness_get(outs[0], j), v0 + v1, 1e-5);
+      ck_assert_double_eq_tol(harness_get(outs[2], j), v0 + v1, 1e-5);
+      ck_assert_double_eq_tol(harness_get(outs[1], j), v0 > v1 ? v0 : v1, 1e-5);
+      ck_assert_double_eq_tol(harness_get(outs[3], j), v0 > v1 ? v0 : v1, 1e-5);
+    }
+    for (int i = 0; i < 4; i++) floe_tensor_release(outs[i]);
+  }
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* Runs a two-rank graph whose ranks' inputs have n0 and n1 elements; returns the run's code
+ * and copies its message. */
+static floe_code run_pair(int64_t n0, int64_t n1, int group_size, const char *backend,
+                          int64_t timeout_ms, char *msg, size_t cap) {
+  FloeGraph *g = floe_graph_new();
+  FloeCollectiveOptions o = opts_of(group_size, next_group++, 1);
+  o.backend = backend;
+  o.timeout_ms = timeout_ms;
+  const char *fetch[2] = {"r0", "r1"};
+  for (int r = 0; r < 2; r++) {
+    int64_t dims[1] = {r ? n1 : n0};
+    floe_graph_set_device_scope(g, r ? "cpu:1" : "cpu:0");
+    FloeTensor *x = make_input(r, FLOE_F32, 1, dims);
+    FloeOutput xo = floe_const(g, r ? "x1" : "x0", x);
+    floe_tensor_release(x);
+    floe_all_reduce(g, fetch[r], xo, FLOE_REDUCE_SUM, &o);
+  }
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  FloeSession *s = harness_session(g, rt);
+  FloeRunOptions ro;
+  floe_run_options_init(&ro);
+  ro.timeout_ms = 20000; /* a hang is a failure, not a stuck test */
+  FloeTensor *outs[2] = {0};
+  FloeStatus *st = floe_status_new();
+  floe_code rc = floe_session_run_opts(s, &ro, NULL, 0, fetch, 2, NULL, 0, outs, st);
+  snprintf(msg, cap, "%s", floe_status_message(st));
+  floe_status_free(st);
+  for (int i = 0; i < 2; i++)
+    if (outs[i]) floe_tensor_release(outs[i]);
+  floe_session_free(s);
+  floe_graph_free(g);
+  return rc;
+}
+
+START_TEST(members_that_disagree) {
+  char msg[1024];
+  floe_code rc = run_pair(3000, 2000, 2, NULL, 0, msg, sizeof msg);
+  ck_assert_msg(rc == FLOE_INVALID_ARGUMENT || rc == FLOE_ABORTED, "code %d: %s", rc, msg);
+  ck_assert_msg(strstr(msg, "disagree") || strstr(msg, "aborted"), "%s", msg);
+  /* One member short: the group never fills; the message counts who came. */
+  rc = run_pair(10, 10, 3, NULL, 300, msg, sizeof msg);
+  ck_assert_msg(rc == FLOE_DEADLINE_EXCEEDED, "code %d: %s", rc, msg);
+  ck_assert_msg(strstr(msg, "2 of 3 members joined"), "%s", msg);
+  /* An unknown backend names the loaded ones. */
+  rc = run_pair(10, 10, 2, "nccl-nope", 0, msg, sizeof msg);
+  ck_assert_msg(rc == FLOE_NOT_FOUND, "code %d: %s", rc, msg);
+  ck_assert_msg(strstr(msg, "\"nccl-nope\"") && strstr(msg, "ring"), "%s", msg);
+  /* After the failures the runtime still runs collectives. */
+  ck_assert_int_eq(run_pair(100, 100, 2, "ring", 0, msg, sizeof msg), FLOE_OK);
+}
+END_TEST
+
+START_TEST(bad_attributes) {
+  int64_t dims[1] = {6};
+  const int sizes[] = {0, -1, 5000};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    FloeGraph *g = floe_graph_new();
+    FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, dims));
+    FloeCollectiveOptions o = opts_of(sizes[i], 1, 1);
+    floe_all_reduce(g, "r", x, FLOE_REDUCE_SUM, &o);
+    ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(floe_graph_error(g, NULL), "group_size"), "%s", floe_graph_error(g, NULL));
+    floe_graph_free(g);
+  }
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, dims));
+  FloeCollectiveOptions o = opts_of(4, 1, 1);
+  floe_reduce_scatter(g, "rs", x, FLOE_REDUCE_SUM, &o);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(floe_graph_error(g, NULL), "multiple of group_size"), "%s", floe_graph_error(g, NULL));
+  floe_graph_free(g);
+  g = floe_graph_new();
+  x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, dims));
+  floe_all_reduce(g, "r", x, (FloeReduceOp)9, &o);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
+  floe_graph_free(g);
+  g = floe_graph_new();
+  floe_broadcast_recv(g, "b", FLOE_F32, floe_shape_unknown(), &o);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(floe_graph_error(g, NULL), "fully defined"), "%s", floe_graph_error(g, NULL));
+  floe_graph_free(g);
+  g = floe_graph_new();
+  x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, dims));
+  floe_all_reduce(g, "r", x, FLOE_REDUCE_SUM, NULL);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* A device is in a group with one size; the same key with another size is refused. */
+START_TEST(one_group_key_one_size) {
+  char msg[1024];
+  int64_t key = next_group++;
+  for (int pass = 0; pass < 2; pass++) {
+    FloeGraph *g = floe_graph_new();
+    FloeCollectiveOptions o = opts_of(pass ? 3 : 1, key, 1);
+    int64_t dims[1] = {4};
+    floe_graph_set_device_scope(g, "cpu:0");
+    FloeTensor *t = make_input(0, FLOE_F32, 1, dims);
+    FloeOutput x = floe_const(g, "x", t);
+    floe_tensor_release(t);
+    floe_all_reduce(g, "r", x, FLOE_REDUCE_SUM, &o);
+    FloeTensor *out = NULL;
+    FloeStatus *st = floe_status_new();
+    const char *fetch = "r";
+    floe_code rc = harness_run_graph(g, rt, NULL, 0, &fetch, 1, &out, st);
+    snprintf(msg, sizeof msg, "%s", floe_status_message(st));
+    floe_status_free(st);
+    if (out) floe_tensor_release(out);
+    floe_graph_free(g);
+    if (pass == 0) ck_assert_msg(rc == FLOE_OK, "%s", msg);
+    else ck_assert_msg(rc == FLOE_INVALID_ARGUMENT && strstr(msg, "group_size 1"), "%d: %s", rc, msg);
+  }
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("collective");
+  TCase *tc = tcase_create("ring");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, all_reduce_each_op_and_size);
+  tcase_add_test(tc, all_reduce_counts_and_dtypes);
+  tcase_add_test(tc, gather_scatter_broadcast);
+  tcase_add_test(tc, steps_and_two_instances);
+  tcase_add_test(tc, members_that_disagree);
+  tcase_add_test(tc, bad_attributes);
+  tcase_add_test(tc, one_group_key_one_size);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
