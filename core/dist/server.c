@@ -73,6 +73,7 @@ struct FloeServer {
    * heartbeat timeout later otherwise). NULL when the spec came from elsewhere. */
   FloePmix *pmix;
   bool in_registry;
+  bool collectives;             /* the runtime's collectives use this server (FloeCollEnv) */
 };
 
 /* ---- the registry: one server per runtime -------------------------------------------------- */
@@ -519,8 +520,48 @@ static void on_chief_done(void *arg, floe_code code) {
   }
 }
 
+/* ---- the collectives of this task's process (runtime.h: FloeCollEnv) ---- */
+
+static floe_code coll_kv_set(void *arg, const char *key, const void *value, size_t len,
+                             FloeStatus *st) {
+  return floe_server_kv_set(arg, key, value, len, 0, st);
+}
+
+static floe_code coll_kv_get(void *arg, const char *key, int64_t timeout_ms, void **value,
+                             size_t *len, FloeStatus *st) {
+  return floe_server_kv_get(arg, key, timeout_ms, value, len, st);
+}
+
+static int coll_channel(void *arg, const char *device, bool is_send, FloeStatus *st) {
+  FloeServer *s = arg;
+  const FloeRendezvousRoute *r = floe__dataplane_route(s->dp);
+  return r->channel(r->arg, device, is_send, st);
+}
+
+static void coll_count(void *arg, int chan, bool is_send, int64_t bytes) {
+  FloeServer *s = arg;
+  const FloeRendezvousRoute *r = floe__dataplane_route(s->dp);
+  if (r->count) r->count(r->arg, chan, is_send, bytes);
+}
+
+/* Groups of collective ops meet through the coordination service's store and move their
+ * bytes over the data plane; backends with a network of their own listen on the task's host. */
+static floe_code install_collectives(FloeServer *s, const FloeClusterTask *me, FloeStatus *st) {
+  FloeCollEnv env = {coll_kv_set, coll_kv_get, coll_channel, coll_count, s, ""};
+  if (strcmp(me->host, "0.0.0.0") != 0 && strcmp(me->host, "::") != 0)
+    snprintf(env.host, sizeof env.host, "%s", me->host);
+  return floe__collective_set_env(s->rt, &env, "the task joined a cluster", st);
+}
+
 static void server_destroy(FloeServer *s) {
   if (!s) return;
+  if (s->collectives) {
+    FloeStatus cst = {FLOE_OK, NULL};
+    char why[200];
+    snprintf(why, sizeof why, "the server of %s is stopping", s->task_name);
+    floe__collective_set_env(s->rt, NULL, why, &cst);
+    floe_status_clear(&cst);
+  }
   if (s->pmix) {
     FloeStatus st = {FLOE_OK, NULL};
     if (s->is_chief && floe__pmix_fence(s->pmix, &st) != FLOE_OK)
@@ -623,6 +664,8 @@ static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const
   if ((rc = floe__dataplane_new(rt, s->secret, &s->self, &s->dp, st)) != FLOE_OK) goto fail;
   if ((rc = floe__worker_service_start(rt, s->dp, s->rpc, &s->worker, st)) != FLOE_OK) goto fail;
   if ((rc = build_info(s, st)) != FLOE_OK) goto fail;
+  if ((rc = install_collectives(s, me, st)) != FLOE_OK) goto fail;
+  s->collectives = true;
   if (s->is_chief) {
     rc = floe__coord_service_start(s->spec, &s->coord_opts, s->info, s->rpc,
                                    on_coord_error, s, &s->coord, st);

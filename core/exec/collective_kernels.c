@@ -19,6 +19,10 @@ typedef struct KCall {
   int64_t cancel_token;
   pthread_mutex_t mu;     /* comm is set after submit; the cancel callback may come first */
   bool cancelled;
+  /* Who finishes the kernel: coll_done (the operation ended) or on_cancel, which does not
+   * wait for an operation stuck on a dead peer (its buffers stay referenced by k until the
+   * backend lets go of them). Under mu. */
+  enum { K_RUNNING, K_FINISHED, K_DETACHED } state;
   atomic_int refs;        /* coll_done's and the submitting call's */
 } KCall;
 
@@ -38,12 +42,28 @@ static void on_cancel(void *arg) {
   KCall *k = arg;
   pthread_mutex_lock(&k->mu);
   k->cancelled = true;
-  if (k->comm) floe__coll_comm_abort(k->comm, "its step was cancelled");
+  bool mine = k->state == K_RUNNING;
+  if (mine) k->state = K_DETACHED;
+  FloeCollComm *comm = k->comm;
   pthread_mutex_unlock(&k->mu);
+  if (comm) floe__coll_comm_abort(comm, "its step was cancelled");
+  if (!mine) return;
+  floe_status_set(k->ctx->status, FLOE_CANCELLED,
+                  "the step was cancelled while the collective operation ran (its group is "
+                  "aborted: a new group_key forms it again)");
+  k->done(k->done_arg);
 }
 
 static void coll_done(void *arg, const FloeStatus *st) {
   KCall *k = arg;
+  pthread_mutex_lock(&k->mu);
+  bool detached = k->state == K_DETACHED;
+  k->state = K_FINISHED;
+  pthread_mutex_unlock(&k->mu);
+  if (detached) { /* the kernel finished at the cancel: only k's references are left */
+    kcall_release(k);
+    return;
+  }
   FloeKernelContext *ctx = k->ctx;
   if (k->cancel_token > 0) floe__kernel_ctx_cancel_deregister(ctx, k->cancel_token);
   if (st->code != FLOE_OK) {

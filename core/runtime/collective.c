@@ -261,6 +261,15 @@ FloeTransportMgr *floe__coll_transport(FloeCollMgr *m, FloeStatus *st) {
   return floe__transport_mgr(m->rt, st);
 }
 
+void floe__coll_count(FloeCollMgr *m, int chan, bool is_send, int64_t bytes) {
+  if (chan <= 0) return;
+  pthread_mutex_lock(&m->mu);
+  void (*count)(void *, int, bool, int64_t) = m->has_env ? m->env.count : NULL;
+  void *arg = m->env.arg;
+  pthread_mutex_unlock(&m->mu);
+  if (count) count(arg, chan, is_send, bytes);
+}
+
 int floe__coll_channel(FloeCollMgr *m, const char *device, bool is_send, int64_t timeout_ms,
                        FloeStatus *st) {
   pthread_mutex_lock(&m->mu);

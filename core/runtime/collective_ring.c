@@ -417,6 +417,9 @@ static void xfer_done(void *arg, floe_code code, size_t size) {
   bool stage_done = --ch->pending == 0;
   bool ok = o->err == FLOE_OK;
   pthread_mutex_unlock(&c->mu);
+  if (code == FLOE_OK)
+    floe__coll_count(c->m, a->recv ? c->recv_chan : c->send_chan, !a->recv,
+                     (int64_t)(a->recv ? size : a->want));
   if (!stage_done) return;
   if (ok && o->kind == K_BC && ch->stage == 0 && ch->recv_elems && o->root != c->rank)
     memcpy(ch->recv_at, o->msgs + (size_t)a->chunk * (BCAST_HEADER + o->ce * o->es) +

@@ -224,6 +224,8 @@ typedef struct FloeCollEnv {
   floe_code (*kv_get)(void *arg, const char *key, int64_t timeout_ms, void **value, size_t *len,
                       FloeStatus *st);
   int (*channel)(void *arg, const char *device, bool is_send, FloeStatus *st);
+  /* Optional: bytes moved on a channel (> 0), for the data plane's traffic figures. */
+  void (*count)(void *arg, int chan, bool is_send, int64_t bytes);
   void *arg;
   char host[256];
 } FloeCollEnv;
@@ -307,5 +309,7 @@ extern const FloeCollectiveFns floe__ring_fns;
 int floe__coll_channel(FloeCollMgr *m, const char *device, bool is_send, int64_t timeout_ms,
                        FloeStatus *st);
 struct FloeTransportMgr *floe__coll_transport(FloeCollMgr *m, FloeStatus *st);
+/* Tells the env (when it counts) that bytes went out or came in on chan. */
+void floe__coll_count(FloeCollMgr *m, int chan, bool is_send, int64_t bytes);
 
 #endif /* FLOE__LAYER_RUNTIME_H */
