@@ -632,6 +632,32 @@ static int gather_rows_concat(Minimize *m, const MinVar *mv, const FloeOutput *x
  * gradients of the loss at each (weight decay and clipping applied); those the loss does not
  * reach are left out. *mvs_out (caller frees) holds *n_out of them. 0, or -1 with the
  * graph's error set. */
+/* Clipping by the global norm of mvs' gradients (xs: room for n outputs), when asked:
+ * each gradient scaled by clip / max(norm, clip). 0, or -1 when out of memory. */
+static int clip_grads(Minimize *m, MinVar *mvs, int n, FloeOutput *xs) {
+  if (m->o.clip_global_norm <= 0) return 0;
+  const FloeBuildScope sc = m->sc;
+  for (int i = 0; i < n; i++) xs[i] = mvs[i].grad;
+  char *nscope = floe__asprintf("%s/global_norm", m->scope);
+  if (!nscope) return -1;
+  FloeOutput norm = floe_global_norm(m->g, nscope, xs, n);
+  floe__free(nscope);
+  /* scale = clip / max(norm, clip): 1 while the norm is within bounds. */
+  FloeOutput clip = const_scalar(&sc, "clip_norm", FLOE_F32, m->o.clip_global_norm);
+  m->scale =
+      floe__build_binary(&sc, "Div", "clip_scale", clip,
+                         floe__build_binary(&sc, "Maximum", "clip_denominator", norm, clip));
+  for (int i = 0; i < n; i++) {
+    TypedScalars *t = &m->typed[mvs[i].dtype];
+    if (!t->scale.node) t->scale = as_dtype(m, m->scale, FLOE_F32, mvs[i].dtype, "clip_scale");
+    char *leaf = floe__asprintf("clip/%s", mvs[i].name);
+    if (!leaf) return -1;
+    mvs[i].grad = floe__build_binary(&sc, "Mul", leaf, mvs[i].grad, t->scale);
+    floe__free(leaf);
+  }
+  return 0;
+}
+
 static int minimize_grads(Minimize *m, FloeOutput loss, const FloeVariable *vars, int num_vars,
                           MinVar **mvs_out, int *n_out) {
   FloeGraph *g = m->g;
@@ -773,26 +799,7 @@ static int minimize_grads(Minimize *m, FloeOutput loss, const FloeVariable *vars
     floe__free(leaf);
     floe__free(leaf2);
   }
-  if (m->o.clip_global_norm > 0) {
-    for (int i = 0; i < n; i++) xs[i] = mvs[i].grad;
-    char *nscope = floe__asprintf("%s/global_norm", scope);
-    if (!nscope) goto oom;
-    FloeOutput norm = floe_global_norm(g, nscope, xs, n);
-    floe__free(nscope);
-    /* scale = clip / max(norm, clip): 1 while the norm is within bounds. */
-    FloeOutput clip = const_scalar(&sc, "clip_norm", FLOE_F32, m->o.clip_global_norm);
-    m->scale =
-        floe__build_binary(&sc, "Div", "clip_scale", clip,
-                           floe__build_binary(&sc, "Maximum", "clip_denominator", norm, clip));
-    for (int i = 0; i < n; i++) {
-      TypedScalars *t = &m->typed[mvs[i].dtype];
-      if (!t->scale.node) t->scale = as_dtype(m, m->scale, FLOE_F32, mvs[i].dtype, "clip_scale");
-      char *leaf = floe__asprintf("clip/%s", mvs[i].name);
-      if (!leaf) goto oom;
-      mvs[i].grad = floe__build_binary(&sc, "Mul", leaf, mvs[i].grad, t->scale);
-      floe__free(leaf);
-    }
-  }
+  if (clip_grads(m, mvs, n, xs) != 0) goto oom;
   if (floe_graph_status(g) != FLOE_OK) goto out;
   *mvs_out = mvs;
   *n_out = n;
@@ -903,6 +910,53 @@ FloeNode *floe_minimize(FloeGraph *g, const char *name, FloeOutput loss,
     FloeNode *inc = minimize_apply(m, mvs, n, loss);
     if (inc) result = group(g, scope, &inc, 1); /* the step itself: a NoOp named scope */
   }
+  floe__free(mvs);
+  floe__free(m);
+  return floe_graph_status(g) == FLOE_OK ? result : NULL;
+}
+
+FloeNode *floe_allreduce_minimize(FloeGraph *g, const char *name, FloeOutput loss,
+                                  const FloeOptimizerOptions *o, const FloeAllReduceOptions *ao,
+                                  const FloeVariable *vars, int num_vars) {
+  if (floe_graph_status(g) != FLOE_OK) return NULL;
+  const char *scope = name ? name : "train";
+  if (!ao || ao->struct_size < sizeof *ao) {
+    floe__graph_fail(g, FLOE_INVALID_ARGUMENT,
+                     "floe_allreduce_minimize '%s': FloeAllReduceOptions is NULL or older than "
+                     "this library (call floe_all_reduce_options_init)", scope);
+    return NULL;
+  }
+  Minimize *m = minimize_new(g, scope, "floe_allreduce_minimize", o);
+  if (!m) return NULL;
+  /* Clipping waits for the averaged gradients: every replica then scales alike. */
+  double clip = m->o.clip_global_norm;
+  m->o.clip_global_norm = 0;
+  MinVar *mvs = NULL;
+  FloeOutput *grads = NULL;
+  int n = 0;
+  FloeNode *result = NULL;
+  if (minimize_grads(m, loss, vars, num_vars, &mvs, &n) != 0) goto out;
+  grads = floe__calloc((size_t)n * 2, sizeof *grads);
+  char *rscope = floe__asprintf("%s/all_reduce", scope);
+  if (!grads || !rscope) {
+    floe__free(rscope);
+    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_allreduce_minimize '%s': out of memory", scope);
+    goto out;
+  }
+  for (int i = 0; i < n; i++) grads[i] = mvs[i].grad;
+  floe_code rc = floe_all_reduce_n(g, rscope, grads, n, ao, grads + n);
+  floe__free(rscope);
+  if (rc != FLOE_OK) goto out;
+  for (int i = 0; i < n; i++) mvs[i].grad = grads[n + i];
+  m->o.clip_global_norm = clip;
+  if (clip_grads(m, mvs, n, grads) != 0) {
+    floe__graph_fail(g, FLOE_NO_MEMORY, "floe_allreduce_minimize '%s': out of memory", scope);
+    goto out;
+  }
+  FloeNode *inc = minimize_apply(m, mvs, n, loss);
+  if (inc) result = group(g, scope, &inc, 1);
+out:
+  floe__free(grads);
   floe__free(mvs);
   floe__free(m);
   return floe_graph_status(g) == FLOE_OK ? result : NULL;

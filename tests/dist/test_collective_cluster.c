@@ -8,13 +8,17 @@
  *     ring, and gloo when its plugin is on FLOE_PLUGIN_PATH);
  *   - a worker whose server is freed after the first step: the others' next step fails,
  *     naming what is unavailable, within the heartbeat timeout and a few seconds;
- *   - a group one member short fails by its timeout, counting who came.
+ *   - a group one member short fails by its timeout, counting who came;
+ *   - data-parallel training (floe_allreduce_minimize after floe_broadcast_variables): 3
+ *     replicas that start apart end bitwise equal, where one process on the whole batch
+ *     ends, with tensor fusion (one collective) and without (one per variable).
  * The suite runs over the local transport, then fabric, then ucx (each when built). */
 #include <arpa/inet.h>
 #include <check.h>
 #include <floe/floe.h>
 #include <floe/floe_collective.h>
 #include <floe/floe_dist.h>
+#include <floe/floe_train.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -294,6 +298,185 @@ START_TEST(test_group_short_of_a_member) {
 }
 END_TEST
 
+/* ---- data-parallel training (floe_allreduce_minimize, floe_broadcast_variables) ---- */
+
+#define DP_ROWS 6  /* the global batch: NW replicas of 2 rows */
+#define DP_IN 5
+#define DP_OUT 3
+#define DP_STEPS 3
+
+static float dp_x(int i, int j) { return (float)((i * 7 + j * 3) % 11) / 5.0f - 1.0f; }
+static float dp_y(int i, int j) { return (float)((i + 2 * j) % 5) / 4.0f; }
+
+/* rows [lo, hi) of the data as constants; W (seed) and b; loss = mean((xW + b - y)^2). */
+static FloeOutput dp_model(FloeGraph *g, int lo, int hi, int64_t seed) {
+  int64_t xd[2] = {hi - lo, DP_IN}, yd[2] = {hi - lo, DP_OUT};
+  FloeTensor *xt = floe_tensor_new(FLOE_F32, 2, xd, NULL), *yt = floe_tensor_new(FLOE_F32, 2, yd, NULL);
+  float *xv = floe_tensor_data(xt), *yv = floe_tensor_data(yt);
+  for (int i = lo; i < hi; i++) {
+    for (int j = 0; j < DP_IN; j++) xv[(i - lo) * DP_IN + j] = dp_x(i, j);
+    for (int j = 0; j < DP_OUT; j++) yv[(i - lo) * DP_OUT + j] = dp_y(i, j);
+  }
+  FloeOutput x = floe_const(g, "x", xt), y = floe_const(g, "y", yt);
+  floe_tensor_release(xt);
+  floe_tensor_release(yt);
+  int64_t wd[2] = {DP_IN, DP_OUT}, bd[1] = {DP_OUT};
+  FloeVariable w = floe_variable(g, "w", FLOE_F32, floe_shape_make(2, wd),
+                                 floe_init_uniform(-1, 1, seed));
+  FloeVariable b = floe_variable(g, "b", FLOE_F32, floe_shape_make(1, bd),
+                                 floe_init_uniform(-0.5, 0.5, seed + 100));
+  FloeOutput pred = floe_binary(g, "Add", "pred", floe_matmul(g, "xw", x, w.value, 0, 0), b.value);
+  FloeOutput sq = floe_unary(g, "Square", "sq", floe_binary(g, "Sub", "err", pred, y));
+  int64_t ad[1] = {2};
+  FloeTensor *axes = floe_tensor_new(FLOE_I32, 1, ad, NULL);
+  ((int32_t *)floe_tensor_data(axes))[0] = 0;
+  ((int32_t *)floe_tensor_data(axes))[1] = 1;
+  FloeOutput ax = floe_const(g, "axes", axes);
+  floe_tensor_release(axes);
+  return floe_binary(g, "Mean", "loss", sq, ax);
+}
+
+/* w and b after DP_STEPS of SGD on the whole batch in one process, from worker 0's init. */
+static void dp_reference(float *w, float *b) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput loss = dp_model(g, 0, DP_ROWS, 10);
+  FloeOptimizerOptions o;
+  floe_optimizer_options_init(&o, FLOE_OPT_SGD);
+  o.learning_rate = 0.1;
+  floe_minimize(g, "train", loss, &o, NULL, 0);
+  floe_variables_initializer(g, "init");
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeRuntime *rt = runtime();
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = rt;
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &so, st);
+  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  const char *init = "init", *train = "train", *fetch[2] = {"w/read", "b/read"};
+  ck_assert_int_eq(floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st), FLOE_OK);
+  for (int i = 0; i < DP_STEPS; i++)
+    ck_assert_int_eq(floe_session_run(s, NULL, 0, NULL, 0, &train, 1, NULL, st), FLOE_OK);
+  FloeTensor *out[2];
+  ck_assert_int_eq(floe_session_run(s, NULL, 0, fetch, 2, NULL, 0, out, st), FLOE_OK);
+  memcpy(w, floe_tensor_data(out[0]), sizeof(float) * DP_IN * DP_OUT);
+  memcpy(b, floe_tensor_data(out[1]), sizeof(float) * DP_OUT);
+  floe_tensor_release(out[0]);
+  floe_tensor_release(out[1]);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_runtime_free(rt);
+  floe_status_free(st);
+}
+
+typedef struct DpWorker {
+  Cluster *c;
+  int w;
+  int64_t fusion_bytes;
+  float wv[DP_IN * DP_OUT], bv[DP_OUT];
+  int collectives;  /* CollectiveReduce nodes in the training step */
+  char err[1024];
+} DpWorker;
+
+static void *dp_main(void *arg) {
+  DpWorker *d = arg;
+  char json[1024], *task = strstr(d->c->json, "\"task\"");
+  snprintf(json, sizeof json, "%.*s\"task\": {\"type\": \"worker\", \"index\": %d}}",
+           (int)(task - d->c->json), d->c->json, d->w);
+  FloeGraph *g = floe_graph_new();
+  char dev[64];
+  snprintf(dev, sizeof dev, "/job:worker/task:%d/device:CPU:0", d->w);
+  floe_graph_set_device_scope(g, dev);
+  /* Different initial values on every replica: the broadcast makes them worker 0's. */
+  FloeOutput loss = dp_model(g, 2 * d->w, 2 * d->w + 2, 10 + d->w);
+  FloeOptimizerOptions o;
+  floe_optimizer_options_init(&o, FLOE_OPT_SGD);
+  o.learning_rate = 0.1;
+  FloeAllReduceOptions ao;
+  floe_all_reduce_options_init(&ao);
+  ao.group_size = NW;
+  ao.group_key = 7;
+  ao.fusion_bytes = d->fusion_bytes;
+  ao.backend = g_backend;
+  floe_allreduce_minimize(g, "train", loss, &o, &ao, NULL, 0);
+  floe_variables_initializer(g, "init");
+  floe_broadcast_variables(g, "sync", d->w == 0, &ao);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  for (int i = 0; i < floe_graph_num_nodes(g); i++)
+    d->collectives += !strcmp(floe_node_op(floe_graph_node(g, i)), "CollectiveReduce");
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = d->c->rt[d->w];
+  so.cluster = json;
+  so.cluster_timeout_ms = 20000;
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &so, st);
+  const char *init = "init", *sync = "sync", *train = "train", *fetch[2] = {"w/read", "b/read"};
+  FloeTensor *out[2] = {0};
+  if (!s || floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) != FLOE_OK ||
+      floe_session_run(s, NULL, 0, NULL, 0, &sync, 1, NULL, st) != FLOE_OK) {
+    snprintf(d->err, sizeof d->err, "worker %d: start: %s", d->w, floe_status_message(st));
+    goto out;
+  }
+  for (int i = 0; i < DP_STEPS; i++)
+    if (floe_session_run(s, NULL, 0, NULL, 0, &train, 1, NULL, st) != FLOE_OK) {
+      snprintf(d->err, sizeof d->err, "worker %d: step %d: %s", d->w, i, floe_status_message(st));
+      goto out;
+    }
+  if (floe_session_run(s, NULL, 0, fetch, 2, NULL, 0, out, st) != FLOE_OK) {
+    snprintf(d->err, sizeof d->err, "worker %d: read: %s", d->w, floe_status_message(st));
+    goto out;
+  }
+  memcpy(d->wv, floe_tensor_data(out[0]), sizeof d->wv);
+  memcpy(d->bv, floe_tensor_data(out[1]), sizeof d->bv);
+  floe_tensor_release(out[0]);
+  floe_tensor_release(out[1]);
+out:
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  return NULL;
+}
+
+/* Replicas that start apart, synced by the broadcast, each training on its third of the
+ * batch with averaged gradients, end where one process training on the whole batch ends;
+ * with and without fusion (one collective for both variables, or one each). */
+START_TEST(test_data_parallel_matches_one_process) {
+  float rw[DP_IN * DP_OUT], rb[DP_OUT];
+  dp_reference(rw, rb);
+  const int64_t fusions[2] = {4 << 20, 0};
+  for (int f = 0; f < 2; f++) {
+    Cluster c;
+    start(&c, 10000);
+    DpWorker d[NW];
+    pthread_t th[NW];
+    for (int w = 0; w < NW; w++) {
+      memset(&d[w], 0, sizeof d[w]);
+      d[w].c = &c;
+      d[w].w = w;
+      d[w].fusion_bytes = fusions[f];
+      ck_assert_int_eq(pthread_create(&th[w], NULL, dp_main, &d[w]), 0);
+    }
+    for (int w = 0; w < NW; w++) pthread_join(th[w], NULL);
+    for (int w = 0; w < NW; w++) {
+      ck_assert_msg(!d[w].err[0], "%s", d[w].err);
+      ck_assert_int_eq(d[w].collectives, f == 0 ? 1 : 2);
+      for (int i = 0; i < DP_IN * DP_OUT; i++) {
+        ck_assert_msg(fabsf(d[w].wv[i] - rw[i]) < 1e-5f, "fusion %lld: worker %d w[%d] = %g, one "
+                      "process %g", (long long)fusions[f], w, i, d[w].wv[i], rw[i]);
+        /* Every rank got the same sums: bitwise equal replicas. */
+        ck_assert_msg(memcmp(&d[w].wv[i], &d[0].wv[i], sizeof(float)) == 0,
+                      "worker %d w[%d] differs from worker 0's", w, i);
+      }
+      for (int i = 0; i < DP_OUT; i++)
+        ck_assert_msg(fabsf(d[w].bv[i] - rb[i]) < 1e-5f, "worker %d b[%d] = %g, one process %g",
+                      w, i, d[w].bv[i], rb[i]);
+    }
+    stop(&c);
+  }
+}
+END_TEST
+
 static Suite *make_suite(void) {
   Suite *s = suite_create("collective_cluster");
   TCase *tc = tcase_create("cluster");
@@ -301,6 +484,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, test_collectives_across_tasks);
   tcase_add_test(tc, test_dead_member_fails_the_others);
   tcase_add_test(tc, test_group_short_of_a_member);
+  tcase_add_test(tc, test_data_parallel_matches_one_process);
   suite_add_tcase(s, tc);
   return s;
 }

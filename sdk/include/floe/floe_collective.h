@@ -19,8 +19,7 @@
 #ifndef FLOE_COLLECTIVE_H
 #define FLOE_COLLECTIVE_H
 
-#include "floe/floe.h"
-#include "floe/floe_plugin.h" /* FloeReduceOp */
+#include "floe.h"
 
 #ifdef __cplusplus
 extern "C" {

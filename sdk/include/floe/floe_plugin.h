@@ -451,15 +451,7 @@ typedef struct FloeTransportFns {
  * backend brings its own network (Gloo's tcp, NCCL's) and meets its peers through the
  * store the core hands it. */
 
-/* How values are combined; explicit values, append-only. MEAN is SUM divided by the
- * group's size (integer division for integer types). */
-typedef enum FloeReduceOp {
-  FLOE_REDUCE_SUM = 0,
-  FLOE_REDUCE_MEAN = 1,
-  FLOE_REDUCE_MAX = 2,
-  FLOE_REDUCE_MIN = 3,
-  FLOE_REDUCE_PROD = 4
-} FloeReduceOp;
+/* FloeReduceOp (how values are combined) is in floe_types.h. */
 
 /* A key-value store shared by the group's ranks (the cluster's coordination service, or a
  * table in the process when every rank is in it), for a backend's rendezvous: each rank

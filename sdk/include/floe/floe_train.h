@@ -12,6 +12,7 @@
 #define FLOE_TRAIN_H
 
 #include "floe.h"
+#include "floe_collective.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -293,6 +294,47 @@ FLOE_API FloeSyncReplicas floe_sync_replicas_minimize(FloeGraph *g, const char *
                                                       const FloeOptimizerOptions *o,
                                                       const FloeSyncReplicasOptions *so,
                                                       const FloeVariable *vars, int num_vars);
+/* Data-parallel training without parameter servers (Horovod's, TF's MultiWorkerMirrored):
+ * every replica holds all the variables, computes its gradients on its own batch, and the
+ * gradients are all-reduced (averaged) across the replicas before each replica applies the
+ * same update, so the replicas' variables stay equal. Collectives: floe_collective.h. */
+typedef struct FloeAllReduceOptions {
+  size_t struct_size;       /* sizeof(FloeAllReduceOptions) */
+  int group_size;           /* replicas (>= 1) */
+  int64_t group_key;        /* default 1 */
+  /* Instance keys used: instance_key, instance_key + 1, ... (one per fused buffer; the
+   * variable broadcast uses instance_key + 1000000 + i). Default 1. */
+  int64_t instance_key;
+  FloeReduceOp op;          /* FLOE_REDUCE_MEAN (default) or SUM */
+  /* Tensor fusion (Horovod's): consecutive gradients of one dtype are packed into one
+   * buffer of at most fusion_bytes and all-reduced together (one collective instead of
+   * many small ones); a gradient larger than that goes alone. 0: no fusion. Default 4 MiB. */
+  int64_t fusion_bytes;
+  const char *backend;      /* as FloeCollectiveOptions.backend (NULL: auto) */
+} FloeAllReduceOptions;
+FLOE_API void floe_all_reduce_options_init(FloeAllReduceOptions *o);
+
+/* All-reduces xs[0..n) (each with a fully defined shape) with o's op, fusing them as o says;
+ * out[i] (caller's array of n) gets the reduced xs[i], same shape. Nodes under "<name>/"
+ * (NULL: "all_reduce") on g's device scope. FLOE_OK, or the graph's sticky error's code. */
+FLOE_API floe_code floe_all_reduce_n(FloeGraph *g, const char *name, const FloeOutput *xs, int n,
+                                     const FloeAllReduceOptions *o, FloeOutput *out);
+/* floe_minimize whose gradients are all-reduced (after weight decay, before clipping by the
+ * global norm, which then sees the averaged gradients) across o's replicas. Every replica
+ * builds the same graph and runs the returned step once per training step: the same number
+ * of steps on every replica. */
+FLOE_API FloeNode *floe_allreduce_minimize(FloeGraph *g, const char *name, FloeOutput loss,
+                                           const FloeOptimizerOptions *opt,
+                                           const FloeAllReduceOptions *o,
+                                           const FloeVariable *vars, int num_vars);
+/* A target that makes every replica's variables (all of g's, trained or not: slots and the
+ * global step too) equal to the root's: the root (is_root 1) broadcasts each variable's
+ * value, the others assign what they receive. Run it once on every replica after the root
+ * initialised or restored its variables and the others initialised theirs. Under
+ * "<name>/" (NULL: "broadcast_variables"). NULL with the graph's error on failure. */
+FLOE_API FloeNode *floe_broadcast_variables(FloeGraph *g, const char *name, int is_root,
+                                            const FloeAllReduceOptions *o);
+
 /* sqrt(sum of squares of every tensor), f32 scalar (the clipping norm). */
 FLOE_API FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeOutput *ts,
                                      int n);

@@ -86,6 +86,17 @@ typedef enum FloeDType {
 #define FLOE_DTYPES_NUMERIC (FLOE_DTYPES_FLOAT | FLOE_DTYPES_INT)
 #define FLOE_DTYPES_ALL (FLOE_DTYPES_NUMERIC | FLOE_DTYPE_BIT(FLOE_BOOL))
 
+/* How a collective combines values (floe_collective.h; floe_plugin.h's backends). Explicit
+ * values, append-only. MEAN is SUM divided by the group's size (integer division for
+ * integer types). */
+typedef enum FloeReduceOp {
+  FLOE_REDUCE_SUM = 0,
+  FLOE_REDUCE_MEAN = 1,
+  FLOE_REDUCE_MAX = 2,
+  FLOE_REDUCE_MIN = 3,
+  FLOE_REDUCE_PROD = 4
+} FloeReduceOp;
+
 /* Maximum rank of a tensor. */
 #define FLOE_MAX_DIMS 8
 
