@@ -141,6 +141,15 @@ static const char train_help[] =
     "                         step goes on without the slowest; their late gradients are\n"
     "                         dropped and counted). --epochs counts batches: K batches\n"
     "                         make one global step\n"
+    "  --replication allreduce  no ps tasks: every training task holds the variables, and\n"
+    "                         each step averages the tasks' gradients with collectives\n"
+    "                         (floe_allreduce_minimize), so the tasks stay equal; the\n"
+    "                         chief's values (initialised or restored) are broadcast at\n"
+    "                         the start. R tasks make one global step of R batches\n"
+    "  --fusion-bytes N       allreduce: gradients packed into buffers of up to N bytes,\n"
+    "                         one collective each (default 4194304; 0: one per gradient)\n"
+    "  --collective NAME      allreduce: the collective backend (ring, gloo; default\n"
+    "                         FLOE_COLLECTIVE, else ring)\n"
     "  --ps-tasks M           under mpirun or srun (the cluster from PMIx): ranks 1..M are\n"
     "                         the ps tasks, rank 0 the chief, the rest workers\n"
     "                         (FLOE_PS_TASKS)\n"
@@ -194,7 +203,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
          OPT_INPUT, OPT_DEVICES, OPT_COMPRESS, OPT_SAVE_GRAPH, OPT_ONNX, OPT_STEPS, OPT_TRACE,
          OPT_TIMEOUT, OPT_CLUSTER, OPT_JOB, OPT_TASK, OPT_REPLICATION, OPT_PS_STRATEGY,
-         OPT_HEARTBEAT, OPT_AGGREGATE, OPT_PS_TASKS };
+         OPT_HEARTBEAT, OPT_AGGREGATE, OPT_PS_TASKS, OPT_FUSION, OPT_COLLECTIVE };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},     {"epochs", required_argument, NULL, 'e'},
       {"batch", required_argument, NULL, 'b'},     {"optimizer", required_argument, NULL, 'o'},
@@ -220,6 +229,8 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       {"replication", required_argument, NULL, OPT_REPLICATION},
       {"ps-strategy", required_argument, NULL, OPT_PS_STRATEGY},
       {"heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT},
+      {"fusion-bytes", required_argument, NULL, OPT_FUSION},
+      {"collective", required_argument, NULL, OPT_COLLECTIVE},
       {"replicas-to-aggregate", required_argument, NULL, OPT_AGGREGATE},
       {"ps-tasks", required_argument, NULL, OPT_PS_TASKS},
       /* For tests: train and score on the first N examples only. */
@@ -228,6 +239,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   *o = (TrainOptions){.model = "mlp", .epochs = 5, .batch = 64, .optimizer = FLOE_OPT_ADAM,
                       .optimizer_name = "adam", .lr = NAN, .seed = 1, .cosine = 1, .queue = 1};
   o->cl.task = -1;
+  o->cl.fusion_bytes = -1;
   *done = 0;
   long long v;
   int c, li = 0;
@@ -305,7 +317,8 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
           return cli_usage("train", "--timeout takes seconds from 0.001 to 1000000");
         break;
       case OPT_CLUSTER: case OPT_JOB: case OPT_TASK: case OPT_REPLICATION: case OPT_PS_TASKS:
-      case OPT_AGGREGATE: case OPT_PS_STRATEGY: case OPT_HEARTBEAT:
+      case OPT_AGGREGATE: case OPT_PS_STRATEGY: case OPT_HEARTBEAT: case OPT_FUSION:
+      case OPT_COLLECTIVE:
         if (train_cluster_option(&o->cl, opts[li].name, optarg)) return 2;
         break;
       case OPT_LIMIT:
@@ -430,6 +443,9 @@ static FloeOutput import_onnx(FloeGraph *g, FloeOutput x, const TrainOptions *o)
   return out;
 }
 
+/* --replication allreduce: the target that gives every task the chief's variables. */
+#define BROADCAST_VARIABLES "broadcast_variables"
+
 /* Everything one run holds, freed by train_free. */
 typedef struct Trainer {
   TrainOptions o;
@@ -494,6 +510,7 @@ static int build_graph(Trainer *t) {
   floe_optimizer_options_init(&opt, o->optimizer);
   if (!isnan(o->lr)) opt.learning_rate = o->lr;
   t->K = 1;
+  if (o->cl.allreduce) t->K = o->cl.replicas; /* one global step: every task's batch */
   if (o->cl.sync) {
     t->K = o->cl.aggregate ? o->cl.aggregate : o->cl.replicas;
     if (t->K > o->cl.replicas)
@@ -521,6 +538,13 @@ static int build_graph(Trainer *t) {
       snprintf(t->close_name, sizeof t->close_name, "%s", floe_node_name(sr.close));
       snprintf(t->stale_name, sizeof t->stale_name, "%s", floe_node_name(sr.stale.node));
     }
+  } else if (o->cl.allreduce) {
+    FloeAllReduceOptions ao;
+    floe_all_reduce_options_init(&ao);
+    ao.group_size = o->cl.replicas;
+    if (o->cl.fusion_bytes >= 0) ao.fusion_bytes = o->cl.fusion_bytes;
+    ao.backend = o->cl.collective;
+    step = floe_allreduce_minimize(g, "train", loss, &opt, &ao, NULL, 0);
   } else {
     step = floe_minimize(g, "train", loss, &opt, NULL, 0);
   }
@@ -535,6 +559,13 @@ static int build_graph(Trainer *t) {
   floe_node_add_input(b, axis);
   floe_node_finish(b);
   floe_variables_initializer(g, "init");
+  if (o->cl.allreduce) { /* every variable, slots and global step too: the chief's values */
+    FloeAllReduceOptions ao;
+    floe_all_reduce_options_init(&ao);
+    ao.group_size = o->cl.replicas;
+    ao.backend = o->cl.collective;
+    floe_broadcast_variables(g, BROADCAST_VARIABLES, o->cl.is_chief, &ao);
+  }
   if (floe_graph_status(g) != FLOE_OK)
     return cli_error("train", "building the model: %s", floe_graph_error(g, NULL));
   if (train_vars_collect(g, &t->vars)) return cli_error("train", "out of memory");
@@ -861,6 +892,9 @@ int cmd_train(int argc, char **argv) {
    * checkpoint with --resume (every variable, so nothing needs initialising first), else
    * initialises. */
   int is_worker = o->cl.spec && !o->cl.is_chief;
+  /* allreduce: every task holds its own variables; the chief's reach the others by the
+   * broadcast below, so a worker initialises its own first and waits for nothing else. */
+  int shared_vars = is_worker && !o->cl.allreduce;
   int64_t per_epoch = t.per_epoch, n_train = t.n_train;
   int64_t global_step = 0;
   char *resume_path = NULL;
@@ -874,14 +908,14 @@ int cmd_train(int argc, char **argv) {
       fprintf(stderr, "floe train: no checkpoint in %s yet: starting from scratch\n",
               o->checkpoint_dir);
   }
-  if (is_worker) {
+  if (shared_vars) {
     /* Where the chief started (0, or its checkpoint's step), not the live global step: the
      * chief may have stepped since, and starting there would skip this task's first
      * batches, whose updates the chief would then wait for forever. */
     if (train_cluster_start_step(&o->cl, 120000, &global_step, "train") ||
         train_cluster_wait_ready(&o->cl, t.g, t.s, &t.vars, 120000, "train"))
       goto out;
-  } else if (!resume_path) {
+  } else if (!resume_path || is_worker) {
     const char *init = "init";
     if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &init, 1, NULL, t.st) != FLOE_OK) {
       rc = cli_error("train", "initialising the variables: %s", floe_status_message(t.st));
@@ -896,7 +930,8 @@ int cmd_train(int argc, char **argv) {
   if (o->cl.spec)
     printf("on a cluster: %s, training task %d of %d, %d ps task%s, %s replication\n",
            floe_server_task(o->cl.server), o->cl.replica + 1, o->cl.replicas, o->cl.num_ps,
-           o->cl.num_ps == 1 ? "" : "s", o->cl.sync ? "sync" : "async");
+           o->cl.num_ps == 1 ? "" : "s",
+           o->cl.allreduce ? "allreduce" : o->cl.sync ? "sync" : "async");
   if (resume_path) {
     floe_code c = floe_checkpoint_restore(t.s, resume_path, &global_step, t.st);
     if (c != FLOE_OK) {
@@ -914,8 +949,20 @@ int cmd_train(int argc, char **argv) {
            (long long)(per_epoch ? global_step % per_epoch : 0));
     free(resume_path);
   }
-  if (o->cl.spec && !is_worker && train_cluster_publish_start(&o->cl, global_step, "train"))
+  if (o->cl.allreduce) { /* every task starts from the chief's variables */
+    const char *bc = BROADCAST_VARIABLES;
+    if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &bc, 1, NULL, t.st) != FLOE_OK) {
+      rc = cli_error("train", "taking the chief's variables: %s", floe_status_message(t.st));
+      goto out;
+    }
+    if (fetch_global_step(&t, &global_step)) {
+      rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
+      goto out;
+    }
+  } else if (o->cl.spec && !is_worker &&
+             train_cluster_publish_start(&o->cl, global_step, "train")) {
     goto out;
+  }
   /* Synchronous replication: every task's local step starts at the global step, and the
    * chief aggregates on a thread of its own. */
   if (o->cl.sync) {
@@ -944,6 +991,9 @@ int cmd_train(int argc, char **argv) {
   int replicas = o->cl.spec ? o->cl.replicas : 1, me = o->cl.spec ? o->cl.replica : 0;
   int64_t end_gb = (int64_t)last_epoch * per_epoch;
   if (o->max_steps && o->max_steps < end_gb - start_gb) end_gb = start_gb + o->max_steps;
+  /* allreduce: every task runs the same number of steps (a collective waits for all), so
+   * the batches end at a whole number of global steps; the last few are left out. */
+  if (o->cl.allreduce) end_gb = start_gb + (end_gb - start_gb) / replicas * replicas;
   /* Sync: training ends at this global step (a task stops once the token it takes says so),
    * however many batches that takes (backups' stale gradients are dropped). */
   int64_t end_gs = end_gb / t.K;
@@ -1099,7 +1149,8 @@ int cmd_train(int argc, char **argv) {
           goto out;
         }
       }
-      if (wait_global_step(&t, o->cl.sync ? end_gs : end_gb, &global_step)) goto out;
+      if (wait_global_step(&t, o->cl.sync || o->cl.allreduce ? end_gs : end_gb, &global_step))
+        goto out;
     }
     char when[64];
     snprintf(when, sizeof when, "after epoch %d (global step %lld)", e + 1,

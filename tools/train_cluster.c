@@ -26,9 +26,15 @@ int train_cluster_option(TrainCluster *c, const char *name, const char *arg) {
     if (cli_int_option("train", "--task", arg, 0, 4095, &v)) return 2;
     c->task = (int)v;
   } else if (!strcmp(name, "replication")) {
-    if (strcmp(arg, "async") && strcmp(arg, "sync"))
-      return cli_usage("train", "--replication takes async or sync");
+    if (strcmp(arg, "async") && strcmp(arg, "sync") && strcmp(arg, "allreduce"))
+      return cli_usage("train", "--replication takes async, sync or allreduce");
     c->sync = !strcmp(arg, "sync");
+    c->allreduce = !strcmp(arg, "allreduce");
+  } else if (!strcmp(name, "fusion-bytes")) {
+    if (cli_int_option("train", "--fusion-bytes", arg, 0, (long long)1 << 40, &v)) return 2;
+    c->fusion_bytes = v;
+  } else if (!strcmp(name, "collective")) {
+    c->collective = arg;
   } else if (!strcmp(name, "ps-tasks")) { /* under mpirun/srun: ranks 1..M are the ps tasks */
     if (cli_int_option("train", "--ps-tasks", arg, 0, 4095, &v)) return 2;
     setenv("FLOE_PS_TASKS", arg, 1);
@@ -52,9 +58,12 @@ int train_cluster_option(TrainCluster *c, const char *name, const char *arg) {
 int train_cluster_check_options(const TrainCluster *c) {
   if (c->given && !c->spec)
     return cli_usage("train", "--job, --task, --replication, --replicas-to-aggregate, "
-                     "--ps-tasks, --ps-strategy and --heartbeat-timeout go with --cluster");
+                     "--ps-tasks, --ps-strategy, --heartbeat-timeout, --fusion-bytes and "
+                     "--collective go with --cluster");
   if (c->aggregate && !c->sync)
     return cli_usage("train", "--replicas-to-aggregate goes with --replication sync");
+  if ((c->fusion_bytes >= 0 || c->collective) && !c->allreduce)
+    return cli_usage("train", "--fusion-bytes and --collective go with --replication allreduce");
   return 0;
 }
 
@@ -117,7 +126,18 @@ static void per_ps_json(JsonWriter *w, const char *key, const int64_t *values, i
 void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps, int K,
                         int64_t stale) {
   json_key(w, "cluster_task"), json_string(w, floe_server_task(c->server));
-  json_key(w, "replication"), json_string(w, c->sync ? "sync" : "async");
+  json_key(w, "replication"),
+      json_string(w, c->allreduce ? "allreduce" : c->sync ? "sync" : "async");
+  if (c->allreduce) {
+    json_key(w, "collective"), json_string(w, c->collective ? c->collective : "auto");
+    FloeAllReduceOptions ao; /* the library's default when --fusion-bytes was not given */
+    floe_all_reduce_options_init(&ao);
+    json_key(w, "fusion_bytes"), json_int(w, c->fusion_bytes >= 0 ? c->fusion_bytes : ao.fusion_bytes);
+    json_key(w, "bytes_to_peers_per_step"),
+        json_double(w, steps ? (double)c->to_peers / (double)steps : 0);
+    json_key(w, "bytes_from_peers_per_step"),
+        json_double(w, steps ? (double)c->from_peers / (double)steps : 0);
+  }
   if (c->sync) {
     json_key(w, "replicas_to_aggregate"), json_int(w, K);
     json_key(w, "stale_gradients_dropped"), json_int(w, stale);
@@ -166,17 +186,21 @@ int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool) {
   if (!c->is_ps && strcmp(job, "chief") != 0 && strcmp(job, "worker") != 0)
     return cli_error(tool, "--cluster: this task is %s: floe train runs as a chief, worker or "
                      "ps task", floe_server_task(c->server));
-  if (c->num_ps < 1)
+  if (c->num_ps < 1 && !c->allreduce)
     return cli_error(tool, "--cluster: the cluster has no ps job: replicated training keeps "
                      "the variables on ps tasks (floe launch --ps M, or a \"ps\" job in the "
-                     "cluster spec)");
+                     "cluster spec), or on every training task with --replication allreduce");
+  if (c->num_ps > 0 && c->allreduce)
+    return cli_error(tool, "--cluster: --replication allreduce keeps the variables on every "
+                     "training task, so the cluster's %d ps task%s would idle: start it "
+                     "without them (floe launch --ps 0)", c->num_ps, c->num_ps == 1 ? "" : "s");
   c->replicas = (chiefs > 0 ? 1 : 0) + workers;
   c->replica = strcmp(job, "chief") == 0 ? 0 : (chiefs > 0 ? 1 : 0) + index;
   snprintf(c->worker_device, sizeof c->worker_device, "/job:%s/task:%d", job, index);
   c->cap_rows = chiefs + workers + c->num_ps;
-  c->ps_bytes = calloc((size_t)c->num_ps, sizeof *c->ps_bytes);
-  c->to_ps = calloc((size_t)c->num_ps, sizeof *c->to_ps);
-  c->from_ps = calloc((size_t)c->num_ps, sizeof *c->from_ps);
+  c->ps_bytes = calloc((size_t)c->num_ps + 1, sizeof *c->ps_bytes);
+  c->to_ps = calloc((size_t)c->num_ps + 1, sizeof *c->to_ps);
+  c->from_ps = calloc((size_t)c->num_ps + 1, sizeof *c->from_ps);
   c->rows = calloc((size_t)c->cap_rows, sizeof *c->rows);
   c->mark = calloc((size_t)c->cap_rows, sizeof *c->mark);
   if (!c->ps_bytes || !c->to_ps || !c->from_ps || !c->rows || !c->mark)
@@ -202,7 +226,6 @@ void train_cluster_count_end(TrainCluster *c) {
   if (n > c->cap_rows) n = c->cap_rows;
   for (int i = 0; i < n; i++) {
     int k = ps_index(c->rows[i].task, c->num_ps);
-    if (k < 0) continue;
     int64_t sent = c->rows[i].bytes_sent, got = c->rows[i].bytes_received;
     for (int j = 0; j < c->num_mark; j++) /* peers keep their rows' order; match by name */
       if (!strcmp(c->mark[j].task, c->rows[i].task)) {
@@ -210,6 +233,11 @@ void train_cluster_count_end(TrainCluster *c) {
         got -= c->mark[j].bytes_received;
         break;
       }
+    if (k < 0) {
+      c->to_peers += sent;
+      c->from_peers += got;
+      continue;
+    }
     c->to_ps[k] += sent;
     c->from_ps[k] += got;
   }
@@ -221,6 +249,19 @@ static int is_local(FloeGraph *g, const char *var) {
 }
 
 int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const char *tool) {
+  if (c->allreduce) { /* every replica computes and keeps everything itself */
+    FloeStatus *st = floe_status_new();
+    int rc = 0;
+    for (int i = 0; st && !rc && i < floe_graph_num_nodes(g); i++) {
+      FloeNode *n = floe_graph_node(g, i);
+      if (!*floe_node_device(n) && floe_node_request_device(n, c->worker_device, st) != FLOE_OK)
+        rc = cli_error(tool, "placing the graph on %s: %s", c->worker_device,
+                       floe_status_message(st));
+    }
+    if (!st) rc = cli_error(tool, "out of memory");
+    floe_status_free(st);
+    return rc;
+  }
   for (int i = 0; i < v->n; i++) {
     if (is_local(g, v->names[i])) continue;
     char name[512];

@@ -29,6 +29,11 @@ typedef struct TrainCluster {
   int greedy;                 /* --ps-strategy greedy (else round-robin) */
   double heartbeat_timeout;   /* seconds; 0: the default */
   int sync;                   /* --replication sync (else async) */
+  /* --replication allreduce: no ps tasks; every training task holds the variables and the
+   * gradients are averaged by collectives (floe_allreduce_minimize) */
+  int allreduce;
+  int64_t fusion_bytes;       /* --fusion-bytes (-1: the library's default) */
+  const char *collective;     /* --collective NAME (NULL: auto) */
   int aggregate;              /* --replicas-to-aggregate; 0: every training task */
   int given;                  /* a cluster option other than --cluster was given */
   /* what start found */
@@ -40,12 +45,14 @@ typedef struct TrainCluster {
   int64_t *ps_bytes;          /* variables' bytes per ps (num_ps) */
   /* bytes this task sent to / received from each ps during its training steps (num_ps) */
   int64_t *to_ps, *from_ps;
+  int64_t to_peers, from_peers; /* the same with every other task (allreduce's traffic) */
   FloeTaskTraffic *rows, *mark; /* scratch: the traffic by peer, and its value at begin */
   int cap_rows, num_mark;
 } TrainCluster;
 
 /* The cluster options every floe train model takes: --cluster, --job, --task, --replication,
- * --replicas-to-aggregate, --ps-tasks, --ps-strategy and --heartbeat-timeout, by long name
+ * --replicas-to-aggregate, --ps-tasks, --ps-strategy, --heartbeat-timeout, --fusion-bytes
+ * and --collective, by long name
  * ("job") with its argument (borrowed: argv's). 0 when taken, 1 when name is no cluster
  * option, 2 after printing a usage error. */
 int train_cluster_option(TrainCluster *c, const char *name, const char *arg);
@@ -81,7 +88,8 @@ void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps, int
 int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool);
 /* Adds "ready/<variable>" (VarIsInitializedOp) for every shared variable of v (not those of
  * the "local" container, which each task initialises itself), then places g's variables on
- * the ps tasks and the rest on this task. 0, or 1 after printing why. */
+ * the ps tasks and the rest on this task; with allreduce, every node on this task. 0, or 1
+ * after printing why. */
 int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const char *tool);
 /* A worker: waits (polling every 50 ms, up to timeout_ms) until every variable of v reads as
  * initialised (the chief initialised or restored them). 0, or 1 after printing why. */

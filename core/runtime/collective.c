@@ -138,6 +138,7 @@ bool floe__reduce_op_parse(const char *name, FloeReduceOp *op) {
     case FLOE_REDUCE_PROD: REDUCE_LOOP(T, C_PROD); return true;                              \
     case FLOE_REDUCE_MAX: REDUCE_LOOP(T, C_MAX); return true;                                \
     case FLOE_REDUCE_MIN: REDUCE_LOOP(T, C_MIN); return true;                                \
+    default: break;                                                                          \
     }                                                                                        \
     return false;                                                                            \
   } while (0)

@@ -18,7 +18,10 @@
 #    heartbeat timeout plus 2 s with UNAVAILABLE naming the task;
 #  - the cnn, async, chief + worker + 1 ps, 1,280 examples: every batch once (global step 20),
 #    and it learns (test accuracy above 0.4 after 20 batches, 0.1 being chance);
-#  - refusals: cluster options without --cluster, a cluster without a ps job.
+#  - allreduce (no ps): chief + worker train like one process on batches of 128, sending
+#    the gradients' bytes to each other once a step;
+#  - refusals: cluster options without --cluster, a cluster without a ps job, allreduce with
+#    a ps job, --fusion-bytes without allreduce.
 # Skipped (77) without the fabric transport or Fashion-MNIST.
 set -u
 . "${top_srcdir}/tests/dist/common.sh"
@@ -95,6 +98,31 @@ if timeout 300 "$FLOE" launch --workers 1 --ps 1 --every-task -- "$FLOE" $TRAIN 
     bad "sync: global step $(field global_step <"$tmp/sync.out"), stale $(field stale_gradients_dropped <"$tmp/sync.out")"; fi
 else
   bad "sync: $(tail -5 "$tmp/sync.err")"
+fi
+
+# ---- allreduce, chief + worker, no ps: the same as sync's batch of 128 ----------------------
+# Every task holds the variables; each step averages both tasks' gradients with one fused
+# all-reduce (the ring), so it trains like one process on batches of 128, and each task
+# sends its ring neighbour 2(n-1)/n of the gradients' bytes: all of them for two tasks.
+if timeout 300 "$FLOE" launch --workers 1 --every-task -- "$FLOE" $TRAIN --cluster env \
+    --replication allreduce --limit 10000 --epochs 2 --json >"$tmp/ar.out" 2>"$tmp/ar.err"; then
+  a1=$(field test_accuracy <"$tmp/one128.out"); a2=$(field test_accuracy <"$tmp/ar.out")
+  echo "test accuracy: one process (batch 128) $a1, allreduce chief + 1 worker (2 x 64) $a2"
+  if awk -v a="$a1" -v b="$a2" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(d <= 0.01)}'; then ok; else
+    bad "allreduce accuracy $a2 is not within 0.01 of one process's $a1"; fi
+  if [ "$(field global_step <"$tmp/ar.out")" = 157 ]; then ok; else
+    bad "allreduce: global step $(field global_step <"$tmp/ar.out"), expected 157"; fi
+  cat >"$tmp/peers.py" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); p = int(sys.argv[2])
+to = d["bytes_to_peers_per_step"]
+print("allreduce: %.0f bytes a step to the other task; the gradients: %d; fusion %d, %s" %
+      (to, p, d["fusion_bytes"], d["collective"]))
+sys.exit(0 if p <= to <= p + 1024 and d["ps_tasks"] == 0 else 1)
+PY
+  if python3 "$tmp/peers.py" "$tmp/ar.out" "$PARAMS"; then ok; else bad "allreduce bytes per step"; fi
+else
+  bad "allreduce: $(tail -5 "$tmp/ar.err")"
 fi
 
 # ---- sync with a backup: a straggling worker never holds a step --------------------------
@@ -202,6 +230,14 @@ cat >"$tmp/nops.json" <<JSON
 JSON
 "$FLOE" $TRAIN --cluster "$tmp/nops.json" --job chief --task 0 >/dev/null 2>"$tmp/err"; rc=$?
 if [ "$rc" = 1 ] && grep -q "no ps job" "$tmp/err"; then ok; else bad "a cluster without ps: $rc"; cat "$tmp/err"; fi
+cat >"$tmp/withps.json" <<JSON
+{"cluster": {"chief": ["127.0.0.1:$(port)"], "ps": ["127.0.0.1:$(port)"]}}
+JSON
+"$FLOE" $TRAIN --cluster "$tmp/withps.json" --job chief --task 0 --replication allreduce \
+  >/dev/null 2>"$tmp/err"; rc=$?
+if [ "$rc" = 1 ] && grep -q "would idle" "$tmp/err"; then ok; else bad "allreduce with a ps: $rc"; cat "$tmp/err"; fi
+"$FLOE" train --cluster env --fusion-bytes 1024 >/dev/null 2>"$tmp/err"; rc=$?
+if [ "$rc" = 2 ] && grep -q "go with --replication allreduce" "$tmp/err"; then ok; else bad "--fusion-bytes without allreduce: $rc"; fi
 
 echo "test_train_cluster: $pass passed, $fails failed"
 [ "$fails" = 0 ]

@@ -94,7 +94,8 @@ typedef enum FloeReduceOp {
   FLOE_REDUCE_MEAN = 1,
   FLOE_REDUCE_MAX = 2,
   FLOE_REDUCE_MIN = 3,
-  FLOE_REDUCE_PROD = 4
+  FLOE_REDUCE_PROD = 4,
+  FLOE__REDUCE_FORCE_32BIT = 0x7fffffff /* any 32-bit value is a valid object (C++ readers) */
 } FloeReduceOp;
 
 /* Maximum rank of a tensor. */
