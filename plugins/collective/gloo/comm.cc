@@ -64,7 +64,7 @@ class ArgsMismatch : public std::runtime_error {
 
 std::string header_text(const Header &h) {
   char buf[160];
-  const char *opname = h.op >= 0 ? reduce_op_name((FloeReduceOp)h.op) : nullptr;
+  const char *opname = h.op >= 0 ? reduce_op_name(h.op) : nullptr;
   int n = snprintf(buf, sizeof buf, "%s tag %" PRIu64 ", %" PRIu64 " x %s",
                    op_kind_name((OpKind)h.kind), h.tag, h.count,
                    dtype_name((FloeDType)h.dtype));
@@ -258,7 +258,7 @@ floe_code Comm::create(const FloeHostApi *host, const FloeCollectiveGroup *g, Co
 
 std::string Comm::describe(const OpDesc &op) const {
   Header h = {op.tag, op.count, (uint32_t)op.kind, (uint32_t)op.dtype,
-              has_reduce_op(op.kind) ? (int32_t)op.op : -1,
+              has_reduce_op(op.kind) ? op.op : -1,
               op.kind == OpKind::kBroadcast ? op.root : -1};
   return "gloo " + header_text(h) + " in group " + name_ + " (rank " + std::to_string(rank_) +
          " of " + std::to_string(size_) + ")";
@@ -287,7 +287,7 @@ floe_code Comm::submit(const OpDesc &op) noexcept {
                      "u8, i32 and i64");
     } else if (wants_op && (!reduce_op_name(op.op) || !reduce_fn(op.dtype, op.op))) {
       now = fail(op, FLOE_INVALID_ARGUMENT,
-                 "reduce op " + std::to_string((int)op.op) +
+                 "reduce op " + std::to_string(op.op) +
                      " is not one of SUM, MEAN, MAX, MIN, PROD");
     } else if (op.count > SIZE_MAX / esize / blocks) {
       now = fail(op, FLOE_INVALID_ARGUMENT, "the count is too large for this machine's memory");
@@ -384,7 +384,7 @@ void Comm::worker_main() noexcept {
 
 void Comm::check_peers(const OpDesc &op, uint32_t gtag) {
   Header mine = {op.tag, op.count, (uint32_t)op.kind, (uint32_t)op.dtype,
-                 has_reduce_op(op.kind) ? (int32_t)op.op : -1,
+                 has_reduce_op(op.kind) ? op.op : -1,
                  op.kind == OpKind::kBroadcast ? op.root : -1};
   Header theirs;
   memset(&theirs, 0, sizeof theirs);

@@ -45,7 +45,7 @@ struct OpDesc {
   void *out;        // broadcast: buf
   size_t count;
   FloeDType dtype;
-  FloeReduceOp op;  // all_reduce, reduce_scatter
+  int32_t op;       // raw FloeReduceOp value (plugin.cc): all_reduce, reduce_scatter
   int root;         // broadcast
   uint64_t tag;
   FloeCollectiveDoneFn done;

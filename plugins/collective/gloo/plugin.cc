@@ -67,6 +67,16 @@ floe_code gloo_comm_init(void *ctx, const FloeCollectiveGroup *group, void **com
   return FLOE_OK;
 }
 
+// The value of a FloeReduceOp as passed, without loading it as the enum: in C++ an enum
+// without a fixed underlying type holds only its enumerators' range (0..7 here), and a caller
+// in C may pass anything.
+int32_t raw_op(const FloeReduceOp &op) noexcept {
+  static_assert(sizeof(FloeReduceOp) == sizeof(int32_t), "FloeReduceOp is not 32 bits");
+  int32_t v;
+  memcpy(&v, &op, sizeof v);
+  return v;
+}
+
 // Buffers are borrowed until done runs; done runs exactly once when this returns FLOE_OK.
 floe_code submit(void *comm, const OpDesc &op) noexcept {
   if (!comm) return FLOE_INVALID_ARGUMENT;
@@ -76,7 +86,7 @@ floe_code submit(void *comm, const OpDesc &op) noexcept {
 floe_code gloo_all_reduce(void *comm, const void *in, void *out, size_t count, FloeDType dtype,
                           FloeReduceOp op, uint64_t tag, FloeStream *stream,
                           FloeCollectiveDoneFn done, void *done_arg) noexcept {
-  return submit(comm, OpDesc{OpKind::kAllReduce, in, out, count, dtype, op, 0, tag, done,
+  return submit(comm, OpDesc{OpKind::kAllReduce, in, out, count, dtype, raw_op(op), 0, tag, done,
                              done_arg});
 }
 
@@ -90,7 +100,7 @@ floe_code gloo_all_gather(void *comm, const void *in, void *out, size_t count, F
 floe_code gloo_reduce_scatter(void *comm, const void *in, void *out, size_t count,
                               FloeDType dtype, FloeReduceOp op, uint64_t tag, FloeStream *stream,
                               FloeCollectiveDoneFn done, void *done_arg) noexcept {
-  return submit(comm, OpDesc{OpKind::kReduceScatter, in, out, count, dtype, op, 0, tag, done,
+  return submit(comm, OpDesc{OpKind::kReduceScatter, in, out, count, dtype, raw_op(op), 0, tag, done,
                              done_arg});
 }
 

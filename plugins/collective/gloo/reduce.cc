@@ -53,7 +53,7 @@ void loop16(void *out, const void *a, const void *b, size_t n) {
 }
 
 template <typename T>
-ReduceFn pick(FloeReduceOp op) {
+ReduceFn pick(int32_t op) {
   switch (op) {
     case FLOE_REDUCE_SUM:
     case FLOE_REDUCE_MEAN: return loop<T, Sum>;
@@ -65,7 +65,7 @@ ReduceFn pick(FloeReduceOp op) {
 }
 
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-ReduceFn pick16(FloeReduceOp op) {
+ReduceFn pick16(int32_t op) {
   switch (op) {
     case FLOE_REDUCE_SUM:
     case FLOE_REDUCE_MEAN: return loop16<ToF, FromF, Sum>;
@@ -122,7 +122,7 @@ const char *dtype_name(FloeDType dt) {
   }
 }
 
-const char *reduce_op_name(FloeReduceOp op) {
+const char *reduce_op_name(int32_t op) {
   switch (op) {
     case FLOE_REDUCE_SUM: return "SUM";
     case FLOE_REDUCE_MEAN: return "MEAN";
@@ -133,7 +133,7 @@ const char *reduce_op_name(FloeReduceOp op) {
   return nullptr;
 }
 
-ReduceFn reduce_fn(FloeDType dt, FloeReduceOp op) {
+ReduceFn reduce_fn(FloeDType dt, int32_t op) {
   switch (dt) {
     case FLOE_F32: return pick<float>(op);
     case FLOE_F64: return pick<double>(op);

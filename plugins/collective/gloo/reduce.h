@@ -21,11 +21,13 @@ uint32_t supported_dtypes();
 size_t dtype_size(FloeDType dt);
 // "f32", ...; "dtype <n>" (static storage) for one it does not know.
 const char *dtype_name(FloeDType dt);
-// "SUM", ...; NULL for a value outside FloeReduceOp.
-const char *reduce_op_name(FloeReduceOp op);
+// Reduce ops travel as the raw int the caller passed (see plugin.cc: a C++ program may not
+// even load an enum object holding a value outside the enumerators' range).
+// "SUM", ...; NULL for a value that is not a FloeReduceOp.
+const char *reduce_op_name(int32_t op);
 // The element-wise function of op on dt (MEAN: the SUM one), or nullptr when either is not
 // supported.
-ReduceFn reduce_fn(FloeDType dt, FloeReduceOp op);
+ReduceFn reduce_fn(FloeDType dt, int32_t op);
 // MEAN's second half: buf[i] /= size for i < n (integer division, truncating, for integers).
 void divide_by(void *buf, size_t n, FloeDType dt, int size);
 
