@@ -10,7 +10,7 @@ src=${top_srcdir:-..}
 missing=0
 for f in $(cd "$src" && find core plugins sdk tools tests examples bench .ci \
     -path tests/fixtures -prune -o -name .venv -prune -o -path '*/.libs' -prune -o -path '*/.deps' -prune -o \
-    -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.def' -o -name '*.map' \
+    -type f \( -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.def' -o -name '*.map' \
     -o -name '*.proto' -o -name '*.sh' -o -name '*.py' -o -name 'Makefile.am' -o -name '*.inc' \
     -o -name '*.pc.in' -o -name '*.supp' -o -name run \) -print 2>/dev/null | sort); do
   case $f in *.pb-c.c | *.pb-c.h | */config.h) continue ;; esac
