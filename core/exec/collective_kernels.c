@@ -40,18 +40,23 @@ static void kcall_release(KCall *k) {
 
 static void on_cancel(void *arg) {
   KCall *k = arg;
+  /* Aborting the comm may complete the operation on this very thread (coll_done then drops
+   * its reference): hold one of our own until we are done with k. */
+  atomic_fetch_add(&k->refs, 1);
   pthread_mutex_lock(&k->mu);
   k->cancelled = true;
   bool mine = k->state == K_RUNNING;
   if (mine) k->state = K_DETACHED;
   FloeCollComm *comm = k->comm;
   pthread_mutex_unlock(&k->mu);
+  if (mine) {
+    floe_status_set(k->ctx->status, FLOE_CANCELLED,
+                    "the step was cancelled while the collective operation ran (its group is "
+                    "aborted: a new group_key forms it again)");
+    k->done(k->done_arg);
+  }
   if (comm) floe__coll_comm_abort(comm, "its step was cancelled");
-  if (!mine) return;
-  floe_status_set(k->ctx->status, FLOE_CANCELLED,
-                  "the step was cancelled while the collective operation ran (its group is "
-                  "aborted: a new group_key forms it again)");
-  k->done(k->done_arg);
+  kcall_release(k);
 }
 
 static void coll_done(void *arg, const FloeStatus *st) {

@@ -390,6 +390,7 @@ static double expected(FloeDType dt, FloeReduceOp op, int n, size_t i) {
       case FLOE_REDUCE_MAX: acc = v > acc ? v : acc; break;
       case FLOE_REDUCE_MIN: acc = v < acc ? v : acc; break;
       case FLOE_REDUCE_PROD: acc *= v; break;
+      default: break;
     }
   }
   if (op == FLOE_REDUCE_MEAN) acc = is_float(dt) ? acc / n : trunc(acc / n);
