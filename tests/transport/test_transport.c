@@ -43,17 +43,24 @@ typedef struct Config {
   const char *label;    /* printed and matched against argv */
   const char *file;     /* the plugin file */
   const char *dir_env;  /* where it is: an environment variable naming the folder */
-  const char *provider; /* FLOE_FABRIC_PROVIDER, or NULL */
+  const char *provider; /* the value of provider_env (a libfabric provider, UCX transports) */
+  const char *provider_env; /* FLOE_FABRIC_PROVIDER, FLOE_UCX_TLS, or NULL */
   bool two_processes;
   bool optional;        /* skipped silently when the provider is missing (hardware) */
 } Config;
 
 static const Config configs[] = {
-    {"local", "floe-transport-local.so", "FLOE_TRANSPORT_DIR", NULL, false, false},
-    {"fabric-tcp", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "tcp;ofi_rxm", true, false},
-    {"fabric-shm", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "shm", true, false},
-    {"fabric-verbs", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "verbs;ofi_rxm", true, true},
-    {"fabric-efa", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "efa", true, true},
+    {"local", "floe-transport-local.so", "FLOE_TRANSPORT_DIR", NULL, NULL, false, false},
+    {"fabric-tcp", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "tcp;ofi_rxm",
+     "FLOE_FABRIC_PROVIDER", true, false},
+    {"fabric-shm", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "shm", "FLOE_FABRIC_PROVIDER",
+     true, false},
+    {"fabric-verbs", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "verbs;ofi_rxm",
+     "FLOE_FABRIC_PROVIDER", true, true},
+    {"fabric-efa", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "efa", "FLOE_FABRIC_PROVIDER",
+     true, true},
+    {"ucx-tcp", "floe-transport-ucx.so", "FLOE_UCX_DIR", "tcp", "FLOE_UCX_TLS", true, false},
+    {"ucx-shm", "floe-transport-ucx.so", "FLOE_UCX_DIR", "sm,self", "FLOE_UCX_TLS", true, false},
 };
 
 static bool verbose;
@@ -1111,8 +1118,9 @@ static int run_case(const Config *cf, const Case *c) {
     if (pids[i] < 0) return 1;
     if (pids[i] == 0) {
       alarm(60);
-      if (cf->provider) setenv("FLOE_FABRIC_PROVIDER", cf->provider, 1);
+      if (cf->provider) setenv(cf->provider_env, cf->provider, 1);
       setenv("FLOE_FABRIC_LINGER_MS", "200", 0);
+      setenv("FLOE_UCX_LINGER_MS", "200", 0);
       load(cf);
       if (cf->two_processes) {
         End e = {.name = i == 0 ? "A" : "B", .in = i == 0 ? ba[0] : ab[0],
@@ -1176,7 +1184,7 @@ static int probe(const Config *cf, char *why, size_t why_len) {
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
-    if (cf->provider) setenv("FLOE_FABRIC_PROVIDER", cf->provider, 1);
+    if (cf->provider) setenv(cf->provider_env, cf->provider, 1);
     load(cf);
     void *ctx = NULL;
     floe_code rc = fns.init(&host, &ctx);
