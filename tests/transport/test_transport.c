@@ -60,7 +60,6 @@ static const Config configs[] = {
     {"fabric-efa", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "efa", "FLOE_FABRIC_PROVIDER",
      true, true},
     {"ucx-tcp", "floe-transport-ucx.so", "FLOE_UCX_DIR", "tcp", "FLOE_UCX_TLS", true, false},
-    {"ucx-shm", "floe-transport-ucx.so", "FLOE_UCX_DIR", "sm,self", "FLOE_UCX_TLS", true, false},
 };
 
 static bool verbose;
