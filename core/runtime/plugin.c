@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -780,8 +781,51 @@ static floe_code finish(FloeRuntime *rt, FloePlugin *p, Staging *s, floe_code rc
   return out;
 }
 
-/* dlopen, find the entry symbol and run init with a fresh registrar. */
+/* The signals a plugin (or a library it pulls in) must not take over by being loaded: the
+ * process's. libfabric 1.17 links libinfinipath, whose constructor installs handlers for
+ * SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT that call exit(): a SIGTERM then runs
+ * the atexit handlers (OpenSSL's cleanup) under threads still working, a crash in one of
+ * them re-enters exit() and the process hangs for ever; a SIGSEGV exits with no core. */
+static const int guarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGILL, SIGABRT, SIGBUS,
+                                      SIGFPE, SIGSEGV, SIGTERM};
+enum { NUM_GUARDED = sizeof guarded_signals / sizeof guarded_signals[0] };
+
+static void *handler_of(const struct sigaction *a) {
+  void *f;
+  if (a->sa_flags & SA_SIGINFO) memcpy(&f, &a->sa_sigaction, sizeof f);
+  else memcpy(&f, &a->sa_handler, sizeof f);
+  return f;
+}
+
+/* Puts back each guarded signal's disposition from before (saved[]) that loading path
+ * changed, saying so at FLOE_LOG_INFO. */
+static void signals_restore(const struct sigaction *saved, const char *path) {
+  for (int i = 0; i < NUM_GUARDED; i++) {
+    struct sigaction now;
+    if (sigaction(guarded_signals[i], NULL, &now) != 0) continue;
+    if (handler_of(&now) == handler_of(&saved[i])) continue;
+    sigaction(guarded_signals[i], &saved[i], NULL);
+    Dl_info di;
+    const char *lib = dladdr(handler_of(&now), &di) && di.dli_fname ? di.dli_fname : "?";
+    floe__host_api()->log(FLOE_LOG_INFO, "loading %s: %s installed a handler for signal %d; "
+                          "the process's own was put back", path, lib, guarded_signals[i]);
+  }
+}
+
+/* dlopen, find the entry symbol and run init with a fresh registrar (the process's signal
+ * handling as it was before, see guarded_signals). */
+static floe_code load_plugin_unguarded(FloeRuntime *rt, FloePlugin *p, FloeStatus *st);
+
 static floe_code load_plugin(FloeRuntime *rt, FloePlugin *p, FloeStatus *st) {
+  struct sigaction saved[NUM_GUARDED];
+  for (int i = 0; i < NUM_GUARDED; i++)
+    if (sigaction(guarded_signals[i], NULL, &saved[i]) != 0) memset(&saved[i], 0, sizeof saved[i]);
+  floe_code rc = load_plugin_unguarded(rt, p, st);
+  signals_restore(saved, p->path);
+  return rc;
+}
+
+static floe_code load_plugin_unguarded(FloeRuntime *rt, FloePlugin *p, FloeStatus *st) {
   dlerror();
   void *h = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {

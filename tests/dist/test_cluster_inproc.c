@@ -26,6 +26,7 @@
 #include <floe/floe_train.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -779,6 +780,26 @@ START_TEST(test_key_value_store) {
 }
 END_TEST
 
+/* Loading the plugins (the fabric transport's libfabric pulls in libinfinipath, whose
+ * constructor installs exit()-calling handlers) leaves the process's signal handling alone. */
+START_TEST(test_plugins_leave_signals_alone) {
+  const int sigs[] = {SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGABRT, SIGILL};
+  struct sigaction before[6], after;
+  for (int i = 0; i < 6; i++) ck_assert_int_eq(sigaction(sigs[i], NULL, &before[i]), 0);
+  FloeRuntime *rt = runtime();
+  int n = floe_runtime_num_plugins(rt), fabric = 0;
+  for (int i = 0; i < n; i++)
+    if (strstr(floe_runtime_plugin(rt, i)->path, "fabric")) fabric = 1;
+  for (int i = 0; i < 6; i++) {
+    ck_assert_int_eq(sigaction(sigs[i], NULL, &after), 0);
+    ck_assert_msg(after.sa_handler == before[i].sa_handler,
+                  "signal %d's handler changed by loading the plugins%s", sigs[i],
+                  fabric ? " (the fabric transport among them)" : "");
+  }
+  floe_runtime_free(rt);
+}
+END_TEST
+
 static Suite *make_suite(void) {
   Suite *su = suite_create("cluster_inproc");
   TCase *tc = tcase_create("core");
@@ -788,6 +809,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, test_between_graph_workers_share_ps_variables);
   tcase_add_test(tc, test_sharded_embedding_moves_rows);
   tcase_add_test(tc, test_key_value_store);
+  tcase_add_test(tc, test_plugins_leave_signals_alone);
   tcase_add_test(tc, test_lost_worker_is_unavailable);
   tcase_add_test(tc, test_restarted_worker_is_aborted);
   tcase_add_test(tc, test_control_flow_across_tasks);

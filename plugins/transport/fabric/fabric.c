@@ -622,6 +622,13 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
    * without handling it, and a thread that then sleeps on the CQ's fd never wakes (the peer
    * waits for the accept). 0: every read of the CQ looks. */
   setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "0", 0);
+  /* rxm (1.17) sends a message between its eager size (16 KiB) and this limit (128 KiB) in
+   * segments (SAR) whose receive state points at the connection: when the peer dies with a
+   * message half in, progress writes into the freed connection and can spin inside
+   * fi_cq_read for ever (tests/transport peer-kill: 1 run in 20 under load). At the eager
+   * size nothing is segmented: larger messages go by rendezvous, which the probe before a
+   * large receive guards (fabric_msg.c). */
+  setenv("FI_OFI_RXM_SAR_LIMIT", "16384", 0);
   FloeTransportFns t;
   memset(&t, 0, sizeof t);
   t.struct_size = sizeof t;
