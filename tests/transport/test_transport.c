@@ -47,19 +47,26 @@ typedef struct Config {
   const char *provider_env; /* FLOE_FABRIC_PROVIDER, FLOE_UCX_TLS, or NULL */
   bool two_processes;
   bool optional;        /* skipped silently when the provider is missing (hardware) */
+  const char *skip;     /* skipped with this reason printed (a known limitation) */
 } Config;
 
 static const Config configs[] = {
-    {"local", "floe-transport-local.so", "FLOE_TRANSPORT_DIR", NULL, NULL, false, false},
+    {"local", "floe-transport-local.so", "FLOE_TRANSPORT_DIR", NULL, NULL, false, false, NULL},
     {"fabric-tcp", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "tcp;ofi_rxm",
-     "FLOE_FABRIC_PROVIDER", true, false},
+     "FLOE_FABRIC_PROVIDER", true, false, NULL},
     {"fabric-shm", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "shm", "FLOE_FABRIC_PROVIDER",
-     true, false},
+     true, false, NULL},
     {"fabric-verbs", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "verbs;ofi_rxm",
-     "FLOE_FABRIC_PROVIDER", true, true},
+     "FLOE_FABRIC_PROVIDER", true, true, NULL},
     {"fabric-efa", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "efa", "FLOE_FABRIC_PROVIDER",
-     true, true},
-    {"ucx-tcp", "floe-transport-ucx.so", "FLOE_UCX_DIR", "tcp", "FLOE_UCX_TLS", true, false},
+     true, true, NULL},
+    {"ucx-tcp", "floe-transport-ucx.so", "FLOE_UCX_DIR", "tcp", "FLOE_UCX_TLS", true, false, NULL},
+    {"ucx-shm", "floe-transport-ucx.so", "FLOE_UCX_DIR", "sm,tcp", "FLOE_UCX_TLS", true, false,
+     "UCX 1.13 gives shared memory to no connection that survives a peer's death: its "
+     "client-server endpoints carry tcp only, an endpoint made from a worker address with "
+     "peer error handling gets tcp lanes only, and without it a killed peer aborts the "
+     "survivor (an assertion in ucp_rndv_receive) or hangs its receives "
+     "(plugins/transport/README.md)"},
 };
 
 static bool verbose;
@@ -1234,6 +1241,10 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
     const Config *cf = &configs[k];
     if (!wanted(argc, argv, cf, NULL)) continue;
+    if (cf->skip) {
+      printf("SKIP: %s: %s\n", cf->label, cf->skip);
+      continue;
+    }
     char why[8192];
     int p = probe(cf, why, sizeof why);
     if (p == 77) {
@@ -1248,7 +1259,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NUM_CASES; i++) {
       if (!wanted(argc, argv, cf, &cases[i])) continue;
       if (cases[i].b_dies && !cf->two_processes) continue; /* killing B would kill A too */
-      if (cases[i].run == peer_death_random && strstr(cf->label, "shm")) {
+      if (cases[i].run == peer_death_random && strcmp(cf->label, "fabric-shm") == 0) {
         /* libfabric 1.17's shm provider can spin for ever in its progress when the peer
          * dies with a message half copied (seen in 1 run of 8 under load, the survivor at
          * 100% CPU inside fi_cq_read); no setting of the plugin avoids it yet. peer-death

@@ -109,31 +109,54 @@ static long env_long(const char *name, long def) {
 
 /* ---- connection failures ---------------------------------------------------------------- */
 
+/* Inside progress (mu held). The comm is found by its endpoint, never by a pointer UCX keeps:
+ * a closed comm's endpoints may still be flushing (Closing) or on their way out. */
 void ucxt_ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status) {
-  (void)ep;
-  CommKind *kind = arg;
+  Ctx *c = arg;
   if (status == UCS_OK) status = UCS_ERR_CONNECTION_RESET;
-  if (*kind == COMM_SEND) {
-    SendComm *k = arg;
-    if (k->failed == UCS_OK)
-      ucxt_log(FLOE_LOG_WARNING, "transport ucx (%s): a connection to a peer failed: %s",
-               k->ctx->tls, ucs_status_string(status));
-    k->failed = status;
-  } else if (*kind == COMM_RECV) {
-    RecvComm *k = arg;
-    if (k->failed == UCS_OK)
+  for (SendComm *k = c->sends; k; k = k->next)
+    if (k->ep == ep) {
+      if (k->failed == UCS_OK)
+        ucxt_log(FLOE_LOG_WARNING, "transport ucx (%s): a connection to a peer failed: %s",
+                 c->tls, ucs_status_string(status));
+      k->failed = status;
+      return;
+    }
+  RecvComm *found = NULL;
+  for (RecvComm *k = c->recvs; k && !found; k = k->next)
+    if (k->ep == ep) found = k;
+  for (Listener *l = c->listeners; l && !found; l = l->next)
+    for (RecvComm *k = l->backlog; k && !found; k = k->next)
+      if (k->ep == ep) found = k;
+  if (found) {
+    if (found->failed == UCS_OK)
       ucxt_log(FLOE_LOG_WARNING, "transport ucx (%s): a connection from a peer failed: %s",
-               k->ctx->tls, ucs_status_string(status));
-    k->failed = status;
-    k->ctx->reap_due = true; /* its receives are withdrawn once progress returns */
+               c->tls, ucs_status_string(status));
+    found->failed = status;
+    c->reap_due = true; /* its receives are withdrawn once progress returns */
+    return;
   }
+  for (Closing *cl = c->closing; cl; cl = cl->next)
+    if (cl->ep == ep) cl->failed = true;
 }
 
 /* ---- contexts --------------------------------------------------------------------------- */
 
 static void ctx_free(Ctx *c) {
   pthread_mutex_lock(&c->mu);
-  for (Listener *l = c->listeners, *ln; l; l = ln) {
+  /* Every request loses its comm first: callbacks that come while endpoints close find
+   * nothing freed. */
+  for (Req *r = c->live; r; r = r->next) {
+    r->orphan = true;
+    r->comm = NULL;
+  }
+  Listener *listeners = c->listeners;
+  SendComm *sends = c->sends;
+  RecvComm *recvs = c->recvs;
+  c->listeners = NULL;
+  c->sends = NULL;
+  c->recvs = NULL;
+  for (Listener *l = listeners, *ln; l; l = ln) {
     ln = l->next;
     if (l->listener) ucp_listener_destroy(l->listener);
     for (RecvComm *k = l->backlog, *kn; k; k = kn) {
@@ -143,16 +166,17 @@ static void ctx_free(Ctx *c) {
     }
     free(l);
   }
-  for (SendComm *k = c->sends, *kn; k; k = kn) {
+  for (SendComm *k = sends, *kn; k; k = kn) {
     kn = k->next;
     ucxt_ep_close(c, k->ep);
     free(k);
   }
-  for (RecvComm *k = c->recvs, *kn; k; k = kn) {
+  for (RecvComm *k = recvs, *kn; k; k = kn) {
     kn = k->next;
     ucxt_ep_close(c, k->ep);
     free(k);
   }
+  if (c->worker) ucxt_closing_run(c, true);
   /* Requests UCX still holds (a receive matched by a message that never finished) are
    * cancelled; their callbacks free them. What is left after that is ours alone. */
   for (Req *r = c->live, *rn; r; r = rn) {
@@ -164,6 +188,11 @@ static void ctx_free(Ctx *c) {
   while (c->live) ucxt_req_free(c->live);
   pthread_mutex_unlock(&c->mu);
   if (c->worker) ucp_worker_destroy(c->worker);
+  while (c->closing) { /* a flush UCX never called back for: UCX is gone now */
+    Closing *cl = c->closing;
+    c->closing = cl->next;
+    free(cl);
+  }
   if (c->context) ucp_cleanup(c->context);
   if (c->intr_fd >= 0) close(c->intr_fd);
   pthread_mutex_destroy(&c->mu);
@@ -282,7 +311,7 @@ static void on_conn_request(ucp_conn_request_h req, void *arg) {
   ep.conn_request = req;
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = ucxt_ep_failed;
-  ep.err_handler.arg = k;
+  ep.err_handler.arg = c;
   ucs_status_t st = ucp_ep_create(c->worker, &ep, &k->ep);
   if (st != UCS_OK) {
     ucxt_log(FLOE_LOG_ERROR, "transport ucx (%s): accepting a connection failed: %s", c->tls,
@@ -469,7 +498,7 @@ static floe_code ucxt_connect(void *ctx, const void *addr, size_t addr_len, void
   ep.sockaddr.addrlen = sslen;
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = ucxt_ep_failed;
-  ep.err_handler.arg = k;
+  ep.err_handler.arg = c;
   pthread_mutex_lock(&c->mu);
   ucs_status_t st = c->failed ? UCS_ERR_IO_ERROR : ucp_ep_create(c->worker, &ep, &k->ep);
   if (st != UCS_OK) {
@@ -517,10 +546,11 @@ static floe_code ucxt_accept(void *listen_comm, void **recv_comm) {
 
 /* ---- closing ---------------------------------------------------------------------------- */
 
-/* The comm's requests: completed ones never tested are freed, posted receives withdrawn,
- * posted sends given linger_ms to finish; then the endpoint is closed at once, which cancels
- * whatever UCX still holds of it (mu held). */
-static void close_comm(Ctx *c, void *comm, ucp_ep_h ep, const char *what) {
+/* The comm's requests: completed ones never tested are freed, unmatched receives withdrawn,
+ * posted ones given linger_ms to finish unless the connection failed; what is
+ * left is orphaned and ends when its endpoint is force-closed (mu held); the number left.
+ * The caller closes the endpoints. */
+static int close_requests(Ctx *c, void *comm, const char *what) {
   for (Req *r = c->live, *rn; r; r = rn) {
     rn = r->next;
     if (r->comm == comm && r->state == REQ_DONE) ucxt_req_free(r);
@@ -532,41 +562,50 @@ static void close_comm(Ctx *c, void *comm, ucp_ep_h ep, const char *what) {
       r->orphan = true;
       r->comm = NULL;
     }
-  ucxt_ep_close(c, ep);
   if (left)
     ucxt_log(FLOE_LOG_WARNING,
              "transport ucx (%s): closing a %s connection cancelled %d request%s still in "
              "progress after %d ms",
              c->tls, what, left, left == 1 ? "" : "s", c->linger_ms);
+  return left;
 }
 
+/* Sends that completed may still sit in UCX's buffers: the endpoint is flushed in the
+ * background (ucxt_close_later), so closing costs nothing when the peer hung or died. */
 static void ucxt_close_send(void *send_comm) {
   SendComm *k = send_comm;
   if (!k || k->kind != COMM_SEND) return;
   Ctx *c = k->ctx;
   pthread_mutex_lock(&c->mu);
+  /* Still in c->sends while lingering: an ep failure finds it and ends the wait. */
+  int left = close_requests(c, k, "send");
   for (SendComm **pp = &c->sends; *pp; pp = &(*pp)->next)
     if (*pp == k) {
       *pp = k->next;
       break;
     }
-  close_comm(c, k, k->ep, "send");
+  if (k->failed != UCS_OK || left) /* nothing to flush for, or sends to cancel now */
+    ucxt_ep_close(c, k->ep);
+  else
+    ucxt_close_later(c, k->ep);
   pthread_mutex_unlock(&c->mu);
   k->kind = 0;
   free(k);
 }
 
+/* A receive comm sends nothing of the caller's: its endpoint closes at once. */
 static void ucxt_close_recv(void *recv_comm) {
   RecvComm *k = recv_comm;
   if (!k || k->kind != COMM_RECV) return;
   Ctx *c = k->ctx;
   pthread_mutex_lock(&c->mu);
+  close_requests(c, k, "receive");
   for (RecvComm **pp = &c->recvs; *pp; pp = &(*pp)->next)
     if (*pp == k) {
       *pp = k->next;
       break;
     }
-  close_comm(c, k, k->ep, "receive");
+  ucxt_ep_close(c, k->ep);
   pthread_mutex_unlock(&c->mu);
   k->kind = 0;
   free(k);

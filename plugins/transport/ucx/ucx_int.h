@@ -45,13 +45,13 @@ typedef struct Listener {
   struct Listener *next;
 } Listener;
 
-/* A connection's endpoint: UCX reports its failure (the peer died or closed) through the
- * error handler, whose argument is the comm. */
+/* A connection's client-server endpoint. UCX reports its failure (the peer died or closed)
+ * through ucxt_ep_failed, which finds the comm by its endpoint. */
 typedef struct SendComm {
   CommKind kind; /* COMM_SEND */
   Ctx *ctx;
   ucp_ep_h ep;
-  ucs_status_t failed; /* UCS_OK while the connection is up */
+  ucs_status_t failed;   /* UCS_OK while the connection is up */
   struct SendComm *next;
 } SendComm;
 
@@ -60,10 +60,20 @@ struct RecvComm {
   Ctx *ctx;
   ucp_ep_h ep;         /* the server side of the peer's connection */
   ucs_status_t failed; /* UCS_OK while the connection is up */
-  bool reaped;         /* its receives were withdrawn after the failure */
   Listener *listener;  /* while in a listener's backlog; NULL once accepted */
   RecvComm *next;      /* in the backlog, then in ctx->recvs */
 };
+
+/* A closed send comm's endpoint while a flush finishes in the background (close never waits
+ * for one): force-closed once the flush completes, the endpoint fails or linger_ms passes, and
+ * by finalize at the latest. Freed once UCX let go of the flush. */
+typedef struct Closing {
+  ucp_ep_h ep;           /* NULL once closed */
+  void *flush;           /* UCX's flush request while it runs */
+  bool flush_done, failed;
+  uint64_t deadline_ns;
+  struct Closing *next;
+} Closing;
 
 struct Req {
   Ctx *ctx;
@@ -71,6 +81,7 @@ struct Req {
   ReqState state;
   bool orphan;      /* its comm was closed: freed when UCX lets go of it */
   bool peer_failed; /* withdrawn because its connection failed: reports FLOE_UNAVAILABLE */
+  bool withdrawn;   /* cancel or close asked UCX to cancel it */
   floe_code code;   /* of a completed request */
   size_t size;      /* bytes moved; on FLOE_OUT_OF_RANGE the message's size (0: unknown) */
   size_t len;
@@ -97,6 +108,7 @@ struct Ctx {
   Listener *listeners;
   SendComm *sends;
   RecvComm *recvs;
+  Closing *closing;            /* closed send comms' endpoints still flushing */
   Req *live;                   /* every request UCX or a caller may still hold */
 };
 
@@ -104,7 +116,7 @@ struct Ctx {
 extern const FloeHostApi *ucxt_host;
 void ucxt_log(FloeLogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 floe_code ucxt_code(ucs_status_t s);
-/* The endpoint error handler of every connection (arg: its SendComm or RecvComm). */
+/* The endpoint error handler of every endpoint (arg: the Ctx; the comm is found by ep). */
 void ucxt_ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status);
 
 /* ucx_msg.c (mu held unless said otherwise) */
@@ -114,10 +126,15 @@ int ucxt_progress_locked(Ctx *c);
 /* Withdraws the posted receives of a comm (close) or of failed comms (peer_failed set). */
 void ucxt_withdraw(Ctx *c, void *comm, bool peer_failed);
 /* Drives progress (blocking waits, mu dropped while asleep) until none of the comm's requests
- * is POSTED or linger_ms passes; the number still posted. */
+ * is posted, linger_ms passes or the connection fails; the number left. */
 int ucxt_linger(Ctx *c, void *comm);
+/* Hands a closed send comm's endpoint to a background flush, or closes it now when the flush
+ * cannot start or is done already. */
+void ucxt_close_later(Ctx *c, ucp_ep_h ep);
 /* Closes an endpoint at once (its requests are cancelled), waiting for UCX to finish. */
 void ucxt_ep_close(Ctx *c, ucp_ep_h ep);
+/* Background flushes of closed send comms: those due are force-closed (all: finalize). */
+void ucxt_closing_run(Ctx *c, bool all);
 
 floe_code ucxt_isend(void *send_comm, const void *buf, size_t len, uint64_t tag, void *mhandle,
                      void **request);

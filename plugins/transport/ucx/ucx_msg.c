@@ -116,7 +116,13 @@ static void recv_status(Req *r, ucs_status_t status, size_t length) {
     truncated(r, length);
     break;
   case UCS_ERR_CANCELED:
-    finish(r, r->peer_failed ? FLOE_UNAVAILABLE : FLOE_CANCELLED, 0);
+    /* cancelled by UCX itself (not by cancel or close): the sender's endpoint failed */
+    if (!r->withdrawn && !r->orphan)
+      ucxt_log(FLOE_LOG_ERROR,
+               "transport ucx (%s): a receive of %zu bytes under tag 0x%016" PRIx64
+               " was dropped by UCX: the sending peer is unavailable", r->ctx->tls, r->len,
+               r->tag);
+    finish(r, r->peer_failed || !r->withdrawn ? FLOE_UNAVAILABLE : FLOE_CANCELLED, 0);
     break;
   default:
     if (!r->orphan)
@@ -142,6 +148,7 @@ void ucxt_withdraw(Ctx *c, void *comm, bool peer_failed) {
     if (r->kind != REQ_RECV || r->state != REQ_POSTED || !r->ucx || !r->comm) continue;
     if (comm ? r->comm != comm : ((RecvComm *)r->comm)->failed == UCS_OK) continue;
     if (peer_failed) r->peer_failed = true;
+    r->withdrawn = true;
     ucp_request_cancel(c->worker, r->ucx); /* a matched receive finishes on its own */
   }
 }
@@ -158,6 +165,7 @@ int ucxt_progress_locked(Ctx *c) {
     ucxt_withdraw(c, NULL, true);
     n++;
   }
+  if (c->closing) ucxt_closing_run(c, false);
   return n;
 }
 
@@ -292,6 +300,7 @@ floe_code ucxt_cancel(void *request) {
   pthread_mutex_lock(&c->mu);
   floe_code rc = FLOE_UNAVAILABLE;
   if (r->kind == REQ_RECV && r->state == REQ_POSTED && r->ucx) {
+    r->withdrawn = true;
     ucp_request_cancel(c->worker, r->ucx);
     if (r->state == REQ_DONE && r->code == FLOE_CANCELLED) {
       ucxt_req_free(r);
@@ -366,48 +375,24 @@ void ucxt_interrupt(void *ctx) {
 static int posted_of(Ctx *c, void *comm) {
   int left = 0;
   for (Req *r = c->live; r; r = r->next)
-    if (r->comm == comm && r->state == REQ_POSTED) left++;
+    if (r->comm == comm && r->state != REQ_DONE) left++;
   return left;
 }
 
-/* A flush's state: FLUSH_WAITING, then FLUSH_DONE; FLUSH_ABANDONED when close stopped
- * waiting (the callback, which the endpoint's close brings, frees it then). */
-enum { FLUSH_WAITING, FLUSH_DONE, FLUSH_ABANDONED };
-
-static void flush_done(void *request, ucs_status_t status, void *user_data) {
-  (void)request;
-  (void)status;
-  int *state = user_data;
-  if (*state == FLUSH_ABANDONED)
-    free(state);
-  else
-    *state = FLUSH_DONE;
+static bool comm_failed(void *comm) {
+  return ((CommKind *)comm)[0] == COMM_SEND ? ((SendComm *)comm)->failed != UCS_OK
+                                            : ((RecvComm *)comm)->failed != UCS_OK;
 }
 
+/* Waits for the comm's posted requests, which hold the caller's buffers, never
+ * for a flush, and not at all once the connection failed (UCX ends them). */
 int ucxt_linger(Ctx *c, void *comm) {
-  ucp_ep_h ep = ((CommKind *)comm)[0] == COMM_SEND ? ((SendComm *)comm)->ep
-                                                   : ((RecvComm *)comm)->ep;
   uint64_t deadline = now_ns() + (uint64_t)c->linger_ms * 1000000u;
-  /* A flush: what completed locally has reached the peer before the endpoint goes. */
-  int *state = calloc(1, sizeof *state);
-  ucs_status_ptr_t fp = NULL;
-  if (state) {
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = flush_done;
-    p.user_data = state;
-    fp = ucp_ep_flush_nbx(ep, &p);
-    if (!UCS_PTR_IS_PTR(fp)) { /* done at once, or failed (a dead peer): nothing to wait for */
-      *state = FLUSH_DONE;
-      fp = NULL;
-    }
-  }
   int left;
   for (;;) {
     left = posted_of(c, comm);
     uint64_t t = now_ns();
-    if ((!left && (!state || *state == FLUSH_DONE)) || t >= deadline || c->failed) break;
+    if (!left || t >= deadline || c->failed || comm_failed(comm)) break;
     /* Sleep without touching the interrupt of whoever else waits on this context. */
     int ms = (int)((deadline - t + 999999) / 1000000u);
     if (trywait_locked(c) == FLOE_OK) {
@@ -417,16 +402,6 @@ int ucxt_linger(Ctx *c, void *comm) {
       pthread_mutex_lock(&c->mu);
     }
     ucxt_progress_locked(c);
-  }
-  if (fp) {
-    if (*state == FLUSH_DONE) {
-      free(state);
-    } else {
-      *state = FLUSH_ABANDONED;
-    }
-    ucp_request_free(fp); /* released by UCX once it completes (the close cancels it) */
-  } else {
-    free(state);
   }
   return left;
 }
@@ -447,4 +422,54 @@ void ucxt_ep_close(Ctx *c, ucp_ep_h ep) {
     }
   }
   ucp_request_free(cp);
+}
+
+static void flush_done(void *request, ucs_status_t status, void *user_data) {
+  (void)status;
+  Closing *cl = user_data;
+  ucp_request_free(request);
+  cl->flush = NULL;
+  cl->flush_done = true;
+}
+
+/* A closed send comm's endpoint: flushed in the background, else closed now. What completed
+ * locally then reaches a live peer; a hung or dead one costs close nothing. */
+void ucxt_close_later(Ctx *c, ucp_ep_h ep) {
+  Closing *cl = calloc(1, sizeof *cl);
+  ucs_status_ptr_t fp = NULL;
+  if (cl) {
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = flush_done;
+    p.user_data = cl;
+    fp = ucp_ep_flush_nbx(ep, &p);
+  }
+  if (!UCS_PTR_IS_PTR(fp)) { /* flushed already, failed (a dead peer), or no memory */
+    free(cl);
+    ucxt_ep_close(c, ep);
+    return;
+  }
+  cl->ep = ep;
+  cl->flush = fp;
+  cl->deadline_ns = now_ns() + (uint64_t)c->linger_ms * 1000000u;
+  cl->next = c->closing;
+  c->closing = cl;
+}
+
+void ucxt_closing_run(Ctx *c, bool all) {
+  uint64_t t = now_ns();
+  for (Closing **pp = &c->closing, *cl; (cl = *pp);) {
+    if (cl->ep && (all || cl->flush_done || cl->failed || t >= cl->deadline_ns)) {
+      ucp_ep_h ep = cl->ep;
+      cl->ep = NULL;
+      ucxt_ep_close(c, ep); /* cancels a flush still running: its callback comes inside */
+    }
+    if (!cl->ep && !cl->flush) {
+      *pp = cl->next;
+      free(cl);
+    } else {
+      pp = &cl->next;
+    }
+  }
 }
