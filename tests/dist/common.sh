@@ -7,6 +7,20 @@ FLOE="${top_builddir}/tools/floe"
 NPY="${top_srcdir}/tests/cli/npy.py"
 FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}:${FLOE_UCX_DIR:-}"
 export FLOE_PLUGIN_PATH
+# A script that sets each_transport=1 before sourcing this runs itself once per network
+# transport built (fabric, then ucx) when FLOE_TRANSPORT is unset: 1 if any run failed, 77 if
+# none could run.
+if [ "${each_transport:-0}" = 1 ] && [ -z "${FLOE_TRANSPORT:-}" ]; then
+  all=77
+  for t in fabric ucx; do
+    if [ ! -e "${top_builddir}/plugins/transport/$t/.libs/floe-transport-$t.so" ]; then
+      echo "SKIP over $t: the $t transport was not built"; continue; fi
+    echo "== FLOE_TRANSPORT=$t"
+    FLOE_TRANSPORT=$t sh "$0" "$@"; r=$?
+    if [ "$r" != 0 ] && [ "$r" != 77 ]; then all=1; elif [ "$r" = 0 ] && [ "$all" = 77 ]; then all=0; fi
+  done
+  exit "$all"
+fi
 # FLOE_TRANSPORT=ucx make check ... runs the same scripts over the ucx transport.
 export FLOE_TRANSPORT="${FLOE_TRANSPORT:-fabric}"
 [ -e "${top_builddir}/plugins/transport/${FLOE_TRANSPORT}/.libs/floe-transport-${FLOE_TRANSPORT}.so" ] ||
