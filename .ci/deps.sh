@@ -6,9 +6,10 @@
 # build and check the Debian packages (make deb, deb-check); libssl-dev and libjansson-dev are
 # core/dist's (HMAC-SHA256, cluster specs), libpmix-dev its PMIx headers and openmpi-bin the
 # mpirun its PMIx test runs under; libfabric-dev builds the
-# fabric transport and libfabric-bin brings fi_info (the provider list); iproute2 (ip, tc,
-# ss) runs the cluster tests across network namespaces (tests/dist/test_netns.sh); libgloo-dev
-# builds the Gloo collective backend (plugins/collective/gloo).
+# fabric transport and libfabric-bin brings fi_info (the provider list); libucx-dev builds the
+# ucx transport; iproute2 (ip, tc, ss) runs the cluster tests across network namespaces
+# (tests/dist/test_netns.sh); libgloo-dev builds the Gloo collective backend
+# (plugins/collective/gloo).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -18,5 +19,5 @@ apt-get install -y -q --no-install-recommends \
   abigail-tools valgrind python3 python3-venv binutils dataset-fashion-mnist zlib1g-dev fortunes \
   libprotobuf-c-dev protobuf-c-compiler libonnx-testdata \
   libssl-dev libjansson-dev libpmix-dev openmpi-bin \
-  libfabric-dev libfabric-bin iproute2 libgloo-dev \
+  libfabric-dev libfabric-bin libucx-dev iproute2 libgloo-dev \
   debhelper lintian mmdebstrap

@@ -1,15 +1,30 @@
 # SPDX-License-Identifier: Apache-2.0
 # common.sh - what the cluster scripts share (sourced): the floe command, the plugin folders
-# make check names (CPU, local and fabric transports), a temporary folder removed at exit
-# with the processes in $pids, and the pass/fail counters. Skips (77) without the fabric
-# transport: tasks in separate processes need a network transport.
+# make check names (CPU, local, fabric and ucx transports), a temporary folder removed at exit
+# with the processes in $pids, and the pass/fail counters. Skips (77) without the network
+# transport FLOE_TRANSPORT names (default fabric): tasks in separate processes need one.
 FLOE="${top_builddir}/tools/floe"
 NPY="${top_srcdir}/tests/cli/npy.py"
-FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}"
+FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}:${FLOE_UCX_DIR:-}"
 export FLOE_PLUGIN_PATH
-[ -e "${top_builddir}/plugins/transport/fabric/.libs/floe-transport-fabric.so" ] ||
-  { echo "SKIP: the fabric transport was not built (configure found no libfabric)"; exit 77; }
-export FLOE_TRANSPORT=fabric
+# A script that sets each_transport=1 before sourcing this runs itself once per network
+# transport built (fabric, then ucx) when FLOE_TRANSPORT is unset: 1 if any run failed, 77 if
+# none could run.
+if [ "${each_transport:-0}" = 1 ] && [ -z "${FLOE_TRANSPORT:-}" ]; then
+  all=77
+  for t in fabric ucx; do
+    if [ ! -e "${top_builddir}/plugins/transport/$t/.libs/floe-transport-$t.so" ]; then
+      echo "SKIP over $t: the $t transport was not built"; continue; fi
+    echo "== FLOE_TRANSPORT=$t"
+    FLOE_TRANSPORT=$t sh "$0" "$@"; r=$?
+    if [ "$r" != 0 ] && [ "$r" != 77 ]; then all=1; elif [ "$r" = 0 ] && [ "$all" = 77 ]; then all=0; fi
+  done
+  exit "$all"
+fi
+# FLOE_TRANSPORT=ucx make check ... runs the same scripts over the ucx transport.
+export FLOE_TRANSPORT="${FLOE_TRANSPORT:-fabric}"
+[ -e "${top_builddir}/plugins/transport/${FLOE_TRANSPORT}/.libs/floe-transport-${FLOE_TRANSPORT}.so" ] ||
+  { echo "SKIP: the ${FLOE_TRANSPORT} transport was not built (configure found no library for it)"; exit 77; }
 tmp=$(mktemp -d)
 pids=""
 cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }

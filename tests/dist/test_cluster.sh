@@ -3,9 +3,10 @@
 # One graph across the tasks of a cluster on this machine: floe launch starts the servers
 # (worker and ps tasks) and runs `floe run --cluster env` as the chief; its fetched values
 # must equal the one-process run of the same graph without device requests, byte for byte
-# (every op here is exact in f32 on both sides), over fabric's tcp;ofi_rxm and shm (the local
-# transport stays inside one process: dist/test_cluster_inproc covers it). Then floe server
-# alone: its ready line, SIGTERM, a wrong secret. Skipped (77) without the fabric transport.
+# (every op here is exact in f32 on both sides), over fabric's tcp;ofi_rxm and shm, and over
+# ucx's tcp where that plugin was built (the local transport stays inside one process:
+# dist/test_cluster_inproc covers it). Then floe server alone: its ready line, SIGTERM, a
+# wrong secret. Skipped (77) without the fabric transport.
 set -u
 . "${top_srcdir}/tests/dist/common.sh"
 
@@ -21,11 +22,19 @@ mkdir -p "$tmp/ref" "$tmp/ref_big"
   { cat "$tmp/err"; bad "reference run (big)"; }
 
 transports="fabric:tcp;ofi_rxm fabric:shm"
+# The ucx transport too where it was built (its transports by FLOE_UCX_TLS).
+[ -e "${top_builddir}/plugins/transport/ucx/.libs/floe-transport-ucx.so" ] &&
+  transports="$transports ucx:tcp"
 for tr in $transports; do
   name=${tr%%:*}
   args="--transport $name"
   prov=${tr#*:}
-  set -- --provider "$prov"
+  if [ "$name" = ucx ]; then
+    export FLOE_UCX_TLS="$prov"
+    set --
+  else
+    set -- --provider "$prov"
+  fi
   out="$tmp/out_$(echo "$tr" | tr -c 'a-z0-9\n' _)"
   mkdir -p "$out"
   echo "# chain over $tr"

@@ -3,9 +3,10 @@
 # Control flow across the tasks of a cluster: a while loop whose body runs on the workers
 # and a cond whose untaken branch is on a worker, over two processes (chief + 1 worker) and
 # three (chief + 2), started by floe launch; the fetches must equal the one-process run of
-# the same graph without device requests, byte for byte. Skipped (77) without the fabric
-# transport.
+# the same graph without device requests, byte for byte. Over fabric, then ucx where built
+# (FLOE_TRANSPORT picks one); skipped (77) without either.
 set -u
+each_transport=1
 . "${top_srcdir}/tests/dist/common.sh"
 
 # Control flow across tasks, in two processes (chief + 1 worker) and three (chief + 2):

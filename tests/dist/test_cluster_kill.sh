@@ -4,8 +4,10 @@
 # fails within the heartbeat timeout plus 1 s with UNAVAILABLE naming the task and saying
 # what to do; the other worker keeps serving; a task restarted in its place (a new
 # incarnation) joins a new session that runs; a task that hangs (SIGSTOP) is found by the
-# heartbeats within the same bound. Over fabric tcp; skipped (77) without it.
+# heartbeats within the same bound. Over fabric tcp, then ucx where built (FLOE_TRANSPORT
+# picks one); skipped (77) without either.
 set -u
+each_transport=1
 . "${top_srcdir}/tests/dist/common.sh"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }

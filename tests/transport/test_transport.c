@@ -43,17 +43,30 @@ typedef struct Config {
   const char *label;    /* printed and matched against argv */
   const char *file;     /* the plugin file */
   const char *dir_env;  /* where it is: an environment variable naming the folder */
-  const char *provider; /* FLOE_FABRIC_PROVIDER, or NULL */
+  const char *provider; /* the value of provider_env (a libfabric provider, UCX transports) */
+  const char *provider_env; /* FLOE_FABRIC_PROVIDER, FLOE_UCX_TLS, or NULL */
   bool two_processes;
   bool optional;        /* skipped silently when the provider is missing (hardware) */
+  const char *skip;     /* skipped with this reason printed (a known limitation) */
 } Config;
 
 static const Config configs[] = {
-    {"local", "floe-transport-local.so", "FLOE_TRANSPORT_DIR", NULL, false, false},
-    {"fabric-tcp", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "tcp;ofi_rxm", true, false},
-    {"fabric-shm", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "shm", true, false},
-    {"fabric-verbs", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "verbs;ofi_rxm", true, true},
-    {"fabric-efa", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "efa", true, true},
+    {"local", "floe-transport-local.so", "FLOE_TRANSPORT_DIR", NULL, NULL, false, false, NULL},
+    {"fabric-tcp", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "tcp;ofi_rxm",
+     "FLOE_FABRIC_PROVIDER", true, false, NULL},
+    {"fabric-shm", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "shm", "FLOE_FABRIC_PROVIDER",
+     true, false, NULL},
+    {"fabric-verbs", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "verbs;ofi_rxm",
+     "FLOE_FABRIC_PROVIDER", true, true, NULL},
+    {"fabric-efa", "floe-transport-fabric.so", "FLOE_FABRIC_DIR", "efa", "FLOE_FABRIC_PROVIDER",
+     true, true, NULL},
+    {"ucx-tcp", "floe-transport-ucx.so", "FLOE_UCX_DIR", "tcp", "FLOE_UCX_TLS", true, false, NULL},
+    {"ucx-shm", "floe-transport-ucx.so", "FLOE_UCX_DIR", "sm,tcp", "FLOE_UCX_TLS", true, false,
+     "UCX 1.13 gives shared memory to no connection that survives a peer's death: its "
+     "client-server endpoints carry tcp only, an endpoint made from a worker address with "
+     "peer error handling gets tcp lanes only, and without it a killed peer aborts the "
+     "survivor (an assertion in ucp_rndv_receive) or hangs its receives "
+     "(plugins/transport/README.md)"},
 };
 
 static bool verbose;
@@ -1111,8 +1124,9 @@ static int run_case(const Config *cf, const Case *c) {
     if (pids[i] < 0) return 1;
     if (pids[i] == 0) {
       alarm(60);
-      if (cf->provider) setenv("FLOE_FABRIC_PROVIDER", cf->provider, 1);
+      if (cf->provider) setenv(cf->provider_env, cf->provider, 1);
       setenv("FLOE_FABRIC_LINGER_MS", "200", 0);
+      setenv("FLOE_UCX_LINGER_MS", "200", 0);
       load(cf);
       if (cf->two_processes) {
         End e = {.name = i == 0 ? "A" : "B", .in = i == 0 ? ba[0] : ab[0],
@@ -1176,7 +1190,7 @@ static int probe(const Config *cf, char *why, size_t why_len) {
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
-    if (cf->provider) setenv("FLOE_FABRIC_PROVIDER", cf->provider, 1);
+    if (cf->provider) setenv(cf->provider_env, cf->provider, 1);
     load(cf);
     void *ctx = NULL;
     floe_code rc = fns.init(&host, &ctx);
@@ -1227,6 +1241,10 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
     const Config *cf = &configs[k];
     if (!wanted(argc, argv, cf, NULL)) continue;
+    if (cf->skip) {
+      printf("SKIP: %s: %s\n", cf->label, cf->skip);
+      continue;
+    }
     char why[8192];
     int p = probe(cf, why, sizeof why);
     if (p == 77) {
@@ -1241,7 +1259,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NUM_CASES; i++) {
       if (!wanted(argc, argv, cf, &cases[i])) continue;
       if (cases[i].b_dies && !cf->two_processes) continue; /* killing B would kill A too */
-      if (cases[i].run == peer_death_random && strstr(cf->label, "shm")) {
+      if (cases[i].run == peer_death_random && strcmp(cf->label, "fabric-shm") == 0) {
         /* libfabric 1.17's shm provider can spin for ever in its progress when the peer
          * dies with a message half copied (seen in 1 run of 8 under load, the survivor at
          * 100% CPU inside fi_cq_read); no setting of the plugin avoids it yet. peer-death
