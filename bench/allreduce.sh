@@ -5,6 +5,8 @@
 #   - Floe's built-in ring through the graph ops (bench_allreduce --backend ring) over fabric
 #     and over ucx, and the gloo backend through the graph ops (--backend gloo), against
 #     Gloo's ring allreduce called directly (gloo_direct), 4 KiB to 64 MiB, 2 and 4 ranks;
+#   - the ring through the runtime's collective manager without a session (--api: the
+#     algorithm's own cost, what gloo_direct measures of Gloo's), over fabric and ucx;
 #   - the gloo backend through the plugin ABI (bench_collective) against Gloo direct (the
 #     backend's own overhead, no graph);
 #   - 200 gradients of 4 KiB a step, unfused and fused (floe_all_reduce_n), ring and gloo.
@@ -27,6 +29,8 @@ for n in $RANKS; do
     "$b/bench/gloo_direct" --ranks "$n" --max-bytes "$MAX_BYTES" --seconds 0.3 >>"$out"
     FLOE_TRANSPORT=fabric "$b/bench/bench_allreduce" --ranks "$n" --max-bytes "$MAX_BYTES" >>"$out"
     FLOE_TRANSPORT=ucx "$b/bench/bench_allreduce" --ranks "$n" --max-bytes "$MAX_BYTES" >>"$out"
+    FLOE_TRANSPORT=fabric "$b/bench/bench_allreduce" --ranks "$n" --api --max-bytes "$MAX_BYTES" >>"$out"
+    FLOE_TRANSPORT=ucx "$b/bench/bench_allreduce" --ranks "$n" --api --max-bytes "$MAX_BYTES" >>"$out"
     FLOE_TRANSPORT=fabric "$b/bench/bench_allreduce" --ranks "$n" --backend gloo \
       --max-bytes "$MAX_BYTES" >>"$out"
     "$b/bench/bench_collective" --ranks "$n" --max-bytes "$MAX_BYTES" --seconds 0.3 >>"$out"

@@ -11,6 +11,11 @@
  * --fusion: instead, 200 gradients of 4 KiB per step: "unfused" (200 CollectiveReduce ops)
  * against "fused" (floe_all_reduce_n packing them into one buffer).
  *
+ * --api: the backend through the runtime's collective manager (floe__collective_submit) on
+ * buffers reused from one operation to the next, without a session around it: the
+ * algorithm's own cost, as bench_collective and gloo_direct measure theirs ("floe_api_ring").
+ * It reaches the manager through floe__ internals: it links the objects libfloe is made of.
+ *
  *   bench/bench_allreduce --ranks 4 --backend ring     (gloo: the plugin on FLOE_PLUGIN_PATH)
  */
 #define _GNU_SOURCE
@@ -31,13 +36,15 @@
 #include <floe/floe_dist.h>
 #include <floe/floe_train.h>
 
+#include "core.h"
+
 #define MAX_RANKS 8
 #define NFUSE 200
 
 static int nranks = 2;
 static const char *backend = "ring";
 static size_t min_bytes = 4096, max_bytes = (size_t)64 << 20;
-static int fusion_mode;
+static int fusion_mode, api_mode;
 static char json_spec[4096];
 static FloeRuntime *rts[MAX_RANKS];
 static FloeServer *srvs[MAX_RANKS];
@@ -159,8 +166,87 @@ static void report(const char *what, size_t bytes, int iters, double *t) {
   fflush(stdout);
 }
 
+typedef struct Wait {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+  floe_code code;
+} Wait;
+
+static void api_done(void *arg, const FloeStatus *st) {
+  Wait *w = arg;
+  pthread_mutex_lock(&w->mu);
+  w->done = 1;
+  w->code = st->code;
+  if (st->code != FLOE_OK) fprintf(stderr, "bench_allreduce: %s\n", floe_status_message(st));
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* --api: rank r's all-reduces straight through the manager, one at a time. */
+static FloeSession *session_of(int r, FloeGraph *g, FloeStatus *st);
+
+static void api_rank(int r) {
+  char dev[64];
+  snprintf(dev, sizeof dev, "/job:worker/replica:0/task:%d/device:CPU:0", r);
+  /* A session connects the data plane to the other tasks, as a training run's does. */
+  FloeGraph *g0 = floe_graph_new();
+  floe_graph_set_device_scope(g0, dev);
+  floe_node_finish(floe_node_begin(g0, "NoOp", "nothing"));
+  FloeStatus *st0 = floe_status_new();
+  FloeSession *s0 = session_of(r, g0, st0);
+  float *in = calloc(max_bytes / 4, sizeof *in), *out = calloc(max_bytes / 4, sizeof *out);
+  memset(out, 0, max_bytes); /* touched once, as a training step's buffers are */
+  Wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, FLOE_OK};
+  int k = 0;
+  for (size_t b = min_bytes; b <= max_bytes; b *= 4, k++) {
+    int iters = iters_for(b);
+    double *t = calloc((size_t)iters, sizeof *t);
+    for (int i = 0; i < iters + 2; i++) {
+      FloeCollRequest rq = {0};
+      rq.kind = FLOE__COLL_ALL_REDUCE;
+      rq.group_key = 9;
+      rq.group_size = nranks;
+      rq.instance_key = k + 1;
+      rq.device = dev;
+      rq.hint = backend;
+      rq.node = "bench";
+      rq.in = in;
+      rq.out = out;
+      rq.count = b / 4;
+      rq.dtype = FLOE_F32;
+      rq.op = FLOE_REDUCE_SUM;
+      rq.done = api_done;
+      rq.arg = &w;
+      pthread_barrier_wait(&bar);
+      w.done = 0;
+      FloeStatus st = {FLOE_OK, NULL};
+      double t0 = now_us();
+      if (floe__collective_submit(rts[r], &rq, NULL, &st) != FLOE_OK) die("submit", &st);
+      pthread_mutex_lock(&w.mu);
+      while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
+      pthread_mutex_unlock(&w.mu);
+      if (w.code != FLOE_OK) exit(1);
+      if (i >= 2) t[i - 2] = now_us() - t0;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "floe_api_%s", backend);
+    if (r == 0) report(what, b, iters, t);
+    free(t);
+  }
+  free(in);
+  free(out);
+  floe_session_free(s0);
+  floe_graph_free(g0);
+  floe_status_free(st0);
+}
+
 static void *rank_main(void *arg) {
   int r = (int)(intptr_t)arg;
+  if (api_mode) {
+    api_rank(r);
+    return NULL;
+  }
   FloeStatus *st = floe_status_new();
   char what[64];
   if (fusion_mode) {
@@ -224,6 +310,7 @@ int main(int argc, char **argv) {
                                        {"min-bytes", required_argument, NULL, 'm'},
                                        {"max-bytes", required_argument, NULL, 'M'},
                                        {"fusion", no_argument, NULL, 'f'},
+                                       {"api", no_argument, NULL, 'a'},
                                        {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -232,9 +319,10 @@ int main(int argc, char **argv) {
     else if (c == 'm') min_bytes = (size_t)atoll(optarg);
     else if (c == 'M') max_bytes = (size_t)atoll(optarg);
     else if (c == 'f') fusion_mode = 1;
+    else if (c == 'a') api_mode = 1;
     else {
       fprintf(stderr, "usage: bench_allreduce [--ranks N] [--backend ring|gloo] [--min-bytes B] "
-                      "[--max-bytes B] [--fusion]\n");
+                      "[--max-bytes B] [--fusion | --api]\n");
       return 2;
     }
   }

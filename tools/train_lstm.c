@@ -181,6 +181,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
                      .data = "/usr/share/games/fortunes"};
   o->cl.task = -1;
+  o->cl.fusion_bytes = -1;
   *done = 0;
   optind = 1;
   opterr = 0;
@@ -248,6 +249,9 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
   if (o->sampled >= o->vocab)
     return cli_usage("train", "--sampled-softmax K must be smaller than --vocab");
   if (train_cluster_check_options(&o->cl)) return 2;
+  if (o->cl.allreduce) /* its windows' split and sampled softmax are ps-shaped for now */
+    return cli_usage("train", "--model lstm takes --replication async or sync (with ps tasks); "
+                     "allreduce trains the mlp and the cnn");
   if (o->resume && !o->checkpoint_dir)
     return cli_usage("train", "--resume needs --checkpoint-dir DIR");
   if (o->cl.spec && (o->devices || o->save_graph || o->export_path))

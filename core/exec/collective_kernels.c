@@ -172,7 +172,11 @@ static void collective_compute(void *state, FloeKernelContext *ctx, FloeDoneFn d
   if (attr_dims(ctx, op, in, rq.group_size > 0 ? rq.group_size : 1, &rank, dims) != FLOE_OK)
     goto fail;
   if (in && !(k->in = floe__tensor_to_device(in, NULL, &st))) goto fail_st;
-  if (!(k->out = floe__tensor_alloc(NULL, dt, rank, dims, &st))) goto fail_st;
+  /* The device's allocator when it reads host memory: it keeps large blocks for the next
+   * step (a fresh one would page-fault on every 4 KiB the backend writes). */
+  if (!(k->out = floe__tensor_alloc(ctx->device->host_memory ? ctx->device : NULL, dt, rank,
+                                    dims, &st)))
+    goto fail_st;
   rq.dtype = dt;
   rq.in = k->in ? floe_tensor_data(k->in) : NULL;
   rq.out = floe_tensor_data(k->out);

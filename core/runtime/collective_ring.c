@@ -25,6 +25,7 @@
 #include "runtime.h"
 
 #define BCAST_MAGIC 0x31434246u /* "FBC1" */
+#define SPARE_BUFFERS 4
 #define BCAST_HEADER 8
 
 typedef struct RingComm {
@@ -39,6 +40,12 @@ typedef struct RingComm {
   pthread_mutex_t mu;
   struct RingOp *ops;       /* live operations (abort reaches them) */
   bool aborted;
+  /* Scratch buffers of finished operations, kept for the next ones (under mu): a fresh
+   * large block costs a page fault per 4 KiB on first touch, more than the copy itself. */
+  struct {
+    char *p;
+    size_t len;
+  } spare[SPARE_BUFFERS];
 } RingComm;
 
 struct RingOp;
@@ -56,6 +63,7 @@ typedef struct Chunk {
   XArg sa, ra;
   char *recv_at;            /* where the receive of this stage lands */
   char *reduce_into;        /* reduce-scatter: where recv_at's values are combined */
+  const char *reduce_from;  /* out of place: the input values reduce_into starts from */
   size_t recv_elems;
 } Chunk;
 
@@ -70,6 +78,10 @@ typedef struct RingOp {
   uint64_t tag;
   char *buf;                /* where the ring works: out (AR, AG, BC) or a copy of in (RS) */
   char *out;
+  /* All-reduce out of place: the input, read where the ring first needs each segment (its
+   * first send, or the reduction that writes the segment into out), so in is never copied
+   * to out as a whole: NULL in place. */
+  const char *in;
   size_t count;
   size_t *seg_off, *seg_len; /* elements, n of each */
   char *tmp;                /* reduce-scatter receive scratch: nchunks * ce elements */
@@ -101,6 +113,53 @@ static uint64_t xfer_tag(const RingOp *o, int stage, int chunk, int src) {
 }
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* A buffer of at least len bytes: a spare one of c's that fits, else a new one. */
+static char *scratch_get(RingComm *c, size_t len) {
+  char *p = NULL;
+  pthread_mutex_lock(&c->mu);
+  int best = -1;
+  for (int i = 0; i < SPARE_BUFFERS; i++)
+    if (c->spare[i].p && c->spare[i].len >= len && (best < 0 || c->spare[i].len < c->spare[best].len))
+      best = i;
+  if (best >= 0) {
+    p = c->spare[best].p;
+    c->spare[best].p = NULL;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (p) return p;
+  p = floe__malloc(len + sizeof(size_t));
+  if (!p) return NULL;
+  memcpy(p, &len, sizeof len); /* its size, ahead of what the caller sees */
+  return p + sizeof(size_t);
+}
+
+static size_t scratch_len(const char *q) {
+  size_t len;
+  memcpy(&len, q - sizeof(size_t), sizeof len);
+  return len;
+}
+
+/* Keeps q for later (replacing the smallest spare when all are taken), or frees it. */
+static void scratch_put(RingComm *c, char *q) {
+  if (!q) return;
+  size_t len = scratch_len(q);
+  char *drop = q;
+  pthread_mutex_lock(&c->mu);
+  int slot = -1;
+  for (int i = 0; i < SPARE_BUFFERS && slot < 0; i++)
+    if (!c->spare[i].p) slot = i;
+  if (slot < 0)
+    for (int i = 0; i < SPARE_BUFFERS; i++)
+      if (c->spare[i].len < len && (slot < 0 || c->spare[i].len < c->spare[slot].len)) slot = i;
+  if (slot >= 0) {
+    drop = c->spare[slot].p;
+    c->spare[slot].p = q;
+    c->spare[slot].len = len;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (drop) floe__free(drop - sizeof(size_t));
+}
 
 /* ---- comm ---- */
 
@@ -170,6 +229,8 @@ static void ring_comm_free(void *comm) {
   RingComm *c = comm;
   if (!c) return;
   /* The core frees a comm only once its operations are done. */
+  for (int i = 0; i < SPARE_BUFFERS; i++)
+    if (c->spare[i].p) floe__free(c->spare[i].p - sizeof(size_t));
   floe__free(c->name);
   floe__free(c->next_dev);
   floe__free(c->prev_dev);
@@ -182,11 +243,11 @@ static void ring_comm_free(void *comm) {
 static void op_free(RingOp *o) {
   floe__free(o->seg_off);
   floe__free(o->seg_len);
-  floe__free(o->tmp);
-  floe__free(o->msgs);
+  scratch_put(o->c, o->tmp);
+  scratch_put(o->c, o->msgs);
   floe__free(o->ch);
   floe__free(o->errmsg);
-  if (o->kind == K_RS) floe__free(o->buf);
+  if (o->kind == K_RS) scratch_put(o->c, o->buf);
   floe__free(o);
 }
 
@@ -304,9 +365,11 @@ static void chunk_advance(RingOp *o, int i) {
       chunk_range(o, ss, i, &soff, &sl);
       chunk_range(o, rs, i, &roff, &rl);
       if (sl) {
-        sbuf = o->buf + soff * o->es;
+        /* Step 0 sends this rank's own values of the segment: still in the input. */
+        sbuf = (o->in && ch->stage == 0 ? o->in : o->buf) + soff * o->es;
         slen = sl * o->es;
       }
+      if (rl && reduce && o->in) ch->reduce_from = o->in + roff * o->es;
       if (rl) {
         rbuf = reduce ? o->tmp + (size_t)i * o->ce * o->es : o->buf + roff * o->es;
         rlen = rl * o->es;
@@ -424,11 +487,16 @@ static void xfer_done(void *arg, floe_code code, size_t size) {
   if (ok && o->kind == K_BC && ch->stage == 0 && ch->recv_elems && o->root != c->rank)
     memcpy(ch->recv_at, o->msgs + (size_t)a->chunk * (BCAST_HEADER + o->ce * o->es) +
                             BCAST_HEADER, ch->recv_elems * o->es);
-  else if (ok && ch->reduce_into && ch->recv_elems)
+  else if (ok && ch->reduce_into && ch->recv_elems) {
+    /* The chunk is in cache: copying the input's chunk here costs little, a whole copy of
+     * the input up front would cost a pass over memory. */
+    if (ch->reduce_from) memcpy(ch->reduce_into, ch->reduce_from, ch->recv_elems * o->es);
     floe__reduce_into(ch->reduce_into, ch->recv_at, ch->recv_elems, o->dt, o->op);
+  }
   pthread_mutex_lock(&c->mu);
   ch->stage++;
   ch->reduce_into = NULL;
+  ch->reduce_from = NULL;
   ch->recv_elems = 0;
   pthread_mutex_unlock(&c->mu);
   chunk_advance(o, a->chunk);
@@ -486,7 +554,7 @@ static floe_code op_start(RingComm *c, int kind, const void *in, void *out, size
 
   /* The working buffer. */
   if (kind == K_RS) {
-    if (total && !(o->buf = floe__malloc(total * es))) goto oom;
+    if (total && !(o->buf = scratch_get(c, total * es))) goto oom;
     if (total) memcpy(o->buf, in, total * es);
   } else if (kind == K_AG) {
     o->buf = out;
@@ -495,9 +563,10 @@ static floe_code op_start(RingComm *c, int kind, const void *in, void *out, size
     o->buf = root == c->rank ? (char *)in : out;
   } else {
     o->buf = out;
-    if (count && in != out) memmove(out, in, count * es);
+    if (in != out) o->in = in;
   }
   if (n == 1 || o->nchunks == 0) {
+    if (o->in && count) memmove(out, in, count * es);
     /* Nothing crosses the ring: the result is this rank's own. */
     if (kind == K_RS && count) memcpy(out, o->buf + o->seg_off[c->rank] * es, count * es);
     op_free(o);
@@ -505,10 +574,10 @@ static floe_code op_start(RingComm *c, int kind, const void *in, void *out, size
     return FLOE_OK;
   }
   if (kind == K_AR || kind == K_RS) {
-    if (!(o->tmp = floe__malloc((size_t)o->nchunks * o->ce * es))) goto oom;
+    if (!(o->tmp = scratch_get(c, (size_t)o->nchunks * o->ce * es))) goto oom;
   }
   if (kind == K_BC &&
-      !(o->msgs = floe__malloc((size_t)o->nchunks * (BCAST_HEADER + o->ce * es))))
+      !(o->msgs = scratch_get(c, (size_t)o->nchunks * (BCAST_HEADER + o->ce * es))))
     goto oom;
   if (!(o->ch = floe__calloc((size_t)o->nchunks, sizeof *o->ch))) goto oom;
   o->chunks_left = o->nchunks;
