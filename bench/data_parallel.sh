@@ -7,7 +7,9 @@
 # run and each task this prints examples/s (the task's own), its median step, and its steps
 # split into compute, wait_params and send_grads (per-step means in ms: the step split of
 # docs/benchmarks.md, "Step split"), then the run's examples/s summed over the tasks.
-# Async replication throughout; sync for the mlp on 2 and 4 tasks with 1 ps.
+# Async replication throughout; sync for the mlp on 2 and 4 tasks with 1 ps; allreduce (no
+# ps) for every model on 2 and 4 tasks, beside sync on 1 ps (ALLREDUCE=0 skips them;
+# ONLY_ALLREDUCE=1 runs only them).
 #
 #   sh bench/data_parallel.sh      (from the build tree; LIMIT examples, default 6400;
 #                                   MODELS, default "mlp cnn"; SYNC=0 skips the sync runs)
@@ -54,18 +56,38 @@ for d in rows:
           s.get("wait_params", 0), s.get("send_grads", 0), s.get("kernels", 0)))
 tr = sum(d["step_split_ms"]["tracing"] + d["step_split_ms"]["overhead"] for d in rows) / len(rows)
 print("| all | %d | %.0f | | | | | | |" % (sum(d["steps"] for d in rows), total))
-print("(bytes per step to/from the ps tasks: %.0f / %.0f; measuring cost %.2f ms a step)\n" % (
-      sum(chief["bytes_to_ps_per_step"]), sum(chief["bytes_from_ps_per_step"]), tr))
+if chief.get("replication") == "allreduce":
+    print("(bytes per step to/from the other tasks: %.0f / %.0f, %s, fusion %d; measuring cost "
+          "%.2f ms a step)\n" % (chief["bytes_to_peers_per_step"], chief["bytes_from_peers_per_step"],
+                                 chief["collective"], chief["fusion_bytes"], tr))
+else:
+    print("(bytes per step to/from the ps tasks: %.0f / %.0f; measuring cost %.2f ms a step)\n" % (
+          sum(chief["bytes_to_ps_per_step"]), sum(chief["bytes_from_ps_per_step"]), tr))
 PY
   else
     echo "## $label: failed: $(tail -1 "$tmp/err")"
   fi
 }
+if [ "${ONLY_ALLREDUCE:-0}" != 1 ]; then
 for model in $models; do
   for ps in 1 2; do
     for tasks in 1 2 4; do run "$model" "$tasks" "$ps" async; done
   done
 done
-if [ "$sync" = 1 ]; then
+fi
+if [ "$sync" = 1 ] && [ "${ONLY_ALLREDUCE:-0}" != 1 ]; then
   for tasks in 2 4; do run mlp "$tasks" 1 sync; done
+fi
+# No ps tasks: every task holds the variables, gradients averaged by all-reduce (the ring);
+# against sync on 1 ps, the same global batch per step.
+if [ "${ALLREDUCE:-1}" = 1 ]; then
+  for model in $models; do
+    for tasks in 2 4; do
+      run "$model" "$tasks" 0 allreduce
+      # (the mlp's sync runs above already, unless only these run)
+      if [ "$model" != mlp ] || [ "$sync" != 1 ] || [ "${ONLY_ALLREDUCE:-0}" = 1 ]; then
+        run "$model" "$tasks" 1 sync
+      fi
+    done
+  done
 fi
