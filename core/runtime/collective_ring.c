@@ -590,7 +590,9 @@ static floe_code op_start(RingComm *c, int kind, const void *in, void *out, size
   o->next = c->ops;
   c->ops = o;
   pthread_mutex_unlock(&c->mu);
-  for (int i = 0; i < o->nchunks; i++) chunk_advance(o, i);
+  /* The last chunk to end frees o, possibly inside the last call here: o is not read after. */
+  int nchunks = o->nchunks;
+  for (int i = 0; i < nchunks; i++) chunk_advance(o, i);
   return FLOE_OK;
 oom:
   op_free(o);

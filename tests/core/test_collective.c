@@ -20,6 +20,13 @@ static FloeRuntime *rt;
 static int64_t next_group = 100;
 
 static void setup(void) {
+  /* The ring moves bytes through a transport: the local one, beside the CPU plugin. */
+  const char *cpu = getenv("FLOE_PLUGIN_PATH"), *local = getenv("FLOE_TRANSPORT_DIR");
+  if (local && *local && (!cpu || !strstr(cpu, local))) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s:%s", cpu ? cpu : "", local);
+    setenv("FLOE_PLUGIN_PATH", path, 1);
+  }
   setenv("FLOE_CPU_DEVICES", "4", 1);
   /* Small chunks: a few thousand elements already make a pipeline of many. */
   setenv("FLOE_COLLECTIVE_CHUNK_BYTES", "4096", 1);
