@@ -132,7 +132,8 @@ void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps, int
     json_key(w, "collective"), json_string(w, c->collective ? c->collective : "auto");
     FloeAllReduceOptions ao; /* the library's default when --fusion-bytes was not given */
     floe_all_reduce_options_init(&ao);
-    json_key(w, "fusion_bytes"), json_int(w, c->fusion_bytes >= 0 ? c->fusion_bytes : ao.fusion_bytes);
+    json_key(w, "fusion_bytes"),
+        json_int(w, c->fusion_bytes >= 0 ? c->fusion_bytes : ao.fusion_bytes);
     json_key(w, "bytes_to_peers_per_step"),
         json_double(w, steps ? (double)c->to_peers / (double)steps : 0);
     json_key(w, "bytes_from_peers_per_step"),

@@ -37,6 +37,7 @@ typedef struct Member {
   int size;
   char *device;
   char *name;              /* "group K (size N)", for messages */
+  uint64_t generation;     /* the manager's when made: a later set_env ends its waits */
   bool resolving, resolved;
   floe_code err;           /* resolution failed: every comm of the member fails with it */
   char *errmsg;
@@ -78,6 +79,7 @@ struct FloeCollComm {
   FloeCollectiveStore store;
   CollOp *queue, **queue_tail;
   int inflight;            /* operations given to the backend, not yet done */
+  bool forming;            /* its forming thread has not ended (it uses mem) */
 };
 
 struct FloeCollMgr {
@@ -276,6 +278,7 @@ int floe__coll_channel(FloeCollMgr *m, const char *device, bool is_send, int64_t
   pthread_mutex_lock(&m->mu);
   FloeCollEnv env = m->env;
   bool has_env = m->has_env;
+  uint64_t gen = m->generation;
   pthread_mutex_unlock(&m->mu);
   if (!has_env || !env.channel) return 0;
   int64_t deadline = now_ms() + timeout_ms;
@@ -295,6 +298,14 @@ int floe__coll_channel(FloeCollMgr *m, const char *device, bool is_send, int64_t
       return -1;
     }
     floe_status_clear(&cst);
+    pthread_mutex_lock(&m->mu);
+    bool reset = m->generation != gen;
+    pthread_mutex_unlock(&m->mu);
+    if (reset) {
+      floe_status_set(st, FLOE_ABORTED, "stopped waiting for a connection to %s: the runtime's "
+                      "collectives were reset (its server stopped or changed)", device);
+      return -1;
+    }
     struct timespec ts = {0, nap_ms * 1000000};
     nanosleep(&ts, NULL);
     if (nap_ms < 50) nap_ms *= 2;
@@ -335,15 +346,45 @@ static floe_code store_set(FloeCollMgr *m, const char *key, const void *value, s
 }
 
 /* *value floe__malloc'd (NUL after len bytes). */
-static floe_code store_get(FloeCollMgr *m, const char *key, int64_t timeout_ms, void **value,
-                           size_t *len, FloeStatus *st) {
+static floe_code gone(FloeCollMgr *m, const char *key, FloeStatus *st) {
+  (void)m;
+  return floe_status_set(st, FLOE_ABORTED, "stopped waiting for key \"%s\": the runtime's "
+                         "collectives were reset (its server stopped or changed)", key);
+}
+
+/* Waits (up to timeout_ms; 0 looks once) for key, giving up once the manager's generation is
+ * no longer gen (set_env reset the groups). *value floe__malloc'd (NUL after len bytes). */
+static floe_code store_get(FloeCollMgr *m, uint64_t gen, const char *key, int64_t timeout_ms,
+                           void **value, size_t *len, FloeStatus *st) {
   pthread_mutex_lock(&m->mu);
+  if (m->generation != gen) {
+    pthread_mutex_unlock(&m->mu);
+    return gone(m, key, st);
+  }
   if (m->has_env) {
     FloeCollEnv env = m->env;
     pthread_mutex_unlock(&m->mu);
     void *v = NULL;
     size_t n = 0;
-    floe_code rc = env.kv_get(env.arg, key, timeout_ms, &v, &n, st);
+    /* In slices, so that a reset is noticed within one. */
+    int64_t deadline = now_ms() + (timeout_ms < 0 ? INT64_MAX / 4 : timeout_ms);
+    floe_code rc;
+    for (;;) {
+      int64_t left = deadline - now_ms();
+      int64_t slice = left < 0 ? 0 : left > 200 ? 200 : left;
+      rc = env.kv_get(env.arg, key, slice, &v, &n, st);
+      if (rc != FLOE_DEADLINE_EXCEEDED || now_ms() >= deadline) break;
+      floe_status_clear(st);
+      pthread_mutex_lock(&m->mu);
+      bool reset = m->generation != gen;
+      pthread_mutex_unlock(&m->mu);
+      if (reset) return gone(m, key, st);
+    }
+    if (rc == FLOE_DEADLINE_EXCEEDED) {
+      floe_status_clear(st);
+      return floe_status_set(st, FLOE_DEADLINE_EXCEEDED, "key \"%s\" did not come within %lld "
+                             "ms", key, (long long)timeout_ms);
+    }
     if (rc != FLOE_OK) return rc;
     *value = floe__malloc(n + 1);
     if (!*value) {
@@ -371,6 +412,10 @@ static floe_code store_get(FloeCollMgr *m, const char *key, int64_t timeout_ms, 
         return FLOE_OK;
       }
     if (m->has_env || !wait_until(m, deadline)) break;
+    if (m->generation != gen) {
+      pthread_mutex_unlock(&m->mu);
+      return gone(m, key, st);
+    }
   }
   pthread_mutex_unlock(&m->mu);
   return floe_status_set(st, FLOE_DEADLINE_EXCEEDED, "key \"%s\" did not come within %lld ms",
@@ -413,7 +458,7 @@ static floe_code resolve_member(FloeCollMgr *m, Member *mem, int64_t timeout_ms,
       void *v = NULL;
       size_t n = 0;
       floe_status_clear(&kst);
-      rc = store_get(m, key, 0, &v, &n, &kst);
+      rc = store_get(m, mem->generation, key, 0, &v, &n, &kst);
       if (rc == FLOE_OK) {
         names[i] = v;
         if (strcmp(v, mem->device) == 0) mine = i;
@@ -454,7 +499,7 @@ static floe_code resolve_member(FloeCollMgr *m, Member *mem, int64_t timeout_ms,
     size_t n = 0;
     int64_t left = deadline - now_ms();
     FloeStatus kst = {FLOE_OK, NULL};
-    rc = store_get(m, key, left > 0 ? left : 0, (void **)&names[i], &n, &kst);
+    rc = store_get(m, mem->generation, key, left > 0 ? left : 0, (void **)&names[i], &n, &kst);
     if (rc != FLOE_OK) {
       int joined = 0;
       for (int j = 0; j < mem->size; j++) joined += names[j] != NULL;
@@ -509,8 +554,8 @@ static floe_code plug_store_get(void *arg, const char *key, int64_t timeout_ms, 
   snprintf(k, sizeof k, "floe.coll/g/%lld/%d/%s/%s", (long long)c->mem->group_key, c->mem->size,
            c->m->backends[c->backend].name, key);
   FloeStatus st = {FLOE_OK, NULL};
-  floe_code rc = store_get(c->m, k, timeout_ms < 0 ? FLOE__COLL_TIMEOUT_MS : timeout_ms, value,
-                           len, &st);
+  floe_code rc = store_get(c->m, c->mem->generation, k,
+                           timeout_ms < 0 ? FLOE__COLL_TIMEOUT_MS : timeout_ms, value, len, &st);
   floe_status_clear(&st);
   return rc;
 }
@@ -759,6 +804,7 @@ static void *form_main(void *p) {
   }
   pthread_mutex_lock(&m->mu);
   m->threads--;
+  c->forming = false;
   pthread_cond_broadcast(&m->cv);
   pthread_mutex_unlock(&m->mu);
   floe__coll_comm_release(c);
@@ -792,6 +838,7 @@ static Member *member_find_or_add(FloeCollMgr *m, const FloeCollRequest *rq, Flo
   }
   mem->group_key = rq->group_key;
   mem->size = rq->group_size;
+  mem->generation = m->generation;
   m->members[m->num_members++] = mem;
   return mem;
 }
@@ -901,6 +948,7 @@ floe_code floe__collective_submit(FloeRuntime *rt, const FloeCollRequest *rq,
     c->mem = mem;
     c->backend = b;
     c->state = COMM_FORMING;
+    c->forming = true;
     c->queue_tail = &c->queue;
     c->store = (FloeCollectiveStore){sizeof c->store, plug_store_set, plug_store_get, c};
     *fa = (FormArg){c, timeout, m->generation};
@@ -977,15 +1025,15 @@ static void reap(FloeCollMgr *m, FloeCollComm **comms, int n, Member **members, 
   int64_t deadline = now_ms() + wait_ms;
   pthread_mutex_lock(&m->mu);
   for (;;) {
-    bool busy = m->threads > 0;
-    for (int i = 0; i < n && !busy; i++) busy = comms[i]->inflight > 0;
+    bool busy = false;
+    for (int i = 0; i < n && !busy; i++) busy = comms[i]->inflight > 0 || comms[i]->forming;
     if (!busy || !wait_until(m, deadline)) break;
   }
   pthread_mutex_unlock(&m->mu);
   for (int i = 0; i < n; i++) {
     FloeCollComm *c = comms[i];
     pthread_mutex_lock(&m->mu);
-    bool busy = c->inflight > 0;
+    bool busy = c->inflight > 0 || c->forming;
     if (busy) {
       FloeCollComm **z = floe__realloc(m->zombies, (size_t)(m->num_zombies + 1) * sizeof *z);
       if (z) {
@@ -1071,6 +1119,11 @@ void floe__collective_mgr_free(FloeRuntime *rt) {
   reap(m, z, nz, zm, nzm, 60000);
   floe__free(z);
   floe__free(zm);
+  /* Threads of the manager's (forming, broadcast receivers) end within a store wait's slice
+   * of the reset; none may outlive m. */
+  pthread_mutex_lock(&m->mu);
+  while (m->threads > 0) pthread_cond_wait(&m->cv, &m->mu);
+  pthread_mutex_unlock(&m->mu);
   for (int i = 1; i < m->num_backends; i++)
     if (m->backends[i].inited) m->backends[i].fns->finalize(m->backends[i].ctx);
   for (int i = 0; i < m->num_kv; i++) {

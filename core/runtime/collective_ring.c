@@ -120,7 +120,8 @@ static char *scratch_get(RingComm *c, size_t len) {
   pthread_mutex_lock(&c->mu);
   int best = -1;
   for (int i = 0; i < SPARE_BUFFERS; i++)
-    if (c->spare[i].p && c->spare[i].len >= len && (best < 0 || c->spare[i].len < c->spare[best].len))
+    if (c->spare[i].p && c->spare[i].len >= len &&
+        (best < 0 || c->spare[i].len < c->spare[best].len))
       best = i;
   if (best >= 0) {
     p = c->spare[best].p;

@@ -159,7 +159,8 @@ END_TEST
 START_TEST(all_reduce_counts_and_dtypes) {
   const int64_t counts[] = {1, 3, 1000, 20000};
   for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
-    for (int n = 2; n <= 4; n++) check_case(ALL_REDUCE, n, FLOE_F32, FLOE_REDUCE_SUM, counts[c], 0, 1);
+    for (int n = 2; n <= 4; n++)
+      check_case(ALL_REDUCE, n, FLOE_F32, FLOE_REDUCE_SUM, counts[c], 0, 1);
   const FloeDType dts[] = {FLOE_F64, FLOE_F16, FLOE_BF16, FLOE_I64, FLOE_I8, FLOE_U8};
   for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
     check_case(ALL_REDUCE, 3, dts[d], dts[d] == FLOE_U8 ? FLOE_REDUCE_MAX : FLOE_REDUCE_SUM,
@@ -283,7 +284,8 @@ START_TEST(bad_attributes) {
   FloeCollectiveOptions o = opts_of(4, 1, 1);
   floe_reduce_scatter(g, "rs", x, FLOE_REDUCE_SUM, &o);
   ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(floe_graph_error(g, NULL), "multiple of group_size"), "%s", floe_graph_error(g, NULL));
+  ck_assert_msg(strstr(floe_graph_error(g, NULL), "multiple of group_size"), "%s",
+                floe_graph_error(g, NULL));
   floe_graph_free(g);
   g = floe_graph_new();
   x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, dims));
@@ -293,7 +295,8 @@ START_TEST(bad_attributes) {
   g = floe_graph_new();
   floe_broadcast_recv(g, "b", FLOE_F32, floe_shape_unknown(), &o);
   ck_assert_int_eq(floe_graph_status(g), FLOE_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(floe_graph_error(g, NULL), "fully defined"), "%s", floe_graph_error(g, NULL));
+  ck_assert_msg(strstr(floe_graph_error(g, NULL), "fully defined"), "%s",
+                floe_graph_error(g, NULL));
   floe_graph_free(g);
   g = floe_graph_new();
   x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, dims));
@@ -325,7 +328,8 @@ START_TEST(one_group_key_one_size) {
     if (out) floe_tensor_release(out);
     floe_graph_free(g);
     if (pass == 0) ck_assert_msg(rc == FLOE_OK, "%s", msg);
-    else ck_assert_msg(rc == FLOE_INVALID_ARGUMENT && strstr(msg, "group_size 1"), "%d: %s", rc, msg);
+    else
+      ck_assert_msg(rc == FLOE_INVALID_ARGUMENT && strstr(msg, "group_size 1"), "%d: %s", rc, msg);
   }
 }
 END_TEST

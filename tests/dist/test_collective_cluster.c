@@ -311,7 +311,8 @@ static float dp_y(int i, int j) { return (float)((i + 2 * j) % 5) / 4.0f; }
 /* rows [lo, hi) of the data as constants; W (seed) and b; loss = mean((xW + b - y)^2). */
 static FloeOutput dp_model(FloeGraph *g, int lo, int hi, int64_t seed) {
   int64_t xd[2] = {hi - lo, DP_IN}, yd[2] = {hi - lo, DP_OUT};
-  FloeTensor *xt = floe_tensor_new(FLOE_F32, 2, xd, NULL), *yt = floe_tensor_new(FLOE_F32, 2, yd, NULL);
+  FloeTensor *xt = floe_tensor_new(FLOE_F32, 2, xd, NULL);
+  FloeTensor *yt = floe_tensor_new(FLOE_F32, 2, yd, NULL);
   float *xv = floe_tensor_data(xt), *yv = floe_tensor_data(yt);
   for (int i = lo; i < hi; i++) {
     for (int j = 0; j < DP_IN; j++) xv[(i - lo) * DP_IN + j] = dp_x(i, j);

@@ -3,6 +3,9 @@
 // comm.h).
 #include "comm.h"
 
+#include <signal.h>
+#include <time.h>
+
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -24,6 +27,36 @@
 #include "reduce.h"
 #include "reduce_scatter.h"
 #include "store.h"
+
+namespace {
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would end the process with
+// SIGPIPE. Threads that run Gloo code keep SIGPIPE blocked (threads Gloo starts inherit the
+// mask), so the write fails with EPIPE instead; a SIGPIPE raised meanwhile is taken off this
+// thread before the mask is put back.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &s, &old_);
+  }
+  ~NoSigpipe() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    const struct timespec zero = {0, 0};
+    while (sigtimedwait(&s, nullptr, &zero) == SIGPIPE) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipe(const NoSigpipe &) = delete;
+  NoSigpipe &operator=(const NoSigpipe &) = delete;
+
+ private:
+  sigset_t old_;
+};
+}  // namespace
 
 namespace floe_gloo {
 
@@ -185,6 +218,7 @@ floe_code Comm::create(const FloeHostApi *host, const FloeCollectiveGroup *g, Co
       *msg = "group " + name + ": no usable store to meet the other ranks through";
       return FLOE_INVALID_ARGUMENT;
     }
+    NoSigpipe no_sigpipe;  // this thread connects; Gloo's loop thread inherits the mask
     Comm *c = new Comm();
     std::unique_ptr<Comm, void (*)(Comm *)> guard(c, [](Comm *p) { p->destroy(); });
     c->host_ = host;
@@ -361,6 +395,7 @@ floe_code Comm::submit(const OpDesc &op) noexcept {
 }
 
 void Comm::worker_main() noexcept {
+  NoSigpipe no_sigpipe;  // for the life of this operation thread
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     work_cv_.wait(lk, [this] { return !queue_.empty() || stopping_; });
@@ -506,6 +541,7 @@ void Comm::abort() noexcept {
 }
 
 void Comm::destroy() noexcept {
+  NoSigpipe no_sigpipe;  // closing Gloo's pairs may still write
   const auto self = std::this_thread::get_id();
   {
     std::unique_lock<std::mutex> lk(mu_);
