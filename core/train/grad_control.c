@@ -93,6 +93,14 @@ floe_code floe__grads_register_control(FloeStatus *st) {
   if (rc == FLOE_OK) rc = floe__grad_register("Switch", grad_switch, st);
   if (rc == FLOE_OK) rc = floe__grad_register("LoopCond", NULL, st);
   if (rc == FLOE_OK) rc = floe__grad_register("ControlTrigger", NULL, st);
+  /* Collectives stop the gradient: data-parallel training all-reduces gradients, it does not
+   * differentiate through an all-reduce (whose gradient would be collectives of its own, with
+   * instance keys every rank must agree on). */
+  static const char *const collectives[] = {"CollectiveReduce", "CollectiveGather",
+                                            "CollectiveReduceScatter", "CollectiveBcastSend",
+                                            "CollectiveBcastRecv"};
+  for (size_t i = 0; rc == FLOE_OK && i < sizeof collectives / sizeof *collectives; i++)
+    rc = floe__grad_register(collectives[i], NULL, st);
   return rc;
 }
 

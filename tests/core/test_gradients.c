@@ -645,6 +645,12 @@ static const char *const not_differentiable[] = {
     "StatelessRandomNormal",
     "LogUniformCandidateSampler",
     "BatchedNonMaxSuppression", /* grad_resize.c */
+    /* grad_control.c: collectives stop the gradient */
+    "CollectiveReduce",
+    "CollectiveGather",
+    "CollectiveReduceScatter",
+    "CollectiveBcastSend",
+    "CollectiveBcastRecv",
     "Sign",
     "Floor",
     "InvertPermutation",

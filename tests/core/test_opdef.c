@@ -416,6 +416,7 @@ static const DefLine def_lines[] = {
 #include "ops_resize.def"
 #include "ops_text_features.def"
 #include "ops_convgrad.def"
+#include "ops_collective.def"
 };
 #undef FLOE_OP
 
