@@ -341,17 +341,32 @@ static void fail_waiters(FloeRendezvous *r, const FloeStatus *st) {
   }
 }
 
-/* Withdraws the transport Recvs in flight (under r->mu). Those the transport withdraws, or
- * that are completing, end in their callbacks with the abort's status; with no cancel slot
- * the Recv is failed here and its transfer left to finish on its own. */
+/* Takes op out of the Recvs in flight to be failed by fail_orphan: its transfer is left to
+ * finish on its own (the transport's callback keeps its reference and finds it delivered).
+ * Under r->mu. */
+static void orphan(FloeRendezvous *r, RecvOp *op) {
+  op->delivered = true;
+  op->refs++;
+  ops_remove(r, op);
+}
+
+/* Fails an orphaned op with st (under r->mu; drops it meanwhile). */
+static void fail_orphan(FloeRendezvous *r, RecvOp *op, const FloeStatus *st) {
+  call_done(r, op->done, op->arg, st, NULL, false);
+  op_unref(op);
+}
+
+/* Withdraws the transport Recvs in flight (under r->mu). Those the transport withdraws end in
+ * their callbacks with the abort's status. A Recv the transport cannot withdraw (no cancel
+ * slot, or its message is already arriving: a peer that hangs in the middle of a payload
+ * never finishes it) is failed here and its transfer left to finish, or to fail when the
+ * channel closes, on its own: an abort never waits on a peer. */
 static void cancel_ops(FloeRendezvous *r, const FloeStatus *st) {
   RecvOp *orphans = NULL;
   for (RecvOp *op = r->ops, *next; op; op = next) {
     next = op->next;
-    if (!op->xfer || floe__transport_cancel(op->mgr, op->xfer) != FLOE_UNIMPLEMENTED) continue;
-    op->delivered = true;
-    op->refs++;
-    ops_remove(r, op);
+    if (!op->xfer || floe__transport_cancel(op->mgr, op->xfer) == FLOE_OK) continue;
+    orphan(r, op);
     op->next = orphans;
     orphans = op;
   }
@@ -359,8 +374,7 @@ static void cancel_ops(FloeRendezvous *r, const FloeStatus *st) {
     RecvOp *op = orphans;
     orphans = op->next;
     op->next = NULL;
-    call_done(r, op->done, op->arg, st, NULL, false);
-    op_unref(op);
+    fail_orphan(r, op, st);
   }
 }
 
@@ -1010,8 +1024,16 @@ static void on_message(void *arg, floe_code code, size_t size) {
   pthread_mutex_lock(&r->mu);
   floe_code rc = floe__transport_irecv_on(op->mgr, op->chan, op->payload, op->payload_len,
                                           op->tag | 1, on_payload, op, &op->xfer, &st);
-  /* Aborted while the header was being read: withdraw at once (or let it complete). */
-  if (rc == FLOE_OK && r->aborted) floe__transport_cancel(op->mgr, op->xfer);
+  /* Aborted while the header was being read: withdraw at once, or fail the Recv now when the
+   * payload is already arriving (see cancel_ops). */
+  if (rc == FLOE_OK && r->aborted && !op->delivered &&
+      floe__transport_cancel(op->mgr, op->xfer) != FLOE_OK) {
+    FloeStatus ab = {FLOE_OK, NULL};
+    abort_status(r, &ab);
+    orphan(r, op);
+    fail_orphan(r, op, &ab);
+    floe_status_clear(&ab);
+  }
   pthread_mutex_unlock(&r->mu);
   if (rc != FLOE_OK) {
     floe__status_prefix(&st, "Recv of %s", op->key);

@@ -612,6 +612,68 @@ START_TEST(abort_races_with_transfers) {
 }
 END_TEST
 
+/* A peer that hangs in the middle of a value: the transport has matched the Recv's message
+ * and can no longer withdraw the receive (floe-transport-stall.so: cancel answers
+ * UNAVAILABLE; a split value's payload never arrives). An abort still ends every Recv at
+ * once with its status, free returns, and the transfers left behind end when the runtime
+ * closes the comm. Two Recvs: one whose message never came (waiting on the header) and one
+ * whose header came and whose payload is stuck. */
+START_TEST(abort_does_not_wait_for_a_stalled_peer) {
+  char path[2 * PATH_MAX];
+  snprintf(path, sizeof path, "%s:%s", env_dir("FLOE_PLUGIN_PATH"), env_dir("FLOE_STALL_DIR"));
+  FloeRuntimeOptions o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.plugin_path = path;
+  o.plugins = "";
+  o.num_threads = 2;
+  o.skip_install_dir = 1;
+  FloeStatus st = {FLOE_OK, NULL};
+  FloeRuntime *rt = floe_runtime_new(&o, &st);
+  ck_assert_msg(rt != NULL, "runtime on %s: %s", path, floe_status_message(&st));
+  setenv("FLOE_TRANSPORT", "stall", 1); /* read when the manager starts: the first Send */
+  FloeDevice *cpu = device(rt, "cpu:0");
+  FloeRendezvous *r = rv_new(rt, 11, true, false);
+  FloeRendezvousKey nothing = key_of(cpu, cpu, "never:0", 0, 0);
+  FloeRendezvousKey half = key_of(cpu, cpu, "half:0", 0, 0);
+  Got g1, g2;
+  got_init(&g1);
+  got_init(&g2);
+  enum { BIG = 3 * FLOE__RV_MESSAGE_MAX / 4 }; /* f32s: a split value */
+  float *v = calloc(BIG, sizeof *v);
+  ck_assert_ptr_nonnull(v);
+  FloeTensor *x = vec(v, BIG);
+  free(v);
+  ck_assert_msg(floe__rendezvous_send(r, &half, x, false, &st) == FLOE_OK, "%s",
+                floe_status_message(&st));
+  floe_tensor_release(x);
+  floe__rendezvous_recv(r, &nothing, cpu, got_done, &g1);
+  floe__rendezvous_recv(r, &half, cpu, got_done, &g2);
+  ck_assert_int_eq(floe__rendezvous_num_pending(r), 2);
+  /* The header of half arrives (the manager polls it), then its payload stalls: neither
+   * Recv ends on its own. */
+  struct timespec ts = {0, 300 * 1000000};
+  nanosleep(&ts, NULL);
+  ck_assert_int_eq(g1.calls + g2.calls, 0);
+  ck_assert_int_eq(floe__rendezvous_num_pending(r), 2);
+  floe__rendezvous_abort(r, FLOE_UNAVAILABLE, "/job:worker/task:1 sent no heartbeat");
+  ck_assert_int_eq(g1.calls, 1); /* at once, on this thread */
+  ck_assert_int_eq(g2.calls, 1);
+  ck_assert_int_eq(g1.code, FLOE_UNAVAILABLE);
+  ck_assert_int_eq(g2.code, FLOE_UNAVAILABLE);
+  ck_assert_str_eq(g2.msg, "/job:worker/task:1 sent no heartbeat");
+  ck_assert_ptr_null(g2.t);
+  ck_assert_int_eq(floe__rendezvous_num_pending(r), 0);
+  floe__rendezvous_free(r); /* returns: nothing it waits for is left */
+  floe_runtime_free(rt);    /* closes the comm: the stuck receives end there */
+  unsetenv("FLOE_TRANSPORT");
+  ck_assert_int_eq(g1.calls, 1);
+  ck_assert_int_eq(g2.calls, 1);
+  got_clear(&g1);
+  got_clear(&g2);
+}
+END_TEST
+
 START_TEST(duplicate_send_and_recv) {
   FloeRuntime *rt = runtime(true, false);
   FloeDevice *cpu = device(rt, "cpu:0");
@@ -1769,6 +1831,7 @@ Suite *rendezvous_suite(void) {
   tcase_add_test(tc, abort_by_reference);
   tcase_add_test(tc, abort_transport);
   tcase_add_test(tc, abort_races_with_transfers);
+  tcase_add_test(tc, abort_does_not_wait_for_a_stalled_peer);
   tcase_add_test(tc, duplicate_send_and_recv);
   tcase_add_test(tc, free_fails_pending_and_drains);
   tcase_add_test(tc, bf16_by_reference);
