@@ -2,7 +2,12 @@
 /* cmd_launch.c - floe launch: a whole cluster on this machine, as torchrun --standalone
  * starts one: a `floe server` per worker and ps task, then COMMAND as the chief, with the
  * cluster in FLOE_CONFIG and a fresh job secret in FLOE_JOB_SECRET_FILE; when COMMAND ends
- * the servers get SIGTERM, and floe launch exits with COMMAND's status. */
+ * the servers get SIGTERM, and floe launch exits with COMMAND's status.
+ *
+ * --max-restarts N (torchrun's): when a task fails (ends with a signal or a non-zero status
+ * before the chief succeeded), the other tasks are stopped and every task starts again on
+ * the same ports, with FLOE_RESTART=<k> in its environment; `floe train --checkpoint-dir`
+ * then resumes from the last committed checkpoint. Up to N times. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,7 +31,8 @@
 
 static const char launch_help[] =
     "Usage: floe launch --workers N [--ps M] [--transport NAME] [--provider P]\n"
-    "                   [--host H] [--timeout S] [--every-task] -- COMMAND [ARG]...\n"
+    "                   [--host H] [--timeout S] [--every-task] [--max-restarts N]\n"
+    "                   -- COMMAND [ARG]...\n"
     "Start a cluster on this machine: one `floe server` per worker and ps task (each on a\n"
     "free port of H), then COMMAND as the chief, with FLOE_CONFIG holding the cluster\n"
     "(TF_CONFIG's form, task chief 0) and FLOE_JOB_SECRET_FILE a fresh secret. COMMAND is\n"
@@ -46,7 +52,14 @@ static const char launch_help[] =
     "                       replication: floe train --cluster env), each with FLOE_CONFIG\n"
     "                       naming its own task; the others' output goes to standard\n"
     "                       error; exits with the chief's status, else the first failure\n"
-    "Under mpirun or srun, run COMMAND itself instead: the cluster then comes from PMIx.\n";
+    "  --max-restarts N     when a task fails (a signal, or a non-zero status before the\n"
+    "                       chief succeeded), stop the others and start every task again\n"
+    "                       (same ports; FLOE_RESTART=1, 2, ... in their environment), up to\n"
+    "                       N times (default 0): floe train --checkpoint-dir D then resumes\n"
+    "                       from the last checkpoint committed in D\n"
+    "Under mpirun or srun, run COMMAND itself instead: the cluster then comes from PMIx\n"
+    "(which ends the whole job when one rank dies: run it again, with floe train's\n"
+    "--checkpoint-dir and --resume, to go on from the last checkpoint).\n";
 
 #define MAX_TASKS 513
 
@@ -110,11 +123,15 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void stop_servers(Task *t, int n) {
-  for (int i = 1; i < n; i++)
-    if (t[i].pid > 0) kill(t[i].pid, SIGTERM);
-  double end = now_s() + 10;
-  for (int i = 1; i < n; i++) {
+/* Stops tasks first..n-1 still running: SIGTERM, then SIGKILL after grace_s seconds. */
+static void stop_tasks(Task *t, int n, int first, double grace_s) {
+  for (int i = first; i < n; i++)
+    if (t[i].pid > 0) {
+      kill(t[i].pid, SIGTERM);
+      kill(t[i].pid, SIGCONT); /* a stopped task (one that hangs) takes it too */
+    }
+  double end = now_s() + grace_s;
+  for (int i = first; i < n; i++) {
     while (t[i].pid > 0) {
       int status;
       pid_t r = waitpid(t[i].pid, &status, WNOHANG);
@@ -123,8 +140,8 @@ static void stop_servers(Task *t, int n) {
         break;
       }
       if (now_s() > end) {
-        fprintf(stderr, "floe launch: /job:%s/task:%d did not stop within 10 s of SIGTERM: "
-                "killed\n", t[i].job, t[i].index);
+        fprintf(stderr, "floe launch: /job:%s/task:%d did not stop within %.0f s of SIGTERM: "
+                "killed\n", t[i].job, t[i].index, grace_s);
         kill(t[i].pid, SIGKILL);
         waitpid(t[i].pid, &status, 0);
         t[i].pid = 0;
@@ -144,19 +161,42 @@ static const char *ended_how(int status, int *code) {
   return WIFEXITED(status) ? "status" : "signal";
 }
 
+/* How one start of the job ended. */
+typedef struct Outcome {
+  int rc;          /* what floe launch exits with when it does not start the job again */
+  int failed;      /* a task failed: starting again may help */
+  char what[256];  /* the task that failed and how, for the restart's line */
+} Outcome;
+
+static double g_t0; /* when floe launch started */
+
+/* A task failed: said at once (its time is when the failure was seen), then the others stop. */
+static void task_failed(Outcome *o, const Task *x, pid_t pid, int status) {
+  int code;
+  const char *how = ended_how(status, &code);
+  o->failed = 1;
+  snprintf(o->what, sizeof o->what, "/job:%s/task:%d (pid %d) ended with %s %d", x->job,
+           x->index, (int)pid, how, code);
+  fprintf(stderr, "floe launch: [%.3f s] %s: stopping the other tasks\n", now_s() - g_t0,
+          o->what);
+}
+
 /* --every-task: COMMAND in every task, each with FLOE_CONFIG naming its own task (as mpirun
  * starts every rank); the other tasks' standard output goes to standard error, so what the
  * chief prints stays apart. Once the chief ends, the others get SIGTERM (a task that only
  * serves exits 0 on it; one that did not notice the chief leave would wait out a heartbeat
  * timeout). The chief's status, or when it succeeded the first other task's failure before
- * that. */
-static int run_every_task(Task *t, int n, const char *host, char **cmd) {
+ * that. With restart (restarts left), the first task to fail ends the attempt at once. */
+static void run_every_task(Task *t, int n, const char *host, char **cmd, int restart,
+                           Outcome *out) {
+  memset(out, 0, sizeof *out);
   for (int i = 0; i < n; i++) {
     char *cfg = cluster_json(t, n, host, t[i].job, t[i].index);
     if (!cfg) {
       cli_error("launch", "out of memory");
-      stop_servers(t, n);
-      return 1;
+      stop_tasks(t, n, 0, 10);
+      out->rc = 1;
+      return;
     }
     pid_t pid = fork();
     if (pid == 0) {
@@ -173,14 +213,14 @@ static int run_every_task(Task *t, int n, const char *host, char **cmd) {
     if (pid < 0) {
       cli_error("launch", "cannot start /job:%s/task:%d: %s", t[i].job, t[i].index,
                 strerror(errno));
-      stop_servers(t, n);
-      if (t[0].pid > 0) kill(t[0].pid, SIGTERM), waitpid(t[0].pid, NULL, 0);
-      return 1;
+      stop_tasks(t, n, 0, 10);
+      out->rc = 1;
+      return;
     }
     t[i].pid = pid;
   }
   int rc = -1, other_rc = 0;
-  while (rc < 0) {
+  while (rc < 0 && !out->failed) {
     int status;
     pid_t r = waitpid(-1, &status, 0);
     if (r < 0 && errno == EINTR) {
@@ -196,7 +236,10 @@ static int run_every_task(Task *t, int n, const char *host, char **cmd) {
       int code;
       const char *how = ended_how(status, &code);
       int task_rc = WIFEXITED(status) ? code : 128 + code;
-      if (i == 0) {
+      if (restart && task_rc != 0 && !g_signal) {
+        task_failed(out, &t[i], r, status);
+        out->rc = task_rc;
+      } else if (i == 0) {
         rc = task_rc;
       } else if (task_rc != 0) {
         fprintf(stderr, "floe launch: /job:%s/task:%d (pid %d) ended with %s %d while the chief "
@@ -205,13 +248,149 @@ static int run_every_task(Task *t, int n, const char *host, char **cmd) {
       }
     }
   }
-  stop_servers(t, n); /* SIGTERM, then SIGKILL after 10 s */
+  /* SIGTERM, then SIGKILL after 10 s (after a failure 2 s: the job starts again) */
+  stop_tasks(t, n, 0, out->failed ? 2 : 10);
+  if (out->failed) return;
   if (rc < 0) rc = 1;
-  return rc ? rc : other_rc;
+  out->rc = rc ? rc : other_rc;
+}
+
+/* The servers (this very program's `server` command, exe), each until its ready line, then
+ * COMMAND as the chief; the chief's status. With restart, a server that ends while the chief
+ * runs, or a chief that fails, is a failure. */
+static void run_servers(Task *t, int n, const char *exe, const char *config_path,
+                        const char *chief_spec, char **cmd, double timeout, int restart,
+                        Outcome *out) {
+  memset(out, 0, sizeof *out);
+  out->rc = 1;
+  for (int i = 1; i < n; i++) { /* (again, after a restart) */
+    t[i].is_ready = 0;
+    t[i].got = 0;
+    t[i].out_fd = -1;
+  }
+  for (int i = 1; i < n; i++) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+      cli_error("launch", "cannot make a pipe: %s", strerror(errno));
+      goto stop;
+    }
+    char task[16];
+    snprintf(task, sizeof task, "%d", t[i].index);
+    pid_t pid = fork();
+    if (pid < 0) {
+      cli_error("launch", "cannot start a server: %s", strerror(errno));
+      close(p[0]);
+      close(p[1]);
+      goto stop;
+    }
+    if (pid == 0) {
+      dup2(p[1], STDOUT_FILENO);
+      char *args[] = {(char *)exe, (char *)"server", (char *)"--cluster", (char *)config_path,
+                      (char *)"--job",
+                      (char *)t[i].job, (char *)"--task", task, NULL};
+      execv(exe, args);
+      _exit(127);
+    }
+    close(p[1]);
+    t[i].pid = pid;
+    t[i].out_fd = p[0];
+  }
+  /* Every ready line, within the timeout. */
+  double end = now_s() + timeout;
+  for (int ready = 0; ready < n - 1;) {
+    struct pollfd pf[MAX_TASKS];
+    int map[MAX_TASKS], np = 0;
+    for (int i = 1; i < n; i++)
+      if (!t[i].is_ready) {
+        pf[np] = (struct pollfd){t[i].out_fd, POLLIN, 0};
+        map[np++] = i;
+      }
+    int left = (int)((end - now_s()) * 1000);
+    if (left <= 0 || g_signal) {
+      for (int k = 0; k < np; k++)
+        fprintf(stderr, "floe launch: /job:%s/task:%d (pid %d) did not say it was ready\n",
+                t[map[k]].job, t[map[k]].index, (int)t[map[k]].pid);
+      cli_error("launch", g_signal ? "interrupted while starting the servers"
+                                   : "the servers did not start within %.0f s", timeout);
+      goto stop;
+    }
+    if (poll(pf, (nfds_t)np, left) < 0 && errno != EINTR) break;
+    for (int k = 0; k < np; k++) {
+      if (!pf[k].revents) continue;
+      Task *x = &t[map[k]];
+      ssize_t r = read(x->out_fd, x->ready + x->got, sizeof x->ready - 1 - x->got);
+      if (r <= 0) {
+        int status = 0;
+        waitpid(x->pid, &status, 0);
+        x->pid = 0;
+        cli_error("launch", "/job:%s/task:%d exited before it was ready (%s %d; its errors "
+                  "are above)", x->job, x->index, WIFEXITED(status) ? "status" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        goto stop;
+      }
+      x->got += (size_t)r;
+      x->ready[x->got] = 0;
+      if (strchr(x->ready, '\n')) {
+        x->is_ready = 1;
+        ready++;
+        close(x->out_fd);
+        x->out_fd = -1;
+      }
+    }
+  }
+  /* The chief. */
+  setenv("FLOE_CONFIG", chief_spec, 1);
+  pid_t chief = fork();
+  if (chief < 0) {
+    cli_error("launch", "cannot start COMMAND: %s", strerror(errno));
+    goto stop;
+  }
+  if (chief == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    execvp(cmd[0], cmd);
+    fprintf(stderr, "floe launch: cannot run %s: %s\n", cmd[0], strerror(errno));
+    _exit(127);
+  }
+  t[0].pid = chief;
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(-1, &status, 0);
+    if (r == chief) {
+      t[0].pid = 0;
+      break;
+    }
+    if (r < 0) {
+      if (errno == EINTR) {
+        if (g_signal) kill(chief, g_signal);
+        continue;
+      }
+      break;
+    }
+    for (int i = 1; i < n; i++) /* a server ended early: the chief will see it too */
+      if (t[i].pid == r) {
+        fprintf(stderr, "floe launch: /job:%s/task:%d (pid %d) ended while the chief ran "
+                "(%s %d)\n", t[i].job, t[i].index, (int)r, WIFEXITED(status) ? "status" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        t[i].pid = 0;
+        if (restart && !g_signal) task_failed(out, &t[i], r, status);
+      }
+    if (out->failed) break; /* the job starts again: no need to wait for the chief to see it */
+  }
+  if (!out->failed) {
+    out->rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (restart && out->rc != 0 && !g_signal) task_failed(out, &t[0], chief, status);
+  }
+stop:
+  for (int i = 1; i < n; i++)
+    if (t[i].out_fd >= 0) close(t[i].out_fd), t[i].out_fd = -1;
+  stop_tasks(t, n, 0, out->failed ? 2 : 10);
 }
 
 int cmd_launch(int argc, char **argv) {
-  enum { OPT_PS = 256, OPT_TRANSPORT, OPT_PROVIDER, OPT_HOST, OPT_TIMEOUT, OPT_EVERY };
+  enum { OPT_PS = 256, OPT_TRANSPORT, OPT_PROVIDER, OPT_HOST, OPT_TIMEOUT, OPT_EVERY,
+         OPT_RESTARTS };
   static const struct option opts[] = {
       {"workers", required_argument, NULL, 'w'}, {"ps", required_argument, NULL, OPT_PS},
       {"transport", required_argument, NULL, OPT_TRANSPORT},
@@ -219,9 +398,10 @@ int cmd_launch(int argc, char **argv) {
       {"host", required_argument, NULL, OPT_HOST},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"every-task", no_argument, NULL, OPT_EVERY},
+      {"max-restarts", required_argument, NULL, OPT_RESTARTS},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int every = 0;
-  long long workers = -1, ps = 0;
+  long long workers = -1, ps = 0, max_restarts = 0;
   double timeout = 60;
   const char *transport = NULL, *provider = NULL, *host = "127.0.0.1";
   int c, rc;
@@ -244,10 +424,15 @@ int cmd_launch(int argc, char **argv) {
           return rc;
         break;
       case OPT_EVERY: every = 1; break;
+      case OPT_RESTARTS:
+        if ((rc = cli_int_option("launch", "--max-restarts", optarg, 0, 1000, &max_restarts)))
+          return rc;
+        break;
       case 'h': printf("%s", launch_help); return 0;
       default: return cli_bad_option("launch", c, argv, opts);
     }
   }
+  g_t0 = now_s();
   if (workers < 0) return cli_usage("launch", "give --workers N");
   if (workers == 0 && ps == 0)
     return cli_usage("launch", "--workers 0 leaves the chief alone: give --ps M too");
@@ -327,118 +512,25 @@ int cmd_launch(int argc, char **argv) {
     goto cleanup;
   }
   exe[el] = 0;
-  if (every) {
-    rc = run_every_task(t, n, host, cmd);
-    goto cleanup;
-  }
-  for (int i = 1; i < n; i++) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) {
-      cli_error("launch", "cannot make a pipe: %s", strerror(errno));
-      goto stop;
+  for (int attempt = 0;; attempt++) {
+    if (attempt) {
+      char k[16];
+      snprintf(k, sizeof k, "%d", attempt);
+      setenv("FLOE_RESTART", k, 1);
+    } else {
+      unsetenv("FLOE_RESTART");
     }
-    char task[16];
-    snprintf(task, sizeof task, "%d", t[i].index);
-    pid_t pid = fork();
-    if (pid < 0) {
-      cli_error("launch", "cannot start a server: %s", strerror(errno));
-      close(p[0]);
-      close(p[1]);
-      goto stop;
-    }
-    if (pid == 0) {
-      dup2(p[1], STDOUT_FILENO);
-      char *args[] = {exe, (char *)"server", (char *)"--cluster", config_path, (char *)"--job",
-                      (char *)t[i].job, (char *)"--task", task, NULL};
-      execv(exe, args);
-      _exit(127);
-    }
-    close(p[1]);
-    t[i].pid = pid;
-    t[i].out_fd = p[0];
+    Outcome o;
+    int restart = attempt < max_restarts;
+    if (every)
+      run_every_task(t, n, host, cmd, restart, &o);
+    else
+      run_servers(t, n, exe, config_path, chief_spec, cmd, timeout, restart, &o);
+    rc = o.rc;
+    if (!o.failed || g_signal) break;
+    fprintf(stderr, "floe launch: [%.3f s] every task starts again (restart %d of %lld)\n",
+            now_s() - g_t0, attempt + 1, max_restarts);
   }
-  /* Every ready line, within the timeout. */
-  double end = now_s() + timeout;
-  for (int ready = 0; ready < n - 1;) {
-    struct pollfd pf[MAX_TASKS];
-    int map[MAX_TASKS], np = 0;
-    for (int i = 1; i < n; i++)
-      if (!t[i].is_ready) {
-        pf[np] = (struct pollfd){t[i].out_fd, POLLIN, 0};
-        map[np++] = i;
-      }
-    int left = (int)((end - now_s()) * 1000);
-    if (left <= 0 || g_signal) {
-      for (int k = 0; k < np; k++)
-        fprintf(stderr, "floe launch: /job:%s/task:%d (pid %d) did not say it was ready\n",
-                t[map[k]].job, t[map[k]].index, (int)t[map[k]].pid);
-      cli_error("launch", g_signal ? "interrupted while starting the servers"
-                                   : "the servers did not start within %.0f s", timeout);
-      goto stop;
-    }
-    if (poll(pf, (nfds_t)np, left) < 0 && errno != EINTR) break;
-    for (int k = 0; k < np; k++) {
-      if (!pf[k].revents) continue;
-      Task *x = &t[map[k]];
-      ssize_t r = read(x->out_fd, x->ready + x->got, sizeof x->ready - 1 - x->got);
-      if (r <= 0) {
-        int status = 0;
-        waitpid(x->pid, &status, 0);
-        x->pid = 0;
-        cli_error("launch", "/job:%s/task:%d exited before it was ready (%s %d; its errors "
-                  "are above)", x->job, x->index, WIFEXITED(status) ? "status" : "signal",
-                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-        goto stop;
-      }
-      x->got += (size_t)r;
-      x->ready[x->got] = 0;
-      if (strchr(x->ready, '\n')) {
-        x->is_ready = 1;
-        ready++;
-        close(x->out_fd);
-        x->out_fd = -1;
-      }
-    }
-  }
-  /* The chief. */
-  setenv("FLOE_CONFIG", chief_spec, 1);
-  pid_t chief = fork();
-  if (chief < 0) {
-    cli_error("launch", "cannot start COMMAND: %s", strerror(errno));
-    goto stop;
-  }
-  if (chief == 0) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    execvp(cmd[0], cmd);
-    fprintf(stderr, "floe launch: cannot run %s: %s\n", cmd[0], strerror(errno));
-    _exit(127);
-  }
-  int status = 0;
-  for (;;) {
-    pid_t r = waitpid(-1, &status, 0);
-    if (r == chief) break;
-    if (r < 0) {
-      if (errno == EINTR) {
-        if (g_signal) kill(chief, g_signal);
-        continue;
-      }
-      break;
-    }
-    for (int i = 1; i < n; i++) /* a server ended early: the chief will see it too */
-      if (t[i].pid == r) {
-        fprintf(stderr, "floe launch: /job:%s/task:%d (pid %d) ended while the chief ran "
-                "(%s %d)\n", t[i].job, t[i].index, (int)r, WIFEXITED(status) ? "status" : "signal",
-                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-        t[i].pid = 0;
-      }
-  }
-  rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-stop:
-  for (int i = 1; i < n; i++)
-    if (t[i].out_fd >= 0) close(t[i].out_fd);
-  stop_servers(t, n);
 cleanup:
   unlink(secret_path);
   unlink(config_path);

@@ -338,6 +338,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   }
   if (o->resume && !o->checkpoint_dir)
     return cli_usage("train", "--resume needs --checkpoint-dir DIR");
+  train_restart_resumes(o->checkpoint_dir, &o->resume); /* floe launch --max-restarts */
   if (o->stop_after > o->epochs) {
     snprintf(msg, sizeof msg, "--stop-after %d is past the last epoch (--epochs %d)",
              o->stop_after, o->epochs);
@@ -945,8 +946,9 @@ int cmd_train(int argc, char **argv) {
     }
     rc = 1;
     printf("resumed from %s at global step %lld (epoch %lld, batch %lld)\n", resume_path,
-           (long long)global_step, (long long)(per_epoch ? global_step / per_epoch + 1 : 1),
-           (long long)(per_epoch ? global_step % per_epoch : 0));
+           (long long)global_step,
+           (long long)(per_epoch ? global_step * t.K / per_epoch + 1 : 1),
+           (long long)(per_epoch ? global_step * t.K % per_epoch : 0));
     free(resume_path);
   }
   if (o->cl.allreduce) { /* every task starts from the chief's variables */
@@ -1096,6 +1098,15 @@ int cmd_train(int argc, char **argv) {
       }
       loss_sum += loss;
       steps++;
+      if (o->cl.spec) { /* recovery: its time, and the test hook that kills a task */
+        int64_t gs = o->cl.sync ? global_step
+                                : ((int64_t)e * per_epoch + j + 1) / (o->cl.allreduce ? replicas : 1);
+        if (o->cl.is_chief && total_steps + steps == 1 && train_restart_count() > 0)
+          fprintf(stderr, "floe train: restart %d: the first step after recovery ended at global "
+                  "step %lld, %.3f s after this process started\n", train_restart_count(),
+                  (long long)gs, now_seconds() - t_start);
+        train_cluster_test_kill(&t.o.cl, gs);
+      }
       if (train_sigint_pending()) { /* Ctrl-C: stop at this step boundary */
         if (t.tty) printf("\n");
         rc = stop_at_signal(&t, o, argc, argv);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* train_cluster.c - floe train's tasks on a cluster (train_cluster.h). */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,7 +207,84 @@ int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool) {
   c->mark = calloc((size_t)c->cap_rows, sizeof *c->mark);
   if (!c->ps_bytes || !c->to_ps || !c->from_ps || !c->rows || !c->mark)
     return cli_error(tool, "out of memory");
+  train_cluster_test_publish_pid(c);
   return 0;
+}
+
+/* ---- the test hook that kills a task at a chosen global step ---- */
+
+int train_restart_count(void) {
+  const char *r = getenv("FLOE_RESTART");
+  int k = r && *r ? atoi(r) : 0;
+  return k > 0 ? k : 0;
+}
+
+int train_restart_resumes(const char *checkpoint_dir, int *resume) {
+  int k = train_restart_count();
+  if (!k) return 0;
+  if (checkpoint_dir) {
+    if (!*resume)
+      fprintf(stderr, "floe train: restart %d of the job: resuming from the last checkpoint in "
+              "%s\n", k, checkpoint_dir);
+    *resume = 1;
+  } else {
+    fprintf(stderr, "floe train: restart %d of the job without --checkpoint-dir: training "
+            "starts again from scratch\n", k);
+  }
+  return k;
+}
+
+/* FLOE_TEST_KILL_AT_STEP, or -1 when unset or in a restarted job (FLOE_RESTART > 0). */
+static int64_t test_kill_step(void) {
+  const char *e = getenv("FLOE_TEST_KILL_AT_STEP");
+  if (!e || !*e || train_restart_count() > 0) return -1;
+  char *end = NULL;
+  long long s = strtoll(e, &end, 10);
+  return end && !*end && s >= 0 ? s : -1;
+}
+
+#define TEST_PID_KEY "floe_test/pid"
+
+void train_cluster_test_publish_pid(TrainCluster *c) {
+  if (test_kill_step() < 0) return;
+  char key[256], pid[32];
+  snprintf(key, sizeof key, TEST_PID_KEY "%s", c->worker_device);
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  FloeStatus *st = floe_status_new();
+  if (st && floe_server_kv_set(c->server, key, pid, strlen(pid), 1, st) != FLOE_OK)
+    fprintf(stderr, "floe train: test hook: publishing this task's pid: %s\n",
+            floe_status_message(st));
+  floe_status_free(st);
+}
+
+void train_cluster_test_kill(TrainCluster *c, int64_t global_step) {
+  static int done;
+  int64_t at = test_kill_step();
+  if (done || at < 0 || global_step < at || !c->is_chief) return;
+  done = 1;
+  const char *who = getenv("FLOE_TEST_KILL_TASK");
+  if (!who || !*who) who = c->worker_device;
+  char key[256];
+  snprintf(key, sizeof key, TEST_PID_KEY "%s", who);
+  FloeStatus *st = floe_status_new();
+  void *v = NULL;
+  size_t len = 0;
+  if (!st || floe_server_kv_get(c->server, key, 10000, &v, &len, st) != FLOE_OK) {
+    fprintf(stderr, "floe train: test hook: no pid for %s: %s\n", who,
+            st ? floe_status_message(st) : "out of memory");
+  } else {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < 31 ? len : 31), (const char *)v);
+    int pid = atoi(buf);
+    const char *sig = getenv("FLOE_TEST_KILL_SIGNAL"); /* STOP: a task that hangs */
+    int stop = sig && !strcmp(sig, "STOP");
+    fprintf(stderr, "floe train: test hook: kill -%s of %s (pid %d) at global step %lld\n",
+            stop ? "STOP" : "9", who, pid, (long long)global_step);
+    fflush(stderr);
+    if (pid > 0) kill(pid, stop ? SIGSTOP : SIGKILL);
+  }
+  free(v);
+  floe_status_free(st);
 }
 
 void train_cluster_count_begin(TrainCluster *c) {

@@ -133,6 +133,21 @@ void train_cluster_count_end(TrainCluster *c);
  * ("/job:worker/task:1"), sleeps a random delay drawn from an exponential distribution of
  * that mean before each step (an injected straggler); otherwise returns at once. */
 void train_cluster_straggle(const TrainCluster *c);
+/* floe launch --max-restarts starts every task of a failed job again with FLOE_RESTART=k
+ * (k = 1, 2, ...): train_restart_count is k, or 0 in a job's first start. A restarted task
+ * resumes from the last checkpoint (train_restart_resumes sets *resume when there is a
+ * checkpoint dir, and says so on stderr; returns k). */
+int train_restart_count(void);
+int train_restart_resumes(const char *checkpoint_dir, int *resume);
+/* Tests of recovery (floe launch --max-restarts): with FLOE_TEST_KILL_AT_STEP=S in the
+ * environment of a job's first start (FLOE_RESTART unset or 0), every task publishes its pid
+ * in the cluster's key-value store (train_cluster_start does it), and the chief, once the
+ * global step reaches S (train_cluster_test_kill after each of its steps), sends SIGKILL to
+ * FLOE_TEST_KILL_TASK ("/job:ps/task:0"; default the chief itself), or SIGSTOP with
+ * FLOE_TEST_KILL_SIGNAL=STOP (a task that hangs): a kill -9 at a chosen step of a run with a
+ * fixed data order. Tasks of one machine only. Tests and benchmarks only. */
+void train_cluster_test_publish_pid(TrainCluster *c);
+void train_cluster_test_kill(TrainCluster *c, int64_t global_step);
 void train_cluster_free(TrainCluster *c);
 
 /* The step split of a task's training steps (FloeStepSplit; docs/benchmarks.md, "Step

@@ -254,6 +254,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
                      "allreduce trains the mlp and the cnn");
   if (o->resume && !o->checkpoint_dir)
     return cli_usage("train", "--resume needs --checkpoint-dir DIR");
+  train_restart_resumes(o->checkpoint_dir, &o->resume); /* floe launch --max-restarts */
   if (o->cl.spec && (o->devices || o->save_graph || o->export_path))
     return cli_usage("train", "--cluster places the graph itself and keeps the variables on the "
                      "ps tasks: drop --devices, --save-graph and --export");
@@ -869,6 +870,13 @@ int cmd_train_lstm(int argc, char **argv) {
       done_here++;
       loss_sum += loss;
       last_loss = loss;
+      if (cluster) { /* recovery: its time, and the test hook that kills a task */
+        if (o.cl.is_chief && my_steps == 1 && train_restart_count() > 0)
+          fprintf(stderr, "floe train: restart %d: the first step after recovery ended at global "
+                  "step %lld, %.3f s after this process started\n", train_restart_count(),
+                  (long long)global_step, now_s() - t_start);
+        train_cluster_test_kill(&o.cl, global_step);
+      }
       if (train_sigint_pending()) {
         if (tty) printf("\n");
         rc = cli_error("train", "interrupted at this task's step %lld", (long long)my_steps);

@@ -1,0 +1,100 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Recovery from a dead task: floe launch --every-task --max-restarts N stops the job's other
+# tasks when one fails and starts every task again; floe train --checkpoint-dir resumes from
+# the last checkpoint committed there. A sync run (chief + worker + 1 ps, 3 epochs of 3,000
+# examples, checkpoints after each epoch) with a fixed data order:
+#  - two uninterrupted runs end with the same bytes (the reference is deterministic);
+#  - kill -9 of the worker at global step 30 (FLOE_TEST_KILL_AT_STEP: the chief sends the
+#    signal once the global step reaches it, in the job's first start only), and of the ps at
+#    step 40: the job restarts once, resumes from the epoch-1 checkpoint, and its final
+#    checkpoint is bitwise the uninterrupted run's; the times from the kill to its detection
+#    (launch's restart) and to the first step after recovery are printed;
+#  - the worker hanging (SIGSTOP) at step 30: found by the heartbeats (timeout 1 s), the job
+#    restarts and ends bitwise the same;
+#  - without --max-restarts the kill fails the job (as before); a task failing every time
+#    uses the restarts up and launch exits with its status.
+# Over fabric tcp, then ucx where built. Skipped (77) without a transport or Fashion-MNIST.
+set -u
+each_transport=1
+. "${top_srcdir}/tests/dist/common.sh"
+DATA=/usr/share/datasets/fashion-mnist
+[ -e "$DATA/train-images-idx3-ubyte.gz" ] || [ -e "$DATA/train-images-idx3-ubyte" ] ||
+  { echo "SKIP: Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)"; exit 77; }
+TRAIN="train --threads 1 --data $DATA --cluster env --replication sync --limit 3000 --epochs 3"
+LAUNCH="launch --workers 1 --ps 1 --every-task"
+
+# The last checkpoint of folder $1 (its files, in order), for comparing two runs' ends.
+final_files() { ls "$1" | grep -v '\.tmp' | sort | tail -1; }
+same_end() { # same_end A B: the newest checkpoints of A and B hold the same bytes
+  fa=$(final_files "$1"); fb=$(final_files "$2")
+  [ -n "$fa" ] && [ "$fa" = "$fb" ] && cmp -s "$1/$fa" "$2/$fb"
+}
+# Seconds between the first lines of $1 matching $2 and $3 (lines stamped by stamp()).
+stamp() { python3 -u -c '
+import sys, time
+for line in sys.stdin:
+    sys.stdout.write("%.3f %s" % (time.monotonic(), line))'; }
+between() { awk -v a="$2" -v b="$3" 'index($0, a) && !ta { ta = $1 } index($0, b) && !tb { tb = $1 }
+  END { if (ta && tb) printf "%.2f", tb - ta; else print "?" }' "$1"; }
+
+# ---- the reference, twice ----------------------------------------------------------------
+for r in ref ref2; do
+  timeout 300 "$FLOE" $LAUNCH -- "$FLOE" $TRAIN --checkpoint-dir "$tmp/$r" >"$tmp/$r.out" 2>"$tmp/$r.err" ||
+    bad "uninterrupted run $r: $(tail -3 "$tmp/$r.err")"
+done
+if [ "$(final_files "$tmp/ref")" = ckpt-0000000070.safetensors ] && same_end "$tmp/ref" "$tmp/ref2"; then ok; else
+  bad "two uninterrupted runs differ (or did not reach global step 70): $(ls "$tmp/ref" "$tmp/ref2")"; fi
+
+# ---- kill -9 (or SIGSTOP) of a task at a chosen step, restarted ----------------------------
+recover() { # recover NAME TASK STEP [SIGNAL]: launch's stderr stamped line by line as it comes
+  name=$1
+  (FLOE_TEST_KILL_AT_STEP=$3 FLOE_TEST_KILL_TASK=$2 FLOE_TEST_KILL_SIGNAL=${4:-KILL} \
+    timeout 300 "$FLOE" $LAUNCH --max-restarts 2 -- "$FLOE" $TRAIN --heartbeat-timeout 1 \
+    --checkpoint-dir "$tmp/$name" 2>&1 >"$tmp/$name.out"; echo "exit $?") | stamp >"$tmp/$name.err"
+  if grep -q "^[0-9.]* exit 0$" "$tmp/$name.err"; then ok; else
+    bad "$name: launch failed"; tail -5 "$tmp/$name.err"; fi
+  if [ "$(grep -c 'every task starts again (restart 1 of 2)' "$tmp/$name.err")" = 1 ] &&
+     ! grep -q 'restart 2 of 2' "$tmp/$name.err"; then ok; else
+    bad "$name: expected exactly one restart"; grep 'floe launch' "$tmp/$name.err"; fi
+  # resumed from the checkpoint after epoch 1 (47 batches: 2 a global step), at its step
+  if grep -q "resumed from .*ckpt-0*\([0-9]*\)[.a-z]* at global step \1 (epoch 2, batch [01])" \
+       "$tmp/$name.out"; then ok; else
+    bad "$name: did not resume from the epoch-1 checkpoint"; grep resumed "$tmp/$name.out"; fi
+  if same_end "$tmp/ref" "$tmp/$name"; then ok; else
+    bad "$name: the final checkpoint is not bitwise the uninterrupted run's"; fi
+  det=$(between "$tmp/$name.err" "test hook: kill" "stopping the other tasks")
+  rec=$(between "$tmp/$name.err" "every task starts again" "first step after recovery")
+  echo "$name: detected $det s after the signal; the first step after recovery $rec s after the restart"
+}
+recover kill_worker /job:worker/task:0 30
+recover kill_ps /job:ps/task:0 40
+recover hang_worker /job:worker/task:0 30 STOP
+# a hang is found by the heartbeats: at least the timeout (1 s) after the signal
+hang=$(between "$tmp/hang_worker.err" "test hook: kill" "stopping the other tasks")
+if awk -v d="$hang" 'BEGIN{exit !(d != "?" && d >= 0.9 && d <= 10)}'; then ok; else
+  bad "hang detection took $hang s (heartbeat timeout 1 s)"; fi
+
+# ---- no restarts: the kill fails the job ----------------------------------------------------
+if FLOE_TEST_KILL_AT_STEP=30 FLOE_TEST_KILL_TASK=/job:worker/task:0 timeout 300 "$FLOE" $LAUNCH -- \
+     "$FLOE" $TRAIN --heartbeat-timeout 1 --checkpoint-dir "$tmp/norestart" >"$tmp/nr.out" 2>"$tmp/nr.err"; then
+  bad "without --max-restarts the killed job succeeded"
+elif grep -q "starts again" "$tmp/nr.err"; then bad "restarted without --max-restarts"; else ok; fi
+
+# ---- a task failing every time: the restarts are used up ------------------------------------
+timeout 60 "$FLOE" launch --workers 1 --every-task --max-restarts 2 -- sh -c 'exit 3' >"$tmp/f.out" 2>"$tmp/f.err"
+rc=$?
+if [ "$rc" = 3 ] && [ "$(grep -c 'starts again' "$tmp/f.err")" = 2 ]; then ok; else
+  bad "a task failing each time: exit $rc, $(grep -c 'starts again' "$tmp/f.err") restarts"; cat "$tmp/f.err"; fi
+# the same with servers and a chief COMMAND (floe launch without --every-task)
+timeout 60 "$FLOE" launch --workers 1 --max-restarts 1 -- sh -c 'exit 4' >"$tmp/g.out" 2>"$tmp/g.err"
+rc=$?
+if [ "$rc" = 4 ] && [ "$(grep -c 'starts again' "$tmp/g.err")" = 1 ]; then ok; else
+  bad "servers and a failing chief: exit $rc"; cat "$tmp/g.err"; fi
+if timeout 60 "$FLOE" launch --workers 1 --max-restarts 3 -- true 2>"$tmp/h.err" &&
+   ! grep -q 'starts again' "$tmp/h.err"; then ok; else bad "a chief that succeeds was restarted"; fi
+if "$FLOE" launch --workers 1 --max-restarts -1 -- true 2>"$tmp/u.err"; then bad "--max-restarts -1 taken"
+elif grep -q -- "--max-restarts" "$tmp/u.err"; then ok; else bad "--max-restarts -1: $(cat "$tmp/u.err")"; fi
+
+echo "test_train_restart: $pass passed, $fails failed"
+[ "$fails" = 0 ]
