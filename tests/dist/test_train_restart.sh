@@ -12,6 +12,8 @@
 #    (launch's restart) and to the first step after recovery are printed;
 #  - the worker hanging (SIGSTOP) at step 30: found by the heartbeats (timeout 1 s), the job
 #    restarts and ends bitwise the same;
+#  - allreduce replication (chief + worker, no ps): the worker killed at step 30, the job
+#    restarts (new collective groups) and ends bitwise like its uninterrupted run;
 #  - without --max-restarts the kill fails the job (as before); a task failing every time
 #    uses the restarts up and launch exits with its status.
 # Over fabric tcp, then ucx where built. Skipped (77) without a transport or Fashion-MNIST.
@@ -74,6 +76,16 @@ recover hang_worker /job:worker/task:0 30 STOP
 hang=$(between "$tmp/hang_worker.err" "test hook: kill" "stopping the other tasks")
 if awk -v d="$hang" 'BEGIN{exit !(d != "?" && d >= 0.9 && d <= 10)}'; then ok; else
   bad "hang detection took $hang s (heartbeat timeout 1 s)"; fi
+
+# ---- allreduce (no ps): the collective groups form again in the new processes --------------
+AR="train --threads 1 --data $DATA --cluster env --replication allreduce --limit 3000 --epochs 3"
+timeout 300 "$FLOE" launch --workers 1 --every-task -- "$FLOE" $AR --checkpoint-dir "$tmp/ar_ref" \
+  >/dev/null 2>"$tmp/ar_ref.err" || bad "allreduce reference: $(tail -3 "$tmp/ar_ref.err")"
+FLOE_TEST_KILL_AT_STEP=30 FLOE_TEST_KILL_TASK=/job:worker/task:0 timeout 300 "$FLOE" launch \
+  --workers 1 --every-task --max-restarts 1 -- "$FLOE" $AR --heartbeat-timeout 1 \
+  --checkpoint-dir "$tmp/ar" >"$tmp/ar.out" 2>"$tmp/ar.err" || bad "allreduce recovery: $(tail -3 "$tmp/ar.err")"
+if grep -q "starts again (restart 1 of 1)" "$tmp/ar.err" && same_end "$tmp/ar_ref" "$tmp/ar"; then ok; else
+  bad "allreduce: not restarted, or its final checkpoint differs"; tail -5 "$tmp/ar.err"; fi
 
 # ---- no restarts: the kill fails the job ----------------------------------------------------
 if FLOE_TEST_KILL_AT_STEP=30 FLOE_TEST_KILL_TASK=/job:worker/task:0 timeout 300 "$FLOE" $LAUNCH -- \
