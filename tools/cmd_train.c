@@ -444,9 +444,6 @@ static FloeOutput import_onnx(FloeGraph *g, FloeOutput x, const TrainOptions *o)
   return out;
 }
 
-/* --replication allreduce: the target that gives every task the chief's variables. */
-#define BROADCAST_VARIABLES "broadcast_variables"
-
 /* Everything one run holds, freed by train_free. */
 typedef struct Trainer {
   TrainOptions o;
@@ -541,10 +538,7 @@ static int build_graph(Trainer *t) {
     }
   } else if (o->cl.allreduce) {
     FloeAllReduceOptions ao;
-    floe_all_reduce_options_init(&ao);
-    ao.group_size = o->cl.replicas;
-    if (o->cl.fusion_bytes >= 0) ao.fusion_bytes = o->cl.fusion_bytes;
-    ao.backend = o->cl.collective;
+    train_cluster_allreduce_options(&o->cl, &ao);
     step = floe_allreduce_minimize(g, "train", loss, &opt, &ao, NULL, 0);
   } else {
     step = floe_minimize(g, "train", loss, &opt, NULL, 0);
@@ -560,13 +554,7 @@ static int build_graph(Trainer *t) {
   floe_node_add_input(b, axis);
   floe_node_finish(b);
   floe_variables_initializer(g, "init");
-  if (o->cl.allreduce) { /* every variable, slots and global step too: the chief's values */
-    FloeAllReduceOptions ao;
-    floe_all_reduce_options_init(&ao);
-    ao.group_size = o->cl.replicas;
-    ao.backend = o->cl.collective;
-    floe_broadcast_variables(g, BROADCAST_VARIABLES, o->cl.is_chief, &ao);
-  }
+  train_cluster_add_broadcast(&o->cl, g); /* allreduce: every task takes the chief's values */
   if (floe_graph_status(g) != FLOE_OK)
     return cli_error("train", "building the model: %s", floe_graph_error(g, NULL));
   if (train_vars_collect(g, &t->vars)) return cli_error("train", "out of memory");
@@ -952,15 +940,7 @@ int cmd_train(int argc, char **argv) {
     free(resume_path);
   }
   if (o->cl.allreduce) { /* every task starts from the chief's variables */
-    const char *bc = BROADCAST_VARIABLES;
-    if (floe_session_run_opts(t.s, &t.ro, NULL, 0, NULL, 0, &bc, 1, NULL, t.st) != FLOE_OK) {
-      rc = cli_error("train", "taking the chief's variables: %s", floe_status_message(t.st));
-      goto out;
-    }
-    if (fetch_global_step(&t, &global_step)) {
-      rc = cli_error("train", "reading the global step: %s", floe_status_message(t.st));
-      goto out;
-    }
+    if (train_cluster_broadcast(&o->cl, t.s, &t.ro, t.step_name, &global_step, "train")) goto out;
   } else if (o->cl.spec && !is_worker &&
              train_cluster_publish_start(&o->cl, global_step, "train")) {
     goto out;
@@ -1191,21 +1171,12 @@ int cmd_train(int argc, char **argv) {
     printf("floe train: %s done: %lld steps, p50 step %.2f ms; serving until the chief "
            "leaves\n", floe_server_task(o->cl.server), (long long)total_steps,
            train_step_times_quantile(&times, 0.5) * 1e3);
-    if (o->json) { /* this task's own line (under floe launch, on launch's stderr) */
-      JsonWriter w;
-      json_init(&w, stdout);
-      json_begin_object(&w);
-      json_key(&w, "model"), json_string(&w, o->model);
-      json_key(&w, "steps"), json_int(&w, total_steps);
-      json_key(&w, "samples_per_sec"), json_double(&w, train_secs > 0 ? trained / train_secs : 0);
-      json_key(&w, "train_seconds"), json_double(&w, train_secs);
-      json_key(&w, "step_time_p50_ms"), json_double(&w, train_step_times_quantile(&times, 0.5) * 1e3);
-      json_key(&w, "step_time_p90_ms"), json_double(&w, train_step_times_quantile(&times, 0.9) * 1e3);
-      train_cluster_json(&w, &o->cl, total_steps, t.K, o->cl.sync ? stale_gradients(&t) : -1);
-      json_key(&w, "step_split_ms"), train_split_json(&w, &split);
-      json_end_object(&w);
-      json_finish(&w);
-    }
+    if (o->json && /* this task's own line (under floe launch, on launch's stderr) */
+        train_cluster_worker_json(&o->cl, o->model, total_steps, "samples_per_sec",
+                                  train_secs > 0 ? trained / train_secs : 0, train_secs, &times,
+                                  t.K, o->cl.sync ? stale_gradients(&t) : -1, &split, t.s,
+                                  &t.vars, "train"))
+      goto out;
     fflush(stdout);
     floe_session_free(t.s);
     t.s = NULL;
@@ -1245,6 +1216,7 @@ int cmd_train(int argc, char **argv) {
   floe_optimizer_options_init(&opt_defaults, o->optimizer);
   double lr = isnan(o->lr) ? opt_defaults.learning_rate : o->lr; /* the schedule's peak */
   if (o->json) {
+    int bad_checksum = 0;
     JsonWriter w;
     json_init(&w, stdout);
     json_begin_object(&w);
@@ -1284,11 +1256,13 @@ int cmd_train(int argc, char **argv) {
     json_key(&w, "step_time_p90_ms"), json_double(&w, train_step_times_quantile(&times, 0.9) * 1e3);
     if (o->cl.spec) {
       train_cluster_json(&w, &o->cl, total_steps, t.K, o->cl.sync ? stale_gradients(&t) : -1);
+      bad_checksum = train_cluster_checksum_json(&w, &o->cl, t.s, &t.vars, "train");
       json_key(&w, "step_split_ms"), train_split_json(&w, &split);
     }
     if (o->trace) json_key(&w, "trace"), json_string(&w, o->trace);
     json_end_object(&w);
     json_finish(&w);
+    if (bad_checksum) goto out; /* printed */
   } else {
     printf("test_accuracy %.4f samples/s %.0f wall_seconds %.1f peak_rss_mb %.0f\n",
            accuracy, sps, wall, rss_mb);

@@ -156,6 +156,57 @@ void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps, int
   per_ps_json(w, "bytes_from_ps_per_step", c->from_ps, c->num_ps, steps);
 }
 
+void train_cluster_allreduce_options(const TrainCluster *c, FloeAllReduceOptions *ao) {
+  floe_all_reduce_options_init(ao);
+  ao->group_size = c->replicas;
+  if (c->fusion_bytes >= 0) ao->fusion_bytes = c->fusion_bytes;
+  ao->backend = c->collective;
+}
+
+/* The target that gives every task the chief's variables. */
+#define BROADCAST_VARIABLES "broadcast_variables"
+
+void train_cluster_add_broadcast(const TrainCluster *c, FloeGraph *g) {
+  if (!c->allreduce) return;
+  FloeAllReduceOptions ao; /* every variable, slots and global step too: the chief's values */
+  train_cluster_allreduce_options(c, &ao);
+  floe_broadcast_variables(g, BROADCAST_VARIABLES, c->is_chief, &ao);
+}
+
+int train_cluster_broadcast(const TrainCluster *c, FloeSession *s, const FloeRunOptions *ro,
+                            const char *step_name, int64_t *step, const char *tool) {
+  if (!c->allreduce) return 0;
+  FloeStatus *st = floe_status_new();
+  const char *bc = BROADCAST_VARIABLES;
+  int rc = 0;
+  if (!st)
+    rc = cli_error(tool, "out of memory");
+  else if (floe_session_run_opts(s, ro, NULL, 0, NULL, 0, &bc, 1, NULL, st) != FLOE_OK)
+    rc = cli_error(tool, "taking the chief's variables: %s", floe_status_message(st));
+  else if (train_fetch_global_step(s, ro, step_name, step, st))
+    rc = cli_error(tool, "reading the global step: %s", floe_status_message(st));
+  floe_status_free(st);
+  return rc;
+}
+
+int train_cluster_checksum_json(JsonWriter *w, const TrainCluster *c, FloeSession *s,
+                                const TrainVars *v, const char *tool) {
+  if (!c->allreduce) return 0;
+  FloeStatus *st = floe_status_new();
+  uint32_t crc = 0;
+  if (!st || train_vars_checksum(s, v, &crc, st)) {
+    int rc = cli_error(tool, "reading the variables for their checksum: %s",
+                       st ? floe_status_message(st) : "out of memory");
+    floe_status_free(st);
+    return rc;
+  }
+  floe_status_free(st);
+  char hex[16];
+  snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
+  json_key(w, "variables_checksum"), json_string(w, hex);
+  return 0;
+}
+
 int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool) {
   FloeStatus *st = floe_status_new();
   if (!st) return cli_error(tool, "out of memory");
@@ -608,4 +659,25 @@ void train_split_json(JsonWriter *w, const TrainSplit *p) {
   json_key(w, "tracing"), json_double(w, (double)s->tracing_ns * 1e-6 / n);
   json_key(w, "overhead"), json_double(w, (double)p->overhead_ns * 1e-6 / n);
   json_end_object(w);
+}
+
+int train_cluster_worker_json(const TrainCluster *c, const char *model, int64_t steps,
+                              const char *rate_key, double rate, double train_secs,
+                              TrainStepTimes *times, int K, int64_t stale, const TrainSplit *split,
+                              FloeSession *s, const TrainVars *v, const char *tool) {
+  JsonWriter w;
+  json_init(&w, stdout);
+  json_begin_object(&w);
+  json_key(&w, "model"), json_string(&w, model);
+  json_key(&w, "steps"), json_int(&w, steps);
+  json_key(&w, rate_key), json_double(&w, rate);
+  json_key(&w, "train_seconds"), json_double(&w, train_secs);
+  json_key(&w, "step_time_p50_ms"), json_double(&w, train_step_times_quantile(times, 0.5) * 1e3);
+  json_key(&w, "step_time_p90_ms"), json_double(&w, train_step_times_quantile(times, 0.9) * 1e3);
+  train_cluster_json(&w, c, steps, K, stale);
+  int rc = train_cluster_checksum_json(&w, c, s, v, tool);
+  json_key(&w, "step_split_ms"), train_split_json(&w, split);
+  json_end_object(&w);
+  json_finish(&w);
+  return rc;
 }

@@ -83,6 +83,25 @@ int train_wait_global_step(FloeSession *s, const FloeRunOptions *ro, const char 
 void train_cluster_json(JsonWriter *w, const TrainCluster *c, int64_t steps, int K,
                         int64_t stale);
 
+/* --replication allreduce: "variables_checksum", train_vars_checksum of s's variables v as 8
+ * hex digits, in every training task's line, so the replicas' models can be compared (and a
+ * checkpoint checked against them); nothing under the other replications. 0, or 1 after
+ * printing why. */
+int train_cluster_checksum_json(JsonWriter *w, const TrainCluster *c, FloeSession *s,
+                                const TrainVars *v, const char *tool);
+
+/* --replication allreduce: the options of this cluster's collectives (its training tasks,
+ * --fusion-bytes, --collective) into *ao. */
+void train_cluster_allreduce_options(const TrainCluster *c, FloeAllReduceOptions *ao);
+/* --replication allreduce: adds to g the target that gives every task the chief's variables
+ * (floe_broadcast_variables; nothing under the other replications). After the session is made
+ * and the chief initialised or restored its variables (the others initialised theirs),
+ * train_cluster_broadcast runs it and reads the global step the chief's values say into
+ * *step. 0, or 1 after printing why. */
+void train_cluster_add_broadcast(const TrainCluster *c, FloeGraph *g);
+int train_cluster_broadcast(const TrainCluster *c, FloeSession *s, const FloeRunOptions *ro,
+                            const char *step_name, int64_t *step, const char *tool);
+
 /* Starts this task's server (until the chief leaves) and works out the roles. 0, or the
  * exit status after printing why (tool is the command's name for messages). */
 int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool);
@@ -187,5 +206,15 @@ void train_split_end(TrainSplit *p, FloeRunOptions *ro, int ok);
  * send_grads = wall; kernels: the part of compute inside compute kernels; tracing +
  * overhead: what measuring cost a step), or null when no step was split. */
 void train_split_json(JsonWriter *w, const TrainSplit *p);
+
+/* A worker's own JSON line when it is done training (the chief prints the run's; under floe
+ * launch it goes to launch's standard error): model, steps, rate_key (samples_per_sec,
+ * words_per_sec) = rate, train_seconds, step_time_p50_ms / _p90_ms (sorts times), the
+ * cluster's keys (train_cluster_json with K and stale), train_cluster_checksum_json of s's
+ * variables v, and step_split_ms. 0, or 1 after printing why. */
+int train_cluster_worker_json(const TrainCluster *c, const char *model, int64_t steps,
+                              const char *rate_key, double rate, double train_secs,
+                              TrainStepTimes *times, int K, int64_t stale, const TrainSplit *split,
+                              FloeSession *s, const TrainVars *v, const char *tool);
 
 #endif

@@ -161,3 +161,57 @@ int train_vars_nonfinite(FloeSession *s, const TrainVars *v, char *desc, size_t 
   free(out);
   return found;
 }
+
+/* zlib's CRC-32 (the reflected polynomial 0xEDB88320) table. */
+static void crc32_table(uint32_t table[256]) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+}
+
+/* The CRC-32 crc continued over n bytes. */
+static uint32_t crc32_update(const uint32_t table[256], uint32_t crc, const void *data, size_t n) {
+  const unsigned char *p = data;
+  crc = ~crc;
+  for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+typedef struct NamedIndex {
+  const char *name;
+  int i;
+} NamedIndex;
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const NamedIndex *)a)->name, ((const NamedIndex *)b)->name);
+}
+
+int train_vars_checksum(FloeSession *s, const TrainVars *v, uint32_t *crc, FloeStatus *st) {
+  FloeTensor **out = calloc((size_t)v->n + 1, sizeof *out);
+  NamedIndex *order = calloc((size_t)v->n + 1, sizeof *order);
+  int rc = -1;
+  if (!out || !order) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory reading the variables");
+    goto out;
+  }
+  if (v->n && floe_session_run(s, NULL, 0, (const char *const *)v->reads, v->n, NULL, 0, out,
+                               st) != FLOE_OK)
+    goto out;
+  for (int i = 0; i < v->n; i++) order[i] = (NamedIndex){v->names[i], i};
+  qsort(order, (size_t)v->n, sizeof *order, by_name);
+  uint32_t table[256], c = 0;
+  crc32_table(table);
+  for (int k = 0; k < v->n; k++) {
+    int i = order[k].i;
+    c = crc32_update(table, c, v->names[i], strlen(v->names[i]) + 1); /* the name and its NUL */
+    c = crc32_update(table, c, floe_tensor_data(out[i]), floe_tensor_nbytes(out[i]));
+  }
+  *crc = c;
+  rc = 0;
+out:
+  for (int i = 0; out && i < v->n; i++) floe_tensor_release(out[i]);
+  free(out);
+  free(order);
+  return rc;
+}

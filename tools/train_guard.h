@@ -7,6 +7,7 @@
 #define FLOE_TOOLS_TRAIN_GUARD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <floe/floe.h>
 
@@ -33,5 +34,12 @@ void train_vars_free(TrainVars *v);
  * all are finite, -1 with st set when the run failed. */
 int train_vars_nonfinite(FloeSession *s, const TrainVars *v, char *desc, size_t len,
                          FloeStatus *st);
+
+/* A checksum of every variable's value, to tell whether two processes hold the same model
+ * (the replicas of --replication allreduce): zlib's CRC-32 over the variables in byte order
+ * of their names, each as its name, one NUL byte, then its tensor's raw bytes (the order and
+ * bytes a safetensors checkpoint of the same variables holds, so a script can check a
+ * checkpoint against it). 0 with *crc set, or -1 with st set when the run failed. */
+int train_vars_checksum(FloeSession *s, const TrainVars *v, uint32_t *crc, FloeStatus *st);
 
 #endif

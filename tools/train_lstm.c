@@ -47,9 +47,10 @@ static const char lstm_help[] =
     "                  [--save-graph FILE] [--export FILE] [--profile] [--trace FILE]\n"
     "                  [--timeout S] [--json] [--softmax-shards N]\n"
     "                  [--checkpoint-dir DIR [--resume]]\n"
-    "                  [--cluster SPEC [--job J --task N] [--replication async|sync]\n"
-    "                  [--replicas-to-aggregate K] [--ps-strategy NAME]\n"
-    "                  [--heartbeat-timeout S] [--ps-tasks M]]\n"
+    "                  [--cluster SPEC [--job J --task N]\n"
+    "                  [--replication async|sync|allreduce] [--replicas-to-aggregate K]\n"
+    "                  [--ps-strategy NAME] [--heartbeat-timeout S] [--ps-tasks M]\n"
+    "                  [--fusion-bytes N] [--collective NAME]]\n"
     "  A word-level LSTM language model on the fortune files of Debian's `fortunes`\n"
     "  package (default /usr/share/games/fortunes; --data DIR for another folder).\n"
     "  Integers: 1 to 1073741824 unless said (--layers 1 to 8, --vocab from 3,\n"
@@ -71,7 +72,7 @@ static const char lstm_help[] =
     "  --softmax-lr X         Adam's rate for the output layer (softmax weights and\n"
     "                         biases; default 0.05: its biases must reach the words'\n"
     "                         log-frequencies, and sampled rows are only updated when\n"
-    "                         drawn)\n"
+    "                         drawn; sync and allreduce replication: --lr, one Adam)\n"
     "  --clip N               clip the gradients to a global norm of N (default 0: off;\n"
     "                         with two rates, each optimiser's gradients separately)\n"
     "  --eval-windows N       held-out windows to evaluate (default 0: all)\n"
@@ -103,15 +104,17 @@ static const char lstm_help[] =
     "                         newest 3 are kept; on a cluster the chief saves)\n"
     "  --resume               go on from the newest checkpoint in --checkpoint-dir: at the\n"
     "                         window its global step says (one a window; under sync\n"
-    "                         replication global steps x --replicas-to-aggregate),\n"
-    "                         the recurrent state from zeros there\n"
+    "                         replication global steps x --replicas-to-aggregate; under\n"
+    "                         allreduce global steps x the training tasks), the recurrent\n"
+    "                         state from zeros there\n"
     "  --softmax-shards N     split the embedding and the softmax weights and biases into\n"
     "                         N shards each along the vocabulary (floe_sharded_variable;\n"
     "                         on a cluster each shard goes to a ps task, default N = the\n"
     "                         ps tasks). The full softmax reads every shard whole; the\n"
     "                         sampled softmax and the embedding read only the rows a\n"
     "                         window needs (each shard gives its own), and the gradients\n"
-    "                         go back as rows\n"
+    "                         go back as rows (not with --replication allreduce: it has\n"
+    "                         no ps tasks and keeps every variable whole)\n"
     "  --cluster SPEC         train on a cluster (between-graph replication) as floe train\n"
     "                         --model mlp does (see floe train --help): the variables on\n"
     "                         the ps tasks, the chief and the workers each training on a\n"
@@ -124,6 +127,22 @@ static const char lstm_help[] =
     "                         --replicas-to-aggregate, --ps-strategy, --heartbeat-timeout\n"
     "                         and --ps-tasks as there. Sync replication trains every\n"
     "                         variable with one Adam at --lr (no --softmax-lr)\n"
+    "  --replication allreduce  no ps tasks: every training task holds every variable\n"
+    "                         whole and each step averages the tasks' gradients with\n"
+    "                         fused all-reduces (one Adam at --lr; the sampled softmax's\n"
+    "                         gradients are dense there, and every task draws the same\n"
+    "                         sampled words a step); the chief's values (initialised or\n"
+    "                         restored) are broadcast first. A collective needs every\n"
+    "                         task to run the same steps: of an epoch's n windows task r\n"
+    "                         of R takes [r n / R, r n / R + n / R) (n mod R left out),\n"
+    "                         one global step is R windows, one a task (--steps N: N / R\n"
+    "                         global steps); the chief tests after every epoch and\n"
+    "                         checkpoints; every task's --json line has\n"
+    "                         variables_checksum (equal on every task)\n"
+    "  --fusion-bytes N       allreduce: gradients packed into buffers of up to N bytes,\n"
+    "                         one collective each (default 4194304; 0: one per gradient)\n"
+    "  --collective NAME      allreduce: the collective backend (ring, gloo; default\n"
+    "                         FLOE_COLLECTIVE, else ring)\n"
     "  Output as the other models': after each epoch \"epoch E/N loss L perplexity P\n"
     "  words/s R seconds S\" (L the epoch's mean training loss, P the held-out perplexity\n"
     "  then; a terminal also gets a progress line), at the end \"perplexity P\n"
@@ -176,6 +195,7 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
       {"replicas-to-aggregate", required_argument, NULL, 'Q'},
       {"ps-tasks", required_argument, NULL, 'Q'}, {"ps-strategy", required_argument, NULL, 'Q'},
       {"heartbeat-timeout", required_argument, NULL, 'Q'},
+      {"fusion-bytes", required_argument, NULL, 'Q'}, {"collective", required_argument, NULL, 'Q'},
       {NULL, 0, NULL, 0}};
   *o = (LstmOptions){.epochs = 1, .batch = 64, .bptt = 35, .hidden = 512, .layers = 2,
                      .vocab = 10000, .seed = 1, .lr = 1e-3,
@@ -249,19 +269,26 @@ static int parse(int argc, char **argv, LstmOptions *o, int *done) {
   if (o->sampled >= o->vocab)
     return cli_usage("train", "--sampled-softmax K must be smaller than --vocab");
   if (train_cluster_check_options(&o->cl)) return 2;
-  if (o->cl.allreduce) /* its windows' split and sampled softmax are ps-shaped for now */
-    return cli_usage("train", "--model lstm takes --replication async or sync (with ps tasks); "
-                     "allreduce trains the mlp and the cnn");
+  if (o->cl.allreduce && o->softmax_shards > 0)
+    return cli_usage("train", "--softmax-shards splits the embedding and the softmax over the ps "
+                     "tasks; --replication allreduce has none and keeps every variable whole on "
+                     "every training task: drop --softmax-shards");
   if (o->resume && !o->checkpoint_dir)
     return cli_usage("train", "--resume needs --checkpoint-dir DIR");
   train_restart_resumes(o->checkpoint_dir, &o->resume); /* floe launch --max-restarts */
   if (o->cl.spec && (o->devices || o->save_graph || o->export_path))
     return cli_usage("train", "--cluster places the graph itself and keeps the variables on the "
-                     "ps tasks: drop --devices, --save-graph and --export");
-  if (o->cl.sync) { /* one optimiser: SyncReplicasOptimizer wraps one */
+                     "ps tasks (under allreduce, on every task): drop --devices, --save-graph "
+                     "and --export");
+  /* One optimiser: SyncReplicasOptimizer wraps one; allreduce averages one's gradients. */
+  if (o->cl.sync || o->cl.allreduce) {
     if (o->softmax_lr_given && o->softmax_lr != o->lr)
-      return cli_usage("train", "--replication sync trains every variable with one Adam at "
-                       "--lr: drop --softmax-lr (or use --replication async)");
+      return cli_usage("train", o->cl.sync
+                       ? "--replication sync trains every variable with one Adam at --lr: drop "
+                         "--softmax-lr (or use --replication async)"
+                       : "--replication allreduce trains every variable with one Adam at --lr "
+                         "(its gradients averaged over the tasks): drop --softmax-lr (or use "
+                         "--replication async, with ps tasks)");
     o->softmax_lr = o->lr;
   }
   if (!(o->softmax_lr > 0)) o->softmax_lr = OUTPUT_LAYER_LR;
@@ -279,7 +306,7 @@ typedef struct Lm {
   FloeRunOptions ro;               /* every step's: --timeout */
   int shards;                      /* --softmax-shards in effect (0: whole variables) */
   FloeShardedVariable emb;         /* the embedding when sharded */
-  int K;                           /* sync replication: gradients per global step */
+  int K;                           /* sync: gradients per global step; allreduce: windows */
   char step_name[128];             /* the global step's value */
   /* sync replication's nodes (floe_sync_replicas_minimize) */
   char token_name[128], local_init[128], update_name[128], close_name[128], stale_name[128];
@@ -330,6 +357,16 @@ static FloeNode *train_op(Lm *m, FloeGraph *g, FloeOutput loss, const LstmOption
     snprintf(m->close_name, sizeof m->close_name, "%s", floe_node_name(sr.close));
     snprintf(m->stale_name, sizeof m->stale_name, "%s", floe_node_name(sr.stale.node));
     return sr.train;
+  }
+  /* allreduce: one Adam (the options made the rates one), its gradients averaged. The
+   * variables are whole, so every gradient is dense (Gather's, the sampled rows' too). The
+   * sampler's draws depend only on its seed and how many times it ran, the same on every task
+   * (each runs the same steps), so each step every task draws the same words: the average is
+   * then the gradient of one process's window of R x batch rows with one draw. */
+  if (o->cl.allreduce) {
+    FloeAllReduceOptions ao;
+    train_cluster_allreduce_options(&o->cl, &ao);
+    return floe_allreduce_minimize(g, "train", loss, &oo, &ao, NULL, 0);
   }
   if (o->softmax_lr == o->lr) return floe_minimize(g, "train", loss, &oo, NULL, 0);
   /* the second optimiser does not count the step again */
@@ -394,7 +431,8 @@ static int build(Lm *m, LstmOptions *o, FloeRuntime *rt) {
   int64_t B = o->batch, T = o->bptt, H = o->hidden, V = o->vocab;
   const int64_t dxy[2] = {B, T}, ds[2] = {B, H}, dw[2] = {V, H}, db[1] = {V};
   m->shards = (int)(o->softmax_shards ? o->softmax_shards : o->cl.spec ? o->cl.num_ps : 0);
-  m->K = o->cl.sync ? (o->cl.aggregate ? o->cl.aggregate : o->cl.replicas) : 1;
+  m->K = o->cl.sync ? (o->cl.aggregate ? o->cl.aggregate : o->cl.replicas)
+         : o->cl.allreduce ? o->cl.replicas : 1;
   if (m->K > o->cl.replicas && o->cl.sync)
     return cli_error("train", "--replicas-to-aggregate %d is more than the cluster's %d "
                      "training tasks (the chief and the workers)", m->K, o->cl.replicas);
@@ -457,6 +495,7 @@ static int build(Lm *m, LstmOptions *o, FloeRuntime *rt) {
   snprintf(m->step_name, sizeof m->step_name, "%s",
            floe_node_name(floe_global_step(g).value.node));
   floe_variables_initializer(g, "init");
+  train_cluster_add_broadcast(&o->cl, g); /* allreduce: every task takes the chief's values */
   if (floe_graph_status(g) != FLOE_OK)
     return cli_error("train", "building the LSTM model: %s", floe_graph_error(g, NULL));
   if (o->save_graph) {
@@ -482,7 +521,7 @@ static int build(Lm *m, LstmOptions *o, FloeRuntime *rt) {
   int rc = 0;
   if (!m->s)
     rc = cli_error("train", "session: %s", floe_status_message(st));
-  else if (o->cl.spec && !o->cl.is_chief) /* the chief initialises the shared variables */
+  else if (o->cl.spec && !o->cl.is_chief && !o->cl.allreduce) /* the chief initialises them */
     rc = train_cluster_wait_ready(&o->cl, g, m->s, &m->vars, 120000, "train");
   else if (floe_session_run_opts(m->s, &m->ro, NULL, 0, NULL, 0, (const char *const[]){"init"}, 1,
                                  NULL, st) != FLOE_OK)
@@ -730,21 +769,28 @@ int cmd_train_lstm(int argc, char **argv) {
     if (rc < 0) rc = 0; /* --save-graph: done */
     goto out_model;
   }
-  int cluster = o.cl.spec != NULL, sync = o.cl.sync, is_worker = cluster && !o.cl.is_chief;
+  int cluster = o.cl.spec != NULL, sync = o.cl.sync, allreduce = o.cl.allreduce;
+  int is_worker = cluster && !o.cl.is_chief;
   int replicas = cluster ? o.cl.replicas : 1, me = cluster ? o.cl.replica : 0;
   int64_t global_step = 0;
   /* Where training goes on from: the restored checkpoint's global step (the chief, or one
-   * process, with --resume), the shared one once the chief is ready (a worker), or zero. */
-  if (is_worker) { /* where the chief started, not where it is now (train_cluster.h) */
+   * process, with --resume), the shared one once the chief is ready (a worker), or zero;
+   * under allreduce, the chief's (its variables broadcast to every task). */
+  if (is_worker && !allreduce) { /* where the chief started, not where it is now */
     if (train_cluster_start_step(&o.cl, 120000, &global_step, "train")) {
       rc = 1;
       goto out_model;
     }
-  } else if (o.resume && (rc = resume(&m, &o, &global_step, st)) != 0) {
+  } else if (!is_worker && o.resume && (rc = resume(&m, &o, &global_step, st)) != 0) {
     goto out_model;
   }
-  if (cluster && !is_worker && train_cluster_publish_start(&o.cl, global_step, "train")) {
+  if (cluster && !is_worker && !allreduce &&
+      train_cluster_publish_start(&o.cl, global_step, "train")) {
     rc = 1;
+    goto out_model;
+  }
+  if (train_cluster_broadcast(&o.cl, m.s, &m.ro, m.step_name, &global_step, "train")) {
+    rc = 1; /* allreduce: every task starts from the chief's variables */
     goto out_model;
   }
   if (sync && floe_session_run_opts(m.s, &m.ro, NULL, 0, NULL, 0,
@@ -764,6 +810,23 @@ int cmd_train_lstm(int argc, char **argv) {
   int64_t end_gs = sync ? (total / m.K > 0 ? total / m.K : 1) : total;
   int64_t start = sync ? global_step * m.K : global_step; /* windows done */
   if (start > total) start = total;
+  /* allreduce: a collective waits for every task, so every task runs the same steps: task r
+   * takes windows [r n / R, r n / R + n / R) of each epoch's n (its state carried), one
+   * global step is R windows (one a task), and the n mod R windows at the ends of the
+   * longer parts are left out. start counts global steps here. */
+  int64_t ar_steps = allreduce ? per_epoch / replicas : 0; /* global steps per epoch */
+  if (allreduce) {
+    if (ar_steps < 1) {
+      rc = cli_error("train", "the training split gives %lld windows per epoch at --batch %lld "
+                     "--bptt %lld, fewer than the %d training tasks, so --replication allreduce "
+                     "has no step for every task: use a smaller --batch or --bptt, or fewer "
+                     "tasks", (long long)per_epoch, o.batch, o.bptt, replicas);
+      goto out_model;
+    }
+    end_gs = o.steps ? (o.steps / replicas > 0 ? o.steps / replicas : 1) : o.epochs * ar_steps;
+    start = global_step < end_gs ? global_step : end_gs;
+    epochs = (int)((end_gs + ar_steps - 1) / ar_steps);
+  }
   int64_t train_words = 0, test_words = 0;
   floe_text_ids(corpus, FLOE_TEXT_TRAIN, &train_words);
   floe_text_ids(corpus, FLOE_TEXT_TEST, &test_words);
@@ -779,7 +842,16 @@ int cmd_train_lstm(int argc, char **argv) {
          "softmax\n",
          (long long)train_words, (long long)test_words, o.batch, o.bptt, plan, o.layers,
          o.layers == 1 ? "" : "s", o.hidden, o.vocab, o.sampled ? "sampled" : "full");
-  if (cluster)
+  if (cluster && allreduce)
+    printf("on a cluster: %s, training task %d of %d, allreduce replication (no ps tasks, "
+           "every variable whole on every task): %lld global steps of %d windows, %lld an "
+           "epoch; this task takes windows [%lld, %lld) of each epoch's %lld, %lld left out "
+           "an epoch\n",
+           floe_server_task(o.cl.server), o.cl.replica + 1, replicas, (long long)end_gs,
+           replicas, (long long)ar_steps, (long long)(per_epoch * me / replicas),
+           (long long)(per_epoch * me / replicas + ar_steps), (long long)per_epoch,
+           (long long)(per_epoch - ar_steps * replicas));
+  else if (cluster)
     printf("on a cluster: %s, training task %d of %d, %d ps task%s, %s replication, "
            "embedding and softmax in %d shard%s\n",
            floe_server_task(o.cl.server), o.cl.replica + 1, o.cl.replicas, o.cl.num_ps,
@@ -796,15 +868,20 @@ int cmd_train_lstm(int argc, char **argv) {
   /* One process: exactly the windows from start to total. A cluster: every task goes on
    * through its part of each epoch's windows until the global step says the end (sync: the
    * token; async: the global step its window read), however fast the others are. */
-  int finished = start >= total && !cluster;
-  for (int e = (int)(start / per_epoch); cluster ? !finished : e < epochs; e++) {
+  int finished = allreduce ? start >= end_gs : start >= total && !cluster;
+  int first_epoch = (int)(allreduce ? start / ar_steps : start / per_epoch);
+  for (int e = first_epoch; cluster ? !finished : e < epochs; e++) {
     /* This epoch's windows from base, and this task's contiguous part of them (its state
      * carries from window to window). */
     int64_t first = (int64_t)e * per_epoch, n = total - first < per_epoch ? total - first : per_epoch;
     if (cluster || n < 1) n = per_epoch;
-    int64_t base = e == (int)(start / per_epoch) ? start % per_epoch : 0;
+    int64_t base = e == first_epoch ? start % per_epoch : 0;
     if (base > n) base = n;
     int64_t lo = base + (n - base) * me / replicas, hi = base + (n - base) * (me + 1) / replicas;
+    if (allreduce) { /* the same number of windows on every task, ending at end_gs */
+      lo = per_epoch * me / replicas + (e == first_epoch ? start % ar_steps : 0);
+      hi = per_epoch * me / replicas + ar_steps;
+    }
     double loss_sum = 0, epoch_secs = 0, last_draw = 0;
     int64_t epoch_words = 0, done_here = 0;
     int recording = 0;
@@ -851,6 +928,8 @@ int cmd_train_lstm(int argc, char **argv) {
       if (sync) {
         global_step = token;
         if (token >= end_gs) finished = 1;
+      } else if (allreduce) { /* every task's global step moves alike, one a step */
+        if (++global_step >= end_gs) finished = 1;
       } else if (cluster) { /* read before this step's increment: it makes the end */
         global_step = token + 1;
         if (global_step >= end_gs) finished = 1;
@@ -908,7 +987,9 @@ int cmd_train_lstm(int argc, char **argv) {
     timed_words += epoch_words;
     if (done_here) final_loss = loss_sum / (double)done_here;
     int last = cluster ? finished : e + 1 == epochs;
-    if (cluster && (is_worker || !last)) { /* the chief evaluates once everything is applied */
+    /* The chief evaluates once everything is applied (allreduce: after each epoch, as one
+     * process does: its variables are every task's). */
+    if (cluster && (is_worker || (!last && !allreduce))) {
       if (tty) printf("\r\033[K");
       if (!is_worker && o.checkpoint_dir) { /* the chief: a checkpoint each epoch */
         if (train_fetch_global_step(m.s, &m.ro, m.step_name, &global_step, st)) {
@@ -926,7 +1007,12 @@ int cmd_train_lstm(int argc, char **argv) {
       fflush(stdout);
       continue;
     }
-    if (cluster) { /* the chief, at the end: every task's windows in before testing */
+    if (allreduce &&
+        train_fetch_global_step(m.s, &m.ro, m.step_name, &global_step, st)) { /* its own */
+      rc = cli_error("train", "reading the global step: %s", floe_status_message(st));
+      goto out_states;
+    }
+    if (cluster && !allreduce) { /* the chief, at the end: every task's windows in first */
       if (sync) {
         if (train_updater_stop(&updater, "train")) {
           rc = 1;
@@ -944,7 +1030,8 @@ int cmd_train_lstm(int argc, char **argv) {
       }
     }
     char when[64];
-    snprintf(when, sizeof when, "after epoch %d (step %lld)", e + 1, (long long)(first + n));
+    snprintf(when, sizeof when, "after epoch %d (%sstep %lld)", e + 1, allreduce ? "global " : "",
+             (long long)(allreduce ? global_step : first + n));
     if (check_finite(&m, &o, when, st)) { /* the last update overflowed: a finite loss before it */
       if (tty) printf("\n");
       rc = 1;
@@ -975,20 +1062,12 @@ int cmd_train_lstm(int argc, char **argv) {
     printf("floe train: %s done: %lld steps, p50 step %.2f ms; serving until the chief "
            "leaves\n", floe_server_task(o.cl.server), (long long)my_steps,
            train_step_times_quantile(&times, 0.5) * 1e3);
-    if (o.json) { /* this task's own line (under floe launch, on launch's stderr) */
-      JsonWriter w;
-      json_init(&w, stdout);
-      json_begin_object(&w);
-      json_key(&w, "model"), json_string(&w, "lstm");
-      json_key(&w, "steps"), json_int(&w, my_steps);
-      json_key(&w, "words_per_sec"), json_double(&w, train_secs > 0 ? timed_words / train_secs : 0);
-      json_key(&w, "train_seconds"), json_double(&w, train_secs);
-      json_key(&w, "step_time_p50_ms"), json_double(&w, train_step_times_quantile(&times, 0.5) * 1e3);
-      json_key(&w, "step_time_p90_ms"), json_double(&w, train_step_times_quantile(&times, 0.9) * 1e3);
-      train_cluster_json(&w, &o.cl, my_steps, m.K, -1);
-      json_key(&w, "step_split_ms"), train_split_json(&w, &split);
-      json_end_object(&w);
-      json_finish(&w);
+    if (o.json && /* this task's own line (under floe launch, on launch's stderr) */
+        train_cluster_worker_json(&o.cl, "lstm", my_steps, "words_per_sec",
+                                  train_secs > 0 ? timed_words / train_secs : 0, train_secs,
+                                  &times, m.K, -1, &split, m.s, &m.vars, "train")) {
+      rc = 1;
+      goto out_states;
     }
     fflush(stdout);
     floe_session_free(m.s);
@@ -1088,6 +1167,7 @@ int cmd_train_lstm(int argc, char **argv) {
       }
       json_key(&w, "global_step"), json_int(&w, global_step);
       train_cluster_json(&w, &o.cl, my_steps, m.K, stale);
+      if (train_cluster_checksum_json(&w, &o.cl, m.s, &m.vars, "train")) rc = 1;
       json_key(&w, "step_split_ms"), train_split_json(&w, &split);
     }
     if (o.trace) json_key(&w, "trace"), json_string(&w, o.trace);
