@@ -51,6 +51,8 @@ const FloeSafetensorsType *floe__safetensors_type_named(const char *s);
 /* "[2,3]" ("[]" for a scalar) into buf (FLOE__SAFETENSORS_DIMS_BUF bytes); returns buf. */
 char *floe__safetensors_dims_str(int rank, const int64_t *dims, char *buf, size_t len);
 #define FLOE__SAFETENSORS_DIMS_BUF (FLOE_MAX_DIMS * 21 + 3)
+/* Appends s to b as a JSON string (quoted, escaped). */
+void floe__safetensors_json_str(FloeByteBuf *b, const char *s);
 /* Whether s is strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF), as a
  * header's JSON must be. */
 bool floe__safetensors_utf8_valid(const char *s);

@@ -378,12 +378,6 @@ static floe_code read_back(Plan *p, const char *folder_path, FloeStatus *st) {
   return FLOE_OK;
 }
 
-static json_t *dims_json(int rank, const int64_t *dims) {
-  json_t *a = json_array();
-  for (int i = 0; a && i < rank; i++) json_array_append_new(a, json_integer(dims[i]));
-  return a;
-}
-
 /* The writer and entry of item i. */
 static const Entry *item_entry(const Plan *p, int i, const Writer **wout) {
   for (int k = 0; k < p->nw; k++)
@@ -395,62 +389,106 @@ static const Entry *item_entry(const Plan *p, int i, const Writer **wout) {
   return NULL;
 }
 
-/* The index's JSON text. Caller frees (free()). */
+/* The index is written by hand, not with jansson's writer: a program linking libfloe may
+ * define json_string and the like itself (the floe command does). */
+static void put(FloeByteBuf *b, const char *fmt, ...) FLOE__PRINTF(2, 3);
+static void put(FloeByteBuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *m = floe__vasprintf(fmt, ap);
+  va_end(ap);
+  if (!m) b->oom = true;
+  else floe__buf_put(b, m, strlen(m));
+  floe__free(m);
+}
+
+static void put_dims(FloeByteBuf *b, int rank, const int64_t *dims) {
+  put(b, "[");
+  for (int i = 0; i < rank; i++) put(b, "%s%" PRId64, i ? ", " : "", dims[i]);
+  put(b, "]");
+}
+
+typedef struct Mapped {
+  const char *tensor, *rel;
+} Mapped;
+
+static int mapped_cmp(const void *a, const void *b) {
+  return strcmp(((const Mapped *)a)->tensor, ((const Mapped *)b)->tensor);
+}
+
+/* The index's JSON text (keys sorted). Caller frees (floe__free). */
 static char *index_text(const Plan *p, Item **order, int64_t step, FloeStatus *st) {
-  json_t *root = json_object(), *meta = json_object(), *wm = json_object(),
-         *files = json_object(), *vars = json_object();
-  char sstep[24];
-  snprintf(sstep, sizeof sstep, "%" PRId64, step);
+  FloeByteBuf b = {0};
+  int nt = 0;
   int64_t total = 0;
-  bool ok = root && meta && wm && files && vars;
-  for (int k = 0; ok && k < p->nw; k++) {
-    const Writer *w = &p->w[k];
-    total += w->bytes;
-    json_t *f = json_pack("{s:I,s:s,s:i}", "size", (json_int_t)w->bytes, "save_id", p->save_id,
-                          "tensors", w->sf.n);
-    ok = f && json_object_set_new(files, w->rel, f) == 0;
-    for (int j = 0; ok && j < w->sf.n; j++)
-      ok = json_object_set_new(wm, w->sf.e[j].name, json_string(w->rel)) == 0;
+  for (int k = 0; k < p->nw; k++) nt += p->w[k].sf.n, total += p->w[k].bytes;
+  Mapped *m = floe__calloc((size_t)nt + 1, sizeof *m);
+  if (!m) {
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory writing a checkpoint index");
+    return NULL;
   }
-  for (int i = 0; ok && i < p->n; i++) {
+  int k2 = 0;
+  for (int k = 0; k < p->nw; k++)
+    for (int j = 0; j < p->w[k].sf.n; j++) m[k2++] = (Mapped){p->w[k].sf.e[j].name, p->w[k].rel};
+  qsort(m, (size_t)nt, sizeof *m, mapped_cmp);
+  put(&b, "{\n \"files\": {");
+  for (int k = 0; k < p->nw; k++) { /* writers are in graph order: good enough, keys unique */
+    put(&b, "%s\n  ", k ? "," : "");
+    floe__safetensors_json_str(&b, p->w[k].rel);
+    put(&b, ": {\"save_id\": \"%s\", \"size\": %" PRId64 ", \"tensors\": %d}", p->save_id,
+        p->w[k].bytes, p->w[k].sf.n);
+  }
+  put(&b, "\n },\n \"metadata\": {\"format\": \"floe-sharded\", \"global_step\": \"%" PRId64
+      "\", \"save_id\": \"%s\", \"total_size\": %" PRId64 "},\n \"variables\": {", step,
+      p->save_id, total);
+  const char *open = NULL;
+  for (int i = 0; i < p->n; i++) {
     const Item *x = order[i];
     const Writer *w = NULL;
     const Entry *e = item_entry(p, (int)(x - p->items), &w);
     if (!e) {
-      ok = false;
-      break;
+      floe__free(m);
+      floe__free(b.p);
+      floe_status_set(st, FLOE_INTERNAL, "checkpoint save: shard %s lacks variable '%s'",
+                      w ? w->rel : "?", x->name);
+      return NULL;
     }
     const char *key = x->full_name ? x->full_name : x->name;
-    json_t *v = json_object_get(vars, key);
-    if (!v) {
-      v = x->full_name ? json_pack("{s:s,s:o,s:[]}", "dtype", e->type->name, "shape",
-                                   dims_json(x->full_shape.rank, x->full_shape.dims), "parts")
-                       : json_pack("{s:s,s:o,s:[]}", "dtype", e->type->name, "shape",
-                                   dims_json(e->rank, e->dims), "parts");
-      ok = v && json_object_set_new(vars, key, v) == 0;
+    if (!open || strcmp(open, key) != 0) { /* a new variable */
+      put(&b, "%s\n  ", open ? "]}," : "");
+      floe__safetensors_json_str(&b, key);
+      put(&b, ": {\"dtype\": \"%s\", \"shape\": ", e->type->name);
+      if (x->full_name) put_dims(&b, x->full_shape.rank, x->full_shape.dims);
+      else put_dims(&b, e->rank, e->dims);
+      put(&b, ", \"parts\": [");
+      open = key;
+    } else {
+      put(&b, ",");
     }
-    json_t *part = ok ? json_pack("{s:s,s:s,s:i,s:I,s:o}", "file", w->rel, "tensor", x->name,
-                                  "axis", x->full_name ? x->axis : 0,
-                                  "offset", (json_int_t)(x->full_name ? x->offset : 0), "shape",
-                                  dims_json(e->rank, e->dims))
-                      : NULL;
-    ok = part && json_array_append_new(json_object_get(v, "parts"), part) == 0;
+    put(&b, "\n   {\"axis\": %d, \"file\": ", x->full_name ? x->axis : 0);
+    floe__safetensors_json_str(&b, w->rel);
+    put(&b, ", \"offset\": %" PRId64 ", \"shape\": ", x->full_name ? x->offset : 0);
+    put_dims(&b, e->rank, e->dims);
+    put(&b, ", \"tensor\": ");
+    floe__safetensors_json_str(&b, x->name);
+    put(&b, "}");
   }
-  char stotal[24];
-  snprintf(stotal, sizeof stotal, "%" PRId64, total);
-  if (ok)
-    ok = json_object_set_new(meta, "format", json_string("floe-sharded")) == 0 &&
-         json_object_set_new(meta, "global_step", json_string(sstep)) == 0 &&
-         json_object_set_new(meta, "save_id", json_string(p->save_id)) == 0 &&
-         json_object_set_new(meta, "total_size", json_integer(total)) == 0 &&
-         json_object_set(root, "metadata", meta) == 0 &&
-         json_object_set(root, "weight_map", wm) == 0 &&
-         json_object_set(root, "files", files) == 0 &&
-         json_object_set(root, "variables", vars) == 0;
-  char *text = ok ? json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
-  json_decref(meta), json_decref(wm), json_decref(files), json_decref(vars), json_decref(root);
-  if (!text) floe_status_set(st, FLOE_NO_MEMORY, "out of memory writing a checkpoint index");
-  return text;
+  put(&b, "%s\n },\n \"weight_map\": {", open ? "]}" : "");
+  for (int i = 0; i < nt; i++) {
+    put(&b, "%s\n  ", i ? "," : "");
+    floe__safetensors_json_str(&b, m[i].tensor);
+    put(&b, ": ");
+    floe__safetensors_json_str(&b, m[i].rel);
+  }
+  put(&b, "\n }\n}\n");
+  floe__buf_put(&b, "", 1);
+  floe__free(m);
+  if (b.oom) {
+    floe__free(b.p);
+    floe_status_set(st, FLOE_NO_MEMORY, "out of memory writing a checkpoint index");
+    return NULL;
+  }
+  return (char *)b.p;
 }
 
 static int write_all(int fd, const char *p, size_t n) {
@@ -490,7 +528,6 @@ static floe_code commit_index(const char *dir, const char *index_name, const cha
     goto out;
   }
   int e = write_all(fd, text, strlen(text));
-  if (!e) e = write_all(fd, "\n", 1);
   if (!e && fsync(fd) != 0) e = errno;
   if (close(fd) != 0 && !e) e = errno;
   if (e) {
@@ -600,7 +637,7 @@ static floe_code save_sharded(FloeSession *s, const char *dir_arg, const char *p
   if (index_path_out && !(*index_path_out = floe__ckpt_join_path(dir, index_name)))
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
 out:
-  free(text);
+  floe__free(text);
   floe__free(order);
   floe__free(dir);
   floe__free(folder);

@@ -109,7 +109,7 @@ static void buf_u64(Buf *b, uint64_t v) {
 
 /* A JSON string: quotes, backslashes and control bytes escaped; the rest (valid UTF-8)
  * copied. */
-static void buf_json(Buf *b, const char *s) {
+void floe__safetensors_json_str(Buf *b, const char *s) {
   buf_put(b, "\"", 1);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
@@ -145,7 +145,7 @@ floe_code floe__safetensors_header(const Item *items, int n, int64_t step, const
   for (int i = 0; i < n; i++) {
     const FloeTensor *t = items[i].value;
     buf_put(b, ",", 1);
-    buf_json(b, items[i].name);
+    floe__safetensors_json_str(b, items[i].name);
     buf_str(b, ":{\"dtype\":\"");
     buf_str(b, floe__safetensors_type_of(t->dtype)->name);
     buf_str(b, "\",\"shape\":[");
