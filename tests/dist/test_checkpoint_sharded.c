@@ -197,13 +197,16 @@ static char *listing(const char *dir) {
   return out;
 }
 
-static FloeSession *local_session(const Layout *l) {
-  FloeGraph *g = model(l);
-  FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, NULL, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
-  floe_status_free(st);
-  floe_graph_free(g);
+typedef struct Cluster Cluster;
+static FloeSession *session_of(const Layout *l, Cluster *c);
+static FloeSession *local_session(const Layout *l) { return session_of(l, NULL); }
+
+/* A session of layout l holding state seed (restored from its single-file reference). */
+static FloeSession *session_at(const Layout *l, int seed) {
+  FloeSession *s = local_session(l);
+  char *ref = reference(seed);
+  restore_ok(s, ref);
+  free(ref);
   return s;
 }
 
@@ -331,10 +334,8 @@ START_TEST(a_save_stopped_at_any_phase_leaves_a_whole_checkpoint) {
 END_TEST
 
 START_TEST(retention_and_latest_across_kinds) {
-  char *ref = reference(3);
   Layout l = {2, 0, 0};
-  FloeSession *s = local_session(&l);
-  restore_ok(s, ref);
+  FloeSession *s = session_at(&l, 3);
   const char *dir = dir_in("keep");
   for (int step = 1; step <= 4; step++) free(save_sharded(s, dir, step, 2, NULL, FLOE_OK));
   ck_assert_str_eq(listing(dir), "ckpt-0000000003.index.json ckpt-0000000003.shards "
@@ -353,7 +354,6 @@ START_TEST(retention_and_latest_across_kinds) {
   free(save_sharded(s, dir, 6, 1, NULL, FLOE_OK));
   ck_assert_str_eq(listing(dir), "ckpt-0000000006.index.json ckpt-0000000006.shards");
   free(single);
-  free(ref);
   floe_status_free(st);
   floe_session_free(s);
 }
@@ -363,9 +363,7 @@ END_TEST
 
 static void restore_fails(const char *path, const char *a, const char *b) {
   Layout l = {0, 0, 0};
-  FloeSession *r = local_session(&l);
-  char *ref = reference(5);
-  restore_ok(r, ref);
+  FloeSession *r = session_at(&l, 5);
   FloeStatus *st = floe_status_new();
   ck_assert_int_ne(floe_checkpoint_restore(r, path, NULL, st), FLOE_OK);
   const char *m = floe_status_message(st);
@@ -373,7 +371,6 @@ static void restore_fails(const char *path, const char *a, const char *b) {
                 b ? b : "");
   check_state(r, &l, 5, "after a failed restore"); /* nothing changed */
   floe_status_free(st);
-  free(ref);
   floe_session_free(r);
 }
 
@@ -389,10 +386,8 @@ static void copy_file(const char *from, const char *to, long cut) {
 }
 
 START_TEST(damaged_checkpoints_are_errors) {
-  char *ref = reference(4);
   Layout l = {3, 0, 0};
-  FloeSession *s = local_session(&l);
-  restore_ok(s, ref);
+  FloeSession *s = session_at(&l, 4);
   const char *dir = dir_in("damage");
   char *index = save_sharded(s, dir, 9, 0, NULL, FLOE_OK);
   char shard[400], keep[420];
@@ -411,8 +406,7 @@ START_TEST(damaged_checkpoints_are_errors) {
   restore_fails(index, "localhost-0.safetensors", "cannot be read");
   /* replaced by another save's file of the same size and layout */
   copy_file(keep, shard, -1);
-  FloeSession *t = local_session(&l);
-  restore_ok(t, ref);
+  FloeSession *t = session_at(&l, 4);
   free(save_sharded(t, dir_in("other"), 9, 0, NULL, FLOE_OK));
   char other[400];
   snprintf(other, sizeof other, "%s/ckpt-0000000009.shards/localhost-0.safetensors",
@@ -453,7 +447,6 @@ START_TEST(damaged_checkpoints_are_errors) {
   floe_session_free(t);
   floe_session_free(s);
   free(index);
-  free(ref);
 }
 END_TEST
 
@@ -469,11 +462,11 @@ static int free_port(void) {
   return ntohs(a.sin_port);
 }
 
-typedef struct Cluster {
+struct Cluster {
   char json[512];
   FloeRuntime *rt[NPS + 1]; /* the chief, then the ps tasks */
   FloeServer *srv[NPS + 1];
-} Cluster;
+};
 
 static void cluster_start(Cluster *c) {
   setenv("FLOE_JOB_SECRET", "test-checkpoint-sharded-secret-0123456789", 1);
@@ -505,13 +498,16 @@ static void cluster_stop(Cluster *c) {
   for (int i = 0; i <= NPS; i++) floe_runtime_free(c->rt[i]);
 }
 
-static FloeSession *cluster_session(Cluster *c, const Layout *l) {
+/* A session of layout l: of this process (c NULL), or of cluster c. */
+static FloeSession *session_of(const Layout *l, Cluster *c) {
   FloeGraph *g = model(l);
   FloeSessionOptions so;
   floe_session_options_init(&so);
-  so.runtime = c->rt[0];
-  so.cluster = c->json;
-  so.cluster_timeout_ms = 20000;
+  if (c) {
+    so.runtime = c->rt[0];
+    so.cluster = c->json;
+    so.cluster_timeout_ms = 20000;
+  }
   FloeStatus *st = floe_status_new();
   FloeSession *s = floe_session_new(g, &so, st);
   ck_assert_msg(s != NULL, "%s", floe_status_message(st));
@@ -525,7 +521,7 @@ START_TEST(a_cluster_writes_one_file_per_ps_and_reshards) {
   cluster_start(&c);
   char *ref = reference(6);
   Layout two = {3, 0, 2}; /* 3 shards over ps 0 and 1; bias on 1, step on 0 */
-  FloeSession *s = cluster_session(&c, &two);
+  FloeSession *s = session_of(&two, &c);
   restore_ok(s, ref);
   check_state(s, &two, 6, "the cluster's state from the single file");
   char *index = save_sharded(s, dir_in("cluster"), 1006, 0, NULL, FLOE_OK);
@@ -542,7 +538,7 @@ START_TEST(a_cluster_writes_one_file_per_ps_and_reshards) {
   Layout into[3] = {{1, 0, 1}, {2, 0, 3}, {0, 0, 3}};
   for (int i = 0; i < 3; i++) {
     cluster_start(&c);
-    FloeSession *r = cluster_session(&c, &into[i]);
+    FloeSession *r = session_of(&into[i], &c);
     restore_ok(r, index);
     char what[80];
     snprintf(what, sizeof what, "into %d ps, %d shards", into[i].nps, into[i].shards);
