@@ -804,6 +804,7 @@ int cmd_train(int argc, char **argv) {
   memset(&updater, 0, sizeof updater);
   TrainSplit split;               /* --cluster with --json: each training step's split */
   int splitting = 0;
+  TrainSaveArgs save_args;        /* --cluster with --checkpoint-dir: the chief's saves */
   int done, rc = parse_options(argc, argv, &t.o, &done);
   if (rc || done) return rc;
   const TrainOptions *o = &t.o;
@@ -956,6 +957,9 @@ int cmd_train(int argc, char **argv) {
     if (o->cl.is_chief && train_updater_start(&updater, t.s, t.update_name, "train")) goto out;
   }
   if ((splitting = o->cl.spec && o->json)) train_split_init(&split, t.s, o->profile || o->trace);
+  save_args = (TrainSaveArgs){t.s, o->checkpoint_dir, t.step_name, &t.vars, 0};
+  /* async workers pause between steps when the chief checkpoints */
+  int pausing = is_worker && o->checkpoint_dir && !o->cl.sync && !o->cl.allreduce;
   /* The global batch to go on from: K per global step under sync replication. */
   int64_t start_gb = global_step * t.K;
   int first_epoch = per_epoch ? (int)(start_gb / per_epoch) : 0;
@@ -1029,6 +1033,7 @@ int cmd_train(int argc, char **argv) {
       }
       const char *fetch[2] = {t.loss_name, t.token_name}, *target = t.train_name;
       FloeTensor *got[2] = {NULL, NULL};
+      if (pausing && train_cluster_pause_point(&t.o.cl, "train")) goto out;
       if (o->cl.spec) {
         train_cluster_straggle(&o->cl); /* FLOE_TEST_STEP_DELAY_MEAN_MS: an injected straggler */
         train_cluster_count_begin(&t.o.cl);
@@ -1152,7 +1157,12 @@ int cmd_train(int argc, char **argv) {
     }
     if (t.tty) printf("  testing..."), fflush(stdout);
     if ((accuracy = evaluate(&t)) < 0) goto out;
-    if (o->checkpoint_dir &&
+    if (o->checkpoint_dir && o->cl.spec) { /* one global step across every shard */
+      if (train_cluster_checkpoint(&t.o.cl, &updater, &save_args, last, "train")) {
+        if (t.tty) printf("\n");
+        goto out;
+      }
+    } else if (o->checkpoint_dir &&
         floe_checkpoint_save(t.s, o->checkpoint_dir, NULL, global_step, 3, NULL, t.st) !=
             FLOE_OK) {
       if (t.tty) printf("\n");
@@ -1165,6 +1175,7 @@ int cmd_train(int argc, char **argv) {
     fflush(stdout);
     if (last) break;
   }
+  if (pausing) train_cluster_worker_done(&t.o.cl);
   if (is_worker) {
     /* The session goes first (its pieces on the ps tasks are dropped); the server stays up
      * for the chief: a task that left would count as lost and end the chief's steps. */

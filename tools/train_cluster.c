@@ -539,6 +539,10 @@ static void *updater_main(void *arg) {
   TrainUpdater *u = arg;
   FloeStatus *st = floe_status_new();
   while (!atomic_load(&u->stop)) {
+    if (atomic_load(&u->save_state) == 1) { /* between two updates: the variables are still */
+      u->save_rc = u->save(u->save_arg, u->save_msg, sizeof u->save_msg);
+      atomic_store(&u->save_state, 2);
+    }
     floe_code rc = st ? floe_session_run(u->s, NULL, 0, NULL, 0, &u->target, 1, NULL, st)
                       : FLOE_NO_MEMORY;
     if (rc != FLOE_OK) {
@@ -560,6 +564,7 @@ int train_updater_start(TrainUpdater *u, FloeSession *s, const char *target, con
   u->rc = FLOE_OK;
   u->updates = 0;
   atomic_init(&u->stop, 0);
+  atomic_init(&u->save_state, 0);
   if (pthread_create(&u->thread, NULL, updater_main, u) != 0)
     return cli_error(tool, "cannot start the chief's update thread");
   u->started = 1;
@@ -573,6 +578,203 @@ int train_updater_stop(TrainUpdater *u, const char *tool) {
   pthread_join(u->thread, NULL);
   u->started = 0;
   return u->rc == FLOE_OK ? 0 : cli_error(tool, "the chief's update step: %s", u->msg);
+}
+
+void train_updater_request_save(TrainUpdater *u, TrainSaveFn fn, void *arg) {
+  u->save = fn;
+  u->save_arg = arg;
+  atomic_store(&u->save_state, 1);
+}
+
+int train_updater_save_result(TrainUpdater *u) {
+  if (atomic_load(&u->save_state) != 2) return 0;
+  atomic_store(&u->save_state, 0);
+  return u->save_rc == 0 ? 1 : -1;
+}
+
+/* ---- consistent checkpoints ---- */
+
+#define PAUSE_KEY "floe_train/pause"   /* the chief: the number of the pause asked */
+#define RESUME_KEY "floe_train/resume" /* the chief: the last pause released */
+#define PAUSE_CHECK_S 0.05             /* a worker looks for a pause at most this often */
+
+/* The integer under key: 1, 0 when absent, -1 on error (st says). */
+static int kv_int(FloeServer *srv, const char *key, int64_t *v, FloeStatus *st) {
+  void *val = NULL;
+  size_t len = 0;
+  floe_code rc = floe_server_kv_get(srv, key, 0, &val, &len, st);
+  if (rc == FLOE_DEADLINE_EXCEEDED || rc == FLOE_NOT_FOUND) {
+    floe_status_clear(st);
+    return 0;
+  }
+  if (rc != FLOE_OK) return -1;
+  *v = strtoll(val, NULL, 10);
+  free(val);
+  return 1;
+}
+
+static int kv_put_int(FloeServer *srv, const char *key, int64_t v, FloeStatus *st) {
+  char b[32];
+  int n = snprintf(b, sizeof b, "%lld", (long long)v);
+  return floe_server_kv_set(srv, key, b, (size_t)n, 1, st) == FLOE_OK ? 0 : -1;
+}
+
+int train_cluster_pause_workers(TrainCluster *c, const char *tool) {
+  FloeStatus *st = floe_status_new();
+  if (!st) return cli_error(tool, "out of memory");
+  int rc = 0, workers = floe_server_job_size(c->server, "worker");
+  int64_t n = ++c->pauses;
+  if (kv_put_int(c->server, PAUSE_KEY, n, st)) {
+    rc = cli_error(tool, "asking the workers to pause for a checkpoint: %s",
+                   floe_status_message(st));
+    goto out;
+  }
+  double end = now_s() + 120;
+  for (int w = 0; w < workers && !rc; w++) {
+    char ack[64], done[64];
+    snprintf(ack, sizeof ack, "floe_train/paused/worker-%d", w);
+    snprintf(done, sizeof done, "floe_train/done/worker-%d", w);
+    for (;;) {
+      int64_t v = 0, d = 0;
+      int a = kv_int(c->server, ack, &v, st), f = a < 0 ? -1 : kv_int(c->server, done, &d, st);
+      if (a < 0 || f < 0) {
+        rc = cli_error(tool, "waiting for /job:worker/task:%d to pause for a checkpoint: %s", w,
+                       floe_status_message(st));
+        break;
+      }
+      if ((a && v >= n) || f) break;
+      if (now_s() > end || train_sigint_pending()) {
+        rc = cli_error(tool, "/job:worker/task:%d did not pause for a checkpoint within 120 s",
+                       w);
+        break;
+      }
+      nanosleep(&(struct timespec){0, 2000000L}, NULL);
+    }
+  }
+out:
+  floe_status_free(st);
+  return rc;
+}
+
+int train_cluster_resume_workers(TrainCluster *c, const char *tool) {
+  FloeStatus *st = floe_status_new();
+  int rc = 0;
+  if (!st || kv_put_int(c->server, RESUME_KEY, c->pauses, st))
+    rc = cli_error(tool, "releasing the workers after a checkpoint: %s",
+                   st ? floe_status_message(st) : "out of memory");
+  floe_status_free(st);
+  return rc;
+}
+
+int train_cluster_pause_point(TrainCluster *c, const char *tool) {
+  double t = now_s();
+  if (t - c->pause_checked < PAUSE_CHECK_S) return 0;
+  c->pause_checked = t;
+  c->pause_checks++;
+  FloeStatus *st = floe_status_new();
+  if (!st) return cli_error(tool, "out of memory");
+  int64_t n = 0;
+  int rc = 0, k = kv_int(c->server, PAUSE_KEY, &n, st);
+  if (k < 0) {
+    rc = cli_error(tool, "looking for a checkpoint's pause: %s", floe_status_message(st));
+  } else if (k && n > c->pauses) { /* this task's last step returned: its updates are applied */
+    char ack[64];
+    snprintf(ack, sizeof ack, "floe_train/paused/worker-%d", floe_server_task_index(c->server));
+    if (kv_put_int(c->server, ack, n, st)) {
+      rc = cli_error(tool, "acknowledging a checkpoint's pause: %s", floe_status_message(st));
+    } else {
+      for (;;) {
+        int64_t r = 0;
+        int g = kv_int(c->server, RESUME_KEY, &r, st);
+        if (g < 0) {
+          rc = cli_error(tool, "waiting for the chief's checkpoint: %s", floe_status_message(st));
+          break;
+        }
+        if (g && r >= n) break;
+        if (train_sigint_pending()) {
+          rc = cli_error(tool, "interrupted while the chief saves a checkpoint");
+          break;
+        }
+        nanosleep(&(struct timespec){0, 2000000L}, NULL);
+      }
+      c->pauses = n;
+      c->paused_seconds += now_s() - t;
+    }
+  }
+  floe_status_free(st);
+  return rc;
+}
+
+void train_cluster_worker_done(TrainCluster *c) {
+  FloeStatus *st = floe_status_new();
+  char key[64];
+  snprintf(key, sizeof key, "floe_train/done/worker-%d", floe_server_task_index(c->server));
+  if (st) kv_put_int(c->server, key, 1, st); /* best effort: else the chief's wait says */
+  floe_status_free(st);
+}
+
+/* FLOE_TEST_CKPT_CRASH: the phase a test kills the process at. */
+static int crash_at(void *arg, FloeCheckpointPhase ph, const char *path) {
+  (void)path;
+  static const char *names[] = {"", "before-shards", "after-shards", "after-index-temp",
+                                "after-commit"};
+  const char *want = arg;
+  if ((int)ph >= 1 && (int)ph <= 4 && !strcmp(want, names[ph])) {
+    fprintf(stderr, "floe train: FLOE_TEST_CKPT_CRASH=%s: exiting at that phase\n", want);
+    fflush(stderr);
+    _exit(137);
+  }
+  return 0;
+}
+
+int train_cluster_save(FloeSession *s, const char *dir, const char *step_name,
+                       const TrainVars *vars, int64_t *step, char *msg, size_t len) {
+  FloeStatus *st = floe_status_new();
+  if (!st) return snprintf(msg, len, "out of memory"), -1;
+  int64_t gs = 0;
+  char desc[512];
+  int rc = -1, nf;
+  if (train_fetch_global_step(s, NULL, step_name, &gs, st)) {
+    snprintf(msg, len, "reading the global step: %s", floe_status_message(st));
+  } else if ((nf = train_vars_nonfinite(s, vars, desc, sizeof desc, st)) != 0) {
+    snprintf(msg, len, "at global step %lld: %s", (long long)gs,
+             nf < 0 ? floe_status_message(st) : desc);
+  } else {
+    FloeCheckpointShardOptions o;
+    floe_checkpoint_shard_options_init(&o);
+    const char *crash = getenv("FLOE_TEST_CKPT_CRASH");
+    if (crash && *crash) o.phase = crash_at, o.phase_arg = (void *)crash;
+    if (floe_checkpoint_save_sharded(s, dir, NULL, gs, 3, &o, NULL, st) != FLOE_OK) {
+      snprintf(msg, len, "%s", floe_status_message(st));
+    } else {
+      rc = 0;
+      if (step) *step = gs;
+    }
+  }
+  floe_status_free(st);
+  return rc;
+}
+
+int train_cluster_save_fn(void *arg, char *msg, size_t len) {
+  TrainSaveArgs *a = arg;
+  return train_cluster_save(a->s, a->dir, a->step_name, a->vars, &a->step, msg, len);
+}
+
+int train_cluster_checkpoint(TrainCluster *c, TrainUpdater *u, TrainSaveArgs *a, int all_done,
+                             const char *tool) {
+  int r = u->started || u->save ? train_updater_save_result(u) : 0;
+  if (r < 0) return cli_error(tool, "saving a checkpoint: %s", u->save_msg);
+  if (r > 0) printf("checkpoint saved at global step %lld\n", (long long)a->step);
+  if (c->sync && u->started) { /* written by the update thread between two updates */
+    train_updater_request_save(u, train_cluster_save_fn, a);
+    return 0;
+  }
+  int pause = !c->sync && !c->allreduce && !all_done;
+  char msg[1024];
+  if (pause && train_cluster_pause_workers(c, tool)) return 1;
+  int rc = train_cluster_save_fn(a, msg, sizeof msg);
+  if (pause && train_cluster_resume_workers(c, tool)) return 1;
+  return rc ? cli_error(tool, "saving a checkpoint: %s", msg) : 0;
 }
 
 /* See train_cluster.h. */

@@ -48,6 +48,12 @@ typedef struct TrainCluster {
   int64_t to_peers, from_peers; /* the same with every other task (allreduce's traffic) */
   FloeTaskTraffic *rows, *mark; /* scratch: the traffic by peer, and its value at begin */
   int cap_rows, num_mark;
+  /* consistent checkpoints under async replication: the pauses asked (the chief) or seen
+   * (a worker), and when a worker last looked for one */
+  int64_t pauses;
+  double pause_checked;
+  int64_t pause_checks;       /* a worker's look-ups of the store (for the JSON) */
+  double paused_seconds;      /* time a worker spent paused */
 } TrainCluster;
 
 /* The cluster options every floe train model takes: --cluster, --job, --task, --replication,
@@ -127,6 +133,9 @@ int train_cluster_start_step(const TrainCluster *c, int64_t timeout_ms, int64_t 
 int train_cluster_serve(TrainCluster *c, const char *tool);
 /* Synchronous replication's chief: a thread running the aggregation step (target) again and
  * again until train_updater_stop. */
+/* Writes a checkpoint of the variables as they are now; 0, or -1 with why in msg. */
+typedef int (*TrainSaveFn)(void *arg, char *msg, size_t len);
+
 typedef struct TrainUpdater {
   FloeSession *s;
   const char *target; /* borrowed */
@@ -136,12 +145,60 @@ typedef struct TrainUpdater {
   floe_code rc;       /* the first failure (after stop: ignored) */
   char msg[1024];
   int64_t updates;
+  /* a checkpoint asked for (train_updater_request_save): the thread writes it between two of
+   * its updates, where the variables are exactly at the global step */
+  TrainSaveFn save;
+  void *save_arg;
+  atomic_int save_state;  /* 0 none, 1 asked, 2 done */
+  int save_rc;
+  char save_msg[1024];
 } TrainUpdater;
 /* 0, or 1 after printing why. */
 int train_updater_start(TrainUpdater *u, FloeSession *s, const char *target, const char *tool);
 /* Stops the thread (cancelling the update it waits in) and joins it. 0, or 1 after printing
  * the failure that ended it before it was asked to stop. */
 int train_updater_stop(TrainUpdater *u, const char *tool);
+
+/* Asks the update thread for a checkpoint (fn(arg) between two of its updates); returns at
+ * once, so the caller's next step (whose token waits for the next update) goes on. A request
+ * still pending is replaced. */
+void train_updater_request_save(TrainUpdater *u, TrainSaveFn fn, void *arg);
+/* The last request's outcome: 0 none or not yet done, 1 written, -1 failed (why in
+ * u->save_msg). Taking a result clears it. */
+int train_updater_save_result(TrainUpdater *u);
+
+/* Consistent checkpoints under async replication, through the cluster's key-value store:
+ * the chief asks every worker to pause and waits until each has acknowledged (after its
+ * current step returned, so its updates are applied) or has finished its share; then saves;
+ * then releases them. 0, or 1 after printing why. */
+int train_cluster_pause_workers(TrainCluster *c, const char *tool);
+int train_cluster_resume_workers(TrainCluster *c, const char *tool);
+/* A worker, between two steps: at most every 50 ms, looks for a pause; when one is asked,
+ * acknowledges it and waits for the release. 0, or 1 after printing why. */
+int train_cluster_pause_point(TrainCluster *c, const char *tool);
+/* A worker whose share is trained: the chief no longer waits for it to pause. */
+void train_cluster_worker_done(TrainCluster *c);
+/* A sharded checkpoint (floe_checkpoint_save_sharded, keep 3) of s's variables at the global
+ * step the variable step_name holds now, after checking every variable finite. The caller
+ * has made the variables still (paused the updates). FLOE_TEST_CKPT_CRASH=before-shards,
+ * after-shards, after-index-temp or after-commit ends the process (_exit 137) at that phase
+ * of the save: for tests only. *step (may be NULL): the step saved. 0, or -1 with why in msg. */
+int train_cluster_save(FloeSession *s, const char *dir, const char *step_name,
+                       const TrainVars *vars, int64_t *step, char *msg, size_t len);
+/* train_cluster_save as a TrainSaveFn (arg: a TrainSaveArgs; step: the step saved). */
+typedef struct TrainSaveArgs {
+  FloeSession *s;
+  const char *dir, *step_name; /* borrowed */
+  const TrainVars *vars;
+  int64_t step;
+} TrainSaveArgs;
+int train_cluster_save_fn(void *arg, char *msg, size_t len);
+/* The chief's checkpoint after an epoch, consistent across the cluster: under sync asked of
+ * the update thread while it runs (the result of the one before is reported: 1 on failure);
+ * under async with the workers paused unless `all_done` (every share trained); allreduce:
+ * the chief's own variables. 0, or 1 after printing why. */
+int train_cluster_checkpoint(TrainCluster *c, TrainUpdater *u, TrainSaveArgs *a, int all_done,
+                             const char *tool);
 
 /* Around each training step: what the step moved to and from each ps is added to to_ps and
  * from_ps (this process's data plane counts every value that crosses it). */

@@ -47,6 +47,7 @@ struct FloeSession {
   SharedKernel *shared;    /* by graph node id, allocated on first use; guarded by mu */
   atomic_int num_cached;
   FloeResourceMgr *resources; /* the session's variables; outlives its executors */
+  bool borrowed_resources; /* a sibling's: its parent's, freed with the parent */
   atomic_int profiling;    /* FLOE__PROF_* bits (set_profiling, set_tracing); read by every
                               executor */
   FloeTraceSink *trace;    /* events while FLOE__PROF_TRACE is set */
@@ -893,7 +894,8 @@ static void session_destroy(FloeSession *s) {
   floe__free(s->shared);
   floe__free(s->active);
   floe__free(s->devices);
-  floe__resources_free(s->resources); /* after every executor: none can hold a variable */
+  if (!s->borrowed_resources) /* after every executor: none can hold a variable */
+    floe__resources_free(s->resources);
   floe__trace_free(s->trace);
   pthread_cond_destroy(&s->built_cv);
   pthread_mutex_destroy(&s->mu);
@@ -913,6 +915,22 @@ bool floe__session_is_cluster(const FloeSession *s) { return s && s->cluster.rem
 
 FloeResourceMgr *floe__session_resources(FloeSession *s) { return s->resources; }
 FloeRuntime *floe__session_runtime(const FloeSession *s) { return s->rt; }
+
+/* Caller frees the sibling (floe_session_free) before s. */
+FloeSession *floe__session_sibling(FloeSession *s, const FloeGraph *g, FloeStatus *status) {
+  FloeSessionOptions o;
+  floe_session_options_init(&o);
+  o.runtime = s->rt;
+  FloeSessionCluster cl = s->cluster;
+  cl.release = NULL; /* the parent's to release */
+  cl.arg = NULL;
+  FloeSession *sib = floe__session_create(g, &o, s->cluster.remote ? &cl : NULL, status);
+  if (!sib) return NULL;
+  floe__resources_free(sib->resources);
+  sib->resources = s->resources;
+  sib->borrowed_resources = true;
+  return sib;
+}
 
 /* Thread-safe; a step running meanwhile sees either the old variables or fails naming the
  * variable that went away. container NULL is the default container "". */

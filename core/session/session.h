@@ -169,5 +169,9 @@ FloeResourceMgr *floe__session_resources(FloeSession *s);
 /* Whether s runs across the tasks of a cluster (its variables may live on other tasks). */
 bool floe__session_is_cluster(const FloeSession *s);
 struct FloeRuntime *floe__session_runtime(const FloeSession *s);
+/* A session of g over s's runtime, cluster and variables (s's resources, borrowed): how a
+ * checkpoint runs its per-task writes beside a training graph that has no such nodes. Free
+ * it (floe_session_free) before s. */
+FloeSession *floe__session_sibling(FloeSession *s, const FloeGraph *g, FloeStatus *status);
 
 #endif /* FLOE__LAYER_SESSION_H */

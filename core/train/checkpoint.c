@@ -33,7 +33,7 @@ typedef FloeSafetensorsFile StFile;
 /* ------------------------------------------------------------------------------------ */
 /* Variables to write or restore. */
 
-static void items_free(Item *items, int n) {
+void floe__ckpt_items_free(Item *items, int n) {
   if (!items) return;
   for (int i = 0; i < n; i++) floe_tensor_release(items[i].value);
   floe__free(items);
@@ -68,7 +68,7 @@ static bool is_op(const FloeNode *n, const char *op) { return strcmp(n->op->name
 
 /* Every VarHandleOp of the session's graph, in graph order; in a cluster session without
  * their FloeVars (they may live on other tasks). *out: caller frees with items_free. */
-static floe_code graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus *st) {
+floe_code floe__ckpt_graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus *st) {
   const FloeGraph *g = floe__session_graph(s);
   FloeResourceMgr *m = floe__session_is_cluster(s) ? NULL : floe__session_resources(s);
   int n = 0;
@@ -80,10 +80,11 @@ static floe_code graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus 
     const FloeNode *node = g->nodes[i];
     if (!is_op(node, "VarHandleOp")) continue;
     items[k].name = node->name;
+    items[k].node = node;
     const FloeAttrValue *dt = floe__attrs_get(&node->attrs, "dtype");
     const FloeAttrValue *shape = floe__attrs_get(&node->attrs, "shape");
     if (!dt || dt->kind != FLOE_ATTR_TYPE || !shape || shape->kind != FLOE_ATTR_SHAPE) {
-      items_free(items, k);
+      floe__ckpt_items_free(items, k);
       return floe_status_set(st, FLOE_INTERNAL, "variable '%s': VarHandleOp lacks its dtype or "
                              "shape", node->name);
     }
@@ -99,7 +100,7 @@ static floe_code graph_items(FloeSession *s, Item **out, int *n_out, FloeStatus 
       items[k].offset = floe__node_attr_int(node, "part_offset", 0);
     }
     if (m && !(items[k].var = floe__ckpt_node_var(m, node, st))) {
-      items_free(items, k);
+      floe__ckpt_items_free(items, k);
       return st->code;
     }
     k++;
@@ -296,7 +297,7 @@ out:
 /* Names: "<prefix>-<step, at least 10 digits>.safetensors". Temporary files start with '.'
  * and end in ".tmp.<pid>.<n>", so no listing ever mistakes one for a checkpoint. */
 
-static floe_code check_prefix(const char *prefix, FloeStatus *st) {
+floe_code floe__ckpt_check_prefix(const char *prefix, FloeStatus *st) {
   bool ok = prefix[0] != '\0' && prefix[0] != '.' && strlen(prefix) <= MAX_PREFIX;
   for (const char *c = prefix; ok && *c; c++) ok = *c != '/' && (unsigned char)*c >= 0x20;
   if (!ok)
@@ -308,12 +309,12 @@ static floe_code check_prefix(const char *prefix, FloeStatus *st) {
   return FLOE_OK;
 }
 
-/* True when file is a checkpoint's name; sets the prefix length and the step. */
-static bool parse_ckpt_name(const char *file, size_t *prefix_len, int64_t *step) {
-  size_t len = strlen(file);
-  if (file[0] == '.' || len <= SUFFIX_LEN || strcmp(file + len - SUFFIX_LEN, SUFFIX) != 0)
-    return false;
-  size_t end = len - SUFFIX_LEN, d = end;
+/* True when file is "<prefix>-<step>" + suffix; sets the prefix length and the step. */
+bool floe__ckpt_parse_name(const char *file, const char *suffix, size_t *prefix_len,
+                           int64_t *step) {
+  size_t len = strlen(file), sl = strlen(suffix);
+  if (file[0] == '.' || len <= sl || strcmp(file + len - sl, suffix) != 0) return false;
+  size_t end = len - sl, d = end;
   while (d > 0 && file[d - 1] >= '0' && file[d - 1] <= '9') d--;
   if (end - d < STEP_DIGITS || end - d > MAX_STEP_DIGITS || d < 2 || file[d - 1] != '-')
     return false;
@@ -329,34 +330,33 @@ static bool parse_ckpt_name(const char *file, size_t *prefix_len, int64_t *step)
 }
 
 /* dir + "/" + file, without doubling a trailing slash. Caller frees. */
-static char *join_path(const char *dir, const char *file) {
+char *floe__ckpt_join_path(const char *dir, const char *file) {
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--;
   return floe__asprintf("%.*s/%s", (int)n, dir, file);
 }
 
-typedef struct Found {
-  char *file;   /* owned */
-  size_t prefix_len;
-  int64_t step;
-} Found;
+typedef FloeCkptFound Found;
 
-static void found_free(Found *f, int n) {
+void floe__ckpt_found_free(Found *f, int n) {
   if (!f) return;
   for (int i = 0; i < n; i++) floe__free(f[i].file);
   floe__free(f);
 }
 
+/* By step; at one step a sharded checkpoint's index comes after (wins over) a file. */
 static int found_cmp(const void *a, const void *b) {
   const Found *x = a, *y = b;
   if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  if (x->sharded != y->sharded) return x->sharded ? 1 : -1;
   return strcmp(x->file, y->file);
 }
 
-/* The checkpoints of prefix (NULL: any) in dir, oldest first by step. Caller frees with
- * found_free. */
-static floe_code list_checkpoints(const char *dir, const char *prefix, Found **out, int *n_out,
-                                  FloeStatus *st) {
+/* The checkpoints of prefix (NULL: any) in dir, oldest first by step: single files and
+ * sharded checkpoints' indexes (suffix NULL), else the names ending in suffix (a sharded
+ * checkpoint's folders). Caller frees with floe__ckpt_found_free. */
+floe_code floe__ckpt_list(const char *dir, const char *prefix, const char *suffix, Found **out,
+                          int *n_out, FloeStatus *st) {
   *out = NULL;
   *n_out = 0;
   DIR *d = opendir(dir);
@@ -377,7 +377,9 @@ static floe_code list_checkpoints(const char *dir, const char *prefix, Found **o
     }
     size_t pl;
     int64_t step;
-    if (!parse_ckpt_name(de->d_name, &pl, &step)) continue;
+    bool sharded = !suffix && floe__ckpt_parse_name(de->d_name, FLOE__CKPT_INDEX_SUFFIX, &pl, &step);
+    if (!sharded && !floe__ckpt_parse_name(de->d_name, suffix ? suffix : SUFFIX, &pl, &step))
+      continue;
     if (prefix && (pl != plen || memcmp(de->d_name, prefix, plen) != 0)) continue;
     if (n == cap) {
       int ncap = cap ? 2 * cap : 16;
@@ -389,11 +391,12 @@ static floe_code list_checkpoints(const char *dir, const char *prefix, Found **o
     if (!(f[n].file = floe__strdup(de->d_name))) goto err_oom;
     f[n].prefix_len = pl;
     f[n].step = step;
+    f[n].sharded = sharded;
     n++;
   }
   closedir(d);
   if (rc != FLOE_OK) {
-    found_free(f, n);
+    floe__ckpt_found_free(f, n);
     return rc;
   }
   if (n > 1) qsort(f, (size_t)n, sizeof *f, found_cmp);
@@ -403,7 +406,7 @@ static floe_code list_checkpoints(const char *dir, const char *prefix, Found **o
 
 err_oom:
   closedir(d);
-  found_free(f, n);
+  floe__ckpt_found_free(f, n);
   return floe_status_set(st, FLOE_NO_MEMORY, "out of memory listing %s", dir);
 }
 
@@ -414,17 +417,18 @@ char *floe_checkpoint_latest(const char *dir, const char *prefix, FloeStatus *st
     return NULL;
   }
   if (!prefix) prefix = DEFAULT_PREFIX;
-  if (check_prefix(prefix, status) != FLOE_OK) return NULL;
+  if (floe__ckpt_check_prefix(prefix, status) != FLOE_OK) return NULL;
   Found *f;
   int n;
-  if (list_checkpoints(dir, prefix, &f, &n, status) != FLOE_OK) return NULL;
+  if (floe__ckpt_list(dir, prefix, NULL, &f, &n, status) != FLOE_OK) return NULL;
   char *path = NULL;
   if (n == 0)
     floe_status_set(status, FLOE_NOT_FOUND,
-                    "no checkpoint %s-<step>.safetensors in directory %s", prefix, dir);
-  else if (!(path = join_path(dir, f[n - 1].file)))
+                    "no checkpoint %s-<step>.safetensors or %s-<step>.index.json in directory %s",
+                    prefix, prefix, dir);
+  else if (!(path = floe__ckpt_join_path(dir, f[n - 1].file)))
     floe_status_set(status, FLOE_NO_MEMORY, "out of memory");
-  found_free(f, n);
+  floe__ckpt_found_free(f, n);
   return path;
 }
 
@@ -433,7 +437,7 @@ char *floe_checkpoint_latest(const char *dir, const char *prefix, FloeStatus *st
 static char *pick_in_dir(const char *dir, FloeStatus *st) {
   Found *f;
   int n;
-  if (list_checkpoints(dir, NULL, &f, &n, st) != FLOE_OK) return NULL;
+  if (floe__ckpt_list(dir, NULL, NULL, &f, &n, st) != FLOE_OK) return NULL;
   const Found *best = NULL, *other = NULL, *second = NULL;
   size_t dl = strlen(DEFAULT_PREFIX);
   for (int i = 0; i < n; i++) { /* ascending by step: the last match is the newest */
@@ -448,7 +452,8 @@ static char *pick_in_dir(const char *dir, FloeStatus *st) {
   char *path = NULL;
   if (!best && !other)
     floe_status_set(st, FLOE_NOT_FOUND,
-                    "no checkpoint (<prefix>-<step>.safetensors) in directory %s", dir);
+                    "no checkpoint (<prefix>-<step>.safetensors or <prefix>-<step>.index.json) "
+                    "in directory %s", dir);
   else if (!best && second)
     floe_status_set(st, FLOE_INVALID_ARGUMENT,
                     "directory %s holds checkpoints of several prefixes ('%.*s', '%.*s', none "
@@ -456,9 +461,9 @@ static char *pick_in_dir(const char *dir, FloeStatus *st) {
                     "floe_checkpoint_latest(dir, prefix)",
                     dir, (int)other->prefix_len, other->file, (int)second->prefix_len,
                     second->file);
-  else if (!(path = join_path(dir, (best ? best : other)->file)))
+  else if (!(path = floe__ckpt_join_path(dir, (best ? best : other)->file)))
     floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
-  found_free(f, n);
+  floe__ckpt_found_free(f, n);
   return path;
 }
 
@@ -466,7 +471,7 @@ static char *pick_in_dir(const char *dir, FloeStatus *st) {
 /* Saving: an atomic write, then the oldest beyond keep removed. */
 
 /* mkdir -p. */
-static floe_code make_dirs(const char *dir, FloeStatus *st) {
+floe_code floe__ckpt_make_dirs(const char *dir, FloeStatus *st) {
   char *p = floe__strdup(dir);
   if (!p) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
   for (char *s = p + 1;; s++) {
@@ -494,38 +499,36 @@ static atomic_ulong tmp_counter;
 /* Removes all but the newest `keep` checkpoints of prefix in dir; the one just written
  * (`written`) always stays, even when older files carry larger steps (a restarted run).
  * Best effort: a file that cannot be removed stays until the next save. */
-static void prune(const char *dir, const char *prefix, int keep, const char *written) {
+void floe__ckpt_prune(const char *dir, const char *prefix, int keep, const char *written) {
   Found *f;
   int n;
-  if (keep <= 0 || list_checkpoints(dir, prefix, &f, &n, NULL) != FLOE_OK) return;
+  if (keep <= 0 || floe__ckpt_list(dir, prefix, NULL, &f, &n, NULL) != FLOE_OK) return;
   int others = 0;
   for (int i = 0; i < n; i++) others += strcmp(f[i].file, written) != 0;
   for (int i = 0; i < n && others > keep - 1; i++) { /* oldest first */
     if (strcmp(f[i].file, written) == 0) continue;
-    char *path = join_path(dir, f[i].file);
-    if (path) unlink(path);
-    floe__free(path);
+    floe__ckpt_remove(dir, &f[i]);
     others--;
   }
-  found_free(f, n);
+  floe__ckpt_found_free(f, n);
 }
 
-/* Writes items (sorted by name, host values) to dir/<prefix>-<step>.safetensors through a
- * temporary file, fsync and rename; *final_out (may be NULL) gets the path (caller
- * frees). Nothing of the temporary file stays on failure. */
-static floe_code write_checkpoint(const char *dir, const char *prefix, int64_t step,
-                                  const Item *items, int n, char **final_out, FloeStatus *st) {
+/* Writes items (sorted by name, host values) to dir/file through a temporary file, fsync
+ * and rename; *final_out (may be NULL) gets the path (caller frees), *size_out (may be NULL)
+ * the file's bytes. Nothing of the temporary file stays on failure. */
+floe_code floe__ckpt_write_file(const char *dir, const char *file, const Item *items, int n,
+                                int64_t step, const char *save_id, uint64_t *size_out,
+                                char **final_out, FloeStatus *st) {
   floe_code rc;
   FloeByteBuf h = {0};
-  char file[NAME_MAX + 64];
   char *final = NULL, *tmp = NULL;
-  if ((rc = floe__safetensors_header(items, n, step, &h, st)) != FLOE_OK) goto err_free_buf;
-  snprintf(file, sizeof file, "%s-%0*" PRId64 SUFFIX, prefix, STEP_DIGITS, step);
-  final = join_path(dir, file);
+  if ((rc = floe__safetensors_header(items, n, step, save_id, &h, st)) != FLOE_OK)
+    goto err_free_buf;
+  final = floe__ckpt_join_path(dir, file);
   unsigned long k = atomic_fetch_add(&tmp_counter, 1);
   char tmpfile[NAME_MAX + 128];
   snprintf(tmpfile, sizeof tmpfile, ".%s.tmp.%ld.%lu", file, (long)getpid(), k);
-  tmp = join_path(dir, tmpfile);
+  tmp = floe__ckpt_join_path(dir, tmpfile);
   if (!final || !tmp) {
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
     goto err_free_buf;
@@ -574,6 +577,7 @@ static floe_code write_checkpoint(const char *dir, const char *prefix, int64_t s
   }
   floe__free(tmp);
   floe__free(h.p);
+  if (size_out) *size_out = total;
   if (final_out)
     *final_out = final;
   else
@@ -589,10 +593,8 @@ err_free_buf:
   return rc;
 }
 
-/* Reads every item's value (in the given order, so the error names the first variable
- * that is not initialised), sorts them by name and writes the checkpoint. */
-static floe_code save_items(const char *dir, const char *prefix, int64_t step, int keep,
-                            Item *items, int n, char **path_out, FloeStatus *st) {
+floe_code floe__ckpt_check_save_args(const char *dir, const char *prefix, int64_t step,
+                                     int keep, FloeStatus *st) {
   if (!dir || !dir[0])
     return floe_status_set(st, FLOE_INVALID_ARGUMENT, "checkpoint save: no directory given");
   if (step < 0)
@@ -601,8 +603,12 @@ static floe_code save_items(const char *dir, const char *prefix, int64_t step, i
   if (keep < 0)
     return floe_status_set(st, FLOE_INVALID_ARGUMENT, "checkpoint save: keep %d is negative",
                            keep);
-  floe_code rc = check_prefix(prefix, st);
-  if (rc != FLOE_OK) return rc;
+  return floe__ckpt_check_prefix(prefix, st);
+}
+
+/* Reads every item's value (in the given order, so the error names the first variable
+ * that is not initialised). */
+floe_code floe__ckpt_read_values(Item *items, int n, const char *where, FloeStatus *st) {
   for (int i = 0; i < n; i++) {
     FloeVar *v = items[i].var;
     if (!floe__safetensors_type_of(items[i].dtype))
@@ -618,7 +624,7 @@ static floe_code save_items(const char *dir, const char *prefix, int64_t step, i
     if (!v || items[i].value) continue; /* read through the session already */
     FloeTensor *val = floe__var_read(v, st);
     if (!val) {
-      floe__status_prefix(st, "checkpoint save to %s", dir);
+      floe__status_prefix(st, "checkpoint save to %s", where);
       return st->code;
     }
     items[i].value = floe__tensor_to_device(val, NULL, st);
@@ -628,16 +634,32 @@ static floe_code save_items(const char *dir, const char *prefix, int64_t step, i
       return st->code;
     }
   }
-  if ((rc = merge_shards(items, &n, st)) != FLOE_OK) return rc;
+  return FLOE_OK;
+}
+
+floe_code floe__ckpt_sort_items(Item *items, int n, FloeStatus *st) {
   if (n > 1) qsort(items, (size_t)n, sizeof *items, item_cmp);
   for (int i = 1; i < n; i++)
     if (strcmp(items[i - 1].name, items[i].name) == 0)
       return floe_status_set(st, FLOE_INVALID_ARGUMENT,
                              "checkpoint save: variable '%s' is given twice", items[i].name);
-  if ((rc = make_dirs(dir, st)) != FLOE_OK) return rc;
-  char *final = NULL;
-  if ((rc = write_checkpoint(dir, prefix, step, items, n, &final, st)) != FLOE_OK) return rc;
-  prune(dir, prefix, keep, strrchr(final, '/') + 1);
+  return FLOE_OK;
+}
+
+/* Reads every item's value, merges shards into wholes, sorts them by name and writes the
+ * checkpoint. */
+static floe_code save_items(const char *dir, const char *prefix, int64_t step, int keep,
+                            Item *items, int n, char **path_out, FloeStatus *st) {
+  floe_code rc = floe__ckpt_check_save_args(dir, prefix, step, keep, st);
+  if (rc != FLOE_OK || (rc = floe__ckpt_read_values(items, n, dir, st)) != FLOE_OK ||
+      (rc = merge_shards(items, &n, st)) != FLOE_OK || (rc = floe__ckpt_sort_items(items, n, st)) != FLOE_OK)
+    return rc;
+  if ((rc = floe__ckpt_make_dirs(dir, st)) != FLOE_OK) return rc;
+  char *final = NULL, file[NAME_MAX + 64];
+  snprintf(file, sizeof file, "%s-%0*" PRId64 SUFFIX, prefix, STEP_DIGITS, step);
+  if ((rc = floe__ckpt_write_file(dir, file, items, n, step, NULL, NULL, &final, st)) != FLOE_OK)
+    return rc;
+  floe__ckpt_prune(dir, prefix, keep, strrchr(final, '/') + 1);
   if (path_out)
     *path_out = final;
   else
@@ -653,12 +675,12 @@ floe_code floe_checkpoint_save(FloeSession *s, const char *dir, const char *pref
   FloeStatus st = {FLOE_OK, NULL};
   Item *items;
   int n;
-  floe_code rc = graph_items(s, &items, &n, &st);
+  floe_code rc = floe__ckpt_graph_items(s, &items, &n, &st);
   if (rc == FLOE_OK) {
     if (floe__session_is_cluster(s)) rc = read_through_session(s, items, n, &st);
     if (rc == FLOE_OK)
       rc = save_items(dir, prefix ? prefix : DEFAULT_PREFIX, step, keep, items, n, path_out, &st);
-    items_free(items, n);
+    floe__ckpt_items_free(items, n);
   }
   return floe__ckpt_finish(status, &st, rc);
 }
@@ -741,21 +763,32 @@ static floe_code restore_items(const char *path, Item *items, int n, int64_t *st
     if (!(picked = pick_in_dir(path, st))) return st->code;
     path = picked;
   }
+  floe_code rc;
+  size_t pl = strlen(path), il = strlen(FLOE__CKPT_INDEX_SUFFIX);
+  if (pl > il && !strcmp(path + pl - il, FLOE__CKPT_INDEX_SUFFIX)) { /* a sharded checkpoint */
+    rc = floe__ckpt_restore_index(path, items, n, step_out, s, st);
+    goto out;
+  }
   StFile c;
-  floe_code rc = floe__safetensors_open(path, &c, st);
-  if (rc != FLOE_OK) goto out;
+  if ((rc = floe__safetensors_open(path, &c, st)) != FLOE_OK) goto out;
   if ((rc = match_items(&c, items, n, st)) != FLOE_OK) goto out_close;
   if ((rc = read_items(&c, items, n, st)) != FLOE_OK) goto out_close;
-  if (s) {
-    if ((rc = assign_through_session(s, path, items, n, st)) == FLOE_OK && step_out)
-      *step_out = c.step;
-    goto out_close;
-  }
+  if ((rc = floe__ckpt_assign_items(path, items, n, s, st)) == FLOE_OK && step_out)
+    *step_out = c.step;
+out_close:
+  floe__safetensors_close(&c);
+out:
+  floe__free(picked);
+  return rc;
+}
+
+/* Sets every item's variable to its value (s: through the session), all or nothing. */
+floe_code floe__ckpt_assign_items(const char *path, Item *items, int n, FloeSession *s,
+                                  FloeStatus *st) {
+  if (s) return assign_through_session(s, path, items, n, st);
+  floe_code rc = FLOE_OK;
   FloeTensor **old = floe__calloc((size_t)(n ? n : 1), sizeof *old);
-  if (!old) {
-    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory restoring %s", path);
-    goto out_close;
-  }
+  if (!old) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory restoring %s", path);
   FloeStatus scratch = {FLOE_OK, NULL};
   for (int i = 0; i < n; i++) {
     old[i] = floe__var_read(items[i].var, &scratch); /* NULL: not initialised yet */
@@ -772,11 +805,6 @@ static floe_code restore_items(const char *path, Item *items, int n, int64_t *st
   }
   for (int i = 0; i < n; i++) floe_tensor_release(old[i]);
   floe__free(old);
-  if (rc == FLOE_OK && step_out) *step_out = c.step;
-out_close:
-  floe__safetensors_close(&c);
-out:
-  floe__free(picked);
   return rc;
 }
 
@@ -787,10 +815,10 @@ floe_code floe_checkpoint_restore(FloeSession *s, const char *path, int64_t *ste
   FloeStatus st = {FLOE_OK, NULL};
   Item *items;
   int n;
-  floe_code rc = graph_items(s, &items, &n, &st);
+  floe_code rc = floe__ckpt_graph_items(s, &items, &n, &st);
   if (rc == FLOE_OK) {
     rc = restore_items(path, items, n, step_out, floe__session_is_cluster(s) ? s : NULL, &st);
-    items_free(items, n);
+    floe__ckpt_items_free(items, n);
   }
   return floe__ckpt_finish(status, &st, rc);
 }
@@ -800,8 +828,8 @@ floe_code floe_checkpoint_restore(FloeSession *s, const char *path, int64_t *ste
 
 /* Items for the resource inputs first..num_inputs-1 of ctx's node; each named after the
  * VarHandleOp feeding it (as floe_checkpoint_save names it), else after the variable. */
-static floe_code kernel_items(FloeKernelContext *ctx, int first, Item **out, int *n_out,
-                              FloeStatus *st) {
+floe_code floe__ckpt_kernel_items(FloeKernelContext *ctx, int first, Item **out, int *n_out,
+                                  FloeStatus *st) {
   int n = ctx->num_inputs - first;
   Item *items = floe__calloc((size_t)(n > 0 ? n : 1), sizeof *items);
   if (!items) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory");
@@ -811,10 +839,11 @@ static floe_code kernel_items(FloeKernelContext *ctx, int first, Item **out, int
     snprintf(what, sizeof what, "resource input %d", i);
     items[i].var = floe__resource_from_handle(ctx->inputs[first + i], what, st);
     if (!items[i].var) {
-      items_free(items, i);
+      floe__ckpt_items_free(items, i);
       return st->code;
     }
     items[i].name = src && is_op(src, "VarHandleOp") ? src->name : items[i].var->name;
+    items[i].node = src;
     items[i].dtype = items[i].var->dtype;
     items[i].shape = items[i].var->shape;
   }
@@ -823,7 +852,7 @@ static floe_code kernel_items(FloeKernelContext *ctx, int first, Item **out, int
   return FLOE_OK;
 }
 
-static floe_code kernel_fail(FloeKernelContext *ctx, FloeStatus *st) {
+floe_code floe__ckpt_kernel_fail(FloeKernelContext *ctx, FloeStatus *st) {
   floe_code rc = floe__host_api()->ctx_set_error(ctx, st->code, "%s", floe_status_message(st));
   floe_status_clear(st);
   return rc;
@@ -834,28 +863,28 @@ static floe_code save_compute(void *state, FloeKernelContext *ctx) {
   FloeStatus st = {FLOE_OK, NULL};
   const FloeAttrValue *keep = floe__attrs_get(&ctx->node->attrs, "keep");
   FloeTensor *step_t = floe__tensor_to_device(ctx->inputs[0], NULL, &st);
-  if (!step_t) return kernel_fail(ctx, &st);
+  if (!step_t) return floe__ckpt_kernel_fail(ctx, &st);
   int64_t step = 0;
   bool scalar = step_t->num_elements == 1;
   if (scalar) memcpy(&step, floe_tensor_data(step_t), sizeof step);
   floe_tensor_release(step_t);
   if (!scalar) {
     floe_status_set(&st, FLOE_INVALID_ARGUMENT, "step must be a scalar");
-    return kernel_fail(ctx, &st);
+    return floe__ckpt_kernel_fail(ctx, &st);
   }
   int64_t k = keep && keep->kind == FLOE_ATTR_INT ? keep->u.i : 0;
   if (k < 0 || k > INT_MAX) {
     floe_status_set(&st, FLOE_INVALID_ARGUMENT, "keep %" PRId64 " is out of range", k);
-    return kernel_fail(ctx, &st);
+    return floe__ckpt_kernel_fail(ctx, &st);
   }
   Item *items;
   int n;
-  if (kernel_items(ctx, 1, &items, &n, &st) != FLOE_OK) return kernel_fail(ctx, &st);
+  if (floe__ckpt_kernel_items(ctx, 1, &items, &n, &st) != FLOE_OK) return floe__ckpt_kernel_fail(ctx, &st);
   floe_code rc = save_items(floe__node_attr_str(ctx->node, "dir"),
                             floe__node_attr_str(ctx->node, "prefix"), step, (int)k, items, n, NULL,
                             &st);
-  items_free(items, n);
-  return rc == FLOE_OK ? FLOE_OK : kernel_fail(ctx, &st);
+  floe__ckpt_items_free(items, n);
+  return rc == FLOE_OK ? FLOE_OK : floe__ckpt_kernel_fail(ctx, &st);
 }
 
 static floe_code restore_compute(void *state, FloeKernelContext *ctx) {
@@ -863,22 +892,31 @@ static floe_code restore_compute(void *state, FloeKernelContext *ctx) {
   FloeStatus st = {FLOE_OK, NULL};
   Item *items;
   int n;
-  if (kernel_items(ctx, 0, &items, &n, &st) != FLOE_OK) return kernel_fail(ctx, &st);
+  if (floe__ckpt_kernel_items(ctx, 0, &items, &n, &st) != FLOE_OK) return floe__ckpt_kernel_fail(ctx, &st);
   int64_t step = 0;
   floe_code rc = restore_items(floe__node_attr_str(ctx->node, "path"), items, n, &step, NULL, &st);
-  items_free(items, n);
-  if (rc != FLOE_OK) return kernel_fail(ctx, &st);
+  floe__ckpt_items_free(items, n);
+  if (rc != FLOE_OK) return floe__ckpt_kernel_fail(ctx, &st);
+  return floe__ckpt_output_i64(ctx, step);
+}
+
+floe_code floe__ckpt_output_i64(FloeKernelContext *ctx, int64_t v) {
   const FloeHostApi *host = floe__host_api();
   FloeTensor *out;
-  if ((rc = host->ctx_allocate_output(ctx, 0, 0, NULL, &out)) != FLOE_OK) return rc;
-  if (floe__device_copy(ctx->device, host->tensor_data(out), NULL, &step, sizeof step, &st) !=
-      FLOE_OK)
-    return kernel_fail(ctx, &st);
+  FloeStatus st = {FLOE_OK, NULL};
+  floe_code rc = host->ctx_allocate_output(ctx, 0, 0, NULL, &out);
+  if (rc != FLOE_OK) return rc;
+  if (floe__device_copy(ctx->device, host->tensor_data(out), NULL, &v, sizeof v, &st) != FLOE_OK)
+    return floe__ckpt_kernel_fail(ctx, &st);
   return FLOE_OK;
 }
 
 floe_code floe__checkpoint_kernels_register(struct FloeRuntime *rt, FloeStatus *st) {
   floe_code rc = floe__core_kernel_add(rt, "Save", FLOE__KERNEL_RAW_RESOURCES, save_compute, st);
-  if (rc != FLOE_OK) return rc;
-  return floe__core_kernel_add(rt, "Restore", FLOE__KERNEL_RAW_RESOURCES, restore_compute, st);
+  if (rc == FLOE_OK)
+    rc = floe__core_kernel_add(rt, "Restore", FLOE__KERNEL_RAW_RESOURCES, restore_compute, st);
+  if (rc == FLOE_OK)
+    rc = floe__core_kernel_add(rt, "SaveShard", FLOE__KERNEL_RAW_RESOURCES,
+                               floe__ckpt_save_shard_compute, st);
+  return rc;
 }

@@ -52,7 +52,7 @@ const StType *floe__safetensors_type_of(FloeDType dt) {
   return NULL;
 }
 
-static const StType *st_type_named(const char *s) {
+const StType *floe__safetensors_type_named(const char *s) {
   for (size_t i = 0; i < FLOE__ARRAY_LEN(st_types); i++)
     if (strcmp(st_types[i].name, s) == 0) return &st_types[i];
   return NULL;
@@ -109,7 +109,7 @@ static void buf_u64(Buf *b, uint64_t v) {
 
 /* A JSON string: quotes, backslashes and control bytes escaped; the rest (valid UTF-8)
  * copied. */
-static void buf_json(Buf *b, const char *s) {
+void floe__safetensors_json_str(Buf *b, const char *s) {
   buf_put(b, "\"", 1);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
@@ -126,25 +126,26 @@ static void buf_json(Buf *b, const char *s) {
   buf_put(b, "\"", 1);
 }
 
-floe_code floe__safetensors_header(const Item *items, int n, int64_t step, Buf *b,
-                                   FloeStatus *st) {
+floe_code floe__safetensors_header(const Item *items, int n, int64_t step, const char *save_id,
+                                   Buf *b, FloeStatus *st) {
   uint64_t h = FNV_OFFSET;
   for (int i = 0; i < n; i++) {
     const FloeTensor *t = items[i].value;
     h = hash_line(h, items[i].name, floe__safetensors_type_of(t->dtype), t->rank, t->dims);
   }
-  char meta[160];
+  char meta[200];
   snprintf(meta, sizeof meta,
            "{\"__metadata__\":{\"format\":\"floe\",\"global_step\":\"%" PRId64
-           "\",\"variables_hash\":\"%016" PRIx64 "\"}",
-           step, h);
+           "\",%s%.*s%s\"variables_hash\":\"%016" PRIx64 "\"}",
+           step, save_id ? "\"save_id\":\"" : "", FLOE__CKPT_SAVE_ID_LEN,
+           save_id ? save_id : "", save_id ? "\"," : "", h);
   buf_put(b, "\0\0\0\0\0\0\0\0", 8);
   buf_str(b, meta);
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {
     const FloeTensor *t = items[i].value;
     buf_put(b, ",", 1);
-    buf_json(b, items[i].name);
+    floe__safetensors_json_str(b, items[i].name);
     buf_str(b, ":{\"dtype\":\"");
     buf_str(b, floe__safetensors_type_of(t->dtype)->name);
     buf_str(b, "\",\"shape\":[");
@@ -455,7 +456,7 @@ static floe_code parse_tensor(Parser *p, Entry *e) {
       char *t;
       size_t tat = (ws(p), p->pos);
       if ((rc = parse_string(p, "dtype", &t)) != FLOE_OK) goto err_free_key;
-      e->type = st_type_named(t);
+      e->type = floe__safetensors_type_named(t);
       if (!e->type) {
         rc = bad(p, tat, "tensor '%.*s' has unknown dtype \"%.*s\"", NAME_SHOWN, e->name,
                  NAME_SHOWN, t);
@@ -523,6 +524,7 @@ static floe_code parse_metadata(Parser *p) {
     bool *seen_flag = strcmp(key, "global_step") == 0      ? &p->c->has_step
                       : strcmp(key, "variables_hash") == 0 ? &p->c->has_hash
                       : strcmp(key, "format") == 0         ? &got_format
+                      : strcmp(key, "save_id") == 0        ? &p->c->has_save_id
                                                            : NULL;
     if (seen_flag && *seen_flag) {
       rc = bad(p, at, "metadata key \"%s\" is repeated", key);
@@ -546,6 +548,8 @@ static floe_code parse_metadata(Parser *p) {
         goto err_free_val;
       }
       p->c->step = (int64_t)x;
+    } else if (seen_flag == &p->c->has_save_id) { /* compared with an index's, not parsed */
+      snprintf(p->c->save_id, sizeof p->c->save_id, "%.*s", FLOE__CKPT_SAVE_ID_LEN, val);
     } else if (seen_flag == &p->c->has_hash) {
       bool ok = strlen(val) == 16;
       uint64_t x = 0;
@@ -851,4 +855,62 @@ FloeTensor *floe__safetensors_read(const StFile *c, const Entry *e, FloeStatus *
       }
   }
   return t;
+}
+
+/* Copies the box [lo, hi) of entry e (its coordinates) into dst at dst_lo (dst's
+ * coordinates), reading only those bytes: one pread per run of elements contiguous in both
+ * (the innermost dims both span whole, and the last one they do not). */
+floe_code floe__safetensors_read_box(const StFile *c, const Entry *e, const int64_t *lo,
+                                     const int64_t *hi, FloeTensor *dst, const int64_t *dst_lo,
+                                     FloeStatus *st) {
+  int rank = e->rank;
+  size_t es = e->type->size;
+  if (rank == 0) { /* a scalar: one element */
+    lo = hi = dst_lo = NULL;
+  }
+  int k = rank; /* dims k.. form one contiguous run in both; k - 1 is the partial one */
+  while (k > 0 && lo[k - 1] == 0 && hi[k - 1] == e->dims[k - 1] && dst_lo[k - 1] == 0 &&
+         dst->dims[k - 1] == e->dims[k - 1])
+    k--;
+  int64_t run = 1;
+  for (int d = k; d < rank; d++) run *= e->dims[d];
+  int outer_dims = k > 0 ? k - 1 : 0;
+  if (k > 0) run *= hi[k - 1] - lo[k - 1];
+  int64_t idx[FLOE_MAX_DIMS] = {0};
+  for (int d = 0; d < outer_dims; d++) idx[d] = lo[d];
+  for (int d = 0; d < rank; d++)
+    if (hi[d] <= lo[d]) return FLOE_OK; /* empty */
+  uint8_t *out = floe_tensor_data(dst);
+  for (;;) {
+    /* the run's first element: idx over the outer dims, lo at dim k - 1, 0 after */
+    uint64_t src = 0, dd = 0;
+    for (int d = 0; d < rank; d++) {
+      int64_t i = d < outer_dims ? idx[d] : d == k - 1 ? lo[d] : 0;
+      src = src * (uint64_t)e->dims[d] + (uint64_t)i;
+      dd = dd * (uint64_t)dst->dims[d] + (uint64_t)(i - (d < rank ? lo[d] : 0) + dst_lo[d]);
+    }
+    uint64_t off = c->data_start + e->begin + src * es;
+    uint8_t *p = out + dd * es;
+    size_t nb = (size_t)run * es;
+    int err = nb ? pread_all(c->fd, p, nb, off) : 0;
+    if (err < 0)
+      return floe_status_set(st, FLOE_DATA_LOSS, "checkpoint %s: offset %" PRIu64 ": reading "
+                             "tensor '%s' failed: the file shrank while being read", c->path,
+                             off, e->name);
+    if (err)
+      return floe__status_from_errno(st, err, "checkpoint %s: offset %" PRIu64 ": reading "
+                                     "tensor '%s' failed", c->path, off, e->name);
+#if HOST_BIG_ENDIAN
+    swap_elements(p, nb, es);
+#endif
+    if (e->type->dt == FLOE_BOOL)
+      for (size_t i = 0; i < nb; i++)
+        if (p[i] > 1)
+          return floe_status_set(st, FLOE_DATA_LOSS, "checkpoint %s: offset %" PRIu64 ": tensor "
+                                 "'%s': a bool is the byte %u, not 0 or 1", c->path, off + i,
+                                 e->name, p[i]);
+    int d = outer_dims - 1; /* the next run: an odometer over the outer dims */
+    while (d >= 0 && ++idx[d] == hi[d]) idx[d] = lo[d], d--;
+    if (d < 0) return FLOE_OK;
+  }
 }

@@ -354,15 +354,65 @@ FLOE_API FloeOutput floe_global_norm(FloeGraph *g, const char *name, const FloeO
 FLOE_API floe_code floe_checkpoint_save(FloeSession *s, const char *dir, const char *prefix,
                                         int64_t step, int keep, char **path_out,
                                         FloeStatus *status);
-/* Restores every variable of the session's graph from path (a file, or a directory: its
- * newest checkpoint). All or nothing: a missing variable, a wrong dtype or shape, or a
- * truncated or corrupt file is an error naming the variable or the byte offset, and no
- * variable changes. *step_out (may be NULL) receives the stored global step. */
+/* Restores every variable of the session's graph from path (a file, a sharded checkpoint's
+ * ".index.json", or a directory: its newest checkpoint of either kind). A sharded
+ * checkpoint reshards: each variable (or shard of one) reads exactly its rows from the
+ * parts the index names, whatever the task or shard count at save time. All or nothing: a
+ * missing variable, a wrong dtype or shape, or a truncated, corrupt, missing or replaced
+ * file is an error naming the variable, the file and the byte offset, and no variable
+ * changes. *step_out (may be NULL) receives the stored global step. */
 FLOE_API floe_code floe_checkpoint_restore(FloeSession *s, const char *path, int64_t *step_out,
                                            FloeStatus *status);
-/* The newest checkpoint of prefix (NULL: "ckpt") in dir, by step. Caller frees with free().
+/* The newest checkpoint of prefix (NULL: "ckpt") in dir, by step: a file, or a sharded
+ * checkpoint's index (which wins at an equal step). Caller frees with free().
  * NULL + FLOE_NOT_FOUND naming dir when there is none. */
 FLOE_API char *floe_checkpoint_latest(const char *dir, const char *prefix, FloeStatus *status);
+
+/* Sharded checkpoints (docs/checkpoints.md): every task that holds variables writes its own
+ * safetensors file "dir/<prefix>-<step>.shards/<job>-<task>.safetensors" (one process:
+ * "localhost-0.safetensors"), then the caller's process commits the index
+ * "dir/<prefix>-<step>.index.json" (HF-style weight_map, and how to assemble each variable
+ * from its parts) atomically: a temporary file, fsync, rename, fsync of dir. A checkpoint
+ * without its index does not exist: a crash at any moment leaves the previous checkpoint or
+ * the new one, whole. floe_checkpoint_latest and floe_checkpoint_restore find both kinds
+ * (the newest step wins; at one step the index). */
+
+/* The moments of a sharded save, for tests (FloeCheckpointShardOptions.phase). */
+typedef enum FloeCheckpointPhase {
+  FLOE_CHECKPOINT_BEFORE_SHARDS = 1,    /* the folder exists; no shard written yet */
+  FLOE_CHECKPOINT_AFTER_SHARDS = 2,     /* every shard file written, fsync'd and renamed in */
+  FLOE_CHECKPOINT_AFTER_INDEX_TEMP = 3, /* the index written and fsync'd under a temporary
+                                         * name, not yet renamed */
+  FLOE_CHECKPOINT_AFTER_COMMIT = 4      /* the index renamed into place (before retention) */
+} FloeCheckpointPhase;
+
+typedef struct FloeCheckpointShardOptions {
+  size_t struct_size;  /* sizeof(FloeCheckpointShardOptions) */
+  /* Called at each phase with the path it concerns (the shard folder, the temporary index,
+   * the index; borrowed for the call). Non-zero stops the save there, leaving what it wrote
+   * as a crash would, and the save returns FLOE_CANCELLED. NULL: none. For tests. */
+  int (*phase)(void *arg, FloeCheckpointPhase phase, const char *path);
+  void *phase_arg;     /* passed to phase; borrowed */
+  int64_t timeout_ms;  /* deadline of the step that writes the shards (0: none) */
+} FloeCheckpointShardOptions;
+
+/* Fills the defaults (no phase callback, no deadline). */
+FLOE_API void floe_checkpoint_shard_options_init(FloeCheckpointShardOptions *o);
+/* Writes every variable of the session's graph as a sharded checkpoint of step in dir
+ * (created if missing; on a cluster every task must see dir at the same path: a shared
+ * filesystem). Each task's file is written by that task, in one step across the cluster, so
+ * no value travels to the caller; the parts of a sharded variable are stored under their
+ * own names ("<name>/part_<k>") and the index says where each lies in the whole. Then
+ * removes all but the newest `keep` checkpoints of prefix (0: keep all; both kinds, an
+ * index before its folder) and shard folders that no index names (a crashed save's). The
+ * variables must not change during the call: pause training first. prefix NULL: "ckpt"; o
+ * NULL: the defaults. *index_path_out (may be NULL) receives the index's path, caller frees
+ * with free(). A failed save leaves every committed checkpoint as it was, except that saving
+ * a step that already has a committed checkpoint first removes that one's index. */
+FLOE_API floe_code floe_checkpoint_save_sharded(FloeSession *s, const char *dir,
+                                                const char *prefix, int64_t step, int keep,
+                                                const FloeCheckpointShardOptions *o,
+                                                char **index_path_out, FloeStatus *status);
 
 /* Writes a deployable graph file: the nodes that `outputs` ("node" or "node:i") need, with
  * every variable read replaced by a Const of its current value in the session (frozen), so
