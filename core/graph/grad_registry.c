@@ -219,7 +219,7 @@ static const char *const not_differentiable[] = {
     "Sign", "Floor", "InvertPermutation", "ConcatOffset", "VarHandleOp", "ReadVariableOp",
     "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "VarIsInitializedOp",
     "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam",
-    "ResourceApplyRMSProp", "ResourceApplyAdagrad", "Save", "Restore",
+    "ResourceApplyRMSProp", "ResourceApplyAdagrad", "Save", "SaveShard", "Restore",
     "TfIdfVectorizer", /* integer items in, counts out */
     "FIFOQueueV2", "PaddingFIFOQueueV2", "RandomShuffleQueueV2", "QueueEnqueueV2",
     "QueueEnqueueManyV2", "QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2",

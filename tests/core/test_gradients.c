@@ -667,6 +667,7 @@ static const char *const not_differentiable[] = {
     "ResourceApplyRMSProp",
     "ResourceApplyAdagrad",
     "Save",
+    "SaveShard",
     "Restore",
     /* TensorArrays and stacks (their handles, sizes and the loop gradients' stacks). */
     "TensorArrayV3",
