@@ -983,7 +983,7 @@ int cmd_train(int argc, char **argv) {
   /* Sync: training ends at this global step (a task stops once the token it takes says so),
    * however many batches that takes (backups' stale gradients are dropped). */
   int64_t end_gs = end_gb / t.K;
-  if (end_gs < 1) end_gs = 1;
+  if (end_gs < 1 && !o->cl.allreduce) end_gs = 1; /* allreduce: no whole global step, no step */
   int finished = 0; /* sync: the token said the last global step */
   for (int e = first_epoch; o->cl.sync ? !finished : e < last_epoch; e++) {
     int64_t start = e == first_epoch ? first_batch : 0;
