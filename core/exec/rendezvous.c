@@ -188,15 +188,33 @@ static void route_count(const FloeRendezvousRoute *route, int chan, bool is_send
   if (chan > 0 && bytes >= 0 && route && route->count) route->count(route->arg, chan, is_send, bytes);
 }
 
-/* A post refused because the route's channel was closed meanwhile (its task was dropped)
- * is UNAVAILABLE naming the device's task, as the route would have answered a moment later;
- * the code st ends with. */
+/* Appends to st (UNAVAILABLE, about a transfer with another task's device) which task that
+ * is and what to do, when device names a task. */
+static void task_lost_hint(FloeStatus *st, const char *device) {
+  FloeDeviceName dn;
+  FloeStatus ignore = {FLOE_OK, NULL};
+  if (st && device && floe_device_name_parse(device, &dn, &ignore) == FLOE_OK && dn.job[0]) {
+    char *msg = floe__strdup(floe_status_message(st));
+    if (msg)
+      floe_status_set(st, FLOE_UNAVAILABLE, "%s; /job:%s/task:%d is unavailable (it died, "
+                      "hangs or its link is down): when it is back (restart its server: floe "
+                      "server), create a new session", msg, dn.job, dn.task < 0 ? 0 : dn.task);
+    floe__free(msg);
+  }
+  floe_status_clear(&ignore);
+}
+
+/* A post refused because the route's channel was closed meanwhile (its task was dropped),
+ * or because the transport found the peer gone (UNAVAILABLE), is UNAVAILABLE naming the
+ * device's task and what to do, as the route would have answered a moment later; the code
+ * st ends with. */
 static floe_code channel_gone(FloeStatus *st, floe_code rc, int chan, const char *device) {
-  if (chan == 0 || rc != FLOE_FAILED_PRECONDITION) return rc;
+  if (chan == 0 || (rc != FLOE_FAILED_PRECONDITION && rc != FLOE_UNAVAILABLE)) return rc;
   char *why = st ? floe__strdup(floe_status_message(st)) : NULL;
   floe_status_set(st, FLOE_UNAVAILABLE, "the task of %s is gone: %s", device,
                   why ? why : FLOE__OOM_MESSAGE);
   floe__free(why);
+  task_lost_hint(st, device);
   return FLOE_UNAVAILABLE;
 }
 
@@ -828,18 +846,7 @@ static void op_fail(RecvOp *op, floe_code code, const char *fmt, ...) {
   floe_status_set(&st, code, "Recv of %s: %s", op->key, why ? why : FLOE__OOM_MESSAGE);
   floe__free(why);
   /* A transfer lost from another task: name the task, and what to do. */
-  FloeDeviceName dn;
-  FloeStatus ignore = {FLOE_OK, NULL};
-  if (code == FLOE_UNAVAILABLE && op->chan > 0 && op->src &&
-      floe_device_name_parse(op->src, &dn, &ignore) == FLOE_OK && dn.job[0]) {
-    char *msg = floe__strdup(floe_status_message(&st));
-    if (msg)
-      floe_status_set(&st, code, "%s; /job:%s/task:%d is unavailable (it died, hangs or its "
-                      "link is down): when it is back (restart its server: floe server), create "
-                      "a new session", msg, dn.job, dn.task < 0 ? 0 : dn.task);
-    floe__free(msg);
-  }
-  floe_status_clear(&ignore);
+  if (code == FLOE_UNAVAILABLE && op->chan > 0) task_lost_hint(&st, op->src);
   op_finish(op, &st, NULL, false);
   floe_status_clear(&st);
 }
