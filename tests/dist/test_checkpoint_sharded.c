@@ -479,7 +479,14 @@ static void cluster_start(Cluster *c) {
   setenv("FLOE_JOB_SECRET", "test-checkpoint-sharded-secret-0123456789", 1);
   unsetenv("FLOE_JOB_SECRET_FILE");
   int port[NPS + 1];
-  for (int i = 0; i <= NPS; i++) port[i] = free_port();
+  for (int i = 0; i <= NPS; i++) { /* a port just closed may be handed out again */
+    bool again;
+    do {
+      port[i] = free_port();
+      again = false;
+      for (int j = 0; j < i; j++) again |= port[j] == port[i];
+    } while (again);
+  }
   snprintf(c->json, sizeof c->json,
            "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\", "
            "\"127.0.0.1:%d\", \"127.0.0.1:%d\"]}}", port[0], port[1], port[2], port[3]);
