@@ -643,7 +643,7 @@ int train_cluster_pause_workers(TrainCluster *c, const char *tool) {
         break;
       }
       if ((a && v >= n) || f) break;
-      if (now_s() > end || train_sigint_pending()) {
+      if (now_s() > end || (train_sigint_pending() && !c->at_signal)) {
         rc = cli_error(tool, "/job:worker/task:%d did not pause for a checkpoint within 120 s",
                        w);
         break;

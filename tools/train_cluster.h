@@ -54,6 +54,9 @@ typedef struct TrainCluster {
   double pause_checked;
   int64_t pause_checks;       /* a worker's look-ups of the store (for the JSON) */
   double paused_seconds;      /* time a worker spent paused */
+  /* the chief's save at Ctrl-C: its pause waits for the workers although SIGINT arrived (a
+   * second Ctrl-C kills) */
+  int at_signal;
 } TrainCluster;
 
 /* The cluster options every floe train model takes: --cluster, --job, --task, --replication,
