@@ -10,23 +10,11 @@
 # each variable's parts tile it, assembles every variable (numpy.concatenate; torch.cat) and
 # compares it with the values the test assigned (their formula, written again below) and with
 # Floe's restored file; with torch, the docs' snippet itself is run on the checkpoint.
-# Python: $FLOE_TEST_PYTHON (then it must have safetensors and numpy: CI sets it), else python3;
-# skipped (77) when neither has them (tests/setup_venv.sh makes one; torch is optional).
+# Python: tests/find_python.sh's (FLOE_TEST_PYTHON, made by tests/setup_venv.sh, must have
+# safetensors and numpy); skipped (77) when none has them; torch is optional.
 set -u
-if [ -n "${FLOE_TEST_PYTHON:-}" ] && ! "$FLOE_TEST_PYTHON" -c 'import safetensors, numpy'; then
-  echo "FAIL: FLOE_TEST_PYTHON=$FLOE_TEST_PYTHON cannot import safetensors and numpy"
-  exit 1
-fi
-py=
-for p in "${FLOE_TEST_PYTHON:-}" python3; do
-  [ -n "$p" ] || continue
-  if "$p" -c 'import safetensors, numpy' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-  echo "SKIP: no Python with the safetensors and numpy packages (tried python3;"
-  echo "      FLOE_TEST_PYTHON=\$(sh tests/setup_venv.sh) make check, see tests/README.md)"
-  exit 77
-fi
+. "${top_srcdir}/tests/find_python.sh"
+test_python "safetensors, numpy" "the safetensors and numpy packages" || exit 77
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if ! CK_RUN_CASE=python FLOE_TEST_CKPT_OUT="$tmp" FLOE_TRANSPORT=local \
@@ -37,19 +25,13 @@ if ! CK_RUN_CASE=python FLOE_TEST_CKPT_OUT="$tmp" FLOE_TRANSPORT=local \
 fi
 "$py" - "$tmp" "${top_srcdir}/docs/checkpoints.md" <<'PY'
 import json, os, re, sys
+sys.path.insert(0, os.environ["top_srcdir"] + "/tests")
+from pycheck import check, done
 import numpy as np
 from safetensors.numpy import load_file as np_load
 
 out, doc = sys.argv[1], sys.argv[2]
 d = os.path.join(out, "run1")
-fails = passes = 0
-def check(ok, what):
-    global fails, passes
-    if ok:
-        passes += 1
-    else:
-        print("FAIL:", what)
-        fails += 1
 
 index = json.load(open(os.path.join(d, "ckpt-0000001000.index.json")))
 files = sorted(index["files"])
@@ -114,6 +96,5 @@ else:
         g = {}
         exec(m.group(1), g)
         same({k: v.numpy() for k, v in g["state"].items()}, want, "the docs' snippet")
-print("test_checkpoint_torch: %d passed, %d failed" % (passes, fails))
-sys.exit(1 if fails else 0)
+done("test_checkpoint_torch")
 PY
