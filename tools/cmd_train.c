@@ -762,7 +762,6 @@ static int stop_at_signal(Trainer *t, TrainUpdater *u, TrainSaveArgs *a, int arg
   snprintf(when, sizeof when, "interrupted at global step %lld", (long long)step);
   if (o->cl.spec) { /* train_cluster_save checks every variable finite */
     if (train_updater_stop(u, "train")) return 130;
-    t->o.cl.at_signal = 1;
     if (train_cluster_checkpoint(&t->o.cl, u, a, 0, "train")) return 130;
     step = a->step;
   } else if (check_finite(t, when)) {

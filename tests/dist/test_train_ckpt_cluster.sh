@@ -12,7 +12,9 @@
 #    (FLOE_TEST_CKPT_CRASH: before-shards, after-shards, after-index-temp, after-commit): the
 #    newest committed checkpoint is whole and equals, variable by variable, either the
 #    previous one or the new one a run without the crash writes;
-#  - kill -9 of a ps while the chief saves: the newest committed checkpoint is whole.
+#  - kill -9 of a ps while the chief saves: the newest committed checkpoint is whole;
+#  - Ctrl-C (SIGINT) of the chief, async and sync: it saves a sharded checkpoint at the step
+#    it names, consistent, and exits 130.
 # Skipped (77) without the fabric transport or Fashion-MNIST.
 set -u
 . "${top_srcdir}/tests/dist/common.sh"
@@ -99,6 +101,31 @@ if [ "$rc" != 0 ] && $CHECK "$k" >/dev/null; then
 else
   bad "ps killed during a save: exit $rc, $($CHECK "$k" 2>&1)"; tail -3 "$tmp/k.err"
 fi
+
+# ---- Ctrl-C of the chief: a sharded checkpoint, consistent, then exit 130 ------------------
+# (async: the workers paused; sync: the update thread stopped first). SIGINT reaches the chief
+# alone: the ps must serve for the save.
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+for mode in async sync; do
+  rep=; [ $mode = sync ] && rep="--replication sync"
+  echo "{\"cluster\": {\"chief\": [\"127.0.0.1:$(port)\"], \"worker\": [\"127.0.0.1:$(port)\"], \"ps\": [\"127.0.0.1:$(port)\"]}}" >"$tmp/i.json"
+  A="train --threads 1 --data $DATA --limit 3000 --epochs 6 --cluster $tmp/i.json $rep"
+  "$FLOE" $A --job ps --task 0 >/dev/null 2>&1 & p_ps=$!
+  "$FLOE" $A --job worker --task 0 --checkpoint-dir "$tmp/int-$mode" >/dev/null 2>&1 & p_w=$!
+  "$FLOE" $A --job chief --task 0 --checkpoint-dir "$tmp/int-$mode" >"$tmp/i.out" 2>"$tmp/i.err" & p_c=$!
+  pids="$pids $p_ps $p_w $p_c"
+  i=0; while ! grep -q "^epoch 1/6" "$tmp/i.out" 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+  kill -INT "$p_c"; wait "$p_c"; rc=$?
+  at=$(sed -n 's/^floe train: interrupted at global step \([0-9]*\); checkpoint saved in .*/\1/p' "$tmp/i.err")
+  got=$($CHECK "$tmp/int-$mode" | cut -d' ' -f1)
+  if [ "$rc" = 130 ] && [ -n "$at" ] && [ "$got" = "$at" ]; then
+    echo "$mode, Ctrl-C of the chief: exit 130, checkpoint at global step $at"; ok
+  else
+    bad "$mode, Ctrl-C of the chief: exit $rc, said step '$at', newest checkpoint '$got'"; tail -3 "$tmp/i.err"
+  fi
+  consistent "$tmp/int-$mode"
+  kill "$p_ps" "$p_w" 2>/dev/null; wait "$p_ps" "$p_w" 2>/dev/null
+done
 
 echo "test_train_ckpt_cluster: $pass passed, $fails failed"
 [ "$fails" = 0 ]
