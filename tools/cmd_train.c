@@ -734,9 +734,21 @@ static int load_set(Trainer *t, int train, FloeDataset **out, char **images, cha
 
 /* After Ctrl-C: with --checkpoint-dir, saves a checkpoint of this step (a resumed run goes
  * on at the batch after it, as the global step implies) and prints how to resume; else says
- * nothing was saved. Returns 130, the status of a run ended by SIGINT. */
-static int stop_at_signal(Trainer *t, const TrainOptions *o, int argc, char **argv) {
+ * nothing was saved. On a cluster the chief saves a sharded checkpoint, consistent as its
+ * epochs' are (sync: the update thread stopped first, so no update runs during the save;
+ * async: the workers paused; allreduce: its own variables), and a worker saves nothing (an
+ * async one tells the chief not to wait for its pause). Returns 130, the status of a run
+ * ended by SIGINT. */
+static int stop_at_signal(Trainer *t, TrainUpdater *u, TrainSaveArgs *a, int argc,
+                          char **argv) {
+  const TrainOptions *o = &t->o;
   int64_t step;
+  if (o->cl.spec && !o->cl.is_chief) {
+    if (o->checkpoint_dir && !o->cl.sync && !o->cl.allreduce) train_cluster_worker_done(&t->o.cl);
+    fprintf(stderr, "floe train: interrupted; %s\n",
+            o->checkpoint_dir ? "the chief saves the checkpoint" : "nothing saved");
+    return 130;
+  }
   if (fetch_global_step(t, &step)) {
     cli_error("train", "interrupted; reading the global step: %s", floe_status_message(t->st));
     return 130;
@@ -748,8 +760,14 @@ static int stop_at_signal(Trainer *t, const TrainOptions *o, int argc, char **ar
   }
   char when[96];
   snprintf(when, sizeof when, "interrupted at global step %lld", (long long)step);
-  if (check_finite(t, when)) return 130;
-  if (floe_checkpoint_save(t->s, o->checkpoint_dir, NULL, step, 3, NULL, t->st) != FLOE_OK) {
+  if (o->cl.spec) { /* train_cluster_save checks every variable finite */
+    if (train_updater_stop(u, "train")) return 130;
+    if (train_cluster_checkpoint(&t->o.cl, u, a, 0, "train")) return 130;
+    step = a->step;
+  } else if (check_finite(t, when)) {
+    return 130;
+  } else if (floe_checkpoint_save(t->s, o->checkpoint_dir, NULL, step, 3, NULL, t->st) !=
+             FLOE_OK) {
     cli_error("train", "interrupted; saving a checkpoint: %s", floe_status_message(t->st));
     return 130;
   }
@@ -1094,7 +1112,7 @@ int cmd_train(int argc, char **argv) {
       }
       if (train_sigint_pending()) { /* Ctrl-C: stop at this step boundary */
         if (t.tty) printf("\n");
-        rc = stop_at_signal(&t, o, argc, argv);
+        rc = stop_at_signal(&t, &updater, &save_args, argc, argv);
         goto out;
       }
       double now = now_seconds();

@@ -643,7 +643,9 @@ int train_cluster_pause_workers(TrainCluster *c, const char *tool) {
         break;
       }
       if ((a && v >= n) || f) break;
-      if (now_s() > end || train_sigint_pending()) {
+      /* Ctrl-C does not end the wait: the save goes on, then the run stops at its next step
+       * boundary or saves there (a second Ctrl-C kills) */
+      if (now_s() > end) {
         rc = cli_error(tool, "/job:worker/task:%d did not pause for a checkpoint within 120 s",
                        w);
         break;

@@ -168,9 +168,9 @@ void train_updater_request_save(TrainUpdater *u, TrainSaveFn fn, void *arg);
 int train_updater_save_result(TrainUpdater *u);
 
 /* Consistent checkpoints under async replication, through the cluster's key-value store:
- * the chief asks every worker to pause and waits until each has acknowledged (after its
- * current step returned, so its updates are applied) or has finished its share; then saves;
- * then releases them. 0, or 1 after printing why. */
+ * the chief asks every worker to pause and waits (up to 120 s, through a Ctrl-C) until each
+ * has acknowledged (after its current step returned, so its updates are applied) or has
+ * finished its share; then saves; then releases them. 0, or 1 after printing why. */
 int train_cluster_pause_workers(TrainCluster *c, const char *tool);
 int train_cluster_resume_workers(TrainCluster *c, const char *tool);
 /* A worker, between two steps: at most every 50 ms, looks for a pause; when one is asked,

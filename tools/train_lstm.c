@@ -642,9 +642,15 @@ static int resume(Lm *m, const LstmOptions *o, int64_t *step, FloeStatus *st) {
 }
 
 /* --checkpoint-dir: saves the session's variables at global step `step` (the newest 3 are
- * kept). 0, or 1 after printing why. */
-static int save_checkpoint(Lm *m, const LstmOptions *o, int64_t step, FloeStatus *st) {
+ * kept): one process, a single file; a cluster, the chief's sharded checkpoint, one global
+ * step across every shard (train_cluster_checkpoint: sync, written by the update thread
+ * between two updates while it runs; async, the workers paused unless all_done; allreduce,
+ * its own variables), at the step the global step variable holds. 0, or 1 after printing
+ * why. */
+static int save_checkpoint(Lm *m, LstmOptions *o, TrainUpdater *u, TrainSaveArgs *a,
+                           int64_t step, int all_done, FloeStatus *st) {
   if (!o->checkpoint_dir) return 0;
+  if (o->cl.spec) return train_cluster_checkpoint(&o->cl, u, a, all_done, "train");
   if (floe_checkpoint_save(m->s, o->checkpoint_dir, NULL, step, 3, NULL, st) != FLOE_OK)
     return cli_error("train", "saving a checkpoint: %s", floe_status_message(st));
   return 0;
@@ -861,6 +867,10 @@ int cmd_train_lstm(int argc, char **argv) {
   TrainSplit split; /* --cluster with --json: each training window's step split */
   int splitting = cluster && o.json;
   if (splitting) train_split_init(&split, m.s, o.profile || o.trace);
+  /* --checkpoint-dir on a cluster: the chief's saves; async workers pause between steps for
+   * them */
+  TrainSaveArgs save_args = {m.s, o.checkpoint_dir, m.step_name, &m.vars, 0};
+  int pausing = is_worker && o.checkpoint_dir && !sync && !allreduce;
   train_sigint_install();
   FloeTensor *states[16] = {0};
   double final_loss = NAN, last_loss = NAN, train_secs = 0, ppl = NAN;
@@ -899,6 +909,12 @@ int cmd_train_lstm(int argc, char **argv) {
         recording = 1;
         if (o.profile) floe_session_set_profiling(m.s, 1);
         floe_session_set_tracing(m.s, o.trace && timed_steps > 0 ? FLOE_TRACE_RESUME : FLOE_TRACE_START);
+      }
+      if (pausing && train_cluster_pause_point(&o.cl, "train")) {
+        floe_tensor_release(x);
+        floe_tensor_release(y);
+        rc = 1;
+        goto out_states;
       }
       if (cluster) {
         train_cluster_straggle(&o.cl); /* FLOE_TEST_STEP_DELAY_MEAN_MS: an injected straggler */
@@ -991,15 +1007,9 @@ int cmd_train_lstm(int argc, char **argv) {
      * process does: its variables are every task's). */
     if (cluster && (is_worker || (!last && !allreduce))) {
       if (tty) printf("\r\033[K");
-      if (!is_worker && o.checkpoint_dir) { /* the chief: a checkpoint each epoch */
-        if (train_fetch_global_step(m.s, &m.ro, m.step_name, &global_step, st)) {
-          rc = cli_error("train", "reading the global step: %s", floe_status_message(st));
-          goto out_states;
-        }
-        if (save_checkpoint(&m, &o, global_step, st)) {
-          rc = 1;
-          goto out_states;
-        }
+      if (!is_worker && save_checkpoint(&m, &o, &updater, &save_args, 0, 0, st)) {
+        rc = 1; /* the chief: a checkpoint each epoch */
+        goto out_states;
       }
       printf("epoch %d/%d loss %.6f words/s %.0f seconds %.2f (this task's share)\n", e + 1,
              epochs, final_loss, epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0.0,
@@ -1047,11 +1057,12 @@ int cmd_train_lstm(int argc, char **argv) {
     printf("epoch %d/%d loss %.6f perplexity %.1f words/s %.0f seconds %.2f\n", e + 1, epochs,
            final_loss, ppl, epoch_secs > 0 ? (double)epoch_words / epoch_secs : 0.0, epoch_secs);
     fflush(stdout);
-    if (save_checkpoint(&m, &o, global_step, st)) {
+    if (save_checkpoint(&m, &o, &updater, &save_args, global_step, last, st)) {
       rc = 1;
       goto out_states;
     }
   }
+  if (pausing) train_cluster_worker_done(&o.cl);
   if (!is_worker && isnan(ppl) && evaluate(&m, &o, tew, states, &ppl, &n_eval, st)) {
     rc = 1; /* resumed at the end: nothing trained, the model still tested */
     goto out_states;

@@ -24,18 +24,8 @@ bad() { echo "FAIL: $*"; fails=$((fails+1)); }
 "$FLOE" export "$tmp/none.floe" >"$tmp/out" 2>"$tmp/err"
 [ $? = 2 ] && grep -q -- "--onnx" "$tmp/err" && ok || { bad "no --onnx: usage error"; cat "$tmp/err"; }
 
-if [ -n "${FLOE_TEST_PYTHON:-}" ] && ! "$FLOE_TEST_PYTHON" -c 'import onnx, onnxruntime, numpy'; then
-  echo "FAIL: FLOE_TEST_PYTHON=$FLOE_TEST_PYTHON cannot import onnx, onnxruntime and numpy"
-  exit 1
-fi
-py=
-for p in "${FLOE_TEST_PYTHON:-}" python3 "${top_srcdir}/bench/.venv/bin/python"; do
-  [ -n "$p" ] || continue
-  if "$p" -c 'import onnx, onnxruntime, numpy' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-  echo "SKIP: no Python with onnx, onnxruntime and numpy (tried \$FLOE_TEST_PYTHON, python3 and"
-  echo "      bench/.venv; FLOE_TEST_PYTHON=\$(sh tests/setup_venv.sh) make check, see tests/README.md)"
+. "${top_srcdir}/tests/find_python.sh"
+if ! test_python "onnx, onnxruntime, numpy" "onnx, onnxruntime and numpy"; then
   [ "$fails" = 0 ] && exit 77 || exit 1
 fi
 if [ ! -d "$MNIST" ] || [ ! -d "$FORTUNES" ]; then

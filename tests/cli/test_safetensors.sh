@@ -7,25 +7,15 @@
 set -u
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if [ -n "${FLOE_TEST_PYTHON:-}" ] && ! "$FLOE_TEST_PYTHON" -c 'import safetensors, numpy'; then
-  echo "FAIL: FLOE_TEST_PYTHON=$FLOE_TEST_PYTHON cannot import safetensors and numpy"
-  exit 1
-fi
-py=
-for p in "${FLOE_TEST_PYTHON:-}" python3 "${top_srcdir}/bench/.venv/bin/python"; do
-  [ -n "$p" ] || continue
-  if "$p" -c 'import safetensors, numpy' >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-  echo "SKIP: no Python with the safetensors and numpy packages (tried python3 and bench/.venv;"
-  echo "      FLOE_TEST_PYTHON=\$(sh tests/setup_venv.sh) make check, see tests/README.md)"
-  exit 77
-fi
+. "${top_srcdir}/tests/find_python.sh"
+test_python "safetensors, numpy" "the safetensors and numpy packages" || exit 77
 mkdir "$tmp/all" "$tmp/np"
 file=$("${top_builddir}/tests/cli/ckpt_model" checkpoint "$tmp/all") || { echo "FAIL: ckpt_model checkpoint"; exit 1; }
 npfile=$("${top_builddir}/tests/cli/ckpt_model" checkpoint "$tmp/np" --no-bf16) || { echo "FAIL: ckpt_model checkpoint --no-bf16"; exit 1; }
 "$py" - "$file" "$npfile" <<'PY'
-import sys
+import os, sys
+sys.path.insert(0, os.environ["top_srcdir"] + "/tests")
+from pycheck import check, done
 import numpy as np
 import safetensors
 from safetensors import safe_open
@@ -45,14 +35,6 @@ want = {
     "mask": (np.bool_, "BOOL", (6,), lambda i: i % 3 == 1),
     "empty": (np.float32, "F32", (0, 2), lambda i: 0),
 }
-fails = passes = 0
-def check(ok, what):
-    global fails, passes
-    if ok:
-        passes += 1
-    else:
-        print("FAIL:", what)
-        fails += 1
 
 with safe_open(path, framework="numpy") as f:
     meta = f.metadata()
@@ -94,6 +76,5 @@ try:
     check(b.dtype == torch.bfloat16 and list(b.float()) == [-5.0, -3.0, -1.0], "brain %s" % b)
 except ImportError:
     print("note: PyTorch not installed; bf16 checked through safetensors.deserialize")
-print("%d passed, %d failed" % (passes, fails))
-sys.exit(1 if fails else 0)
+done()
 PY

@@ -33,3 +33,11 @@ fails=0
 pass=0
 ok() { pass=$((pass+1)); }
 bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+# consistent DIR [STEP]: the newest sharded checkpoint of DIR (with STEP: the first past it) is
+# whole (ckpt_check.py) and the step its index names is its global_step variable's value.
+CKPT_CHECK="python3 ${top_srcdir}/tests/dist/ckpt_check.py"
+consistent() {
+  out=$($CKPT_CHECK "$@") || { bad "$1: $out"; return 1; }
+  s=$(echo "$out" | cut -d' ' -f1); g=$(echo "$out" | cut -d' ' -f3)
+  if [ "$s" = "$g" ]; then ok; else bad "$1: index step $s, global_step variable $g"; return 1; fi
+}

@@ -14,7 +14,8 @@
  *  - keep-N retention removes index and folder pairs; latest picks the newest step of
  *    either kind (the index at an equal step);
  *  - damage: a truncated, missing or replaced shard file, a truncated or edited index: an
- *    error naming the file (and the offset), and no variable changed. */
+ *    error naming the file (and the offset), and no variable changed;
+ *  - (case "python") the files test_checkpoint_torch.sh reads with Python's safetensors. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <check.h>
@@ -170,6 +171,12 @@ static char *dir_in(const char *sub) {
   char *p = buf[k++ % 8];
   snprintf(p, 300, "%s/%s", g_dir, sub);
   return p;
+}
+
+static char *dir_in_path(const char *dir, const char *sub) {
+  static char buf[600];
+  snprintf(buf, sizeof buf, "%s/%s", dir, sub);
+  return buf;
 }
 
 static bool exists(const char *path) {
@@ -472,7 +479,14 @@ static void cluster_start(Cluster *c) {
   setenv("FLOE_JOB_SECRET", "test-checkpoint-sharded-secret-0123456789", 1);
   unsetenv("FLOE_JOB_SECRET_FILE");
   int port[NPS + 1];
-  for (int i = 0; i <= NPS; i++) port[i] = free_port();
+  for (int i = 0; i <= NPS; i++) { /* a port just closed may be handed out again */
+    bool again;
+    do {
+      port[i] = free_port();
+      again = false;
+      for (int j = 0; j < i; j++) again |= port[j] == port[i];
+    } while (again);
+  }
   snprintf(c->json, sizeof c->json,
            "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\", "
            "\"127.0.0.1:%d\", \"127.0.0.1:%d\"]}}", port[0], port[1], port[2], port[3]);
@@ -556,6 +570,41 @@ START_TEST(a_cluster_writes_one_file_per_ps_and_reshards) {
 }
 END_TEST
 
+/* For tests/dist/test_checkpoint_torch.sh (CK_RUN_CASE=python): the cluster's checkpoint of
+ * state 7 (emb in 3 shards over ps 0 and 1, bias on ps 1, step on ps 0) saved at step 1000 to
+ * $FLOE_TEST_CKPT_OUT/run1 (default: this test's folder), then restored into one process and
+ * written from there as the single file restored/ref-0000001000.safetensors beside it. */
+START_TEST(a_cluster_checkpoint_for_python) {
+  const char *env = getenv("FLOE_TEST_CKPT_OUT");
+  char out[300], run[320], restored[320];
+  snprintf(out, sizeof out, "%s", env && *env ? env : dir_in("python"));
+  snprintf(run, sizeof run, "%s/run1", out);
+  snprintf(restored, sizeof restored, "%s/restored", out);
+  Cluster c;
+  cluster_start(&c);
+  Layout two = {3, 0, 2};
+  FloeSession *s = session_of(&two, &c);
+  char *ref = reference(7);
+  restore_ok(s, ref);
+  char *index = save_sharded(s, run, 1000, 0, NULL, FLOE_OK);
+  ck_assert_str_eq(listing(dir_in_path(run, "ckpt-0000001000.shards")),
+                   "ps-0.safetensors ps-1.safetensors");
+  floe_session_free(s);
+  cluster_stop(&c);
+  Layout one = {0, 0, 0};
+  FloeSession *r = local_session(&one);
+  restore_ok(r, index);
+  check_state(r, &one, 7, "restored into one process");
+  FloeStatus *st = floe_status_new();
+  ck_assert_msg(floe_checkpoint_save(r, restored, "ref", 1000, 0, NULL, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  floe_status_free(st);
+  floe_session_free(r);
+  free(index);
+  free(ref);
+}
+END_TEST
+
 static Suite *make_suite(void) {
   Suite *su = suite_create("checkpoint_sharded");
   TCase *tc = tcase_create("all");
@@ -566,6 +615,10 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, damaged_checkpoints_are_errors);
   tcase_add_test(tc, a_cluster_writes_one_file_per_ps_and_reshards);
   suite_add_tcase(su, tc);
+  TCase *py = tcase_create("python"); /* CK_RUN_CASE=python runs it alone */
+  tcase_set_timeout(py, 120);
+  tcase_add_test(py, a_cluster_checkpoint_for_python);
+  suite_add_tcase(su, py);
   return su;
 }
 

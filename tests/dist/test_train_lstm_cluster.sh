@@ -13,8 +13,12 @@
 #  - sync (2 gradients a global step): 75 global steps, nothing stale, the model learns
 #    (perplexity below a third of the vocabulary's 2000);
 #  - --checkpoint-dir and --resume on the cluster: 60 windows, then resumed to 120 (global
-#    step 60 to 62, then 120 to 122);
-#  - allreduce (no ps), chief + 1 worker, on four fortune files (a 17,867-word training split,
+#    step 60 to 62, then 120 to 122); the checkpoints are sharded (one file per ps, written
+#    there), whole, and the step each index names is its global_step variable's; resumed
+#    from the index;
+#  - sync with --checkpoint-dir over two epochs: epoch 1's checkpoint (written by the chief's
+#    update thread between two updates) and the last are whole and consistent likewise;
+#  - allreduce (no ps), chief + 1 worker, on the four fortune files (a 17,867-word training split,
 #    so whole epochs are quick), 2 epochs at batch 16:
 #    . the global step is (windows per epoch / 2, rounded down) x 2, the windows per epoch
 #      read from the run's own header line; each task ran that many steps;
@@ -87,18 +91,32 @@ fi
 # ---- checkpoints and --resume on the cluster ------------------------------------------------
 if cluster first --steps 60 --checkpoint-dir "$tmp/ckpt"; then
   gs1=$(field global_step <"$tmp/first.out")
+  consistent "$tmp/ckpt"  # sharded, written by the ps tasks, at the global step it names
   if cluster resumed --steps 120 --checkpoint-dir "$tmp/ckpt" --resume; then
     gs2=$(field global_step <"$tmp/resumed.out")
     echo "resume: stopped at global step $gs1, resumed to $gs2"
-    if grep -q "resumed from .* at global step $gs1" "$tmp/resumed.out" && [ "$gs1" -ge 60 ] &&
-       [ "$gs1" -le 62 ] && [ "$gs2" -ge 120 ] && [ "$gs2" -le 122 ]; then ok; else
+    if grep -q "resumed from .*ckpt-0*$gs1.index.json at global step $gs1" "$tmp/resumed.out" &&
+       [ "$gs1" -ge 60 ] && [ "$gs1" -le 62 ] && [ "$gs2" -ge 120 ] && [ "$gs2" -le 122 ]; then ok; else
       bad "resume: global steps $gs1, then $gs2 (expected 60-62, then 120-122)"; fi
+    consistent "$tmp/ckpt"
+    [ "$(ls "$tmp/ckpt"/*.shards/ | sort -u | grep -c safetensors)" = 2 ] && ok ||
+      bad "async checkpoints: not one file per ps: $(ls -R "$tmp/ckpt")"
   fi
 fi
 
 # ---- allreduce (no ps tasks) ----------------------------------------------------------------
 D="$tmp/fortunes"; mkdir -p "$D"
 for f in fortunes goedel kids food; do cp "/usr/share/games/fortunes/$f" "$D/" || bad "no fortune file $f"; done
+
+# ---- sync checkpoints: epoch 1's by the chief's update thread, the last after it stopped ----
+# (the four files: 111 windows an epoch, so --steps 150 ends in epoch 2)
+if cluster sync_ck --replication sync --data "$D" --checkpoint-dir "$tmp/sync_ckpt"; then
+  n=$(ls "$tmp/sync_ckpt" | grep -c 'index\.json$')
+  if [ "$n" = 2 ] && [ "$(field global_step <"$tmp/sync_ck.out")" = 75 ]; then ok; else
+    bad "sync checkpoints: $(ls "$tmp/sync_ckpt"), global step $(field global_step <"$tmp/sync_ck.out")"; fi
+  consistent "$tmp/sync_ckpt" 0  # epoch 1's, written between two updates
+  consistent "$tmp/sync_ckpt"
+fi
 AR="train --model lstm --threads 1 --vocab $V --hidden $H --layers 1 --bptt 10 --eval-windows 20 --data $D --lr 0.01 --json"
 arun() { # arun OUT ARGS...: chief + 1 worker, allreduce; the worker's lines on OUT.err
   out=$1; shift
@@ -109,18 +127,34 @@ task_field() { # task_field FILE KEY: KEY of every training task's JSON line in 
   python3 -c 'import json,sys; [print(json.loads(l)[sys.argv[2]]) for l in open(sys.argv[1]) if l.startswith("{\"model\"")]' "$1" "$2"
 }
 cat >"$tmp/ckcrc.py" <<'PY'
-# The newest checkpoint of a folder (safetensors): CRC-32 of its tensors in name order, each
-# as its name, a NUL byte and its raw bytes; then its global step.
-import glob, json, struct, sys, zlib
-path = sorted(glob.glob(sys.argv[1] + "/*.safetensors"))[-1]
-raw = open(path, "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n]); body = raw[8 + n:]
+# The newest checkpoint of a folder (a single file, or a sharded one's index whose variables
+# are whole: one part each, as allreduce's chief writes them): CRC-32 of its tensors in name
+# order, each as its name, a NUL byte and its raw bytes; then its global step.
+import glob, json, os, struct, sys, zlib
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+path = max(glob.glob(sys.argv[1] + "/ckpt-*.safetensors") + glob.glob(sys.argv[1] + "/ckpt-*.index.json"),
+           key=lambda p: (int(os.path.basename(p)[5:].split(".")[0]), p.endswith(".json")))
+tensors = {}
+if path.endswith(".index.json"):
+    index = json.load(open(path))
+    step = index["metadata"]["global_step"]
+    for name, v in index["variables"].items():
+        assert len(v["parts"]) == 1, (name, "in parts")
+        q = v["parts"][0]
+        head, body = load(os.path.join(sys.argv[1], q["file"]))
+        b, e = head[q["tensor"]]["data_offsets"]
+        tensors[name] = body[b:e]
+else:
+    head, body = load(path)
+    step = head["__metadata__"]["global_step"]
+    tensors = {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
 crc = 0
-for name in sorted(k for k in head if k != "__metadata__"):
-    b, e = head[name]["data_offsets"]
-    crc = zlib.crc32(body[b:e], zlib.crc32(name.encode() + b"\0", crc))
-print("%08x %s" % (crc, head["__metadata__"]["global_step"]))
+for name in sorted(tensors):
+    crc = zlib.crc32(tensors[name], zlib.crc32(name.encode() + b"\0", crc))
+print("%08x %s" % (crc, step))
 PY
 # Every variable's gradient, dense (bytes): embedding and softmax weights [V, H] each, the
 # softmax biases [V], the LSTM's kernel [2H, 4H] (input and state) and bias [4H].
