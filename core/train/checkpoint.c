@@ -192,8 +192,38 @@ static floe_code merge_shards(Item *items, int *n, FloeStatus *st) {
 
 /* ------------------------------------------------------------------------------------ */
 /* A cluster session's variables may live on other tasks: they are read and assigned by
- * running the session's graph (a ReadVariableOp of each, fetched in one step; the
- * AssignVariableOp of each, its value input fed, all in one step). */
+ * running the session's graph (a ReadVariableOp of each, fetched; the AssignVariableOp of
+ * each, its value input fed). The values travel inside the steps' messages to and from the
+ * tasks, whose size is bounded (64 MiB): the variables go in groups of at most
+ * STEP_BYTES bytes a step, and one variable alone past the bound cannot be moved this way. */
+enum { STEP_BYTES = 32 << 20, MESSAGE_BYTES = 64 << 20 };
+
+static size_t item_bytes(const Item *it) {
+  size_t b = floe_dtype_size(it->dtype);
+  for (int d = 0; d < it->shape.rank; d++) b *= it->shape.dims[d] > 0 ? (size_t)it->shape.dims[d] : 0;
+  return b;
+}
+
+/* The end of the group of items starting at first: as many as fit in STEP_BYTES (at least
+ * one). */
+static int group_end(const Item *items, int n, int first) {
+  size_t sum = item_bytes(&items[first]);
+  int end = first + 1;
+  while (end < n && sum + item_bytes(&items[end]) <= STEP_BYTES) sum += item_bytes(&items[end++]);
+  return end;
+}
+
+/* A variable too large for one message to a task: an error saying what to do. */
+static floe_code too_large(const Item *it, const char *what, FloeStatus *st) {
+  bool save = !strcmp(what, "save");
+  return floe_status_set(st, FLOE_RESOURCE_EXHAUSTED,
+                         "checkpoint %s: variable '%s' holds %zu bytes, more than a message to "
+                         "another task carries (%d MiB): shard it (floe_sharded_variable with "
+                         "max_shard_bytes)%s",
+                         what, it->name, item_bytes(it), MESSAGE_BYTES >> 20,
+                         save ? ", or save with floe_checkpoint_save_sharded (each task writes "
+                                "its own variables)" : "");
+}
 
 /* The node of the session's graph of op `op` whose input 0 is variable `var`, preferring
  * "<var>/<suffix>" (floe_variable's names). */
@@ -232,15 +262,25 @@ static floe_code read_through_session(FloeSession *s, Item *items, int n, FloeSt
     }
     fetch[i] = r->name;
   }
-  if ((rc = floe_session_run(s, NULL, 0, fetch, n, NULL, 0, got, st)) != FLOE_OK) {
-    floe__status_prefix(st, "checkpoint save: reading the variables");
-    goto out;
+  for (int i = 0; i < n; i++)
+    if (item_bytes(&items[i]) > (size_t)MESSAGE_BYTES - (1 << 20)) {
+      rc = too_large(&items[i], "save", st);
+      goto out;
+    }
+  for (int first = 0, end; first < n; first = end) {
+    end = group_end(items, n, first);
+    if ((rc = floe_session_run(s, NULL, 0, fetch + first, end - first, NULL, 0, got + first,
+                               st)) != FLOE_OK) {
+      floe__status_prefix(st, "checkpoint save: reading the variables");
+      goto out;
+    }
   }
   for (int i = 0; i < n; i++) {
     items[i].value = got[i];
     got[i] = NULL;
   }
 out:
+  for (int i = 0; got && i < n; i++) floe_tensor_release(got[i]);
   floe__free(fetch);
   floe__free(got);
   return rc;
@@ -282,9 +322,16 @@ static floe_code assign_through_session(FloeSession *s, const char *path, Item *
     feeds[i] = (FloeFeed){names[i], items[i].value};
     targets[i] = a->name;
   }
-  if (rc == FLOE_OK && (rc = floe_session_run(s, feeds, n, NULL, 0, targets, n, NULL, st)) != FLOE_OK)
-    floe__status_prefix(st, "checkpoint %s: assigning the variables in one step (a step that "
-                        "failed midway may have assigned some)", path);
+  for (int i = 0; rc == FLOE_OK && i < n; i++)
+    if (item_bytes(&items[i]) > (size_t)MESSAGE_BYTES - (1 << 20)) rc = too_large(&items[i], "restore", st);
+  for (int first = 0, end; rc == FLOE_OK && first < n; first = end) {
+    end = group_end(items, n, first);
+    if ((rc = floe_session_run(s, feeds + first, end - first, NULL, 0, targets + first,
+                               end - first, NULL, st)) != FLOE_OK)
+      floe__status_prefix(st, "checkpoint %s: assigning the variables (%d in all, in steps of "
+                          "at most %d MiB: the steps before this one assigned theirs; restore "
+                          "again)", path, n, STEP_BYTES >> 20);
+  }
 out:
   for (int i = 0; names && i < n; i++) floe__free(names[i]);
   floe__free(names);

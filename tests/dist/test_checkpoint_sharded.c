@@ -570,6 +570,109 @@ START_TEST(a_cluster_writes_one_file_per_ps_and_reshards) {
 }
 END_TEST
 
+/* A single-file checkpoint of a cluster moves every value through the chief in steps whose
+ * messages are bounded (64 MiB): 3 variables of 24 MiB on a ps (72 MiB: one step's message
+ * would not hold them) are saved and restored, bit for bit against one process restoring the
+ * same file; a variable of 65 MiB alone is an error that names it and says to shard it
+ * (refused before any step: no step could even read it back to check). */
+static FloeSession *big_session(Cluster *c, int n, int64_t floats, int seed) {
+  FloeGraph *g = floe_graph_new();
+  if (c) floe_graph_set_device_scope(g, "/job:ps/task:0");
+  for (int i = 0; i < n; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "big%d", i);
+    floe_variable(g, name, FLOE_F32, floe_shape_make(1, (int64_t[]){floats}),
+                  floe_init_uniform(-1, 1, seed + i));
+  }
+  floe_graph_set_device_scope(g, NULL);
+  floe_variables_initializer(g, "init");
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  if (c) {
+    so.runtime = c->rt[0];
+    so.cluster = c->json;
+    so.cluster_timeout_ms = 20000;
+  }
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = floe_session_new(g, &so, st);
+  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
+  const char *init = "init";
+  ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  floe_status_free(st);
+  floe_graph_free(g);
+  return s;
+}
+
+/* Variable i of a and of b hold the same bytes (read one at a time: 24 MiB a step). */
+static void same_big(FloeSession *a, FloeSession *b, int n, const char *what) {
+  FloeStatus *st = floe_status_new();
+  for (int i = 0; i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "big%d/read", i);
+    const char *fetch = name;
+    FloeTensor *x = NULL, *y = NULL;
+    ck_assert_msg(floe_session_run(a, NULL, 0, &fetch, 1, NULL, 0, &x, st) == FLOE_OK &&
+                  floe_session_run(b, NULL, 0, &fetch, 1, NULL, 0, &y, st) == FLOE_OK, "%s: %s",
+                  what, floe_status_message(st));
+    ck_assert_msg(floe_tensor_nbytes(x) == floe_tensor_nbytes(y) &&
+                  !memcmp(floe_tensor_data(x), floe_tensor_data(y), floe_tensor_nbytes(x)),
+                  "%s: big%d differs", what, i);
+    floe_tensor_release(x);
+    floe_tensor_release(y);
+  }
+  floe_status_free(st);
+}
+
+START_TEST(large_cluster_checkpoints_move_in_bounded_steps) {
+  const int64_t f24 = (int64_t)24 << 18; /* 24 MiB of f32 */
+  Cluster c;
+  cluster_start(&c);
+  FloeSession *s = big_session(&c, 3, f24, 11);
+  FloeStatus *st = floe_status_new();
+  char *path = NULL;
+  ck_assert_msg(floe_checkpoint_save(s, dir_in("big"), NULL, 5, 0, &path, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  FloeSession *one = big_session(NULL, 3, f24, 99); /* other values until restored */
+  restore_ok(one, path);
+  same_big(s, one, 3, "the cluster's save against one process's restore");
+  floe_session_free(s);
+  cluster_stop(&c);
+  cluster_start(&c); /* a fresh ps: the values must come from the file */
+  FloeSession *r = big_session(&c, 3, f24, 77);
+  restore_ok(r, path);
+  same_big(r, one, 3, "the cluster's restore");
+  floe_session_free(r);
+  floe_session_free(one);
+  cluster_stop(&c);
+  /* one variable past a message: its save and its restore are refused, naming it */
+  const int64_t f65 = (int64_t)65 << 18;
+  FloeSession *huge_one = big_session(NULL, 1, f65, 5);
+  char *huge_path = NULL;
+  ck_assert_msg(floe_checkpoint_save(huge_one, dir_in("huge1"), NULL, 1, 0, &huge_path, st) ==
+                FLOE_OK, "%s", floe_status_message(st));
+  cluster_start(&c);
+  FloeSession *huge = big_session(&c, 1, f65, 6);
+  ck_assert_int_eq(floe_checkpoint_save(huge, dir_in("huge"), NULL, 1, 0, NULL, st),
+                   FLOE_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(floe_status_message(st), "'big0'") &&
+                strstr(floe_status_message(st), "floe_sharded_variable") &&
+                strstr(floe_status_message(st), "floe_checkpoint_save_sharded"), "%s",
+                floe_status_message(st));
+  ck_assert_int_eq(floe_checkpoint_restore(huge, huge_path, NULL, st), FLOE_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(floe_status_message(st), "'big0'") &&
+                strstr(floe_status_message(st), "floe_sharded_variable"), "%s",
+                floe_status_message(st));
+  floe_session_free(huge);
+  floe_session_free(huge_one);
+  free(huge_path);
+  cluster_stop(&c);
+  floe_status_free(st);
+  free(path);
+}
+END_TEST
+
 /* For tests/dist/test_checkpoint_torch.sh (CK_RUN_CASE=python): the cluster's checkpoint of
  * state 7 (emb in 3 shards over ps 0 and 1, bias on ps 1, step on ps 0) saved at step 1000 to
  * $FLOE_TEST_CKPT_OUT/run1 (default: this test's folder), then restored into one process and
@@ -614,6 +717,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, retention_and_latest_across_kinds);
   tcase_add_test(tc, damaged_checkpoints_are_errors);
   tcase_add_test(tc, a_cluster_writes_one_file_per_ps_and_reshards);
+  tcase_add_test(tc, large_cluster_checkpoints_move_in_bounded_steps);
   suite_add_tcase(su, tc);
   TCase *py = tcase_create("python"); /* CK_RUN_CASE=python runs it alone */
   tcase_set_timeout(py, 120);
