@@ -162,8 +162,8 @@ JSON
 TRAIN="train --threads 1 --data $DATA --limit $LIMIT --batch $BATCH --epochs $EPOCHS --replication sync --cluster $tmp/c.json --json"
 start() { # start LABEL TASK [options]: floe train as TASK in its namespace, in the background
   l=$1 t=$2; shift 2
-  # ucx binds FLOE_UCX_HOST (default 127.0.0.1): the task's own address
-  FLOE_UCX_HOST=$(addr $t) ip netns exec "$(nsof $t)" "$FLOE" $TRAIN \
+  # nothing names the data plane's address: each task's server makes it its own host
+  ip netns exec "$(nsof $t)" "$FLOE" $TRAIN \
     --job $t --task 0 --checkpoint-dir "$(ckdir $l)" "$@" >"$tmp/$l.$t.out" 2>"$tmp/$l.$t.err" &
   eval "p_$t=$!"; pids="$pids $!"
 }
