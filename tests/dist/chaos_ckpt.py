@@ -8,6 +8,12 @@
                                        step), or nothing when there is none
   python3 chaos_ckpt.py steps DIR     prints the steps of every committed checkpoint
   python3 chaos_ckpt.py at DIR STEP    prints the path of the checkpoint of STEP, or nothing
+  python3 chaos_ckpt.py frozen CKPT GRAPH
+                                       exit 0 when the frozen graph file GRAPH (floe train
+                                       --export) holds every variable of checkpoint CKPT
+                                       that it reads (a Const "<name>/read"), bit for bit:
+                                       docs/graph-format.md stores a tensor's bytes as they
+                                       are; else prints which not, exit 1
   python3 chaos_ckpt.py same A B       exit 0 when checkpoints A and B hold the same
                                        tensors (names, dtypes, shapes and bytes) and the
                                        same global step; else prints what differs, exit 1
@@ -83,6 +89,24 @@ def same(a, b):
     return 1 if bad else 0
 
 
+def frozen(ckpt, graph):
+    _, tensors = load(ckpt)
+    with open(graph, "rb") as f:
+        g = f.read()
+    found, bad = 0, []
+    for name, (_, _, data) in sorted(tensors.items()):
+        if (name + "/read").encode() not in g:
+            continue  # not in the inference graph (optimiser slots, the global step)
+        found += 1
+        if data not in g:
+            bad.append(name)
+    for name in bad:
+        print("%s: the value of %s in %s is not the checkpoint's" % (graph, name, ckpt))
+    if not found:
+        print("%s holds none of the variables of %s" % (graph, ckpt))
+    return 0 if found and not bad else 1
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "latest":
@@ -95,6 +119,8 @@ if __name__ == "__main__":
         if path:
             print(path)
         sys.exit(0)
+    if cmd == "frozen":
+        sys.exit(frozen(sys.argv[2], sys.argv[3]))
     if cmd == "same":
         sys.exit(same(sys.argv[2], sys.argv[3]))
-    sys.exit("usage: chaos_ckpt.py latest DIR | steps DIR | at DIR STEP | same A B")
+    sys.exit("usage: chaos_ckpt.py latest DIR | steps DIR | at DIR STEP | frozen CKPT GRAPH | same A B")
