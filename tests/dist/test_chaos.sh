@@ -48,7 +48,7 @@ LIMIT=2560 BATCH=64 EPOCHS=3
 # 2 training tasks, each global step aggregating both: the global steps of the whole run
 END=$(( EPOCHS * ((LIMIT + BATCH - 1) / BATCH) / 2 ))
 TOL=0.01
-BOUND=300 # seconds: a liveness bound for a run, never a performance assertion
+BOUND=${FLOE_CHAOS_BOUND:-300} # seconds: a liveness bound for a run, never a performance assertion
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}'; }
 field() { python3 -c 'import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d[sys.argv[1]])' "$1"; }
@@ -207,12 +207,26 @@ finish() { # finish LABEL: after the chief, the worker's and the ps's ends; 1 if
   [ "$rp" = 0 ] || { bad "$l: the ps exited $rp"; tail -n 5 "$tmp/$l.ps.err"; r=1; }
   return $r
 }
+hung() { # hung LABEL: what a hang looks like, for its report: each task's TCP sockets
+  # (queues, retransmissions) and, where gdb is, every thread's stack
+  for t in $tasks; do
+    echo "---- $1: /job:$t sockets (ss -tinp)"; ip netns exec "$(nsof $t)" ss -tinp 2>&1
+    eval "pp=\$p_$t"
+    if command -v gdb >/dev/null 2>&1 && kill -0 "$pp" 2>/dev/null; then
+      echo "---- $1: /job:$t threads"
+      gdb -p "$pp" -batch -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)'
+    fi
+  done
+}
 train() { # train LABEL [options]: the three tasks; 0 when every one ended well
   l=$1; shift
   start "$l" ps "$@"; start "$l" worker "$@"; start "$l" chief "$@"
   t0=$(now)
   k=0; while [ $k -lt $((BOUND*5)) ] && kill -0 "$p_chief" 2>/dev/null; do sleep 0.2; k=$((k+1)); done
-  kill -0 "$p_chief" 2>/dev/null && { echo "$l: still running after $BOUND s: killed"; kill -9 "$p_chief"; }
+  if kill -0 "$p_chief" 2>/dev/null; then
+    echo "$l: still running after $BOUND s: killed; its sockets and threads first"
+    hung "$l"; kill -9 "$p_chief"
+  fi
   wait "$p_chief"; rc=$?
   echo "$l: the chief exited $rc after $(since "$t0") s"
   if [ "$rc" != 0 ]; then
