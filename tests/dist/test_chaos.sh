@@ -60,6 +60,7 @@ nsof() { echo "floe-$1$$"; }
 addr() { case $1 in chief) echo 10.79.0.1;; worker) echo 10.79.0.2;; ps) echo 10.79.0.3;; esac; }
 helpers="" # the delayers' pids
 chaos_cleanup() {
+  trap '' INT TERM HUP # a second signal (timeout(1) signals its whole group) must not cut it short
   for p in $pids $helpers; do kill -9 "$p" 2>/dev/null; done
   for p in $pids $helpers; do wait "$p" 2>/dev/null; done
   for t in $tasks; do ip netns del "$(nsof $t)" 2>/dev/null; done
