@@ -8,8 +8,9 @@
 # mpirun its PMIx test runs under; libfabric-dev builds the
 # fabric transport and libfabric-bin brings fi_info (the provider list); libucx-dev builds the
 # ucx transport; iproute2 (ip, tc, ss) runs the cluster tests across network namespaces
-# (tests/dist/test_netns.sh); libgloo-dev builds the Gloo collective backend
-# (plugins/collective/gloo).
+# (tests/dist/test_netns.sh); nftables (nft: packet loss) and iptables (NFQUEUE: delays where
+# the kernel has no netem) inject the faults of tests/dist/test_chaos.sh; libgloo-dev builds
+# the Gloo collective backend (plugins/collective/gloo).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -19,5 +20,5 @@ apt-get install -y -q --no-install-recommends \
   abigail-tools valgrind python3 python3-venv binutils dataset-fashion-mnist zlib1g-dev fortunes \
   libprotobuf-c-dev protobuf-c-compiler libonnx-testdata \
   libssl-dev libjansson-dev libpmix-dev openmpi-bin \
-  libfabric-dev libfabric-bin libucx-dev iproute2 libgloo-dev \
+  libfabric-dev libfabric-bin libucx-dev iproute2 nftables iptables libgloo-dev \
   debhelper lintian mmdebstrap

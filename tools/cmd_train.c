@@ -1002,7 +1002,9 @@ int cmd_train(int argc, char **argv) {
    * however many batches that takes (backups' stale gradients are dropped). */
   int64_t end_gs = end_gb / t.K;
   if (end_gs < 1 && !o->cl.allreduce) end_gs = 1; /* allreduce: no whole global step, no step */
-  int finished = 0; /* sync: the token said the last global step */
+  /* sync: the token said the last global step, or a resumed run starts there (its checkpoint
+   * was the last: nothing is left to train, and no task may take a step past the end) */
+  int finished = o->cl.sync && global_step >= end_gs;
   for (int e = first_epoch; o->cl.sync ? !finished : e < last_epoch; e++) {
     int64_t start = e == first_epoch ? first_batch : 0;
     if (t.batches) floe_batcher_start_epoch(t.batches, e, start);

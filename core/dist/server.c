@@ -14,9 +14,11 @@
  * One server per runtime: the runtime joins the cluster as the server's task, so its
  * devices are named /job:J/replica:0/task:T/device:TYPE:N from then on.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -281,6 +283,31 @@ void floe_server_options_init(FloeServerOptions *opts) {
  * launcher started this process. Under PMIx this task's address is not known before it
  * listens, so *listener (the caller's, else NULL) is the socket already bound to it: the
  * server must start on it, not bind the address again. */
+/* The data plane listens on the task's own host too, unless the environment says otherwise:
+ * fabric's FLOE_FABRIC_HOST takes the host as written; ucx's FLOE_UCX_HOST takes only an
+ * address, so a name gives the first address it resolves to (the one the control listener
+ * binds). A wildcard host leaves both alone: the peers could not reach it. */
+static void dataplane_host_default(const char *host) {
+  if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::")) return;
+  const char *fh = getenv("FLOE_FABRIC_HOST");
+  if (!fh || !*fh) setenv("FLOE_FABRIC_HOST", host, 0);
+  const char *uh = getenv("FLOE_UCX_HOST");
+  if (uh && *uh) return;
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  char addr[INET6_ADDRSTRLEN];
+  if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return;
+  const void *a = res->ai_family == AF_INET6
+                      ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr
+                      : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
+  if ((res->ai_family == AF_INET || res->ai_family == AF_INET6) &&
+      inet_ntop(res->ai_family, a, addr, sizeof addr))
+    setenv("FLOE_UCX_HOST", addr, 0);
+  freeaddrinfo(res);
+}
+
 static floe_code resolve_spec(const char *cluster, const char *job, int task, FloeClusterSpec **out,
                               FloeListener **listener, FloePmix **pmix, FloeStatus *st) {
   *out = NULL;
@@ -653,13 +680,11 @@ static floe_code server_start(FloeRuntime *rt, const FloeServerOptions *o, const
     floe__status_prefix(st, "serving %s at %s", s->task_name, addr);
     goto fail;
   }
-  /* The data plane listens on the task's own host too (the fabric transport binds
-   * FLOE_FABRIC_HOST, else 127.0.0.1): a cluster across machines works without setting it,
+  /* The data plane listens on the task's own host too (the transports bind FLOE_FABRIC_HOST
+   * or FLOE_UCX_HOST, else 127.0.0.1): a cluster across machines works without setting them,
    * and nothing listens on an interface the spec did not name. An explicit setting wins. */
   const FloeClusterTask *me = &job->tasks[s->self_ref.task];
-  const char *fh = getenv("FLOE_FABRIC_HOST");
-  if ((!fh || !*fh) && strcmp(me->host, "0.0.0.0") != 0 && strcmp(me->host, "::") != 0)
-    setenv("FLOE_FABRIC_HOST", me->host, 0);
+  dataplane_host_default(me->host);
   s->owns_transport = atomic_load(&rt->transport_mgr) == NULL;
   if ((rc = floe__dataplane_new(rt, s->secret, &s->self, &s->dp, st)) != FLOE_OK) goto fail;
   if ((rc = floe__worker_service_start(rt, s->dp, s->rpc, &s->worker, st)) != FLOE_OK) goto fail;

@@ -69,11 +69,40 @@ static floe_code mark_needed(const FloeGraph *g, const char *const *outputs, int
   return FLOE_OK;
 }
 
-/* The Const replacing read node n. */
+/* A cluster session's variables may live on other tasks: every read to freeze is fetched
+ * through the session, in one step (one consistent set of values). vals[i] for node i. */
+static floe_code read_frozen(FloeSession *s, const FloeGraph *g, const uint8_t *mark,
+                             FloeTensor **vals, FloeStatus *st) {
+  int n = 0;
+  for (int i = 0; i < g->num_nodes; i++) n += mark[i] == FREEZE;
+  const char **fetch = floe__calloc((size_t)n + 1, sizeof *fetch);
+  FloeTensor **got = floe__calloc((size_t)n + 1, sizeof *got);
+  floe_code rc = FLOE_OK;
+  if (!fetch || !got) {
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "export: out of memory");
+    goto out;
+  }
+  for (int i = 0, k = 0; i < g->num_nodes; i++)
+    if (mark[i] == FREEZE) fetch[k++] = g->nodes[i]->name;
+  if (n > 0 && (rc = floe_session_run(s, NULL, 0, fetch, n, NULL, 0, got, st)) != FLOE_OK) {
+    floe__status_prefix(st, "export: reading the variables");
+    goto out;
+  }
+  for (int i = 0, k = 0; i < g->num_nodes; i++)
+    if (mark[i] == FREEZE) vals[i] = got[k++];
+out:
+  floe__free(fetch);
+  floe__free(got);
+  return rc;
+}
+
+/* The Const replacing read node n: its value read, or val (taken) when read already. */
 static FloeNode *add_frozen(FloeGraph *out, FloeResourceMgr *m, const FloeNode *n,
-                            FloeStatus *st) {
-  FloeVar *v = floe__ckpt_node_var(m, n->inputs[0].node, st);
-  FloeTensor *val = v ? floe__var_read(v, st) : NULL;
+                            FloeTensor *val, FloeStatus *st) {
+  if (!val) {
+    FloeVar *v = floe__ckpt_node_var(m, n->inputs[0].node, st);
+    val = v ? floe__var_read(v, st) : NULL;
+  }
   if (!val) {
     floe__status_prefix(st, "export: freezing '%s'", n->name);
     return NULL;
@@ -143,17 +172,25 @@ floe_code floe_export_frozen(FloeSession *s, const char *const *outputs, int num
   floe_code rc;
   uint8_t *mark = floe__calloc((size_t)(g->num_nodes + 1), 1);
   FloeNode **map = floe__calloc((size_t)(g->num_nodes + 1), sizeof *map);
+  FloeTensor **vals = floe__calloc((size_t)(g->num_nodes + 1), sizeof *vals);
   FloeGraph *out = floe_graph_new();
-  if (!mark || !map || !out) {
+  if (!mark || !map || !vals || !out) {
     rc = floe_status_set(&st, FLOE_NO_MEMORY, "export: out of memory");
     goto done;
   }
   if ((rc = mark_needed(g, outputs, num_outputs, mark, &st)) != FLOE_OK) goto done;
+  if (floe__session_is_cluster(s) && (rc = read_frozen(s, g, mark, vals, &st)) != FLOE_OK)
+    goto done;
   /* Graph order is topological: every input was added before its consumer. */
   for (int i = 0; i < g->num_nodes; i++) {
     if (!mark[i]) continue;
     const FloeNode *n = g->nodes[i];
-    map[i] = mark[i] == FREEZE ? add_frozen(out, m, n, &st) : add_copy(out, n, map, &st);
+    if (mark[i] == FREEZE) {
+      map[i] = add_frozen(out, m, n, vals[i], &st);
+      vals[i] = NULL; /* add_frozen's now */
+    } else {
+      map[i] = add_copy(out, n, map, &st);
+    }
     if (!map[i]) {
       rc = st.code != FLOE_OK ? st.code : FLOE_INTERNAL;
       if (mark[i] == KEEP) floe__status_prefix(&st, "export");
@@ -163,6 +200,9 @@ floe_code floe_export_frozen(FloeSession *s, const char *const *outputs, int num
   rc = floe_graph_save(out, path, &st);
 done:
   floe_graph_free(out);
+  if (vals)
+    for (int i = 0; i < g->num_nodes; i++) floe_tensor_release(vals[i]);
+  floe__free(vals);
   floe__free(map);
   floe__free(mark);
   return floe__ckpt_finish(status, &st, rc);

@@ -5,7 +5,8 @@
  * path (rpc servers, coordination, data plane, worker and master services) at once.
  *   - a graph across chief, worker 0, worker 1 and ps 0 returns the one-process values,
  *     step after step (cached registered pieces), a large tensor included;
- *   - a variable on the ps keeps its value across steps (the worker session's resources);
+ *   - a variable on the ps keeps its value across steps (the worker session's resources),
+ *     and a frozen export of the chief's session reads it there;
  *   - between-graph replication: each worker's own session (a master in the worker's
  *     process) updates the ps's variable that the chief's session initialised, at once;
  *   - a sharded embedding on the ps trained from a worker: a step moves its rows and
@@ -404,6 +405,22 @@ START_TEST(test_variable_on_ps_keeps_state) {
                 floe_status_message(st));
   ck_assert_float_eq(*(float *)floe_tensor_data(out), 3.0f);
   floe_tensor_release(out);
+  /* A frozen export reads the variable where it lives: 3, in a graph of one process. */
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/floe-frozen-%d.floe", (int)getpid());
+  ck_assert_msg(floe_export_frozen(s, &read, 1, path, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  FloeGraph *fg = floe_graph_load(path, st);
+  unlink(path);
+  ck_assert_msg(fg != NULL, "%s", floe_status_message(st));
+  FloeSession *fs = floe_session_new(fg, NULL, st);
+  ck_assert_msg(fs != NULL, "%s", floe_status_message(st));
+  ck_assert_msg(floe_session_run(fs, NULL, 0, &read, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  ck_assert_float_eq(*(float *)floe_tensor_data(out), 3.0f);
+  floe_tensor_release(out);
+  floe_session_free(fs);
+  floe_graph_free(fg);
   floe_session_free(s);
   floe_graph_free(g);
   floe_status_free(st);

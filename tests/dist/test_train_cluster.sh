@@ -13,7 +13,8 @@
 #    straggler's delay, and stale gradients are dropped and counted;
 #  - round-robin placement, and a run stopped after epoch 1 resumed on the cluster from its
 #    checkpoint to the same global step as one that ran through, async (47, then 94) and
-#    sync (2 batches a global step: 23, then 47);
+#    sync (2 batches a global step: 23, then 47), and resumed once more at its end (47:
+#    nothing more trained);
 #  - kill -9 of the ps, then of the worker, mid-training: the chief fails within the
 #    heartbeat timeout plus 2 s with UNAVAILABLE naming the task;
 #  - the cnn, async, chief + worker + 1 ps, 1,280 examples: every batch once (global step 20),
@@ -172,6 +173,13 @@ if [ "$(field global_step <"$tmp/s1.out" 2>/dev/null)" = 23 ] &&
    grep -q "resumed from .* at global step 23" "$tmp/s2.out" &&
    [ "$(field global_step <"$tmp/s2.out" 2>/dev/null)" = 47 ]; then ok; else
   bad "sync resume on the cluster"; cat "$tmp/s1.out" "$tmp/s2.out"; fi
+# resumed again from its last checkpoint: nothing is left, and no task takes a step past it
+timeout 300 "$FLOE" launch --workers 1 --ps 1 --every-task -- "$FLOE" $TRAIN --cluster env \
+  --replication sync --limit 3000 --epochs 2 --checkpoint-dir "$ck2" --resume --json \
+  >"$tmp/s3.out" 2>"$tmp/s3.err" || bad "sync, resumed at the end: $(tail -5 "$tmp/s3.err")"
+if grep -q "resumed from .* at global step 47" "$tmp/s3.out" &&
+   [ "$(field global_step <"$tmp/s3.out" 2>/dev/null)" = 47 ]; then ok; else
+  bad "sync resumed at the end went on to global step $(field global_step <"$tmp/s3.out" 2>/dev/null)"; fi
 
 # ---- kill -9 of a ps, then of a worker, mid-training -------------------------------------
 printf '%s' "train-cluster-secret-0123456789ab" >"$tmp/secret"; chmod 600 "$tmp/secret"
