@@ -18,17 +18,21 @@
                                        tensors (names, dtypes, shapes and bytes) and the
                                        same global step; else prints what differs, exit 1
 
-A checkpoint format other than one safetensors file per step changes this file only."""
+Checkpoints are single safetensors files (ckpt-<step>.safetensors) or sharded ones (an index
+ckpt-<step>.index.json naming each variable's parts in the files of ckpt-<step>.shards/:
+docs/checkpoints.md); a variable of a sharded one is its parts assembled, and the index's
+global step is its metadata's. Other formats change this file only."""
 import json
 import os
 import re
 import struct
 import sys
 
-NAME = re.compile(r"^ckpt-([0-9]{10,19})\.safetensors$")
+NAME = re.compile(r"^ckpt-([0-9]{10,19})\.(safetensors|index\.json)$")
+SIZE = {"F32": 4, "F64": 8, "I64": 8, "I32": 4, "BF16": 2, "F16": 2, "U8": 1, "I8": 1, "BOOL": 1}
 
 
-def load(path):
+def load_file(path):
     with open(path, "rb") as f:
         data = f.read()
     n = struct.unpack_from("<Q", data)[0]
@@ -40,13 +44,45 @@ def load(path):
     return meta, tensors
 
 
+def load(path):
+    """(metadata, {name: (dtype, shape, bytes)}) of a checkpoint: a file, or an index whose
+    variables are assembled from their parts."""
+    if not path.endswith(".index.json"):
+        return load_file(path)
+    folder = os.path.dirname(path)
+    index = json.load(open(path))
+    files = {rel: load_file(os.path.join(folder, rel))[1] for rel in index["files"]}
+    tensors = {}
+    for name, v in index["variables"].items():
+        parts = sorted(v["parts"], key=lambda q: q["offset"])
+        shape = v["shape"]
+        if len(parts) == 1 and list(files[parts[0]["file"]][parts[0]["tensor"]][1]) == list(shape):
+            whole = files[parts[0]["file"]][parts[0]["tensor"]][2]
+        else:
+            ax = parts[0]["axis"]
+            outer, inner = 1, SIZE[v["dtype"]]
+            for x in shape[:ax]:
+                outer *= x
+            for x in shape[ax + 1:]:
+                inner *= x
+            rows = [bytearray() for _ in range(outer)]
+            for q in parts:
+                _, qshape, data = files[q["file"]][q["tensor"]]
+                r = qshape[ax]
+                for o in range(outer):
+                    rows[o] += data[o * r * inner:(o + 1) * r * inner]
+            whole = b"".join(bytes(x) for x in rows)
+        tensors[name] = (v["dtype"], shape, whole)
+    return index["metadata"], tensors
+
+
 def committed(folder):
     """{step: path} of the committed checkpoints in folder (temporary files are not)."""
     out = {}
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
         m = NAME.match(name)
-        if m:
-            out[int(m.group(1))] = os.path.join(folder, name)
+        if m and (m.group(2) == "index.json" or int(m.group(1)) not in out):
+            out[int(m.group(1))] = os.path.join(folder, name)  # an index wins a tie
     return out
 
 
