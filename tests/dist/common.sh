@@ -5,7 +5,12 @@
 # transport FLOE_TRANSPORT names (default fabric): tasks in separate processes need one.
 FLOE="${top_builddir}/tools/floe"
 NPY="${top_srcdir}/tests/cli/npy.py"
-FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}${FLOE_TRANSPORT_DIR:-}:${FLOE_FABRIC_DIR:-}:${FLOE_UCX_DIR:-}"
+# (each folder once: a script that runs itself per transport sources this twice, and a folder
+# named twice makes every process warn that it skipped the same plugins again)
+for d in "${FLOE_TRANSPORT_DIR:-}" "${FLOE_FABRIC_DIR:-}" "${FLOE_UCX_DIR:-}"; do
+  [ -n "$d" ] || continue
+  case ":${FLOE_PLUGIN_PATH:-}:" in *":$d:"*) ;; *) FLOE_PLUGIN_PATH="${FLOE_PLUGIN_PATH:+$FLOE_PLUGIN_PATH:}$d" ;; esac
+done
 export FLOE_PLUGIN_PATH
 # A script that sets each_transport=1 before sourcing this runs itself once per network
 # transport built (fabric, then ucx) when FLOE_TRANSPORT is unset: 1 if any run failed, 77 if
