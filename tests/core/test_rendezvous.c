@@ -29,12 +29,8 @@ static const char *env_dir(const char *var) {
   return d;
 }
 
-/* A runtime on the CPU plugin, plus the local transport and/or the test devices. */
-static FloeRuntime *runtime(bool transport, bool testdev) {
-  char path[4 * PATH_MAX];
-  snprintf(path, sizeof path, "%s%s%s%s%s", env_dir("FLOE_PLUGIN_PATH"), transport ? ":" : "",
-           transport ? env_dir("FLOE_TRANSPORT_DIR") : "", testdev ? ":" : "",
-           testdev ? env_dir("FLOE_TESTDEV_DIR") : "");
+/* A runtime on the plugins of path. */
+static FloeRuntime *runtime_on(const char *path) {
   FloeRuntimeOptions o;
   memset(&o, 0, sizeof o);
   o.struct_size = sizeof o;
@@ -47,6 +43,15 @@ static FloeRuntime *runtime(bool transport, bool testdev) {
   ck_assert_msg(rt != NULL, "runtime on %s: %s", path, floe_status_message(&st));
   floe_status_clear(&st);
   return rt;
+}
+
+/* A runtime on the CPU plugin, plus the local transport and/or the test devices. */
+static FloeRuntime *runtime(bool transport, bool testdev) {
+  char path[4 * PATH_MAX];
+  snprintf(path, sizeof path, "%s%s%s%s%s", env_dir("FLOE_PLUGIN_PATH"), transport ? ":" : "",
+           transport ? env_dir("FLOE_TRANSPORT_DIR") : "", testdev ? ":" : "",
+           testdev ? env_dir("FLOE_TESTDEV_DIR") : "");
+  return runtime_on(path);
 }
 
 /* The transport the manager is to use: FLOE_TRANSPORT (the fabric run of
@@ -621,16 +626,8 @@ END_TEST
 START_TEST(abort_does_not_wait_for_a_stalled_peer) {
   char path[2 * PATH_MAX];
   snprintf(path, sizeof path, "%s:%s", env_dir("FLOE_PLUGIN_PATH"), env_dir("FLOE_STALL_DIR"));
-  FloeRuntimeOptions o;
-  memset(&o, 0, sizeof o);
-  o.struct_size = sizeof o;
-  o.plugin_path = path;
-  o.plugins = "";
-  o.num_threads = 2;
-  o.skip_install_dir = 1;
+  FloeRuntime *rt = runtime_on(path);
   FloeStatus st = {FLOE_OK, NULL};
-  FloeRuntime *rt = floe_runtime_new(&o, &st);
-  ck_assert_msg(rt != NULL, "runtime on %s: %s", path, floe_status_message(&st));
   setenv("FLOE_TRANSPORT", "stall", 1); /* read when the manager starts: the first Send */
   FloeDevice *cpu = device(rt, "cpu:0");
   FloeRendezvous *r = rv_new(rt, 11, true, false);
@@ -1424,7 +1421,8 @@ START_TEST(route_between_two_runtimes) {
   ck_assert_msg(route_b.send_chan >= 1, "%s", floe_status_message(&st));
   route_a.recv_chan = floe__transport_accept(a, 10000, &st);
   ck_assert_msg(route_a.recv_chan >= 1, "%s", floe_status_message(&st));
-  FloeRendezvousRoute rta = {test_route_channel, &route_a}, rtb = {test_route_channel, &route_b};
+  FloeRendezvousRoute rta = {test_route_channel, &route_a, NULL};
+  FloeRendezvousRoute rtb = {test_route_channel, &route_b, NULL};
   FloeRendezvousOptions oa = {false, false, &rta}, ob = {false, false, &rtb};
   FloeRendezvous *rva = floe__rendezvous_new(ra, 88, &oa, &st);
   FloeRendezvous *rvb = floe__rendezvous_new(rb, 88, &ob, &st);

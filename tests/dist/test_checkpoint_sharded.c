@@ -512,9 +512,8 @@ static void cluster_stop(Cluster *c) {
   for (int i = 0; i <= NPS; i++) floe_runtime_free(c->rt[i]);
 }
 
-/* A session of layout l: of this process (c NULL), or of cluster c. */
-static FloeSession *session_of(const Layout *l, Cluster *c) {
-  FloeGraph *g = model(l);
+/* A session of graph g (freed here): of this process (c NULL), or of cluster c. */
+static FloeSession *session_for(FloeGraph *g, Cluster *c) {
   FloeSessionOptions so;
   floe_session_options_init(&so);
   if (c) {
@@ -529,6 +528,9 @@ static FloeSession *session_of(const Layout *l, Cluster *c) {
   floe_graph_free(g);
   return s;
 }
+
+/* A session of layout l: of this process (c NULL), or of cluster c. */
+static FloeSession *session_of(const Layout *l, Cluster *c) { return session_for(model(l), c); }
 
 START_TEST(a_cluster_writes_one_file_per_ps_and_reshards) {
   Cluster c;
@@ -587,21 +589,12 @@ static FloeSession *big_session(Cluster *c, int n, int64_t floats, int seed) {
   floe_graph_set_device_scope(g, NULL);
   floe_variables_initializer(g, "init");
   ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
-  FloeSessionOptions so;
-  floe_session_options_init(&so);
-  if (c) {
-    so.runtime = c->rt[0];
-    so.cluster = c->json;
-    so.cluster_timeout_ms = 20000;
-  }
+  FloeSession *s = session_for(g, c);
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &so, st);
-  ck_assert_msg(s != NULL, "%s", floe_status_message(st));
   const char *init = "init";
   ck_assert_msg(floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) == FLOE_OK, "%s",
                 floe_status_message(st));
   floe_status_free(st);
-  floe_graph_free(g);
   return s;
 }
 
