@@ -273,7 +273,9 @@ int main(int argc, char **argv) {
     setenv("FLOE_JOB_SECRET", "bench-checkpoint-secret-0123456789abcdef", 1);
   const char *plug = getenv("FLOE_PLUGIN_PATH");
   snprintf(g_path, sizeof g_path, "%s", plug ? plug : "");
-  char tmpl[] = "/tmp/floe_bench_ckpt_XXXXXX";
+  const char *tmp = getenv("TMPDIR");
+  char tmpl[4096]; /* mkdtemp's template: the XXXXXX become the folder's unique name */
+  snprintf(tmpl, sizeof tmpl, "%s/floe_bench_ckpt_XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!dir && !(dir = mkdtemp(tmpl))) {
     perror("bench_checkpoint: mkdtemp");
     return 1;

@@ -724,6 +724,7 @@ int main(void) {
   snprintf(g_path, sizeof g_path, "%s:%s", cpu ? cpu : "", local ? local : "");
   setenv("FLOE_TRANSPORT", "local", 1);
   const char *tmp = getenv("TMPDIR");
+  /* mkdtemp's template: the XXXXXX become the folder's unique name */
   snprintf(g_dir, sizeof g_dir, "%s/floe_ckpt_sharded_XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(g_dir)) {
     perror("mkdtemp");
