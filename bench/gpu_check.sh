@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Everything about the CUDA plugin that only a GPU can show, in one run on a GPU machine
-# (see docs/benchmarks.md, "GPU"): ops/test_cuda and ops/test_devices, `floe train` of the
+# (see docs/benchmarks.md, "GPU"): ops/test_cuda (its test_nccl: the nccl collective backend
+# on the machine's GPUs) and ops/test_devices, `floe train` of the
 # mlp and cnn on cuda:0 against the CPU's accuracy, their training samples/s at batch 64
 # and 512 against PyTorch on the same GPU (same model, batch, optimiser and precision),
 # and MatMul 8192^3 through a session against raw cuBLAS in f32, tf32 and bf16.
@@ -66,9 +67,10 @@ data=$stage/data
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 say "GPU: $gpu; date $(date -u +%F)"
 
-# cuBLAS, cuDNN and the CUDA runtime: the toolkit's where it has them, else PyTorch's wheels.
+# cuBLAS, cuDNN, NCCL (the CUDA plugin opens it for its nccl backend) and the CUDA runtime:
+# the toolkit's where it has them, else PyTorch's wheels.
 libdirs=
-for want in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9; do
+for want in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
   hit=
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
     [ -e "$d/$want" ] && { hit=$d; break; }
@@ -140,7 +142,7 @@ for part in $parts; do
   case $part in
   tests)
     # Each test runs in a forked child that sets up CUDA afresh.
-    CK_VERBOSITY=verbose step "ops/test_cuda" 150 "$f/bin/test_cuda"
+    CK_VERBOSITY=verbose NCCL_DEBUG=WARN step "ops/test_cuda" 150 "$f/bin/test_cuda"
     CK_VERBOSITY=verbose step "ops/test_devices" 150 "$f/bin/test_devices"
     ;;
   train)

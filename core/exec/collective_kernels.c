@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* collective_kernels.c - the kernels of the collective ops (ops_collective.def): each hands
  * its operation to the runtime's collectives (core/runtime/collective.c) and completes when
- * the backend does, without holding a thread meanwhile. Values on a device that does not
- * read host memory go through host memory (the backends here work on host buffers). A
- * cancelled step aborts the member's group: its pending operations fail at once. */
+ * the backend does, without holding a thread meanwhile. A backend for the memory of the
+ * node's device type (nccl for CUDA) gets the device's buffers; for the others (the ring,
+ * gloo: host memory) values on a device that does not read host memory go through host
+ * memory. A cancelled step aborts the member's group: its pending operations fail at once. */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -91,6 +92,11 @@ static void coll_done(void *arg, const FloeStatus *st) {
   done(done_arg);
 }
 
+/* The address of t's first element wherever it lives (floe_tensor_data: host only). */
+static void *device_data(const FloeTensor *t) {
+  return t->buf ? (char *)t->buf->data + t->offset : NULL;
+}
+
 static floe_code attr_dims(FloeKernelContext *ctx, const char *op, const FloeTensor *in,
                            int64_t n, int *rank, int64_t *dims) {
   const FloeNode *node = ctx->node;
@@ -171,20 +177,27 @@ static void collective_compute(void *state, FloeKernelContext *ctx, FloeDoneFn d
   int64_t dims[FLOE_MAX_DIMS] = {0};
   if (attr_dims(ctx, op, in, rq.group_size > 0 ? rq.group_size : 1, &rank, dims) != FLOE_OK)
     goto fail;
-  if (in && !(k->in = floe__tensor_to_device(in, NULL, &st))) goto fail_st;
+  rq.dtype = dt;
+  /* A backend for this device's own memory (nccl for CUDA) gets device buffers; the others
+   * host buffers, which the device's values reach through copies. */
+  bool on_device = false;
+  if (floe__collective_memory(ctx->device->rt, &rq, ctx->device, &on_device, &st) != FLOE_OK)
+    goto fail_st;
+  FloeDevice *mem = on_device ? ctx->device : NULL;
+  if (in && !(k->in = floe__tensor_to_device(in, mem, &st))) goto fail_st;
   /* The device's allocator when it reads host memory: it keeps large blocks for the next
    * step (a fresh one would page-fault on every 4 KiB the backend writes). */
-  if (!(k->out = floe__tensor_alloc(ctx->device->host_memory ? ctx->device : NULL, dt, rank,
-                                    dims, &st)))
+  if (!(k->out = floe__tensor_alloc(on_device || ctx->device->host_memory ? ctx->device : NULL,
+                                    dt, rank, dims, &st)))
     goto fail_st;
-  rq.dtype = dt;
-  rq.in = k->in ? floe_tensor_data(k->in) : NULL;
-  rq.out = floe_tensor_data(k->out);
+  rq.in = k->in ? device_data(k->in) : NULL;
+  rq.out = device_data(k->out);
   rq.count = (size_t)(rq.kind == FLOE__COLL_BCAST_RECV ? k->out->num_elements
                       : rq.kind == FLOE__COLL_REDUCE_SCATTER ? k->out->num_elements
                                                              : k->in->num_elements);
-  if (rq.kind == FLOE__COLL_BCAST_SEND && k->in->num_elements)
-    memcpy(rq.out, rq.in, k->in->nbytes); /* the sender's output is its input */
+  if (rq.kind == FLOE__COLL_BCAST_SEND && k->in->num_elements && /* the sender's output is */
+      floe__device_copy(mem, rq.out, mem, rq.in, k->in->nbytes, &st) != FLOE_OK) /* its input */
+    goto fail_st;
   rq.done = coll_done;
   rq.arg = k;
   k->cancel_token = floe__kernel_ctx_on_cancel(ctx, on_cancel, k);

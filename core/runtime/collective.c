@@ -896,6 +896,26 @@ static int pick_backend(FloeCollMgr *m, const FloeCollRequest *rq, FloeStatus *s
   return -1;
 }
 
+floe_code floe__collective_memory(FloeRuntime *rt, const FloeCollRequest *rq,
+                                 const FloeDevice *dev, bool *on_device, FloeStatus *st) {
+  *on_device = false;
+  FloeCollMgr *m = mgr_get(rt, st);
+  if (!m) return st->code;
+  int b = pick_backend(m, rq, st);
+  if (b < 0) return st->code;
+  const char *want = m->backends[b].device_type;
+  if (!want || !*want || strcmp(want, "CPU") == 0) return FLOE_OK; /* host buffers */
+  if (!dev->host_memory && strcmp(want, dev->props.type) == 0) {
+    *on_device = true;
+    return FLOE_OK;
+  }
+  return floe_status_set(st, FLOE_INVALID_ARGUMENT,
+                         "%s: collective backend \"%s\" works on %s memory and the node is on "
+                         "%s (a %s device): place the collective on a %s device, or choose a "
+                         "backend for host memory (ring, gloo) in communication_hint",
+                         rq->node, m->backends[b].name, want, dev->name, dev->props.type, want);
+}
+
 floe_code floe__collective_submit(FloeRuntime *rt, const FloeCollRequest *rq,
                                   FloeCollComm **comm_out, FloeStatus *st) {
   if (comm_out) *comm_out = NULL;

@@ -276,6 +276,13 @@ typedef struct FloeCollRequest {
  * thread of the manager; later ones start at once. *comm (may be NULL) is a reference to
  * the member's comm the caller releases with floe__coll_comm_release, for
  * floe__coll_comm_abort. */
+/* Where the buffers of rq go: *on_device false when the backend rq would use works on host
+ * memory (values on another device travel through the host), true when it works on the
+ * memory of dev's own type (a "CUDA" backend for a CUDA device: the kernel hands it device
+ * buffers). FLOE_INVALID_ARGUMENT naming both when the backend's memory is another device
+ * type's; the backend's errors (unknown, dtype) as floe__collective_submit gives them. */
+floe_code floe__collective_memory(struct FloeRuntime *rt, const FloeCollRequest *rq,
+                                  const struct FloeDevice *dev, bool *on_device, FloeStatus *st);
 floe_code floe__collective_submit(struct FloeRuntime *rt, const FloeCollRequest *rq,
                                   FloeCollComm **comm, FloeStatus *st);
 /* Fails every pending and later operation of c with FLOE_ABORTED and why (copied); the

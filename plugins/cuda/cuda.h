@@ -72,6 +72,7 @@ typedef struct CudaDevice {
   CudaMatmulMode matmul;
   bool profile;            /* FLOE_CUDA_PROFILE */
   bool log_stats;          /* FLOE_LOG_LEVEL >= info: allocator statistics at shutdown */
+  struct CudaDevice *live_next; /* the process's list of live devices (cuda_device_find) */
 } CudaDevice;
 
 /* Probes device `ordinal` and builds its state (streams, allocator, staging, handles).
@@ -79,6 +80,9 @@ typedef struct CudaDevice {
 CudaDevice *cuda_device_new(int ordinal, char *why, size_t len);
 /* Fills the device table for d (slots of cuda_device.c). */
 void cuda_device_fns(CudaDevice *d, FloeDeviceFns *fns);
+/* The live devices of the process (every runtime's) of GPU `ordinal`: returns how many,
+ * *out the last one found (borrowed: it lives until its runtime's shutdown). */
+int cuda_device_find(int ordinal, CudaDevice **out);
 
 /* ------------------------------------------------------------------------------------ */
 /* Kernel plumbing (cuda_util.c). */
@@ -134,5 +138,10 @@ floe_code cu_register_array(FloePluginRegistrar *reg);       /* k_array.c */
 floe_code cu_register_reduce(FloePluginRegistrar *reg);      /* k_reduce.c */
 floe_code cu_register_blas(FloePluginRegistrar *reg);        /* k_blas.c */
 floe_code cu_register_dnn(FloePluginRegistrar *reg);         /* k_dnn.c */
+#ifdef HAVE_NCCL
+/* The "nccl" collective backend (nccl.c): registered when libnccl.so.2 loads (FLOE_OK
+ * without registering when it does not, or the core has no collective slot). */
+floe_code cu_register_nccl(FloePluginRegistrar *reg);
+#endif
 
 #endif

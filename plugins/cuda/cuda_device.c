@@ -374,7 +374,30 @@ static void log_stats(CudaDevice *d) {
                (unsigned long long)s.oom_retries, (unsigned long long)s.failures);
 }
 
+/* Every live device of the process, all runtimes' (cuda_device_find). */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static CudaDevice *live_head;
+
+int cuda_device_find(int ordinal, CudaDevice **out) {
+  int n = 0;
+  pthread_mutex_lock(&live_mu);
+  for (CudaDevice *d = live_head; d; d = d->live_next)
+    if (d->ordinal == ordinal) {
+      *out = d;
+      n++;
+    }
+  pthread_mutex_unlock(&live_mu);
+  return n;
+}
+
 static void device_free(CudaDevice *d) {
+  pthread_mutex_lock(&live_mu);
+  for (CudaDevice **p = &live_head; *p; p = &(*p)->live_next)
+    if (*p == d) {
+      *p = d->live_next;
+      break;
+    }
+  pthread_mutex_unlock(&live_mu);
   cudaSetDevice(d->ordinal);
   cudaDeviceSynchronize();
   if (d->alloc) {
@@ -478,6 +501,10 @@ CudaDevice *cuda_device_new(int ordinal, char *why, size_t len) {
   snprintf(d->name, sizeof d->name, "%.95s", p.name);
   fill_props(d, &p, clock, mem, bus);
   if (device_setup(d, why, len) != 0) goto err_free;
+  pthread_mutex_lock(&live_mu);
+  d->live_next = live_head;
+  live_head = d;
+  pthread_mutex_unlock(&live_mu);
   return d;
 
 err_free:

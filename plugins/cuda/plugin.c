@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* plugin.c - entry point of the CUDA plugin: probe the GPUs, register one device per GPU and
- * the kernels for device type "CUDA". With no usable GPU (no driver, no device) it returns
+/* plugin.c - entry point of the CUDA plugin: probe the GPUs, register one device per GPU,
+ * the kernels for device type "CUDA" and (built with NCCL) the "nccl" collective backend. With no usable GPU (no driver, no device) it returns
  * FLOE_UNAVAILABLE with the reason, registering nothing: `floe plugins` shows the line. */
 #include "config.h"
 
@@ -56,6 +56,9 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *host, FloePlugi
   };
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
     if ((rc = sets[i](reg)) != FLOE_OK) goto err_free_devices;
+#ifdef HAVE_NCCL
+  if ((rc = cu_register_nccl(reg)) != FLOE_OK) goto err_free_devices;
+#endif
   host->free(devs);
   return FLOE_OK;
 

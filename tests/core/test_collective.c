@@ -5,7 +5,8 @@
  * all-gather, reduce-scatter, broadcast from every root, several steps and two instances in
  * one step, each checked against sums computed here; then what must fail cleanly: members
  * that disagree on the shape, a group that never fills, an unknown backend, bad attributes,
- * a device given two group sizes. */
+ * a device given two group sizes; and a backend for a device's own memory (the test
+ * devices') handed that device's buffers. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -217,8 +218,11 @@ END_TEST
 
 /* Runs a two-rank graph whose ranks' inputs have n0 and n1 elements; returns the run's code
  * and copies its message. */
-static floe_code run_pair(int64_t n0, int64_t n1, int group_size, const char *backend,
-                          int64_t timeout_ms, char *msg, size_t cap) {
+/* Rank r's all-reduce (sum of f32) on devs[r] of its input (a Const on cpu:r); the results
+ * into outs (NULL: released). */
+static floe_code run_pair_on(const char *const *devs, int64_t n0, int64_t n1, int group_size,
+                             const char *backend, int64_t timeout_ms, char *msg, size_t cap,
+                             FloeTensor **keep) {
   FloeGraph *g = floe_graph_new();
   FloeCollectiveOptions o = opts_of(group_size, next_group++, 1);
   o.backend = backend;
@@ -230,6 +234,7 @@ static floe_code run_pair(int64_t n0, int64_t n1, int group_size, const char *ba
     FloeTensor *x = make_input(r, FLOE_F32, 1, dims);
     FloeOutput xo = floe_const(g, r ? "x1" : "x0", x);
     floe_tensor_release(x);
+    floe_graph_set_device_scope(g, devs[r]);
     floe_all_reduce(g, fetch[r], xo, FLOE_REDUCE_SUM, &o);
   }
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
@@ -242,11 +247,19 @@ static floe_code run_pair(int64_t n0, int64_t n1, int group_size, const char *ba
   floe_code rc = floe_session_run_opts(s, &ro, NULL, 0, fetch, 2, NULL, 0, outs, st);
   snprintf(msg, cap, "%s", floe_status_message(st));
   floe_status_free(st);
-  for (int i = 0; i < 2; i++)
-    if (outs[i]) floe_tensor_release(outs[i]);
+  for (int i = 0; i < 2; i++) {
+    if (keep) keep[i] = outs[i];
+    else if (outs[i]) floe_tensor_release(outs[i]);
+  }
   floe_session_free(s);
   floe_graph_free(g);
   return rc;
+}
+
+static floe_code run_pair(int64_t n0, int64_t n1, int group_size, const char *backend,
+                          int64_t timeout_ms, char *msg, size_t cap) {
+  static const char *const cpus[2] = {"cpu:0", "cpu:1"};
+  return run_pair_on(cpus, n0, n1, group_size, backend, timeout_ms, msg, cap, NULL);
 }
 
 START_TEST(members_that_disagree) {
@@ -334,6 +347,50 @@ START_TEST(one_group_key_one_size) {
 }
 END_TEST
 
+/* A backend for a device's own memory (the test devices' "testdev", as nccl is CUDA's) gets
+ * the device's buffers: the backend fails an operation whose buffers are not in its
+ * device's live blocks. A backend for host memory (the ring) still works there through host
+ * copies, and a device backend asked for on the CPU is refused naming both. */
+static void setup_testdev(void) {
+  const char *cpu = getenv("FLOE_PLUGIN_PATH"), *local = getenv("FLOE_TRANSPORT_DIR"),
+             *td = getenv("FLOE_TESTDEV_DIR");
+  ck_assert_msg(td && *td, "FLOE_TESTDEV_DIR is not set (run through make check)");
+  char path[8192];
+  snprintf(path, sizeof path, "%s:%s:%s", cpu ? cpu : "", local ? local : "", td);
+  setenv("FLOE_PLUGIN_PATH", path, 1);
+  setenv("FLOE_CPU_DEVICES", "2", 1);
+  rt = harness_runtime(4);
+  unsetenv("FLOE_CPU_DEVICES");
+  if (cpu) setenv("FLOE_PLUGIN_PATH", cpu, 1);
+}
+
+START_TEST(device_memory_backend) {
+  static const char *const tds[2] = {"testdev:0", "testdev:1"};
+  static const char *const cpus[2] = {"cpu:0", "cpu:1"};
+  char msg[1024];
+  for (int b = 0; b < 2; b++) {
+    const char *backend = b ? "ring" : "testdev";
+    FloeTensor *outs[2] = {0};
+    floe_code rc = run_pair_on(tds, 1000, 1000, 2, backend, 0, msg, sizeof msg, outs);
+    ck_assert_msg(rc == FLOE_OK, "%s on testdev: %s", backend, msg);
+    for (int r = 0; r < 2; r++) {
+      ck_assert_int_eq(floe_tensor_num_elements(outs[r]), 1000);
+      for (int64_t j = 0; j < 1000; j++) {
+        double want = input_value(0, j, FLOE_F32) + input_value(1, j, FLOE_F32);
+        double got = harness_get(outs[r], j);
+        ck_assert_msg(fabs(got - want) < 1e-5, "%s: rank %d element %lld = %g, want %g",
+                      backend, r, (long long)j, got, want);
+      }
+      floe_tensor_release(outs[r]);
+    }
+  }
+  floe_code rc = run_pair_on(cpus, 10, 10, 2, "testdev", 0, msg, sizeof msg, NULL);
+  ck_assert_msg(rc == FLOE_INVALID_ARGUMENT, "code %d: %s", rc, msg);
+  ck_assert_msg(strstr(msg, "works on TESTDEV memory") && strstr(msg, "CPU:0") &&
+                    strstr(msg, "place the collective"), "%s", msg);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("collective");
   TCase *tc = tcase_create("ring");
@@ -346,6 +403,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, members_that_disagree);
   tcase_add_test(tc, bad_attributes);
   tcase_add_test(tc, one_group_key_one_size);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("device memory");
+  tcase_add_checked_fixture(tc, setup_testdev, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, device_memory_backend);
   suite_add_tcase(s, tc);
   return s;
 }

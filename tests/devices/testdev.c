@@ -22,6 +22,9 @@
  * memory): Identity (any dtype), Add, Sub, Mul (equal shapes, or one operand of one element
  * whose rank is at most the other's: no general broadcasting), Neg, Relu, MatMul (rank 2,
  * transpose_a / transpose_b) and Sum (any axes, keep_dims).
+ *
+ * A collective backend "testdev" for TESTDEV memory (f32 all-reduce of ranks in this
+ * process): it checks that the core hands it the device's own buffers.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -205,9 +208,27 @@ static floe_code td_copy_d2d(void *state, void *dst, const void *src, size_t n) 
   return rc;
 }
 
+/* Every live device of the process, all runtimes' (the collective backend's checks). */
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static Dev *all_devs[64];
+
+static void all_add(Dev *d) {
+  pthread_mutex_lock(&all_mu);
+  for (size_t i = 0; i < sizeof all_devs / sizeof *all_devs; i++)
+    if (!all_devs[i]) {
+      all_devs[i] = d;
+      break;
+    }
+  pthread_mutex_unlock(&all_mu);
+}
+
 /* Leftover blocks at shutdown are the core's leak: reported, then freed with the device. */
 static void td_destroy(void *state) {
   Dev *d = state;
+  pthread_mutex_lock(&all_mu);
+  for (size_t i = 0; i < sizeof all_devs / sizeof *all_devs; i++)
+    if (all_devs[i] == d) all_devs[i] = NULL;
+  pthread_mutex_unlock(&all_mu);
   if (d->num_live && host)
     host->log(FLOE_LOG_ERROR, "testdev:%d: %" PRId64 " blocks still allocated at shutdown",
               d->ordinal, d->num_live);
@@ -420,6 +441,192 @@ static floe_code k_sum(void *state, FloeKernelContext *ctx) {
   return FLOE_OK;
 }
 
+/* ---- a collective backend for TESTDEV memory ------------------------------------------- */
+/* "testdev" (device type "TESTDEV", f32 all-reduce only: any other operation is refused):
+ * the ranks are devices of this process and meet in a table here. Each operation checks
+ * that its buffers lie in live blocks of its rank's TESTDEV device, so a core that handed a
+ * device backend host copies instead of the device's buffers fails the operation naming
+ * the buffer. */
+
+#define MEET_MAX_RANKS 16
+
+typedef struct TdComm {
+  char group[128];
+  int rank, size, ordinal;
+} TdComm;
+
+typedef struct Meet {
+  char group[128];
+  uint64_t tag;
+  size_t count;
+  FloeReduceOp op;
+  int arrived;
+  const float *in[MEET_MAX_RANKS];
+  float *out[MEET_MAX_RANKS];
+  FloeCollectiveDoneFn done[MEET_MAX_RANKS];
+  void *arg[MEET_MAX_RANKS];
+  size_t counts[MEET_MAX_RANKS];
+  struct Meet *next;
+} Meet;
+
+static pthread_mutex_t meet_mu = PTHREAD_MUTEX_INITIALIZER;
+static Meet *meets;
+
+/* Whether [p, p + n) lies in a live block of a TESTDEV:ordinal device. */
+static bool on_testdev(int ordinal, const void *p, size_t n) {
+  bool ok = false;
+  pthread_mutex_lock(&all_mu);
+  for (size_t i = 0; i < sizeof all_devs / sizeof *all_devs && !ok; i++) {
+    Dev *d = all_devs[i];
+    if (!d || d->ordinal != ordinal) continue;
+    pthread_mutex_lock(&d->mu);
+    Block *b = find_block(d, p, n);
+    ok = b && canaries_ok(b);
+    pthread_mutex_unlock(&d->mu);
+  }
+  pthread_mutex_unlock(&all_mu);
+  return ok;
+}
+
+static floe_code tc_init(const FloeHostApi *h, void **ctx) {
+  (void)h;
+  *ctx = NULL;
+  return FLOE_OK;
+}
+
+static void tc_finalize(void *ctx) { (void)ctx; }
+
+static floe_code tc_comm_init(void *ctx, const FloeCollectiveGroup *g, void **comm, char *msg,
+                              size_t len) {
+  (void)ctx;
+  const char *p = strstr(g->devices[g->rank], "TESTDEV:");
+  if (!p || g->size > MEET_MAX_RANKS) {
+    snprintf(msg, len, "testdev: %s is not a TESTDEV device, or more than %d ranks",
+             g->devices[g->rank], MEET_MAX_RANKS);
+    return FLOE_INVALID_ARGUMENT;
+  }
+  TdComm *c = calloc(1, sizeof *c);
+  if (!c) return FLOE_NO_MEMORY;
+  snprintf(c->group, sizeof c->group, "%s", g->name);
+  c->rank = g->rank;
+  c->size = g->size;
+  c->ordinal = atoi(p + 8);
+  *comm = c;
+  return FLOE_OK;
+}
+
+static floe_code tc_all_reduce(void *comm, const void *in, void *out, size_t count, FloeDType dt,
+                               FloeReduceOp op, uint64_t tag, FloeStream *s,
+                               FloeCollectiveDoneFn done, void *arg) {
+  (void)s;
+  TdComm *c = comm;
+  if (dt != FLOE_F32) return FLOE_UNIMPLEMENTED;
+  size_t bytes = count * sizeof(float);
+  if (!on_testdev(c->ordinal, in, bytes) || !on_testdev(c->ordinal, out, bytes)) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "testdev: the buffers %p and %p of rank %d are not in TESTDEV:%d's "
+             "memory", in, out, c->rank, c->ordinal);
+    done(arg, FLOE_INVALID_ARGUMENT, msg);
+    return FLOE_OK;
+  }
+  pthread_mutex_lock(&meet_mu);
+  Meet *m = meets;
+  while (m && !(m->tag == tag && strcmp(m->group, c->group) == 0)) m = m->next;
+  if (!m) {
+    if (!(m = calloc(1, sizeof *m))) {
+      pthread_mutex_unlock(&meet_mu);
+      return FLOE_NO_MEMORY;
+    }
+    snprintf(m->group, sizeof m->group, "%s", c->group);
+    m->tag = tag;
+    m->op = op;
+    m->next = meets;
+    meets = m;
+  }
+  m->in[c->rank] = in;
+  m->out[c->rank] = out;
+  m->done[c->rank] = done;
+  m->arg[c->rank] = arg;
+  m->counts[c->rank] = count;
+  if (++m->arrived < c->size) {
+    pthread_mutex_unlock(&meet_mu);
+    return FLOE_OK;
+  }
+  for (Meet **p = &meets; *p; p = &(*p)->next)
+    if (*p == m) {
+      *p = m->next;
+      break;
+    }
+  pthread_mutex_unlock(&meet_mu);
+  /* Every rank is here: reduce into a scratch buffer, then write every output. */
+  bool same = true;
+  for (int r = 1; r < c->size; r++) same = same && m->counts[r] == m->counts[0];
+  float *acc = same ? calloc(count ? count : 1, sizeof *acc) : NULL;
+  if (acc) {
+    for (size_t i = 0; i < count; i++) {
+      float v = m->in[0][i];
+      for (int r = 1; r < c->size; r++) {
+        float x = m->in[r][i];
+        if (op == FLOE_REDUCE_MAX) v = x > v ? x : v;
+        else if (op == FLOE_REDUCE_MIN) v = x < v ? x : v;
+        else if (op == FLOE_REDUCE_PROD) v *= x;
+        else v += x;
+      }
+      acc[i] = op == FLOE_REDUCE_MEAN ? v / (float)c->size : v;
+    }
+    for (int r = 0; r < c->size; r++) memcpy(m->out[r], acc, count * sizeof *acc);
+  }
+  floe_code code = !same ? FLOE_INVALID_ARGUMENT : acc ? FLOE_OK : FLOE_NO_MEMORY;
+  free(acc);
+  for (int r = 0; r < c->size; r++)
+    m->done[r](m->arg[r], code,
+               same ? "testdev: out of memory" : "testdev: the ranks' counts differ");
+  free(m);
+  return FLOE_OK;
+}
+
+static floe_code tc_all_gather(void *comm, const void *in, void *out, size_t count, FloeDType dt,
+                               uint64_t tag, FloeStream *s, FloeCollectiveDoneFn done, void *arg) {
+  (void)comm, (void)in, (void)out, (void)count, (void)dt, (void)tag, (void)s, (void)done;
+  (void)arg;
+  return FLOE_UNIMPLEMENTED;
+}
+
+static floe_code tc_reduce_scatter(void *comm, const void *in, void *out, size_t count,
+                                   FloeDType dt, FloeReduceOp op, uint64_t tag, FloeStream *s,
+                                   FloeCollectiveDoneFn done, void *arg) {
+  (void)op;
+  return tc_all_gather(comm, in, out, count, dt, tag, s, done, arg);
+}
+
+static floe_code tc_broadcast(void *comm, void *buf, size_t count, FloeDType dt, int root,
+                              uint64_t tag, FloeStream *s, FloeCollectiveDoneFn done, void *arg) {
+  (void)root;
+  return tc_all_gather(comm, buf, buf, count, dt, tag, s, done, arg);
+}
+
+static void tc_comm_free(void *comm) { free(comm); }
+
+static floe_code register_collective(FloePluginRegistrar *reg) {
+  if (!FLOE_HAS_FIELD(reg, FloePluginRegistrar, register_collective) || !reg->register_collective)
+    return FLOE_OK;
+  FloeCollectiveFns f;
+  memset(&f, 0, sizeof f);
+  f.struct_size = sizeof f;
+  f.name = "testdev";
+  f.device_type = "TESTDEV";
+  f.dtypes = FLOE_DTYPE_BIT(FLOE_F32);
+  f.init = tc_init;
+  f.finalize = tc_finalize;
+  f.comm_init = tc_comm_init;
+  f.all_reduce = tc_all_reduce;
+  f.all_gather = tc_all_gather;
+  f.reduce_scatter = tc_reduce_scatter;
+  f.broadcast = tc_broadcast;
+  f.comm_free = tc_comm_free;
+  return reg->register_collective(reg, &f);
+}
+
 static floe_code add_kernel(FloePluginRegistrar *reg, const char *op, bool f32_only,
                             floe_code (*compute)(void *, FloeKernelContext *)) {
   FloeTypeConstraint c = {"T", FLOE_DTYPE_BIT(FLOE_F32)};
@@ -489,6 +696,7 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
       td_destroy(dev);
       return rc;
     }
+    all_add(dev);
   }
   static const struct {
     const char *op;
@@ -502,5 +710,5 @@ FLOE_PLUGIN_EXPORT floe_code floe_plugin_init(const FloeHostApi *h, FloePluginRe
   for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
     if ((rc = add_kernel(reg, kernels[i].op, kernels[i].f32_only, kernels[i].compute)) != FLOE_OK)
       return rc;
-  return FLOE_OK;
+  return register_collective(reg);
 }

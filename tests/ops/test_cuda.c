@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda.c - every kernel of the CUDA plugin against the CPU plugin's on the same random
- * inputs, the matmul precision modes, device out-of-memory, the device description and a
- * few training steps wholly on the GPU.
+ * inputs, the matmul precision modes, device out-of-memory, the device description, a few
+ * training steps wholly on the GPU and the nccl collective backend (when built).
  *
  * Without a usable GPU (or without the plugin: configure found no CUDA toolkit) the whole
  * program is skipped (exit 77) and prints why: the plugin's own message, e.g. "no CUDA
@@ -26,8 +26,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <floe/floe_collective.h>
 #include <floe/floe_train.h>
 
+#include "config.h"
 #include "harness.h"
 
 #define F32 FLOE_F32
@@ -867,6 +869,151 @@ START_TEST(test_train_steps) {
 END_TEST
 
 /* ------------------------------------------------------------------------------------ */
+/* The nccl collective backend (plugins/cuda/nccl.c), built when configure found nccl.h: one
+ * rank per GPU of this machine, at most 4 (NCCL puts no two ranks of a communicator on one
+ * GPU: with one GPU the group has one rank, which still goes through the communicator, the
+ * order of operations and the device's own buffers). */
+
+typedef enum { NC_REDUCE, NC_GATHER, NC_SCATTER, NC_BCAST } NcKind;
+
+static double nc_input(int r, int64_t j, FloeDType dt) {
+  return (double)((r + 1) * 3 + (j % 13)) - 8 + (dt == F32 ? 0.25 : 0);
+}
+
+static double nc_combine(double a, double b, FloeReduceOp op) {
+  switch (op) {
+  case FLOE_REDUCE_PROD: return a * b;
+  case FLOE_REDUCE_MAX: return a > b ? a : b;
+  case FLOE_REDUCE_MIN: return a < b ? a : b;
+  default: return a + b;
+  }
+}
+
+static int64_t nc_group = 500;
+
+/* Builds kind on cuda:0..n-1 with backend nccl (inputs made on the CPU), runs 3 steps and
+ * checks every rank's result. */
+static void nc_case(FloeRuntime *rt, NcKind kind, int n, FloeDType dt, FloeReduceOp op,
+                    int64_t count) {
+  char what[160];
+  snprintf(what, sizeof what, "nccl kind %d, %d ranks, %s, op %d, count %lld", kind, n,
+           floe_dtype_name(dt), op, (long long)count);
+  FloeGraph *g = floe_graph_new();
+  FloeCollectiveOptions o;
+  floe_collective_options_init(&o);
+  o.group_size = n;
+  o.group_key = nc_group++;
+  o.instance_key = 3;
+  o.backend = "nccl";
+  o.timeout_ms = 60000;
+  int64_t in_dims[1] = {kind == NC_SCATTER ? count * n : count};
+  char names[4][16];
+  const char *fetch[4];
+  int root = n - 1;
+  for (int r = 0; r < n; r++) {
+    char dev[16], xn[16];
+    snprintf(dev, sizeof dev, "cuda:%d", r);
+    snprintf(xn, sizeof xn, "x%d", r);
+    snprintf(names[r], sizeof names[r], "out%d", r);
+    fetch[r] = names[r];
+    double *v = malloc(sizeof *v * (size_t)in_dims[0]);
+    for (int64_t j = 0; j < in_dims[0]; j++) v[j] = nc_input(r, j, dt);
+    FloeTensor *x = harness_from_doubles(dt, 1, in_dims, v);
+    free(v);
+    floe_graph_set_device_scope(g, "cpu:0");
+    FloeOutput xo = floe_const(g, xn, x);
+    floe_tensor_release(x);
+    floe_graph_set_device_scope(g, dev);
+    if (kind == NC_REDUCE) floe_all_reduce(g, names[r], xo, op, &o);
+    else if (kind == NC_GATHER) floe_all_gather(g, names[r], xo, &o);
+    else if (kind == NC_SCATTER) floe_reduce_scatter(g, names[r], xo, op, &o);
+    else if (r == root) floe_broadcast_send(g, names[r], xo, &o);
+    else floe_broadcast_recv(g, names[r], dt, floe_shape_make(1, in_dims), &o);
+  }
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s: %s", what, floe_graph_error(g, NULL));
+  FloeSession *s = harness_session(g, rt);
+  for (int step = 0; step < 3; step++) {
+    FloeTensor *outs[4] = {0};
+    harness_run(s, NULL, 0, fetch, n, NULL, 0, outs, what);
+    for (int r = 0; r < n; r++) {
+      int64_t want_n = kind == NC_GATHER ? count * n : count;
+      ck_assert_msg(floe_tensor_num_elements(outs[r]) == want_n, "%s: rank %d has %lld values",
+                    what, r, (long long)floe_tensor_num_elements(outs[r]));
+      for (int64_t j = 0; j < want_n; j++) {
+        double want;
+        if (kind == NC_GATHER) {
+          want = nc_input((int)(j / count), j % count, dt);
+        } else if (kind == NC_BCAST) {
+          want = nc_input(root, j, dt);
+        } else {
+          int64_t src = kind == NC_SCATTER ? r * count + j : j;
+          want = nc_input(0, src, dt);
+          for (int q = 1; q < n; q++) want = nc_combine(want, nc_input(q, src, dt), op);
+          if (op == FLOE_REDUCE_MEAN) want = dt == I32 ? trunc(want / n) : want / n;
+        }
+        double got = harness_get(outs[r], j);
+        double tol = dt == FLOE_BF16 ? 0.02 * (1 + fabs(want)) : 1e-5 * (1 + fabs(want));
+        ck_assert_msg(fabs(got - want) <= tol, "%s, step %d: rank %d element %lld = %g, want %g",
+                      what, step, r, (long long)j, got, want);
+      }
+      floe_tensor_release(outs[r]);
+    }
+  }
+  floe_session_free(s);
+  floe_graph_free(g);
+}
+
+START_TEST(test_nccl) {
+#ifndef HAVE_NCCL
+  printf("test_nccl: the CUDA plugin was built without NCCL (configure found no nccl.h)\n");
+#else
+  FloeRuntime *rt = harness_runtime(4);
+  int n = 0;
+  for (int i = 0; i < floe_runtime_num_devices(rt); i++) {
+    FloeDeviceInfo info;
+    if (floe_runtime_device(rt, i, &info) == FLOE_OK && strcmp(info.type, "CUDA") == 0) n++;
+  }
+  if (n > 4) n = 4;
+  ck_assert_int_ge(n, 1);
+  static const FloeReduceOp ops[] = {FLOE_REDUCE_SUM, FLOE_REDUCE_MEAN, FLOE_REDUCE_MAX,
+                                     FLOE_REDUCE_MIN, FLOE_REDUCE_PROD};
+  for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) nc_case(rt, NC_REDUCE, n, F32, ops[i], 1000);
+  nc_case(rt, NC_REDUCE, n, F32, FLOE_REDUCE_SUM, 3 << 20); /* 12 MiB */
+  nc_case(rt, NC_REDUCE, n, FLOE_BF16, FLOE_REDUCE_SUM, 4096);
+  nc_case(rt, NC_REDUCE, n, I32, FLOE_REDUCE_MEAN, 777);
+  nc_case(rt, NC_GATHER, n, F32, FLOE_REDUCE_SUM, 333);
+  nc_case(rt, NC_SCATTER, n, F32, FLOE_REDUCE_SUM, 256);
+  nc_case(rt, NC_BCAST, n, F32, FLOE_REDUCE_SUM, 5000);
+
+  /* nccl on the CPU: refused, naming both memories. */
+  FloeGraph *g = floe_graph_new();
+  FloeCollectiveOptions o;
+  floe_collective_options_init(&o);
+  o.group_size = 1;
+  o.group_key = nc_group++;
+  o.instance_key = 1;
+  o.backend = "nccl";
+  int64_t d = 4;
+  floe_graph_set_device_scope(g, "cpu:0");
+  FloeTensor *x = harness_random(F32, 1, &d, 5, -1, 1);
+  floe_all_reduce(g, "r", floe_const(g, "x", x), FLOE_REDUCE_SUM, &o);
+  floe_tensor_release(x);
+  FloeSession *s = harness_session(g, rt);
+  const char *fetch = "r";
+  FloeTensor *out = NULL;
+  FloeStatus *st = floe_status_new();
+  floe_code rc = floe_session_run(s, NULL, 0, &fetch, 1, NULL, 0, &out, st);
+  ck_assert_msg(rc == FLOE_INVALID_ARGUMENT && strstr(floe_status_message(st), "CUDA memory"),
+                "nccl on the CPU: %s: %s", floe_code_name(rc), floe_status_message(st));
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_runtime_free(rt);
+#endif
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------ */
 
 /* Puts the freshly built CUDA plugin (and the local transport, which moves tensors between
  * cuda:0 and the host in split graphs) on the search path; returns the plugin's folder. */
@@ -977,6 +1124,7 @@ int main(void) {
   tcase_add_test(tc, test_out_of_memory);
   tcase_add_test(tc, test_device_description);
   tcase_add_test(tc, test_train_steps);
+  tcase_add_test(tc, test_nccl);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

@@ -518,7 +518,12 @@ typedef struct FloeCollectiveFns {
    * (the graph op's instance key and its execution count): operations of one comm may be
    * issued concurrently and in a different order on different ranks, and a backend matches
    * them by tag. stream: the device's stream the buffers are ready on (NULL for host
-   * memory); done means the result is in out.
+   * memory; also NULL for a device whose work the core does not put on streams: the
+   * buffers are then ready in the order of the device's own queue, which a backend of the
+   * device's plugin orders its operation after, as the CUDA plugin's nccl does on its
+   * compute stream); done means the result is in out. The core hands a backend whose
+   * device_type is the node's device type that device's buffers; a backend for host memory
+   * gets host buffers (values on other devices are copied through the host).
    *
    * all_reduce: out[i] = op over ranks of in[i], i < count, on every rank.
    * all_gather: out[r * count + i] = in[i] of rank r (out holds size * count elements).
