@@ -30,7 +30,7 @@ for p in cpu cuda tpu-sim transport/local; do
   mkdir -p "$t/plugins/$p/.libs"
   cp plugins/$p/.libs/*.so "$t/plugins/$p/.libs/"
 done
-cp -L core/.libs/libfloe.so.0 "$t/lib/"
+cp -L core/.libs/libfloe.so.0 core/.libs/libfloe-onnx.so.0 "$t/lib/"
 cp tools/.libs/floe tests/ops/.libs/test_cuda tests/ops/.libs/test_devices \
   bench/.libs/bench_cuda_matmul "$t/bin/"
 # Third-party libraries from outside the system's CUDA and C/C++ runtime: the machine's own
