@@ -483,7 +483,7 @@ START_TEST(test_registration) {
     found = true;
     ck_assert_int_eq(p->state, FLOE_PLUGIN_LOADED);
     ck_assert_int_eq(p->num_collectives, 1);
-    ck_assert_int_eq(p->negotiated_minor, 5);
+    ck_assert_int_eq(p->negotiated_minor, FLOE_ABI_MINOR);
   }
   ck_assert(found);
 }

@@ -198,7 +198,7 @@ floe_code Comm::create(const FloeHostApi *host, const FloeCollectiveGroup *g, Co
                        std::string *msg) noexcept {
   *out = nullptr;
   try {
-    if (!g || g->struct_size < sizeof(FloeCollectiveGroup)) {
+    if (!g || g->struct_size < offsetof(FloeCollectiveGroup, flags)) {
       *msg = "comm_init: the group description is NULL or older than ABI 1.5's";
       return FLOE_INVALID_ARGUMENT;
     }
