@@ -396,6 +396,7 @@ static floe_code store_get(FloeCollMgr *m, uint64_t gen, const char *key, int64_
       int64_t left = deadline - now_ms();
       int64_t slice = left < 0 ? 0 : left > 200 ? 200 : left;
       rc = env.kv_get(env.arg, key, slice, &v, &n, st);
+      if (rc == FLOE_NOT_FOUND) rc = FLOE_DEADLINE_EXCEEDED; /* what a wait of 0 ms says */
       if (rc != FLOE_DEADLINE_EXCEEDED || now_ms() >= deadline) break;
       floe_status_clear(st);
       pthread_mutex_lock(&m->mu);
@@ -823,7 +824,8 @@ static CollOp *check_plan(SeqEntry *e, CollOp *op) {
 
 /* A failed operation that was not checked may have met a rank whose arguments changed (that
  * rank checks, never issues it, and this one times out): that rank's record says so. Writes
- * the explanation into out; false when no rank's record differs. */
+ * the explanation into out; false when no rank's record differs, or the store cannot say
+ * (it is not asked again: a store that is gone must not delay the failure rank by rank). */
 static bool explain_failure(const CollOp *op, const char *msg, char *out, size_t cap) {
   const Member *mem = op->c->mem;
   for (int r = 0; r < mem->size; r++) {
@@ -832,6 +834,7 @@ static bool explain_failure(const CollOp *op, const char *msg, char *out, size_t
     FloeStatus st = {FLOE_OK, NULL};
     floe_code rc = args_get(op, r, 0, &a, &st);
     floe_status_clear(&st);
+    if (rc != FLOE_OK && rc != FLOE_DEADLINE_EXCEEDED) return false;
     if (rc != FLOE_OK || args_eq(&a, &op->args)) continue;
     char where[192], mine[128], theirs[128];
     exec_name(op, where, sizeof where);
