@@ -85,7 +85,11 @@ typedef struct CollOp {
   floe_code fail_code;     /* fail it when it starts, with fail_msg (its arguments' check */
   char *fail_msg;          /* failed) */
   struct CollOp *waiters;  /* check: operations with the same args waiting for its outcome */
-  struct CollOp *next;     /* the comm's queue while it forms, or a checking op's waiters */
+  bool published;          /* check: its own record is in the store */
+  int check_rank;          /* check: the next rank whose record it reads */
+  int64_t check_deadline;  /* check: monotonic ms */
+  struct CollOp *next;     /* the comm's queue while it forms, a checking op's waiters, or
+                            * the manager's checks */
 } CollOp;
 
 enum { COMM_FORMING, COMM_READY, COMM_FAILED };
@@ -125,6 +129,9 @@ struct FloeCollMgr {
   Member **zombie_members;
   int num_zombie_members;
   uint64_t generation;     /* bumped by set_env: a forming thread of an older one gives up */
+  CollOp *checks;          /* operations whose arguments the checker compares */
+  bool checker;            /* the checker thread runs (it ends when checks is empty) */
+  bool checks_added;       /* since the checker last took the list */
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -613,9 +620,9 @@ static void op_done(void *arg, floe_code code, const char *msg) {
   op_free(op);
 }
 
-/* Runs fn(op) on a detached thread of the manager (m->threads counts it; fn ends with
+/* Runs fn(arg) on a detached thread of the manager (m->threads counts it; fn ends with
  * thread_end); false when no thread could start. */
-static bool spawn(FloeCollMgr *m, void *(*fn)(void *), CollOp *op) {
+static bool spawn(FloeCollMgr *m, void *(*fn)(void *), void *arg) {
   pthread_t th;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -623,7 +630,7 @@ static bool spawn(FloeCollMgr *m, void *(*fn)(void *), CollOp *op) {
   pthread_mutex_lock(&m->mu);
   m->threads++;
   pthread_mutex_unlock(&m->mu);
-  int err = pthread_create(&th, &attr, fn, op);
+  int err = pthread_create(&th, &attr, fn, arg);
   pthread_attr_destroy(&attr);
   if (err) {
     pthread_mutex_lock(&m->mu);
@@ -705,53 +712,73 @@ static floe_code args_get(const CollOp *op, int rank, int64_t timeout_ms, CollAr
   return ok ? FLOE_OK : floe_status_set(st, FLOE_INTERNAL, "key \"%s\" holds no arguments", key);
 }
 
-/* Publishes op's arguments and compares every other rank's for the same execution; on
- * failure writes why into msg. */
-static floe_code check_args(const CollOp *op, char *msg, size_t cap) {
+/* One look at op's check: publishes its record (the first time), then reads the other ranks'
+ * in rank order as far as they have come. False while records are missing and time is left;
+ * true when the check ended: *rc FLOE_OK (every rank's arguments equal), or why not in msg.
+ * *progress is set when a record came. */
+static bool check_poll(CollOp *op, floe_code *rc, char *msg, size_t cap, bool *progress) {
   const Member *mem = op->c->mem;
-  char key[192], val[96], where[192], mine[128], theirs[128];
+  char where[192], mine[128], theirs[128];
+  FloeStatus st = {FLOE_OK, NULL};
+  *rc = FLOE_OK;
+  if (!op->published) {
+    char key[192], val[96];
+    args_key(op, mem->rank, key, sizeof key);
+    snprintf(val, sizeof val, "%d %d %d %llu", op->args.kind, op->args.dtype, op->args.op,
+             (unsigned long long)op->args.count);
+    *rc = store_set(op->c->m, key, val, strlen(val), &st);
+    op->published = *rc == FLOE_OK;
+  }
+  while (*rc == FLOE_OK && op->check_rank < mem->size) {
+    int r = op->check_rank;
+    CollArgs a;
+    if (r != mem->rank) {
+      floe_status_clear(&st);
+      *rc = args_get(op, r, 0, &a, &st);
+      if (*rc == FLOE_DEADLINE_EXCEEDED && now_ms() < op->check_deadline) {
+        floe_status_clear(&st);
+        return false;
+      }
+      if (*rc != FLOE_OK || !args_eq(&a, &op->args)) break;
+      *progress = true;
+    }
+    op->check_rank++;
+  }
+  if (*rc == FLOE_OK && op->check_rank == mem->size) return true;
+  int r = op->check_rank;
+  long long timeout = (long long)(op->rq.timeout_ms > 0 ? op->rq.timeout_ms
+                                                        : FLOE__COLL_TIMEOUT_MS);
   exec_name(op, where, sizeof where);
   args_text(&op->args, mine, sizeof mine);
-  args_key(op, mem->rank, key, sizeof key);
-  snprintf(val, sizeof val, "%d %d %d %llu", op->args.kind, op->args.dtype, op->args.op,
-           (unsigned long long)op->args.count);
-  FloeStatus st = {FLOE_OK, NULL};
-  floe_code rc = store_set(op->c->m, key, val, strlen(val), &st);
-  if (rc != FLOE_OK)
+  if (!op->published) {
     snprintf(msg, cap, "%s: cannot publish this rank's arguments to check them across the "
              "ranks: %s", where, floe_status_message(&st));
-  int64_t timeout = op->rq.timeout_ms > 0 ? op->rq.timeout_ms : FLOE__COLL_TIMEOUT_MS;
-  int64_t deadline = now_ms() + timeout;
-  for (int r = 0; r < mem->size && rc == FLOE_OK; r++) {
-    if (r == mem->rank) continue;
+  } else if (*rc == FLOE_DEADLINE_EXCEEDED && op->has_prev) {
+    args_text(&op->prev, theirs, sizeof theirs);
+    snprintf(msg, cap, "%s: rank %d (%s) did not check its arguments within %lld ms: they are "
+             "likely still those of the execution before, %s, which this rank changed to %s; "
+             "every member must change an instance's count, dtype or op at the same execution "
+             "(or rank %d is stuck or gone)", where, r, mem->devices[r], timeout, theirs, mine, r);
+  } else if (*rc == FLOE_DEADLINE_EXCEEDED) {
+    snprintf(msg, cap, "%s: rank %d (%s) did not issue its %s within %lld ms (this rank issued "
+             "%s): every member must run it, or rank %d is stuck or gone", where, r,
+             mem->devices[r], kind_names[op->args.kind], timeout, mine, r);
+  } else if (*rc != FLOE_OK) {
+    snprintf(msg, cap, "%s: cannot read rank %d's arguments: %s", where, r,
+             floe_status_message(&st));
+  } else {
     CollArgs a;
-    int64_t left = deadline - now_ms();
-    floe_status_clear(&st);
-    rc = args_get(op, r, left > 0 ? left : 0, &a, &st);
-    if (rc == FLOE_DEADLINE_EXCEEDED && op->has_prev) {
-      args_text(&op->prev, theirs, sizeof theirs);
-      snprintf(msg, cap, "%s: rank %d (%s) did not check its arguments within %lld ms: they are "
-               "likely still those of the execution before, %s, which this rank changed to %s; "
-               "every member must change an instance's count, dtype or op at the same "
-               "execution (or rank %d is stuck or gone)", where, r, mem->devices[r],
-               (long long)timeout, theirs, mine, r);
-    } else if (rc == FLOE_DEADLINE_EXCEEDED) {
-      snprintf(msg, cap, "%s: rank %d (%s) did not issue its %s within %lld ms (this rank "
-               "issued %s): every member must run it, or rank %d is stuck or gone", where, r,
-               mem->devices[r], kind_names[op->args.kind], (long long)timeout, mine, r);
-    } else if (rc != FLOE_OK) {
-      snprintf(msg, cap, "%s: cannot read rank %d's arguments: %s", where, r,
-               floe_status_message(&st));
-    } else if (!args_eq(&a, &op->args)) {
-      args_text(&a, theirs, sizeof theirs);
-      rc = FLOE_INVALID_ARGUMENT;
-      snprintf(msg, cap, "%s: rank %d (%s) issued %s where this rank (rank %d, %s) issued %s: "
-               "every member must issue the same kind, count, dtype and op for one instance",
-               where, r, mem->devices[r], theirs, mem->rank, mem->device, mine);
-    }
+    FloeStatus ast = {FLOE_OK, NULL};
+    if (args_get(op, r, 0, &a, &ast) == FLOE_OK) args_text(&a, theirs, sizeof theirs);
+    else snprintf(theirs, sizeof theirs, "other arguments");
+    floe_status_clear(&ast);
+    *rc = FLOE_INVALID_ARGUMENT;
+    snprintf(msg, cap, "%s: rank %d (%s) issued %s where this rank (rank %d, %s) issued %s: "
+             "every member must issue the same kind, count, dtype and op for one instance",
+             where, r, mem->devices[r], theirs, mem->rank, mem->device, mine);
   }
   floe_status_clear(&st);
-  return rc;
+  return true;
 }
 
 static SeqEntry *seq_find(Member *mem, int64_t instance_key) {
@@ -955,16 +982,79 @@ static void op_proceed(CollOp *op) {
   op_issue(op, -1);
 }
 
-static void *check_main(void *p) {
-  CollOp *op = p;
-  FloeCollMgr *m = op->c->m;
-  char msg[1024] = "";
-  floe_code rc = check_args(op, msg, sizeof msg);
-  check_finish(op, rc, msg);
-  if (rc == FLOE_OK) op_proceed(op);
-  else op_done(op, rc, msg);
+/* The manager's checker: one thread for every check of the process, so a step that checks
+ * many instances at once (their first execution) costs one thread and one store request at
+ * a time, and no check waits behind another (records are read without waiting: a rank's
+ * record may come only after another check of its ended). Ends when no check is left. */
+static void *checker_main(void *p) {
+  FloeCollMgr *m = p;
+  int64_t nap_ms = 1;
+  pthread_mutex_lock(&m->mu);
+  while (m->checks) {
+    CollOp *list = m->checks, *left = NULL;
+    m->checks = NULL;
+    m->checks_added = false;
+    pthread_mutex_unlock(&m->mu);
+    bool progress = false;
+    while (list) {
+      CollOp *op = list;
+      list = op->next;
+      op->next = NULL;
+      floe_code rc;
+      char msg[1024] = "";
+      if (!check_poll(op, &rc, msg, sizeof msg, &progress)) {
+        op->next = left;
+        left = op;
+        continue;
+      }
+      check_finish(op, rc, msg);
+      if (rc == FLOE_OK) op_proceed(op);
+      else op_done(op, rc, msg);
+      progress = true;
+    }
+    pthread_mutex_lock(&m->mu);
+    while (left) {
+      CollOp *op = left;
+      left = op->next;
+      op->next = m->checks;
+      m->checks = op;
+    }
+    /* The runtime's own store wakes m->cv when a key comes; the cluster's is polled. */
+    nap_ms = progress ? 1 : nap_ms < 20 ? nap_ms * 2 : 20;
+    if (m->checks && !progress && !m->checks_added) wait_until(m, now_ms() + nap_ms);
+  }
+  m->checker = false;
+  pthread_mutex_unlock(&m->mu);
   thread_end(m);
   return NULL;
+}
+
+/* Gives op to the checker (starting it if it does not run). */
+static void check_enqueue(CollOp *op) {
+  FloeCollMgr *m = op->c->m;
+  op->check_deadline = now_ms() + (op->rq.timeout_ms > 0 ? op->rq.timeout_ms
+                                                         : FLOE__COLL_TIMEOUT_MS);
+  pthread_mutex_lock(&m->mu);
+  op->next = m->checks;
+  m->checks = op;
+  m->checks_added = true;
+  bool start = !m->checker;
+  m->checker = true;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  if (!start || spawn(m, checker_main, m)) return;
+  pthread_mutex_lock(&m->mu);
+  CollOp *list = m->checks;
+  m->checks = NULL;
+  m->checker = false;
+  pthread_mutex_unlock(&m->mu);
+  while (list) {
+    CollOp *next = list->next;
+    list->next = NULL;
+    op_done(list, FLOE_RESOURCE_EXHAUSTED, "cannot start a thread to check the operation's "
+                                           "arguments across the ranks");
+    list = next;
+  }
 }
 
 /* Starts op on its comm (ready, or failed: then op fails with the comm's error). */
@@ -984,9 +1074,7 @@ static void op_start(CollOp *op) {
     return;
   }
   if (op->check) {
-    if (!spawn(m, check_main, op))
-      op_done(op, FLOE_RESOURCE_EXHAUSTED, "cannot start a thread to check the operation's "
-                                           "arguments across the ranks");
+    check_enqueue(op);
     return;
   }
   op_proceed(op);
