@@ -9,14 +9,18 @@
 #     algorithm's own cost, what gloo_direct measures of Gloo's), over fabric and ucx;
 #   - the gloo backend through the plugin ABI (bench_collective) against Gloo direct (the
 #     backend's own overhead, no graph);
-#   - 200 gradients of 4 KiB a step, unfused and fused (floe_all_reduce_n), ring and gloo.
+#   - 200 gradients of 4 KiB a step, unfused and fused (floe_all_reduce_n), ring and gloo;
+#   - with GLOO_HEADER=1, the gloo backend's two rows again with FLOE_GLOO_CHECK_ARGS=1 (its
+#     own argument header before every operation, as before the core checked the arguments:
+#     "floe_gloo_hdr").
 # Each configuration runs REPEAT times, alternating; the best median (p50_us) of each is kept.
-#   RANKS="2 4" REPEAT=2 sh bench/allreduce.sh
+#   RANKS="2 4" REPEAT=2 [MAX_BYTES=1048576] [GLOO_HEADER=1] sh bench/allreduce.sh
 set -eu
 b=${top_builddir:-.}
 RANKS=${RANKS:-2 4}
 REPEAT=${REPEAT:-2}
 MAX_BYTES=${MAX_BYTES:-67108864}
+GLOO_HEADER=${GLOO_HEADER:-0}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 P="$b/plugins/cpu/.libs:$b/plugins/transport/local/.libs:$b/plugins/transport/fabric/.libs"
@@ -34,6 +38,13 @@ for n in $RANKS; do
     FLOE_TRANSPORT=fabric "$b/bench/bench_allreduce" --ranks "$n" --backend gloo \
       --max-bytes "$MAX_BYTES" >>"$out"
     "$b/bench/bench_collective" --ranks "$n" --max-bytes "$MAX_BYTES" --seconds 0.3 >>"$out"
+    if [ "$GLOO_HEADER" = 1 ]; then
+      hdr='s/"bench":"floe_gloo"/"bench":"floe_gloo_hdr"/'
+      FLOE_GLOO_CHECK_ARGS=1 FLOE_TRANSPORT=fabric "$b/bench/bench_allreduce" --ranks "$n" \
+        --backend gloo --max-bytes "$MAX_BYTES" | sed "$hdr" >>"$out"
+      FLOE_GLOO_CHECK_ARGS=1 "$b/bench/bench_collective" --ranks "$n" --max-bytes "$MAX_BYTES" \
+        --seconds 0.3 | sed "$hdr" >>"$out"
+    fi
     for be in ring gloo; do
       FLOE_TRANSPORT=fabric "$b/bench/bench_allreduce" --ranks "$n" --backend "$be" --fusion >>"$out"
     done

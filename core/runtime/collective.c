@@ -27,9 +27,23 @@ typedef struct KvEntry {
   size_t len;
 } KvEntry;
 
+/* What the ranks must agree on for one execution of an instance (the argument check). */
+typedef struct CollArgs {
+  int kind;                /* FloeCollKind; both broadcasts as FLOE__COLL_BCAST_SEND */
+  int dtype;
+  int op;                  /* FloeReduceOp; -1 for the kinds without one */
+  uint64_t count;
+} CollArgs;
+
+/* One instance of a member: its executions, and the argument check of its last arguments. */
 typedef struct SeqEntry {
   int64_t instance_key;
-  uint64_t count;
+  uint64_t count;          /* executions so far: the next one's number */
+  bool has_last;
+  CollArgs last;           /* the arguments of the last execution submitted */
+  struct CollOp *checking; /* the operation whose check of `last` still runs, else NULL */
+  floe_code check_code;    /* that check failed: its code and message (NULL without */
+  char *check_err;         /* memory); operations with `last` fail the same way */
 } SeqEntry;
 
 typedef struct Member {
@@ -62,7 +76,20 @@ typedef struct CollOp {
   FloeCollRequest rq;      /* strings below, copied */
   char *node;
   uint64_t tag;
-  struct CollOp *next;     /* the comm's queue while it forms */
+  uint64_t seq;            /* the execution of rq.instance_key: the same on every rank */
+  CollArgs args;
+  bool check;              /* compare args across the ranks before issuing it */
+  bool checked;            /* check_finish ran for it */
+  bool has_prev;
+  CollArgs prev;           /* the instance's arguments before (check: for the message) */
+  floe_code fail_code;     /* fail it when it starts, with fail_msg (its arguments' check */
+  char *fail_msg;          /* failed) */
+  struct CollOp *waiters;  /* check: operations with the same args waiting for its outcome */
+  bool published;          /* check: its own record is in the store */
+  int check_rank;          /* check: the next rank whose record it reads */
+  int64_t check_deadline;  /* check: monotonic ms */
+  struct CollOp *next;     /* the comm's queue while it forms, a checking op's waiters, or
+                            * the manager's checks */
 } CollOp;
 
 enum { COMM_FORMING, COMM_READY, COMM_FAILED };
@@ -102,6 +129,9 @@ struct FloeCollMgr {
   Member **zombie_members;
   int num_zombie_members;
   uint64_t generation;     /* bumped by set_env: a forming thread of an older one gives up */
+  CollOp *checks;          /* operations whose arguments the checker compares */
+  bool checker;            /* the checker thread runs (it ends when checks is empty) */
+  bool checks_added;       /* since the checker last took the list */
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -373,6 +403,7 @@ static floe_code store_get(FloeCollMgr *m, uint64_t gen, const char *key, int64_
       int64_t left = deadline - now_ms();
       int64_t slice = left < 0 ? 0 : left > 200 ? 200 : left;
       rc = env.kv_get(env.arg, key, slice, &v, &n, st);
+      if (rc == FLOE_NOT_FOUND) rc = FLOE_DEADLINE_EXCEEDED; /* what a wait of 0 ms says */
       if (rc != FLOE_DEADLINE_EXCEEDED || now_ms() >= deadline) break;
       floe_status_clear(st);
       pthread_mutex_lock(&m->mu);
@@ -563,14 +594,19 @@ static floe_code plug_store_get(void *arg, const char *key, int64_t timeout_ms, 
 static void op_free(CollOp *op) {
   if (!op) return;
   floe__free(op->node);
+  floe__free(op->fail_msg);
   floe__free(op);
 }
 
-/* The backend finished op (or it never started: code and msg say why). */
+static void check_finish(CollOp *op, floe_code code, const char *msg);
+
+/* op ended (or it never started: code and msg say why). */
 static void op_done(void *arg, floe_code code, const char *msg) {
   CollOp *op = arg;
   FloeCollComm *c = op->c;
   FloeCollMgr *m = c->m;
+  /* A check that never ran (its comm failed first) still settles the operations waiting. */
+  if (op->check && !op->checked) check_finish(op, code == FLOE_OK ? FLOE_INTERNAL : code, msg);
   FloeStatus st = {FLOE_OK, NULL};
   if (code != FLOE_OK)
     floe_status_set(&st, code, "%s: %s", op->node, msg && *msg ? msg : floe_code_name(code));
@@ -582,6 +618,274 @@ static void op_done(void *arg, floe_code code, const char *msg) {
   pthread_mutex_unlock(&m->mu);
   floe__coll_comm_release(c);
   op_free(op);
+}
+
+/* Runs fn(arg) on a detached thread of the manager (m->threads counts it; fn ends with
+ * thread_end); false when no thread could start. */
+static bool spawn(FloeCollMgr *m, void *(*fn)(void *), void *arg) {
+  pthread_t th;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_mutex_lock(&m->mu);
+  m->threads++;
+  pthread_mutex_unlock(&m->mu);
+  int err = pthread_create(&th, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
+  if (err) {
+    pthread_mutex_lock(&m->mu);
+    m->threads--;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+  }
+  return err == 0;
+}
+
+static void thread_end(FloeCollMgr *m) {
+  pthread_mutex_lock(&m->mu);
+  m->threads--;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- the argument check ----
+ * Ranks must issue the same kind, count, dtype and op for each execution of an instance: a
+ * backend handed mismatched operations may crash (Gloo's receive path enforces sizes by
+ * ending the process). The core compares them through the store when an instance's
+ * arguments may have changed: on its first execution, and whenever they differ from its
+ * last execution's on this rank. A rank whose arguments changed publishes them under
+ * "args/<instance>/<execution>/<rank>" and waits for every other rank's; it issues the
+ * operation only if all are equal. A rank whose arguments did not change issues it at once
+ * (after the check of those arguments succeeded). So an operation reaches the backend only
+ * with arguments every rank was seen to share: if rank A keeps its arguments while rank B
+ * changes its own, B waits for A's record, which never comes, and fails naming both; B never
+ * issues the operation, so A's waits for B and fails on the group's timeout (or an abort),
+ * its message completed from B's record (op_backend_done). */
+
+static const char *const kind_names[] = {"all-reduce", "all-gather", "reduce-scatter",
+                                         "broadcast", "broadcast"};
+
+static CollArgs args_of(const FloeCollRequest *rq) {
+  bool reduces = rq->kind == FLOE__COLL_ALL_REDUCE || rq->kind == FLOE__COLL_REDUCE_SCATTER;
+  return (CollArgs){rq->kind == FLOE__COLL_BCAST_RECV ? FLOE__COLL_BCAST_SEND : (int)rq->kind,
+                    (int)rq->dtype, reduces ? (int)rq->op : -1, (uint64_t)rq->count};
+}
+
+static bool args_eq(const CollArgs *a, const CollArgs *b) {
+  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->count == b->count;
+}
+
+/* "all-reduce of 1000 x f32 (sum)" */
+static void args_text(const CollArgs *a, char *buf, size_t cap) {
+  const char *kind = a->kind >= 0 && a->kind < 5 ? kind_names[a->kind] : "an unknown operation";
+  int n = snprintf(buf, cap, "%s of %llu x %s", kind, (unsigned long long)a->count,
+                   floe_dtype_name((FloeDType)a->dtype));
+  if (a->op >= 0 && n > 0 && (size_t)n < cap)
+    snprintf(buf + (size_t)n, cap - (size_t)n, " (%s)", floe__reduce_op_name((FloeReduceOp)a->op));
+}
+
+/* "collective group 7 (size 2), instance 3, execution 5" */
+static void exec_name(const CollOp *op, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s, instance %lld, execution %llu", op->c->mem->name,
+           (long long)op->rq.instance_key, (unsigned long long)op->seq);
+}
+
+static void args_key(const CollOp *op, int rank, char *key, size_t cap) {
+  const Member *mem = op->c->mem;
+  snprintf(key, cap, "floe.coll/g/%lld/%d/args/%lld/%llu/%d", (long long)mem->group_key,
+           mem->size, (long long)op->rq.instance_key, (unsigned long long)op->seq, rank);
+}
+
+/* Rank's arguments for op's execution, waiting up to timeout_ms for them (0: looks once). */
+static floe_code args_get(const CollOp *op, int rank, int64_t timeout_ms, CollArgs *a,
+                          FloeStatus *st) {
+  char key[192];
+  args_key(op, rank, key, sizeof key);
+  void *v = NULL;
+  size_t n = 0;
+  floe_code rc = store_get(op->c->m, op->c->mem->generation, key, timeout_ms, &v, &n, st);
+  if (rc != FLOE_OK) return rc;
+  unsigned long long count = 0;
+  bool ok = sscanf(v, "%d %d %d %llu", &a->kind, &a->dtype, &a->op, &count) == 4;
+  a->count = count;
+  floe__free(v);
+  return ok ? FLOE_OK : floe_status_set(st, FLOE_INTERNAL, "key \"%s\" holds no arguments", key);
+}
+
+/* One look at op's check: publishes its record (the first time), then reads the other ranks'
+ * in rank order as far as they have come. False while records are missing and time is left;
+ * true when the check ended: *rc FLOE_OK (every rank's arguments equal), or why not in msg.
+ * *progress is set when a record came. */
+static bool check_poll(CollOp *op, floe_code *rc, char *msg, size_t cap, bool *progress) {
+  const Member *mem = op->c->mem;
+  char where[192], mine[128], theirs[128];
+  FloeStatus st = {FLOE_OK, NULL};
+  *rc = FLOE_OK;
+  if (!op->published) {
+    char key[192], val[96];
+    args_key(op, mem->rank, key, sizeof key);
+    snprintf(val, sizeof val, "%d %d %d %llu", op->args.kind, op->args.dtype, op->args.op,
+             (unsigned long long)op->args.count);
+    *rc = store_set(op->c->m, key, val, strlen(val), &st);
+    op->published = *rc == FLOE_OK;
+  }
+  while (*rc == FLOE_OK && op->check_rank < mem->size) {
+    int r = op->check_rank;
+    CollArgs a;
+    if (r != mem->rank) {
+      floe_status_clear(&st);
+      *rc = args_get(op, r, 0, &a, &st);
+      if (*rc == FLOE_DEADLINE_EXCEEDED && now_ms() < op->check_deadline) {
+        floe_status_clear(&st);
+        return false;
+      }
+      if (*rc != FLOE_OK || !args_eq(&a, &op->args)) break;
+      *progress = true;
+    }
+    op->check_rank++;
+  }
+  if (*rc == FLOE_OK && op->check_rank == mem->size) return true;
+  int r = op->check_rank;
+  long long timeout = (long long)(op->rq.timeout_ms > 0 ? op->rq.timeout_ms
+                                                        : FLOE__COLL_TIMEOUT_MS);
+  exec_name(op, where, sizeof where);
+  args_text(&op->args, mine, sizeof mine);
+  if (!op->published) {
+    snprintf(msg, cap, "%s: cannot publish this rank's arguments to check them across the "
+             "ranks: %s", where, floe_status_message(&st));
+  } else if (*rc == FLOE_DEADLINE_EXCEEDED && op->has_prev) {
+    args_text(&op->prev, theirs, sizeof theirs);
+    snprintf(msg, cap, "%s: rank %d (%s) did not check its arguments within %lld ms: they are "
+             "likely still those of the execution before, %s, which this rank changed to %s; "
+             "every member must change an instance's count, dtype or op at the same execution "
+             "(or rank %d is stuck or gone)", where, r, mem->devices[r], timeout, theirs, mine, r);
+  } else if (*rc == FLOE_DEADLINE_EXCEEDED) {
+    snprintf(msg, cap, "%s: rank %d (%s) did not issue its %s within %lld ms (this rank issued "
+             "%s): every member must run it, or rank %d is stuck or gone", where, r,
+             mem->devices[r], kind_names[op->args.kind], timeout, mine, r);
+  } else if (*rc != FLOE_OK) {
+    snprintf(msg, cap, "%s: cannot read rank %d's arguments: %s", where, r,
+             floe_status_message(&st));
+  } else {
+    CollArgs a;
+    FloeStatus ast = {FLOE_OK, NULL};
+    if (args_get(op, r, 0, &a, &ast) == FLOE_OK) args_text(&a, theirs, sizeof theirs);
+    else snprintf(theirs, sizeof theirs, "other arguments");
+    floe_status_clear(&ast);
+    *rc = FLOE_INVALID_ARGUMENT;
+    snprintf(msg, cap, "%s: rank %d (%s) issued %s where this rank (rank %d, %s) issued %s: "
+             "every member must issue the same kind, count, dtype and op for one instance",
+             where, r, mem->devices[r], theirs, mem->rank, mem->device, mine);
+  }
+  floe_status_clear(&st);
+  return true;
+}
+
+static SeqEntry *seq_find(Member *mem, int64_t instance_key) {
+  for (int i = 0; i < mem->num_seqs; i++)
+    if (mem->seqs[i].instance_key == instance_key) return &mem->seqs[i];
+  return NULL;
+}
+
+static void op_start(CollOp *op);
+
+/* Settles op's check: records its outcome for the instance (a later operation with the same
+ * arguments then runs without checking, or fails as this one did), then starts the
+ * operations that waited for it (they fail with msg when code is not FLOE_OK). */
+static void check_finish(CollOp *op, floe_code code, const char *msg) {
+  FloeCollComm *c = op->c;
+  FloeCollMgr *m = c->m;
+  char where[192];
+  exec_name(op, where, sizeof where);
+  pthread_mutex_lock(&m->mu);
+  op->checked = true;
+  SeqEntry *e = seq_find(c->mem, op->rq.instance_key);
+  if (e && e->checking == op) {
+    e->checking = NULL;
+    e->check_code = code;
+    floe__free(e->check_err);
+    e->check_err = code == FLOE_OK ? NULL : floe__strdup(msg ? msg : "");
+  }
+  CollOp *w = op->waiters;
+  op->waiters = NULL;
+  pthread_mutex_unlock(&m->mu);
+  while (w) {
+    CollOp *next = w->next;
+    w->next = NULL;
+    if (code != FLOE_OK) {
+      w->fail_code = code;
+      w->fail_msg = floe__asprintf("not issued: its arguments are those whose check across the "
+                                   "ranks failed at %s: %s", where, msg ? msg : "");
+    }
+    op_start(w);
+    w = next;
+  }
+}
+
+/* Whether op checks its arguments across the ranks: on its instance's first execution, and
+ * when they differ from the last execution's. Returns the operation whose check of the same
+ * arguments still runs (op waits for it), else NULL; op fails at its start when that check
+ * failed. Under m->mu, once op has its comm. */
+static CollOp *check_plan(SeqEntry *e, CollOp *op) {
+  op->args = args_of(&op->rq);
+  if (!e->has_last || !args_eq(&e->last, &op->args)) {
+    op->check = true;
+    op->has_prev = e->has_last;
+    op->prev = e->last;
+    e->has_last = true;
+    e->last = op->args;
+    e->checking = op;
+    e->check_code = FLOE_OK;
+    floe__free(e->check_err);
+    e->check_err = NULL;
+    return NULL;
+  }
+  if (e->checking) return e->checking;
+  if (e->check_code != FLOE_OK) {
+    op->fail_code = e->check_code;
+    op->fail_msg = floe__asprintf("not issued: its arguments are those whose check across the "
+                                  "ranks failed: %s", e->check_err ? e->check_err : "");
+  }
+  return NULL;
+}
+
+/* A failed operation that was not checked may have met a rank whose arguments changed (that
+ * rank checks, never issues it, and this one times out): that rank's record says so. Writes
+ * the explanation into out; false when no rank's record differs, or the store cannot say
+ * (it is not asked again: a store that is gone must not delay the failure rank by rank). */
+static bool explain_failure(const CollOp *op, const char *msg, char *out, size_t cap) {
+  const Member *mem = op->c->mem;
+  for (int r = 0; r < mem->size; r++) {
+    if (r == mem->rank) continue;
+    CollArgs a;
+    FloeStatus st = {FLOE_OK, NULL};
+    floe_code rc = args_get(op, r, 0, &a, &st);
+    floe_status_clear(&st);
+    if (rc != FLOE_OK && rc != FLOE_DEADLINE_EXCEEDED) return false;
+    if (rc != FLOE_OK || args_eq(&a, &op->args)) continue;
+    char where[192], mine[128], theirs[128];
+    exec_name(op, where, sizeof where);
+    args_text(&op->args, mine, sizeof mine);
+    args_text(&a, theirs, sizeof theirs);
+    snprintf(out, cap, "%s: rank %d (%s) issued %s where this rank (rank %d) issued %s, "
+             "unchanged since the execution before: every member must change an instance's "
+             "count, dtype or op at the same execution (the backend: %s)", where, r,
+             mem->devices[r], theirs, mem->rank, mine, msg && *msg ? msg : "failed");
+    return true;
+  }
+  return false;
+}
+
+/* The backend's completion of op. */
+static void op_backend_done(void *arg, floe_code code, const char *msg) {
+  CollOp *op = arg;
+  char why[1536];
+  if (code != FLOE_OK && op->c->backend != 0 && !op->check && op->c->mem->size > 1 &&
+      explain_failure(op, msg, why, sizeof why)) {
+    op_done(op, FLOE_INVALID_ARGUMENT, why);
+    return;
+  }
+  op_done(op, code, msg);
 }
 
 static floe_code bcast_key(const CollOp *op, char *key, size_t cap) {
@@ -596,34 +900,32 @@ static void op_issue(CollOp *op, int root) {
   FloeCollMgr *m = c->m;
   const FloeCollectiveFns *f = m->backends[c->backend].fns;
   const FloeCollRequest *rq = &op->rq;
+  FloeCollectiveDoneFn done = op_backend_done;
   floe_code rc;
   switch (rq->kind) {
   case FLOE__COLL_ALL_REDUCE:
     rc = f->all_reduce(c->comm, rq->in, rq->out, rq->count, rq->dtype, rq->op, op->tag, NULL,
-                       op_done, op);
+                       done, op);
     break;
   case FLOE__COLL_ALL_GATHER:
-    rc = f->all_gather(c->comm, rq->in, rq->out, rq->count, rq->dtype, op->tag, NULL, op_done,
-                       op);
+    rc = f->all_gather(c->comm, rq->in, rq->out, rq->count, rq->dtype, op->tag, NULL, done, op);
     break;
   case FLOE__COLL_REDUCE_SCATTER:
     rc = f->reduce_scatter(c->comm, rq->in, rq->out, rq->count, rq->dtype, rq->op, op->tag,
-                           NULL, op_done, op);
+                           NULL, done, op);
     break;
   case FLOE__COLL_BCAST_SEND:
     rc = f->broadcast(c->comm, (void *)rq->in, rq->count, rq->dtype, c->mem->rank, op->tag,
-                      NULL, op_done, op);
+                      NULL, done, op);
     break;
   default:
-    rc = f->broadcast(c->comm, rq->out, rq->count, rq->dtype, root, op->tag, NULL, op_done, op);
+    rc = f->broadcast(c->comm, rq->out, rq->count, rq->dtype, root, op->tag, NULL, done, op);
     break;
   }
   if (rc != FLOE_OK) {
-    static const char *const kinds[] = {"all-reduce", "all-gather", "reduce-scatter",
-                                        "broadcast", "broadcast"};
     char msg[200];
     snprintf(msg, sizeof msg, "collective backend \"%s\" refused the %s of %zu %s elements (%s)",
-             m->backends[c->backend].name, kinds[rq->kind], rq->count,
+             m->backends[c->backend].name, kind_names[rq->kind], rq->count,
              floe_dtype_name(rq->dtype), floe_code_name(rc));
     op_done(op, rc, msg);
   }
@@ -654,11 +956,105 @@ static void *bcast_recv_main(void *p) {
   } else {
     op_issue(op, root);
   }
+  thread_end(m);
+  return NULL;
+}
+
+/* Issues op, whose comm is ready and whose arguments every rank shares. */
+static void op_proceed(CollOp *op) {
+  FloeCollComm *c = op->c;
+  bool plugin = c->backend != 0;
+  if (plugin && op->rq.kind == FLOE__COLL_BCAST_SEND) {
+    char key[64], val[16];
+    bcast_key(op, key, sizeof key);
+    snprintf(val, sizeof val, "%d", c->mem->rank);
+    floe_code rc = plug_store_set(c, key, val, strlen(val));
+    if (rc != FLOE_OK) {
+      op_done(op, rc, "could not announce the broadcast's sender in the store");
+      return;
+    }
+  }
+  if (plugin && op->rq.kind == FLOE__COLL_BCAST_RECV) {
+    if (!spawn(c->m, bcast_recv_main, op))
+      op_done(op, FLOE_RESOURCE_EXHAUSTED, "cannot start a thread for the broadcast");
+    return;
+  }
+  op_issue(op, -1);
+}
+
+/* The manager's checker: one thread for every check of the process, so a step that checks
+ * many instances at once (their first execution) costs one thread and one store request at
+ * a time, and no check waits behind another (records are read without waiting: a rank's
+ * record may come only after another check of its ended). Ends when no check is left. */
+static void *checker_main(void *p) {
+  FloeCollMgr *m = p;
+  int64_t nap_ms = 1;
   pthread_mutex_lock(&m->mu);
-  m->threads--;
+  while (m->checks) {
+    CollOp *list = m->checks, *left = NULL;
+    m->checks = NULL;
+    m->checks_added = false;
+    pthread_mutex_unlock(&m->mu);
+    bool progress = false;
+    while (list) {
+      CollOp *op = list;
+      list = op->next;
+      op->next = NULL;
+      floe_code rc;
+      char msg[1024] = "";
+      if (!check_poll(op, &rc, msg, sizeof msg, &progress)) {
+        op->next = left;
+        left = op;
+        continue;
+      }
+      check_finish(op, rc, msg);
+      if (rc == FLOE_OK) op_proceed(op);
+      else op_done(op, rc, msg);
+      progress = true;
+    }
+    pthread_mutex_lock(&m->mu);
+    while (left) {
+      CollOp *op = left;
+      left = op->next;
+      op->next = m->checks;
+      m->checks = op;
+    }
+    /* The runtime's own store wakes m->cv when a key comes; the cluster's is polled. */
+    nap_ms = progress ? 1 : nap_ms < 20 ? nap_ms * 2 : 20;
+    if (m->checks && !progress && !m->checks_added) wait_until(m, now_ms() + nap_ms);
+  }
+  m->checker = false;
+  pthread_mutex_unlock(&m->mu);
+  thread_end(m);
+  return NULL;
+}
+
+/* Gives op to the checker (starting it if it does not run). */
+static void check_enqueue(CollOp *op) {
+  FloeCollMgr *m = op->c->m;
+  op->check_deadline = now_ms() + (op->rq.timeout_ms > 0 ? op->rq.timeout_ms
+                                                         : FLOE__COLL_TIMEOUT_MS);
+  pthread_mutex_lock(&m->mu);
+  op->next = m->checks;
+  m->checks = op;
+  m->checks_added = true;
+  bool start = !m->checker;
+  m->checker = true;
   pthread_cond_broadcast(&m->cv);
   pthread_mutex_unlock(&m->mu);
-  return NULL;
+  if (!start || spawn(m, checker_main, m)) return;
+  pthread_mutex_lock(&m->mu);
+  CollOp *list = m->checks;
+  m->checks = NULL;
+  m->checker = false;
+  pthread_mutex_unlock(&m->mu);
+  while (list) {
+    CollOp *next = list->next;
+    list->next = NULL;
+    op_done(list, FLOE_RESOURCE_EXHAUSTED, "cannot start a thread to check the operation's "
+                                           "arguments across the ranks");
+    list = next;
+  }
 }
 
 /* Starts op on its comm (ready, or failed: then op fails with the comm's error). */
@@ -673,36 +1069,15 @@ static void op_start(CollOp *op) {
     op_done(op, c->err ? c->err : FLOE_ABORTED, c->errmsg ? c->errmsg : "the group was aborted");
     return;
   }
-  bool plugin = c->backend != 0;
-  if (plugin && op->rq.kind == FLOE__COLL_BCAST_SEND) {
-    char key[64], val[16];
-    bcast_key(op, key, sizeof key);
-    snprintf(val, sizeof val, "%d", c->mem->rank);
-    floe_code rc = plug_store_set(c, key, val, strlen(val));
-    if (rc != FLOE_OK) {
-      op_done(op, rc, "could not announce the broadcast's sender in the store");
-      return;
-    }
-  }
-  if (plugin && op->rq.kind == FLOE__COLL_BCAST_RECV) {
-    pthread_t th;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_mutex_lock(&m->mu);
-    m->threads++;
-    pthread_mutex_unlock(&m->mu);
-    int err = pthread_create(&th, &attr, bcast_recv_main, op);
-    pthread_attr_destroy(&attr);
-    if (err) {
-      pthread_mutex_lock(&m->mu);
-      m->threads--;
-      pthread_mutex_unlock(&m->mu);
-      op_done(op, FLOE_RESOURCE_EXHAUSTED, "cannot start a thread for the broadcast");
-    }
+  if (op->fail_code != FLOE_OK) {
+    op_done(op, op->fail_code, op->fail_msg ? op->fail_msg : "its arguments' check failed");
     return;
   }
-  op_issue(op, -1);
+  if (op->check) {
+    check_enqueue(op);
+    return;
+  }
+  op_proceed(op);
 }
 
 typedef struct FormArg {
@@ -764,8 +1139,11 @@ static void *form_main(void *p) {
                            floe_code_name(irc));
   }
   if (rc == FLOE_OK) {
+    /* Plugins' operations are checked across the ranks first (check_plan); the ring checks
+     * each transfer's size itself. */
     FloeCollectiveGroup g = {sizeof g, mem->name, mem->rank, mem->size,
-                             (const char *const *)mem->devices, &c->store, a.timeout_ms, ""};
+                             (const char *const *)mem->devices, &c->store, a.timeout_ms, "",
+                             c->backend != 0 ? FLOE_COLLECTIVE_ARGS_VERIFIED : 0};
     pthread_mutex_lock(&m->mu);
     char host[256];
     snprintf(host, sizeof host, "%s", m->has_env ? m->env.host : "127.0.0.1");
@@ -850,19 +1228,16 @@ static uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/* The next execution of instance_key on mem: the same number on every rank. */
-static uint64_t next_seq(Member *mem, int64_t instance_key, FloeStatus *st, bool *ok) {
-  for (int i = 0; i < mem->num_seqs; i++)
-    if (mem->seqs[i].instance_key == instance_key) return mem->seqs[i].count++;
+/* mem's record of instance_key, made on its first execution; NULL without memory. Valid
+ * under m->mu until the next call adds one. */
+static SeqEntry *seq_entry(Member *mem, int64_t instance_key) {
+  SeqEntry *e = seq_find(mem, instance_key);
+  if (e) return e;
   SeqEntry *v = floe__realloc(mem->seqs, (size_t)(mem->num_seqs + 1) * sizeof *v);
-  if (!v) {
-    *ok = false;
-    floe_status_set(st, FLOE_NO_MEMORY, "out of memory for a collective instance");
-    return 0;
-  }
+  if (!v) return NULL;
   mem->seqs = v;
-  mem->seqs[mem->num_seqs++] = (SeqEntry){instance_key, 1};
-  return 0;
+  mem->seqs[mem->num_seqs] = (SeqEntry){.instance_key = instance_key};
+  return &mem->seqs[mem->num_seqs++];
 }
 
 static int pick_backend(FloeCollMgr *m, const FloeCollRequest *rq, FloeStatus *st) {
@@ -945,10 +1320,13 @@ floe_code floe__collective_submit(FloeRuntime *rt, const FloeCollRequest *rq,
   pthread_mutex_lock(&m->mu);
   Member *mem = member_find_or_add(m, rq, st);
   if (!mem) goto err_unlock;
-  bool ok = true;
-  uint64_t seq = next_seq(mem, rq->instance_key, st, &ok);
-  if (!ok) goto err_unlock;
-  op->tag = mix64((uint64_t)rq->instance_key ^ mix64(seq)) & ~FLOE_TRANSPORT_TAG_RESERVED;
+  SeqEntry *e = seq_entry(mem, rq->instance_key);
+  if (!e) {
+    floe_status_set(st, FLOE_NO_MEMORY, "%s: out of memory for a collective instance", rq->node);
+    goto err_unlock;
+  }
+  op->seq = e->count++; /* the execution: the same number on every rank */
+  op->tag = mix64((uint64_t)rq->instance_key ^ mix64(op->seq)) & ~FLOE_TRANSPORT_TAG_RESERVED;
   FloeCollComm *c = NULL;
   for (int i = 0; i < m->num_comms && !c; i++)
     if (m->comms[i]->mem == mem && m->comms[i]->backend == b) c = m->comms[i];
@@ -994,6 +1372,15 @@ floe_code floe__collective_submit(FloeRuntime *rt, const FloeCollRequest *rq,
     atomic_fetch_add(&c->refs, 1);
     *comm_out = c;
   }
+  /* Only now: an op that failed above never becomes e->checking. */
+  CollOp *check = b != 0 && mem->size > 1 ? check_plan(e, op) : NULL;
+  if (check) { /* starts when the check of the same arguments ends */
+    CollOp **w = &check->waiters;
+    while (*w) w = &(*w)->next;
+    *w = op;
+    pthread_mutex_unlock(&m->mu);
+    return FLOE_OK;
+  }
   if (c->state == COMM_FORMING) {
     *c->queue_tail = op;
     c->queue_tail = &op->next;
@@ -1033,6 +1420,7 @@ static void member_free(Member *mem) {
   floe__free(mem->device);
   floe__free(mem->name);
   floe__free(mem->errmsg);
+  for (int i = 0; i < mem->num_seqs; i++) floe__free(mem->seqs[i].check_err);
   floe__free(mem->seqs);
   floe__free(mem);
 }

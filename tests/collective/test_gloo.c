@@ -137,6 +137,8 @@ struct Group {
   int size;
   int joining;             /* ranks that call comm_init (< size: the others never come) */
   int64_t timeout_ms;
+  size_t group_bytes;      /* FloeCollectiveGroup's struct_size given (1.5's is shorter) */
+  uint32_t flags;          /* FloeCollectiveGroup.flags given */
   Store store;
   FloeCollectiveStore cstore;
   const char *devices[8];
@@ -172,7 +174,8 @@ static void *rank_main(void *p) {
   Group *g = a->g;
   FloeCollectiveGroup cg;
   memset(&cg, 0, sizeof cg);
-  cg.struct_size = sizeof cg;
+  cg.struct_size = g->group_bytes;
+  cg.flags = g->flags;
   cg.name = g->name;
   cg.rank = a->rank;
   cg.size = g->size;
@@ -197,6 +200,7 @@ static void group_init(Group *g, int size, int64_t timeout_ms, const char *label
   snprintf(g->name, sizeof g->name, "test group %d (%s)", ++serial, label);
   g->size = g->joining = size;
   g->timeout_ms = timeout_ms;
+  g->group_bytes = sizeof(FloeCollectiveGroup);
   store_init(&g->store, timeout_ms);
   g->cstore.struct_size = sizeof g->cstore;
   g->cstore.set = store_set;
@@ -483,7 +487,7 @@ START_TEST(test_registration) {
     found = true;
     ck_assert_int_eq(p->state, FLOE_PLUGIN_LOADED);
     ck_assert_int_eq(p->num_collectives, 1);
-    ck_assert_int_eq(p->negotiated_minor, 5);
+    ck_assert_int_eq(p->negotiated_minor, FLOE_ABI_MINOR);
   }
   ck_assert(found);
 }
@@ -533,10 +537,11 @@ static void all_reduce_cases(Group *g, int rank, void *comm) {
   check_all_reduce(g, rank, comm, FLOE_I64, FLOE_REDUCE_MAX, 300000, tag++, true);
 }
 
-static void run_sizes(RankFn fn, const char *label) {
+static void run_sizes_flags(RankFn fn, const char *label, uint32_t flags) {
   for (int n = 2; n <= 4; n++) {
     Group g;
     group_init(&g, n, 20000, label);
+    g.flags = flags;
     double t0 = now_ms();
     group_run(&g, fn);
     if (getenv("FLOE_TEST_VERBOSE"))
@@ -545,6 +550,8 @@ static void run_sizes(RankFn fn, const char *label) {
     group_destroy(&g);
   }
 }
+
+static void run_sizes(RankFn fn, const char *label) { run_sizes_flags(fn, label, 0); }
 
 START_TEST(test_all_reduce) { run_sizes(all_reduce_cases, "all_reduce"); }
 END_TEST
@@ -761,6 +768,15 @@ static void concurrent_cases(Group *g, int rank, void *comm) {
 START_TEST(test_concurrent_orders) { run_sizes(concurrent_cases, "concurrent"); }
 END_TEST
 
+/* The caller (the core) checked every operation's arguments across the ranks: no header goes
+ * before the data, and the operations still meet by tag in any order. */
+START_TEST(test_args_verified_by_caller) {
+  run_sizes_flags(concurrent_cases, "concurrent, verified", FLOE_COLLECTIVE_ARGS_VERIFIED);
+  run_sizes_flags(all_gather_cases, "all_gather, verified", FLOE_COLLECTIVE_ARGS_VERIFIED);
+  run_sizes_flags(broadcast_cases, "broadcast, verified", FLOE_COLLECTIVE_ARGS_VERIFIED);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------------------- */
 /* Failures. */
 
@@ -847,6 +863,19 @@ START_TEST(test_mismatched_counts) {
 }
 END_TEST
 
+/* A caller of ABI 1.5 gives a shorter group, without flags: the backend compares the
+ * arguments itself, as before. */
+START_TEST(test_mismatched_counts_abi_1_5_caller) {
+  Group g;
+  group_init(&g, 2, 10000, "mismatch, 1.5 group");
+  g.group_bytes = offsetof(FloeCollectiveGroup, flags);
+  g.flags = FLOE_COLLECTIVE_ARGS_VERIFIED; /* beyond struct_size: must not be read */
+  group_run(&g, mismatch_cases);
+  group_check(&g);
+  group_destroy(&g);
+}
+END_TEST
+
 /* Rank 1 never issues the operation rank 0 waits in; rank 0 aborts it. */
 static void abort_cases(Group *g, int rank, void *comm) {
   float f[1000] = {0};
@@ -927,6 +956,8 @@ static Suite *gloo_suite(void) {
   tcase_add_test(tc, test_rank_never_joins);
   tcase_add_test(tc, test_bad_arguments);
   tcase_add_test(tc, test_mismatched_counts);
+  tcase_add_test(tc, test_mismatched_counts_abi_1_5_caller);
+  tcase_add_test(tc, test_args_verified_by_caller);
   tcase_add_test(tc, test_abort);
   tcase_add_test(tc, test_operation_timeout);
   suite_add_tcase(s, tc);

@@ -5,10 +5,15 @@
  * all-gather, reduce-scatter, broadcast from every root, several steps and two instances in
  * one step, each checked against sums computed here; then what must fail cleanly: members
  * that disagree on the shape, a group that never fills, an unknown backend, bad attributes,
- * a device given two group sizes; and a backend for a device's own memory (the test
- * devices') handed that device's buffers. */
+ * a device given two group sizes; a backend for a device's own memory (the test devices')
+ * handed that device's buffers. With the gloo plugin built (FLOE_COLLECTIVE_DIR), the core's
+ * check of a plugin backend's arguments across the ranks: each rank its own session and
+ * thread, a count that changes on every rank at once, then on one rank only. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,13 @@ static void setup(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s:%s", cpu ? cpu : "", local);
     setenv("FLOE_PLUGIN_PATH", path, 1);
+  }
+  /* The gloo backend, where it was built (its tests are skipped otherwise). */
+  const char *path = getenv("FLOE_PLUGIN_PATH"), *coll = getenv("FLOE_COLLECTIVE_DIR");
+  if (coll && *coll && (!path || !strstr(path, coll))) {
+    char both[4096];
+    snprintf(both, sizeof both, "%s:%s", path ? path : "", coll);
+    setenv("FLOE_PLUGIN_PATH", both, 1);
   }
   setenv("FLOE_CPU_DEVICES", "4", 1);
   /* Small chunks: a few thousand elements already make a pipeline of many. */
@@ -391,6 +403,172 @@ START_TEST(device_memory_backend) {
 }
 END_TEST
 
+/* ---- the core's check of a plugin backend's arguments (gloo) ---- */
+
+static bool gloo_loaded(void) {
+  for (int i = 0; i < floe_runtime_num_plugins(rt); i++) {
+    const FloePluginReport *p = floe_runtime_plugin(rt, i);
+    if (strcmp(p->name, "collective-gloo") == 0 && p->num_collectives > 0) return true;
+  }
+  return false;
+}
+
+#define CHECK_STEPS 4
+#define CHECK_TIMEOUT_MS 1500
+
+/* One rank: its own graph and session on cpu:<rank>, an all-reduce of a fed vector whose
+ * length may change from step to step. Runs on a thread of its own (no ck_assert here). */
+typedef struct RankSteps {
+  int rank;
+  int64_t group;
+  int64_t counts[CHECK_STEPS]; /* this rank's count at each step */
+  FloeSession *s;
+  FloeGraph *g;
+  int failed_step;             /* -1: none */
+  floe_code code;
+  char msg[2048];
+  char wrong[256];             /* a wrong sum, if one came */
+  double fail_ms;
+} RankSteps;
+
+static double mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void rank_steps_init(RankSteps *rs, int rank, int64_t group, const char *backend) {
+  memset(rs, 0, sizeof *rs);
+  rs->rank = rank;
+  rs->group = group;
+  rs->failed_step = -1;
+  rs->g = floe_graph_new();
+  floe_graph_set_device_scope(rs->g, rank ? "cpu:1" : "cpu:0");
+  int64_t dims[1] = {-1};
+  FloeOutput x = floe_placeholder(rs->g, "x", FLOE_F32, floe_shape_make(1, dims));
+  FloeCollectiveOptions o = opts_of(2, group, 1);
+  o.backend = backend;
+  o.timeout_ms = CHECK_TIMEOUT_MS;
+  floe_all_reduce(rs->g, "r", x, FLOE_REDUCE_SUM, &o);
+  ck_assert_msg(floe_graph_status(rs->g) == FLOE_OK, "%s", floe_graph_error(rs->g, NULL));
+  rs->s = harness_session(rs->g, rt);
+}
+
+static void *rank_steps_main(void *p) {
+  RankSteps *rs = p;
+  FloeStatus *st = floe_status_new();
+  for (int step = 0; step < CHECK_STEPS && rs->failed_step < 0; step++) {
+    int64_t dims[1] = {rs->counts[step]};
+    FloeTensor *x = make_input(rs->rank, FLOE_F32, 1, dims);
+    FloeFeed f = {"x", x};
+    const char *fetch = "r";
+    FloeTensor *out = NULL;
+    FloeRunOptions ro;
+    floe_run_options_init(&ro);
+    ro.timeout_ms = 20000; /* a hang is a failure, not a stuck test */
+    double t0 = mono_ms();
+    floe_code rc = floe_session_run_opts(rs->s, &ro, &f, 1, &fetch, 1, NULL, 0, &out, st);
+    floe_tensor_release(x);
+    if (rc != FLOE_OK) {
+      rs->failed_step = step;
+      rs->code = rc;
+      rs->fail_ms = mono_ms() - t0;
+      snprintf(rs->msg, sizeof rs->msg, "%s", floe_status_message(st));
+      break;
+    }
+    for (int64_t j = 0; j < dims[0] && !rs->wrong[0]; j++) {
+      double want = input_value(0, j, FLOE_F32) + input_value(1, j, FLOE_F32);
+      if (fabs(harness_get(out, j) - want) > 1e-4)
+        snprintf(rs->wrong, sizeof rs->wrong, "rank %d step %d: element %lld = %g, want %g",
+                 rs->rank, step, (long long)j, harness_get(out, j), want);
+    }
+    floe_tensor_release(out);
+  }
+  floe_status_free(st);
+  return NULL;
+}
+
+/* Runs both ranks' steps to their end or first failure. */
+static void run_ranks(RankSteps *rs) {
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++) ck_assert_int_eq(pthread_create(&th[r], NULL, rank_steps_main, &rs[r]), 0);
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < 2; r++) {
+    ck_assert_msg(!rs[r].wrong[0], "%s", rs[r].wrong);
+    floe_session_free(rs[r].s);
+    floe_graph_free(rs[r].g);
+  }
+}
+
+/* Steps 0-1 agree on 1000 elements, step 2 on 500 (every rank changed: checked again, and
+ * runs), step 3 rank 1 alone changes to 2000: both ranks fail, naming the instance, the
+ * execution and both counts; nothing crashes. backend_checks: gloo compares each
+ * operation's arguments itself too (FLOE_GLOO_CHECK_ARGS=1), as a backend that does not
+ * rely on the core's check (any ABI 1.5 backend) does. */
+static void count_changes_on_one_rank(bool backend_checks) {
+  if (!gloo_loaded()) {
+    printf("gloo not built (FLOE_COLLECTIVE_DIR): the core's argument check is not tested\n");
+    return;
+  }
+  if (backend_checks) setenv("FLOE_GLOO_CHECK_ARGS", "1", 1); /* read when the comm forms */
+  int64_t group = next_group++;
+  RankSteps rs[2];
+  for (int r = 0; r < 2; r++) {
+    rank_steps_init(&rs[r], r, group, "gloo");
+    const int64_t counts[CHECK_STEPS] = {1000, 1000, 500, r ? 2000 : 500};
+    memcpy(rs[r].counts, counts, sizeof counts);
+  }
+  run_ranks(rs);
+  unsetenv("FLOE_GLOO_CHECK_ARGS");
+  for (int r = 0; r < 2; r++) {
+    const char *m = rs[r].msg;
+    printf("%s, rank %d after %.0f ms: %s\n", backend_checks ? "gloo checking" : "gloo", r,
+           rs[r].fail_ms, m);
+    ck_assert_msg(rs[r].failed_step == 3, "rank %d failed at step %d (%s): %s", r,
+                  rs[r].failed_step, floe_code_name(rs[r].code), m);
+    ck_assert_msg(strstr(m, "instance 1") && strstr(m, "execution 3") &&
+                      strstr(m, "500 x f32") && strstr(m, "2000 x f32"),
+                  "rank %d's message names the instance, the execution and both counts: %s", r,
+                  m);
+    ck_assert_msg(rs[r].fail_ms < CHECK_TIMEOUT_MS + 5000, "rank %d failed after %.0f ms: %s",
+                  r, rs[r].fail_ms, m);
+  }
+  /* Rank 1 waited for rank 0's arguments; rank 0's operation for rank 1, which never issued
+   * it: its message is completed from rank 1's record. */
+  ck_assert_msg(rs[1].code == FLOE_DEADLINE_EXCEEDED && strstr(rs[1].msg, "did not check"),
+                "%s: %s", floe_code_name(rs[1].code), rs[1].msg);
+  ck_assert_msg(rs[0].code == FLOE_INVALID_ARGUMENT && strstr(rs[0].msg, "rank 1"),
+                "%s: %s", floe_code_name(rs[0].code), rs[0].msg);
+}
+
+START_TEST(gloo_count_changes_on_one_rank) { count_changes_on_one_rank(false); }
+END_TEST
+
+START_TEST(gloo_backend_that_checks_itself) { count_changes_on_one_rank(true); }
+END_TEST
+
+/* The first execution already disagrees: both ranks check, both fail at once. */
+START_TEST(gloo_first_execution_disagrees) {
+  if (!gloo_loaded()) return;
+  RankSteps rs[2];
+  int64_t group = next_group++;
+  for (int r = 0; r < 2; r++) {
+    rank_steps_init(&rs[r], r, group, "gloo");
+    rs[r].counts[0] = r ? 9 : 7;
+  }
+  run_ranks(rs);
+  for (int r = 0; r < 2; r++) {
+    ck_assert_msg(rs[r].failed_step == 0 && rs[r].code == FLOE_INVALID_ARGUMENT,
+                  "rank %d: step %d, %s: %s", r, rs[r].failed_step, floe_code_name(rs[r].code),
+                  rs[r].msg);
+    ck_assert_msg(strstr(rs[r].msg, "execution 0") && strstr(rs[r].msg, "7 x f32") &&
+                      strstr(rs[r].msg, "9 x f32"), "%s", rs[r].msg);
+    ck_assert_msg(rs[r].fail_ms < CHECK_TIMEOUT_MS, "rank %d took %.0f ms: %s", r,
+                  rs[r].fail_ms, rs[r].msg);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("collective");
   TCase *tc = tcase_create("ring");
@@ -403,6 +581,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, members_that_disagree);
   tcase_add_test(tc, bad_attributes);
   tcase_add_test(tc, one_group_key_one_size);
+  tcase_add_test(tc, gloo_count_changes_on_one_rank);
+  tcase_add_test(tc, gloo_backend_that_checks_itself);
+  tcase_add_test(tc, gloo_first_execution_disagrees);
   suite_add_tcase(s, tc);
   tc = tcase_create("device memory");
   tcase_add_checked_fixture(tc, setup_testdev, teardown);

@@ -9,6 +9,8 @@
  *   - a worker whose server is freed after the first step: the others' next step fails,
  *     naming what is unavailable, within the heartbeat timeout and a few seconds;
  *   - a group one member short fails by its timeout, counting who came;
+ *   - (plugin backends) a count that changes on one worker only: the core's check across the
+ *     ranks through the coordination service fails every worker, naming both counts;
  *   - data-parallel training (floe_allreduce_minimize after floe_broadcast_variables): 3
  *     replicas that start apart end bitwise equal, where one process on the whole batch
  *     ends, with tensor fusion (one collective) and without (one per variable).
@@ -102,12 +104,31 @@ static void stop(Cluster *c) {
 
 static double input_value(int r, int64_t j, int step) { return (r + 1) * 0.5 + (j % 17) + step; }
 
-/* Worker w's graph: its input on its own CPU and the five collectives of group 1. */
-static FloeGraph *worker_graph(int w, int group_size, int64_t timeout_ms) {
+/* A new graph whose nodes go to worker w's CPU. */
+static FloeGraph *task_graph(int w) {
   FloeGraph *g = floe_graph_new();
   char dev[64];
   snprintf(dev, sizeof dev, "/job:worker/task:%d/device:CPU:0", w);
   floe_graph_set_device_scope(g, dev);
+  return g;
+}
+
+/* Worker w's session of graph g on its own runtime, in the cluster; NULL: st says why. */
+static FloeSession *task_session(Cluster *c, int w, FloeGraph *g, FloeStatus *st) {
+  char json[1024], *task = strstr(c->json, "\"task\"");
+  snprintf(json, sizeof json, "%.*s\"task\": {\"type\": \"worker\", \"index\": %d}}",
+           (int)(task - c->json), c->json, w);
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  so.runtime = c->rt[w];
+  so.cluster = json;
+  so.cluster_timeout_ms = 20000;
+  return floe_session_new(g, &so, st);
+}
+
+/* Worker w's graph: its input on its own CPU and the five collectives of group 1. */
+static FloeGraph *worker_graph(int w, int group_size, int64_t timeout_ms) {
+  FloeGraph *g = task_graph(w);
   int64_t dims[1] = {COUNT};
   FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, dims));
   FloeCollectiveOptions o;
@@ -177,17 +198,9 @@ static void check_outputs(Worker *wk, int step, FloeTensor **outs) {
 
 static void *worker_main(void *arg) {
   Worker *wk = arg;
-  char json[1024], *task = strstr(wk->c->json, "\"task\"");
-  snprintf(json, sizeof json, "%.*s\"task\": {\"type\": \"worker\", \"index\": %d}}",
-           (int)(task - wk->c->json), wk->c->json, wk->w);
   FloeGraph *g = worker_graph(wk->w, wk->group_size, wk->timeout_ms);
-  FloeSessionOptions so;
-  floe_session_options_init(&so);
-  so.runtime = wk->c->rt[wk->w];
-  so.cluster = json;
-  so.cluster_timeout_ms = 20000;
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &so, st);
+  FloeSession *s = task_session(wk->c, wk->w, g, st);
   wk->failed_step = -1;
   if (!s) {
     wk->code = floe_status_code(st);
@@ -298,6 +311,89 @@ START_TEST(test_group_short_of_a_member) {
 }
 END_TEST
 
+/* ---- the core's argument check through the coordination service's store ---- */
+
+#define CHANGE_STEPS 3
+
+typedef struct ChangeWorker {
+  Cluster *c;
+  int w;
+  int failed_step;       /* -1: none */
+  floe_code code;
+  char err[2048];
+} ChangeWorker;
+
+/* An all-reduce of a fed vector (instance 9): 1000 elements at steps 0 and 1, then 2000 on
+ * worker 2 alone. */
+static void *change_main(void *arg) {
+  ChangeWorker *cw = arg;
+  FloeGraph *g = task_graph(cw->w);
+  int64_t any[1] = {-1};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, any));
+  FloeCollectiveOptions o;
+  floe_collective_options_init(&o);
+  o.group_size = NW;
+  o.group_key = 3;
+  o.instance_key = 9;
+  o.backend = g_backend;
+  o.timeout_ms = 1500;
+  floe_all_reduce(g, "sum", x, FLOE_REDUCE_SUM, &o);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = task_session(cw->c, cw->w, g, st);
+  cw->failed_step = -1;
+  for (int step = 0; step < CHANGE_STEPS && cw->failed_step < 0; step++) {
+    int64_t dims[1] = {step == 2 && cw->w == 2 ? 2000 : 1000};
+    FloeTensor *t = floe_tensor_new(FLOE_F32, 1, dims, NULL);
+    float *v = floe_tensor_data(t);
+    for (int64_t j = 0; j < dims[0]; j++) v[j] = (float)input_value(cw->w, j, step);
+    FloeFeed f = {"x", t};
+    const char *fetch = "sum";
+    FloeTensor *out = NULL;
+    floe_code rc = s ? floe_session_run(s, &f, 1, &fetch, 1, NULL, 0, &out, st)
+                     : floe_status_code(st);
+    floe_tensor_release(t);
+    if (out) floe_tensor_release(out);
+    if (rc != FLOE_OK) {
+      cw->failed_step = step;
+      cw->code = rc;
+      snprintf(cw->err, sizeof cw->err, "%s", floe_status_message(st));
+    }
+  }
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  return NULL;
+}
+
+/* Worker 2 alone changes the count at execution 2: it checks and fails naming both counts;
+ * the others, unchanged, issue the operation, which fails on the group's timeout and is
+ * explained from worker 2's record. The ring checks each transfer's size itself instead: its
+ * round is skipped. */
+START_TEST(test_count_changes_on_one_worker) {
+  if (strcmp(g_backend, "ring") == 0) return;
+  Cluster c;
+  start(&c, 10000);
+  ChangeWorker cw[NW];
+  pthread_t th[NW];
+  for (int w = 0; w < NW; w++) {
+    cw[w] = (ChangeWorker){.c = &c, .w = w};
+    ck_assert_int_eq(pthread_create(&th[w], NULL, change_main, &cw[w]), 0);
+  }
+  for (int w = 0; w < NW; w++) pthread_join(th[w], NULL);
+  for (int w = 0; w < NW; w++) {
+    printf("%s: worker %d: %s\n", g_backend, w, cw[w].err);
+    ck_assert_msg(cw[w].failed_step == 2, "worker %d failed at step %d: %s", w,
+                  cw[w].failed_step, cw[w].err);
+    ck_assert_msg(strstr(cw[w].err, "instance 9") && strstr(cw[w].err, "execution 2") &&
+                      strstr(cw[w].err, "1000 x f32") && strstr(cw[w].err, "2000 x f32"),
+                  "worker %d: %s", w, cw[w].err);
+    ck_assert_int_eq(cw[w].code, w == 2 ? FLOE_DEADLINE_EXCEEDED : FLOE_INVALID_ARGUMENT);
+  }
+  stop(&c);
+}
+END_TEST
+
 /* ---- data-parallel training (floe_allreduce_minimize, floe_broadcast_variables) ---- */
 
 #define DP_ROWS 6  /* the global batch: NW replicas of 2 rows */
@@ -381,13 +477,7 @@ typedef struct DpWorker {
 
 static void *dp_main(void *arg) {
   DpWorker *d = arg;
-  char json[1024], *task = strstr(d->c->json, "\"task\"");
-  snprintf(json, sizeof json, "%.*s\"task\": {\"type\": \"worker\", \"index\": %d}}",
-           (int)(task - d->c->json), d->c->json, d->w);
-  FloeGraph *g = floe_graph_new();
-  char dev[64];
-  snprintf(dev, sizeof dev, "/job:worker/task:%d/device:CPU:0", d->w);
-  floe_graph_set_device_scope(g, dev);
+  FloeGraph *g = task_graph(d->w);
   /* Different initial values on every replica: the broadcast makes them worker 0's. */
   FloeOutput loss = dp_model(g, 2 * d->w, 2 * d->w + 2, 10 + d->w);
   FloeOptimizerOptions o;
@@ -405,13 +495,8 @@ static void *dp_main(void *arg) {
   ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
   for (int i = 0; i < floe_graph_num_nodes(g); i++)
     d->collectives += !strcmp(floe_node_op(floe_graph_node(g, i)), "CollectiveReduce");
-  FloeSessionOptions so;
-  floe_session_options_init(&so);
-  so.runtime = d->c->rt[d->w];
-  so.cluster = json;
-  so.cluster_timeout_ms = 20000;
   FloeStatus *st = floe_status_new();
-  FloeSession *s = floe_session_new(g, &so, st);
+  FloeSession *s = task_session(d->c, d->w, g, st);
   const char *init = "init", *sync = "sync", *train = "train", *fetch[2] = {"w/read", "b/read"};
   FloeTensor *out[2] = {0};
   if (!s || floe_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, st) != FLOE_OK ||
@@ -485,6 +570,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, test_collectives_across_tasks);
   tcase_add_test(tc, test_dead_member_fails_the_others);
   tcase_add_test(tc, test_group_short_of_a_member);
+  tcase_add_test(tc, test_count_changes_on_one_worker);
   tcase_add_test(tc, test_data_parallel_matches_one_process);
   suite_add_tcase(s, tc);
   return s;

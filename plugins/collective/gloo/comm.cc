@@ -198,7 +198,7 @@ floe_code Comm::create(const FloeHostApi *host, const FloeCollectiveGroup *g, Co
                        std::string *msg) noexcept {
   *out = nullptr;
   try {
-    if (!g || g->struct_size < sizeof(FloeCollectiveGroup)) {
+    if (!g || g->struct_size < offsetof(FloeCollectiveGroup, flags)) {
       *msg = "comm_init: the group description is NULL or older than ABI 1.5's";
       return FLOE_INVALID_ARGUMENT;
     }
@@ -226,8 +226,12 @@ floe_code Comm::create(const FloeHostApi *host, const FloeCollectiveGroup *g, Co
     c->rank_ = g->rank;
     c->size_ = g->size;
     c->timeout_ms_ = g->timeout_ms;
+    // The header exchange (check_peers) unless the caller checked the arguments across the
+    // ranks already (the core does, since ABI 1.6); FLOE_GLOO_CHECK_ARGS=1 or 0 decides.
+    const bool verified = FLOE_HAS_FIELD(g, FloeCollectiveGroup, flags) &&
+                          (g->flags & FLOE_COLLECTIVE_ARGS_VERIFIED);
     const char *check = getenv("FLOE_GLOO_CHECK_ARGS");
-    c->check_args_ = !(check && strcmp(check, "0") == 0);
+    c->check_args_ = check && *check ? strcmp(check, "0") != 0 : !verified;
     if (g->size > 1) {
       const auto start = std::chrono::steady_clock::now();
       const auto deadline = start + Ms(g->timeout_ms);
@@ -273,7 +277,9 @@ floe_code Comm::create(const FloeHostApi *host, const FloeCollectiveGroup *g, Co
       ctx->setTimeout(Ms(g->timeout_ms));
       c->ctx_ = std::move(ctx);
       auto took = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start);
-      c->log_debug(where + ": joined over tcp in " + std::to_string(took.count()) + " ms");
+      c->log_debug(where + ": joined over tcp in " + std::to_string(took.count()) + " ms" +
+                   (c->check_args_ ? ", checking each operation's arguments with a header"
+                                   : ", the caller checks the operations' arguments"));
     }
     guard.release();
     *out = c;

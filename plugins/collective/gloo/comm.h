@@ -7,10 +7,13 @@
 // calls done. Every operation runs at the same time as the others, so ranks may issue them
 // in different orders (the ABI allows it): Gloo keeps concurrent operations of one context
 // apart by their slot, built from the operation's kind and a 32-bit tag (gloo::Slot), and
-// this backend folds the ABI's 64-bit tag into those 32 bits. Before moving data, each rank
-// sends its ring neighbour a small header (tag, count, dtype, op, root) and compares the one
-// it gets: ranks that disagree (or two tags that fold alike) fail with a message instead of
-// letting Gloo's receive path overrun a buffer (FLOE_GLOO_CHECK_ARGS=0 skips the header).
+// this backend folds the ABI's 64-bit tag into those 32 bits. Ranks that disagree on an
+// operation's count must never reach Gloo (its receive path enforces sizes by ending the
+// process). When the caller checked the arguments across the ranks (group->flags has
+// FLOE_COLLECTIVE_ARGS_VERIFIED: the core, since ABI 1.6) the data moves at once; otherwise,
+// before moving data, each rank sends its ring neighbour a small header (tag, count, dtype,
+// op, root) and compares the one it gets: ranks that disagree (or two tags that fold alike)
+// fail with a message. FLOE_GLOO_CHECK_ARGS=1 sends the header always, =0 never.
 //
 // Failure: Gloo closes every connection of a context when one operation times out or a
 // peer's connection breaks, so the first failure breaks the comm; every later operation

@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 #define FLOE_ABI_MAJOR 1
-#define FLOE_ABI_MINOR 5
+#define FLOE_ABI_MINOR 6
 
 /* Visibility of the one exported symbol (plugins build with -fvisibility=hidden). */
 #if defined(__GNUC__)
@@ -486,7 +486,20 @@ typedef struct FloeCollectiveGroup {
    * backend should choose): the task's address's host in a cluster, 127.0.0.1 when every
    * rank is in one process. */
   const char *host;
+  /* Since 1.6 (check FLOE_HAS_FIELD(group, FloeCollectiveGroup, flags)): what the caller
+   * guarantees of the operations it will issue on this comm, FLOE_COLLECTIVE_* bits. */
+  uint32_t flags;
 } FloeCollectiveGroup;
+
+/* FloeCollectiveGroup.flags (since 1.6). ARGS_VERIFIED: for every operation issued on the
+ * comm, every rank issues the same kind, count, dtype, op and root under its tag (checked
+ * across the ranks before the operation is issued), so the backend need not compare them
+ * itself. The core sets it: it compares an instance's arguments through the store on its
+ * first execution and whenever they change, and never issues an operation whose arguments
+ * were not found equal on every rank (docs/collectives.md, "How arguments are checked").
+ * Without it a backend must expect ranks that disagree, and fail them with a message
+ * rather than crash. */
+#define FLOE_COLLECTIVE_ARGS_VERIFIED 1u
 
 /* Completion of one operation: code FLOE_OK, or an error with msg (borrowed for the call;
  * may be NULL) saying what failed (the peer that died, the sizes that disagreed). Runs
@@ -638,7 +651,7 @@ static inline floe_code floe_plugin_add_kernel(
   return reg->register_kernel(reg, &k);
 }
 
-/* Layout pins of ABI 1.0 to 1.5 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
+/* Layout pins of ABI 1.0 to 1.6 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
 _Static_assert(offsetof(FloePluginRegistrar, declare) == 16, "registrar frozen prefix changed");
@@ -666,7 +679,9 @@ _Static_assert(sizeof(FloeTransportFns) == 168, "FloeTransportFns layout changed
 _Static_assert(offsetof(FloePluginRegistrar, register_collective) == 80,
                "FloePluginRegistrar slots of 1.2 changed (1.5 appends register_collective)");
 _Static_assert(sizeof(FloeCollectiveFns) == 104, "FloeCollectiveFns layout changed");
-_Static_assert(sizeof(FloeCollectiveGroup) == 56, "FloeCollectiveGroup layout changed");
+_Static_assert(offsetof(FloeCollectiveGroup, flags) == 56,
+               "FloeCollectiveGroup fields of 1.5 changed (1.6 appends flags)");
+_Static_assert(sizeof(FloeCollectiveGroup) == 64, "FloeCollectiveGroup layout changed");
 _Static_assert(sizeof(FloeCollectiveStore) == 32, "FloeCollectiveStore layout changed");
 #endif
 
