@@ -565,6 +565,21 @@ floe_code floe__coord_service_kv_insert(FloeCoordService *c, const char *key, co
   return rc;
 }
 
+floe_code floe__coord_service_kv_erase(FloeCoordService *c, const char *key, FloeStatus *st) {
+  floe_code rc = check_key(key, st);
+  if (rc != FLOE_OK) return rc;
+  pthread_mutex_lock(&c->mu);
+  int i = kv_find(c, key);
+  if (i >= 0) {
+    c->kv_bytes -= strlen(c->kv[i].key) + c->kv[i].len;
+    floe__free(c->kv[i].key);
+    floe__free(c->kv[i].value);
+    c->kv[i] = c->kv[--c->n_kv];
+  }
+  pthread_mutex_unlock(&c->mu);
+  return FLOE_OK;
+}
+
 floe_code floe__coord_service_kv_get(FloeCoordService *c, const char *key, int64_t timeout_ms,
                                      void **value, size_t *len, FloeStatus *st) {
   *value = NULL;
@@ -800,7 +815,9 @@ static floe_code on_kv_insert(FloeCoordService *c, FloeConn *conn, const FloeTas
   int i = -1;
   floe_code rc = check_caller(c, peer, NULL, false, true, &i, &out);
   pthread_mutex_unlock(&c->mu);
-  if (rc == FLOE_OK)
+  if (rc == FLOE_OK && q->erase)
+    floe__coord_service_kv_erase(c, q->key, &out);
+  else if (rc == FLOE_OK)
     floe__coord_service_kv_insert(c, q->key, q->value.data, q->value.len, q->allow_overwrite,
                                   &out);
   Floe__Dist__KvInsertResponse r = FLOE__DIST__KV_INSERT_RESPONSE__INIT;
@@ -1285,6 +1302,16 @@ floe_code floe__coord_agent_kv_insert(FloeCoordAgent *a, const char *key, const 
   q.value.data = (uint8_t *)value;
   q.value.len = len;
   q.allow_overwrite = allow_overwrite;
+  return agent_call(a, FLOE__WIRE_KV_INSERT, &q.base, FLOE__WIRE_KV_INSERT_RESPONSE, a->slack_ms,
+                    NULL, st);
+}
+
+floe_code floe__coord_agent_kv_erase(FloeCoordAgent *a, const char *key, FloeStatus *st) {
+  floe_code rc = check_key(key, st);
+  if (rc != FLOE_OK) return rc;
+  Floe__Dist__KvInsertRequest q = FLOE__DIST__KV_INSERT_REQUEST__INIT;
+  q.key = (char *)key;
+  q.erase = true;
   return agent_call(a, FLOE__WIRE_KV_INSERT, &q.base, FLOE__WIRE_KV_INSERT_RESPONSE, a->slack_ms,
                     NULL, st);
 }

@@ -582,6 +582,7 @@ floe_code floe__coord_service_kv_insert(FloeCoordService *c, const char *key, co
                                         size_t len, bool allow_overwrite, FloeStatus *st);
 floe_code floe__coord_service_kv_get(FloeCoordService *c, const char *key, int64_t timeout_ms,
                                      void **value, size_t *len, FloeStatus *st);
+floe_code floe__coord_service_kv_erase(FloeCoordService *c, const char *key, FloeStatus *st);
 /* The cluster's first error, if any: FLOE_OK when none, else its code with st set. */
 floe_code floe__coord_service_error(FloeCoordService *c, FloeStatus *st);
 /* Records an error as a task's report would (fanned out; on_error told). */
@@ -626,6 +627,9 @@ floe_code floe__coord_agent_kv_insert(FloeCoordAgent *a, const char *key, const 
  * (caller frees; a byte past the end is 0), *len its bytes. */
 floe_code floe__coord_agent_kv_get(FloeCoordAgent *a, const char *key, int64_t timeout_ms,
                                    void **value, size_t *len, FloeStatus *st);
+/* Removes key from the store (a key that is not there is no error): a short-lived key's
+ * writer frees its room once every reader has read it. */
+floe_code floe__coord_agent_kv_erase(FloeCoordAgent *a, const char *key, FloeStatus *st);
 /* This task's identity, and the chief's incarnation as its registration answered. */
 const FloeTaskIdentity *floe__coord_agent_self(const FloeCoordAgent *a);
 uint64_t floe__coord_agent_leader_incarnation(const FloeCoordAgent *a);

@@ -559,6 +559,17 @@ static floe_code coll_kv_get(void *arg, const char *key, int64_t timeout_ms, voi
   return floe_server_kv_get(arg, key, timeout_ms, value, len, st);
 }
 
+static floe_code coll_kv_erase(void *arg, const char *key, FloeStatus *st) {
+  FloeServer *s = arg;
+  if (s->coord) return floe__coord_service_kv_erase(s->coord, key, st);
+  FloeCoordAgent *agent;
+  floe_code rc = agent_acquire(s, 60000, &agent, st);
+  if (rc != FLOE_OK) return rc;
+  rc = floe__coord_agent_kv_erase(agent, key, st);
+  agent_release(s);
+  return rc;
+}
+
 static int coll_channel(void *arg, const char *device, bool is_send, FloeStatus *st) {
   FloeServer *s = arg;
   const FloeRendezvousRoute *r = floe__dataplane_route(s->dp);
@@ -574,7 +585,7 @@ static void coll_count(void *arg, int chan, bool is_send, int64_t bytes) {
 /* Groups of collective ops meet through the coordination service's store and move their
  * bytes over the data plane; backends with a network of their own listen on the task's host. */
 static floe_code install_collectives(FloeServer *s, const FloeClusterTask *me, FloeStatus *st) {
-  FloeCollEnv env = {coll_kv_set, coll_kv_get, coll_channel, coll_count, s, ""};
+  FloeCollEnv env = {coll_kv_set, coll_kv_get, coll_channel, coll_count, s, "", coll_kv_erase};
   if (strcmp(me->host, "0.0.0.0") != 0 && strcmp(me->host, "::") != 0)
     snprintf(env.host, sizeof env.host, "%s", me->host);
   return floe__collective_set_env(s->rt, &env, "the task joined a cluster", st);

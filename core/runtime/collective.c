@@ -107,6 +107,13 @@ struct FloeCollComm {
   CollOp *queue, **queue_tail;
   int inflight;            /* operations given to the backend, not yet done */
   bool forming;            /* its forming thread has not ended (it uses mem) */
+  /* A plugin backend's broadcasts: each instance's sender, once announced or read (under
+   * m->mu), so the store holds one key per instance, read once per rank. */
+  struct BcastRoot {
+    int64_t instance;
+    int root;
+  } *roots;
+  int num_roots;
 };
 
 struct FloeCollMgr {
@@ -375,6 +382,25 @@ static floe_code store_set(FloeCollMgr *m, const char *key, const void *value, s
   return FLOE_OK;
 }
 
+/* Removes key (a missing one is no error). */
+static floe_code store_erase(FloeCollMgr *m, const char *key, FloeStatus *st) {
+  pthread_mutex_lock(&m->mu);
+  if (m->has_env) {
+    FloeCollEnv env = m->env;
+    pthread_mutex_unlock(&m->mu);
+    return env.kv_erase ? env.kv_erase(env.arg, key, st) : FLOE_OK;
+  }
+  for (int i = 0; i < m->num_kv; i++)
+    if (strcmp(m->kv[i].key, key) == 0) {
+      floe__free(m->kv[i].key);
+      floe__free(m->kv[i].value);
+      m->kv[i] = m->kv[--m->num_kv];
+      break;
+    }
+  pthread_mutex_unlock(&m->mu);
+  return FLOE_OK;
+}
+
 /* *value floe__malloc'd (NUL after len bytes). */
 static floe_code gone(FloeCollMgr *m, const char *key, FloeStatus *st) {
   (void)m;
@@ -562,6 +588,7 @@ void floe__coll_comm_release(FloeCollComm *c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
   /* The last reference: the manager's list let go (the runtime is going). */
   floe__free(c->errmsg);
+  floe__free(c->roots);
   floe__free(c);
 }
 
@@ -573,6 +600,18 @@ static floe_code plug_store_set(void *arg, const char *key, const void *value, s
            c->m->backends[c->backend].name, key);
   FloeStatus st = {FLOE_OK, NULL};
   floe_code rc = store_set(c->m, k, value, len, &st);
+  floe_status_clear(&st);
+  return rc;
+}
+
+static floe_code plug_store_erase(void *arg, const char *key) {
+  FloeCollComm *c = arg;
+  char k[320];
+  if (!key || strlen(key) > 200) return FLOE_INVALID_ARGUMENT;
+  snprintf(k, sizeof k, "floe.coll/g/%lld/%d/%s/%s", (long long)c->mem->group_key, c->mem->size,
+           c->m->backends[c->backend].name, key);
+  FloeStatus st = {FLOE_OK, NULL};
+  floe_code rc = store_erase(c->m, k, &st);
   floe_status_clear(&st);
   return rc;
 }
@@ -880,6 +919,19 @@ static bool explain_failure(const CollOp *op, const char *msg, char *out, size_t
 static void op_backend_done(void *arg, floe_code code, const char *msg) {
   CollOp *op = arg;
   char why[1536];
+  /* Its check's record has been read by every rank that checked (each read it before issuing,
+   * and a reduction or gather ends on a rank only once every rank issued it) and goes, so the
+   * store holds the records of checks in progress only. Not a broadcast's: it ends on a
+   * receiver once the sender's bytes came, whether or not another receiver has issued (read
+   * the records) yet; its records stay (one per rank each time its shape changes). */
+  if (code == FLOE_OK && op->check && op->published && op->rq.kind != FLOE__COLL_BCAST_SEND &&
+      op->rq.kind != FLOE__COLL_BCAST_RECV) {
+    char key[192];
+    FloeStatus est = {FLOE_OK, NULL};
+    args_key(op, op->c->mem->rank, key, sizeof key);
+    store_erase(op->c->m, key, &est);
+    floe_status_clear(&est);
+  }
   if (code != FLOE_OK && op->c->backend != 0 && !op->check && op->c->mem->size > 1 &&
       explain_failure(op, msg, why, sizeof why)) {
     op_done(op, FLOE_INVALID_ARGUMENT, why);
@@ -888,9 +940,67 @@ static void op_backend_done(void *arg, floe_code code, const char *msg) {
   op_done(op, code, msg);
 }
 
+/* The store's key naming the sender of an instance's broadcasts (one per instance). */
 static floe_code bcast_key(const CollOp *op, char *key, size_t cap) {
-  snprintf(key, cap, "bcast/%016llx", (unsigned long long)op->tag);
+  snprintf(key, cap, "bcast/%lld", (long long)op->rq.instance_key);
   return FLOE_OK;
+}
+
+/* The sender of instance's broadcasts as this comm knows it (-1: not yet). */
+static int root_known(FloeCollComm *c, int64_t instance) {
+  int root = -1;
+  pthread_mutex_lock(&c->m->mu);
+  for (int i = 0; i < c->num_roots && root < 0; i++)
+    if (c->roots[i].instance == instance) root = c->roots[i].root;
+  pthread_mutex_unlock(&c->m->mu);
+  return root;
+}
+
+static void root_learn(FloeCollComm *c, int64_t instance, int root) {
+  pthread_mutex_lock(&c->m->mu);
+  bool have = false;
+  for (int i = 0; i < c->num_roots && !have; i++) have = c->roots[i].instance == instance;
+  struct BcastRoot *v = have ? NULL : floe__realloc(c->roots, (size_t)(c->num_roots + 1) * sizeof *v);
+  if (v) { /* out of memory: it is read from the store again next time */
+    c->roots = v;
+    c->roots[c->num_roots++] = (struct BcastRoot){instance, root};
+  }
+  pthread_mutex_unlock(&c->m->mu);
+}
+
+/* The sender announces itself for op's instance (once: later executions find it known).
+ * FLOE_OK, or the op failed (done ran). */
+static floe_code bcast_announce(CollOp *op) {
+  FloeCollComm *c = op->c;
+  int me = c->mem->rank;
+  int64_t inst = op->rq.instance_key;
+  int known = root_known(c, inst);
+  if (known == me) return FLOE_OK;
+  char key[64], val[16], msg[256];
+  bcast_key(op, key, sizeof key);
+  snprintf(val, sizeof val, "%d", me);
+  floe_code rc = known >= 0 ? FLOE_ALREADY_EXISTS : plug_store_set(c, key, val, strlen(val));
+  int other = known;
+  if (rc == FLOE_ALREADY_EXISTS && other < 0) { /* announced before: by this rank? */
+    void *v = NULL;
+    size_t n = 0;
+    if (plug_store_get(c, key, 0, &v, &n) == FLOE_OK) other = (int)strtol(v, NULL, 10);
+    floe__free(v);
+    if (other == me) rc = FLOE_OK;
+  }
+  if (rc == FLOE_OK) {
+    root_learn(c, inst, me);
+    return FLOE_OK;
+  }
+  if (rc == FLOE_ALREADY_EXISTS)
+    snprintf(msg, sizeof msg, "%s, instance %lld: rank %d sent this instance's broadcast before, "
+             "and now rank %d sends it: one member sends an instance's broadcasts (give each "
+             "sender its own instance_key)", c->mem->name, (long long)inst, other, me);
+  else
+    snprintf(msg, sizeof msg, "could not announce the broadcast's sender in the store (%s)",
+             floe_code_name(rc));
+  op_done(op, rc == FLOE_ALREADY_EXISTS ? FLOE_INVALID_ARGUMENT : rc, msg);
+  return rc;
 }
 
 /* Hands op to the ready comm's backend; failures complete it at once. root: the broadcast's
@@ -946,6 +1056,7 @@ static void *bcast_recv_main(void *p) {
   if (rc == FLOE_OK) {
     root = (int)strtol(v, NULL, 10);
     floe__free(v);
+    if (root >= 0 && root < c->mem->size) root_learn(c, op->rq.instance_key, root);
   }
   if (rc != FLOE_OK || root < 0 || root >= c->mem->size) {
     char msg[200];
@@ -964,15 +1075,12 @@ static void *bcast_recv_main(void *p) {
 static void op_proceed(CollOp *op) {
   FloeCollComm *c = op->c;
   bool plugin = c->backend != 0;
-  if (plugin && op->rq.kind == FLOE__COLL_BCAST_SEND) {
-    char key[64], val[16];
-    bcast_key(op, key, sizeof key);
-    snprintf(val, sizeof val, "%d", c->mem->rank);
-    floe_code rc = plug_store_set(c, key, val, strlen(val));
-    if (rc != FLOE_OK) {
-      op_done(op, rc, "could not announce the broadcast's sender in the store");
-      return;
-    }
+  if (plugin && op->rq.kind == FLOE__COLL_BCAST_SEND && bcast_announce(op) != FLOE_OK) return;
+  int root = plugin && op->rq.kind == FLOE__COLL_BCAST_RECV
+                 ? root_known(c, op->rq.instance_key) : -1;
+  if (root >= 0) {
+    op_issue(op, root);
+    return;
   }
   if (plugin && op->rq.kind == FLOE__COLL_BCAST_RECV) {
     if (!spawn(c->m, bcast_recv_main, op))
@@ -1348,7 +1456,8 @@ floe_code floe__collective_submit(FloeRuntime *rt, const FloeCollRequest *rq,
     c->state = COMM_FORMING;
     c->forming = true;
     c->queue_tail = &c->queue;
-    c->store = (FloeCollectiveStore){sizeof c->store, plug_store_set, plug_store_get, c};
+    c->store = (FloeCollectiveStore){sizeof c->store, plug_store_set, plug_store_get, c,
+                                     plug_store_erase};
     *fa = (FormArg){c, timeout, m->generation};
     pthread_t th;
     pthread_attr_t attr;

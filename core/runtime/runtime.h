@@ -228,6 +228,8 @@ typedef struct FloeCollEnv {
   void (*count)(void *arg, int chan, bool is_send, int64_t bytes);
   void *arg;
   char host[256];
+  /* Removes key (a missing key is no error): keys of short-lived records go once read. */
+  floe_code (*kv_erase)(void *arg, const char *key, FloeStatus *st);
 } FloeCollEnv;
 /* Installs env (copied; arg must stay valid until the next call), or NULL to go back to the
  * runtime's own table. Either way every group formed so far is aborted first (its pending

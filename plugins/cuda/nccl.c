@@ -147,6 +147,7 @@ typedef struct NcOp {
   void *done_arg;
   cudaEvent_t ev;
   int64_t since_ms;   /* submitted (sequencer) or issued (watcher): for the timeout */
+  uint64_t batch;     /* the order batch it was issued in */
   struct NcOp *next;
 } NcOp;
 
@@ -168,6 +169,8 @@ typedef struct NcComm {
   pthread_mutex_t nc_mu;      /* NCCL calls on nc */
   bool nc_aborted;            /* under nc_mu */
   uint64_t next_batch;        /* sequencer's */
+  uint64_t completed;         /* rank 0: 1 + the newest batch an operation of which ended */
+  uint64_t erased;            /* rank 0's sequencer: batches below it are out of the store */
   pthread_t seq, watch;
 } NcComm;
 
@@ -359,6 +362,22 @@ static NcOp *take_submitted(NcComm *c, int max) {
   return head;
 }
 
+/* Rank 0: the batches every rank has read go from the store (which holds a bounded number of
+ * keys). An operation of batch b ended here only once every rank issued it, and a rank
+ * reads a batch before it issues any of its operations: batches up to b were read by all. */
+static void erase_read_batches(NcComm *c) {
+  if (c->size == 1 || !FLOE_HAS_FIELD(&c->store, FloeCollectiveStore, erase) || !c->store.erase)
+    return;
+  pthread_mutex_lock(&c->mu);
+  uint64_t upto = c->completed;
+  pthread_mutex_unlock(&c->mu);
+  for (; c->erased < upto; c->erased++) {
+    char key[48];
+    snprintf(key, sizeof key, "nccl/order/%" PRIu64, c->erased);
+    c->store.erase(c->store.arg, key);
+  }
+}
+
 /* Rank 0: issues what was submitted, in that order, after publishing the order. */
 static void sequence_root(NcComm *c) {
   pthread_mutex_lock(&c->mu);
@@ -395,10 +414,12 @@ static void sequence_root(NcComm *c) {
     } else {
       while (batch) {
         NcOp *next = batch->next;
+        batch->batch = k;
         issue(c, batch);
         batch = next;
       }
     }
+    erase_read_batches(c);
     pthread_mutex_lock(&c->mu);
   }
   pthread_mutex_unlock(&c->mu);
@@ -553,6 +574,7 @@ static void *watch_main(void *p) {
       pthread_mutex_lock(&c->mu);
       c->inflight = op->next;
       if (!c->inflight) c->inflight_tail = &c->inflight;
+      if (op->batch + 1 > c->completed) c->completed = op->batch + 1;
       pthread_mutex_unlock(&c->mu);
       complete(c, op, FLOE_OK, NULL);
       pause = 2;
@@ -635,7 +657,9 @@ static floe_code nc_comm_init(void *ctx, const FloeCollectiveGroup *g, void **ou
     return FLOE_NO_MEMORY;
   }
   c->dev = dev;
-  c->store = *g->store;
+  /* A core's store may be older (shorter) than this plugin's struct. */
+  size_t have = g->store->struct_size < sizeof c->store ? g->store->struct_size : sizeof c->store;
+  memcpy(&c->store, g->store, have);
   snprintf(c->name, sizeof c->name, "%s", g->name ? g->name : "a group");
   c->rank = g->rank;
   c->size = g->size;
@@ -713,6 +737,10 @@ static floe_code nc_comm_init(void *ctx, const FloeCollectiveGroup *g, void **ou
     comm_release(c);
     return r == ncclInProgress ? FLOE_DEADLINE_EXCEEDED : FLOE_UNAVAILABLE;
   }
+  /* Every rank joined, so every rank has read the id. */
+  if (g->rank == 0 && g->size > 1 && FLOE_HAS_FIELD(&c->store, FloeCollectiveStore, erase) &&
+      c->store.erase)
+    c->store.erase(c->store.arg, "nccl/id");
   if (pthread_create(&c->seq, NULL, seq_main, c) != 0) {
     snprintf(msg, msg_len, "nccl: cannot start the sequencer thread");
     api.CommAbort(c->nc);
@@ -811,6 +839,10 @@ static void nc_comm_free(void *comm) {
   pthread_mutex_unlock(&c->mu);
   pthread_join(c->seq, NULL);
   pthread_join(c->watch, NULL);
+  if (c->rank == 0) { /* the group is done with every batch */
+    c->completed = c->next_batch;
+    erase_read_batches(c);
+  }
   cudaSetDevice(c->dev->ordinal);
   if (!c->nc_aborted) {
     ncclResult_t r = healthy ? api.CommFinalize(c->nc) : ncclInternalError;

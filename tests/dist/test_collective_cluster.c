@@ -11,6 +11,8 @@
  *   - a group one member short fails by its timeout, counting who came;
  *   - (plugin backends) a count that changes on one worker only: the core's check across the
  *     ranks through the coordination service fails every worker, naming both counts;
+ *   - (plugin backends) 2,100 steps of an all-reduce whose count changes every step and of a
+ *     broadcast: the store (at most 4,096 keys) keeps only what is in flight;
  *   - data-parallel training (floe_allreduce_minimize after floe_broadcast_variables): 3
  *     replicas that start apart end bitwise equal, where one process on the whole batch
  *     ends, with tensor fusion (one collective) and without (one per variable).
@@ -394,6 +396,99 @@ START_TEST(test_count_changes_on_one_worker) {
 }
 END_TEST
 
+/* ---- the coordination service's store stays bounded ---- */
+
+/* More executions than the store holds keys (4,096): an all-reduce whose count changes at
+ * every step on every worker (so the core checks its arguments every time: a record per
+ * rank per execution) and a broadcast from worker 0 (its sender's announcement). */
+#define BOUNDED_STEPS 2100
+
+typedef struct BoundedWorker {
+  Cluster *c;
+  int w;
+  int failed_step; /* -1: none */
+  char err[2048];
+} BoundedWorker;
+
+static void *bounded_main(void *arg) {
+  BoundedWorker *bw = arg;
+  FloeGraph *g = task_graph(bw->w);
+  int64_t any[1] = {-1}, four[1] = {4};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, any));
+  FloeCollectiveOptions o;
+  floe_collective_options_init(&o);
+  o.group_size = NW;
+  o.group_key = 4;
+  o.backend = g_backend;
+  o.timeout_ms = 20000;
+  o.instance_key = 11;
+  floe_all_reduce(g, "sum", x, FLOE_REDUCE_SUM, &o);
+  o.instance_key = 12;
+  FloeOutput y = floe_placeholder(g, "y", FLOE_F32, floe_shape_make(1, four));
+  if (bw->w == 0) floe_broadcast_send(g, "bcast", y, &o);
+  else floe_broadcast_recv(g, "bcast", FLOE_F32, floe_shape_make(1, four), &o);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = task_session(bw->c, bw->w, g, st);
+  bw->failed_step = s ? -1 : 0;
+  if (!s) snprintf(bw->err, sizeof bw->err, "%s", floe_status_message(st));
+  for (int step = 0; s && step < BOUNDED_STEPS && bw->failed_step < 0; step++) {
+    int64_t dims[1] = {step % 2 ? 200 : 100};
+    FloeTensor *t = floe_tensor_new(FLOE_F32, 1, dims, NULL), *u = floe_tensor_new(FLOE_F32, 1, four, NULL);
+    float *v = floe_tensor_data(t), *b = floe_tensor_data(u);
+    for (int64_t j = 0; j < dims[0]; j++) v[j] = (float)(bw->w + j);
+    for (int j = 0; j < 4; j++) b[j] = (float)(step + j);
+    FloeFeed f[2] = {{"x", t}, {"y", u}};
+    const char *fetch[2] = {"sum", "bcast"};
+    FloeTensor *out[2] = {NULL, NULL};
+    floe_code rc = floe_session_run(s, f, bw->w == 0 ? 2 : 1, fetch, 2, NULL, 0, out, st);
+    if (rc == FLOE_OK) { /* the sum of the three workers' w + j; the sender's values */
+      const float *sum = floe_tensor_data(out[0]), *bc = floe_tensor_data(out[1]);
+      if (sum[dims[0] - 1] != (float)(3 * (dims[0] - 1) + 3) || bc[3] != (float)(step + 3)) {
+        rc = FLOE_INTERNAL;
+        floe_status_set(st, rc, "step %d: sum[-1] %g, bcast[3] %g", step, sum[dims[0] - 1],
+                        bc[3]);
+      }
+    }
+    floe_tensor_release(t);
+    floe_tensor_release(u);
+    for (int k = 0; k < 2; k++)
+      if (out[k]) floe_tensor_release(out[k]);
+    if (rc != FLOE_OK) {
+      bw->failed_step = step;
+      snprintf(bw->err, sizeof bw->err, "%s", floe_status_message(st));
+    }
+  }
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  return NULL;
+}
+
+/* Plugin backends (the ring keeps nothing in the store per operation), over one transport
+ * (the store is the same over each). */
+START_TEST(test_store_stays_bounded) {
+  const char *t = getenv("FLOE_TRANSPORT");
+  if (strcmp(g_backend, "ring") == 0 || (t && strcmp(t, "local") != 0)) return;
+  Cluster c;
+  start(&c, 10000);
+  BoundedWorker bw[NW];
+  pthread_t th[NW];
+  double t0 = now_s();
+  for (int w = 0; w < NW; w++) {
+    bw[w] = (BoundedWorker){.c = &c, .w = w};
+    ck_assert_int_eq(pthread_create(&th[w], NULL, bounded_main, &bw[w]), 0);
+  }
+  for (int w = 0; w < NW; w++) pthread_join(th[w], NULL);
+  printf("%s: %d steps of a checked all-reduce and a broadcast in %.1f s\n", g_backend,
+         BOUNDED_STEPS, now_s() - t0);
+  for (int w = 0; w < NW; w++)
+    ck_assert_msg(bw[w].failed_step < 0, "worker %d failed at step %d: %s", w,
+                  bw[w].failed_step, bw[w].err);
+  stop(&c);
+}
+END_TEST
+
 /* ---- data-parallel training (floe_allreduce_minimize, floe_broadcast_variables) ---- */
 
 #define DP_ROWS 6  /* the global batch: NW replicas of 2 rows */
@@ -571,6 +666,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, test_dead_member_fails_the_others);
   tcase_add_test(tc, test_group_short_of_a_member);
   tcase_add_test(tc, test_count_changes_on_one_worker);
+  tcase_add_test(tc, test_store_stays_bounded);
   tcase_add_test(tc, test_data_parallel_matches_one_process);
   suite_add_tcase(s, tc);
   return s;

@@ -470,6 +470,11 @@ typedef struct FloeCollectiveStore {
    * store is gone (the chief died). */
   floe_code (*get)(void *arg, const char *key, int64_t timeout_ms, void **value, size_t *len);
   void *arg; /* the core's; pass back unchanged */
+  /* Since 1.6 (check FLOE_HAS_FIELD(store, FloeCollectiveStore, erase)): removes key (a key
+   * that is not there is no error). The store holds a bounded number of keys (a cluster's
+   * coordination service: 4,096): a backend that writes a key per operation (or per batch
+   * of them) erases each once every rank has read it. */
+  floe_code (*erase)(void *arg, const char *key);
 } FloeCollectiveStore;
 
 /* One rank's view of a group; borrowed for comm_init (copy what is kept). */
@@ -682,7 +687,7 @@ _Static_assert(sizeof(FloeCollectiveFns) == 104, "FloeCollectiveFns layout chang
 _Static_assert(offsetof(FloeCollectiveGroup, flags) == 56,
                "FloeCollectiveGroup fields of 1.5 changed (1.6 appends flags)");
 _Static_assert(sizeof(FloeCollectiveGroup) == 64, "FloeCollectiveGroup layout changed");
-_Static_assert(sizeof(FloeCollectiveStore) == 32, "FloeCollectiveStore layout changed");
+_Static_assert(sizeof(FloeCollectiveStore) == 40, "FloeCollectiveStore layout changed");
 #endif
 
 #ifdef __cplusplus
