@@ -13,6 +13,7 @@
  *     ranks through the coordination service fails every worker, naming both counts;
  *   - (plugin backends) 2,100 steps of an all-reduce whose count changes every step and of a
  *     broadcast: the store (at most 4,096 keys) keeps only what is in flight;
+ *   - a group of two workers, all-reduces small (the ring's recursive doubling) and large;
  *   - data-parallel training (floe_allreduce_minimize after floe_broadcast_variables): 3
  *     replicas that start apart end bitwise equal, where one process on the whole batch
  *     ends, with tensor fusion (one collective) and without (one per variable).
@@ -396,6 +397,85 @@ START_TEST(test_count_changes_on_one_worker) {
 }
 END_TEST
 
+/* ---- two workers: the ring's recursive doubling over the data plane ---- */
+
+typedef struct PairWorker {
+  Cluster *c;
+  int w;
+  char err[1024];
+} PairWorker;
+
+/* An all-reduce (sum, max) of workers 0 and 1 at sizes that go by recursive doubling (a
+ * small all-reduce of a power-of-two group: each rank swaps its whole tensor with its
+ * partner) and by the ring (past FLOE_COLLECTIVE_RD_BYTES, 1 MiB), three steps each. */
+static void *pair_main(void *arg) {
+  PairWorker *pw = arg;
+  static const int64_t counts[3] = {7, 60000, 400000};
+  FloeGraph *g = task_graph(pw->w);
+  int64_t any[1] = {-1};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, any));
+  FloeCollectiveOptions o;
+  floe_collective_options_init(&o);
+  o.group_size = 2;
+  o.group_key = 5;
+  o.backend = g_backend;
+  o.timeout_ms = 20000;
+  o.instance_key = 1;
+  floe_all_reduce(g, "sum", x, FLOE_REDUCE_SUM, &o);
+  o.instance_key = 2;
+  floe_all_reduce(g, "max", x, FLOE_REDUCE_MAX, &o);
+  ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s", floe_graph_error(g, NULL));
+  FloeStatus *st = floe_status_new();
+  FloeSession *s = task_session(pw->c, pw->w, g, st);
+  if (!s) snprintf(pw->err, sizeof pw->err, "session: %s", floe_status_message(st));
+  for (int k = 0; s && k < 3 && !pw->err[0]; k++)
+    for (int step = 0; step < 3 && !pw->err[0]; step++) {
+      int64_t dims[1] = {counts[k]};
+      FloeTensor *t = floe_tensor_new(FLOE_F32, 1, dims, NULL);
+      float *v = floe_tensor_data(t);
+      for (int64_t j = 0; j < dims[0]; j++) v[j] = (float)input_value(pw->w, j, step);
+      FloeFeed f = {"x", t};
+      const char *fetch[2] = {"sum", "max"};
+      FloeTensor *out[2] = {NULL, NULL};
+      floe_code rc = floe_session_run(s, &f, 1, fetch, 2, NULL, 0, out, st);
+      floe_tensor_release(t);
+      if (rc != FLOE_OK) {
+        snprintf(pw->err, sizeof pw->err, "worker %d, %lld values, step %d: %s", pw->w,
+                 (long long)dims[0], step, floe_status_message(st));
+        break;
+      }
+      const float *sum = floe_tensor_data(out[0]), *mx = floe_tensor_data(out[1]);
+      for (int64_t j = 0; j < dims[0] && !pw->err[0]; j++) {
+        float a = (float)input_value(0, j, step), b = (float)input_value(1, j, step);
+        if (sum[j] != a + b || mx[j] != (a > b ? a : b))
+          snprintf(pw->err, sizeof pw->err, "worker %d, %lld values, step %d: [%lld] sum %g max "
+                   "%g, want %g and %g", pw->w, (long long)dims[0], step, (long long)j, sum[j],
+                   mx[j], a + b, a > b ? a : b);
+      }
+      floe_tensor_release(out[0]);
+      floe_tensor_release(out[1]);
+    }
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_status_free(st);
+  return NULL;
+}
+
+START_TEST(test_two_workers) {
+  Cluster c;
+  start(&c, 10000);
+  PairWorker pw[2];
+  pthread_t th[2];
+  for (int w = 0; w < 2; w++) {
+    pw[w] = (PairWorker){.c = &c, .w = w};
+    ck_assert_int_eq(pthread_create(&th[w], NULL, pair_main, &pw[w]), 0);
+  }
+  for (int w = 0; w < 2; w++) pthread_join(th[w], NULL);
+  for (int w = 0; w < 2; w++) ck_assert_msg(!pw[w].err[0], "%s", pw[w].err);
+  stop(&c);
+}
+END_TEST
+
 /* ---- the coordination service's store stays bounded ---- */
 
 /* More executions than the store holds keys (4,096): an all-reduce whose count changes at
@@ -667,6 +747,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, test_group_short_of_a_member);
   tcase_add_test(tc, test_count_changes_on_one_worker);
   tcase_add_test(tc, test_store_stays_bounded);
+  tcase_add_test(tc, test_two_workers);
   tcase_add_test(tc, test_data_parallel_matches_one_process);
   suite_add_tcase(s, tc);
   return s;
