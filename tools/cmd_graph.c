@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cmd_graph.c - floe graph GRAPH [--dot] [--json] [--placement [--devices LIST]]: describe,
- * draw or place a graph file. */
+/* cmd_graph.c - floe graph GRAPH [--dot] [--json] [--placement [--devices LIST]]
+ * [--optimized]: describe, draw, place or optimise a graph file. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include "cli.h"
 
 static const char graph_help[] =
-    "Usage: floe graph GRAPH [--dot | --json] [--placement [--devices LIST]]\n"
+    "Usage: floe graph GRAPH [--dot | --json] [--placement [--devices LIST] | --optimized]\n"
     "Describe a graph file (or an ONNX model, MODEL.onnx, as imported; --trainable imports\n"
     "its float initializers as variables):\n"
     "one line per node (name, op, inputs, output dtypes and\n"
@@ -20,7 +20,11 @@ static const char graph_help[] =
     "one line per node with its device and simulated start and time, then the\n"
     "estimated step time; with --dot the nodes are coloured by device.\n"
     "--devices LIST places with the cost model among these devices (e.g. cpu,tpu-sim);\n"
-    "without it a node goes to its requested device, else the first with a kernel.\n";
+    "without it a node goes to its requested device, else the first with a kernel.\n"
+    "--optimized describes (or draws) the graph a run of all its sinks executes after the\n"
+    "graph optimiser (placeholders fed), with a line per pass first: what it rewrote,\n"
+    "removed and added, the nodes left and the layout conversions (comments in DOT; on\n"
+    "standard error with --json). FLOE_OPT_<PASS>=0 / FLOE_OPTIMIZE=0 turn passes off.\n";
 
 /* Places g; prints the table (or, with dot, the coloured picture; with json, JSON). */
 static int placement(const FloeGraph *g, const char *devices, int dot, int json, FloeStatus *st) {
@@ -75,6 +79,43 @@ static int placement(const FloeGraph *g, const char *devices, int dot, int json,
            transfers == 1 ? "" : "s");
   }
   free(rows);
+  floe_session_free(s);
+  return rc;
+}
+
+static void describe(const FloeGraph *g);
+static void describe_json(const FloeGraph *g);
+
+/* The graph after the optimiser, the passes' lines first. */
+static int optimized(const FloeGraph *g, int dot, int json, FloeStatus *st) {
+  FloeSessionOptions so;
+  floe_session_options_init(&so);
+  FloeSession *s = floe_session_new(g, &so, st);
+  if (!s) return cli_error("graph", "%s", floe_status_message(st));
+  FloeGraph *out = NULL;
+  FloeOptPassStats *ps = NULL;
+  int np = 0, rc = 0;
+  if (floe_session_optimized(s, NULL, 0, NULL, 0, NULL, 0, &out, &ps, &np, st) != FLOE_OK) {
+    rc = cli_error("graph", "%s", floe_status_message(st));
+  } else {
+    FILE *f = json ? stderr : stdout;
+    for (int i = 0; i < np; i++)
+      fprintf(f, "%s pass %-10s %s: %d nodes -> %d, %d rewritten, %d removed, %d added, %d "
+              "layout conversions left, %.1f ms\n", dot ? "//" : "#", ps[i].name,
+              ps[i].enabled ? "on " : "off", ps[i].nodes_before, ps[i].nodes_after,
+              ps[i].rewritten, ps[i].removed, ps[i].added, ps[i].conversions,
+              ps[i].seconds * 1e3);
+    if (dot) {
+      if (floe_graph_write_dot(out, stdout, st) != FLOE_OK)
+        rc = cli_error("graph", "%s", floe_status_message(st));
+    } else if (json) {
+      describe_json(out);
+    } else {
+      describe(out);
+    }
+  }
+  free(ps);
+  floe_graph_free(out);
   floe_session_free(s);
   return rc;
 }
@@ -155,9 +196,10 @@ int cmd_graph(int argc, char **argv) {
                                        {"placement", no_argument, NULL, 'p'},
                                        {"devices", required_argument, NULL, 'D'},
                                        {"trainable", no_argument, NULL, 'T'},
+                                       {"optimized", no_argument, NULL, 'O'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  int dot = 0, json = 0, place = 0, trainable = 0, c;
+  int dot = 0, json = 0, place = 0, trainable = 0, opt = 0, c;
   const char *devices = NULL;
   optind = 1;
   opterr = 0;
@@ -167,6 +209,7 @@ int cmd_graph(int argc, char **argv) {
     else if (c == 'p') place = 1;
     else if (c == 'D') devices = optarg;
     else if (c == 'T') trainable = 1;
+    else if (c == 'O') opt = 1;
     else if (c == 'h') {
       printf("%s", graph_help);
       return 0;
@@ -176,6 +219,7 @@ int cmd_graph(int argc, char **argv) {
   if (optind != argc - 1) return cli_usage("graph", "expected exactly one GRAPH file");
   if (dot && json) return cli_usage("graph", "--dot and --json exclude each other");
   if (devices && !place) return cli_usage("graph", "--devices goes with --placement");
+  if (opt && place) return cli_usage("graph", "--optimized and --placement exclude each other");
   /* Plugins may define custom ops the file uses. */
   if (!cli_runtime("graph")) return 1;
   FloeStatus *st = floe_status_new();
@@ -195,6 +239,8 @@ int cmd_graph(int argc, char **argv) {
     rc = cli_error("graph", "%s", floe_status_message(st));
   } else if (place) {
     rc = placement(g, devices, dot, json, st);
+  } else if (opt) {
+    rc = optimized(g, dot, json, st);
   } else if (dot) {
     if (floe_graph_write_dot(g, stdout, st) != FLOE_OK)
       rc = cli_error("graph", "%s", floe_status_message(st));

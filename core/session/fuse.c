@@ -80,6 +80,21 @@ static FloeNode *make_fused(Fuse *f, const char *op, FloeNode *const *chain, int
   if (list_from >= 0) floe_node_add_input_list(b, inputs + plain, num_inputs - plain);
   floe__node_copy_attrs(from, b, attrs);
   for (int i = 0; flags && flags[i]; i++) floe_node_set_attr_bool(b, flags[i], 1);
+  /* What it stands for, for profiles and `floe graph --optimized`: the ops of the chain (a
+   * fused node refused again, into the blocked layout, keeps its list). */
+  const FloeAttrValue *prev = floe__attrs_get(&from->attrs, "fused_ops");
+  if (prev && prev->kind == FLOE_ATTR_STRING && prev->u.s[0]) {
+    floe_node_set_attr_string(b, "fused_ops", prev->u.s);
+  } else {
+    char ops[256] = "";
+    size_t used = 0;
+    for (int k = 0; k < n && used < sizeof ops; k++) {
+      int w = snprintf(ops + used, sizeof ops - used, "%s%s", k ? "+" : "", chain[k]->op->name);
+      if (w < 0) break;
+      used += (size_t)w;
+    }
+    floe_node_set_attr_string(b, "fused_ops", ops);
+  }
   for (int k = 0; k < n; k++)
     for (int c = 0; c < chain[k]->num_control; c++) {
       bool inside = false;
@@ -366,7 +381,7 @@ static FloeNode *blocked_from_channels_first(Fuse *f, FloeNode *conv, FloeOutput
   floe_node_add_input(b, in[1]);
   floe_node_add_input_list(b, in + 2, n - 2);
   static const char *const same[] = {"T", "padding", "groups", "fused_bias", "fused_add",
-                                     "fused_relu", "filter_constant", NULL};
+                                     "fused_relu", "filter_constant", "fused_ops", NULL};
   floe__node_copy_attrs(conv, b, same);
   floe_node_set_attr_string(b, "data_format", "CHANNELS_FIRST");
   channels_first_list(b, conv, "strides", 1);
@@ -579,4 +594,28 @@ oom:
   floe__free(f.user);
   *need = f.need;
   return floe_status_set(st, FLOE_NO_MEMORY, "out of memory fusing the graph");
+}
+
+/* The optimiser's fusion pass (optimize.c): floe__fuse_graph over the run. */
+floe_code floe__opt_fusion(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st) {
+  if (!floe__fuse_may_apply(o->g, o->need)) return FLOE_OK;
+  /* The earlier passes may have added nodes: pinned must cover them (none is fed). */
+  int n = o->g->num_nodes;
+  bool *pinned = floe__calloc((size_t)(n ? n : 1), sizeof *pinned);
+  if (!pinned) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory fusing the graph");
+  for (int i = 0; i < o->n_orig && i < n; i++) pinned[i] = o->pinned[i];
+  int before = 0, fused = 0;
+  for (int i = 0; i < o->cap; i++) before += o->need[i];
+  floe_code rc = floe__fuse_graph(o->g, &o->need, pinned, o->ok, o->arg, &fused, st);
+  floe__free(pinned);
+  if (o->g->num_nodes > o->cap) o->cap = o->g->num_nodes; /* fusion grew need to cover them */
+  if (rc != FLOE_OK) return rc;
+  int after = 0, added = 0;
+  for (int i = 0; i < o->cap; i++) {
+    after += o->need[i];
+    added += i >= n && o->need[i];
+  }
+  ps->rewritten = fused;
+  ps->removed = before - after + added;
+  return FLOE_OK;
 }

@@ -60,6 +60,8 @@ struct FloeSession {
    * done (guarded by mu): they use the session's executors until those kernels finish. */
   int left_behind;
   bool free_pending;       /* floe_session_free ran meanwhile: the last of them frees s */
+  char **labels;           /* profile rows' names of fused nodes ("_FusedConv(Conv+Relu)"), */
+  int num_labels;          /* kept for the session's life (guarded by mu) */
 };
 
 /* One resolved feed or fetch; pos is its place in the caller's arrays. */
@@ -465,31 +467,36 @@ static bool fuse_ok(void *arg, const FloeNode *anchor, const FloeNode *fused) {
          a.device == f.device && f.kernel;
 }
 
-static bool fusion_enabled(void) {
-  const char *e = getenv("FLOE_FUSION");
-  return !e || strcmp(e, "0") != 0;
-}
-
-/* The run's graph after fusion: a clone of g (*clone, caller owns) when something was fused,
- * else g itself. need is updated to the returned graph's nodes. NULL on error. */
-static const FloeGraph *fuse(FloeSession *s, const RunSig *sig, bool **need, FloeGraph **clone,
-                             FloeStatus *st) {
+/* The run's graph after the optimiser (optimize.c): a clone of g (*clone, caller owns) when
+ * a pass changed something, else g itself. need is updated to the returned graph's nodes.
+ * report (NULL: none) gets one entry per pass. NULL on error. */
+static const FloeGraph *optimize(FloeSession *s, const RunSig *sig, bool **need,
+                                 FloeGraph **clone, FloeOptPassStats *report, FloeStatus *st) {
   const FloeGraph *g = s->graph;
   *clone = NULL;
-  if (!fusion_enabled() || !floe__fuse_may_apply(g, *need)) return g;
-  bool *pinned = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *pinned);
-  FloeGraph *c = pinned ? floe__graph_clone(g, st) : NULL;
+  if (!report && !floe__opt_any_on()) return g;
+  int n = g->num_nodes ? g->num_nodes : 1;
+  bool *pinned = floe__calloc((size_t)n, sizeof *pinned);
+  bool *target = floe__calloc((size_t)n, sizeof *target);
+  FloeGraph *c = pinned && target ? floe__graph_clone(g, st) : NULL;
   if (!c) {
     floe__free(pinned);
+    floe__free(target);
     if (!floe_status_code(st)) floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
     return NULL;
   }
   for (int i = 0; i < sig->num_feeds; i++) pinned[sig->feeds[i].node_id] = true;
   for (int i = 0; i < sig->num_fetches; i++) pinned[sig->fetches[i].node_id] = true;
-  int fused = 0;
-  floe_code rc = floe__fuse_graph(c, need, pinned, fuse_ok, s, &fused, st);
+  for (int i = 0; i < sig->num_targets; i++) target[sig->targets[i]] = true;
+  FloeOpt o = {.g = c, .need = *need, .cap = g->num_nodes, .n_orig = g->num_nodes,
+               .pinned = pinned, .target = target, .ok = fuse_ok, .arg = s};
+  int changes = 0;
+  floe_code rc = floe__optimize(&o, report, &changes, st);
+  *need = o.need;
   floe__free(pinned);
-  if (rc != FLOE_OK || fused == 0) {
+  floe__free(target);
+  if (rc != FLOE_OK || changes == 0) {
+    /* an unchanged clone is dropped: need still describes g (nothing was added) */
     floe_graph_free(c);
     return rc == FLOE_OK ? g : NULL;
   }
@@ -570,7 +577,7 @@ static void restore_shapes(FloeGraph *c, const bool *need, FloeShape *saved) {
 
 static floe_code plan_run(FloeSession *s, const RunSig *sig, const FloeFeed *values, bool cut,
                           FloeGraph **clone, FloePartition *part, FloePlacement *pl, bool **needp,
-                          FloeStatus *st) {
+                          FloeOptPassStats *report, FloeStatus *st) {
   const FloeGraph *g = s->graph;
   *clone = NULL;
   memset(part, 0, sizeof *part);
@@ -579,7 +586,7 @@ static floe_code plan_run(FloeSession *s, const RunSig *sig, const FloeFeed *val
   *needp = need;
   if (!need) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
   if (prune(g, sig, need, st) != FLOE_OK) return floe_status_code(st);
-  if (!(g = fuse(s, sig, needp, clone, st))) return floe_status_code(st);
+  if (!(g = optimize(s, sig, needp, clone, report, st))) return floe_status_code(st);
   need = *needp;
   /* Only worth a clone when the cost model places. */
   FloeShape *saved = NULL;
@@ -622,7 +629,7 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const Fl
   FloePartition part;
   FloePlacement pl;
   bool *need = NULL;
-  if (plan_run(s, sig, values, true, clone, &part, &pl, &need, st) != FLOE_OK) goto out;
+  if (plan_run(s, sig, values, true, clone, &part, &pl, &need, NULL, st) != FLOE_OK) goto out;
   const FloeGraph *g = *clone ? *clone : s->graph;
   bool *run = part.need ? part.need : need;
   FloeDevice **dev = part.device ? part.device : pl.device;
@@ -893,6 +900,8 @@ static void session_destroy(FloeSession *s) {
     if (s->shared[i].created) floe__kernel_release(s->shared[i].kernel, s->shared[i].state);
   floe__free(s->shared);
   floe__free(s->active);
+  for (int i = 0; i < s->num_labels; i++) floe__free(s->labels[i]);
+  floe__free(s->labels);
   floe__free(s->devices);
   if (!s->borrowed_resources) /* after every executor: none can hold a variable */
     floe__resources_free(s->resources);
@@ -1178,12 +1187,28 @@ static int profile_cmp(const void *a, const void *b) {
 }
 
 /* Adds node's counters to the row of its (op type, device), appending one if new. */
-static void profile_add(FloeOpProfile *rows, int *n, const FloeNode *node, const char *device,
-                        const FloeExecProfile *p) {
+/* A profile row's name for node: its op, or for a fused node the op and what it fused
+ * ("_FusedConv(Conv+BiasAdd+Relu)", kept by the session). Caller holds s->mu. */
+static const char *op_label(FloeSession *s, const FloeNode *node) {
+  const FloeAttrValue *v = floe__attrs_get(&node->attrs, "fused_ops");
+  if (!v || v->kind != FLOE_ATTR_STRING || !v->u.s[0]) return node->op->name;
+  char buf[320];
+  snprintf(buf, sizeof buf, "%s(%s)", node->op->name, v->u.s);
+  for (int i = 0; i < s->num_labels; i++)
+    if (strcmp(s->labels[i], buf) == 0) return s->labels[i];
+  char **l = floe__realloc(s->labels, (size_t)(s->num_labels + 1) * sizeof *l);
+  if (!l) return node->op->name;
+  s->labels = l;
+  if (!(l[s->num_labels] = floe__strdup(buf))) return node->op->name;
+  return l[s->num_labels++];
+}
+
+static void profile_add(FloeSession *s, FloeOpProfile *rows, int *n, const FloeNode *node,
+                        const char *device, const FloeExecProfile *p) {
+  const char *op = op_label(s, node);
   int i = 0;
-  while (i < *n && (strcmp(rows[i].op, node->op->name) != 0 || strcmp(rows[i].device, device) != 0))
-    i++;
-  if (i == *n) rows[(*n)++] = (FloeOpProfile){.op = node->op->name, .device = device};
+  while (i < *n && (strcmp(rows[i].op, op) != 0 || strcmp(rows[i].device, device) != 0)) i++;
+  if (i == *n) rows[(*n)++] = (FloeOpProfile){.op = op, .device = device};
   rows[i].device_ns += p->device_ns;
   rows[i].calls += p->calls;
   rows[i].total_ns += p->total_ns;
@@ -1222,7 +1247,7 @@ floe_code floe_session_profile(FloeSession *s, FloeOpProfile **rows, int *num_ro
     for (int k = 0; k < floe__multi_exec_num_pieces(c->exec); k++) {
       FloeExecutor *x = floe__multi_exec_piece(c->exec, k);
       for (int i = 0; (node = floe__executor_profile_node(x, i, &p)); i++)
-        if (p.calls > 0) profile_add(r, &n, node, p.device, &p);
+        if (p.calls > 0) profile_add(s, r, &n, node, p.device, &p);
     }
   }
   pthread_mutex_unlock(&s->mu);
@@ -1421,7 +1446,7 @@ floe_code floe_session_placement_measured(FloeSession *s, const FloeFeed *feeds,
     targets = sinks;
   }
   rc = resolve_sig(s, fd, nfd, fetches, num_fetches, targets, num_targets, &sig, status);
-  if (rc == FLOE_OK) rc = plan_run(s, &sig, fd, false, &clone, &part, &pl, &need, status);
+  if (rc == FLOE_OK) rc = plan_run(s, &sig, fd, false, &clone, &part, &pl, &need, NULL, status);
   if (rc != FLOE_OK) goto out;
   const FloeGraph *g = clone ? clone : s->graph; /* the fused clone, if fusion applied */
   if (measured) measured_times(s, g, &pl, need, measured);
@@ -1535,4 +1560,82 @@ floe_code floe_session_transfer_stats(FloeSession *s, FloeTransferStats *out, Fl
   out->wire_bytes = atomic_load(&s->wire_bytes);
   out->tensor_bytes = atomic_load(&s->tensor_bytes);
   return FLOE_OK;
+}
+
+floe_code floe_session_optimized(FloeSession *s, const FloeFeed *feeds, int num_feeds,
+                                 const char *const *fetches, int num_fetches,
+                                 const char *const *targets, int num_targets,
+                                 FloeGraph **graph, FloeOptPassStats **passes, int *num_passes,
+                                 FloeStatus *status) {
+  if (!s || !graph || !passes || !num_passes || num_feeds < 0 || num_fetches < 0 ||
+      num_targets < 0 || (num_feeds && !feeds) || (num_fetches && !fetches) ||
+      (num_targets && !targets))
+    return floe_status_set(status, FLOE_INVALID_ARGUMENT,
+                           "floe_session_optimized: NULL session, graph or passes, or a NULL "
+                           "array with a non-zero count");
+  *graph = NULL;
+  *passes = NULL;
+  *num_passes = 0;
+  FloeFeed *fd = NULL;
+  int nfd = 0;
+  const char **sinks = NULL;
+  FloeGraph *clone = NULL, *out = NULL;
+  bool *need = NULL;
+  FloeNode **roots = NULL;
+  RunSig sig;
+  memset(&sig, 0, sizeof sig);
+  int np = floe__opt_num_passes();
+  FloeOptPassStats *report = calloc((size_t)np, sizeof *report);
+  floe_code rc = report ? placement_feeds(s->graph, feeds, num_feeds, &names_only, &fd, &nfd)
+                        : FLOE_NO_MEMORY;
+  if (rc == FLOE_OK && num_fetches == 0 && num_targets == 0) {
+    if (!(sinks = sink_names(s->graph, &num_targets))) rc = FLOE_NO_MEMORY;
+    targets = sinks;
+  }
+  if (rc != FLOE_OK) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory optimising the graph");
+    goto out;
+  }
+  rc = resolve_sig(s, fd, nfd, fetches, num_fetches, targets, num_targets, &sig, status);
+  if (rc != FLOE_OK) goto out;
+  const FloeGraph *g = s->graph;
+  need = floe__calloc((size_t)(g->num_nodes ? g->num_nodes : 1), sizeof *need);
+  if (!need) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory optimising the graph");
+    goto out;
+  }
+  if ((rc = prune(g, &sig, need, status)) != FLOE_OK) goto out;
+  if (!(g = optimize(s, &sig, &need, &clone, report, status))) {
+    rc = floe_status_code(status);
+    goto out;
+  }
+  /* The run's nodes alone, in a graph of their own. */
+  if (!(out = floe__graph_clone(g, status))) {
+    rc = floe_status_code(status) ? floe_status_code(status) : FLOE_NO_MEMORY;
+    goto out;
+  }
+  int nr = 0;
+  roots = floe__malloc((size_t)(g->num_nodes ? g->num_nodes : 1) * sizeof *roots);
+  if (!roots) {
+    rc = floe_status_set(status, FLOE_NO_MEMORY, "out of memory optimising the graph");
+    goto out;
+  }
+  for (int i = 0; i < g->num_nodes; i++)
+    if (need[i]) roots[nr++] = out->nodes[i];
+  floe__graph_keep_reachable(out, roots, nr);
+  *graph = out;
+  out = NULL;
+  *passes = report;
+  report = NULL;
+  *num_passes = np;
+out:
+  run_sig_free(&sig);
+  if (clone) floe_graph_free(clone);
+  if (out) floe_graph_free(out);
+  floe__free(roots);
+  floe__free(need);
+  floe__free(fd);
+  floe__free(sinks);
+  free(report);
+  return rc;
 }

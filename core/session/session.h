@@ -145,6 +145,54 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
 bool floe__fuse_may_apply(const FloeGraph *g, const bool *need);
 
 /* ------------------------------------------------------------------------------------ */
+/* optimize.c: the graph optimiser (the passes between pruning and placement). */
+typedef struct FloeOpt {
+  FloeGraph *g;          /* the run's private graph, rewritten in place */
+  bool *need;            /* per node id: in the run (floe__opt_grow covers added nodes) */
+  int cap;               /* entries of need */
+  int n_orig;            /* nodes of the session's graph: the range of pinned and target */
+  const bool *pinned;    /* fed or fetched nodes: they keep their place in the run */
+  const bool *target;    /* run as targets: never taken out (may be NULL) */
+  FloeFuseCheck ok;      /* whether a new fused node may stand in for the ones it replaces */
+  void *arg;
+} FloeOpt;
+/* One pass: rewrites o's graph, counting into ps (rewritten, removed; added and the
+ * node counts are filled by floe__optimize). */
+typedef floe_code (*FloeOptPassFn)(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);
+floe_code floe__opt_arithmetic(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_arith.c */
+floe_code floe__opt_cse(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);        /* opt_cse.c */
+floe_code floe__opt_dead_nodes(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_dead.c */
+floe_code floe__opt_fusion(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);     /* fuse.c */
+/* Runs every pass that is on, in order; report (NULL: none) gets floe__opt_num_passes()
+ * entries; *changes counts what the passes did (0: o's graph is as it was). On error the
+ * graph may hold unused nodes (the caller discards it). */
+floe_code floe__optimize(FloeOpt *o, FloeOptPassStats *report, int *changes, FloeStatus *st);
+int floe__opt_num_passes(void);
+bool floe__opt_any_on(void);
+/* Helpers the passes share. */
+bool floe__opt_grow(FloeOpt *o);                          /* false: out of memory */
+bool floe__opt_kept(const FloeOpt *o, const FloeNode *n); /* fed, fetched or a target */
+bool floe__opt_control_flow(const FloeNode *n);           /* a frame or transfer op */
+/* No side effects, not control flow, not a Placeholder or NoOp: may be merged or dropped. */
+bool floe__opt_pure(const FloeNode *n);
+bool floe__opt_has_control_flow(const FloeOpt *o);         /* a loop or cond in the run */
+/* Per node id: how many edges (data and control) of the run's nodes read it (caller frees);
+ * NULL when out of memory. */
+int *floe__opt_readers(const FloeOpt *o);
+/* dep becomes a control input of x (once; not of itself). False: out of memory. */
+bool floe__opt_add_control(FloeNode *x, FloeNode *dep);
+/* Rewires every input of the run's nodes that reads (n, 0) for n with fwd[n->id].node to
+ * read fwd[n->id] instead (following chains), and every control edge on such an n to
+ * fwd[n->id].node. */
+floe_code floe__opt_apply_forward(FloeOpt *o, const FloeOutput *fwd, FloeStatus *st);
+/* Takes out of the run the pure nodes nothing reads (repeatedly); -1 when out of memory,
+ * else how many. */
+int floe__opt_prune_unused(FloeOpt *o);
+/* A new Const of value (the graph takes its reference) named after base, on near's
+ * requested device, in the run; NULL on failure. */
+FloeNode *floe__opt_const(FloeOpt *o, const char *base, FloeTensor *value, const FloeNode *near);
+
+/* ------------------------------------------------------------------------------------ */
 /* session.c: sessions. floe_session_new (core/dist/master.c: a session of a cluster when its
  * options name one) makes them with this. */
 typedef struct FloeSessionCluster {

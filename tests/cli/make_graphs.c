@@ -7,6 +7,8 @@
  *     cross-entropy, Sum, Mean and ArgMax on logits [4,10]; a fused LSTMCell on x [3,5],
  *     h and c [3,4].
  *   lstm_primitive.floe: the same LSTM cell made of primitive ops (MatMul, BiasAdd, ...).
+ *   chain.floe: y = Identity(x) + 1 + 1 + 1 (x a [4] f32 placeholder) and e1, e2: two Exp(x),
+ *     summed into z: what the graph optimiser folds and merges.
  * W and b are fixed so the test knows the expected numbers. */
 #include <floe/floe.h>
 #include <floe/floe_rnn.h>
@@ -84,6 +86,23 @@ int main(int argc, char **argv) {
   if (floe_graph_status(g) != FLOE_OK || floe_graph_save(g, path, st) != FLOE_OK) {
     fprintf(stderr, "make_graphs: %s%s\n", floe_graph_error(g, NULL), floe_status_message(st));
     return 1;
+  }
+  floe_graph_free(g);
+  g = floe_graph_new();
+  {
+    const int64_t four[1] = {4};
+    FloeOutput cx = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(1, four));
+    FloeOutput one = floe_const_f32(g, "one", 1.0f);
+    FloeOutput a = floe_unary(g, "Identity", "id", cx);
+    for (int i = 0; i < 3; i++) a = floe_binary(g, "Add", NULL, a, one);
+    floe_unary(g, "Identity", "y", a);
+    FloeOutput e1 = floe_unary(g, "Exp", "e1", cx), e2 = floe_unary(g, "Exp", "e2", cx);
+    floe_binary(g, "Add", "z", e1, e2);
+    snprintf(path, sizeof path, "%s/chain.floe", argv[1]);
+    if (floe_graph_status(g) != FLOE_OK || floe_graph_save(g, path, st) != FLOE_OK) {
+      fprintf(stderr, "make_graphs: %s%s\n", floe_graph_error(g, NULL), floe_status_message(st));
+      return 1;
+    }
   }
   floe_graph_free(g);
   g = floe_graph_new();

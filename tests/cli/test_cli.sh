@@ -54,6 +54,17 @@ check "graph --placement --dot" "$FLOE" graph "$tmp/affine.floe" --placement --d
 expect_out "graph --placement --dot" "fillcolor"
 check "graph --placement --json" "$FLOE" graph "$tmp/affine.floe" --placement --json
 expect_out "graph --placement --json" '"estimated_step_seconds"'
+# The graph optimiser: the three adds fold into one, the Identity goes, the two Exps merge.
+check "graph --optimized" "$FLOE" graph "$tmp/chain.floe" --optimized
+expect_out "graph --optimized passes" "# pass arithmetic on : 9 nodes -> 6, 2 rewritten"
+expect_out "graph --optimized cse" "# pass cse        on : 6 nodes -> 5, 1 rewritten, 1 removed"
+expect_out "graph --optimized folded" "= Add(x, "
+if grep -q "e2 = Exp" "$tmp/out"; then echo "FAIL: the second Exp was not merged"; fails=$((fails+1)); fi
+check "graph --optimized --dot" "$FLOE" graph "$tmp/chain.floe" --optimized --dot
+expect_out "graph --optimized --dot" "// pass dead_nodes"
+expect_out "graph --optimized --dot graph" "digraph"
+check "graph --optimized, all off" env FLOE_OPTIMIZE=0 "$FLOE" graph "$tmp/chain.floe" --optimized
+expect_out "graph --optimized, all off" "# pass arithmetic off: 9 nodes -> 9"
 check_fails "graph --devices alone" "--placement" "$FLOE" graph "$tmp/affine.floe" --devices cpu
 check_fails "graph --placement unknown device" "nosuch" "$FLOE" graph "$tmp/affine.floe" --placement --devices nosuch
 

@@ -89,7 +89,7 @@ static void run(const Model *m, int fusion, const char *const *fetches, int n, F
   ck_assert(floe_session_profile(s, &rows, &nr, st) == FLOE_OK);
   *ran = 0;
   for (int i = 0; i < nr; i++)
-    if (!strcmp(rows[i].op, watch)) *ran = rows[i].calls;
+    if (harness_profile_op_is(rows[i].op, watch)) *ran = rows[i].calls;
   free(rows);
   floe_session_free(s);
   floe_status_free(st);

@@ -282,13 +282,19 @@ void harness_rmdir(const char *dir) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
+bool harness_profile_op_is(const char *row, const char *op) {
+  size_t n = strlen(op);
+  return strncmp(row, op, n) == 0 && (row[n] == '\0' || row[n] == '(');
+}
+
 int64_t harness_profile_calls(FloeSession *s, const char *op, const char *device) {
   FloeOpProfile *rows = NULL;
   int n = 0;
   ck_assert_int_eq(floe_session_profile(s, &rows, &n, NULL), FLOE_OK);
   int64_t calls = 0;
   for (int i = 0; i < n; i++)
-    if (strcmp(rows[i].op, op) == 0 && strcmp(rows[i].device, device) == 0) calls += rows[i].calls;
+    if (harness_profile_op_is(rows[i].op, op) && strcmp(rows[i].device, device) == 0)
+      calls += rows[i].calls;
   free(rows);
   return calls;
 }

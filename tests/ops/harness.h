@@ -7,6 +7,7 @@
 
 #include <check.h>
 #include <floe/floe.h>
+#include <stdbool.h>
 
 /* Sets attributes on the node under test; may be NULL. */
 typedef void (*harness_attrs_fn)(FloeNodeBuilder *b, void *arg);
@@ -51,6 +52,9 @@ void harness_assert_close(const FloeTensor *got, const FloeTensor *want, double 
 FloeRuntime *harness_runtime(int threads);
 /* Kernel calls of op on device (short name) in s's profile (floe_session_set_profiling). */
 int64_t harness_profile_calls(FloeSession *s, const char *op, const char *device);
+/* Whether a profile row's op (a fused node's names what it fused: "_FusedConv(Conv+Relu)")
+ * is op. */
+bool harness_profile_op_is(const char *row, const char *op);
 /* A session of g (whose sticky error must be clear) on rt; aborts the test on failure.
  * Caller frees with floe_session_free. */
 FloeSession *harness_session(const FloeGraph *g, FloeRuntime *rt);

@@ -506,6 +506,35 @@ FLOE_API floe_code floe_session_placement_measured(FloeSession *s, const FloeFee
                                                    int *num_transfers, double *measured,
                                                    FloeStatus *status);
 
+/* The graph optimiser. A session runs its passes on each run's graph between pruning and
+ * placement: arithmetic (identities, constant chains, transposes and reshapes of their own
+ * kind), cse (common subexpressions), dead_nodes (pure nodes nobody reads), fusion (chains
+ * into fused kernels, the blocked layout). FLOE_OPT_<NAME>=0 in the environment turns one
+ * off (FLOE_OPT_ARITHMETIC, FLOE_OPT_CSE, FLOE_OPT_DEAD_NODES, FLOE_OPT_FUSION), and
+ * FLOE_OPTIMIZE=0 all of them. */
+typedef struct FloeOptPassStats {
+  const char *name;      /* the pass; static */
+  int enabled;           /* 0: switched off */
+  int nodes_before;      /* the run's nodes before the pass */
+  int nodes_after;       /* and after it */
+  int rewritten;         /* rewrites it made: merges, folds, fused chains, removals */
+  int removed;           /* nodes it took out of the run */
+  int added;             /* nodes it put in (constants, fused nodes, layout conversions) */
+  int conversions;       /* layout conversions and transposes in the run after it */
+  double seconds;        /* the time it took */
+} FloeOptPassStats;
+
+/* The graph a run of fetches / targets (none: every sink of the graph, as
+ * floe_session_placement) would execute, after the optimiser: *graph (caller frees with
+ * floe_graph_free) holds the run's nodes (and what fed nodes read); *passes (caller frees
+ * with free()) gets *num_passes entries, one per pass in order. feeds name the fed outputs
+ * (values may be NULL). */
+FLOE_API floe_code floe_session_optimized(FloeSession *s, const FloeFeed *feeds, int num_feeds,
+                                          const char *const *fetches, int num_fetches,
+                                          const char *const *targets, int num_targets,
+                                          FloeGraph **graph, FloeOptPassStats **passes,
+                                          int *num_passes, FloeStatus *status);
+
 /* What crossed devices in this session's runs so far (every _Send that completed). */
 typedef struct FloeTransferStats {
   size_t struct_size;     /* sizeof(FloeTransferStats), set by the caller */
@@ -520,7 +549,9 @@ FLOE_API floe_code floe_session_transfer_stats(FloeSession *s, FloeTransferStats
 
 /* Profiling: per op type, what the kernels of this session's runs cost. */
 typedef struct FloeOpProfile {
-  const char *op;       /* op type, e.g. "MatMul"; borrowed, valid while the session lives */
+  const char *op;       /* op type, e.g. "MatMul", and for a fused node what it fused,
+                         * "_FusedConv(Conv+BiasAdd+Relu)"; borrowed, valid while the session
+                         * lives */
   int64_t calls;        /* kernel invocations */
   int64_t total_ns;     /* wall time inside the kernels' compute (async kernels: until done) */
   int64_t max_ns;       /* the longest single invocation */
