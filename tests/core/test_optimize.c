@@ -83,6 +83,15 @@ static void assert_bitwise(FloeTensor *a, FloeTensor *b, const char *what) {
                 "%s: the optimised run's values differ from the plain run's", what);
 }
 
+/* fetch's value with the optimiser on, after checking it is bitwise the value with it off
+ * (caller releases). */
+static FloeTensor *same_on_and_off(FloeGraph *g, FloeTensor *x, const char *fetch) {
+  FloeTensor *plain = run(g, false, x, fetch, NULL), *opt = run(g, true, x, fetch, NULL);
+  assert_bitwise(plain, opt, fetch);
+  floe_tensor_release(plain);
+  return opt;
+}
+
 static FloeOutput placeholder_x(FloeGraph *g, FloeDType dt, int n) {
   int64_t d[1] = {n};
   return floe_placeholder(g, "x", dt, floe_shape_make(1, d));
@@ -144,10 +153,8 @@ START_TEST(cancelling_constants_are_kept) {
   /* (below 2^23 floats are 0.5 apart: -2.5 + 2^23 is exact, and stays -2.5) */
   const float in[6] = {2.5f, 3.5f, -2.5f, 0.4f, 7.6f, 1.5f}, want[6] = {2, 4, -2.5f, 0, 8, 2};
   memcpy(floe_tensor_data(xv), in, sizeof in);
-  FloeTensor *plain = run(g, false, xv, "rounded", NULL), *opt = run(g, true, xv, "rounded", NULL);
-  assert_bitwise(plain, opt, "(x + 2^23) - 2^23");
+  FloeTensor *opt = same_on_and_off(g, xv, "rounded");
   for (int i = 0; i < 6; i++) ck_assert(((float *)floe_tensor_data(opt))[i] == want[i]);
-  floe_tensor_release(plain);
   floe_tensor_release(opt);
   floe_tensor_release(xv);
   floe_graph_free(g);
@@ -168,10 +175,7 @@ START_TEST(integer_chains_are_exact) {
   int64_t d[1] = {8};
   FloeTensor *xv = floe_tensor_new(FLOE_I32, 1, d, NULL);
   for (int i = 0; i < 8; i++) ((int32_t *)floe_tensor_data(xv))[i] = i * 123456789 - 400000000;
-  FloeTensor *plain = run(g, false, xv, "out", NULL), *opt = run(g, true, xv, "out", NULL);
-  assert_bitwise(plain, opt, "an integer chain");
-  floe_tensor_release(plain);
-  floe_tensor_release(opt);
+  floe_tensor_release(same_on_and_off(g, xv, "out"));
   floe_tensor_release(xv);
   floe_graph_free(g);
 }
@@ -196,12 +200,7 @@ START_TEST(identities_go_bitwise) {
   FloeTensor *xv = vec_f32(16, 0.0f);
   ((float *)floe_tensor_data(xv))[3] = -0.0f;
   const char *fetches[3] = {"ident", "plus0", "copy"};
-  for (int f = 0; f < 3; f++) {
-    FloeTensor *plain = run(g, false, xv, fetches[f], NULL), *opt = run(g, true, xv, fetches[f], NULL);
-    assert_bitwise(plain, opt, fetches[f]);
-    floe_tensor_release(plain);
-    floe_tensor_release(opt);
-  }
+  for (int f = 0; f < 3; f++) floe_tensor_release(same_on_and_off(g, xv, fetches[f]));
   FloeOptPassStats ps = {0};
   /* x, ident (fetched: it stays, an Add of x and -0), its constant */
   ck_assert_int_eq(optimized_nodes(g, "ident", NULL, "arithmetic", &ps), 3);
@@ -242,10 +241,7 @@ START_TEST(transposes_and_reshapes_fold) {
   const char *fetches[3] = {"sum", "other", "r2"};
   int want_nodes[3] = {2, 3, 3}; /* x + x; x, one perm, one transpose; x, shape, r2 */
   for (int f = 0; f < 3; f++) {
-    FloeTensor *plain = run(g, false, xv, fetches[f], NULL), *opt = run(g, true, xv, fetches[f], NULL);
-    assert_bitwise(plain, opt, fetches[f]);
-    floe_tensor_release(plain);
-    floe_tensor_release(opt);
+    floe_tensor_release(same_on_and_off(g, xv, fetches[f]));
     int n = optimized_nodes(g, fetches[f], NULL, NULL, NULL);
     ck_assert_msg(n == want_nodes[f], "%s: %d nodes, want %d", fetches[f], n, want_nodes[f]);
   }
@@ -275,10 +271,8 @@ START_TEST(common_subexpressions) {
   floe_binary(g, "Sub", "rdiff", r1, r2);
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
   FloeTensor *xv = vec_f32(32, 0.5f);
-  FloeTensor *plain = run(g, false, xv, "diff", NULL), *opt = run(g, true, xv, "diff", NULL);
-  assert_bitwise(plain, opt, "diff");
+  FloeTensor *opt = same_on_and_off(g, xv, "diff");
   for (int i = 0; i < 32; i++) ck_assert(((float *)floe_tensor_data(opt))[i] == 0.0f);
-  floe_tensor_release(plain);
   floe_tensor_release(opt);
   FloeOptPassStats ps = {0};
   /* x, Exp, constant, Mul, Sub: e2, c2 and b merged */
