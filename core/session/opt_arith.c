@@ -304,7 +304,7 @@ floe_code floe__opt_arithmetic(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st)
       ps->removed++;
     }
   }
-  if (floe__opt_apply_forward(o, fwd, st) != FLOE_OK) goto fail;
+  if (floe__opt_apply_forward(o, fwd, n0, st) != FLOE_OK) goto fail;
   floe__free(uses);
   if (!(uses = floe__opt_readers(o))) goto oom;
   /* Chains of constant adds and muls, from their last node (the highest id first). */

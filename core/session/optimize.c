@@ -172,18 +172,18 @@ bool floe__opt_add_control(FloeNode *x, FloeNode *dep) {
   return true;
 }
 
-floe_code floe__opt_apply_forward(FloeOpt *o, const FloeOutput *fwd, FloeStatus *st) {
+floe_code floe__opt_apply_forward(FloeOpt *o, const FloeOutput *fwd, int n_fwd, FloeStatus *st) {
   for (int id = 0; id < o->cap; id++) {
     if (!o->need[id]) continue;
     FloeNode *x = o->g->nodes[id];
     for (int k = 0; k < x->num_inputs; k++)
-      for (int guard = 0; guard < o->cap && x->inputs[k].node->id < o->cap &&
+      for (int guard = 0; guard < n_fwd && x->inputs[k].node->id < n_fwd &&
                           fwd[x->inputs[k].node->id].node && x->inputs[k].index == 0;
            guard++)
         x->inputs[k] = fwd[x->inputs[k].node->id];
     for (int c = 0; c < x->num_control; c++) {
       FloeNode *d = x->control[c];
-      for (int guard = 0; guard < o->cap && d->id < o->cap && fwd[d->id].node; guard++)
+      for (int guard = 0; guard < n_fwd && d->id < n_fwd && fwd[d->id].node; guard++)
         d = fwd[d->id].node;
       if (d == x->control[c]) continue;
       drop_control(x, c--);

@@ -183,8 +183,8 @@ int *floe__opt_readers(const FloeOpt *o);
 bool floe__opt_add_control(FloeNode *x, FloeNode *dep);
 /* Rewires every input of the run's nodes that reads (n, 0) for n with fwd[n->id].node to
  * read fwd[n->id] instead (following chains), and every control edge on such an n to
- * fwd[n->id].node. */
-floe_code floe__opt_apply_forward(FloeOpt *o, const FloeOutput *fwd, FloeStatus *st);
+ * fwd[n->id].node. fwd has n_fwd entries (nodes added since have none). */
+floe_code floe__opt_apply_forward(FloeOpt *o, const FloeOutput *fwd, int n_fwd, FloeStatus *st);
 /* Takes out of the run the pure nodes nothing reads (repeatedly); -1 when out of memory,
  * else how many. */
 int floe__opt_prune_unused(FloeOpt *o);
