@@ -555,6 +555,7 @@ static void *updater_main(void *arg) {
     u->updates++;
   }
   floe_status_free(st);
+  atomic_store(&u->exited, 1);
   return NULL;
 }
 
@@ -564,6 +565,7 @@ int train_updater_start(TrainUpdater *u, FloeSession *s, const char *target, con
   u->rc = FLOE_OK;
   u->updates = 0;
   atomic_init(&u->stop, 0);
+  atomic_init(&u->exited, 0);
   atomic_init(&u->save_state, 0);
   if (pthread_create(&u->thread, NULL, updater_main, u) != 0)
     return cli_error(tool, "cannot start the chief's update thread");
@@ -574,7 +576,13 @@ int train_updater_start(TrainUpdater *u, FloeSession *s, const char *target, con
 int train_updater_stop(TrainUpdater *u, const char *tool) {
   if (!u->started) return 0;
   atomic_store(&u->stop, 1);
-  floe_session_cancel(u->s); /* the update waits for gradients that will not come */
+  /* The update waits for gradients that will not come: cancel it, and again until the
+   * thread is out (one that had just looked at stop starts one more step after a cancel). */
+  while (!atomic_load(&u->exited)) {
+    floe_session_cancel(u->s);
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+  }
   pthread_join(u->thread, NULL);
   u->started = 0;
   return u->rc == FLOE_OK ? 0 : cli_error(tool, "the chief's update step: %s", u->msg);

@@ -142,6 +142,7 @@ typedef struct TrainUpdater {
   pthread_t thread;
   int started;
   atomic_int stop;
+  atomic_int exited;  /* the thread is past its last step */
   floe_code rc;       /* the first failure (after stop: ignored) */
   char msg[1024];
   int64_t updates;
