@@ -687,6 +687,8 @@ _Static_assert(sizeof(FloeCollectiveFns) == 104, "FloeCollectiveFns layout chang
 _Static_assert(offsetof(FloeCollectiveGroup, flags) == 56,
                "FloeCollectiveGroup fields of 1.5 changed (1.6 appends flags)");
 _Static_assert(sizeof(FloeCollectiveGroup) == 64, "FloeCollectiveGroup layout changed");
+_Static_assert(offsetof(FloeCollectiveStore, erase) == 32,
+               "FloeCollectiveStore fields of 1.5 changed (1.6 appends erase)");
 _Static_assert(sizeof(FloeCollectiveStore) == 40, "FloeCollectiveStore layout changed");
 #endif
 
