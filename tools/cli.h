@@ -43,6 +43,8 @@ int cli_usage(const char *cmd, const char *usage);
 /* Serves s until floe_server_stop, SIGTERM or SIGINT (which stop it), or timeout_ms (< 0:
  * none): 0, or the exit status after printing why (cmd_server.c). s stays the caller's. */
 int cli_server_serve(const char *cmd, FloeServer *s, int64_t timeout_ms);
+/* 1 when the last cli_server_serve ended by SIGTERM or SIGINT (not by the chief leaving). */
+int cli_server_signalled(void);
 /* A numeric option's value: the whole of s, in range, into *out; 0, or prints the one usage
  * line that names the option, its range and what was given ("--threads takes an integer from
  * 1 to 4096, got '100000'") and returns 2. cli_number_option: a finite number, lo excluded

@@ -4,10 +4,15 @@
  * cluster in FLOE_CONFIG and a fresh job secret in FLOE_JOB_SECRET_FILE; when COMMAND ends
  * the servers get SIGTERM, and floe launch exits with COMMAND's status.
  *
- * --max-restarts N (torchrun's): when a task fails (ends with a signal or a non-zero status
- * before the chief succeeded), the other tasks are stopped and every task starts again on
- * the same ports, with FLOE_RESTART=<k> in its environment; `floe train --checkpoint-dir`
- * then resumes from the last committed checkpoint. Up to N times. */
+ * --max-restarts N: when a task fails (ends with a signal or a non-zero status before the
+ * chief succeeded), it starts again, with FLOE_RESTART=<k> in its environment, up to N times
+ * in all. Under --every-task only that task starts again (--restart task, the default there):
+ * the others stay up and re-form the cluster with it (they have FLOE_RECOVER=N: `floe train
+ * --cluster` then frees its session and server, starts them again and resumes from the last
+ * committed checkpoint, in the same process), and a chief that exits with status 75 (the
+ * cluster did not re-form: a task hangs) starts the whole job again. With --restart job (and
+ * always without --every-task, torchrun's way) the other tasks are stopped and every task
+ * starts again on the same ports. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,6 +37,7 @@
 static const char launch_help[] =
     "Usage: floe launch --workers N [--ps M] [--transport NAME] [--provider P]\n"
     "                   [--host H] [--timeout S] [--every-task] [--max-restarts N]\n"
+    "                   [--restart task|job]\n"
     "                   -- COMMAND [ARG]...\n"
     "Start a cluster on this machine: one `floe server` per worker and ps task (each on a\n"
     "free port of H), then COMMAND as the chief, with FLOE_CONFIG holding the cluster\n"
@@ -53,10 +59,16 @@ static const char launch_help[] =
     "                       naming its own task; the others' output goes to standard\n"
     "                       error; exits with the chief's status, else the first failure\n"
     "  --max-restarts N     when a task fails (a signal, or a non-zero status before the\n"
-    "                       chief succeeded), stop the others and start every task again\n"
-    "                       (same ports; FLOE_RESTART=1, 2, ... in their environment), up to\n"
-    "                       N times (default 0): floe train --checkpoint-dir D then resumes\n"
-    "                       from the last checkpoint committed in D\n"
+    "                       chief succeeded), start it again (same port; FLOE_RESTART=1, 2,\n"
+    "                       ... in its environment), up to N times in all (default 0): floe\n"
+    "                       train --checkpoint-dir D then resumes from the last checkpoint\n"
+    "                       committed in D\n"
+    "  --restart task|job   what starts again: the failed task alone (task: the default with\n"
+    "                       --every-task; the others get FLOE_RECOVER=N and floe train\n"
+    "                       --cluster re-forms the cluster with it in the same processes; a\n"
+    "                       chief exiting with status 75, the cluster not re-formed, restarts\n"
+    "                       the job) or every task after stopping the others (job: the only\n"
+    "                       way without --every-task, and for programs that cannot re-form)\n"
     "Under mpirun or srun, run COMMAND itself instead: the cluster then comes from PMIx\n"
     "(which ends the whole job when one rank dies: run it again, with floe train's\n"
     "--checkpoint-dir and --resume, to go on from the last checkpoint).\n";
@@ -181,44 +193,61 @@ static void task_failed(Outcome *o, const Task *x, pid_t pid, int status) {
           o->what);
 }
 
+/* A chief's status that says the cluster did not re-form (a task hangs, or cannot come back):
+ * under --restart task, the whole job starts again. */
+#define RESTART_JOB_STATUS 75
+
+/* Starts COMMAND as task i (FLOE_CONFIG naming it; FLOE_RESTART=restart_k when > 0, else
+ * what this process has). 0, or -1 after an error. */
+static int start_task(Task *t, int n, int i, const char *host, char **cmd, int restart_k) {
+  char *cfg = cluster_json(t, n, host, t[i].job, t[i].index);
+  if (!cfg) {
+    cli_error("launch", "out of memory");
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    setenv("FLOE_CONFIG", cfg, 1);
+    if (restart_k > 0) {
+      char k[16];
+      snprintf(k, sizeof k, "%d", restart_k);
+      setenv("FLOE_RESTART", k, 1);
+    }
+    if (i > 0) dup2(STDERR_FILENO, STDOUT_FILENO);
+    execvp(cmd[0], cmd);
+    fprintf(stderr, "floe launch: cannot run %s: %s\n", cmd[0], strerror(errno));
+    _exit(127);
+  }
+  free(cfg);
+  if (pid < 0) {
+    cli_error("launch", "cannot start /job:%s/task:%d: %s", t[i].job, t[i].index,
+              strerror(errno));
+    return -1;
+  }
+  t[i].pid = pid;
+  return 0;
+}
+
 /* --every-task: COMMAND in every task, each with FLOE_CONFIG naming its own task (as mpirun
  * starts every rank); the other tasks' standard output goes to standard error, so what the
  * chief prints stays apart. Once the chief ends, the others get SIGTERM (a task that only
  * serves exits 0 on it; one that did not notice the chief leave would wait out a heartbeat
  * timeout). The chief's status, or when it succeeded the first other task's failure before
- * that. With restart (restarts left), the first task to fail ends the attempt at once. */
+ * that. With task_scope, a task that fails starts again alone while *used < max (the others
+ * re-form the cluster with it); else, with restart (restarts left), the first task to fail
+ * ends the attempt at once (out->failed: the job starts again). */
 static void run_every_task(Task *t, int n, const char *host, char **cmd, int restart,
-                           Outcome *out) {
+                           int task_scope, int *used, long long max, Outcome *out) {
   memset(out, 0, sizeof *out);
-  for (int i = 0; i < n; i++) {
-    char *cfg = cluster_json(t, n, host, t[i].job, t[i].index);
-    if (!cfg) {
-      cli_error("launch", "out of memory");
+  for (int i = 0; i < n; i++)
+    if (start_task(t, n, i, host, cmd, 0)) {
       stop_tasks(t, n, 0, 10);
       out->rc = 1;
       return;
     }
-    pid_t pid = fork();
-    if (pid == 0) {
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGPIPE, SIG_DFL);
-      setenv("FLOE_CONFIG", cfg, 1);
-      if (i > 0) dup2(STDERR_FILENO, STDOUT_FILENO);
-      execvp(cmd[0], cmd);
-      fprintf(stderr, "floe launch: cannot run %s: %s\n", cmd[0], strerror(errno));
-      _exit(127);
-    }
-    free(cfg);
-    if (pid < 0) {
-      cli_error("launch", "cannot start /job:%s/task:%d: %s", t[i].job, t[i].index,
-                strerror(errno));
-      stop_tasks(t, n, 0, 10);
-      out->rc = 1;
-      return;
-    }
-    t[i].pid = pid;
-  }
   int rc = -1, other_rc = 0;
   while (rc < 0 && !out->failed) {
     int status;
@@ -236,9 +265,28 @@ static void run_every_task(Task *t, int n, const char *host, char **cmd, int res
       int code;
       const char *how = ended_how(status, &code);
       int task_rc = WIFEXITED(status) ? code : 128 + code;
-      if (restart && task_rc != 0 && !g_signal) {
+      int rejoin = !(i == 0 && WIFEXITED(status) && code == RESTART_JOB_STATUS);
+      if (task_scope && task_rc != 0 && !g_signal && rejoin && *used < max) {
+        ++*used;
+        fprintf(stderr, "floe launch: [%.3f s] /job:%s/task:%d (pid %d) ended with %s %d: it "
+                "starts again alone (restart %d of %lld); the other tasks re-form the cluster "
+                "with it\n", now_s() - g_t0, t[i].job, t[i].index, (int)r, how, code, *used, max);
+        if (start_task(t, n, i, host, cmd, *used)) {
+          stop_tasks(t, n, 0, 10);
+          out->rc = 1;
+          return;
+        }
+      } else if (restart && task_rc != 0 && !g_signal && (!task_scope || !rejoin)) {
         task_failed(out, &t[i], r, status);
         out->rc = task_rc;
+      } else if (task_scope && task_rc != 0 && !g_signal && rejoin) {
+        /* the restarts are used up: the others would wait for it to come back */
+        fprintf(stderr, "floe launch: [%.3f s] /job:%s/task:%d (pid %d) ended with %s %d and "
+                "the %lld restart%s are used up: stopping the other tasks\n", now_s() - g_t0,
+                t[i].job, t[i].index, (int)r, how, code, max, max == 1 ? "" : "s");
+        stop_tasks(t, n, 0, 10);
+        out->rc = task_rc;
+        return;
       } else if (i == 0) {
         rc = task_rc;
       } else if (task_rc != 0) {
@@ -390,7 +438,7 @@ stop:
 
 int cmd_launch(int argc, char **argv) {
   enum { OPT_PS = 256, OPT_TRANSPORT, OPT_PROVIDER, OPT_HOST, OPT_TIMEOUT, OPT_EVERY,
-         OPT_RESTARTS };
+         OPT_RESTARTS, OPT_RESTART };
   static const struct option opts[] = {
       {"workers", required_argument, NULL, 'w'}, {"ps", required_argument, NULL, OPT_PS},
       {"transport", required_argument, NULL, OPT_TRANSPORT},
@@ -399,8 +447,9 @@ int cmd_launch(int argc, char **argv) {
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"every-task", no_argument, NULL, OPT_EVERY},
       {"max-restarts", required_argument, NULL, OPT_RESTARTS},
+      {"restart", required_argument, NULL, OPT_RESTART},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-  int every = 0;
+  int every = 0, restart_scope = 0; /* 0: the default, 1: task, 2: job */
   long long workers = -1, ps = 0, max_restarts = 0;
   double timeout = 60;
   const char *transport = NULL, *provider = NULL, *host = "127.0.0.1";
@@ -428,6 +477,11 @@ int cmd_launch(int argc, char **argv) {
         if ((rc = cli_int_option("launch", "--max-restarts", optarg, 0, 1000, &max_restarts)))
           return rc;
         break;
+      case OPT_RESTART:
+        if (strcmp(optarg, "task") && strcmp(optarg, "job"))
+          return cli_usage("launch", "--restart takes task or job");
+        restart_scope = strcmp(optarg, "task") ? 2 : 1;
+        break;
       case 'h': printf("%s", launch_help); return 0;
       default: return cli_bad_option("launch", c, argv, opts);
     }
@@ -437,6 +491,9 @@ int cmd_launch(int argc, char **argv) {
   if (workers == 0 && ps == 0)
     return cli_usage("launch", "--workers 0 leaves the chief alone: give --ps M too");
   if (optind >= argc) return cli_usage("launch", "give the COMMAND to run as the chief after --");
+  if (restart_scope == 1 && !every)
+    return cli_usage("launch", "--restart task goes with --every-task (without it the servers "
+                     "and the chief's COMMAND start again together: --restart job)");
   struct in_addr probe;
   if (inet_pton(AF_INET, host, &probe) != 1)
     return cli_usage("launch", "--host takes an IPv4 address such as 127.0.0.1");
@@ -512,24 +569,33 @@ int cmd_launch(int argc, char **argv) {
     goto cleanup;
   }
   exe[el] = 0;
-  for (int attempt = 0;; attempt++) {
-    if (attempt) {
+  int task_scope = every && restart_scope != 2 && max_restarts > 0;
+  if (task_scope) { /* the tasks may re-form the cluster that many times */
+    char k[24];
+    snprintf(k, sizeof k, "%lld", max_restarts);
+    setenv("FLOE_RECOVER", k, 1);
+  } else {
+    unsetenv("FLOE_RECOVER");
+  }
+  for (int used = 0;;) { /* restarts used, of a task or of the job */
+    if (used) {
       char k[16];
-      snprintf(k, sizeof k, "%d", attempt);
+      snprintf(k, sizeof k, "%d", used);
       setenv("FLOE_RESTART", k, 1);
     } else {
       unsetenv("FLOE_RESTART");
     }
     Outcome o;
-    int restart = attempt < max_restarts;
+    int restart = used < max_restarts;
     if (every)
-      run_every_task(t, n, host, cmd, restart, &o);
+      run_every_task(t, n, host, cmd, restart, task_scope, &used, max_restarts, &o);
     else
       run_servers(t, n, exe, config_path, chief_spec, cmd, timeout, restart, &o);
     rc = o.rc;
     if (!o.failed || g_signal) break;
+    used++;
     fprintf(stderr, "floe launch: [%.3f s] every task starts again (restart %d of %lld)\n",
-            now_s() - g_t0, attempt + 1, max_restarts);
+            now_s() - g_t0, used, max_restarts);
   }
 cleanup:
   unlink(secret_path);

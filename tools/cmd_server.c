@@ -29,9 +29,11 @@ static const char server_help[] =
     "The job's secret: FLOE_JOB_SECRET_FILE (a file of mode 0600) or FLOE_JOB_SECRET.\n";
 
 static FloeServer *volatile g_server;
+static volatile sig_atomic_t g_signalled; /* the last serve ended by SIGTERM or SIGINT */
 
 static void on_signal(int sig) {
   (void)sig;
+  g_signalled = 1;
   FloeServer *s = g_server;
   if (s) floe_server_stop(s);
 }
@@ -40,6 +42,7 @@ static void on_signal(int sig) {
 int cli_server_serve(const char *tool, FloeServer *s, int64_t timeout_ms) {
   FloeStatus *st = floe_status_new();
   if (!st) return cli_error(tool, "out of memory");
+  g_signalled = 0;
   g_server = s;
   struct sigaction sa, old_term, old_int;
   memset(&sa, 0, sizeof sa);
@@ -55,6 +58,8 @@ int cli_server_serve(const char *tool, FloeServer *s, int64_t timeout_ms) {
   floe_status_free(st);
   return rc;
 }
+
+int cli_server_signalled(void) { return g_signalled != 0; }
 
 static void log_line(void *arg, const char *msg) {
   (void)arg;

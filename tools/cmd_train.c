@@ -462,6 +462,7 @@ typedef struct Trainer {
   FloeOpProfile *prof; /* --profile: the training steps' counts over all epochs (malloc'd) */
   FloeStepBreakdown bd; /* --profile: the training steps' breakdown over all epochs */
   int num_prof;
+  int fatal;               /* a failure re-forming the cluster would not cure (divergence) */
   int64_t n_train, per_epoch;
   char *images, *labels;   /* the training files (malloc'd; --input queue reads them) */
   char *test_images, *test_labels; /* the test files (malloc'd) */
@@ -630,6 +631,7 @@ static const char *not_saved(const TrainOptions *o) {
  * variable the step left non-finite. Nothing is saved, so no checkpoint holds NaNs. 1. */
 static int report_diverged(Trainer *t, int64_t step, double loss) {
   char desc[512];
+  t->fatal = 1;
   int r = train_vars_nonfinite(t->s, &t->vars, desc, sizeof desc, t->st);
   if (r < 0)
     snprintf(desc, sizeof desc, "(reading the variables failed: %s)", floe_status_message(t->st));
@@ -650,6 +652,7 @@ static int check_finite(Trainer *t, const char *when) {
   if (r < 0)
     return cli_error("train", "%s: reading the variables: %s", when, floe_status_message(t->st));
   if (r == 0) return 0;
+  t->fatal = 1;
   return cli_error("train", "%s: training diverged: %s;%s try a smaller --lr (this run's: %g)",
                    when, desc, not_saved(&t->o), peak_lr(&t->o));
 }
@@ -808,12 +811,11 @@ static int add_breakdown(Trainer *t) {
   return 0;
 }
 
-int cmd_train(int argc, char **argv) {
-  for (int i = 1; i < argc; i++) /* the language model has its own options (train_lstm.c) */
-    if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], "lstm")) ||
-        !strcmp(argv[i], "--model=lstm"))
-      return cmd_train_lstm(argc, argv);
+/* One training run; *reform is set when it failed because the cluster lost a task and this
+ * process may re-form it and go on (train_recover_budget: floe launch --restart task). */
+static int train_run(int argc, char **argv, int *reform) {
   double t_start = now_seconds();
+  int cluster_up = 0; /* this task's server is up: a failure may be the cluster's */
   Trainer t;
   memset(&t, 0, sizeof t);
   t.bd.struct_size = sizeof t.bd;
@@ -866,6 +868,7 @@ int cmd_train(int argc, char **argv) {
   if (!rt || cli_check_plugins("train", rt) != 0) goto out;
   if (o->cl.spec) {
     if ((rc = train_cluster_start(&t.o.cl, rt, "train")) != 0) goto out;
+    cluster_up = 1;
     rc = 1;
     if (o->cl.is_ps) { /* the variables live here: serve them until the chief is done */
       printf("floe train: %s serves the variables until the chief leaves\n",
@@ -890,9 +893,9 @@ int cmd_train(int argc, char **argv) {
   floe_session_options_init(&so);
   so.devices = o->devices;
   so.compress_transfers = o->compress;
-  so.cluster = o->cl.spec;
+  train_cluster_session_options(&o->cl, &so);
   if (!(t.s = floe_session_new(t.g, &so, t.st))) {
-    rc = cli_error("train", "%s", floe_status_message(t.st));
+    rc = train_cluster_session_failed(&o->cl, &so, t.st, "train");
     goto out;
   }
   /* A worker of a cluster starts where the shared global step is once the chief has
@@ -1106,7 +1109,11 @@ int cmd_train(int argc, char **argv) {
       if (o->cl.spec) { /* recovery: its time, and the test hook that kills a task */
         int64_t gs = o->cl.sync ? global_step
                                 : ((int64_t)e * per_epoch + j + 1) / (o->cl.allreduce ? replicas : 1);
-        if (o->cl.is_chief && total_steps + steps == 1 && train_restart_count() > 0)
+        if (o->cl.is_chief && total_steps + steps == 1 && train_recoveries() > 0)
+          fprintf(stderr, "floe train: recovery %d in this process: the first step after "
+                  "recovery ended at global step %lld, %.3f s after the failure\n",
+                  train_recoveries(), (long long)gs, train_recovery_seconds());
+        else if (o->cl.is_chief && total_steps + steps == 1 && train_restart_count() > 0)
           fprintf(stderr, "floe train: restart %d: the first step after recovery ended at global "
                   "step %lld, %.3f s after this process started\n", train_restart_count(),
                   (long long)gs, now_seconds() - t_start);
@@ -1311,7 +1318,16 @@ int cmd_train(int argc, char **argv) {
   rc = 0;
 out:
   if (updater.started && train_updater_stop(&updater, "train") && rc == 0) rc = 1;
+  *reform = train_recoverable(rc, cluster_up, t.fatal);
   free(times.v);
   train_free(&t);
   return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) /* the language model has its own options (train_lstm.c) */
+    if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], "lstm")) ||
+        !strcmp(argv[i], "--model=lstm"))
+      return cmd_train_lstm(argc, argv);
+  return train_recovering(train_run, argc, argv);
 }

@@ -264,23 +264,88 @@ int train_cluster_start(TrainCluster *c, FloeRuntime *rt, const char *tool) {
 
 /* ---- the test hook that kills a task at a chosen global step ---- */
 
+static int g_recoveries;         /* in-process recoveries begun */
+static double g_recovery_t0;     /* when the last one's failure was seen */
+
+int train_recover_budget(void) {
+  const char *r = getenv("FLOE_RECOVER");
+  int k = r && *r ? atoi(r) : 0;
+  return k > 0 ? k : 0;
+}
+
+void train_recovery_begin(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  g_recovery_t0 = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+  g_recoveries++;
+}
+
+int train_recoveries(void) { return g_recoveries; }
+
+double train_recovery_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9 - g_recovery_t0;
+}
+
+void train_cluster_session_options(const TrainCluster *c, FloeSessionOptions *so) {
+  so->cluster = c->spec;
+  if (c->spec && c->is_chief && g_recoveries > 0)
+    so->cluster_timeout_ms = c->heartbeat_timeout > 0 && c->heartbeat_timeout < 6
+                                 ? 10000 : (int)(c->heartbeat_timeout * 1000) + 60000;
+}
+
+int train_cluster_session_failed(const TrainCluster *c, const FloeSessionOptions *so,
+                                 FloeStatus *st, const char *tool) {
+  int rc = cli_error(tool, "%s", floe_status_message(st));
+  if (!c->spec || !c->is_chief || g_recoveries == 0) return rc;
+  /* a task that does not come back (one that hangs holds its address): floe launch starts
+   * the whole job again */
+  fprintf(stderr, "floe %s: the cluster did not re-form within %.0f s: the whole job must "
+          "start again (exit %d)\n", tool, so->cluster_timeout_ms / 1000.0,
+          TRAIN_EXIT_REFORM_FAILED);
+  return TRAIN_EXIT_REFORM_FAILED;
+}
+
+int train_recoverable(int rc, int cluster_up, int fatal) {
+  return rc != 0 && rc != 2 && rc != 130 && rc != TRAIN_EXIT_REFORM_FAILED && cluster_up &&
+         !fatal && !train_sigint_pending() && train_recover_budget() > 0;
+}
+
+int train_recovering(int (*run)(int argc, char **argv, int *reform), int argc, char **argv) {
+  for (;;) {
+    int reform = 0, rc = run(argc, argv, &reform);
+    if (!reform) return rc;
+    if (g_recoveries >= train_recover_budget()) {
+      fprintf(stderr, "floe train: the %d recoveries in this process are used up\n",
+              train_recover_budget());
+      return rc;
+    }
+    train_recovery_begin();
+    fprintf(stderr, "floe train: [recovery %d of %d] the cluster lost a task: this task's "
+            "session and server are freed; it joins the cluster again and resumes from the "
+            "last checkpoint\n", g_recoveries, train_recover_budget());
+  }
+}
+
 int train_restart_count(void) {
   const char *r = getenv("FLOE_RESTART");
   int k = r && *r ? atoi(r) : 0;
-  return k > 0 ? k : 0;
+  return (k > 0 ? k : 0) + g_recoveries;
 }
 
 int train_restart_resumes(const char *checkpoint_dir, int *resume) {
   int k = train_restart_count();
   if (!k) return 0;
+  const char *what = g_recoveries ? "recovery in this process" : "restart of the job";
   if (checkpoint_dir) {
     if (!*resume)
-      fprintf(stderr, "floe train: restart %d of the job: resuming from the last checkpoint in "
-              "%s\n", k, checkpoint_dir);
+      fprintf(stderr, "floe train: %s: resuming from the last checkpoint in %s\n", what,
+              checkpoint_dir);
     *resume = 1;
   } else {
-    fprintf(stderr, "floe train: restart %d of the job without --checkpoint-dir: training "
-            "starts again from scratch\n", k);
+    fprintf(stderr, "floe train: %s without --checkpoint-dir: training starts again from "
+            "scratch\n", what);
   }
   return k;
 }
@@ -520,7 +585,13 @@ int train_cluster_start_step(const TrainCluster *c, int64_t timeout_ms, int64_t 
 }
 
 int train_cluster_serve(TrainCluster *c, const char *tool) {
-  return cli_server_serve(tool, c->server, -1);
+  int rc = cli_server_serve(tool, c->server, -1);
+  if (rc == 0 && train_recover_budget() > 0 && !cli_server_signalled()) {
+    fprintf(stderr, "floe train: %s: the chief left before the job ended (SIGTERM ends it): "
+            "waiting for it to re-form the cluster\n", floe_server_task(c->server));
+    return TRAIN_REFORM;
+  }
+  return rc;
 }
 
 void train_cluster_free(TrainCluster *c) {

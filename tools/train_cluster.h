@@ -129,7 +129,11 @@ int train_cluster_publish_start(const TrainCluster *c, int64_t step, const char 
 int train_cluster_start_step(const TrainCluster *c, int64_t timeout_ms, int64_t *step,
                              const char *tool);
 /* Serves until the chief leaves, or SIGTERM or SIGINT (ps tasks, and workers done training,
- * whose servers the others' steps may still use). 0, or 1 after printing why. */
+ * whose servers the others' steps may still use). 0, or 1 after printing why; under
+ * in-process recovery (train_recover_budget > 0) a chief that left without a signal here is
+ * TRAIN_REFORM: the chief may come back (a new one, or the same re-forming the cluster) and
+ * need this task again. */
+#define TRAIN_REFORM 3
 int train_cluster_serve(TrainCluster *c, const char *tool);
 /* Synchronous replication's chief: a thread running the aggregation step (target) again and
  * again until train_updater_stop. */
@@ -216,6 +220,37 @@ void train_cluster_straggle(const TrainCluster *c);
  * checkpoint dir, and says so on stderr; returns k). */
 int train_restart_count(void);
 int train_restart_resumes(const char *checkpoint_dir, int *resume);
+/* In-process recovery (floe launch --restart task sets FLOE_RECOVER=N in every task): a
+ * task of a cluster whose training fails because the cluster lost a task (its steps, waits
+ * or saves fail, or, serving, its chief leaves) frees its session and server and trains
+ * again in the same process: a new server registers with the chief (the same one re-forming
+ * the cluster, or a restarted one), and training resumes from the last committed checkpoint
+ * as in a restarted job. train_recover_budget is N (0: off); train_recovery_begin counts one
+ * recovery (train_restart_count includes them, so the run resumes and the test hook stays
+ * off) and remembers when the failure was seen; train_recoveries is how many began, and
+ * train_recovery_seconds the time since the last began. */
+int train_recover_budget(void);
+void train_recovery_begin(void);
+int train_recoveries(void);
+double train_recovery_seconds(void);
+/* The chief's exit status when the cluster did not re-form within the recovery timeout (a
+ * task hangs): floe launch then starts the whole job again. */
+#define TRAIN_EXIT_REFORM_FAILED 75
+/* Sets so->cluster, and while the chief re-forms the cluster the time its session waits for
+ * the tasks (10 s with a heartbeat timeout under 6 s, else that timeout plus 60 s). */
+void train_cluster_session_options(const TrainCluster *c, FloeSessionOptions *so);
+/* After floe_session_new failed with st (the error printed here): 1, or
+ * TRAIN_EXIT_REFORM_FAILED when the chief was re-forming the cluster (said so). */
+int train_cluster_session_failed(const TrainCluster *c, const FloeSessionOptions *so,
+                                 FloeStatus *st, const char *tool);
+/* run(argc, argv, &reform) again and again while it sets reform (a failure the cluster
+ * caused, under FLOE_RECOVER) and recoveries are left: what it returned last. A run decides
+ * reform with train_recoverable. */
+int train_recovering(int (*run)(int argc, char **argv, int *reform), int argc, char **argv);
+/* Whether a run that ended with rc may re-form the cluster: a failure (not a usage error,
+ * Ctrl-C or a chief that gave up re-forming) after this task's server was up (cluster_up),
+ * not fatal (a diverged run), with FLOE_RECOVER set. */
+int train_recoverable(int rc, int cluster_up, int fatal);
 /* Tests of recovery (floe launch --max-restarts): with FLOE_TEST_KILL_AT_STEP=S in the
  * environment of a job's first start (FLOE_RESTART unset or 0), every task publishes its pid
  * in the cluster's key-value store (train_cluster_start does it), and the chief, once the

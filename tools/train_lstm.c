@@ -515,12 +515,12 @@ static int build(Lm *m, LstmOptions *o, FloeRuntime *rt) {
   floe_session_options_init(&so);
   so.runtime = rt;
   so.devices = o->devices;
-  so.cluster = o->cl.spec;
+  train_cluster_session_options(&o->cl, &so);
   FloeStatus *st = floe_status_new();
   m->s = floe_session_new(g, &so, st);
   int rc = 0;
   if (!m->s)
-    rc = cli_error("train", "session: %s", floe_status_message(st));
+    rc = train_cluster_session_failed(&o->cl, &so, st, "train");
   else if (o->cl.spec && !o->cl.is_chief && !o->cl.allreduce) /* the chief initialises them */
     rc = train_cluster_wait_ready(&o->cl, g, m->s, &m->vars, 120000, "train");
   else if (floe_session_run_opts(m->s, &m->ro, NULL, 0, NULL, 0, (const char *const[]){"init"}, 1,
@@ -592,9 +592,12 @@ static const char *nonfinite_name(double x) { return isnan(x) ? "nan" : x > 0 ? 
 
 /* After the training step whose loss was not finite: the error naming the step, the loss and
  * the first variable the step left non-finite. Returns 1. */
+static int g_fatal; /* a failure re-forming the cluster would not cure (divergence) */
+
 static int report_diverged(Lm *m, const LstmOptions *o, int64_t step, double loss,
                            FloeStatus *st) {
   char desc[512];
+  g_fatal = 1;
   int r = train_vars_nonfinite(m->s, &m->vars, desc, sizeof desc, st);
   if (r < 0)
     snprintf(desc, sizeof desc, "(reading the variables failed: %s)", floe_status_message(st));
@@ -613,6 +616,7 @@ static int check_finite(Lm *m, const LstmOptions *o, const char *when, FloeStatu
   if (r < 0)
     return cli_error("train", "%s: reading the variables: %s", when, floe_status_message(st));
   if (r == 0) return 0;
+  g_fatal = 1;
   return cli_error("train", "%s: training diverged: %s; try a smaller --lr or --softmax-lr "
                    "(this run's: %g and %g) or --clip N", when, desc, o->lr, o->softmax_lr);
 }
@@ -714,10 +718,13 @@ static int add_breakdown(FloeSession *s, FloeStepBreakdown *bd, FloeStatus *st) 
  * seconds S" (loss: the epoch's mean training loss; perplexity: held-out, evaluated then),
  * and a summary line; --json ends with one JSON line with the same keys for the same things
  * (final_loss, train_seconds, steps, wall_seconds, peak_rss_mb, ...). */
-int cmd_train_lstm(int argc, char **argv) {
+/* One training run; *reform: it failed because the cluster lost a task, and this process
+ * may re-form it (train_recovering). */
+static int lstm_run(int argc, char **argv, int *reform) {
   LstmOptions o;
   int done, rc = parse(argc, argv, &o, &done);
   if (rc || done) return rc;
+  g_fatal = 0;
   double t_start = now_s();
   char msg[1024];
   if (o.checkpoint_dir && train_check_checkpoint_dir(o.checkpoint_dir, msg, sizeof msg))
@@ -743,6 +750,7 @@ int cmd_train_lstm(int argc, char **argv) {
       fflush(stdout);
       rc = train_cluster_serve(&o.cl, "train");
       train_cluster_free(&o.cl);
+      *reform = train_recoverable(rc, 1, 0);
       return rc;
     }
   }
@@ -754,6 +762,7 @@ int cmd_train_lstm(int argc, char **argv) {
     train_cluster_free(&o.cl);
     return rc;
   }
+  int cluster_up = o.cl.spec != NULL; /* a failure from here on may be the cluster's */
   FloeTextWindows *trw = floe_text_windows_new(corpus, FLOE_TEXT_TRAIN, o.batch, o.bptt, st);
   FloeTextWindows *tew = trw ? floe_text_windows_new(corpus, FLOE_TEXT_TEST, o.batch, o.bptt, st) : NULL;
   FloeOpProfile *prof = NULL; /* --profile: the timed windows' counts over all epochs */
@@ -966,7 +975,11 @@ int cmd_train_lstm(int argc, char **argv) {
       loss_sum += loss;
       last_loss = loss;
       if (cluster) { /* recovery: its time, and the test hook that kills a task */
-        if (o.cl.is_chief && my_steps == 1 && train_restart_count() > 0)
+        if (o.cl.is_chief && my_steps == 1 && train_recoveries() > 0)
+          fprintf(stderr, "floe train: recovery %d in this process: the first step after "
+                  "recovery ended at global step %lld, %.3f s after the failure\n",
+                  train_recoveries(), (long long)global_step, train_recovery_seconds());
+        else if (o.cl.is_chief && my_steps == 1 && train_restart_count() > 0)
           fprintf(stderr, "floe train: restart %d: the first step after recovery ended at global "
                   "step %lld, %.3f s after this process started\n", train_restart_count(),
                   (long long)global_step, now_s() - t_start);
@@ -1213,5 +1226,8 @@ out_corpus:
   floe_text_windows_free(tew);
   floe_text_corpus_free(corpus);
   floe_status_free(st);
+  *reform = train_recoverable(rc, cluster_up, g_fatal);
   return rc;
 }
+
+int cmd_train_lstm(int argc, char **argv) { return train_recovering(lstm_run, argc, argv); }

@@ -526,6 +526,10 @@ static void *agent_main(void *arg) {
         char b = 1;
         ssize_t w = write(s->stop_pipe[1], &b, 1);
         (void)w;
+        /* and it never registers again: a chief that comes back (a new one, or the same
+         * re-forming the cluster) must not count this incarnation, which is on its way out,
+         * as a member */
+        break;
       }
     }
   }

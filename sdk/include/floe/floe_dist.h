@@ -34,7 +34,8 @@ typedef struct FloeServerOptions {
   void (*log)(void *arg, const char *msg);
   void *log_arg;
   /* 1: floe_server_join returns once the chief this task registered with is gone (the
-   * tasks of a job started together, as by mpirun, end with their chief). */
+   * tasks of a job started together, as by mpirun, end with their chief), and the server
+   * never registers with a chief again (a process that goes on starts a new server). */
   int until_chief_leaves;
 } FloeServerOptions;
 
