@@ -140,6 +140,23 @@ static bool fed(const Cutter *c, int node, int index) {
   return c->fed && c->fed->is_fed(c->fed->arg, node, index);
 }
 
+bool floe__by_data_plane(FloeDType dt, const FloeShape *sh) {
+  if (sh->rank < 0) return true;
+  double bytes = (double)floe_dtype_size(dt);
+  for (int d = 0; d < sh->rank; d++) {
+    if (sh->dims[d] < 0) return true;
+    bytes *= (double)sh->dims[d];
+  }
+  return bytes >= (double)(1 << 20);
+}
+
+/* A fed value read on another task crosses like any value (the session placed its node on
+ * the caller's side); a fed value read on another device of this process is handed to that
+ * device's piece directly. */
+static bool fed_here(const Cutter *c, int node, int index, const FloeDevice *reader) {
+  return fed(c, node, index) && !(reader->remote && !c->dev[node]->remote);
+}
+
 /* Frame of every needed node's outputs: breadth first from the roots, as the frame
  * scheduler assigns them (Enter enters a child frame, Exit leaves to the parent). */
 static floe_code assign_frames(Cutter *c) {
@@ -375,7 +392,9 @@ static floe_code cut_edges(Cutter *c) {
     for (int j = 0; j < n->num_inputs; j++) {
       const FloeNode *src = n->inputs[j].node;
       int idx = n->inputs[j].index;
-      if (!c->need[src->id] || fed(c, src->id, idx) || c->dev[src->id] == c->dev[i]) continue;
+      if (!c->need[src->id] || fed_here(c, src->id, idx, c->dev[i]) ||
+          c->dev[src->id] == c->dev[i])
+        continue;
       if (src->out_dtypes[idx] == FLOE_RESOURCE)
         return floe_status_set(c->st, FLOE_INVALID_ARGUMENT,
                                "node '%s' (%s) on %s reads the handle of '%s' on %s: a "
@@ -488,8 +507,25 @@ static floe_code attach_recvs(Cutter *c) {
 
 /* ---- entry ---- */
 
+/* Where each fetch is read: a _Recv on the client for a large value made on another task. */
+static floe_code route_fetches(Cutter *c, const FloePartitionFetches *f, FloeOutput *at) {
+  for (int k = 0; k < f->num; k++) {
+    int node = f->node[k], idx = f->index[k];
+    FloeNode *src = c->g->nodes[node];
+    at[k] = (FloeOutput){src, idx};
+    if (!f->client || !c->need[node] || fed(c, node, idx) || !c->dev[node]->remote ||
+        c->frame[node] != 0 || !floe__by_data_plane(src->out_dtypes[idx], &src->out_shapes[idx]))
+      continue;
+    FloeNode *recv = recv_of(c, node, idx, f->client);
+    if (!recv) return floe_status_code(c->st);
+    at[k] = (FloeOutput){recv, 0};
+  }
+  return FLOE_OK;
+}
+
 floe_code floe__partition(const FloeGraph *g, const bool *need, FloeDevice *const *device,
-                          const FloePartitionFed *fedp, FloePartition *out, FloeStatus *st) {
+                          const FloePartitionFed *fedp, const FloePartitionFetches *fetches,
+                          FloePartition *out, FloeStatus *st) {
   memset(out, 0, sizeof *out);
   Cutter c;
   memset(&c, 0, sizeof c);
@@ -514,6 +550,10 @@ floe_code floe__partition(const FloeGraph *g, const bool *need, FloeDevice *cons
   c.num_frames = 1;
   floe_code rc = assign_frames(&c);
   if (rc == FLOE_OK) rc = cut_edges(&c);
+  if (rc == FLOE_OK && fetches && fetches->num > 0) {
+    if (!(out->fetch = floe__calloc((size_t)fetches->num, sizeof *out->fetch))) goto err_oom;
+    rc = route_fetches(&c, fetches, out->fetch);
+  }
   if (rc == FLOE_OK) rc = attach_recvs(&c);
   if (rc == FLOE_OK && floe_graph_status(c.g) != FLOE_OK)
     rc = floe_status_set(st, floe_graph_status(c.g), "partitioning: %s", c.g->error_msg ? c.g->error_msg : "a node could not be added");
@@ -537,6 +577,8 @@ floe_code floe__partition(const FloeGraph *g, const bool *need, FloeDevice *cons
 err_oom:
   rc = oom(&c);
 err_free:
+  floe__free(out->fetch);
+  out->fetch = NULL;
   floe__free(c.name);
   floe_graph_free(c.g);
   floe__free(c.dev);
@@ -554,5 +596,6 @@ void floe__partition_free(FloePartition *p) {
   floe_graph_free(p->graph);
   floe__free(p->device);
   floe__free(p->need);
+  floe__free(p->fetch);
   memset(p, 0, sizeof *p);
 }

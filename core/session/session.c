@@ -575,6 +575,59 @@ static void restore_shapes(FloeGraph *c, const bool *need, FloeShape *saved) {
   floe__free(saved);
 }
 
+/* This process's first host-memory device: where a cluster session's large feeds enter and
+ * fetches arrive. */
+static FloeDevice *client_device(const FloeSession *s) {
+  for (int i = 0; i < s->rt->num_devices; i++)
+    if (s->rt->devices[i]->host_memory) return s->rt->devices[i];
+  return NULL;
+}
+
+/* A cluster session's large feeds enter on this process's side: a fed node read on another
+ * task whose value is large or of unknown size (floe__by_data_plane) is placed (and counted
+ * as needed) on this process's first host-memory device, so the partitioner sends the value
+ * to its readers through the data plane, as any transfer between tasks, rather than inside
+ * the step's message to that task (bounded at 64 MiB: a restored variable can be larger).
+ * Its placement is free to choose: a fed node never runs. True when one moved. */
+static bool feeds_to_client(const FloeSession *s, const RunSig *sig, const FloeGraph *g,
+                            bool *need, FloePlacement *pl) {
+  if (!s->cluster.remote || sig->num_feeds == 0) return false;
+  FloeDevice *here = client_device(s);
+  bool moved = false;
+  if (!here) return false;
+  for (int j = 0; j < g->num_nodes; j++) {
+    if (!need[j] || !pl->device[j] || !pl->device[j]->remote) continue;
+    const FloeNode *n = g->nodes[j];
+    for (int k = 0; k < n->num_inputs; k++) {
+      const FloeNode *src = n->inputs[k].node;
+      if (src->id >= g->num_nodes || !fully_fed(sig, src) || (need[src->id] &&
+          !(pl->device[src->id] && pl->device[src->id]->remote)) ||
+          !floe__by_data_plane(src->out_dtypes[n->inputs[k].index],
+                               &src->out_shapes[n->inputs[k].index]))
+        continue;
+      need[src->id] = true;
+      pl->device[src->id] = here;
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+/* Whether a fetch of the run is made on another task and large or of unknown size: then the
+ * partitioner brings it here by a transfer (FloePartitionFetches). */
+static bool fetches_to_client(const FloeSession *s, const RunSig *sig, const FloeGraph *g,
+                              const FloePlacement *pl) {
+  if (!s->cluster.remote || !client_device(s)) return false;
+  for (int i = 0; i < sig->num_fetches; i++) {
+    const FloeNode *n = g->nodes[sig->fetches[i].node_id];
+    int k = sig->fetches[i].index;
+    if (pl->device[n->id] && pl->device[n->id]->remote && !is_fed(sig, n->id, k) &&
+        floe__by_data_plane(n->out_dtypes[k], &n->out_shapes[k]))
+      return true;
+  }
+  return false;
+}
+
 static floe_code plan_run(FloeSession *s, const RunSig *sig, const FloeFeed *values, bool cut,
                           FloeGraph **clone, FloePartition *part, FloePlacement *pl, bool **needp,
                           FloeOptPassStats *report, FloeStatus *st) {
@@ -606,14 +659,25 @@ static floe_code plan_run(FloeSession *s, const RunSig *sig, const FloeFeed *val
     floe__free(saved);
   if (rc != FLOE_OK) return rc;
   FloeDevice *first = NULL;
-  bool many = false;
+  /* a feed or fetch to move through the data plane is a transfer to cut */
+  bool many = feeds_to_client(s, sig, g, need, pl);
+  many = fetches_to_client(s, sig, g, pl) || many;
   for (int i = 0; i < g->num_nodes && !many; i++) {
     if (!need[i] || fully_fed(sig, g->nodes[i])) continue;
     if (!first) first = pl->device[i];
     many = pl->device[i] != first;
   }
   if (!many || !cut) return FLOE_OK;
-  rc = floe__partition(g, need, pl->device, &fed, part, st);
+  int *fetch_node = floe__malloc((size_t)(2 * sig->num_fetches + 1) * sizeof *fetch_node);
+  if (!fetch_node) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory preparing a run");
+  for (int i = 0; i < sig->num_fetches; i++) {
+    fetch_node[i] = sig->fetches[i].node_id;
+    fetch_node[sig->num_fetches + i] = sig->fetches[i].index;
+  }
+  FloePartitionFetches pf = {sig->num_fetches, fetch_node, fetch_node + sig->num_fetches,
+                             s->cluster.remote ? client_device(s) : NULL};
+  rc = floe__partition(g, need, pl->device, &fed, &pf, part, st);
+  floe__free(fetch_node);
   if (rc != FLOE_OK) return rc;
   if (*clone) floe_graph_free(*clone);
   *clone = part->graph; /* the cache entry owns it from here */
@@ -647,6 +711,8 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const Fl
   for (int i = 0; i < g->num_nodes; i++) {
     if (!run[i]) continue;
     const FloeNode *n = g->nodes[i];
+    /* a fed node feeds_to_client placed here: its readers (the _Sends) take the feed */
+    if (i < s->graph->num_nodes && fully_fed(sig, n) && !dev[i]->remote && part.need) continue;
     FloeExecNodeSpec *spec = &specs[plan.num_nodes];
     spec->node = n;
     spec->device = dev[i];
@@ -671,7 +737,9 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const Fl
   for (int i = 0; i < sig->num_feeds; i++)
     outs[i] = (FloeOutput){g->nodes[sig->feeds[i].node_id], sig->feeds[i].index};
   for (int i = 0; i < sig->num_fetches; i++)
-    plan.fetches[i] = (FloeOutput){g->nodes[sig->fetches[i].node_id], sig->fetches[i].index};
+    plan.fetches[i] = part.fetch ? part.fetch[i]
+                                 : (FloeOutput){g->nodes[sig->fetches[i].node_id],
+                                                sig->fetches[i].index};
   e = floe__multi_exec_new(&plan, st);
 out:
   if (!e && *clone) {

@@ -13,18 +13,35 @@ typedef struct FloePartitionFed {
   bool (*is_fed)(void *arg, int node, int index); /* the run feeds node:index */
   void *arg;
 } FloePartitionFed;
+/* The run's fetches, for a cluster session: a fetched value made on another task that is
+ * large or of a size unknown before the step (floe__by_data_plane) is brought to client by
+ * a transfer, through the data plane, instead of in that task's reply (bounded at 64 MiB). */
+typedef struct FloePartitionFetches {
+  int num;
+  const int *node, *index;      /* node id and output of each fetch (borrowed) */
+  struct FloeDevice *client;    /* this process's host device; NULL: none move */
+} FloePartitionFetches;
 typedef struct FloePartition {
   FloeGraph *graph;        /* owned: the input graph's nodes (same ids), then the cutter's */
   struct FloeDevice **device; /* per node of graph (owned array; devices borrowed) */
   bool *need;              /* per node of graph: runs in the step (owned) */
   int num_sends;           /* _Send and _ControlSend nodes added */
   bool has_cf;             /* the run has control flow: every piece needs the frame scheduler */
+  FloeOutput *fetch;       /* per fetch given: where the step reads it in graph (owned; NULL
+                            * without fetches) */
 } FloePartition;
 /* g borrowed; need and device are per node of g (device[i] read only where need[i]); fed
- * may be NULL. On success *out is filled (floe__partition_free releases it); on error st
- * names the edge or loop that cannot be cut. */
+ * and fetches may be NULL. A fed value read on another task crosses to it as any value does
+ * (the session places such a fed node on this process's side). On success *out is filled
+ * (floe__partition_free releases it); on error st names the edge or loop that cannot be
+ * cut. */
 floe_code floe__partition(const FloeGraph *g, const bool *need, struct FloeDevice *const *device,
-                          const FloePartitionFed *fed, FloePartition *out, FloeStatus *st);
+                          const FloePartitionFed *fed, const FloePartitionFetches *fetches,
+                          FloePartition *out, FloeStatus *st);
+/* Whether a value of dt and static shape sh between this process and another task goes
+ * through the data plane rather than inside a step's messages: 1 MiB or more, or a size
+ * not known before the step. */
+bool floe__by_data_plane(FloeDType dt, const FloeShape *sh);
 void floe__partition_free(FloePartition *p);
 
 /* placer.c: a device per node (see the file's comment). */

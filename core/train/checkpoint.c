@@ -193,10 +193,11 @@ static floe_code merge_shards(Item *items, int *n, FloeStatus *st) {
 /* ------------------------------------------------------------------------------------ */
 /* A cluster session's variables may live on other tasks: they are read and assigned by
  * running the session's graph (a ReadVariableOp of each, fetched; the AssignVariableOp of
- * each, its value input fed). The values travel inside the steps' messages to and from the
- * tasks, whose size is bounded (64 MiB): the variables go in groups of at most
- * STEP_BYTES bytes a step, and one variable alone past the bound cannot be moved this way. */
-enum { STEP_BYTES = 32 << 20, MESSAGE_BYTES = 64 << 20 };
+ * each, its value input fed). A session moves large fed and fetched values between this
+ * process and their task through the data plane, not inside the steps' messages, so a
+ * variable of any size goes; the variables go in groups of at most STEP_BYTES bytes a step,
+ * which bounds what one step holds in memory. */
+enum { STEP_BYTES = 32 << 20 };
 
 static size_t item_bytes(const Item *it) {
   size_t b = floe_dtype_size(it->dtype);
@@ -211,18 +212,6 @@ static int group_end(const Item *items, int n, int first) {
   int end = first + 1;
   while (end < n && sum + item_bytes(&items[end]) <= STEP_BYTES) sum += item_bytes(&items[end++]);
   return end;
-}
-
-/* A variable too large for one message to a task: an error saying what to do. */
-static floe_code too_large(const Item *it, const char *what, FloeStatus *st) {
-  bool save = !strcmp(what, "save");
-  return floe_status_set(st, FLOE_RESOURCE_EXHAUSTED,
-                         "checkpoint %s: variable '%s' holds %zu bytes, more than a message to "
-                         "another task carries (%d MiB): shard it (floe_sharded_variable with "
-                         "max_shard_bytes)%s",
-                         what, it->name, item_bytes(it), MESSAGE_BYTES >> 20,
-                         save ? ", or save with floe_checkpoint_save_sharded (each task writes "
-                                "its own variables)" : "");
 }
 
 /* The node of the session's graph of op `op` whose input 0 is variable `var`, preferring
@@ -262,11 +251,6 @@ static floe_code read_through_session(FloeSession *s, Item *items, int n, FloeSt
     }
     fetch[i] = r->name;
   }
-  for (int i = 0; i < n; i++)
-    if (item_bytes(&items[i]) > (size_t)MESSAGE_BYTES - (1 << 20)) {
-      rc = too_large(&items[i], "save", st);
-      goto out;
-    }
   for (int first = 0, end; first < n; first = end) {
     end = group_end(items, n, first);
     if ((rc = floe_session_run(s, NULL, 0, fetch + first, end - first, NULL, 0, got + first,
@@ -322,8 +306,6 @@ static floe_code assign_through_session(FloeSession *s, const char *path, Item *
     feeds[i] = (FloeFeed){names[i], items[i].value};
     targets[i] = a->name;
   }
-  for (int i = 0; rc == FLOE_OK && i < n; i++)
-    if (item_bytes(&items[i]) > (size_t)MESSAGE_BYTES - (1 << 20)) rc = too_large(&items[i], "restore", st);
   for (int first = 0, end; rc == FLOE_OK && first < n; first = end) {
     end = group_end(items, n, first);
     if ((rc = floe_session_run(s, feeds + first, end - first, NULL, 0, targets + first,
