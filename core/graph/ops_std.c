@@ -38,7 +38,7 @@ static const StdOp std_ops[] = {
 
 /* Longest spec list and most specs of one kind in ops_std.def, with room to spare. */
 #define SPEC_BUF 1024
-#define MAX_SPECS 16
+#define MAX_SPECS 32
 
 typedef struct SpecList {
   char buf[SPEC_BUF];

@@ -67,10 +67,13 @@ static char *fused_name(FloeGraph *g, const char *base) { return unique_name(g, 
  * (NULL-terminated; NULL for none), the union of the control inputs of chain[0..n), and their
  * device; NULL (graph error left alone: the clone is discarded by the caller on failure)
  * when the builder fails. */
+struct Acts;
+static void set_activations(FloeNodeBuilder *b, const struct Acts *a);
+
 static FloeNode *make_fused(Fuse *f, const char *op, FloeNode *const *chain, int n,
                             const FloeOutput *inputs, int num_inputs, int list_from,
                             const FloeNode *from, const char *const *attrs,
-                            const char *const *flags) {
+                            const char *const *flags, const struct Acts *acts) {
   char *name = fused_name(f->g, chain[n - 1]->name);
   if (!name) return NULL;
   FloeNodeBuilder *b = floe_node_begin(f->g, op, name);
@@ -80,6 +83,7 @@ static FloeNode *make_fused(Fuse *f, const char *op, FloeNode *const *chain, int
   if (list_from >= 0) floe_node_add_input_list(b, inputs + plain, num_inputs - plain);
   floe__node_copy_attrs(from, b, attrs);
   for (int i = 0; flags && flags[i]; i++) floe_node_set_attr_bool(b, flags[i], 1);
+  if (acts) set_activations(b, acts);
   /* What it stands for, for profiles and `floe graph --optimized`: the ops of the chain (a
    * fused node refused again, into the blocked layout, keeps its list). */
   const FloeAttrValue *prev = floe__attrs_get(&from->attrs, "fused_ops");
@@ -164,7 +168,7 @@ static int fuse_conv_bias_relu(Fuse *f, FloeNode *relu) {
   FloeNode *chain[3] = {conv, bias, relu};
   FloeOutput in[3] = {conv->inputs[0], conv->inputs[1], bias->inputs[1]};
   FloeNode *fused =
-      make_fused(f, "_FusedConv2DBiasRelu", chain, 3, in, 3, -1, conv, conv_attrs, NULL);
+      make_fused(f, "_FusedConv2DBiasRelu", chain, 3, in, 3, -1, conv, conv_attrs, NULL, NULL);
   return commit(f, chain, 3, fused, conv);
 }
 
@@ -187,11 +191,79 @@ static bool constant(const Fuse *f, FloeOutput x) {
   return strcmp(x.node->op->name, "Const") == 0 && !f->pinned[x.node->id];
 }
 
+/* ---- activations after a convolution ---- */
+
+/* Elementwise ops a _FusedConv applies to its output after the ReLU, as the unfused kernels
+ * compute them (the "activations" attribute names them in order, comma-separated, and
+ * activation_alpha holds each one's parameter). */
+#define MAX_ACTS 4
+
+typedef struct Acts {
+  char names[MAX_ACTS * 16];
+  double alpha[MAX_ACTS];
+  int n;
+} Acts;
+
+/* x is a one-element f32 Const the step neither feeds nor fetches: its value. */
+static bool const_f32(const Fuse *f, FloeOutput x, double *v) {
+  if (x.index != 0 || !constant(f, x)) return false;
+  const FloeAttrValue *a = floe__attrs_get(&x.node->attrs, "value");
+  const FloeTensor *t = a && a->kind == FLOE_ATTR_TENSOR ? a->u.tensor : NULL;
+  if (!t || t->dtype != FLOE_F32 || t->num_elements != 1 || !floe__tensor_on_host(t))
+    return false;
+  *v = *(const float *)floe_tensor_data(t);
+  return true;
+}
+
+static double attr_float(const FloeNode *n, const char *name, double dflt) {
+  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
+  return v && v->kind == FLOE_ATTR_FLOAT ? v->u.f : dflt;
+}
+
+/* u (prev's sole reader, same shape out) as the next activation of a: false when it is none
+ * of them. Binary ops take a scalar constant on either side ("ConstMaximum": the constant
+ * first, which decides which of two equal zeros Maximum returns). */
+static bool add_activation(const Fuse *f, const FloeNode *u, const FloeNode *prev, Acts *a) {
+  const FloeShape *us = &u->out_shapes[0], *ps = &prev->out_shapes[0];
+  if (a->n == MAX_ACTS || u->num_outputs != 1 || u->out_dtypes[0] != FLOE_F32 ||
+      us->rank < 0 || us->rank != ps->rank)
+    return false;
+  for (int d = 0; d < us->rank; d++)
+    if (us->dims[d] < 0 || us->dims[d] != ps->dims[d]) return false;
+  const char *op = u->op->name, *name = NULL;
+  double alpha = 0;
+  if (u->num_inputs == 1) {
+    static const char *const unary[] = {"Relu", "Relu6", "Sigmoid", "Tanh", NULL};
+    for (int k = 0; unary[k]; k++)
+      if (!strcmp(op, unary[k])) name = unary[k];
+    if (!strcmp(op, "LeakyRelu")) name = op, alpha = attr_float(u, "alpha", 0.2);
+    if (!strcmp(op, "Elu")) name = op, alpha = attr_float(u, "alpha", 1.0);
+  } else if (u->num_inputs == 2 && u->inputs[0].node != u->inputs[1].node) {
+    int c = u->inputs[0].node == prev ? 1 : 0; /* the constant's side */
+    if (!const_f32(f, u->inputs[c], &alpha)) return false;
+    if (!strcmp(op, "Mul") || !strcmp(op, "Add")) name = op;
+    else if (!strcmp(op, "Sub") && c == 1) name = op;
+    else if (!strcmp(op, "Maximum")) name = c == 1 ? op : "ConstMaximum";
+    else if (!strcmp(op, "Minimum")) name = c == 1 ? op : "ConstMinimum";
+  }
+  if (!name) return false;
+  size_t len = strlen(a->names);
+  snprintf(a->names + len, sizeof a->names - len, "%s%s", a->n ? "," : "", name);
+  a->alpha[a->n++] = alpha;
+  return true;
+}
+
+static void set_activations(FloeNodeBuilder *b, const Acts *a) {
+  floe_node_set_attr_string(b, "activations", a->names);
+  floe_node_set_attr_float_list(b, "activation_alpha", a->alpha, a->n);
+}
+
 static int fuse_conv_nd(Fuse *f, FloeNode *conv) {
   if (!live(f, conv, "Conv") || conv->num_inputs != 2) return 0;
-  FloeNode *chain[4] = {conv}, *u;
+  FloeNode *chain[4 + MAX_ACTS] = {conv}, *u;
   FloeOutput in[4] = {conv->inputs[0], conv->inputs[1]};
   const char *flags[5];
+  Acts acts = {.n = 0};
   int n = 1, ni = 2, nf = 0;
   /* BiasAdd's channel dim must be the conv's: NHWC goes with CHANNELS_LAST. */
   const char *want = strcmp(format_of(conv), "CHANNELS_FIRST") == 0 ? "NCHW" : "NHWC";
@@ -210,10 +282,17 @@ static int fuse_conv_nd(Fuse *f, FloeNode *conv) {
     chain[n++] = u;
     flags[nf++] = "fused_relu";
   }
+  /* then elementwise ops of one input (and a constant): ReLU6 exported as Clip (Maximum,
+   * Minimum), LeakyRelu, Elu, Sigmoid, Tanh, a scale or a shift */
+  while ((u = f->uses[chain[n - 1]->id] == 1 ? f->user[chain[n - 1]->id] : NULL) &&
+         u->id < f->cap && f->need[u->id] && !f->pinned[u->id] && same_device(chain[n - 1], u) &&
+         add_activation(f, u, chain[n - 1], &acts))
+    chain[n++] = u;
   if (constant(f, conv->inputs[1])) flags[nf++] = "filter_constant";
-  if (nf == 0) return 0; /* nothing to gain */
+  if (nf == 0 && acts.n == 0) return 0; /* nothing to gain */
   flags[nf] = NULL;
-  FloeNode *fused = make_fused(f, "_FusedConv", chain, n, in, ni, 2, conv, conv_nd_attrs, flags);
+  FloeNode *fused = make_fused(f, "_FusedConv", chain, n, in, ni, 2, conv, conv_nd_attrs, flags,
+                               acts.n ? &acts : NULL);
   return commit(f, chain, n, fused, conv);
 }
 
@@ -227,7 +306,8 @@ static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
     return 0;
   FloeNode *chain[2] = {mp, rg};
   FloeNode *fused =
-      make_fused(f, "_FusedMaxPoolGradRelu", chain, 2, mp->inputs, 3, -1, mp, pool_attrs, NULL);
+      make_fused(f, "_FusedMaxPoolGradRelu", chain, 2, mp->inputs, 3, -1, mp, pool_attrs, NULL,
+                 NULL);
   return commit(f, chain, 2, fused, mp);
 }
 
@@ -381,7 +461,8 @@ static FloeNode *blocked_from_channels_first(Fuse *f, FloeNode *conv, FloeOutput
   floe_node_add_input(b, in[1]);
   floe_node_add_input_list(b, in + 2, n - 2);
   static const char *const same[] = {"T", "padding", "groups", "fused_bias", "fused_add",
-                                     "fused_relu", "filter_constant", "fused_ops", NULL};
+                                     "fused_relu", "filter_constant", "fused_ops",
+                                     "activations", "activation_alpha", NULL};
   floe__node_copy_attrs(conv, b, same);
   floe_node_set_attr_string(b, "data_format", "CHANNELS_FIRST");
   channels_first_list(b, conv, "strides", 1);
@@ -396,7 +477,8 @@ static FloeNode *blocked_from_channels_first(Fuse *f, FloeNode *conv, FloeOutput
 
 static const char *const blocked_attrs[] = {
     "T", "strides", "padding", "explicit_paddings", "data_format", "dilations", "groups",
-    "fused_bias", "fused_add", "fused_relu", "filter_constant", NULL};
+    "fused_bias", "fused_add", "fused_relu", "filter_constant", "activations",
+    "activation_alpha", NULL};
 
 /* conv as a blocked _FusedConv reading blocked inputs; false when it stays as it is. */
 static bool block_one(Blocker *bl, FloeNode *conv) {
@@ -419,7 +501,7 @@ static bool block_one(Blocker *bl, FloeNode *conv) {
   FloeOutput cf = plain ? channels_first_source(f, in[0]) : (FloeOutput){NULL, 0};
   FloeNode *b = cf.node ? blocked_from_channels_first(f, conv, cf, in, n)
                         : make_fused(f, "_FusedConv", &conv, 1, in, n, 2, conv, blocked_attrs,
-                                     plain ? plain_flags : flags);
+                                     plain ? plain_flags : flags, NULL);
   /* A plain input needs no converter, but the device must still have them: they say it
    * wants the blocked layout. */
   if (!b || !need_grow(f) || !f->ok(f->arg, conv, b)) return false;

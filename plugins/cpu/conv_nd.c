@@ -42,10 +42,23 @@
 /* Post-ops of a primitive (part of its cache key). */
 enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4 };
 
+/* The elementwise ops a _FusedConv applies after its ReLU ("activations"), each as its
+ * unfused kernel computes it (elementwise.c), so the results are bitwise the same. */
+enum { ACT_RELU, ACT_RELU6, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_ELU, ACT_ADD, ACT_SUB,
+       ACT_MUL, ACT_MAX, ACT_MIN, ACT_CMAX, ACT_CMIN };
+#define MAX_ACTS 4
+
+typedef struct Act {
+  int kind;
+  float a; /* the constant or alpha */
+} Act;
+
 typedef struct State {
   WndAttrs a;
   CpuDnnlCache cache;
   bool fused, bias, add, relu; /* _FusedConv and its flags */
+  Act acts[MAX_ACTS];          /* its activations */
+  int nacts;
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
   bool plain_input;            /* blocked, but the input stays channels-last (few channels) */
   bool winograd;               /* blocked, and FLOE_CONV_WINOGRAD is not 0 */
@@ -76,11 +89,92 @@ static bool flag(const FloeHostApi *host, FloeKernelInit *init, const char *name
   return host->attr_bool(host->init_attrs(init), name, &v) == FLOE_OK && v;
 }
 
+/* "activations" and activation_alpha into s->acts. */
+static floe_code acts_parse(const FloeHostApi *host, FloeKernelInit *init, State *s) {
+  static const char *const names[] = {"Relu", "Relu6", "Sigmoid", "Tanh", "LeakyRelu", "Elu",
+                                      "Add", "Sub", "Mul", "Maximum", "Minimum", "ConstMaximum",
+                                      "ConstMinimum"};
+  const FloeAttrs *at = host->init_attrs(init);
+  const char *list = NULL;
+  const double *alpha = NULL;
+  size_t na = 0;
+  if (host->attr_string(at, "activations", &list) != FLOE_OK || !list || !*list) return FLOE_OK;
+  if (host->attr_float_list(at, "activation_alpha", &alpha, &na) != FLOE_OK) na = 0;
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ",");
+    int kind = -1;
+    for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
+      if (strlen(names[k]) == len && !strncmp(p, names[k], len)) kind = k;
+    if (kind < 0 || s->nacts == MAX_ACTS || (size_t)s->nacts >= na)
+      return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                  "_FusedConv: activations \"%s\" (with %zu activation_alpha): "
+                                  "at most %d of Relu, Relu6, Sigmoid, Tanh, LeakyRelu, Elu, Add, "
+                                  "Sub, Mul, Maximum, Minimum, ConstMaximum, ConstMinimum, one "
+                                  "alpha each", list, na, MAX_ACTS);
+    s->acts[s->nacts].kind = kind;
+    s->acts[s->nacts].a = (float)alpha[s->nacts];
+    s->nacts++;
+    p += len;
+    if (*p == ',') p++;
+  }
+  return FLOE_OK;
+}
+
+/* y[0, n) = the activations of y, in order. */
+CPU_HOT static void acts_apply(const Act *acts, int nacts, float *restrict y, int64_t n) {
+  for (int k = 0; k < nacts; k++) {
+    const float a = acts[k].a;
+    switch (acts[k].kind) {
+    case ACT_RELU:
+      for (int64_t i = 0; i < n; i++) y[i] = (y[i] > 0) | (y[i] != y[i]) ? y[i] : 0;
+      break;
+    case ACT_RELU6:
+      for (int64_t i = 0; i < n; i++) {
+        float x = y[i];
+        y[i] = x != x ? x : x < 0 ? 0 : x > 6 ? 6 : x;
+      }
+      break;
+    case ACT_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = cpu_sigmoid_f32(y[i]); break;
+    case ACT_TANH: for (int64_t i = 0; i < n; i++) y[i] = cpu_tanh_f32(y[i]); break;
+    case ACT_LEAKY: for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : a * y[i]; break;
+    case ACT_ELU:
+      for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : a * cpu_expm1_f32(y[i]);
+      break;
+    case ACT_ADD: for (int64_t i = 0; i < n; i++) y[i] = y[i] + a; break;
+    case ACT_SUB: for (int64_t i = 0; i < n; i++) y[i] = y[i] - a; break;
+    case ACT_MUL: for (int64_t i = 0; i < n; i++) y[i] = y[i] * a; break;
+    case ACT_MAX: for (int64_t i = 0; i < n; i++) y[i] = (y[i] > a) | (y[i] != y[i]) ? y[i] : a; break;
+    case ACT_MIN: for (int64_t i = 0; i < n; i++) y[i] = (y[i] < a) | (y[i] != y[i]) ? y[i] : a; break;
+    case ACT_CMAX: for (int64_t i = 0; i < n; i++) y[i] = (a > y[i]) | (a != a) ? a : y[i]; break;
+    case ACT_CMIN: for (int64_t i = 0; i < n; i++) y[i] = (a < y[i]) | (a != a) ? a : y[i]; break;
+    }
+  }
+}
+
+typedef struct ActsJob {
+  const State *s;
+  float *y;
+} ActsJob;
+
+static void acts_range(void *arg, int64_t begin, int64_t end) {
+  const ActsJob *j = arg;
+  acts_apply(j->s->acts, j->s->nacts, j->y + begin, end - begin);
+}
+
+/* The activations over the n-element output y, in parallel. */
+static void acts_run(const State *s, float *y, int64_t n) {
+  if (s->nacts == 0 || n == 0) return;
+  ActsJob j = {s, y};
+  cpu_parallel_elements(n, 1, acts_range, &j);
+}
+
 static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, State *s) {
   s->fused = true;
   s->bias = flag(host, init, "fused_bias");
   s->add = flag(host, init, "fused_add");
   s->relu = flag(host, init, "fused_relu");
+  floe_code arc = acts_parse(host, init, s);
+  if (arc != FLOE_OK) return arc;
   s->blocked = flag(host, init, "blocked");
   s->plain_input = s->blocked && flag(host, init, "plain_input");
   const char *wino = getenv("FLOE_CONV_WINOGRAD");
@@ -779,6 +873,7 @@ static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo 
     return rc;
   Epilogue e = {&p, conv, cpu_host->tensor_data(side), cpu_host->tensor_data(out), s->relu};
   cpu_parallel_elements(p.num_elements, 2, epilogue_range, &e);
+  acts_run(s, cpu_host->tensor_data(out), p.num_elements);
   return FLOE_OK;
 }
 
@@ -848,11 +943,12 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, out_rank, dims, &out)) != FLOE_OK) return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   j.y = cpu_host->tensor_data(out);
-  if (empty) {
+  if (empty)
     empty_output(s, &j, cpu_host->tensor_num_elements(out));
-    return FLOE_OK;
-  }
-  return run_conv(ctx, &j);
+  else if ((rc = run_conv(ctx, &j)) != FLOE_OK)
+    return rc;
+  acts_run(s, j.y, cpu_host->tensor_num_elements(out));
+  return FLOE_OK;
 }
 
 floe_code cpu_register_conv_nd(FloePluginRegistrar *reg) {

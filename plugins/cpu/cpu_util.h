@@ -319,6 +319,20 @@ static inline float cpu_erfc_f32(float x) {
   return x >= 0.0f ? r : 2.0f - r;
 }
 
+/* Shared by Elu (elementwise.c) and _FusedConv's activations (conv_nd.c). */
+static inline float cpu_expm1_f32(float x) {
+  /* exp(x) - 1 cancels near 0: there the Taylor series to x^7 is exact to < 1 ulp. */
+  float p = 1.0f / 5040.0f;
+  p = p * x + 1.0f / 720.0f;
+  p = p * x + 1.0f / 120.0f;
+  p = p * x + 1.0f / 24.0f;
+  p = p * x + 1.0f / 6.0f;
+  p = p * x + 0.5f;
+  p = p * (x * x) + x;
+  float e = cpu_exp_f32(x) - 1.0f;
+  return fabsf(x) < 0.34657359f ? p : e;
+}
+
 static inline float cpu_sigmoid_f32(float x) {
   /* exp of -|x| never overflows, so the result stays accurate far into the tails. */
   float e = cpu_exp_f32(-fabsf(x));

@@ -23,19 +23,6 @@ static int is_int(FloeDType dt) {
 /* ------------------------------------------------------------------------------------ */
 /* Vectorisable f32 math (selects, no branches) on top of cpu_exp_f32 / cpu_log_f32. */
 
-static inline float math_expm1_f32(float x) {
-  /* exp(x) - 1 cancels near 0: there the Taylor series to x^7 is exact to < 1 ulp. */
-  float p = 1.0f / 5040.0f;
-  p = p * x + 1.0f / 720.0f;
-  p = p * x + 1.0f / 120.0f;
-  p = p * x + 1.0f / 24.0f;
-  p = p * x + 1.0f / 6.0f;
-  p = p * x + 0.5f;
-  p = p * (x * x) + x;
-  float e = cpu_exp_f32(x) - 1.0f;
-  return fabsf(x) < 0.34657359f ? p : e;
-}
-
 static inline float math_softplus_f32(float x) {
   /* max(x, 0) + log1p(exp(-|x|)); log1p(t) = log(u) * t / (u - 1) with u = 1 + t is exact
    * to an ulp even when t is below f32 epsilon (Goldberg). */
@@ -468,7 +455,7 @@ UNARY_FLOAT(log, cpu_log_f32(x), log(x))
 UNARY_FLOAT(sqrt, sqrtf(x), sqrt(x))
 UNARY_FLOAT(rsqrt, 1.0f / sqrtf(x), 1.0 / sqrt(x))
 UNARY_FLOAT(leaky_relu, x > 0 ? x : a * x, x > 0 ? x : a * x)
-UNARY_FLOAT(elu, x > 0 ? x : a * math_expm1_f32(x), x > 0 ? x : a * expm1(x))
+UNARY_FLOAT(elu, x > 0 ? x : a * cpu_expm1_f32(x), x > 0 ? x : a * expm1(x))
 UNARY_FLOAT(gelu_erf, math_gelu_erf_f32(x), math_gelu_erf_f64(x))
 UNARY_FLOAT(gelu_tanh, math_gelu_tanh_f32(x), math_gelu_tanh_f64(x))
 UNARY_FLOAT(sigmoid, cpu_sigmoid_f32(x), cpu_sigmoid_f64(x))

@@ -354,6 +354,150 @@ START_TEST(test_conv_nd_alone) {
 }
 END_TEST
 
+/* One activation chain after a convolution: op names in order, with their constants. */
+typedef struct ActStep {
+  const char *op; /* a unary op, or a binary one with the constant c */
+  double c;
+  int const_first;  /* the constant is the binary op's first input */
+  double alpha;     /* LeakyRelu and Elu (0: the op's default) */
+} ActStep;
+
+/* y = the steps applied to in, each op a node "a<k>"; the last is "act_out". */
+static FloeOutput act_chain(FloeGraph *g, FloeOutput in, const ActStep *steps, int n) {
+  static const char *const binary[] = {"Mul", "Add", "Sub", "Maximum", "Minimum", NULL};
+  FloeOutput y = in;
+  for (int k = 0; k < n; k++) {
+    char name[16], cname[16];
+    snprintf(name, sizeof name, k == n - 1 ? "act_out" : "a%d", k);
+    bool bin = false;
+    for (int b = 0; binary[b]; b++) bin |= !strcmp(steps[k].op, binary[b]);
+    FloeNodeBuilder *b = floe_node_begin(g, steps[k].op, name);
+    if (bin) {
+      snprintf(cname, sizeof cname, "c%d", k);
+      FloeTensor *t = floe_tensor_scalar_f32((float)steps[k].c, NULL);
+      FloeOutput c = floe_const(g, cname, t);
+      floe_tensor_release(t);
+      floe_node_add_input(b, steps[k].const_first ? c : y);
+      floe_node_add_input(b, steps[k].const_first ? y : c);
+    } else {
+      floe_node_add_input(b, y);
+      if (steps[k].alpha != 0) floe_node_set_attr_float(b, "alpha", steps[k].alpha);
+    }
+    y = floe_out(floe_node_finish(b), 0);
+  }
+  return y;
+}
+
+/* Elementwise ops after a convolution are fused into it (activations) and computed as the
+ * unfused kernels compute them: the fused chain's values are bitwise those of the same ops
+ * run alone on the convolution's values; nothing of the chain runs on its own; the profile
+ * names what was fused. ReLU6 as ONNX exports it (Maximum then Minimum), Relu6, Sigmoid,
+ * Tanh, LeakyRelu, Elu, scales and shifts, constants on either side, after a bias and a
+ * ReLU too; and a _FusedConv whose activations name no known op is an error naming them. */
+START_TEST(test_conv_nd_activations_fused) {
+  static const ActStep chains[][4] = {
+      {{"Maximum", 0, 0, 0}, {"Minimum", 6, 0, 0}},
+      {{"Relu6", 0, 0, 0}},
+      {{"Sigmoid", 0, 0, 0}, {"Mul", 2.5, 1, 0}},
+      {{"Tanh", 0, 0, 0}, {"Add", 0.25, 0, 0}, {"Sub", 1, 0, 0}},
+      {{"LeakyRelu", 0, 0, 0.1}},
+      {{"Elu", 0, 0, 0.7}, {"Maximum", 0.3, 1, 0}, {"Minimum", -0.0, 1, 0}},
+  };
+  static const int lens[] = {2, 1, 2, 3, 1, 3};
+  const int64_t xd[4] = {2, 7, 6, 8}, fd[4] = {3, 3, 8, 16}, bd[1] = {16};
+  FloeTensor *xt = harness_random(FLOE_F32, 4, xd, 5, -2, 2);
+  FloeFeed feed = {"x", xt};
+  for (int ci = 0; ci < (int)(sizeof lens / sizeof *lens); ci++)
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+      /* fused: acts(conv) (with_bias: acts(Relu(BiasAdd(conv, b)))) */
+      Block m;
+      FloeGraph *g = m.g = floe_graph_new();
+      FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+      FloeOutput y = conv_nd(g, "conv", x, const_random(g, "f", FLOE_F32, 4, fd, 1));
+      if (with_bias)
+        y = floe_unary(g, "Relu", "relu", floe_binary(g, "BiasAdd", "bias", y,
+                                                     const_random(g, "b", FLOE_F32, 1, bd, 2)));
+      floe_unary(g, "Identity", "out", act_chain(g, y, chains[ci], lens[ci]));
+      ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+      const char *ops[] = {"_FusedConv", "Conv", chains[ci][0].op, chains[ci][lens[ci] - 1].op,
+                           NULL};
+      const char *fetch = "out";
+      FloeTensor *fused, *conv_vals, *want;
+      int64_t calls[4];
+      run_block(&m, 1, &feed, 1, &fetch, 1, &fused, ops, calls);
+      ck_assert_msg(calls[0] == 1 && calls[1] == 0 && calls[2] == 0 && calls[3] == 0,
+                    "chain %d%s: _FusedConv ran %lld times, Conv %lld, %s %lld, %s %lld", ci,
+                    with_bias ? " (bias, relu)" : "", (long long)calls[0], (long long)calls[1],
+                    ops[2], (long long)calls[2], ops[3], (long long)calls[3]);
+      if (with_bias) { /* the bias inside the primitive rounds otherwise: close */
+        run_block(&m, 0, &feed, 1, &fetch, 1, &want, NULL, NULL);
+        harness_assert_close(fused, want, 1e-5, 1e-5, chains[ci][0].op);
+        floe_tensor_release(fused);
+        floe_tensor_release(want);
+        floe_graph_free(g);
+        continue;
+      }
+      /* the convolution's own values (fetched: the chain stays out of it; the same kernel
+       * computes them), then the ops alone on them: bitwise */
+      const char *cfetch = "conv";
+      run_block(&m, 1, &feed, 1, &cfetch, 1, &conv_vals, NULL, NULL);
+      Block r;
+      FloeGraph *rg = r.g = floe_graph_new();
+      FloeOutput c = floe_placeholder(rg, "c", FLOE_F32, floe_shape_make(4, (int64_t[]){2, 7, 6, 16}));
+      floe_unary(rg, "Identity", "out", act_chain(rg, c, chains[ci], lens[ci]));
+      FloeFeed cf = {"c", conv_vals};
+      run_block(&r, 0, &cf, 1, &fetch, 1, &want, NULL, NULL);
+      ck_assert_msg(memcmp(floe_tensor_data(fused), floe_tensor_data(want),
+                           (size_t)floe_tensor_num_elements(want) * sizeof(float)) == 0,
+                    "chain %d: the fused activations differ from the ops run alone", ci);
+      floe_tensor_release(fused);
+      floe_tensor_release(conv_vals);
+      floe_tensor_release(want);
+      floe_graph_free(rg);
+      floe_graph_free(g);
+    }
+  floe_tensor_release(xt);
+  /* the profile names the fused ops */
+  Block m;
+  FloeGraph *g = m.g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+  floe_unary(g, "Identity", "out", act_chain(g, conv_nd(g, "conv", x, const_random(g, "f", FLOE_F32, 4, fd, 1)),
+                                             chains[0], 2));
+  FloeTensor *x2 = harness_random(FLOE_F32, 4, xd, 6, -2, 2);
+  FloeFeed f2 = {"x", x2};
+  const char *label[] = {"_FusedConv(Conv+Maximum+Minimum)", NULL};
+  int64_t n_label;
+  const char *fetch = "out";
+  FloeTensor *out;
+  run_block(&m, 1, &f2, 1, &fetch, 1, &out, label, &n_label);
+  ck_assert_int_eq(n_label, 1);
+  floe_tensor_release(out);
+  floe_graph_free(g);
+  /* an activation no kernel knows */
+  g = floe_graph_new();
+  FloeOutput xb = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+  FloeNodeBuilder *b = floe_node_begin(g, "_FusedConv", "bad");
+  floe_node_add_input(b, xb);
+  floe_node_add_input(b, const_random(g, "f", FLOE_F32, 4, fd, 1));
+  floe_node_add_input_list(b, NULL, 0);
+  floe_node_set_attr_string(b, "padding", "SAME");
+  floe_node_set_attr_string(b, "activations", "Relu,Softsign");
+  floe_node_set_attr_float_list(b, "activation_alpha", (const double[]){0, 0}, 2);
+  floe_node_finish(b);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  FloeSession *s = harness_session(g, NULL);
+  FloeStatus *st = floe_status_new();
+  const char *bad = "bad";
+  ck_assert_int_ne(floe_session_run(s, &f2, 1, &bad, 1, NULL, 0, &out, st), FLOE_OK);
+  ck_assert_msg(strstr(floe_status_message(st), "Relu,Softsign") &&
+                strstr(floe_status_message(st), "bad"), "%s", floe_status_message(st));
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_tensor_release(x2);
+}
+END_TEST
+
 int main(void) {
   setenv("FLOE_NUM_THREADS", "2", 0);
   Suite *s = suite_create("fuse");
@@ -364,6 +508,7 @@ int main(void) {
   tcase_add_test(tc, test_conv_nd_chains_fused);
   tcase_add_test(tc, test_conv_nd_fetched_fed_or_f64_not_fused);
   tcase_add_test(tc, test_conv_nd_alone);
+  tcase_add_test(tc, test_conv_nd_activations_fused);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
