@@ -220,16 +220,13 @@ static double attr_float(const FloeNode *n, const char *name, double dflt) {
   return v && v->kind == FLOE_ATTR_FLOAT ? v->u.f : dflt;
 }
 
-/* u (prev's sole reader, same shape out) as the next activation of a: false when it is none
+/* u (prev's sole reader) as the next activation of a: false when it is none
  * of them. Binary ops take a scalar constant on either side ("ConstMaximum": the constant
  * first, which decides which of two equal zeros Maximum returns). */
 static bool add_activation(const Fuse *f, const FloeNode *u, const FloeNode *prev, Acts *a) {
-  const FloeShape *us = &u->out_shapes[0], *ps = &prev->out_shapes[0];
-  if (a->n == MAX_ACTS || u->num_outputs != 1 || u->out_dtypes[0] != FLOE_F32 ||
-      us->rank < 0 || us->rank != ps->rank)
+  int rank = prev->out_shapes[0].rank; /* known: a constant of no higher rank keeps it */
+  if (a->n == MAX_ACTS || u->num_outputs != 1 || u->out_dtypes[0] != FLOE_F32 || rank < 0)
     return false;
-  for (int d = 0; d < us->rank; d++)
-    if (us->dims[d] < 0 || us->dims[d] != ps->dims[d]) return false;
   const char *op = u->op->name, *name = NULL;
   double alpha = 0;
   if (u->num_inputs == 1) {
@@ -240,7 +237,8 @@ static bool add_activation(const Fuse *f, const FloeNode *u, const FloeNode *pre
     if (!strcmp(op, "Elu")) name = op, alpha = attr_float(u, "alpha", 1.0);
   } else if (u->num_inputs == 2 && u->inputs[0].node != u->inputs[1].node) {
     int c = u->inputs[0].node == prev ? 1 : 0; /* the constant's side */
-    if (!const_f32(f, u->inputs[c], &alpha)) return false;
+    const FloeShape *cs = &u->inputs[c].node->out_shapes[u->inputs[c].index];
+    if (!const_f32(f, u->inputs[c], &alpha) || cs->rank < 0 || cs->rank > rank) return false;
     if (!strcmp(op, "Mul") || !strcmp(op, "Add")) name = op;
     else if (!strcmp(op, "Sub") && c == 1) name = op;
     else if (!strcmp(op, "Maximum")) name = c == 1 ? op : "ConstMaximum";
