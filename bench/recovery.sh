@@ -6,7 +6,7 @@
 # after each epoch), and the chief's test hook (FLOE_TEST_KILL_AT_STEP) sends SIGKILL to the
 # worker or the ps, or SIGSTOP to the worker (a hang), at global step 30. SCOPE task: the dead
 # task starts again alone and the others re-form the cluster in their processes (a hang ends
-# in a restart of the job after the chief's 10 s re-form wait); job: every task starts again.
+# in a restart of the job after the chief's 5 s re-form wait); job: every task starts again.
 # Every line launch and the tasks write is stamped as it comes; for each run:
 #   detect  = from the hook's line (the signal) to the first of a survivor's "[recovery 1
 #             of" (task) or launch's "stopping the other tasks" (job);

@@ -292,7 +292,7 @@ void train_cluster_session_options(const TrainCluster *c, FloeSessionOptions *so
   so->cluster = c->spec;
   if (c->spec && c->is_chief && g_recoveries > 0)
     so->cluster_timeout_ms = c->heartbeat_timeout > 0 && c->heartbeat_timeout < 6
-                                 ? 10000 : (int)(c->heartbeat_timeout * 1000) + 60000;
+                                 ? 5000 : (int)(c->heartbeat_timeout * 1000) + 60000;
 }
 
 int train_cluster_session_failed(const TrainCluster *c, const FloeSessionOptions *so,

@@ -237,7 +237,7 @@ double train_recovery_seconds(void);
  * task hangs): floe launch then starts the whole job again. */
 #define TRAIN_EXIT_REFORM_FAILED 75
 /* Sets so->cluster, and while the chief re-forms the cluster the time its session waits for
- * the tasks (10 s with a heartbeat timeout under 6 s, else that timeout plus 60 s). */
+ * the tasks (5 s with a heartbeat timeout under 6 s, else that timeout plus 60 s). */
 void train_cluster_session_options(const TrainCluster *c, FloeSessionOptions *so);
 /* After floe_session_new failed with st (the error printed here): 1, or
  * TRAIN_EXIT_REFORM_FAILED when the chief was re-forming the cluster (said so). */

@@ -17,7 +17,7 @@
 #  - the same kill of the worker with --restart job: every task starts again, bitwise the same;
 #  - the worker hanging (SIGSTOP) at step 30: found by the heartbeats (timeout 1 s); the
 #    cluster cannot re-form (the hung task holds its address), so the chief exits 75 after
-#    10 s and launch starts the whole job again: bitwise the same;
+#    5 s and launch starts the whole job again: bitwise the same;
 #  - allreduce replication (chief + worker, no ps): the worker killed at step 30 starts again
 #    alone, the chief forms new collective groups with it, bitwise like its uninterrupted run;
 #  - without --max-restarts the kill fails the job (as before); a task failing every time
@@ -82,7 +82,7 @@ recover() { # recover NAME TASK STEP SIGNAL SCOPE: launch's stderr stamped line 
       grep 'recovery' "$tmp/$name.err"; fi
   fi
   if [ "$4/$5" = STOP/task ]; then
-    if grep -q 'did not re-form within 10 s' "$tmp/$name.err" &&
+    if grep -q 'did not re-form within 5 s' "$tmp/$name.err" &&
        grep -q 'chief/task:0 .* ended with status 75' "$tmp/$name.err"; then ok; else
       bad "$name: the chief did not give up re-forming with status 75"; fi
   fi
