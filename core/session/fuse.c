@@ -196,7 +196,7 @@ static bool constant(const Fuse *f, FloeOutput x) {
 /* Elementwise ops a _FusedConv applies to its output after the ReLU, as the unfused kernels
  * compute them (the "activations" attribute names them in order, comma-separated, and
  * activation_alpha holds each one's parameter). */
-#define MAX_ACTS 4
+#define MAX_ACTS 8
 
 typedef struct Acts {
   char names[MAX_ACTS * 16];
@@ -218,6 +218,15 @@ static bool const_f32(const Fuse *f, FloeOutput x, double *v) {
 static double attr_float(const FloeNode *n, const char *name, double dflt) {
   const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
   return v && v->kind == FLOE_ATTR_FLOAT ? v->u.f : dflt;
+}
+
+/* Appends one activation to a; false when a is full. */
+static bool act_push(Acts *a, const char *name, double alpha) {
+  if (a->n == MAX_ACTS) return false;
+  size_t len = strlen(a->names);
+  snprintf(a->names + len, sizeof a->names - len, "%s%s", a->n ? "," : "", name);
+  a->alpha[a->n++] = alpha;
+  return true;
 }
 
 /* u (prev's sole reader) as the next activation of a: false when it is none
@@ -244,11 +253,67 @@ static bool add_activation(const Fuse *f, const FloeNode *u, const FloeNode *pre
     else if (!strcmp(op, "Maximum")) name = c == 1 ? op : "ConstMaximum";
     else if (!strcmp(op, "Minimum")) name = c == 1 ? op : "ConstMinimum";
   }
-  if (!name) return false;
-  size_t len = strlen(a->names);
-  snprintf(a->names + len, sizeof a->names - len, "%s%s", a->n ? "," : "", name);
-  a->alpha[a->n++] = alpha;
-  return true;
+  return name && act_push(a, name, alpha);
+}
+
+/* u can join a chain after prev: in the step, not fed or fetched, on prev's device. */
+static bool usable(const Fuse *f, const FloeNode *u, const FloeNode *prev) {
+  return u->id < f->n_orig && f->need[u->id] && !f->pinned[u->id] && same_device(prev, u);
+}
+
+/* p's two step readers when it has exactly two and they are distinct nodes. */
+static bool two_readers(const Fuse *f, const FloeNode *p, FloeNode **r) {
+  if (f->uses[p->id] != 2) return false;
+  int k = 0;
+  for (int id = 0; id < f->cap && k <= 2; id++) {
+    FloeNode *x = f->g->nodes[id];
+    for (int j = 0; f->need[id] && j < x->num_inputs; j++)
+      if (x->inputs[j].node == p && x->inputs[j].index == 0) {
+        if (k < 2) r[k] = x;
+        k++;
+      }
+  }
+  return k == 2 && r[0] != r[1];
+}
+
+/* A gate after p: p times an activation chain of p (SiLU: p * Sigmoid(p); HardSwish:
+ * p * HardSigmoid(p), which the importer spells Mul, Add, Minimum, Maximum of constants).
+ * Appends "Save", the chain's activations and "Gate" to a, and the chain's nodes and the
+ * Mul to chain[*n..]; false, with a and chain as they were, when p's readers are not that. */
+static bool add_gate(const Fuse *f, const FloeNode *p, Acts *a, FloeNode **chain, int *n) {
+  FloeNode *r[2];
+  if (!two_readers(f, p, r)) return false;
+  for (int mi = 0; mi < 2; mi++) {
+    FloeNode *m = r[mi], *u = r[1 - mi];
+    if (!usable(f, m, p) || strcmp(m->op->name, "Mul") != 0 || m->num_inputs != 2 ||
+        m->out_dtypes[0] != FLOE_F32)
+      continue;
+    int pk = m->inputs[0].node == p ? 0 : 1; /* p's side of the Mul */
+    FloeNode *end = m->inputs[1 - pk].node;
+    if (m->inputs[pk].node != p || m->inputs[1 - pk].index != 0 || end->id >= f->n_orig ||
+        f->uses[end->id] != 1 || f->user[end->id] != m)
+      continue;
+    Acts t = *a;
+    FloeNode *sub[MAX_ACTS];
+    int ns = 0;
+    const FloeNode *prev = p;
+    bool ok = act_push(&t, "Save", 0);
+    while (ok) {
+      ok = ns < MAX_ACTS && usable(f, u, prev) && add_activation(f, u, prev, &t);
+      if (!ok) break;
+      sub[ns++] = u;
+      if (u == end) break;
+      ok = f->uses[u->id] == 1;
+      prev = u;
+      u = f->user[u->id];
+    }
+    if (!ok || !act_push(&t, "Gate", 0)) continue;
+    *a = t;
+    for (int k = 0; k < ns; k++) chain[(*n)++] = sub[k];
+    chain[(*n)++] = m;
+    return true;
+  }
+  return false;
 }
 
 static void set_activations(FloeNodeBuilder *b, const Acts *a) {
@@ -258,7 +323,7 @@ static void set_activations(FloeNodeBuilder *b, const Acts *a) {
 
 static int fuse_conv_nd(Fuse *f, FloeNode *conv) {
   if (!live(f, conv, "Conv") || conv->num_inputs != 2) return 0;
-  FloeNode *chain[4 + MAX_ACTS] = {conv}, *u;
+  FloeNode *chain[4 + MAX_ACTS + 1] = {conv}, *u;
   FloeOutput in[4] = {conv->inputs[0], conv->inputs[1]};
   const char *flags[5];
   Acts acts = {.n = 0};
@@ -281,11 +346,16 @@ static int fuse_conv_nd(Fuse *f, FloeNode *conv) {
     flags[nf++] = "fused_relu";
   }
   /* then elementwise ops of one input (and a constant): ReLU6 exported as Clip (Maximum,
-   * Minimum), LeakyRelu, Elu, Sigmoid, Tanh, a scale or a shift */
-  while ((u = f->uses[chain[n - 1]->id] == 1 ? f->user[chain[n - 1]->id] : NULL) &&
-         u->id < f->cap && f->need[u->id] && !f->pinned[u->id] && same_device(chain[n - 1], u) &&
-         add_activation(f, u, chain[n - 1], &acts))
-    chain[n++] = u;
+   * Minimum), LeakyRelu, Elu, Sigmoid, Tanh, a scale or a shift; and gates, the value times
+   * such a chain of it (SiLU, HardSwish) */
+  for (;;) {
+    FloeNode *last = chain[n - 1];
+    u = f->uses[last->id] == 1 ? f->user[last->id] : NULL;
+    if (u && usable(f, u, last) && add_activation(f, u, last, &acts))
+      chain[n++] = u;
+    else if (!add_gate(f, last, &acts, chain, &n))
+      break;
+  }
   if (constant(f, conv->inputs[1])) flags[nf++] = "filter_constant";
   if (nf == 0 && acts.n == 0) return 0; /* nothing to gain */
   flags[nf] = NULL;

@@ -45,8 +45,9 @@ enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4 };
 /* The elementwise ops a _FusedConv applies after its ReLU ("activations"), each as its
  * unfused kernel computes it (elementwise.c), so the results are bitwise the same. */
 enum { ACT_RELU, ACT_RELU6, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_ELU, ACT_ADD, ACT_SUB,
-       ACT_MUL, ACT_MAX, ACT_MIN, ACT_CMAX, ACT_CMIN };
-#define MAX_ACTS 4
+       ACT_MUL, ACT_MAX, ACT_MIN, ACT_CMAX, ACT_CMIN, ACT_SAVE, ACT_GATE };
+#define MAX_ACTS 8
+#define ACT_BLOCK 512 /* elements a pass of the activations takes at once (stays in L1) */
 
 typedef struct Act {
   int kind;
@@ -93,7 +94,8 @@ static bool flag(const FloeHostApi *host, FloeKernelInit *init, const char *name
 static floe_code acts_parse(const FloeHostApi *host, FloeKernelInit *init, State *s) {
   static const char *const names[] = {"Relu", "Relu6", "Sigmoid", "Tanh", "LeakyRelu", "Elu",
                                       "Add", "Sub", "Mul", "Maximum", "Minimum", "ConstMaximum",
-                                      "ConstMinimum"};
+                                      "ConstMinimum", "Save", "Gate"};
+  int saved = 0; /* a Save not yet gated */
   const FloeAttrs *at = host->init_attrs(init);
   const char *list = NULL;
   const double *alpha = NULL;
@@ -105,26 +107,37 @@ static floe_code acts_parse(const FloeHostApi *host, FloeKernelInit *init, State
     int kind = -1;
     for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
       if (strlen(names[k]) == len && !strncmp(p, names[k], len)) kind = k;
-    if (kind < 0 || s->nacts == MAX_ACTS || (size_t)s->nacts >= na)
+    bool bad_gate = (kind == ACT_SAVE && saved) || (kind == ACT_GATE && !saved);
+    if (kind < 0 || s->nacts == MAX_ACTS || (size_t)s->nacts >= na || bad_gate)
       return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
                                   "_FusedConv: activations \"%s\" (with %zu activation_alpha): "
                                   "at most %d of Relu, Relu6, Sigmoid, Tanh, LeakyRelu, Elu, Add, "
-                                  "Sub, Mul, Maximum, Minimum, ConstMaximum, ConstMinimum, one "
-                                  "alpha each", list, na, MAX_ACTS);
+                                  "Sub, Mul, Maximum, Minimum, ConstMaximum, ConstMinimum, and "
+                                  "Save ... Gate pairs (not nested), one alpha each", list, na,
+                                  MAX_ACTS);
+    if (kind == ACT_SAVE) saved = 1;
+    if (kind == ACT_GATE) saved = 0;
     s->acts[s->nacts].kind = kind;
     s->acts[s->nacts].a = (float)alpha[s->nacts];
     s->nacts++;
     p += len;
     if (*p == ',') p++;
   }
+  if (saved)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "_FusedConv: activations \"%s\": a Save without its Gate", list);
   return FLOE_OK;
 }
 
-/* y[0, n) = the activations of y, in order. */
-CPU_HOT static void acts_apply(const Act *acts, int nacts, float *restrict y, int64_t n) {
+/* y[0, n) = the activations of y, in order; n <= ACT_BLOCK. Save keeps the values as they
+ * are there, Gate multiplies by them (y * f(y): SiLU, HardSwish). */
+CPU_HOT static void acts_block(const Act *acts, int nacts, float *restrict y, int64_t n) {
+  float saved[ACT_BLOCK];
   for (int k = 0; k < nacts; k++) {
     const float a = acts[k].a;
     switch (acts[k].kind) {
+    case ACT_SAVE: memcpy(saved, y, (size_t)n * sizeof *y); break;
+    case ACT_GATE: for (int64_t i = 0; i < n; i++) y[i] = saved[i] * y[i]; break;
     case ACT_RELU:
       for (int64_t i = 0; i < n; i++) y[i] = (y[i] > 0) | (y[i] != y[i]) ? y[i] : 0;
       break;
@@ -158,7 +171,8 @@ typedef struct ActsJob {
 
 static void acts_range(void *arg, int64_t begin, int64_t end) {
   const ActsJob *j = arg;
-  acts_apply(j->s->acts, j->s->nacts, j->y + begin, end - begin);
+  for (int64_t b = begin; b < end; b += ACT_BLOCK)
+    acts_block(j->s->acts, j->s->nacts, j->y + b, end - b < ACT_BLOCK ? end - b : ACT_BLOCK);
 }
 
 /* The activations over the n-element output y, in parallel. */

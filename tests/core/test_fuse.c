@@ -362,7 +362,15 @@ typedef struct ActStep {
   double alpha;     /* LeakyRelu and Elu (0: the op's default) */
 } ActStep;
 
-/* y = the steps applied to in, each op a node "a<k>"; the last is "act_out". */
+/* y = the steps applied to in, each op a node "a<k>"; the last is "act_out". gate 1 or 2:
+ * y = in times that (SiLU, HardSwish), as Mul(in, chain) or Mul(chain, in). */
+static FloeOutput act_chain(FloeGraph *g, FloeOutput in, const ActStep *steps, int n);
+static FloeOutput act_gated(FloeGraph *g, FloeOutput in, const ActStep *steps, int n, int gate) {
+  if (!gate) return act_chain(g, in, steps, n);
+  FloeOutput c = act_chain(g, in, steps, n);
+  return gate == 1 ? floe_binary(g, "Mul", "gate", in, c) : floe_binary(g, "Mul", "gate", c, in);
+}
+
 static FloeOutput act_chain(FloeGraph *g, FloeOutput in, const ActStep *steps, int n) {
   static const char *const binary[] = {"Mul", "Add", "Sub", "Maximum", "Minimum", NULL};
   FloeOutput y = in;
@@ -392,8 +400,9 @@ static FloeOutput act_chain(FloeGraph *g, FloeOutput in, const ActStep *steps, i
  * unfused kernels compute them: the fused chain's values are bitwise those of the same ops
  * run alone on the convolution's values; nothing of the chain runs on its own; the profile
  * names what was fused. ReLU6 as ONNX exports it (Maximum then Minimum), Relu6, Sigmoid,
- * Tanh, LeakyRelu, Elu, scales and shifts, constants on either side, after a bias and a
- * ReLU too; and a _FusedConv whose activations name no known op is an error naming them. */
+ * Tanh, LeakyRelu, Elu, scales and shifts, constants on either side, SiLU and HardSwish
+ * (the value times a chain of it), after a bias and a ReLU too; and a _FusedConv whose
+ * activations name no known op, or a Gate without its Save, is an error naming them. */
 START_TEST(test_conv_nd_activations_fused) {
   static const ActStep chains[][4] = {
       {{"Maximum", 0, 0, 0}, {"Minimum", 6, 0, 0}},
@@ -402,8 +411,10 @@ START_TEST(test_conv_nd_activations_fused) {
       {{"Tanh", 0, 0, 0}, {"Add", 0.25, 0, 0}, {"Sub", 1, 0, 0}},
       {{"LeakyRelu", 0, 0, 0.1}},
       {{"Elu", 0, 0, 0.7}, {"Maximum", 0.3, 1, 0}, {"Minimum", -0.0, 1, 0}},
-  };
-  static const int lens[] = {2, 1, 2, 3, 1, 3};
+      {{"Sigmoid", 0, 0, 0}},                                    /* SiLU: x * sigmoid(x) */
+      {{"Mul", 1.0 / 6, 0, 0}, {"Add", 0.5, 0, 0}, {"Minimum", 1, 0, 0}, {"Maximum", 0, 0, 0}},
+  };                                                             /* HardSwish, as imported */
+  static const int lens[] = {2, 1, 2, 3, 1, 3, 1, 4}, gates[] = {0, 0, 0, 0, 0, 0, 1, 2};
   const int64_t xd[4] = {2, 7, 6, 8}, fd[4] = {3, 3, 8, 16}, bd[1] = {16};
   FloeTensor *xt = harness_random(FLOE_F32, 4, xd, 5, -2, 2);
   FloeFeed feed = {"x", xt};
@@ -417,10 +428,10 @@ START_TEST(test_conv_nd_activations_fused) {
       if (with_bias)
         y = floe_unary(g, "Relu", "relu", floe_binary(g, "BiasAdd", "bias", y,
                                                      const_random(g, "b", FLOE_F32, 1, bd, 2)));
-      floe_unary(g, "Identity", "out", act_chain(g, y, chains[ci], lens[ci]));
+      floe_unary(g, "Identity", "out", act_gated(g, y, chains[ci], lens[ci], gates[ci]));
       ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
-      const char *ops[] = {"_FusedConv", "Conv", chains[ci][0].op, chains[ci][lens[ci] - 1].op,
-                           NULL};
+      const char *ops[] = {"_FusedConv", "Conv", chains[ci][0].op,
+                           gates[ci] ? "Mul" : chains[ci][lens[ci] - 1].op, NULL};
       const char *fetch = "out";
       FloeTensor *fused, *conv_vals, *want;
       int64_t calls[4];
@@ -444,7 +455,7 @@ START_TEST(test_conv_nd_activations_fused) {
       Block r;
       FloeGraph *rg = r.g = floe_graph_new();
       FloeOutput c = floe_placeholder(rg, "c", FLOE_F32, floe_shape_make(4, (int64_t[]){2, 7, 6, 16}));
-      floe_unary(rg, "Identity", "out", act_chain(rg, c, chains[ci], lens[ci]));
+      floe_unary(rg, "Identity", "out", act_gated(rg, c, chains[ci], lens[ci], gates[ci]));
       FloeFeed cf = {"c", conv_vals};
       run_block(&r, 0, &cf, 1, &fetch, 1, &want, NULL, NULL);
       ck_assert_msg(memcmp(floe_tensor_data(fused), floe_tensor_data(want),
@@ -484,13 +495,23 @@ START_TEST(test_conv_nd_activations_fused) {
   floe_node_set_attr_string(b, "activations", "Relu,Softsign");
   floe_node_set_attr_float_list(b, "activation_alpha", (const double[]){0, 0}, 2);
   floe_node_finish(b);
+  b = floe_node_begin(g, "_FusedConv", "ungated");
+  floe_node_add_input(b, xb);
+  floe_node_add_input(b, floe_out(floe_graph_find(g, "f"), 0));
+  floe_node_add_input_list(b, NULL, 0);
+  floe_node_set_attr_string(b, "padding", "SAME");
+  floe_node_set_attr_string(b, "activations", "Sigmoid,Gate");
+  floe_node_set_attr_float_list(b, "activation_alpha", (const double[]){0, 0}, 2);
+  floe_node_finish(b);
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
   FloeSession *s = harness_session(g, NULL);
   FloeStatus *st = floe_status_new();
-  const char *bad = "bad";
-  ck_assert_int_ne(floe_session_run(s, &f2, 1, &bad, 1, NULL, 0, &out, st), FLOE_OK);
-  ck_assert_msg(strstr(floe_status_message(st), "Relu,Softsign") &&
-                strstr(floe_status_message(st), "bad"), "%s", floe_status_message(st));
+  const char *bad[] = {"bad", "ungated"}, *want[] = {"Relu,Softsign", "Sigmoid,Gate"};
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_ne(floe_session_run(s, &f2, 1, &bad[k], 1, NULL, 0, &out, st), FLOE_OK);
+    ck_assert_msg(strstr(floe_status_message(st), want[k]) &&
+                  strstr(floe_status_message(st), bad[k]), "%s", floe_status_message(st));
+  }
   floe_status_free(st);
   floe_session_free(s);
   floe_graph_free(g);
