@@ -41,7 +41,8 @@ void cli_fputs_escaped(const char *s, FILE *f);
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *usage);
 /* Serves s until floe_server_stop, SIGTERM or SIGINT (which stop it), or timeout_ms (< 0:
- * none): 0, or the exit status after printing why (cmd_server.c). s stays the caller's. */
+ * none): 0, -1 (nothing printed) when timeout_ms passed, or the exit status after printing
+ * why (cmd_server.c). s stays the caller's. */
 int cli_server_serve(const char *cmd, FloeServer *s, int64_t timeout_ms);
 /* 1 when the last cli_server_serve ended by SIGTERM or SIGINT (not by the chief leaving). */
 int cli_server_signalled(void);

@@ -50,8 +50,10 @@ int cli_server_serve(const char *tool, FloeServer *s, int64_t timeout_ms) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGINT, &sa, &old_int);
-  int rc = floe_server_join(s, timeout_ms, st) == FLOE_OK ? 0
-                                                         : cli_error(tool, "%s", floe_status_message(st));
+  floe_code jc = floe_server_join(s, timeout_ms, st);
+  int rc = jc == FLOE_OK ? 0
+           : jc == FLOE_DEADLINE_EXCEEDED && timeout_ms >= 0 ? -1
+                                                             : cli_error(tool, "%s", floe_status_message(st));
   sigaction(SIGTERM, &old_term, NULL);
   sigaction(SIGINT, &old_int, NULL);
   g_server = NULL;

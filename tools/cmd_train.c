@@ -1315,6 +1315,7 @@ static int train_run(int argc, char **argv, int *reform) {
     if (o->trace) printf("trace of %lld training steps written to %s\n", (long long)total_steps,
                          o->trace);
   }
+  if (o->cl.spec) train_cluster_finish(&t.o.cl); /* the others stop serving, not re-form */
   rc = 0;
 out:
   if (updater.started && train_updater_stop(&updater, "train") && rc == 0) rc = 1;

@@ -584,9 +584,61 @@ int train_cluster_start_step(const TrainCluster *c, int64_t timeout_ms, int64_t 
   return rc;
 }
 
+/* The chief's word that the job ended (under in-process recovery): the other tasks then stop
+ * serving instead of waiting to re-form the cluster once it leaves. */
+#define FINISHED_KEY "floe_train/finished"
+
+/* A task's acknowledgement of FINISHED_KEY: "floe_train/finished/<its task name>". */
+static void finished_ack_key(FloeServer *s, const char *task, char *key, size_t cap) {
+  (void)s;
+  snprintf(key, cap, FINISHED_KEY "/%s", task);
+}
+
+void train_cluster_finish(TrainCluster *c) {
+  if (!c->server || !c->is_chief || train_recover_budget() == 0) return;
+  FloeStatus *st = floe_status_new();
+  if (!st || floe_server_kv_set(c->server, FINISHED_KEY, "1", 1, 1, st) != FLOE_OK) {
+    floe_status_free(st);
+    return; /* best effort: then they re-form until launch's SIGTERM */
+  }
+  /* each other task says it saw it (up to 5 s in all), so none is left re-forming */
+  static const char *const jobs[] = {"worker", "ps"};
+  double end = now_s() + 5;
+  for (int j = 0; j < 2; j++)
+    for (int i = 0; i < floe_server_job_size(c->server, jobs[j]); i++) {
+      char task[96], key[160];
+      snprintf(task, sizeof task, "/job:%s/replica:0/task:%d", jobs[j], i);
+      finished_ack_key(c->server, task, key, sizeof key);
+      void *v = NULL;
+      size_t len = 0;
+      int64_t left = (int64_t)((end - now_s()) * 1000);
+      if (left > 0 && floe_server_kv_get(c->server, key, left, &v, &len, st) == FLOE_OK) free(v);
+      floe_status_clear(st);
+    }
+  floe_status_free(st);
+}
+
 int train_cluster_serve(TrainCluster *c, const char *tool) {
-  int rc = cli_server_serve(tool, c->server, -1);
-  if (rc == 0 && train_recover_budget() > 0 && !cli_server_signalled()) {
+  int rc;
+  if (train_recover_budget() == 0) return cli_server_serve(tool, c->server, -1);
+  /* under in-process recovery: look for the chief's word that the job ended every 50 ms */
+  for (;;) {
+    rc = cli_server_serve(tool, c->server, 50);
+    if (rc != -1) break;
+    FloeStatus *st = floe_status_new();
+    void *v = NULL;
+    size_t len = 0;
+    if (st && floe_server_kv_get(c->server, FINISHED_KEY, 0, &v, &len, st) == FLOE_OK) {
+      char key[160];
+      free(v);
+      finished_ack_key(c->server, floe_server_task(c->server), key, sizeof key);
+      floe_server_kv_set(c->server, key, "1", 1, 1, st); /* best effort */
+      floe_status_free(st);
+      return 0;
+    }
+    floe_status_free(st);
+  }
+  if (rc == 0 && !cli_server_signalled()) {
     fprintf(stderr, "floe train: %s: the chief left before the job ended (SIGTERM ends it): "
             "waiting for it to re-form the cluster\n", floe_server_task(c->server));
     return TRAIN_REFORM;

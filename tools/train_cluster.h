@@ -135,6 +135,10 @@ int train_cluster_start_step(const TrainCluster *c, int64_t timeout_ms, int64_t 
  * need this task again. */
 #define TRAIN_REFORM 3
 int train_cluster_serve(TrainCluster *c, const char *tool);
+/* The chief, its job done, under in-process recovery: tells the other tasks (the key-value
+ * store) and waits up to 5 s for each to say it saw it, so that none takes the chief's
+ * leaving for a failure to re-form after. Best effort; nothing without FLOE_RECOVER. */
+void train_cluster_finish(TrainCluster *c);
 /* Synchronous replication's chief: a thread running the aggregation step (target) again and
  * again until train_updater_stop. */
 /* Writes a checkpoint of the variables as they are now; 0, or -1 with why in msg. */

@@ -1211,6 +1211,7 @@ static int lstm_run(int argc, char **argv, int *reform) {
     if (o.trace)
       printf("trace of %lld training steps written to %s\n", (long long)profiled, o.trace);
   }
+  if (rc == 0 && cluster) train_cluster_finish(&o.cl); /* the others stop, not re-form */
 out_states:
   for (int i = 0; i < 16; i++) floe_tensor_release(states[i]);
 out_model:
