@@ -273,20 +273,20 @@ int train_recover_budget(void) {
   return k > 0 ? k : 0;
 }
 
-void train_recovery_begin(void) {
+static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
-  g_recovery_t0 = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void train_recovery_begin(void) {
+  g_recovery_t0 = now_s();
   g_recoveries++;
 }
 
 int train_recoveries(void) { return g_recoveries; }
 
-double train_recovery_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9 - g_recovery_t0;
-}
+double train_recovery_seconds(void) { return now_s() - g_recovery_t0; }
 
 void train_cluster_session_options(const TrainCluster *c, FloeSessionOptions *so) {
   so->cluster = c->spec;
@@ -481,12 +481,6 @@ int train_cluster_place(TrainCluster *c, FloeGraph *g, const TrainVars *v, const
   return rc;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 int train_cluster_wait_ready(const TrainCluster *c, FloeGraph *g, FloeSession *s,
                              const TrainVars *v, int64_t timeout_ms, const char *tool) {
   (void)c;
@@ -589,8 +583,7 @@ int train_cluster_start_step(const TrainCluster *c, int64_t timeout_ms, int64_t 
 #define FINISHED_KEY "floe_train/finished"
 
 /* A task's acknowledgement of FINISHED_KEY: "floe_train/finished/<its task name>". */
-static void finished_ack_key(FloeServer *s, const char *task, char *key, size_t cap) {
-  (void)s;
+static void finished_ack_key(const char *task, char *key, size_t cap) {
   snprintf(key, cap, FINISHED_KEY "/%s", task);
 }
 
@@ -608,7 +601,7 @@ void train_cluster_finish(TrainCluster *c) {
     for (int i = 0; i < floe_server_job_size(c->server, jobs[j]); i++) {
       char task[96], key[160];
       snprintf(task, sizeof task, "/job:%s/replica:0/task:%d", jobs[j], i);
-      finished_ack_key(c->server, task, key, sizeof key);
+      finished_ack_key(task, key, sizeof key);
       void *v = NULL;
       size_t len = 0;
       int64_t left = (int64_t)((end - now_s()) * 1000);
@@ -631,7 +624,7 @@ int train_cluster_serve(TrainCluster *c, const char *tool) {
     if (st && floe_server_kv_get(c->server, FINISHED_KEY, 0, &v, &len, st) == FLOE_OK) {
       char key[160];
       free(v);
-      finished_ack_key(c->server, floe_server_task(c->server), key, sizeof key);
+      finished_ack_key(floe_server_task(c->server), key, sizeof key);
       floe_server_kv_set(c->server, key, "1", 1, 1, st); /* best effort */
       floe_status_free(st);
       return 0;
