@@ -206,13 +206,8 @@ typedef struct Acts {
 
 /* x is a one-element f32 Const the step neither feeds nor fetches: its value. */
 static bool const_f32(const Fuse *f, FloeOutput x, double *v) {
-  if (x.index != 0 || !constant(f, x)) return false;
-  const FloeAttrValue *a = floe__attrs_get(&x.node->attrs, "value");
-  const FloeTensor *t = a && a->kind == FLOE_ATTR_TENSOR ? a->u.tensor : NULL;
-  if (!t || t->dtype != FLOE_F32 || t->num_elements != 1 || !floe__tensor_on_host(t))
-    return false;
-  *v = *(const float *)floe_tensor_data(t);
-  return true;
+  int64_t unused;
+  return constant(f, x) && floe__const_scalar(x, FLOE_F32, v, &unused);
 }
 
 static double attr_float(const FloeNode *n, const char *name, double dflt) {

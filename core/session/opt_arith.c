@@ -26,10 +26,10 @@
 
 static bool is_op(const FloeNode *n, const char *op) { return strcmp(n->op->name, op) == 0; }
 
-/* x is a one-element Const of dtype dt (not fed): its value as a double and as int64. */
-static bool scalar_const(const FloeOpt *o, FloeOutput x, FloeDType dt, double *d, int64_t *i) {
+/* See session.h. */
+bool floe__const_scalar(FloeOutput x, FloeDType dt, double *d, int64_t *i) {
   const FloeNode *n = x.node;
-  if (!is_op(n, "Const") || floe__opt_kept(o, n) || x.index != 0) return false;
+  if (!is_op(n, "Const") || x.index != 0) return false;
   const FloeAttrValue *v = floe__attrs_get(&n->attrs, "value");
   if (!v || v->kind != FLOE_ATTR_TENSOR || !v->u.tensor) return false;
   const FloeTensor *t = v->u.tensor;
@@ -42,6 +42,11 @@ static bool scalar_const(const FloeOpt *o, FloeOutput x, FloeDType dt, double *d
   case FLOE_I64: *i = *(const int64_t *)p; *d = (double)*i; return true;
   default: return false;
   }
+}
+
+/* x is a one-element Const of dtype dt (not fed): its value as a double and as int64. */
+static bool scalar_const(const FloeOpt *o, FloeOutput x, FloeDType dt, double *d, int64_t *i) {
+  return !floe__opt_kept(o, x.node) && floe__const_scalar(x, dt, d, i);
 }
 
 static bool is_float(FloeDType dt) { return dt == FLOE_F32 || dt == FLOE_F64; }

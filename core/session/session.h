@@ -189,6 +189,9 @@ bool floe__opt_any_on(void);
 /* Helpers the passes share. */
 bool floe__opt_grow(FloeOpt *o);                          /* false: out of memory */
 bool floe__opt_kept(const FloeOpt *o, const FloeNode *n); /* fed, fetched or a target */
+/* x is output 0 of a one-element Const of dtype dt (f32, f64, i32 or i64) held on the host:
+ * its value as a double (*d) and an int64 (*i; 0 for floats). (opt_arith.c; fusion too.) */
+bool floe__const_scalar(FloeOutput x, FloeDType dt, double *d, int64_t *i);
 bool floe__opt_control_flow(const FloeNode *n);           /* a frame or transfer op */
 /* No side effects, not control flow, not a Placeholder or NoOp: may be merged or dropped. */
 bool floe__opt_pure(const FloeNode *n);
