@@ -162,13 +162,13 @@ bool floe__reduce_op_parse(const char *name, FloeReduceOp *op) {
 #define REDUCE_LOOP(T, COMBINE)                                                              \
   do {                                                                                       \
     T *d = dst;                                                                              \
-    const T *s = src;                                                                        \
-    for (size_t i = 0; i < n; i++) COMBINE(d[i], s[i]);                                      \
+    const T *x = a, *y = b;                                                                  \
+    for (size_t i = 0; i < n; i++) d[i] = COMBINE(x[i], y[i]);                               \
   } while (0)
-#define C_SUM(a, b) (a) += (b)
-#define C_PROD(a, b) (a) *= (b)
-#define C_MAX(a, b) if ((b) > (a) || (b) != (b)) (a) = (b)
-#define C_MIN(a, b) if ((b) < (a) || (b) != (b)) (a) = (b)
+#define C_SUM(p, q) ((p) + (q))
+#define C_PROD(p, q) ((p) * (q))
+#define C_MAX(p, q) ((q) > (p) || (q) != (q) ? (q) : (p))
+#define C_MIN(p, q) ((q) < (p) || (q) != (q) ? (q) : (p))
 #define REDUCE_TYPED(T)                                                                      \
   do {                                                                                       \
     switch (op) {                                                                            \
@@ -183,24 +183,26 @@ bool floe__reduce_op_parse(const char *name, FloeReduceOp *op) {
   } while (0)
 
 /* Half-precision values: combined in f32, rounded back once per pair. */
-static bool reduce_half(uint16_t *d, const uint16_t *s, size_t n, bool bf16, FloeReduceOp op) {
+static bool reduce_half(uint16_t *d, const uint16_t *x, const uint16_t *y, size_t n, bool bf16,
+                        FloeReduceOp op) {
   for (size_t i = 0; i < n; i++) {
-    float a = bf16 ? floe_bf16_to_f32(d[i]) : floe_f16_to_f32(d[i]);
-    float b = bf16 ? floe_bf16_to_f32(s[i]) : floe_f16_to_f32(s[i]);
+    float p = bf16 ? floe_bf16_to_f32(x[i]) : floe_f16_to_f32(x[i]);
+    float q = bf16 ? floe_bf16_to_f32(y[i]) : floe_f16_to_f32(y[i]);
     switch (op) {
     case FLOE_REDUCE_SUM:
-    case FLOE_REDUCE_MEAN: a += b; break;
-    case FLOE_REDUCE_PROD: a *= b; break;
-    case FLOE_REDUCE_MAX: C_MAX(a, b); break;
-    case FLOE_REDUCE_MIN: C_MIN(a, b); break;
+    case FLOE_REDUCE_MEAN: p = C_SUM(p, q); break;
+    case FLOE_REDUCE_PROD: p = C_PROD(p, q); break;
+    case FLOE_REDUCE_MAX: p = C_MAX(p, q); break;
+    case FLOE_REDUCE_MIN: p = C_MIN(p, q); break;
     default: return false;
     }
-    d[i] = bf16 ? floe_f32_to_bf16(a) : floe_f32_to_f16(a);
+    d[i] = bf16 ? floe_f32_to_bf16(p) : floe_f32_to_f16(p);
   }
   return true;
 }
 
-bool floe__reduce_into(void *dst, const void *src, size_t n, FloeDType dt, FloeReduceOp op) {
+bool floe__reduce3(void *dst, const void *a, const void *b, size_t n, FloeDType dt,
+                   FloeReduceOp op) {
   switch (dt) {
   case FLOE_F32: REDUCE_TYPED(float);
   case FLOE_F64: REDUCE_TYPED(double);
@@ -208,10 +210,14 @@ bool floe__reduce_into(void *dst, const void *src, size_t n, FloeDType dt, FloeR
   case FLOE_I64: REDUCE_TYPED(int64_t);
   case FLOE_I8: REDUCE_TYPED(int8_t);
   case FLOE_U8: REDUCE_TYPED(uint8_t);
-  case FLOE_F16: return reduce_half(dst, src, n, false, op);
-  case FLOE_BF16: return reduce_half(dst, src, n, true, op);
+  case FLOE_F16: return reduce_half(dst, a, b, n, false, op);
+  case FLOE_BF16: return reduce_half(dst, a, b, n, true, op);
   default: return false;
   }
+}
+
+bool floe__reduce_into(void *dst, const void *src, size_t n, FloeDType dt, FloeReduceOp op) {
+  return floe__reduce3(dst, dst, src, n, dt, op);
 }
 
 void floe__scale_down(void *x, size_t n, FloeDType dt, int d) {

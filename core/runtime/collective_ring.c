@@ -547,13 +547,13 @@ static void xfer_done(void *arg, floe_code code, size_t size) {
                             BCAST_HEADER, ch->recv_elems * o->es);
   else if (ok && ch->reduce_into && ch->recv_elems && ch->recv_first) {
     /* K_RD, the partner's rank lower: its values first, so both compute the same bits */
-    floe__reduce_into(ch->recv_at, ch->reduce_into, ch->recv_elems, o->dt, o->op);
-    memcpy(ch->reduce_into, ch->recv_at, ch->recv_elems * o->es);
+    floe__reduce3(ch->reduce_into, ch->recv_at, ch->reduce_from ? ch->reduce_from
+                  : ch->reduce_into, ch->recv_elems, o->dt, o->op);
   } else if (ok && ch->reduce_into && ch->recv_elems) {
-    /* The chunk is in cache: copying the input's chunk here costs little, a whole copy of
-     * the input up front would cost a pass over memory. */
-    if (ch->reduce_from) memcpy(ch->reduce_into, ch->reduce_from, ch->recv_elems * o->es);
-    floe__reduce_into(ch->reduce_into, ch->recv_at, ch->recv_elems, o->dt, o->op);
+    /* Out of place, the first reduction of this chunk reads the input where it is (one pass,
+     * where copying the input to the output first would take two). */
+    floe__reduce3(ch->reduce_into, ch->reduce_from ? ch->reduce_from : ch->reduce_into,
+                  ch->recv_at, ch->recv_elems, o->dt, o->op);
   }
   pthread_mutex_lock(&c->mu);
   ch->stage++;

@@ -301,6 +301,10 @@ const char *floe__reduce_op_name(FloeReduceOp op);
 bool floe__reduce_op_parse(const char *name, FloeReduceOp *op);
 /* dst[i] = op(dst[i], src[i]) for n elements of dt; false for a dtype it cannot reduce. */
 bool floe__reduce_into(void *dst, const void *src, size_t n, FloeDType dt, FloeReduceOp op);
+/* dst[i] = op(a[i], b[i]): one pass where a copy then a reduce would take two. dst may be a
+ * or b (element by element), no other overlap. */
+bool floe__reduce3(void *dst, const void *a, const void *b, size_t n, FloeDType dt,
+                   FloeReduceOp op);
 /* x[i] /= d for n elements of dt (MEAN's last step). */
 void floe__scale_down(void *x, size_t n, FloeDType dt, int d);
 #define FLOE__COLL_DTYPES                                                                    \
