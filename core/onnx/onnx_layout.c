@@ -5,7 +5,8 @@
  * reorder NCHW data on every call, in and out. So each NCHW (CHANNELS_FIRST) 2-D Conv / Pool
  * / Conv2D / MaxPool / AvgPool / BiasAdd becomes Transpose(to NHWC) -> the op in NHWC -> Transpose(to NCHW), and the
  * transposes are then sunk through the layout-agnostic ops between them (elementwise ops,
- * Pad with constant paddings, reductions keeping dims) until inverse pairs meet and cancel.
+ * with their other operand of rank 1 to 4 permuted to match, Pad with constant paddings, reductions keeping dims, Concat of inputs that are all
+ * transposed) until inverse pairs meet and cancel.
  * A ResNet is left with one transpose at its input and one before its classifier. Every
  * rewrite adds new nodes and re-points consumers; the old nodes are dropped with the other
  * dead ones at the end of the import. */
@@ -179,11 +180,96 @@ static bool scalar(FloeOutput x) {
   return true;
 }
 
+/* A constant scalar of x's integer dtype holding v, named after n. */
+static FloeOutput int_scalar_like(Pass *p, const FloeNode *n, FloeOutput x, int64_t v) {
+  const FloeTensor *like = ox_const_value(x);
+  FloeDType dt = like ? floe_tensor_dtype(like) : FLOE_I64;
+  FloeTensor *t = floe_tensor_new(dt, 0, NULL, p->st);
+  FloeOutput y = {NULL, 0};
+  char *name = fresh_name(p, n, "axis");
+  if (t && name) {
+    if (dt == FLOE_I32)
+      *(int32_t *)floe_tensor_data(t) = (int32_t)v;
+    else
+      *(int64_t *)floe_tensor_data(t) = v;
+    y = floe_const(p->g, name, t);
+  }
+  floe_tensor_release(t);
+  floe__free(name);
+  return y;
+}
+
+/* For Op(T_nchw(x), k) with k of rank 1 to 4 (a batch norm's [C, 1, 1]): the operand for
+ * Op(x, .) in NHWC, k padded to rank 4 with its dims in NHWC order, so it broadcasts
+ * against x as k did against T_nchw(x). A constant's values are permuted here; a computed k
+ * of a known shape whose dims other than 1 keep their order ([C, 1, 1]: one) is only
+ * reshaped. Else an invalid output. */
+static FloeOutput nhwc_operand(Pass *p, const FloeNode *n, FloeOutput k) {
+  FloeOutput none = {NULL, 0};
+  const FloeTensor *t = ox_const_value(k);
+  FloeShape ks = k.node->out_shapes[k.index];
+  int r = ks.rank;
+  size_t es = floe_dtype_size(k.node->out_dtypes[k.index]);
+  if (r < 1 || r > 4 || es == 0) return none;
+  int64_t d[4] = {1, 1, 1, 1}, o[4];
+  for (int i = 0; i < r; i++) d[4 - r + i] = ks.dims[i];
+  for (int i = 0; i < 4; i++) {
+    if (d[i] < 0) return none;
+    o[i] = d[TO_NHWC[i]];
+  }
+  if (!t) {
+    int last = -1; /* a transpose that only moves dims of 1 is a reshape */
+    for (int i = 0; i < 4; i++)
+      if (o[i] != 1) {
+        if (TO_NHWC[i] < last) return none;
+        last = (int)TO_NHWC[i];
+      }
+    int64_t four = 4;
+    FloeTensor *shape = floe_tensor_new(FLOE_I64, 1, &four, p->st);
+    char *sn = shape ? fresh_name(p, n, "nhwc_shape") : NULL;
+    char *rn = sn ? fresh_name(p, n, "nhwc_reshape") : NULL;
+    FloeOutput y = none;
+    if (rn) {
+      memcpy(floe_tensor_data(shape), o, sizeof o);
+      FloeNodeBuilder *b = floe_node_begin(p->g, "Reshape", rn);
+      floe_node_add_input(b, k);
+      floe_node_add_input(b, floe_const(p->g, sn, shape));
+      FloeNode *rs = floe_node_finish(b);
+      if (rs) y = floe_out(rs, 0);
+    }
+    floe_tensor_release(shape);
+    floe__free(sn);
+    floe__free(rn);
+    return y;
+  }
+  FloeTensor *q = floe_tensor_new(floe_tensor_dtype(t), 4, o, p->st);
+  char *name = q ? fresh_name(p, n, "nhwc_const") : NULL;
+  if (!name) {
+    floe_tensor_release(q);
+    return none;
+  }
+  const char *src = floe_tensor_data(t);
+  char *dst = floe_tensor_data(q);
+  int64_t j = 0; /* out[a][b][c][e] = in at index a, e, b, c of d (NCHW order) */
+  for (int64_t a = 0; a < o[0]; a++)
+    for (int64_t b = 0; b < o[1]; b++)
+      for (int64_t c = 0; c < o[2]; c++)
+        for (int64_t e = 0; e < o[3]; e++, j++)
+          memcpy(dst + (size_t)j * es, src + (size_t)(((a * d[1] + e) * d[2] + b) * d[3] + c) * es,
+                 es);
+  FloeOutput y = floe_const(p->g, name, q);
+  floe_tensor_release(q);
+  floe__free(name);
+  return y;
+}
+
+enum { MAX_INPUTS = 256 };
+
 /* One rewrite of n if a rule applies: 1 done, 0 none, -1 error. */
 static int rewrite(Pass *p, FloeNode *n) {
   int64_t perm[4], perm2[4];
-  FloeOutput a, b, ins[8];
-  if (n->num_inputs > 8 || n->id < p->first || kept(p, n)) return 0;
+  FloeOutput a, b, ins[MAX_INPUTS];
+  if (n->num_inputs > MAX_INPUTS || n->id < p->first || kept(p, n)) return 0;
   for (int i = 0; i < n->num_inputs; i++) ins[i] = n->inputs[i];
   FloeNode *c = NULL;
   if (layout_op(n)) {
@@ -210,6 +296,8 @@ static int rewrite(Pass *p, FloeNode *n) {
     if (t0 && t1) ins[0] = a, ins[1] = b;
     else if (t0 && scalar(ins[1]) && ins[1].node->out_shapes[ins[1].index].rank == 0) ins[0] = a;
     else if (t1 && scalar(ins[0]) && ins[0].node->out_shapes[ins[0].index].rank == 0) ins[1] = b;
+    else if (t0 && !t1 && (ins[1] = nhwc_operand(p, n, ins[1])).node) ins[0] = a;
+    else if (t1 && !t0 && (ins[0] = nhwc_operand(p, n, ins[0])).node) ins[1] = b;
     else return 0;
     c = copy_node(p, n, ins, NULL);
   } else if (op_is(n, "Pad") && n->num_inputs == 2 && transpose_perm(ins[0], perm, &a) &&
@@ -231,6 +319,20 @@ static int rewrite(Pass *p, FloeNode *n) {
     floe__free(pn);
     floe_tensor_release(q);
     c = ins[1].node ? copy_node(p, n, ins, NULL) : NULL;
+  } else if (op_is(n, "Concat") && n->num_inputs >= 2 && n->num_outputs == 1) {
+    /* Concat(T(x_0), ..., T(x_k)) along NCHW axis d = T(Concat(x_0, ..., x_k) along NHWC
+     * axis TO_NCHW[d]): DenseNet's and SqueezeNet's concatenations of convolutions */
+    int nv = n->num_inputs - 1;
+    int64_t ax;
+    if (ox_const_ints(ins[nv], &ax, 1) != 1) return 0;
+    if (ax < 0) ax += 4;
+    if (ax < 0 || ax > 3) return 0;
+    for (int i = 0; i < nv; i++) {
+      if (!transpose_perm(ins[i], perm, &a) || !perm_is(perm, TO_NCHW)) return 0;
+      ins[i] = a;
+    }
+    ins[nv] = int_scalar_like(p, n, ins[nv], TO_NCHW[ax]);
+    c = ins[nv].node ? copy_node(p, n, ins, NULL) : NULL;
   } else if ((op_is(n, "Mean") || op_is(n, "Max") || op_is(n, "Sum")) && n->num_inputs == 2 &&
              floe__node_attr_bool(n, "keep_dims", false) && transpose_perm(ins[0], perm, &a) &&
              perm_is(perm, TO_NCHW)) {

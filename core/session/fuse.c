@@ -632,6 +632,189 @@ static void block_pool(Blocker *bl, FloeNode *pool) {
   bl->blk[pool->id] = p;
 }
 
+/* The value of x when it is a Const's integer scalar. */
+static bool const_int(FloeOutput x, int64_t *v) {
+  const FloeAttrValue *a = floe__attrs_get(&x.node->attrs, "value");
+  if (strcmp(x.node->op->name, "Const") != 0 || !a || a->kind != FLOE_ATTR_TENSOR ||
+      floe_tensor_num_elements(a->u.tensor) != 1)
+    return false;
+  const FloeTensor *t = a->u.tensor;
+  if (floe_tensor_dtype(t) == FLOE_I32)
+    *v = *(const int32_t *)floe_tensor_data(t);
+  else if (floe_tensor_dtype(t) == FLOE_I64)
+    *v = *(const int64_t *)floe_tensor_data(t);
+  else
+    return false;
+  return true;
+}
+
+/* A channels-last Concat along the channels of tensors that are all blocked or whole blocks
+ * (at least one blocked) as a Concat of the blocked tensors along the channel blocks' dim
+ * (dim 1): whole blocks of 16 channels follow each other there as they do in the channels.
+ * Inputs that are not blocked yet get a _ToBlocked. */
+static void block_concat(Blocker *bl, FloeNode *cat) {
+  Fuse *f = bl->f;
+  enum { MAX_VALUES = 256 };
+  int nv = cat->num_inputs - 1;
+  if (cat->id >= bl->cap || !f->need[cat->id] || strcmp(cat->op->name, "Concat") != 0 ||
+      (cat->id < f->n_orig && f->pinned[cat->id]) || nv < 1 || nv > MAX_VALUES)
+    return;
+  const FloeShape *y = &cat->out_shapes[0];
+  int64_t axis;
+  if (!whole_blocks(y) || !const_int(cat->inputs[nv], &axis) ||
+      (axis != y->rank - 1 && axis != -1))
+    return;
+  const FloeAttrValue *t = floe__attrs_get(&cat->attrs, "T");
+  if (!t || t->kind != FLOE_ATTR_TYPE || t->u.type != FLOE_F32) return;
+  FloeOutput vals[MAX_VALUES];
+  bool any = false;
+  for (int i = 0; i < nv; i++) {
+    FloeOutput x = cat->inputs[i];
+    if (!whole_blocks(shape_of(x)) || shape_of(x)->rank != y->rank) return;
+    any |= x.index == 0 && x.node->id < bl->cap && bl->blk[x.node->id];
+  }
+  if (!any) return;
+  for (int i = 0; i < nv; i++) {
+    FloeNode *b = as_blocked(bl, cat->inputs[i], cat);
+    if (!b) return;
+    vals[i] = (FloeOutput){b, 0};
+  }
+  char *name = unique_name(f->g, cat->name, "_blocked");
+  char *an = name ? unique_name(f->g, cat->name, "_blocked_axis") : NULL;
+  FloeTensor *one = an ? floe_tensor_new(FLOE_I32, 0, NULL, NULL) : NULL;
+  FloeOutput ax = {NULL, 0};
+  if (one) {
+    *(int32_t *)floe_tensor_data(one) = 1;
+    ax = floe_const(f->g, an, one);
+    floe_tensor_release(one);
+  }
+  floe__free(an);
+  if (!ax.node || !need_grow(f)) {
+    floe__free(name);
+    return;
+  }
+  FloeNodeBuilder *b = floe_node_begin(f->g, "Concat", name);
+  floe__free(name);
+  floe_node_add_input_list(b, vals, nv);
+  floe_node_add_input(b, ax);
+  floe_node_set_attr_type(b, "T", FLOE_F32);
+  floe_node_set_attr_type(b, "Tidx", FLOE_I32);
+  for (int c = 0; c < cat->num_control; c++) floe_node_add_control_input(b, cat->control[c]);
+  if (cat->device && cat->device[0]) floe_node_set_device(b, cat->device);
+  FloeNode *n = floe_node_finish(b);
+  if (!n || !need_grow(f) || !f->ok(f->arg, cat, n)) return;
+  for (int i = 0; i < nv; i++) f->need[vals[i].node->id] = true;
+  f->need[ax.node->id] = true;
+  f->need[n->id] = true;
+  f->need[cat->id] = false;
+  bl->blk[cat->id] = n;
+}
+
+static bool same_shape(const FloeShape *a, const FloeShape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+static bool blocked_output(const Blocker *bl, FloeOutput x) {
+  return x.index == 0 && x.node->id < bl->cap && bl->blk[x.node->id];
+}
+
+/* The operand of a blocked binary op for `other`, which broadcast against a channels-last
+ * tensor of shape y: itself when it is all ones (a scalar), a Reshape to [1, C/16, 1, ...,
+ * 16] when only its last dim is not 1 (per channel, C whole blocks), the blocked form of a
+ * tensor of y's shape; else an invalid output. */
+static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape *y,
+                                  const FloeNode *near) {
+  FloeOutput none = {NULL, 0};
+  const FloeShape *s = shape_of(other);
+  if (blocked_output(bl, other)) return same_shape(s, y) ? (FloeOutput){bl->blk[other.node->id], 0} : none;
+  if (s->rank < 0 || s->rank > y->rank) return none;
+  bool ones = true;
+  for (int i = 0; i + 1 < s->rank; i++) ones &= s->dims[i] == 1;
+  int64_t c = s->rank ? s->dims[s->rank - 1] : 1;
+  if (ones && c == 1) return other;
+  if (same_shape(s, y)) {
+    FloeNode *t = whole_blocks(s) ? as_blocked(bl, other, near) : NULL;
+    return t ? (FloeOutput){t, 0} : none;
+  }
+  if (!ones || c != y->dims[y->rank - 1]) return none;
+  Fuse *f = bl->f;
+  int64_t dims[FLOE_MAX_DIMS + 1], r = y->rank + 1;
+  for (int i = 0; i < r; i++) dims[i] = 1;
+  dims[1] = c / 16;
+  dims[r - 1] = 16;
+  FloeTensor *shape = floe_tensor_new(FLOE_I64, 1, &r, NULL);
+  char *sn = shape ? unique_name(f->g, near->name, "_blocked_shape") : NULL;
+  char *rn = sn ? unique_name(f->g, near->name, "_blocked_operand") : NULL;
+  FloeOutput out = none;
+  if (rn) {
+    memcpy(floe_tensor_data(shape), dims, (size_t)r * sizeof *dims);
+    FloeOutput sc = floe_const(f->g, sn, shape);
+    FloeNodeBuilder *b = floe_node_begin(f->g, "Reshape", rn);
+    floe_node_add_input(b, other);
+    floe_node_add_input(b, sc);
+    if (near->device && near->device[0]) floe_node_set_device(b, near->device);
+    FloeNode *n = sc.node ? floe_node_finish(b) : NULL;
+    if (n && need_grow(f)) {
+      f->need[sc.node->id] = true;
+      f->need[n->id] = true;
+      out = (FloeOutput){n, 0};
+    }
+  }
+  floe_tensor_release(shape);
+  floe__free(sn);
+  floe__free(rn);
+  return out;
+}
+
+/* An elementwise op of a blocked tensor as the same op of the blocked tensor: unary
+ * activations and math, and binary arithmetic with a tensor of the same shape, a per-channel
+ * operand or a scalar (batch normalisation's scale and shift, DenseNet's pre-activations). */
+static void block_elementwise(Blocker *bl, FloeNode *n) {
+  static const char *const unary[] = {"Relu", "Relu6", "Sigmoid", "Tanh", "Elu", "LeakyRelu",
+                                      "Neg", "Abs", "Exp", "Square", "Sqrt", "Softplus",
+                                      "Gelu", NULL};
+  static const char *const binary[] = {"Add", "Sub", "Mul", "Div", "Maximum", "Minimum",
+                                       "AddV2", NULL};
+  Fuse *f = bl->f;
+  if (n->id >= bl->cap || !f->need[n->id] || (n->id < f->n_orig && f->pinned[n->id]) ||
+      n->num_outputs != 1 || n->out_dtypes[0] != FLOE_F32)
+    return;
+  bool un = false, bin = false;
+  for (int i = 0; unary[i]; i++) un |= strcmp(n->op->name, unary[i]) == 0;
+  for (int i = 0; binary[i]; i++) bin |= strcmp(n->op->name, binary[i]) == 0;
+  if (!(un && n->num_inputs == 1) && !(bin && n->num_inputs == 2)) return;
+  const FloeShape *y = &n->out_shapes[0];
+  int at = blocked_output(bl, n->inputs[0]) ? 0 : bin && blocked_output(bl, n->inputs[1]) ? 1 : -1;
+  if (at < 0 || !whole_blocks(y) || !same_shape(shape_of(n->inputs[at]), y)) return;
+  FloeOutput ins[2] = {{bl->blk[n->inputs[at].node->id], 0}, {NULL, 0}};
+  if (bin) {
+    ins[1] = blocked_operand(bl, n->inputs[1 - at], y, n);
+    if (!ins[1].node) return;
+    if (at == 1) { /* keep the operands' order (Sub, Div) */
+      FloeOutput t = ins[0];
+      ins[0] = ins[1];
+      ins[1] = t;
+    }
+  }
+  char *name = unique_name(f->g, n->name, "_blocked");
+  if (!name) return;
+  FloeNodeBuilder *b = floe_node_begin(f->g, n->op->name, name);
+  floe__free(name);
+  for (int i = 0; i < n->num_inputs; i++) floe_node_add_input(b, ins[i]);
+  for (int i = 0; i < n->attrs.n; i++) floe__node_copy_attr(n, b, n->attrs.names[i]);
+  for (int c = 0; c < n->num_control; c++) floe_node_add_control_input(b, n->control[c]);
+  if (n->device && n->device[0]) floe_node_set_device(b, n->device);
+  FloeNode *e = floe_node_finish(b);
+  if (!e || !need_grow(f) || !f->ok(f->arg, n, e)) return;
+  for (int i = 0; i < n->num_inputs; i++) f->need[ins[i].node->id] = true;
+  f->need[e->id] = true;
+  f->need[n->id] = false;
+  bl->blk[n->id] = e;
+}
+
 /* Consumers of a blocked node's old output outside the blocked chains read a _FromBlocked of
  * it; control edges name the blocked node. 0, or -1 on out of memory. */
 static int block_leave(Blocker *bl, FloeNode *old) {
@@ -676,8 +859,12 @@ static int block_convs(Fuse *f) {
     FloeNode *n = f->g->nodes[order[i]];
     if (blockable(&bl, n))
       block_one(&bl, n);
-    else
+    else if (strcmp(n->op->name, "Concat") == 0)
+      block_concat(&bl, n);
+    else if (strcmp(n->op->name, "Pool") == 0)
       block_pool(&bl, n);
+    else
+      block_elementwise(&bl, n);
   }
   floe__free(order);
   if (floe_graph_status(f->g) != FLOE_OK) rc = -1;

@@ -262,6 +262,7 @@ typedef struct BinaryJob {
   size_t zsize, insize; /* element sizes */
   FloeDType dt, zdt;
   int mode;
+  int tiled; /* -1, or the operand that repeats a short inner run (binary_range_tiled) */
 } BinaryJob;
 
 /* f16/bf16 run: convert to f32 in chunks, run the f32 row, convert back (or write bools). */
@@ -283,8 +284,65 @@ static void binary_half_run(const BinaryJob *j, char *z, const uint16_t *x, cons
   }
 }
 
+enum { TILE_ELEMS = 1024 };
+
+/* A short inner run (P elements, e.g. the 16 channels of a block) that one operand repeats
+ * along the next dim (M times) while the other is contiguous across both, as in [N, A, M, 16]
+ * times [1, A, 1, 16]: each whole M x P segment runs as a few long rows against a tile of the
+ * repeated run instead of M rows of P. Partial segments at the range's ends go run by run. */
+static void binary_range_tiled(const BinaryJob *j, int64_t begin, int64_t end) {
+  const CpuBroadcast *p = j->plan;
+  int64_t P = p->dims[p->rank - 1], M = p->dims[p->rank - 2], seg = M * P;
+  int64_t reps = TILE_ELEMS / P < M ? TILE_ELEMS / P : M;
+  int b = j->tiled;
+  size_t es = j->insize;
+  _Alignas(64) char tile[TILE_ELEMS * 8];
+  CpuBroadcastIter it;
+  int64_t pos, off[2], len;
+  cpu_broadcast_iter_init(&it, p, begin, end);
+  while ((len = cpu_broadcast_iter_next(&it, &pos, off)) > 0) {
+    char *z = j->z + pos * (int64_t)j->zsize;
+    const char *x = j->x + off[0] * (int64_t)es;
+    const char *y = j->y + off[1] * (int64_t)es;
+    if (pos % seg != 0 || pos + seg > end) {
+      j->row(z, x, y, len, j->mode);
+      continue;
+    }
+    const char *rep = b ? y : x;
+    for (int64_t r = 0; r < reps; r++) memcpy(tile + (size_t)(r * P) * es, rep, (size_t)P * es);
+    for (int64_t i = 0; i < M; i += reps) {
+      int64_t n = (M - i < reps ? M - i : reps) * P;
+      size_t at = (size_t)(i * P) * es;
+      if (b)
+        j->row(z + at, x + at, tile, n, ROW_VV);
+      else
+        j->row(z + at, tile, y + at, n, ROW_VV);
+    }
+    cpu_broadcast_iter_init(&it, p, pos + seg, end);
+  }
+}
+
+/* The operand binary_range_tiled repeats, or -1 when the plan is not of that form. */
+static int tiled_operand(const CpuBroadcast *p, FloeDType dt, FloeDType zdt, size_t es) {
+  int r = p->rank;
+  if (r < 2 || cpu_is_half(dt) || zdt != dt || es > 8 || p->num_inputs != 2) return -1;
+  int64_t P = p->dims[r - 1], M = p->dims[r - 2];
+  if (P > 64 || M < 4) return -1;
+  for (int b = 0; b < 2; b++) {
+    int a = 1 - b;
+    if (p->strides[b][r - 1] == 1 && p->strides[b][r - 2] == 0 && p->strides[a][r - 1] == 1 &&
+        p->strides[a][r - 2] == P)
+      return b;
+  }
+  return -1;
+}
+
 static void binary_range(void *arg, int64_t begin, int64_t end) {
   const BinaryJob *j = arg;
+  if (j->tiled >= 0) {
+    binary_range_tiled(j, begin, end);
+    return;
+  }
   CpuBroadcastIter it;
   int64_t pos, off[2], len;
   cpu_broadcast_iter_init(&it, j->plan, begin, end);
@@ -398,7 +456,8 @@ static floe_code binary_compute(void *state, FloeKernelContext *ctx) {
                  zdt,
                  plan.strides[0][inner] == 0   ? ROW_SV
                  : plan.strides[1][inner] == 0 ? ROW_VS
-                                               : ROW_VV};
+                                               : ROW_VV,
+                 tiled_operand(&plan, dt, zdt, cpu_host->dtype_size(dt))};
   cpu_parallel_elements(plan.num_elements, op->cost, binary_range, &j);
   return FLOE_OK;
 }

@@ -496,6 +496,68 @@ START_TEST(nhwc_rewrite_matches_nchw) {
 }
 END_TEST
 
+/* Two convolutions concatenated along the channels (axis 1, or -3), pooled, convolved again:
+ * the transposes sink through the Concat (each of its inputs was transposed back to NCHW),
+ * leaving the input's (one for each convolution reading it: the session's CSE merges them)
+ * and the output's. */
+START_TEST(nhwc_rewrite_through_concat) {
+  Model md;
+  ob_model_init(&md, 13);
+  int64_t xd[4] = {2, 4, 6, 6};
+  ob_add_input(&md, "x", 4, xd);
+  static float wa[4 * 4], wb[4 * 4 * 9], wc[3 * 8];
+  for (int i = 0; i < 16; i++) wa[i] = (float)((i * 37 % 17) - 8) / 16.0f;
+  for (int i = 0; i < 144; i++) wb[i] = (float)((i * 53 % 19) - 9) / 20.0f;
+  for (int i = 0; i < 24; i++) wc[i] = (float)((i * 41 % 13) - 6) / 9.0f;
+  static const int64_t wad[4] = {4, 4, 1, 1}, wbd[4] = {4, 4, 3, 3}, wcd[4] = {3, 8, 1, 1};
+  ob_add_init(&md, "wa", 4, wad, wa, 1);
+  ob_add_init(&md, "wb", 4, wbd, wb, 1);
+  ob_add_init(&md, "wc", 4, wcd, wc, 1);
+  ob_add_node(&md, "Conv", "ca", "x", "wa", NULL, "ha");
+  ob_add_node(&md, "Relu", "ra", "ha", NULL, NULL, "aa");
+  Onnx__NodeProto *cb = ob_add_node(&md, "Conv", "cb", "x", "wb", NULL, "hb");
+  attr_ints_n(cb, "pads", 1, 1, 4);
+  ob_add_node(&md, "Relu", "rb", "hb", NULL, NULL, "ab");
+  Onnx__NodeProto *cat = ob_add_node(&md, "Concat", "cat", "aa", "ab", NULL, "c");
+  ob_attr_int(cat, "axis", _i ? -3 : 1);
+  Onnx__NodeProto *mp = ob_add_node(&md, "MaxPool", "mp", "c", NULL, NULL, "p");
+  attr_ints_n(mp, "kernel_shape", 2, 2, 2);
+  attr_ints_n(mp, "strides", 2, 2, 2);
+  ob_add_node(&md, "Conv", "cc", "p", "wc", NULL, "y");
+  ob_add_output(&md, "y");
+  size_t len;
+  uint8_t *buf = ob_pack(&md, &len);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *ys[2];
+  FloeTensor *x = floe_tensor_new(FLOE_F32, 4, xd, NULL);
+  for (int i = 0; i < 288; i++) ((float *)floe_tensor_data(x))[i] = (float)((i * 29 % 23) - 11) / 7.0f;
+  for (int keep = 0; keep < 2; keep++) {
+    FloeOnnxOptions o;
+    floe_onnx_options_init(&o);
+    o.keep_nchw = keep;
+    FloeOnnxModel *m = floe_onnx_import(buf, len, "concat", &o, st);
+    ck_assert_msg(m != NULL, "%s", floe_status_message(st));
+    FloeGraph *g = floe_onnx_model_graph(m);
+    int transposes = 0;
+    for (int i = 0; i < floe_graph_num_nodes(g); i++)
+      transposes += !strcmp(floe_node_op(floe_graph_node(g, i)), "Transpose");
+    ck_assert_int_eq(transposes, keep ? 0 : 3);
+    ys[keep] = run1(m, x, st);
+    floe_onnx_model_free(m);
+  }
+  ck_assert_int_eq(floe_tensor_num_elements(ys[0]), 2 * 3 * 3 * 3);
+  for (int i = 0; i < 54; i++) {
+    float a = ((float *)floe_tensor_data(ys[0]))[i], b = ((float *)floe_tensor_data(ys[1]))[i];
+    ck_assert_msg(fabsf(a - b) <= 1e-5f * (1 + fabsf(b)), "y[%d]: NHWC %g, NCHW %g", i, a, b);
+  }
+  floe_tensor_release(ys[0]);
+  floe_tensor_release(ys[1]);
+  floe_tensor_release(x);
+  floe_status_free(st);
+  free(buf);
+}
+END_TEST
+
 /* Inputs the fuzzer (make fuzz-onnx) once crashed on: each must now import or fail with a
  * message, with and without constant folding, and as a TensorProto too. */
 START_TEST(fuzz_regressions) {
@@ -551,6 +613,7 @@ static Suite *onnx_suite(void) {
   tcase_add_test(tc, allocation_failures);
   tcase_add_test(tc, fuzz_regressions);
   tcase_add_test(tc, nhwc_rewrite_matches_nchw);
+  tcase_add_loop_test(tc, nhwc_rewrite_through_concat, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -189,6 +189,12 @@ static const BinCase bin_cases[] = {
     {{2, {300, 257}}, {1, {257}}},                /* large row broadcast */
     {{1, {70001}}, {0, {0}}},                     /* large scalar */
     {{1, {70001}}, {1, {70001}}},                 /* large same shape */
+    /* A short run repeated along the next dim (the blocked layout's per-channel operands):
+     * the kernel tiles it. Right, left, and large with a remainder and thread ranges that
+     * start inside a segment. */
+    {{5, {2, 3, 7, 5, 16}}, {5, {1, 3, 1, 1, 16}}},
+    {{4, {1, 3, 1, 16}}, {4, {2, 3, 9, 16}}},
+    {{4, {3, 5, 700, 8}}, {4, {1, 5, 1, 8}}},
 };
 #define NUM_BIN_CASES (int)(sizeof bin_cases / sizeof bin_cases[0])
 
