@@ -418,12 +418,19 @@ static bool blockable(const Blocker *bl, const FloeNode *n) {
   const FloeAttrValue *t = floe__attrs_get(&n->attrs, "T");
   const FloeAttrValue *grp = floe__attrs_get(&n->attrs, "groups");
   const FloeAttrValue *b = floe__attrs_get(&n->attrs, "blocked");
-  if (!t || t->kind != FLOE_ATTR_TYPE || t->u.type != FLOE_F32 || (grp && grp->u.i != 1) ||
-      (b && b->u.b) || !attr_is(n, "data_format", "CHANNELS_LAST"))
+  if (!t || t->kind != FLOE_ATTR_TYPE || t->u.type != FLOE_F32 || (b && b->u.b) ||
+      !attr_is(n, "data_format", "CHANNELS_LAST"))
     return false;
   const FloeShape *x = shape_of(n->inputs[0]), *y = &n->out_shapes[0];
   if (!(whole_blocks(x) || plain_input(x)) || !whole_blocks(y) || x->rank != y->rank)
     return false;
+  if (grp && grp->u.i != 1) {
+    /* depthwise (a channel a group), or whole blocks a group: oneDNN's blocked kernels */
+    int64_t G = grp->u.i, c = x->dims[x->rank - 1], o = y->dims[y->rank - 1];
+    if (plain_input(x) || G <= 0 || c % G || o % G ||
+        !((G == c && G == o) || ((c / G) % 16 == 0 && (o / G) % 16 == 0)))
+      return false;
+  }
   const FloeAttrValue *add = floe__attrs_get(&n->attrs, "fused_add");
   if (add && add->u.b) { /* the side input broadcasts over anything but the channels */
     const FloeShape *sd = shape_of(n->inputs[n->num_inputs - 1]);

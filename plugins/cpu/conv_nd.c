@@ -193,10 +193,10 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   s->plain_input = s->blocked && flag(host, init, "plain_input");
   const char *wino = getenv("FLOE_CONV_WINOGRAD");
   s->winograd = s->blocked && (!wino || atoi(wino) != 0);
-  if (s->blocked && ((s->a.cf && !s->plain_input) || s->a.groups != 1))
+  if (s->blocked && ((s->a.cf && !s->plain_input) || (s->plain_input && s->a.groups != 1)))
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
-                                "a blocked _FusedConv must have one group and be CHANNELS_LAST "
-                                "(or CHANNELS_FIRST with plain_input)");
+                                "a blocked _FusedConv must be CHANNELS_LAST (or CHANNELS_FIRST "
+                                "with plain_input and one group)");
   int want = 2 + s->bias + s->add, got = host->init_num_inputs(init);
   if (got != want)
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
@@ -920,6 +920,13 @@ static floe_code blocked_geo(State *s, FloeKernelContext *ctx, const FloeTensor 
                                    "a blocked _FusedConv needs output channels in whole blocks "
                                    "of 16, got %lld",
                                    (long long)g->o);
+  int64_t G = g->groups;
+  if (G != 1 && !(G == g->c && G == g->o) && ((g->c / G) % 16 || (g->o / G) % 16))
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "a blocked _FusedConv of %lld groups needs one input and one "
+                                   "output channel a group (depthwise) or whole blocks of 16 a "
+                                   "group, got %lld input and %lld output channels",
+                                   (long long)G, (long long)g->c, (long long)g->o);
   dims[0] = g->n;
   dims[1] = g->o / 16;
   for (int j = 0; j < g->ns; j++) dims[2 + j] = g->out[3 - g->ns + j];

@@ -109,12 +109,14 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 for mode in async sync; do
   rep=; [ $mode = sync ] && rep="--replication sync"
   echo "{\"cluster\": {\"chief\": [\"127.0.0.1:$(port)\"], \"worker\": [\"127.0.0.1:$(port)\"], \"ps\": [\"127.0.0.1:$(port)\"]}}" >"$tmp/i.json"
-  A="train --threads 1 --data $DATA --limit 3000 --epochs 6 --cluster $tmp/i.json $rep"
+  # 40 epochs: the interrupt must land before the end (a loaded machine can be slow to send
+  # it; with 6 the sync run once finished, exit 0, before SIGINT arrived)
+  A="train --threads 1 --data $DATA --limit 3000 --epochs 40 --cluster $tmp/i.json $rep"
   "$FLOE" $A --job ps --task 0 >/dev/null 2>&1 & p_ps=$!
   "$FLOE" $A --job worker --task 0 --checkpoint-dir "$tmp/int-$mode" >/dev/null 2>&1 & p_w=$!
   "$FLOE" $A --job chief --task 0 --checkpoint-dir "$tmp/int-$mode" >"$tmp/i.out" 2>"$tmp/i.err" & p_c=$!
   pids="$pids $p_ps $p_w $p_c"
-  i=0; while ! grep -q "^epoch 1/6" "$tmp/i.out" 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+  i=0; while ! grep -q "^epoch 1/40" "$tmp/i.out" 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
   kill -INT "$p_c"; wait "$p_c"; rc=$?
   at=$(sed -n 's/^floe train: interrupted at global step \([0-9]*\); checkpoint saved in .*/\1/p' "$tmp/i.err")
   got=$($CHECK "$tmp/int-$mode" | cut -d' ' -f1)

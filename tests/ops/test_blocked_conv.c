@@ -172,6 +172,7 @@ typedef struct Geo {
   const char *name;
   int64_t h, w, c, o, k, stride, dil;
   const char *padding;
+  int64_t groups; /* 0: one */
 } Geo;
 
 /* Large enough to be cut into parts for a single image (over a million multiply-adds):
@@ -185,6 +186,9 @@ static const Geo geos[] = {
     {"3x3 deep (Winograd), channel blocks", 4, 4, 128, 128, 3, 1, 1, "SAME"},
     {"3-channel first layer (plain input), rows", 64, 60, 3, 32, 3, 1, 1, "SAME"},
     {"3-channel 7x7 stride 2 (plain input)", 33, 30, 3, 16, 7, 2, 1, "SAME"},
+    {"3x3 depthwise, rows", 28, 27, 32, 32, 3, 1, 1, "SAME", 32},
+    {"3x3 depthwise stride 2", 29, 28, 48, 48, 3, 2, 1, "SAME", 48},
+    {"3x3 two groups of 16 -> 32", 12, 12, 32, 64, 3, 1, 1, "SAME", 2},
 };
 
 enum { BIAS = 1, ADD = 2, RELU = 4 };
@@ -206,6 +210,7 @@ static void conv_attrs(FloeNodeBuilder *b, const Case *k) {
   if (k->post & ADD) floe_node_set_attr_bool(b, "fused_add", 1);
   if (k->post & RELU) floe_node_set_attr_bool(b, "fused_relu", 1);
   if (k->constant) floe_node_set_attr_bool(b, "filter_constant", 1);
+  if (g->groups > 1) floe_node_set_attr_int(b, "groups", g->groups);
   if (k->blocked) floe_node_set_attr_bool(b, "blocked", 1);
   if (k->blocked && k->g->c < 16) floe_node_set_attr_bool(b, "plain_input", 1);
 }
@@ -276,7 +281,8 @@ static int64_t out_size(int64_t in, const Geo *g) {
 }
 
 static void check_geo(const Geo *g, int64_t batch, int threads) {
-  int64_t xd[4] = {batch, g->h, g->w, g->c}, fd[4] = {g->k, g->k, g->c, g->o};
+  int64_t xd[4] = {batch, g->h, g->w, g->c};
+  int64_t fd[4] = {g->k, g->k, g->c / (g->groups > 1 ? g->groups : 1), g->o};
   int64_t yd[4] = {batch, out_size(g->h, g), out_size(g->w, g), g->o};
   uint64_t seed = (uint64_t)(g - geos) * 131 + (uint64_t)batch * 7 + (uint64_t)threads;
   FloeTensor *in[4] = {harness_random(FLOE_F32, 4, xd, seed, -1, 1),
@@ -398,6 +404,40 @@ START_TEST(blocked_side_input_broadcasts) {
   floe_tensor_release(want);
   floe_tensor_release(got);
   for (int i = 0; i < 4; i++) floe_tensor_release(in[i]);
+}
+END_TEST
+
+/* Groups of a few channels (8 here) have no blocked kernel: the error names the groups. */
+START_TEST(blocked_grouped_conv_needs_whole_blocks) {
+  int64_t bd[5] = {1, 2, 4, 4, 16}, fd[4] = {3, 3, 8, 32};
+  FloeTensor *xb = harness_random(FLOE_F32, 5, bd, 3, -1, 1);
+  FloeTensor *fb = harness_random(FLOE_F32, 4, fd, 4, -1, 1);
+  FloeGraph *gr = floe_graph_new();
+  FloeShape unknown = floe_shape_unknown();
+  FloeNodeBuilder *b = floe_node_begin(gr, "_FusedConv", "conv");
+  floe_node_add_input(b, floe_placeholder(gr, "x", FLOE_F32, unknown));
+  floe_node_add_input(b, floe_placeholder(gr, "f", FLOE_F32, unknown));
+  floe_node_add_input_list(b, NULL, 0);
+  floe_node_set_attr_bool(b, "blocked", 1);
+  floe_node_set_attr_int(b, "groups", 4);
+  floe_node_set_attr_string(b, "padding", "SAME");
+  FloeOutput y = floe_out(floe_node_finish(b), 0);
+  const char *fetch = floe_node_name(y.node);
+  FloeRuntime *rt = harness_runtime(1);
+  FloeSession *s = harness_session(gr, rt);
+  FloeStatus *st = floe_status_new();
+  FloeFeed feeds[2] = {{"x", xb}, {"f", fb}};
+  FloeTensor *out = NULL;
+  ck_assert_int_ne(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
+  ck_assert_msg(strstr(floe_status_message(st), "4 groups") &&
+                    strstr(floe_status_message(st), "32 input"),
+                "%s", floe_status_message(st));
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_runtime_free(rt);
+  floe_graph_free(gr);
+  floe_tensor_release(xb);
+  floe_tensor_release(fb);
 }
 END_TEST
 
@@ -706,6 +746,7 @@ int main(void) {
   tcase_add_test(tc, blocked_side_input_broadcasts);
   tcase_add_test(tc, channels_first_first_layer);
   tcase_add_test(tc, blocked_conv_rejects_bad_inputs);
+  tcase_add_test(tc, blocked_grouped_conv_needs_whole_blocks);
   tcase_add_loop_test(tc, layout_pass_blocks_conv_chains, 0, 8);
   tcase_add_loop_test(tc, layout_pass_blocks_concat, 0, 3);
   suite_add_tcase(s, tc);
