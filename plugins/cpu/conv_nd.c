@@ -437,7 +437,7 @@ static const float *filter_block(State *s, const float *f, const WndGeo *w, int6
       slot = i;
     }
   if (!dense && (slot >= 0 || s->nfblk < FILTER_BLOCKS)) {
-    int64_t rows = w->k[0] * w->k[1] * w->k[2] * w->c;
+    int64_t rows = w->k[0] * w->k[1] * w->k[2] * (w->c / w->groups); /* filter rows */
     float *d = slot >= 0 ? s->fblk[slot].dense : cpu_host->alloc((size_t)(rows * ob) * sizeof *d);
     if (d) {
       for (int64_t r = 0; r < rows; r++)
@@ -462,6 +462,9 @@ static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mute
   WndGeo g = *w;
   g.n = count;
   g.o = o1 - o0;
+  /* Depthwise: output channels [o0, o1) read input channels [o0, o1) only, one a group. */
+  bool dw = w->groups > 1 && w->groups == w->c && w->groups == w->o;
+  if (dw) g.c = g.groups = g.o;
   int64_t in_px = w->in[0] * w->in[1] * w->in[2], out_px = w->out[0] * w->out[1] * w->out[2];
   int64_t yoff = (first * w->o + o0) * out_px;
   float *y = j->y + yoff;
@@ -479,7 +482,7 @@ static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mute
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,  g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
                                    g.k[1], g.k[2], g.ns,  j->post, fg != w, 0,       o0};
   Build b = {j->s, &g, fg, j->post, o0, false};
-  void *data[4] = {(void *)(j->x + first * w->c * in_px), (void *)f};
+  void *data[4] = {(void *)(j->x + (first * w->c + (dw ? o0 : 0)) * in_px), (void *)f};
   int k = 2;
   if (j->post & POST_BIAS) data[k++] = (void *)(j->bias + o0);
   data[k] = y;
@@ -640,7 +643,11 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
   int64_t macs = g->out[0] * g->out[1] * g->out[2] * g->o * g->k[0] * g->k[1] * g->k[2] *
                  (g->c / g->groups);
   int64_t blocks = (threads + g->n - 1) / g->n;
-  if (blocks > macs / CONV_PART_MIN_MACS) blocks = macs / CONV_PART_MIN_MACS;
+  /* Depthwise convolutions are bound by memory, not multiplies: a part of a quarter of the
+   * multiply-adds takes as long. */
+  bool dw = g->groups > 1 && g->groups == g->c && g->groups == g->o;
+  int64_t min_macs = dw ? CONV_PART_MIN_MACS / 4 : CONV_PART_MIN_MACS;
+  if (blocks > macs / min_macs) blocks = macs / min_macs;
   if (blocks > rows) blocks = rows;
   if (blocks < 1) blocks = 1;
   j->blocks = blocks;
@@ -652,7 +659,7 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
    * output channels instead of rows where they can: a block of channels is a dense part of
    * the blocked output, so nothing is gathered or scattered (Winograd ones keep rows: with
    * 16 output channels per part their transforms cost more than the copies). */
-  if (j->s->blocked && blocks > 1 && g->groups == 1 && !winograd_fits(j->s, g, g) &&
+  if (j->s->blocked && blocks > 1 && (g->groups == 1 || dw) && !winograd_fits(j->s, g, g) &&
       g->o / 16 >= blocks)
     j->by_channel = true;
   if (j->s->blocked && filter > image && !j->by_channel)

@@ -186,8 +186,10 @@ static const Geo geos[] = {
     {"3x3 deep (Winograd), channel blocks", 4, 4, 128, 128, 3, 1, 1, "SAME"},
     {"3-channel first layer (plain input), rows", 64, 60, 3, 32, 3, 1, 1, "SAME"},
     {"3-channel 7x7 stride 2 (plain input)", 33, 30, 3, 16, 7, 2, 1, "SAME"},
-    {"3x3 depthwise, rows", 28, 27, 32, 32, 3, 1, 1, "SAME", 32},
-    {"3x3 depthwise stride 2", 29, 28, 48, 48, 3, 2, 1, "SAME", 48},
+    {"3x3 depthwise, channel blocks", 40, 40, 64, 64, 3, 1, 1, "SAME", 64},
+    {"3x3 depthwise of 16 channels, rows", 64, 60, 16, 16, 3, 1, 1, "SAME", 16},
+    {"3x3 depthwise stride 2, channel blocks", 81, 80, 48, 48, 3, 2, 1, "SAME", 48},
+    {"3x3 depthwise, one part", 14, 13, 32, 32, 3, 1, 1, "SAME", 32},
     {"3x3 two groups of 16 -> 32", 12, 12, 32, 64, 3, 1, 1, "SAME", 2},
 };
 
