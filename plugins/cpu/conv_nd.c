@@ -131,7 +131,7 @@ static floe_code acts_parse(const FloeHostApi *host, FloeKernelInit *init, State
 
 /* y[0, n) = the activations of y, in order; n <= ACT_BLOCK. Save keeps the values as they
  * are there, Gate multiplies by them (y * f(y): SiLU, HardSwish). */
-CPU_HOT static void acts_block(const Act *acts, int nacts, float *restrict y, int64_t n) {
+CPU_HOT_WIDE static void acts_block(const Act *acts, int nacts, float *restrict y, int64_t n) {
   float saved[ACT_BLOCK];
   for (int k = 0; k < nacts; k++) {
     const float a = acts[k].a;

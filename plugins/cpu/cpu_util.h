@@ -74,8 +74,17 @@ static inline uint16_t cpu_f32_to_bf16(float f) {
  * this off: ifunc resolvers run before the sanitizer runtime is ready. */
 #if defined(FLOE_NO_TARGET_CLONES) || !defined(__x86_64__)
 #define CPU_HOT
+#define CPU_HOT_WIDE
 #else
 #define CPU_HOT __attribute__((target_clones("avx2", "default")))
+/* The transcendental activations (exp, sigmoid, tanh...: the float unary rows and the
+ * convolutions' fused activations, which must give the same bits as those rows) get an
+ * AVX-512F clone too: twice the lanes for loops bound by arithmetic, not memory. The plugin
+ * is built with -ffp-contract=off (Makefile.am): avx512f enables FMA, and contracting there
+ * would give other bits than the avx2 and default clones, the fused activations other bits
+ * than the ops they replace on another machine, and the LSTM (plain CPU_HOT) other bits
+ * than its Sigmoid op. */
+#define CPU_HOT_WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void cpu_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void cpu_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);

@@ -489,7 +489,7 @@ typedef void (*UnaryRow)(void *y, const void *x, int64_t n, double alpha);
   UNARY_ROW(OP##_i64, , int64_t, SE(int64_t, uint64_t))
 
 #define UNARY_FLOAT(OP, F32, F64)                                                            \
-  UNARY_ROW(OP##_f32, HOT, float, F32)                                                       \
+  UNARY_ROW(OP##_f32, CPU_HOT_WIDE, float, F32)                                              \
   UNARY_ROW(OP##_f64, , double, F64)
 
 #define ROWS_FLOAT(OP) [FLOE_F32] = OP##_f32, [FLOE_F64] = OP##_f64
