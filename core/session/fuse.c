@@ -736,7 +736,13 @@ static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape
                                   const FloeNode *near) {
   FloeOutput none = {NULL, 0};
   const FloeShape *s = shape_of(other);
-  if (blocked_output(bl, other)) return same_shape(s, y) ? (FloeOutput){bl->blk[other.node->id], 0} : none;
+  if (blocked_output(bl, other)) {
+    /* the same shape, or one value a channel per image (squeeze-excitation's gate) */
+    bool fits = s->rank == y->rank && s->dims[0] == y->dims[0] &&
+                s->dims[s->rank - 1] == y->dims[y->rank - 1];
+    for (int i = 1; fits && i + 1 < s->rank; i++) fits = s->dims[i] == 1 || s->dims[i] == y->dims[i];
+    return fits ? (FloeOutput){bl->blk[other.node->id], 0} : none;
+  }
   if (s->rank < 0 || s->rank > y->rank) return none;
   bool ones = true;
   for (int i = 0; i + 1 < s->rank; i++) ones &= s->dims[i] == 1;
@@ -794,8 +800,11 @@ static void block_elementwise(Blocker *bl, FloeNode *n) {
   for (int i = 0; binary[i]; i++) bin |= strcmp(n->op->name, binary[i]) == 0;
   if (!(un && n->num_inputs == 1) && !(bin && n->num_inputs == 2)) return;
   const FloeShape *y = &n->out_shapes[0];
-  int at = blocked_output(bl, n->inputs[0]) ? 0 : bin && blocked_output(bl, n->inputs[1]) ? 1 : -1;
-  if (at < 0 || !whole_blocks(y) || !same_shape(shape_of(n->inputs[at]), y)) return;
+  /* the blocked input of the output's shape (the other may be a gate broadcast over it) */
+  int at = -1;
+  for (int i = n->num_inputs - 1; i >= 0; i--)
+    if (blocked_output(bl, n->inputs[i]) && same_shape(shape_of(n->inputs[i]), y)) at = i;
+  if (at < 0 || !whole_blocks(y)) return;
   FloeOutput ins[2] = {{bl->blk[n->inputs[at].node->id], 0}, {NULL, 0}};
   if (bin) {
     ins[1] = blocked_operand(bl, n->inputs[1 - at], y, n);
@@ -820,6 +829,62 @@ static void block_elementwise(Blocker *bl, FloeNode *n) {
   f->need[e->id] = true;
   f->need[n->id] = false;
   bl->blk[n->id] = e;
+}
+
+/* A Mean over spatial dims of a blocked tensor, keeping them (global pooling, a
+ * squeeze-excitation's squeeze), as the Mean of the blocked tensor over the same dims one
+ * further along (the channel blocks' dim comes first): the result is blocked too. */
+static void block_mean(Blocker *bl, FloeNode *n) {
+  Fuse *f = bl->f;
+  if (n->id >= bl->cap || !f->need[n->id] || (n->id < f->n_orig && f->pinned[n->id]) ||
+      strcmp(n->op->name, "Mean") != 0 || n->num_inputs != 2 || n->out_dtypes[0] != FLOE_F32 ||
+      !floe__node_attr_bool(n, "keep_dims", false) || !blocked_output(bl, n->inputs[0]))
+    return;
+  const FloeShape *x = shape_of(n->inputs[0]);
+  const FloeAttrValue *v = floe__attrs_get(&n->inputs[1].node->attrs, "value");
+  if (strcmp(n->inputs[1].node->op->name, "Const") != 0 || !v || v->kind != FLOE_ATTR_TENSOR ||
+      floe_tensor_rank(v->u.tensor) > 1)
+    return;
+  const FloeTensor *at = v->u.tensor;
+  int64_t k = floe_tensor_num_elements(at), axes[FLOE_MAX_DIMS];
+  if (k < 1 || k > x->rank - 2) return;
+  for (int64_t i = 0; i < k; i++) {
+    int64_t a = floe_tensor_dtype(at) == FLOE_I32 ? ((const int32_t *)floe_tensor_data(at))[i]
+                : floe_tensor_dtype(at) == FLOE_I64 ? ((const int64_t *)floe_tensor_data(at))[i]
+                                                    : -1;
+    if (a < 0) a += x->rank;
+    if (a < 1 || a > x->rank - 2) return; /* spatial dims only */
+    axes[i] = a + 1;
+  }
+  char *name = unique_name(f->g, n->name, "_blocked");
+  char *an = name ? unique_name(f->g, n->name, "_blocked_axes") : NULL;
+  FloeTensor *t = an ? floe_tensor_new(FLOE_I64, 1, &k, NULL) : NULL;
+  FloeOutput ax = {NULL, 0};
+  if (t) {
+    memcpy(floe_tensor_data(t), axes, (size_t)k * sizeof *axes);
+    ax = floe_const(f->g, an, t);
+    floe_tensor_release(t);
+  }
+  floe__free(an);
+  if (!ax.node || !need_grow(f)) {
+    floe__free(name);
+    return;
+  }
+  FloeNodeBuilder *b = floe_node_begin(f->g, "Mean", name);
+  floe__free(name);
+  floe_node_add_input(b, (FloeOutput){bl->blk[n->inputs[0].node->id], 0});
+  floe_node_add_input(b, ax);
+  for (int i = 0; i < n->attrs.n; i++)
+    if (strcmp(n->attrs.names[i], "Tidx") != 0) floe__node_copy_attr(n, b, n->attrs.names[i]);
+  floe_node_set_attr_type(b, "Tidx", FLOE_I64);
+  for (int c = 0; c < n->num_control; c++) floe_node_add_control_input(b, n->control[c]);
+  if (n->device && n->device[0]) floe_node_set_device(b, n->device);
+  FloeNode *m = floe_node_finish(b);
+  if (!m || !need_grow(f) || !f->ok(f->arg, n, m)) return;
+  f->need[ax.node->id] = true;
+  f->need[m->id] = true;
+  f->need[n->id] = false;
+  bl->blk[n->id] = m;
 }
 
 /* Consumers of a blocked node's old output outside the blocked chains read a _FromBlocked of
@@ -870,6 +935,8 @@ static int block_convs(Fuse *f) {
       block_concat(&bl, n);
     else if (strcmp(n->op->name, "Pool") == 0)
       block_pool(&bl, n);
+    else if (strcmp(n->op->name, "Mean") == 0)
+      block_mean(&bl, n);
     else
       block_elementwise(&bl, n);
   }

@@ -630,7 +630,8 @@ START_TEST(layout_pass_blocks_conv_chains) {
 END_TEST
 
 /* Concatenations in the blocked layout: two convolutions' outputs joined along the channels
- * (axis 3, or -1), scaled, shifted and activated as a batch norm and ReLU would, and pooled, then a third conv's output joined with a fed channels-last
+ * (axis 3, or -1), scaled, shifted and activated as a batch norm and ReLU would, scaled by a
+ * squeeze-excitation's gate (a mean keeping dims, a sigmoid) and pooled, then a third conv's output joined with a fed channels-last
  * tensor (converted once) before a mean. Along another axis (2) the concatenation stays
  * channels-last: the convolutions' outputs go back before it. */
 START_TEST(layout_pass_blocks_concat) {
@@ -663,6 +664,15 @@ START_TEST(layout_pass_blocks_concat) {
                      floe_binary(gr, "Sub", "flip", floe_const_f32(gr, "two", 2.0f), cat));
     floe_tensor_release(k1);
     floe_tensor_release(k2);
+    /* a squeeze-excitation: the per-image channel means (kept dims), a sigmoid, scaling */
+    FloeNodeBuilder *sq = floe_node_begin(gr, "Mean", "squeeze");
+    floe_node_add_input(sq, cat);
+    FloeTensor *sqa = harness_i64(1, (int64_t[]){2}, (int64_t[]){1, 2});
+    floe_node_add_input(sq, floe_const(gr, "squeeze_axes", sqa));
+    floe_tensor_release(sqa);
+    floe_node_set_attr_bool(sq, "keep_dims", 1);
+    FloeOutput gate = floe_unary(gr, "Sigmoid", "gate", floe_out(floe_node_finish(sq), 0));
+    cat = floe_binary(gr, "Mul", "excite", gate, cat);
     FloeNodeBuilder *pb = floe_node_begin(gr, "Pool", "pool");
     floe_node_add_input(pb, cat);
     floe_node_set_attr_string(pb, "pooling_type", "MAX");
