@@ -2,6 +2,8 @@
 /* optimize.c - the graph optimiser: the passes a session runs on one run's private graph
  * between pruning and placement (session.c, plan_run), in this order:
  *
+ *   constant_folding (opt_const.c) nodes whose data inputs are all constants computed once,
+ *               when the run is planned, and replaced by a Const
  *   arithmetic  (opt_arith.c) Identity, x*1, x/1, x-0, x+(-0) and a Reshape of a Reshape
  *               dropped; a Transpose of a Transpose made one (or none); a chain of adds
  *               (subtractions) or of multiplications by scalar constants made one op with
@@ -12,8 +14,9 @@
  *               only by control edges): gone, the control edges passed on to their inputs
  *   fusion      (fuse.c) chains into fused kernels, and the blocked layout
  *
- * Each pass is its own module with one entry; FLOE_OPT_<NAME>=0 (FLOE_OPT_ARITHMETIC,
- * FLOE_OPT_CSE, FLOE_OPT_DEAD_NODES, FLOE_OPT_FUSION; FLOE_FUSION=0 too) switches one off
+ * Each pass is its own module with one entry; FLOE_OPT_<NAME>=0 (FLOE_OPT_CONSTANT_FOLDING,
+ * FLOE_OPT_ARITHMETIC, FLOE_OPT_CSE, FLOE_OPT_DEAD_NODES, FLOE_OPT_FUSION; FLOE_FUSION=0
+ * too) switches one off
  * and FLOE_OPTIMIZE=0 all of them. The session's graph never changes: the passes rewrite a
  * clone, keeping node ids (the session indexes its nodes' shared state, feeds and fetches by
  * id): they add nodes, rewire inputs and take nodes out of the run (need[id] = false), and
@@ -33,6 +36,7 @@ typedef struct Pass {
 } Pass;
 
 static const Pass passes[] = {
+    {"constant_folding", "FLOE_OPT_CONSTANT_FOLDING", floe__opt_constant_folding},
     {"arithmetic", "FLOE_OPT_ARITHMETIC", floe__opt_arithmetic},
     {"cse", "FLOE_OPT_CSE", floe__opt_cse},
     {"dead_nodes", "FLOE_OPT_DEAD_NODES", floe__opt_dead_nodes},

@@ -489,7 +489,7 @@ static const FloeGraph *optimize(FloeSession *s, const RunSig *sig, bool **need,
   for (int i = 0; i < sig->num_fetches; i++) pinned[sig->fetches[i].node_id] = true;
   for (int i = 0; i < sig->num_targets; i++) target[sig->targets[i]] = true;
   FloeOpt o = {.g = c, .need = *need, .cap = g->num_nodes, .n_orig = g->num_nodes,
-               .pinned = pinned, .target = target, .ok = fuse_ok, .arg = s};
+               .pinned = pinned, .target = target, .ok = fuse_ok, .arg = s, .rt = s->rt};
   int changes = 0;
   floe_code rc = floe__optimize(&o, report, &changes, st);
   *need = o.need;

@@ -172,10 +172,12 @@ typedef struct FloeOpt {
   const bool *target;    /* run as targets: never taken out (may be NULL) */
   FloeFuseCheck ok;      /* whether a new fused node may stand in for the ones it replaces */
   void *arg;
+  FloeRuntime *rt;       /* the session's runtime: constant folding evaluates on it */
 } FloeOpt;
 /* One pass: rewrites o's graph, counting into ps (rewritten, removed; added and the
  * node counts are filled by floe__optimize). */
 typedef floe_code (*FloeOptPassFn)(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);
+floe_code floe__opt_constant_folding(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_const.c */
 floe_code floe__opt_arithmetic(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_arith.c */
 floe_code floe__opt_cse(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);        /* opt_cse.c */
 floe_code floe__opt_dead_nodes(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_dead.c */

@@ -385,6 +385,76 @@ START_TEST(switches) {
 }
 END_TEST
 
+/* sqrt(a * b + b) of constants folds to one Const (bitwise what the ops give); Neg of a
+ * Const that is fed reads the fed value; RandomUniform and a Const hanging on a control edge
+ * (as inside a loop frame) are not constants; an integer division by zero among constants
+ * still fails the run, with the plain run's message. */
+START_TEST(constants_fold_once) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = placeholder_x(g, FLOE_F32, 8);
+  FloeTensor *av = vec_f32(8, 5.0f), *bv = vec_f32(8, 3.5f);
+  FloeOutput a = floe_const(g, "a", av), b = floe_const(g, "b", bv);
+  FloeOutput sq = floe_unary(g, "Sqrt", "sq",
+                             floe_binary(g, "Add", "ab_b", floe_binary(g, "Mul", "ab", a, b), b));
+  floe_binary(g, "Mul", "y", x, sq);
+  floe_unary(g, "Neg", "z", floe_const(g, "f", av));
+  FloeNodeBuilder *cb = floe_node_begin(g, "Const", "framed");
+  floe_node_set_attr_tensor(cb, "value", bv);
+  floe_node_set_attr_type(cb, "dtype", FLOE_F32);
+  floe_node_add_control_input(cb, x.node);
+  floe_binary(g, "Mul", "w", x, floe_unary(g, "Neg", "framed_neg", floe_out(floe_node_finish(cb), 0)));
+  int64_t two = 2;
+  FloeTensor *shape = harness_from_doubles(FLOE_I64, 1, &two, (const double[]){2, 3});
+  FloeNodeBuilder *rb = floe_node_begin(g, "RandomUniform", "rnd");
+  floe_node_add_input(rb, floe_const(g, "rnd_shape", shape));
+  floe_node_set_attr_int(rb, "seed", 7);
+  floe_unary(g, "Neg", "rnd_neg", floe_out(floe_node_finish(rb), 0));
+  FloeTensor *num = harness_from_doubles(FLOE_I32, 1, &two, (const double[]){6, 5});
+  FloeTensor *den = harness_from_doubles(FLOE_I32, 1, &two, (const double[]){3, 0});
+  floe_binary(g, "Div", "q", floe_const(g, "num", num), floe_const(g, "den", den));
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  FloeTensor *xv = vec_f32(8, 1.0f);
+  floe_tensor_release(same_on_and_off(g, xv, "y"));
+  floe_tensor_release(same_on_and_off(g, xv, "w"));
+  FloeOptPassStats ps = {0};
+  /* x, the folded constant, y */
+  ck_assert_int_eq(optimized_nodes(g, "y", NULL, "constant_folding", &ps), 3);
+  ck_assert_int_eq(ps.enabled, 1);
+  ck_assert_int_eq(ps.rewritten, 3);
+  ck_assert_int_eq(optimized_nodes(g, "w", NULL, NULL, NULL), 4); /* x, framed, Neg, Mul */
+  ck_assert_int_eq(optimized_nodes(g, "rnd_neg", NULL, "constant_folding", &ps), 3);
+  ck_assert_int_eq(ps.rewritten, 0);
+  /* f fed: z is minus the fed values */
+  FloeSession *s = harness_session(g, rt);
+  FloeFeed ff = {"f", bv};
+  FloeTensor *z = harness_fetch(s, &ff, 1, "z");
+  for (int i = 0; i < 8; i++)
+    ck_assert(((float *)floe_tensor_data(z))[i] == -((float *)floe_tensor_data(bv))[i]);
+  floe_tensor_release(z);
+  floe_session_free(s);
+  char msg[2][512];
+  for (int on = 0; on < 2; on++) {
+    if (!on) setenv("FLOE_OPTIMIZE", "0", 1);
+    FloeStatus *st = floe_status_new();
+    const char *fetch = "q";
+    FloeTensor *out = NULL;
+    ck_assert_int_ne(harness_run_graph(g, rt, NULL, 0, &fetch, 1, &out, st), FLOE_OK);
+    snprintf(msg[on], sizeof msg[on], "%s", floe_status_message(st));
+    floe_status_free(st);
+    unsetenv("FLOE_OPTIMIZE");
+  }
+  ck_assert_msg(strstr(msg[1], "q") && strcmp(msg[0], msg[1]) == 0, "plain: %s; optimised: %s",
+                msg[0], msg[1]);
+  floe_tensor_release(xv);
+  floe_tensor_release(av);
+  floe_tensor_release(bv);
+  floe_tensor_release(shape);
+  floe_tensor_release(num);
+  floe_tensor_release(den);
+  floe_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("optimize");
   TCase *tc = tcase_create("passes");
@@ -399,6 +469,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, dead_nodes_go);
   tcase_add_test(tc, fetched_nodes_keep_their_place);
   tcase_add_test(tc, switches);
+  tcase_add_test(tc, constants_fold_once);
   suite_add_tcase(s, tc);
   return s;
 }
