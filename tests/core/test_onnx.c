@@ -424,6 +424,18 @@ static void attr_ints_n(Onnx__NodeProto *n, const char *name, int64_t a, int64_t
   ob_attr_ints(n, name, v, (size_t)k);
 }
 
+/* ys[0] (the NHWC rewrite's output) equals ys[1] (NCHW kept), n values; releases both. */
+static void same_nhwc_nchw(FloeTensor **ys, int64_t n) {
+  ck_assert_int_eq(floe_tensor_num_elements(ys[0]), n);
+  for (int64_t i = 0; i < n; i++) {
+    float a = ((float *)floe_tensor_data(ys[0]))[i], b = ((float *)floe_tensor_data(ys[1]))[i];
+    ck_assert_msg(fabsf(a - b) <= 1e-5f * (1 + fabsf(b)), "y[%lld]: NHWC %g, NCHW %g",
+                  (long long)i, a, b);
+  }
+  floe_tensor_release(ys[0]);
+  floe_tensor_release(ys[1]);
+}
+
 /* Conv -> Relu -> MaxPool -> Conv -> Add (residual) -> GlobalAveragePool -> Flatten: the NHWC
  * rewrite computes what the NCHW graph computes, with two transposes left (the input's and
  * the one before Flatten). */
@@ -483,13 +495,7 @@ START_TEST(nhwc_rewrite_matches_nchw) {
     ys[keep] = run1(m, x, st);
     floe_onnx_model_free(m);
   }
-  ck_assert_int_eq(floe_tensor_num_elements(ys[0]), 8);
-  for (int i = 0; i < 8; i++) {
-    float a = ((float *)floe_tensor_data(ys[0]))[i], b = ((float *)floe_tensor_data(ys[1]))[i];
-    ck_assert_msg(fabsf(a - b) <= 1e-5f * (1 + fabsf(b)), "y[%d]: NHWC %g, NCHW %g", i, a, b);
-  }
-  floe_tensor_release(ys[0]);
-  floe_tensor_release(ys[1]);
+  same_nhwc_nchw(ys, 8);
   floe_tensor_release(x);
   floe_status_free(st);
   free(buf);
@@ -545,13 +551,7 @@ START_TEST(nhwc_rewrite_through_concat) {
     ys[keep] = run1(m, x, st);
     floe_onnx_model_free(m);
   }
-  ck_assert_int_eq(floe_tensor_num_elements(ys[0]), 2 * 3 * 3 * 3);
-  for (int i = 0; i < 54; i++) {
-    float a = ((float *)floe_tensor_data(ys[0]))[i], b = ((float *)floe_tensor_data(ys[1]))[i];
-    ck_assert_msg(fabsf(a - b) <= 1e-5f * (1 + fabsf(b)), "y[%d]: NHWC %g, NCHW %g", i, a, b);
-  }
-  floe_tensor_release(ys[0]);
-  floe_tensor_release(ys[1]);
+  same_nhwc_nchw(ys, 2 * 3 * 3 * 3);
   floe_tensor_release(x);
   floe_status_free(st);
   free(buf);

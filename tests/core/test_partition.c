@@ -19,6 +19,8 @@
 static FloeRuntime *rt;
 
 static void setup(void) {
+  /* the graphs compute on constants to exercise placement and transfers: not folded away */
+  setenv("FLOE_OPT_CONSTANT_FOLDING", "0", 1);
   setenv("FLOE_CPU_DEVICES", "2", 1);
   rt = harness_runtime(2);
   unsetenv("FLOE_CPU_DEVICES");

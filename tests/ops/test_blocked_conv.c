@@ -172,20 +172,20 @@ typedef struct Geo {
   const char *name;
   int64_t h, w, c, o, k, stride, dil;
   const char *padding;
-  int64_t groups; /* 0: one */
+  int64_t groups;
 } Geo;
 
 /* Large enough to be cut into parts for a single image (over a million multiply-adds):
  * rows where the image is larger than the filter, output channels where it is smaller. */
 static const Geo geos[] = {
-    {"3x3 same (Winograd), rows", 24, 23, 32, 32, 3, 1, 1, "SAME"},
-    {"3x3 stride 2, rows", 25, 24, 32, 64, 3, 2, 1, "SAME"},
-    {"1x1 stride 2, one part", 8, 8, 16, 48, 1, 2, 1, "VALID"},
-    {"3x3 dilated, rows", 32, 32, 16, 16, 3, 1, 2, "SAME"},
-    {"5x5 valid, channel blocks", 16, 14, 48, 32, 5, 1, 1, "VALID"},
-    {"3x3 deep (Winograd), channel blocks", 4, 4, 128, 128, 3, 1, 1, "SAME"},
-    {"3-channel first layer (plain input), rows", 64, 60, 3, 32, 3, 1, 1, "SAME"},
-    {"3-channel 7x7 stride 2 (plain input)", 33, 30, 3, 16, 7, 2, 1, "SAME"},
+    {"3x3 same (Winograd), rows", 24, 23, 32, 32, 3, 1, 1, "SAME", 1},
+    {"3x3 stride 2, rows", 25, 24, 32, 64, 3, 2, 1, "SAME", 1},
+    {"1x1 stride 2, one part", 8, 8, 16, 48, 1, 2, 1, "VALID", 1},
+    {"3x3 dilated, rows", 32, 32, 16, 16, 3, 1, 2, "SAME", 1},
+    {"5x5 valid, channel blocks", 16, 14, 48, 32, 5, 1, 1, "VALID", 1},
+    {"3x3 deep (Winograd), channel blocks", 4, 4, 128, 128, 3, 1, 1, "SAME", 1},
+    {"3-channel first layer (plain input), rows", 64, 60, 3, 32, 3, 1, 1, "SAME", 1},
+    {"3-channel 7x7 stride 2 (plain input)", 33, 30, 3, 16, 7, 2, 1, "SAME", 1},
     {"3x3 depthwise, channel blocks", 40, 40, 64, 64, 3, 1, 1, "SAME", 64},
     {"3x3 depthwise of 16 channels, rows", 64, 60, 16, 16, 3, 1, 1, "SAME", 16},
     {"3x3 depthwise stride 2, channel blocks", 81, 80, 48, 48, 3, 2, 1, "SAME", 48},
@@ -409,9 +409,12 @@ START_TEST(blocked_side_input_broadcasts) {
 }
 END_TEST
 
-/* Groups of a few channels (8 here) have no blocked kernel: the error names the groups. */
-START_TEST(blocked_grouped_conv_needs_whole_blocks) {
-  int64_t bd[5] = {1, 2, 4, 4, 16}, fd[4] = {3, 3, 8, 32};
+/* A blocked _FusedConv (groups: its groups attribute, 0: none) of x [1, 1 or 2, 4, 4, 16]
+ * and filter f fed to placeholders of unknown shape fails at run time with a message holding
+ * want1 and want2. */
+static void blocked_run_fails(int64_t blocks, const int64_t *fd, int64_t groups,
+                              const char *want1, const char *want2) {
+  int64_t bd[5] = {1, blocks, 4, 4, 16};
   FloeTensor *xb = harness_random(FLOE_F32, 5, bd, 3, -1, 1);
   FloeTensor *fb = harness_random(FLOE_F32, 4, fd, 4, -1, 1);
   FloeGraph *gr = floe_graph_new();
@@ -421,7 +424,7 @@ START_TEST(blocked_grouped_conv_needs_whole_blocks) {
   floe_node_add_input(b, floe_placeholder(gr, "f", FLOE_F32, unknown));
   floe_node_add_input_list(b, NULL, 0);
   floe_node_set_attr_bool(b, "blocked", 1);
-  floe_node_set_attr_int(b, "groups", 4);
+  if (groups) floe_node_set_attr_int(b, "groups", groups);
   floe_node_set_attr_string(b, "padding", "SAME");
   FloeOutput y = floe_out(floe_node_finish(b), 0);
   const char *fetch = floe_node_name(y.node);
@@ -431,8 +434,7 @@ START_TEST(blocked_grouped_conv_needs_whole_blocks) {
   FloeFeed feeds[2] = {{"x", xb}, {"f", fb}};
   FloeTensor *out = NULL;
   ck_assert_int_ne(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
-  ck_assert_msg(strstr(floe_status_message(st), "4 groups") &&
-                    strstr(floe_status_message(st), "32 input"),
+  ck_assert_msg(strstr(floe_status_message(st), want1) && strstr(floe_status_message(st), want2),
                 "%s", floe_status_message(st));
   floe_status_free(st);
   floe_session_free(s);
@@ -440,6 +442,11 @@ START_TEST(blocked_grouped_conv_needs_whole_blocks) {
   floe_graph_free(gr);
   floe_tensor_release(xb);
   floe_tensor_release(fb);
+}
+
+/* Groups of a few channels (8 here) have no blocked kernel: the error names the groups. */
+START_TEST(blocked_grouped_conv_needs_whole_blocks) {
+  blocked_run_fails(2, (const int64_t[]){3, 3, 8, 32}, 4, "4 groups", "32 input");
 }
 END_TEST
 
@@ -459,34 +466,7 @@ START_TEST(blocked_conv_rejects_bad_inputs) {
                 floe_graph_error(gr, NULL));
   floe_graph_free(gr);
   /* Output channels that are not whole blocks: the kernel says so (shape unknown at build). */
-  int64_t bd[5] = {1, 1, 4, 4, 16}, f2[4] = {3, 3, 16, 24};
-  FloeTensor *xb = harness_random(FLOE_F32, 5, bd, 3, -1, 1);
-  FloeTensor *fb = harness_random(FLOE_F32, 4, f2, 4, -1, 1);
-  gr = floe_graph_new();
-  FloeShape unknown = floe_shape_unknown();
-  b = floe_node_begin(gr, "_FusedConv", "conv");
-  floe_node_add_input(b, floe_placeholder(gr, "x", FLOE_F32, unknown));
-  floe_node_add_input(b, floe_placeholder(gr, "f", FLOE_F32, unknown));
-  floe_node_add_input_list(b, NULL, 0);
-  floe_node_set_attr_bool(b, "blocked", 1);
-  floe_node_set_attr_string(b, "padding", "SAME");
-  FloeOutput y = floe_out(floe_node_finish(b), 0);
-  const char *fetch = floe_node_name(y.node);
-  FloeRuntime *rt = harness_runtime(1);
-  FloeSession *s = harness_session(gr, rt);
-  FloeStatus *st = floe_status_new();
-  FloeFeed feeds[2] = {{"x", xb}, {"f", fb}};
-  FloeTensor *out = NULL;
-  ck_assert_int_ne(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st), FLOE_OK);
-  ck_assert_msg(strstr(floe_status_message(st), "blocks of 16") &&
-                    strstr(floe_status_message(st), "24"),
-                "%s", floe_status_message(st));
-  floe_status_free(st);
-  floe_session_free(s);
-  floe_runtime_free(rt);
-  floe_graph_free(gr);
-  floe_tensor_release(xb);
-  floe_tensor_release(fb);
+  blocked_run_fails(1, (const int64_t[]){3, 3, 16, 24}, 0, "blocks of 16", "24");
   floe_tensor_release(in[0]);
   floe_tensor_release(in[1]);
 }
