@@ -7,8 +7,9 @@
  * pure (floe__opt_pure: no state, no randomness, no control flow), has one output of a known
  * shape of at most FOLD_MAX_ELEMENTS elements, has no control inputs (a Const inside a loop
  * frame hangs on the frame's pivot by one: it is not a constant of the run), is neither fed
- * nor fetched nor a target, is not asked to run on a device other than a CPU, and every data
- * input is a Const that is not fed and has no control inputs. It is evaluated on the session's runtime in a session of its own (this pass is off
+ * nor fetched nor a target, is not asked to run on a device other than a CPU nor on a named
+ * task of a cluster, and every data input is a Const that is not fed and has no control
+ * inputs. It is evaluated on the session's runtime in a session of its own (this pass is off
  * inside that session), on the CPU; a node that fails there (an integer division by zero)
  * stays, so the run raises that error as it did. Floats are computed by the same kernels the
  * run would use: results are bitwise those of the unfolded graph. */
@@ -33,8 +34,10 @@ static bool foldable(const FloeOpt *o, const FloeNode *n) {
   if (!o->need[n->id] || n->num_outputs != 1 || n->num_control != 0 || n->num_inputs == 0 ||
       (n->op->flags & FLOE__OP_SOURCE) || !floe__opt_pure(n) || floe__opt_kept(o, n))
     return false;
-  /* asked to run on another kind of device: its kernel there may round otherwise */
-  if (n->device && n->device[0] && !strcasestr(n->device, "cpu")) return false;
+  /* asked to run on another kind of device (its kernel there may round otherwise), or on a
+   * task of a cluster (where it was put on purpose, transfers and all) */
+  if (n->device && n->device[0] && (!strcasestr(n->device, "cpu") || strstr(n->device, "/job:")))
+    return false;
   FloeShape s = n->out_shapes[0];
   if (s.rank < 0) return false;
   int64_t count = 1;
