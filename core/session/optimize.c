@@ -13,10 +13,12 @@
  *   dead_nodes  (opt_dead.c) stateless nodes whose results nobody reads (kept in the run
  *               only by control edges): gone, the control edges passed on to their inputs
  *   fusion      (fuse.c) chains into fused kernels, and the blocked layout
+ *   elementwise (opt_elementwise.c) chains of elementwise ops, each the only reader of the
+ *               one before, into one _FusedElementwise pass over memory
  *
  * Each pass is its own module with one entry; FLOE_OPT_<NAME>=0 (FLOE_OPT_CONSTANT_FOLDING,
- * FLOE_OPT_ARITHMETIC, FLOE_OPT_CSE, FLOE_OPT_DEAD_NODES, FLOE_OPT_FUSION; FLOE_FUSION=0
- * too) switches one off
+ * FLOE_OPT_ARITHMETIC, FLOE_OPT_CSE, FLOE_OPT_DEAD_NODES, FLOE_OPT_FUSION (FLOE_FUSION=0
+ * too), FLOE_OPT_ELEMENTWISE) switches one off
  * and FLOE_OPTIMIZE=0 all of them. The session's graph never changes: the passes rewrite a
  * clone, keeping node ids (the session indexes its nodes' shared state, feeds and fetches by
  * id): they add nodes, rewire inputs and take nodes out of the run (need[id] = false), and
@@ -41,6 +43,7 @@ static const Pass passes[] = {
     {"cse", "FLOE_OPT_CSE", floe__opt_cse},
     {"dead_nodes", "FLOE_OPT_DEAD_NODES", floe__opt_dead_nodes},
     {"fusion", "FLOE_OPT_FUSION", floe__opt_fusion},
+    {"elementwise", "FLOE_OPT_ELEMENTWISE", floe__opt_elementwise},
 };
 #define NUM_PASSES ((int)(sizeof passes / sizeof passes[0]))
 

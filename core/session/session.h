@@ -182,6 +182,7 @@ floe_code floe__opt_arithmetic(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st)
 floe_code floe__opt_cse(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);        /* opt_cse.c */
 floe_code floe__opt_dead_nodes(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_dead.c */
 floe_code floe__opt_fusion(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);     /* fuse.c */
+floe_code floe__opt_elementwise(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_elementwise.c */
 /* Runs every pass that is on, in order; report (NULL: none) gets floe__opt_num_passes()
  * entries; *changes counts what the passes did (0: o's graph is as it was). On error the
  * graph may hold unused nodes (the caller discards it). */

@@ -11,6 +11,7 @@
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "cpu_util.h"
 
@@ -996,6 +997,229 @@ static floe_code cast_compute(void *state, FloeKernelContext *ctx) {
 
 /* ------------------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------------------ */
+/* _FusedElementwise: a chain of elementwise ops over x in one pass (core/session/
+ * opt_elementwise.c makes it). Each step runs its op's own row function on a chunk that stays
+ * in L1, so the result is bitwise that of the ops one by one; operands that are not scalars
+ * are gathered for the chunk through their broadcast plan against x. */
+
+enum { FEW_MAX_STEPS = 16, FEW_CHUNK = 512 };
+
+typedef struct FewStep {
+  const UnaryOp *u;  /* a unary step, else */
+  const BinaryOp *b; /* a binary step with operand input `input` */
+  int input;
+  bool left;         /* operand op value (else value op operand) */
+  double alpha;
+} FewStep;
+
+typedef struct FewState {
+  int n;
+  FewStep s[FEW_MAX_STEPS];
+} FewState;
+
+static floe_code few_create(const FloeHostApi *host, FloeKernelInit *init, void *user_data,
+                            void **state) {
+  (void)user_data;
+  static const struct {
+    const char *name;
+    const UnaryOp *u;
+    const BinaryOp *b;
+  } ops[] = {{"Neg", &op_neg, NULL},       {"Abs", &op_abs, NULL},
+             {"Square", &op_square, NULL}, {"Exp", &op_exp, NULL},
+             {"Log", &op_log, NULL},       {"Sqrt", &op_sqrt, NULL},
+             {"Rsqrt", &op_rsqrt, NULL},   {"Relu", &op_relu, NULL},
+             {"Relu6", &op_relu6, NULL},   {"LeakyRelu", &op_leaky_relu, NULL},
+             {"Elu", &op_elu, NULL},       {"Sigmoid", &op_sigmoid, NULL},
+             {"Tanh", &op_tanh, NULL},     {"Softplus", &op_softplus, NULL},
+             {"Add", NULL, &op_add},       {"Sub", NULL, &op_sub},
+             {"Mul", NULL, &op_mul},       {"Div", NULL, &op_div},
+             {"Maximum", NULL, &op_max},   {"Minimum", NULL, &op_min}};
+  const FloeAttrs *at = host->init_attrs(init);
+  const char *list = NULL;
+  const double *alpha = NULL;
+  size_t na = 0;
+  int64_t num = 0;
+  if (host->attr_string(at, "steps", &list) != FLOE_OK || !list) list = "";
+  if (host->attr_float_list(at, "alpha", &alpha, &na) != FLOE_OK) na = 0;
+  if (host->attr_int(at, "N", &num) != FLOE_OK) num = 0;
+  FewState *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory for kernel state");
+  memset(s, 0, sizeof *s);
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ","), name_len = strcspn(p, ":,");
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof ops / sizeof *ops); i++)
+      if (strlen(ops[i].name) == name_len && !strncmp(p, ops[i].name, name_len)) k = i;
+    FewStep *st = &s->s[s->n];
+    bool ok = k >= 0 && s->n < FEW_MAX_STEPS && (size_t)s->n < (na ? na : (size_t)s->n + 1);
+    if (ok && ops[k].b) { /* "Op:k" or "Op:~k" */
+      const char *q = p + name_len;
+      ok = *q == ':';
+      if (ok && q[1] == '~') st->left = true, q++;
+      char *end = NULL;
+      long in = ok ? strtol(q + 1, &end, 10) : -1;
+      ok = ok && end == p + len && in >= 0 && in < num;
+      st->input = (int)in + 1;
+    } else if (ok) {
+      ok = name_len == len;
+    }
+    if (!ok) {
+      host->free(s);
+      return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                  "_FusedElementwise: steps \"%s\" (%lld operands, %zu alpha): "
+                                  "at most %d of Neg, Abs, Square, Exp, Log, Sqrt, Rsqrt, Relu, "
+                                  "Relu6, LeakyRelu, Elu, Sigmoid, Tanh, Softplus, and Add, Sub, "
+                                  "Mul, Div, Maximum, Minimum as \"Op:k\" or \"Op:~k\" (operand "
+                                  "k first)",
+                                  list, (long long)num, na, FEW_MAX_STEPS);
+    }
+    st->u = ops[k].u;
+    st->b = ops[k].b;
+    st->alpha = na ? alpha[s->n] : 0;
+    s->n++;
+    p += len;
+    if (*p == ',') p++;
+  }
+  *state = s;
+  return FLOE_OK;
+}
+
+enum { FEW_CACHED = 4 }; /* operands whose gathered chunk is kept for the next chunk */
+
+typedef struct FewJob {
+  const FewState *s;
+  const float *x;
+  float *y;
+  const float *op[FEW_MAX_STEPS];      /* each binary step's operand */
+  bool scalar[FEW_MAX_STEPS];          /* one element */
+  CpuBroadcast plan[FEW_MAX_STEPS];    /* (x, operand) -> x's shape */
+  /* An operand repeating a short run along the next dim (tiled_operand's form: a blocked
+   * per-channel vector): segments of seg[k] elements in which its values repeat with period
+   * period[k]; 0 when not of that form. */
+  int64_t seg[FEW_MAX_STEPS], period[FEW_MAX_STEPS];
+} FewJob;
+
+/* Values of a binary step's operand for output elements [b, b + n) into buf. */
+static void few_gather(const FewJob *j, int k, int64_t b, int64_t n, float *buf) {
+  CpuBroadcastIter it;
+  int64_t pos, off[2], len;
+  const CpuBroadcast *p = &j->plan[k];
+  int64_t step = p->strides[1][p->rank - 1];
+  cpu_broadcast_iter_init(&it, p, b, b + n);
+  while ((len = cpu_broadcast_iter_next(&it, &pos, off)) > 0) {
+    float *d = buf + (pos - b);
+    if (step)
+      memcpy(d, j->op[k] + off[1], (size_t)len * sizeof *d);
+    else
+      for (int64_t i = 0; i < len; i++) d[i] = j->op[k][off[1]];
+  }
+}
+
+static void few_range(void *arg, int64_t begin, int64_t end) {
+  const FewJob *j = arg;
+  const FewState *s = j->s;
+  float ping[FEW_CHUNK], pong[FEW_CHUNK], opv[FEW_CHUNK];
+  /* a periodic operand's chunk stays valid for the next chunk of the same segment and phase */
+  float kept[FEW_CACHED][FEW_CHUNK];
+  int64_t kept_seg[FEW_CACHED], kept_phase[FEW_CACHED], kept_n[FEW_CACHED];
+  for (int c = 0; c < FEW_CACHED; c++) kept_seg[c] = -1;
+  for (int64_t b = begin; b < end; b += FEW_CHUNK) {
+    int64_t n = end - b < FEW_CHUNK ? end - b : FEW_CHUNK;
+    const float *src = j->x + b;
+    for (int k = 0; k < s->n; k++) {
+      /* the rows never run in place (restrict): chunks go back and forth, the last to y */
+      float *dst = k == s->n - 1 ? j->y + b : src == ping ? pong : ping;
+      const FewStep *st = &s->s[k];
+      if (st->u) {
+        st->u->row[FLOE_F32](dst, src, n, st->alpha);
+      } else {
+        const float *v = j->op[k];
+        int mode = ROW_VV;
+        int c = k < FEW_CACHED && j->seg[k] ? k : -1;
+        int64_t seg = c >= 0 ? b / j->seg[k] : -1, phase = c >= 0 ? b % j->period[k] : 0;
+        bool inside = c >= 0 && b + n <= (seg + 1) * j->seg[k];
+        if (j->scalar[k]) {
+          mode = st->left ? ROW_SV : ROW_VS;
+        } else if (inside && kept_seg[c] == seg && kept_phase[c] == phase && kept_n[c] >= n) {
+          v = kept[c];
+        } else if (inside) {
+          few_gather(j, k, b, n, kept[c]);
+          kept_seg[c] = seg, kept_phase[c] = phase, kept_n[c] = n;
+          v = kept[c];
+        } else {
+          few_gather(j, k, b, n, opv);
+          v = opv;
+        }
+        if (st->left)
+          st->b->row[FLOE_F32](dst, v, src, n, mode);
+        else
+          st->b->row[FLOE_F32](dst, src, v, n, mode);
+      }
+      src = dst;
+    }
+  }
+}
+
+static floe_code few_compute(void *state, FloeKernelContext *ctx) {
+  const FewState *s = state;
+  const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
+  int rank = cpu_host->tensor_rank(x);
+  const int64_t *dims = cpu_host->tensor_dims(x);
+  char a[CPU_SHAPE_STR_MAX], b[CPU_SHAPE_STR_MAX];
+  if (cpu_host->tensor_dtype(x) != FLOE_F32)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "_FusedElementwise runs on f32 here, x is %s",
+                                   cpu_host->dtype_name(cpu_host->tensor_dtype(x)));
+  FewJob *j = cpu_host->alloc(sizeof *j);
+  if (!j) return cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory");
+  memset(j, 0, sizeof *j);
+  j->s = s;
+  j->x = cpu_host->tensor_data(x);
+  int64_t cost = 1;
+  floe_code rc = FLOE_OK;
+  for (int k = 0; k < s->n && rc == FLOE_OK; k++) {
+    cost += s->s[k].u ? s->s[k].u->cost : s->s[k].b->cost;
+    if (s->s[k].u) continue;
+    const FloeTensor *y = cpu_host->ctx_input(ctx, s->s[k].input);
+    int ry = cpu_host->tensor_rank(y), br;
+    const int64_t *dy = cpu_host->tensor_dims(y);
+    int64_t bd[FLOE_MAX_DIMS];
+    const int ranks[2] = {rank, ry};
+    const int64_t *const ds[2] = {dims, dy};
+    if (cpu_host->tensor_dtype(y) != FLOE_F32 || cpu_broadcast_shape(2, ranks, ds, &br, bd) ||
+        br != rank || memcmp(bd, dims, (size_t)rank * sizeof *bd) != 0) {
+      rc = cpu_host->ctx_set_error(
+          ctx, FLOE_INVALID_ARGUMENT,
+          "_FusedElementwise: operand %d (%s %s) must be f32 and broadcast to x's shape %s",
+          s->s[k].input - 1, cpu_host->dtype_name(cpu_host->tensor_dtype(y)),
+          cpu_shape_str(a, sizeof a, ry, dy), cpu_shape_str(b, sizeof b, rank, dims));
+      break;
+    }
+    j->op[k] = cpu_host->tensor_data(y);
+    j->scalar[k] = cpu_host->tensor_num_elements(y) == 1;
+    if (j->scalar[k]) continue;
+    cpu_broadcast_plan(&j->plan[k], 2, ranks, ds, rank, dims);
+    if (tiled_operand(&j->plan[k], FLOE_F32, FLOE_F32, sizeof(float)) == 1) {
+      const CpuBroadcast *p = &j->plan[k];
+      j->period[k] = p->dims[p->rank - 1];
+      j->seg[k] = p->dims[p->rank - 2] * j->period[k];
+    }
+  }
+  FloeTensor *out = NULL;
+  if (rc == FLOE_OK) rc = cpu_host->ctx_allocate_output(ctx, 0, rank, dims, &out);
+  int64_t n = cpu_host->tensor_num_elements(x);
+  if (rc == FLOE_OK && n > 0) {
+    j->y = cpu_host->tensor_data(out);
+    if (s->n == 0)
+      memcpy(j->y, j->x, (size_t)n * sizeof *j->y);
+    else
+      cpu_parallel_elements(n, cost, few_range, j);
+  }
+  cpu_host->free(j);
+  return rc;
+}
+
 floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
   const uint32_t numeric = FLOE_DTYPES_NUMERIC, flt = FLOE_DTYPES_FLOAT, all = FLOE_DTYPES_ALL;
   const struct {
@@ -1046,6 +1270,9 @@ floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
     rc = cpu_add_kernel(reg, unaries[i].op, unaries[i].types ? "T" : NULL, unaries[i].types, 0,
                         unary_compute, unaries[i].has_attr ? unary_attr_create : NULL,
                         unaries[i].has_attr ? unary_attr_destroy : NULL, (void *)unaries[i].k);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "_FusedElementwise", "T", FLOE_DTYPE_BIT(FLOE_F32), 0, few_compute,
+                        few_create, unary_attr_destroy, NULL);
   if (rc == FLOE_OK)
     rc = cpu_add_kernel(reg, "Select", "T", all, 0, select_compute, NULL, NULL, NULL);
   if (rc == FLOE_OK)

@@ -19,6 +19,8 @@
 static FloeRuntime *rt;
 
 static void setup(void) {
+  /* the node counts below are the other passes'; elementwise_chains_fuse turns it on */
+  setenv("FLOE_OPT_ELEMENTWISE", "0", 1);
   setenv("FLOE_CPU_DEVICES", "2", 1);
   rt = harness_runtime(2);
   unsetenv("FLOE_CPU_DEVICES");
@@ -455,6 +457,121 @@ START_TEST(constants_fold_once) {
 }
 END_TEST
 
+/* Mul by a per-channel vector, Add of a [1, 1, 1, C] shift, a [1, 7, 1, C] operand times the
+ * value (as the blocked layout's per-channel operands repeat), Relu, 2 - value, LeakyRelu,
+ * value / scalar: one _FusedElementwise, bitwise the ops one by one; the fetched Sigmoid after
+ * them stays. A fetched middle node or one with a second reader ends a chain there. */
+START_TEST(elementwise_chains_fuse) {
+  unsetenv("FLOE_OPT_ELEMENTWISE");
+  FloeGraph *g = floe_graph_new();
+  /* large enough for chunks that straddle the segments a [1, 7, 1, 16] operand repeats in,
+   * and for thread ranges that start inside a chunk */
+  int64_t xd[4] = {3, 7, 40, 16}, kd[4] = {1, 1, 1, 16}, bd[4] = {1, 7, 1, 16}, c = 16;
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+  FloeTensor *k1 = harness_random(FLOE_F32, 1, &c, 5, 0.5, 1.5);
+  FloeTensor *k2 = harness_random(FLOE_F32, 4, kd, 6, -0.5, 0.5);
+  FloeTensor *k3 = harness_random(FLOE_F32, 4, bd, 8, 0.5, 1.5);
+  FloeOutput v = floe_binary(g, "Mul", "scale", x, floe_const(g, "k1", k1));
+  v = floe_binary(g, "Add", "shift", v, floe_const(g, "k2", k2));
+  v = floe_binary(g, "Mul", "per_block", floe_const(g, "k3", k3), v);
+  v = floe_unary(g, "Relu", "relu", v);
+  v = floe_binary(g, "Sub", "flip", scalar(g, "two", FLOE_F32, 2.0), v);
+  FloeNodeBuilder *lb = floe_node_begin(g, "LeakyRelu", "leaky");
+  floe_node_add_input(lb, v);
+  floe_node_set_attr_float(lb, "alpha", 0.1);
+  v = floe_out(floe_node_finish(lb), 0);
+  v = floe_binary(g, "Div", "third", v, scalar(g, "three", FLOE_F32, 3.0));
+  floe_unary(g, "Sigmoid", "out", v);
+  /* a second reader of "relu": the chain from x stops there */
+  floe_binary(g, "Add", "two_readers", floe_unary(g, "Exp", "e", floe_out(floe_graph_find(g, "relu"), 0)),
+              floe_out(floe_graph_find(g, "relu"), 0));
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  int64_t n = 3 * 7 * 40 * 16;
+  FloeTensor *xv = harness_random(FLOE_F32, 4, xd, 7, -3, 3);
+  FloeTensor *plain = NULL, *opt = NULL;
+  for (int on = 0; on < 2; on++) {
+    if (!on) setenv("FLOE_OPT_ELEMENTWISE", "0", 1);
+    FloeSession *s = harness_session(g, rt);
+    FloeFeed f = {"x", xv};
+    FloeTensor *t = harness_fetch(s, &f, 1, "out");
+    floe_session_free(s);
+    unsetenv("FLOE_OPT_ELEMENTWISE");
+    if (on) opt = t;
+    else plain = t;
+  }
+  ck_assert_int_eq(floe_tensor_num_elements(opt), n);
+  assert_bitwise(plain, opt, "out");
+  FloeOptPassStats ps = {0};
+  /* x, k1, k2, k3, two, three, the fused node (seven ops in one), out (fetched: it stays) */
+  ck_assert_int_eq(optimized_nodes(g, "out", NULL, "elementwise", &ps), 8);
+  ck_assert_int_eq(ps.rewritten, 1);
+  ck_assert_int_eq(ps.removed, 7);
+  /* relu also read by two_readers' chain: scale..relu fuse, flip..out fuse apart */
+  const char *both[2] = {"out", "two_readers"};
+  FloeSession *s = harness_session(g, rt);
+  FloeGraph *og = NULL;
+  FloeOptPassStats *pr = NULL;
+  int np = 0;
+  FloeStatus *st = floe_status_new();
+  FloeFeed f = {"x", NULL};
+  ck_assert_int_eq(floe_session_optimized(s, &f, 1, both, 2, NULL, 0, &og, &pr, &np, st), FLOE_OK);
+  int fusedn = 0;
+  for (int i = 0; i < floe_graph_num_nodes(og); i++)
+    fusedn += !strcmp(floe_node_op(floe_graph_node(og, i)), "_FusedElementwise");
+  ck_assert_int_eq(fusedn, 2); /* scale..relu and flip..out; e + relu is one op (Add) */
+  free(pr);
+  floe_graph_free(og);
+  floe_status_free(st);
+  floe_session_free(s);
+  /* "leaky" fetched: the chain stops before it; the rest after it fuses */
+  const char *mid[2] = {"out", "leaky"};
+  FloeTensor *outs[2];
+  s = harness_session(g, rt);
+  FloeFeed fx = {"x", xv};
+  harness_run(s, &fx, 1, mid, 2, NULL, 0, outs, "fetched middle");
+  assert_bitwise(plain, outs[0], "out with leaky fetched");
+  floe_tensor_release(outs[0]);
+  floe_tensor_release(outs[1]);
+  floe_session_free(s);
+  floe_tensor_release(plain);
+  floe_tensor_release(opt);
+  floe_tensor_release(xv);
+  floe_tensor_release(k1);
+  floe_tensor_release(k2);
+  floe_tensor_release(k3);
+  floe_graph_free(g);
+}
+END_TEST
+
+/* The fused kernel refuses steps it does not know and operands that would grow the value,
+ * naming them. */
+START_TEST(fused_elementwise_errors) {
+  int64_t xd[2] = {2, 3}, yd[2] = {4, 3};
+  FloeTensor *xv = harness_random(FLOE_F32, 2, xd, 1, -1, 1);
+  FloeTensor *yv = harness_random(FLOE_F32, 2, yd, 2, -1, 1);
+  const char *cases[2][2] = {{"Relu,Frobnicate", "Frobnicate"}, {"Mul:0", "[4,3]"}};
+  for (int c = 0; c < 2; c++) {
+    FloeGraph *g = floe_graph_new();
+    FloeOutput ops[1] = {floe_placeholder(g, "y", FLOE_F32, floe_shape_unknown())};
+    FloeNodeBuilder *b = floe_node_begin(g, "_FusedElementwise", "few");
+    floe_node_add_input(b, floe_placeholder(g, "x", FLOE_F32, floe_shape_unknown()));
+    floe_node_add_input_list(b, ops, 1);
+    floe_node_set_attr_string(b, "steps", cases[c][0]);
+    floe_node_finish(b);
+    FloeStatus *st = floe_status_new();
+    FloeFeed feeds[2] = {{"x", xv}, {"y", yv}};
+    const char *fetch = "few";
+    FloeTensor *out = NULL;
+    ck_assert_int_ne(harness_run_graph(g, rt, feeds, 2, &fetch, 1, &out, st), FLOE_OK);
+    ck_assert_msg(strstr(floe_status_message(st), cases[c][1]), "%s", floe_status_message(st));
+    floe_status_free(st);
+    floe_graph_free(g);
+  }
+  floe_tensor_release(xv);
+  floe_tensor_release(yv);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("optimize");
   TCase *tc = tcase_create("passes");
@@ -470,6 +587,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, fetched_nodes_keep_their_place);
   tcase_add_test(tc, switches);
   tcase_add_test(tc, constants_fold_once);
+  tcase_add_test(tc, elementwise_chains_fuse);
+  tcase_add_test(tc, fused_elementwise_errors);
   suite_add_tcase(s, tc);
   return s;
 }
