@@ -190,13 +190,16 @@ static floe_code grad_pool_grad(FloeGradCtx *c, FloeStatus *st) {
 
 /* _FusedConv is made by the session's fusion pass after autodiff, so only a graph that
  * builds it directly differentiates through it: not supported yet, an error naming it. */
-static floe_code grad_fused_conv_missing(FloeGradCtx *c, FloeStatus *st) {
+/* The session's fused ops (_FusedConv, _FusedElementwise) in a graph being differentiated. */
+static floe_code grad_fused_missing(FloeGradCtx *c, FloeStatus *st) {
   const FloeNode *n = c->node;
   return floe_status_set(st, FLOE_UNIMPLEMENTED,
                          "floe_gradients: node '%s' (%s) lies between the xs and the ys, and "
-                         "Floe has no gradient for %s yet; build the unfused ops (Conv, "
-                         "BiasAdd, Add, Relu): the session fuses them after differentiation",
-                         n->name, n->op->name, n->op->name);
+                         "Floe has no gradient for %s yet; build the unfused ops (%s): the "
+                         "session fuses them after differentiation",
+                         n->name, n->op->name, n->op->name,
+                         strcmp(n->op->name, "_FusedConv") == 0 ? "Conv, BiasAdd, Add, Relu"
+                                                                 : "the elementwise ops");
 }
 
 /* The blocked layout's converters move elements: each one's gradient is the other. */
@@ -226,7 +229,8 @@ floe_code floe__grads_register_conv(FloeStatus *st) {
       {"ConvBackpropInputNd", grad_conv_backprop_input},
       {"ConvBackpropFilterNd", grad_conv_backprop_filter},
       {"PoolGrad", grad_pool_grad},
-      {"_FusedConv", grad_fused_conv_missing},
+      {"_FusedConv", grad_fused_missing},
+      {"_FusedElementwise", grad_fused_missing},
       {"_ToBlocked", grad_to_blocked},
       {"_FromBlocked", grad_from_blocked},
   };

@@ -1118,6 +1118,12 @@ const XCase xcases[] = {
      .attrs = {AS("data_format", "CHANNELS_FIRST"), AL("strides", 4, 1, 1, 2, 2),
                AS("padding", "EXPLICIT"), AL("explicit_paddings", 8, 0, 0, 0, 0, 1, 0, 2, 1),
                AI("groups", 2), AB("fused_bias", 1), AB("fused_relu", 1)}, .flags = XF_MATRIX},
+    /* --- _FusedElementwise (the elementwise pass's chains) --- */
+    {.op = "_FusedElementwise", .label = "[3,4,6] * [6] + [1,1,6], relu, 2 - x, sigmoid",
+     .in = {R(F32, -2, 2, 3, 3, 4, 6), R(F32, 0.5, 1.5, 1, 6), R(F32, -1, 1, 3, 1, 1, 6),
+            RS(F32, 2, 2)},
+     .lists = {1, 3},
+     .attrs = {AS("steps", "Mul:0,Add:1,Relu,Sub:~2,Sigmoid")}},
     /* --- the blocked layout (AVX-512 machines only) --- */
     {.op = "_ToBlocked", .label = "[2,3,5,32] f32", .in = {R(F32, -1, 1, 4, 2, 3, 5, 32)},
      .flags = XF_IF_REF_KERNEL},
