@@ -276,55 +276,22 @@ static int foldable_op(const FloeNode *n) {
 /* Largest output (elements) computed while importing; larger ones stay in the graph. */
 #define FOLD_MAX_ELEMENTS (1 << 24)
 
-/* Constant folding while importing: a node whose inputs are all Consts is evaluated now (in a
- * graph of its own) and its single output replaced by a Const. Shape arithmetic (Shape ->
- * Gather -> Concat -> Reshape) then gives known shapes downstream, and weight layout changes
- * (a filter's transpose) happen once. A node that cannot be evaluated is simply kept. */
+/* Constant folding while importing: a node whose inputs are all Consts is evaluated now
+ * (floe__eval_node: in a graph of its own) and its single output replaced by a Const. Shape
+ * arithmetic (Shape -> Gather -> Concat -> Reshape) then gives known shapes downstream, and
+ * weight layout changes (a filter's transpose) happen once. A node that cannot be evaluated
+ * is simply kept. */
 static FloeOutput fold(OxCtx *c, FloeNode *n) {
   FloeOutput keep = floe_out(n, 0);
   if (c->no_fold || n->num_outputs != 1 || n->num_control || !foldable_op(n)) return keep;
-  FloeShape s = n->out_shapes[0];
-  if (s.rank < 0) return keep;
-  int64_t count = 1;
-  for (int i = 0; i < s.rank; i++) {
-    if (s.dims[i] < 0 || (s.dims[i] && count > FOLD_MAX_ELEMENTS / s.dims[i])) return keep;
-    count *= s.dims[i];
-  }
+  if (!floe__shape_at_most(&n->out_shapes[0], FOLD_MAX_ELEMENTS)) return keep;
   for (int i = 0; i < n->num_inputs; i++)
     if (!ox_const_value(n->inputs[i]) || strcmp(n->inputs[i].node->op->name, "Const")) return keep;
-  FloeStatus *st = floe_status_new();
-  FloeGraph *tg = floe_graph_new();
-  FloeOutput *ins = floe__calloc((size_t)n->num_inputs + 1, sizeof *ins);
-  FloeSession *sess = NULL;
-  FloeTensor *value = NULL;
-  if (!st || !tg || !ins) goto done;
-  for (int i = 0; i < n->num_inputs; i++) {
-    char nm[32];
-    snprintf(nm, sizeof nm, "in%d", i);
-    ins[i] = floe_const(tg, nm, (FloeTensor *)ox_const_value(n->inputs[i]));
-  }
-  /* Inputs per op argument, as the original node had them. */
-  int *sizes = floe__calloc((size_t)n->op->num_inputs + 1, sizeof *sizes);
-  if (!sizes) goto done;
-  for (int i = 0; i < n->num_inputs; i++) sizes[n->input_arg[i]]++;
-  FloeNodeSpec spec = {.op = n->op->name, .name = "fold", .inputs = ins,
-                       .num_inputs = n->num_inputs, .list_sizes = sizes,
-                       .num_lists = n->op->num_inputs, .attrs = &n->attrs};
-  FloeNode *copy = floe_graph_status(tg) == FLOE_OK ? floe__graph_add_node(tg, &spec, st) : NULL;
-  floe__free(sizes);
-  if (!copy) goto done;
-  FloeSessionOptions so;
-  floe_session_options_init(&so);
-  so.device = "cpu:0";
-  const char *fetch = "fold";
-  if (!(sess = floe_session_new(tg, &so, st)) ||
-      floe_session_run(sess, NULL, 0, &fetch, 1, NULL, 0, &value, st) != FLOE_OK)
-    value = NULL;
-done:
-  floe_session_free(sess);
-  floe_graph_free(tg);
-  floe__free(ins);
-  floe_status_free(st);
+  FloeTensor **values = floe__calloc((size_t)n->num_inputs + 1, sizeof *values);
+  if (!values) return keep;
+  for (int i = 0; i < n->num_inputs; i++) values[i] = (FloeTensor *)ox_const_value(n->inputs[i]);
+  FloeTensor *value = floe__eval_node(NULL, n, values);
+  floe__free(values);
   if (!value) return keep;
   return ox_const(c, value);
 }

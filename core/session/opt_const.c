@@ -38,20 +38,23 @@ static bool foldable(const FloeOpt *o, const FloeNode *n) {
    * task of a cluster (where it was put on purpose, transfers and all) */
   if (n->device && n->device[0] && (!strcasestr(n->device, "cpu") || strstr(n->device, "/job:")))
     return false;
-  FloeShape s = n->out_shapes[0];
-  if (s.rank < 0) return false;
-  int64_t count = 1;
-  for (int i = 0; i < s.rank; i++) {
-    if (s.dims[i] < 0 || (s.dims[i] && count > FOLD_MAX_ELEMENTS / s.dims[i])) return false;
-    count *= s.dims[i];
-  }
+  if (!floe__shape_at_most(&n->out_shapes[0], FOLD_MAX_ELEMENTS)) return false;
   for (int i = 0; i < n->num_inputs; i++)
     if (!is_const(o, n->inputs[i])) return false;
   return true;
 }
 
-/* n's output computed from its constant inputs (a new reference), or NULL. */
-static FloeTensor *evaluate(FloeRuntime *rt, const FloeNode *n) {
+bool floe__shape_at_most(const FloeShape *s, int64_t max_elements) {
+  if (s->rank < 0) return false;
+  int64_t count = 1;
+  for (int i = 0; i < s->rank; i++) {
+    if (s->dims[i] < 0 || (s->dims[i] && count > max_elements / s->dims[i])) return false;
+    count *= s->dims[i];
+  }
+  return true;
+}
+
+FloeTensor *floe__eval_node(FloeRuntime *rt, const FloeNode *n, FloeTensor *const *values) {
   FloeStatus *st = floe_status_new();
   FloeGraph *tg = floe_graph_new();
   FloeOutput *ins = floe__calloc((size_t)n->num_inputs + 1, sizeof *ins);
@@ -62,9 +65,8 @@ static FloeTensor *evaluate(FloeRuntime *rt, const FloeNode *n) {
   for (int i = 0; i < n->num_inputs; i++) {
     char nm[32];
     snprintf(nm, sizeof nm, "in%d", i);
-    const FloeAttrValue *v = floe__attrs_get(&n->inputs[i].node->attrs, "value");
-    ins[i] = floe_const(tg, nm, v->u.tensor);
-    sizes[n->input_arg[i]]++;
+    ins[i] = floe_const(tg, nm, values[i]);
+    sizes[n->input_arg[i]]++; /* inputs per op argument, as n has them */
   }
   FloeNodeSpec spec = {.op = n->op->name, .name = "fold", .inputs = ins,
                        .num_inputs = n->num_inputs, .list_sizes = sizes,
@@ -87,6 +89,17 @@ done:
   floe__free(sizes);
   floe_status_free(st);
   return value;
+}
+
+/* n's output computed from its constant inputs (a new reference), or NULL. */
+static FloeTensor *evaluate(FloeRuntime *rt, const FloeNode *n) {
+  FloeTensor **values = floe__calloc((size_t)n->num_inputs + 1, sizeof *values);
+  if (!values) return NULL;
+  for (int i = 0; i < n->num_inputs; i++)
+    values[i] = floe__attrs_get(&n->inputs[i].node->attrs, "value")->u.tensor;
+  FloeTensor *v = floe__eval_node(rt, n, values);
+  floe__free(values);
+  return v;
 }
 
 floe_code floe__opt_constant_folding(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st) {

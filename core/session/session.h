@@ -178,6 +178,14 @@ typedef struct FloeOpt {
  * node counts are filled by floe__optimize). */
 typedef floe_code (*FloeOptPassFn)(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);
 floe_code floe__opt_constant_folding(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_const.c */
+/* opt_const.c: n's single output computed on rt's CPU (NULL: the default runtime) from
+ * values (one per input of n, borrowed), in a graph and session of their own in which
+ * constant folding is off: a new reference (caller releases), or NULL when it cannot be
+ * computed. The ONNX importer's constant folding uses it too. */
+FLOE__SHARED FloeTensor *floe__eval_node(struct FloeRuntime *rt, const FloeNode *n,
+                                         FloeTensor *const *values);
+/* opt_const.c: s is fully known and holds at most max_elements elements. */
+FLOE__SHARED bool floe__shape_at_most(const FloeShape *s, int64_t max_elements);
 floe_code floe__opt_arithmetic(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_arith.c */
 floe_code floe__opt_cse(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st);        /* opt_cse.c */
 floe_code floe__opt_dead_nodes(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st); /* opt_dead.c */
