@@ -187,8 +187,9 @@ static FloeNode *sole_user(const Fuse *f, const FloeNode *n, const char *op, int
 
 /* True when x is the output of a Const that is neither fed nor fetched. */
 static bool constant(const Fuse *f, FloeOutput x) {
-  /* Fusion makes no Consts, so the node is one of the original graph's (pinned's range). */
-  return strcmp(x.node->op->name, "Const") == 0 && !f->pinned[x.node->id];
+  /* a Const the layout pass made (past pinned's range) is never fed */
+  return strcmp(x.node->op->name, "Const") == 0 &&
+         !(x.node->id < f->n_orig && f->pinned[x.node->id]);
 }
 
 /* ---- activations after a convolution ---- */
@@ -210,9 +211,10 @@ static bool const_f32(const Fuse *f, FloeOutput x, double *v) {
   return constant(f, x) && floe__const_scalar(x, FLOE_F32, v, &unused);
 }
 
-static double attr_float(const FloeNode *n, const char *name, double dflt) {
-  const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
-  return v && v->kind == FLOE_ATTR_FLOAT ? v->u.f : dflt;
+/* n's alpha (LeakyRelu, Elu: the op's default is filled in when the node is built). */
+static double alpha_of(const FloeNode *n) {
+  const FloeAttrValue *v = floe__node_attr(n, "alpha", FLOE_ATTR_FLOAT);
+  return v ? v->u.f : 0;
 }
 
 /* Appends one activation to a; false when a is full. */
@@ -237,8 +239,7 @@ static bool add_activation(const Fuse *f, const FloeNode *u, const FloeNode *pre
     static const char *const unary[] = {"Relu", "Relu6", "Sigmoid", "Tanh", NULL};
     for (int k = 0; unary[k]; k++)
       if (!strcmp(op, unary[k])) name = unary[k];
-    if (!strcmp(op, "LeakyRelu")) name = op, alpha = attr_float(u, "alpha", 0.2);
-    if (!strcmp(op, "Elu")) name = op, alpha = attr_float(u, "alpha", 1.0);
+    if (!strcmp(op, "LeakyRelu") || !strcmp(op, "Elu")) name = op, alpha = alpha_of(u);
   } else if (u->num_inputs == 2 && u->inputs[0].node != u->inputs[1].node) {
     int c = u->inputs[0].node == prev ? 1 : 0; /* the constant's side */
     const FloeShape *cs = &u->inputs[c].node->out_shapes[u->inputs[c].index];
@@ -639,20 +640,20 @@ static void block_pool(Blocker *bl, FloeNode *pool) {
   bl->blk[pool->id] = p;
 }
 
-/* The value of x when it is a Const's integer scalar. */
-static bool const_int(FloeOutput x, int64_t *v) {
-  const FloeAttrValue *a = floe__attrs_get(&x.node->attrs, "value");
-  if (strcmp(x.node->op->name, "Const") != 0 || !a || a->kind != FLOE_ATTR_TENSOR ||
-      floe_tensor_num_elements(a->u.tensor) != 1)
-    return false;
-  const FloeTensor *t = a->u.tensor;
-  if (floe_tensor_dtype(t) == FLOE_I32)
-    *v = *(const int32_t *)floe_tensor_data(t);
-  else if (floe_tensor_dtype(t) == FLOE_I64)
-    *v = *(const int64_t *)floe_tensor_data(t);
-  else
-    return false;
-  return true;
+/* The value of x when it is an integer scalar Const the step neither feeds nor fetches. */
+static bool const_int(const Fuse *f, FloeOutput x, int64_t *v) {
+  double unused;
+  return constant(f, x) && (floe__const_scalar(x, FLOE_I32, &unused, v) ||
+                            floe__const_scalar(x, FLOE_I64, &unused, v));
+}
+
+/* A new Const of t (the graph takes its own reference) named after base and suffix; not yet
+ * in the step (the caller adds it with the node that reads it). */
+static FloeOutput new_const(Fuse *f, const char *base, const char *suffix, FloeTensor *t) {
+  char *name = t ? unique_name(f->g, base, suffix) : NULL;
+  FloeOutput c = name ? floe_const(f->g, name, t) : (FloeOutput){NULL, 0};
+  floe__free(name);
+  return c;
 }
 
 /* A channels-last Concat along the channels of tensors that are all blocked or whole blocks
@@ -668,7 +669,7 @@ static void block_concat(Blocker *bl, FloeNode *cat) {
     return;
   const FloeShape *y = &cat->out_shapes[0];
   int64_t axis;
-  if (!whole_blocks(y) || !const_int(cat->inputs[nv], &axis) ||
+  if (!whole_blocks(y) || !const_int(f, cat->inputs[nv], &axis) ||
       (axis != y->rank - 1 && axis != -1))
     return;
   const FloeAttrValue *t = floe__attrs_get(&cat->attrs, "T");
@@ -686,17 +687,12 @@ static void block_concat(Blocker *bl, FloeNode *cat) {
     if (!b) return;
     vals[i] = (FloeOutput){b, 0};
   }
-  char *name = unique_name(f->g, cat->name, "_blocked");
-  char *an = name ? unique_name(f->g, cat->name, "_blocked_axis") : NULL;
-  FloeTensor *one = an ? floe_tensor_new(FLOE_I32, 0, NULL, NULL) : NULL;
-  FloeOutput ax = {NULL, 0};
-  if (one) {
-    *(int32_t *)floe_tensor_data(one) = 1;
-    ax = floe_const(f->g, an, one);
-    floe_tensor_release(one);
-  }
-  floe__free(an);
-  if (!ax.node || !need_grow(f)) {
+  FloeTensor *one = floe_tensor_new(FLOE_I32, 0, NULL, NULL);
+  if (one) *(int32_t *)floe_tensor_data(one) = 1;
+  FloeOutput ax = new_const(f, cat->name, "_blocked_axis", one);
+  floe_tensor_release(one);
+  char *name = ax.node ? unique_name(f->g, cat->name, "_blocked") : NULL;
+  if (!name || !need_grow(f)) {
     floe__free(name);
     return;
   }
@@ -759,25 +755,23 @@ static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape
   dims[1] = c / 16;
   dims[r - 1] = 16;
   FloeTensor *shape = floe_tensor_new(FLOE_I64, 1, &r, NULL);
-  char *sn = shape ? unique_name(f->g, near->name, "_blocked_shape") : NULL;
-  char *rn = sn ? unique_name(f->g, near->name, "_blocked_operand") : NULL;
+  if (shape) memcpy(floe_tensor_data(shape), dims, (size_t)r * sizeof *dims);
+  FloeOutput sc = new_const(f, near->name, "_blocked_shape", shape);
+  floe_tensor_release(shape);
+  char *rn = sc.node ? unique_name(f->g, near->name, "_blocked_operand") : NULL;
   FloeOutput out = none;
   if (rn) {
-    memcpy(floe_tensor_data(shape), dims, (size_t)r * sizeof *dims);
-    FloeOutput sc = floe_const(f->g, sn, shape);
     FloeNodeBuilder *b = floe_node_begin(f->g, "Reshape", rn);
     floe_node_add_input(b, other);
     floe_node_add_input(b, sc);
     if (near->device && near->device[0]) floe_node_set_device(b, near->device);
-    FloeNode *n = sc.node ? floe_node_finish(b) : NULL;
+    FloeNode *n = floe_node_finish(b);
     if (n && need_grow(f)) {
       f->need[sc.node->id] = true;
       f->need[n->id] = true;
       out = (FloeOutput){n, 0};
     }
   }
-  floe_tensor_release(shape);
-  floe__free(sn);
   floe__free(rn);
   return out;
 }
@@ -842,7 +836,7 @@ static void block_mean(Blocker *bl, FloeNode *n) {
     return;
   const FloeShape *x = shape_of(n->inputs[0]);
   const FloeAttrValue *v = floe__attrs_get(&n->inputs[1].node->attrs, "value");
-  if (strcmp(n->inputs[1].node->op->name, "Const") != 0 || !v || v->kind != FLOE_ATTR_TENSOR ||
+  if (!constant(f, n->inputs[1]) || !v || v->kind != FLOE_ATTR_TENSOR ||
       floe_tensor_rank(v->u.tensor) > 1)
     return;
   const FloeTensor *at = v->u.tensor;
@@ -856,17 +850,12 @@ static void block_mean(Blocker *bl, FloeNode *n) {
     if (a < 1 || a > x->rank - 2) return; /* spatial dims only */
     axes[i] = a + 1;
   }
-  char *name = unique_name(f->g, n->name, "_blocked");
-  char *an = name ? unique_name(f->g, n->name, "_blocked_axes") : NULL;
-  FloeTensor *t = an ? floe_tensor_new(FLOE_I64, 1, &k, NULL) : NULL;
-  FloeOutput ax = {NULL, 0};
-  if (t) {
-    memcpy(floe_tensor_data(t), axes, (size_t)k * sizeof *axes);
-    ax = floe_const(f->g, an, t);
-    floe_tensor_release(t);
-  }
-  floe__free(an);
-  if (!ax.node || !need_grow(f)) {
+  FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &k, NULL);
+  if (t) memcpy(floe_tensor_data(t), axes, (size_t)k * sizeof *axes);
+  FloeOutput ax = new_const(f, n->name, "_blocked_axes", t);
+  floe_tensor_release(t);
+  char *name = ax.node ? unique_name(f->g, n->name, "_blocked") : NULL;
+  if (!name || !need_grow(f)) {
     floe__free(name);
     return;
   }
