@@ -713,13 +713,6 @@ static void block_concat(Blocker *bl, FloeNode *cat) {
   bl->blk[cat->id] = n;
 }
 
-static bool same_shape(const FloeShape *a, const FloeShape *b) {
-  if (a->rank != b->rank) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return false;
-  return true;
-}
-
 static bool blocked_output(const Blocker *bl, FloeOutput x) {
   return x.index == 0 && x.node->id < bl->cap && bl->blk[x.node->id];
 }
@@ -736,7 +729,8 @@ static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape
     /* the same shape, or one value a channel per image (squeeze-excitation's gate) */
     bool fits = s->rank == y->rank && s->dims[0] == y->dims[0] &&
                 s->dims[s->rank - 1] == y->dims[y->rank - 1];
-    for (int i = 1; fits && i + 1 < s->rank; i++) fits = s->dims[i] == 1 || s->dims[i] == y->dims[i];
+    for (int i = 1; fits && i + 1 < s->rank; i++)
+      fits = s->dims[i] == 1 || s->dims[i] == y->dims[i];
     return fits ? (FloeOutput){bl->blk[other.node->id], 0} : none;
   }
   if (s->rank < 0 || s->rank > y->rank) return none;
@@ -744,7 +738,7 @@ static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape
   for (int i = 0; i + 1 < s->rank; i++) ones &= s->dims[i] == 1;
   int64_t c = s->rank ? s->dims[s->rank - 1] : 1;
   if (ones && c == 1) return other;
-  if (same_shape(s, y)) {
+  if (floe__opt_same_shape(s, y)) {
     FloeNode *t = whole_blocks(s) ? as_blocked(bl, other, near) : NULL;
     return t ? (FloeOutput){t, 0} : none;
   }
@@ -797,7 +791,7 @@ static void block_elementwise(Blocker *bl, FloeNode *n) {
   /* the blocked input of the output's shape (the other may be a gate broadcast over it) */
   int at = -1;
   for (int i = n->num_inputs - 1; i >= 0; i--)
-    if (blocked_output(bl, n->inputs[i]) && same_shape(shape_of(n->inputs[i]), y)) at = i;
+    if (blocked_output(bl, n->inputs[i]) && floe__opt_same_shape(shape_of(n->inputs[i]), y)) at = i;
   if (at < 0 || !whole_blocks(y)) return;
   FloeOutput ins[2] = {{bl->blk[n->inputs[at].node->id], 0}, {NULL, 0}};
   if (bin) {

@@ -120,7 +120,8 @@ floe_code floe__opt_constant_folding(FloeOpt *o, FloeOptPassStats *ps, FloeStatu
     /* inputs folded before this node: read their Consts */
     for (int k = 0; k < n->num_inputs; k++) {
       FloeOutput x = n->inputs[k];
-      if (x.node->id < n_orig && fwd[x.node->id].node && x.index == 0) n->inputs[k] = fwd[x.node->id];
+      if (x.node->id < n_orig && fwd[x.node->id].node && x.index == 0)
+        n->inputs[k] = fwd[x.node->id];
     }
     if (!foldable(o, n)) continue;
     FloeTensor *v = evaluate(o->rt, n);

@@ -32,13 +32,6 @@ static bool in_list(const char *op, const char *const *list, size_t n) {
   return false;
 }
 
-static bool same_shape(const FloeShape *a, const FloeShape *b) {
-  if (a->rank != b->rank || a->rank < 0) return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return false;
-  return true;
-}
-
 /* An operand of shape s broadcasts to y without growing it. */
 static bool operand_fits(const FloeShape *s, const FloeShape *y) {
   if (s->rank < 0 || s->rank > y->rank) return false;
@@ -58,19 +51,16 @@ static bool step(const FloeOpt *o, const FloeNode *n, int *at) {
       n->out_dtypes[0] != FLOE_F32 || n->out_shapes[0].rank < 0)
     return false;
   const FloeShape *y = &n->out_shapes[0];
-  if (in_list(n->op->name, unary_ops, sizeof unary_ops / sizeof *unary_ops))
-    return n->num_inputs == 1 && (*at < 0 || *at == 0) && same_shape(shape_of(n->inputs[0]), y) &&
-           (*at = 0, true);
-  if (!in_list(n->op->name, binary_ops, sizeof binary_ops / sizeof *binary_ops) ||
-      n->num_inputs != 2)
-    return false;
-  for (int i = 0; i < 2; i++) {
-    if (*at >= 0 && *at != i) continue;
-    if (same_shape(shape_of(n->inputs[i]), y) && operand_fits(shape_of(n->inputs[1 - i]), y) &&
-        n->inputs[1 - i].node != n->inputs[i].node) {
-      *at = i;
-      return true;
-    }
+  bool unary = in_list(n->op->name, unary_ops, sizeof unary_ops / sizeof *unary_ops);
+  bool binary = in_list(n->op->name, binary_ops, sizeof binary_ops / sizeof *binary_ops);
+  if (!(unary && n->num_inputs == 1) && !(binary && n->num_inputs == 2)) return false;
+  for (int i = 0; i < n->num_inputs; i++) {
+    if ((*at >= 0 && *at != i) || !floe__opt_same_shape(shape_of(n->inputs[i]), y)) continue;
+    if (binary && (!operand_fits(shape_of(n->inputs[1 - i]), y) ||
+                   n->inputs[1 - i].node == n->inputs[i].node))
+      continue;
+    *at = i;
+    return true;
   }
   return false;
 }
@@ -123,11 +113,8 @@ static FloeNode *fuse_chain(FloeOpt *o, FloeNode *const *chain, const int *at, i
       snprintf(steps + l, sizeof steps - l, "%s%s", i ? "," : "", s->op->name);
     }
     snprintf(ops + lo, sizeof ops - lo, "%s%s", i ? "+" : "", s->op->name);
-    const FloeAttrValue *a = floe__attrs_get(&s->attrs, "alpha");
-    alpha[i] = a && a->kind == FLOE_ATTR_FLOAT ? a->u.f
-               : strcmp(s->op->name, "LeakyRelu") == 0 ? 0.2
-               : strcmp(s->op->name, "Elu") == 0       ? 1.0
-                                                       : 0.0;
+    const FloeAttrValue *a = floe__node_attr(s, "alpha", FLOE_ATTR_FLOAT); /* LeakyRelu, Elu */
+    alpha[i] = a ? a->u.f : 0.0;
   }
   char *name = NULL;
   for (int i = 0; !name || floe_graph_find(o->g, name); i++) {
@@ -144,7 +131,8 @@ static FloeNode *fuse_chain(FloeOpt *o, FloeNode *const *chain, const int *at, i
   floe_node_set_attr_string(b, "steps", steps);
   floe_node_set_attr_float_list(b, "alpha", alpha, (size_t)n);
   floe_node_set_attr_string(b, "fused_ops", ops);
-  for (int c = 0; c < chain[0]->num_control; c++) floe_node_add_control_input(b, chain[0]->control[c]);
+  for (int c = 0; c < chain[0]->num_control; c++)
+    floe_node_add_control_input(b, chain[0]->control[c]);
   if (chain[0]->device && chain[0]->device[0]) floe_node_set_device(b, chain[0]->device);
   FloeNode *f = floe_node_finish(b);
   if (!f || !floe__opt_grow(o)) return NULL;
@@ -161,9 +149,8 @@ floe_code floe__opt_elementwise(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st
   int *user_at = NULL;
   bool have_users = sole_readers(o, &user, &user_at);
   FloeOutput *fwd = floe__calloc((size_t)(n_orig ? n_orig : 1), sizeof *fwd);
-  bool *taken = floe__calloc((size_t)(n_orig ? n_orig : 1), sizeof *taken);
   floe_code rc = FLOE_OK;
-  if (!order || !have_users || !fwd || !taken) {
+  if (!order || !have_users || !fwd) {
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory fusing elementwise ops");
     goto done;
   }
@@ -173,13 +160,14 @@ floe_code floe__opt_elementwise(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st
     int at[MAX_STEPS];
     FloeNode *chain[MAX_STEPS];
     at[0] = -1;
-    if (head->id >= n_orig || taken[head->id] || !step(o, head, &at[0])) continue;
+    /* a node fused already is out of the run: step() refuses it */
+    if (head->id >= n_orig || !step(o, head, &at[0])) continue;
     chain[0] = head;
     int n = 1;
     for (;;) {
       FloeNode *r = n < MAX_STEPS ? user[chain[n - 1]->id] : NULL;
       int k = r ? user_at[chain[n - 1]->id] : -1;
-      if (!r || r->id >= n_orig || taken[r->id] || r->num_control || !same_request(r, head) ||
+      if (!r || r->id >= n_orig || r->num_control || !same_request(r, head) ||
           !step(o, r, &k))
         break;
       at[n] = k;
@@ -195,10 +183,7 @@ floe_code floe__opt_elementwise(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st
       }
       continue;
     }
-    for (int k = 0; k < n; k++) {
-      taken[chain[k]->id] = true;
-      o->need[chain[k]->id] = false;
-    }
+    for (int k = 0; k < n; k++) o->need[chain[k]->id] = false;
     fwd[chain[n - 1]->id] = floe_out(f, 0);
     ps->rewritten++;
     ps->removed += n;
@@ -210,6 +195,5 @@ done:
   floe__free(user);
   floe__free(user_at);
   floe__free(fwd);
-  floe__free(taken);
   return rc;
 }

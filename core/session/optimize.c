@@ -124,6 +124,13 @@ bool floe__opt_grow(FloeOpt *o) {
   return true;
 }
 
+bool floe__opt_same_shape(const FloeShape *a, const FloeShape *b) {
+  if (a->rank < 0 || a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
 bool floe__opt_kept(const FloeOpt *o, const FloeNode *n) {
   return n->id < o->n_orig && (o->pinned[n->id] || (o->target && o->target[n->id]));
 }

@@ -200,6 +200,8 @@ bool floe__opt_any_on(void);
 /* Helpers the passes share. */
 bool floe__opt_grow(FloeOpt *o);                          /* false: out of memory */
 bool floe__opt_kept(const FloeOpt *o, const FloeNode *n); /* fed, fetched or a target */
+/* Known ranks, equal, and equal dims (an unknown dim equals only an unknown one). */
+bool floe__opt_same_shape(const FloeShape *a, const FloeShape *b);
 /* x is output 0 of a one-element Const of dtype dt (f32, f64, i32 or i64) held on the host:
  * its value as a double (*d) and an int64 (*i; 0 for floats). (opt_arith.c; fusion too.) */
 bool floe__const_scalar(FloeOutput x, FloeDType dt, double *d, int64_t *i);
