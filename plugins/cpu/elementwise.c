@@ -996,8 +996,6 @@ static floe_code cast_compute(void *state, FloeKernelContext *ctx) {
 }
 
 /* ------------------------------------------------------------------------------------ */
-
-/* ------------------------------------------------------------------------------------ */
 /* _FusedElementwise: a chain of elementwise ops over x in one pass (core/session/
  * opt_elementwise.c makes it). Each step runs its op's own row function on a chunk that stays
  * in L1, so the result is bitwise that of the ops one by one; operands that are not scalars
@@ -1052,7 +1050,7 @@ static floe_code few_create(const FloeHostApi *host, FloeKernelInit *init, void 
     for (int i = 0; i < (int)(sizeof ops / sizeof *ops); i++)
       if (strlen(ops[i].name) == name_len && !strncmp(p, ops[i].name, name_len)) k = i;
     FewStep *st = &s->s[s->n];
-    bool ok = k >= 0 && s->n < FEW_MAX_STEPS && (size_t)s->n < (na ? na : (size_t)s->n + 1);
+    bool ok = k >= 0 && s->n < FEW_MAX_STEPS && (na == 0 || (size_t)s->n < na);
     if (ok && ops[k].b) { /* "Op:k" or "Op:~k" */
       const char *q = p + name_len;
       ok = *q == ':';
@@ -1219,6 +1217,8 @@ static floe_code few_compute(void *state, FloeKernelContext *ctx) {
   cpu_host->free(j);
   return rc;
 }
+
+/* ------------------------------------------------------------------------------------ */
 
 floe_code cpu_register_elementwise(FloePluginRegistrar *reg) {
   const uint32_t numeric = FLOE_DTYPES_NUMERIC, flt = FLOE_DTYPES_FLOAT, all = FLOE_DTYPES_ALL;
