@@ -6,6 +6,8 @@
  *   [Relu]([Add]([BiasAdd](Conv(x, f, b)), s))       -> _FusedConv(x, f, [b], [s]) with the
  *     flags of the ops present; a Conv alone whose filter is a Const's value becomes a
  *     _FusedConv too, told so (filter_constant: its kernel keeps the prepared filter)
+ *   acts(BiasAdd(MatMul(a, b), c)), or Add of a [N]  -> _FusedMatMul(a, b, [c]) (acts: the
+ *     or [1, N] c (ONNX's Gemm)                         elementwise tail, as _FusedConv's)
  *   ReluGrad(MaxPoolGrad(y, p, dp), y), y a ReLU's   -> _FusedMaxPoolGradRelu(y, p, dp)
  *     output (the gradient of MaxPool(Relu(.)))
  *
@@ -185,6 +187,8 @@ static FloeNode *sole_user(const Fuse *f, const FloeNode *n, const char *op, int
   return NULL;
 }
 
+static const FloeShape *shape_of(FloeOutput o) { return &o.node->out_shapes[o.index]; }
+
 /* True when x is the output of a Const that is neither fed nor fetched. */
 static bool constant(const Fuse *f, FloeOutput x) {
   /* a Const the layout pass made (past pinned's range) is never fed */
@@ -317,6 +321,21 @@ static void set_activations(FloeNodeBuilder *b, const Acts *a) {
   floe_node_set_attr_float_list(b, "activation_alpha", a->alpha, a->n);
 }
 
+/* Extends chain[0..*n) with the elementwise ops of one input (and a constant) that follow
+ * it, appended to a: ReLU6 exported as Clip (Maximum, Minimum), LeakyRelu, Elu, Sigmoid,
+ * Tanh, a scale or a shift; and gates, the value times such a chain of it (SiLU, HardSwish).
+ * chain has room for MAX_ACTS + 1 more nodes. */
+static void add_tail(const Fuse *f, FloeNode **chain, int *n, Acts *a) {
+  for (;;) {
+    FloeNode *last = chain[*n - 1];
+    FloeNode *u = f->uses[last->id] == 1 ? f->user[last->id] : NULL;
+    if (u && usable(f, u, last) && add_activation(f, u, last, a))
+      chain[(*n)++] = u;
+    else if (!add_gate(f, last, a, chain, n))
+      break;
+  }
+}
+
 static int fuse_conv_nd(Fuse *f, FloeNode *conv) {
   if (!live(f, conv, "Conv") || conv->num_inputs != 2) return 0;
   FloeNode *chain[4 + MAX_ACTS + 1] = {conv}, *u;
@@ -341,23 +360,56 @@ static int fuse_conv_nd(Fuse *f, FloeNode *conv) {
     chain[n++] = u;
     flags[nf++] = "fused_relu";
   }
-  /* then elementwise ops of one input (and a constant): ReLU6 exported as Clip (Maximum,
-   * Minimum), LeakyRelu, Elu, Sigmoid, Tanh, a scale or a shift; and gates, the value times
-   * such a chain of it (SiLU, HardSwish) */
-  for (;;) {
-    FloeNode *last = chain[n - 1];
-    u = f->uses[last->id] == 1 ? f->user[last->id] : NULL;
-    if (u && usable(f, u, last) && add_activation(f, u, last, &acts))
-      chain[n++] = u;
-    else if (!add_gate(f, last, &acts, chain, &n))
-      break;
-  }
+  add_tail(f, chain, &n, &acts);
   if (constant(f, conv->inputs[1])) flags[nf++] = "filter_constant";
   if (nf == 0 && acts.n == 0) return 0; /* nothing to gain */
   flags[nf] = NULL;
   FloeNode *fused = make_fused(f, "_FusedConv", chain, n, in, ni, 2, conv, conv_nd_attrs, flags,
                                acts.n ? &acts : NULL);
   return commit(f, chain, n, fused, conv);
+}
+
+static const char *const matmul_attrs[] = {"T", "transpose_a", "transpose_b", NULL};
+
+/* u, the sole reader of the [M, N] product p, adds a per-column bias to it: a BiasAdd (NHWC),
+ * or an Add whose other operand is known to be [N] or [1, N] (ONNX's Gemm); *bias is that
+ * operand. */
+static bool column_bias(const FloeNode *u, const FloeNode *p, FloeOutput *bias) {
+  const FloeShape *ps = &p->out_shapes[0];
+  int64_t cols = ps->rank == 2 ? ps->dims[1] : -1;
+  if (cols < 0 || u->num_inputs != 2 || u->inputs[0].node == u->inputs[1].node) return false;
+  if (!strcmp(u->op->name, "BiasAdd") && !strcmp(format_of(u), "NHWC")) {
+    *bias = u->inputs[1];
+  } else if (!strcmp(u->op->name, "Add")) {
+    *bias = u->inputs[u->inputs[0].node == p ? 1 : 0];
+  } else {
+    return false;
+  }
+  const FloeShape *bs = shape_of(*bias);
+  return bias->node->out_dtypes[bias->index] == FLOE_F32 &&
+         ((bs->rank == 1 && bs->dims[0] == cols) ||
+          (bs->rank == 2 && bs->dims[0] == 1 && bs->dims[1] == cols));
+}
+
+/* MatMul [+ per-column bias] [+ activations] -> _FusedMatMul (f32 matrices). */
+static int fuse_matmul(Fuse *f, FloeNode *mm) {
+  if (!live(f, mm, "MatMul") || mm->num_inputs != 2 || mm->out_dtypes[0] != FLOE_F32) return 0;
+  FloeNode *chain[2 + MAX_ACTS + 1] = {mm};
+  FloeOutput in[3] = {mm->inputs[0], mm->inputs[1]};
+  const char *flags[2] = {NULL, NULL};
+  Acts acts = {.n = 0};
+  int n = 1, ni = 2;
+  FloeNode *u = f->uses[mm->id] == 1 ? f->user[mm->id] : NULL;
+  if (u && usable(f, u, mm) && column_bias(u, mm, &in[2])) {
+    chain[n++] = u;
+    ni = 3;
+    flags[0] = "fused_bias";
+  }
+  add_tail(f, chain, &n, &acts);
+  if (n == 1) return 0; /* nothing to gain */
+  FloeNode *fused = make_fused(f, "_FusedMatMul", chain, n, in, ni, 2, mm, matmul_attrs, flags,
+                               acts.n ? &acts : NULL);
+  return commit(f, chain, n, fused, mm);
 }
 
 static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
@@ -392,8 +444,6 @@ typedef struct Blocker {
   FloeNode **to;
   int num, room;
 } Blocker;
-
-static const FloeShape *shape_of(FloeOutput o) { return &o.node->out_shapes[o.index]; }
 
 /* Channels-last, 1 to 3 spatial dims, the channel count known and a multiple of 16. */
 static bool whole_blocks(const FloeShape *s) {
@@ -939,7 +989,8 @@ bool floe__fuse_may_apply(const FloeGraph *g, const bool *need) {
   for (int id = 0; id < g->num_nodes; id++)
     if (need[id] && (strcmp(g->nodes[id]->op->name, "Relu") == 0 ||
                      strcmp(g->nodes[id]->op->name, "ReluGrad") == 0 ||
-                     strcmp(g->nodes[id]->op->name, "Conv") == 0))
+                     strcmp(g->nodes[id]->op->name, "Conv") == 0 ||
+                     strcmp(g->nodes[id]->op->name, "MatMul") == 0))
       return true;
   return false;
 }
@@ -967,6 +1018,8 @@ floe_code floe__fuse_graph(FloeGraph *g, bool **need, const bool *pinned, FloeFu
     if (fuse_conv_bias_relu(&f, g->nodes[id]) != 0) goto oom;
   for (int id = 0; id < n0; id++)
     if (fuse_conv_nd(&f, g->nodes[id]) != 0) goto oom;
+  for (int id = 0; id < n0; id++)
+    if (fuse_matmul(&f, g->nodes[id]) != 0) goto oom;
   for (int id = 0; id < n0; id++)
     if (fuse_maxpool_grad_relu(&f, g->nodes[id]) != 0) goto oom;
   if (block_convs(&f) != 0 && floe_graph_status(g) == FLOE_OK) goto oom;

@@ -188,9 +188,9 @@ static floe_code grad_pool_grad(FloeGradCtx *c, FloeStatus *st) {
   return FLOE_OK;
 }
 
-/* _FusedConv is made by the session's fusion pass after autodiff, so only a graph that
- * builds it directly differentiates through it: not supported yet, an error naming it. */
-/* The session's fused ops (_FusedConv, _FusedElementwise) in a graph being differentiated. */
+/* The session's fused ops (_FusedConv, _FusedMatMul, _FusedElementwise) are made by its
+ * fusion passes after autodiff, so only a graph that builds one directly differentiates
+ * through it: not supported, an error naming the node and the ops to build instead. */
 static floe_code grad_fused_missing(FloeGradCtx *c, FloeStatus *st) {
   const FloeNode *n = c->node;
   return floe_status_set(st, FLOE_UNIMPLEMENTED,
@@ -198,8 +198,9 @@ static floe_code grad_fused_missing(FloeGradCtx *c, FloeStatus *st) {
                          "Floe has no gradient for %s yet; build the unfused ops (%s): the "
                          "session fuses them after differentiation",
                          n->name, n->op->name, n->op->name,
-                         strcmp(n->op->name, "_FusedConv") == 0 ? "Conv, BiasAdd, Add, Relu"
-                                                                 : "the elementwise ops");
+                         strcmp(n->op->name, "_FusedConv") == 0     ? "Conv, BiasAdd, Add, Relu"
+                         : strcmp(n->op->name, "_FusedMatMul") == 0 ? "MatMul, BiasAdd, Relu"
+                                                                    : "the elementwise ops");
 }
 
 /* The blocked layout's converters move elements: each one's gradient is the other. */
@@ -231,6 +232,7 @@ floe_code floe__grads_register_conv(FloeStatus *st) {
       {"PoolGrad", grad_pool_grad},
       {"_FusedConv", grad_fused_missing},
       {"_FusedElementwise", grad_fused_missing},
+      {"_FusedMatMul", grad_fused_missing},
       {"_ToBlocked", grad_to_blocked},
       {"_FromBlocked", grad_from_blocked},
   };

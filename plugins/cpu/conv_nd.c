@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acts.h"
 #include "conv_util.h"
 #include "cpu.h"
 #include "cpu_util.h"
@@ -42,24 +43,12 @@
 /* Post-ops of a primitive (part of its cache key). */
 enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4 };
 
-/* The elementwise ops a _FusedConv applies after its ReLU ("activations"), each as its
- * unfused kernel computes it (elementwise.c), so the results are bitwise the same. */
-enum { ACT_RELU, ACT_RELU6, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_ELU, ACT_ADD, ACT_SUB,
-       ACT_MUL, ACT_MAX, ACT_MIN, ACT_CMAX, ACT_CMIN, ACT_SAVE, ACT_GATE };
-#define MAX_ACTS 8
-#define ACT_BLOCK 512 /* elements a pass of the activations takes at once (stays in L1) */
-
-typedef struct Act {
-  int kind;
-  float a; /* the constant or alpha */
-} Act;
 
 typedef struct State {
   WndAttrs a;
   CpuDnnlCache cache;
   bool fused, bias, add, relu; /* _FusedConv and its flags */
-  Act acts[MAX_ACTS];          /* its activations */
-  int nacts;
+  CpuActs acts;                /* its activations (acts.h) */
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
   bool plain_input;            /* blocked, but the input stays channels-last (few channels) */
   bool winograd;               /* blocked, and FLOE_CONV_WINOGRAD is not 0 */
@@ -90,104 +79,12 @@ static bool flag(const FloeHostApi *host, FloeKernelInit *init, const char *name
   return host->attr_bool(host->init_attrs(init), name, &v) == FLOE_OK && v;
 }
 
-/* "activations" and activation_alpha into s->acts. */
-static floe_code acts_parse(const FloeHostApi *host, FloeKernelInit *init, State *s) {
-  static const char *const names[] = {"Relu", "Relu6", "Sigmoid", "Tanh", "LeakyRelu", "Elu",
-                                      "Add", "Sub", "Mul", "Maximum", "Minimum", "ConstMaximum",
-                                      "ConstMinimum", "Save", "Gate"};
-  int saved = 0; /* a Save not yet gated */
-  const FloeAttrs *at = host->init_attrs(init);
-  const char *list = NULL;
-  const double *alpha = NULL;
-  size_t na = 0;
-  if (host->attr_string(at, "activations", &list) != FLOE_OK || !list || !*list) return FLOE_OK;
-  if (host->attr_float_list(at, "activation_alpha", &alpha, &na) != FLOE_OK) na = 0;
-  for (const char *p = list; *p;) {
-    size_t len = strcspn(p, ",");
-    int kind = -1;
-    for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
-      if (strlen(names[k]) == len && !strncmp(p, names[k], len)) kind = k;
-    bool bad_gate = (kind == ACT_SAVE && saved) || (kind == ACT_GATE && !saved);
-    if (kind < 0 || s->nacts == MAX_ACTS || (size_t)s->nacts >= na || bad_gate)
-      return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
-                                  "_FusedConv: activations \"%s\" (with %zu activation_alpha): "
-                                  "at most %d of Relu, Relu6, Sigmoid, Tanh, LeakyRelu, Elu, Add, "
-                                  "Sub, Mul, Maximum, Minimum, ConstMaximum, ConstMinimum, and "
-                                  "Save ... Gate pairs (not nested), one alpha each", list, na,
-                                  MAX_ACTS);
-    if (kind == ACT_SAVE) saved = 1;
-    if (kind == ACT_GATE) saved = 0;
-    s->acts[s->nacts].kind = kind;
-    s->acts[s->nacts].a = (float)alpha[s->nacts];
-    s->nacts++;
-    p += len;
-    if (*p == ',') p++;
-  }
-  if (saved)
-    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
-                                "_FusedConv: activations \"%s\": a Save without its Gate", list);
-  return FLOE_OK;
-}
-
-/* y[0, n) = the activations of y, in order; n <= ACT_BLOCK. Save keeps the values as they
- * are there, Gate multiplies by them (y * f(y): SiLU, HardSwish). */
-CPU_HOT_WIDE static void acts_block(const Act *acts, int nacts, float *restrict y, int64_t n) {
-  float saved[ACT_BLOCK];
-  for (int k = 0; k < nacts; k++) {
-    const float a = acts[k].a;
-    switch (acts[k].kind) {
-    case ACT_SAVE: memcpy(saved, y, (size_t)n * sizeof *y); break;
-    case ACT_GATE: for (int64_t i = 0; i < n; i++) y[i] = saved[i] * y[i]; break;
-    case ACT_RELU:
-      for (int64_t i = 0; i < n; i++) y[i] = (y[i] > 0) | (y[i] != y[i]) ? y[i] : 0;
-      break;
-    case ACT_RELU6:
-      for (int64_t i = 0; i < n; i++) {
-        float x = y[i];
-        y[i] = x != x ? x : x < 0 ? 0 : x > 6 ? 6 : x;
-      }
-      break;
-    case ACT_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = cpu_sigmoid_f32(y[i]); break;
-    case ACT_TANH: for (int64_t i = 0; i < n; i++) y[i] = cpu_tanh_f32(y[i]); break;
-    case ACT_LEAKY: for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : a * y[i]; break;
-    case ACT_ELU:
-      for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : a * cpu_expm1_f32(y[i]);
-      break;
-    case ACT_ADD: for (int64_t i = 0; i < n; i++) y[i] = y[i] + a; break;
-    case ACT_SUB: for (int64_t i = 0; i < n; i++) y[i] = y[i] - a; break;
-    case ACT_MUL: for (int64_t i = 0; i < n; i++) y[i] = y[i] * a; break;
-    case ACT_MAX: for (int64_t i = 0; i < n; i++) y[i] = (y[i] > a) | (y[i] != y[i]) ? y[i] : a; break;
-    case ACT_MIN: for (int64_t i = 0; i < n; i++) y[i] = (y[i] < a) | (y[i] != y[i]) ? y[i] : a; break;
-    case ACT_CMAX: for (int64_t i = 0; i < n; i++) y[i] = (a > y[i]) | (a != a) ? a : y[i]; break;
-    case ACT_CMIN: for (int64_t i = 0; i < n; i++) y[i] = (a < y[i]) | (a != a) ? a : y[i]; break;
-    }
-  }
-}
-
-typedef struct ActsJob {
-  const State *s;
-  float *y;
-} ActsJob;
-
-static void acts_range(void *arg, int64_t begin, int64_t end) {
-  const ActsJob *j = arg;
-  for (int64_t b = begin; b < end; b += ACT_BLOCK)
-    acts_block(j->s->acts, j->s->nacts, j->y + b, end - b < ACT_BLOCK ? end - b : ACT_BLOCK);
-}
-
-/* The activations over the n-element output y, in parallel. */
-static void acts_run(const State *s, float *y, int64_t n) {
-  if (s->nacts == 0 || n == 0) return;
-  ActsJob j = {s, y};
-  cpu_parallel_elements(n, 1, acts_range, &j);
-}
-
 static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, State *s) {
   s->fused = true;
   s->bias = flag(host, init, "fused_bias");
   s->add = flag(host, init, "fused_add");
   s->relu = flag(host, init, "fused_relu");
-  floe_code arc = acts_parse(host, init, s);
+  floe_code arc = cpu_acts_parse(host, init, "_FusedConv", &s->acts);
   if (arc != FLOE_OK) return arc;
   s->blocked = flag(host, init, "blocked");
   s->plain_input = s->blocked && flag(host, init, "plain_input");
@@ -894,7 +791,7 @@ static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo 
     return rc;
   Epilogue e = {&p, conv, cpu_host->tensor_data(side), cpu_host->tensor_data(out), s->relu};
   cpu_parallel_elements(p.num_elements, 2, epilogue_range, &e);
-  acts_run(s, cpu_host->tensor_data(out), p.num_elements);
+  cpu_acts_run(&s->acts, cpu_host->tensor_data(out), p.num_elements);
   return FLOE_OK;
 }
 
@@ -975,7 +872,7 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
     empty_output(s, &j, cpu_host->tensor_num_elements(out));
   else if ((rc = run_conv(ctx, &j)) != FLOE_OK)
     return rc;
-  acts_run(s, j.y, cpu_host->tensor_num_elements(out));
+  cpu_acts_run(&s->acts, j.y, cpu_host->tensor_num_elements(out));
   return FLOE_OK;
 }
 

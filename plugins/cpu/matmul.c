@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* matmul.c - MatMul, BatchMatMul and BiasAdd of the CPU plugin.
+/* matmul.c - MatMul, BatchMatMul, BiasAdd and _FusedMatMul of the CPU plugin.
  *
  * f32 products go through oneDNN's dnnl_sgemm: Debian's OpenBLAS 0.3.21 takes AVX-512 CPUs
  * it does not know for "Prescott" and runs SSE3 kernels, 4 to 10 times slower (see
@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "acts.h"
 #include "cpu.h"
 #include "cpu_util.h"
 
@@ -247,9 +248,10 @@ static floe_code sgemm_fail(FloeKernelContext *ctx, const Product *p, dnnl_statu
 }
 
 /* Validates x [..., M, K] and y [..., K, N] (after the transposes) and computes the product
- * into a new output 0 whose batch dims are the broadcast of theirs. MatMul is the rank-2
- * case of the same routine. */
-static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool broadcast) {
+ * into a new output 0 whose batch dims are the broadcast of theirs (*result: that output,
+ * borrowed; NULL when not wanted). MatMul is the rank-2 case of the same routine. */
+static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool broadcast,
+                               FloeTensor **result) {
   const FloeTensor *x = cpu_host->ctx_input(ctx, 0), *y = cpu_host->ctx_input(ctx, 1);
   int xr = cpu_host->tensor_rank(x), yr = cpu_host->tensor_rank(y);
   const int64_t *xd = cpu_host->tensor_dims(x), *yd = cpu_host->tensor_dims(y);
@@ -314,6 +316,7 @@ static floe_code batch_product(FloeKernelContext *ctx, bool ta, bool tb, bool br
   FloeTensor *out;
   floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, p.nb + 2, odims, &out);
   if (rc != FLOE_OK) return rc;
+  if (result) *result = out;
   int64_t zn = batch * p.m * p.n;
   if (zn == 0) return FLOE_OK;
 
@@ -365,16 +368,105 @@ static void state_free(void *state) { cpu_host->free(state); }
 
 static floe_code matmul_compute(void *state, FloeKernelContext *ctx) {
   const bool *t = state;
-  return batch_product(ctx, t[0], t[1], false);
+  return batch_product(ctx, t[0], t[1], false, NULL);
 }
 
 static floe_code batch_matmul_compute(void *state, FloeKernelContext *ctx) {
   const bool *t = state;
-  return batch_product(ctx, t[0], t[1], true);
+  return batch_product(ctx, t[0], t[1], true, NULL);
 }
 
 static const char *const matmul_flags[2] = {"transpose_a", "transpose_b"};
 static const char *const batch_matmul_flags[2] = {"adj_x", "adj_y"};
+
+/* ---------------------------------------------------------------------------------- */
+/* _FusedMatMul: the product, then in one pass over each row the bias (fused_bias) and the
+ * elementwise tail (acts.h), each as BiasAdd and the unfused ops compute them. */
+
+typedef struct FusedMatMul {
+  bool t[2], bias;
+  CpuActs acts;
+} FusedMatMul;
+
+static floe_code fused_matmul_create(const FloeHostApi *host, FloeKernelInit *init,
+                                     void *user_data, void **state) {
+  (void)user_data;
+  FusedMatMul *s = host->alloc(sizeof *s);
+  if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory");
+  memset(s, 0, sizeof *s);
+  static const char *const names[3] = {"transpose_a", "transpose_b", "fused_bias"};
+  bool *flag[3] = {&s->t[0], &s->t[1], &s->bias};
+  for (int i = 0; i < 3; i++) {
+    int v = 0;
+    floe_code rc = host->attr_bool(host->init_attrs(init), names[i], &v);
+    if (rc != FLOE_OK && rc != FLOE_NOT_FOUND) {
+      host->free(s);
+      return host->init_set_error(init, rc, "_FusedMatMul: attribute %s must be a bool",
+                                  names[i]);
+    }
+    *flag[i] = v != 0;
+  }
+  int want = 2 + s->bias, got = host->init_num_inputs(init);
+  floe_code rc = want == got ? cpu_acts_parse(host, init, "_FusedMatMul", &s->acts)
+                             : host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                                    "_FusedMatMul: fused_bias is %s, so it takes "
+                                                    "%d inputs, got %d",
+                                                    s->bias ? "true" : "false", want, got);
+  if (rc != FLOE_OK) {
+    host->free(s);
+    return rc;
+  }
+  *state = s;
+  return FLOE_OK;
+}
+
+typedef struct TailJob {
+  const FusedMatMul *s;
+  float *y;
+  const float *bias; /* NULL: none */
+  int64_t n;         /* columns */
+} TailJob;
+
+CPU_HOT static void add_bias_run(float *restrict y, const float *restrict b, int64_t n) {
+  for (int64_t j = 0; j < n; j++) y[j] = y[j] + b[j];
+}
+
+static void tail_rows(void *arg, int64_t begin, int64_t end) {
+  const TailJob *j = arg;
+  for (int64_t r = begin; r < end; r++) {
+    float *row = j->y + r * j->n;
+    for (int64_t c = 0; c < j->n; c += CPU_ACT_BLOCK) {
+      int64_t len = j->n - c < CPU_ACT_BLOCK ? j->n - c : CPU_ACT_BLOCK;
+      if (j->bias) add_bias_run(row + c, j->bias + c, len);
+      cpu_acts_block(&j->s->acts, row + c, len);
+    }
+  }
+}
+
+static floe_code fused_matmul_compute(void *state, FloeKernelContext *ctx) {
+  const FusedMatMul *s = state;
+  const FloeTensor *bias = s->bias ? cpu_host->ctx_input(ctx, 2) : NULL;
+  FloeTensor *out = NULL;
+  floe_code rc = batch_product(ctx, s->t[0], s->t[1], false, &out);
+  if (rc != FLOE_OK) return rc;
+  const int64_t *d = cpu_host->tensor_dims(out);
+  if (bias) {
+    int br = cpu_host->tensor_rank(bias);
+    const int64_t *bd = cpu_host->tensor_dims(bias);
+    if (!((br == 1 && bd[0] == d[1]) || (br == 2 && bd[0] == 1 && bd[1] == d[1]))) {
+      char sb[CPU_SHAPE_STR_MAX], so[CPU_SHAPE_STR_MAX];
+      return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                     "_FusedMatMul: bias %s must be [%lld] or [1, %lld], one "
+                                     "value per column of the product %s",
+                                     shape_str(bias, sb, sizeof sb), (long long)d[1],
+                                     (long long)d[1], shape_str(out, so, sizeof so));
+    }
+  }
+  if (d[0] == 0 || d[1] == 0 || (!bias && s->acts.n == 0)) return FLOE_OK;
+  TailJob j = {s, cpu_host->tensor_data(out), bias ? cpu_host->tensor_data(bias) : NULL, d[1]};
+  cpu_parallel_for(d[0], d[1] * (1 + s->acts.n), tail_rows, &j);
+  return FLOE_OK;
+}
 
 /* ---------------------------------------------------------------------------------- */
 /* BiasAdd: out = value + bias along the channel dim, seen as [outer, C, inner] (NHWC:
@@ -489,5 +581,8 @@ floe_code cpu_register_matmul(FloePluginRegistrar *reg) {
   if (rc == FLOE_OK)
     rc = cpu_add_kernel(reg, "BiasAdd", "T", FLOE_DTYPES_NUMERIC, 0, bias_compute, bias_create,
                         state_free, NULL);
+  if (rc == FLOE_OK)
+    rc = cpu_add_kernel(reg, "_FusedMatMul", "T", FLOE_DTYPE_BIT(FLOE_F32), 0,
+                        fused_matmul_compute, fused_matmul_create, state_free, NULL);
   return rc;
 }

@@ -4,7 +4,9 @@
  * same values; the fused ops really run (the profile names them) and the replaced ones do
  * not; a chain is left alone when an inner result is fetched or has another consumer; the
  * user's graph is not changed. The same for the N-d Conv chains (_FusedConv): a residual
- * block, a side input that broadcasts, fetched and fed nodes, a dtype without the kernel. */
+ * block, a side input that broadcasts, fetched and fed nodes, a dtype without the kernel;
+ * the activation tails of N-d convolutions, and matrix products with a bias and a tail
+ * (_FusedMatMul). */
 #include <check.h>
 #include <math.h>
 #include <stdbool.h>
@@ -522,6 +524,169 @@ START_TEST(test_conv_nd_activations_fused) {
 }
 END_TEST
 
+
+/* ---- matrix products ---- */
+
+/* y = MatMul(x [5, 37], w) with w a Const [37, 600] (or [600, 37], transpose_b: ONNX's Gemm),
+ * N = 600 so a row spans more than one pass of the tail. */
+static FloeOutput matmul(FloeGraph *g, FloeDType dt, FloeOutput x, bool tb) {
+  const int64_t wd[2] = {tb ? 600 : 37, tb ? 37 : 600};
+  FloeNodeBuilder *b = floe_node_begin(g, "MatMul", "mm");
+  floe_node_add_input(b, x);
+  floe_node_add_input(b, const_random(g, "w", dt, 2, wd, 11));
+  floe_node_set_attr_bool(b, "transpose_b", tb);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* Runs m with fusion off and checks each of the n fetches bitwise against on[] (fusion on);
+ * releases both. */
+static void assert_same_unfused(const Block *m, const FloeFeed *feed, const char *const *fetches,
+                                int n, FloeTensor **on, int kase) {
+  FloeTensor *off[4];
+  run_block(m, 0, feed, 1, fetches, n, off, NULL, NULL);
+  for (int k = 0; k < n; k++) {
+    ck_assert_msg(floe_tensor_nbytes(on[k]) == floe_tensor_nbytes(off[k]) &&
+                      memcmp(floe_tensor_data(on[k]), floe_tensor_data(off[k]),
+                             floe_tensor_nbytes(on[k])) == 0,
+                  "case %d: %s differs with fusion on", kase, fetches[k]);
+    floe_tensor_release(on[k]);
+    floe_tensor_release(off[k]);
+  }
+}
+
+/* MatMul + bias + activations -> _FusedMatMul, bitwise the unfused ops: a dense layer's
+ * BiasAdd + Relu (and its gradients), Gemm's Add of a [1, N] bias (first) or a [N] one then
+ * a chain or a gate, an activation alone, a bias alone. The intermediate ops do not run. */
+START_TEST(test_matmul_chains_fused) {
+  static const ActStep chains[][4] = {
+      {{"Relu", 0, 0, 0}},
+      {{"Mul", 1.0 / 6, 0, 0}, {"Add", 0.5, 0, 0}, {"Minimum", 1, 0, 0}, {"Maximum", 0, 0, 0}},
+      {{"Sigmoid", 0, 0, 0}, {"Mul", 2.5, 1, 0}},
+      {{"LeakyRelu", 0, 0, 0.1}},
+      {{"Tanh", 0, 0, 0}},
+  };
+  /* bias: 0 none, 1 BiasAdd [N], 2 Add([1, N], y), 3 Add(y, [N]) */
+  static const int lens[] = {1, 4, 2, 1, 0}, gates[] = {0, 2, 0, 0, 0}, bias[] = {1, 2, 3, 0, 3};
+  const int64_t xd[2] = {5, 37};
+  FloeTensor *xt = harness_random(FLOE_F32, 2, xd, 5, -2, 2);
+  FloeFeed feed = {"x", xt};
+  for (int ci = 0; ci < (int)(sizeof lens / sizeof *lens); ci++) {
+    Block m;
+    FloeGraph *g = m.g = floe_graph_new();
+    FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, xd));
+    FloeOutput y = matmul(g, FLOE_F32, x, ci % 2 == 1);
+    const char *bias_op = bias[ci] == 1 ? "BiasAdd" : "Add";
+    if (bias[ci]) {
+      int64_t bd[2] = {1, 600};
+      FloeOutput b = bias[ci] == 2 ? const_random(g, "b", FLOE_F32, 2, bd, 2)
+                                   : const_random(g, "b", FLOE_F32, 1, bd + 1, 2);
+      y = bias[ci] == 2 ? floe_binary(g, "Add", "bias", b, y) : floe_binary(g, bias_op, "bias", y, b);
+    }
+    FloeOutput out = floe_unary(g, "Identity", "out", act_gated(g, y, chains[ci], lens[ci], gates[ci]));
+    const char *fetches[4] = {"out"};
+    int nfetch = 1;
+    if (ci == 0) { /* a dense layer being trained: the gradients too */
+      FloeTensor *axes_t = harness_i32(1, (const int64_t[]){2}, (const int32_t[]){0, 1});
+      FloeOutput axes = floe_const(g, "axes", axes_t);
+      floe_tensor_release(axes_t);
+      FloeOutput loss = floe_binary(g, "Sum", "loss", floe_unary(g, "Square", "sq", out), axes);
+      FloeOutput xs[3] = {x, floe_out(floe_graph_find(g, "w"), 0), floe_out(floe_graph_find(g, "b"), 0)};
+      FloeOutput d[3];
+      FloeStatus *st = floe_status_new();
+      ck_assert_msg(floe_gradients(g, &loss, 1, xs, 3, NULL, d, st) == FLOE_OK, "%s",
+                    floe_status_message(st));
+      floe_status_free(st);
+      for (int k = 0; k < 3; k++) fetches[nfetch++] = floe_node_name(d[k].node);
+    }
+    ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+    const char *ops[] = {"_FusedMatMul", "MatMul", bias[ci] ? bias_op : chains[ci][0].op, NULL};
+    FloeTensor *on[4];
+    int64_t calls[3];
+    run_block(&m, 1, &feed, 1, fetches, nfetch, on, ops, calls);
+    /* the gradients have products of their own (x^T dy, dy w^T) */
+    ck_assert_msg(calls[0] == 1 && calls[1] == (ci == 0 ? 2 : 0) && calls[2] == 0,
+                  "chain %d: _FusedMatMul ran %lld times, MatMul %lld, %s %lld", ci,
+                  (long long)calls[0], (long long)calls[1], ops[2], (long long)calls[2]);
+    assert_same_unfused(&m, &feed, fetches, nfetch, on, ci);
+    floe_graph_free(g);
+  }
+  floe_tensor_release(xt);
+}
+END_TEST
+
+/* A product is left alone when its result is fetched or read twice, the other operand of
+ * the Add is not a per-column bias ([M, N]), or it is f64 (no fused kernel). */
+START_TEST(test_matmul_not_fused) {
+  const int64_t xd[2] = {5, 37};
+  for (int kase = 0; kase < 4; kase++) {
+    FloeDType dt = kase == 3 ? FLOE_F64 : FLOE_F32;
+    FloeTensor *xt = harness_random(dt, 2, xd, 5, -2, 2);
+    FloeFeed feed = {"x", xt};
+    Block m;
+    FloeGraph *g = m.g = floe_graph_new();
+    FloeOutput x = floe_placeholder(g, "x", dt, floe_shape_make(2, xd));
+    FloeOutput y = matmul(g, dt, x, false);
+    FloeOutput b = kase == 2 ? const_random(g, "b", dt, 2, (const int64_t[]){5, 600}, 2)
+                             : const_random(g, "b", dt, 1, (const int64_t[]){600}, 2);
+    FloeOutput r = floe_unary(g, "Relu", "relu", floe_binary(g, "Add", "bias", y, b));
+    if (kase == 1) r = floe_binary(g, "Add", "twice", r, floe_unary(g, "Neg", "neg", y));
+    floe_unary(g, "Identity", "out", r);
+    const char *fetches[2] = {"out", "mm"};
+    const char *ops[] = {"_FusedMatMul", "MatMul", NULL};
+    FloeTensor *on[2];
+    int64_t calls[2];
+    int nf = kase == 0 ? 2 : 1;
+    run_block(&m, 1, &feed, 1, fetches, nf, on, ops, calls);
+    ck_assert_msg(calls[0] == 0 && calls[1] == 1, "case %d: _FusedMatMul ran %lld, MatMul %lld",
+                  kase, (long long)calls[0], (long long)calls[1]);
+    assert_same_unfused(&m, &feed, fetches, nf, on, kase);
+    floe_graph_free(g);
+    floe_tensor_release(xt);
+  }
+}
+END_TEST
+
+/* A _FusedMatMul built by hand: a bias that is not one value per column, a fused_bias that
+ * disagrees with the inputs, and differentiating through one are errors that say so. */
+START_TEST(test_fused_matmul_errors) {
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, (const int64_t[]){5, 37}));
+  FloeOutput w = const_random(g, "w", FLOE_F32, 2, (const int64_t[]){37, 600}, 1);
+  FloeOutput b3 = const_random(g, "b3", FLOE_F32, 1, (const int64_t[]){3}, 2);
+  const char *names[2] = {"wrong_bias", "no_bias"};
+  for (int k = 0; k < 2; k++) {
+    FloeNodeBuilder *b = floe_node_begin(g, "_FusedMatMul", names[k]);
+    floe_node_add_input(b, x);
+    floe_node_add_input(b, w);
+    floe_node_add_input_list(b, &b3, k == 0 ? 1 : 0);
+    floe_node_set_attr_bool(b, "fused_bias", 1);
+    floe_node_finish(b);
+  }
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  FloeTensor *xt = harness_random(FLOE_F32, 2, (const int64_t[]){5, 37}, 3, -1, 1);
+  FloeFeed feed = {"x", xt};
+  FloeSession *s = harness_session(g, NULL);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *out;
+  const char *want[2] = {"[600] or [1, 600]", "takes 3 inputs, got 2"};
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_ne(floe_session_run(s, &feed, 1, &names[k], 1, NULL, 0, &out, st), FLOE_OK);
+    ck_assert_msg(strstr(floe_status_message(st), want[k]) &&
+                      strstr(floe_status_message(st), names[k]),
+                  "%s", floe_status_message(st));
+  }
+  FloeOutput y = floe_out(floe_graph_find(g, "wrong_bias"), 0), dx;
+  ck_assert_int_ne(floe_gradients(g, &y, 1, &x, 1, NULL, &dx, st), FLOE_OK);
+  ck_assert_msg(strstr(floe_status_message(st), "wrong_bias") &&
+                    strstr(floe_status_message(st), "MatMul, BiasAdd"),
+                "%s", floe_status_message(st));
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_graph_free(g);
+  floe_tensor_release(xt);
+}
+END_TEST
+
 int main(void) {
   setenv("FLOE_NUM_THREADS", "2", 0);
   Suite *s = suite_create("fuse");
@@ -533,6 +698,9 @@ int main(void) {
   tcase_add_test(tc, test_conv_nd_fetched_fed_or_f64_not_fused);
   tcase_add_test(tc, test_conv_nd_alone);
   tcase_add_test(tc, test_conv_nd_activations_fused);
+  tcase_add_test(tc, test_matmul_chains_fused);
+  tcase_add_test(tc, test_matmul_not_fused);
+  tcase_add_test(tc, test_fused_matmul_errors);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1118,6 +1118,16 @@ const XCase xcases[] = {
      .attrs = {AS("data_format", "CHANNELS_FIRST"), AL("strides", 4, 1, 1, 2, 2),
                AS("padding", "EXPLICIT"), AL("explicit_paddings", 8, 0, 0, 0, 0, 1, 0, 2, 1),
                AI("groups", 2), AB("fused_bias", 1), AB("fused_relu", 1)}, .flags = XF_MATRIX},
+    /* --- _FusedMatMul (the fusion pass's products + bias + activations; the activations
+     * are checked bitwise against the unfused ops in tests/core/test_fuse.c) --- */
+    {.op = "_FusedMatMul", .label = "[5,37] x [37,600] + bias [600]",
+     .in = {R(F32, -1, 1, 2, 5, 37), R(F32, -1, 1, 2, 37, 600), R(F32, -1, 1, 1, 600)},
+     .lists = {1, 1, 1}, .attrs = {AB("fused_bias", 1)}, .flags = XF_MATRIX},
+    {.op = "_FusedMatMul", .label = "[7,3]^T x [9,7]^T + bias [1,9]",
+     .in = {R(F32, -1, 1, 2, 7, 3), R(F32, -1, 1, 2, 9, 7), R(F32, -1, 1, 2, 1, 9)},
+     .lists = {1, 1, 1},
+     .attrs = {AB("transpose_a", 1), AB("transpose_b", 1), AB("fused_bias", 1)},
+     .flags = XF_MATRIX},
     /* --- _FusedElementwise (the elementwise pass's chains) --- */
     {.op = "_FusedElementwise", .label = "[3,4,6] * [6] + [1,1,6], relu, 2 - x, sigmoid",
      .in = {R(F32, -2, 2, 3, 3, 4, 6), R(F32, 0.5, 1.5, 1, 6), R(F32, -1, 1, 3, 1, 1, 6),

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* acts.c - the elementwise tail of the fused nodes (acts.h). */
+#include "acts.h"
+
+#include <string.h>
+
+#include "cpu_util.h"
+
+enum { ACT_RELU, ACT_RELU6, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_ELU, ACT_ADD, ACT_SUB,
+       ACT_MUL, ACT_MAX, ACT_MIN, ACT_CMAX, ACT_CMIN, ACT_SAVE, ACT_GATE };
+
+floe_code cpu_acts_parse(const FloeHostApi *host, FloeKernelInit *init, const char *op,
+                         CpuActs *acts) {
+  static const char *const names[] = {"Relu", "Relu6", "Sigmoid", "Tanh", "LeakyRelu", "Elu",
+                                      "Add", "Sub", "Mul", "Maximum", "Minimum", "ConstMaximum",
+                                      "ConstMinimum", "Save", "Gate"};
+  int saved = 0; /* a Save not yet gated */
+  const FloeAttrs *at = host->init_attrs(init);
+  const char *list = NULL;
+  const double *alpha = NULL;
+  size_t na = 0;
+  acts->n = 0;
+  if (host->attr_string(at, "activations", &list) != FLOE_OK || !list || !*list) return FLOE_OK;
+  if (host->attr_float_list(at, "activation_alpha", &alpha, &na) != FLOE_OK) na = 0;
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ",");
+    int kind = -1;
+    for (int k = 0; k < (int)(sizeof names / sizeof *names); k++)
+      if (strlen(names[k]) == len && !strncmp(p, names[k], len)) kind = k;
+    bool bad_gate = (kind == ACT_SAVE && saved) || (kind == ACT_GATE && !saved);
+    if (kind < 0 || acts->n == CPU_MAX_ACTS || (size_t)acts->n >= na || bad_gate)
+      return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                  "%s: activations \"%s\" (with %zu activation_alpha): "
+                                  "at most %d of Relu, Relu6, Sigmoid, Tanh, LeakyRelu, Elu, Add, "
+                                  "Sub, Mul, Maximum, Minimum, ConstMaximum, ConstMinimum, and "
+                                  "Save ... Gate pairs (not nested), one alpha each", op, list,
+                                  na, CPU_MAX_ACTS);
+    if (kind == ACT_SAVE) saved = 1;
+    if (kind == ACT_GATE) saved = 0;
+    acts->act[acts->n].kind = kind;
+    acts->act[acts->n].a = (float)alpha[acts->n];
+    acts->n++;
+    p += len;
+    if (*p == ',') p++;
+  }
+  if (saved)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "%s: activations \"%s\": a Save without its Gate", op, list);
+  return FLOE_OK;
+}
+
+/* Save keeps the values as they are there, Gate multiplies by them (y * f(y)). */
+CPU_HOT_WIDE void cpu_acts_block(const CpuActs *acts, float *restrict y, int64_t n) {
+  float saved[CPU_ACT_BLOCK];
+  for (int k = 0; k < acts->n; k++) {
+    const float a = acts->act[k].a;
+    switch (acts->act[k].kind) {
+    case ACT_SAVE: memcpy(saved, y, (size_t)n * sizeof *y); break;
+    case ACT_GATE: for (int64_t i = 0; i < n; i++) y[i] = saved[i] * y[i]; break;
+    case ACT_RELU:
+      for (int64_t i = 0; i < n; i++) y[i] = (y[i] > 0) | (y[i] != y[i]) ? y[i] : 0;
+      break;
+    case ACT_RELU6:
+      for (int64_t i = 0; i < n; i++) {
+        float x = y[i];
+        y[i] = x != x ? x : x < 0 ? 0 : x > 6 ? 6 : x;
+      }
+      break;
+    case ACT_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = cpu_sigmoid_f32(y[i]); break;
+    case ACT_TANH: for (int64_t i = 0; i < n; i++) y[i] = cpu_tanh_f32(y[i]); break;
+    case ACT_LEAKY: for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : a * y[i]; break;
+    case ACT_ELU:
+      for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : a * cpu_expm1_f32(y[i]);
+      break;
+    case ACT_ADD: for (int64_t i = 0; i < n; i++) y[i] = y[i] + a; break;
+    case ACT_SUB: for (int64_t i = 0; i < n; i++) y[i] = y[i] - a; break;
+    case ACT_MUL: for (int64_t i = 0; i < n; i++) y[i] = y[i] * a; break;
+    case ACT_MAX: for (int64_t i = 0; i < n; i++) y[i] = (y[i] > a) | (y[i] != y[i]) ? y[i] : a; break;
+    case ACT_MIN: for (int64_t i = 0; i < n; i++) y[i] = (y[i] < a) | (y[i] != y[i]) ? y[i] : a; break;
+    case ACT_CMAX: for (int64_t i = 0; i < n; i++) y[i] = (a > y[i]) | (a != a) ? a : y[i]; break;
+    case ACT_CMIN: for (int64_t i = 0; i < n; i++) y[i] = (a < y[i]) | (a != a) ? a : y[i]; break;
+    }
+  }
+}
+
+typedef struct ActsJob {
+  const CpuActs *acts;
+  float *y;
+} ActsJob;
+
+static void acts_range(void *arg, int64_t begin, int64_t end) {
+  const ActsJob *j = arg;
+  for (int64_t b = begin; b < end; b += CPU_ACT_BLOCK)
+    cpu_acts_block(j->acts, j->y + b, end - b < CPU_ACT_BLOCK ? end - b : CPU_ACT_BLOCK);
+}
+
+void cpu_acts_run(const CpuActs *acts, float *y, int64_t n) {
+  if (acts->n == 0 || n == 0) return;
+  ActsJob j = {acts, y};
+  cpu_parallel_elements(n, 1, acts_range, &j);
+}
