@@ -322,6 +322,26 @@ static floe_code host_ctx_forward_input_slice(FloeKernelContext *ctx, int input,
                        floe__tensor_slice_view(src, off, rank, dims, &st), &st);
 }
 
+static floe_code host_ctx_reuse_input(FloeKernelContext *ctx, int input, int output, int rank,
+                                      const int64_t *dims, FloeTensor **out) {
+  *out = NULL;
+  floe_code rc = check_output_index(ctx, output, "reuse_input");
+  if (rc != FLOE_OK) return rc;
+  if (input < 0 || input >= ctx->num_inputs)
+    return node_fail(ctx->status, ctx->node, FLOE_OUT_OF_RANGE,
+                     "reuse_input: input %d out of range (the node has %d inputs)", input,
+                     ctx->num_inputs);
+  if (!floe__exec_may_reuse(ctx, input)) return FLOE_NOT_FOUND;
+  FloeTensor *t = ctx->inputs[input];
+  if (t->dtype != ctx->node->out_dtypes[output] || t->rank != rank || rank < 0 ||
+      rank > FLOE_MAX_DIMS || (rank && memcmp(t->dims, dims, (size_t)rank * sizeof *dims) != 0))
+    return FLOE_NOT_FOUND;
+  floe_tensor_retain(t);
+  set_output_ref(ctx, output, t);
+  *out = t;
+  return FLOE_OK;
+}
+
 static floe_code host_ctx_set_output(FloeKernelContext *ctx, int i, FloeTensor *t) {
   floe_code rc = check_output_index(ctx, i, "set_output");
   if (rc != FLOE_OK) return rc;
@@ -507,11 +527,12 @@ static const FloeHostApi host_api = {
     .shape_set_error = host_shape_set_error,
     .ctx_forward_input_slice = host_ctx_forward_input_slice,
     .ctx_report_device_time = host_ctx_report_device_time,
+    .ctx_reuse_input = host_ctx_reuse_input,
 };
 
 /* Every slot must be filled: a NULL here would crash a plugin. */
 _Static_assert(sizeof(FloeHostApi) ==
-                   offsetof(FloeHostApi, ctx_report_device_time) + sizeof(void (*)(void)),
+                   offsetof(FloeHostApi, ctx_reuse_input) + sizeof(void (*)(void)),
                "a FloeHostApi slot was added: fill it in host_api");
 
 /* Static: lives as long as the process; plugins may keep the pointer. */

@@ -819,7 +819,7 @@ static int train_run(int argc, char **argv, int *reform) {
   Trainer t;
   memset(&t, 0, sizeof t);
   t.bd.struct_size = sizeof t.bd;
-  TrainStepTimes times = {0, 0, NULL}; /* before any goto out: freed there */
+  TrainStepTimes times = {0, 0, NULL, 0}; /* before any goto out: freed there */
   TrainUpdater updater;           /* --replication sync, the chief: stopped there */
   memset(&updater, 0, sizeof updater);
   TrainSplit split;               /* --cluster with --json: each training step's split */
@@ -1063,8 +1063,10 @@ static int train_run(int argc, char **argv, int *reform) {
       }
       if (splitting) train_split_begin(&split, &t.ro);
       double ts = now_seconds();
+      int64_t live0 = train_step_mem_begin();
       floe_code c = floe_session_run_opts(t.s, &t.ro, feeds, nfeeds, fetch, o->cl.sync ? 2 : 1,
                                           &target, 1, got, t.st);
+      train_step_mem_end(&times, live0);
       FloeTensor *lv = got[0];
       if (splitting) train_split_end(&split, &t.ro, c == FLOE_OK);
       if (o->cl.spec) train_cluster_count_end(&t.o.cl);
@@ -1278,6 +1280,7 @@ static int train_run(int argc, char **argv, int *reform) {
     json_key(&w, "final_loss"), json_double(&w, final_loss);
     json_key(&w, "wall_seconds"), json_double(&w, wall);
     json_key(&w, "peak_rss_mb"), json_double(&w, rss_mb);
+    json_key(&w, "step_peak_tensor_mb"), json_double(&w, times.peak_bytes / 1048576.0);
     if (o->devices) {
       json_key(&w, "devices"), json_string(&w, o->devices);
       json_key(&w, "compress_transfers"), json_int(&w, o->compress);

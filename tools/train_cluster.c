@@ -68,6 +68,20 @@ int train_cluster_check_options(const TrainCluster *c) {
   return 0;
 }
 
+int64_t train_step_mem_begin(void) {
+  FloeMemoryStats m = {.struct_size = sizeof m};
+  floe_memory_stats(&m);
+  floe_memory_reset_peak();
+  return m.live_tensor_bytes;
+}
+
+void train_step_mem_end(TrainStepTimes *t, int64_t live_before) {
+  FloeMemoryStats m = {.struct_size = sizeof m};
+  floe_memory_stats(&m);
+  if (m.peak_tensor_bytes - live_before > t->peak_bytes)
+    t->peak_bytes = m.peak_tensor_bytes - live_before;
+}
+
 int train_step_times_add(TrainStepTimes *t, double secs) {
   if (t->n == t->cap) {
     int64_t cap = t->cap ? 2 * t->cap : 1024;

@@ -65,11 +65,19 @@ int train_cluster_option(TrainCluster *c, const char *name, const char *arg);
 /* After parsing: 0, or 2 after printing what does not go together. */
 int train_cluster_check_options(const TrainCluster *c);
 
-/* Every training step's wall time, for the median and the 90th percentile. */
+/* Every training step's wall time, for the median and the 90th percentile; and the most
+ * tensor bytes a step had alive at once above those alive when it began (floe_memory_stats:
+ * its activations, gradients and temporaries, not the variables or the fed batch). */
 typedef struct TrainStepTimes {
   int64_t n, cap;
   double *v;
+  int64_t peak_bytes;
 } TrainStepTimes;
+/* Before a step: the tensor bytes alive now (pass it to train_step_mem_end); starts a new
+ * high-water mark. */
+int64_t train_step_mem_begin(void);
+/* After it: folds the step's rise above `live_before` into t->peak_bytes. */
+void train_step_mem_end(TrainStepTimes *t, int64_t live_before);
 /* 0, or -1 when out of memory. */
 int train_step_times_add(TrainStepTimes *t, double secs);
 /* The q-quantile (nearest rank) of the steps' times; NaN when there were none. Sorts. */

@@ -768,7 +768,7 @@ static int lstm_run(int argc, char **argv, int *reform) {
   FloeOpProfile *prof = NULL; /* --profile: the timed windows' counts over all epochs */
   int nprof = 0;
   FloeStepBreakdown bd = {.struct_size = sizeof bd};
-  TrainStepTimes times = {0, 0, NULL};
+  TrainStepTimes times = {0, 0, NULL, 0};
   TrainUpdater updater; /* sync replication, the chief: stopped at the end */
   memset(&updater, 0, sizeof updater);
   Lm m = {.layers = (int)o.layers};
@@ -933,7 +933,9 @@ static int lstm_run(int argc, char **argv, int *reform) {
       double loss = 0;
       int64_t token = 0;
       if (splitting) train_split_begin(&split, &m.ro);
+      int64_t live0 = train_step_mem_begin();
       floe_code c = run_window(&m, x, y, states, "loss", 1, &loss, cluster ? &token : NULL);
+      train_step_mem_end(&times, live0);
       double dt = now_s() - t0;
       if (splitting) train_split_end(&split, &m.ro, c == FLOE_OK);
       if (cluster) train_cluster_count_end(&o.cl);
@@ -1166,6 +1168,7 @@ static int lstm_run(int argc, char **argv, int *reform) {
     json_key(&w, "last_loss"), json_double(&w, last_loss);
     json_key(&w, "wall_seconds"), json_double(&w, wall);
     json_key(&w, "peak_rss_mb"), json_double(&w, rss_mb);
+    json_key(&w, "step_peak_tensor_mb"), json_double(&w, times.peak_bytes / 1048576.0);
     if (o.devices) {
       json_key(&w, "devices"), json_string(&w, o.devices);
       json_key(&w, "transfers"), json_int(&w, xs.transfers);

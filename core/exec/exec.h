@@ -29,9 +29,17 @@ struct FloeKernelContext {
    * iteration in it. Send/Recv put both in their rendezvous key. */
   uint64_t frame_id;
   int64_t iter;
+  /* Per input: the step entry it reads (>= 0; < 0: a feed); NULL where no input may be
+   * written over (the frame scheduler, asynchronous kernels, buffer reuse off). */
+  const int *input_src;
   bool input_dead;          /* _Send / _ControlSend run on a dead input to pass the flag on */
   bool output_dead;         /* set by _Recv when a dead flag arrived: its outputs are dead */
 };
+/* executor.c: true when ctx's input i may be written over by its kernel (host->
+ * ctx_reuse_input): a step entry whose only reader left is this call, held by nothing else
+ * (no other reference to the tensor or its buffer: not fed, fetched, sent, a constant's or
+ * a variable's value, a view), on the kernel's device. */
+bool floe__exec_may_reuse(const FloeKernelContext *ctx, int i);
 /* executor.c: host->ctx_allocate_temp (the block is ctx's), and freeing the blocks (after
  * compute, or when an async kernel calls done), which resets ctx->temps. */
 floe_code floe__kernel_ctx_allocate_temp(FloeKernelContext *ctx, size_t bytes, void **out);
@@ -76,6 +84,9 @@ typedef struct FloeExecPlan {
   /* Use the frame scheduler even without control-flow nodes: a partition whose _Recv may
    * deliver a dead value (the whole graph has control flow) needs dead-value handling. */
   bool force_frames;
+  /* Kernels may write their outputs over inputs whose last reader they are
+   * (ctx_reuse_input); false: never (FLOE_OPT_BUFFER_REUSE=0). */
+  bool reuse_buffers;
 } FloeExecPlan;
 
 /* Builds per-node kernel state (FloeKernelDef.create). Caller owns the executor; the plan is

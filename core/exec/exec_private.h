@@ -44,6 +44,7 @@ struct FloeExecutor {
   FloeThreadPool *pool;        /* the runtime's (borrowed); NULL: everything runs inline */
   FloeResourceMgr *resources;  /* the session's variables (borrowed); may be NULL */
   bool inline_inexpensive;
+  bool reuse_buffers;          /* FloeExecPlan.reuse_buffers */
   ExecNode *nodes;
   int num_nodes;
   int *input_src;  /* per flattened input: entry >= 0, or -(feed + 1) */

@@ -742,8 +742,26 @@ void floe__exec_fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv, F
   c->device_ns = 0;
   c->frame_id = 0;
   c->iter = 0;
+  c->input_src = NULL;
   c->input_dead = false;
   c->output_dead = false;
+}
+
+bool floe__exec_may_reuse(const FloeKernelContext *ctx, int i) {
+  if (!ctx->input_src || i < 0 || i >= ctx->num_inputs || ctx->input_src[i] < 0) return false;
+  const FloeExecStep *s = ctx->step;
+  int src = ctx->input_src[i];
+  FloeTensor *t = ctx->inputs[i];
+  /* a copy made for this call, or a variable's value, is not the entry */
+  if (!t || t != s->entries[src] || !t->buf) return false;
+  /* Every other reader has finished: each drops its use only after its kernel returned
+   * (node_done), and the acquire orders their reads before our writes. */
+  if (s->e->uses0[src] != 1 &&
+      atomic_load_explicit(&s->uses[src], memory_order_acquire) != 1)
+    return false;
+  return atomic_load_explicit(&t->refs, memory_order_acquire) == 1 &&
+         atomic_load_explicit(&t->buf->refs, memory_order_acquire) == 1 &&
+         floe__tensor_device(t) == ctx->device;
 }
 
 /* Runs (or skips) node n, then completes it unless its kernel is asynchronous. */
@@ -791,6 +809,7 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
     return;
   }
   floe__exec_fill_ctx(s, en, &inv, s->in_ptrs + en->in_base, s->entries + en->out_base);
+  if (e->reuse_buffers) inv.ctx.input_src = e->input_src + en->in_base;
   floe_code rc;
   floe__exec_mark_running(s, n, 1);
   if (floe__exec_profiling(e)) {
@@ -1046,6 +1065,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   e->pool = plan->rt ? plan->rt->pool : NULL;
   e->resources = plan->resources;
   e->inline_inexpensive = plan->inline_inexpensive;
+  e->reuse_buffers = plan->reuse_buffers;
   e->profiling = plan->profiling ? plan->profiling : &never_profile;
   e->trace = plan->trace;
   e->device_name = "host";

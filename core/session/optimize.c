@@ -59,6 +59,10 @@ static bool pass_on(int i) {
 
 int floe__opt_num_passes(void) { return NUM_PASSES; }
 
+bool floe__opt_buffer_reuse_on(void) {
+  return !env_off("FLOE_OPTIMIZE") && !env_off("FLOE_OPT_BUFFER_REUSE");
+}
+
 bool floe__opt_any_on(void) {
   for (int i = 0; i < NUM_PASSES; i++)
     if (pass_on(i)) return true;

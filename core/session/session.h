@@ -114,6 +114,7 @@ typedef struct FloeMultiPlan {
   int num_fetches;
   bool inline_inexpensive;
   bool force_frames;            /* FloePartition.has_cf */
+  bool reuse_buffers;           /* FloeExecPlan.reuse_buffers */
   struct FloeResourceMgr *resources;
   const atomic_int *profiling;
   FloeTraceSink *trace;         /* the session's; borrowed */
@@ -197,6 +198,9 @@ floe_code floe__opt_elementwise(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st
 floe_code floe__optimize(FloeOpt *o, FloeOptPassStats *report, int *changes, FloeStatus *st);
 int floe__opt_num_passes(void);
 bool floe__opt_any_on(void);
+/* Kernels may write outputs over inputs whose last reader they are (unless
+ * FLOE_OPT_BUFFER_REUSE=0 or FLOE_OPTIMIZE=0). */
+bool floe__opt_buffer_reuse_on(void);
 /* Helpers the passes share. */
 bool floe__opt_grow(FloeOpt *o);                          /* false: out of memory */
 bool floe__opt_kept(const FloeOpt *o, const FloeNode *n); /* fed, fetched or a target */

@@ -161,6 +161,15 @@ void cpu_broadcast_plan(CpuBroadcast *p, int n, const int *ranks, const int64_t 
   }
 }
 
+floe_code cpu_output_over(FloeKernelContext *ctx, const int *inputs, int n, int rank,
+                          const int64_t *dims, FloeTensor **out) {
+  if (FLOE_HAS_FIELD(cpu_host, FloeHostApi, ctx_reuse_input))
+    for (int k = 0; k < n; k++)
+      if (cpu_host->ctx_reuse_input(ctx, inputs[k], 0, rank, dims, out) == FLOE_OK)
+        return FLOE_OK;
+  return cpu_host->ctx_allocate_output(ctx, 0, rank, dims, out);
+}
+
 floe_code cpu_broadcast_tensors(FloeKernelContext *ctx, int n, const FloeTensor *const *in,
                                 int *out_rank, int64_t *out_dims, CpuBroadcast *p) {
   int ranks[CPU_BCAST_MAX_INPUTS] = {0};

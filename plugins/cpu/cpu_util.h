@@ -208,6 +208,18 @@ void cpu_parallel_for(int64_t n, int64_t cost_per_unit, FloeParallelFn fn, void 
 #define CPU_PARALLEL_BLOCK 4096
 void cpu_parallel_elements(int64_t n, int64_t cost_per_element, FloeParallelFn fn, void *arg);
 
+/* Output 0 with rank and dims, written over the first of the n inputs in `inputs` the core
+ * lets this call reuse (host->ctx_reuse_input, ABI 1.7: its last reader, nothing else holds
+ * it, the output's dtype and dims), else newly allocated. *out is borrowed. The kernel must
+ * then compute each element from the inputs' elements at the same place, reading before it
+ * writes; restrict-qualified rows then go through a chunk of CPU_OVER_CHUNK bytes in L1
+ * (x -> chunk -> y), never seeing one memory as two objects. */
+floe_code cpu_output_over(FloeKernelContext *ctx, const int *inputs, int n, int rank,
+                          const int64_t *dims, FloeTensor **out);
+
+/* Bytes of the L1 chunk an in-place row goes through. */
+#define CPU_OVER_CHUNK 4096
+
 /* The calling thread's OpenMP thread count (the runtime oneDNN brought in; 1 without one),
  * and setting it to n for this thread alone: cpu_omp_single() returns the count to hand back
  * to cpu_omp_restore() afterwards (0: nothing was changed). oneDNN threads a call over its

@@ -264,7 +264,25 @@ typedef struct BinaryJob {
   FloeDType dt, zdt;
   int mode;
   int tiled; /* -1, or the operand that repeats a short inner run (binary_range_tiled) */
+  bool over; /* z is x's or y's memory (buffer reuse) */
 } BinaryJob;
+
+/* j->row(z, x, y, n, mode); when z is an operand's memory (the rows are restrict) through
+ * an L1 chunk. */
+static void row_run(const BinaryJob *j, char *z, const char *x, const char *y, int64_t n,
+                    int mode) {
+  if (!j->over) {
+    j->row(z, x, y, n, mode);
+    return;
+  }
+  _Alignas(64) char chunk[CPU_OVER_CHUNK];
+  int64_t per = CPU_OVER_CHUNK / (int64_t)j->zsize, es = (int64_t)j->insize;
+  for (int64_t c = 0; c < n; c += per) {
+    int64_t m = n - c < per ? n - c : per;
+    j->row(chunk, mode == ROW_SV ? x : x + c * es, mode == ROW_VS ? y : y + c * es, m, mode);
+    memcpy(z + c * (int64_t)j->zsize, chunk, (size_t)(m * (int64_t)j->zsize));
+  }
+}
 
 /* f16/bf16 run: convert to f32 in chunks, run the f32 row, convert back (or write bools). */
 static void binary_half_run(const BinaryJob *j, char *z, const uint16_t *x, const uint16_t *y,
@@ -306,7 +324,7 @@ static void binary_range_tiled(const BinaryJob *j, int64_t begin, int64_t end) {
     const char *x = j->x + off[0] * (int64_t)es;
     const char *y = j->y + off[1] * (int64_t)es;
     if (pos % seg != 0 || pos + seg > end) {
-      j->row(z, x, y, len, j->mode);
+      row_run(j, z, x, y, len, j->mode);
       continue;
     }
     const char *rep = b ? y : x;
@@ -315,9 +333,9 @@ static void binary_range_tiled(const BinaryJob *j, int64_t begin, int64_t end) {
       int64_t n = (M - i < reps ? M - i : reps) * P;
       size_t at = (size_t)(i * P) * es;
       if (b)
-        j->row(z + at, x + at, tile, n, ROW_VV);
+        row_run(j, z + at, x + at, tile, n, ROW_VV);
       else
-        j->row(z + at, tile, y + at, n, ROW_VV);
+        row_run(j, z + at, tile, y + at, n, ROW_VV);
     }
     cpu_broadcast_iter_init(&it, p, pos + seg, end);
   }
@@ -354,7 +372,7 @@ static void binary_range(void *arg, int64_t begin, int64_t end) {
     if (cpu_is_half(j->dt))
       binary_half_run(j, z, (const uint16_t *)x, (const uint16_t *)y, len);
     else
-      j->row(z, x, y, len, j->mode);
+      row_run(j, z, x, y, len, j->mode);
   }
 }
 
@@ -441,7 +459,7 @@ static floe_code binary_compute(void *state, FloeKernelContext *ctx) {
     if (rc != FLOE_OK) return rc;
   }
   FloeTensor *out;
-  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, rank, dims, &out);
+  floe_code rc = cpu_output_over(ctx, (const int[]){0, 1}, 2, rank, dims, &out);
   if (rc != FLOE_OK) return rc;
   if (plan.num_elements == 0) return FLOE_OK;
 
@@ -458,7 +476,9 @@ static floe_code binary_compute(void *state, FloeKernelContext *ctx) {
                  plan.strides[0][inner] == 0   ? ROW_SV
                  : plan.strides[1][inner] == 0 ? ROW_VS
                                                : ROW_VV,
-                 tiled_operand(&plan, dt, zdt, cpu_host->dtype_size(dt))};
+                 tiled_operand(&plan, dt, zdt, cpu_host->dtype_size(dt)),
+                 cpu_host->tensor_data(out) == cpu_host->tensor_data(in[0]) ||
+                     cpu_host->tensor_data(out) == cpu_host->tensor_data(in[1])};
   cpu_parallel_elements(plan.num_elements, op->cost, binary_range, &j);
   return FLOE_OK;
 }
@@ -722,9 +742,19 @@ typedef struct UnaryJob {
 
 static void unary_range(void *arg, int64_t begin, int64_t end) {
   const UnaryJob *j = arg;
-  if (!cpu_is_half(j->dt)) {
+  if (!cpu_is_half(j->dt) && j->y != j->x) {
     j->row(j->y + begin * (int64_t)j->ysize, j->x + begin * (int64_t)j->size, end - begin,
            j->alpha);
+    return;
+  }
+  if (!cpu_is_half(j->dt)) { /* written over x (buffer reuse): the rows are restrict */
+    _Alignas(64) char chunk[CPU_OVER_CHUNK];
+    int64_t per = CPU_OVER_CHUNK / (int64_t)j->size;
+    for (int64_t c = begin; c < end; c += per) {
+      int64_t m = end - c < per ? end - c : per;
+      j->row(chunk, j->x + c * (int64_t)j->size, m, j->alpha);
+      memcpy(j->y + c * (int64_t)j->size, chunk, (size_t)(m * (int64_t)j->size));
+    }
     return;
   }
   float xb[CPU_HALF_CHUNK], yb[CPU_HALF_CHUNK];
@@ -751,8 +781,8 @@ static floe_code unary_compute(void *state, FloeKernelContext *ctx) {
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT, "unsupported dtype %s",
                                    cpu_host->dtype_name(dt));
   FloeTensor *out;
-  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, cpu_host->tensor_rank(x),
-                                               cpu_host->tensor_dims(x), &out);
+  floe_code rc = cpu_output_over(ctx, (const int[]){0}, 1, cpu_host->tensor_rank(x),
+                                 cpu_host->tensor_dims(x), &out);
   if (rc != FLOE_OK) return rc;
   int64_t n = cpu_host->tensor_num_elements(x);
   if (n == 0) return FLOE_OK;
@@ -1126,8 +1156,9 @@ static void few_range(void *arg, int64_t begin, int64_t end) {
     int64_t n = end - b < FEW_CHUNK ? end - b : FEW_CHUNK;
     const float *src = j->x + b;
     for (int k = 0; k < s->n; k++) {
-      /* the rows never run in place (restrict): chunks go back and forth, the last to y */
-      float *dst = k == s->n - 1 ? j->y + b : src == ping ? pong : ping;
+      /* the rows never run in place (restrict): chunks go back and forth, the last to y
+       * (unless y is x's memory, buffer reuse, and this is the first: then copied) */
+      float *dst = k == s->n - 1 && src != j->y + b ? j->y + b : src == ping ? pong : ping;
       const FewStep *st = &s->s[k];
       if (st->u) {
         st->u->row[FLOE_F32](dst, src, n, st->alpha);
@@ -1156,6 +1187,7 @@ static void few_range(void *arg, int64_t begin, int64_t end) {
       }
       src = dst;
     }
+    if (src != j->y + b) memcpy(j->y + b, src, (size_t)n * sizeof *src);
   }
 }
 
@@ -1205,11 +1237,11 @@ static floe_code few_compute(void *state, FloeKernelContext *ctx) {
     }
   }
   FloeTensor *out = NULL;
-  if (rc == FLOE_OK) rc = cpu_host->ctx_allocate_output(ctx, 0, rank, dims, &out);
+  if (rc == FLOE_OK) rc = cpu_output_over(ctx, (const int[]){0}, 1, rank, dims, &out);
   int64_t n = cpu_host->tensor_num_elements(x);
   if (rc == FLOE_OK && n > 0) {
     j->y = cpu_host->tensor_data(out);
-    if (s->n == 0)
+    if (s->n == 0 && j->y != j->x)
       memcpy(j->y, j->x, (size_t)n * sizeof *j->y);
     else
       cpu_parallel_elements(n, cost, few_range, j);

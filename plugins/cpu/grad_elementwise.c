@@ -209,9 +209,19 @@ typedef struct GradJob {
 
 static void grad_range(void *arg, int64_t begin, int64_t end) {
   const GradJob *j = arg;
-  if (!cpu_is_half(j->dt)) {
+  if (!cpu_is_half(j->dt) && j->z != j->a && j->z != j->b) {
     j->row(j->z + begin * j->size, j->a + begin * j->size, j->b + begin * j->size,
            end - begin, j->alpha);
+    return;
+  }
+  if (!cpu_is_half(j->dt)) { /* written over a or b (buffer reuse): the rows are restrict */
+    _Alignas(64) char chunk[CPU_OVER_CHUNK];
+    int64_t per = CPU_OVER_CHUNK / j->size;
+    for (int64_t c = begin; c < end; c += per) {
+      int64_t m = end - c < per ? end - c : per;
+      j->row(chunk, j->a + c * j->size, j->b + c * j->size, m, j->alpha);
+      memcpy(j->z + c * j->size, chunk, (size_t)(m * j->size));
+    }
     return;
   }
   float ab[CPU_HALF_CHUNK], bb[CPU_HALF_CHUNK], zb[CPU_HALF_CHUNK];
@@ -242,8 +252,8 @@ static floe_code grad_compute(void *state, FloeKernelContext *ctx) {
                                    tensor_shape(sa, a), s->op->in1, tensor_shape(sb, b));
   }
   FloeTensor *out;
-  floe_code rc = cpu_host->ctx_allocate_output(ctx, 0, cpu_host->tensor_rank(a),
-                                               cpu_host->tensor_dims(a), &out);
+  floe_code rc = cpu_output_over(ctx, (const int[]){0, 1}, 2, cpu_host->tensor_rank(a),
+                                 cpu_host->tensor_dims(a), &out);
   if (rc != FLOE_OK) return rc;
   int64_t n = cpu_host->tensor_num_elements(a);
   if (n == 0) return FLOE_OK;

@@ -61,13 +61,15 @@ python3 - "$tmp/a.json" <<'PY' && ok || { bad "--json fields"; cat "$tmp/out"; }
 import json, math, sys
 d = json.load(open(sys.argv[1]))
 for k in ("model", "epochs", "batch", "samples_per_sec", "test_accuracy", "final_loss",
-          "wall_seconds", "peak_rss_mb"):
+          "wall_seconds", "peak_rss_mb", "step_peak_tensor_mb"):
     assert k in d, k
 assert d["model"] == "mlp" and d["epochs"] == 1 and d["batch"] == 64, d
 assert d["input"] == "queue", d  # the default
 assert d["train_examples"] == 2000 and d["test_examples"] == 2000, d
 assert d["global_step"] == 32, d  # ceil(2000 / 64) steps
 assert d["samples_per_sec"] > 0 and d["wall_seconds"] > 0 and d["peak_rss_mb"] > 1, d
+# a step's activations and gradients: 64 x 128 hidden values at least, under the RSS
+assert 64 * 128 * 4 / 2**20 < d["step_peak_tensor_mb"] < d["peak_rss_mb"], d
 # Better than chance (0.1) after one epoch, and a loss below chance's ln(10).
 assert 0.5 < d["test_accuracy"] <= 1, d
 assert 0 < d["final_loss"] < math.log(10), d
@@ -77,7 +79,8 @@ n=$(grep -c "^epoch 1/1 loss [0-9.]* test_accuracy [0-9.]* samples/s [0-9]* seco
 [ "$n" = 1 ] && ok || { bad "plain epoch line"; cat "$tmp/out"; }
 
 # (a2) --profile: per op type, as many kernel calls as the model implies. 500 examples in
-# batches of 64 are 8 steps; each runs 3 forward MatMuls, 3 for the weights' gradients and
+# batches of 64 are 8 steps; each runs 3 forward products (fused with their bias, and with
+# the ReLU on the two hidden layers: _FusedMatMul), 3 MatMuls for the weights' gradients and
 # 2 for the inputs' (the first layer's input needs none), and one Adam per kernel and bias.
 check "json profile" "$FLOE" train --limit 500 --epochs 1 --json --profile
 tail -n 1 "$tmp/out" >"$tmp/p.json"
@@ -85,11 +88,13 @@ python3 - "$tmp/p.json" <<'PY' && ok || { bad "--profile JSON"; cat "$tmp/out"; 
 import json, sys
 d = json.load(open(sys.argv[1]))
 rows = {r["op"]: r for r in d["profile"]}
-assert rows["MatMul"]["calls"] == 8 * 8, rows["MatMul"]
+hidden, last = rows["_FusedMatMul(MatMul+BiasAdd+Relu)"], rows["_FusedMatMul(MatMul+BiasAdd)"]
+assert rows["MatMul"]["calls"] == 5 * 8, rows["MatMul"]
+assert hidden["calls"] == 2 * 8 and last["calls"] == 8, rows
 assert rows["ResourceApplyAdam"]["calls"] == 6 * 8, rows["ResourceApplyAdam"]
-assert rows["Relu"]["calls"] == 2 * 8 and rows["ReluGrad"]["calls"] == 2 * 8, rows
+assert "Relu" not in rows and "BiasAdd" not in rows and rows["ReluGrad"]["calls"] == 2 * 8, rows
 # The first layer's forward output alone is 64 x 512 f32 per full step (7 full + 1 of 52).
-assert rows["MatMul"]["output_bytes"] >= (7 * 64 + 52) * 512 * 4, rows["MatMul"]
+assert hidden["output_bytes"] >= (7 * 64 + 52) * 512 * 4, hidden
 t = [r["total_ns"] for r in d["profile"]]
 assert t == sorted(t, reverse=True) and all(0 <= r["max_ns"] <= r["total_ns"] for r in d["profile"])
 PY

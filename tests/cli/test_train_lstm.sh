@@ -113,8 +113,9 @@ import json, re, sys
 mlp, lstm = (open(p).read().splitlines() for p in sys.argv[1:])
 a, b = json.loads(mlp[-1]), json.loads(lstm[-1])
 for k in ("model", "epochs", "batch", "optimizer", "seed", "lr_schedule", "lr", "threads", "steps",
-          "train_seconds", "final_loss", "wall_seconds", "peak_rss_mb"):
+          "train_seconds", "final_loss", "wall_seconds", "peak_rss_mb", "step_peak_tensor_mb"):
     assert k in a and k in b and type(a[k]) == type(b[k]), (k, a.get(k), b.get(k))
+assert 0 < b["step_peak_tensor_mb"] < b["peak_rss_mb"], b
 assert a["lr"] == 0.001 and a["steps"] == 2, a
 assert re.fullmatch(r"epoch 1/1 loss [0-9.]+ test_accuracy [0-9.]+ samples/s \d+ seconds [0-9.]+", mlp[1]), mlp
 PY

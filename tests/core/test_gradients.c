@@ -598,8 +598,9 @@ static const char *const checked_elsewhere[] = {
     /* their gradients are errors: ops/test_lstm.c, second_derivative_is_an_error */
     "LSTMCellGrad", "LSTMCellBackprop", "LSTMCellRecurrentBackprop",
     /* no gradient yet, an error: ops/test_fused_conv, gradient_is_an_error; the same
-     * function for _FusedElementwise (core/test_optimize, fused_elementwise_errors) */
-    "_FusedConv", "_FusedElementwise",
+     * function for _FusedElementwise (core/test_optimize, fused_elementwise_errors) and
+     * _FusedMatMul (core/test_fuse, fused_matmul_errors) */
+    "_FusedConv", "_FusedElementwise", "_FusedMatMul",
     /* each the other's gradient, checked in ops/test_blocked_conv (AVX-512 machines have the
      * kernels) */
     "_ToBlocked", "_FromBlocked",

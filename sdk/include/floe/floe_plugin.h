@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 #define FLOE_ABI_MAJOR 1
-#define FLOE_ABI_MINOR 6
+#define FLOE_ABI_MINOR 7
 
 /* Visibility of the one exported symbol (plugins build with -fvisibility=hidden). */
 #if defined(__GNUC__)
@@ -195,6 +195,21 @@ typedef struct FloeHostApi {
    * invocation, before compute returns (or done is called). The profiler shows it next to
    * the host-side time, and step statistics sum it per device. */
   void (*ctx_report_device_time)(FloeKernelContext *ctx, int64_t ns);
+
+  /* Since 1.7. Buffer reuse: makes output `output` input `input`'s own tensor, for the
+   * kernel to write over, when this call is the last reader of that tensor and nothing else
+   * holds it (not fed, fetched, sent, a constant's or a variable's value, a view of another
+   * tensor), it lives on the kernel's device, and it has the output's dtype and exactly the
+   * dims given. Returns FLOE_OK with *out the output (borrowed, the core owns it: the same
+   * memory ctx_input(input) points to), or FLOE_NOT_FOUND, recording nothing, when any of
+   * that does not hold or the user switched reuse off (FLOE_OPT_BUFFER_REUSE=0): the kernel
+   * then allocates its output as usual. An input or output index out of range is recorded
+   * like ctx_set_error (FLOE_OUT_OF_RANGE). The kernel must read each input element before
+   * it writes the output element at the same place, and nothing it writes may be read again
+   * as input (an elementwise map); restrict-qualified code must not see the two pointers
+   * as different objects. */
+  floe_code (*ctx_reuse_input)(FloeKernelContext *ctx, int input, int output, int rank,
+                               const int64_t *dims, FloeTensor **out);
 } FloeHostApi;
 
 /* ------------------------------------------------------------------------------------ */
@@ -656,7 +671,7 @@ static inline floe_code floe_plugin_add_kernel(
   return reg->register_kernel(reg, &k);
 }
 
-/* Layout pins of ABI 1.0 to 1.6 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
+/* Layout pins of ABI 1.0 to 1.7 (x86_64 / aarch64 LP64). Changing one breaks every plugin. */
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(FloeShape) == 72, "FloeShape layout changed");
 _Static_assert(offsetof(FloePluginRegistrar, declare) == 16, "registrar frozen prefix changed");
@@ -668,6 +683,8 @@ _Static_assert(offsetof(FloeDeviceProps, vector_flops) == 344,
 _Static_assert(sizeof(FloeDeviceProps) == 360, "FloeDeviceProps layout changed");
 _Static_assert(offsetof(FloeHostApi, ctx_report_device_time) == 488,
                "FloeHostApi slots of 1.1 changed (1.3 appends ctx_report_device_time)");
+_Static_assert(offsetof(FloeHostApi, ctx_reuse_input) == 496,
+               "FloeHostApi slots of 1.3 changed (1.7 appends ctx_reuse_input)");
 _Static_assert(sizeof(FloeKernelDef) == 88, "FloeKernelDef layout changed");
 _Static_assert(sizeof(FloeOpDef) == 88, "FloeOpDef layout changed");
 _Static_assert(sizeof(FloePluginInfo) == 32, "FloePluginInfo layout changed");
