@@ -78,6 +78,8 @@ int64_t train_step_mem_begin(void) {
 void train_step_mem_end(TrainStepTimes *t, int64_t live_before) {
   FloeMemoryStats m = {.struct_size = sizeof m};
   floe_memory_stats(&m);
+  if (t->n == 0) return; /* the first step: one-time copies (optimiser slots shared with
+                            their initial values), not a step's working set */
   if (m.peak_tensor_bytes - live_before > t->peak_bytes)
     t->peak_bytes = m.peak_tensor_bytes - live_before;
 }

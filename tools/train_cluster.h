@@ -66,8 +66,9 @@ int train_cluster_option(TrainCluster *c, const char *name, const char *arg);
 int train_cluster_check_options(const TrainCluster *c);
 
 /* Every training step's wall time, for the median and the 90th percentile; and the most
- * tensor bytes a step had alive at once above those alive when it began (floe_memory_stats:
- * its activations, gradients and temporaries, not the variables or the fed batch). */
+ * tensor bytes a step after the first had alive at once above those alive when it began
+ * (floe_memory_stats: its activations, gradients and temporaries, not the variables or the
+ * fed batch; a reader thread filling an input queue meanwhile counts too). */
 typedef struct TrainStepTimes {
   int64_t n, cap;
   double *v;
@@ -76,7 +77,8 @@ typedef struct TrainStepTimes {
 /* Before a step: the tensor bytes alive now (pass it to train_step_mem_end); starts a new
  * high-water mark. */
 int64_t train_step_mem_begin(void);
-/* After it: folds the step's rise above `live_before` into t->peak_bytes. */
+/* After it (before train_step_times_add counts it): folds the step's rise above
+ * `live_before` into t->peak_bytes, from the second step on. */
 void train_step_mem_end(TrainStepTimes *t, int64_t live_before);
 /* 0, or -1 when out of memory. */
 int train_step_times_add(TrainStepTimes *t, double secs);

@@ -87,6 +87,9 @@ typedef struct FloeExecPlan {
   /* Kernels may write their outputs over inputs whose last reader they are
    * (ctx_reuse_input); false: never (FLOE_OPT_BUFFER_REUSE=0). */
   bool reuse_buffers;
+  /* Ready nodes run in a memory-aware order (mem_order.c); false: as they became ready
+   * (FLOE_OPT_MEMORY_SCHEDULING=0). */
+  bool memory_order;
 } FloeExecPlan;
 
 /* Builds per-node kernel state (FloeKernelDef.create). Caller owns the executor; the plan is

@@ -45,6 +45,7 @@ struct FloeExecutor {
   FloeResourceMgr *resources;  /* the session's variables (borrowed); may be NULL */
   bool inline_inexpensive;
   bool reuse_buffers;          /* FloeExecPlan.reuse_buffers */
+  int *rank;                   /* per node: memory-aware order (mem_order.c); NULL: off */
   ExecNode *nodes;
   int num_nodes;
   int *input_src;  /* per flattened input: entry >= 0, or -(feed + 1) */
@@ -161,6 +162,14 @@ typedef struct ReadyList {
   int settled;
 } ReadyList;
 
+
+/* ---- mem_order.c ---- */
+
+/* Fills e->rank (allocated here; the executor frees it): the order of a simulated run that
+ * keeps live tensor bytes low, for the executor to take ready nodes in; and runs deferred
+ * nodes that free 1 MiB or more as soon as they are ready. Needs the edges, uses, pending
+ * counts and deferred flags built. FLOE_NO_MEMORY on failure (st set). */
+floe_code floe__exec_memory_order(FloeExecutor *e, FloeStatus *st);
 
 /* ---- executor.c, for exec_frames.c ---- */
 /* Keeps the first error (prefixed with the node) and cancels the step. */

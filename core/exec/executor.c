@@ -135,6 +135,19 @@ uint64_t floe__frame_id(uint64_t parent_id, int64_t parent_iter, const char *nam
   return h ? h : 1; /* 0 is the root frame */
 }
 
+/* nodes[0..n) in ascending rank (insertion sort: a list of ready nodes is short; the roots,
+ * sorted once, may be long but arrive mostly in order). */
+static void sort_by_rank(const FloeExecutor *e, int *nodes, int n) {
+  for (int i = 1; i < n; i++) {
+    int v = nodes[i], j = i;
+    while (j > 0 && e->rank[nodes[j - 1]] > e->rank[v]) {
+      nodes[j] = nodes[j - 1];
+      j--;
+    }
+    nodes[j] = v;
+  }
+}
+
 static void list_push(FloeExecStep *s, ReadyList *l, int n) {
   s->next[n] = -1;
   if (l->tail >= 0)
@@ -337,6 +350,20 @@ static void flush_batch(FloeExecStep *s, Batch *b, ReadyList *inl) {
   if (!inl) process_list(s, &own);
 }
 
+/* Relinks the ready list in ascending rank (memory-aware scheduling). */
+static void rank_order(FloeExecStep *s, ReadyList *l) {
+  enum { MAX_SORTED = 256 };
+  int v[MAX_SORTED], n = 0;
+  for (int r = l->head; r >= 0; r = s->next[r]) {
+    if (n == MAX_SORTED) return; /* a long list keeps its order */
+    v[n++] = r;
+  }
+  sort_by_rank(s->e, v, n);
+  l->head = -1;
+  l->tail = -1;
+  for (int i = 0; i < n; i++) list_push(s, l, v[i]);
+}
+
 static void batch_add(FloeExecStep *s, Batch *b, ReadyList *inl, int n) {
   b->tasks[b->n] = &s->tasks[n];
   b->nodes[b->n++] = n;
@@ -348,6 +375,7 @@ static void batch_add(FloeExecStep *s, Batch *b, ReadyList *inl, int n) {
  * inl NULL (an async completion on a foreign thread): everything goes to the pool. */
 static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
   FloeExecutor *e = s->e;
+  if (e->rank && ready->head >= 0 && s->next[ready->head] >= 0) rank_order(s, ready);
   Batch b, later; /* not zero-filled: only n entries are ever read */
   b.n = later.n = 0;
   b.deferred = false;
@@ -361,6 +389,9 @@ static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
       batch_add(s, &b, NULL, r);
     } else if (e->inline_inexpensive && e->nodes[r].inexpensive) {
       list_push(s, inl, r);
+    } else if (e->rank) { /* this thread takes the first in rank order */
+      if (keep < 0) keep = r;
+      else batch_add(s, &b, inl, r);
     } else {
       if (keep >= 0) batch_add(s, &b, inl, keep);
       keep = r;
@@ -1156,6 +1187,10 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   }
   for (int i = 0; i < e->num_nodes; i++)
     if (e->pending0[i] == 0) e->roots[e->num_roots++] = i;
+  if (plan->memory_order && e->num_nodes > 1) {
+    if (floe__exec_memory_order(e, st) != FLOE_OK) goto err_free;
+    sort_by_rank(e, e->roots, e->num_roots);
+  }
   layout_arena(e);
   if (floe__cf_build(e, local_of, st) != FLOE_OK) goto err_free;
   if (create_kernels(e, st) != FLOE_OK) goto err_free;
@@ -1185,6 +1220,7 @@ void floe__executor_free(FloeExecutor *e) {
   floe__free(e->pending0);
   floe__free(e->uses0);
   floe__free(e->roots);
+  floe__free(e->rank);
   floe__free(e->fetch_src);
   floe__free(atomic_load(&e->spare));
   floe__free(e);

@@ -16,6 +16,11 @@
  *   elementwise (opt_elementwise.c) chains of elementwise ops, each the only reader of the
  *               one before, into one _FusedElementwise pass over memory
  *
+ * and, not passes over the graph: memory-aware scheduling, the executors taking ready nodes
+ * in an order that keeps live bytes low (core/exec/mem_order.c; FLOE_OPT_MEMORY_SCHEDULING=0
+ * turns it off), and buffer reuse, kernels writing outputs over inputs whose last reader
+ * they are (ctx_reuse_input; FLOE_OPT_BUFFER_REUSE=0 turns it off).
+ *
  * Each pass is its own module with one entry; FLOE_OPT_<NAME>=0 (FLOE_OPT_CONSTANT_FOLDING,
  * FLOE_OPT_ARITHMETIC, FLOE_OPT_CSE, FLOE_OPT_DEAD_NODES, FLOE_OPT_FUSION (FLOE_FUSION=0
  * too), FLOE_OPT_ELEMENTWISE) switches one off
@@ -61,6 +66,10 @@ int floe__opt_num_passes(void) { return NUM_PASSES; }
 
 bool floe__opt_buffer_reuse_on(void) {
   return !env_off("FLOE_OPTIMIZE") && !env_off("FLOE_OPT_BUFFER_REUSE");
+}
+
+bool floe__opt_memory_scheduling_on(void) {
+  return !env_off("FLOE_OPTIMIZE") && !env_off("FLOE_OPT_MEMORY_SCHEDULING");
 }
 
 bool floe__opt_any_on(void) {

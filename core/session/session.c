@@ -706,6 +706,7 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const Fl
   FloeMultiPlan plan = {.rt = s->rt, .graph = g, .nodes = specs,
                         .inline_inexpensive = s->inline_inexpensive, .force_frames = part.has_cf,
                         .reuse_buffers = floe__opt_buffer_reuse_on(),
+                        .memory_order = floe__opt_memory_scheduling_on(),
                         .resources = s->resources, .profiling = &s->profiling, .trace = s->trace,
                         .rv_opts = {.compress_bf16 = s->compress, .route = s->cluster.route},
                         .remote = s->cluster.remote};

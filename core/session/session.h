@@ -115,6 +115,7 @@ typedef struct FloeMultiPlan {
   bool inline_inexpensive;
   bool force_frames;            /* FloePartition.has_cf */
   bool reuse_buffers;           /* FloeExecPlan.reuse_buffers */
+  bool memory_order;            /* FloeExecPlan.memory_order */
   struct FloeResourceMgr *resources;
   const atomic_int *profiling;
   FloeTraceSink *trace;         /* the session's; borrowed */
@@ -201,6 +202,9 @@ bool floe__opt_any_on(void);
 /* Kernels may write outputs over inputs whose last reader they are (unless
  * FLOE_OPT_BUFFER_REUSE=0 or FLOE_OPTIMIZE=0). */
 bool floe__opt_buffer_reuse_on(void);
+/* Executors take ready nodes in a memory-aware order (unless FLOE_OPT_MEMORY_SCHEDULING=0
+ * or FLOE_OPTIMIZE=0). */
+bool floe__opt_memory_scheduling_on(void);
 /* Helpers the passes share. */
 bool floe__opt_grow(FloeOpt *o);                          /* false: out of memory */
 bool floe__opt_kept(const FloeOpt *o, const FloeNode *n); /* fed, fetched or a target */
