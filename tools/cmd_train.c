@@ -48,8 +48,11 @@ static const char train_help[] =
     "                         options (floe train --model lstm --help)\n"
     "  --onnx MODEL.onnx      fine-tune an imported ONNX classifier instead: its\n"
     "                         initializers become trainable variables; its input must be\n"
-    "                         [N,784] or [N,1,28,28] and its output [N,10] logits\n"
-    "                         (implies --input feed)\n"
+    "                         [N,784] or [N,C,H,W] with C 1 or 3 and H, W multiples of 28\n"
+    "                         up to 896 (the images are enlarged, each pixel repeated\n"
+    "                         H/28 x W/28 times and in every channel: [N,3,224,224] for\n"
+    "                         ImageNet models), and its output [N,10] logits (implies\n"
+    "                         --input feed)\n"
     "  --epochs N             passes over the training set (1 to 1000000; default 5)\n"
     "  --steps N              stop after N training steps (1 to 2^63-1; the last epoch\n"
     "                         may end early; it is still tested and reported as usual)\n"
@@ -177,6 +180,7 @@ typedef struct TrainOptions {
   int queue;      /* --input queue (else feed) */
   int queue_given;
   const char *onnx; /* --onnx MODEL: fine-tune an imported classifier */
+  int64_t onnx_chw[3]; /* --onnx image models: the model's C, H, W ({1, 28, 28}: as read) */
   const char *devices; /* --devices: cost-model placement among these; NULL: none */
   const char *save_graph; /* --save-graph FILE */
   int compress;        /* --compress-transfers */
@@ -197,7 +201,7 @@ static double now_seconds(void) {
 enum { MAX_EPOCHS = 1000000, MAX_BATCH = 1 << 24, MAX_THREADS = 4096 };
 
 /* Returns 0 to go on, else the exit status (help printed: 0 through *done). */
-static int onnx_input_is_image(const char *path);
+static int onnx_input_is_image(const char *path, int64_t *chw);
 
 static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
   enum { OPT_LIMIT = 1000, OPT_EXPORT, OPT_RESUME, OPT_CKPT, OPT_PROFILE, OPT_SCHEDULE, OPT_STOP,
@@ -360,7 +364,7 @@ static int parse_options(int argc, char **argv, TrainOptions *o, int *done) {
       return cli_usage("train", "--onnx reads its batches by feeding: drop --input queue");
     o->queue = 0;
     o->model = o->onnx;
-    o->cnn = onnx_input_is_image(o->onnx);
+    o->cnn = onnx_input_is_image(o->onnx, o->onnx_chw);
     if (o->cnn < 0) return 1;
   }
   return 0;
@@ -384,9 +388,11 @@ static FloeOutput build_model(FloeGraph *g, FloeOutput x, const TrainOptions *o)
   return floe_layer_dense(g, "fc2", h, 10, FLOE_ACT_NONE, s + 4);
 }
 
-/* --onnx: 1 when the model takes [N,1,28,28] images (the batches then come as NHWC and are
+/* --onnx: 1 when the model takes [N,C,H,W] images (C 1 or 3, H and W multiples of 28 up to
+ * MAX_ONNX_SIDE, into chw: the batches then come as NHWC [N,28,28,1] and are enlarged and
  * transposed), 0 for [N,784]; -1 after printing why the model does not fit. */
-static int onnx_input_is_image(const char *path) {
+#define MAX_ONNX_SIDE (28 * 32)
+static int onnx_input_is_image(const char *path, int64_t *chw) {
   FloeStatus *st = floe_status_new();
   FloeOnnxOptions oo;
   floe_onnx_options_init(&oo);
@@ -400,11 +406,24 @@ static int onnx_input_is_image(const char *path) {
     cli_error("train", "--onnx %s: the model needs one f32 input and a logits output", path);
   } else {
     FloeShape s = floe_onnx_model_input_shape(m, 0);
-    if (s.rank == 2 && (s.dims[1] == 784 || s.dims[1] < 0)) r = 0;
-    else if (s.rank == 4 && s.dims[1] == 1 && s.dims[2] == 28 && s.dims[3] == 28) r = 1;
-    else
-      cli_error("train", "--onnx %s: input '%s' must be [N,784] or [N,1,28,28]", path,
-                floe_onnx_model_input_name(m, 0));
+    int side_h = s.rank == 4 && s.dims[2] >= 28 && s.dims[2] % 28 == 0 &&
+                  s.dims[2] <= MAX_ONNX_SIDE;
+    int side_w = s.rank == 4 && s.dims[3] >= 28 && s.dims[3] % 28 == 0 &&
+                  s.dims[3] <= MAX_ONNX_SIDE;
+    if (s.rank == 2 && (s.dims[1] == 784 || s.dims[1] < 0)) {
+      r = 0;
+    } else if (s.rank == 4 && (s.dims[1] == 1 || s.dims[1] == 3) && side_h && side_w) {
+      r = 1;
+      for (int d = 0; d < 3; d++) chw[d] = s.dims[d + 1];
+    } else {
+      char shape[160];
+      floe_shape_str(&s, shape, sizeof shape);
+      cli_error("train",
+                "--onnx %s: input '%s' is %s; it must be [N,784] or [N,C,H,W] with C 1 or 3 "
+                "and H, W multiples of 28 up to %d (Fashion-MNIST's 28x28 images are enlarged "
+                "to fit)",
+                path, floe_onnx_model_input_name(m, 0), shape, MAX_ONNX_SIDE);
+    }
   }
   floe_onnx_model_free(m);
   floe_status_free(st);
@@ -413,7 +432,29 @@ static int onnx_input_is_image(const char *path) {
 
 /* --onnx: the model imported into g on x (transposed to NCHW for image models), its
  * initializers trainable; its first output (the logits). */
+/* A constant i64 vector. */
+static FloeOutput const_i64(FloeGraph *g, const char *name, const int64_t *v, int64_t n) {
+  FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &n, NULL);
+  if (t) memcpy(floe_tensor_data(t), v, (size_t)n * sizeof *v);
+  FloeOutput c = floe_const(g, name, t);
+  floe_tensor_release(t);
+  return c;
+}
+
+/* x [N,28,28,1] enlarged to [N,H,W,C]: each pixel repeated H/28 x W/28 times (nearest
+ * neighbour) and in each of the C channels, by a Tile of [N,28,1,28,1,1]. */
+static FloeOutput enlarge(FloeGraph *g, FloeOutput x, const int64_t *chw) {
+  const int64_t split[6] = {-1, 28, 1, 28, 1, 1};
+  const int64_t reps[6] = {1, 1, chw[1] / 28, 1, chw[2] / 28, chw[0]};
+  const int64_t whole[4] = {-1, chw[1], chw[2], chw[0]};
+  x = floe_binary(g, "Reshape", "x/split", x, const_i64(g, "x/split_shape", split, 6));
+  x = floe_binary(g, "Tile", "x/tiled", x, const_i64(g, "x/reps", reps, 6));
+  return floe_binary(g, "Reshape", "x/enlarged", x, const_i64(g, "x/enlarged_shape", whole, 4));
+}
+
 static FloeOutput import_onnx(FloeGraph *g, FloeOutput x, const TrainOptions *o) {
+  if (o->cnn && (o->onnx_chw[0] != 1 || o->onnx_chw[1] != 28 || o->onnx_chw[2] != 28))
+    x = enlarge(g, x, o->onnx_chw);
   if (o->cnn) {
     static const int64_t perm[4] = {0, 3, 1, 2};
     int64_t four = 4;
@@ -860,7 +901,10 @@ static int train_run(int argc, char **argv, int *reform) {
     rc = cli_error("train", "%s", floe_status_message(t.st));
     goto out;
   }
-  if (!(t.test_batches = floe_batcher_new(t.test, EVAL_BATCH, 0, 0, o->cnn, 0, t.st))) {
+  /* enlarged images: evaluated in training-sized batches (a 224x224 network's activations
+   * for 100 images would take gigabytes) */
+  int64_t eval_batch = o->onnx && o->cnn && o->onnx_chw[1] > 28 ? o->batch : EVAL_BATCH;
+  if (!(t.test_batches = floe_batcher_new(t.test, eval_batch, 0, 0, o->cnn, 0, t.st))) {
     rc = cli_error("train", "%s", floe_status_message(t.st));
     goto out;
   }

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* make_onnx_mlp.c - writes an ONNX classifier for the CLI tests: x [N,784] -> Gemm 64 ->
  * Relu -> Gemm 10 (logits), or with --cnn x [N,1,28,28] -> Conv 8 3x3 pads 1 -> Relu ->
- * MaxPool 2 -> Flatten -> Gemm 10; weights uniform in +-sqrt(6/(in+out)) from a fixed seed,
+ * MaxPool 2 -> Flatten -> Gemm 10, or with --rgb56 the same on x [N,3,56,56] with a MaxPool
+ * 4 (an RGB model of larger images, which floe train enlarges Fashion-MNIST's to fit);
+ * weights uniform in +-sqrt(6/(in+out)) from a fixed seed,
  * so `floe train --onnx` has an untrained model to fine-tune. With --weights CKPT (an MLP
  * only) the weights are instead those of a `floe train --onnx` checkpoint of that model
  * (safetensors, variables "onnx/fc1.weight" ...): a trained model for examples/onnx-classify.
- * usage: make_onnx_mlp [--cnn | --weights CKPT.safetensors] OUT.onnx */
+ * usage: make_onnx_mlp [--cnn | --rgb56 | --weights CKPT.safetensors] OUT.onnx */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 #include "onnx_builder.h"
 
 static float w1[64 * 784], b1[64], w2[10 * 64], b2[10];
-static float cw[8 * 9], cb[8], fw[10 * 8 * 14 * 14], fb[10];
+static float cw[8 * 3 * 9], cb[8], fw[10 * 8 * 14 * 14], fb[10];
 
 static void fill(float *w, int n, int fan_in, int fan_out, uint64_t *s) {
   float lim = sqrtf(6.0f / (float)(fan_in + fan_out));
@@ -88,13 +90,15 @@ static int load_checkpoint(const char *path) {
   return rc;
 }
 
-/* Conv 8 3x3 pads 1 -> Relu -> MaxPool 2x2 -> Flatten -> Gemm 10 on [N,1,28,28]. */
-static void build_cnn(Model *md, uint64_t *s) {
-  fill(cw, 8 * 9, 9, 8 * 9, s);
+/* Conv 8 3x3 pads 1 -> Relu -> MaxPool (side / 14) -> Flatten -> Gemm 10 on
+ * [N,channels,side,side]. */
+static void build_cnn(Model *md, uint64_t *s, int64_t channels, int64_t side) {
+  fill(cw, (int)(8 * 9 * channels), (int)(9 * channels), 8 * 9, s);
   fill(fw, 10 * 1568, 1568, 10, s);
-  static const int64_t cwd[4] = {8, 1, 3, 3}, cbd[1] = {8}, fwd[2] = {10, 1568}, fbd[1] = {10};
-  static const int64_t pads[4] = {1, 1, 1, 1}, k3[2] = {3, 3}, k2[2] = {2, 2};
-  int64_t xd[4] = {-1, 1, 28, 28};
+  const int64_t cwd[4] = {8, channels, 3, 3}, cbd[1] = {8}, fwd[2] = {10, 1568}, fbd[1] = {10};
+  static const int64_t pads[4] = {1, 1, 1, 1}, k3[2] = {3, 3};
+  const int64_t k2[2] = {side / 14, side / 14};
+  int64_t xd[4] = {-1, channels, side, side};
   ob_add_input(md, "image", 4, xd);
   ob_add_init(md, "conv.weight", 4, cwd, cw, 1);
   ob_add_init(md, "conv.bias", 1, cbd, cb, 1);
@@ -114,17 +118,19 @@ static void build_cnn(Model *md, uint64_t *s) {
 
 int main(int argc, char **argv) {
   int cnn = argc == 3 && !strcmp(argv[1], "--cnn");
+  int rgb = argc == 3 && !strcmp(argv[1], "--rgb56");
   const char *weights = argc == 4 && !strcmp(argv[1], "--weights") ? argv[2] : NULL;
-  if (argc != 2 + cnn + 2 * !!weights) {
-    fprintf(stderr, "usage: %s [--cnn | --weights CKPT.safetensors] OUT.onnx\n", argv[0]);
+  if (argc != 2 + cnn + rgb + 2 * !!weights) {
+    fprintf(stderr, "usage: %s [--cnn | --rgb56 | --weights CKPT.safetensors] OUT.onnx\n",
+            argv[0]);
     return 2;
   }
   const char *path = argv[argc - 1];
   uint64_t s = 0x9E3779B97F4A7C15ull;
   Model md;
   ob_model_init(&md, 13);
-  if (cnn) {
-    build_cnn(&md, &s);
+  if (cnn || rgb) {
+    build_cnn(&md, &s, rgb ? 3 : 1, rgb ? 56 : 28);
     return write_model(&md, path);
   }
   fill(w1, 64 * 784, 784, 64, &s);

@@ -106,8 +106,17 @@ if [ -f "$FM/train-images-idx3-ubyte.gz" ] || [ -f "$FM/train-images-idx3-ubyte"
   acc=$(tail -n 1 "$t/cnn.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
   awk "BEGIN{exit !($acc > 0.4)}" || fail "fine-tuned CNN accuracy $acc (want > 0.4)"
   echo "fine-tuned ONNX CNN: test accuracy $acc"
+  # an RGB model of 56x56 images: the 28x28 grey images are enlarged (each pixel 2x2 times,
+  # in all 3 channels) to fit
+  "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" --rgb56 "$t/rgb.onnx" || fail "make_onnx_mlp --rgb56"
+  "$floe" train --onnx "$t/rgb.onnx" --epochs 1 --limit 2000 --json > "$t/rgb.txt" 2>&1 \
+    || fail "floe train --onnx rgb.onnx: $(cat "$t/rgb.txt")"
+  acc=$(tail -n 1 "$t/rgb.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
+  awk "BEGIN{exit !($acc > 0.4)}" || fail "fine-tuned RGB CNN accuracy $acc (want > 0.4)"
+  echo "fine-tuned ONNX RGB CNN (56x56): test accuracy $acc"
   "$floe" train --onnx "$C/model.onnx" --epochs 1 > "$t/bad.txt" 2>&1
-  [ $? -ne 0 ] && grep -q "must be \[N,784\] or \[N,1,28,28\]" "$t/bad.txt" \
+  [ $? -ne 0 ] && grep -q "it must be \[N,784\] or \[N,C,H,W\] with C 1 or 3" "$t/bad.txt" \
+    && grep -q "model.onnx: input '.*' is \[" "$t/bad.txt" \
     || fail "a model of the wrong input shape: $(cat "$t/bad.txt")"
 else
   echo "(Fashion-MNIST not installed: fine-tuning not checked)"
