@@ -257,9 +257,5 @@ int main(void) {
   tcase_add_test(tc, what_others_see_is_never_written_over);
   tcase_add_test(tc, host_slot_outside_a_step);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed != 0;
+  return harness_run_suite(s);
 }

@@ -702,9 +702,5 @@ int main(void) {
   tcase_add_test(tc, test_matmul_not_fused);
   tcase_add_test(tc, test_fused_matmul_errors);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed != 0;
+  return harness_run_suite(s);
 }

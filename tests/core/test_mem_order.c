@@ -159,9 +159,5 @@ int main(void) {
   tcase_add_test(tc, each_big_tensor_is_read_before_the_next_is_made);
   tcase_add_test(tc, same_values_either_way);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed != 0;
+  return harness_run_suite(s);
 }

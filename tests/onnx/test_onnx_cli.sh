@@ -92,28 +92,23 @@ fi
 # (an untrained MLP from make_onnx_mlp; chance is 0.1)
 FM=/usr/share/datasets/fashion-mnist
 if [ -f "$FM/train-images-idx3-ubyte.gz" ] || [ -f "$FM/train-images-idx3-ubyte" ]; then
-  "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" "$t/mlp.onnx" || fail "make_onnx_mlp"
-  "$floe" train --onnx "$t/mlp.onnx" --epochs 2 --limit 2000 --json > "$t/train.txt" 2>&1 \
-    || fail "floe train --onnx: $(cat "$t/train.txt")"
-  acc=$(tail -n 1 "$t/train.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
-  awk "BEGIN{exit !($acc > 0.5)}" || fail "fine-tuned accuracy $acc (want > 0.5)"
-  echo "fine-tuned ONNX MLP: test accuracy $acc"
+  # finetune NAME EPOCHS MIN [MAKE_OPTION]: make_onnx_mlp's model, trained, beats MIN
+  finetune() {
+    # shellcheck disable=SC2086 # $4: an option, or nothing
+    "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" $4 "$t/$1.onnx" || fail "make_onnx_mlp $4"
+    "$floe" train --onnx "$t/$1.onnx" --epochs "$2" --limit 2000 --json > "$t/$1.txt" 2>&1 \
+      || fail "floe train --onnx $1.onnx: $(cat "$t/$1.txt")"
+    acc=$(tail -n 1 "$t/$1.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
+    awk "BEGIN{exit !($acc > $3)}" || fail "fine-tuned $1 accuracy $acc (want > $3)"
+    echo "fine-tuned ONNX $1: test accuracy $acc"
+  }
+  finetune mlp 2 0.5
   # an untrained CNN (Conv 3x3 pads 1, Relu, MaxPool 2, Flatten, Gemm): its gradients run
   # through the N-d Conv and Pool (ConvBackpropFilterNd, PoolGrad)
-  "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" --cnn "$t/cnn.onnx" || fail "make_onnx_mlp --cnn"
-  "$floe" train --onnx "$t/cnn.onnx" --epochs 1 --limit 2000 --json > "$t/cnn.txt" 2>&1 \
-    || fail "floe train --onnx cnn.onnx: $(cat "$t/cnn.txt")"
-  acc=$(tail -n 1 "$t/cnn.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
-  awk "BEGIN{exit !($acc > 0.4)}" || fail "fine-tuned CNN accuracy $acc (want > 0.4)"
-  echo "fine-tuned ONNX CNN: test accuracy $acc"
+  finetune cnn 1 0.4 --cnn
   # an RGB model of 56x56 images: the 28x28 grey images are enlarged (each pixel 2x2 times,
   # in all 3 channels) to fit
-  "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" --rgb56 "$t/rgb.onnx" || fail "make_onnx_mlp --rgb56"
-  "$floe" train --onnx "$t/rgb.onnx" --epochs 1 --limit 2000 --json > "$t/rgb.txt" 2>&1 \
-    || fail "floe train --onnx rgb.onnx: $(cat "$t/rgb.txt")"
-  acc=$(tail -n 1 "$t/rgb.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
-  awk "BEGIN{exit !($acc > 0.4)}" || fail "fine-tuned RGB CNN accuracy $acc (want > 0.4)"
-  echo "fine-tuned ONNX RGB CNN (56x56): test accuracy $acc"
+  finetune rgb 1 0.4 --rgb56
   "$floe" train --onnx "$C/model.onnx" --epochs 1 > "$t/bad.txt" 2>&1
   [ $? -ne 0 ] && grep -q "it must be \[N,784\] or \[N,C,H,W\] with C 1 or 3" "$t/bad.txt" \
     && grep -q "model.onnx: input '.*' is \[" "$t/bad.txt" \

@@ -298,3 +298,11 @@ int64_t harness_profile_calls(FloeSession *s, const char *op, const char *device
   free(rows);
   return calls;
 }
+
+int harness_run_suite(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed != 0;
+}

@@ -50,6 +50,9 @@ void harness_assert_close(const FloeTensor *got, const FloeTensor *want, double 
 /* A runtime of `threads` pool threads (the plugins of FLOE_PLUGIN_PATH), for tests that build
  * their own sessions; aborts the test on failure. Caller frees with floe_runtime_free. */
 FloeRuntime *harness_runtime(int threads);
+/* Runs every test of s (CK_NORMAL output) and frees it: the exit status for main (0 when all
+ * passed). */
+int harness_run_suite(Suite *s);
 /* Kernel calls of op on device (short name) in s's profile (floe_session_set_profiling). */
 int64_t harness_profile_calls(FloeSession *s, const char *op, const char *device);
 /* Whether a profile row's op (a fused node's names what it fused: "_FusedConv(Conv+Relu)")
