@@ -102,29 +102,30 @@ pycheck "perf duration json" "$tmp/out" "
 assert d['repeat'] >= 1 and d['total_seconds'] >= 0.2 and d['duration_seconds'] == 0.2, d"
 
 # ---- --threads, --devices, --profile, --trace on one run ----
+# (y = x w + b is one fused product, _FusedMatMul; z = Relu(y), fetched, runs on its own)
 python3 "${top_srcdir}/tests/cli/npy.py" write "$tmp/x.npy" 2,3 1,2,3,-1,0,0
 check "run one step --profile --trace" "$FLOE" run "$G" --fetch z --feed x="$tmp/x.npy" \
   --threads 1 --devices cpu --profile --trace "$tmp/one.trace.json" --json
 pycheck "run one step json" "$tmp/out" "$BREAKDOWN$TRACE
 assert d['outputs'][0]['shape'] == [2, 2], d
-assert {'MatMul', 'Relu'} <= {r['op'] for r in d['profile']}, d['profile']
+assert {'_FusedMatMul(MatMul+Add)', 'Relu'} <= {r['op'] for r in d['profile']}, d['profile']
 parts(d['breakdown'], 1)
 t = trace(json.load(open(d['trace'])))
-mm = [e for e in t if e['args']['op'] == 'MatMul']
-assert len(mm) == 1 and mm[0]['args']['inputs'] == ['f32[2,3]', 'f32[3,2]'], mm
+mm = [e for e in t if e['args']['op'] == '_FusedMatMul']
+assert len(mm) == 1 and mm[0]['args']['inputs'] == ['f32[2,3]', 'f32[3,2]', 'f32[2]'], mm
 assert mm[0]['args']['outputs'] == ['f32[2,2]'] and mm[0]['args']['bytes'] == 16, mm"
 check "run --profile perf" "$FLOE" run "$G" --fetch z --perf --repeat 4 --threads 1 --devices cpu \
   --profile --trace "$tmp/run.trace.json" --json
 pycheck "run --profile json" "$tmp/out" "$BREAKDOWN$TRACE
 ops = {r['op'] for r in d['profile']}
-assert {'MatMul', 'Relu'} <= ops, ops
-assert all(r['calls'] == 4 for r in d['profile'] if r['op'] in ('MatMul', 'Relu')), d['profile']
+assert {'_FusedMatMul(MatMul+Add)', 'Relu'} <= ops, ops
+assert all(r['calls'] == 4 for r in d['profile'] if r['op'] in ('_FusedMatMul(MatMul+Add)', 'Relu')), d['profile']
 assert d['threads'] == 1 and d['devices'] == 'cpu', d
 parts(d['breakdown'], 4)
 t = trace(json.load(open(d['trace'])))
-assert sum(1 for e in t if e['args']['op'] == 'MatMul') == 4, 'one MatMul per step'"
+assert sum(1 for e in t if e['args']['op'] == '_FusedMatMul') == 4, 'one product per step'"
 check "run --profile text" "$FLOE" run "$G" --fetch z --perf --repeat 3 --profile
-grep -q "^MatMul " "$tmp/out" && grep -q "step .* threads: kernels" "$tmp/out" && ok \
+grep -q "^_FusedMatMul(MatMul+Add) " "$tmp/out" && grep -q "step .* threads: kernels" "$tmp/out" && ok \
   || { bad "run --profile table"; cat "$tmp/out"; }
 
 # ---- ONNX models ----

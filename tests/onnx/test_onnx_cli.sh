@@ -94,8 +94,8 @@ FM=/usr/share/datasets/fashion-mnist
 if [ -f "$FM/train-images-idx3-ubyte.gz" ] || [ -f "$FM/train-images-idx3-ubyte" ]; then
   # finetune NAME EPOCHS MIN [MAKE_OPTION]: make_onnx_mlp's model, trained, beats MIN
   finetune() {
-    # shellcheck disable=SC2086 # $4: an option, or nothing
-    "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" $4 "$t/$1.onnx" || fail "make_onnx_mlp $4"
+    # shellcheck disable=SC2086 # ${4:-}: an option, or nothing
+    "${top_builddir:-../..}/tests/onnx/make_onnx_mlp" ${4:-} "$t/$1.onnx" || fail "make_onnx_mlp ${4:-}"
     "$floe" train --onnx "$t/$1.onnx" --epochs "$2" --limit 2000 --json > "$t/$1.txt" 2>&1 \
       || fail "floe train --onnx $1.onnx: $(cat "$t/$1.txt")"
     acc=$(tail -n 1 "$t/$1.txt" | sed 's/.*"test_accuracy":\([0-9.]*\).*/\1/')
