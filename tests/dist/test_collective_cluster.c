@@ -72,37 +72,46 @@ static FloeRuntime *runtime(void) {
   return rt;
 }
 
-/* Workers 0..NW-1; worker 0 is the chief (no chief job). */
-static void start(Cluster *c, int hb_timeout_ms) {
-  memset(c, 0, sizeof *c);
-  setenv("FLOE_JOB_SECRET", "test-collective-cluster-secret-0123456789", 1);
-  unsetenv("FLOE_JOB_SECRET_FILE");
-  int p[NW];
-  for (int i = 0; i < NW; i++) p[i] = free_port();
-  snprintf(c->json, sizeof c->json,
-           "{\"cluster\": {\"worker\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]}, "
-           "\"task\": {\"type\": \"worker\", \"index\": 0}}",
-           p[0], p[1], p[2]);
-  FloeStatus *st = floe_status_new();
-  for (int i = NW - 1; i >= 0; i--) {
-    c->rt[i] = runtime();
-    FloeServerOptions o;
-    floe_server_options_init(&o);
-    o.runtime = c->rt[i];
-    o.cluster = c->json;
-    o.job = "worker";
-    o.task = i;
-    o.heartbeat_interval_ms = 100;
-    o.heartbeat_timeout_ms = hb_timeout_ms;
-    c->srv[i] = floe_server_start(&o, st);
-    ck_assert_msg(c->srv[i] != NULL, "%s", floe_status_message(st));
-  }
-  floe_status_free(st);
-}
-
 static void stop(Cluster *c) {
   for (int i = 0; i < NW; i++) floe_server_free(c->srv[i]);
   for (int i = 0; i < NW; i++) floe_runtime_free(c->rt[i]);
+}
+
+/* Workers 0..NW-1; worker 0 is the chief (no chief job). A port free_port found may be
+ * taken by another process (a connection of a test running beside this one) before the
+ * server listens on it: then the whole cluster starts again on new ports. */
+static void start(Cluster *c, int hb_timeout_ms) {
+  setenv("FLOE_JOB_SECRET", "test-collective-cluster-secret-0123456789", 1);
+  unsetenv("FLOE_JOB_SECRET_FILE");
+  FloeStatus *st = floe_status_new();
+  for (int attempt = 0;; attempt++) {
+    memset(c, 0, sizeof *c);
+    int p[NW];
+    for (int i = 0; i < NW; i++) p[i] = free_port();
+    snprintf(c->json, sizeof c->json,
+             "{\"cluster\": {\"worker\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]}, "
+             "\"task\": {\"type\": \"worker\", \"index\": 0}}",
+             p[0], p[1], p[2]);
+    bool ok = true;
+    for (int i = NW - 1; i >= 0 && ok; i--) {
+      c->rt[i] = runtime();
+      FloeServerOptions o;
+      floe_server_options_init(&o);
+      o.runtime = c->rt[i];
+      o.cluster = c->json;
+      o.job = "worker";
+      o.task = i;
+      o.heartbeat_interval_ms = 100;
+      o.heartbeat_timeout_ms = hb_timeout_ms;
+      c->srv[i] = floe_server_start(&o, st);
+      ok = c->srv[i] != NULL;
+    }
+    if (ok) break;
+    bool taken = strstr(floe_status_message(st), "the port is in use") != NULL;
+    ck_assert_msg(taken && attempt < 5, "%s", floe_status_message(st));
+    stop(c); /* servers and runtimes not started are NULL: freeing them is a no-op */
+  }
+  floe_status_free(st);
 }
 
 static double input_value(int r, int64_t j, int step) { return (r + 1) * 0.5 + (j % 17) + step; }
