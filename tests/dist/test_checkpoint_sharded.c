@@ -32,6 +32,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dist_ports.h"
+
 #define ROWS 10
 #define COLS 4
 #define NPS 3
@@ -459,58 +461,51 @@ END_TEST
 
 /* ---- a cluster in this process ----------------------------------------------------------- */
 
-static int free_port(void) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  socklen_t len = sizeof a;
-  ck_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-            getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 struct Cluster {
   char json[512];
   FloeRuntime *rt[NPS + 1]; /* the chief, then the ps tasks */
   FloeServer *srv[NPS + 1];
 };
 
-static void cluster_start(Cluster *c) {
-  setenv("FLOE_JOB_SECRET", "test-checkpoint-sharded-secret-0123456789", 1);
-  unsetenv("FLOE_JOB_SECRET_FILE");
-  int port[NPS + 1];
-  for (int i = 0; i <= NPS; i++) { /* a port just closed may be handed out again */
-    bool again;
-    do {
-      port[i] = free_port();
-      again = false;
-      for (int j = 0; j < i; j++) again |= port[j] == port[i];
-    } while (again);
-  }
-  snprintf(c->json, sizeof c->json,
-           "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\", "
-           "\"127.0.0.1:%d\", \"127.0.0.1:%d\"]}}", port[0], port[1], port[2], port[3]);
-  FloeStatus *st = floe_status_new();
-  for (int i = NPS; i >= 0; i--) { /* the chief last */
-    FloeRuntimeOptions ro = {.struct_size = sizeof ro, .plugin_path = g_path};
-    c->rt[i] = floe_runtime_new(&ro, st);
-    ck_assert_msg(c->rt[i] != NULL, "%s", floe_status_message(st));
-    FloeServerOptions o;
-    floe_server_options_init(&o);
-    o.runtime = c->rt[i];
-    o.cluster = c->json;
-    o.job = i ? "ps" : "chief";
-    o.task = i ? i - 1 : 0;
-    c->srv[i] = floe_server_start(&o, st);
-    ck_assert_msg(c->srv[i] != NULL, "%s", floe_status_message(st));
-  }
-  floe_status_free(st);
-}
-
 static void cluster_stop(Cluster *c) {
   for (int i = 0; i <= NPS; i++) floe_server_free(c->srv[i]);
   for (int i = 0; i <= NPS; i++) floe_runtime_free(c->rt[i]);
 }
+
+/* Started again on new ports when one was taken before its server listened
+ * (dist_ports.h). */
+static void cluster_start(Cluster *c) {
+  setenv("FLOE_JOB_SECRET", "test-checkpoint-sharded-secret-0123456789", 1);
+  unsetenv("FLOE_JOB_SECRET_FILE");
+  FloeStatus *st = floe_status_new();
+  for (int attempt = 0;; attempt++) {
+    memset(c, 0, sizeof *c);
+    int port[NPS + 1];
+    dist_free_ports(port, NPS + 1);
+    snprintf(c->json, sizeof c->json,
+             "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\", "
+             "\"127.0.0.1:%d\", \"127.0.0.1:%d\"]}}", port[0], port[1], port[2], port[3]);
+    bool ok = true;
+    for (int i = NPS; i >= 0 && ok; i--) { /* the chief last */
+      FloeRuntimeOptions ro = {.struct_size = sizeof ro, .plugin_path = g_path};
+      c->rt[i] = floe_runtime_new(&ro, st);
+      ck_assert_msg(c->rt[i] != NULL, "%s", floe_status_message(st));
+      FloeServerOptions o;
+      floe_server_options_init(&o);
+      o.runtime = c->rt[i];
+      o.cluster = c->json;
+      o.job = i ? "ps" : "chief";
+      o.task = i ? i - 1 : 0;
+      ok = (c->srv[i] = floe_server_start(&o, st)) != NULL;
+    }
+    if (ok) break;
+    ck_assert_msg(dist_port_taken(st) && attempt + 1 < DIST_START_ATTEMPTS, "%s",
+                  floe_status_message(st));
+    cluster_stop(c); /* what was not started is NULL: freeing it is a no-op */
+  }
+  floe_status_free(st);
+}
+
 
 /* A session of graph g (freed here): of this process (c NULL), or of cluster c. */
 static FloeSession *session_for(FloeGraph *g, Cluster *c) {

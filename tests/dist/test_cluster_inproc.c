@@ -36,20 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NW 2
+#include "dist_ports.h"
 
-static int free_port(void) {
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  socklen_t len = sizeof a;
-  ck_assert_int_ge(fd, 0);
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+#define NW 2
 
 typedef struct Cluster {
   char json[1024];
@@ -71,49 +60,60 @@ static FloeRuntime *runtime(void) {
   return rt;
 }
 
-static void start(Cluster *c, int hb_timeout_ms) {
-  memset(c, 0, sizeof *c);
-  setenv("FLOE_JOB_SECRET", "test-cluster-inproc-secret-0123456789", 1);
-  unsetenv("FLOE_JOB_SECRET_FILE");
-  int pc = free_port(), pw0 = free_port(), pw1 = free_port(), pps = free_port();
-  snprintf(c->json, sizeof c->json,
-           "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\", "
-           "\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\"]}, "
-           "\"task\": {\"type\": \"chief\", \"index\": 0}}",
-           pc, pw0, pw1, pps);
-  FloeStatus *st = floe_status_new();
-  for (int i = 0; i <= NW; i++) {
-    c->rt[i] = runtime();
-    FloeServerOptions o;
-    floe_server_options_init(&o);
-    o.runtime = c->rt[i];
-    o.cluster = c->json;
-    o.job = i < NW ? "worker" : "ps";
-    o.task = i < NW ? i : 0;
-    o.heartbeat_interval_ms = 100;
-    o.heartbeat_timeout_ms = hb_timeout_ms;
-    c->srv[i] = floe_server_start(&o, st);
-    ck_assert_msg(c->srv[i] != NULL, "%s", floe_status_message(st));
-  }
-  c->chief_rt = runtime();
-  FloeServerOptions o;
-  floe_server_options_init(&o);
-  o.runtime = c->chief_rt;
-  o.cluster = c->json;
-  o.heartbeat_interval_ms = 100;
-  o.heartbeat_timeout_ms = hb_timeout_ms;
-  c->chief = floe_server_start(&o, st);
-  ck_assert_msg(c->chief != NULL, "%s", floe_status_message(st));
-  ck_assert(floe_server_is_chief(c->chief));
-  floe_status_free(st);
-}
-
 static void stop(Cluster *c) {
   for (int i = 0; i <= NW; i++) floe_server_free(c->srv[i]);
   floe_server_free(c->chief);
   for (int i = 0; i <= NW; i++) floe_runtime_free(c->rt[i]);
   floe_runtime_free(c->chief_rt);
 }
+
+/* Started again on new ports when one was taken before its server listened
+ * (dist_ports.h). */
+static void start(Cluster *c, int hb_timeout_ms) {
+  setenv("FLOE_JOB_SECRET", "test-cluster-inproc-secret-0123456789", 1);
+  unsetenv("FLOE_JOB_SECRET_FILE");
+  FloeStatus *st = floe_status_new();
+  for (int attempt = 0;; attempt++) {
+    memset(c, 0, sizeof *c);
+    int p[4];
+    dist_free_ports(p, 4);
+    snprintf(c->json, sizeof c->json,
+             "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\", "
+             "\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\"]}, "
+             "\"task\": {\"type\": \"chief\", \"index\": 0}}",
+             p[0], p[1], p[2], p[3]);
+    bool ok = true;
+    for (int i = 0; i <= NW && ok; i++) {
+      c->rt[i] = runtime();
+      FloeServerOptions o;
+      floe_server_options_init(&o);
+      o.runtime = c->rt[i];
+      o.cluster = c->json;
+      o.job = i < NW ? "worker" : "ps";
+      o.task = i < NW ? i : 0;
+      o.heartbeat_interval_ms = 100;
+      o.heartbeat_timeout_ms = hb_timeout_ms;
+      ok = (c->srv[i] = floe_server_start(&o, st)) != NULL;
+    }
+    if (ok) {
+      c->chief_rt = runtime();
+      FloeServerOptions o;
+      floe_server_options_init(&o);
+      o.runtime = c->chief_rt;
+      o.cluster = c->json;
+      o.heartbeat_interval_ms = 100;
+      o.heartbeat_timeout_ms = hb_timeout_ms;
+      ok = (c->chief = floe_server_start(&o, st)) != NULL;
+    }
+    if (ok) break;
+    ck_assert_msg(dist_port_taken(st) && attempt + 1 < DIST_START_ATTEMPTS, "%s",
+                  floe_status_message(st));
+    stop(c); /* what was not started is NULL: freeing it is a no-op */
+  }
+  ck_assert(floe_server_is_chief(c->chief));
+  floe_status_free(st);
+}
+
 
 static FloeSession *cluster_session(Cluster *c, const FloeGraph *g) {
   FloeSessionOptions so;

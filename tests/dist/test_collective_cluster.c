@@ -36,24 +36,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist_ports.h"
+
 #define NW 3
 #define COUNT 300000 /* elements: 1.2 MB, a few 1 MiB chunks around the ring */
 
 static char g_path[4096];
 static const char *g_backend = "ring";
-
-static int free_port(void) {
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  socklen_t len = sizeof a;
-  ck_assert_int_ge(fd, 0);
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 typedef struct Cluster {
   char json[1024];
@@ -77,9 +66,8 @@ static void stop(Cluster *c) {
   for (int i = 0; i < NW; i++) floe_runtime_free(c->rt[i]);
 }
 
-/* Workers 0..NW-1; worker 0 is the chief (no chief job). A port free_port found may be
- * taken by another process (a connection of a test running beside this one) before the
- * server listens on it: then the whole cluster starts again on new ports. */
+/* Workers 0..NW-1; worker 0 is the chief (no chief job); started again on new ports when
+ * one was taken before its server listened (dist_ports.h). */
 static void start(Cluster *c, int hb_timeout_ms) {
   setenv("FLOE_JOB_SECRET", "test-collective-cluster-secret-0123456789", 1);
   unsetenv("FLOE_JOB_SECRET_FILE");
@@ -87,7 +75,7 @@ static void start(Cluster *c, int hb_timeout_ms) {
   for (int attempt = 0;; attempt++) {
     memset(c, 0, sizeof *c);
     int p[NW];
-    for (int i = 0; i < NW; i++) p[i] = free_port();
+    dist_free_ports(p, NW);
     snprintf(c->json, sizeof c->json,
              "{\"cluster\": {\"worker\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]}, "
              "\"task\": {\"type\": \"worker\", \"index\": 0}}",
@@ -107,8 +95,8 @@ static void start(Cluster *c, int hb_timeout_ms) {
       ok = c->srv[i] != NULL;
     }
     if (ok) break;
-    bool taken = strstr(floe_status_message(st), "the port is in use") != NULL;
-    ck_assert_msg(taken && attempt < 5, "%s", floe_status_message(st));
+    ck_assert_msg(dist_port_taken(st) && attempt + 1 < DIST_START_ATTEMPTS, "%s",
+                  floe_status_message(st));
     stop(c); /* servers and runtimes not started are NULL: freeing them is a no-op */
   }
   floe_status_free(st);
