@@ -333,8 +333,9 @@ static floe_code host_ctx_reuse_input(FloeKernelContext *ctx, int input, int out
                      ctx->num_inputs);
   if (!floe__exec_may_reuse(ctx, input)) return FLOE_NOT_FOUND;
   FloeTensor *t = ctx->inputs[input];
-  if (t->dtype != ctx->node->out_dtypes[output] || t->rank != rank || rank < 0 ||
-      rank > FLOE_MAX_DIMS || (rank && memcmp(t->dims, dims, (size_t)rank * sizeof *dims) != 0))
+  /* t->rank is valid, so an equal rank bounds the comparison */
+  if (t->dtype != ctx->node->out_dtypes[output] || t->rank != rank ||
+      (rank && memcmp(t->dims, dims, (size_t)rank * sizeof *dims) != 0))
     return FLOE_NOT_FOUND;
   floe_tensor_retain(t);
   set_output_ref(ctx, output, t);
