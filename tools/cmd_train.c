@@ -457,12 +457,7 @@ static FloeOutput import_onnx(FloeGraph *g, FloeOutput x, const TrainOptions *o)
     x = enlarge(g, x, o->onnx_chw);
   if (o->cnn) {
     static const int64_t perm[4] = {0, 3, 1, 2};
-    int64_t four = 4;
-    FloeTensor *p = floe_tensor_new(FLOE_I64, 1, &four, NULL);
-    if (p) memcpy(floe_tensor_data(p), perm, sizeof perm);
-    FloeOutput pc = floe_const(g, "x/nchw_perm", p);
-    floe_tensor_release(p);
-    x = floe_binary(g, "Transpose", "x/nchw", x, pc);
+    x = floe_binary(g, "Transpose", "x/nchw", x, const_i64(g, "x/nchw_perm", perm, 4));
   }
   FloeStatus *st = floe_status_new();
   FloeOnnxOptions oo;
