@@ -672,8 +672,16 @@ static void *updater_main(void *arg) {
   FloeStatus *st = floe_status_new();
   while (!atomic_load(&u->stop)) {
     if (atomic_load(&u->save_state) == 1) { /* between two updates: the variables are still */
+      pthread_mutex_lock(&u->mu);
+      int go = !atomic_load(&u->stop); /* once stop is asked, the stopper's save is the one */
+      u->saving = go;
+      pthread_mutex_unlock(&u->mu);
+      if (!go) break;
       u->save_rc = u->save(u->save_arg, u->save_msg, sizeof u->save_msg);
       atomic_store(&u->save_state, 2);
+      pthread_mutex_lock(&u->mu);
+      u->saving = 0;
+      pthread_mutex_unlock(&u->mu);
     }
     floe_code rc = st ? floe_session_run(u->s, NULL, 0, NULL, 0, &u->target, 1, NULL, st)
                       : FLOE_NO_MEMORY;
@@ -699,8 +707,13 @@ int train_updater_start(TrainUpdater *u, FloeSession *s, const char *target, con
   atomic_init(&u->stop, 0);
   atomic_init(&u->exited, 0);
   atomic_init(&u->save_state, 0);
-  if (pthread_create(&u->thread, NULL, updater_main, u) != 0)
+  u->saving = 0;
+  if (pthread_mutex_init(&u->mu, NULL) != 0)
+    return cli_error(tool, "cannot start the chief's update thread (mutex)");
+  if (pthread_create(&u->thread, NULL, updater_main, u) != 0) {
+    pthread_mutex_destroy(&u->mu);
     return cli_error(tool, "cannot start the chief's update thread");
+  }
   u->started = 1;
   return 0;
 }
@@ -709,13 +722,17 @@ int train_updater_stop(TrainUpdater *u, const char *tool) {
   if (!u->started) return 0;
   atomic_store(&u->stop, 1);
   /* The update waits for gradients that will not come: cancel it, and again until the
-   * thread is out (one that had just looked at stop starts one more step after a cancel). */
+   * thread is out (one that had just looked at stop starts one more step after a cancel).
+   * A checkpoint the thread is writing is let finish: cancelling would fail its runs. */
   while (!atomic_load(&u->exited)) {
-    floe_session_cancel(u->s);
+    pthread_mutex_lock(&u->mu);
+    if (!u->saving) floe_session_cancel(u->s);
+    pthread_mutex_unlock(&u->mu);
     struct timespec nap = {0, 20 * 1000 * 1000};
     nanosleep(&nap, NULL);
   }
   pthread_join(u->thread, NULL);
+  pthread_mutex_destroy(&u->mu);
   u->started = 0;
   return u->rc == FLOE_OK ? 0 : cli_error(tool, "the chief's update step: %s", u->msg);
 }

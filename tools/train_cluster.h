@@ -169,6 +169,10 @@ typedef struct TrainUpdater {
   TrainSaveFn save;
   void *save_arg;
   atomic_int save_state;  /* 0 none, 1 asked, 2 done */
+  /* saving: the thread is writing a checkpoint; under mu, so train_updater_stop never cancels
+   * the save's own runs (it cancels only while saving is 0, holding mu) */
+  pthread_mutex_t mu;
+  int saving;
   int save_rc;
   char save_msg[1024];
 } TrainUpdater;
