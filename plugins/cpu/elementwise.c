@@ -307,8 +307,10 @@ enum { TILE_ELEMS = 1024 };
 
 /* A short inner run (P elements, e.g. the 16 channels of a block) that one operand repeats
  * along the next dim (M times) while the other is contiguous across both, as in [N, A, M, 16]
- * times [1, A, 1, 16]: each whole M x P segment runs as a few long rows against a tile of the
- * repeated run instead of M rows of P. Partial segments at the range's ends go run by run. */
+ * times [1, A, 1, 16]: the whole runs of a segment (its M x P elements) that lie in the range
+ * go as a few long rows against a tile of the repeated run instead of one row of P each. The
+ * range may start or end inside a segment (a parallel part is a few thousand elements, a
+ * segment can be hundreds of thousands); only a run cut by the range goes on its own. */
 static void binary_range_tiled(const BinaryJob *j, int64_t begin, int64_t end) {
   const CpuBroadcast *p = j->plan;
   int64_t P = p->dims[p->rank - 1], M = p->dims[p->rank - 2], seg = M * P;
@@ -316,6 +318,7 @@ static void binary_range_tiled(const BinaryJob *j, int64_t begin, int64_t end) {
   int b = j->tiled;
   size_t es = j->insize;
   _Alignas(64) char tile[TILE_ELEMS * 8];
+  const char *built = NULL; /* the run the tile holds now */
   CpuBroadcastIter it;
   int64_t pos, off[2], len;
   cpu_broadcast_iter_init(&it, p, begin, end);
@@ -323,21 +326,26 @@ static void binary_range_tiled(const BinaryJob *j, int64_t begin, int64_t end) {
     char *z = j->z + pos * (int64_t)j->zsize;
     const char *x = j->x + off[0] * (int64_t)es;
     const char *y = j->y + off[1] * (int64_t)es;
-    if (pos % seg != 0 || pos + seg > end) {
+    int64_t left = seg - pos % seg; /* elements to the segment's end */
+    int64_t runs = pos % P ? 0 : (end - pos < left ? end - pos : left) / P;
+    if (runs < 2) {
       row_run(j, z, x, y, len, j->mode);
       continue;
     }
     const char *rep = b ? y : x;
-    for (int64_t r = 0; r < reps; r++) memcpy(tile + (size_t)(r * P) * es, rep, (size_t)P * es);
-    for (int64_t i = 0; i < M; i += reps) {
-      int64_t n = (M - i < reps ? M - i : reps) * P;
+    if (rep != built) {
+      for (int64_t r = 0; r < reps; r++) memcpy(tile + (size_t)(r * P) * es, rep, (size_t)P * es);
+      built = rep;
+    }
+    for (int64_t i = 0; i < runs; i += reps) {
+      int64_t n = (runs - i < reps ? runs - i : reps) * P;
       size_t at = (size_t)(i * P) * es;
       if (b)
         row_run(j, z + at, x + at, tile, n, ROW_VV);
       else
         row_run(j, z + at, tile, y + at, n, ROW_VV);
     }
-    cpu_broadcast_iter_init(&it, p, pos + seg, end);
+    cpu_broadcast_iter_init(&it, p, pos + runs * P, end);
   }
 }
 

@@ -342,10 +342,18 @@ typedef struct RedJob {
 } RedJob;
 
 /* acc[i] op= x[r*I + i] for r < R, i < I, with I narrow: reading k rows at a time as one
- * wide row of k*I elements keeps the inner loop long, then the k partial rows are folded. */
+ * wide row of k*I elements keeps the inner loop long, then the k partial rows are folded.
+ * k stays at most a quarter of R: the wide row's accumulators are set up and folded once per
+ * call, which costs more than the data when R is not many times k (a blocked tensor's
+ * spatial mean: 16 channels a row, a few hundred rows). */
 static void red_narrow_cols(const Reducer *f, const char *x, int64_t R, int64_t I, size_t esz,
                             void *acc) {
-  int64_t k = RED_CHUNK / I, full = R / k;
+  int64_t k = RED_CHUNK / I < R / 4 ? RED_CHUNK / I : R / 4;
+  if (k < 2) {
+    f->cols(x, R, I, I, acc);
+    return;
+  }
+  int64_t full = R / k;
   double wide[RED_CHUNK]; /* accumulators are at most 8 bytes */
   f->init(wide, k * I);
   f->cols(x, full, k * I, k * I, wide);

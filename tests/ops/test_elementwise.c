@@ -195,6 +195,9 @@ static const BinCase bin_cases[] = {
     {{5, {2, 3, 7, 5, 16}}, {5, {1, 3, 1, 1, 16}}},
     {{4, {1, 3, 1, 16}}, {4, {2, 3, 9, 16}}},
     {{4, {3, 5, 700, 8}}, {4, {1, 5, 1, 8}}},
+    /* runs of 12: thread ranges (4096 elements) also start and end inside a run */
+    {{4, {2, 3, 600, 12}}, {4, {1, 3, 1, 12}}},
+    {{4, {1, 2, 1, 12}}, {4, {2, 2, 500, 12}}},
 };
 #define NUM_BIN_CASES (int)(sizeof bin_cases / sizeof bin_cases[0])
 
