@@ -230,7 +230,8 @@ static int64_t block_of(const FloeShapeContext *sctx) {
   return v ? v->u.i : 16;
 }
 
-/* Blocked [N, C / block, spatial..., block] from channels-last x (rank 3 to 5). */
+/* Blocked [N, ceil(C / block), spatial..., block] from channels-last x (rank 3 to 5); a last
+ * block that C does not fill is padded. */
 static floe_code to_blocked(FloeShapeContext *sctx, const FloeShape *x, int64_t block,
                             FloeShape *out) {
   const char *op = sctx->node->op->name;
@@ -240,30 +241,34 @@ static floe_code to_blocked(FloeShapeContext *sctx, const FloeShape *x, int64_t 
     return fail(sctx, "%s: the channels-last input %s must have rank 3 to 5", op,
                 SHAPE_STR(*x));
   int64_t c = x->dims[x->rank - 1];
-  if (c >= 0 && c % block)
-    return fail(sctx, "%s: the %lld channels of %s are not whole blocks of %lld", op,
-                (long long)c, SHAPE_STR(*x), (long long)block);
   out->rank = x->rank + 1;
   out->dims[0] = x->dims[0];
-  out->dims[1] = c >= 0 ? c / block : FLOE_DIM_UNKNOWN;
+  out->dims[1] = c >= 0 ? (c + block - 1) / block : FLOE_DIM_UNKNOWN;
   for (int i = 1; i < x->rank - 1; i++) out->dims[i + 1] = x->dims[i];
   out->dims[x->rank] = block;
   return FLOE_OK;
 }
 
-/* Channels-last [N, spatial..., C] from blocked x. */
+/* Channels-last [N, spatial..., C] from blocked x: C is `channels` when it is not 0 (it must
+ * fall in the last block), else the blocks' whole width. */
 static floe_code from_blocked(FloeShapeContext *sctx, const FloeShape *x, int64_t block,
-                              FloeShape *out) {
+                              int64_t channels, FloeShape *out) {
   const char *op = sctx->node->op->name;
   *out = floe_shape_unknown();
   if (x->rank < 0) return FLOE_OK;
   if (x->rank < 4 || x->rank > 6 || (x->dims[x->rank - 1] >= 0 && x->dims[x->rank - 1] != block))
     return fail(sctx, "%s: the blocked input %s must be [N, C / %lld, 1 to 3 spatial dims, %lld]",
                 op, SHAPE_STR(*x), (long long)block, (long long)block);
+  int64_t blocks = x->dims[1];
+  if (channels > 0 && blocks >= 0 && (channels + block - 1) / block != blocks)
+    return fail(sctx, "%s: %lld channels do not fill the last of the %lld blocks of %lld of %s",
+                op, (long long)channels, (long long)blocks, (long long)block, SHAPE_STR(*x));
   out->rank = x->rank - 1;
   out->dims[0] = x->dims[0];
   for (int i = 2; i < x->rank - 1; i++) out->dims[i - 1] = x->dims[i];
-  out->dims[out->rank - 1] = x->dims[1] >= 0 ? x->dims[1] * block : FLOE_DIM_UNKNOWN;
+  out->dims[out->rank - 1] = channels > 0 ? channels
+                             : blocks >= 0 ? blocks * block
+                                           : FLOE_DIM_UNKNOWN;
   return FLOE_OK;
 }
 
@@ -274,7 +279,9 @@ floe_code floe__shape_to_blocked(const FloeHostApi *host, FloeShapeContext *sctx
 
 floe_code floe__shape_from_blocked(const FloeHostApi *host, FloeShapeContext *sctx) {
   (void)host;
-  return from_blocked(sctx, &sctx->input_shapes[0], block_of(sctx), &sctx->output_shapes[0]);
+  const FloeAttrValue *ch = attr(sctx, "channels", FLOE_ATTR_INT);
+  return from_blocked(sctx, &sctx->input_shapes[0], block_of(sctx), ch ? ch->u.i : 0,
+                      &sctx->output_shapes[0]);
 }
 
 /* _FusedConv's bias (input 2) against the oc output channels (unknown: FLOE_DIM_UNKNOWN). */
@@ -298,9 +305,15 @@ static floe_code shape_fused_conv_blocked(FloeShapeContext *sctx, bool bias, boo
   if (cf && !plain)
     return fail(sctx, "_FusedConv: a blocked one must be CHANNELS_LAST (or CHANNELS_FIRST with "
                       "plain_input)");
+  /* The input's channels are the filter's (groups x its input channels): a last block they
+   * do not fill is padding. */
+  const FloeShape *f = &sctx->input_shapes[1];
+  const FloeAttrValue *gv = attr(sctx, "groups", FLOE_ATTR_INT);
+  int64_t fc = f->rank >= 3 && f->dims[f->rank - 2] >= 0 ? f->dims[f->rank - 2] * (gv ? gv->u.i : 1)
+                                                         : 0;
   if (plain)
     x = sctx->input_shapes[0];
-  else if ((c = from_blocked(sctx, &sctx->input_shapes[0], 16, &x)) != FLOE_OK)
+  else if ((c = from_blocked(sctx, &sctx->input_shapes[0], 16, fc, &x)) != FLOE_OK)
     return c;
   if ((c = conv_out(sctx, &x, &sctx->input_shapes[1], false, &y)) != FLOE_OK) return c;
   if (cf && y.rank >= 3) { /* [N, O, spatial...] -> [N, spatial..., O] */

@@ -428,12 +428,20 @@ static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* The blocked layout: chains of channels-last _FusedConvs whose channels come in whole
- * blocks of 16 pass blocked tensors [N, C / 16, spatial..., 16] from one to the next (the
- * layout AVX-512 kernels read best, and the one oneDNN's Winograd convolutions need), with
- * _ToBlocked where a chain starts and _FromBlocked where its tensors leave it. It applies
- * only where the device has the converters (the CPU plugin registers them on AVX-512
- * machines); FLOE_BLOCKED_LAYOUT=0 in the environment turns it off. */
+/* The blocked layout: chains of channels-last _FusedConvs pass blocked tensors [N,
+ * ceil(C / 16), spatial..., 16] from one to the next (the layout AVX-512 kernels read best,
+ * and the one oneDNN's Winograd convolutions need), with _ToBlocked where a chain starts and
+ * _FromBlocked where its tensors leave it. It applies only where the device has the
+ * converters (the CPU plugin registers them on AVX-512 machines); FLOE_BLOCKED_LAYOUT=0 in
+ * the environment turns it off.
+ *
+ * Channel counts that are not whole blocks (MobileNetV2's 24, EfficientNet's 40) are padded:
+ * the last block's lanes past C hold zeros. Every producer keeps them zero (the
+ * convolutions clear them after their activations, _ToBlocked writes zeros, a pool or a mean
+ * of zeros is zero), so an elementwise op joins a padded chain only when it maps zeros to
+ * zero: the activations that do, and sums, differences, products, maxima and minima of two
+ * padded tensors (or a product with a scalar). A Concat of padded tensors is not blocked
+ * (the padding would land between its inputs' channels). */
 
 typedef struct Blocker {
   Fuse *f;
@@ -450,6 +458,20 @@ static bool whole_blocks(const FloeShape *s) {
   return s->rank >= 3 && s->rank <= 5 && s->dims[s->rank - 1] > 0 && s->dims[s->rank - 1] % 16 == 0;
 }
 
+/* Whether channel counts that are not whole blocks are blocked, padded (FLOE_BLOCKED_PADDING=0
+ * in the environment: no). */
+static bool padding_enabled(void) {
+  const char *e = getenv("FLOE_BLOCKED_PADDING");
+  return !e || strcmp(e, "0") != 0;
+}
+
+/* Channels-last, 1 to 3 spatial dims, the channel count known: blocked, its last block
+ * padded when the count is not a multiple of 16 (whole blocks only with padding off). */
+static bool known_channels(const FloeShape *s) {
+  return s->rank >= 3 && s->rank <= 5 && s->dims[s->rank - 1] > 0 &&
+         (s->dims[s->rank - 1] % 16 == 0 || padding_enabled());
+}
+
 /* Channels-last with fewer than 16 channels (a first layer: RGB): a blocked convolution
  * reads it as it is. */
 static bool plain_input(const FloeShape *s) {
@@ -460,6 +482,8 @@ static bool attr_is(const FloeNode *n, const char *name, const char *want) {
   const FloeAttrValue *v = floe__attrs_get(&n->attrs, name);
   return v && v->kind == FLOE_ATTR_STRING && strcmp(v->u.s, want) == 0;
 }
+
+static bool blocked_output(const Blocker *bl, FloeOutput x);
 
 /* A _FusedConv of the step that can run blocked. */
 static bool blockable(const Blocker *bl, const FloeNode *n) {
@@ -473,12 +497,12 @@ static bool blockable(const Blocker *bl, const FloeNode *n) {
       !attr_is(n, "data_format", "CHANNELS_LAST"))
     return false;
   const FloeShape *x = shape_of(n->inputs[0]), *y = &n->out_shapes[0];
-  if (!(whole_blocks(x) || plain_input(x)) || !whole_blocks(y) || x->rank != y->rank)
+  if (!(known_channels(x) || plain_input(x)) || !known_channels(y) || x->rank != y->rank)
     return false;
   if (grp && grp->u.i != 1) {
     /* depthwise (a channel a group), or whole blocks a group: oneDNN's blocked kernels */
     int64_t G = grp->u.i, c = x->dims[x->rank - 1], o = y->dims[y->rank - 1];
-    if (plain_input(x) || G <= 0 || c % G || o % G ||
+    if ((plain_input(x) && !blocked_output(bl, n->inputs[0])) || G <= 0 || c % G || o % G ||
         !((G == c && G == o) || ((c / G) % 16 == 0 && (o / G) % 16 == 0)))
       return false;
   }
@@ -491,14 +515,16 @@ static bool blockable(const Blocker *bl, const FloeNode *n) {
 }
 
 /* A one-input converter node of `in` on near's device: _ToBlocked when `to`, else
- * _FromBlocked; NULL on failure. */
-static FloeNode *converter(Fuse *f, bool to, FloeOutput in, const FloeNode *near) {
+ * _FromBlocked of a tensor of `channels` channels; NULL on failure. */
+static FloeNode *converter(Fuse *f, bool to, FloeOutput in, const FloeNode *near,
+                           int64_t channels) {
   const char *op = to ? "_ToBlocked" : "_FromBlocked";
   char *name = unique_name(f->g, in.node->name, to ? "_to_blocked" : "_from_blocked");
   if (!name) return NULL;
   FloeNodeBuilder *b = floe_node_begin(f->g, op, name);
   floe__free(name);
   floe_node_add_input(b, in);
+  if (!to && channels > 0 && channels % 16) floe_node_set_attr_int(b, "channels", channels);
   if (near->device && near->device[0]) floe_node_set_device(b, near->device);
   FloeNode *n = floe_node_finish(b);
   return n && need_grow(f) ? n : NULL;
@@ -519,7 +545,7 @@ static FloeNode *as_blocked(Blocker *bl, FloeOutput in, const FloeNode *conv) {
     bl->to = to;
     bl->room = room;
   }
-  FloeNode *t = converter(bl->f, true, in, conv);
+  FloeNode *t = converter(bl->f, true, in, conv, 0);
   if (!t || !bl->f->ok(bl->f->arg, conv, t)) return NULL;
   bl->from[bl->num] = in;
   bl->to[bl->num++] = t;
@@ -609,7 +635,8 @@ static bool block_one(Blocker *bl, FloeNode *conv) {
   if (n > 4) return false;
   memcpy(in, conv->inputs, (size_t)n * sizeof *in);
   const FloeAttrValue *add = floe__attrs_get(&conv->attrs, "fused_add");
-  bool plain = plain_input(shape_of(in[0]));
+  /* few channels are read as they are, unless their producer is blocked already */
+  bool plain = plain_input(shape_of(in[0])) && !blocked_output(bl, in[0]);
   FloeNode *x = plain ? NULL : as_blocked(bl, in[0], conv);
   FloeNode *side = add && add->u.b ? as_blocked(bl, in[n - 1], conv) : NULL;
   if ((!plain && !x) || (add && add->u.b && !side)) return false;
@@ -627,7 +654,8 @@ static bool block_one(Blocker *bl, FloeNode *conv) {
    * wants the blocked layout. */
   if (!b || !need_grow(f) || !f->ok(f->arg, conv, b)) return false;
   FloeNode *back = NULL;
-  if (plain && (!(back = converter(f, false, (FloeOutput){b, 0}, b)) ||
+  int64_t oc = conv->out_shapes[0].dims[conv->out_shapes[0].rank - 1];
+  if (plain && (!(back = converter(f, false, (FloeOutput){b, 0}, b, oc)) ||
                 !f->ok(f->arg, conv, back)))
     return false;
   bl->back[conv->id] = back;
@@ -767,46 +795,20 @@ static bool blocked_output(const Blocker *bl, FloeOutput x) {
   return x.index == 0 && x.node->id < bl->cap && bl->blk[x.node->id];
 }
 
-/* The operand of a blocked binary op for `other`, which broadcast against a channels-last
- * tensor of shape y: itself when it is all ones (a scalar), a Reshape to [1, C/16, 1, ...,
- * 16] when only its last dim is not 1 (per channel, C whole blocks), the blocked form of a
- * tensor of y's shape; else an invalid output. */
-static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape *y,
-                                  const FloeNode *near) {
+/* A Reshape of x to shape (a new Const) on near's device, in the step; an invalid output on
+ * failure. */
+static FloeOutput reshape_to(Fuse *f, FloeOutput x, const int64_t *dims, int64_t r,
+                             const FloeNode *near, const char *suffix) {
   FloeOutput none = {NULL, 0};
-  const FloeShape *s = shape_of(other);
-  if (blocked_output(bl, other)) {
-    /* the same shape, or one value a channel per image (squeeze-excitation's gate) */
-    bool fits = s->rank == y->rank && s->dims[0] == y->dims[0] &&
-                s->dims[s->rank - 1] == y->dims[y->rank - 1];
-    for (int i = 1; fits && i + 1 < s->rank; i++)
-      fits = s->dims[i] == 1 || s->dims[i] == y->dims[i];
-    return fits ? (FloeOutput){bl->blk[other.node->id], 0} : none;
-  }
-  if (s->rank < 0 || s->rank > y->rank) return none;
-  bool ones = true;
-  for (int i = 0; i + 1 < s->rank; i++) ones &= s->dims[i] == 1;
-  int64_t c = s->rank ? s->dims[s->rank - 1] : 1;
-  if (ones && c == 1) return other;
-  if (floe__opt_same_shape(s, y)) {
-    FloeNode *t = whole_blocks(s) ? as_blocked(bl, other, near) : NULL;
-    return t ? (FloeOutput){t, 0} : none;
-  }
-  if (!ones || c != y->dims[y->rank - 1]) return none;
-  Fuse *f = bl->f;
-  int64_t dims[FLOE_MAX_DIMS + 1], r = y->rank + 1;
-  for (int i = 0; i < r; i++) dims[i] = 1;
-  dims[1] = c / 16;
-  dims[r - 1] = 16;
   FloeTensor *shape = floe_tensor_new(FLOE_I64, 1, &r, NULL);
   if (shape) memcpy(floe_tensor_data(shape), dims, (size_t)r * sizeof *dims);
   FloeOutput sc = new_const(f, near->name, "_blocked_shape", shape);
   floe_tensor_release(shape);
-  char *rn = sc.node ? unique_name(f->g, near->name, "_blocked_operand") : NULL;
+  char *rn = sc.node ? unique_name(f->g, near->name, suffix) : NULL;
   FloeOutput out = none;
   if (rn) {
     FloeNodeBuilder *b = floe_node_begin(f->g, "Reshape", rn);
-    floe_node_add_input(b, other);
+    floe_node_add_input(b, x);
     floe_node_add_input(b, sc);
     if (near->device && near->device[0]) floe_node_set_device(b, near->device);
     FloeNode *n = floe_node_finish(b);
@@ -820,32 +822,85 @@ static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape
   return out;
 }
 
+/* The operand of a blocked binary op for `other`, which broadcast against a channels-last
+ * tensor of shape y: itself when it is all ones (a scalar; only when scalar_ok, as a scalar
+ * would fill a padded tensor's padding), the blocked form of a tensor of y's rank and
+ * channels (y's shape, or one broadcast over some dims), a Reshape to [1, C/16, 1, ..., 16]
+ * when only its last dim is not 1 (per channel; C whole blocks, else a Reshape to y's rank
+ * then its padded blocked form); else an invalid output. */
+static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape *y,
+                                  const FloeNode *near, bool scalar_ok) {
+  FloeOutput none = {NULL, 0};
+  const FloeShape *s = shape_of(other);
+  if (blocked_output(bl, other)) {
+    /* the same shape, or one value a channel per image (squeeze-excitation's gate) */
+    bool fits = s->rank == y->rank && s->dims[0] == y->dims[0] &&
+                s->dims[s->rank - 1] == y->dims[y->rank - 1];
+    for (int i = 1; fits && i + 1 < s->rank; i++)
+      fits = s->dims[i] == 1 || s->dims[i] == y->dims[i];
+    return fits ? (FloeOutput){bl->blk[other.node->id], 0} : none;
+  }
+  if (s->rank < 0 || s->rank > y->rank) return none;
+  int64_t c = s->rank ? s->dims[s->rank - 1] : 1, yc = y->dims[y->rank - 1];
+  bool ones = true;
+  for (int i = 0; i + 1 < s->rank; i++) ones &= s->dims[i] == 1;
+  if (ones && c == 1) return scalar_ok ? other : none;
+  Fuse *f = bl->f;
+  int64_t dims[FLOE_MAX_DIMS + 1], r = y->rank + 1;
+  for (int i = 0; i < r; i++) dims[i] = 1;
+  if (ones && c == yc && yc % 16 == 0) { /* per channel, whole blocks: a view */
+    dims[1] = c / 16;
+    dims[r - 1] = 16;
+    return reshape_to(f, other, dims, r, near, "_blocked_operand");
+  }
+  if (s->rank == y->rank && known_channels(s) && c == yc) {
+    /* y's channels, any other dims (y's, or 1 to broadcast: a gate per image and channel):
+     * the blocked form broadcasts as the channels-last one did, the channels staying put */
+    FloeNode *t = as_blocked(bl, other, near);
+    return t ? (FloeOutput){t, 0} : none;
+  }
+  if (!ones || c != yc || !known_channels(y)) return none;
+  dims[r - 2] = c; /* [1, ..., 1, C] of y's rank, then blocked with its padding */
+  FloeOutput at_rank = reshape_to(f, other, dims, r - 1, near, "_operand_rank");
+  FloeNode *t = at_rank.node ? as_blocked(bl, at_rank, near) : NULL;
+  return t ? (FloeOutput){t, 0} : none;
+}
+
 /* An elementwise op of a blocked tensor as the same op of the blocked tensor: unary
  * activations and math, and binary arithmetic with a tensor of the same shape, a per-channel
- * operand or a scalar (batch normalisation's scale and shift, DenseNet's pre-activations). */
+ * operand or a scalar (batch normalisation's scale and shift, DenseNet's pre-activations).
+ * A padded tensor takes only the ops that keep its padding zero (see the section's top). */
 static void block_elementwise(Blocker *bl, FloeNode *n) {
   static const char *const unary[] = {"Relu", "Relu6", "Sigmoid", "Tanh", "Elu", "LeakyRelu",
                                       "Neg", "Abs", "Exp", "Square", "Sqrt", "Softplus",
                                       "Gelu", NULL};
   static const char *const binary[] = {"Add", "Sub", "Mul", "Div", "Maximum", "Minimum",
                                        "AddV2", NULL};
+  /* f(0) = 0 (and f(0, 0) = 0): what a padded tensor allows */
+  static const char *const zero_keeping[] = {"Relu", "Relu6", "Tanh", "Elu", "LeakyRelu",
+                                             "Neg", "Abs", "Square", "Sqrt", "Gelu", "Add",
+                                             "Sub", "Mul", "Maximum", "Minimum", "AddV2",
+                                             NULL};
   Fuse *f = bl->f;
   if (n->id >= bl->cap || !f->need[n->id] || (n->id < f->n_orig && f->pinned[n->id]) ||
       n->num_outputs != 1 || n->out_dtypes[0] != FLOE_F32)
     return;
-  bool un = false, bin = false;
+  bool un = false, bin = false, keeps = false;
   for (int i = 0; unary[i]; i++) un |= strcmp(n->op->name, unary[i]) == 0;
   for (int i = 0; binary[i]; i++) bin |= strcmp(n->op->name, binary[i]) == 0;
+  for (int i = 0; zero_keeping[i]; i++) keeps |= strcmp(n->op->name, zero_keeping[i]) == 0;
   if (!(un && n->num_inputs == 1) && !(bin && n->num_inputs == 2)) return;
   const FloeShape *y = &n->out_shapes[0];
   /* the blocked input of the output's shape (the other may be a gate broadcast over it) */
   int at = -1;
   for (int i = n->num_inputs - 1; i >= 0; i--)
     if (blocked_output(bl, n->inputs[i]) && floe__opt_same_shape(shape_of(n->inputs[i]), y)) at = i;
-  if (at < 0 || !whole_blocks(y)) return;
+  bool padded = known_channels(y) && !whole_blocks(y);
+  if (at < 0 || !known_channels(y) || (padded && !keeps)) return;
   FloeOutput ins[2] = {{bl->blk[n->inputs[at].node->id], 0}, {NULL, 0}};
   if (bin) {
-    ins[1] = blocked_operand(bl, n->inputs[1 - at], y, n);
+    ins[1] = blocked_operand(bl, n->inputs[1 - at], y, n,
+                             !padded || strcmp(n->op->name, "Mul") == 0);
     if (!ins[1].node) return;
     if (at == 1) { /* keep the operands' order (Sub, Div) */
       FloeOutput t = ins[0];
@@ -930,7 +985,9 @@ static int block_leave(Blocker *bl, FloeNode *old) {
     if (x == back) continue;
     for (int k = 0; k < x->num_inputs; k++)
       if (x->inputs[k].node == old && x->inputs[k].index == 0 && id < f->cap && f->need[id]) {
-        if (!back && !(back = converter(f, false, (FloeOutput){b, 0}, b))) return -1;
+        if (!back && !(back = converter(f, false, (FloeOutput){b, 0}, b,
+                                        old->out_shapes[0].dims[old->out_shapes[0].rank - 1])))
+          return -1;
         f->need[back->id] = true;
         x->inputs[k] = (FloeOutput){back, 0};
       }

@@ -208,7 +208,14 @@ static const char *const block_attrs[] = {"block", NULL};
 
 static floe_code grad_to_blocked(FloeGradCtx *c, FloeStatus *st) {
   (void)st;
-  c->dx[0] = floe__grad_op(c, "_FromBlocked", (FloeOutput[]){c->dy[0]}, 1, block_attrs);
+  FloeNodeBuilder *b = floe__grad_begin_op(c, "_FromBlocked", (FloeOutput[]){c->dy[0]}, 1,
+                                           block_attrs);
+  /* a last block the forward input's channels did not fill: its padding is dropped */
+  FloeOutput x = c->node->inputs[0];
+  const FloeShape *xs = &x.node->out_shapes[x.index];
+  int64_t ch = xs->rank >= 1 ? xs->dims[xs->rank - 1] : -1;
+  if (ch > 0) floe_node_set_attr_int(b, "channels", ch);
+  c->dx[0] = floe_out(floe_node_finish(b), 0);
   return FLOE_OK;
 }
 

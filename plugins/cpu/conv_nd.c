@@ -294,6 +294,9 @@ typedef struct Job {
   bool by_channel;  /* blocks of output channels, else of rows */
 } Job;
 
+/* Channels c as stored in a blocked tensor: whole blocks of 16, the last one padded. */
+static int64_t pad16(int64_t c) { return (c + 15) / 16 * 16; }
+
 /* Scratch memory for a part: the running thread's own block (cpu_thread_scratch), which the
  * part uses only until it returns. Shards share ctx: lock held around errors when given. */
 static floe_code part_temp(FloeKernelContext *ctx, pthread_mutex_t *lock, size_t bytes,
@@ -363,9 +366,10 @@ static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mute
   bool dw = w->groups > 1 && w->groups == w->c && w->groups == w->o;
   if (dw) g.c = g.groups = g.o;
   int64_t in_px = w->in[0] * w->in[1] * w->in[2], out_px = w->out[0] * w->out[1] * w->out[2];
-  int64_t yoff = (first * w->o + o0) * out_px;
+  int64_t yoff = (first * pad16(w->o) + o0) * out_px;
   float *y = j->y + yoff;
-  if (j->post & POST_SUM) memcpy(y, j->side + yoff, (size_t)(count * g.o * out_px) * sizeof *y);
+  if (j->post & POST_SUM)
+    memcpy(y, j->side + yoff, (size_t)(count * pad16(g.o) * out_px) * sizeof *y);
   const float *f = j->f + o0;
   const WndGeo *fg = w; /* the filter's geometry (its output channel stride) */
   if (g.o < w->o && j->s->cache.keep_by_address) {
@@ -379,7 +383,8 @@ static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mute
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,  g.in[0], g.in[1], g.in[2], g.o,     g.k[0],
                                    g.k[1], g.k[2], g.ns,  j->post, fg != w, 0,       o0};
   Build b = {j->s, &g, fg, j->post, o0, false};
-  void *data[4] = {(void *)(j->x + (first * w->c + (dw ? o0 : 0)) * in_px), (void *)f};
+  int64_t cs = j->s->plain_input ? w->c : pad16(w->c); /* input channels an image holds */
+  void *data[4] = {(void *)(j->x + (first * cs + (dw ? o0 : 0)) * in_px), (void *)f};
   int k = 2;
   if (j->post & POST_BIAS) data[k++] = (void *)(j->bias + o0);
   data[k] = y;
@@ -410,13 +415,13 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
     in_row *= w->in[k];
     out_row *= w->out[k];
   }
-  int64_t cb = w->c / 16, ob = w->o / 16;
+  int64_t cb = pad16(w->c) / 16, ob = pad16(w->o) / 16;
   /* A plain input is read in place: its rows are dense channels-last, or (channels first)
    * reordered through the strides of the whole tensor. */
   bool plain = j->s->plain_input;
-  const float *x = j->x + image * w->c * w->in[0] * w->in[1] * w->in[2] +
+  const float *x = j->x + image * (plain ? w->c : pad16(w->c)) * w->in[0] * w->in[1] * w->in[2] +
                    lo * (!plain ? in_row : j->s->a.cf ? in_row / 16 : in_row / 16 * w->c);
-  int64_t yoff = image * w->o * w->out[0] * w->out[1] * w->out[2] + r0 * out_row;
+  int64_t yoff = image * pad16(w->o) * w->out[0] * w->out[1] * w->out[2] + r0 * out_row;
   float *xin, *yout;
   size_t xn = plain ? 0 : (size_t)(cb * g.in[d] * in_row), yn = (size_t)(ob * g.out[d] * out_row);
   floe_code rc = part_temp(ctx, ctx_lock, (xn + yn) * sizeof(float), (void **)&yout);
@@ -557,7 +562,7 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
    * the blocked output, so nothing is gathered or scattered (Winograd ones keep rows: with
    * 16 output channels per part their transforms cost more than the copies). */
   if (j->s->blocked && blocks > 1 && (g->groups == 1 || dw) && !winograd_fits(j->s, g, g) &&
-      g->o / 16 >= blocks)
+      pad16(g->o) / 16 >= blocks)
     j->by_channel = true;
   if (j->s->blocked && filter > image && !j->by_channel)
     j->blocks = blocks = 1; /* a channel block of 16 is too small to share */
@@ -739,13 +744,31 @@ static void fused_empty(const Job *j, int64_t n, int64_t sp) {
   }
 }
 
-/* fused_empty for a blocked output: channel (i / (pixels * 16) % (o / 16)) * 16 + i % 16. */
+/* fused_empty for a blocked output: channel (i / (pixels * 16) % blocks) * 16 + i % 16 (a
+ * padding lane when that is o or more). */
 static void blocked_empty(const Job *j, int64_t n) {
   int64_t o = j->g->o, px = j->g->out[0] * j->g->out[1] * j->g->out[2];
   for (int64_t i = 0; i < n; i++) {
-    int64_t c = i / (px * 16) % (o / 16) * 16 + i % 16;
+    int64_t c = i / (px * 16) % (pad16(o) / 16) * 16 + i % 16;
+    if (c >= o) {
+      j->y[i] = 0.0f;
+      continue;
+    }
     float v = (j->bias ? j->bias[c] : 0.0f) + (j->side ? j->side[i] : 0.0f);
     j->y[i] = (j->post & POST_RELU) && !(v > 0) ? 0.0f : v;
+  }
+}
+
+/* The padding lanes of blocked output y (rank dims) whose o channels leave its last block
+ * part empty: zeros again after the activations (a padded blocked tensor's padding is always
+ * zero, so that the next convolution, pool or mean reads nothing there). */
+static void zero_padding(float *y, int rank, const int64_t *dims, int64_t o) {
+  int64_t lanes = o % 16, px = 1;
+  if (!lanes || rank < 3) return;
+  for (int i = 2; i < rank - 1; i++) px *= dims[i];
+  for (int64_t n = 0; n < dims[0]; n++) {
+    float *last = y + (n * dims[1] + dims[1] - 1) * px * 16;
+    for (int64_t p = 0; p < px; p++) memset(last + p * 16 + lanes, 0, (size_t)(16 - lanes) * sizeof *y);
   }
 }
 
@@ -792,17 +815,19 @@ static floe_code fused_broadcast(State *s, FloeKernelContext *ctx, const WndGeo 
   Epilogue e = {&p, conv, cpu_host->tensor_data(side), cpu_host->tensor_data(out), s->relu};
   cpu_parallel_elements(p.num_elements, 2, epilogue_range, &e);
   cpu_acts_run(&s->acts, cpu_host->tensor_data(out), p.num_elements);
+  if (s->blocked) zero_padding(cpu_host->tensor_data(out), rank, odims, g->o);
   return FLOE_OK;
 }
 
-/* The geometry of a blocked _FusedConv: input x [n, c / 16, spatial..., 16] read as the
- * channels-last [n, spatial..., c] (plain_input: x is that); its output dims
- * [n, o / 16, spatial..., 16] in dims. */
+/* The geometry of a blocked _FusedConv: input x [n, ceil(c / 16), spatial..., 16] read as
+ * the channels-last [n, spatial..., c], c the filter's (groups times its input channels;
+ * plain_input: x is that); its output dims [n, ceil(o / 16), spatial..., 16] in dims. A last
+ * block that c or o does not fill is padding. */
 static floe_code blocked_geo(State *s, FloeKernelContext *ctx, const FloeTensor *x,
                              const FloeTensor *f, WndGeo *g, int64_t *dims) {
   int r = cpu_host->tensor_rank(x);
   const int64_t *d = cpu_host->tensor_dims(x);
-  char buf[CPU_SHAPE_STR_MAX];
+  char buf[CPU_SHAPE_STR_MAX], fbuf[CPU_SHAPE_STR_MAX];
   floe_code rc;
   if (s->plain_input) {
     rc = wnd_geo(&s->a, ctx, x, f, g);
@@ -812,18 +837,23 @@ static floe_code blocked_geo(State *s, FloeKernelContext *ctx, const FloeTensor 
           ctx, FLOE_INVALID_ARGUMENT,
           "blocked input %s must be [n, channels / 16, 1 to 3 spatial dims, 16]",
           cpu_shape_str(buf, sizeof buf, r, d));
+    int fr = cpu_host->tensor_rank(f);
+    const int64_t *fd = cpu_host->tensor_dims(f);
+    int64_t c = fr == r - 1 ? fd[fr - 2] * s->a.groups : d[1] * 16;
+    if (pad16(c) != d[1] * 16)
+      return cpu_host->ctx_set_error(
+          ctx, FLOE_INVALID_ARGUMENT,
+          "filter %s with %lld groups reads %lld channels, which blocked input %s does not "
+          "hold in %lld blocks of 16",
+          cpu_shape_str(fbuf, sizeof fbuf, fr, fd), (long long)s->a.groups, (long long)c,
+          cpu_shape_str(buf, sizeof buf, r, d), (long long)d[1]);
     int64_t logical[WND_MAX_RANK];
     logical[0] = d[0];
     for (int i = 2; i < r - 1; i++) logical[i - 1] = d[i];
-    logical[r - 2] = d[1] * 16;
+    logical[r - 2] = c;
     rc = wnd_geo_dims(&s->a, ctx, r - 1, logical, f, g);
   }
   if (rc != FLOE_OK) return rc;
-  if (g->o % 16)
-    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
-                                   "a blocked _FusedConv needs output channels in whole blocks "
-                                   "of 16, got %lld",
-                                   (long long)g->o);
   int64_t G = g->groups;
   if (G != 1 && !(G == g->c && G == g->o) && ((g->c / G) % 16 || (g->o / G) % 16))
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
@@ -832,7 +862,7 @@ static floe_code blocked_geo(State *s, FloeKernelContext *ctx, const FloeTensor 
                                    "group, got %lld input and %lld output channels",
                                    (long long)G, (long long)g->c, (long long)g->o);
   dims[0] = g->n;
-  dims[1] = g->o / 16;
+  dims[1] = pad16(g->o) / 16;
   for (int j = 0; j < g->ns; j++) dims[2 + j] = g->out[3 - g->ns + j];
   dims[2 + g->ns] = 16;
   return FLOE_OK;
@@ -873,6 +903,7 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   else if ((rc = run_conv(ctx, &j)) != FLOE_OK)
     return rc;
   cpu_acts_run(&s->acts, j.y, cpu_host->tensor_num_elements(out));
+  if (s->blocked) zero_padding(j.y, out_rank, dims, g.o);
   return FLOE_OK;
 }
 

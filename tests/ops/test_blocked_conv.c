@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "harness.h"
@@ -21,6 +22,15 @@
 static FloeOutput convert(FloeGraph *gr, const char *op, const char *name, FloeOutput x) {
   FloeNodeBuilder *b = floe_node_begin(gr, op, name);
   floe_node_add_input(b, x);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* _FromBlocked of x, a blocked tensor of `channels` channels (its last block padded when
+ * that is not a multiple of 16). */
+static FloeOutput from_blocked(FloeGraph *gr, const char *name, FloeOutput x, int64_t channels) {
+  FloeNodeBuilder *b = floe_node_begin(gr, "_FromBlocked", name);
+  floe_node_add_input(b, x);
+  if (channels % 16) floe_node_set_attr_int(b, "channels", channels);
   return floe_out(floe_node_finish(b), 0);
 }
 
@@ -51,34 +61,42 @@ static bool have_converters(void) {
 /* ---------------------------------------------------------------------------------- */
 /* Converters. */
 
+typedef struct ConvAttrs {
+  int64_t block;    /* 16: the default, not set */
+  int64_t channels; /* _FromBlocked's channels; 0: not set */
+} ConvAttrs;
+
 static void block_attr(FloeNodeBuilder *b, void *arg) {
-  if (arg) floe_node_set_attr_int(b, "block", *(const int64_t *)arg);
+  const ConvAttrs *a = arg;
+  if (a && a->block != 16) floe_node_set_attr_int(b, "block", a->block);
+  if (a && a->channels) floe_node_set_attr_int(b, "channels", a->channels);
 }
 
-/* _ToBlocked moves (n, s, c) to (n, c / block, s, c % block); _FromBlocked moves it back. */
+/* _ToBlocked moves (n, s, c) to (n, c / block, s, c % block), the lanes of a last block c
+ * does not fill zero; _FromBlocked (told the channels when a block is padded) moves it back. */
 static void round_trip(int rank, const int64_t *dims, int64_t block) {
   FloeTensor *x = harness_random(FLOE_F32, rank, dims, 11, -1, 1);
   FloeTensor *y = NULL, *z = NULL;
   FloeStatus *st = floe_status_new();
-  int64_t *arg = block == 16 ? NULL : &block;
-  ck_assert_msg(harness_run_op("_ToBlocked", NULL, &x, 1, NULL, 0, block_attr, arg, &y, 1, st) ==
+  int64_t c = dims[rank - 1], px = 1, blocks = (c + block - 1) / block;
+  ConvAttrs to = {block, 0}, from = {block, c % block ? c : 0};
+  ck_assert_msg(harness_run_op("_ToBlocked", NULL, &x, 1, NULL, 0, block_attr, &to, &y, 1, st) ==
                     FLOE_OK,
                 "%s", floe_status_message(st));
-  int64_t c = dims[rank - 1], px = 1;
   for (int i = 1; i < rank - 1; i++) px *= dims[i];
   ck_assert_int_eq(floe_tensor_rank(y), rank + 1);
-  ck_assert_int_eq(floe_tensor_dim(y, 1), c / block);
+  ck_assert_int_eq(floe_tensor_dim(y, 1), blocks);
   ck_assert_int_eq(floe_tensor_dim(y, rank), block);
   const float *xv = floe_tensor_data(x), *yv = floe_tensor_data(y);
   for (int64_t n = 0; n < dims[0]; n++)
     for (int64_t p = 0; p < px; p++)
-      for (int64_t k = 0; k < c; k++) {
-        float want = xv[(n * px + p) * c + k];
-        float got = yv[((n * (c / block) + k / block) * px + p) * block + k % block];
+      for (int64_t k = 0; k < blocks * block; k++) {
+        float want = k < c ? xv[(n * px + p) * c + k] : 0.0f;
+        float got = yv[((n * blocks + k / block) * px + p) * block + k % block];
         ck_assert_msg(got == want, "(%lld, %lld, %lld): %g, want %g", (long long)n,
                       (long long)p, (long long)k, got, want);
       }
-  ck_assert_msg(harness_run_op("_FromBlocked", NULL, &y, 1, NULL, 0, block_attr, arg, &z, 1,
+  ck_assert_msg(harness_run_op("_FromBlocked", NULL, &y, 1, NULL, 0, block_attr, &from, &z, 1,
                                st) == FLOE_OK,
                 "%s", floe_status_message(st));
   harness_assert_close(z, x, 0, 0, "_FromBlocked(_ToBlocked(x))");
@@ -95,13 +113,19 @@ START_TEST(converters_round_trip) {
   round_trip(5, (int64_t[]){1, 2, 3, 4, 16}, 16);
   round_trip(4, (int64_t[]){2, 4, 4, 24}, 8);
   round_trip(4, (int64_t[]){0, 4, 4, 16}, 16);
+  /* padded: a last block the channels do not fill */
+  round_trip(4, (int64_t[]){2, 3, 5, 24}, 16);
+  round_trip(3, (int64_t[]){1, 7, 5}, 16);
+  round_trip(5, (int64_t[]){2, 2, 3, 2, 40}, 16);
+  round_trip(4, (int64_t[]){2, 4, 4, 20}, 8);
 }
 END_TEST
 
-static void expect_error(const char *op, FloeTensor *x, const char *needle) {
+static void expect_error(const char *op, FloeTensor *x, const ConvAttrs *attrs,
+                         const char *needle) {
   FloeStatus *st = floe_status_new();
   FloeTensor *y = NULL;
-  floe_code rc = harness_run_op(op, NULL, &x, 1, NULL, 0, NULL, NULL, &y, 1, st);
+  floe_code rc = harness_run_op(op, NULL, &x, 1, NULL, 0, block_attr, (void *)attrs, &y, 1, st);
   ck_assert_msg(rc != FLOE_OK, "%s accepted a bad input", op);
   ck_assert_msg(strstr(floe_status_message(st), needle), "%s: message \"%s\" lacks \"%s\"", op,
                 floe_status_message(st), needle);
@@ -111,57 +135,66 @@ static void expect_error(const char *op, FloeTensor *x, const char *needle) {
 
 START_TEST(converter_errors_name_the_shape) {
   NEED_CONVERTERS();
-  FloeTensor *a = harness_random(FLOE_F32, 4, (int64_t[]){1, 2, 2, 20}, 1, -1, 1);
-  expect_error("_ToBlocked", a, "[1,2,2,20]");
+  /* 40 channels do not fit 2 blocks of 16, nor 8: the channels attribute against the tensor
+   * (caught by the graph's shape check) */
+  FloeTensor *a = harness_random(FLOE_F32, 5, (int64_t[]){1, 2, 2, 2, 16}, 1, -1, 1);
+  expect_error("_FromBlocked", a, &(ConvAttrs){16, 40}, "40 channels");
+  expect_error("_FromBlocked", a, &(ConvAttrs){16, 8}, "[1,2,2,2,16]");
   FloeTensor *b = harness_random(FLOE_F32, 2, (int64_t[]){4, 16}, 1, -1, 1);
-  expect_error("_ToBlocked", b, "[4,16]");
+  expect_error("_ToBlocked", b, NULL, "[4,16]");
   FloeTensor *c = harness_random(FLOE_F32, 5, (int64_t[]){1, 2, 2, 2, 8}, 1, -1, 1);
-  expect_error("_FromBlocked", c, "[1,2,2,2,8]");
+  expect_error("_FromBlocked", c, NULL, "[1,2,2,2,8]");
   floe_tensor_release(a);
   floe_tensor_release(b);
   floe_tensor_release(c);
 }
 END_TEST
 
-/* The gradient of each converter is the other: with dy = w, dx is w moved back. */
+/* The gradient of each converter is the other: with dy = w, dx is w moved back; with 24
+ * channels (a padded last block) _ToBlocked's gradient drops the padding's lanes and
+ * _FromBlocked's gives them zero. */
 START_TEST(converter_gradients_are_each_other) {
   NEED_CONVERTERS();
-  for (int to = 0; to < 2; to++) {
-    int64_t cl[4] = {2, 3, 4, 32}, bl[5] = {2, 2, 3, 4, 16};
-    FloeGraph *gr = floe_graph_new();
-    FloeShape xs = to ? floe_shape_make(4, cl) : floe_shape_make(5, bl);
-    FloeOutput x = floe_placeholder(gr, "x", FLOE_F64, xs);
-    FloeOutput y = convert(gr, to ? "_ToBlocked" : "_FromBlocked", "y", x);
-    FloeTensor *w = harness_random(FLOE_F64, to ? 5 : 4, to ? bl : cl, 21, -1, 1);
-    FloeOutput dy = floe_const(gr, "w", w), dx;
-    FloeStatus *st = floe_status_new();
-    ck_assert_msg(floe_gradients(gr, &y, 1, &x, 1, &dy, &dx, st) == FLOE_OK, "%s",
-                  floe_status_message(st));
-    FloeRuntime *rt = harness_runtime(1);
-    FloeSession *s = harness_session(gr, rt);
-    FloeTensor *xv = harness_random(FLOE_F64, xs.rank, xs.dims, 22, -1, 1), *g = NULL;
-    FloeFeed feed = {"x", xv};
-    const char *fetch = floe_node_name(dx.node);
-    ck_assert_msg(floe_session_run(s, &feed, 1, &fetch, 1, NULL, 0, &g, st) == FLOE_OK, "%s",
-                  floe_status_message(st));
-    const double *gv = floe_tensor_data(g), *wv = floe_tensor_data(w);
-    for (int64_t n = 0; n < 2; n++)
-      for (int64_t p = 0; p < 12; p++)
-        for (int64_t c = 0; c < 32; c++) {
-          int64_t icl = (n * 12 + p) * 32 + c, ibl = ((n * 2 + c / 16) * 12 + p) * 16 + c % 16;
-          double got = to ? gv[icl] : gv[ibl], want = to ? wv[ibl] : wv[icl];
-          ck_assert_msg(got == want, "%s gradient at (%lld, %lld, %lld): %g, want %g",
-                        to ? "_ToBlocked" : "_FromBlocked", (long long)n, (long long)p,
-                        (long long)c, got, want);
-        }
-    floe_tensor_release(g);
-    floe_tensor_release(xv);
-    floe_tensor_release(w);
-    floe_status_free(st);
-    floe_session_free(s);
-    floe_runtime_free(rt);
-    floe_graph_free(gr);
-  }
+  for (int to = 0; to < 2; to++)
+    for (int64_t C = 24; C <= 32; C += 8) {
+      int64_t cl[4] = {2, 3, 4, C}, bl[5] = {2, 2, 3, 4, 16};
+      FloeGraph *gr = floe_graph_new();
+      FloeShape xs = to ? floe_shape_make(4, cl) : floe_shape_make(5, bl);
+      FloeOutput x = floe_placeholder(gr, "x", FLOE_F64, xs);
+      FloeOutput y = to ? convert(gr, "_ToBlocked", "y", x) : from_blocked(gr, "y", x, C);
+      FloeTensor *w = harness_random(FLOE_F64, to ? 5 : 4, to ? bl : cl, 21, -1, 1);
+      FloeOutput dy = floe_const(gr, "w", w), dx;
+      FloeStatus *st = floe_status_new();
+      ck_assert_msg(floe_gradients(gr, &y, 1, &x, 1, &dy, &dx, st) == FLOE_OK, "%s",
+                    floe_status_message(st));
+      FloeRuntime *rt = harness_runtime(1);
+      FloeSession *s = harness_session(gr, rt);
+      FloeTensor *xv = harness_random(FLOE_F64, xs.rank, xs.dims, 22, -1, 1), *g = NULL;
+      FloeFeed feed = {"x", xv};
+      const char *fetch = floe_node_name(dx.node);
+      ck_assert_msg(floe_session_run(s, &feed, 1, &fetch, 1, NULL, 0, &g, st) == FLOE_OK, "%s",
+                    floe_status_message(st));
+      ck_assert_int_eq(floe_tensor_num_elements(g), to ? 24 * C : 24 * 32);
+      const double *gv = floe_tensor_data(g), *wv = floe_tensor_data(w);
+      for (int64_t n = 0; n < 2; n++)
+        for (int64_t p = 0; p < 12; p++)
+          for (int64_t c = 0; c < 32; c++) {
+            int64_t icl = (n * 12 + p) * C + c, ibl = ((n * 2 + c / 16) * 12 + p) * 16 + c % 16;
+            if (to && c >= C) continue; /* padding: not in dx */
+            double got = to ? gv[icl] : gv[ibl];
+            double want = to ? wv[ibl] : c < C ? wv[icl] : 0.0;
+            ck_assert_msg(got == want, "%s gradient, %lld channels, at (%lld, %lld, %lld): %g, "
+                          "want %g", to ? "_ToBlocked" : "_FromBlocked", (long long)C,
+                          (long long)n, (long long)p, (long long)c, got, want);
+          }
+      floe_tensor_release(g);
+      floe_tensor_release(xv);
+      floe_tensor_release(w);
+      floe_status_free(st);
+      floe_session_free(s);
+      floe_runtime_free(rt);
+      floe_graph_free(gr);
+    }
 }
 END_TEST
 
@@ -191,6 +224,13 @@ static const Geo geos[] = {
     {"3x3 depthwise stride 2, channel blocks", 81, 80, 48, 48, 3, 2, 1, "SAME", 48},
     {"3x3 depthwise, one part", 14, 13, 32, 32, 3, 1, 1, "SAME", 32},
     {"3x3 two groups of 16 -> 32", 12, 12, 32, 64, 3, 1, 1, "SAME", 2},
+    /* channels that are not whole blocks: the last block padded */
+    {"1x1 24 -> 144 (padded input), rows", 28, 28, 24, 144, 1, 1, 1, "SAME", 1},
+    {"1x1 144 -> 24 (padded output), channel blocks", 28, 28, 144, 24, 1, 1, 1, "SAME", 1},
+    {"3x3 40 -> 40 (padded both), rows", 20, 20, 40, 40, 3, 1, 1, "SAME", 1},
+    {"3x3 depthwise of 24 channels (padded), channel blocks", 60, 60, 24, 24, 3, 1, 1, "SAME", 24},
+    {"3x3 stride 2 20 -> 8 (padded, under a block), one part", 25, 24, 20, 8, 3, 2, 1, "SAME", 1},
+    {"3-channel first layer -> 24 (plain input, padded output)", 32, 30, 3, 24, 3, 1, 1, "SAME", 1},
 };
 
 enum { BIAS = 1, ADD = 2, RELU = 4 };
@@ -254,7 +294,7 @@ static FloeTensor *run_case(const Case *k, FloeTensor *const *in, int threads) {
   floe_node_add_input_list(b, args, na);
   conv_attrs(b, k);
   FloeOutput y = floe_out(floe_node_finish(b), 0);
-  if (k->blocked) y = convert(gr, "_FromBlocked", "y", y);
+  if (k->blocked) y = from_blocked(gr, "y", y, k->g->o);
   const char *fetch = floe_node_name(y.node);
   FloeRuntime *rt = harness_runtime(threads);
   FloeSession *s = harness_session(gr, rt);
@@ -465,8 +505,9 @@ START_TEST(blocked_conv_rejects_bad_inputs) {
   ck_assert_msg(strstr(floe_graph_error(gr, NULL), "[1,4,4,16]"), "%s",
                 floe_graph_error(gr, NULL));
   floe_graph_free(gr);
-  /* Output channels that are not whole blocks: the kernel says so (shape unknown at build). */
-  blocked_run_fails(1, (const int64_t[]){3, 3, 16, 24}, 0, "blocks of 16", "24");
+  /* A filter reading more channels than the blocks hold: the kernel says so (shape unknown
+   * at build). */
+  blocked_run_fails(1, (const int64_t[]){3, 3, 24, 16}, 0, "reads 24 channels", "in 1 blocks");
   floe_tensor_release(in[0]);
   floe_tensor_release(in[1]);
 }
@@ -721,6 +762,156 @@ START_TEST(layout_pass_blocks_concat) {
 }
 END_TEST
 
+/* The padding of a padded blocked output is zero after every activation, including one that
+ * maps 0 elsewhere (a sigmoid after a bias), and its real lanes are the channels-last
+ * convolution's: 20 -> 24 channels, one image on two threads and three on one. */
+START_TEST(padded_output_padding_is_zero) {
+  NEED_CONVERTERS();
+  for (int batch = 1; batch <= 3; batch += 2) {
+    int64_t xd[4] = {batch, 9, 7, 20}, fd[4] = {3, 3, 20, 24}, o = 24;
+    FloeTensor *xv = harness_random(FLOE_F32, 4, xd, 41, -1, 1);
+    FloeTensor *fv = harness_random(FLOE_F32, 4, fd, 42, -0.3, 0.3);
+    FloeTensor *bv = harness_random(FLOE_F32, 1, &o, 43, -1, 1);
+    FloeTensor *out[2] = {NULL, NULL};
+    for (int blocked = 0; blocked < 2; blocked++) {
+      setenv("FLOE_FUSION", "0", 1);
+      FloeGraph *gr = floe_graph_new();
+      FloeOutput x = floe_placeholder(gr, "x", FLOE_F32, floe_tensor_shape(xv));
+      if (blocked) x = convert(gr, "_ToBlocked", "xb", x);
+      FloeOutput bias = floe_const(gr, "b", bv);
+      FloeNodeBuilder *b = floe_node_begin(gr, "_FusedConv", "conv");
+      floe_node_add_input(b, x);
+      floe_node_add_input(b, floe_const(gr, "f", fv));
+      floe_node_add_input_list(b, &bias, 1);
+      floe_node_set_attr_string(b, "padding", "SAME");
+      floe_node_set_attr_bool(b, "fused_bias", 1);
+      floe_node_set_attr_string(b, "activations", "Sigmoid");
+      floe_node_set_attr_float_list(b, "activation_alpha", (const double[]){0.0}, 1);
+      if (blocked) floe_node_set_attr_bool(b, "blocked", 1);
+      floe_node_finish(b);
+      FloeRuntime *rt = harness_runtime(batch == 1 ? 2 : 1);
+      FloeSession *ss = harness_session(gr, rt);
+      FloeStatus *st = floe_status_new();
+      FloeFeed feed = {"x", xv};
+      const char *fetch = "conv";
+      ck_assert_msg(floe_session_run(ss, &feed, 1, &fetch, 1, NULL, 0, &out[blocked], st) ==
+                        FLOE_OK,
+                    "%s", floe_status_message(st));
+      out[blocked] = own_copy(out[blocked]);
+      floe_status_free(st);
+      floe_session_free(ss);
+      floe_runtime_free(rt);
+      floe_graph_free(gr);
+      unsetenv("FLOE_FUSION");
+    }
+    ck_assert_int_eq(floe_tensor_dim(out[1], 1), 2);
+    const float *cl = floe_tensor_data(out[0]), *bl = floe_tensor_data(out[1]);
+    int64_t px = 9 * 7;
+    for (int64_t n = 0; n < batch; n++)
+      for (int64_t p = 0; p < px; p++)
+        for (int64_t c = 0; c < 32; c++) {
+          float got = bl[((n * 2 + c / 16) * px + p) * 16 + c % 16];
+          float want = c < o ? cl[(n * px + p) * o + c] : 0.0f;
+          ck_assert_msg(fabsf(got - want) <= 1e-5f, "batch %d (%lld, %lld, %lld): %g, want %g",
+                        batch, (long long)n, (long long)p, (long long)c, got, want);
+        }
+    floe_tensor_release(out[0]);
+    floe_tensor_release(out[1]);
+    floe_tensor_release(xv);
+    floe_tensor_release(fv);
+    floe_tensor_release(bv);
+  }
+}
+END_TEST
+
+/* The layout pass on channel counts that are not whole blocks (24, 40): a stem, pointwise
+ * and 3x3 convolutions, a residual sum of two padded tensors, a max pool and a scaling
+ * (blocked: 0 times a scalar is 0), a sigmoid and a shift by a constant (which would fill the padding:
+ * they go channels-last), convolutions again, a mean. The same result with the layout off,
+ * with padding off and on. With padding on: blocked from the stem to the sigmoid and again
+ * after the shift, so 3 conversions; the sum and the scaling ran blocked, the sigmoid not. */
+static FloeTensor *run_padded_net(FloeTensor *x, const char *layout, const char *padding,
+                                  int *conversions, bool *scale_blocked, bool *gate_blocked) {
+  setenv("FLOE_BLOCKED_LAYOUT", layout, 1);
+  setenv("FLOE_BLOCKED_PADDING", padding, 1);
+  FloeGraph *gr = floe_graph_new();
+  FloeOutput xp = floe_placeholder(gr, "x", FLOE_F32, (FloeShape){4, {-1, 10, 9, 3}});
+  FloeOutput s = floe_unary(gr, "Relu", "stem_relu", conv(gr, "stem", xp, 3, 3, 16, 1, 51));
+  FloeOutput a = floe_unary(gr, "Relu", "a", conv(gr, "ca", s, 1, 16, 24, 1, 52));
+  FloeOutput l = conv(gr, "cl", a, 1, 24, 40, 1, 53), r = conv(gr, "cr", a, 3, 24, 40, 1, 54);
+  FloeNodeBuilder *pb = floe_node_begin(gr, "Pool", "pool");
+  floe_node_add_input(pb, floe_binary(gr, "Add", "sum", l, r));
+  floe_node_set_attr_string(pb, "pooling_type", "MAX");
+  int64_t k[4] = {1, 2, 2, 1};
+  floe_node_set_attr_int_list(pb, "ksize", k, 4);
+  floe_node_set_attr_int_list(pb, "strides", k, 4);
+  floe_node_set_attr_string(pb, "padding", "SAME");
+  FloeOutput sum = floe_binary(gr, "Mul", "scale", floe_out(floe_node_finish(pb), 0),
+                               floe_const_f32(gr, "k", 0.5f));
+  FloeOutput g = floe_binary(gr, "Add", "shift", floe_unary(gr, "Sigmoid", "gate", sum),
+                             floe_const_f32(gr, "one", 1.0f));
+  FloeOutput y = floe_unary(gr, "Relu", "y", conv(gr, "cy", conv(gr, "cg", g, 1, 40, 24, 2, 55),
+                                                  3, 24, 40, 1, 56));
+  FloeNodeBuilder *m = floe_node_begin(gr, "Mean", "mean");
+  floe_node_add_input(m, y);
+  FloeTensor *axes = harness_i64(1, (int64_t[]){2}, (int64_t[]){1, 2});
+  floe_node_add_input(m, floe_const(gr, "axes", axes));
+  floe_tensor_release(axes);
+  floe_node_finish(m);
+  ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, NULL));
+  FloeRuntime *rt = harness_runtime(2);
+  FloeSession *ss = harness_session(gr, rt);
+  floe_session_set_profiling(ss, 1);
+  FloeStatus *st = floe_status_new();
+  FloeFeed feed = {"x", x};
+  const char *fetch = "mean";
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(ss, &feed, 1, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  FloeNodeProfile *rows = NULL;
+  int n = 0;
+  ck_assert_int_eq(floe_session_profile_nodes(ss, &rows, &n, st), FLOE_OK);
+  *conversions = 0;
+  *scale_blocked = *gate_blocked = false;
+  for (int i = 0; i < n; i++) {
+    *conversions += !strcmp(rows[i].op, "_ToBlocked") || !strcmp(rows[i].op, "_FromBlocked");
+    *scale_blocked |= !strcmp(rows[i].node, "scale/_blocked");
+    *gate_blocked |= !strcmp(rows[i].node, "gate/_blocked");
+  }
+  free(rows);
+  floe_status_free(st);
+  floe_session_free(ss);
+  out = own_copy(out);
+  floe_runtime_free(rt);
+  floe_graph_free(gr);
+  unsetenv("FLOE_BLOCKED_LAYOUT");
+  unsetenv("FLOE_BLOCKED_PADDING");
+  return out;
+}
+
+START_TEST(layout_pass_pads_channels) {
+  int64_t xd[4] = {_i ? 3 : 1, 10, 9, 3};
+  FloeTensor *x = harness_random(FLOE_F32, 4, xd, 57, -1, 1);
+  int off, whole, padded;
+  bool scale, gate;
+  FloeTensor *want = run_padded_net(x, "0", "1", &off, &scale, &gate);
+  FloeTensor *got_whole = run_padded_net(x, "1", "0", &whole, &scale, &gate);
+  ck_assert(!scale && !gate);
+  FloeTensor *got = run_padded_net(x, "1", "1", &padded, &scale, &gate);
+  ck_assert_int_eq(off, 0);
+  harness_assert_close(got_whole, want, 1e-4, 1e-4, "whole blocks only");
+  harness_assert_close(got, want, 1e-4, 1e-4, "padded blocks");
+  if (have_converters()) {
+    ck_assert_int_eq(padded, 3);
+    ck_assert_msg(scale && !gate, "scaling blocked %d, sigmoid blocked %d", scale, gate);
+  }
+  floe_tensor_release(x);
+  floe_tensor_release(want);
+  floe_tensor_release(got_whole);
+  floe_tensor_release(got);
+}
+END_TEST
+
 int main(void) {
 #if defined(__SANITIZE_THREAD__)
   /* A pool of one thread runs a convolution on OpenMP's threads, whose barriers (libgomp's
@@ -741,6 +932,8 @@ int main(void) {
   tcase_add_test(tc, blocked_grouped_conv_needs_whole_blocks);
   tcase_add_loop_test(tc, layout_pass_blocks_conv_chains, 0, 8);
   tcase_add_loop_test(tc, layout_pass_blocks_concat, 0, 3);
+  tcase_add_test(tc, padded_output_padding_is_zero);
+  tcase_add_loop_test(tc, layout_pass_pads_channels, 0, 2);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
