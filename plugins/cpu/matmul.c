@@ -135,6 +135,11 @@ static void split_gemm_range(void *arg, int64_t begin, int64_t end) {
 #define SGEMM_SPLIT_MNK (1 << 24)
 /* Blocks are at least this many rows or columns (whole register tiles, enough work each). */
 #define SGEMM_SPLIT_MIN 64
+/* A product of at most this many rows whose B has at least SGEMM_STREAM_KN elements (512 KiB
+ * of f32) is bound by reading B, not by multiplies (a classifier at batch 1: 1280 x 1000):
+ * it is cut into blocks of columns too, each thread streaming its share of B. */
+#define SGEMM_STREAM_M 16
+#define SGEMM_STREAM_KN (1 << 17)
 
 /* oneDNN's sgemm takes row-major operands and 'N' / 'T' like cblas; it can fail only on
  * arguments, which the callers checked. */
@@ -158,7 +163,8 @@ int cpu_gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float 
   }
   int64_t mnk = m * n * k;
   int threads = cpu_host->num_threads();
-  if (mnk >= SGEMM_SPLIT_MNK && threads > 1) {
+  bool stream = m <= SGEMM_STREAM_M && n * k >= SGEMM_STREAM_KN;
+  if ((mnk >= SGEMM_SPLIT_MNK || stream) && threads > 1) {
     SplitGemm g = {.ta = ta, .tb = tb, .by_rows = m > n, .m = m, .n = n, .k = k,
                    .a = a, .b = b, .c = c, .lda = lda, .ldb = ldb, .ldc = ldc, .beta = beta,
                    .status = dnnl_success};

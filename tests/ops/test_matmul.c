@@ -224,6 +224,10 @@ START_TEST(test_matmul_split) {
   for (int t = 0; t < 4; t++) {
     check_matmul(FLOE_F32, 70, 300, 1000, t & 1, t >> 1, 20 + t);
     check_matmul(FLOE_F32, 1000, 300, 70, t & 1, t >> 1, 30 + t);
+    /* a few rows against a large B (a classifier at batch 1 and 3): bound by reading B,
+     * cut into blocks of columns below 2^24 multiply-adds too */
+    check_matmul(FLOE_F32, 1, 1280, 1000, t & 1, t >> 1, 40 + t);
+    check_matmul(FLOE_F32, 3, 576, 1024, t & 1, t >> 1, 50 + t);
   }
 }
 END_TEST
