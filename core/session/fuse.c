@@ -499,6 +499,11 @@ static bool blockable(const Blocker *bl, const FloeNode *n) {
   const FloeShape *x = shape_of(n->inputs[0]), *y = &n->out_shapes[0];
   if (!(known_channels(x) || plain_input(x)) || !known_channels(y) || x->rank != y->rank)
     return false;
+  /* Padding joins a chain that is blocked already: a padded conv between channels-last
+   * neighbours (ShuffleNet's stem and channel splits and shuffles) would only add
+   * conversions. */
+  bool padded = !whole_blocks(y) || (!whole_blocks(x) && !plain_input(x));
+  if (padded && !blocked_output(bl, n->inputs[0])) return false;
   if (grp && grp->u.i != 1) {
     /* depthwise (a channel a group), or whole blocks a group: oneDNN's blocked kernels */
     int64_t G = grp->u.i, c = x->dims[x->rank - 1], o = y->dims[y->rank - 1];
