@@ -54,6 +54,12 @@ CPU_HOT_WIDE void cpu_acts_block(const CpuActs *acts, float *restrict y, int64_t
   float saved[CPU_ACT_BLOCK];
   for (int k = 0; k < acts->n; k++) {
     const float a = acts->act[k].a;
+    if (acts->act[k].kind == ACT_SAVE && k + 2 < acts->n && acts->act[k + 1].kind == ACT_SIGMOID &&
+        acts->act[k + 2].kind == ACT_GATE) { /* SiLU in one loop: the same x * sigmoid(x) */
+      for (int64_t i = 0; i < n; i++) y[i] = y[i] * cpu_sigmoid_f32(y[i]);
+      k += 2;
+      continue;
+    }
     switch (acts->act[k].kind) {
     case ACT_SAVE: memcpy(saved, y, (size_t)n * sizeof *y); break;
     case ACT_GATE: for (int64_t i = 0; i < n; i++) y[i] = saved[i] * y[i]; break;
