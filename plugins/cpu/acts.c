@@ -100,6 +100,12 @@ static void acts_range(void *arg, int64_t begin, int64_t end) {
     cpu_acts_block(j->acts, j->y + b, end - b < CPU_ACT_BLOCK ? end - b : CPU_ACT_BLOCK);
 }
 
+void cpu_acts_serial(const CpuActs *acts, float *y, int64_t n) {
+  if (acts->n == 0 || n == 0) return;
+  ActsJob j = {acts, y};
+  acts_range(&j, 0, n);
+}
+
 void cpu_acts_run(const CpuActs *acts, float *y, int64_t n) {
   if (acts->n == 0 || n == 0) return;
   ActsJob j = {acts, y};

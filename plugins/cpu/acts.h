@@ -38,5 +38,7 @@ void cpu_acts_block(const CpuActs *acts, float *y, int64_t n);
 
 /* The tail over the n-element y, in parallel on the plugin's pool. */
 void cpu_acts_run(const CpuActs *acts, float *y, int64_t n);
+/* The same on the calling thread alone (a part of a kernel's output, while it is in cache). */
+void cpu_acts_serial(const CpuActs *acts, float *y, int64_t n);
 
 #endif

@@ -292,6 +292,9 @@ typedef struct Job {
   bool side_copied; /* the output already holds the side input (for POST_SUM) */
   int64_t blocks;   /* row or channel blocks per image (run_conv) */
   bool by_channel;  /* blocks of output channels, else of rows */
+  /* The fused activations, applied by each part to its output while that is in cache (the
+   * parts' outputs are dense); NULL: the caller applies them to the whole output after. */
+  const CpuActs *acts;
 } Job;
 
 /* Channels c as stored in a blocked tensor: whole blocks of 16, the last one padded. */
@@ -388,7 +391,9 @@ static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mute
   int k = 2;
   if (j->post & POST_BIAS) data[k++] = (void *)(j->bias + o0);
   data[k] = y;
-  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "_FusedConv", key, build_conv, &b, data);
+  floe_code rc = cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "_FusedConv", key, build_conv, &b, data);
+  if (rc == FLOE_OK && j->acts) cpu_acts_serial(j->acts, y, count * pad16(g.o) * out_px);
+  return rc;
 }
 
 /* n planes of `rows` rows of `row` floats, `from_rows` rows apart in the source and `to_rows`
@@ -441,6 +446,7 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
   if (j->post & POST_BIAS) data[k++] = (void *)j->bias;
   data[k] = yout;
   rc = cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "_FusedConv", key, build_conv, &b, data);
+  if (rc == FLOE_OK && j->acts) cpu_acts_serial(j->acts, yout, (int64_t)yn);
   if (rc == FLOE_OK) copy_planes(j->y + yoff, yout, ob, g.out[d], out_row, g.out[d], w->out[d]);
   return rc;
 }
@@ -489,6 +495,11 @@ static floe_code conv_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t
   data[k] = y;
   rc = cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, j->s->fused ? "_FusedConv" : "Conv", key,
                     build_conv, &b, data);
+  /* (j->acts only for channels-last data: these rows, or whole images, are dense) */
+  if (rc == FLOE_OK && j->acts)
+    cpu_acts_serial(j->acts, y,
+                    dense ? pixels * g.o
+                          : r1 - r0 < w->out[d] ? (r1 - r0) * ys[2 + d] : count * ys[0]);
   if (rc == FLOE_OK && dense) channels_scatter(j->y + yoff, y, pixels, w->o, g.o);
   return rc;
 }
@@ -583,7 +594,7 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
 
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const WndGeo *g, const float *x,
                           const float *f, float *y) {
-  Job j = {s, g, 0, x, f, NULL, NULL, y, false, 1, false};
+  Job j = {s, g, 0, x, f, NULL, NULL, y, false, 1, false, NULL};
   return run_conv(ctx, &j);
 }
 
@@ -887,7 +898,7 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   if (!s->blocked) wnd_out_dims(&s->a, &g, dims);
   Job j = {s, &g, bias ? POST_BIAS : 0, cpu_host->tensor_data(x), cpu_host->tensor_data(f),
            bias ? cpu_host->tensor_data(bias) : NULL, side ? cpu_host->tensor_data(side) : NULL,
-           NULL, false, 1, false};
+           NULL, false, 1, false, NULL};
   if (s->relu) j.post |= POST_RELU;
   bool empty = cpu_host->tensor_num_elements(x) == 0 || cpu_host->tensor_num_elements(f) == 0;
   bool same_side =
@@ -898,11 +909,14 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   if ((rc = cpu_host->ctx_allocate_output(ctx, 0, out_rank, dims, &out)) != FLOE_OK) return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   j.y = cpu_host->tensor_data(out);
+  /* Each part applies the activations to its output while it is in cache, where every
+   * part's output is dense: blocked or channels-last data. */
+  if (!empty && s->acts.n && (s->blocked || !s->a.cf)) j.acts = &s->acts;
   if (empty)
     empty_output(s, &j, cpu_host->tensor_num_elements(out));
   else if ((rc = run_conv(ctx, &j)) != FLOE_OK)
     return rc;
-  cpu_acts_run(&s->acts, j.y, cpu_host->tensor_num_elements(out));
+  if (!j.acts) cpu_acts_run(&s->acts, j.y, cpu_host->tensor_num_elements(out));
   if (s->blocked) zero_padding(j.y, out_rank, dims, g.o);
   return FLOE_OK;
 }

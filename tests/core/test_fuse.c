@@ -420,7 +420,15 @@ START_TEST(test_conv_nd_activations_fused) {
       {{"Mul", 1.0 / 6, 0, 0}, {"Add", 0.5, 0, 0}, {"Minimum", 1, 0, 0}, {"Maximum", 0, 0, 0}},
   };                                                             /* HardSwish, as imported */
   static const int lens[] = {2, 1, 2, 3, 1, 3, 1, 4}, gates[] = {0, 0, 0, 0, 0, 0, 1, 2};
-  const int64_t xd[4] = {2, 7, 6, 8}, fd[4] = {3, 3, 8, 16}, bd[1] = {16};
+  /* two small images (a part each), and one large one, cut into parts of rows or channels
+   * that each apply the activations to their own output (channels-last: the fetched
+   * convolution is not blocked, and a blocked one would sum in another order) */
+  static const int64_t xds[2][4] = {{2, 7, 6, 8}, {1, 40, 36, 32}};
+  static const int64_t fds[2][4] = {{3, 3, 8, 16}, {3, 3, 32, 48}};
+  for (int size = 0; size < 2; size++) {
+  if (size) setenv("FLOE_BLOCKED_LAYOUT", "0", 1);
+  const int64_t *xd = xds[size], *fd = fds[size], bd[1] = {fd[3]};
+  int64_t yd[4] = {xd[0], xd[1], xd[2], fd[3]};
   FloeTensor *xt = harness_random(FLOE_F32, 4, xd, 5, -2, 2);
   FloeFeed feed = {"x", xt};
   for (int ci = 0; ci < (int)(sizeof lens / sizeof *lens); ci++)
@@ -459,13 +467,14 @@ START_TEST(test_conv_nd_activations_fused) {
       run_block(&m, 1, &feed, 1, &cfetch, 1, &conv_vals, NULL, NULL);
       Block r;
       FloeGraph *rg = r.g = floe_graph_new();
-      FloeOutput c = floe_placeholder(rg, "c", FLOE_F32, floe_shape_make(4, (int64_t[]){2, 7, 6, 16}));
+      FloeOutput c = floe_placeholder(rg, "c", FLOE_F32, floe_shape_make(4, yd));
       floe_unary(rg, "Identity", "out", act_gated(rg, c, chains[ci], lens[ci], gates[ci]));
       FloeFeed cf = {"c", conv_vals};
       run_block(&r, 0, &cf, 1, &fetch, 1, &want, NULL, NULL);
       ck_assert_msg(memcmp(floe_tensor_data(fused), floe_tensor_data(want),
                            (size_t)floe_tensor_num_elements(want) * sizeof(float)) == 0,
-                    "chain %d: the fused activations differ from the ops run alone", ci);
+                    "chain %d, size %d: the fused activations differ from the ops run alone", ci,
+                    size);
       floe_tensor_release(fused);
       floe_tensor_release(conv_vals);
       floe_tensor_release(want);
@@ -473,7 +482,10 @@ START_TEST(test_conv_nd_activations_fused) {
       floe_graph_free(g);
     }
   floe_tensor_release(xt);
+  }
+  unsetenv("FLOE_BLOCKED_LAYOUT");
   /* the profile names the fused ops */
+  const int64_t *xd = xds[0], *fd = fds[0];
   Block m;
   FloeGraph *g = m.g = floe_graph_new();
   FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));

@@ -233,7 +233,7 @@ static const Geo geos[] = {
     {"3-channel first layer -> 24 (plain input, padded output)", 32, 30, 3, 24, 3, 1, 1, "SAME", 1},
 };
 
-enum { BIAS = 1, ADD = 2, RELU = 4 };
+enum { BIAS = 1, ADD = 2, RELU = 4, SILU = 8 }; /* SILU: the activations Save,Sigmoid,Gate */
 
 typedef struct Case {
   const Geo *g;
@@ -251,6 +251,10 @@ static void conv_attrs(FloeNodeBuilder *b, const Case *k) {
   if (k->post & BIAS) floe_node_set_attr_bool(b, "fused_bias", 1);
   if (k->post & ADD) floe_node_set_attr_bool(b, "fused_add", 1);
   if (k->post & RELU) floe_node_set_attr_bool(b, "fused_relu", 1);
+  if (k->post & SILU) { /* applied by each part of the convolution to its own output */
+    floe_node_set_attr_string(b, "activations", "Save,Sigmoid,Gate");
+    floe_node_set_attr_float_list(b, "activation_alpha", (const double[]){0, 0, 0}, 3);
+  }
   if (k->constant) floe_node_set_attr_bool(b, "filter_constant", 1);
   if (g->groups > 1) floe_node_set_attr_int(b, "groups", g->groups);
   if (k->blocked) floe_node_set_attr_bool(b, "blocked", 1);
@@ -331,7 +335,7 @@ static void check_geo(const Geo *g, int64_t batch, int threads) {
                        harness_random(FLOE_F32, 4, fd, seed + 1, -0.2, 0.2),
                        harness_random(FLOE_F32, 1, &g->o, seed + 2, -1, 1),
                        harness_random(FLOE_F32, 4, yd, seed + 3, -1, 1)};
-  static const unsigned posts[] = {BIAS | ADD | RELU, RELU, BIAS, ADD};
+  static const unsigned posts[] = {BIAS | ADD | RELU, RELU, BIAS, ADD, BIAS | SILU};
   for (size_t p = 0; p < sizeof posts / sizeof *posts; p++)
     for (int constant = 0; constant < 2; constant++) {
       Case k = {g, posts[p], constant, false};
