@@ -406,7 +406,8 @@ static void copy_planes(float *dst, const float *src, int64_t n, int64_t rows, i
 
 /* Output rows [r0, r1) of the outermost spatial dim of one image of a blocked convolution:
  * the rows of each channel block are not contiguous, so the input rows the part reads (and
- * the side input's rows) are gathered into dense scratch, and the output scattered back. */
+ * the side input's rows) are gathered into dense scratch, and the output scattered back;
+ * a tensor of one block is one plane, whose rows are read or written in place. */
 static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
                                    pthread_mutex_t *ctx_lock, int64_t image, int64_t r0,
                                    int64_t r1) {
@@ -427,12 +428,19 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
   const float *x = j->x + image * (plain ? w->c : pad16(w->c)) * w->in[0] * w->in[1] * w->in[2] +
                    lo * (!plain ? in_row : j->s->a.cf ? in_row / 16 : in_row / 16 * w->c);
   int64_t yoff = image * pad16(w->o) * w->out[0] * w->out[1] * w->out[2] + r0 * out_row;
-  float *xin, *yout;
-  size_t xn = plain ? 0 : (size_t)(cb * g.in[d] * in_row), yn = (size_t)(ob * g.out[d] * out_row);
-  floe_code rc = part_temp(ctx, ctx_lock, (xn + yn) * sizeof(float), (void **)&yout);
+  /* One block of channels is one plane: its rows are dense, read or written in place. */
+  bool x_in_place = plain || cb == 1, y_in_place = ob == 1;
+  float *xin, *yout = NULL;
+  size_t xn = x_in_place ? 0 : (size_t)(cb * g.in[d] * in_row);
+  size_t yn = (size_t)(ob * g.out[d] * out_row);
+  floe_code rc = xn + (y_in_place ? 0 : yn) == 0
+                     ? FLOE_OK
+                     : part_temp(ctx, ctx_lock, (xn + (y_in_place ? 0 : yn)) * sizeof(float),
+                                 (void **)&yout);
   if (rc != FLOE_OK) return rc;
-  xin = yout + yn;
-  if (plain)
+  xin = y_in_place ? yout : yout + yn;
+  if (y_in_place) yout = j->y + yoff;
+  if (x_in_place)
     xin = (float *)x;
   else
     copy_planes(xin, x, cb, g.in[d], in_row, w->in[d], g.in[d]);
@@ -447,7 +455,8 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
   data[k] = yout;
   rc = cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "_FusedConv", key, build_conv, &b, data);
   if (rc == FLOE_OK && j->acts) cpu_acts_serial(j->acts, yout, (int64_t)yn);
-  if (rc == FLOE_OK) copy_planes(j->y + yoff, yout, ob, g.out[d], out_row, g.out[d], w->out[d]);
+  if (rc == FLOE_OK && !y_in_place)
+    copy_planes(j->y + yoff, yout, ob, g.out[d], out_row, g.out[d], w->out[d]);
   return rc;
 }
 

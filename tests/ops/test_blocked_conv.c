@@ -221,6 +221,8 @@ static const Geo geos[] = {
     {"3-channel 7x7 stride 2 (plain input)", 33, 30, 3, 16, 7, 2, 1, "SAME", 1},
     {"3x3 depthwise, channel blocks", 40, 40, 64, 64, 3, 1, 1, "SAME", 64},
     {"3x3 depthwise of 16 channels, rows", 64, 60, 16, 16, 3, 1, 1, "SAME", 16},
+    {"1x1 64 -> 16 (one output block, written in place), rows", 55, 55, 64, 16, 1, 1, 1,
+     "SAME", 1},
     {"3x3 depthwise stride 2, channel blocks", 81, 80, 48, 48, 3, 2, 1, "SAME", 48},
     {"3x3 depthwise, one part", 14, 13, 32, 32, 3, 1, 1, "SAME", 32},
     {"3x3 two groups of 16 -> 32", 12, 12, 32, 64, 3, 1, 1, "SAME", 2},
