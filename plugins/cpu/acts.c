@@ -2,6 +2,7 @@
 /* acts.c - the elementwise tail of the fused nodes (acts.h). */
 #include "acts.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "cpu_util.h"
@@ -47,6 +48,26 @@ floe_code cpu_acts_parse(const FloeHostApi *host, FloeKernelInit *init, const ch
     return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
                                 "%s: activations \"%s\": a Save without its Gate", op, list);
   return FLOE_OK;
+}
+
+bool cpu_acts_clip(const CpuActs *acts, float *lo, float *hi) {
+  const CpuAct *a = acts->act;
+  if (acts->n == 1 && (a[0].kind == ACT_RELU6 || a[0].kind == ACT_RELU)) {
+    *lo = 0.0f;
+    *hi = a[0].kind == ACT_RELU6 ? 6.0f : INFINITY;
+    return true;
+  }
+  if (acts->n != 2) return false;
+  for (int first = 0; first < 2; first++) { /* max then min, or min then max */
+    const CpuAct *mx = &a[first], *mn = &a[1 - first];
+    if ((mx->kind == ACT_MAX || mx->kind == ACT_CMAX) &&
+        (mn->kind == ACT_MIN || mn->kind == ACT_CMIN) && mx->a <= mn->a) {
+      *lo = mx->a;
+      *hi = mn->a;
+      return true;
+    }
+  }
+  return false;
 }
 
 /* Save keeps the values as they are there, Gate multiplies by them (y * f(y)). */

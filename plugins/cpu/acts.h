@@ -7,6 +7,7 @@
 #ifndef FLOE_CPU_ACTS_H
 #define FLOE_CPU_ACTS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cpu.h"
@@ -35,6 +36,13 @@ floe_code cpu_acts_parse(const FloeHostApi *host, FloeKernelInit *init, const ch
 
 /* y[0, n) = the tail applied to y, in order; n <= CPU_ACT_BLOCK. */
 void cpu_acts_block(const CpuActs *acts, float *y, int64_t n);
+
+/* Whether the tail is a clip to [*lo, *hi] (lo <= hi): Relu6, Relu (hi = +inf), or a
+ * Maximum (or ConstMaximum) with lo and a Minimum (or ConstMinimum) with hi in either
+ * order, which a oneDNN primitive can apply as its clip post-op while it writes. Its values
+ * are the tail's but for a NaN (clipped to lo there, kept here) and a -0 (+0 there where
+ * lo is 0). */
+bool cpu_acts_clip(const CpuActs *acts, float *lo, float *hi);
 
 /* The tail over the n-element y, in parallel on the plugin's pool. */
 void cpu_acts_run(const CpuActs *acts, float *y, int64_t n);

@@ -41,7 +41,7 @@
 #define FILTER_BLOCKS 8 /* dense filter blocks kept per node */
 
 /* Post-ops of a primitive (part of its cache key). */
-enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4 };
+enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4, POST_CLIP = 8 };
 
 
 typedef struct State {
@@ -49,6 +49,10 @@ typedef struct State {
   CpuDnnlCache cache;
   bool fused, bias, add, relu; /* _FusedConv and its flags */
   CpuActs acts;                /* its activations (acts.h) */
+  /* The activations are a clip (cpu_acts_clip) the primitive applies as it writes (its clip
+   * post-op: one pass over the output, not two); FLOE_CONV_CLIP_POSTOP=0: not. */
+  bool clip;
+  float clip_lo, clip_hi;
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
   bool plain_input;            /* blocked, but the input stays channels-last (few channels) */
   bool winograd;               /* blocked, and FLOE_CONV_WINOGRAD is not 0 */
@@ -86,6 +90,8 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   s->relu = flag(host, init, "fused_relu");
   floe_code arc = cpu_acts_parse(host, init, "_FusedConv", &s->acts);
   if (arc != FLOE_OK) return arc;
+  const char *clip = getenv("FLOE_CONV_CLIP_POSTOP");
+  s->clip = (!clip || atoi(clip) != 0) && cpu_acts_clip(&s->acts, &s->clip_lo, &s->clip_hi);
   s->blocked = flag(host, init, "blocked");
   s->plain_input = s->blocked && flag(host, init, "plain_input");
   const char *wino = getenv("FLOE_CONV_WINOGRAD");
@@ -262,7 +268,7 @@ static dnnl_status_t build_pd(const Build *b, const dnnl_convolution_desc_t *cd,
                               dnnl_engine_t eng, const_dnnl_primitive_attr_t attr,
                               dnnl_primitive_desc_t *pd, const char **what) {
   dnnl_status_t st;
-  if (!(b->post & (POST_SUM | POST_RELU))) {
+  if (!(b->post & (POST_SUM | POST_RELU | POST_CLIP))) {
     *what = "convolution primitive descriptor";
     return dnnl_primitive_desc_create(pd, cd, attr, eng, NULL);
   }
@@ -274,6 +280,9 @@ static dnnl_status_t build_pd(const Build *b, const dnnl_convolution_desc_t *cd,
       !((b->post & POST_SUM) && (st = dnnl_post_ops_append_sum(ops, 1.0f))) &&
       !((b->post & POST_RELU) &&
         (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f))) &&
+      !((b->post & POST_CLIP) &&
+        (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_clip, b->s->clip_lo,
+                                           b->s->clip_hi))) &&
       !(st = dnnl_primitive_attr_set_post_ops(mine, ops))) {
     *what = "convolution primitive descriptor";
     st = dnnl_primitive_desc_create(pd, cd, mine, eng, NULL);
@@ -920,12 +929,17 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   j.y = cpu_host->tensor_data(out);
   /* Each part applies the activations to its output while it is in cache, where every
    * part's output is dense: blocked or channels-last data. */
-  if (!empty && s->acts.n && (s->blocked || !s->a.cf)) j.acts = &s->acts;
+  /* (not on a Winograd convolution: oneDNN's takes no clip post-op, and would fall back) */
+  bool in_primitive = !empty && s->clip && !winograd_fits(s, &g, &g);
+  if (in_primitive)
+    j.post |= POST_CLIP;
+  else if (!empty && s->acts.n && (s->blocked || !s->a.cf))
+    j.acts = &s->acts;
   if (empty)
     empty_output(s, &j, cpu_host->tensor_num_elements(out));
   else if ((rc = run_conv(ctx, &j)) != FLOE_OK)
     return rc;
-  if (!j.acts) cpu_acts_run(&s->acts, j.y, cpu_host->tensor_num_elements(out));
+  if (!j.acts && !in_primitive) cpu_acts_run(&s->acts, j.y, cpu_host->tensor_num_elements(out));
   if (s->blocked) zero_padding(j.y, out_rank, dims, g.o);
   return FLOE_OK;
 }

@@ -401,6 +401,56 @@ static FloeOutput act_chain(FloeGraph *g, FloeOutput in, const ActStep *steps, i
   return y;
 }
 
+/* A clip tail (ReLU6 as ONNX exports it: Maximum 0 then Minimum 6) runs inside the
+ * convolution's primitive as its clip post-op: the same values as the tail run after the
+ * primitive (FLOE_CONV_CLIP_POSTOP=0), bitwise, except that a NaN (from an image with a NaN
+ * in it) comes out as the clip's low bound, where the tail after the primitive and the ops
+ * alone keep it. */
+START_TEST(test_conv_clip_in_primitive) {
+  static const ActStep relu6[] = {{"Maximum", 0, 0, 0}, {"Minimum", 6, 0, 0}};
+  const int64_t xd[4] = {1, 9, 8, 16}, fd[4] = {3, 3, 16, 32};
+  FloeTensor *xt = harness_random(FLOE_F32, 4, xd, 15, -2, 2);
+  ((float *)floe_tensor_data(xt))[(4 * 8 + 4) * 16] = NAN; /* the middle pixel */
+  FloeFeed feed = {"x", xt};
+  Block m;
+  FloeGraph *g = m.g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+  floe_unary(g, "Identity", "out",
+             act_chain(g, conv_nd(g, "conv", x, const_random(g, "f", FLOE_F32, 4, fd, 16)),
+                       relu6, 2));
+  const char *fetch = "out";
+  FloeTensor *post_op, *after, *alone;
+  setenv("FLOE_CONV_WINOGRAD", "0", 1); /* (oneDNN's Winograd takes no clip post-op) */
+  run_block(&m, 1, &feed, 1, &fetch, 1, &post_op, NULL, NULL);
+  setenv("FLOE_CONV_CLIP_POSTOP", "0", 1);
+  run_block(&m, 1, &feed, 1, &fetch, 1, &after, NULL, NULL);
+  unsetenv("FLOE_CONV_CLIP_POSTOP");
+  run_block(&m, 0, &feed, 1, &fetch, 1, &alone, NULL, NULL);
+  unsetenv("FLOE_CONV_WINOGRAD");
+  const float *p = floe_tensor_data(post_op), *a = floe_tensor_data(after),
+              *u = floe_tensor_data(alone);
+  int64_t nans = 0;
+  for (int64_t i = 0; i < floe_tensor_num_elements(alone); i++) {
+    if (isnan(u[i])) {
+      nans++;
+      ck_assert_msg(isnan(a[i]) && p[i] == 0.0f, "at %lld: after %g, post-op %g, want NaN and 0",
+                    (long long)i, a[i], p[i]);
+      continue;
+    }
+    /* the fused runs compute the same convolution (blocked, direct) and apply the clip
+     * inside or after it: bitwise; the ops alone (channels-last) sum in another order */
+    ck_assert_msg(p[i] == a[i] && fabsf(a[i] - u[i]) <= 1e-4f,
+                  "at %lld: post-op %g, after %g, alone %g", (long long)i, p[i], a[i], u[i]);
+  }
+  ck_assert_int_eq(nans, 9 * 32); /* the 3x3 windows over the NaN, every channel */
+  floe_tensor_release(post_op);
+  floe_tensor_release(after);
+  floe_tensor_release(alone);
+  floe_tensor_release(xt);
+  floe_graph_free(g);
+}
+END_TEST
+
 /* Elementwise ops after a convolution are fused into it (activations) and computed as the
  * unfused kernels compute them: the fused chain's values are bitwise those of the same ops
  * run alone on the convolution's values; nothing of the chain runs on its own; the profile
@@ -710,6 +760,7 @@ int main(void) {
   tcase_add_test(tc, test_conv_nd_fetched_fed_or_f64_not_fused);
   tcase_add_test(tc, test_conv_nd_alone);
   tcase_add_test(tc, test_conv_nd_activations_fused);
+  tcase_add_test(tc, test_conv_clip_in_primitive);
   tcase_add_test(tc, test_matmul_chains_fused);
   tcase_add_test(tc, test_matmul_not_fused);
   tcase_add_test(tc, test_fused_matmul_errors);
