@@ -584,22 +584,35 @@ static FloeGraph *resnet(const char **fetch, bool avg, bool nchw) {
   return gr;
 }
 
+/* Runs gr (freed) once on `threads` threads with profiling; *rows, *n: its per-node profile
+ * (the caller frees *rows). Returns the fetched tensor. */
+static FloeTensor *run_profiled(FloeGraph *gr, int threads, const FloeFeed *feeds, int nf,
+                                const char *fetch, FloeNodeProfile **rows, int *n) {
+  FloeRuntime *rt = harness_runtime(threads);
+  FloeSession *s = harness_session(gr, rt);
+  floe_session_set_profiling(s, 1);
+  FloeStatus *st = floe_status_new();
+  FloeTensor *out = NULL;
+  ck_assert_msg(floe_session_run(s, feeds, nf, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
+                floe_status_message(st));
+  ck_assert_int_eq(floe_session_profile_nodes(s, rows, n, st), FLOE_OK);
+  floe_status_free(st);
+  floe_session_free(s);
+  out = own_copy(out);
+  floe_runtime_free(rt);
+  floe_graph_free(gr);
+  return out;
+}
+
 /* Runs the network on x; *blocked_nodes: nodes of converter ops that ran. */
 static FloeTensor *run_resnet(FloeTensor *x, bool avg, bool nchw, int threads, int *to,
                               int *from, int *transposes) {
   const char *fetch;
   FloeGraph *gr = resnet(&fetch, avg, nchw);
-  FloeRuntime *rt = harness_runtime(threads);
-  FloeSession *s = harness_session(gr, rt);
-  floe_session_set_profiling(s, 1);
-  FloeStatus *st = floe_status_new();
   FloeFeed feed = {"x", x};
-  FloeTensor *out = NULL;
-  ck_assert_msg(floe_session_run(s, &feed, 1, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
-                floe_status_message(st));
   FloeNodeProfile *rows = NULL;
   int n = 0;
-  ck_assert_int_eq(floe_session_profile_nodes(s, &rows, &n, st), FLOE_OK);
+  FloeTensor *out = run_profiled(gr, threads, &feed, 1, fetch, &rows, &n);
   *to = *from = *transposes = 0;
   for (int i = 0; i < n; i++) {
     *to += strcmp(rows[i].op, "_ToBlocked") == 0;
@@ -607,11 +620,6 @@ static FloeTensor *run_resnet(FloeTensor *x, bool avg, bool nchw, int threads, i
     *transposes += strcmp(rows[i].op, "Transpose") == 0;
   }
   free(rows);
-  floe_status_free(st);
-  floe_session_free(s);
-  out = own_copy(out);
-  floe_runtime_free(rt);
-  floe_graph_free(gr);
   return out;
 }
 
@@ -723,28 +731,15 @@ START_TEST(layout_pass_blocks_concat) {
     floe_tensor_release(axes);
     floe_node_finish(m);
     ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, NULL));
-    FloeRuntime *rt = harness_runtime(2);
-    FloeSession *s = harness_session(gr, rt);
-    floe_session_set_profiling(s, 1);
-    FloeStatus *st = floe_status_new();
     FloeFeed feeds[2] = {{"x", x}, {"z", z}};
-    const char *fetch = "mean";
-    FloeTensor *out = NULL;
-    ck_assert_msg(floe_session_run(s, feeds, 2, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
-                  floe_status_message(st));
     FloeNodeProfile *rows = NULL;
     int n = 0, to = 0, from = 0;
-    ck_assert_int_eq(floe_session_profile_nodes(s, &rows, &n, st), FLOE_OK);
+    FloeTensor *out = run_profiled(gr, 2, feeds, 2, "mean", &rows, &n);
     for (int i = 0; i < n; i++) {
       to += strcmp(rows[i].op, "_ToBlocked") == 0;
       from += strcmp(rows[i].op, "_FromBlocked") == 0;
     }
     free(rows);
-    floe_status_free(st);
-    floe_session_free(s);
-    out = own_copy(out);
-    floe_runtime_free(rt);
-    floe_graph_free(gr);
     unsetenv("FLOE_BLOCKED_LAYOUT");
     if (!blocked) {
       ck_assert_int_eq(to + from, 0);
@@ -866,18 +861,10 @@ static FloeTensor *run_padded_net(FloeTensor *x, const char *layout, const char 
   floe_tensor_release(axes);
   floe_node_finish(m);
   ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, NULL));
-  FloeRuntime *rt = harness_runtime(2);
-  FloeSession *ss = harness_session(gr, rt);
-  floe_session_set_profiling(ss, 1);
-  FloeStatus *st = floe_status_new();
   FloeFeed feed = {"x", x};
-  const char *fetch = "mean";
-  FloeTensor *out = NULL;
-  ck_assert_msg(floe_session_run(ss, &feed, 1, &fetch, 1, NULL, 0, &out, st) == FLOE_OK, "%s",
-                floe_status_message(st));
   FloeNodeProfile *rows = NULL;
   int n = 0;
-  ck_assert_int_eq(floe_session_profile_nodes(ss, &rows, &n, st), FLOE_OK);
+  FloeTensor *out = run_profiled(gr, 2, &feed, 1, "mean", &rows, &n);
   *conversions = 0;
   *scale_blocked = *gate_blocked = false;
   for (int i = 0; i < n; i++) {
@@ -886,11 +873,6 @@ static FloeTensor *run_padded_net(FloeTensor *x, const char *layout, const char 
     *gate_blocked |= !strcmp(rows[i].node, "gate/_blocked");
   }
   free(rows);
-  floe_status_free(st);
-  floe_session_free(ss);
-  out = own_copy(out);
-  floe_runtime_free(rt);
-  floe_graph_free(gr);
   unsetenv("FLOE_BLOCKED_LAYOUT");
   unsetenv("FLOE_BLOCKED_PADDING");
   return out;
