@@ -797,7 +797,10 @@ static void zero_padding(float *y, int rank, const int64_t *dims, int64_t o) {
   for (int i = 2; i < rank - 1; i++) px *= dims[i];
   for (int64_t n = 0; n < dims[0]; n++) {
     float *last = y + (n * dims[1] + dims[1] - 1) * px * 16;
-    for (int64_t p = 0; p < px; p++) memset(last + p * 16 + lanes, 0, (size_t)(16 - lanes) * sizeof *y);
+    for (int64_t p = 0; p < px; p++) { /* a 16-lane blend, not a call per pixel */
+      float *q = last + p * 16;
+      for (int l = 0; l < 16; l++) q[l] = l < lanes ? q[l] : 0.0f;
+    }
   }
 }
 
