@@ -538,6 +538,32 @@ static FloeOutput conv(FloeGraph *gr, const char *name, FloeOutput x, int64_t k,
   return floe_out(floe_node_finish(b), 0);
 }
 
+/* The mean of channels-last x over its two spatial dims (axes 1, 2), as node `name` (its axes
+ * Const `name`_axes); keep_dims as told. */
+static FloeOutput spatial_mean(FloeGraph *gr, const char *name, FloeOutput x, bool keep_dims) {
+  char an[64];
+  snprintf(an, sizeof an, "%s_axes", name);
+  FloeNodeBuilder *m = floe_node_begin(gr, "Mean", name);
+  floe_node_add_input(m, x);
+  FloeTensor *axes = harness_i64(1, (int64_t[]){2}, (int64_t[]){1, 2});
+  floe_node_add_input(m, floe_const(gr, an, axes));
+  floe_tensor_release(axes);
+  if (keep_dims) floe_node_set_attr_bool(m, "keep_dims", 1);
+  return floe_out(floe_node_finish(m), 0);
+}
+
+/* A channels-last 2x2 MAX pool of stride 2 of x with padding ("VALID" or "SAME"). */
+static FloeOutput max_pool2(FloeGraph *gr, const char *name, FloeOutput x, const char *padding) {
+  FloeNodeBuilder *pb = floe_node_begin(gr, "Pool", name);
+  floe_node_add_input(pb, x);
+  floe_node_set_attr_string(pb, "pooling_type", "MAX");
+  int64_t k[4] = {1, 2, 2, 1};
+  floe_node_set_attr_int_list(pb, "ksize", k, 4);
+  floe_node_set_attr_int_list(pb, "strides", k, 4);
+  floe_node_set_attr_string(pb, "padding", padding);
+  return floe_out(floe_node_finish(pb), 0);
+}
+
 /* A residual network: a 3-channel stem, a pooling (MAX, or AVG with explicit padding,
  * ceil_mode and the padding counted), two blocks (one with a strided 1x1 shortcut), global
  * average pooling. */
@@ -572,13 +598,7 @@ static FloeGraph *resnet(const char **fetch, bool avg, bool nchw) {
   FloeOutput d = conv(gr, "down", a, 1, 16, 32, 2, 4);
   FloeOutput bb = floe_unary(gr, "Relu", "b1", conv(gr, "c3", a, 3, 16, 32, 2, 5));
   bb = floe_unary(gr, "Relu", "b2", floe_binary(gr, "Add", "add2", conv(gr, "c4", bb, 3, 32, 32, 1, 6), d));
-  FloeNodeBuilder *m = floe_node_begin(gr, "Mean", "pool");
-  floe_node_add_input(m, bb);
-  int64_t axes_v[2] = {1, 2};
-  FloeTensor *axes = harness_i64(1, (int64_t[]){2}, axes_v);
-  floe_node_add_input(m, floe_const(gr, "axes", axes));
-  floe_tensor_release(axes);
-  FloeOutput y = floe_out(floe_node_finish(m), 0);
+  FloeOutput y = spatial_mean(gr, "pool", bb, false);
   ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, NULL));
   *fetch = floe_node_name(y.node);
   return gr;
@@ -700,22 +720,9 @@ START_TEST(layout_pass_blocks_concat) {
     floe_tensor_release(k1);
     floe_tensor_release(k2);
     /* a squeeze-excitation: the per-image channel means (kept dims), a sigmoid, scaling */
-    FloeNodeBuilder *sq = floe_node_begin(gr, "Mean", "squeeze");
-    floe_node_add_input(sq, cat);
-    FloeTensor *sqa = harness_i64(1, (int64_t[]){2}, (int64_t[]){1, 2});
-    floe_node_add_input(sq, floe_const(gr, "squeeze_axes", sqa));
-    floe_tensor_release(sqa);
-    floe_node_set_attr_bool(sq, "keep_dims", 1);
-    FloeOutput gate = floe_unary(gr, "Sigmoid", "gate", floe_out(floe_node_finish(sq), 0));
+    FloeOutput gate = floe_unary(gr, "Sigmoid", "gate", spatial_mean(gr, "squeeze", cat, true));
     cat = floe_binary(gr, "Mul", "excite", gate, cat);
-    FloeNodeBuilder *pb = floe_node_begin(gr, "Pool", "pool");
-    floe_node_add_input(pb, cat);
-    floe_node_set_attr_string(pb, "pooling_type", "MAX");
-    int64_t k[4] = {1, 2, 2, 1};
-    floe_node_set_attr_int_list(pb, "ksize", k, 4);
-    floe_node_set_attr_int_list(pb, "strides", k, 4);
-    floe_node_set_attr_string(pb, "padding", "VALID");
-    FloeOutput p = floe_out(floe_node_finish(pb), 0);
+    FloeOutput p = max_pool2(gr, "pool", cat, "VALID");
     int64_t cin = axis == 2 ? 16 : 48, cout = axis == 2 ? 32 : 16;
     FloeOutput c = conv(gr, "cc", p, 1, cin, cout, 1, 23);
     FloeOutput cz[2] = {c, zp};
@@ -724,12 +731,7 @@ START_TEST(layout_pass_blocks_concat) {
     floe_node_add_input(cb, floe_const(gr, "axis2", ax));
     floe_tensor_release(ax);
     FloeOutput cat2 = floe_out(floe_node_finish(cb), 0);
-    FloeNodeBuilder *m = floe_node_begin(gr, "Mean", "mean");
-    floe_node_add_input(m, cat2);
-    FloeTensor *axes = harness_i64(1, (int64_t[]){2}, (int64_t[]){1, 2});
-    floe_node_add_input(m, floe_const(gr, "axes", axes));
-    floe_tensor_release(axes);
-    floe_node_finish(m);
+    spatial_mean(gr, "mean", cat2, false);
     ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, NULL));
     FloeFeed feeds[2] = {{"x", x}, {"z", z}};
     FloeNodeProfile *rows = NULL;
@@ -841,25 +843,14 @@ static FloeTensor *run_padded_net(FloeTensor *x, const char *layout, const char 
   FloeOutput s = floe_unary(gr, "Relu", "stem_relu", conv(gr, "stem", xp, 3, 3, 16, 1, 51));
   FloeOutput a = floe_unary(gr, "Relu", "a", conv(gr, "ca", s, 1, 16, 24, 1, 52));
   FloeOutput l = conv(gr, "cl", a, 1, 24, 40, 1, 53), r = conv(gr, "cr", a, 3, 24, 40, 1, 54);
-  FloeNodeBuilder *pb = floe_node_begin(gr, "Pool", "pool");
-  floe_node_add_input(pb, floe_binary(gr, "Add", "sum", l, r));
-  floe_node_set_attr_string(pb, "pooling_type", "MAX");
-  int64_t k[4] = {1, 2, 2, 1};
-  floe_node_set_attr_int_list(pb, "ksize", k, 4);
-  floe_node_set_attr_int_list(pb, "strides", k, 4);
-  floe_node_set_attr_string(pb, "padding", "SAME");
-  FloeOutput sum = floe_binary(gr, "Mul", "scale", floe_out(floe_node_finish(pb), 0),
+  FloeOutput sum = floe_binary(gr, "Mul", "scale",
+                               max_pool2(gr, "pool", floe_binary(gr, "Add", "sum", l, r), "SAME"),
                                floe_const_f32(gr, "k", 0.5f));
   FloeOutput g = floe_binary(gr, "Add", "shift", floe_unary(gr, "Sigmoid", "gate", sum),
                              floe_const_f32(gr, "one", 1.0f));
   FloeOutput y = floe_unary(gr, "Relu", "y", conv(gr, "cy", conv(gr, "cg", g, 1, 40, 24, 2, 55),
                                                   3, 24, 40, 1, 56));
-  FloeNodeBuilder *m = floe_node_begin(gr, "Mean", "mean");
-  floe_node_add_input(m, y);
-  FloeTensor *axes = harness_i64(1, (int64_t[]){2}, (int64_t[]){1, 2});
-  floe_node_add_input(m, floe_const(gr, "axes", axes));
-  floe_tensor_release(axes);
-  floe_node_finish(m);
+  spatial_mean(gr, "mean", y, false);
   ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, NULL));
   FloeFeed feed = {"x", x};
   FloeNodeProfile *rows = NULL;
