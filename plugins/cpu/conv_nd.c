@@ -441,18 +441,17 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
   bool x_in_place = plain || cb == 1, y_in_place = ob == 1;
   float *xin, *yout = NULL;
   size_t xn = x_in_place ? 0 : (size_t)(cb * g.in[d] * in_row);
-  size_t yn = (size_t)(ob * g.out[d] * out_row);
-  floe_code rc = xn + (y_in_place ? 0 : yn) == 0
-                     ? FLOE_OK
-                     : part_temp(ctx, ctx_lock, (xn + (y_in_place ? 0 : yn)) * sizeof(float),
-                                 (void **)&yout);
+  size_t yn = (size_t)(ob * g.out[d] * out_row), ys = y_in_place ? 0 : yn; /* scratch: y, x */
+  floe_code rc = xn + ys ? part_temp(ctx, ctx_lock, (xn + ys) * sizeof(float), (void **)&yout)
+                         : FLOE_OK;
   if (rc != FLOE_OK) return rc;
-  xin = y_in_place ? yout : yout + yn;
-  if (y_in_place) yout = j->y + yoff;
-  if (x_in_place)
+  if (x_in_place) {
     xin = (float *)x;
-  else
+  } else {
+    xin = yout + ys;
     copy_planes(xin, x, cb, g.in[d], in_row, w->in[d], g.in[d]);
+  }
+  if (y_in_place) yout = j->y + yoff;
   if (j->post & POST_SUM) copy_planes(yout, j->side + yoff, ob, g.out[d], out_row, w->out[d], g.out[d]);
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,  g.in[0], g.in[1], g.in[2], g.o,
                                    g.k[0], g.k[1], g.k[2], g.ns, j->post, 0,
