@@ -445,6 +445,7 @@ static int fuse_maxpool_grad_relu(Fuse *f, FloeNode *rg) {
 
 typedef struct Blocker {
   Fuse *f;
+  bool pad;         /* channel counts that are not whole blocks are blocked, padded */
   FloeNode **blk;   /* per node id below f->g's size at the start: its blocked replacement */
   FloeNode **back;  /* and a _FromBlocked of that, when one was made already */
   int cap;
@@ -467,9 +468,9 @@ static bool padding_enabled(void) {
 
 /* Channels-last, 1 to 3 spatial dims, the channel count known: blocked, its last block
  * padded when the count is not a multiple of 16 (whole blocks only with padding off). */
-static bool known_channels(const FloeShape *s) {
+static bool known_channels(const Blocker *bl, const FloeShape *s) {
   return s->rank >= 3 && s->rank <= 5 && s->dims[s->rank - 1] > 0 &&
-         (s->dims[s->rank - 1] % 16 == 0 || padding_enabled());
+         (s->dims[s->rank - 1] % 16 == 0 || bl->pad);
 }
 
 /* Channels-last with fewer than 16 channels (a first layer: RGB): a blocked convolution
@@ -497,7 +498,8 @@ static bool blockable(const Blocker *bl, const FloeNode *n) {
       !attr_is(n, "data_format", "CHANNELS_LAST"))
     return false;
   const FloeShape *x = shape_of(n->inputs[0]), *y = &n->out_shapes[0];
-  if (!(known_channels(x) || plain_input(x)) || !known_channels(y) || x->rank != y->rank)
+  if (!(known_channels(bl, x) || plain_input(x)) || !known_channels(bl, y) ||
+      x->rank != y->rank)
     return false;
   /* Padding joins a chain that is blocked already: a padded conv between channels-last
    * neighbours (ShuffleNet's stem and channel splits and shuffles) would only add
@@ -858,13 +860,13 @@ static FloeOutput blocked_operand(Blocker *bl, FloeOutput other, const FloeShape
     dims[r - 1] = 16;
     return reshape_to(f, other, dims, r, near, "_blocked_operand");
   }
-  if (s->rank == y->rank && known_channels(s) && c == yc) {
+  if (s->rank == y->rank && known_channels(bl, s) && c == yc) {
     /* y's channels, any other dims (y's, or 1 to broadcast: a gate per image and channel):
      * the blocked form broadcasts as the channels-last one did, the channels staying put */
     FloeNode *t = as_blocked(bl, other, near);
     return t ? (FloeOutput){t, 0} : none;
   }
-  if (!ones || c != yc || !known_channels(y)) return none;
+  if (!ones || c != yc || !known_channels(bl, y)) return none;
   dims[r - 2] = c; /* [1, ..., 1, C] of y's rank, then blocked with its padding */
   FloeOutput at_rank = reshape_to(f, other, dims, r - 1, near, "_operand_rank");
   FloeNode *t = at_rank.node ? as_blocked(bl, at_rank, near) : NULL;
@@ -900,8 +902,8 @@ static void block_elementwise(Blocker *bl, FloeNode *n) {
   int at = -1;
   for (int i = n->num_inputs - 1; i >= 0; i--)
     if (blocked_output(bl, n->inputs[i]) && floe__opt_same_shape(shape_of(n->inputs[i]), y)) at = i;
-  bool padded = known_channels(y) && !whole_blocks(y);
-  if (at < 0 || !known_channels(y) || (padded && !keeps)) return;
+  bool padded = known_channels(bl, y) && !whole_blocks(y);
+  if (at < 0 || !known_channels(bl, y) || (padded && !keeps)) return;
   FloeOutput ins[2] = {{bl->blk[n->inputs[at].node->id], 0}, {NULL, 0}};
   if (bin) {
     ins[1] = blocked_operand(bl, n->inputs[1 - at], y, n,
@@ -1010,7 +1012,7 @@ static bool blocked_layout_enabled(void) {
 
 static int block_convs(Fuse *f) {
   if (!blocked_layout_enabled()) return 0;
-  Blocker bl = {.f = f, .cap = f->g->num_nodes};
+  Blocker bl = {.f = f, .pad = padding_enabled(), .cap = f->g->num_nodes};
   bl.blk = floe__calloc((size_t)(bl.cap ? bl.cap : 1), sizeof *bl.blk);
   bl.back = floe__calloc((size_t)(bl.cap ? bl.cap : 1), sizeof *bl.back);
   if (!bl.blk || !bl.back) {
