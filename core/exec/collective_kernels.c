@@ -184,12 +184,23 @@ static void collective_compute(void *state, FloeKernelContext *ctx, FloeDoneFn d
   if (floe__collective_memory(ctx->device->rt, &rq, ctx->device, &on_device, &st) != FLOE_OK)
     goto fail_st;
   FloeDevice *mem = on_device ? ctx->device : NULL;
-  if (in && !(k->in = floe__tensor_to_device(in, mem, &st))) goto fail_st;
-  /* The device's allocator when it reads host memory: it keeps large blocks for the next
-   * step (a fresh one would page-fault on every 4 KiB the backend writes). */
-  if (!(k->out = floe__tensor_alloc(on_device || ctx->device->host_memory ? ctx->device : NULL,
-                                    dt, rank, dims, &st)))
-    goto fail_st;
+  /* An all-reduce whose input nobody else reads (a gradient computed this step, the buffer
+   * fusion's pack) runs in place: no output to allocate, and the backends skip their first
+   * copy (Gloo's ring copies an input into a distinct output before it starts). */
+  if (rq.kind == FLOE__COLL_ALL_REDUCE && (on_device || ctx->device->host_memory) &&
+      floe__exec_may_reuse(ctx, 0)) {
+    floe_tensor_retain(in);
+    floe_tensor_retain(in);
+    k->in = k->out = in;
+  } else {
+    if (in && !(k->in = floe__tensor_to_device(in, mem, &st))) goto fail_st;
+    /* The device's allocator when it reads host memory: it keeps large blocks for the next
+     * step (a fresh one would page-fault on every 4 KiB the backend writes). */
+    if (!(k->out = floe__tensor_alloc(on_device || ctx->device->host_memory ? ctx->device
+                                                                           : NULL,
+                                      dt, rank, dims, &st)))
+      goto fail_st;
+  }
   rq.in = k->in ? device_data(k->in) : NULL;
   rq.out = device_data(k->out);
   rq.count = (size_t)(rq.kind == FLOE__COLL_BCAST_RECV ? k->out->num_elements

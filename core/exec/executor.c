@@ -816,6 +816,9 @@ static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
       return;
     }
     floe__exec_fill_ctx(s, en, inv, s->in_ptrs + en->in_base, s->entries + en->out_base);
+    /* an async kernel may take an input no one else reads too (an all-reduce in place): its
+     * entry's use is dropped only at node_done, after the kernel completes */
+    if (e->reuse_buffers) inv->ctx.input_src = e->input_src + en->in_base;
     s->tasks[n].step = s;
     void *ticket = floe__exec_arm_done(s, n, async_done, &s->tasks[n]);
     if (!ticket) {

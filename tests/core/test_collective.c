@@ -228,6 +228,72 @@ START_TEST(steps_and_two_instances) {
 }
 END_TEST
 
+/* An all-reduce of a value computed in the step runs in place on it (the kernel's input is
+ * its output) when nothing else reads that value; a value other nodes read, or that is
+ * fetched, keeps its own contents. Rank r: p_r fed, y_r = p_r + p_r, out_r = all_reduce(y_r),
+ * and on rank 1 also z = y_1 * out_1 (a second reader of y_1, after the all-reduce). Each of the three ways is checked
+ * against values from the inputs alone. */
+static bool gloo_loaded(void);
+
+START_TEST(all_reduce_in_place_of_a_step_value) {
+  for (int backend = 0; backend < 2; backend++) {
+    if (backend == 1 && !gloo_loaded()) continue;
+    for (int fetch_y = 0; fetch_y < 2; fetch_y++) {
+      char what[96];
+      snprintf(what, sizeof what, "%s, %s", backend ? "gloo" : "ring",
+               fetch_y ? "y fetched too" : "y read only by the all-reduce");
+      FloeGraph *g = floe_graph_new();
+      FloeCollectiveOptions o = opts_of(2, next_group++, 3);
+      o.backend = backend ? "gloo" : NULL;
+      int64_t dims[1] = {20000};
+      for (int r = 0; r < 2; r++) {
+        char pn[8], yn[8], on[8];
+        snprintf(pn, sizeof pn, "p%d", r);
+        snprintf(yn, sizeof yn, "y%d", r);
+        snprintf(on, sizeof on, "out%d", r);
+        floe_graph_set_device_scope(g, r ? "cpu:1" : "cpu:0");
+        FloeOutput p = floe_placeholder(g, pn, FLOE_F32, floe_shape_make(1, dims));
+        FloeOutput y = floe_binary(g, "Add", yn, p, p);
+        FloeOutput out = floe_all_reduce(g, on, y, FLOE_REDUCE_SUM, &o);
+        if (r == 1) floe_binary(g, "Mul", "z", y, out); /* reads y after the all-reduce */
+      }
+      ck_assert_msg(floe_graph_status(g) == FLOE_OK, "%s: %s", what, floe_graph_error(g, NULL));
+      FloeSession *s = harness_session(g, rt);
+      FloeTensor *x0 = make_input(0, FLOE_F32, 1, dims), *x1 = make_input(1, FLOE_F32, 1, dims);
+      FloeFeed feeds[2] = {{"p0", x0}, {"p1", x1}};
+      const char *fetch[5] = {"out0", "out1", "z", "y0", "y1"};
+      for (int step = 0; step < 3; step++) {
+        FloeTensor *outs[5] = {0};
+        harness_run(s, feeds, 2, fetch, fetch_y ? 5 : 3, NULL, 0, outs, what);
+        for (int64_t j = 0; j < dims[0]; j++) {
+          double v0 = input_value(0, j, FLOE_F32), v1 = input_value(1, j, FLOE_F32);
+          double sum = 2 * v0 + 2 * v1;
+          ck_assert_msg(harness_get(outs[0], j) == sum && harness_get(outs[1], j) == sum,
+                        "%s, step %d: element %lld = %g and %g, want %g", what, step,
+                        (long long)j, harness_get(outs[0], j), harness_get(outs[1], j), sum);
+          ck_assert_msg(harness_get(outs[2], j) == (float)(2 * v1 * sum),
+                        "%s, step %d: z[%lld] = %g, want %g (the second reader saw the sum?)",
+                        what, step, (long long)j, harness_get(outs[2], j), 2 * v1 * sum);
+          if (fetch_y)
+            ck_assert_msg(harness_get(outs[3], j) == 2 * v0 && harness_get(outs[4], j) == 2 * v1,
+                          "%s, step %d: fetched y[%lld] = %g and %g, want %g and %g", what,
+                          step, (long long)j, harness_get(outs[3], j),
+                          harness_get(outs[4], j), 2 * v0, 2 * v1);
+        }
+        /* the feeds are the caller's: never reduced into */
+        ck_assert_double_eq(harness_get(x0, 7), input_value(0, 7, FLOE_F32));
+        for (int i = 0; i < 5; i++)
+          if (outs[i]) floe_tensor_release(outs[i]);
+      }
+      floe_tensor_release(x0);
+      floe_tensor_release(x1);
+      floe_session_free(s);
+      floe_graph_free(g);
+    }
+  }
+}
+END_TEST
+
 /* Runs a two-rank graph whose ranks' inputs have n0 and n1 elements; returns the run's code
  * and copies its message. */
 /* Rank r's all-reduce (sum of f32) on devs[r] of its input (a Const on cpu:r); the results
@@ -578,6 +644,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, all_reduce_counts_and_dtypes);
   tcase_add_test(tc, gather_scatter_broadcast);
   tcase_add_test(tc, steps_and_two_instances);
+  tcase_add_test(tc, all_reduce_in_place_of_a_step_value);
   tcase_add_test(tc, members_that_disagree);
   tcase_add_test(tc, bad_attributes);
   tcase_add_test(tc, one_group_key_one_size);
