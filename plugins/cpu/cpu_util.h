@@ -264,10 +264,9 @@ static inline void cpu_denormals_restore(unsigned state) {
  * them (libm's are scalar calls; the selects need -fno-trapping-math, see elementwise.c).
  * Error below 1 ulp against a double libm; Inf, NaN, 0 and subnormals handled. */
 
-static inline float cpu_exp_f32(float x) {
-  float c = x != x ? 0.0f : x;
-  c = c < -104.0f ? -104.0f : c; /* exp(-104) rounds to 0 */
-  c = c > 89.0f ? 89.0f : c;     /* exp(89) overflows to Inf */
+/* The reduction shared by the two exps below: p = exp(r) in about [0.7, 1.42] and n, with
+ * exp(c) = p 2^n for c clamped to [-104, 89]. */
+static inline float cpu_exp_reduce_f32(float c, int32_t *n) {
   /* n = round(c / ln2) with the 1.5 * 2^23 trick (no libm call), then Cody-Waite c - n ln2. */
   float fn = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = c - fn * 0.693359375f;
@@ -278,14 +277,33 @@ static inline float cpu_exp_f32(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  /* 2^n as two factors so n in [-150, 128] needs no special case for subnormals or Inf. */
-  int32_t n = (int32_t)fn;
-  int32_t n1 = n / 2, n2 = n - n1;
+  *n = (int32_t)fn;
+  return p * (r * r) + r + 1.0f;
+}
+
+static inline float cpu_exp_f32(float x) {
+  float c = x != x ? 0.0f : x; /* no NaN reaches the conversion to an integer */
+  c = c < -104.0f ? -104.0f : c; /* exp(-104) rounds to 0 */
+  c = c > 89.0f ? 89.0f : c;     /* exp(89) overflows to Inf */
+  int32_t n;
+  float p = cpu_exp_reduce_f32(c, &n);
+  /* 2^n as two factors so n in [-150, 128] needs no special case for subnormals or Inf: the
+   * first product is exact, the second rounds once (to p 2^n). */
+  int32_t n1 = n >> 1, n2 = n - n1; /* each in [-75, 64] */
   float s1 = cpu_bits_f32((uint32_t)(n1 + 127) << 23);
   float s2 = cpu_bits_f32((uint32_t)(n2 + 127) << 23);
   float y = (p * s1) * s2;
   return x != x ? x : y;
+}
+
+/* cpu_exp_f32 of c <= 0, bit for bit, in fewer operations (the sigmoid's exp(-|x|), which is
+ * most of its cost): n is in [-150, 0], so p 2^(n + 64) is exact and normal and one rounding
+ * by 2^-64 gives p 2^n, subnormals included. A NaN gives 0: the caller keeps its NaN. */
+static inline float cpu_exp_nonpos_f32(float c) {
+  c = c >= -104.0f ? c : -104.0f; /* one max; a NaN becomes -104 too */
+  int32_t n;
+  float p = cpu_exp_reduce_f32(c, &n);
+  return (p * cpu_bits_f32((uint32_t)(n + 127 + 64) << 23)) * 5.42101086242752217e-20f;
 }
 
 static inline float cpu_log_f32(float x) {
@@ -356,9 +374,10 @@ static inline float cpu_expm1_f32(float x) {
 
 static inline float cpu_sigmoid_f32(float x) {
   /* exp of -|x| never overflows, so the result stays accurate far into the tails. */
-  float e = cpu_exp_f32(-fabsf(x));
+  float e = cpu_exp_nonpos_f32(-fabsf(x));
   float r = 1.0f / (1.0f + e);
-  return x >= 0.0f ? r : e * r;
+  float y = x >= 0.0f ? r : e * r;
+  return x != x ? x : y;
 }
 
 static inline double cpu_sigmoid_f64(double x) {
