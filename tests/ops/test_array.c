@@ -406,6 +406,21 @@ START_TEST(test_transpose_large) {
 }
 END_TEST
 
+/* 4-byte tiles move as 8 x 8 register blocks where the CPU has AVX2: channel counts and
+ * images that are and are not multiples of 8 (whole blocks, then the rows and columns past
+ * them), both ways between NCHW and NHWC, and tiles of 8 to 31 on each side. */
+START_TEST(test_transpose_layouts) {
+  const int64_t images[][4] = {{2, 58, 28, 28}, {1, 24, 7, 9}, {3, 16, 8, 8}, {1, 3, 33, 31}};
+  for (size_t i = 0; i < sizeof images / sizeof images[0]; i++) {
+    check_transpose(FLOE_F32, 4, images[i], (int64_t[]){0, 2, 3, 1}, FLOE_I32);
+    check_transpose(FLOE_I32, 4, images[i], (int64_t[]){0, 3, 1, 2}, FLOE_I64);
+  }
+  for (int64_t a = 8; a < 32; a += 5)
+    for (int64_t b = 8; b < 32; b += 7)
+      check_transpose(FLOE_F32, 2, (int64_t[]){a, b}, (int64_t[]){1, 0}, FLOE_I32);
+}
+END_TEST
+
 START_TEST(test_transpose_errors) {
   FloeTensor *x = rnd(FLOE_F32, 3, (int64_t[]){2, 3, 4}, 1);
   const int64_t bad[][3] = {{0, 0, 1}, {0, 1, 3}, {-1, 0, 1}};
@@ -1146,6 +1161,7 @@ static Suite *array_suite(void) {
       {"sources", test_noop},          {"views", test_reshape},
       {"views", test_squeeze_expand_dims}, {"transpose", test_transpose_2d},
       {"transpose", test_transpose_nd}, {"transpose", test_transpose_large},
+      {"transpose", test_transpose_layouts},
       {"transpose", test_transpose_errors}, {"concat_split", test_concat},
       {"concat_split", test_concat_errors}, {"concat_split", test_split},
       {"slice", test_slice},           {"slice", test_strided_slice_tf_examples},
