@@ -71,14 +71,16 @@ static FloeNode *copy_node(Pass *p, const FloeNode *n, const FloeOutput *ins, co
   return c;
 }
 
-static FloeOutput transpose(Pass *p, const FloeNode *near, FloeOutput x, const int64_t *perm) {
+/* Transpose(x, perm) of rank r (perm's entries). */
+static FloeOutput transpose_n(Pass *p, const FloeNode *near, FloeOutput x, const int64_t *perm,
+                              int r) {
   char *pn = fresh_name(p, near, "perm"), *tn = fresh_name(p, near, "transpose");
   FloeOutput y = {NULL, 0};
   if (pn && tn) {
-    int64_t four = 4;
-    FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &four, p->st);
+    int64_t len = r;
+    FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &len, p->st);
     if (t) {
-      memcpy(floe_tensor_data(t), perm, 4 * sizeof *perm);
+      memcpy(floe_tensor_data(t), perm, (size_t)r * sizeof *perm);
       FloeOutput pc = floe_const(p->g, pn, t);
       floe_tensor_release(t);
       FloeNodeBuilder *b = floe_node_begin(p->g, "Transpose", tn);
@@ -91,6 +93,27 @@ static FloeOutput transpose(Pass *p, const FloeNode *near, FloeOutput x, const i
   floe__free(pn);
   floe__free(tn);
   return y;
+}
+
+static FloeOutput transpose(Pass *p, const FloeNode *near, FloeOutput x, const int64_t *perm) {
+  return transpose_n(p, near, x, perm, 4);
+}
+
+/* The rank of the permutation when x is the output of a Transpose by a constant one (perm
+ * filled, *from its input), else 0. */
+static int transpose_perm_any(FloeOutput x, int64_t *perm, FloeOutput *from) {
+  if (!x.node || !op_is(x.node, "Transpose") || x.node->num_inputs != 2 || x.index != 0)
+    return 0;
+  int r = ox_const_ints(x.node->inputs[1], perm, FLOE_MAX_DIMS);
+  if (r < 1) return 0;
+  *from = x.node->inputs[0];
+  return r;
+}
+
+static bool identity_perm(const int64_t *p, int r) {
+  for (int i = 0; i < r; i++)
+    if (p[i] != i) return false;
+  return true;
 }
 
 /* Every live use of (n, 0) now reads v instead; n is dead afterwards. */
@@ -263,6 +286,198 @@ static FloeOutput nhwc_operand(Pass *p, const FloeNode *n, FloeOutput k) {
   return y;
 }
 
+/* A Reshape of T(x, perm) (rank r) to out (rank ro; one entry may be -1), xs x's shape. The
+ * reshape splits or merges groups of the logical dims; when each group's dims (those not 1)
+ * follow each other in x in the group's order (dims of 1 between them do not matter), the
+ * reshape is done on x and a transpose follows it: *phys (rank returned) is x's new shape
+ * and q that transpose. When a group's dims only come in another order, -2 is returned and
+ * z (rank r) is a transpose of x that puts them in order. -1: neither. */
+static int reshape_through(const int64_t *perm, int r, FloeShape xs, const int64_t *out, int ro,
+                           int64_t *phys, int64_t *q, int64_t *z) {
+  int64_t in[FLOE_MAX_DIMS];
+  if (xs.rank != r || r > FLOE_MAX_DIMS || ro > FLOE_MAX_DIMS) return -1;
+  for (int k = 0; k < r; k++) in[k] = xs.dims[perm[k]];
+  /* Groups g: logical input dims [gin[g], gin[g+1]) <-> output dims [gout[g], gout[g+1]). */
+  int gin[FLOE_MAX_DIMS + 2], gout[FLOE_MAX_DIMS + 2], ng = 0, i = 0, o = 0;
+  while (i < r || o < ro) {
+    if (ng > FLOE_MAX_DIMS) return -1;
+    gin[ng] = i;
+    gout[ng] = o;
+    if (i < r && o < ro && (in[i] < 0 || out[o] < 0)) {
+      if (in[i] >= 0 || out[o] >= 0) return -1; /* an unknown dim pairs with the -1 */
+      i++, o++;
+    } else {
+      int64_t a = i < r ? in[i++] : 1, b = o < ro ? out[o++] : 1;
+      while (a != b) {
+        if (a < b && i < r && in[i] >= 0) a *= in[i++];
+        else if (b < a && o < ro && out[o] >= 0) b *= out[o++];
+        else return -1;
+      }
+    }
+    ng++;
+  }
+  gin[ng] = r;
+  gout[ng] = ro;
+  int group[FLOE_MAX_DIMS], inv[FLOE_MAX_DIMS], nz[FLOE_MAX_DIMS], count = 0;
+  for (int g = 0; g < ng; g++)
+    for (int k = gin[g]; k < gin[g + 1]; k++) group[k] = g;
+  for (int k = 0; k < r; k++) inv[perm[k]] = k;
+  for (int d = 0; d < r; d++) nz[d] = xs.dims[d] == 1 ? -1 : count++; /* place among non-1s */
+  bool ordered = true;
+  for (int g = 0; g < ng; g++) {
+    int lo = count, hi = -1, m = 0, last = -1;
+    for (int k = gin[g]; k < gin[g + 1]; k++) {
+      int at = nz[perm[k]];
+      if (at < 0) continue;
+      lo = at < lo ? at : lo;
+      hi = at > hi ? at : hi;
+      if (at < last) ordered = false;
+      last = at;
+      m++;
+    }
+    if (m && hi - lo + 1 != m) return -1; /* another group's dims among them */
+  }
+  if (!ordered) {
+    /* z: in the places a group's non-1 dims hold in x, those dims in the group's order */
+    for (int d = 0; d < r; d++) z[d] = d;
+    for (int g = 0; g < ng; g++) {
+      int places[FLOE_MAX_DIMS], np = 0, m = 0;
+      for (int d = 0; d < r; d++)
+        if (nz[d] >= 0 && group[inv[d]] == g) places[np++] = d;
+      for (int k = gin[g]; k < gin[g + 1]; k++)
+        if (nz[perm[k]] >= 0) z[places[m++]] = perm[k];
+    }
+    return -2;
+  }
+  /* x's non-1 dims in order, each group's output dims where its first one was; groups of
+   * only 1s after them (their place does not change the memory) */
+  int at[FLOE_MAX_DIMS + 1], np = 0;
+  for (int g = 0; g < ng; g++) at[g] = -1;
+  for (int d = 0; d < r; d++) {
+    if (nz[d] < 0) continue;
+    int g = group[inv[d]];
+    if (at[g] >= 0) continue;
+    at[g] = np;
+    for (int k = gout[g]; k < gout[g + 1]; k++) phys[np++] = out[k];
+  }
+  for (int g = 0; g < ng; g++)
+    if (at[g] < 0) {
+      at[g] = np;
+      for (int k = gout[g]; k < gout[g + 1]; k++) phys[np++] = out[k];
+    }
+  if (np != ro) return -1;
+  for (int g = 0; g < ng; g++)
+    for (int k = gout[g]; k < gout[g + 1]; k++) q[k] = at[g] + (k - gout[g]);
+  return np;
+}
+
+/* A constant 1-D i64 tensor of v (n entries), named after n. */
+static FloeOutput const_i64(Pass *p, const FloeNode *near, const char *what, const int64_t *v,
+                            int n) {
+  int64_t len = n;
+  FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &len, p->st);
+  char *name = t ? fresh_name(p, near, what) : NULL;
+  FloeOutput y = {NULL, 0};
+  if (name) {
+    if (n) memcpy(floe_tensor_data(t), v, (size_t)n * sizeof *v);
+    y = floe_const(p->g, name, t);
+  }
+  floe_tensor_release(t);
+  floe__free(name);
+  return y;
+}
+
+static bool attr_int_zero(const FloeNode *n, const char *name) {
+  const FloeAttrValue *v = floe__node_attr(n, name, FLOE_ATTR_INT);
+  return !v || (v->kind == FLOE_ATTR_INT && v->u.i == 0);
+}
+
+/* Rules for transposes of any rank (rewrite): Transpose(Transpose(x, p), p2) composed into
+ * one; StridedSlice(T(x, p)) sliced on x with its bounds and masks permuted, then T; and
+ * Reshape(T(x, p)) to a constant shape done on x when the dims it splits or merges lie in x
+ * in order (reshape_through), else, when only their order differs and what is left is the
+ * NCHW view of NHWC data, after one transpose of x that orders them (a channel shuffle:
+ * the transpose of the shuffle itself, the NCHW view sinking on). 1 done, 0 none, -1 error. */
+static int rewrite_nd(Pass *p, FloeNode *n) {
+  int64_t perm[FLOE_MAX_DIMS], perm2[FLOE_MAX_DIMS];
+  FloeOutput a, b;
+  int r = n->num_inputs >= 1 ? transpose_perm_any(n->inputs[0], perm, &a) : 0;
+  if (r < 1) return 0;
+  FloeOutput y = {NULL, 0};
+  if (op_is(n, "Transpose")) {
+    int r2 = transpose_perm_any(floe_out(n, 0), perm2, &b);
+    if (r2 != r) return 0;
+    int64_t comp[FLOE_MAX_DIMS];
+    for (int i = 0; i < r; i++) comp[i] = perm[perm2[i]];
+    y = identity_perm(comp, r) ? a : transpose_n(p, n, a, comp, r);
+    if (!y.node) return -1;
+    return replace_uses(p, n, y) == FLOE_OK ? 1 : -1;
+  }
+  if (op_is(n, "StridedSlice")) {
+    int64_t be[3][FLOE_MAX_DIMS], nb[3][FLOE_MAX_DIMS];
+    if (n->num_inputs != 4 || !attr_int_zero(n, "ellipsis_mask") ||
+        !attr_int_zero(n, "new_axis_mask") || !attr_int_zero(n, "shrink_axis_mask"))
+      return 0;
+    for (int k = 0; k < 3; k++)
+      if (ox_const_ints(n->inputs[1 + k], be[k], FLOE_MAX_DIMS) != r) return 0;
+    const FloeAttrValue *bm = floe__node_attr(n, "begin_mask", FLOE_ATTR_INT);
+    const FloeAttrValue *em = floe__node_attr(n, "end_mask", FLOE_ATTR_INT);
+    int64_t masks[2] = {bm && bm->kind == FLOE_ATTR_INT ? bm->u.i : 0,
+                        em && em->kind == FLOE_ATTR_INT ? em->u.i : 0};
+    int64_t nm[2] = {0, 0};
+    for (int i = 0; i < r; i++) {
+      for (int k = 0; k < 3; k++) nb[k][perm[i]] = be[k][i];
+      for (int k = 0; k < 2; k++)
+        if (masks[k] >> i & 1) nm[k] |= (int64_t)1 << perm[i];
+    }
+    FloeOutput ins[4] = {a, const_i64(p, n, "begin", nb[0], r), const_i64(p, n, "end", nb[1], r),
+                         const_i64(p, n, "strides", nb[2], r)};
+    if (!ins[1].node || !ins[2].node || !ins[3].node) return -1;
+    FloeAttrs attrs;
+    floe__attrs_init(&attrs);
+    floe_code rc = floe__attrs_copy(&attrs, &n->attrs, p->st);
+    FloeAttrValue v = {.kind = FLOE_ATTR_INT, .u.i = nm[0]}; /* a set moves v */
+    if (rc == FLOE_OK) rc = floe__attrs_set(&attrs, "begin_mask", &v, p->st);
+    v = (FloeAttrValue){.kind = FLOE_ATTR_INT, .u.i = nm[1]};
+    if (rc == FLOE_OK) rc = floe__attrs_set(&attrs, "end_mask", &v, p->st);
+    FloeNode *c = rc == FLOE_OK ? copy_node(p, n, ins, &attrs) : NULL;
+    floe__attrs_clear(&attrs);
+    if (!c) return -1;
+    y = transpose_n(p, n, floe_out(c, 0), perm, r);
+  } else { /* Reshape */
+    int64_t out[FLOE_MAX_DIMS], phys[FLOE_MAX_DIMS], q[FLOE_MAX_DIMS], z[FLOE_MAX_DIMS];
+    if (n->num_inputs != 2) return 0;
+    int ro = ox_const_ints(n->inputs[1], out, FLOE_MAX_DIMS);
+    if (ro < 0) return 0;
+    int unknown = 0;
+    for (int i = 0; i < ro; i++) unknown += out[i] < 0;
+    if (unknown > 1) return 0;
+    FloeShape xs = a.node->out_shapes[a.index];
+    int k = reshape_through(perm, r, xs, out, ro, phys, q, z);
+    if (k == -2) {
+      /* order the groups first; worth it only if the view left is NCHW of NHWC data, which
+       * the rules above sink on */
+      FloeShape zs = xs;
+      int64_t zp[FLOE_MAX_DIMS], inv[FLOE_MAX_DIMS];
+      for (int d = 0; d < r; d++) zs.dims[d] = xs.dims[z[d]];
+      for (int d = 0; d < r; d++) inv[z[d]] = d;
+      for (int i = 0; i < r; i++) zp[i] = inv[perm[i]]; /* T(x, perm) = T(T(x, z), zp) */
+      k = reshape_through(zp, r, zs, out, ro, phys, q, perm2);
+      if (k != 4 || !perm_is(q, TO_NCHW)) return 0;
+      a = transpose_n(p, n, a, z, r);
+      if (!a.node) return -1;
+    } else if (k < 0) {
+      return 0;
+    }
+    FloeOutput ins[2] = {a, const_i64(p, n, "shape", phys, k)};
+    FloeNode *c = ins[1].node ? copy_node(p, n, ins, NULL) : NULL;
+    if (!c) return -1;
+    y = identity_perm(q, k) ? floe_out(c, 0) : transpose_n(p, n, floe_out(c, 0), q, k);
+  }
+  if (!y.node) return -1;
+  return replace_uses(p, n, y) == FLOE_OK ? 1 : -1;
+}
+
 enum { MAX_INPUTS = 256 };
 
 /* One rewrite of n if a rule applies: 1 done, 0 none, -1 error. */
@@ -285,7 +500,7 @@ static int rewrite(Pass *p, FloeNode *n) {
     int64_t comp[4];
     for (int i = 0; i < 4; i++) comp[i] = perm[perm2[i]];
     static const int64_t id[4] = {0, 1, 2, 3};
-    if (!perm_is(comp, id)) return 0;
+    if (!perm_is(comp, id)) return rewrite_nd(p, n);
     return replace_uses(p, n, b) == FLOE_OK ? 1 : -1;
   } else if (unary_op(n) && transpose_perm(ins[0], perm, &a) && perm_is(perm, TO_NCHW)) {
     ins[0] = a;
@@ -355,6 +570,8 @@ static int rewrite(Pass *p, FloeNode *n) {
     floe__free(an);
     floe_tensor_release(q);
     c = ins[1].node ? copy_node(p, n, ins, NULL) : NULL;
+  } else if (op_is(n, "Transpose") || op_is(n, "StridedSlice") || op_is(n, "Reshape")) {
+    return rewrite_nd(p, n);
   } else {
     return 0;
   }

@@ -175,6 +175,67 @@ OX_MAP(map_size) {
   return FLOE_OK;
 }
 
+/* The entries of a computed 1-D integer vector x that are constants (known[i]) and how many
+ * there are (-1: not a vector this can follow). It looks through a Concat of pieces, a Cast,
+ * an ExpandDims or a Reshape to [1] of a scalar, and a Const; any other piece of a known
+ * length is that many unknown entries. */
+static int partial_ints(FloeOutput x, int64_t *v, bool *known, int max) {
+  const FloeNode *n = x.node;
+  int k = ox_const_ints(x, v, max);
+  if (k >= 0) {
+    for (int i = 0; i < k; i++) known[i] = true;
+    return k;
+  }
+  if (!n) return -1;
+  const char *op = n->op->name;
+  if (!strcmp(op, "Cast") && n->num_inputs == 1) return partial_ints(n->inputs[0], v, known, max);
+  if (!strcmp(op, "Concat") && n->num_inputs >= 2) {
+    int64_t ax;
+    if (ox_const_ints(n->inputs[n->num_inputs - 1], &ax, 1) != 1 || ax != 0) return -1;
+    int total = 0;
+    for (int i = 0; i < n->num_inputs - 1; i++) {
+      int m = partial_ints(n->inputs[i], v + total, known + total, max - total);
+      if (m < 0) return -1;
+      total += m;
+    }
+    return total;
+  }
+  FloeShape s = ox_shape(x);
+  int len = s.rank == 0 ? 1 : s.rank == 1 ? (int)s.dims[0] : -1;
+  if (len < 0 || len > max) return -1;
+  if ((!strcmp(op, "ExpandDims") || !strcmp(op, "Reshape")) && len == 1 && n->num_inputs >= 1 &&
+      ox_const_ints(n->inputs[0], v, 1) == 1) {
+    known[0] = true;
+    return 1;
+  }
+  for (int i = 0; i < len; i++) known[i] = false;
+  return len;
+}
+
+/* A computed reshape target of which every entry but one is a constant (an exported
+ * model's [batch, 2, 58, 28, 28] once the known dims folded): as constants with -1 for that
+ * one, which the element count determines whenever the reshape is valid. ONNX's 0 entries
+ * (copy the input's dim, unless allowzero) are resolved from xs. -1 when it is not so. */
+static int one_computed_entry(FloeOutput shape, FloeShape xs, int allowzero, int64_t *v) {
+  bool known[FLOE_MAX_DIMS];
+  int k = partial_ints(shape, v, known, FLOE_MAX_DIMS);
+  int unknown = -1;
+  for (int i = 0; i < k; i++) {
+    if (!known[i]) {
+      if (unknown >= 0) return -1;
+      unknown = i;
+    } else if (v[i] == 0 && !allowzero) {
+      if (i >= xs.rank || xs.dims[i] < 0) return -1;
+      v[i] = xs.dims[i];
+    } else if (v[i] <= 0) {
+      return -1; /* a -1 already (two to infer), or a 0 kept */
+    }
+  }
+  if (unknown < 0) return -1;
+  v[unknown] = -1;
+  return k;
+}
+
 OX_MAP(map_reshape) {
   OX_UNUSED;
   FloeOutput shape;
@@ -205,6 +266,8 @@ OX_MAP(map_reshape) {
                          "shape entry %d is 0 (copy the input's dim), and that dim is not known", i);
         v[i] = xs.dims[i];
       }
+    shape = ox_const_i64(c, v, k);
+  } else if ((k = one_computed_entry(in[1], xs, allowzero, v)) >= 0) {
     shape = ox_const_i64(c, v, k);
   } else {
     shape = ox_cast(c, in[1], FLOE_I64);
@@ -411,6 +474,28 @@ static FloeOutput wrap_indices(OxCtx *c, FloeOutput idx, FloeOutput x, int axis)
   return ox_finish(c, b);
 }
 
+/* Gather(Shape(x), k) of constant indices k whose dims of x are known, though others (a
+ * dynamic batch) are not: those dims as a constant, so the shape arithmetic of an exported
+ * model (a reshape's target, a slice's bounds) folds while importing. 1: done (*out set). */
+static int gather_known_dims(OxCtx *c, FloeOutput data, FloeOutput idx, FloeOutput *out) {
+  const FloeNode *sh = data.node;
+  const FloeTensor *it = ox_const_value(idx);
+  if (!sh || strcmp(sh->op->name, "Shape") != 0 || sh->num_inputs != 1 || !it ||
+      floe_tensor_rank(it) > 1)
+    return 0;
+  FloeShape xs = ox_shape(sh->inputs[0]);
+  int64_t k[FLOE_MAX_DIMS];
+  int nk = ox_const_ints(idx, k, FLOE_MAX_DIMS);
+  if (xs.rank < 0 || nk < 0) return 0;
+  for (int i = 0; i < nk; i++) {
+    if (k[i] < 0) k[i] += xs.rank;
+    if (k[i] < 0 || k[i] >= xs.rank || xs.dims[k[i]] < 0) return 0;
+    k[i] = xs.dims[k[i]];
+  }
+  *out = floe_tensor_rank(it) == 0 ? ox_scalar_i64(c, k[0]) : ox_const_i64(c, k, nk);
+  return out->node != NULL;
+}
+
 OX_MAP(map_gather) {
   OX_UNUSED;
   floe_code rc = ox_need(c, in, nin, 2);
@@ -419,6 +504,7 @@ OX_MAP(map_gather) {
   if (r < 0) return floe_status_code(c->st);
   int axis;
   if ((rc = ox_axis(c, ox_int(n, "axis", 0), r, "axis", &axis)) != FLOE_OK) return rc;
+  if (axis == 0 && gather_known_dims(c, in[0], in[1], &out[0])) return FLOE_OK;
   FloeNodeBuilder *b = ox_begin(c, "Gather");
   floe_node_add_input(b, in[0]);
   floe_node_add_input(b, wrap_indices(c, in[1], in[0], axis));

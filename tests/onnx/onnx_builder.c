@@ -109,16 +109,29 @@ void ob_add_init(Model *md, const char *name, int rank, const int64_t *dims, con
 void ob_add_int64_init(Model *md, const char *name, int64_t n, const int64_t *v) {
   Onnx__TensorProto *t = onnx_builder_alloc(1, sizeof *t);
   onnx__tensor_proto__init(t);
-  static int64_t dims[8][1];
-  static int k;
-  dims[k][0] = n;
+  int64_t *dims = onnx_builder_alloc(1, sizeof *dims);
+  dims[0] = n;
   t->name = (char *)name;
   t->has_data_type = 1;
   t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
   t->n_dims = 1;
-  t->dims = dims[k++ % 8];
+  t->dims = dims;
   t->n_int64_data = (size_t)n;
   t->int64_data = (int64_t *)v;
+  md->inits[md->g.n_initializer++] = t;
+}
+
+void ob_add_int64_scalar(Model *md, const char *name, int64_t v) {
+  Onnx__TensorProto *t = onnx_builder_alloc(1, sizeof *t);
+  onnx__tensor_proto__init(t);
+  int64_t *val = onnx_builder_alloc(1, sizeof *val);
+  *val = v;
+  t->name = (char *)name;
+  t->has_data_type = 1;
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+  t->n_dims = 0;
+  t->n_int64_data = 1;
+  t->int64_data = val;
   md->inits[md->g.n_initializer++] = t;
 }
 

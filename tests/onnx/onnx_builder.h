@@ -15,8 +15,8 @@ typedef struct Model {
   Onnx__GraphProto g;
   Onnx__OperatorSetIdProto opset;
   Onnx__OperatorSetIdProto *opsets[1];
-  Onnx__NodeProto *nodes[16];
-  Onnx__TensorProto *inits[8];
+  Onnx__NodeProto *nodes[64];
+  Onnx__TensorProto *inits[32];
   Onnx__ValueInfoProto *ins[4], *outs[4];
 } Model;
 
@@ -30,6 +30,8 @@ void ob_add_output(Model *md, const char *name);
 /* Initializers: float as raw_data (raw = 1) or float_data; int64 [n]. Values borrowed. */
 void ob_add_init(Model *md, const char *name, int rank, const int64_t *dims, const float *v, int raw);
 void ob_add_int64_init(Model *md, const char *name, int64_t n, const int64_t *v);
+/* An int64 scalar initializer (rank 0). */
+void ob_add_int64_scalar(Model *md, const char *name, int64_t v);
 /* A node of up to three inputs (NULL: fewer), one output and OB_MAX_ATTRS attributes. */
 #define OB_MAX_ATTRS 12
 Onnx__NodeProto *ob_add_node(Model *md, const char *op, const char *name, const char *in0,
