@@ -215,6 +215,7 @@ typedef struct Strided {
   size_t esize;
   int q;           /* tiled plan: output dim whose input stride is 1 (not the last), else -1 */
   int64_t ntq, ntl; /* tiles along dim q and along the last dim */
+  int64_t tile_q;   /* a tile's extent along dim q: longer when the last dim is short */
 } Strided;
 
 /* Drop size-1 dims and merge neighbours that are contiguous in the input too. */
@@ -341,6 +342,30 @@ __attribute__((target("avx2"))) static void tile_copy32_avx2(char *dst, const ch
     for (int64_t b = 0; b < nb; b++) d_[a * dq + b] = s_[a + b * sl];
 }
 
+/* A tile of 4-byte elements whose output rows are pairs (nb == 2: two input rows
+ * interleaved, a shuffle of two channel groups): eight of each row at a time, unpacked. */
+__attribute__((target("avx2"))) static void tile_pairs32_avx2(char *dst, const char *src,
+                                                              int64_t na, int64_t dq,
+                                                              int64_t sl) {
+  float *d = (float *)dst;
+  const float *s0 = (const float *)src, *s1 = s0 + sl;
+  int64_t a = 0;
+  if (dq == 2) { /* the pairs are adjacent: sixteen floats of output at a time */
+    for (; a + 8 <= na; a += 8) {
+      __m256 x = _mm256_loadu_ps(s0 + a), y = _mm256_loadu_ps(s1 + a);
+      __m256 lo = _mm256_unpacklo_ps(x, y), hi = _mm256_unpackhi_ps(x, y);
+      _mm256_storeu_ps(d + 2 * a, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(d + 2 * a + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+  }
+  e32 *d_ = (e32 *)dst;
+  const e32 *s_ = (const e32 *)src;
+  for (; a < na; a++) {
+    d_[a * dq] = s_[a];
+    d_[a * dq + 1] = s_[a + sl];
+  }
+}
+
 /* 1 when the CPU runs AVX2, 0 when not, -1 until first asked (a benign race: every thread
  * stores the same answer). */
 static int tile_avx2 = -1;
@@ -351,12 +376,16 @@ static int tile_avx2 = -1;
 static void tile_copy(char *dst, const char *src, int64_t na, int64_t nb, int64_t dq,
                       int64_t sl, size_t esize) {
 #if defined(__x86_64__)
-  if (esize == 4 && na >= 8 && nb >= 8) {
+  if (esize == 4 && na >= 8 && (nb >= 8 || nb == 2)) {
     int avx2 = __atomic_load_n(&tile_avx2, __ATOMIC_RELAXED);
     if (avx2 < 0) {
       __builtin_cpu_init();
       avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
       __atomic_store_n(&tile_avx2, avx2, __ATOMIC_RELAXED);
+    }
+    if (avx2 && nb == 2) {
+      tile_pairs32_avx2(dst, src, na, dq, sl);
+      return;
     }
     if (avx2) {
       tile_copy32_avx2(dst, src, na, nb, dq, sl);
@@ -392,8 +421,8 @@ static void strided_tiles(void *arg, int64_t begin, int64_t end) {
       soff += i * s->stride[k];
       doff += i * ostride[k];
     }
-    int64_t a0 = tq * ARRAY_TILE, b0 = tl * ARRAY_TILE;
-    int64_t na = s->dims[q] - a0 < ARRAY_TILE ? s->dims[q] - a0 : ARRAY_TILE;
+    int64_t a0 = tq * s->tile_q, b0 = tl * ARRAY_TILE;
+    int64_t na = s->dims[q] - a0 < s->tile_q ? s->dims[q] - a0 : s->tile_q;
     int64_t nb = s->dims[last] - b0 < ARRAY_TILE ? s->dims[last] - b0 : ARRAY_TILE;
     soff += a0 + b0 * s->stride[last];
     doff += a0 * ostride[q] + b0;
@@ -413,9 +442,12 @@ static void strided_run(Strided *s) {
       if (s->stride[k] == 1) s->q = k;
   if (s->q >= 0) {
     int64_t dq = s->dims[s->q], dl = s->dims[last];
-    s->ntq = (dq + ARRAY_TILE - 1) / ARRAY_TILE;
+    /* A short last dim (a channel shuffle's 2 groups) makes tiles of ARRAY_TILE^2 elements
+     * all the same: a tile of 32 x 2 spends more on finding its place than on copying. */
+    s->tile_q = dl < ARRAY_TILE ? (ARRAY_TILE * ARRAY_TILE / dl + 7) / 8 * 8 : ARRAY_TILE;
+    s->ntq = (dq + s->tile_q - 1) / s->tile_q;
     s->ntl = (dl + ARRAY_TILE - 1) / ARRAY_TILE;
-    cpu_parallel_for(total / (dq * dl) * s->ntq * s->ntl, ARRAY_TILE * ARRAY_TILE,
+    cpu_parallel_for(total / (dq * dl) * s->ntq * s->ntl, s->tile_q * (dl < ARRAY_TILE ? dl : ARRAY_TILE),
                      strided_tiles, s);
   } else {
     cpu_parallel_for(total / s->dims[last], s->dims[last], strided_rows, s);

@@ -406,9 +406,10 @@ START_TEST(test_transpose_large) {
 }
 END_TEST
 
-/* 4-byte tiles move as 8 x 8 register blocks where the CPU has AVX2: channel counts and
- * images that are and are not multiples of 8 (whole blocks, then the rows and columns past
- * them), both ways between NCHW and NHWC, and tiles of 8 to 31 on each side. */
+/* 4-byte tiles move as 8 x 8 register blocks where the CPU has AVX2 (pairs unpacked): channel
+ * counts and images that are and are not multiples of 8 (whole blocks, then the rows and
+ * columns past them), both ways between NCHW and NHWC, tiles of 8 to 31 on each side, and
+ * channel shuffles. */
 START_TEST(test_transpose_layouts) {
   const int64_t images[][4] = {{2, 58, 28, 28}, {1, 24, 7, 9}, {3, 16, 8, 8}, {1, 3, 33, 31}};
   for (size_t i = 0; i < sizeof images / sizeof images[0]; i++) {
@@ -418,6 +419,13 @@ START_TEST(test_transpose_layouts) {
   for (int64_t a = 8; a < 32; a += 5)
     for (int64_t b = 8; b < 32; b += 7)
       check_transpose(FLOE_F32, 2, (int64_t[]){a, b}, (int64_t[]){1, 0}, FLOE_I32);
+  /* Channel shuffles in NHWC ([.., 2, C/2] -> [.., C/2, 2]: pairs interleaved, in long tiles
+   * when the last dim is short), with C/2 a multiple of 8 and not, and 3 groups. */
+  const int64_t shuffles[][4] = {{3, 5, 2, 116}, {2, 7, 2, 9}, {1, 4, 2, 1100}, {2, 3, 3, 50}};
+  for (size_t i = 0; i < sizeof shuffles / sizeof shuffles[0]; i++) {
+    check_transpose(FLOE_F32, 4, shuffles[i], (int64_t[]){0, 1, 3, 2}, FLOE_I32);
+    check_transpose(FLOE_U8, 4, shuffles[i], (int64_t[]){0, 1, 3, 2}, FLOE_I32);
+  }
 }
 END_TEST
 
