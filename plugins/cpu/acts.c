@@ -70,6 +70,11 @@ bool cpu_acts_clip(const CpuActs *acts, float *lo, float *hi) {
   return false;
 }
 
+bool cpu_acts_swish(const CpuActs *acts) {
+  return acts->n == 3 && acts->act[0].kind == ACT_SAVE && acts->act[1].kind == ACT_SIGMOID &&
+         acts->act[2].kind == ACT_GATE;
+}
+
 /* Save keeps the values as they are there, Gate multiplies by them (y * f(y)). */
 CPU_HOT_WIDE void cpu_acts_block(const CpuActs *acts, float *restrict y, int64_t n) {
   float saved[CPU_ACT_BLOCK];

@@ -44,6 +44,12 @@ void cpu_acts_block(const CpuActs *acts, float *y, int64_t n);
  * lo is 0). */
 bool cpu_acts_clip(const CpuActs *acts, float *lo, float *hi);
 
+/* Whether the tail is SiLU (Save, Sigmoid, Gate: x sigmoid(x)), which a oneDNN primitive can
+ * apply as its swish post-op while it writes. Its values are within a few ulps of the
+ * tail's, not the same bits: oneDNN's exp is its own (tests/core/test_fuse states the
+ * bound). */
+bool cpu_acts_swish(const CpuActs *acts);
+
 /* The tail over the n-element y, in parallel on the plugin's pool. */
 void cpu_acts_run(const CpuActs *acts, float *y, int64_t n);
 /* The same on the calling thread alone (a part of a kernel's output, while it is in cache). */

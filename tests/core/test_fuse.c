@@ -521,6 +521,19 @@ START_TEST(test_conv_nd_activations_fused) {
       floe_unary(rg, "Identity", "out", act_gated(rg, c, chains[ci], lens[ci], gates[ci]));
       FloeFeed cf = {"c", conv_vals};
       run_block(&r, 0, &cf, 1, &fetch, 1, &want, NULL, NULL);
+      if (gates[ci] == 1) {
+        /* SiLU is oneDNN's swish post-op by default: its own exp, within 8 ulps (and 1e-37
+         * near 0); FLOE_CONV_SWISH_POSTOP=0 keeps the tail, bitwise */
+        const float *fv = floe_tensor_data(fused), *wv = floe_tensor_data(want);
+        for (int64_t i = 0; i < floe_tensor_num_elements(want); i++)
+          ck_assert_msg(fabsf(fv[i] - wv[i]) <= 8 * 5.96e-8f * fabsf(wv[i]) + 1e-37f,
+                        "SiLU post-op, size %d, at %lld: %a, the ops alone %a", size,
+                        (long long)i, (double)fv[i], (double)wv[i]);
+        floe_tensor_release(fused);
+        setenv("FLOE_CONV_SWISH_POSTOP", "0", 1);
+        run_block(&m, 1, &feed, 1, &fetch, 1, &fused, NULL, NULL);
+        unsetenv("FLOE_CONV_SWISH_POSTOP");
+      }
       ck_assert_msg(memcmp(floe_tensor_data(fused), floe_tensor_data(want),
                            (size_t)floe_tensor_num_elements(want) * sizeof(float)) == 0,
                     "chain %d, size %d: the fused activations differ from the ops run alone", ci,
