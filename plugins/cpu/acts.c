@@ -75,6 +75,28 @@ bool cpu_acts_swish(const CpuActs *acts) {
          acts->act[2].kind == ACT_GATE;
 }
 
+/* a clamped to [lo, hi] by a Minimum (either form) and a Maximum (either form), in that
+ * order, at acts[k], acts[k + 1]. */
+static bool clamp_at(const CpuActs *acts, int k, float lo, float hi) {
+  const CpuAct *a = acts->act;
+  return (a[k].kind == ACT_MIN || a[k].kind == ACT_CMIN) && a[k].a == hi &&
+         (a[k + 1].kind == ACT_MAX || a[k + 1].kind == ACT_CMAX) && a[k + 1].a == lo;
+}
+
+bool cpu_acts_hard(const CpuActs *acts, bool *swish, float *alpha, float *beta) {
+  const CpuAct *a = acts->act;
+  int k = acts->n == 6 && a[0].kind == ACT_SAVE && a[5].kind == ACT_GATE ? 1 : 0;
+  if (acts->n != (k ? 6 : 4) || a[k].kind != ACT_MUL || a[k + 1].kind != ACT_ADD ||
+      !clamp_at(acts, k + 2, 0.0f, 1.0f))
+    return false;
+  /* oneDNN's hardswish is x relu6(x + 3) / 6: only the 1/6 and 0.5 of an exported one */
+  if (k && (a[k].a != (float)(1.0 / 6) || a[k + 1].a != 0.5f)) return false;
+  *swish = k != 0;
+  *alpha = a[k].a;
+  *beta = a[k + 1].a;
+  return true;
+}
+
 /* Save keeps the values as they are there, Gate multiplies by them (y * f(y)). */
 CPU_HOT_WIDE void cpu_acts_block(const CpuActs *acts, float *restrict y, int64_t n) {
   float saved[CPU_ACT_BLOCK];

@@ -50,6 +50,12 @@ bool cpu_acts_clip(const CpuActs *acts, float *lo, float *hi);
  * bound). */
 bool cpu_acts_swish(const CpuActs *acts);
 
+/* Whether the tail is a hard sigmoid, Minimum(Maximum(x * alpha + beta ...)) as imported:
+ * Mul, Add, Minimum 1, Maximum 0 (*swish false), or a HardSwish, the same between Save and
+ * Gate with alpha 1/6 and beta 1/2 (*swish true): oneDNN's linear and clip post-ops, or its
+ * hardswish one, within a few ulps of the tail's bits (tests/core/test_fuse). */
+bool cpu_acts_hard(const CpuActs *acts, bool *swish, float *alpha, float *beta);
+
 /* The tail over the n-element y, in parallel on the plugin's pool. */
 void cpu_acts_run(const CpuActs *acts, float *y, int64_t n);
 /* The same on the calling thread alone (a part of a kernel's output, while it is in cache). */

@@ -41,7 +41,7 @@
 #define FILTER_BLOCKS 8 /* dense filter blocks kept per node */
 
 /* Post-ops of a primitive (part of its cache key). */
-enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4, POST_CLIP = 8, POST_SWISH = 16 };
+enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4, POST_CLIP = 8, POST_SWISH = 16, POST_HARD = 32 };
 
 
 typedef struct State {
@@ -58,6 +58,10 @@ typedef struct State {
    * EfficientNet's step), at a few ulps from the tail's bits; FLOE_CONV_SWISH_POSTOP=0: the
    * tail, bitwise the unfused Sigmoid and Mul. */
   bool swish;
+  /* The activations are a hard sigmoid or HardSwish (cpu_acts_hard) the primitive applies:
+   * its linear and clip post-ops, or its hardswish one (the same switch) */
+  bool hard, hard_swish;
+  float hard_alpha, hard_beta;
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
   bool plain_input;            /* blocked, but the input stays channels-last (few channels) */
   bool winograd;               /* blocked, and FLOE_CONV_WINOGRAD is not 0 */
@@ -99,6 +103,8 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   s->clip = (!clip || atoi(clip) != 0) && cpu_acts_clip(&s->acts, &s->clip_lo, &s->clip_hi);
   const char *swish = getenv("FLOE_CONV_SWISH_POSTOP");
   s->swish = (!swish || atoi(swish) != 0) && cpu_acts_swish(&s->acts);
+  s->hard = (!swish || atoi(swish) != 0) &&
+            cpu_acts_hard(&s->acts, &s->hard_swish, &s->hard_alpha, &s->hard_beta);
   s->blocked = flag(host, init, "blocked");
   s->plain_input = s->blocked && flag(host, init, "plain_input");
   const char *wino = getenv("FLOE_CONV_WINOGRAD");
@@ -275,7 +281,7 @@ static dnnl_status_t build_pd(const Build *b, const dnnl_convolution_desc_t *cd,
                               dnnl_engine_t eng, const_dnnl_primitive_attr_t attr,
                               dnnl_primitive_desc_t *pd, const char **what) {
   dnnl_status_t st;
-  if (!(b->post & (POST_SUM | POST_RELU | POST_CLIP | POST_SWISH))) {
+  if (!(b->post & (POST_SUM | POST_RELU | POST_CLIP | POST_SWISH | POST_HARD))) {
     *what = "convolution primitive descriptor";
     return dnnl_primitive_desc_create(pd, cd, attr, eng, NULL);
   }
@@ -292,6 +298,12 @@ static dnnl_status_t build_pd(const Build *b, const dnnl_convolution_desc_t *cd,
                                            b->s->clip_hi))) &&
       !((b->post & POST_SWISH) &&
         (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f))) &&
+      !((b->post & POST_HARD) && b->s->hard_swish &&
+        (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f))) &&
+      !((b->post & POST_HARD) && !b->s->hard_swish &&
+        ((st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_linear, b->s->hard_alpha,
+                                            b->s->hard_beta)) ||
+         (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_clip, 0.0f, 1.0f)))) &&
       !(st = dnnl_primitive_attr_set_post_ops(mine, ops))) {
     *what = "convolution primitive descriptor";
     st = dnnl_primitive_desc_create(pd, cd, mine, eng, NULL);
@@ -941,9 +953,9 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   /* Each part applies the activations to its output while it is in cache, where every
    * part's output is dense: blocked or channels-last data. */
   /* (not on a Winograd convolution: oneDNN's takes no clip post-op, and would fall back) */
-  bool in_primitive = !empty && (s->clip || s->swish) && !winograd_fits(s, &g, &g);
+  bool in_primitive = !empty && (s->clip || s->swish || s->hard) && !winograd_fits(s, &g, &g);
   if (in_primitive)
-    j.post |= s->clip ? POST_CLIP : POST_SWISH;
+    j.post |= s->clip ? POST_CLIP : s->swish ? POST_SWISH : POST_HARD;
   else if (!empty && s->acts.n && (s->blocked || !s->a.cf))
     j.acts = &s->acts;
   if (empty)

@@ -468,8 +468,13 @@ START_TEST(test_conv_nd_activations_fused) {
       {{"Elu", 0, 0, 0.7}, {"Maximum", 0.3, 1, 0}, {"Minimum", -0.0, 1, 0}},
       {{"Sigmoid", 0, 0, 0}},                                    /* SiLU: x * sigmoid(x) */
       {{"Mul", 1.0 / 6, 0, 0}, {"Add", 0.5, 0, 0}, {"Minimum", 1, 0, 0}, {"Maximum", 0, 0, 0}},
-  };                                                             /* HardSwish, as imported */
-  static const int lens[] = {2, 1, 2, 3, 1, 3, 1, 4}, gates[] = {0, 0, 0, 0, 0, 0, 1, 2};
+                                                                 /* HardSwish, as imported */
+      {{"Mul", 0.2, 0, 0}, {"Add", 0.5, 0, 0}, {"Minimum", 1, 0, 0}, {"Maximum", 0, 0, 0}},
+  };                                                             /* a hard sigmoid */
+  static const int lens[] = {2, 1, 2, 3, 1, 3, 1, 4, 4};
+  static const int gates[] = {0, 0, 0, 0, 0, 0, 1, 2, 0};
+  /* the chains oneDNN applies as post-ops, not bitwise (FLOE_CONV_SWISH_POSTOP) */
+  static const bool post_op[] = {0, 0, 0, 0, 0, 0, 1, 1, 1};
   /* two small images (a part each), and one large one, cut into parts of rows or channels
    * that each apply the activations to their own output (channels-last: the fetched
    * convolution is not blocked, and a blocked one would sum in another order) */
@@ -521,14 +526,19 @@ START_TEST(test_conv_nd_activations_fused) {
       floe_unary(rg, "Identity", "out", act_gated(rg, c, chains[ci], lens[ci], gates[ci]));
       FloeFeed cf = {"c", conv_vals};
       run_block(&r, 0, &cf, 1, &fetch, 1, &want, NULL, NULL);
-      if (gates[ci] == 1) {
-        /* SiLU is oneDNN's swish post-op by default: its own exp, within 8 ulps (and 1e-37
-         * near 0); FLOE_CONV_SWISH_POSTOP=0 keeps the tail, bitwise */
+      if (post_op[ci]) {
+        /* SiLU, HardSwish and a hard sigmoid are oneDNN's swish, hardswish, and linear and
+         * clip post-ops by default: its own exp and roundings, within 8 ulps of the larger
+         * of the result and the convolution's value (HardSwish near -3 cancels: the
+         * imported x / 6 + 0.5 rounds there where oneDNN's x + 3 does not), and 1e-37
+         * near 0; FLOE_CONV_SWISH_POSTOP=0 keeps the tail, bitwise */
         const float *fv = floe_tensor_data(fused), *wv = floe_tensor_data(want);
+        const float *cv = floe_tensor_data(conv_vals);
         for (int64_t i = 0; i < floe_tensor_num_elements(want); i++)
-          ck_assert_msg(fabsf(fv[i] - wv[i]) <= 8 * 5.96e-8f * fabsf(wv[i]) + 1e-37f,
-                        "SiLU post-op, size %d, at %lld: %a, the ops alone %a", size,
-                        (long long)i, (double)fv[i], (double)wv[i]);
+          ck_assert_msg(fabsf(fv[i] - wv[i]) <= 8 * 5.96e-8f * fmaxf(fabsf(wv[i]), fabsf(cv[i])) +
+                                                    1e-37f,
+                        "chain %d as a post-op, size %d, at %lld: %a, the ops alone %a", ci,
+                        size, (long long)i, (double)fv[i], (double)wv[i]);
         floe_tensor_release(fused);
         setenv("FLOE_CONV_SWISH_POSTOP", "0", 1);
         run_block(&m, 1, &feed, 1, &fetch, 1, &fused, NULL, NULL);
