@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cpu_util.h"
+#include "harness.h"
 
 /* Distance in ulps between two finite floats of one sign (or zeros). */
 static double ulps(float got, double want) {
@@ -97,10 +98,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
-}
+int main(void) { return harness_run_suite(suite()); }
