@@ -179,7 +179,7 @@ OX_MAP(map_size) {
  * there are (-1: not a vector this can follow). It looks through a Concat of pieces, a Cast,
  * an ExpandDims or a Reshape to [1] of a scalar, and a Const; any other piece of a known
  * length is that many unknown entries. */
-static int partial_ints(FloeOutput x, int64_t *v, bool *known, int max) {
+static int partial_ints(FloeOutput x, int64_t *v, bool *known, FloeOutput *src, int max) {
   const FloeNode *n = x.node;
   int k = ox_const_ints(x, v, max);
   if (k >= 0) {
@@ -188,13 +188,14 @@ static int partial_ints(FloeOutput x, int64_t *v, bool *known, int max) {
   }
   if (!n) return -1;
   const char *op = n->op->name;
-  if (!strcmp(op, "Cast") && n->num_inputs == 1) return partial_ints(n->inputs[0], v, known, max);
+  if (!strcmp(op, "Cast") && n->num_inputs == 1)
+    return partial_ints(n->inputs[0], v, known, src, max);
   if (!strcmp(op, "Concat") && n->num_inputs >= 2) {
     int64_t ax;
     if (ox_const_ints(n->inputs[n->num_inputs - 1], &ax, 1) != 1 || ax != 0) return -1;
     int total = 0;
     for (int i = 0; i < n->num_inputs - 1; i++) {
-      int m = partial_ints(n->inputs[i], v + total, known + total, max - total);
+      int m = partial_ints(n->inputs[i], v + total, known + total, src + total, max - total);
       if (m < 0) return -1;
       total += m;
     }
@@ -208,17 +209,95 @@ static int partial_ints(FloeOutput x, int64_t *v, bool *known, int max) {
     known[0] = true;
     return 1;
   }
-  for (int i = 0; i < len; i++) known[i] = false;
+  for (int i = 0; i < len; i++) {
+    known[i] = false;
+    src[i] = len == 1 ? x : (FloeOutput){NULL, 0};
+  }
   return len;
+}
+
+/* A Gather node's axis attribute (0 when absent). */
+static int64_t gather_axis(const FloeNode *n) {
+  const FloeAttrValue *a = floe__node_attr(n, "axis", FLOE_ATTR_INT);
+  return a ? a->u.i : 0;
+}
+
+/* *t and *d when the one-element x is dim d of t as Gather(Shape(t), d) makes it (through
+ * a Cast, an ExpandDims, a Reshape or a Squeeze of it). */
+static bool shape_dim_of(FloeOutput x, FloeOutput *t, int *d) {
+  for (int hops = 0; x.node && hops < 8; hops++) {
+    const FloeNode *n = x.node;
+    const char *op = n->op->name;
+    if ((!strcmp(op, "Cast") || !strcmp(op, "ExpandDims") || !strcmp(op, "Reshape") ||
+         !strcmp(op, "Squeeze")) && n->num_inputs >= 1) {
+      x = n->inputs[0];
+      continue;
+    }
+    int64_t k;
+    const FloeNode *sh = n->num_inputs == 2 ? n->inputs[0].node : NULL;
+    if (strcmp(op, "Gather") || !sh || strcmp(sh->op->name, "Shape") || sh->num_inputs != 1 ||
+        gather_axis(n) != 0 || ox_const_ints(n->inputs[1], &k, 1) != 1)
+      return false;
+    FloeShape ts = ox_shape(sh->inputs[0]);
+    if (ts.rank < 0 || k < -ts.rank || k >= ts.rank) return false;
+    *t = sh->inputs[0];
+    *d = (int)(k < 0 ? k + ts.rank : k);
+    return true;
+  }
+  return false;
+}
+
+/* The one unknown dim of shape s (-1: none or several), and the product of the others. */
+static int one_unknown_dim(FloeShape s, int64_t *rest) {
+  int u = -1;
+  *rest = 1;
+  for (int i = 0; i < s.rank; i++) {
+    if (s.dims[i] >= 0) {
+      *rest *= s.dims[i];
+    } else {
+      if (u >= 0) return -1;
+      u = i;
+    }
+  }
+  return u;
+}
+
+/* Follows dim d of x back through what provably keeps it: a Transpose (its constant
+ * permutation), and a Reshape to constants whose -1 stands where the input's one unknown dim
+ * must go (the constants' product is that of the input's other dims). */
+static void dim_origin(FloeOutput *x, int *d) {
+  for (int hops = 0; x->node && hops < 64; hops++) {
+    const FloeNode *n = x->node;
+    int64_t v[FLOE_MAX_DIMS];
+    int k = n->num_inputs == 2 ? ox_const_ints(n->inputs[1], v, FLOE_MAX_DIMS) : -1;
+    if (!strcmp(n->op->name, "Transpose") && k > *d && v[*d] >= 0 && v[*d] < k) {
+      *d = (int)v[*d];
+      *x = n->inputs[0];
+      continue;
+    }
+    if (strcmp(n->op->name, "Reshape") || k <= *d || v[*d] != -1) return;
+    int64_t prod = 1, rest;
+    for (int i = 0; i < k; i++)
+      if (i != *d) prod *= v[i];
+    int u = one_unknown_dim(ox_shape(n->inputs[0]), &rest);
+    if (u < 0 || rest != prod || prod <= 0) return;
+    *d = u;
+    *x = n->inputs[0];
+  }
 }
 
 /* A computed reshape target of which every entry but one is a constant (an exported
  * model's [batch, 2, 58, 28, 28] once the known dims folded): as constants with -1 for that
- * one, which the element count determines whenever the reshape is valid. ONNX's 0 entries
- * (copy the input's dim, unless allowzero) are resolved from xs. -1 when it is not so. */
-static int one_computed_entry(FloeOutput shape, FloeShape xs, int allowzero, int64_t *v) {
+ * one, when that entry is provably the input's one unknown dim (read by Gather(Shape(t), i)
+ * of a t whose dim i is that dim: dim_origin) and the constants multiply to the input's
+ * other dims, so the -1 comes out as that entry would always, and a reshape that does not
+ * fit still fails. ONNX's 0 entries (copy the input's dim, unless allowzero) are resolved
+ * from the input's shape. -1 when it is not so. */
+static int one_computed_entry(FloeOutput shape, FloeOutput x, int allowzero, int64_t *v) {
   bool known[FLOE_MAX_DIMS];
-  int k = partial_ints(shape, v, known, FLOE_MAX_DIMS);
+  FloeOutput src[FLOE_MAX_DIMS];
+  FloeShape xs = ox_shape(x);
+  int k = partial_ints(shape, v, known, src, FLOE_MAX_DIMS);
   int unknown = -1;
   for (int i = 0; i < k; i++) {
     if (!known[i]) {
@@ -232,6 +311,19 @@ static int one_computed_entry(FloeOutput shape, FloeShape xs, int allowzero, int
     }
   }
   if (unknown < 0) return -1;
+  int64_t rest, prod = 1;
+  int xu = one_unknown_dim(xs, &rest);
+  for (int i = 0; i < k; i++)
+    if (i != unknown) prod *= v[i];
+  FloeOutput t;
+  int td;
+  if (xu < 0 || prod != rest || !src[unknown].node || !shape_dim_of(src[unknown], &t, &td))
+    return -1;
+  FloeOutput a = x;
+  int ad = xu;
+  dim_origin(&a, &ad);
+  dim_origin(&t, &td);
+  if (a.node != t.node || a.index != t.index || ad != td) return -1;
   v[unknown] = -1;
   return k;
 }
@@ -267,7 +359,7 @@ OX_MAP(map_reshape) {
         v[i] = xs.dims[i];
       }
     shape = ox_const_i64(c, v, k);
-  } else if ((k = one_computed_entry(in[1], xs, allowzero, v)) >= 0) {
+  } else if ((k = one_computed_entry(in[1], in[0], allowzero, v)) >= 0) {
     shape = ox_const_i64(c, v, k);
   } else {
     shape = ox_cast(c, in[1], FLOE_I64);
