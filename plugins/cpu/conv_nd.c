@@ -41,7 +41,17 @@
 #define FILTER_BLOCKS 8 /* dense filter blocks kept per node */
 
 /* Post-ops of a primitive (part of its cache key). */
-enum { POST_BIAS = 1, POST_SUM = 2, POST_RELU = 4, POST_CLIP = 8, POST_SWISH = 16, POST_HARD = 32 };
+enum {
+  POST_BIAS = 1,
+  POST_SUM = 2,
+  POST_RELU = 4,
+  /* the activations as the primitive's own post-ops (State.tail_post: at most one) */
+  POST_CLIP = 8,          /* clip to [tail_a, tail_b] */
+  POST_SWISH = 16,        /* x sigmoid(x) */
+  POST_HARDSWISH = 32,    /* x relu6(x + 3) / 6 */
+  POST_HARDSIGMOID = 64,  /* clip(tail_a x + tail_b, 0, 1) */
+  POST_TAIL = POST_CLIP | POST_SWISH | POST_HARDSWISH | POST_HARDSIGMOID
+};
 
 
 typedef struct State {
@@ -49,19 +59,14 @@ typedef struct State {
   CpuDnnlCache cache;
   bool fused, bias, add, relu; /* _FusedConv and its flags */
   CpuActs acts;                /* its activations (acts.h) */
-  /* The activations are a clip (cpu_acts_clip) the primitive applies as it writes (its clip
-   * post-op: one pass over the output, not two); FLOE_CONV_CLIP_POSTOP=0: not. */
-  bool clip;
-  float clip_lo, clip_hi;
-  /* The activations are SiLU (cpu_acts_swish), applied as oneDNN's swish post-op: the output
-   * is written once instead of written, read and written again (a quarter of an
-   * EfficientNet's step), at a few ulps from the tail's bits; FLOE_CONV_SWISH_POSTOP=0: the
-   * tail, bitwise the unfused Sigmoid and Mul. */
-  bool swish;
-  /* The activations are a hard sigmoid or HardSwish (cpu_acts_hard) the primitive applies:
-   * its linear and clip post-ops, or its hardswish one (the same switch) */
-  bool hard, hard_swish;
-  float hard_alpha, hard_beta;
+  /* The post-op (POST_TAIL) that applies the activations as the primitive writes, 0 for
+   * none: one pass over the output, not two. A clip (cpu_acts_clip; FLOE_CONV_CLIP_POSTOP=0:
+   * not) gives the tail's values but for NaN and -0; SiLU, HardSwish and a hard sigmoid
+   * (cpu_acts_swish, cpu_acts_hard; FLOE_CONV_SWISH_POSTOP=0: not) are within a few ulps of
+   * the tail's bits (a quarter of an EfficientNet's step was its SiLU tail). tail_a and
+   * tail_b: the clip's bounds, the hard sigmoid's scale and shift. */
+  unsigned tail_post;
+  float tail_a, tail_b;
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
   bool plain_input;            /* blocked, but the input stays channels-last (few channels) */
   bool winograd;               /* blocked, and FLOE_CONV_WINOGRAD is not 0 */
@@ -99,12 +104,15 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   s->relu = flag(host, init, "fused_relu");
   floe_code arc = cpu_acts_parse(host, init, "_FusedConv", &s->acts);
   if (arc != FLOE_OK) return arc;
-  const char *clip = getenv("FLOE_CONV_CLIP_POSTOP");
-  s->clip = (!clip || atoi(clip) != 0) && cpu_acts_clip(&s->acts, &s->clip_lo, &s->clip_hi);
-  const char *swish = getenv("FLOE_CONV_SWISH_POSTOP");
-  s->swish = (!swish || atoi(swish) != 0) && cpu_acts_swish(&s->acts);
-  s->hard = (!swish || atoi(swish) != 0) &&
-            cpu_acts_hard(&s->acts, &s->hard_swish, &s->hard_alpha, &s->hard_beta);
+  const char *clip = getenv("FLOE_CONV_CLIP_POSTOP"), *swish = getenv("FLOE_CONV_SWISH_POSTOP");
+  bool hard_swish = false;
+  if ((!clip || atoi(clip) != 0) && cpu_acts_clip(&s->acts, &s->tail_a, &s->tail_b))
+    s->tail_post = POST_CLIP;
+  else if ((!swish || atoi(swish) != 0) && cpu_acts_swish(&s->acts))
+    s->tail_post = POST_SWISH;
+  else if ((!swish || atoi(swish) != 0) &&
+           cpu_acts_hard(&s->acts, &hard_swish, &s->tail_a, &s->tail_b))
+    s->tail_post = hard_swish ? POST_HARDSWISH : POST_HARDSIGMOID;
   s->blocked = flag(host, init, "blocked");
   s->plain_input = s->blocked && flag(host, init, "plain_input");
   const char *wino = getenv("FLOE_CONV_WINOGRAD");
@@ -281,7 +289,7 @@ static dnnl_status_t build_pd(const Build *b, const dnnl_convolution_desc_t *cd,
                               dnnl_engine_t eng, const_dnnl_primitive_attr_t attr,
                               dnnl_primitive_desc_t *pd, const char **what) {
   dnnl_status_t st;
-  if (!(b->post & (POST_SUM | POST_RELU | POST_CLIP | POST_SWISH | POST_HARD))) {
+  if (!(b->post & (POST_SUM | POST_RELU | POST_TAIL))) {
     *what = "convolution primitive descriptor";
     return dnnl_primitive_desc_create(pd, cd, attr, eng, NULL);
   }
@@ -294,15 +302,15 @@ static dnnl_status_t build_pd(const Build *b, const dnnl_convolution_desc_t *cd,
       !((b->post & POST_RELU) &&
         (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f))) &&
       !((b->post & POST_CLIP) &&
-        (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_clip, b->s->clip_lo,
-                                           b->s->clip_hi))) &&
+        (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_clip, b->s->tail_a,
+                                           b->s->tail_b))) &&
       !((b->post & POST_SWISH) &&
         (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f))) &&
-      !((b->post & POST_HARD) && b->s->hard_swish &&
+      !((b->post & POST_HARDSWISH) &&
         (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f))) &&
-      !((b->post & POST_HARD) && !b->s->hard_swish &&
-        ((st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_linear, b->s->hard_alpha,
-                                            b->s->hard_beta)) ||
+      !((b->post & POST_HARDSIGMOID) &&
+        ((st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_linear, b->s->tail_a,
+                                            b->s->tail_b)) ||
          (st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_clip, 0.0f, 1.0f)))) &&
       !(st = dnnl_primitive_attr_set_post_ops(mine, ops))) {
     *what = "convolution primitive descriptor";
@@ -955,10 +963,11 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   j.y = cpu_host->tensor_data(out);
   /* Each part applies the activations to its output while it is in cache, where every
    * part's output is dense: blocked or channels-last data. */
-  /* (not on a Winograd convolution: oneDNN's takes no clip post-op, and would fall back) */
-  bool in_primitive = !empty && (s->clip || s->swish || s->hard) && !winograd_fits(s, &g, &g);
+  /* (not on a Winograd convolution: oneDNN's takes none of these post-ops, and would fall
+   * back) */
+  bool in_primitive = !empty && s->tail_post && !winograd_fits(s, &g, &g);
   if (in_primitive)
-    j.post |= s->clip ? POST_CLIP : s->swish ? POST_SWISH : POST_HARD;
+    j.post |= s->tail_post;
   else if (!empty && s->acts.n && (s->blocked || !s->a.cf))
     j.acts = &s->acts;
   if (empty)
