@@ -71,26 +71,35 @@ static FloeNode *copy_node(Pass *p, const FloeNode *n, const FloeOutput *ins, co
   return c;
 }
 
+/* A constant 1-D i64 tensor of v (n entries), named after n. */
+static FloeOutput const_i64(Pass *p, const FloeNode *near, const char *what, const int64_t *v,
+                            int n) {
+  int64_t len = n;
+  FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &len, p->st);
+  char *name = t ? fresh_name(p, near, what) : NULL;
+  FloeOutput y = {NULL, 0};
+  if (name) {
+    if (n) memcpy(floe_tensor_data(t), v, (size_t)n * sizeof *v);
+    y = floe_const(p->g, name, t);
+  }
+  floe_tensor_release(t);
+  floe__free(name);
+  return y;
+}
+
 /* Transpose(x, perm) of rank r (perm's entries). */
 static FloeOutput transpose_n(Pass *p, const FloeNode *near, FloeOutput x, const int64_t *perm,
                               int r) {
-  char *pn = fresh_name(p, near, "perm"), *tn = fresh_name(p, near, "transpose");
+  FloeOutput pc = const_i64(p, near, "perm", perm, r);
+  char *tn = pc.node ? fresh_name(p, near, "transpose") : NULL;
   FloeOutput y = {NULL, 0};
-  if (pn && tn) {
-    int64_t len = r;
-    FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &len, p->st);
-    if (t) {
-      memcpy(floe_tensor_data(t), perm, (size_t)r * sizeof *perm);
-      FloeOutput pc = floe_const(p->g, pn, t);
-      floe_tensor_release(t);
-      FloeNodeBuilder *b = floe_node_begin(p->g, "Transpose", tn);
-      floe_node_add_input(b, x);
-      floe_node_add_input(b, pc);
-      FloeNode *n = floe_node_finish(b);
-      if (n) y = floe_out(n, 0);
-    }
+  if (tn) {
+    FloeNodeBuilder *b = floe_node_begin(p->g, "Transpose", tn);
+    floe_node_add_input(b, x);
+    floe_node_add_input(b, pc);
+    FloeNode *n = floe_node_finish(b);
+    if (n) y = floe_out(n, 0);
   }
-  floe__free(pn);
   floe__free(tn);
   return y;
 }
@@ -371,29 +380,13 @@ static int reshape_through(const int64_t *perm, int r, FloeShape xs, const int64
   return np;
 }
 
-/* A constant 1-D i64 tensor of v (n entries), named after n. */
-static FloeOutput const_i64(Pass *p, const FloeNode *near, const char *what, const int64_t *v,
-                            int n) {
-  int64_t len = n;
-  FloeTensor *t = floe_tensor_new(FLOE_I64, 1, &len, p->st);
-  char *name = t ? fresh_name(p, near, what) : NULL;
-  FloeOutput y = {NULL, 0};
-  if (name) {
-    if (n) memcpy(floe_tensor_data(t), v, (size_t)n * sizeof *v);
-    y = floe_const(p->g, name, t);
-  }
-  floe_tensor_release(t);
-  floe__free(name);
-  return y;
-}
-
-static bool attr_int_zero(const FloeNode *n, const char *name) {
+static int64_t attr_int_or_0(const FloeNode *n, const char *name) {
   const FloeAttrValue *v = floe__node_attr(n, name, FLOE_ATTR_INT);
-  return !v || (v->kind == FLOE_ATTR_INT && v->u.i == 0);
+  return v ? v->u.i : 0;
 }
 
 /* Rules for transposes of any rank (rewrite): Transpose(Transpose(x, p), p2) composed into
- * one; StridedSlice(T(x, p)) sliced on x with its bounds and masks permuted, then T; and
+ * one (or none, when the two cancel); StridedSlice(T(x, p)) sliced on x with its bounds and masks permuted, then T; and
  * Reshape(T(x, p)) to a constant shape done on x when the dims it splits or merges lie in x
  * in order (reshape_through), else, when only their order differs and what is left is the
  * NCHW view of NHWC data, after one transpose of x that orders them (a channel shuffle:
@@ -415,15 +408,12 @@ static int rewrite_nd(Pass *p, FloeNode *n) {
   }
   if (op_is(n, "StridedSlice")) {
     int64_t be[3][FLOE_MAX_DIMS], nb[3][FLOE_MAX_DIMS];
-    if (n->num_inputs != 4 || !attr_int_zero(n, "ellipsis_mask") ||
-        !attr_int_zero(n, "new_axis_mask") || !attr_int_zero(n, "shrink_axis_mask"))
+    if (n->num_inputs != 4 || attr_int_or_0(n, "ellipsis_mask") ||
+        attr_int_or_0(n, "new_axis_mask") || attr_int_or_0(n, "shrink_axis_mask"))
       return 0;
     for (int k = 0; k < 3; k++)
       if (ox_const_ints(n->inputs[1 + k], be[k], FLOE_MAX_DIMS) != r) return 0;
-    const FloeAttrValue *bm = floe__node_attr(n, "begin_mask", FLOE_ATTR_INT);
-    const FloeAttrValue *em = floe__node_attr(n, "end_mask", FLOE_ATTR_INT);
-    int64_t masks[2] = {bm && bm->kind == FLOE_ATTR_INT ? bm->u.i : 0,
-                        em && em->kind == FLOE_ATTR_INT ? em->u.i : 0};
+    int64_t masks[2] = {attr_int_or_0(n, "begin_mask"), attr_int_or_0(n, "end_mask")};
     int64_t nm[2] = {0, 0};
     for (int i = 0; i < r; i++) {
       for (int k = 0; k < 3; k++) nb[k][perm[i]] = be[k][i];
@@ -494,14 +484,6 @@ static int rewrite(Pass *p, FloeNode *n) {
     ins[0] = transpose(p, n, ins[0], TO_NHWC);
     c = ins[0].node ? copy_node(p, n, ins, &attrs) : NULL;
     floe__attrs_clear(&attrs);
-  } else if (op_is(n, "Transpose") && transpose_perm(floe_out(n, 0), perm2, &a) &&
-             transpose_perm(a, perm, &b)) {
-    /* T_q(T_p(x)) with q after p the identity: x */
-    int64_t comp[4];
-    for (int i = 0; i < 4; i++) comp[i] = perm[perm2[i]];
-    static const int64_t id[4] = {0, 1, 2, 3};
-    if (!perm_is(comp, id)) return rewrite_nd(p, n);
-    return replace_uses(p, n, b) == FLOE_OK ? 1 : -1;
   } else if (unary_op(n) && transpose_perm(ins[0], perm, &a) && perm_is(perm, TO_NCHW)) {
     ins[0] = a;
     c = copy_node(p, n, ins, NULL);
