@@ -286,6 +286,17 @@ static void dim_origin(FloeOutput *x, int *d) {
   }
 }
 
+/* ONNX's 0 entries of a reshape target v (k entries; those known[i], NULL: all) copied from the
+ * input's dims xs. -1 when done, else the first 0 entry whose dim is not known. */
+static int copy_zero_entries(int64_t *v, const bool *known, int k, FloeShape xs) {
+  for (int i = 0; i < k; i++)
+    if ((!known || known[i]) && v[i] == 0) {
+      if (i >= xs.rank || xs.dims[i] < 0) return i;
+      v[i] = xs.dims[i];
+    }
+  return -1;
+}
+
 /* A computed reshape target of which every entry but one is a constant (an exported
  * model's [batch, 2, 58, 28, 28] once the known dims folded): as constants with -1 for that
  * one, when that entry is provably the input's one unknown dim (read by Gather(Shape(t), i)
@@ -298,14 +309,12 @@ static int one_computed_entry(FloeOutput shape, FloeOutput x, int allowzero, int
   FloeOutput src[FLOE_MAX_DIMS];
   FloeShape xs = ox_shape(x);
   int k = partial_ints(shape, v, known, src, FLOE_MAX_DIMS);
+  if (k < 0 || (!allowzero && copy_zero_entries(v, known, k, xs) >= 0)) return -1;
   int unknown = -1;
   for (int i = 0; i < k; i++) {
     if (!known[i]) {
       if (unknown >= 0) return -1;
       unknown = i;
-    } else if (v[i] == 0 && !allowzero) {
-      if (i >= xs.rank || xs.dims[i] < 0) return -1;
-      v[i] = xs.dims[i];
     } else if (v[i] <= 0) {
       return -1; /* a -1 already (two to infer), or a 0 kept */
     }
@@ -351,13 +360,10 @@ OX_MAP(map_reshape) {
   xs = ox_shape(in[0]);
   if (k >= 0) {
     /* A constant shape: resolve the 0s (copy the input's dim) now. */
-    for (int i = 0; i < k && !allowzero; i++)
-      if (v[i] == 0) {
-        if (i >= xs.rank || xs.dims[i] < 0)
-          return ox_fail(c, FLOE_UNIMPLEMENTED,
-                         "shape entry %d is 0 (copy the input's dim), and that dim is not known", i);
-        v[i] = xs.dims[i];
-      }
+    int i = allowzero ? -1 : copy_zero_entries(v, NULL, k, xs);
+    if (i >= 0)
+      return ox_fail(c, FLOE_UNIMPLEMENTED,
+                     "shape entry %d is 0 (copy the input's dim), and that dim is not known", i);
     shape = ox_const_i64(c, v, k);
   } else if ((k = one_computed_entry(in[1], in[0], allowzero, v)) >= 0) {
     shape = ox_const_i64(c, v, k);
