@@ -51,6 +51,20 @@ static FloeTensor *run1(FloeOnnxModel *m, FloeTensor *x, FloeStatus *st) {
   return y;
 }
 
+/* v[i] = ((i mul % mod) - off) / div for i < n: the NHWC tests' weights and inputs, values
+ * that are exact in f32 and differ from their neighbours. */
+static void pattern(float *v, int64_t n, int mul, int mod, int off, float div) {
+  for (int64_t i = 0; i < n; i++) v[i] = (float)((i * mul % mod) - off) / div;
+}
+
+/* dim1 = Unsqueeze(dim = Gather(shape, idx)): one entry of an exported reshape target (the
+ * model holds a [0] initializer "ax0"). */
+static void shape_entry(Model *md, const char *shape, const char *idx, const char *dim,
+                        const char *dim1) {
+  ob_add_node(md, "Gather", dim, shape, idx, NULL, dim);
+  ob_add_node(md, "Unsqueeze", dim1, dim, "ax0", NULL, dim1);
+}
+
 /* buf imported with keep_nchw = keep (checked to succeed). */
 static FloeOnnxModel *import_keep(const uint8_t *buf, size_t len, const char *name, int keep,
                                   FloeStatus *st) {
@@ -190,11 +204,10 @@ START_TEST(folds_known_dims_of_a_dynamic_batch) {
     static const int64_t five = 5;
     ob_add_int64_init(&md, "five", 1, &five);
     ob_add_node(&md, "Shape", "shape", "x", NULL, NULL, "s");
-    ob_add_node(&md, "Gather", "gn", "s", "i0", NULL, "n");
+    shape_entry(&md, "s", "i0", "n", "n1");
     ob_add_node(&md, "Gather", "gc", "s", "i1", NULL, "c");
     ob_add_node(&md, "Gather", "gw", "s", "i2", NULL, "w");
     ob_add_node(&md, "Mul", "cw", "c", "w", NULL, "cw0");
-    ob_add_node(&md, "Unsqueeze", "un", "n", "ax0", NULL, "n1");
     ob_add_node(&md, "Unsqueeze", "ucw", "cw0", "ax0", NULL, "cw1");
     Onnx__NodeProto *cat =
         ob_add_node(&md, "Concat", "cat", "n1", which == 1 ? "five" : "cw1", NULL, "newshape");
@@ -546,8 +559,8 @@ START_TEST(nhwc_rewrite_matches_nchw) {
   int64_t xd[4] = {2, 3, 8, 8};
   ob_add_input(&md, "x", 4, xd);
   static float w1[4 * 3 * 3 * 3], w2[4 * 4 * 3 * 3], b1[4];
-  for (int i = 0; i < 108; i++) w1[i] = (float)((i * 37 % 17) - 8) / 16.0f;
-  for (int i = 0; i < 144; i++) w2[i] = (float)((i * 53 % 19) - 9) / 20.0f;
+  pattern(w1, 108, 37, 17, 8, 16.0f);
+  pattern(w2, 144, 53, 19, 9, 20.0f);
   for (int i = 0; i < 4; i++) b1[i] = 0.1f * (float)i - 0.15f;
   static const int64_t w1d[4] = {4, 3, 3, 3}, w2d[4] = {4, 4, 3, 3}, b1d[1] = {4};
   ob_add_init(&md, "w1", 4, w1d, w1, 1);
@@ -571,7 +584,7 @@ START_TEST(nhwc_rewrite_matches_nchw) {
   FloeTensor *ys[2];
   int64_t d[4] = {2, 3, 8, 8};
   FloeTensor *x = floe_tensor_new(FLOE_F32, 4, d, NULL);
-  for (int i = 0; i < 384; i++) ((float *)floe_tensor_data(x))[i] = (float)((i * 29 % 23) - 11) / 7.0f;
+  pattern(floe_tensor_data(x), 384, 29, 23, 11, 7.0f);
   for (int keep = 0; keep < 2; keep++) {
     FloeOnnxModel *m = import_keep(buf, len, "resblock", keep, st);
     FloeGraph *g = floe_onnx_model_graph(m);
@@ -621,9 +634,9 @@ START_TEST(nhwc_rewrite_through_channel_shuffle) {
   int64_t xd[4] = {-1, 8, 6, 6};
   ob_add_input(&md, "x", 4, xd);
   static float w1[8 * 8], w2[4 * 4 * 9], w3[8 * 8], b1[8];
-  for (int i = 0; i < 64; i++) w1[i] = (float)((i * 37 % 17) - 8) / 16.0f;
-  for (int i = 0; i < 144; i++) w2[i] = (float)((i * 53 % 19) - 9) / 20.0f;
-  for (int i = 0; i < 64; i++) w3[i] = (float)((i * 29 % 23) - 11) / 24.0f;
+  pattern(w1, 64, 37, 17, 8, 16.0f);
+  pattern(w2, 144, 53, 19, 9, 20.0f);
+  pattern(w3, 64, 29, 23, 11, 24.0f);
   for (int i = 0; i < 8; i++) b1[i] = 0.05f * (float)i - 0.2f;
   static const int64_t w1d[4] = {8, 8, 1, 1}, w2d[4] = {4, 4, 3, 3}, b1d[1] = {8};
   ob_add_init(&md, "w1", 4, w1d, w1, 1);
@@ -662,14 +675,10 @@ START_TEST(nhwc_rewrite_through_channel_shuffle) {
   ob_attr_int(md.nodes[md.g.n_node - 1], "axis", 1);
   /* the shuffle: [N, 2, C/2, H, W] and back to [N, C, H, W], all computed from Shape(cat) */
   ob_add_node(&md, "Shape", "shc", "cat", NULL, NULL, "cs");
-  ob_add_node(&md, "Gather", "gn", "cs", "i0", NULL, "n");
-  ob_add_node(&md, "Gather", "gh", "cs", "i2b", NULL, "hh");
-  ob_add_node(&md, "Gather", "gw", "cs", "i3", NULL, "ww");
-  ob_add_node(&md, "Unsqueeze", "un", "n", "ax0", NULL, "n1");
-  ob_add_node(&md, "Unsqueeze", "uhh", "hh", "ax0", NULL, "hh1");
-  ob_add_node(&md, "Unsqueeze", "uww", "ww", "ax0", NULL, "ww1");
-  ob_add_node(&md, "Gather", "gc2", "cs", "i1", NULL, "cc");
-  ob_add_node(&md, "Unsqueeze", "ucc", "cc", "ax0", NULL, "cc1");
+  shape_entry(&md, "cs", "i0", "n", "n1");
+  shape_entry(&md, "cs", "i2b", "hh", "hh1");
+  shape_entry(&md, "cs", "i3", "ww", "ww1");
+  shape_entry(&md, "cs", "i1", "cc", "cc1");
   node_n(&md, "Concat", "s5", "shape5", 5,
          (const char *const[]){"n1", "two1", "half1", "hh1", "ww1"});
   ob_attr_int(md.nodes[md.g.n_node - 1], "axis", 0);
@@ -688,8 +697,7 @@ START_TEST(nhwc_rewrite_through_channel_shuffle) {
   for (int64_t batch = 2; batch <= 3; batch++) {
     int64_t d[4] = {batch, 8, 6, 6};
     FloeTensor *x = floe_tensor_new(FLOE_F32, 4, d, NULL);
-    for (int64_t i = 0; i < batch * 288; i++)
-      ((float *)floe_tensor_data(x))[i] = (float)((i * 29 % 23) - 11) / 7.0f;
+    pattern(floe_tensor_data(x), batch * 288, 29, 23, 11, 7.0f);
     FloeTensor *ys[2];
     for (int keep = 0; keep < 2; keep++) {
       FloeOnnxModel *m = import_keep(buf, len, "shuffle", keep, st);
@@ -717,9 +725,9 @@ START_TEST(nhwc_rewrite_through_concat) {
   int64_t xd[4] = {2, 4, 6, 6};
   ob_add_input(&md, "x", 4, xd);
   static float wa[4 * 4], wb[4 * 4 * 9], wc[3 * 8];
-  for (int i = 0; i < 16; i++) wa[i] = (float)((i * 37 % 17) - 8) / 16.0f;
-  for (int i = 0; i < 144; i++) wb[i] = (float)((i * 53 % 19) - 9) / 20.0f;
-  for (int i = 0; i < 24; i++) wc[i] = (float)((i * 41 % 13) - 6) / 9.0f;
+  pattern(wa, 16, 37, 17, 8, 16.0f);
+  pattern(wb, 144, 53, 19, 9, 20.0f);
+  pattern(wc, 24, 41, 13, 6, 9.0f);
   static const int64_t wad[4] = {4, 4, 1, 1}, wbd[4] = {4, 4, 3, 3}, wcd[4] = {3, 8, 1, 1};
   ob_add_init(&md, "wa", 4, wad, wa, 1);
   ob_add_init(&md, "wb", 4, wbd, wb, 1);
@@ -741,7 +749,7 @@ START_TEST(nhwc_rewrite_through_concat) {
   FloeStatus *st = floe_status_new();
   FloeTensor *ys[2];
   FloeTensor *x = floe_tensor_new(FLOE_F32, 4, xd, NULL);
-  for (int i = 0; i < 288; i++) ((float *)floe_tensor_data(x))[i] = (float)((i * 29 % 23) - 11) / 7.0f;
+  pattern(floe_tensor_data(x), 288, 29, 23, 11, 7.0f);
   for (int keep = 0; keep < 2; keep++) {
     FloeOnnxModel *m = import_keep(buf, len, "concat", keep, st);
     ck_assert_int_eq(count_op(m, "Transpose"), keep ? 0 : 3);
