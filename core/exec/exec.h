@@ -90,6 +90,10 @@ typedef struct FloeExecPlan {
   /* Ready nodes run in a memory-aware order (mem_order.c); false: as they became ready
    * (FLOE_OPT_MEMORY_SCHEDULING=0). */
   bool memory_order;
+  /* Consts on host-memory devices are not run: the executor hands their values to their
+   * readers as feeds of its own (executor.c, host_constant); false: they run each step
+   * (FLOE_OPT_CONSTANT_FOLDING=0). */
+  bool const_feeds;
 } FloeExecPlan;
 
 /* Builds per-node kernel state (FloeKernelDef.create). Caller owns the executor; the plan is

@@ -58,6 +58,10 @@ struct FloeExecutor {
   int num_roots;
   int *fetch_src;  /* entry, or -(feed + 1) */
   int num_feeds, num_fetches;
+  /* Host constants handed to readers as feeds numbered after the caller's (split_constants):
+   * their values, borrowed from the graph's attributes. */
+  FloeTensor **consts;
+  int num_consts;
   int num_async;
   /* Byte offsets of a step's arrays inside its arena. */
   size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, off_feeds,

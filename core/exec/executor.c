@@ -944,7 +944,7 @@ static void layout_arena(FloeExecutor *e) {
   e->off_async = off;
   off = align_up(off + (size_t)e->num_async * sizeof(Invocation));
   e->off_feeds = off;
-  off = align_up(off + (size_t)e->num_feeds * sizeof(FloeTensor *));
+  off = align_up(off + (size_t)(e->num_feeds + e->num_consts) * sizeof(FloeTensor *));
   e->off_running = off;
   e->arena_size = off + (size_t)e->num_nodes * sizeof(atomic_int);
 }
@@ -981,7 +981,7 @@ static floe_code build_edges(FloeExecutor *e, const int *local_of, const FeedKey
     const FloeNode *node = en->node;
     for (int j = 0; j < node->num_inputs; j++) {
       const FloeOutput *in = &node->inputs[j];
-      int f = find_feed(feeds, e->num_feeds, in);
+      int f = find_feed(feeds, e->num_feeds + e->num_consts, in);
       if (f >= 0) {
         e->input_src[en->in_base + j] = -(f + 1);
         en->check_copy = true; /* a feed may live anywhere */
@@ -1046,7 +1046,7 @@ static floe_code build_fetches(FloeExecutor *e, const FloeExecPlan *plan, const 
                                const FeedKey *feeds, FloeStatus *st) {
   for (int f = 0; f < plan->num_fetches; f++) {
     const FloeOutput *o = &plan->fetches[f];
-    int fd = find_feed(feeds, e->num_feeds, o);
+    int fd = find_feed(feeds, e->num_feeds + e->num_consts, o);
     if (fd >= 0) {
       e->fetch_src[f] = -(fd + 1);
       continue;
@@ -1086,15 +1086,93 @@ static bool plan_valid(const FloeExecPlan *plan, FloeStatus *st) {
   return true;
 }
 
+/* The value of a Const the executor hands its readers itself (a feed of its own, no kernel
+ * run each step), or NULL: a Const on a host-memory device with no inputs, no control inputs
+ * and no control successor (is_ctl_pred, by graph id), whose value attribute is a tensor of
+ * its dtype. That is exactly what its kernel would output (the value, never written: outputs
+ * are read-only to their readers), so a step of a network with hundreds of weights does not
+ * spend its start running them one by one ahead of the compute that waits for them. */
+static FloeTensor *host_constant(const FloeExecNodeSpec *ns, const bool *is_ctl_pred) {
+  const FloeNode *n = ns->node;
+  if (!ns->kernel || !ns->device || !ns->device->host_memory || n->num_inputs != 0 ||
+      n->num_control != 0 || n->num_outputs != 1 || is_ctl_pred[n->id] ||
+      strcmp(n->op->name, "Const") != 0)
+    return NULL;
+  const FloeAttrValue *v = floe__attrs_get(&n->attrs, "value");
+  if (!v || v->kind != FLOE_ATTR_TENSOR || !v->u.tensor ||
+      floe_tensor_dtype(v->u.tensor) != n->out_dtypes[0])
+    return NULL;
+  return v->u.tensor;
+}
+
+/* Splits plan's host constants (host_constant) off into feeds of the executor's own: *own
+ * is the plan without them, its feeds the caller's followed by theirs (values in
+ * e->consts). Outside control flow only (a frame's nodes are scheduled by exec_frames.c).
+ * On success *nodes and *feeds hold the arrays own points to (caller frees). */
+static floe_code split_constants(FloeExecutor *e, const FloeExecPlan *plan, FloeExecPlan *own,
+                                 FloeExecNodeSpec **nodes, FloeOutput **feeds, FloeStatus *st) {
+  *own = *plan;
+  *nodes = NULL;
+  *feeds = NULL;
+  if (!plan->const_feeds || plan->force_frames) return FLOE_OK;
+  const FloeGraph *g = plan->graph;
+  bool *ctl = floe__calloc((size_t)g->num_nodes + 1, sizeof *ctl);
+  if (!ctl) return floe_status_set(st, FLOE_NO_MEMORY, "out of memory building an executor");
+  int nc = 0;
+  for (int i = 0; i < plan->num_nodes; i++) {
+    const FloeNode *n = plan->nodes[i].node;
+    if (routes_values(n)) {
+      floe__free(ctl);
+      return FLOE_OK;
+    }
+    for (int c = 0; c < n->num_control; c++)
+      if (n->control[c]->id < g->num_nodes) ctl[n->control[c]->id] = true;
+  }
+  for (int i = 0; i < plan->num_nodes; i++) nc += host_constant(&plan->nodes[i], ctl) != NULL;
+  if (nc == 0) {
+    floe__free(ctl);
+    return FLOE_OK;
+  }
+  *nodes = floe__malloc((size_t)(plan->num_nodes - nc + 1) * sizeof **nodes);
+  *feeds = floe__malloc((size_t)(plan->num_feeds + nc) * sizeof **feeds);
+  e->consts = floe__malloc((size_t)nc * sizeof *e->consts);
+  if (!*nodes || !*feeds || !e->consts) {
+    floe__free(ctl);
+    return floe_status_set(st, FLOE_NO_MEMORY, "out of memory building an executor");
+  }
+  if (plan->num_feeds) memcpy(*feeds, plan->feeds, (size_t)plan->num_feeds * sizeof **feeds);
+  own->num_nodes = 0;
+  for (int i = 0; i < plan->num_nodes; i++) {
+    FloeTensor *v = host_constant(&plan->nodes[i], ctl);
+    if (!v) {
+      (*nodes)[own->num_nodes++] = plan->nodes[i];
+      continue;
+    }
+    (*feeds)[plan->num_feeds + e->num_consts] = (FloeOutput){(FloeNode *)plan->nodes[i].node, 0};
+    e->consts[e->num_consts++] = v;
+  }
+  floe__free(ctl);
+  own->nodes = *nodes;
+  own->feeds = *feeds;
+  own->num_feeds = plan->num_feeds + nc;
+  return FLOE_OK;
+}
+
 /* Caller owns the executor (free with floe__executor_free); the plan's arrays are copied,
  * the graph, devices and kernels it points to are borrowed and must outlive it. */
-FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
-  if (!plan_valid(plan, st)) return NULL;
-  const FloeGraph *g = plan->graph;
+FloeExecutor *floe__executor_new(const FloeExecPlan *caller_plan, FloeStatus *st) {
+  if (!plan_valid(caller_plan, st)) return NULL;
+  const FloeGraph *g = caller_plan->graph;
   FloeExecutor *e = floe__calloc(1, sizeof *e);
   int *local_of = NULL;
   FeedKey *feeds = NULL;
+  FloeExecNodeSpec *own_nodes = NULL;
+  FloeOutput *own_feeds = NULL;
+  FloeExecPlan own;
+  const FloeExecPlan *plan = &own;
   if (!e) goto err_oom;
+  if (split_constants(e, caller_plan, &own, &own_nodes, &own_feeds, st) != FLOE_OK)
+    goto err_free;
   atomic_init(&e->spare, NULL);
   e->pool = plan->rt ? plan->rt->pool : NULL;
   e->resources = plan->resources;
@@ -1110,7 +1188,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
     }
   e->force_frames = plan->force_frames;
   e->num_nodes = plan->num_nodes;
-  e->num_feeds = plan->num_feeds;
+  e->num_feeds = caller_plan->num_feeds; /* the caller's; e->num_consts more follow */
   e->num_fetches = plan->num_fetches;
   size_t nn = (size_t)(e->num_nodes ? e->num_nodes : 1);
   e->nodes = floe__calloc(nn, sizeof *e->nodes);
@@ -1199,14 +1277,18 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *plan, FloeStatus *st) {
   if (create_kernels(e, st) != FLOE_OK) goto err_free;
   floe__free(local_of);
   floe__free(feeds);
+  floe__free(own_nodes);
+  floe__free(own_feeds);
   return e;
 
 err_oom:
   floe_status_set(st, FLOE_NO_MEMORY, "out of memory building an executor for %d nodes",
-                  plan->num_nodes);
+                  caller_plan->num_nodes);
 err_free:
   floe__free(local_of);
   floe__free(feeds);
+  floe__free(own_nodes);
+  floe__free(own_feeds);
   floe__executor_free(e);
   return NULL;
 }
@@ -1225,6 +1307,7 @@ void floe__executor_free(FloeExecutor *e) {
   floe__free(e->roots);
   floe__free(e->rank);
   floe__free(e->fetch_src);
+  floe__free(e->consts);
   floe__free(atomic_load(&e->spare));
   floe__free(e);
 }
@@ -1257,6 +1340,8 @@ static floe_code step_new(FloeExecutor *e, FloeTensor *const *feeds, FloeExecSte
   s->feeds = (FloeTensor **)(arena + e->off_feeds);
   s->running = (atomic_int *)(arena + e->off_running); /* zeroed only for a deadline */
   if (e->num_feeds) memcpy(s->feeds, feeds, (size_t)e->num_feeds * sizeof *s->feeds);
+  if (e->num_consts)
+    memcpy(s->feeds + e->num_feeds, e->consts, (size_t)e->num_consts * sizeof *s->feeds);
   atomic_init(&s->done_twice, 0);
   /* No other thread sees the arena before the step hands out work, so plain copies do. */
   _Static_assert(sizeof(atomic_int) == sizeof(int), "counters are copied as ints");

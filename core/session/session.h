@@ -116,6 +116,7 @@ typedef struct FloeMultiPlan {
   bool force_frames;            /* FloePartition.has_cf */
   bool reuse_buffers;           /* FloeExecPlan.reuse_buffers */
   bool memory_order;            /* FloeExecPlan.memory_order */
+  bool const_feeds;             /* FloeExecPlan.const_feeds */
   struct FloeResourceMgr *resources;
   const atomic_int *profiling;
   FloeTraceSink *trace;         /* the session's; borrowed */
@@ -205,6 +206,9 @@ bool floe__opt_buffer_reuse_on(void);
 /* Executors take ready nodes in a memory-aware order (unless FLOE_OPT_MEMORY_SCHEDULING=0
  * or FLOE_OPTIMIZE=0). */
 bool floe__opt_memory_scheduling_on(void);
+/* Whether host Consts are handed to their readers without running (FloeExecPlan.const_feeds):
+ * on unless FLOE_OPTIMIZE=0 or FLOE_OPT_CONSTANT_FOLDING=0. */
+bool floe__opt_const_feeds_on(void);
 /* Helpers the passes share. */
 bool floe__opt_grow(FloeOpt *o);                          /* false: out of memory */
 bool floe__opt_kept(const FloeOpt *o, const FloeNode *n); /* fed, fetched or a target */

@@ -446,6 +446,9 @@ static void expect_profile(FloeSession *s, int n_ops, const char *const *ops,
 }
 
 START_TEST(profile_counts_node_executions) {
+  /* Consts run as kernels (the optimiser otherwise hands their values to their readers:
+   * profile_leaves_out_host_constants) */
+  setenv("FLOE_OPT_CONSTANT_FOLDING", "0", 1);
   FloeGraph *g = small_graph();
   FloeSession *s = session_new(g);
   static const char *const ops[3] = {"Const", "Mul", "Add"};
@@ -471,6 +474,57 @@ START_TEST(profile_counts_node_executions) {
   floe_session_set_profiling(NULL, 1); /* a no-op */
   floe_status_free(st);
   floe_session_free(s);
+  floe_graph_free(g);
+  unsetenv("FLOE_OPT_CONSTANT_FOLDING");
+}
+END_TEST
+
+/* With the optimiser on, a Const on the CPU is not run: its readers get its value as the
+ * executor's own feed. One with a control successor still runs; a reader that may write over
+ * its input (Neg reuses a buffer whose last reader it is) must not write over the value;
+ * a fetched Const is its value. */
+START_TEST(profile_leaves_out_host_constants) {
+  const int64_t d2[1] = {2};
+  const float cv[2] = {1.5f, -2.0f};
+  FloeGraph *g = small_graph();
+  FloeTensor *c = harness_f32(1, d2, cv);
+  FloeOutput k = floe_const(g, "k", c);
+  floe_unary(g, "Neg", "neg_k", k);
+  FloeNodeBuilder *b = floe_node_begin(g, "Identity", "gated");
+  floe_node_add_input(b, floe_out(floe_graph_find(g, "x"), 0));
+  floe_node_add_control_input(b, floe_graph_find(g, "seven"));
+  floe_node_finish(b);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  /* (the dead-node pass would drop the control edge from a Const, which cannot fail) */
+  setenv("FLOE_OPT_DEAD_NODES", "0", 1);
+  FloeSession *s = session_new(g);
+  floe_session_set_profiling(s, 1);
+  run_fetch(s, "z", 2);
+  run_fetch(s, "gated", 1);
+  unsetenv("FLOE_OPT_DEAD_NODES");
+  /* z: Mul and Add twice, its two Consts never; gated: Identity, and its control input
+   * "seven" (a Const) once */
+  expect_profile(s, 4, (const char *const[]){"Mul", "Add", "Identity", "Const"},
+                 (const int64_t[]){2, 2, 1, 1}, (const int64_t[]){16, 16, 8, 4});
+  FloeStatus *st = floe_status_new();
+  const char *names[3] = {"neg_k", "k", "three"};
+  for (int round = 0; round < 2; round++) {
+    FloeTensor *out[3] = {NULL, NULL, NULL};
+    FloeFeed feed = {"x", c};
+    ck_assert_msg(floe_session_run(s, &feed, 1, names, 3, NULL, 0, out, st) == FLOE_OK, "%s",
+                  floe_status_message(st));
+    const float *nk = floe_tensor_data(out[0]), *kv = floe_tensor_data(out[1]);
+    ck_assert_msg(nk[0] == -1.5f && nk[1] == 2.0f, "round %d: neg_k = [%g, %g]", round, nk[0],
+                  nk[1]);
+    ck_assert_msg(kv[0] == 1.5f && kv[1] == -2.0f, "round %d: k = [%g, %g]: written over",
+                  round, kv[0], kv[1]);
+    ck_assert(*(const float *)floe_tensor_data(out[2]) == 3.0f);
+    for (int i = 0; i < 3; i++) floe_tensor_release(out[i]);
+  }
+  ck_assert(((const float *)floe_tensor_data(c))[0] == 1.5f);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_tensor_release(c);
   floe_graph_free(g);
 }
 END_TEST
@@ -536,6 +590,7 @@ int main(void) {
   tcase_add_test(tc, executor_cache);
   tcase_add_test(tc, stateful_kernels_are_shared_across_signatures);
   tcase_add_test(tc, profile_counts_node_executions);
+  tcase_add_test(tc, profile_leaves_out_host_constants);
   tcase_add_checked_fixture(tc, runtime_setup, runtime_teardown);
   suite_add_tcase(s, tc);
   tc = tcase_create("scale");
