@@ -52,6 +52,7 @@ floe_code floe__shape_lstm_cell_recurrent_backprop(const FloeHostApi *host,
 floe_code floe__shape_reshape(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_transpose(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx);
+floe_code floe__shape_fused_elementwise(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_split(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_slice(const FloeHostApi *host, FloeShapeContext *sctx);
 floe_code floe__shape_strided_slice(const FloeHostApi *host, FloeShapeContext *sctx);

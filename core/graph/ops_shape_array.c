@@ -97,8 +97,10 @@ floe_code floe__shape_transpose(const FloeHostApi *host, FloeShapeContext *sctx)
   return FLOE_OK;
 }
 
-floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx) {
-  int nvals = sctx->node->num_inputs - 1;
+/* Output 0: values inputs [0, nvals) joined along axis (have_axis false: not known yet);
+ * what: the op's name in messages. */
+static floe_code concat_shape(FloeShapeContext *sctx, int nvals, bool have_axis, int64_t axis,
+                              const char *what) {
   const FloeShape *vals = sctx->input_shapes;
   int rank = -1, first = -1;
   for (int i = 0; i < nvals; i++) {
@@ -107,22 +109,24 @@ floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx) {
       rank = vals[i].rank;
       first = i;
     } else if (vals[i].rank != rank) {
-      return fail(sctx, "Concat values[%d] %s and values[%d] %s have different ranks", first,
+      return fail(sctx, "%s values[%d] %s and values[%d] %s have different ranks", what, first,
                   SHAPE_STR(vals[first]), i, SHAPE_STR(vals[i]));
     }
   }
-  if (rank == 0) return fail(sctx, "Concat cannot join scalars (values[%d] is a scalar)", first);
+  if (rank == 0)
+    return fail(sctx, "%s cannot join scalars (values[%d] is a scalar)", what, first);
   if (rank < 0) {
     sctx->output_shapes[0] = unknown_rank();
     return FLOE_OK;
   }
-  int64_t axis;
-  if (!const_scalar(sctx, nvals, &axis)) {
+  if (!have_axis) {
     sctx->output_shapes[0] = unknown_dims(rank);
     return FLOE_OK;
   }
   int ax = 0;
-  floe_code c = norm_axis(sctx, axis, rank, "Concat axis", &vals[first], &ax);
+  char axis_what[64];
+  snprintf(axis_what, sizeof axis_what, "%s axis", what);
+  floe_code c = norm_axis(sctx, axis, rank, axis_what, &vals[first], &ax);
   if (c != FLOE_OK) return c;
   FloeShape out = unknown_dims(rank);
   out.dims[ax] = 0;
@@ -134,8 +138,8 @@ floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx) {
     for (int d = 0; d < rank; d++) {
       if (d == ax) continue;
       if (!merge_dim(out.dims[d], vals[i].dims[d], &out.dims[d]))
-        return fail(sctx, "Concat values[%d] %s does not match values[%d] %s in dimension %d "
-                          "(only axis %d may differ)", first, SHAPE_STR(vals[first]), i,
+        return fail(sctx, "%s values[%d] %s does not match values[%d] %s in dimension %d "
+                          "(only axis %d may differ)", what, first, SHAPE_STR(vals[first]), i,
                     SHAPE_STR(vals[i]), d, ax);
     }
     if (out.dims[ax] >= 0)
@@ -143,6 +147,28 @@ floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx) {
   }
   sctx->output_shapes[0] = out;
   return FLOE_OK;
+}
+
+floe_code floe__shape_concat(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int nvals = sctx->node->num_inputs - 1;
+  int64_t axis;
+  bool known = const_scalar(sctx, nvals, &axis);
+  return concat_shape(sctx, nvals, known, known ? axis : 0, "Concat");
+}
+
+/* _FusedElementwise: x's shape, x being its K first inputs joined along concat_axis when
+ * K > 1 (a Concat the elementwise pass took in). */
+floe_code floe__shape_fused_elementwise(const FloeHostApi *host, FloeShapeContext *sctx) {
+  int64_t k = attr_int(sctx, "K", 1);
+  if (k < 1 || k > sctx->node->num_inputs)
+    return fail(sctx, "_FusedElementwise: K = %lld, but it has %d inputs", (long long)k,
+                sctx->node->num_inputs);
+  if (k == 1) {
+    sctx->output_shapes[0] = sctx->input_shapes[0];
+    return FLOE_OK;
+  }
+  return concat_shape(sctx, (int)k, true, attr_int(sctx, "concat_axis", 0),
+                      "_FusedElementwise's concatenation:");
 }
 
 floe_code floe__shape_split(const FloeHostApi *host, FloeShapeContext *sctx) {

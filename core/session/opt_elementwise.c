@@ -14,12 +14,17 @@
  * same device, which must have the fused kernel (the session's check). Runs with loops or
  * conds are left alone. The fused kernel runs each op's own row function, so the values are
  * bitwise the unfused ones. Runs after fusion: what a convolution can take as post-ops is
- * taken there first. */
+ * taken there first.
+ *
+ * A chain whose value comes from a Concat that nothing else reads (DenseNet's batch norm of
+ * each layer's concatenated features) takes the Concat in: the fused node reads the Concat's
+ * values where they are, in parts (its K inputs first, concat_axis), and the joined tensor
+ * is never written; then even a chain of one op is worth fusing. */
 #include <string.h>
 
 #include "session.h"
 
-enum { MAX_STEPS = 16 };
+enum { MAX_STEPS = 16, MAX_PARTS = 1024 };
 
 static const char *const unary_ops[] = {"Neg",  "Abs",       "Square", "Exp",     "Log",
                                         "Sqrt", "Rsqrt",     "Relu",   "Relu6",   "LeakyRelu",
@@ -95,12 +100,43 @@ static bool same_request(const FloeNode *a, const FloeNode *b) {
   return strcmp(x, y) == 0;
 }
 
-/* The fused node for chain[0..n) (chain value input at[i] of each), or NULL. */
-static FloeNode *fuse_chain(FloeOpt *o, FloeNode *const *chain, const int *at, int n) {
+/* The Concat chain value input `at` of head comes from when the fused node can read its
+ * values instead (f32 values of known rank, a constant axis, head its only reader, nothing
+ * else asking for it), with the axis (from 0) in *axis; else NULL. */
+static FloeNode *concat_in(const FloeOpt *o, const FloeNode *head, int at, FloeNode *const *user,
+                           const int *user_at, int n_orig, int64_t *axis) {
+  FloeOutput x = head->inputs[at];
+  FloeNode *c = x.node;
+  if (x.index != 0 || c->id >= n_orig || !o->need[c->id] || strcmp(c->op->name, "Concat") != 0 ||
+      user[c->id] != head || user_at[c->id] != at || floe__opt_kept(o, c) || c->num_control ||
+      !same_request(c, head) || c->num_inputs < 3 || c->num_inputs - 1 > MAX_PARTS)
+    return NULL;
+  const FloeShape *y = &c->out_shapes[0];
+  int64_t ax;
+  double unused;
+  FloeOutput a = c->inputs[c->num_inputs - 1];
+  if (c->out_dtypes[0] != FLOE_F32 || y->rank < 1 ||
+      !(floe__const_scalar(a, FLOE_I32, &unused, &ax) ||
+        floe__const_scalar(a, FLOE_I64, &unused, &ax)) ||
+      ax < -y->rank || ax >= y->rank)
+    return NULL;
+  for (int i = 0; i < c->num_inputs - 1; i++) {
+    FloeOutput v = c->inputs[i];
+    if (v.node->out_dtypes[v.index] != FLOE_F32 || shape_of(v)->rank != y->rank) return NULL;
+  }
+  *axis = ax < 0 ? ax + y->rank : ax;
+  return c;
+}
+
+/* The fused node for chain[0..n) (chain value input at[i] of each; from Concat cat's values
+ * joined along axis when cat is not NULL), or NULL. */
+static FloeNode *fuse_chain(FloeOpt *o, FloeNode *const *chain, const int *at, int n,
+                            const FloeNode *cat, int64_t axis) {
   FloeOutput operands[MAX_STEPS];
   double alpha[MAX_STEPS];
-  char steps[MAX_STEPS * 24] = "", ops[MAX_STEPS * 16] = "";
+  char steps[MAX_STEPS * 24] = "", ops[MAX_STEPS * 16 + 8] = "";
   int m = 0;
+  if (cat) snprintf(ops, sizeof ops, "Concat+");
   for (int i = 0; i < n; i++) {
     const FloeNode *s = chain[i];
     size_t l = strlen(steps), lo = strlen(ops);
@@ -125,7 +161,12 @@ static FloeNode *fuse_chain(FloeOpt *o, FloeNode *const *chain, const int *at, i
   }
   FloeNodeBuilder *b = floe_node_begin(o->g, "_FusedElementwise", name);
   floe__free(name);
-  floe_node_add_input(b, chain[0]->inputs[at[0]]);
+  if (cat) {
+    floe_node_add_input_list(b, cat->inputs, cat->num_inputs - 1);
+    floe_node_set_attr_int(b, "concat_axis", axis);
+  } else {
+    floe_node_add_input(b, chain[0]->inputs[at[0]]);
+  }
   floe_node_add_input_list(b, operands, m);
   floe_node_set_attr_type(b, "T", FLOE_F32);
   floe_node_set_attr_string(b, "steps", steps);
@@ -154,7 +195,7 @@ floe_code floe__opt_elementwise(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st
     rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory fusing elementwise ops");
     goto done;
   }
-  int fused = 0;
+  int fused = 0, joined = 0;
   for (int i = 0; i < num; i++) {
     FloeNode *head = o->g->nodes[order[i]];
     int at[MAX_STEPS];
@@ -173,8 +214,10 @@ floe_code floe__opt_elementwise(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st
       at[n] = k;
       chain[n++] = r;
     }
-    if (n < 2) continue;
-    FloeNode *f = fuse_chain(o, chain, at, n);
+    int64_t axis = 0;
+    FloeNode *cat = concat_in(o, head, at[0], user, user_at, n_orig, &axis);
+    if (n < 2 && !cat) continue;
+    FloeNode *f = fuse_chain(o, chain, at, n, cat, axis);
     if (!f) {
       if (floe_graph_status(o->g) != FLOE_OK) {
         rc = floe_graph_status(o->g);
@@ -184,12 +227,17 @@ floe_code floe__opt_elementwise(FloeOpt *o, FloeOptPassStats *ps, FloeStatus *st
       continue;
     }
     for (int k = 0; k < n; k++) o->need[chain[k]->id] = false;
+    if (cat) o->need[cat->id] = false;
     fwd[chain[n - 1]->id] = floe_out(f, 0);
     ps->rewritten++;
-    ps->removed += n;
+    ps->removed += n + (cat != NULL);
     fused++;
+    joined += cat != NULL;
   }
   if (fused) rc = floe__opt_apply_forward(o, fwd, n_orig, st);
+  /* the Concats' axes */
+  if (rc == FLOE_OK && joined && floe__opt_prune_unused(o) < 0)
+    rc = floe_status_set(st, FLOE_NO_MEMORY, "out of memory fusing elementwise ops");
 done:
   floe__free(order);
   floe__free(user);

@@ -10,6 +10,7 @@
  * exception flags are never read. */
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -1037,7 +1038,11 @@ static floe_code cast_compute(void *state, FloeKernelContext *ctx) {
 /* _FusedElementwise: a chain of elementwise ops over x in one pass (core/session/
  * opt_elementwise.c makes it). Each step runs its op's own row function on a chunk that stays
  * in L1, so the result is bitwise that of the ops one by one; operands that are not scalars
- * are gathered for the chunk through their broadcast plan against x. */
+ * are gathered for the chunk through their broadcast plan against x. x may be K parts joined
+ * along concat_axis (a Concat taken in): in row-major order x is then, for each index of the
+ * dims before the axis, each part's block of the dims from the axis on, in turn, so a chunk
+ * is read from the part it falls in (chunks end where parts do) and the joined x is never
+ * written. */
 
 enum { FEW_MAX_STEPS = 16, FEW_CHUNK = 512 };
 
@@ -1051,6 +1056,8 @@ typedef struct FewStep {
 
 typedef struct FewState {
   int n;
+  int parts;        /* K: x's parts (1: x is one tensor) */
+  int64_t axis;     /* concat_axis (negative: from the end) */
   FewStep s[FEW_MAX_STEPS];
 } FewState;
 
@@ -1079,9 +1086,18 @@ static floe_code few_create(const FloeHostApi *host, FloeKernelInit *init, void 
   if (host->attr_string(at, "steps", &list) != FLOE_OK || !list) list = "";
   if (host->attr_float_list(at, "alpha", &alpha, &na) != FLOE_OK) na = 0;
   if (host->attr_int(at, "N", &num) != FLOE_OK) num = 0;
+  int64_t parts = 1, axis = 0;
+  if (host->attr_int(at, "K", &parts) != FLOE_OK) parts = 1;
+  if (host->attr_int(at, "concat_axis", &axis) != FLOE_OK) axis = 0;
+  if (parts < 1 || parts > INT_MAX / 2)
+    return host->init_set_error(init, FLOE_INVALID_ARGUMENT,
+                                "_FusedElementwise: K = %lld parts of x; it takes 1 or more",
+                                (long long)parts);
   FewState *s = host->alloc(sizeof *s);
   if (!s) return host->init_set_error(init, FLOE_NO_MEMORY, "out of memory for kernel state");
   memset(s, 0, sizeof *s);
+  s->parts = (int)parts;
+  s->axis = axis;
   for (const char *p = list; *p;) {
     size_t len = strcspn(p, ","), name_len = strcspn(p, ":,");
     int k = -1;
@@ -1096,7 +1112,7 @@ static floe_code few_create(const FloeHostApi *host, FloeKernelInit *init, void 
       char *end = NULL;
       long in = ok ? strtol(q + 1, &end, 10) : -1;
       ok = ok && end == p + len && in >= 0 && in < num;
-      st->input = (int)in + 1;
+      st->input = (int)in + s->parts;
     } else if (ok) {
       ok = name_len == len;
     }
@@ -1125,8 +1141,13 @@ enum { FEW_CACHED = 4 }; /* operands whose gathered chunk is kept for the next c
 
 typedef struct FewJob {
   const FewState *s;
-  const float *x;
+  const float *x;   /* x when it is one tensor */
   float *y;
+  /* x in parts: part k's data, its elements per index before the axis (inner[k]) and where
+   * they start among the inner_total of each such index (at[k]). */
+  int parts;
+  const float **part;
+  int64_t *inner, *at, inner_total;
   const float *op[FEW_MAX_STEPS];      /* each binary step's operand */
   bool scalar[FEW_MAX_STEPS];          /* one element */
   CpuBroadcast plan[FEW_MAX_STEPS];    /* (x, operand) -> x's shape */
@@ -1160,9 +1181,16 @@ static void few_range(void *arg, int64_t begin, int64_t end) {
   float kept[FEW_CACHED][FEW_CHUNK];
   int64_t kept_seg[FEW_CACHED], kept_phase[FEW_CACHED], kept_n[FEW_CACHED];
   for (int c = 0; c < FEW_CACHED; c++) kept_seg[c] = -1;
-  for (int64_t b = begin; b < end; b += FEW_CHUNK) {
-    int64_t n = end - b < FEW_CHUNK ? end - b : FEW_CHUNK;
+  for (int64_t b = begin, n; b < end; b += n) {
+    n = end - b < FEW_CHUNK ? end - b : FEW_CHUNK;
     const float *src = j->x + b;
+    if (j->parts > 1) {
+      int64_t o = b / j->inner_total, r = b % j->inner_total;
+      int k = 0;
+      while (r >= j->at[k] + j->inner[k]) k++; /* parts of no elements are passed over */
+      if (n > j->at[k] + j->inner[k] - r) n = j->at[k] + j->inner[k] - r;
+      src = j->part[k] + o * j->inner[k] + (r - j->at[k]);
+    }
     for (int k = 0; k < s->n; k++) {
       /* the rows never run in place (restrict): chunks go back and forth, the last to y
        * (unless y is x's memory, buffer reuse, and this is the first: then copied) */
@@ -1199,11 +1227,52 @@ static void few_range(void *arg, int64_t begin, int64_t end) {
   }
 }
 
+/* x's parts (s->parts > 1) into j: their shapes joined along the axis into dims (rank
+ * rank), checked. */
+static floe_code few_parts(const FewState *s, FloeKernelContext *ctx, FewJob *j, int rank,
+                           int64_t *dims) {
+  char a[CPU_SHAPE_STR_MAX], b[CPU_SHAPE_STR_MAX];
+  int64_t axis = s->axis < 0 ? s->axis + rank : s->axis;
+  if (rank == 0 || axis < 0 || axis >= rank)
+    return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
+                                   "_FusedElementwise: concat_axis %lld is outside x's %d dims",
+                                   (long long)s->axis, rank);
+  j->parts = s->parts;
+  j->part = cpu_host->alloc((size_t)s->parts * sizeof *j->part);
+  j->inner = cpu_host->alloc(2 * (size_t)s->parts * sizeof *j->inner);
+  if (!j->part || !j->inner) return cpu_host->ctx_set_error(ctx, FLOE_NO_MEMORY, "out of memory");
+  j->at = j->inner + s->parts;
+  dims[axis] = 0;
+  for (int k = 0; k < s->parts; k++) {
+    const FloeTensor *p = cpu_host->ctx_input(ctx, k);
+    int rp = cpu_host->tensor_rank(p);
+    const int64_t *dp = cpu_host->tensor_dims(p);
+    bool fits = cpu_host->tensor_dtype(p) == FLOE_F32 && rp == rank;
+    for (int d = 0; d < rank && fits; d++) fits = d == axis || dp[d] == dims[d];
+    if (!fits)
+      return cpu_host->ctx_set_error(
+          ctx, FLOE_INVALID_ARGUMENT,
+          "_FusedElementwise: part %d of x (%s %s) does not join part 0 (%s) along axis %lld: "
+          "parts must be f32 of one rank, equal outside that axis",
+          k, cpu_host->dtype_name(cpu_host->tensor_dtype(p)), cpu_shape_str(a, sizeof a, rp, dp),
+          cpu_shape_str(b, sizeof b, rank, cpu_host->tensor_dims(cpu_host->ctx_input(ctx, 0))),
+          (long long)axis);
+    j->part[k] = cpu_host->tensor_data(p);
+    j->inner[k] = 1;
+    for (int d = (int)axis; d < rank; d++) j->inner[k] *= dp[d];
+    j->at[k] = j->inner_total;
+    j->inner_total += j->inner[k];
+    dims[axis] += dp[axis];
+  }
+  return FLOE_OK;
+}
+
 static floe_code few_compute(void *state, FloeKernelContext *ctx) {
   const FewState *s = state;
   const FloeTensor *x = cpu_host->ctx_input(ctx, 0);
   int rank = cpu_host->tensor_rank(x);
-  const int64_t *dims = cpu_host->tensor_dims(x);
+  int64_t dims[FLOE_MAX_DIMS];
+  memcpy(dims, cpu_host->tensor_dims(x), (size_t)rank * sizeof *dims);
   char a[CPU_SHAPE_STR_MAX], b[CPU_SHAPE_STR_MAX];
   if (cpu_host->tensor_dtype(x) != FLOE_F32)
     return cpu_host->ctx_set_error(ctx, FLOE_INVALID_ARGUMENT,
@@ -1215,7 +1284,7 @@ static floe_code few_compute(void *state, FloeKernelContext *ctx) {
   j->s = s;
   j->x = cpu_host->tensor_data(x);
   int64_t cost = 1;
-  floe_code rc = FLOE_OK;
+  floe_code rc = s->parts > 1 ? few_parts(s, ctx, j, rank, dims) : FLOE_OK;
   for (int k = 0; k < s->n && rc == FLOE_OK; k++) {
     cost += s->s[k].u ? s->s[k].u->cost : s->s[k].b->cost;
     if (s->s[k].u) continue;
@@ -1245,15 +1314,19 @@ static floe_code few_compute(void *state, FloeKernelContext *ctx) {
     }
   }
   FloeTensor *out = NULL;
-  if (rc == FLOE_OK) rc = cpu_output_over(ctx, (const int[]){0}, 1, rank, dims, &out);
-  int64_t n = cpu_host->tensor_num_elements(x);
+  /* a joined x is new memory: nothing to write over */
+  if (rc == FLOE_OK) rc = cpu_output_over(ctx, (const int[]){0}, j->parts > 1 ? 0 : 1, rank, dims, &out);
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++) n *= dims[d];
   if (rc == FLOE_OK && n > 0) {
     j->y = cpu_host->tensor_data(out);
-    if (s->n == 0 && j->y != j->x)
+    if (s->n == 0 && j->parts <= 1 && j->y != j->x)
       memcpy(j->y, j->x, (size_t)n * sizeof *j->y);
     else
       cpu_parallel_elements(n, cost, few_range, j);
   }
+  cpu_host->free(j->part);
+  cpu_host->free(j->inner);
   cpu_host->free(j);
   return rc;
 }

@@ -543,6 +543,101 @@ START_TEST(elementwise_chains_fuse) {
 }
 END_TEST
 
+/* Concat(values..., axis) of the given parts. */
+static FloeOutput concat_of(FloeGraph *g, const char *name, const FloeOutput *parts, int n,
+                            int axis) {
+  FloeTensor *a = floe_tensor_scalar_i32(axis, NULL);
+  char an[64];
+  snprintf(an, sizeof an, "%s_axis", name);
+  FloeOutput ax = floe_const(g, an, a);
+  floe_tensor_release(a);
+  FloeNodeBuilder *b = floe_node_begin(g, "Concat", name);
+  floe_node_add_input_list(b, parts, n);
+  floe_node_add_input(b, ax);
+  return floe_out(floe_node_finish(b), 0);
+}
+
+/* How many nodes of op the optimised run of fetches holds (feeds x and w unvalued). */
+static int count_optimized(FloeGraph *g, const char *const *fetches, int nf, const char *op) {
+  FloeSession *s = harness_session(g, rt);
+  FloeGraph *og = NULL;
+  FloeOptPassStats *pr = NULL;
+  int np = 0, count = 0;
+  FloeStatus *st = floe_status_new();
+  FloeFeed f[2] = {{"x", NULL}, {"w", NULL}};
+  ck_assert_msg(floe_session_optimized(s, f, 2, fetches, nf, NULL, 0, &og, &pr, &np, st) == FLOE_OK,
+                "%s", floe_status_message(st));
+  for (int i = 0; i < floe_graph_num_nodes(og); i++)
+    count += !strcmp(floe_node_op(floe_graph_node(og, i)), op);
+  free(pr);
+  floe_graph_free(og);
+  floe_status_free(st);
+  floe_session_free(s);
+  return count;
+}
+
+/* A Concat whose only reader is an elementwise chain goes into the fused node, which reads
+ * the parts where they are: along a middle axis with per-channel operands (DenseNet's batch
+ * norm of its concatenated features), along the last axis with a part of no elements, and a
+ * chain of one op; bitwise the unfused values. A Concat read twice stays. */
+START_TEST(concat_goes_into_elementwise_chain) {
+  unsetenv("FLOE_OPT_ELEMENTWISE");
+  int64_t xd[4] = {2, 3, 5, 33}, wd[4] = {2, 4, 5, 33}, kd[4] = {1, 7, 1, 1}, ed[4] = {2, 3, 5, 0};
+  FloeTensor *xv = harness_random(FLOE_F32, 4, xd, 11, -2, 2);
+  FloeTensor *wv = harness_random(FLOE_F32, 4, wd, 12, -2, 2);
+  FloeTensor *k1 = harness_random(FLOE_F32, 4, kd, 13, 0.5, 1.5);
+  FloeTensor *k2 = harness_random(FLOE_F32, 4, kd, 14, -0.5, 0.5);
+  FloeTensor *empty = floe_tensor_new(FLOE_F32, 4, ed, NULL);
+  FloeGraph *g = floe_graph_new();
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(4, xd));
+  FloeOutput w = floe_placeholder(g, "w", FLOE_F32, floe_shape_make(4, wd));
+  FloeOutput sq = floe_unary(g, "Square", "sq", x);
+  /* along dim 1: [2, 3 + 4, 5, 33], then scale, shift, ReLU */
+  FloeOutput cat = concat_of(g, "cat", (FloeOutput[]){sq, w}, 2, 1);
+  FloeOutput v = floe_binary(g, "Mul", "scale", cat, floe_const(g, "k1", k1));
+  v = floe_binary(g, "Add", "shift", v, floe_const(g, "k2", k2));
+  floe_unary(g, "Relu", "bn_relu", v);
+  /* along the last dim, three parts (one empty): [2, 3, 5, 66], then one op */
+  FloeOutput last = concat_of(g, "cat_last", (FloeOutput[]){x, floe_const(g, "empty", empty), sq},
+                              3, -1);
+  floe_unary(g, "Neg", "one_op", floe_unary(g, "Tanh", "tanh", last)); /* one_op: fetched */
+  /* read twice: stays a Concat */
+  FloeOutput twice = concat_of(g, "cat_twice", (FloeOutput[]){x, sq}, 2, 0);
+  floe_binary(g, "Add", "two_readers", floe_unary(g, "Exp", "e", twice), twice);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  const char *fetches[3] = {"bn_relu", "one_op", "two_readers"};
+  FloeFeed feeds[2] = {{"x", xv}, {"w", wv}};
+  FloeTensor *plain[3], *opt[3];
+  for (int on = 0; on < 2; on++) {
+    if (!on) setenv("FLOE_OPT_ELEMENTWISE", "0", 1);
+    FloeSession *s = harness_session(g, rt);
+    harness_run(s, feeds, 2, fetches, 3, NULL, 0, on ? opt : plain, "run");
+    floe_session_free(s);
+    unsetenv("FLOE_OPT_ELEMENTWISE");
+  }
+  ck_assert_int_eq(floe_tensor_num_elements(opt[0]), 2 * 7 * 5 * 33);
+  ck_assert_int_eq(floe_tensor_num_elements(opt[1]), 2 * 3 * 5 * 66);
+  for (int i = 0; i < 3; i++) {
+    assert_bitwise(plain[i], opt[i], fetches[i]);
+    floe_tensor_release(plain[i]);
+    floe_tensor_release(opt[i]);
+  }
+  /* each chain with its Concat becomes one node (Tanh alone too); the Concat read twice
+   * stays */
+  ck_assert_int_eq(count_optimized(g, fetches, 3, "Concat"), 1);
+  ck_assert_int_eq(count_optimized(g, fetches, 2, "Concat"), 0);
+  ck_assert_int_eq(count_optimized(g, fetches, 2, "_FusedElementwise"), 2);
+  /* the concatenation fetched: it is kept, and the chain reads it */
+  const char *with_cat[2] = {"bn_relu", "cat"};
+  ck_assert_int_eq(count_optimized(g, with_cat, 2, "Concat"), 1);
+  floe_tensor_release(xv);
+  floe_tensor_release(wv);
+  floe_tensor_release(k1);
+  floe_tensor_release(k2);
+  floe_tensor_release(empty);
+  floe_graph_free(g);
+}
+END_TEST
 /* The fused kernel refuses steps it does not know and operands that would grow the value,
  * naming them. */
 START_TEST(fused_elementwise_errors) {
@@ -567,6 +662,27 @@ START_TEST(fused_elementwise_errors) {
     floe_status_free(st);
     floe_graph_free(g);
   }
+  /* x in two parts that do not join along concat_axis 0 ([2, 3] and [4, 2]) */
+  int64_t zd[2] = {4, 2};
+  FloeTensor *zv = harness_random(FLOE_F32, 2, zd, 3, -1, 1);
+  FloeGraph *g = floe_graph_new();
+  FloeOutput parts[2] = {floe_placeholder(g, "x", FLOE_F32, floe_shape_unknown()),
+                         floe_placeholder(g, "z", FLOE_F32, floe_shape_unknown())};
+  FloeNodeBuilder *b = floe_node_begin(g, "_FusedElementwise", "few");
+  floe_node_add_input_list(b, parts, 2);
+  floe_node_add_input_list(b, NULL, 0);
+  floe_node_set_attr_string(b, "steps", "Relu");
+  floe_node_finish(b);
+  FloeStatus *st = floe_status_new();
+  FloeFeed feeds[2] = {{"x", xv}, {"z", zv}};
+  const char *fetch = "few";
+  FloeTensor *out = NULL;
+  ck_assert_int_ne(harness_run_graph(g, rt, feeds, 2, &fetch, 1, &out, st), FLOE_OK);
+  ck_assert_msg(strstr(floe_status_message(st), "part 1 of x (f32 [4,2]) does not join part 0"),
+                "%s", floe_status_message(st));
+  floe_status_free(st);
+  floe_graph_free(g);
+  floe_tensor_release(zv);
   floe_tensor_release(xv);
   floe_tensor_release(yv);
 }
@@ -588,6 +704,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, switches);
   tcase_add_test(tc, constants_fold_once);
   tcase_add_test(tc, elementwise_chains_fuse);
+  tcase_add_test(tc, concat_goes_into_elementwise_chain);
   tcase_add_test(tc, fused_elementwise_errors);
   suite_add_tcase(s, tc);
   return s;
