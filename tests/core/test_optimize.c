@@ -638,53 +638,44 @@ START_TEST(concat_goes_into_elementwise_chain) {
   floe_graph_free(g);
 }
 END_TEST
-/* The fused kernel refuses steps it does not know and operands that would grow the value,
- * naming them. */
+/* The fused kernel refuses steps it does not know, operands that would grow the value and
+ * parts of x that do not join, naming them. */
 START_TEST(fused_elementwise_errors) {
-  int64_t xd[2] = {2, 3}, yd[2] = {4, 3};
+  int64_t xd[2] = {2, 3}, yd[2] = {4, 3}, zd[2] = {4, 2};
   FloeTensor *xv = harness_random(FLOE_F32, 2, xd, 1, -1, 1);
   FloeTensor *yv = harness_random(FLOE_F32, 2, yd, 2, -1, 1);
-  const char *cases[2][2] = {{"Relu,Frobnicate", "Frobnicate"}, {"Mul:0", "[4,3]"}};
-  for (int c = 0; c < 2; c++) {
+  FloeTensor *zv = harness_random(FLOE_F32, 2, zd, 3, -1, 1);
+  /* steps; y's value (an operand, or x's second part when parts); the message's part */
+  const struct {
+    const char *steps;
+    FloeTensor *y;
+    bool parts;
+    const char *want;
+  } cases[3] = {{"Relu,Frobnicate", yv, false, "Frobnicate"},
+                {"Mul:0", yv, false, "[4,3]"},
+                /* [2, 3] and [4, 2] along concat_axis 0 */
+                {"Relu", zv, true, "part 1 of x (f32 [4,2]) does not join part 0"}};
+  for (int c = 0; c < 3; c++) {
     FloeGraph *g = floe_graph_new();
-    FloeOutput ops[1] = {floe_placeholder(g, "y", FLOE_F32, floe_shape_unknown())};
+    FloeOutput in[2] = {floe_placeholder(g, "x", FLOE_F32, floe_shape_unknown()),
+                        floe_placeholder(g, "y", FLOE_F32, floe_shape_unknown())};
     FloeNodeBuilder *b = floe_node_begin(g, "_FusedElementwise", "few");
-    floe_node_add_input(b, floe_placeholder(g, "x", FLOE_F32, floe_shape_unknown()));
-    floe_node_add_input_list(b, ops, 1);
-    floe_node_set_attr_string(b, "steps", cases[c][0]);
+    floe_node_add_input_list(b, in, cases[c].parts ? 2 : 1);      /* x */
+    floe_node_add_input_list(b, in + 1, cases[c].parts ? 0 : 1);  /* operands */
+    floe_node_set_attr_string(b, "steps", cases[c].steps);
     floe_node_finish(b);
     FloeStatus *st = floe_status_new();
-    FloeFeed feeds[2] = {{"x", xv}, {"y", yv}};
+    FloeFeed feeds[2] = {{"x", xv}, {"y", cases[c].y}};
     const char *fetch = "few";
     FloeTensor *out = NULL;
     ck_assert_int_ne(harness_run_graph(g, rt, feeds, 2, &fetch, 1, &out, st), FLOE_OK);
-    ck_assert_msg(strstr(floe_status_message(st), cases[c][1]), "%s", floe_status_message(st));
+    ck_assert_msg(strstr(floe_status_message(st), cases[c].want), "%s", floe_status_message(st));
     floe_status_free(st);
     floe_graph_free(g);
   }
-  /* x in two parts that do not join along concat_axis 0 ([2, 3] and [4, 2]) */
-  int64_t zd[2] = {4, 2};
-  FloeTensor *zv = harness_random(FLOE_F32, 2, zd, 3, -1, 1);
-  FloeGraph *g = floe_graph_new();
-  FloeOutput parts[2] = {floe_placeholder(g, "x", FLOE_F32, floe_shape_unknown()),
-                         floe_placeholder(g, "z", FLOE_F32, floe_shape_unknown())};
-  FloeNodeBuilder *b = floe_node_begin(g, "_FusedElementwise", "few");
-  floe_node_add_input_list(b, parts, 2);
-  floe_node_add_input_list(b, NULL, 0);
-  floe_node_set_attr_string(b, "steps", "Relu");
-  floe_node_finish(b);
-  FloeStatus *st = floe_status_new();
-  FloeFeed feeds[2] = {{"x", xv}, {"z", zv}};
-  const char *fetch = "few";
-  FloeTensor *out = NULL;
-  ck_assert_int_ne(harness_run_graph(g, rt, feeds, 2, &fetch, 1, &out, st), FLOE_OK);
-  ck_assert_msg(strstr(floe_status_message(st), "part 1 of x (f32 [4,2]) does not join part 0"),
-                "%s", floe_status_message(st));
-  floe_status_free(st);
-  floe_graph_free(g);
-  floe_tensor_release(zv);
   floe_tensor_release(xv);
   floe_tensor_release(yv);
+  floe_tensor_release(zv);
 }
 END_TEST
 
