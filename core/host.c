@@ -256,7 +256,9 @@ static floe_code host_ctx_allocate_output(FloeKernelContext *ctx, int i, int ran
   floe_code rc = check_output_index(ctx, i, "allocate_output");
   if (rc != FLOE_OK) return rc;
   FloeStatus st = {FLOE_OK, NULL};
-  FloeTensor *t = floe__tensor_alloc(ctx->device, ctx->node->out_dtypes[i], rank, dims, &st);
+  /* its place in a Concat's output, where the executor gave it one */
+  FloeTensor *t = floe__exec_placed_output(ctx, i, rank, dims);
+  if (!t) t = floe__tensor_alloc(ctx->device, ctx->node->out_dtypes[i], rank, dims, &st);
   if (!t) {
     rc = node_fail(ctx->status, ctx->node, st.code, "output %d: %s", i, floe_status_message(&st));
     floe_status_clear(&st);

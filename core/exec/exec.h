@@ -34,7 +34,14 @@ struct FloeKernelContext {
   const int *input_src;
   bool input_dead;          /* _Send / _ControlSend run on a dead input to pass the flag on */
   bool output_dead;         /* set by _Recv when a dead flag arrived: its outputs are dead */
+  int out_entry;            /* the step entry of output 0 (the plain scheduler's) */
 };
+/* executor.c: for host->ctx_allocate_output, output i of rank/dims as a view into the output
+ * of the Concat that alone reads it (concat_in_place), made on the step's first such call;
+ * a new reference, or NULL when the output is not placed (or not of the planned size): then
+ * it is allocated as usual. */
+FloeTensor *floe__exec_placed_output(FloeKernelContext *ctx, int i, int rank,
+                                     const int64_t *dims);
 /* executor.c: true when ctx's input i may be written over by its kernel (host->
  * ctx_reuse_input): a step entry whose only reader left is this call, held by nothing else
  * (no other reference to the tensor or its buffer: not fed, fetched, sent, a constant's or
@@ -94,6 +101,10 @@ typedef struct FloeExecPlan {
    * readers as feeds of its own (executor.c, host_constant); false: they run each step
    * (FLOE_OPT_CONSTANT_FOLDING=0). */
   bool const_feeds;
+  /* Concats whose values are contiguous blocks of their output and read by them alone take
+   * those values written in place by their producers (executor.c, plan_concats); false:
+   * they copy (FLOE_OPT_BUFFER_REUSE=0). */
+  bool concat_in_place;
 } FloeExecPlan;
 
 /* Builds per-node kernel state (FloeKernelDef.create). Caller owns the executor; the plan is

@@ -35,6 +35,17 @@ typedef struct ExecNode {
   int async_slot;              /* index of its Invocation in a step, or -1 (synchronous) */
 } ExecNode;
 
+/* A Concat computed in place (executor.c, plan_concats): its node, device, dtype, rank, axis
+ * and extent along it (the dims before the axis must be 1 in a step; those after it are the
+ * step's). */
+typedef struct PlaceSlot {
+  int node;
+  FloeDevice *device;
+  FloeDType dtype;
+  int rank, axis;
+  int64_t extent;
+} PlaceSlot;
+
 /* A node's profile counters; atomic because one node may run in concurrent steps. */
 typedef struct NodeProf {
   atomic_llong calls, total_ns, max_ns, output_bytes, device_ns;
@@ -62,10 +73,19 @@ struct FloeExecutor {
    * their values, borrowed from the graph's attributes. */
   FloeTensor **consts;
   int num_consts;
+  /* Concats computed in place (plan_concats): the producers of a Concat's values, each read
+   * by it alone, write into views of the Concat's output, allocated by the step on the first
+   * such write, and the Concat then has nothing to copy. Per entry: its slot (-1: none) and
+   * byte offset in it; per node: the slot a Concat fills (-1: none). NULL: no slot. */
+  int *place_slot;
+  int64_t *place_at, *place_len; /* its first index along the Concat's axis, its extent */
+  int *concat_slot;
+  struct PlaceSlot *slots;
+  int num_slots;
   int num_async;
   /* Byte offsets of a step's arrays inside its arena. */
   size_t off_pending, off_uses, off_entries, off_in, off_next, off_tasks, off_async, off_feeds,
-      off_running, arena_size;
+      off_running, off_slots, arena_size;
   _Atomic(char *) spare;       /* the arena of a finished step, kept for the next one */
   const atomic_int *profiling; /* the session's switch, or never_profile */
   FloeTraceSink *trace;        /* FloeExecPlan.trace (borrowed); NULL: never traced */
@@ -112,6 +132,7 @@ typedef struct Invocation {
 struct FloeExecStep {
   FloeExecutor *e;
   FloeTensor **feeds;     /* the caller's feed pointers, copied into the arena */
+  _Atomic(FloeTensor *) *slot_vals; /* per PlaceSlot: the Concat's output, once made */
   int64_t step_id;
   atomic_int outstanding; /* nodes ready or running and not yet completed */
   atomic_bool cancelled;

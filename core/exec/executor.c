@@ -24,6 +24,7 @@
  *    complete, so every count and reference unwinds the usual way), running and async
  *    nodes finish, and the step ends when nothing is outstanding.
  */
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -776,6 +777,93 @@ void floe__exec_fill_ctx(FloeExecStep *s, const ExecNode *en, Invocation *inv, F
   c->input_src = NULL;
   c->input_dead = false;
   c->output_dead = false;
+  c->out_entry = en->out_base;
+}
+
+/* A slot being allocated (floe__exec_placed_output). */
+static char slot_busy;
+#define SLOT_BUSY ((FloeTensor *)&slot_busy)
+
+/* Elements of one index of slot ps's axis for dims (of ps's rank): the product of the dims
+ * after the axis; -1 when a dim before it is not 1. */
+static int64_t slot_inner(const PlaceSlot *ps, const int64_t *dims) {
+  int64_t inner = 1;
+  for (int d = 0; d < ps->rank; d++) {
+    if (d < ps->axis && dims[d] != 1) return -1;
+    if (d > ps->axis) inner *= dims[d];
+  }
+  return inner;
+}
+
+FloeTensor *floe__exec_placed_output(FloeKernelContext *ctx, int i, int rank,
+                                     const int64_t *dims) {
+  FloeExecStep *s = ctx->step;
+  if (!s || !s->e->place_slot || ctx->outputs != s->entries + ctx->out_entry) return NULL;
+  const FloeExecutor *e = s->e;
+  int entry = ctx->out_entry + i, k = e->place_slot[entry];
+  if (k < 0) return NULL;
+  const PlaceSlot *ps = &e->slots[k];
+  /* the planned place: a block of the slot (dims before the axis 1, its extent along it) */
+  if (rank != ps->rank || dims[ps->axis] != e->place_len[entry]) return NULL;
+  int64_t inner = slot_inner(ps, dims);
+  if (inner < 0) return NULL;
+  /* The first producer here allocates the slot; one arriving meanwhile (on another thread)
+   * waits the allocation out rather than making a second buffer. */
+  FloeTensor *whole = atomic_load_explicit(&s->slot_vals[k], memory_order_acquire);
+  FloeStatus st = {FLOE_OK, NULL};
+  while (!whole || whole == SLOT_BUSY) {
+    if (whole == SLOT_BUSY) {
+      sched_yield();
+      whole = atomic_load_explicit(&s->slot_vals[k], memory_order_acquire);
+      continue;
+    }
+    if (!atomic_compare_exchange_strong_explicit(&s->slot_vals[k], &whole, SLOT_BUSY,
+                                                 memory_order_acq_rel, memory_order_acquire))
+      continue; /* whole: what another producer put there */
+    int64_t wd[FLOE_MAX_DIMS];
+    memcpy(wd, dims, (size_t)rank * sizeof *wd);
+    wd[ps->axis] = ps->extent;
+    whole = floe__tensor_alloc(ps->device, ps->dtype, rank, wd, &st);
+    atomic_store_explicit(&s->slot_vals[k], whole, memory_order_release);
+    if (!whole) {
+      floe_status_clear(&st); /* no memory for it: the output gets its own (or fails there) */
+      return NULL;
+    }
+  }
+  /* the slot's dims after the axis are the first producer's: others must agree */
+  for (int d = ps->axis + 1; d < rank; d++)
+    if (whole->dims[d] != dims[d]) return NULL;
+  int64_t off = e->place_at[entry] * inner * (int64_t)floe_dtype_size(ps->dtype);
+  FloeTensor *v = floe__tensor_slice_view(whole, off, rank, dims, &st);
+  floe_status_clear(&st);
+  return v;
+}
+
+/* Whether Concat n's values are the views of its slot its producers wrote (in order, each
+ * where plan_concats put it): then its output is the slot, set as its entry, and it has
+ * nothing to do. Else it runs its kernel as usual (a producer wrote over an input instead,
+ * say), copying. */
+static bool concat_in_place(FloeExecStep *s, int n) {
+  const FloeExecutor *e = s->e;
+  const ExecNode *en = &e->nodes[n];
+  const PlaceSlot *ps = &e->slots[e->concat_slot[n]];
+  FloeTensor *whole = atomic_load_explicit(&s->slot_vals[e->concat_slot[n]], memory_order_acquire);
+  if (!whole) return false;
+  int64_t inner = slot_inner(ps, whole->dims);
+  size_t esize = floe_dtype_size(ps->dtype);
+  for (int j = 0; j < en->num_inputs - 1; j++) {
+    int src = e->input_src[en->in_base + j];
+    const FloeTensor *t = s->entries[src];
+    if (!t || t->rank != ps->rank || t->num_elements != e->place_len[src] * inner ||
+        (t->nbytes && (t->buf != whole->buf ||
+                       t->offset != whole->offset + (size_t)(e->place_at[src] * inner) * esize)))
+      return false;
+  }
+  if (e->uses0[en->out_base] > 0) {
+    floe_tensor_retain(whole);
+    s->entries[en->out_base] = whole;
+  }
+  return true;
 }
 
 bool floe__exec_may_reuse(const FloeKernelContext *ctx, int i) {
@@ -799,7 +887,8 @@ bool floe__exec_may_reuse(const FloeKernelContext *ctx, int i) {
 static void run_node(FloeExecStep *s, int n, ReadyList *inl) {
   FloeExecutor *e = s->e;
   const ExecNode *en = &e->nodes[n];
-  if (!en->kernel || atomic_load_explicit(&s->cancelled, memory_order_relaxed)) {
+  if (!en->kernel || atomic_load_explicit(&s->cancelled, memory_order_relaxed) ||
+      (e->concat_slot && e->concat_slot[n] >= 0 && concat_in_place(s, n))) {
     node_done(s, n, inl);
     return;
   }
@@ -946,7 +1035,9 @@ static void layout_arena(FloeExecutor *e) {
   e->off_feeds = off;
   off = align_up(off + (size_t)(e->num_feeds + e->num_consts) * sizeof(FloeTensor *));
   e->off_running = off;
-  e->arena_size = off + (size_t)e->num_nodes * sizeof(atomic_int);
+  off = align_up(off + (size_t)e->num_nodes * sizeof(atomic_int));
+  e->off_slots = off;
+  e->arena_size = off + (size_t)e->num_slots * sizeof(_Atomic(FloeTensor *));
 }
 
 static void destroy_kernels(FloeExecutor *e) {
@@ -1084,6 +1175,111 @@ static bool plan_valid(const FloeExecPlan *plan, FloeStatus *st) {
     }
   }
   return true;
+}
+
+/* The axis of Concat node n when its axis input is a Const of one integer (from 0, for an
+ * output of rank rank), else -1. */
+static int concat_axis(const FloeNode *n, int rank) {
+  const FloeOutput *a = &n->inputs[n->num_inputs - 1];
+  if (strcmp(a->node->op->name, "Const") != 0) return -1;
+  const FloeAttrValue *v = floe__attrs_get(&a->node->attrs, "value");
+  if (!v || v->kind != FLOE_ATTR_TENSOR || !v->u.tensor || v->u.tensor->num_elements != 1)
+    return -1;
+  int64_t ax;
+  if (v->u.tensor->dtype == FLOE_I32)
+    ax = *(const int32_t *)floe_tensor_data(v->u.tensor);
+  else if (v->u.tensor->dtype == FLOE_I64)
+    ax = *(const int64_t *)floe_tensor_data(v->u.tensor);
+  else
+    return -1;
+  if (ax < 0) ax += rank;
+  return ax >= 0 && ax < rank ? (int)ax : -1;
+}
+
+/* Concats computed in place: a Concat on a host-memory device along a constant axis, each
+ * value of the output's rank and of a known extent along the axis, produced by a node of this
+ * executor on the same device (not a Concat itself) and read by this Concat alone. Each
+ * producer's output gets its place in a slot (the Concat's output), which a step allocates
+ * when a producer first allocates its output there (floe__exec_placed_output), provided the
+ * step's dims before the axis are all 1: each value is then one contiguous block of the
+ * output (a blocked concatenation of channel blocks at batch 1, say). Outside control flow. */
+static floe_code plan_concats(FloeExecutor *e, const FloeExecPlan *plan, FloeStatus *st) {
+  if (plan->force_frames) return FLOE_OK;
+  for (int i = 0; i < e->num_nodes; i++)
+    if (routes_values(e->nodes[i].node)) return FLOE_OK;
+  int *owner = NULL; /* per entry: its node */
+  size_t ne = (size_t)(e->num_entries ? e->num_entries : 1);
+  for (int i = 0; i < e->num_nodes; i++) {
+    const ExecNode *en = &e->nodes[i];
+    const FloeNode *n = en->node;
+    const FloeShape *y = &n->out_shapes[0];
+    if (!en->kernel || strcmp(n->op->name, "Concat") != 0 || n->num_inputs < 3 ||
+        !en->device || !en->device->host_memory || y->rank < 1)
+      continue;
+    int ax = concat_axis(n, y->rank);
+    bool ok = ax >= 0;
+    for (int d = 0; d < ax && ok; d++) ok = y->dims[d] == 1 || y->dims[d] == FLOE_DIM_UNKNOWN;
+    if (!ok) continue;
+    if (!owner) {
+      owner = floe__malloc(ne * sizeof *owner);
+      e->place_slot = floe__malloc(ne * sizeof *e->place_slot);
+      e->place_at = floe__calloc(ne, 2 * sizeof *e->place_at);
+      e->concat_slot = floe__malloc((size_t)e->num_nodes * sizeof *e->concat_slot);
+      if (!owner || !e->place_slot || !e->place_at || !e->concat_slot) {
+        floe__free(owner);
+        return floe_status_set(st, FLOE_NO_MEMORY, "out of memory building an executor");
+      }
+      e->place_len = e->place_at + ne;
+      for (int k = 0; k < e->num_nodes; k++) {
+        e->concat_slot[k] = -1;
+        for (int o = 0; o < e->nodes[k].num_outputs; o++) owner[e->nodes[k].out_base + o] = k;
+      }
+      for (size_t k = 0; k < ne; k++) e->place_slot[k] = -1;
+    }
+    int64_t extent = 0;
+    for (int j = 0; j < n->num_inputs - 1 && ok; j++) {
+      int src = e->input_src[en->in_base + j];
+      if (src < 0 || e->uses0[src] != 1 || e->place_slot[src] >= 0) {
+        ok = false;
+        break;
+      }
+      const ExecNode *p = &e->nodes[owner[src]];
+      const FloeShape *v = &p->node->out_shapes[src - p->out_base];
+      ok = p->kernel && p->device == en->device && v->rank == y->rank && v->dims[ax] >= 0 &&
+           p->node->out_dtypes[src - p->out_base] == n->out_dtypes[0] &&
+           strcmp(p->node->op->name, "Concat") != 0 && !routes_values(p->node);
+      if (ok) extent += v->dims[ax];
+    }
+    if (!ok) continue;
+    PlaceSlot *grown = floe__realloc(e->slots, (size_t)(e->num_slots + 1) * sizeof *grown);
+    if (!grown) {
+      floe__free(owner);
+      return floe_status_set(st, FLOE_NO_MEMORY, "out of memory building an executor");
+    }
+    e->slots = grown;
+    e->slots[e->num_slots] = (PlaceSlot){.node = i, .device = en->device,
+                                         .dtype = n->out_dtypes[0], .rank = y->rank,
+                                         .axis = ax, .extent = extent};
+    int64_t at = 0;
+    for (int j = 0; j < n->num_inputs - 1; j++) {
+      int src = e->input_src[en->in_base + j];
+      const ExecNode *p = &e->nodes[owner[src]];
+      e->place_slot[src] = e->num_slots;
+      e->place_at[src] = at;
+      e->place_len[src] = p->node->out_shapes[src - p->out_base].dims[ax];
+      at += e->place_len[src];
+    }
+    e->concat_slot[i] = e->num_slots++;
+  }
+  floe__free(owner);
+  if (e->num_slots == 0) {
+    floe__free(e->place_slot);
+    floe__free(e->place_at);
+    floe__free(e->concat_slot);
+    e->place_slot = e->concat_slot = NULL;
+    e->place_at = e->place_len = NULL;
+  }
+  return FLOE_OK;
 }
 
 /* The value of a Const the executor hands its readers itself (a feed of its own, no kernel
@@ -1258,6 +1454,7 @@ FloeExecutor *floe__executor_new(const FloeExecPlan *caller_plan, FloeStatus *st
   if (!e->input_src || !e->uses0) goto err_oom;
   if (build_edges(e, local_of, feeds, st) != FLOE_OK) goto err_free;
   if (build_fetches(e, plan, local_of, feeds, st) != FLOE_OK) goto err_free;
+  if (plan->concat_in_place && plan_concats(e, plan, st) != FLOE_OK) goto err_free;
   /* Deferred: an expensive node none of whose outputs is read (an update op); without a
    * pool everything runs inline anyway. */
   for (int i = 0; i < e->num_nodes && e->pool; i++) {
@@ -1308,6 +1505,10 @@ void floe__executor_free(FloeExecutor *e) {
   floe__free(e->rank);
   floe__free(e->fetch_src);
   floe__free(e->consts);
+  floe__free(e->place_slot);
+  floe__free(e->place_at);
+  floe__free(e->concat_slot);
+  floe__free(e->slots);
   floe__free(atomic_load(&e->spare));
   floe__free(e);
 }
@@ -1339,6 +1540,8 @@ static floe_code step_new(FloeExecutor *e, FloeTensor *const *feeds, FloeExecSte
   s->async_calls = (Invocation *)(arena + e->off_async);
   s->feeds = (FloeTensor **)(arena + e->off_feeds);
   s->running = (atomic_int *)(arena + e->off_running); /* zeroed only for a deadline */
+  s->slot_vals = (_Atomic(FloeTensor *) *)(arena + e->off_slots);
+  for (int k = 0; k < e->num_slots; k++) atomic_init(&s->slot_vals[k], NULL);
   if (e->num_feeds) memcpy(s->feeds, feeds, (size_t)e->num_feeds * sizeof *s->feeds);
   if (e->num_consts)
     memcpy(s->feeds + e->num_feeds, e->consts, (size_t)e->num_consts * sizeof *s->feeds);
@@ -1377,6 +1580,8 @@ static void step_free(FloeExecStep *s) {
   floe__free(s->cancel_cbs);
   for (int i = 0; i < e->num_entries; i++)
     if (s->entries[i]) floe_tensor_release(s->entries[i]); /* most went with their readers */
+  for (int k = 0; k < e->num_slots; k++)
+    floe_tensor_release(atomic_load_explicit(&s->slot_vals[k], memory_order_relaxed));
   floe_status_clear(&s->status);
   pthread_cond_destroy(&s->done_cv);
   pthread_mutex_destroy(&s->mu);

@@ -108,7 +108,8 @@ static floe_code build_piece(FloeMultiExec *m, const FloeMultiPlan *plan, int p,
                      .resources = plan->resources, .profiling = plan->profiling,
                      .trace = plan->trace, .force_frames = plan->force_frames,
                      .reuse_buffers = plan->reuse_buffers,
-                     .memory_order = plan->memory_order, .const_feeds = plan->const_feeds};
+                     .memory_order = plan->memory_order, .const_feeds = plan->const_feeds,
+                     .concat_in_place = plan->concat_in_place};
   for (int i = 0; i < plan->num_nodes; i++) {
     if (!in_piece(pc, plan->nodes[i].device)) continue;
     specs[ep.num_nodes++] = plan->nodes[i];

@@ -117,6 +117,7 @@ typedef struct FloeMultiPlan {
   bool reuse_buffers;           /* FloeExecPlan.reuse_buffers */
   bool memory_order;            /* FloeExecPlan.memory_order */
   bool const_feeds;             /* FloeExecPlan.const_feeds */
+  bool concat_in_place;         /* FloeExecPlan.concat_in_place */
   struct FloeResourceMgr *resources;
   const atomic_int *profiling;
   FloeTraceSink *trace;         /* the session's; borrowed */
