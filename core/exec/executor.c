@@ -317,7 +317,7 @@ static void release_use(FloeExecStep *s, int entry) {
 static void task_main(void *arg) {
   StepTask *t = arg;
   FloeExecStep *s = t->step;
-  ReadyList inl = {-1, -1, 0};
+  ReadyList inl = {-1, -1, 0, false};
   list_push(s, &inl, (int)(t - s->tasks));
   process_list(s, &inl);
 }
@@ -345,7 +345,7 @@ static void flush_batch(FloeExecStep *s, Batch *b, ReadyList *inl) {
   if (pool && (b->deferred ? floe__pool_schedule_deferred(pool, task_main, b->tasks, n)
                            : floe__pool_schedule_batch(pool, task_main, b->tasks, n)) == FLOE_OK)
     return;
-  ReadyList own = {-1, -1, 0};
+  ReadyList own = {-1, -1, 0, false};
   ReadyList *l = inl ? inl : &own;
   for (int i = 0; i < n; i++) list_push(s, l, b->nodes[i]);
   if (!inl) process_list(s, &own);
@@ -390,6 +390,8 @@ static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
       batch_add(s, &b, NULL, r);
     } else if (e->inline_inexpensive && e->nodes[r].inexpensive) {
       list_push(s, inl, r);
+    } else if (inl->hand_off) {
+      batch_add(s, &b, inl, r);
     } else if (e->rank) { /* this thread takes the first in rank order */
       if (keep < 0) keep = r;
       else batch_add(s, &b, inl, r);
@@ -417,7 +419,7 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
     int src = e->input_src[en->in_base + j];
     if (src >= 0) release_use(s, src);
   }
-  ReadyList ready = {-1, -1, 0};
+  ReadyList ready = {-1, -1, 0, false};
   int k = 0;
   for (int i = 0; i < en->num_succ; i++) {
     int m = e->succ[en->succ_base + i];
@@ -449,7 +451,8 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
   }
   /* One node (a chain) runs here, as schedule_ready would decide, without its setup. */
   if (k == 1 && !e->nodes[ready.head].deferred &&
-      (inl->head < 0 || (e->inline_inexpensive && e->nodes[ready.head].inexpensive)))
+      ((inl->head < 0 && !inl->hand_off) ||
+       (e->inline_inexpensive && e->nodes[ready.head].inexpensive)))
     list_push(s, inl, ready.head);
   else if (k > 0)
     schedule_ready(s, &ready, inl);
@@ -1796,7 +1799,7 @@ floe_code floe__executor_start(FloeExecutor *e, FloeTensor *const *feeds, const 
   if (e->cf) {
     floe__cf_run(s);
   } else if (e->num_roots > 0) {
-    ReadyList roots = {-1, -1, 0}, inl = {-1, -1, 0};
+    ReadyList roots = {-1, -1, 0, false}, inl = {-1, -1, 0, e->pool && !s->in_worker};
     for (int i = 0; i < e->num_roots; i++) list_push(s, &roots, e->roots[i]);
     schedule_ready(s, &roots, &inl);
     process_list(s, &inl);

@@ -72,6 +72,51 @@ static FloeStepBreakdown breakdown(FloeSession *s) {
   return b;
 }
 
+/* A step started from a thread outside the pool leaves its expensive nodes to the pool's
+ * threads (else its chain would run on one thread more than the pool has, beside workers
+ * spinning for work): x @ x (256 x 256, fed) never runs on the caller's thread; a cheap
+ * node may. */
+START_TEST(expensive_nodes_leave_the_caller) {
+  FloeGraph *g = floe_graph_new();
+  int64_t d[2] = {256, 256};
+  FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(2, d));
+  floe_matmul(g, "m", x, x, 0, 0);
+  ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
+  FloeTensor *xv = harness_random(FLOE_F32, 2, d, 4, -1, 1);
+  FloeSession *s = harness_session(g, rt);
+  floe_session_set_tracing(s, FLOE_TRACE_START);
+  FloeFeed feed = {"x", xv};
+  for (int i = 0; i < 3; i++) {
+    FloeTensor *out = harness_fetch(s, &feed, 1, "m");
+    floe_tensor_release(out);
+  }
+  floe_session_set_tracing(s, FLOE_TRACE_OFF);
+  char path[] = "/tmp/floe_trace_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  FloeStatus *st = floe_status_new();
+  ck_assert_msg(floe_session_trace_write(s, path, st) == FLOE_OK, "%s", floe_status_message(st));
+  char caller[64];
+  snprintf(caller, sizeof caller, "\"tid\":%d,", (int)gettid());
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[4096];
+  int matmuls = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (!strstr(line, "\"op\":\"MatMul\"")) continue;
+    matmuls++;
+    ck_assert_msg(!strstr(line, caller), "the MatMul ran on the caller's thread: %s", line);
+  }
+  fclose(f);
+  ck_assert_int_eq(matmuls, 3);
+  unlink(path);
+  floe_status_free(st);
+  floe_session_free(s);
+  floe_tensor_release(xv);
+  floe_graph_free(g);
+}
+END_TEST
 /* Occurrences of needle in the file at path. */
 static int count_in_file(const char *path, const char *needle) {
   FILE *f = fopen(path, "r");
@@ -188,6 +233,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, traced_steps_record_kernels_and_flows);
+  tcase_add_test(tc, expensive_nodes_leave_the_caller);
   tcase_add_test(tc, unwritable_trace_names_the_file);
   tcase_add_test(tc, concurrent_traced_steps);
   suite_add_tcase(s, tc);
