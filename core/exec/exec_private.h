@@ -185,9 +185,10 @@ static inline void floe__exec_mark_running(FloeExecStep *s, int n, int delta) {
 typedef struct ReadyList {
   int head, tail;
   int settled;
-  /* The thread is a step's caller, not one of the pool's workers: it runs cheap nodes but
-   * keeps no expensive one, which the pool's threads take instead (else, with the workers
-   * waiting for work beside it, a step's chain would run on one more thread than cores). */
+  /* The thread is a step's caller, not one of the pool's workers: it runs cheap nodes and
+   * starts asynchronous ones but keeps no expensive one, which the pool's threads take
+   * instead (else, with the workers waiting for work beside it, a step's chain would run on
+   * one more thread than cores). */
   bool hand_off;
 } ReadyList;
 

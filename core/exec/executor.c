@@ -390,7 +390,7 @@ static void schedule_ready(FloeExecStep *s, ReadyList *ready, ReadyList *inl) {
       batch_add(s, &b, NULL, r);
     } else if (e->inline_inexpensive && e->nodes[r].inexpensive) {
       list_push(s, inl, r);
-    } else if (inl->hand_off) {
+    } else if (inl->hand_off && e->nodes[r].async_slot < 0) {
       batch_add(s, &b, inl, r);
     } else if (e->rank) { /* this thread takes the first in rank order */
       if (keep < 0) keep = r;
@@ -451,7 +451,7 @@ static void node_done(FloeExecStep *s, int n, ReadyList *inl) {
   }
   /* One node (a chain) runs here, as schedule_ready would decide, without its setup. */
   if (k == 1 && !e->nodes[ready.head].deferred &&
-      ((inl->head < 0 && !inl->hand_off) ||
+      ((inl->head < 0 && (!inl->hand_off || e->nodes[ready.head].async_slot >= 0)) ||
        (e->inline_inexpensive && e->nodes[ready.head].inexpensive)))
     list_push(s, inl, ready.head);
   else if (k > 0)
