@@ -218,19 +218,6 @@ START_TEST(what_others_see_is_never_written_over) {
 }
 END_TEST
 
-/* Concat(values..., axis) of parts. */
-static FloeOutput concat(FloeGraph *g, const char *name, const FloeOutput *parts, int n) {
-  FloeTensor *a = floe_tensor_scalar_i32(1, NULL);
-  char an[64];
-  snprintf(an, sizeof an, "%s_axis", name);
-  FloeOutput ax = floe_const(g, an, a);
-  floe_tensor_release(a);
-  FloeNodeBuilder *b = floe_node_begin(g, "Concat", name);
-  floe_node_add_input_list(b, parts, n);
-  floe_node_add_input(b, ax);
-  return floe_out(floe_node_finish(b), 0);
-}
-
 /* x [batch, rows, COLS] (fed, batch unknown to the graph) -> a = Neg(x), b = Square(x) ->
  * cat = Concat(a, b) along dim 1 (fetched); also a2 = Relu(Neg(x)), whose Relu writes over
  * its Neg's output, and both = Concat(a2, b2), b2 = Square(x) read twice (fetched too).
@@ -244,10 +231,10 @@ START_TEST(concat_values_written_in_place) {
   int64_t xd[3] = {FLOE_DIM_UNKNOWN, ROWS / 2, COLS};
   FloeOutput x = floe_placeholder(g, "x", FLOE_F32, floe_shape_make(3, xd));
   FloeOutput a = floe_unary(g, "Neg", "a", x), b = floe_unary(g, "Square", "b", x);
-  concat(g, "cat", (FloeOutput[]){a, b}, 2);
+  harness_concat(g, "cat", (FloeOutput[]){a, b}, 2, 1);
   FloeOutput a2 = floe_unary(g, "Relu", "a2", floe_unary(g, "Neg", "n2", x));
   FloeOutput b2 = floe_unary(g, "Square", "b2", x);
-  concat(g, "both", (FloeOutput[]){a2, b2}, 2);
+  harness_concat(g, "both", (FloeOutput[]){a2, b2}, 2, 1);
   floe_binary(g, "Add", "b2_again", b2, b2);
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
   for (int batch = 1; batch <= 2; batch++) {

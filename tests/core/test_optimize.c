@@ -543,20 +543,6 @@ START_TEST(elementwise_chains_fuse) {
 }
 END_TEST
 
-/* Concat(values..., axis) of the given parts. */
-static FloeOutput concat_of(FloeGraph *g, const char *name, const FloeOutput *parts, int n,
-                            int axis) {
-  FloeTensor *a = floe_tensor_scalar_i32(axis, NULL);
-  char an[64];
-  snprintf(an, sizeof an, "%s_axis", name);
-  FloeOutput ax = floe_const(g, an, a);
-  floe_tensor_release(a);
-  FloeNodeBuilder *b = floe_node_begin(g, "Concat", name);
-  floe_node_add_input_list(b, parts, n);
-  floe_node_add_input(b, ax);
-  return floe_out(floe_node_finish(b), 0);
-}
-
 /* How many nodes of op the optimised run of fetches holds (feeds x and w unvalued). */
 static int count_optimized(FloeGraph *g, const char *const *fetches, int nf, const char *op) {
   FloeSession *s = harness_session(g, rt);
@@ -593,16 +579,16 @@ START_TEST(concat_goes_into_elementwise_chain) {
   FloeOutput w = floe_placeholder(g, "w", FLOE_F32, floe_shape_make(4, wd));
   FloeOutput sq = floe_unary(g, "Square", "sq", x);
   /* along dim 1: [2, 3 + 4, 5, 33], then scale, shift, ReLU */
-  FloeOutput cat = concat_of(g, "cat", (FloeOutput[]){sq, w}, 2, 1);
+  FloeOutput cat = harness_concat(g, "cat", (FloeOutput[]){sq, w}, 2, 1);
   FloeOutput v = floe_binary(g, "Mul", "scale", cat, floe_const(g, "k1", k1));
   v = floe_binary(g, "Add", "shift", v, floe_const(g, "k2", k2));
   floe_unary(g, "Relu", "bn_relu", v);
   /* along the last dim, three parts (one empty): [2, 3, 5, 66], then one op */
-  FloeOutput last = concat_of(g, "cat_last", (FloeOutput[]){x, floe_const(g, "empty", empty), sq},
+  FloeOutput last = harness_concat(g, "cat_last", (FloeOutput[]){x, floe_const(g, "empty", empty), sq},
                               3, -1);
   floe_unary(g, "Neg", "one_op", floe_unary(g, "Tanh", "tanh", last)); /* one_op: fetched */
   /* read twice: stays a Concat */
-  FloeOutput twice = concat_of(g, "cat_twice", (FloeOutput[]){x, sq}, 2, 0);
+  FloeOutput twice = harness_concat(g, "cat_twice", (FloeOutput[]){x, sq}, 2, 0);
   floe_binary(g, "Add", "two_readers", floe_unary(g, "Exp", "e", twice), twice);
   ck_assert_int_eq(floe_graph_status(g), FLOE_OK);
   const char *fetches[3] = {"bn_relu", "one_op", "two_readers"};

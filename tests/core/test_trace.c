@@ -29,6 +29,16 @@ static void teardown(void) {
   rt = NULL;
 }
 
+/* Writes s's trace to a new file named after the template path (changed in place). */
+static void write_trace(FloeSession *s, char *path) {
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  FloeStatus *st = floe_status_new();
+  ck_assert_msg(floe_session_trace_write(s, path, st) == FLOE_OK, "%s", floe_status_message(st));
+  floe_status_free(st);
+}
+
 /* z = relu(a @ b) + c with the MatMul on cpu:1: three Send/Recv pairs per step. */
 static FloeGraph *split_chain(void) {
   FloeGraph *g = floe_graph_new();
@@ -92,11 +102,7 @@ START_TEST(expensive_nodes_leave_the_caller) {
   }
   floe_session_set_tracing(s, FLOE_TRACE_OFF);
   char path[] = "/tmp/floe_trace_XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  close(fd);
-  FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_session_trace_write(s, path, st) == FLOE_OK, "%s", floe_status_message(st));
+  write_trace(s, path);
   char caller[64];
   snprintf(caller, sizeof caller, "\"tid\":%d,", (int)gettid());
   FILE *f = fopen(path, "r");
@@ -111,7 +117,6 @@ START_TEST(expensive_nodes_leave_the_caller) {
   fclose(f);
   ck_assert_int_eq(matmuls, 3);
   unlink(path);
-  floe_status_free(st);
   floe_session_free(s);
   floe_tensor_release(xv);
   floe_graph_free(g);
@@ -147,11 +152,7 @@ START_TEST(traced_steps_record_kernels_and_flows) {
   ck_assert_int_eq(b.steps, 3);
   ck_assert(b.kernel_ns > 0 && b.transfer_ns > 0 && b.wall_ns > 0);
   char path[] = "/tmp/floe_trace_XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  close(fd);
-  FloeStatus *st = floe_status_new();
-  ck_assert_msg(floe_session_trace_write(s, path, st) == FLOE_OK, "%s", floe_status_message(st));
+  write_trace(s, path);
   ck_assert_int_eq(count_in_file(path, "\"node\":\"m\",\"op\":\"MatMul\",\"device\":\"cpu:1\""), 3);
   ck_assert_int_eq(count_in_file(path, "\"op\":\"Relu\""), 3);
   /* per step: c, m, its _Recv on cpu:0, r and z */
@@ -169,7 +170,6 @@ START_TEST(traced_steps_record_kernels_and_flows) {
   floe_session_set_tracing(s, FLOE_TRACE_OFF);
   ck_assert_int_eq(breakdown(s).steps, 1);
   unlink(path);
-  floe_status_free(st);
   floe_session_free(s);
   floe_graph_free(g);
 }

@@ -218,6 +218,19 @@ void harness_run(FloeSession *s, const FloeFeed *feeds, int n_feeds, const char 
   floe_status_free(st);
 }
 
+FloeOutput harness_concat(FloeGraph *g, const char *name, const FloeOutput *parts, int n,
+                          int axis) {
+  FloeTensor *a = floe_tensor_scalar_i32(axis, NULL);
+  char an[256];
+  snprintf(an, sizeof an, "%s_axis", name);
+  FloeOutput ax = floe_const(g, an, a);
+  floe_tensor_release(a);
+  FloeNodeBuilder *b = floe_node_begin(g, "Concat", name);
+  floe_node_add_input_list(b, parts, n);
+  floe_node_add_input(b, ax);
+  return floe_out(floe_node_finish(b), 0);
+}
+
 FloeTensor *harness_fetch(FloeSession *s, const FloeFeed *feeds, int n_feeds, const char *fetch) {
   FloeTensor *out = NULL;
   harness_run(s, feeds, n_feeds, &fetch, 1, NULL, 0, &out, fetch);

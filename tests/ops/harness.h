@@ -76,6 +76,9 @@ void harness_run(FloeSession *s, const FloeFeed *feeds, int n_feeds, const char 
                  const char *what);
 /* One fetch (caller releases) / one target of s; abort the test on failure. */
 FloeTensor *harness_fetch(FloeSession *s, const FloeFeed *feeds, int n_feeds, const char *fetch);
+/* Concat(parts..., axis) named name, its axis a Const named name + "_axis". */
+FloeOutput harness_concat(FloeGraph *g, const char *name, const FloeOutput *parts, int n,
+                          int axis);
 void harness_run_target(FloeSession *s, const char *target);
 /* One run of g (borrowed) on rt (NULL: the default runtime): the graph's sticky error, else
  * the session's or the run's code, the message in st. outs as harness_run. */
