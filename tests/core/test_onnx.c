@@ -39,15 +39,21 @@ static uint8_t *mlp_model(size_t *len, int raw) {
   return ob_pack(&md, len);
 }
 
-static FloeTensor *run1(FloeOnnxModel *m, FloeTensor *x, FloeStatus *st) {
+/* One step of m with x fed: its first output in *y (NULL on error; caller releases). */
+static floe_code run1_rc(FloeOnnxModel *m, FloeTensor *x, FloeTensor **y, FloeStatus *st) {
   FloeSession *s = floe_session_new(floe_onnx_model_graph(m), NULL, st);
   ck_assert_msg(s != NULL, "%s", floe_status_message(st));
   FloeFeed feed = {floe_onnx_model_input_node(m, 0), x};
   const char *fetch = floe_onnx_model_output_fetch(m, 0);
-  FloeTensor *y = NULL;
-  floe_code rc = floe_session_run(s, &feed, 1, &fetch, 1, NULL, 0, &y, st);
-  ck_assert_msg(rc == FLOE_OK, "%s", floe_status_message(st));
+  *y = NULL;
+  floe_code rc = floe_session_run(s, &feed, 1, &fetch, 1, NULL, 0, y, st);
   floe_session_free(s);
+  return rc;
+}
+
+static FloeTensor *run1(FloeOnnxModel *m, FloeTensor *x, FloeStatus *st) {
+  FloeTensor *y;
+  ck_assert_msg(run1_rc(m, x, &y, st) == FLOE_OK, "%s", floe_status_message(st));
   return y;
 }
 
@@ -63,6 +69,15 @@ static void shape_entry(Model *md, const char *shape, const char *idx, const cha
                         const char *dim1) {
   ob_add_node(md, "Gather", dim, shape, idx, NULL, dim);
   ob_add_node(md, "Unsqueeze", dim1, dim, "ax0", NULL, dim1);
+}
+
+/* y = Reshape(x, Concat(a, b)) as md's output, packed (caller frees; its size in *len). */
+static uint8_t *pack_reshape_by(Model *md, const char *a, const char *b, size_t *len) {
+  Onnx__NodeProto *cat = ob_add_node(md, "Concat", "cat", a, b, NULL, "newshape");
+  ob_attr_int(cat, "axis", 0);
+  ob_add_node(md, "Reshape", "reshape", "x", "newshape", NULL, "y");
+  ob_add_output(md, "y");
+  return ob_pack(md, len);
 }
 
 /* buf imported with keep_nchw = keep (checked to succeed). */
@@ -148,12 +163,8 @@ START_TEST(folds_shape_arithmetic) {
   ob_add_node(&md, "Shape", "shape", "x", NULL, NULL, "s");
   Onnx__NodeProto *ga = ob_add_node(&md, "Gather", "first", "s", "i0", NULL, "d0");
   ob_attr_int(ga, "axis", 0);
-  Onnx__NodeProto *cat = ob_add_node(&md, "Concat", "cat", "d0", "m1", NULL, "newshape");
-  ob_attr_int(cat, "axis", 0);
-  ob_add_node(&md, "Reshape", "reshape", "x", "newshape", NULL, "y");
-  ob_add_output(&md, "y");
   size_t len;
-  uint8_t *buf = ob_pack(&md, &len);
+  uint8_t *buf = pack_reshape_by(&md, "d0", "m1", &len);
   FloeStatus *st = floe_status_new();
   for (int nofold = 0; nofold < 2; nofold++) {
     FloeOnnxOptions o;
@@ -209,13 +220,8 @@ START_TEST(folds_known_dims_of_a_dynamic_batch) {
     ob_add_node(&md, "Gather", "gw", "s", "i2", NULL, "w");
     ob_add_node(&md, "Mul", "cw", "c", "w", NULL, "cw0");
     ob_add_node(&md, "Unsqueeze", "ucw", "cw0", "ax0", NULL, "cw1");
-    Onnx__NodeProto *cat =
-        ob_add_node(&md, "Concat", "cat", "n1", which == 1 ? "five" : "cw1", NULL, "newshape");
-    ob_attr_int(cat, "axis", 0);
-    ob_add_node(&md, "Reshape", "reshape", "x", "newshape", NULL, "y");
-    ob_add_output(&md, "y");
     size_t len;
-    uint8_t *buf = ob_pack(&md, &len);
+    uint8_t *buf = pack_reshape_by(&md, "n1", which == 1 ? "five" : "cw1", &len);
     FloeStatus *st = floe_status_new();
     FloeOnnxModel *m = floe_onnx_import(buf, len, "dynreshape", NULL, st);
     if (which == 2 && !m) { /* the bad index may already fail while importing */
@@ -235,12 +241,8 @@ START_TEST(folds_known_dims_of_a_dynamic_batch) {
       int64_t d[3] = {batch, 3, 4};
       FloeTensor *x = floe_tensor_new(FLOE_F32, 3, d, NULL);
       for (int i = 0; i < batch * 12; i++) ((float *)floe_tensor_data(x))[i] = (float)i;
-      FloeSession *sess = floe_session_new(floe_onnx_model_graph(m), NULL, st);
-      ck_assert_msg(sess != NULL, "%s", floe_status_message(st));
-      FloeFeed feed = {floe_onnx_model_input_node(m, 0), x};
-      const char *fetch = floe_onnx_model_output_fetch(m, 0);
-      FloeTensor *y = NULL;
-      floe_code rc = floe_session_run(sess, &feed, 1, &fetch, 1, NULL, 0, &y, st);
+      FloeTensor *y;
+      floe_code rc = run1_rc(m, x, &y, st);
       if (which == 0) {
         ck_assert_msg(rc == FLOE_OK, "%s", floe_status_message(st));
         ck_assert_int_eq(floe_tensor_dim(y, 0), batch);
@@ -256,7 +258,6 @@ START_TEST(folds_known_dims_of_a_dynamic_batch) {
       }
       floe_tensor_release(y);
       floe_tensor_release(x);
-      floe_session_free(sess);
     }
     floe_onnx_model_free(m);
     floe_status_free(st);
