@@ -386,11 +386,12 @@ static int64_t attr_int_or_0(const FloeNode *n, const char *name) {
 }
 
 /* Rules for transposes of any rank (rewrite): Transpose(Transpose(x, p), p2) composed into
- * one (or none, when the two cancel); StridedSlice(T(x, p)) sliced on x with its bounds and masks permuted, then T; and
- * Reshape(T(x, p)) to a constant shape done on x when the dims it splits or merges lie in x
- * in order (reshape_through), else, when only their order differs and what is left is the
- * NCHW view of NHWC data, after one transpose of x that orders them (a channel shuffle:
- * the transpose of the shuffle itself, the NCHW view sinking on). 1 done, 0 none, -1 error. */
+ * one (or none, when the two cancel); StridedSlice(T(x, p)) sliced on x with its bounds and
+ * masks permuted, then T; and Reshape(T(x, p)) to a constant shape done on x when the dims
+ * it splits or merges lie in x in order (reshape_through), else, when only their order
+ * differs and what is left is the NCHW view of NHWC data, after one transpose of x that
+ * orders them (a channel shuffle: the transpose of the shuffle itself, the NCHW view sinking
+ * on). 1 done, 0 none, -1 error. */
 static int rewrite_nd(Pass *p, FloeNode *n) {
   int64_t perm[FLOE_MAX_DIMS], perm2[FLOE_MAX_DIMS];
   FloeOutput a, b;

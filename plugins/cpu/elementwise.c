@@ -1315,7 +1315,8 @@ static floe_code few_compute(void *state, FloeKernelContext *ctx) {
   }
   FloeTensor *out = NULL;
   /* a joined x is new memory: nothing to write over */
-  if (rc == FLOE_OK) rc = cpu_output_over(ctx, (const int[]){0}, j->parts > 1 ? 0 : 1, rank, dims, &out);
+  if (rc == FLOE_OK)
+    rc = cpu_output_over(ctx, (const int[]){0}, j->parts > 1 ? 0 : 1, rank, dims, &out);
   int64_t n = 1;
   for (int d = 0; d < rank; d++) n *= dims[d];
   if (rc == FLOE_OK && n > 0) {

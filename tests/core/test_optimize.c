@@ -584,8 +584,8 @@ START_TEST(concat_goes_into_elementwise_chain) {
   v = floe_binary(g, "Add", "shift", v, floe_const(g, "k2", k2));
   floe_unary(g, "Relu", "bn_relu", v);
   /* along the last dim, three parts (one empty): [2, 3, 5, 66], then one op */
-  FloeOutput last = harness_concat(g, "cat_last", (FloeOutput[]){x, floe_const(g, "empty", empty), sq},
-                              3, -1);
+  FloeOutput last_parts[3] = {x, floe_const(g, "empty", empty), sq};
+  FloeOutput last = harness_concat(g, "cat_last", last_parts, 3, -1);
   floe_unary(g, "Neg", "one_op", floe_unary(g, "Tanh", "tanh", last)); /* one_op: fetched */
   /* read twice: stays a Concat */
   FloeOutput twice = harness_concat(g, "cat_twice", (FloeOutput[]){x, sq}, 2, 0);
