@@ -327,7 +327,8 @@ typedef struct Job {
   unsigned post;
   const float *x, *f, *bias, *side; /* bias, side: NULL unless in post */
   float *y;
-  bool side_copied; /* the output already holds the side input (for POST_SUM) */
+  bool side_copied; /* the output already holds the side input (for POST_SUM): copied, or
+                     * the output is the side input's own buffer (ctx_reuse_input) */
   int64_t blocks;   /* row or channel blocks per image (run_conv) */
   bool by_channel;  /* blocks of output channels, else of rows */
   /* The fused activations, applied by each part to its output while that is in cache (the
@@ -409,7 +410,7 @@ static floe_code blocked_part(const Job *j, FloeKernelContext *ctx, pthread_mute
   int64_t in_px = w->in[0] * w->in[1] * w->in[2], out_px = w->out[0] * w->out[1] * w->out[2];
   int64_t yoff = (first * pad16(w->o) + o0) * out_px;
   float *y = j->y + yoff;
-  if (j->post & POST_SUM)
+  if ((j->post & POST_SUM) && !j->side_copied)
     memcpy(y, j->side + yoff, (size_t)(count * pad16(g.o) * out_px) * sizeof *y);
   const float *f = j->f + o0;
   const WndGeo *fg = w; /* the filter's geometry (its output channel stride) */
@@ -481,7 +482,8 @@ static floe_code blocked_rows_part(const Job *j, FloeKernelContext *ctx,
     copy_planes(xin, x, cb, g.in[d], in_row, w->in[d], g.in[d]);
   }
   if (y_in_place) yout = j->y + yoff;
-  if (j->post & POST_SUM) copy_planes(yout, j->side + yoff, ob, g.out[d], out_row, w->out[d], g.out[d]);
+  if ((j->post & POST_SUM) && !(y_in_place && j->side_copied))
+    copy_planes(yout, j->side + yoff, ob, g.out[d], out_row, w->out[d], g.out[d]);
   int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,  g.in[0], g.in[1], g.in[2], g.o,
                                    g.k[0], g.k[1], g.k[2], g.ns, j->post, 0,
                                    1 + g.pb[d] * 65536 + g.pe[d], 0};
@@ -626,7 +628,7 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
     j->by_channel = true;
   if (j->s->blocked && filter > image && !j->by_channel)
     j->blocks = blocks = 1; /* a channel block of 16 is too small to share */
-  if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf && !j->s->blocked) {
+  if ((j->post & POST_SUM) && blocks > 1 && j->s->a.cf && !j->s->blocked && !j->side_copied) {
     /* Channels-first blocks of rows are not contiguous: the side input goes in at once. */
     memcpy(j->y, j->side, (size_t)(g->n * g->o * g->out[0] * g->out[1] * g->out[2]) * sizeof *j->y);
     j->side_copied = true;
@@ -958,7 +960,14 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   if (!same_side) return fused_broadcast(s, ctx, &g, out_rank, dims, &j, side, empty);
   if (side) j.post |= POST_SUM;
   FloeTensor *out;
-  if ((rc = cpu_host->ctx_allocate_output(ctx, 0, out_rank, dims, &out)) != FLOE_OK) return rc;
+  /* The output written over the side input when this is its last reader: the sum post-op
+   * adds what the output holds, so the side input is then never copied. */
+  if (side && !empty && j.side != j.x && FLOE_HAS_FIELD(cpu_host, FloeHostApi, ctx_reuse_input) &&
+      cpu_host->tensor_dtype(side) == FLOE_F32 &&
+      cpu_host->ctx_reuse_input(ctx, 2 + s->bias, 0, out_rank, dims, &out) == FLOE_OK)
+    j.side_copied = true;
+  else if ((rc = cpu_host->ctx_allocate_output(ctx, 0, out_rank, dims, &out)) != FLOE_OK)
+    return rc;
   if (cpu_host->tensor_num_elements(out) == 0) return FLOE_OK;
   j.y = cpu_host->tensor_data(out);
   /* Each part applies the activations to its output while it is in cache, where every
