@@ -807,6 +807,25 @@ static bool blocked_output(const Blocker *bl, FloeOutput x) {
 static FloeOutput reshape_to(Fuse *f, FloeOutput x, const int64_t *dims, int64_t r,
                              const FloeNode *near, const char *suffix) {
   FloeOutput none = {NULL, 0};
+  /* A constant (a batch norm's scale, a bias) is reshaped now, into a Const of its own:
+   * constant folding ran before this pass made the Reshape, which would otherwise run every
+   * step (DenseNet-121: 124 of them). */
+  const FloeAttrValue *v = floe__attrs_get(&x.node->attrs, "value");
+  if (floe__opt_constant_folding_on() && x.index == 0 && constant(f, x) &&
+      x.node->num_control == 0 && v && v->kind == FLOE_ATTR_TENSOR) {
+    int64_t n = 1;
+    for (int64_t i = 0; i < r; i++) n *= dims[i];
+    const FloeTensor *t = v->u.tensor;
+    if (n == floe_tensor_num_elements(t)) {
+      FloeTensor *shaped = floe_tensor_from_data(floe_tensor_dtype(t), (int)r, dims,
+                                                 floe_tensor_data(t), floe_tensor_nbytes(t), NULL);
+      FloeOutput c = new_const(f, x.node->name, suffix, shaped);
+      if (shaped) floe_tensor_release(shaped);
+      if (!c.node || !need_grow(f)) return none;
+      f->need[c.node->id] = true;
+      return c;
+    }
+  }
   FloeTensor *shape = floe_tensor_new(FLOE_I64, 1, &r, NULL);
   if (shape) memcpy(floe_tensor_data(shape), dims, (size_t)r * sizeof *dims);
   FloeOutput sc = new_const(f, near->name, "_blocked_shape", shape);

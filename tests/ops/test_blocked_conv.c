@@ -688,15 +688,19 @@ END_TEST
  * (axis 3, or -1), scaled, shifted and activated as a batch norm and ReLU would, scaled by a
  * squeeze-excitation's gate (a mean keeping dims, a sigmoid) and pooled, then a third conv's output joined with a fed channels-last
  * tensor (converted once) before a mean. Along another axis (2) the concatenation stays
- * channels-last: the convolutions' outputs go back before it. */
+ * channels-last: the convolutions' outputs go back before it. The batch norm's constants are
+ * reshaped to the blocked shape while the graph is optimised (no Reshape runs), and by
+ * Reshapes each step with constant folding off: the same bits. */
 START_TEST(layout_pass_blocks_concat) {
   int axis = _i == 0 ? 3 : _i == 1 ? -1 : 2;
-  FloeTensor *got = NULL, *want = NULL;
+  FloeTensor *got = NULL, *want = NULL, *unfolded = NULL;
   int64_t xd[4] = {2, 9, 8, 16}, zd[4] = {2, 4, 4, 16}, zd2[4] = {2, 4, 8, 32};
   FloeTensor *x = harness_random(FLOE_F32, 4, xd, 11, -1, 1);
   FloeTensor *z = harness_random(FLOE_F32, 4, axis == 2 ? zd2 : zd, 12, -1, 1);
-  for (int blocked = 0; blocked < 2; blocked++) {
+  /* blocked: 0 no, 1 yes, 2 yes with constant folding off */
+  for (int blocked = 0; blocked < 3; blocked++) {
     if (!blocked) setenv("FLOE_BLOCKED_LAYOUT", "0", 1);
+    if (blocked == 2) setenv("FLOE_OPT_CONSTANT_FOLDING", "0", 1);
     FloeGraph *gr = floe_graph_new();
     FloeOutput xp = floe_placeholder(gr, "x", FLOE_F32, (FloeShape){4, {-1, 9, 8, 16}});
     FloeOutput zp = floe_placeholder(gr, "z", FLOE_F32, (FloeShape){4, {-1, -1, -1, -1}});
@@ -735,22 +739,30 @@ START_TEST(layout_pass_blocks_concat) {
     ck_assert_msg(floe_graph_status(gr) == FLOE_OK, "%s", floe_graph_error(gr, NULL));
     FloeFeed feeds[2] = {{"x", x}, {"z", z}};
     FloeNodeProfile *rows = NULL;
-    int n = 0, to = 0, from = 0;
+    int n = 0, to = 0, from = 0, reshapes = 0;
     FloeTensor *out = run_profiled(gr, 2, feeds, 2, "mean", &rows, &n);
     for (int i = 0; i < n; i++) {
       to += strcmp(rows[i].op, "_ToBlocked") == 0;
       from += strcmp(rows[i].op, "_FromBlocked") == 0;
+      reshapes += strcmp(rows[i].op, "Reshape") == 0;
     }
     free(rows);
     unsetenv("FLOE_BLOCKED_LAYOUT");
+    unsetenv("FLOE_OPT_CONSTANT_FOLDING");
     if (!blocked) {
       ck_assert_int_eq(to + from, 0);
       want = out;
+    } else if (blocked == 2) {
+      unfolded = out;
+      /* k1 and k2 in the blocked shape: Reshapes that run each step */
+      if (have_converters() && axis != 2) ck_assert_int_eq(reshapes, 2);
     } else {
       got = out;
       if (have_converters() && axis != 2) {
         ck_assert_int_eq(to, 1);   /* z */
         ck_assert_int_eq(from, 1); /* before the mean */
+        /* k1 and k2 reshaped to [1, 3, 1, 1, 16] while the graph was optimised */
+        ck_assert_int_eq(reshapes, 0);
       } else if (have_converters()) {
         /* ca and cb go back before cat1; the pool and cc convert again around cc */
         ck_assert_int_ge(from, 3);
@@ -758,6 +770,8 @@ START_TEST(layout_pass_blocks_concat) {
     }
   }
   harness_assert_close(got, want, 1e-4, 1e-4, "concatenations with the blocked layout");
+  harness_assert_close(unfolded, got, 0, 0, "the blocked layout with constant folding off");
+  floe_tensor_release(unfolded);
   floe_tensor_release(got);
   floe_tensor_release(want);
   floe_tensor_release(x);
