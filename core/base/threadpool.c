@@ -315,17 +315,28 @@ typedef struct ParallelJob {
   void *arg;
   int64_t n, shard;    /* units in all, units per shard */
   int64_t num_shards;
-  atomic_llong next;   /* next shard to claim */
+  /* Shards not yet claimed: [low 32 bits, high 32 bits). The caller claims from the front,
+   * helpers from the back, so each thread's shards are contiguous: the caller's share of
+   * the output is the first part, as the parts of the kernel before it were. */
+  atomic_ullong left;
   FloeThreadPool *pool;
   atomic_size_t helpers_out; /* helpers queued or running; changed under pool->mu */
   bool waiting;        /* the caller sleeps on done_cv; guarded by pool->mu */
   pthread_cond_t done_cv;
 } ParallelJob;
 
-static void run_shards(ParallelJob *j) {
+static void run_shards(ParallelJob *j, bool front) {
   for (;;) {
-    int64_t s = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-    if (s >= j->num_shards) return;
+    unsigned long long v = atomic_load_explicit(&j->left, memory_order_relaxed), w;
+    int64_t s;
+    do {
+      uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+      if (lo >= hi) return;
+      s = front ? lo : hi - 1;
+      w = front ? ((unsigned long long)hi << 32) | (lo + 1)
+                : ((unsigned long long)(hi - 1) << 32) | lo;
+    } while (!atomic_compare_exchange_weak_explicit(&j->left, &v, w, memory_order_relaxed,
+                                                    memory_order_relaxed));
     int64_t begin = s * j->shard;
     int64_t end = begin + j->shard < j->n ? begin + j->shard : j->n;
     j->fn(j->arg, begin, end);
@@ -334,7 +345,7 @@ static void run_shards(ParallelJob *j) {
 
 static void parallel_helper(void *arg) {
   ParallelJob *j = arg;
-  run_shards(j);
+  run_shards(j, false);
   FloeThreadPool *p = j->pool;
   pthread_mutex_lock(&p->mu);
   /* The caller cannot return (and pop j off its stack) before we unlock. */
@@ -379,7 +390,7 @@ void floe__pool_parallel_for(FloeThreadPool *p, int64_t n, int64_t cost_per_unit
   atomic_init(&j.helpers_out, 0);
   j.shard = (n + shards - 1) / shards;
   j.num_shards = (n + j.shard - 1) / j.shard;
-  atomic_init(&j.next, 0);
+  atomic_init(&j.left, (unsigned long long)j.num_shards << 32);
   int helpers = j.num_shards - 1 < p->num_threads ? (int)(j.num_shards - 1) : p->num_threads;
   if (pthread_cond_init(&j.done_cv, NULL) != 0) helpers = 0;
   if (helpers > 0) {
@@ -388,7 +399,7 @@ void floe__pool_parallel_for(FloeThreadPool *p, int64_t n, int64_t cost_per_unit
     if (push_n(p, 0, parallel_helper, NULL, &j, helpers) != FLOE_OK)
       atomic_store_explicit(&j.helpers_out, 0, memory_order_relaxed);
   }
-  run_shards(&j);
+  run_shards(&j, true);
   if (helpers <= 0) return;
   pthread_mutex_lock(&p->mu);
   /* Withdraw helpers that never started: they would find no shard left anyway. */

@@ -92,6 +92,51 @@ START_TEST(deferred_tasks_run_after_normal_ones) {
 }
 END_TEST
 
+/* parallel_for: every unit runs once; the caller claims shards from the front and helpers
+ * from the back, so the caller's units are a prefix and every helper's lie after it (each
+ * thread then keeps the same part of a tensor from one kernel to the next). Each unit
+ * yields a little so the threads interleave. */
+typedef struct UnitOwners {
+  pthread_t who[64];
+  atomic_int runs[64];
+} UnitOwners;
+
+static void own_units(void *arg, int64_t begin, int64_t end) {
+  UnitOwners *u = arg;
+  for (int64_t i = begin; i < end; i++) {
+    u->who[i] = pthread_self();
+    atomic_fetch_add(&u->runs[i], 1);
+    sched_yield();
+  }
+}
+
+START_TEST(parallel_for_caller_takes_the_front) {
+  FloeStatus *st = floe_status_new();
+  for (int workers = 1; workers <= 3; workers++) {
+    FloeThreadPool *p = floe__pool_new(workers, st);
+    ck_assert_ptr_nonnull(p);
+    for (int rep = 0; rep < 50; rep++) {
+      UnitOwners u;
+      memset(&u, 0, sizeof u);
+      for (int i = 0; i < 64; i++) atomic_init(&u.runs[i], 0);
+      floe__pool_parallel_for(p, 64, 0, own_units, &u); /* cost 0: the most shards */
+      pthread_t me = pthread_self();
+      int64_t prefix = 0;
+      while (prefix < 64 && pthread_equal(u.who[prefix], me)) prefix++;
+      for (int i = 0; i < 64; i++) {
+        ck_assert_msg(atomic_load(&u.runs[i]) == 1, "%d workers: unit %d ran %d times",
+                      workers, i, atomic_load(&u.runs[i]));
+        ck_assert_msg(i < prefix || !pthread_equal(u.who[i], me),
+                      "%d workers: the caller ran unit %d after a helper's unit %lld", workers,
+                      i, (long long)prefix);
+      }
+    }
+    floe__pool_free(p);
+  }
+  floe_status_free(st);
+}
+END_TEST
+
 /* ---- shapes of graphs ---- */
 
 /* x + 1 + 1 + ... (n Adds), for every pool size, inline and pooled. */
@@ -1061,6 +1106,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, chain_of_adds);
   tcase_add_test(tc, deferred_tasks_run_after_normal_ones);
+  tcase_add_test(tc, parallel_for_caller_takes_the_front);
   tcase_add_test(tc, diamond_on_big_tensors);
   tcase_add_test(tc, wide_fan_out);
   tcase_add_test(tc, control_dependencies);
