@@ -334,6 +334,10 @@ typedef struct Job {
   /* The fused activations, applied by each part to its output while that is in cache (the
    * parts' outputs are dense); NULL: the caller applies them to the whole output after. */
   const CpuActs *acts;
+  /* An image cut by input channels (run_input_parts): blocks of 16 channels per part, and
+   * the partial outputs of parts 1.. (part 0 writes y). */
+  int64_t in_blocks;
+  float *partials;
 } Job;
 
 /* Channels c as stored in a blocked tensor: whole blocks of 16, the last one padded. */
@@ -643,9 +647,101 @@ static floe_code run_conv(FloeKernelContext *ctx, Job *j) {
   return cpu_dnnl_for_batch(ctx, units, (int)units, block_shard, j);
 }
 
+/* A 1x1 convolution of one image whose input has at least four times the channel blocks of
+ * its output (an inverted residual block's projection: 144 -> 24 channels) is cut by input
+ * channels, where there are fewer than 4 output blocks a thread: each part reads a dense
+ * block of the input's channels (the part of it the thread wrote, when the elementwise pass
+ * before split it the same way) and multiplies all the output channels, and the partial
+ * sums are added after. Cut by output channels, each part would read the whole input for a
+ * block or two of outputs (oneDNN's 1x1 kernel is then bound by its loads); by rows, each
+ * would gather its rows out of every channel block first. The sum of parts is not the
+ * primitive's order of additions: the values differ from the uncut convolution's in the
+ * last bits. */
+static bool input_parts_fit(const State *s, const WndGeo *g) {
+  int threads = cpu_host->num_threads();
+  if (!s->blocked || s->plain_input || threads < 2 || g->n != 1 || g->groups != 1 ||
+      g->k[0] * g->k[1] * g->k[2] != 1)
+    return false;
+  int64_t cb = pad16(g->c) / 16, ob = pad16(g->o) / 16;
+  int64_t macs = g->out[0] * g->out[1] * g->out[2] * g->o * g->c;
+  return cb >= threads && ob * 4 <= cb && ob < 4 * threads && macs >= 16 * CONV_PART_MIN_MACS;
+}
+
+/* Part k of run_input_parts: input channels [c0, c1) into y (part 0: with the bias and the
+ * side input's sum) or into its partial output. */
+static floe_code input_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                            int64_t k) {
+  const WndGeo *w = j->g;
+  WndGeo g = *w;
+  int64_t c0 = k * j->in_blocks * 16, c1 = c0 + j->in_blocks * 16 < w->c ? c0 + j->in_blocks * 16 : w->c;
+  if (c0 >= c1) return FLOE_OK;
+  g.c = c1 - c0;
+  int64_t in_px = w->in[0] * w->in[1] * w->in[2];
+  int64_t yn = pad16(w->o) * w->out[0] * w->out[1] * w->out[2];
+  unsigned post = k == 0 ? j->post & (POST_BIAS | POST_SUM) : 0;
+  float *y = k == 0 ? j->y : j->partials + (k - 1) * yn;
+  /* Key slot 12 -1: a part of the input channels from c0 (slot 13). */
+  int64_t key[CPU_DNNL_KEY_LEN] = {g.n,    g.c,    g.in[0], g.in[1], g.in[2], g.o, g.k[0],
+                                   g.k[1], g.k[2], g.ns,    post,    0,       -1,  c0};
+  /* the filter's rows c0.. ([c, o] for a 1x1); its reordered form kept per part */
+  Build b = {j->s, &g, w, post, -1 - c0, false};
+  void *data[4] = {(void *)(j->x + c0 * in_px), (void *)(j->f + c0 * w->o)};
+  int n = 2;
+  if (post & POST_BIAS) data[n++] = (void *)j->bias;
+  data[n] = y;
+  return cpu_dnnl_run(&j->s->cache, ctx, ctx_lock, "_FusedConv", key, build_conv, &b, data);
+}
+
+static floe_code input_shard(void *arg, FloeKernelContext *ctx, pthread_mutex_t *ctx_lock,
+                             int64_t first, int64_t count, int shard) {
+  (void)shard;
+  floe_code rc = FLOE_OK;
+  for (int64_t k = first; k < first + count && rc == FLOE_OK; k++)
+    rc = input_part(arg, ctx, ctx_lock, k);
+  return rc;
+}
+
+typedef struct PartialSum {
+  float *y;
+  const float *partials;
+  int64_t yn, count; /* floats of y; partial outputs */
+  bool relu;
+} PartialSum;
+
+static void partial_sum_range(void *arg, int64_t begin, int64_t end) {
+  const PartialSum *p = arg;
+  for (int64_t k = 0; k < p->count; k++) {
+    const float *s = p->partials + k * p->yn;
+    for (int64_t i = begin; i < end; i++) p->y[i] += s[i];
+  }
+  if (p->relu)
+    for (int64_t i = begin; i < end; i++) p->y[i] = p->y[i] > 0 ? p->y[i] : 0.0f;
+}
+
+/* The convolution of input_parts_fit, its ReLU (POST_RELU) applied after the sum; the
+ * caller applies the other activations. */
+static floe_code run_input_parts(FloeKernelContext *ctx, Job *j) {
+  const WndGeo *g = j->g;
+  int64_t cb = pad16(g->c) / 16, parts = cpu_host->num_threads();
+  j->in_blocks = (cb + parts - 1) / parts;
+  parts = (cb + j->in_blocks - 1) / j->in_blocks;
+  int64_t yn = pad16(g->o) * g->out[0] * g->out[1] * g->out[2];
+  floe_code rc = cpu_host->ctx_allocate_temp(ctx, (size_t)((parts - 1) * yn) * sizeof(float),
+                                             (void **)&j->partials);
+  if (rc != FLOE_OK) return rc;
+  if ((j->post & POST_SUM) && !j->side_copied) {
+    memcpy(j->y, j->side, (size_t)yn * sizeof *j->y);
+    j->side_copied = true;
+  }
+  if ((rc = cpu_dnnl_for_batch(ctx, parts, (int)parts, input_shard, j)) != FLOE_OK) return rc;
+  PartialSum p = {j->y, j->partials, yn, parts - 1, (j->post & POST_RELU) != 0};
+  cpu_parallel_elements(yn, parts, partial_sum_range, &p);
+  return FLOE_OK;
+}
+
 static floe_code run_dnnl(State *s, FloeKernelContext *ctx, const WndGeo *g, const float *x,
                           const float *f, float *y) {
-  Job j = {s, g, 0, x, f, NULL, NULL, y, false, 1, false, NULL};
+  Job j = {s, g, 0, x, f, NULL, NULL, y, false, 1, false, NULL, 0, NULL};
   return run_conv(ctx, &j);
 }
 
@@ -952,7 +1048,7 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   if (!s->blocked) wnd_out_dims(&s->a, &g, dims);
   Job j = {s, &g, bias ? POST_BIAS : 0, cpu_host->tensor_data(x), cpu_host->tensor_data(f),
            bias ? cpu_host->tensor_data(bias) : NULL, side ? cpu_host->tensor_data(side) : NULL,
-           NULL, false, 1, false, NULL};
+           NULL, false, 1, false, NULL, 0, NULL};
   if (s->relu) j.post |= POST_RELU;
   bool empty = cpu_host->tensor_num_elements(x) == 0 || cpu_host->tensor_num_elements(f) == 0;
   bool same_side =
@@ -974,14 +1070,15 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
    * part's output is dense: blocked or channels-last data. */
   /* (not on a Winograd convolution: oneDNN's takes none of these post-ops, and would fall
    * back) */
-  bool in_primitive = !empty && s->tail_post && !winograd_fits(s, &g, &g);
+  bool by_input = !empty && input_parts_fit(s, &g);
+  bool in_primitive = !empty && s->tail_post && !winograd_fits(s, &g, &g) && !by_input;
   if (in_primitive)
     j.post |= s->tail_post;
-  else if (!empty && s->acts.n && (s->blocked || !s->a.cf))
+  else if (!empty && s->acts.n && (s->blocked || !s->a.cf) && !by_input)
     j.acts = &s->acts;
   if (empty)
     empty_output(s, &j, cpu_host->tensor_num_elements(out));
-  else if ((rc = run_conv(ctx, &j)) != FLOE_OK)
+  else if ((rc = by_input ? run_input_parts(ctx, &j) : run_conv(ctx, &j)) != FLOE_OK)
     return rc;
   if (!j.acts && !in_primitive) cpu_acts_run(&s->acts, j.y, cpu_host->tensor_num_elements(out));
   if (s->blocked) zero_padding(j.y, out_rank, dims, g.o);

@@ -209,7 +209,8 @@ typedef struct Geo {
 } Geo;
 
 /* Large enough to be cut into parts for a single image (over a million multiply-adds):
- * rows where the image is larger than the filter, output channels where it is smaller. */
+ * rows where the image is larger than the filter, output channels where it is smaller,
+ * input channels for a 1x1 with many more inputs than outputs. */
 static const Geo geos[] = {
     {"3x3 same (Winograd), rows", 24, 23, 32, 32, 3, 1, 1, "SAME", 1},
     {"3x3 stride 2, rows", 25, 24, 32, 64, 3, 2, 1, "SAME", 1},
@@ -233,6 +234,10 @@ static const Geo geos[] = {
     {"3x3 depthwise of 24 channels (padded), channel blocks", 60, 60, 24, 24, 3, 1, 1, "SAME", 24},
     {"3x3 stride 2 20 -> 8 (padded, under a block), one part", 25, 24, 20, 8, 3, 2, 1, "SAME", 1},
     {"3-channel first layer -> 24 (plain input, padded output)", 32, 30, 3, 24, 3, 1, 1, "SAME", 1},
+    /* one image of a 1x1 with at least 4 input blocks an output block: input channel parts,
+     * their sums added after (the last part's block padded in the second) */
+    {"1x1 144 -> 24, input channel parts", 56, 56, 144, 24, 1, 1, 1, "SAME", 1},
+    {"1x1 200 -> 16 (padded input), input channel parts", 40, 40, 200, 16, 1, 1, 1, "SAME", 1},
 };
 
 enum { BIAS = 1, ADD = 2, RELU = 4, SILU = 8 }; /* SILU: the activations Save,Sigmoid,Gate */
