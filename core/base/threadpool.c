@@ -22,6 +22,13 @@
  * atomic and pauses; the decision to sleep is still taken under the lock, so no wake-up is
  * lost.
  *
+ * Workers are pinned, each to one of the CPUs the process may run on, taken in turn across
+ * every pool of the process, when a pool has no more workers than there are such CPUs
+ * (FLOE_POOL_PIN=0: never). Unpinned, the scheduler's wake-ups pulled the two workers of a
+ * batch-1 step onto one virtual CPU, the chain's thread sharing it with a spinning helper,
+ * for tens of steps at a time: MobileNetV3-small's p90 step 1.8-3.9 ms against a median of
+ * 1.3, and 1.3-1.5 ms pinned (2 vCPUs). Placing them apart only at the start did not last.
+ *
  * parallel_for splits [0, n) into shards claimed from an atomic counter by the caller and
  * by helper tasks. When the caller runs out of shards it withdraws the helpers still
  * queued (they become tombstones) and waits only for helpers already running shards, so a
@@ -30,6 +37,7 @@
  */
 #define _GNU_SOURCE /* PTHREAD_MUTEX_ADAPTIVE_NP */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -199,6 +207,28 @@ static floe_code push_n(FloeThreadPool *p, int k, FloeTaskFn fn, void *const *ar
   return FLOE_OK;
 }
 
+/* The next CPU a pinned worker takes, counted across the process's pools. */
+static atomic_int next_pin;
+
+/* Pins thread t to one of the CPUs the process may run on (in turn), unless FLOE_POOL_PIN=0
+ * or the pool has more workers than those CPUs. A failure leaves the thread unpinned. */
+static void pin_worker(pthread_t t, int num_threads) {
+  const char *e = getenv("FLOE_POOL_PIN");
+  cpu_set_t allowed, one;
+  if ((e && strcmp(e, "0") == 0) || sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return;
+  int n = CPU_COUNT(&allowed);
+  if (n < 2 || num_threads > n) return;
+  int k = atomic_fetch_add_explicit(&next_pin, 1, memory_order_relaxed) % n;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &allowed) && k-- == 0) {
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      pthread_setaffinity_np(t, sizeof one, &one);
+      return;
+    }
+}
+
 /* Caller owns the pool; free with floe__pool_free. num_threads < 1 is taken as 1. */
 FloeThreadPool *floe__pool_new(int num_threads, FloeStatus *st) {
   if (num_threads < 1) num_threads = 1;
@@ -233,6 +263,7 @@ FloeThreadPool *floe__pool_new(int num_threads, FloeStatus *st) {
       return NULL;
     }
     p->started++;
+    pin_worker(p->threads[i], num_threads);
   }
   return p;
 

@@ -137,6 +137,76 @@ START_TEST(parallel_for_caller_takes_the_front) {
 }
 END_TEST
 
+/* Each worker's CPU mask, read on the worker: the tasks wait for one another, so each runs
+ * on a worker of its own. */
+typedef struct MaskTask {
+  pthread_barrier_t *all;
+  cpu_set_t mask;
+  int rc;
+} MaskTask;
+
+static void read_mask(void *arg) {
+  MaskTask *t = arg;
+  pthread_barrier_wait(t->all);
+  t->rc = sched_getaffinity(0, sizeof t->mask, &t->mask);
+}
+
+static void worker_masks(int workers, MaskTask *tasks) {
+  FloeStatus *st = floe_status_new();
+  FloeThreadPool *p = floe__pool_new(workers, st);
+  ck_assert_ptr_nonnull(p);
+  pthread_barrier_t all;
+  pthread_barrier_init(&all, NULL, (unsigned)workers);
+  for (int i = 0; i < workers; i++) {
+    tasks[i].all = &all;
+    ck_assert_int_eq(floe__pool_schedule(p, read_mask, &tasks[i]), FLOE_OK);
+  }
+  floe__pool_free(p); /* runs them, joins */
+  pthread_barrier_destroy(&all);
+  floe_status_free(st);
+  for (int i = 0; i < workers; i++) ck_assert_int_eq(tasks[i].rc, 0);
+}
+
+/* A pool with no more workers than the process's CPUs pins each worker to a CPU of its own
+ * (when there are at least two); FLOE_POOL_PIN=0, or more workers than CPUs, leaves every
+ * worker free to run anywhere the process may. */
+START_TEST(pool_workers_pinned_apart) {
+  cpu_set_t allowed;
+  ck_assert_int_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  int n = CPU_COUNT(&allowed);
+  enum { MAX_WORKERS = 64 };
+  MaskTask tasks[MAX_WORKERS + 1];
+  int workers = n < 4 ? n : 4;
+  if (n >= 2) {
+    memset(tasks, 0, sizeof tasks);
+    worker_masks(workers, tasks);
+    for (int i = 0; i < workers; i++) {
+      ck_assert_msg(CPU_COUNT(&tasks[i].mask) == 1, "worker %d may run on %d CPUs", i,
+                    CPU_COUNT(&tasks[i].mask));
+      cpu_set_t in;
+      CPU_AND(&in, &tasks[i].mask, &allowed);
+      ck_assert_msg(CPU_COUNT(&in) == 1, "worker %d pinned outside the process's CPUs", i);
+      for (int j = 0; j < i; j++)
+        ck_assert_msg(!CPU_EQUAL(&tasks[i].mask, &tasks[j].mask),
+                      "workers %d and %d pinned to one CPU", j, i);
+    }
+  }
+  setenv("FLOE_POOL_PIN", "0", 1);
+  memset(tasks, 0, sizeof tasks);
+  worker_masks(workers > 1 ? workers : 2, tasks);
+  unsetenv("FLOE_POOL_PIN");
+  for (int i = 0; i < (workers > 1 ? workers : 2); i++)
+    ck_assert_msg(CPU_EQUAL(&tasks[i].mask, &allowed), "FLOE_POOL_PIN=0: worker %d pinned", i);
+  if (n + 1 <= MAX_WORKERS) {
+    memset(tasks, 0, sizeof tasks);
+    worker_masks(n + 1, tasks);
+    for (int i = 0; i < n + 1; i++)
+      ck_assert_msg(CPU_EQUAL(&tasks[i].mask, &allowed),
+                    "%d workers on %d CPUs: worker %d pinned", n + 1, n, i);
+  }
+}
+END_TEST
+
 /* ---- shapes of graphs ---- */
 
 /* x + 1 + 1 + ... (n Adds), for every pool size, inline and pooled. */
@@ -1107,6 +1177,7 @@ int main(void) {
   tcase_add_test(tc, chain_of_adds);
   tcase_add_test(tc, deferred_tasks_run_after_normal_ones);
   tcase_add_test(tc, parallel_for_caller_takes_the_front);
+  tcase_add_test(tc, pool_workers_pinned_apart);
   tcase_add_test(tc, diamond_on_big_tensors);
   tcase_add_test(tc, wide_fan_out);
   tcase_add_test(tc, control_dependencies);
