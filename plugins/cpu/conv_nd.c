@@ -67,6 +67,9 @@ typedef struct State {
    * tail_b: the clip's bounds, the hard sigmoid's scale and shift. */
   unsigned tail_post;
   float tail_a, tail_b;
+  /* The activations map 0 to 0 (tried on zeros when the kernel is made): a blocked output's
+   * padding lanes, which oneDNN leaves zero, then stay zero and are not cleared again. */
+  bool zero_kept;
   bool blocked;                /* _FusedConv on blocked tensors [n, c / 16, spatial..., 16] */
   bool plain_input;            /* blocked, but the input stays channels-last (few channels) */
   bool winograd;               /* blocked, and FLOE_CONV_WINOGRAD is not 0 */
@@ -113,6 +116,10 @@ static floe_code fused_parse(const FloeHostApi *host, FloeKernelInit *init, Stat
   else if ((!swish || atoi(swish) != 0) &&
            cpu_acts_hard(&s->acts, &hard_swish, &s->tail_a, &s->tail_b))
     s->tail_post = hard_swish ? POST_HARDSWISH : POST_HARDSIGMOID;
+  float zeros[16] = {0};
+  cpu_acts_block(&s->acts, zeros, 16);
+  s->zero_kept = s->tail_post != POST_HARDSIGMOID;
+  for (int i = 0; i < 16; i++) s->zero_kept = s->zero_kept && zeros[i] == 0.0f;
   s->blocked = flag(host, init, "blocked");
   s->plain_input = s->blocked && flag(host, init, "plain_input");
   const char *wino = getenv("FLOE_CONV_WINOGRAD");
@@ -673,7 +680,8 @@ static floe_code input_part(const Job *j, FloeKernelContext *ctx, pthread_mutex_
                             int64_t k) {
   const WndGeo *w = j->g;
   WndGeo g = *w;
-  int64_t c0 = k * j->in_blocks * 16, c1 = c0 + j->in_blocks * 16 < w->c ? c0 + j->in_blocks * 16 : w->c;
+  int64_t c0 = k * j->in_blocks * 16, c1 = c0 + j->in_blocks * 16;
+  if (c1 > w->c) c1 = w->c;
   if (c0 >= c1) return FLOE_OK;
   g.c = c1 - c0;
   int64_t in_px = w->in[0] * w->in[1] * w->in[2];
@@ -1081,7 +1089,7 @@ static floe_code fused_compute(void *state, FloeKernelContext *ctx) {
   else if ((rc = by_input ? run_input_parts(ctx, &j) : run_conv(ctx, &j)) != FLOE_OK)
     return rc;
   if (!j.acts && !in_primitive) cpu_acts_run(&s->acts, j.y, cpu_host->tensor_num_elements(out));
-  if (s->blocked) zero_padding(j.y, out_rank, dims, g.o);
+  if (s->blocked && (!s->zero_kept || empty)) zero_padding(j.y, out_rank, dims, g.o);
   return FLOE_OK;
 }
 

@@ -784,65 +784,82 @@ START_TEST(layout_pass_blocks_concat) {
 }
 END_TEST
 
-/* The padding of a padded blocked output is zero after every activation, including one that
- * maps 0 elsewhere (a sigmoid after a bias), and its real lanes are the channels-last
- * convolution's: 20 -> 24 channels, one image on two threads and three on one. */
+/* The padding of a padded blocked output is zero after every activation, and its real lanes
+ * are the channels-last convolution's: 20 -> 24 channels (3x3: rows of one image on two
+ * threads, whole images on one) and 160 -> 24 (1x1: input channel parts for one image).
+ * Tails: a sigmoid after a bias (maps 0 elsewhere: the padding is cleared after it), SiLU and
+ * Relu6 (map 0 to 0: the padding oneDNN left zero is not cleared again) and a bare ReLU. */
 START_TEST(padded_output_padding_is_zero) {
   NEED_CONVERTERS();
-  for (int batch = 1; batch <= 3; batch += 2) {
-    int64_t xd[4] = {batch, 9, 7, 20}, fd[4] = {3, 3, 20, 24}, o = 24;
-    FloeTensor *xv = harness_random(FLOE_F32, 4, xd, 41, -1, 1);
-    FloeTensor *fv = harness_random(FLOE_F32, 4, fd, 42, -0.3, 0.3);
-    FloeTensor *bv = harness_random(FLOE_F32, 1, &o, 43, -1, 1);
-    FloeTensor *out[2] = {NULL, NULL};
-    for (int blocked = 0; blocked < 2; blocked++) {
-      setenv("FLOE_FUSION", "0", 1);
-      FloeGraph *gr = floe_graph_new();
-      FloeOutput x = floe_placeholder(gr, "x", FLOE_F32, floe_tensor_shape(xv));
-      if (blocked) x = convert(gr, "_ToBlocked", "xb", x);
-      FloeOutput bias = floe_const(gr, "b", bv);
-      FloeNodeBuilder *b = floe_node_begin(gr, "_FusedConv", "conv");
-      floe_node_add_input(b, x);
-      floe_node_add_input(b, floe_const(gr, "f", fv));
-      floe_node_add_input_list(b, &bias, 1);
-      floe_node_set_attr_string(b, "padding", "SAME");
-      floe_node_set_attr_bool(b, "fused_bias", 1);
-      floe_node_set_attr_string(b, "activations", "Sigmoid");
-      floe_node_set_attr_float_list(b, "activation_alpha", (const double[]){0.0}, 1);
-      if (blocked) floe_node_set_attr_bool(b, "blocked", 1);
-      floe_node_finish(b);
-      FloeRuntime *rt = harness_runtime(batch == 1 ? 2 : 1);
-      FloeSession *ss = harness_session(gr, rt);
-      FloeStatus *st = floe_status_new();
-      FloeFeed feed = {"x", xv};
-      const char *fetch = "conv";
-      ck_assert_msg(floe_session_run(ss, &feed, 1, &fetch, 1, NULL, 0, &out[blocked], st) ==
-                        FLOE_OK,
-                    "%s", floe_status_message(st));
-      out[blocked] = own_copy(out[blocked]);
-      floe_status_free(st);
-      floe_session_free(ss);
-      floe_runtime_free(rt);
-      floe_graph_free(gr);
-      unsetenv("FLOE_FUSION");
-    }
-    ck_assert_int_eq(floe_tensor_dim(out[1], 1), 2);
-    const float *cl = floe_tensor_data(out[0]), *bl = floe_tensor_data(out[1]);
-    int64_t px = 9 * 7;
-    for (int64_t n = 0; n < batch; n++)
-      for (int64_t p = 0; p < px; p++)
-        for (int64_t c = 0; c < 32; c++) {
-          float got = bl[((n * 2 + c / 16) * px + p) * 16 + c % 16];
-          float want = c < o ? cl[(n * px + p) * o + c] : 0.0f;
-          ck_assert_msg(fabsf(got - want) <= 1e-5f, "batch %d (%lld, %lld, %lld): %g, want %g",
-                        batch, (long long)n, (long long)p, (long long)c, got, want);
+  static const struct {
+    const char *acts;
+    int n;
+  } tails[] = {{"Sigmoid", 1}, {"Save,Sigmoid,Gate", 3}, {"Relu6", 1}, {NULL, 0}};
+  for (int shape = 0; shape < 2; shape++)
+    for (size_t t = 0; t < sizeof tails / sizeof *tails; t++)
+      for (int batch = 1; batch <= 3; batch += 2) {
+        int64_t c = shape ? 160 : 20, k = shape ? 1 : 3, h = shape ? 40 : 9, w = shape ? 40 : 7;
+        int64_t xd[4] = {batch, h, w, c}, fd[4] = {k, k, c, 24}, o = 24;
+        FloeTensor *xv = harness_random(FLOE_F32, 4, xd, 41, -1, 1);
+        FloeTensor *fv = harness_random(FLOE_F32, 4, fd, 42, -0.3, 0.3);
+        FloeTensor *bv = harness_random(FLOE_F32, 1, &o, 43, -1, 1);
+        FloeTensor *out[2] = {NULL, NULL};
+        for (int blocked = 0; blocked < 2; blocked++) {
+          setenv("FLOE_FUSION", "0", 1);
+          FloeGraph *gr = floe_graph_new();
+          FloeOutput x = floe_placeholder(gr, "x", FLOE_F32, floe_tensor_shape(xv));
+          if (blocked) x = convert(gr, "_ToBlocked", "xb", x);
+          FloeOutput bias = floe_const(gr, "b", bv);
+          FloeNodeBuilder *b = floe_node_begin(gr, "_FusedConv", "conv");
+          floe_node_add_input(b, x);
+          floe_node_add_input(b, floe_const(gr, "f", fv));
+          floe_node_add_input_list(b, &bias, 1);
+          floe_node_set_attr_string(b, "padding", "SAME");
+          floe_node_set_attr_bool(b, "fused_bias", 1);
+          if (tails[t].acts) {
+            floe_node_set_attr_string(b, "activations", tails[t].acts);
+            floe_node_set_attr_float_list(b, "activation_alpha", (const double[]){0, 0, 0},
+                                          tails[t].n);
+          } else {
+            floe_node_set_attr_bool(b, "fused_relu", 1);
+          }
+          if (blocked) floe_node_set_attr_bool(b, "blocked", 1);
+          floe_node_finish(b);
+          FloeRuntime *rt = harness_runtime(batch == 1 ? 2 : 1);
+          FloeSession *ss = harness_session(gr, rt);
+          FloeStatus *st = floe_status_new();
+          FloeFeed feed = {"x", xv};
+          const char *fetch = "conv";
+          ck_assert_msg(floe_session_run(ss, &feed, 1, &fetch, 1, NULL, 0, &out[blocked], st) ==
+                            FLOE_OK,
+                        "%s", floe_status_message(st));
+          out[blocked] = own_copy(out[blocked]);
+          floe_status_free(st);
+          floe_session_free(ss);
+          floe_runtime_free(rt);
+          floe_graph_free(gr);
+          unsetenv("FLOE_FUSION");
         }
-    floe_tensor_release(out[0]);
-    floe_tensor_release(out[1]);
-    floe_tensor_release(xv);
-    floe_tensor_release(fv);
-    floe_tensor_release(bv);
-  }
+        ck_assert_int_eq(floe_tensor_dim(out[1], 1), 2);
+        const float *cl = floe_tensor_data(out[0]), *bl = floe_tensor_data(out[1]);
+        const char *tail = tails[t].acts ? tails[t].acts : "Relu";
+        int64_t px = h * w;
+        for (int64_t n = 0; n < batch; n++)
+          for (int64_t p = 0; p < px; p++)
+            for (int64_t ch = 0; ch < 32; ch++) {
+              float got = bl[((n * 2 + ch / 16) * px + p) * 16 + ch % 16];
+              float want = ch < o ? cl[(n * px + p) * o + ch] : 0.0f;
+              ck_assert_msg(fabsf(got - want) <= 1e-5f * (1 + fabsf(want)),
+                            "%lldx%lld, %s, batch %d (%lld, %lld, %lld): %g, want %g",
+                            (long long)k, (long long)k, tail, batch, (long long)n,
+                            (long long)p, (long long)ch, got, want);
+            }
+        floe_tensor_release(out[0]);
+        floe_tensor_release(out[1]);
+        floe_tensor_release(xv);
+        floe_tensor_release(fv);
+        floe_tensor_release(bv);
+      }
 }
 END_TEST
 
