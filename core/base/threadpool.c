@@ -29,8 +29,8 @@
  * for tens of steps at a time: MobileNetV3-small's p90 step 1.8-3.9 ms against a median of
  * 1.3, and 1.3-1.5 ms pinned (2 vCPUs). Placing them apart only at the start did not last.
  *
- * parallel_for splits [0, n) into shards claimed from an atomic counter by the caller and
- * by helper tasks. When the caller runs out of shards it withdraws the helpers still
+ * parallel_for splits [0, n) into shards claimed from an atomic range, from its front by the
+ * caller and from its back by helper tasks. When the caller runs out of shards it withdraws the helpers still
  * queued (they become tombstones) and waits only for helpers already running shards, so a
  * parallel_for called from inside a worker never waits on queued work and cannot deadlock,
  * even on a pool of one thread.
