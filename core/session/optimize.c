@@ -76,10 +76,6 @@ bool floe__opt_constant_folding_on(void) {
   return !env_off("FLOE_OPTIMIZE") && !env_off("FLOE_OPT_CONSTANT_FOLDING");
 }
 
-/* Host Consts handed to their readers without running (FloeExecPlan.const_feeds): part of
- * constant folding, switched with it. */
-bool floe__opt_const_feeds_on(void) { return floe__opt_constant_folding_on(); }
-
 bool floe__opt_any_on(void) {
   for (int i = 0; i < NUM_PASSES; i++)
     if (pass_on(i)) return true;

@@ -707,7 +707,7 @@ static FloeMultiExec *build_executor(FloeSession *s, const RunSig *sig, const Fl
                         .inline_inexpensive = s->inline_inexpensive, .force_frames = part.has_cf,
                         .reuse_buffers = floe__opt_buffer_reuse_on(),
                         .memory_order = floe__opt_memory_scheduling_on(),
-                        .const_feeds = floe__opt_const_feeds_on(),
+                        .const_feeds = floe__opt_constant_folding_on(),
                         .concat_in_place = floe__opt_buffer_reuse_on(),
                         .resources = s->resources, .profiling = &s->profiling, .trace = s->trace,
                         .rv_opts = {.compress_bf16 = s->compress, .route = s->cluster.route},

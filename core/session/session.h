@@ -207,11 +207,10 @@ bool floe__opt_buffer_reuse_on(void);
 /* Executors take ready nodes in a memory-aware order (unless FLOE_OPT_MEMORY_SCHEDULING=0
  * or FLOE_OPTIMIZE=0). */
 bool floe__opt_memory_scheduling_on(void);
-/* Whether host Consts are handed to their readers without running (FloeExecPlan.const_feeds):
- * on unless FLOE_OPTIMIZE=0 or FLOE_OPT_CONSTANT_FOLDING=0. */
-bool floe__opt_const_feeds_on(void);
-/* Whether constant folding is on (unless FLOE_OPTIMIZE=0 or FLOE_OPT_CONSTANT_FOLDING=0): the
- * fusion pass then reshapes the constants it needs in a blocked shape itself. */
+/* Whether constant folding is on (unless FLOE_OPTIMIZE=0 or FLOE_OPT_CONSTANT_FOLDING=0). It
+ * also switches what is part of it outside its pass: host Consts handed to their readers
+ * without running (FloeExecPlan.const_feeds), and the fusion pass reshaping the constants it
+ * needs in a blocked shape itself. */
 bool floe__opt_constant_folding_on(void);
 /* Helpers the passes share. */
 bool floe__opt_grow(FloeOpt *o);                          /* false: out of memory */
