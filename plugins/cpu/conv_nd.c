@@ -716,14 +716,14 @@ typedef struct PartialSum {
   bool relu;
 } PartialSum;
 
+/* One pass over y: the partial sums added in order, then the ReLU. */
 static void partial_sum_range(void *arg, int64_t begin, int64_t end) {
   const PartialSum *p = arg;
-  for (int64_t k = 0; k < p->count; k++) {
-    const float *s = p->partials + k * p->yn;
-    for (int64_t i = begin; i < end; i++) p->y[i] += s[i];
+  for (int64_t i = begin; i < end; i++) {
+    float v = p->y[i];
+    for (int64_t k = 0; k < p->count; k++) v += p->partials[k * p->yn + i];
+    p->y[i] = p->relu && !(v > 0) ? 0.0f : v;
   }
-  if (p->relu)
-    for (int64_t i = begin; i < end; i++) p->y[i] = p->y[i] > 0 ? p->y[i] : 0.0f;
 }
 
 /* The convolution of input_parts_fit, its ReLU (POST_RELU) applied after the sum; the
